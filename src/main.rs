@@ -1,0 +1,59 @@
+//! The `tilus` command-line tool: inspect layouts and dtypes, emit kernels, check the setup.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "tilus", version, about = "Tilus: low-precision GPU kernels")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a register layout, e.g. `tilus layout 'local(2,1).spatial(8,4)'`.
+    Layout {
+        /// Layout expression.
+        expr: String,
+        /// Print `{"shape","threads","locals","map"}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a data type and the value of each of its bit patterns, e.g. `tilus dtype f6e3m2`.
+    Dtype {
+        /// Type name: u1..u8, i2..i8, fNeEmM, f8e4m3, f8e5m2, f16, bf16, f32, i32, u32.
+        name: String,
+        /// Print `{"name","bits","kind","values"}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors.
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match &cli.command {
+        Command::Layout { expr, json } => cli::layout::run(expr, *json),
+        Command::Dtype { name, json } => cli::dtype::run(name, *json),
+    };
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            eprintln!("error: {}", msg.lines().collect::<Vec<_>>().join("; "));
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! The algebraic layout system.
+pub struct Layout;

@@ -1,0 +1,12 @@
+//! The Tilus virtual machine: data types, compact sub-byte storage, the algebraic layout system,
+//! and (in later modules) the program IR, its verifier, the CUDA code generator and a CPU
+//! interpreter that serves as the semantic oracle.
+//!
+//! This crate has no GPU dependency: everything here runs and is tested on any host.
+
+pub mod dtype;
+pub mod layout;
+pub mod storage;
+
+pub use dtype::DType;
+pub use layout::Layout;

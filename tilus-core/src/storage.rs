@@ -1,0 +1,1 @@
+//! Compact storage of sub-byte values.

@@ -1,0 +1,1 @@
+//! `#[kernel]`: lands with issue 4.

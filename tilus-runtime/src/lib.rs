@@ -1,0 +1,1 @@
+//! Runtime: lands with issue 6.
