@@ -4,9 +4,13 @@
 //!
 //! This crate has no GPU dependency: everything here runs and is tested on any host.
 
+pub mod codegen;
 pub mod dtype;
+pub mod interp;
+pub mod ir;
 pub mod layout;
 pub mod storage;
+pub mod verify;
 
 pub use dtype::DType;
 pub use layout::Layout;

@@ -1,0 +1,465 @@
+//! A builder for [`Program`]s, used by the `#[kernel]` macro and by tests.
+//!
+//! The builder never fails: it records what it is told and infers result types where it can
+//! (`VarType::Unknown` where an operand is undefined). Checking is the verifier's job, so every
+//! problem is reported with its span instead of panicking halfway through construction.
+
+use super::*;
+
+/// Where an instruction's result goes: a fresh variable with a name, or an existing variable
+/// (the loop-carried accumulator of `acc = dot(a, b, acc)`).
+#[derive(Clone, Debug)]
+pub enum Dest {
+    New(String),
+    Existing(VarId),
+}
+
+impl From<&str> for Dest {
+    fn from(name: &str) -> Dest {
+        Dest::New(name.to_string())
+    }
+}
+
+impl From<String> for Dest {
+    fn from(name: String) -> Dest {
+        Dest::New(name)
+    }
+}
+
+impl From<VarId> for Dest {
+    fn from(v: VarId) -> Dest {
+        Dest::Existing(v)
+    }
+}
+
+/// Builds a [`Program`]; see the module documentation.
+pub struct ProgramBuilder {
+    name: String,
+    num_threads: u32,
+    params: Vec<Param>,
+    grid: Vec<Expr>,
+    vars: Vec<Var>,
+    /// Open statement lists: the body, then one per nested `for`/`if`/`while`.
+    blocks: Vec<Vec<Stmt>>,
+    span: SpanId,
+    program_span: SpanId,
+}
+
+impl ProgramBuilder {
+    pub fn new(name: &str, num_threads: u32) -> Self {
+        ProgramBuilder {
+            name: name.to_string(),
+            num_threads,
+            params: Vec::new(),
+            grid: Vec::new(),
+            vars: Vec::new(),
+            blocks: vec![Vec::new()],
+            span: SpanId::default(),
+            program_span: SpanId::default(),
+        }
+    }
+
+    /// Statements added from now on carry `span`.
+    pub fn set_span(&mut self, span: SpanId) {
+        self.span = span;
+    }
+
+    /// The span for diagnostics about the kernel as a whole (e.g. its shared-memory total).
+    pub fn set_program_span(&mut self, span: SpanId) {
+        self.program_span = span;
+    }
+
+    /// Declare a variable without defining it (for front ends that need the id early).
+    pub fn new_var(&mut self, name: &str, ty: VarType) -> VarId {
+        let id = VarId(self.vars.len() as u32);
+        self.vars.push(Var {
+            name: name.to_string(),
+            ty,
+        });
+        id
+    }
+
+    pub fn ty(&self, v: VarId) -> VarType {
+        self.vars
+            .get(v.0 as usize)
+            .map(|v| v.ty.clone())
+            .unwrap_or(VarType::Unknown)
+    }
+
+    pub fn param_i32(&mut self, name: &str) -> VarId {
+        let var = self.new_var(name, VarType::Scalar(ScalarType::I32));
+        self.params.push(Param { var });
+        var
+    }
+
+    pub fn param_ptr(&mut self, name: &str, dtype: DType, mutable: bool) -> VarId {
+        let var = self.new_var(name, VarType::Pointer { dtype, mutable });
+        self.params.push(Param { var });
+        var
+    }
+
+    /// Grid extents, over parameters only (1 to 3 dimensions).
+    pub fn grid(&mut self, extents: Vec<Expr>) {
+        self.grid = extents;
+    }
+
+    /// Append a statement to the innermost open block, with the current span.
+    pub fn push(&mut self, kind: StmtKind) {
+        let stmt = Stmt {
+            kind,
+            span: self.span,
+        };
+        self.blocks
+            .last_mut()
+            .expect("a block is always open")
+            .push(stmt);
+    }
+
+    pub fn instr(&mut self, instr: Instruction) {
+        self.push(StmtKind::Instr(instr));
+    }
+
+    fn dest(&mut self, dest: Dest, ty: VarType) -> VarId {
+        match dest {
+            Dest::New(name) => self.new_var(&name, ty),
+            Dest::Existing(v) => v,
+        }
+    }
+
+    fn register_dtype(&self, v: VarId) -> Option<DType> {
+        self.ty(v).as_register().map(|r| r.dtype)
+    }
+
+    // ---- scalar code -------------------------------------------------------------------------
+
+    pub fn block_indices(&mut self, names: &[&str]) -> Vec<VarId> {
+        let outs: Vec<VarId> = names
+            .iter()
+            .map(|n| self.new_var(n, VarType::Scalar(ScalarType::I32)))
+            .collect();
+        self.instr(Instruction::BlockIndices { outs: outs.clone() });
+        outs
+    }
+
+    pub fn let_(&mut self, name: &str, ty: ScalarType, value: Expr) -> VarId {
+        let var = self.new_var(name, VarType::Scalar(ty));
+        self.push(StmtKind::Let { var, value });
+        var
+    }
+
+    pub fn assign(&mut self, var: VarId, value: Expr) {
+        self.push(StmtKind::Assign { var, value });
+    }
+
+    fn nested(&mut self, build: impl FnOnce(&mut Self)) -> Vec<Stmt> {
+        self.blocks.push(Vec::new());
+        build(self);
+        self.blocks.pop().expect("pushed above")
+    }
+
+    /// `for name in start..end { body }`.
+    pub fn for_range(
+        &mut self,
+        name: &str,
+        start: Expr,
+        end: Expr,
+        body: impl FnOnce(&mut Self, VarId),
+    ) {
+        let span = self.span;
+        let var = self.new_var(name, VarType::Scalar(ScalarType::I32));
+        let body = self.nested(|b| body(b, var));
+        self.span = span;
+        self.push(StmtKind::For {
+            var,
+            start,
+            end,
+            body,
+        });
+    }
+
+    pub fn if_else(
+        &mut self,
+        cond: Expr,
+        then_body: impl FnOnce(&mut Self),
+        else_body: impl FnOnce(&mut Self),
+    ) {
+        let span = self.span;
+        let then_body = self.nested(then_body);
+        let else_body = self.nested(else_body);
+        self.span = span;
+        self.push(StmtKind::If {
+            cond,
+            then_body,
+            else_body,
+        });
+    }
+
+    pub fn while_(&mut self, cond: Expr, body: impl FnOnce(&mut Self)) {
+        let span = self.span;
+        let body = self.nested(body);
+        self.span = span;
+        self.push(StmtKind::While { cond, body });
+    }
+
+    // ---- memory ------------------------------------------------------------------------------
+
+    pub fn allocate_global(&mut self, name: &str, dtype: DType, shape: Vec<Expr>) -> VarId {
+        let out = self.new_var(name, VarType::Unknown);
+        // A scratch tensor is addressed like a mutable view of its own allocation.
+        self.vars[out.0 as usize].ty = VarType::Global(GlobalType {
+            dtype,
+            ptr: out,
+            mutable: true,
+            shape: shape.clone(),
+        });
+        self.instr(Instruction::AllocateGlobal { out, dtype, shape });
+        out
+    }
+
+    pub fn allocate_shared(&mut self, name: &str, dtype: DType, layout: SharedLayout) -> VarId {
+        let ty = VarType::Shared(SharedType {
+            dtype,
+            layout: layout.clone(),
+        });
+        let out = self.new_var(name, ty);
+        self.instr(Instruction::AllocateShared { out, dtype, layout });
+        out
+    }
+
+    pub fn allocate_register(
+        &mut self,
+        dest: impl Into<Dest>,
+        dtype: DType,
+        layout: Layout,
+        init: Option<f64>,
+    ) -> VarId {
+        let ty = VarType::Register(RegisterType {
+            dtype,
+            layout: layout.clone(),
+        });
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::AllocateRegister {
+            out,
+            dtype,
+            layout,
+            init,
+        });
+        out
+    }
+
+    /// A row-major view of pointer parameter `ptr` as `dtype` elements of `shape`.
+    pub fn view_global(&mut self, name: &str, ptr: VarId, dtype: DType, shape: Vec<Expr>) -> VarId {
+        let mutable = matches!(self.ty(ptr), VarType::Pointer { mutable: true, .. });
+        let ty = VarType::Global(GlobalType {
+            dtype,
+            ptr,
+            mutable,
+            shape: shape.clone(),
+        });
+        let out = self.new_var(name, ty);
+        self.instr(Instruction::ViewGlobal {
+            out,
+            ptr,
+            dtype,
+            shape,
+        });
+        out
+    }
+
+    pub fn load_global(
+        &mut self,
+        dest: impl Into<Dest>,
+        src: VarId,
+        layout: Layout,
+        offset: Vec<Expr>,
+    ) -> VarId {
+        let ty = match self.ty(src).as_global() {
+            Some(g) => VarType::Register(RegisterType {
+                dtype: g.dtype,
+                layout: layout.clone(),
+            }),
+            None => VarType::Unknown,
+        };
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::LoadGlobal {
+            out,
+            src,
+            offset,
+            layout,
+        });
+        out
+    }
+
+    pub fn store_global(&mut self, src: VarId, dst: VarId, offset: Vec<Expr>) {
+        self.instr(Instruction::StoreGlobal { src, dst, offset });
+    }
+
+    pub fn load_shared(
+        &mut self,
+        dest: impl Into<Dest>,
+        src: VarId,
+        layout: Layout,
+        offset: Vec<Expr>,
+    ) -> VarId {
+        let ty = match self.ty(src).as_shared() {
+            Some(s) => VarType::Register(RegisterType {
+                dtype: s.dtype,
+                layout: layout.clone(),
+            }),
+            None => VarType::Unknown,
+        };
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::LoadShared {
+            out,
+            src,
+            offset,
+            layout,
+        });
+        out
+    }
+
+    pub fn store_shared(&mut self, src: VarId, dst: VarId, offset: Vec<Expr>) {
+        self.instr(Instruction::StoreShared { src, dst, offset });
+    }
+
+    /// The sub-tile of `shape` at `offset`: same strides and swizzle as `src`.
+    pub fn slice_shared(
+        &mut self,
+        name: &str,
+        src: VarId,
+        offset: Vec<Expr>,
+        shape: Vec<usize>,
+    ) -> VarId {
+        let ty = match self.ty(src).as_shared() {
+            Some(s) => {
+                // Slicing keeps the trailing strides, like tiles of a lower rank do.
+                let skip = s.layout.strides.len().saturating_sub(shape.len());
+                VarType::Shared(SharedType {
+                    dtype: s.dtype,
+                    layout: SharedLayout {
+                        shape: shape.clone(),
+                        strides: s.layout.strides[skip..].to_vec(),
+                        swizzle: s.layout.swizzle,
+                    },
+                })
+            }
+            None => VarType::Unknown,
+        };
+        let out = self.new_var(name, ty);
+        self.instr(Instruction::SliceShared {
+            out,
+            src,
+            offset,
+            shape,
+        });
+        out
+    }
+
+    pub fn copy_async(&mut self, dst: VarId, src: VarId, src_offset: Vec<Expr>) {
+        self.instr(Instruction::CopyAsync {
+            dst,
+            src,
+            src_offset,
+        });
+    }
+
+    pub fn copy_async_commit_group(&mut self) {
+        self.instr(Instruction::CopyAsyncCommitGroup);
+    }
+
+    pub fn copy_async_wait_group(&mut self, n: u32) {
+        self.instr(Instruction::CopyAsyncWaitGroup { n });
+    }
+
+    // ---- arithmetic --------------------------------------------------------------------------
+
+    pub fn binary(
+        &mut self,
+        dest: impl Into<Dest>,
+        op: ElementOp,
+        lhs: VarId,
+        rhs: Operand,
+    ) -> VarId {
+        let ty = self.ty(lhs);
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::Binary { out, op, lhs, rhs });
+        out
+    }
+
+    pub fn neg(&mut self, dest: impl Into<Dest>, x: VarId) -> VarId {
+        let ty = self.ty(x);
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::Neg { out, x });
+        out
+    }
+
+    pub fn cast(&mut self, dest: impl Into<Dest>, x: VarId, dtype: DType) -> VarId {
+        let ty = match self.ty(x).as_register() {
+            Some(r) => VarType::Register(RegisterType {
+                dtype,
+                layout: r.layout.clone(),
+            }),
+            None => VarType::Unknown,
+        };
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::Cast { out, x, dtype });
+        out
+    }
+
+    pub fn view(&mut self, dest: impl Into<Dest>, x: VarId, dtype: DType, layout: Layout) -> VarId {
+        let ty = VarType::Register(RegisterType {
+            dtype,
+            layout: layout.clone(),
+        });
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::View {
+            out,
+            x,
+            dtype,
+            layout,
+        });
+        out
+    }
+
+    /// `a · b + c`; the result has `c`'s type.
+    pub fn dot(&mut self, dest: impl Into<Dest>, a: VarId, b: VarId, c: VarId) -> VarId {
+        let ty = self.ty(c);
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::Dot { out, a, b, c });
+        out
+    }
+
+    pub fn synchronize(&mut self) {
+        self.instr(Instruction::Synchronize);
+    }
+
+    pub fn exit(&mut self) {
+        self.instr(Instruction::Exit);
+    }
+
+    pub fn print(&mut self, label: &str, x: Operand) {
+        self.instr(Instruction::Print {
+            label: label.to_string(),
+            x,
+        });
+    }
+
+    /// The dtype of a register tensor, for front ends that pick instructions by type.
+    pub fn dtype_of(&self, v: VarId) -> Option<DType> {
+        self.register_dtype(v)
+    }
+
+    pub fn finish(mut self) -> Program {
+        // Closures of nested blocks always pop what they push, so only the body is left.
+        let body = self.blocks.pop().unwrap_or_default();
+        Program {
+            name: self.name,
+            params: self.params,
+            grid: self.grid,
+            num_threads: self.num_threads,
+            vars: self.vars,
+            body,
+            span: self.program_span,
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The thread-block-level program representation (paper section 5, Table 1).
+//!
+//! A [`Program`] is what one thread block executes: scalar code that is uniform across the block
+//! (indices, loop counters, conditions) plus *instructions* over tensors that live in one of three
+//! memory scopes: global, shared and registers. Every variable has one [`VarType`]; instructions
+//! name their operands by [`VarId`]. An instruction may write a variable that already exists (the
+//! accumulator of a loop, `acc = dot(a, b, acc)`) when the new value has the same type.
+//!
+//! Conventions every consumer (verifier, interpreter, codegen) shares:
+//! - Scalars are `i32` (or `bool` for conditions); arithmetic that overflows `i32` is an error.
+//!   Division and remainder truncate toward zero, as in C.
+//! - A register tile of rank `r` read from or written to a tensor of rank `R >= r` covers the
+//!   trailing `r` dimensions; the offset has rank `R` and gives the tile's first element.
+//! - Global loads and stores, and `CopyAsync`, are *masked by the view*: elements whose index
+//!   falls outside the view's shape are read as zero and never written. Touching bytes outside the
+//!   underlying buffer is an error, never undefined behaviour.
+//! - Register storage is raw bits: thread `t` holds locals `0..L` of a `b`-bit type packed with no
+//!   gaps in the compact-storage bit order (`crate::storage`). `View` reinterprets these bits.
+//! - A register layout with fewer threads than the block is replicated: block thread `t` plays
+//!   layout thread `t % layout.num_threads()`.
+
+mod builder;
+
+pub use builder::ProgramBuilder;
+
+use crate::layout::{Layout, SharedLayout};
+use crate::DType;
+
+/// Index of a variable in [`Program::vars`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+/// An opaque source location. The `#[kernel]` macro maps these back to the user's tokens; the
+/// builder API hands them out in order (see [`ProgramBuilder::set_span`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpanId(pub u32);
+
+/// Types of scalar values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarType {
+    I32,
+    Bool,
+}
+
+/// The type of a variable.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum VarType {
+    Scalar(ScalarType),
+    /// A kernel parameter that points at device memory of `dtype` elements.
+    Pointer {
+        dtype: DType,
+        mutable: bool,
+    },
+    /// A row-major view of global memory.
+    Global(GlobalType),
+    /// A tile in shared memory.
+    Shared(SharedType),
+    /// A tile distributed over the registers of the block's threads.
+    Register(RegisterType),
+    /// The builder could not infer a type (an operand was undefined); the verifier reports it.
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GlobalType {
+    pub dtype: DType,
+    /// The pointer parameter the view reads through.
+    pub ptr: VarId,
+    pub mutable: bool,
+    /// Extents, evaluated when the view is created (runtime values allowed).
+    pub shape: Vec<Expr>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SharedType {
+    pub dtype: DType,
+    pub layout: SharedLayout,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RegisterType {
+    pub dtype: DType,
+    pub layout: Layout,
+}
+
+impl VarType {
+    pub fn as_register(&self) -> Option<&RegisterType> {
+        match self {
+            VarType::Register(r) => Some(r),
+            _ => None,
+        }
+    }
+    pub fn as_shared(&self) -> Option<&SharedType> {
+        match self {
+            VarType::Shared(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_global(&self) -> Option<&GlobalType> {
+        match self {
+            VarType::Global(g) => Some(g),
+            _ => None,
+        }
+    }
+    /// The memory scope, for diagnostics ("a shared tensor", "a register tensor", ...).
+    pub fn describe(&self) -> &'static str {
+        match self {
+            VarType::Scalar(_) => "a scalar",
+            VarType::Pointer { .. } => "a pointer parameter",
+            VarType::Global(_) => "a global tensor",
+            VarType::Shared(_) => "a shared tensor",
+            VarType::Register(_) => "a register tensor",
+            VarType::Unknown => "an undefined value",
+        }
+    }
+}
+
+/// A variable: its name (for diagnostics and readable generated code) and type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Var {
+    pub name: String,
+    pub ty: VarType,
+}
+
+/// Uniform scalar expressions.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    Int(i32),
+    Bool(bool),
+    Var(VarId),
+    Unary(UnaryOp, Box<Expr>),
+    Binary(BinaryOp, Box<Expr>, Box<Expr>),
+    /// `cond ? then : else`.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Not,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// Truncating division.
+    Div,
+    /// Remainder with the sign of the dividend.
+    Mod,
+    Min,
+    Max,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    And,
+    Or,
+}
+
+impl Expr {
+    pub fn var(v: VarId) -> Expr {
+        Expr::Var(v)
+    }
+    pub fn binary(op: BinaryOp, a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
+        Expr::Binary(op, Box::new(a.into()), Box::new(b.into()))
+    }
+    /// Ceiling division, `(a + b - 1) / b`, common in grid expressions.
+    pub fn cdiv(a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
+        let b = b.into();
+        let num = Expr::binary(BinaryOp::Sub, Expr::binary(BinaryOp::Add, a, b.clone()), 1);
+        Expr::binary(BinaryOp::Div, num, b)
+    }
+}
+
+impl From<i32> for Expr {
+    fn from(v: i32) -> Expr {
+        Expr::Int(v)
+    }
+}
+
+impl From<VarId> for Expr {
+    fn from(v: VarId) -> Expr {
+        Expr::Var(v)
+    }
+}
+
+macro_rules! expr_ops {
+    ($($trait:ident $method:ident $op:ident),*) => {$(
+        impl<T: Into<Expr>> std::ops::$trait<T> for Expr {
+            type Output = Expr;
+            fn $method(self, rhs: T) -> Expr {
+                Expr::binary(BinaryOp::$op, self, rhs)
+            }
+        }
+    )*};
+}
+expr_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Mod);
+
+/// The second operand of an elementwise instruction.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operand {
+    /// A register tensor whose shape broadcasts to the first operand's shape.
+    Tensor(VarId),
+    /// A uniform integer scalar.
+    Scalar(Expr),
+    /// An immediate constant, converted to the tensor's dtype.
+    Imm(f64),
+}
+
+/// Elementwise arithmetic on register tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElementOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    Min,
+    Max,
+}
+
+/// The instructions of the VM. `out` is the variable written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Instruction {
+    /// The block's index in each grid dimension (`outs.len()` = grid rank), as i32 scalars.
+    BlockIndices {
+        outs: Vec<VarId>,
+    },
+    /// A zero-initialised scratch global tensor of `shape` owned by this launch.
+    AllocateGlobal {
+        out: VarId,
+        dtype: DType,
+        shape: Vec<Expr>,
+    },
+    /// A shared tile; its bytes are uninitialised.
+    AllocateShared {
+        out: VarId,
+        dtype: DType,
+        layout: SharedLayout,
+    },
+    /// A register tile, every element set to `init` (converted to `dtype`) or left undefined.
+    AllocateRegister {
+        out: VarId,
+        dtype: DType,
+        layout: Layout,
+        init: Option<f64>,
+    },
+    /// A row-major view of `ptr` with `shape`, reinterpreting the bytes as `dtype`.
+    ViewGlobal {
+        out: VarId,
+        ptr: VarId,
+        dtype: DType,
+        shape: Vec<Expr>,
+    },
+    /// Load the tile `layout.shape()` at `offset` (masked by the view's shape).
+    LoadGlobal {
+        out: VarId,
+        src: VarId,
+        offset: Vec<Expr>,
+        layout: Layout,
+    },
+    /// Store a register tile at `offset` (masked by the view's shape).
+    StoreGlobal {
+        src: VarId,
+        dst: VarId,
+        offset: Vec<Expr>,
+    },
+    LoadShared {
+        out: VarId,
+        src: VarId,
+        offset: Vec<Expr>,
+        layout: Layout,
+    },
+    StoreShared {
+        src: VarId,
+        dst: VarId,
+        offset: Vec<Expr>,
+    },
+    /// A view of the sub-tile of `shape` at `offset` of a shared tensor (e.g. one pipeline
+    /// stage); it aliases `src`.
+    SliceShared {
+        out: VarId,
+        src: VarId,
+        offset: Vec<Expr>,
+        shape: Vec<usize>,
+    },
+    /// Asynchronously copy the tile of `dst`'s shape at `src_offset` of a global tensor into the
+    /// shared tensor `dst` (masked by the view: out-of-view elements are filled with zero).
+    CopyAsync {
+        dst: VarId,
+        src: VarId,
+        src_offset: Vec<Expr>,
+    },
+    /// Close the group of copies issued since the last commit.
+    CopyAsyncCommitGroup,
+    /// Wait until at most `n` committed groups are still in flight.
+    CopyAsyncWaitGroup {
+        n: u32,
+    },
+    /// `out = lhs op rhs`, broadcasting `rhs`; `out` has `lhs`'s type.
+    Binary {
+        out: VarId,
+        op: ElementOp,
+        lhs: VarId,
+        rhs: Operand,
+    },
+    Neg {
+        out: VarId,
+        x: VarId,
+    },
+    /// Convert each element to `dtype` (round to nearest even, saturate); same layout.
+    Cast {
+        out: VarId,
+        x: VarId,
+        dtype: DType,
+    },
+    /// Reinterpret each thread's register bits as `dtype` elements in `layout`.
+    View {
+        out: VarId,
+        x: VarId,
+        dtype: DType,
+        layout: Layout,
+    },
+    /// `out = a · b + c` over tiles `[m, k]`, `[k, n]`, `[m, n]`; `out` has `c`'s type.
+    Dot {
+        out: VarId,
+        a: VarId,
+        b: VarId,
+        c: VarId,
+    },
+    /// A barrier for all threads of the block (and their shared-memory writes).
+    Synchronize,
+    /// End the whole block.
+    Exit,
+    /// Print a tensor or scalar (debugging).
+    Print {
+        label: String,
+        x: Operand,
+    },
+}
+
+/// A statement. The span points at the source that produced it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: SpanId,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StmtKind {
+    /// Define a new scalar variable.
+    Let {
+        var: VarId,
+        value: Expr,
+    },
+    /// Overwrite an existing scalar variable.
+    Assign {
+        var: VarId,
+        value: Expr,
+    },
+    If {
+        cond: Expr,
+        then_body: Vec<Stmt>,
+        else_body: Vec<Stmt>,
+    },
+    /// `for var in start..end` (step 1); `var` is a fresh scalar.
+    For {
+        var: VarId,
+        start: Expr,
+        end: Expr,
+        body: Vec<Stmt>,
+    },
+    While {
+        cond: Expr,
+        body: Vec<Stmt>,
+    },
+    Instr(Instruction),
+}
+
+/// A kernel parameter.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Param {
+    pub var: VarId,
+}
+
+/// One thread-block program and how it is launched.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub name: String,
+    /// Parameters in call order; each is a `Scalar(I32)` or a `Pointer` variable.
+    pub params: Vec<Param>,
+    /// Grid extents (1 to 3), over parameters only.
+    pub grid: Vec<Expr>,
+    /// Threads per block (a multiple of 32).
+    pub num_threads: u32,
+    pub vars: Vec<Var>,
+    pub body: Vec<Stmt>,
+    /// The span of the whole kernel, for diagnostics not tied to a statement.
+    pub span: SpanId,
+}
+
+impl Program {
+    pub fn var(&self, id: VarId) -> &Var {
+        &self.vars[id.0 as usize]
+    }
+    /// Type of `id`, or `Unknown` for an id out of range.
+    pub fn ty(&self, id: VarId) -> &VarType {
+        self.vars
+            .get(id.0 as usize)
+            .map(|v| &v.ty)
+            .unwrap_or(&VarType::Unknown)
+    }
+}
