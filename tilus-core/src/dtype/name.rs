@@ -48,10 +48,13 @@ pub(super) fn parse(s: &str) -> Result<DType, String> {
             _ => Err(format!("signed integers have 2..=8 or 32 bits, not {n}")),
         };
     }
-    if let Some(rest) = s.strip_prefix('f') {
+    if let Some(rest) = s
+        .strip_prefix('f')
+        .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+    {
         return parse_float(s, rest);
     }
-    Err("a type name starts with `u`, `i` or `f`, or is `bf16`".into())
+    Err("not a type name; a name starts with `u`, `i` or `f` and a width, or is `bf16`".into())
 }
 
 /// `rest` is what follows the leading `f`: `<N>e<E>m<M>`, or a bare width.
