@@ -14,6 +14,14 @@
 //! - Too few bytes for `unpack`, or an index past the end in `get`/`set`: panics, like slice
 //!   indexing, with a message naming the sizes. Extra trailing bytes are ignored and untouched.
 //! - A hand-built `DType` wider than 32 bits or of width 0: panics (no valid type is).
+//!
+//! ```
+//! use tilus_core::{storage, DType};
+//! let i6 = DType::Int(6);
+//! let bytes = storage::pack(i6, &[0b101010, 0b110111]);
+//! assert_eq!(bytes, [0b11_101010, 0b1101]); // the second value straddles the byte boundary
+//! assert_eq!(storage::unpack(i6, &bytes, 2), [0b101010, 0b110111]);
+//! ```
 
 use crate::DType;
 

@@ -16,6 +16,16 @@
 //! - `f16`, `bf16`, `f32` are the IEEE-style formats.
 //!
 //! See [`DType::encode`] for rounding, saturation, infinities and negative zero.
+//!
+//! ```
+//! use tilus_core::DType;
+//! let f4: DType = "f4e2m1".parse().unwrap();
+//! assert_eq!(f4.decode(0b0_11_1), 6.0);
+//! assert_eq!(f4.encode(2.5).unwrap(), 0b0_10_0); // tie between 2 and 3: the even code
+//! assert_eq!(f4.encode(100.0).unwrap(), 0b0_11_1); // saturates to 6
+//! assert_eq!(f4.to_string(), "f4e2m1");
+//! assert!("f4e3m1".parse::<DType>().is_err()); // 1 + 3 + 1 != 4
+//! ```
 
 mod float;
 mod name;
