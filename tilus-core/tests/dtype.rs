@@ -555,6 +555,42 @@ fn hand_built_ocp_splits_are_not_valid_generic_types() {
 }
 
 #[test]
+fn hand_built_invalid_types_do_not_panic() {
+    let odd = [
+        DType::UInt(0),
+        DType::UInt(9),
+        DType::UInt(255),
+        DType::Int(0),
+        DType::Int(1),
+        DType::Int(64),
+        DType::Int(255),
+        DType::Float { exp: 0, man: 0 },
+        DType::Float { exp: 0, man: 7 },
+        DType::Float { exp: 9, man: 9 },
+        DType::Float { exp: 255, man: 255 },
+        DType::Float { exp: 4, man: 3 },
+    ];
+    for d in odd {
+        let _ = (d.bits(), d.kind(), d.code_mask(), d.to_string());
+        let _ = (
+            d.min_value(),
+            d.max_value(),
+            d.exponent_bias(),
+            d.is_valid(),
+        );
+        for c in [0, 1, 0x80, u32::MAX] {
+            let _ = d.decode(c);
+        }
+        for x in [0.0, -1.5, 1e30, f32::INFINITY] {
+            let _ = d.encode(x);
+        }
+        if d.bits() <= 8 {
+            let _ = d.values();
+        }
+    }
+}
+
+#[test]
 fn bad_names_are_errors_with_reasons() {
     let cases = [
         ("i1", "at least 2 bits"),

@@ -105,9 +105,14 @@ impl DType {
         match self {
             DType::UInt(_) => code as f64,
             DType::Int(b) => {
-                // Sign-extend from bit b-1.
-                let shift = 32 - b as u32;
-                ((code << shift) as i32 >> shift) as f64
+                // Sign-extend from bit b-1 (clamped so hand-built widths cannot overflow).
+                let b = b.clamp(1, 32) as u32;
+                let c = code as i64;
+                (if c >> (b - 1) & 1 == 1 {
+                    c - (1i64 << b)
+                } else {
+                    c
+                }) as f64
             }
             DType::F16 => half::f16::from_bits(code as u16).to_f64(),
             DType::BF16 => half::bf16::from_bits(code as u16).to_f64(),
@@ -224,7 +229,7 @@ impl DType {
     pub fn max_value(self) -> f64 {
         match self {
             DType::UInt(_) => self.code_mask() as f64,
-            DType::Int(b) => ((1i64 << (b.max(1) - 1)) - 1) as f64,
+            DType::Int(b) => ((1i64 << (b.clamp(1, 32) - 1)) - 1) as f64,
             DType::F16 => half::f16::MAX.to_f64(),
             DType::BF16 => half::bf16::MAX.to_f64(),
             DType::F32 => f32::MAX as f64,
@@ -238,7 +243,7 @@ impl DType {
     pub fn min_value(self) -> f64 {
         match self {
             DType::UInt(_) => 0.0,
-            DType::Int(b) => -((1i64 << (b.max(1) - 1)) as f64),
+            DType::Int(b) => -((1i64 << (b.clamp(1, 32) - 1)) as f64),
             _ => -self.max_value(),
         }
     }
@@ -279,8 +284,9 @@ impl DType {
             DType::F8E5M2 => (5, 2, Specials::Ieee),
             _ => return None,
         };
-        // Guard hand-built invalid values: the format math needs 1 <= exp and a width that fits.
-        (exp >= 1 && exp as u32 + man as u32 <= 30).then_some(FloatFormat {
+        // Guard hand-built invalid values: the format math needs 1 <= exp, a width that fits a
+        // u32 code, and exponents that stay inside f64's normal range.
+        ((1..=8).contains(&exp) && exp as u32 + man as u32 <= 30).then_some(FloatFormat {
             exp: exp as u32,
             man: man as u32,
             specials,
