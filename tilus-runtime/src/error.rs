@@ -81,11 +81,7 @@ impl RuntimeError {
             RuntimeError::LibraryMissing { .. }
                 | RuntimeError::NoDevice { .. }
                 | RuntimeError::DriverTooOld { .. }
-        ) || matches!(
-            self,
-            RuntimeError::Driver { source, .. }
-                if source.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE
-        )
+        ) || matches!(self, RuntimeError::Driver { source, .. } if no_usable_gpu(source.0))
     }
 
     pub(crate) fn invalid_arg(arg: impl Into<String>, reason: impl Into<String>) -> Self {
@@ -101,6 +97,21 @@ impl RuntimeError {
             source,
         }
     }
+}
+
+/// Driver results that mean "no usable GPU here" rather than a bug: no device, the toolkit's
+/// stub `libcuda` instead of a driver, a driver/kernel-module mismatch, a device that is busy
+/// or unsupported.
+fn no_usable_gpu(result: cudarc::driver::sys::CUresult) -> bool {
+    use cudarc::driver::sys::CUresult as R;
+    matches!(
+        result,
+        R::CUDA_ERROR_NO_DEVICE
+            | R::CUDA_ERROR_STUB_LIBRARY
+            | R::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+            | R::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
+            | R::CUDA_ERROR_DEVICE_UNAVAILABLE
+    )
 }
 
 /// A failed NVRTC compilation: which kernel and configuration, for which target, NVRTC's log,

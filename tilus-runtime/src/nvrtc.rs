@@ -24,17 +24,28 @@ pub struct NvrtcInfo {
 /// Load NVRTC once per process and return its version. A missing library is an error with a
 /// hint, never a panic (cudarc panics on first use of a missing library, so this runs first).
 pub fn nvrtc() -> Result<&'static NvrtcInfo> {
-    static NVRTC: OnceLock<std::result::Result<NvrtcInfo, String>> = OnceLock::new();
+    static NVRTC: OnceLock<std::result::Result<NvrtcInfo, NvrtcProblem>> = OnceLock::new();
     NVRTC
         .get_or_init(load_nvrtc)
         .as_ref()
-        .map_err(|hint| RuntimeError::LibraryMissing {
-            library: "libnvrtc.so",
-            hint: hint.clone(),
+        .map_err(|problem| match problem {
+            NvrtcProblem::Missing(hint) => RuntimeError::LibraryMissing {
+                library: "libnvrtc.so",
+                hint: hint.clone(),
+            },
+            NvrtcProblem::Unusable(message) => RuntimeError::Nvrtc {
+                during: "loading NVRTC".into(),
+                message: message.clone(),
+            },
         })
 }
 
-fn load_nvrtc() -> std::result::Result<NvrtcInfo, String> {
+enum NvrtcProblem {
+    Missing(String),
+    Unusable(String),
+}
+
+fn load_nvrtc() -> std::result::Result<NvrtcInfo, NvrtcProblem> {
     // SAFETY: opening a shared library runs its initializers; NVRTC's are benign.
     let mut library = None;
     if !unsafe { sys::is_culib_present() } {
@@ -71,22 +82,30 @@ fn load_nvrtc() -> std::result::Result<NvrtcInfo, String> {
                     .collect();
                 format!(" (also tried: {})", list.join(", "))
             };
-            return Err(format!(
+            return Err(NvrtcProblem::Missing(format!(
                 "NVRTC, the CUDA runtime compiler, is needed to compile kernels. Install the CUDA \
                  toolkit (or put its lib64 on LD_LIBRARY_PATH), or `python3 -m pip install \
                  nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.88` and, if pip installed \
                  them outside python3's site-packages, set TILUS_PYTHON_SITE to that folder; \
                  TILUS_NVRTC_LIB may name the library file directly{tried}"
-            ));
+            )));
         }
     }
     let (mut major, mut minor): (c_int, c_int) = (0, 0);
     // SAFETY: the library is present (checked above); both pointers are valid.
     let rc = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
     if rc != sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(format!(
+        return Err(NvrtcProblem::Unusable(format!(
             "the library was found but nvrtcVersion failed: {rc:?}"
-        ));
+        )));
+    }
+    // nvrtcGetCUBIN and sm_90a need NVRTC 12+; cudarc would panic on a missing entry point of
+    // an older library instead of returning an error.
+    if major < 12 {
+        return Err(NvrtcProblem::Unusable(format!(
+            "found NVRTC {major}.{minor}, but tilus needs NVRTC 12.0 or newer (13.0 recommended): \
+             install a newer CUDA toolkit or the nvidia-cuda-nvrtc==13.0.88 wheel"
+        )));
     }
     Ok(NvrtcInfo {
         version: (major, minor),
