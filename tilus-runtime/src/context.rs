@@ -234,6 +234,8 @@ impl ContextBuilder {
 
 type Slot = Arc<Mutex<Option<Arc<LoadedKernel>>>>;
 
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+
 /// One CUDA device: its stream, its compile options, and a two-level kernel cache (memory, then
 /// disk, then NVRTC). Share it as `Arc<Context>`; every method takes `&self` and is thread-safe.
 ///
@@ -374,6 +376,12 @@ impl Context {
         let info = nvrtc::nvrtc()?;
         let key = self.disk_key(src, info.version);
         match self.disk.load(&key) {
+            // The driver takes anything that is not an ELF image for NUL-terminated PTX text and
+            // would read past the buffer: only hand it what looks like a CUBIN.
+            Lookup::Hit(cubin) if !cubin.starts_with(ELF_MAGIC) => {
+                self.disk.remove(&key);
+                self.counters.disk_rejected.fetch_add(1, Ordering::SeqCst);
+            }
             Lookup::Hit(cubin) => match self.instantiate(src, &cubin) {
                 Ok(parts) => {
                     self.counters.disk_hits.fetch_add(1, Ordering::SeqCst);
@@ -409,6 +417,12 @@ impl Context {
         )?;
         self.counters.compiles.fetch_add(1, Ordering::SeqCst);
         let nvrtc_time = compile_started.elapsed();
+        if !compiled.image.starts_with(ELF_MAGIC) {
+            return Err(RuntimeError::Nvrtc {
+                during: format!("compiling kernel {}", src.label()),
+                message: "NVRTC returned something that is not a CUBIN".into(),
+            });
+        }
         let parts = self.instantiate(src, &compiled.image)?;
         self.disk.store(&key, &compiled.image);
         Ok(LoadedKernel::new(
