@@ -18,6 +18,7 @@
 //! a failure of that check.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
 use tilus_runtime::disk_cache;
@@ -69,9 +70,11 @@ pub fn checks() -> Vec<Check> {
                 ));
                 devices(out, &mut gpu_arch, &mut have_gpu);
             }
-            Err(e @ RuntimeError::LibraryMissing { .. }) => {
-                out.push(check(Level::Warn, "driver", e.to_string()))
+            Err(e @ RuntimeError::DriverTooOld { .. }) => {
+                out.push(check(Level::Fail, "driver", e.to_string()))
             }
+            // No driver library, or the toolkit's stub: a machine without a GPU.
+            Err(e) if e.is_unavailable() => out.push(check(Level::Warn, "driver", e.to_string())),
             Err(e) => out.push(check(Level::Fail, "driver", e.to_string())),
         },
     );
@@ -165,7 +168,12 @@ fn devices(out: &mut Vec<Check>, gpu_arch: &mut Option<String>, have_gpu: &mut b
     let count = match tilus_runtime::device_count() {
         Ok(n) => n,
         Err(e) => {
-            out.push(check(Level::Fail, "gpu", e.to_string()));
+            let level = if e.is_unavailable() {
+                Level::Warn
+            } else {
+                Level::Fail
+            };
+            out.push(check(level, "gpu", e.to_string()));
             return;
         }
     };
@@ -319,7 +327,8 @@ pub fn run(strict: bool) -> ExitCode {
     std::panic::set_hook(Box::new(|_| {}));
     let checks = checks();
     std::panic::set_hook(hook);
-    println!("{}", render(&checks));
+    // Not println!: a closed pipe (`tilus doctor | head -1`) must not panic.
+    let _ = writeln!(std::io::stdout(), "{}", render(&checks));
     ExitCode::from(exit_code(&checks, strict))
 }
 

@@ -26,7 +26,10 @@ pub fn driver_version() -> Result<i32> {
                    libcuda.so.1 on LD_LIBRARY_PATH"
                 .into(),
         }),
-        Err(DriverProblem::Call(e)) => Err(RuntimeError::driver("initializing the driver", *e)),
+        Err(DriverProblem::Call(e)) => Err(RuntimeError::driver(
+            "asking the driver for its version",
+            *e,
+        )),
         Err(DriverProblem::TooOld(v)) => Err(RuntimeError::DriverTooOld {
             found_major: v / 1000,
             found_minor: (v % 1000) / 10,
@@ -56,13 +59,18 @@ fn load_driver() -> std::result::Result<i32, DriverProblem> {
     if version < 13000 {
         return Err(DriverProblem::TooOld(version));
     }
-    cudarc::driver::result::init().map_err(DriverProblem::Call)?;
     Ok(version)
 }
 
-/// Number of CUDA devices visible to this process.
+/// Number of CUDA devices visible to this process (0 when the driver sees none).
 pub fn device_count() -> Result<usize> {
     driver_version()?;
+    static INIT: OnceLock<std::result::Result<(), cudarc::driver::DriverError>> = OnceLock::new();
+    match INIT.get_or_init(cudarc::driver::result::init) {
+        Ok(()) => {}
+        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => return Ok(0),
+        Err(e) => return Err(RuntimeError::driver("initializing the driver (cuInit)", *e)),
+    }
     match CudaContext::device_count() {
         Ok(n) => Ok(n.max(0) as usize),
         Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
@@ -459,5 +467,36 @@ impl Context {
                 RuntimeError::driver(format!("looking up `{}`", src.entry()), e)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On any machine (this one may have no driver, no GPU, or a GPU), opening devices and
+    /// counting them gives a value or an error, never a panic.
+    #[test]
+    fn opening_devices_never_panics() {
+        let count = match device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                assert!(e.is_unavailable(), "unexpected error kind: {e}");
+                eprintln!("no GPU here: {e}");
+                0
+            }
+        };
+        match Context::builder(0).no_disk_cache().build() {
+            Ok(ctx) => {
+                assert!(count > 0);
+                assert!(ctx.arch().starts_with("sm_"));
+            }
+            Err(e) => assert!(e.is_unavailable(), "unexpected error kind: {e}"),
+        }
+        let e = Context::builder(usize::MAX)
+            .no_disk_cache()
+            .build()
+            .unwrap_err();
+        assert!(e.is_unavailable(), "{e}");
     }
 }
