@@ -92,7 +92,12 @@ pub fn weight_bytes(bk: usize, bn: usize, bits: usize) -> Layout {
 
 fn check_tiles(bm: usize, bn: usize, bk: usize) {
     assert!(
-        bm % 16 == 0 && bm > 0 && bk % 16 == 0 && bk > 0 && bn % (8 * WARPS) == 0 && bn > 0,
+        bm.is_multiple_of(16)
+            && bm > 0
+            && bk.is_multiple_of(16)
+            && bk > 0
+            && bn.is_multiple_of(8 * WARPS)
+            && bn > 0,
         "tile sizes bm={bm}, bn={bn}, bk={bk}: need bm and bk multiples of 16, bn a multiple of 32"
     );
 }
@@ -105,7 +110,7 @@ fn check_weight(weight: DType, bk: usize, bn: usize) -> usize {
     );
     let locals = b_tile(bk, bn).num_locals();
     assert!(
-        locals * bits % 8 == 0,
+        (locals * bits).is_multiple_of(8),
         "a {bk}x{bn} tile of {weight} gives each thread {locals} x {bits} bits, not whole bytes"
     );
     bits
@@ -143,7 +148,11 @@ pub fn matmul_f16_int(weight: DType, bm: usize, bn: usize, bk: usize) -> Program
         "gb",
         w,
         DType::UInt(8),
-        vec![Expr::from(k) / i(bk), Expr::from(n) / i(bn), i(bk * bn * bits / 8)],
+        vec![
+            Expr::from(k) / i(bk),
+            Expr::from(n) / i(bn),
+            i(bk * bn * bits / 8),
+        ],
     );
     let acc = b.allocate_register("acc", DType::F32, c_tile(bm, bn), Some(0.0));
     b.for_range("kk", i(0), Expr::from(k) / i(bk), |b, kk| {
@@ -188,10 +197,7 @@ pub fn matmul_f16_i6(bm: usize, bn: usize, bk: usize) -> Program {
 pub fn relayout_int(weight: DType, bk: usize, bn: usize) -> Program {
     check_tiles(16, bn, bk);
     let bits = check_weight(weight, bk, bn);
-    let mut b = ProgramBuilder::new(
-        &format!("relayout_{weight}_bk{bk}_bn{bn}"),
-        THREADS as u32,
-    );
+    let mut b = ProgramBuilder::new(&format!("relayout_{weight}_bk{bk}_bn{bn}"), THREADS as u32);
     let k = b.param_i32("k");
     let n = b.param_i32("n");
     let w = b.param_ptr("w", weight, false);
@@ -210,7 +216,11 @@ pub fn relayout_int(weight: DType, bk: usize, bn: usize) -> Program {
         "go",
         out,
         DType::UInt(8),
-        vec![Expr::from(k) / i(bk), Expr::from(n) / i(bn), i(bk * bn * bits / 8)],
+        vec![
+            Expr::from(k) / i(bk),
+            Expr::from(n) / i(bn),
+            i(bk * bn * bits / 8),
+        ],
     );
     b.store_global(bytes, go, vec![idx[0].into(), idx[1].into(), i(0)]);
     b.finish()
@@ -261,7 +271,10 @@ pub fn matmul_f16_pipelined_with(
     bug: Option<PipelineBug>,
 ) -> Program {
     check_tiles(bm, bn, bk);
-    assert!(stages >= 2, "a pipeline needs at least 2 stages, got {stages}");
+    assert!(
+        stages >= 2,
+        "a pipeline needs at least 2 stages, got {stages}"
+    );
     let suffix = match bug {
         None => "",
         Some(PipelineBug::MissingWait) => "_no_wait",
