@@ -1003,3 +1003,24 @@ fn sub_byte_elements_of_different_threads_in_one_byte_race() {
         ],
     );
 }
+
+#[test]
+fn dot_accumulator_overflow_is_an_error() {
+    let p = dot_kernel(
+        DType::Int(8),
+        DType::Int(32),
+        32,
+        (l("local(1,64)"), l("local(64,1)"), l("local(1,1)")),
+    );
+    // 64 * 127 * 127 + (2^31 - 1 - 1000) overflows i32.
+    let c = (i32::MAX - 1000).to_le_bytes().to_vec();
+    let mut args = [
+        Arg::Buffer(vec![127; 64]),
+        Arg::Buffer(vec![127; 64]),
+        Arg::Buffer(c),
+    ];
+    contains_all(
+        &run_err(&p, &mut args).message,
+        &["dot: `rc`[0, 0]: the result", "overflows i32"],
+    );
+}
