@@ -18,7 +18,9 @@ use super::LayoutError;
 /// the chunk index within a row of `2^shift` chunks is XORed with the row number modulo
 /// `2^bits`. With `shift >= bits` (checked by [`Swizzle::new`]) the source bits are left
 /// unchanged, so `apply` is its own inverse and a bijection on every aligned block of
-/// `2^(bits + base + shift)` offsets; only bits below `base + bits` ever change.
+/// `2^(bits + base + shift)` offsets; only bits below `base + bits` ever change. A swizzle
+/// written as a struct literal should meet the same conditions; `apply` never panics either
+/// way, but `block` and [`SharedLayout::size`] assume `bits + base + shift` fits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Swizzle {
     pub bits: u32,
@@ -46,8 +48,12 @@ impl Swizzle {
 
     /// The swizzled offset; see the type documentation.
     pub fn apply(&self, offset: usize) -> usize {
-        let mask = (1usize << self.bits) - 1;
-        offset ^ (((offset >> (self.base + self.shift)) & mask) << self.base)
+        // Checked shifts: out-of-range amounts (only possible without `new`) shift to 0.
+        let mask = 1usize.checked_shl(self.bits).map_or(usize::MAX, |b| b - 1);
+        let source = offset
+            .checked_shr(self.base.saturating_add(self.shift))
+            .unwrap_or(0);
+        offset ^ (source & mask).checked_shl(self.base).unwrap_or(0)
     }
 
     /// `2^(bits + base + shift)`: the swizzle is a permutation of each aligned block this long.
