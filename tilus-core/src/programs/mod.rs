@@ -15,10 +15,15 @@
 //! # The weight format of Figure 2 (produced by Figure 8)
 //!
 //! A weight `B[k, n]` of a `b`-bit integer type is stored as `u8[k/bk, n/bn, bk*bn*b/8]`: tile
-//! `(i, j)` holds `B[i*bk.., j*bn..]` so that thread `t`, reading bytes with
-//! [`weight_bytes`]` = local(nb).spatial(128)` (byte `q` of thread `t` at tile byte `q*128 + t`),
-//! finds in its `nb` bytes exactly its `b_tile` locals, packed in the compact storage order. The
-//! `view` to `b`-bit integers is then free: no shuffles, no bit twiddling across threads.
+//! `(i, j)` holds `B[i*bk.., j*bn..]` so that thread `t`, reading the tile's bytes with
+//! [`weight_bytes`], finds in its `nb` bytes exactly its `b_tile` locals, packed in the compact
+//! storage order. The `view` to `b`-bit integers is then free: no shuffles, no bit twiddling
+//! across threads.
+//!
+//! `weight_bytes = local(nb/v).spatial(128).local(v)`, with `v` the largest of 16, 8, 4, 2, 1
+//! dividing `nb`: byte `q` of thread `t` sits at tile byte `(q / v) * 128 * v + t * v + q % v`.
+//! Each thread reads `nb / v` vectors of `v` contiguous bytes, and consecutive threads read
+//! consecutive vectors, so global loads are both vectorized and coalesced.
 
 use crate::ir::{Expr, Program, ProgramBuilder, ScalarType};
 use crate::layout::{Layout, SharedLayout};
@@ -82,11 +87,25 @@ pub fn weight_bytes_per_thread(bk: usize, bn: usize, bits: usize) -> usize {
     bk * bn * bits / 8 / THREADS
 }
 
-/// `local(nb).spatial(128)`: the u8 layout of one weight tile, `nb` bytes per thread.
+/// The vector width `v` of [`weight_bytes`]: the largest of 16, 8, 4, 2, 1 dividing the bytes
+/// per thread.
+pub fn weight_vector_bytes(bk: usize, bn: usize, bits: usize) -> usize {
+    let nb = weight_bytes_per_thread(bk, bn, bits);
+    [16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|v| nb.is_multiple_of(*v))
+        .unwrap_or(1)
+}
+
+/// `local(nb/v).spatial(128).local(v)`: the u8 layout of one weight tile, `nb` bytes per thread
+/// in vectors of `v` (see the module docs).
 pub fn weight_bytes(bk: usize, bn: usize, bits: usize) -> Layout {
+    let nb = weight_bytes_per_thread(bk, bn, bits);
+    let v = weight_vector_bytes(bk, bn, bits);
     compose(&[
-        Layout::local(&[weight_bytes_per_thread(bk, bn, bits)]),
+        Layout::local(&[nb / v]),
         Layout::spatial(&[THREADS]),
+        Layout::local(&[v]),
     ])
 }
 
