@@ -4,17 +4,20 @@
 //! [`Tiling`]:
 //!
 //! ```text
-//! C  [bm, bn] = local(rm, rn) . spatial(wm, wn)               . local(2,1).spatial(8,4).local(1,2)
-//! A  [bm, bk] = local(rm, rk) . spatial(wm, 1) . replicated(wn) . column_local(2,2).spatial(8,4).local(1,2)
-//! B  [bk, bn] = local(rk, rn) . replicated(wm) . spatial(1, wn) . local(2,1).column_spatial(4,8).local(2,1)
+//! C  [bm, bn] = spatial(wm, wn) . local(rm, rn)                . local(2,1).spatial(8,4).local(1,2)
+//! A  [bm, bk] = spatial(wm, 1) . replicated(wn) . local(rm, rk) . column_local(2,2).spatial(8,4).local(1,2)
+//! B  [bk, bn] = replicated(wm) . spatial(1, wn) . local(rk, rn) . local(2,1).column_spatial(4,8).local(2,1)
 //! W  [tile_bytes] (u8) = replicated(wm) . local(bpt / v) . spatial(32 wn) . local(v)
 //! B3 [gk, bk / gk, bn]   = B with dim 0 split into (group in tile, row in group)
 //! S  [gk, 1, bn]         = reduce(B3, [1])   (scales and zero points, replicated over rows)
 //! Sc [1, bn]             = reduce(C, [0])    (per-channel scales, applied to the accumulator)
 //! ```
 //!
-//! `A` is replicated over the warps along n and `B` over the warps along m, so each warp holds
-//! exactly the fragments its `C` tiles need (the mma condition of `tilus_core::verify`). `W`
+//! Warp `(wi, wj)` computes the contiguous `[bm / wm, bn / wn]` block of `C`. `A` is replicated
+//! over the warps along n and `B` over the warps along m, so each warp holds exactly the
+//! fragments its `C` tiles need (the mma condition of `tilus_core::verify`). With one warp
+//! along m and four along n these are the `a_tile`, `b_tile`, `c_tile` and `weight_bytes` of
+//! `tilus_core::programs` (Figure 2), so the default weight format is Figure 8's. `W`
 //! is the weight tile as bytes: thread `t` holds `bpt` bytes in runs of `v` contiguous bytes
 //! (16 where possible: one LDS.128 per run), and the offline re-layout puts there exactly the
 //! packed bits of that thread's `B` locals, so `view(W, wdtype, B3)` needs no data movement.
@@ -76,17 +79,17 @@ impl QMatmulLayouts {
         let [fa, fb, fc] = mma_fragments(kind);
         let (wm, wn) = (t.warps_m, t.warps_n);
         let (local, spatial, rep) = (Layout::local, Layout::spatial, Layout::replicated);
-        let c = chain(&[local(&[t.rep_m, t.rep_n]), spatial(&[wm, wn]), fc]);
+        let c = chain(&[spatial(&[wm, wn]), local(&[t.rep_m, t.rep_n]), fc]);
         let a = chain(&[
-            local(&[t.rep_m, t.rep_k]),
             spatial(&[wm, 1]),
             rep(2, wn),
+            local(&[t.rep_m, t.rep_k]),
             fa,
         ]);
         let b = chain(&[
-            local(&[t.rep_k, t.rep_n]),
             rep(2, replicas_m),
             spatial(&[1, wn]),
+            local(&[t.rep_k, t.rep_n]),
             fb,
         ]);
         let rows = config.bk / t.groups_per_tile;
