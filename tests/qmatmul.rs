@@ -140,15 +140,29 @@ fn default_cfg(wd: DType, ad: DType, group: Option<usize>) -> QMatmulConfig {
     QMatmulConfig::default_for(wd, ad, group, matches!(wd, DType::UInt(_)))
 }
 
-#[test]
-fn every_weight_type_at_every_m() {
-    // Activation types and group sizes rotate over the types; the tests below cover the rest.
+/// Every weight type at m = 1, 3, 16, 17 (one row, a partial tile, a full tile, a full tile
+/// plus one row). Activation types and group sizes rotate over the types; the tests below
+/// cover the other combinations.
+fn every_weight_type_at_every_m(float: bool) {
     let groups = [Some(128), Some(64), Some(32), None];
     for (i, wd) in weight_types().into_iter().enumerate() {
+        if (wd.kind() == tilus::core::dtype::Kind::Float) != float {
+            continue;
+        }
         let ad = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
         let cfg = default_cfg(wd, ad, groups[i % 4]);
-        check(cfg, 256, cfg.bn, &[1, 3, 16, 17]);
+        check(cfg, 128, cfg.bn, &[1, 3, 16, 17]);
     }
+}
+
+#[test]
+fn every_integer_weight_type_at_every_m() {
+    every_weight_type_at_every_m(false);
+}
+
+#[test]
+fn every_float_weight_type_at_every_m() {
+    every_weight_type_at_every_m(true);
 }
 
 #[test]

@@ -147,3 +147,42 @@ fn relayout_errors_name_the_argument() {
     let err = relayout_inverse(&bytes[1..], &cfg, 256, 2 * cfg.bn).unwrap_err();
     assert!(msg(err).contains("`bytes`"));
 }
+
+/// With one warp along m and four along n, the layouts are those of the paper programs of
+/// `tilus_core::programs` (Figure 2), and the weight format is what Figure 8 produces.
+#[test]
+fn default_layouts_and_format_are_figure_2_and_8() {
+    use tilus::core::programs;
+    let seed: u64 = rand::random();
+    for dtype in weight_types()
+        .into_iter()
+        .filter(|d| d.kind() != tilus::core::dtype::Kind::Float)
+    {
+        let cfg = configs(dtype)[0];
+        let (bits, bm, bn, bk) = (dtype.bits() as usize, cfg.bm, cfg.bn, cfg.bk);
+        let lay = QMatmulLayouts::new(&cfg).unwrap();
+        assert_eq!(lay.b, programs::b_tile(bk, bn), "{dtype}");
+        assert_eq!(lay.c, programs::c_tile(bm, bn), "{dtype}");
+        assert_eq!(lay.wbytes, programs::weight_bytes(bk, bn, bits), "{dtype}");
+        // Figure 2's A tile is one warp's, replicated by the block.
+        let fig_a = programs::a_tile(bm, bk);
+        for t in 0..cfg.warps * 32 {
+            for i in 0..lay.a.num_locals() {
+                assert_eq!(lay.a.eval(t, i), fig_a.eval(t % 32, i), "{dtype}");
+            }
+        }
+        let (k, n) = (2 * bk, bn);
+        let q = quantize(dtype, k, n, Group::PerChannel, seed);
+        let mut args = vec![
+            Arg::I32(k as i32),
+            Arg::I32(n as i32),
+            Arg::Buffer(q.codes.clone()),
+            Arg::Buffer(vec![0x5A; q.codes.len()]),
+        ];
+        interp::run(&programs::relayout_int(dtype, bk, bn), &mut args).unwrap();
+        let Arg::Buffer(figure8) = &args[3] else {
+            unreachable!()
+        };
+        assert_eq!(figure8, &relayout(&q, &cfg).unwrap(), "{dtype} seed {seed}");
+    }
+}

@@ -20,7 +20,7 @@
 //! let cfg = QMatmulConfig::for_shape(DType::Int(4), DType::F16, Some(128), false, n, k)?;
 //! let kernel = build(&cfg)?;
 //! let weight = prepare(&q, &cfg)?;
-//! let a = vec![0x3c, 0x00].repeat(m * k); // f16 1.0, little-endian... any activations
+//! let a = [0x00, 0x3C].repeat(m * k); // f16 1.0 (0x3C00), little-endian
 //! let mut c = vec![0u8; m * n * 2];
 //! kernel.run_cpu(m, &a, &weight, &mut c)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
