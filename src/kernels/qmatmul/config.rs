@@ -333,17 +333,17 @@ impl QMatmulConfig {
     /// or `k`). `m` may be anything (rows past `m` are masked); `n` and `k` must be whole tiles.
     pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), QMatmulError> {
         self.tiling()?;
-        let fits = |arg: &'static str, v: usize| {
-            if v > i32::MAX as usize {
-                Err(shape_err(
+        // Extents and offsets are i32 scalars in the VM, and the generated code indexes each
+        // operand with 32-bit arithmetic.
+        let limit = i32::MAX as usize;
+        for (arg, v) in [("m", m), ("n", n), ("k", k)] {
+            if v > limit {
+                return Err(shape_err(
                     arg,
                     format!("{v} does not fit the VM's i32 indices"),
-                ))
-            } else {
-                Ok(())
+                ));
             }
-        };
-        fits("m", m)?;
+        }
         if n == 0 {
             return Err(shape_err("n", "must be positive"));
         }
@@ -377,21 +377,26 @@ impl QMatmulConfig {
                 ));
             }
         }
-        for (arg, v) in [("m", m * k.max(n)), ("n", n * k), ("k", k * n)] {
-            if v > i32::MAX as usize {
+        let elements = [
+            (
+                "m",
+                m.checked_mul(k.max(n)),
+                "m x max(k, n) activation or output elements",
+            ),
+            ("k", k.checked_mul(n), "k x n weight elements"),
+            (
+                "m",
+                n.checked_mul(self.split_k).and_then(|v| v.checked_mul(m)),
+                "m x n x split_k workspace elements",
+            ),
+        ];
+        for (arg, v, what) in elements {
+            if v.is_none_or(|v| v > limit) {
                 return Err(shape_err(
                     arg,
-                    format!(
-                        "the problem has {v} elements in one operand, beyond the VM's i32 indices"
-                    ),
+                    format!("{what} exceed the VM's i32 indices"),
                 ));
             }
-        }
-        if self.split_k > 1 && m * n * self.split_k > i32::MAX as usize {
-            return Err(shape_err(
-                "m",
-                "the split-k workspace m x n x split_k exceeds the VM's i32 indices",
-            ));
         }
         Ok(())
     }

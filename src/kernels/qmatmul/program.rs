@@ -195,7 +195,9 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
         Some(g) => ke.clone() / e(g),
         None => e(1),
     };
-    let gs = b.view_global("gs", s_ptr, ad, vec![groups.clone(), e(1), ne.clone()]);
+    // Per-channel scales are read once, after the loop (`gsc` below).
+    let gs =
+        grouped.map(|_| b.view_global("gs", s_ptr, ad, vec![groups.clone(), e(1), ne.clone()]));
     let gz = z_ptr.map(|z| b.view_global("gz", z, ad, vec![groups.clone(), e(1), ne.clone()]));
 
     let mut a_layout = SharedLayout::row_major(&[s, c.bm, c.bk]);
@@ -225,7 +227,7 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
     let pipe = Pipeline {
         ga,
         gb,
-        gs: grouped.map(|_| gs),
+        gs,
         gz: if grouped.is_some() { gz } else { None },
         sa,
         sb,
