@@ -59,7 +59,9 @@ pub struct QMatmulConfig {
     pub adtype: DType,
     /// Rows of `k` per scale group; `None` for one scale per output channel.
     pub group_rows: Option<usize>,
-    /// Whether zero points are subtracted (unsigned weight types only).
+    /// Whether zero points are subtracted (unsigned weight types only). `QuantizedWeight::quantize`
+    /// gives every unsigned weight zero points (per group, or the fixed midpoint), so this is
+    /// `true` exactly for unsigned weights from it; [`super::prepare`] checks the match.
     pub has_zeros: bool,
     pub bm: usize,
     pub bn: usize,
