@@ -6,3 +6,5 @@
 pub use tilus_core as core;
 pub use tilus_core::{DType, Layout};
 pub use tilus_runtime as runtime;
+
+pub mod quant;

@@ -26,9 +26,21 @@ enum Command {
     Dtype {
         /// Type name: u1..u8, i2..i8, fNeEmM, f8e4m3, f8e5m2, f16, bf16, f32, i32, u32.
         name: String,
-        /// Print `{"name","bits","kind","values"}` as JSON.
+        /// Print `{"name","bits","kind","values"}` as JSON; `values` is null for 16/32-bit types,
+        /// and NaN/inf print as the strings "nan", "inf", "-inf".
         #[arg(long)]
         json: bool,
+    },
+    /// GPU benchmarks: copy bandwidth, cuBLAS baseline.
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
+    /// Check driver, GPU, NVRTC, CUDA headers and cache directory: each OK or what to do.
+    ///
+    /// Exit status 1 if a check failed (with --strict, also on warnings), else 0.
+    Doctor {
+        /// Treat warnings (e.g. no GPU on this machine) as failures.
+        #[arg(long)]
+        strict: bool,
     },
 }
 
@@ -45,6 +57,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Layout { expr, json } => cli::layout::run(expr, *json),
         Command::Dtype { name, json } => cli::dtype::run(name, *json),
+        Command::Bench(cmd) => cli::bench::run(cmd),
+        Command::Doctor { strict } => return cli::doctor::run(*strict),
     };
     match result {
         Ok(text) => {
