@@ -49,7 +49,8 @@ mod vector;
 use crate::DType;
 use ops::Half;
 use scalar::{
-    add, and, fmax, fmin, fmul, if_eq, if_nan, maxu, minu, or, shl, shr, sub, wrap, E, V,
+    add, and, fadd, fmax, fmin, fmul, fsub, if_eq, if_nan, maxu, minu, or, shl, shr, sub, wrap, E,
+    V,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -85,20 +86,17 @@ pub(crate) enum SrcKind {
     Float { e: u32, m: u32, special: Special },
 }
 
-/// Width in bits of any type (independent of `DType::bits`, so this module stands alone).
+/// Width in bits.
 pub(crate) fn width(d: DType) -> u32 {
-    match d {
-        DType::UInt(b) | DType::Int(b) => b as u32,
-        DType::Float { exp, man } => 1 + exp as u32 + man as u32,
-        DType::F8E4M3 | DType::F8E5M2 => 8,
-        DType::F16 | DType::BF16 => 16,
-        DType::F32 => 32,
-    }
+    d.bits()
 }
 
 /// The packed family of a valid sub-32-bit source; `None` for f16/bf16/f32/u32/i32 and for
-/// malformed types.
+/// invalid hand-built types (`DType::is_valid`).
 pub(crate) fn src_kind(d: DType) -> Option<SrcKind> {
+    if !d.is_valid() {
+        return None;
+    }
     match d {
         DType::UInt(b) if (1..=8).contains(&b) => Some(SrcKind::UInt(b as u32)),
         DType::Int(b) if (2..=8).contains(&b) => Some(SrcKind::Int(b as u32)),
@@ -123,36 +121,10 @@ pub(crate) fn src_kind(d: DType) -> Option<SrcKind> {
     }
 }
 
-/// Short type name for generated identifiers (`u4`, `i6`, `f4e2m1`, `f8e4m3`, `bf16`, ...).
+/// Type name for generated identifiers: the canonical name (`u4`, `i6`, `f4e2m1`, `f8e4m3`,
+/// `bf16`, ...). Valid types have distinct names.
 pub(crate) fn type_name(d: DType) -> String {
-    match d {
-        DType::UInt(b) => format!("u{b}"),
-        DType::Int(b) => format!("i{b}"),
-        // The generic 8-bit layouts of the OCP names (no inf/NaN) must not collide with them.
-        DType::Float { exp: 4, man: 3 } | DType::Float { exp: 5, man: 2 } => {
-            format!("f8e{}m{}_noinf", d_exp(d), d_man(d))
-        }
-        DType::Float { exp, man } => format!("f{}e{exp}m{man}", 1 + exp + man),
-        DType::F8E4M3 => "f8e4m3".into(),
-        DType::F8E5M2 => "f8e5m2".into(),
-        DType::F16 => "f16".into(),
-        DType::BF16 => "bf16".into(),
-        DType::F32 => "f32".into(),
-    }
-}
-
-fn d_exp(d: DType) -> u8 {
-    match d {
-        DType::Float { exp, .. } => exp,
-        _ => 0,
-    }
-}
-
-fn d_man(d: DType) -> u8 {
-    match d {
-        DType::Float { man, .. } => man,
-        _ => 0,
-    }
+    d.to_string()
 }
 
 fn half_of(d: DType) -> Option<Half> {
@@ -332,18 +304,27 @@ pub(crate) fn encode_expr(dst: DType) -> E {
     }
 }
 
-/// Round to nearest even and saturate, branch-free.
+/// Round to nearest, ties to the even code, and saturate, branch-free (the rule of
+/// `DType::encode`).
 ///
 /// `a = min(|v|, max)`. The spacing of the format at `a` is `2^q` with `q = max(ea, K) - m - 127`
 /// in f32 exponent terms (`ea` the f32 exponent field of `a`, `K = 128 - bias` the field of the
-/// format's smallest normal, which also fixes the spacing of the subnormals). `a * 2^-q` is exact
-/// (a power of two, no overflow or underflow), `rintf` rounds it to the nearest integer `n`, ties
-/// to even, which is exactly round-to-nearest-even in the format. The code's
-/// exponent|mantissa bits are then `((max(ea, K) - K) << m) + n`: in the subnormal range `n` is
-/// the mantissa; in a normal binade `n = 2^m + mantissa` and the `+ 2^m` bumps the exponent
-/// field by one, which is what `max(ea, K) - K` is short of; an `n` that rounded up to `2^(m+1)`
-/// carries into the next binade by itself. Clamping first means `n` never passes the largest
-/// finite code. The sign bit is the f32 sign (so -0 and tiny negatives encode as -0).
+/// format's smallest normal, which also fixes the spacing of the subnormals). `x = a * 2^-q` is
+/// exact (a power of two, no overflow or underflow) and `rintf` rounds it to the nearest integer
+/// `n`. The code's exponent|mantissa bits are then `((max(ea, K) - K) << m) + n`: in the
+/// subnormal range `n` is the mantissa; in a normal binade `n = 2^m + mantissa` and the `+ 2^m`
+/// bumps the exponent field by the one that `max(ea, K) - K` is short of; an `n` that rounded up
+/// to `2^(m+1)` carries into the next binade by itself. Clamping first means `n` never passes the
+/// largest finite code.
+///
+/// Ties: with `m >= 1` the first term is even, so `rintf`'s even `n` is the even code. With
+/// `m == 0` the code is `ee - K + n`, so a tie must go to the `n` of parity `p = (ee - K) & 1`:
+/// `rintf(x - p) + p` does that (subtracting 1 flips which neighbour is even). It is exact:
+/// `p == 1` only above the subnormal range, where `x` is in `[1, 2)` and `x - 1` is exact
+/// (`x + 1` would not be: it can cross into the next binade and drop `x`'s last bit).
+///
+/// The sign bit is the f32 sign, so -0 and negative values that round to zero give the sign-bit
+/// code, as `DType::encode` does.
 fn small_float_encode(e: u32, m: u32, special: Special) -> E {
     let bias = (1u32 << (e - 1)) - 1;
     let bits = 1 + e + m;
@@ -351,7 +332,14 @@ fn small_float_encode(e: u32, m: u32, special: Special) -> E {
     let a = fmin(wrap(E::FAbs, E::In), E::F(small_float_max(e, m, special)));
     let ee = maxu(shr(wrap(E::AsUint, a.clone()), 23), E::U(k));
     let qinv = wrap(E::AsFloat, shl(sub(E::U(254 + m), ee.clone()), 23));
-    let n = wrap(E::FToU, wrap(E::Rint, fmul(a, qinv)));
+    let x = fmul(a, qinv);
+    let rounded = if m == 0 {
+        let p = wrap(E::UToF, and(sub(ee.clone(), E::U(k)), E::U(1)));
+        fadd(wrap(E::Rint, fsub(x, p.clone())), p)
+    } else {
+        wrap(E::Rint, x)
+    };
+    let n = wrap(E::FToU, rounded);
     let em = add(shl(sub(ee, E::U(k)), m), n);
     let sign = shl(shr(wrap(E::AsUint, E::In), 31), bits - 1);
     or(em, sign)
@@ -377,12 +365,14 @@ pub fn decode_to_f32_expr(src: DType, code: &str) -> String {
 ///   the canonical NaN 0x7fff.
 /// - f8e4m3: NaN encodes as 0x7f (its NaN). f8e5m2: NaN encodes as 0x7f (a NaN); infinities
 ///   saturate to +-57344 like every other out-of-range value.
-/// - Generic `fNeEmM` (no NaN code): NaN encodes as +0. Types with no mantissa bits round
-///   ties to the even significand count, i.e. a tie between `2^k` and `2^(k+1)` goes to
-///   `2^(k+1)` and a tie between 0 and the smallest value goes to 0.
+/// - Generic `fNeEmM` (no NaN code): NaN encodes as +0.
+/// - Ties go to the even code (for types without mantissa bits, the even exponent field), and
+///   -0 or a negative value that rounds to zero gives the sign-bit code.
 ///
-/// The host-side `DType::encode` reports NaN as an error instead; the GPU has nowhere to report
-/// it, hence the fixed codes above. The only selects are the `isnan` tests.
+/// For every non-NaN input the code equals `DType::encode`'s (tested exhaustively over the
+/// values, midpoints and neighbours of every type). `DType::encode` reports NaN as an error; the
+/// GPU has nowhere to report it, hence the fixed codes above. The only selects are the `isnan`
+/// tests.
 pub fn encode_from_f32_expr(dst: DType, value: &str) -> String {
     encode_expr(dst).render(value)
 }

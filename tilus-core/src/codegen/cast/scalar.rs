@@ -59,6 +59,8 @@ pub(crate) enum E {
     AsFloat(Box<E>),
     AsUint(Box<E>),
     FMul(Box<E>, Box<E>),
+    FAdd(Box<E>, Box<E>),
+    FSub(Box<E>, Box<E>),
     FMin(Box<E>, Box<E>),
     FMax(Box<E>, Box<E>),
     FAbs(Box<E>),
@@ -123,6 +125,12 @@ pub(crate) fn maxu(x: E, y: E) -> E {
 pub(crate) fn fmul(x: E, y: E) -> E {
     E::FMul(b(x), b(y))
 }
+pub(crate) fn fadd(x: E, y: E) -> E {
+    E::FAdd(b(x), b(y))
+}
+pub(crate) fn fsub(x: E, y: E) -> E {
+    E::FSub(b(x), b(y))
+}
 pub(crate) fn fmin(x: E, y: E) -> E {
     E::FMin(b(x), b(y))
 }
@@ -183,6 +191,8 @@ impl E {
             E::AsFloat(x) => format!("__uint_as_float({})", r(x)),
             E::AsUint(x) => format!("__float_as_uint({})", r(x)),
             E::FMul(x, y) => format!("__fmul_rn({}, {})", r(x), r(y)),
+            E::FAdd(x, y) => format!("__fadd_rn({}, {})", r(x), r(y)),
+            E::FSub(x, y) => format!("__fsub_rn({}, {})", r(x), r(y)),
             E::FMin(x, y) => format!("fminf({}, {})", r(x), r(y)),
             E::FMax(x, y) => format!("fmaxf({}, {})", r(x), r(y)),
             E::FAbs(x) => format!("fabsf({})", r(x)),
@@ -226,6 +236,8 @@ impl E {
             E::AsFloat(x) => V::F(f32::from_bits(ev(x).u())),
             E::AsUint(x) => V::U(ev(x).f().to_bits()),
             E::FMul(x, y) => V::F(ev(x).f() * ev(y).f()),
+            E::FAdd(x, y) => V::F(ev(x).f() + ev(y).f()),
+            E::FSub(x, y) => V::F(ev(x).f() - ev(y).f()),
             E::FMin(x, y) => V::F(ev(x).f().min(ev(y).f())),
             E::FMax(x, y) => V::F(ev(x).f().max(ev(y).f())),
             E::FAbs(x) => V::F(ev(x).f().abs()),

@@ -6,24 +6,18 @@ use super::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// Every packed source type.
+/// Every packed source type (every valid type of at most 8 bits).
 pub(crate) fn all_sources() -> Vec<DType> {
-    let mut v: Vec<DType> = (1..=8).map(DType::UInt).collect();
-    v.extend((2..=8).map(DType::Int));
-    for n in 3u8..=8 {
-        for exp in 1..n {
-            v.push(DType::Float {
-                exp,
-                man: n - 1 - exp,
-            });
-        }
-    }
-    v.push(DType::F8E4M3);
-    v.push(DType::F8E5M2);
-    v
+    DType::all().filter(|d| d.bits() <= 8).collect()
 }
 
-/// Decoded value of a code, written independently from the spec (DESIGN.md, dtype contract).
+/// The ground truth: `DType::decode`.
+fn truth(d: DType, code: u32) -> f64 {
+    d.decode(code)
+}
+
+/// Decoded value of a code, written independently from the spec (DESIGN.md): a second reading
+/// that must agree with `DType::decode`.
 pub(crate) fn ref_decode(d: DType, code: u32) -> f64 {
     let bits = width(d);
     assert!(bits == 32 || code < (1u64 << bits) as u32);
@@ -108,7 +102,7 @@ fn half_ty(d: DType) -> Half {
 /// Is every value of `src` exactly representable in `dst`? (Independent of the planner.)
 fn all_exact(src: DType, dst: Half) -> bool {
     (0..1u32 << width(src)).all(|c| {
-        let v = ref_decode(src, c);
+        let v = truth(src, c);
         if v.is_nan() {
             return true;
         }
@@ -121,7 +115,7 @@ fn all_exact(src: DType, dst: Half) -> bool {
 fn check_lanes(src: DType, dst: Half, codes: [u32; 2], out: u32, ctx: &str) {
     for (lane, &c) in codes.iter().enumerate() {
         let got = (out >> (16 * lane)) as u16;
-        let want = ref_decode(src, c);
+        let want = truth(src, c);
         let gv = dst.value(got);
         if want.is_nan() {
             assert!(
@@ -454,81 +448,17 @@ fn cast_scalar_decode_matches_reference() {
     }
 }
 
-/// Reference encoder: nearest value by search, ties to even (see `encode_from_f32_expr`).
-fn ref_encode(dst: DType, v: f32) -> u32 {
-    let bits = width(dst);
-    match dst {
-        DType::UInt(32) | DType::Int(32) | DType::F32 => unreachable!(),
-        DType::UInt(b) => {
-            if v.is_nan() {
-                0
-            } else {
-                (v as f64)
-                    .round_ties_even()
-                    .clamp(0.0, ((1u32 << b) - 1) as f64) as u32
-            }
-        }
-        DType::Int(b) => {
-            if v.is_nan() {
-                return 0;
-            }
-            let lim = (1i64 << (b - 1)) as f64;
-            let r = (v as f64).round_ties_even().clamp(-lim, lim - 1.0) as i64;
-            (r as u32) & ((1 << b) - 1)
-        }
-        DType::F16 | DType::BF16 => {
-            let h = half_ty(dst);
-            if v.is_nan() {
-                return 0x7FFF;
-            }
-            let r = round_f64(v as f64, 0.0, h.exp_bits(), h.man_bits());
-            if h.value(r).is_infinite() {
-                let max = round_f64(f64::MAX, 0.0, h.exp_bits(), h.man_bits()) - 1;
-                (max | (r & 0x8000)) as u32
-            } else {
-                r as u32
-            }
-        }
-        _ => {
-            let (m, nan_code) = match dst {
-                DType::Float { man, .. } => (man as u32, 0),
-                DType::F8E4M3 => (3, 0x7F),
-                DType::F8E5M2 => (2, 0x7F),
-                _ => unreachable!(),
-            };
-            if v.is_nan() {
-                return nan_code;
-            }
-            let sign = (v.is_sign_negative() as u32) << (bits - 1);
-            let vals: Vec<f64> = (0..1u32 << (bits - 1))
-                .map(|c| ref_decode(dst, c))
-                .take_while(|x| x.is_finite())
-                .collect();
-            let a = (v.abs() as f64).min(*vals.last().unwrap());
-            let lo = vals.iter().rposition(|&x| x <= a).unwrap();
-            if vals[lo] == a {
-                return lo as u32 | sign;
-            }
-            let hi = lo + 1;
-            let (dl, dh) = (a - vals[lo], vals[hi] - a);
-            let pick = if dl < dh {
-                lo
-            } else if dh < dl {
-                hi
-            } else if m >= 1 {
-                if lo % 2 == 0 {
-                    lo
-                } else {
-                    hi
-                }
-            } else if lo == 0 {
-                lo
-            } else {
-                hi
-            };
-            pick as u32 | sign
-        }
+/// The expected code: `DType::encode`, and the documented fixed codes for NaN.
+fn expected_code(dst: DType, v: f32) -> u32 {
+    if v.is_nan() {
+        return match dst {
+            DType::F32 => v.to_bits(),
+            DType::F16 | DType::BF16 => 0x7FFF,
+            DType::F8E4M3 | DType::F8E5M2 => 0x7F,
+            _ => 0,
+        };
     }
+    dst.encode(v).expect("not NaN")
 }
 
 fn encode_probe_values(dst: DType, rng: &mut StdRng) -> Vec<f32> {
@@ -559,7 +489,7 @@ fn encode_probe_values(dst: DType, rng: &mut StdRng) -> Vec<f32> {
     let bits = width(dst);
     if bits <= 16 {
         let vals: Vec<f64> = (0..1u32 << bits)
-            .map(|c| ref_decode(dst, c))
+            .map(|c| truth(dst, c))
             .filter(|x| x.is_finite())
             .collect();
         let mut sorted = vals.clone();
@@ -595,17 +525,25 @@ fn cast_scalar_encode_matches_reference() {
         let probes = encode_probe_values(dst, &mut rng);
         for &x in &probes {
             let got = host_encode_from_f32(dst, x);
-            let want = match dst {
-                DType::F32 => x.to_bits(),
-                DType::UInt(32) => x.round_ties_even() as u32,
-                DType::Int(32) => x.round_ties_even() as i32 as u32,
-                _ => ref_encode(dst, x),
-            };
+            let want = expected_code(dst, x);
             assert_eq!(
                 got,
                 want,
                 "{}: encode({x:e}) = {got:#x}, want {want:#x}",
                 type_name(dst)
+            );
+        }
+    }
+}
+
+#[test]
+fn cast_reference_decode_agrees_with_dtype() {
+    for d in all_sources().into_iter().chain([DType::F16, DType::BF16]) {
+        for c in 0..1u32 << d.bits() {
+            let (a, b) = (ref_decode(d, c), d.decode(c));
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "{d} {c:#x}"
             );
         }
     }
