@@ -3,6 +3,8 @@
 //! Contract (implementation lands with issue 5): `emit` turns a program into one translation unit
 //! with one `extern "C" __global__` entry, plus what the runtime needs to launch it.
 
+pub mod cast;
+
 use crate::ir::Program;
 
 /// A generated kernel.
