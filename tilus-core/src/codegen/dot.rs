@@ -7,8 +7,9 @@
 //! `lb(jq, kq)`. Fragment `l` of a 16-bit `a` is words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`;
 //! of an 8-bit `a` words `[2l, 2l+2)`, of `b` word `l`; of `c` words `[4l, 4l+4)`.
 
+use super::elementwise::store_codes;
 use super::regmap::LayoutMap;
-use super::regs::{assemble_words, get_bits, word_count};
+use super::regs::get_bits;
 use super::scalar::{self, CType};
 use super::select::Ctx;
 use super::CodegenError;
@@ -120,19 +121,19 @@ fn mma(
     let table = operand_tables(qa, qb, qc, warps).map_err(|e| cx.err(format!("dot (mma): {e}")))?;
     let (fname, a_words, b_words) = match kind {
         MmaKind::F16 => {
-            cx.features.mma_f16 = true;
+            cx.features.insert("mma_f16");
             ("tilus_mma_f16", 4, 2)
         }
         MmaKind::Bf16 => {
-            cx.features.mma_bf16 = true;
+            cx.features.insert("mma_bf16");
             ("tilus_mma_bf16", 4, 2)
         }
         MmaKind::I8 => {
-            cx.features.mma_s8 = true;
+            cx.features.insert("mma_s8");
             ("tilus_mma_s8", 2, 1)
         }
         MmaKind::U8 => {
-            cx.features.mma_u8 = true;
+            cx.features.insert("mma_u8");
             ("tilus_mma_u8", 2, 1)
         }
     };
@@ -220,9 +221,7 @@ fn thread_local(
         }
         codes.push(scalar::encode(cdt, &acc));
     }
-    for l in assemble_words(&on, word_count(cbits, mc.locals), cbits, &codes) {
-        cx.w.line(l);
-    }
+    store_codes(cx, &on, cbits, &codes);
     cx.w.close();
     Ok(())
 }

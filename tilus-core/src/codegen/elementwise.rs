@@ -6,7 +6,7 @@
 
 use super::cast_fallback as cast;
 use super::regmap::LayoutMap;
-use super::regs::{assemble_words, get_bits, hex, word_count};
+use super::regs::{get_bits, hex, word_count, WordBuilder};
 use super::scalar::{self, CType};
 use super::select::{Ctx, TID};
 use super::CodegenError;
@@ -191,12 +191,23 @@ pub(crate) fn binary(
         ));
         codes.push(scalar::encode(dt, &r));
     }
-    let words = word_count(bits, locals);
-    for l in assemble_words(&o, words, bits, &codes) {
-        cx.w.line(l);
-    }
+    store_codes(cx, &o, bits, &codes);
     cx.w.close();
     Ok(())
+}
+
+/// Bind each element code (a `uint32_t` expression) to a temporary, then write every word of
+/// `arr` at once.
+pub(crate) fn store_codes(cx: &mut Ctx, arr: &str, bits: u32, codes: &[String]) {
+    let mut wb = WordBuilder::new(word_count(bits, codes.len()));
+    for (j, code) in codes.iter().enumerate() {
+        let r = cx.fresh(&format!("{arr}_{j}"));
+        cx.w.line(format!("const uint32_t {r} = {code};"));
+        wb.field(j * bits as usize, bits, &r);
+    }
+    for l in wb.finish(arr) {
+        cx.w.line(l);
+    }
 }
 
 /// `out = neg(x)`: floats flip the sign bit; integers negate and clamp.
@@ -231,9 +242,7 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
         ));
         codes.push(scalar::encode(dt, &v));
     }
-    for l in assemble_words(&o, words, bits, &codes) {
-        cx.w.line(l);
-    }
+    store_codes(cx, &o, bits, &codes);
     cx.w.close();
     Ok(())
 }
@@ -286,9 +295,7 @@ pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(
         ));
         codes.push(cast::encode_from_f32_expr(dtype, &v));
     }
-    for l in assemble_words(&o, word_count(db, locals), db, &codes) {
-        cx.w.line(l);
-    }
+    store_codes(cx, &o, db, &codes);
     cx.w.close();
     Ok(())
 }

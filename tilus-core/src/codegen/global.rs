@@ -14,7 +14,7 @@
 
 use super::expr::{add_const, int_lit, Divisible};
 use super::regmap::LayoutMap;
-use super::regs::{get_bits, hex, set_bits, word_count};
+use super::regs::{get_bits, hex, word_count, WordBuilder};
 use super::select::Ctx;
 use super::CodegenError;
 use crate::ir::{Expr, VarId};
@@ -30,7 +30,7 @@ pub(crate) fn contiguous_groups(map: &LayoutMap, max_v: usize) -> usize {
         v /= 2;
     }
     while v > 1 {
-        let ok = map.locals % v == 0
+        let ok = map.locals.is_multiple_of(v)
             && map.thread_part_multiple_of(last, v as i64)
             && (0..map.locals / v).all(|g| {
                 let b0 = &map.local_index[g * v];
@@ -54,11 +54,12 @@ pub(crate) fn contiguous_groups(map: &LayoutMap, max_v: usize) -> usize {
     1
 }
 
-/// Statements loading a `width`-bit chunk at byte pointer `addr` into bits `[pos, pos+width)`
-/// of `arr` (zero when `mask` is false). `pos` is a multiple of `min(width, 32)`.
+/// Declarations loading a `width`-bit chunk at byte pointer `addr` (zero when `mask` is
+/// false) that `wb` places at bits `[pos, pos+width)`; `pos` is a multiple of
+/// `min(width, 32)`.
 pub(crate) fn load_chunk(
     cx: &mut Ctx,
-    arr: &str,
+    wb: &mut WordBuilder,
     pos: usize,
     width: u32,
     addr: &str,
@@ -69,6 +70,7 @@ pub(crate) fn load_chunk(
         Some(m) => format!("{m} ? {load} : {zero}"),
         None => load,
     };
+    let t = cx.fresh("v");
     match width {
         128 | 64 => {
             let (ty, n, zero) = if width == 128 {
@@ -76,32 +78,30 @@ pub(crate) fn load_chunk(
             } else {
                 ("uint2", 2, "make_uint2(0u, 0u)")
             };
-            let t = cx.fresh("v");
-            let mut out = vec![format!(
+            for (k, f) in ["x", "y", "z", "w"].iter().take(n).enumerate() {
+                wb.word(w + k, &format!("{t}.{f}"));
+            }
+            vec![format!(
                 "const {ty} {t} = {};",
                 sel(format!("*(const {ty}*)({addr})"), zero)
-            )];
-            for (k, f) in ["x", "y", "z", "w"].iter().take(n).enumerate() {
-                out.push(format!("{arr}[{}] = {t}.{f};", w + k));
-            }
-            out
+            )]
         }
-        32 => vec![format!(
-            "{arr}[{w}] = {};",
-            sel(format!("*(const uint32_t*)({addr})"), "0u")
-        )],
-        16 => set_bits(
-            arr,
-            pos,
-            16,
-            &sel(format!("(uint32_t)*(const uint16_t*)({addr})"), "0u"),
-        ),
-        8 => set_bits(
-            arr,
-            pos,
-            8,
-            &sel(format!("(uint32_t)*(const uint8_t*)({addr})"), "0u"),
-        ),
+        32 | 16 | 8 => {
+            let ty = match width {
+                32 => "uint32_t",
+                16 => "uint16_t",
+                _ => "uint8_t",
+            };
+            if width == 32 {
+                wb.word(w, &t);
+            } else {
+                wb.field(pos, width, &t);
+            }
+            vec![format!(
+                "const uint32_t {t} = {};",
+                sel(format!("(uint32_t)*(const {ty}*)({addr})"), "0u")
+            )]
+        }
         _ => unreachable!("chunk widths are 8..128 bits"),
     }
 }
@@ -140,23 +140,20 @@ pub(crate) fn store_chunk(
     }
 }
 
-/// Statements loading one sub-byte element (`bits` < 8) whose bit address is `bit` (a
-/// `long long` expression) from byte pointer `base` into bits `[pos, pos+bits)` of `arr`.
+/// Declarations loading one sub-byte element (`bits` < 8) whose bit address is `bit` (a
+/// `long long` expression) from byte pointer `base`; `wb` places it at bits `[pos, pos+bits)`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn load_sub_byte(
     cx: &mut Ctx,
-    arr: &str,
+    wb: &mut WordBuilder,
     pos: usize,
     bits: u32,
     base: &str,
     bit: &str,
     mask: Option<&str>,
 ) -> Vec<String> {
-    let (q, sh) = (cx.fresh("q"), cx.fresh("sh"));
+    let (q, sh, e) = (cx.fresh("q"), cx.fresh("sh"), cx.fresh("e"));
     let m = hex((1u32 << bits) - 1);
-    let mut out = vec![
-        format!("const long long {q} = {bit};"),
-        format!("const uint32_t {sh} = (uint32_t)({q} & 7);"),
-    ];
     let byte = format!("{base}[{q} >> 3]");
     let value = if 8 % bits == 0 {
         format!("(((uint32_t){byte} >> {sh}) & {m})")
@@ -166,11 +163,15 @@ pub(crate) fn load_sub_byte(
         )
     };
     let value = match mask {
-        Some(mk) => format!("({mk} ? {value} : 0u)"),
+        Some(mk) => format!("{mk} ? {value} : 0u"),
         None => value,
     };
-    out.extend(set_bits(arr, pos, bits, &value));
-    out
+    wb.field(pos, bits, &e);
+    vec![
+        format!("const long long {q} = {bit};"),
+        format!("const uint32_t {sh} = (uint32_t)({q} & 7);"),
+        format!("const uint32_t {e} = {value};"),
+    ]
 }
 
 /// Statements storing bits `[pos, pos+bits)` of `arr` (`bits` < 8) at bit address `bit` of
@@ -353,43 +354,36 @@ pub(crate) fn load(
     let arr = cx.name(out);
     let bits = g.dtype.bits();
     let locals = a.map.locals;
-    let words = word_count(bits, locals);
+    let mut wb = WordBuilder::new(word_count(bits, locals));
     let mut lines = Vec::new();
-    if a.width < 32 || (bits as usize * locals) % 32 != 0 {
-        // Chunks narrower than a word are inserted bit by bit: start from zero.
-        for w in 0..words {
-            lines.push(format!("{arr}[{w}] = 0u;"));
-        }
-    }
-    let groups = locals / a.v;
-    for gi in 0..groups {
+    for gi in 0..locals / a.v {
         let i = gi * a.v;
         let mask = a.mask(&g, i);
         let lin = a.linear(&g, i);
         let pos = i * bits as usize;
-        if a.width > 0 {
-            let addr = format!("{} + ({lin}) * {}", g.ptr, bits / 8);
+        if a.width > 0 || bits >= 8 {
+            let width = if a.width > 0 { a.width } else { bits };
             let addr = if bits >= 8 {
-                addr
+                format!("{} + ({lin}) * {}", g.ptr, bits / 8)
             } else {
                 format!("{} + ({lin}) * {bits} / 8", g.ptr)
             };
-            lines.extend(load_chunk(cx, &arr, pos, a.width, &addr, Some(&mask)));
-        } else if bits >= 8 {
-            let ty = match bits {
-                8 => "uint8_t",
-                16 => "uint16_t",
-                _ => "uint32_t",
-            };
-            let addr = format!("{} + ({lin}) * {}", g.ptr, bits / 8);
-            let value = format!("({mask}) ? (uint32_t)*(const {ty}*)({addr}) : 0u");
-            lines.extend(set_bits(&arr, pos, bits, &value));
+            lines.extend(load_chunk(cx, &mut wb, pos, width, &addr, Some(&mask)));
         } else {
             let bit = format!("({lin}) * {bits}");
             let m = format!("({mask})");
-            lines.extend(load_sub_byte(cx, &arr, pos, bits, &g.ptr, &bit, Some(&m)));
+            lines.extend(load_sub_byte(
+                cx,
+                &mut wb,
+                pos,
+                bits,
+                &g.ptr,
+                &bit,
+                Some(&m),
+            ));
         }
     }
+    lines.extend(wb.finish(&arr));
     for l in lines {
         cx.w.line(l);
     }

@@ -1,16 +1,10 @@
 //! The translation unit's header and the helper device functions the body calls. Helpers are
 //! included only when used, so the generated source stays short and readable.
 
-/// Which helpers the body uses.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Features {
-    pub(crate) cp_async: bool,
-    pub(crate) ldmatrix: bool,
-    pub(crate) mma_f16: bool,
-    pub(crate) mma_bf16: bool,
-    pub(crate) mma_s8: bool,
-    pub(crate) mma_u8: bool,
-}
+use std::collections::BTreeSet;
+
+/// Names of the helpers the body uses (see [`helpers`]).
+pub(crate) type Features = BTreeSet<&'static str>;
 
 /// Includes and fixed-width integer types (NVRTC has no `<stdint.h>` of its own).
 pub(crate) fn header(program_name: &str) -> String {
@@ -34,10 +28,11 @@ typedef unsigned long long uint64_t;
     )
 }
 
-/// Helper device functions for `features`.
-pub(crate) fn helpers(f: &Features) -> String {
+/// Helper device functions the body uses, in a fixed order.
+pub(crate) fn helpers(used: &Features) -> String {
     let mut s = String::new();
-    if f.cp_async || f.ldmatrix {
+    let any = |prefix: &str| used.iter().any(|u| u.starts_with(prefix));
+    if any("cp_async") || any("ldsm") {
         s.push_str(
             r#"
 // The 32-bit shared-window address of a generic pointer into shared memory.
@@ -47,48 +42,38 @@ static __device__ __forceinline__ uint32_t tilus_smem_addr(const void* p) {
 "#,
         );
     }
-    if f.cp_async {
+    if any("cp_async") {
         s.push_str(
-            r#"
-// cp.async with zero fill: copies src_bytes (the vector's size, or 0 for a masked vector whose
-// bytes are then zero) from global memory to shared memory.
-static __device__ __forceinline__ void tilus_cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-static __device__ __forceinline__ void tilus_cp_async_8(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-static __device__ __forceinline__ void tilus_cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-"#,
+            "\n// cp.async with zero fill: copies src_bytes (the vector's size, or 0 for a masked vector whose\n// bytes are then zero) from global memory to shared memory.\n",
         );
     }
-    if f.ldmatrix {
+    for (bytes, cache) in [(16, "cg"), (8, "ca"), (4, "ca")] {
+        if used.contains(format!("cp_async_{bytes}").as_str()) {
+            s.push_str(&format!(
+                "static __device__ __forceinline__ void tilus_cp_async_{bytes}(uint32_t dst, const void* src, uint32_t src_bytes) {{\n  asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\\n\" :: \"r\"(dst), \"l\"(src), \"r\"(src_bytes) : \"memory\");\n}}\n"
+            ));
+        }
+    }
+    if any("ldsm") {
         s.push_str(
-            r#"
-// ldmatrix: lanes 8j..8j+7 give the row addresses of 8x8 matrix j; register j of every lane
-// receives its two elements of matrix j (transposed with .trans).
-static __device__ __forceinline__ void tilus_ldsm_x1(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-static __device__ __forceinline__ void tilus_ldsm_x2(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-static __device__ __forceinline__ void tilus_ldsm_x4(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-static __device__ __forceinline__ void tilus_ldsm_x1_trans(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-static __device__ __forceinline__ void tilus_ldsm_x2_trans(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-static __device__ __forceinline__ void tilus_ldsm_x4_trans(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-"#,
+            "\n// ldmatrix: lanes 8j..8j+7 give the row addresses of 8x8 matrix j; register j of every lane\n// receives its two elements of matrix j (transposed with .trans).\n",
         );
+    }
+    for trans in [false, true] {
+        for n in [1usize, 2, 4] {
+            let suffix = if trans { "_trans" } else { "" };
+            if !used.contains(format!("ldsm_x{n}{suffix}").as_str()) {
+                continue;
+            }
+            let regs: Vec<String> = (0..n).map(|i| format!("%{i}")).collect();
+            let outs: Vec<String> = (0..n).map(|i| format!("\"=r\"(r[{i}])")).collect();
+            let t = if trans { ".trans" } else { "" };
+            s.push_str(&format!(
+                "static __device__ __forceinline__ void tilus_ldsm_x{n}{suffix}(uint32_t* r, uint32_t addr) {{\n  asm volatile(\"ldmatrix.sync.aligned.m8n8.x{n}{t}.shared.b16 {{{}}}, [%{n}];\\n\" : {} : \"r\"(addr) : \"memory\");\n}}\n",
+                regs.join(", "),
+                outs.join(", ")
+            ));
+        }
     }
     let mma16 = |name: &str, ty: &str| {
         format!(
@@ -114,16 +99,16 @@ static __device__ __forceinline__ void tilus_mma_{name}(uint32_t* d, const uint3
 "#
         )
     };
-    if f.mma_f16 {
+    if used.contains("mma_f16") {
         s.push_str(&mma16("f16", "f16"));
     }
-    if f.mma_bf16 {
+    if used.contains("mma_bf16") {
         s.push_str(&mma16("bf16", "bf16"));
     }
-    if f.mma_s8 {
+    if used.contains("mma_s8") {
         s.push_str(&mma8("s8", "s8"));
     }
-    if f.mma_u8 {
+    if used.contains("mma_u8") {
         s.push_str(&mma8("u8", "u8"));
     }
     s

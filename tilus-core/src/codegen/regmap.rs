@@ -166,7 +166,7 @@ pub(crate) fn derive_terms(vals: &[Vec<i64>], n: usize) -> Option<Vec<ThreadTerm
         while p * stride < n && vals[p * stride] == scale(&w, p as i64) {
             p += 1;
         }
-        if n % stride != 0 || (n / stride) % p != 0 {
+        if !n.is_multiple_of(stride) || !(n / stride).is_multiple_of(p) {
             return None;
         }
         terms.push(ThreadTerm {
@@ -235,11 +235,11 @@ impl FragTiling {
     /// Recognise `map` as a tiling of `frag`.
     pub(crate) fn of(map: &LayoutMap, frag: &Fragment) -> Option<FragTiling> {
         if map.rank() != 2
-            || map.threads % 32 != 0
-            || map.locals % frag.locals != 0
+            || !map.threads.is_multiple_of(32)
+            || !map.locals.is_multiple_of(frag.locals)
             || map.locals == 0
-            || map.shape[0] % frag.rows != 0
-            || map.shape[1] % frag.cols != 0
+            || !map.shape[0].is_multiple_of(frag.rows)
+            || !map.shape[1].is_multiple_of(frag.cols)
         {
             return None;
         }

@@ -52,62 +52,53 @@ pub(crate) fn get_bits(arr: &str, pos: usize, n: u32) -> String {
     }
 }
 
-/// Statements that write `value` (a `uint32_t` expression whose bits above `n` may be set; they
-/// are masked off) into bits `[pos, pos + n)` of `arr`, keeping the other bits.
-pub(crate) fn set_bits(arr: &str, pos: usize, n: u32, value: &str) -> Vec<String> {
-    let (w, s) = (pos / 32, (pos % 32) as u32);
-    if s == 0 && n == 32 {
-        return vec![format!("{arr}[{w}] = {value};")];
-    }
-    let lo = n.min(32 - s);
-    let mut out = vec![format!(
-        "{arr}[{w}] = ({arr}[{w}] & {}) | ((({value}) & {}) << {s});",
-        hex(!(mask(lo) << s)),
-        hex(mask(lo))
-    )];
-    if lo < n {
-        let hi = n - lo;
-        out.push(format!(
-            "{arr}[{}] = ({arr}[{}] & {}) | ((({value}) >> {lo}) & {});",
-            w + 1,
-            w + 1,
-            hex(!mask(hi)),
-            hex(mask(hi))
-        ));
-    }
-    out
+/// Collects the bit fields written into a register array and emits one assignment per word
+/// (`r[0] = e0 | (e1 << 16);`), so partial writes never read stale words.
+pub(crate) struct WordBuilder {
+    parts: Vec<Vec<String>>,
 }
 
-/// Statements that fill every word of `arr` (of `words` words) from element codes: `codes[i]` is
-/// a `uint32_t` expression with only its low `bits` bits set. Bits past the last element are 0.
-pub(crate) fn assemble_words(arr: &str, words: usize, bits: u32, codes: &[String]) -> Vec<String> {
-    let b = bits as usize;
-    let mut parts: Vec<Vec<String>> = vec![Vec::new(); words];
-    for (i, code) in codes.iter().enumerate() {
-        let pos = i * b;
-        let (w, s) = (pos / 32, pos % 32);
-        let c = super::expr::paren(code);
-        parts[w].push(if s == 0 {
-            c.clone()
-        } else {
-            format!("({c} << {s})")
-        });
-        if s + b > 32 {
-            parts[w + 1].push(format!("({c} >> {})", 32 - s));
+impl WordBuilder {
+    pub(crate) fn new(words: usize) -> WordBuilder {
+        WordBuilder {
+            parts: vec![Vec::new(); words],
         }
     }
-    parts
-        .into_iter()
-        .enumerate()
-        .map(|(w, p)| {
-            let rhs = if p.is_empty() {
-                "0u".to_string()
-            } else {
-                p.join(" | ")
-            };
-            format!("{arr}[{w}] = {rhs};")
-        })
-        .collect()
+
+    /// Bits `[pos, pos + n)` get `value`, a `uint32_t` identifier or literal with only its low
+    /// `n` bits set (it is repeated when the field straddles two words).
+    pub(crate) fn field(&mut self, pos: usize, n: u32, value: &str) {
+        let (w, s) = (pos / 32, pos % 32);
+        self.parts[w].push(if s == 0 {
+            value.to_string()
+        } else {
+            format!("({value} << {s})")
+        });
+        if s + n as usize > 32 {
+            self.parts[w + 1].push(format!("({value} >> {})", 32 - s));
+        }
+    }
+
+    /// Word `w` is `value`.
+    pub(crate) fn word(&mut self, w: usize, value: &str) {
+        self.parts[w].push(value.to_string());
+    }
+
+    /// One assignment per word of `arr` (words nothing was written to become 0).
+    pub(crate) fn finish(self, arr: &str) -> Vec<String> {
+        self.parts
+            .into_iter()
+            .enumerate()
+            .map(|(w, p)| {
+                let rhs = if p.is_empty() {
+                    "0u".to_string()
+                } else {
+                    p.join(" | ")
+                };
+                format!("{arr}[{w}] = {rhs};")
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -135,11 +126,6 @@ mod tests {
             get_bits("r", 30, 6),
             "(((r[0] >> 30) | (r[1] << 2)) & 0x3fu)"
         );
-        assert_eq!(set_bits("r", 32, 32, "x"), vec!["r[1] = x;"]);
-        let s = set_bits("r", 30, 6, "x");
-        assert_eq!(s.len(), 2);
-        assert_eq!(s[0], "r[0] = (r[0] & 0x3fffffffu) | (((x) & 3u) << 30);");
-        assert_eq!(s[1], "r[1] = (r[1] & 0xfffffff0u) | (((x) >> 2) & 0xfu);");
         let arr = [0xdead_beefu32, 0x1234_5678];
         assert_eq!(
             get(&arr, 30, 6),
@@ -149,13 +135,17 @@ mod tests {
 
     #[test]
     fn assembles_packed_words() {
-        let codes: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
-        let s = assemble_words("r", 2, 6, &codes);
+        let mut wb = WordBuilder::new(3);
+        for i in 0..6 {
+            wb.field(i * 6, 6, &format!("c{i}"));
+        }
+        wb.word(2, "v.x");
         assert_eq!(
-            s,
+            wb.finish("r"),
             vec![
                 "r[0] = c0 | (c1 << 6) | (c2 << 12) | (c3 << 18) | (c4 << 24) | (c5 << 30);",
                 "r[1] = (c5 >> 2);",
+                "r[2] = v.x;",
             ]
         );
     }

@@ -61,7 +61,8 @@ pub(crate) struct Ctx<'p> {
     pub(crate) block_threads: usize,
     layout_ids: HashMap<Layout, usize>,
     pub(crate) layouts: Vec<LayoutInfo>,
-    layout_decls: Vec<String>,
+    /// `(name, line)`: thread parts of layouts, declared only when the body uses `name`.
+    layout_decls: Vec<(String, String)>,
     pub(crate) assumptions: Vec<Assumption>,
     pub(crate) plan: SharedPlan,
     pub(crate) globals: HashMap<VarId, GlobalInfo>,
@@ -128,7 +129,7 @@ impl<'p> Ctx<'p> {
             return Ok(id);
         }
         let map = LayoutMap::analyze(layout).map_err(|e| self.err(e))?;
-        if self.block_threads % map.threads != 0 && map.threads < self.block_threads {
+        if !self.block_threads.is_multiple_of(map.threads) && map.threads < self.block_threads {
             return Err(self.err(format!(
                 "a layout of {} threads does not divide the block's {}",
                 map.threads, self.block_threads
@@ -137,22 +138,17 @@ impl<'p> Ctx<'p> {
         let id = self.layouts.len();
         let mut dims = Vec::new();
         let text = layout.to_expr();
-        let mut declared = false;
         for d in 0..map.rank() {
             let e = map.thread_expr(d, TID, self.block_threads);
             if e == "0" {
                 dims.push("0".to_string());
                 continue;
             }
-            if !declared {
-                self.layout_decls.push(format!(
-                    "// layout {text}: {} threads x {} locals over {:?}",
-                    map.threads, map.locals, map.shape
-                ));
-                declared = true;
-            }
             let n = self.namer.fresh(&format!("lay{id}_d{d}"));
-            self.layout_decls.push(format!("const int {n} = {e};"));
+            self.layout_decls.push((
+                n.clone(),
+                format!("const int {n} = {e};  // {text}: index {d} of a thread's local 0"),
+            ));
             dims.push(n);
         }
         self.layouts.push(LayoutInfo { map, dims });
@@ -393,12 +389,10 @@ impl<'p> Ctx<'p> {
                 src_offset,
             } => shared::copy_async(self, *dst, *src, src_offset)?,
             Instruction::CopyAsyncCommitGroup => {
-                self.features.cp_async = true;
                 self.w
                     .line("asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");");
             }
             Instruction::CopyAsyncWaitGroup { n } => {
-                self.features.cp_async = true;
                 self.w.line(format!(
                     "asm volatile(\"cp.async.wait_group {n};\\n\" ::: \"memory\");"
                 ));
@@ -599,6 +593,16 @@ impl<'p> Ctx<'p> {
         .replace("*/", "* /")
         .replace('\n', " ")
     }
+}
+
+/// Whether identifier `name` occurs in `text` (not as part of a longer identifier).
+fn uses_identifier(text: &str, name: &str) -> bool {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
 }
 
 /// `a + b` without a `0 +`.
@@ -815,8 +819,11 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
         ));
     }
     top.line(format!("const int {TID} = (int)threadIdx.x;"));
-    for d in &cx.layout_decls {
-        top.line(d);
+    let body = std::mem::take(&mut cx.w).finish();
+    for (name, line) in &cx.layout_decls {
+        if uses_identifier(&body, name) {
+            top.line(line);
+        }
     }
     let (scalars, regs) = top_level_vars(p);
     for v in scalars {
@@ -838,7 +845,7 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
         }
     }
     src.push_str(&top.finish());
-    src.push_str(&std::mem::take(&mut cx.w).finish());
+    src.push_str(&body);
     src.push_str("}\n");
 
     Ok(CudaKernel {

@@ -11,7 +11,7 @@ use super::global::{
     contiguous_groups, load_chunk, load_sub_byte, replica_guard, store_chunk, store_sub_byte,
 };
 use super::regmap::{derive_terms, FragTiling, LayoutMap, FRAG_LDSM, FRAG_LDSM_T};
-use super::regs::{get_bits, set_bits, word_count};
+use super::regs::{get_bits, word_count, WordBuilder};
 use super::select::{Ctx, SharedInfo, SMEM, TID};
 use super::CodegenError;
 use crate::ir::{BinaryOp, Expr, VarId};
@@ -197,28 +197,21 @@ pub(crate) fn load(
     let bits = s.dtype.bits();
     let (v, width) = pick_width(cx, &s, &base, &map);
     let a = access(cx, &s, &base, lay);
-    let words = word_count(bits, map.locals);
+    let mut wb = WordBuilder::new(word_count(bits, map.locals));
     let mut lines = Vec::new();
-    if width < 32 || (bits as usize * map.locals) % 32 != 0 {
-        for w in 0..words {
-            lines.push(format!("{arr}[{w}] = 0u;"));
-        }
-    }
     for g in 0..map.locals / v {
         let i = g * v;
         let pos = i * bits as usize;
-        if width > 0 {
+        if width > 0 || bits >= 8 {
+            let w = if width > 0 { width } else { bits };
             let addr = a.byte_addr(i, bits);
-            lines.extend(load_chunk(cx, &arr, pos, width, &addr, None));
-        } else if bits >= 8 {
-            let ty = uint_type(bits);
-            let value = format!("(uint32_t)*(const {ty}*)({})", a.byte_addr(i, bits));
-            lines.extend(set_bits(&arr, pos, bits, &value));
+            lines.extend(load_chunk(cx, &mut wb, pos, w, &addr, None));
         } else {
             let bit = format!("(long long)({}) * {bits}", a.elem(i));
-            lines.extend(load_sub_byte(cx, &arr, pos, bits, &a.ptr, &bit, None));
+            lines.extend(load_sub_byte(cx, &mut wb, pos, bits, &a.ptr, &bit, None));
         }
     }
+    lines.extend(wb.finish(&arr));
     for l in lines {
         cx.w.line(l);
     }
@@ -350,7 +343,14 @@ fn try_ldmatrix(
         groups.push((p0, terms));
     }
     cx.assume(&proof);
-    cx.features.ldmatrix = true;
+    cx.features.insert(match (k, trans) {
+        (4, false) => "ldsm_x4",
+        (2, false) => "ldsm_x2",
+        (1, false) => "ldsm_x1",
+        (4, true) => "ldsm_x4_trans",
+        (2, true) => "ldsm_x2_trans",
+        _ => "ldsm_x1_trans",
+    });
     let lead = root_rank - 2;
     let ptr = if s.root_offset == 0 {
         SMEM.to_string()
@@ -504,7 +504,11 @@ pub(crate) fn copy_async(
         Some((bytes, v, proof)) => {
             cx.assume(&proof);
             cx.assume_aligned(&g.ptr_param, bytes);
-            cx.features.cp_async = true;
+            cx.features.insert(match bytes {
+                16 => "cp_async_16",
+                8 => "cp_async_8",
+                _ => "cp_async_4",
+            });
             let chunk_shape: Vec<usize> = s
                 .shape
                 .iter()
@@ -528,7 +532,7 @@ pub(crate) fn copy_async(
             };
             let per_thread = chunks.div_ceil(threads);
             // Affine distribution when every thread has the same number of chunks.
-            let affine = if chunks % threads == 0 {
+            let affine = if chunks.is_multiple_of(threads) {
                 let vals: Vec<Vec<i64>> = (0..threads).map(unravel).collect();
                 let ok = (0..threads).all(|t| {
                     (0..per_thread).all(|k| {
@@ -621,9 +625,12 @@ pub(crate) fn copy_async(
             } else {
                 // Sub-byte: read the element's bits, then insert them atomically.
                 let tmp = cx.fresh("t");
-                cx.w.line(format!("uint32_t {tmp}[1] = {{0u}};"));
                 let gbit = gaddr_bit(&gaddr, &g.ptr, bits);
-                for line in load_sub_byte(cx, &tmp, 0, bits, &g.ptr, &gbit, Some(&m)) {
+                let mut wb = WordBuilder::new(1);
+                let mut lines = load_sub_byte(cx, &mut wb, 0, bits, &g.ptr, &gbit, Some(&m));
+                lines.push(format!("uint32_t {tmp}[1];"));
+                lines.extend(wb.finish(&tmp));
+                for line in lines {
                     cx.w.line(line);
                 }
                 let sbit = format!("(long long)({swz}) * {bits}");
