@@ -7,5 +7,6 @@ pub use tilus_core as core;
 pub use tilus_core::{DType, Layout};
 pub use tilus_runtime as runtime;
 
+pub mod gpu;
 pub mod kernels;
 pub mod quant;

@@ -29,6 +29,22 @@ pub enum QMatmulError {
     },
     #[error("interpreter: {0}")]
     Interp(#[from] InterpError),
+    /// Code generation, compilation or launch on the GPU failed (the message names the
+    /// argument for launch checks).
+    #[error("GPU: {0}")]
+    Gpu(String),
+}
+
+impl From<crate::gpu::GpuError> for QMatmulError {
+    fn from(e: crate::gpu::GpuError) -> Self {
+        QMatmulError::Gpu(e.to_string())
+    }
+}
+
+impl From<tilus_runtime::RuntimeError> for QMatmulError {
+    fn from(e: tilus_runtime::RuntimeError) -> Self {
+        QMatmulError::Gpu(e.to_string())
+    }
 }
 
 pub(crate) fn config_err(field: &'static str, reason: impl Into<String>) -> QMatmulError {

@@ -45,6 +45,16 @@ pub fn decode_half(bytes: &[u8], dtype: DType) -> Vec<f32> {
         .collect()
 }
 
+/// Sizes in bytes of the operands of one call, for [`QMatmulKernel::check_lengths`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OperandBytes {
+    pub a: usize,
+    pub b: usize,
+    pub scales: usize,
+    pub zeros: Option<usize>,
+    pub c: usize,
+}
+
 /// Check that `weight` matches `config` and put it in kernel form.
 pub fn prepare(
     weight: &QuantizedWeight,
@@ -122,31 +132,45 @@ impl QMatmulKernel {
         w: &PreparedWeight,
         c: &[u8],
     ) -> Result<(), QMatmulError> {
+        let bytes = OperandBytes {
+            a: a.len(),
+            b: w.b.len(),
+            scales: w.scales.len(),
+            zeros: w.zeros.as_ref().map(Vec::len),
+            c: c.len(),
+        };
+        self.check_lengths(m, w.n, w.k, &bytes)
+    }
+
+    /// [`QMatmulKernel::check_call`] on lengths alone, for operands that live on the device.
+    pub fn check_lengths(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        bytes: &OperandBytes,
+    ) -> Result<(), QMatmulError> {
         let cfg = &self.config;
-        let (n, k) = (w.n, w.k);
         cfg.check_shape(m, n, k)?;
         let ad = cfg.adtype;
-        expect_len("a", a.len(), m * k * 2, format!("{m} x {k} {ad}"))?;
+        expect_len("a", bytes.a, m * k * 2, format!("{m} x {k} {ad}"))?;
         expect_len(
             "b",
-            w.b.len(),
+            bytes.b,
             storage::packed_len(cfg.wdtype, k * n),
             format!("{k} x {n} {} codes", cfg.wdtype),
         )?;
         let groups = k / cfg.group_size(k);
         expect_len(
             "scales",
-            w.scales.len(),
+            bytes.scales,
             groups * n * 2,
             format!("{groups} x {n} {ad}"),
         )?;
-        match (&w.zeros, cfg.has_zeros) {
-            (Some(z), true) => expect_len(
-                "zeros",
-                z.len(),
-                groups * n * 2,
-                format!("{groups} x {n} {ad}"),
-            )?,
+        match (bytes.zeros, cfg.has_zeros) {
+            (Some(z), true) => {
+                expect_len("zeros", z, groups * n * 2, format!("{groups} x {n} {ad}"))?
+            }
             (None, false) => {}
             (Some(_), false) => {
                 return Err(shape_err(
@@ -161,7 +185,7 @@ impl QMatmulKernel {
                 ))
             }
         }
-        expect_len("c", c.len(), m * n * 2, format!("{m} x {n} {ad}"))
+        expect_len("c", bytes.c, m * n * 2, format!("{m} x {n} {ad}"))
     }
 
     /// Run `c = a · dequant(w)` on the CPU interpreter. `a` is `[m, k]` and `c` `[m, n]`,
