@@ -28,15 +28,18 @@ use crate::DType;
 
 /// Index of a variable in [`Program::vars`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct VarId(pub u32);
 
 /// An opaque source location. The `#[kernel]` macro maps these back to the user's tokens; the
 /// builder API hands them out in order (see [`ProgramBuilder::set_span`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct SpanId(pub u32);
 
 /// Types of scalar values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum ScalarType {
     I32,
     Bool,
@@ -44,6 +47,7 @@ pub enum ScalarType {
 
 /// The type of a variable.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum VarType {
     Scalar(ScalarType),
     /// A kernel parameter that points at device memory of `dtype` elements.
@@ -62,6 +66,7 @@ pub enum VarType {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct GlobalType {
     pub dtype: DType,
     /// The pointer parameter the view reads through.
@@ -72,12 +77,14 @@ pub struct GlobalType {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct SharedType {
     pub dtype: DType,
     pub layout: SharedLayout,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct RegisterType {
     pub dtype: DType,
     pub layout: Layout,
@@ -117,6 +124,7 @@ impl VarType {
 
 /// A variable: its name (for diagnostics and readable generated code) and type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Var {
     pub name: String,
     pub ty: VarType,
@@ -124,6 +132,7 @@ pub struct Var {
 
 /// Uniform scalar expressions.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum Expr {
     Int(i32),
     Bool(bool),
@@ -135,12 +144,14 @@ pub enum Expr {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum UnaryOp {
     Neg,
     Not,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum BinaryOp {
     Add,
     Sub,
@@ -202,6 +213,7 @@ expr_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Mod);
 
 /// The second operand of an elementwise instruction.
 #[derive(Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum Operand {
     /// A register tensor whose shape broadcasts to the first operand's shape.
     Tensor(VarId),
@@ -213,6 +225,7 @@ pub enum Operand {
 
 /// Elementwise arithmetic on register tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum ElementOp {
     Add,
     Sub,
@@ -225,6 +238,7 @@ pub enum ElementOp {
 
 /// The instructions of the VM. `out` is the variable written.
 #[derive(Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum Instruction {
     /// The block's index in each grid dimension (`outs.len()` = grid rank), as i32 scalars.
     BlockIndices {
@@ -345,12 +359,14 @@ pub enum Instruction {
 
 /// A statement. The span points at the source that produced it.
 #[derive(Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Stmt {
     pub kind: StmtKind,
     pub span: SpanId,
 }
 
 #[derive(Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum StmtKind {
     /// Define a new scalar variable.
     Let {
@@ -383,12 +399,14 @@ pub enum StmtKind {
 
 /// A kernel parameter.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Param {
     pub var: VarId,
 }
 
 /// One thread-block program and how it is launched.
 #[derive(Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Program {
     pub name: String,
     /// Parameters in call order; each is a `Scalar(I32)` or a `Pointer` variable.

@@ -28,6 +28,7 @@ pub enum LayoutError {
 
 /// A register layout. See the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Layout {
     _todo: (),
 }
