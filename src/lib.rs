@@ -23,3 +23,5 @@ pub mod prelude {
     };
     pub use tilus_core::DType;
 }
+
+pub mod quant;

@@ -26,7 +26,8 @@ enum Command {
     Dtype {
         /// Type name: u1..u8, i2..i8, fNeEmM, f8e4m3, f8e5m2, f16, bf16, f32, i32, u32.
         name: String,
-        /// Print `{"name","bits","kind","values"}` as JSON.
+        /// Print `{"name","bits","kind","values"}` as JSON; `values` is null for 16/32-bit types,
+        /// and NaN/inf print as the strings "nan", "inf", "-inf".
         #[arg(long)]
         json: bool,
     },
