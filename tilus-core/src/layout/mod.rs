@@ -74,6 +74,7 @@ pub enum LayoutError {
 /// One piece of a logical dimension: `size` consecutive place values of the dimension's mixed
 /// radix, starting at `stride`. See the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Mode {
     /// The logical dimension this mode indexes.
     pub dim: usize,
@@ -85,6 +86,7 @@ pub struct Mode {
 
 /// A digit of the thread index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub enum Digit {
     /// The digit is the value of mode `id` (an index into [`Layout::modes`]).
     Mode(usize),
