@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod interp;
 pub mod ir;
 pub mod layout;
+pub mod programs;
 pub mod storage;
 pub mod verify;
 

@@ -1,9 +1,47 @@
 //! The CPU reference interpreter: the semantic oracle for CI and the CPU fallback.
 //!
-//! Contract (implementation lands with issue 3): runs a verified program over its whole grid on
-//! host buffers, following the conventions documented in `crate::ir`.
+//! [`run`] verifies the program (against `Target::default()`), then executes it for every block
+//! of its grid, one block after another (blocks are ordered with grid dimension 0 fastest, like
+//! CUDA's `x`). Within a block the program runs once: scalars are uniform, and each instruction
+//! acts on the whole block's tensors at once, thread by thread where that matters.
+//!
+//! Semantics beyond the conventions of `crate::ir`:
+//! - A register tensor keeps one copy of its locals per *block* thread; replicas (block thread
+//!   `t` plays layout thread `t % layout.num_threads()`) hold their own copies.
+//! - Stores (`store_global`, `store_shared`) of an element held by several threads are done by
+//!   the lowest `(thread, local)` holding it; replicas hold equal values, so this only matters
+//!   for the shared-memory race checks (one writer, not many).
+//! - `allocate_global` makes one zero-filled buffer per launch, per instruction: every block
+//!   that executes it gets the same buffer (blocks run sequentially here, in order).
+//! - `allocate_shared` reserves 16-byte-aligned space once per block, per instruction (executing
+//!   it again in a loop returns the same space); `slice_shared` aliases its source.
+//! - `copy_async` reads global memory when issued and writes shared memory when a
+//!   `copy_async_wait_group` retires its group; see `memory` for the shared-memory checks that
+//!   catch missing waits and barriers.
+//! - `dot` sums `c + sum_k a*b` exactly in `f64` and rounds once to `c`'s dtype per element
+//!   (`f32` for floats). The GPU accumulates in `f32` per mma (k = 16), so results agree to `f32`
+//!   rounding of partial sums, not bit for bit; integer dots are exact on both (and overflowing
+//!   `i32` is an error here).
+//! - `print` writes to stderr.
+//!
+//! Errors (never panics on a verified program): out-of-buffer global access, `i32` overflow and
+//! division by zero in scalars and integer tensors, NaN results, and the shared-memory checks.
+//! Each error carries the statement's span and names the instruction, variables and index.
 
-use crate::ir::Program;
+mod instr;
+mod memory;
+mod numeric;
+mod scalar;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::ir::{Program, SpanId, Stmt, StmtKind, VarId, VarType};
+use crate::layout::Layout;
+use crate::verify::table::LayoutTable;
+use crate::verify::{verify, Target};
+use memory::{Globals, SharedMem, Value};
+use scalar::Scalar;
 
 /// A kernel argument, in parameter order.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +62,226 @@ pub struct InterpError {
 
 /// Run `program` for every block of its grid.
 pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
-    let _ = (program, args);
-    todo!()
+    let fail = |message: String| InterpError {
+        span: program.span,
+        message,
+    };
+    if let Err(diags) = verify(program, &Target::default()) {
+        let first = diags[0].clone();
+        let all: Vec<String> = diags.iter().map(|d| d.message.clone()).collect();
+        return Err(InterpError {
+            span: first.span,
+            message: format!("`{}` does not verify: {}", program.name, all.join("; ")),
+        });
+    }
+    if args.len() != program.params.len() {
+        return Err(fail(format!(
+            "`{}` takes {} arguments, got {}",
+            program.name,
+            program.params.len(),
+            args.len()
+        )));
+    }
+    let mut env = vec![None; program.vars.len()];
+    let mut globals = Globals::default();
+    // Check every argument before taking any buffer, so an error leaves `args` untouched.
+    for (k, (param, arg)) in program.params.iter().zip(args.iter()).enumerate() {
+        let var = program.var(param.var);
+        let ok = matches!(
+            (&var.ty, arg),
+            (VarType::Scalar(_), Arg::I32(_)) | (VarType::Pointer { .. }, Arg::Buffer(_))
+        );
+        if !ok {
+            let want = if matches!(var.ty, VarType::Pointer { .. }) {
+                "a buffer"
+            } else {
+                "an i32"
+            };
+            return Err(fail(format!(
+                "argument {k} (`{}`) must be {want}, got {arg:?}",
+                var.name
+            )));
+        }
+    }
+    for (param, arg) in program.params.iter().zip(args.iter_mut()) {
+        let value = match arg {
+            Arg::I32(v) => Value::I32(*v),
+            Arg::Buffer(bytes) => {
+                globals.buffers.push(std::mem::take(bytes));
+                globals.names.push(program.var(param.var).name.clone());
+                Value::Ptr(globals.buffers.len() - 1)
+            }
+        };
+        env[param.var.0 as usize] = Some(value);
+    }
+    let mut machine = Machine {
+        p: program,
+        block_threads: program.num_threads as usize,
+        globals,
+        scratch: HashMap::new(),
+        tables: HashMap::new(),
+    };
+    let result = machine.launch(&env);
+    // Hand the buffers back, also after an error (they hold whatever was written until then).
+    let mut buffers = machine.globals.buffers.into_iter();
+    for arg in args.iter_mut() {
+        if let Arg::Buffer(bytes) = arg {
+            *bytes = buffers.next().expect("one buffer per pointer argument");
+        }
+    }
+    result
+}
+
+/// Launch-wide state.
+struct Machine<'p> {
+    p: &'p Program,
+    block_threads: usize,
+    globals: Globals,
+    /// `allocate_global` instruction (by its variable) -> buffer.
+    scratch: HashMap<VarId, usize>,
+    tables: HashMap<Layout, Rc<LayoutTable>>,
+}
+
+/// One block's state.
+struct Block {
+    env: Vec<Option<Value>>,
+    shared: SharedMem,
+    /// `allocate_shared` instruction (by its variable) -> byte address.
+    shared_alloc: HashMap<VarId, usize>,
+    index: Vec<i32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Next,
+    Exit,
+}
+
+fn at(span: SpanId) -> impl Fn(String) -> InterpError {
+    move |message| InterpError { span, message }
+}
+
+impl<'p> Machine<'p> {
+    fn launch(&mut self, params: &[Option<Value>]) -> Result<(), InterpError> {
+        let span = self.p.span;
+        let mut grid = Vec::new();
+        for (d, e) in self.p.grid.iter().enumerate() {
+            match scalar::eval(e, params, &self.p.vars).map_err(at(span))? {
+                Scalar::I32(n) if n >= 0 => grid.push(n as usize),
+                v => return Err(at(span)(format!("grid extent {d} is {v:?}"))),
+            }
+        }
+        let total: usize = grid.iter().product();
+        for linear in 0..total {
+            let mut rest = linear;
+            let index = grid
+                .iter()
+                .map(|&n| {
+                    let i = rest % n;
+                    rest /= n;
+                    i as i32
+                })
+                .collect();
+            let mut block = Block {
+                env: params.to_vec(),
+                shared: SharedMem::default(),
+                shared_alloc: HashMap::new(),
+                index,
+            };
+            self.exec(&self.p.body, &mut block).map_err(|mut e| {
+                let idx = &block.index;
+                e.message = format!("block {idx:?}: {}", e.message);
+                e
+            })?;
+        }
+        Ok(())
+    }
+
+    fn table(&mut self, layout: &Layout) -> Result<Rc<LayoutTable>, String> {
+        if let Some(t) = self.tables.get(layout) {
+            return Ok(t.clone());
+        }
+        let t = Rc::new(LayoutTable::new(layout)?);
+        self.tables.insert(layout.clone(), t.clone());
+        Ok(t)
+    }
+
+    fn eval(&self, e: &crate::ir::Expr, block: &Block) -> Result<Scalar, String> {
+        scalar::eval(e, &block.env, &self.p.vars)
+    }
+
+    fn eval_i32(&self, e: &crate::ir::Expr, block: &Block, what: &str) -> Result<i32, String> {
+        match self.eval(e, block)? {
+            Scalar::I32(v) => Ok(v),
+            v => Err(format!("{what} is {v:?}, not an i32")),
+        }
+    }
+
+    fn eval_bool(&self, e: &crate::ir::Expr, block: &Block) -> Result<bool, String> {
+        match self.eval(e, block)? {
+            Scalar::Bool(b) => Ok(b),
+            v => Err(format!("condition is {v:?}, not a bool")),
+        }
+    }
+
+    fn exec(&mut self, stmts: &'p [Stmt], block: &mut Block) -> Result<Flow, InterpError> {
+        for s in stmts {
+            let err = at(s.span);
+            let flow = match &s.kind {
+                StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
+                    let v = self.eval(value, block).map_err(|e| {
+                        err(format!("`{}` = ...: {e}", self.p.var(*var).name))
+                    })?;
+                    block.env[var.0 as usize] = Some(v.value());
+                    Flow::Next
+                }
+                StmtKind::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    if self.eval_bool(cond, block).map_err(&err)? {
+                        self.exec(then_body, block)?
+                    } else {
+                        self.exec(else_body, block)?
+                    }
+                }
+                StmtKind::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                } => {
+                    let a = self.eval_i32(start, block, "the loop start").map_err(&err)?;
+                    let b = self.eval_i32(end, block, "the loop end").map_err(&err)?;
+                    let mut flow = Flow::Next;
+                    for i in a..b {
+                        block.env[var.0 as usize] = Some(Value::I32(i));
+                        if self.exec(body, block)? == Flow::Exit {
+                            flow = Flow::Exit;
+                            break;
+                        }
+                    }
+                    flow
+                }
+                StmtKind::While { cond, body } => {
+                    let mut flow = Flow::Next;
+                    while self.eval_bool(cond, block).map_err(&err)? {
+                        if self.exec(body, block)? == Flow::Exit {
+                            flow = Flow::Exit;
+                            break;
+                        }
+                    }
+                    flow
+                }
+                StmtKind::Instr(ins) => self
+                    .instr(ins, block)
+                    .map_err(|e| err(format!("{}: {e}", ins.name())))?,
+            };
+            if flow == Flow::Exit {
+                return Ok(Flow::Exit);
+            }
+        }
+        Ok(Flow::Next)
+    }
 }

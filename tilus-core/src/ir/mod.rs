@@ -20,6 +20,7 @@
 //!   layout thread `t % layout.num_threads()`.
 
 mod builder;
+mod names;
 
 pub use builder::ProgramBuilder;
 

@@ -1,9 +1,42 @@
 //! The verifier: every rule a program must satisfy before it is interpreted or compiled.
 //!
-//! Contract (implementation lands with issue 3): `verify` reports *all* problems it finds, each
-//! with the span of the offending statement, so the `#[kernel]` macro can point at user tokens.
+//! `verify` reports *all* problems it finds, in program order, each with the span of the
+//! offending statement (kernel-wide problems carry `Program::span`), naming variables by name.
+//!
+//! What is checked:
+//! - **Kernel header**: 1 to 3 grid dimensions over parameters only (constant extents must be
+//!   positive); `num_threads` a positive multiple of 32, at most 1024; parameters are `i32`
+//!   scalars or pointers.
+//! - **Definitions**: every variable is defined before use and used only inside the block that
+//!   defines it (lexical scoping, as in Rust); an instruction that writes an existing variable
+//!   must produce exactly its type; loop variables are not assigned.
+//! - **Scalars**: `i32` arithmetic and comparisons, `bool` conditions and logic.
+//! - **Memory scopes**: each operand is in the scope its instruction reads or writes (e.g.
+//!   `load_global` from a global view, `copy_async` from global into shared, `store_global` into
+//!   a view of a mutable pointer, `dot` on register tensors).
+//! - **Shapes**: offsets have the tensor's rank; a tile of rank `r` covers the trailing `r` dims
+//!   and may not be larger than them where they are statically known (constant extents; shared
+//!   tensors are always static, and constant offsets must keep shared tiles in bounds); store
+//!   and copy dtypes match.
+//! - **Register layouts**: the layout's thread count is the block's or a divisor of it
+//!   (replication, see `crate::ir`); `view` keeps the thread count and the bits per thread.
+//! - **Elementwise operands**: the right operand's shape broadcasts to the left one's (trailing
+//!   alignment, extents equal or 1), with the same dtype, and its layout satisfies the
+//!   *thread-local condition* ([`broadcast_thread_local`]).
+//! - **Dot**: shapes `[m, k] x [k, n] + [m, n]`; dtypes and layouts per [`plan_dot`].
+//! - **Shared memory**: the sum of all `allocate_shared` sizes (each rounded up to 16 bytes) fits
+//!   `Target::max_shared_bytes`; reported at the program span with the total and the tensors.
 
-use crate::ir::{Program, SpanId};
+mod dot;
+mod expr;
+mod instr;
+pub(crate) mod shared;
+pub(crate) mod table;
+
+pub use dot::{broadcast_thread_local, dot_thread_local, mma_fragments, plan_dot, DotPlan, MmaKind};
+pub(crate) use expr::const_eval;
+
+use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
 
 /// What the program is checked against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +70,313 @@ pub struct Diagnostic {
 
 /// Check `program`; `Err` holds every diagnostic found, in program order.
 pub fn verify(program: &Program, target: &Target) -> Result<(), Vec<Diagnostic>> {
-    let _ = (program, target);
-    todo!()
+    let mut checker = Checker::new(program, target);
+    checker.header();
+    checker.block(&program.body);
+    checker.shared_total();
+    if checker.diags.is_empty() {
+        Ok(())
+    } else {
+        Err(checker.diags)
+    }
+}
+
+/// Bytes of shared memory `program` allocates per block (the verifier's and interpreter's
+/// accounting: each `allocate_shared` once, rounded up to 16 bytes).
+pub fn shared_bytes(program: &Program) -> usize {
+    fn walk(stmts: &[Stmt], total: &mut usize) {
+        for s in stmts {
+            match &s.kind {
+                StmtKind::Instr(crate::ir::Instruction::AllocateShared { dtype, layout, .. }) => {
+                    if layout.strides.len() == layout.shape.len() {
+                        *total += shared::allocation_bytes(*dtype, layout);
+                    }
+                }
+                StmtKind::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(then_body, total);
+                    walk(else_body, total);
+                }
+                StmtKind::For { body, .. } | StmtKind::While { body, .. } => walk(body, total),
+                _ => {}
+            }
+        }
+    }
+    let mut total = 0;
+    walk(&program.body, &mut total);
+    total
+}
+
+pub(super) struct Checker<'p> {
+    p: &'p Program,
+    target: &'p Target,
+    diags: Vec<Diagnostic>,
+    defined: Vec<bool>,
+    loop_var: Vec<bool>,
+    /// The block's thread count, or 0 when it is invalid (layout checks are then skipped).
+    block_threads: usize,
+    /// Shared allocations: (tensor, bytes).
+    shared: Vec<(VarId, usize)>,
+}
+
+impl<'p> Checker<'p> {
+    fn new(p: &'p Program, target: &'p Target) -> Self {
+        Checker {
+            p,
+            target,
+            diags: Vec::new(),
+            defined: vec![false; p.vars.len()],
+            loop_var: vec![false; p.vars.len()],
+            block_threads: 0,
+            shared: Vec::new(),
+        }
+    }
+
+    fn err(&mut self, span: SpanId, message: String) {
+        // One statement can trip the same rule twice (e.g. an undefined variable used twice).
+        let dup = self
+            .diags
+            .iter()
+            .rev()
+            .take_while(|d| d.span == span)
+            .any(|d| d.message == message);
+        if !dup {
+            self.diags.push(Diagnostic { span, message });
+        }
+    }
+
+    /// `` `name` `` of a variable, for messages.
+    fn name(&self, v: VarId) -> String {
+        match self.p.vars.get(v.0 as usize) {
+            Some(var) => format!("`{}`", var.name),
+            None => format!("`%{}`", v.0),
+        }
+    }
+
+    fn header(&mut self) {
+        let span = self.p.span;
+        let nt = self.p.num_threads;
+        if nt == 0 || nt % 32 != 0 {
+            self.err(
+                span,
+                format!("the block has {nt} threads; it must be a positive multiple of 32"),
+            );
+        } else if nt > 1024 {
+            self.err(
+                span,
+                format!("the block has {nt} threads; at most 1024 are allowed"),
+            );
+        } else {
+            self.block_threads = nt as usize;
+        }
+        for param in &self.p.params {
+            let Some(var) = self.p.vars.get(param.var.0 as usize) else {
+                self.err(span, format!("parameter refers to unknown variable id {}", param.var.0));
+                continue;
+            };
+            match var.ty {
+                VarType::Scalar(ScalarType::I32) | VarType::Pointer { .. } => {
+                    self.defined[param.var.0 as usize] = true;
+                }
+                ref other => self.err(
+                    span,
+                    format!(
+                        "parameter `{}` is {}; parameters must be i32 scalars or pointers",
+                        var.name,
+                        expr::describe(other)
+                    ),
+                ),
+            }
+        }
+        let rank = self.p.grid.len();
+        if rank == 0 || rank > 3 {
+            self.err(
+                span,
+                format!("the grid has {rank} dimensions; it must have 1 to 3"),
+            );
+        }
+        for (d, e) in self.p.grid.iter().enumerate() {
+            let mut vars = Vec::new();
+            expr::vars_of(e, &mut vars);
+            let is_param = |v: &VarId| self.p.params.iter().any(|p| p.var == *v);
+            let bad: Vec<VarId> = vars.into_iter().filter(|v| !is_param(v)).collect();
+            for v in bad {
+                let name = self.name(v);
+                self.err(
+                    span,
+                    format!("grid extent {d} uses {name}, which is not a kernel parameter"),
+                );
+            }
+            self.expect_expr(e, ScalarType::I32, span, &format!("grid extent {d}"));
+            if let Some(v) = const_eval(e) {
+                if v <= 0 {
+                    self.err(
+                        span,
+                        format!("grid extent {d} is {v}; extents must be positive"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Check a statement list in its own scope: what it defines is gone afterwards.
+    fn block(&mut self, stmts: &[Stmt]) {
+        let saved = self.defined.clone();
+        for s in stmts {
+            self.stmt(s);
+        }
+        self.defined = saved;
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        let span = s.span;
+        match &s.kind {
+            StmtKind::Let { var, value } => {
+                let t = self.expr_ty(value, span);
+                let Some(v) = self.p.vars.get(var.0 as usize) else {
+                    self.err(span, format!("let binds unknown variable id {}", var.0));
+                    return;
+                };
+                match v.ty {
+                    VarType::Scalar(st) => {
+                        if let Some(t) = t.filter(|t| *t != st) {
+                            self.err(
+                                span,
+                                format!(
+                                    "let `{}`: the variable is {} but the value is {}",
+                                    v.name,
+                                    st.name(),
+                                    t.name()
+                                ),
+                            );
+                        }
+                    }
+                    ref other => self.err(
+                        span,
+                        format!(
+                            "let `{}`: only scalars are bound by let, but `{}` is {}",
+                            v.name,
+                            v.name,
+                            expr::describe(other)
+                        ),
+                    ),
+                }
+                self.defined[var.0 as usize] = true;
+            }
+            StmtKind::Assign { var, value } => {
+                let t = self.expr_ty(value, span);
+                let Some(ty) = self.use_var(*var, span) else {
+                    return;
+                };
+                let name = self.name(*var);
+                match ty {
+                    VarType::Scalar(st) => {
+                        if let Some(t) = t.filter(|t| t != st) {
+                            let st = st.name();
+                            self.err(
+                                span,
+                                format!("assignment to {name}: the variable is {st} but the value is {}", t.name()),
+                            );
+                        }
+                        if self.loop_var[var.0 as usize] {
+                            self.err(
+                                span,
+                                format!("{name} is a loop variable and cannot be assigned"),
+                            );
+                        }
+                    }
+                    other => self.err(
+                        span,
+                        format!(
+                            "assignment to {name}: only scalars can be assigned, but it is {}",
+                            expr::describe(other)
+                        ),
+                    ),
+                }
+            }
+            StmtKind::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                self.expect_expr(cond, ScalarType::Bool, span, "the condition of an if");
+                self.block(then_body);
+                self.block(else_body);
+            }
+            StmtKind::For {
+                var,
+                start,
+                end,
+                body,
+            } => {
+                self.expect_expr(start, ScalarType::I32, span, "the start of a for loop");
+                self.expect_expr(end, ScalarType::I32, span, "the end of a for loop");
+                let saved = self.defined.clone();
+                match self.p.vars.get(var.0 as usize) {
+                    Some(v) if v.ty == VarType::Scalar(ScalarType::I32) => {
+                        self.defined[var.0 as usize] = true;
+                        self.loop_var[var.0 as usize] = true;
+                    }
+                    Some(v) => {
+                        let msg = format!(
+                            "the loop variable `{}` must be an i32 scalar, but it is {}",
+                            v.name,
+                            expr::describe(&v.ty)
+                        );
+                        self.err(span, msg);
+                    }
+                    None => self.err(span, format!("loop over unknown variable id {}", var.0)),
+                }
+                self.block(body);
+                self.defined = saved;
+            }
+            StmtKind::While { cond, body } => {
+                self.expect_expr(cond, ScalarType::Bool, span, "the condition of a while loop");
+                self.block(body);
+            }
+            StmtKind::Instr(ins) => self.instr(ins, span),
+        }
+    }
+
+    /// The type of a variable being read, after checking it is defined here.
+    fn use_var(&mut self, v: VarId, span: SpanId) -> Option<&'p VarType> {
+        let p = self.p;
+        let Some(var) = p.vars.get(v.0 as usize) else {
+            self.err(span, format!("reference to unknown variable id {}", v.0));
+            return None;
+        };
+        if !self.defined[v.0 as usize] {
+            self.err(
+                span,
+                format!(
+                    "`{}` is used before it is defined (or outside the block that defines it)",
+                    var.name
+                ),
+            );
+            return None;
+        }
+        Some(&var.ty)
+    }
+
+    fn shared_total(&mut self) {
+        let total: usize = self.shared.iter().map(|(_, b)| b).sum();
+        if total > self.target.max_shared_bytes {
+            let parts: Vec<String> = self
+                .shared
+                .iter()
+                .map(|(v, b)| format!("{} {b} B", self.name(*v)))
+                .collect();
+            self.err(
+                self.p.span,
+                format!(
+                    "the kernel allocates {total} bytes of shared memory ({}), more than the target's {} bytes",
+                    parts.join(", "),
+                    self.target.max_shared_bytes
+                ),
+            );
+        }
+    }
 }

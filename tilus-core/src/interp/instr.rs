@@ -1,0 +1,549 @@
+//! The instructions. Each returns a message without the instruction's name (the caller adds it
+//! and the span).
+
+use super::memory::{GlobalView, RegTensor, SharedView, Value};
+use super::numeric::{convert, decode_int, encode_float, encode_int, is_int};
+use super::scalar::Scalar;
+use super::{Block, Flow, Machine};
+use crate::ir::{ElementOp, Expr, Instruction, Operand, VarId};
+use crate::layout::SharedLayout;
+use crate::storage;
+use crate::verify::shared::allocation_bytes;
+use crate::verify::table::{unravel, NONE};
+
+impl Machine<'_> {
+    fn name(&self, v: VarId) -> &str {
+        &self.p.var(v).name
+    }
+
+    fn value<'b>(&self, block: &'b Block, v: VarId) -> Result<&'b Value, String> {
+        block.env[v.0 as usize]
+            .as_ref()
+            .ok_or_else(|| format!("`{}` has no value", self.name(v)))
+    }
+
+    fn reg<'b>(&self, block: &'b Block, v: VarId) -> Result<&'b RegTensor, String> {
+        match self.value(block, v)? {
+            Value::Reg(r) => Ok(r),
+            _ => Err(format!("`{}` is not a register tensor", self.name(v))),
+        }
+    }
+
+    fn global(&self, block: &Block, v: VarId) -> Result<GlobalView, String> {
+        match self.value(block, v)? {
+            Value::Global(g) => Ok(g.clone()),
+            _ => Err(format!("`{}` is not a global tensor", self.name(v))),
+        }
+    }
+
+    fn shared(&self, block: &Block, v: VarId) -> Result<SharedView, String> {
+        match self.value(block, v)? {
+            Value::Shared(s) => Ok(s.clone()),
+            _ => Err(format!("`{}` is not a shared tensor", self.name(v))),
+        }
+    }
+
+    fn ints(&self, block: &Block, exprs: &[Expr], what: &str) -> Result<Vec<i64>, String> {
+        exprs
+            .iter()
+            .map(|e| self.eval_i32(e, block, what).map(i64::from))
+            .collect()
+    }
+
+    fn extents(&self, block: &Block, exprs: &[Expr], what: &str) -> Result<Vec<i64>, String> {
+        let shape = self.ints(block, exprs, what)?;
+        if let Some(d) = shape.iter().find(|&&d| d < 0) {
+            return Err(format!("{what} {d} is negative (shape {shape:?})"));
+        }
+        Ok(shape)
+    }
+
+    /// Indices of a shared tile of `tile` shape at `offset` of `view`, checked to lie inside.
+    fn shared_index(
+        &self,
+        view: &SharedView,
+        name: &str,
+        offset: &[i64],
+        tile: &[usize],
+    ) -> Result<Vec<usize>, String> {
+        let shape = &view.layout.shape;
+        let lead = shape.len() - tile.len();
+        let index: Vec<i64> = (0..shape.len())
+            .map(|d| offset[d] + if d < lead { 0 } else { tile[d - lead] as i64 })
+            .collect();
+        if index.iter().zip(shape).any(|(&i, &n)| i < 0 || i >= n as i64) {
+            return Err(format!(
+                "index {index:?} is outside shared tensor `{name}` of shape {shape:?}"
+            ));
+        }
+        Ok(index.into_iter().map(|i| i as usize).collect())
+    }
+
+    pub(super) fn instr(&mut self, ins: &Instruction, block: &mut Block) -> Result<Flow, String> {
+        let bt = self.block_threads;
+        match ins {
+            Instruction::BlockIndices { outs } => {
+                for (d, &o) in outs.iter().enumerate() {
+                    block.env[o.0 as usize] = Some(Value::I32(block.index[d]));
+                }
+            }
+            Instruction::AllocateGlobal { out, dtype, shape } => {
+                let shape = self.extents(block, shape, "extent")?;
+                let len = storage::packed_len(*dtype, shape.iter().product::<i64>() as usize);
+                let buffer = match self.scratch.get(out) {
+                    Some(&b) if self.globals.buffers[b].len() == len => b,
+                    Some(_) => {
+                        return Err(format!(
+                            "`{}` was allocated with another size by an earlier block",
+                            self.name(*out)
+                        ))
+                    }
+                    None => {
+                        self.globals.buffers.push(vec![0; len]);
+                        self.globals.names.push(self.name(*out).to_string());
+                        let b = self.globals.buffers.len() - 1;
+                        self.scratch.insert(*out, b);
+                        b
+                    }
+                };
+                let view = GlobalView {
+                    buffer,
+                    dtype: *dtype,
+                    shape,
+                };
+                block.env[out.0 as usize] = Some(Value::Global(view));
+            }
+            Instruction::AllocateShared { out, dtype, layout } => {
+                let shared = &mut block.shared;
+                let alloc = *block
+                    .shared_alloc
+                    .entry(*out)
+                    .or_insert_with(|| shared.alloc(allocation_bytes(*dtype, layout)));
+                let view = SharedView {
+                    alloc,
+                    base: 0,
+                    dtype: *dtype,
+                    layout: layout.clone(),
+                };
+                block.env[out.0 as usize] = Some(Value::Shared(view));
+            }
+            Instruction::AllocateRegister {
+                out,
+                dtype,
+                layout,
+                init,
+            } => {
+                let mut reg = RegTensor::new(*dtype, layout.clone(), bt);
+                if let Some(v) = init {
+                    let code = convert(*v, *dtype)?;
+                    for t in 0..bt {
+                        for i in 0..layout.num_locals() {
+                            reg.set(t, i, code);
+                        }
+                    }
+                }
+                block.env[out.0 as usize] = Some(Value::Reg(reg));
+            }
+            Instruction::ViewGlobal {
+                out,
+                ptr,
+                dtype,
+                shape,
+            } => {
+                let buffer = match self.value(block, *ptr)? {
+                    Value::Ptr(b) => *b,
+                    _ => return Err(format!("`{}` is not a pointer", self.name(*ptr))),
+                };
+                let shape = self.extents(block, shape, "extent")?;
+                let view = GlobalView {
+                    buffer,
+                    dtype: *dtype,
+                    shape,
+                };
+                block.env[out.0 as usize] = Some(Value::Global(view));
+            }
+            Instruction::LoadGlobal {
+                out,
+                src,
+                offset,
+                layout,
+            } => {
+                let view = self.global(block, *src)?;
+                let offset = self.ints(block, offset, "offset")?;
+                let tab = self.table(layout)?;
+                let lead = view.shape.len() - tab.shape.len();
+                let mut reg = RegTensor::new(view.dtype, layout.clone(), bt);
+                let mut index = offset.clone();
+                // Replicas load the same elements: load once per layout thread, then copy.
+                for t in 0..tab.threads.min(bt) {
+                    for i in 0..tab.locals {
+                        let tile = unravel(tab.at(t, i), &tab.shape);
+                        for (d, x) in tile.iter().enumerate() {
+                            index[lead + d] = offset[lead + d] + *x as i64;
+                        }
+                        let code = self.globals.read(&view, &index).map_err(|e| {
+                            format!("`{}`{index:?} cannot be read: {e}", self.name(*src))
+                        })?;
+                        reg.set(t, i, code.unwrap_or(0));
+                    }
+                }
+                reg.replicate(tab.threads);
+                block.env[out.0 as usize] = Some(Value::Reg(reg));
+            }
+            Instruction::StoreGlobal { src, dst, offset } => {
+                let view = self.global(block, *dst)?;
+                let offset = self.ints(block, offset, "offset")?;
+                let layout = self.reg(block, *src)?.layout.clone();
+                let tab = self.table(&layout)?;
+                let reg = self.reg(block, *src)?;
+                let lead = view.shape.len() - tab.shape.len();
+                let mut index = offset.clone();
+                for (flat, owner) in tab.first_owner.iter().enumerate() {
+                    let Some((t, i)) = *owner else { continue };
+                    for (d, x) in unravel(flat, &tab.shape).iter().enumerate() {
+                        index[lead + d] = offset[lead + d] + *x as i64;
+                    }
+                    let code = reg.get(t as usize, i as usize);
+                    self.globals.write(&view, &index, code).map_err(|e| {
+                        format!("`{}`{index:?} cannot be written: {e}", self.p.var(*dst).name)
+                    })?;
+                }
+            }
+            Instruction::LoadShared {
+                out,
+                src,
+                offset,
+                layout,
+            } => {
+                let view = self.shared(block, *src)?;
+                let offset = self.ints(block, offset, "offset")?;
+                let tab = self.table(layout)?;
+                let name = self.name(*src).to_string();
+                let mut reg = RegTensor::new(view.dtype, layout.clone(), bt);
+                // Every block thread reads (replicas too): the race checks need each reader.
+                for t in 0..bt {
+                    for i in 0..tab.locals {
+                        let tile = unravel(tab.at(t % tab.threads, i), &tab.shape);
+                        let index = self.shared_index(&view, &name, &offset, &tile)?;
+                        let code = block.shared.read(t, &view, &name, &index)?;
+                        reg.set(t, i, code);
+                    }
+                }
+                block.env[out.0 as usize] = Some(Value::Reg(reg));
+            }
+            Instruction::StoreShared { src, dst, offset } => {
+                let view = self.shared(block, *dst)?;
+                let offset = self.ints(block, offset, "offset")?;
+                let layout = self.reg(block, *src)?.layout.clone();
+                let tab = self.table(&layout)?;
+                let name = self.name(*dst).to_string();
+                let Block { env, shared, .. } = block;
+                let Some(Value::Reg(reg)) = &env[src.0 as usize] else {
+                    unreachable!("checked above")
+                };
+                for (flat, owner) in tab.first_owner.iter().enumerate() {
+                    let Some((t, i)) = *owner else { continue };
+                    let tile = unravel(flat, &tab.shape);
+                    let index = self.shared_index(&view, &name, &offset, &tile)?;
+                    let code = reg.get(t as usize, i as usize);
+                    shared.write(t as usize, &view, &name, &index, code)?;
+                }
+            }
+            Instruction::SliceShared {
+                out,
+                src,
+                offset,
+                shape,
+            } => {
+                let view = self.shared(block, *src)?;
+                let offset = self.ints(block, offset, "offset")?;
+                let name = self.name(*src).to_string();
+                // The slice's first and last elements must lie inside the source.
+                let first = self.shared_index(&view, &name, &offset, &vec![0; shape.len()])?;
+                if shape.iter().all(|&n| n > 0) {
+                    let last: Vec<usize> = shape.iter().map(|n| n - 1).collect();
+                    self.shared_index(&view, &name, &offset, &last)?;
+                }
+                let linear: usize = first.iter().zip(&view.layout.strides).map(|(i, s)| i * s).sum();
+                let skip = view.layout.strides.len() - shape.len();
+                let slice = SharedView {
+                    alloc: view.alloc,
+                    base: view.base + linear,
+                    dtype: view.dtype,
+                    layout: SharedLayout {
+                        shape: shape.clone(),
+                        strides: view.layout.strides[skip..].to_vec(),
+                        swizzle: view.layout.swizzle,
+                    },
+                };
+                block.env[out.0 as usize] = Some(Value::Shared(slice));
+            }
+            Instruction::CopyAsync {
+                dst,
+                src,
+                src_offset,
+            } => {
+                let view = self.shared(block, *dst)?;
+                let global = self.global(block, *src)?;
+                let offset = self.ints(block, src_offset, "offset")?;
+                let shape = view.layout.shape.clone();
+                let lead = global.shape.len() - shape.len();
+                let size: usize = shape.iter().product();
+                let mut codes = Vec::with_capacity(size);
+                let mut index = offset.clone();
+                for flat in 0..size {
+                    let tile = unravel(flat, &shape);
+                    for (d, x) in tile.iter().enumerate() {
+                        index[lead + d] = offset[lead + d] + *x as i64;
+                    }
+                    let code = self.globals.read(&global, &index).map_err(|e| {
+                        format!("`{}`{index:?} cannot be read: {e}", self.name(*src))
+                    })?;
+                    codes.push((tile, code.unwrap_or(0)));
+                }
+                let name = self.name(*dst).to_string();
+                block.shared.copy_async(&view, &name, codes.into_iter())?;
+            }
+            Instruction::CopyAsyncCommitGroup => block.shared.commit(),
+            Instruction::CopyAsyncWaitGroup { n } => block.shared.wait(*n as usize),
+            Instruction::Synchronize => block.shared.synchronize(),
+            Instruction::Exit => return Ok(Flow::Exit),
+            Instruction::Binary { out, op, lhs, rhs } => {
+                let result = self.binary(block, *op, *lhs, rhs)?;
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::Neg { out, x } => {
+                let x = self.reg(block, *x)?;
+                let mut result = RegTensor::new(x.dtype, x.layout.clone(), bt);
+                for t in 0..bt {
+                    for i in 0..x.layout.num_locals() {
+                        let code = x.get(t, i);
+                        let code = if is_int(x.dtype) {
+                            encode_int(x.dtype, -decode_int(x.dtype, code))?
+                        } else {
+                            encode_float(x.dtype, -x.dtype.decode(code))?
+                        };
+                        result.set(t, i, code);
+                    }
+                }
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::Cast { out, x, dtype } => {
+                let x = self.reg(block, *x)?;
+                let mut result = RegTensor::new(*dtype, x.layout.clone(), bt);
+                for t in 0..bt {
+                    for i in 0..x.layout.num_locals() {
+                        result.set(t, i, convert(x.dtype.decode(x.get(t, i)), *dtype)?);
+                    }
+                }
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::View {
+                out,
+                x,
+                dtype,
+                layout,
+            } => {
+                let result = self.reg(block, *x)?.reinterpret(*dtype, layout.clone());
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::Dot { out, a, b, c } => {
+                let result = self.dot(block, *a, *b, *c)?;
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::Print { label, x } => self.print(block, label, x)?,
+        }
+        Ok(Flow::Next)
+    }
+
+    /// `lhs op rhs`, with `rhs` broadcast: each thread finds the source of each of its locals
+    /// among its own registers (the verifier's thread-local condition guarantees it is there).
+    fn binary(
+        &mut self,
+        block: &Block,
+        op: ElementOp,
+        lhs: VarId,
+        rhs: &Operand,
+    ) -> Result<RegTensor, String> {
+        let bt = self.block_threads;
+        let l = self.reg(block, lhs)?;
+        let dtype = l.dtype;
+        let tl = self.table(&l.layout.clone())?;
+        let right = match rhs {
+            Operand::Tensor(r) => {
+                let r = self.reg(block, *r)?;
+                Some((r, self.table(&r.layout.clone())?))
+            }
+            _ => None,
+        };
+        // A uniform right value: an i32 scalar as is, an immediate converted to the dtype.
+        let uniform = match rhs {
+            Operand::Scalar(e) => Some(self.eval_i32(e, block, "the scalar operand")? as f64),
+            Operand::Imm(v) => Some(dtype.decode(convert(*v, dtype)?)),
+            Operand::Tensor(_) => None,
+        };
+        let mut result = RegTensor::new(dtype, l.layout.clone(), bt);
+        let mut map = Vec::new();
+        for t in 0..bt {
+            if let Some((_, tr)) = &right {
+                tr.thread_map(t % tr.threads, &mut map);
+            }
+            for j in 0..tl.locals {
+                let x = dtype.decode(l.get(t, j));
+                let y = match (&right, uniform) {
+                    (_, Some(y)) => y,
+                    (Some((r, tr)), None) => {
+                        let li = unravel(tl.at(t % tl.threads, j), &tl.shape);
+                        let lead = li.len() - tr.shape.len();
+                        let mut flat = 0;
+                        for (&n, &i) in tr.shape.iter().zip(&li[lead..]) {
+                            flat = flat * n + if n == 1 { 0 } else { i };
+                        }
+                        let local = map[flat];
+                        if local == NONE {
+                            return Err(format!("thread {t} does not hold the right operand for its local {j}"));
+                        }
+                        dtype.decode(r.get(t, local as usize))
+                    }
+                    (None, None) => unreachable!("an operand is a tensor or uniform"),
+                };
+                result.set(t, j, element_op(op, dtype, x, y)?);
+            }
+        }
+        Ok(result)
+    }
+
+    /// `c + a · b`. Operands are gathered per warp: a thread-local dot finds them in the
+    /// thread itself, an mma in its warp (the verifier guarantees one of the two).
+    fn dot(&mut self, block: &Block, a: VarId, b: VarId, c: VarId) -> Result<RegTensor, String> {
+        let bt = self.block_threads;
+        let (ra, rb, rc) = (self.reg(block, a)?, self.reg(block, b)?, self.reg(block, c)?);
+        let ta = self.table(&ra.layout.clone())?;
+        let tb = self.table(&rb.layout.clone())?;
+        let tc = self.table(&rc.layout.clone())?;
+        let (m, k) = (ta.shape[0], ta.shape[1]);
+        let n = tb.shape[1];
+        let mut result = RegTensor::new(rc.dtype, rc.layout.clone(), bt);
+        let gather = |r: &RegTensor, tab: &crate::verify::table::LayoutTable, warp: usize, size| {
+            let mut vals = vec![f64::NAN; size];
+            let mut have = vec![false; size];
+            for t in warp * 32..(warp + 1) * 32 {
+                for i in 0..tab.locals {
+                    let f = tab.at(t % tab.threads, i);
+                    if !have[f] {
+                        have[f] = true;
+                        vals[f] = r.dtype.decode(r.get(t, i));
+                    }
+                }
+            }
+            (vals, have)
+        };
+        for warp in 0..bt / 32 {
+            let (av, ah) = gather(ra, &ta, warp, m * k);
+            let (bv, bh) = gather(rb, &tb, warp, k * n);
+            for t in warp * 32..(warp + 1) * 32 {
+                for j in 0..tc.locals {
+                    let f = tc.at(t % tc.threads, j);
+                    let (mi, ni) = (f / n, f % n);
+                    let mut sum = rc.dtype.decode(rc.get(t, j));
+                    for kk in 0..k {
+                        if !ah[mi * k + kk] || !bh[kk * n + ni] {
+                            return Err(format!(
+                                "warp {warp} does not hold {}[{mi}, {kk}] and {}[{kk}, {ni}]",
+                                self.name(a),
+                                self.name(b)
+                            ));
+                        }
+                        sum += av[mi * k + kk] * bv[kk * n + ni];
+                    }
+                    let code = if is_int(rc.dtype) {
+                        encode_int(rc.dtype, sum as i64)
+                    } else {
+                        encode_float(rc.dtype, sum)
+                    }
+                    .map_err(|e| format!("{}[{mi}, {ni}]: {e}", self.name(c)))?;
+                    result.set(t, j, code);
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    fn print(&mut self, block: &Block, label: &str, x: &Operand) -> Result<(), String> {
+        let text = match x {
+            Operand::Imm(v) => v.to_string(),
+            Operand::Scalar(e) => match self.eval(e, block)? {
+                Scalar::I32(v) => v.to_string(),
+                Scalar::Bool(b) => b.to_string(),
+            },
+            Operand::Tensor(v) => match self.value(block, *v)? {
+                Value::I32(x) => x.to_string(),
+                Value::Bool(b) => b.to_string(),
+                Value::Reg(r) => {
+                    let tab = self.table(&r.layout.clone())?;
+                    let values: Vec<Option<f64>> = tab
+                        .first_owner
+                        .iter()
+                        .map(|o| o.map(|(t, i)| r.dtype.decode(r.get(t as usize, i as usize))))
+                        .collect();
+                    format_tile(&tab.shape, &values)
+                }
+                Value::Shared(s) => {
+                    let size: usize = s.layout.shape.iter().product();
+                    let values: Vec<Option<f64>> = (0..size)
+                        .map(|f| {
+                            let index = unravel(f, &s.layout.shape);
+                            Some(s.dtype.decode(block.shared.peek(s, &index)))
+                        })
+                        .collect();
+                    format_tile(&s.layout.shape, &values)
+                }
+                Value::Global(g) => format!("global {} tensor of shape {:?}", g.dtype, g.shape),
+                Value::Ptr(b) => format!("pointer to buffer `{}`", self.globals.names[*b]),
+            },
+        };
+        eprintln!("[{} block {:?}] {label}: {text}", self.p.name, block.index);
+        Ok(())
+    }
+}
+
+/// One elementwise operation, exact then encoded (see `numeric`).
+fn element_op(op: ElementOp, dtype: crate::DType, x: f64, y: f64) -> Result<u32, String> {
+    if is_int(dtype) {
+        let (x, y) = (x as i64, y as i64);
+        let v = match op {
+            ElementOp::Add => x + y,
+            ElementOp::Sub => x - y,
+            ElementOp::Mul => x * y,
+            ElementOp::Div | ElementOp::Mod if y == 0 => {
+                return Err(format!("division by zero: {x} {} 0", op.name()))
+            }
+            ElementOp::Div => x / y,
+            ElementOp::Mod => x % y,
+            ElementOp::Min => x.min(y),
+            ElementOp::Max => x.max(y),
+        };
+        encode_int(dtype, v)
+    } else {
+        let v = match op {
+            ElementOp::Add => x + y,
+            ElementOp::Sub => x - y,
+            ElementOp::Mul => x * y,
+            ElementOp::Div => x / y,
+            ElementOp::Mod => x % y,
+            ElementOp::Min => x.min(y),
+            ElementOp::Max => x.max(y),
+        };
+        encode_float(dtype, v)
+    }
+}
+
+fn format_tile(shape: &[usize], values: &[Option<f64>]) -> String {
+    let cell = |v: &Option<f64>| v.map_or("-".to_string(), |x| x.to_string());
+    let row_len = shape.last().copied().unwrap_or(1).max(1);
+    let rows: Vec<String> = values
+        .chunks(row_len)
+        .map(|row| row.iter().map(cell).collect::<Vec<_>>().join(" "))
+        .collect();
+    format!("{shape:?}\n  {}", rows.join("\n  "))
+}

@@ -1,0 +1,362 @@
+//! The three memory scopes of a block, as host data.
+//!
+//! - **Registers**: a [`RegTensor`] keeps each block thread's locals as raw bits, packed in the
+//!   compact storage order (`crate::storage`), so `view` is an exact reinterpretation.
+//! - **Global**: launch-wide byte buffers (the kernel's pointer arguments and scratch
+//!   allocations); a [`GlobalView`] addresses them row-major by bit offset. Elements outside
+//!   the view's shape are masked; elements inside the view but beyond the buffer are errors.
+//! - **Shared**: one byte array per block ([`SharedMem`]), bump-allocated, with checks that make
+//!   pipeline and barrier bugs visible (see below).
+//!
+//! Shared-memory checks. Since the last `synchronize`, each byte remembers who wrote it and who
+//! read it (one thread, several threads, or a completed cp.async):
+//! - a read by thread `r` of a byte another thread wrote is a race (read-after-write);
+//! - a write of a byte another thread read or wrote is a race (write-after-read/write); so is a
+//!   cp.async issued over bytes read or written since the barrier;
+//! - a cp.async lands when a `copy_async_wait_group` retires its group; its bytes then count as
+//!   written by no thread in particular, because the GPU code may split the copy over threads
+//!   in any way: every read needs a `synchronize` after the wait;
+//! - touching bytes of a cp.async still in flight is an error (missing `wait_group`);
+//! - reading bytes never written is an error (uninitialised shared memory).
+
+use std::collections::VecDeque;
+
+use crate::layout::{Layout, SharedLayout};
+use crate::storage;
+use crate::verify::shared::element_offset;
+use crate::DType;
+
+/// The value of a variable.
+#[derive(Clone, Debug)]
+pub(super) enum Value {
+    I32(i32),
+    Bool(bool),
+    /// A pointer parameter: index of its buffer.
+    Ptr(usize),
+    Global(GlobalView),
+    Shared(SharedView),
+    Reg(RegTensor),
+}
+
+/// A register tensor of the whole block.
+#[derive(Clone, Debug)]
+pub(super) struct RegTensor {
+    pub dtype: DType,
+    pub layout: Layout,
+    /// Bytes per thread.
+    stride: usize,
+    data: Vec<u8>,
+}
+
+impl RegTensor {
+    pub fn new(dtype: DType, layout: Layout, block_threads: usize) -> Self {
+        let stride = storage::packed_len(dtype, layout.num_locals());
+        RegTensor {
+            dtype,
+            layout,
+            stride,
+            data: vec![0; stride * block_threads],
+        }
+    }
+
+    fn thread(&self, t: usize) -> &[u8] {
+        &self.data[t * self.stride..(t + 1) * self.stride]
+    }
+
+    /// Code of local `i` of block thread `t`.
+    pub fn get(&self, t: usize, i: usize) -> u32 {
+        storage::get(self.dtype, self.thread(t), i)
+    }
+
+    pub fn set(&mut self, t: usize, i: usize, code: u32) {
+        let s = self.stride;
+        storage::set(self.dtype, &mut self.data[t * s..(t + 1) * s], i, code);
+    }
+
+    /// Copy the registers of layout threads `0..layout_threads` to their replicas (block thread
+    /// `t` plays layout thread `t % layout_threads`).
+    pub fn replicate(&mut self, layout_threads: usize) {
+        let n = layout_threads * self.stride;
+        if n == 0 {
+            return;
+        }
+        for start in (n..self.data.len()).step_by(n) {
+            self.data.copy_within(0..n, start);
+        }
+    }
+
+    /// The same bits as another dtype and layout (the verifier checked the bits per thread).
+    pub fn reinterpret(&self, dtype: DType, layout: Layout) -> RegTensor {
+        RegTensor {
+            dtype,
+            layout,
+            stride: self.stride,
+            data: self.data.clone(),
+        }
+    }
+}
+
+/// A row-major view of a global buffer.
+#[derive(Clone, Debug)]
+pub(super) struct GlobalView {
+    pub buffer: usize,
+    pub dtype: DType,
+    pub shape: Vec<i64>,
+}
+
+/// Launch-wide global memory.
+#[derive(Default)]
+pub(super) struct Globals {
+    pub buffers: Vec<Vec<u8>>,
+    /// The parameter (or scratch tensor) each buffer belongs to, for messages.
+    pub names: Vec<String>,
+}
+
+impl Globals {
+    /// The flat element index of `index`, or `None` when it is outside the view (masked).
+    fn flat(view: &GlobalView, index: &[i64]) -> Option<usize> {
+        let mut flat = 0i64;
+        for (&i, &n) in index.iter().zip(&view.shape) {
+            if i < 0 || i >= n {
+                return None;
+            }
+            flat = flat * n + i;
+        }
+        Some(flat as usize)
+    }
+
+    fn check(&self, view: &GlobalView, flat: usize) -> Result<(), String> {
+        let bits = view.dtype.bits() as usize;
+        let len = self.buffers[view.buffer].len();
+        if (flat + 1) * bits > len * 8 {
+            return Err(format!(
+                "it lies at bits {}..{} of buffer `{}`, which has only {len} bytes",
+                flat * bits,
+                (flat + 1) * bits,
+                self.names[view.buffer]
+            ));
+        }
+        Ok(())
+    }
+
+    /// The code at `index`, or `None` when masked.
+    pub fn read(&self, view: &GlobalView, index: &[i64]) -> Result<Option<u32>, String> {
+        let Some(flat) = Self::flat(view, index) else {
+            return Ok(None);
+        };
+        self.check(view, flat)?;
+        Ok(Some(storage::get(view.dtype, &self.buffers[view.buffer], flat)))
+    }
+
+    /// Write `code` at `index` unless masked.
+    pub fn write(&mut self, view: &GlobalView, index: &[i64], code: u32) -> Result<(), String> {
+        let Some(flat) = Self::flat(view, index) else {
+            return Ok(());
+        };
+        self.check(view, flat)?;
+        storage::set(view.dtype, &mut self.buffers[view.buffer], flat, code);
+        Ok(())
+    }
+}
+
+/// A shared tensor: where its allocation starts, and where its first element is inside it.
+#[derive(Clone, Debug)]
+pub(super) struct SharedView {
+    /// Byte address of the allocation.
+    pub alloc: usize,
+    /// Unswizzled element offset of element `[0, ..]` inside the allocation.
+    pub base: usize,
+    pub dtype: DType,
+    pub layout: SharedLayout,
+}
+
+impl SharedView {
+    /// Element offset from the allocation start, and the bytes the element touches.
+    fn locate(&self, index: &[usize]) -> (usize, std::ops::Range<usize>) {
+        let off = element_offset(&self.layout, self.base, index);
+        let bits = self.dtype.bits() as usize;
+        let first = self.alloc * 8 + off * bits;
+        (off, first / 8..(first + bits).div_ceil(8))
+    }
+}
+
+/// Who touched a byte since the last barrier.
+const NOBODY: u16 = u16::MAX;
+const SEVERAL: u16 = u16::MAX - 1;
+const ASYNC: u16 = u16::MAX - 2;
+
+struct AsyncCopy {
+    view: SharedView,
+    /// (element offset from the allocation start, code).
+    writes: Vec<(usize, u32)>,
+    bytes: Vec<usize>,
+}
+
+/// One block's shared memory.
+#[derive(Default)]
+pub(super) struct SharedMem {
+    bytes: Vec<u8>,
+    written: Vec<bool>,
+    writer: Vec<u16>,
+    reader: Vec<u16>,
+    in_flight: Vec<u16>,
+    /// Copies issued since the last commit.
+    pending: Vec<AsyncCopy>,
+    /// Committed groups, oldest first.
+    groups: VecDeque<Vec<AsyncCopy>>,
+}
+
+fn who(w: u16) -> String {
+    match w {
+        SEVERAL => "several threads".to_string(),
+        ASYNC => "a cp.async".to_string(),
+        t => format!("thread {t}"),
+    }
+}
+
+impl SharedMem {
+    /// Reserve `bytes` (already a multiple of 16); returns the start address.
+    pub fn alloc(&mut self, bytes: usize) -> usize {
+        let start = self.bytes.len();
+        let end = start + bytes;
+        self.bytes.resize(end, 0);
+        self.written.resize(end, false);
+        self.writer.resize(end, NOBODY);
+        self.reader.resize(end, NOBODY);
+        self.in_flight.resize(end, 0);
+        start
+    }
+
+    /// Thread `t` reads `index` of `view` (named `name` in messages).
+    pub fn read(
+        &mut self,
+        t: usize,
+        view: &SharedView,
+        name: &str,
+        index: &[usize],
+    ) -> Result<u32, String> {
+        let (off, bytes) = view.locate(index);
+        for b in bytes {
+            if self.in_flight[b] > 0 {
+                return Err(format!("read of shared tensor `{name}` at {index:?} while a cp.async into it is in flight; missing wait_group?"));
+            }
+            if !self.written[b] {
+                return Err(format!("read of shared tensor `{name}` at {index:?}, which was never written (uninitialised shared memory)"));
+            }
+            match self.writer[b] {
+                NOBODY => {}
+                w if w as usize == t => {}
+                ASYNC => return Err(format!("race on shared tensor `{name}`: thread {t} reads {index:?}, which a cp.async filled, but no synchronize followed the wait_group that completed it; missing synchronize?")),
+                w => return Err(format!("race on shared tensor `{name}`: thread {t} reads {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(w))),
+            }
+            self.reader[b] = match self.reader[b] {
+                NOBODY => t as u16,
+                r if r as usize == t => r,
+                _ => SEVERAL,
+            };
+        }
+        Ok(storage::get(view.dtype, &self.bytes[view.alloc..], off))
+    }
+
+    /// Thread `t` writes `code` at `index` of `view`.
+    pub fn write(
+        &mut self,
+        t: usize,
+        view: &SharedView,
+        name: &str,
+        index: &[usize],
+        code: u32,
+    ) -> Result<(), String> {
+        let (off, bytes) = view.locate(index);
+        for b in bytes {
+            if self.in_flight[b] > 0 {
+                return Err(format!("write to shared tensor `{name}` at {index:?} while a cp.async into it is in flight; missing wait_group?"));
+            }
+            let other = |x: u16| x != NOBODY && x as usize != t;
+            if other(self.writer[b]) {
+                return Err(format!("race on shared tensor `{name}`: thread {t} writes {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
+            }
+            if other(self.reader[b]) {
+                return Err(format!("race on shared tensor `{name}`: thread {t} overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
+            }
+            self.writer[b] = t as u16;
+            self.written[b] = true;
+        }
+        storage::set(view.dtype, &mut self.bytes[view.alloc..], off, code);
+        Ok(())
+    }
+
+    /// Issue a cp.async writing `codes` (row-major over `view`'s shape) into `view`.
+    pub fn copy_async(
+        &mut self,
+        view: &SharedView,
+        name: &str,
+        codes: impl Iterator<Item = (Vec<usize>, u32)>,
+    ) -> Result<(), String> {
+        let mut writes = Vec::new();
+        let mut bytes = Vec::new();
+        for (index, code) in codes {
+            let (off, range) = view.locate(&index);
+            for b in range {
+                if self.in_flight[b] > 0 {
+                    return Err(format!("cp.async into shared tensor `{name}` at {index:?} overlaps an earlier cp.async still in flight; missing wait_group?"));
+                }
+                if self.reader[b] != NOBODY {
+                    return Err(format!("race on shared tensor `{name}`: a cp.async overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
+                }
+                if self.writer[b] != NOBODY {
+                    return Err(format!("race on shared tensor `{name}`: a cp.async overwrites {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
+                }
+                bytes.push(b);
+            }
+            writes.push((off, code));
+        }
+        // A byte shared by two elements of the same copy is one in-flight byte.
+        bytes.sort_unstable();
+        bytes.dedup();
+        for &b in &bytes {
+            self.in_flight[b] += 1;
+        }
+        self.pending.push(AsyncCopy {
+            view: view.clone(),
+            writes,
+            bytes,
+        });
+        Ok(())
+    }
+
+    pub fn commit(&mut self) {
+        let group = std::mem::take(&mut self.pending);
+        self.groups.push_back(group);
+    }
+
+    /// Retire the oldest committed groups until at most `n` are in flight. Uncommitted copies
+    /// stay in flight, as with `cp.async.wait_group`.
+    pub fn wait(&mut self, n: usize) {
+        while self.groups.len() > n {
+            for copy in self.groups.pop_front().expect("non-empty") {
+                let dst = &mut self.bytes[copy.view.alloc..];
+                for (off, code) in copy.writes {
+                    storage::set(copy.view.dtype, dst, off, code);
+                }
+                for b in copy.bytes {
+                    self.in_flight[b] -= 1;
+                    self.written[b] = true;
+                    self.writer[b] = ASYNC;
+                }
+            }
+        }
+    }
+
+    /// A barrier: every write so far is visible to every thread.
+    pub fn synchronize(&mut self) {
+        self.writer.fill(NOBODY);
+        self.reader.fill(NOBODY);
+    }
+
+    /// Read without any check (for `print`).
+    pub fn peek(&self, view: &SharedView, index: &[usize]) -> u32 {
+        let (off, _) = view.locate(index);
+        storage::get(view.dtype, &self.bytes[view.alloc..], off)
+    }
+}

@@ -1,0 +1,276 @@
+//! Which implementations can serve a `dot`, and the register-layout conditions behind them.
+//!
+//! This is the contract between the verifier and the code generator. A `dot` over
+//! `a: [m, k]`, `b: [k, n]`, `c: [m, n]` (result in `c`'s layout) is accepted when one of two
+//! implementations serves it; [`plan_dot`] says which (mma is preferred when both do).
+//!
+//! **Dtypes.** `a` and `b` have the same dtype. The accumulator `c` is `f32` when they are
+//! floats and `i32` when they are integers (signed or unsigned, any width).
+//!
+//! **Thread-local** ([`dot_thread_local`], any dtypes above). Each thread computes its own `c`
+//! locals with scalar FMAs from its own registers: for every block thread `t` and every local
+//! `j` of `c` (holding `c[m, n]`), thread `t` holds `a[m, kk]` and `b[kk, n]` for every `kk`, at
+//! locals `la(j, kk)`, `lb(j, kk)` that depend only on `j` and `kk`, never on `t`. (Layout
+//! replication applies: block thread `t` plays layout thread `t % layout.num_threads()`.) The
+//! code generator emits one unrolled loop nest indexed by `(j, kk)`, valid for every thread.
+//!
+//! **Warp-level mma** (`mma.sync.aligned.m16n8k16`): `a`, `b`, `c` are compositions
+//! `qa ∘ A`, `qb ∘ B`, `qc ∘ C` of warp-level layouts with the instruction's fragments
+//! (found with `Layout::divide`), and the quotients `qa`, `qb`, `qc` satisfy the thread-local
+//! condition with *warps* as the threads (block warp `w` plays quotient thread
+//! `w % quotient.num_threads()`): for each of its `c` fragments `jq` the warp holds the `a` and
+//! `b` fragments of every `kq` at fragment indices that depend only on `(jq, kq)`. The fragments:
+//!
+//! | operands              | A `[16, 16]`                              | B `[16, 8]`                                | C `[16, 8]`                         |
+//! |-----------------------|-------------------------------------------|--------------------------------------------|-------------------------------------|
+//! | f16/bf16 -> f32       | `column_local(2,2).spatial(8,4).local(1,2)` | `local(2,1).column_spatial(4,8).local(2,1)` | `local(2,1).spatial(8,4).local(1,2)` |
+//! | i8/u8 -> i32          | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
+//!
+//! The code generator issues, for each warp-local `c` fragment `jq` and each `kq`, one mma on
+//! the registers of fragments `qa`-local `la(jq, kq)`, `qb`-local `lb(jq, kq)`; fragment
+//! registers are the layout's locals `[8 l, 8 l + 8)` (A), `[4 l, 4 l + 4)` (B, C) for f16, and
+//! `[8 l, 8 l + 8)`, `[4 l, 4 l + 4)`, `[4 l, 4 l + 4)` for i8.
+//!
+//! **Broadcast operands** of elementwise instructions satisfy the same thread-local condition
+//! ([`broadcast_thread_local`]): for each local `j` of the left operand, every thread holds the
+//! right operand's broadcast source element at a local that depends only on `j`.
+
+use std::collections::HashSet;
+
+use super::table::{LayoutTable, NONE};
+use crate::dtype::Kind;
+use crate::ir::RegisterType;
+use crate::layout::Layout;
+use crate::DType;
+
+/// The operand types of an mma instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MmaKind {
+    /// f16 x f16 + f32.
+    F16,
+    /// bf16 x bf16 + f32.
+    Bf16,
+    /// i8 x i8 + i32.
+    I8,
+    /// u8 x u8 + i32.
+    U8,
+}
+
+/// How a verified `dot` is implemented.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DotPlan {
+    /// Scalar FMAs, each thread from its own registers.
+    ThreadLocal,
+    /// `mma.m16n8k16`; `a`, `b`, `c` are the warp-level quotients of the operands' layouts by the
+    /// fragments of [`mma_fragments`].
+    Mma {
+        kind: MmaKind,
+        a: Layout,
+        b: Layout,
+        c: Layout,
+    },
+}
+
+/// The `[A, B, C]` fragment layouts of `mma.m16n8k16` for `kind` (see the module table).
+pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
+    let compose = |parts: &[Layout]| {
+        parts[1..]
+            .iter()
+            .try_fold(parts[0].clone(), |acc, p| acc.compose(p))
+            .expect("the mma fragment layouts are valid compositions")
+    };
+    let (local, spatial) = (Layout::local, Layout::spatial);
+    let c = compose(&[local(&[2, 1]), spatial(&[8, 4]), local(&[1, 2])]);
+    match kind {
+        MmaKind::F16 | MmaKind::Bf16 => [
+            compose(&[Layout::column_local(&[2, 2]), spatial(&[8, 4]), local(&[1, 2])]),
+            compose(&[local(&[2, 1]), Layout::column_spatial(&[4, 8]), local(&[2, 1])]),
+            c,
+        ],
+        MmaKind::I8 | MmaKind::U8 => [
+            compose(&[local(&[2, 1]), spatial(&[8, 4]), local(&[1, 4])]),
+            compose(&[Layout::column_spatial(&[4, 8]), local(&[4, 1])]),
+            c,
+        ],
+    }
+}
+
+/// The required accumulator dtype for operands of `dtype`.
+pub(crate) fn accumulator_for(dtype: DType) -> DType {
+    match dtype.kind() {
+        Kind::Float => DType::F32,
+        Kind::Int | Kind::UInt => DType::Int(32),
+    }
+}
+
+/// Pick the implementation of `c + a · b` for `block_threads` threads, or say why none fits.
+/// Shapes and dtypes must already agree (`[m, k] x [k, n] + [m, n]`, see the module docs).
+pub fn plan_dot(
+    a: &RegisterType,
+    b: &RegisterType,
+    c: &RegisterType,
+    block_threads: usize,
+) -> Result<DotPlan, String> {
+    let mma = mma_plan(a, b, c, block_threads);
+    if mma.is_ok() {
+        return mma;
+    }
+    let local = dot_thread_local(&a.layout, &b.layout, &c.layout, block_threads, "thread");
+    match (mma, local) {
+        (_, Ok(())) => Ok(DotPlan::ThreadLocal),
+        (Err(m), Err(l)) => Err(format!("thread-local: {l}; mma.m16n8k16: {m}")),
+        (Ok(_), _) => unreachable!("returned above"),
+    }
+}
+
+fn mma_plan(
+    a: &RegisterType,
+    b: &RegisterType,
+    c: &RegisterType,
+    block_threads: usize,
+) -> Result<DotPlan, String> {
+    let kind = match (a.dtype, c.dtype) {
+        (DType::F16, DType::F32) => MmaKind::F16,
+        (DType::BF16, DType::F32) => MmaKind::Bf16,
+        (DType::Int(8), DType::Int(32)) => MmaKind::I8,
+        (DType::UInt(8), DType::Int(32)) => MmaKind::U8,
+        _ => {
+            return Err(format!(
+                "needs f16/bf16 operands with an f32 accumulator or i8/u8 with i32, not {} with {}",
+                a.dtype, c.dtype
+            ))
+        }
+    };
+    let [fa, fb, fc] = mma_fragments(kind);
+    let quotient = |x: &RegisterType, f: &Layout, which: &str| {
+        x.layout.divide(f).map_err(|e| {
+            format!("the layout of {which} is not warp tiles of the mma {which} fragment ({e})")
+        })
+    };
+    let qa = quotient(a, &fa, "a")?;
+    let qb = quotient(b, &fb, "b")?;
+    let qc = quotient(c, &fc, "c")?;
+    dot_thread_local(&qa, &qb, &qc, block_threads / 32, "warp")
+        .map_err(|e| format!("the warp-level tiles do not line up: {e}"))?;
+    Ok(DotPlan::Mma {
+        kind,
+        a: qa,
+        b: qb,
+        c: qc,
+    })
+}
+
+/// The thread-local condition of a dot over `threads` threads (`unit` names them in messages:
+/// "thread", or "warp" for mma quotients). Layouts must have shapes `[m, k]`, `[k, n]`, `[m, n]`.
+pub fn dot_thread_local(
+    a: &Layout,
+    b: &Layout,
+    c: &Layout,
+    threads: usize,
+    unit: &str,
+) -> Result<(), String> {
+    let (ta, tb, tc) = (LayoutTable::new(a)?, LayoutTable::new(b)?, LayoutTable::new(c)?);
+    let shapes_ok = ta.shape.len() == 2
+        && tb.shape.len() == 2
+        && tc.shape.len() == 2
+        && ta.shape[1] == tb.shape[0]
+        && ta.shape[0] == tc.shape[0]
+        && tb.shape[1] == tc.shape[1];
+    if !shapes_ok {
+        return Err(format!(
+            "shapes {:?} x {:?} + {:?} are not [m, k] x [k, n] + [m, n]",
+            ta.shape, tb.shape, tc.shape
+        ));
+    }
+    let (k, n) = (ta.shape[1], tb.shape[1]);
+    let (mut amap, mut bmap) = (Vec::new(), Vec::new());
+    // Locals chosen by the first thread, per (c local, kk): every thread must agree.
+    let mut ref_a = vec![NONE; tc.locals * k];
+    let mut ref_b = vec![NONE; tc.locals * k];
+    let mut seen = HashSet::new();
+    for t in 0..threads {
+        let (la, lb, lc) = (t % ta.threads, t % tb.threads, t % tc.threads);
+        if !seen.insert((la, lb, lc)) {
+            continue;
+        }
+        ta.thread_map(la, &mut amap);
+        tb.thread_map(lb, &mut bmap);
+        for j in 0..tc.locals {
+            let f = tc.at(lc, j);
+            let (mi, ni) = (f / n, f % n);
+            for kk in 0..k {
+                let checks = [
+                    ("a", amap[mi * k + kk], &mut ref_a[j * k + kk], [mi, kk]),
+                    ("b", bmap[kk * n + ni], &mut ref_b[j * k + kk], [kk, ni]),
+                ];
+                for (name, local, reference, idx) in checks {
+                    if local == NONE {
+                        return Err(format!(
+                            "{unit} {t} computes c[{mi}, {ni}] but does not hold {name}{idx:?}"
+                        ));
+                    }
+                    if *reference == NONE {
+                        *reference = local;
+                    } else if *reference != local {
+                        return Err(format!(
+                            "{unit} {t} holds {name}{idx:?} for c local {j} at local {local}, but {unit} 0 holds its operand at local {}; the position must not depend on the {unit}",
+                            *reference
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The thread-local condition for broadcasting `rhs` to `lhs`'s shape over `threads` threads:
+/// `rhs` aligns with the trailing dims of `lhs`, each extent equal or 1, and every thread holds
+/// the source of each of its `lhs` locals at a local index that depends only on that local.
+pub fn broadcast_thread_local(lhs: &Layout, rhs: &Layout, threads: usize) -> Result<(), String> {
+    let (tl, tr) = (LayoutTable::new(lhs)?, LayoutTable::new(rhs)?);
+    let (ls, rs) = (&tl.shape, &tr.shape);
+    let lead = ls.len().checked_sub(rs.len());
+    let broadcasts = lead.is_some_and(|lead| {
+        rs.iter()
+            .zip(&ls[lead..])
+            .all(|(&r, &l)| r == l || r == 1)
+    });
+    let Some(lead) = lead.filter(|_| broadcasts) else {
+        return Err(format!("shape {rs:?} does not broadcast to {ls:?}"));
+    };
+    let mut map = Vec::new();
+    let mut reference = vec![NONE; tl.locals];
+    let mut seen = HashSet::new();
+    for t in 0..threads {
+        let (ll, lr) = (t % tl.threads, t % tr.threads);
+        if !seen.insert((ll, lr)) {
+            continue;
+        }
+        tr.thread_map(lr, &mut map);
+        for (j, reference) in reference.iter_mut().enumerate() {
+            let li = super::table::unravel(tl.at(ll, j), ls);
+            let ri: Vec<usize> = rs
+                .iter()
+                .zip(&li[lead..])
+                .map(|(&r, &i)| if r == 1 { 0 } else { i })
+                .collect();
+            let flat = super::table::ravel(&ri, rs).expect("in range by construction");
+            let local = map[flat];
+            if local == NONE {
+                return Err(format!(
+                    "thread {t} holds lhs{li:?} but not the rhs element {ri:?} it needs"
+                ));
+            }
+            if *reference == NONE {
+                *reference = local;
+            } else if *reference != local {
+                return Err(format!(
+                    "thread {t} holds rhs{ri:?} for lhs local {j} at local {local}, but thread 0 at local {}; the position must not depend on the thread",
+                    *reference
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! Typing of uniform scalar expressions, constant folding for static shape checks, and type
+//! descriptions for messages.
+
+use super::Checker;
+use crate::ir::{BinaryOp, Expr, ScalarType, SpanId, UnaryOp, VarId, VarType};
+
+/// A type in words: "a register f32[16, 8] tensor over 128 threads with 4 locals each".
+pub(super) fn describe(ty: &VarType) -> String {
+    match ty {
+        VarType::Scalar(ScalarType::I32) => "an i32 scalar".to_string(),
+        VarType::Scalar(ScalarType::Bool) => "a bool scalar".to_string(),
+        VarType::Pointer { dtype, mutable } => format!(
+            "a {} pointer to {dtype}",
+            if *mutable { "mutable" } else { "read-only" }
+        ),
+        VarType::Global(g) => format!("a global {} tensor of rank {}", g.dtype, g.shape.len()),
+        VarType::Shared(s) => format!("a shared {}{:?} tensor", s.dtype, s.layout.shape),
+        VarType::Register(r) => format!(
+            "a register {}{:?} tensor over {} threads with {} locals each",
+            r.dtype,
+            r.layout.shape(),
+            r.layout.num_threads(),
+            r.layout.num_locals()
+        ),
+        VarType::Unknown => "of unknown type".to_string(),
+    }
+}
+
+/// The value of an expression without variables (`None` if it has any, or fails).
+pub(crate) fn const_eval(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Int(v) => Some(*v as i64),
+        Expr::Unary(UnaryOp::Neg, x) => const_eval(x).map(|v| -v),
+        Expr::Binary(op, a, b) => {
+            let (a, b) = (const_eval(a)?, const_eval(b)?);
+            match op {
+                BinaryOp::Add => a.checked_add(b),
+                BinaryOp::Sub => a.checked_sub(b),
+                BinaryOp::Mul => a.checked_mul(b),
+                BinaryOp::Div => a.checked_div(b),
+                BinaryOp::Mod => a.checked_rem(b),
+                BinaryOp::Min => Some(a.min(b)),
+                BinaryOp::Max => Some(a.max(b)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Every variable an expression reads.
+pub(super) fn vars_of(e: &Expr, out: &mut Vec<VarId>) {
+    match e {
+        Expr::Int(_) | Expr::Bool(_) => {}
+        Expr::Var(v) => out.push(*v),
+        Expr::Unary(_, x) => vars_of(x, out),
+        Expr::Binary(_, a, b) => {
+            vars_of(a, out);
+            vars_of(b, out);
+        }
+        Expr::Select(c, a, b) => {
+            vars_of(c, out);
+            vars_of(a, out);
+            vars_of(b, out);
+        }
+    }
+}
+
+impl Checker<'_> {
+    /// The type of `e`, reporting every error in it; `None` when it has none to give.
+    pub(super) fn expr_ty(&mut self, e: &Expr, span: SpanId) -> Option<ScalarType> {
+        use ScalarType::{Bool, I32};
+        match e {
+            Expr::Int(_) => Some(I32),
+            Expr::Bool(_) => Some(Bool),
+            Expr::Var(v) => match self.use_var(*v, span)? {
+                VarType::Scalar(s) => Some(*s),
+                VarType::Unknown => None,
+                other => {
+                    let msg = format!(
+                        "{} is {} and cannot be used in a scalar expression",
+                        self.name(*v),
+                        describe(other)
+                    );
+                    self.err(span, msg);
+                    None
+                }
+            },
+            Expr::Unary(op, x) => {
+                let t = self.expr_ty(x, span);
+                let (want, sym) = match op {
+                    UnaryOp::Neg => (I32, "-"),
+                    UnaryOp::Not => (Bool, "!"),
+                };
+                if let Some(t) = t.filter(|t| *t != want) {
+                    self.err(
+                        span,
+                        format!("`{sym}` needs a {} operand, found {}", want.name(), t.name()),
+                    );
+                }
+                Some(want)
+            }
+            Expr::Binary(op, a, b) => {
+                let ta = self.expr_ty(a, span);
+                let tb = self.expr_ty(b, span);
+                let (operand, result) = match op {
+                    BinaryOp::Add
+                    | BinaryOp::Sub
+                    | BinaryOp::Mul
+                    | BinaryOp::Div
+                    | BinaryOp::Mod
+                    | BinaryOp::Min
+                    | BinaryOp::Max => (Some(I32), I32),
+                    BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => (Some(I32), Bool),
+                    BinaryOp::And | BinaryOp::Or => (Some(Bool), Bool),
+                    BinaryOp::Eq | BinaryOp::Ne => (None, Bool),
+                };
+                let (ta, tb) = (ta?, tb?);
+                let sym = op.symbol();
+                match operand {
+                    Some(want) if ta != want || tb != want => self.err(
+                        span,
+                        format!(
+                            "`{sym}` needs {} operands, found {} and {}",
+                            want.name(),
+                            ta.name(),
+                            tb.name()
+                        ),
+                    ),
+                    None if ta != tb => self.err(
+                        span,
+                        format!(
+                            "`{sym}` compares values of different types ({} and {})",
+                            ta.name(),
+                            tb.name()
+                        ),
+                    ),
+                    _ => {}
+                }
+                Some(result)
+            }
+            Expr::Select(c, a, b) => {
+                self.expect_expr(c, Bool, span, "the condition of a select");
+                let ta = self.expr_ty(a, span);
+                let tb = self.expr_ty(b, span);
+                let (ta, tb) = (ta?, tb?);
+                if ta != tb {
+                    self.err(
+                        span,
+                        format!(
+                            "the branches of a select have different types ({} and {})",
+                            ta.name(),
+                            tb.name()
+                        ),
+                    );
+                }
+                Some(ta)
+            }
+        }
+    }
+
+    /// Check that `e` has type `want`; `what` names it in the message.
+    pub(super) fn expect_expr(&mut self, e: &Expr, want: ScalarType, span: SpanId, what: &str) {
+        if let Some(t) = self.expr_ty(e, span) {
+            if t != want {
+                self.err(
+                    span,
+                    format!("{what} must be {}, found {}", want.name(), t.name()),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,593 @@
+//! Per-instruction checks: memory scopes, ranks and static shapes, layouts, dtypes.
+
+use super::dot::{accumulator_for, broadcast_thread_local, plan_dot};
+use super::expr::describe;
+use super::{const_eval, shared, Checker};
+use crate::dtype::Kind;
+use crate::ir::{
+    ElementOp, Expr, GlobalType, Instruction, Operand, RegisterType, ScalarType, SharedType,
+    SpanId, VarId, VarType,
+};
+use crate::layout::{Layout, SharedLayout};
+
+impl<'p> Checker<'p> {
+    /// Read an operand that must be in one scope; reports a scope error and returns `None`
+    /// otherwise (silently for `Unknown`, whose cause is reported where it arose).
+    fn operand<T: 'p>(
+        &mut self,
+        v: VarId,
+        span: SpanId,
+        instr: &str,
+        role: &str,
+        want: &str,
+        pick: fn(&'p VarType) -> Option<&'p T>,
+    ) -> Option<&'p T> {
+        let ty = self.use_var(v, span)?;
+        if let Some(x) = pick(ty) {
+            return Some(x);
+        }
+        if *ty != VarType::Unknown {
+            let msg = format!(
+                "{instr}: {role} {} must be {want}, but it is {}",
+                self.name(v),
+                describe(ty)
+            );
+            self.err(span, msg);
+        }
+        None
+    }
+
+    fn reg(&mut self, v: VarId, span: SpanId, instr: &str, role: &str) -> Option<&'p RegisterType> {
+        self.operand(v, span, instr, role, "a register tensor", VarType::as_register)
+    }
+
+    fn shared_op(
+        &mut self,
+        v: VarId,
+        span: SpanId,
+        instr: &str,
+        role: &str,
+    ) -> Option<&'p SharedType> {
+        self.operand(v, span, instr, role, "a shared tensor", VarType::as_shared)
+    }
+
+    fn global(&mut self, v: VarId, span: SpanId, instr: &str, role: &str) -> Option<&'p GlobalType> {
+        self.operand(v, span, instr, role, "a global tensor", VarType::as_global)
+    }
+
+    /// Record that `out` is written here with type `ty` (`None`: unknown, already reported).
+    fn define(&mut self, out: VarId, ty: Option<VarType>, span: SpanId, instr: &str) {
+        let p = self.p;
+        let Some(var) = p.vars.get(out.0 as usize) else {
+            self.err(span, format!("{instr} writes unknown variable id {}", out.0));
+            return;
+        };
+        if let Some(ty) = ty {
+            if var.ty != ty {
+                let (declared, produced) = (describe(&var.ty), describe(&ty));
+                let extra = if declared == produced {
+                    " (the layouts differ)"
+                } else {
+                    ""
+                };
+                self.err(
+                    span,
+                    format!(
+                        "{instr}: `{}` is {declared}, but {instr} produces {produced}{extra}",
+                        var.name
+                    ),
+                );
+            }
+        }
+        self.defined[out.0 as usize] = true;
+    }
+
+    /// A register layout must span the block's threads or a divisor of them (replication).
+    fn check_layout(&mut self, layout: &Layout, span: SpanId, what: &str) {
+        let bt = self.block_threads;
+        if bt == 0 {
+            return;
+        }
+        let t = layout.num_threads();
+        if t == 0 || bt % t != 0 {
+            self.err(
+                span,
+                format!(
+                    "{what}: the layout spans {t} threads, which is neither the block's {bt} threads nor a divisor of them"
+                ),
+            );
+        }
+    }
+
+    fn offsets(&mut self, offset: &[Expr], span: SpanId, instr: &str) {
+        for e in offset {
+            self.expect_expr(e, ScalarType::I32, span, &format!("an offset of {instr}"));
+        }
+    }
+
+    /// A rank-`r` tile at `offset` covers the trailing `r` dims of `tensor` (extents `dims`,
+    /// `None` where unknown until run time). Unmasked (shared) accesses must also stay inside
+    /// for constant offsets.
+    #[allow(clippy::too_many_arguments)]
+    fn check_tile(
+        &mut self,
+        instr: &str,
+        tensor: VarId,
+        tile: &[usize],
+        dims: &[Option<i64>],
+        offset: &[Expr],
+        span: SpanId,
+        masked: bool,
+    ) {
+        let name = self.name(tensor);
+        let show = |d: &[Option<i64>]| {
+            let parts: Vec<String> = d
+                .iter()
+                .map(|x| x.map_or("?".to_string(), |v| v.to_string()))
+                .collect();
+            format!("[{}]", parts.join(", "))
+        };
+        if offset.len() != dims.len() {
+            self.err(
+                span,
+                format!(
+                    "{instr}: the offset has rank {} but {name} has rank {}",
+                    offset.len(),
+                    dims.len()
+                ),
+            );
+        }
+        if tile.len() > dims.len() {
+            self.err(
+                span,
+                format!(
+                    "{instr}: a tile of shape {tile:?} has a higher rank than {name} of rank {}",
+                    dims.len()
+                ),
+            );
+            return;
+        }
+        let lead = dims.len() - tile.len();
+        let too_big = tile
+            .iter()
+            .zip(&dims[lead..])
+            .any(|(&t, d)| matches!(d, Some(d) if t as i64 > *d));
+        if too_big {
+            self.err(
+                span,
+                format!(
+                    "{instr}: the tile {tile:?} is larger than the trailing dims {} of {name}",
+                    show(&dims[lead..])
+                ),
+            );
+            return;
+        }
+        if masked || offset.len() != dims.len() {
+            return;
+        }
+        for (d, (o, ext)) in offset.iter().zip(dims).enumerate() {
+            let extent = if d < lead { 1 } else { tile[d - lead] as i64 };
+            if let (Some(o), Some(ext)) = (const_eval(o), ext) {
+                if o < 0 || o + extent > *ext {
+                    let offs: Vec<Option<i64>> = offset.iter().map(const_eval).collect();
+                    self.err(
+                        span,
+                        format!(
+                            "{instr}: the tile {tile:?} at offset {} lies outside {name} of shape {}",
+                            show(&offs),
+                            show(dims)
+                        ),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn same_dtype(&mut self, span: SpanId, instr: &str, x: VarId, xd: crate::DType, y: VarId, yd: crate::DType) {
+        if xd != yd {
+            let (xn, yn) = (self.name(x), self.name(y));
+            self.err(
+                span,
+                format!("{instr}: {xn} holds {xd} but {yn} holds {yd}; the dtypes must match"),
+            );
+        }
+    }
+
+    pub(super) fn instr(&mut self, ins: &Instruction, span: SpanId) {
+        let name = ins.name();
+        match ins {
+            Instruction::BlockIndices { outs } => {
+                if outs.len() != self.p.grid.len() {
+                    self.err(
+                        span,
+                        format!(
+                            "block_indices binds {} indices, but the grid has {} dimensions",
+                            outs.len(),
+                            self.p.grid.len()
+                        ),
+                    );
+                }
+                for &o in outs {
+                    self.define(o, Some(VarType::Scalar(ScalarType::I32)), span, name);
+                }
+            }
+            Instruction::AllocateGlobal { out, dtype, shape } => {
+                for e in shape {
+                    self.expect_expr(e, ScalarType::I32, span, "an extent of allocate_global");
+                }
+                let ty = VarType::Global(GlobalType {
+                    dtype: *dtype,
+                    ptr: *out,
+                    mutable: true,
+                    shape: shape.clone(),
+                });
+                self.define(*out, Some(ty), span, name);
+            }
+            Instruction::AllocateShared { out, dtype, layout } => {
+                let on = self.name(*out);
+                if layout.strides.len() != layout.shape.len() {
+                    self.err(
+                        span,
+                        format!(
+                            "allocate_shared {on}: shape {:?} has {} dims but the layout has {} strides",
+                            layout.shape,
+                            layout.shape.len(),
+                            layout.strides.len()
+                        ),
+                    );
+                } else if layout.shape.is_empty() || layout.shape.contains(&0) {
+                    self.err(
+                        span,
+                        format!("allocate_shared {on}: shape {:?} is empty", layout.shape),
+                    );
+                } else {
+                    self.shared
+                        .push((*out, shared::allocation_bytes(*dtype, layout)));
+                }
+                let ty = VarType::Shared(SharedType {
+                    dtype: *dtype,
+                    layout: layout.clone(),
+                });
+                self.define(*out, Some(ty), span, name);
+            }
+            Instruction::AllocateRegister {
+                out,
+                dtype,
+                layout,
+                init,
+            } => {
+                let what = format!("register tensor {}", self.name(*out));
+                self.check_layout(layout, span, &what);
+                if init.is_some_and(f64::is_nan) {
+                    self.err(span, format!("{what}: NaN is not a valid initial value"));
+                }
+                let ty = VarType::Register(RegisterType {
+                    dtype: *dtype,
+                    layout: layout.clone(),
+                });
+                self.define(*out, Some(ty), span, name);
+            }
+            Instruction::ViewGlobal {
+                out,
+                ptr,
+                dtype,
+                shape,
+            } => {
+                for e in shape {
+                    self.expect_expr(e, ScalarType::I32, span, "an extent of view_global");
+                }
+                let mutable = match self.use_var(*ptr, span) {
+                    Some(VarType::Pointer { mutable, .. }) => Some(*mutable),
+                    Some(VarType::Unknown) | None => None,
+                    Some(other) => {
+                        let msg = format!(
+                            "view_global: {} must be a pointer parameter, but it is {}",
+                            self.name(*ptr),
+                            describe(other)
+                        );
+                        self.err(span, msg);
+                        None
+                    }
+                };
+                let ty = mutable.map(|mutable| {
+                    VarType::Global(GlobalType {
+                        dtype: *dtype,
+                        ptr: *ptr,
+                        mutable,
+                        shape: shape.clone(),
+                    })
+                });
+                self.define(*out, ty, span, name);
+            }
+            Instruction::LoadGlobal {
+                out,
+                src,
+                offset,
+                layout,
+            } => {
+                self.offsets(offset, span, name);
+                let what = format!("load_global into {}", self.name(*out));
+                self.check_layout(layout, span, &what);
+                let g = self.global(*src, span, name, "the source");
+                let ty = g.map(|g| {
+                    let dims: Vec<Option<i64>> = g.shape.iter().map(const_eval).collect();
+                    self.check_tile(name, *src, layout.shape(), &dims, offset, span, true);
+                    VarType::Register(RegisterType {
+                        dtype: g.dtype,
+                        layout: layout.clone(),
+                    })
+                });
+                self.define(*out, ty, span, name);
+            }
+            Instruction::StoreGlobal { src, dst, offset } => {
+                self.offsets(offset, span, name);
+                let r = self.reg(*src, span, name, "the stored value");
+                let g = self.global(*dst, span, name, "the destination");
+                if let Some(g) = g {
+                    if !g.mutable {
+                        let msg = format!(
+                            "store_global: {} is a view of read-only pointer {}; stores need a mutable pointer",
+                            self.name(*dst),
+                            self.name(g.ptr)
+                        );
+                        self.err(span, msg);
+                    }
+                }
+                if let (Some(r), Some(g)) = (r, g) {
+                    self.same_dtype(span, name, *src, r.dtype, *dst, g.dtype);
+                    let dims: Vec<Option<i64>> = g.shape.iter().map(const_eval).collect();
+                    self.check_tile(name, *dst, r.layout.shape(), &dims, offset, span, true);
+                }
+            }
+            Instruction::LoadShared {
+                out,
+                src,
+                offset,
+                layout,
+            } => {
+                self.offsets(offset, span, name);
+                let what = format!("load_shared into {}", self.name(*out));
+                self.check_layout(layout, span, &what);
+                let s = self.shared_op(*src, span, name, "the source");
+                let ty = s.map(|s| {
+                    let dims = static_dims(&s.layout);
+                    self.check_tile(name, *src, layout.shape(), &dims, offset, span, false);
+                    VarType::Register(RegisterType {
+                        dtype: s.dtype,
+                        layout: layout.clone(),
+                    })
+                });
+                self.define(*out, ty, span, name);
+            }
+            Instruction::StoreShared { src, dst, offset } => {
+                self.offsets(offset, span, name);
+                let r = self.reg(*src, span, name, "the stored value");
+                let s = self.shared_op(*dst, span, name, "the destination");
+                if let (Some(r), Some(s)) = (r, s) {
+                    self.same_dtype(span, name, *src, r.dtype, *dst, s.dtype);
+                    let dims = static_dims(&s.layout);
+                    self.check_tile(name, *dst, r.layout.shape(), &dims, offset, span, false);
+                }
+            }
+            Instruction::SliceShared {
+                out,
+                src,
+                offset,
+                shape,
+            } => {
+                self.offsets(offset, span, name);
+                let s = self.shared_op(*src, span, name, "the source");
+                let ty = s.map(|s| {
+                    let dims = static_dims(&s.layout);
+                    self.check_tile(name, *src, shape, &dims, offset, span, false);
+                    let skip = s.layout.strides.len().saturating_sub(shape.len());
+                    VarType::Shared(SharedType {
+                        dtype: s.dtype,
+                        layout: SharedLayout {
+                            shape: shape.clone(),
+                            strides: s.layout.strides[skip..].to_vec(),
+                            swizzle: s.layout.swizzle,
+                        },
+                    })
+                });
+                self.define(*out, ty, span, name);
+            }
+            Instruction::CopyAsync {
+                dst,
+                src,
+                src_offset,
+            } => {
+                self.offsets(src_offset, span, name);
+                let d = self.operand(
+                    *dst,
+                    span,
+                    name,
+                    "the destination",
+                    "a shared tensor (copy_async copies global memory into shared memory)",
+                    VarType::as_shared,
+                );
+                let g = self.operand(
+                    *src,
+                    span,
+                    name,
+                    "the source",
+                    "a global tensor (copy_async copies global memory into shared memory)",
+                    VarType::as_global,
+                );
+                if let (Some(d), Some(g)) = (d, g) {
+                    self.same_dtype(span, name, *dst, d.dtype, *src, g.dtype);
+                    let dims: Vec<Option<i64>> = g.shape.iter().map(const_eval).collect();
+                    self.check_tile(name, *src, &d.layout.shape, &dims, src_offset, span, true);
+                }
+            }
+            Instruction::CopyAsyncCommitGroup
+            | Instruction::CopyAsyncWaitGroup { .. }
+            | Instruction::Synchronize
+            | Instruction::Exit => {}
+            Instruction::Binary { out, op, lhs, rhs } => {
+                let l = self.reg(*lhs, span, name, "the left operand");
+                match rhs {
+                    Operand::Tensor(r) => {
+                        let rr = self.reg(*r, span, name, "the right operand");
+                        if let (Some(l), Some(rr)) = (l, rr) {
+                            self.same_dtype(span, name, *lhs, l.dtype, *r, rr.dtype);
+                            if self.block_threads > 0 {
+                                if let Err(e) = broadcast_thread_local(
+                                    &l.layout,
+                                    &rr.layout,
+                                    self.block_threads,
+                                ) {
+                                    let msg = format!(
+                                        "{name}: {} cannot be broadcast to {} in registers: {e}",
+                                        self.name(*r),
+                                        self.name(*lhs)
+                                    );
+                                    self.err(span, msg);
+                                }
+                            }
+                        }
+                    }
+                    Operand::Scalar(e) => {
+                        self.expect_expr(e, ScalarType::I32, span, "a scalar operand")
+                    }
+                    Operand::Imm(v) => {
+                        if v.is_nan() {
+                            self.err(span, format!("{name}: NaN is not a valid immediate"));
+                        }
+                    }
+                }
+                if let Some(l) = l {
+                    if *op == ElementOp::Mod && l.dtype.kind() == Kind::Float {
+                        let msg = format!(
+                            "mod is defined for integer tensors, but {} holds {}",
+                            self.name(*lhs),
+                            l.dtype
+                        );
+                        self.err(span, msg);
+                    }
+                }
+                self.define(*out, l.map(|l| VarType::Register(l.clone())), span, name);
+            }
+            Instruction::Neg { out, x } => {
+                let r = self.reg(*x, span, name, "the operand");
+                if let Some(r) = r.filter(|r| r.dtype.kind() == Kind::UInt) {
+                    let msg = format!("neg of unsigned {} tensor {}", r.dtype, self.name(*x));
+                    self.err(span, msg);
+                }
+                self.define(*out, r.map(|r| VarType::Register(r.clone())), span, name);
+            }
+            Instruction::Cast { out, x, dtype } => {
+                let r = self.reg(*x, span, name, "the operand");
+                let ty = r.map(|r| {
+                    VarType::Register(RegisterType {
+                        dtype: *dtype,
+                        layout: r.layout.clone(),
+                    })
+                });
+                self.define(*out, ty, span, name);
+            }
+            Instruction::View {
+                out,
+                x,
+                dtype,
+                layout,
+            } => {
+                let what = format!("view {}", self.name(*out));
+                self.check_layout(layout, span, &what);
+                if let Some(r) = self.reg(*x, span, name, "the operand") {
+                    let (xn, on) = (self.name(*x), self.name(*out));
+                    let (xt, ot) = (r.layout.num_threads(), layout.num_threads());
+                    if xt != ot {
+                        self.err(
+                            span,
+                            format!("view: {on} spreads over {ot} threads but {xn} over {xt}; a view keeps the thread count"),
+                        );
+                    }
+                    let (xl, xb) = (r.layout.num_locals(), r.dtype.bits() as usize);
+                    let (ol, ob) = (layout.num_locals(), dtype.bits() as usize);
+                    if xl * xb != ol * ob {
+                        self.err(
+                            span,
+                            format!(
+                                "view: each thread holds {} bits of {xn} ({xl} x {}) but {on} needs {} bits ({ol} x {dtype})",
+                                xl * xb,
+                                r.dtype,
+                                ol * ob
+                            ),
+                        );
+                    }
+                }
+                let ty = VarType::Register(RegisterType {
+                    dtype: *dtype,
+                    layout: layout.clone(),
+                });
+                self.define(*out, Some(ty), span, name);
+            }
+            Instruction::Dot { out, a, b, c } => self.check_dot(*out, *a, *b, *c, span),
+            Instruction::Print { x, .. } => match x {
+                Operand::Tensor(v) => {
+                    self.use_var(*v, span);
+                }
+                Operand::Scalar(e) => {
+                    self.expr_ty(e, span);
+                }
+                Operand::Imm(_) => {}
+            },
+        }
+    }
+
+    fn check_dot(&mut self, out: VarId, a: VarId, b: VarId, c: VarId, span: SpanId) {
+        let ra = self.reg(a, span, "dot", "the left operand");
+        let rb = self.reg(b, span, "dot", "the right operand");
+        let rc = self.reg(c, span, "dot", "the accumulator");
+        if let (Some(ra), Some(rb), Some(rc)) = (ra, rb, rc) {
+            let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
+            let (sa, sb, sc) = (ra.layout.shape(), rb.layout.shape(), rc.layout.shape());
+            let shapes_ok = sa.len() == 2
+                && sb.len() == 2
+                && sc.len() == 2
+                && sa[1] == sb[0]
+                && sa[0] == sc[0]
+                && sb[1] == sc[1];
+            if !shapes_ok {
+                self.err(
+                    span,
+                    format!("dot: shapes do not agree: {an} is {sa:?}, {bn} is {sb:?}, {cn} is {sc:?}; expected [m, k] x [k, n] + [m, n]"),
+                );
+            }
+            let mut types_ok = true;
+            if ra.dtype != rb.dtype {
+                types_ok = false;
+                self.err(
+                    span,
+                    format!("dot: {an} holds {} but {bn} holds {}; the operands must have the same dtype", ra.dtype, rb.dtype),
+                );
+            } else if rc.dtype != accumulator_for(ra.dtype) {
+                types_ok = false;
+                self.err(
+                    span,
+                    format!(
+                        "dot: the accumulator {cn} must be {} for {} operands, but it is {}",
+                        accumulator_for(ra.dtype),
+                        ra.dtype,
+                        rc.dtype
+                    ),
+                );
+            }
+            if shapes_ok && types_ok && self.block_threads > 0 {
+                if let Err(reason) = plan_dot(ra, rb, rc, self.block_threads) {
+                    self.err(
+                        span,
+                        format!("dot: no thread-level or warp-level implementation serves the layouts of {an}, {bn} and {cn} ({reason})"),
+                    );
+                }
+            }
+        }
+        self.define(out, rc.map(|c| VarType::Register(c.clone())), span, "dot");
+    }
+}
+
+fn static_dims(layout: &SharedLayout) -> Vec<Option<i64>> {
+    layout.shape.iter().map(|&d| Some(d as i64)).collect()
+}

@@ -1,0 +1,33 @@
+//! Shared-memory addressing and sizes, used by the verifier (the per-block total) and the
+//! interpreter (the bump allocator), so both agree byte for byte.
+//!
+//! A shared tensor is an allocation plus the unswizzled element offset `base` of its first
+//! element (0, or where a `slice_shared` starts). Element `index` lives at
+//! `swizzle(base + sum(index[d] * strides[d]))`: a slice is swizzled as part of the whole
+//! allocation, exactly like `SharedLayout::offset` of the allocation would place it.
+
+use crate::layout::SharedLayout;
+use crate::DType;
+
+/// Every shared tensor starts at a multiple of 16 bytes (cp.async 16B and ldmatrix need it).
+pub(crate) const SHARED_ALIGN: usize = 16;
+
+/// Element offset (from the allocation's start) of `index` of a tensor whose first element is
+/// at unswizzled offset `base` of its allocation.
+pub(crate) fn element_offset(layout: &SharedLayout, base: usize, index: &[usize]) -> usize {
+    let linear: usize = index
+        .iter()
+        .zip(&layout.strides)
+        .map(|(i, s)| i * s)
+        .sum();
+    layout
+        .swizzle
+        .map_or(base + linear, |s| s.apply(base + linear))
+}
+
+/// Bytes one `allocate_shared` takes, including the alignment padding that follows it.
+pub(crate) fn allocation_bytes(dtype: DType, layout: &SharedLayout) -> usize {
+    (layout.size() * dtype.bits() as usize)
+        .div_ceil(8)
+        .next_multiple_of(SHARED_ALIGN)
+}
