@@ -69,11 +69,20 @@ host_element!(
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     #[error("kernel `{kernel}` has no configuration {config} in its space")]
-    NotInSpace { kernel: &'static str, config: String },
+    NotInSpace {
+        kernel: &'static str,
+        config: String,
+    },
     #[error("kernel `{kernel}` has no CUDA source for {config} (code generation was unavailable when it was built)")]
-    NoSource { kernel: &'static str, config: String },
+    NoSource {
+        kernel: &'static str,
+        config: String,
+    },
     #[error("embedded data of kernel `{kernel}` is corrupt: {message}")]
-    Corrupt { kernel: &'static str, message: String },
+    Corrupt {
+        kernel: &'static str,
+        message: String,
+    },
     #[error("kernel `{kernel}` ({config}) failed at {location}: {message}")]
     Interp {
         kernel: &'static str,

@@ -86,7 +86,11 @@ fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
 }
 
 fn rel_err(out: &[f64], reference: &[f64]) -> f64 {
-    let num: f64 = out.iter().zip(reference).map(|(o, r)| (o - r).powi(2)).sum();
+    let num: f64 = out
+        .iter()
+        .zip(reference)
+        .map(|(o, r)| (o - r).powi(2))
+        .sum();
     let den: f64 = reference.iter().map(|r| r * r).sum();
     assert!(den > 0.0, "reference is all zeros");
     (num / den).sqrt()
@@ -112,7 +116,11 @@ fn relayout(w: &[i64], k: usize, n: usize, weight: DType, bk: usize, bn: usize) 
     ];
     run(&program, &mut args).unwrap();
     let bytes = take(&args[3]).to_vec();
-    assert_eq!(bytes, host_relayout(w, k, n, bits, bk, bn), "relayout bytes differ");
+    assert_eq!(
+        bytes,
+        host_relayout(w, k, n, bits, bk, bn),
+        "relayout bytes differ"
+    );
     bytes
 }
 

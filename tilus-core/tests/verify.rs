@@ -1,8 +1,7 @@
 //! Every rejection of the verifier, each at the span of the offending statement.
 
 use tilus_core::ir::{
-    BinaryOp, ElementOp, Expr, Operand, Program, ProgramBuilder, ScalarType, SpanId, VarId,
-    VarType,
+    BinaryOp, ElementOp, Expr, Operand, Program, ProgramBuilder, ScalarType, SpanId, VarId, VarType,
 };
 use tilus_core::layout::{parse, Layout, SharedLayout};
 use tilus_core::verify::{plan_dot, verify, Diagnostic, DotPlan, MmaKind, Target};
@@ -64,9 +63,16 @@ fn ok(p: &Program) {
 fn accepts_a_small_valid_program() {
     let mut k = kernel(128);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.b.view_global("g", _a, DType::F16, vec![_m.into(), Expr::Int(64)]);
-    let x = k.b.load_global("x", g, l("spatial(16,8).local(1,8)"), vec![0.into(), 0.into()]);
-    let gc = k.b.view_global("gc", _c, DType::F16, vec![_m.into(), Expr::Int(64)]);
+    let g =
+        k.b.view_global("g", _a, DType::F16, vec![_m.into(), Expr::Int(64)]);
+    let x = k.b.load_global(
+        "x",
+        g,
+        l("spatial(16,8).local(1,8)"),
+        vec![0.into(), 0.into()],
+    );
+    let gc =
+        k.b.view_global("gc", _c, DType::F16, vec![_m.into(), Expr::Int(64)]);
     k.b.store_global(x, gc, vec![0.into(), 0.into()]);
     ok(&k.finish());
 }
@@ -110,7 +116,11 @@ fn rejects_grid_over_non_parameters() {
     let x = k.at(3).let_("x", ScalarType::I32, Expr::Int(2));
     k.b.grid(vec![Expr::from(x)]);
     let d = diags(&k.finish());
-    assert!(d[0].message.contains("uses `x`, which is not a kernel parameter"), "{d:#?}");
+    assert!(
+        d[0].message
+            .contains("uses `x`, which is not a kernel parameter"),
+        "{d:#?}"
+    );
 }
 
 #[test]
@@ -136,7 +146,9 @@ fn rejects_use_before_definition() {
     let d = diags(&k.finish());
     assert_eq!(d.len(), 2, "{d:#?}");
     assert_eq!(d[0].span, SpanId(5));
-    assert!(d[0].message.contains("`later` is used before it is defined"));
+    assert!(d[0]
+        .message
+        .contains("`later` is used before it is defined"));
     assert_eq!(d[1].span, SpanId(6));
 }
 
@@ -148,8 +160,13 @@ fn rejects_use_outside_the_defining_block() {
     k.at(2).for_range("i", 0.into(), 4.into(), |b, i| {
         inner = Some(b.let_("sq", ScalarType::I32, Expr::from(i) * i));
     });
-    k.at(7).let_("after", ScalarType::I32, Expr::from(inner.unwrap()));
-    one(&k.finish(), 7, &["`sq` is used before it is defined (or outside the block"]);
+    k.at(7)
+        .let_("after", ScalarType::I32, Expr::from(inner.unwrap()));
+    one(
+        &k.finish(),
+        7,
+        &["`sq` is used before it is defined (or outside the block"],
+    );
 }
 
 #[test]
@@ -157,16 +174,28 @@ fn rejects_scalar_type_errors() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
     k.at(1).if_else(Expr::Int(1), |_| {}, |_| {});
-    k.at(2).let_("bad", ScalarType::I32, Expr::binary(BinaryOp::Add, Expr::Bool(true), 1));
+    k.at(2).let_(
+        "bad",
+        ScalarType::I32,
+        Expr::binary(BinaryOp::Add, Expr::Bool(true), 1),
+    );
     k.at(3).while_(Expr::from(_m), |_| {});
     k.at(4).let_("flag", ScalarType::Bool, Expr::Int(3));
     let d = diags(&k.finish());
     let spans: Vec<u32> = d.iter().map(|d| d.span.0).collect();
     assert_eq!(spans, vec![1, 2, 3, 4], "{d:#?}");
-    assert!(d[0].message.contains("condition of an if must be bool, found i32"));
-    assert!(d[1].message.contains("`+` needs i32 operands, found bool and i32"));
-    assert!(d[2].message.contains("condition of a while loop must be bool"));
-    assert!(d[3].message.contains("let `flag`: the variable is bool but the value is i32"));
+    assert!(d[0]
+        .message
+        .contains("condition of an if must be bool, found i32"));
+    assert!(d[1]
+        .message
+        .contains("`+` needs i32 operands, found bool and i32"));
+    assert!(d[2]
+        .message
+        .contains("condition of a while loop must be bool"));
+    assert!(d[3]
+        .message
+        .contains("let `flag`: the variable is bool but the value is i32"));
 }
 
 #[test]
@@ -175,7 +204,14 @@ fn rejects_tensor_in_scalar_expression() {
     let (_m, _a, _c) = (k.m, k.a, k.c);
     let g = k.at(1).view_global("g", _a, DType::F16, vec![Expr::Int(8)]);
     k.at(2).let_("x", ScalarType::I32, Expr::from(g) + 1);
-    one(&k.finish(), 2, &["`g` is a global f16 tensor", "cannot be used in a scalar expression"]);
+    one(
+        &k.finish(),
+        2,
+        &[
+            "`g` is a global f16 tensor",
+            "cannot be used in a scalar expression",
+        ],
+    );
 }
 
 #[test]
@@ -203,27 +239,49 @@ fn rejects_block_indices_of_wrong_rank() {
 fn rejects_load_global_from_shared() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let s = k.at(1).allocate_shared("s", DType::F16, SharedLayout::row_major(&[32]));
-    k.at(2).load_global("x", s, l("spatial(32)"), vec![0.into()]);
-    one(&k.finish(), 2, &["load_global: the source `s` must be a global tensor, but it is a shared"]);
+    let s = k
+        .at(1)
+        .allocate_shared("s", DType::F16, SharedLayout::row_major(&[32]));
+    k.at(2)
+        .load_global("x", s, l("spatial(32)"), vec![0.into()]);
+    one(
+        &k.finish(),
+        2,
+        &["load_global: the source `s` must be a global tensor, but it is a shared"],
+    );
 }
 
 #[test]
 fn rejects_copy_async_into_registers() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("g", _a, DType::F16, vec![Expr::Int(32)]);
-    let r = k.at(2).allocate_register("r", DType::F16, l("spatial(32)"), None);
+    let g = k
+        .at(1)
+        .view_global("g", _a, DType::F16, vec![Expr::Int(32)]);
+    let r = k
+        .at(2)
+        .allocate_register("r", DType::F16, l("spatial(32)"), None);
     k.at(3).copy_async(r, g, vec![0.into()]);
-    one(&k.finish(), 3, &["destination `r` must be a shared tensor", "but it is a register f16[32] tensor"]);
+    one(
+        &k.finish(),
+        3,
+        &[
+            "destination `r` must be a shared tensor",
+            "but it is a register f16[32] tensor",
+        ],
+    );
 }
 
 #[test]
 fn rejects_store_to_read_only_view() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("ga", _a, DType::F16, vec![Expr::Int(32)]);
-    let r = k.at(2).allocate_register("r", DType::F16, l("spatial(32)"), Some(1.0));
+    let g = k
+        .at(1)
+        .view_global("ga", _a, DType::F16, vec![Expr::Int(32)]);
+    let r = k
+        .at(2)
+        .allocate_register("r", DType::F16, l("spatial(32)"), Some(1.0));
     k.at(3).store_global(r, g, vec![0.into()]);
     one(&k.finish(), 3, &["`ga` is a view of read-only pointer `a`"]);
 }
@@ -241,11 +299,21 @@ fn rejects_view_global_of_non_pointer() {
 fn rejects_dot_on_shared_operands() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let s = k.at(1).allocate_shared("sa", DType::F16, SharedLayout::row_major(&[16, 16]));
-    let rb = k.at(2).allocate_register("rb", DType::F16, programs::mma_b(), Some(1.0));
-    let acc = k.at(3).allocate_register("acc", DType::F32, programs::mma_c(), Some(0.0));
+    let s = k
+        .at(1)
+        .allocate_shared("sa", DType::F16, SharedLayout::row_major(&[16, 16]));
+    let rb = k
+        .at(2)
+        .allocate_register("rb", DType::F16, programs::mma_b(), Some(1.0));
+    let acc = k
+        .at(3)
+        .allocate_register("acc", DType::F32, programs::mma_c(), Some(0.0));
     k.at(4).dot(acc, s, rb, acc);
-    one(&k.finish(), 4, &["dot: the left operand `sa` must be a register tensor"]);
+    one(
+        &k.finish(),
+        4,
+        &["dot: the left operand `sa` must be a register tensor"],
+    );
 }
 
 // ---- shapes --------------------------------------------------------------------------------
@@ -254,26 +322,43 @@ fn rejects_dot_on_shared_operands() {
 fn rejects_offsets_of_wrong_rank() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("g", _a, DType::F16, vec![_m.into(), Expr::Int(64)]);
-    k.at(2).load_global("x", g, l("spatial(4,8)"), vec![0.into()]);
-    one(&k.finish(), 2, &["the offset has rank 1 but `g` has rank 2"]);
+    let g = k
+        .at(1)
+        .view_global("g", _a, DType::F16, vec![_m.into(), Expr::Int(64)]);
+    k.at(2)
+        .load_global("x", g, l("spatial(4,8)"), vec![0.into()]);
+    one(
+        &k.finish(),
+        2,
+        &["the offset has rank 1 but `g` has rank 2"],
+    );
 }
 
 #[test]
 fn rejects_tile_larger_than_static_trailing_dims() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("g", _a, DType::F16, vec![_m.into(), Expr::Int(8)]);
-    k.at(2).load_global("x", g, l("spatial(2,16)"), vec![0.into(), 0.into()]);
-    one(&k.finish(), 2, &["tile [2, 16] is larger than the trailing dims [?, 8] of `g`"]);
+    let g = k
+        .at(1)
+        .view_global("g", _a, DType::F16, vec![_m.into(), Expr::Int(8)]);
+    k.at(2)
+        .load_global("x", g, l("spatial(2,16)"), vec![0.into(), 0.into()]);
+    one(
+        &k.finish(),
+        2,
+        &["tile [2, 16] is larger than the trailing dims [?, 8] of `g`"],
+    );
 }
 
 #[test]
 fn rejects_tile_of_higher_rank() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("g", _a, DType::F16, vec![Expr::Int(64)]);
-    k.at(2).load_global("x", g, l("spatial(4,8)"), vec![0.into()]);
+    let g = k
+        .at(1)
+        .view_global("g", _a, DType::F16, vec![Expr::Int(64)]);
+    k.at(2)
+        .load_global("x", g, l("spatial(4,8)"), vec![0.into()]);
     one(&k.finish(), 2, &["higher rank than `g`"]);
 }
 
@@ -281,39 +366,71 @@ fn rejects_tile_of_higher_rank() {
 fn rejects_store_into_smaller_shared_tensor() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let s = k.at(1).allocate_shared("s", DType::F16, SharedLayout::row_major(&[4, 4]));
-    let r = k.at(2).allocate_register("r", DType::F16, l("spatial(4,8)"), Some(0.5));
+    let s = k
+        .at(1)
+        .allocate_shared("s", DType::F16, SharedLayout::row_major(&[4, 4]));
+    let r = k
+        .at(2)
+        .allocate_register("r", DType::F16, l("spatial(4,8)"), Some(0.5));
     k.at(3).store_shared(r, s, vec![0.into(), 0.into()]);
-    one(&k.finish(), 3, &["store_shared: the tile [4, 8] is larger than the trailing dims [4, 4] of `s`"]);
+    one(
+        &k.finish(),
+        3,
+        &["store_shared: the tile [4, 8] is larger than the trailing dims [4, 4] of `s`"],
+    );
 }
 
 #[test]
 fn rejects_shared_tile_outside_at_constant_offset() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let s = k.at(1).allocate_shared("s", DType::F16, SharedLayout::row_major(&[2, 8, 8]));
-    k.at(2).slice_shared("s2", s, vec![2.into(), 0.into(), 0.into()], vec![8, 8]);
-    one(&k.finish(), 2, &["slice_shared: the tile [8, 8] at offset [2, 0, 0] lies outside `s`"]);
+    let s = k
+        .at(1)
+        .allocate_shared("s", DType::F16, SharedLayout::row_major(&[2, 8, 8]));
+    k.at(2)
+        .slice_shared("s2", s, vec![2.into(), 0.into(), 0.into()], vec![8, 8]);
+    one(
+        &k.finish(),
+        2,
+        &["slice_shared: the tile [8, 8] at offset [2, 0, 0] lies outside `s`"],
+    );
 }
 
 #[test]
 fn rejects_binary_shapes_that_do_not_broadcast() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let x = k.at(1).allocate_register("x", DType::F32, l("spatial(4,8)"), Some(1.0));
-    let y = k.at(2).allocate_register("y", DType::F32, l("local(3)"), Some(1.0));
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("spatial(4,8)"), Some(1.0));
+    let y = k
+        .at(2)
+        .allocate_register("y", DType::F32, l("local(3)"), Some(1.0));
     k.at(3).binary("z", ElementOp::Add, x, Operand::Tensor(y));
-    one(&k.finish(), 3, &["add: `y` cannot be broadcast to `x`", "shape [3] does not broadcast to [4, 8]"]);
+    one(
+        &k.finish(),
+        3,
+        &[
+            "add: `y` cannot be broadcast to `x`",
+            "shape [3] does not broadcast to [4, 8]",
+        ],
+    );
 }
 
 #[test]
 fn rejects_store_and_copy_dtype_mismatch() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("gc", _c, DType::F16, vec![Expr::Int(32)]);
-    let r = k.at(2).allocate_register("r", DType::F32, l("spatial(32)"), Some(1.0));
+    let g = k
+        .at(1)
+        .view_global("gc", _c, DType::F16, vec![Expr::Int(32)]);
+    let r = k
+        .at(2)
+        .allocate_register("r", DType::F32, l("spatial(32)"), Some(1.0));
     k.at(3).store_global(r, g, vec![0.into()]);
-    let s = k.at(4).allocate_shared("s", DType::F32, SharedLayout::row_major(&[32]));
+    let s = k
+        .at(4)
+        .allocate_shared("s", DType::F32, SharedLayout::row_major(&[32]));
     k.at(5).copy_async(s, g, vec![0.into()]);
     let d = diags(&k.finish());
     assert_eq!(d.len(), 2, "{d:#?}");
@@ -328,11 +445,15 @@ fn rejects_store_and_copy_dtype_mismatch() {
 fn rejects_layout_threads_not_dividing_the_block() {
     let mut k = kernel(128);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    k.at(1).allocate_register("x", DType::F32, l("spatial(3,32)"), None);
-    k.at(2).allocate_register("y", DType::F32, l("spatial(16,16)"), None);
+    k.at(1)
+        .allocate_register("x", DType::F32, l("spatial(3,32)"), None);
+    k.at(2)
+        .allocate_register("y", DType::F32, l("spatial(16,16)"), None);
     let d = diags(&k.finish());
     assert_eq!(d.len(), 2, "{d:#?}");
-    assert!(d[0].message.contains("spans 96 threads, which is neither the block's 128 threads nor a divisor"));
+    assert!(d[0]
+        .message
+        .contains("spans 96 threads, which is neither the block's 128 threads nor a divisor"));
     assert!(d[1].message.contains("spans 256 threads"));
 }
 
@@ -340,8 +461,10 @@ fn rejects_layout_threads_not_dividing_the_block() {
 fn accepts_replicated_layouts() {
     let mut k = kernel(128);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    k.at(1).allocate_register("x", DType::F32, l("spatial(4,8)"), None);
-    k.at(2).allocate_register("y", DType::F32, l("reduce(spatial(4,32), [0])"), None);
+    k.at(1)
+        .allocate_register("x", DType::F32, l("spatial(4,8)"), None);
+    k.at(2)
+        .allocate_register("y", DType::F32, l("reduce(spatial(4,32), [0])"), None);
     ok(&k.finish());
 }
 
@@ -349,28 +472,54 @@ fn accepts_replicated_layouts() {
 fn rejects_view_changing_thread_count() {
     let mut k = kernel(64);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let x = k.at(1).allocate_register("x", DType::UInt(8), l("spatial(64).local(3)"), None);
-    k.at(2).view("y", x, DType::Int(6), l("spatial(32).local(4)"));
-    one(&k.finish(), 2, &["view: `y` spreads over 32 threads but `x` over 64"]);
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::UInt(8), l("spatial(64).local(3)"), None);
+    k.at(2)
+        .view("y", x, DType::Int(6), l("spatial(32).local(4)"));
+    one(
+        &k.finish(),
+        2,
+        &["view: `y` spreads over 32 threads but `x` over 64"],
+    );
 }
 
 #[test]
 fn rejects_view_changing_bits_per_thread() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let x = k.at(1).allocate_register("x", DType::UInt(8), l("spatial(32).local(3)"), None);
-    k.at(2).view("y", x, DType::Int(6), l("spatial(32).local(5)"));
-    one(&k.finish(), 2, &["each thread holds 24 bits of `x` (3 x u8) but `y` needs 30 bits (5 x i6)"]);
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::UInt(8), l("spatial(32).local(3)"), None);
+    k.at(2)
+        .view("y", x, DType::Int(6), l("spatial(32).local(5)"));
+    one(
+        &k.finish(),
+        2,
+        &["each thread holds 24 bits of `x` (3 x u8) but `y` needs 30 bits (5 x i6)"],
+    );
 }
 
 #[test]
 fn rejects_redefinition_with_another_type() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("g", _a, DType::F16, vec![Expr::Int(64)]);
-    let x = k.at(2).load_global("x", g, l("spatial(32).local(2)"), vec![0.into()]);
-    k.at(3).load_global(x, g, l("local(2).spatial(32)"), vec![0.into()]);
-    one(&k.finish(), 3, &["load_global: `x` is a register f16[64] tensor", "(the layouts differ)"]);
+    let g = k
+        .at(1)
+        .view_global("g", _a, DType::F16, vec![Expr::Int(64)]);
+    let x = k
+        .at(2)
+        .load_global("x", g, l("spatial(32).local(2)"), vec![0.into()]);
+    k.at(3)
+        .load_global(x, g, l("local(2).spatial(32)"), vec![0.into()]);
+    one(
+        &k.finish(),
+        3,
+        &[
+            "load_global: `x` is a register f16[64] tensor",
+            "(the layouts differ)",
+        ],
+    );
 }
 
 // ---- dot -----------------------------------------------------------------------------------
@@ -392,7 +541,11 @@ fn rejects_dot_shape_mismatch() {
         (DType::F32, l("local(4,8)")),
         (DType::F32, l("local(4,8)")),
     );
-    one(&p, 4, &["dot: shapes do not agree: `ra` is [4, 8], `rb` is [4, 8], `acc` is [4, 8]"]);
+    one(
+        &p,
+        4,
+        &["dot: shapes do not agree: `ra` is [4, 8], `rb` is [4, 8], `acc` is [4, 8]"],
+    );
 }
 
 #[test]
@@ -408,7 +561,11 @@ fn rejects_dot_dtypes() {
         (DType::F16, programs::mma_b()),
         (DType::F16, programs::mma_c()),
     );
-    one(&p, 4, &["the accumulator `acc` must be f32 for f16 operands, but it is f16"]);
+    one(
+        &p,
+        4,
+        &["the accumulator `acc` must be f32 for f16 operands, but it is f16"],
+    );
     let p = dot_kernel(
         (DType::Int(8), l("local(4,8)")),
         (DType::Int(8), l("local(8,4)")),
@@ -445,7 +602,14 @@ fn rejects_dot_with_thread_dependent_local() {
         (DType::F32, l("local(1,1)")),
         (DType::F32, l("spatial(128,1)")),
     );
-    one(&p, 4, &["at local 1, but thread 0 holds its operand at local 0", "must not depend on the thread"]);
+    one(
+        &p,
+        4,
+        &[
+            "at local 1, but thread 0 holds its operand at local 0",
+            "must not depend on the thread",
+        ],
+    );
 }
 
 #[test]
@@ -481,7 +645,16 @@ fn plans_thread_local_and_mma_dots() {
         &reg(DType::Int(32), frag[2].clone()),
         32,
     );
-    assert!(matches!(plan, Ok(DotPlan::Mma { kind: MmaKind::I8, .. })), "{plan:?}");
+    assert!(
+        matches!(
+            plan,
+            Ok(DotPlan::Mma {
+                kind: MmaKind::I8,
+                ..
+            })
+        ),
+        "{plan:?}"
+    );
 }
 
 // ---- elementwise broadcast layouts -----------------------------------------------------------
@@ -490,18 +663,33 @@ fn plans_thread_local_and_mma_dots() {
 fn rejects_broadcast_operand_not_held_by_the_thread() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let x = k.at(1).allocate_register("x", DType::F32, l("column_spatial(2,16)"), Some(1.0));
-    let y = k.at(2).allocate_register("y", DType::F32, l("spatial(2,16)"), Some(1.0));
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("column_spatial(2,16)"), Some(1.0));
+    let y = k
+        .at(2)
+        .allocate_register("y", DType::F32, l("spatial(2,16)"), Some(1.0));
     k.at(3).binary("z", ElementOp::Mul, x, Operand::Tensor(y));
-    one(&k.finish(), 3, &["mul: `y` cannot be broadcast to `x` in registers", "thread 1 holds lhs[1, 0] but not the rhs element [1, 0]"]);
+    one(
+        &k.finish(),
+        3,
+        &[
+            "mul: `y` cannot be broadcast to `x` in registers",
+            "thread 1 holds lhs[1, 0] but not the rhs element [1, 0]",
+        ],
+    );
 }
 
 #[test]
 fn rejects_broadcast_operand_at_thread_dependent_local() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let x = k.at(1).allocate_register("x", DType::F32, l("spatial(32)"), Some(1.0));
-    let y = k.at(2).allocate_register("y", DType::F32, l("local(32)"), Some(1.0));
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("spatial(32)"), Some(1.0));
+    let y = k
+        .at(2)
+        .allocate_register("y", DType::F32, l("local(32)"), Some(1.0));
     k.at(3).binary("z", ElementOp::Add, x, Operand::Tensor(y));
     one(&k.finish(), 3, &["must not depend on the thread"]);
 }
@@ -510,14 +698,25 @@ fn rejects_broadcast_operand_at_thread_dependent_local() {
 fn accepts_row_broadcasts() {
     // Each thread holds whole rows; the row vector is replicated in every thread.
     let mut k = kernel(32);
-    let x = k.at(1).allocate_register("x", DType::F32, l("spatial(32,1).local(1,16)"), Some(1.0));
-    let y = k.at(2).allocate_register("y", DType::F32, l("local(16)"), Some(1.0));
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("spatial(32,1).local(1,16)"), Some(1.0));
+    let y = k
+        .at(2)
+        .allocate_register("y", DType::F32, l("local(16)"), Some(1.0));
     k.at(3).binary("z", ElementOp::Add, x, Operand::Tensor(y));
     ok(&k.finish());
     // A bias over the columns a thread owns, distributed like the tile's columns.
     let mut k = kernel(32);
-    let x = k.at(1).allocate_register("x", DType::F32, l("spatial(4,8).local(2,2)"), Some(1.0));
-    let y = k.at(2).allocate_register("y", DType::F32, l("reduce(spatial(4,8), [0]).local(1,2)"), Some(1.0));
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("spatial(4,8).local(2,2)"), Some(1.0));
+    let y = k.at(2).allocate_register(
+        "y",
+        DType::F32,
+        l("reduce(spatial(4,8), [0]).local(1,2)"),
+        Some(1.0),
+    );
     k.at(3).binary("z", ElementOp::Add, x, Operand::Tensor(y));
     ok(&k.finish());
 }
@@ -526,13 +725,19 @@ fn accepts_row_broadcasts() {
 fn rejects_mod_of_floats_and_neg_of_unsigned() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let x = k.at(1).allocate_register("x", DType::F32, l("spatial(32)"), Some(1.0));
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("spatial(32)"), Some(1.0));
     k.at(2).binary("y", ElementOp::Mod, x, Operand::Imm(2.0));
-    let u = k.at(3).allocate_register("u", DType::UInt(4), l("spatial(32)"), Some(1.0));
+    let u = k
+        .at(3)
+        .allocate_register("u", DType::UInt(4), l("spatial(32)"), Some(1.0));
     k.at(4).neg("v", u);
     let d = diags(&k.finish());
     assert_eq!(d.len(), 2, "{d:#?}");
-    assert!(d[0].message.contains("mod is defined for integer tensors, but `x` holds f32"));
+    assert!(d[0]
+        .message
+        .contains("mod is defined for integer tensors, but `x` holds f32"));
     assert!(d[1].message.contains("neg of unsigned u4 tensor `u`"));
 }
 
@@ -542,14 +747,22 @@ fn rejects_mod_of_floats_and_neg_of_unsigned() {
 fn rejects_shared_memory_over_the_target() {
     let mut k = kernel(128);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    k.at(1).allocate_shared("sa", DType::F16, SharedLayout::row_major(&[4, 64, 128]));
-    k.at(2).allocate_shared("sb", DType::F16, SharedLayout::row_major(&[4, 128, 128]));
+    k.at(1)
+        .allocate_shared("sa", DType::F16, SharedLayout::row_major(&[4, 64, 128]));
+    k.at(2)
+        .allocate_shared("sb", DType::F16, SharedLayout::row_major(&[4, 128, 128]));
     let p = k.finish();
     let d = verify(&p, &Target::SM80).unwrap_err();
     assert_eq!(d.len(), 1, "{d:#?}");
     assert_eq!(d[0].span, SpanId(1000));
     assert!(d[0].message.contains("allocates 196608 bytes of shared memory (`sa` 65536 B, `sb` 131072 B), more than the target's 166912 bytes"), "{}", d[0].message);
-    assert!(verify(&p, &Target { max_shared_bytes: 196608 }).is_ok());
+    assert!(verify(
+        &p,
+        &Target {
+            max_shared_bytes: 196608
+        }
+    )
+    .is_ok());
 }
 
 // ---- all problems at once ------------------------------------------------------------------
@@ -558,8 +771,11 @@ fn rejects_shared_memory_over_the_target() {
 fn reports_every_problem_in_program_order() {
     let mut k = kernel(100);
     let (_m, _a, _c) = (k.m, k.a, k.c);
-    let g = k.at(1).view_global("g", _a, DType::F16, vec![Expr::Int(64)]);
-    k.at(2).load_global("x", g, l("spatial(32)"), vec![0.into(), 1.into()]);
+    let g = k
+        .at(1)
+        .view_global("g", _a, DType::F16, vec![Expr::Int(64)]);
+    k.at(2)
+        .load_global("x", g, l("spatial(32)"), vec![0.into(), 1.into()]);
     k.at(3).if_else(Expr::Int(0), |_| {}, |_| {});
     k.at(4).store_global(g, g, vec![0.into()]);
     let d = diags(&k.finish());

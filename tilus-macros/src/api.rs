@@ -18,7 +18,7 @@
 //! *fallback*), so code using the kernel still type-checks while the errors are fixed.
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, quote_spanned};
 use syn::ItemFn;
 
 use crate::dtypes;
@@ -121,7 +121,8 @@ fn args(sig: &KernelSig) -> Args {
                         .push(quote!(#n: &mut ::tilus::runtime::DeviceBuffer<#t>));
                 } else {
                     a.host.push(quote!(#n: &[#t]));
-                    a.device.push(quote!(#n: &::tilus::runtime::DeviceBuffer<#t>));
+                    a.device
+                        .push(quote!(#n: &::tilus::runtime::DeviceBuffer<#t>));
                 }
             }
             ParamKind::Bad => {
@@ -204,17 +205,21 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
                 ::tilus::macro_support::HostElement::to_bytes(&*#n))),
         }
     });
-    let write_back = sig.params.iter().enumerate().filter_map(|(i, p)| match &p.kind {
-        ParamKind::Ptr { mutable: true, .. } => {
-            let n = &p.name;
-            Some(quote! {
-                if let ::tilus::core::interp::Arg::Buffer(bytes) = &args[#i] {
-                    ::tilus::macro_support::HostElement::copy_from_bytes(bytes, #n);
-                }
-            })
-        }
-        _ => None,
-    });
+    let write_back = sig
+        .params
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.kind {
+            ParamKind::Ptr { mutable: true, .. } => {
+                let n = &p.name;
+                Some(quote_spanned! {Span::mixed_site()=>
+                    if let ::tilus::core::interp::Arg::Buffer(bytes) = &args[#i] {
+                        ::tilus::macro_support::HostElement::copy_from_bytes(bytes, #n);
+                    }
+                })
+            }
+            _ => None,
+        });
     let launch_args = sig.params.iter().map(|p| {
         let n = &p.name;
         match &p.kind {
@@ -230,7 +235,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         `GlobalMut` parameters are written back.";
     let launch_doc = "Launch the kernel on a GPU stream: compiles (and caches) the embedded CUDA \
         source for this configuration, checks the buffers, and launches the grid.";
-    let launch = launch_items(quote! {
+    let launch = launch_items(quote_spanned! {Span::mixed_site()=>
         #[doc = #launch_doc]
         pub fn launch(stream: &::tilus::runtime::Stream, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let info = kernel(cfg).ok_or_else(|| match meta(cfg) {
@@ -244,7 +249,9 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
             ::tilus::macro_support::launch(stream, &info, &program, &mut args)
         }
     });
-    let body = quote! {
+    // Mixed-site hygiene: the locals and parameters written here (`cfg`, `m`, `args`, ..)
+    // never collide with the kernel's parameter names.
+    let body = quote_spanned! {Span::mixed_site()=>
         #config
 
         /// Every configuration of the space, in the order the autotuner sees them.
@@ -318,7 +325,7 @@ pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
     let config = config_items(f, sig, &fields);
     let a = args(sig);
     let (host_args, generics) = (&a.host, &a.generics);
-    let body = quote! {
+    let body = quote_spanned! {Span::mixed_site()=>
         #config
 
         /// Empty: the kernel did not compile.

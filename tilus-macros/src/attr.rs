@@ -127,10 +127,9 @@ pub fn parse(args: TokenStream, report: &mut Report) -> Option<KernelAttr> {
                         let mut ints = Vec::new();
                         for v in &values {
                             match int_literal(v) {
-                                Some(Ok(i)) if ints.contains(&i) => report.push(Diag::at(
-                                    v,
-                                    format!("`{name}` lists {i} twice"),
-                                )),
+                                Some(Ok(i)) if ints.contains(&i) => {
+                                    report.push(Diag::at(v, format!("`{name}` lists {i} twice")))
+                                }
                                 Some(Ok(i)) => ints.push(i),
                                 Some(Err(e)) => report.push(Diag::at(v, e)),
                                 None => report.push(Diag::at(
@@ -260,7 +259,11 @@ fn int_literal(e: &Expr) -> Option<Result<i32, String>> {
 fn dtype_literal(e: &Expr) -> Result<(DType, String), String> {
     match e {
         Expr::Path(p) if p.path.get_ident().is_some() => {
-            let name = p.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+            let name = p
+                .path
+                .get_ident()
+                .map(|i| i.to_string())
+                .unwrap_or_default();
             crate::dtypes::parse(&name).map(|d| (d, name))
         }
         _ => Err("expected a data type name such as `i4`, `u6` or `f16`".into()),

@@ -122,12 +122,7 @@ impl Diag {
 
 /// The configuration-independent identity of a syntax node.
 pub fn node_key<T: 'static>(node: &T) -> SiteKey {
-    (
-        node as *const T as usize,
-        std::any::type_name::<T>(),
-        0,
-        0,
-    )
+    (node as *const T as usize, std::any::type_name::<T>(), 0, 0)
 }
 
 /// One entry of the span table.
@@ -192,6 +187,8 @@ impl Sites {
 
 struct Entry {
     diag: Diag,
+    /// Merged messages differed in their numbers (the shown one is the first configuration's).
+    varies: bool,
     /// Indices into the space; `None` for problems that are not about a configuration.
     configs: Option<Vec<usize>>,
 }
@@ -223,9 +220,21 @@ impl Report {
     }
 
     fn add(&mut self, diag: Diag, config: Option<usize>) {
-        let k = (diag.key, diag.message.clone());
+        // Messages that differ only in their numbers (sizes, counts) are one problem.
+        let mut normalized = String::with_capacity(diag.message.len());
+        for c in diag.message.chars() {
+            if !c.is_ascii_digit() {
+                normalized.push(c);
+            } else if !normalized.ends_with('#') {
+                normalized.push('#');
+            }
+        }
+        let k = (diag.key, normalized);
         match self.index.get(&k) {
             Some(&i) => {
+                if self.entries[i].diag.message != diag.message {
+                    self.entries[i].varies = true;
+                }
                 if let (Some(list), Some(c)) = (&mut self.entries[i].configs, config) {
                     if list.last() != Some(&c) {
                         list.push(c);
@@ -236,6 +245,7 @@ impl Report {
                 self.index.insert(k, self.entries.len());
                 self.entries.push(Entry {
                     diag,
+                    varies: false,
                     configs: config.map(|c| vec![c]),
                 });
             }
@@ -254,7 +264,12 @@ impl Report {
             let mut message = e.diag.message.clone();
             if let Some(configs) = &e.configs {
                 if let Some(suffix) = space.describe_subset(configs) {
-                    message.push_str(&format!(" ({suffix})"));
+                    if e.varies {
+                        let first = space.describe(&space.points[configs[0]]);
+                        message.push_str(&format!(" ({suffix}; the figures are for {first})"));
+                    } else {
+                        message.push_str(&format!(" ({suffix})"));
+                    }
                 }
             }
             out.extend(e.diag.range.error(&message).to_compile_error());

@@ -211,7 +211,10 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
                 Ok(Err(e)) => report.push_in(sites.diag(e.span, e.message), i),
                 Err(m) if is_unimplemented(&m) => codegen_available = false,
                 Err(m) => report.push_in(
-                    Diag::at(&f.sig.ident, format!("internal error in code generation: {m}")),
+                    Diag::at(
+                        &f.sig.ident,
+                        format!("internal error in code generation: {m}"),
+                    ),
                     i,
                 ),
             }

@@ -95,10 +95,7 @@ pub fn parse(f: &ItemFn, attr: Option<&KernelAttr>, report: &mut Report) -> (Ker
                 if !is_i32 {
                     report.push(Diag::at(
                         &c.ty,
-                        format!(
-                            "tile parameters are `i32`: write `const {}: i32`",
-                            c.ident
-                        ),
+                        format!("tile parameters are `i32`: write `const {}: i32`", c.ident),
                     ));
                 }
                 if let Some(d) = &c.default {
@@ -226,7 +223,10 @@ pub fn parse(f: &ItemFn, attr: Option<&KernelAttr>, report: &mut Report) -> (Ker
                     }
                 };
                 if kparams.iter().any(|p: &KernelParam| p.name == pname) {
-                    report.push(Diag::at(&pname, format!("parameter `{pname}` is given twice")));
+                    report.push(Diag::at(
+                        &pname,
+                        format!("parameter `{pname}` is given twice"),
+                    ));
                 }
                 let kind = param_kind(&pt.ty, report);
                 kparams.push(KernelParam { name: pname, kind });
@@ -264,7 +264,10 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
         return ParamKind::I32;
     }
     let Some(last) = path.segments.last() else {
-        return bad(report, format!("unsupported kernel parameter type; {EXPECTED}"));
+        return bad(
+            report,
+            format!("unsupported kernel parameter type; {EXPECTED}"),
+        );
     };
     let mutable = match last.ident.to_string().as_str() {
         "Global" => false,
@@ -278,20 +281,28 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
     };
     let elem = match &last.arguments {
         PathArguments::AngleBracketed(a) if a.args.len() == 1 => match &a.args[0] {
-            GenericArgument::Type(Type::Path(p)) if p.path.get_ident().is_some() => {
-                p.path.get_ident().map(|i| i.to_string()).unwrap_or_default()
-            }
+            GenericArgument::Type(Type::Path(p)) if p.path.get_ident().is_some() => p
+                .path
+                .get_ident()
+                .map(|i| i.to_string())
+                .unwrap_or_default(),
             _ => {
                 return bad(
                     report,
-                    format!("`{}` takes one element type, e.g. `{}<f16>`", last.ident, last.ident),
+                    format!(
+                        "`{}` takes one element type, e.g. `{}<f16>`",
+                        last.ident, last.ident
+                    ),
                 )
             }
         },
         _ => {
             return bad(
                 report,
-                format!("`{}` takes one element type, e.g. `{}<f16>`", last.ident, last.ident),
+                format!(
+                    "`{}` takes one element type, e.g. `{}<f16>`",
+                    last.ident, last.ident
+                ),
             )
         }
     };

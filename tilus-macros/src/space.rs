@@ -197,8 +197,14 @@ mod tests {
     #[test]
     fn describes_subsets() {
         let s = space();
-        assert_eq!(s.describe_subset(&[0, 1, 2, 3, 4, 5, 6, 7]).unwrap(), "in all 8 configurations");
-        assert_eq!(s.describe_subset(&[3]).unwrap(), "in configuration BM=16,BN=128,BK=64");
+        assert_eq!(
+            s.describe_subset(&[0, 1, 2, 3, 4, 5, 6, 7]).unwrap(),
+            "in all 8 configurations"
+        );
+        assert_eq!(
+            s.describe_subset(&[3]).unwrap(),
+            "in configuration BM=16,BN=128,BK=64"
+        );
         assert_eq!(
             s.describe_subset(&[4, 5, 6, 7]).unwrap(),
             "in the 4 configurations with BM=32"

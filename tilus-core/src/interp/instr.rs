@@ -71,7 +71,11 @@ impl Machine<'_> {
         let index: Vec<i64> = (0..shape.len())
             .map(|d| offset[d] + if d < lead { 0 } else { tile[d - lead] as i64 })
             .collect();
-        if index.iter().zip(shape).any(|(&i, &n)| i < 0 || i >= n as i64) {
+        if index
+            .iter()
+            .zip(shape)
+            .any(|(&i, &n)| i < 0 || i >= n as i64)
+        {
             return Err(format!(
                 "index {index:?} is outside shared tensor `{name}` of shape {shape:?}"
             ));
@@ -205,7 +209,10 @@ impl Machine<'_> {
                     }
                     let code = reg.get(t as usize, i as usize);
                     self.globals.write(&view, &index, code).map_err(|e| {
-                        format!("`{}`{index:?} cannot be written: {e}", self.p.var(*dst).name)
+                        format!(
+                            "`{}`{index:?} cannot be written: {e}",
+                            self.p.var(*dst).name
+                        )
                     })?;
                 }
             }
@@ -264,7 +271,11 @@ impl Machine<'_> {
                     let last: Vec<usize> = shape.iter().map(|n| n - 1).collect();
                     self.shared_index(&view, &name, &offset, &last)?;
                 }
-                let linear: usize = first.iter().zip(&view.layout.strides).map(|(i, s)| i * s).sum();
+                let linear: usize = first
+                    .iter()
+                    .zip(&view.layout.strides)
+                    .map(|(i, s)| i * s)
+                    .sum();
                 let skip = view.layout.strides.len() - shape.len();
                 let slice = SharedView {
                     alloc: view.alloc,
@@ -401,7 +412,9 @@ impl Machine<'_> {
                         }
                         let local = map[flat];
                         if local == NONE {
-                            return Err(format!("thread {t} does not hold the right operand for its local {j}"));
+                            return Err(format!(
+                                "thread {t} does not hold the right operand for its local {j}"
+                            ));
                         }
                         dtype.decode(r.get(t, local as usize))
                     }
@@ -417,7 +430,11 @@ impl Machine<'_> {
     /// thread itself, an mma in its warp (the verifier guarantees one of the two).
     fn dot(&mut self, block: &Block, a: VarId, b: VarId, c: VarId) -> Result<RegTensor, String> {
         let bt = self.block_threads;
-        let (ra, rb, rc) = (self.reg(block, a)?, self.reg(block, b)?, self.reg(block, c)?);
+        let (ra, rb, rc) = (
+            self.reg(block, a)?,
+            self.reg(block, b)?,
+            self.reg(block, c)?,
+        );
         let ta = self.table(&ra.layout.clone())?;
         let tb = self.table(&rb.layout.clone())?;
         let tc = self.table(&rc.layout.clone())?;

@@ -145,7 +145,11 @@ impl Globals {
             return Ok(None);
         };
         self.check(view, flat)?;
-        Ok(Some(storage::get(view.dtype, &self.buffers[view.buffer], flat)))
+        Ok(Some(storage::get(
+            view.dtype,
+            &self.buffers[view.buffer],
+            flat,
+        )))
     }
 
     /// Write `code` at `index` unless masked.

@@ -229,9 +229,9 @@ impl<'p> Machine<'p> {
             let err = at(s.span);
             let flow = match &s.kind {
                 StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
-                    let v = self.eval(value, block).map_err(|e| {
-                        err(format!("`{}` = ...: {e}", self.p.var(*var).name))
-                    })?;
+                    let v = self
+                        .eval(value, block)
+                        .map_err(|e| err(format!("`{}` = ...: {e}", self.p.var(*var).name)))?;
                     block.env[var.0 as usize] = Some(v.value());
                     Flow::Next
                 }
@@ -252,7 +252,9 @@ impl<'p> Machine<'p> {
                     end,
                     body,
                 } => {
-                    let a = self.eval_i32(start, block, "the loop start").map_err(&err)?;
+                    let a = self
+                        .eval_i32(start, block, "the loop start")
+                        .map_err(&err)?;
                     let b = self.eval_i32(end, block, "the loop end").map_err(&err)?;
                     let mut flow = Flow::Next;
                     for i in a..b {

@@ -143,7 +143,11 @@ pub fn matmul_f16_int(weight: DType, bm: usize, bn: usize, bk: usize) -> Program
         "gb",
         w,
         DType::UInt(8),
-        vec![Expr::from(k) / i(bk), Expr::from(n) / i(bn), i(bk * bn * bits / 8)],
+        vec![
+            Expr::from(k) / i(bk),
+            Expr::from(n) / i(bn),
+            i(bk * bn * bits / 8),
+        ],
     );
     let acc = b.allocate_register("acc", DType::F32, c_tile(bm, bn), Some(0.0));
     b.for_range("kk", i(0), Expr::from(k) / i(bk), |b, kk| {
@@ -188,10 +192,7 @@ pub fn matmul_f16_i6(bm: usize, bn: usize, bk: usize) -> Program {
 pub fn relayout_int(weight: DType, bk: usize, bn: usize) -> Program {
     check_tiles(16, bn, bk);
     let bits = check_weight(weight, bk, bn);
-    let mut b = ProgramBuilder::new(
-        &format!("relayout_{weight}_bk{bk}_bn{bn}"),
-        THREADS as u32,
-    );
+    let mut b = ProgramBuilder::new(&format!("relayout_{weight}_bk{bk}_bn{bn}"), THREADS as u32);
     let k = b.param_i32("k");
     let n = b.param_i32("n");
     let w = b.param_ptr("w", weight, false);
@@ -210,7 +211,11 @@ pub fn relayout_int(weight: DType, bk: usize, bn: usize) -> Program {
         "go",
         out,
         DType::UInt(8),
-        vec![Expr::from(k) / i(bk), Expr::from(n) / i(bn), i(bk * bn * bits / 8)],
+        vec![
+            Expr::from(k) / i(bk),
+            Expr::from(n) / i(bn),
+            i(bk * bn * bits / 8),
+        ],
     );
     b.store_global(bytes, go, vec![idx[0].into(), idx[1].into(), i(0)]);
     b.finish()
@@ -261,7 +266,10 @@ pub fn matmul_f16_pipelined_with(
     bug: Option<PipelineBug>,
 ) -> Program {
     check_tiles(bm, bn, bk);
-    assert!(stages >= 2, "a pipeline needs at least 2 stages, got {stages}");
+    assert!(
+        stages >= 2,
+        "a pipeline needs at least 2 stages, got {stages}"
+    );
     let suffix = match bug {
         None => "",
         Some(PipelineBug::MissingWait) => "_no_wait",

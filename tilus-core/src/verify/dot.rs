@@ -83,8 +83,16 @@ pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
     let c = compose(&[local(&[2, 1]), spatial(&[8, 4]), local(&[1, 2])]);
     match kind {
         MmaKind::F16 | MmaKind::Bf16 => [
-            compose(&[Layout::column_local(&[2, 2]), spatial(&[8, 4]), local(&[1, 2])]),
-            compose(&[local(&[2, 1]), Layout::column_spatial(&[4, 8]), local(&[2, 1])]),
+            compose(&[
+                Layout::column_local(&[2, 2]),
+                spatial(&[8, 4]),
+                local(&[1, 2]),
+            ]),
+            compose(&[
+                local(&[2, 1]),
+                Layout::column_spatial(&[4, 8]),
+                local(&[2, 1]),
+            ]),
             c,
         ],
         MmaKind::I8 | MmaKind::U8 => [
@@ -169,7 +177,11 @@ pub fn dot_thread_local(
     threads: usize,
     unit: &str,
 ) -> Result<(), String> {
-    let (ta, tb, tc) = (LayoutTable::new(a)?, LayoutTable::new(b)?, LayoutTable::new(c)?);
+    let (ta, tb, tc) = (
+        LayoutTable::new(a)?,
+        LayoutTable::new(b)?,
+        LayoutTable::new(c)?,
+    );
     let shapes_ok = ta.shape.len() == 2
         && tb.shape.len() == 2
         && tc.shape.len() == 2
@@ -231,11 +243,8 @@ pub fn broadcast_thread_local(lhs: &Layout, rhs: &Layout, threads: usize) -> Res
     let (tl, tr) = (LayoutTable::new(lhs)?, LayoutTable::new(rhs)?);
     let (ls, rs) = (&tl.shape, &tr.shape);
     let lead = ls.len().checked_sub(rs.len());
-    let broadcasts = lead.is_some_and(|lead| {
-        rs.iter()
-            .zip(&ls[lead..])
-            .all(|(&r, &l)| r == l || r == 1)
-    });
+    let broadcasts =
+        lead.is_some_and(|lead| rs.iter().zip(&ls[lead..]).all(|(&r, &l)| r == l || r == 1));
     let Some(lead) = lead.filter(|_| broadcasts) else {
         return Err(format!("shape {rs:?} does not broadcast to {ls:?}"));
     };

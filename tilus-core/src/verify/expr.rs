@@ -95,7 +95,11 @@ impl Checker<'_> {
                 if let Some(t) = t.filter(|t| *t != want) {
                     self.err(
                         span,
-                        format!("`{sym}` needs a {} operand, found {}", want.name(), t.name()),
+                        format!(
+                            "`{sym}` needs a {} operand, found {}",
+                            want.name(),
+                            t.name()
+                        ),
                     );
                 }
                 Some(want)

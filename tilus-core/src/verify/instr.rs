@@ -38,7 +38,14 @@ impl<'p> Checker<'p> {
     }
 
     fn reg(&mut self, v: VarId, span: SpanId, instr: &str, role: &str) -> Option<&'p RegisterType> {
-        self.operand(v, span, instr, role, "a register tensor", VarType::as_register)
+        self.operand(
+            v,
+            span,
+            instr,
+            role,
+            "a register tensor",
+            VarType::as_register,
+        )
     }
 
     fn shared_op(
@@ -51,7 +58,13 @@ impl<'p> Checker<'p> {
         self.operand(v, span, instr, role, "a shared tensor", VarType::as_shared)
     }
 
-    fn global(&mut self, v: VarId, span: SpanId, instr: &str, role: &str) -> Option<&'p GlobalType> {
+    fn global(
+        &mut self,
+        v: VarId,
+        span: SpanId,
+        instr: &str,
+        role: &str,
+    ) -> Option<&'p GlobalType> {
         self.operand(v, span, instr, role, "a global tensor", VarType::as_global)
     }
 
@@ -59,7 +72,10 @@ impl<'p> Checker<'p> {
     fn define(&mut self, out: VarId, ty: Option<VarType>, span: SpanId, instr: &str) {
         let p = self.p;
         let Some(var) = p.vars.get(out.0 as usize) else {
-            self.err(span, format!("{instr} writes unknown variable id {}", out.0));
+            self.err(
+                span,
+                format!("{instr} writes unknown variable id {}", out.0),
+            );
             return;
         };
         if let Some(ty) = ty {
@@ -184,7 +200,15 @@ impl<'p> Checker<'p> {
         }
     }
 
-    fn same_dtype(&mut self, span: SpanId, instr: &str, x: VarId, xd: crate::DType, y: VarId, yd: crate::DType) {
+    fn same_dtype(
+        &mut self,
+        span: SpanId,
+        instr: &str,
+        x: VarId,
+        xd: crate::DType,
+        y: VarId,
+        yd: crate::DType,
+    ) {
         if xd != yd {
             let (xn, yn) = (self.name(x), self.name(y));
             self.err(

@@ -33,7 +33,9 @@ mod instr;
 pub(crate) mod shared;
 pub(crate) mod table;
 
-pub use dot::{broadcast_thread_local, dot_thread_local, mma_fragments, plan_dot, DotPlan, MmaKind};
+pub use dot::{
+    broadcast_thread_local, dot_thread_local, mma_fragments, plan_dot, DotPlan, MmaKind,
+};
 pub(crate) use expr::const_eval;
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
@@ -87,7 +89,9 @@ pub fn shared_bytes(program: &Program) -> usize {
     fn walk(stmts: &[Stmt], total: &mut usize) {
         for s in stmts {
             match &s.kind {
-                StmtKind::Instr(crate::ir::Instruction::AllocateShared { dtype, layout, .. }) => {
+                StmtKind::Instr(crate::ir::Instruction::AllocateShared {
+                    dtype, layout, ..
+                }) => {
                     if layout.strides.len() == layout.shape.len() {
                         *total += shared::allocation_bytes(*dtype, layout);
                     }
@@ -174,7 +178,10 @@ impl<'p> Checker<'p> {
         }
         for param in &self.p.params {
             let Some(var) = self.p.vars.get(param.var.0 as usize) else {
-                self.err(span, format!("parameter refers to unknown variable id {}", param.var.0));
+                self.err(
+                    span,
+                    format!("parameter refers to unknown variable id {}", param.var.0),
+                );
                 continue;
             };
             match var.ty {
@@ -334,7 +341,12 @@ impl<'p> Checker<'p> {
                 self.defined = saved;
             }
             StmtKind::While { cond, body } => {
-                self.expect_expr(cond, ScalarType::Bool, span, "the condition of a while loop");
+                self.expect_expr(
+                    cond,
+                    ScalarType::Bool,
+                    span,
+                    "the condition of a while loop",
+                );
                 self.block(body);
             }
             StmtKind::Instr(ins) => self.instr(ins, span),

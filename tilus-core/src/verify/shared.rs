@@ -15,11 +15,7 @@ pub(crate) const SHARED_ALIGN: usize = 16;
 /// Element offset (from the allocation's start) of `index` of a tensor whose first element is
 /// at unswizzled offset `base` of its allocation.
 pub(crate) fn element_offset(layout: &SharedLayout, base: usize, index: &[usize]) -> usize {
-    let linear: usize = index
-        .iter()
-        .zip(&layout.strides)
-        .map(|(i, s)| i * s)
-        .sum();
+    let linear: usize = index.iter().zip(&layout.strides).map(|(i, s)| i * s).sum();
     layout
         .swizzle
         .map_or(base + linear, |s| s.apply(base + linear))

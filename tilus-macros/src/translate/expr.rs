@@ -23,7 +23,6 @@ macro_rules! build {
 }
 pub(crate) use build;
 
-
 /// Evaluate a binary operator on constants; `Err` for overflow or division by zero.
 fn fold_int(op: BinaryOp, a: i32, b: i32) -> Result<Expr, String> {
     use BinaryOp::*;
@@ -137,9 +136,7 @@ impl Translator<'_, '_> {
             ScalarType::I32
         };
         let e = match (&a, &b) {
-            (Expr::Int(x), Expr::Int(y)) => {
-                fold_int(op, *x, *y).map_err(|m| self.err(node, m))?
-            }
+            (Expr::Int(x), Expr::Int(y)) => fold_int(op, *x, *y).map_err(|m| self.err(node, m))?,
             (Expr::Bool(x), Expr::Bool(y)) => Expr::Bool(match op {
                 And => *x && *y,
                 Or => *x || *y,
@@ -155,7 +152,12 @@ impl Translator<'_, '_> {
     }
 
     /// Translate `e` as a scalar of type `want`.
-    pub(super) fn scalar(&mut self, b: &mut ProgramBuilder, e: &SynExpr, want: ScalarType) -> R<Expr> {
+    pub(super) fn scalar(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        want: ScalarType,
+    ) -> R<Expr> {
         match self.value(b, e, DestHint::Temp)? {
             Value::Scalar(x, ty) if ty == want => Ok(x),
             Value::Poisoned => Err(Reported),
@@ -202,7 +204,9 @@ impl Translator<'_, '_> {
                     _ => None,
                 }
             }
-            SynExpr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => self.const_int(&u.expr)?.checked_neg(),
+            SynExpr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
+                self.const_int(&u.expr)?.checked_neg()
+            }
             SynExpr::Binary(bin) => {
                 let op = scalar_op(&bin.op)?;
                 let a = self.const_int(&bin.left)?;
@@ -248,7 +252,12 @@ impl Translator<'_, '_> {
 
     /// Translate an expression. `dest` says where a tensor result goes when `e` is an
     /// instruction.
-    pub(super) fn value(&mut self, b: &mut ProgramBuilder, e: &SynExpr, dest: DestHint) -> R<Value> {
+    pub(super) fn value(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        dest: DestHint,
+    ) -> R<Value> {
         match e {
             SynExpr::Lit(l) => match &l.lit {
                 Lit::Int(i) => {
@@ -265,7 +274,10 @@ impl Translator<'_, '_> {
                     Err(err) => Err(self.err(e, err.to_string())),
                 },
                 Lit::Bool(v) => Ok(Value::Scalar(Expr::Bool(v.value), ScalarType::Bool)),
-                _ => Err(self.err(e, "only integer, float and boolean literals are allowed here")),
+                _ => Err(self.err(
+                    e,
+                    "only integer, float and boolean literals are allowed here",
+                )),
             },
             SynExpr::Paren(p) => self.value(b, &p.expr, dest),
             SynExpr::Group(g) => self.value(b, &g.expr, dest),
@@ -297,7 +309,10 @@ impl Translator<'_, '_> {
                 let base = self.value(b, &ix.expr, DestHint::Temp)?;
                 let Value::Array(items) = base else {
                     let found = self.describe(&base);
-                    return Err(self.err(&*ix.expr, format!("only arrays can be indexed, found {found}")));
+                    return Err(self.err(
+                        &*ix.expr,
+                        format!("only arrays can be indexed, found {found}"),
+                    ));
                 };
                 match self.const_int(&ix.index) {
                     Some(i) if i >= 0 && (i as usize) < items.len() => {
@@ -329,7 +344,9 @@ impl Translator<'_, '_> {
             },
             SynExpr::Range(_) => Err(self.err(e, "ranges only appear in `for x in a..b`")),
             SynExpr::Closure(_) => Err(self.err(e, "closures are not supported in a kernel")),
-            SynExpr::Tuple(_) => Err(self.err(e, "tuples are not supported; use an array `[a, b]`")),
+            SynExpr::Tuple(_) => {
+                Err(self.err(e, "tuples are not supported; use an array `[a, b]`"))
+            }
             _ => Err(self.err(e, "this expression is not supported in a kernel")),
         }
     }
@@ -353,7 +370,9 @@ impl Translator<'_, '_> {
             Some(Binding::Array(a)) => Ok(Value::Array(a)),
             Some(Binding::DType(_)) => Err(self.err(
                 p,
-                format!("`{name}` is a data type; use it as `cast::<{name}>(..)` or `{name}::BITS`"),
+                format!(
+                    "`{name}` is a data type; use it as `cast::<{name}>(..)` or `{name}::BITS`"
+                ),
             )),
             Some(Binding::Poisoned) => Ok(Value::Poisoned),
             None => {
@@ -366,13 +385,22 @@ impl Translator<'_, '_> {
         }
     }
 
-    fn binary(&mut self, b: &mut ProgramBuilder, bin: &syn::ExprBinary, dest: DestHint) -> R<Value> {
+    fn binary(
+        &mut self,
+        b: &mut ProgramBuilder,
+        bin: &syn::ExprBinary,
+        dest: DestHint,
+    ) -> R<Value> {
         let Some(op) = scalar_op(&bin.op) else {
             return Err(self.err(&bin.op, "this operator is not supported in a kernel"));
         };
         if matches!(
             bin.op,
-            BinOp::AddAssign(_) | BinOp::SubAssign(_) | BinOp::MulAssign(_) | BinOp::DivAssign(_) | BinOp::RemAssign(_)
+            BinOp::AddAssign(_)
+                | BinOp::SubAssign(_)
+                | BinOp::MulAssign(_)
+                | BinOp::DivAssign(_)
+                | BinOp::RemAssign(_)
         ) {
             return Err(self.err(bin, "compound assignment is a statement, not a value"));
         }
@@ -397,7 +425,8 @@ impl Translator<'_, '_> {
                 self.element(b, bin, op, x, operand, dest)
             }
             (lhs, Value::Tensor(y))
-                if matches!(op, BinaryOp::Add | BinaryOp::Mul) && !matches!(lhs, Value::Tensor(_)) =>
+                if matches!(op, BinaryOp::Add | BinaryOp::Mul)
+                    && !matches!(lhs, Value::Tensor(_)) =>
             {
                 // Commutative: `2.0 * x` is `x * 2.0`.
                 let operand = self.operand(bin.left.as_ref(), lhs)?;
@@ -405,7 +434,10 @@ impl Translator<'_, '_> {
             }
             (lhs, rhs) => {
                 let (l, r) = (self.describe(&lhs), self.describe(&rhs));
-                Err(self.err(bin, format!("`{}` cannot combine {l} with {r}", op_symbol(op))))
+                Err(self.err(
+                    bin,
+                    format!("`{}` cannot combine {l} with {r}", op_symbol(op)),
+                ))
             }
         }
     }
@@ -419,7 +451,10 @@ impl Translator<'_, '_> {
             Value::Poisoned => Err(Reported),
             other => {
                 let found = self.describe(&other);
-                Err(self.err(node, format!("expected a tensor, an i32 scalar or a constant, found {found}")))
+                Err(self.err(
+                    node,
+                    format!("expected a tensor, an i32 scalar or a constant, found {found}"),
+                ))
             }
         }
     }
@@ -437,7 +472,10 @@ impl Translator<'_, '_> {
         let Some(eop) = element_op(op) else {
             return Err(self.err(
                 node,
-                format!("`{}` is not an elementwise operation on tensors", op_symbol(op)),
+                format!(
+                    "`{}` is not an elementwise operation on tensors",
+                    op_symbol(op)
+                ),
             ));
         };
         if self.in_grid {
@@ -460,9 +498,10 @@ impl Translator<'_, '_> {
                     Some(n) => Ok(Value::Scalar(Expr::Int(n), ScalarType::I32)),
                     None => Err(self.err(u, "negation overflows i32")),
                 },
-                Value::Scalar(e, ScalarType::I32) => {
-                    Ok(Value::Scalar(Expr::Unary(UnaryOp::Neg, Box::new(e)), ScalarType::I32))
-                }
+                Value::Scalar(e, ScalarType::I32) => Ok(Value::Scalar(
+                    Expr::Unary(UnaryOp::Neg, Box::new(e)),
+                    ScalarType::I32,
+                )),
                 Value::Float(f) => Ok(Value::Float(-f)),
                 Value::Tensor(x) => self.neg(b, u, x, dest),
                 Value::Poisoned => Ok(Value::Poisoned),
@@ -475,9 +514,10 @@ impl Translator<'_, '_> {
                 Value::Scalar(Expr::Bool(v), ScalarType::Bool) => {
                     Ok(Value::Scalar(Expr::Bool(!v), ScalarType::Bool))
                 }
-                Value::Scalar(e, ScalarType::Bool) => {
-                    Ok(Value::Scalar(Expr::Unary(UnaryOp::Not, Box::new(e)), ScalarType::Bool))
-                }
+                Value::Scalar(e, ScalarType::Bool) => Ok(Value::Scalar(
+                    Expr::Unary(UnaryOp::Not, Box::new(e)),
+                    ScalarType::Bool,
+                )),
                 Value::Poisoned => Ok(Value::Poisoned),
                 other => {
                     let found = self.describe(&other);

@@ -84,7 +84,11 @@ impl Translator<'_, '_> {
         } else {
             Err(self.err(
                 node,
-                format!("{what} needs {}, found {}", scope_name(scope), ty.describe()),
+                format!(
+                    "{what} needs {}, found {}",
+                    scope_name(scope),
+                    ty.describe()
+                ),
             ))
         }
     }
@@ -157,7 +161,10 @@ impl Translator<'_, '_> {
             Value::Poisoned => Err(Reported),
             other => {
                 let found = self.describe(&other);
-                Err(self.err(e, format!("expected {what} as an array `[..]`, found {found}")))
+                Err(self.err(
+                    e,
+                    format!("expected {what} as an array `[..]`, found {found}"),
+                ))
             }
         }
     }
@@ -184,7 +191,12 @@ impl Translator<'_, '_> {
     }
 
     /// The `::<T>` of an instruction.
-    fn dtype_targ(&mut self, c: &ExprCall, seg: &syn::PathSegment, required: bool) -> R<Option<DType>> {
+    fn dtype_targ(
+        &mut self,
+        c: &ExprCall,
+        seg: &syn::PathSegment,
+        required: bool,
+    ) -> R<Option<DType>> {
         let args: Vec<&GenericArgument> = match &seg.arguments {
             PathArguments::AngleBracketed(a) => a.args.iter().collect(),
             PathArguments::None => Vec::new(),
@@ -195,11 +207,19 @@ impl Translator<'_, '_> {
         match args.as_slice() {
             [] if required => Err(self.err(
                 c,
-                format!("`{}` needs a data type: `{}`", seg.ident, usage(&seg.ident.to_string())),
+                format!(
+                    "`{}` needs a data type: `{}`",
+                    seg.ident,
+                    usage(&seg.ident.to_string())
+                ),
             )),
             [] => Ok(None),
             [GenericArgument::Type(Type::Path(p))] if p.path.get_ident().is_some() => {
-                let name = p.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+                let name = p
+                    .path
+                    .get_ident()
+                    .map(|i| i.to_string())
+                    .unwrap_or_default();
                 if let Some(Binding::DType(d)) = self.lookup(&name) {
                     return Ok(Some(*d));
                 }
@@ -222,12 +242,22 @@ impl Translator<'_, '_> {
         } else {
             format!("{min} or {max} arguments")
         };
-        Err(self.err(c, format!("`{name}` takes {want}: `{}`; found {n}", usage(name))))
+        Err(self.err(
+            c,
+            format!("`{name}` takes {want}: `{}`; found {n}", usage(name)),
+        ))
     }
 
-    pub(super) fn call(&mut self, b: &mut ProgramBuilder, c: &ExprCall, dest: DestHint) -> R<Value> {
+    pub(super) fn call(
+        &mut self,
+        b: &mut ProgramBuilder,
+        c: &ExprCall,
+        dest: DestHint,
+    ) -> R<Value> {
         let seg = match &*c.func {
-            SynExpr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => &p.path.segments[0],
+            SynExpr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
+                &p.path.segments[0]
+            }
             other => return Err(self.err(other, "expected an instruction name")),
         };
         let name = seg.ident.to_string();
@@ -247,7 +277,10 @@ impl Translator<'_, '_> {
                 match (&x, &y) {
                     (_, Expr::Int(0)) => Err(self.err(args[1], "division by zero")),
                     (Expr::Int(p), Expr::Int(q)) => {
-                        let sum = p.checked_add(q - 1).ok_or(()).map_err(|_| self.err(c, "`cdiv` overflows i32"))?;
+                        let sum = p
+                            .checked_add(q - 1)
+                            .ok_or(())
+                            .map_err(|_| self.err(c, "`cdiv` overflows i32"))?;
                         Ok(Value::Scalar(Expr::Int(sum / q), ScalarType::I32))
                     }
                     _ => Ok(Value::Scalar(Expr::cdiv(x, y), ScalarType::I32)),
@@ -255,7 +288,11 @@ impl Translator<'_, '_> {
             }
             "min" | "max" => {
                 self.arity(c, &name, 2, 2)?;
-                let op = if name == "min" { BinaryOp::Min } else { BinaryOp::Max };
+                let op = if name == "min" {
+                    BinaryOp::Min
+                } else {
+                    BinaryOp::Max
+                };
                 self.min_max(b, c, op, args[0], args[1], dest)
             }
             "add" | "sub" | "mul" | "div" | "rem" => {
@@ -316,7 +353,11 @@ impl Translator<'_, '_> {
                 let site = self.site(c);
                 b.set_span(site);
                 let n = self.dest_name(dest, "scratch")?;
-                Ok(Value::Tensor(b.allocate_global(&n, dtype.unwrap_or(DType::F32), shape)))
+                Ok(Value::Tensor(b.allocate_global(
+                    &n,
+                    dtype.unwrap_or(DType::F32),
+                    shape,
+                )))
             }
             "register" | "allocate_register" => {
                 self.arity(c, &name, 1, 2)?;
@@ -328,7 +369,10 @@ impl Translator<'_, '_> {
                         Ok(Value::Float(f)) => Ok(Some(f)),
                         Ok(Value::Scalar(Expr::Int(i), ScalarType::I32)) => Ok(Some(i as f64)),
                         Ok(Value::Poisoned) | Err(_) => Err(Reported),
-                        Ok(_) => Err(self.err(*e, "the initial value of a register tensor is a constant, e.g. `0.0`")),
+                        Ok(_) => Err(self.err(
+                            *e,
+                            "the initial value of a register tensor is a constant, e.g. `0.0`",
+                        )),
                     },
                 };
                 let (dtype, layout, init) = (dtype?, layout?, init?);
@@ -336,7 +380,12 @@ impl Translator<'_, '_> {
                 b.set_span(site);
                 let d = self.dest(dest, "regs");
                 let dtype = dtype.unwrap_or(DType::F32);
-                Ok(Value::Tensor(build!(d, |d| b.allocate_register(d, dtype, layout.clone(), init))))
+                Ok(Value::Tensor(build!(d, |d| b.allocate_register(
+                    d,
+                    dtype,
+                    layout.clone(),
+                    init
+                ))))
             }
             "shared" | "allocate_shared" => {
                 self.arity(c, &name, 1, 2)?;
@@ -359,11 +408,19 @@ impl Translator<'_, '_> {
                     strides,
                     swizzle,
                 };
-                Ok(Value::Tensor(b.allocate_shared(&n, dtype.unwrap_or(DType::F16), layout)))
+                Ok(Value::Tensor(b.allocate_shared(
+                    &n,
+                    dtype.unwrap_or(DType::F16),
+                    layout,
+                )))
             }
             "load_global" | "load_shared" => {
                 self.arity(c, &name, 3, 3)?;
-                let scope = if name == "load_global" { Scope::Global } else { Scope::Shared };
+                let scope = if name == "load_global" {
+                    Scope::Global
+                } else {
+                    Scope::Shared
+                };
                 let src = self.tensor_arg(b, args[0], &name, "source", scope);
                 let layout = self.layout_arg(b, args[1], &name);
                 let offset = self.array_arg(b, args[2], "the offset");
@@ -379,7 +436,11 @@ impl Translator<'_, '_> {
             }
             "store_global" | "store_shared" => {
                 self.arity(c, &name, 3, 3)?;
-                let scope = if name == "store_global" { Scope::Global } else { Scope::Shared };
+                let scope = if name == "store_global" {
+                    Scope::Global
+                } else {
+                    Scope::Shared
+                };
                 let x = self.tensor_arg(b, args[0], &name, "value", Scope::Register);
                 let dst = self.tensor_arg(b, args[1], &name, "destination", scope);
                 let offset = self.array_arg(b, args[2], "the offset");
@@ -459,7 +520,12 @@ impl Translator<'_, '_> {
                 b.set_span(site);
                 let d = self.dest(dest, "view");
                 let dtype = dtype.unwrap_or(DType::F32);
-                Ok(Value::Tensor(build!(d, |d| b.view(d, x, dtype, layout.clone()))))
+                Ok(Value::Tensor(build!(d, |d| b.view(
+                    d,
+                    x,
+                    dtype,
+                    layout.clone()
+                ))))
             }
             "dot" => {
                 self.arity(c, &name, 3, 3)?;
@@ -490,8 +556,13 @@ impl Translator<'_, '_> {
                 self.arity(c, &name, 1, 2)?;
                 let (label, x) = if args.len() == 2 {
                     match args[0] {
-                        SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => (s.value(), args[1]),
-                        other => return Err(self.err(other, "the label of `print` is a string literal")),
+                        SynExpr::Lit(syn::ExprLit {
+                            lit: syn::Lit::Str(s),
+                            ..
+                        }) => (s.value(), args[1]),
+                        other => {
+                            return Err(self.err(other, "the label of `print` is a string literal"))
+                        }
                     }
                 } else {
                     (args[0].to_token_stream().to_string(), args[0])
@@ -508,7 +579,11 @@ impl Translator<'_, '_> {
                     .map(|s| format!("did you mean `{s}`?"))
                     .unwrap_or_else(|| {
                         "the instructions are: ".to_string()
-                            + &INSTRUCTIONS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                            + &INSTRUCTIONS
+                                .iter()
+                                .map(|(n, _)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", ")
                     });
                 Err(self.err(&seg.ident, format!("unknown instruction `{other}`; {hint}")))
             }
@@ -551,7 +626,11 @@ impl Translator<'_, '_> {
                 let (e, ty) = self.scalar_binary(node, op, (p, tp), (q, tq))?;
                 Ok(Value::Scalar(e, ty))
             }
-            (Value::Float(p), Value::Float(q)) => Ok(Value::Float(if op == BinaryOp::Min { p.min(q) } else { p.max(q) })),
+            (Value::Float(p), Value::Float(q)) => Ok(Value::Float(if op == BinaryOp::Min {
+                p.min(q)
+            } else {
+                p.max(q)
+            })),
             (Value::Tensor(t), other) => {
                 let rhs = self.operand(y, other)?;
                 self.element(b, node, op, t, rhs, dest)
@@ -563,7 +642,10 @@ impl Translator<'_, '_> {
             (Value::Poisoned, _) | (_, Value::Poisoned) => Err(Reported),
             (p, q) => {
                 let (p, q) = (self.describe(&p), self.describe(&q));
-                Err(self.err(node, format!("cannot take the minimum or maximum of {p} and {q}")))
+                Err(self.err(
+                    node,
+                    format!("cannot take the minimum or maximum of {p} and {q}"),
+                ))
             }
         }
     }
@@ -571,7 +653,9 @@ impl Translator<'_, '_> {
     /// `swizzle(bits, base, shift)`.
     fn swizzle(&mut self, e: &SynExpr) -> R<Swizzle> {
         if let SynExpr::Call(c) = e {
-            if matches!(&*c.func, SynExpr::Path(p) if p.path.is_ident("swizzle")) && c.args.len() == 3 {
+            if matches!(&*c.func, SynExpr::Path(p) if p.path.is_ident("swizzle"))
+                && c.args.len() == 3
+            {
                 let vals: Vec<Option<i32>> = c.args.iter().map(|a| self.const_int(a)).collect();
                 if let [Some(bits), Some(base), Some(shift)] = vals.as_slice() {
                     if *bits >= 0 && *base >= 0 && *shift >= 0 {
@@ -584,7 +668,10 @@ impl Translator<'_, '_> {
                 }
             }
         }
-        Err(self.err(e, "expected `swizzle(bits, base, shift)` with non-negative constants"))
+        Err(self.err(
+            e,
+            "expected `swizzle(bits, base, shift)` with non-negative constants",
+        ))
     }
 
     /// The name of a new tensor; instructions that create views cannot write an existing one.

@@ -9,6 +9,7 @@
 //!   and a name bound to a layout (`let la = layout!(..)`) by that layout's text. The text keeps
 //!   a map from byte ranges back to the tokens they came from, so a parse error points at the
 //!   exact tokens (the same configuration-independent site in every configuration).
+//!   `f.g` where `g` is a layout variable composes with it (`local(BM / 16, 1).mma_c`).
 
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use syn::{Expr as SynExpr, Lit};
@@ -56,7 +57,12 @@ impl Mapped {
 
 impl Translator<'_, '_> {
     pub(super) fn layout_macro(&mut self, mac: &syn::Macro) -> R<(Layout, String)> {
-        let name = mac.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        let name = mac
+            .path
+            .segments
+            .last()
+            .map(|s| s.ident.to_string())
+            .unwrap_or_default();
         if name != "layout" || mac.path.segments.len() != 1 {
             return Err(self.err(
                 mac,
@@ -77,7 +83,10 @@ impl Translator<'_, '_> {
             };
         }
         if mac.tokens.is_empty() {
-            return Err(self.err(mac, "empty layout; e.g. `layout!(local(2, 1).spatial(8, 4))`"));
+            return Err(self.err(
+                mac,
+                "empty layout; e.g. `layout!(local(2, 1).spatial(8, 4))`",
+            ));
         }
         let mut m = Mapped::default();
         match syn::parse2::<SynExpr>(mac.tokens.clone()) {
@@ -88,9 +97,9 @@ impl Translator<'_, '_> {
         match self.parse_layout(&m.text) {
             Ok(l) => Ok((l, m.text)),
             Err(e) => {
-                let (range, first, last) = m
-                    .range_of(e.span.start, e.span.end)
-                    .unwrap_or((Range::of(mac), 0, 0));
+                let (range, first, last) =
+                    m.range_of(e.span.start, e.span.end)
+                        .unwrap_or((Range::of(mac), 0, 0));
                 let shown = if normalize(&source) == normalize(&m.text) {
                     String::new()
                 } else {
@@ -122,6 +131,23 @@ impl Translator<'_, '_> {
                 m.push(".", Range::of(&mc.dot_token));
                 m.push(&mc.method.to_string(), Range::of(&mc.method));
                 self.layout_args(mc.paren_token.span, mc.args.iter(), m);
+            }
+            // `f.g` with `g` a layout variable: composition is associative, so the variable's
+            // composition chain is spliced in place (`f.(x.y)` is `f.x.y`).
+            SynExpr::Field(fe) => {
+                self.layout_expr(&fe.base, m);
+                m.push(".", Range::of(&fe.dot_token));
+                let name = match &fe.member {
+                    syn::Member::Named(id) => id.to_string(),
+                    syn::Member::Unnamed(i) => i.index.to_string(),
+                };
+                match self.lookup(&name) {
+                    Some(Binding::Layout(_, text)) if !has_top_level_div(text) => {
+                        let text = text.clone();
+                        m.push(&text, Range::of(&fe.member));
+                    }
+                    _ => m.push(&name, Range::of(&fe.member)),
+                }
             }
             SynExpr::Call(c) => {
                 self.layout_expr(&c.func, m);
@@ -234,4 +260,18 @@ fn verbatim_tokens(tokens: &TokenStream, m: &mut Mapped) {
 /// Text without whitespace, to tell whether substitution changed anything.
 fn normalize(s: &str) -> String {
     s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// Whether `text` has a `/` outside parentheses (so it cannot be spliced into a composition).
+fn has_top_level_div(text: &str) -> bool {
+    let mut depth = 0i32;
+    for c in text.chars() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            '/' if depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
 }

@@ -109,7 +109,10 @@ impl Translator<'_, '_> {
             Value::Layout(l, t) => Binding::Layout(l, t),
             Value::Array(a) => Binding::Array(a),
             Value::Unit => {
-                let _ = self.err(local, format!("`{name}` would be bound to nothing: this instruction has no result"));
+                let _ = self.err(
+                    local,
+                    format!("`{name}` would be bound to nothing: this instruction has no result"),
+                );
                 Binding::Poisoned
             }
             Value::Poisoned => Binding::Poisoned,
@@ -175,7 +178,13 @@ impl Translator<'_, '_> {
         b.set_span(site);
         let unique: Vec<String> = names
             .iter()
-            .map(|n| if n == "_" { self.unique("block_index") } else { self.unique(n) })
+            .map(|n| {
+                if n == "_" {
+                    self.unique("block_index")
+                } else {
+                    self.unique(n)
+                }
+            })
             .collect();
         let refs: Vec<&str> = unique.iter().map(|s| s.as_str()).collect();
         let vars = b.block_indices(&refs);
@@ -232,7 +241,10 @@ impl Translator<'_, '_> {
                 Ok(())
             }
             SynExpr::Loop(_) => Err(self.err(e, "`loop` is not supported; use `while` or `for`")),
-            SynExpr::Return(_) => Err(self.err(e, "`return` is not supported; use `exit()` to end the block")),
+            SynExpr::Return(_) => Err(self.err(
+                e,
+                "`return` is not supported; use `exit()` to end the block",
+            )),
             SynExpr::Break(_) | SynExpr::Continue(_) => {
                 Err(self.err(e, "`break` and `continue` are not supported in a kernel"))
             }
@@ -257,9 +269,11 @@ impl Translator<'_, '_> {
         right: &SynExpr,
     ) -> R<()> {
         let name = match left {
-            SynExpr::Path(p) if p.path.get_ident().is_some() => {
-                p.path.get_ident().map(|i| i.to_string()).unwrap_or_default()
-            }
+            SynExpr::Path(p) if p.path.get_ident().is_some() => p
+                .path
+                .get_ident()
+                .map(|i| i.to_string())
+                .unwrap_or_default(),
             _ => return Err(self.err(left, "only variables can be assigned")),
         };
         let binding = match self.lookup(&name).cloned() {
@@ -282,7 +296,8 @@ impl Translator<'_, '_> {
                     None => rhs,
                     Some(op) => {
                         let op = super::expr::compound_op(op);
-                        self.scalar_binary(whole, op, (Expr::Var(var), ty), (rhs, ty))?.0
+                        self.scalar_binary(whole, op, (Expr::Var(var), ty), (rhs, ty))?
+                            .0
                     }
                 };
                 let site = self.site(whole);
@@ -339,7 +354,9 @@ impl Translator<'_, '_> {
             return Err(self.err(l, "loop labels are not supported"));
         }
         let name = match &*f.pat {
-            Pat::Ident(pi) if pi.mutability.is_none() && pi.subpat.is_none() => pi.ident.to_string(),
+            Pat::Ident(pi) if pi.mutability.is_none() && pi.subpat.is_none() => {
+                pi.ident.to_string()
+            }
             Pat::Wild(_) => "_".to_string(),
             other => return Err(self.err(other, "expected a loop variable name")),
         };
@@ -355,9 +372,20 @@ impl Translator<'_, '_> {
         let e = self.scalar(b, end, ScalarType::I32);
         let (s, mut e) = (s?, e?);
         if let RangeLimits::Closed(_) = range.limits {
-            e = self.scalar_binary(range, tilus_core::ir::BinaryOp::Add, (e, ScalarType::I32), (Expr::Int(1), ScalarType::I32))?.0;
+            e = self
+                .scalar_binary(
+                    range,
+                    tilus_core::ir::BinaryOp::Add,
+                    (e, ScalarType::I32),
+                    (Expr::Int(1), ScalarType::I32),
+                )?
+                .0;
         }
-        let var_name = if name == "_" { self.unique("iter") } else { self.unique(&name) };
+        let var_name = if name == "_" {
+            self.unique("iter")
+        } else {
+            self.unique(&name)
+        };
         b.set_span(site);
         b.for_range(&var_name, s, e, |b, var| {
             self.scopes.push(Vec::new());
@@ -415,4 +443,3 @@ impl Translator<'_, '_> {
         }
     }
 }
-
