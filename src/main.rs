@@ -31,6 +31,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check driver, GPU, NVRTC, CUDA headers and cache directory: each OK or what to do.
+    ///
+    /// Exit status 1 if a check failed (with --strict, also on warnings), else 0.
+    Doctor {
+        /// Treat warnings (e.g. no GPU on this machine) as failures.
+        #[arg(long)]
+        strict: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -46,6 +54,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Layout { expr, json } => cli::layout::run(expr, *json),
         Command::Dtype { name, json } => cli::dtype::run(name, *json),
+        Command::Doctor { strict } => return cli::doctor::run(*strict),
     };
     match result {
         Ok(text) => {

@@ -1,0 +1,338 @@
+//! Typed device memory: [`DeviceBuffer<T>`], views into it, and [`PackedTensor`] for sub-byte
+//! data that knows its logical shape and data type.
+
+use crate::context::Context;
+use crate::error::{Result, RuntimeError};
+use crate::kernel::Element;
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DeviceSlice};
+use std::ops::Range;
+use tilus_core::DType;
+
+fn alloc_err(what: &str, bytes: usize, e: cudarc::driver::DriverError) -> RuntimeError {
+    RuntimeError::driver(format!("{what} ({bytes} bytes)"), e)
+}
+
+/// `len` elements of `T` in device memory, owned. Dropping it frees the memory (after the
+/// stream's pending work on it).
+pub struct DeviceBuffer<T: Element> {
+    slice: CudaSlice<T>,
+}
+
+impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer<{}>[{}]", T::SCALAR, self.len())
+    }
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    /// A copy of `data` on the device.
+    pub fn from_host(ctx: &Context, data: &[T]) -> Result<Self> {
+        let slice = ctx
+            .stream()
+            .clone_htod(data)
+            .map_err(|e| alloc_err("copying to the device", std::mem::size_of_val(data), e))?;
+        Ok(DeviceBuffer { slice })
+    }
+
+    /// `len` zeros.
+    pub fn zeros(ctx: &Context, len: usize) -> Result<Self> {
+        let slice = ctx.stream().alloc_zeros(len).map_err(|e| {
+            alloc_err(
+                "allocating device memory",
+                len * std::mem::size_of::<T>(),
+                e,
+            )
+        })?;
+        Ok(DeviceBuffer { slice })
+    }
+
+    /// `len` copies of `value` (e.g. NaN to poison an output before a launch).
+    pub fn filled(ctx: &Context, len: usize, value: T) -> Result<Self> {
+        Self::from_host(ctx, &vec![value; len])
+    }
+
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slice.len() == 0
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.slice.num_bytes()
+    }
+
+    /// The device address (for [`crate::check_align`]).
+    pub fn device_ptr(&self) -> u64 {
+        let (ptr, _sync) = self.slice.device_ptr(self.slice.stream());
+        ptr
+    }
+
+    /// A host copy. Waits for pending work on the stream.
+    pub fn to_host(&self) -> Result<Vec<T>> {
+        let stream = self.slice.stream().clone();
+        stream
+            .clone_dtoh(&self.slice)
+            .map_err(|e| alloc_err("copying to the host", self.size_bytes(), e))
+    }
+
+    /// Overwrite the whole buffer with `data`, which must have the same length.
+    pub fn copy_from_host(&mut self, data: &[T]) -> Result<()> {
+        crate::launch::check_len("data", data.len(), self.len())?;
+        let stream = self.slice.stream().clone();
+        stream
+            .memcpy_htod(data, &mut self.slice)
+            .map_err(|e| alloc_err("copying to the device", std::mem::size_of_val(data), e))
+    }
+
+    /// Set every element to `value`.
+    pub fn fill(&mut self, value: T) -> Result<()> {
+        self.copy_from_host(&vec![value; self.len()])
+    }
+
+    /// Elements `range` as a read-only view (a kernel argument like the buffer itself).
+    pub fn view(&self, range: Range<usize>) -> Result<DeviceView<'_, T>> {
+        check_range(&range, self.len())?;
+        let view = self.slice.slice(range);
+        Ok(DeviceView { view })
+    }
+
+    /// Elements `range` as a writable view.
+    pub fn view_mut(&mut self, range: Range<usize>) -> Result<DeviceViewMut<'_, T>> {
+        check_range(&range, self.len())?;
+        let view = self.slice.slice_mut(range);
+        Ok(DeviceViewMut { view })
+    }
+
+    /// cudarc's slice, for what the runtime does not wrap.
+    pub fn cuda_slice(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+
+    /// cudarc's slice, mutably.
+    pub fn cuda_slice_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+}
+
+fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
+    if range.start > range.end || range.end > len {
+        return Err(RuntimeError::invalid_arg(
+            "range",
+            format!(
+                "{}..{} is out of bounds for a buffer of {len} elements",
+                range.start, range.end
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A read-only window into a [`DeviceBuffer`].
+pub struct DeviceView<'a, T: Element> {
+    pub(crate) view: CudaView<'a, T>,
+}
+
+impl<T: Element> DeviceView<'_, T> {
+    pub fn len(&self) -> usize {
+        self.view.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.view.len() == 0
+    }
+    /// The device address of the first element.
+    pub fn device_ptr(&self) -> u64 {
+        let (ptr, _sync) = self.view.device_ptr(self.view.stream());
+        ptr
+    }
+    /// A host copy.
+    pub fn to_host(&self) -> Result<Vec<T>> {
+        self.view
+            .stream()
+            .clone_dtoh(&self.view)
+            .map_err(|e| alloc_err("copying to the host", self.view.num_bytes(), e))
+    }
+}
+
+/// A writable window into a [`DeviceBuffer`].
+pub struct DeviceViewMut<'a, T: Element> {
+    pub(crate) view: CudaViewMut<'a, T>,
+}
+
+impl<T: Element> DeviceViewMut<'_, T> {
+    pub fn len(&self) -> usize {
+        self.view.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.view.len() == 0
+    }
+    /// The device address of the first element.
+    pub fn device_ptr(&self) -> u64 {
+        let (ptr, _sync) = self.view.device_ptr(self.view.stream());
+        ptr
+    }
+}
+
+/// Bytes needed to store `numel` values of `bits` bits each, packed with no gaps (a value may
+/// span two bytes). `None` on overflow.
+pub fn packed_byte_len(numel: usize, bits: u32) -> Option<usize> {
+    numel.checked_mul(bits as usize).map(|b| b.div_ceil(8))
+}
+
+/// Number of elements of `shape`; `None` on overflow.
+pub fn shape_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+/// Check that `len` bytes is exactly what `shape` elements of `bits` bits pack into.
+/// `arg` names the argument in the error.
+pub fn check_packed_len(
+    arg: &str,
+    len: usize,
+    shape: &[usize],
+    bits: u32,
+    dtype: &str,
+) -> Result<()> {
+    let expected = shape_numel(shape)
+        .and_then(|n| packed_byte_len(n, bits))
+        .ok_or_else(|| {
+            RuntimeError::invalid_arg(arg, format!("shape {shape:?} is too large to address"))
+        })?;
+    if len != expected {
+        return Err(RuntimeError::invalid_arg(
+            arg,
+            format!(
+                "{len} bytes, but a {dtype} tensor of shape {shape:?} ({bits} bits per value, \
+                 packed) takes {expected} bytes"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Packed low-precision data on the device: the bytes plus the logical shape and data type they
+/// hold. The byte length always equals `ceil(numel * bits / 8)`.
+pub struct PackedTensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: DeviceBuffer<u8>,
+}
+
+impl std::fmt::Debug for PackedTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedTensor")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl PackedTensor {
+    /// Upload packed `bytes` holding a `dtype` tensor of `shape`.
+    pub fn from_host(ctx: &Context, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Self> {
+        check_packed_len(
+            "bytes",
+            bytes.len(),
+            shape,
+            dtype.bits(),
+            &format!("{dtype:?}"),
+        )?;
+        Ok(PackedTensor {
+            dtype,
+            shape: shape.to_vec(),
+            bytes: DeviceBuffer::from_host(ctx, bytes)?,
+        })
+    }
+
+    /// An all-zero-bits tensor.
+    pub fn zeros(ctx: &Context, dtype: DType, shape: &[usize]) -> Result<Self> {
+        let len = shape_numel(shape)
+            .and_then(|n| packed_byte_len(n, dtype.bits()))
+            .ok_or_else(|| {
+                RuntimeError::invalid_arg("shape", format!("{shape:?} is too large to address"))
+            })?;
+        Ok(PackedTensor {
+            dtype,
+            shape: shape.to_vec(),
+            bytes: DeviceBuffer::zeros(ctx, len)?,
+        })
+    }
+
+    /// Wrap an existing byte buffer, checking its length.
+    pub fn from_buffer(dtype: DType, shape: &[usize], bytes: DeviceBuffer<u8>) -> Result<Self> {
+        check_packed_len(
+            "bytes",
+            bytes.len(),
+            shape,
+            dtype.bits(),
+            &format!("{dtype:?}"),
+        )?;
+        Ok(PackedTensor {
+            dtype,
+            shape: shape.to_vec(),
+            bytes,
+        })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Number of logical elements.
+    pub fn numel(&self) -> usize {
+        shape_numel(&self.shape).expect("checked at construction")
+    }
+    /// The packed bytes.
+    pub fn bytes(&self) -> &DeviceBuffer<u8> {
+        &self.bytes
+    }
+    /// The packed bytes, writable (the length cannot change).
+    pub fn bytes_mut(&mut self) -> &mut DeviceBuffer<u8> {
+        &mut self.bytes
+    }
+    /// A host copy of the packed bytes.
+    pub fn to_host(&self) -> Result<Vec<u8>> {
+        self.bytes.to_host()
+    }
+    pub fn into_parts(self) -> (DType, Vec<usize>, DeviceBuffer<u8>) {
+        (self.dtype, self.shape, self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_lengths() {
+        assert_eq!(packed_byte_len(8, 1), Some(1));
+        assert_eq!(packed_byte_len(9, 1), Some(2));
+        assert_eq!(packed_byte_len(4, 6), Some(3));
+        assert_eq!(packed_byte_len(5, 6), Some(4)); // 30 bits
+        assert_eq!(packed_byte_len(3, 3), Some(2)); // 9 bits: the last value spans bytes
+        assert_eq!(packed_byte_len(0, 4), Some(0));
+        assert_eq!(packed_byte_len(usize::MAX, 2), None);
+        assert_eq!(shape_numel(&[]), Some(1));
+        assert_eq!(shape_numel(&[3, 0, 5]), Some(0));
+        assert_eq!(shape_numel(&[usize::MAX, 2]), None);
+    }
+
+    #[test]
+    fn packed_len_check_names_argument_and_shape() {
+        assert!(check_packed_len("w", 96, &[16, 8], 6, "i6").is_ok());
+        let e = check_packed_len("w", 95, &[16, 8], 6, "i6").unwrap_err();
+        assert_eq!(e.arg(), Some("w"));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("95 bytes") && msg.contains("[16, 8]") && msg.contains("96"),
+            "{msg}"
+        );
+        let e = check_packed_len("w", 0, &[usize::MAX, 4], 4, "u4").unwrap_err();
+        assert!(e.to_string().contains("too large"));
+    }
+}

@@ -1,0 +1,502 @@
+//! A device, its stream, and the kernels loaded on it.
+
+use crate::disk_cache::{CacheKey, CacheState, DiskCache, Lookup};
+use crate::error::{Result, RuntimeError};
+use crate::kernel::KernelSource;
+use crate::launch::LoadedKernel;
+use crate::nvrtc::{self, CompileOptions, Output};
+use cudarc::driver::{sys, CudaContext, CudaStream};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// The driver library, loaded once per process, and its CUDA version (`13000` for 13.0).
+/// A missing `libcuda` or an old driver is an error with a hint, never a panic.
+pub fn driver_version() -> Result<i32> {
+    static DRIVER: OnceLock<std::result::Result<i32, DriverProblem>> = OnceLock::new();
+    match DRIVER.get_or_init(load_driver) {
+        Ok(v) => Ok(*v),
+        Err(DriverProblem::Missing) => Err(RuntimeError::LibraryMissing {
+            library: "libcuda.so",
+            hint: "no NVIDIA driver on this machine, so kernels cannot run here (they can still \
+                   be compiled: compile-only checks need NVRTC alone). On a GPU machine install \
+                   the NVIDIA driver (R580 or newer for CUDA 13.0), or put the directory holding \
+                   libcuda.so.1 on LD_LIBRARY_PATH"
+                .into(),
+        }),
+        Err(DriverProblem::Call(e)) => Err(RuntimeError::driver(
+            "asking the driver for its version",
+            *e,
+        )),
+        Err(DriverProblem::TooOld(v)) => Err(RuntimeError::DriverTooOld {
+            found_major: v / 1000,
+            found_minor: (v % 1000) / 10,
+        }),
+    }
+}
+
+#[derive(Debug)]
+enum DriverProblem {
+    Missing,
+    Call(cudarc::driver::DriverError),
+    TooOld(i32),
+}
+
+fn load_driver() -> std::result::Result<i32, DriverProblem> {
+    // SAFETY: opening the driver library runs its initializers, which is what using it means.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(DriverProblem::Missing);
+    }
+    let mut version = 0;
+    // SAFETY: the library is present; valid out-pointer. cuDriverGetVersion works before cuInit.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(DriverProblem::Call)?;
+    // The bindings are CUDA 13.0's; older drivers lack some entry points (cudarc would panic on
+    // first use of one) and cannot load CUBINs from NVRTC 13.
+    if version < 13000 {
+        return Err(DriverProblem::TooOld(version));
+    }
+    Ok(version)
+}
+
+/// Number of CUDA devices visible to this process (0 when the driver sees none).
+pub fn device_count() -> Result<usize> {
+    driver_version()?;
+    static INIT: OnceLock<std::result::Result<(), cudarc::driver::DriverError>> = OnceLock::new();
+    match INIT.get_or_init(cudarc::driver::result::init) {
+        Ok(()) => {}
+        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => return Ok(0),
+        Err(e) => return Err(RuntimeError::driver("initializing the driver (cuInit)", *e)),
+    }
+    match CudaContext::device_count() {
+        Ok(n) => Ok(n.max(0) as usize),
+        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+        Err(e) => Err(RuntimeError::driver("counting devices", e)),
+    }
+}
+
+/// Facts about the device a [`Context`] drives.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability, e.g. `(9, 0)`.
+    pub compute_capability: (i32, i32),
+    /// NVRTC target: `sm_90a` on Hopper, `sm_XY` otherwise.
+    pub arch: String,
+    /// Driver's CUDA version, e.g. `13000`.
+    pub driver_version: i32,
+    pub multiprocessors: u32,
+    pub max_grid: [u32; 3],
+    pub max_block: [u32; 3],
+    pub max_threads_per_block: u32,
+    /// Shared memory a block may use without opting in (48 KiB).
+    pub smem_per_block: u32,
+    /// Shared memory a block may use after opting in (227 KiB on H100).
+    pub smem_per_block_optin: u32,
+    pub total_memory: usize,
+}
+
+/// Counters of how kernels were obtained. Per [`Context`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// NVRTC compilations.
+    pub compiles: u64,
+    /// Kernels loaded from a verified disk entry.
+    pub disk_hits: u64,
+    /// Loads answered from memory.
+    pub memory_hits: u64,
+    /// Disk entries found corrupt (or rejected by the driver), deleted and rebuilt.
+    pub disk_rejected: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    compiles: AtomicU64,
+    disk_hits: AtomicU64,
+    memory_hits: AtomicU64,
+    disk_rejected: AtomicU64,
+}
+
+/// How the disk cache is chosen.
+#[derive(Clone, Debug, Default)]
+enum CacheChoice {
+    /// `TILUS_CACHE` / `TILUS_CACHE_DIR` / the user cache directory.
+    #[default]
+    FromEnv,
+    Dir(PathBuf),
+    Off,
+}
+
+/// Options for [`Context`]; start with [`Context::builder`].
+#[derive(Clone, Debug)]
+pub struct ContextBuilder {
+    ordinal: usize,
+    cache: CacheChoice,
+    lineinfo: bool,
+    fast_math: bool,
+    extra_options: Vec<String>,
+}
+
+impl ContextBuilder {
+    /// Put the disk cache in `dir` (ignores `TILUS_CACHE_DIR`/`TILUS_CACHE`).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache = CacheChoice::Dir(dir.into());
+        self
+    }
+    /// No disk cache: compile once per context, keep in memory.
+    pub fn no_disk_cache(mut self) -> Self {
+        self.cache = CacheChoice::Off;
+        self
+    }
+    /// Compile with `-lineinfo` (for profilers).
+    pub fn lineinfo(mut self, on: bool) -> Self {
+        self.lineinfo = on;
+        self
+    }
+    /// Compile with `--use_fast_math`.
+    pub fn fast_math(mut self, on: bool) -> Self {
+        self.fast_math = on;
+        self
+    }
+    /// Extra NVRTC options, appended last (part of the cache key).
+    pub fn nvrtc_option(mut self, option: impl Into<String>) -> Self {
+        self.extra_options.push(option.into());
+        self
+    }
+
+    /// Open the device. Fails with a hint when there is no driver, no such device, or the
+    /// driver is too old; NVRTC is needed only from the first [`Context::load`].
+    pub fn build(self) -> Result<Arc<Context>> {
+        let driver_version = driver_version()?;
+        let count = device_count()?;
+        if self.ordinal >= count {
+            let hint = match std::env::var("CUDA_VISIBLE_DEVICES") {
+                Ok(v) => format!(" (CUDA_VISIBLE_DEVICES={v})"),
+                Err(_) => String::new(),
+            };
+            return Err(RuntimeError::NoDevice {
+                ordinal: self.ordinal,
+                count,
+                hint,
+            });
+        }
+        let during = format!("opening device {}", self.ordinal);
+        let cuda =
+            CudaContext::new(self.ordinal).map_err(|e| RuntimeError::driver(during.clone(), e))?;
+        let attr = |a: sys::CUdevice_attribute| {
+            cuda.attribute(a)
+                .map(|v| v.max(0) as u32)
+                .map_err(|e| RuntimeError::driver(during.clone(), e))
+        };
+        use sys::CUdevice_attribute as A;
+        let compute_capability = cuda
+            .compute_capability()
+            .map_err(|e| RuntimeError::driver(during.clone(), e))?;
+        let device = DeviceInfo {
+            ordinal: self.ordinal,
+            name: cuda.name().unwrap_or_else(|_| "unknown".into()),
+            compute_capability,
+            arch: nvrtc::arch_for(compute_capability.0, compute_capability.1),
+            driver_version,
+            multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_grid: [
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ],
+            max_block: [
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ],
+            max_threads_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            smem_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+            smem_per_block_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            total_memory: cuda.total_mem().unwrap_or(0),
+        };
+        let stream = cuda.default_stream();
+        let mut options = CompileOptions::new(device.arch.clone());
+        options.lineinfo = self.lineinfo;
+        options.fast_math = self.fast_math;
+        options.extra = self.extra_options;
+        let disk = match self.cache {
+            CacheChoice::FromEnv => DiskCache::from_env(),
+            CacheChoice::Dir(dir) => DiskCache::at(dir),
+            CacheChoice::Off => DiskCache::disabled(),
+        };
+        Ok(Arc::new(Context {
+            cuda,
+            stream,
+            device,
+            options,
+            disk,
+            kernels: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+        }))
+    }
+}
+
+type Slot = Arc<Mutex<Option<Arc<LoadedKernel>>>>;
+
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+
+/// One CUDA device: its stream, its compile options, and a two-level kernel cache (memory, then
+/// disk, then NVRTC). Share it as `Arc<Context>`; every method takes `&self` and is thread-safe.
+///
+/// Each kernel source is compiled at most once per context, also when many threads ask for it
+/// at the same time: loads of one source wait on a per-source lock, loads of different sources
+/// proceed in parallel.
+pub struct Context {
+    cuda: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    device: DeviceInfo,
+    options: CompileOptions,
+    disk: DiskCache,
+    kernels: Mutex<HashMap<CacheKey, Slot>>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.device)
+            .field("cache", &self.disk.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Open device `ordinal` with default options (disk cache from the environment).
+    pub fn new(ordinal: usize) -> Result<Arc<Context>> {
+        Context::builder(ordinal).build()
+    }
+
+    /// Options for opening device `ordinal`.
+    pub fn builder(ordinal: usize) -> ContextBuilder {
+        ContextBuilder {
+            ordinal,
+            cache: CacheChoice::FromEnv,
+            lineinfo: false,
+            fast_math: false,
+            extra_options: Vec::new(),
+        }
+    }
+
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    /// The NVRTC target kernels are compiled for (`sm_90a` on H100).
+    pub fn arch(&self) -> &str {
+        &self.device.arch
+    }
+
+    /// The NVRTC options every kernel of this context is compiled with.
+    pub fn compile_options(&self) -> &CompileOptions {
+        &self.options
+    }
+
+    /// Whether and where compiled kernels are cached on disk.
+    pub fn cache_state(&self) -> CacheState {
+        self.disk.state()
+    }
+
+    /// The disk cache directory in use, if any.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.disk.dir()
+    }
+
+    /// How kernels were obtained so far.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.counters;
+        CacheStats {
+            compiles: c.compiles.load(Ordering::SeqCst),
+            disk_hits: c.disk_hits.load(Ordering::SeqCst),
+            memory_hits: c.memory_hits.load(Ordering::SeqCst),
+            disk_rejected: c.disk_rejected.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Wait for all work on this context's stream; reports errors of kernels that faulted.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| {
+            RuntimeError::driver(
+                "waiting for the GPU (an earlier launch may have faulted)",
+                e,
+            )
+        })
+    }
+
+    /// cudarc's context, for what the runtime does not wrap.
+    pub fn cuda(&self) -> &Arc<CudaContext> {
+        &self.cuda
+    }
+
+    /// The stream all work of this context goes to.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The kernel for `src`: from memory, else from the disk cache, else compiled by NVRTC (and
+    /// then stored on disk). Compile errors name the kernel and configuration and quote the
+    /// source around the first error.
+    pub fn load(&self, src: &KernelSource) -> Result<Arc<LoadedKernel>> {
+        let slot: Slot = {
+            let mut map = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(src.content_key()).or_default().clone()
+        };
+        // Held while building: a second thread asking for the same source waits here and then
+        // finds it built; other sources do not wait.
+        let mut entry = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kernel) = entry.as_ref() {
+            self.counters.memory_hits.fetch_add(1, Ordering::SeqCst);
+            return Ok(kernel.clone());
+        }
+        let kernel = Arc::new(self.build(src)?);
+        *entry = Some(kernel.clone());
+        Ok(kernel)
+    }
+
+    /// The disk cache key: everything that determines the CUBIN bytes.
+    fn disk_key(&self, src: &KernelSource, nvrtc_version: (i32, i32)) -> CacheKey {
+        let args = self.options.args(Output::Cubin).join("\n");
+        let version = format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1);
+        CacheKey::of(&[
+            src.source().as_bytes(),
+            args.as_bytes(),
+            version.as_bytes(),
+            self.device.arch.as_bytes(),
+        ])
+    }
+
+    fn build(&self, src: &KernelSource) -> Result<LoadedKernel> {
+        if src.entry().contains('\0') {
+            return Err(RuntimeError::InvalidKernel {
+                kernel: src.kernel().into(),
+                reason: "entry name contains a NUL byte".into(),
+            });
+        }
+        let started = Instant::now();
+        let info = nvrtc::nvrtc()?;
+        let key = self.disk_key(src, info.version);
+        match self.disk.load(&key) {
+            // The driver takes anything that is not an ELF image for NUL-terminated PTX text and
+            // would read past the buffer: only hand it what looks like a CUBIN.
+            Lookup::Hit(cubin) if !cubin.starts_with(ELF_MAGIC) => {
+                self.disk.remove(&key);
+                self.counters.disk_rejected.fetch_add(1, Ordering::SeqCst);
+            }
+            Lookup::Hit(cubin) => match self.instantiate(src, &cubin) {
+                Ok(parts) => {
+                    self.counters.disk_hits.fetch_add(1, Ordering::SeqCst);
+                    return Ok(LoadedKernel::new(
+                        src,
+                        parts,
+                        self,
+                        crate::launch::Origin::DiskCache,
+                        started.elapsed(),
+                    ));
+                }
+                // Verified bytes the driver still rejects (e.g. written by another build of the
+                // driver): drop the entry and rebuild. A missing entry point is the source's
+                // fault, not the cache's, and recompiling would not help.
+                Err(e @ RuntimeError::InvalidKernel { .. }) => return Err(e),
+                Err(_) => {
+                    self.disk.remove(&key);
+                    self.counters.disk_rejected.fetch_add(1, Ordering::SeqCst);
+                }
+            },
+            Lookup::Corrupt(_) => {
+                self.counters.disk_rejected.fetch_add(1, Ordering::SeqCst);
+            }
+            Lookup::Miss => {}
+        }
+        let compile_started = Instant::now();
+        let compiled = nvrtc::compile(
+            src.kernel(),
+            src.config(),
+            src.source(),
+            &self.options,
+            Output::Cubin,
+        )?;
+        self.counters.compiles.fetch_add(1, Ordering::SeqCst);
+        let nvrtc_time = compile_started.elapsed();
+        if !compiled.image.starts_with(ELF_MAGIC) {
+            return Err(RuntimeError::Nvrtc {
+                during: format!("compiling kernel {}", src.label()),
+                message: "NVRTC returned something that is not a CUBIN".into(),
+            });
+        }
+        let parts = self.instantiate(src, &compiled.image)?;
+        self.disk.store(&key, &compiled.image);
+        Ok(LoadedKernel::new(
+            src,
+            parts,
+            self,
+            crate::launch::Origin::Compiled { nvrtc: nvrtc_time },
+            started.elapsed(),
+        ))
+    }
+
+    /// Load a CUBIN into the driver and look up the entry point.
+    fn instantiate(
+        &self,
+        src: &KernelSource,
+        cubin: &[u8],
+    ) -> Result<cudarc::driver::CudaFunction> {
+        let during = format!("loading the module of kernel {}", src.label());
+        let module = self
+            .cuda
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.to_vec()))
+            .map_err(|e| RuntimeError::driver(during, e))?;
+        module.load_function(src.entry()).map_err(|e| {
+            if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+                RuntimeError::InvalidKernel {
+                    kernel: src.kernel().into(),
+                    reason: format!(
+                        "entry point `{}` is not in the compiled module (it must be an \
+                         `extern \"C\" __global__` function)",
+                        src.entry()
+                    ),
+                }
+            } else {
+                RuntimeError::driver(format!("looking up `{}`", src.entry()), e)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On any machine (this one may have no driver, no GPU, or a GPU), opening devices and
+    /// counting them gives a value or an error, never a panic.
+    #[test]
+    fn opening_devices_never_panics() {
+        let count = match device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                assert!(e.is_unavailable(), "unexpected error kind: {e}");
+                eprintln!("no GPU here: {e}");
+                0
+            }
+        };
+        match Context::builder(0).no_disk_cache().build() {
+            Ok(ctx) => {
+                assert!(count > 0);
+                assert!(ctx.arch().starts_with("sm_"));
+            }
+            Err(e) => assert!(e.is_unavailable(), "unexpected error kind: {e}"),
+        }
+        let e = Context::builder(usize::MAX)
+            .no_disk_cache()
+            .build()
+            .unwrap_err();
+        assert!(e.is_unavailable(), "{e}");
+    }
+}

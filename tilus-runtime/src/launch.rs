@@ -1,0 +1,685 @@
+//! Loaded kernels and checked launches.
+//!
+//! ```no_run
+//! # use tilus_runtime::*;
+//! # fn main() -> Result<()> {
+//! let ctx = Context::new(0)?;
+//! let src = KernelSource::new(
+//!     "scale", "", "scale",
+//!     r#"extern "C" __global__ void scale(int n, float s, const float* x, float* y) {
+//!            int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!            if (i < n) y[i] = s * x[i];
+//!        }"#,
+//!     vec![Param::value::<i32>("n"), Param::value::<f32>("s"),
+//!          Param::ptr::<f32>("x"), Param::ptr_mut::<f32>("y")],
+//! );
+//! let kernel = ctx.load(&src)?;
+//! let x = DeviceBuffer::from_host(&ctx, &[1.0f32; 1000])?;
+//! let mut y = DeviceBuffer::<f32>::zeros(&ctx, 1000)?;
+//! check_len("y", y.len(), x.len())?;
+//! kernel
+//!     .args()
+//!     .value(1000i32)
+//!     .value(2.0f32)
+//!     .arg(&x)
+//!     .arg_mut(&mut y)
+//!     .launch(LaunchDims::new([4, 1, 1], [256, 1, 1]))?;
+//! assert_eq!(y.to_host()?[0], 2.0);
+//! # Ok(()) }
+//! ```
+//!
+//! Launches are checked before they reach the driver: the arguments against the kernel's
+//! declared parameters (count, pointer or value, element type, writability), the grid and block
+//! against the device's limits and the kernel's own thread limit, and dynamic shared memory
+//! against the opt-in maximum; above the default 48 KiB the kernel is opted in automatically.
+//! Each failure is an [`RuntimeError::InvalidArgument`] naming the argument (`grid.y`, `block`,
+//! `dyn_smem`, or the parameter's name).
+
+use crate::buffer::{DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor};
+use crate::context::{Context, DeviceInfo};
+use crate::error::{Result, RuntimeError};
+use crate::kernel::{Element, KernelSource, Param, ParamType, Scalar};
+use cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where a loaded kernel came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled by NVRTC in this process; `nvrtc` is the compile time alone.
+    Compiled { nvrtc: Duration },
+    /// Read from a verified disk cache entry.
+    DiskCache,
+}
+
+/// Grid and block shape and dynamic shared memory of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub dyn_smem: u32,
+}
+
+impl LaunchDims {
+    pub fn new(grid: [u32; 3], block: [u32; 3]) -> LaunchDims {
+        LaunchDims {
+            grid,
+            block,
+            dyn_smem: 0,
+        }
+    }
+    /// Set the dynamic shared memory per block.
+    pub fn with_dyn_smem(mut self, bytes: u32) -> LaunchDims {
+        self.dyn_smem = bytes;
+        self
+    }
+}
+
+/// What limits a launch of one kernel on one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchLimits {
+    pub max_grid: [u32; 3],
+    pub max_block: [u32; 3],
+    /// The kernel's own maximum threads per block (registers and `__launch_bounds__` count).
+    pub max_threads: u32,
+    /// Static shared memory the kernel declares.
+    pub static_smem: u32,
+    /// Shared memory per block after opting in.
+    pub smem_optin: u32,
+}
+
+/// A kernel ready to launch. Obtained from [`Context::load`].
+pub struct LoadedKernel {
+    kernel: Arc<str>,
+    config: Arc<str>,
+    entry: Arc<str>,
+    params: Arc<[Param]>,
+    function: CudaFunction,
+    stream: Arc<CudaStream>,
+    limits: LaunchLimits,
+    registers: u32,
+    local_bytes: u32,
+    /// Current `MAX_DYNAMIC_SHARED_SIZE_BYTES` of the function.
+    dyn_smem_allowed: AtomicU32,
+    opt_in: Mutex<()>,
+    origin: Origin,
+    load_time: Duration,
+}
+
+impl std::fmt::Debug for LoadedKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedKernel")
+            .field("kernel", &self.kernel)
+            .field("config", &self.config)
+            .field("entry", &self.entry)
+            .field("origin", &self.origin)
+            .field("registers", &self.registers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedKernel {
+    pub(crate) fn new(
+        src: &KernelSource,
+        function: CudaFunction,
+        ctx: &Context,
+        origin: Origin,
+        load_time: Duration,
+    ) -> LoadedKernel {
+        use sys::CUfunction_attribute as F;
+        let attr = |a: F| function.get_attribute(a).map(|v| v.max(0) as u32);
+        let device: &DeviceInfo = ctx.device();
+        let static_smem = attr(F::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).unwrap_or(0);
+        let max_threads = attr(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+            .unwrap_or(device.max_threads_per_block);
+        let dyn_default = attr(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+            .unwrap_or(device.smem_per_block.saturating_sub(static_smem));
+        LoadedKernel {
+            kernel: src.kernel().into(),
+            config: src.config().into(),
+            entry: src.entry().into(),
+            params: src.params().into(),
+            registers: attr(F::CU_FUNC_ATTRIBUTE_NUM_REGS).unwrap_or(0),
+            local_bytes: attr(F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES).unwrap_or(0),
+            limits: LaunchLimits {
+                max_grid: device.max_grid,
+                max_block: device.max_block,
+                max_threads,
+                static_smem,
+                smem_optin: device.smem_per_block_optin,
+            },
+            function,
+            stream: ctx.stream().clone(),
+            dyn_smem_allowed: AtomicU32::new(dyn_default),
+            opt_in: Mutex::new(()),
+            origin,
+            load_time,
+        }
+    }
+
+    pub fn kernel(&self) -> &str {
+        &self.kernel
+    }
+    pub fn config(&self) -> &str {
+        &self.config
+    }
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+    /// Compiled now, or read from the disk cache.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+    /// Time from asking for the kernel to having it loaded (compile or disk read, plus module
+    /// load).
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+    /// Registers per thread.
+    pub fn registers(&self) -> u32 {
+        self.registers
+    }
+    /// Local memory per thread in bytes; non-zero usually means register spills.
+    pub fn local_bytes(&self) -> u32 {
+        self.local_bytes
+    }
+    /// The limits launches of this kernel are checked against.
+    pub fn limits(&self) -> LaunchLimits {
+        self.limits
+    }
+    /// cudarc's function handle, for what the runtime does not wrap.
+    pub fn cuda_function(&self) -> &CudaFunction {
+        &self.function
+    }
+
+    /// Start collecting arguments for a launch.
+    pub fn args(&self) -> KernelArgs<'_> {
+        KernelArgs {
+            kernel: self,
+            slots: Vec::with_capacity(self.params.len()),
+        }
+    }
+
+    fn label(&self) -> String {
+        if self.config.is_empty() {
+            format!("`{}`", self.kernel)
+        } else {
+            format!("`{}` [{}]", self.kernel, self.config)
+        }
+    }
+
+    /// Raise the function's dynamic shared memory limit to at least `bytes` if needed.
+    fn ensure_dyn_smem(&self, bytes: u32) -> Result<()> {
+        if bytes <= self.dyn_smem_allowed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _guard = self.opt_in.lock().unwrap_or_else(|e| e.into_inner());
+        if bytes <= self.dyn_smem_allowed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.function
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .map_err(|e| {
+                RuntimeError::driver(
+                    format!(
+                        "opting kernel {} into {bytes} bytes of dynamic shared memory",
+                        self.label()
+                    ),
+                    e,
+                )
+            })?;
+        self.dyn_smem_allowed.store(bytes, Ordering::Release);
+        Ok(())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Something that can be passed as a pointer argument: [`DeviceBuffer`], [`DeviceView`],
+/// [`DeviceViewMut`], [`PackedTensor`] (as bytes).
+pub trait KernelArg: sealed::Sealed {
+    #[doc(hidden)]
+    fn element(&self) -> Scalar;
+    #[doc(hidden)]
+    fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>);
+}
+
+/// A pointer argument the kernel may write: [`DeviceBuffer`], [`DeviceViewMut`],
+/// [`PackedTensor`].
+pub trait KernelArgMut: sealed::Sealed {
+    #[doc(hidden)]
+    fn element(&self) -> Scalar;
+    #[doc(hidden)]
+    fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>);
+}
+
+impl<T: Element> sealed::Sealed for DeviceBuffer<T> {}
+impl<T: Element> KernelArg for DeviceBuffer<T> {
+    fn element(&self) -> Scalar {
+        T::SCALAR
+    }
+    fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>) {
+        args.arg(self.cuda_slice());
+    }
+}
+impl<T: Element> KernelArgMut for DeviceBuffer<T> {
+    fn element(&self) -> Scalar {
+        T::SCALAR
+    }
+    fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>) {
+        args.arg(self.cuda_slice_mut());
+    }
+}
+
+impl<T: Element> sealed::Sealed for DeviceView<'_, T> {}
+impl<T: Element> KernelArg for DeviceView<'_, T> {
+    fn element(&self) -> Scalar {
+        T::SCALAR
+    }
+    fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>) {
+        args.arg(&self.view);
+    }
+}
+
+impl<T: Element> sealed::Sealed for DeviceViewMut<'_, T> {}
+impl<T: Element> KernelArgMut for DeviceViewMut<'_, T> {
+    fn element(&self) -> Scalar {
+        T::SCALAR
+    }
+    fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>) {
+        args.arg(&mut self.view);
+    }
+}
+
+impl sealed::Sealed for PackedTensor {}
+impl KernelArg for PackedTensor {
+    fn element(&self) -> Scalar {
+        Scalar::U8
+    }
+    fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>) {
+        self.bytes().push_ref(args)
+    }
+}
+impl KernelArgMut for PackedTensor {
+    fn element(&self) -> Scalar {
+        Scalar::U8
+    }
+    fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>) {
+        self.bytes_mut().push_mut(args)
+    }
+}
+
+enum Slot<'a> {
+    Ref(&'a dyn KernelArg),
+    Mut(&'a mut dyn KernelArgMut),
+    /// Element type and the value's little-endian bytes in a 64-bit slot.
+    Value(Scalar, u64),
+}
+
+/// How an argument was supplied, for signature checking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Supplied {
+    Ref(Scalar),
+    Mut(Scalar),
+    Value(Scalar),
+}
+
+impl Slot<'_> {
+    fn supplied(&self) -> Supplied {
+        match self {
+            Slot::Ref(a) => Supplied::Ref(a.element()),
+            Slot::Mut(a) => Supplied::Mut(a.element()),
+            Slot::Value(s, _) => Supplied::Value(*s),
+        }
+    }
+}
+
+/// Arguments of one launch, in parameter order. Built with [`LoadedKernel::args`], finished by
+/// [`KernelArgs::launch`].
+pub struct KernelArgs<'a> {
+    kernel: &'a LoadedKernel,
+    slots: Vec<Slot<'a>>,
+}
+
+impl<'a> KernelArgs<'a> {
+    /// A read-only pointer argument.
+    pub fn arg<B: KernelArg>(mut self, buffer: &'a B) -> Self {
+        self.slots.push(Slot::Ref(buffer));
+        self
+    }
+    /// A pointer argument the kernel writes.
+    pub fn arg_mut<B: KernelArgMut>(mut self, buffer: &'a mut B) -> Self {
+        self.slots.push(Slot::Mut(buffer));
+        self
+    }
+    /// A by-value argument.
+    pub fn value<T: Element>(mut self, value: T) -> Self {
+        self.slots
+            .push(Slot::Value(T::SCALAR, value.to_param_bits()));
+        self
+    }
+
+    /// Check everything, opt into large dynamic shared memory if needed, and enqueue the
+    /// launch on the context's stream. Returns when the launch is queued; errors inside the
+    /// kernel show up at the next synchronizing call ([`Context::synchronize`], `to_host`).
+    pub fn launch(self, dims: LaunchDims) -> Result<()> {
+        let kernel = self.kernel;
+        let supplied: Vec<Supplied> = self.slots.iter().map(Slot::supplied).collect();
+        check_signature(&kernel.params, &supplied)?;
+        check_dims(&kernel.limits, &dims)?;
+        kernel.ensure_dyn_smem(dims.dyn_smem)?;
+
+        let mut slots = self.slots;
+        let mut builder = kernel.stream.launch_builder(&kernel.function);
+        for slot in slots.iter_mut() {
+            match slot {
+                Slot::Ref(a) => a.push_ref(&mut builder),
+                Slot::Mut(a) => a.push_mut(&mut builder),
+                Slot::Value(_, bits) => {
+                    builder.arg(&*bits);
+                }
+            }
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (dims.grid[0], dims.grid[1], dims.grid[2]),
+            block_dim: (dims.block[0], dims.block[1], dims.block[2]),
+            shared_mem_bytes: dims.dyn_smem,
+        };
+        // SAFETY: the arguments match the kernel's declared parameters in number, kind and
+        // element type (checked above); pointers come from live device allocations borrowed
+        // for the launch; each value sits in an 8-byte slot of which the driver reads the
+        // parameter's size. What the kernel does with its pointers is the generated code's
+        // contract, as with any GPU kernel.
+        unsafe { builder.launch(cfg) }
+            .map_err(|e| RuntimeError::driver(format!("launching kernel {}", kernel.label()), e))?;
+        Ok(())
+    }
+}
+
+/// Check supplied arguments against declared parameters. Errors name the parameter.
+pub fn check_signature(params: &[Param], supplied: &[Supplied]) -> Result<()> {
+    for (i, (param, got)) in params.iter().zip(supplied).enumerate() {
+        let wrong = |what: String| {
+            Err(RuntimeError::invalid_arg(
+                &param.name,
+                format!("parameter {i} is `{}`, but {what}", param.ty),
+            ))
+        };
+        match (param.ty, *got) {
+            (ParamType::Ptr(want), Supplied::Ref(have) | Supplied::Mut(have))
+            | (ParamType::PtrMut(want), Supplied::Mut(have))
+                if want == have => {}
+            (ParamType::Value(want), Supplied::Value(have)) if want == have => {}
+            (ParamType::PtrMut(want), Supplied::Ref(have)) if want == have => {
+                return wrong(
+                    "it was passed read-only: the kernel writes it, use `.arg_mut`".into(),
+                )
+            }
+            (ParamType::Ptr(_) | ParamType::PtrMut(_), Supplied::Value(s)) => {
+                return wrong(format!("a {s} value was passed"))
+            }
+            (ParamType::Value(_), Supplied::Ref(s) | Supplied::Mut(s)) => {
+                return wrong(format!("a {s} buffer was passed"))
+            }
+            (_, Supplied::Ref(s) | Supplied::Mut(s)) => {
+                return wrong(format!("a {s} buffer was passed"))
+            }
+            (_, Supplied::Value(s)) => return wrong(format!("a {s} value was passed")),
+        }
+    }
+    if supplied.len() < params.len() {
+        let missing = &params[supplied.len()];
+        return Err(RuntimeError::invalid_arg(
+            &missing.name,
+            format!(
+                "missing: the kernel takes {} arguments, {} were passed",
+                params.len(),
+                supplied.len()
+            ),
+        ));
+    }
+    if supplied.len() > params.len() {
+        return Err(RuntimeError::invalid_arg(
+            format!("#{}", params.len()),
+            format!(
+                "too many arguments: the kernel takes {}, {} were passed",
+                params.len(),
+                supplied.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a launch shape against `limits`. Errors name `grid.x`/`grid.y`/`grid.z`,
+/// `block.x`/..., `block` (total threads) or `dyn_smem`.
+pub fn check_dims(limits: &LaunchLimits, dims: &LaunchDims) -> Result<()> {
+    const AXES: [&str; 3] = ["x", "y", "z"];
+    for (i, axis) in AXES.iter().enumerate() {
+        let g = dims.grid[i];
+        if g == 0 || g > limits.max_grid[i] {
+            return Err(RuntimeError::invalid_arg(
+                format!("grid.{axis}"),
+                format!("{g} blocks; must be 1..={}", limits.max_grid[i]),
+            ));
+        }
+    }
+    for (i, axis) in AXES.iter().enumerate() {
+        let b = dims.block[i];
+        if b == 0 || b > limits.max_block[i] {
+            return Err(RuntimeError::invalid_arg(
+                format!("block.{axis}"),
+                format!("{b} threads; must be 1..={}", limits.max_block[i]),
+            ));
+        }
+    }
+    let threads = dims.block.iter().map(|&b| b as u64).product::<u64>();
+    if threads > limits.max_threads as u64 {
+        return Err(RuntimeError::invalid_arg(
+            "block",
+            format!(
+                "{threads} threads per block; this kernel allows at most {} (device limit, \
+                 registers per thread and __launch_bounds__ count)",
+                limits.max_threads
+            ),
+        ));
+    }
+    let total = dims.dyn_smem as u64 + limits.static_smem as u64;
+    if total > limits.smem_optin as u64 {
+        return Err(RuntimeError::invalid_arg(
+            "dyn_smem",
+            format!(
+                "{} bytes of dynamic shared memory plus {} static exceed the device's {} bytes \
+                 per block",
+                dims.dyn_smem, limits.static_smem, limits.smem_optin
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `len` must equal `expected`.
+pub fn check_len(arg: &str, len: usize, expected: usize) -> Result<()> {
+    if len != expected {
+        return Err(RuntimeError::invalid_arg(
+            arg,
+            format!("length {len}, expected {expected}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `len` must be at least `min`.
+pub fn check_min_len(arg: &str, len: usize, min: usize) -> Result<()> {
+    if len < min {
+        return Err(RuntimeError::invalid_arg(
+            arg,
+            format!("length {len}, need at least {min}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The address `ptr` must be a multiple of `align` bytes (e.g. 16 for vectorized access).
+pub fn check_align(arg: &str, ptr: u64, align: u64) -> Result<()> {
+    if align == 0 || !ptr.is_multiple_of(align) {
+        return Err(RuntimeError::invalid_arg(
+            arg,
+            format!("address {ptr:#x} is not {align}-byte aligned"),
+        ));
+    }
+    Ok(())
+}
+
+/// `value` must be a multiple of `divisor` (e.g. `k` of the tile size).
+pub fn check_divisible<T>(arg: &str, value: T, divisor: T) -> Result<()>
+where
+    T: Copy + PartialEq + Default + std::fmt::Display + std::ops::Rem<Output = T>,
+{
+    if divisor == T::default() || value % divisor != T::default() {
+        return Err(RuntimeError::invalid_arg(
+            arg,
+            format!("{value} is not a multiple of {divisor}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> LaunchLimits {
+        LaunchLimits {
+            max_grid: [2147483647, 65535, 65535],
+            max_block: [1024, 1024, 64],
+            max_threads: 1024,
+            static_smem: 1024,
+            smem_optin: 232448,
+        }
+    }
+
+    #[test]
+    fn dims_within_limits() {
+        let d = LaunchDims::new([1000, 2, 1], [128, 1, 1]).with_dyn_smem(200 * 1024);
+        assert!(check_dims(&limits(), &d).is_ok());
+    }
+
+    #[test]
+    fn dims_errors_name_the_axis() {
+        let cases = [
+            (LaunchDims::new([0, 1, 1], [32, 1, 1]), "grid.x"),
+            (LaunchDims::new([1, 65536, 1], [32, 1, 1]), "grid.y"),
+            (LaunchDims::new([1, 1, 70000], [32, 1, 1]), "grid.z"),
+            (LaunchDims::new([1, 1, 1], [2048, 1, 1]), "block.x"),
+            (LaunchDims::new([1, 1, 1], [32, 1, 65]), "block.z"),
+            (LaunchDims::new([1, 1, 1], [64, 32, 1]), "block"),
+            (
+                LaunchDims::new([1, 1, 1], [32, 1, 1]).with_dyn_smem(232448),
+                "dyn_smem",
+            ),
+        ];
+        for (dims, arg) in cases {
+            let e = check_dims(&limits(), &dims).unwrap_err();
+            assert_eq!(e.arg(), Some(arg), "{dims:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn kernel_thread_limit_is_respected() {
+        let mut l = limits();
+        l.max_threads = 256;
+        let e = check_dims(&l, &LaunchDims::new([1, 1, 1], [512, 1, 1])).unwrap_err();
+        assert_eq!(e.arg(), Some("block"));
+        assert!(e.to_string().contains("at most 256"));
+    }
+
+    fn sig() -> Vec<Param> {
+        vec![
+            Param::value::<i32>("n"),
+            Param::ptr::<half::f16>("a"),
+            Param::ptr_mut::<half::f16>("c"),
+        ]
+    }
+
+    #[test]
+    fn signature_ok() {
+        let s = [
+            Supplied::Value(Scalar::I32),
+            Supplied::Ref(Scalar::F16),
+            Supplied::Mut(Scalar::F16),
+        ];
+        assert!(check_signature(&sig(), &s).is_ok());
+        // A writable buffer for a read-only parameter is fine.
+        let s = [
+            Supplied::Value(Scalar::I32),
+            Supplied::Mut(Scalar::F16),
+            Supplied::Mut(Scalar::F16),
+        ];
+        assert!(check_signature(&sig(), &s).is_ok());
+    }
+
+    #[test]
+    fn signature_errors_name_the_parameter() {
+        let base = [
+            Supplied::Value(Scalar::I32),
+            Supplied::Ref(Scalar::F16),
+            Supplied::Mut(Scalar::F16),
+        ];
+        let mut wrong_type = base;
+        wrong_type[1] = Supplied::Ref(Scalar::F32);
+        let mut read_only_out = base;
+        read_only_out[2] = Supplied::Ref(Scalar::F16);
+        let mut value_type = base;
+        value_type[0] = Supplied::Value(Scalar::I64);
+        let mut buffer_for_value = base;
+        buffer_for_value[0] = Supplied::Ref(Scalar::I32);
+        let cases: [(&[Supplied], &str); 6] = [
+            (&wrong_type, "a"),
+            (&read_only_out, "c"),
+            (&value_type, "n"),
+            (&buffer_for_value, "n"),
+            (&base[..2], "c"),
+            (
+                &[base[0], base[1], base[2], Supplied::Value(Scalar::I32)],
+                "#3",
+            ),
+        ];
+        for (s, arg) in cases {
+            let e = check_signature(&sig(), s).unwrap_err();
+            assert_eq!(e.arg(), Some(arg), "{s:?}: {e}");
+        }
+        let e = check_signature(&sig(), &read_only_out).unwrap_err();
+        assert!(e.to_string().contains("arg_mut"), "{e}");
+    }
+
+    #[test]
+    fn validators() {
+        assert!(check_len("b", 10, 10).is_ok());
+        let e = check_len("b", 9, 10).unwrap_err();
+        assert_eq!(e.arg(), Some("b"));
+        assert_eq!(e.to_string(), "argument `b`: length 9, expected 10");
+        assert!(check_min_len("b", 11, 10).is_ok());
+        assert_eq!(check_min_len("b", 9, 10).unwrap_err().arg(), Some("b"));
+        assert!(check_align("a", 0x7f00_0000_0100, 16).is_ok());
+        let e = check_align("a", 0x7f00_0000_0102, 16).unwrap_err();
+        assert_eq!(e.arg(), Some("a"));
+        assert!(e.to_string().contains("0x7f0000000102"), "{e}");
+        assert!(check_align("a", 0x100, 0).is_err());
+        assert!(check_divisible("k", 4096, 64).is_ok());
+        assert!(check_divisible("k", 0usize, 64).is_ok());
+        let e = check_divisible("k", 4100i32, 64).unwrap_err();
+        assert_eq!(e.to_string(), "argument `k`: 4100 is not a multiple of 64");
+        assert_eq!(check_divisible("k", 5u32, 0).unwrap_err().arg(), Some("k"));
+    }
+}
