@@ -4,10 +4,11 @@
 //! Most users only meet [`KernelError`] and [`KernelInfo`]; the rest is public because
 //! generated code in other crates refers to it by path.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
-use tilus_core::ir::Program;
+use tilus_core::ir::{Expr, Instruction, Program, Stmt, StmtKind, VarId};
 use tilus_core::DType;
 
 pub use half::{bf16, f16};
@@ -83,6 +84,14 @@ pub enum KernelError {
         kernel: &'static str,
         message: String,
     },
+    #[error("kernel `{kernel}` ({config}): {message}")]
+    BadArgument {
+        kernel: &'static str,
+        config: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Runtime(#[from] tilus_runtime::RuntimeError),
     #[error("kernel `{kernel}` ({config}) failed at {location}: {message}")]
     Interp {
         kernel: &'static str,
@@ -195,5 +204,225 @@ impl Pack {
         };
         let bytes = self.bytes(i).map_err(corrupt)?;
         postcard::from_bytes(bytes).map_err(|e| corrupt(e.to_string()))
+    }
+}
+
+/// An argument as the pre-launch checks see it.
+#[derive(Clone, Copy, Debug)]
+pub enum ArgCheck {
+    I32(i32),
+    /// A buffer parameter and its size in bytes.
+    Buffer { name: &'static str, bytes: usize },
+}
+
+/// Evaluate a scalar expression over known variables (`None` when it reads another one).
+fn eval(e: &Expr, env: &HashMap<VarId, i32>) -> Option<Result<i64, String>> {
+    use tilus_core::ir::{BinaryOp as B, UnaryOp as U};
+    Some(Ok(match e {
+        Expr::Int(v) => *v as i64,
+        Expr::Bool(b) => *b as i64,
+        Expr::Var(v) => *env.get(v)? as i64,
+        Expr::Unary(op, x) => {
+            let x = match eval(x, env)? {
+                Ok(x) => x,
+                err => return Some(err),
+            };
+            match op {
+                U::Neg => -x,
+                U::Not => (x == 0) as i64,
+            }
+        }
+        Expr::Binary(op, a, b) => {
+            let (a, b) = match (eval(a, env)?, eval(b, env)?) {
+                (Ok(a), Ok(b)) => (a, b),
+                (Err(e), _) | (_, Err(e)) => return Some(Err(e)),
+            };
+            match op {
+                B::Add => a + b,
+                B::Sub => a - b,
+                B::Mul => a * b,
+                B::Div | B::Mod if b == 0 => return Some(Err("division by zero".into())),
+                B::Div => a / b,
+                B::Mod => a % b,
+                B::Min => a.min(b),
+                B::Max => a.max(b),
+                B::Lt => (a < b) as i64,
+                B::Le => (a <= b) as i64,
+                B::Gt => (a > b) as i64,
+                B::Ge => (a >= b) as i64,
+                B::Eq => (a == b) as i64,
+                B::Ne => (a != b) as i64,
+                B::And => (a != 0 && b != 0) as i64,
+                B::Or => (a != 0 || b != 0) as i64,
+            }
+        }
+        Expr::Select(c, x, y) => {
+            let c = match eval(c, env)? {
+                Ok(c) => c,
+                err => return Some(err),
+            };
+            return eval(if c != 0 { x } else { y }, env);
+        }
+    }))
+}
+
+fn views<'p>(stmts: &'p [Stmt], out: &mut Vec<&'p Instruction>) {
+    for s in stmts {
+        match &s.kind {
+            StmtKind::Instr(i @ Instruction::ViewGlobal { .. }) => out.push(i),
+            StmtKind::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                views(then_body, out);
+                views(else_body, out);
+            }
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => views(body, out),
+            _ => {}
+        }
+    }
+}
+
+/// Check the arguments of one launch of `program` before it runs: every global view whose
+/// extents depend only on the `i32` arguments must fit in its buffer, and the grid must be
+/// valid. Returns the grid (`None`: an extent is zero, there is nothing to do).
+pub fn check_args(
+    kernel: &'static str,
+    config: &dyn std::fmt::Display,
+    program: &Program,
+    args: &[ArgCheck],
+) -> Result<Option<[u32; 3]>, KernelError> {
+    let bad = |message: String| KernelError::BadArgument {
+        kernel,
+        config: config.to_string(),
+        message,
+    };
+    if args.len() != program.params.len() {
+        return Err(bad(format!(
+            "{} arguments for {} parameters",
+            args.len(),
+            program.params.len()
+        )));
+    }
+    let mut env = HashMap::new();
+    let mut buffers = HashMap::new();
+    for (p, a) in program.params.iter().zip(args) {
+        match a {
+            ArgCheck::I32(v) => {
+                env.insert(p.var, *v);
+            }
+            ArgCheck::Buffer { name, bytes } => {
+                buffers.insert(p.var, (*name, *bytes));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    views(&program.body, &mut found);
+    for v in found {
+        let Instruction::ViewGlobal {
+            ptr, dtype, shape, ..
+        } = v
+        else {
+            continue;
+        };
+        let Some(&(name, bytes)) = buffers.get(ptr) else {
+            continue;
+        };
+        let mut numel: i64 = 1;
+        let mut extents = Vec::new();
+        let mut known = true;
+        for e in shape {
+            match eval(e, &env) {
+                Some(Ok(x)) => {
+                    extents.push(x);
+                    numel = numel.saturating_mul(x.max(0));
+                }
+                Some(Err(m)) => return Err(bad(format!("a view of `{name}`: {m}"))),
+                None => known = false,
+            }
+        }
+        if !known {
+            continue;
+        }
+        let needed = (numel as u128 * dtype.bits() as u128).div_ceil(8);
+        if needed > bytes as u128 {
+            return Err(bad(format!(
+                "`{name}` holds {bytes} bytes, but the kernel views it as {dtype}{extents:?}, which needs {needed} bytes"
+            )));
+        }
+    }
+    let mut grid = [1u32; 3];
+    for (d, e) in program.grid.iter().enumerate().take(3) {
+        match eval(e, &env) {
+            Some(Ok(0)) => return Ok(None),
+            Some(Ok(x)) if x > 0 && x <= u32::MAX as i64 => grid[d] = x as u32,
+            Some(Ok(x)) => return Err(bad(format!("grid extent {d} is {x}"))),
+            Some(Err(m)) => return Err(bad(format!("grid extent {d}: {m}"))),
+            None => return Err(bad(format!("grid extent {d} reads a non-parameter"))),
+        }
+    }
+    Ok(Some(grid))
+}
+
+/// Per-configuration caches of a kernel's decoded programs and runtime sources.
+pub struct Caches {
+    pub programs: &'static [OnceLock<Program>],
+    pub sources: &'static [OnceLock<tilus_runtime::KernelSource>],
+}
+
+impl Caches {
+    /// The program of configuration `i`, decoded once.
+    pub fn program(
+        &'static self,
+        kernel: &'static str,
+        pack: &'static Pack,
+        i: usize,
+        entry: u32,
+    ) -> Result<&'static Program, KernelError> {
+        let cell = &self.programs[i];
+        if let Some(p) = cell.get() {
+            return Ok(p);
+        }
+        let p = pack.program(entry).map_err(|e| match e {
+            KernelError::Corrupt { message, .. } => KernelError::Corrupt { kernel, message },
+            other => other,
+        })?;
+        Ok(cell.get_or_init(|| p))
+    }
+
+    /// The runtime's description of configuration `i`, built once.
+    #[allow(clippy::too_many_arguments)]
+    pub fn source(
+        &'static self,
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+        pack: &'static Pack,
+        i: usize,
+        meta: &Meta,
+        params: impl FnOnce() -> Vec<tilus_runtime::Param>,
+    ) -> Result<&'static tilus_runtime::KernelSource, KernelError> {
+        let cell = &self.sources[i];
+        if let Some(s) = cell.get() {
+            return Ok(s);
+        }
+        let no_source = || KernelError::NoSource {
+            kernel,
+            config: config.to_string(),
+        };
+        if meta.source == u32::MAX {
+            return Err(no_source());
+        }
+        let text = pack
+            .str(meta.source)
+            .map_err(|message| KernelError::Corrupt { kernel, message })?;
+        let src = tilus_runtime::KernelSource::new(
+            kernel,
+            config.to_string(),
+            meta.entry,
+            text,
+            params(),
+        );
+        Ok(cell.get_or_init(|| src))
     }
 }

@@ -9,7 +9,7 @@
 //!     pub fn program(&Config) -> Option<Program>;           // the verified VM program
 //!     pub fn kernel(&Config) -> Option<KernelInfo>;         // source + entry + launch shape
 //!     pub fn interpret(&Config, m: i32, a: &[f16], c: &mut [f16], ..) -> Result<(), KernelError>;
-//!     pub fn launch(&Stream, &Config, m: i32, a: &DeviceBuffer<f16>, c: &mut DeviceBuffer<f16>, ..)
+//!     pub fn launch(&Context, &Config, m: i32, a: &DeviceBuffer<f16>, c: &mut DeviceBuffer<f16>, ..)
 //!         -> Result<(), KernelError>;
 //! }
 //! ```
@@ -220,35 +220,55 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
             }
             _ => None,
         });
-    let launch_args = sig.params.iter().map(|p| {
+    let checks_host = sig.params.iter().map(|p| {
+        let n = &p.name;
+        let name = n.to_string();
+        match &p.kind {
+            ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
+            _ => quote!(::tilus::macro_support::ArgCheck::Buffer {
+                name: #name, bytes: ::core::mem::size_of_val(&*#n) }),
+        }
+    });
+    let checks_device = sig.params.iter().map(|p| {
+        let n = &p.name;
+        let name = n.to_string();
+        match &p.kind {
+            ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
+            _ => quote!(::tilus::macro_support::ArgCheck::Buffer {
+                name: #name, bytes: #n.size_bytes() }),
+        }
+    });
+    let runtime_params = sig.params.iter().map(|p| {
+        let name = p.name.to_string();
+        match &p.kind {
+            ParamKind::I32 => quote!(::tilus::runtime::Param::value::<i32>(#name)),
+            ParamKind::Ptr { elem, mutable, .. } => {
+                let t = dtypes::host_type(elem);
+                if *mutable {
+                    quote!(::tilus::runtime::Param::ptr_mut::<#t>(#name))
+                } else {
+                    quote!(::tilus::runtime::Param::ptr::<#t>(#name))
+                }
+            }
+            ParamKind::Bad => quote!(),
+        }
+    });
+    let push_args = sig.params.iter().map(|p| {
         let n = &p.name;
         match &p.kind {
-            ParamKind::I32 => quote!(::tilus::macro_support::LaunchArg::I32(#n)),
-            ParamKind::Ptr { mutable: true, .. } => {
-                quote!(::tilus::macro_support::LaunchArg::from_mut(stringify!(#n), #n))
-            }
-            _ => quote!(::tilus::macro_support::LaunchArg::from_ref(stringify!(#n), #n)),
+            ParamKind::I32 => quote!(.value(#n)),
+            ParamKind::Ptr { mutable: true, .. } => quote!(.arg_mut(#n)),
+            _ => quote!(.arg(#n)),
         }
     });
     let interpret_doc = "Run the kernel on host buffers through the CPU interpreter (the semantic \
         oracle): every block of the grid, with the layouts' exact register semantics. Buffers of \
-        `GlobalMut` parameters are written back.";
-    let launch_doc = "Launch the kernel on a GPU stream: compiles (and caches) the embedded CUDA \
-        source for this configuration, checks the buffers, and launches the grid.";
-    let launch = launch_items(quote_spanned! {Span::mixed_site()=>
-        #[doc = #launch_doc]
-        pub fn launch(stream: &::tilus::runtime::Stream, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
-            let info = kernel(cfg).ok_or_else(|| match meta(cfg) {
-                ::core::result::Result::Err(e) => e,
-                ::core::result::Result::Ok(_) => ::tilus::macro_support::KernelError::NoSource {
-                    kernel: NAME, config: ::std::string::ToString::to_string(cfg),
-                },
-            })?;
-            let program: ::tilus::core::ir::Program = PACK.program(meta(cfg)?.program)?;
-            let mut args = [#(#launch_args),*];
-            ::tilus::macro_support::launch(stream, &info, &program, &mut args)
-        }
-    });
+        `GlobalMut` parameters are written back. Buffers too small for the kernel's global views \
+        are reported (naming the parameter) before anything runs.";
+    let launch_doc = "Launch the kernel on `ctx`'s stream: compiles (and caches, in memory and on \
+        disk) the embedded CUDA source of `cfg`, checks the buffers against the kernel's global \
+        views and the grid, and enqueues the launch. Errors inside the kernel surface at the next \
+        synchronizing call.";
     // Mixed-site hygiene: the locals and parameters written here (`cfg`, `m`, `args`, ..)
     // never collide with the kernel's parameter names.
     let body = quote_spanned! {Span::mixed_site()=>
@@ -260,33 +280,39 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         static META: [::tilus::macro_support::Meta; #n] = [#(#metas),*];
         static SITES: &[(u32, u32)] = &[#(#sites),*];
         static PACK: ::tilus::macro_support::Pack = #pack;
+        static PROGRAMS: [::std::sync::OnceLock<::tilus::core::ir::Program>; #n] =
+            [const { ::std::sync::OnceLock::new() }; #n];
+        static SOURCES: [::std::sync::OnceLock<::tilus::runtime::KernelSource>; #n] =
+            [const { ::std::sync::OnceLock::new() }; #n];
+        static CACHES: ::tilus::macro_support::Caches = ::tilus::macro_support::Caches {
+            programs: &PROGRAMS,
+            sources: &SOURCES,
+        };
 
-        fn meta(cfg: &Config) -> ::core::result::Result<&'static ::tilus::macro_support::Meta, ::tilus::macro_support::KernelError> {
-            match cfg.index() {
-                ::core::option::Option::Some(i) => ::core::result::Result::Ok(&META[i]),
-                ::core::option::Option::None => ::core::result::Result::Err(
-                    ::tilus::macro_support::KernelError::NotInSpace {
-                        kernel: NAME,
-                        config: ::std::string::ToString::to_string(cfg),
-                    }),
-            }
+        fn index(cfg: &Config) -> ::core::result::Result<usize, ::tilus::macro_support::KernelError> {
+            cfg.index().ok_or_else(|| ::tilus::macro_support::KernelError::NotInSpace {
+                kernel: NAME,
+                config: ::std::string::ToString::to_string(cfg),
+            })
         }
 
-        /// The CUDA C source generated for `cfg` (`None` when `cfg` is not in [`SPACE`]).
+        /// The CUDA C source generated for `cfg` (`None` when `cfg` is not in [`SPACE`], or
+        /// code generation was unavailable when the kernel was built).
         pub fn source(cfg: &Config) -> ::core::option::Option<&'static str> {
-            let m = meta(cfg).ok()?;
-            PACK.str(m.source).ok()
+            let i = self::index(cfg).ok()?;
+            PACK.str(META[i].source).ok()
         }
 
         /// The verified VM program of `cfg` (`None` when `cfg` is not in [`SPACE`]).
         pub fn program(cfg: &Config) -> ::core::option::Option<::tilus::core::ir::Program> {
-            let m = meta(cfg).ok()?;
-            PACK.program(m.program).ok()
+            let i = self::index(cfg).ok()?;
+            CACHES.program(NAME, &PACK, i, META[i].program).ok().cloned()
         }
 
         /// Everything a launcher needs for `cfg`: source, entry point, block size, shared memory.
         pub fn kernel(cfg: &Config) -> ::core::option::Option<::tilus::macro_support::KernelInfo> {
-            let m = meta(cfg).ok()?;
+            let i = self::index(cfg).ok()?;
+            let m = &META[i];
             ::core::option::Option::Some(::tilus::macro_support::KernelInfo {
                 name: NAME,
                 config: ::std::string::ToString::to_string(cfg),
@@ -299,24 +325,41 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
 
         #[doc = #interpret_doc]
         pub fn interpret(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
-            let m = meta(cfg)?;
-            let program: ::tilus::core::ir::Program = PACK.program(m.program)?;
+            let i = self::index(cfg)?;
+            let program = CACHES.program(NAME, &PACK, i, META[i].program)?;
+            let checks = [#(#checks_host),*];
+            if ::tilus::macro_support::check_args(NAME, cfg, program, &checks)?.is_none() {
+                return ::core::result::Result::Ok(());
+            }
             let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
-            ::tilus::core::interp::run(&program, &mut args).map_err(|e| {
+            ::tilus::core::interp::run(program, &mut args).map_err(|e| {
                 ::tilus::macro_support::KernelError::interp(NAME, cfg, SITES, ::core::file!(), e)
             })?;
             #(#write_back)*
             ::core::result::Result::Ok(())
         }
 
-        #launch
+        #[doc = #launch_doc]
+        pub fn launch(ctx: &::tilus::runtime::Context, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            let i = self::index(cfg)?;
+            let m = &META[i];
+            let program = CACHES.program(NAME, &PACK, i, m.program)?;
+            let checks = [#(#checks_device),*];
+            let ::core::option::Option::Some(grid) =
+                ::tilus::macro_support::check_args(NAME, cfg, program, &checks)?
+            else {
+                return ::core::result::Result::Ok(());
+            };
+            let src = CACHES.source(NAME, cfg, &PACK, i, m, || ::std::vec![#(#runtime_params),*])?;
+            let loaded = ctx.load(src)?;
+            loaded
+                .args()
+                #(#push_args)*
+                .launch(::tilus::runtime::LaunchDims::new(grid, [m.block_threads, 1, 1]).with_dyn_smem(m.shared_bytes))?;
+            ::core::result::Result::Ok(())
+        }
     };
     wrap(f, sig, body)
-}
-
-/// The typed GPU launcher; generated once the runtime's launch API is merged.
-fn launch_items(_items: TokenStream) -> TokenStream {
-    TokenStream::new()
 }
 
 /// The same names, with an empty space: used when the kernel has errors.
@@ -324,7 +367,7 @@ pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
     let fields = fields(sig, space);
     let config = config_items(f, sig, &fields);
     let a = args(sig);
-    let (host_args, generics) = (&a.host, &a.generics);
+    let (host_args, device_args, generics) = (&a.host, &a.device, &a.generics);
     let body = quote_spanned! {Span::mixed_site()=>
         #config
 
@@ -351,6 +394,10 @@ pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
         }
 
         pub fn interpret<#(#generics),*>(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            ::core::result::Result::Err(not_built(cfg))
+        }
+
+        pub fn launch<#(#generics),*>(ctx: &::tilus::runtime::Context, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             ::core::result::Result::Err(not_built(cfg))
         }
 

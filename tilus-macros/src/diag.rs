@@ -51,17 +51,6 @@ impl Range {
         Range { start, end }
     }
 
-    /// The range of a token stream, or `None` when it is empty.
-    pub fn of_tokens(tokens: &TokenStream) -> Option<Range> {
-        let mut it = tokens.clone().into_iter();
-        let start = it.next()?;
-        let end = it.last().map(|t| last_span(&t)).unwrap_or(start.span());
-        Some(Range {
-            start: start.span(),
-            end,
-        })
-    }
-
     /// A compile error over this range.
     pub fn error(&self, message: &str) -> syn::Error {
         // Two tokens with the first and the last span: `new_spanned` underlines from the start
@@ -72,12 +61,6 @@ impl Range {
             TokenTree::Ident(Ident::new("end", self.end)),
         ]);
         syn::Error::new_spanned(ts, message)
-    }
-
-    /// `file:line:column` of the start, for messages at run time.
-    pub fn location(&self) -> String {
-        let lc = self.start.start();
-        format!("{}:{}", lc.line, lc.column + 1)
     }
 }
 
@@ -203,10 +186,6 @@ pub struct Report {
 impl Report {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
     }
 
     /// A problem independent of the configuration (attribute, signature).

@@ -108,6 +108,7 @@ fn fallback_only(item: TokenStream) -> TokenStream {
 }
 
 fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    let started = std::time::Instant::now();
     let f: ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
         Err(e) => {
@@ -224,7 +225,18 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     if !report.is_empty() {
         return errors_and_fallback(&report, &f, &sig, &space);
     }
-    let (pack, _stats) = pack.finish();
+    let (pack, stats) = pack.finish();
+    if std::env::var_os("TILUS_MACRO_STATS").is_some() {
+        eprintln!(
+            "tilus-macros: {}: {} configurations, {} embedded entries, {} bytes -> {} bytes stored, {:.0} ms",
+            sig.name,
+            space.len(),
+            stats.entries,
+            stats.raw_bytes,
+            stats.stored_bytes,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let embedded = api::Embedded {
         configs,
         pack,

@@ -99,15 +99,15 @@ impl Space {
             .join(",")
     }
 
-    /// Which configurations a diagnostic occurs in, for its message; `None` when the space has
-    /// a single point (nothing to say).
+    /// Which configurations a diagnostic occurs in, for its message; `None` when it occurs in
+    /// every configuration (nothing to say: a message without a note means "everywhere").
     pub fn describe_subset(&self, configs: &[usize]) -> Option<String> {
         let total = self.points.len();
         if total <= 1 || configs.is_empty() {
             return None;
         }
-        if configs.len() == total {
-            return Some(format!("in all {total} configurations"));
+        if configs.len() >= total {
+            return None;
         }
         if configs.len() == 1 {
             return Some(format!(
