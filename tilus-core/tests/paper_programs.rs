@@ -40,10 +40,12 @@ fn pack_bits(values: &[i64], bits: u32) -> Vec<u8> {
 }
 
 /// The Figure 8 weight format computed on the host from the layout definitions: tile `(i, j)`,
-/// thread `t`'s locals of `b_tile` packed into its bytes, byte `q` of thread `t` at `q*128 + t`.
+/// thread `t`'s locals of `b_tile` packed into its bytes, byte `q` of thread `t` in vectors of
+/// `v` bytes, at `(q / v) * 128 * v + t * v + q % v`.
 fn host_relayout(w: &[i64], k: usize, n: usize, bits: u32, bk: usize, bn: usize) -> Vec<u8> {
     let layout = programs::b_tile(bk, bn);
     let nb = programs::weight_bytes_per_thread(bk, bn, bits as usize);
+    let v = programs::weight_vector_bytes(bk, bn, bits as usize);
     let tile_bytes = nb * THREADS;
     let mut out = vec![0u8; k * n * bits as usize / 8];
     for ti in 0..k / bk {
@@ -57,7 +59,7 @@ fn host_relayout(w: &[i64], k: usize, n: usize, bits: u32, bk: usize, bn: usize)
                     })
                     .collect();
                 for (q, byte) in pack_bits(&locals, bits).into_iter().enumerate() {
-                    tile[q * THREADS + t] = byte;
+                    tile[(q / v) * THREADS * v + t * v + q % v] = byte;
                 }
             }
         }

@@ -782,3 +782,103 @@ fn reports_every_problem_in_program_order() {
     let spans: Vec<u32> = d.iter().map(|d| d.span.0).collect();
     assert_eq!(spans, vec![1000, 2, 3, 4, 4], "{d:#?}");
 }
+
+// ---- smaller rules -------------------------------------------------------------------------
+
+#[test]
+fn rejects_malformed_shared_layouts() {
+    let mut k = kernel(32);
+    let bad = SharedLayout {
+        shape: vec![4, 4],
+        strides: vec![4],
+        swizzle: None,
+    };
+    k.at(1).allocate_shared("s", DType::F16, bad);
+    k.at(2)
+        .allocate_shared("e", DType::F16, SharedLayout::row_major(&[0, 4]));
+    let d = diags(&k.finish());
+    assert_eq!(d.len(), 2, "{d:#?}");
+    assert!(d[0]
+        .message
+        .contains("shape [4, 4] has 2 dims but the layout has 1 strides"));
+    assert!(d[1]
+        .message
+        .contains("allocate_shared `e`: shape [0, 4] is empty"));
+}
+
+#[test]
+fn rejects_nan_initial_values_and_immediates() {
+    let mut k = kernel(32);
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("spatial(32)"), Some(f64::NAN));
+    k.at(2)
+        .binary("y", ElementOp::Add, x, Operand::Imm(f64::NAN));
+    let d = diags(&k.finish());
+    assert_eq!(d.len(), 2, "{d:#?}");
+    assert!(d[0].message.contains("NaN is not a valid initial value"));
+    assert!(d[1].message.contains("add: NaN is not a valid immediate"));
+}
+
+#[test]
+fn rejects_operator_type_errors() {
+    let mut k = kernel(32);
+    let sel = Expr::Select(
+        Box::new(Expr::Int(1)),
+        Box::new(Expr::Int(2)),
+        Box::new(Expr::Bool(false)),
+    );
+    k.at(1).let_("a", ScalarType::I32, sel);
+    k.at(2).let_(
+        "b",
+        ScalarType::Bool,
+        Expr::binary(BinaryOp::Eq, Expr::Int(1), Expr::Bool(true)),
+    );
+    k.at(3).let_(
+        "c",
+        ScalarType::Bool,
+        Expr::Unary(tilus_core::ir::UnaryOp::Not, Box::new(Expr::Int(1))),
+    );
+    k.at(4).let_(
+        "d",
+        ScalarType::Bool,
+        Expr::binary(BinaryOp::Lt, Expr::Bool(true), Expr::Bool(false)),
+    );
+    let d = diags(&k.finish());
+    let msgs: Vec<&str> = d.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(msgs.len(), 5, "{d:#?}");
+    assert!(msgs[0].contains("condition of a select must be bool, found i32"));
+    assert!(msgs[1].contains("branches of a select have different types (i32 and bool)"));
+    assert!(msgs[2].contains("`==` compares values of different types (i32 and bool)"));
+    assert!(msgs[3].contains("`!` needs a bool operand, found i32"));
+    assert!(msgs[4].contains("`<` needs i32 operands, found bool and bool"));
+}
+
+#[test]
+fn rejects_non_scalar_let_and_assign_targets() {
+    let mut k = kernel(32);
+    let r = k
+        .at(1)
+        .allocate_register("r", DType::F32, l("spatial(32)"), None);
+    k.at(2).assign(r, Expr::Int(1));
+    let d = diags(&k.finish());
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert!(d[0]
+        .message
+        .contains("assignment to `r`: only scalars can be assigned, but it is a register f32[32]"));
+}
+
+#[test]
+fn rejects_parameters_that_are_not_scalars_or_pointers() {
+    let mut k = kernel(32);
+    let s = k.b.new_var(
+        "tile",
+        VarType::Shared(tilus_core::ir::SharedType {
+            dtype: DType::F16,
+            layout: SharedLayout::row_major(&[8]),
+        }),
+    );
+    let mut p = k.finish();
+    p.params.push(tilus_core::ir::Param { var: s });
+    one(&p, 1000, &["parameter `tile` is a shared f16[8] tensor; parameters must be i32 scalars or pointers"]);
+}

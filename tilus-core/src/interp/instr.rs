@@ -466,7 +466,7 @@ impl Machine<'_> {
                     for kk in 0..k {
                         if !ah[mi * k + kk] || !bh[kk * n + ni] {
                             return Err(format!(
-                                "warp {warp} does not hold {}[{mi}, {kk}] and {}[{kk}, {ni}]",
+                                "warp {warp} does not hold `{}`[{mi}, {kk}] and `{}`[{kk}, {ni}]",
                                 self.name(a),
                                 self.name(b)
                             ));
@@ -478,7 +478,7 @@ impl Machine<'_> {
                     } else {
                         encode_float(rc.dtype, sum)
                     }
-                    .map_err(|e| format!("{}[{mi}, {ni}]: {e}", self.name(c)))?;
+                    .map_err(|e| format!("`{}`[{mi}, {ni}]: {e}", self.name(c)))?;
                     result.set(t, j, code);
                 }
             }

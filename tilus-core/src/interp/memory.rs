@@ -278,7 +278,13 @@ impl SharedMem {
             }
             let other = |x: u16| x != NOBODY && x as usize != t;
             if other(self.writer[b]) {
-                return Err(format!("race on shared tensor `{name}`: thread {t} writes {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
+                // Sub-byte stores are read-modify-writes of whole bytes on the GPU.
+                let hint = if !view.dtype.bits().is_multiple_of(8) {
+                    " (sub-byte elements of different threads share a byte)"
+                } else {
+                    ""
+                };
+                return Err(format!("race on shared tensor `{name}`: thread {t} writes {index:?}, which {} wrote since the last synchronize{hint}; missing synchronize?", who(self.writer[b])));
             }
             if other(self.reader[b]) {
                 return Err(format!("race on shared tensor `{name}`: thread {t} overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));

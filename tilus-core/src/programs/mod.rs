@@ -15,10 +15,15 @@
 //! # The weight format of Figure 2 (produced by Figure 8)
 //!
 //! A weight `B[k, n]` of a `b`-bit integer type is stored as `u8[k/bk, n/bn, bk*bn*b/8]`: tile
-//! `(i, j)` holds `B[i*bk.., j*bn..]` so that thread `t`, reading bytes with
-//! [`weight_bytes`]` = local(nb).spatial(128)` (byte `q` of thread `t` at tile byte `q*128 + t`),
-//! finds in its `nb` bytes exactly its `b_tile` locals, packed in the compact storage order. The
-//! `view` to `b`-bit integers is then free: no shuffles, no bit twiddling across threads.
+//! `(i, j)` holds `B[i*bk.., j*bn..]` so that thread `t`, reading the tile's bytes with
+//! [`weight_bytes`], finds in its `nb` bytes exactly its `b_tile` locals, packed in the compact
+//! storage order. The `view` to `b`-bit integers is then free: no shuffles, no bit twiddling
+//! across threads.
+//!
+//! `weight_bytes = local(nb/v).spatial(128).local(v)`, with `v` the largest of 16, 8, 4, 2, 1
+//! dividing `nb`: byte `q` of thread `t` sits at tile byte `(q / v) * 128 * v + t * v + q % v`.
+//! Each thread reads `nb / v` vectors of `v` contiguous bytes, and consecutive threads read
+//! consecutive vectors, so global loads are both vectorized and coalesced.
 
 use crate::ir::{Expr, Program, ProgramBuilder, ScalarType};
 use crate::layout::{Layout, SharedLayout};
@@ -82,17 +87,36 @@ pub fn weight_bytes_per_thread(bk: usize, bn: usize, bits: usize) -> usize {
     bk * bn * bits / 8 / THREADS
 }
 
-/// `local(nb).spatial(128)`: the u8 layout of one weight tile, `nb` bytes per thread.
+/// The vector width `v` of [`weight_bytes`]: the largest of 16, 8, 4, 2, 1 dividing the bytes
+/// per thread.
+pub fn weight_vector_bytes(bk: usize, bn: usize, bits: usize) -> usize {
+    let nb = weight_bytes_per_thread(bk, bn, bits);
+    [16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|v| nb.is_multiple_of(*v))
+        .unwrap_or(1)
+}
+
+/// `local(nb/v).spatial(128).local(v)`: the u8 layout of one weight tile, `nb` bytes per thread
+/// in vectors of `v` (see the module docs).
 pub fn weight_bytes(bk: usize, bn: usize, bits: usize) -> Layout {
+    let nb = weight_bytes_per_thread(bk, bn, bits);
+    let v = weight_vector_bytes(bk, bn, bits);
     compose(&[
-        Layout::local(&[weight_bytes_per_thread(bk, bn, bits)]),
+        Layout::local(&[nb / v]),
         Layout::spatial(&[THREADS]),
+        Layout::local(&[v]),
     ])
 }
 
 fn check_tiles(bm: usize, bn: usize, bk: usize) {
     assert!(
-        bm % 16 == 0 && bm > 0 && bk % 16 == 0 && bk > 0 && bn % (8 * WARPS) == 0 && bn > 0,
+        bm.is_multiple_of(16)
+            && bm > 0
+            && bk.is_multiple_of(16)
+            && bk > 0
+            && bn.is_multiple_of(8 * WARPS)
+            && bn > 0,
         "tile sizes bm={bm}, bn={bn}, bk={bk}: need bm and bk multiples of 16, bn a multiple of 32"
     );
 }
@@ -105,7 +129,7 @@ fn check_weight(weight: DType, bk: usize, bn: usize) -> usize {
     );
     let locals = b_tile(bk, bn).num_locals();
     assert!(
-        locals * bits % 8 == 0,
+        (locals * bits).is_multiple_of(8),
         "a {bk}x{bn} tile of {weight} gives each thread {locals} x {bits} bits, not whole bytes"
     );
     bits

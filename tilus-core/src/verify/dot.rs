@@ -58,6 +58,7 @@ pub enum MmaKind {
 
 /// How a verified `dot` is implemented.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // made once per dot at verification time
 pub enum DotPlan {
     /// Scalar FMAs, each thread from its own registers.
     ThreadLocal,

@@ -105,7 +105,7 @@ impl<'p> Checker<'p> {
             return;
         }
         let t = layout.num_threads();
-        if t == 0 || bt % t != 0 {
+        if t == 0 || !bt.is_multiple_of(t) {
             self.err(
                 span,
                 format!(

@@ -91,10 +91,8 @@ pub fn shared_bytes(program: &Program) -> usize {
             match &s.kind {
                 StmtKind::Instr(crate::ir::Instruction::AllocateShared {
                     dtype, layout, ..
-                }) => {
-                    if layout.strides.len() == layout.shape.len() {
-                        *total += shared::allocation_bytes(*dtype, layout);
-                    }
+                }) if layout.strides.len() == layout.shape.len() => {
+                    *total += shared::allocation_bytes(*dtype, layout);
                 }
                 StmtKind::If {
                     then_body,
@@ -163,7 +161,7 @@ impl<'p> Checker<'p> {
     fn header(&mut self) {
         let span = self.p.span;
         let nt = self.p.num_threads;
-        if nt == 0 || nt % 32 != 0 {
+        if nt == 0 || !nt.is_multiple_of(32) {
             self.err(
                 span,
                 format!("the block has {nt} threads; it must be a positive multiple of 32"),
