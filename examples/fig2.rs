@@ -2,8 +2,8 @@
 //! with mma-shaped register layouts and 4 warps.
 //!
 //! The weight arrives in the tile format that Figure 8 produces (`u8[k/BK, n/BN, BK*BN*bits/8]`):
-//! each thread loads its bytes with `local(nb).spatial(128)`, *views* them as `W` elements in
-//! the mma B-fragment layout (free: the bits are already where they belong), casts them to f16
+//! each thread loads its `nb` bytes with `local(nb/v).spatial(128).local(v)` (vectors of `v`
+//! bytes), *views* them as `W` elements in the mma B-fragment layout (free: the bits are already where they belong), casts them to f16
 //! and feeds `dot`, which the code generator turns into `mma.sync.m16n8k16`.
 //!
 //! The kernel is generic over the weight type: `dtypes(W = [..])` instantiates it for each
@@ -35,8 +35,11 @@ pub fn matmul_f16_w<const BM: i32, const BN: i32, const BK: i32, W: DTypeParam>(
     let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
     let mma_c = layout!(local(2, 1).spatial(8, 4).local(1, 2));
     let warps = layout!(spatial(1, 4));
-    // Bytes of one [BK, BN] weight tile, and per thread.
+    // Bytes of one [BK, BN] weight tile, per thread, and the widest vector (of 16, 8, 4, 2, 1
+    // bytes) they split into: each thread loads them with few wide, coalesced accesses.
     let tile_bytes = BK * BN * W::BITS / 8;
+    let nb = tile_bytes / 128;
+    let v = gcd(nb, 16);
 
     let [bi, bj] = block_indices();
     let ga = view_global(a, [m, k]);
@@ -50,7 +53,7 @@ pub fn matmul_f16_w<const BM: i32, const BN: i32, const BK: i32, W: DTypeParam>(
         );
         let rw = load_global(
             gb,
-            layout!(local(tile_bytes / 128).spatial(128)),
+            layout!(local(nb / v).spatial(128).local(v)),
             [kk, bj, 0],
         );
         let rb = cast::<f16>(view::<W>(rw, layout!(warps.local(BK / 16, BN / 32).mma_b)));

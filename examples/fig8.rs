@@ -2,9 +2,9 @@
 //! `w[k, n]` into the tile format the matmul of Figure 2 reads (`u8[k/BK, n/BN, BK*BN*bits/8]`).
 //!
 //! Each block loads its `[BK, BN]` tile with the mma B-operand layout, *views* each thread's
-//! bits as bytes (no data moves), and stores the bytes with the plain `local(nb).spatial(128)`
-//! layout. Later, Figure 2 loads those bytes with that same layout and views them back: every
-//! thread finds its mma fragment in its own registers.
+//! bits as bytes (no data moves), and stores the bytes with `local(nb/v).spatial(128).local(v)`
+//! (vectors of `v` bytes). Figure 2 loads those bytes with that same layout and views them
+//! back: every thread finds its mma fragment in its own registers.
 //!
 //! Run: `cargo run --example fig8` (the CPU interpreter; no GPU needed).
 
@@ -26,16 +26,16 @@ pub fn relayout<const BK: i32, const BN: i32, W: DTypeParam>(
 ) {
     let [bk, bn] = block_indices();
     let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
+    // Bytes per thread, in vectors of the widest of 16, 8, 4, 2, 1 bytes that divides them.
+    let nb = BK * BN * W::BITS / 8 / 128;
+    let v = gcd(nb, 16);
     let gw = view_global::<W>(w, [k, n]);
     let tile = load_global(
         gw,
         layout!(spatial(1, 4).local(BK / 16, BN / 32).mma_b),
         [bk * BK, bn * BN],
     );
-    let bytes = view::<u8>(
-        tile,
-        layout!(local(BK * BN * W::BITS / 8 / 128).spatial(128)),
-    );
+    let bytes = view::<u8>(tile, layout!(local(nb / v).spatial(128).local(v)));
     let go = view_global(out, [k / BK, n / BN, BK * BN * W::BITS / 8]);
     store_global(bytes, go, [bk, bn, 0]);
 }

@@ -212,7 +212,10 @@ impl Pack {
 pub enum ArgCheck {
     I32(i32),
     /// A buffer parameter and its size in bytes.
-    Buffer { name: &'static str, bytes: usize },
+    Buffer {
+        name: &'static str,
+        bytes: usize,
+    },
 }
 
 /// Evaluate a scalar expression over known variables (`None` when it reads another one).

@@ -1,7 +1,5 @@
 //! Basic #[kernel] behaviour: generated API, interpreter runs, embedded programs.
 
-use tilus::prelude::*;
-
 /// Adds a constant to each element of a vector, BLOCK elements per block.
 #[tilus::kernel(grid = [cdiv(n, BLOCK)], warps = 1, space(BLOCK = [32, 64, 128]))]
 pub fn add_one<const BLOCK: i32>(n: i32, x: Global<f32>, y: GlobalMut<f32>) {

@@ -140,7 +140,7 @@ fn fields(sig: &KernelSig, space: &Space) -> Vec<(Ident, bool)> {
     // Generics in declaration order, only those that made it into the space.
     sig.generics
         .iter()
-        .filter(|(id, _)| space.params.iter().any(|p| p.name() == id.to_string()))
+        .filter(|(id, _)| space.params.iter().any(|p| *id == p.name()))
         .cloned()
         .collect()
 }

@@ -81,10 +81,7 @@ pub struct Diag {
 
 impl Diag {
     /// A diagnostic at a syntax node.
-    pub fn at<T: ToTokens + ?Sized + 'static>(node: &T, message: impl Into<String>) -> Diag
-    where
-        T: Sized,
-    {
+    pub fn at<T: ToTokens + 'static>(node: &T, message: impl Into<String>) -> Diag {
         Diag {
             range: Range::of(node),
             key: node_key(node),

@@ -230,6 +230,7 @@ impl Translator<'_, '_> {
                     "min" => Some(a.min(d)),
                     "max" => Some(a.max(d)),
                     "cdiv" if d != 0 => a.checked_add(d - 1).map(|s| s / d),
+                    "gcd" => Some(super::instr::gcd(a, d)),
                     _ => None,
                 }
             }

@@ -35,6 +35,7 @@ pub const INSTRUCTIONS: &[(&str, &str)] = &[
     ("min", "min(x, y)"),
     ("max", "max(x, y)"),
     ("cdiv", "cdiv(a, b)"),
+    ("gcd", "gcd(a, b) (of constants)"),
     ("neg", "neg(x)"),
     ("cast", "cast::<T>(x)"),
     ("view", "view::<T>(x, layout)"),
@@ -72,13 +73,13 @@ impl Translator<'_, '_> {
         what: &str,
     ) -> R<()> {
         let ty = b.ty(var);
-        let ok = match (&ty, scope) {
-            (VarType::Unknown, _) => true,
-            (VarType::Global(_), Scope::Global) => true,
-            (VarType::Shared(_), Scope::Shared) => true,
-            (VarType::Register(_), Scope::Register) => true,
-            _ => false,
-        };
+        let ok = matches!(
+            (&ty, scope),
+            (VarType::Unknown, _)
+                | (VarType::Global(_), Scope::Global)
+                | (VarType::Shared(_), Scope::Shared)
+                | (VarType::Register(_), Scope::Register)
+        );
         if ok {
             Ok(())
         } else {
@@ -262,7 +263,7 @@ impl Translator<'_, '_> {
         };
         let name = seg.ident.to_string();
         let args: Vec<&SynExpr> = c.args.iter().collect();
-        if self.in_grid && !matches!(name.as_str(), "cdiv" | "min" | "max") {
+        if self.in_grid && !matches!(name.as_str(), "cdiv" | "min" | "max" | "gcd") {
             return Err(self.err(
                 c,
                 "the grid is computed from `i32` parameters and tile parameters, with + - * / % and `cdiv`, `min`, `max`",
@@ -284,6 +285,13 @@ impl Translator<'_, '_> {
                         Ok(Value::Scalar(Expr::Int(sum / q), ScalarType::I32))
                     }
                     _ => Ok(Value::Scalar(Expr::cdiv(x, y), ScalarType::I32)),
+                }
+            }
+            "gcd" => {
+                self.arity(c, &name, 2, 2)?;
+                match (self.const_int(args[0]), self.const_int(args[1])) {
+                    (Some(x), Some(y)) => Ok(Value::Scalar(Expr::Int(gcd(x, y)), ScalarType::I32)),
+                    _ => Err(self.err(c, "`gcd` takes constants (integers and tile parameters)")),
                 }
             }
             "min" | "max" => {
@@ -682,4 +690,13 @@ impl Translator<'_, '_> {
             DestHint::Temp | DestHint::Existing(_) => Ok(self.unique(temp)),
         }
     }
+}
+
+/// Greatest common divisor (of absolute values; `gcd(0, 0) = 0`).
+pub fn gcd(a: i32, b: i32) -> i32 {
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.min(i32::MAX as u32) as i32
 }
