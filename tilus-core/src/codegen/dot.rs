@@ -1,0 +1,227 @@
+//! `dot`: warp-level `mma.sync.aligned.m16n8k16` when the verifier's [`plan_dot`] says the
+//! operands are warp tiles of the mma fragments, else scalar FMAs from each thread's own
+//! registers (the thread-local condition).
+//!
+//! mma: the quotient layouts (`a = qa ∘ A` etc.) are over warps; for each of a warp's `c`
+//! fragments `jq` and each `kq`, one mma on `a` fragment `la(jq, kq)` and `b` fragment
+//! `lb(jq, kq)`. Fragment `l` of a 16-bit `a` is words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`;
+//! of an 8-bit `a` words `[2l, 2l+2)`, of `b` word `l`; of `c` words `[4l, 4l+4)`.
+
+use super::elementwise::store_codes;
+use super::regmap::LayoutMap;
+use super::regs::get_bits;
+use super::scalar::{self, CType};
+use super::select::Ctx;
+use super::CodegenError;
+use crate::ir::{RegisterType, VarId};
+use crate::verify::{plan_dot, DotPlan, MmaKind};
+use std::collections::HashMap;
+
+/// `out = dot(a, b, c)`.
+pub(crate) fn dot(
+    cx: &mut Ctx,
+    out: VarId,
+    a: VarId,
+    b: VarId,
+    c: VarId,
+) -> Result<(), CodegenError> {
+    let (adt, al) = cx.reg(a)?;
+    let (bdt, bl) = cx.reg(b)?;
+    let (cdt, cl) = cx.reg(c)?;
+    let rt = |dtype, layout| RegisterType { dtype, layout };
+    let plan = plan_dot(
+        &rt(adt, al.clone()),
+        &rt(bdt, bl.clone()),
+        &rt(cdt, cl.clone()),
+        cx.block_threads,
+    )
+    .map_err(|e| cx.err(format!("dot: {e}")))?;
+    match plan {
+        DotPlan::Mma {
+            kind,
+            a: qa,
+            b: qb,
+            c: qc,
+        } => {
+            let qa = LayoutMap::analyze(&qa).map_err(|e| cx.err(e))?;
+            let qb = LayoutMap::analyze(&qb).map_err(|e| cx.err(e))?;
+            let qc = LayoutMap::analyze(&qc).map_err(|e| cx.err(e))?;
+            mma(cx, kind, out, a, b, c, &qa, &qb, &qc)
+        }
+        DotPlan::ThreadLocal => {
+            let ia = cx.layout(&al)?;
+            let ib = cx.layout(&bl)?;
+            let ic = cx.layout(&cl)?;
+            let (ma, mb, mc) = (
+                cx.layouts[ia].map.clone(),
+                cx.layouts[ib].map.clone(),
+                cx.layouts[ic].map.clone(),
+            );
+            thread_local(cx, out, a, b, c, (adt, cdt), &ma, &mb, &mc)
+        }
+    }
+}
+
+/// For each `c` local and each `k`, the `a` and `b` locals holding `a[m, k]` and `b[k, n]`, the
+/// same for every unit (thread, or warp for mma quotients).
+fn operand_tables(
+    ma: &LayoutMap,
+    mb: &LayoutMap,
+    mc: &LayoutMap,
+    units: usize,
+) -> Result<Vec<Vec<(usize, usize)>>, String> {
+    let k = ma.shape[1];
+    let mut table: Vec<Vec<Option<(usize, usize)>>> = vec![vec![None; k]; mc.locals];
+    let mut seen = std::collections::HashSet::new();
+    for t in 0..units.max(1) {
+        let (ta, tb, tc) = (t % ma.threads, t % mb.threads, t % mc.threads);
+        if !seen.insert((ta, tb, tc)) {
+            continue;
+        }
+        let ha: HashMap<Vec<i64>, usize> =
+            (0..ma.locals).rev().map(|l| (ma.eval(ta, l), l)).collect();
+        let hb: HashMap<Vec<i64>, usize> =
+            (0..mb.locals).rev().map(|l| (mb.eval(tb, l), l)).collect();
+        for (j, row) in table.iter_mut().enumerate() {
+            let ci = mc.eval(tc, j);
+            for (kk, cell) in row.iter_mut().enumerate() {
+                let la = *ha
+                    .get(&vec![ci[0], kk as i64])
+                    .ok_or_else(|| format!("unit {t} lacks a[{}, {kk}]", ci[0]))?;
+                let lb = *hb
+                    .get(&vec![kk as i64, ci[1]])
+                    .ok_or_else(|| format!("unit {t} lacks b[{kk}, {}]", ci[1]))?;
+                match cell {
+                    None => *cell = Some((la, lb)),
+                    Some(x) if *x == (la, lb) => {}
+                    Some(_) => return Err(format!("operand positions depend on unit {t}")),
+                }
+            }
+        }
+    }
+    Ok(table
+        .into_iter()
+        .map(|r| r.into_iter().map(|x| x.unwrap_or((0, 0))).collect())
+        .collect())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mma(
+    cx: &mut Ctx,
+    kind: MmaKind,
+    out: VarId,
+    a: VarId,
+    b: VarId,
+    c: VarId,
+    qa: &LayoutMap,
+    qb: &LayoutMap,
+    qc: &LayoutMap,
+) -> Result<(), CodegenError> {
+    let warps = cx.block_threads / 32;
+    let table = operand_tables(qa, qb, qc, warps).map_err(|e| cx.err(format!("dot (mma): {e}")))?;
+    let (fname, a_words, b_words) = match kind {
+        MmaKind::F16 => {
+            cx.features.insert("mma_f16");
+            ("tilus_mma_f16", 4, 2)
+        }
+        MmaKind::Bf16 => {
+            cx.features.insert("mma_bf16");
+            ("tilus_mma_bf16", 4, 2)
+        }
+        MmaKind::I8 => {
+            cx.features.insert("mma_s8");
+            ("tilus_mma_s8", 2, 1)
+        }
+        MmaKind::U8 => {
+            cx.features.insert("mma_u8");
+            ("tilus_mma_u8", 2, 1)
+        }
+    };
+    let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
+    if out != c {
+        for w in 0..qc.locals * 4 {
+            cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
+        }
+    }
+    let k_tiles = qa.shape[1];
+    for kq in 0..k_tiles {
+        for (jq, row) in table.iter().enumerate() {
+            let (la, lb) = row[kq];
+            cx.w.line(format!(
+                "{fname}(&{on}[{}], &{an}[{}], &{bn}[{}]);",
+                jq * 4,
+                la * a_words,
+                lb * b_words
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn thread_local(
+    cx: &mut Ctx,
+    out: VarId,
+    a: VarId,
+    b: VarId,
+    c: VarId,
+    (adt, cdt): (crate::DType, crate::DType),
+    ma: &LayoutMap,
+    mb: &LayoutMap,
+    mc: &LayoutMap,
+) -> Result<(), CodegenError> {
+    let table = operand_tables(ma, mb, mc, cx.block_threads)
+        .map_err(|e| cx.err(format!("dot (thread-local): {e}")))?;
+    let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
+    let (abits, cbits) = (adt.bits(), cdt.bits());
+    let act = CType::of(adt);
+    let cct = CType::of(cdt);
+    cx.w.open("");
+    // Decode each operand element once.
+    let mut dec_a: HashMap<usize, String> = HashMap::new();
+    let mut dec_b: HashMap<usize, String> = HashMap::new();
+    let decode =
+        |cx: &mut Ctx, arr: &str, l: usize, cache: &mut HashMap<usize, String>| -> String {
+            if let Some(n) = cache.get(&l) {
+                return n.clone();
+            }
+            let (cc, v) = (
+                cx.fresh(&format!("{arr}_c{l}")),
+                cx.fresh(&format!("{arr}_v{l}")),
+            );
+            cx.w.line(format!(
+                "const uint32_t {cc} = {};",
+                get_bits(arr, l * abits as usize, abits)
+            ));
+            let value = scalar::decode(adt, &cc);
+            cx.w.line(format!("const {} {v} = {value};", act.name()));
+            cache.insert(l, v.clone());
+            v
+        };
+    let mut codes = Vec::new();
+    for (j, row) in table.iter().enumerate() {
+        let (cc, acc) = (cx.fresh("c"), cx.fresh("acc"));
+        cx.w.line(format!(
+            "const uint32_t {cc} = {};",
+            get_bits(&cn, j * cbits as usize, cbits)
+        ));
+        cx.w.line(format!(
+            "{} {acc} = {};",
+            cct.name(),
+            scalar::decode(cdt, &cc)
+        ));
+        for &(la, lb) in row {
+            let x = decode(cx, &an, la, &mut dec_a);
+            let y = decode(cx, &bn, lb, &mut dec_b);
+            let line = match cct {
+                CType::Float => format!("{acc} = fmaf({x}, {y}, {acc});"),
+                CType::Int64 => format!("{acc} += {x} * {y};"),
+            };
+            cx.w.line(line);
+        }
+        codes.push(scalar::encode(cdt, &acc));
+    }
+    store_codes(cx, &on, cbits, &codes);
+    cx.w.close();
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! Register-to-register instructions: `register` (allocate), `add`/`sub`/... (Binary), `neg`,
+//! `cast`, `view`, and printing a tensor.
+//!
+//! Each emitter first computes every result element's code into a temporary, then assembles the
+//! output words, so an output that aliases an input (`acc = add(acc, x)`) is always correct.
+
+use super::cast_fallback as cast;
+use super::regmap::LayoutMap;
+use super::regs::{get_bits, hex, word_count, WordBuilder};
+use super::scalar::{self, CType};
+use super::select::{Ctx, TID};
+use super::CodegenError;
+use crate::ir::{ElementOp, Operand, VarId};
+use crate::layout::Layout;
+use crate::DType;
+use std::collections::HashMap;
+
+/// `out = register(dtype, layout, init)`.
+pub(crate) fn allocate(
+    cx: &mut Ctx,
+    out: VarId,
+    dtype: DType,
+    layout: &Layout,
+    init: Option<f64>,
+) -> Result<(), CodegenError> {
+    let arr = cx.name(out);
+    let locals = layout.num_locals();
+    let bits = dtype.bits();
+    let words = word_count(bits, locals);
+    let Some(v) = init else {
+        cx.w.line(format!("// {arr}: uninitialised"));
+        return Ok(());
+    };
+    let (code, _) = scalar::constant(dtype, v);
+    // Pack the constant code into every element position at compile time.
+    let mut vals = vec![0u32; words];
+    for i in 0..locals {
+        let pos = i * bits as usize;
+        let (w, s) = (pos / 32, pos % 32);
+        vals[w] |= code << s;
+        if s + bits as usize > 32 {
+            vals[w + 1] |= code >> (32 - s);
+        }
+    }
+    if vals.iter().all(|&x| x == vals[0]) {
+        let w = cx.fresh("w");
+        cx.w.open(format!("for (int {w} = 0; {w} < {words}; ++{w})"));
+        cx.w.line(format!("{arr}[{w}] = {};", hex(vals[0])));
+        cx.w.close();
+    } else {
+        for (w, x) in vals.iter().enumerate() {
+            cx.w.line(format!("{arr}[{w}] = {};", hex(*x)));
+        }
+    }
+    Ok(())
+}
+
+/// For each local `j` of `lhs`, the local of `rhs` holding the broadcast source of `lhs`'s
+/// element, the same for every thread (the verifier's thread-local broadcast condition).
+pub(crate) fn broadcast_locals(
+    lhs: &LayoutMap,
+    rhs: &LayoutMap,
+    block_threads: usize,
+) -> Result<Vec<usize>, String> {
+    let (lr, rr) = (lhs.rank(), rhs.rank());
+    if rr > lr {
+        return Err("the right operand has a higher rank".into());
+    }
+    let lead = lr - rr;
+    let mut reference: Vec<Option<usize>> = vec![None; lhs.locals];
+    let mut seen = std::collections::HashSet::new();
+    for t in 0..block_threads {
+        let (tl, tr) = (t % lhs.threads, t % rhs.threads);
+        if !seen.insert((tl, tr)) {
+            continue;
+        }
+        let held: HashMap<Vec<i64>, usize> = (0..rhs.locals)
+            .rev()
+            .map(|k| (rhs.eval(tr, k), k))
+            .collect();
+        for (j, r) in reference.iter_mut().enumerate() {
+            let li = lhs.eval(tl, j);
+            let ri: Vec<i64> = (0..rr)
+                .map(|d| if rhs.shape[d] == 1 { 0 } else { li[lead + d] })
+                .collect();
+            let k = *held.get(&ri).ok_or_else(|| {
+                format!("thread {t} holds lhs {li:?} but not the rhs element {ri:?}")
+            })?;
+            match r {
+                None => *r = Some(k),
+                Some(x) if *x == k => {}
+                Some(x) => {
+                    return Err(format!(
+                        "thread {t} holds rhs {ri:?} at local {k}, thread 0 at local {x}"
+                    ))
+                }
+            }
+        }
+    }
+    Ok(reference.into_iter().map(|x| x.unwrap_or(0)).collect())
+}
+
+/// `out = op(lhs, rhs)`.
+pub(crate) fn binary(
+    cx: &mut Ctx,
+    out: VarId,
+    op: ElementOp,
+    lhs: VarId,
+    rhs: &Operand,
+) -> Result<(), CodegenError> {
+    let (dt, lay) = cx.reg(lhs)?;
+    let ct = CType::of(dt);
+    let bits = dt.bits();
+    let locals = lay.num_locals();
+    let lid = cx.layout(&lay)?;
+    let (x, o) = (cx.name(lhs), cx.name(out));
+    cx.w.open("");
+    // The right operand, per lhs local.
+    let rhs_vals: Vec<String> = match rhs {
+        Operand::Tensor(r) => {
+            let (rdt, rlay) = cx.reg(*r)?;
+            if rdt != dt {
+                return Err(cx.err("the operands of an elementwise instruction differ in dtype"));
+            }
+            let rid = cx.layout(&rlay)?;
+            let map =
+                broadcast_locals(&cx.layouts[lid].map, &cx.layouts[rid].map, cx.block_threads)
+                    .map_err(|e| cx.err(format!("broadcast: {e}")))?;
+            let rn = cx.name(*r);
+            let mut decoded: HashMap<usize, String> = HashMap::new();
+            let mut vals = Vec::new();
+            for &k in &map {
+                if let Some(n) = decoded.get(&k) {
+                    vals.push(n.clone());
+                    continue;
+                }
+                let (c, v) = (
+                    cx.fresh(&format!("{rn}_c{k}")),
+                    cx.fresh(&format!("{rn}_v{k}")),
+                );
+                cx.w.line(format!(
+                    "const uint32_t {c} = {};",
+                    get_bits(&rn, k * bits as usize, bits)
+                ));
+                cx.w.line(format!(
+                    "const {} {v} = {};",
+                    ct.name(),
+                    scalar::decode(dt, &c)
+                ));
+                decoded.insert(k, v.clone());
+                vals.push(v);
+            }
+            vals
+        }
+        Operand::Scalar(e) => {
+            let (f, c, v) = (cx.fresh("sf"), cx.fresh("sc"), cx.fresh("sv"));
+            let line = format!("const float {f} = (float)({});", cx.expr(e));
+            cx.w.line(line);
+            cx.w.line(format!(
+                "const uint32_t {c} = {};",
+                cast::encode_from_f32_expr(dt, &f)
+            ));
+            cx.w.line(format!(
+                "const {} {v} = {};",
+                ct.name(),
+                scalar::decode(dt, &c)
+            ));
+            vec![v; locals]
+        }
+        Operand::Imm(v) => {
+            let (_, lit) = scalar::constant(dt, *v);
+            vec![lit; locals]
+        }
+    };
+    let mut codes = Vec::new();
+    for (j, rv) in rhs_vals.iter().enumerate() {
+        let (c, v, r) = (cx.fresh("c"), cx.fresh("x"), cx.fresh("y"));
+        cx.w.line(format!(
+            "const uint32_t {c} = {};",
+            get_bits(&x, j * bits as usize, bits)
+        ));
+        cx.w.line(format!(
+            "const {} {v} = {};",
+            ct.name(),
+            scalar::decode(dt, &c)
+        ));
+        cx.w.line(format!(
+            "const {} {r} = {};",
+            ct.name(),
+            scalar::binop(ct, op, &v, rv)
+        ));
+        codes.push(scalar::encode(dt, &r));
+    }
+    store_codes(cx, &o, bits, &codes);
+    cx.w.close();
+    Ok(())
+}
+
+/// Bind each element code (a `uint32_t` expression) to a temporary, then write every word of
+/// `arr` at once.
+pub(crate) fn store_codes(cx: &mut Ctx, arr: &str, bits: u32, codes: &[String]) {
+    let mut wb = WordBuilder::new(word_count(bits, codes.len()));
+    for (j, code) in codes.iter().enumerate() {
+        let r = cx.fresh(&format!("{arr}_{j}"));
+        cx.w.line(format!("const uint32_t {r} = {code};"));
+        wb.field(j * bits as usize, bits, &r);
+    }
+    for l in wb.finish(arr) {
+        cx.w.line(l);
+    }
+}
+
+/// `out = neg(x)`: floats flip the sign bit; integers negate and clamp.
+pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError> {
+    let (dt, lay) = cx.reg(x)?;
+    let bits = dt.bits();
+    let locals = lay.num_locals();
+    let words = word_count(bits, locals);
+    let (xn, o) = (cx.name(x), cx.name(out));
+    if dt.is_float() {
+        let mut masks = vec![0u32; words];
+        for i in 0..locals {
+            let pos = i * bits as usize + bits as usize - 1;
+            masks[pos / 32] |= 1 << (pos % 32);
+        }
+        for (w, m) in masks.iter().enumerate() {
+            cx.w.line(format!("{o}[{w}] = {xn}[{w}] ^ {};", hex(*m)));
+        }
+        return Ok(());
+    }
+    cx.w.open("");
+    let mut codes = Vec::new();
+    for j in 0..locals {
+        let (c, v) = (cx.fresh("c"), cx.fresh("x"));
+        cx.w.line(format!(
+            "const uint32_t {c} = {};",
+            get_bits(&xn, j * bits as usize, bits)
+        ));
+        cx.w.line(format!(
+            "const long long {v} = -{};",
+            scalar::decode(dt, &c)
+        ));
+        codes.push(scalar::encode(dt, &v));
+    }
+    store_codes(cx, &o, bits, &codes);
+    cx.w.close();
+    Ok(())
+}
+
+/// `out = cast<dtype>(x)`: a vectorized cast function per group of locals when one exists,
+/// else element by element through `float` (exactly `dtype.encode(src.decode(c) as f32)`).
+pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(), CodegenError> {
+    let (src, lay) = cx.reg(x)?;
+    let locals = lay.num_locals();
+    let (xn, o) = (cx.name(x), cx.name(out));
+    let (sb, db) = (src.bits(), dtype.bits());
+    if src == dtype {
+        for w in 0..word_count(sb, locals) {
+            cx.w.line(format!("{o}[{w}] = {xn}[{w}];"));
+        }
+        return Ok(());
+    }
+    if let Some(plan) = cast::cast_plan(src, dtype) {
+        let aligned = plan.group > 0
+            && locals % plan.group == 0
+            && plan.in_words * 32 == plan.group * sb as usize
+            && plan.out_words * 32 == plan.group * db as usize
+            && out != x;
+        if aligned {
+            cx.cast_fns
+                .entry(plan.fn_name.clone())
+                .or_insert_with(|| cast::cast_source(&plan));
+            for g in 0..locals / plan.group {
+                cx.w.line(format!(
+                    "{}(&{xn}[{}], &{o}[{}]);",
+                    plan.fn_name,
+                    g * plan.in_words,
+                    g * plan.out_words
+                ));
+            }
+            return Ok(());
+        }
+    }
+    cx.w.open("");
+    let mut codes = Vec::new();
+    for j in 0..locals {
+        let (c, v) = (cx.fresh("c"), cx.fresh("x"));
+        cx.w.line(format!(
+            "const uint32_t {c} = {};",
+            get_bits(&xn, j * sb as usize, sb)
+        ));
+        cx.w.line(format!(
+            "const float {v} = {};",
+            cast::decode_to_f32_expr(src, &c)
+        ));
+        codes.push(cast::encode_from_f32_expr(dtype, &v));
+    }
+    store_codes(cx, &o, db, &codes);
+    cx.w.close();
+    Ok(())
+}
+
+/// `out = view<dtype>(x, layout)`: the same bits under another type and layout.
+pub(crate) fn view(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError> {
+    if out == x {
+        return Ok(());
+    }
+    let (sd, sl) = cx.reg(x)?;
+    let (od, ol) = cx.reg(out)?;
+    let (xn, o) = (cx.name(x), cx.name(out));
+    let win = word_count(sd.bits(), sl.num_locals());
+    let wout = word_count(od.bits(), ol.num_locals());
+    for w in 0..wout {
+        if w < win {
+            cx.w.line(format!("{o}[{w}] = {xn}[{w}];"));
+        } else {
+            cx.w.line(format!("{o}[{w}] = 0u;"));
+        }
+    }
+    Ok(())
+}
+
+/// `print(label, tensor)`: every (non-replica) thread prints its elements.
+pub(crate) fn print_tensor(cx: &mut Ctx, label: &str, t: VarId) -> Result<(), CodegenError> {
+    let (dt, lay) = cx.reg(t)?;
+    let lid = cx.layout(&lay)?;
+    let map = cx.layouts[lid].map.clone();
+    let dims = cx.layouts[lid].dims.clone();
+    let name = cx.name(t);
+    let ct = CType::of(dt);
+    cx.w.open(format!("if ({TID} < {})", map.threads));
+    for j in 0..map.locals {
+        let c = cx.fresh("c");
+        cx.w.line(format!(
+            "const uint32_t {c} = {};",
+            get_bits(&name, j * dt.bits() as usize, dt.bits())
+        ));
+        let idx: Vec<String> = (0..map.rank())
+            .map(|d| super::expr::add_const(&dims[d], map.local_index[j][d]))
+            .collect();
+        let fmt = vec!["%d"; idx.len()].join(", ");
+        cx.w.line(format!(
+            "printf(\"[block %d,%d,%d] {label}[{fmt}] = {}\\n\", blockIdx.x, blockIdx.y, blockIdx.z, {}, {});",
+            scalar::printf_conv(ct),
+            idx.join(", "),
+            scalar::decode(dt, &c)
+        ));
+    }
+    cx.w.close();
+    Ok(())
+}

@@ -1,0 +1,389 @@
+//! Scalar expressions: rendering IR [`Expr`]s as C, small helpers for the index arithmetic the
+//! emitters generate, and divisibility proofs used to pick vector widths.
+
+use crate::ir::{BinaryOp, Expr, UnaryOp, VarId};
+use std::collections::{HashMap, HashSet};
+
+/// Render `e` as a C expression; `name` gives each variable's identifier.
+pub(crate) fn c_expr(e: &Expr, name: &dyn Fn(VarId) -> String) -> String {
+    render(e, name, 16)
+}
+
+/// Binding strength of a C operator (lower binds tighter), as in the C precedence table.
+fn prec(op: BinaryOp) -> u8 {
+    match op {
+        BinaryOp::Mul | BinaryOp::Div | BinaryOp::Mod => 3,
+        BinaryOp::Add | BinaryOp::Sub => 4,
+        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => 6,
+        BinaryOp::Eq | BinaryOp::Ne => 7,
+        BinaryOp::And => 11,
+        BinaryOp::Or => 12,
+        BinaryOp::Min | BinaryOp::Max => 0,
+    }
+}
+
+fn op_text(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+        BinaryOp::Mod => "%",
+        BinaryOp::Lt => "<",
+        BinaryOp::Le => "<=",
+        BinaryOp::Gt => ">",
+        BinaryOp::Ge => ">=",
+        BinaryOp::Eq => "==",
+        BinaryOp::Ne => "!=",
+        BinaryOp::And => "&&",
+        BinaryOp::Or => "||",
+        BinaryOp::Min => "min",
+        BinaryOp::Max => "max",
+    }
+}
+
+/// Render with parentheses when the context binds tighter than `e` (`ctx` is the precedence
+/// level the result must satisfy: the result may be used unparenthesized at levels >= its own).
+fn render(e: &Expr, name: &dyn Fn(VarId) -> String, ctx: u8) -> String {
+    let wrap = |s: String, p: u8| if p > ctx { format!("({s})") } else { s };
+    match e {
+        Expr::Int(v) => int_lit(*v as i64),
+        Expr::Bool(b) => b.to_string(),
+        Expr::Var(v) => name(*v),
+        Expr::Unary(op, a) => {
+            let t = match op {
+                UnaryOp::Neg => "-",
+                UnaryOp::Not => "!",
+            };
+            wrap(format!("{t}{}", render(a, name, 2)), 2)
+        }
+        Expr::Binary(op @ (BinaryOp::Min | BinaryOp::Max), a, b) => format!(
+            "{}({}, {})",
+            op_text(*op),
+            render(a, name, 16),
+            render(b, name, 16)
+        ),
+        Expr::Binary(op, a, b) => {
+            let p = prec(*op);
+            // Left-associative: the right operand needs parentheses at equal precedence.
+            let s = format!(
+                "{} {} {}",
+                render(a, name, p),
+                op_text(*op),
+                render(b, name, p - 1)
+            );
+            wrap(s, p)
+        }
+        Expr::Select(c, a, b) => wrap(
+            format!(
+                "{} ? {} : {}",
+                render(c, name, 12),
+                render(a, name, 13),
+                render(b, name, 13)
+            ),
+            13,
+        ),
+    }
+}
+
+/// A C integer literal (of type int when it fits, else long long).
+pub(crate) fn int_lit(v: i64) -> String {
+    if v == i32::MIN as i64 {
+        "(-2147483647 - 1)".to_string()
+    } else if v < 0 {
+        format!("({v})")
+    } else if v > i32::MAX as i64 {
+        format!("{v}LL")
+    } else {
+        v.to_string()
+    }
+}
+
+/// `a + c` with `c` a constant, folded where trivial. `a` must be an atom or parenthesized sum.
+pub(crate) fn add_const(a: &str, c: i64) -> String {
+    if c == 0 {
+        a.to_string()
+    } else if a == "0" {
+        int_lit(c)
+    } else if c < 0 {
+        format!("{a} - {}", -c)
+    } else {
+        format!("{a} + {c}")
+    }
+}
+
+/// Sum of terms, dropping zeros.
+pub(crate) fn sum(terms: &[String]) -> String {
+    let t: Vec<&String> = terms.iter().filter(|s| s.as_str() != "0").collect();
+    if t.is_empty() {
+        "0".to_string()
+    } else {
+        t.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" + ")
+    }
+}
+
+/// `a * c` for a constant `c`, folded where trivial; `a` is parenthesized when compound.
+pub(crate) fn mul_const(a: &str, c: i64) -> String {
+    if c == 0 || a == "0" {
+        "0".to_string()
+    } else if c == 1 {
+        a.to_string()
+    } else {
+        format!("{} * {}", paren(a), int_lit(c))
+    }
+}
+
+/// Parenthesize unless `s` is an identifier or literal.
+pub(crate) fn paren(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        || (s.starts_with('(') && balanced_outer(s))
+    {
+        s.to_string()
+    } else {
+        format!("({s})")
+    }
+}
+
+/// True when the first `(` of `s` closes at its last character.
+fn balanced_outer(s: &str) -> bool {
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 && i != s.len() - 1 {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    s.ends_with(')')
+}
+
+/// What is known about scalar variables, for divisibility proofs.
+#[derive(Default)]
+pub(crate) struct ScalarFacts {
+    /// Scalar parameters (their value is known at launch, so conditions on them can become
+    /// launch assumptions).
+    pub(crate) params: HashSet<VarId>,
+    /// Variables defined once by `Let` and never assigned: their definition.
+    pub(crate) defs: HashMap<VarId, Expr>,
+}
+
+/// The result of a divisibility proof.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Divisible {
+    /// Always divisible.
+    Yes,
+    /// Divisible when each `(expr, d)` holds: `expr` (over parameters) is a multiple of `d`.
+    If(Vec<(Expr, i32)>),
+    /// Not provable.
+    No,
+}
+
+impl Divisible {
+    pub(crate) fn and(self, other: Divisible) -> Divisible {
+        match (self, other) {
+            (Divisible::No, _) | (_, Divisible::No) => Divisible::No,
+            (Divisible::Yes, x) | (x, Divisible::Yes) => x,
+            (Divisible::If(mut a), Divisible::If(b)) => {
+                for c in b {
+                    if !a.contains(&c) {
+                        a.push(c);
+                    }
+                }
+                Divisible::If(a)
+            }
+        }
+    }
+    /// The better of two alternative proofs.
+    fn or(self, other: Divisible) -> Divisible {
+        match (self, other) {
+            (Divisible::Yes, _) | (_, Divisible::Yes) => Divisible::Yes,
+            (Divisible::No, x) | (x, Divisible::No) => x,
+            (Divisible::If(a), Divisible::If(b)) => {
+                if b.len() < a.len() {
+                    Divisible::If(b)
+                } else {
+                    Divisible::If(a)
+                }
+            }
+        }
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl ScalarFacts {
+    /// Whether `e` uses parameters and constants only (after substituting definitions).
+    pub(crate) fn is_param_only(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Int(_) | Expr::Bool(_) => true,
+            Expr::Var(v) => {
+                self.params.contains(v) || self.defs.get(v).is_some_and(|d| self.is_param_only(d))
+            }
+            Expr::Unary(_, a) => self.is_param_only(a),
+            Expr::Binary(_, a, b) => self.is_param_only(a) && self.is_param_only(b),
+            Expr::Select(c, a, b) => {
+                self.is_param_only(c) && self.is_param_only(a) && self.is_param_only(b)
+            }
+        }
+    }
+
+    /// Substitute definitions so that a param-only expression mentions parameters alone.
+    pub(crate) fn inline(&self, e: &Expr) -> Expr {
+        match e {
+            Expr::Var(v) => match self.defs.get(v) {
+                Some(d) => self.inline(d),
+                None => e.clone(),
+            },
+            Expr::Unary(op, a) => Expr::Unary(*op, Box::new(self.inline(a))),
+            Expr::Binary(op, a, b) => {
+                Expr::Binary(*op, Box::new(self.inline(a)), Box::new(self.inline(b)))
+            }
+            Expr::Select(c, a, b) => Expr::Select(
+                Box::new(self.inline(c)),
+                Box::new(self.inline(a)),
+                Box::new(self.inline(b)),
+            ),
+            _ => e.clone(),
+        }
+    }
+
+    /// The constant value of `e`, when it has one.
+    pub(crate) fn constant(&self, e: &Expr) -> Option<i64> {
+        match e {
+            Expr::Int(v) => Some(*v as i64),
+            Expr::Var(v) => self.defs.get(v).and_then(|d| self.constant(d)),
+            Expr::Unary(UnaryOp::Neg, a) => self.constant(a).map(|x| -x),
+            Expr::Binary(op, a, b) => {
+                let (x, y) = (self.constant(a)?, self.constant(b)?);
+                match op {
+                    BinaryOp::Add => Some(x + y),
+                    BinaryOp::Sub => Some(x - y),
+                    BinaryOp::Mul => Some(x * y),
+                    BinaryOp::Div if y != 0 => Some(x / y),
+                    BinaryOp::Mod if y != 0 => Some(x % y),
+                    BinaryOp::Min => Some(x.min(y)),
+                    BinaryOp::Max => Some(x.max(y)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Prove `e % d == 0` for every execution, or under conditions on parameters.
+    pub(crate) fn divisible(&self, e: &Expr, d: i64) -> Divisible {
+        if d <= 1 {
+            return Divisible::Yes;
+        }
+        if let Some(c) = self.constant(e) {
+            return if c % d == 0 {
+                Divisible::Yes
+            } else {
+                Divisible::No
+            };
+        }
+        let structural = match e {
+            Expr::Var(v) if self.params.contains(v) => Divisible::If(vec![(e.clone(), d as i32)]),
+            Expr::Var(v) => match self.defs.get(v) {
+                Some(def) => self.divisible(def, d),
+                None => Divisible::No,
+            },
+            Expr::Unary(UnaryOp::Neg, a) => self.divisible(a, d),
+            Expr::Binary(BinaryOp::Add | BinaryOp::Sub, a, b) => {
+                self.divisible(a, d).and(self.divisible(b, d))
+            }
+            Expr::Binary(BinaryOp::Mul, a, b) => {
+                let by_const = |c: i64, other: &Expr| self.divisible(other, d / gcd(c, d));
+                match (self.constant(a), self.constant(b)) {
+                    (Some(c), _) => by_const(c, b),
+                    (_, Some(c)) => by_const(c, a),
+                    _ => self.divisible(a, d).or(self.divisible(b, d)),
+                }
+            }
+            Expr::Binary(BinaryOp::Min | BinaryOp::Max, a, b) | Expr::Select(_, a, b) => {
+                self.divisible(a, d).and(self.divisible(b, d))
+            }
+            _ => Divisible::No,
+        };
+        if structural == Divisible::No && self.is_param_only(e) {
+            Divisible::If(vec![(self.inline(e), d as i32)])
+        } else {
+            structural
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(v: VarId) -> String {
+        format!("v{}", v.0)
+    }
+
+    #[test]
+    fn renders_with_minimal_parentheses() {
+        let a = Expr::Var(VarId(0));
+        let b = Expr::Var(VarId(1));
+        let e = (a.clone() + b.clone()) * 4;
+        assert_eq!(c_expr(&e, &n), "(v0 + v1) * 4");
+        let e = a.clone() - (b.clone() - 1);
+        assert_eq!(c_expr(&e, &n), "v0 - (v1 - 1)");
+        let e = a.clone() - b.clone() - 1;
+        assert_eq!(c_expr(&e, &n), "v0 - v1 - 1");
+        let e = Expr::cdiv(a.clone(), 32);
+        assert_eq!(c_expr(&e, &n), "(v0 + 32 - 1) / 32");
+        let e = Expr::binary(BinaryOp::Min, a.clone(), Expr::Int(-3));
+        assert_eq!(c_expr(&e, &n), "min(v0, (-3))");
+        let e = Expr::binary(
+            BinaryOp::And,
+            Expr::binary(BinaryOp::Lt, a.clone(), 3),
+            Expr::Unary(UnaryOp::Not, Box::new(Expr::Bool(false))),
+        );
+        assert_eq!(c_expr(&e, &n), "v0 < 3 && !false");
+        assert_eq!(c_expr(&Expr::Int(i32::MIN), &n), "(-2147483647 - 1)");
+    }
+
+    #[test]
+    fn proves_divisibility() {
+        let k = VarId(0);
+        let kk = VarId(1);
+        let bk = VarId(2);
+        let mut f = ScalarFacts::default();
+        f.params.insert(k);
+        f.defs.insert(bk, Expr::Int(32));
+        // kk * BK with BK = 32: always a multiple of 8.
+        assert_eq!(
+            f.divisible(&(Expr::Var(kk) * Expr::Var(bk)), 8),
+            Divisible::Yes
+        );
+        // a loop variable alone: not provable.
+        assert_eq!(f.divisible(&Expr::Var(kk), 8), Divisible::No);
+        // a parameter: under a launch assumption.
+        assert_eq!(
+            f.divisible(&Expr::Var(k), 8),
+            Divisible::If(vec![(Expr::Var(k), 8)])
+        );
+        // k * 2 needs k % 4.
+        assert_eq!(
+            f.divisible(&(Expr::Var(k) * 2), 8),
+            Divisible::If(vec![(Expr::Var(k), 4)])
+        );
+        // k / 2 is param-only: an assumption on the whole expression.
+        let e = Expr::Var(k) / 2;
+        assert_eq!(f.divisible(&e, 8), Divisible::If(vec![(e.clone(), 8)]));
+        assert_eq!(f.divisible(&Expr::Int(12), 8), Divisible::No);
+    }
+}

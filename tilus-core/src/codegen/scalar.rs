@@ -1,0 +1,117 @@
+//! Element values in generated code: decoding a code to its computation type, encoding back,
+//! constants, and the elementwise operators.
+//!
+//! Semantics (shared with the interpreter): floats compute in `float` with IEEE round-to-nearest
+//! (`__fadd_rn` etc., never contracted into FMAs) and the result is encoded with round to
+//! nearest even and saturation — for f16/bf16/sub-byte floats this equals the correctly rounded
+//! operation in the narrow type; integers compute exactly in 64 bits (division truncates,
+//! remainder takes the dividend's sign, dividing by zero gives 0) and the result is clamped to
+//! the type's range.
+
+use super::cast_fallback as cast;
+use crate::ir::ElementOp;
+use crate::DType;
+
+/// The C type elementwise arithmetic uses for a dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CType {
+    Float,
+    Int64,
+}
+
+impl CType {
+    pub(crate) fn of(d: DType) -> CType {
+        if d.is_float() {
+            CType::Float
+        } else {
+            CType::Int64
+        }
+    }
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CType::Float => "float",
+            CType::Int64 => "long long",
+        }
+    }
+}
+
+/// The value of code variable `c` of type `d`, in `CType::of(d)`.
+pub(crate) fn decode(d: DType, c: &str) -> String {
+    match (CType::of(d), d) {
+        (CType::Float, _) => cast::decode_to_f32_expr(d, c),
+        (CType::Int64, DType::Int(32)) => format!("(long long)(int)({c})"),
+        (CType::Int64, DType::Int(b)) => {
+            let s = 32 - b as u32;
+            format!("(long long)((int)(({c}) << {s}) >> {s})")
+        }
+        (CType::Int64, _) => format!("(long long)({c})"),
+    }
+}
+
+/// The code of value variable `v` (in `CType::of(d)`) in `d`.
+pub(crate) fn encode(d: DType, v: &str) -> String {
+    match (CType::of(d), d) {
+        (CType::Float, _) => cast::encode_from_f32_expr(d, v),
+        (CType::Int64, _) => {
+            let (lo, hi) = int_range(d);
+            let clamped = format!("min(max({v}, {lo}LL), {hi}LL)");
+            if d.bits() == 32 {
+                format!("(uint32_t){clamped}")
+            } else {
+                format!(
+                    "((uint32_t){clamped} & {})",
+                    super::regs::hex(d.code_mask())
+                )
+            }
+        }
+    }
+}
+
+fn int_range(d: DType) -> (i64, i64) {
+    let b = d.bits();
+    if d.is_signed() {
+        (-(1i64 << (b - 1)), (1i64 << (b - 1)) - 1)
+    } else {
+        (0, (1i64 << b) - 1)
+    }
+}
+
+/// A constant converted to `d` as the interpreter does (`encode(v as f32)`): its code and its
+/// value as a literal of `CType::of(d)`.
+pub(crate) fn constant(d: DType, v: f64) -> (u32, String) {
+    let code = d.encode(v as f32).unwrap_or(0);
+    let value = d.decode(code);
+    let lit = match CType::of(d) {
+        CType::Float => cast::f32_lit(value as f32),
+        CType::Int64 => format!("{}LL", value as i64),
+    };
+    (code, lit)
+}
+
+/// `a op b` in computation type `t` (operands are variables or literals).
+pub(crate) fn binop(t: CType, op: ElementOp, a: &str, b: &str) -> String {
+    match (t, op) {
+        (CType::Float, ElementOp::Add) => format!("__fadd_rn({a}, {b})"),
+        (CType::Float, ElementOp::Sub) => format!("__fsub_rn({a}, {b})"),
+        (CType::Float, ElementOp::Mul) => format!("__fmul_rn({a}, {b})"),
+        (CType::Float, ElementOp::Div) => format!("__fdiv_rn({a}, {b})"),
+        (CType::Float, ElementOp::Mod) => format!("fmodf({a}, {b})"),
+        (CType::Float, ElementOp::Min) => format!("fminf({a}, {b})"),
+        (CType::Float, ElementOp::Max) => format!("fmaxf({a}, {b})"),
+        (CType::Int64, ElementOp::Add) => format!("{a} + {b}"),
+        (CType::Int64, ElementOp::Sub) => format!("{a} - {b}"),
+        (CType::Int64, ElementOp::Mul) => format!("{a} * {b}"),
+        (CType::Int64, ElementOp::Div) => format!("({b} == 0 ? 0LL : {a} / {b})"),
+        (CType::Int64, ElementOp::Mod) => format!("({b} == 0 ? 0LL : {a} % {b})"),
+        (CType::Int64, ElementOp::Min) => format!("min({a}, {b})"),
+        (CType::Int64, ElementOp::Max) => format!("max({a}, {b})"),
+    }
+}
+
+/// `printf` conversion for a value of computation type `t`.
+pub(crate) fn printf_conv(t: CType) -> &'static str {
+    match t {
+        CType::Float => "%g",
+        CType::Int64 => "%lld",
+    }
+}

@@ -1,0 +1,861 @@
+//! The instruction-selection driver: walks the program, keeps the emitter state ([`Ctx`]) and
+//! dispatches each instruction to its emitter; then assembles the translation unit.
+
+use super::assume::Assumption;
+use super::expr::{c_expr, Divisible, ScalarFacts};
+use super::names::Namer;
+use super::prelude::Features;
+use super::regmap::LayoutMap;
+use super::smem::{self, SharedPlan};
+use super::writer::Writer;
+use super::{dot, elementwise, global, shared};
+use super::{CodegenError, CudaKernel, KernelParam, ParamKind};
+use crate::ir::{
+    Expr, Instruction, Operand, Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType,
+};
+use crate::layout::{Layout, SharedLayout};
+use crate::DType;
+use std::collections::{BTreeMap, HashMap};
+
+/// A register layout used by the kernel: its affine form and the names of its thread parts.
+pub(crate) struct LayoutInfo {
+    pub(crate) map: LayoutMap,
+    /// Per dimension: the `const int` holding `A(tid)[d]`, or `"0"`.
+    pub(crate) dims: Vec<String>,
+}
+
+/// A global tensor (a view of a pointer parameter, or a workspace).
+#[derive(Clone)]
+pub(crate) struct GlobalInfo {
+    pub(crate) dtype: DType,
+    /// The `uint8_t*` the view reads through.
+    pub(crate) ptr: String,
+    /// IR name of the pointer parameter (for alignment assumptions); `None` for workspaces,
+    /// which the runtime allocates itself.
+    pub(crate) ptr_param: Option<String>,
+    /// `int` extents and row strides (`strides[last] == "1"`).
+    pub(crate) dims: Vec<String>,
+    pub(crate) strides: Vec<String>,
+    pub(crate) shape: Vec<Expr>,
+}
+
+/// A shared tensor: an allocation or a slice of one.
+#[derive(Clone)]
+pub(crate) struct SharedInfo {
+    pub(crate) dtype: DType,
+    pub(crate) root_layout: SharedLayout,
+    /// Byte offset of the root allocation in the dynamic shared buffer.
+    pub(crate) root_offset: usize,
+    /// Index (in root coordinates) of this tensor's first element.
+    pub(crate) origin: Vec<Expr>,
+    /// This tensor's shape (it covers the trailing `shape.len()` dims of the root).
+    pub(crate) shape: Vec<usize>,
+}
+
+/// Emitter state.
+pub(crate) struct Ctx<'p> {
+    pub(crate) p: &'p Program,
+    pub(crate) namer: Namer,
+    names: Vec<String>,
+    pub(crate) facts: ScalarFacts,
+    pub(crate) block_threads: usize,
+    layout_ids: HashMap<Layout, usize>,
+    pub(crate) layouts: Vec<LayoutInfo>,
+    /// `(name, line)`: thread parts of layouts, declared only when the body uses `name`.
+    layout_decls: Vec<(String, String)>,
+    pub(crate) assumptions: Vec<Assumption>,
+    pub(crate) plan: SharedPlan,
+    pub(crate) globals: HashMap<VarId, GlobalInfo>,
+    pub(crate) shared: HashMap<VarId, SharedInfo>,
+    pub(crate) features: Features,
+    /// Device functions of vectorized casts, by name.
+    pub(crate) cast_fns: BTreeMap<String, String>,
+    pub(crate) w: Writer,
+    pub(crate) span: SpanId,
+    workspaces: Vec<KernelParam>,
+}
+
+/// The name of the thread index in generated code.
+pub(crate) const TID: &str = "tid";
+/// The dynamic shared buffer.
+pub(crate) const SMEM: &str = "tilus_smem";
+
+impl<'p> Ctx<'p> {
+    pub(crate) fn err(&self, message: impl Into<String>) -> CodegenError {
+        CodegenError::new(self.span, message)
+    }
+
+    /// The C identifier of variable `v`.
+    pub(crate) fn name(&self, v: VarId) -> String {
+        self.names
+            .get(v.0 as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("undefined_{}", v.0))
+    }
+
+    /// The IR name of `v` (for comments and messages).
+    pub(crate) fn ir_name(&self, v: VarId) -> String {
+        self.p
+            .vars
+            .get(v.0 as usize)
+            .map(|x| x.name.clone())
+            .unwrap_or_else(|| format!("%{}", v.0))
+    }
+
+    pub(crate) fn fresh(&mut self, base: &str) -> String {
+        self.namer.fresh(base)
+    }
+
+    /// A scalar expression as C.
+    pub(crate) fn expr(&self, e: &Expr) -> String {
+        c_expr(e, &|v| self.name(v))
+    }
+
+    /// The dtype and layout of register tensor `v`.
+    pub(crate) fn reg(&self, v: VarId) -> Result<(DType, Layout), CodegenError> {
+        match self.p.ty(v) {
+            VarType::Register(r) => Ok((r.dtype, r.layout.clone())),
+            other => Err(self.err(format!(
+                "{} must be a register tensor, but it is {}",
+                self.ir_name(v),
+                other.describe()
+            ))),
+        }
+    }
+
+    /// Register `layout` (computing its thread parts at kernel entry); returns its id.
+    pub(crate) fn layout(&mut self, layout: &Layout) -> Result<usize, CodegenError> {
+        if let Some(&id) = self.layout_ids.get(layout) {
+            return Ok(id);
+        }
+        let map = LayoutMap::analyze(layout).map_err(|e| self.err(e))?;
+        if !self.block_threads.is_multiple_of(map.threads) && map.threads < self.block_threads {
+            return Err(self.err(format!(
+                "a layout of {} threads does not divide the block's {}",
+                map.threads, self.block_threads
+            )));
+        }
+        let id = self.layouts.len();
+        let mut dims = Vec::new();
+        let text = layout.to_expr();
+        for d in 0..map.rank() {
+            let e = map.thread_expr(d, TID, self.block_threads);
+            if e == "0" {
+                dims.push("0".to_string());
+                continue;
+            }
+            let n = self.namer.fresh(&format!("lay{id}_d{d}"));
+            self.layout_decls.push((
+                n.clone(),
+                format!("const int {n} = {e};  // {text}: index {d} of a thread's local 0"),
+            ));
+            dims.push(n);
+        }
+        self.layouts.push(LayoutInfo { map, dims });
+        self.layout_ids.insert(layout.clone(), id);
+        Ok(id)
+    }
+
+    /// Record the launch conditions a divisibility proof relies on.
+    pub(crate) fn assume(&mut self, d: &Divisible) {
+        if let Divisible::If(conds) = d {
+            for (e, k) in conds {
+                let text = c_expr(e, &|v| self.ir_name(v));
+                let a = Assumption::Divisible {
+                    expr: e.clone(),
+                    text,
+                    divisor: *k,
+                };
+                if !self.assumptions.contains(&a) {
+                    self.assumptions.push(a);
+                }
+            }
+        }
+    }
+
+    /// Record that pointer parameter `param` must be aligned to `bytes`.
+    pub(crate) fn assume_aligned(&mut self, param: &Option<String>, bytes: u32) {
+        let Some(param) = param else { return };
+        if bytes <= 1 {
+            return;
+        }
+        // Keep the strongest requirement per pointer.
+        for a in &mut self.assumptions {
+            if let Assumption::Aligned { param: p, bytes: b } = a {
+                if p == param {
+                    *b = (*b).max(bytes);
+                    return;
+                }
+            }
+        }
+        self.assumptions.push(Assumption::Aligned {
+            param: param.clone(),
+            bytes,
+        });
+    }
+
+    pub(crate) fn global(&self, v: VarId) -> Result<GlobalInfo, CodegenError> {
+        self.globals.get(&v).cloned().ok_or_else(|| {
+            self.err(format!(
+                "{} must be a global tensor defined before this instruction",
+                self.ir_name(v)
+            ))
+        })
+    }
+
+    pub(crate) fn shared_info(&self, v: VarId) -> Result<SharedInfo, CodegenError> {
+        self.shared.get(&v).cloned().ok_or_else(|| {
+            self.err(format!(
+                "{} must be a shared tensor defined before this instruction",
+                self.ir_name(v)
+            ))
+        })
+    }
+
+    // ---- statements --------------------------------------------------------------------------
+
+    fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), CodegenError> {
+        for s in stmts {
+            self.span = s.span;
+            match &s.kind {
+                StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
+                    let line = format!("{} = {};", self.name(*var), self.expr(value));
+                    self.w.line(line);
+                }
+                StmtKind::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    self.w.open(format!("if ({})", self.expr(cond)));
+                    self.stmts(then_body)?;
+                    if !else_body.is_empty() {
+                        self.w.else_();
+                        self.stmts(else_body)?;
+                    }
+                    self.w.close();
+                }
+                StmtKind::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                } => {
+                    let v = self.name(*var);
+                    let end_name = self.fresh(&format!("{v}_end"));
+                    let head = format!(
+                        "for (int {v} = {}, {end_name} = {}; {v} < {end_name}; ++{v})",
+                        self.expr(start),
+                        self.expr(end)
+                    );
+                    self.w.open(head);
+                    self.stmts(body)?;
+                    self.w.close();
+                }
+                StmtKind::While { cond, body } => {
+                    self.w.open(format!("while ({})", self.expr(cond)));
+                    self.stmts(body)?;
+                    self.w.close();
+                }
+                StmtKind::Instr(i) => {
+                    let comment = self.describe(i);
+                    self.w.line(format!("// {comment}"));
+                    self.instr(i)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn instr(&mut self, i: &Instruction) -> Result<(), CodegenError> {
+        match i {
+            Instruction::BlockIndices { outs } => {
+                for (d, o) in outs.iter().enumerate() {
+                    let axis = ["x", "y", "z"]
+                        .get(d)
+                        .ok_or_else(|| self.err("block_indices has more than 3 dimensions"))?;
+                    let line = format!("{} = (int)blockIdx.{axis};", self.name(*o));
+                    self.w.line(line);
+                }
+            }
+            Instruction::AllocateGlobal { out, dtype, shape } => {
+                let ws = self.name(*out);
+                let param = format!("{ws}_ws");
+                self.workspaces.push(KernelParam {
+                    name: param.clone(),
+                    ir_name: self.ir_name(*out),
+                    kind: ParamKind::Workspace {
+                        dtype: *dtype,
+                        shape: shape.clone(),
+                    },
+                });
+                for e in shape {
+                    if !self.facts.is_param_only(e) {
+                        return Err(self.err(format!(
+                            "allocate_global {}: extents must depend on parameters only (the \
+                             runtime allocates the workspace before launch)",
+                            self.ir_name(*out)
+                        )));
+                    }
+                }
+                self.define_global(*out, *dtype, param, None, shape);
+            }
+            Instruction::ViewGlobal {
+                out,
+                ptr,
+                dtype,
+                shape,
+            } => {
+                let p = self.name(*ptr);
+                let pname = Some(self.ir_name(*ptr));
+                self.define_global(*out, *dtype, p, pname, shape);
+            }
+            Instruction::AllocateShared { out, dtype, layout } => {
+                let slot = self
+                    .plan
+                    .slot(*out)
+                    .cloned()
+                    .ok_or_else(|| self.err("shared tensor missing from the plan"))?;
+                if slot.barrier_before {
+                    self.w.line(format!(
+                        "__syncthreads();  // {} reuses shared bytes of a tensor that died before it",
+                        self.ir_name(*out)
+                    ));
+                }
+                self.w.line(format!(
+                    "// {} lives at shared bytes [{}, {})",
+                    self.ir_name(*out),
+                    slot.offset,
+                    slot.offset + slot.bytes
+                ));
+                self.shared.insert(
+                    *out,
+                    SharedInfo {
+                        dtype: *dtype,
+                        root_layout: layout.clone(),
+                        root_offset: slot.offset,
+                        origin: vec![Expr::Int(0); layout.rank()],
+                        shape: layout.shape.clone(),
+                    },
+                );
+            }
+            Instruction::SliceShared {
+                out,
+                src,
+                offset,
+                shape,
+            } => {
+                let s = self.shared_info(*src)?;
+                let root_rank = s.root_layout.rank();
+                let rank = s.shape.len();
+                if offset.len() != rank || shape.len() > rank || rank > root_rank {
+                    return Err(self.err("slice_shared: offset rank must match the source"));
+                }
+                let lead = root_rank - rank;
+                let mut origin = s.origin.clone();
+                for (d, e) in offset.iter().enumerate() {
+                    origin[lead + d] = simplify_add(&origin[lead + d], e);
+                }
+                self.shared.insert(
+                    *out,
+                    SharedInfo {
+                        origin,
+                        shape: shape.clone(),
+                        ..s
+                    },
+                );
+            }
+            Instruction::LoadGlobal {
+                out,
+                src,
+                offset,
+                layout,
+            } => global::load(self, *out, *src, offset, layout)?,
+            Instruction::StoreGlobal { src, dst, offset } => {
+                global::store(self, *src, *dst, offset)?
+            }
+            Instruction::LoadShared {
+                out,
+                src,
+                offset,
+                layout,
+            } => shared::load(self, *out, *src, offset, layout)?,
+            Instruction::StoreShared { src, dst, offset } => {
+                shared::store(self, *src, *dst, offset)?
+            }
+            Instruction::CopyAsync {
+                dst,
+                src,
+                src_offset,
+            } => shared::copy_async(self, *dst, *src, src_offset)?,
+            Instruction::CopyAsyncCommitGroup => {
+                self.w
+                    .line("asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");");
+            }
+            Instruction::CopyAsyncWaitGroup { n } => {
+                self.w.line(format!(
+                    "asm volatile(\"cp.async.wait_group {n};\\n\" ::: \"memory\");"
+                ));
+            }
+            Instruction::AllocateRegister {
+                out,
+                dtype,
+                layout,
+                init,
+            } => elementwise::allocate(self, *out, *dtype, layout, *init)?,
+            Instruction::Binary { out, op, lhs, rhs } => {
+                elementwise::binary(self, *out, *op, *lhs, rhs)?
+            }
+            Instruction::Neg { out, x } => elementwise::neg(self, *out, *x)?,
+            Instruction::Cast { out, x, dtype } => elementwise::cast(self, *out, *x, *dtype)?,
+            Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
+            Instruction::Dot { out, a, b, c } => dot::dot(self, *out, *a, *b, *c)?,
+            Instruction::Synchronize => self.w.line("__syncthreads();"),
+            Instruction::Exit => self.w.line("return;"),
+            Instruction::Print { label, x } => self.print(label, x)?,
+        }
+        Ok(())
+    }
+
+    fn define_global(
+        &mut self,
+        out: VarId,
+        dtype: DType,
+        ptr: String,
+        ptr_param: Option<String>,
+        shape: &[Expr],
+    ) {
+        let base = self.name(out);
+        let rank = shape.len();
+        let mut dims = Vec::new();
+        for (d, e) in shape.iter().enumerate() {
+            let n = self.fresh(&format!("{base}_n{d}"));
+            let line = format!("const int {n} = {};", self.expr(e));
+            self.w.line(line);
+            dims.push(n);
+        }
+        let mut strides = vec!["1".to_string(); rank];
+        for d in (0..rank.saturating_sub(1)).rev() {
+            let n = self.fresh(&format!("{base}_st{d}"));
+            let inner = if d + 1 == rank - 1 {
+                dims[d + 1].clone()
+            } else {
+                format!("{} * {}", strides[d + 1], dims[d + 1])
+            };
+            self.w.line(format!("const int {n} = {inner};"));
+            strides[d] = n;
+        }
+        self.globals.insert(
+            out,
+            GlobalInfo {
+                dtype,
+                ptr,
+                ptr_param,
+                dims,
+                strides,
+                shape: shape.to_vec(),
+            },
+        );
+    }
+
+    fn print(&mut self, label: &str, x: &Operand) -> Result<(), CodegenError> {
+        let label = c_string(label);
+        let block = "blockIdx.x, blockIdx.y, blockIdx.z";
+        match x {
+            Operand::Scalar(e) => {
+                let line = format!(
+                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = %d\\n\", {block}, (int)({}));",
+                    self.expr(e)
+                );
+                self.w.line(line);
+            }
+            Operand::Imm(v) => {
+                self.w.line(format!(
+                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = %g\\n\", {block}, {v:?});"
+                ));
+            }
+            Operand::Tensor(t) => elementwise::print_tensor(self, &label, *t)?,
+        }
+        Ok(())
+    }
+
+    /// One-line rendering of an instruction for the `//` comment.
+    fn describe(&self, i: &Instruction) -> String {
+        let n = |v: &VarId| self.ir_name(*v);
+        let e = |x: &Expr| c_expr(x, &|v| self.ir_name(v));
+        let list = |xs: &[Expr]| format!("[{}]", xs.iter().map(e).collect::<Vec<_>>().join(", "));
+        let op = |o: &Operand| match o {
+            Operand::Tensor(t) => n(t),
+            Operand::Scalar(x) => e(x),
+            Operand::Imm(v) => format!("{v:?}"),
+        };
+        let name = i.name();
+        match i {
+            Instruction::BlockIndices { outs } => format!(
+                "[{}] = {name}()",
+                outs.iter().map(n).collect::<Vec<_>>().join(", ")
+            ),
+            Instruction::AllocateGlobal { out, dtype, shape } => {
+                format!("{} = {name}({dtype}, {})", n(out), list(shape))
+            }
+            Instruction::AllocateShared { out, dtype, layout } => format!(
+                "{} = {name}({dtype}, shape={:?}, strides={:?}{})",
+                n(out),
+                layout.shape,
+                layout.strides,
+                layout
+                    .swizzle
+                    .map(|s| format!(", swizzle=({}, {}, {})", s.bits, s.base, s.shift))
+                    .unwrap_or_default()
+            ),
+            Instruction::AllocateRegister {
+                out,
+                dtype,
+                layout,
+                init,
+            } => format!(
+                "{} = {name}({dtype}, {}{})",
+                n(out),
+                layout.to_expr(),
+                init.map(|v| format!(", {v:?}")).unwrap_or_default()
+            ),
+            Instruction::ViewGlobal {
+                out,
+                ptr,
+                dtype,
+                shape,
+            } => format!("{} = {name}({}, {dtype}, {})", n(out), n(ptr), list(shape)),
+            Instruction::LoadGlobal {
+                out,
+                src,
+                offset,
+                layout,
+            }
+            | Instruction::LoadShared {
+                out,
+                src,
+                offset,
+                layout,
+            } => format!(
+                "{} = {name}({}, {}, {})",
+                n(out),
+                n(src),
+                layout.to_expr(),
+                list(offset)
+            ),
+            Instruction::StoreGlobal { src, dst, offset }
+            | Instruction::StoreShared { src, dst, offset } => {
+                format!("{name}({}, {}, {})", n(src), n(dst), list(offset))
+            }
+            Instruction::SliceShared {
+                out,
+                src,
+                offset,
+                shape,
+            } => format!(
+                "{} = {name}({}, {}, {shape:?})",
+                n(out),
+                n(src),
+                list(offset)
+            ),
+            Instruction::CopyAsync {
+                dst,
+                src,
+                src_offset,
+            } => format!("{name}({}, {}, {})", n(dst), n(src), list(src_offset)),
+            Instruction::CopyAsyncWaitGroup { n: k } => format!("{name}({k})"),
+            Instruction::Binary { out, lhs, rhs, .. } => {
+                format!("{} = {name}({}, {})", n(out), n(lhs), op(rhs))
+            }
+            Instruction::Neg { out, x } => format!("{} = {name}({})", n(out), n(x)),
+            Instruction::Cast { out, x, dtype } => {
+                format!("{} = {name}<{dtype}>({})", n(out), n(x))
+            }
+            Instruction::View {
+                out,
+                x,
+                dtype,
+                layout,
+            } => format!(
+                "{} = {name}<{dtype}>({}, {})",
+                n(out),
+                n(x),
+                layout.to_expr()
+            ),
+            Instruction::Dot { out, a, b, c } => {
+                format!("{} = {name}({}, {}, {})", n(out), n(a), n(b), n(c))
+            }
+            Instruction::Print { label, x } => format!("{name}({label:?}, {})", op(x)),
+            Instruction::CopyAsyncCommitGroup | Instruction::Synchronize | Instruction::Exit => {
+                format!("{name}()")
+            }
+        }
+        .replace("*/", "* /")
+        .replace('\n', " ")
+    }
+}
+
+/// Whether identifier `name` occurs in `text` (not as part of a longer identifier).
+fn uses_identifier(text: &str, name: &str) -> bool {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+/// `a + b` without a `0 +`.
+fn simplify_add(a: &Expr, b: &Expr) -> Expr {
+    match (a, b) {
+        (Expr::Int(0), x) | (x, Expr::Int(0)) => x.clone(),
+        (Expr::Int(x), Expr::Int(y)) => Expr::Int(x.wrapping_add(*y)),
+        _ => Expr::binary(crate::ir::BinaryOp::Add, a.clone(), b.clone()),
+    }
+}
+
+/// Escape `s` for a C string literal (and printf).
+fn c_string(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '%' => out.push_str("%%"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_ascii_graphic() || c == ' ' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out
+}
+
+/// Facts about scalars for divisibility proofs.
+fn scalar_facts(p: &Program) -> ScalarFacts {
+    let mut facts = ScalarFacts::default();
+    for param in &p.params {
+        if matches!(p.ty(param.var), VarType::Scalar(_)) {
+            facts.params.insert(param.var);
+        }
+    }
+    fn walk(stmts: &[Stmt], lets: &mut HashMap<VarId, Expr>, assigned: &mut Vec<VarId>) {
+        for s in stmts {
+            match &s.kind {
+                StmtKind::Let { var, value } => {
+                    lets.insert(*var, value.clone());
+                }
+                StmtKind::Assign { var, .. } => assigned.push(*var),
+                StmtKind::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(then_body, lets, assigned);
+                    walk(else_body, lets, assigned);
+                }
+                StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                    walk(body, lets, assigned)
+                }
+                StmtKind::Instr(_) => {}
+            }
+        }
+    }
+    let mut lets = HashMap::new();
+    let mut assigned = Vec::new();
+    walk(&p.body, &mut lets, &mut assigned);
+    for (v, e) in lets {
+        if !assigned.contains(&v) {
+            facts.defs.insert(v, e);
+        }
+    }
+    facts
+}
+
+/// Variables that get a declaration at the top of the kernel: scalars (not loop variables) and
+/// register tensors, in id order.
+fn top_level_vars(p: &Program) -> (Vec<VarId>, Vec<VarId>) {
+    let mut loop_vars = Vec::new();
+    fn walk(stmts: &[Stmt], out: &mut Vec<VarId>) {
+        for s in stmts {
+            match &s.kind {
+                StmtKind::For { var, body, .. } => {
+                    out.push(*var);
+                    walk(body, out);
+                }
+                StmtKind::While { body, .. } => walk(body, out),
+                StmtKind::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(then_body, out);
+                    walk(else_body, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    walk(&p.body, &mut loop_vars);
+    let params: Vec<VarId> = p.params.iter().map(|x| x.var).collect();
+    let mut scalars = Vec::new();
+    let mut regs = Vec::new();
+    for (i, v) in p.vars.iter().enumerate() {
+        let id = VarId(i as u32);
+        if params.contains(&id) || loop_vars.contains(&id) {
+            continue;
+        }
+        match v.ty {
+            VarType::Scalar(_) => scalars.push(id),
+            VarType::Register(_) => regs.push(id),
+            _ => {}
+        }
+    }
+    (scalars, regs)
+}
+
+/// Generate the kernel for `p`.
+pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
+    let mut namer = Namer::new();
+    namer.claim(TID);
+    namer.claim(SMEM);
+    // Parameters keep their names where possible; then every other variable in id order.
+    let mut names = vec![String::new(); p.vars.len()];
+    for param in &p.params {
+        let i = param.var.0 as usize;
+        if i < names.len() {
+            names[i] = namer.fresh(&p.vars[i].name);
+        }
+    }
+    for (i, v) in p.vars.iter().enumerate() {
+        if names[i].is_empty() {
+            names[i] = namer.fresh(&v.name);
+        }
+    }
+    let entry = namer.fresh(&p.name);
+    let mut cx = Ctx {
+        p,
+        namer,
+        names,
+        facts: scalar_facts(p),
+        block_threads: p.num_threads as usize,
+        layout_ids: HashMap::new(),
+        layouts: Vec::new(),
+        layout_decls: Vec::new(),
+        assumptions: Vec::new(),
+        plan: smem::plan(p),
+        globals: HashMap::new(),
+        shared: HashMap::new(),
+        features: Features::default(),
+        cast_fns: BTreeMap::new(),
+        w: Writer::new(1),
+        span: p.span,
+        workspaces: Vec::new(),
+    };
+    if cx.block_threads == 0 || cx.block_threads > 1024 {
+        return Err(cx.err(format!(
+            "a block of {} threads cannot be launched",
+            cx.block_threads
+        )));
+    }
+
+    // Parameters.
+    let mut params = Vec::new();
+    for param in &p.params {
+        let v = param.var;
+        let kind = match p.ty(v) {
+            VarType::Scalar(ScalarType::I32) => ParamKind::I32 { var: v },
+            VarType::Pointer { dtype, mutable } => ParamKind::Pointer {
+                var: v,
+                dtype: *dtype,
+                mutable: *mutable,
+            },
+            other => {
+                return Err(cx.err(format!(
+                    "parameter {} must be an i32 or a pointer, not {}",
+                    cx.ir_name(v),
+                    other.describe()
+                )))
+            }
+        };
+        params.push(KernelParam {
+            name: cx.name(v),
+            ir_name: cx.ir_name(v),
+            kind,
+        });
+    }
+
+    cx.stmts(&p.body)?;
+    params.append(&mut cx.workspaces);
+
+    // Assemble.
+    let mut src = super::prelude::header(&p.name);
+    src.push_str(&super::prelude::helpers(&cx.features));
+    for f in cx.cast_fns.values() {
+        src.push('\n');
+        src.push_str(f);
+    }
+    let sig: Vec<String> = params
+        .iter()
+        .map(|prm| match &prm.kind {
+            ParamKind::I32 { .. } => format!("int {}", prm.name),
+            ParamKind::Pointer { mutable: false, .. } => {
+                format!("const uint8_t* __restrict__ {}", prm.name)
+            }
+            ParamKind::Pointer { mutable: true, .. } | ParamKind::Workspace { .. } => {
+                format!("uint8_t* __restrict__ {}", prm.name)
+            }
+        })
+        .collect();
+    src.push_str(&format!(
+        "\nextern \"C\" __global__ void __launch_bounds__({}) {entry}({}) {{\n",
+        p.num_threads,
+        sig.join(", ")
+    ));
+    let mut top = Writer::new(1);
+    if cx.plan.total_bytes > 0 {
+        top.line(format!(
+            "extern __shared__ __align__(128) uint8_t {SMEM}[];  // {} bytes",
+            cx.plan.total_bytes
+        ));
+    }
+    top.line(format!("const int {TID} = (int)threadIdx.x;"));
+    let body = std::mem::take(&mut cx.w).finish();
+    for (name, line) in &cx.layout_decls {
+        if uses_identifier(&body, name) {
+            top.line(line);
+        }
+    }
+    let (scalars, regs) = top_level_vars(p);
+    for v in scalars {
+        let ty = match p.ty(v) {
+            VarType::Scalar(ScalarType::Bool) => "bool",
+            _ => "int",
+        };
+        top.line(format!("{ty} {};", cx.name(v)));
+    }
+    for v in regs {
+        if let VarType::Register(r) = p.ty(v) {
+            let words = super::regs::word_count(r.dtype.bits(), r.layout.num_locals());
+            top.line(format!(
+                "uint32_t {}[{words}];  // {} x {} per thread",
+                cx.name(v),
+                r.layout.num_locals(),
+                r.dtype
+            ));
+        }
+    }
+    src.push_str(&top.finish());
+    src.push_str(&body);
+    src.push_str("}\n");
+
+    Ok(CudaKernel {
+        source: src,
+        entry,
+        block_threads: p.num_threads,
+        shared_bytes: cx.plan.total_bytes,
+        params,
+        grid: p.grid.clone(),
+        assumptions: cx.assumptions,
+        shared_plan: cx.plan,
+    })
+}
