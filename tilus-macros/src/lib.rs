@@ -177,6 +177,7 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         return errors_and_fallback(&report, &f, &sig, &space);
     }
 
+    let verified_at = started.elapsed();
     // Generate CUDA and embed everything.
     let mut pack = embed::PackBuilder::default();
     let mut configs = Vec::with_capacity(space.len());
@@ -225,16 +226,21 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     if !report.is_empty() {
         return errors_and_fallback(&report, &f, &sig, &space);
     }
+    let generated_at = started.elapsed();
     let (pack, stats) = pack.finish();
     if std::env::var_os("TILUS_MACRO_STATS").is_some() {
         eprintln!(
-            "tilus-macros: {}: {} configurations, {} embedded entries, {} bytes -> {} bytes stored, {:.0} ms",
+            "tilus-macros: {}: {} configurations, {} embedded entries, {} bytes -> {} bytes stored; \
+             {:.0} ms (translate+verify {:.0}, codegen+serialize {:.0}, compress {:.0})",
             sig.name,
             space.len(),
             stats.entries,
             stats.raw_bytes,
             stats.stored_bytes,
-            started.elapsed().as_secs_f64() * 1e3
+            started.elapsed().as_secs_f64() * 1e3,
+            verified_at.as_secs_f64() * 1e3,
+            (generated_at - verified_at).as_secs_f64() * 1e3,
+            (started.elapsed() - generated_at).as_secs_f64() * 1e3,
         );
     }
     let embedded = api::Embedded {
