@@ -6,8 +6,8 @@ pub fn dequant<const BN: i32, W: DTypeParam>(n: i32, w: Global<u8>, out: GlobalM
     let [bj] = block_indices();
     let nb = BN * W::BITS / 8 / 32; // bytes per thread (BN values of W over 32 threads)
     let gw = view_global(w, [n / BN, BN * W::BITS / 8]);
-    let bytes = load_global(gw, layout!(local(nb).spatial(32)), [bj, 0]);
-    let values = view::<W>(bytes, layout!(local(BN / 32).spatial(32)));
+    let bytes = load_global(gw, layout!(spatial(32).local(nb)), [bj, 0]);
+    let values = view::<W>(bytes, layout!(spatial(32).local(BN / 32)));
     store_global(cast::<f16>(values), view_global(out, [n]), [bj * BN]);
 }
 
