@@ -24,4 +24,5 @@ pub mod prelude {
     pub use tilus_core::DType;
 }
 
+pub mod kernels;
 pub mod quant;

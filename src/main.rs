@@ -31,6 +31,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// GPU benchmarks: copy bandwidth, cuBLAS baseline.
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
     /// Check driver, GPU, NVRTC, CUDA headers and cache directory: each OK or what to do.
     ///
     /// Exit status 1 if a check failed (with --strict, also on warnings), else 0.
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Layout { expr, json } => cli::layout::run(expr, *json),
         Command::Dtype { name, json } => cli::dtype::run(name, *json),
+        Command::Bench(cmd) => cli::bench::run(cmd),
         Command::Doctor { strict } => return cli::doctor::run(*strict),
     };
     match result {

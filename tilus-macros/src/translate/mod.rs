@@ -17,7 +17,6 @@ mod stmt;
 
 use std::collections::HashMap;
 
-use proc_macro2::Span;
 use quote::ToTokens;
 use syn::ItemFn;
 use tilus_core::ir::{Expr, Program, ProgramBuilder, ScalarType, SpanId, VarId};
@@ -308,6 +307,3 @@ pub fn suggest<'c>(name: &str, candidates: impl IntoIterator<Item = &'c str>) ->
 pub fn kernel_range(f: &ItemFn) -> (Range, crate::diag::SiteKey) {
     (Range::single(f.sig.ident.span()), node_key(&f.sig.ident))
 }
-
-#[allow(dead_code)]
-fn _span_is_send(_: Span) {}
