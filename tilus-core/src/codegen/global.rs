@@ -275,9 +275,9 @@ fn plan_access(
         cx.assume_aligned(&g.ptr_param, width / 8);
     }
     let mut idx = Vec::new();
-    for d in 0..rank {
+    for (d, off_d) in offset.iter().enumerate().take(rank) {
         let n = cx.fresh(&format!("i{d}"));
-        let off = cx.expr(&offset[d]);
+        let off = cx.expr(off_d);
         let e = if d >= lead {
             let t = &cx.layouts[lay].dims[d - lead];
             if t == "0" {
