@@ -210,14 +210,17 @@ pub(crate) fn store_codes(cx: &mut Ctx, arr: &str, bits: u32, codes: &[String]) 
     }
 }
 
-/// `out = neg(x)`: floats flip the sign bit; integers negate and clamp.
+/// `out = neg(x)`: floats flip the sign bit (types with infinity codes other than f32 go through
+/// `float`, because the negated infinity saturates to the largest finite value); integers
+/// negate and clamp.
 pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError> {
     let (dt, lay) = cx.reg(x)?;
     let bits = dt.bits();
     let locals = lay.num_locals();
     let words = word_count(bits, locals);
     let (xn, o) = (cx.name(x), cx.name(out));
-    if dt.is_float() {
+    let saturating_inf = matches!(dt, DType::F16 | DType::BF16 | DType::F8E5M2);
+    if dt.is_float() && !saturating_inf {
         let mut masks = vec![0u32; words];
         for i in 0..locals {
             let pos = i * bits as usize + bits as usize - 1;
@@ -237,7 +240,8 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
             get_bits(&xn, j * bits as usize, bits)
         ));
         cx.w.line(format!(
-            "const long long {v} = -{};",
+            "const {} {v} = -{};",
+            CType::of(dt).name(),
             scalar::decode(dt, &c)
         ));
         codes.push(scalar::encode(dt, &v));
@@ -248,7 +252,8 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
 }
 
 /// `out = cast<dtype>(x)`: a vectorized cast function per group of locals when one exists,
-/// else element by element through `float` (exactly `dtype.encode(src.decode(c) as f32)`).
+/// else element by element: integer to integer exactly (clamped), everything else through
+/// `float`, which gives the interpreter's `convert(src.decode(c), dtype)` bit for bit.
 pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(), CodegenError> {
     let (src, lay) = cx.reg(x)?;
     let locals = lay.num_locals();
@@ -289,11 +294,19 @@ pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(
             "const uint32_t {c} = {};",
             get_bits(&xn, j * sb as usize, sb)
         ));
-        cx.w.line(format!(
-            "const float {v} = {};",
-            cast::decode_to_f32_expr(src, &c)
-        ));
-        codes.push(cast::encode_from_f32_expr(dtype, &v));
+        if !src.is_float() && !dtype.is_float() {
+            cx.w.line(format!(
+                "const long long {v} = {};",
+                scalar::decode(src, &c)
+            ));
+            codes.push(scalar::encode(dtype, &v));
+        } else {
+            cx.w.line(format!(
+                "const float {v} = {};",
+                cast::decode_to_f32_expr(src, &c)
+            ));
+            codes.push(cast::encode_from_f32_expr(dtype, &v));
+        }
     }
     store_codes(cx, &o, db, &codes);
     cx.w.close();

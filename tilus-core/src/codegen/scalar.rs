@@ -1,12 +1,14 @@
 //! Element values in generated code: decoding a code to its computation type, encoding back,
 //! constants, and the elementwise operators.
 //!
-//! Semantics (shared with the interpreter): floats compute in `float` with IEEE round-to-nearest
-//! (`__fadd_rn` etc., never contracted into FMAs) and the result is encoded with round to
-//! nearest even and saturation — for f16/bf16/sub-byte floats this equals the correctly rounded
-//! operation in the narrow type; integers compute exactly in 64 bits (division truncates,
-//! remainder takes the dividend's sign, dividing by zero gives 0) and the result is clamped to
-//! the type's range.
+//! Semantics (the interpreter's, `crate::interp`): floats compute in `float` with IEEE
+//! round-to-nearest (`__fadd_rn` etc., never contracted into FMAs) and the result is encoded with
+//! round to nearest even and saturation. The interpreter computes exactly in `f64` and rounds
+//! through `f32`; both give the same bits, because for `+ - * /` of `f32`-representable operands
+//! rounding the exact result to `f64` first is innocuous (53 >= 2 * 24 + 2) and `fmod` is exact.
+//! Integers compute exactly in 64 bits (division truncates, remainder takes the dividend's sign)
+//! and the result is clamped to the type's range; the interpreter reports an overflow or a
+//! division by zero as an error instead, so a program that runs there gives the same bits here.
 
 use super::cast_fallback as cast;
 use crate::ir::ElementOp;
@@ -76,10 +78,21 @@ fn int_range(d: DType) -> (i64, i64) {
     }
 }
 
-/// A constant converted to `d` as the interpreter does (`encode(v as f32)`): its code and its
-/// value as a literal of `CType::of(d)`.
+/// A constant converted to `d` as the interpreter does (integers: round half to even and clamp
+/// in `f64`; floats: `encode(v as f32)`): its code and its value as a literal of
+/// `CType::of(d)`.
 pub(crate) fn constant(d: DType, v: f64) -> (u32, String) {
-    let code = d.encode(v as f32).unwrap_or(0);
+    let code = if d.is_float() {
+        d.encode(v as f32).unwrap_or(0)
+    } else {
+        let (lo, hi) = int_range(d);
+        let x = if v.is_nan() {
+            0
+        } else {
+            v.round_ties_even().clamp(lo as f64, hi as f64) as i64
+        };
+        x as u32 & d.code_mask()
+    };
     let value = d.decode(code);
     let lit = match CType::of(d) {
         CType::Float => cast::f32_lit(value as f32),

@@ -807,7 +807,7 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
         })
         .collect();
     src.push_str(&format!(
-        "\nextern \"C\" __global__ void __launch_bounds__({}) {entry}({}) {{\n",
+        "\nextern \"C\" __global__ void __launch_bounds__({}, 1) {entry}({}) {{\n",
         p.num_threads,
         sig.join(", ")
     ));

@@ -98,9 +98,9 @@ fn access(cx: &mut Ctx, s: &SharedInfo, base: &[Expr], lay: usize) -> Access {
     let map = &cx.layouts[lay].map;
     let lead = root_rank - map.rank();
     let mut terms = Vec::new();
-    for d in 0..root_rank {
+    for (d, b) in base.iter().enumerate() {
         let mut parts = Vec::new();
-        let b = cx.expr(&base[d]);
+        let b = cx.expr(b);
         if b != "0" {
             parts.push(b);
         }
