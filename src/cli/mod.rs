@@ -3,4 +3,5 @@
 
 pub mod doctor;
 pub mod dtype;
+pub mod emit;
 pub mod layout;

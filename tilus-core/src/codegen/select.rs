@@ -789,6 +789,24 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
 
     // Assemble.
     let mut src = super::prelude::header(&p.name);
+    let grid: Vec<String> = p
+        .grid
+        .iter()
+        .map(|e| c_expr(e, &|v| cx.ir_name(v)))
+        .collect();
+    src.push_str(&format!(
+        "// Launch: grid [{}] (x, y, z), {} threads, {} bytes of dynamic shared memory.\n",
+        grid.join(", "),
+        p.num_threads,
+        cx.plan.total_bytes
+    ));
+    if !cx.assumptions.is_empty() {
+        let a: Vec<String> = cx.assumptions.iter().map(|a| a.to_string()).collect();
+        src.push_str(&format!(
+            "// Assumes (checked before launch): {}.\n",
+            a.join("; ")
+        ));
+    }
     src.push_str(&super::prelude::helpers(&cx.features));
     for f in cx.cast_fns.values() {
         src.push('\n');
