@@ -43,7 +43,7 @@ fn emits_each_paper_kernel() {
     assert!(s.contains("cp.async.cg.shared.global") && s.contains("ldmatrix"));
     assert!(
         s.contains(
-            "// Launch: grid [(m + 32 - 1) / 32, n / 64] (x, y, z), 128 threads, 24576 bytes"
+            "// Launch: grid [(m + 32 - 1) / 32, n / 64] (x, y, z), 128 threads, 18432 bytes"
         ),
         "{s}"
     );
