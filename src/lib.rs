@@ -7,4 +7,23 @@ pub use tilus_core as core;
 pub use tilus_core::{DType, Layout};
 pub use tilus_runtime as runtime;
 
+// Generated code names the facade as `::tilus`, also inside this crate's own kernels.
+extern crate self as tilus;
+
+/// `#[kernel]`: a Tilus VM program written as a Rust function; see `docs/macro.md`.
+pub use tilus_macros::kernel;
+
+pub mod macro_support;
+
+/// What kernel code and its callers need: `use tilus::prelude::*;`.
+pub mod prelude {
+    pub use crate::kernel;
+    pub use crate::macro_support::{
+        bf16, f16, DTypeParam, Global, GlobalMut, HostElement, KernelError, KernelInfo,
+    };
+    pub use tilus_core::DType;
+}
+
+pub mod gpu;
+pub mod kernels;
 pub mod quant;

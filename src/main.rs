@@ -42,6 +42,9 @@ enum Command {
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
     },
+    /// GPU benchmarks: copy bandwidth, cuBLAS baseline.
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
     /// Check driver, GPU, NVRTC, CUDA headers and cache directory: each OK or what to do.
     ///
     /// Exit status 1 if a check failed (with --strict, also on warnings), else 0.
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Layout { expr, json } => cli::layout::run(expr, *json),
         Command::Dtype { name, json } => cli::dtype::run(name, *json),
         Command::Emit { kernel, config } => cli::emit::run(kernel, config),
+        Command::Bench(cmd) => cli::bench::run(cmd),
         Command::Doctor { strict } => return cli::doctor::run(*strict),
     };
     match result {

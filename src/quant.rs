@@ -244,9 +244,18 @@ mod tests {
                     .sum::<f64>()
                     .sqrt();
                 let norm: f64 = w.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-                // 1-bit weights keep only a sign-free level; everything else must track.
+                if dtype.bits() == 1 {
+                    // One bit keeps only the sign: +-scale/2 around the midpoint. The error
+                    // norm of a max-abs scale is ~1 on uniform data, so check the sign instead.
+                    for (a, b) in w.iter().zip(&deq) {
+                        assert!(
+                            *a == 0.0 || (*a as f64).signum() == b.signum(),
+                            "{dtype} {group:?} seed {seed}: {a} dequantized to {b}"
+                        );
+                    }
+                    continue;
+                }
                 let bound = match dtype.bits() {
-                    1 => 1.01,
                     2 => 0.6,
                     3 => 0.35,
                     _ => 0.2,

@@ -438,9 +438,32 @@ fn casts_of_sub_byte_types_are_elementwise_exact_expressions() {
     let h = b.cast("h", q, DType::F16);
     b.store_global(h, gy, vec![0.into(), 0.into()]);
     let k = emit_ok(&b.finish());
-    // i6 sign extension, then an f16 encode with saturation.
-    assert!(k.source.contains("<< 26) >> 26"), "{}", k.source);
+    // 4 locals are fewer than the vectorized cast's group of 16: scalar i6 sign extension, then
+    // an f16 encode with saturation.
+    assert!(!k.source.contains("tilus_cast_"), "{}", k.source);
+    assert!(k.source.contains("<< 26)) >> 26)"), "{}", k.source);
     assert!(k.source.contains("__float2half_rn("), "{}", k.source);
+}
+
+#[test]
+fn casts_use_vectorized_plans_per_group() {
+    // fig2: 32 i6 locals per thread = two groups of 16 (3 words in, 8 words out each).
+    let k = emit_ok(&programs::matmul_f16_i6(16, 64, 64));
+    assert!(k
+        .source
+        .contains("void tilus_cast_i6_to_f16(const uint32_t* in, uint32_t* out)"));
+    assert!(
+        k.source.contains("tilus_cast_i6_to_f16(&rq[0], &rb[0]);"),
+        "{}",
+        k.source
+    );
+    assert!(
+        k.source.contains("tilus_cast_i6_to_f16(&rq[3], &rb[8]);"),
+        "{}",
+        k.source
+    );
+    // The device function is defined once however often it is called.
+    assert_eq!(k.source.matches("void tilus_cast_i6_to_f16(").count(), 1);
 }
 
 #[test]

@@ -247,6 +247,40 @@ fn nvrtc_name_rank(name: &str) -> u8 {
     }
 }
 
+/// Open cuBLAS (and cuBLASLt, which it links against) by absolute path from the toolkit or the
+/// `nvidia-cublas` wheel when the system loader cannot find them by name. Once loaded, cudarc's
+/// by-name lookup (`libcublas.so.13`) matches the library's soname and finds it.
+pub fn preload_cublas() {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if unsafe { libloading::Library::new("libcublas.so.13") }.is_ok() {
+            return;
+        }
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for root in toolkit_roots() {
+            dirs.push(root.path.join("lib64"));
+            dirs.push(root.path.join("lib"));
+        }
+        for site in python_site_dirs(true) {
+            dirs.push(site.path.join("nvidia/cu13/lib"));
+            dirs.push(site.path.join("nvidia/cublas/lib"));
+        }
+        for name in ["libcublasLt.so.13", "libcublas.so.13"] {
+            for dir in &dirs {
+                let path = dir.join(name);
+                if path.is_file() {
+                    if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+                        // Kept for the life of the process, like NVRTC.
+                        std::mem::forget(lib);
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

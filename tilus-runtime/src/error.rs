@@ -62,6 +62,13 @@ pub enum RuntimeError {
     /// A launch argument or launch dimension failed validation. `arg` names it.
     #[error("argument `{arg}`: {reason}")]
     InvalidArgument { arg: String, reason: String },
+
+    /// A call into a CUDA library other than the driver and NVRTC (cuBLAS) failed.
+    #[error("{library} error: {message}")]
+    Library {
+        library: &'static str,
+        message: String,
+    },
 }
 
 impl RuntimeError {

@@ -252,6 +252,8 @@ pub trait KernelArg: sealed::Sealed {
     fn element(&self) -> Scalar;
     #[doc(hidden)]
     fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>);
+    /// The device address passed (for alignment checks).
+    fn address(&self) -> u64;
 }
 
 /// A pointer argument the kernel may write: [`DeviceBuffer`], [`DeviceViewMut`],
@@ -261,6 +263,8 @@ pub trait KernelArgMut: sealed::Sealed {
     fn element(&self) -> Scalar;
     #[doc(hidden)]
     fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>);
+    /// The device address passed (for alignment checks).
+    fn address(&self) -> u64;
 }
 
 impl<T: Element> sealed::Sealed for DeviceBuffer<T> {}
@@ -271,6 +275,9 @@ impl<T: Element> KernelArg for DeviceBuffer<T> {
     fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>) {
         args.arg(self.cuda_slice());
     }
+    fn address(&self) -> u64 {
+        self.device_ptr()
+    }
 }
 impl<T: Element> KernelArgMut for DeviceBuffer<T> {
     fn element(&self) -> Scalar {
@@ -278,6 +285,9 @@ impl<T: Element> KernelArgMut for DeviceBuffer<T> {
     }
     fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>) {
         args.arg(self.cuda_slice_mut());
+    }
+    fn address(&self) -> u64 {
+        self.device_ptr()
     }
 }
 
@@ -289,6 +299,9 @@ impl<T: Element> KernelArg for DeviceView<'_, T> {
     fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>) {
         args.arg(&self.view);
     }
+    fn address(&self) -> u64 {
+        self.device_ptr()
+    }
 }
 
 impl<T: Element> sealed::Sealed for DeviceViewMut<'_, T> {}
@@ -298,6 +311,9 @@ impl<T: Element> KernelArgMut for DeviceViewMut<'_, T> {
     }
     fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>) {
         args.arg(&mut self.view);
+    }
+    fn address(&self) -> u64 {
+        self.device_ptr()
     }
 }
 
@@ -309,6 +325,9 @@ impl KernelArg for PackedTensor {
     fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>) {
         self.bytes().push_ref(args)
     }
+    fn address(&self) -> u64 {
+        self.bytes().device_ptr()
+    }
 }
 impl KernelArgMut for PackedTensor {
     fn element(&self) -> Scalar {
@@ -316,6 +335,9 @@ impl KernelArgMut for PackedTensor {
     }
     fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>) {
         self.bytes_mut().push_mut(args)
+    }
+    fn address(&self) -> u64 {
+        self.bytes().device_ptr()
     }
 }
 
@@ -359,6 +381,16 @@ impl<'a> KernelArgs<'a> {
     }
     /// A pointer argument the kernel writes.
     pub fn arg_mut<B: KernelArgMut>(mut self, buffer: &'a mut B) -> Self {
+        self.slots.push(Slot::Mut(buffer));
+        self
+    }
+    /// A read-only pointer argument chosen at run time (e.g. from a program's parameter list).
+    pub fn arg_dyn(mut self, buffer: &'a dyn KernelArg) -> Self {
+        self.slots.push(Slot::Ref(buffer));
+        self
+    }
+    /// A written pointer argument chosen at run time.
+    pub fn arg_mut_dyn(mut self, buffer: &'a mut dyn KernelArgMut) -> Self {
         self.slots.push(Slot::Mut(buffer));
         self
     }

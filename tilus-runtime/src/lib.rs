@@ -28,6 +28,7 @@
 //! | `TILUS_CACHE_DIR` | disk cache directory (default: user cache dir + `/tilus`) |
 //! | `TILUS_CACHE=off` | no disk cache |
 
+pub mod bench;
 pub mod buffer;
 pub mod context;
 pub mod discover;
@@ -37,6 +38,7 @@ pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
 
+pub use bench::{copy_bandwidth, time_runs, CublasF16, L2Flush, Timing};
 pub use buffer::{
     check_packed_len, packed_byte_len, DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor,
 };

@@ -4,7 +4,7 @@
 //! Each emitter first computes every result element's code into a temporary, then assembles the
 //! output words, so an output that aliases an input (`acc = add(acc, x)`) is always correct.
 
-use super::cast_fallback as cast;
+use super::cast;
 use super::regmap::LayoutMap;
 use super::regs::{get_bits, hex, word_count, WordBuilder};
 use super::scalar::{self, CType};

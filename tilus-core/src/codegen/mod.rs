@@ -20,11 +20,11 @@
 //! and divisibility proofs), [`regmap`] (layout analysis), [`regs`] (register bit access),
 //! [`scalar`] (element decode/encode), [`smem`] (shared-memory planner), [`global`] and
 //! [`shared`] (memory instructions), [`dot`] (mma.sync and the thread-local fallback),
-//! [`elementwise`] (Binary/Neg/Cast/View), [`prelude`] (header and helper device functions),
+//! [`elementwise`] (Binary/Neg/Cast/View), [`cast`] (vectorized and scalar conversions), [`prelude`] (header and helper device functions),
 //! [`select`] (the instruction-selection driver), [`assume`] (launch assumptions).
 
 mod assume;
-mod cast_fallback;
+pub mod cast;
 mod dot;
 mod elementwise;
 mod expr;

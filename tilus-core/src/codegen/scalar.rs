@@ -10,7 +10,7 @@
 //! and the result is clamped to the type's range; the interpreter reports an overflow or a
 //! division by zero as an error instead, so a program that runs there gives the same bits here.
 
-use super::cast_fallback as cast;
+use super::cast;
 use crate::ir::ElementOp;
 use crate::DType;
 
@@ -95,10 +95,31 @@ pub(crate) fn constant(d: DType, v: f64) -> (u32, String) {
     };
     let value = d.decode(code);
     let lit = match CType::of(d) {
-        CType::Float => cast::f32_lit(value as f32),
+        CType::Float => f32_lit(value as f32),
         CType::Int64 => format!("{}LL", value as i64),
     };
     (code, lit)
+}
+
+/// A `float` literal that reads back exactly.
+pub(crate) fn f32_lit(v: f32) -> String {
+    if v.is_infinite() {
+        if v > 0.0 {
+            "__int_as_float(0x7f800000)".to_string()
+        } else {
+            "__int_as_float(0xff800000)".to_string()
+        }
+    } else if v.is_nan() {
+        "__int_as_float(0x7fffffff)".to_string()
+    } else {
+        let s = format!("{v:?}");
+        let s = if s.contains('e') && !s.contains('.') {
+            s.replacen('e', ".0e", 1)
+        } else {
+            s
+        };
+        format!("{s}f")
+    }
 }
 
 /// `a op b` in computation type `t` (operands are variables or literals).
@@ -126,5 +147,28 @@ pub(crate) fn printf_conv(t: CType) -> &'static str {
     match t {
         CType::Float => "%g",
         CType::Int64 => "%lld",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_read_back() {
+        assert_eq!(f32_lit(1.0), "1.0f");
+        assert_eq!(f32_lit(0.0625), "0.0625f");
+        assert_eq!(f32_lit(1e-20), "1.0e-20f");
+        assert_eq!(f32_lit(-3.5), "-3.5f");
+        assert_eq!(f32_lit(f32::INFINITY), "__int_as_float(0x7f800000)");
+    }
+
+    #[test]
+    fn constants_convert_like_the_interpreter() {
+        // Integers: round half to even in f64 and clamp; floats: through f32.
+        assert_eq!(constant(DType::Int(4), 2.5), (2, "2LL".to_string()));
+        assert_eq!(constant(DType::Int(4), -100.0), (8, "-8LL".to_string()));
+        assert_eq!(constant(DType::UInt(32), 4294967295.0).0, u32::MAX);
+        assert_eq!(constant(DType::F16, 1e6).1, "65504.0f");
     }
 }

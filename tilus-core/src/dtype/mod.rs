@@ -35,7 +35,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A VM data type. Widths of sub-byte types are in bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum DType {
     /// Unsigned integer of 1..=8 or 32 bits (`u1`..`u8`, `u32`).
     UInt(u8),

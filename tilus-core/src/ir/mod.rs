@@ -28,23 +28,37 @@ use crate::layout::{Layout, SharedLayout};
 use crate::DType;
 
 /// Index of a variable in [`Program::vars`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct VarId(pub u32);
 
 /// An opaque source location. The `#[kernel]` macro maps these back to the user's tokens; the
 /// builder API hands them out in order (see [`ProgramBuilder::set_span`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct SpanId(pub u32);
 
 /// Types of scalar values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ScalarType {
     I32,
     Bool,
 }
 
 /// The type of a variable.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum VarType {
     Scalar(ScalarType),
     /// A kernel parameter that points at device memory of `dtype` elements.
@@ -62,7 +76,7 @@ pub enum VarType {
     Unknown,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct GlobalType {
     pub dtype: DType,
     /// The pointer parameter the view reads through.
@@ -72,13 +86,13 @@ pub struct GlobalType {
     pub shape: Vec<Expr>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SharedType {
     pub dtype: DType,
     pub layout: SharedLayout,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RegisterType {
     pub dtype: DType,
     pub layout: Layout,
@@ -117,14 +131,14 @@ impl VarType {
 }
 
 /// A variable: its name (for diagnostics and readable generated code) and type.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Var {
     pub name: String,
     pub ty: VarType,
 }
 
 /// Uniform scalar expressions.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Expr {
     Int(i32),
     Bool(bool),
@@ -135,13 +149,13 @@ pub enum Expr {
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum UnaryOp {
     Neg,
     Not,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BinaryOp {
     Add,
     Sub,
@@ -202,7 +216,7 @@ macro_rules! expr_ops {
 expr_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Mod);
 
 /// The second operand of an elementwise instruction.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Operand {
     /// A register tensor whose shape broadcasts to the first operand's shape.
     Tensor(VarId),
@@ -213,7 +227,7 @@ pub enum Operand {
 }
 
 /// Elementwise arithmetic on register tensors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ElementOp {
     Add,
     Sub,
@@ -225,7 +239,7 @@ pub enum ElementOp {
 }
 
 /// The instructions of the VM. `out` is the variable written.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Instruction {
     /// The block's index in each grid dimension (`outs.len()` = grid rank), as i32 scalars.
     BlockIndices {
@@ -345,13 +359,13 @@ pub enum Instruction {
 }
 
 /// A statement. The span points at the source that produced it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stmt {
     pub kind: StmtKind,
     pub span: SpanId,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum StmtKind {
     /// Define a new scalar variable.
     Let {
@@ -383,13 +397,13 @@ pub enum StmtKind {
 }
 
 /// A kernel parameter.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Param {
     pub var: VarId,
 }
 
 /// One thread-block program and how it is launched.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Program {
     pub name: String,
     /// Parameters in call order; each is a `Scalar(I32)` or a `Pointer` variable.

@@ -73,7 +73,7 @@ pub enum LayoutError {
 
 /// One piece of a logical dimension: `size` consecutive place values of the dimension's mixed
 /// radix, starting at `stride`. See the module documentation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Mode {
     /// The logical dimension this mode indexes.
     pub dim: usize,
@@ -84,7 +84,7 @@ pub struct Mode {
 }
 
 /// A digit of the thread index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Digit {
     /// The digit is the value of mode `id` (an index into [`Layout::modes`]).
     Mode(usize),
@@ -126,7 +126,7 @@ impl Primitive {
 /// A register layout. See the module documentation.
 ///
 /// Equality and hashing are semantic because the stored form is canonical.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Layout {
     shape: Vec<usize>,
     modes: Vec<Mode>,

@@ -21,7 +21,7 @@ use super::LayoutError;
 /// `2^(bits + base + shift)` offsets; only bits below `base + bits` ever change. A swizzle
 /// written as a struct literal should meet the same conditions; `apply` never panics either
 /// way, but `block` and [`SharedLayout::size`] assume `bits + base + shift` fits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Swizzle {
     pub bits: u32,
     pub base: u32,
@@ -63,7 +63,7 @@ impl Swizzle {
 }
 
 /// A shared-memory tile: `offset(index) = swizzle(sum(index[d] * strides[d]))` in elements.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SharedLayout {
     pub shape: Vec<usize>,
     pub strides: Vec<usize>,

@@ -1,0 +1,277 @@
+//! `tilus bench ...`: GPU measurements printed as tables.
+//!
+//! Every figure is a median of CUDA-event timings after warm-up. Bandwidth counts bytes read
+//! plus bytes written, the same way the copy-bandwidth floor is counted.
+
+use clap::Subcommand;
+use half::f16;
+use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul};
+use tilus::DType;
+use tilus_runtime::{copy_bandwidth, time_runs, Context, CublasF16, DeviceBuffer, L2Flush};
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Device-to-device copy bandwidth (the floor memory-bound kernels are judged against).
+    Copy {
+        /// Bytes copied per run, in MiB (far over L2, so the copy streams from DRAM).
+        #[arg(long, default_value_t = 1024)]
+        mib: usize,
+    },
+    /// The quantized matmul `C[m,n] = A[m,k] · dequant(W)` (f16 activations), best of a few
+    /// configurations, against the copy-bandwidth floor and cuBLAS f16.
+    Qmatmul {
+        /// Weight type, e.g. i4, u3, f6e3m2.
+        #[arg(long)]
+        wdtype: String,
+        #[arg(long)]
+        m: usize,
+        #[arg(long, default_value_t = 57344)]
+        n: usize,
+        #[arg(long, default_value_t = 8192)]
+        k: usize,
+        /// Rows per scale group; 0 for per-channel scales.
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        /// How many configurations to try.
+        #[arg(long, default_value_t = 3)]
+        tune: usize,
+    },
+    /// Sweep weight types x m and print a table (and write CSV with --csv).
+    Sweep {
+        /// Comma-separated weight types (default: all 25).
+        #[arg(long)]
+        wdtypes: Option<String>,
+        /// Comma-separated m values.
+        #[arg(long, default_value = "1,16,4096")]
+        m: String,
+        #[arg(long, default_value_t = 57344)]
+        n: usize,
+        #[arg(long, default_value_t = 8192)]
+        k: usize,
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        #[arg(long, default_value_t = 3)]
+        tune: usize,
+        /// Also write the table as CSV to this file.
+        #[arg(long)]
+        csv: Option<std::path::PathBuf>,
+    },
+    /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
+    Gemm {
+        #[arg(long)]
+        m: usize,
+        #[arg(long)]
+        n: usize,
+        #[arg(long)]
+        k: usize,
+    },
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Bad arguments are reported before a GPU is looked for.
+fn validate(cmd: &BenchCommand) -> Result<(), String> {
+    let positive: Vec<(&str, usize)> = match *cmd {
+        BenchCommand::Copy { mib } => vec![("--mib", mib)],
+        BenchCommand::Gemm { m, n, k } => vec![("--m", m), ("--n", n), ("--k", k)],
+        BenchCommand::Qmatmul { m, n, k, tune, .. } => {
+            vec![("--m", m), ("--n", n), ("--k", k), ("--tune", tune)]
+        }
+        BenchCommand::Sweep { n, k, tune, .. } => vec![("--n", n), ("--k", k), ("--tune", tune)],
+    };
+    match positive.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(format!("argument `{name}`: must be positive")),
+        None => Ok(()),
+    }
+}
+
+pub fn run(cmd: &BenchCommand) -> Result<String, String> {
+    validate(cmd)?;
+    let ctx = Context::new(0).map_err(err)?;
+    let dev = ctx.device();
+    let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
+    match *cmd {
+        BenchCommand::Copy { mib } => {
+            let (t, gbps) = copy_bandwidth(&ctx, mib << 20).map_err(err)?;
+            out += &format!(
+                "copy {mib} MiB: median {:.1} us (min {:.1}, max {:.1}, {} runs), {gbps:.0} GB/s read+write",
+                t.median_us, t.min_us, t.max_us, t.samples
+            );
+        }
+        BenchCommand::Gemm { m, n, k } => {
+            let blas = CublasF16::new(&ctx).map_err(err)?;
+            let a = random_f16(&ctx, m * k, 1)?;
+            let b = random_f16(&ctx, k * n, 2)?;
+            let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).map_err(err)?;
+            let mut flush = L2Flush::new(&ctx).map_err(err)?;
+            let t = time_runs(&ctx, 5, 30, Some(&mut flush), || {
+                blas.gemm(m, n, k, &a, &b, &mut c)
+            })
+            .map_err(err)?;
+            let bytes = 2.0 * (m * k + k * n + m * n) as f64;
+            let tflops = 2.0 * (m * n * k) as f64 / (t.median_us * 1e-6) / 1e12;
+            out += &format!(
+                "cuBLAS f16 gemm m={m} n={n} k={k}: median {:.1} us, {:.0} GB/s, {tflops:.1} TFLOP/s",
+                t.median_us,
+                t.gb_per_s(bytes)
+            );
+        }
+        BenchCommand::Qmatmul {
+            ref wdtype,
+            m,
+            n,
+            k,
+            group,
+            tune,
+        } => {
+            let wdtype: DType = wdtype
+                .parse()
+                .map_err(|e| format!("argument `--wdtype`: {e}"))?;
+            out += &sweep(&ctx, &[wdtype], &[m], n, k, group, tune, None)?;
+        }
+        BenchCommand::Sweep {
+            ref wdtypes,
+            ref m,
+            n,
+            k,
+            group,
+            tune,
+            ref csv,
+        } => {
+            let types: Vec<DType> = match wdtypes {
+                Some(list) => list
+                    .split(',')
+                    .map(|t| {
+                        t.trim()
+                            .parse()
+                            .map_err(|e| format!("argument `--wdtypes`: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?,
+                None => WEIGHT_TYPES
+                    .iter()
+                    .map(|t| t.parse().expect("valid"))
+                    .collect(),
+            };
+            let ms: Vec<usize> = m
+                .split(',')
+                .map(|v| {
+                    v.trim()
+                        .parse()
+                        .map_err(|_| format!("argument `--m`: `{v}` is not a number"))
+                })
+                .collect::<Result<_, _>>()?;
+            out += &sweep(&ctx, &types, &ms, n, k, group, tune, csv.as_deref())?;
+        }
+    }
+    Ok(out)
+}
+
+const WEIGHT_TYPES: [&str; 25] = [
+    "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
+    "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
+    "f8e5m2",
+];
+
+/// Measure every (type, m) case; the copy bandwidth and cuBLAS are measured in the same run.
+/// Rows are printed as they finish (a long sweep shows progress), and the table is returned.
+#[allow(clippy::too_many_arguments)]
+fn sweep(
+    ctx: &Context,
+    types: &[DType],
+    ms: &[usize],
+    n: usize,
+    k: usize,
+    group: usize,
+    tune: usize,
+    csv: Option<&std::path::Path>,
+) -> Result<String, String> {
+    let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
+    let blas = CublasF16::new(ctx).map_err(err)?;
+    let mut flush = L2Flush::new(ctx).map_err(err)?;
+    let group = (group > 0).then_some(group);
+    let mut cublas = std::collections::HashMap::new();
+    let header = format!(
+        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
+        group.map_or("channel".to_string(), |g| g.to_string()),
+        "wdtype", "m", "time us", "GB/s", "%floor", "cuBLAS us", "speedup"
+    );
+    eprintln!("{header}");
+    let mut table = header.clone();
+    let mut rows_csv = String::from(
+        "wdtype,m,n,k,time_us,gb_per_s,percent_floor,floor_us,cublas_us,speedup,config\n",
+    );
+    for &m in ms {
+        for &wdtype in types {
+            let cublas_us = match cublas.get(&m) {
+                Some(v) => *v,
+                None => {
+                    let v = bench_cublas(ctx, &blas, &mut flush, m, n, k).map_err(err)?;
+                    cublas.insert(m, v);
+                    v
+                }
+            };
+            let row = bench_qmatmul(
+                ctx,
+                Some(cublas_us),
+                &mut flush,
+                wdtype,
+                m,
+                n,
+                k,
+                group,
+                tune,
+                copy_gbps,
+            )
+            .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
+            let c = &row.config;
+            let cfg = format!(
+                "bm{} bn{} bk{} w{} s{} sk{}",
+                c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
+            );
+            let speedup = row.speedup_over_cublas().unwrap_or(f64::NAN);
+            let line = format!(
+                "{:<8} {:>5} {:>10.1} {:>8.0} {:>6.1}% {:>10.1} {:>7.2}x  {cfg}",
+                wdtype.to_string(),
+                m,
+                row.timing.median_us,
+                row.gb_per_s(),
+                row.percent_of_floor(),
+                cublas_us,
+                speedup
+            );
+            eprintln!("{line}");
+            table += "\n";
+            table += &line;
+            rows_csv += &format!(
+                "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg}\n",
+                row.timing.median_us,
+                row.gb_per_s(),
+                row.percent_of_floor(),
+                row.floor_us
+            );
+        }
+    }
+    if let Some(path) = csv {
+        std::fs::write(path, rows_csv)
+            .map_err(|e| format!("argument `--csv`: cannot write {}: {e}", path.display()))?;
+    }
+    Ok(table)
+}
+
+/// Values in [-1, 1) from a small LCG: benchmarks need non-zero data, not statistical quality.
+fn random_f16(ctx: &Context, len: usize, seed: u64) -> Result<DeviceBuffer<f16>, String> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let data: Vec<f16> = (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            f16::from_f32(((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect();
+    DeviceBuffer::from_host(ctx, &data).map_err(err)
+}

@@ -1,0 +1,157 @@
+//! [`QuantizedLinear`]: a linear layer `y[m, n] = x[m, k] · W[k, n]` with a low-precision
+//! weight, quantized and re-laid-out once on the host.
+//!
+//! ```no_run
+//! use half::f16;
+//! use tilus::kernels::linear::QuantizedLinear;
+//! use tilus::quant::Group;
+//! use tilus::DType;
+//! let (k, n) = (512, 256);
+//! let w: Vec<f32> = (0..k * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+//! let layer = QuantizedLinear::new(&w, k, n, DType::UInt(4), Group::Rows(128), DType::F16)?;
+//! let x = vec![f16::from_f32(0.5); 3 * k];
+//! let y = layer.forward_cpu(&x, 3)?; // 3 x 256 f16
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use super::qmatmul::{
+    build, decode_half, encode_half, prepare, PreparedWeight, QMatmulConfig, QMatmulError,
+    QMatmulKernel,
+};
+use crate::quant::{Group, QuantizedWeight};
+use crate::DType;
+use half::{bf16, f16};
+
+/// An activation element type: f16 or bf16.
+pub trait Activation: Copy {
+    const DTYPE: DType;
+    fn to_f32(self) -> f32;
+    fn from_f32(v: f32) -> Self;
+}
+
+impl Activation for f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+}
+
+impl Activation for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+}
+
+/// A quantized linear layer. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct QuantizedLinear {
+    quantized: QuantizedWeight,
+    kernel: QMatmulKernel,
+    weight: PreparedWeight,
+}
+
+impl QuantizedLinear {
+    /// Quantize row-major `weight[k * n]` to `wdtype` (unsigned types get per-group zero
+    /// points, the others are symmetric), pick tiles for the shape, build the kernel and
+    /// re-lay-out the weight. Errors name the argument at fault.
+    pub fn new(
+        weight: &[f32],
+        k: usize,
+        n: usize,
+        wdtype: DType,
+        group: Group,
+        adtype: DType,
+    ) -> Result<QuantizedLinear, QMatmulError> {
+        if !matches!(adtype, DType::F16 | DType::BF16) {
+            return Err(QMatmulError::Shape {
+                arg: "adtype",
+                reason: format!("activations are f16 or bf16, not {adtype}"),
+            });
+        }
+        let unsigned = matches!(wdtype, DType::UInt(_));
+        let q = QuantizedWeight::quantize(weight, k, n, wdtype, group, adtype, unsigned)?;
+        let group_rows = match group {
+            Group::PerChannel => None,
+            Group::Rows(g) => Some(g),
+        };
+        let config = QMatmulConfig::for_shape(wdtype, adtype, group_rows, q.zeros.is_some(), n, k)?;
+        QuantizedLinear::from_quantized(q, config)
+    }
+
+    /// A layer from an already quantized weight and an explicit configuration.
+    pub fn from_quantized(
+        quantized: QuantizedWeight,
+        config: QMatmulConfig,
+    ) -> Result<QuantizedLinear, QMatmulError> {
+        let kernel = build(&config)?;
+        let weight = prepare(&quantized, &config)?;
+        Ok(QuantizedLinear {
+            quantized,
+            kernel,
+            weight,
+        })
+    }
+
+    pub fn k(&self) -> usize {
+        self.weight.k
+    }
+
+    pub fn n(&self) -> usize {
+        self.weight.n
+    }
+
+    pub fn config(&self) -> &QMatmulConfig {
+        &self.kernel.config
+    }
+
+    pub fn kernel(&self) -> &QMatmulKernel {
+        &self.kernel
+    }
+
+    /// The quantized weight (row-major codes, scales, zero points): `dequantize()` is the
+    /// exact weight the layer multiplies with.
+    pub fn quantized(&self) -> &QuantizedWeight {
+        &self.quantized
+    }
+
+    /// The operands the kernel reads (re-laid-out codes, encoded scales and zero points).
+    pub fn prepared(&self) -> &PreparedWeight {
+        &self.weight
+    }
+
+    /// `y = x · W` for `x` of `m` rows, on the CPU interpreter. `T` must be the layer's
+    /// activation type.
+    pub fn forward_cpu<T: Activation>(&self, x: &[T], m: usize) -> Result<Vec<T>, QMatmulError> {
+        let adtype = self.kernel.config.adtype;
+        if T::DTYPE != adtype {
+            return Err(QMatmulError::Shape {
+                arg: "x",
+                reason: format!("the layer computes in {adtype}, but x holds {}", T::DTYPE),
+            });
+        }
+        let (k, n) = (self.k(), self.n());
+        if Some(x.len()) != m.checked_mul(k) {
+            return Err(QMatmulError::Buffer {
+                arg: "x",
+                expected: m.saturating_mul(k) * 2,
+                got: x.len() * 2,
+                what: format!("{m} x {k} {adtype}"),
+            });
+        }
+        let values: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let a = encode_half(&values, adtype);
+        let mut c = vec![0u8; m * n * 2];
+        self.kernel.run_cpu(m, &a, &self.weight, &mut c)?;
+        Ok(decode_half(&c, adtype)
+            .into_iter()
+            .map(T::from_f32)
+            .collect())
+    }
+}

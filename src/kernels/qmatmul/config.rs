@@ -1,0 +1,436 @@
+//! The tile configuration of the quantized matmul, its validation and the quantities derived
+//! from it (warp grid, fragment repeats, bytes per thread).
+
+use crate::quant::QuantError;
+use crate::DType;
+use tilus_core::interp::InterpError;
+
+/// Bad configuration, problem size or buffer: every variant names the field or argument.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QMatmulError {
+    #[error("config field `{field}`: {reason}")]
+    Config { field: &'static str, reason: String },
+    #[error("argument `{arg}`: {reason}")]
+    Shape { arg: &'static str, reason: String },
+    #[error("argument `{arg}`: expected {expected} bytes ({what}), got {got}")]
+    Buffer {
+        arg: &'static str,
+        expected: usize,
+        got: usize,
+        what: String,
+    },
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    /// A generated program failed the verifier: a bug in this module, reported instead of run.
+    #[error("the generated `{program}` program does not verify: {diagnostics}")]
+    Verify {
+        program: String,
+        diagnostics: String,
+    },
+    #[error("interpreter: {0}")]
+    Interp(#[from] InterpError),
+    /// Code generation, compilation or launch on the GPU failed (the message names the
+    /// argument for launch checks).
+    #[error("GPU: {0}")]
+    Gpu(String),
+}
+
+impl From<crate::gpu::GpuError> for QMatmulError {
+    fn from(e: crate::gpu::GpuError) -> Self {
+        QMatmulError::Gpu(e.to_string())
+    }
+}
+
+impl From<tilus_runtime::RuntimeError> for QMatmulError {
+    fn from(e: tilus_runtime::RuntimeError) -> Self {
+        QMatmulError::Gpu(e.to_string())
+    }
+}
+
+pub(crate) fn config_err(field: &'static str, reason: impl Into<String>) -> QMatmulError {
+    QMatmulError::Config {
+        field,
+        reason: reason.into(),
+    }
+}
+
+pub(crate) fn shape_err(arg: &'static str, reason: impl Into<String>) -> QMatmulError {
+    QMatmulError::Shape {
+        arg,
+        reason: reason.into(),
+    }
+}
+
+/// One member of the quantized matmul family: `C[m, n] = A[m, k] · dequant(W)[k, n]`.
+///
+/// `bm x bn x bk` is the block tile; `warps` warps are arranged as a `warps_m x warps_n` grid
+/// with `warps_m = gcd(warps, bm / 16)` (see [`Tiling`]). `stages` is the depth of the
+/// cp.async pipeline (at least 2). `split_k > 1` splits the reduction over `split_k` blocks
+/// that write f32 partial sums to a workspace, summed by a second program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QMatmulConfig {
+    /// The weight type: `u1..u8`, `i2..i8`, or a float of 3 to 8 bits.
+    pub wdtype: DType,
+    /// The activation (and output, scale, zero point) type: f16 or bf16.
+    pub adtype: DType,
+    /// Rows of `k` per scale group; `None` for one scale per output channel.
+    pub group_rows: Option<usize>,
+    /// Whether zero points are subtracted (unsigned weight types only). `QuantizedWeight::quantize`
+    /// gives every unsigned weight zero points (per group, or the fixed midpoint), so this is
+    /// `true` exactly for unsigned weights from it; [`super::prepare`] checks the match.
+    pub has_zeros: bool,
+    pub bm: usize,
+    pub bn: usize,
+    pub bk: usize,
+    pub warps: usize,
+    pub stages: usize,
+    pub split_k: usize,
+}
+
+/// Quantities derived from a valid [`QMatmulConfig`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    /// Warp grid: `warps_m` along m, `warps_n` along n (`warps_m * warps_n = warps`).
+    pub warps_m: usize,
+    pub warps_n: usize,
+    /// mma.m16n8k16 repeats per warp and k tile: `bm / (16 warps_m)`, `bn / (8 warps_n)`,
+    /// `bk / 16`.
+    pub rep_m: usize,
+    pub rep_n: usize,
+    pub rep_k: usize,
+    /// Scale groups per k tile (1 when a group spans one or more whole tiles, or per channel).
+    pub groups_per_tile: usize,
+    /// Weight elements each thread holds per k tile (`4 rep_k rep_n`).
+    pub locals_per_thread: usize,
+    /// Weight bytes each thread holds per k tile (`locals_per_thread * bits / 8`).
+    pub bytes_per_thread: usize,
+    /// Width of the contiguous byte runs of a thread in the re-laid-out tile: the largest of
+    /// 16, 8, 4, 2, 1 dividing `bytes_per_thread` (16 means one LDS.128 / cp.async 16B each).
+    pub vector_bytes: usize,
+    /// Bytes of one re-laid-out weight tile (`bk * bn * bits / 8`).
+    pub tile_bytes: usize,
+}
+
+/// Whether `dtype` is one of the weight types of the family.
+pub fn is_weight_type(dtype: DType) -> bool {
+    match dtype {
+        DType::UInt(b) => (1..=8).contains(&b),
+        DType::Int(b) => (2..=8).contains(&b),
+        DType::Float { .. } | DType::F8E4M3 | DType::F8E5M2 => dtype.is_valid(),
+        _ => false,
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl QMatmulConfig {
+    /// The default tiles for a weight type (see `docs/qmatmul.md`, "Layouts per bit width"):
+    /// `bm = 16`, 4 warps along n, `bk = 64`, 3 stages, no split, and
+    /// `bn = 32 * max(2, 8 / gcd(bits, 8))`, the narrowest tile for which every thread's weight
+    /// bytes per k tile are a multiple of 16 (one LDS.128 / cp.async 16B each).
+    pub fn default_for(
+        wdtype: DType,
+        adtype: DType,
+        group_rows: Option<usize>,
+        has_zeros: bool,
+    ) -> QMatmulConfig {
+        let bits = wdtype.bits() as usize;
+        let rep_n = (8 / gcd(bits.max(1), 8)).max(2);
+        QMatmulConfig {
+            wdtype,
+            adtype,
+            group_rows,
+            has_zeros,
+            bm: 16,
+            bn: 32 * rep_n,
+            bk: 64,
+            warps: 4,
+            stages: 3,
+            split_k: 1,
+        }
+    }
+
+    /// A valid configuration for an `[*, k] x [k, n]` problem: the default tiles when they
+    /// divide the shape, otherwise the largest `bn` / `bk` that do (preferring 16-byte runs
+    /// per thread, accepting whole bytes). Errors name `n` or `k` when nothing fits.
+    pub fn for_shape(
+        wdtype: DType,
+        adtype: DType,
+        group_rows: Option<usize>,
+        has_zeros: bool,
+        n: usize,
+        k: usize,
+    ) -> Result<QMatmulConfig, QMatmulError> {
+        let base = QMatmulConfig::default_for(wdtype, adtype, group_rows, has_zeros);
+        base.tiling()?;
+        let mut best: Option<(QMatmulConfig, Tiling)> = None;
+        for bk in [64, 128, 32, 16] {
+            for rep_n in (1..=base.bn / 32).rev() {
+                let cfg = QMatmulConfig {
+                    bk,
+                    bn: 32 * rep_n,
+                    ..base
+                };
+                let Ok(t) = cfg.tiling() else { continue };
+                if !n.is_multiple_of(cfg.bn) || !k.is_multiple_of(cfg.bk) {
+                    continue;
+                }
+                if group_rows.is_some_and(|g| !k.is_multiple_of(g)) {
+                    continue;
+                }
+                let better = match &best {
+                    None => true,
+                    Some((_, bt)) => t.vector_bytes > bt.vector_bytes,
+                };
+                if better {
+                    best = Some((cfg, t));
+                }
+                if t.vector_bytes == 16 {
+                    return Ok(cfg);
+                }
+            }
+        }
+        match best {
+            Some((cfg, _)) => Ok(cfg),
+            None => {
+                if !n.is_multiple_of(32) {
+                    Err(shape_err(
+                        "n",
+                        format!(
+                            "{n} is not a multiple of 32 (4 warps x 8 columns), the narrowest tile"
+                        ),
+                    ))
+                } else {
+                    Err(shape_err(
+                        "k",
+                        format!(
+                            "{k} is not a multiple of a k tile (16..128){} that suits {wdtype} weights",
+                            group_rows.map_or(String::new(), |g| format!(" and of the group size {g}"))
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Check the configuration and derive the tiling; errors name the field at fault.
+    pub fn tiling(&self) -> Result<Tiling, QMatmulError> {
+        if !is_weight_type(self.wdtype) {
+            return Err(config_err(
+                "wdtype",
+                format!(
+                    "{} is not a weight type; use u1..u8, i2..i8 or a float of 3 to 8 bits",
+                    self.wdtype
+                ),
+            ));
+        }
+        if !matches!(self.adtype, DType::F16 | DType::BF16) {
+            return Err(config_err(
+                "adtype",
+                format!("activations are f16 or bf16, not {}", self.adtype),
+            ));
+        }
+        if self.has_zeros && !matches!(self.wdtype, DType::UInt(_)) {
+            return Err(config_err(
+                "has_zeros",
+                format!(
+                    "zero points apply to unsigned weight types only, not {}",
+                    self.wdtype
+                ),
+            ));
+        }
+        for (field, v) in [
+            ("bm", self.bm),
+            ("bn", self.bn),
+            ("bk", self.bk),
+            ("warps", self.warps),
+            ("split_k", self.split_k),
+        ] {
+            if v == 0 {
+                return Err(config_err(field, "must be positive"));
+            }
+        }
+        if self.warps > 32 {
+            return Err(config_err(
+                "warps",
+                format!("{} warps exceed the 1024 threads of a block", self.warps),
+            ));
+        }
+        if self.stages < 2 {
+            return Err(config_err(
+                "stages",
+                format!(
+                    "{} stages; the cp.async pipeline needs at least 2",
+                    self.stages
+                ),
+            ));
+        }
+        if !self.bm.is_multiple_of(16) {
+            return Err(config_err(
+                "bm",
+                format!("{} is not a multiple of 16 (the mma tile height)", self.bm),
+            ));
+        }
+        if !self.bk.is_multiple_of(16) {
+            return Err(config_err(
+                "bk",
+                format!(
+                    "{} is not a multiple of 16 (the mma reduction depth)",
+                    self.bk
+                ),
+            ));
+        }
+        let warps_m = gcd(self.warps, self.bm / 16);
+        let warps_n = self.warps / warps_m;
+        if !self.bn.is_multiple_of(8 * warps_n) {
+            return Err(config_err(
+                "bn",
+                format!(
+                    "{} is not a multiple of 8 x {warps_n} (the mma tile width times the warps along n)",
+                    self.bn
+                ),
+            ));
+        }
+        if self.bn > 4096 {
+            return Err(config_err("bn", format!("{} exceeds 4096", self.bn)));
+        }
+        let groups_per_tile = match self.group_rows {
+            None => 1,
+            Some(0) => return Err(config_err("group_rows", "must be positive")),
+            Some(g) if g % self.bk == 0 => 1,
+            Some(g) if self.bk.is_multiple_of(g) => self.bk / g,
+            Some(g) => {
+                return Err(config_err(
+                    "group_rows",
+                    format!(
+                        "{g} rows per group neither divides nor is a multiple of bk = {}",
+                        self.bk
+                    ),
+                ))
+            }
+        };
+        let (rep_m, rep_n, rep_k) = (self.bm / 16 / warps_m, self.bn / 8 / warps_n, self.bk / 16);
+        let locals = 4 * rep_k * rep_n;
+        let bits = locals * self.wdtype.bits() as usize;
+        if !bits.is_multiple_of(8) {
+            return Err(config_err(
+                "bn",
+                format!(
+                    "each thread would hold {locals} x {} = {bits} bits of weights per k tile, not a whole number of bytes; make (bk / 16) x (bn / {}) even",
+                    self.wdtype,
+                    8 * warps_n
+                ),
+            ));
+        }
+        let bytes_per_thread = bits / 8;
+        let vector_bytes = [16, 8, 4, 2, 1]
+            .into_iter()
+            .find(|v| bytes_per_thread.is_multiple_of(*v))
+            .unwrap_or(1);
+        Ok(Tiling {
+            warps_m,
+            warps_n,
+            rep_m,
+            rep_n,
+            rep_k,
+            groups_per_tile,
+            locals_per_thread: locals,
+            bytes_per_thread,
+            vector_bytes,
+            tile_bytes: self.bk * self.bn * self.wdtype.bits() as usize / 8,
+        })
+    }
+
+    /// Check that an `[m, k] x [k, n]` problem fits this configuration (errors name `m`, `n`
+    /// or `k`). `m` may be anything (rows past `m` are masked); `n` and `k` must be whole tiles.
+    pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), QMatmulError> {
+        self.tiling()?;
+        // Extents and offsets are i32 scalars in the VM, and the generated code indexes each
+        // operand with 32-bit arithmetic.
+        let limit = i32::MAX as usize;
+        for (arg, v) in [("m", m), ("n", n), ("k", k)] {
+            if v > limit {
+                return Err(shape_err(
+                    arg,
+                    format!("{v} does not fit the VM's i32 indices"),
+                ));
+            }
+        }
+        if n == 0 {
+            return Err(shape_err("n", "must be positive"));
+        }
+        if k == 0 {
+            return Err(shape_err("k", "must be positive"));
+        }
+        if !n.is_multiple_of(self.bn) {
+            return Err(shape_err(
+                "n",
+                format!(
+                    "{n} is not a multiple of the weight tile width bn = {}",
+                    self.bn
+                ),
+            ));
+        }
+        let kt = self.bk * self.split_k;
+        if !k.is_multiple_of(kt) {
+            return Err(shape_err(
+                "k",
+                format!(
+                    "{k} is not a multiple of bk x split_k = {} x {} = {kt}",
+                    self.bk, self.split_k
+                ),
+            ));
+        }
+        if let Some(g) = self.group_rows {
+            if !k.is_multiple_of(g) {
+                return Err(shape_err(
+                    "k",
+                    format!("{k} is not a multiple of the group size {g}"),
+                ));
+            }
+        }
+        let elements = [
+            (
+                "m",
+                m.checked_mul(k.max(n)),
+                "m x max(k, n) activation or output elements",
+            ),
+            ("k", k.checked_mul(n), "k x n weight elements"),
+            (
+                "m",
+                n.checked_mul(self.split_k).and_then(|v| v.checked_mul(m)),
+                "m x n x split_k workspace elements",
+            ),
+        ];
+        for (arg, v, what) in elements {
+            if v.is_none_or(|v| v > limit) {
+                return Err(shape_err(
+                    arg,
+                    format!("{what} exceed the VM's i32 indices"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows per scale group for a weight with `k` rows.
+    pub fn group_size(&self, k: usize) -> usize {
+        self.group_rows.unwrap_or(k)
+    }
+
+    /// The byte-count floor of one matmul: every weight byte, scale, zero point, activation and
+    /// output element moved once (the split-k workspace not counted). A kernel's bandwidth
+    /// efficiency is this over (time x peak bandwidth).
+    pub fn byte_floor(&self, m: usize, n: usize, k: usize) -> usize {
+        let a = self.adtype.bits() as usize / 8;
+        let groups = k / self.group_size(k).max(1);
+        let per_group = if self.has_zeros { 2 } else { 1 };
+        k * n * self.wdtype.bits() as usize / 8 + groups * n * a * per_group + m * k * a + m * n * a
+    }
+}

@@ -1,0 +1,244 @@
+//! Host-side operands and the CPU runner (the interpreter), with every argument checked before
+//! anything runs.
+
+use super::config::{shape_err, QMatmulConfig, QMatmulError};
+use super::program::QMatmulKernel;
+use super::relayout::relayout;
+use crate::quant::QuantizedWeight;
+use crate::DType;
+use half::{bf16, f16};
+use tilus_core::interp::{self, Arg};
+use tilus_core::storage;
+
+/// A weight in the form the kernel reads: re-laid-out codes, and scales / zero points as
+/// `[k / group, n]` elements of the activation type (little-endian).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreparedWeight {
+    pub k: usize,
+    pub n: usize,
+    /// [`relayout`] of the codes.
+    pub b: Vec<u8>,
+    pub scales: Vec<u8>,
+    pub zeros: Option<Vec<u8>>,
+}
+
+/// Encode values (exactly representable, e.g. already rounded) as little-endian f16 or bf16.
+pub fn encode_half(values: &[f32], dtype: DType) -> Vec<u8> {
+    let bits = |v: f32| match dtype {
+        DType::BF16 => bf16::from_f32(v).to_bits(),
+        _ => f16::from_f32(v).to_bits(),
+    };
+    values.iter().flat_map(|&v| bits(v).to_le_bytes()).collect()
+}
+
+/// Decode little-endian f16 or bf16 values.
+pub fn decode_half(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| {
+            let bits = u16::from_le_bytes([c[0], c[1]]);
+            match dtype {
+                DType::BF16 => bf16::from_bits(bits).to_f32(),
+                _ => f16::from_bits(bits).to_f32(),
+            }
+        })
+        .collect()
+}
+
+/// Sizes in bytes of the operands of one call, for [`QMatmulKernel::check_lengths`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OperandBytes {
+    pub a: usize,
+    pub b: usize,
+    pub scales: usize,
+    pub zeros: Option<usize>,
+    pub c: usize,
+}
+
+/// Check that `weight` matches `config` and put it in kernel form.
+pub fn prepare(
+    weight: &QuantizedWeight,
+    config: &QMatmulConfig,
+) -> Result<PreparedWeight, QMatmulError> {
+    let (k, n) = (weight.k, weight.n);
+    if weight.scale_dtype != config.adtype {
+        return Err(shape_err(
+            "weight",
+            format!(
+                "scales are rounded to {} but the activations are {}",
+                weight.scale_dtype, config.adtype
+            ),
+        ));
+    }
+    if weight.group_rows() != config.group_size(k) {
+        return Err(shape_err(
+            "weight",
+            format!(
+                "quantized with {} rows per group but the configuration has {}",
+                weight.group_rows(),
+                config.group_size(k)
+            ),
+        ));
+    }
+    if weight.zeros.is_some() != config.has_zeros {
+        return Err(shape_err(
+            "weight",
+            format!(
+                "the weight {} zero points but the configuration has has_zeros = {}",
+                if weight.zeros.is_some() {
+                    "has"
+                } else {
+                    "has no"
+                },
+                config.has_zeros
+            ),
+        ));
+    }
+    let b = relayout(weight, config)?;
+    Ok(PreparedWeight {
+        k,
+        n,
+        b,
+        scales: encode_half(&weight.scales, config.adtype),
+        zeros: weight.zeros.as_ref().map(|z| encode_half(z, config.adtype)),
+    })
+}
+
+fn expect_len(
+    arg: &'static str,
+    got: usize,
+    expected: usize,
+    what: String,
+) -> Result<(), QMatmulError> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(QMatmulError::Buffer {
+            arg,
+            expected,
+            got,
+            what,
+        })
+    }
+}
+
+impl QMatmulKernel {
+    /// Check an `[m, k] x [k, n]` call: the shape (errors name `m`, `n`, `k`) and every buffer
+    /// length (errors name `a`, `b`, `scales`, `zeros`, `c`).
+    pub fn check_call(
+        &self,
+        m: usize,
+        a: &[u8],
+        w: &PreparedWeight,
+        c: &[u8],
+    ) -> Result<(), QMatmulError> {
+        let bytes = OperandBytes {
+            a: a.len(),
+            b: w.b.len(),
+            scales: w.scales.len(),
+            zeros: w.zeros.as_ref().map(Vec::len),
+            c: c.len(),
+        };
+        self.check_lengths(m, w.n, w.k, &bytes)
+    }
+
+    /// [`QMatmulKernel::check_call`] on lengths alone, for operands that live on the device.
+    pub fn check_lengths(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        bytes: &OperandBytes,
+    ) -> Result<(), QMatmulError> {
+        let cfg = &self.config;
+        cfg.check_shape(m, n, k)?;
+        let ad = cfg.adtype;
+        expect_len("a", bytes.a, m * k * 2, format!("{m} x {k} {ad}"))?;
+        expect_len(
+            "b",
+            bytes.b,
+            storage::packed_len(cfg.wdtype, k * n),
+            format!("{k} x {n} {} codes", cfg.wdtype),
+        )?;
+        let groups = k / cfg.group_size(k);
+        expect_len(
+            "scales",
+            bytes.scales,
+            groups * n * 2,
+            format!("{groups} x {n} {ad}"),
+        )?;
+        match (bytes.zeros, cfg.has_zeros) {
+            (Some(z), true) => {
+                expect_len("zeros", z, groups * n * 2, format!("{groups} x {n} {ad}"))?
+            }
+            (None, false) => {}
+            (Some(_), false) => {
+                return Err(shape_err(
+                    "zeros",
+                    "given, but the configuration has has_zeros = false",
+                ))
+            }
+            (None, true) => {
+                return Err(shape_err(
+                    "zeros",
+                    "missing; the configuration has has_zeros = true",
+                ))
+            }
+        }
+        expect_len("c", bytes.c, m * n * 2, format!("{m} x {n} {ad}"))
+    }
+
+    /// Run `c = a · dequant(w)` on the CPU interpreter. `a` is `[m, k]` and `c` `[m, n]`,
+    /// row-major little-endian elements of the activation type; `c` is overwritten.
+    pub fn run_cpu(
+        &self,
+        m: usize,
+        a: &[u8],
+        w: &PreparedWeight,
+        c: &mut [u8],
+    ) -> Result<(), QMatmulError> {
+        self.check_call(m, a, w, c)?;
+        if m == 0 {
+            return Ok(());
+        }
+        let cfg = &self.config;
+        let i = |v: usize| Arg::I32(v as i32);
+        let mut args = vec![
+            i(m),
+            i(w.n),
+            i(w.k),
+            Arg::Buffer(a.to_vec()),
+            Arg::Buffer(w.b.clone()),
+            Arg::Buffer(w.scales.clone()),
+        ];
+        if let Some(z) = &w.zeros {
+            args.push(Arg::Buffer(z.clone()));
+        }
+        match &self.reduce {
+            None => {
+                args.push(Arg::Buffer(c.to_vec()));
+                interp::run(&self.main, &mut args)?;
+                if let Some(Arg::Buffer(out)) = args.pop() {
+                    c.copy_from_slice(&out);
+                }
+            }
+            Some(reduce) => {
+                // Poisoned (NaN) so a partial sum that is never written cannot pass as zero.
+                let poison = f32::NAN.to_le_bytes();
+                let ws: Vec<u8> = poison.repeat(cfg.split_k * m * w.n);
+                args.push(Arg::Buffer(ws));
+                interp::run(&self.main, &mut args)?;
+                let ws = match args.pop() {
+                    Some(Arg::Buffer(ws)) => ws,
+                    _ => unreachable!("pushed above"),
+                };
+                let mut args = vec![i(m), i(w.n), Arg::Buffer(ws), Arg::Buffer(c.to_vec())];
+                interp::run(reduce, &mut args)?;
+                if let Some(Arg::Buffer(out)) = args.pop() {
+                    c.copy_from_slice(&out);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,210 @@
+//! The register layouts of the quantized matmul, all derived from the mma.m16n8k16 fragments.
+//!
+//! With the warp grid `wm x wn` (warp `w = wi * wn + wj`) and the repeats `rm, rn, rk` of
+//! [`Tiling`]:
+//!
+//! ```text
+//! C  [bm, bn] = spatial(wm, wn) . local(rm, rn)                . local(2,1).spatial(8,4).local(1,2)
+//! A  [bm, bk] = spatial(wm, 1) . replicated(wn) . local(rm, rk) . column_local(2,2).spatial(8,4).local(1,2)
+//! B  [bk, bn] = replicated(wm) . spatial(1, wn) . local(rk, rn) . local(2,1).column_spatial(4,8).local(2,1)
+//! W  [tile_bytes] (u8) = replicated(wm) . local(bpt / v) . spatial(32 wn) . local(v)
+//! B3 [gk, bk / gk, bn]   = B with dim 0 split into (group in tile, row in group)
+//! S  [gk, 1, bn]         = reduce(B3, [1])   (scales and zero points, replicated over rows)
+//! Sc [1, bn]             = reduce(C, [0])    (per-channel scales, applied to the accumulator)
+//! ```
+//!
+//! Warp `(wi, wj)` computes the contiguous `[bm / wm, bn / wn]` block of `C`. `A` is replicated
+//! over the warps along n and `B` over the warps along m, so each warp holds exactly the
+//! fragments its `C` tiles need (the mma condition of `tilus_core::verify`). With one warp
+//! along m and four along n these are the `a_tile`, `b_tile`, `c_tile` and `weight_bytes` of
+//! `tilus_core::programs` (Figure 2), so the default weight format is Figure 8's. `W`
+//! is the weight tile as bytes: thread `t` holds `bpt` bytes in runs of `v` contiguous bytes
+//! (16 where possible: one LDS.128 per run), and the offline re-layout puts there exactly the
+//! packed bits of that thread's `B` locals, so `view(W, wdtype, B3)` needs no data movement.
+
+use super::config::{config_err, QMatmulConfig, QMatmulError, Tiling};
+use tilus_core::layout::{Digit, Layout, Mode};
+use tilus_core::verify::{mma_fragments, MmaKind};
+
+/// Every layout the programs use, for one configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QMatmulLayouts {
+    pub tiling: Tiling,
+    /// The f32 accumulator `[bm, bn]`.
+    pub c: Layout,
+    /// The activation tile `[bm, bk]` (mma A operand).
+    pub a: Layout,
+    /// The dequantized weight tile `[bk, bn]` (mma B operand).
+    pub b: Layout,
+    /// `b` with dim 0 split per scale group: `[gk, bk / gk, bn]`.
+    pub b3: Layout,
+    /// Scales and zero points of one k tile: `[gk, 1, bn]`.
+    pub scale: Layout,
+    /// Per-channel scales applied to the accumulator: `[1, bn]`.
+    pub c_scale: Layout,
+    /// The re-laid-out weight tile as bytes: `[tile_bytes]`.
+    pub wbytes: Layout,
+}
+
+fn chain(parts: &[Layout]) -> Layout {
+    parts[1..]
+        .iter()
+        .try_fold(parts[0].clone(), |acc, p| acc.compose(p))
+        .expect("the qmatmul layouts are compositions of equal-rank layouts")
+}
+
+impl QMatmulLayouts {
+    /// The layouts of `config` (validated first).
+    pub fn new(config: &QMatmulConfig) -> Result<QMatmulLayouts, QMatmulError> {
+        let t = config.tiling()?;
+        QMatmulLayouts::with_warps_m(config, t, t.warps_m)
+    }
+
+    /// The layouts without replication over the warps along m: what one group of `warps_n`
+    /// warps holds. The device re-layout program uses these (it needs no copies).
+    pub fn distinct(config: &QMatmulConfig) -> Result<QMatmulLayouts, QMatmulError> {
+        let t = config.tiling()?;
+        QMatmulLayouts::with_warps_m(config, t, 1)
+    }
+
+    fn with_warps_m(
+        config: &QMatmulConfig,
+        t: Tiling,
+        replicas_m: usize,
+    ) -> Result<QMatmulLayouts, QMatmulError> {
+        let kind = match config.adtype {
+            tilus_core::DType::BF16 => MmaKind::Bf16,
+            _ => MmaKind::F16,
+        };
+        let [fa, fb, fc] = mma_fragments(kind);
+        let (wm, wn) = (t.warps_m, t.warps_n);
+        let (local, spatial, rep) = (Layout::local, Layout::spatial, Layout::replicated);
+        let c = chain(&[spatial(&[wm, wn]), local(&[t.rep_m, t.rep_n]), fc]);
+        let a = chain(&[
+            spatial(&[wm, 1]),
+            rep(2, wn),
+            local(&[t.rep_m, t.rep_k]),
+            fa,
+        ]);
+        let b = chain(&[
+            rep(2, replicas_m),
+            spatial(&[1, wn]),
+            local(&[t.rep_k, t.rep_n]),
+            fb,
+        ]);
+        let rows = config.bk / t.groups_per_tile;
+        let b3 = split_dim(&b, 0, rows).map_err(|e| config_err("group_rows", e))?;
+        let scale = b3.reduce(&[1]).expect("dim 1 exists");
+        let c_scale = c.reduce(&[0]).expect("dim 0 exists");
+        let v = t.vector_bytes;
+        let wbytes = chain(&[
+            rep(1, replicas_m),
+            local(&[t.bytes_per_thread / v]),
+            spatial(&[32 * wn]),
+            local(&[v]),
+        ]);
+        Ok(QMatmulLayouts {
+            tiling: t,
+            c,
+            a,
+            b,
+            b3,
+            scale,
+            c_scale,
+            wbytes,
+        })
+    }
+}
+
+/// Reshape dimension `dim` (extent `E`) of `layout` into `[E / inner, inner]`, keeping which
+/// thread and local holds each element: `split.eval(t, i)` is `layout.eval(t, i)` with index
+/// `x` of `dim` replaced by `x / inner, x % inner`. Errors when a mode of the dimension straddles
+/// the boundary in a way no split of it can express.
+pub fn split_dim(layout: &Layout, dim: usize, inner: usize) -> Result<Layout, String> {
+    let shape = layout.shape();
+    let extent = *shape
+        .get(dim)
+        .ok_or_else(|| format!("dim {dim} is out of range for rank {}", shape.len()))?;
+    if inner == 0 || extent % inner != 0 {
+        return Err(format!(
+            "{inner} does not divide extent {extent} of dim {dim}"
+        ));
+    }
+    let mut new_shape = shape.to_vec();
+    new_shape[dim] = extent / inner;
+    new_shape.insert(dim + 1, inner);
+    let mut modes = Vec::new();
+    // Each old mode becomes one or two (outer, inner) new mode ids.
+    let mut parts: Vec<Vec<usize>> = Vec::new();
+    let push = |modes: &mut Vec<Mode>, dim, size| {
+        modes.push(Mode {
+            dim,
+            size,
+            stride: 0,
+        });
+        modes.len() - 1
+    };
+    for m in layout.modes() {
+        let ids = if m.dim < dim {
+            vec![push(&mut modes, m.dim, m.size)]
+        } else if m.dim > dim {
+            vec![push(&mut modes, m.dim + 1, m.size)]
+        } else if m.stride >= inner {
+            if m.stride % inner != 0 {
+                return Err(format!(
+                    "a mode of stride {} straddles the boundary {inner}",
+                    m.stride
+                ));
+            }
+            vec![push(&mut modes, dim, m.size)]
+        } else if m.stride * m.size <= inner {
+            vec![push(&mut modes, dim + 1, m.size)]
+        } else {
+            let lo = inner / m.stride;
+            if !inner.is_multiple_of(m.stride) || m.size % lo != 0 {
+                return Err(format!(
+                    "a mode of size {} and stride {} cannot be split at {inner}",
+                    m.size, m.stride
+                ));
+            }
+            vec![
+                push(&mut modes, dim, m.size / lo),
+                push(&mut modes, dim + 1, lo),
+            ]
+        };
+        parts.push(ids);
+    }
+    let spatial: Vec<Digit> = layout
+        .spatial_digits()
+        .iter()
+        .flat_map(|d| match *d {
+            Digit::Mode(id) => parts[id].iter().map(|&n| Digit::Mode(n)).collect(),
+            Digit::Replicated(r) => vec![Digit::Replicated(r)],
+        })
+        .collect();
+    let local: Vec<usize> = layout
+        .local_digits()
+        .iter()
+        .flat_map(|&id| parts[id].clone())
+        .collect();
+    let out =
+        Layout::from_parts(&new_shape, &modes, &spatial, &local).map_err(|e| e.to_string())?;
+    // The construction is exact; check it anyway. A layout's index is the sum of a thread part
+    // and a local part, and no mode straddles the split, so the threads at local 0 and the
+    // locals of thread 0 cover every mode.
+    let agrees = |t: usize, i: usize| {
+        let mut want = layout.eval(t, i);
+        let x = want[dim];
+        want[dim] = x / inner;
+        want.insert(dim + 1, x % inner);
+        out.eval(t, i) == want
+    };
+    let threads_ok = (0..layout.num_threads()).all(|t| agrees(t, 0));
+    if !threads_ok || !(0..layout.num_locals()).all(|i| agrees(0, i)) {
+        return Err(format!(
+            "split of dim {dim} at {inner} does not preserve the layout {}",
+            layout.to_expr()
+        ));
+    }
+    Ok(out)
+}

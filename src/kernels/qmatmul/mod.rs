@@ -1,0 +1,44 @@
+//! The quantized matmul family: `C[m, n] = A[m, k] · dequant(W)[k, n]` for weights of any type
+//! of 1 to 8 bits, f16 or bf16 activations, group-wise or per-channel scales and optional zero
+//! points (paper sections 6.2 and 8).
+//!
+//! - [`QMatmulConfig`] picks the tiles; [`QMatmulConfig::tiling`] validates them.
+//! - [`build`] makes the verified VM programs ([`QMatmulKernel`]): the main pipeline and, for
+//!   `split_k > 1`, a reduction over the f32 partial sums.
+//! - [`relayout`] / [`relayout_inverse`] are the offline weight transform (Figure 8), and
+//!   [`build_relayout_program`] the same transform as a VM program.
+//! - [`prepare`] turns a [`crate::quant::QuantizedWeight`] into kernel operands, and
+//!   [`QMatmulKernel::run_cpu`] runs the programs on the interpreter.
+//!
+//! ```no_run
+//! use tilus::kernels::qmatmul::{build, prepare, QMatmulConfig};
+//! use tilus::quant::{Group, QuantizedWeight};
+//! use tilus::DType;
+//! let (m, n, k) = (4, 256, 512);
+//! let w: Vec<f32> = (0..k * n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+//! let q = QuantizedWeight::quantize(&w, k, n, DType::Int(4), Group::Rows(128), DType::F16, false)?;
+//! let cfg = QMatmulConfig::for_shape(DType::Int(4), DType::F16, Some(128), false, n, k)?;
+//! let kernel = build(&cfg)?;
+//! let weight = prepare(&q, &cfg)?;
+//! let a = [0x00, 0x3C].repeat(m * k); // f16 1.0 (0x3C00), little-endian
+//! let mut c = vec![0u8; m * n * 2];
+//! kernel.run_cpu(m, &a, &weight, &mut c)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! See `docs/qmatmul.md` for the template, the layouts per bit width and the expected codegen.
+
+pub mod bench;
+mod config;
+mod cpu;
+mod gpu;
+mod layouts;
+mod program;
+mod relayout;
+
+pub use config::{is_weight_type, QMatmulConfig, QMatmulError, Tiling};
+pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};
+pub use gpu::{DeviceWeight, GpuQMatmul};
+pub use layouts::{split_dim, QMatmulLayouts};
+pub use program::{a_swizzle, build, config_name, reduce_layout, QMatmulKernel, TARGET};
+pub use relayout::{build_relayout_program, relayout, relayout_inverse};

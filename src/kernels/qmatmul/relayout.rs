@@ -1,0 +1,191 @@
+//! The offline weight re-layout (paper Figure 8, generalized to every weight type and tile).
+//!
+//! The matmul loads each `[bk, bn]` weight tile as `tile_bytes` plain bytes in the byte layout
+//! `W = local(bpt / v).spatial(32 wn).local(v)` and reinterprets each thread's bytes as its
+//! locals of the mma B-operand layout `B` (`view`, no data movement). So, for every tile
+//! `(kt, nb)` (stored tile-major at `(kt * n / bn + nb) * tile_bytes`) and every thread `t` of
+//! one warp-column group:
+//!
+//! ```text
+//! bits(t)                  = pack(wdtype, [W[kt bk + B(t, i).0, nb bn + B(t, i).1] for i in 0..L])
+//! tile[W(t, j)]            = bits(t)[j]          for j in 0..bpt
+//! ```
+//!
+//! [`relayout`] does this on the host, [`relayout_inverse`] undoes it, and
+//! [`build_relayout_program`] is the same transformation as a VM program: load the row-major
+//! codes with `B` as the weight type, `view` them as bytes in `W`, store.
+
+use super::config::{QMatmulConfig, QMatmulError};
+use super::layouts::QMatmulLayouts;
+use super::program::{check, config_name};
+use crate::quant::QuantizedWeight;
+use crate::DType;
+use tilus_core::ir::{Expr, Program, ProgramBuilder};
+use tilus_core::storage;
+
+/// Where each local of one thread comes from and where each of its bytes goes, per tile.
+struct ThreadMaps {
+    /// `[threads][locals]`: (row, col) of each B local inside the tile.
+    elems: Vec<Vec<(usize, usize)>>,
+    /// `[threads][bytes]`: byte offset inside the tile.
+    bytes: Vec<Vec<usize>>,
+}
+
+fn thread_maps(lay: &QMatmulLayouts) -> ThreadMaps {
+    let t = lay.tiling;
+    let threads = 32 * t.warps_n;
+    let elems = (0..threads)
+        .map(|th| {
+            (0..t.locals_per_thread)
+                .map(|i| {
+                    let x = lay.b.eval(th, i);
+                    (x[0], x[1])
+                })
+                .collect()
+        })
+        .collect();
+    let bytes = (0..threads)
+        .map(|th| {
+            (0..t.bytes_per_thread)
+                .map(|j| lay.wbytes.eval(th, j)[0])
+                .collect()
+        })
+        .collect();
+    ThreadMaps { elems, bytes }
+}
+
+fn check_weight(
+    config: &QMatmulConfig,
+    dtype: DType,
+    k: usize,
+    n: usize,
+) -> Result<QMatmulLayouts, QMatmulError> {
+    if dtype != config.wdtype {
+        return Err(super::config::shape_err(
+            "weight",
+            format!(
+                "the weight is {dtype} but the configuration is for {}",
+                config.wdtype
+            ),
+        ));
+    }
+    config.check_shape(0, n, k)?;
+    QMatmulLayouts::distinct(config)
+}
+
+/// Re-lay-out the row-major packed codes of `weight` for `config` (see the module docs).
+/// The result has as many bytes as `weight.codes`.
+pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<u8>, QMatmulError> {
+    let (k, n, dt) = (weight.k, weight.n, weight.dtype);
+    let lay = check_weight(config, dt, k, n)?;
+    let len = storage::packed_len(dt, k * n);
+    if weight.codes.len() != len {
+        return Err(QMatmulError::Buffer {
+            arg: "weight",
+            expected: len,
+            got: weight.codes.len(),
+            what: format!("{k} x {n} packed {dt} codes"),
+        });
+    }
+    let codes = storage::unpack(dt, &weight.codes, k * n);
+    let maps = thread_maps(&lay);
+    let t = lay.tiling;
+    let mut out = vec![0u8; len];
+    let mut mine = vec![0u32; t.locals_per_thread];
+    for kt in 0..k / config.bk {
+        for nb in 0..n / config.bn {
+            let base = (kt * (n / config.bn) + nb) * t.tile_bytes;
+            for (elems, bytes) in maps.elems.iter().zip(&maps.bytes) {
+                for (code, &(r, c)) in mine.iter_mut().zip(elems) {
+                    *code = codes[(kt * config.bk + r) * n + nb * config.bn + c];
+                }
+                let packed = storage::pack(dt, &mine);
+                for (&byte, &at) in packed.iter().zip(bytes) {
+                    out[base + at] = byte;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Undo [`relayout`]: the row-major packed codes of a `[k, n]` weight of `config.wdtype`.
+pub fn relayout_inverse(
+    bytes: &[u8],
+    config: &QMatmulConfig,
+    k: usize,
+    n: usize,
+) -> Result<Vec<u8>, QMatmulError> {
+    let dt = config.wdtype;
+    let lay = check_weight(config, dt, k, n)?;
+    let len = storage::packed_len(dt, k * n);
+    if bytes.len() != len {
+        return Err(QMatmulError::Buffer {
+            arg: "bytes",
+            expected: len,
+            got: bytes.len(),
+            what: format!("{k} x {n} re-laid-out {dt} codes"),
+        });
+    }
+    let maps = thread_maps(&lay);
+    let t = lay.tiling;
+    let mut codes = vec![0u32; k * n];
+    let mut mine = vec![0u8; t.bytes_per_thread];
+    for kt in 0..k / config.bk {
+        for nb in 0..n / config.bn {
+            let base = (kt * (n / config.bn) + nb) * t.tile_bytes;
+            for (elems, offs) in maps.elems.iter().zip(&maps.bytes) {
+                for (byte, &at) in mine.iter_mut().zip(offs) {
+                    *byte = bytes[base + at];
+                }
+                let unpacked = storage::unpack(dt, &mine, t.locals_per_thread);
+                for (&code, &(r, c)) in unpacked.iter().zip(elems) {
+                    codes[(kt * config.bk + r) * n + nb * config.bn + c] = code;
+                }
+            }
+        }
+    }
+    Ok(storage::pack(dt, &codes))
+}
+
+/// The re-layout as a VM program. Parameters `k, n: i32`, `w: *wdtype` (row-major packed codes
+/// `[k, n]`), `out: *mut u8` (the re-laid-out bytes, as many as `w` has); grid
+/// `[k / bk, n / bn]`, one block of `32 * warps_n` threads per tile.
+pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmulError> {
+    let lay = QMatmulLayouts::distinct(config)?;
+    let t = lay.tiling;
+    let u8t = DType::UInt(8);
+    let mut b = ProgramBuilder::new(
+        &format!("qmatmul_relayout_{}", config_name(config)),
+        (32 * t.warps_n) as u32,
+    );
+    let k = b.param_i32("k");
+    let n = b.param_i32("n");
+    let w = b.param_ptr("w", config.wdtype, false);
+    let out = b.param_ptr("out", u8t, true);
+    let (ke, ne) = (Expr::from(k), Expr::from(n));
+    let (bk, bn) = (Expr::Int(config.bk as i32), Expr::Int(config.bn as i32));
+    b.grid(vec![ke.clone() / bk.clone(), ne.clone() / bn.clone()]);
+    let idx = b.block_indices(&["kt", "nb"]);
+    let gw = b.view_global("gw", w, config.wdtype, vec![ke.clone(), ne.clone()]);
+    let tile = b.load_global(
+        "tile",
+        gw,
+        lay.b.clone(),
+        vec![
+            Expr::from(idx[0]) * bk.clone(),
+            Expr::from(idx[1]) * bn.clone(),
+        ],
+    );
+    let bytes = b.view("bytes", tile, u8t, lay.wbytes.clone());
+    let go = b.view_global(
+        "go",
+        out,
+        u8t,
+        vec![ke / bk, ne / bn, Expr::Int(t.tile_bytes as i32)],
+    );
+    b.store_global(bytes, go, vec![idx[0].into(), idx[1].into(), Expr::Int(0)]);
+    let p = b.finish();
+    check(&p)?;
+    Ok(p)
+}

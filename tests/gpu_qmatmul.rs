@@ -1,0 +1,169 @@
+//! The quantized matmul on the GPU against the f64 reference, for every weight type.
+//!
+//! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
+//! skip into a failure. Fresh random weights and activations each run; outputs are poisoned with
+//! NaN before every launch, so an element the kernel never writes cannot pass.
+
+use half::{bf16, f16};
+use rand::Rng;
+use std::sync::Arc;
+use tilus::kernels::linear::Activation;
+use tilus::kernels::qmatmul::{build, prepare, DeviceWeight, GpuQMatmul, QMatmulConfig};
+use tilus::quant::{Group, QuantizedWeight};
+use tilus::runtime::{Context, DeviceBuffer, Element};
+use tilus::DType;
+
+const WEIGHT_TYPES: [&str; 25] = [
+    "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
+    "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
+    "f8e5m2",
+];
+
+fn context(test: &str) -> Option<Arc<Context>> {
+    match Context::new(0) {
+        Ok(ctx) => Some(ctx),
+        Err(e) if e.is_unavailable() => {
+            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
+            }
+            eprintln!("{test}: skipped: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+/// One GPU run of `cfg` at `m x n x k` against `A · dequant(W)` in f64; returns the relative
+/// error `||out - ref|| / ||ref||`.
+fn run_case<T: Element + Activation>(
+    ctx: &Context,
+    cfg: &QMatmulConfig,
+    m: usize,
+    n: usize,
+    k: usize,
+    group: Group,
+) -> f64 {
+    let mut rng = rand::rng();
+    let w: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let q =
+        QuantizedWeight::quantize(&w, k, n, cfg.wdtype, group, cfg.adtype, cfg.has_zeros).unwrap();
+    let a: Vec<T> = (0..m * k)
+        .map(|_| T::from_f32(rng.random_range(-1.0f32..1.0)))
+        .collect();
+    let kernel = build(cfg).unwrap();
+    let gpu = GpuQMatmul::new(&kernel).unwrap();
+    let weight = DeviceWeight::<T>::upload(ctx, &prepare(&q, cfg).unwrap()).unwrap();
+    let a_dev = DeviceBuffer::from_host(ctx, &a).unwrap();
+    let mut c_dev = DeviceBuffer::from_host(ctx, &vec![T::from_f32(f32::NAN); m * n]).unwrap();
+    gpu.run(ctx, m, &a_dev, &weight, &mut c_dev).unwrap();
+    let c = c_dev.to_host().unwrap();
+
+    let deq = q.dequantize();
+    let (mut err, mut norm) = (0f64, 0f64);
+    for i in 0..m {
+        for j in 0..n {
+            let r: f64 = (0..k)
+                .map(|kk| a[i * k + kk].to_f32() as f64 * deq[kk * n + j])
+                .sum();
+            let out = c[i * n + j].to_f32() as f64;
+            assert!(
+                out.is_finite(),
+                "{}: c[{i}, {j}] = {out} (unwritten or overflow)",
+                cfg.wdtype
+            );
+            err += (out - r).powi(2);
+            norm += r * r;
+        }
+    }
+    (err / norm).sqrt()
+}
+
+#[test]
+fn every_weight_type_matches_the_reference() {
+    let Some(ctx) = context("every_weight_type_matches_the_reference") else {
+        return;
+    };
+    let (n, k) = (512, 512);
+    for name in WEIGHT_TYPES {
+        let wdtype: DType = name.parse().unwrap();
+        // quantize() gives unsigned weights zero points (the midpoint), so the kernel needs them.
+        let zeros = matches!(wdtype, DType::UInt(_));
+        let cfg = QMatmulConfig::for_shape(wdtype, DType::F16, Some(128), zeros, n, k).unwrap();
+        for m in [1, 17] {
+            let rel = run_case::<f16>(&ctx, &cfg, m, n, k, Group::Rows(128));
+            println!("{name:>7} m={m:<3} rel err {rel:.2e}");
+            assert!(rel < 1e-2, "{name} m={m}: relative error {rel}");
+        }
+    }
+}
+
+#[test]
+fn bf16_zero_points_split_k_and_ragged_m() {
+    let Some(ctx) = context("bf16_zero_points_split_k_and_ragged_m") else {
+        return;
+    };
+    let (n, k) = (512, 1024);
+    for (name, adtype, zeros, split_k, group) in [
+        ("u4", DType::BF16, true, 1, Group::Rows(128)),
+        ("i4", DType::F16, false, 4, Group::Rows(128)),
+        ("u4", DType::F16, true, 2, Group::Rows(32)),
+        ("i8", DType::F16, false, 1, Group::PerChannel),
+        ("f6e3m2", DType::BF16, false, 2, Group::Rows(64)),
+    ] {
+        let wdtype: DType = name.parse().unwrap();
+        let rows = match group {
+            Group::Rows(r) => Some(r),
+            Group::PerChannel => None,
+        };
+        let mut cfg = QMatmulConfig::for_shape(wdtype, adtype, rows, zeros, n, k).unwrap();
+        cfg.split_k = split_k;
+        for m in [3, 33, 100] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, group),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, group),
+            };
+            println!("{name} {adtype} zeros={zeros} split_k={split_k} {group:?} m={m}: {rel:.2e}");
+            assert!(rel < 1e-2, "{name} {adtype} m={m}: relative error {rel}");
+        }
+    }
+}
+
+#[test]
+fn bad_launch_arguments_are_named() {
+    let Some(ctx) = context("bad_launch_arguments_are_named") else {
+        return;
+    };
+    let (m, n, k) = (4, 256, 512);
+    let cfg = QMatmulConfig::for_shape(DType::Int(4), DType::F16, Some(128), false, n, k).unwrap();
+    let mut rng = rand::rng();
+    let w: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let q = QuantizedWeight::quantize(&w, k, n, cfg.wdtype, Group::Rows(128), DType::F16, false)
+        .unwrap();
+    let gpu = GpuQMatmul::new(&build(&cfg).unwrap()).unwrap();
+    let weight = DeviceWeight::<f16>::upload(&ctx, &prepare(&q, &cfg).unwrap()).unwrap();
+    let a = DeviceBuffer::<f16>::zeros(&ctx, m * k - 1).unwrap();
+    let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).unwrap();
+    let err = gpu
+        .run(&ctx, m, &a, &weight, &mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`a`"), "{err}");
+    let a = DeviceBuffer::<f16>::zeros(&ctx, m * k).unwrap();
+    let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n + 1).unwrap();
+    let err = gpu
+        .run(&ctx, m, &a, &weight, &mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`c`"), "{err}");
+    let mut c = DeviceBuffer::<bf16>::zeros(&ctx, m * n).unwrap();
+    let a16 = DeviceBuffer::<bf16>::zeros(&ctx, m * k).unwrap();
+    let wb = DeviceWeight::<bf16> {
+        k,
+        n,
+        b: DeviceBuffer::zeros(&ctx, 1).unwrap(),
+        scales: DeviceBuffer::zeros(&ctx, 1).unwrap(),
+        zeros: None,
+    };
+    let err = gpu.run(&ctx, m, &a16, &wb, &mut c).unwrap_err().to_string();
+    assert!(err.contains("`a`"), "{err}");
+}

@@ -1,0 +1,46 @@
+//! Basic #[kernel] behaviour: generated API, interpreter runs, embedded programs.
+
+/// Adds a constant to each element of a vector, BLOCK elements per block.
+#[tilus::kernel(grid = [cdiv(n, BLOCK)], warps = 1, space(BLOCK = [32, 64, 128]))]
+pub fn add_one<const BLOCK: i32>(n: i32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let gx = view_global(x, [n]);
+    let gy = view_global(y, [n]);
+    let r = load_global(gx, layout!(local(BLOCK / 32).spatial(32)), [bi * BLOCK]);
+    let r = r + 1.0;
+    store_global(r, gy, [bi * BLOCK]);
+}
+
+#[test]
+fn space_and_config() {
+    assert_eq!(add_one::SPACE.len(), 3);
+    assert_eq!(add_one::SPACE[1], add_one::Config { BLOCK: 64 });
+    assert_eq!(add_one::SPACE[2].to_string(), "BLOCK=128");
+    assert_eq!(add_one::Config { BLOCK: 64 }.index(), Some(1));
+    assert_eq!(add_one::Config { BLOCK: 48 }.index(), None);
+    assert_eq!(add_one::NAME, "add_one");
+}
+
+#[test]
+fn program_roundtrips() {
+    for cfg in add_one::SPACE {
+        let p = add_one::program(cfg).expect("embedded program");
+        assert_eq!(p.name, "add_one");
+        assert_eq!(p.num_threads, 32);
+        tilus::core::verify::verify(&p, &Default::default()).unwrap();
+    }
+    assert!(add_one::program(&add_one::Config { BLOCK: 48 }).is_none());
+}
+
+#[test]
+fn interprets() {
+    for cfg in add_one::SPACE {
+        let n = 300;
+        let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let mut y = vec![-7.0f32; n];
+        add_one::interpret(cfg, n as i32, &x, &mut y).unwrap();
+        for i in 0..n {
+            assert_eq!(y[i], x[i] + 1.0, "{cfg} at {i}");
+        }
+    }
+}

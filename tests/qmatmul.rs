@@ -1,0 +1,512 @@
+//! The quantized matmul on the CPU interpreter against an f64 reference of the same quantized
+//! weights: every weight type at every tested m, both activation types, every group size,
+//! zero points, split-k, other tile shapes, and every argument error.
+//!
+//! Each run uses fresh random weights and activations (the seed is in every failure message)
+//! and poisons the output with NaN first, so an element the kernel never writes fails.
+
+use half::{bf16, f16};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tilus::kernels::linear::QuantizedLinear;
+use tilus::kernels::qmatmul::{
+    build, decode_half, encode_half, prepare, split_dim, QMatmulConfig, QMatmulError,
+    QMatmulKernel, QMatmulLayouts,
+};
+use tilus::quant::{Group, QuantizedWeight};
+use tilus::DType;
+
+const TOLERANCE: f64 = 1e-2;
+
+fn weight_types() -> Vec<DType> {
+    [
+        "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
+        "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
+        "f8e5m2",
+    ]
+    .iter()
+    .map(|s| s.parse().unwrap())
+    .collect()
+}
+
+fn dt(name: &str) -> DType {
+    name.parse().unwrap()
+}
+
+fn group_of(rows: Option<usize>) -> Group {
+    rows.map_or(Group::PerChannel, Group::Rows)
+}
+
+/// Uniform in `[lo, hi)`, never exactly zero.
+fn nonzero(rng: &mut StdRng, lo: f32, hi: f32) -> f32 {
+    loop {
+        let v = rng.random_range(lo..hi);
+        if v.abs() > 1e-3 {
+            return v;
+        }
+    }
+}
+
+/// A configuration's random weight, quantized the way the configuration expects.
+fn quantize(cfg: &QMatmulConfig, k: usize, n: usize, rng: &mut StdRng) -> QuantizedWeight {
+    // Unsigned weights with zero points get a shifted distribution, so the zero points matter.
+    let (lo, hi) = if cfg.has_zeros {
+        (-0.5, 2.5)
+    } else {
+        (-2.0, 2.0)
+    };
+    let w: Vec<f32> = (0..k * n).map(|_| nonzero(rng, lo, hi)).collect();
+    let unsigned = matches!(cfg.wdtype, DType::UInt(_));
+    let q = QuantizedWeight::quantize(
+        &w,
+        k,
+        n,
+        cfg.wdtype,
+        group_of(cfg.group_rows),
+        cfg.adtype,
+        unsigned,
+    )
+    .unwrap();
+    assert_eq!(
+        q.zeros.is_some(),
+        cfg.has_zeros,
+        "test setup: zeros for {}",
+        cfg.wdtype
+    );
+    q
+}
+
+/// `||out - ref|| / ||ref||` of one run of `kernel` with `m` random activation rows.
+fn run_once(
+    kernel: &QMatmulKernel,
+    q: &QuantizedWeight,
+    m: usize,
+    rng: &mut StdRng,
+) -> Result<f64, String> {
+    let cfg = &kernel.config;
+    let (k, n) = (q.k, q.n);
+    let prepared = prepare(q, cfg).map_err(|e| e.to_string())?;
+    // Activations rounded to the activation type: the reference uses the same values.
+    let x: Vec<f32> = (0..m * k)
+        .map(|_| {
+            let v = nonzero(rng, -1.0, 1.0);
+            match cfg.adtype {
+                DType::BF16 => bf16::from_f32(v).to_f32(),
+                _ => f16::from_f32(v).to_f32(),
+            }
+        })
+        .collect();
+    let a = encode_half(&x, cfg.adtype);
+    // 0xFFFF is NaN in both f16 and bf16.
+    let mut c = vec![0xFF; m * n * 2];
+    kernel
+        .run_cpu(m, &a, &prepared, &mut c)
+        .map_err(|e| e.to_string())?;
+    let out = decode_half(&c, cfg.adtype);
+    let w = q.dequantize();
+    let (mut err, mut norm) = (0f64, 0f64);
+    for i in 0..m {
+        for j in 0..n {
+            let r: f64 = (0..k).map(|kk| x[i * k + kk] as f64 * w[kk * n + j]).sum();
+            let o = out[i * n + j] as f64;
+            if !o.is_finite() {
+                return Err(format!("c[{i}, {j}] = {o} (never written, or overflowed)"));
+            }
+            err += (o - r).powi(2);
+            norm += r * r;
+        }
+    }
+    Ok((err / norm).sqrt())
+}
+
+/// Build `cfg`, quantize a fresh `[k, n]` weight and check every `m`.
+fn check(cfg: QMatmulConfig, k: usize, n: usize, ms: &[usize]) {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+    let q = quantize(&cfg, k, n, &mut rng);
+    for &m in ms {
+        match run_once(&kernel, &q, m, &mut rng) {
+            Ok(rel) => assert!(
+                rel < TOLERANCE,
+                "{cfg:?} m={m} n={n} k={k} seed {seed}: relative error {rel}"
+            ),
+            Err(e) => panic!("{cfg:?} m={m} n={n} k={k} seed {seed}: {e}"),
+        }
+    }
+}
+
+fn default_cfg(wd: DType, ad: DType, group: Option<usize>) -> QMatmulConfig {
+    QMatmulConfig::default_for(wd, ad, group, matches!(wd, DType::UInt(_)))
+}
+
+/// Every weight type at m = 1, 3, 16, 17 (one row, a partial tile, a full tile, a full tile
+/// plus one row). Activation types and group sizes rotate over the types; the tests below
+/// cover the other combinations.
+fn every_weight_type_at_every_m(float: bool) {
+    let groups = [Some(128), Some(64), Some(32), None];
+    for (i, wd) in weight_types().into_iter().enumerate() {
+        if (wd.kind() == tilus::core::dtype::Kind::Float) != float {
+            continue;
+        }
+        let ad = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
+        let cfg = default_cfg(wd, ad, groups[i % 4]);
+        check(cfg, 128, cfg.bn, &[1, 3, 16, 17]);
+    }
+}
+
+#[test]
+fn every_integer_weight_type_at_every_m() {
+    every_weight_type_at_every_m(false);
+}
+
+#[test]
+fn every_float_weight_type_at_every_m() {
+    every_weight_type_at_every_m(true);
+}
+
+#[test]
+fn f16_and_bf16_activations() {
+    for wd in ["u4", "i4", "f4e2m1", "f8e5m2"] {
+        for ad in [DType::F16, DType::BF16] {
+            let cfg = default_cfg(dt(wd), ad, Some(64));
+            check(cfg, 128, cfg.bn, &[3]);
+        }
+    }
+}
+
+#[test]
+fn group_32_64_128_and_per_channel() {
+    for wd in ["u4", "i5", "f6e3m2"] {
+        for g in [Some(32), Some(64), Some(128), None] {
+            let cfg = default_cfg(dt(wd), DType::F16, g);
+            check(cfg, 256, cfg.bn, &[5]);
+        }
+    }
+}
+
+#[test]
+fn zero_points_for_unsigned_types() {
+    for wd in ["u1", "u2", "u4", "u8"] {
+        for g in [Some(32), None] {
+            let cfg = default_cfg(dt(wd), DType::BF16, g);
+            assert!(cfg.has_zeros);
+            check(cfg, 128, cfg.bn, &[2]);
+        }
+    }
+}
+
+#[test]
+fn split_k() {
+    let cases = [
+        ("i4", DType::F16, Some(32), 2),
+        ("u3", DType::F16, None, 4),
+        ("f8e4m3", DType::BF16, Some(64), 2),
+        ("u6", DType::BF16, Some(128), 2),
+    ];
+    for (wd, ad, g, split_k) in cases {
+        let cfg = QMatmulConfig {
+            split_k,
+            ..default_cfg(dt(wd), ad, g)
+        };
+        let kernel = build(&cfg).unwrap();
+        assert!(kernel.reduce.is_some());
+        check(cfg, 256, cfg.bn, &[3, 17]);
+    }
+}
+
+#[test]
+fn other_tile_shapes() {
+    let i4 = default_cfg(dt("i4"), DType::F16, Some(32));
+    let u2 = default_cfg(dt("u2"), DType::BF16, Some(128));
+    let cases = [
+        // Two warps along m, two along n (A and B both replicated).
+        QMatmulConfig { bm: 32, ..i4 },
+        // Four warps along m: B replicated four times.
+        QMatmulConfig {
+            bm: 64,
+            bn: 64,
+            ..u2
+        },
+        // Four groups per k tile; a group spanning four k tiles.
+        QMatmulConfig { bk: 128, ..i4 },
+        QMatmulConfig { bk: 32, ..u2 },
+        // Pipeline depths and warp counts.
+        QMatmulConfig { stages: 2, ..i4 },
+        QMatmulConfig { stages: 4, ..u2 },
+        QMatmulConfig {
+            warps: 2,
+            bn: 32,
+            ..i4
+        },
+        QMatmulConfig {
+            warps: 8,
+            bm: 32,
+            bn: 128,
+            ..i4
+        },
+    ];
+    for cfg in cases {
+        check(cfg, 256, cfg.bn, &[17]);
+    }
+    // Several n tiles.
+    check(QMatmulConfig { bn: 64, ..i4 }, 128, 192, &[3]);
+}
+
+#[test]
+fn m_zero_is_a_no_op() {
+    let cfg = default_cfg(dt("i4"), DType::F16, Some(32));
+    let kernel = build(&cfg).unwrap();
+    let mut rng = StdRng::seed_from_u64(rand::random());
+    let q = quantize(&cfg, 64, cfg.bn, &mut rng);
+    let w = prepare(&q, &cfg).unwrap();
+    kernel.run_cpu(0, &[], &w, &mut []).unwrap();
+}
+
+#[test]
+fn the_scale_layout_split_is_exact() {
+    for (wd, g, bk) in [
+        ("i4", 32, 128),
+        ("u3", 64, 64),
+        ("f4e2m1", 16, 64),
+        ("i8", 128, 32),
+    ] {
+        let cfg = QMatmulConfig {
+            bk,
+            ..default_cfg(dt(wd), DType::F16, Some(g))
+        };
+        let lay = QMatmulLayouts::new(&cfg).unwrap();
+        let rows = bk / lay.tiling.groups_per_tile;
+        assert_eq!(lay.b3.shape(), [bk / rows, rows, cfg.bn]);
+        for t in 0..lay.b.num_threads() {
+            for i in 0..lay.b.num_locals() {
+                let x = lay.b.eval(t, i);
+                assert_eq!(lay.b3.eval(t, i), [x[0] / rows, x[0] % rows, x[1]]);
+            }
+        }
+    }
+    assert!(split_dim(&tilus::Layout::spatial(&[4, 8]), 0, 3).is_err());
+}
+
+fn err_text<T: std::fmt::Debug>(r: Result<T, QMatmulError>) -> String {
+    r.unwrap_err().to_string()
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let base = default_cfg(dt("i4"), DType::F16, Some(128));
+    let cases = [
+        (
+            QMatmulConfig {
+                wdtype: DType::F16,
+                ..base
+            },
+            "`wdtype`",
+        ),
+        (
+            QMatmulConfig {
+                wdtype: DType::UInt(32),
+                ..base
+            },
+            "`wdtype`",
+        ),
+        (
+            QMatmulConfig {
+                adtype: DType::F32,
+                ..base
+            },
+            "`adtype`",
+        ),
+        (
+            QMatmulConfig {
+                has_zeros: true,
+                ..base
+            },
+            "`has_zeros`",
+        ),
+        (QMatmulConfig { bm: 24, ..base }, "`bm`"),
+        (QMatmulConfig { bm: 0, ..base }, "`bm`"),
+        (QMatmulConfig { bk: 40, ..base }, "`bk`"),
+        (QMatmulConfig { bn: 36, ..base }, "`bn`"),
+        (QMatmulConfig { warps: 0, ..base }, "`warps`"),
+        (QMatmulConfig { warps: 64, ..base }, "`warps`"),
+        (QMatmulConfig { stages: 1, ..base }, "`stages`"),
+        (QMatmulConfig { stages: 64, ..base }, "`stages`"),
+        (QMatmulConfig { split_k: 0, ..base }, "`split_k`"),
+        (
+            QMatmulConfig {
+                group_rows: Some(0),
+                ..base
+            },
+            "`group_rows`",
+        ),
+        (
+            QMatmulConfig {
+                group_rows: Some(48),
+                ..base
+            },
+            "`group_rows`",
+        ),
+        // 1-bit weights, one k step and one n fragment per thread: 4 bits, not a byte.
+        (
+            QMatmulConfig {
+                bk: 16,
+                bn: 32,
+                ..default_cfg(dt("u1"), DType::F16, None)
+            },
+            "`bn`",
+        ),
+    ];
+    for (cfg, field) in cases {
+        let msg = err_text(build(&cfg));
+        assert!(msg.contains(field), "{cfg:?}: {msg}");
+    }
+}
+
+#[test]
+fn shape_and_buffer_errors_name_the_argument() {
+    let cfg = default_cfg(dt("u4"), DType::F16, Some(64));
+    let (k, n) = (128, cfg.bn);
+    let kernel = build(&cfg).unwrap();
+    let mut rng = StdRng::seed_from_u64(rand::random());
+    let q = quantize(&cfg, k, n, &mut rng);
+    let w = prepare(&q, &cfg).unwrap();
+    let m = 3;
+    let a = vec![0x3C; m * k * 2];
+    let mut c = vec![0u8; m * n * 2];
+
+    // Shapes.
+    assert!(err_text(cfg.check_shape(m, n + 8, k)).contains("`n`"));
+    assert!(err_text(cfg.check_shape(m, 0, k)).contains("`n`"));
+    assert!(err_text(cfg.check_shape(m, n, k + 32)).contains("`k`"));
+    assert!(err_text(cfg.check_shape(m, n, 0)).contains("`k`"));
+    let split = QMatmulConfig { split_k: 4, ..cfg };
+    assert!(
+        err_text(split.check_shape(m, n, 128)).contains("`k`"),
+        "k = 128 is 2 tiles of 64, not 4"
+    );
+    let grouped = QMatmulConfig {
+        group_rows: Some(128),
+        bk: 64,
+        ..cfg
+    };
+    assert!(
+        err_text(grouped.check_shape(m, n, 192)).contains("`k`"),
+        "192 rows are not whole groups of 128"
+    );
+    assert!(err_text(cfg.check_shape(1 << 31, n, k)).contains("`m`"));
+
+    // Buffers.
+    assert!(err_text(kernel.run_cpu(m, &a[2..], &w, &mut c)).contains("`a`"));
+    assert!(err_text(kernel.run_cpu(m, &a, &w, &mut c[2..])).contains("`c`"));
+    let mut bad = w.clone();
+    bad.b.pop();
+    assert!(err_text(kernel.run_cpu(m, &a, &bad, &mut c)).contains("`b`"));
+    let mut bad = w.clone();
+    bad.scales.push(0);
+    assert!(err_text(kernel.run_cpu(m, &a, &bad, &mut c)).contains("`scales`"));
+    let mut bad = w.clone();
+    bad.zeros = None;
+    assert!(err_text(kernel.run_cpu(m, &a, &bad, &mut c)).contains("`zeros`"));
+    let mut bad = w.clone();
+    bad.zeros.as_mut().unwrap().truncate(4);
+    assert!(err_text(kernel.run_cpu(m, &a, &bad, &mut c)).contains("`zeros`"));
+    let mut bad = w.clone();
+    bad.n = n + 8;
+    assert!(err_text(kernel.run_cpu(m, &a, &bad, &mut c)).contains("`n`"));
+
+    // A weight that does not match the configuration.
+    let other = default_cfg(dt("u4"), DType::BF16, Some(64));
+    let q_bf16 = quantize(&other, k, n, &mut rng);
+    assert!(err_text(prepare(&q_bf16, &cfg)).contains("`weight`"));
+    let per_channel = default_cfg(dt("u4"), DType::F16, None);
+    let q_pc = quantize(&per_channel, k, n, &mut rng);
+    assert!(err_text(prepare(&q_pc, &cfg)).contains("`weight`"));
+    let i4 = default_cfg(dt("i4"), DType::F16, Some(64));
+    let q_i4 = quantize(&i4, k, n, &mut rng);
+    assert!(err_text(prepare(&q_i4, &cfg)).contains("`weight`"));
+}
+
+#[test]
+fn quantized_linear_forward_cpu() {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (k, n, m) = (256, 256, 3);
+    for (wd, group) in [("u4", Group::Rows(128)), ("f6e2m3", Group::PerChannel)] {
+        let w: Vec<f32> = (0..k * n).map(|_| nonzero(&mut rng, -1.0, 1.0)).collect();
+        let layer = QuantizedLinear::new(&w, k, n, dt(wd), group, DType::F16).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(nonzero(&mut rng, -1.0, 1.0)))
+            .collect();
+        let y = layer.forward_cpu(&x, m).unwrap();
+        let deq = layer.quantized().dequantize();
+        let (mut err, mut norm) = (0f64, 0f64);
+        for i in 0..m {
+            for j in 0..n {
+                let r: f64 = (0..k)
+                    .map(|kk| x[i * k + kk].to_f64() * deq[kk * n + j])
+                    .sum();
+                err += (y[i * n + j].to_f64() - r).powi(2);
+                norm += r * r;
+            }
+        }
+        let rel = (err / norm).sqrt();
+        assert!(rel < TOLERANCE, "{wd} seed {seed}: relative error {rel}");
+    }
+
+    let w: Vec<f32> = (0..k * n).map(|_| nonzero(&mut rng, -1.0, 1.0)).collect();
+    let bf = QuantizedLinear::new(&w, k, n, dt("i3"), Group::Rows(64), DType::BF16).unwrap();
+    let x: Vec<bf16> = (0..k)
+        .map(|_| bf16::from_f32(nonzero(&mut rng, -1.0, 1.0)))
+        .collect();
+    assert_eq!(bf.forward_cpu(&x, 1).unwrap().len(), n);
+
+    // Errors name the argument.
+    let xf: Vec<f16> = vec![f16::ONE; k];
+    assert!(
+        err_text(bf.forward_cpu(&xf, 1)).contains("`x`"),
+        "f16 input to a bf16 layer"
+    );
+    assert!(
+        err_text(bf.forward_cpu(&x, 2)).contains("`x`"),
+        "too few rows"
+    );
+    assert!(err_text(QuantizedLinear::new(
+        &w,
+        k,
+        n,
+        dt("i3"),
+        Group::Rows(64),
+        DType::F32
+    ))
+    .contains("`adtype`"));
+    assert!(err_text(QuantizedLinear::new(
+        &w[1..],
+        k,
+        n,
+        dt("i3"),
+        Group::Rows(64),
+        DType::F16
+    ))
+    .contains("`weight`"));
+    assert!(err_text(QuantizedLinear::new(
+        &w,
+        k,
+        n,
+        DType::F16,
+        Group::Rows(64),
+        DType::F16
+    ))
+    .contains("`dtype`"));
+    let odd_n = 250;
+    let w_odd: Vec<f32> = w[..k * odd_n].to_vec();
+    assert!(err_text(QuantizedLinear::new(
+        &w_odd,
+        k,
+        odd_n,
+        dt("i4"),
+        Group::Rows(64),
+        DType::F16
+    ))
+    .contains("`n`"));
+}

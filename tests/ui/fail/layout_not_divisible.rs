@@ -1,0 +1,8 @@
+#[tilus::kernel(grid = [1], warps = 1)]
+fn k(m: i32, a: Global<f32>) {
+    let ga = view_global(a, [m, 32]);
+    let r = load_global(ga, layout!(local(2, 4).spatial(8, 4) / spatial(3, 4)), [0, 0]);
+    print(r);
+}
+
+fn main() {}

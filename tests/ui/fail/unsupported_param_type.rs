@@ -1,0 +1,6 @@
+#[tilus::kernel(grid = [1], warps = 1)]
+fn k(m: i64, a: &[f32], b: Global<i6>, c: GlobalMut<f64>, d: Global) {
+    sync();
+}
+
+fn main() {}

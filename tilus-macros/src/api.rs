@@ -1,0 +1,406 @@
+//! The Rust API generated for a kernel: a module named after the function.
+//!
+//! ```text
+//! pub mod matmul {
+//!     pub struct Config { pub BM: i32, .., pub W: DType }  // a point of the space
+//!     pub const NAME: &str;                                 // the kernel's name
+//!     pub const SPACE: &[Config];                           // every configuration, in order
+//!     pub fn source(&Config) -> Option<&'static str>;       // the embedded CUDA C
+//!     pub fn program(&Config) -> Option<Program>;           // the verified VM program
+//!     pub fn kernel(&Config) -> Option<KernelInfo>;         // source + entry + launch shape
+//!     pub fn interpret(&Config, m: i32, a: &[f16], c: &mut [f16], ..) -> Result<(), KernelError>;
+//!     pub fn launch(&Context, &Config, m: i32, a: &DeviceBuffer<f16>, c: &mut DeviceBuffer<f16>, ..)
+//!         -> Result<(), KernelError>;
+//! }
+//! ```
+//!
+//! When the kernel has errors the same names are generated with an empty space (the
+//! *fallback*), so code using the kernel still type-checks while the errors are fixed.
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::ItemFn;
+
+use crate::dtypes;
+use crate::signature::{KernelSig, ParamKind};
+use crate::space::{Param, Space};
+
+/// What the macro embeds for one configuration.
+pub struct ConfigOut {
+    pub program: u32,
+    /// `None` when code generation is unavailable.
+    pub source: Option<u32>,
+    pub entry: String,
+    pub block_threads: u32,
+    pub shared_bytes: usize,
+}
+
+pub struct Embedded {
+    pub configs: Vec<ConfigOut>,
+    pub pack: TokenStream,
+    /// (line, column) of each span id, for run-time error messages.
+    pub sites: Vec<(usize, usize)>,
+}
+
+/// The `Config` struct, its `Display`, and `NAME`.
+fn config_items(f: &ItemFn, sig: &KernelSig, fields: &[(Ident, bool)]) -> TokenStream {
+    let name_str = sig.name.to_string();
+    let decls = fields.iter().map(|(id, is_dtype)| {
+        let doc = if *is_dtype {
+            format!("Data type parameter `{id}`.")
+        } else {
+            format!("Tile parameter `{id}`.")
+        };
+        if *is_dtype {
+            quote!(#[doc = #doc] pub #id: ::tilus::DType)
+        } else {
+            quote!(#[doc = #doc] pub #id: i32)
+        }
+    });
+    let fmt = fields
+        .iter()
+        .map(|(id, _)| format!("{id}={{}}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let fmt_args = fields.iter().map(|(id, _)| quote!(self.#id));
+    let config_doc = format!("A point of the configuration space of kernel `{name_str}`.");
+    let _ = f;
+    quote! {
+        #[doc = #config_doc]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub struct Config {
+            #(#decls,)*
+        }
+
+        impl Config {
+            /// Position of this configuration in [`SPACE`], or `None` when it is not in it.
+            pub fn index(&self) -> ::core::option::Option<usize> {
+                SPACE.iter().position(|c| c == self)
+            }
+        }
+
+        impl ::core::fmt::Display for Config {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                ::core::write!(f, #fmt, #(#fmt_args),*)
+            }
+        }
+
+        /// The kernel's name.
+        pub const NAME: &str = #name_str;
+    }
+}
+
+/// Host and device argument types of the kernel parameters.
+struct Args {
+    /// `m: i32`, `a: &[f16]`, `c: &mut [f16]`
+    host: Vec<TokenStream>,
+    /// `m: i32`, `a: &DeviceBuffer<f16>`, `c: &mut DeviceBuffer<f16>`
+    device: Vec<TokenStream>,
+    /// Generic parameters for parameters whose type was an error.
+    generics: Vec<Ident>,
+}
+
+fn args(sig: &KernelSig) -> Args {
+    let mut a = Args {
+        host: Vec::new(),
+        device: Vec::new(),
+        generics: Vec::new(),
+    };
+    for (i, p) in sig.params.iter().enumerate() {
+        let n = &p.name;
+        match &p.kind {
+            ParamKind::I32 => {
+                a.host.push(quote!(#n: i32));
+                a.device.push(quote!(#n: i32));
+            }
+            ParamKind::Ptr { elem, mutable, .. } => {
+                let t = dtypes::host_type(elem);
+                if *mutable {
+                    a.host.push(quote!(#n: &mut [#t]));
+                    a.device
+                        .push(quote!(#n: &mut ::tilus::runtime::DeviceBuffer<#t>));
+                } else {
+                    a.host.push(quote!(#n: &[#t]));
+                    a.device
+                        .push(quote!(#n: &::tilus::runtime::DeviceBuffer<#t>));
+                }
+            }
+            ParamKind::Bad => {
+                let g = format_ident!("P{}", i);
+                a.host.push(quote!(#n: #g));
+                a.device.push(quote!(#n: #g));
+                a.generics.push(g);
+            }
+        }
+    }
+    a
+}
+
+fn fields(sig: &KernelSig, space: &Space) -> Vec<(Ident, bool)> {
+    // Generics in declaration order, only those that made it into the space.
+    sig.generics
+        .iter()
+        .filter(|(id, _)| space.params.iter().any(|p| *id == p.name()))
+        .cloned()
+        .collect()
+}
+
+fn wrap(f: &ItemFn, sig: &KernelSig, body: TokenStream) -> TokenStream {
+    let vis = &f.vis;
+    let name = &sig.name;
+    let docs = f.attrs.iter().filter(|a| a.path().is_ident("doc"));
+    quote! {
+        #(#docs)*
+        #[allow(non_snake_case, dead_code, unused_variables, clippy::all)]
+        #vis mod #name {
+            #body
+        }
+    }
+}
+
+/// The full API of a kernel that verified.
+pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> TokenStream {
+    let fields = fields(sig, space);
+    let config = config_items(f, sig, &fields);
+    let n = space.len();
+    let points = space.points.iter().map(|pt| {
+        let inits = space.params.iter().zip(&pt.0).map(|(p, &i)| match p {
+            Param::Tile { name, values } => {
+                let id = Ident::new(name, Span::call_site());
+                let v = values[i];
+                quote!(#id: #v)
+            }
+            Param::DType { name, values } => {
+                let id = Ident::new(name, Span::call_site());
+                let d = dtypes::dtype_tokens(values[i].0);
+                quote!(#id: #d)
+            }
+        });
+        quote!(Config { #(#inits),* })
+    });
+    let metas = emb.configs.iter().map(|c| {
+        let program = c.program;
+        let source = c.source.unwrap_or(u32::MAX);
+        let entry = &c.entry;
+        let threads = c.block_threads;
+        let shared = c.shared_bytes as u32;
+        quote!(::tilus::macro_support::Meta {
+            program: #program, source: #source, entry: #entry,
+            block_threads: #threads, shared_bytes: #shared,
+        })
+    });
+    let sites = emb.sites.iter().map(|(l, c)| {
+        let (l, c) = (*l as u32, *c as u32);
+        quote!((#l, #c))
+    });
+    let pack = &emb.pack;
+    let a = args(sig);
+    let (host_args, device_args) = (&a.host, &a.device);
+    let nparams = sig.params.len();
+    let to_args = sig.params.iter().map(|p| {
+        let n = &p.name;
+        match &p.kind {
+            ParamKind::I32 => quote!(::tilus::core::interp::Arg::I32(#n)),
+            _ => quote!(::tilus::core::interp::Arg::Buffer(
+                ::tilus::macro_support::HostElement::to_bytes(&*#n))),
+        }
+    });
+    let write_back = sig
+        .params
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.kind {
+            ParamKind::Ptr { mutable: true, .. } => {
+                let n = &p.name;
+                Some(quote_spanned! {Span::mixed_site()=>
+                    if let ::tilus::core::interp::Arg::Buffer(bytes) = &args[#i] {
+                        ::tilus::macro_support::HostElement::copy_from_bytes(bytes, #n);
+                    }
+                })
+            }
+            _ => None,
+        });
+    let checks_host = sig.params.iter().map(|p| {
+        let n = &p.name;
+        let name = n.to_string();
+        match &p.kind {
+            ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
+            _ => quote!(::tilus::macro_support::ArgCheck::Buffer {
+                name: #name, bytes: ::core::mem::size_of_val(&*#n) }),
+        }
+    });
+    let checks_device = sig.params.iter().map(|p| {
+        let n = &p.name;
+        let name = n.to_string();
+        match &p.kind {
+            ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
+            _ => quote!(::tilus::macro_support::ArgCheck::Buffer {
+                name: #name, bytes: #n.size_bytes() }),
+        }
+    });
+    let runtime_params = sig.params.iter().map(|p| {
+        let name = p.name.to_string();
+        match &p.kind {
+            ParamKind::I32 => quote!(::tilus::runtime::Param::value::<i32>(#name)),
+            ParamKind::Ptr { elem, mutable, .. } => {
+                let t = dtypes::host_type(elem);
+                if *mutable {
+                    quote!(::tilus::runtime::Param::ptr_mut::<#t>(#name))
+                } else {
+                    quote!(::tilus::runtime::Param::ptr::<#t>(#name))
+                }
+            }
+            ParamKind::Bad => quote!(),
+        }
+    });
+    let push_args = sig.params.iter().map(|p| {
+        let n = &p.name;
+        match &p.kind {
+            ParamKind::I32 => quote!(.value(#n)),
+            ParamKind::Ptr { mutable: true, .. } => quote!(.arg_mut(#n)),
+            _ => quote!(.arg(#n)),
+        }
+    });
+    let interpret_doc = "Run the kernel on host buffers through the CPU interpreter (the semantic \
+        oracle): every block of the grid, with the layouts' exact register semantics. Buffers of \
+        `GlobalMut` parameters are written back. Buffers too small for the kernel's global views \
+        are reported (naming the parameter) before anything runs.";
+    let launch_doc = "Launch the kernel on `ctx`'s stream: compiles (and caches, in memory and on \
+        disk) the embedded CUDA source of `cfg`, checks the buffers against the kernel's global \
+        views and the grid, and enqueues the launch. Errors inside the kernel surface at the next \
+        synchronizing call.";
+    // Mixed-site hygiene: the locals and parameters written here (`cfg`, `m`, `args`, ..)
+    // never collide with the kernel's parameter names.
+    let body = quote_spanned! {Span::mixed_site()=>
+        #config
+
+        /// Every configuration of the space, in the order the autotuner sees them.
+        pub const SPACE: &[Config] = &[#(#points),*];
+
+        static META: [::tilus::macro_support::Meta; #n] = [#(#metas),*];
+        static SITES: &[(u32, u32)] = &[#(#sites),*];
+        static PACK: ::tilus::macro_support::Pack = #pack;
+        static PROGRAMS: [::std::sync::OnceLock<::tilus::core::ir::Program>; #n] =
+            [const { ::std::sync::OnceLock::new() }; #n];
+        static SOURCES: [::std::sync::OnceLock<::tilus::runtime::KernelSource>; #n] =
+            [const { ::std::sync::OnceLock::new() }; #n];
+        static CACHES: ::tilus::macro_support::Caches = ::tilus::macro_support::Caches {
+            programs: &PROGRAMS,
+            sources: &SOURCES,
+        };
+
+        fn index(cfg: &Config) -> ::core::result::Result<usize, ::tilus::macro_support::KernelError> {
+            cfg.index().ok_or_else(|| ::tilus::macro_support::KernelError::NotInSpace {
+                kernel: NAME,
+                config: ::std::string::ToString::to_string(cfg),
+            })
+        }
+
+        /// The CUDA C source generated for `cfg` (`None` when `cfg` is not in [`SPACE`], or
+        /// code generation was unavailable when the kernel was built).
+        pub fn source(cfg: &Config) -> ::core::option::Option<&'static str> {
+            let i = self::index(cfg).ok()?;
+            PACK.str(META[i].source).ok()
+        }
+
+        /// The verified VM program of `cfg` (`None` when `cfg` is not in [`SPACE`]).
+        pub fn program(cfg: &Config) -> ::core::option::Option<::tilus::core::ir::Program> {
+            let i = self::index(cfg).ok()?;
+            CACHES.program(NAME, &PACK, i, META[i].program).ok().cloned()
+        }
+
+        /// Everything a launcher needs for `cfg`: source, entry point, block size, shared memory.
+        pub fn kernel(cfg: &Config) -> ::core::option::Option<::tilus::macro_support::KernelInfo> {
+            let i = self::index(cfg).ok()?;
+            let m = &META[i];
+            ::core::option::Option::Some(::tilus::macro_support::KernelInfo {
+                name: NAME,
+                config: ::std::string::ToString::to_string(cfg),
+                source: PACK.str(m.source).ok()?,
+                entry: m.entry,
+                block_threads: m.block_threads,
+                shared_bytes: m.shared_bytes,
+            })
+        }
+
+        #[doc = #interpret_doc]
+        pub fn interpret(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            let i = self::index(cfg)?;
+            let program = CACHES.program(NAME, &PACK, i, META[i].program)?;
+            let checks = [#(#checks_host),*];
+            if ::tilus::macro_support::check_args(NAME, cfg, program, &checks)?.is_none() {
+                return ::core::result::Result::Ok(());
+            }
+            let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
+            ::tilus::core::interp::run(program, &mut args).map_err(|e| {
+                ::tilus::macro_support::KernelError::interp(NAME, cfg, SITES, ::core::file!(), e)
+            })?;
+            #(#write_back)*
+            ::core::result::Result::Ok(())
+        }
+
+        #[doc = #launch_doc]
+        pub fn launch(ctx: &::tilus::runtime::Context, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            let i = self::index(cfg)?;
+            let m = &META[i];
+            let program = CACHES.program(NAME, &PACK, i, m.program)?;
+            let checks = [#(#checks_device),*];
+            let ::core::option::Option::Some(grid) =
+                ::tilus::macro_support::check_args(NAME, cfg, program, &checks)?
+            else {
+                return ::core::result::Result::Ok(());
+            };
+            let src = CACHES.source(NAME, cfg, &PACK, i, m, || ::std::vec![#(#runtime_params),*])?;
+            let loaded = ctx.load(src)?;
+            loaded
+                .args()
+                #(#push_args)*
+                .launch(::tilus::runtime::LaunchDims::new(grid, [m.block_threads, 1, 1]).with_dyn_smem(m.shared_bytes))?;
+            ::core::result::Result::Ok(())
+        }
+    };
+    wrap(f, sig, body)
+}
+
+/// The same names, with an empty space: used when the kernel has errors.
+pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
+    let fields = fields(sig, space);
+    let config = config_items(f, sig, &fields);
+    let a = args(sig);
+    let (host_args, device_args, generics) = (&a.host, &a.device, &a.generics);
+    let body = quote_spanned! {Span::mixed_site()=>
+        #config
+
+        /// Empty: the kernel did not compile.
+        pub const SPACE: &[Config] = &[];
+
+        fn not_built(cfg: &Config) -> ::tilus::macro_support::KernelError {
+            ::tilus::macro_support::KernelError::NotInSpace {
+                kernel: NAME,
+                config: ::std::string::ToString::to_string(cfg),
+            }
+        }
+
+        pub fn source(cfg: &Config) -> ::core::option::Option<&'static str> {
+            ::core::option::Option::None
+        }
+
+        pub fn program(cfg: &Config) -> ::core::option::Option<::tilus::core::ir::Program> {
+            ::core::option::Option::None
+        }
+
+        pub fn kernel(cfg: &Config) -> ::core::option::Option<::tilus::macro_support::KernelInfo> {
+            ::core::option::Option::None
+        }
+
+        pub fn interpret<#(#generics),*>(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            ::core::result::Result::Err(not_built(cfg))
+        }
+
+        pub fn launch<#(#generics),*>(ctx: &::tilus::runtime::Context, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            ::core::result::Result::Err(not_built(cfg))
+        }
+
+    };
+    wrap(f, sig, body)
+}

@@ -1,0 +1,599 @@
+//! Expressions: scalar arithmetic (folded when constant), names, literals, arrays, and the
+//! dispatch of calls, operators and macros to instructions.
+
+use syn::{BinOp, Expr as SynExpr, Lit, UnOp};
+use tilus_core::ir::{BinaryOp, ElementOp, Expr, Operand, ProgramBuilder, ScalarType, UnaryOp};
+
+use super::*;
+
+/// A destination for the builder (whose `Dest` is reached through `Into`).
+pub enum Resolved {
+    New(String),
+    Existing(VarId),
+}
+
+/// Call a builder method with a [`Resolved`] destination in the place of `$d`.
+macro_rules! build {
+    ($dest:expr, |$d:ident| $call:expr) => {
+        match $dest {
+            $crate::translate::expr::Resolved::New($d) => $call,
+            $crate::translate::expr::Resolved::Existing($d) => $call,
+        }
+    };
+}
+pub(crate) use build;
+
+/// Evaluate a binary operator on constants; `Err` for overflow or division by zero.
+fn fold_int(op: BinaryOp, a: i32, b: i32) -> Result<Expr, String> {
+    use BinaryOp::*;
+    let r = match op {
+        Add => a.checked_add(b),
+        Sub => a.checked_sub(b),
+        Mul => a.checked_mul(b),
+        Div | Mod if b == 0 => return Err("division by zero in a constant expression".into()),
+        Div => a.checked_div(b),
+        Mod => a.checked_rem(b),
+        Min => Some(a.min(b)),
+        Max => Some(a.max(b)),
+        Lt => return Ok(Expr::Bool(a < b)),
+        Le => return Ok(Expr::Bool(a <= b)),
+        Gt => return Ok(Expr::Bool(a > b)),
+        Ge => return Ok(Expr::Bool(a >= b)),
+        Eq => return Ok(Expr::Bool(a == b)),
+        Ne => return Ok(Expr::Bool(a != b)),
+        And | Or => return Err("`&&` and `||` take booleans".into()),
+    };
+    r.map(Expr::Int)
+        .ok_or_else(|| format!("`{a} {} {b}` overflows i32", op_symbol(op)))
+}
+
+fn op_symbol(op: BinaryOp) -> &'static str {
+    use BinaryOp::*;
+    match op {
+        Add => "+",
+        Sub => "-",
+        Mul => "*",
+        Div => "/",
+        Mod => "%",
+        Min => "min",
+        Max => "max",
+        Lt => "<",
+        Le => "<=",
+        Gt => ">",
+        Ge => ">=",
+        Eq => "==",
+        Ne => "!=",
+        And => "&&",
+        Or => "||",
+    }
+}
+
+/// The scalar operator of a Rust binary operator.
+fn scalar_op(op: &BinOp) -> Option<BinaryOp> {
+    Some(match op {
+        BinOp::Add(_) | BinOp::AddAssign(_) => BinaryOp::Add,
+        BinOp::Sub(_) | BinOp::SubAssign(_) => BinaryOp::Sub,
+        BinOp::Mul(_) | BinOp::MulAssign(_) => BinaryOp::Mul,
+        BinOp::Div(_) | BinOp::DivAssign(_) => BinaryOp::Div,
+        BinOp::Rem(_) | BinOp::RemAssign(_) => BinaryOp::Mod,
+        BinOp::Lt(_) => BinaryOp::Lt,
+        BinOp::Le(_) => BinaryOp::Le,
+        BinOp::Gt(_) => BinaryOp::Gt,
+        BinOp::Ge(_) => BinaryOp::Ge,
+        BinOp::Eq(_) => BinaryOp::Eq,
+        BinOp::Ne(_) => BinaryOp::Ne,
+        BinOp::And(_) => BinaryOp::And,
+        BinOp::Or(_) => BinaryOp::Or,
+        _ => return None,
+    })
+}
+
+/// The operator of a compound assignment (`+=` is `+`).
+pub fn compound_op(op: &BinOp) -> BinaryOp {
+    scalar_op(op).unwrap_or(BinaryOp::Add)
+}
+
+/// The elementwise operator of a scalar operator, for tensors.
+pub fn element_op(op: BinaryOp) -> Option<ElementOp> {
+    Some(match op {
+        BinaryOp::Add => ElementOp::Add,
+        BinaryOp::Sub => ElementOp::Sub,
+        BinaryOp::Mul => ElementOp::Mul,
+        BinaryOp::Div => ElementOp::Div,
+        BinaryOp::Mod => ElementOp::Mod,
+        BinaryOp::Min => ElementOp::Min,
+        BinaryOp::Max => ElementOp::Max,
+        _ => return None,
+    })
+}
+
+impl Translator<'_, '_> {
+    /// Combine two scalars, folding constants and checking operand types.
+    pub(super) fn scalar_binary<T: ToTokens + 'static>(
+        &mut self,
+        node: &T,
+        op: BinaryOp,
+        (a, ta): (Expr, ScalarType),
+        (b, tb): (Expr, ScalarType),
+    ) -> R<(Expr, ScalarType)> {
+        use BinaryOp::*;
+        let logical = matches!(op, And | Or);
+        let equality = matches!(op, Eq | Ne);
+        let ok = if logical {
+            ta == ScalarType::Bool && tb == ScalarType::Bool
+        } else if equality {
+            ta == tb
+        } else {
+            ta == ScalarType::I32 && tb == ScalarType::I32
+        };
+        if !ok {
+            let want = if logical { "booleans" } else { "i32 scalars" };
+            return Err(self.err(node, format!("`{}` takes {want}", op_symbol(op))));
+        }
+        let ty = if matches!(op, Lt | Le | Gt | Ge | Eq | Ne | And | Or) {
+            ScalarType::Bool
+        } else {
+            ScalarType::I32
+        };
+        let e = match (&a, &b) {
+            (Expr::Int(x), Expr::Int(y)) => fold_int(op, *x, *y).map_err(|m| self.err(node, m))?,
+            (Expr::Bool(x), Expr::Bool(y)) => Expr::Bool(match op {
+                And => *x && *y,
+                Or => *x || *y,
+                Eq => x == y,
+                _ => x != y,
+            }),
+            // Short-circuit constants: `false && x`, `true || x`.
+            (Expr::Bool(false), _) if op == And => Expr::Bool(false),
+            (Expr::Bool(true), _) if op == Or => Expr::Bool(true),
+            _ => Expr::binary(op, a, b),
+        };
+        Ok((e, ty))
+    }
+
+    /// Translate `e` as a scalar of type `want`.
+    pub(super) fn scalar(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        want: ScalarType,
+    ) -> R<Expr> {
+        match self.value(b, e, DestHint::Temp)? {
+            Value::Scalar(x, ty) if ty == want => Ok(x),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let want = match want {
+                    ScalarType::I32 => "an i32 scalar",
+                    ScalarType::Bool => "a boolean condition",
+                };
+                let found = self.describe(&other);
+                Err(self.err(e, format!("expected {want}, found {found}")))
+            }
+        }
+    }
+
+    pub(super) fn describe(&self, v: &Value) -> String {
+        match v {
+            Value::Scalar(_, ScalarType::I32) => "an i32 scalar".into(),
+            Value::Scalar(_, ScalarType::Bool) => "a boolean".into(),
+            Value::Float(_) => "a floating-point constant".into(),
+            Value::Tensor(_) => "a tensor".into(),
+            Value::Pointer(_) => "a pointer parameter".into(),
+            Value::Layout(..) => "a layout".into(),
+            Value::Array(_) => "an array".into(),
+            Value::Unit => "an instruction with no result".into(),
+            Value::Poisoned => "an undefined value".into(),
+        }
+    }
+
+    /// A compile-time integer, without reporting anything when `e` is not one.
+    pub(super) fn const_int(&self, e: &SynExpr) -> Option<i32> {
+        match e {
+            SynExpr::Lit(l) => match &l.lit {
+                Lit::Int(i) => i.base10_parse().ok(),
+                _ => None,
+            },
+            SynExpr::Paren(p) => self.const_int(&p.expr),
+            SynExpr::Group(g) => self.const_int(&g.expr),
+            SynExpr::Path(p) => {
+                if let Some(bits) = self.dtype_bits_path(&p.path) {
+                    return Some(bits);
+                }
+                match self.lookup(&p.path.get_ident()?.to_string())? {
+                    Binding::Const(v) => Some(*v),
+                    _ => None,
+                }
+            }
+            SynExpr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
+                self.const_int(&u.expr)?.checked_neg()
+            }
+            SynExpr::Binary(bin) => {
+                let op = scalar_op(&bin.op)?;
+                let a = self.const_int(&bin.left)?;
+                let c = self.const_int(&bin.right)?;
+                match fold_int(op, a, c).ok()? {
+                    Expr::Int(v) => Some(v),
+                    _ => None,
+                }
+            }
+            SynExpr::Call(c) => {
+                let name = match &*c.func {
+                    SynExpr::Path(p) => p.path.get_ident()?.to_string(),
+                    _ => return None,
+                };
+                if c.args.len() != 2 {
+                    return None;
+                }
+                let a = self.const_int(&c.args[0])?;
+                let d = self.const_int(&c.args[1])?;
+                match name.as_str() {
+                    "min" => Some(a.min(d)),
+                    "max" => Some(a.max(d)),
+                    "cdiv" if d != 0 => a.checked_add(d - 1).map(|s| s / d),
+                    "gcd" => Some(super::instr::gcd(a, d)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// `W::BITS` / `i6::BITS`: the width of a dtype.
+    fn dtype_bits_path(&self, path: &syn::Path) -> Option<i32> {
+        if path.segments.len() != 2 || path.segments[1].ident != "BITS" {
+            return None;
+        }
+        let first = path.segments[0].ident.to_string();
+        let dtype = match self.lookup(&first) {
+            Some(Binding::DType(d)) => *d,
+            _ => crate::dtypes::parse(&first).ok()?,
+        };
+        Some(dtype.bits() as i32)
+    }
+
+    /// Translate an expression. `dest` says where a tensor result goes when `e` is an
+    /// instruction.
+    pub(super) fn value(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        dest: DestHint,
+    ) -> R<Value> {
+        match e {
+            SynExpr::Lit(l) => match &l.lit {
+                Lit::Int(i) => {
+                    if !matches!(i.suffix(), "" | "i32") {
+                        return Err(self.err(e, "integer scalars are `i32`"));
+                    }
+                    match i.base10_parse::<i32>() {
+                        Ok(v) => Ok(Value::Scalar(Expr::Int(v), ScalarType::I32)),
+                        Err(_) => Err(self.err(e, "integer literal out of range for i32")),
+                    }
+                }
+                Lit::Float(f) => match f.base10_parse::<f64>() {
+                    Ok(v) => Ok(Value::Float(v)),
+                    Err(err) => Err(self.err(e, err.to_string())),
+                },
+                Lit::Bool(v) => Ok(Value::Scalar(Expr::Bool(v.value), ScalarType::Bool)),
+                _ => Err(self.err(
+                    e,
+                    "only integer, float and boolean literals are allowed here",
+                )),
+            },
+            SynExpr::Paren(p) => self.value(b, &p.expr, dest),
+            SynExpr::Group(g) => self.value(b, &g.expr, dest),
+            SynExpr::Path(p) => self.path_value(p),
+            SynExpr::Binary(bin) => self.binary(b, bin, dest),
+            SynExpr::Unary(u) => self.unary(b, u, dest),
+            SynExpr::Call(c) => self.call(b, c, dest),
+            SynExpr::MethodCall(m) => self.method_call(b, m, dest),
+            SynExpr::Macro(m) => {
+                let (l, text) = self.layout_macro(&m.mac)?;
+                Ok(Value::Layout(l, text))
+            }
+            SynExpr::Array(a) => {
+                let mut out = Vec::new();
+                let mut failed = false;
+                for elem in &a.elems {
+                    match self.scalar(b, elem, ScalarType::I32) {
+                        Ok(x) => out.push(x),
+                        Err(_) => failed = true,
+                    }
+                }
+                if failed {
+                    Err(Reported)
+                } else {
+                    Ok(Value::Array(out))
+                }
+            }
+            SynExpr::Index(ix) => {
+                let base = self.value(b, &ix.expr, DestHint::Temp)?;
+                let Value::Array(items) = base else {
+                    let found = self.describe(&base);
+                    return Err(self.err(
+                        &*ix.expr,
+                        format!("only arrays can be indexed, found {found}"),
+                    ));
+                };
+                match self.const_int(&ix.index) {
+                    Some(i) if i >= 0 && (i as usize) < items.len() => {
+                        Ok(Value::Scalar(items[i as usize].clone(), ScalarType::I32))
+                    }
+                    Some(i) => Err(self.err(
+                        &*ix.index,
+                        format!("index {i} is out of bounds for an array of {}", items.len()),
+                    )),
+                    None => Err(self.err(&*ix.index, "array indices must be constants")),
+                }
+            }
+            SynExpr::If(i) => self.select(b, i),
+            SynExpr::Cast(c) => {
+                let is_i32 = matches!(&*c.ty, syn::Type::Path(p) if p.path.is_ident("i32"));
+                if !is_i32 {
+                    return Err(self.err(&*c.ty, "scalars are `i32`; only `as i32` is allowed"));
+                }
+                let x = self.scalar(b, &c.expr, ScalarType::I32)?;
+                Ok(Value::Scalar(x, ScalarType::I32))
+            }
+            SynExpr::Reference(r) => Err(self.err(
+                r,
+                "tensors and scalars are passed by name in a kernel: remove the `&`",
+            )),
+            SynExpr::Block(blk) if blk.block.stmts.len() == 1 => match &blk.block.stmts[0] {
+                syn::Stmt::Expr(inner, None) => self.value(b, inner, dest),
+                _ => Err(self.err(e, "a block used as a value must end in an expression")),
+            },
+            SynExpr::Range(_) => Err(self.err(e, "ranges only appear in `for x in a..b`")),
+            SynExpr::Closure(_) => Err(self.err(e, "closures are not supported in a kernel")),
+            SynExpr::Tuple(_) => {
+                Err(self.err(e, "tuples are not supported; use an array `[a, b]`"))
+            }
+            _ => Err(self.err(e, "this expression is not supported in a kernel")),
+        }
+    }
+
+    fn path_value(&mut self, p: &syn::ExprPath) -> R<Value> {
+        if let Some(bits) = self.dtype_bits_path(&p.path) {
+            return Ok(Value::Scalar(Expr::Int(bits), ScalarType::I32));
+        }
+        let Some(ident) = p.path.get_ident() else {
+            return Err(self.err(p, "paths are not supported here; name a variable"));
+        };
+        let name = ident.to_string();
+        match self.lookup(&name).cloned() {
+            Some(Binding::Const(v)) => Ok(Value::Scalar(Expr::Int(v), ScalarType::I32)),
+            Some(Binding::ConstBool(v)) => Ok(Value::Scalar(Expr::Bool(v), ScalarType::Bool)),
+            Some(Binding::Float(v)) => Ok(Value::Float(v)),
+            Some(Binding::Scalar { var, ty, .. }) => Ok(Value::Scalar(Expr::Var(var), ty)),
+            Some(Binding::Tensor { var, .. }) => Ok(Value::Tensor(var)),
+            Some(Binding::Pointer(var)) => Ok(Value::Pointer(var)),
+            Some(Binding::Layout(l, t)) => Ok(Value::Layout(l, t)),
+            Some(Binding::Array(a)) => Ok(Value::Array(a)),
+            Some(Binding::DType(_)) => Err(self.err(
+                p,
+                format!(
+                    "`{name}` is a data type; use it as `cast::<{name}>(..)` or `{name}::BITS`"
+                ),
+            )),
+            Some(Binding::Poisoned) => Ok(Value::Poisoned),
+            None => {
+                let names = self.names_in_scope();
+                let hint = suggest(&name, names.iter().map(|s| s.as_str()))
+                    .map(|s| format!("; did you mean `{s}`?"))
+                    .unwrap_or_default();
+                Err(self.err(p, format!("cannot find `{name}` in this kernel{hint}")))
+            }
+        }
+    }
+
+    fn binary(
+        &mut self,
+        b: &mut ProgramBuilder,
+        bin: &syn::ExprBinary,
+        dest: DestHint,
+    ) -> R<Value> {
+        let Some(op) = scalar_op(&bin.op) else {
+            return Err(self.err(&bin.op, "this operator is not supported in a kernel"));
+        };
+        if matches!(
+            bin.op,
+            BinOp::AddAssign(_)
+                | BinOp::SubAssign(_)
+                | BinOp::MulAssign(_)
+                | BinOp::DivAssign(_)
+                | BinOp::RemAssign(_)
+        ) {
+            return Err(self.err(bin, "compound assignment is a statement, not a value"));
+        }
+        let lhs = self.value(b, &bin.left, DestHint::Temp);
+        let rhs = self.value(b, &bin.right, DestHint::Temp);
+        let (lhs, rhs) = (lhs?, rhs?);
+        match (lhs, rhs) {
+            (Value::Poisoned, _) | (_, Value::Poisoned) => Ok(Value::Poisoned),
+            (Value::Scalar(a, ta), Value::Scalar(c, tc)) => {
+                let (e, ty) = self.scalar_binary(bin, op, (a, ta), (c, tc))?;
+                Ok(Value::Scalar(e, ty))
+            }
+            (Value::Float(x), Value::Float(y)) => match op {
+                BinaryOp::Add => Ok(Value::Float(x + y)),
+                BinaryOp::Sub => Ok(Value::Float(x - y)),
+                BinaryOp::Mul => Ok(Value::Float(x * y)),
+                BinaryOp::Div => Ok(Value::Float(x / y)),
+                _ => Err(self.err(bin, "only + - * / combine floating-point constants")),
+            },
+            (Value::Tensor(x), rhs) => {
+                let operand = self.operand(bin.right.as_ref(), rhs)?;
+                self.element(b, bin, op, x, operand, dest)
+            }
+            (lhs, Value::Tensor(y))
+                if matches!(op, BinaryOp::Add | BinaryOp::Mul)
+                    && !matches!(lhs, Value::Tensor(_)) =>
+            {
+                // Commutative: `2.0 * x` is `x * 2.0`.
+                let operand = self.operand(bin.left.as_ref(), lhs)?;
+                self.element(b, bin, op, y, operand, dest)
+            }
+            (lhs, rhs) => {
+                let (l, r) = (self.describe(&lhs), self.describe(&rhs));
+                Err(self.err(
+                    bin,
+                    format!("`{}` cannot combine {l} with {r}", op_symbol(op)),
+                ))
+            }
+        }
+    }
+
+    /// The second operand of an elementwise instruction.
+    pub(super) fn operand(&mut self, node: &SynExpr, v: Value) -> R<Operand> {
+        match v {
+            Value::Tensor(t) => Ok(Operand::Tensor(t)),
+            Value::Scalar(e, ScalarType::I32) => Ok(Operand::Scalar(e)),
+            Value::Float(f) => Ok(Operand::Imm(f)),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let found = self.describe(&other);
+                Err(self.err(
+                    node,
+                    format!("expected a tensor, an i32 scalar or a constant, found {found}"),
+                ))
+            }
+        }
+    }
+
+    /// An elementwise instruction on a register tensor.
+    pub(super) fn element<T: ToTokens + 'static>(
+        &mut self,
+        b: &mut ProgramBuilder,
+        node: &T,
+        op: BinaryOp,
+        x: VarId,
+        rhs: Operand,
+        dest: DestHint,
+    ) -> R<Value> {
+        let Some(eop) = element_op(op) else {
+            return Err(self.err(
+                node,
+                format!(
+                    "`{}` is not an elementwise operation on tensors",
+                    op_symbol(op)
+                ),
+            ));
+        };
+        if self.in_grid {
+            return Err(self.err(node, "the grid can only use scalars"));
+        }
+        self.expect_scope(b, node, x, Scope::Register, "elementwise arithmetic")?;
+        if let Operand::Tensor(y) = &rhs {
+            self.expect_scope(b, node, *y, Scope::Register, "elementwise arithmetic")?;
+        }
+        let site = self.site(node);
+        b.set_span(site);
+        let d = self.dest(dest, "t");
+        Ok(Value::Tensor(build!(d, |d| b.binary(d, eop, x, rhs))))
+    }
+
+    fn unary(&mut self, b: &mut ProgramBuilder, u: &syn::ExprUnary, dest: DestHint) -> R<Value> {
+        match u.op {
+            UnOp::Neg(_) => match self.value(b, &u.expr, dest.clone())? {
+                Value::Scalar(Expr::Int(v), ScalarType::I32) => match v.checked_neg() {
+                    Some(n) => Ok(Value::Scalar(Expr::Int(n), ScalarType::I32)),
+                    None => Err(self.err(u, "negation overflows i32")),
+                },
+                Value::Scalar(e, ScalarType::I32) => Ok(Value::Scalar(
+                    Expr::Unary(UnaryOp::Neg, Box::new(e)),
+                    ScalarType::I32,
+                )),
+                Value::Float(f) => Ok(Value::Float(-f)),
+                Value::Tensor(x) => self.neg(b, u, x, dest),
+                Value::Poisoned => Ok(Value::Poisoned),
+                other => {
+                    let found = self.describe(&other);
+                    Err(self.err(u, format!("cannot negate {found}")))
+                }
+            },
+            UnOp::Not(_) => match self.value(b, &u.expr, DestHint::Temp)? {
+                Value::Scalar(Expr::Bool(v), ScalarType::Bool) => {
+                    Ok(Value::Scalar(Expr::Bool(!v), ScalarType::Bool))
+                }
+                Value::Scalar(e, ScalarType::Bool) => Ok(Value::Scalar(
+                    Expr::Unary(UnaryOp::Not, Box::new(e)),
+                    ScalarType::Bool,
+                )),
+                Value::Poisoned => Ok(Value::Poisoned),
+                other => {
+                    let found = self.describe(&other);
+                    Err(self.err(u, format!("`!` takes a boolean, found {found}")))
+                }
+            },
+            _ => Err(self.err(u, "this operator is not supported in a kernel")),
+        }
+    }
+
+    pub(super) fn neg<T: ToTokens + 'static>(
+        &mut self,
+        b: &mut ProgramBuilder,
+        node: &T,
+        x: VarId,
+        dest: DestHint,
+    ) -> R<Value> {
+        if self.in_grid {
+            return Err(self.err(node, "the grid can only use scalars"));
+        }
+        self.expect_scope(b, node, x, Scope::Register, "`neg`")?;
+        let site = self.site(node);
+        b.set_span(site);
+        let d = self.dest(dest, "neg");
+        Ok(Value::Tensor(build!(d, |d| b.neg(d, x))))
+    }
+
+    /// `if c { a } else { b }` as a scalar value.
+    fn select(&mut self, b: &mut ProgramBuilder, i: &syn::ExprIf) -> R<Value> {
+        let Some((_, else_branch)) = &i.else_branch else {
+            return Err(self.err(i, "an `if` used as a value needs an `else`"));
+        };
+        let tail = |blk: &syn::Block| -> Option<SynExpr> {
+            match blk.stmts.as_slice() {
+                [syn::Stmt::Expr(e, None)] => Some(e.clone()),
+                _ => None,
+            }
+        };
+        let Some(then_e) = tail(&i.then_branch) else {
+            return Err(self.err(&i.then_branch, "expected a single value in this branch"));
+        };
+        let cond = self.scalar(b, &i.cond, ScalarType::Bool)?;
+        let else_v = |t: &mut Self, b: &mut ProgramBuilder| t.value(b, else_branch, DestHint::Temp);
+        if let Expr::Bool(c) = cond {
+            return if c {
+                self.value(b, &then_e, DestHint::Temp)
+            } else {
+                else_v(self, b)
+            };
+        }
+        let x = self.value(b, &then_e, DestHint::Temp)?;
+        let y = else_v(self, b)?;
+        match (x, y) {
+            (Value::Scalar(x, tx), Value::Scalar(y, ty)) if tx == ty => Ok(Value::Scalar(
+                Expr::Select(Box::new(cond), Box::new(x), Box::new(y)),
+                tx,
+            )),
+            _ => Err(self.err(i, "an `if` value with a run-time condition must choose between two scalars of the same type")),
+        }
+    }
+
+    /// Resolve a destination hint: a fresh, unique name or an existing variable.
+    pub(super) fn dest(&mut self, dest: DestHint, temp: &str) -> Resolved {
+        match dest {
+            DestHint::New(name) => Resolved::New(self.unique(&name)),
+            DestHint::Existing(v) => Resolved::Existing(v),
+            DestHint::Temp => Resolved::New(self.unique(temp)),
+        }
+    }
+}
+
+/// Memory scopes an instruction operand may be required to have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Global,
+    Shared,
+    Register,
+}

@@ -1,0 +1,702 @@
+//! Instruction calls, named after the paper's Table 1.
+
+use syn::{Expr as SynExpr, ExprCall, GenericArgument, PathArguments, Type};
+use tilus_core::ir::{BinaryOp, Expr, ProgramBuilder, ScalarType, VarType};
+use tilus_core::layout::{SharedLayout, Swizzle};
+use tilus_core::DType;
+
+use super::expr::{build, Scope};
+use super::*;
+
+/// Every instruction with its usage, for arity errors and "did you mean" hints.
+pub const INSTRUCTIONS: &[(&str, &str)] = &[
+    ("block_indices", "let [bi, bj] = block_indices()"),
+    ("view_global", "view_global(ptr, [extents..]) or view_global::<T>(ptr, [extents..])"),
+    ("allocate_global", "allocate_global::<T>([extents..])"),
+    ("register", "register::<T>(layout) or register::<T>(layout, init)"),
+    ("allocate_register", "allocate_register::<T>(layout) or allocate_register::<T>(layout, init)"),
+    ("shared", "shared::<T>([extents..]) or shared::<T>([extents..], swizzle(bits, base, shift))"),
+    ("allocate_shared", "allocate_shared::<T>([extents..]) or allocate_shared::<T>([extents..], swizzle(bits, base, shift))"),
+    ("load_global", "load_global(src, layout, [offset..])"),
+    ("store_global", "store_global(x, dst, [offset..])"),
+    ("load_shared", "load_shared(src, layout, [offset..])"),
+    ("store_shared", "store_shared(x, dst, [offset..])"),
+    ("slice_shared", "slice_shared(src, [offset..], [extents..])"),
+    ("copy_async", "copy_async(src, dst, [offset..])"),
+    ("commit_group", "commit_group()"),
+    ("copy_async_commit_group", "copy_async_commit_group()"),
+    ("wait_group", "wait_group(n)"),
+    ("copy_async_wait_group", "copy_async_wait_group(n)"),
+    ("add", "add(x, y)"),
+    ("sub", "sub(x, y)"),
+    ("mul", "mul(x, y)"),
+    ("div", "div(x, y)"),
+    ("rem", "rem(x, y)"),
+    ("min", "min(x, y)"),
+    ("max", "max(x, y)"),
+    ("cdiv", "cdiv(a, b)"),
+    ("gcd", "gcd(a, b) (of constants)"),
+    ("neg", "neg(x)"),
+    ("cast", "cast::<T>(x)"),
+    ("view", "view::<T>(x, layout)"),
+    ("dot", "dot(a, b, c)"),
+    ("sync", "sync()"),
+    ("synchronize", "synchronize()"),
+    ("exit", "exit()"),
+    ("print", "print(x) or print(\"label\", x)"),
+];
+
+fn usage(name: &str) -> &'static str {
+    INSTRUCTIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, u)| *u)
+        .unwrap_or("")
+}
+
+fn scope_name(s: Scope) -> &'static str {
+    match s {
+        Scope::Global => "a global tensor",
+        Scope::Shared => "a shared tensor",
+        Scope::Register => "a register tensor",
+    }
+}
+
+impl Translator<'_, '_> {
+    /// Check that `var` lives in `scope`.
+    pub(super) fn expect_scope<T: ToTokens + 'static>(
+        &mut self,
+        b: &ProgramBuilder,
+        node: &T,
+        var: VarId,
+        scope: Scope,
+        what: &str,
+    ) -> R<()> {
+        let ty = b.ty(var);
+        let ok = matches!(
+            (&ty, scope),
+            (VarType::Unknown, _)
+                | (VarType::Global(_), Scope::Global)
+                | (VarType::Shared(_), Scope::Shared)
+                | (VarType::Register(_), Scope::Register)
+        );
+        if ok {
+            Ok(())
+        } else {
+            Err(self.err(
+                node,
+                format!(
+                    "{what} needs {}, found {}",
+                    scope_name(scope),
+                    ty.describe()
+                ),
+            ))
+        }
+    }
+
+    /// An argument that must be a tensor in `scope`.
+    fn tensor_arg(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        instr: &str,
+        role: &str,
+        scope: Scope,
+    ) -> R<VarId> {
+        let text = e.to_token_stream().to_string();
+        match self.value(b, e, DestHint::Temp)? {
+            Value::Tensor(v) => {
+                let ty = b.ty(v);
+                let ok = matches!(
+                    (&ty, scope),
+                    (VarType::Unknown, _)
+                        | (VarType::Global(_), Scope::Global)
+                        | (VarType::Shared(_), Scope::Shared)
+                        | (VarType::Register(_), Scope::Register)
+                );
+                if ok {
+                    Ok(v)
+                } else {
+                    Err(self.err(
+                        e,
+                        format!(
+                            "the {role} of `{instr}` must be {}, but `{text}` is {}",
+                            scope_name(scope),
+                            ty.describe()
+                        ),
+                    ))
+                }
+            }
+            Value::Pointer(_) if scope == Scope::Global => Err(self.err(
+                e,
+                format!("`{text}` is a kernel parameter; make a view of it first: `view_global({text}, [..])`"),
+            )),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let found = self.describe(&other);
+                Err(self.err(
+                    e,
+                    format!("the {role} of `{instr}` must be {}, found {found}", scope_name(scope)),
+                ))
+            }
+        }
+    }
+
+    fn layout_arg(&mut self, b: &mut ProgramBuilder, e: &SynExpr, instr: &str) -> R<Layout> {
+        match self.value(b, e, DestHint::Temp)? {
+            Value::Layout(l, _) => Ok(l),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let found = self.describe(&other);
+                Err(self.err(
+                    e,
+                    format!("`{instr}` expects a layout here, e.g. `layout!(spatial(8, 4))`; found {found}"),
+                ))
+            }
+        }
+    }
+
+    fn array_arg(&mut self, b: &mut ProgramBuilder, e: &SynExpr, what: &str) -> R<Vec<Expr>> {
+        match self.value(b, e, DestHint::Temp)? {
+            Value::Array(a) => Ok(a),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let found = self.describe(&other);
+                Err(self.err(
+                    e,
+                    format!("expected {what} as an array `[..]`, found {found}"),
+                ))
+            }
+        }
+    }
+
+    /// Extents known at compile time (shared tiles, slices).
+    fn const_shape(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<Vec<usize>> {
+        let items = self.array_arg(b, e, "the extents")?;
+        let mut out = Vec::new();
+        for x in items {
+            match x {
+                Expr::Int(v) if v > 0 => out.push(v as usize),
+                Expr::Int(v) => {
+                    return Err(self.err(e, format!("extents must be positive, found {v}")))
+                }
+                _ => {
+                    return Err(self.err(
+                        e,
+                        "shared-memory extents must be constants (integers and tile parameters)",
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The `::<T>` of an instruction.
+    fn dtype_targ(
+        &mut self,
+        c: &ExprCall,
+        seg: &syn::PathSegment,
+        required: bool,
+    ) -> R<Option<DType>> {
+        let args: Vec<&GenericArgument> = match &seg.arguments {
+            PathArguments::AngleBracketed(a) => a.args.iter().collect(),
+            PathArguments::None => Vec::new(),
+            PathArguments::Parenthesized(p) => {
+                return Err(self.err(p, "expected `::<T>`"));
+            }
+        };
+        match args.as_slice() {
+            [] if required => Err(self.err(
+                c,
+                format!(
+                    "`{}` needs a data type: `{}`",
+                    seg.ident,
+                    usage(&seg.ident.to_string())
+                ),
+            )),
+            [] => Ok(None),
+            [GenericArgument::Type(Type::Path(p))] if p.path.get_ident().is_some() => {
+                let name = p
+                    .path
+                    .get_ident()
+                    .map(|i| i.to_string())
+                    .unwrap_or_default();
+                if let Some(Binding::DType(d)) = self.lookup(&name) {
+                    return Ok(Some(*d));
+                }
+                match crate::dtypes::parse(&name) {
+                    Ok(d) => Ok(Some(d)),
+                    Err(msg) => Err(self.err(p, msg)),
+                }
+            }
+            [other, ..] => Err(self.err(*other, "expected one data type, e.g. `::<f16>`")),
+        }
+    }
+
+    fn arity(&mut self, c: &ExprCall, name: &str, min: usize, max: usize) -> R<()> {
+        let n = c.args.len();
+        if n >= min && n <= max {
+            return Ok(());
+        }
+        let want = if min == max {
+            format!("{min} argument{}", if min == 1 { "" } else { "s" })
+        } else {
+            format!("{min} or {max} arguments")
+        };
+        Err(self.err(
+            c,
+            format!("`{name}` takes {want}: `{}`; found {n}", usage(name)),
+        ))
+    }
+
+    pub(super) fn call(
+        &mut self,
+        b: &mut ProgramBuilder,
+        c: &ExprCall,
+        dest: DestHint,
+    ) -> R<Value> {
+        let seg = match &*c.func {
+            SynExpr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
+                &p.path.segments[0]
+            }
+            other => return Err(self.err(other, "expected an instruction name")),
+        };
+        let name = seg.ident.to_string();
+        let args: Vec<&SynExpr> = c.args.iter().collect();
+        if self.in_grid && !matches!(name.as_str(), "cdiv" | "min" | "max" | "gcd") {
+            return Err(self.err(
+                c,
+                "the grid is computed from `i32` parameters and tile parameters, with + - * / % and `cdiv`, `min`, `max`",
+            ));
+        }
+        match name.as_str() {
+            "cdiv" => {
+                self.arity(c, &name, 2, 2)?;
+                let x = self.scalar(b, args[0], ScalarType::I32);
+                let y = self.scalar(b, args[1], ScalarType::I32);
+                let (x, y) = (x?, y?);
+                match (&x, &y) {
+                    (_, Expr::Int(0)) => Err(self.err(args[1], "division by zero")),
+                    (Expr::Int(p), Expr::Int(q)) => {
+                        let sum = p
+                            .checked_add(q - 1)
+                            .ok_or(())
+                            .map_err(|_| self.err(c, "`cdiv` overflows i32"))?;
+                        Ok(Value::Scalar(Expr::Int(sum / q), ScalarType::I32))
+                    }
+                    _ => Ok(Value::Scalar(Expr::cdiv(x, y), ScalarType::I32)),
+                }
+            }
+            "gcd" => {
+                self.arity(c, &name, 2, 2)?;
+                match (self.const_int(args[0]), self.const_int(args[1])) {
+                    (Some(x), Some(y)) => Ok(Value::Scalar(Expr::Int(gcd(x, y)), ScalarType::I32)),
+                    _ => Err(self.err(c, "`gcd` takes constants (integers and tile parameters)")),
+                }
+            }
+            "min" | "max" => {
+                self.arity(c, &name, 2, 2)?;
+                let op = if name == "min" {
+                    BinaryOp::Min
+                } else {
+                    BinaryOp::Max
+                };
+                self.min_max(b, c, op, args[0], args[1], dest)
+            }
+            "add" | "sub" | "mul" | "div" | "rem" => {
+                self.arity(c, &name, 2, 2)?;
+                let op = match name.as_str() {
+                    "add" => BinaryOp::Add,
+                    "sub" => BinaryOp::Sub,
+                    "mul" => BinaryOp::Mul,
+                    "div" => BinaryOp::Div,
+                    _ => BinaryOp::Mod,
+                };
+                let x = self.tensor_arg(b, args[0], &name, "first operand", Scope::Register);
+                let y = self.value(b, args[1], DestHint::Temp);
+                let (x, y) = (x?, y?);
+                let rhs = self.operand(args[1], y)?;
+                self.element(b, c, op, x, rhs, dest)
+            }
+            "neg" => {
+                self.arity(c, &name, 1, 1)?;
+                let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register)?;
+                self.neg(b, c, x, dest)
+            }
+            "block_indices" => Err(self.err(
+                c,
+                "bind the block indices with a pattern: `let [bi, bj] = block_indices();`",
+            )),
+            "view_global" => {
+                self.arity(c, &name, 2, 2)?;
+                let dtype = self.dtype_targ(c, seg, false);
+                let ptr = match self.value(b, args[0], DestHint::Temp) {
+                    Ok(Value::Pointer(p)) => Ok(p),
+                    Ok(Value::Poisoned) | Err(_) => Err(Reported),
+                    Ok(other) => {
+                        let found = self.describe(&other);
+                        Err(self.err(
+                            args[0],
+                            format!("`view_global` views a `Global<T>`/`GlobalMut<T>` kernel parameter, found {found}"),
+                        ))
+                    }
+                };
+                let shape = self.array_arg(b, args[1], "the extents");
+                let (dtype, ptr, shape) = (dtype?, ptr?, shape?);
+                let dtype = match (dtype, b.ty(ptr)) {
+                    (Some(d), _) => d,
+                    (None, VarType::Pointer { dtype, .. }) => dtype,
+                    _ => return Err(Reported),
+                };
+                let site = self.site(c);
+                b.set_span(site);
+                let n = self.dest_name(dest, "view")?;
+                Ok(Value::Tensor(b.view_global(&n, ptr, dtype, shape)))
+            }
+            "allocate_global" => {
+                self.arity(c, &name, 1, 1)?;
+                let dtype = self.dtype_targ(c, seg, true);
+                let shape = self.array_arg(b, args[0], "the extents");
+                let (dtype, shape) = (dtype?, shape?);
+                let site = self.site(c);
+                b.set_span(site);
+                let n = self.dest_name(dest, "scratch")?;
+                Ok(Value::Tensor(b.allocate_global(
+                    &n,
+                    dtype.unwrap_or(DType::F32),
+                    shape,
+                )))
+            }
+            "register" | "allocate_register" => {
+                self.arity(c, &name, 1, 2)?;
+                let dtype = self.dtype_targ(c, seg, true);
+                let layout = self.layout_arg(b, args[0], &name);
+                let init = match args.get(1) {
+                    None => Ok(None),
+                    Some(e) => match self.value(b, e, DestHint::Temp) {
+                        Ok(Value::Float(f)) => Ok(Some(f)),
+                        Ok(Value::Scalar(Expr::Int(i), ScalarType::I32)) => Ok(Some(i as f64)),
+                        Ok(Value::Poisoned) | Err(_) => Err(Reported),
+                        Ok(_) => Err(self.err(
+                            *e,
+                            "the initial value of a register tensor is a constant, e.g. `0.0`",
+                        )),
+                    },
+                };
+                let (dtype, layout, init) = (dtype?, layout?, init?);
+                let site = self.site_with(c, Some(Range::of(args[0])), None);
+                b.set_span(site);
+                let d = self.dest(dest, "regs");
+                let dtype = dtype.unwrap_or(DType::F32);
+                Ok(Value::Tensor(build!(d, |d| b.allocate_register(
+                    d,
+                    dtype,
+                    layout.clone(),
+                    init
+                ))))
+            }
+            "shared" | "allocate_shared" => {
+                self.arity(c, &name, 1, 2)?;
+                let dtype = self.dtype_targ(c, seg, true);
+                let shape = self.const_shape(b, args[0]);
+                let swizzle = match args.get(1) {
+                    None => Ok(None),
+                    Some(e) => self.swizzle(e).map(Some),
+                };
+                let (dtype, shape, swizzle) = (dtype?, shape?, swizzle?);
+                let mut strides = vec![1usize; shape.len()];
+                for i in (0..shape.len().saturating_sub(1)).rev() {
+                    strides[i] = strides[i + 1] * shape[i + 1];
+                }
+                let site = self.site(c);
+                b.set_span(site);
+                let n = self.dest_name(dest, "smem")?;
+                let layout = SharedLayout {
+                    shape,
+                    strides,
+                    swizzle,
+                };
+                Ok(Value::Tensor(b.allocate_shared(
+                    &n,
+                    dtype.unwrap_or(DType::F16),
+                    layout,
+                )))
+            }
+            "load_global" | "load_shared" => {
+                self.arity(c, &name, 3, 3)?;
+                let scope = if name == "load_global" {
+                    Scope::Global
+                } else {
+                    Scope::Shared
+                };
+                let src = self.tensor_arg(b, args[0], &name, "source", scope);
+                let layout = self.layout_arg(b, args[1], &name);
+                let offset = self.array_arg(b, args[2], "the offset");
+                let (src, layout, offset) = (src?, layout?, offset?);
+                let site = self.site_with(c, Some(Range::of(args[1])), Some(Range::of(args[2])));
+                b.set_span(site);
+                let d = self.dest(dest, "tile");
+                Ok(Value::Tensor(if scope == Scope::Global {
+                    build!(d, |d| b.load_global(d, src, layout.clone(), offset.clone()))
+                } else {
+                    build!(d, |d| b.load_shared(d, src, layout.clone(), offset.clone()))
+                }))
+            }
+            "store_global" | "store_shared" => {
+                self.arity(c, &name, 3, 3)?;
+                let scope = if name == "store_global" {
+                    Scope::Global
+                } else {
+                    Scope::Shared
+                };
+                let x = self.tensor_arg(b, args[0], &name, "value", Scope::Register);
+                let dst = self.tensor_arg(b, args[1], &name, "destination", scope);
+                let offset = self.array_arg(b, args[2], "the offset");
+                let (x, dst, offset) = (x?, dst?, offset?);
+                let site = self.site_with(c, None, Some(Range::of(args[2])));
+                b.set_span(site);
+                if scope == Scope::Global {
+                    b.store_global(x, dst, offset);
+                } else {
+                    b.store_shared(x, dst, offset);
+                }
+                Ok(Value::Unit)
+            }
+            "slice_shared" => {
+                self.arity(c, &name, 3, 3)?;
+                let src = self.tensor_arg(b, args[0], &name, "source", Scope::Shared);
+                let offset = self.array_arg(b, args[1], "the offset");
+                let shape = self.const_shape(b, args[2]);
+                let (src, offset, shape) = (src?, offset?, shape?);
+                let site = self.site_with(c, None, Some(Range::of(args[1])));
+                b.set_span(site);
+                let n = self.dest_name(dest, "slice")?;
+                Ok(Value::Tensor(b.slice_shared(&n, src, offset, shape)))
+            }
+            "copy_async" => {
+                self.arity(c, &name, 3, 3)?;
+                let src = self.tensor_arg(b, args[0], &name, "source", Scope::Global);
+                let dst = self.tensor_arg(b, args[1], &name, "destination", Scope::Shared);
+                let offset = self.array_arg(b, args[2], "the offset");
+                let (src, dst, offset) = (src?, dst?, offset?);
+                let site = self.site_with(c, None, Some(Range::of(args[2])));
+                b.set_span(site);
+                b.copy_async(dst, src, offset);
+                Ok(Value::Unit)
+            }
+            "commit_group" | "copy_async_commit_group" => {
+                self.arity(c, &name, 0, 0)?;
+                let site = self.site(c);
+                b.set_span(site);
+                b.copy_async_commit_group();
+                Ok(Value::Unit)
+            }
+            "wait_group" | "copy_async_wait_group" => {
+                self.arity(c, &name, 1, 1)?;
+                let n = match self.const_int(args[0]) {
+                    Some(n) if n >= 0 => n as u32,
+                    _ => {
+                        return Err(self.err(
+                            args[0],
+                            "the number of groups left in flight is a non-negative constant",
+                        ))
+                    }
+                };
+                let site = self.site(c);
+                b.set_span(site);
+                b.copy_async_wait_group(n);
+                Ok(Value::Unit)
+            }
+            "cast" => {
+                self.arity(c, &name, 1, 1)?;
+                let dtype = self.dtype_targ(c, seg, true);
+                let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register);
+                let (dtype, x) = (dtype?, x?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "cast");
+                let dtype = dtype.unwrap_or(DType::F32);
+                Ok(Value::Tensor(build!(d, |d| b.cast(d, x, dtype))))
+            }
+            "view" => {
+                self.arity(c, &name, 2, 2)?;
+                let dtype = self.dtype_targ(c, seg, true);
+                let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register);
+                let layout = self.layout_arg(b, args[1], &name);
+                let (dtype, x, layout) = (dtype?, x?, layout?);
+                let site = self.site_with(c, Some(Range::of(args[1])), None);
+                b.set_span(site);
+                let d = self.dest(dest, "view");
+                let dtype = dtype.unwrap_or(DType::F32);
+                Ok(Value::Tensor(build!(d, |d| b.view(
+                    d,
+                    x,
+                    dtype,
+                    layout.clone()
+                ))))
+            }
+            "dot" => {
+                self.arity(c, &name, 3, 3)?;
+                let x = self.tensor_arg(b, args[0], &name, "first operand", Scope::Register);
+                let y = self.tensor_arg(b, args[1], &name, "second operand", Scope::Register);
+                let z = self.tensor_arg(b, args[2], &name, "accumulator", Scope::Register);
+                let (x, y, z) = (x?, y?, z?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "dot");
+                Ok(Value::Tensor(build!(d, |d| b.dot(d, x, y, z))))
+            }
+            "sync" | "synchronize" => {
+                self.arity(c, &name, 0, 0)?;
+                let site = self.site(c);
+                b.set_span(site);
+                b.synchronize();
+                Ok(Value::Unit)
+            }
+            "exit" => {
+                self.arity(c, &name, 0, 0)?;
+                let site = self.site(c);
+                b.set_span(site);
+                b.exit();
+                Ok(Value::Unit)
+            }
+            "print" => {
+                self.arity(c, &name, 1, 2)?;
+                let (label, x) = if args.len() == 2 {
+                    match args[0] {
+                        SynExpr::Lit(syn::ExprLit {
+                            lit: syn::Lit::Str(s),
+                            ..
+                        }) => (s.value(), args[1]),
+                        other => {
+                            return Err(self.err(other, "the label of `print` is a string literal"))
+                        }
+                    }
+                } else {
+                    (args[0].to_token_stream().to_string(), args[0])
+                };
+                let v = self.value(b, x, DestHint::Temp)?;
+                let operand = self.operand(x, v)?;
+                let site = self.site(c);
+                b.set_span(site);
+                b.print(&label, operand);
+                Ok(Value::Unit)
+            }
+            other => {
+                let hint = suggest(other, INSTRUCTIONS.iter().map(|(n, _)| *n))
+                    .map(|s| format!("did you mean `{s}`?"))
+                    .unwrap_or_else(|| {
+                        "the instructions are: ".to_string()
+                            + &INSTRUCTIONS
+                                .iter()
+                                .map(|(n, _)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                    });
+                Err(self.err(&seg.ident, format!("unknown instruction `{other}`; {hint}")))
+            }
+        }
+    }
+
+    /// `x.min(y)`, `x.max(y)`: the method forms of `min`/`max`.
+    pub(super) fn method_call(
+        &mut self,
+        b: &mut ProgramBuilder,
+        m: &syn::ExprMethodCall,
+        dest: DestHint,
+    ) -> R<Value> {
+        let name = m.method.to_string();
+        match name.as_str() {
+            "min" | "max" if m.args.len() == 1 => {
+                let op = if name == "min" { BinaryOp::Min } else { BinaryOp::Max };
+                self.min_max(b, m, op, &m.receiver, &m.args[0], dest)
+            }
+            _ => Err(self.err(
+                &m.method,
+                format!("method calls are not supported in a kernel (except `.min(..)`/`.max(..)`); write `{name}(..)` if `{name}` is an instruction"),
+            )),
+        }
+    }
+
+    fn min_max<T: ToTokens + 'static>(
+        &mut self,
+        b: &mut ProgramBuilder,
+        node: &T,
+        op: BinaryOp,
+        x: &SynExpr,
+        y: &SynExpr,
+        dest: DestHint,
+    ) -> R<Value> {
+        let vx = self.value(b, x, DestHint::Temp);
+        let vy = self.value(b, y, DestHint::Temp);
+        match (vx?, vy?) {
+            (Value::Scalar(p, tp), Value::Scalar(q, tq)) => {
+                let (e, ty) = self.scalar_binary(node, op, (p, tp), (q, tq))?;
+                Ok(Value::Scalar(e, ty))
+            }
+            (Value::Float(p), Value::Float(q)) => Ok(Value::Float(if op == BinaryOp::Min {
+                p.min(q)
+            } else {
+                p.max(q)
+            })),
+            (Value::Tensor(t), other) => {
+                let rhs = self.operand(y, other)?;
+                self.element(b, node, op, t, rhs, dest)
+            }
+            (other, Value::Tensor(t)) => {
+                let rhs = self.operand(x, other)?;
+                self.element(b, node, op, t, rhs, dest)
+            }
+            (Value::Poisoned, _) | (_, Value::Poisoned) => Err(Reported),
+            (p, q) => {
+                let (p, q) = (self.describe(&p), self.describe(&q));
+                Err(self.err(
+                    node,
+                    format!("cannot take the minimum or maximum of {p} and {q}"),
+                ))
+            }
+        }
+    }
+
+    /// `swizzle(bits, base, shift)`.
+    fn swizzle(&mut self, e: &SynExpr) -> R<Swizzle> {
+        if let SynExpr::Call(c) = e {
+            if matches!(&*c.func, SynExpr::Path(p) if p.path.is_ident("swizzle"))
+                && c.args.len() == 3
+            {
+                let vals: Vec<Option<i32>> = c.args.iter().map(|a| self.const_int(a)).collect();
+                if let [Some(bits), Some(base), Some(shift)] = vals.as_slice() {
+                    if *bits >= 0 && *base >= 0 && *shift >= 0 {
+                        return Ok(Swizzle {
+                            bits: *bits as u32,
+                            base: *base as u32,
+                            shift: *shift as u32,
+                        });
+                    }
+                }
+            }
+        }
+        Err(self.err(
+            e,
+            "expected `swizzle(bits, base, shift)` with non-negative constants",
+        ))
+    }
+
+    /// The name of a new tensor; instructions that create views cannot write an existing one.
+    fn dest_name(&mut self, dest: DestHint, temp: &str) -> R<String> {
+        match dest {
+            DestHint::New(n) => Ok(self.unique(&n)),
+            // The caller reports that an existing tensor cannot be rebound to a new view.
+            DestHint::Temp | DestHint::Existing(_) => Ok(self.unique(temp)),
+        }
+    }
+}
+
+/// Greatest common divisor (of absolute values; `gcd(0, 0) = 0`).
+pub fn gcd(a: i32, b: i32) -> i32 {
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.min(i32::MAX as u32) as i32
+}

@@ -1,0 +1,309 @@
+//! Body translation: the kernel's Rust syntax, for one configuration, into a
+//! `tilus_core::ir::Program` built with `ProgramBuilder`.
+//!
+//! Tile parameters are constants of the configuration and scalar arithmetic on constants is
+//! folded while translating, so `if BM >= 64 { .. }` keeps only the taken branch and
+//! `layout!(local(BM / 16, 1))` sees a number. Each statement and instruction gets a `SpanId`
+//! from [`Sites`], keyed by its syntax node, so verifier diagnostics point back at user tokens.
+//!
+//! Translation problems (undefined names, unknown instructions, malformed layouts, arguments of
+//! the wrong kind) are collected in `diags` and translation goes on with the next statement; a
+//! name whose definition failed is *poisoned* so that its uses do not repeat the error.
+
+mod expr;
+mod instr;
+mod layout;
+mod stmt;
+
+use std::collections::HashMap;
+
+use quote::ToTokens;
+use syn::ItemFn;
+use tilus_core::ir::{Expr, Program, ProgramBuilder, ScalarType, SpanId, VarId};
+use tilus_core::layout::{Layout, ParseError};
+use tilus_core::DType;
+
+use crate::attr::KernelAttr;
+use crate::diag::{node_key, Diag, Range, Site, Sites};
+use crate::signature::{KernelSig, ParamKind};
+use crate::space::{Point, Space};
+
+/// What a name is bound to.
+#[derive(Clone, Debug)]
+pub enum Binding {
+    /// A compile-time integer: a tile parameter or an immutable scalar that folded.
+    Const(i32),
+    ConstBool(bool),
+    /// A floating-point constant (only usable as an immediate of tensor instructions).
+    Float(f64),
+    Scalar {
+        var: VarId,
+        ty: ScalarType,
+        mutable: bool,
+    },
+    Tensor {
+        var: VarId,
+        mutable: bool,
+    },
+    /// A kernel parameter pointing at device memory.
+    Pointer(VarId),
+    Layout(Layout, String),
+    Array(Vec<Expr>),
+    /// A dtype parameter (`W`), usable in turbofish position and as `W::BITS`.
+    DType(DType),
+    /// Its definition failed and was reported; uses are silently accepted.
+    Poisoned,
+}
+
+/// The result of translating an expression.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Scalar(Expr, ScalarType),
+    Float(f64),
+    Tensor(VarId),
+    Pointer(VarId),
+    Layout(Layout, String),
+    Array(Vec<Expr>),
+    Unit,
+    Poisoned,
+}
+
+/// An error was reported; the caller skips what depended on it.
+#[derive(Debug)]
+pub struct Reported;
+pub type R<T> = Result<T, Reported>;
+
+/// Where an instruction's result goes.
+#[derive(Clone, Debug)]
+pub enum DestHint {
+    /// A new variable named after the `let` binding.
+    New(String),
+    /// An existing mutable tensor (`acc = dot(a, b, acc)`).
+    Existing(VarId),
+    /// A temporary (an argument of another instruction).
+    Temp,
+}
+
+/// Shared across the configurations of one kernel: the span table and parsed layouts.
+pub struct Shared<'a> {
+    pub sites: &'a mut Sites,
+    pub layouts: &'a mut HashMap<String, Result<Layout, ParseError>>,
+}
+
+pub struct Translator<'a, 'b> {
+    sig: &'a KernelSig,
+    attr: &'a KernelAttr,
+    shared: &'a mut Shared<'b>,
+    pub diags: Vec<Diag>,
+    scopes: Vec<Vec<(String, Binding)>>,
+    used_names: HashMap<String, u32>,
+    /// Translating the grid: instructions are not allowed.
+    in_grid: bool,
+}
+
+/// Translate the kernel for the configuration `point`.
+pub fn translate(
+    f: &ItemFn,
+    sig: &KernelSig,
+    attr: &KernelAttr,
+    space: &Space,
+    point: &Point,
+    shared: &mut Shared,
+) -> Result<Program, Vec<Diag>> {
+    let mut t = Translator {
+        sig,
+        attr,
+        shared,
+        diags: Vec::new(),
+        scopes: vec![Vec::new()],
+        used_names: HashMap::new(),
+        in_grid: false,
+    };
+    for name in sig.tile_names() {
+        let v = space.tile(point, &name.to_string()).unwrap_or(0);
+        t.bind(&name.to_string(), Binding::Const(v));
+    }
+    for name in sig.dtype_names() {
+        if let Some(d) = space.dtype(point, &name.to_string()) {
+            t.bind(&name.to_string(), Binding::DType(d));
+        }
+    }
+    let threads = t.threads();
+    let mut b = ProgramBuilder::new(&sig.name.to_string(), threads.unwrap_or(128));
+    b.set_program_span(SpanId(0));
+    for p in &sig.params {
+        let name = p.name.to_string();
+        t.used_names.insert(name.clone(), 1);
+        let binding = match &p.kind {
+            ParamKind::I32 => Binding::Scalar {
+                var: b.param_i32(&name),
+                ty: ScalarType::I32,
+                mutable: false,
+            },
+            ParamKind::Ptr { dtype, mutable, .. } => {
+                Binding::Pointer(b.param_ptr(&name, *dtype, *mutable))
+            }
+            ParamKind::Bad => Binding::Poisoned,
+        };
+        t.bind(&name, binding);
+    }
+    t.grid(&mut b);
+    t.scopes.push(Vec::new());
+    for stmt in &f.block.stmts {
+        t.stmt(&mut b, stmt);
+    }
+    if t.diags.is_empty() && threads.is_some() {
+        Ok(b.finish())
+    } else {
+        Err(t.diags)
+    }
+}
+
+impl Translator<'_, '_> {
+    fn error(&mut self, d: Diag) -> Reported {
+        self.diags.push(d);
+        Reported
+    }
+
+    /// Report `message` at `node`.
+    fn err<T: ToTokens + 'static>(&mut self, node: &T, message: impl Into<String>) -> Reported {
+        self.error(Diag::at(node, message))
+    }
+
+    fn bind(&mut self, name: &str, binding: Binding) {
+        self.scopes
+            .last_mut()
+            .expect("a scope is always open")
+            .push((name.to_string(), binding));
+    }
+
+    fn lookup(&self, name: &str) -> Option<&Binding> {
+        self.scopes
+            .iter()
+            .rev()
+            .find_map(|s| s.iter().rev().find(|(n, _)| n == name).map(|(_, b)| b))
+    }
+
+    fn names_in_scope(&self) -> Vec<String> {
+        self.scopes
+            .iter()
+            .flat_map(|s| s.iter().map(|(n, _)| n.clone()))
+            .collect()
+    }
+
+    /// A variable name not used before in this program (shadowing gets `_1`, `_2`, ...).
+    fn unique(&mut self, name: &str) -> String {
+        let n = self.used_names.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            name.to_string()
+        } else {
+            format!("{name}_{}", *n - 1)
+        }
+    }
+
+    /// The span id of `node`, for the builder.
+    fn site<T: ToTokens + 'static>(&mut self, node: &T) -> SpanId {
+        self.site_with(node, None, None)
+    }
+
+    fn site_with<T: ToTokens + 'static>(
+        &mut self,
+        node: &T,
+        layout: Option<Range>,
+        offset: Option<Range>,
+    ) -> SpanId {
+        self.shared.sites.intern(Site {
+            range: Range::of(node),
+            key: node_key(node),
+            layout,
+            offset,
+        })
+    }
+
+    /// Threads per block from `warps = ..` / `threads = ..` (default 4 warps).
+    fn threads(&mut self) -> Option<u32> {
+        let Some((e, warps)) = &self.attr.threads else {
+            return Some(128);
+        };
+        let e = e.clone();
+        let what = if *warps { "warps" } else { "threads" };
+        match self.const_int(&e) {
+            Some(v) if v > 0 => {
+                let threads = if *warps { v.checked_mul(32) } else { Some(v) };
+                match threads {
+                    Some(t) if t % 32 == 0 && t <= 1024 => Some(t as u32),
+                    _ => {
+                        let _ = self.err(
+                            &e,
+                            format!(
+                                "a block has a multiple of 32 threads, at most 1024; `{what} = {v}` gives {}",
+                                threads.map(|t| t.to_string()).unwrap_or_else(|| "too many".into())
+                            ),
+                        );
+                        None
+                    }
+                }
+            }
+            Some(v) => {
+                let _ = self.err(&e, format!("`{what}` must be positive, found {v}"));
+                None
+            }
+            None => {
+                let _ = self.err(
+                    &e,
+                    format!("`{what}` must be a constant (integers and tile parameters)"),
+                );
+                None
+            }
+        }
+    }
+
+    fn grid(&mut self, b: &mut ProgramBuilder) {
+        let Some((exprs, _)) = &self.attr.grid else {
+            return;
+        };
+        let exprs = exprs.clone();
+        self.in_grid = true;
+        let mut extents = Vec::new();
+        for e in &exprs {
+            let site = self.site(e);
+            b.set_span(site);
+            if let Ok(x) = self.scalar(b, e, ScalarType::I32) {
+                extents.push(x);
+            }
+        }
+        self.in_grid = false;
+        b.grid(extents);
+    }
+}
+
+/// Levenshtein distance, for "did you mean" hints.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The closest of `candidates` to `name`, if close enough to be a likely typo.
+pub fn suggest<'c>(name: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, c)| *d <= 2.max(name.len() / 4) && *d < name.len().max(c.len()))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// A span for diagnostics about the kernel as a whole.
+pub fn kernel_range(f: &ItemFn) -> (Range, crate::diag::SiteKey) {
+    (Range::single(f.sig.ident.span()), node_key(&f.sig.ident))
+}

@@ -1,0 +1,445 @@
+//! Statements: `let`, assignment, `if`/`else`, `for x in a..b`, `while`, and instruction
+//! calls whose result is discarded.
+
+use syn::{BinOp, Expr as SynExpr, Pat, RangeLimits, Stmt};
+use tilus_core::ir::{Expr, ProgramBuilder, ScalarType};
+
+use super::*;
+
+impl Translator<'_, '_> {
+    pub(super) fn stmt(&mut self, b: &mut ProgramBuilder, stmt: &Stmt) {
+        match stmt {
+            Stmt::Local(local) => self.local(b, local),
+            Stmt::Expr(e, _) => {
+                let _ = self.stmt_expr(b, e);
+            }
+            Stmt::Item(item) => {
+                let _ = self.err(item, "items cannot be declared inside a kernel");
+            }
+            Stmt::Macro(m) => {
+                let name = m.mac.path.segments.last().map(|s| s.ident.to_string());
+                let msg = match name.as_deref() {
+                    Some("layout") => "a `layout!(..)` on its own does nothing; bind it with `let` or pass it to an instruction".to_string(),
+                    Some(n) => format!("unknown macro `{n}!`; a kernel has `layout!(..)`, and `print(..)` for debugging"),
+                    None => "unknown macro".to_string(),
+                };
+                let _ = self.err(&m.mac, msg);
+            }
+        }
+    }
+
+    fn block(&mut self, b: &mut ProgramBuilder, block: &syn::Block) {
+        self.scopes.push(Vec::new());
+        for stmt in &block.stmts {
+            self.stmt(b, stmt);
+        }
+        self.scopes.pop();
+    }
+
+    fn local(&mut self, b: &mut ProgramBuilder, local: &syn::Local) {
+        let Some(init) = &local.init else {
+            let _ = self.err(local, "a `let` in a kernel needs a value");
+            self.poison_pattern(&local.pat);
+            return;
+        };
+        if let Some((_, diverge)) = &init.diverge {
+            let _ = self.err(&**diverge, "`let .. else` is not supported in a kernel");
+        }
+        let expr = &*init.expr;
+        let mut pat = &local.pat;
+        if let Pat::Type(pt) = pat {
+            let _ = self.err(
+                &*pt.ty,
+                "remove the type annotation: types in a kernel are inferred from the instructions",
+            );
+            pat = &pt.pat;
+        }
+        match pat {
+            Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                let name = pi.ident.to_string();
+                let mutable = pi.mutability.is_some();
+                let site = self.site(expr);
+                b.set_span(site);
+                let binding = match self.value(b, expr, DestHint::New(name.clone())) {
+                    Ok(v) => self.binding_for(b, local, &name, mutable, v),
+                    Err(Reported) => Binding::Poisoned,
+                };
+                self.bind(&name, binding);
+            }
+            Pat::Wild(_) => {
+                let _ = self.value(b, expr, DestHint::Temp);
+            }
+            Pat::Slice(_) | Pat::Tuple(_) => self.destructure(b, pat, expr),
+            other => {
+                let _ = self.err(other, "expected a variable name");
+            }
+        }
+    }
+
+    /// What `let [mut] name = v` binds.
+    fn binding_for(
+        &mut self,
+        b: &mut ProgramBuilder,
+        local: &syn::Local,
+        name: &str,
+        mutable: bool,
+        v: Value,
+    ) -> Binding {
+        match v {
+            Value::Scalar(Expr::Int(c), _) if !mutable => Binding::Const(c),
+            Value::Scalar(Expr::Bool(c), _) if !mutable => Binding::ConstBool(c),
+            Value::Scalar(e, ty) => {
+                let n = self.unique(name);
+                Binding::Scalar {
+                    var: b.let_(&n, ty, e),
+                    ty,
+                    mutable,
+                }
+            }
+            Value::Float(f) if !mutable => Binding::Float(f),
+            Value::Float(_) => {
+                let _ = self.err(
+                    local,
+                    "floating-point scalars are constants; only tensors and i32 scalars can be `mut`",
+                );
+                Binding::Poisoned
+            }
+            Value::Tensor(var) => Binding::Tensor { var, mutable },
+            Value::Pointer(var) => Binding::Pointer(var),
+            Value::Layout(l, t) => Binding::Layout(l, t),
+            Value::Array(a) => Binding::Array(a),
+            Value::Unit => {
+                let _ = self.err(
+                    local,
+                    format!("`{name}` would be bound to nothing: this instruction has no result"),
+                );
+                Binding::Poisoned
+            }
+            Value::Poisoned => Binding::Poisoned,
+        }
+    }
+
+    fn poison_pattern(&mut self, pat: &Pat) {
+        match pat {
+            Pat::Ident(pi) => self.bind(&pi.ident.to_string(), Binding::Poisoned),
+            Pat::Type(pt) => self.poison_pattern(&pt.pat),
+            Pat::Slice(s) => s.elems.iter().for_each(|p| self.poison_pattern(p)),
+            Pat::Tuple(t) => t.elems.iter().for_each(|p| self.poison_pattern(p)),
+            _ => {}
+        }
+    }
+
+    /// `let [bi, bj] = block_indices();`
+    fn destructure(&mut self, b: &mut ProgramBuilder, pat: &Pat, expr: &SynExpr) {
+        let elems: Vec<&Pat> = match pat {
+            Pat::Slice(s) => s.elems.iter().collect(),
+            Pat::Tuple(t) => t.elems.iter().collect(),
+            _ => Vec::new(),
+        };
+        let is_block_indices = matches!(expr, SynExpr::Call(c)
+            if matches!(&*c.func, SynExpr::Path(p) if p.path.is_ident("block_indices")));
+        if !is_block_indices {
+            let _ = self.err(
+                pat,
+                "destructuring is only for `let [bi, bj] = block_indices();`",
+            );
+            self.poison_pattern(pat);
+            return;
+        }
+        if let SynExpr::Call(c) = expr {
+            if !c.args.is_empty() {
+                let _ = self.err(&c.args, "`block_indices()` takes no arguments");
+            }
+        }
+        let mut names = Vec::new();
+        for p in &elems {
+            match p {
+                Pat::Ident(pi) if pi.mutability.is_none() => names.push(pi.ident.to_string()),
+                Pat::Wild(_) => names.push("_".to_string()),
+                other => {
+                    let _ = self.err(*other, "expected a name for a block index");
+                    names.push("_".to_string());
+                }
+            }
+        }
+        let grid_rank = self.attr.grid.as_ref().map(|g| g.0.len()).unwrap_or(0);
+        if grid_rank != 0 && names.len() != grid_rank {
+            let _ = self.err(
+                pat,
+                format!(
+                    "the grid has {grid_rank} dimension{}, so `block_indices()` gives {grid_rank} ind{}; found {} names",
+                    if grid_rank == 1 { "" } else { "s" },
+                    if grid_rank == 1 { "ex" } else { "ices" },
+                    names.len()
+                ),
+            );
+        }
+        let site = self.site(expr);
+        b.set_span(site);
+        let unique: Vec<String> = names
+            .iter()
+            .map(|n| {
+                if n == "_" {
+                    self.unique("block_index")
+                } else {
+                    self.unique(n)
+                }
+            })
+            .collect();
+        let refs: Vec<&str> = unique.iter().map(|s| s.as_str()).collect();
+        let vars = b.block_indices(&refs);
+        for (name, var) in names.iter().zip(vars) {
+            if name != "_" {
+                self.bind(
+                    name,
+                    Binding::Scalar {
+                        var,
+                        ty: ScalarType::I32,
+                        mutable: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// An expression in statement position.
+    fn stmt_expr(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<()> {
+        match e {
+            SynExpr::Assign(a) => self.assign(b, e, &a.left, None, &a.right),
+            SynExpr::Binary(bin)
+                if matches!(
+                    bin.op,
+                    BinOp::AddAssign(_)
+                        | BinOp::SubAssign(_)
+                        | BinOp::MulAssign(_)
+                        | BinOp::DivAssign(_)
+                        | BinOp::RemAssign(_)
+                ) =>
+            {
+                self.assign(b, e, &bin.left, Some(&bin.op), &bin.right)
+            }
+            SynExpr::ForLoop(f) => self.for_loop(b, f),
+            SynExpr::While(w) => {
+                if let Some(l) = &w.label {
+                    return Err(self.err(l, "loop labels are not supported"));
+                }
+                let site = self.site(&*w.cond);
+                b.set_span(site);
+                let cond = self.scalar(b, &w.cond, ScalarType::Bool)?;
+                if cond == Expr::Bool(false) {
+                    return Ok(());
+                }
+                b.while_(cond, |b| self.block(b, &w.body));
+                Ok(())
+            }
+            SynExpr::If(i) => self.if_stmt(b, i),
+            SynExpr::Block(blk) => {
+                if blk.label.is_some() {
+                    return Err(self.err(e, "labelled blocks are not supported"));
+                }
+                self.block(b, &blk.block);
+                Ok(())
+            }
+            SynExpr::Loop(_) => Err(self.err(e, "`loop` is not supported; use `while` or `for`")),
+            SynExpr::Return(_) => Err(self.err(
+                e,
+                "`return` is not supported; use `exit()` to end the block",
+            )),
+            SynExpr::Break(_) | SynExpr::Continue(_) => {
+                Err(self.err(e, "`break` and `continue` are not supported in a kernel"))
+            }
+            SynExpr::Macro(m) => {
+                let _ = self.value(b, e, DestHint::Temp);
+                let _ = m;
+                Ok(())
+            }
+            _ => {
+                self.value(b, e, DestHint::Temp)?;
+                Ok(())
+            }
+        }
+    }
+
+    fn assign(
+        &mut self,
+        b: &mut ProgramBuilder,
+        whole: &SynExpr,
+        left: &SynExpr,
+        compound: Option<&BinOp>,
+        right: &SynExpr,
+    ) -> R<()> {
+        let name = match left {
+            SynExpr::Path(p) if p.path.get_ident().is_some() => p
+                .path
+                .get_ident()
+                .map(|i| i.to_string())
+                .unwrap_or_default(),
+            _ => return Err(self.err(left, "only variables can be assigned")),
+        };
+        let binding = match self.lookup(&name).cloned() {
+            Some(bd) => bd,
+            None => {
+                self.value(b, left, DestHint::Temp)?;
+                return Err(Reported);
+            }
+        };
+        let site = self.site(right);
+        b.set_span(site);
+        match binding {
+            Binding::Poisoned => Err(Reported),
+            Binding::Scalar { var, ty, mutable } => {
+                if !mutable {
+                    return Err(self.immutable(left, &name));
+                }
+                let rhs = self.scalar(b, right, ty)?;
+                let value = match compound {
+                    None => rhs,
+                    Some(op) => {
+                        let op = super::expr::compound_op(op);
+                        self.scalar_binary(whole, op, (Expr::Var(var), ty), (rhs, ty))?
+                            .0
+                    }
+                };
+                let site = self.site(whole);
+                b.set_span(site);
+                b.assign(var, value);
+                Ok(())
+            }
+            Binding::Tensor { var, mutable } => {
+                if !mutable {
+                    return Err(self.immutable(left, &name));
+                }
+                match compound {
+                    None => match self.value(b, right, DestHint::Existing(var))? {
+                        Value::Tensor(v) if v == var => Ok(()),
+                        Value::Poisoned => Err(Reported),
+                        Value::Tensor(_) => Err(self.err(
+                            right,
+                            format!("tensors are written by instructions: assign the result of an instruction to `{name}` (e.g. `{name} = add({name}, x)`), not another tensor"),
+                        )),
+                        other => {
+                            let found = self.describe(&other);
+                            Err(self.err(right, format!("`{name}` is a tensor; found {found}")))
+                        }
+                    },
+                    Some(op) => {
+                        let op = super::expr::compound_op(op);
+                        let v = self.value(b, right, DestHint::Temp)?;
+                        let operand = self.operand(right, v)?;
+                        self.element(b, whole, op, var, operand, DestHint::Existing(var))?;
+                        Ok(())
+                    }
+                }
+            }
+            Binding::Const(_) | Binding::ConstBool(_) | Binding::Float(_) => {
+                if self.sig.tile_names().any(|t| *t == name) {
+                    Err(self.err(left, format!("cannot assign to tile parameter `{name}`")))
+                } else {
+                    Err(self.immutable(left, &name))
+                }
+            }
+            _ => Err(self.err(left, format!("cannot assign to `{name}`"))),
+        }
+    }
+
+    fn immutable(&mut self, left: &SynExpr, name: &str) -> Reported {
+        self.err(
+            left,
+            format!("cannot assign twice to immutable variable `{name}`; declare it with `let mut {name}`"),
+        )
+    }
+
+    fn for_loop(&mut self, b: &mut ProgramBuilder, f: &syn::ExprForLoop) -> R<()> {
+        if let Some(l) = &f.label {
+            return Err(self.err(l, "loop labels are not supported"));
+        }
+        let name = match &*f.pat {
+            Pat::Ident(pi) if pi.mutability.is_none() && pi.subpat.is_none() => {
+                pi.ident.to_string()
+            }
+            Pat::Wild(_) => "_".to_string(),
+            other => return Err(self.err(other, "expected a loop variable name")),
+        };
+        let SynExpr::Range(range) = &*f.expr else {
+            return Err(self.err(&*f.expr, "a kernel loops over a range: `for x in a..b`"));
+        };
+        let (Some(start), Some(end)) = (&range.start, &range.end) else {
+            return Err(self.err(range, "the range needs a start and an end: `a..b`"));
+        };
+        let site = self.site(range);
+        b.set_span(site);
+        let s = self.scalar(b, start, ScalarType::I32);
+        let e = self.scalar(b, end, ScalarType::I32);
+        let (s, mut e) = (s?, e?);
+        if let RangeLimits::Closed(_) = range.limits {
+            e = self
+                .scalar_binary(
+                    range,
+                    tilus_core::ir::BinaryOp::Add,
+                    (e, ScalarType::I32),
+                    (Expr::Int(1), ScalarType::I32),
+                )?
+                .0;
+        }
+        let var_name = if name == "_" {
+            self.unique("iter")
+        } else {
+            self.unique(&name)
+        };
+        b.set_span(site);
+        b.for_range(&var_name, s, e, |b, var| {
+            self.scopes.push(Vec::new());
+            if name != "_" {
+                self.bind(
+                    &name,
+                    Binding::Scalar {
+                        var,
+                        ty: ScalarType::I32,
+                        mutable: false,
+                    },
+                );
+            }
+            self.block(b, &f.body);
+            self.scopes.pop();
+        });
+        Ok(())
+    }
+
+    fn if_stmt(&mut self, b: &mut ProgramBuilder, i: &syn::ExprIf) -> R<()> {
+        let site = self.site(&*i.cond);
+        b.set_span(site);
+        let cond = self.scalar(b, &i.cond, ScalarType::Bool)?;
+        match cond {
+            // A constant condition (it depends on tile parameters only): keep the taken branch.
+            Expr::Bool(true) => self.block(b, &i.then_branch),
+            Expr::Bool(false) => {
+                if let Some((_, e)) = &i.else_branch {
+                    self.else_branch(b, e);
+                }
+            }
+            cond => {
+                // The builder runs the two closures one after the other.
+                let this = std::cell::RefCell::new(self);
+                b.if_else(
+                    cond,
+                    |b| this.borrow_mut().block(b, &i.then_branch),
+                    |b| {
+                        if let Some((_, e)) = &i.else_branch {
+                            this.borrow_mut().else_branch(b, e);
+                        }
+                    },
+                )
+            }
+        }
+        Ok(())
+    }
+
+    fn else_branch(&mut self, b: &mut ProgramBuilder, e: &SynExpr) {
+        match e {
+            SynExpr::Block(blk) => self.block(b, &blk.block),
+            other => {
+                let _ = self.stmt_expr(b, other);
+            }
+        }
+    }
+}
