@@ -181,7 +181,7 @@ fn run_case(ctx: &Arc<Context>, case: Case) {
         if let ParamKind::Workspace { dtype, shape } = &p.kind {
             let n: i64 = shape
                 .iter()
-                .map(|e| eval(e, &kernel, &values) as i64)
+                .map(|e| kernel.eval(e, &values).unwrap() as i64)
                 .product();
             let len = storage::packed_len(*dtype, n as usize).max(1);
             workspaces.push(DeviceBuffer::<u8>::zeros(ctx, len).unwrap());
@@ -235,14 +235,6 @@ fn run_case(ctx: &Arc<Context>, case: Case) {
         case.name,
         kernel.assumptions.len()
     );
-}
-
-fn eval(e: &Expr, k: &CudaKernel, values: &[ArgValue]) -> i32 {
-    let g = CudaKernel {
-        grid: vec![e.clone()],
-        ..k.clone()
-    };
-    g.grid_dims(values).unwrap()[0] as i32
 }
 
 fn run_all(test: &str, cases: Vec<Case>) {

@@ -142,6 +142,12 @@ impl CudaKernel {
         Ok(())
     }
 
+    /// Evaluate an expression over the scalar parameters (a workspace extent, a grid extent)
+    /// for the given arguments, with C semantics; overflow and division by zero are errors.
+    pub fn eval(&self, e: &Expr, args: &[ArgValue]) -> Result<i32, String> {
+        assume::eval_param_expr(self, e, args)
+    }
+
     /// Evaluate the grid for the given arguments: `[x, y, z]`.
     pub fn grid_dims(&self, args: &[ArgValue]) -> Result<[u32; 3], String> {
         let mut dims = [1u32; 3];
