@@ -311,3 +311,89 @@ fn fig14_selects_ldmatrix_and_cp_async() {
         .source
         .contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
 }
+
+fn l(s: &str) -> tilus::Layout {
+    tilus::core::layout::parse(s).unwrap()
+}
+
+/// One warp's mma on `dtype` operands (f16/bf16 with f32, i8/u8 with i32), through `k` tiles.
+fn mma_program(dtype: DType, k: usize, with_print: bool) -> Program {
+    use tilus::core::ir::{Expr, ProgramBuilder};
+    let (acc_t, a_frag, b_frag) = if dtype.bits() == 8 {
+        (
+            DType::Int(32),
+            "local(2,1).spatial(8,4).local(1,4)",
+            "column_spatial(4,8).local(4,1)",
+        )
+    } else {
+        (
+            DType::F32,
+            "column_local(2,2).spatial(8,4).local(1,2)",
+            "local(2,1).column_spatial(4,8).local(2,1)",
+        )
+    };
+    let mut b = ProgramBuilder::new(&format!("mma_{dtype}"), 64);
+    let pa = b.param_ptr("a", dtype, false);
+    let pb = b.param_ptr("b", dtype, false);
+    let pc = b.param_ptr("c", acc_t, true);
+    b.grid(vec![1.into()]);
+    let ga = b.view_global("ga", pa, dtype, vec![32.into(), (16 * k as i32).into()]);
+    let gb = b.view_global("gb", pb, dtype, vec![(16 * k as i32).into(), 16.into()]);
+    let gc = b.view_global("gc", pc, acc_t, vec![32.into(), 16.into()]);
+    let ra = b.load_global(
+        "ra",
+        ga,
+        l(&format!("reduce(spatial(2,1),[1]).local(1,{k}).{a_frag}"))
+            .compose(&l("local(1,1)"))
+            .unwrap(),
+        vec![0.into(), 0.into()],
+    );
+    let _ = Expr::Int(0);
+    let rb = b.load_global(
+        "rb",
+        gb,
+        l(&format!("reduce(spatial(2,1),[0]).local({k},2).{b_frag}")),
+        vec![0.into(), 0.into()],
+    );
+    let acc = b.allocate_register(
+        "acc",
+        acc_t,
+        l("spatial(2,1).local(1,2).local(2,1).spatial(8,4).local(1,2)"),
+        Some(1.0),
+    );
+    let acc = b.dot(acc, ra, rb, acc);
+    if with_print {
+        b.print("acc", tilus::core::ir::Operand::Tensor(acc));
+        b.print("inf \"%\"", tilus::core::ir::Operand::Imm(f64::INFINITY));
+    }
+    b.store_global(acc, gc, vec![0.into(), 0.into()]);
+    b.finish()
+}
+
+#[test]
+fn mma_of_every_operand_type_compiles() {
+    let ks = [DType::F16, DType::BF16, DType::Int(8), DType::UInt(8)]
+        .into_iter()
+        .map(|d| (format!("mma_{d}"), mma_program(d, 2, false), MMA))
+        .collect();
+    run("mma_of_every_operand_type_compiles", ks);
+}
+
+/// `print` compiles (printf's argument buffer is the one stack frame a kernel may have).
+#[test]
+fn print_compiles() {
+    let Some((ptxas, disasm)) = tools("print_compiles") else {
+        return;
+    };
+    let scratch = Scratch::new("print");
+    let k = emit(&mma_program(DType::F16, 1, true)).unwrap();
+    assert!(k.source.contains("printf("));
+    let ptx = compile_ptx(&k.source, "sm_90a").unwrap_or_else(|e| panic!("{e}\n{}", k.source));
+    let a = assemble(&ptxas, &disasm, &scratch.0, "print", &ptx, "sm_90a");
+    assert!(
+        a.ptxas_log
+            .contains("0 bytes spill stores, 0 bytes spill loads"),
+        "{}",
+        a.ptxas_log
+    );
+}

@@ -470,8 +470,10 @@ impl<'p> Ctx<'p> {
                 self.w.line(line);
             }
             Operand::Imm(v) => {
+                // The value as text in the format (like the interpreter's `to_string`).
+                let text = c_string(&v.to_string());
                 self.w.line(format!(
-                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = %g\\n\", {block}, {v:?});"
+                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = {text}\\n\", {block});"
                 ));
             }
             Operand::Tensor(t) => elementwise::print_tensor(self, &label, *t)?,
