@@ -16,7 +16,7 @@ use tilus::core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder};
 use tilus::core::layout::{parse, SharedLayout, Swizzle};
 use tilus::core::programs;
 use tilus::core::storage;
-use tilus::runtime::half::f16;
+use tilus::runtime::half::{self, f16};
 use tilus::runtime::{Context, DeviceBuffer, KernelSource, LaunchDims, Param};
 use tilus::DType;
 
@@ -27,6 +27,8 @@ enum Buf {
     RandomBytes(usize),
     /// Random f16 values in [-1, 1].
     RandomF16(usize),
+    /// Random bf16 values in [-1, 1].
+    RandomBf16(usize),
     /// An output of `len` bytes, poisoned (0xff) before launch; compared exactly.
     OutExact(usize),
     /// An output of `len` f16 values, poisoned; compared with a relative-error bound.
@@ -65,6 +67,13 @@ fn fill(b: &Buf, rng: &mut impl Rng) -> Vec<u8> {
         Buf::RandomF16(n) => (0..*n)
             .flat_map(|_| {
                 f16::from_f32(rng.random_range(-1.0f32..1.0))
+                    .to_bits()
+                    .to_le_bytes()
+            })
+            .collect(),
+        Buf::RandomBf16(n) => (0..*n)
+            .flat_map(|_| {
+                half::bf16::from_f32(rng.random_range(-1.0f32..1.0))
                     .to_bits()
                     .to_le_bytes()
             })
@@ -339,19 +348,19 @@ fn l(s: &str) -> tilus::Layout {
 
 /// Elementwise arithmetic, broadcasts, casts to narrow types and sub-byte stores (atomics),
 /// through registers and (swizzled) shared memory.
-fn elementwise_program(dtype_out: DType) -> Program {
-    let mut b = ProgramBuilder::new(&format!("elementwise_{dtype_out}"), 128);
+fn elementwise_program(dtype_in: DType, dtype_out: DType) -> Program {
+    let mut b = ProgramBuilder::new(&format!("elementwise_{dtype_in}_{dtype_out}"), 128);
     let m = b.param_i32("m");
-    let x = b.param_ptr("x", DType::F16, false);
-    let y = b.param_ptr("y", DType::F16, false);
+    let x = b.param_ptr("x", dtype_in, false);
+    let y = b.param_ptr("y", dtype_in, false);
     let out = b.param_ptr("out", dtype_out, true);
-    let out2 = b.param_ptr("out2", DType::F16, true);
+    let out2 = b.param_ptr("out2", dtype_in, true);
     b.grid(vec![Expr::cdiv(m, 32)]);
     let bi = b.block_indices(&["bi"])[0];
-    let gx = b.view_global("gx", x, DType::F16, vec![m.into(), 64.into()]);
-    let gy = b.view_global("gy", y, DType::F16, vec![1.into(), 64.into()]);
+    let gx = b.view_global("gx", x, dtype_in, vec![m.into(), 64.into()]);
+    let gy = b.view_global("gy", y, dtype_in, vec![1.into(), 64.into()]);
     let go = b.view_global("go", out, dtype_out, vec![m.into(), 64.into()]);
-    let go2 = b.view_global("go2", out2, DType::F16, vec![m.into(), 64.into()]);
+    let go2 = b.view_global("go2", out2, dtype_in, vec![m.into(), 64.into()]);
     let tile = l("local(2,1).spatial(16,8).local(1,8)");
     let rx = b.load_global("rx", gx, tile.clone(), vec![Expr::from(bi) * 32, 0.into()]);
     let ry = b.load_global(
@@ -374,7 +383,7 @@ fn elementwise_program(dtype_out: DType) -> Program {
     // Round trip through swizzled shared memory, read back in another layout.
     let sh = b.allocate_shared(
         "sh",
-        DType::F16,
+        dtype_in,
         SharedLayout::row_major(&[32, 64]).with_swizzle(Swizzle::new(3, 3, 3).unwrap()),
     );
     b.store_shared(s, sh, vec![0.into(), 0.into()]);
@@ -391,14 +400,24 @@ fn elementwise_program(dtype_out: DType) -> Program {
 }
 
 fn elementwise_case(dtype_out: DType) -> Case {
+    elementwise_case_from(DType::F16, dtype_out)
+}
+
+/// Inputs are random 16-bit patterns of finite values: f16 in [-1, 1], or bf16 made from the
+/// same f32 values.
+fn elementwise_case_from(dtype_in: DType, dtype_out: DType) -> Case {
     let m = 70;
+    let input = |n: usize| match dtype_in {
+        DType::BF16 => Buf::RandomBf16(n),
+        _ => Buf::RandomF16(n),
+    };
     Case {
-        name: format!("elementwise -> {dtype_out}"),
-        program: elementwise_program(dtype_out),
+        name: format!("elementwise {dtype_in} -> {dtype_out}"),
+        program: elementwise_program(dtype_in, dtype_out),
         args: vec![
             A::I32(m),
-            A::Buf(Buf::RandomF16((m * 64) as usize)),
-            A::Buf(Buf::RandomF16(64)),
+            A::Buf(input((m * 64) as usize)),
+            A::Buf(input(64)),
             A::Buf(Buf::OutExact(storage::packed_len(
                 dtype_out,
                 (m * 64) as usize,
@@ -523,6 +542,8 @@ fn instructions_beyond_the_paper_match_interpreter() {
     .into_iter()
     .map(elementwise_case)
     .collect();
+    cases.push(elementwise_case_from(DType::BF16, DType::Int(8)));
+    cases.push(elementwise_case_from(DType::BF16, DType::F16));
     cases.push(Case {
         name: "int_dot".into(),
         program: int_dot_program(),
@@ -563,6 +584,7 @@ fn every_case_generates_code_and_interprets() {
         fig14_case(32, 64, 16, 2),
         elementwise_case(DType::UInt(4)),
         elementwise_case(DType::Int(8)),
+        elementwise_case_from(DType::BF16, DType::F16),
     ];
     cases.push(Case {
         name: "int_dot".into(),

@@ -523,3 +523,49 @@ fn swizzled_shared_addresses_follow_swizzle_apply() {
     assert!(!k.source.contains("uint4*)(tilus_smem"), "{}", k.source);
     assert!(k.source.contains("*(uint32_t*)(tilus_smem"), "{}", k.source);
 }
+
+#[test]
+fn half_arithmetic_is_packed_in_pairs() {
+    let mut b = ProgramBuilder::new("scale_rows", 128);
+    let x = b.param_ptr("x", DType::F16, false);
+    let s = b.param_ptr("s", DType::F16, false);
+    let y = b.param_ptr("y", DType::F16, true);
+    b.grid(vec![1.into()]);
+    let gx = b.view_global("gx", x, DType::F16, vec![32.into(), 64.into()]);
+    let gs = b.view_global("gs", s, DType::F16, vec![32.into(), 1.into()]);
+    let gy = b.view_global("gy", y, DType::F16, vec![32.into(), 64.into()]);
+    let rx = b.load_global(
+        "rx",
+        gx,
+        l("spatial(32,4).local(1,16)"),
+        vec![0.into(), 0.into()],
+    );
+    let rs = b.load_global(
+        "rs",
+        gs,
+        l("reduce(spatial(32,4),[1])"),
+        vec![0.into(), 0.into()],
+    );
+    let p = b.binary("p", ElementOp::Mul, rx, Operand::Tensor(rs));
+    let p = b.binary("q", ElementOp::Sub, p, Operand::Imm(0.5));
+    let p = b.binary("r", ElementOp::Add, p, Operand::Scalar(3.into()));
+    b.store_global(p, gy, vec![0.into(), 0.into()]);
+    let k = emit_ok(&b.finish());
+    // One broadcast element per row: both halves from the low half of rs[0].
+    assert!(
+        k.source
+            .contains("tilus_f16x2_mul(rx[0], __byte_perm(rs[0], rs[0], 0x5410))"),
+        "{}",
+        k.source
+    );
+    // An immediate is a packed constant (0.5 = 0x3800).
+    assert!(
+        k.source.contains("tilus_f16x2_sub(p[7], 0x38003800u)"),
+        "{}",
+        k.source
+    );
+    // A scalar operand is an exact i32, not an f16: the element path.
+    assert!(k.source.contains("__fadd_rn("), "{}", k.source);
+    assert!(k.source.contains("asm(\"fma.rn.f16x2 %0, %1, %2, %3;\""));
+    assert!(k.source.contains("min.f16x2") && k.source.contains("max.f16x2"));
+}

@@ -114,6 +114,9 @@ pub(crate) fn binary(
     let locals = lay.num_locals();
     let lid = cx.layout(&lay)?;
     let (x, o) = (cx.name(lhs), cx.name(out));
+    if packed_half(cx, out, op, lhs, rhs, dt, lid)? {
+        return Ok(());
+    }
     cx.w.open("");
     // The right operand, per lhs local.
     let rhs_vals: Vec<String> = match rhs {
@@ -208,6 +211,88 @@ pub(crate) fn store_codes(cx: &mut Ctx, arr: &str, bits: u32, codes: &[String]) 
     for l in wb.finish(arr) {
         cx.w.line(l);
     }
+}
+
+/// `add`/`sub`/`mul` of f16 or bf16 on packed pairs: one `fma.rn.{f16,bf16}x2` per word,
+/// then a clamp to the largest finite value (the interpreter saturates). A correctly rounded
+/// f16/bf16 result equals the interpreter's exact result rounded through f32 (f32 has more than
+/// twice the precision plus two bits), so the bits agree. The right operand's pair is the word
+/// itself, or assembled with one `__byte_perm` (broadcasts); `Scalar` operands (exact i32 values,
+/// not f16) and the other operators use the element path. Returns false when not applicable.
+fn packed_half(
+    cx: &mut Ctx,
+    out: VarId,
+    op: ElementOp,
+    lhs: VarId,
+    rhs: &Operand,
+    dt: DType,
+    lid: usize,
+) -> Result<bool, CodegenError> {
+    let locals = cx.layouts[lid].map.locals;
+    let name = match (dt, op) {
+        (DType::F16, ElementOp::Add) => "f16x2_add",
+        (DType::F16, ElementOp::Sub) => "f16x2_sub",
+        (DType::F16, ElementOp::Mul) => "f16x2_mul",
+        (DType::BF16, ElementOp::Add) => "bf16x2_add",
+        (DType::BF16, ElementOp::Sub) => "bf16x2_sub",
+        (DType::BF16, ElementOp::Mul) => "bf16x2_mul",
+        _ => return Ok(false),
+    };
+    if locals % 2 != 0 || matches!(rhs, Operand::Scalar(_)) {
+        return Ok(false);
+    }
+    let (x, o) = (cx.name(lhs), cx.name(out));
+    let pairs: Vec<String> = match rhs {
+        Operand::Imm(v) => {
+            let (code, _) = scalar::constant(dt, *v);
+            vec![hex(code | (code << 16)); locals / 2]
+        }
+        Operand::Tensor(r) => {
+            let (rdt, rlay) = cx.reg(*r)?;
+            if rdt != dt {
+                return Err(cx.err("the operands of an elementwise instruction differ in dtype"));
+            }
+            let rid = cx.layout(&rlay)?;
+            let map =
+                broadcast_locals(&cx.layouts[lid].map, &cx.layouts[rid].map, cx.block_threads)
+                    .map_err(|e| cx.err(format!("broadcast: {e}")))?;
+            let rn = cx.name(*r);
+            (0..locals / 2)
+                .map(|w| {
+                    let (k0, k1) = (map[2 * w], map[2 * w + 1]);
+                    if k0 % 2 == 0 && k1 == k0 + 1 {
+                        format!("{rn}[{}]", k0 / 2)
+                    } else {
+                        // Bytes of the low half from word k0/2, of the high half from k1/2.
+                        let lo = if k0 % 2 == 0 { 0x10 } else { 0x32 };
+                        let hi = if k1 % 2 == 0 { 0x54 } else { 0x76 };
+                        format!(
+                            "__byte_perm({rn}[{}], {rn}[{}], 0x{:04x})",
+                            k0 / 2,
+                            k1 / 2,
+                            (hi << 8) | lo
+                        )
+                    }
+                })
+                .collect()
+        }
+        Operand::Scalar(_) => unreachable!("excluded above"),
+    };
+    cx.features.insert(name);
+    cx.w.open("");
+    let mut temps = Vec::new();
+    for (w, pair) in pairs.iter().enumerate() {
+        let t = cx.fresh(&format!("{o}_{w}"));
+        cx.w.line(format!(
+            "const uint32_t {t} = tilus_{name}({x}[{w}], {pair});"
+        ));
+        temps.push(t);
+    }
+    for (w, t) in temps.iter().enumerate() {
+        cx.w.line(format!("{o}[{w}] = {t};"));
+    }
+    cx.w.close();
+    Ok(true)
 }
 
 /// `out = neg(x)`: floats flip the sign bit (types with infinity codes other than f32 go through
