@@ -238,7 +238,7 @@ fn packed_half(
         (DType::BF16, ElementOp::Mul) => "bf16x2_mul",
         _ => return Ok(false),
     };
-    if locals % 2 != 0 || matches!(rhs, Operand::Scalar(_)) {
+    if !locals.is_multiple_of(2) || matches!(rhs, Operand::Scalar(_)) {
         return Ok(false);
     }
     let (x, o) = (cx.name(lhs), cx.name(out));
