@@ -31,6 +31,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the CUDA C generated for a paper program, e.g. `tilus emit fig14 --config STAGES=4`.
+    ///
+    /// Kernels: fig2 (matmul_f16_int, matmul_f16_i6; keys BM BN BK WEIGHT), fig8 (relayout_int,
+    /// relayout_i6; keys BK BN WEIGHT), fig14 (matmul_f16_pipelined; keys BM BN BK STAGES).
+    Emit {
+        /// Kernel name.
+        kernel: String,
+        /// A configuration value `KEY=VALUE` (repeatable, or comma-separated).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        config: Vec<String>,
+    },
     /// GPU benchmarks: copy bandwidth, cuBLAS baseline.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
@@ -57,6 +68,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Layout { expr, json } => cli::layout::run(expr, *json),
         Command::Dtype { name, json } => cli::dtype::run(name, *json),
+        Command::Emit { kernel, config } => cli::emit::run(kernel, config),
         Command::Bench(cmd) => cli::bench::run(cmd),
         Command::Doctor { strict } => return cli::doctor::run(*strict),
     };

@@ -4,4 +4,5 @@
 pub mod bench;
 pub mod doctor;
 pub mod dtype;
+pub mod emit;
 pub mod layout;

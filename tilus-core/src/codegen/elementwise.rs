@@ -4,7 +4,7 @@
 //! Each emitter first computes every result element's code into a temporary, then assembles the
 //! output words, so an output that aliases an input (`acc = add(acc, x)`) is always correct.
 
-use super::cast_fallback as cast;
+use super::cast;
 use super::regmap::LayoutMap;
 use super::regs::{get_bits, hex, word_count, WordBuilder};
 use super::scalar::{self, CType};
@@ -114,6 +114,9 @@ pub(crate) fn binary(
     let locals = lay.num_locals();
     let lid = cx.layout(&lay)?;
     let (x, o) = (cx.name(lhs), cx.name(out));
+    if packed_half(cx, out, op, lhs, rhs, dt, lid)? {
+        return Ok(());
+    }
     cx.w.open("");
     // The right operand, per lhs local.
     let rhs_vals: Vec<String> = match rhs {
@@ -210,14 +213,99 @@ pub(crate) fn store_codes(cx: &mut Ctx, arr: &str, bits: u32, codes: &[String]) 
     }
 }
 
-/// `out = neg(x)`: floats flip the sign bit; integers negate and clamp.
+/// `add`/`sub`/`mul` of f16 or bf16 on packed pairs: one `fma.rn.{f16,bf16}x2` per word,
+/// then a clamp to the largest finite value (the interpreter saturates). A correctly rounded
+/// f16/bf16 result equals the interpreter's exact result rounded through f32 (f32 has more than
+/// twice the precision plus two bits), so the bits agree. The right operand's pair is the word
+/// itself, or assembled with one `__byte_perm` (broadcasts); `Scalar` operands (exact i32 values,
+/// not f16) and the other operators use the element path. Returns false when not applicable.
+fn packed_half(
+    cx: &mut Ctx,
+    out: VarId,
+    op: ElementOp,
+    lhs: VarId,
+    rhs: &Operand,
+    dt: DType,
+    lid: usize,
+) -> Result<bool, CodegenError> {
+    let locals = cx.layouts[lid].map.locals;
+    let name = match (dt, op) {
+        (DType::F16, ElementOp::Add) => "f16x2_add",
+        (DType::F16, ElementOp::Sub) => "f16x2_sub",
+        (DType::F16, ElementOp::Mul) => "f16x2_mul",
+        (DType::BF16, ElementOp::Add) => "bf16x2_add",
+        (DType::BF16, ElementOp::Sub) => "bf16x2_sub",
+        (DType::BF16, ElementOp::Mul) => "bf16x2_mul",
+        _ => return Ok(false),
+    };
+    if !locals.is_multiple_of(2) || matches!(rhs, Operand::Scalar(_)) {
+        return Ok(false);
+    }
+    let (x, o) = (cx.name(lhs), cx.name(out));
+    let pairs: Vec<String> = match rhs {
+        Operand::Imm(v) => {
+            let (code, _) = scalar::constant(dt, *v);
+            vec![hex(code | (code << 16)); locals / 2]
+        }
+        Operand::Tensor(r) => {
+            let (rdt, rlay) = cx.reg(*r)?;
+            if rdt != dt {
+                return Err(cx.err("the operands of an elementwise instruction differ in dtype"));
+            }
+            let rid = cx.layout(&rlay)?;
+            let map =
+                broadcast_locals(&cx.layouts[lid].map, &cx.layouts[rid].map, cx.block_threads)
+                    .map_err(|e| cx.err(format!("broadcast: {e}")))?;
+            let rn = cx.name(*r);
+            (0..locals / 2)
+                .map(|w| {
+                    let (k0, k1) = (map[2 * w], map[2 * w + 1]);
+                    if k0 % 2 == 0 && k1 == k0 + 1 {
+                        format!("{rn}[{}]", k0 / 2)
+                    } else {
+                        // Bytes of the low half from word k0/2, of the high half from k1/2.
+                        let lo = if k0 % 2 == 0 { 0x10 } else { 0x32 };
+                        let hi = if k1 % 2 == 0 { 0x54 } else { 0x76 };
+                        format!(
+                            "__byte_perm({rn}[{}], {rn}[{}], 0x{:04x})",
+                            k0 / 2,
+                            k1 / 2,
+                            (hi << 8) | lo
+                        )
+                    }
+                })
+                .collect()
+        }
+        Operand::Scalar(_) => unreachable!("excluded above"),
+    };
+    cx.features.insert(name);
+    cx.w.open("");
+    let mut temps = Vec::new();
+    for (w, pair) in pairs.iter().enumerate() {
+        let t = cx.fresh(&format!("{o}_{w}"));
+        cx.w.line(format!(
+            "const uint32_t {t} = tilus_{name}({x}[{w}], {pair});"
+        ));
+        temps.push(t);
+    }
+    for (w, t) in temps.iter().enumerate() {
+        cx.w.line(format!("{o}[{w}] = {t};"));
+    }
+    cx.w.close();
+    Ok(true)
+}
+
+/// `out = neg(x)`: floats flip the sign bit (types with infinity codes other than f32 go through
+/// `float`, because the negated infinity saturates to the largest finite value); integers
+/// negate and clamp.
 pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError> {
     let (dt, lay) = cx.reg(x)?;
     let bits = dt.bits();
     let locals = lay.num_locals();
     let words = word_count(bits, locals);
     let (xn, o) = (cx.name(x), cx.name(out));
-    if dt.is_float() {
+    let saturating_inf = matches!(dt, DType::F16 | DType::BF16 | DType::F8E5M2);
+    if dt.is_float() && !saturating_inf {
         let mut masks = vec![0u32; words];
         for i in 0..locals {
             let pos = i * bits as usize + bits as usize - 1;
@@ -237,7 +325,8 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
             get_bits(&xn, j * bits as usize, bits)
         ));
         cx.w.line(format!(
-            "const long long {v} = -{};",
+            "const {} {v} = -{};",
+            CType::of(dt).name(),
             scalar::decode(dt, &c)
         ));
         codes.push(scalar::encode(dt, &v));
@@ -248,7 +337,8 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
 }
 
 /// `out = cast<dtype>(x)`: a vectorized cast function per group of locals when one exists,
-/// else element by element through `float` (exactly `dtype.encode(src.decode(c) as f32)`).
+/// else element by element: integer to integer exactly (clamped), everything else through
+/// `float`, which gives the interpreter's `convert(src.decode(c), dtype)` bit for bit.
 pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(), CodegenError> {
     let (src, lay) = cx.reg(x)?;
     let locals = lay.num_locals();
@@ -289,11 +379,19 @@ pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(
             "const uint32_t {c} = {};",
             get_bits(&xn, j * sb as usize, sb)
         ));
-        cx.w.line(format!(
-            "const float {v} = {};",
-            cast::decode_to_f32_expr(src, &c)
-        ));
-        codes.push(cast::encode_from_f32_expr(dtype, &v));
+        if !src.is_float() && !dtype.is_float() {
+            cx.w.line(format!(
+                "const long long {v} = {};",
+                scalar::decode(src, &c)
+            ));
+            codes.push(scalar::encode(dtype, &v));
+        } else {
+            cx.w.line(format!(
+                "const float {v} = {};",
+                cast::decode_to_f32_expr(src, &c)
+            ));
+            codes.push(cast::encode_from_f32_expr(dtype, &v));
+        }
     }
     store_codes(cx, &o, db, &codes);
     cx.w.close();

@@ -222,6 +222,8 @@ pub(crate) fn store_sub_byte(
 struct Access {
     /// `const int` names of the view index of each view dim for local 0's thread part.
     idx: Vec<String>,
+    /// `const long long` name of the linear element index of `idx`.
+    lin: String,
     /// Number of leading view dims not covered by the tile.
     lead: usize,
     /// Elements per vector, and bits per vector (0 when scalar).
@@ -275,9 +277,9 @@ fn plan_access(
         cx.assume_aligned(&g.ptr_param, width / 8);
     }
     let mut idx = Vec::new();
-    for (d, off_d) in offset.iter().enumerate().take(rank) {
+    for (d, off) in offset.iter().enumerate() {
         let n = cx.fresh(&format!("i{d}"));
-        let off = cx.expr(off_d);
+        let off = cx.expr(off);
         let e = if d >= lead {
             let t = &cx.layouts[lay].dims[d - lead];
             if t == "0" {
@@ -293,8 +295,20 @@ fn plan_access(
         cx.w.line(format!("const int {n} = {e};"));
         idx.push(n);
     }
+    let lin = cx.fresh("lin");
+    let terms: Vec<String> = (0..rank)
+        .map(|d| {
+            if d == rank - 1 {
+                idx[d].clone()
+            } else {
+                format!("(long long){} * {}", idx[d], g.strides[d])
+            }
+        })
+        .collect();
+    cx.w.line(format!("const long long {lin} = {};", terms.join(" + ")));
     Ok(Access {
         idx,
+        lin,
         lead,
         v,
         width,
@@ -320,17 +334,25 @@ impl Access {
             .join(" && ")
     }
 
-    /// Linear element index (`long long`) of local `i`.
+    /// Linear element index (`long long`) of local `i`: the base plus compile-time multiples
+    /// of the strides.
     fn linear(&self, g: &super::select::GlobalInfo, i: usize) -> String {
         let rank = self.idx.len();
-        let mut terms = Vec::new();
-        for d in 0..rank {
-            let x = self.index(d, i);
-            if d == rank - 1 {
-                terms.push(format!("({x})"));
-            } else {
-                terms.push(format!("(long long)({x}) * {}", g.strides[d]));
+        let mut terms = vec![self.lin.clone()];
+        let mut constant = 0i64;
+        for d in self.lead..rank {
+            let b = self.map.local_index[i][d - self.lead];
+            if b == 0 {
+                continue;
             }
+            if d == rank - 1 {
+                constant += b;
+            } else {
+                terms.push(format!("(long long){} * {b}", g.strides[d]));
+            }
+        }
+        if constant != 0 {
+            terms.push(format!("{constant}"));
         }
         terms.join(" + ")
     }

@@ -20,12 +20,11 @@
 //! and divisibility proofs), [`regmap`] (layout analysis), [`regs`] (register bit access),
 //! [`scalar`] (element decode/encode), [`smem`] (shared-memory planner), [`global`] and
 //! [`shared`] (memory instructions), [`dot`] (mma.sync and the thread-local fallback),
-//! [`elementwise`] (Binary/Neg/Cast/View), [`prelude`] (header and helper device functions),
+//! [`elementwise`] (Binary/Neg/Cast/View), [`cast`] (vectorized and scalar conversions), [`prelude`] (header and helper device functions),
 //! [`select`] (the instruction-selection driver), [`assume`] (launch assumptions).
 
 mod assume;
 pub mod cast;
-mod cast_fallback;
 mod dot;
 mod elementwise;
 mod expr;
@@ -141,6 +140,12 @@ impl CudaKernel {
             a.check(self, args)?;
         }
         Ok(())
+    }
+
+    /// Evaluate an expression over the scalar parameters (a workspace extent, a grid extent)
+    /// for the given arguments, with C semantics; overflow and division by zero are errors.
+    pub fn eval(&self, e: &Expr, args: &[ArgValue]) -> Result<i32, String> {
+        assume::eval_param_expr(self, e, args)
     }
 
     /// Evaluate the grid for the given arguments: `[x, y, z]`.

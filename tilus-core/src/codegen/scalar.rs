@@ -1,14 +1,16 @@
 //! Element values in generated code: decoding a code to its computation type, encoding back,
 //! constants, and the elementwise operators.
 //!
-//! Semantics (shared with the interpreter): floats compute in `float` with IEEE round-to-nearest
-//! (`__fadd_rn` etc., never contracted into FMAs) and the result is encoded with round to
-//! nearest even and saturation — for f16/bf16/sub-byte floats this equals the correctly rounded
-//! operation in the narrow type; integers compute exactly in 64 bits (division truncates,
-//! remainder takes the dividend's sign, dividing by zero gives 0) and the result is clamped to
-//! the type's range.
+//! Semantics (the interpreter's, `crate::interp`): floats compute in `float` with IEEE
+//! round-to-nearest (`__fadd_rn` etc., never contracted into FMAs) and the result is encoded with
+//! round to nearest even and saturation. The interpreter computes exactly in `f64` and rounds
+//! through `f32`; both give the same bits, because for `+ - * /` of `f32`-representable operands
+//! rounding the exact result to `f64` first is innocuous (53 >= 2 * 24 + 2) and `fmod` is exact.
+//! Integers compute exactly in 64 bits (division truncates, remainder takes the dividend's sign)
+//! and the result is clamped to the type's range; the interpreter reports an overflow or a
+//! division by zero as an error instead, so a program that runs there gives the same bits here.
 
-use super::cast_fallback as cast;
+use super::cast;
 use crate::ir::ElementOp;
 use crate::DType;
 
@@ -76,16 +78,48 @@ fn int_range(d: DType) -> (i64, i64) {
     }
 }
 
-/// A constant converted to `d` as the interpreter does (`encode(v as f32)`): its code and its
-/// value as a literal of `CType::of(d)`.
+/// A constant converted to `d` as the interpreter does (integers: round half to even and clamp
+/// in `f64`; floats: `encode(v as f32)`): its code and its value as a literal of
+/// `CType::of(d)`.
 pub(crate) fn constant(d: DType, v: f64) -> (u32, String) {
-    let code = d.encode(v as f32).unwrap_or(0);
+    let code = if d.is_float() {
+        d.encode(v as f32).unwrap_or(0)
+    } else {
+        let (lo, hi) = int_range(d);
+        let x = if v.is_nan() {
+            0
+        } else {
+            v.round_ties_even().clamp(lo as f64, hi as f64) as i64
+        };
+        x as u32 & d.code_mask()
+    };
     let value = d.decode(code);
     let lit = match CType::of(d) {
-        CType::Float => cast::f32_lit(value as f32),
+        CType::Float => f32_lit(value as f32),
         CType::Int64 => format!("{}LL", value as i64),
     };
     (code, lit)
+}
+
+/// A `float` literal that reads back exactly.
+pub(crate) fn f32_lit(v: f32) -> String {
+    if v.is_infinite() {
+        if v > 0.0 {
+            "__int_as_float(0x7f800000)".to_string()
+        } else {
+            "__int_as_float(0xff800000)".to_string()
+        }
+    } else if v.is_nan() {
+        "__int_as_float(0x7fffffff)".to_string()
+    } else {
+        let s = format!("{v:?}");
+        let s = if s.contains('e') && !s.contains('.') {
+            s.replacen('e', ".0e", 1)
+        } else {
+            s
+        };
+        format!("{s}f")
+    }
 }
 
 /// `a op b` in computation type `t` (operands are variables or literals).
@@ -113,5 +147,28 @@ pub(crate) fn printf_conv(t: CType) -> &'static str {
     match t {
         CType::Float => "%g",
         CType::Int64 => "%lld",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_read_back() {
+        assert_eq!(f32_lit(1.0), "1.0f");
+        assert_eq!(f32_lit(0.0625), "0.0625f");
+        assert_eq!(f32_lit(1e-20), "1.0e-20f");
+        assert_eq!(f32_lit(-3.5), "-3.5f");
+        assert_eq!(f32_lit(f32::INFINITY), "__int_as_float(0x7f800000)");
+    }
+
+    #[test]
+    fn constants_convert_like_the_interpreter() {
+        // Integers: round half to even in f64 and clamp; floats: through f32.
+        assert_eq!(constant(DType::Int(4), 2.5), (2, "2LL".to_string()));
+        assert_eq!(constant(DType::Int(4), -100.0), (8, "-8LL".to_string()));
+        assert_eq!(constant(DType::UInt(32), 4294967295.0).0, u32::MAX);
+        assert_eq!(constant(DType::F16, 1e6).1, "65504.0f");
     }
 }

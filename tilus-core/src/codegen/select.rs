@@ -470,8 +470,10 @@ impl<'p> Ctx<'p> {
                 self.w.line(line);
             }
             Operand::Imm(v) => {
+                // The value as text in the format (like the interpreter's `to_string`).
+                let text = c_string(&v.to_string());
                 self.w.line(format!(
-                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = %g\\n\", {block}, {v:?});"
+                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = {text}\\n\", {block});"
                 ));
             }
             Operand::Tensor(t) => elementwise::print_tensor(self, &label, *t)?,
@@ -789,6 +791,24 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
 
     // Assemble.
     let mut src = super::prelude::header(&p.name);
+    let grid: Vec<String> = p
+        .grid
+        .iter()
+        .map(|e| c_expr(e, &|v| cx.ir_name(v)))
+        .collect();
+    src.push_str(&format!(
+        "// Launch: grid [{}] (x, y, z), {} threads, {} bytes of dynamic shared memory.\n",
+        grid.join(", "),
+        p.num_threads,
+        cx.plan.total_bytes
+    ));
+    if !cx.assumptions.is_empty() {
+        let a: Vec<String> = cx.assumptions.iter().map(|a| a.to_string()).collect();
+        src.push_str(&format!(
+            "// Assumes (checked before launch): {}.\n",
+            a.join("; ")
+        ));
+    }
     src.push_str(&super::prelude::helpers(&cx.features));
     for f in cx.cast_fns.values() {
         src.push('\n');
@@ -807,7 +827,7 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
         })
         .collect();
     src.push_str(&format!(
-        "\nextern \"C\" __global__ void __launch_bounds__({}) {entry}({}) {{\n",
+        "\nextern \"C\" __global__ void __launch_bounds__({}, 1) {entry}({}) {{\n",
         p.num_threads,
         sig.join(", ")
     ));

@@ -98,9 +98,9 @@ fn access(cx: &mut Ctx, s: &SharedInfo, base: &[Expr], lay: usize) -> Access {
     let map = &cx.layouts[lay].map;
     let lead = root_rank - map.rank();
     let mut terms = Vec::new();
-    for (d, base_d) in base.iter().enumerate().take(root_rank) {
+    for (d, b) in base.iter().enumerate() {
         let mut parts = Vec::new();
-        let b = cx.expr(base_d);
+        let b = cx.expr(b);
         if b != "0" {
             parts.push(b);
         }
@@ -476,7 +476,7 @@ pub(crate) fn copy_async(
         let mut mask = Vec::new();
         let mut lin = Vec::new();
         for d in 0..grank {
-            let x = if d < glead {
+            let x = if d < glead || idx[d - glead] == "0" {
                 gidx[d].clone()
             } else {
                 format!("{} + {}", gidx[d], super::expr::paren(&idx[d - glead]))
@@ -531,10 +531,12 @@ pub(crate) fn copy_async(
                 out
             };
             let per_thread = chunks.div_ceil(threads);
-            // Affine distribution when every thread has the same number of chunks.
-            let affine = if chunks.is_multiple_of(threads) {
-                let vals: Vec<Vec<i64>> = (0..threads).map(unravel).collect();
-                let ok = (0..threads).all(|t| {
+            // Affine distribution when every thread has the same number of chunks, or when
+            // there are fewer chunks than threads (the first `chunks` threads copy one each).
+            let active = threads.min(chunks);
+            let affine = if chunks.is_multiple_of(threads) || chunks < threads {
+                let vals: Vec<Vec<i64>> = (0..active).map(unravel).collect();
+                let ok = (0..active).all(|t| {
                     (0..per_thread).all(|k| {
                         let a = unravel(t + k * threads);
                         let b: Vec<i64> = vals[t]
@@ -546,7 +548,7 @@ pub(crate) fn copy_async(
                     })
                 });
                 if ok {
-                    derive_terms(&vals, threads)
+                    derive_terms(&vals, active)
                 } else {
                     None
                 }
@@ -557,14 +559,17 @@ pub(crate) fn copy_async(
             if let Some(terms) = affine {
                 let lm = LayoutMap {
                     shape: vec![0; rank],
-                    threads,
+                    threads: active,
                     locals: 1,
                     terms,
                     local_index: vec![vec![0; rank]],
                 };
+                if active < threads {
+                    cx.w.open(format!("if ({TID} < {active})"));
+                }
                 let mut tnames = Vec::new();
                 for d in 0..rank {
-                    let e = lm.thread_expr(d, TID, threads);
+                    let e = lm.thread_expr(d, TID, active);
                     if e == "0" {
                         tnames.push("0".to_string());
                     } else {
@@ -586,6 +591,9 @@ pub(crate) fn copy_async(
                         byte_scale(bits),
                         g.ptr
                     ));
+                }
+                if active < threads {
+                    cx.w.close();
                 }
             } else {
                 let c = cx.fresh("c");
@@ -677,12 +685,14 @@ fn unravel_c(c: &str, shape: &[usize], v: usize) -> Vec<String> {
         } else {
             format!("({c} / {div})")
         };
-        let x = if d == 0 {
+        let x = if shape[d] == 1 {
+            "0".to_string()
+        } else if d == 0 {
             q
         } else {
             format!("({q} % {})", shape[d])
         };
-        out[d] = if d == rank - 1 && v > 1 {
+        out[d] = if d == rank - 1 && v > 1 && x != "0" {
             format!("{x} * {v}")
         } else {
             x

@@ -1,0 +1,138 @@
+//! `tilus emit <kernel> [--config K=V ...]`: print the CUDA C generated for a paper program.
+//!
+//! Kernels (names are case-insensitive; `_` and `-` are interchangeable):
+//!
+//! | kernel | also | configuration keys (defaults) |
+//! | --- | --- | --- |
+//! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
+//! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
+//! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
+//!
+//! `--config` may be repeated and may hold several comma-separated pairs (`--config
+//! BM=32,BN=128`). An unknown kernel or key, a bad value or a configuration the program does
+//! not support is an error (one line, exit status 2).
+
+use std::collections::BTreeMap;
+use tilus_core::codegen::emit;
+use tilus_core::ir::Program;
+use tilus_core::programs;
+use tilus_core::verify::{verify, Target};
+use tilus_core::DType;
+
+#[derive(Clone, Copy)]
+enum Kernel {
+    Fig2,
+    Fig8,
+    Fig14,
+}
+
+impl Kernel {
+    fn parse(name: &str) -> Option<(Kernel, Option<DType>)> {
+        let n = name.to_ascii_lowercase().replace('-', "_");
+        Some(match n.as_str() {
+            "fig2" | "matmul_f16_int" => (Kernel::Fig2, None),
+            "matmul_f16_i6" => (Kernel::Fig2, Some(DType::Int(6))),
+            "fig8" | "relayout" | "relayout_int" => (Kernel::Fig8, None),
+            "relayout_i6" => (Kernel::Fig8, Some(DType::Int(6))),
+            "fig14" | "matmul_f16_pipelined" | "pipelined" => (Kernel::Fig14, None),
+            _ => return None,
+        })
+    }
+
+    /// Configuration keys and their defaults.
+    fn defaults(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Kernel::Fig2 => &[("BM", "16"), ("BN", "64"), ("BK", "64"), ("WEIGHT", "i6")],
+            Kernel::Fig8 => &[("BK", "64"), ("BN", "64"), ("WEIGHT", "i6")],
+            Kernel::Fig14 => &[("BM", "64"), ("BN", "64"), ("BK", "32"), ("STAGES", "3")],
+        }
+    }
+}
+
+const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
+                       fig14 (matmul_f16_pipelined)";
+
+/// The generated source, or a one-line error.
+pub fn run(kernel: &str, configs: &[String]) -> Result<String, String> {
+    let (k, fixed_weight) = Kernel::parse(kernel)
+        .ok_or_else(|| format!("unknown kernel `{kernel}`; known kernels: {KERNELS}"))?;
+    let mut cfg: BTreeMap<String, String> = k
+        .defaults()
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    if let Some(w) = fixed_weight {
+        cfg.insert("WEIGHT".into(), w.to_string());
+    }
+    let keys: Vec<&str> = k.defaults().iter().map(|(a, _)| *a).collect();
+    for item in configs.iter().flat_map(|c| c.split(',')) {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--config `{item}`: expected KEY=VALUE"))?;
+        let key = key.trim().to_ascii_uppercase();
+        if !keys.contains(&key.as_str()) {
+            return Err(format!(
+                "unknown configuration key `{key}` for kernel {kernel}; keys: {}",
+                keys.join(", ")
+            ));
+        }
+        if fixed_weight.is_some() && key == "WEIGHT" {
+            return Err(format!(
+                "kernel {kernel} fixes WEIGHT; use fig2 or fig8 to choose it"
+            ));
+        }
+        cfg.insert(key, value.trim().to_string());
+    }
+    let num = |key: &str| -> Result<usize, String> {
+        let v = &cfg[key];
+        v.parse::<usize>()
+            .ok()
+            .filter(|&x| x > 0)
+            .ok_or_else(|| format!("{key}={v}: expected a positive integer"))
+    };
+    let weight = || -> Result<DType, String> {
+        cfg["WEIGHT"]
+            .parse::<DType>()
+            .map_err(|e| format!("WEIGHT={}: {e}", cfg["WEIGHT"]))
+    };
+    let build: Box<dyn FnOnce() -> Program> = match k {
+        Kernel::Fig2 => {
+            let (w, bm, bn, bk) = (weight()?, num("BM")?, num("BN")?, num("BK")?);
+            Box::new(move || programs::matmul_f16_int(w, bm, bn, bk))
+        }
+        Kernel::Fig8 => {
+            let (w, bk, bn) = (weight()?, num("BK")?, num("BN")?);
+            Box::new(move || programs::relayout_int(w, bk, bn))
+        }
+        Kernel::Fig14 => {
+            let (bm, bn, bk, s) = (num("BM")?, num("BN")?, num("BK")?, num("STAGES")?);
+            Box::new(move || programs::matmul_f16_pipelined(bm, bn, bk, s))
+        }
+    };
+    let program = quietly(build).map_err(|e| format!("unsupported configuration: {e}"))?;
+    verify(&program, &Target::default()).map_err(|diags| {
+        let all: Vec<String> = diags.iter().map(|d| d.message.clone()).collect();
+        format!("{} does not verify: {}", program.name, all.join("; "))
+    })?;
+    let kernel = emit(&program).map_err(|e| format!("code generation failed: {e}"))?;
+    Ok(kernel.source.trim_end().to_string())
+}
+
+/// Run `f`, turning a panic (the program builders assert their tile constraints) into an error
+/// message without printing the panic.
+fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    r.map_err(|p| {
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the program builder rejected it".to_string())
+    })
+}

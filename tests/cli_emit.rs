@@ -1,0 +1,70 @@
+//! `tilus emit` end to end: the generated source for each paper kernel, configurations, and the
+//! one-line errors (exit status 2) for unknown kernels, keys and unsupported configurations.
+
+use std::process::{Command, Output};
+
+fn tilus(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tilus"))
+        .args(args)
+        .output()
+        .expect("run the tilus binary")
+}
+
+fn source(args: &[&str]) -> String {
+    let out = tilus(args);
+    assert!(
+        out.status.success(),
+        "tilus {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn error(args: &[&str]) -> String {
+    let out = tilus(args);
+    assert_eq!(out.status.code(), Some(2), "tilus {args:?} should exit 2");
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    err
+}
+
+#[test]
+fn emits_each_paper_kernel() {
+    let s = source(&["emit", "fig2"]);
+    assert!(s.contains(
+        "extern \"C\" __global__ void __launch_bounds__(128, 1) matmul_f16_i6_bm16_bn64_bk64("
+    ));
+    assert!(s.contains("mma.sync.aligned.m16n8k16"));
+    let s = source(&["emit", "fig8", "--config", "WEIGHT=u4", "--config", "BK=32"]);
+    assert!(s.contains("relayout_u4_bk32_bn64("), "{s}");
+    let s = source(&["emit", "fig14", "--config", "BM=32,BN=64,BK=32,STAGES=3"]);
+    assert!(s.contains("matmul_f16_pipelined_bm32_bn64_bk32_s3("), "{s}");
+    assert!(s.contains("cp.async.cg.shared.global") && s.contains("ldmatrix"));
+    assert!(
+        s.contains(
+            "// Launch: grid [(m + 32 - 1) / 32, n / 64] (x, y, z), 128 threads, 18432 bytes"
+        ),
+        "{s}"
+    );
+    // Program names work too, case-insensitively.
+    let s = source(&["emit", "MATMUL_F16_PIPELINED", "--config", "stages=2"]);
+    assert!(s.contains("_s2("));
+    let s = source(&["emit", "matmul_f16_i6", "--config", "BN=128"]);
+    assert!(s.contains("matmul_f16_i6_bm16_bn128_bk64("));
+}
+
+#[test]
+fn bad_kernels_and_configs_are_one_line_errors() {
+    assert!(error(&["emit", "fig3"]).contains("unknown kernel `fig3`"));
+    assert!(error(&["emit", "fig2", "--config", "STAGES=3"])
+        .contains("unknown configuration key `STAGES`"));
+    assert!(error(&["emit", "fig14", "--config", "BM"]).contains("expected KEY=VALUE"));
+    assert!(error(&["emit", "fig14", "--config", "BM=x"]).contains("positive integer"));
+    assert!(error(&["emit", "fig14", "--config", "BM=24"]).contains("unsupported configuration"));
+    assert!(
+        error(&["emit", "fig2", "--config", "WEIGHT=f16"]).contains("unsupported configuration")
+    );
+    assert!(error(&["emit", "fig2", "--config", "WEIGHT=q9"]).contains("WEIGHT=q9"));
+    assert!(error(&["emit", "matmul_f16_i6", "--config", "WEIGHT=u4"]).contains("fixes WEIGHT"));
+}

@@ -1,0 +1,399 @@
+//! Compile checks of the CUDA code generator, no GPU needed: every paper program in
+//! `tilus_core::programs` (several configurations each) is generated, compiled by NVRTC to PTX
+//! for sm_80 and sm_90a (through `tilus_runtime`), assembled by `ptxas -v` for both, and its
+//! SASS disassembled with `cuobjdump -sass` (or `nvdisasm`). Asserted: no stack frame, no spill
+//! stores or loads, no local-memory instructions (LDL/STL); HMMA in the mma matmuls, LDGSTS in
+//! the cp.async pipeline, LDSM wherever the generator selected `ldmatrix`.
+//!
+//! Without NVRTC (or without ptxas/cuobjdump) each test prints why it skips and passes; with
+//! `TILUS_REQUIRE_NVRTC=1` (set by `.ci/run`, which installs the pinned pip wheels) a missing
+//! tool fails the test instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tilus::core::codegen::{emit, CudaKernel};
+use tilus::core::ir::Program;
+use tilus::core::programs;
+use tilus::runtime::{compile_ptx, discover, nvrtc};
+use tilus::DType;
+
+fn required() -> bool {
+    std::env::var("TILUS_REQUIRE_NVRTC").is_ok_and(|v| v == "1")
+}
+
+/// Why the compile tools are unusable, if they are; panics instead when they are required.
+fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let problem = match nvrtc::nvrtc() {
+        Err(e) => e.to_string(),
+        Ok(_) => match nvrtc::include_dir() {
+            None => "NVRTC is present but no CUDA include directory was found".to_string(),
+            Some(_) => {
+                let ptxas = discover::cuda_tool("ptxas");
+                let disasm =
+                    discover::cuda_tool("cuobjdump").or_else(|| discover::cuda_tool("nvdisasm"));
+                match (ptxas, disasm) {
+                    (Some(p), Some(d)) => return Some((p.path, d.path)),
+                    (None, _) => "ptxas was not found (pip wheel nvidia-cuda-nvcc)".to_string(),
+                    (_, None) => "neither cuobjdump nor nvdisasm was found (pip wheels \
+                         nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
+                        .to_string(),
+                }
+            }
+        },
+    };
+    if required() {
+        panic!(
+            "{test}: TILUS_REQUIRE_NVRTC=1 but the CUDA compile tools are not usable: {problem}"
+        );
+    }
+    eprintln!("{test}: skipped: {problem}");
+    None
+}
+
+/// A fresh scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tilus-codegen-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a kernel's SASS must contain.
+#[derive(Clone, Copy, Default)]
+struct Expect {
+    hmma: bool,
+    ldgsts: bool,
+}
+
+/// The result of assembling one kernel.
+struct Assembled {
+    ptxas_log: String,
+    sass: String,
+}
+
+fn assemble(
+    ptxas: &Path,
+    disasm: &Path,
+    dir: &Path,
+    name: &str,
+    ptx: &str,
+    arch: &str,
+) -> Assembled {
+    let ptx_file = dir.join(format!("{name}.{arch}.ptx"));
+    let cubin = dir.join(format!("{name}.{arch}.cubin"));
+    std::fs::write(&ptx_file, ptx).unwrap();
+    let out = Command::new(ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg("-o")
+        .arg(&cubin)
+        .arg(&ptx_file)
+        .output()
+        .expect("ptxas runs");
+    let ptxas_log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{name} ({arch}): ptxas failed:\n{ptxas_log}"
+    );
+    let is_nvdisasm = disasm
+        .file_name()
+        .is_some_and(|f| f.to_string_lossy().starts_with("nvdisasm"));
+    let mut cmd = Command::new(disasm);
+    if !is_nvdisasm {
+        cmd.arg("-sass");
+    }
+    let out = cmd.arg(&cubin).output().expect("the disassembler runs");
+    assert!(
+        out.status.success(),
+        "{name} ({arch}): disassembly failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Assembled {
+        ptxas_log,
+        sass: String::from_utf8_lossy(&out.stdout).into_owned(),
+    }
+}
+
+/// Opcodes of the SASS listing (the first word of each instruction, predicates removed).
+fn opcodes(sass: &str) -> Vec<String> {
+    sass.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let body = l.strip_prefix("/*")?.split_once("*/")?.1.trim();
+            let body = if body.starts_with('@') {
+                body.split_once(' ')?.1.trim()
+            } else {
+                body
+            };
+            let op = body.split([' ', ';']).next()?;
+            (!op.is_empty()).then(|| op.to_string())
+        })
+        .collect()
+}
+
+fn check_kernel(
+    ptxas: &Path,
+    disasm: &Path,
+    dir: &Path,
+    name: &str,
+    k: &CudaKernel,
+    expect: Expect,
+) {
+    let uses_ldsm = k.source.contains("tilus_ldsm_x");
+    for arch in ["sm_80", "sm_90a"] {
+        let ptx = compile_ptx(&k.source, arch)
+            .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
+        let a = assemble(ptxas, disasm, dir, name, &ptx, arch);
+        assert!(
+            a.ptxas_log
+                .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{name} ({arch}): stack frame or spills:\n{}",
+            a.ptxas_log
+        );
+        let ops = opcodes(&a.sass);
+        assert!(
+            !ops.is_empty(),
+            "{name} ({arch}): no SASS read from the disassembly"
+        );
+        let has = |p: &str| {
+            ops.iter()
+                .any(|o| o == p || o.starts_with(&format!("{p}.")))
+        };
+        for local in ["LDL", "STL"] {
+            assert!(
+                !has(local),
+                "{name} ({arch}): local memory access {local} in SASS"
+            );
+        }
+        if expect.hmma {
+            assert!(
+                has("HMMA") || has("IMMA"),
+                "{name} ({arch}): no HMMA/IMMA in SASS"
+            );
+        }
+        if expect.ldgsts {
+            assert!(has("LDGSTS"), "{name} ({arch}): no LDGSTS in SASS");
+        }
+        if uses_ldsm {
+            assert!(
+                has("LDSM"),
+                "{name} ({arch}): ldmatrix selected but no LDSM in SASS"
+            );
+        }
+        let regs = a
+            .ptxas_log
+            .lines()
+            .find(|l| l.contains("Used") && l.contains("registers"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        eprintln!("{name} ({arch}): ok; {regs}");
+    }
+}
+
+fn run(test: &str, kernels: Vec<(String, Program, Expect)>) {
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new(test);
+    // Two at a time: compiles are independent and CI machines have two cores.
+    let chunks: Vec<Vec<(String, Program, Expect)>> = {
+        let mut v: Vec<Vec<_>> = vec![Vec::new(), Vec::new()];
+        for (i, k) in kernels.into_iter().enumerate() {
+            v[i % 2].push(k);
+        }
+        v
+    };
+    std::thread::scope(|s| {
+        for chunk in chunks {
+            let (ptxas, disasm, dir) = (&ptxas, &disasm, &scratch.0);
+            s.spawn(move || {
+                for (name, program, expect) in chunk {
+                    let k =
+                        emit(&program).unwrap_or_else(|e| panic!("{name}: codegen failed: {e}"));
+                    check_kernel(ptxas, disasm, dir, &name, &k, expect);
+                }
+            });
+        }
+    });
+}
+
+const MMA: Expect = Expect {
+    hmma: true,
+    ldgsts: false,
+};
+
+#[test]
+fn fig2_matmul_compiles_without_spills() {
+    let mut ks = Vec::new();
+    for (w, bm, bn, bk) in [
+        (DType::Int(6), 16, 64, 64),
+        (DType::Int(6), 32, 128, 64),
+        (DType::UInt(4), 64, 128, 32),
+        (DType::Int(8), 16, 64, 16),
+        (DType::UInt(2), 32, 64, 64),
+        (DType::Int(3), 16, 128, 64),
+    ] {
+        ks.push((
+            format!("fig2_{w}_bm{bm}_bn{bn}_bk{bk}"),
+            programs::matmul_f16_int(w, bm, bn, bk),
+            MMA,
+        ));
+    }
+    run("fig2_matmul_compiles_without_spills", ks);
+}
+
+#[test]
+fn fig8_relayout_compiles_without_spills() {
+    let mut ks = Vec::new();
+    for (w, bk, bn) in [
+        (DType::Int(6), 64, 64),
+        (DType::UInt(4), 32, 128),
+        (DType::Int(8), 16, 64),
+        (DType::UInt(3), 64, 128),
+    ] {
+        ks.push((
+            format!("fig8_{w}_bk{bk}_bn{bn}"),
+            programs::relayout_int(w, bk, bn),
+            Expect::default(),
+        ));
+    }
+    run("fig8_relayout_compiles_without_spills", ks);
+}
+
+#[test]
+fn fig14_pipelined_compiles_without_spills() {
+    let mut ks = Vec::new();
+    for (bm, bn, bk, stages) in [
+        (64, 64, 32, 3),
+        (16, 128, 64, 4),
+        (32, 64, 16, 2),
+        (64, 128, 32, 3),
+    ] {
+        ks.push((
+            format!("fig14_bm{bm}_bn{bn}_bk{bk}_s{stages}"),
+            programs::matmul_f16_pipelined(bm, bn, bk, stages),
+            Expect {
+                hmma: true,
+                ldgsts: true,
+            },
+        ));
+    }
+    run("fig14_pipelined_compiles_without_spills", ks);
+}
+
+#[test]
+fn fig14_selects_ldmatrix_and_cp_async() {
+    let k = emit(&programs::matmul_f16_pipelined(64, 64, 32, 3)).unwrap();
+    assert!(k.source.contains("tilus_ldsm_x4("), "{}", k.source);
+    assert!(k.source.contains("tilus_ldsm_x4_trans("), "{}", k.source);
+    assert!(k.source.contains("tilus_cp_async_16("), "{}", k.source);
+    assert!(k
+        .source
+        .contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+}
+
+fn l(s: &str) -> tilus::Layout {
+    tilus::core::layout::parse(s).unwrap()
+}
+
+/// One warp's mma on `dtype` operands (f16/bf16 with f32, i8/u8 with i32), through `k` tiles.
+fn mma_program(dtype: DType, k: usize, with_print: bool) -> Program {
+    use tilus::core::ir::{Expr, ProgramBuilder};
+    let (acc_t, a_frag, b_frag) = if dtype.bits() == 8 {
+        (
+            DType::Int(32),
+            "local(2,1).spatial(8,4).local(1,4)",
+            "column_spatial(4,8).local(4,1)",
+        )
+    } else {
+        (
+            DType::F32,
+            "column_local(2,2).spatial(8,4).local(1,2)",
+            "local(2,1).column_spatial(4,8).local(2,1)",
+        )
+    };
+    let mut b = ProgramBuilder::new(&format!("mma_{dtype}"), 64);
+    let pa = b.param_ptr("a", dtype, false);
+    let pb = b.param_ptr("b", dtype, false);
+    let pc = b.param_ptr("c", acc_t, true);
+    b.grid(vec![1.into()]);
+    let ga = b.view_global("ga", pa, dtype, vec![32.into(), (16 * k as i32).into()]);
+    let gb = b.view_global("gb", pb, dtype, vec![(16 * k as i32).into(), 16.into()]);
+    let gc = b.view_global("gc", pc, acc_t, vec![32.into(), 16.into()]);
+    let ra = b.load_global(
+        "ra",
+        ga,
+        l(&format!("reduce(spatial(2,1),[1]).local(1,{k}).{a_frag}"))
+            .compose(&l("local(1,1)"))
+            .unwrap(),
+        vec![0.into(), 0.into()],
+    );
+    let _ = Expr::Int(0);
+    let rb = b.load_global(
+        "rb",
+        gb,
+        l(&format!("reduce(spatial(2,1),[0]).local({k},2).{b_frag}")),
+        vec![0.into(), 0.into()],
+    );
+    let acc = b.allocate_register(
+        "acc",
+        acc_t,
+        l("spatial(2,1).local(1,2).local(2,1).spatial(8,4).local(1,2)"),
+        Some(1.0),
+    );
+    let acc = b.dot(acc, ra, rb, acc);
+    if with_print {
+        b.print("acc", tilus::core::ir::Operand::Tensor(acc));
+        b.print("inf \"%\"", tilus::core::ir::Operand::Imm(f64::INFINITY));
+    }
+    b.store_global(acc, gc, vec![0.into(), 0.into()]);
+    b.finish()
+}
+
+#[test]
+fn mma_of_every_operand_type_compiles() {
+    let ks = [DType::F16, DType::BF16, DType::Int(8), DType::UInt(8)]
+        .into_iter()
+        .map(|d| (format!("mma_{d}"), mma_program(d, 2, false), MMA))
+        .collect();
+    run("mma_of_every_operand_type_compiles", ks);
+}
+
+/// `print` compiles (printf's argument buffer is the one stack frame a kernel may have).
+#[test]
+fn print_compiles() {
+    let Some((ptxas, disasm)) = tools("print_compiles") else {
+        return;
+    };
+    let scratch = Scratch::new("print");
+    let k = emit(&mma_program(DType::F16, 1, true)).unwrap();
+    assert!(k.source.contains("printf("));
+    let ptx = compile_ptx(&k.source, "sm_90a").unwrap_or_else(|e| panic!("{e}\n{}", k.source));
+    let a = assemble(&ptxas, &disasm, &scratch.0, "print", &ptx, "sm_90a");
+    assert!(
+        a.ptxas_log
+            .contains("0 bytes spill stores, 0 bytes spill loads"),
+        "{}",
+        a.ptxas_log
+    );
+}
