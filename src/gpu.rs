@@ -99,6 +99,14 @@ impl GpuProgram {
         &self.kernel
     }
 
+    /// Compile (or fetch from the kernel caches) and load the kernel on `ctx` without launching
+    /// it: what the first launch would do. Thread-safe; the autotuner compiles its candidates
+    /// in parallel with it.
+    pub fn load(&self, ctx: &Context) -> Result<(), GpuError> {
+        ctx.load(&self.source)?;
+        Ok(())
+    }
+
     fn arg_error(&self, message: impl Into<String>) -> GpuError {
         GpuError::Arguments {
             program: self.name.clone(),

@@ -81,6 +81,15 @@ impl GpuQMatmul {
         &self.main
     }
 
+    /// Compile and load the programs on `ctx` now instead of at the first launch.
+    pub fn load(&self, ctx: &Context) -> Result<(), QMatmulError> {
+        self.main.load(ctx)?;
+        if let Some(r) = &self.reduce {
+            r.load(ctx)?;
+        }
+        Ok(())
+    }
+
     /// `c = a · dequant(w)` on `ctx`'s stream; `a` is `[m, k]`, `c` is `[m, n]`, row-major.
     /// Shapes and lengths are checked (errors name `m`, `n`, `k`, `a`, `b`, `scales`, `zeros`,
     /// `c`) before anything is launched. Returns when the work is queued.
