@@ -385,13 +385,22 @@ fn tune_typed<T: Element + Activation>(
             space.len()
         );
     }
+    let key = tune_key(ctx, &first, m, n, k);
     if retune {
-        ctx.tuner().forget(&tune_key(ctx, &first, m, n, k), space);
+        ctx.tuner().forget(&key, space);
     }
-    let weight = synthetic_weight::<T>(ctx, first.wdtype, n, k, first.group_rows, first.has_zeros)
-        .map_err(err)?;
-    let tuned = tune_qmatmul(ctx, space, m, &weight).map_err(err)?;
-    let o = &tuned.outcome;
+    // A remembered winner needs no weight: skip making and uploading one.
+    let outcome = match ctx.tuner().lookup(&key, space) {
+        Some(o) => o,
+        None => {
+            let weight =
+                synthetic_weight::<T>(ctx, first.wdtype, n, k, first.group_rows, first.has_zeros)
+                    .map_err(err)?;
+            tune_qmatmul(ctx, space, m, &weight).map_err(err)?.outcome
+        }
+    };
+    let o = &outcome;
+    let winner = space[o.index];
     let how = match o.source {
         TuneSource::Measured => "measured now",
         TuneSource::Memory => "reused the winner in memory",
@@ -414,7 +423,7 @@ fn tune_typed<T: Element + Activation>(
     }
     out += &format!(
         "winner: {} (candidate {}): median {:.2} us at m={}\n",
-        tiles(&tuned.config),
+        tiles(&winner),
         o.index,
         o.median_us,
         m_bucket(m)
