@@ -428,9 +428,10 @@ mod tests {
             let space = tuning_space(wdtype, DType::F16, group, m, n, k, points).unwrap();
             assert_eq!(space.len(), points, "{w} m={m}");
             let short = candidates(wdtype, DType::F16, group, m, n, k).unwrap();
+            let first = short.len().min(points);
             assert_eq!(
-                &space[..short.len()],
-                &short[..],
+                &space[..first],
+                &short[..first],
                 "the short list comes first"
             );
             for (i, c) in space.iter().enumerate() {
