@@ -394,6 +394,15 @@ fn shape_and_buffer_errors_name_the_argument() {
         err_text(grouped.check_shape(m, n, 192)).contains("`k`"),
         "192 rows are not whole groups of 128"
     );
+    let split_groups = QMatmulConfig {
+        split_k: 2,
+        ..grouped
+    };
+    assert!(split_groups.check_shape(m, n, 256).is_ok());
+    assert!(
+        err_text(split_groups.check_shape(m, n, 384)).contains("`k`"),
+        "two splits of 192 rows cut a group of 128"
+    );
     assert!(err_text(cfg.check_shape(1 << 31, n, k)).contains("`m`"));
 
     // Buffers.

@@ -23,6 +23,8 @@ pub struct BenchRow {
     /// `bytes` over the measured copy bandwidth, in microseconds.
     pub floor_us: f64,
     pub cublas_us: Option<f64>,
+    /// Every configuration tried, with its median time in microseconds.
+    pub tried: Vec<(QMatmulConfig, f64)>,
 }
 
 impl BenchRow {
@@ -50,30 +52,47 @@ pub fn candidates(
     let zeros = matches!(wdtype, DType::UInt(_));
     let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
     let mut out = vec![base];
-    let shapes: &[(usize, usize, usize)] = if m <= 16 {
-        // (bm, warps, stages)
-        &[(16, 4, 4), (16, 4, 5)]
-    } else if m <= 256 {
-        &[(32, 4, 3), (64, 4, 3)]
-    } else {
-        &[(64, 4, 3), (128, 8, 3), (128, 4, 3)]
+    let mut push = |cfg: QMatmulConfig| {
+        if cfg.tiling().is_ok()
+            && cfg.check_shape(m, n, k).is_ok()
+            && build(&cfg).is_ok()
+            && !out.contains(&cfg)
+        {
+            out.push(cfg);
+        }
     };
-    // Longer k tiles first: a decode block is a chain of k/bk dependent pipeline steps.
-    for &(bm, warps, stages) in shapes {
-        for bk in [128, base.bk] {
-            let cfg = QMatmulConfig {
-                bm,
-                warps,
-                stages,
-                bk,
-                ..base
-            };
-            if cfg.tiling().is_ok()
-                && k.is_multiple_of(bk)
-                && group.is_none_or(|g| g >= bk || bk.is_multiple_of(g))
-                && !out.contains(&cfg)
-            {
-                out.push(cfg);
+    if m <= 16 {
+        // Decode: one row of blocks, each a chain of k / bk dependent pipeline steps. Longer k
+        // tiles and wider n tiles amortize the per-step cost (barrier, A fragments, copy
+        // issue) over more weights; deeper pipelines keep more bytes in flight.
+        for bk in [128, 64] {
+            for wide in [2, 1, 4] {
+                for stages in [4, 3] {
+                    push(QMatmulConfig {
+                        bk,
+                        bn: base.bn * wide,
+                        stages,
+                        ..base
+                    });
+                }
+            }
+        }
+    } else {
+        let shapes: &[(usize, usize, usize)] = if m <= 256 {
+            // (bm, warps, stages)
+            &[(32, 4, 3), (64, 4, 3)]
+        } else {
+            &[(64, 4, 3), (128, 8, 3), (128, 4, 3)]
+        };
+        for &(bm, warps, stages) in shapes {
+            for bk in [128, base.bk] {
+                push(QMatmulConfig {
+                    bm,
+                    warps,
+                    stages,
+                    bk,
+                    ..base
+                });
             }
         }
     }
@@ -176,6 +195,7 @@ pub fn bench_qmatmul(
     let mut c = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
 
     let mut best: Option<(QMatmulConfig, Timing, usize)> = None;
+    let mut tried = Vec::new();
     for cfg in cands.into_iter().take(tune.max(1)) {
         let kernel = build(&cfg)?;
         let gpu = GpuQMatmul::new(&kernel)?;
@@ -188,6 +208,7 @@ pub fn bench_qmatmul(
             })
         })?;
         let bytes = weight.bytes() + 2 * (m * k + m * n);
+        tried.push((cfg, t.median_us));
         if best
             .as_ref()
             .is_none_or(|(_, bt, _)| t.median_us < bt.median_us)
@@ -206,5 +227,6 @@ pub fn bench_qmatmul(
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e3),
         cublas_us,
+        tried,
     })
 }

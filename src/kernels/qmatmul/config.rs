@@ -394,6 +394,21 @@ impl QMatmulConfig {
                     format!("{k} is not a multiple of the group size {g}"),
                 ));
             }
+            // Groups of whole k tiles scale the accumulator per group, so every split must
+            // start at a group boundary.
+            if g.is_multiple_of(self.bk)
+                && self.split_k > 1
+                && !(k / self.split_k).is_multiple_of(g)
+            {
+                return Err(shape_err(
+                    "k",
+                    format!(
+                        "{k} rows in {} splits of whole {g}-row scale groups: k must be a multiple of {}",
+                        self.split_k,
+                        g * self.split_k
+                    ),
+                ));
+            }
         }
         let elements = [
             (
