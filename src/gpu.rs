@@ -94,6 +94,13 @@ impl GpuProgram {
         })
     }
 
+    /// Compile (or find in the caches) and load the kernel on `ctx` now instead of at the first
+    /// launch, e.g. to compile many kernels from several threads at once.
+    pub fn load(&self, ctx: &Context) -> Result<(), GpuError> {
+        ctx.load(&self.source)?;
+        Ok(())
+    }
+
     /// The generated kernel (source, parameters, shared memory, assumptions).
     pub fn cuda(&self) -> &CudaKernel {
         &self.kernel

@@ -5,9 +5,9 @@
 
 use clap::Subcommand;
 use half::f16;
-use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul};
+use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, candidates, precompile};
 use tilus::DType;
-use tilus_runtime::{copy_bandwidth, time_runs, Context, CublasF16, DeviceBuffer, L2Flush};
+use tilus_runtime::{copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -150,7 +150,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             );
         }
         BenchCommand::Gemm { m, n, k } => {
-            let blas = CublasF16::new(&ctx).map_err(err)?;
+            let blas = Cublas::new(&ctx).map_err(err)?;
             let a = random_f16(&ctx, m * k, 1)?;
             let b = random_f16(&ctx, k * n, 2)?;
             let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).map_err(err)?;
@@ -235,10 +235,26 @@ fn sweep(
     csv: Option<&std::path::Path>,
 ) -> Result<String, String> {
     let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
-    let blas = CublasF16::new(ctx).map_err(err)?;
+    let blas = Cublas::new(ctx).map_err(err)?;
     let mut flush = L2Flush::new(ctx).map_err(err)?;
     let group = (group > 0).then_some(group);
     let mut cublas = std::collections::HashMap::new();
+    // Compile every candidate of every case first, in parallel.
+    let mut all = Vec::new();
+    for &m in ms {
+        for &wdtype in types {
+            let c = candidates(wdtype, DType::F16, group, m, n, k)
+                .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
+            all.extend(c.into_iter().take(tune.max(1)));
+        }
+    }
+    let started = std::time::Instant::now();
+    precompile(ctx, &all).map_err(err)?;
+    eprintln!(
+        "compiled {} configurations in {:.1} s",
+        all.len(),
+        started.elapsed().as_secs_f64()
+    );
     let header = format!(
         "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
         group.map_or("channel".to_string(), |g| g.to_string()),

@@ -29,6 +29,7 @@
 //! | `TILUS_CACHE=off` | no disk cache |
 
 pub mod bench;
+pub mod blas;
 pub mod buffer;
 pub mod context;
 pub mod discover;
@@ -38,7 +39,8 @@ pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
 
-pub use bench::{copy_bandwidth, time_runs, CublasF16, L2Flush, Timing};
+pub use bench::{copy_bandwidth, time_runs, L2Flush, Timing};
+pub use blas::{Cublas, GemmElement};
 pub use buffer::{
     check_packed_len, packed_byte_len, DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor,
 };

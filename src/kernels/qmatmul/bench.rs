@@ -1,12 +1,12 @@
 //! Benchmarking the quantized matmul on the GPU: pick the fastest of a few configurations
 //! (a small on-the-spot tuning), and report it against the memory floor and cuBLAS f16.
 
-use super::config::{QMatmulConfig, QMatmulError};
+use super::config::{QMatmulConfig, QMatmulError, QMatmulMethod};
 use super::gpu::{DeviceWeight, GpuQMatmul};
 use super::program::build;
 use crate::DType;
 use half::f16;
-use tilus_runtime::{time_runs, Context, CublasF16, DeviceBuffer, L2Flush, Timing};
+use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush, Timing};
 
 /// One measured case.
 #[derive(Clone, Debug)]
@@ -39,8 +39,10 @@ impl BenchRow {
     }
 }
 
-/// The configurations tried for an `m`-row problem: the default tiles, deeper pipelines and
-/// longer k tiles for decode shapes, and larger m tiles with more warps for prefill shapes.
+/// The configurations tried for an `m`-row problem, most promising first: for decode shapes
+/// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
+/// H100, then the rest of that space; for larger `m` the default tiles with taller m tiles, and
+/// for prefill (`m > 256`) dequantize-then-GEMM first. Every one is valid for the shape.
 pub fn candidates(
     wdtype: DType,
     adtype: DType,
@@ -51,7 +53,12 @@ pub fn candidates(
 ) -> Result<Vec<QMatmulConfig>, QMatmulError> {
     let zeros = matches!(wdtype, DType::UInt(_));
     let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
-    let mut out = vec![base];
+    // Decode shapes start with the measured best; the default tiles come first otherwise.
+    let mut out = if m <= 16 || m > 256 {
+        vec![]
+    } else {
+        vec![base]
+    };
     let mut push = |cfg: QMatmulConfig| {
         if cfg.tiling().is_ok()
             && cfg.check_shape(m, n, k).is_ok()
@@ -62,22 +69,60 @@ pub fn candidates(
         }
     };
     if m <= 16 {
-        // Decode: one row of blocks, each a chain of k / bk dependent pipeline steps. Longer k
-        // tiles and wider n tiles amortize the per-step cost (barrier, A fragments, copy
-        // issue) over more weights; deeper pipelines keep more bytes in flight.
-        for bk in [128, 64] {
-            for wide in [2, 1, 4] {
-                for stages in [4, 3] {
-                    push(QMatmulConfig {
-                        bk,
-                        bn: base.bn * wide,
-                        stages,
-                        ..base
-                    });
+        // Decode: a block is a chain of k / bk dependent pipeline steps, and the dequantization
+        // chain of each step needs several warps per scheduler to hide its latency. Split-k
+        // (more blocks), wide and long tiles (fewer per-step costs per weight) and deeper
+        // pipelines (more bytes in flight) are what wins; the first configurations are the
+        // ones that measured best on an H100 across i2, i4 and u4 (docs/perf-notes.md, entry 2).
+        // (n-tile multiple of the default, bk, warps, stages, split_k)
+        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 11] = [
+            (2, 128, 4, 4, 4),
+            (4, 128, 4, 3, 4),
+            (2, 128, 4, 3, 2),
+            (2, 64, 4, 4, 4),
+            (2, 64, 4, 3, 4),
+            (4, 128, 8, 4, 4),
+            (4, 64, 4, 4, 4),
+            (1, 128, 4, 4, 4),
+            (2, 128, 4, 4, 2),
+            (1, 128, 4, 3, 2),
+            (1, 64, 4, 4, 2),
+        ];
+        let decode = |(wide, bk, warps, stages, split_k): (usize, usize, usize, usize, usize)| {
+            QMatmulConfig {
+                bn: base.bn * wide,
+                bk,
+                warps,
+                stages,
+                split_k,
+                ..base
+            }
+        };
+        for c in MEASURED_BEST {
+            push(decode(c));
+        }
+        push(base);
+        // Then the rest of the space, for longer tuning.
+        for split_k in [1, 2, 4] {
+            for warps in [4, 8] {
+                for bk in [128, 64] {
+                    for wide in [2, 1, 4] {
+                        for stages in [4, 3] {
+                            push(decode((wide, bk, warps, stages, split_k)));
+                        }
+                    }
                 }
             }
         }
     } else {
+        if m > 256 {
+            // Prefill: dequantize once, then cuBLAS (the fused tiles below are the alternative).
+            push(QMatmulConfig {
+                method: QMatmulMethod::DequantizeThenGemm,
+                ..base
+            });
+            push(base);
+        }
         let shapes: &[(usize, usize, usize)] = if m <= 256 {
             // (bm, warps, stages)
             &[(32, 4, 3), (64, 4, 3)]
@@ -96,7 +141,36 @@ pub fn candidates(
             }
         }
     }
+    if out.is_empty() {
+        out.push(base);
+    }
     Ok(out)
+}
+
+/// Compile every configuration on `ctx` ahead of timing, on all CPU cores: NVRTC takes about
+/// a second per large configuration, and a sweep has hundreds. Later launches find the kernels
+/// in the context's memory cache.
+pub fn precompile(ctx: &Context, configs: &[QMatmulConfig]) -> Result<(), QMatmulError> {
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers.min(configs.len()))
+            .map(|_| {
+                scope.spawn(|| -> Result<(), QMatmulError> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(cfg) = configs.get(i) else {
+                            return Ok(());
+                        };
+                        GpuQMatmul::new(&build(cfg)?)?.load(ctx)?;
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("a compile worker panicked"))
+    })
 }
 
 /// Non-constant, non-zero f16 data (a hash pattern in [-0.5, 0.5)): zeros or constants can
@@ -121,13 +195,14 @@ fn random_weight(
 ) -> Result<DeviceWeight<f16>, QMatmulError> {
     let bytes = tilus_core::storage::packed_len(wdtype, k * n);
     let mut state = 0x9e3779b97f4a7c15u64;
-    let codes: Vec<u8> = (0..bytes)
-        .map(|_| {
+    let codes: Vec<u8> = (0..bytes.div_ceil(8))
+        .flat_map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            (state >> 24) as u8
+            state.to_le_bytes()
         })
+        .take(bytes)
         .collect();
     let scales: Vec<f16> = pattern(groups * n, 5)
         .into_iter()
@@ -152,7 +227,7 @@ fn random_weight(
 /// cuBLAS f16 `C[m, n] = A[m, k] · B[k, n]`, median microseconds.
 pub fn bench_cublas(
     ctx: &Context,
-    blas: &CublasF16,
+    blas: &Cublas,
     flush: &mut L2Flush,
     m: usize,
     n: usize,

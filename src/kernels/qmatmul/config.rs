@@ -85,6 +85,23 @@ pub struct QMatmulConfig {
     pub warps: usize,
     pub stages: usize,
     pub split_k: usize,
+    /// How the product is computed; see [`QMatmulMethod`].
+    pub method: QMatmulMethod,
+}
+
+/// The two ways to compute `A · dequant(W)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum QMatmulMethod {
+    /// One kernel: the pipelined template dequantizes each weight tile in registers right
+    /// before its mma (decode shapes: the weight is read once, at the speed of memory).
+    #[default]
+    Fused,
+    /// Prefill shapes: a kernel dequantizes the whole weight to a dense `[k, n]` matrix of the
+    /// activation type (tiles as in the fused kernel), then cuBLAS multiplies. The extra
+    /// `2 k n` bytes written and read again are small next to a GEMM with many rows, and
+    /// cuBLAS uses the GPU's newest tensor-core instructions. On the CPU runner the GEMM is a
+    /// host loop with f32 accumulation.
+    DequantizeThenGemm,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -153,6 +170,7 @@ impl QMatmulConfig {
             warps: 4,
             stages: 3,
             split_k: 1,
+            method: QMatmulMethod::Fused,
         }
     }
 
@@ -284,6 +302,12 @@ impl QMatmulConfig {
                     "{} is not a multiple of 16 (the mma reduction depth)",
                     self.bk
                 ),
+            ));
+        }
+        if self.method == QMatmulMethod::DequantizeThenGemm && self.split_k > 1 {
+            return Err(config_err(
+                "split_k",
+                "splitting k applies to the fused method; the GEMM of DequantizeThenGemm is cuBLAS's",
             ));
         }
         let warps_m = gcd(self.warps, self.bm / 16);

@@ -1,7 +1,7 @@
 //! The VM programs of the quantized matmul: the main pipeline (paper Figure 2 generalized) and
 //! the split-k reduction.
 
-use super::config::{config_err, QMatmulConfig, QMatmulError};
+use super::config::{config_err, QMatmulConfig, QMatmulError, QMatmulMethod};
 use super::layouts::QMatmulLayouts;
 use crate::DType;
 use tilus_core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder, ScalarType, VarId};
@@ -24,14 +24,22 @@ pub struct QMatmulKernel {
     /// With `split_k > 1`: sums the workspace into `c`. Parameters `m, n: i32`,
     /// `workspace: *f32`, `c: *mut adtype`. Grid `[cdiv(m, rows), n / bn]`.
     pub reduce: Option<Program>,
+    /// With [`QMatmulMethod::DequantizeThenGemm`]: writes the dense weight for the GEMM.
+    /// Parameters `n, k: i32`, `b: *u8`, `scales`, `zeros` (with `has_zeros`), `w: *mut
+    /// adtype [k, n]`. Grid `[k / bk, n / bn]`.
+    pub dequant: Option<Program>,
 }
 
 /// A short name of the configuration, used for the program names.
 pub fn config_name(c: &QMatmulConfig) -> String {
     let group = c.group_rows.map_or("pc".to_string(), |g| format!("g{g}"));
     let zeros = if c.has_zeros { "_z" } else { "" };
+    let method = match c.method {
+        QMatmulMethod::Fused => "",
+        QMatmulMethod::DequantizeThenGemm => "_dq",
+    };
     format!(
-        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}",
+        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{method}",
         c.adtype, c.wdtype, c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
@@ -58,11 +66,20 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     } else {
         None
     };
+    let dequant = match config.method {
+        QMatmulMethod::Fused => None,
+        QMatmulMethod::DequantizeThenGemm => {
+            let p = super::dequant::build_dequant(config)?;
+            check(&p)?;
+            Some(p)
+        }
+    };
     Ok(QMatmulKernel {
         config: *config,
         layouts,
         main,
         reduce,
+        dequant,
     })
 }
 
