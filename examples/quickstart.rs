@@ -17,7 +17,7 @@ use std::time::Instant;
 use tilus::kernels::qmatmul::bench::bench_cublas;
 use tilus::kernels::qmatmul::{build, prepare, DeviceWeight, GpuQMatmul, QMatmulConfig};
 use tilus::quant::{Group, QuantizedWeight};
-use tilus::runtime::{copy_bandwidth, time_runs, Context, CublasF16, DeviceBuffer, L2Flush};
+use tilus::runtime::{copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush};
 use tilus::DType;
 
 type Error = Box<dyn std::error::Error>;
@@ -129,7 +129,7 @@ fn on_gpu(ctx: &Context, wdtype: DType, m: usize) -> Result<(), Error> {
         100.0 * floor_us / t.median_us,
         floor_us
     );
-    match CublasF16::new(ctx) {
+    match Cublas::new(ctx) {
         Ok(blas) => {
             let cublas = bench_cublas(ctx, &blas, &mut flush, m, n, k)?;
             println!(

@@ -94,17 +94,16 @@ impl GpuProgram {
         })
     }
 
-    /// The generated kernel (source, parameters, shared memory, assumptions).
-    pub fn cuda(&self) -> &CudaKernel {
-        &self.kernel
-    }
-
-    /// Compile (or fetch from the kernel caches) and load the kernel on `ctx` without launching
-    /// it: what the first launch would do. Thread-safe; the autotuner compiles its candidates
-    /// in parallel with it.
+    /// Compile (or find in the caches) and load the kernel on `ctx` now instead of at the first
+    /// launch, e.g. to compile many kernels from several threads at once.
     pub fn load(&self, ctx: &Context) -> Result<(), GpuError> {
         ctx.load(&self.source)?;
         Ok(())
+    }
+
+    /// The generated kernel (source, parameters, shared memory, assumptions).
+    pub fn cuda(&self) -> &CudaKernel {
+        &self.kernel
     }
 
     fn arg_error(&self, message: impl Into<String>) -> GpuError {

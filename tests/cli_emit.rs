@@ -68,3 +68,24 @@ fn bad_kernels_and_configs_are_one_line_errors() {
     assert!(error(&["emit", "fig2", "--config", "WEIGHT=q9"]).contains("WEIGHT=q9"));
     assert!(error(&["emit", "matmul_f16_i6", "--config", "WEIGHT=u4"]).contains("fixes WEIGHT"));
 }
+
+#[test]
+fn emits_the_library_qmatmul() {
+    let src = source(&[
+        "emit",
+        "qmatmul",
+        "--config",
+        "WDTYPE=u3,BN=256,BK=128,STAGES=4",
+    ]);
+    assert!(
+        src.contains("qmatmul_f16_u3_g128_z_16x256x128_w4_s4_k1"),
+        "{src}"
+    );
+    // Whole-tile groups scale the accumulator, not each weight.
+    assert!(src.contains("scaled = mul(acc_g, sc32)"), "{src}");
+    let split = source(&["emit", "qmatmul", "--config", "WDTYPE=i4,SPLIT_K=2,GROUP=0"]);
+    assert!(split.contains("qmatmul_reduce_f16_i4_pc"), "{split}");
+    assert!(error(&["emit", "qmatmul", "--config", "WDTYPE=f16"]).contains("wdtype"));
+    assert!(error(&["emit", "qmatmul", "--config", "BN=48"]).contains("bn"));
+    assert!(error(&["emit", "qmatmul", "--config", "STAGES=x"]).contains("STAGES"));
+}

@@ -205,6 +205,20 @@ fn f16_vector_add_cold_and_warm() {
 }
 
 #[test]
+fn fill_zeros_clears_on_the_device() {
+    let cache = TempDir::new("zeros");
+    let Some(ctx) = context("fill_zeros_clears_on_the_device", &cache.0) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let data: Vec<u32> = (0..4099).map(|_| rng.random_range(1..u32::MAX)).collect();
+    let mut buf = DeviceBuffer::from_host(&ctx, &data).unwrap();
+    assert_eq!(buf.to_host().unwrap(), data);
+    buf.fill_zeros().unwrap();
+    assert!(buf.to_host().unwrap().iter().all(|&v| v == 0));
+}
+
+#[test]
 fn packed_tensor_round_trip() {
     let cache = TempDir::new("packed");
     let Some(ctx) = context("packed_tensor_round_trip", &cache.0) else {

@@ -7,10 +7,11 @@
 use half::{bf16, f16};
 use rand::Rng;
 use std::sync::Arc;
-use tilus::kernels::linear::Activation;
-use tilus::kernels::qmatmul::{build, prepare, DeviceWeight, GpuQMatmul, QMatmulConfig};
+use tilus::kernels::qmatmul::{
+    build, prepare, DeviceWeight, GpuActivation, GpuQMatmul, QMatmulConfig, QMatmulMethod,
+};
 use tilus::quant::{Group, QuantizedWeight};
-use tilus::runtime::{Context, DeviceBuffer, Element};
+use tilus::runtime::{Context, DeviceBuffer};
 use tilus::DType;
 
 const WEIGHT_TYPES: [&str; 25] = [
@@ -35,7 +36,7 @@ fn context(test: &str) -> Option<Arc<Context>> {
 
 /// One GPU run of `cfg` at `m x n x k` against `A · dequant(W)` in f64; returns the relative
 /// error `||out - ref|| / ||ref||`.
-fn run_case<T: Element + Activation>(
+fn run_case<T: GpuActivation>(
     ctx: &Context,
     cfg: &QMatmulConfig,
     m: usize,
@@ -124,6 +125,68 @@ fn bf16_zero_points_split_k_and_ragged_m() {
             };
             println!("{name} {adtype} zeros={zeros} split_k={split_k} {group:?} m={m}: {rel:.2e}");
             assert!(rel < 1e-2, "{name} {adtype} m={m}: relative error {rel}");
+        }
+    }
+}
+
+/// The decode tiles the tuner tries (wide and long tiles, 8 warps, split-k over whole scale
+/// groups) and the prefill method (dequantize, then cuBLAS), on f16 and bf16.
+#[test]
+fn tuned_tiles_and_dequantize_then_gemm() {
+    let Some(ctx) = context("tuned_tiles_and_dequantize_then_gemm") else {
+        return;
+    };
+    let (n, k) = (1024, 1024);
+    for (name, adtype, method, bn_wide, bk, warps, split_k) in [
+        ("i4", DType::F16, QMatmulMethod::Fused, 4, 128, 8, 2),
+        ("u2", DType::BF16, QMatmulMethod::Fused, 2, 128, 4, 4),
+        ("i8", DType::F16, QMatmulMethod::Fused, 2, 64, 8, 1),
+        (
+            "i4",
+            DType::F16,
+            QMatmulMethod::DequantizeThenGemm,
+            1,
+            64,
+            4,
+            1,
+        ),
+        (
+            "u3",
+            DType::BF16,
+            QMatmulMethod::DequantizeThenGemm,
+            1,
+            64,
+            4,
+            1,
+        ),
+        (
+            "f6e3m2",
+            DType::F16,
+            QMatmulMethod::DequantizeThenGemm,
+            1,
+            64,
+            4,
+            1,
+        ),
+    ] {
+        let wdtype: DType = name.parse().unwrap();
+        let zeros = matches!(wdtype, DType::UInt(_));
+        let base = QMatmulConfig::default_for(wdtype, adtype, Some(128), zeros);
+        let cfg = QMatmulConfig {
+            bn: base.bn * bn_wide,
+            bk,
+            warps,
+            split_k,
+            method,
+            ..base
+        };
+        for m in [1, 17, 130] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+            };
+            println!("{name} {adtype} {cfg:?} m={m}: {rel:.2e}");
+            assert!(rel < 1e-2, "{name} {method:?} m={m}: relative error {rel}");
         }
     }
 }

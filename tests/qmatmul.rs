@@ -394,6 +394,15 @@ fn shape_and_buffer_errors_name_the_argument() {
         err_text(grouped.check_shape(m, n, 192)).contains("`k`"),
         "192 rows are not whole groups of 128"
     );
+    let split_groups = QMatmulConfig {
+        split_k: 2,
+        ..grouped
+    };
+    assert!(split_groups.check_shape(m, n, 256).is_ok());
+    assert!(
+        err_text(split_groups.check_shape(m, n, 384)).contains("`k`"),
+        "two splits of 192 rows cut a group of 128"
+    );
     assert!(err_text(cfg.check_shape(1 << 31, n, k)).contains("`m`"));
 
     // Buffers.
@@ -509,4 +518,55 @@ fn quantized_linear_forward_cpu() {
         DType::F16
     ))
     .contains("`n`"));
+}
+
+#[test]
+fn dequantize_then_gemm() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let cases = [
+        ("i4", DType::F16, Some(128)),
+        ("u3", DType::BF16, Some(32)),
+        ("f6e3m2", DType::F16, None),
+        ("u8", DType::F16, Some(64)),
+        ("u1", DType::BF16, Some(128)),
+    ];
+    for (wd, ad, g) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::DequantizeThenGemm,
+            ..default_cfg(dt(wd), ad, g)
+        };
+        let kernel = build(&cfg).unwrap();
+        assert!(kernel.dequant.is_some());
+        check(cfg, 256, 2 * cfg.bn, &[1, 17]);
+    }
+    let split = QMatmulConfig {
+        method: QMatmulMethod::DequantizeThenGemm,
+        split_k: 2,
+        ..default_cfg(dt("i4"), DType::F16, None)
+    };
+    assert!(err_text(split.tiling()).contains("`split_k`"));
+}
+
+#[test]
+fn tuning_candidates_are_valid_and_distinct() {
+    use tilus::kernels::qmatmul::{bench::candidates, QMatmulMethod};
+    for wd in ["u1", "i4", "f6e3m2", "u8"] {
+        for m in [1, 16, 100, 4096] {
+            let c = candidates(dt(wd), DType::F16, Some(128), m, 57344, 8192).unwrap();
+            assert!(!c.is_empty());
+            for (i, cfg) in c.iter().enumerate() {
+                cfg.check_shape(m, 57344, 8192).unwrap();
+                build(cfg).unwrap();
+                assert!(!c[..i].contains(cfg), "{wd} m={m}: {cfg:?} twice");
+            }
+            let prefill = c[0].method == QMatmulMethod::DequantizeThenGemm;
+            assert_eq!(prefill, m > 256, "{wd} m={m}");
+            if m <= 16 {
+                assert!(c[0].split_k > 1, "decode starts with split-k: {:?}", c[0]);
+            }
+        }
+    }
+    // Small shapes still get a candidate.
+    let c = candidates(dt("i4"), DType::F16, Some(32), 1, 64, 64).unwrap();
+    assert!(!c.is_empty());
 }

@@ -5,15 +5,14 @@
 
 use clap::Subcommand;
 use half::f16;
-use tilus::kernels::linear::Activation;
-use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul};
+use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, candidates, precompile};
 use tilus::kernels::qmatmul::tune::{
     bucket_label, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul, tuning_space,
 };
-use tilus::kernels::qmatmul::{is_weight_type, QMatmulConfig, QMatmulError};
+use tilus::kernels::qmatmul::{GpuActivation, QMatmulConfig, QMatmulError};
 use tilus::DType;
 use tilus_runtime::{
-    copy_bandwidth, time_runs, Context, CublasF16, DeviceBuffer, Element, L2Flush, TuneSource,
+    copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush, TuneSource,
 };
 
 #[derive(Subcommand)]
@@ -42,6 +41,9 @@ pub enum BenchCommand {
         /// How many configurations to try.
         #[arg(long, default_value_t = 3)]
         tune: usize,
+        /// Print the time of every configuration tried.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Sweep weight types x m and print a table (and write CSV with --csv).
     Sweep {
@@ -59,6 +61,9 @@ pub enum BenchCommand {
         group: usize,
         #[arg(long, default_value_t = 3)]
         tune: usize,
+        /// Print the time of every configuration tried.
+        #[arg(long)]
+        verbose: bool,
         /// Also write the table as CSV to this file.
         #[arg(long)]
         csv: Option<std::path::PathBuf>,
@@ -117,10 +122,53 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             m, n, k, points, ..
         } => vec![("--m", m), ("--n", n), ("--k", k), ("--points", points)],
     };
-    match positive.iter().find(|(_, v)| *v == 0) {
-        Some((name, _)) => Err(format!("argument `{name}`: must be positive")),
-        None => Ok(()),
+    if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+        return Err(format!("argument `{name}`: must be positive"));
     }
+    match cmd {
+        BenchCommand::Qmatmul { wdtype, .. } => parse_type(wdtype).map(drop),
+        BenchCommand::Sweep { wdtypes, m, .. } => {
+            parse_types(wdtypes.as_deref())?;
+            parse_ms(m).map(drop)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn parse_type(name: &str) -> Result<DType, String> {
+    let t: DType = name
+        .trim()
+        .parse()
+        .map_err(|e| format!("argument `--wdtype`: {e}"))?;
+    if !tilus::kernels::qmatmul::is_weight_type(t) {
+        return Err(format!(
+            "argument `--wdtype`: {t} is not a weight type (u1..u8, i2..i8, floats of 3 to 8 bits)"
+        ));
+    }
+    Ok(t)
+}
+
+/// A comma-separated list of weight types; all 25 when absent.
+fn parse_types(list: Option<&str>) -> Result<Vec<DType>, String> {
+    match list {
+        Some(list) => list
+            .split(',')
+            .map(|t| parse_type(t).map_err(|e| e.replace("`--wdtype`", "`--wdtypes`")))
+            .collect(),
+        None => Ok(WEIGHT_TYPES
+            .iter()
+            .map(|t| t.parse().expect("valid"))
+            .collect()),
+    }
+}
+
+fn parse_ms(list: &str) -> Result<Vec<usize>, String> {
+    list.split(',')
+        .map(|v| match v.trim().parse::<usize>() {
+            Ok(m) if m > 0 => Ok(m),
+            _ => Err(format!("argument `--m`: `{v}` is not a positive number")),
+        })
+        .collect()
 }
 
 pub fn run(cmd: &BenchCommand) -> Result<String, String> {
@@ -140,7 +188,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             );
         }
         BenchCommand::Gemm { m, n, k } => {
-            let blas = CublasF16::new(&ctx).map_err(err)?;
+            let blas = Cublas::new(&ctx).map_err(err)?;
             let a = random_f16(&ctx, m * k, 1)?;
             let b = random_f16(&ctx, k * n, 2)?;
             let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).map_err(err)?;
@@ -165,11 +213,10 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             k,
             group,
             tune,
+            verbose,
         } => {
-            let wdtype: DType = wdtype
-                .parse()
-                .map_err(|e| format!("argument `--wdtype`: {e}"))?;
-            out += &sweep(&ctx, &[wdtype], &[m], n, k, group, tune, None)?;
+            let wdtype = parse_type(wdtype)?;
+            out += &sweep(&ctx, &[wdtype], &[m], n, k, group, tune, verbose, None)?;
         }
         BenchCommand::Sweep {
             ref wdtypes,
@@ -178,34 +225,32 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             k,
             group,
             tune,
+            verbose,
             ref csv,
         } => {
-            let types: Vec<DType> = match wdtypes {
-                Some(list) => list
-                    .split(',')
-                    .map(|t| {
-                        t.trim()
-                            .parse()
-                            .map_err(|e| format!("argument `--wdtypes`: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?,
-                None => WEIGHT_TYPES
-                    .iter()
-                    .map(|t| t.parse().expect("valid"))
-                    .collect(),
-            };
-            let ms: Vec<usize> = m
-                .split(',')
-                .map(|v| {
-                    v.trim()
-                        .parse()
-                        .map_err(|_| format!("argument `--m`: `{v}` is not a number"))
-                })
-                .collect::<Result<_, _>>()?;
-            out += &sweep(&ctx, &types, &ms, n, k, group, tune, csv.as_deref())?;
+            let types = parse_types(wdtypes.as_deref())?;
+            let ms = parse_ms(m)?;
+            out += &sweep(
+                &ctx,
+                &types,
+                &ms,
+                n,
+                k,
+                group,
+                tune,
+                verbose,
+                csv.as_deref(),
+            )?;
         }
     }
     Ok(out)
+}
+
+fn short_config(c: &tilus::kernels::qmatmul::QMatmulConfig) -> String {
+    format!(
+        "bm{} bn{} bk{} w{} s{} sk{}",
+        c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
+    )
 }
 
 const WEIGHT_TYPES: [&str; 25] = [
@@ -225,13 +270,30 @@ fn sweep(
     k: usize,
     group: usize,
     tune: usize,
+    verbose: bool,
     csv: Option<&std::path::Path>,
 ) -> Result<String, String> {
     let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
-    let blas = CublasF16::new(ctx).map_err(err)?;
+    let blas = Cublas::new(ctx).map_err(err)?;
     let mut flush = L2Flush::new(ctx).map_err(err)?;
     let group = (group > 0).then_some(group);
     let mut cublas = std::collections::HashMap::new();
+    // Compile every candidate of every case first, in parallel.
+    let mut all = Vec::new();
+    for &m in ms {
+        for &wdtype in types {
+            let c = candidates(wdtype, DType::F16, group, m, n, k)
+                .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
+            all.extend(c.into_iter().take(tune.max(1)));
+        }
+    }
+    let started = std::time::Instant::now();
+    precompile(ctx, &all).map_err(err)?;
+    eprintln!(
+        "compiled {} configurations in {:.1} s",
+        all.len(),
+        started.elapsed().as_secs_f64()
+    );
     let header = format!(
         "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
         group.map_or("channel".to_string(), |g| g.to_string()),
@@ -265,11 +327,12 @@ fn sweep(
                 copy_gbps,
             )
             .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
-            let c = &row.config;
-            let cfg = format!(
-                "bm{} bn{} bk{} w{} s{} sk{}",
-                c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
-            );
+            if verbose {
+                for (c, us) in &row.tried {
+                    eprintln!("  {wdtype} m={m} {}: {us:.1} us", short_config(c));
+                }
+            }
+            let cfg = short_config(&row.config);
             let speedup = row.speedup_over_cublas().unwrap_or(f64::NAN);
             let line = format!(
                 "{:<8} {:>5} {:>10.1} {:>8.0} {:>6.1}% {:>10.1} {:>7.2}x  {cfg}",
@@ -332,14 +395,7 @@ fn tune(cmd: &BenchCommand) -> Result<String, String> {
     else {
         unreachable!("called for tune only")
     };
-    let wdtype: DType = wdtype
-        .parse()
-        .map_err(|e| format!("argument `--wdtype`: {e}"))?;
-    if !is_weight_type(wdtype) {
-        return Err(format!(
-            "argument `--wdtype`: {wdtype} is not a weight type; use u1..u8, i2..i8 or a float of 3 to 8 bits"
-        ));
-    }
+    let wdtype = parse_type(wdtype)?;
     let adtype: DType = match adtype.as_str() {
         "f16" => DType::F16,
         "bf16" => DType::BF16,
@@ -360,7 +416,7 @@ fn tune(cmd: &BenchCommand) -> Result<String, String> {
     }
 }
 
-fn tune_typed<T: Element + Activation>(
+fn tune_typed<T: GpuActivation>(
     ctx: &Context,
     space: &[QMatmulConfig],
     m: usize,

@@ -7,12 +7,14 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
+//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K=` (the library's defaults for the type; `GROUP=0` is per channel) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). An unknown kernel or key, a bad value or a configuration the program does
 //! not support is an error (one line, exit status 2).
 
 use std::collections::BTreeMap;
+use tilus::kernels::qmatmul::{self, QMatmulConfig};
 use tilus_core::codegen::emit;
 use tilus_core::ir::Program;
 use tilus_core::programs;
@@ -24,6 +26,7 @@ enum Kernel {
     Fig2,
     Fig8,
     Fig14,
+    QMatmul,
 }
 
 impl Kernel {
@@ -35,6 +38,7 @@ impl Kernel {
             "fig8" | "relayout" | "relayout_int" => (Kernel::Fig8, None),
             "relayout_i6" => (Kernel::Fig8, Some(DType::Int(6))),
             "fig14" | "matmul_f16_pipelined" | "pipelined" => (Kernel::Fig14, None),
+            "qmatmul" => (Kernel::QMatmul, None),
             _ => return None,
         })
     }
@@ -45,12 +49,24 @@ impl Kernel {
             Kernel::Fig2 => &[("BM", "16"), ("BN", "64"), ("BK", "64"), ("WEIGHT", "i6")],
             Kernel::Fig8 => &[("BK", "64"), ("BN", "64"), ("WEIGHT", "i6")],
             Kernel::Fig14 => &[("BM", "64"), ("BN", "64"), ("BK", "32"), ("STAGES", "3")],
+            // Empty values take the library's default tiles for the weight type.
+            Kernel::QMatmul => &[
+                ("WDTYPE", "i4"),
+                ("ADTYPE", "f16"),
+                ("GROUP", "128"),
+                ("BM", ""),
+                ("BN", ""),
+                ("BK", ""),
+                ("WARPS", ""),
+                ("STAGES", ""),
+                ("SPLIT_K", ""),
+            ],
         }
     }
 }
 
 const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
-                       fig14 (matmul_f16_pipelined)";
+                       fig14 (matmul_f16_pipelined), qmatmul";
 
 /// The generated source, or a one-line error.
 pub fn run(kernel: &str, configs: &[String]) -> Result<String, String> {
@@ -99,6 +115,9 @@ pub fn run(kernel: &str, configs: &[String]) -> Result<String, String> {
             .parse::<DType>()
             .map_err(|e| format!("WEIGHT={}: {e}", cfg["WEIGHT"]))
     };
+    if let Kernel::QMatmul = k {
+        return qmatmul(&cfg);
+    }
     let build: Box<dyn FnOnce() -> Program> = match k {
         Kernel::Fig2 => {
             let (w, bm, bn, bk) = (weight()?, num("BM")?, num("BN")?, num("BK")?);
@@ -112,6 +131,7 @@ pub fn run(kernel: &str, configs: &[String]) -> Result<String, String> {
             let (bm, bn, bk, s) = (num("BM")?, num("BN")?, num("BK")?, num("STAGES")?);
             Box::new(move || programs::matmul_f16_pipelined(bm, bn, bk, s))
         }
+        Kernel::QMatmul => unreachable!("handled above"),
     };
     let program = quietly(build).map_err(|e| format!("unsupported configuration: {e}"))?;
     verify(&program, &Target::default()).map_err(|diags| {
@@ -120,6 +140,48 @@ pub fn run(kernel: &str, configs: &[String]) -> Result<String, String> {
     })?;
     let kernel = emit(&program).map_err(|e| format!("code generation failed: {e}"))?;
     Ok(kernel.source.trim_end().to_string())
+}
+
+/// The main program of a quantized-matmul configuration (and its split-k reduction, if any).
+fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<String, String> {
+    let dtype = |key: &str| -> Result<DType, String> {
+        cfg[key]
+            .parse::<DType>()
+            .map_err(|e| format!("{key}={}: {e}", cfg[key]))
+    };
+    let number = |key: &str| -> Result<Option<usize>, String> {
+        let v = cfg[key].trim();
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse::<usize>()
+            .map(Some)
+            .map_err(|_| format!("{key}={v}: expected a non-negative integer"))
+    };
+    let (wdtype, adtype) = (dtype("WDTYPE")?, dtype("ADTYPE")?);
+    let group = match number("GROUP")? {
+        Some(0) | None => None,
+        Some(g) => Some(g),
+    };
+    let base = QMatmulConfig::default_for(wdtype, adtype, group, matches!(wdtype, DType::UInt(_)));
+    let pick = |key: &str, default: usize| number(key).map(|v| v.unwrap_or(default));
+    let config = QMatmulConfig {
+        bm: pick("BM", base.bm)?,
+        bn: pick("BN", base.bn)?,
+        bk: pick("BK", base.bk)?,
+        warps: pick("WARPS", base.warps)?,
+        stages: pick("STAGES", base.stages)?,
+        split_k: pick("SPLIT_K", base.split_k)?,
+        ..base
+    };
+    let kernel = qmatmul::build(&config).map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    for program in std::iter::once(&kernel.main).chain(kernel.reduce.as_ref()) {
+        let cuda = emit(program).map_err(|e| format!("code generation failed: {e}"))?;
+        out += cuda.source.trim_end();
+        out.push('\n');
+    }
+    Ok(out.trim_end().to_string())
 }
 
 /// Run `f`, turning a panic (the program builders assert their tile constraints) into an error

@@ -1,6 +1,6 @@
 //! Measuring kernels: CUDA-event timing with warm-up and medians, an L2 flush between runs, the
-//! device's copy bandwidth (the floor every memory-bound kernel is judged against), and a cuBLAS
-//! f16 GEMM baseline.
+//! device's copy bandwidth (the floor every memory-bound kernel is judged against). The cuBLAS
+//! baseline is [`crate::blas`].
 //!
 //! Timings are medians of per-launch CUDA events after warm-up, never host clocks: launches are
 //! asynchronous, and a median is robust against the odd slow sample on a shared machine.
@@ -9,7 +9,6 @@ use crate::buffer::DeviceBuffer;
 use crate::context::Context;
 use crate::error::{Result, RuntimeError};
 use cudarc::driver::sys::CUevent_flags;
-use half::f16;
 
 /// Summary of repeated timed runs, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -56,8 +55,10 @@ impl L2Flush {
         })
     }
 
+    /// Queue the overwrite on the stream: a device memset, so a flush costs ~0.1 ms of GPU time
+    /// and no host work (a host copy of 256 MiB would take longer than most timed runs).
     pub fn flush(&mut self) -> Result<()> {
-        self.scratch.fill(0)
+        self.scratch.fill_zeros()
     }
 }
 
@@ -117,68 +118,4 @@ pub fn copy_bandwidth(ctx: &Context, bytes: usize) -> Result<(Timing, f64)> {
     })?;
     let gbps = timing.gb_per_s(2.0 * bytes as f64);
     Ok((timing, gbps))
-}
-
-/// cuBLAS row-major f16 GEMM (`C[m,n] = A[m,k] · B[k,n]`, f32 accumulation), the baseline the
-/// quantized kernels are compared with.
-pub struct CublasF16 {
-    blas: cudarc::cublas::CudaBlas,
-}
-
-impl CublasF16 {
-    pub fn new(ctx: &Context) -> Result<CublasF16> {
-        crate::discover::preload_cublas();
-        // cudarc panics when the library is missing; ask first.
-        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-            return Err(RuntimeError::LibraryMissing {
-                library: "libcublas.so",
-                hint: "install the CUDA toolkit or the `nvidia-cublas` wheel, or set CUDA_HOME"
-                    .into(),
-            });
-        }
-        let blas = cudarc::cublas::CudaBlas::new(ctx.stream().clone()).map_err(|e| {
-            RuntimeError::Library {
-                library: "cuBLAS",
-                message: format!("creating a handle: {e:?}"),
-            }
-        })?;
-        Ok(CublasF16 { blas })
-    }
-
-    /// Row-major `c = a · b`; lengths are checked and named.
-    pub fn gemm(
-        &self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &DeviceBuffer<f16>,
-        b: &DeviceBuffer<f16>,
-        c: &mut DeviceBuffer<f16>,
-    ) -> Result<()> {
-        use cudarc::cublas::{sys::cublasOperation_t::CUBLAS_OP_N, Gemm, GemmConfig};
-        crate::launch::check_len("a", a.len(), m * k)?;
-        crate::launch::check_len("b", b.len(), k * n)?;
-        crate::launch::check_len("c", c.len(), m * n)?;
-        // Row-major C = A·B is column-major C^T = B^T · A^T: swap the operands.
-        let cfg = GemmConfig {
-            transa: CUBLAS_OP_N,
-            transb: CUBLAS_OP_N,
-            m: n as i32,
-            n: m as i32,
-            k: k as i32,
-            alpha: f16::ONE,
-            lda: n as i32,
-            ldb: k as i32,
-            beta: f16::ZERO,
-            ldc: n as i32,
-        };
-        unsafe {
-            self.blas
-                .gemm(cfg, b.cuda_slice(), a.cuda_slice(), c.cuda_slice_mut())
-        }
-        .map_err(|e| RuntimeError::Library {
-            library: "cuBLAS",
-            message: format!("f16 GEMM {m}x{n}x{k}: {e:?}"),
-        })
-    }
 }

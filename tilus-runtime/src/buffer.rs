@@ -87,7 +87,16 @@ impl<T: Element> DeviceBuffer<T> {
             .map_err(|e| alloc_err("copying to the device", std::mem::size_of_val(data), e))
     }
 
-    /// Set every element to `value`.
+    /// Set every element to zero bits on the device, asynchronously on the buffer's stream (no
+    /// host copy).
+    pub fn fill_zeros(&mut self) -> Result<()> {
+        let stream = self.slice.stream().clone();
+        stream
+            .memset_zeros(&mut self.slice)
+            .map_err(|e| crate::error::RuntimeError::driver("zeroing a buffer".to_string(), e))
+    }
+
+    /// Set every element to `value` (through a host copy; see [`Self::fill_zeros`]).
     pub fn fill(&mut self, value: T) -> Result<()> {
         self.copy_from_host(&vec![value; self.len()])
     }

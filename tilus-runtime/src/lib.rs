@@ -33,6 +33,7 @@
 
 pub mod autotune;
 pub mod bench;
+pub mod blas;
 pub mod buffer;
 pub mod context;
 pub mod discover;
@@ -45,7 +46,8 @@ pub mod nvrtc;
 pub use autotune::{
     Measurement, TuneCandidate, TuneKey, TuneOutcome, TuneRecord, TuneSource, TuneStats, Tuner,
 };
-pub use bench::{copy_bandwidth, time_runs, CublasF16, L2Flush, Timing};
+pub use bench::{copy_bandwidth, time_runs, L2Flush, Timing};
+pub use blas::{Cublas, GemmElement};
 pub use buffer::{
     check_packed_len, packed_byte_len, DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor,
 };

@@ -1,12 +1,12 @@
 //! Benchmarking the quantized matmul on the GPU: pick the fastest of a few configurations
 //! (a small on-the-spot tuning), and report it against the memory floor and cuBLAS f16.
 
-use super::config::{QMatmulConfig, QMatmulError};
+use super::config::{QMatmulConfig, QMatmulError, QMatmulMethod};
 use super::gpu::{DeviceWeight, GpuQMatmul};
 use super::program::build;
 use crate::DType;
 use half::f16;
-use tilus_runtime::{time_runs, Context, CublasF16, DeviceBuffer, L2Flush, Timing};
+use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush, Timing};
 
 /// One measured case.
 #[derive(Clone, Debug)]
@@ -23,6 +23,8 @@ pub struct BenchRow {
     /// `bytes` over the measured copy bandwidth, in microseconds.
     pub floor_us: f64,
     pub cublas_us: Option<f64>,
+    /// Every configuration tried, with its median time in microseconds.
+    pub tried: Vec<(QMatmulConfig, f64)>,
 }
 
 impl BenchRow {
@@ -37,8 +39,10 @@ impl BenchRow {
     }
 }
 
-/// The configurations tried for an `m`-row problem: the default tiles, deeper pipelines and
-/// longer k tiles for decode shapes, and larger m tiles with more warps for prefill shapes.
+/// The configurations tried for an `m`-row problem, most promising first: for decode shapes
+/// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
+/// H100, then the rest of that space; for larger `m` the default tiles with taller m tiles, and
+/// for prefill (`m > 256`) dequantize-then-GEMM first. Every one is valid for the shape.
 pub fn candidates(
     wdtype: DType,
     adtype: DType,
@@ -49,35 +53,124 @@ pub fn candidates(
 ) -> Result<Vec<QMatmulConfig>, QMatmulError> {
     let zeros = matches!(wdtype, DType::UInt(_));
     let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
-    let mut out = vec![base];
-    let shapes: &[(usize, usize, usize)] = if m <= 16 {
-        // (bm, warps, stages)
-        &[(16, 4, 4), (16, 4, 5)]
-    } else if m <= 256 {
-        &[(32, 4, 3), (64, 4, 3)]
+    // Decode shapes start with the measured best; the default tiles come first otherwise.
+    let mut out = if m <= 16 || m > 256 {
+        vec![]
     } else {
-        &[(64, 4, 3), (128, 8, 3), (128, 4, 3)]
+        vec![base]
     };
-    // Longer k tiles first: a decode block is a chain of k/bk dependent pipeline steps.
-    for &(bm, warps, stages) in shapes {
-        for bk in [128, base.bk] {
-            let cfg = QMatmulConfig {
-                bm,
+    let mut push = |cfg: QMatmulConfig| {
+        if cfg.tiling().is_ok()
+            && cfg.check_shape(m, n, k).is_ok()
+            && build(&cfg).is_ok()
+            && !out.contains(&cfg)
+        {
+            out.push(cfg);
+        }
+    };
+    if m <= 16 {
+        // Decode: a block is a chain of k / bk dependent pipeline steps, and the dequantization
+        // chain of each step needs several warps per scheduler to hide its latency. Split-k
+        // (more blocks), wide and long tiles (fewer per-step costs per weight) and deeper
+        // pipelines (more bytes in flight) are what wins; the first configurations are the
+        // ones that measured best on an H100 across i2, i4 and u4 (docs/perf-notes.md, entry 2).
+        // (n-tile multiple of the default, bk, warps, stages, split_k)
+        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 11] = [
+            (2, 128, 4, 4, 4),
+            (4, 128, 4, 3, 4),
+            (2, 128, 4, 3, 2),
+            (2, 64, 4, 4, 4),
+            (2, 64, 4, 3, 4),
+            (4, 128, 8, 4, 4),
+            (4, 64, 4, 4, 4),
+            (1, 128, 4, 4, 4),
+            (2, 128, 4, 4, 2),
+            (1, 128, 4, 3, 2),
+            (1, 64, 4, 4, 2),
+        ];
+        let decode = |(wide, bk, warps, stages, split_k): (usize, usize, usize, usize, usize)| {
+            QMatmulConfig {
+                bn: base.bn * wide,
+                bk,
                 warps,
                 stages,
-                bk,
+                split_k,
                 ..base
-            };
-            if cfg.tiling().is_ok()
-                && k.is_multiple_of(bk)
-                && group.is_none_or(|g| g >= bk || bk.is_multiple_of(g))
-                && !out.contains(&cfg)
-            {
-                out.push(cfg);
+            }
+        };
+        for c in MEASURED_BEST {
+            push(decode(c));
+        }
+        push(base);
+        // Then the rest of the space, for longer tuning.
+        for split_k in [1, 2, 4] {
+            for warps in [4, 8] {
+                for bk in [128, 64] {
+                    for wide in [2, 1, 4] {
+                        for stages in [4, 3] {
+                            push(decode((wide, bk, warps, stages, split_k)));
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        if m > 256 {
+            // Prefill: dequantize once, then cuBLAS (the fused tiles below are the alternative).
+            push(QMatmulConfig {
+                method: QMatmulMethod::DequantizeThenGemm,
+                ..base
+            });
+            push(base);
+        }
+        let shapes: &[(usize, usize, usize)] = if m <= 256 {
+            // (bm, warps, stages)
+            &[(32, 4, 3), (64, 4, 3)]
+        } else {
+            &[(64, 4, 3), (128, 8, 3), (128, 4, 3)]
+        };
+        for &(bm, warps, stages) in shapes {
+            for bk in [128, base.bk] {
+                push(QMatmulConfig {
+                    bm,
+                    warps,
+                    stages,
+                    bk,
+                    ..base
+                });
             }
         }
     }
+    if out.is_empty() {
+        out.push(base);
+    }
     Ok(out)
+}
+
+/// Compile every configuration on `ctx` ahead of timing, on all CPU cores: NVRTC takes about
+/// a second per large configuration, and a sweep has hundreds. Later launches find the kernels
+/// in the context's memory cache.
+pub fn precompile(ctx: &Context, configs: &[QMatmulConfig]) -> Result<(), QMatmulError> {
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers.min(configs.len()))
+            .map(|_| {
+                scope.spawn(|| -> Result<(), QMatmulError> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(cfg) = configs.get(i) else {
+                            return Ok(());
+                        };
+                        GpuQMatmul::new(&build(cfg)?)?.load(ctx)?;
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("a compile worker panicked"))
+    })
 }
 
 /// Non-constant, non-zero f16 data (a hash pattern in [-0.5, 0.5)): zeros or constants can
@@ -102,13 +195,14 @@ fn random_weight(
 ) -> Result<DeviceWeight<f16>, QMatmulError> {
     let bytes = tilus_core::storage::packed_len(wdtype, k * n);
     let mut state = 0x9e3779b97f4a7c15u64;
-    let codes: Vec<u8> = (0..bytes)
-        .map(|_| {
+    let codes: Vec<u8> = (0..bytes.div_ceil(8))
+        .flat_map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            (state >> 24) as u8
+            state.to_le_bytes()
         })
+        .take(bytes)
         .collect();
     let scales: Vec<f16> = pattern(groups * n, 5)
         .into_iter()
@@ -133,7 +227,7 @@ fn random_weight(
 /// cuBLAS f16 `C[m, n] = A[m, k] · B[k, n]`, median microseconds.
 pub fn bench_cublas(
     ctx: &Context,
-    blas: &CublasF16,
+    blas: &Cublas,
     flush: &mut L2Flush,
     m: usize,
     n: usize,
@@ -176,6 +270,7 @@ pub fn bench_qmatmul(
     let mut c = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
 
     let mut best: Option<(QMatmulConfig, Timing, usize)> = None;
+    let mut tried = Vec::new();
     for cfg in cands.into_iter().take(tune.max(1)) {
         let kernel = build(&cfg)?;
         let gpu = GpuQMatmul::new(&kernel)?;
@@ -188,6 +283,7 @@ pub fn bench_qmatmul(
             })
         })?;
         let bytes = weight.bytes() + 2 * (m * k + m * n);
+        tried.push((cfg, t.median_us));
         if best
             .as_ref()
             .is_none_or(|(_, bt, _)| t.median_us < bt.median_us)
@@ -206,5 +302,6 @@ pub fn bench_qmatmul(
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e3),
         cublas_us,
+        tried,
     })
 }

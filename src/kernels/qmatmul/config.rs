@@ -85,6 +85,23 @@ pub struct QMatmulConfig {
     pub warps: usize,
     pub stages: usize,
     pub split_k: usize,
+    /// How the product is computed; see [`QMatmulMethod`].
+    pub method: QMatmulMethod,
+}
+
+/// The two ways to compute `A · dequant(W)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum QMatmulMethod {
+    /// One kernel: the pipelined template dequantizes each weight tile in registers right
+    /// before its mma (decode shapes: the weight is read once, at the speed of memory).
+    #[default]
+    Fused,
+    /// Prefill shapes: a kernel dequantizes the whole weight to a dense `[k, n]` matrix of the
+    /// activation type (tiles as in the fused kernel), then cuBLAS multiplies. The extra
+    /// `2 k n` bytes written and read again are small next to a GEMM with many rows, and
+    /// cuBLAS uses the GPU's newest tensor-core instructions. On the CPU runner the GEMM is a
+    /// host loop with f32 accumulation.
+    DequantizeThenGemm,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -153,6 +170,7 @@ impl QMatmulConfig {
             warps: 4,
             stages: 3,
             split_k: 1,
+            method: QMatmulMethod::Fused,
         }
     }
 
@@ -286,6 +304,12 @@ impl QMatmulConfig {
                 ),
             ));
         }
+        if self.method == QMatmulMethod::DequantizeThenGemm && self.split_k > 1 {
+            return Err(config_err(
+                "split_k",
+                "splitting k applies to the fused method; the GEMM of DequantizeThenGemm is cuBLAS's",
+            ));
+        }
         let warps_m = gcd(self.warps, self.bm / 16);
         let warps_n = self.warps / warps_m;
         if !self.bn.is_multiple_of(8 * warps_n) {
@@ -392,6 +416,21 @@ impl QMatmulConfig {
                 return Err(shape_err(
                     "k",
                     format!("{k} is not a multiple of the group size {g}"),
+                ));
+            }
+            // Groups of whole k tiles scale the accumulator per group, so every split must
+            // start at a group boundary.
+            if g.is_multiple_of(self.bk)
+                && self.split_k > 1
+                && !(k / self.split_k).is_multiple_of(g)
+            {
+                return Err(shape_err(
+                    "k",
+                    format!(
+                        "{k} rows in {} splits of whole {g}-row scale groups: k must be a multiple of {}",
+                        self.split_k,
+                        g * self.split_k
+                    ),
                 ));
             }
         }

@@ -203,6 +203,38 @@ impl QMatmulKernel {
         }
         let cfg = &self.config;
         let i = |v: usize| Arg::I32(v as i32);
+        if let Some(dequant) = &self.dequant {
+            // The dense weight, poisoned (0xFFFF is NaN in f16 and bf16) so that an element the
+            // program never writes cannot pass as a value.
+            let mut args = vec![
+                i(w.n),
+                i(w.k),
+                Arg::Buffer(w.b.clone()),
+                Arg::Buffer(w.scales.clone()),
+            ];
+            if let Some(z) = &w.zeros {
+                args.push(Arg::Buffer(z.clone()));
+            }
+            args.push(Arg::Buffer(vec![0xFF; w.k * w.n * 2]));
+            interp::run(dequant, &mut args)?;
+            let dense = match args.pop() {
+                Some(Arg::Buffer(d)) => decode_half(&d, cfg.adtype),
+                _ => unreachable!("pushed above"),
+            };
+            let x = decode_half(a, cfg.adtype);
+            // The GEMM with f32 accumulation, as cuBLAS computes it on the GPU.
+            let mut out = vec![0f32; m * w.n];
+            for r in 0..m {
+                let row = &mut out[r * w.n..(r + 1) * w.n];
+                for (kk, &xv) in x[r * w.k..(r + 1) * w.k].iter().enumerate() {
+                    for (o, &wv) in row.iter_mut().zip(&dense[kk * w.n..(kk + 1) * w.n]) {
+                        *o += xv * wv;
+                    }
+                }
+            }
+            c.copy_from_slice(&encode_half(&out, cfg.adtype));
+            return Ok(());
+        }
         let mut args = vec![
             i(m),
             i(w.n),

@@ -6,8 +6,9 @@ use super::cpu::{decode_half, OperandBytes, PreparedWeight};
 use super::program::{config_name, QMatmulKernel};
 use crate::gpu::{GpuArg, GpuProgram};
 use crate::kernels::linear::Activation;
+use half::{bf16, f16};
 use std::sync::Mutex;
-use tilus_runtime::{Context, DeviceBuffer, Element};
+use tilus_runtime::{Context, Cublas, DeviceBuffer, Element, GemmElement};
 
 /// The weight operands in device memory: re-laid-out codes, scales and zero points in the
 /// activation type `T`.
@@ -53,6 +54,48 @@ pub struct GpuQMatmul {
     reduce: Option<GpuProgram>,
     /// Split-k partial sums, kept between calls (grown on demand).
     workspace: Mutex<Option<DeviceBuffer<f32>>>,
+    /// With the dequantize-then-GEMM method: the dequantization program, the cuBLAS handle and
+    /// the dense weight, all made on first use.
+    dequant: Option<GpuProgram>,
+    gemm: Mutex<Option<(Cublas, DenseWeight)>>,
+}
+
+/// The dense `[k, n]` weight of the dequantize-then-GEMM method, in the activation type.
+pub enum DenseWeight {
+    F16(DeviceBuffer<f16>),
+    Bf16(DeviceBuffer<bf16>),
+}
+
+/// An activation type the GPU kernels run on: f16 or bf16, with its slot in [`DenseWeight`].
+pub trait GpuActivation: Element + Activation + GemmElement {
+    #[doc(hidden)]
+    fn dense(d: &mut DenseWeight) -> Option<&mut DeviceBuffer<Self>>;
+    #[doc(hidden)]
+    fn wrap(b: DeviceBuffer<Self>) -> DenseWeight;
+}
+
+impl GpuActivation for f16 {
+    fn dense(d: &mut DenseWeight) -> Option<&mut DeviceBuffer<f16>> {
+        match d {
+            DenseWeight::F16(b) => Some(b),
+            DenseWeight::Bf16(_) => None,
+        }
+    }
+    fn wrap(b: DeviceBuffer<f16>) -> DenseWeight {
+        DenseWeight::F16(b)
+    }
+}
+
+impl GpuActivation for bf16 {
+    fn dense(d: &mut DenseWeight) -> Option<&mut DeviceBuffer<bf16>> {
+        match d {
+            DenseWeight::Bf16(b) => Some(b),
+            DenseWeight::F16(_) => None,
+        }
+    }
+    fn wrap(b: DeviceBuffer<bf16>) -> DenseWeight {
+        DenseWeight::Bf16(b)
+    }
 }
 
 impl GpuQMatmul {
@@ -64,12 +107,30 @@ impl GpuQMatmul {
             Some(p) => Some(GpuProgram::new(p, &name)?),
             None => None,
         };
+        let dequant = match &kernel.dequant {
+            Some(p) => Some(GpuProgram::new(p, &name)?),
+            None => None,
+        };
         Ok(GpuQMatmul {
             kernel: kernel.clone(),
             main,
             reduce,
             workspace: Mutex::new(None),
+            dequant,
+            gemm: Mutex::new(None),
         })
+    }
+
+    /// Compile and load the programs on `ctx` now (otherwise the first [`run`](Self::run) does).
+    pub fn load(&self, ctx: &Context) -> Result<(), QMatmulError> {
+        if let Some(d) = &self.dequant {
+            return Ok(d.load(ctx)?);
+        }
+        self.main.load(ctx)?;
+        if let Some(r) = &self.reduce {
+            r.load(ctx)?;
+        }
+        Ok(())
     }
 
     pub fn config(&self) -> &QMatmulConfig {
@@ -81,19 +142,10 @@ impl GpuQMatmul {
         &self.main
     }
 
-    /// Compile and load the programs on `ctx` now instead of at the first launch.
-    pub fn load(&self, ctx: &Context) -> Result<(), QMatmulError> {
-        self.main.load(ctx)?;
-        if let Some(r) = &self.reduce {
-            r.load(ctx)?;
-        }
-        Ok(())
-    }
-
     /// `c = a · dequant(w)` on `ctx`'s stream; `a` is `[m, k]`, `c` is `[m, n]`, row-major.
     /// Shapes and lengths are checked (errors name `m`, `n`, `k`, `a`, `b`, `scales`, `zeros`,
     /// `c`) before anything is launched. Returns when the work is queued.
-    pub fn run<T: Element + Activation>(
+    pub fn run<T: GpuActivation>(
         &self,
         ctx: &Context,
         m: usize,
@@ -121,6 +173,36 @@ impl GpuQMatmul {
             return Ok(());
         }
         let (n, k) = (w.n as i32, w.k as i32);
+        if let Some(dequant) = &self.dequant {
+            let mut gemm = self.gemm.lock().unwrap_or_else(|p| p.into_inner());
+            if gemm
+                .as_mut()
+                .and_then(|(_, d)| T::dense(d))
+                .is_none_or(|d| d.len() != w.k * w.n)
+            {
+                let dense = DeviceBuffer::<T>::zeros(ctx, w.k * w.n)?;
+                let blas = match gemm.take() {
+                    Some((blas, _)) => blas,
+                    None => Cublas::new(ctx)?,
+                };
+                *gemm = Some((blas, T::wrap(dense)));
+            }
+            let (blas, dense) = gemm.as_mut().expect("made above");
+            let dense = T::dense(dense).expect("made for T above");
+            let mut args = vec![
+                GpuArg::I32(n),
+                GpuArg::I32(k),
+                GpuArg::In(&w.b),
+                GpuArg::In(&w.scales),
+            ];
+            if let Some(z) = &w.zeros {
+                args.push(GpuArg::In(z));
+            }
+            args.push(GpuArg::Out(dense));
+            dequant.launch(ctx, args)?;
+            blas.gemm(m, w.n, w.k, a, dense, c)?;
+            return Ok(());
+        }
         let mut args = vec![
             GpuArg::I32(m as i32),
             GpuArg::I32(n),

@@ -34,15 +34,16 @@
 pub mod bench;
 mod config;
 mod cpu;
+mod dequant;
 mod gpu;
 mod layouts;
 mod program;
 mod relayout;
 pub mod tune;
 
-pub use config::{is_weight_type, QMatmulConfig, QMatmulError, Tiling};
+pub use config::{is_weight_type, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling};
 pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};
-pub use gpu::{DeviceWeight, GpuQMatmul};
+pub use gpu::{DenseWeight, DeviceWeight, GpuActivation, GpuQMatmul};
 pub use layouts::{split_dim, QMatmulLayouts};
 pub use program::{a_swizzle, build, config_name, reduce_layout, QMatmulKernel, TARGET};
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

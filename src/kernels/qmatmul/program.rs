@@ -1,7 +1,7 @@
 //! The VM programs of the quantized matmul: the main pipeline (paper Figure 2 generalized) and
 //! the split-k reduction.
 
-use super::config::{config_err, QMatmulConfig, QMatmulError};
+use super::config::{config_err, QMatmulConfig, QMatmulError, QMatmulMethod};
 use super::layouts::QMatmulLayouts;
 use crate::DType;
 use tilus_core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder, ScalarType, VarId};
@@ -24,14 +24,22 @@ pub struct QMatmulKernel {
     /// With `split_k > 1`: sums the workspace into `c`. Parameters `m, n: i32`,
     /// `workspace: *f32`, `c: *mut adtype`. Grid `[cdiv(m, rows), n / bn]`.
     pub reduce: Option<Program>,
+    /// With [`QMatmulMethod::DequantizeThenGemm`]: writes the dense weight for the GEMM.
+    /// Parameters `n, k: i32`, `b: *u8`, `scales`, `zeros` (with `has_zeros`), `w: *mut
+    /// adtype [k, n]`. Grid `[k / bk, n / bn]`.
+    pub dequant: Option<Program>,
 }
 
 /// A short name of the configuration, used for the program names.
 pub fn config_name(c: &QMatmulConfig) -> String {
     let group = c.group_rows.map_or("pc".to_string(), |g| format!("g{g}"));
     let zeros = if c.has_zeros { "_z" } else { "" };
+    let method = match c.method {
+        QMatmulMethod::Fused => "",
+        QMatmulMethod::DequantizeThenGemm => "_dq",
+    };
     format!(
-        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}",
+        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{method}",
         c.adtype, c.wdtype, c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
@@ -58,11 +66,20 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     } else {
         None
     };
+    let dequant = match config.method {
+        QMatmulMethod::Fused => None,
+        QMatmulMethod::DequantizeThenGemm => {
+            let p = super::dequant::build_dequant(config)?;
+            check(&p)?;
+            Some(p)
+        }
+    };
     Ok(QMatmulKernel {
         config: *config,
         layouts,
         main,
         reduce,
+        dequant,
     })
 }
 
@@ -247,11 +264,20 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
         );
         b.copy_async_commit_group();
     }
-    b.for_range("kt", e(0), ktiles.into(), |b, kt| {
+    // Grouped scales with whole k tiles per group are applied to the f32 accumulator once per
+    // group (`acc += acc_g * s`), not to each dequantized weight: the dot runs on the unscaled
+    // codes (minus zero points), which saves one packed multiply (and its saturation clamp) per
+    // two weights. Groups shorter than a k tile scale each weight, per-channel scales the final
+    // accumulator.
+    let tiles_per_group = match grouped {
+        Some(g) if g % c.bk == 0 => Some(g / c.bk),
+        _ => None,
+    };
+    let step = |b: &mut ProgramBuilder, kt: Expr, acc: VarId, scale_weights: bool| {
         // Tile kt has landed once at most stages - 2 newer groups are in flight.
         b.copy_async_wait_group((s - 2) as u32);
         b.synchronize();
-        let stage = b.let_("stage", ScalarType::I32, Expr::from(kt) % e(s));
+        let stage = b.let_("stage", ScalarType::I32, kt.clone() % e(s));
         let z = || e(0);
         let st = || Expr::from(stage);
         let a_s = b.slice_shared("a_s", sa, vec![st(), z(), z()], vec![c.bm, c.bk]);
@@ -269,10 +295,14 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
                 b.load_shared(name, sl, lay.scale.clone(), vec![z(), z(), z()])
             })
         };
-        let rs = load_group(b, ss, "rs");
+        let rs = if scale_weights {
+            load_group(b, ss, "rs")
+        } else {
+            None
+        };
         let rz = load_group(b, sz, "rz").or(rz_once);
         // Refill the stage read in the previous iteration (everyone passed the barrier above).
-        let next = b.let_("next", ScalarType::I32, Expr::from(kt) + e(s - 1));
+        let next = b.let_("next", ScalarType::I32, kt.clone() + e(s - 1));
         let cond = Expr::binary(tilus_core::ir::BinaryOp::Lt, next, ktiles);
         b.if_else(
             cond,
@@ -300,7 +330,40 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
         }
         let wb = b.view("wb", wf, ad, lay.b.clone());
         b.dot(acc, ra, wb, acc);
-    });
+        stage
+    };
+    match (tiles_per_group, ss) {
+        (Some(tpg), Some(ss)) => {
+            let ngroups = b.let_("ngroups", ScalarType::I32, Expr::from(ktiles) / e(tpg));
+            b.for_range("g", e(0), ngroups.into(), |b, g| {
+                let acc_g = b.allocate_register("acc_g", DType::F32, lay.c.clone(), Some(0.0));
+                let first = Expr::from(g) * e(tpg);
+                let last_stage = if tpg == 1 {
+                    step(b, first, acc_g, false)
+                } else {
+                    b.for_range("t", e(0), e(tpg - 1), |b, t| {
+                        step(b, first.clone() + Expr::from(t), acc_g, false);
+                    });
+                    step(b, first + e(tpg - 1), acc_g, false)
+                };
+                // The group's scales came with its last tile, whose stage is not refilled
+                // before the next barrier.
+                let sl = b.slice_shared(
+                    "sc_s",
+                    ss,
+                    vec![last_stage.into(), e(0), e(0), e(0)],
+                    vec![1, c.bn],
+                );
+                let sc = b.load_shared("sc", sl, lay.c_scale.clone(), vec![e(0), e(0)]);
+                let sc32 = b.cast("sc32", sc, DType::F32);
+                let scaled = b.binary("scaled", ElementOp::Mul, acc_g, Operand::Tensor(sc32));
+                b.binary(acc, ElementOp::Add, acc, Operand::Tensor(scaled));
+            });
+        }
+        _ => b.for_range("kt", e(0), ktiles.into(), |b, kt| {
+            step(b, kt.into(), acc, true);
+        }),
+    }
     b.copy_async_wait_group(0);
 
     // Per-channel scales multiply the accumulator once, in f32.

@@ -16,8 +16,8 @@
 //!   the winner's layout has to hold the real weight (see [`WeightLayoutKey`]).
 
 use super::bench::candidates;
-use super::config::{shape_err, QMatmulConfig, QMatmulError};
-use super::gpu::{DeviceWeight, GpuQMatmul};
+use super::config::{shape_err, QMatmulConfig, QMatmulError, QMatmulMethod};
+use super::gpu::{DeviceWeight, GpuActivation, GpuQMatmul};
 use super::layouts::QMatmulLayouts;
 use super::program::build;
 use crate::kernels::linear::Activation;
@@ -46,6 +46,10 @@ impl TuneCandidate for QMatmulConfig {
             "warps": self.warps,
             "stages": self.stages,
             "split_k": self.split_k,
+            "method": match self.method {
+                QMatmulMethod::Fused => "fused",
+                QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
+            },
         })
     }
 }
@@ -155,7 +159,10 @@ pub fn tuning_space(
         return Err(shape_err("points", "must be positive"));
     }
     let short = candidates(wdtype, adtype, group, m, n, k)?;
-    let base = short[0];
+    // The default tiles (fused method) anchor the enumeration; the short list may start
+    // elsewhere.
+    let zeros = matches!(wdtype, DType::UInt(_));
+    let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
     let mut out: Vec<QMatmulConfig> = Vec::with_capacity(points);
     for c in short {
         if out.len() < points
@@ -229,7 +236,7 @@ fn pattern<T: Activation>(len: usize) -> Vec<T> {
 /// (memory, then the record on disk), else measured now at the bucket's `m` (see the module
 /// docs). All candidates must be for one weight: same weight and activation types, group
 /// size and zero points (errors name `candidates`). `weight` may be laid out for any of them.
-pub fn tune_qmatmul<T: Element + Activation>(
+pub fn tune_qmatmul<T: GpuActivation>(
     ctx: &Context,
     candidates: &[QMatmulConfig],
     m: usize,
@@ -412,6 +419,12 @@ mod tests {
         for f in ["bm", "bn", "bk", "warps", "stages", "split_k"] {
             assert!(v[f].is_u64(), "{f}");
         }
+        assert_eq!(v["method"], "fused");
+        let gemm = QMatmulConfig {
+            method: QMatmulMethod::DequantizeThenGemm,
+            ..cfg
+        };
+        assert_ne!(gemm.to_json(), v);
         let other = QMatmulConfig { stages: 4, ..cfg };
         assert_ne!(other.to_json(), v);
     }

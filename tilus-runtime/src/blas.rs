@@ -1,0 +1,121 @@
+//! cuBLAS GEMM on f16 or bf16 row-major matrices with f32 accumulation: the baseline the
+//! quantized kernels are compared with, and the GEMM of their dequantize-then-GEMM method for
+//! prefill shapes. The library is loaded at run time; a missing one is an error, not a panic.
+
+use crate::buffer::DeviceBuffer;
+use crate::context::Context;
+use crate::error::{Result, RuntimeError};
+use crate::kernel::Element;
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+
+/// A 16-bit float cuBLAS multiplies: f16 or bf16.
+pub trait GemmElement: Element {
+    const ONE: Self;
+    const ZERO: Self;
+    const NAME: &'static str;
+    /// The typed cuBLAS call (column-major, as cuBLAS sees it).
+    #[doc(hidden)]
+    fn gemm(
+        blas: &CudaBlas,
+        cfg: GemmConfig<Self>,
+        a: &CudaSlice<Self>,
+        b: &CudaSlice<Self>,
+        c: &mut CudaSlice<Self>,
+    ) -> std::result::Result<(), cudarc::cublas::result::CublasError>;
+}
+
+macro_rules! gemm_element {
+    ($t:ty, $name:literal) => {
+        impl GemmElement for $t {
+            const ONE: Self = <$t>::ONE;
+            const ZERO: Self = <$t>::ZERO;
+            const NAME: &'static str = $name;
+            fn gemm(
+                blas: &CudaBlas,
+                cfg: GemmConfig<Self>,
+                a: &CudaSlice<Self>,
+                b: &CudaSlice<Self>,
+                c: &mut CudaSlice<Self>,
+            ) -> std::result::Result<(), cudarc::cublas::result::CublasError> {
+                // Safety: the lengths were checked against the shapes in `Cublas::gemm`.
+                unsafe { Gemm::<$t>::gemm(blas, cfg, a, b, c) }
+            }
+        }
+    };
+}
+gemm_element!(f16, "f16");
+gemm_element!(bf16, "bf16");
+
+/// A cuBLAS handle on a context's stream.
+pub struct Cublas {
+    blas: CudaBlas,
+}
+
+impl Cublas {
+    pub fn new(ctx: &Context) -> Result<Cublas> {
+        crate::discover::preload_cublas();
+        // cudarc panics when the library is missing; ask first.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(RuntimeError::LibraryMissing {
+                library: "libcublas.so",
+                hint: "install the CUDA toolkit or the `nvidia-cublas` wheel, or set CUDA_HOME"
+                    .into(),
+            });
+        }
+        let blas = CudaBlas::new(ctx.stream().clone()).map_err(|e| RuntimeError::Library {
+            library: "cuBLAS",
+            message: format!("creating a handle: {e:?}"),
+        })?;
+        Ok(Cublas { blas })
+    }
+
+    /// Row-major `c = a · b` (`a` is `[m, k]`, `b` is `[k, n]`); lengths are checked and named.
+    pub fn gemm<T: GemmElement>(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T>,
+        c: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        use cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
+        crate::launch::check_len("a", a.len(), m * k)?;
+        crate::launch::check_len("b", b.len(), k * n)?;
+        crate::launch::check_len("c", c.len(), m * n)?;
+        for (arg, v) in [("m", m), ("n", n), ("k", k)] {
+            if v == 0 || v > i32::MAX as usize {
+                return Err(RuntimeError::invalid_arg(
+                    arg,
+                    format!("{v} is not in 1..=i32::MAX"),
+                ));
+            }
+        }
+        // Row-major C = A·B is column-major C^T = B^T · A^T: swap the operands.
+        let cfg = GemmConfig {
+            transa: CUBLAS_OP_N,
+            transb: CUBLAS_OP_N,
+            m: n as i32,
+            n: m as i32,
+            k: k as i32,
+            alpha: T::ONE,
+            lda: n as i32,
+            ldb: k as i32,
+            beta: T::ZERO,
+            ldc: n as i32,
+        };
+        T::gemm(
+            &self.blas,
+            cfg,
+            b.cuda_slice(),
+            a.cuda_slice(),
+            c.cuda_slice_mut(),
+        )
+        .map_err(|e| RuntimeError::Library {
+            library: "cuBLAS",
+            message: format!("{} GEMM {m}x{n}x{k}: {e:?}", T::NAME),
+        })
+    }
+}
