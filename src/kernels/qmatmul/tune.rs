@@ -86,10 +86,15 @@ pub fn tune_key(ctx: &Context, cfg: &QMatmulConfig, m: usize, n: usize, k: usize
     TuneKey::for_context(ctx, KERNEL, bucket_label(cfg, m, n, k))
 }
 
-/// A short description of the tiles: `bm16 bn128 bk64 w4 s3 sk1`.
+/// A short description of the tiles: `bm16 bn128 bk64 w4 s3 sk1` (with ` dequant+gemm` for
+/// the dequantize-then-GEMM method).
 pub fn tiles(c: &QMatmulConfig) -> String {
+    let method = match c.method {
+        QMatmulMethod::Fused => "",
+        QMatmulMethod::DequantizeThenGemm => " dequant+gemm",
+    };
     format!(
-        "bm{} bn{} bk{} w{} s{} sk{}",
+        "bm{} bn{} bk{} w{} s{} sk{}{method}",
         c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
