@@ -247,10 +247,16 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
 }
 
 fn short_config(c: &tilus::kernels::qmatmul::QMatmulConfig) -> String {
-    format!(
-        "bm{} bn{} bk{} w{} s{} sk{}",
-        c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
-    )
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    match c.method {
+        QMatmulMethod::Fused => format!(
+            "bm{} bn{} bk{} w{} s{} sk{}",
+            c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
+        ),
+        QMatmulMethod::DequantizeThenGemm => {
+            format!("dequant bn{} bk{} w{} + cuBLAS", c.bn, c.bk, c.warps)
+        }
+    }
 }
 
 const WEIGHT_TYPES: [&str; 25] = [
