@@ -6,8 +6,14 @@
 use clap::Subcommand;
 use half::f16;
 use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, candidates, precompile};
+use tilus::kernels::qmatmul::tune::{
+    bucket_label, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul, tuning_space,
+};
+use tilus::kernels::qmatmul::{GpuActivation, QMatmulConfig, QMatmulError};
 use tilus::DType;
-use tilus_runtime::{copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush};
+use tilus_runtime::{
+    copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush, TuneSource,
+};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -62,6 +68,32 @@ pub enum BenchCommand {
         #[arg(long)]
         csv: Option<std::path::PathBuf>,
     },
+    /// Autotune the quantized matmul for one shape over a space of `--points` configurations:
+    /// prints the time to tune, the winner, and whether a persisted winner was reused (a second
+    /// run reuses the record under `<cache dir>/tune` and takes ~0 s).
+    Tune {
+        /// Weight type, e.g. i4, u3, f6e3m2.
+        #[arg(long)]
+        wdtype: String,
+        #[arg(long)]
+        m: usize,
+        #[arg(long, default_value_t = 57344)]
+        n: usize,
+        #[arg(long, default_value_t = 8192)]
+        k: usize,
+        /// Rows per scale group; 0 for per-channel scales.
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        /// Activation type: f16 or bf16.
+        #[arg(long, default_value = "f16")]
+        adtype: String,
+        /// Size of the configuration space.
+        #[arg(long, default_value_t = 50)]
+        points: usize,
+        /// Forget a persisted winner first and measure again.
+        #[arg(long)]
+        retune: bool,
+    },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
         #[arg(long)]
@@ -86,6 +118,9 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             vec![("--m", m), ("--n", n), ("--k", k), ("--tune", tune)]
         }
         BenchCommand::Sweep { n, k, tune, .. } => vec![("--n", n), ("--k", k), ("--tune", tune)],
+        BenchCommand::Tune {
+            m, n, k, points, ..
+        } => vec![("--m", m), ("--n", n), ("--k", k), ("--points", points)],
     };
     if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
         return Err(format!("argument `{name}`: must be positive"));
@@ -138,6 +173,9 @@ fn parse_ms(list: &str) -> Result<Vec<usize>, String> {
 
 pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     validate(cmd)?;
+    if let BenchCommand::Tune { .. } = cmd {
+        return tune(cmd);
+    }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
@@ -167,6 +205,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.gb_per_s(bytes)
             );
         }
+        BenchCommand::Tune { .. } => unreachable!("handled above"),
         BenchCommand::Qmatmul {
             ref wdtype,
             m,
@@ -344,4 +383,144 @@ fn random_f16(ctx: &Context, len: usize, seed: u64) -> Result<DeviceBuffer<f16>,
         })
         .collect();
     DeviceBuffer::from_host(ctx, &data).map_err(err)
+}
+
+/// `tilus bench tune`: every argument, and the space itself, is checked before the GPU is
+/// opened.
+fn tune(cmd: &BenchCommand) -> Result<String, String> {
+    let BenchCommand::Tune {
+        ref wdtype,
+        m,
+        n,
+        k,
+        group,
+        ref adtype,
+        points,
+        retune,
+    } = *cmd
+    else {
+        unreachable!("called for tune only")
+    };
+    let wdtype = parse_type(wdtype)?;
+    let adtype: DType = match adtype.as_str() {
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => return Err(format!("argument `--adtype`: f16 or bf16, not `{other}`")),
+    };
+    let group = (group > 0).then_some(group);
+    let space = tuning_space(wdtype, adtype, group, m_bucket(m), n, k, points).map_err(|e| {
+        match e {
+            // Name the flag: `n` is `--n` here.
+            QMatmulError::Shape { arg, reason } => format!("argument `--{arg}`: {reason}"),
+            e => e.to_string(),
+        }
+    })?;
+    let ctx = Context::new(0).map_err(err)?;
+    match adtype {
+        DType::BF16 => tune_typed::<half::bf16>(&ctx, &space, m, n, k, points, retune),
+        _ => tune_typed::<f16>(&ctx, &space, m, n, k, points, retune),
+    }
+}
+
+fn tune_typed<T: GpuActivation>(
+    ctx: &Context,
+    space: &[QMatmulConfig],
+    m: usize,
+    n: usize,
+    k: usize,
+    points: usize,
+    retune: bool,
+) -> Result<String, String> {
+    let first = space[0];
+    let dev = ctx.device();
+    let mut out = format!(
+        "device: {} ({}, driver {})\n",
+        dev.name,
+        ctx.arch(),
+        dev.driver_version
+    );
+    let bucket = bucket_label(&first, m, n, k);
+    out += &format!("bucket: {bucket}\n");
+    if space.len() < points {
+        out += &format!(
+            "space: {} valid configurations (fewer than --points {points} fit this shape)\n",
+            space.len()
+        );
+    }
+    let key = tune_key(ctx, &first, m, n, k);
+    if retune {
+        ctx.tuner().forget(&key, space);
+    }
+    // A remembered winner needs no weight: skip making and uploading one.
+    let outcome = match ctx.tuner().lookup(&key, space) {
+        Some(o) => o,
+        None => {
+            let weight =
+                synthetic_weight::<T>(ctx, first.wdtype, n, k, first.group_rows, first.has_zeros)
+                    .map_err(err)?;
+            tune_qmatmul(ctx, space, m, &weight).map_err(err)?.outcome
+        }
+    };
+    let o = &outcome;
+    let winner = space[o.index];
+    let how = match o.source {
+        TuneSource::Measured => "measured now",
+        TuneSource::Memory => "reused the winner in memory",
+        TuneSource::Disk => "reused the persisted winner",
+    };
+    let failed = o
+        .record
+        .candidates
+        .iter()
+        .filter(|c| c.error.is_some())
+        .count();
+    out += &format!(
+        "points: {} ({} measured, {failed} failed when tuned)\n",
+        space.len(),
+        space.len() - failed
+    );
+    out += &format!("time to tune: {:.3} s ({how})\n", o.elapsed.as_secs_f64());
+    if o.reused() {
+        out += &format!("originally tuned in {:.1} s\n", o.record.tune_seconds);
+    }
+    out += &format!(
+        "winner: {} (candidate {}): median {:.2} us at m={}\n",
+        tiles(&winner),
+        o.index,
+        o.median_us,
+        m_bucket(m)
+    );
+    let mut ranked: Vec<(usize, f64)> = o
+        .record
+        .candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.median_us.map(|us| (i, us)))
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+    out += "fastest:";
+    for (i, us) in ranked.iter().take(5) {
+        out += &format!("\n  {:>9.2} us  {}", us, tiles(&space[*i]));
+    }
+    if let Some((i, e)) = o
+        .record
+        .candidates
+        .iter()
+        .enumerate()
+        .find_map(|(i, c)| c.error.as_ref().map(|e| (i, e)))
+    {
+        out += &format!(
+            "\nfirst failure: {} : {}",
+            tiles(&space[i]),
+            e.lines().next().unwrap_or("")
+        );
+    }
+    out += &format!(
+        "\nrecord: {}",
+        o.path.as_ref().map_or(
+            "not persisted (no writable cache directory)".to_string(),
+            |p| p.display().to_string()
+        )
+    );
+    Ok(out)
 }

@@ -13,6 +13,9 @@
 //! let y = layer.forward_cpu(&x, 3)?; // 3 x 256 f16
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! On the GPU, [`QuantizedLinear::to_gpu`] (or [`GpuQuantizedLinear::new`]) gives a layer whose
+//! `forward` autotunes on first use per `m` bucket; see [`super::linear_gpu`].
 
 use super::qmatmul::{
     build, decode_half, encode_half, prepare, PreparedWeight, QMatmulConfig, QMatmulError,
@@ -21,6 +24,8 @@ use super::qmatmul::{
 use crate::quant::{Group, QuantizedWeight};
 use crate::DType;
 use half::{bf16, f16};
+
+pub use super::linear_gpu::{GpuQuantizedLinear, LinearPlan};
 
 /// An activation element type: f16 or bf16.
 pub trait Activation: Copy {

@@ -4,9 +4,11 @@
 //!   sections 6.2 and 8), its offline weight re-layout (Figure 8) and a CPU runner on the
 //!   interpreter.
 //! - [`linear`]: [`linear::QuantizedLinear`], a layer that quantizes and re-lays-out a weight
-//!   once and runs the matmul.
+//!   once and runs the matmul; [`linear::GpuQuantizedLinear`] runs it on the GPU, autotuned
+//!   per `m` bucket on first use ([`linear_gpu`]).
 //!
 //! The design and the layouts per bit width are written up in `docs/qmatmul.md`.
 
 pub mod linear;
+pub mod linear_gpu;
 pub mod qmatmul;

@@ -1,5 +1,6 @@
 //! A device, its stream, and the kernels loaded on it.
 
+use crate::autotune::Tuner;
 use crate::disk_cache::{CacheKey, CacheState, DiskCache, Lookup};
 use crate::error::{Result, RuntimeError};
 use crate::kernel::KernelSource;
@@ -236,6 +237,7 @@ impl ContextBuilder {
             disk,
             kernels: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            tuner: OnceLock::new(),
         }))
     }
 }
@@ -258,6 +260,7 @@ pub struct Context {
     disk: DiskCache,
     kernels: Mutex<HashMap<CacheKey, Slot>>,
     counters: Counters,
+    tuner: OnceLock<Tuner>,
 }
 
 impl std::fmt::Debug for Context {
@@ -308,6 +311,12 @@ impl Context {
     /// The disk cache directory in use, if any.
     pub fn cache_dir(&self) -> Option<&Path> {
         self.disk.dir()
+    }
+
+    /// The autotuner of this context: winners remembered in memory for the context's life and
+    /// on disk under `<cache dir>/tune` (see [`crate::autotune`]).
+    pub fn tuner(&self) -> &Tuner {
+        self.tuner.get_or_init(|| Tuner::new(self))
     }
 
     /// How kernels were obtained so far.

@@ -63,6 +63,14 @@ pub enum RuntimeError {
     #[error("argument `{arg}`: {reason}")]
     InvalidArgument { arg: String, reason: String },
 
+    /// Autotuning found no usable configuration (every candidate failed) or was given none.
+    #[error("autotuning `{kernel}` for [{bucket}]: {message}")]
+    Tune {
+        kernel: String,
+        bucket: String,
+        message: String,
+    },
+
     /// A call into a CUDA library other than the driver and NVRTC (cuBLAS) failed.
     #[error("{library} error: {message}")]
     Library {

@@ -12,6 +12,9 @@
 //! 4. launches with checked arguments and shapes ([`LoadedKernel::args`], [`check_len`],
 //!    [`check_align`], [`check_divisible`]); launch errors name the argument.
 //!
+//! 5. autotunes: [`Tuner`] measures candidate configurations once per (kernel, shape bucket,
+//!    GPU, driver) and persists the winner next to the kernel cache ([`autotune`]).
+//!
 //! Compile-only use needs NVRTC but no GPU: [`compile_ptx`], [`compile_cubin`].
 //!
 //! Nothing CUDA is needed to build this crate: cudarc loads `libcuda` and `libnvrtc` at run
@@ -28,6 +31,7 @@
 //! | `TILUS_CACHE_DIR` | disk cache directory (default: user cache dir + `/tilus`) |
 //! | `TILUS_CACHE=off` | no disk cache |
 
+pub mod autotune;
 pub mod bench;
 pub mod blas;
 pub mod buffer;
@@ -39,6 +43,9 @@ pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
 
+pub use autotune::{
+    Measurement, TuneCandidate, TuneKey, TuneOutcome, TuneRecord, TuneSource, TuneStats, Tuner,
+};
 pub use bench::{copy_bandwidth, time_runs, L2Flush, Timing};
 pub use blas::{Cublas, GemmElement};
 pub use buffer::{

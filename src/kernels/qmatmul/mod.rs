@@ -26,6 +26,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! [`tune`] picks the configuration per shape bucket on the GPU and persists the winner
+//! (`docs/autotune.md`).
+//!
 //! See `docs/qmatmul.md` for the template, the layouts per bit width and the expected codegen.
 
 pub mod bench;
@@ -36,6 +39,7 @@ mod gpu;
 mod layouts;
 mod program;
 mod relayout;
+pub mod tune;
 
 pub use config::{is_weight_type, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling};
 pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};

@@ -1,0 +1,373 @@
+//! [`GpuQuantizedLinear`]: a quantized linear layer on the GPU that autotunes its matmul on
+//! first use per `m` bucket and validates every input.
+//!
+//! ```no_run
+//! use half::f16;
+//! use tilus::kernels::linear::GpuQuantizedLinear;
+//! use tilus::quant::Group;
+//! use tilus::runtime::{Context, DeviceBuffer};
+//! use tilus::DType;
+//! let ctx = Context::new(0)?;
+//! let (k, n) = (4096, 4096);
+//! let w: Vec<f32> = (0..k * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+//! let layer = GpuQuantizedLinear::<f16>::new(&ctx, &w, k, n, DType::Int(4), Group::Rows(128))?;
+//! let x = DeviceBuffer::from_host(&ctx, &vec![f16::from_f32(0.5); 3 * k])?;
+//! let y = layer.forward(&x, 3)?; // tunes the m <= 4 bucket on first use: 3 x 4096 f16
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! How it works:
+//!
+//! * The constructor quantizes on the host (or takes a [`QuantizedLinear`]) and uploads the
+//!   weight re-laid-out for the layer's default configuration. Nothing is tuned yet.
+//! * The first call with `m` rows in a new bucket ([`super::qmatmul::tune::m_bucket`]) tunes
+//!   [`super::qmatmul::bench::candidates`] for that bucket through the context's tuner
+//!   (remembered in memory, persisted under `<cache dir>/tune`; a later process reuses the
+//!   record without measuring). Candidates are timed on the uploaded weight whatever their
+//!   tile layout (timing does not depend on the values).
+//! * If the winner reads the weight in another layout ([`WeightLayoutKey`]), the weight is
+//!   re-laid-out on the host and uploaded once for that layout; configurations sharing a
+//!   layout share the device copy. The layer keeps the default layout (used for tuning) and
+//!   the layouts of its buckets' winners.
+//! * Every later call in the bucket runs the winner directly.
+
+use super::linear::QuantizedLinear;
+use super::qmatmul::bench::candidates;
+use super::qmatmul::tune::{m_bucket, tune_qmatmul, WeightLayoutKey};
+use super::qmatmul::{
+    prepare, DeviceWeight, GpuActivation, GpuQMatmul, QMatmulConfig, QMatmulError,
+};
+use crate::quant::{Group, QuantizedWeight};
+use crate::DType;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tilus_runtime::{Context, DeviceBuffer, Element, TuneSource};
+
+/// What a bucket runs and how that was decided.
+#[derive(Clone, Debug)]
+pub struct LinearPlan {
+    /// The `m` the bucket was tuned at ([`m_bucket`]).
+    pub m_bucket: usize,
+    /// The winning configuration.
+    pub config: QMatmulConfig,
+    /// Measured now, or reused from the tuner's memory or the record on disk.
+    pub source: TuneSource,
+    /// The winner's median time at `m_bucket` rows when it was tuned, in microseconds.
+    pub median_us: f64,
+    /// How many configurations were (or had been) tuned over.
+    pub candidates: usize,
+    /// The record file, when tuning results are persisted.
+    pub record: Option<PathBuf>,
+}
+
+struct Plan<T: Element> {
+    info: LinearPlan,
+    kernel: GpuQMatmul,
+    weight: Arc<DeviceWeight<T>>,
+}
+
+struct State<T: Element> {
+    /// Device copies of the weight, one per layout in use.
+    weights: HashMap<WeightLayoutKey, Arc<DeviceWeight<T>>>,
+    /// Per `m` bucket.
+    plans: HashMap<usize, Arc<Plan<T>>>,
+}
+
+/// A quantized linear layer `y[m, n] = x[m, k] · W[k, n]` on the GPU with activations of type
+/// `T` (f16 or bf16). See the module documentation.
+pub struct GpuQuantizedLinear<T: GpuActivation> {
+    ctx: Arc<Context>,
+    quantized: QuantizedWeight,
+    /// The layer's default configuration; its layout is the tuning buffer.
+    base: QMatmulConfig,
+    base_layout: WeightLayoutKey,
+    state: Mutex<State<T>>,
+}
+
+impl<T: GpuActivation> std::fmt::Debug for GpuQuantizedLinear<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuQuantizedLinear")
+            .field("k", &self.k())
+            .field("n", &self.n())
+            .field("wdtype", &self.base.wdtype)
+            .field("adtype", &self.base.adtype)
+            .field("plans", &self.plans())
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuantizedLinear {
+    /// This layer on `ctx`'s GPU, computing in `T` (which must be the layer's activation type;
+    /// errors name `T`). Uploads the weight; tuning happens on first use per `m` bucket.
+    pub fn to_gpu<T: GpuActivation>(
+        &self,
+        ctx: &Arc<Context>,
+    ) -> Result<GpuQuantizedLinear<T>, QMatmulError> {
+        let base = *self.config();
+        if T::DTYPE != base.adtype {
+            return Err(QMatmulError::Shape {
+                arg: "T",
+                reason: format!("the layer computes in {}, not {}", base.adtype, T::DTYPE),
+            });
+        }
+        let base_layout = WeightLayoutKey::of(&base)?;
+        let weight = Arc::new(DeviceWeight::<T>::upload(ctx, self.prepared())?);
+        Ok(GpuQuantizedLinear {
+            ctx: ctx.clone(),
+            quantized: self.quantized().clone(),
+            base,
+            state: Mutex::new(State {
+                weights: HashMap::from([(base_layout.clone(), weight)]),
+                plans: HashMap::new(),
+            }),
+            base_layout,
+        })
+    }
+}
+
+/// The configurations a layer tunes over for `m_bucket` rows: its own configuration first,
+/// then [`candidates`] for the bucket, adjusted to the layer's weight (zero points as the
+/// weight has them) and kept when they fit the shape.
+pub fn layer_candidates(
+    base: &QMatmulConfig,
+    m_bucket: usize,
+    n: usize,
+    k: usize,
+) -> Vec<QMatmulConfig> {
+    let mut out = vec![*base];
+    if let Ok(list) = candidates(base.wdtype, base.adtype, base.group_rows, m_bucket, n, k) {
+        for c in list {
+            let c = QMatmulConfig {
+                wdtype: base.wdtype,
+                adtype: base.adtype,
+                group_rows: base.group_rows,
+                has_zeros: base.has_zeros,
+                ..c
+            };
+            if !out.contains(&c) && c.check_shape(m_bucket, n, k).is_ok() {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Check an input of `len` elements for `m` rows of `k` (errors name `m`, or `arg`).
+pub fn check_rows(
+    arg: &'static str,
+    len: usize,
+    m: usize,
+    k: usize,
+    dtype: DType,
+) -> Result<(), QMatmulError> {
+    if m == 0 {
+        return Err(QMatmulError::Shape {
+            arg: "m",
+            reason: "must be positive".into(),
+        });
+    }
+    let Some(want) = m.checked_mul(k) else {
+        return Err(QMatmulError::Shape {
+            arg: "m",
+            reason: format!("{m} x {k} elements overflow"),
+        });
+    };
+    if len != want {
+        return Err(QMatmulError::Buffer {
+            arg,
+            expected: want.saturating_mul(2),
+            got: len.saturating_mul(2),
+            what: format!("{m} x {k} {dtype}"),
+        });
+    }
+    Ok(())
+}
+
+impl<T: GpuActivation> GpuQuantizedLinear<T> {
+    /// Quantize row-major `weight[k * n]` to `wdtype` with scales in `T` (unsigned types get
+    /// zero points), and put the layer on `ctx`'s GPU. Errors name the argument at fault.
+    pub fn new(
+        ctx: &Arc<Context>,
+        weight: &[f32],
+        k: usize,
+        n: usize,
+        wdtype: DType,
+        group: Group,
+    ) -> Result<GpuQuantizedLinear<T>, QMatmulError> {
+        QuantizedLinear::new(weight, k, n, wdtype, group, T::DTYPE)?.to_gpu(ctx)
+    }
+
+    pub fn k(&self) -> usize {
+        self.quantized.k
+    }
+
+    pub fn n(&self) -> usize {
+        self.quantized.n
+    }
+
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The quantized weight: `dequantize()` is exactly what the layer multiplies with.
+    pub fn quantized(&self) -> &QuantizedWeight {
+        &self.quantized
+    }
+
+    /// The configuration the layer starts from (and tunes around).
+    pub fn default_config(&self) -> &QMatmulConfig {
+        &self.base
+    }
+
+    /// The buckets tuned so far, by `m_bucket`.
+    pub fn plans(&self) -> Vec<LinearPlan> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<LinearPlan> = state.plans.values().map(|p| p.info.clone()).collect();
+        v.sort_by_key(|p| p.m_bucket);
+        v
+    }
+
+    /// How many device copies of the weight the layer holds (one per layout in use).
+    pub fn weight_layouts(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .weights
+            .len()
+    }
+
+    /// The plan for `m` rows, tuning its bucket now if this layer has not yet (use it to tune
+    /// ahead of time).
+    pub fn plan(&self, m: usize) -> Result<LinearPlan, QMatmulError> {
+        Ok(self.plan_for(m)?.info.clone())
+    }
+
+    fn plan_for(&self, m: usize) -> Result<Arc<Plan<T>>, QMatmulError> {
+        let (n, k) = (self.n(), self.k());
+        if m == 0 {
+            return Err(QMatmulError::Shape {
+                arg: "m",
+                reason: "must be positive".into(),
+            });
+        }
+        // Reject shapes no configuration takes before tuning anything.
+        self.base.check_shape(m, n, k)?;
+        let mb = m_bucket(m);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = state.plans.get(&mb) {
+            return Ok(p.clone());
+        }
+        let cands = layer_candidates(&self.base, mb, n, k);
+        let tuning_weight = state
+            .weights
+            .get(&self.base_layout)
+            .expect("the default layout is uploaded at construction")
+            .clone();
+        let tuned = tune_qmatmul(&self.ctx, &cands, mb, &tuning_weight)?;
+        let layout = WeightLayoutKey::of(&tuned.config)?;
+        let weight = match state.weights.get(&layout) {
+            Some(w) => w.clone(),
+            None => {
+                let prepared = prepare(&self.quantized, &tuned.config)?;
+                let w = Arc::new(DeviceWeight::<T>::upload(&self.ctx, &prepared)?);
+                state.weights.insert(layout, w.clone());
+                w
+            }
+        };
+        let plan = Arc::new(Plan {
+            info: LinearPlan {
+                m_bucket: mb,
+                config: tuned.config,
+                source: tuned.outcome.source,
+                median_us: tuned.outcome.median_us,
+                candidates: cands.len(),
+                record: tuned.outcome.path.clone(),
+            },
+            kernel: tuned.kernel,
+            weight,
+        });
+        state.plans.insert(mb, plan.clone());
+        Ok(plan)
+    }
+
+    /// `y = x · W` for `x` of `m` rows (`m x k` elements, row-major); a new `m x n` buffer.
+    /// Tunes `m`'s bucket on first use. Errors name `m` or `x`. Returns when the work is queued.
+    pub fn forward(&self, x: &DeviceBuffer<T>, m: usize) -> Result<DeviceBuffer<T>, QMatmulError> {
+        check_rows("x", x.len(), m, self.k(), T::DTYPE)?;
+        let mut y = DeviceBuffer::zeros(&self.ctx, m * self.n())?;
+        self.forward_into(x, m, &mut y)?;
+        Ok(y)
+    }
+
+    /// [`Self::forward`] into `y` (`m x n` elements, overwritten). Errors name `m`, `x` or `y`.
+    pub fn forward_into(
+        &self,
+        x: &DeviceBuffer<T>,
+        m: usize,
+        y: &mut DeviceBuffer<T>,
+    ) -> Result<(), QMatmulError> {
+        check_rows("x", x.len(), m, self.k(), T::DTYPE)?;
+        check_rows("y", y.len(), m, self.n(), T::DTYPE)?;
+        let plan = self.plan_for(m)?;
+        plan.kernel.run(&self.ctx, m, x, &plan.weight, y)
+    }
+
+    /// [`Self::forward`] from and to host memory (copies both ways, waits for the result).
+    pub fn forward_host(&self, x: &[T], m: usize) -> Result<Vec<T>, QMatmulError> {
+        check_rows("x", x.len(), m, self.k(), T::DTYPE)?;
+        let xd = DeviceBuffer::from_host(&self.ctx, x)?;
+        Ok(self.forward(&xd, m)?.to_host()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+
+    #[test]
+    fn layer_is_send_and_sync() {
+        fn check<S: Send + Sync>() {}
+        check::<GpuQuantizedLinear<f16>>();
+        check::<GpuQuantizedLinear<half::bf16>>();
+    }
+
+    #[test]
+    fn inputs_are_checked_and_named() {
+        let dt = DType::F16;
+        assert!(check_rows("x", 12, 3, 4, dt).is_ok());
+        let e = check_rows("x", 12, 0, 4, dt).unwrap_err().to_string();
+        assert!(e.contains("`m`") && e.contains("positive"), "{e}");
+        let e = check_rows("x", 11, 3, 4, dt).unwrap_err().to_string();
+        assert!(e.contains("`x`") && e.contains("3 x 4 f16"), "{e}");
+        let e = check_rows("y", 0, 3, 4, dt).unwrap_err().to_string();
+        assert!(e.contains("`y`"), "{e}");
+        let e = check_rows("x", 1, usize::MAX, 2, dt)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`m`") && e.contains("overflow"), "{e}");
+    }
+
+    #[test]
+    fn layer_candidates_keep_the_layer_weight() {
+        let (n, k) = (512, 1024);
+        for (w, zeros, group) in [("u4", true, Some(128)), ("i4", false, None)] {
+            let wdtype: DType = w.parse().unwrap();
+            let base = QMatmulConfig::for_shape(wdtype, DType::BF16, group, zeros, n, k).unwrap();
+            for mb in [1, 32, 8192] {
+                let c = layer_candidates(&base, mb, n, k);
+                assert_eq!(c[0], base);
+                assert!(c.len() >= 2, "{w} m={mb}: {c:?}");
+                for (i, cfg) in c.iter().enumerate() {
+                    assert!(!c[..i].contains(cfg));
+                    assert_eq!(
+                        (cfg.wdtype, cfg.adtype, cfg.group_rows, cfg.has_zeros),
+                        (wdtype, DType::BF16, group, zeros)
+                    );
+                    cfg.check_shape(mb, n, k).unwrap();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! Autotuning the quantized matmul: the shape buckets, a wide configuration space, and the
+//! tuning run itself on top of the runtime's generic [`tilus_runtime::autotune`].
+//!
+//! * **Bucket.** One winner serves every problem with the same weight (`n`, `k`, weight type,
+//!   activation type, group size, zero points) and an `m` in the same power-of-two bucket:
+//!   `m` is rounded up to 1, 2, 4, ..., 4096, and everything above 4096 shares one bucket
+//!   (tuned at `m = 8192`). [`bucket_label`] is the bucket string of the [`TuneKey`]; the GPU
+//!   name and driver version complete it.
+//! * **Space.** [`super::bench::candidates`] is the short list the layer tunes over;
+//!   [`tuning_space`] enumerates a wider one (tiles, warps, pipeline depth, split-k) for
+//!   `tilus bench tune`.
+//! * **Measuring.** Every candidate is built, its CUDA generated and compiled by NVRTC in
+//!   parallel on all cores, then timed one after the other with CUDA events (warm-up, median,
+//!   L2 flushed before each timed run) at the bucket's `m`. Timing does not depend on the
+//!   weight values, so all candidates run on one weight buffer whatever their layout; only
+//!   the winner's layout has to hold the real weight (see [`WeightLayoutKey`]).
+
+use super::bench::candidates;
+use super::config::{shape_err, QMatmulConfig, QMatmulError, QMatmulMethod};
+use super::gpu::{DeviceWeight, GpuActivation, GpuQMatmul};
+use super::layouts::QMatmulLayouts;
+use super::program::build;
+use crate::kernels::linear::Activation;
+use crate::DType;
+use serde_json::{json, Value};
+use tilus_core::Layout;
+use tilus_runtime::autotune::{TuneCandidate, TuneKey, TuneOutcome, TIMED_RUNS, WARMUP_RUNS};
+use tilus_runtime::{time_runs, Context, DeviceBuffer, Element, L2Flush, RuntimeError};
+
+/// The kernel family name in tuning keys and record file names.
+pub const KERNEL: &str = "qmatmul";
+
+/// Problems with more rows than this share one bucket.
+pub const M_BUCKET_CAP: usize = 8192;
+
+impl TuneCandidate for QMatmulConfig {
+    fn to_json(&self) -> Value {
+        json!({
+            "wdtype": self.wdtype.to_string(),
+            "adtype": self.adtype.to_string(),
+            "group_rows": self.group_rows,
+            "has_zeros": self.has_zeros,
+            "bm": self.bm,
+            "bn": self.bn,
+            "bk": self.bk,
+            "warps": self.warps,
+            "stages": self.stages,
+            "split_k": self.split_k,
+            "method": match self.method {
+                QMatmulMethod::Fused => "fused",
+                QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
+            },
+        })
+    }
+}
+
+/// The `m` a problem of `m` rows is tuned at: the next power of two, at most
+/// [`M_BUCKET_CAP`] (`0` counts as 1).
+pub fn m_bucket(m: usize) -> usize {
+    m.max(1)
+        .checked_next_power_of_two()
+        .unwrap_or(M_BUCKET_CAP)
+        .min(M_BUCKET_CAP)
+}
+
+/// The bucket string of a tuning key: `m<=16 n=4096 k=4096 w=i4 a=f16 g=128 z=0`
+/// (`m>4096` for the last bucket, `g=channel` for per-channel scales).
+pub fn bucket_label(cfg: &QMatmulConfig, m: usize, n: usize, k: usize) -> String {
+    let mb = m_bucket(m);
+    let rows = if mb == M_BUCKET_CAP {
+        format!("m>{}", M_BUCKET_CAP / 2)
+    } else {
+        format!("m<={mb}")
+    };
+    let group = cfg
+        .group_rows
+        .map_or("channel".to_string(), |g| g.to_string());
+    format!(
+        "{rows} n={n} k={k} w={} a={} g={group} z={}",
+        cfg.wdtype, cfg.adtype, cfg.has_zeros as u8
+    )
+}
+
+/// The tuning key of `cfg`'s weight for an `m`-row problem on `ctx`'s GPU.
+pub fn tune_key(ctx: &Context, cfg: &QMatmulConfig, m: usize, n: usize, k: usize) -> TuneKey {
+    TuneKey::for_context(ctx, KERNEL, bucket_label(cfg, m, n, k))
+}
+
+/// A short description of the tiles: `bm16 bn128 bk64 w4 s3 sk1` (with ` dequant+gemm` for
+/// the dequantize-then-GEMM method).
+pub fn tiles(c: &QMatmulConfig) -> String {
+    let method = match c.method {
+        QMatmulMethod::Fused => "",
+        QMatmulMethod::DequantizeThenGemm => " dequant+gemm",
+    };
+    format!(
+        "bm{} bn{} bk{} w{} s{} sk{}{method}",
+        c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
+    )
+}
+
+/// What determines the re-laid-out weight bytes of a configuration: the tile (`bk`, `bn`) and
+/// the two layouts [`super::relayout`] maps through (the mma B operand over one group of
+/// warps along n, and the per-thread byte layout). Configurations with equal keys read the
+/// same [`super::PreparedWeight`], so a layer keeps one device copy per key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WeightLayoutKey {
+    pub bk: usize,
+    pub bn: usize,
+    b: Layout,
+    wbytes: Layout,
+}
+
+impl WeightLayoutKey {
+    pub fn of(cfg: &QMatmulConfig) -> Result<WeightLayoutKey, QMatmulError> {
+        let lay = QMatmulLayouts::distinct(cfg)?;
+        Ok(WeightLayoutKey {
+            bk: cfg.bk,
+            bn: cfg.bn,
+            b: lay.b,
+            wbytes: lay.wbytes,
+        })
+    }
+}
+
+fn log2_distance(a: usize, b: usize) -> u32 {
+    (a.max(1).ilog2() as i64 - b.max(1).ilog2() as i64).unsigned_abs() as u32
+}
+
+/// How unlikely a configuration is to win at `m` rows (lower first); orders the enumeration
+/// so that a truncated space keeps the plausible part.
+fn implausibility(c: &QMatmulConfig, base: &QMatmulConfig, m: usize) -> u32 {
+    let target_bm = m.max(1).next_power_of_two().clamp(16, 128);
+    let mut s = 2 * log2_distance(c.bm, target_bm);
+    s += c.split_k.ilog2() * if m > 64 { 3 } else { 1 };
+    s += match c.stages {
+        3 | 4 => 0,
+        2 | 5 => 1,
+        _ => 2,
+    };
+    s += u32::from(!matches!(c.bk, 64 | 128));
+    s += log2_distance(c.bn, base.bn);
+    s += u32::from(c.warps == 8 && c.bm < 64) + u32::from(c.warps == 4 && c.bm >= 128);
+    s
+}
+
+/// Up to `points` distinct valid configurations for an `[m, k] x [k, n]` problem: first
+/// [`candidates`] (the short list), then combinations of `bm` 16..128, `bn` from half to four
+/// times the default, `bk` 32..256, 4 or 8 warps, 2 to 5 stages and split-k 1 to 8, ordered
+/// from the most plausible for `m`. Each one passes [`QMatmulConfig::tiling`],
+/// [`QMatmulConfig::check_shape`] and [`build`] (so its shared memory fits); fewer than
+/// `points` come back when the shape admits fewer. Unsigned weights get zero points, like
+/// [`candidates`]. Errors name `points`, or the argument `candidates` rejects.
+pub fn tuning_space(
+    wdtype: DType,
+    adtype: DType,
+    group: Option<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+    points: usize,
+) -> Result<Vec<QMatmulConfig>, QMatmulError> {
+    if points == 0 {
+        return Err(shape_err("points", "must be positive"));
+    }
+    let short = candidates(wdtype, adtype, group, m, n, k)?;
+    // The default tiles (fused method) anchor the enumeration; the short list may start
+    // elsewhere.
+    let zeros = matches!(wdtype, DType::UInt(_));
+    let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
+    let mut out: Vec<QMatmulConfig> = Vec::with_capacity(points);
+    for c in short {
+        if out.len() < points
+            && !out.contains(&c)
+            && c.check_shape(m, n, k).is_ok()
+            && build(&c).is_ok()
+        {
+            out.push(c);
+        }
+    }
+    let mut extra = Vec::new();
+    let bns = [base.bn / 2, base.bn, base.bn * 2, base.bn * 4];
+    for bm in [16, 32, 64, 128] {
+        for warps in [4, 8] {
+            for bn in bns {
+                for bk in [32, 64, 128, 256] {
+                    for stages in [2, 3, 4, 5] {
+                        for split_k in [1, 2, 4, 8] {
+                            let c = QMatmulConfig {
+                                bm,
+                                bn,
+                                bk,
+                                warps,
+                                stages,
+                                split_k,
+                                ..base
+                            };
+                            if bn > 0 && c.check_shape(m, n, k).is_ok() && !out.contains(&c) {
+                                extra.push(c);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Stable: ties keep the enumeration order.
+    extra.sort_by_key(|c| implausibility(c, &base, m));
+    for c in extra {
+        if out.len() >= points {
+            break;
+        }
+        if build(&c).is_ok() {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// The result of [`tune_qmatmul`].
+pub struct TunedQMatmul {
+    /// The winner.
+    pub config: QMatmulConfig,
+    /// The winner, ready to run.
+    pub kernel: GpuQMatmul,
+    /// Where the winner came from, its time, the record (every candidate's time or error).
+    pub outcome: TuneOutcome,
+}
+
+/// Non-constant, non-zero activations in [-0.5, 0.5).
+fn pattern<T: Activation>(len: usize) -> Vec<T> {
+    (0..len)
+        .map(|i| {
+            let h = i.wrapping_mul(2654435761) >> 9;
+            T::from_f32((h % 1000) as f32 / 1000.0 - 0.5)
+        })
+        .collect()
+}
+
+/// The winner among `candidates` for an `m`-row problem with `weight`, from `ctx`'s tuner
+/// (memory, then the record on disk), else measured now at the bucket's `m` (see the module
+/// docs). All candidates must be for one weight: same weight and activation types, group
+/// size and zero points (errors name `candidates`). `weight` may be laid out for any of them.
+pub fn tune_qmatmul<T: GpuActivation>(
+    ctx: &Context,
+    candidates: &[QMatmulConfig],
+    m: usize,
+    weight: &DeviceWeight<T>,
+) -> Result<TunedQMatmul, QMatmulError> {
+    let Some(first) = candidates.first() else {
+        return Err(shape_err("candidates", "empty"));
+    };
+    let same_weight = |c: &QMatmulConfig| {
+        (c.wdtype, c.adtype, c.group_rows, c.has_zeros)
+            == (
+                first.wdtype,
+                first.adtype,
+                first.group_rows,
+                first.has_zeros,
+            )
+    };
+    if let Some(c) = candidates.iter().find(|c| !same_weight(c)) {
+        return Err(shape_err(
+            "candidates",
+            format!(
+                "{} is for another weight than {}",
+                super::config_name(c),
+                super::config_name(first)
+            ),
+        ));
+    }
+    if T::DTYPE != first.adtype {
+        return Err(shape_err(
+            "weight",
+            format!(
+                "holds {} scales, the candidates compute in {}",
+                T::DTYPE,
+                first.adtype
+            ),
+        ));
+    }
+    let (n, k) = (weight.n, weight.k);
+    let key = tune_key(ctx, first, m, n, k);
+    let rows = m_bucket(m);
+    // Allocated on the first measurement only: a remembered winner needs none of it.
+    let mut scratch: Option<(L2Flush, DeviceBuffer<T>, DeviceBuffer<T>)> = None;
+    let outcome = ctx.tuner().tune_with(
+        &key,
+        candidates,
+        |_, cfg| -> Result<GpuQMatmul, QMatmulError> {
+            cfg.check_shape(rows, n, k)?;
+            let gpu = GpuQMatmul::new(&build(cfg)?)?;
+            gpu.load(ctx)?;
+            Ok(gpu)
+        },
+        |_, _, gpu| -> Result<_, QMatmulError> {
+            if scratch.is_none() {
+                scratch = Some((
+                    L2Flush::new(ctx)?,
+                    DeviceBuffer::from_host(ctx, &pattern::<T>(rows * k))?,
+                    DeviceBuffer::zeros(ctx, rows * n)?,
+                ));
+            }
+            let (flush, a, c) = scratch.as_mut().expect("allocated above");
+            let t = time_runs(ctx, WARMUP_RUNS, TIMED_RUNS, Some(flush), || {
+                gpu.run(ctx, rows, a, weight, c)
+                    .map_err(|e| RuntimeError::InvalidArgument {
+                        arg: "qmatmul".into(),
+                        reason: e.to_string(),
+                    })
+            })?;
+            Ok(t)
+        },
+    )?;
+    let config = candidates[outcome.index];
+    let kernel = GpuQMatmul::new(&build(&config)?)?;
+    Ok(TunedQMatmul {
+        config,
+        kernel,
+        outcome,
+    })
+}
+
+/// Random codes, scales in [0.5, 1) and (with `zeros`) small zero points: a weight of the
+/// right sizes for timing (any bytes are a valid re-laid-out weight).
+pub fn synthetic_weight<T: Element + Activation>(
+    ctx: &Context,
+    wdtype: DType,
+    n: usize,
+    k: usize,
+    group: Option<usize>,
+    zeros: bool,
+) -> Result<DeviceWeight<T>, QMatmulError> {
+    let groups = k / group.unwrap_or(k).max(1);
+    let bytes = tilus_core::storage::packed_len(wdtype, k * n);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let codes: Vec<u8> = (0..bytes)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect();
+    let scales: Vec<T> = (0..groups * n)
+        .map(|i| T::from_f32(0.5 + (i % 97) as f32 / 194.0))
+        .collect();
+    Ok(DeviceWeight {
+        k,
+        n,
+        b: DeviceBuffer::from_host(ctx, &codes)?,
+        scales: DeviceBuffer::from_host(ctx, &scales)?,
+        zeros: if zeros {
+            let z: Vec<T> = (0..groups * n)
+                .map(|i| T::from_f32((i % 7) as f32))
+                .collect();
+            Some(DeviceBuffer::from_host(ctx, &z)?)
+        } else {
+            None
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::qmatmul::prepare;
+    use crate::quant::{Group, QuantizedWeight};
+
+    #[test]
+    fn buckets_are_powers_of_two_up_to_the_cap() {
+        let got: Vec<usize> = [
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            16,
+            17,
+            4096,
+            4097,
+            8192,
+            100_000,
+            usize::MAX,
+        ]
+        .iter()
+        .map(|&m| m_bucket(m))
+        .collect();
+        assert_eq!(
+            got,
+            [1, 1, 2, 4, 4, 8, 16, 32, 4096, 8192, 8192, 8192, 8192]
+        );
+        let cfg = QMatmulConfig::for_shape(DType::UInt(4), DType::F16, Some(128), true, 256, 512)
+            .unwrap();
+        assert_eq!(
+            bucket_label(&cfg, 17, 256, 512),
+            "m<=32 n=256 k=512 w=u4 a=f16 g=128 z=1"
+        );
+        assert_eq!(
+            bucket_label(&cfg, 5000, 256, 512),
+            bucket_label(&cfg, 1 << 20, 256, 512)
+        );
+        assert!(bucket_label(&cfg, 5000, 256, 512).starts_with("m>4096 "));
+        let pc = QMatmulConfig {
+            group_rows: None,
+            ..cfg
+        };
+        assert!(bucket_label(&pc, 1, 256, 512).contains("g=channel"));
+        assert_ne!(
+            bucket_label(&cfg, 16, 256, 512),
+            bucket_label(&cfg, 17, 256, 512)
+        );
+    }
+
+    #[test]
+    fn config_json_names_every_field() {
+        let cfg =
+            QMatmulConfig::for_shape(DType::Int(4), DType::BF16, None, false, 256, 512).unwrap();
+        let v = cfg.to_json();
+        assert_eq!(v["wdtype"], "i4");
+        assert_eq!(v["adtype"], "bf16");
+        assert_eq!(v["group_rows"], Value::Null);
+        for f in ["bm", "bn", "bk", "warps", "stages", "split_k"] {
+            assert!(v[f].is_u64(), "{f}");
+        }
+        assert_eq!(v["method"], "fused");
+        let gemm = QMatmulConfig {
+            method: QMatmulMethod::DequantizeThenGemm,
+            ..cfg
+        };
+        assert_ne!(gemm.to_json(), v);
+        let other = QMatmulConfig { stages: 4, ..cfg };
+        assert_ne!(other.to_json(), v);
+    }
+
+    #[test]
+    fn space_points_are_valid_and_distinct() {
+        // (Fewer points for the large-m case: its large tiles are slow to build in debug.)
+        for (w, m, n, k, group, points) in [
+            ("i4", 1, 4096, 4096, Some(128), 50),
+            ("f6e3m2", 17, 2048, 1024, None, 50),
+            ("u3", 4096, 8192, 2048, Some(64), 12),
+        ] {
+            let wdtype: DType = w.parse().unwrap();
+            let space = tuning_space(wdtype, DType::F16, group, m, n, k, points).unwrap();
+            assert_eq!(space.len(), points, "{w} m={m}");
+            let short = candidates(wdtype, DType::F16, group, m, n, k).unwrap();
+            let first = short.len().min(points);
+            assert_eq!(
+                &space[..first],
+                &short[..first],
+                "the short list comes first"
+            );
+            for (i, c) in space.iter().enumerate() {
+                assert!(!space[..i].contains(c), "{w}: duplicate {c:?}");
+                c.check_shape(m, n, k).unwrap();
+                assert_eq!(c.has_zeros, matches!(wdtype, DType::UInt(_)));
+                assert_eq!(
+                    (c.wdtype, c.adtype, c.group_rows),
+                    (wdtype, DType::F16, group)
+                );
+            }
+            // The space varies the dimensions that matter.
+            let distinct = |f: fn(&QMatmulConfig) -> usize| {
+                let mut v: Vec<usize> = space.iter().map(f).collect();
+                v.sort();
+                v.dedup();
+                v.len()
+            };
+            assert!(distinct(|c| c.stages) >= 2, "{w}");
+            assert!(distinct(|c| c.bk) >= 2, "{w}");
+        }
+        // Truncation and a small shape with few valid points.
+        let space = tuning_space(DType::Int(4), DType::F16, Some(32), 1, 64, 32, 1000).unwrap();
+        assert!(!space.is_empty() && space.len() < 1000, "{}", space.len());
+        assert_eq!(
+            tuning_space(DType::Int(4), DType::F16, Some(128), 1, 4096, 4096, 3)
+                .unwrap()
+                .len(),
+            3
+        );
+        let e = tuning_space(DType::Int(4), DType::F16, Some(128), 1, 4096, 4096, 0).unwrap_err();
+        assert!(e.to_string().contains("`points`"), "{e}");
+        let e =
+            tuning_space(DType::Int(4), DType::F16, Some(128), 1, 4000 + 8, 4096, 50).unwrap_err();
+        assert!(e.to_string().contains("`n`"), "{e}");
+    }
+
+    /// Equal keys must mean equal prepared weights: a layer shares one device copy per key.
+    #[test]
+    fn equal_layout_keys_mean_equal_prepared_weights() {
+        let (n, k) = (512, 512);
+        for w in ["i4", "u3", "f6e3m2", "u8"] {
+            let wdtype: DType = w.parse().unwrap();
+            let zeros = matches!(wdtype, DType::UInt(_));
+            let vals: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 506.0)
+                .collect();
+            let q =
+                QuantizedWeight::quantize(&vals, k, n, wdtype, Group::Rows(128), DType::F16, zeros)
+                    .unwrap();
+            let space = tuning_space(wdtype, DType::F16, Some(128), 16, n, k, 60).unwrap();
+            let mut seen: Vec<(WeightLayoutKey, Vec<u8>)> = Vec::new();
+            for c in &space {
+                let key = WeightLayoutKey::of(c).unwrap();
+                let bytes = prepare(&q, c).unwrap().b;
+                match seen.iter().find(|(k2, _)| *k2 == key) {
+                    Some((_, b)) => assert!(*b == bytes, "{w}: same key, other bytes: {c:?}"),
+                    None => seen.push((key, bytes)),
+                }
+            }
+            assert!(
+                seen.len() >= 2,
+                "{w}: the space should cover several layouts"
+            );
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! `tilus bench tune`: arguments are checked (one-line errors naming the flag, exit status 2)
+//! before a GPU is looked for; with a GPU, a second run reuses the persisted winner.
+
+use std::process::{Command, Output};
+
+fn tilus(args: &[&str], cache: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tilus"))
+        .args(args)
+        .env("TILUS_CACHE_DIR", cache)
+        .env_remove("TILUS_CACHE")
+        .output()
+        .expect("run the tilus binary")
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!(
+        "tilus-cli-tune-{tag}-{}-{nanos}",
+        std::process::id()
+    ))
+}
+
+#[test]
+fn bad_arguments_are_named_before_the_gpu_is_opened() {
+    let dir = temp_dir("args");
+    for (args, flag) in [
+        (&["--wdtype", "i33", "--m", "1"][..], "`--wdtype`"),
+        (&["--wdtype", "f16", "--m", "1"], "`--wdtype`"),
+        (&["--wdtype", "i4", "--m", "0"], "`--m`"),
+        (&["--wdtype", "i4", "--m", "1", "--n", "4008"], "`--n`"),
+        (&["--wdtype", "i4", "--m", "1", "--k", "100"], "`--k`"),
+        (
+            &["--wdtype", "i4", "--m", "1", "--points", "0"],
+            "`--points`",
+        ),
+        (
+            &["--wdtype", "i4", "--m", "1", "--adtype", "f32"],
+            "`--adtype`",
+        ),
+    ] {
+        let mut all = vec!["bench", "tune"];
+        all.extend_from_slice(args);
+        let out = tilus(&all, &dir);
+        assert_eq!(out.status.code(), Some(2), "{all:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.contains(flag), "{all:?}: {err}");
+        // Checked before any GPU: no driver or device message.
+        assert!(!err.contains("libcuda") && !err.contains("device"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn second_run_reuses_the_persisted_winner() {
+    let dir = temp_dir("reuse");
+    let args = [
+        "bench", "tune", "--wdtype", "i4", "--m", "1", "--n", "4096", "--k", "4096", "--points",
+        "6",
+    ];
+    let first = tilus(&args, &dir);
+    let text = String::from_utf8_lossy(&first.stdout).to_string();
+    let err = String::from_utf8_lossy(&first.stderr).to_string();
+    if !first.status.success() {
+        // No GPU here: the error says so, on one line.
+        assert_eq!(first.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+            panic!("TILUS_REQUIRE_GPU=1 but: {err}");
+        }
+        eprintln!("second_run_reuses_the_persisted_winner: skipped: {err}");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    println!("{text}");
+    assert!(text.contains("points: 6"), "{text}");
+    assert!(text.contains("(measured now)"), "{text}");
+    assert!(text.contains("winner: bm"), "{text}");
+    assert!(
+        text.contains(&dir.join("tune").display().to_string()),
+        "{text}"
+    );
+    let second = tilus(&args, &dir);
+    let text2 = String::from_utf8_lossy(&second.stdout).to_string();
+    println!("{text2}");
+    assert!(second.status.success());
+    assert!(text2.contains("(reused the persisted winner)"), "{text2}");
+    let winner = |t: &str| {
+        t.lines()
+            .find(|l| l.starts_with("winner:"))
+            .map(String::from)
+    };
+    assert_eq!(winner(&text), winner(&text2));
+    // --retune measures again.
+    let mut again = args.to_vec();
+    again.push("--retune");
+    let third = String::from_utf8_lossy(&tilus(&again, &dir).stdout).to_string();
+    assert!(third.contains("(measured now)"), "{third}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

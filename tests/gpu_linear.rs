@@ -1,0 +1,233 @@
+//! `GpuQuantizedLinear` on the GPU: autotuned forward against the f64 reference, reuse of the
+//! persisted winner, and input validation.
+//!
+//! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
+//! skip into a failure. Every context here caches kernels and tuning records in a fresh
+//! temporary directory. Fresh random weights and activations each run; outputs are poisoned with
+//! NaN before every launch.
+
+use half::{bf16, f16};
+use rand::Rng;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tilus::kernels::linear::GpuQuantizedLinear;
+use tilus::kernels::qmatmul::GpuActivation;
+use tilus::quant::Group;
+use tilus::runtime::{Context, DeviceBuffer, TuneSource};
+use tilus::DType;
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let p = std::env::temp_dir().join(format!(
+            "tilus-gpu-linear-{tag}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn context(test: &str, cache: &Path) -> Option<Arc<Context>> {
+    match Context::builder(0).cache_dir(cache).build() {
+        Ok(ctx) => Some(ctx),
+        Err(e) if e.is_unavailable() => {
+            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
+            }
+            eprintln!("{test}: skipped: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+fn random_weight(k: usize, n: usize) -> Vec<f32> {
+    let mut rng = rand::rng();
+    (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// `layer.forward_into` for `m` random rows (output poisoned) against `x · dequantize(W)` in
+/// f64; returns `||out - ref|| / ||ref||`.
+fn check_forward<T: GpuActivation>(layer: &GpuQuantizedLinear<T>, m: usize) -> f64 {
+    let (k, n) = (layer.k(), layer.n());
+    let ctx = layer.context();
+    let mut rng = rand::rng();
+    let x: Vec<T> = (0..m * k)
+        .map(|_| T::from_f32(rng.random_range(-1.0f32..1.0)))
+        .collect();
+    let xd = DeviceBuffer::from_host(ctx, &x).unwrap();
+    let mut yd = DeviceBuffer::from_host(ctx, &vec![T::from_f32(f32::NAN); m * n]).unwrap();
+    layer.forward_into(&xd, m, &mut yd).unwrap();
+    let y = yd.to_host().unwrap();
+    // The allocating and host paths agree with it.
+    let y2 = layer.forward(&xd, m).unwrap().to_host().unwrap();
+    let y3 = layer.forward_host(&x, m).unwrap();
+    let deq = layer.quantized().dequantize();
+    let (mut err, mut norm) = (0f64, 0f64);
+    for i in 0..m {
+        for j in 0..n {
+            let r: f64 = (0..k)
+                .map(|kk| x[i * k + kk].to_f32() as f64 * deq[kk * n + j])
+                .sum();
+            let out = y[i * n + j].to_f32() as f64;
+            assert!(
+                out.is_finite(),
+                "y[{i}, {j}] = {out} (unwritten or overflow)"
+            );
+            let bits = y[i * n + j].to_f32().to_bits();
+            assert_eq!(
+                y2[i * n + j].to_f32().to_bits(),
+                bits,
+                "forward vs forward_into"
+            );
+            assert_eq!(
+                y3[i * n + j].to_f32().to_bits(),
+                bits,
+                "forward_host vs forward_into"
+            );
+            err += (out - r).powi(2);
+            norm += r * r;
+        }
+    }
+    (err / norm).sqrt()
+}
+
+#[test]
+fn forward_matches_the_reference_and_reuses_the_persisted_winner() {
+    let dir = TempDir::new("reuse");
+    let Some(ctx) = context(
+        "forward_matches_the_reference_and_reuses_the_persisted_winner",
+        &dir.0,
+    ) else {
+        return;
+    };
+    let (k, n) = (1024, 512);
+    let w = random_weight(k, n);
+    let layer =
+        GpuQuantizedLinear::<f16>::new(&ctx, &w, k, n, DType::Int(4), Group::Rows(128)).unwrap();
+    assert!(
+        layer.plans().is_empty(),
+        "nothing is tuned before first use"
+    );
+    for m in [1, 17] {
+        let rel = check_forward(&layer, m);
+        let plan = layer.plan(m).unwrap();
+        println!(
+            "i4 f16 m={m}: rel err {rel:.2e}; bucket {} -> {:?} ({:?}, {:.1} us of {} candidates)",
+            plan.m_bucket, plan.config, plan.source, plan.median_us, plan.candidates
+        );
+        assert!(rel < 1e-2, "m={m}: relative error {rel}");
+        assert_eq!(plan.source, TuneSource::Measured);
+        let record = plan.record.expect("records are persisted in the cache dir");
+        assert!(record.starts_with(dir.0.join("tune")), "{record:?}");
+        assert!(record.exists());
+    }
+    assert_eq!(
+        layer.plans().iter().map(|p| p.m_bucket).collect::<Vec<_>>(),
+        [1, 32]
+    );
+    let first: Vec<_> = layer.plans().iter().map(|p| p.config).collect();
+
+    // Same context: the tuner's memory.
+    let again =
+        GpuQuantizedLinear::<f16>::new(&ctx, &w, k, n, DType::Int(4), Group::Rows(128)).unwrap();
+    let p = again.plan(1).unwrap();
+    assert_eq!((p.source, p.config), (TuneSource::Memory, first[0]));
+
+    // A new context on the same cache directory (as a new process would): from disk, with no
+    // measurement, and still correct.
+    drop(again);
+    let ctx2 = context("reuse (second context)", &dir.0).unwrap();
+    let reused =
+        GpuQuantizedLinear::<f16>::new(&ctx2, &w, k, n, DType::Int(4), Group::Rows(128)).unwrap();
+    for (m, cfg) in [(1, first[0]), (17, first[1])] {
+        let started = std::time::Instant::now();
+        let p = reused.plan(m).unwrap();
+        println!("m={m}: reused in {:?}", started.elapsed());
+        assert_eq!((p.source, p.config), (TuneSource::Disk, cfg));
+        let rel = check_forward(&reused, m);
+        assert!(rel < 1e-2, "reused m={m}: relative error {rel}");
+    }
+    assert_eq!(ctx2.tuner().stats().tuned, 0);
+    // 20 rows is in the bucket of 17: no new tuning.
+    assert_eq!(reused.plan(20).unwrap().m_bucket, 32);
+    assert_eq!(reused.plans().len(), 2);
+}
+
+#[test]
+fn bf16_zero_points_and_per_channel() {
+    let dir = TempDir::new("bf16");
+    let Some(ctx) = context("bf16_zero_points_and_per_channel", &dir.0) else {
+        return;
+    };
+    let (k, n) = (512, 256);
+    for (wdtype, group) in [
+        (DType::UInt(4), Group::Rows(64)),
+        (DType::Int(8), Group::PerChannel),
+        ("f6e3m2".parse().unwrap(), Group::Rows(128)),
+    ] {
+        let layer =
+            GpuQuantizedLinear::<bf16>::new(&ctx, &random_weight(k, n), k, n, wdtype, group)
+                .unwrap();
+        for m in [1, 17, 100] {
+            let rel = check_forward(&layer, m);
+            println!("{wdtype} {group:?} bf16 m={m}: rel err {rel:.2e}");
+            assert!(rel < 1e-2, "{wdtype} m={m}: relative error {rel}");
+        }
+        assert!(layer.weight_layouts() <= 4);
+    }
+}
+
+#[test]
+fn bad_inputs_are_named() {
+    let dir = TempDir::new("bad");
+    let Some(ctx) = context("bad_inputs_are_named", &dir.0) else {
+        return;
+    };
+    let (k, n) = (256, 256);
+    let layer = GpuQuantizedLinear::<f16>::new(
+        &ctx,
+        &random_weight(k, n),
+        k,
+        n,
+        DType::Int(4),
+        Group::Rows(128),
+    )
+    .unwrap();
+    let x = DeviceBuffer::<f16>::zeros(&ctx, 2 * k).unwrap();
+    use tilus::kernels::qmatmul::QMatmulError;
+    fn err<V>(r: Result<V, QMatmulError>) -> String {
+        r.map(|_| ()).unwrap_err().to_string()
+    }
+    let e = err(layer.forward(&x, 0));
+    assert!(e.contains("`m`"), "{e}");
+    let e = err(layer.forward(&x, 3));
+    assert!(e.contains("`x`"), "{e}");
+    let mut y = DeviceBuffer::<f16>::zeros(&ctx, 2 * n + 1).unwrap();
+    let e = err(layer.forward_into(&x, 2, &mut y));
+    assert!(e.contains("`y`"), "{e}");
+    let e = err(layer.forward_host(&vec![f16::ZERO; k + 1], 1));
+    assert!(e.contains("`x`"), "{e}");
+    assert!(layer.plans().is_empty(), "bad input must not tune");
+    // Wrong activation type for a host layer.
+    let host = tilus::kernels::linear::QuantizedLinear::new(
+        &random_weight(k, n),
+        k,
+        n,
+        DType::Int(4),
+        Group::Rows(128),
+        DType::BF16,
+    )
+    .unwrap();
+    let e = host.to_gpu::<f16>(&ctx).unwrap_err().to_string();
+    assert!(e.contains("`T`"), "{e}");
+}
