@@ -126,9 +126,15 @@ impl QuantizedLinear {
     }
 }
 
+/// How many configurations a layer's first forward in a bucket measures: its own configuration
+/// and the first of [`candidates`], which come in the order they measured best on an H100. All
+/// compile in parallel; on a 16-core host this is a few seconds once per bucket (the winner is
+/// persisted). `tilus bench tune --points N` explores wider.
+pub const LAYER_TUNE_POINTS: usize = 16;
+
 /// The configurations a layer tunes over for `m_bucket` rows: its own configuration first,
 /// then [`candidates`] for the bucket, adjusted to the layer's weight (zero points as the
-/// weight has them) and kept when they fit the shape.
+/// weight has them) and kept when they fit the shape; at most [`LAYER_TUNE_POINTS`].
 pub fn layer_candidates(
     base: &QMatmulConfig,
     m_bucket: usize,
@@ -145,6 +151,9 @@ pub fn layer_candidates(
                 has_zeros: base.has_zeros,
                 ..c
             };
+            if out.len() == LAYER_TUNE_POINTS {
+                break;
+            }
             if !out.contains(&c) && c.check_shape(m_bucket, n, k).is_ok() {
                 out.push(c);
             }
@@ -359,6 +368,11 @@ mod tests {
                 let c = layer_candidates(&base, mb, n, k);
                 assert_eq!(c[0], base);
                 assert!(c.len() >= 2, "{w} m={mb}: {c:?}");
+                assert!(
+                    c.len() <= LAYER_TUNE_POINTS,
+                    "{w} m={mb}: {} points",
+                    c.len()
+                );
                 for (i, cfg) in c.iter().enumerate() {
                     assert!(!c[..i].contains(cfg));
                     assert_eq!(

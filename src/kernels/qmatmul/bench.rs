@@ -2,7 +2,7 @@
 //! (a small on-the-spot tuning), and report it against the memory floor and cuBLAS f16.
 
 use super::config::{QMatmulConfig, QMatmulError, QMatmulMethod};
-use super::gpu::{DeviceWeight, GpuQMatmul};
+use super::gpu::GpuQMatmul;
 use super::program::build;
 use crate::DType;
 use half::f16;
@@ -184,46 +184,6 @@ fn pattern(len: usize, salt: usize) -> Vec<f16> {
         .collect()
 }
 
-/// Random codes, scales in [0.5, 1) and (with `zeros`) small zero points, in kernel layout.
-fn random_weight(
-    ctx: &Context,
-    wdtype: DType,
-    n: usize,
-    k: usize,
-    groups: usize,
-    zeros: bool,
-) -> Result<DeviceWeight<f16>, QMatmulError> {
-    let bytes = tilus_core::storage::packed_len(wdtype, k * n);
-    let mut state = 0x9e3779b97f4a7c15u64;
-    let codes: Vec<u8> = (0..bytes.div_ceil(8))
-        .flat_map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state.to_le_bytes()
-        })
-        .take(bytes)
-        .collect();
-    let scales: Vec<f16> = pattern(groups * n, 5)
-        .into_iter()
-        .map(|v| f16::from_f32(v.to_f32() * 0.5 + 0.75))
-        .collect();
-    Ok(DeviceWeight {
-        k,
-        n,
-        b: DeviceBuffer::from_host(ctx, &codes)?,
-        scales: DeviceBuffer::from_host(ctx, &scales)?,
-        zeros: if zeros {
-            let z: Vec<f16> = (0..groups * n)
-                .map(|i| f16::from_f32((i % 7) as f32))
-                .collect();
-            Some(DeviceBuffer::from_host(ctx, &z)?)
-        } else {
-            None
-        },
-    })
-}
-
 /// cuBLAS f16 `C[m, n] = A[m, k] · B[k, n]`, median microseconds.
 pub fn bench_cublas(
     ctx: &Context,
@@ -264,8 +224,8 @@ pub fn bench_qmatmul(
     // a particular weight: any bytes are a valid re-laid-out weight, so the codes are random
     // bytes and quantizing a 470M-element matrix on the host is skipped. Correctness is the
     // tests' job (tests/gpu_qmatmul.rs).
-    let groups = k / group.unwrap_or(k);
-    let weight = random_weight(ctx, wdtype, n, k, groups, matches!(wdtype, DType::UInt(_)))?;
+    let zeros = matches!(wdtype, DType::UInt(_));
+    let weight = super::tune::synthetic_weight::<f16>(ctx, wdtype, n, k, group, zeros)?;
     let a = DeviceBuffer::from_host(ctx, &pattern(m * k, 3))?;
     let mut c = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
 
