@@ -246,19 +246,6 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     Ok(out)
 }
 
-fn short_config(c: &tilus::kernels::qmatmul::QMatmulConfig) -> String {
-    use tilus::kernels::qmatmul::QMatmulMethod;
-    match c.method {
-        QMatmulMethod::Fused => format!(
-            "bm{} bn{} bk{} w{} s{} sk{}",
-            c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
-        ),
-        QMatmulMethod::DequantizeThenGemm => {
-            format!("dequant bn{} bk{} w{} + cuBLAS", c.bn, c.bk, c.warps)
-        }
-    }
-}
-
 const WEIGHT_TYPES: [&str; 25] = [
     "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
     "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
@@ -335,10 +322,10 @@ fn sweep(
             .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
             if verbose {
                 for (c, us) in &row.tried {
-                    eprintln!("  {wdtype} m={m} {}: {us:.1} us", short_config(c));
+                    eprintln!("  {wdtype} m={m} {}: {us:.1} us", tiles(c));
                 }
             }
-            let cfg = short_config(&row.config);
+            let cfg = tiles(&row.config);
             let speedup = row.speedup_over_cublas().unwrap_or(f64::NAN);
             let line = format!(
                 "{:<8} {:>5} {:>10.1} {:>8.0} {:>6.1}% {:>10.1} {:>7.2}x  {cfg}",
