@@ -5,6 +5,7 @@
 
 use clap::Subcommand;
 use half::f16;
+use std::io::Write;
 use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, candidates, precompile};
 use tilus::kernels::qmatmul::tune::{
     bucket_label, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul, tuning_space,
@@ -294,9 +295,23 @@ fn sweep(
     );
     eprintln!("{header}");
     let mut table = header.clone();
-    let mut rows_csv = String::from(
-        "wdtype,m,n,k,time_us,gb_per_s,percent_floor,floor_us,cublas_us,speedup,config\n",
-    );
+    // The CSV is written row by row, so an interrupted sweep keeps what it measured; the file
+    // is created before the first case, so a bad path fails early.
+    let csv_err = |path: &std::path::Path, e: std::io::Error| {
+        format!("argument `--csv`: cannot write {}: {e}", path.display())
+    };
+    let mut csv_file = match csv {
+        Some(path) => {
+            let mut f = std::fs::File::create(path).map_err(|e| csv_err(path, e))?;
+            writeln!(
+                f,
+                "wdtype,m,n,k,time_us,gb_per_s,percent_floor,floor_us,cublas_us,speedup,config"
+            )
+            .map_err(|e| csv_err(path, e))?;
+            Some((f, path))
+        }
+        None => None,
+    };
     for &m in ms {
         for &wdtype in types {
             let cublas_us = match cublas.get(&m) {
@@ -340,18 +355,19 @@ fn sweep(
             eprintln!("{line}");
             table += "\n";
             table += &line;
-            rows_csv += &format!(
-                "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg}\n",
-                row.timing.median_us,
-                row.gb_per_s(),
-                row.percent_of_floor(),
-                row.floor_us
-            );
+            if let Some((f, path)) = csv_file.as_mut() {
+                writeln!(
+                    f,
+                    "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg}",
+                    row.timing.median_us,
+                    row.gb_per_s(),
+                    row.percent_of_floor(),
+                    row.floor_us
+                )
+                .and_then(|()| f.flush())
+                .map_err(|e| csv_err(path, e))?;
+            }
         }
-    }
-    if let Some(path) = csv {
-        std::fs::write(path, rows_csv)
-            .map_err(|e| format!("argument `--csv`: cannot write {}: {e}", path.display()))?;
     }
     Ok(table)
 }
