@@ -81,9 +81,56 @@ pub fn bucket_label(cfg: &QMatmulConfig, m: usize, n: usize, k: usize) -> String
     )
 }
 
-/// The tuning key of `cfg`'s weight for an `m`-row problem on `ctx`'s GPU.
+/// The tuning key of `cfg`'s weight for an `m`-row problem on `ctx`'s GPU. The kernel name
+/// carries [`codegen_fingerprint`], so a winner measured with other generated code is not
+/// reused after an upgrade.
 pub fn tune_key(ctx: &Context, cfg: &QMatmulConfig, m: usize, n: usize, k: usize) -> TuneKey {
-    TuneKey::for_context(ctx, KERNEL, bucket_label(cfg, m, n, k))
+    let kernel = format!("{KERNEL}-{}", codegen_fingerprint());
+    TuneKey::for_context(ctx, kernel, bucket_label(cfg, m, n, k))
+}
+
+/// 16 hex digits of a SHA-256 over the CUDA generated for a few reference configurations (the
+/// fused pipeline with grouped scales and zero points, split-k, and the dequantize program):
+/// it changes whenever the code generator or the program templates change what they emit.
+pub fn codegen_fingerprint() -> &'static str {
+    static PRINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PRINT.get_or_init(|| {
+        use sha2::{Digest, Sha256};
+        let u3 = QMatmulConfig::default_for(DType::UInt(3), DType::F16, Some(128), true);
+        let i4 = QMatmulConfig::default_for(DType::Int(4), DType::BF16, None, false);
+        let references = [
+            QMatmulConfig {
+                split_k: 2,
+                bk: 128,
+                ..u3
+            },
+            i4,
+            QMatmulConfig {
+                method: QMatmulMethod::DequantizeThenGemm,
+                ..u3
+            },
+        ];
+        let mut h = Sha256::new();
+        h.update(env!("CARGO_PKG_VERSION"));
+        for cfg in references {
+            let kernel = build(&cfg).expect("the reference configurations are valid");
+            let programs = [
+                Some(&kernel.main),
+                kernel.reduce.as_ref(),
+                kernel.dequant.as_ref(),
+            ];
+            for p in programs.into_iter().flatten() {
+                match tilus_core::codegen::emit(p) {
+                    Ok(cuda) => h.update(cuda.source.as_bytes()),
+                    Err(e) => h.update(e.message.as_bytes()),
+                }
+            }
+        }
+        h.finalize()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    })
 }
 
 /// A short description of the tiles: `bm16 bn128 bk64 w4 s3 sk1` (with ` dequant+gemm` for
@@ -413,6 +460,14 @@ mod tests {
             bucket_label(&cfg, 16, 256, 512),
             bucket_label(&cfg, 17, 256, 512)
         );
+    }
+
+    #[test]
+    fn the_codegen_fingerprint_is_stable_hex() {
+        let a = codegen_fingerprint();
+        assert_eq!(a.len(), 16);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_eq!(a, codegen_fingerprint());
     }
 
     #[test]
