@@ -26,4 +26,5 @@ pub mod prelude {
 
 pub mod gpu;
 pub mod kernels;
+mod parallel;
 pub mod quant;

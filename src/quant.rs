@@ -138,40 +138,52 @@ impl QuantizedWeight {
         }
 
         let groups = k / rows;
-        let mut scales = vec![0f32; groups * n];
-        let mut zeros = vec![0f32; groups * n];
-        let mut codes = vec![0u32; k * n];
+        // Each group's range, streaming over rows (row-major, so the inner loop is contiguous).
+        let mut lo = vec![f64::MAX; groups * n];
+        let mut hi = vec![f64::MIN; groups * n];
+        for (r, row) in weight.chunks_exact(n).enumerate() {
+            let g = r / rows;
+            let (lo, hi) = (&mut lo[g * n..(g + 1) * n], &mut hi[g * n..(g + 1) * n]);
+            for ((l, h), &w) in lo.iter_mut().zip(hi.iter_mut()).zip(row) {
+                *l = l.min(w as f64);
+                *h = h.max(w as f64);
+            }
+        }
         // Unsigned codes without per-group zero points are centred on the half-integer midpoint,
         // so `u1` is the signs +-scale/2 and `u4` the levels -7.5..7.5 times the scale.
         let midpoint = if unsigned { max_q / 2.0 } else { 0.0 };
-        for g in 0..groups {
-            for col in 0..n {
-                let column = (g * rows..(g + 1) * rows).map(|r| weight[r * n + col] as f64);
-                let (lo, hi) =
-                    column.fold((f64::MAX, f64::MIN), |(lo, hi), w| (lo.min(w), hi.max(w)));
-                // Scale so the group's range fills the type's; an all-zero group keeps scale 1.
-                let (scale, zero) = if asymmetric {
-                    let span = hi.max(0.0) - lo.min(0.0);
-                    let scale = if span > 0.0 { span / max_q } else { 1.0 };
-                    let scale = round_to(scale_dtype, scale) as f64;
-                    let zero = (-lo.min(0.0) / scale).round().clamp(0.0, max_q);
-                    (scale, round_to(scale_dtype, zero) as f64)
-                } else {
-                    let amax = lo.abs().max(hi.abs());
-                    let range = if unsigned { midpoint } else { max_q };
-                    let scale = if amax > 0.0 { amax / range } else { 1.0 };
-                    (round_to(scale_dtype, scale) as f64, midpoint)
-                };
-                scales[g * n + col] = scale as f32;
-                zeros[g * n + col] = zero as f32;
-                for r in g * rows..(g + 1) * rows {
-                    let q = weight[r * n + col] as f64 / scale + zero;
-                    codes[r * n + col] = dtype
-                        .encode(q as f32)
-                        .expect("weights were checked to be finite");
-                }
-            }
+        let mut scales = vec![0f32; groups * n];
+        let mut zeros = vec![0f32; groups * n];
+        for (i, (&lo, &hi)) in lo.iter().zip(&hi).enumerate() {
+            // Scale so the group's range fills the type's; an all-zero group keeps scale 1.
+            let (scale, zero) = if asymmetric {
+                let span = hi.max(0.0) - lo.min(0.0);
+                let scale = if span > 0.0 { span / max_q } else { 1.0 };
+                let scale = round_to(scale_dtype, scale) as f64;
+                let zero = (-lo.min(0.0) / scale).round().clamp(0.0, max_q);
+                (scale, round_to(scale_dtype, zero) as f64)
+            } else {
+                let amax = lo.abs().max(hi.abs());
+                let range = if unsigned { midpoint } else { max_q };
+                let scale = if amax > 0.0 { amax / range } else { 1.0 };
+                (round_to(scale_dtype, scale) as f64, midpoint)
+            };
+            scales[i] = scale as f32;
+            zeros[i] = zero as f32;
         }
+        // Encoding is the expensive part: rows in parallel.
+        let mut codes = vec![0u32; k * n];
+        crate::parallel::for_each_chunk_mut(&mut codes, n, |r, out| {
+            let g = r / rows;
+            let row = &weight[r * n..(r + 1) * n];
+            let (s, z) = (&scales[g * n..(g + 1) * n], &zeros[g * n..(g + 1) * n]);
+            for (((c, &w), &scale), &zero) in out.iter_mut().zip(row).zip(s).zip(z) {
+                let q = w as f64 / scale as f64 + zero as f64;
+                *c = dtype
+                    .encode(q as f32)
+                    .expect("weights were checked to be finite");
+            }
+        });
         Ok(QuantizedWeight {
             dtype,
             k,
@@ -223,6 +235,46 @@ mod tests {
             "f8e4m3", "f8e5m2",
         ];
         names.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    /// Per element, for symmetric integer types: the scale of the element's (group, column) is
+    /// the group's max |w| over the type's largest code, rounded to f16, and the element is
+    /// within half a step of its dequantized value. Checks the group indexing of the (parallel)
+    /// encoder against an independent computation.
+    #[test]
+    fn each_element_uses_its_own_group_scale() {
+        let (k, n) = (192, 40);
+        let seed = rand::random();
+        let w = random_weight(k, n, seed);
+        for (dtype, rows) in [("i4", 32), ("i8", 64), ("i3", 192), ("i6", 96)] {
+            let dtype: DType = dtype.parse().unwrap();
+            let group = Group::Rows(rows);
+            let q = QuantizedWeight::quantize(&w, k, n, dtype, group, DType::F16, false).unwrap();
+            let max_q = ((1u32 << (dtype.bits() - 1)) - 1) as f64;
+            let deq = q.dequantize();
+            for g in 0..k / rows {
+                for c in 0..n {
+                    let amax = (g * rows..(g + 1) * rows)
+                        .map(|r| (w[r * n + c] as f64).abs())
+                        .fold(0.0, f64::max);
+                    let scale = f16::from_f64(amax / max_q).to_f64();
+                    assert_eq!(
+                        q.scales[g * n + c] as f64,
+                        scale,
+                        "{dtype} g{g} c{c} seed {seed}"
+                    );
+                    for r in g * rows..(g + 1) * rows {
+                        let err = (w[r * n + c] as f64 - deq[r * n + c]).abs();
+                        assert!(
+                            err <= scale * 0.5 * (1.0 + 1e-3) + amax * 1e-3,
+                            "{dtype} w[{r}, {c}] = {} dequantized to {} (scale {scale}) seed {seed}",
+                            w[r * n + c],
+                            deq[r * n + c]
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The quantization error of each element is bounded by half a step of its type at that

@@ -91,21 +91,23 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
     let maps = thread_maps(&lay);
     let t = lay.tiling;
     let mut out = vec![0u8; len];
-    let mut mine = vec![0u32; t.locals_per_thread];
-    for kt in 0..k / config.bk {
-        for nb in 0..n / config.bn {
-            let base = (kt * (n / config.bn) + nb) * t.tile_bytes;
+    // One row of tiles (a `bk`-row slab of the weight) per chunk, slabs in parallel.
+    let tiles_per_row = n / config.bn;
+    crate::parallel::for_each_chunk_mut(&mut out, tiles_per_row * t.tile_bytes, |kt, slab| {
+        let mut mine = vec![0u32; t.locals_per_thread];
+        for nb in 0..tiles_per_row {
+            let base = nb * t.tile_bytes;
             for (elems, bytes) in maps.elems.iter().zip(&maps.bytes) {
                 for (code, &(r, c)) in mine.iter_mut().zip(elems) {
                     *code = codes[(kt * config.bk + r) * n + nb * config.bn + c];
                 }
                 let packed = storage::pack(dt, &mine);
                 for (&byte, &at) in packed.iter().zip(bytes) {
-                    out[base + at] = byte;
+                    slab[base + at] = byte;
                 }
             }
         }
-    }
+    });
     Ok(out)
 }
 
