@@ -228,14 +228,7 @@ mod tests {
         (0..k * n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
     }
 
-    fn weight_types() -> Vec<DType> {
-        let names = [
-            "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7",
-            "i8", "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2",
-            "f8e4m3", "f8e5m2",
-        ];
-        names.iter().map(|s| s.parse().unwrap()).collect()
-    }
+    use crate::kernels::qmatmul::weight_types;
 
     /// Per element, for symmetric integer types: the scale of the element's (group, column) is
     /// the group's max |w| over the type's largest code, rounded to f16, and the element is

@@ -8,9 +8,11 @@
 //!
 //! Run: `cargo test --test gpu -- --nocapture --test-threads=1` to see the timing lines.
 
+mod common;
+
+use common::TempDir;
 use rand::Rng;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 use tilus::runtime::disk_cache::{decode_entry, encode_entry, CacheKey};
@@ -21,46 +23,9 @@ use tilus::runtime::{
 };
 use tilus::DType;
 
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "tilus-gpu-{tag}-{}-{nanos}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A context on device 0 with its disk cache in `cache`, or `None` (after printing why) when
-/// this machine cannot run CUDA.
+/// A context on device 0 with its disk cache in `cache`; `None` without a usable GPU.
 fn context(test: &str, cache: &Path) -> Option<Arc<Context>> {
-    match Context::builder(0).cache_dir(cache).build() {
-        Ok(ctx) => Some(ctx),
-        Err(e) if e.is_unavailable() => {
-            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
-            }
-            eprintln!("{test}: skipped: {e}");
-            None
-        }
-        Err(e) => panic!("{test}: cannot open device 0: {e}"),
-    }
+    common::gpu_context(test, Context::builder(0).cache_dir(cache))
 }
 
 const ADD_F16: &str = r#"

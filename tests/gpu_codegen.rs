@@ -8,6 +8,8 @@
 //! the skip into a failure. Run on the GPU machine with
 //! `cargo test --release --test gpu_codegen -- --nocapture --test-threads=1`.
 
+mod common;
+
 use rand::Rng;
 use std::sync::Arc;
 use tilus::core::codegen::{emit, ArgValue, CudaKernel, ParamKind};
@@ -48,17 +50,7 @@ struct Case {
 }
 
 fn context(test: &str) -> Option<Arc<Context>> {
-    match Context::builder(0).no_disk_cache().build() {
-        Ok(ctx) => Some(ctx),
-        Err(e) if e.is_unavailable() => {
-            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
-            }
-            eprintln!("{test}: skipped: {e}");
-            None
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
+    common::gpu_context(test, Context::builder(0).no_disk_cache())
 }
 
 fn fill(b: &Buf, rng: &mut impl Rng) -> Vec<u8> {

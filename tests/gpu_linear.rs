@@ -6,9 +6,12 @@
 //! temporary directory. Fresh random weights and activations each run; outputs are poisoned with
 //! NaN before every launch.
 
+mod common;
+
+use common::TempDir;
 use half::{bf16, f16};
 use rand::Rng;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use tilus::kernels::linear::GpuQuantizedLinear;
 use tilus::kernels::qmatmul::GpuActivation;
@@ -16,38 +19,9 @@ use tilus::quant::Group;
 use tilus::runtime::{Context, DeviceBuffer, TuneSource};
 use tilus::DType;
 
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let p = std::env::temp_dir().join(format!(
-            "tilus-gpu-linear-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
+/// A context on device 0 with its disk cache in `cache`; `None` without a usable GPU.
 fn context(test: &str, cache: &Path) -> Option<Arc<Context>> {
-    match Context::builder(0).cache_dir(cache).build() {
-        Ok(ctx) => Some(ctx),
-        Err(e) if e.is_unavailable() => {
-            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
-            }
-            eprintln!("{test}: skipped: {e}");
-            None
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
+    common::gpu_context(test, Context::builder(0).cache_dir(cache))
 }
 
 fn random_weight(k: usize, n: usize) -> Vec<f32> {

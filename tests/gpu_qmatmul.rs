@@ -4,34 +4,21 @@
 //! skip into a failure. Fresh random weights and activations each run; outputs are poisoned with
 //! NaN before every launch, so an element the kernel never writes cannot pass.
 
+mod common;
+
 use half::{bf16, f16};
 use rand::Rng;
 use std::sync::Arc;
 use tilus::kernels::qmatmul::{
-    build, prepare, DeviceWeight, GpuActivation, GpuQMatmul, QMatmulConfig, QMatmulMethod,
+    build, prepare, weight_types, DeviceWeight, GpuActivation, GpuQMatmul, QMatmulConfig,
+    QMatmulMethod,
 };
 use tilus::quant::{Group, QuantizedWeight};
 use tilus::runtime::{Context, DeviceBuffer};
 use tilus::DType;
 
-const WEIGHT_TYPES: [&str; 25] = [
-    "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
-    "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
-    "f8e5m2",
-];
-
 fn context(test: &str) -> Option<Arc<Context>> {
-    match Context::new(0) {
-        Ok(ctx) => Some(ctx),
-        Err(e) if e.is_unavailable() => {
-            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
-            }
-            eprintln!("{test}: skipped: {e}");
-            None
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
+    common::gpu_context(test, Context::builder(0))
 }
 
 /// One GPU run of `cfg` at `m x n x k` against `A · dequant(W)` in f64; returns the relative
@@ -85,8 +72,8 @@ fn every_weight_type_matches_the_reference() {
         return;
     };
     let (n, k) = (512, 512);
-    for name in WEIGHT_TYPES {
-        let wdtype: DType = name.parse().unwrap();
+    for wdtype in weight_types() {
+        let name = wdtype.to_string();
         // quantize() gives unsigned weights zero points (the midpoint), so the kernel needs them.
         let zeros = matches!(wdtype, DType::UInt(_));
         let cfg = QMatmulConfig::for_shape(wdtype, DType::F16, Some(128), zeros, n, k).unwrap();

@@ -11,22 +11,15 @@ mod fig14;
 #[path = "../examples/fig2.rs"]
 mod fig2;
 
+mod common;
+
 use std::sync::Arc;
 use tilus::prelude::{f16, KernelError};
 use tilus::runtime::{Context, DeviceBuffer};
 use tilus::DType;
 
 fn context(test: &str) -> Option<Arc<Context>> {
-    match Context::new(0) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
-            }
-            eprintln!("{test}: skipped: {e}");
-            None
-        }
-    }
+    common::gpu_context(test, Context::builder(0))
 }
 
 fn rel_err(out: &[f16], reference: &[f64]) -> f64 {

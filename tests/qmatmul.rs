@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tilus::kernels::linear::QuantizedLinear;
+use tilus::kernels::qmatmul::weight_types;
 use tilus::kernels::qmatmul::{
     build, decode_half, encode_half, prepare, split_dim, QMatmulConfig, QMatmulError,
     QMatmulKernel, QMatmulLayouts,
@@ -17,17 +18,6 @@ use tilus::quant::{Group, QuantizedWeight};
 use tilus::DType;
 
 const TOLERANCE: f64 = 1e-2;
-
-fn weight_types() -> Vec<DType> {
-    [
-        "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
-        "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
-        "f8e5m2",
-    ]
-    .iter()
-    .map(|s| s.parse().unwrap())
-    .collect()
-}
 
 fn dt(name: &str) -> DType {
     name.parse().unwrap()

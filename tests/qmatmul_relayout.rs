@@ -5,22 +5,12 @@
 use rand::{Rng, SeedableRng};
 use tilus::core::interp::{self, Arg};
 use tilus::core::storage;
+use tilus::kernels::qmatmul::weight_types;
 use tilus::kernels::qmatmul::{
     build_relayout_program, relayout, relayout_inverse, QMatmulConfig, QMatmulError, QMatmulLayouts,
 };
 use tilus::quant::{Group, QuantizedWeight};
 use tilus::DType;
-
-fn weight_types() -> Vec<DType> {
-    [
-        "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
-        "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
-        "f8e5m2",
-    ]
-    .iter()
-    .map(|s| s.parse().unwrap())
-    .collect()
-}
 
 fn random_weight(k: usize, n: usize, seed: u64) -> Vec<f32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

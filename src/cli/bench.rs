@@ -156,10 +156,7 @@ fn parse_types(list: Option<&str>) -> Result<Vec<DType>, String> {
             .split(',')
             .map(|t| parse_type(t).map_err(|e| e.replace("`--wdtype`", "`--wdtypes`")))
             .collect(),
-        None => Ok(WEIGHT_TYPES
-            .iter()
-            .map(|t| t.parse().expect("valid"))
-            .collect()),
+        None => Ok(tilus::kernels::qmatmul::weight_types()),
     }
 }
 
@@ -246,12 +243,6 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     }
     Ok(out)
 }
-
-const WEIGHT_TYPES: [&str; 25] = [
-    "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
-    "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
-    "f8e5m2",
-];
 
 /// Measure every (type, m) case; the copy bandwidth and cuBLAS are measured in the same run.
 /// Rows are printed as they finish (a long sweep shows progress), and the table is returned.

@@ -128,6 +128,21 @@ pub struct Tiling {
     pub tile_bytes: usize,
 }
 
+/// The names of the 25 weight types of the family, in the order of the benchmark tables.
+pub const WEIGHT_TYPE_NAMES: [&str; 25] = [
+    "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",
+    "f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e3m2", "f6e2m3", "f7e3m3", "f7e4m2", "f8e4m3",
+    "f8e5m2",
+];
+
+/// The weight types of the family ([`WEIGHT_TYPE_NAMES`], parsed).
+pub fn weight_types() -> Vec<DType> {
+    WEIGHT_TYPE_NAMES
+        .iter()
+        .map(|t| t.parse().expect("the names are valid types"))
+        .collect()
+}
+
 /// Whether `dtype` is one of the weight types of the family.
 pub fn is_weight_type(dtype: DType) -> bool {
     match dtype {

@@ -41,7 +41,10 @@ mod program;
 mod relayout;
 pub mod tune;
 
-pub use config::{is_weight_type, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling};
+pub use config::{
+    is_weight_type, weight_types, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling,
+    WEIGHT_TYPE_NAMES,
+};
 pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};
 pub use gpu::{DenseWeight, DeviceWeight, GpuActivation, GpuQMatmul};
 pub use layouts::{split_dim, QMatmulLayouts};

@@ -1,0 +1,50 @@
+//! Helpers shared by the GPU test targets (`mod common;` in each): a context that skips the
+//! test with a printed reason on a machine without a usable GPU, and scratch directories.
+#![allow(dead_code)] // each target uses its own subset
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tilus::runtime::{Context, ContextBuilder};
+
+/// The context `builder` makes, or `None` (after printing why) when this machine cannot run
+/// CUDA. `TILUS_REQUIRE_GPU=1` turns the skip into a failure; any other error fails the test.
+pub fn gpu_context(test: &str, builder: ContextBuilder) -> Option<Arc<Context>> {
+    match builder.build() {
+        Ok(ctx) => Some(ctx),
+        Err(e) if e.is_unavailable() => {
+            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
+            }
+            eprintln!("{test}: skipped: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: cannot open device 0: {e}"),
+    }
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tilus-test-{tag}-{}-{nanos}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
