@@ -3,8 +3,11 @@
 
 use std::process::{Command, Output};
 
+/// The binary under test: cargo's build, or `TILUS_BIN` where the test binary was copied to
+/// another machine (the GPU host) without its build tree.
 fn tilus(args: &[&str], cache: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tilus"))
+    let bin = std::env::var_os("TILUS_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tilus").into());
+    Command::new(bin)
         .args(args)
         .env("TILUS_CACHE_DIR", cache)
         .env_remove("TILUS_CACHE")
