@@ -41,6 +41,9 @@ enum Command {
         /// A configuration value `KEY=VALUE` (repeatable, or comma-separated).
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
+        /// Print NVRTC's PTX for this architecture (e.g. sm_90a) instead of the CUDA C.
+        #[arg(long = "ptx", value_name = "ARCH")]
+        ptx: Option<String>,
     },
     /// GPU benchmarks: copy bandwidth, cuBLAS baseline.
     #[command(subcommand)]
@@ -68,7 +71,11 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Layout { expr, json } => cli::layout::run(expr, *json),
         Command::Dtype { name, json } => cli::dtype::run(name, *json),
-        Command::Emit { kernel, config } => cli::emit::run(kernel, config),
+        Command::Emit {
+            kernel,
+            config,
+            ptx,
+        } => cli::emit::run(kernel, config, ptx.as_deref()),
         Command::Bench(cmd) => cli::bench::run(cmd),
         Command::Doctor { strict } => return cli::doctor::run(*strict),
     };

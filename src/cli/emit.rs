@@ -10,7 +10,9 @@
 //! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K=` (the library's defaults for the type; `GROUP=0` is per channel) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
-//! BM=32,BN=128`). An unknown kernel or key, a bad value or a configuration the program does
+//! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
+//! `ptxas` and `cuobjdump -sass` then show the machine code, e.g. to count the instructions of a
+//! dequantization loop). An unknown kernel or key, a bad value or a configuration the program does
 //! not support is an error (one line, exit status 2).
 
 use std::collections::BTreeMap;
@@ -68,8 +70,24 @@ impl Kernel {
 const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
                        fig14 (matmul_f16_pipelined), qmatmul";
 
-/// The generated source, or a one-line error.
-pub fn run(kernel: &str, configs: &[String]) -> Result<String, String> {
+/// The generated source (or with `ptx_arch`, NVRTC's PTX for that architecture), or a one-line
+/// error.
+pub fn run(kernel: &str, configs: &[String], ptx_arch: Option<&str>) -> Result<String, String> {
+    let sources = sources(kernel, configs)?;
+    let mut out = Vec::new();
+    for source in sources {
+        out.push(match ptx_arch {
+            None => source,
+            Some(arch) => {
+                tilus::runtime::compile_ptx(&source, arch).map_err(|e| format!("NVRTC: {e}"))?
+            }
+        });
+    }
+    Ok(out.join("\n").trim_end().to_string())
+}
+
+/// The CUDA C of each program of the kernel (the quantized matmul may have two).
+fn sources(kernel: &str, configs: &[String]) -> Result<Vec<String>, String> {
     let (k, fixed_weight) = Kernel::parse(kernel)
         .ok_or_else(|| format!("unknown kernel `{kernel}`; known kernels: {KERNELS}"))?;
     let mut cfg: BTreeMap<String, String> = k
@@ -139,11 +157,11 @@ pub fn run(kernel: &str, configs: &[String]) -> Result<String, String> {
         format!("{} does not verify: {}", program.name, all.join("; "))
     })?;
     let kernel = emit(&program).map_err(|e| format!("code generation failed: {e}"))?;
-    Ok(kernel.source.trim_end().to_string())
+    Ok(vec![kernel.source.trim_end().to_string()])
 }
 
 /// The main program of a quantized-matmul configuration (and its split-k reduction, if any).
-fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<String, String> {
+fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
     let dtype = |key: &str| -> Result<DType, String> {
         cfg[key]
             .parse::<DType>()
@@ -175,13 +193,14 @@ fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<String, String> {
         ..base
     };
     let kernel = qmatmul::build(&config).map_err(|e| e.to_string())?;
-    let mut out = String::new();
-    for program in std::iter::once(&kernel.main).chain(kernel.reduce.as_ref()) {
-        let cuda = emit(program).map_err(|e| format!("code generation failed: {e}"))?;
-        out += cuda.source.trim_end();
-        out.push('\n');
-    }
-    Ok(out.trim_end().to_string())
+    std::iter::once(&kernel.main)
+        .chain(kernel.reduce.as_ref())
+        .map(|program| {
+            emit(program)
+                .map(|cuda| cuda.source.trim_end().to_string())
+                .map_err(|e| format!("code generation failed: {e}"))
+        })
+        .collect()
 }
 
 /// Run `f`, turning a panic (the program builders assert their tile constraints) into an error

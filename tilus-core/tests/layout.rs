@@ -441,3 +441,61 @@ fn display_renders_the_grid() {
         "[0, :, :]\n     0    1\n0  0:0  1:0\n\n[1, :, :]\n     0    1\n0  2:0  3:0"
     );
 }
+
+/// `swap_inner_locals(p, x)`: local `(rest, x, p)` of the input is local `(rest, p, x)` of the
+/// result, on the same thread; `local_permutation` recovers exactly that map.
+#[test]
+fn swap_inner_locals_reorders_each_thread_and_nothing_else() {
+    for (expr, p, x) in [
+        // The mma B fragment with repeats: pair innermost, then the k half, then n repeats.
+        ("local(2,8).local(2,1).column_spatial(4,8).local(2,1)", 2, 8),
+        ("local(2,8).local(2,1).column_spatial(4,8).local(2,1)", 2, 4),
+        (
+            "local(2,8).local(2,1).column_spatial(4,8).local(2,1)",
+            2,
+            16,
+        ),
+        (
+            "spatial(1,4).local(4,4).local(2,1).column_spatial(4,8).local(2,1)",
+            2,
+            2,
+        ),
+        ("local(4,3).spatial(2,2).local(2,2)", 2, 6),
+        ("local(8)", 4, 2),
+    ] {
+        let l: Layout = expr.parse().unwrap();
+        let s = l.swap_inner_locals(p, x).unwrap();
+        assert_eq!(s.shape(), l.shape());
+        assert_eq!(
+            (s.num_threads(), s.num_locals()),
+            (l.num_threads(), l.num_locals())
+        );
+        let sigma = l.local_permutation(&s).expect("same elements per thread");
+        for t in 0..l.num_threads() {
+            for i in 0..l.num_locals() {
+                let (rest, xi, pi) = (i / (p * x), i / p % x, i % p);
+                let j = rest * p * x + pi * x + xi;
+                assert_eq!(s.eval(t, j), l.eval(t, i), "{expr}: t={t} i={i}");
+                assert_eq!(sigma[j], i);
+            }
+        }
+        // Swapping back restores the layout.
+        assert_eq!(s.swap_inner_locals(x, p).unwrap(), l, "{expr}");
+    }
+}
+
+#[test]
+fn swap_inner_locals_and_local_permutation_reject_what_they_cannot_do() {
+    let l: Layout = "local(2,8).spatial(4,8).local(2,1)".parse().unwrap();
+    // 32 locals: 2 * 32 does not divide them.
+    assert!(l.swap_inner_locals(2, 32).is_err());
+    // A local mode of size 3 cannot be split at 2.
+    let odd: Layout = "local(3,2)".parse().unwrap();
+    assert!(odd.swap_inner_locals(1, 2).is_ok());
+    assert!(odd.swap_inner_locals(2, 2).is_err());
+    // Different threads hold different elements: no local permutation.
+    let a: Layout = "spatial(2).local(2)".parse().unwrap();
+    let b: Layout = "local(2).spatial(2)".parse().unwrap();
+    assert!(a.local_permutation(&b).is_none());
+    assert_eq!(a.local_permutation(&a), Some(vec![0, 1]));
+}

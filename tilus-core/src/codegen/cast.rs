@@ -66,12 +66,60 @@ use scalar::{
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The order of the packed codes of a group, as seen from the output pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PackOrder {
+    /// Output pair `k` takes codes `2k` and `2k + 1`.
+    Natural,
+    /// In blocks of `2h` codes (`Split(h)`), output pair `k` of a block takes codes `k` and
+    /// `h + k` of the block: the even elements first, then the odd ones. With `h * bits == 16`
+    /// the two codes of a pair sit exactly one 16-bit lane apart, so a mask places both without
+    /// moving bytes. The order [`crate::layout::Layout::swap_inner_locals`]`(2, h)` produces.
+    Split(usize),
+}
+
+impl PackOrder {
+    /// Codes per block (the group is a multiple of it).
+    pub fn block(self) -> usize {
+        match self {
+            PackOrder::Natural => 2,
+            PackOrder::Split(h) => 2 * h,
+        }
+    }
+
+    /// The code slots (within the group) of output pair `k`.
+    pub fn pair_slots(self, k: usize) -> [usize; 2] {
+        match self {
+            PackOrder::Natural => [2 * k, 2 * k + 1],
+            PackOrder::Split(h) => {
+                let base = k / h * 2 * h;
+                [base + k % h, base + h + k % h]
+            }
+        }
+    }
+
+    /// The order whose output element `i` is code `sigma[i]` (`sigma` a permutation of a
+    /// thread's locals), if it is one of these, repeated block by block.
+    pub fn recognize(sigma: &[usize]) -> Option<PackOrder> {
+        let order = match sigma {
+            [0, 1, ..] => PackOrder::Natural,
+            [0, h, ..] if *h >= 2 => PackOrder::Split(*h),
+            _ => return None,
+        };
+        let ok = sigma.len().is_multiple_of(order.block())
+            && (0..sigma.len() / 2)
+                .all(|k| order.pair_slots(k) == [sigma[2 * k], sigma[2 * k + 1]]);
+        ok.then_some(order)
+    }
+}
+
 /// A vectorized conversion of `group` packed `src` elements (in `in_words` u32 words) to `dst`
-/// (F16 or BF16; `out_words` = group/2 u32 words of packed pairs).
+/// (F16 or BF16; `out_words` = group/2 u32 words of packed pairs), the codes in `order`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CastPlan {
     pub src: DType,
     pub dst: DType,
+    pub order: PackOrder,
     pub group: usize,
     pub in_words: usize,
     pub out_words: usize,
@@ -146,38 +194,66 @@ fn half_of(d: DType) -> Option<Half> {
     }
 }
 
-type Cache = Mutex<HashMap<(DType, DType), Option<Arc<ops::Program>>>>;
+type Cache = Mutex<HashMap<(DType, DType, PackOrder), Option<Arc<ops::Program>>>>;
 
-/// The program for a pair, built once per process.
-fn program(src: DType, dst: DType) -> Option<Arc<ops::Program>> {
+/// The program for a pair and order, built once per process.
+fn program(src: DType, dst: DType, order: PackOrder) -> Option<Arc<ops::Program>> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(p) = cache.lock().unwrap().get(&(src, dst)) {
+    if let Some(p) = cache.lock().unwrap().get(&(src, dst, order)) {
         return p.clone();
     }
-    let built = (|| Some(Arc::new(vector::build(src_kind(src)?, half_of(dst)?)?)))();
-    cache.lock().unwrap().insert((src, dst), built.clone());
+    let built = (|| {
+        Some(Arc::new(vector::build(
+            src_kind(src)?,
+            half_of(dst)?,
+            order,
+        )?))
+    })();
+    cache
+        .lock()
+        .unwrap()
+        .insert((src, dst, order), built.clone());
     built
 }
 
 /// Plan for src->dst, None when there is no vectorized path (dst not f16/bf16, or not exact).
 pub fn cast_plan(src: DType, dst: DType) -> Option<CastPlan> {
-    let p = program(src, dst)?;
-    let group = vector::group_size(width(src));
+    cast_plan_ordered(src, dst, PackOrder::Natural)
+}
+
+/// Plan for src->dst with the codes packed in `order`.
+pub fn cast_plan_ordered(src: DType, dst: DType, order: PackOrder) -> Option<CastPlan> {
+    if let PackOrder::Split(h) = order {
+        if !(2..=64).contains(&h) {
+            return None;
+        }
+    }
+    let p = program(src, dst, order)?;
+    let group = vector::group_size(width(src), order);
     debug_assert_eq!(p.in_words, group * width(src) as usize / 32);
     debug_assert_eq!(p.outs.len(), group / 2);
+    let suffix = match order {
+        PackOrder::Natural => String::new(),
+        PackOrder::Split(h) => format!("_split{h}"),
+    };
     Some(CastPlan {
         src,
         dst,
+        order,
         group,
         in_words: p.in_words,
         out_words: p.outs.len(),
-        fn_name: format!("tilus_cast_{}_to_{}", type_name(src), type_name(dst)),
+        fn_name: format!(
+            "tilus_cast_{}_to_{}{suffix}",
+            type_name(src),
+            type_name(dst)
+        ),
     })
 }
 
 fn plan_program(plan: &CastPlan) -> Arc<ops::Program> {
-    program(plan.src, plan.dst).expect("a CastPlan comes from cast_plan")
+    program(plan.src, plan.dst, plan.order).expect("a CastPlan comes from cast_plan")
 }
 
 /// CUDA text defining `__device__ __forceinline__ void {fn_name}(const uint32_t* in, uint32_t* out)`.

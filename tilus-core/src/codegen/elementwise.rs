@@ -341,16 +341,24 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
 /// `float`, which gives the interpreter's `convert(src.decode(c), dtype)` bit for bit.
 pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(), CodegenError> {
     let (src, lay) = cx.reg(x)?;
+    let (_, out_lay) = cx.reg(out)?;
     let locals = lay.num_locals();
+    // Output local `i` is input local `sigma[i]` (the identity unless the cast reorders).
+    let sigma = lay.local_permutation(&out_lay).ok_or_else(|| {
+        cx.err("cast: the result's layout does not hold the operand's elements on the same threads")
+    })?;
+    let identity = sigma.iter().enumerate().all(|(i, &s)| i == s);
     let (xn, o) = (cx.name(x), cx.name(out));
     let (sb, db) = (src.bits(), dtype.bits());
-    if src == dtype {
+    if src == dtype && identity {
         for w in 0..word_count(sb, locals) {
             cx.w.line(format!("{o}[{w}] = {xn}[{w}];"));
         }
         return Ok(());
     }
-    if let Some(plan) = cast::cast_plan(src, dtype) {
+    let plan = cast::PackOrder::recognize(&sigma)
+        .and_then(|order| cast::cast_plan_ordered(src, dtype, order));
+    if let Some(plan) = plan {
         let aligned = plan.group > 0
             && locals % plan.group == 0
             && plan.in_words * 32 == plan.group * sb as usize
@@ -373,13 +381,15 @@ pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(
     }
     cx.w.open("");
     let mut codes = Vec::new();
-    for j in 0..locals {
+    for &j in &sigma {
         let (c, v) = (cx.fresh("c"), cx.fresh("x"));
         cx.w.line(format!(
             "const uint32_t {c} = {};",
             get_bits(&xn, j * sb as usize, sb)
         ));
-        if !src.is_float() && !dtype.is_float() {
+        if src == dtype {
+            codes.push(c);
+        } else if !src.is_float() && !dtype.is_float() {
             cx.w.line(format!(
                 "const long long {v} = {};",
                 scalar::decode(src, &c)

@@ -407,7 +407,7 @@ impl<'p> Ctx<'p> {
                 elementwise::binary(self, *out, *op, *lhs, rhs)?
             }
             Instruction::Neg { out, x } => elementwise::neg(self, *out, *x)?,
-            Instruction::Cast { out, x, dtype } => elementwise::cast(self, *out, *x, *dtype)?,
+            Instruction::Cast { out, x, dtype, .. } => elementwise::cast(self, *out, *x, *dtype)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
             Instruction::Dot { out, a, b, c } => dot::dot(self, *out, *a, *b, *c)?,
             Instruction::Synchronize => self.w.line("__syncthreads();"),
@@ -570,9 +570,15 @@ impl<'p> Ctx<'p> {
                 format!("{} = {name}({}, {})", n(out), n(lhs), op(rhs))
             }
             Instruction::Neg { out, x } => format!("{} = {name}({})", n(out), n(x)),
-            Instruction::Cast { out, x, dtype } => {
-                format!("{} = {name}<{dtype}>({})", n(out), n(x))
-            }
+            Instruction::Cast {
+                out,
+                x,
+                dtype,
+                layout,
+            } => match layout {
+                None => format!("{} = {name}<{dtype}>({})", n(out), n(x)),
+                Some(l) => format!("{} = {name}<{dtype}>({}, {})", n(out), n(x), l.to_expr()),
+            },
             Instruction::View {
                 out,
                 x,

@@ -339,12 +339,25 @@ impl Machine<'_> {
                 }
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
-            Instruction::Cast { out, x, dtype } => {
+            Instruction::Cast {
+                out,
+                x,
+                dtype,
+                layout,
+            } => {
                 let x = self.reg(block, *x)?;
-                let mut result = RegTensor::new(*dtype, x.layout.clone(), bt);
+                let layout = layout.as_ref().unwrap_or(&x.layout);
+                let sigma = x.layout.local_permutation(layout).ok_or_else(|| {
+                    format!(
+                        "cast: {} does not hold the elements of {} on the same threads",
+                        layout.to_expr(),
+                        x.layout.to_expr()
+                    )
+                })?;
+                let mut result = RegTensor::new(*dtype, layout.clone(), bt);
                 for t in 0..bt {
-                    for i in 0..x.layout.num_locals() {
-                        result.set(t, i, convert(x.dtype.decode(x.get(t, i)), *dtype)?);
+                    for (i, &from) in sigma.iter().enumerate() {
+                        result.set(t, i, convert(x.dtype.decode(x.get(t, from)), *dtype)?);
                     }
                 }
                 block.env[out.0 as usize] = Some(Value::Reg(result));

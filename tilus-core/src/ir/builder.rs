@@ -402,7 +402,35 @@ impl ProgramBuilder {
             None => VarType::Unknown,
         };
         let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::Cast { out, x, dtype });
+        self.instr(Instruction::Cast {
+            out,
+            x,
+            dtype,
+            layout: None,
+        });
+        out
+    }
+
+    /// `cast`, with the result in `layout`: `x`'s elements on the same threads in another local
+    /// order (checked by the verifier).
+    pub fn cast_to(
+        &mut self,
+        dest: impl Into<Dest>,
+        x: VarId,
+        dtype: DType,
+        layout: Layout,
+    ) -> VarId {
+        let ty = VarType::Register(RegisterType {
+            dtype,
+            layout: layout.clone(),
+        });
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::Cast {
+            out,
+            x,
+            dtype,
+            layout: Some(layout),
+        });
         out
     }
 

@@ -327,11 +327,15 @@ pub enum Instruction {
         out: VarId,
         x: VarId,
     },
-    /// Convert each element to `dtype` (round to nearest even, saturate); same layout.
+    /// Convert each element to `dtype` (round to nearest even, saturate). The result has `x`'s
+    /// layout, or `layout`: the same elements on the same threads in another local order (a
+    /// register-only reordering, e.g. from the packed order of quantized codes to the order of
+    /// an mma fragment).
     Cast {
         out: VarId,
         x: VarId,
         dtype: DType,
+        layout: Option<Layout>,
     },
     /// Reinterpret each thread's register bits as `dtype` elements in `layout`.
     View {

@@ -763,6 +763,92 @@ impl Layout {
         threads.into_iter().map(|t| (t, local)).collect()
     }
 
+    /// The same elements on the same threads with each thread's locals in another order: the
+    /// innermost `inner` locals and the `outer` locals just outside them trade places. Reading
+    /// the local index as the mixed-radix number `(rest, x, p)` with `x < outer` and `p < inner`
+    /// innermost, local `(rest, x, p)` of `self` is local `(rest, p, x)` of the result.
+    ///
+    /// The quantized matmul uses it to pack the two codes of each f16 pair of an mma fragment
+    /// (`inner = 2`) 16 bits apart, so that a mask puts them into the two lanes of a word without
+    /// moving bytes. Modes are split where the boundaries fall inside them; errors when
+    /// `inner * outer` does not divide the local count or a boundary cannot split a mode.
+    pub fn swap_inner_locals(&self, inner: usize, outer: usize) -> Result<Layout, LayoutError> {
+        let locals = self.num_locals();
+        if inner == 0 || outer == 0 || !locals.is_multiple_of(inner * outer) {
+            return Err(LayoutError::NotDivisible(format!(
+                "swap_inner_locals({inner}, {outer}): {} locals are not a multiple of {}",
+                locals,
+                inner * outer
+            )));
+        }
+        let mut raw = self.to_raw();
+        // Split local modes so that the boundaries at `inner` and `inner * outer` (counted from
+        // the innermost local) fall between digits.
+        for boundary in [inner, inner * outer] {
+            let mut below = 1;
+            let mut j = raw.local.len();
+            while j > 0 && below < boundary {
+                j -= 1;
+                let (d, k) = raw.local[j];
+                let size = raw.dims[d][k];
+                if below * size > boundary {
+                    let lower = boundary / below;
+                    if !(boundary.is_multiple_of(below) && size.is_multiple_of(lower)) {
+                        return Err(LayoutError::NotDivisible(format!(
+                            "swap_inner_locals({inner}, {outer}): a local mode of size {size} \
+                             cannot be split at {boundary} locals"
+                        )));
+                    }
+                    raw.split_mode(d, k, size / lower, lower);
+                    break;
+                }
+                below *= size;
+            }
+        }
+        // Digits from the innermost: those of `p` (product inner), then of `x` (product outer).
+        let mut cut = [0usize; 2];
+        let mut below = 1;
+        let mut j = raw.local.len();
+        for (slot, boundary) in [inner, inner * outer].into_iter().enumerate() {
+            while below < boundary {
+                j -= 1;
+                let (d, k) = raw.local[j];
+                below *= raw.dims[d][k];
+            }
+            cut[slot] = j;
+        }
+        let (x0, p0) = (cut[1], cut[0]);
+        let mut local = raw.local[..x0].to_vec();
+        local.extend_from_slice(&raw.local[p0..]);
+        local.extend_from_slice(&raw.local[x0..p0]);
+        raw.local = local;
+        Ok(raw.normalize())
+    }
+
+    /// The permutation `sigma` with `to.eval(t, i) == self.eval(t, sigma[i])` for every thread
+    /// and local: `to` holds the same elements on the same threads in another local order.
+    /// `None` when it does not (a register-only reordering cannot turn one into the other).
+    pub fn local_permutation(&self, to: &Layout) -> Option<Vec<usize>> {
+        if self.shape != to.shape
+            || self.num_threads() != to.num_threads()
+            || self.num_locals() != to.num_locals()
+        {
+            return None;
+        }
+        if self == to {
+            return Some((0..self.num_locals()).collect());
+        }
+        let at: std::collections::HashMap<Vec<usize>, usize> = (0..self.num_locals())
+            .map(|i| (self.eval(0, i), i))
+            .collect();
+        let sigma: Vec<usize> = (0..to.num_locals())
+            .map(|i| at.get(&to.eval(0, i)).copied())
+            .collect::<Option<_>>()?;
+        (0..self.num_threads())
+            .all(|t| (0..to.num_locals()).all(|i| to.eval(t, i) == self.eval(t, sigma[i])))
+            .then_some(sigma)
+    }
+
     /// The whole function as a table: `map[t][i] == eval(t, i)`.
     pub fn to_map(&self) -> Vec<Vec<Vec<usize>>> {
         (0..self.num_threads())

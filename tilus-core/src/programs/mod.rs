@@ -214,8 +214,20 @@ pub fn matmul_f16_i6(bm: usize, bn: usize, bk: usize) -> Program {
 /// # Panics
 /// As [`matmul_f16_int`].
 pub fn relayout_int(weight: DType, bk: usize, bn: usize) -> Program {
+    relayout_with(weight, b_tile(bk, bn), bk, bn)
+}
+
+/// Figure 8 with the codes of each thread in the order of `codes` (a `[bk, bn]` layout holding
+/// [`b_tile`]'s elements on the same threads, e.g. its locals reordered with
+/// `Layout::swap_inner_locals`).
+pub fn relayout_with(weight: DType, codes: Layout, bk: usize, bn: usize) -> Program {
     check_tiles(16, bn, bk);
     let bits = check_weight(weight, bk, bn);
+    assert!(
+        b_tile(bk, bn).local_permutation(&codes).is_some(),
+        "relayout_with: {} does not hold the B tile's elements on the same threads",
+        codes.to_expr()
+    );
     let mut b = ProgramBuilder::new(&format!("relayout_{weight}_bk{bk}_bn{bn}"), THREADS as u32);
     let k = b.param_i32("k");
     let n = b.param_i32("n");
@@ -227,7 +239,7 @@ pub fn relayout_int(weight: DType, bk: usize, bn: usize) -> Program {
     let r = b.load_global(
         "r",
         gw,
-        b_tile(bk, bn),
+        codes,
         vec![Expr::from(idx[0]) * i(bk), Expr::from(idx[1]) * i(bn)],
     );
     let bytes = b.view("bytes", r, DType::UInt(8), weight_bytes(bk, bn, bits));

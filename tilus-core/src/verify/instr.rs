@@ -501,12 +501,32 @@ impl<'p> Checker<'p> {
                 }
                 self.define(*out, r.map(|r| VarType::Register(r.clone())), span, name);
             }
-            Instruction::Cast { out, x, dtype } => {
+            Instruction::Cast {
+                out,
+                x,
+                dtype,
+                layout,
+            } => {
+                if let Some(l) = layout {
+                    self.check_layout(l, span, &format!("cast {}", self.name(*out)));
+                }
                 let r = self.reg(*x, span, name, "the operand");
+                if let (Some(r), Some(l)) = (r, layout) {
+                    if r.layout.local_permutation(l).is_none() {
+                        let msg = format!(
+                            "cast: {} in {} does not hold the elements of {} ({}) on the same threads; a cast may only reorder each thread's locals",
+                            self.name(*out),
+                            l.to_expr(),
+                            self.name(*x),
+                            r.layout.to_expr()
+                        );
+                        self.err(span, msg);
+                    }
+                }
                 let ty = r.map(|r| {
                     VarType::Register(RegisterType {
                         dtype: *dtype,
-                        layout: r.layout.clone(),
+                        layout: layout.clone().unwrap_or_else(|| r.layout.clone()),
                     })
                 });
                 self.define(*out, ty, span, name);

@@ -15,7 +15,7 @@
 //!    `fma.rn` doing the arithmetic on both lanes at once (see each builder for why it is exact).
 
 use super::ops::{Builder, Half, Program, Val};
-use super::{Special, SrcKind};
+use super::{PackOrder, Special, SrcKind};
 use std::collections::HashSet;
 
 /// Both 16-bit lanes set to `v`.
@@ -30,10 +30,11 @@ fn bytes(v: u32) -> u32 {
     v * 0x0101_0101
 }
 
-/// Elements per group: the fewest (an even number) whose bits fill whole 32-bit words.
-pub(crate) fn group_size(bits: u32) -> usize {
+/// Elements per group: the fewest (an even number) whose bits fill whole 32-bit words and, for
+/// a split order, whole blocks of it.
+pub(crate) fn group_size(bits: u32, order: PackOrder) -> usize {
     let mut g = 2usize;
-    while !(g * bits as usize).is_multiple_of(32) {
+    while !(g * bits as usize).is_multiple_of(32) || !g.is_multiple_of(order.block()) {
         g += 2;
     }
     g
@@ -66,11 +67,13 @@ struct LaneOpt {
 }
 
 /// How one output word is placed: the two lanes and a final shift of the whole word
-/// (positive: left).
+/// (positive: left). With `direct`, no `prmt`: that view already holds code `2k` in its low
+/// lane and code `2k+1` in its high lane (a split pack order puts them 16 bits apart).
 #[derive(Clone, Copy, Debug)]
 struct WordPlan {
     lanes: [LaneOpt; 2],
     shift: i32,
+    direct: Option<i32>,
 }
 
 /// Views whose origin is a multiple of 32 are input words (or zero): free.
@@ -168,6 +171,39 @@ fn greedy(
         let o0 = lane_opts(p0, bits, &origins, ok);
         let o1 = lane_opts(p1, bits, &origins, ok);
         let mut best: Option<(usize, WordPlan, Vec<i32>)> = None;
+        // Direct: one view with both codes already in their lanes.
+        for &o in &origins {
+            let offs = [p0 - o, p1 - o - 16];
+            if offs
+                .iter()
+                .any(|&off| off < 0 || off + bits > 16 || !ok(off))
+            {
+                continue;
+            }
+            let shift = match rule {
+                Rule::IntMax(_) => 0,
+                Rule::Exact(t) if offs[0] == offs[1] => t - offs[0],
+                Rule::Exact(_) => continue,
+            };
+            let new_view = usize::from(!view_is_free(o) && !have.contains(&o));
+            let cost = new_view + usize::from(shift != 0);
+            if best.as_ref().is_none_or(|b| cost < b.0) {
+                let lane = |off| LaneOpt {
+                    lo: None,
+                    hi: None,
+                    off,
+                };
+                best = Some((
+                    cost,
+                    WordPlan {
+                        lanes: [lane(offs[0]), lane(offs[1])],
+                        shift,
+                        direct: Some(o),
+                    },
+                    vec![o],
+                ));
+            }
+        }
         for l0 in &o0 {
             for l1 in &o1 {
                 let shift = match rule {
@@ -194,6 +230,7 @@ fn greedy(
                         WordPlan {
                             lanes: [*l0, *l1],
                             shift,
+                            direct: None,
                         },
                         used,
                     ));
@@ -211,8 +248,18 @@ fn greedy(
 /// Chooses the view shifts (at most two besides the input words themselves) that minimise the
 /// number of ops of the placement phase; `None` when no such set places every code (e.g. bf16
 /// magic numbers for 7-bit integers: offset 0 for codes at all eight bit residues).
-fn plan_placement(bits: i32, n_in: usize, codes: &[[i32; 2]], rule: Rule) -> Option<Vec<WordPlan>> {
-    let cands: Vec<i32> = (-7..=7).filter(|&s| s != 0).collect();
+///
+/// With `wide`, shifts up to 15 bits are tried: a split order puts codes at every residue of
+/// a 16-bit lane, and a view that reaches them saves a `prmt` per word.
+fn plan_placement(
+    bits: i32,
+    n_in: usize,
+    codes: &[[i32; 2]],
+    rule: Rule,
+    wide: bool,
+) -> Option<Vec<WordPlan>> {
+    let reach = if wide { 15 } else { 7 };
+    let cands: Vec<i32> = (-reach..=reach).filter(|&s| s != 0).collect();
     let mut sets: Vec<Vec<i32>> = vec![vec![0]];
     for (i, &a) in cands.iter().enumerate() {
         sets.push(vec![0, a]);
@@ -236,6 +283,15 @@ fn plan_placement(bits: i32, n_in: usize, codes: &[[i32; 2]], rule: Rule) -> Opt
 /// shift. Returns the word and the code offsets of its two lanes.
 fn realize(bld: &mut Builder, plan: &WordPlan, what: &str) -> (Val, [i32; 2]) {
     let [l0, l1] = plan.lanes;
+    if let Some(origin) = plan.direct {
+        let mut p = view(bld, origin);
+        if plan.shift > 0 {
+            p = bld.shl(p, plan.shift as u32, "align both lanes");
+        } else if plan.shift < 0 {
+            p = bld.shr(p, (-plan.shift) as u32, "align both lanes");
+        }
+        return (p, [l0.off + plan.shift, l1.off + plan.shift]);
+    }
     let used = pair_origins(&l0, &l1);
     let va = view(bld, used[0]);
     let vb = if used.len() > 1 {
@@ -271,13 +327,12 @@ fn realize(bld: &mut Builder, plan: &WordPlan, what: &str) -> (Val, [i32; 2]) {
 }
 
 /// Stream positions of the two codes of each output word.
-fn pair_positions(bits: u32, group: usize) -> Vec<[i32; 2]> {
+fn pair_positions(bits: u32, group: usize, order: PackOrder) -> Vec<[i32; 2]> {
     (0..group / 2)
         .map(|k| {
-            [
-                (2 * k) as i32 * bits as i32,
-                (2 * k + 1) as i32 * bits as i32,
-            ]
+            order
+                .pair_slots(k)
+                .map(|slot| (slot * bits as usize) as i32)
         })
         .collect()
 }
@@ -305,15 +360,17 @@ fn int_magic_words(
     signed: bool,
     ty: Half,
     subtract_sign_bias: bool,
+    order: PackOrder,
 ) -> Option<Vec<Val>> {
-    let group = group_size(bits);
+    let group = group_size(bits, order);
     let n_in = group * bits as usize / 32;
     let l = ty.man_bits() as i32;
     let plans = plan_placement(
         bits as i32,
         n_in,
-        &pair_positions(bits, group),
+        &pair_positions(bits, group, order),
         Rule::IntMax(l),
+        order != PackOrder::Natural,
     )?;
     let magic = ty.bits_exact(2f64.powi(l)) as u32;
     let bias = if signed && subtract_sign_bias {
@@ -361,10 +418,10 @@ fn int_magic_words(
     Some(outs)
 }
 
-fn int_magic(bits: u32, signed: bool, ty: Half) -> Option<Program> {
-    let group = group_size(bits);
+fn int_magic(bits: u32, signed: bool, ty: Half, order: PackOrder) -> Option<Program> {
+    let group = group_size(bits, order);
     let mut bld = Builder::new(group * bits as usize / 32);
-    let outs = int_magic_words(&mut bld, bits, signed, ty, true)?;
+    let outs = int_magic_words(&mut bld, bits, signed, ty, true, order)?;
     Some(bld.finish(
         outs,
         format!(
@@ -382,10 +439,10 @@ fn int_magic(bits: u32, signed: bool, ty: Half) -> Option<Program> {
 /// and mantissa: the bf16 value `u * 2^(15-127)` (normal, or zero). The high lane's low three
 /// bits that the shift moves into the low lane are those zero mantissa bits, and the low
 /// lane's sign bit (0) moves to bit 12. One bf16 fma `y * 2^112 - 2^(bits-1)` is then exact.
-fn int_via_f16(bits: u32, signed: bool) -> Option<Program> {
-    let group = group_size(bits);
+fn int_via_f16(bits: u32, signed: bool, order: PackOrder) -> Option<Program> {
+    let group = group_size(bits, order);
     let mut bld = Builder::new(group * bits as usize / 32);
-    let f16s = int_magic_words(&mut bld, bits, signed, Half::F16, false)?;
+    let f16s = int_magic_words(&mut bld, bits, signed, Half::F16, false, order)?;
     let outs = convert_f16_uints_to_bf16(&mut bld, f16s, bits, signed);
     Some(bld.finish(
         outs,
@@ -615,16 +672,17 @@ fn rebias(bld: &mut Builder, x: Val, f: &FloatSrc, ty: Half) -> Val {
 /// Any float code, by placement: the code lands at offset `t` (exponent and mantissa where
 /// they belong, the sign at bit `sp`), one `lop3` keeps exponent and mantissa, one shift and
 /// one `lop3` move the sign to bit 15, then NaN/inf fix-up and the rebias fma.
-fn float_generic(f: FloatSrc, ty: Half) -> Option<Program> {
+fn float_generic(f: FloatSrc, ty: Half, order: PackOrder) -> Option<Program> {
     let bits = f.bits();
-    let group = group_size(bits);
+    let group = group_size(bits, order);
     let n_in = group * bits as usize / 32;
     let pl = float_place(&f, ty);
     let plans = plan_placement(
         bits as i32,
         n_in,
-        &pair_positions(bits, group),
+        &pair_positions(bits, group, order),
         Rule::Exact(pl.t as i32),
+        order != PackOrder::Natural,
     )?;
     let mut bld = Builder::new(n_in);
     let mut outs = Vec::new();
@@ -835,21 +893,23 @@ fn f4_table(f: FloatSrc, ty: Half) -> Option<Program> {
     ))
 }
 
-/// The best vectorized program for `src -> ty`, or `None` when some value of `src` is not
-/// exactly representable in `ty`.
-pub(crate) fn build(src: SrcKind, ty: Half) -> Option<Program> {
+/// The best vectorized program for `src -> ty` with the codes packed in `order`, or `None`
+/// when some value of `src` is not exactly representable in `ty`. The specialised byte and
+/// table algorithms assume the natural order; the placement-based ones take any.
+pub(crate) fn build(src: SrcKind, ty: Half, order: PackOrder) -> Option<Program> {
+    let natural = order == PackOrder::Natural;
     let mut cands: Vec<Program> = Vec::new();
     match src {
         SrcKind::UInt(bits) | SrcKind::Int(bits) => {
             let signed = matches!(src, SrcKind::Int(_));
-            if bits == 8 {
+            if bits == 8 && natural {
                 cands.push(int8_prmt(signed, ty));
             }
             if bits <= ty.man_bits() {
-                cands.extend(int_magic(bits, signed, ty));
+                cands.extend(int_magic(bits, signed, ty, order));
             }
             if ty == Half::BF16 {
-                cands.extend(int_via_f16(bits, signed));
+                cands.extend(int_via_f16(bits, signed, order));
             }
         }
         SrcKind::Float { e, m, special } => {
@@ -861,13 +921,15 @@ pub(crate) fn build(src: SrcKind, ty: Half) -> Option<Program> {
             if !fits {
                 return None;
             }
-            if special == Special::E5M2 && ty == Half::F16 {
-                cands.push(e5m2_to_f16());
+            if natural {
+                if special == Special::E5M2 && ty == Half::F16 {
+                    cands.push(e5m2_to_f16());
+                }
+                cands.extend(f4_table(f, ty));
+                cands.extend(float8_bytesplit(f, ty));
             }
-            cands.extend(f4_table(f, ty));
-            cands.extend(float8_bytesplit(f, ty));
             if f.special != Special::E5M2 || ty != Half::F16 {
-                cands.extend(float_generic(f, ty));
+                cands.extend(float_generic(f, ty, order));
             }
         }
     }
