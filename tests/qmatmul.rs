@@ -177,8 +177,10 @@ fn group_32_64_128_and_per_channel() {
 
 #[test]
 fn zero_points_for_unsigned_types() {
+    // Group 32 subtracts the zero point from each weight; whole-tile groups and per-channel
+    // zero points come off the accumulator (row sums of A times the zero point).
     for wd in ["u1", "u2", "u4", "u8"] {
-        for g in [Some(32), None] {
+        for g in [Some(32), Some(128), None] {
             let cfg = default_cfg(dt(wd), DType::BF16, g);
             assert!(cfg.has_zeros);
             check(cfg, 128, cfg.bn, &[2]);

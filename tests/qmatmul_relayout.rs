@@ -7,7 +7,8 @@ use tilus::core::interp::{self, Arg};
 use tilus::core::storage;
 use tilus::kernels::qmatmul::weight_types;
 use tilus::kernels::qmatmul::{
-    build_relayout_program, relayout, relayout_inverse, QMatmulConfig, QMatmulError, QMatmulLayouts,
+    build_relayout_program, pack_split, relayout, relayout_inverse, QMatmulConfig, QMatmulError,
+    QMatmulLayouts,
 };
 use tilus::quant::{Group, QuantizedWeight};
 use tilus::DType;
@@ -88,8 +89,10 @@ fn each_thread_bytes_are_its_b_operand_locals() {
                 .map(|j| bytes[base + lay.wbytes.eval(th, j)[0]])
                 .collect();
             let got = storage::unpack(dtype, &mine, t.locals_per_thread);
+            // The codes layout holds the B operand's elements, in the packing order.
+            assert!(lay.b.local_permutation(&lay.q).is_some(), "{dtype}");
             for (i, &code) in got.iter().enumerate() {
-                let [r, c] = lay.b.eval(th, i)[..] else {
+                let [r, c] = lay.q.eval(th, i)[..] else {
                     unreachable!()
                 };
                 let want = codes[(kt * cfg.bk + r) * n + nb * cfg.bn + c];
@@ -139,7 +142,8 @@ fn relayout_errors_name_the_argument() {
 }
 
 /// With one warp along m and four along n, the layouts are those of the paper programs of
-/// `tilus_core::programs` (Figure 2), and the weight format is what Figure 8 produces.
+/// `tilus_core::programs` (Figure 2), and the weight format is what Figure 8 produces (for the
+/// 1-, 2- and 4-bit integers, Figure 8 with the codes' layout in the split packing order).
 #[test]
 fn default_layouts_and_format_are_figure_2_and_8() {
     use tilus::core::programs;
@@ -169,7 +173,14 @@ fn default_layouts_and_format_are_figure_2_and_8() {
             Arg::Buffer(q.codes.clone()),
             Arg::Buffer(vec![0x5A; q.codes.len()]),
         ];
-        interp::run(&programs::relayout_int(dtype, bk, bn), &mut args).unwrap();
+        let figure8 = match pack_split(dtype) {
+            None => programs::relayout_int(dtype, bk, bn),
+            Some(h) => {
+                assert_eq!(lay.q, lay.b.swap_inner_locals(2, h).unwrap(), "{dtype}");
+                programs::relayout_with(dtype, lay.q.clone(), bk, bn)
+            }
+        };
+        interp::run(&figure8, &mut args).unwrap();
         let Arg::Buffer(figure8) = &args[3] else {
             unreachable!()
         };

@@ -80,8 +80,8 @@ pub(crate) fn build_dequant(c: &QMatmulConfig) -> Result<Program, QMatmulError> 
         lay.wbytes.clone(),
         vec![bi.clone(), bj.clone(), e(0)],
     );
-    let wq = b.view("wq", rw, c.wdtype, lay.b3.clone());
-    let mut wf = b.cast("wf", wq, ad);
+    let wq = b.view("wq", rw, c.wdtype, lay.q3.clone());
+    let mut wf = b.cast_to("wf", wq, ad, lay.b3.clone());
     // Scales and zero points of the tile's groups, `[gk, 1, bn]` (per channel: one group).
     let (groups, group_row) = match c.group_rows {
         Some(g) => (ke.clone() / e(g), bi.clone() * e(c.bk) / e(g)),

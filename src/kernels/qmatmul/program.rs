@@ -273,81 +273,121 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
         Some(g) if g % c.bk == 0 => Some(g / c.bk),
         _ => None,
     };
-    let step = |b: &mut ProgramBuilder, kt: Expr, acc: VarId, scale_weights: bool| {
-        // Tile kt has landed once at most stages - 2 newer groups are in flight.
-        b.copy_async_wait_group((s - 2) as u32);
-        b.synchronize();
-        let stage = b.let_("stage", ScalarType::I32, kt.clone() % e(s));
-        let z = || e(0);
-        let st = || Expr::from(stage);
-        let a_s = b.slice_shared("a_s", sa, vec![st(), z(), z()], vec![c.bm, c.bk]);
-        let ra = b.load_shared("ra", a_s, lay.a.clone(), vec![z(), z()]);
-        let w_s = b.slice_shared("w_s", sb, vec![st(), z()], vec![tb]);
-        let rw = b.load_shared("rw", w_s, lay.wbytes.clone(), vec![z()]);
-        let load_group = |b: &mut ProgramBuilder, buf: Option<VarId>, name: &str| {
-            buf.map(|buf| {
-                let sl = b.slice_shared(
-                    &format!("{name}_s"),
-                    buf,
-                    vec![st(), z(), z(), z()],
-                    vec![gk, 1, c.bn],
-                );
-                b.load_shared(name, sl, lay.scale.clone(), vec![z(), z(), z()])
-            })
+    // Zero points, where the scale is applied to the accumulator (whole-tile groups, or per
+    // channel), come off the accumulator too: sum_k a (q - z) = sum_k a q - z sum_k a. The
+    // row sums of A come from a second mma against a tile of ones, which costs one HMMA per
+    // mma of the dot instead of a saturating subtraction (three instructions) per two weights.
+    let fold_zeros = c.has_zeros && (tiles_per_group.is_some() || grouped.is_none());
+    let ones = fold_zeros.then(|| b.allocate_register("ones", ad, lay.b.clone(), Some(1.0)));
+    let step =
+        |b: &mut ProgramBuilder, kt: Expr, acc: VarId, asum: Option<VarId>, scale_weights: bool| {
+            // Tile kt has landed once at most stages - 2 newer groups are in flight.
+            b.copy_async_wait_group((s - 2) as u32);
+            b.synchronize();
+            let stage = b.let_("stage", ScalarType::I32, kt.clone() % e(s));
+            let z = || e(0);
+            let st = || Expr::from(stage);
+            let a_s = b.slice_shared("a_s", sa, vec![st(), z(), z()], vec![c.bm, c.bk]);
+            let ra = b.load_shared("ra", a_s, lay.a.clone(), vec![z(), z()]);
+            let w_s = b.slice_shared("w_s", sb, vec![st(), z()], vec![tb]);
+            let rw = b.load_shared("rw", w_s, lay.wbytes.clone(), vec![z()]);
+            let load_group = |b: &mut ProgramBuilder, buf: Option<VarId>, name: &str| {
+                buf.map(|buf| {
+                    let sl = b.slice_shared(
+                        &format!("{name}_s"),
+                        buf,
+                        vec![st(), z(), z(), z()],
+                        vec![gk, 1, c.bn],
+                    );
+                    b.load_shared(name, sl, lay.scale.clone(), vec![z(), z(), z()])
+                })
+            };
+            let rs = if scale_weights {
+                load_group(b, ss, "rs")
+            } else {
+                None
+            };
+            let rz = if asum.is_some() {
+                None
+            } else {
+                load_group(b, sz, "rz").or(rz_once)
+            };
+            // Refill the stage read in the previous iteration (everyone passed the barrier above).
+            let next = b.let_("next", ScalarType::I32, kt.clone() + e(s - 1));
+            let cond = Expr::binary(tilus_core::ir::BinaryOp::Lt, next, ktiles);
+            b.if_else(
+                cond,
+                |b| {
+                    pipe.issue(
+                        b,
+                        c,
+                        tb,
+                        gk,
+                        Expr::from(kt0) + next,
+                        Expr::from(next) % e(s),
+                    )
+                },
+                |_| {},
+            );
+            b.copy_async_commit_group();
+            // Dequantize in registers: bytes -> codes -> activation type, minus zero, times scale.
+            let wq = b.view("wq", rw, wd, lay.q3.clone());
+            let mut wf = b.cast_to("wf", wq, ad, lay.b3.clone());
+            if let Some(rz) = rz {
+                wf = b.binary("wz", ElementOp::Sub, wf, Operand::Tensor(rz));
+            }
+            if let Some(rs) = rs {
+                wf = b.binary("ws", ElementOp::Mul, wf, Operand::Tensor(rs));
+            }
+            let wb = b.view("wb", wf, ad, lay.b.clone());
+            b.dot(acc, ra, wb, acc);
+            if let (Some(asum), Some(ones)) = (asum, ones) {
+                b.dot(asum, ra, ones, asum);
+            }
+            stage
         };
-        let rs = if scale_weights {
-            load_group(b, ss, "rs")
-        } else {
-            None
+    // `acc -= z * asum` with the zero points `[1, bn]` of shared slice `zs` (or `rz_once`).
+    let subtract_zeros = |b: &mut ProgramBuilder, acc: VarId, asum: VarId, zs: Option<VarId>| {
+        let z = match zs {
+            Some(zs) => b.load_shared("zc", zs, lay.c_scale.clone(), vec![e(0), e(0)]),
+            None => {
+                let z_ptr = z_ptr.expect("zero points exist when they are folded");
+                let gzc = b.view_global("gzc", z_ptr, ad, vec![e(1), ne.clone()]);
+                let col0 = Expr::from(bj) * e(c.bn);
+                b.load_global("zc", gzc, lay.c_scale.clone(), vec![e(0), col0])
+            }
         };
-        let rz = load_group(b, sz, "rz").or(rz_once);
-        // Refill the stage read in the previous iteration (everyone passed the barrier above).
-        let next = b.let_("next", ScalarType::I32, kt.clone() + e(s - 1));
-        let cond = Expr::binary(tilus_core::ir::BinaryOp::Lt, next, ktiles);
-        b.if_else(
-            cond,
-            |b| {
-                pipe.issue(
-                    b,
-                    c,
-                    tb,
-                    gk,
-                    Expr::from(kt0) + next,
-                    Expr::from(next) % e(s),
-                )
-            },
-            |_| {},
-        );
-        b.copy_async_commit_group();
-        // Dequantize in registers: bytes -> codes -> activation type, minus zero, times scale.
-        let wq = b.view("wq", rw, wd, lay.b3.clone());
-        let mut wf = b.cast("wf", wq, ad);
-        if let Some(rz) = rz {
-            wf = b.binary("wz", ElementOp::Sub, wf, Operand::Tensor(rz));
-        }
-        if let Some(rs) = rs {
-            wf = b.binary("ws", ElementOp::Mul, wf, Operand::Tensor(rs));
-        }
-        let wb = b.view("wb", wf, ad, lay.b.clone());
-        b.dot(acc, ra, wb, acc);
-        stage
+        let z32 = b.cast("zc32", z, DType::F32);
+        let t = b.binary("zsum", ElementOp::Mul, asum, Operand::Tensor(z32));
+        b.binary(acc, ElementOp::Sub, acc, Operand::Tensor(t));
     };
     match (tiles_per_group, ss) {
         (Some(tpg), Some(ss)) => {
             let ngroups = b.let_("ngroups", ScalarType::I32, Expr::from(ktiles) / e(tpg));
             b.for_range("g", e(0), ngroups.into(), |b, g| {
                 let acc_g = b.allocate_register("acc_g", DType::F32, lay.c.clone(), Some(0.0));
+                let asum = fold_zeros
+                    .then(|| b.allocate_register("asum_g", DType::F32, lay.c.clone(), Some(0.0)));
                 let first = Expr::from(g) * e(tpg);
                 let last_stage = if tpg == 1 {
-                    step(b, first, acc_g, false)
+                    step(b, first, acc_g, asum, false)
                 } else {
                     b.for_range("t", e(0), e(tpg - 1), |b, t| {
-                        step(b, first.clone() + Expr::from(t), acc_g, false);
+                        step(b, first.clone() + Expr::from(t), acc_g, asum, false);
                     });
-                    step(b, first + e(tpg - 1), acc_g, false)
+                    step(b, first + e(tpg - 1), acc_g, asum, false)
                 };
-                // The group's scales came with its last tile, whose stage is not refilled
-                // before the next barrier.
+                // The group's scales (and zero points) came with its last tile, whose stage is
+                // not refilled before the next barrier.
+                if let (Some(asum), Some(sz)) = (asum, sz) {
+                    let zs = b.slice_shared(
+                        "zc_s",
+                        sz,
+                        vec![last_stage.into(), e(0), e(0), e(0)],
+                        vec![1, c.bn],
+                    );
+                    subtract_zeros(b, acc_g, asum, Some(zs));
+                }
                 let sl = b.slice_shared(
                     "sc_s",
                     ss,
@@ -360,9 +400,16 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
                 b.binary(acc, ElementOp::Add, acc, Operand::Tensor(scaled));
             });
         }
-        _ => b.for_range("kt", e(0), ktiles.into(), |b, kt| {
-            step(b, kt.into(), acc, true);
-        }),
+        _ => {
+            let asum = fold_zeros
+                .then(|| b.allocate_register("asum", DType::F32, lay.c.clone(), Some(0.0)));
+            b.for_range("kt", e(0), ktiles.into(), |b, kt| {
+                step(b, kt.into(), acc, asum, true);
+            });
+            if let Some(asum) = asum {
+                subtract_zeros(&mut b, acc, asum, None);
+            }
+        }
     }
     b.copy_async_wait_group(0);
 

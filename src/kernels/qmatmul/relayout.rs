@@ -2,18 +2,19 @@
 //!
 //! The matmul loads each `[bk, bn]` weight tile as `tile_bytes` plain bytes in the byte layout
 //! `W = local(bpt / v).spatial(32 wn).local(v)` and reinterprets each thread's bytes as its
-//! locals of the mma B-operand layout `B` (`view`, no data movement). So, for every tile
+//! locals of the codes layout `Q` (the mma B-operand layout `B` with each thread's locals in
+//! the packing order, `QMatmulLayouts::q`; `view`, no data movement). So, for every tile
 //! `(kt, nb)` (stored tile-major at `(kt * n / bn + nb) * tile_bytes`) and every thread `t` of
 //! one warp-column group:
 //!
 //! ```text
-//! bits(t)                  = pack(wdtype, [W[kt bk + B(t, i).0, nb bn + B(t, i).1] for i in 0..L])
+//! bits(t)                  = pack(wdtype, [W[kt bk + Q(t, i).0, nb bn + Q(t, i).1] for i in 0..L])
 //! tile[W(t, j)]            = bits(t)[j]          for j in 0..bpt
 //! ```
 //!
 //! [`relayout`] does this on the host, [`relayout_inverse`] undoes it, and
 //! [`build_relayout_program`] is the same transformation as a VM program: load the row-major
-//! codes with `B` as the weight type, `view` them as bytes in `W`, store.
+//! codes with `Q` as the weight type, `view` them as bytes in `W`, store.
 
 use super::config::{QMatmulConfig, QMatmulError};
 use super::layouts::QMatmulLayouts;
@@ -25,7 +26,7 @@ use tilus_core::storage;
 
 /// Where each local of one thread comes from and where each of its bytes goes, per tile.
 struct ThreadMaps {
-    /// `[threads][locals]`: (row, col) of each B local inside the tile.
+    /// `[threads][locals]`: (row, col) of each Q local inside the tile.
     elems: Vec<Vec<(usize, usize)>>,
     /// `[threads][bytes]`: byte offset inside the tile.
     bytes: Vec<Vec<usize>>,
@@ -38,7 +39,7 @@ fn thread_maps(lay: &QMatmulLayouts) -> ThreadMaps {
         .map(|th| {
             (0..t.locals_per_thread)
                 .map(|i| {
-                    let x = lay.b.eval(th, i);
+                    let x = lay.q.eval(th, i);
                     (x[0], x[1])
                 })
                 .collect()
@@ -173,7 +174,7 @@ pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmul
     let tile = b.load_global(
         "tile",
         gw,
-        lay.b.clone(),
+        lay.q.clone(),
         vec![
             Expr::from(idx[0]) * bk.clone(),
             Expr::from(idx[1]) * bn.clone(),

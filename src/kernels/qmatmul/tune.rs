@@ -154,7 +154,7 @@ pub fn tiles(c: &QMatmulConfig) -> String {
 pub struct WeightLayoutKey {
     pub bk: usize,
     pub bn: usize,
-    b: Layout,
+    q: Layout,
     wbytes: Layout,
 }
 
@@ -164,7 +164,7 @@ impl WeightLayoutKey {
         Ok(WeightLayoutKey {
             bk: cfg.bk,
             bn: cfg.bn,
-            b: lay.b,
+            q: lay.q,
             wbytes: lay.wbytes,
         })
     }
