@@ -173,7 +173,7 @@ fn default_layouts_and_format_are_figure_2_and_8() {
             Arg::Buffer(q.codes.clone()),
             Arg::Buffer(vec![0x5A; q.codes.len()]),
         ];
-        let figure8 = match pack_split(dtype) {
+        let figure8 = match pack_split(dtype, DType::F16) {
             None => programs::relayout_int(dtype, bk, bn),
             Some(h) => {
                 assert_eq!(lay.q, lay.b.swap_inner_locals(2, h).unwrap(), "{dtype}");
@@ -186,4 +186,22 @@ fn default_layouts_and_format_are_figure_2_and_8() {
         };
         assert_eq!(figure8, &relayout(&q, &cfg).unwrap(), "{dtype} seed {seed}");
     }
+}
+
+/// The packing order is the cheapest cast's: the 1-, 2- and 4-bit integers put each pair one
+/// 16-bit lane apart (`pack_split` picks by instruction count; the rest is printed).
+#[test]
+fn pack_split_choices() {
+    let mut seen = Vec::new();
+    for dtype in weight_types() {
+        for adtype in [DType::F16, DType::BF16] {
+            let h = pack_split(dtype, adtype);
+            seen.push(format!("{dtype}/{adtype}: {h:?}"));
+            let bits = dtype.bits() as usize;
+            if !dtype.is_float() && matches!(bits, 1 | 2 | 4) {
+                assert_eq!(h, Some(16 / bits), "{dtype} {adtype}");
+            }
+        }
+    }
+    println!("{}", seen.join("\n"));
 }

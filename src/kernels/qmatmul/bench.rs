@@ -73,19 +73,23 @@ pub fn candidates(
         // chain of each step needs several warps per scheduler to hide its latency. Split-k
         // (more blocks), wide and long tiles (fewer per-step costs per weight) and deeper
         // pipelines (more bytes in flight) are what wins; the first configurations are the
-        // ones that measured best on an H100 across i2, i4 and u4 (docs/perf-notes.md, entry 2).
+        // ones that measured best on an H100 across i2, i3, i4, u1 and u4 (docs/perf-notes.md,
+        // entries 2 and 5).
         // (n-tile multiple of the default, bk, warps, stages, split_k)
-        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 11] = [
+        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 14] = [
             (2, 128, 4, 4, 4),
+            (2, 128, 4, 3, 8),
+            (2, 128, 4, 4, 8),
+            (4, 128, 4, 3, 8),
+            (4, 128, 4, 3, 1),
             (4, 128, 4, 3, 4),
             (2, 128, 4, 3, 2),
+            (2, 128, 4, 3, 1),
             (2, 64, 4, 4, 4),
-            (2, 64, 4, 3, 4),
             (4, 128, 8, 4, 4),
             (4, 64, 4, 4, 4),
             (1, 128, 4, 4, 4),
             (2, 128, 4, 4, 2),
-            (1, 128, 4, 3, 2),
             (1, 64, 4, 4, 2),
         ];
         let decode = |(wide, bk, warps, stages, split_k): (usize, usize, usize, usize, usize)| {
@@ -102,8 +106,9 @@ pub fn candidates(
             push(decode(c));
         }
         push(base);
-        // Then the rest of the space, for longer tuning.
-        for split_k in [1, 2, 4] {
+        // Then the rest of the space, for longer tuning. Split 8 gives 4-8x the blocks of the
+        // n tiles alone, which also evens out the last wave.
+        for split_k in [1, 2, 4, 8] {
             for warps in [4, 8] {
                 for bk in [128, 64] {
                     for wide in [2, 1, 4] {

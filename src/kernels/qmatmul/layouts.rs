@@ -26,6 +26,7 @@
 use super::config::{config_err, QMatmulConfig, QMatmulError, Tiling};
 use tilus_core::layout::{Digit, Layout, Mode};
 use tilus_core::verify::{mma_fragments, MmaKind};
+use tilus_core::DType;
 
 /// Every layout the programs use, for one configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +101,7 @@ impl QMatmulLayouts {
         ]);
         let rows = config.bk / t.groups_per_tile;
         let b3 = split_dim(&b, 0, rows).map_err(|e| config_err("group_rows", e))?;
-        let q = match pack_split(config.wdtype) {
+        let q = match pack_split(config.wdtype, config.adtype) {
             Some(h) => b.swap_inner_locals(2, h).unwrap_or_else(|_| b.clone()),
             None => b.clone(),
         };
@@ -130,17 +131,26 @@ impl QMatmulLayouts {
 }
 
 /// How the re-laid-out weight packs each thread's codes: `Some(h)` puts the two codes of each
-/// f16/bf16 pair of the B fragment `h` codes (16 bits) apart, the even ones of each block of
-/// `2h` first (`Layout::swap_inner_locals(2, h)`), so that the in-register cast places both
-/// with one mask, without a byte permute per pair (`tilus_core::codegen::cast::PackOrder`).
-/// For the 1-, 2- and 4-bit integers, where that saves a third of the cast. Wider codes and
-/// the float types keep the natural order: 16 bits apart they gain nothing.
-pub fn pack_split(wdtype: crate::DType) -> Option<usize> {
-    use crate::DType;
-    match wdtype {
-        DType::UInt(b @ (1 | 2 | 4)) | DType::Int(b @ (2 | 4)) => Some(16 / b as usize),
-        _ => None,
-    }
+/// f16/bf16 pair of the B fragment `h` codes apart, the even ones of each block of `2h` first
+/// (`Layout::swap_inner_locals(2, h)`), so that the in-register cast places both with masks
+/// and shared shifts instead of a byte permute per pair (`tilus_core::codegen::cast::PackOrder`).
+/// The split with the cheapest cast (by its instruction count) wins, if it beats the natural
+/// order: for 1-, 2- and 4-bit integers `h * bits = 16` (a third fewer instructions), for
+/// 3-bit `h = 8` (a sixth), for 5 and 6 bits a few percent; the float types keep the natural
+/// order.
+pub fn pack_split(wdtype: DType, adtype: DType) -> Option<usize> {
+    use tilus_core::codegen::cast::{cast_op_count, cast_plan_ordered, PackOrder};
+    let per_word = |order| {
+        cast_plan_ordered(wdtype, adtype, order)
+            .map(|p| cast_op_count(&p) as f64 / p.out_words as f64)
+    };
+    let natural = per_word(PackOrder::Natural)?;
+    [2, 4, 8, 16]
+        .into_iter()
+        .filter_map(|h| per_word(PackOrder::Split(h)).map(|c| (c, h)))
+        .filter(|&(c, _)| c < natural - 1e-9)
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
+        .map(|(_, h)| h)
 }
 
 /// Reshape dimension `dim` (extent `E`) of `layout` into `[E / inner, inner]`, keeping which

@@ -146,19 +146,15 @@ fn run_and_check(plan: &CastPlan, codes: &[u32], ctx: &str) {
     }
 }
 
-/// Split pack orders (even codes of a block first): every type, every code at every position,
-/// for each split whose group stays small.
+/// Split pack orders (even codes of a block first): every type and split on random groups, and
+/// every code at every position for the splits of 2 and of one 16-bit lane.
 #[test]
 fn cast_split_orders_host_twin_every_position() {
     let mut rng = StdRng::seed_from_u64(rand::random());
     let mut report = String::new();
     for src in all_sources() {
         for dst in [DType::F16, DType::BF16] {
-            // The smallest split, and the one that puts pairs one lane apart.
             for h in [2, 4, 8, 16] {
-                if h != 2 && width(src) as usize * h != 16 {
-                    continue;
-                }
                 let Some(plan) = cast_plan_ordered(src, dst, PackOrder::Split(h)) else {
                     // Some wide codes cannot be placed from far-apart slots (the code
                     // generator then converts element by element); the integers for which
@@ -171,10 +167,18 @@ fn cast_split_orders_host_twin_every_position() {
                     continue;
                 };
                 assert_eq!(plan.group % (2 * h), 0);
-                if plan.group > 64 {
+                let ncodes = 1u32 << width(src);
+                for _ in 0..50 {
+                    let codes: Vec<u32> = (0..plan.group)
+                        .map(|_| rng.random_range(0..ncodes))
+                        .collect();
+                    run_and_check(&plan, &codes, &format!("split {h}, random group"));
+                }
+                // Every code at every position, for the smallest split and the one that puts
+                // pairs one lane apart.
+                if h != 2 && width(src) as usize * h != 16 {
                     continue;
                 }
-                let ncodes = 1u32 << width(src);
                 for pos in 0..plan.group {
                     let mut codes: Vec<u32> = (0..plan.group)
                         .map(|_| rng.random_range(0..ncodes))
