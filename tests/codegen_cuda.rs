@@ -397,3 +397,47 @@ fn print_compiles() {
         a.ptxas_log
     );
 }
+
+/// The quantized matmul's decode configurations, one per way of dequantizing: the split pack
+/// orders (u1, i2, u4 with zero points on the accumulator, i3), the natural order (i8, the
+/// float types), bf16 activations, per-channel scales, and the split-k reduction; plus the
+/// dequantize program of prefill. No spills, cp.async and HMMA where they belong.
+#[test]
+fn qmatmul_configurations_compile_without_spills() {
+    use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
+    let pipelined = Expect {
+        hmma: true,
+        ldgsts: true,
+    };
+    let mut ks = Vec::new();
+    for (wd, ad, group, bn, split_k) in [
+        ("u1", "f16", Some(128), 256, 4),
+        ("i2", "f16", Some(128), 256, 4),
+        ("u4", "bf16", Some(128), 128, 8),
+        ("i3", "f16", None, 256, 1),
+        ("i8", "f16", Some(128), 128, 2),
+        ("f6e3m2", "bf16", Some(64), 128, 1),
+    ] {
+        let (wd, ad): (DType, DType) = (wd.parse().unwrap(), ad.parse().unwrap());
+        let base = QMatmulConfig::default_for(wd, ad, group, matches!(wd, DType::UInt(_)));
+        let cfg = QMatmulConfig {
+            bn,
+            bk: 128,
+            stages: 4,
+            split_k,
+            ..base
+        };
+        let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        ks.push((kernel.main.name.clone(), kernel.main, pipelined));
+        if let Some(reduce) = kernel.reduce {
+            ks.push((reduce.name.clone(), reduce, Expect::default()));
+        }
+    }
+    let dequant = QMatmulConfig {
+        method: QMatmulMethod::DequantizeThenGemm,
+        ..QMatmulConfig::default_for(DType::Int(4), DType::F16, Some(128), false)
+    };
+    let p = build(&dequant).unwrap().dequant.unwrap();
+    ks.push((p.name.clone(), p, Expect::default()));
+    run("qmatmul_configurations_compile_without_spills", ks);
+}

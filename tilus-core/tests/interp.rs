@@ -1024,3 +1024,59 @@ fn dot_accumulator_overflow_is_an_error() {
         &["dot: `rc`[0, 0]: the result", "overflows i32"],
     );
 }
+
+// ---- mul_add and reordering casts ----------------------------------------------------------
+
+/// `out = x * s + y` with `s` broadcast over rows, then a cast to f16 that reorders each
+/// thread's locals: every element rounds once (against the platform's fused multiply-add), and
+/// lands at its own index.
+#[test]
+fn mul_add_rounds_once_and_cast_to_keeps_indices() {
+    let (m, n) = (8, 16);
+    let lay = l("spatial(4,8).local(2,2)");
+    let reordered = lay.swap_inner_locals(2, 2).unwrap();
+    let mut b = ProgramBuilder::new("fma", 32);
+    let xp = b.param_ptr("x", DType::F32, false);
+    let sp = b.param_ptr("s", DType::F32, false);
+    let yp = b.param_ptr("y", DType::F32, false);
+    let op = b.param_ptr("out", DType::F16, true);
+    b.grid(vec![Expr::Int(1)]);
+    let gx = b.view_global("gx", xp, DType::F32, vec![Expr::Int(m), Expr::Int(n)]);
+    let gy = b.view_global("gy", yp, DType::F32, vec![Expr::Int(m), Expr::Int(n)]);
+    let gs = b.view_global("gs", sp, DType::F32, vec![Expr::Int(1), Expr::Int(n)]);
+    let go = b.view_global("go", op, DType::F16, vec![Expr::Int(m), Expr::Int(n)]);
+    let z = || vec![Expr::Int(0), Expr::Int(0)];
+    let x = b.load_global("x", gx, lay.clone(), z());
+    let y = b.load_global("y", gy, lay.clone(), z());
+    let s = b.load_global("s", gs, lay.reduce(&[0]).unwrap(), z());
+    let f = b.mul_add("f", x, Operand::Tensor(s), y);
+    let h = b.cast_to("h", f, DType::F16, reordered);
+    b.store_global(h, go, z());
+    let p = b.finish();
+
+    let mut rng = rand::rng();
+    let gen = |len: usize, rng: &mut rand::rngs::ThreadRng| -> Vec<f32> {
+        (0..len).map(|_| rng.random_range(-8.0f32..8.0)).collect()
+    };
+    let (xs, ys, ss) = (
+        gen(m as usize * n as usize, &mut rng),
+        gen(m as usize * n as usize, &mut rng),
+        gen(n as usize, &mut rng),
+    );
+    let le = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut args = vec![
+        Arg::Buffer(le(&xs)),
+        Arg::Buffer(le(&ss)),
+        Arg::Buffer(le(&ys)),
+        Arg::Buffer(poisoned(DType::F16, (m * n) as usize)),
+    ];
+    run(&p, &mut args).unwrap();
+    let got = decode(DType::F16, bytes(&args[3]), (m * n) as usize);
+    for i in 0..m as usize {
+        for j in 0..n as usize {
+            let k = i * n as usize + j;
+            let want = half::f16::from_f32(xs[k].mul_add(ss[j], ys[k])).to_f64();
+            assert_eq!(got[k], want, "[{i}, {j}]");
+        }
+    }
+}

@@ -882,3 +882,54 @@ fn rejects_parameters_that_are_not_scalars_or_pointers() {
     p.params.push(tilus_core::ir::Param { var: s });
     one(&p, 1000, &["parameter `tile` is a shared f16[8] tensor; parameters must be i32 scalars or pointers"]);
 }
+
+#[test]
+fn rejects_mul_add_off_f32_and_with_a_misplaced_addend() {
+    let mut k = kernel(32);
+    let (_m, _a, _c) = (k.m, k.a, k.c);
+    let h = k
+        .at(1)
+        .allocate_register("h", DType::F16, l("spatial(4,8)"), Some(1.0));
+    k.at(2).mul_add("hh", h, Operand::Imm(2.0), h);
+    one(
+        &k.finish(),
+        2,
+        &["mul_add is defined for f32 tensors", "`h`"],
+    );
+
+    let mut k = kernel(32);
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F32, l("spatial(4,8).local(1,2)"), Some(1.0));
+    let y = k
+        .at(2)
+        .allocate_register("y", DType::F32, l("local(1,2).spatial(4,8)"), Some(1.0));
+    k.at(3).mul_add("z", x, Operand::Imm(2.0), y);
+    one(
+        &k.finish(),
+        3,
+        &["the addend `y`", "must have the layout of `x`"],
+    );
+}
+
+#[test]
+fn rejects_a_cast_that_moves_elements_between_threads() {
+    let mut k = kernel(32);
+    let (_m, _a, _c) = (k.m, k.a, k.c);
+    let x = k
+        .at(1)
+        .allocate_register("x", DType::F16, l("spatial(4,8).local(1,4)"), Some(1.0));
+    // The same elements per thread in another local order: fine.
+    let per_thread = l("spatial(4,8).local(1,4)")
+        .swap_inner_locals(2, 2)
+        .unwrap();
+    k.at(2).cast_to("ok", x, DType::F32, per_thread);
+    // Elements of other threads: rejected.
+    k.at(3)
+        .cast_to("bad", x, DType::F32, l("local(1,4).spatial(4,8)"));
+    one(
+        &k.finish(),
+        3,
+        &["does not hold the elements of `x`", "reorder"],
+    );
+}

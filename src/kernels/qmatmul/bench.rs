@@ -73,15 +73,16 @@ pub fn candidates(
         // chain of each step needs several warps per scheduler to hide its latency. Split-k
         // (more blocks), wide and long tiles (fewer per-step costs per weight) and deeper
         // pipelines (more bytes in flight) are what wins; the first configurations are the
-        // ones that measured best on an H100 across i2, i3, i4, u1 and u4 (docs/perf-notes.md,
-        // entries 2 and 5).
+        // ones that measured best on an H100 across i2, i3, i4, u1 and u4 at m = 1 and i8 at
+        // m = 16 (docs/perf-notes.md, entries 2 and 5).
         // (n-tile multiple of the default, bk, warps, stages, split_k)
-        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 14] = [
+        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 15] = [
             (2, 128, 4, 4, 4),
             (2, 128, 4, 3, 8),
             (2, 128, 4, 4, 8),
             (4, 128, 4, 3, 8),
             (4, 128, 4, 3, 1),
+            (4, 64, 4, 3, 1),
             (4, 128, 4, 3, 4),
             (2, 128, 4, 3, 2),
             (2, 128, 4, 3, 1),

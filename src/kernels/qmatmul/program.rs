@@ -265,7 +265,7 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
         b.copy_async_commit_group();
     }
     // Grouped scales with whole k tiles per group are applied to the f32 accumulator once per
-    // group (`acc += acc_g * s`), not to each dequantized weight: the dot runs on the unscaled
+    // group (`acc += acc_g * s`, one FFMA), not to each dequantized weight: the dot runs on the unscaled
     // codes (minus zero points), which saves one packed multiply (and its saturation clamp) per
     // two weights. Groups shorter than a k tile scale each weight, per-channel scales the final
     // accumulator.
@@ -346,7 +346,7 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
             }
             stage
         };
-    // `acc -= z * asum` with the zero points `[1, bn]` of shared slice `zs` (or `rz_once`).
+    // `acc += asum * -z` (one FFMA each) with the zero points `[1, bn]` of shared slice `zs` (or `rz_once`).
     let subtract_zeros = |b: &mut ProgramBuilder, acc: VarId, asum: VarId, zs: Option<VarId>| {
         let z = match zs {
             Some(zs) => b.load_shared("zc", zs, lay.c_scale.clone(), vec![e(0), e(0)]),
@@ -358,8 +358,8 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
             }
         };
         let z32 = b.cast("zc32", z, DType::F32);
-        let t = b.binary("zsum", ElementOp::Mul, asum, Operand::Tensor(z32));
-        b.binary(acc, ElementOp::Sub, acc, Operand::Tensor(t));
+        let neg_z = b.neg("neg_zc32", z32);
+        b.mul_add(acc, asum, Operand::Tensor(neg_z), acc);
     };
     match (tiles_per_group, ss) {
         (Some(tpg), Some(ss)) => {
@@ -396,8 +396,7 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
                 );
                 let sc = b.load_shared("sc", sl, lay.c_scale.clone(), vec![e(0), e(0)]);
                 let sc32 = b.cast("sc32", sc, DType::F32);
-                let scaled = b.binary("scaled", ElementOp::Mul, acc_g, Operand::Tensor(sc32));
-                b.binary(acc, ElementOp::Add, acc, Operand::Tensor(scaled));
+                b.mul_add(acc, acc_g, Operand::Tensor(sc32), acc);
             });
         }
         _ => {

@@ -119,7 +119,44 @@ pub(crate) fn binary(
     }
     cx.w.open("");
     // The right operand, per lhs local.
-    let rhs_vals: Vec<String> = match rhs {
+    let rhs_vals = operand_values(cx, lid, dt, rhs, locals)?;
+    let mut codes = Vec::new();
+    for (j, rv) in rhs_vals.iter().enumerate() {
+        let (c, v, r) = (cx.fresh("c"), cx.fresh("x"), cx.fresh("y"));
+        cx.w.line(format!(
+            "const uint32_t {c} = {};",
+            get_bits(&x, j * bits as usize, bits)
+        ));
+        cx.w.line(format!(
+            "const {} {v} = {};",
+            ct.name(),
+            scalar::decode(dt, &c)
+        ));
+        cx.w.line(format!(
+            "const {} {r} = {};",
+            ct.name(),
+            scalar::binop(ct, op, &v, rv)
+        ));
+        codes.push(scalar::encode(dt, &r));
+    }
+    store_codes(cx, &o, bits, &codes);
+    cx.w.close();
+    Ok(())
+}
+
+/// The right operand of an elementwise instruction, one C expression per local of the left
+/// operand (layout id `lid`): broadcast tensor elements (each decoded once), a scalar, or an
+/// immediate. Emits the decoding lines.
+fn operand_values(
+    cx: &mut Ctx,
+    lid: usize,
+    dt: DType,
+    rhs: &Operand,
+    locals: usize,
+) -> Result<Vec<String>, CodegenError> {
+    let ct = CType::of(dt);
+    let bits = dt.bits();
+    Ok(match rhs {
         Operand::Tensor(r) => {
             let (rdt, rlay) = cx.reg(*r)?;
             if rdt != dt {
@@ -174,27 +211,36 @@ pub(crate) fn binary(
             let (_, lit) = scalar::constant(dt, *v);
             vec![lit; locals]
         }
-    };
-    let mut codes = Vec::new();
-    for (j, rv) in rhs_vals.iter().enumerate() {
-        let (c, v, r) = (cx.fresh("c"), cx.fresh("x"), cx.fresh("y"));
-        cx.w.line(format!(
-            "const uint32_t {c} = {};",
-            get_bits(&x, j * bits as usize, bits)
-        ));
-        cx.w.line(format!(
-            "const {} {v} = {};",
-            ct.name(),
-            scalar::decode(dt, &c)
-        ));
-        cx.w.line(format!(
-            "const {} {r} = {};",
-            ct.name(),
-            scalar::binop(ct, op, &v, rv)
-        ));
-        codes.push(scalar::encode(dt, &r));
+    })
+}
+
+/// `out = a * b + c` on f32 tensors: one `__fmaf_rn` per element (the interpreter rounds the
+/// exact result once, as the FFMA does).
+pub(crate) fn mul_add(
+    cx: &mut Ctx,
+    out: VarId,
+    a: VarId,
+    b: &Operand,
+    c: VarId,
+) -> Result<(), CodegenError> {
+    let (dt, lay) = cx.reg(a)?;
+    if dt != DType::F32 {
+        return Err(cx.err("mul_add is defined for f32 tensors"));
     }
-    store_codes(cx, &o, bits, &codes);
+    let locals = lay.num_locals();
+    let lid = cx.layout(&lay)?;
+    let (an, cn, o) = (cx.name(a), cx.name(c), cx.name(out));
+    cx.w.open("");
+    let bvals = operand_values(cx, lid, dt, b, locals)?;
+    let mut codes = Vec::new();
+    for (j, bv) in bvals.iter().enumerate() {
+        let r = cx.fresh("y");
+        cx.w.line(format!(
+            "const float {r} = __fmaf_rn(__uint_as_float({an}[{j}]), {bv}, __uint_as_float({cn}[{j}]));"
+        ));
+        codes.push(format!("__float_as_uint({r})"));
+    }
+    store_codes(cx, &o, 32, &codes);
     cx.w.close();
     Ok(())
 }

@@ -406,6 +406,7 @@ impl<'p> Ctx<'p> {
             Instruction::Binary { out, op, lhs, rhs } => {
                 elementwise::binary(self, *out, *op, *lhs, rhs)?
             }
+            Instruction::MulAdd { out, a, b, c } => elementwise::mul_add(self, *out, *a, b, *c)?,
             Instruction::Neg { out, x } => elementwise::neg(self, *out, *x)?,
             Instruction::Cast { out, x, dtype, .. } => elementwise::cast(self, *out, *x, *dtype)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
@@ -568,6 +569,9 @@ impl<'p> Ctx<'p> {
             Instruction::CopyAsyncWaitGroup { n: k } => format!("{name}({k})"),
             Instruction::Binary { out, lhs, rhs, .. } => {
                 format!("{} = {name}({}, {})", n(out), n(lhs), op(rhs))
+            }
+            Instruction::MulAdd { out, a, b, c } => {
+                format!("{} = {name}({}, {}, {})", n(out), n(a), op(b), n(c))
             }
             Instruction::Neg { out, x } => format!("{} = {name}({})", n(out), n(x)),
             Instruction::Cast {

@@ -102,6 +102,13 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             }
             v
         }
+        MulAdd { out, a, b, c } => {
+            let mut v = vec![*out, *a, *c];
+            if let Operand::Tensor(r) = b {
+                v.push(*r);
+            }
+            v
+        }
         Neg { out, x } | Cast { out, x, .. } | View { out, x, .. } => vec![*out, *x],
         Dot { out, a, b, c } => vec![*out, *a, *b, *c],
         Print { x, .. } => match x {

@@ -10,6 +10,7 @@ use crate::layout::SharedLayout;
 use crate::storage;
 use crate::verify::shared::allocation_bytes;
 use crate::verify::table::{unravel, NONE};
+use crate::DType;
 
 impl Machine<'_> {
     fn name(&self, v: VarId) -> &str {
@@ -320,7 +321,17 @@ impl Machine<'_> {
             Instruction::Synchronize => block.shared.synchronize(),
             Instruction::Exit => return Ok(Flow::Exit),
             Instruction::Binary { out, op, lhs, rhs } => {
-                let result = self.binary(block, *op, *lhs, rhs)?;
+                let dtype = self.reg(block, *lhs)?.dtype;
+                let result =
+                    self.elementwise(block, *lhs, rhs, |_, _, x, y| element_op(*op, dtype, x, y))?;
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::MulAdd { out, a, b, c } => {
+                let c = self.reg(block, *c)?.clone();
+                let result = self.elementwise(block, *a, b, |t, j, x, y| {
+                    let z = c.dtype.decode(c.get(t, j));
+                    convert(fma_f32(x, y, z) as f64, DType::F32)
+                })?;
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Neg { out, x } => {
@@ -382,12 +393,14 @@ impl Machine<'_> {
 
     /// `lhs op rhs`, with `rhs` broadcast: each thread finds the source of each of its locals
     /// among its own registers (the verifier's thread-local condition guarantees it is there).
-    fn binary(
+    /// A tensor of `lhs`'s type whose element `(t, j)` is `f(t, j, lhs[t, j], rhs at the same
+    /// index)` (the right operand broadcast, or uniform).
+    fn elementwise(
         &mut self,
         block: &Block,
-        op: ElementOp,
         lhs: VarId,
         rhs: &Operand,
+        mut f: impl FnMut(usize, usize, f64, f64) -> Result<u32, String>,
     ) -> Result<RegTensor, String> {
         let bt = self.block_threads;
         let l = self.reg(block, lhs)?;
@@ -433,7 +446,7 @@ impl Machine<'_> {
                     }
                     (None, None) => unreachable!("an operand is a tensor or uniform"),
                 };
-                result.set(t, j, element_op(op, dtype, x, y)?);
+                result.set(t, j, f(t, j, x, y)?);
             }
         }
         Ok(result)
@@ -576,4 +589,68 @@ fn format_tile(shape: &[usize], values: &[Option<f64>]) -> String {
         .map(|row| row.iter().map(cell).collect::<Vec<_>>().join(" "))
         .collect();
     format!("{shape:?}\n  {}", rows.join("\n  "))
+}
+
+/// `x * y + z` for f32 values, rounded once to f32 (to nearest, ties to even), as the GPU's
+/// FFMA does. The product of two f32 values is exact in f64; the sum is not always, so its
+/// rounding error (TwoSum) decides the one case where rounding the f64 sum again to f32 could
+/// differ: a sum that lands exactly halfway between two f32 values.
+pub(crate) fn fma_f32(x: f64, y: f64, z: f64) -> f32 {
+    let p = x * y;
+    let s = p + z;
+    let bb = s - p;
+    let err = (p - (s - bb)) + (z - bb);
+    let r = s as f32;
+    if err != 0.0 && s.is_finite() && r.is_finite() && r as f64 != s {
+        let other = if (r as f64) < s {
+            r.next_up()
+        } else {
+            r.next_down()
+        };
+        if other.is_finite() && (r as f64 + other as f64) / 2.0 == s {
+            // A tie only in f64: the exact value lies on err's side of it.
+            let (lo, hi) = if r < other { (r, other) } else { (other, r) };
+            return if err > 0.0 { hi } else { lo };
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fma_f32;
+    use rand::{Rng, SeedableRng};
+
+    /// Against the platform's fused multiply-add (correctly rounded by IEEE 754), on random
+    /// operands and on sums built to land halfway between two f32 values in f64.
+    #[test]
+    fn fma_f32_rounds_once() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+        let check = |x: f32, y: f32, z: f32| {
+            let want = x.mul_add(y, z);
+            let got = fma_f32(x as f64, y as f64, z as f64);
+            assert_eq!(got.to_bits(), want.to_bits(), "fma({x:e}, {y:e}, {z:e})");
+        };
+        for _ in 0..200_000 {
+            let x = f32::from_bits(rng.random::<u32>() & 0xBFFF_FFFF);
+            let y: f32 = rng.random_range(-4.0..4.0);
+            let z: f32 = rng.random_range(-1e3..1e3);
+            check(x, y, z);
+            check(x, y, -(x * y));
+        }
+        // x*y = 1 + 2^-24 + 2^-48 (exact), z = 0: the f64 sum is exact, no tie.
+        // x*y = 2^24 + 1 + tiny: f64 holds 2^24 + 1 + 2^-k, halfway candidates in f32.
+        for k in 1..30 {
+            let x = 1.0 + f32::EPSILON;
+            let y = 1.0 + (2f32).powi(-k);
+            check(x, y, 0.0);
+            check(x, y, -1.0);
+            check(
+                (2f32).powi(12) + 1.0,
+                (2f32).powi(12) + 1.0,
+                (2f32).powi(-k),
+            );
+            check(x, -y, (2f32).powi(-k));
+        }
+    }
 }

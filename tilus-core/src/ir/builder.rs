@@ -386,6 +386,14 @@ impl ProgramBuilder {
         out
     }
 
+    /// `a * b + c`, rounded once (f32 tensors; `b` broadcasts, `c` has `a`'s layout).
+    pub fn mul_add(&mut self, dest: impl Into<Dest>, a: VarId, b: Operand, c: VarId) -> VarId {
+        let ty = self.ty(a);
+        let out = self.dest(dest.into(), ty);
+        self.instr(Instruction::MulAdd { out, a, b, c });
+        out
+    }
+
     pub fn neg(&mut self, dest: impl Into<Dest>, x: VarId) -> VarId {
         let ty = self.ty(x);
         let out = self.dest(dest.into(), ty);

@@ -323,6 +323,14 @@ pub enum Instruction {
         lhs: VarId,
         rhs: Operand,
     },
+    /// `out = a * b + c` with one rounding (f32 only), broadcasting `b`; `c` has `a`'s type.
+    /// One FFMA where `mul` then `add` would be two instructions and two roundings.
+    MulAdd {
+        out: VarId,
+        a: VarId,
+        b: Operand,
+        c: VarId,
+    },
     Neg {
         out: VarId,
         x: VarId,

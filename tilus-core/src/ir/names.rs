@@ -22,6 +22,7 @@ impl Instruction {
             Instruction::CopyAsyncCommitGroup => "copy_async_commit_group",
             Instruction::CopyAsyncWaitGroup { .. } => "copy_async_wait_group",
             Instruction::Binary { op, .. } => op.name(),
+            Instruction::MulAdd { .. } => "mul_add",
             Instruction::Neg { .. } => "neg",
             Instruction::Cast { .. } => "cast",
             Instruction::View { .. } => "view",

@@ -9,6 +9,7 @@ use crate::ir::{
     SpanId, VarId, VarType,
 };
 use crate::layout::{Layout, SharedLayout};
+use crate::DType;
 
 impl<'p> Checker<'p> {
     /// Read an operand that must be in one scope; reports a scope error and returns `None`
@@ -195,6 +196,45 @@ impl<'p> Checker<'p> {
                         ),
                     );
                     return;
+                }
+            }
+        }
+    }
+
+    /// The right operand of an elementwise instruction whose left operand is `lhs` (type `l`):
+    /// a tensor of the same dtype that broadcasts to it in registers, an i32 scalar, or a
+    /// finite immediate.
+    fn check_rhs(
+        &mut self,
+        lhs: VarId,
+        l: Option<&'p RegisterType>,
+        rhs: &Operand,
+        span: SpanId,
+        name: &str,
+    ) {
+        match rhs {
+            Operand::Tensor(r) => {
+                let rr = self.reg(*r, span, name, "the right operand");
+                if let (Some(l), Some(rr)) = (l, rr) {
+                    self.same_dtype(span, name, lhs, l.dtype, *r, rr.dtype);
+                    if self.block_threads > 0 {
+                        if let Err(e) =
+                            broadcast_thread_local(&l.layout, &rr.layout, self.block_threads)
+                        {
+                            let msg = format!(
+                                "{name}: {} cannot be broadcast to {} in registers: {e}",
+                                self.name(*r),
+                                self.name(lhs)
+                            );
+                            self.err(span, msg);
+                        }
+                    }
+                }
+            }
+            Operand::Scalar(e) => self.expect_expr(e, ScalarType::I32, span, "a scalar operand"),
+            Operand::Imm(v) => {
+                if v.is_nan() {
+                    self.err(span, format!("{name}: NaN is not a valid immediate"));
                 }
             }
         }
@@ -449,38 +489,38 @@ impl<'p> Checker<'p> {
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::Synchronize
             | Instruction::Exit => {}
-            Instruction::Binary { out, op, lhs, rhs } => {
-                let l = self.reg(*lhs, span, name, "the left operand");
-                match rhs {
-                    Operand::Tensor(r) => {
-                        let rr = self.reg(*r, span, name, "the right operand");
-                        if let (Some(l), Some(rr)) = (l, rr) {
-                            self.same_dtype(span, name, *lhs, l.dtype, *r, rr.dtype);
-                            if self.block_threads > 0 {
-                                if let Err(e) = broadcast_thread_local(
-                                    &l.layout,
-                                    &rr.layout,
-                                    self.block_threads,
-                                ) {
-                                    let msg = format!(
-                                        "{name}: {} cannot be broadcast to {} in registers: {e}",
-                                        self.name(*r),
-                                        self.name(*lhs)
-                                    );
-                                    self.err(span, msg);
-                                }
-                            }
-                        }
+            Instruction::MulAdd { out, a, b, c } => {
+                let l = self.reg(*a, span, name, "the first operand");
+                self.check_rhs(*a, l, b, span, name);
+                let rc = self.reg(*c, span, name, "the addend");
+                if let Some(l) = l {
+                    if l.dtype != DType::F32 {
+                        let msg = format!(
+                            "mul_add is defined for f32 tensors, but {} holds {}",
+                            self.name(*a),
+                            l.dtype
+                        );
+                        self.err(span, msg);
                     }
-                    Operand::Scalar(e) => {
-                        self.expect_expr(e, ScalarType::I32, span, "a scalar operand")
-                    }
-                    Operand::Imm(v) => {
-                        if v.is_nan() {
-                            self.err(span, format!("{name}: NaN is not a valid immediate"));
+                    if let Some(rc) = rc {
+                        self.same_dtype(span, name, *a, l.dtype, *c, rc.dtype);
+                        if rc.layout != l.layout {
+                            let msg = format!(
+                                "mul_add: the addend {} ({}) must have the layout of {} ({})",
+                                self.name(*c),
+                                rc.layout.to_expr(),
+                                self.name(*a),
+                                l.layout.to_expr()
+                            );
+                            self.err(span, msg);
                         }
                     }
                 }
+                self.define(*out, l.map(|l| VarType::Register(l.clone())), span, name);
+            }
+            Instruction::Binary { out, op, lhs, rhs } => {
+                let l = self.reg(*lhs, span, name, "the left operand");
+                self.check_rhs(*lhs, l, rhs, span, name);
                 if let Some(l) = l {
                     if *op == ElementOp::Mod && l.dtype.kind() == Kind::Float {
                         let msg = format!(
