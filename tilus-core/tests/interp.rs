@@ -1073,9 +1073,9 @@ fn mul_add_rounds_once_and_cast_to_keeps_indices() {
     run(&p, &mut args).unwrap();
     let got = decode(DType::F16, bytes(&args[3]), (m * n) as usize);
     for i in 0..m as usize {
-        for j in 0..n as usize {
+        for (j, &s) in ss.iter().enumerate() {
             let k = i * n as usize + j;
-            let want = half::f16::from_f32(xs[k].mul_add(ss[j], ys[k])).to_f64();
+            let want = half::f16::from_f32(xs[k].mul_add(s, ys[k])).to_f64();
             assert_eq!(got[k], want, "[{i}, {j}]");
         }
     }
