@@ -81,11 +81,49 @@ fn emits_the_library_qmatmul() {
         src.contains("qmatmul_f16_u3_g128_z_16x256x128_w4_s4_k1"),
         "{src}"
     );
-    // Whole-tile groups scale the accumulator, not each weight.
-    assert!(src.contains("scaled = mul(acc_g, sc32)"), "{src}");
+    // Whole-tile groups scale the accumulator (one FFMA per element), not each weight, and the
+    // zero points come off it too.
+    assert!(src.contains("acc = mul_add(acc_g, sc32, acc)"), "{src}");
+    assert!(src.contains("asum_g = dot(ra, ones, asum_g)"), "{src}");
+    assert!(!src.contains("wz = sub("), "{src}");
     let split = source(&["emit", "qmatmul", "--config", "WDTYPE=i4,SPLIT_K=2,GROUP=0"]);
     assert!(split.contains("qmatmul_reduce_f16_i4_pc"), "{split}");
     assert!(error(&["emit", "qmatmul", "--config", "WDTYPE=f16"]).contains("wdtype"));
     assert!(error(&["emit", "qmatmul", "--config", "BN=48"]).contains("bn"));
     assert!(error(&["emit", "qmatmul", "--config", "STAGES=x"]).contains("STAGES"));
+}
+
+/// `--ptx ARCH` prints NVRTC's PTX of every program of the kernel (the split-k qmatmul has two);
+/// without NVRTC it is a one-line error, unless TILUS_REQUIRE_NVRTC=1 makes that a failure.
+#[test]
+fn ptx_for_an_architecture() {
+    let args = [
+        "emit",
+        "qmatmul",
+        "--config",
+        "WDTYPE=i2,BN=256,BK=128,STAGES=4,SPLIT_K=4",
+        "--ptx",
+        "sm_90a",
+    ];
+    let out = tilus(&args);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("NVRTC"), "{err}");
+        if std::env::var("TILUS_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!("TILUS_REQUIRE_NVRTC=1 but: {err}");
+        }
+        eprintln!("ptx_for_an_architecture: skipped: {err}");
+        return;
+    }
+    let ptx = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(ptx.matches(".target sm_90a").count(), 2, "main and reduce");
+    assert!(ptx.contains(".entry qmatmul_f16_i2_g128_16x256x128_w4_s4_k4("));
+    assert!(ptx.contains(".entry qmatmul_reduce_f16_i2_g128_16x256x128_w4_s4_k4("));
+    assert!(ptx.contains("mma.sync.aligned.m16n8k16"));
+    // The split packing order of i2: no byte permute in the cast.
+    assert!(
+        !ptx.contains("prmt.b32"),
+        "the i2 cast should not permute bytes"
+    );
 }
