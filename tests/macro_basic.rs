@@ -44,3 +44,33 @@ fn interprets() {
         }
     }
 }
+
+/// `y = x * s + y` with one rounding (`mul_add`), and a cast whose result holds the same
+/// elements per thread in another local order (`cast::<T>(x, layout)`).
+#[tilus::kernel(grid = [cdiv(n, 128)], warps = 1)]
+pub fn fma_and_reorder(n: i32, x: Global<f32>, y: Global<f32>, out: GlobalMut<f16>) {
+    let [bi] = block_indices();
+    let gx = view_global(x, [n / 2, 2]);
+    let gy = view_global(y, [n / 2, 2]);
+    let go = view_global(out, [n / 2, 2]);
+    let rx = load_global(gx, layout!(spatial(32, 1).local(2, 2)), [bi * 64, 0]);
+    let ry = load_global(gy, layout!(spatial(32, 1).local(2, 2)), [bi * 64, 0]);
+    let f = mul_add(rx, 3.0, ry);
+    let h = cast::<f16>(f, layout!(spatial(32, 1).column_local(2, 2)));
+    store_global(h, go, [bi * 64, 0]);
+}
+
+#[test]
+fn mul_add_and_reordering_cast_interpret() {
+    use rand::Rng;
+    let n = 300;
+    let mut rng = rand::rng();
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+    let y: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+    let mut out = vec![half::f16::NAN; n];
+    fma_and_reorder::interpret(&fma_and_reorder::SPACE[0], n as i32, &x, &y, &mut out).unwrap();
+    for i in 0..n {
+        let want = half::f16::from_f32(x[i].mul_add(3.0, y[i]));
+        assert_eq!(out[i].to_bits(), want.to_bits(), "at {i}");
+    }
+}

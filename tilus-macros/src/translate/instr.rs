@@ -37,7 +37,8 @@ pub const INSTRUCTIONS: &[(&str, &str)] = &[
     ("cdiv", "cdiv(a, b)"),
     ("gcd", "gcd(a, b) (of constants)"),
     ("neg", "neg(x)"),
-    ("cast", "cast::<T>(x)"),
+    ("mul_add", "mul_add(a, b, c)"),
+    ("cast", "cast::<T>(x) or cast::<T>(x, layout)"),
     ("view", "view::<T>(x, layout)"),
     ("dot", "dot(a, b, c)"),
     ("sync", "sync()"),
@@ -318,6 +319,23 @@ impl Translator<'_, '_> {
                 let rhs = self.operand(args[1], y)?;
                 self.element(b, c, op, x, rhs, dest)
             }
+            "mul_add" => {
+                self.arity(c, &name, 3, 3)?;
+                let x = self.tensor_arg(b, args[0], &name, "first operand", Scope::Register);
+                let y = self.value(b, args[1], DestHint::Temp);
+                let z = self.tensor_arg(b, args[2], &name, "addend", Scope::Register);
+                let (x, y, z) = (x?, y?, z?);
+                let rhs = self.operand(args[1], y)?;
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "mul_add");
+                Ok(Value::Tensor(build!(d, |d| b.mul_add(
+                    d,
+                    x,
+                    rhs.clone(),
+                    z
+                ))))
+            }
             "neg" => {
                 self.arity(c, &name, 1, 1)?;
                 let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register)?;
@@ -508,15 +526,26 @@ impl Translator<'_, '_> {
                 Ok(Value::Unit)
             }
             "cast" => {
-                self.arity(c, &name, 1, 1)?;
+                self.arity(c, &name, 1, 2)?;
                 let dtype = self.dtype_targ(c, seg, true);
                 let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register);
-                let (dtype, x) = (dtype?, x?);
-                let site = self.site(c);
+                // With a layout: the same elements per thread in another local order.
+                let layout = args
+                    .get(1)
+                    .map(|l| self.layout_arg(b, l, &name))
+                    .transpose();
+                let (dtype, x, layout) = (dtype?, x?, layout?);
+                let site = match args.get(1) {
+                    Some(l) => self.site_with(c, Some(Range::of(l)), None),
+                    None => self.site(c),
+                };
                 b.set_span(site);
                 let d = self.dest(dest, "cast");
                 let dtype = dtype.unwrap_or(DType::F32);
-                Ok(Value::Tensor(build!(d, |d| b.cast(d, x, dtype))))
+                Ok(Value::Tensor(match layout {
+                    None => build!(d, |d| b.cast(d, x, dtype)),
+                    Some(l) => build!(d, |d| b.cast_to(d, x, dtype, l.clone())),
+                }))
             }
             "view" => {
                 self.arity(c, &name, 2, 2)?;
