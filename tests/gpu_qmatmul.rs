@@ -96,6 +96,8 @@ fn bf16_zero_points_split_k_and_ragged_m() {
         ("i4", DType::F16, false, 4, Group::Rows(128)),
         ("u4", DType::F16, true, 2, Group::Rows(32)),
         ("i8", DType::F16, false, 1, Group::PerChannel),
+        // Per-channel zero points, folded into the accumulator, with split-k.
+        ("u2", DType::BF16, true, 2, Group::PerChannel),
         ("f6e3m2", DType::BF16, false, 2, Group::Rows(64)),
     ] {
         let wdtype: DType = name.parse().unwrap();

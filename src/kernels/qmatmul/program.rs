@@ -231,13 +231,6 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
     };
     let acc = b.allocate_register("acc", DType::F32, lay.c.clone(), Some(0.0));
     let col0 = Expr::from(bj) * e(c.bn);
-    // Per-channel zero points do not change along k: load them once.
-    let rz_once = match (grouped, gz) {
-        (None, Some(gz)) => {
-            Some(b.load_global("rz", gz, lay.scale.clone(), vec![e(0), e(0), col0.clone()]))
-        }
-        _ => None,
-    };
 
     let ktiles = b.let_("ktiles", ScalarType::I32, ke.clone() / e(c.bk * c.split_k));
     let kt0 = b.let_("kt0", ScalarType::I32, Expr::from(bs) * ktiles);
@@ -307,10 +300,12 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
             } else {
                 None
             };
+            // Groups shorter than a k tile subtract zero points per weight; the others (and
+            // per-channel zero points) come off the accumulator.
             let rz = if asum.is_some() {
                 None
             } else {
-                load_group(b, sz, "rz").or(rz_once)
+                load_group(b, sz, "rz")
             };
             // Refill the stage read in the previous iteration (everyone passed the barrier above).
             let next = b.let_("next", ScalarType::I32, kt.clone() + e(s - 1));
@@ -346,7 +341,8 @@ fn build_main(c: &QMatmulConfig, lay: &QMatmulLayouts) -> Program {
             }
             stage
         };
-    // `acc += asum * -z` (one FFMA each) with the zero points `[1, bn]` of shared slice `zs` (or `rz_once`).
+    // `acc += asum * -z` (one FFMA each) with the zero points `[1, bn]` of shared slice `zs`, or
+    // per channel from global memory.
     let subtract_zeros = |b: &mut ProgramBuilder, acc: VarId, asum: VarId, zs: Option<VarId>| {
         let z = match zs {
             Some(zs) => b.load_shared("zc", zs, lay.c_scale.clone(), vec![e(0), e(0)]),

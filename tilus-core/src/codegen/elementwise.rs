@@ -144,6 +144,24 @@ pub(crate) fn binary(
     Ok(())
 }
 
+/// For a tensor right operand `r` of dtype `dt`: which local of `r` each local of the left
+/// operand (layout id `lid`) reads, and `r`'s register array name.
+fn broadcast_operand(
+    cx: &mut Ctx,
+    lid: usize,
+    dt: DType,
+    r: VarId,
+) -> Result<(Vec<usize>, String), CodegenError> {
+    let (rdt, rlay) = cx.reg(r)?;
+    if rdt != dt {
+        return Err(cx.err("the operands of an elementwise instruction differ in dtype"));
+    }
+    let rid = cx.layout(&rlay)?;
+    let map = broadcast_locals(&cx.layouts[lid].map, &cx.layouts[rid].map, cx.block_threads)
+        .map_err(|e| cx.err(format!("broadcast: {e}")))?;
+    Ok((map, cx.name(r)))
+}
+
 /// The right operand of an elementwise instruction, one C expression per local of the left
 /// operand (layout id `lid`): broadcast tensor elements (each decoded once), a scalar, or an
 /// immediate. Emits the decoding lines.
@@ -158,15 +176,7 @@ fn operand_values(
     let bits = dt.bits();
     Ok(match rhs {
         Operand::Tensor(r) => {
-            let (rdt, rlay) = cx.reg(*r)?;
-            if rdt != dt {
-                return Err(cx.err("the operands of an elementwise instruction differ in dtype"));
-            }
-            let rid = cx.layout(&rlay)?;
-            let map =
-                broadcast_locals(&cx.layouts[lid].map, &cx.layouts[rid].map, cx.block_threads)
-                    .map_err(|e| cx.err(format!("broadcast: {e}")))?;
-            let rn = cx.name(*r);
+            let (map, rn) = broadcast_operand(cx, lid, dt, *r)?;
             let mut decoded: HashMap<usize, String> = HashMap::new();
             let mut vals = Vec::new();
             for &k in &map {
@@ -294,15 +304,7 @@ fn packed_half(
             vec![hex(code | (code << 16)); locals / 2]
         }
         Operand::Tensor(r) => {
-            let (rdt, rlay) = cx.reg(*r)?;
-            if rdt != dt {
-                return Err(cx.err("the operands of an elementwise instruction differ in dtype"));
-            }
-            let rid = cx.layout(&rlay)?;
-            let map =
-                broadcast_locals(&cx.layouts[lid].map, &cx.layouts[rid].map, cx.block_threads)
-                    .map_err(|e| cx.err(format!("broadcast: {e}")))?;
-            let rn = cx.name(*r);
+            let (map, rn) = broadcast_operand(cx, lid, dt, *r)?;
             (0..locals / 2)
                 .map(|w| {
                     let (k0, k1) = (map[2 * w], map[2 * w + 1]);

@@ -356,19 +356,14 @@ impl Machine<'_> {
                 dtype,
                 layout,
             } => {
+                let from = self.reg(block, *x)?.layout.clone();
+                let layout = layout.clone().unwrap_or_else(|| from.clone());
+                let sigma = self.permutation(&from, &layout)?;
                 let x = self.reg(block, *x)?;
-                let layout = layout.as_ref().unwrap_or(&x.layout);
-                let sigma = x.layout.local_permutation(layout).ok_or_else(|| {
-                    format!(
-                        "cast: {} does not hold the elements of {} on the same threads",
-                        layout.to_expr(),
-                        x.layout.to_expr()
-                    )
-                })?;
-                let mut result = RegTensor::new(*dtype, layout.clone(), bt);
+                let mut result = RegTensor::new(*dtype, layout, bt);
                 for t in 0..bt {
-                    for (i, &from) in sigma.iter().enumerate() {
-                        result.set(t, i, convert(x.dtype.decode(x.get(t, from)), *dtype)?);
+                    for (i, &src) in sigma.iter().enumerate() {
+                        result.set(t, i, convert(x.dtype.decode(x.get(t, src)), *dtype)?);
                     }
                 }
                 block.env[out.0 as usize] = Some(Value::Reg(result));

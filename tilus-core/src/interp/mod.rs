@@ -120,6 +120,7 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
         globals,
         scratch: HashMap::new(),
         tables: HashMap::new(),
+        permutations: HashMap::new(),
     };
     let result = machine.launch(&env);
     // Hand the buffers back, also after an error (they hold whatever was written until then).
@@ -140,6 +141,9 @@ struct Machine<'p> {
     /// `allocate_global` instruction (by its variable) -> buffer.
     scratch: HashMap<VarId, usize>,
     tables: HashMap<Layout, Rc<LayoutTable>>,
+    /// `(from, to)` -> the local permutation of a reordering cast (`Layout::local_permutation`),
+    /// computed once per launch instead of at every executed cast.
+    permutations: HashMap<(Layout, Layout), Rc<Vec<usize>>>,
 }
 
 /// One block's state.
@@ -204,6 +208,23 @@ impl<'p> Machine<'p> {
         let t = Rc::new(LayoutTable::new(layout)?);
         self.tables.insert(layout.clone(), t.clone());
         Ok(t)
+    }
+
+    /// Output local `i` of a cast from `from` to `to` is input local `sigma[i]`.
+    fn permutation(&mut self, from: &Layout, to: &Layout) -> Result<Rc<Vec<usize>>, String> {
+        let key = (from.clone(), to.clone());
+        if let Some(s) = self.permutations.get(&key) {
+            return Ok(s.clone());
+        }
+        let sigma = Rc::new(from.local_permutation(to).ok_or_else(|| {
+            format!(
+                "cast: {} does not hold the elements of {} on the same threads",
+                to.to_expr(),
+                from.to_expr()
+            )
+        })?);
+        self.permutations.insert(key, sigma.clone());
+        Ok(sigma)
     }
 
     fn eval(&self, e: &crate::ir::Expr, block: &Block) -> Result<Scalar, String> {

@@ -133,6 +133,20 @@ fn check_lanes(src: DType, dst: Half, codes: [u32; 2], out: u32, ctx: &str) {
     }
 }
 
+/// Each code value at each position of an otherwise random group.
+fn every_code_at_every_position(plan: &CastPlan, rng: &mut StdRng, ctx: &str) {
+    let ncodes = 1u32 << width(plan.src);
+    for pos in 0..plan.group {
+        let mut codes: Vec<u32> = (0..plan.group)
+            .map(|_| rng.random_range(0..ncodes))
+            .collect();
+        for c in 0..ncodes {
+            codes[pos] = c;
+            run_and_check(plan, &codes, &format!("{ctx}, position {pos}"));
+        }
+    }
+}
+
 fn run_and_check(plan: &CastPlan, codes: &[u32], ctx: &str) {
     let bits = width(plan.src);
     let input = pack_words(bits, codes);
@@ -179,15 +193,7 @@ fn cast_split_orders_host_twin_every_position() {
                 if h != 2 && width(src) as usize * h != 16 {
                     continue;
                 }
-                for pos in 0..plan.group {
-                    let mut codes: Vec<u32> = (0..plan.group)
-                        .map(|_| rng.random_range(0..ncodes))
-                        .collect();
-                    for c in 0..ncodes {
-                        codes[pos] = c;
-                        run_and_check(&plan, &codes, &format!("split {h}, position {pos}"));
-                    }
-                }
+                every_code_at_every_position(&plan, &mut rng, &format!("split {h}"));
                 if width(src) as usize * h == 16 {
                     let per = cast_op_count(&plan) as f64 / plan.out_words as f64;
                     report.push_str(&format!("{src} -> {dst} split {h}: {per:.2} ops/word\n"));
@@ -286,17 +292,7 @@ fn cast_host_twin_exhaustive_every_position() {
             let Some(plan) = cast_plan(src, dst) else {
                 continue;
             };
-            let bits = width(src);
-            let ncodes = 1u32 << bits;
-            for pos in 0..plan.group {
-                let mut codes: Vec<u32> = (0..plan.group)
-                    .map(|_| rng.random_range(0..ncodes))
-                    .collect();
-                for c in 0..ncodes {
-                    codes[pos] = c;
-                    run_and_check(&plan, &codes, &format!("position {pos}"));
-                }
-            }
+            every_code_at_every_position(&plan, &mut rng, "natural order");
         }
     }
 }
