@@ -775,26 +775,7 @@ mod tests {
     use serde_json::json;
     use std::cell::Cell;
 
-    static TMP: AtomicU64 = AtomicU64::new(0);
-
-    struct TempDir(PathBuf);
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            let p = std::env::temp_dir().join(format!(
-                "tilus-tune-{tag}-{}-{}",
-                std::process::id(),
-                TMP.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = fs::remove_dir_all(&p);
-            fs::create_dir_all(&p).unwrap();
-            TempDir(p)
-        }
-    }
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_util::TempDir;
 
     fn key() -> TuneKey {
         TuneKey::new("fake", "m<=16 n=64", "Test GPU", 13000)

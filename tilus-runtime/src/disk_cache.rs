@@ -335,24 +335,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    struct TempDir(PathBuf);
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            let p = std::env::temp_dir().join(format!(
-                "tilus-disk-cache-{tag}-{}-{}",
-                std::process::id(),
-                TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = fs::remove_dir_all(&p);
-            fs::create_dir_all(&p).unwrap();
-            TempDir(p)
-        }
-    }
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_util::TempDir;
 
     fn key(s: &str) -> CacheKey {
         CacheKey::of(&[s.as_bytes()])

@@ -42,6 +42,8 @@ pub mod error;
 pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
+#[cfg(test)]
+mod test_util;
 
 pub use autotune::{
     Measurement, TuneCandidate, TuneKey, TuneOutcome, TuneRecord, TuneSource, TuneStats, Tuner,
