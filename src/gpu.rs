@@ -1,42 +1,84 @@
-//! Running a VM [`Program`] on the GPU: generate its CUDA ([`tilus_core::codegen`]), hand the
-//! source to the runtime (NVRTC, caches), check the launch assumptions the generated code relies
-//! on, evaluate the grid, allocate the scratch buffers of `AllocateGlobal`, and launch.
+//! The one launch path. Every kernel, whether written with `#[kernel]` (its [`LaunchSpec`] and
+//! source are embedded per configuration) or built at run time by the kernel library (generated
+//! here from a [`Program`]), launches through [`GpuKernel::launch`], which before anything
+//! reaches the driver:
+//! - checks the argument count against the entry's own parameters (the runtime's parameter list
+//!   is derived from the same [`LaunchSpec`] that lists the entry's parameters, hidden
+//!   workspaces included, so the two cannot disagree);
+//! - checks every buffer against the kernel's global views, and every assumption of the
+//!   generated code (alignment, divisibility);
+//! - evaluates the grid (a zero extent launches nothing) and leaves the device limits to the
+//!   runtime's `check_dims`;
+//! - allocates and zeroes the `AllocateGlobal` workspaces;
+//! - launches on the context's stream or on a stream the caller gives.
 //!
-//! This is the one bridge from programs to launches for code that builds programs at run time
-//! (the kernel library); `#[kernel]` launchers go through the same runtime calls.
+//! Every failure is an error naming the argument; nothing a caller passes can fault the kernel
+//! on what these checks cover.
 
-use tilus_core::codegen::{self, ArgValue, CudaKernel, ParamKind};
-use tilus_core::ir::{BinaryOp, Expr, Program, UnaryOp};
+use std::sync::Arc;
+
+use tilus_core::codegen;
+use tilus_core::ir::Program;
+use tilus_core::launch::{ArgValue, LaunchSpec, ParamKind};
 use tilus_core::DType;
 use tilus_runtime::{
-    Context, DeviceBuffer, KernelArg, KernelArgMut, KernelSource, LaunchDims, Param,
+    Context, CudaStream, DeviceBuffer, KernelArg, KernelArgMut, KernelSource, LaunchDims, Param,
 };
 
-/// Errors of [`GpuProgram`]; launch-argument errors name the argument.
+/// Errors of [`GpuKernel`]; argument errors name the argument.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error("code generation for `{program}` failed: {message}")]
     Codegen { program: String, message: String },
-    #[error("program `{program}`: {message}")]
-    Arguments { program: String, message: String },
+    #[error("kernel `{kernel}`{}: {message}", config_label(.config))]
+    Arguments {
+        kernel: String,
+        config: String,
+        message: String,
+    },
     #[error(transparent)]
     Runtime(#[from] tilus_runtime::RuntimeError),
 }
 
-/// One launch argument, in the program's parameter order.
+fn config_label(config: &str) -> String {
+    if config.is_empty() {
+        String::new()
+    } else {
+        format!(" ({config})")
+    }
+}
+
+/// One launch argument, in the kernel's own parameter order.
 pub enum GpuArg<'a> {
     I32(i32),
-    /// A pointer parameter the program only reads.
+    /// A pointer parameter the kernel only reads.
     In(&'a dyn KernelArg),
-    /// A pointer parameter the program writes.
+    /// A pointer parameter the kernel writes.
     Out(&'a mut dyn KernelArgMut),
 }
 
-/// A program compiled for the GPU (lazily: NVRTC runs at the first launch on a context).
-pub struct GpuProgram {
-    kernel: CudaKernel,
+impl GpuArg<'_> {
+    fn value(&self) -> ArgValue {
+        match self {
+            GpuArg::I32(v) => ArgValue::I32(*v),
+            GpuArg::In(b) => ArgValue::Pointer(b.address()),
+            GpuArg::Out(b) => ArgValue::Pointer(b.address()),
+        }
+    }
+    fn size_bytes(&self) -> usize {
+        match self {
+            GpuArg::I32(_) => 0,
+            GpuArg::In(b) => b.size_bytes(),
+            GpuArg::Out(b) => b.size_bytes(),
+        }
+    }
+}
+
+/// A kernel ready to launch (NVRTC runs at the first launch on a context, then the runtime's
+/// memory and disk caches serve it).
+pub struct GpuKernel {
+    spec: Arc<LaunchSpec>,
     source: KernelSource,
-    name: String,
 }
 
 /// The runtime's element type for a pointer of `dtype`: sub-byte data travels as bytes.
@@ -62,14 +104,31 @@ fn runtime_param(name: &str, dtype: DType, mutable: bool) -> Param {
     }
 }
 
-impl GpuProgram {
+impl GpuKernel {
     /// Generate the CUDA of `program`; `config` labels it in caches and error messages.
-    pub fn new(program: &Program, config: &str) -> Result<GpuProgram, GpuError> {
+    pub fn from_program(program: &Program, config: &str) -> Result<GpuKernel, GpuError> {
         let kernel = codegen::emit(program).map_err(|e| GpuError::Codegen {
             program: program.name.clone(),
             message: e.message,
         })?;
-        let params: Vec<Param> = kernel
+        Ok(GpuKernel::new(
+            &program.name,
+            config,
+            Arc::new(kernel.launch),
+            kernel.source,
+        ))
+    }
+
+    /// A kernel from its launch spec and source (what `#[kernel]` embeds).
+    pub fn new(
+        name: &str,
+        config: &str,
+        spec: Arc<LaunchSpec>,
+        source: impl Into<Arc<str>>,
+    ) -> GpuKernel {
+        // The runtime checks every launch against this list, which has one entry per parameter
+        // of the CUDA entry, workspaces included.
+        let params: Vec<Param> = spec
             .params
             .iter()
             .map(|p| match &p.kind {
@@ -81,17 +140,13 @@ impl GpuProgram {
             })
             .collect();
         let source = KernelSource::new(
-            program.name.clone(),
+            name.to_string(),
             config.to_string(),
-            kernel.entry.clone(),
-            kernel.source.clone(),
+            spec.entry.clone(),
+            source.into(),
             params,
         );
-        Ok(GpuProgram {
-            kernel,
-            source,
-            name: program.name.clone(),
-        })
+        GpuKernel { spec, source }
     }
 
     /// Compile (or find in the caches) and load the kernel on `ctx` now instead of at the first
@@ -101,125 +156,99 @@ impl GpuProgram {
         Ok(())
     }
 
-    /// The generated kernel (source, parameters, shared memory, assumptions).
-    pub fn cuda(&self) -> &CudaKernel {
-        &self.kernel
+    /// The launch metadata: parameters, grid, shared memory, assumptions, buffer views.
+    pub fn spec(&self) -> &LaunchSpec {
+        &self.spec
+    }
+
+    /// The CUDA source and its runtime parameter list.
+    pub fn source(&self) -> &KernelSource {
+        &self.source
     }
 
     fn arg_error(&self, message: impl Into<String>) -> GpuError {
         GpuError::Arguments {
-            program: self.name.clone(),
+            kernel: self.source.kernel().to_string(),
+            config: self.source.config().to_string(),
             message: message.into(),
         }
     }
 
-    /// Evaluate a workspace extent, an expression over the scalar parameters.
-    fn eval(&self, e: &Expr, values: &[ArgValue]) -> Result<i64, String> {
-        let ev = |x: &Expr| self.eval(x, values);
-        Ok(match e {
-            Expr::Int(v) => *v as i64,
-            Expr::Bool(b) => *b as i64,
-            Expr::Var(var) => match self.kernel.param_index(*var).map(|i| values[i]) {
-                Some(ArgValue::I32(v)) => v as i64,
-                _ => {
-                    return Err(format!(
-                        "a workspace extent reads {var:?}, not a scalar parameter"
-                    ))
-                }
-            },
-            Expr::Unary(UnaryOp::Neg, x) => -ev(x)?,
-            Expr::Unary(UnaryOp::Not, x) => (ev(x)? == 0) as i64,
-            Expr::Select(c, a, b) => {
-                if ev(c)? != 0 {
-                    ev(a)?
-                } else {
-                    ev(b)?
-                }
-            }
-            Expr::Binary(op, a, b) => {
-                let (a, b) = (ev(a)?, ev(b)?);
-                match op {
-                    BinaryOp::Add => a + b,
-                    BinaryOp::Sub => a - b,
-                    BinaryOp::Mul => a * b,
-                    BinaryOp::Div | BinaryOp::Mod if b == 0 => {
-                        return Err("a workspace extent divides by zero".into())
-                    }
-                    BinaryOp::Div => a / b,
-                    BinaryOp::Mod => a % b,
-                    BinaryOp::Min => a.min(b),
-                    BinaryOp::Max => a.max(b),
-                    BinaryOp::Lt => (a < b) as i64,
-                    BinaryOp::Le => (a <= b) as i64,
-                    BinaryOp::Gt => (a > b) as i64,
-                    BinaryOp::Ge => (a >= b) as i64,
-                    BinaryOp::Eq => (a == b) as i64,
-                    BinaryOp::Ne => (a != b) as i64,
-                    BinaryOp::And => (a != 0 && b != 0) as i64,
-                    BinaryOp::Or => (a != 0 || b != 0) as i64,
-                }
-            }
-        })
+    /// Check `args` and launch on `ctx`'s stream. `args` holds the kernel's own parameters in
+    /// order (not the hidden workspaces, which are allocated here, zeroed, per launch). A grid
+    /// with a zero extent launches nothing. The launch is asynchronous: a fault inside the
+    /// kernel surfaces at the next synchronizing call (`ctx.synchronize()`).
+    pub fn launch(&self, ctx: &Context, args: Vec<GpuArg<'_>>) -> Result<(), GpuError> {
+        self.launch_on(ctx, None, args)
     }
 
-    /// Check `args` against the generated code's assumptions and launch on `ctx`'s stream.
-    /// `args` holds the program's own parameters in order (not the hidden workspaces, which are
-    /// allocated here, zeroed, per launch). A grid with a zero extent launches nothing.
-    pub fn launch(&self, ctx: &Context, args: Vec<GpuArg<'_>>) -> Result<(), GpuError> {
-        let own = self
-            .kernel
-            .params
-            .iter()
-            .filter(|p| !matches!(p.kind, ParamKind::Workspace { .. }))
-            .count();
+    /// [`GpuKernel::launch`] on `stream` (a stream of `ctx`, e.g. from `ctx.new_stream()`), or
+    /// on `ctx`'s own stream when `None`.
+    pub fn launch_on(
+        &self,
+        ctx: &Context,
+        stream: Option<&Arc<CudaStream>>,
+        args: Vec<GpuArg<'_>>,
+    ) -> Result<(), GpuError> {
+        let spec = &*self.spec;
+        let own = spec.user_params().count();
         if args.len() != own {
-            return Err(
-                self.arg_error(format!("takes {own} arguments, {} were passed", args.len()))
-            );
+            let names: Vec<&str> = spec.user_params().map(|p| p.ir_name.as_str()).collect();
+            return Err(self.arg_error(format!(
+                "takes {own} arguments ({}), {} were passed",
+                names.join(", "),
+                args.len()
+            )));
         }
-        // Values as the assumption checks see them; workspaces are freshly allocated and so
-        // aligned, and stand in as address 0.
-        let mut values = Vec::with_capacity(self.kernel.params.len());
+        // Arguments as the checks see them, one per entry parameter; fresh workspaces are
+        // aligned and sized by us, and stand in as address 0.
+        let mut values = Vec::with_capacity(spec.params.len());
+        let mut sizes = Vec::with_capacity(spec.params.len());
         let mut supplied = args.iter();
-        for p in &self.kernel.params {
-            let v = match p.kind {
-                ParamKind::Workspace { .. } => ArgValue::Pointer(0),
-                _ => match supplied.next() {
-                    Some(GpuArg::I32(v)) => ArgValue::I32(*v),
-                    Some(GpuArg::In(b)) => ArgValue::Pointer(b.address()),
-                    Some(GpuArg::Out(b)) => ArgValue::Pointer(b.address()),
-                    None => unreachable!("counted above"),
-                },
+        for p in &spec.params {
+            if let ParamKind::Workspace { .. } = p.kind {
+                values.push(ArgValue::Pointer(0));
+                sizes.push(0);
+                continue;
+            }
+            let a = supplied.next().expect("counted above");
+            let expected = match (&p.kind, a) {
+                (ParamKind::I32 { .. }, GpuArg::I32(_))
+                | (ParamKind::Pointer { mutable: false, .. }, GpuArg::In(_))
+                | (ParamKind::Pointer { .. }, GpuArg::Out(_)) => None,
+                (ParamKind::I32 { .. }, _) => Some("an i32 value"),
+                (ParamKind::Pointer { mutable: true, .. }, _) => Some("a writable device buffer"),
+                _ => Some("a device buffer"),
             };
-            values.push(v);
+            if let Some(expected) = expected {
+                return Err(
+                    self.arg_error(format!("argument `{}`: expected {expected}", p.ir_name))
+                );
+            }
+            values.push(a.value());
+            sizes.push(a.size_bytes());
         }
-        self.kernel
-            .check_args(&values)
+        spec.check_args(&values).map_err(|m| self.arg_error(m))?;
+        spec.check_buffers(&values, &sizes)
             .map_err(|m| self.arg_error(m))?;
-        let grid = self
-            .kernel
-            .grid_dims(&values)
-            .map_err(|m| self.arg_error(m))?;
+        let grid = spec.grid_dims(&values).map_err(|m| self.arg_error(m))?;
         if grid.contains(&0) {
             return Ok(());
         }
         let mut workspaces = Vec::new();
-        for p in &self.kernel.params {
-            if let ParamKind::Workspace { dtype, shape } = &p.kind {
-                let mut numel = 1usize;
-                for e in shape {
-                    let v = self.eval(e, &values).map_err(|m| self.arg_error(m))?;
-                    numel = numel.saturating_mul(v.max(0) as usize);
-                }
-                let bytes = tilus_core::storage::packed_len(*dtype, numel);
-                workspaces.push(DeviceBuffer::<u8>::zeros(ctx, bytes.max(1))?);
-            }
+        for bytes in spec
+            .workspace_bytes(&values)
+            .map_err(|m| self.arg_error(m))?
+        {
+            workspaces.push(DeviceBuffer::<u8>::zeros(ctx, bytes.max(1))?);
         }
+        let shared = u32::try_from(spec.shared_bytes)
+            .map_err(|_| self.arg_error(format!("{} bytes of shared memory", spec.shared_bytes)))?;
         let loaded = ctx.load(&self.source)?;
         let mut builder = loaded.args();
         let mut supplied = args.into_iter();
         let mut scratch = workspaces.iter_mut();
-        for p in &self.kernel.params {
+        for p in &spec.params {
             builder = match p.kind {
                 ParamKind::Workspace { .. } => {
                     builder.arg_mut(scratch.next().expect("one per workspace parameter"))
@@ -231,9 +260,11 @@ impl GpuProgram {
                 },
             };
         }
-        let dims = LaunchDims::new(grid, [self.kernel.block_threads, 1, 1])
-            .with_dyn_smem(self.kernel.shared_bytes as u32);
-        builder.launch(dims)?;
+        let dims = LaunchDims::new(grid, [spec.block_threads, 1, 1]).with_dyn_smem(shared);
+        match stream {
+            Some(s) => builder.launch_on(s, dims)?,
+            None => builder.launch(dims)?,
+        }
         Ok(())
     }
 }

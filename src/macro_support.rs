@@ -4,12 +4,15 @@
 //! Most users only meet [`KernelError`] and [`KernelInfo`]; the rest is public because
 //! generated code in other crates refers to it by path.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use tilus_core::ir::{Expr, Instruction, Program, Stmt, StmtKind, VarId};
+use tilus_core::ir::Program;
+use tilus_core::launch::{ArgValue, LaunchSpec};
 use tilus_core::DType;
+
+pub use crate::gpu::GpuArg;
+use crate::gpu::{GpuError, GpuKernel};
 
 pub use half::{bf16, f16};
 
@@ -103,6 +106,25 @@ pub enum KernelError {
 }
 
 impl KernelError {
+    /// A launch error of configuration `config` of `kernel`: argument errors become
+    /// [`KernelError::BadArgument`] (they name the argument).
+    pub fn launch(
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+        e: GpuError,
+    ) -> KernelError {
+        match e {
+            GpuError::Arguments { message, .. } | GpuError::Codegen { message, .. } => {
+                KernelError::BadArgument {
+                    kernel,
+                    config: config.to_string(),
+                    message,
+                }
+            }
+            GpuError::Runtime(r) => KernelError::Runtime(r),
+        }
+    }
+
     /// An interpreter error, located through the kernel's span table.
     pub fn interp(
         kernel: &'static str,
@@ -133,21 +155,22 @@ pub struct KernelInfo {
     /// Complete CUDA C source.
     pub source: &'static str,
     /// The `extern "C" __global__` function.
-    pub entry: &'static str,
+    pub entry: String,
     pub block_threads: u32,
     /// Dynamic shared memory in bytes.
     pub shared_bytes: u32,
 }
 
-/// Per-configuration metadata (indices into the kernel's [`Pack`]).
+/// Per-configuration metadata: indices into the kernel's [`Pack`] (`u32::MAX`: absent, because
+/// code generation was unavailable when the kernel was built).
 #[derive(Clone, Copy, Debug)]
 pub struct Meta {
+    /// The verified program (postcard).
     pub program: u32,
-    /// `u32::MAX` when there is no source.
+    /// The CUDA source.
     pub source: u32,
-    pub entry: &'static str,
-    pub block_threads: u32,
-    pub shared_bytes: u32,
+    /// The [`LaunchSpec`] (postcard).
+    pub spec: u32,
 }
 
 /// A stored chunk of a [`Pack`]: DEFLATE-compressed or raw.
@@ -196,182 +219,66 @@ impl Pack {
         std::str::from_utf8(self.bytes(i)?).map_err(|e| e.to_string())
     }
 
-    /// Entry `i` as a program.
-    pub fn program(&'static self, i: u32) -> Result<Program, KernelError> {
-        let corrupt = |message: String| KernelError::Corrupt {
-            kernel: "?",
-            message,
-        };
-        let bytes = self.bytes(i).map_err(corrupt)?;
-        postcard::from_bytes(bytes).map_err(|e| corrupt(e.to_string()))
+    /// Entry `i` decoded (a program, a launch spec).
+    pub fn decode<T: serde::de::DeserializeOwned>(&'static self, i: u32) -> Result<T, String> {
+        postcard::from_bytes(self.bytes(i)?).map_err(|e| format!("entry {i}: {e}"))
     }
 }
 
-/// An argument as the pre-launch checks see it.
+/// An argument of [`check_host_args`]: a scalar, or a host buffer and its size in bytes.
 #[derive(Clone, Copy, Debug)]
 pub enum ArgCheck {
     I32(i32),
-    /// A buffer parameter and its size in bytes.
-    Buffer {
-        name: &'static str,
-        bytes: usize,
-    },
+    Buffer(usize),
 }
 
-/// Evaluate a scalar expression over known variables (`None` when it reads another one).
-fn eval(e: &Expr, env: &HashMap<VarId, i32>) -> Option<Result<i64, String>> {
-    use tilus_core::ir::{BinaryOp as B, UnaryOp as U};
-    Some(Ok(match e {
-        Expr::Int(v) => *v as i64,
-        Expr::Bool(b) => *b as i64,
-        Expr::Var(v) => *env.get(v)? as i64,
-        Expr::Unary(op, x) => {
-            let x = match eval(x, env)? {
-                Ok(x) => x,
-                err => return Some(err),
-            };
-            match op {
-                U::Neg => -x,
-                U::Not => (x == 0) as i64,
-            }
-        }
-        Expr::Binary(op, a, b) => {
-            let (a, b) = match (eval(a, env)?, eval(b, env)?) {
-                (Ok(a), Ok(b)) => (a, b),
-                (Err(e), _) | (_, Err(e)) => return Some(Err(e)),
-            };
-            match op {
-                B::Add => a + b,
-                B::Sub => a - b,
-                B::Mul => a * b,
-                B::Div | B::Mod if b == 0 => return Some(Err("division by zero".into())),
-                B::Div => a / b,
-                B::Mod => a % b,
-                B::Min => a.min(b),
-                B::Max => a.max(b),
-                B::Lt => (a < b) as i64,
-                B::Le => (a <= b) as i64,
-                B::Gt => (a > b) as i64,
-                B::Ge => (a >= b) as i64,
-                B::Eq => (a == b) as i64,
-                B::Ne => (a != b) as i64,
-                B::And => (a != 0 && b != 0) as i64,
-                B::Or => (a != 0 || b != 0) as i64,
-            }
-        }
-        Expr::Select(c, x, y) => {
-            let c = match eval(c, env)? {
-                Ok(c) => c,
-                err => return Some(err),
-            };
-            return eval(if c != 0 { x } else { y }, env);
-        }
-    }))
-}
-
-fn views<'p>(stmts: &'p [Stmt], out: &mut Vec<&'p Instruction>) {
-    for s in stmts {
-        match &s.kind {
-            StmtKind::Instr(i @ Instruction::ViewGlobal { .. }) => out.push(i),
-            StmtKind::If {
-                then_body,
-                else_body,
-                ..
-            } => {
-                views(then_body, out);
-                views(else_body, out);
-            }
-            StmtKind::For { body, .. } | StmtKind::While { body, .. } => views(body, out),
-            _ => {}
-        }
-    }
-}
-
-/// Check the arguments of one launch of `program` before it runs: every global view whose
-/// extents depend only on the `i32` arguments must fit in its buffer, and the grid must be
-/// valid. Returns the grid (`None`: an extent is zero, there is nothing to do).
-pub fn check_args(
+/// Check the arguments of one interpreter run of `program` before it runs, with the same
+/// checks as a GPU launch ([`LaunchSpec::of_program`]): every global view whose extents depend
+/// only on the scalar arguments must fit in its buffer, and the grid must be valid. Returns
+/// `false` when the grid is empty (nothing to do).
+pub fn check_host_args(
     kernel: &'static str,
     config: &dyn std::fmt::Display,
     program: &Program,
     args: &[ArgCheck],
-) -> Result<Option<[u32; 3]>, KernelError> {
+) -> Result<bool, KernelError> {
     let bad = |message: String| KernelError::BadArgument {
         kernel,
         config: config.to_string(),
         message,
     };
-    if args.len() != program.params.len() {
+    let spec = LaunchSpec::of_program(program);
+    if args.len() != spec.params.len() {
         return Err(bad(format!(
             "{} arguments for {} parameters",
             args.len(),
-            program.params.len()
+            spec.params.len()
         )));
     }
-    let mut env = HashMap::new();
-    let mut buffers = HashMap::new();
-    for (p, a) in program.params.iter().zip(args) {
-        match a {
-            ArgCheck::I32(v) => {
-                env.insert(p.var, *v);
-            }
-            ArgCheck::Buffer { name, bytes } => {
-                buffers.insert(p.var, (*name, *bytes));
-            }
-        }
-    }
-    let mut found = Vec::new();
-    views(&program.body, &mut found);
-    for v in found {
-        let Instruction::ViewGlobal {
-            ptr, dtype, shape, ..
-        } = v
-        else {
-            continue;
-        };
-        let Some(&(name, bytes)) = buffers.get(ptr) else {
-            continue;
-        };
-        let mut numel: i64 = 1;
-        let mut extents = Vec::new();
-        let mut known = true;
-        for e in shape {
-            match eval(e, &env) {
-                Some(Ok(x)) => {
-                    extents.push(x);
-                    numel = numel.saturating_mul(x.max(0));
-                }
-                Some(Err(m)) => return Err(bad(format!("a view of `{name}`: {m}"))),
-                None => known = false,
-            }
-        }
-        if !known {
-            continue;
-        }
-        let needed = (numel as u128 * dtype.bits() as u128).div_ceil(8);
-        if needed > bytes as u128 {
-            return Err(bad(format!(
-                "`{name}` holds {bytes} bytes, but the kernel views it as {dtype}{extents:?}, which needs {needed} bytes"
-            )));
-        }
-    }
-    let mut grid = [1u32; 3];
-    for (d, e) in program.grid.iter().enumerate().take(3) {
-        match eval(e, &env) {
-            Some(Ok(0)) => return Ok(None),
-            Some(Ok(x)) if x > 0 && x <= u32::MAX as i64 => grid[d] = x as u32,
-            Some(Ok(x)) => return Err(bad(format!("grid extent {d} is {x}"))),
-            Some(Err(m)) => return Err(bad(format!("grid extent {d}: {m}"))),
-            None => return Err(bad(format!("grid extent {d} reads a non-parameter"))),
-        }
-    }
-    Ok(Some(grid))
+    // Host buffers have no device address; alignment is not a question for the interpreter.
+    let values: Vec<ArgValue> = args
+        .iter()
+        .map(|a| match a {
+            ArgCheck::I32(v) => ArgValue::I32(*v),
+            ArgCheck::Buffer(_) => ArgValue::Pointer(0),
+        })
+        .collect();
+    let sizes: Vec<usize> = args
+        .iter()
+        .map(|a| match a {
+            ArgCheck::I32(_) => 0,
+            ArgCheck::Buffer(b) => *b,
+        })
+        .collect();
+    spec.check_buffers(&values, &sizes).map_err(bad)?;
+    let grid = spec.grid_dims(&values).map_err(bad)?;
+    Ok(!grid.contains(&0))
 }
 
-/// Per-configuration caches of a kernel's decoded programs and runtime sources.
+/// Per-configuration caches of a kernel's decoded programs and launchable kernels.
 pub struct Caches {
     pub programs: &'static [OnceLock<Program>],
-    pub sources: &'static [OnceLock<tilus_runtime::KernelSource>],
+    pub kernels: &'static [OnceLock<GpuKernel>],
 }
 
 impl Caches {
@@ -381,51 +288,63 @@ impl Caches {
         kernel: &'static str,
         pack: &'static Pack,
         i: usize,
-        entry: u32,
+        meta: &Meta,
     ) -> Result<&'static Program, KernelError> {
         let cell = &self.programs[i];
         if let Some(p) = cell.get() {
             return Ok(p);
         }
-        let p = pack.program(entry).map_err(|e| match e {
-            KernelError::Corrupt { message, .. } => KernelError::Corrupt { kernel, message },
-            other => other,
-        })?;
+        let p = pack
+            .decode(meta.program)
+            .map_err(|message| KernelError::Corrupt { kernel, message })?;
         Ok(cell.get_or_init(|| p))
     }
 
-    /// The runtime's description of configuration `i`, built once.
-    #[allow(clippy::too_many_arguments)]
-    pub fn source(
+    /// The launchable kernel of configuration `i` (its embedded source and launch spec), built
+    /// once.
+    pub fn kernel(
         &'static self,
         kernel: &'static str,
         config: &dyn std::fmt::Display,
         pack: &'static Pack,
         i: usize,
         meta: &Meta,
-        params: impl FnOnce() -> Vec<tilus_runtime::Param>,
-    ) -> Result<&'static tilus_runtime::KernelSource, KernelError> {
-        let cell = &self.sources[i];
-        if let Some(s) = cell.get() {
-            return Ok(s);
+    ) -> Result<&'static GpuKernel, KernelError> {
+        let cell = &self.kernels[i];
+        if let Some(k) = cell.get() {
+            return Ok(k);
         }
-        let no_source = || KernelError::NoSource {
-            kernel,
+        if meta.source == u32::MAX || meta.spec == u32::MAX {
+            return Err(KernelError::NoSource {
+                kernel,
+                config: config.to_string(),
+            });
+        }
+        let corrupt = |message: String| KernelError::Corrupt { kernel, message };
+        let text = pack.str(meta.source).map_err(corrupt)?;
+        let spec: LaunchSpec = pack.decode(meta.spec).map_err(corrupt)?;
+        let k = GpuKernel::new(kernel, &config.to_string(), Arc::new(spec), text);
+        Ok(cell.get_or_init(|| k))
+    }
+
+    /// What [`KernelInfo`] reports for configuration `i`.
+    pub fn info(
+        &'static self,
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+        pack: &'static Pack,
+        i: usize,
+        meta: &Meta,
+    ) -> Option<KernelInfo> {
+        let k = self.kernel(kernel, config, pack, i, meta).ok()?;
+        let spec = k.spec();
+        Some(KernelInfo {
+            name: kernel,
             config: config.to_string(),
-        };
-        if meta.source == u32::MAX {
-            return Err(no_source());
-        }
-        let text = pack
-            .str(meta.source)
-            .map_err(|message| KernelError::Corrupt { kernel, message })?;
-        let src = tilus_runtime::KernelSource::new(
-            kernel,
-            config.to_string(),
-            meta.entry,
-            text,
-            params(),
-        );
-        Ok(cell.get_or_init(|| src))
+            source: pack.str(meta.source).ok()?,
+            entry: spec.entry.clone(),
+            block_threads: spec.block_threads,
+            shared_bytes: spec.shared_bytes as u32,
+        })
     }
 }

@@ -74,3 +74,49 @@ fn mul_add_and_reordering_cast_interpret() {
         assert_eq!(out[i].to_bits(), want.to_bits(), "at {i}");
     }
 }
+
+#[allow(dead_code)]
+#[path = "kernels/launch.rs"]
+mod launch_kernels;
+
+/// The workspace kernel on the interpreter: the scratch tensor starts at zero and round-trips.
+#[test]
+fn workspace_kernel_interprets() {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let n = 300; // not a multiple of the tile: the last block is masked
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+    let mut y = vec![f32::NAN; n];
+    let cfg = launch_kernels::scratch::SPACE[0];
+    launch_kernels::scratch::interpret(&cfg, n as i32, &x, &mut y).unwrap();
+    for (i, (&xi, &yi)) in x.iter().zip(&y).enumerate() {
+        let want = (xi as f64 + 1.0).powi(2);
+        assert!(
+            (yi as f64 - want).abs() <= 1e-6 * want.max(1.0),
+            "y[{i}] = {yi}, want {want}"
+        );
+    }
+}
+
+/// The launch spec embedded for a workspace kernel lists the hidden workspace, and the
+/// vector-copy kernel's spec carries the assumptions a launch is checked against.
+#[test]
+fn embedded_launch_specs() {
+    use tilus::core::launch::ParamKind;
+    let k = tilus::core::codegen::emit(
+        &launch_kernels::scratch::program(&launch_kernels::scratch::SPACE[0]).unwrap(),
+    )
+    .unwrap();
+    let kinds: Vec<&ParamKind> = k.params.iter().map(|p| &p.kind).collect();
+    assert_eq!(kinds.len(), 4, "{kinds:?}");
+    assert!(matches!(kinds[3], ParamKind::Workspace { .. }), "{kinds:?}");
+    let cfg = launch_kernels::copy_rows::SPACE[0];
+    let k = tilus::core::codegen::emit(&launch_kernels::copy_rows::program(&cfg).unwrap()).unwrap();
+    let text: Vec<String> = k.assumptions.iter().map(|a| a.to_string()).collect();
+    assert!(text.iter().any(|a| a == "param k % 8 == 0"), "{text:?}");
+    assert!(
+        text.iter().any(|a| a.contains("aligned to 16 bytes")),
+        "{text:?}"
+    );
+    assert_eq!(k.views.len(), 2, "{:?}", k.views);
+}

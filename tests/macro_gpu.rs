@@ -11,6 +11,10 @@ mod fig14;
 #[path = "../examples/fig2.rs"]
 mod fig2;
 
+#[allow(dead_code)]
+#[path = "kernels/launch.rs"]
+mod launch_kernels;
+
 mod common;
 
 use std::sync::Arc;
@@ -139,4 +143,118 @@ fn launch_checks_arguments() {
     let err = fig14::matmul_pipelined::launch(&ctx, &not_in_space, 1, 1, 1, &db, &db, &mut dc)
         .unwrap_err();
     assert!(matches!(err, KernelError::NotInSpace { .. }), "{err}");
+}
+
+/// A `#[kernel]` with `allocate_global` launches with its hidden workspace allocated and zeroed
+/// by the one launcher (this used to segfault the host: the entry's workspace parameter was
+/// never pushed).
+#[test]
+fn workspace_kernel_on_gpu() {
+    use rand::Rng;
+    let Some(ctx) = context("workspace_kernel_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let cfg = launch_kernels::scratch::SPACE[0];
+    for n in [128usize, 1000] {
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+        let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
+        let mut dy = DeviceBuffer::filled(&ctx, n, f32::NAN).unwrap();
+        // Twice: the second launch gets a fresh zeroed workspace, not the first one's values.
+        for _ in 0..2 {
+            launch_kernels::scratch::launch(&ctx, &cfg, n as i32, &dx, &mut dy).unwrap();
+            let y = dy.to_host().unwrap();
+            for (i, (&xi, &yi)) in x.iter().zip(&y).enumerate() {
+                let want = (xi as f64 + 1.0).powi(2);
+                assert!(
+                    (yi as f64 - want).abs() <= 1e-6 * want.max(1.0),
+                    "n = {n}: y[{i}] = {yi}, want {want}"
+                );
+            }
+        }
+    }
+    eprintln!("workspace kernel: n = 128 and 1000 correct, twice each");
+}
+
+fn random_halves(n: usize) -> Vec<f16> {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| f16::from_f32(rng.random_range(-4.0f32..4.0)))
+        .collect()
+}
+
+/// The vector-copy kernel's assumptions are checked before the launch: `k = 60` is an error
+/// naming `k` (it used to launch and poison the context with a misaligned access), a view at a
+/// 2-byte offset is an error naming the buffer, and the context keeps working afterwards, with
+/// whole buffers, sub-slices, and on another stream.
+#[test]
+fn vector_assumptions_are_checked_and_the_context_survives() {
+    let Some(ctx) = context("vector_assumptions_are_checked_and_the_context_survives") else {
+        return;
+    };
+    let cfg = launch_kernels::copy_rows::SPACE[0];
+    let (m, k) = (8usize, 60usize);
+    let a = DeviceBuffer::from_host(&ctx, &random_halves(m * k)).unwrap();
+    let mut b = DeviceBuffer::filled(&ctx, m * k, f16::NAN).unwrap();
+    let err =
+        launch_kernels::copy_rows::launch(&ctx, &cfg, m as i32, k as i32, &a, &mut b).unwrap_err();
+    assert!(matches!(err, KernelError::BadArgument { .. }), "{err}");
+    assert!(err.to_string().contains("k = 60"), "{err}");
+    eprintln!("k = 60: {err}");
+
+    // The context still works: a correct launch, then a synchronize that reports no fault.
+    let k = 64usize;
+    let ha = random_halves(m * k);
+    let a = DeviceBuffer::from_host(&ctx, &ha).unwrap();
+    let mut b = DeviceBuffer::filled(&ctx, m * k, f16::NAN).unwrap();
+    launch_kernels::copy_rows::launch(&ctx, &cfg, m as i32, k as i32, &a, &mut b).unwrap();
+    ctx.synchronize().unwrap();
+    assert_eq!(b.to_host().unwrap(), ha);
+
+    // Sub-slices: rows 2..6 of a larger buffer into the middle of another (16-byte aligned
+    // offsets), on a second stream.
+    let big = DeviceBuffer::from_host(&ctx, &random_halves(16 * k)).unwrap();
+    let host_big = big.to_host().unwrap();
+    let mut out = DeviceBuffer::filled(&ctx, 16 * k, f16::NAN).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    {
+        let src = big.view(2 * k..6 * k).unwrap();
+        let mut dst = out.view_mut(8 * k..12 * k).unwrap();
+        launch_kernels::copy_rows::launch_on(
+            &ctx,
+            Some(&stream),
+            &cfg,
+            4,
+            k as i32,
+            &src,
+            &mut dst,
+        )
+        .unwrap();
+    }
+    stream.synchronize().unwrap();
+    let got = out.to_host().unwrap();
+    assert_eq!(&got[8 * k..12 * k], &host_big[2 * k..6 * k]);
+    assert!(
+        got[..8 * k].iter().all(|x| x.is_nan()),
+        "wrote outside the view"
+    );
+    assert!(
+        got[12 * k..].iter().all(|x| x.is_nan()),
+        "wrote outside the view"
+    );
+
+    // A view one element (2 bytes) into the buffer breaks the 16-byte alignment: an error
+    // naming `a`, no launch.
+    let src = big.view(1..1 + 4 * k).unwrap();
+    let err = launch_kernels::copy_rows::launch(&ctx, &cfg, 4, k as i32, &src, &mut b).unwrap_err();
+    assert!(err.to_string().contains("argument a"), "{err}");
+    // A view too short for [m, k]: an error naming `a`.
+    let src = big.view(0..4 * k - 8).unwrap();
+    let err = launch_kernels::copy_rows::launch(&ctx, &cfg, 4, k as i32, &src, &mut b).unwrap_err();
+    assert!(err.to_string().contains("`a`"), "{err}");
+    ctx.synchronize().unwrap();
+    eprintln!(
+        "context healthy after the rejected launches; sub-slice copy on a second stream correct"
+    );
 }

@@ -8,6 +8,7 @@ pub mod codegen;
 pub mod dtype;
 pub mod interp;
 pub mod ir;
+pub mod launch;
 pub mod layout;
 pub mod programs;
 pub mod storage;

@@ -9,8 +9,9 @@
 //!     pub fn program(&Config) -> Option<Program>;           // the verified VM program
 //!     pub fn kernel(&Config) -> Option<KernelInfo>;         // source + entry + launch shape
 //!     pub fn interpret(&Config, m: i32, a: &[f16], c: &mut [f16], ..) -> Result<(), KernelError>;
-//!     pub fn launch(&Context, &Config, m: i32, a: &DeviceBuffer<f16>, c: &mut DeviceBuffer<f16>, ..)
+//!     pub fn launch(&Context, &Config, m: i32, a: &impl DeviceRead<f16>, c: &mut impl DeviceWrite<f16>, ..)
 //!         -> Result<(), KernelError>;
+//!     pub fn launch_on(&Context, Option<&Arc<CudaStream>>, &Config, m: i32, ..) -> Result<(), KernelError>;
 //! }
 //! ```
 //!
@@ -25,14 +26,14 @@ use crate::dtypes;
 use crate::signature::{KernelSig, ParamKind};
 use crate::space::{Param, Space};
 
-/// What the macro embeds for one configuration.
+/// What the macro embeds for one configuration: entries of the pack.
 pub struct ConfigOut {
+    /// The verified program.
     pub program: u32,
-    /// `None` when code generation is unavailable.
+    /// The CUDA source (`None` when code generation is unavailable).
     pub source: Option<u32>,
-    pub entry: String,
-    pub block_threads: u32,
-    pub shared_bytes: usize,
+    /// The launch spec (`None` when code generation is unavailable).
+    pub spec: Option<u32>,
 }
 
 pub struct Embedded {
@@ -118,11 +119,11 @@ fn args(sig: &KernelSig) -> Args {
                 if *mutable {
                     a.host.push(quote!(#n: &mut [#t]));
                     a.device
-                        .push(quote!(#n: &mut ::tilus::runtime::DeviceBuffer<#t>));
+                        .push(quote!(#n: &mut impl ::tilus::runtime::DeviceWrite<#t>));
                 } else {
                     a.host.push(quote!(#n: &[#t]));
                     a.device
-                        .push(quote!(#n: &::tilus::runtime::DeviceBuffer<#t>));
+                        .push(quote!(#n: &impl ::tilus::runtime::DeviceRead<#t>));
                 }
             }
             ParamKind::Bad => {
@@ -181,13 +182,8 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
     let metas = emb.configs.iter().map(|c| {
         let program = c.program;
         let source = c.source.unwrap_or(u32::MAX);
-        let entry = &c.entry;
-        let threads = c.block_threads;
-        let shared = c.shared_bytes as u32;
-        quote!(::tilus::macro_support::Meta {
-            program: #program, source: #source, entry: #entry,
-            block_threads: #threads, shared_bytes: #shared,
-        })
+        let spec = c.spec.unwrap_or(u32::MAX);
+        quote!(::tilus::macro_support::Meta { program: #program, source: #source, spec: #spec })
     });
     let sites = emb.sites.iter().map(|(l, c)| {
         let (l, c) = (*l as u32, *c as u32);
@@ -197,6 +193,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
     let a = args(sig);
     let (host_args, device_args) = (&a.host, &a.device);
     let nparams = sig.params.len();
+    let arg_names: Vec<&Ident> = sig.params.iter().map(|p| &p.name).collect();
     let to_args = sig.params.iter().map(|p| {
         let n = &p.name;
         match &p.kind {
@@ -222,43 +219,17 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         });
     let checks_host = sig.params.iter().map(|p| {
         let n = &p.name;
-        let name = n.to_string();
         match &p.kind {
             ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
-            _ => quote!(::tilus::macro_support::ArgCheck::Buffer {
-                name: #name, bytes: ::core::mem::size_of_val(&*#n) }),
+            _ => quote!(::tilus::macro_support::ArgCheck::Buffer(::core::mem::size_of_val(&*#n))),
         }
     });
-    let checks_device = sig.params.iter().map(|p| {
-        let n = &p.name;
-        let name = n.to_string();
-        match &p.kind {
-            ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
-            _ => quote!(::tilus::macro_support::ArgCheck::Buffer {
-                name: #name, bytes: #n.size_bytes() }),
-        }
-    });
-    let runtime_params = sig.params.iter().map(|p| {
-        let name = p.name.to_string();
-        match &p.kind {
-            ParamKind::I32 => quote!(::tilus::runtime::Param::value::<i32>(#name)),
-            ParamKind::Ptr { elem, mutable, .. } => {
-                let t = dtypes::host_type(elem);
-                if *mutable {
-                    quote!(::tilus::runtime::Param::ptr_mut::<#t>(#name))
-                } else {
-                    quote!(::tilus::runtime::Param::ptr::<#t>(#name))
-                }
-            }
-            ParamKind::Bad => quote!(),
-        }
-    });
-    let push_args = sig.params.iter().map(|p| {
+    let gpu_args = sig.params.iter().map(|p| {
         let n = &p.name;
         match &p.kind {
-            ParamKind::I32 => quote!(.value(#n)),
-            ParamKind::Ptr { mutable: true, .. } => quote!(.arg_mut(#n)),
-            _ => quote!(.arg(#n)),
+            ParamKind::I32 => quote!(::tilus::macro_support::GpuArg::I32(#n)),
+            ParamKind::Ptr { mutable: true, .. } => quote!(::tilus::macro_support::GpuArg::Out(#n)),
+            _ => quote!(::tilus::macro_support::GpuArg::In(#n)),
         }
     });
     let interpret_doc = "Run the kernel on host buffers through the CPU interpreter (the semantic \
@@ -266,9 +237,15 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         `GlobalMut` parameters are written back. Buffers too small for the kernel's global views \
         are reported (naming the parameter) before anything runs.";
     let launch_doc = "Launch the kernel on `ctx`'s stream: compiles (and caches, in memory and on \
-        disk) the embedded CUDA source of `cfg`, checks the buffers against the kernel's global \
-        views and the grid, and enqueues the launch. Errors inside the kernel surface at the next \
-        synchronizing call.";
+        disk) the embedded CUDA source of `cfg`, then, through the one launcher \
+        (`tilus::gpu::GpuKernel`), checks every buffer against the kernel's global views and \
+        every assumption of the generated code (alignment, divisibility), evaluates the grid, \
+        allocates the kernel's workspaces, and enqueues the launch. Buffers may be whole \
+        `DeviceBuffer`s or views of part of one. Bad arguments are errors naming the argument; a \
+        fault inside the kernel surfaces at the next synchronizing call (`ctx.synchronize()`).";
+    let launch_on_doc =
+        "[`launch`] on `stream` (a stream of `ctx`, from `ctx.new_stream()`), or on \
+        `ctx`'s own stream when `None`.";
     // Mixed-site hygiene: the locals and parameters written here (`cfg`, `m`, `args`, ..)
     // never collide with the kernel's parameter names.
     let body = quote_spanned! {Span::mixed_site()=>
@@ -282,11 +259,11 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         static PACK: ::tilus::macro_support::Pack = #pack;
         static PROGRAMS: [::std::sync::OnceLock<::tilus::core::ir::Program>; #n] =
             [const { ::std::sync::OnceLock::new() }; #n];
-        static SOURCES: [::std::sync::OnceLock<::tilus::runtime::KernelSource>; #n] =
+        static KERNELS: [::std::sync::OnceLock<::tilus::gpu::GpuKernel>; #n] =
             [const { ::std::sync::OnceLock::new() }; #n];
         static CACHES: ::tilus::macro_support::Caches = ::tilus::macro_support::Caches {
             programs: &PROGRAMS,
-            sources: &SOURCES,
+            kernels: &KERNELS,
         };
 
         fn index(cfg: &Config) -> ::core::result::Result<usize, ::tilus::macro_support::KernelError> {
@@ -306,29 +283,21 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         /// The verified VM program of `cfg` (`None` when `cfg` is not in [`SPACE`]).
         pub fn program(cfg: &Config) -> ::core::option::Option<::tilus::core::ir::Program> {
             let i = self::index(cfg).ok()?;
-            CACHES.program(NAME, &PACK, i, META[i].program).ok().cloned()
+            CACHES.program(NAME, &PACK, i, &META[i]).ok().cloned()
         }
 
         /// Everything a launcher needs for `cfg`: source, entry point, block size, shared memory.
         pub fn kernel(cfg: &Config) -> ::core::option::Option<::tilus::macro_support::KernelInfo> {
             let i = self::index(cfg).ok()?;
-            let m = &META[i];
-            ::core::option::Option::Some(::tilus::macro_support::KernelInfo {
-                name: NAME,
-                config: ::std::string::ToString::to_string(cfg),
-                source: PACK.str(m.source).ok()?,
-                entry: m.entry,
-                block_threads: m.block_threads,
-                shared_bytes: m.shared_bytes,
-            })
+            CACHES.info(NAME, cfg, &PACK, i, &META[i])
         }
 
         #[doc = #interpret_doc]
         pub fn interpret(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let i = self::index(cfg)?;
-            let program = CACHES.program(NAME, &PACK, i, META[i].program)?;
+            let program = CACHES.program(NAME, &PACK, i, &META[i])?;
             let checks = [#(#checks_host),*];
-            if ::tilus::macro_support::check_args(NAME, cfg, program, &checks)?.is_none() {
+            if !::tilus::macro_support::check_host_args(NAME, cfg, program, &checks)? {
                 return ::core::result::Result::Ok(());
             }
             let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
@@ -341,22 +310,21 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
 
         #[doc = #launch_doc]
         pub fn launch(ctx: &::tilus::runtime::Context, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            self::launch_on(ctx, ::core::option::Option::None, cfg, #(#arg_names),*)
+        }
+
+        #[doc = #launch_on_doc]
+        pub fn launch_on(
+            ctx: &::tilus::runtime::Context,
+            stream: ::core::option::Option<&::std::sync::Arc<::tilus::runtime::CudaStream>>,
+            cfg: &Config,
+            #(#device_args),*
+        ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let i = self::index(cfg)?;
-            let m = &META[i];
-            let program = CACHES.program(NAME, &PACK, i, m.program)?;
-            let checks = [#(#checks_device),*];
-            let ::core::option::Option::Some(grid) =
-                ::tilus::macro_support::check_args(NAME, cfg, program, &checks)?
-            else {
-                return ::core::result::Result::Ok(());
-            };
-            let src = CACHES.source(NAME, cfg, &PACK, i, m, || ::std::vec![#(#runtime_params),*])?;
-            let loaded = ctx.load(src)?;
-            loaded
-                .args()
-                #(#push_args)*
-                .launch(::tilus::runtime::LaunchDims::new(grid, [m.block_threads, 1, 1]).with_dyn_smem(m.shared_bytes))?;
-            ::core::result::Result::Ok(())
+            let kernel = CACHES.kernel(NAME, cfg, &PACK, i, &META[i])?;
+            kernel
+                .launch_on(ctx, stream, ::std::vec![#(#gpu_args),*])
+                .map_err(|e| ::tilus::macro_support::KernelError::launch(NAME, cfg, e))
         }
     };
     wrap(f, sig, body)
@@ -398,6 +366,15 @@ pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
         }
 
         pub fn launch<#(#generics),*>(ctx: &::tilus::runtime::Context, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            ::core::result::Result::Err(not_built(cfg))
+        }
+
+        pub fn launch_on<#(#generics),*>(
+            ctx: &::tilus::runtime::Context,
+            stream: ::core::option::Option<&::std::sync::Arc<::tilus::runtime::CudaStream>>,
+            cfg: &Config,
+            #(#device_args),*
+        ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             ::core::result::Result::Err(not_built(cfg))
         }
 

@@ -198,17 +198,36 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         let mut out = api::ConfigOut {
             program: program_entry,
             source: None,
-            entry: String::new(),
-            block_threads: program.num_threads,
-            shared_bytes: 0,
+            spec: None,
         };
         if codegen_available {
             match catch(|| tilus_core::codegen::emit(program)) {
                 Ok(Ok(k)) => {
+                    // The generated launcher passes the signature's parameters in order; the
+                    // entry must take exactly those (plus hidden workspaces, which the one
+                    // launcher allocates).
+                    let own = k.launch.user_params().count();
+                    if own != sig.params.len() {
+                        report.push_in(
+                            Diag::at(
+                                &f.sig.ident,
+                                format!(
+                                    "internal error: the CUDA entry takes {own} parameters, the \
+                                     signature has {}",
+                                    sig.params.len()
+                                ),
+                            ),
+                            i,
+                        );
+                    }
+                    match postcard::to_allocvec(&k.launch) {
+                        Ok(spec) => out.spec = Some(pack.add(&spec)),
+                        Err(e) => report.push(Diag::at(
+                            &f.sig.ident,
+                            format!("internal error: cannot serialize the launch spec: {e}"),
+                        )),
+                    }
                     out.source = Some(pack.add(k.source.as_bytes()));
-                    out.entry = k.entry;
-                    out.block_threads = k.block_threads;
-                    out.shared_bytes = k.shared_bytes;
                 }
                 Ok(Err(e)) => report.push_in(sites.diag(e.span, e.message), i),
                 Err(m) if is_unimplemented(&m) => codegen_available = false,

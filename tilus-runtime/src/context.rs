@@ -345,6 +345,15 @@ impl Context {
         &self.cuda
     }
 
+    /// A new stream on this context's device, for launches that should overlap with the
+    /// context's own stream ([`crate::KernelArgs::launch_on`], `#[kernel]`'s `launch_on`).
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        self.stream
+            .context()
+            .new_stream()
+            .map_err(|e| RuntimeError::driver("creating a stream", e))
+    }
+
     /// The stream all work of this context goes to.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream

@@ -254,6 +254,8 @@ pub trait KernelArg: sealed::Sealed {
     fn push_ref<'s>(&'s self, args: &mut cudarc::driver::LaunchArgs<'s>);
     /// The device address passed (for alignment checks).
     fn address(&self) -> u64;
+    /// Bytes the kernel may access through it (for buffer-size checks).
+    fn size_bytes(&self) -> usize;
 }
 
 /// A pointer argument the kernel may write: [`DeviceBuffer`], [`DeviceViewMut`],
@@ -265,7 +267,23 @@ pub trait KernelArgMut: sealed::Sealed {
     fn push_mut<'s>(&'s mut self, args: &mut cudarc::driver::LaunchArgs<'s>);
     /// The device address passed (for alignment checks).
     fn address(&self) -> u64;
+    /// Bytes the kernel may access through it (for buffer-size checks).
+    fn size_bytes(&self) -> usize;
 }
+
+/// A read-only device argument of `T` elements: a whole [`DeviceBuffer`] or a [`DeviceView`] of
+/// part of one (one layer of a KV cache, say). `#[kernel]` launchers take `&impl DeviceRead<T>`.
+pub trait DeviceRead<T: Element>: KernelArg {}
+/// A writable device argument of `T` elements: a [`DeviceBuffer`] or a [`DeviceViewMut`].
+/// `#[kernel]` launchers take `&mut impl DeviceWrite<T>`.
+pub trait DeviceWrite<T: Element>: KernelArgMut {}
+
+impl<T: Element> DeviceRead<T> for DeviceBuffer<T> {}
+impl<T: Element> DeviceRead<T> for DeviceView<'_, T> {}
+impl DeviceRead<u8> for PackedTensor {}
+impl<T: Element> DeviceWrite<T> for DeviceBuffer<T> {}
+impl<T: Element> DeviceWrite<T> for DeviceViewMut<'_, T> {}
+impl DeviceWrite<u8> for PackedTensor {}
 
 impl<T: Element> sealed::Sealed for DeviceBuffer<T> {}
 impl<T: Element> KernelArg for DeviceBuffer<T> {
@@ -278,6 +296,9 @@ impl<T: Element> KernelArg for DeviceBuffer<T> {
     fn address(&self) -> u64 {
         self.device_ptr()
     }
+    fn size_bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<T>()
+    }
 }
 impl<T: Element> KernelArgMut for DeviceBuffer<T> {
     fn element(&self) -> Scalar {
@@ -288,6 +309,9 @@ impl<T: Element> KernelArgMut for DeviceBuffer<T> {
     }
     fn address(&self) -> u64 {
         self.device_ptr()
+    }
+    fn size_bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<T>()
     }
 }
 
@@ -302,6 +326,9 @@ impl<T: Element> KernelArg for DeviceView<'_, T> {
     fn address(&self) -> u64 {
         self.device_ptr()
     }
+    fn size_bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<T>()
+    }
 }
 
 impl<T: Element> sealed::Sealed for DeviceViewMut<'_, T> {}
@@ -314,6 +341,9 @@ impl<T: Element> KernelArgMut for DeviceViewMut<'_, T> {
     }
     fn address(&self) -> u64 {
         self.device_ptr()
+    }
+    fn size_bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<T>()
     }
 }
 
@@ -328,6 +358,9 @@ impl KernelArg for PackedTensor {
     fn address(&self) -> u64 {
         self.bytes().device_ptr()
     }
+    fn size_bytes(&self) -> usize {
+        self.bytes().len()
+    }
 }
 impl KernelArgMut for PackedTensor {
     fn element(&self) -> Scalar {
@@ -338,6 +371,9 @@ impl KernelArgMut for PackedTensor {
     }
     fn address(&self) -> u64 {
         self.bytes().device_ptr()
+    }
+    fn size_bytes(&self) -> usize {
+        self.bytes().len()
     }
 }
 
@@ -405,14 +441,31 @@ impl<'a> KernelArgs<'a> {
     /// launch on the context's stream. Returns when the launch is queued; errors inside the
     /// kernel show up at the next synchronizing call ([`Context::synchronize`], `to_host`).
     pub fn launch(self, dims: LaunchDims) -> Result<()> {
+        let stream = self.kernel.stream.clone();
+        self.launch_on(&stream, dims)
+    }
+
+    /// [`KernelArgs::launch`] on another stream of the same context (see
+    /// [`Context::new_stream`]). The buffers' reads and writes are ordered across streams by
+    /// the events cudarc records on them.
+    pub fn launch_on(self, stream: &Arc<CudaStream>, dims: LaunchDims) -> Result<()> {
         let kernel = self.kernel;
+        if stream.context().cu_ctx() != kernel.stream.context().cu_ctx() {
+            return Err(RuntimeError::invalid_arg(
+                "stream",
+                format!(
+                    "kernel {} was loaded on another device's context",
+                    kernel.label()
+                ),
+            ));
+        }
         let supplied: Vec<Supplied> = self.slots.iter().map(Slot::supplied).collect();
         check_signature(&kernel.params, &supplied)?;
         check_dims(&kernel.limits, &dims)?;
         kernel.ensure_dyn_smem(dims.dyn_smem)?;
 
         let mut slots = self.slots;
-        let mut builder = kernel.stream.launch_builder(&kernel.function);
+        let mut builder = stream.launch_builder(&kernel.function);
         for slot in slots.iter_mut() {
             match slot {
                 Slot::Ref(a) => a.push_ref(&mut builder),

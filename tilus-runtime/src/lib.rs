@@ -58,10 +58,12 @@ pub use disk_cache::CacheState;
 pub use error::{CompileFailure, Result, RuntimeError};
 pub use kernel::{Element, KernelSource, Param, ParamType, Scalar};
 pub use launch::{
-    check_align, check_dims, check_divisible, check_len, check_min_len, check_signature, KernelArg,
-    KernelArgMut, KernelArgs, LaunchDims, LaunchLimits, LoadedKernel, Origin,
+    check_align, check_dims, check_divisible, check_len, check_min_len, check_signature,
+    DeviceRead, DeviceWrite, KernelArg, KernelArgMut, KernelArgs, LaunchDims, LaunchLimits,
+    LoadedKernel, Origin,
 };
 pub use nvrtc::{compile_cubin, compile_ptx, CompileOptions};
 
 /// Re-exported so callers can name `half::f16` buffers without their own dependency.
+pub use cudarc::driver::CudaStream;
 pub use half;

@@ -4,7 +4,7 @@
 use super::config::{QMatmulConfig, QMatmulError};
 use super::cpu::{decode_half, OperandBytes, PreparedWeight};
 use super::program::{config_name, QMatmulKernel};
-use crate::gpu::{GpuArg, GpuProgram};
+use crate::gpu::{GpuArg, GpuKernel};
 use crate::kernels::linear::Activation;
 use half::{bf16, f16};
 use std::sync::Mutex;
@@ -50,13 +50,13 @@ impl<T: Element + Activation> DeviceWeight<T> {
 /// A member of the family compiled for the GPU.
 pub struct GpuQMatmul {
     kernel: QMatmulKernel,
-    main: GpuProgram,
-    reduce: Option<GpuProgram>,
+    main: GpuKernel,
+    reduce: Option<GpuKernel>,
     /// Split-k partial sums, kept between calls (grown on demand).
     workspace: Mutex<Option<DeviceBuffer<f32>>>,
     /// With the dequantize-then-GEMM method: the dequantization program, the cuBLAS handle and
     /// the dense weight, all made on first use.
-    dequant: Option<GpuProgram>,
+    dequant: Option<GpuKernel>,
     gemm: Mutex<Option<(Cublas, DenseWeight)>>,
 }
 
@@ -102,13 +102,13 @@ impl GpuQMatmul {
     /// Generate the CUDA of `kernel`'s programs (NVRTC compiles them at the first launch).
     pub fn new(kernel: &QMatmulKernel) -> Result<GpuQMatmul, QMatmulError> {
         let name = config_name(&kernel.config);
-        let main = GpuProgram::new(&kernel.main, &name)?;
+        let main = GpuKernel::from_program(&kernel.main, &name)?;
         let reduce = match &kernel.reduce {
-            Some(p) => Some(GpuProgram::new(p, &name)?),
+            Some(p) => Some(GpuKernel::from_program(p, &name)?),
             None => None,
         };
         let dequant = match &kernel.dequant {
-            Some(p) => Some(GpuProgram::new(p, &name)?),
+            Some(p) => Some(GpuKernel::from_program(p, &name)?),
             None => None,
         };
         Ok(GpuQMatmul {
@@ -138,7 +138,7 @@ impl GpuQMatmul {
     }
 
     /// The generated main program (for inspection: source, shared memory, assumptions).
-    pub fn main_program(&self) -> &GpuProgram {
+    pub fn main_program(&self) -> &GpuKernel {
         &self.main
     }
 

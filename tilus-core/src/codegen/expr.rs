@@ -1,89 +1,13 @@
 //! Scalar expressions: rendering IR [`Expr`]s as C, small helpers for the index arithmetic the
 //! emitters generate, and divisibility proofs used to pick vector widths.
 
-use crate::ir::{BinaryOp, Expr, UnaryOp, VarId};
+use crate::ir::{BinaryOp, EvalError, Expr, ScalarValue, UnaryOp, VarId};
 use std::collections::{HashMap, HashSet};
 
-/// Render `e` as a C expression; `name` gives each variable's identifier.
+/// Render `e` as a C expression; `name` gives each variable's identifier. The IR's expression
+/// syntax is C's, so this is the IR printer ([`Expr::render`]).
 pub(crate) fn c_expr(e: &Expr, name: &dyn Fn(VarId) -> String) -> String {
-    render(e, name, 16)
-}
-
-/// Binding strength of a C operator (lower binds tighter), as in the C precedence table.
-fn prec(op: BinaryOp) -> u8 {
-    match op {
-        BinaryOp::Mul | BinaryOp::Div | BinaryOp::Mod => 3,
-        BinaryOp::Add | BinaryOp::Sub => 4,
-        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => 6,
-        BinaryOp::Eq | BinaryOp::Ne => 7,
-        BinaryOp::And => 11,
-        BinaryOp::Or => 12,
-        BinaryOp::Min | BinaryOp::Max => 0,
-    }
-}
-
-fn op_text(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Add => "+",
-        BinaryOp::Sub => "-",
-        BinaryOp::Mul => "*",
-        BinaryOp::Div => "/",
-        BinaryOp::Mod => "%",
-        BinaryOp::Lt => "<",
-        BinaryOp::Le => "<=",
-        BinaryOp::Gt => ">",
-        BinaryOp::Ge => ">=",
-        BinaryOp::Eq => "==",
-        BinaryOp::Ne => "!=",
-        BinaryOp::And => "&&",
-        BinaryOp::Or => "||",
-        BinaryOp::Min => "min",
-        BinaryOp::Max => "max",
-    }
-}
-
-/// Render with parentheses when the context binds tighter than `e` (`ctx` is the precedence
-/// level the result must satisfy: the result may be used unparenthesized at levels >= its own).
-fn render(e: &Expr, name: &dyn Fn(VarId) -> String, ctx: u8) -> String {
-    let wrap = |s: String, p: u8| if p > ctx { format!("({s})") } else { s };
-    match e {
-        Expr::Int(v) => int_lit(*v as i64),
-        Expr::Bool(b) => b.to_string(),
-        Expr::Var(v) => name(*v),
-        Expr::Unary(op, a) => {
-            let t = match op {
-                UnaryOp::Neg => "-",
-                UnaryOp::Not => "!",
-            };
-            wrap(format!("{t}{}", render(a, name, 2)), 2)
-        }
-        Expr::Binary(op @ (BinaryOp::Min | BinaryOp::Max), a, b) => format!(
-            "{}({}, {})",
-            op_text(*op),
-            render(a, name, 16),
-            render(b, name, 16)
-        ),
-        Expr::Binary(op, a, b) => {
-            let p = prec(*op);
-            // Left-associative: the right operand needs parentheses at equal precedence.
-            let s = format!(
-                "{} {} {}",
-                render(a, name, p),
-                op_text(*op),
-                render(b, name, p - 1)
-            );
-            wrap(s, p)
-        }
-        Expr::Select(c, a, b) => wrap(
-            format!(
-                "{} ? {} : {}",
-                render(c, name, 12),
-                render(a, name, 13),
-                render(b, name, 13)
-            ),
-            13,
-        ),
-    }
+    e.render(name)
 }
 
 /// A C integer literal (of type int when it fits, else long long).
@@ -259,26 +183,21 @@ impl ScalarFacts {
         }
     }
 
-    /// The constant value of `e`, when it has one.
+    /// The constant value of `e`, when it has one (the IR's checked evaluation, through the
+    /// definitions of `let`-bound scalars).
     pub(crate) fn constant(&self, e: &Expr) -> Option<i64> {
-        match e {
-            Expr::Int(v) => Some(*v as i64),
-            Expr::Var(v) => self.defs.get(v).and_then(|d| self.constant(d)),
-            Expr::Unary(UnaryOp::Neg, a) => self.constant(a).map(|x| -x),
-            Expr::Binary(op, a, b) => {
-                let (x, y) = (self.constant(a)?, self.constant(b)?);
-                match op {
-                    BinaryOp::Add => Some(x + y),
-                    BinaryOp::Sub => Some(x - y),
-                    BinaryOp::Mul => Some(x * y),
-                    BinaryOp::Div if y != 0 => Some(x / y),
-                    BinaryOp::Mod if y != 0 => Some(x % y),
-                    BinaryOp::Min => Some(x.min(y)),
-                    BinaryOp::Max => Some(x.max(y)),
-                    _ => None,
-                }
-            }
-            _ => None,
+        e.eval_i32(&mut |v| self.defined_value(v))
+            .ok()
+            .map(i64::from)
+    }
+
+    fn defined_value(&self, v: VarId) -> Result<ScalarValue, EvalError> {
+        match self.defs.get(&v) {
+            Some(d) => d.eval(&mut |w| self.defined_value(w)),
+            None => Err(EvalError::Unbound(format!(
+                "variable {} is not a constant",
+                v.0
+            ))),
         }
     }
 

@@ -21,9 +21,8 @@
 //! [`scalar`] (element decode/encode), [`smem`] (shared-memory planner), [`global`] and
 //! [`shared`] (memory instructions), [`dot`] (mma.sync and the thread-local fallback),
 //! [`elementwise`] (Binary/Neg/Cast/View), [`cast`] (vectorized and scalar conversions), [`prelude`] (header and helper device functions),
-//! [`select`] (the instruction-selection driver), [`assume`] (launch assumptions).
+//! [`select`] (the instruction-selection driver). Launch metadata lives in [`crate::launch`].
 
-mod assume;
 pub mod cast;
 mod dot;
 mod elementwise;
@@ -39,59 +38,28 @@ mod shared;
 mod smem;
 mod writer;
 
-pub use assume::{ArgValue, Assumption};
+pub use crate::launch::{ArgValue, Assumption, KernelParam, LaunchSpec, ParamKind};
 pub use smem::{SharedPlan, SharedSlot};
 
-use crate::ir::{Expr, Program, SpanId, VarId};
-use crate::DType;
+use crate::ir::{Program, SpanId};
 
-/// A generated kernel.
+/// A generated kernel: its source, and (through `Deref`) its [`LaunchSpec`], which is what a
+/// launcher needs besides the source.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CudaKernel {
     /// Complete CUDA C source (includes its own prelude).
     pub source: String,
-    /// Name of the `extern "C" __global__` function.
-    pub entry: String,
-    /// Threads per block.
-    pub block_threads: u32,
-    /// Dynamic shared memory, in bytes (the launcher must raise the function's dynamic shared
-    /// memory limit when this exceeds 48 KiB).
-    pub shared_bytes: usize,
-    /// The kernel's parameters in call order.
-    pub params: Vec<KernelParam>,
-    /// Grid extents (1 to 3; launched as x, y, z), over the program's scalar parameters.
-    pub grid: Vec<Expr>,
-    /// Conditions on the arguments that the generated code relies on; check with
-    /// [`CudaKernel::check_args`] before launch.
-    pub assumptions: Vec<Assumption>,
+    /// Entry point, parameters, grid, block, shared memory, assumptions, buffer views.
+    pub launch: LaunchSpec,
     /// Where each shared tensor was placed (for tests and `tilus emit`).
     pub shared_plan: SharedPlan,
 }
 
-/// One parameter of the generated entry function.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelParam {
-    /// Name in the generated source (the IR name, sanitized).
-    pub name: String,
-    /// Name of the IR variable (for error messages that name the argument).
-    pub ir_name: String,
-    pub kind: ParamKind,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ParamKind {
-    /// An `int` argument: the program's scalar parameter `var`.
-    I32 { var: VarId },
-    /// A device pointer (`const uint8_t*` or `uint8_t*` in the source): the program's pointer
-    /// parameter `var`.
-    Pointer {
-        var: VarId,
-        dtype: DType,
-        mutable: bool,
-    },
-    /// A hidden pointer to a zero-initialised scratch buffer for an `AllocateGlobal`, one per
-    /// launch, of `packed_len(dtype, product(shape))` bytes; `shape` is over scalar parameters.
-    Workspace { dtype: DType, shape: Vec<Expr> },
+impl std::ops::Deref for CudaKernel {
+    type Target = LaunchSpec;
+    fn deref(&self) -> &LaunchSpec {
+        &self.launch
+    }
 }
 
 /// Code generation failures (a program the verifier accepted but codegen cannot lower yet).
@@ -114,50 +82,4 @@ impl CodegenError {
 /// Generate CUDA C for `program`.
 pub fn emit(program: &Program) -> Result<CudaKernel, CodegenError> {
     select::emit_program(program)
-}
-
-impl CudaKernel {
-    /// The index of the parameter that carries program variable `var`.
-    pub fn param_index(&self, var: VarId) -> Option<usize> {
-        self.params.iter().position(|p| match p.kind {
-            ParamKind::I32 { var: v } | ParamKind::Pointer { var: v, .. } => v == var,
-            ParamKind::Workspace { .. } => false,
-        })
-    }
-
-    /// Check every assumption against the launch arguments (one per entry of
-    /// [`CudaKernel::params`], in order). The error names the argument.
-    pub fn check_args(&self, args: &[ArgValue]) -> Result<(), String> {
-        if args.len() != self.params.len() {
-            return Err(format!(
-                "kernel {} takes {} arguments, got {}",
-                self.entry,
-                self.params.len(),
-                args.len()
-            ));
-        }
-        for a in &self.assumptions {
-            a.check(self, args)?;
-        }
-        Ok(())
-    }
-
-    /// Evaluate an expression over the scalar parameters (a workspace extent, a grid extent)
-    /// for the given arguments, with C semantics; overflow and division by zero are errors.
-    pub fn eval(&self, e: &Expr, args: &[ArgValue]) -> Result<i32, String> {
-        assume::eval_param_expr(self, e, args)
-    }
-
-    /// Evaluate the grid for the given arguments: `[x, y, z]`.
-    pub fn grid_dims(&self, args: &[ArgValue]) -> Result<[u32; 3], String> {
-        let mut dims = [1u32; 3];
-        for (d, e) in self.grid.iter().enumerate().take(3) {
-            let v = assume::eval_param_expr(self, e, args)?;
-            if v < 0 {
-                return Err(format!("grid extent {d} is negative ({v})"));
-            }
-            dims[d] = v as u32;
-        }
-        Ok(dims)
-    }
 }

@@ -1,7 +1,6 @@
 //! The instruction-selection driver: walks the program, keeps the emitter state ([`Ctx`]) and
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
-use super::assume::Assumption;
 use super::expr::{c_expr, Divisible, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -9,7 +8,7 @@ use super::regmap::LayoutMap;
 use super::smem::{self, SharedPlan};
 use super::writer::Writer;
 use super::{dot, elementwise, global, shared};
-use super::{CodegenError, CudaKernel, KernelParam, ParamKind};
+use super::{Assumption, CodegenError, CudaKernel, KernelParam, LaunchSpec, ParamKind};
 use crate::ir::{
     Expr, Instruction, Operand, Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType,
 };
@@ -95,11 +94,7 @@ impl<'p> Ctx<'p> {
 
     /// The IR name of `v` (for comments and messages).
     pub(crate) fn ir_name(&self, v: VarId) -> String {
-        self.p
-            .vars
-            .get(v.0 as usize)
-            .map(|x| x.name.clone())
-            .unwrap_or_else(|| format!("%{}", v.0))
+        self.p.var_name(v)
     }
 
     pub(crate) fn fresh(&mut self, base: &str) -> String {
@@ -482,128 +477,13 @@ impl<'p> Ctx<'p> {
         Ok(())
     }
 
-    /// One-line rendering of an instruction for the `//` comment.
+    /// One-line rendering of an instruction for the `//` comment (the IR printer's, made safe
+    /// inside a comment).
     fn describe(&self, i: &Instruction) -> String {
-        let n = |v: &VarId| self.ir_name(*v);
-        let e = |x: &Expr| c_expr(x, &|v| self.ir_name(v));
-        let list = |xs: &[Expr]| format!("[{}]", xs.iter().map(e).collect::<Vec<_>>().join(", "));
-        let op = |o: &Operand| match o {
-            Operand::Tensor(t) => n(t),
-            Operand::Scalar(x) => e(x),
-            Operand::Imm(v) => format!("{v:?}"),
-        };
-        let name = i.name();
-        match i {
-            Instruction::BlockIndices { outs } => format!(
-                "[{}] = {name}()",
-                outs.iter().map(n).collect::<Vec<_>>().join(", ")
-            ),
-            Instruction::AllocateGlobal { out, dtype, shape } => {
-                format!("{} = {name}({dtype}, {})", n(out), list(shape))
-            }
-            Instruction::AllocateShared { out, dtype, layout } => format!(
-                "{} = {name}({dtype}, shape={:?}, strides={:?}{})",
-                n(out),
-                layout.shape,
-                layout.strides,
-                layout
-                    .swizzle
-                    .map(|s| format!(", swizzle=({}, {}, {})", s.bits, s.base, s.shift))
-                    .unwrap_or_default()
-            ),
-            Instruction::AllocateRegister {
-                out,
-                dtype,
-                layout,
-                init,
-            } => format!(
-                "{} = {name}({dtype}, {}{})",
-                n(out),
-                layout.to_expr(),
-                init.map(|v| format!(", {v:?}")).unwrap_or_default()
-            ),
-            Instruction::ViewGlobal {
-                out,
-                ptr,
-                dtype,
-                shape,
-            } => format!("{} = {name}({}, {dtype}, {})", n(out), n(ptr), list(shape)),
-            Instruction::LoadGlobal {
-                out,
-                src,
-                offset,
-                layout,
-            }
-            | Instruction::LoadShared {
-                out,
-                src,
-                offset,
-                layout,
-            } => format!(
-                "{} = {name}({}, {}, {})",
-                n(out),
-                n(src),
-                layout.to_expr(),
-                list(offset)
-            ),
-            Instruction::StoreGlobal { src, dst, offset }
-            | Instruction::StoreShared { src, dst, offset } => {
-                format!("{name}({}, {}, {})", n(src), n(dst), list(offset))
-            }
-            Instruction::SliceShared {
-                out,
-                src,
-                offset,
-                shape,
-            } => format!(
-                "{} = {name}({}, {}, {shape:?})",
-                n(out),
-                n(src),
-                list(offset)
-            ),
-            Instruction::CopyAsync {
-                dst,
-                src,
-                src_offset,
-            } => format!("{name}({}, {}, {})", n(dst), n(src), list(src_offset)),
-            Instruction::CopyAsyncWaitGroup { n: k } => format!("{name}({k})"),
-            Instruction::Binary { out, lhs, rhs, .. } => {
-                format!("{} = {name}({}, {})", n(out), n(lhs), op(rhs))
-            }
-            Instruction::MulAdd { out, a, b, c } => {
-                format!("{} = {name}({}, {}, {})", n(out), n(a), op(b), n(c))
-            }
-            Instruction::Neg { out, x } => format!("{} = {name}({})", n(out), n(x)),
-            Instruction::Cast {
-                out,
-                x,
-                dtype,
-                layout,
-            } => match layout {
-                None => format!("{} = {name}<{dtype}>({})", n(out), n(x)),
-                Some(l) => format!("{} = {name}<{dtype}>({}, {})", n(out), n(x), l.to_expr()),
-            },
-            Instruction::View {
-                out,
-                x,
-                dtype,
-                layout,
-            } => format!(
-                "{} = {name}<{dtype}>({}, {})",
-                n(out),
-                n(x),
-                layout.to_expr()
-            ),
-            Instruction::Dot { out, a, b, c } => {
-                format!("{} = {name}({}, {}, {})", n(out), n(a), n(b), n(c))
-            }
-            Instruction::Print { label, x } => format!("{name}({label:?}, {})", op(x)),
-            Instruction::CopyAsyncCommitGroup | Instruction::Synchronize | Instruction::Exit => {
-                format!("{name}()")
-            }
-        }
-        .replace("*/", "* /")
-        .replace('\n', " ")
+        self.p
+            .instruction_text(i)
+            .replace("*/", "* /")
+            .replace('\n', " ")
     }
 }
 
@@ -878,14 +758,24 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
     src.push_str(&body);
     src.push_str("}\n");
 
+    let param_of = |v: VarId| {
+        params.iter().position(|q| match q.kind {
+            ParamKind::Pointer { var, .. } => var == v,
+            _ => false,
+        })
+    };
+    let views = crate::launch::buffer_views(p, &param_of);
     Ok(CudaKernel {
         source: src,
-        entry,
-        block_threads: p.num_threads,
-        shared_bytes: cx.plan.total_bytes,
-        params,
-        grid: p.grid.clone(),
-        assumptions: cx.assumptions,
+        launch: LaunchSpec {
+            entry,
+            block_threads: p.num_threads,
+            shared_bytes: cx.plan.total_bytes,
+            params,
+            grid: p.grid.clone(),
+            assumptions: cx.assumptions,
+            views,
+        },
         shared_plan: cx.plan,
     })
 }

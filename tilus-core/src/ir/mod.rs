@@ -20,9 +20,12 @@
 //!   layout thread `t % layout.num_threads()`.
 
 mod builder;
+mod display;
+mod eval;
 mod names;
 
 pub use builder::ProgramBuilder;
+pub use eval::{EvalError, ScalarValue};
 
 use crate::layout::{Layout, SharedLayout};
 use crate::DType;

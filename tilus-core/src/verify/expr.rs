@@ -26,44 +26,15 @@ pub(super) fn describe(ty: &VarType) -> String {
     }
 }
 
-/// The value of an expression without variables (`None` if it has any, or fails).
+/// The value of an expression without variables (`None` if it has any, or fails), with the IR's
+/// checked `i32` semantics ([`Expr::const_i32`]).
 pub(crate) fn const_eval(e: &Expr) -> Option<i64> {
-    match e {
-        Expr::Int(v) => Some(*v as i64),
-        Expr::Unary(UnaryOp::Neg, x) => const_eval(x).map(|v| -v),
-        Expr::Binary(op, a, b) => {
-            let (a, b) = (const_eval(a)?, const_eval(b)?);
-            match op {
-                BinaryOp::Add => a.checked_add(b),
-                BinaryOp::Sub => a.checked_sub(b),
-                BinaryOp::Mul => a.checked_mul(b),
-                BinaryOp::Div => a.checked_div(b),
-                BinaryOp::Mod => a.checked_rem(b),
-                BinaryOp::Min => Some(a.min(b)),
-                BinaryOp::Max => Some(a.max(b)),
-                _ => None,
-            }
-        }
-        _ => None,
-    }
+    e.const_i32().map(i64::from)
 }
 
 /// Every variable an expression reads.
 pub(super) fn vars_of(e: &Expr, out: &mut Vec<VarId>) {
-    match e {
-        Expr::Int(_) | Expr::Bool(_) => {}
-        Expr::Var(v) => out.push(*v),
-        Expr::Unary(_, x) => vars_of(x, out),
-        Expr::Binary(_, a, b) => {
-            vars_of(a, out);
-            vars_of(b, out);
-        }
-        Expr::Select(c, a, b) => {
-            vars_of(c, out);
-            vars_of(a, out);
-            vars_of(b, out);
-        }
-    }
+    e.visit_vars(&mut |v| out.push(v));
 }
 
 impl Checker<'_> {

@@ -1,0 +1,222 @@
+//! The one evaluator of uniform scalar expressions, and the expression walkers.
+//!
+//! Semantics (shared by the interpreter, the launch checks, the verifier's constant folding and
+//! the runtime's grid and workspace sizes): values are `i32` or `bool`; `i32` arithmetic is
+//! checked, so overflow and division by zero are errors (the GPU would wrap or trap silently);
+//! division and remainder truncate toward zero as in C; `&&`, `||` and select evaluate lazily.
+
+use super::{BinaryOp, Expr, Instruction, Program, Stmt, StmtKind, UnaryOp, VarId};
+
+/// The value of a scalar expression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScalarValue {
+    I32(i32),
+    Bool(bool),
+}
+
+/// Why an expression has no value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    /// The expression reads a variable the caller has no value for.
+    #[error("{0}")]
+    Unbound(String),
+    /// Overflow, division by zero, or an operator applied to the wrong type.
+    #[error("{0}")]
+    Arithmetic(String),
+}
+
+impl Expr {
+    /// Evaluate with `lookup` giving each variable's value (or the reason it has none).
+    pub fn eval(
+        &self,
+        lookup: &mut dyn FnMut(VarId) -> Result<ScalarValue, EvalError>,
+    ) -> Result<ScalarValue, EvalError> {
+        use ScalarValue::{Bool, I32};
+        let wrong = |what: String| Err(EvalError::Arithmetic(what));
+        match self {
+            Expr::Int(v) => Ok(I32(*v)),
+            Expr::Bool(b) => Ok(Bool(*b)),
+            Expr::Var(v) => lookup(*v),
+            Expr::Unary(op, x) => match (op, x.eval(lookup)?) {
+                (UnaryOp::Neg, I32(v)) => v
+                    .checked_neg()
+                    .map(I32)
+                    .ok_or_else(|| EvalError::Arithmetic(format!("i32 overflow: -({v})"))),
+                (UnaryOp::Not, Bool(b)) => Ok(Bool(!b)),
+                (UnaryOp::Neg, v) => wrong(format!("`-` on {v:?}")),
+                (UnaryOp::Not, v) => wrong(format!("`!` on {v:?}")),
+            },
+            Expr::Binary(op, a, b) => {
+                let lhs = a.eval(lookup)?;
+                match (op, lhs) {
+                    (BinaryOp::And, Bool(false)) => return Ok(Bool(false)),
+                    (BinaryOp::Or, Bool(true)) => return Ok(Bool(true)),
+                    _ => {}
+                }
+                binary(*op, lhs, b.eval(lookup)?)
+            }
+            Expr::Select(c, a, b) => match c.eval(lookup)? {
+                Bool(true) => a.eval(lookup),
+                Bool(false) => b.eval(lookup),
+                v => wrong(format!("select on {v:?}")),
+            },
+        }
+    }
+
+    /// Evaluate an `i32`-valued expression.
+    pub fn eval_i32(
+        &self,
+        lookup: &mut dyn FnMut(VarId) -> Result<ScalarValue, EvalError>,
+    ) -> Result<i32, EvalError> {
+        match self.eval(lookup)? {
+            ScalarValue::I32(v) => Ok(v),
+            ScalarValue::Bool(b) => Err(EvalError::Arithmetic(format!(
+                "expected an i32, found the bool {b}"
+            ))),
+        }
+    }
+
+    /// The value of an expression without variables (`None` when it reads one or fails).
+    pub fn const_i32(&self) -> Option<i32> {
+        self.eval_i32(&mut |v| Err(EvalError::Unbound(format!("variable {}", v.0))))
+            .ok()
+    }
+
+    /// Call `f` on every variable the expression reads, in order (repeats included).
+    pub fn visit_vars(&self, f: &mut dyn FnMut(VarId)) {
+        match self {
+            Expr::Int(_) | Expr::Bool(_) => {}
+            Expr::Var(v) => f(*v),
+            Expr::Unary(_, x) => x.visit_vars(f),
+            Expr::Binary(_, a, b) => {
+                a.visit_vars(f);
+                b.visit_vars(f);
+            }
+            Expr::Select(c, a, b) => {
+                c.visit_vars(f);
+                a.visit_vars(f);
+                b.visit_vars(f);
+            }
+        }
+    }
+
+    /// Every variable the expression reads, deduplicated, in first-use order.
+    pub fn vars(&self) -> Vec<VarId> {
+        let mut out = Vec::new();
+        self.visit_vars(&mut |v| {
+            if !out.contains(&v) {
+                out.push(v)
+            }
+        });
+        out
+    }
+}
+
+impl Program {
+    /// Call `f` on every instruction of the body, in program order, inside every branch and
+    /// loop.
+    pub fn visit_instructions(&self, f: &mut dyn FnMut(&Instruction)) {
+        visit_stmts(&self.body, f)
+    }
+}
+
+fn visit_stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Instruction)) {
+    for s in stmts {
+        match &s.kind {
+            StmtKind::Instr(i) => f(i),
+            StmtKind::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                visit_stmts(then_body, f);
+                visit_stmts(else_body, f);
+            }
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => visit_stmts(body, f),
+            StmtKind::Let { .. } | StmtKind::Assign { .. } => {}
+        }
+    }
+}
+
+fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, EvalError> {
+    use ScalarValue::{Bool, I32};
+    let sym = op.symbol();
+    let err = |m: String| EvalError::Arithmetic(m);
+    let overflow = |x: i32, y: i32| err(format!("i32 overflow: {x} {sym} {y}"));
+    Ok(match (a, b) {
+        (I32(x), I32(y)) => match op {
+            BinaryOp::Add => I32(x.checked_add(y).ok_or_else(|| overflow(x, y))?),
+            BinaryOp::Sub => I32(x.checked_sub(y).ok_or_else(|| overflow(x, y))?),
+            BinaryOp::Mul => I32(x.checked_mul(y).ok_or_else(|| overflow(x, y))?),
+            BinaryOp::Div | BinaryOp::Mod if y == 0 => {
+                return Err(err(format!("division by zero: {x} {sym} 0")))
+            }
+            BinaryOp::Div => I32(x.checked_div(y).ok_or_else(|| overflow(x, y))?),
+            BinaryOp::Mod => I32(x.checked_rem(y).ok_or_else(|| overflow(x, y))?),
+            BinaryOp::Min => I32(x.min(y)),
+            BinaryOp::Max => I32(x.max(y)),
+            BinaryOp::Lt => Bool(x < y),
+            BinaryOp::Le => Bool(x <= y),
+            BinaryOp::Gt => Bool(x > y),
+            BinaryOp::Ge => Bool(x >= y),
+            BinaryOp::Eq => Bool(x == y),
+            BinaryOp::Ne => Bool(x != y),
+            BinaryOp::And | BinaryOp::Or => return Err(err(format!("`{sym}` on i32 values"))),
+        },
+        (Bool(x), Bool(y)) => match op {
+            BinaryOp::And => Bool(x && y),
+            BinaryOp::Or => Bool(x || y),
+            BinaryOp::Eq => Bool(x == y),
+            BinaryOp::Ne => Bool(x != y),
+            _ => return Err(err(format!("`{sym}` on bool values"))),
+        },
+        _ => return Err(err(format!("`{sym}` on values of different types"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vals: &[i32]) -> impl FnMut(VarId) -> Result<ScalarValue, EvalError> + '_ {
+        move |v| {
+            vals.get(v.0 as usize)
+                .map(|&x| ScalarValue::I32(x))
+                .ok_or_else(|| EvalError::Unbound(format!("v{}", v.0)))
+        }
+    }
+
+    #[test]
+    fn c_semantics_and_checked_overflow() {
+        let (a, b) = (Expr::Var(VarId(0)), Expr::Var(VarId(1)));
+        let mut e = env(&[-7, 2]);
+        assert_eq!((a.clone() / b.clone()).eval_i32(&mut e), Ok(-3));
+        assert_eq!((a.clone() % b.clone()).eval_i32(&mut e), Ok(-1));
+        let mut big = env(&[i32::MAX, 1]);
+        assert!(matches!(
+            (a.clone() + b.clone()).eval_i32(&mut big),
+            Err(EvalError::Arithmetic(m)) if m.contains("overflow")
+        ));
+        let mut zero = env(&[5, 0]);
+        assert!(matches!(
+            (a.clone() / b.clone()).eval_i32(&mut zero),
+            Err(EvalError::Arithmetic(m)) if m.contains("division by zero")
+        ));
+        let mut none = env(&[]);
+        assert!(matches!(a.eval_i32(&mut none), Err(EvalError::Unbound(_))));
+        assert_eq!(Expr::cdiv(10, 4).const_i32(), Some(3));
+        assert_eq!(
+            (a.clone() * b.clone() + a.clone()).vars(),
+            vec![VarId(0), VarId(1)]
+        );
+    }
+
+    #[test]
+    fn lazy_logic_skips_the_failing_side() {
+        let fails = Expr::binary(BinaryOp::Eq, Expr::binary(BinaryOp::Div, 1, 0), 0);
+        let e = Expr::binary(BinaryOp::And, Expr::Bool(false), fails.clone());
+        assert_eq!(e.eval(&mut env(&[])), Ok(ScalarValue::Bool(false)));
+        let e = Expr::binary(BinaryOp::Or, Expr::Bool(false), fails);
+        assert!(e.eval(&mut env(&[])).is_err());
+    }
+}

@@ -1,0 +1,264 @@
+//! What launching a generated kernel takes, as data: the [`LaunchSpec`].
+//!
+//! Code generation produces one per kernel; `#[kernel]` embeds it per configuration; the one
+//! launcher in the facade (`tilus::gpu`) consumes it. It holds the entry point's parameters in
+//! call order (the program's own, then one hidden pointer per `AllocateGlobal` workspace), the
+//! grid, the block size, the dynamic shared memory, the [`Assumption`]s the generated code relies
+//! on, and the global views of the parameter buffers. From these the launcher checks every
+//! argument *before* the launch, so a bad argument is an error naming it, never a fault that
+//! poisons the CUDA context.
+//!
+//! Everything here is evaluated with the IR's one checked evaluator ([`Expr::eval`]).
+
+mod assume;
+
+pub use assume::{ArgValue, Assumption};
+
+use crate::ir::{Expr, Instruction, Program, VarId, VarType};
+use crate::DType;
+
+/// One parameter of the generated entry function.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelParam {
+    /// Name in the generated source (the IR name, sanitized).
+    pub name: String,
+    /// Name of the IR variable (for error messages that name the argument).
+    pub ir_name: String,
+    pub kind: ParamKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ParamKind {
+    /// An `int` argument: the program's scalar parameter `var`.
+    I32 { var: VarId },
+    /// A device pointer (`const uint8_t*` or `uint8_t*` in the source): the program's pointer
+    /// parameter `var`.
+    Pointer {
+        var: VarId,
+        dtype: DType,
+        mutable: bool,
+    },
+    /// A hidden pointer to a zero-initialised scratch buffer for an `AllocateGlobal`, one per
+    /// launch, of `packed_len(dtype, product(shape))` bytes; `shape` is over scalar parameters.
+    Workspace { dtype: DType, shape: Vec<Expr> },
+}
+
+/// A global view of a pointer parameter whose extents depend only on scalar parameters: the
+/// buffer passed for it must hold at least `product(shape)` elements of `dtype`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BufferView {
+    /// Index into [`LaunchSpec::params`] of the pointer parameter.
+    pub param: usize,
+    pub dtype: DType,
+    pub shape: Vec<Expr>,
+}
+
+/// Everything a launcher needs besides the CUDA source.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LaunchSpec {
+    /// Name of the `extern "C" __global__` function.
+    pub entry: String,
+    /// Threads per block.
+    pub block_threads: u32,
+    /// Dynamic shared memory, in bytes (the launcher must raise the function's dynamic shared
+    /// memory limit when this exceeds 48 KiB).
+    pub shared_bytes: usize,
+    /// The kernel's parameters in call order, workspaces included.
+    pub params: Vec<KernelParam>,
+    /// Grid extents (1 to 3; launched as x, y, z), over the program's scalar parameters.
+    pub grid: Vec<Expr>,
+    /// Conditions on the arguments that the generated code relies on.
+    pub assumptions: Vec<Assumption>,
+    /// Sizes the parameter buffers must have.
+    pub views: Vec<BufferView>,
+}
+
+impl LaunchSpec {
+    /// The spec of `program` as the interpreter runs it: its own parameters, grid, block size
+    /// and buffer views; no source, entry, assumptions or workspaces (the interpreter allocates
+    /// those itself and needs no vector-access assumptions).
+    pub fn of_program(program: &Program) -> LaunchSpec {
+        let params: Vec<KernelParam> = program
+            .params
+            .iter()
+            .map(|p| {
+                let var = program.var(p.var);
+                let kind = match &var.ty {
+                    VarType::Pointer { dtype, mutable } => ParamKind::Pointer {
+                        var: p.var,
+                        dtype: *dtype,
+                        mutable: *mutable,
+                    },
+                    _ => ParamKind::I32 { var: p.var },
+                };
+                KernelParam {
+                    name: var.name.clone(),
+                    ir_name: var.name.clone(),
+                    kind,
+                }
+            })
+            .collect();
+        let views = buffer_views(program, &|v| program.params.iter().position(|p| p.var == v));
+        LaunchSpec {
+            entry: program.name.clone(),
+            block_threads: program.num_threads,
+            shared_bytes: 0,
+            params,
+            grid: program.grid.clone(),
+            assumptions: Vec::new(),
+            views,
+        }
+    }
+
+    /// The index of the parameter that carries program variable `var`.
+    pub fn param_index(&self, var: VarId) -> Option<usize> {
+        self.params.iter().position(|p| match p.kind {
+            ParamKind::I32 { var: v } | ParamKind::Pointer { var: v, .. } => v == var,
+            ParamKind::Workspace { .. } => false,
+        })
+    }
+
+    /// The parameters the caller supplies (all but the workspaces), in call order.
+    pub fn user_params(&self) -> impl Iterator<Item = &KernelParam> {
+        self.params
+            .iter()
+            .filter(|p| !matches!(p.kind, ParamKind::Workspace { .. }))
+    }
+
+    /// Check every assumption against the launch arguments (one per entry of
+    /// [`LaunchSpec::params`], in order). The error names the argument.
+    pub fn check_args(&self, args: &[ArgValue]) -> Result<(), String> {
+        if args.len() != self.params.len() {
+            return Err(format!(
+                "kernel {} takes {} arguments, got {}",
+                self.entry,
+                self.params.len(),
+                args.len()
+            ));
+        }
+        for a in &self.assumptions {
+            a.check(self, args)?;
+        }
+        Ok(())
+    }
+
+    /// Check that each buffer holds its views: `sizes[i]` is the size in bytes of the buffer
+    /// passed for parameter `i` (ignored for scalars and workspaces).
+    pub fn check_buffers(&self, args: &[ArgValue], sizes: &[usize]) -> Result<(), String> {
+        for v in &self.views {
+            let (Some(p), Some(&bytes)) = (self.params.get(v.param), sizes.get(v.param)) else {
+                return Err(format!(
+                    "kernel {}: a buffer view names parameter {} of {}",
+                    self.entry,
+                    v.param,
+                    self.params.len()
+                ));
+            };
+            let extents = v
+                .shape
+                .iter()
+                .map(|e| self.eval(e, args))
+                .collect::<Result<Vec<i32>, String>>()
+                .map_err(|m| format!("a view of `{}`: {m}", p.ir_name))?;
+            let needed = view_bytes(v.dtype, &extents);
+            if needed > bytes as u128 {
+                return Err(format!(
+                    "`{}` holds {bytes} bytes, but the kernel views it as {}{extents:?}, which \
+                     needs {needed} bytes",
+                    p.ir_name, v.dtype
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of each workspace parameter (in parameter order) for the given arguments.
+    pub fn workspace_bytes(&self, args: &[ArgValue]) -> Result<Vec<usize>, String> {
+        let mut out = Vec::new();
+        for p in &self.params {
+            if let ParamKind::Workspace { dtype, shape } = &p.kind {
+                let extents = shape
+                    .iter()
+                    .map(|e| self.eval(e, args))
+                    .collect::<Result<Vec<i32>, String>>()
+                    .map_err(|m| format!("workspace `{}`: {m}", p.ir_name))?;
+                if let Some(x) = extents.iter().find(|&&x| x < 0) {
+                    return Err(format!(
+                        "workspace `{}` has a negative extent ({x}) in {extents:?}",
+                        p.ir_name
+                    ));
+                }
+                let bytes = usize::try_from(view_bytes(*dtype, &extents)).map_err(|_| {
+                    format!(
+                        "workspace `{}` of {dtype}{extents:?} is too large",
+                        p.ir_name
+                    )
+                })?;
+                out.push(bytes);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Evaluate an expression over the scalar parameters (a workspace extent, a grid extent)
+    /// for the given arguments; overflow and division by zero are errors.
+    pub fn eval(&self, e: &Expr, args: &[ArgValue]) -> Result<i32, String> {
+        assume::eval_param_expr(self, e, args)
+    }
+
+    /// Evaluate the grid for the given arguments: `[x, y, z]`.
+    pub fn grid_dims(&self, args: &[ArgValue]) -> Result<[u32; 3], String> {
+        let mut dims = [1u32; 3];
+        for (d, e) in self.grid.iter().enumerate().take(3) {
+            let v = self.eval(e, args)?;
+            if v < 0 {
+                return Err(format!("grid extent {d} is negative ({v})"));
+            }
+            dims[d] = v as u32;
+        }
+        Ok(dims)
+    }
+}
+
+/// Bytes of `product(extents)` packed elements of `dtype` (negative extents count as empty).
+fn view_bytes(dtype: DType, extents: &[i32]) -> u128 {
+    let numel = extents
+        .iter()
+        .fold(1u128, |n, &x| n.saturating_mul(x.max(0) as u128));
+    (numel.saturating_mul(dtype.bits() as u128)).div_ceil(8)
+}
+
+/// The global views of `program`'s pointer parameters whose extents read only scalar
+/// parameters (those a launcher can check before the launch). `param_of` maps a parameter
+/// variable to its index in the launch's parameter list.
+pub fn buffer_views(
+    program: &Program,
+    param_of: &dyn Fn(VarId) -> Option<usize>,
+) -> Vec<BufferView> {
+    let is_scalar_param = |v: VarId| {
+        program.params.iter().any(|p| p.var == v) && matches!(program.ty(v), VarType::Scalar(_))
+    };
+    let mut out: Vec<BufferView> = Vec::new();
+    program.visit_instructions(&mut |i| {
+        let Instruction::ViewGlobal {
+            ptr, dtype, shape, ..
+        } = i
+        else {
+            return;
+        };
+        let Some(param) = param_of(*ptr) else { return };
+        let mut known = true;
+        for e in shape {
+            e.visit_vars(&mut |v| known &= is_scalar_param(v));
+        }
+        let view = BufferView {
+            param,
+            dtype: *dtype,
+            shape: shape.clone(),
+        };
+        if known && !out.contains(&view) {
+            out.push(view);
+        }
+    });
+    out
+}
