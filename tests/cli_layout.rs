@@ -1,6 +1,6 @@
-//! `tilus layout`: the JSON map of every primitive, compositions, the mma.m16n8k16 fragments, a
-//! division and a reduce, each checked against an evaluator written here from the definitions
-//! (not tilus-core), plus the error path.
+//! `tilus layout`: the JSON map of every primitive, compositions (of equal and of mixed ranks),
+//! the mma.m16n8k16 fragments, a division and a reduce, each checked against an evaluator
+//! written here from the definitions (not tilus-core), plus the error path.
 
 use serde_json::Value;
 use std::process::Command;
@@ -183,6 +183,65 @@ fn compositions() {
 }
 
 #[test]
+fn mixed_rank_compositions_broadcast_the_lower_rank() {
+    // local(2) is local(1,2): its two locals step over whole spatial(8,4) tiles along dim 1.
+    check(
+        "local(2).spatial(8,4)",
+        &from_fn(&[8, 8], 32, 2, |t, i| vec![t / 4, 4 * i + t % 4]),
+    );
+    // Inside: each thread of spatial(8,4) holds two adjacent columns.
+    check(
+        "spatial(8,4).local(2)",
+        &from_fn(&[8, 8], 32, 2, |t, i| vec![t / 4, 2 * (t % 4) + i]),
+    );
+    // Rank 1 then rank 3: spatial(3) is spatial(1,1,3).
+    check(
+        "spatial(3).local(2,1,2)",
+        &from_fn(&[2, 1, 6], 3, 4, |t, i| vec![i / 2, 0, 2 * t + i % 2]),
+    );
+    // The mma.m16n8k16 accumulator with its innermost local(1,2) written local(2).
+    check(
+        "local(2,1).spatial(8,4).local(2)",
+        &from_fn(&[16, 8], 32, 4, |lane, i| {
+            vec![lane / 4 + 8 * (i >> 1), (lane % 4) * 2 + (i & 1)]
+        }),
+    );
+    // A rank-1 divisor; and the quotient of (f.g)/g keeps the rank of f.g.
+    check(
+        "local(2,1).spatial(8,4).local(1,2) / local(2)",
+        &chain(&[local(&[2, 1], false), spatial(&[8, 4], false)]),
+    );
+    check(
+        "(local(2).spatial(8,4)) / spatial(8,4)",
+        &local(&[1, 2], false),
+    );
+}
+
+#[test]
+fn mixed_rank_composition_exact_output() {
+    // local(1,2).spatial(1,2): h(t, i) = [0, 2 i + t].
+    let out = tilus(&["layout", "local(2).spatial(1,2)", "--json"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim_end(),
+        r#"{"shape":[1,4],"threads":2,"locals":2,"map":[[[0,0],[0,2]],[[0,1],[0,3]]]}"#
+    );
+    // h(t, i) = [t / 2, 2 i + t % 2]: the text form names the broadcast operand.
+    let out = tilus(&["layout", "local(2).spatial(2,2)"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim_end(),
+        "layout:  local(1,2).spatial(2,2)\n\
+         shape:   [2, 4]\n\
+         threads: 4\n\
+         locals:  2\n\
+         \n     0    1    2    3\n\
+         0  0:0  1:0  0:1  1:1\n\
+         1  2:0  3:0  2:1  3:1"
+    );
+}
+
+#[test]
 fn mma_m16n8k16_fragments() {
     // PTX ISA fragment formulas: groupID = lane >> 2, threadID_in_group = lane % 4.
     let a = from_fn(&[16, 16], 32, 8, |lane, i| {
@@ -249,7 +308,7 @@ fn malformed_expressions_exit_2_with_one_line() {
         "local(2,1).spacial(8,4)",
         "local(2,1",
         "spatial(0)",
-        "local(2,1).spatial(8)",
+        "spatial(4) / spatial(2,1)",
         "local(2,1).spatial(8,4) / spatial(4,8)",
         "local(2) extra",
         "",

@@ -120,3 +120,56 @@ fn embedded_launch_specs() {
     );
     assert_eq!(k.views.len(), 2, "{:?}", k.views);
 }
+/// `layout!` composes layouts of different ranks by broadcasting the lower-rank one (paper
+/// appendix A): `local(2)` before the rank-2 `spatial(8, 4)` is `local(1, 2)`, so each thread
+/// holds two columns 4 apart. Both spellings and a spliced layout variable.
+#[tilus::kernel(grid = [cdiv(m, 8)], warps = 1, space(C = [1, 2]))]
+pub fn mixed_rank_layouts<const C: i32>(m: i32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let gx = view_global(x, [m, 8 * C]);
+    let gy = view_global(y, [m, 8 * C]);
+    let warp = layout!(spatial(8, 4));
+    let r = load_global(gx, layout!(local(2 * C).warp), [bi * 8, 0]);
+    let s = load_global(gx, layout!("spatial(8, 4).local(2)"), [bi * 8, 0]);
+    store_global(r + 1.0, gy, [bi * 8, 0]);
+    print(s);
+}
+
+#[test]
+fn mixed_rank_layouts_broadcast() {
+    use tilus::core::ir::{Instruction, StmtKind};
+    use tilus::core::layout::parse;
+    for cfg in mixed_rank_layouts::SPACE {
+        let p = mixed_rank_layouts::program(cfg).expect("embedded program");
+        tilus::core::verify::verify(&p, &Default::default()).unwrap();
+        let loads: Vec<_> = p
+            .body
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StmtKind::Instr(Instruction::LoadGlobal { layout, .. }) => Some(layout.clone()),
+                _ => None,
+            })
+            .collect();
+        let c = cfg.C as usize;
+        // Thread t, local i of local(1, 2C).spatial(8, 4) holds [t / 4, 4 i + t % 4].
+        let want = parse(&format!("local(1,{}).spatial(8,4)", 2 * c)).unwrap();
+        assert_eq!(loads[0], want, "{cfg}");
+        assert_eq!(loads[0].shape(), &[8, 8 * c]);
+        for t in 0..32 {
+            for i in 0..2 * c {
+                assert_eq!(loads[0].eval(t, i), vec![t / 4, 4 * i + t % 4], "{cfg}");
+            }
+        }
+        assert_eq!(loads[1], parse("spatial(8,4).local(1,2)").unwrap());
+
+        // Every element of the [m, 8C] view is written once, masked past m.
+        let m = 13;
+        let cols = 8 * c;
+        let x: Vec<f32> = (0..m * cols).map(|i| i as f32 * 0.25 - 3.0).collect();
+        let mut y = vec![f32::NAN; m * cols];
+        mixed_rank_layouts::interpret(cfg, m as i32, &x, &mut y).unwrap();
+        for i in 0..m * cols {
+            assert_eq!(y[i], x[i] + 1.0, "{cfg} at {i}");
+        }
+    }
+}

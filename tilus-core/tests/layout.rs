@@ -179,20 +179,101 @@ fn composition_follows_the_definition() {
     }
 }
 
-#[test]
-fn composition_rejects_rank_mismatch() {
+/// Every `(t, i)` of `h` against a hand-written formula.
+fn check_map(
+    h: &Layout,
+    shape: &[usize],
+    threads: usize,
+    locals: usize,
+    want: fn(usize, usize) -> Vec<usize>,
+) {
     assert_eq!(
-        Layout::local(&[2]).compose(&Layout::spatial(&[2, 2])),
-        Err(LayoutError::RankMismatch {
-            op: "composition",
-            left: 1,
-            right: 2
-        })
+        (h.shape(), h.num_threads(), h.num_locals()),
+        (shape, threads, locals),
+        "{}",
+        h.to_expr()
     );
-    assert!(matches!(
-        Layout::local(&[2]).divide(&Layout::spatial(&[2, 2])),
-        Err(LayoutError::RankMismatch { op: "division", .. })
-    ));
+    for t in 0..threads {
+        for i in 0..locals {
+            assert_eq!(h.eval(t, i), want(t, i), "{} at ({t}, {i})", h.to_expr());
+        }
+    }
+}
+
+#[test]
+fn broadcast_prepends_unit_dims() {
+    let f = l("spatial(3).local(2)");
+    let b = f.broadcast_to_rank(3).unwrap();
+    // Thread t holds [2t, 2t+1] of the rank-1 tile; at rank 3 the index gains two leading 0s.
+    check_map(&b, &[1, 1, 6], 3, 2, |t, i| vec![0, 0, 2 * t + i]);
+    assert_eq!(b, f.unsqueeze(&[0, 1]).unwrap());
+    assert_eq!(f.broadcast_to_rank(1).unwrap(), f);
+    assert_eq!(
+        Layout::local(&[]).broadcast_to_rank(2).unwrap(),
+        Layout::local(&[1, 1])
+    );
+    assert_eq!(
+        f.broadcast_to_rank(0),
+        Err(LayoutError::Invalid(
+            "cannot broadcast a rank-1 layout to rank 0: broadcasting only prepends dimensions"
+                .into()
+        ))
+    );
+}
+
+#[test]
+fn composition_broadcasts_the_lower_rank_operand() {
+    // local(2) is local(1,2): one thread with locals [0,0] and [0,1], outside spatial(8,4).
+    let h = l("local(2)").compose(&l("spatial(8,4)")).unwrap();
+    check_map(&h, &[8, 8], 32, 2, |t, i| vec![t / 4, 4 * i + t % 4]);
+    assert_eq!(h, l("local(1,2).spatial(8,4)"));
+    // Inside: each thread of spatial(8,4) owns two adjacent columns.
+    let h = l("spatial(8,4)").compose(&l("local(2)")).unwrap();
+    check_map(&h, &[8, 8], 32, 2, |t, i| vec![t / 4, 2 * (t % 4) + i]);
+    assert_eq!(h, l("spatial(8,4).local(1,2)"));
+    // Rank 1 with rank 3: spatial(3) is spatial(1,1,3).
+    let h = l("spatial(3)").compose(&l("local(2,1,2)")).unwrap();
+    check_map(&h, &[2, 1, 6], 3, 4, |t, i| vec![i / 2, 0, 2 * t + i % 2]);
+    // Rank 0 composes with anything as a unit.
+    let c = l("local(2,1).spatial(8,4)");
+    assert_eq!(Layout::local(&[]).compose(&c).unwrap(), c);
+    assert_eq!(c.compose(&Layout::spatial(&[])).unwrap(), c);
+    // A rank-1 replication digit applies at any rank.
+    assert_eq!(
+        l("spatial(2,2)")
+            .compose(&Layout::replicated(1, 3))
+            .unwrap(),
+        l("spatial(2,2)")
+            .compose(&Layout::replicated(2, 3))
+            .unwrap()
+    );
+}
+
+#[test]
+fn division_broadcasts_the_lower_rank_operand() {
+    let c = l("local(2,1).spatial(8,4).local(1,2)");
+    // A rank-1 divisor is local(1,2).
+    assert_eq!(
+        c.divide(&l("local(2)")).unwrap(),
+        l("local(2,1).spatial(8,4)")
+    );
+    // (f.g)/g is f at the rank of f.g: local(1,2), not local(2).
+    let h = l("local(2).spatial(8,4)");
+    assert_eq!(h.divide(&l("spatial(8,4)")).unwrap(), l("local(1,2)"));
+    assert_eq!(
+        h.divide(&l("spatial(8,4)")).unwrap(),
+        l("local(2)").broadcast_to_rank(2).unwrap()
+    );
+    // A higher-rank divisor: spatial(4) is spatial(1,4) = spatial(1,2).spatial(1,2).
+    let q = l("spatial(4)").divide(&l("spatial(1,2)")).unwrap();
+    check_map(&q, &[1, 2], 2, 1, |t, _| vec![0, t]);
+    // ...whose extra leading extents must be 1.
+    let e = l("spatial(4)").divide(&l("spatial(2,1)")).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("dim 0: the divisor's extent 2 does not divide the extent 1"),
+        "{e}"
+    );
 }
 
 #[test]

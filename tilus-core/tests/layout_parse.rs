@@ -164,23 +164,43 @@ fn trailing_garbage_and_empty_input() {
 }
 
 #[test]
-fn rank_mismatch() {
-    let text = "local(2,1).spatial(8)";
-    let e = err(text);
+fn mixed_ranks_broadcast() {
+    // The lower-rank operand gains leading extent-1 dims, on either side of `.` and `/`.
     assert_eq!(
-        e.message,
-        "cannot compose a rank-2 layout with a rank-1 layout"
+        parse("local(2).spatial(8,4)").unwrap(),
+        parse("local(1,2).spatial(8,4)").unwrap()
     );
-    assert_eq!(culprit(text, &e), text);
-    let text = "x(local(2)) / spatial(2,2)";
-    assert!(err(text)
-        .message
-        .starts_with("unknown layout primitive `x`"));
+    assert_eq!(
+        parse("spatial(8,4).local(2)").unwrap(),
+        parse("spatial(8,4).local(1,2)").unwrap()
+    );
+    assert_eq!(
+        parse("local(2,1).spatial(8)").unwrap(),
+        parse("local(2,1).spatial(1,8)").unwrap()
+    );
+    assert_eq!(
+        parse("local(3) ∘ spatial(2,2,2)").unwrap().shape(),
+        &[2, 2, 6]
+    );
+    assert_eq!(
+        parse("local(2,1).spatial(8,4).local(1,2) / local(2)").unwrap(),
+        parse("local(2,1).spatial(8,4)").unwrap()
+    );
+    assert_eq!(
+        parse("(local(2).spatial(8,4)) / spatial(8,4)").unwrap(),
+        parse("local(1,2)").unwrap()
+    );
+    assert_eq!(
+        parse("spatial(4) / spatial(1,2)").unwrap(),
+        parse("spatial(1,2)").unwrap()
+    );
+    // A higher-rank divisor must have extent 1 in the dims the dividend lacks.
     let text = "(local(2)) / spatial(2,2)";
     let e = err(text);
     assert_eq!(
         e.message,
-        "cannot divide a rank-1 layout by a rank-2 layout"
+        "`(local(2))` is not divisible by `spatial(2,2)`: dim 0: the divisor's extent 2 does \
+         not divide the extent 1"
     );
     assert_eq!(culprit(text, &e), text);
 }

@@ -1,5 +1,6 @@
 //! Property tests of the layout algebra: associativity, identities, `(f.g)/g == f`, division
-//! never panicking and always composing back, owners inverting eval, the canonical form.
+//! never panicking and always composing back, owners inverting eval, the canonical form; and
+//! the same laws over operands of different ranks (broadcast to the larger rank).
 
 use proptest::prelude::*;
 use tilus_core::layout::{parse, Digit, Layout, Mode, Primitive};
@@ -82,8 +83,140 @@ fn composes_to(f: &Layout, g: &Layout, h: &Layout) -> bool {
         })
 }
 
+/// Two layouts whose ranks (1 to 3) are drawn independently.
+fn mixed_pair(max: usize) -> impl Strategy<Value = (Layout, Layout)> {
+    (1..=3usize, 1..=3usize).prop_flat_map(move |(a, b)| (layout(a, max), layout(b, max)))
+}
+
+fn mixed_triple(max: usize) -> impl Strategy<Value = (Layout, Layout, Layout)> {
+    (1..=3usize, 1..=3usize, 1..=3usize)
+        .prop_flat_map(move |(a, b, c)| (layout(a, max), layout(b, max), layout(c, max)))
+}
+
+/// `x` with `fill` prepended up to length `rank`: Definition 5's broadcast of an index
+/// (`fill = 0`) or a shape (`fill = 1`), written here independently of `broadcast_to_rank`.
+fn pad(x: &[usize], rank: usize, fill: usize) -> Vec<usize> {
+    let mut out = vec![fill; rank - x.len()];
+    out.extend_from_slice(x);
+    out
+}
+
+/// The composition definition over mixed ranks: both operands padded to the larger rank.
+fn composes_to_broadcast(f: &Layout, g: &Layout, h: &Layout) -> bool {
+    let r = f.rank().max(g.rank());
+    let (sf, sg) = (pad(f.shape(), r, 1), pad(g.shape(), r, 1));
+    let (tg, lg) = (g.num_threads(), g.num_locals());
+    let shape: Vec<usize> = (0..r).map(|d| sf[d] * sg[d]).collect();
+    h.shape() == shape.as_slice()
+        && h.num_threads() == f.num_threads() * tg
+        && h.num_locals() == f.num_locals() * lg
+        && (0..h.num_threads()).all(|t| {
+            (0..h.num_locals()).all(|i| {
+                let o = pad(&f.eval(t / tg, i / lg), r, 0);
+                let n = pad(&g.eval(t % tg, i % lg), r, 0);
+                let want: Vec<usize> = (0..r).map(|d| o[d] * sg[d] + n[d]).collect();
+                h.eval(t, i) == want
+            })
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn broadcast_prepends_unit_dims(
+        f in (1..=3usize).prop_flat_map(|r| layout(r, 256)),
+        extra in 0..=2usize,
+    ) {
+        let r = f.rank() + extra;
+        let b = f.broadcast_to_rank(r).unwrap();
+        prop_assert_eq!(b.shape().to_vec(), pad(f.shape(), r, 1));
+        prop_assert_eq!((b.num_threads(), b.num_locals()), (f.num_threads(), f.num_locals()));
+        for t in 0..f.num_threads() {
+            for i in 0..f.num_locals() {
+                prop_assert_eq!(b.eval(t, i), pad(&f.eval(t, i), r, 0));
+            }
+        }
+        prop_assert!(f.broadcast_to_rank(f.rank() - 1).is_err());
+    }
+
+    #[test]
+    fn mixed_rank_composition_is_composition_after_broadcast((f, g) in mixed_pair(64)) {
+        let h = f.compose(&g).unwrap();
+        let r = f.rank().max(g.rank());
+        prop_assert_eq!(h.rank(), r);
+        prop_assert!(composes_to_broadcast(&f, &g, &h));
+        let explicit = f
+            .broadcast_to_rank(r)
+            .unwrap()
+            .compose(&g.broadcast_to_rank(r).unwrap())
+            .unwrap();
+        prop_assert_eq!(h, explicit);
+    }
+
+    #[test]
+    fn broadcast_commutes_with_composition((f, g) in mixed_pair(64), extra in 0..=2usize) {
+        let r = f.rank().max(g.rank()) + extra;
+        let b = |l: &Layout| l.broadcast_to_rank(r).unwrap();
+        prop_assert_eq!(b(&f.compose(&g).unwrap()), b(&f).compose(&b(&g)).unwrap());
+    }
+
+    #[test]
+    fn mixed_rank_composition_is_associative((f, g, h) in mixed_triple(16)) {
+        let left = f.compose(&g).unwrap().compose(&h).unwrap();
+        let right = f.compose(&g.compose(&h).unwrap()).unwrap();
+        prop_assert!(left.same_function(&right));
+        prop_assert_eq!(left, right);
+    }
+
+    #[test]
+    fn unit_layouts_of_any_rank_are_identities_up_to_broadcast(
+        f in (1..=3usize).prop_flat_map(|r| layout(r, 256)),
+        k in 0..=3usize,
+    ) {
+        let ones = vec![1; k];
+        let bf = f.broadcast_to_rank(f.rank().max(k)).unwrap();
+        for id in [Layout::local(&ones), Layout::spatial(&ones)] {
+            prop_assert_eq!(f.compose(&id).unwrap(), bf.clone());
+            prop_assert_eq!(id.compose(&f).unwrap(), bf.clone());
+            prop_assert_eq!(f.divide(&id).unwrap(), bf.clone());
+        }
+    }
+
+    #[test]
+    fn mixed_rank_division_undoes_composition((f, g) in mixed_pair(64)) {
+        // (f.g)/g is f at the rank of f.g, i.e. f itself when rank f >= rank g.
+        let h = f.compose(&g).unwrap();
+        let q = h.divide(&g);
+        prop_assert!(q.is_ok(), "{} / {}: {:?}", h.to_expr(), g.to_expr(), q);
+        let q = q.unwrap();
+        prop_assert_eq!(&q, &f.broadcast_to_rank(h.rank()).unwrap());
+        if f.rank() >= g.rank() {
+            prop_assert_eq!(q, f);
+        }
+    }
+
+    #[test]
+    fn mixed_rank_division_is_division_after_broadcast((h, g) in mixed_pair(64)) {
+        let r = h.rank().max(g.rank());
+        let q = h.divide(&g);
+        let explicit = h.broadcast_to_rank(r).unwrap().divide(&g.broadcast_to_rank(r).unwrap());
+        prop_assert_eq!(q.as_ref().ok(), explicit.as_ref().ok());
+        if let Ok(f) = q {
+            prop_assert_eq!(f.rank(), r);
+            prop_assert!(composes_to_broadcast(&f, &g, &h.broadcast_to_rank(r).unwrap()));
+        }
+    }
+
+    #[test]
+    fn mixed_rank_division_of_a_composition_by_its_inner_part((f, g, k) in mixed_triple(16)) {
+        let gk = g.compose(&k).unwrap();
+        let h = f.compose(&gk).unwrap();
+        let r = h.rank();
+        prop_assert_eq!(h.divide(&gk).unwrap(), f.broadcast_to_rank(r).unwrap());
+        let fg = f.compose(&g).unwrap();
+        prop_assert_eq!(h.divide(&k).unwrap(), fg.broadcast_to_rank(r).unwrap());
+    }
 
     #[test]
     fn composition_matches_its_definition((f, g) in pair(64)) {

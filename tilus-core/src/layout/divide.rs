@@ -15,15 +15,11 @@
 //!    must divide the one of `h` at the same place), and likewise the local digits.
 //! 4. What is left of `h` (outer modes, digit prefixes) is `f`. It is composed back with `g`
 //!    and compared with `h`, so a mistake here can only produce an error, never a wrong `f`.
+//!
+//! Operands of different ranks are both broadcast to the larger rank first (leading extent-1
+//! dimensions, see `Layout::broadcast_to_rank`), exactly as composition does.
 
-use super::{Layout, LayoutError, Raw, RawDigit};
-
-pub(crate) enum DivideError {
-    /// Ranks differ: reported as [`LayoutError::RankMismatch`].
-    Rank(LayoutError),
-    /// Why no quotient exists; the caller names the operands.
-    Reason(String),
-}
+use super::{Layout, Raw, RawDigit};
 
 fn stride(raw: &Raw, d: usize, p: usize) -> usize {
     raw.dims[d][p + 1..].iter().product()
@@ -38,16 +34,13 @@ fn describe(raw: &Raw, digit: RawDigit) -> String {
     }
 }
 
-pub(crate) fn divide(h: &Layout, g: &Layout) -> Result<Layout, DivideError> {
-    let rank = h.rank();
-    if g.rank() != rank {
-        return Err(DivideError::Rank(LayoutError::RankMismatch {
-            op: "division",
-            left: rank,
-            right: g.rank(),
-        }));
-    }
-    let reason = |msg: String| Err(DivideError::Reason(msg));
+/// `h / g`, or why there is no quotient (the caller names the operands).
+pub(crate) fn divide(h: &Layout, g: &Layout) -> Result<Layout, String> {
+    // Mixed ranks: both sides at the larger rank, as composition does, so that
+    // `(f.g) / g` is `f` broadcast to the rank of `f.g`.
+    let rank = h.rank().max(g.rank());
+    let (h, g) = (&*h.at_rank(rank), &*g.at_rank(rank));
+    let reason = |msg: String| Err(msg);
     let mut hr = h.to_raw();
     let mut gr = g.to_raw();
     // Number of `h` modes of each dimension that belong to `f` (outer to the boundary).

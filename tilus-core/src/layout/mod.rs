@@ -2,8 +2,8 @@
 //!
 //! A register layout maps (thread `t`, local `i`) to a logical index of a tile. The contract:
 //! `Layout::{local, spatial, column_local, column_spatial}` build primitives; `compose` (`f.g`),
-//! `divide` (`h / g`), `reduce`, `unsqueeze`; `eval(t, i)`; `owners(index)`; `Display` renders
-//! the grid of `t:i` cells. [`parse`] reads the text form, e.g. `local(2,1).spatial(8,4)`.
+//! `divide` (`h / g`), `broadcast_to_rank`, `reduce`, `unsqueeze`; `eval(t, i)`;
+//! `owners(index)`; `Display` renders the grid of `t:i` cells. [`parse`] reads the text form, e.g. `local(2,1).spatial(8,4)`.
 //!
 //! # Semantics
 //!
@@ -11,10 +11,31 @@
 //!   `i` over the shape. `spatial(..)`: `prod(n)` threads with one local each, thread `t` holds
 //!   the row-major unravel of `t`. `column_local` / `column_spatial` unravel column-major
 //!   (dimension 0 fastest).
-//! * Composition `h = f.g` (ranks must agree): `shape(h) = shape(f) * shape(g)` elementwise,
-//!   `T(h) = T(f) T(g)`, `L(h) = L(f) L(g)` and
+//! * Composition `h = f.g` (of equal ranks; see below for mixed ranks):
+//!   `shape(h) = shape(f) * shape(g)` elementwise, `T(h) = T(f) T(g)`, `L(h) = L(f) L(g)` and
 //!   `h(t, i) = f(t / T(g), i / L(g)) * shape(g) + g(t % T(g), i % L(g))`.
 //! * Division `h / g` is the `f` with `f.g == h`.
+//!
+//! ## Mixed ranks
+//!
+//! Following the paper's appendix A (Definition 5), operands of different ranks are broadcast
+//! to the larger rank before composing. For `R >= rank(f) = r`, the broadcast `B_R(f)`
+//! ([`Layout::broadcast_to_rank`]) has shape `[1; R - r] ++ shape(f)`, the same threads and
+//! locals, and `B_R(f)(t, i) = [0; R - r] ++ f(t, i)`. Then, with `R = max(rank f, rank g)`:
+//!
+//! * `f.g = B_R(f) . B_R(g)`, of rank `R`. So `local(2).spatial(8,4)` is
+//!   `local(1,2).spatial(8,4)`: shape `[8, 8]`, `h(t, i) = [t / 4, 4 i + t % 4]`.
+//! * `h / g = B_R(h) / B_R(g)` with `R = max(rank h, rank g)`; the quotient has rank `R`. A
+//!   higher-rank divisor is allowed too, but its extra leading extents must be 1 to divide.
+//!
+//! Broadcasting commutes with composition (`B_R(f.g) = B_R(f).B_R(g)`: leading extents stay 1
+//! and leading coordinates 0), so composition stays associative over mixed ranks, and
+//! `B_r` of a unit layout is a unit layout, so unit layouts stay identities (the result taking
+//! the larger rank). Division undoes composition up to broadcast:
+//! `(f.g) / g == f.broadcast_to_rank(max(rank f, rank g))`, which is `f` itself exactly when
+//! `rank f >= rank g`. The quotient cannot recover a lower rank of `f`: `f.g` is the same
+//! layout for `f` and `B_R(f)`, and an equal-rank quotient must keep its leading extent-1
+//! dimensions (`local(1,2) / local(1,2)` is `local(1,1)`).
 //!
 //! # Representation
 //!
@@ -45,7 +66,8 @@
 //! explicit.
 //!
 //! Composition concatenates the per-dimension modes (`f`'s outer, `g`'s inner) and the digit
-//! lists (`f`'s digits, then `g`'s), then normalizes. Division and the other operations are
+//! lists (`f`'s digits, then `g`'s), then normalizes. Broadcasting adds dimensions without
+//! modes, so it only renumbers the dimensions of the digits. Division and the other operations are
 //! described on their methods.
 
 mod display;
@@ -152,6 +174,25 @@ pub(crate) enum RawDigit {
 impl Raw {
     fn shape(&self) -> Vec<usize> {
         self.dims.iter().map(|m| m.iter().product()).collect()
+    }
+
+    /// Prepend extent-1 dimensions up to `rank` (Definition 5's broadcast). An extent-1
+    /// dimension has no modes, so only the dimension numbers of the digits shift.
+    fn broadcast(mut self, rank: usize) -> Raw {
+        let k = rank.saturating_sub(self.dims.len());
+        if k == 0 {
+            return self;
+        }
+        self.dims.splice(0..0, std::iter::repeat_n(Vec::new(), k));
+        for dig in &mut self.spatial {
+            if let RawDigit::Mode(d, _) = dig {
+                *d += k;
+            }
+        }
+        for (d, _) in &mut self.local {
+            *d += k;
+        }
+        self
     }
 
     /// Replace mode `(d, k)` of size `outer * inner` by two modes, `outer` then `inner`, and
@@ -521,15 +562,35 @@ impl Layout {
         }
     }
 
-    /// `self.inner` (`f ∘ g`): `h(t, i) = f(t / Tg, i / Lg) * shape(g) + g(t % Tg, i % Lg)`.
-    pub fn compose(&self, inner: &Layout) -> Result<Layout, LayoutError> {
-        if self.rank() != inner.rank() {
-            return Err(LayoutError::RankMismatch {
-                op: "composition",
-                left: self.rank(),
-                right: inner.rank(),
-            });
+    /// The same function viewed at rank `rank >= self.rank()`: extent-1 dimensions are
+    /// prepended, so the shape becomes `[1, .., 1, s0, .., s(r-1)]` and `eval(t, i)` gains
+    /// leading zeros; threads and locals are unchanged. This is how operands of different ranks
+    /// meet in [`Layout::compose`] and [`Layout::divide`]. Errors when `rank < self.rank()`:
+    /// broadcasting never drops a dimension.
+    pub fn broadcast_to_rank(&self, rank: usize) -> Result<Layout, LayoutError> {
+        if rank < self.rank() {
+            return Err(LayoutError::Invalid(format!(
+                "cannot broadcast a rank-{} layout to rank {rank}: broadcasting only prepends \
+                 dimensions",
+                self.rank()
+            )));
         }
+        Ok(self.at_rank(rank).into_owned())
+    }
+
+    /// `self` at rank `max(rank, self.rank())`, borrowed when no dimension is added.
+    pub(crate) fn at_rank(&self, rank: usize) -> std::borrow::Cow<'_, Layout> {
+        if rank <= self.rank() {
+            std::borrow::Cow::Borrowed(self)
+        } else {
+            std::borrow::Cow::Owned(self.to_raw().broadcast(rank).normalize())
+        }
+    }
+
+    /// `self.inner` (`f ∘ g`): `h(t, i) = f(t / Tg, i / Lg) * shape(g) + g(t % Tg, i % Lg)`.
+    /// Operands of different ranks are first broadcast to the larger rank
+    /// ([`Layout::broadcast_to_rank`]), so the result has rank `max(rank f, rank g)`.
+    pub fn compose(&self, inner: &Layout) -> Result<Layout, LayoutError> {
         let size = [
             self.num_threads(),
             inner.num_threads(),
@@ -543,8 +604,9 @@ impl Layout {
                 self.num_locals() as u128 * inner.num_locals() as u128
             )));
         }
-        let f = self.to_raw();
-        let g = inner.to_raw();
+        let rank = self.rank().max(inner.rank());
+        let f = self.to_raw().broadcast(rank);
+        let g = inner.to_raw().broadcast(rank);
         let offset: Vec<usize> = f.dims.iter().map(Vec::len).collect();
         let dims = f
             .dims
@@ -567,7 +629,9 @@ impl Layout {
         .normalize())
     }
 
-    /// `self / g`: the `f` with `f ∘ g == self`, or an error when there is none.
+    /// `self / g`: the `f` with `f ∘ g == self`, or an error when there is none. Operands of
+    /// different ranks are first broadcast to the larger rank, which is the quotient's rank
+    /// (see "Mixed ranks" in the module documentation).
     ///
     /// Per dimension, `self`'s modes are split where `g`'s extent ends (counting from the
     /// innermost) and the inner part is refined together with `g`'s modes to a common
@@ -575,13 +639,12 @@ impl Layout {
     /// digits matched by size) and its local digits with `g`'s local digits. The remaining
     /// prefixes are `f`. The result is checked by composing it back.
     pub fn divide(&self, g: &Layout) -> Result<Layout, LayoutError> {
-        divide::divide(self, g).map_err(|e| match e {
-            divide::DivideError::Rank(e) => e,
-            divide::DivideError::Reason(why) => LayoutError::NotDivisible(format!(
+        divide::divide(self, g).map_err(|why| {
+            LayoutError::NotDivisible(format!(
                 "{} is not divisible by {}: {why}",
                 self.to_expr(),
                 g.to_expr()
-            )),
+            ))
         })
     }
 

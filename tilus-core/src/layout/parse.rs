@@ -7,12 +7,16 @@
 //! prim := ('local' | 'spatial' | 'column_local' | 'column_spatial') '(' int (',' int)* ')'
 //! ```
 //!
+//! Operands of `.`, `∘` and `/` may have different ranks: the lower-rank one is broadcast by
+//! prepending extent-1 dimensions (see "Mixed ranks" in [`super`]), so `local(2).spatial(8,4)`
+//! is `local(1,2).spatial(8,4)`, of shape `[8, 8]`.
+//!
 //! Whitespace is allowed between any two tokens. Extents must be positive. The parser never
 //! panics: every problem is a [`ParseError`] whose span is the byte range of the offending text
 //! (an empty range at the end for a premature end of input). Nesting of parentheses and
 //! `reduce` is limited to [`MAX_DEPTH`] levels so that hostile input cannot exhaust the stack.
 
-use super::{divide, Layout, LayoutError, Primitive};
+use super::{divide, Layout, Primitive};
 use std::ops::Range;
 
 /// A parse error with the byte range of the offending text, so callers can point at it.
@@ -142,17 +146,7 @@ impl<'a> Parser<'a> {
             let whole = span.start..dspan.end;
             layout = match divide::divide(&layout, &divisor) {
                 Ok(f) => f,
-                Err(divide::DivideError::Rank(_)) => {
-                    return Err(self.error(
-                        whole,
-                        format!(
-                            "cannot divide a rank-{} layout by a rank-{} layout",
-                            layout.rank(),
-                            divisor.rank()
-                        ),
-                    ))
-                }
-                Err(divide::DivideError::Reason(why)) => {
+                Err(why) => {
                     return Err(self.error(
                         whole,
                         format!(
@@ -176,12 +170,6 @@ impl<'a> Parser<'a> {
             let whole = span.start..pspan.end;
             layout = match layout.compose(&inner) {
                 Ok(h) => h,
-                Err(LayoutError::RankMismatch { left, right, .. }) => {
-                    return Err(self.error(
-                        whole,
-                        format!("cannot compose a rank-{left} layout with a rank-{right} layout"),
-                    ))
-                }
                 Err(e) => return Err(self.error(whole, e.to_string())),
             };
             span = whole;

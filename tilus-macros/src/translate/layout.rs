@@ -10,6 +10,9 @@
 //!   a map from byte ranges back to the tokens they came from, so a parse error points at the
 //!   exact tokens (the same configuration-independent site in every configuration).
 //!   `f.g` where `g` is a layout variable composes with it (`local(BM / 16, 1).mma_c`).
+//!
+//! Rank checks are left to the shared parser, which composes and divides operands of different
+//! ranks by broadcasting the lower-rank one, so `local(2).mma_c` needs nothing here.
 
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use syn::{Expr as SynExpr, Lit};
