@@ -44,6 +44,9 @@ enum Command {
         /// Print NVRTC's PTX for this architecture (e.g. sm_90a) instead of the CUDA C.
         #[arg(long = "ptx", value_name = "ARCH")]
         ptx: Option<String>,
+        /// Print the verified VM program (the IR) instead of the CUDA C.
+        #[arg(long, conflicts_with = "ptx")]
+        ir: bool,
     },
     /// GPU benchmarks: copy bandwidth, cuBLAS baseline.
     #[command(subcommand)]
@@ -75,7 +78,15 @@ fn main() -> ExitCode {
             kernel,
             config,
             ptx,
-        } => cli::emit::run(kernel, config, ptx.as_deref()),
+            ir,
+        } => {
+            let output = match (ptx, ir) {
+                (Some(arch), _) => cli::emit::Output::Ptx(arch),
+                (None, true) => cli::emit::Output::Ir,
+                (None, false) => cli::emit::Output::Cuda,
+            };
+            cli::emit::run(kernel, config, output)
+        }
         Command::Bench(cmd) => cli::bench::run(cmd),
         Command::Doctor { strict } => return cli::doctor::run(*strict),
     };

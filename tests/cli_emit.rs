@@ -127,3 +127,29 @@ fn ptx_for_an_architecture() {
         "the i2 cast should not permute bytes"
     );
 }
+
+/// `--ir` prints the verified program: signature, grid, body with the configuration's
+/// constants, and the tensors' types; the quantized matmul with split-k prints both programs.
+#[test]
+fn ir_listing_of_the_verified_program() {
+    let text = source(&["emit", "fig14", "--config", "BK=32,STAGES=3", "--ir"]);
+    assert!(
+        text.contains("// grid = [(m + 64 - 1) / 64, n / 64], 128 threads (4 warps)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a: Global<f16>") && text.contains("c: GlobalMut<f16>"),
+        "{text}"
+    );
+    assert!(text.contains("for kk in 0..k / 32 {"), "{text}");
+    assert!(text.contains("acc = dot(ra, rb, acc);"), "{text}");
+    assert!(text.contains("copy_async_wait_group(1);"), "{text}");
+    assert!(text.contains("//   acc: register f32[64, 64]"), "{text}");
+    assert!(!text.contains("__global__"), "{text}");
+    let split = source(&["emit", "qmatmul", "--config", "SPLIT_K=2", "--ir"]);
+    assert_eq!(split.matches("// grid = ").count(), 2, "{split}");
+    // Both at once is a usage error (clap's, exit status 2).
+    let out = tilus(&["emit", "fig14", "--ir", "--ptx", "sm_90a"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}

@@ -12,7 +12,7 @@
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
 //! `ptxas` and `cuobjdump -sass` then show the machine code, e.g. to count the instructions of a
-//! dequantization loop). An unknown kernel or key, a bad value or a configuration the program does
+//! dequantization loop). `--ir` prints the verified VM program instead. An unknown kernel or key, a bad value or a configuration the program does
 //! not support is an error (one line, exit status 2).
 
 use std::collections::BTreeMap;
@@ -70,24 +70,39 @@ impl Kernel {
 const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
                        fig14 (matmul_f16_pipelined), qmatmul";
 
-/// The generated source (or with `ptx_arch`, NVRTC's PTX for that architecture), or a one-line
-/// error.
-pub fn run(kernel: &str, configs: &[String], ptx_arch: Option<&str>) -> Result<String, String> {
-    let sources = sources(kernel, configs)?;
+/// What `tilus emit` prints of each program.
+pub enum Output<'a> {
+    /// The generated CUDA C.
+    Cuda,
+    /// NVRTC's PTX of it for this architecture.
+    Ptx(&'a str),
+    /// The verified VM program.
+    Ir,
+}
+
+/// The requested text of each program of the kernel, or a one-line error.
+pub fn run(kernel: &str, configs: &[String], output: Output<'_>) -> Result<String, String> {
     let mut out = Vec::new();
-    for source in sources {
-        out.push(match ptx_arch {
-            None => source,
-            Some(arch) => {
+    for program in programs(kernel, configs)? {
+        if let Output::Ir = output {
+            out.push(program.to_string());
+            continue;
+        }
+        let source = emit(&program)
+            .map(|cuda| cuda.source.trim_end().to_string())
+            .map_err(|e| format!("code generation failed: {e}"))?;
+        out.push(match output {
+            Output::Ptx(arch) => {
                 tilus::runtime::compile_ptx(&source, arch).map_err(|e| format!("NVRTC: {e}"))?
             }
+            _ => source,
         });
     }
     Ok(out.join("\n").trim_end().to_string())
 }
 
-/// The CUDA C of each program of the kernel (the quantized matmul may have two).
-fn sources(kernel: &str, configs: &[String]) -> Result<Vec<String>, String> {
+/// The verified programs of the kernel (the quantized matmul may have two).
+fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
     let (k, fixed_weight) = Kernel::parse(kernel)
         .ok_or_else(|| format!("unknown kernel `{kernel}`; known kernels: {KERNELS}"))?;
     let mut cfg: BTreeMap<String, String> = k
@@ -156,12 +171,11 @@ fn sources(kernel: &str, configs: &[String]) -> Result<Vec<String>, String> {
         let all: Vec<String> = diags.iter().map(|d| d.message.clone()).collect();
         format!("{} does not verify: {}", program.name, all.join("; "))
     })?;
-    let kernel = emit(&program).map_err(|e| format!("code generation failed: {e}"))?;
-    Ok(vec![kernel.source.trim_end().to_string()])
+    Ok(vec![program])
 }
 
 /// The main program of a quantized-matmul configuration (and its split-k reduction, if any).
-fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
+fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
     let dtype = |key: &str| -> Result<DType, String> {
         cfg[key]
             .parse::<DType>()
@@ -193,14 +207,7 @@ fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
         ..base
     };
     let kernel = qmatmul::build(&config).map_err(|e| e.to_string())?;
-    std::iter::once(&kernel.main)
-        .chain(kernel.reduce.as_ref())
-        .map(|program| {
-            emit(program)
-                .map(|cuda| cuda.source.trim_end().to_string())
-                .map_err(|e| format!("code generation failed: {e}"))
-        })
-        .collect()
+    Ok(std::iter::once(kernel.main).chain(kernel.reduce).collect())
 }
 
 /// Run `f`, turning a panic (the program builders assert their tile constraints) into an error

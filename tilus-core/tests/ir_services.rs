@@ -1,0 +1,95 @@
+//! The IR services: uniform operand access and the printer, over the paper's programs.
+
+use std::collections::HashSet;
+use tilus_core::ir::{Instruction, Program, Stmt, StmtKind, VarId};
+use tilus_core::{programs, DType};
+
+/// Definitions precede uses: every variable an instruction reads was defined earlier (as a
+/// parameter, a `let`, a loop variable or an instruction output), walking in program order.
+fn check_def_before_use(p: &Program) -> usize {
+    fn walk(p: &Program, stmts: &[Stmt], defined: &mut HashSet<VarId>, count: &mut usize) {
+        for s in stmts {
+            match &s.kind {
+                StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
+                    for v in value.vars() {
+                        assert!(
+                            defined.contains(&v),
+                            "{} reads {}",
+                            p.var_name(*var),
+                            p.var_name(v)
+                        );
+                    }
+                    defined.insert(*var);
+                }
+                StmtKind::For { var, body, .. } => {
+                    defined.insert(*var);
+                    walk(p, body, defined, count);
+                }
+                StmtKind::While { body, .. } => walk(p, body, defined, count),
+                StmtKind::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(p, then_body, defined, count);
+                    walk(p, else_body, defined, count);
+                }
+                StmtKind::Instr(i) => {
+                    for v in i.inputs() {
+                        assert!(
+                            defined.contains(&v),
+                            "`{}` reads `{}` before it is defined",
+                            p.instruction_text(i),
+                            p.var_name(v)
+                        );
+                    }
+                    *count += 1;
+                    defined.extend(i.outputs());
+                }
+            }
+        }
+    }
+    let mut defined: HashSet<VarId> = p.params.iter().map(|q| q.var).collect();
+    let mut count = 0;
+    walk(p, &p.body, &mut defined, &mut count);
+    count
+}
+
+#[test]
+fn operands_are_defined_before_use_in_the_paper_programs() {
+    for p in [
+        programs::matmul_f16_int(DType::Int(6), 16, 64, 64),
+        programs::relayout_int(DType::Int(4), 64, 64),
+        programs::matmul_f16_pipelined(64, 64, 32, 3),
+    ] {
+        let n = check_def_before_use(&p);
+        assert!(n > 5, "{}: {n} instructions", p.name);
+        // Every instruction's listing line is in the program's Display.
+        let text = p.to_string();
+        p.visit_instructions(&mut |i| {
+            assert!(
+                text.contains(&p.instruction_text(i)),
+                "{}",
+                p.instruction_text(i)
+            )
+        });
+    }
+}
+
+#[test]
+fn dot_reads_three_tensors_and_writes_its_accumulator() {
+    let p = programs::matmul_f16_pipelined(64, 64, 32, 3);
+    let mut dots = 0;
+    p.visit_instructions(&mut |i| {
+        if let Instruction::Dot { a, b, c, out } = i {
+            assert_eq!(i.inputs(), vec![*a, *b, *c]);
+            assert_eq!(i.outputs(), vec![*out]);
+            dots += 1;
+        }
+        if let Instruction::StoreGlobal { .. } = i {
+            assert!(i.outputs().is_empty());
+            assert_eq!(i.inputs().len(), 4, "src, dst and the two offset variables");
+        }
+    });
+    assert_eq!(dots, 1);
+}
