@@ -16,25 +16,26 @@
 //!   `// <instruction>` comment;
 //! - shared tensors live in one dynamic shared buffer, placed by the planner in [`smem`].
 //!
-//! Module map: [`names`] (identifiers), [`writer`] (indented text), [`expr`] (scalar expressions
-//! and divisibility proofs), [`regmap`] (layout analysis), [`regs`] (register bit access),
-//! [`scalar`] (element decode/encode), [`smem`] (shared-memory planner), [`global`] and
-//! [`shared`] (memory instructions), [`dot`] (mma.sync and the thread-local fallback),
-//! [`elementwise`] (Binary/Neg/Cast/View), [`cast`] (vectorized and scalar conversions), [`prelude`] (header and helper device functions),
-//! [`select`] (the instruction-selection driver). Launch metadata lives in [`crate::launch`].
+//! Module map, in dependency order (no module imports one above it in this list):
+//! [`names`] (identifiers), [`writer`] (indented text), [`expr`] (scalar expressions and
+//! divisibility proofs), [`regmap`] (layout analysis), [`regs`] (register bit access),
+//! [`cast`] (vectorized and scalar conversions), [`scalar`] (element decode/encode), [`smem`]
+//! (shared-memory planner), [`prelude`] (header and helper device functions), `context` (the
+//! emitter state every family works on), `emitters/` (one module per instruction family:
+//! global and shared memory, elementwise, mma), and `program` (the driver: walks the program,
+//! dispatches to the families, assembles the translation unit). Launch metadata lives in
+//! [`crate::launch`].
 
 pub mod cast;
-mod dot;
-mod elementwise;
+mod context;
+mod emitters;
 mod expr;
-mod global;
 mod names;
 mod prelude;
+mod program;
 mod regmap;
 mod regs;
 mod scalar;
-mod select;
-mod shared;
 mod smem;
 mod writer;
 
@@ -81,5 +82,5 @@ impl CodegenError {
 
 /// Generate CUDA C for `program`.
 pub fn emit(program: &Program) -> Result<CudaKernel, CodegenError> {
-    select::emit_program(program)
+    program::emit_program(program)
 }

@@ -4,12 +4,12 @@
 //! Each emitter first computes every result element's code into a temporary, then assembles the
 //! output words, so an output that aliases an input (`acc = add(acc, x)`) is always correct.
 
-use super::cast;
-use super::regmap::LayoutMap;
-use super::regs::{get_bits, hex, word_count, WordBuilder};
-use super::scalar::{self, CType};
-use super::select::{Ctx, TID};
-use super::CodegenError;
+use crate::codegen::cast;
+use crate::codegen::context::{Ctx, TID};
+use crate::codegen::regmap::LayoutMap;
+use crate::codegen::regs::{get_bits, hex, word_count, WordBuilder};
+use crate::codegen::scalar::{self, CType};
+use crate::codegen::CodegenError;
 use crate::ir::{ElementOp, Operand, VarId};
 use crate::layout::Layout;
 use crate::DType;
@@ -492,7 +492,7 @@ pub(crate) fn print_tensor(cx: &mut Ctx, label: &str, t: VarId) -> Result<(), Co
             get_bits(&name, j * dt.bits() as usize, dt.bits())
         ));
         let idx: Vec<String> = (0..map.rank())
-            .map(|d| super::expr::add_const(&dims[d], map.local_index[j][d]))
+            .map(|d| crate::codegen::expr::add_const(&dims[d], map.local_index[j][d]))
             .collect();
         let fmt = vec!["%d"; idx.len()].join(", ");
         cx.w.line(format!(

@@ -12,11 +12,11 @@
 //! (sub-byte elements with bit arithmetic; sub-byte stores with 32-bit atomics, because
 //! neighbouring elements of other threads share the bytes).
 
-use super::expr::{add_const, int_lit, Divisible};
-use super::regmap::LayoutMap;
-use super::regs::{get_bits, hex, word_count, WordBuilder};
-use super::select::Ctx;
-use super::CodegenError;
+use crate::codegen::context::Ctx;
+use crate::codegen::expr::{add_const, int_lit, Divisible};
+use crate::codegen::regmap::LayoutMap;
+use crate::codegen::regs::{get_bits, hex, word_count, WordBuilder};
+use crate::codegen::CodegenError;
 use crate::ir::{Expr, VarId};
 use crate::layout::Layout;
 
@@ -235,7 +235,7 @@ struct Access {
 /// Pick the vector width and declare the base indices; records assumptions.
 fn plan_access(
     cx: &mut Ctx,
-    g: &super::select::GlobalInfo,
+    g: &crate::codegen::context::GlobalInfo,
     offset: &[Expr],
     layout: &Layout,
     what: &str,
@@ -327,7 +327,7 @@ impl Access {
     }
 
     /// In-view mask of local `i` (all dims; for a vector, its first element).
-    fn mask(&self, g: &super::select::GlobalInfo, i: usize) -> String {
+    fn mask(&self, g: &crate::codegen::context::GlobalInfo, i: usize) -> String {
         (0..self.idx.len())
             .map(|d| format!("(unsigned)({}) < (unsigned){}", self.index(d, i), g.dims[d]))
             .collect::<Vec<_>>()
@@ -336,7 +336,7 @@ impl Access {
 
     /// Linear element index (`long long`) of local `i`: the base plus compile-time multiples
     /// of the strides.
-    fn linear(&self, g: &super::select::GlobalInfo, i: usize) -> String {
+    fn linear(&self, g: &crate::codegen::context::GlobalInfo, i: usize) -> String {
         let rank = self.idx.len();
         let mut terms = vec![self.lin.clone()];
         let mut constant = 0i64;
@@ -500,7 +500,7 @@ pub(crate) fn replica_guard(map: &LayoutMap, block_threads: usize) -> Option<Str
     if map.threads < block_threads {
         conds.push(format!(
             "{} < {}",
-            super::select::TID,
+            crate::codegen::context::TID,
             int_lit(map.threads as i64)
         ));
     }
@@ -513,7 +513,7 @@ pub(crate) fn replica_guard(map: &LayoutMap, block_threads: usize) -> Option<Str
 
 /// `((tid / lo) % (hi / lo)) == 0`.
 fn replicated_digit_zero(lo: usize, hi: usize) -> String {
-    let tid = super::select::TID;
+    let tid = crate::codegen::context::TID;
     let size = hi / lo;
     let shifted = if lo == 1 {
         tid.to_string()

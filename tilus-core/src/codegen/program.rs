@@ -1,212 +1,19 @@
 //! The instruction-selection driver: walks the program, keeps the emitter state ([`Ctx`]) and
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
-use super::expr::{c_expr, Divisible, ScalarFacts};
+use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
+use super::emitters::{elementwise, global, mma, shared};
+use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
-use super::regmap::LayoutMap;
-use super::smem::{self, SharedPlan};
+use super::smem::{self};
 use super::writer::Writer;
-use super::{dot, elementwise, global, shared};
-use super::{Assumption, CodegenError, CudaKernel, KernelParam, LaunchSpec, ParamKind};
-use crate::ir::{
-    Expr, Instruction, Operand, Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType,
-};
-use crate::layout::{Layout, SharedLayout};
+use super::{CodegenError, CudaKernel, KernelParam, LaunchSpec, ParamKind};
+use crate::ir::{Expr, Instruction, Operand, Program, ScalarType, Stmt, StmtKind, VarId, VarType};
 use crate::DType;
 use std::collections::{BTreeMap, HashMap};
 
-/// A register layout used by the kernel: its affine form and the names of its thread parts.
-pub(crate) struct LayoutInfo {
-    pub(crate) map: LayoutMap,
-    /// Per dimension: the `const int` holding `A(tid)[d]`, or `"0"`.
-    pub(crate) dims: Vec<String>,
-}
-
-/// A global tensor (a view of a pointer parameter, or a workspace).
-#[derive(Clone)]
-pub(crate) struct GlobalInfo {
-    pub(crate) dtype: DType,
-    /// The `uint8_t*` the view reads through.
-    pub(crate) ptr: String,
-    /// IR name of the pointer parameter (for alignment assumptions); `None` for workspaces,
-    /// which the runtime allocates itself.
-    pub(crate) ptr_param: Option<String>,
-    /// `int` extents and row strides (`strides[last] == "1"`).
-    pub(crate) dims: Vec<String>,
-    pub(crate) strides: Vec<String>,
-    pub(crate) shape: Vec<Expr>,
-}
-
-/// A shared tensor: an allocation or a slice of one.
-#[derive(Clone)]
-pub(crate) struct SharedInfo {
-    pub(crate) dtype: DType,
-    pub(crate) root_layout: SharedLayout,
-    /// Byte offset of the root allocation in the dynamic shared buffer.
-    pub(crate) root_offset: usize,
-    /// Index (in root coordinates) of this tensor's first element.
-    pub(crate) origin: Vec<Expr>,
-    /// This tensor's shape (it covers the trailing `shape.len()` dims of the root).
-    pub(crate) shape: Vec<usize>,
-}
-
-/// Emitter state.
-pub(crate) struct Ctx<'p> {
-    pub(crate) p: &'p Program,
-    pub(crate) namer: Namer,
-    names: Vec<String>,
-    pub(crate) facts: ScalarFacts,
-    pub(crate) block_threads: usize,
-    layout_ids: HashMap<Layout, usize>,
-    pub(crate) layouts: Vec<LayoutInfo>,
-    /// `(name, line)`: thread parts of layouts, declared only when the body uses `name`.
-    layout_decls: Vec<(String, String)>,
-    pub(crate) assumptions: Vec<Assumption>,
-    pub(crate) plan: SharedPlan,
-    pub(crate) globals: HashMap<VarId, GlobalInfo>,
-    pub(crate) shared: HashMap<VarId, SharedInfo>,
-    pub(crate) features: Features,
-    /// Device functions of vectorized casts, by name.
-    pub(crate) cast_fns: BTreeMap<String, String>,
-    pub(crate) w: Writer,
-    pub(crate) span: SpanId,
-    workspaces: Vec<KernelParam>,
-}
-
-/// The name of the thread index in generated code.
-pub(crate) const TID: &str = "tid";
-/// The dynamic shared buffer.
-pub(crate) const SMEM: &str = "tilus_smem";
-
 impl<'p> Ctx<'p> {
-    pub(crate) fn err(&self, message: impl Into<String>) -> CodegenError {
-        CodegenError::new(self.span, message)
-    }
-
-    /// The C identifier of variable `v`.
-    pub(crate) fn name(&self, v: VarId) -> String {
-        self.names
-            .get(v.0 as usize)
-            .cloned()
-            .unwrap_or_else(|| format!("undefined_{}", v.0))
-    }
-
-    /// The IR name of `v` (for comments and messages).
-    pub(crate) fn ir_name(&self, v: VarId) -> String {
-        self.p.var_name(v)
-    }
-
-    pub(crate) fn fresh(&mut self, base: &str) -> String {
-        self.namer.fresh(base)
-    }
-
-    /// A scalar expression as C.
-    pub(crate) fn expr(&self, e: &Expr) -> String {
-        c_expr(e, &|v| self.name(v))
-    }
-
-    /// The dtype and layout of register tensor `v`.
-    pub(crate) fn reg(&self, v: VarId) -> Result<(DType, Layout), CodegenError> {
-        match self.p.ty(v) {
-            VarType::Register(r) => Ok((r.dtype, r.layout.clone())),
-            other => Err(self.err(format!(
-                "{} must be a register tensor, but it is {}",
-                self.ir_name(v),
-                other.describe()
-            ))),
-        }
-    }
-
-    /// Register `layout` (computing its thread parts at kernel entry); returns its id.
-    pub(crate) fn layout(&mut self, layout: &Layout) -> Result<usize, CodegenError> {
-        if let Some(&id) = self.layout_ids.get(layout) {
-            return Ok(id);
-        }
-        let map = LayoutMap::analyze(layout).map_err(|e| self.err(e))?;
-        if !self.block_threads.is_multiple_of(map.threads) && map.threads < self.block_threads {
-            return Err(self.err(format!(
-                "a layout of {} threads does not divide the block's {}",
-                map.threads, self.block_threads
-            )));
-        }
-        let id = self.layouts.len();
-        let mut dims = Vec::new();
-        let text = layout.to_expr();
-        for d in 0..map.rank() {
-            let e = map.thread_expr(d, TID, self.block_threads);
-            if e == "0" {
-                dims.push("0".to_string());
-                continue;
-            }
-            let n = self.namer.fresh(&format!("lay{id}_d{d}"));
-            self.layout_decls.push((
-                n.clone(),
-                format!("const int {n} = {e};  // {text}: index {d} of a thread's local 0"),
-            ));
-            dims.push(n);
-        }
-        self.layouts.push(LayoutInfo { map, dims });
-        self.layout_ids.insert(layout.clone(), id);
-        Ok(id)
-    }
-
-    /// Record the launch conditions a divisibility proof relies on.
-    pub(crate) fn assume(&mut self, d: &Divisible) {
-        if let Divisible::If(conds) = d {
-            for (e, k) in conds {
-                let text = c_expr(e, &|v| self.ir_name(v));
-                let a = Assumption::Divisible {
-                    expr: e.clone(),
-                    text,
-                    divisor: *k,
-                };
-                if !self.assumptions.contains(&a) {
-                    self.assumptions.push(a);
-                }
-            }
-        }
-    }
-
-    /// Record that pointer parameter `param` must be aligned to `bytes`.
-    pub(crate) fn assume_aligned(&mut self, param: &Option<String>, bytes: u32) {
-        let Some(param) = param else { return };
-        if bytes <= 1 {
-            return;
-        }
-        // Keep the strongest requirement per pointer.
-        for a in &mut self.assumptions {
-            if let Assumption::Aligned { param: p, bytes: b } = a {
-                if p == param {
-                    *b = (*b).max(bytes);
-                    return;
-                }
-            }
-        }
-        self.assumptions.push(Assumption::Aligned {
-            param: param.clone(),
-            bytes,
-        });
-    }
-
-    pub(crate) fn global(&self, v: VarId) -> Result<GlobalInfo, CodegenError> {
-        self.globals.get(&v).cloned().ok_or_else(|| {
-            self.err(format!(
-                "{} must be a global tensor defined before this instruction",
-                self.ir_name(v)
-            ))
-        })
-    }
-
-    pub(crate) fn shared_info(&self, v: VarId) -> Result<SharedInfo, CodegenError> {
-        self.shared.get(&v).cloned().ok_or_else(|| {
-            self.err(format!(
-                "{} must be a shared tensor defined before this instruction",
-                self.ir_name(v)
-            ))
-        })
-    }
-
     // ---- statements --------------------------------------------------------------------------
 
     fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), CodegenError> {
@@ -405,7 +212,7 @@ impl<'p> Ctx<'p> {
             Instruction::Neg { out, x } => elementwise::neg(self, *out, *x)?,
             Instruction::Cast { out, x, dtype, .. } => elementwise::cast(self, *out, *x, *dtype)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
-            Instruction::Dot { out, a, b, c } => dot::dot(self, *out, *a, *b, *c)?,
+            Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
             Instruction::Synchronize => self.w.line("__syncthreads();"),
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,

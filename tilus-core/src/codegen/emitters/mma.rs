@@ -8,11 +8,11 @@
 //! of an 8-bit `a` words `[2l, 2l+2)`, of `b` word `l`; of `c` words `[4l, 4l+4)`.
 
 use super::elementwise::store_codes;
-use super::regmap::LayoutMap;
-use super::regs::get_bits;
-use super::scalar::{self, CType};
-use super::select::Ctx;
-use super::CodegenError;
+use crate::codegen::context::Ctx;
+use crate::codegen::regmap::LayoutMap;
+use crate::codegen::regs::get_bits;
+use crate::codegen::scalar::{self, CType};
+use crate::codegen::CodegenError;
 use crate::ir::{RegisterType, VarId};
 use crate::verify::{plan_dot, DotPlan, MmaKind};
 use std::collections::HashMap;

@@ -6,14 +6,14 @@
 //! `swizzle(sum(index[d] * strides[d]))`, the swizzle applied to the whole root offset, exactly
 //! as `SharedLayout::offset`/`Swizzle::apply` define it.
 
-use super::expr::{add_const, Divisible};
 use super::global::{
     contiguous_groups, load_chunk, load_sub_byte, replica_guard, store_chunk, store_sub_byte,
 };
-use super::regmap::{derive_terms, FragTiling, LayoutMap, FRAG_LDSM, FRAG_LDSM_T};
-use super::regs::{get_bits, word_count, WordBuilder};
-use super::select::{Ctx, SharedInfo, SMEM, TID};
-use super::CodegenError;
+use crate::codegen::context::{Ctx, SharedInfo, SMEM, TID};
+use crate::codegen::expr::{add_const, Divisible};
+use crate::codegen::regmap::{derive_terms, FragTiling, LayoutMap, FRAG_LDSM, FRAG_LDSM_T};
+use crate::codegen::regs::{get_bits, word_count, WordBuilder};
+use crate::codegen::CodegenError;
 use crate::ir::{BinaryOp, Expr, VarId};
 use crate::layout::{Layout, Swizzle};
 
@@ -23,7 +23,7 @@ pub(crate) fn swizzle_c(x: &str, sw: Option<Swizzle>) -> String {
         None => x.to_string(),
         Some(s) if s.bits == 0 => x.to_string(),
         Some(s) => {
-            let x = super::expr::paren(x);
+            let x = crate::codegen::expr::paren(x);
             format!(
                 "({x} ^ ((({x} >> {}) & {}) << {}))",
                 s.base + s.shift,
@@ -114,7 +114,7 @@ fn access(cx: &mut Ctx, s: &SharedInfo, base: &[Expr], lay: usize) -> Access {
             continue;
         }
         let x = parts.join(" + ");
-        terms.push(super::expr::mul_const(&x, l.strides[d] as i64));
+        terms.push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
     }
     let local_off = map
         .local_index
@@ -127,7 +127,10 @@ fn access(cx: &mut Ctx, s: &SharedInfo, base: &[Expr], lay: usize) -> Access {
         })
         .collect();
     let off = cx.fresh("so");
-    cx.w.line(format!("const int {off} = {};", super::expr::sum(&terms)));
+    cx.w.line(format!(
+        "const int {off} = {};",
+        crate::codegen::expr::sum(&terms)
+    ));
     let ptr = if s.root_offset == 0 {
         SMEM.to_string()
     } else {
@@ -364,11 +367,14 @@ fn try_ldmatrix(
     for (d, e) in base.iter().enumerate() {
         let x = cx.expr(e);
         if x != "0" {
-            terms.push(super::expr::mul_const(&x, l.strides[d] as i64));
+            terms.push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
         }
     }
     let off0 = cx.fresh("so");
-    cx.w.line(format!("const int {off0} = {};", super::expr::sum(&terms)));
+    cx.w.line(format!(
+        "const int {off0} = {};",
+        crate::codegen::expr::sum(&terms)
+    ));
     let suffix = if trans { "_trans" } else { "" };
     for (g, (p0, terms)) in groups.into_iter().enumerate() {
         let lm = LayoutMap {
@@ -380,10 +386,10 @@ fn try_ldmatrix(
         };
         let row = add_const(&lm.thread_expr(0, TID, threads), p0[0]);
         let col = add_const(&lm.thread_expr(1, TID, threads), p0[1]);
-        let lin = super::expr::sum(&[
+        let lin = crate::codegen::expr::sum(&[
             off0.clone(),
-            super::expr::mul_const(&row, l.strides[lead] as i64),
-            super::expr::mul_const(&col, l.strides[lead + 1] as i64),
+            crate::codegen::expr::mul_const(&row, l.strides[lead] as i64),
+            crate::codegen::expr::mul_const(&col, l.strides[lead + 1] as i64),
         ]);
         let elem = swizzle_c(&lin, l.swizzle);
         cx.w.line(format!(
@@ -465,11 +471,14 @@ pub(crate) fn copy_async(
     for (d, e) in sbase.iter().enumerate() {
         let x = cx.expr(e);
         if x != "0" {
-            sterms.push(super::expr::mul_const(&x, l.strides[d] as i64));
+            sterms.push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
         }
     }
     let soff = cx.fresh("so");
-    cx.w.line(format!("const int {soff} = {};", super::expr::sum(&sterms)));
+    cx.w.line(format!(
+        "const int {soff} = {};",
+        crate::codegen::expr::sum(&sterms)
+    ));
     // Element `idx` (tile coordinates as C expressions) -> (mask, global byte address, shared
     // element offset).
     let gather = |idx: &[String]| -> (String, String, String) {
@@ -479,7 +488,11 @@ pub(crate) fn copy_async(
             let x = if d < glead || idx[d - glead] == "0" {
                 gidx[d].clone()
             } else {
-                format!("{} + {}", gidx[d], super::expr::paren(&idx[d - glead]))
+                format!(
+                    "{} + {}",
+                    gidx[d],
+                    crate::codegen::expr::paren(&idx[d - glead])
+                )
             };
             mask.push(format!("(unsigned)({x}) < (unsigned){}", g.dims[d]));
             if d == grank - 1 {
@@ -496,9 +509,12 @@ pub(crate) fn copy_async(
         };
         let mut st = vec![soff.clone()];
         for (d, x) in idx.iter().enumerate() {
-            st.push(super::expr::mul_const(x, l.strides[slead + d] as i64));
+            st.push(crate::codegen::expr::mul_const(
+                x,
+                l.strides[slead + d] as i64,
+            ));
         }
-        (mask.join(" && "), gaddr, super::expr::sum(&st))
+        (mask.join(" && "), gaddr, crate::codegen::expr::sum(&st))
     };
     match chosen {
         Some((bytes, v, proof)) => {

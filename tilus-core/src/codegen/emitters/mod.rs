@@ -1,0 +1,14 @@
+//! Instruction emitters, one module per family. Each is a set of functions over the emitter
+//! state ([`super::context::Ctx`]); the driver (`super::program`) dispatches to them.
+//!
+//! | family | instructions |
+//! | --- | --- |
+//! | [`global`] | `LoadGlobal`, `StoreGlobal` (vectorized, masked by the view) |
+//! | [`shared`] | `LoadShared` (`ldmatrix` when the layout allows), `StoreShared`, `CopyAsync` |
+//! | [`elementwise`] | `AllocateRegister`, `Binary`, `MulAdd`, `Neg`, `Cast`, `View`, `Print` of tensors |
+//! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
+
+pub(crate) mod elementwise;
+pub(crate) mod global;
+pub(crate) mod mma;
+pub(crate) mod shared;
