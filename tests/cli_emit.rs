@@ -127,3 +127,85 @@ fn ptx_for_an_architecture() {
         "the i2 cast should not permute bytes"
     );
 }
+
+fn help(args: &[&str]) -> String {
+    let out = tilus(args);
+    assert!(out.status.success(), "tilus {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn emit_help_lists_the_kernels_and_their_keys() {
+    let h = help(&["emit", "--help"]);
+    for kernel in ["fig2", "fig8", "fig14", "qmatmul"] {
+        assert!(h.contains(kernel), "{kernel} missing from:\n{h}");
+    }
+    let qmatmul = &h[h.find("  qmatmul ").expect("a qmatmul entry")..];
+    for key in [
+        "WDTYPE", "ADTYPE", "GROUP", "BM", "BN", "BK", "WARPS", "STAGES", "SPLIT_K",
+    ] {
+        assert!(
+            qmatmul.contains(key),
+            "qmatmul key {key} missing from:\n{h}"
+        );
+    }
+    // The accepted values, not only the names.
+    assert!(
+        qmatmul.contains("f16 or bf16") && qmatmul.contains("per-channel"),
+        "{h}"
+    );
+}
+
+/// The options of a `--help` text (lines starting with `-` under `Options:`) and whether each
+/// has a description after its name.
+fn undescribed_options(help: &str) -> Vec<String> {
+    let options = help.split("Options:").nth(1).unwrap_or("");
+    options
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('-'))
+        .filter(|l| {
+            // `--name <VALUE>  Description [default: ..]`: a description is separated from the
+            // name by at least two spaces.
+            l.split_once("  ")
+                .is_none_or(|(_, rest)| rest.trim().is_empty())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_bench_option_has_a_description() {
+    let top = help(&["bench", "--help"]);
+    let subcommands: Vec<&str> = top
+        .split("Commands:")
+        .nth(1)
+        .expect("a command list")
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&c| c != "help")
+        .collect();
+    for expected in ["copy", "qmatmul", "sweep", "tune", "gemm"] {
+        assert!(
+            subcommands.contains(&expected),
+            "{expected}: {subcommands:?}"
+        );
+    }
+    for sub in subcommands {
+        let h = help(&["bench", sub, "--help"]);
+        assert!(h.contains("Options:"), "{sub}: {h}");
+        let bare = undescribed_options(&h);
+        assert!(
+            bare.is_empty(),
+            "tilus bench {sub}: options without a description: {bare:?}"
+        );
+    }
+    // The check itself sees a bare option.
+    assert_eq!(
+        undescribed_options("Options:\n      --m <M>\n  -h, --help  Print help\n"),
+        ["--m <M>"]
+    );
+}
