@@ -31,12 +31,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print the CUDA C generated for a paper program, e.g. `tilus emit fig14 --config STAGES=4`.
-    ///
-    /// Kernels: fig2 (matmul_f16_int, matmul_f16_i6; keys BM BN BK WEIGHT), fig8 (relayout_int,
-    /// relayout_i6; keys BK BN WEIGHT), fig14 (matmul_f16_pipelined; keys BM BN BK STAGES).
+    /// Print the CUDA C generated for a kernel, e.g. `tilus emit fig14 --config STAGES=4`.
+    #[command(after_help = cli::emit::KERNELS_HELP)]
     Emit {
-        /// Kernel name.
+        /// Kernel name: fig2, fig8, fig14 or qmatmul (aliases and keys below).
         kernel: String,
         /// A configuration value `KEY=VALUE` (repeatable, or comma-separated).
         #[arg(long = "config", value_name = "KEY=VALUE")]
@@ -48,7 +46,7 @@ enum Command {
         #[arg(long, conflicts_with = "ptx")]
         ir: bool,
     },
-    /// GPU benchmarks: copy bandwidth, cuBLAS baseline.
+    /// GPU benchmarks: copy bandwidth, cuBLAS f16, the quantized matmul, sweeps and autotuning.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
     /// Check driver, GPU, NVRTC, CUDA headers and cache directory: each OK or what to do.

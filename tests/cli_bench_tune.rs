@@ -1,6 +1,10 @@
 //! `tilus bench tune`: arguments are checked (one-line errors naming the flag, exit status 2)
 //! before a GPU is looked for; with a GPU, a second run reuses the persisted winner.
 
+#[path = "common/skip.rs"]
+mod skip;
+
+use skip::{skip, Need};
 use std::process::{Command, Output};
 
 /// The binary under test: cargo's build, or `TILUS_BIN` where the test binary was copied to
@@ -70,10 +74,7 @@ fn second_run_reuses_the_persisted_winner() {
         // No GPU here: the error says so, on one line.
         assert_eq!(first.status.code(), Some(2), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-            panic!("TILUS_REQUIRE_GPU=1 but: {err}");
-        }
-        eprintln!("second_run_reuses_the_persisted_winner: skipped: {err}");
+        skip("second_run_reuses_the_persisted_winner", Need::Gpu, &err);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }

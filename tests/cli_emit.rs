@@ -1,6 +1,10 @@
 //! `tilus emit` end to end: the generated source for each paper kernel, configurations, and the
 //! one-line errors (exit status 2) for unknown kernels, keys and unsupported configurations.
 
+#[path = "common/skip.rs"]
+mod skip;
+
+use skip::{skip, Need};
 use std::process::{Command, Output};
 
 fn tilus(args: &[&str]) -> Output {
@@ -110,10 +114,7 @@ fn ptx_for_an_architecture() {
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains("NVRTC"), "{err}");
-        if std::env::var("TILUS_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-            panic!("TILUS_REQUIRE_NVRTC=1 but: {err}");
-        }
-        eprintln!("ptx_for_an_architecture: skipped: {err}");
+        skip("ptx_for_an_architecture", Need::Nvrtc, &err);
         return;
     }
     let ptx = String::from_utf8(out.stdout).unwrap();
@@ -152,4 +153,100 @@ fn ir_listing_of_the_verified_program() {
     let out = tilus(&["emit", "fig14", "--ir", "--ptx", "sm_90a"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}
+
+fn help(args: &[&str]) -> String {
+    let out = tilus(args);
+    assert!(out.status.success(), "tilus {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn emit_help_lists_the_kernels_and_their_keys() {
+    let h = help(&["emit", "--help"]);
+    for kernel in ["fig2", "fig8", "fig14", "qmatmul"] {
+        assert!(h.contains(kernel), "{kernel} missing from:\n{h}");
+    }
+    let qmatmul = &h[h.find("  qmatmul ").expect("a qmatmul entry")..];
+    for key in [
+        "WDTYPE", "ADTYPE", "GROUP", "BM", "BN", "BK", "WARPS", "STAGES", "SPLIT_K",
+    ] {
+        assert!(
+            qmatmul.contains(key),
+            "qmatmul key {key} missing from:\n{h}"
+        );
+    }
+    // The accepted values, not only the names.
+    assert!(
+        qmatmul.contains("f16 or bf16") && qmatmul.contains("per-channel"),
+        "{h}"
+    );
+}
+
+/// The options of a `--help` text (lines starting with `-` under `Options:`) and whether each
+/// has a description after its name.
+fn undescribed_options(help: &str) -> Vec<String> {
+    let options = help.split("Options:").nth(1).unwrap_or("");
+    options
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('-'))
+        .filter(|l| {
+            // `--name <VALUE>  Description [default: ..]`: a description is separated from the
+            // name by at least two spaces.
+            l.split_once("  ")
+                .is_none_or(|(_, rest)| rest.trim().is_empty())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_bench_option_has_a_description() {
+    let top = help(&["bench", "--help"]);
+    let subcommands: Vec<&str> = top
+        .split("Commands:")
+        .nth(1)
+        .expect("a command list")
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&c| c != "help")
+        .collect();
+    for expected in ["copy", "qmatmul", "sweep", "tune", "gemm"] {
+        assert!(
+            subcommands.contains(&expected),
+            "{expected}: {subcommands:?}"
+        );
+    }
+    for sub in subcommands {
+        let h = help(&["bench", sub, "--help"]);
+        assert!(h.contains("Options:"), "{sub}: {h}");
+        let bare = undescribed_options(&h);
+        assert!(
+            bare.is_empty(),
+            "tilus bench {sub}: options without a description: {bare:?}"
+        );
+    }
+    // The check itself sees a bare option.
+    assert_eq!(
+        undescribed_options("Options:\n      --m <M>\n  -h, --help  Print help\n"),
+        ["--m <M>"]
+    );
+}
+
+#[test]
+fn skip_reports_are_one_short_line() {
+    assert_eq!(
+        skip::short("libnvrtc.so not found: needed.\nInstall the toolkit. Or pip."),
+        "libnvrtc.so not found: needed."
+    );
+    assert_eq!(skip::short("no device"), "no device");
+    assert_eq!(
+        skip::summary(3, "gpu_linear", &[Need::Gpu]),
+        "SKIPPED 3 of the tests above (gpu_linear): no usable GPU; libtest counted them as \
+         passed (TILUS_REQUIRE_GPU=1 to fail instead)"
+    );
 }

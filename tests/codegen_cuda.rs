@@ -5,10 +5,15 @@
 //! stores or loads, no local-memory instructions (LDL/STL); HMMA in the mma matmuls, LDGSTS in
 //! the cp.async pipeline, LDSM wherever the generator selected `ldmatrix`.
 //!
-//! Without NVRTC (or without ptxas/cuobjdump) each test prints why it skips and passes; with
+//! Without NVRTC (or without ptxas/cuobjdump) each test reports `SKIPPED` with the reason (see
+//! `tests/common/skip.rs`) and passes; with
 //! `TILUS_REQUIRE_NVRTC=1` (set by `.ci/run`, which installs the pinned pip wheels) a missing
 //! tool fails the test instead.
 
+#[path = "common/skip.rs"]
+mod skip;
+
+use skip::{skip, Need};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,10 +22,6 @@ use tilus::core::ir::Program;
 use tilus::core::programs;
 use tilus::runtime::{compile_ptx, discover, nvrtc};
 use tilus::DType;
-
-fn required() -> bool {
-    std::env::var("TILUS_REQUIRE_NVRTC").is_ok_and(|v| v == "1")
-}
 
 /// Why the compile tools are unusable, if they are; panics instead when they are required.
 fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
@@ -42,12 +43,7 @@ fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
             }
         },
     };
-    if required() {
-        panic!(
-            "{test}: TILUS_REQUIRE_NVRTC=1 but the CUDA compile tools are not usable: {problem}"
-        );
-    }
-    eprintln!("{test}: skipped: {problem}");
+    skip(test, Need::Nvrtc, &problem);
     None
 }
 

@@ -30,10 +30,13 @@ pub enum BenchCommand {
         /// Weight type, e.g. i4, u3, f6e3m2.
         #[arg(long)]
         wdtype: String,
+        /// Rows of the activation A (tokens in the batch).
         #[arg(long)]
         m: usize,
+        /// Output features: columns of the weight and of C.
         #[arg(long, default_value_t = 57344)]
         n: usize,
+        /// Input features: rows of the weight, columns of A.
         #[arg(long, default_value_t = 8192)]
         k: usize,
         /// Rows per scale group; 0 for per-channel scales.
@@ -54,12 +57,16 @@ pub enum BenchCommand {
         /// Comma-separated m values.
         #[arg(long, default_value = "1,16,4096")]
         m: String,
+        /// Output features: columns of the weight and of C.
         #[arg(long, default_value_t = 57344)]
         n: usize,
+        /// Input features: rows of the weight, columns of A.
         #[arg(long, default_value_t = 8192)]
         k: usize,
+        /// Rows per scale group; 0 for per-channel scales.
         #[arg(long, default_value_t = 128)]
         group: usize,
+        /// How many configurations to try, best first in the tuning order.
         #[arg(long, default_value_t = 3)]
         tune: usize,
         /// Print the time of every configuration tried.
@@ -76,10 +83,13 @@ pub enum BenchCommand {
         /// Weight type, e.g. i4, u3, f6e3m2.
         #[arg(long)]
         wdtype: String,
+        /// Rows of the activation A (tokens in the batch).
         #[arg(long)]
         m: usize,
+        /// Output features: columns of the weight and of C.
         #[arg(long, default_value_t = 57344)]
         n: usize,
+        /// Input features: rows of the weight, columns of A.
         #[arg(long, default_value_t = 8192)]
         k: usize,
         /// Rows per scale group; 0 for per-channel scales.
@@ -97,10 +107,13 @@ pub enum BenchCommand {
     },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
+        /// Rows of A and of C.
         #[arg(long)]
         m: usize,
+        /// Columns of B and of C.
         #[arg(long)]
         n: usize,
+        /// Columns of A, rows of B.
         #[arg(long)]
         k: usize,
     },

@@ -67,6 +67,30 @@ impl Kernel {
     }
 }
 
+/// The kernels, their configuration keys and accepted values, as `tilus emit --help` shows them.
+/// A unit test checks that every key of [`Kernel::defaults`] is listed here.
+pub const KERNELS_HELP: &str = "\
+Kernels and their --config keys (default in brackets):
+  fig2     the paper's Figure 2, f16 x int matmul (alias matmul_f16_int; matmul_f16_i6 fixes WEIGHT=i6)
+             BM, BN, BK  positive tile sizes [16, 64, 64]
+             WEIGHT      signed or unsigned integer weight type, i2..i8 or u1..u8 [i6]
+  fig8     the paper's Figure 8, weight re-layout (aliases relayout, relayout_int; relayout_i6)
+             BK, BN      positive tile sizes [64, 64]
+             WEIGHT      integer weight type, i2..i8 or u1..u8 [i6]
+  fig14    the paper's Figure 14, pipelined f16 matmul (aliases matmul_f16_pipelined, pipelined)
+             BM, BN, BK  positive tile sizes [64, 64, 32]
+             STAGES      pipeline depth, a positive integer [3]
+  qmatmul  the library's quantized matmul C = A x dequant(W) (and its split-k reduction)
+             WDTYPE      weight type: u1..u8, i2..i8 or a float fNeEmM such as f4e2m1, f6e3m2 [i4]
+             ADTYPE      activation type: f16 or bf16 [f16]
+             GROUP       rows per scale group, 0 for per-channel scales [128]
+             BM, BN, BK, WARPS, STAGES, SPLIT_K
+                         positive integers [the library's default tiles for WDTYPE]
+
+--config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
+Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
+a program does not support are one-line errors (exit status 2).";
+
 const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
                        fig14 (matmul_f16_pipelined), qmatmul";
 
@@ -223,4 +247,27 @@ fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_else(|| "the program builder rejected it".to_string())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_lists_every_kernel_and_key() {
+        for (name, kernel) in [
+            ("fig2", Kernel::Fig2),
+            ("fig8", Kernel::Fig8),
+            ("fig14", Kernel::Fig14),
+            ("qmatmul", Kernel::QMatmul),
+        ] {
+            assert!(KERNELS_HELP.contains(&format!("  {name} ")), "{name}");
+            for (key, _) in kernel.defaults() {
+                assert!(
+                    KERNELS_HELP.contains(key),
+                    "{name}: key {key} missing from the help"
+                );
+            }
+        }
+    }
 }

@@ -1,22 +1,22 @@
 //! Helpers shared by the GPU test targets (`mod common;` in each): a context that skips the
-//! test with a printed reason on a machine without a usable GPU, and scratch directories.
+//! test visibly (`skip`) on a machine without a usable GPU, and scratch directories.
 #![allow(dead_code)] // each target uses its own subset
+
+pub mod skip;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tilus::runtime::{Context, ContextBuilder};
 
-/// The context `builder` makes, or `None` (after printing why) when this machine cannot run
-/// CUDA. `TILUS_REQUIRE_GPU=1` turns the skip into a failure; any other error fails the test.
+/// The context `builder` makes, or `None` (after reporting the skip, see [`skip`]) when this
+/// machine cannot run CUDA. `TILUS_REQUIRE_GPU=1` turns the skip into a failure; any other
+/// error fails the test.
 pub fn gpu_context(test: &str, builder: ContextBuilder) -> Option<Arc<Context>> {
     match builder.build() {
         Ok(ctx) => Some(ctx),
         Err(e) if e.is_unavailable() => {
-            if std::env::var("TILUS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: TILUS_REQUIRE_GPU=1 but no usable GPU: {e}");
-            }
-            eprintln!("{test}: skipped: {e}");
+            skip::skip(test, skip::Need::Gpu, &e.to_string());
             None
         }
         Err(e) => panic!("{test}: cannot open device 0: {e}"),

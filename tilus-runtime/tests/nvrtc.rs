@@ -1,9 +1,15 @@
 //! NVRTC compile checks: no GPU needed, only the NVRTC library and CUDA headers.
 //!
-//! Without NVRTC (a plain `cargo test` on a machine with no CUDA) each test prints why it skips
-//! and passes. With `TILUS_REQUIRE_NVRTC=1` (set by `.ci/run`, which installs the pip wheels)
-//! a missing NVRTC or missing headers fail the test instead.
+//! Without NVRTC (a plain `cargo test` on a machine with no CUDA) each test reports `SKIPPED`
+//! with the reason and passes (the facade's `tests/common/skip.rs`, shared by path). With
+//! `TILUS_REQUIRE_NVRTC=1` (set by `.ci/run`, which installs the pip wheels) a missing NVRTC or
+//! missing headers fail the test instead.
 
+// The facade's skip reporter, shared by path (it depends on nothing but std).
+#[path = "../../tests/common/skip.rs"]
+mod skip;
+
+use skip::{skip, Need};
 use std::path::PathBuf;
 use std::process::Command;
 use tilus_runtime::nvrtc::{self, CompileOptions, Output};
@@ -50,10 +56,7 @@ fn nvrtc_ready(test: &str) -> bool {
                 .to_string(),
         },
     };
-    if required() {
-        panic!("TILUS_REQUIRE_NVRTC=1 but NVRTC is not usable: {problem}");
-    }
-    eprintln!("{test}: skipped: {problem}");
+    skip(test, Need::Nvrtc, &problem);
     false
 }
 
