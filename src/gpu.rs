@@ -20,7 +20,7 @@ use std::sync::Arc;
 use tilus_core::codegen;
 use tilus_core::ir::Program;
 use tilus_core::launch::{ArgValue, LaunchSpec, ParamKind};
-use tilus_core::DType;
+use tilus_core::{DType, Target};
 use tilus_runtime::{
     Context, CudaStream, DeviceBuffer, KernelArg, KernelArgMut, KernelSource, LaunchDims, Param,
 };
@@ -104,10 +104,27 @@ fn runtime_param(name: &str, dtype: DType, mutable: bool) -> Param {
     }
 }
 
+/// The target of `ctx`'s device (its compute capability), for programs generated at run time.
+pub fn device_target(ctx: &Context) -> Result<Target, GpuError> {
+    let (major, minor) = ctx.device().compute_capability;
+    Target::for_compute_capability(major.max(0) as u32, minor.max(0) as u32).map_err(|message| {
+        GpuError::Arguments {
+            kernel: String::new(),
+            config: String::new(),
+            message: format!("device {}: {message}", ctx.device().name),
+        }
+    })
+}
+
 impl GpuKernel {
-    /// Generate the CUDA of `program`; `config` labels it in caches and error messages.
-    pub fn from_program(program: &Program, config: &str) -> Result<GpuKernel, GpuError> {
-        let kernel = codegen::emit(program).map_err(|e| GpuError::Codegen {
+    /// Generate the CUDA of `program` for `target`; `config` labels it in caches and error
+    /// messages. [`device_target`] gives the best target for a context's device.
+    pub fn from_program(
+        program: &Program,
+        config: &str,
+        target: &Target,
+    ) -> Result<GpuKernel, GpuError> {
+        let kernel = codegen::emit(program, target).map_err(|e| GpuError::Codegen {
             program: program.name.clone(),
             message: e.message,
         })?;
@@ -191,6 +208,14 @@ impl GpuKernel {
         args: Vec<GpuArg<'_>>,
     ) -> Result<(), GpuError> {
         let spec = &*self.spec;
+        let (major, minor) = ctx.device().compute_capability;
+        if !spec.arch.runs_on(major.max(0) as u32, minor.max(0) as u32) {
+            return Err(self.arg_error(format!(
+                "generated for {}, which device {} (compute capability {major}.{minor}) cannot run",
+                spec.arch.name(),
+                ctx.device().name
+            )));
+        }
         let own = spec.user_params().count();
         if args.len() != own {
             let names: Vec<&str> = spec.user_params().map(|p| p.ir_name.as_str()).collect();

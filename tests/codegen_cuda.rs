@@ -224,8 +224,8 @@ fn run(test: &str, kernels: Vec<(String, Program, Expect)>) {
             let (ptxas, disasm, dir) = (&ptxas, &disasm, &scratch.0);
             s.spawn(move || {
                 for (name, program, expect) in chunk {
-                    let k =
-                        emit(&program).unwrap_or_else(|e| panic!("{name}: codegen failed: {e}"));
+                    let k = emit(&program, &Default::default())
+                        .unwrap_or_else(|e| panic!("{name}: codegen failed: {e}"));
                     check_kernel(ptxas, disasm, dir, &name, &k, expect);
                 }
             });
@@ -299,7 +299,11 @@ fn fig14_pipelined_compiles_without_spills() {
 
 #[test]
 fn fig14_selects_ldmatrix_and_cp_async() {
-    let k = emit(&programs::matmul_f16_pipelined(64, 64, 32, 3)).unwrap();
+    let k = emit(
+        &programs::matmul_f16_pipelined(64, 64, 32, 3),
+        &Default::default(),
+    )
+    .unwrap();
     assert!(k.source.contains("tilus_ldsm_x4("), "{}", k.source);
     assert!(k.source.contains("tilus_ldsm_x4_trans("), "{}", k.source);
     assert!(k.source.contains("tilus_cp_async_16("), "{}", k.source);
@@ -382,7 +386,7 @@ fn print_compiles() {
         return;
     };
     let scratch = Scratch::new("print");
-    let k = emit(&mma_program(DType::F16, 1, true)).unwrap();
+    let k = emit(&mma_program(DType::F16, 1, true), &Default::default()).unwrap();
     assert!(k.source.contains("printf("));
     let ptx = compile_ptx(&k.source, "sm_90a").unwrap_or_else(|e| panic!("{e}\n{}", k.source));
     let a = assemble(&ptxas, &disasm, &scratch.0, "print", &ptx, "sm_90a");

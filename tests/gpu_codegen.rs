@@ -134,8 +134,8 @@ fn compare(case: &str, spec: &Buf, want: &[u8], got: &[u8]) {
 
 fn run_case(ctx: &Arc<Context>, case: Case) {
     let mut rng = rand::rng();
-    let kernel =
-        emit(&case.program).unwrap_or_else(|e| panic!("{}: codegen failed: {e}", case.name));
+    let kernel = emit(&case.program, &Default::default())
+        .unwrap_or_else(|e| panic!("{}: codegen failed: {e}", case.name));
     // Fresh inputs, poisoned outputs, the same bytes for both runs.
     let host: Vec<Option<Vec<u8>>> = case
         .args
@@ -607,8 +607,8 @@ fn every_case_generates_code_and_interprets() {
     });
     let mut rng = rand::rng();
     for case in cases {
-        let k =
-            emit(&case.program).unwrap_or_else(|e| panic!("{}: codegen failed: {e}", case.name));
+        let k = emit(&case.program, &Default::default())
+            .unwrap_or_else(|e| panic!("{}: codegen failed: {e}", case.name));
         // TILUS_CODEGEN_DUMP=<dir> keeps the generated sources for inspection.
         if let Ok(dir) = std::env::var("TILUS_CODEGEN_DUMP") {
             let file = format!("{dir}/{}.cu", case.program.name);

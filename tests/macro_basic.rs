@@ -105,13 +105,18 @@ fn embedded_launch_specs() {
     use tilus::core::launch::ParamKind;
     let k = tilus::core::codegen::emit(
         &launch_kernels::scratch::program(&launch_kernels::scratch::SPACE[0]).unwrap(),
+        &Default::default(),
     )
     .unwrap();
     let kinds: Vec<&ParamKind> = k.params.iter().map(|p| &p.kind).collect();
     assert_eq!(kinds.len(), 4, "{kinds:?}");
     assert!(matches!(kinds[3], ParamKind::Workspace { .. }), "{kinds:?}");
     let cfg = launch_kernels::copy_rows::SPACE[0];
-    let k = tilus::core::codegen::emit(&launch_kernels::copy_rows::program(&cfg).unwrap()).unwrap();
+    let k = tilus::core::codegen::emit(
+        &launch_kernels::copy_rows::program(&cfg).unwrap(),
+        &Default::default(),
+    )
+    .unwrap();
     let text: Vec<String> = k.assumptions.iter().map(|a| a.to_string()).collect();
     assert!(text.iter().any(|a| a == "param k % 8 == 0"), "{text:?}");
     assert!(

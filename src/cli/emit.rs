@@ -112,7 +112,7 @@ pub fn run(kernel: &str, configs: &[String], output: Output<'_>) -> Result<Strin
             out.push(program.to_string());
             continue;
         }
-        let source = emit(&program)
+        let source = emit(&program, &Target::default())
             .map(|cuda| cuda.source.trim_end().to_string())
             .map_err(|e| format!("code generation failed: {e}"))?;
         out.push(match output {

@@ -12,7 +12,9 @@ pub mod launch;
 pub mod layout;
 pub mod programs;
 pub mod storage;
+pub mod target;
 pub mod verify;
 
 pub use dtype::DType;
 pub use layout::Layout;
+pub use target::Target;

@@ -16,7 +16,7 @@ fn l(s: &str) -> tilus_core::Layout {
 
 fn emit_ok(p: &Program) -> CudaKernel {
     verify(p, &Target::default()).unwrap_or_else(|d| panic!("{} does not verify: {d:?}", p.name));
-    emit(p).unwrap_or_else(|e| panic!("{}: {e}", p.name))
+    emit(p, &Target::default()).unwrap_or_else(|e| panic!("{}: {e}", p.name))
 }
 
 /// A copy kernel: load a `[32, 64]` f16 tile of `x[m, n]` at `[bi*32, off]` with `layout`,

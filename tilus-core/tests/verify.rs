@@ -621,13 +621,31 @@ fn plans_thread_local_and_mma_dots() {
         &reg(DType::F32, l("local(8,4)")),
         &reg(DType::F32, l("spatial(128,1).local(1,4)")),
         128,
+        &Target::default(),
     );
     assert_eq!(plan, Ok(DotPlan::ThreadLocal));
+    // A target without the m16n8k16 mma: the thread-local plan, or none, never an mma.
+    let no_mma = Target {
+        mma: &[],
+        ..Target::SM80
+    };
     let plan = plan_dot(
         &reg(DType::F16, programs::a_tile(32, 32)),
         &reg(DType::F16, programs::b_tile(32, 128)),
         &reg(DType::F32, programs::c_tile(32, 128)),
         128,
+        &no_mma,
+    );
+    assert!(
+        matches!(&plan, Err(m) if m.contains("has no m16n8k16 mma")),
+        "{plan:?}"
+    );
+    let plan = plan_dot(
+        &reg(DType::F16, programs::a_tile(32, 32)),
+        &reg(DType::F16, programs::b_tile(32, 128)),
+        &reg(DType::F32, programs::c_tile(32, 128)),
+        128,
+        &Target::default(),
     )
     .unwrap();
     let DotPlan::Mma { kind, a, b, c } = plan else {
@@ -644,6 +662,7 @@ fn plans_thread_local_and_mma_dots() {
         &reg(DType::Int(8), frag[1].clone()),
         &reg(DType::Int(32), frag[2].clone()),
         32,
+        &Target::default(),
     );
     assert!(
         matches!(
@@ -759,7 +778,8 @@ fn rejects_shared_memory_over_the_target() {
     assert!(verify(
         &p,
         &Target {
-            max_shared_bytes: 196608
+            max_shared_bytes: 196608,
+            ..Target::SM80
         }
     )
     .is_ok());

@@ -7,7 +7,9 @@
 //! - `space(BM = [16, 32], BN = [64, 128])`: the candidate values of each `const` tile
 //!   parameter (a single value may be written without brackets).
 //! - `dtypes(W = [i4, i6, u4])`: the candidate data types of each `W: DTypeParam` parameter.
-//! - `target = sm90` (default) or `sm80`: the shared-memory limit the verifier checks against.
+//! - `target = sm90` (default) or `sm80` (also `sm86`, `sm89`): the [`Target`] the verifier and
+//!   the code generator use (shared-memory limit, mma shapes, features); a launch on a device
+//!   that cannot run it is an error.
 
 use proc_macro2::{Ident, TokenStream};
 use syn::parse::{Parse, ParseStream, Parser};
@@ -36,7 +38,6 @@ pub struct KernelAttr {
     pub space: Vec<SpaceEntry>,
     pub dtypes: Vec<DTypeEntry>,
     pub target: Target,
-    pub target_name: &'static str,
 }
 
 const KEYS: &str = "`grid`, `warps`, `threads`, `space`, `dtypes`, `target`";
@@ -50,7 +51,6 @@ pub fn parse(args: TokenStream, report: &mut Report) -> Option<KernelAttr> {
         space: Vec::new(),
         dtypes: Vec::new(),
         target: Target::SM90,
-        target_name: "sm90",
     };
     let mut seen: Vec<String> = Vec::new();
     let parser = |input: ParseStream| -> syn::Result<()> {
@@ -102,19 +102,11 @@ pub fn parse(args: TokenStream, report: &mut Report) -> Option<KernelAttr> {
                 "target" => {
                     input.parse::<Token![=]>()?;
                     let t: Ident = input.parse()?;
-                    match t.to_string().as_str() {
-                        "sm90" | "sm90a" => {
-                            attr.target = Target::SM90;
-                            attr.target_name = "sm90";
+                    match Target::parse(&t.to_string()) {
+                        Ok(target) => {
+                            attr.target = target;
                         }
-                        "sm80" | "sm86" | "sm89" => {
-                            attr.target = Target::SM80;
-                            attr.target_name = "sm80";
-                        }
-                        other => report.push(Diag::at_span(
-                            t.span(),
-                            format!("unknown target `{other}`; expected `sm80` or `sm90`"),
-                        )),
+                        Err(message) => report.push(Diag::at_span(t.span(), message)),
                     }
                 }
                 "space" => {

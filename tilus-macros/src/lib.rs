@@ -201,7 +201,7 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             spec: None,
         };
         if codegen_available {
-            match catch(|| tilus_core::codegen::emit(program)) {
+            match catch(|| tilus_core::codegen::emit(program, &attr.target)) {
                 Ok(Ok(k)) => {
                     // The generated launcher passes the signature's parameters in order; the
                     // entry must take exactly those (plus hidden workspaces, which the one

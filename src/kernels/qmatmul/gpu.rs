@@ -3,7 +3,7 @@
 
 use super::config::{QMatmulConfig, QMatmulError};
 use super::cpu::{decode_half, OperandBytes, PreparedWeight};
-use super::program::{config_name, QMatmulKernel};
+use super::program::{config_name, QMatmulKernel, TARGET};
 use crate::gpu::{GpuArg, GpuKernel};
 use crate::kernels::linear::Activation;
 use half::{bf16, f16};
@@ -102,13 +102,13 @@ impl GpuQMatmul {
     /// Generate the CUDA of `kernel`'s programs (NVRTC compiles them at the first launch).
     pub fn new(kernel: &QMatmulKernel) -> Result<GpuQMatmul, QMatmulError> {
         let name = config_name(&kernel.config);
-        let main = GpuKernel::from_program(&kernel.main, &name)?;
+        let main = GpuKernel::from_program(&kernel.main, &name, &TARGET)?;
         let reduce = match &kernel.reduce {
-            Some(p) => Some(GpuKernel::from_program(p, &name)?),
+            Some(p) => Some(GpuKernel::from_program(p, &name, &TARGET)?),
             None => None,
         };
         let dequant = match &kernel.dequant {
-            Some(p) => Some(GpuKernel::from_program(p, &name)?),
+            Some(p) => Some(GpuKernel::from_program(p, &name, &TARGET)?),
             None => None,
         };
         Ok(GpuQMatmul {

@@ -88,6 +88,7 @@ pub(crate) fn check(p: &Program) -> Result<(), QMatmulError> {
     // Shared memory is checked separately so that its error names the config field.
     let target = Target {
         max_shared_bytes: usize::MAX,
+        ..TARGET
     };
     verify::verify(p, &target).map_err(|diags| QMatmulError::Verify {
         program: p.name.clone(),

@@ -120,7 +120,7 @@ pub fn codegen_fingerprint() -> &'static str {
                 kernel.dequant.as_ref(),
             ];
             for p in programs.into_iter().flatten() {
-                match tilus_core::codegen::emit(p) {
+                match tilus_core::codegen::emit(p, &super::TARGET) {
                     Ok(cuda) => h.update(cuda.source.as_bytes()),
                     Err(e) => h.update(e.message.as_bytes()),
                 }

@@ -12,6 +12,7 @@ use super::writer::Writer;
 use super::{Assumption, CodegenError, KernelParam};
 use crate::ir::{Expr, Program, SpanId, VarId, VarType};
 use crate::layout::{Layout, SharedLayout};
+use crate::target::Target;
 use crate::DType;
 use std::collections::{BTreeMap, HashMap};
 
@@ -53,6 +54,8 @@ pub(crate) struct SharedInfo {
 /// Emitter state.
 pub(crate) struct Ctx<'p> {
     pub(crate) p: &'p Program,
+    /// What instruction selection may use.
+    pub(crate) target: Target,
     pub(crate) namer: Namer,
     pub(super) names: Vec<String>,
     pub(crate) facts: ScalarFacts,

@@ -43,6 +43,7 @@ pub use crate::launch::{ArgValue, Assumption, KernelParam, LaunchSpec, ParamKind
 pub use smem::{SharedPlan, SharedSlot};
 
 use crate::ir::{Program, SpanId};
+use crate::target::Target;
 
 /// A generated kernel: its source, and (through `Deref`) its [`LaunchSpec`], which is what a
 /// launcher needs besides the source.
@@ -80,7 +81,7 @@ impl CodegenError {
     }
 }
 
-/// Generate CUDA C for `program`.
-pub fn emit(program: &Program) -> Result<CudaKernel, CodegenError> {
-    program::emit_program(program)
+/// Generate CUDA C for `program`, selecting instructions that `target` has.
+pub fn emit(program: &Program, target: &Target) -> Result<CudaKernel, CodegenError> {
+    program::emit_program(program, target)
 }

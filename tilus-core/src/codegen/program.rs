@@ -10,6 +10,7 @@ use super::smem::{self};
 use super::writer::Writer;
 use super::{CodegenError, CudaKernel, KernelParam, LaunchSpec, ParamKind};
 use crate::ir::{Expr, Instruction, Operand, Program, ScalarType, Stmt, StmtKind, VarId, VarType};
+use crate::target::Target;
 use crate::DType;
 use std::collections::{BTreeMap, HashMap};
 
@@ -413,7 +414,7 @@ fn top_level_vars(p: &Program) -> (Vec<VarId>, Vec<VarId>) {
 }
 
 /// Generate the kernel for `p`.
-pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
+pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, CodegenError> {
     let mut namer = Namer::new();
     namer.claim(TID);
     namer.claim(SMEM);
@@ -432,6 +433,7 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
     }
     let entry = namer.fresh(&p.name);
     let mut cx = Ctx {
+        target: *target,
         p,
         namer,
         names,
@@ -575,6 +577,7 @@ pub(crate) fn emit_program(p: &Program) -> Result<CudaKernel, CodegenError> {
     Ok(CudaKernel {
         source: src,
         launch: LaunchSpec {
+            arch: target.arch,
             entry,
             block_threads: p.num_threads,
             shared_bytes: cx.plan.total_bytes,

@@ -15,6 +15,7 @@ mod assume;
 pub use assume::{ArgValue, Assumption};
 
 use crate::ir::{Expr, Instruction, Program, VarId, VarType};
+use crate::target::{Arch, Target};
 use crate::DType;
 
 /// One parameter of the generated entry function.
@@ -56,6 +57,9 @@ pub struct BufferView {
 /// Everything a launcher needs besides the CUDA source.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LaunchSpec {
+    /// The architecture the code was generated for; the launcher refuses a device that cannot
+    /// run it.
+    pub arch: Arch,
     /// Name of the `extern "C" __global__` function.
     pub entry: String,
     /// Threads per block.
@@ -100,6 +104,7 @@ impl LaunchSpec {
             .collect();
         let views = buffer_views(program, &|v| program.params.iter().position(|p| p.var == v));
         LaunchSpec {
+            arch: Target::default().arch,
             entry: program.name.clone(),
             block_threads: program.num_threads,
             shared_bytes: 0,

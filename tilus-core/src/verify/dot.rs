@@ -41,20 +41,10 @@ use super::table::{LayoutTable, NONE};
 use crate::dtype::Kind;
 use crate::ir::RegisterType;
 use crate::layout::Layout;
+use crate::target::Target;
 use crate::DType;
 
-/// The operand types of an mma instruction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MmaKind {
-    /// f16 x f16 + f32.
-    F16,
-    /// bf16 x bf16 + f32.
-    Bf16,
-    /// i8 x i8 + i32.
-    I8,
-    /// u8 x u8 + i32.
-    U8,
-}
+pub use crate::target::MmaKind;
 
 /// How a verified `dot` is implemented.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,8 +109,9 @@ pub fn plan_dot(
     b: &RegisterType,
     c: &RegisterType,
     block_threads: usize,
+    target: &Target,
 ) -> Result<DotPlan, String> {
-    let mma = mma_plan(a, b, c, block_threads);
+    let mma = mma_plan(a, b, c, block_threads, target);
     if mma.is_ok() {
         return mma;
     }
@@ -137,19 +128,20 @@ fn mma_plan(
     b: &RegisterType,
     c: &RegisterType,
     block_threads: usize,
+    target: &Target,
 ) -> Result<DotPlan, String> {
-    let kind = match (a.dtype, c.dtype) {
-        (DType::F16, DType::F32) => MmaKind::F16,
-        (DType::BF16, DType::F32) => MmaKind::Bf16,
-        (DType::Int(8), DType::Int(32)) => MmaKind::I8,
-        (DType::UInt(8), DType::Int(32)) => MmaKind::U8,
-        _ => {
-            return Err(format!(
-                "needs f16/bf16 operands with an f32 accumulator or i8/u8 with i32, not {} with {}",
-                a.dtype, c.dtype
-            ))
-        }
+    let Some(kind) = MmaKind::of(a.dtype, c.dtype) else {
+        return Err(format!(
+            "needs f16/bf16 operands with an f32 accumulator or i8/u8 with i32, not {} with {}",
+            a.dtype, c.dtype
+        ));
     };
+    if !target.has_mma(16, 8, 16, kind) {
+        return Err(format!(
+            "the target {} has no m16n8k16 mma for {kind:?}",
+            target.arch.name()
+        ));
+    }
     let [fa, fb, fc] = mma_fragments(kind);
     let quotient = |x: &RegisterType, f: &Layout, which: &str| {
         x.layout.divide(f).map_err(|e| {

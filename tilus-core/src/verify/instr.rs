@@ -660,7 +660,7 @@ impl<'p> Checker<'p> {
                 );
             }
             if shapes_ok && types_ok && self.block_threads > 0 {
-                if let Err(reason) = plan_dot(ra, rb, rc, self.block_threads) {
+                if let Err(reason) = plan_dot(ra, rb, rc, self.block_threads, self.target) {
                     self.err(
                         span,
                         format!("dot: no thread-level or warp-level implementation serves the layouts of {an}, {bn} and {cn} ({reason})"),

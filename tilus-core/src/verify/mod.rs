@@ -40,27 +40,7 @@ pub(crate) use expr::const_eval;
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
 
-/// What the program is checked against.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    /// Shared memory one block may use, in bytes (227 KiB on sm_90, 163 KiB on sm_80).
-    pub max_shared_bytes: usize,
-}
-
-impl Target {
-    pub const SM90: Target = Target {
-        max_shared_bytes: 227 * 1024,
-    };
-    pub const SM80: Target = Target {
-        max_shared_bytes: 163 * 1024,
-    };
-}
-
-impl Default for Target {
-    fn default() -> Self {
-        Target::SM90
-    }
-}
+pub use crate::target::Target;
 
 /// One problem, at one place.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -34,6 +34,7 @@ pub(crate) fn dot(
         &rt(bdt, bl.clone()),
         &rt(cdt, cl.clone()),
         cx.block_threads,
+        &cx.target,
     )
     .map_err(|e| cx.err(format!("dot: {e}")))?;
     match plan {

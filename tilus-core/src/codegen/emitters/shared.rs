@@ -297,7 +297,7 @@ fn try_ldmatrix(
 ) -> Result<bool, CodegenError> {
     let l = &s.root_layout;
     let root_rank = l.rank();
-    if s.dtype.bits() != 16 || map.rank() != 2 || root_rank < 2 {
+    if !cx.target.features.ldmatrix || s.dtype.bits() != 16 || map.rank() != 2 || root_rank < 2 {
         return Ok(false);
     }
     let last = root_rank - 1;
@@ -407,6 +407,12 @@ pub(crate) fn copy_async(
     src: VarId,
     src_offset: &[Expr],
 ) -> Result<(), CodegenError> {
+    if !cx.target.features.cp_async {
+        return Err(cx.err(format!(
+            "copy_async needs cp.async, which the target {} does not have",
+            cx.target.arch.name()
+        )));
+    }
     let s = cx.shared_info(dst)?;
     let g = cx.global(src)?;
     let rank = s.shape.len();

@@ -1,0 +1,228 @@
+//! What a program is verified and compiled for: the [`Target`].
+//!
+//! One value carries everything architecture-dependent that the verifier and the code generator
+//! consult: the architecture, the shared memory a block may use, the matrix instructions and
+//! their operand types, and the features instruction selection may rely on. `#[kernel]` takes it
+//! from the attribute (`target = sm80 | sm90`, default sm90) at build time; the runtime picks it
+//! from the device's compute capability ([`Target::for_compute_capability`]); and the launcher
+//! refuses a kernel whose target the device does not satisfy ([`Target::runs_on`]).
+//!
+//! Today's targets are sm_80 (Ampere: `mma.sync`, `cp.async`, `ldmatrix`) and sm_90a (Hopper:
+//! the same, plus TMA, `mbarrier` and `wgmma`, which instruction selection does not use yet). A
+//! Blackwell target (sm_100, `tcgen05`) would be one more constant here and its emitters.
+
+use crate::DType;
+
+/// A GPU architecture the code generator knows.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Arch {
+    /// Ampere and Ada (compute capability 8.x).
+    Sm80,
+    /// Hopper with its architecture-specific features (compute capability 9.0).
+    Sm90a,
+}
+
+impl Arch {
+    /// The NVRTC/ptxas name: `sm_80`, `sm_90a`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "sm_80",
+            Arch::Sm90a => "sm_90a",
+        }
+    }
+
+    /// Whether code for this architecture runs on a device of compute capability
+    /// `major.minor` (sm_90a code runs only on 9.0: its architecture-specific features are not
+    /// forward compatible).
+    pub fn runs_on(self, major: u32, minor: u32) -> bool {
+        match self {
+            Arch::Sm80 => major >= 8,
+            Arch::Sm90a => (major, minor) == (9, 0),
+        }
+    }
+}
+
+/// The operand types of a matrix instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum MmaKind {
+    /// f16 x f16 + f32.
+    F16,
+    /// bf16 x bf16 + f32.
+    Bf16,
+    /// i8 x i8 + i32.
+    I8,
+    /// u8 x u8 + i32.
+    U8,
+}
+
+impl MmaKind {
+    /// The kind for operands of `operand` and an accumulator of `acc`, if one exists.
+    pub fn of(operand: DType, acc: DType) -> Option<MmaKind> {
+        Some(match (operand, acc) {
+            (DType::F16, DType::F32) => MmaKind::F16,
+            (DType::BF16, DType::F32) => MmaKind::Bf16,
+            (DType::Int(8), DType::Int(32)) => MmaKind::I8,
+            (DType::UInt(8), DType::Int(32)) => MmaKind::U8,
+            _ => return None,
+        })
+    }
+}
+
+/// One matrix instruction shape: `[m, k] x [k, n] + [m, n]` for the listed operand kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MmaShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub kinds: &'static [MmaKind],
+}
+
+/// Instruction families selection may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Features {
+    /// `cp.async` global-to-shared copies (sm_80+).
+    pub cp_async: bool,
+    /// `ldmatrix` shared-to-register fragment loads (sm_75+).
+    pub ldmatrix: bool,
+    /// The tensor memory accelerator's bulk copies (sm_90).
+    pub tma: bool,
+    /// Transaction barriers in shared memory (sm_90).
+    pub mbarrier: bool,
+}
+
+/// What a program is verified and compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub arch: Arch,
+    /// Shared memory one block may use, in bytes (227 KiB on sm_90, 163 KiB on sm_80).
+    pub max_shared_bytes: usize,
+    /// Warp-level `mma.sync` shapes.
+    pub mma: &'static [MmaShape],
+    /// Warpgroup-level `wgmma` shapes (`n` is the largest; any multiple of 8 up to it).
+    pub wgmma: &'static [MmaShape],
+    pub features: Features,
+}
+
+const ALL_KINDS: &[MmaKind] = &[MmaKind::F16, MmaKind::Bf16, MmaKind::I8, MmaKind::U8];
+const MMA_SYNC: &[MmaShape] = &[MmaShape {
+    m: 16,
+    n: 8,
+    k: 16,
+    kinds: ALL_KINDS,
+}];
+
+impl Target {
+    pub const SM80: Target = Target {
+        arch: Arch::Sm80,
+        max_shared_bytes: 163 * 1024,
+        mma: MMA_SYNC,
+        wgmma: &[],
+        features: Features {
+            cp_async: true,
+            ldmatrix: true,
+            tma: false,
+            mbarrier: false,
+        },
+    };
+    pub const SM90: Target = Target {
+        arch: Arch::Sm90a,
+        max_shared_bytes: 227 * 1024,
+        mma: MMA_SYNC,
+        wgmma: &[
+            MmaShape {
+                m: 64,
+                n: 256,
+                k: 16,
+                kinds: &[MmaKind::F16, MmaKind::Bf16],
+            },
+            MmaShape {
+                m: 64,
+                n: 256,
+                k: 32,
+                kinds: &[MmaKind::I8, MmaKind::U8],
+            },
+        ],
+        features: Features {
+            cp_async: true,
+            ldmatrix: true,
+            tma: true,
+            mbarrier: true,
+        },
+    };
+
+    /// The target by name: `sm80`/`sm_80` (also 86, 89: the sm_80 feature set) or
+    /// `sm90`/`sm90a`/`sm_90a`.
+    pub fn parse(name: &str) -> Result<Target, String> {
+        match name.to_ascii_lowercase().replace('_', "").as_str() {
+            "sm90" | "sm90a" => Ok(Target::SM90),
+            "sm80" | "sm86" | "sm87" | "sm89" => Ok(Target::SM80),
+            _ => Err(format!(
+                "unknown target `{name}`; known: sm80 (also sm86, sm89) and sm90 (sm90a)"
+            )),
+        }
+    }
+
+    /// The best target for a device of compute capability `major.minor`, or an error for a
+    /// device older than sm_80.
+    pub fn for_compute_capability(major: u32, minor: u32) -> Result<Target, String> {
+        match (major, minor) {
+            (9, _) | (10.., _) => Ok(Target::SM90),
+            (8, 0) => Ok(Target::SM80),
+            // sm_86/sm_89 have the sm_80 instructions but 99 KiB of shared memory per block.
+            (8, _) => Ok(Target {
+                max_shared_bytes: 99 * 1024,
+                ..Target::SM80
+            }),
+            _ => Err(format!(
+                "compute capability {major}.{minor} is not supported: tilus needs sm_80 or newer"
+            )),
+        }
+    }
+
+    /// Whether code for this target runs on a device of compute capability `major.minor`.
+    pub fn runs_on(&self, major: u32, minor: u32) -> bool {
+        self.arch.runs_on(major, minor)
+    }
+
+    /// Whether `mma.sync` of `m x n x k` serves `kind` on this target.
+    pub fn has_mma(&self, m: u32, n: u32, k: u32, kind: MmaKind) -> bool {
+        self.mma
+            .iter()
+            .any(|s| (s.m, s.n, s.k) == (m, n, k) && s.kinds.contains(&kind))
+    }
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target::SM90
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_devices() {
+        assert_eq!(Target::parse("sm_90a").unwrap(), Target::SM90);
+        assert_eq!(Target::parse("SM86").unwrap(), Target::SM80);
+        assert!(Target::parse("sm70")
+            .unwrap_err()
+            .contains("unknown target"));
+        assert_eq!(Target::for_compute_capability(9, 0).unwrap(), Target::SM90);
+        assert_eq!(
+            Target::for_compute_capability(8, 6)
+                .unwrap()
+                .max_shared_bytes,
+            99 * 1024
+        );
+        assert!(Target::for_compute_capability(7, 5).is_err());
+        assert!(Target::SM80.runs_on(9, 0) && Target::SM80.runs_on(8, 6));
+        assert!(Target::SM90.runs_on(9, 0) && !Target::SM90.runs_on(8, 0));
+        assert!(Target::SM80.has_mma(16, 8, 16, MmaKind::U8));
+        assert!(!Target::SM80.has_mma(16, 8, 8, MmaKind::F16));
+        assert!(Target::SM80.wgmma.is_empty() && !Target::SM90.wgmma.is_empty());
+    }
+}
