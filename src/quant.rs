@@ -7,7 +7,27 @@
 //! Scales and zero points are rounded to the activation dtype (f16 or bf16) as soon as they are
 //! chosen, and codes are computed against the *rounded* scale: the f64 reference built from
 //! [`QuantizedWeight::dequantize`] is then exactly what a kernel multiplies with.
+//!
+//! Choosing a scale (`target = extent / range`, the extent being max |w| for symmetric types
+//! and `max(hi, 0) - min(lo, 0)` with zero points; `range` the largest code, or the midpoint
+//! `(2^b - 1) / 2` for unsigned types without zero points):
+//! - A group whose values are all zero gets scale **0**: every element dequantizes to exactly 0
+//!   whatever its code (its codes are the type's zero code, or the midpoint).
+//! - Otherwise the scale is `target` rounded to nearest in the scale type, except where that
+//!   lands below the scale type's smallest normal (f16: 2^-14, bf16: 2^-126): there it is
+//!   rounded **up**, to the nearest subnormal at or above `target` (the smallest subnormal
+//!   for a group too small to round to anything else). Rounding up keeps every code within the
+//!   type's range, so each element stays within half a step, `scale / 2`, of its weight, even
+//!   where the subnormal spacing is coarse; nearest rounding there could round the scale to 0
+//!   (then 0/0 reached the encoder) or far below `target` (codes saturate).
+//! - A `target` beyond the scale type's largest finite value (f16: 65504, so a group with
+//!   max |w| above ~4.6e5 for `i4`) is an error naming the group and the element; bf16 scales
+//!   reach ~3.4e38.
+//!
+//! Every size product (`k * n`) is checked: an overflow is an error naming the arguments, in
+//! debug and release builds alike.
 
+use crate::core::dtype::DTypeError;
 use crate::core::storage;
 use crate::DType;
 use half::{bf16, f16};
@@ -48,6 +68,34 @@ pub enum QuantError {
     Empty { name: &'static str },
     #[error("argument `asymmetric`: zero points apply to unsigned types only, not {dtype}")]
     ZeroPointType { dtype: DType },
+    #[error("argument `{arg}`: {source}")]
+    InvalidDType {
+        arg: &'static str,
+        source: DTypeError,
+    },
+    #[error("arguments `k`, `n`: k * n = {k} * {n} overflows usize")]
+    TooLarge { k: usize, n: usize },
+    #[error(
+        "argument `weight`: the scale of the group at rows {rows_start}..{rows_end}, column {col} \
+         overflows {scale_dtype}: its largest |w| is {amax:e} (row {row}), and with {dtype} codes \
+         reaching {range} the scale would be {target:e}, above {scale_dtype}'s largest finite \
+         value {scale_max}; use bf16 scales (`scale_dtype` = bf16) or scale the weight down"
+    )]
+    ScaleOverflow {
+        rows_start: usize,
+        rows_end: usize,
+        col: usize,
+        row: usize,
+        amax: f64,
+        dtype: DType,
+        range: f64,
+        target: f64,
+        scale_dtype: DType,
+        scale_max: f64,
+    },
+    /// A hand-built [`QuantizedWeight`] whose fields disagree (see [`QuantizedWeight::check`]).
+    #[error("field `{field}` of the quantized weight: {reason}")]
+    Inconsistent { field: &'static str, reason: String },
 }
 
 /// A quantized weight matrix `[k, n]`, codes packed row-major with no gaps.
@@ -91,6 +139,31 @@ fn round_to(dtype: DType, v: f64) -> f32 {
     }
 }
 
+/// The scale for `target = extent / range` (see the module docs), or `None` if it overflows
+/// `dtype` (f16 or bf16). Exact in `f32`: every f16 and bf16 value is an `f32`.
+fn choose_scale(dtype: DType, target: f64) -> Option<f32> {
+    if target == 0.0 {
+        return Some(0.0);
+    }
+    let nearest = round_to(dtype, target);
+    if nearest.is_infinite() {
+        return None;
+    }
+    let min_normal = match dtype {
+        DType::BF16 => bf16::MIN_POSITIVE.to_f64(),
+        _ => f16::MIN_POSITIVE.to_f64(),
+    };
+    if (nearest as f64) >= min_normal || nearest as f64 >= target {
+        return Some(nearest);
+    }
+    // Below the normal range the spacing is coarse: take the next value up so no code
+    // saturates (from 0 that is the smallest subnormal). Positive, so bits + 1 is the next up.
+    Some(match dtype {
+        DType::BF16 => bf16::from_bits(bf16::from_f32(nearest).to_bits() + 1).to_f32(),
+        _ => f16::from_bits(f16::from_f32(nearest).to_bits() + 1).to_f32(),
+    })
+}
+
 impl QuantizedWeight {
     /// Quantize row-major `weight[k * n]` to `dtype` with round-to-nearest codes.
     ///
@@ -111,9 +184,23 @@ impl QuantizedWeight {
         if n == 0 {
             return Err(QuantError::Empty { name: "n" });
         }
-        if weight.len() != k * n {
+        // Types first: an invalid one must not reach `weight_range`, which walks its codes.
+        dtype
+            .validate()
+            .map_err(|source| QuantError::InvalidDType {
+                arg: "dtype",
+                source,
+            })?;
+        scale_dtype
+            .validate()
+            .map_err(|source| QuantError::InvalidDType {
+                arg: "scale_dtype",
+                source,
+            })?;
+        let len = k.checked_mul(n).ok_or(QuantError::TooLarge { k, n })?;
+        if weight.len() != len {
             return Err(QuantError::WeightLen {
-                expected: k * n,
+                expected: len,
                 got: weight.len(),
             });
         }
@@ -155,41 +242,83 @@ impl QuantizedWeight {
         let mut scales = vec![0f32; groups * n];
         let mut zeros = vec![0f32; groups * n];
         for (i, (&lo, &hi)) in lo.iter().zip(&hi).enumerate() {
-            // Scale so the group's range fills the type's; an all-zero group keeps scale 1.
-            let (scale, zero) = if asymmetric {
-                let span = hi.max(0.0) - lo.min(0.0);
-                let scale = if span > 0.0 { span / max_q } else { 1.0 };
-                let scale = round_to(scale_dtype, scale) as f64;
-                let zero = (-lo.min(0.0) / scale).round().clamp(0.0, max_q);
-                (scale, round_to(scale_dtype, zero) as f64)
+            // Scale so the group's range fills the type's (see the module docs for the rule).
+            let (extent, range) = if asymmetric {
+                (hi.max(0.0) - lo.min(0.0), max_q)
             } else {
-                let amax = lo.abs().max(hi.abs());
-                let range = if unsigned { midpoint } else { max_q };
-                let scale = if amax > 0.0 { amax / range } else { 1.0 };
-                (round_to(scale_dtype, scale) as f64, midpoint)
+                (
+                    lo.abs().max(hi.abs()),
+                    if unsigned { midpoint } else { max_q },
+                )
             };
-            scales[i] = scale as f32;
-            zeros[i] = zero as f32;
+            let target = extent / range;
+            let Some(scale) = choose_scale(scale_dtype, target) else {
+                let (g, col) = (i / n, i % n);
+                let rows_of = g * rows..(g + 1) * rows;
+                // The element that sets the scale, for the message.
+                let row = rows_of
+                    .clone()
+                    .max_by(|&a, &b| {
+                        weight[a * n + col]
+                            .abs()
+                            .total_cmp(&weight[b * n + col].abs())
+                    })
+                    .unwrap_or(rows_of.start);
+                return Err(QuantError::ScaleOverflow {
+                    rows_start: rows_of.start,
+                    rows_end: rows_of.end,
+                    col,
+                    row,
+                    amax: lo.abs().max(hi.abs()),
+                    dtype,
+                    range,
+                    target,
+                    scale_dtype,
+                    scale_max: scale_dtype.max_value(),
+                });
+            };
+            let zero = if !asymmetric {
+                midpoint
+            } else if scale > 0.0 {
+                (-lo.min(0.0) / scale as f64).round().clamp(0.0, max_q)
+            } else {
+                0.0
+            };
+            scales[i] = scale;
+            zeros[i] = if asymmetric {
+                round_to(scale_dtype, zero)
+            } else {
+                zero as f32
+            };
         }
         // Encoding is the expensive part: rows in parallel.
-        let mut codes = vec![0u32; k * n];
+        let mut codes = vec![0u32; len];
         crate::parallel::for_each_chunk_mut(&mut codes, n, |r, out| {
             let g = r / rows;
             let row = &weight[r * n..(r + 1) * n];
             let (s, z) = (&scales[g * n..(g + 1) * n], &zeros[g * n..(g + 1) * n]);
             for (((c, &w), &scale), &zero) in out.iter_mut().zip(row).zip(s).zip(z) {
-                let q = w as f64 / scale as f64 + zero as f64;
+                // Scale 0 only for an all-zero group: any code dequantizes to 0; take the zero's.
+                let q = if scale > 0.0 {
+                    w as f64 / scale as f64 + zero as f64
+                } else {
+                    zero as f64
+                };
                 *c = dtype
                     .encode(q as f32)
-                    .expect("weights were checked to be finite");
+                    .expect("q is finite: finite weights over a positive, finite scale");
             }
         });
+        let codes = storage::try_pack(dtype, &codes).map_err(|e| QuantError::Inconsistent {
+            field: "codes",
+            reason: e.to_string(),
+        })?;
         Ok(QuantizedWeight {
             dtype,
             k,
             n,
             group,
-            codes: storage::pack(dtype, &codes),
+            codes,
             scale_dtype,
             scales,
             zeros: (asymmetric || unsigned).then_some(zeros),
@@ -201,8 +330,73 @@ impl QuantizedWeight {
         self.group.rows(self.k)
     }
 
+    /// Check that the (public) fields agree: valid types, `k * n` without overflow, a group
+    /// size dividing `k`, and as many codes, scales and zero points as the shape needs.
+    /// [`QuantizedWeight::quantize`] always gives a consistent weight; this is for weights
+    /// built or edited by hand, before they are used.
+    pub fn check(&self) -> Result<(), QuantError> {
+        let bad = |field, reason: String| Err(QuantError::Inconsistent { field, reason });
+        self.dtype
+            .validate()
+            .map_err(|source| QuantError::InvalidDType {
+                arg: "dtype",
+                source,
+            })?;
+        if weight_range(self.dtype).is_none() {
+            return Err(QuantError::NotAWeightType { dtype: self.dtype });
+        }
+        if !matches!(self.scale_dtype, DType::F16 | DType::BF16) {
+            return Err(QuantError::ScaleDType {
+                dtype: self.scale_dtype,
+            });
+        }
+        let (k, n) = (self.k, self.n);
+        let len = k.checked_mul(n).ok_or(QuantError::TooLarge { k, n })?;
+        let rows = self.group_rows();
+        if k == 0 || n == 0 || rows == 0 || !k.is_multiple_of(rows) {
+            return bad(
+                "group",
+                format!("{rows} rows per group for a {k} x {n} weight"),
+            );
+        }
+        let bytes =
+            storage::try_packed_len(self.dtype, len).map_err(|e| QuantError::Inconsistent {
+                field: "codes",
+                reason: e.to_string(),
+            })?;
+        if self.codes.len() != bytes {
+            return bad(
+                "codes",
+                format!(
+                    "{} bytes, but {k} x {n} {} codes take {bytes}",
+                    self.codes.len(),
+                    self.dtype
+                ),
+            );
+        }
+        let groups = (k / rows) * n;
+        if self.scales.len() != groups {
+            return bad(
+                "scales",
+                format!("{} values, expected {groups}", self.scales.len()),
+            );
+        }
+        if let Some(z) = &self.zeros {
+            if z.len() != groups {
+                return bad("zeros", format!("{} values, expected {groups}", z.len()));
+            }
+        }
+        Ok(())
+    }
+
     /// The dequantized weight `[k, n]` in f64: the reference every kernel is checked against.
+    ///
+    /// Panics, naming the field, on a hand-built weight whose fields disagree (see
+    /// [`QuantizedWeight::check`]).
     pub fn dequantize(&self) -> Vec<f64> {
+        if let Err(e) = self.check() {
+            panic!("dequantize: {e}");
+        }
         let rows = self.group_rows();
         let codes = storage::unpack(self.dtype, &self.codes, self.k * self.n);
         let mut out = vec![0f64; self.k * self.n];
@@ -395,5 +589,298 @@ mod tests {
             false,
         ));
         assert!(msg.contains("row 1, column 3"), "{msg}");
+    }
+
+    /// The largest gap between neighbouring non-negative values of a weight type, in code
+    /// units: an element is within `scale * gap / 2` of its weight.
+    fn max_gap(dtype: DType) -> f64 {
+        let mut v: Vec<f64> = dtype
+            .values()
+            .unwrap()
+            .into_iter()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.windows(2).map(|w| w[1] - w[0]).fold(1.0, f64::max)
+    }
+
+    /// The reported panic: a group with max |w| far below f16's smallest subnormal scale and an
+    /// exact 0 rounded its scale to 0, and 0/0 reached `encode(..).expect(..)`.
+    #[test]
+    fn tiny_group_with_a_zero_does_not_panic() {
+        let (k, n) = (128, 32);
+        let mut w = vec![0f32; k * n];
+        w[0] = 1e-10;
+        for (dtype, scale_dtype, asym) in [
+            (DType::Int(4), DType::F16, false),
+            (DType::Int(4), DType::BF16, false),
+            (DType::UInt(4), DType::F16, true),
+            (DType::UInt(4), DType::BF16, true),
+            (DType::UInt(4), DType::F16, false),
+        ] {
+            let q = QuantizedWeight::quantize(&w, k, n, dtype, Group::Rows(128), scale_dtype, asym)
+                .unwrap();
+            let deq = q.dequantize();
+            assert!(deq.iter().all(|v| v.is_finite()), "{dtype} {scale_dtype}");
+            // Columns 1.. are all zero: scale 0, exactly 0 back.
+            assert!(q.scales[1..].iter().all(|s| *s == 0.0));
+            assert!(deq.iter().enumerate().all(|(i, v)| i % n == 0 || *v == 0.0));
+            // Column 0 gets a positive scale within a subnormal step of its target, and the
+            // element is within half a step.
+            assert!(
+                q.scales[0] > 0.0 && (q.scales[0] as f64) < 1e-7,
+                "{}",
+                q.scales[0]
+            );
+            assert!(
+                (deq[0] - 1e-10).abs() <= q.scales[0] as f64 / 2.0,
+                "{}",
+                deq[0]
+            );
+        }
+    }
+
+    /// Fresh random groups at every magnitude down to f32 subnormals, some all zero and some
+    /// with exact zeros, for every weight type, both scale types and zero points: never an error
+    /// or NaN; all-zero groups come back exactly 0; every element is within half a step.
+    #[test]
+    fn tiny_and_zero_groups_quantize_within_the_error_bound() {
+        let (k, n, rows) = (64, 24, 16);
+        let seed: u64 = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mags = [
+            0.0f32, 1e-44, 1e-39, 1e-30, 1e-10, 1e-7, 1e-6, 3e-5, 1e-3, 1.0,
+        ];
+        let mut w = vec![0f32; k * n];
+        for g in 0..k / rows {
+            for c in 0..n {
+                let mag = mags[rng.random_range(0..mags.len())];
+                for r in g * rows..(g + 1) * rows {
+                    w[r * n + c] = if rng.random_bool(0.3) {
+                        0.0
+                    } else {
+                        rng.random_range(-1.0f32..1.0) * mag
+                    };
+                }
+            }
+        }
+        for dtype in weight_types() {
+            let unsigned = matches!(dtype, DType::UInt(_));
+            for scale_dtype in [DType::F16, DType::BF16] {
+                for asym in [false, true] {
+                    if asym && !unsigned {
+                        continue;
+                    }
+                    let q = QuantizedWeight::quantize(
+                        &w,
+                        k,
+                        n,
+                        dtype,
+                        Group::Rows(rows),
+                        scale_dtype,
+                        asym,
+                    )
+                    .unwrap_or_else(|e| panic!("{dtype} {scale_dtype} seed {seed}: {e}"));
+                    let deq = q.dequantize();
+                    let gap = if dtype.is_float() {
+                        max_gap(dtype)
+                    } else {
+                        1.0
+                    };
+                    for (i, (&a, &b)) in w.iter().zip(&deq).enumerate() {
+                        let (r, c) = (i / n, i % n);
+                        let gi = (r / rows) * n + c;
+                        let scale = q.scales[gi] as f64;
+                        let group =
+                            (r / rows * rows..(r / rows + 1) * rows).map(|r| w[r * n + c] as f64);
+                        let amax = group.clone().map(f64::abs).fold(0.0, f64::max);
+                        let extent = if asym {
+                            group.clone().fold(0.0, f64::max) - group.fold(0.0, f64::min)
+                        } else {
+                            amax
+                        };
+                        let ctx = format!("{dtype} {scale_dtype} asym {asym} seed {seed}: w[{r}, {c}] = {a:e} -> {b:e} (scale {scale:e})");
+                        assert!(b.is_finite(), "{ctx}");
+                        if amax == 0.0 {
+                            assert_eq!((scale, b), (0.0, 0.0), "{ctx}");
+                            continue;
+                        }
+                        assert!(scale > 0.0, "{ctx}");
+                        // Half a step. A normal scale is rounded to nearest, so it may be below
+                        // its target by a relative 2^-9 (bf16), and codes at the group's edge
+                        // saturate by up to that much of the extent; a subnormal scale is
+                        // rounded up, so none do.
+                        let min_normal = if scale_dtype == DType::BF16 {
+                            2f64.powi(-126)
+                        } else {
+                            2f64.powi(-14)
+                        };
+                        let slack = if scale < min_normal {
+                            0.0
+                        } else {
+                            extent * 4e-3
+                        };
+                        // (+1e-4 codes: `q` passes through f32 on its way to `encode`.)
+                        let bound = scale * (gap / 2.0 + 1e-4) + slack;
+                        assert!((a as f64 - b).abs() <= bound, "{ctx}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A group whose scale overflows f16 was accepted and poisoned the layer with inf/NaN
+    /// later; now it is an error naming the group, the element and the remedy.
+    #[test]
+    fn scale_overflow_is_an_error_naming_the_group() {
+        let (k, n) = (64, 8);
+        let seed = rand::random();
+        let mut w = random_weight(k, n, seed);
+        let (row, col) = (37, 5);
+        w[row * n + col] = 5e5 * if seed % 2 == 0 { 1.0 } else { -1.0 };
+        for dtype in [DType::Int(4), "f4e2m1".parse().unwrap()] {
+            let e = QuantizedWeight::quantize(&w, k, n, dtype, Group::Rows(32), DType::F16, false)
+                .unwrap_err();
+            let msg = e.to_string();
+            assert!(matches!(e, QuantError::ScaleOverflow { .. }), "{msg}");
+            for want in [
+                "rows 32..64, column 5",
+                "(row 37)",
+                "use bf16 scales",
+                "f16",
+            ] {
+                assert!(msg.contains(want), "{dtype} seed {seed}: {msg}");
+            }
+            // bf16 scales reach far enough.
+            let q = QuantizedWeight::quantize(&w, k, n, dtype, Group::Rows(32), DType::BF16, false)
+                .unwrap();
+            assert!(q.dequantize().iter().all(|v| v.is_finite()));
+        }
+        // Just below the limit still works with f16 (i4: 7 * 65504 = 458528).
+        w[row * n + col] = 4.5e5;
+        QuantizedWeight::quantize(&w, k, n, DType::Int(4), Group::Rows(32), DType::F16, false)
+            .unwrap();
+    }
+
+    #[test]
+    fn infinite_weight_is_an_error_naming_the_position() {
+        let (k, n) = (32, 6);
+        let mut w = random_weight(k, n, rand::random());
+        w[9 * n + 4] = f32::NEG_INFINITY;
+        let msg =
+            QuantizedWeight::quantize(&w, k, n, DType::Int(4), Group::Rows(32), DType::F16, false)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            msg.contains("row 9, column 4") && msg.contains("-inf"),
+            "{msg}"
+        );
+    }
+
+    /// `k * n` wrapped to 0 in release (then the allocation aborted) and panicked in debug.
+    #[test]
+    fn overflowing_sizes_are_errors() {
+        let e = QuantizedWeight::quantize(
+            &[],
+            1 << 32,
+            1 << 32,
+            DType::Int(4),
+            Group::PerChannel,
+            DType::F16,
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            QuantError::TooLarge {
+                k: 1 << 32,
+                n: 1 << 32
+            }
+        );
+        assert!(
+            e.to_string().contains("`k`, `n`") && e.to_string().contains("overflows"),
+            "{e}"
+        );
+        let e = QuantizedWeight::quantize(
+            &[0.5; 4],
+            usize::MAX,
+            2,
+            DType::Int(4),
+            Group::PerChannel,
+            DType::F16,
+            false,
+        )
+        .unwrap_err();
+        assert!(matches!(e, QuantError::TooLarge { .. }), "{e}");
+    }
+
+    /// Hand-built invalid types are named errors before any work (`Float { 8, 22 }` walked 2^31
+    /// codes for 13 s, `Int(0)` panicked on a shift, `Int(1)` gave NaN scales).
+    #[test]
+    fn invalid_dtypes_are_named_errors() {
+        let (k, n) = (32, 4);
+        let w = random_weight(k, n, rand::random());
+        for d in [
+            DType::Int(0),
+            DType::Int(1),
+            DType::UInt(0),
+            DType::Float { exp: 0, man: 3 },
+            DType::Float { exp: 8, man: 22 },
+        ] {
+            let start = std::time::Instant::now();
+            let e = QuantizedWeight::quantize(&w, k, n, d, Group::PerChannel, DType::F16, false)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("argument `dtype`") && e.contains(&format!("{d:?}")),
+                "{e}"
+            );
+            assert!(start.elapsed().as_secs_f64() < 1.0);
+        }
+        let e = QuantizedWeight::quantize(
+            &w,
+            k,
+            n,
+            DType::Int(4),
+            Group::PerChannel,
+            DType::Int(1),
+            false,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("argument `scale_dtype`"), "{e}");
+    }
+
+    #[test]
+    fn hand_built_inconsistent_weight_is_reported_by_check() {
+        let w = random_weight(64, 8, rand::random());
+        let q =
+            QuantizedWeight::quantize(&w, 64, 8, DType::UInt(3), Group::Rows(32), DType::F16, true)
+                .unwrap();
+        assert_eq!(q.check(), Ok(()));
+        let mut bad = q.clone();
+        bad.codes.pop();
+        assert!(bad
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("field `codes`"));
+        let mut bad = q.clone();
+        bad.zeros.as_mut().unwrap().push(0.0);
+        assert!(bad
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("field `zeros`"));
+        let mut bad = q.clone();
+        bad.k = usize::MAX;
+        assert!(matches!(bad.check(), Err(QuantError::TooLarge { .. })));
+        let mut bad = q;
+        bad.dtype = DType::UInt(0);
+        assert!(bad
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("argument `dtype`"));
     }
 }

@@ -42,6 +42,18 @@ fn bad_arguments_are_named_before_the_gpu_is_opened() {
             &["--wdtype", "i4", "--m", "1", "--points", "0"],
             "`--points`",
         ),
+        // Was a capacity-overflow panic (exit 101).
+        (
+            &[
+                "--wdtype",
+                "i4",
+                "--m",
+                "1",
+                "--points",
+                "18446744073709551615",
+            ],
+            "`--points`",
+        ),
         (
             &["--wdtype", "i4", "--m", "1", "--adtype", "f32"],
             "`--adtype`",

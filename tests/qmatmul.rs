@@ -11,8 +11,8 @@ use rand::{Rng, SeedableRng};
 use tilus::kernels::linear::QuantizedLinear;
 use tilus::kernels::qmatmul::weight_types;
 use tilus::kernels::qmatmul::{
-    build, decode_half, encode_half, prepare, split_dim, QMatmulConfig, QMatmulError,
-    QMatmulKernel, QMatmulLayouts,
+    build, decode_half, encode_half, prepare, relayout_inverse, split_dim, OperandBytes,
+    QMatmulConfig, QMatmulError, QMatmulKernel, QMatmulLayouts,
 };
 use tilus::quant::{Group, QuantizedWeight};
 use tilus::DType;
@@ -428,6 +428,31 @@ fn shape_and_buffer_errors_name_the_argument() {
     assert!(err_text(prepare(&q_i4, &cfg)).contains("`weight`"));
 }
 
+/// Sizes whose byte counts overflow usize are errors naming the argument (they panicked in
+/// debug builds and wrapped to a short length in release).
+#[test]
+fn overflowing_sizes_are_named_errors() {
+    let cfg = default_cfg(dt("u8"), DType::F16, Some(64));
+    let kernel = build(&cfg).unwrap();
+    // The largest multiples of every tile and group size that fit the VM's i32: k * n * 8 bits
+    // is about 2^65.
+    let big = (i32::MAX as usize / 1024) * 1024;
+    let bytes = OperandBytes {
+        a: 0,
+        b: 0,
+        scales: 0,
+        zeros: Some(0),
+        c: 0,
+    };
+    // (check_shape bounds k x n by the VM's i32 first; the products are checked besides.)
+    let e = err_text(kernel.check_lengths(1, big, big, &bytes));
+    assert!(e.contains("argument `k`"), "{e}");
+    let e = err_text(relayout_inverse(&[], &cfg, big, big));
+    assert!(e.contains("argument `k`"), "{e}");
+    let e = err_text(kernel.check_lengths(usize::MAX, 64, 64, &bytes));
+    assert!(e.contains("argument `m`"), "{e}");
+}
+
 #[test]
 fn quantized_linear_forward_cpu() {
     let seed: u64 = rand::random();
@@ -472,6 +497,12 @@ fn quantized_linear_forward_cpu() {
         err_text(bf.forward_cpu(&x, 2)).contains("`x`"),
         "too few rows"
     );
+    // A huge m overflowed `m * k * 2` (a debug-build panic) before anything was checked.
+    for m in [usize::MAX / 2, usize::MAX, 1 << 40] {
+        let e = err_text(bf.forward_cpu(&x, m));
+        assert!(e.contains("argument `m`"), "m = {m}: {e}");
+    }
+
     assert!(err_text(QuantizedLinear::new(
         &w,
         k,

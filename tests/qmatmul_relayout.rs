@@ -139,6 +139,24 @@ fn relayout_errors_name_the_argument() {
     let bytes = relayout(&q, &cfg).unwrap();
     let err = relayout_inverse(&bytes[1..], &cfg, 256, 2 * cfg.bn).unwrap_err();
     assert!(msg(err).contains("`bytes`"));
+    // A hand-built weight whose fields disagree, or whose k x n codes take more bits than
+    // usize counts (k * n * 4 wrapped in release, panicked in debug): named errors.
+    let mut bad = q.clone();
+    bad.scales.pop();
+    let e = msg(relayout(&bad, &cfg).unwrap_err());
+    assert!(e.contains("`weight`") && e.contains("`scales`"), "{e}");
+    let big = (i32::MAX as usize / 1024) * 1024;
+    let cfg8 = QMatmulConfig::default_for(DType::Int(8), DType::F16, Some(128), false);
+    let huge = QuantizedWeight {
+        k: big,
+        n: big,
+        ..quantize(DType::Int(8), 256, 2 * cfg8.bn, Group::Rows(128), 1)
+    };
+    let e = msg(relayout(&huge, &cfg8).unwrap_err());
+    assert!(
+        e.contains("`weight`") && e.contains("more bits than usize"),
+        "{e}"
+    );
 }
 
 /// With one warp along m and four along n, the layouts are those of the paper programs of

@@ -17,6 +17,7 @@
 //! On the GPU, [`QuantizedLinear::to_gpu`] (or [`GpuQuantizedLinear::new`]) gives a layer whose
 //! `forward` autotunes on first use per `m` bucket; see [`super::linear_gpu`].
 
+use super::qmatmul::size_product;
 use super::qmatmul::{
     build, decode_half, encode_half, prepare, PreparedWeight, QMatmulConfig, QMatmulError,
     QMatmulKernel,
@@ -142,17 +143,21 @@ impl QuantizedLinear {
             });
         }
         let (k, n) = (self.k(), self.n());
-        if Some(x.len()) != m.checked_mul(k) {
+        // The shape first (m fits the VM's i32), then sizes by checked products: a huge `m`
+        // overflowed `m * k * 2` here in debug builds.
+        self.kernel.config.check_shape(m, n, k)?;
+        let x_len = size_product("m", &[("m", m), ("k", k)])?;
+        if x.len() != x_len {
             return Err(QMatmulError::Buffer {
                 arg: "x",
-                expected: m.saturating_mul(k) * 2,
-                got: x.len() * 2,
+                expected: x_len.saturating_mul(2),
+                got: x.len().saturating_mul(2),
                 what: format!("{m} x {k} {adtype}"),
             });
         }
         let values: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
         let a = encode_half(&values, adtype);
-        let mut c = vec![0u8; m * n * 2];
+        let mut c = vec![0u8; size_product("m", &[("m", m), ("n", n), ("2 bytes", 2)])?];
         self.kernel.run_cpu(m, &a, &self.weight, &mut c)?;
         Ok(decode_half(&c, adtype)
             .into_iter()

@@ -304,7 +304,8 @@ impl<T: GpuActivation> GpuQuantizedLinear<T> {
     /// Tunes `m`'s bucket on first use. Errors name `m` or `x`. Returns when the work is queued.
     pub fn forward(&self, x: &DeviceBuffer<T>, m: usize) -> Result<DeviceBuffer<T>, QMatmulError> {
         check_rows("x", x.len(), m, self.k(), T::DTYPE)?;
-        let mut y = DeviceBuffer::zeros(&self.ctx, m * self.n())?;
+        let y_len = super::qmatmul::size_product("m", &[("m", m), ("n", self.n())])?;
+        let mut y = DeviceBuffer::zeros(&self.ctx, y_len)?;
         self.forward_into(x, m, &mut y)?;
         Ok(y)
     }

@@ -13,7 +13,12 @@
 //!   code never corrupts its neighbours.
 //! - Too few bytes for `unpack`, or an index past the end in `get`/`set`: panics, like slice
 //!   indexing, with a message naming the sizes. Extra trailing bytes are ignored and untouched.
-//! - A hand-built `DType` wider than 32 bits or of width 0: panics (no valid type is).
+//! - A hand-built invalid `DType` (see [`DType::validate`]), or a length whose bit count
+//!   overflows `usize`: panics, naming it.
+//!
+//! The `try_` functions ([`try_packed_len`], [`try_pack`], [`try_unpack`]) report all of these
+//! as a [`StorageError`] instead, before any work: use them for data and types that come from
+//! outside.
 //!
 //! ```
 //! use tilus_core::{storage, DType};
@@ -23,11 +28,59 @@
 //! assert_eq!(storage::unpack(i6, &bytes, 2), [0b101010, 0b110111]);
 //! ```
 
+use crate::dtype::DTypeError;
 use crate::DType;
 
+/// Bad input to the `try_` functions; each names the argument at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StorageError {
+    #[error("argument `dtype`: {0}")]
+    DType(#[from] DTypeError),
+    #[error("argument `len`: {len} values of {dtype} are more bits than usize can count")]
+    TooLong { len: usize, dtype: DType },
+    #[error("argument `bytes`: {len} {dtype} values need {need} bytes, got {got}")]
+    Short {
+        len: usize,
+        dtype: DType,
+        need: usize,
+        got: usize,
+    },
+}
+
 /// Bytes needed to store `len` values of `dtype` with no gaps.
+///
+/// Panics (in release builds too, rather than wrapping to a short length) if `dtype` is invalid
+/// or `len * bits` overflows; see [`try_packed_len`].
 pub fn packed_len(dtype: DType, len: usize) -> usize {
-    (len * dtype.bits() as usize).div_ceil(8)
+    try_packed_len(dtype, len).unwrap_or_else(|e| panic!("packed_len: {e}"))
+}
+
+/// [`packed_len`], with an invalid type or an overflowing length as an error.
+pub fn try_packed_len(dtype: DType, len: usize) -> Result<usize, StorageError> {
+    dtype.validate()?;
+    len.checked_mul(dtype.bits() as usize)
+        .map(|bits| bits.div_ceil(8))
+        .ok_or(StorageError::TooLong { len, dtype })
+}
+
+/// [`pack`], with an invalid type as an error.
+pub fn try_pack(dtype: DType, codes: &[u32]) -> Result<Vec<u8>, StorageError> {
+    try_packed_len(dtype, codes.len())?;
+    Ok(pack(dtype, codes))
+}
+
+/// [`unpack`], with an invalid type, an overflowing `len` or too few bytes as an error.
+pub fn try_unpack(dtype: DType, bytes: &[u8], len: usize) -> Result<Vec<u32>, StorageError> {
+    let need = try_packed_len(dtype, len)?;
+    if bytes.len() < need {
+        return Err(StorageError::Short {
+            len,
+            dtype,
+            need,
+            got: bytes.len(),
+        });
+    }
+    Ok(unpack(dtype, bytes, len))
 }
 
 /// Pack bit patterns (each in the low `dtype.bits()` bits) into bytes.
@@ -110,20 +163,19 @@ pub fn set(dtype: DType, bytes: &mut [u8], index: usize, code: u32) {
     }
 }
 
-/// Width in bits, rejecting hand-built types the stream format cannot hold.
+/// Width in bits, rejecting hand-built invalid types.
 fn width(dtype: DType) -> u32 {
-    let b = dtype.bits();
-    assert!(
-        (1..=32).contains(&b),
-        "storage: {dtype:?} has {b} bits; only 1..=32 are supported"
-    );
-    b
+    if let Err(e) = dtype.validate() {
+        panic!("storage: {e}");
+    }
+    dtype.bits()
 }
 
 /// First byte, bit offset within it, and number of bytes (at most 5) spanned by value `index`.
 fn locate(dtype: DType, len_bytes: usize, index: usize) -> (usize, u32, usize) {
     let b = width(dtype) as usize;
-    let capacity = len_bytes * 8 / b;
+    // Bytes of a real slice times 8 cannot overflow on 64-bit, but saturate to be sure.
+    let capacity = len_bytes.saturating_mul(8) / b;
     assert!(
         index < capacity,
         "index {index} out of range: {len_bytes} bytes hold {capacity} {dtype} values"

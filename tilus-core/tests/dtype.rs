@@ -649,3 +649,122 @@ fn kinds_and_predicates() {
     assert_eq!(t("u32").code_mask(), u32::MAX);
     assert_eq!(t("i6").code_mask(), 0x3f);
 }
+
+/// Every hand-built invalid type is rejected with a reason naming what is wrong, by
+/// `validate`, `encode`, `try_decode` and `values` alike (before: `Int(1)`/`Float { exp: 0 }`
+/// decoded to NaN and `encode` gave a made-up code 0).
+#[test]
+fn invalid_types_are_named_errors() {
+    let cases = [
+        (DType::UInt(0), "1..=8 or 32 bits, not 0"),
+        (DType::UInt(9), "1..=8 or 32 bits, not 9"),
+        (DType::Int(0), "2..=8 or 32 bits"),
+        (DType::Int(1), "not 1"),
+        (DType::Int(64), "not 64"),
+        (DType::Float { exp: 0, man: 3 }, "at least one exponent bit"),
+        (DType::Float { exp: 8, man: 22 }, "1 + 8 + 22 = 31"),
+        (DType::Float { exp: 255, man: 255 }, "1 + 255 + 255 = 511"),
+        (DType::Float { exp: 1, man: 0 }, "1 + 1 + 0 = 2"),
+        (DType::Float { exp: 4, man: 3 }, "DType::F8E4M3"),
+        (DType::Float { exp: 5, man: 2 }, "DType::F8E5M2"),
+    ];
+    for (d, want) in cases {
+        let e = d.validate().unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("{d:?}")) && msg.contains(want),
+            "{d:?}: {msg}"
+        );
+        assert!(
+            matches!(d.encode(1.0), Err(DTypeError::Invalid { .. })),
+            "{d:?}"
+        );
+        assert!(
+            matches!(d.try_decode(1), Err(DTypeError::Invalid { .. })),
+            "{d:?}"
+        );
+        assert_eq!(d.values(), None, "{d:?}");
+        assert!(!d.is_valid());
+    }
+    for d in DType::all() {
+        assert_eq!(d.validate(), Ok(()), "{d}");
+        assert_eq!(d.try_decode(0), Ok(d.decode(0)), "{d}");
+    }
+}
+
+/// Deserializing validates, so an invalid type cannot come in through serde either.
+#[test]
+fn deserializing_an_invalid_type_fails() {
+    for d in DType::all() {
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(serde_json::from_str::<DType>(&json).unwrap(), d, "{json}");
+    }
+    let e = serde_json::from_str::<DType>(r#"{"Int":1}"#).unwrap_err();
+    assert!(e.to_string().contains("2..=8 or 32"), "{e}");
+    let e = serde_json::from_str::<DType>(r#"{"Float":{"exp":0,"man":2}}"#).unwrap_err();
+    assert!(e.to_string().contains("exponent bit"), "{e}");
+}
+
+fn any_dtype() -> impl Strategy<Value = DType> {
+    prop_oneof![
+        any::<u8>().prop_map(DType::UInt),
+        any::<u8>().prop_map(DType::Int),
+        (any::<u8>(), any::<u8>()).prop_map(|(exp, man)| DType::Float { exp, man }),
+        (0u8..20, 0u8..20).prop_map(|(exp, man)| DType::Float { exp, man }),
+        Just(DType::F8E4M3),
+        Just(DType::F8E5M2),
+        Just(DType::F16),
+        Just(DType::BF16),
+        Just(DType::F32),
+    ]
+}
+
+proptest! {
+    /// Any `DType` value, valid or not: the checked decode/encode/pack APIs answer Ok or a
+    /// named error, never panic, and take bounded time (the whole case runs in well under a
+    /// second; before, `Float { exp: 8, man: 22 }` went through 2^31 codes in quantization).
+    #[test]
+    fn any_dtype_is_ok_or_a_named_error(
+        d in any_dtype(),
+        code in any::<u32>(),
+        x in any::<f32>(),
+        codes in proptest::collection::vec(any::<u32>(), 0..40),
+    ) {
+        use tilus_core::storage::{try_pack, try_packed_len, try_unpack, StorageError};
+        let start = std::time::Instant::now();
+        let valid = d.validate().is_ok();
+        match d.try_decode(code) {
+            Ok(v) => prop_assert!(valid && (v.is_finite() || d.has_nan() || d.has_inf())),
+            Err(e) => prop_assert!(!valid && e.to_string().contains("not a valid data type")),
+        }
+        match d.encode(x) {
+            Ok(c) => prop_assert!(valid && c & !d.code_mask() == 0),
+            Err(DTypeError::NaN { .. }) => prop_assert!(valid && x.is_nan()),
+            Err(e) => {
+                let invalid = matches!(e, DTypeError::Invalid { .. });
+                prop_assert!(!valid && invalid, "{}", e);
+            }
+        }
+        match try_pack(d, &codes) {
+            Ok(bytes) => {
+                prop_assert!(valid);
+                prop_assert_eq!(bytes.len(), try_packed_len(d, codes.len()).unwrap());
+                let back = try_unpack(d, &bytes, codes.len()).unwrap();
+                let masked: Vec<u32> = codes.iter().map(|c| c & d.code_mask()).collect();
+                prop_assert_eq!(back, masked);
+            }
+            Err(e) => {
+                prop_assert!(!valid);
+                let named = matches!(e, StorageError::DType(_));
+                prop_assert!(named, "{}", e);
+                prop_assert!(e.to_string().starts_with("argument `dtype`"), "{}", e);
+            }
+        }
+        prop_assert!(try_unpack(d, &[], 1).is_err());
+        if let Some(values) = d.values() {
+            prop_assert!(valid);
+            prop_assert_eq!(values.len(), 1usize << d.bits());
+        }
+        prop_assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    }
+}

@@ -200,3 +200,42 @@ proptest! {
         prop_assert_eq!(unpack(d, &bytes, codes.len()), masked);
     }
 }
+
+/// The checked storage functions name the argument at fault; `packed_len` no longer wraps to a
+/// short length in release builds on an overflowing count.
+#[test]
+fn checked_storage_errors_name_the_argument() {
+    use tilus_core::storage::{try_pack, try_packed_len, try_unpack};
+    let mut rng = rand::rng();
+    let codes: Vec<u32> = (0..37).map(|_| rng.random()).collect();
+    let d = DType::UInt(5);
+    let bytes = try_pack(d, &codes).unwrap();
+    assert_eq!(bytes, pack(d, &codes));
+    assert_eq!(
+        try_unpack(d, &bytes, codes.len()).unwrap(),
+        unpack(d, &bytes, codes.len())
+    );
+    let e = try_packed_len(d, usize::MAX / 2).unwrap_err().to_string();
+    assert!(e.starts_with("argument `len`") && e.contains("u5"), "{e}");
+    let e = try_unpack(d, &bytes[..10], codes.len())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("argument `bytes`") && e.contains("need 24 bytes, got 10"),
+        "{e}"
+    );
+    let e = try_pack(DType::Int(1), &codes).unwrap_err().to_string();
+    assert!(
+        e.starts_with("argument `dtype`") && e.contains("Int(1)"),
+        "{e}"
+    );
+    let e = try_unpack(DType::UInt(0), &bytes, 3)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("UInt(0)"), "{e}");
+    let overflow = std::panic::catch_unwind(|| packed_len(d, usize::MAX / 2));
+    assert!(
+        overflow.is_err(),
+        "an overflowing length panics, never wraps"
+    );
+}

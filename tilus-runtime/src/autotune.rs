@@ -36,7 +36,9 @@
 
 use crate::bench::Timing;
 use crate::context::Context;
-use crate::disk_cache::{default_dir, env_disables_cache, write_atomic, CacheKey};
+use crate::disk_cache::{
+    default_dir, env_disables_cache, write_atomic_steps, CacheKey, WriteFailure,
+};
 use crate::error::{Result, RuntimeError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -57,6 +59,9 @@ pub const RECORD_FORMAT: u32 = 1;
 pub const WARMUP_RUNS: usize = 3;
 /// Timed runs per candidate; the median is what candidates are compared by.
 pub const TIMED_RUNS: usize = 15;
+/// The largest record file read. A record is JSON with one short measurement per candidate:
+/// kilobytes, about a megabyte for thousands of candidates; a larger file is junk.
+const MAX_RECORD_LEN: u64 = 16 << 20;
 
 /// What one tuning result is valid for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -583,6 +588,16 @@ impl Tuner {
             }
         }
         let path = self.dir()?.join(&name);
+        // Anything far larger than a record (or not a file) is junk, rejected from its
+        // metadata rather than read whole.
+        match fs::metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Ok(m) if m.is_file() && m.len() <= MAX_RECORD_LEN => {}
+            _ => {
+                self.reject(&path);
+                return None;
+            }
+        }
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
@@ -617,12 +632,15 @@ impl Tuner {
         let dir = self.dir()?.to_path_buf();
         let mut bytes = serde_json::to_vec_pretty(record).ok()?;
         bytes.push(b'\n');
-        match write_atomic(&dir, name, &bytes) {
+        match write_atomic_steps(&dir, name, &bytes) {
             Ok(()) => Some(dir.join(name)),
-            Err(e) => {
+            Err(WriteFailure::Dir(e)) => {
                 self.give_up(format!("cannot write to it: {e}"));
                 None
             }
+            // Something in the way at this record's path (a non-empty directory): this record
+            // stays in memory; the directory still serves every other one.
+            Err(WriteFailure::Entry(_)) => None,
         }
     }
 
@@ -1084,6 +1102,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("candidate 2 repeats"), "{err}");
+    }
+
+    /// A directory at one record's path failed the store's rename and turned persistence off
+    /// for every record; a huge junk file there was read whole. Now both affect that record
+    /// only.
+    #[test]
+    fn bad_record_path_affects_only_that_record() {
+        let dir = TempDir::new("bad-record");
+        let cands = space(2);
+        let first = quiet(Tuner::at(&dir.0));
+        let path = first
+            .tune(&key(), &cands, fake(&[2.0, 1.0]))
+            .unwrap()
+            .path
+            .unwrap();
+        fs::remove_file(&path).unwrap();
+        fs::create_dir(&path).unwrap();
+        fs::write(path.join("keep"), b"x").unwrap();
+        let t = quiet(Tuner::at(&dir.0));
+        let out = t.tune(&key(), &cands, fake(&[2.0, 1.0])).unwrap();
+        assert_eq!((out.index, out.path), (1, None));
+        assert_eq!(t.dir(), Some(dir.0.as_path()), "persistence stays on");
+        assert!(!t.has_warned());
+        assert!(path.join("keep").exists());
+        // A huge sparse junk file at the record path: rejected from its size, then replaced.
+        fs::remove_dir_all(&path).unwrap();
+        fs::File::create(&path).unwrap().set_len(3 << 30).unwrap();
+        let t = quiet(Tuner::at(&dir.0));
+        let start = std::time::Instant::now();
+        assert!(t.lookup(&key(), &cands).is_none());
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        assert!(!path.exists());
+        let out = t.tune(&key(), &cands, fake(&[1.0, 2.0])).unwrap();
+        assert_eq!(out.path.as_deref(), Some(path.as_path()));
     }
 
     #[test]

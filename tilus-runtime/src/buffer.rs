@@ -34,20 +34,20 @@ impl<T: Element> DeviceBuffer<T> {
         Ok(DeviceBuffer { slice })
     }
 
-    /// `len` zeros.
+    /// `len` zeros. Errors name `len` if its byte size overflows.
     pub fn zeros(ctx: &Context, len: usize) -> Result<Self> {
-        let slice = ctx.stream().alloc_zeros(len).map_err(|e| {
-            alloc_err(
-                "allocating device memory",
-                len * std::mem::size_of::<T>(),
-                e,
-            )
-        })?;
+        let bytes = byte_size::<T>("len", len)?;
+        let slice = ctx
+            .stream()
+            .alloc_zeros(len)
+            .map_err(|e| alloc_err("allocating device memory", bytes, e))?;
         Ok(DeviceBuffer { slice })
     }
 
     /// `len` copies of `value` (e.g. NaN to poison an output before a launch).
     pub fn filled(ctx: &Context, len: usize, value: T) -> Result<Self> {
+        // Checked first: a host `vec!` of an impossible size is a panic, not an error.
+        byte_size::<T>("len", len)?;
         Self::from_host(ctx, &vec![value; len])
     }
 
@@ -124,6 +124,22 @@ impl<T: Element> DeviceBuffer<T> {
     pub fn cuda_slice_mut(&mut self) -> &mut CudaSlice<T> {
         &mut self.slice
     }
+}
+
+/// Bytes of `len` elements of `T`, or an error naming `arg` when that exceeds what an
+/// allocation can hold (`isize::MAX` bytes).
+pub fn byte_size<T>(arg: &str, len: usize) -> Result<usize> {
+    len.checked_mul(std::mem::size_of::<T>())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            RuntimeError::invalid_arg(
+                arg,
+                format!(
+                    "{len} elements of {} bytes are more than an allocation can hold",
+                    std::mem::size_of::<T>()
+                ),
+            )
+        })
 }
 
 fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
@@ -221,6 +237,24 @@ pub fn check_packed_len(
     Ok(())
 }
 
+/// Bytes of a `dtype` tensor of `shape`, packed: errors name `dtype` for a hand-built invalid
+/// type (see [`DType::validate`]) and `shape` when the size overflows. [`PackedTensor`] checks
+/// every construction with it before touching the device.
+pub fn packed_tensor_bytes(dtype: DType, shape: &[usize]) -> Result<usize> {
+    dtype
+        .validate()
+        .map_err(|e| RuntimeError::invalid_arg("dtype", e.to_string()))?;
+    shape_numel(shape)
+        .and_then(|n| packed_byte_len(n, dtype.bits()))
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            RuntimeError::invalid_arg(
+                "shape",
+                format!("{shape:?} is too large to address as {dtype}"),
+            )
+        })
+}
+
 /// Packed low-precision data on the device: the bytes plus the logical shape and data type they
 /// hold. The byte length always equals `ceil(numel * bits / 8)`.
 pub struct PackedTensor {
@@ -242,6 +276,7 @@ impl std::fmt::Debug for PackedTensor {
 impl PackedTensor {
     /// Upload packed `bytes` holding a `dtype` tensor of `shape`.
     pub fn from_host(ctx: &Context, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Self> {
+        packed_tensor_bytes(dtype, shape)?;
         check_packed_len(
             "bytes",
             bytes.len(),
@@ -258,11 +293,7 @@ impl PackedTensor {
 
     /// An all-zero-bits tensor.
     pub fn zeros(ctx: &Context, dtype: DType, shape: &[usize]) -> Result<Self> {
-        let len = shape_numel(shape)
-            .and_then(|n| packed_byte_len(n, dtype.bits()))
-            .ok_or_else(|| {
-                RuntimeError::invalid_arg("shape", format!("{shape:?} is too large to address"))
-            })?;
+        let len = packed_tensor_bytes(dtype, shape)?;
         Ok(PackedTensor {
             dtype,
             shape: shape.to_vec(),
@@ -272,6 +303,7 @@ impl PackedTensor {
 
     /// Wrap an existing byte buffer, checking its length.
     pub fn from_buffer(dtype: DType, shape: &[usize], bytes: DeviceBuffer<u8>) -> Result<Self> {
+        packed_tensor_bytes(dtype, shape)?;
         check_packed_len(
             "bytes",
             bytes.len(),
@@ -343,5 +375,36 @@ mod tests {
         );
         let e = check_packed_len("w", 0, &[usize::MAX, 4], 4, "u4").unwrap_err();
         assert!(e.to_string().contains("too large"));
+    }
+
+    /// `PackedTensor`'s checks, which run before the device is touched: a hand-built invalid
+    /// type (`UInt(0)` packed to 0 bytes per value, `Int(1)` decoded to NaN) and a shape whose
+    /// byte size overflows are errors naming the argument.
+    #[test]
+    fn packed_tensor_checks_dtype_and_shape() {
+        let mut rng = rand::rng();
+        use rand::Rng;
+        let shape = [rng.random_range(1..50usize), rng.random_range(1..50usize)];
+        let n = shape[0] * shape[1];
+        assert_eq!(
+            packed_tensor_bytes(DType::Int(6), &shape).unwrap(),
+            (n * 6).div_ceil(8)
+        );
+        for d in [
+            DType::UInt(0),
+            DType::Int(1),
+            DType::Float { exp: 0, man: 5 },
+        ] {
+            let e = packed_tensor_bytes(d, &shape).unwrap_err();
+            assert_eq!(e.arg(), Some("dtype"), "{e}");
+            assert!(e.to_string().contains(&format!("{d:?}")), "{e}");
+        }
+        let e = packed_tensor_bytes(DType::F32, &[1 << 31, 1 << 31]).unwrap_err();
+        assert_eq!(e.arg(), Some("shape"), "{e}");
+        let e = packed_tensor_bytes(DType::UInt(4), &[usize::MAX, 2]).unwrap_err();
+        assert_eq!(e.arg(), Some("shape"), "{e}");
+        assert!(byte_size::<f32>("len", 1 << 40).is_ok());
+        let e = byte_size::<f32>("len", usize::MAX / 2).unwrap_err();
+        assert_eq!(e.arg(), Some("len"), "{e}");
     }
 }

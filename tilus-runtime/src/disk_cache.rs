@@ -6,13 +6,19 @@
 //! * **Entry.** `<dir>/<64 hex digits>.cubin`, laid out as
 //!   `MAGIC (8) | key (32) | payload length (u64 LE) | SHA-256(payload) (32) | payload`.
 //!   An entry whose magic, key, length or checksum does not match is reported as corrupt,
-//!   deleted, and never handed out; the caller rebuilds it.
+//!   deleted, and never handed out; the caller rebuilds it. The file's size (from its metadata)
+//!   and header are checked before the payload is read, so a huge junk file costs one `stat`
+//!   and 80 bytes, not a read of the whole thing; no payload is larger than
+//!   [`MAX_PAYLOAD_LEN`].
 //! * **Writes are atomic.** The entry is written to a unique temporary file in the same
 //!   directory, flushed, then renamed over the final name, so readers see either no entry or a
 //!   whole one, also with several processes writing the same key.
 //! * **Degrading.** A directory that cannot be created or written turns the cache off for the
 //!   rest of this [`DiskCache`]'s life with one warning on stderr; kernels then live in memory
-//!   only. The cache never makes a load fail.
+//!   only. Something other than a file at one entry's path (a directory, say) affects only
+//!   that entry: it is skipped on load, cleared on store where it is an empty directory, and
+//!   otherwise that one kernel lives in memory only while the rest of the cache keeps working.
+//!   The cache never makes a load fail.
 //! * **Location.** `TILUS_CACHE=off` (or `0`, `false`, `no`) disables it; otherwise
 //!   `TILUS_CACHE_DIR`, else the user cache directory (`dirs::cache_dir()/tilus`, e.g.
 //!   `~/.cache/tilus`).
@@ -20,7 +26,7 @@
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -28,6 +34,9 @@ use std::sync::Mutex;
 /// Leading bytes of every entry; the final byte is the format version.
 pub const MAGIC: [u8; 8] = *b"TILUSKC\x01";
 const HEADER_LEN: usize = 8 + 32 + 8 + 32;
+/// The largest payload stored or loaded. CUBINs are kilobytes to a few megabytes; a larger
+/// "entry" is junk, rejected from its size alone.
+pub const MAX_PAYLOAD_LEN: u64 = 512 << 20;
 
 /// A SHA-256 content key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -174,23 +183,17 @@ impl DiskCache {
         self.dir().map(|d| d.join(format!("{}.cubin", key.hex())))
     }
 
-    /// Read and verify the entry for `key`. A corrupt entry is deleted and reported.
+    /// Read and verify the entry for `key`. A corrupt entry is deleted and reported; something
+    /// that is not a file at the entry's path is reported and left alone.
     pub fn load(&self, key: &CacheKey) -> Lookup {
         let Some(path) = self.entry_path(key) else {
             return Lookup::Miss;
         };
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Lookup::Miss,
-            // Unreadable (permissions, a directory in the way...): treat as corrupt, try to clear.
-            Err(e) => {
-                let _ = fs::remove_file(&path);
-                return Lookup::Corrupt(format!("unreadable: {e}"));
-            }
-        };
-        match decode_entry(key, &bytes) {
-            Ok(payload) => Lookup::Hit(payload.to_vec()),
-            Err(reason) => {
+        match read_entry(key, &path) {
+            Ok(payload) => Lookup::Hit(payload),
+            Err(EntryFault::Missing) => Lookup::Miss,
+            Err(EntryFault::NotAFile(reason)) => Lookup::Corrupt(reason),
+            Err(EntryFault::Corrupt(reason)) => {
                 // Never trust it again; a failed delete is harmless because the next store
                 // renames over it.
                 let _ = fs::remove_file(&path);
@@ -208,18 +211,30 @@ impl DiskCache {
 
     /// Store `payload` under `key`, atomically. Returns whether it was written; the first
     /// failure turns the disk cache off with one warning.
+    ///
+    /// Only a failure of the directory (creating it, writing the temporary file) turns the
+    /// cache off; a final rename that fails because of what is at this entry's path skips
+    /// this entry alone. A payload over [`MAX_PAYLOAD_LEN`] is not stored.
     pub fn store(&self, key: &CacheKey, payload: &[u8]) -> bool {
         let Some(dir) = self.dir().map(Path::to_path_buf) else {
             return false;
         };
-        match write_atomic(
-            &dir,
-            &format!("{}.cubin", key.hex()),
-            &encode_entry(key, payload),
-        ) {
+        if payload.len() as u64 > MAX_PAYLOAD_LEN {
+            return false;
+        }
+        let name = format!("{}.cubin", key.hex());
+        match write_atomic_steps(&dir, &name, &encode_entry(key, payload)) {
             Ok(()) => true,
-            Err(e) => {
+            Err(WriteFailure::Dir(e)) => {
                 self.give_up(format!("cannot write to it: {e}"));
+                false
+            }
+            Err(WriteFailure::Entry(e)) => {
+                self.warn(&format!(
+                    "kernel cache entry {} is in the way ({e}); that kernel is cached in memory \
+                     only (remove the path to cache it on disk again)",
+                    dir.join(&name).display()
+                ));
                 false
             }
         }
@@ -278,15 +293,79 @@ pub fn encode_entry(key: &CacheKey, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Verify an entry and return its payload, or say what is wrong with it.
-pub fn decode_entry<'a>(key: &CacheKey, bytes: &'a [u8]) -> Result<&'a [u8], String> {
-    if bytes.len() < HEADER_LEN {
-        return Err(format!(
-            "truncated header ({} of {HEADER_LEN} bytes)",
-            bytes.len()
-        ));
+/// Why an entry could not be loaded.
+enum EntryFault {
+    Missing,
+    /// Something other than a regular file is at the path: reported, never deleted.
+    NotAFile(String),
+    /// A file that is not a whole entry for the key: deleted by the caller.
+    Corrupt(String),
+}
+
+/// Read and verify the entry at `path`: the size from the open file's metadata and the
+/// header come first, so junk is rejected without reading it.
+fn read_entry(key: &CacheKey, path: &Path) -> Result<Vec<u8>, EntryFault> {
+    let mut file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(EntryFault::Missing),
+        Err(e) => return Err(EntryFault::Corrupt(format!("unreadable: {e}"))),
+    };
+    // From the open handle, so a concurrent rename cannot swap the file between the checks.
+    let meta = file
+        .metadata()
+        .map_err(|e| EntryFault::Corrupt(format!("unreadable: {e}")))?;
+    if !meta.is_file() {
+        return Err(EntryFault::NotAFile(format!(
+            "not a regular file ({}); skipped",
+            if meta.is_dir() {
+                "a directory"
+            } else {
+                "a special file"
+            }
+        )));
     }
-    let (magic, rest) = bytes.split_at(8);
+    let size = meta.len();
+    if size < HEADER_LEN as u64 {
+        return Err(EntryFault::Corrupt(format!(
+            "truncated header ({size} of {HEADER_LEN} bytes)"
+        )));
+    }
+    if size - HEADER_LEN as u64 > MAX_PAYLOAD_LEN {
+        return Err(EntryFault::Corrupt(format!(
+            "{size} bytes, more than any entry (payloads are at most {MAX_PAYLOAD_LEN} bytes)"
+        )));
+    }
+    let mut header = [0u8; HEADER_LEN];
+    file.read_exact(&mut header)
+        .map_err(|e| EntryFault::Corrupt(format!("unreadable header: {e}")))?;
+    let (len, sum) = check_header(key, &header).map_err(EntryFault::Corrupt)?;
+    if len != size - HEADER_LEN as u64 {
+        return Err(EntryFault::Corrupt(format!(
+            "payload is {} bytes, header says {len}",
+            size - HEADER_LEN as u64
+        )));
+    }
+    // One byte more than expected, to notice a file that grew since the metadata was read.
+    let mut payload = Vec::with_capacity(len as usize);
+    (&mut file)
+        .take(len + 1)
+        .read_to_end(&mut payload)
+        .map_err(|e| EntryFault::Corrupt(format!("unreadable payload: {e}")))?;
+    if payload.len() as u64 != len {
+        return Err(EntryFault::Corrupt(format!(
+            "payload is {} bytes, header says {len}",
+            payload.len()
+        )));
+    }
+    if Sha256::digest(&payload).as_slice() != sum {
+        return Err(EntryFault::Corrupt("payload checksum mismatch".into()));
+    }
+    Ok(payload)
+}
+
+/// Check an entry's header against `key`; the payload length and checksum it declares.
+fn check_header(key: &CacheKey, header: &[u8; HEADER_LEN]) -> Result<(u64, [u8; 32]), String> {
+    let (magic, rest) = header.split_at(8);
     if magic != MAGIC {
         return Err("bad magic (not a tilus cache entry, or another format version)".into());
     }
@@ -294,9 +373,20 @@ pub fn decode_entry<'a>(key: &CacheKey, bytes: &'a [u8]) -> Result<&'a [u8], Str
     if stored_key != key.0 {
         return Err("entry belongs to another key".into());
     }
-    let (len, rest) = rest.split_at(8);
+    let (len, sum) = rest.split_at(8);
     let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
-    let (sum, payload) = rest.split_at(32);
+    Ok((len, sum.try_into().expect("32 bytes")))
+}
+
+/// Verify an entry and return its payload, or say what is wrong with it.
+pub fn decode_entry<'a>(key: &CacheKey, bytes: &'a [u8]) -> Result<&'a [u8], String> {
+    let Some((header, payload)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+        return Err(format!(
+            "truncated header ({} of {HEADER_LEN} bytes)",
+            bytes.len()
+        ));
+    };
+    let (len, sum) = check_header(key, header)?;
     if payload.len() as u64 != len {
         return Err(format!(
             "payload is {} bytes, header says {len}",
@@ -311,23 +401,51 @@ pub fn decode_entry<'a>(key: &CacheKey, bytes: &'a [u8]) -> Result<&'a [u8], Str
 
 /// Write `bytes` to `dir/name` through a unique temporary file and a rename.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    fs::create_dir_all(dir)?;
+    write_atomic_steps(dir, name, bytes).map_err(|f| match f {
+        WriteFailure::Dir(e) | WriteFailure::Entry(e) => e,
+    })
+}
+
+/// Which part of an atomic write failed: the directory (nothing can be cached there) or the
+/// final rename onto one path (only that entry is affected).
+pub(crate) enum WriteFailure {
+    Dir(io::Error),
+    Entry(io::Error),
+}
+
+/// [`write_atomic`], saying which part failed. An empty directory at `dir/name` (a rename
+/// cannot replace it) is removed and the rename retried once.
+pub(crate) fn write_atomic_steps(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), WriteFailure> {
+    fs::create_dir_all(dir).map_err(WriteFailure::Dir)?;
     let tmp = dir.join(format!(
         ".{name}.tmp-{}-{}",
         std::process::id(),
         TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    let result = (|| {
+    let written = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_data()?;
-        drop(f);
-        fs::rename(&tmp, dir.join(name))
+        f.sync_data()
     })();
-    if result.is_err() {
+    if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
+        return Err(WriteFailure::Dir(e));
     }
-    result
+    let dest = dir.join(name);
+    let renamed = fs::rename(&tmp, &dest).or_else(|e| {
+        let is_dir = fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir());
+        // remove_dir only removes an empty directory: nothing of anyone's is lost.
+        if is_dir && fs::remove_dir(&dest).is_ok() {
+            fs::rename(&tmp, &dest)
+        } else {
+            Err(e)
+        }
+    });
+    if let Err(e) = renamed {
+        let _ = fs::remove_file(&tmp);
+        return Err(WriteFailure::Entry(e));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -513,6 +631,96 @@ mod tests {
         assert_eq!(c.load(&k), Lookup::Miss);
         assert_eq!(c.state(), CacheState::Disabled);
         assert!(!c.has_warned());
+    }
+
+    /// A 3 GiB junk file at an entry's path was read whole (21 s) before its magic was checked;
+    /// now its size and header are checked first. Sparse files keep the test fast.
+    #[test]
+    fn huge_junk_entry_is_rejected_without_reading_it() {
+        let t = TempDir::new("huge");
+        let c = DiskCache::at(&t.0);
+        let k = key("huge");
+        let path = c.entry_path(&k).unwrap();
+        let mut rng = rand::rng();
+        use rand::Rng;
+        // Junk beyond the size bound; a valid header claiming a huge payload; and junk within
+        // the bound (rejected by its header after reading 80 bytes).
+        let mut claims_huge = encode_entry(&k, &[]);
+        claims_huge[40..48].copy_from_slice(&(3u64 << 30).to_le_bytes());
+        let junk: Vec<u8> = (0..HEADER_LEN).map(|_| rng.random()).collect();
+        for (head, size) in [
+            (junk.clone(), 3u64 << 30),
+            (
+                claims_huge[..HEADER_LEN].to_vec(),
+                HEADER_LEN as u64 + (3 << 30),
+            ),
+            (junk, 256 << 20),
+        ] {
+            let f = fs::File::create(&path).unwrap();
+            (&f).write_all(&head).unwrap();
+            f.set_len(size).unwrap();
+            drop(f);
+            let start = std::time::Instant::now();
+            match c.load(&k) {
+                Lookup::Corrupt(_) => {}
+                other => panic!("expected a corrupt entry, got {other:?}"),
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(1),
+                "{size} bytes took {:?}",
+                start.elapsed()
+            );
+            assert!(!path.exists(), "a corrupt entry must be deleted");
+        }
+        let p: Vec<u8> = (0..500).map(|_| rng.random()).collect();
+        assert!(c.store(&k, &p));
+        assert_eq!(c.load(&k), Lookup::Hit(p));
+    }
+
+    /// A directory at one entry's path made the store's rename fail, which turned the disk
+    /// cache off for the whole process. Now only that entry is affected.
+    #[test]
+    fn directory_at_an_entry_path_affects_only_that_entry() {
+        let t = TempDir::new("dir-entry");
+        let c = DiskCache::at(&t.0);
+        let mut rng = rand::rng();
+        use rand::Rng;
+        let p: Vec<u8> = (0..300).map(|_| rng.random()).collect();
+
+        // An empty directory: skipped on load, cleared and replaced on store.
+        let k = key("empty dir");
+        let path = c.entry_path(&k).unwrap();
+        fs::create_dir(&path).unwrap();
+        assert!(matches!(c.load(&k), Lookup::Corrupt(r) if r.contains("directory")));
+        assert!(path.is_dir(), "load leaves a directory alone");
+        assert!(c.store(&k, &p));
+        assert_eq!(c.load(&k), Lookup::Hit(p.clone()));
+
+        // A directory with contents: never deleted; that entry is memory-only, the cache
+        // stays on for every other key.
+        let k = key("full dir");
+        let path = c.entry_path(&k).unwrap();
+        fs::create_dir(&path).unwrap();
+        fs::write(path.join("keep"), b"someone's file").unwrap();
+        assert!(matches!(c.load(&k), Lookup::Corrupt(_)));
+        assert!(!c.store(&k, &p));
+        assert_eq!(c.state(), CacheState::Enabled(t.0.clone()));
+        assert_eq!(fs::read(path.join("keep")).unwrap(), b"someone's file");
+        let other = key("another kernel");
+        assert!(c.store(&other, &p));
+        assert_eq!(c.load(&other), Lookup::Hit(p));
+        // No temporary files are left behind by the failed store.
+        let tmp = fs::read_dir(&t.0)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count();
+        assert_eq!(tmp, 0);
     }
 
     #[test]

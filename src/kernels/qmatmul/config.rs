@@ -54,6 +54,40 @@ pub(crate) fn config_err(field: &'static str, reason: impl Into<String>) -> QMat
     }
 }
 
+/// The product of named sizes, or an error naming `arg`. Checked in release builds too: a
+/// wrapped product would allocate, or check a buffer against, the wrong length.
+pub(crate) fn size_product(
+    arg: &'static str,
+    factors: &[(&str, usize)],
+) -> Result<usize, QMatmulError> {
+    factors
+        .iter()
+        .try_fold(1usize, |acc, &(_, v)| acc.checked_mul(v))
+        .ok_or_else(|| {
+            let names: Vec<&str> = factors.iter().map(|f| f.0).collect();
+            let values: Vec<String> = factors.iter().map(|f| f.1.to_string()).collect();
+            shape_err(
+                arg,
+                format!(
+                    "{} = {} overflows usize",
+                    names.join(" * "),
+                    values.join(" * ")
+                ),
+            )
+        })
+}
+
+/// Bytes of `k x n` packed `dtype` codes, or an error naming `arg`.
+pub(crate) fn packed_bytes(
+    arg: &'static str,
+    dtype: DType,
+    k: usize,
+    n: usize,
+) -> Result<usize, QMatmulError> {
+    let len = size_product(arg, &[("k", k), ("n", n)])?;
+    tilus_core::storage::try_packed_len(dtype, len).map_err(|e| shape_err(arg, e.to_string()))
+}
+
 pub(crate) fn shape_err(arg: &'static str, reason: impl Into<String>) -> QMatmulError {
     QMatmulError::Shape {
         arg,
@@ -481,10 +515,20 @@ impl QMatmulConfig {
     /// The byte-count floor of one matmul: every weight byte, scale, zero point, activation and
     /// output element moved once (the split-k workspace not counted). A kernel's bandwidth
     /// efficiency is this over (time x peak bandwidth).
+    ///
+    /// Saturates at `usize::MAX` for sizes no machine holds (it is a statistic, not a length).
     pub fn byte_floor(&self, m: usize, n: usize, k: usize) -> usize {
         let a = self.adtype.bits() as usize / 8;
         let groups = k / self.group_size(k).max(1);
         let per_group = if self.has_zeros { 2 } else { 1 };
-        k * n * self.wdtype.bits() as usize / 8 + groups * n * a * per_group + m * k * a + m * n * a
+        let mul = |f: &[usize]| f.iter().fold(1usize, |p, &v| p.saturating_mul(v));
+        [
+            mul(&[k, n, self.wdtype.bits() as usize]) / 8,
+            mul(&[groups, n, a, per_group]),
+            mul(&[m, k, a]),
+            mul(&[m, n, a]),
+        ]
+        .iter()
+        .fold(0usize, |s, &v| s.saturating_add(v))
     }
 }

@@ -1,14 +1,13 @@
 //! Host-side operands and the CPU runner (the interpreter), with every argument checked before
 //! anything runs.
 
-use super::config::{shape_err, QMatmulConfig, QMatmulError};
+use super::config::{packed_bytes, shape_err, size_product, QMatmulConfig, QMatmulError};
 use super::program::QMatmulKernel;
 use super::relayout::relayout;
 use crate::quant::QuantizedWeight;
 use crate::DType;
 use half::{bf16, f16};
 use tilus_core::interp::{self, Arg};
-use tilus_core::storage;
 
 /// A weight in the form the kernel reads: re-laid-out codes, and scales / zero points as
 /// `[k / group, n]` elements of the activation type (little-endian).
@@ -153,24 +152,24 @@ impl QMatmulKernel {
         let cfg = &self.config;
         cfg.check_shape(m, n, k)?;
         let ad = cfg.adtype;
-        expect_len("a", bytes.a, m * k * 2, format!("{m} x {k} {ad}"))?;
+        let a_bytes = size_product("m", &[("m", m), ("k", k), ("2 bytes", 2)])?;
+        expect_len("a", bytes.a, a_bytes, format!("{m} x {k} {ad}"))?;
         expect_len(
             "b",
             bytes.b,
-            storage::packed_len(cfg.wdtype, k * n),
+            packed_bytes("k", cfg.wdtype, k, n)?,
             format!("{k} x {n} {} codes", cfg.wdtype),
         )?;
         let groups = k / cfg.group_size(k);
+        let group_bytes = size_product("n", &[("groups", groups), ("n", n), ("2 bytes", 2)])?;
         expect_len(
             "scales",
             bytes.scales,
-            groups * n * 2,
+            group_bytes,
             format!("{groups} x {n} {ad}"),
         )?;
         match (bytes.zeros, cfg.has_zeros) {
-            (Some(z), true) => {
-                expect_len("zeros", z, groups * n * 2, format!("{groups} x {n} {ad}"))?
-            }
+            (Some(z), true) => expect_len("zeros", z, group_bytes, format!("{groups} x {n} {ad}"))?,
             (None, false) => {}
             (Some(_), false) => {
                 return Err(shape_err(
@@ -185,7 +184,8 @@ impl QMatmulKernel {
                 ))
             }
         }
-        expect_len("c", bytes.c, m * n * 2, format!("{m} x {n} {ad}"))
+        let c_bytes = size_product("m", &[("m", m), ("n", n), ("2 bytes", 2)])?;
+        expect_len("c", bytes.c, c_bytes, format!("{m} x {n} {ad}"))
     }
 
     /// Run `c = a · dequant(w)` on the CPU interpreter. `a` is `[m, k]` and `c` `[m, n]`,

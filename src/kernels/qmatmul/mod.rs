@@ -41,6 +41,7 @@ mod program;
 mod relayout;
 pub mod tune;
 
+pub(crate) use config::size_product;
 pub use config::{
     is_weight_type, weight_types, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling,
     WEIGHT_TYPE_NAMES,

@@ -16,7 +16,7 @@
 //! [`build_relayout_program`] is the same transformation as a VM program: load the row-major
 //! codes with `Q` as the weight type, `view` them as bytes in `W`, store.
 
-use super::config::{QMatmulConfig, QMatmulError};
+use super::config::{packed_bytes, QMatmulConfig, QMatmulError};
 use super::layouts::QMatmulLayouts;
 use super::program::{check, config_name};
 use crate::quant::QuantizedWeight;
@@ -78,8 +78,12 @@ fn check_weight(
 /// The result has as many bytes as `weight.codes`.
 pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<u8>, QMatmulError> {
     let (k, n, dt) = (weight.k, weight.n, weight.dtype);
+    // The fields are public: a hand-built weight must agree with itself before it is indexed.
+    weight
+        .check()
+        .map_err(|e| super::config::shape_err("weight", e.to_string()))?;
     let lay = check_weight(config, dt, k, n)?;
-    let len = storage::packed_len(dt, k * n);
+    let len = packed_bytes("weight", dt, k, n)?;
     if weight.codes.len() != len {
         return Err(QMatmulError::Buffer {
             arg: "weight",
@@ -121,7 +125,7 @@ pub fn relayout_inverse(
 ) -> Result<Vec<u8>, QMatmulError> {
     let dt = config.wdtype;
     let lay = check_weight(config, dt, k, n)?;
-    let len = storage::packed_len(dt, k * n);
+    let len = packed_bytes("k", dt, k, n)?;
     if bytes.len() != len {
         return Err(QMatmulError::Buffer {
             arg: "bytes",

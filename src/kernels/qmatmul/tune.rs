@@ -191,6 +191,11 @@ fn implausibility(c: &QMatmulConfig, base: &QMatmulConfig, m: usize) -> u32 {
     s
 }
 
+/// The most `points` [`tuning_space`] accepts: more than the enumeration below can produce
+/// (4 x 2 x 4 x 4 x 4 x 4 = 2048 combinations plus the short list), and a bound on what it
+/// reserves (`--points 18446744073709551615` was a capacity-overflow panic).
+pub const MAX_TUNING_POINTS: usize = 4096;
+
 /// Up to `points` distinct valid configurations for an `[m, k] x [k, n]` problem: first
 /// [`candidates`] (the short list), then combinations of `bm` 16..128, `bn` from half to four
 /// times the default, `bk` 32..256, 4 or 8 warps, 2 to 5 stages and split-k 1 to 8, ordered
@@ -209,6 +214,15 @@ pub fn tuning_space(
 ) -> Result<Vec<QMatmulConfig>, QMatmulError> {
     if points == 0 {
         return Err(shape_err("points", "must be positive"));
+    }
+    if points > MAX_TUNING_POINTS {
+        return Err(shape_err(
+            "points",
+            format!(
+                "{points} is more than the space can hold; at most {MAX_TUNING_POINTS} \
+                 (the enumeration has fewer configurations than that)"
+            ),
+        ));
     }
     let short = candidates(wdtype, adtype, group, m, n, k)?;
     // The default tiles (fused method) anchor the enumeration; the short list may start
@@ -379,7 +393,7 @@ pub fn synthetic_weight<T: Element + Activation>(
     zeros: bool,
 ) -> Result<DeviceWeight<T>, QMatmulError> {
     let groups = k / group.unwrap_or(k).max(1);
-    let bytes = tilus_core::storage::packed_len(wdtype, k * n);
+    let bytes = super::config::packed_bytes("k", wdtype, k, n)?;
     // xorshift64, eight bytes per step (a 470 MB weight in well under a second).
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let codes: Vec<u8> = (0..bytes.div_ceil(8))
@@ -539,6 +553,12 @@ mod tests {
         );
         let e = tuning_space(DType::Int(4), DType::F16, Some(128), 1, 4096, 4096, 0).unwrap_err();
         assert!(e.to_string().contains("`points`"), "{e}");
+        for points in [MAX_TUNING_POINTS + 1, usize::MAX] {
+            let e = tuning_space(DType::Int(4), DType::F16, Some(128), 1, 4096, 4096, points)
+                .unwrap_err();
+            assert!(e.to_string().contains("argument `points`: "), "{e}");
+            assert!(e.to_string().contains("at most 4096"), "{e}");
+        }
         let e =
             tuning_space(DType::Int(4), DType::F16, Some(128), 1, 4000 + 8, 4096, 50).unwrap_err();
         assert!(e.to_string().contains("`n`"), "{e}");

@@ -35,9 +35,14 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A VM data type. Widths of sub-byte types are in bits.
+///
+/// The variants are public, so an invalid value (`Int(1)`, `Float { exp: 0, .. }`) can be built
+/// by hand; [`DType::validate`] says why it is not a type, and every API that takes a type from
+/// outside checks it. Deserializing validates too.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
+#[serde(try_from = "DTypeRepr", into = "DTypeRepr")]
 pub enum DType {
     /// Unsigned integer of 1..=8 or 32 bits (`u1`..`u8`, `u32`).
     UInt(u8),
@@ -58,6 +63,52 @@ pub enum DType {
     F32,
 }
 
+/// The serialized form of [`DType`] (the same shape), so that deserializing can validate.
+#[derive(Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[serde(rename = "DType")]
+enum DTypeRepr {
+    UInt(u8),
+    Int(u8),
+    Float { exp: u8, man: u8 },
+    F8E4M3,
+    F8E5M2,
+    F16,
+    BF16,
+    F32,
+}
+
+impl From<DType> for DTypeRepr {
+    fn from(d: DType) -> Self {
+        match d {
+            DType::UInt(b) => DTypeRepr::UInt(b),
+            DType::Int(b) => DTypeRepr::Int(b),
+            DType::Float { exp, man } => DTypeRepr::Float { exp, man },
+            DType::F8E4M3 => DTypeRepr::F8E4M3,
+            DType::F8E5M2 => DTypeRepr::F8E5M2,
+            DType::F16 => DTypeRepr::F16,
+            DType::BF16 => DTypeRepr::BF16,
+            DType::F32 => DTypeRepr::F32,
+        }
+    }
+}
+
+impl TryFrom<DTypeRepr> for DType {
+    type Error = DTypeError;
+    fn try_from(r: DTypeRepr) -> Result<Self, DTypeError> {
+        let d = match r {
+            DTypeRepr::UInt(b) => DType::UInt(b),
+            DTypeRepr::Int(b) => DType::Int(b),
+            DTypeRepr::Float { exp, man } => DType::Float { exp, man },
+            DTypeRepr::F8E4M3 => DType::F8E4M3,
+            DTypeRepr::F8E5M2 => DType::F8E5M2,
+            DTypeRepr::F16 => DType::F16,
+            DTypeRepr::BF16 => DType::BF16,
+            DTypeRepr::F32 => DType::F32,
+        };
+        d.validate().map(|()| d)
+    }
+}
+
 /// The coarse kind of a type, as printed by `tilus dtype --json`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -73,6 +124,10 @@ pub enum DTypeError {
     UnknownName { name: String, reason: String },
     #[error("cannot encode NaN as {dtype}")]
     NaN { dtype: DType },
+    /// A hand-built value that is not one of the types (see [`DType::validate`]). Printed with
+    /// `Debug` because `Display` of such a value is not a name that parses.
+    #[error("{dtype:?} is not a valid data type: {reason}")]
+    Invalid { dtype: DType, reason: String },
 }
 
 impl DType {
@@ -101,7 +156,9 @@ impl DType {
     /// Floats with inf/nan codes decode to `f64::INFINITY`/`NAN`.
     ///
     /// Bits above `bits()` are ignored (masked off), so this never panics. Every value of every
-    /// type is exactly representable in `f64`, so decoding is exact.
+    /// type is exactly representable in `f64`, so decoding is exact. For a hand-built invalid
+    /// type the value is unspecified (possibly NaN): use [`DType::try_decode`] where the type
+    /// comes from outside.
     pub fn decode(self, code: u32) -> f64 {
         let code = code & self.code_mask();
         match self {
@@ -136,7 +193,10 @@ impl DType {
     ///   zero), as IEEE rounding does. Integers have no negative zero: they give 0.
     ///
     /// `f32` is the identity on bits (`value.to_bits()`), infinities included.
+    ///
+    /// A hand-built invalid type is an error ([`DTypeError::Invalid`]), never a made-up code.
     pub fn encode(self, value: f32) -> Result<u32, DTypeError> {
+        self.validate()?;
         if value.is_nan() {
             return Err(DTypeError::NaN { dtype: self });
         }
@@ -181,22 +241,59 @@ impl DType {
         }
     }
 
-    /// True for the types this crate defines: `UInt(1..=8 | 32)`, `Int(2..=8 | 32)`, `Float`
+    /// Value of bit pattern `code`, or [`DTypeError::Invalid`] for a hand-built invalid type
+    /// (where [`DType::decode`] would give an unspecified value, e.g. NaN).
+    pub fn try_decode(self, code: u32) -> Result<f64, DTypeError> {
+        self.validate()?;
+        Ok(self.decode(code))
+    }
+
+    /// True for the types this crate defines; see [`DType::validate`].
+    pub fn is_valid(self) -> bool {
+        self.validate().is_ok()
+    }
+
+    /// `Ok` for the types this crate defines: `UInt(1..=8 | 32)`, `Int(2..=8 | 32)`, `Float`
     /// with `exp >= 1` and `3 <= 1+exp+man <= 8`, except `Float { exp: 4, man: 3 }` and
     /// `Float { exp: 5, man: 2 }` (those names denote the OCP types `F8E4M3`/`F8E5M2`, so the
-    /// generic variants could not be named), and the fixed types. Parsing only yields valid
-    /// types; an invalid value built by hand has unspecified (but panic-free) `decode`/`encode`.
-    pub fn is_valid(self) -> bool {
-        match self {
-            DType::UInt(b) => matches!(b, 1..=8 | 32),
-            DType::Int(b) => matches!(b, 2..=8 | 32),
-            DType::Float { exp, man } => {
-                exp >= 1
-                    && (3..=8).contains(&(1 + exp as u32 + man as u32))
-                    && !matches!((exp, man), (4, 3) | (5, 2))
+    /// generic variants could not be named), and the fixed types. Otherwise
+    /// [`DTypeError::Invalid`] with the reason.
+    ///
+    /// The variants are public (hundreds of call sites build them), so a value can be built by
+    /// hand; parsing only yields valid types, and every API that takes a type from outside
+    /// (`encode`, `try_decode`, the `storage::try_*` functions, quantization, the runtime's
+    /// `PackedTensor`) calls this before doing any work. On an invalid type the infallible
+    /// accessors (`decode`, `max_value`, ...) stay panic-free but their values are unspecified.
+    pub fn validate(self) -> Result<(), DTypeError> {
+        let reason = match self {
+            DType::UInt(b) if !matches!(b, 1..=8 | 32) => {
+                format!("unsigned integers have 1..=8 or 32 bits, not {b}")
             }
-            _ => true,
-        }
+            DType::Int(b) if !matches!(b, 2..=8 | 32) => format!(
+                "signed integers have 2..=8 or 32 bits (a sign bit and a value bit at least), \
+                 not {b}"
+            ),
+            DType::Float { exp: 0, .. } => {
+                "a float needs at least one exponent bit (exp >= 1)".to_string()
+            }
+            DType::Float { exp, man } if !(3..=8).contains(&(1 + exp as u32 + man as u32)) => {
+                format!(
+                    "generic floats have 3..=8 bits, not 1 + {exp} + {man} = {}",
+                    1 + exp as u32 + man as u32
+                )
+            }
+            DType::Float { exp: 4, man: 3 } => {
+                "e4m3 is the OCP type: use DType::F8E4M3 (`f8e4m3`)".to_string()
+            }
+            DType::Float { exp: 5, man: 2 } => {
+                "e5m2 is the OCP type: use DType::F8E5M2 (`f8e5m2`)".to_string()
+            }
+            _ => return Ok(()),
+        };
+        Err(DTypeError::Invalid {
+            dtype: self,
+            reason,
+        })
     }
 
     /// True for signed integers and all floats.
@@ -251,9 +348,11 @@ impl DType {
     }
 
     /// `values()[c]` is `decode(c)` for every code `c < 2^bits()`, for types of at most 8 bits
-    /// (the ones a lookup table suits); `None` for the 16- and 32-bit types.
+    /// (the ones a lookup table suits); `None` for the 16- and 32-bit types, and for a
+    /// hand-built invalid type (so no table of made-up values is ever handed out).
     pub fn values(self) -> Option<Vec<f64>> {
-        (self.bits() <= 8).then(|| (0..=self.code_mask()).map(|c| self.decode(c)).collect())
+        (self.bits() <= 8 && self.is_valid())
+            .then(|| (0..=self.code_mask()).map(|c| self.decode(c)).collect())
     }
 
     /// Every valid type, narrowest first within each family.
