@@ -23,6 +23,7 @@ mod builder;
 mod display;
 mod eval;
 mod names;
+pub mod syntax;
 
 pub use builder::ProgramBuilder;
 pub use eval::{EvalError, ScalarValue};

@@ -1,49 +1,56 @@
 //! Names of instructions and operators as the `#[kernel]` syntax spells them, for diagnostics
 //! (verifier, interpreter, codegen errors). Additive to the IR; nothing here changes semantics.
 
+use super::syntax::{self, Op};
 use super::{BinaryOp, ElementOp, Instruction, ScalarType};
 
 impl Instruction {
-    /// The instruction's name in kernel syntax: `load_global`, `dot`, `copy_async_wait_group`...
-    /// Elementwise arithmetic is named by its operator (`add`, `mul`, ...).
+    /// The instruction's name in kernel syntax (its row of [`syntax::INSTRUCTIONS`]):
+    /// `load_global`, `dot`, `copy_async_wait_group`... Elementwise arithmetic is named by its
+    /// operator (`add`, `mul`, ...).
     pub fn name(&self) -> &'static str {
+        syntax::of_op(self.op()).name
+    }
+
+    /// The table row kind that builds this instruction.
+    pub fn op(&self) -> Op {
         match self {
-            Instruction::BlockIndices { .. } => "block_indices",
-            Instruction::AllocateGlobal { .. } => "allocate_global",
-            Instruction::AllocateShared { .. } => "allocate_shared",
-            Instruction::AllocateRegister { .. } => "register",
-            Instruction::ViewGlobal { .. } => "view_global",
-            Instruction::LoadGlobal { .. } => "load_global",
-            Instruction::StoreGlobal { .. } => "store_global",
-            Instruction::LoadShared { .. } => "load_shared",
-            Instruction::StoreShared { .. } => "store_shared",
-            Instruction::SliceShared { .. } => "slice_shared",
-            Instruction::CopyAsync { .. } => "copy_async",
-            Instruction::CopyAsyncCommitGroup => "copy_async_commit_group",
-            Instruction::CopyAsyncWaitGroup { .. } => "copy_async_wait_group",
-            Instruction::Binary { op, .. } => op.name(),
-            Instruction::MulAdd { .. } => "mul_add",
-            Instruction::Neg { .. } => "neg",
-            Instruction::Cast { .. } => "cast",
-            Instruction::View { .. } => "view",
-            Instruction::Dot { .. } => "dot",
-            Instruction::Synchronize => "synchronize",
-            Instruction::Exit => "exit",
-            Instruction::Print { .. } => "print",
+            Instruction::BlockIndices { .. } => Op::BlockIndices,
+            Instruction::AllocateGlobal { .. } => Op::AllocateGlobal,
+            Instruction::AllocateShared { .. } => Op::AllocateShared,
+            Instruction::AllocateRegister { .. } => Op::AllocateRegister,
+            Instruction::ViewGlobal { .. } => Op::ViewGlobal,
+            Instruction::LoadGlobal { .. } => Op::LoadGlobal,
+            Instruction::StoreGlobal { .. } => Op::StoreGlobal,
+            Instruction::LoadShared { .. } => Op::LoadShared,
+            Instruction::StoreShared { .. } => Op::StoreShared,
+            Instruction::SliceShared { .. } => Op::SliceShared,
+            Instruction::CopyAsync { .. } => Op::CopyAsync,
+            Instruction::CopyAsyncCommitGroup => Op::CommitGroup,
+            Instruction::CopyAsyncWaitGroup { .. } => Op::WaitGroup,
+            Instruction::Binary { op, .. } => op.syntax_op(),
+            Instruction::MulAdd { .. } => Op::MulAdd,
+            Instruction::Neg { .. } => Op::Neg,
+            Instruction::Cast { .. } => Op::Cast,
+            Instruction::View { .. } => Op::View,
+            Instruction::Dot { .. } => Op::Dot,
+            Instruction::Synchronize => Op::Synchronize,
+            Instruction::Exit => Op::Exit,
+            Instruction::Print { .. } => Op::Print,
         }
     }
 }
 
 impl ElementOp {
+    /// The instruction's name in kernel syntax (`add`, `rem`, `min`, ...).
     pub fn name(self) -> &'static str {
+        syntax::of_op(self.syntax_op()).name
+    }
+
+    fn syntax_op(self) -> Op {
         match self {
-            ElementOp::Add => "add",
-            ElementOp::Sub => "sub",
-            ElementOp::Mul => "mul",
-            ElementOp::Div => "div",
-            ElementOp::Mod => "mod",
-            ElementOp::Min => "min",
-            ElementOp::Max => "max",
+            ElementOp::Min | ElementOp::Max => Op::MinMax(self),
+            _ => Op::Binary(self),
         }
     }
 }

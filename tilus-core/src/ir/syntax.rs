@@ -1,0 +1,305 @@
+//! The instruction table: how `#[kernel]` spells each VM instruction. The macro derives its
+//! dispatch ([`Syntax::op`]), arity checks, usage text and "did you mean" hints from this one
+//! table; the IR derives the names it prints ([`crate::ir::Instruction::name`],
+//! [`crate::ir::ElementOp::name`]) from it too. Adding an elementwise instruction is one
+//! [`ElementOp`] variant, one row here, its interpreter semantics and its emitter.
+
+use super::ElementOp;
+
+/// Groups of instructions, for listings and for the nearest family of an unknown name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Global, shared and register tensors: allocation, views, loads, stores, async copies.
+    Memory,
+    /// Elementwise arithmetic and conversions on register tensors.
+    Elementwise,
+    /// Matrix multiply-accumulate.
+    Matrix,
+    /// Block indices, barriers, exit, print.
+    Control,
+    /// Compile-time and uniform scalar helpers.
+    Scalar,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Memory => "memory",
+            Family::Elementwise => "elementwise",
+            Family::Matrix => "matrix",
+            Family::Control => "control",
+            Family::Scalar => "scalar",
+        }
+    }
+}
+
+/// What an instruction call builds: the macro matches on this (exhaustively), so a new row
+/// whose kind it does not handle is a compile error there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    BlockIndices,
+    ViewGlobal,
+    AllocateGlobal,
+    AllocateRegister,
+    AllocateShared,
+    LoadGlobal,
+    StoreGlobal,
+    LoadShared,
+    StoreShared,
+    SliceShared,
+    CopyAsync,
+    CommitGroup,
+    WaitGroup,
+    /// `add`, `sub`, ...: a register tensor and a tensor, scalar or immediate.
+    Binary(ElementOp),
+    /// `min`/`max`: of scalars, or elementwise of tensors.
+    MinMax(ElementOp),
+    MulAdd,
+    Neg,
+    Cast,
+    View,
+    Dot,
+    Synchronize,
+    Exit,
+    Print,
+    Cdiv,
+    Gcd,
+}
+
+/// One instruction as `#[kernel]` spells it.
+#[derive(Clone, Copy, Debug)]
+pub struct Syntax {
+    /// The canonical name (what the IR printer shows).
+    pub name: &'static str,
+    /// Other accepted spellings.
+    pub aliases: &'static [&'static str],
+    pub family: Family,
+    /// Fewest and most arguments.
+    pub arity: (usize, usize),
+    /// How it is called, for error messages and docs.
+    pub usage: &'static str,
+    pub op: Op,
+}
+
+macro_rules! row {
+    ($name:literal $(| $alias:literal)*, $family:ident, $min:literal..=$max:literal, $usage:literal, $op:expr) => {
+        Syntax {
+            name: $name,
+            aliases: &[$($alias),*],
+            family: Family::$family,
+            arity: ($min, $max),
+            usage: $usage,
+            op: $op,
+        }
+    };
+}
+
+/// Every instruction of the `#[kernel]` language.
+pub const INSTRUCTIONS: &[Syntax] = &[
+    row!(
+        "block_indices",
+        Control,
+        0..=0,
+        "let [bi, bj] = block_indices()",
+        Op::BlockIndices
+    ),
+    row!(
+        "view_global",
+        Memory,
+        2..=2,
+        "view_global(ptr, [extents..]) or view_global::<T>(ptr, [extents..])",
+        Op::ViewGlobal
+    ),
+    row!(
+        "allocate_global",
+        Memory,
+        1..=1,
+        "allocate_global::<T>([extents..])",
+        Op::AllocateGlobal
+    ),
+    row!(
+        "register" | "allocate_register",
+        Memory,
+        1..=2,
+        "register::<T>(layout) or register::<T>(layout, init)",
+        Op::AllocateRegister
+    ),
+    row!(
+        "shared" | "allocate_shared",
+        Memory,
+        1..=2,
+        "shared::<T>([extents..]) or shared::<T>([extents..], swizzle(bits, base, shift))",
+        Op::AllocateShared
+    ),
+    row!(
+        "load_global",
+        Memory,
+        3..=3,
+        "load_global(src, layout, [offset..])",
+        Op::LoadGlobal
+    ),
+    row!(
+        "store_global",
+        Memory,
+        3..=3,
+        "store_global(x, dst, [offset..])",
+        Op::StoreGlobal
+    ),
+    row!(
+        "load_shared",
+        Memory,
+        3..=3,
+        "load_shared(src, layout, [offset..])",
+        Op::LoadShared
+    ),
+    row!(
+        "store_shared",
+        Memory,
+        3..=3,
+        "store_shared(x, dst, [offset..])",
+        Op::StoreShared
+    ),
+    row!(
+        "slice_shared",
+        Memory,
+        3..=3,
+        "slice_shared(src, [offset..], [extents..])",
+        Op::SliceShared
+    ),
+    row!(
+        "copy_async",
+        Memory,
+        3..=3,
+        "copy_async(src, dst, [offset..])",
+        Op::CopyAsync
+    ),
+    row!(
+        "copy_async_commit_group" | "commit_group",
+        Memory,
+        0..=0,
+        "commit_group()",
+        Op::CommitGroup
+    ),
+    row!(
+        "copy_async_wait_group" | "wait_group",
+        Memory,
+        1..=1,
+        "wait_group(n)",
+        Op::WaitGroup
+    ),
+    row!(
+        "add",
+        Elementwise,
+        2..=2,
+        "add(x, y)",
+        Op::Binary(ElementOp::Add)
+    ),
+    row!(
+        "sub",
+        Elementwise,
+        2..=2,
+        "sub(x, y)",
+        Op::Binary(ElementOp::Sub)
+    ),
+    row!(
+        "mul",
+        Elementwise,
+        2..=2,
+        "mul(x, y)",
+        Op::Binary(ElementOp::Mul)
+    ),
+    row!(
+        "div",
+        Elementwise,
+        2..=2,
+        "div(x, y)",
+        Op::Binary(ElementOp::Div)
+    ),
+    row!(
+        "rem" | "mod",
+        Elementwise,
+        2..=2,
+        "rem(x, y) (or x % y)",
+        Op::Binary(ElementOp::Mod)
+    ),
+    row!(
+        "min",
+        Elementwise,
+        2..=2,
+        "min(x, y)",
+        Op::MinMax(ElementOp::Min)
+    ),
+    row!(
+        "max",
+        Elementwise,
+        2..=2,
+        "max(x, y)",
+        Op::MinMax(ElementOp::Max)
+    ),
+    row!("neg", Elementwise, 1..=1, "neg(x)", Op::Neg),
+    row!(
+        "mul_add",
+        Elementwise,
+        3..=3,
+        "mul_add(a, b, c)",
+        Op::MulAdd
+    ),
+    row!(
+        "cast",
+        Elementwise,
+        1..=2,
+        "cast::<T>(x) or cast::<T>(x, layout)",
+        Op::Cast
+    ),
+    row!("view", Elementwise, 2..=2, "view::<T>(x, layout)", Op::View),
+    row!("dot", Matrix, 3..=3, "dot(a, b, c)", Op::Dot),
+    row!(
+        "synchronize" | "sync",
+        Control,
+        0..=0,
+        "sync()",
+        Op::Synchronize
+    ),
+    row!("exit", Control, 0..=0, "exit()", Op::Exit),
+    row!(
+        "print",
+        Control,
+        1..=2,
+        "print(x) or print(\"label\", x)",
+        Op::Print
+    ),
+    row!("cdiv", Scalar, 2..=2, "cdiv(a, b)", Op::Cdiv),
+    row!("gcd", Scalar, 2..=2, "gcd(a, b) (of constants)", Op::Gcd),
+];
+
+/// The row of `name` (canonical or alias).
+pub fn lookup(name: &str) -> Option<&'static Syntax> {
+    INSTRUCTIONS
+        .iter()
+        .find(|s| s.name == name || s.aliases.contains(&name))
+}
+
+/// The row that builds `op`.
+pub fn of_op(op: Op) -> &'static Syntax {
+    INSTRUCTIONS
+        .iter()
+        .find(|s| s.op == op)
+        .expect("every op has a row")
+}
+
+/// Every spelling, canonical names first.
+pub fn spellings() -> impl Iterator<Item = &'static str> {
+    INSTRUCTIONS
+        .iter()
+        .map(|s| s.name)
+        .chain(INSTRUCTIONS.iter().flat_map(|s| s.aliases.iter().copied()))
+}
+
+/// The canonical names of `family`, in table order.
+pub fn family_names(family: Family) -> Vec<&'static str> {
+    INSTRUCTIONS
+        .iter()
+        .filter(|s| s.family == family)
+        .map(|s| s.name)
+        .collect()
+}
