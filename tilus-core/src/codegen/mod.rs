@@ -112,7 +112,14 @@ impl CodegenError {
 }
 
 /// Generate CUDA C for `program`.
+///
+/// The verifier's resource limits are checked first (cheaply), so that a program that skipped
+/// verification still cannot make the generator unroll without bound.
 pub fn emit(program: &Program) -> Result<CudaKernel, CodegenError> {
+    if let Err(diags) = crate::verify::check_limits(program) {
+        let d = &diags[0];
+        return Err(CodegenError::new(d.span, d.message.clone()));
+    }
     select::emit_program(program)
 }
 
