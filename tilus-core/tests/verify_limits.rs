@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 use tilus_core::codegen::emit;
-use tilus_core::ir::{Expr, Operand, Program, ProgramBuilder, SpanId};
+use tilus_core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder, SpanId};
 use tilus_core::layout::{parse, Layout, SharedLayout};
 use tilus_core::verify::{
     check_limits, max_register_words, verify, Diagnostic, Target, MAX_UNROLLED_OPS,
@@ -84,6 +84,34 @@ fn register_words_are_the_blocks_share_of_the_register_file() {
         &register(1024, DType::F32, l("spatial(1024).local(65)")),
         7,
         &["65 f32 elements", "limit of 64", "over 1024 threads"],
+    );
+}
+
+/// Sub-byte tensors are capped by (thread, local) pairs, the size of the per-element tables; the
+/// largest accepted one, broadcast against itself, still verifies quickly.
+#[test]
+fn layout_cells_are_bounded() {
+    let add = |layout: &str| {
+        let mut b = kernel(128);
+        b.set_span(SpanId(7));
+        let x = b.allocate_register("x", DType::UInt(1), l(layout), Some(0.0));
+        b.binary(x, ElementOp::Add, x, Operand::Tensor(x));
+        b.finish()
+    };
+    let start = Instant::now();
+    accepted(&add("spatial(128).local(4096)"));
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    rejected(
+        &add("spatial(128).local(4097)"),
+        7,
+        &[
+            "register tensor `x`: the layout has 128 threads x 4097 locals = 524416 (thread, \
+             local) pairs, more than the limit of 524288",
+        ],
     );
 }
 
@@ -231,7 +259,7 @@ fn scalar_operands_are_free() {
     let mut b = kernel(128);
     let x = b.allocate_register("x", DType::F32, l("local(16, 32)"), Some(1.0));
     for _ in 0..100 {
-        b.binary(x, tilus_core::ir::ElementOp::Add, x, Operand::Imm(1.0));
+        b.binary(x, ElementOp::Add, x, Operand::Imm(1.0));
     }
     accepted(&b.finish());
 }

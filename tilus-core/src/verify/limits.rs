@@ -10,9 +10,10 @@
 //! | threads of a block | 1024 ([`MAX_BLOCK_THREADS`]) | CUDA, every architecture (checked with the kernel header) |
 //! | threads of a register layout | 1024 | it must span the block or a divisor of it |
 //! | 32-bit registers per thread of one register tensor | `65536 / block threads` ([`max_register_words`]; 512 for 128 threads) | a block's share of the register file: 64 Ki 32-bit registers on sm_50 to sm_90 |
-//! | elements of a register tensor | fits `usize` (checked product) | implied by the two rows above for layouts from the constructors |
+//! | (thread, local) pairs of a register layout | 2^19 ([`MAX_LAYOUT_CELLS`]) | the per-element tables of the verifier and interpreter; the register row allows at most 2^18 for elements of 8 bits or more, so this caps sub-byte tensors only (e.g. 4096 u1 locals per thread of 128), keeping every check well under a second in a debug build |
+//! | elements of a register tensor | fits `usize` (checked product) | at most the pairs above for layouts from the constructors |
 //! | bytes of one shared allocation | fits `usize` (checked) | the total against `Target::max_shared_bytes` is the usual shared check |
-//! | unrolled element operations per thread, whole kernel | 2^17 ([`MAX_UNROLLED_OPS`]) | bounds the generated source (tens of megabytes at most) |
+//! | unrolled element operations per thread, whole kernel | 2^17 ([`MAX_UNROLLED_OPS`]) | bounds the generated source and codegen time; the largest library kernel counts 80 036 (u1 weights, 128 x 256 x 64 tiles: 343 KB of CUDA) |
 //!
 //! A register tensor's per-thread storage is `ceil(locals * bits / 32)` words, the packed
 //! `uint32_t` array the code generator declares for it. A tensor over the register file cannot
@@ -40,6 +41,9 @@ use crate::DType;
 pub const MAX_BLOCK_THREADS: usize = 1024;
 /// 32-bit registers of one block (the register file an SM grants a block, sm_50 to sm_90).
 pub const MAX_BLOCK_REGISTERS: usize = 65536;
+/// (thread, local) pairs of one register layout: the size of the verifier's and interpreter's
+/// per-element tables. Only sub-byte tensors can reach it (see the module documentation).
+pub const MAX_LAYOUT_CELLS: usize = 1 << 19;
 /// Unrolled element operations per thread in one kernel (see the module documentation).
 pub const MAX_UNROLLED_OPS: usize = 1 << 17;
 
@@ -175,6 +179,20 @@ impl<'p> Limits<'p> {
                      {threads} threads); use a smaller tile",
                     show(locals),
                     show(words)
+                ),
+            );
+            return None;
+        }
+        let cells = threads.zip(locals).and_then(|(t, l)| t.checked_mul(l));
+        if cells.is_none_or(|c| c > MAX_LAYOUT_CELLS) {
+            self.err(
+                span,
+                format!(
+                    "{what}: the layout has {} threads x {} locals = {} (thread, local) pairs, \
+                     more than the limit of {MAX_LAYOUT_CELLS}; use a smaller tile",
+                    show(threads),
+                    show(locals),
+                    show(cells)
                 ),
             );
             return None;

@@ -43,7 +43,8 @@ pub use dot::{
 };
 pub(crate) use expr::const_eval;
 pub use limits::{
-    max_register_words, register_words, MAX_BLOCK_REGISTERS, MAX_BLOCK_THREADS, MAX_UNROLLED_OPS,
+    max_register_words, register_words, MAX_BLOCK_REGISTERS, MAX_BLOCK_THREADS, MAX_LAYOUT_CELLS,
+    MAX_UNROLLED_OPS,
 };
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
