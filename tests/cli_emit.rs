@@ -250,3 +250,66 @@ fn skip_reports_are_one_short_line() {
          passed (TILUS_REQUIRE_GPU=1 to fail instead)"
     );
 }
+
+/// Configurations that once took gigabytes or minutes (issue 13): each is one line and exit
+/// status 2, quickly. Run under a 4 GB address-space limit so that a regression aborts instead
+/// of exhausting the machine's memory.
+#[cfg(unix)]
+#[test]
+fn huge_configurations_fail_fast() {
+    let cases: [(&[&str], &[&str]); 5] = [
+        (
+            &["emit", "fig2", "--config", "BM=2147483648"],
+            &["BM=2147483648", "at most 2147483647"],
+        ),
+        (
+            &["emit", "fig2", "--config", "BM=2147483632"],
+            &[
+                "register tensor `acc`: each thread holds 1073741816 f32 elements",
+                "more than the limit of 512",
+            ],
+        ),
+        (
+            &["emit", "fig2", "--config", "BM=65536,BN=65536,BK=65536"],
+            &["unsupported configuration", "must fit the VM's i32"],
+        ),
+        (
+            &["emit", "fig8", "--config", "BK=65536"],
+            &["register tensor `r`: each thread holds 32768 i6 elements in 6144 32-bit registers, more than the limit of 512"],
+        ),
+        (
+            &["emit", "qmatmul", "--config", "BM=100000000"],
+            &["config field `bm`", "50000000 32-bit registers", "f32 accumulator", "limit of 512"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let start = std::time::Instant::now();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 4000000 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_tilus"))
+            .args(args)
+            .output()
+            .expect("run the tilus binary");
+        let elapsed = start.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "tilus {args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        for n in needles {
+            assert!(err.contains(n), "tilus {args:?}: `{n}` not in {err}");
+        }
+        assert!(
+            elapsed.as_secs_f64() < 5.0,
+            "tilus {args:?} took {elapsed:?}"
+        );
+    }
+}
+
+/// Large but legal tiles still generate code (the limits are not tighter than the hardware).
+#[test]
+fn large_legal_tiles_still_emit() {
+    let s = source(&["emit", "fig8", "--config", "BK=1024"]);
+    assert!(s.contains("relayout_i6_bk1024_bn64("));
+    let s = source(&["emit", "qmatmul", "--config", "BN=1024,STAGES=2"]);
+    assert!(s.contains("mma.sync.aligned.m16n8k16"));
+}

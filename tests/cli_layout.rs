@@ -325,3 +325,43 @@ fn malformed_expressions_exit_2_with_one_line() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("unknown layout primitive `spacial`"), "{err}");
 }
+
+/// Huge layouts are a one-line error at once, never a table of billions of cells.
+#[test]
+fn huge_layouts_exit_2_quickly() {
+    for (expr, needle) in [
+        (
+            "spatial(65536,65536)",
+            "4294967296 threads x 1 locals, too many to print",
+        ),
+        (
+            "local(2147483647)",
+            "1 threads x 2147483647 locals, too many to print",
+        ),
+        ("local(4294967296,4294967296)", "layout too large"),
+        (
+            "spatial(4294967296).local(4294967296)",
+            "composition too large: 4294967296 threads x 4294967296 locals",
+        ),
+        ("local(99999999999999999999999)", "is too large"),
+    ] {
+        for json in [false, true] {
+            let start = std::time::Instant::now();
+            let args: &[&str] = if json {
+                &["layout", expr, "--json"]
+            } else {
+                &["layout", expr]
+            };
+            let out = tilus(args);
+            assert_eq!(out.status.code(), Some(2), "{expr}");
+            let err = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(err.trim_end().lines().count(), 1, "{expr}: {err}");
+            assert!(err.contains(needle), "{expr}: {err}");
+            assert!(
+                start.elapsed().as_secs_f64() < 5.0,
+                "{expr}: {:?}",
+                start.elapsed()
+            );
+        }
+    }
+}

@@ -355,6 +355,52 @@ fn config_errors_name_the_field() {
     }
 }
 
+/// Huge tiles are rejected by the configuration check, naming the field, before any program
+/// or layout table is built (`BM = 10^8` once allocated tens of gigabytes).
+#[test]
+fn huge_configs_are_rejected_before_building() {
+    let base = default_cfg(dt("i4"), DType::F16, Some(128));
+    let start = std::time::Instant::now();
+    for (cfg, needles) in [
+        (
+            QMatmulConfig {
+                bm: 100_000_000,
+                ..base
+            },
+            &["`bm`", "f32 accumulator", "limit of 512"][..],
+        ),
+        (
+            QMatmulConfig {
+                bk: 1 << 40,
+                group_rows: None,
+                ..base
+            },
+            &["`bk`", "activation tile"],
+        ),
+        (QMatmulConfig { bn: 4096, ..base }, &["`bn`", "weight tile"]),
+        (
+            QMatmulConfig {
+                stages: 1 << 40,
+                ..base
+            },
+            &["`stages`", "shared memory"],
+        ),
+        (
+            QMatmulConfig {
+                split_k: 1 << 20,
+                ..base
+            },
+            &["`split_k`", "65535"],
+        ),
+    ] {
+        let msg = err_text(build(&cfg));
+        for n in needles {
+            assert!(msg.contains(n), "{cfg:?}: `{n}` not in {msg}");
+        }
+    }
+    assert!(start.elapsed().as_secs_f64() < 2.0, "{:?}", start.elapsed());
+}
+
 #[test]
 fn shape_and_buffer_errors_name_the_argument() {
     let cfg = default_cfg(dt("u4"), DType::F16, Some(64));

@@ -160,12 +160,18 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
         }
         cfg.insert(key, value.trim().to_string());
     }
+    // Tile sizes become i32 constants of the program, so larger values would wrap.
     let num = |key: &str| -> Result<usize, String> {
         let v = &cfg[key];
         v.parse::<usize>()
             .ok()
-            .filter(|&x| x > 0)
-            .ok_or_else(|| format!("{key}={v}: expected a positive integer"))
+            .filter(|&x| x > 0 && x <= i32::MAX as usize)
+            .ok_or_else(|| {
+                format!(
+                    "{key}={v}: expected a positive integer of at most {} (tile sizes are i32)",
+                    i32::MAX
+                )
+            })
     };
     let weight = || -> Result<DType, String> {
         cfg["WEIGHT"]

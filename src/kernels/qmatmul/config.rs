@@ -4,6 +4,7 @@
 use crate::quant::QuantError;
 use crate::DType;
 use tilus_core::interp::InterpError;
+use tilus_core::verify::{max_register_words, MAX_BLOCK_REGISTERS};
 
 /// Bad configuration, problem size or buffer: every variant names the field or argument.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -388,7 +389,33 @@ impl QMatmulConfig {
                 ))
             }
         };
+        if self.split_k > 65535 {
+            return Err(config_err(
+                "split_k",
+                format!(
+                    "{} splits exceed 65535, the most blocks along the grid's z dimension",
+                    self.split_k
+                ),
+            ));
+        }
         let (rep_m, rep_n, rep_k) = (self.bm / 16 / warps_m, self.bn / 8 / warps_n, self.bk / 16);
+        self.check_registers(rep_m, rep_n, rep_k)?;
+        // At least the activation and weight tiles of every stage (the exact count, with the
+        // scales and alignment, is checked on the built program); before building, because the
+        // program's prologue is unrolled over the stages.
+        let abytes = self.adtype.bits() as usize / 8;
+        let per_stage =
+            self.bm * self.bk * abytes + self.bk * self.bn * self.wdtype.bits() as usize / 8;
+        let limit = super::program::TARGET.max_shared_bytes;
+        if self.stages.checked_mul(per_stage).is_none_or(|b| b > limit) {
+            return Err(config_err(
+                "stages",
+                format!(
+                    "{} stages of {per_stage} bytes of activation and weight tiles exceed the {limit} bytes of shared memory",
+                    self.stages
+                ),
+            ));
+        }
         let locals = 4 * rep_k * rep_n;
         let bits = locals * self.wdtype.bits() as usize;
         if !bits.is_multiple_of(8) {
@@ -418,6 +445,55 @@ impl QMatmulConfig {
             vector_bytes,
             tile_bytes: self.bk * self.bn * self.wdtype.bits() as usize / 8,
         })
+    }
+
+    /// The verifier's register limit (`tilus_core::verify::max_register_words`) on the three
+    /// mma tiles of a thread, checked before anything is built so that the error names a field:
+    /// the f32 accumulator (`4 rep_m rep_n` locals), the activation tile (`8 rep_m rep_k`
+    /// 16-bit locals) and the dequantized weight tile (`4 rep_k rep_n` 16-bit locals). The field
+    /// named is the one with the larger repeat.
+    fn check_registers(
+        &self,
+        rep_m: usize,
+        rep_n: usize,
+        rep_k: usize,
+    ) -> Result<(), QMatmulError> {
+        let threads = self.warps * 32;
+        let limit = max_register_words(threads);
+        let words = |a: usize, b: usize, per_fragment: usize| {
+            a.checked_mul(b).and_then(|x| x.checked_mul(per_fragment))
+        };
+        let pick =
+            |x: (&'static str, usize), y: (&'static str, usize)| if x.1 >= y.1 { x.0 } else { y.0 };
+        let tiles = [
+            (
+                pick(("bm", rep_m), ("bn", rep_n)),
+                format!("[bm, bn] = [{}, {}] f32 accumulator", self.bm, self.bn),
+                words(rep_m, rep_n, 4),
+            ),
+            (
+                pick(("bm", rep_m), ("bk", rep_k)),
+                format!("[bm, bk] = [{}, {}] activation tile", self.bm, self.bk),
+                words(rep_m, rep_k, 4),
+            ),
+            (
+                pick(("bk", rep_k), ("bn", rep_n)),
+                format!("[bk, bn] = [{}, {}] weight tile", self.bk, self.bn),
+                words(rep_k, rep_n, 2),
+            ),
+        ];
+        for (field, what, words) in tiles {
+            if words.is_none_or(|w| w > limit) {
+                let words = words.map_or("more than 2^64".to_string(), |w| w.to_string());
+                return Err(config_err(
+                    field,
+                    format!(
+                        "each thread would hold {words} 32-bit registers of the {what}, more than the limit of {limit} (a block's {MAX_BLOCK_REGISTERS} registers over {threads} threads)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Check that an `[m, k] x [k, n]` problem fits this configuration (errors name `m`, `n`

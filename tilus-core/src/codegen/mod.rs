@@ -82,6 +82,13 @@ impl CodegenError {
 }
 
 /// Generate CUDA C for `program`, selecting instructions that `target` has.
+///
+/// The verifier's resource limits are checked first (cheaply), so that a program that skipped
+/// verification still cannot make the generator unroll without bound.
 pub fn emit(program: &Program, target: &Target) -> Result<CudaKernel, CodegenError> {
+    if let Err(diags) = crate::verify::check_limits(program) {
+        let d = &diags[0];
+        return Err(CodegenError::new(d.span, d.message.clone()));
+    }
     program::emit_program(program, target)
 }

@@ -1,12 +1,16 @@
 //! Identifiers in the generated source: IR names sanitized to C identifiers, unique within the
 //! kernel, never a C/CUDA keyword or a name the prelude defines.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Hands out unique C identifiers.
 #[derive(Default)]
 pub(crate) struct Namer {
     used: HashSet<String>,
+    /// Per stem, the next suffix worth trying: every smaller one was taken when tried, and
+    /// names are never released, so resuming here keeps `fresh` linear overall (a kernel can
+    /// ask for thousands of `v` temporaries) and hands out exactly the names a scan from 1 would.
+    next: HashMap<String, usize>,
 }
 
 /// Words the generated code must not use as variable names.
@@ -131,13 +135,14 @@ impl Namer {
         } else {
             s.clone()
         };
-        for k in 1.. {
-            let cand = format!("{stem}{k}");
+        let next = self.next.entry(stem.clone()).or_insert(1);
+        loop {
+            let cand = format!("{stem}{next}");
+            *next += 1;
             if self.used.insert(cand.clone()) {
                 return cand;
             }
         }
-        unreachable!("an unbounded counter always finds a free name")
     }
 
     /// Claim `name` exactly (used for the prelude's fixed names); returns false when taken.
@@ -186,5 +191,37 @@ mod tests {
         assert_eq!(n.fresh("r2"), "r2_1");
         assert_eq!(n.fresh(""), "v");
         assert_eq!(n.fresh("tilus_smem"), "tilus_smem_");
+    }
+
+    /// Suffixes resume where the last search for the same stem stopped, skipping names that
+    /// were claimed or produced from other stems in between.
+    #[test]
+    fn suffixes_skip_taken_names() {
+        let mut n = Namer::new();
+        assert!(n.claim("t2"));
+        assert_eq!(n.fresh("t"), "t");
+        assert_eq!(n.fresh("t"), "t1");
+        assert_eq!(n.fresh("t"), "t3");
+        assert_eq!(n.fresh("t4"), "t4");
+        assert_eq!(n.fresh("t"), "t5");
+        assert!(!n.claim("t5"));
+    }
+
+    /// 100k names from one base (a fully unrolled kernel's temporaries): linear, not quadratic
+    /// (a scan from 1 each time made 5 * 10^9 probes here). The bound leaves room for a debug
+    /// build on a loaded machine; about 0.2 s unloaded.
+    #[test]
+    fn many_fresh_names_are_fast_and_unique() {
+        let mut n = Namer::new();
+        let start = std::time::Instant::now();
+        let names: Vec<String> = (0..100_000).map(|_| n.fresh("v")).collect();
+        let elapsed = start.elapsed();
+        let distinct: HashSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len());
+        assert_eq!((names[0].as_str(), names[99_999].as_str()), ("v", "v99999"));
+        assert!(
+            elapsed.as_secs_f64() < 1.0,
+            "100k fresh names took {elapsed:?}"
+        );
     }
 }

@@ -9,7 +9,7 @@ use crate::ir::{ElementOp, Expr, Instruction, Operand, VarId};
 use crate::layout::SharedLayout;
 use crate::storage;
 use crate::verify::shared::allocation_bytes;
-use crate::verify::table::{unravel, NONE};
+use crate::verify::table::{unravel, ThreadMap, NONE};
 use crate::DType;
 
 impl Machine<'_> {
@@ -415,7 +415,7 @@ impl Machine<'_> {
             Operand::Tensor(_) => None,
         };
         let mut result = RegTensor::new(dtype, l.layout.clone(), bt);
-        let mut map = Vec::new();
+        let mut map = ThreadMap::default();
         for t in 0..bt {
             if let Some((_, tr)) = &right {
                 tr.thread_map(t % tr.threads, &mut map);

@@ -74,10 +74,12 @@ impl SharedLayout {
     /// Compact row-major tile (last dimension contiguous), no swizzle.
     pub fn row_major(shape: &[usize]) -> SharedLayout {
         let mut strides = vec![0; shape.len()];
-        let mut stride = 1;
+        let mut stride: usize = 1;
         for d in (0..shape.len()).rev() {
             strides[d] = stride;
-            stride *= shape[d];
+            // Saturating: a tile too large to address gets `size() == usize::MAX`, which the
+            // verifier rejects, instead of wrapped strides.
+            stride = stride.saturating_mul(shape[d]);
         }
         SharedLayout {
             shape: shape.to_vec(),
@@ -89,10 +91,10 @@ impl SharedLayout {
     /// Compact column-major tile (dimension 0 contiguous), no swizzle.
     pub fn column_major(shape: &[usize]) -> SharedLayout {
         let mut strides = vec![0; shape.len()];
-        let mut stride = 1;
+        let mut stride: usize = 1;
         for d in 0..shape.len() {
             strides[d] = stride;
-            stride *= shape[d];
+            stride = stride.saturating_mul(shape[d]);
         }
         SharedLayout {
             shape: shape.to_vec(),
@@ -154,19 +156,26 @@ impl SharedLayout {
     /// to a multiple of `2^(base + bits)` when swizzled (the swizzle only changes bits below
     /// `base + bits`, so this bounds every swizzled offset; it is exact whenever the tile spans
     /// whole blocks, as swizzled tiles do in practice). 0 for an empty shape extent.
+    /// Saturates at `usize::MAX`; see [`SharedLayout::checked_size`].
     pub fn size(&self) -> usize {
+        self.checked_size().unwrap_or(usize::MAX)
+    }
+
+    /// [`SharedLayout::size`], or `None` when it does not fit in `usize`.
+    pub fn checked_size(&self) -> Option<usize> {
         if self.shape.contains(&0) {
-            return 0;
+            return Some(0);
         }
-        let span = 1 + self
-            .shape
-            .iter()
-            .zip(&self.strides)
-            .map(|(&n, &s)| (n - 1) * s)
-            .sum::<usize>();
+        let mut span: usize = 1;
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            span = span.checked_add((n - 1).checked_mul(s)?)?;
+        }
         match self.swizzle {
-            Some(s) => span.next_multiple_of(1 << (s.base + s.bits)),
-            None => span,
+            Some(s) => {
+                let block = 1usize.checked_shl(s.base.checked_add(s.bits)?)?;
+                span.checked_next_multiple_of(block)
+            }
+            None => Some(span),
         }
     }
 }

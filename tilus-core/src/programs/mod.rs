@@ -119,6 +119,12 @@ fn check_tiles(bm: usize, bn: usize, bk: usize) {
             && bn > 0,
         "tile sizes bm={bm}, bn={bn}, bk={bk}: need bm and bk multiples of 16, bn a multiple of 32"
     );
+    // Tile extents and the weight tile's byte count become i32 constants of the program.
+    let fits = |v: Option<usize>| v.is_some_and(|v| v <= i32::MAX as usize);
+    assert!(
+        fits(Some(bm)) && fits(bk.checked_mul(bn).and_then(|x| x.checked_mul(8))),
+        "tile sizes bm={bm}, bn={bn}, bk={bk}: bm and bk x bn x 8 must fit the VM's i32 scalars"
+    );
 }
 
 fn check_weight(weight: DType, bk: usize, bn: usize) -> usize {
@@ -145,7 +151,7 @@ fn i(v: usize) -> Expr {
 ///
 /// # Panics
 /// On tile sizes outside the documented constraints (bm, bk multiples of 16, bn of 32, whole
-/// bytes of weight per thread).
+/// bytes of weight per thread; bm and bk x bn x 8 within i32).
 pub fn matmul_f16_int(weight: DType, bm: usize, bn: usize, bk: usize) -> Program {
     check_tiles(bm, bn, bk);
     let bits = check_weight(weight, bk, bn);
@@ -303,8 +309,8 @@ pub fn matmul_f16_pipelined_with(
 ) -> Program {
     check_tiles(bm, bn, bk);
     assert!(
-        stages >= 2,
-        "a pipeline needs at least 2 stages, got {stages}"
+        (2..=i32::MAX as usize).contains(&stages),
+        "a pipeline needs at least 2 stages (and at most i32::MAX), got {stages}"
     );
     let suffix = match bug {
         None => "",

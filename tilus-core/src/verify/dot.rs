@@ -37,7 +37,7 @@
 
 use std::collections::HashSet;
 
-use super::table::{LayoutTable, NONE};
+use super::table::{LayoutTable, ThreadMap, NONE};
 use crate::dtype::Kind;
 use crate::ir::RegisterType;
 use crate::layout::Layout;
@@ -188,7 +188,7 @@ pub fn dot_thread_local(
         ));
     }
     let (k, n) = (ta.shape[1], tb.shape[1]);
-    let (mut amap, mut bmap) = (Vec::new(), Vec::new());
+    let (mut amap, mut bmap) = (ThreadMap::default(), ThreadMap::default());
     // Locals chosen by the first thread, per (c local, kk): every thread must agree.
     let mut ref_a = vec![NONE; tc.locals * k];
     let mut ref_b = vec![NONE; tc.locals * k];
@@ -241,7 +241,7 @@ pub fn broadcast_thread_local(lhs: &Layout, rhs: &Layout, threads: usize) -> Res
     let Some(lead) = lead.filter(|_| broadcasts) else {
         return Err(format!("shape {rs:?} does not broadcast to {ls:?}"));
     };
-    let mut map = Vec::new();
+    let mut map = ThreadMap::default();
     let mut reference = vec![NONE; tl.locals];
     let mut seen = HashSet::new();
     for t in 0..threads {

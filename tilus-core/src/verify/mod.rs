@@ -24,12 +24,17 @@
 //!   alignment, extents equal or 1), with the same dtype, and its layout satisfies the
 //!   *thread-local condition* ([`broadcast_thread_local`]).
 //! - **Dot**: shapes `[m, k] x [k, n] + [m, n]`; dtypes and layouts per [`plan_dot`].
+//! - **Resource limits** (checked first; see `limits.rs` for the table and the reasons):
+//!   threads per layout, 32-bit registers per thread of each register tensor, element counts
+//!   and shared sizes in checked arithmetic, and unrolled element operations per thread. Past a
+//!   limit only the limits are reported: the other rules build per-element tables.
 //! - **Shared memory**: the sum of all `allocate_shared` sizes (each rounded up to 16 bytes) fits
 //!   `Target::max_shared_bytes`; reported at the program span with the total and the tensors.
 
 mod dot;
 mod expr;
 mod instr;
+mod limits;
 pub(crate) mod shared;
 pub(crate) mod table;
 
@@ -37,6 +42,10 @@ pub use dot::{
     broadcast_thread_local, dot_thread_local, mma_fragments, plan_dot, DotPlan, MmaKind,
 };
 pub(crate) use expr::const_eval;
+pub use limits::{
+    max_register_words, register_words, MAX_BLOCK_REGISTERS, MAX_BLOCK_THREADS, MAX_LAYOUT_CELLS,
+    MAX_UNROLLED_OPS,
+};
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
 
@@ -54,12 +63,32 @@ pub struct Diagnostic {
 pub fn verify(program: &Program, target: &Target) -> Result<(), Vec<Diagnostic>> {
     let mut checker = Checker::new(program, target);
     checker.header();
+    // The rules below build per-element layout tables: past a resource limit they could take
+    // unbounded time and memory, so stop at the limits.
+    let over = limits::check(program, checker.block_threads);
+    if !over.is_empty() {
+        checker.diags.extend(over);
+        return Err(checker.diags);
+    }
     checker.block(&program.body);
     checker.shared_total();
     if checker.diags.is_empty() {
         Ok(())
     } else {
         Err(checker.diags)
+    }
+}
+
+/// Check only the resource limits of [`verify`] (see `limits`: threads, registers per tensor,
+/// shared allocation sizes, unrolled operations); cheap, builds no layout table.
+pub fn check_limits(program: &Program) -> Result<(), Vec<Diagnostic>> {
+    let threads = program.num_threads as usize;
+    let valid = threads > 0 && threads <= MAX_BLOCK_THREADS;
+    let diags = limits::check(program, if valid { threads } else { 0 });
+    if diags.is_empty() {
+        Ok(())
+    } else {
+        Err(diags)
     }
 }
 
@@ -72,7 +101,7 @@ pub fn shared_bytes(program: &Program) -> usize {
                 StmtKind::Instr(crate::ir::Instruction::AllocateShared {
                     dtype, layout, ..
                 }) if layout.strides.len() == layout.shape.len() => {
-                    *total += shared::allocation_bytes(*dtype, layout);
+                    *total = total.saturating_add(shared::allocation_bytes(*dtype, layout));
                 }
                 StmtKind::If {
                     then_body,
@@ -352,7 +381,10 @@ impl<'p> Checker<'p> {
     }
 
     fn shared_total(&mut self) {
-        let total: usize = self.shared.iter().map(|(_, b)| b).sum();
+        let total = self
+            .shared
+            .iter()
+            .fold(0usize, |t, (_, b)| t.saturating_add(*b));
         if total > self.target.max_shared_bytes {
             let parts: Vec<String> = self
                 .shared

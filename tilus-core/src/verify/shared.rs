@@ -21,9 +21,17 @@ pub(crate) fn element_offset(layout: &SharedLayout, base: usize, index: &[usize]
         .map_or(base + linear, |s| s.apply(base + linear))
 }
 
-/// Bytes one `allocate_shared` takes, including the alignment padding that follows it.
+/// Bytes one `allocate_shared` takes, including the alignment padding that follows it
+/// (saturating at `usize::MAX`; see [`checked_allocation_bytes`]).
 pub(crate) fn allocation_bytes(dtype: DType, layout: &SharedLayout) -> usize {
-    (layout.size() * dtype.bits() as usize)
+    checked_allocation_bytes(dtype, layout).unwrap_or(usize::MAX)
+}
+
+/// [`allocation_bytes`], or `None` when the count does not fit in `usize`.
+pub(crate) fn checked_allocation_bytes(dtype: DType, layout: &SharedLayout) -> Option<usize> {
+    layout
+        .checked_size()?
+        .checked_mul(dtype.bits() as usize)?
         .div_ceil(8)
-        .next_multiple_of(SHARED_ALIGN)
+        .checked_next_multiple_of(SHARED_ALIGN)
 }

@@ -59,12 +59,37 @@ impl LayoutTable {
     }
 
     /// `map[flat]` = the first local of layout thread `t` holding element `flat`, else [`NONE`].
-    pub fn thread_map(&self, t: usize, map: &mut Vec<u32>) {
-        map.clear();
-        map.resize(self.size(), NONE);
-        for i in (0..self.locals).rev() {
-            map[self.at(t, i)] = i as u32;
+    /// Costs `O(locals)` after the first call on a map, not `O(size)`: checks that visit every
+    /// thread would otherwise cost threads x elements.
+    pub fn thread_map(&self, t: usize, map: &mut ThreadMap) {
+        if map.map.len() == self.size() {
+            for &f in &map.set {
+                map.map[f] = NONE;
+            }
+        } else {
+            map.map.clear();
+            map.map.resize(self.size(), NONE);
         }
+        map.set.clear();
+        for i in (0..self.locals).rev() {
+            let f = self.at(t, i);
+            map.map[f] = i as u32;
+            map.set.push(f);
+        }
+    }
+}
+
+/// The buffer of [`LayoutTable::thread_map`]: the map and the entries it set last.
+#[derive(Default)]
+pub(crate) struct ThreadMap {
+    map: Vec<u32>,
+    set: Vec<usize>,
+}
+
+impl std::ops::Index<usize> for ThreadMap {
+    type Output = u32;
+    fn index(&self, flat: usize) -> &u32 {
+        &self.map[flat]
     }
 }
 
