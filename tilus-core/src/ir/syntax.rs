@@ -95,179 +95,36 @@ macro_rules! row {
 }
 
 /// Every instruction of the `#[kernel]` language.
+#[rustfmt::skip]
 pub const INSTRUCTIONS: &[Syntax] = &[
-    row!(
-        "block_indices",
-        Control,
-        0..=0,
-        "let [bi, bj] = block_indices()",
-        Op::BlockIndices
-    ),
-    row!(
-        "view_global",
-        Memory,
-        2..=2,
-        "view_global(ptr, [extents..]) or view_global::<T>(ptr, [extents..])",
-        Op::ViewGlobal
-    ),
-    row!(
-        "allocate_global",
-        Memory,
-        1..=1,
-        "allocate_global::<T>([extents..])",
-        Op::AllocateGlobal
-    ),
-    row!(
-        "register" | "allocate_register",
-        Memory,
-        1..=2,
-        "register::<T>(layout) or register::<T>(layout, init)",
-        Op::AllocateRegister
-    ),
-    row!(
-        "shared" | "allocate_shared",
-        Memory,
-        1..=2,
-        "shared::<T>([extents..]) or shared::<T>([extents..], swizzle(bits, base, shift))",
-        Op::AllocateShared
-    ),
-    row!(
-        "load_global",
-        Memory,
-        3..=3,
-        "load_global(src, layout, [offset..])",
-        Op::LoadGlobal
-    ),
-    row!(
-        "store_global",
-        Memory,
-        3..=3,
-        "store_global(x, dst, [offset..])",
-        Op::StoreGlobal
-    ),
-    row!(
-        "load_shared",
-        Memory,
-        3..=3,
-        "load_shared(src, layout, [offset..])",
-        Op::LoadShared
-    ),
-    row!(
-        "store_shared",
-        Memory,
-        3..=3,
-        "store_shared(x, dst, [offset..])",
-        Op::StoreShared
-    ),
-    row!(
-        "slice_shared",
-        Memory,
-        3..=3,
-        "slice_shared(src, [offset..], [extents..])",
-        Op::SliceShared
-    ),
-    row!(
-        "copy_async",
-        Memory,
-        3..=3,
-        "copy_async(src, dst, [offset..])",
-        Op::CopyAsync
-    ),
-    row!(
-        "copy_async_commit_group" | "commit_group",
-        Memory,
-        0..=0,
-        "commit_group()",
-        Op::CommitGroup
-    ),
-    row!(
-        "copy_async_wait_group" | "wait_group",
-        Memory,
-        1..=1,
-        "wait_group(n)",
-        Op::WaitGroup
-    ),
-    row!(
-        "add",
-        Elementwise,
-        2..=2,
-        "add(x, y)",
-        Op::Binary(ElementOp::Add)
-    ),
-    row!(
-        "sub",
-        Elementwise,
-        2..=2,
-        "sub(x, y)",
-        Op::Binary(ElementOp::Sub)
-    ),
-    row!(
-        "mul",
-        Elementwise,
-        2..=2,
-        "mul(x, y)",
-        Op::Binary(ElementOp::Mul)
-    ),
-    row!(
-        "div",
-        Elementwise,
-        2..=2,
-        "div(x, y)",
-        Op::Binary(ElementOp::Div)
-    ),
-    row!(
-        "rem" | "mod",
-        Elementwise,
-        2..=2,
-        "rem(x, y) (or x % y)",
-        Op::Binary(ElementOp::Mod)
-    ),
-    row!(
-        "min",
-        Elementwise,
-        2..=2,
-        "min(x, y)",
-        Op::MinMax(ElementOp::Min)
-    ),
-    row!(
-        "max",
-        Elementwise,
-        2..=2,
-        "max(x, y)",
-        Op::MinMax(ElementOp::Max)
-    ),
+    row!("block_indices", Control, 0..=0, "let [bi, bj] = block_indices()", Op::BlockIndices),
+    row!("view_global", Memory, 2..=2, "view_global(ptr, [extents..]) or view_global::<T>(ptr, [extents..])", Op::ViewGlobal),
+    row!("allocate_global", Memory, 1..=1, "allocate_global::<T>([extents..])", Op::AllocateGlobal),
+    row!("register" | "allocate_register", Memory, 1..=2, "register::<T>(layout) or register::<T>(layout, init)", Op::AllocateRegister),
+    row!("shared" | "allocate_shared", Memory, 1..=2, "shared::<T>([extents..]) or shared::<T>([extents..], swizzle(bits, base, shift))", Op::AllocateShared),
+    row!("load_global", Memory, 3..=3, "load_global(src, layout, [offset..])", Op::LoadGlobal),
+    row!("store_global", Memory, 3..=3, "store_global(x, dst, [offset..])", Op::StoreGlobal),
+    row!("load_shared", Memory, 3..=3, "load_shared(src, layout, [offset..])", Op::LoadShared),
+    row!("store_shared", Memory, 3..=3, "store_shared(x, dst, [offset..])", Op::StoreShared),
+    row!("slice_shared", Memory, 3..=3, "slice_shared(src, [offset..], [extents..])", Op::SliceShared),
+    row!("copy_async", Memory, 3..=3, "copy_async(src, dst, [offset..])", Op::CopyAsync),
+    row!("copy_async_commit_group" | "commit_group", Memory, 0..=0, "commit_group()", Op::CommitGroup),
+    row!("copy_async_wait_group" | "wait_group", Memory, 1..=1, "wait_group(n)", Op::WaitGroup),
+    row!("add", Elementwise, 2..=2, "add(x, y)", Op::Binary(ElementOp::Add)),
+    row!("sub", Elementwise, 2..=2, "sub(x, y)", Op::Binary(ElementOp::Sub)),
+    row!("mul", Elementwise, 2..=2, "mul(x, y)", Op::Binary(ElementOp::Mul)),
+    row!("div", Elementwise, 2..=2, "div(x, y)", Op::Binary(ElementOp::Div)),
+    row!("rem" | "mod", Elementwise, 2..=2, "rem(x, y) (or x % y)", Op::Binary(ElementOp::Mod)),
+    row!("min", Elementwise, 2..=2, "min(x, y)", Op::MinMax(ElementOp::Min)),
+    row!("max", Elementwise, 2..=2, "max(x, y)", Op::MinMax(ElementOp::Max)),
     row!("neg", Elementwise, 1..=1, "neg(x)", Op::Neg),
-    row!(
-        "mul_add",
-        Elementwise,
-        3..=3,
-        "mul_add(a, b, c)",
-        Op::MulAdd
-    ),
-    row!(
-        "cast",
-        Elementwise,
-        1..=2,
-        "cast::<T>(x) or cast::<T>(x, layout)",
-        Op::Cast
-    ),
+    row!("mul_add", Elementwise, 3..=3, "mul_add(a, b, c)", Op::MulAdd),
+    row!("cast", Elementwise, 1..=2, "cast::<T>(x) or cast::<T>(x, layout)", Op::Cast),
     row!("view", Elementwise, 2..=2, "view::<T>(x, layout)", Op::View),
     row!("dot", Matrix, 3..=3, "dot(a, b, c)", Op::Dot),
-    row!(
-        "synchronize" | "sync",
-        Control,
-        0..=0,
-        "sync()",
-        Op::Synchronize
-    ),
+    row!("synchronize" | "sync", Control, 0..=0, "sync() or synchronize()", Op::Synchronize),
     row!("exit", Control, 0..=0, "exit()", Op::Exit),
-    row!(
-        "print",
-        Control,
-        1..=2,
-        "print(x) or print(\"label\", x)",
-        Op::Print
-    ),
+    row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),
     row!("cdiv", Scalar, 2..=2, "cdiv(a, b)", Op::Cdiv),
     row!("gcd", Scalar, 2..=2, "gcd(a, b) (of constants)", Op::Gcd),
 ];
@@ -302,4 +159,36 @@ pub fn family_names(family: Family) -> Vec<&'static str> {
         .filter(|s| s.family == family)
         .map(|s| s.name)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn spellings_are_unique_and_every_op_has_one_row() {
+        let all: Vec<&str> = spellings().collect();
+        let unique: HashSet<&str> = all.iter().copied().collect();
+        assert_eq!(all.len(), unique.len(), "a spelling names two rows: {all:?}");
+        let ops: HashSet<Op> = INSTRUCTIONS.iter().map(|s| s.op).collect();
+        assert_eq!(ops.len(), INSTRUCTIONS.len(), "an op has two rows");
+        for op in [
+            ElementOp::Add,
+            ElementOp::Sub,
+            ElementOp::Mul,
+            ElementOp::Div,
+            ElementOp::Mod,
+            ElementOp::Min,
+            ElementOp::Max,
+        ] {
+            assert!(lookup(op.name()).is_some(), "{op:?}");
+        }
+        assert_eq!(ElementOp::Mod.name(), "rem");
+        assert_eq!(lookup("mod").map(|s| s.name), Some("rem"));
+        for s in INSTRUCTIONS {
+            assert!(s.arity.0 <= s.arity.1, "{}", s.name);
+            assert!(s.usage.contains(s.name) || s.aliases.iter().any(|a| s.usage.contains(a)));
+        }
+    }
 }

@@ -479,6 +479,19 @@ impl Translator<'_, '_> {
                 ),
             ));
         };
+        self.elementwise(b, node, eop, x, rhs, dest)
+    }
+
+    /// The elementwise instruction `eop` on a register tensor (from an operator or a call).
+    pub(super) fn elementwise<T: ToTokens + 'static>(
+        &mut self,
+        b: &mut ProgramBuilder,
+        node: &T,
+        eop: ElementOp,
+        x: VarId,
+        rhs: Operand,
+        dest: DestHint,
+    ) -> R<Value> {
         if self.in_grid {
             return Err(self.err(node, "the grid can only use scalars"));
         }

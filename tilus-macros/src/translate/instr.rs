@@ -1,59 +1,13 @@
 //! Instruction calls, named after the paper's Table 1.
 
 use syn::{Expr as SynExpr, ExprCall, GenericArgument, PathArguments, Type};
-use tilus_core::ir::{BinaryOp, Expr, ProgramBuilder, ScalarType, VarType};
+use tilus_core::ir::syntax::{self, Family, Op, Syntax};
+use tilus_core::ir::{BinaryOp, ElementOp, Expr, ProgramBuilder, ScalarType, VarType};
 use tilus_core::layout::{SharedLayout, Swizzle};
 use tilus_core::DType;
 
 use super::expr::{build, Scope};
 use super::*;
-
-/// Every instruction with its usage, for arity errors and "did you mean" hints.
-pub const INSTRUCTIONS: &[(&str, &str)] = &[
-    ("block_indices", "let [bi, bj] = block_indices()"),
-    ("view_global", "view_global(ptr, [extents..]) or view_global::<T>(ptr, [extents..])"),
-    ("allocate_global", "allocate_global::<T>([extents..])"),
-    ("register", "register::<T>(layout) or register::<T>(layout, init)"),
-    ("allocate_register", "allocate_register::<T>(layout) or allocate_register::<T>(layout, init)"),
-    ("shared", "shared::<T>([extents..]) or shared::<T>([extents..], swizzle(bits, base, shift))"),
-    ("allocate_shared", "allocate_shared::<T>([extents..]) or allocate_shared::<T>([extents..], swizzle(bits, base, shift))"),
-    ("load_global", "load_global(src, layout, [offset..])"),
-    ("store_global", "store_global(x, dst, [offset..])"),
-    ("load_shared", "load_shared(src, layout, [offset..])"),
-    ("store_shared", "store_shared(x, dst, [offset..])"),
-    ("slice_shared", "slice_shared(src, [offset..], [extents..])"),
-    ("copy_async", "copy_async(src, dst, [offset..])"),
-    ("commit_group", "commit_group()"),
-    ("copy_async_commit_group", "copy_async_commit_group()"),
-    ("wait_group", "wait_group(n)"),
-    ("copy_async_wait_group", "copy_async_wait_group(n)"),
-    ("add", "add(x, y)"),
-    ("sub", "sub(x, y)"),
-    ("mul", "mul(x, y)"),
-    ("div", "div(x, y)"),
-    ("rem", "rem(x, y)"),
-    ("min", "min(x, y)"),
-    ("max", "max(x, y)"),
-    ("cdiv", "cdiv(a, b)"),
-    ("gcd", "gcd(a, b) (of constants)"),
-    ("neg", "neg(x)"),
-    ("mul_add", "mul_add(a, b, c)"),
-    ("cast", "cast::<T>(x) or cast::<T>(x, layout)"),
-    ("view", "view::<T>(x, layout)"),
-    ("dot", "dot(a, b, c)"),
-    ("sync", "sync()"),
-    ("synchronize", "synchronize()"),
-    ("exit", "exit()"),
-    ("print", "print(x) or print(\"label\", x)"),
-];
-
-fn usage(name: &str) -> &'static str {
-    INSTRUCTIONS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, u)| *u)
-        .unwrap_or("")
-}
 
 fn scope_name(s: Scope) -> &'static str {
     match s {
@@ -212,7 +166,7 @@ impl Translator<'_, '_> {
                 format!(
                     "`{}` needs a data type: `{}`",
                     seg.ident,
-                    usage(&seg.ident.to_string())
+                    syntax::lookup(&seg.ident.to_string()).map_or("", |s| s.usage)
                 ),
             )),
             [] => Ok(None),
@@ -234,7 +188,8 @@ impl Translator<'_, '_> {
         }
     }
 
-    fn arity(&mut self, c: &ExprCall, name: &str, min: usize, max: usize) -> R<()> {
+    fn arity(&mut self, c: &ExprCall, name: &str, syntax: &Syntax) -> R<()> {
+        let (min, max) = syntax.arity;
         let n = c.args.len();
         if n >= min && n <= max {
             return Ok(());
@@ -246,7 +201,7 @@ impl Translator<'_, '_> {
         };
         Err(self.err(
             c,
-            format!("`{name}` takes {want}: `{}`; found {n}", usage(name)),
+            format!("`{name}` takes {want}: `{}`; found {n}", syntax.usage),
         ))
     }
 
@@ -264,15 +219,20 @@ impl Translator<'_, '_> {
         };
         let name = seg.ident.to_string();
         let args: Vec<&SynExpr> = c.args.iter().collect();
-        if self.in_grid && !matches!(name.as_str(), "cdiv" | "min" | "max" | "gcd") {
+        let Some(syntax) = syntax::lookup(&name) else {
+            return Err(self.err(&seg.ident, unknown_instruction(&name)));
+        };
+        if self.in_grid && syntax.family != Family::Scalar && !matches!(syntax.op, Op::MinMax(_)) {
             return Err(self.err(
                 c,
                 "the grid is computed from `i32` parameters and tile parameters, with + - * / % and `cdiv`, `min`, `max`",
             ));
         }
-        match name.as_str() {
-            "cdiv" => {
-                self.arity(c, &name, 2, 2)?;
+        self.arity(c, &name, syntax)?;
+        // Messages name the instruction as the user spelled it.
+        let name = name.as_str();
+        match syntax.op {
+            Op::Cdiv => {
                 let x = self.scalar(b, args[0], ScalarType::I32);
                 let y = self.scalar(b, args[1], ScalarType::I32);
                 let (x, y) = (x?, y?);
@@ -288,42 +248,29 @@ impl Translator<'_, '_> {
                     _ => Ok(Value::Scalar(Expr::cdiv(x, y), ScalarType::I32)),
                 }
             }
-            "gcd" => {
-                self.arity(c, &name, 2, 2)?;
-                match (self.const_int(args[0]), self.const_int(args[1])) {
-                    (Some(x), Some(y)) => Ok(Value::Scalar(Expr::Int(gcd(x, y)), ScalarType::I32)),
-                    _ => Err(self.err(c, "`gcd` takes constants (integers and tile parameters)")),
-                }
-            }
-            "min" | "max" => {
-                self.arity(c, &name, 2, 2)?;
-                let op = if name == "min" {
+            Op::Gcd => match (self.const_int(args[0]), self.const_int(args[1])) {
+                (Some(x), Some(y)) => Ok(Value::Scalar(Expr::Int(gcd(x, y)), ScalarType::I32)),
+                _ => Err(self.err(c, "`gcd` takes constants (integers and tile parameters)")),
+            },
+            Op::MinMax(op) => {
+                let op = if op == ElementOp::Min {
                     BinaryOp::Min
                 } else {
                     BinaryOp::Max
                 };
                 self.min_max(b, c, op, args[0], args[1], dest)
             }
-            "add" | "sub" | "mul" | "div" | "rem" => {
-                self.arity(c, &name, 2, 2)?;
-                let op = match name.as_str() {
-                    "add" => BinaryOp::Add,
-                    "sub" => BinaryOp::Sub,
-                    "mul" => BinaryOp::Mul,
-                    "div" => BinaryOp::Div,
-                    _ => BinaryOp::Mod,
-                };
-                let x = self.tensor_arg(b, args[0], &name, "first operand", Scope::Register);
+            Op::Binary(op) => {
+                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::Register);
                 let y = self.value(b, args[1], DestHint::Temp);
                 let (x, y) = (x?, y?);
                 let rhs = self.operand(args[1], y)?;
-                self.element(b, c, op, x, rhs, dest)
+                self.elementwise(b, c, op, x, rhs, dest)
             }
-            "mul_add" => {
-                self.arity(c, &name, 3, 3)?;
-                let x = self.tensor_arg(b, args[0], &name, "first operand", Scope::Register);
+            Op::MulAdd => {
+                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::Register);
                 let y = self.value(b, args[1], DestHint::Temp);
-                let z = self.tensor_arg(b, args[2], &name, "addend", Scope::Register);
+                let z = self.tensor_arg(b, args[2], name, "addend", Scope::Register);
                 let (x, y, z) = (x?, y?, z?);
                 let rhs = self.operand(args[1], y)?;
                 let site = self.site(c);
@@ -336,17 +283,15 @@ impl Translator<'_, '_> {
                     z
                 ))))
             }
-            "neg" => {
-                self.arity(c, &name, 1, 1)?;
-                let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register)?;
+            Op::Neg => {
+                let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register)?;
                 self.neg(b, c, x, dest)
             }
-            "block_indices" => Err(self.err(
+            Op::BlockIndices => Err(self.err(
                 c,
                 "bind the block indices with a pattern: `let [bi, bj] = block_indices();`",
             )),
-            "view_global" => {
-                self.arity(c, &name, 2, 2)?;
+            Op::ViewGlobal => {
                 let dtype = self.dtype_targ(c, seg, false);
                 let ptr = match self.value(b, args[0], DestHint::Temp) {
                     Ok(Value::Pointer(p)) => Ok(p),
@@ -371,8 +316,7 @@ impl Translator<'_, '_> {
                 let n = self.dest_name(dest, "view")?;
                 Ok(Value::Tensor(b.view_global(&n, ptr, dtype, shape)))
             }
-            "allocate_global" => {
-                self.arity(c, &name, 1, 1)?;
+            Op::AllocateGlobal => {
                 let dtype = self.dtype_targ(c, seg, true);
                 let shape = self.array_arg(b, args[0], "the extents");
                 let (dtype, shape) = (dtype?, shape?);
@@ -385,10 +329,9 @@ impl Translator<'_, '_> {
                     shape,
                 )))
             }
-            "register" | "allocate_register" => {
-                self.arity(c, &name, 1, 2)?;
+            Op::AllocateRegister => {
                 let dtype = self.dtype_targ(c, seg, true);
-                let layout = self.layout_arg(b, args[0], &name);
+                let layout = self.layout_arg(b, args[0], name);
                 let init = match args.get(1) {
                     None => Ok(None),
                     Some(e) => match self.value(b, e, DestHint::Temp) {
@@ -413,8 +356,7 @@ impl Translator<'_, '_> {
                     init
                 ))))
             }
-            "shared" | "allocate_shared" => {
-                self.arity(c, &name, 1, 2)?;
+            Op::AllocateShared => {
                 let dtype = self.dtype_targ(c, seg, true);
                 let shape = self.const_shape(b, args[0]);
                 let swizzle = match args.get(1) {
@@ -440,15 +382,14 @@ impl Translator<'_, '_> {
                     layout,
                 )))
             }
-            "load_global" | "load_shared" => {
-                self.arity(c, &name, 3, 3)?;
-                let scope = if name == "load_global" {
+            Op::LoadGlobal | Op::LoadShared => {
+                let scope = if syntax.op == Op::LoadGlobal {
                     Scope::Global
                 } else {
                     Scope::Shared
                 };
-                let src = self.tensor_arg(b, args[0], &name, "source", scope);
-                let layout = self.layout_arg(b, args[1], &name);
+                let src = self.tensor_arg(b, args[0], name, "source", scope);
+                let layout = self.layout_arg(b, args[1], name);
                 let offset = self.array_arg(b, args[2], "the offset");
                 let (src, layout, offset) = (src?, layout?, offset?);
                 let site = self.site_with(c, Some(Range::of(args[1])), Some(Range::of(args[2])));
@@ -460,15 +401,14 @@ impl Translator<'_, '_> {
                     build!(d, |d| b.load_shared(d, src, layout.clone(), offset.clone()))
                 }))
             }
-            "store_global" | "store_shared" => {
-                self.arity(c, &name, 3, 3)?;
-                let scope = if name == "store_global" {
+            Op::StoreGlobal | Op::StoreShared => {
+                let scope = if syntax.op == Op::StoreGlobal {
                     Scope::Global
                 } else {
                     Scope::Shared
                 };
-                let x = self.tensor_arg(b, args[0], &name, "value", Scope::Register);
-                let dst = self.tensor_arg(b, args[1], &name, "destination", scope);
+                let x = self.tensor_arg(b, args[0], name, "value", Scope::Register);
+                let dst = self.tensor_arg(b, args[1], name, "destination", scope);
                 let offset = self.array_arg(b, args[2], "the offset");
                 let (x, dst, offset) = (x?, dst?, offset?);
                 let site = self.site_with(c, None, Some(Range::of(args[2])));
@@ -480,9 +420,8 @@ impl Translator<'_, '_> {
                 }
                 Ok(Value::Unit)
             }
-            "slice_shared" => {
-                self.arity(c, &name, 3, 3)?;
-                let src = self.tensor_arg(b, args[0], &name, "source", Scope::Shared);
+            Op::SliceShared => {
+                let src = self.tensor_arg(b, args[0], name, "source", Scope::Shared);
                 let offset = self.array_arg(b, args[1], "the offset");
                 let shape = self.const_shape(b, args[2]);
                 let (src, offset, shape) = (src?, offset?, shape?);
@@ -491,10 +430,9 @@ impl Translator<'_, '_> {
                 let n = self.dest_name(dest, "slice")?;
                 Ok(Value::Tensor(b.slice_shared(&n, src, offset, shape)))
             }
-            "copy_async" => {
-                self.arity(c, &name, 3, 3)?;
-                let src = self.tensor_arg(b, args[0], &name, "source", Scope::Global);
-                let dst = self.tensor_arg(b, args[1], &name, "destination", Scope::Shared);
+            Op::CopyAsync => {
+                let src = self.tensor_arg(b, args[0], name, "source", Scope::Global);
+                let dst = self.tensor_arg(b, args[1], name, "destination", Scope::Shared);
                 let offset = self.array_arg(b, args[2], "the offset");
                 let (src, dst, offset) = (src?, dst?, offset?);
                 let site = self.site_with(c, None, Some(Range::of(args[2])));
@@ -502,15 +440,13 @@ impl Translator<'_, '_> {
                 b.copy_async(dst, src, offset);
                 Ok(Value::Unit)
             }
-            "commit_group" | "copy_async_commit_group" => {
-                self.arity(c, &name, 0, 0)?;
+            Op::CommitGroup => {
                 let site = self.site(c);
                 b.set_span(site);
                 b.copy_async_commit_group();
                 Ok(Value::Unit)
             }
-            "wait_group" | "copy_async_wait_group" => {
-                self.arity(c, &name, 1, 1)?;
+            Op::WaitGroup => {
                 let n = match self.const_int(args[0]) {
                     Some(n) if n >= 0 => n as u32,
                     _ => {
@@ -525,14 +461,13 @@ impl Translator<'_, '_> {
                 b.copy_async_wait_group(n);
                 Ok(Value::Unit)
             }
-            "cast" => {
-                self.arity(c, &name, 1, 2)?;
+            Op::Cast => {
                 let dtype = self.dtype_targ(c, seg, true);
-                let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register);
+                let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
                 // With a layout: the same elements per thread in another local order.
                 let layout = args
                     .get(1)
-                    .map(|l| self.layout_arg(b, l, &name))
+                    .map(|l| self.layout_arg(b, l, name))
                     .transpose();
                 let (dtype, x, layout) = (dtype?, x?, layout?);
                 let site = match args.get(1) {
@@ -547,11 +482,10 @@ impl Translator<'_, '_> {
                     Some(l) => build!(d, |d| b.cast_to(d, x, dtype, l.clone())),
                 }))
             }
-            "view" => {
-                self.arity(c, &name, 2, 2)?;
+            Op::View => {
                 let dtype = self.dtype_targ(c, seg, true);
-                let x = self.tensor_arg(b, args[0], &name, "operand", Scope::Register);
-                let layout = self.layout_arg(b, args[1], &name);
+                let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
+                let layout = self.layout_arg(b, args[1], name);
                 let (dtype, x, layout) = (dtype?, x?, layout?);
                 let site = self.site_with(c, Some(Range::of(args[1])), None);
                 b.set_span(site);
@@ -564,33 +498,29 @@ impl Translator<'_, '_> {
                     layout.clone()
                 ))))
             }
-            "dot" => {
-                self.arity(c, &name, 3, 3)?;
-                let x = self.tensor_arg(b, args[0], &name, "first operand", Scope::Register);
-                let y = self.tensor_arg(b, args[1], &name, "second operand", Scope::Register);
-                let z = self.tensor_arg(b, args[2], &name, "accumulator", Scope::Register);
+            Op::Dot => {
+                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::Register);
+                let y = self.tensor_arg(b, args[1], name, "second operand", Scope::Register);
+                let z = self.tensor_arg(b, args[2], name, "accumulator", Scope::Register);
                 let (x, y, z) = (x?, y?, z?);
                 let site = self.site(c);
                 b.set_span(site);
                 let d = self.dest(dest, "dot");
                 Ok(Value::Tensor(build!(d, |d| b.dot(d, x, y, z))))
             }
-            "sync" | "synchronize" => {
-                self.arity(c, &name, 0, 0)?;
+            Op::Synchronize => {
                 let site = self.site(c);
                 b.set_span(site);
                 b.synchronize();
                 Ok(Value::Unit)
             }
-            "exit" => {
-                self.arity(c, &name, 0, 0)?;
+            Op::Exit => {
                 let site = self.site(c);
                 b.set_span(site);
                 b.exit();
                 Ok(Value::Unit)
             }
-            "print" => {
-                self.arity(c, &name, 1, 2)?;
+            Op::Print => {
                 let (label, x) = if args.len() == 2 {
                     match args[0] {
                         SynExpr::Lit(syn::ExprLit {
@@ -610,19 +540,6 @@ impl Translator<'_, '_> {
                 b.set_span(site);
                 b.print(&label, operand);
                 Ok(Value::Unit)
-            }
-            other => {
-                let hint = suggest(other, INSTRUCTIONS.iter().map(|(n, _)| *n))
-                    .map(|s| format!("did you mean `{s}`?"))
-                    .unwrap_or_else(|| {
-                        "the instructions are: ".to_string()
-                            + &INSTRUCTIONS
-                                .iter()
-                                .map(|(n, _)| *n)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                    });
-                Err(self.err(&seg.ident, format!("unknown instruction `{other}`; {hint}")))
             }
         }
     }
@@ -728,4 +645,27 @@ pub fn gcd(a: i32, b: i32) -> i32 {
         (a, b) = (b, a % b);
     }
     a.min(i32::MAX as u32) as i32
+}
+
+/// The message for a call of `name`, which is no instruction: a near spelling if there is one,
+/// else the instructions of the family whose spellings come closest.
+pub(super) fn unknown_instruction(name: &str) -> String {
+    if let Some(s) = suggest(name, syntax::spellings()) {
+        return format!("unknown instruction `{name}`; did you mean `{s}`?");
+    }
+    let closest = syntax::INSTRUCTIONS
+        .iter()
+        .flat_map(|s| {
+            std::iter::once(s.name)
+                .chain(s.aliases.iter().copied())
+                .map(move |n| (edit_distance(name, n), s.family))
+        })
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, f)| f)
+        .unwrap_or(Family::Elementwise);
+    format!(
+        "`{name}` is not an instruction; the closest family, {}, has: {}",
+        closest.name(),
+        syntax::family_names(closest).join(", ")
+    )
 }
