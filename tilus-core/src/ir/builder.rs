@@ -119,11 +119,22 @@ impl ProgramBuilder {
         self.push(StmtKind::Instr(instr));
     }
 
-    fn dest(&mut self, dest: Dest, ty: VarType) -> VarId {
-        match dest {
-            Dest::New(name) => self.new_var(&name, ty),
-            Dest::Existing(v) => v,
+    /// Append the instruction `make` builds for its output `dest`; a new output variable gets
+    /// the type the IR infers ([`Instruction::output_types`]), an existing one keeps its own
+    /// (the verifier checks that they agree).
+    fn define(&mut self, dest: impl Into<Dest>, make: impl FnOnce(VarId) -> Instruction) -> VarId {
+        let (out, fresh) = match dest.into() {
+            Dest::New(name) => (self.new_var(&name, VarType::Unknown), true),
+            Dest::Existing(v) => (v, false),
+        };
+        let instr = make(out);
+        if fresh {
+            for (v, ty) in instr.output_types(&|v| self.ty(v)) {
+                self.vars[v.0 as usize].ty = ty;
+            }
         }
+        self.instr(instr);
+        out
     }
 
     fn register_dtype(&self, v: VarId) -> Option<DType> {
@@ -204,26 +215,19 @@ impl ProgramBuilder {
     // ---- memory ------------------------------------------------------------------------------
 
     pub fn allocate_global(&mut self, name: &str, dtype: DType, shape: Vec<Expr>) -> VarId {
-        let out = self.new_var(name, VarType::Unknown);
-        // A scratch tensor is addressed like a mutable view of its own allocation.
-        self.vars[out.0 as usize].ty = VarType::Global(GlobalType {
+        self.define(name, |out| Instruction::AllocateGlobal {
+            out,
             dtype,
-            ptr: out,
-            mutable: true,
-            shape: shape.clone(),
-        });
-        self.instr(Instruction::AllocateGlobal { out, dtype, shape });
-        out
+            shape,
+        })
     }
 
     pub fn allocate_shared(&mut self, name: &str, dtype: DType, layout: SharedLayout) -> VarId {
-        let ty = VarType::Shared(SharedType {
+        self.define(name, |out| Instruction::AllocateShared {
+            out,
             dtype,
-            layout: layout.clone(),
-        });
-        let out = self.new_var(name, ty);
-        self.instr(Instruction::AllocateShared { out, dtype, layout });
-        out
+            layout,
+        })
     }
 
     pub fn allocate_register(
@@ -233,37 +237,22 @@ impl ProgramBuilder {
         layout: Layout,
         init: Option<f64>,
     ) -> VarId {
-        let ty = VarType::Register(RegisterType {
-            dtype,
-            layout: layout.clone(),
-        });
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::AllocateRegister {
+        self.define(dest, |out| Instruction::AllocateRegister {
             out,
             dtype,
             layout,
             init,
-        });
-        out
+        })
     }
 
     /// A row-major view of pointer parameter `ptr` as `dtype` elements of `shape`.
     pub fn view_global(&mut self, name: &str, ptr: VarId, dtype: DType, shape: Vec<Expr>) -> VarId {
-        let mutable = matches!(self.ty(ptr), VarType::Pointer { mutable: true, .. });
-        let ty = VarType::Global(GlobalType {
-            dtype,
-            ptr,
-            mutable,
-            shape: shape.clone(),
-        });
-        let out = self.new_var(name, ty);
-        self.instr(Instruction::ViewGlobal {
+        self.define(name, |out| Instruction::ViewGlobal {
             out,
             ptr,
             dtype,
             shape,
-        });
-        out
+        })
     }
 
     pub fn load_global(
@@ -273,21 +262,12 @@ impl ProgramBuilder {
         layout: Layout,
         offset: Vec<Expr>,
     ) -> VarId {
-        let ty = match self.ty(src).as_global() {
-            Some(g) => VarType::Register(RegisterType {
-                dtype: g.dtype,
-                layout: layout.clone(),
-            }),
-            None => VarType::Unknown,
-        };
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::LoadGlobal {
+        self.define(dest, |out| Instruction::LoadGlobal {
             out,
             src,
             offset,
             layout,
-        });
-        out
+        })
     }
 
     pub fn store_global(&mut self, src: VarId, dst: VarId, offset: Vec<Expr>) {
@@ -301,21 +281,12 @@ impl ProgramBuilder {
         layout: Layout,
         offset: Vec<Expr>,
     ) -> VarId {
-        let ty = match self.ty(src).as_shared() {
-            Some(s) => VarType::Register(RegisterType {
-                dtype: s.dtype,
-                layout: layout.clone(),
-            }),
-            None => VarType::Unknown,
-        };
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::LoadShared {
+        self.define(dest, |out| Instruction::LoadShared {
             out,
             src,
             offset,
             layout,
-        });
-        out
+        })
     }
 
     pub fn store_shared(&mut self, src: VarId, dst: VarId, offset: Vec<Expr>) {
@@ -330,29 +301,12 @@ impl ProgramBuilder {
         offset: Vec<Expr>,
         shape: Vec<usize>,
     ) -> VarId {
-        let ty = match self.ty(src).as_shared() {
-            Some(s) => {
-                // Slicing keeps the trailing strides, like tiles of a lower rank do.
-                let skip = s.layout.strides.len().saturating_sub(shape.len());
-                VarType::Shared(SharedType {
-                    dtype: s.dtype,
-                    layout: SharedLayout {
-                        shape: shape.clone(),
-                        strides: s.layout.strides[skip..].to_vec(),
-                        swizzle: s.layout.swizzle,
-                    },
-                })
-            }
-            None => VarType::Unknown,
-        };
-        let out = self.new_var(name, ty);
-        self.instr(Instruction::SliceShared {
+        self.define(name, |out| Instruction::SliceShared {
             out,
             src,
             offset,
             shape,
-        });
-        out
+        })
     }
 
     pub fn copy_async(&mut self, dst: VarId, src: VarId, src_offset: Vec<Expr>) {
@@ -380,43 +334,25 @@ impl ProgramBuilder {
         lhs: VarId,
         rhs: Operand,
     ) -> VarId {
-        let ty = self.ty(lhs);
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::Binary { out, op, lhs, rhs });
-        out
+        self.define(dest, |out| Instruction::Binary { out, op, lhs, rhs })
     }
 
     /// `a * b + c`, rounded once (f32 tensors; `b` broadcasts, `c` has `a`'s layout).
     pub fn mul_add(&mut self, dest: impl Into<Dest>, a: VarId, b: Operand, c: VarId) -> VarId {
-        let ty = self.ty(a);
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::MulAdd { out, a, b, c });
-        out
+        self.define(dest, |out| Instruction::MulAdd { out, a, b, c })
     }
 
     pub fn neg(&mut self, dest: impl Into<Dest>, x: VarId) -> VarId {
-        let ty = self.ty(x);
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::Neg { out, x });
-        out
+        self.define(dest, |out| Instruction::Neg { out, x })
     }
 
     pub fn cast(&mut self, dest: impl Into<Dest>, x: VarId, dtype: DType) -> VarId {
-        let ty = match self.ty(x).as_register() {
-            Some(r) => VarType::Register(RegisterType {
-                dtype,
-                layout: r.layout.clone(),
-            }),
-            None => VarType::Unknown,
-        };
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::Cast {
+        self.define(dest, |out| Instruction::Cast {
             out,
             x,
             dtype,
             layout: None,
-        });
-        out
+        })
     }
 
     /// `cast`, with the result in `layout`: `x`'s elements on the same threads in another local
@@ -428,41 +364,26 @@ impl ProgramBuilder {
         dtype: DType,
         layout: Layout,
     ) -> VarId {
-        let ty = VarType::Register(RegisterType {
-            dtype,
-            layout: layout.clone(),
-        });
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::Cast {
+        self.define(dest, |out| Instruction::Cast {
             out,
             x,
             dtype,
             layout: Some(layout),
-        });
-        out
+        })
     }
 
     pub fn view(&mut self, dest: impl Into<Dest>, x: VarId, dtype: DType, layout: Layout) -> VarId {
-        let ty = VarType::Register(RegisterType {
-            dtype,
-            layout: layout.clone(),
-        });
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::View {
+        self.define(dest, |out| Instruction::View {
             out,
             x,
             dtype,
             layout,
-        });
-        out
+        })
     }
 
     /// `a · b + c`; the result has `c`'s type.
     pub fn dot(&mut self, dest: impl Into<Dest>, a: VarId, b: VarId, c: VarId) -> VarId {
-        let ty = self.ty(c);
-        let out = self.dest(dest.into(), ty);
-        self.instr(Instruction::Dot { out, a, b, c });
-        out
+        self.define(dest, |out| Instruction::Dot { out, a, b, c })
     }
 
     pub fn synchronize(&mut self) {

@@ -22,6 +22,7 @@
 mod builder;
 mod display;
 mod eval;
+mod infer;
 mod names;
 pub mod syntax;
 

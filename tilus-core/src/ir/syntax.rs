@@ -170,7 +170,11 @@ mod tests {
     fn spellings_are_unique_and_every_op_has_one_row() {
         let all: Vec<&str> = spellings().collect();
         let unique: HashSet<&str> = all.iter().copied().collect();
-        assert_eq!(all.len(), unique.len(), "a spelling names two rows: {all:?}");
+        assert_eq!(
+            all.len(),
+            unique.len(),
+            "a spelling names two rows: {all:?}"
+        );
         let ops: HashSet<Op> = INSTRUCTIONS.iter().map(|s| s.op).collect();
         assert_eq!(ops.len(), INSTRUCTIONS.len(), "an op has two rows");
         for op in [

@@ -70,7 +70,10 @@ impl<'p> Checker<'p> {
     }
 
     /// Record that `out` is written here with type `ty` (`None`: unknown, already reported).
-    fn define(&mut self, out: VarId, ty: Option<VarType>, span: SpanId, instr: &str) {
+    /// Mark `out` defined and, when its operands checked out, check that its declared type is
+    /// the one the IR infers for the instruction ([`Instruction::output_types`], the same
+    /// inference the builder uses).
+    fn define(&mut self, out: VarId, operands_ok: bool, span: SpanId, instr: &str) {
         let p = self.p;
         let Some(var) = p.vars.get(out.0 as usize) else {
             self.err(
@@ -79,8 +82,13 @@ impl<'p> Checker<'p> {
             );
             return;
         };
-        if let Some(ty) = ty {
-            if var.ty != ty {
+        let inferred = self
+            .inferred
+            .iter()
+            .find(|(v, _)| *v == out)
+            .map(|(_, t)| t.clone());
+        if let (true, Some(ty)) = (operands_ok, inferred) {
+            if ty != VarType::Unknown && var.ty != ty {
                 let (declared, produced) = (describe(&var.ty), describe(&ty));
                 let extra = if declared == produced {
                     " (the layouts differ)"
@@ -260,6 +268,8 @@ impl<'p> Checker<'p> {
 
     pub(super) fn instr(&mut self, ins: &Instruction, span: SpanId) {
         let name = ins.name();
+        let p = self.p;
+        self.inferred = ins.output_types(&|v| p.ty(v).clone());
         match ins {
             Instruction::BlockIndices { outs } => {
                 if outs.len() != self.p.grid.len() {
@@ -273,20 +283,18 @@ impl<'p> Checker<'p> {
                     );
                 }
                 for &o in outs {
-                    self.define(o, Some(VarType::Scalar(ScalarType::I32)), span, name);
+                    self.define(o, true, span, name);
                 }
             }
-            Instruction::AllocateGlobal { out, dtype, shape } => {
+            Instruction::AllocateGlobal {
+                out,
+                dtype: _,
+                shape,
+            } => {
                 for e in shape {
                     self.expect_expr(e, ScalarType::I32, span, "an extent of allocate_global");
                 }
-                let ty = VarType::Global(GlobalType {
-                    dtype: *dtype,
-                    ptr: *out,
-                    mutable: true,
-                    shape: shape.clone(),
-                });
-                self.define(*out, Some(ty), span, name);
+                self.define(*out, true, span, name);
             }
             Instruction::AllocateShared { out, dtype, layout } => {
                 let on = self.name(*out);
@@ -309,15 +317,11 @@ impl<'p> Checker<'p> {
                     self.shared
                         .push((*out, shared::allocation_bytes(*dtype, layout)));
                 }
-                let ty = VarType::Shared(SharedType {
-                    dtype: *dtype,
-                    layout: layout.clone(),
-                });
-                self.define(*out, Some(ty), span, name);
+                self.define(*out, true, span, name);
             }
             Instruction::AllocateRegister {
                 out,
-                dtype,
+                dtype: _,
                 layout,
                 init,
             } => {
@@ -326,16 +330,12 @@ impl<'p> Checker<'p> {
                 if init.is_some_and(f64::is_nan) {
                     self.err(span, format!("{what}: NaN is not a valid initial value"));
                 }
-                let ty = VarType::Register(RegisterType {
-                    dtype: *dtype,
-                    layout: layout.clone(),
-                });
-                self.define(*out, Some(ty), span, name);
+                self.define(*out, true, span, name);
             }
             Instruction::ViewGlobal {
                 out,
                 ptr,
-                dtype,
+                dtype: _,
                 shape,
             } => {
                 for e in shape {
@@ -354,15 +354,7 @@ impl<'p> Checker<'p> {
                         None
                     }
                 };
-                let ty = mutable.map(|mutable| {
-                    VarType::Global(GlobalType {
-                        dtype: *dtype,
-                        ptr: *ptr,
-                        mutable,
-                        shape: shape.clone(),
-                    })
-                });
-                self.define(*out, ty, span, name);
+                self.define(*out, mutable.is_some(), span, name);
             }
             Instruction::LoadGlobal {
                 out,
@@ -374,15 +366,11 @@ impl<'p> Checker<'p> {
                 let what = format!("load_global into {}", self.name(*out));
                 self.check_layout(layout, span, &what);
                 let g = self.global(*src, span, name, "the source");
-                let ty = g.map(|g| {
+                if let Some(g) = g {
                     let dims: Vec<Option<i64>> = g.shape.iter().map(const_eval).collect();
                     self.check_tile(name, *src, layout.shape(), &dims, offset, span, true);
-                    VarType::Register(RegisterType {
-                        dtype: g.dtype,
-                        layout: layout.clone(),
-                    })
-                });
-                self.define(*out, ty, span, name);
+                }
+                self.define(*out, g.is_some(), span, name);
             }
             Instruction::StoreGlobal { src, dst, offset } => {
                 self.offsets(offset, span, name);
@@ -414,15 +402,11 @@ impl<'p> Checker<'p> {
                 let what = format!("load_shared into {}", self.name(*out));
                 self.check_layout(layout, span, &what);
                 let s = self.shared_op(*src, span, name, "the source");
-                let ty = s.map(|s| {
+                if let Some(s) = s {
                     let dims = static_dims(&s.layout);
                     self.check_tile(name, *src, layout.shape(), &dims, offset, span, false);
-                    VarType::Register(RegisterType {
-                        dtype: s.dtype,
-                        layout: layout.clone(),
-                    })
-                });
-                self.define(*out, ty, span, name);
+                }
+                self.define(*out, s.is_some(), span, name);
             }
             Instruction::StoreShared { src, dst, offset } => {
                 self.offsets(offset, span, name);
@@ -442,20 +426,11 @@ impl<'p> Checker<'p> {
             } => {
                 self.offsets(offset, span, name);
                 let s = self.shared_op(*src, span, name, "the source");
-                let ty = s.map(|s| {
+                if let Some(s) = s {
                     let dims = static_dims(&s.layout);
                     self.check_tile(name, *src, shape, &dims, offset, span, false);
-                    let skip = s.layout.strides.len().saturating_sub(shape.len());
-                    VarType::Shared(SharedType {
-                        dtype: s.dtype,
-                        layout: SharedLayout {
-                            shape: shape.clone(),
-                            strides: s.layout.strides[skip..].to_vec(),
-                            swizzle: s.layout.swizzle,
-                        },
-                    })
-                });
-                self.define(*out, ty, span, name);
+                }
+                self.define(*out, s.is_some(), span, name);
             }
             Instruction::CopyAsync {
                 dst,
@@ -516,7 +491,7 @@ impl<'p> Checker<'p> {
                         }
                     }
                 }
-                self.define(*out, l.map(|l| VarType::Register(l.clone())), span, name);
+                self.define(*out, l.is_some(), span, name);
             }
             Instruction::Binary { out, op, lhs, rhs } => {
                 let l = self.reg(*lhs, span, name, "the left operand");
@@ -531,7 +506,7 @@ impl<'p> Checker<'p> {
                         self.err(span, msg);
                     }
                 }
-                self.define(*out, l.map(|l| VarType::Register(l.clone())), span, name);
+                self.define(*out, l.is_some(), span, name);
             }
             Instruction::Neg { out, x } => {
                 let r = self.reg(*x, span, name, "the operand");
@@ -539,12 +514,12 @@ impl<'p> Checker<'p> {
                     let msg = format!("neg of unsigned {} tensor {}", r.dtype, self.name(*x));
                     self.err(span, msg);
                 }
-                self.define(*out, r.map(|r| VarType::Register(r.clone())), span, name);
+                self.define(*out, r.is_some(), span, name);
             }
             Instruction::Cast {
                 out,
                 x,
-                dtype,
+                dtype: _,
                 layout,
             } => {
                 if let Some(l) = layout {
@@ -563,13 +538,7 @@ impl<'p> Checker<'p> {
                         self.err(span, msg);
                     }
                 }
-                let ty = r.map(|r| {
-                    VarType::Register(RegisterType {
-                        dtype: *dtype,
-                        layout: layout.clone().unwrap_or_else(|| r.layout.clone()),
-                    })
-                });
-                self.define(*out, ty, span, name);
+                self.define(*out, r.is_some(), span, name);
             }
             Instruction::View {
                 out,
@@ -602,11 +571,7 @@ impl<'p> Checker<'p> {
                         );
                     }
                 }
-                let ty = VarType::Register(RegisterType {
-                    dtype: *dtype,
-                    layout: layout.clone(),
-                });
-                self.define(*out, Some(ty), span, name);
+                self.define(*out, true, span, name);
             }
             Instruction::Dot { out, a, b, c } => self.check_dot(*out, *a, *b, *c, span),
             Instruction::Print { x, .. } => match x {
@@ -668,7 +633,7 @@ impl<'p> Checker<'p> {
                 }
             }
         }
-        self.define(out, rc.map(|c| VarType::Register(c.clone())), span, "dot");
+        self.define(out, rc.is_some(), span, "dot");
     }
 }
 

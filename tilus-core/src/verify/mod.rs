@@ -131,6 +131,8 @@ pub(super) struct Checker<'p> {
     block_threads: usize,
     /// Shared allocations: (tensor, bytes).
     shared: Vec<(VarId, usize)>,
+    /// The output types the IR infers for the instruction being checked.
+    inferred: Vec<(VarId, VarType)>,
 }
 
 impl<'p> Checker<'p> {
@@ -143,6 +145,7 @@ impl<'p> Checker<'p> {
             loop_var: vec![false; p.vars.len()],
             block_threads: 0,
             shared: Vec::new(),
+            inferred: Vec::new(),
         }
     }
 

@@ -465,10 +465,7 @@ impl Translator<'_, '_> {
                 let dtype = self.dtype_targ(c, seg, true);
                 let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
                 // With a layout: the same elements per thread in another local order.
-                let layout = args
-                    .get(1)
-                    .map(|l| self.layout_arg(b, l, name))
-                    .transpose();
+                let layout = args.get(1).map(|l| self.layout_arg(b, l, name)).transpose();
                 let (dtype, x, layout) = (dtype?, x?, layout?);
                 let site = match args.get(1) {
                     Some(l) => self.site_with(c, Some(Range::of(l)), None),
