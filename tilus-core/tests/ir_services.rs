@@ -93,3 +93,48 @@ fn dot_reads_three_tensors_and_writes_its_accumulator() {
     });
     assert_eq!(dots, 1);
 }
+
+/// The builder types new variables with the IR's inference, and the verifier checks every
+/// defined variable against the same inference: a variable declared with another layout than
+/// the instruction produces is an error naming both.
+#[test]
+fn builder_and_verifier_share_the_inference() {
+    use tilus_core::ir::{ProgramBuilder, RegisterType, VarType};
+    use tilus_core::{verify, Layout};
+    let build = |declared: Option<&str>| {
+        let mut b = ProgramBuilder::new("k", 32);
+        let n = b.param_i32("n");
+        let x = b.param_ptr("x", DType::F32, false);
+        b.grid(vec![1.into()]);
+        let gx = b.view_global("gx", x, DType::F32, vec![n.into()]);
+        let layout = Layout::spatial(&[32]);
+        let r = match declared {
+            None => b.load_global("r", gx, layout.clone(), vec![0.into()]),
+            Some(l) => {
+                let ty = VarType::Register(RegisterType {
+                    dtype: DType::F32,
+                    layout: tilus_core::layout::parse(l).unwrap(),
+                });
+                let existing = b.new_var("r", ty);
+                b.load_global(existing, gx, layout.clone(), vec![0.into()])
+            }
+        };
+        (b.finish(), r, layout)
+    };
+    let (p, r, layout) = build(None);
+    assert_eq!(
+        p.ty(r),
+        &VarType::Register(RegisterType {
+            dtype: DType::F32,
+            layout
+        })
+    );
+    verify::verify(&p, &Default::default()).unwrap();
+    let (p, _, _) = build(Some("local(2).spatial(16)"));
+    let d = verify::verify(&p, &Default::default()).unwrap_err();
+    assert!(
+        d.iter()
+            .any(|d| d.message.contains("but load_global produces")),
+        "{d:?}"
+    );
+}
