@@ -14,7 +14,8 @@
 use half::f16;
 use rand::Rng;
 use std::time::Instant;
-use tilus::kernels::qmatmul::bench::{bench_cublas, candidates};
+use tilus::kernels::qmatmul::bench::bench_cublas;
+use tilus::kernels::qmatmul::tune::candidates;
 use tilus::kernels::qmatmul::{
     build, config_name, prepare, DeviceWeight, GpuQMatmul, QMatmulConfig,
 };

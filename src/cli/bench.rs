@@ -6,7 +6,8 @@
 use clap::Subcommand;
 use half::f16;
 use std::io::Write;
-use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, candidates, precompile};
+use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, precompile};
+use tilus::kernels::qmatmul::tune::candidates;
 use tilus::kernels::qmatmul::tune::{
     bucket_label, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul, tuning_space,
 };

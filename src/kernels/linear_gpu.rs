@@ -21,7 +21,7 @@
 //! * The constructor quantizes on the host (or takes a [`QuantizedLinear`]) and uploads the
 //!   weight re-laid-out for the layer's default configuration. Nothing is tuned yet.
 //! * The first call with `m` rows in a new bucket ([`super::qmatmul::tune::m_bucket`]) tunes
-//!   [`super::qmatmul::bench::candidates`] for that bucket through the context's tuner
+//!   [`super::qmatmul::tune::candidates`] for that bucket through the context's tuner
 //!   (remembered in memory, persisted under `<cache dir>/tune`; a later process reuses the
 //!   record without measuring). Candidates are timed on the uploaded weight whatever their
 //!   tile layout (timing does not depend on the values).
@@ -32,7 +32,7 @@
 //! * Every later call in the bucket runs the winner directly.
 
 use super::linear::QuantizedLinear;
-use super::qmatmul::bench::candidates;
+use super::qmatmul::tune::candidates;
 use super::qmatmul::tune::{m_bucket, tune_qmatmul, WeightLayoutKey};
 use super::qmatmul::{
     prepare, DeviceWeight, GpuActivation, GpuQMatmul, QMatmulConfig, QMatmulError,
