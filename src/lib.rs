@@ -24,6 +24,7 @@ pub mod prelude {
     pub use tilus_core::DType;
 }
 
+pub mod element;
 pub mod gpu;
 pub mod kernels;
 mod parallel;

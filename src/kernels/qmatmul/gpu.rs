@@ -4,8 +4,8 @@
 use super::config::{QMatmulConfig, QMatmulError};
 use super::cpu::{decode_half, OperandBytes, PreparedWeight};
 use super::program::{config_name, QMatmulKernel};
+use crate::element::Activation;
 use crate::gpu::{GpuArg, GpuKernel};
-use crate::kernels::linear::Activation;
 use half::{bf16, f16};
 use std::sync::Mutex;
 use tilus_runtime::{Context, Cublas, DeviceBuffer, Element, GemmElement};

@@ -19,7 +19,7 @@ use super::config::{shape_err, QMatmulConfig, QMatmulError, QMatmulMethod};
 use super::gpu::{DeviceWeight, GpuActivation, GpuQMatmul};
 use super::layouts::QMatmulLayouts;
 use super::program::build;
-use crate::kernels::linear::Activation;
+use crate::element::Activation;
 use crate::DType;
 use serde_json::{json, Value};
 use tilus_core::Layout;
