@@ -1,32 +1,13 @@
-//! Host element types the library kernels compute in. Kept apart from any one kernel so that
-//! kernels depend on it, not on each other (`qmatmul` used to import this from `linear`).
+//! Host element types: what the kernels' buffers and activations are made of. The encoding of
+//! each type (its VM dtype, bytes, f32 conversion) is [`HostElement`] in the runtime; this
+//! module names the bounds the library kernels use, so they depend on it rather than on each
+//! other.
 
-use crate::DType;
-use half::{bf16, f16};
+pub use tilus_runtime::{Element, GemmElement, HostElement};
 
-/// An activation element type: f16 or bf16.
-pub trait Activation: Copy {
-    const DTYPE: DType;
-    fn to_f32(self) -> f32;
-    fn from_f32(v: f32) -> Self;
-}
+/// An activation element type of the library kernels: f16 or bf16, the types cuBLAS multiplies
+/// (the prefill method and the baselines need it). A bound alias, implemented for every such
+/// type.
+pub trait Activation: HostElement + GemmElement {}
 
-impl Activation for f16 {
-    const DTYPE: DType = DType::F16;
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-}
-
-impl Activation for bf16 {
-    const DTYPE: DType = DType::BF16;
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-}
+impl<T: HostElement + GemmElement> Activation for T {}

@@ -9,7 +9,6 @@ use std::sync::{Arc, OnceLock};
 
 use tilus_core::ir::Program;
 use tilus_core::launch::{ArgValue, LaunchSpec};
-use tilus_core::DType;
 
 pub use crate::gpu::GpuArg;
 use crate::gpu::{GpuError, GpuKernel};
@@ -30,44 +29,9 @@ pub struct Global<T>(PhantomData<T>);
 /// functions take `&mut [T]` / `&mut DeviceBuffer<T>`.
 pub struct GlobalMut<T>(PhantomData<T>);
 
-/// Element types that can cross between host slices and kernel buffers.
-pub trait HostElement: Copy + Send + Sync + 'static {
-    /// The VM type of one element.
-    const DTYPE: DType;
-    /// Little-endian bytes of `data`, as the kernel sees them.
-    fn to_bytes(data: &[Self]) -> Vec<u8>;
-    /// Overwrite `out` from little-endian bytes (`bytes.len() == out.len() * size`).
-    fn copy_from_bytes(bytes: &[u8], out: &mut [Self]);
-}
-
-macro_rules! host_element {
-    ($($t:ty => $d:expr),* $(,)?) => {$(
-        impl HostElement for $t {
-            const DTYPE: DType = $d;
-            fn to_bytes(data: &[Self]) -> Vec<u8> {
-                data.iter().flat_map(|x| x.to_le_bytes()).collect()
-            }
-            fn copy_from_bytes(bytes: &[u8], out: &mut [Self]) {
-                const N: usize = std::mem::size_of::<$t>();
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(N)) {
-                    let mut a = [0u8; N];
-                    a.copy_from_slice(c);
-                    *o = <$t>::from_le_bytes(a);
-                }
-            }
-        }
-    )*};
-}
-
-host_element!(
-    f16 => DType::F16,
-    bf16 => DType::BF16,
-    f32 => DType::F32,
-    i8 => DType::Int(8),
-    u8 => DType::UInt(8),
-    i32 => DType::Int(32),
-    u32 => DType::UInt(32),
-);
+/// Element types that can cross between host slices and kernel buffers (generated code calls
+/// `HostElement::to_bytes` / `copy_from_bytes` by this path).
+pub use tilus_runtime::HostElement;
 
 /// Errors of the generated `interpret` / `launch` functions.
 #[derive(Debug, thiserror::Error)]

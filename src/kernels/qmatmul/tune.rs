@@ -16,7 +16,7 @@
 //!   the winner's layout has to hold the real weight (see [`WeightLayoutKey`]).
 
 use super::config::{shape_err, QMatmulConfig, QMatmulError, QMatmulMethod};
-use super::gpu::{DeviceWeight, GpuActivation, GpuQMatmul};
+use super::gpu::{DeviceWeight, GpuQMatmul};
 use super::layouts::QMatmulLayouts;
 use super::program::build;
 use crate::element::Activation;
@@ -24,7 +24,7 @@ use crate::DType;
 use serde_json::{json, Value};
 use tilus_core::Layout;
 use tilus_runtime::autotune::{TuneCandidate, TuneKey, TuneOutcome, TIMED_RUNS, WARMUP_RUNS};
-use tilus_runtime::{time_runs, Context, DeviceBuffer, Element, L2Flush, RuntimeError};
+use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, RuntimeError};
 
 /// The kernel family name in tuning keys and record file names.
 pub const KERNEL: &str = "qmatmul";
@@ -401,7 +401,7 @@ fn pattern<T: Activation>(len: usize) -> Vec<T> {
 /// (memory, then the record on disk), else measured now at the bucket's `m` (see the module
 /// docs). All candidates must be for one weight: same weight and activation types, group
 /// size and zero points (errors name `candidates`). `weight` may be laid out for any of them.
-pub fn tune_qmatmul<T: GpuActivation>(
+pub fn tune_qmatmul<T: Activation>(
     ctx: &Context,
     candidates: &[QMatmulConfig],
     m: usize,
@@ -483,7 +483,7 @@ pub fn tune_qmatmul<T: GpuActivation>(
 
 /// Random codes, scales in [0.5, 1) and (with `zeros`) small zero points: a weight of the
 /// right sizes for timing (any bytes are a valid re-laid-out weight).
-pub fn synthetic_weight<T: Element + Activation>(
+pub fn synthetic_weight<T: Activation>(
     ctx: &Context,
     wdtype: DType,
     n: usize,
