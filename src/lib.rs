@@ -28,4 +28,5 @@ pub mod element;
 pub mod gpu;
 pub mod kernels;
 mod parallel;
+pub mod programs;
 pub mod quant;
