@@ -41,11 +41,6 @@ pub enum KernelError {
         kernel: &'static str,
         config: String,
     },
-    #[error("kernel `{kernel}` has no CUDA source for {config} (code generation was unavailable when it was built)")]
-    NoSource {
-        kernel: &'static str,
-        config: String,
-    },
     #[error("embedded data of kernel `{kernel}` is corrupt: {message}")]
     Corrupt {
         kernel: &'static str,
@@ -125,8 +120,7 @@ pub struct KernelInfo {
     pub shared_bytes: u32,
 }
 
-/// Per-configuration metadata: indices into the kernel's [`Pack`] (`u32::MAX`: absent, because
-/// code generation was unavailable when the kernel was built).
+/// Per-configuration metadata: indices into the kernel's [`Pack`].
 #[derive(Clone, Copy, Debug)]
 pub struct Meta {
     /// The verified program (postcard).
@@ -277,12 +271,6 @@ impl Caches {
         let cell = &self.kernels[i];
         if let Some(k) = cell.get() {
             return Ok(k);
-        }
-        if meta.source == u32::MAX || meta.spec == u32::MAX {
-            return Err(KernelError::NoSource {
-                kernel,
-                config: config.to_string(),
-            });
         }
         let corrupt = |message: String| KernelError::Corrupt { kernel, message };
         let text = pack.str(meta.source).map_err(corrupt)?;
