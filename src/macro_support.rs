@@ -233,6 +233,19 @@ pub fn check_host_args(
     Ok(!grid.contains(&0))
 }
 
+/// `cell`'s value, made by `make` on first use; an error leaves the cell empty
+/// (`OnceLock::get_or_try_init` is not stable yet).
+fn get_or_try_init<T>(
+    cell: &OnceLock<T>,
+    make: impl FnOnce() -> Result<T, KernelError>,
+) -> Result<&T, KernelError> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = make()?;
+    Ok(cell.get_or_init(|| v))
+}
+
 /// Per-configuration caches of a kernel's decoded programs and launchable kernels.
 pub struct Caches {
     pub programs: &'static [OnceLock<Program>],
@@ -248,14 +261,10 @@ impl Caches {
         i: usize,
         meta: &Meta,
     ) -> Result<&'static Program, KernelError> {
-        let cell = &self.programs[i];
-        if let Some(p) = cell.get() {
-            return Ok(p);
-        }
-        let p = pack
-            .decode(meta.program)
-            .map_err(|message| KernelError::Corrupt { kernel, message })?;
-        Ok(cell.get_or_init(|| p))
+        get_or_try_init(&self.programs[i], || {
+            pack.decode(meta.program)
+                .map_err(|message| KernelError::Corrupt { kernel, message })
+        })
     }
 
     /// The launchable kernel of configuration `i` (its embedded source and launch spec), built
@@ -268,15 +277,17 @@ impl Caches {
         i: usize,
         meta: &Meta,
     ) -> Result<&'static GpuKernel, KernelError> {
-        let cell = &self.kernels[i];
-        if let Some(k) = cell.get() {
-            return Ok(k);
-        }
-        let corrupt = |message: String| KernelError::Corrupt { kernel, message };
-        let text = pack.str(meta.source).map_err(corrupt)?;
-        let spec: LaunchSpec = pack.decode(meta.spec).map_err(corrupt)?;
-        let k = GpuKernel::new(kernel, &config.to_string(), Arc::new(spec), text);
-        Ok(cell.get_or_init(|| k))
+        get_or_try_init(&self.kernels[i], || {
+            let corrupt = |message: String| KernelError::Corrupt { kernel, message };
+            let text = pack.str(meta.source).map_err(corrupt)?;
+            let spec: LaunchSpec = pack.decode(meta.spec).map_err(corrupt)?;
+            Ok(GpuKernel::new(
+                kernel,
+                &config.to_string(),
+                Arc::new(spec),
+                text,
+            ))
+        })
     }
 
     /// What [`KernelInfo`] reports for configuration `i`.

@@ -41,6 +41,16 @@ impl<T: Activation> DeviceWeight<T> {
         })
     }
 
+    /// The weight's kernel arguments, in the programs' parameter order: codes, scales, zero
+    /// points (when there are any).
+    fn push_args<'a>(&'a self, args: &mut Vec<GpuArg<'a>>) {
+        args.push(GpuArg::In(&self.b));
+        args.push(GpuArg::In(&self.scales));
+        if let Some(z) = &self.zeros {
+            args.push(GpuArg::In(z));
+        }
+    }
+
     /// Bytes the kernel must read for the weight (codes, scales, zero points).
     pub fn bytes(&self) -> usize {
         self.b.len() + 2 * self.scales.len() + self.zeros.as_ref().map_or(0, |z| 2 * z.len())
@@ -154,15 +164,8 @@ impl GpuQMatmul {
             let dense = dense
                 .downcast_mut::<DeviceBuffer<T>>()
                 .expect("made for T above");
-            let mut args = vec![
-                GpuArg::I32(n),
-                GpuArg::I32(k),
-                GpuArg::In(&w.b),
-                GpuArg::In(&w.scales),
-            ];
-            if let Some(z) = &w.zeros {
-                args.push(GpuArg::In(z));
-            }
+            let mut args = vec![GpuArg::I32(n), GpuArg::I32(k)];
+            w.push_args(&mut args);
             args.push(GpuArg::Out(dense));
             dequant.launch(ctx, args)?;
             blas.gemm(m, w.n, w.k, a, dense, c)?;
@@ -173,12 +176,8 @@ impl GpuQMatmul {
             GpuArg::I32(n),
             GpuArg::I32(k),
             GpuArg::In(a),
-            GpuArg::In(&w.b),
-            GpuArg::In(&w.scales),
         ];
-        if let Some(z) = &w.zeros {
-            args.push(GpuArg::In(z));
-        }
+        w.push_args(&mut args);
         match &self.reduce {
             None => {
                 args.push(GpuArg::Out(c));
