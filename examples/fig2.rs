@@ -70,10 +70,10 @@ pub fn random_f16(rng: &mut impl Rng, len: usize) -> Vec<f16> {
 }
 
 /// The weight in Figure 8's tile format, made with the builder version of Figure 8
-/// (`tilus_core::programs::relayout_int`); `codes` are row-major `[k, n]`.
+/// (`tilus::programs::relayout_int`); `codes` are row-major `[k, n]`.
 pub fn tiled_weight(cfg: &matmul_f16_w::Config, k: usize, n: usize, codes: &[u32]) -> Vec<u8> {
     let packed = tilus::core::storage::pack(cfg.W, codes);
-    let p = tilus::core::programs::relayout_int(cfg.W, cfg.BK as usize, cfg.BN as usize);
+    let p = tilus::programs::relayout_int(cfg.W, cfg.BK as usize, cfg.BN as usize);
     let out = vec![0u8; k * n * cfg.W.bits() as usize / 8];
     let mut args = [
         Arg::I32(k as i32),

@@ -55,9 +55,9 @@ pub fn run_relayout(cfg: &relayout::Config, k: usize, n: usize, w: &[u8]) -> Vec
     out
 }
 
-/// The builder version in `tilus_core::programs` (a second implementation to compare with).
+/// The builder version in `tilus::programs` (a second implementation to compare with).
 pub fn reference_relayout(cfg: &relayout::Config, k: usize, n: usize, w: &[u8]) -> Vec<u8> {
-    let p = tilus::core::programs::relayout_int(cfg.W, cfg.BK as usize, cfg.BN as usize);
+    let p = tilus::programs::relayout_int(cfg.W, cfg.BK as usize, cfg.BN as usize);
     let out = vec![0u8; k * n * cfg.W.bits() as usize / 8];
     let mut args = [
         Arg::I32(k as i32),

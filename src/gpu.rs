@@ -23,6 +23,7 @@ use tilus_core::launch::{ArgValue, LaunchSpec, ParamKind};
 use tilus_core::{DType, Target};
 use tilus_runtime::{
     Context, CudaStream, DeviceBuffer, KernelArg, KernelArgMut, KernelSource, LaunchDims, Param,
+    ParamType,
 };
 
 /// Errors of [`GpuKernel`]; argument errors name the argument.
@@ -81,26 +82,17 @@ pub struct GpuKernel {
     source: KernelSource,
 }
 
-/// The runtime's element type for a pointer of `dtype`: sub-byte data travels as bytes.
+/// A pointer parameter of `dtype`: typed by its host element type (sub-byte data travels as
+/// bytes, see [`tilus_runtime::host_scalar`]).
 fn runtime_param(name: &str, dtype: DType, mutable: bool) -> Param {
-    use half::{bf16, f16};
-    macro_rules! typed {
-        ($t:ty) => {
-            if mutable {
-                Param::ptr_mut::<$t>(name)
-            } else {
-                Param::ptr::<$t>(name)
-            }
-        };
-    }
-    match dtype {
-        DType::F16 => typed!(f16),
-        DType::BF16 => typed!(bf16),
-        DType::F32 => typed!(f32),
-        DType::Int(32) => typed!(i32),
-        DType::UInt(32) => typed!(u32),
-        DType::Int(8) => typed!(i8),
-        _ => typed!(u8),
+    let scalar = tilus_runtime::host_scalar(dtype);
+    Param {
+        name: name.to_string(),
+        ty: if mutable {
+            ParamType::PtrMut(scalar)
+        } else {
+            ParamType::Ptr(scalar)
+        },
     }
 }
 

@@ -24,7 +24,9 @@ pub mod prelude {
     pub use tilus_core::DType;
 }
 
+pub mod element;
 pub mod gpu;
 pub mod kernels;
 mod parallel;
+pub mod programs;
 pub mod quant;

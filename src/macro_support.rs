@@ -9,7 +9,6 @@ use std::sync::{Arc, OnceLock};
 
 use tilus_core::ir::Program;
 use tilus_core::launch::{ArgValue, LaunchSpec};
-use tilus_core::DType;
 
 pub use crate::gpu::GpuArg;
 use crate::gpu::{GpuError, GpuKernel};
@@ -30,55 +29,15 @@ pub struct Global<T>(PhantomData<T>);
 /// functions take `&mut [T]` / `&mut DeviceBuffer<T>`.
 pub struct GlobalMut<T>(PhantomData<T>);
 
-/// Element types that can cross between host slices and kernel buffers.
-pub trait HostElement: Copy + Send + Sync + 'static {
-    /// The VM type of one element.
-    const DTYPE: DType;
-    /// Little-endian bytes of `data`, as the kernel sees them.
-    fn to_bytes(data: &[Self]) -> Vec<u8>;
-    /// Overwrite `out` from little-endian bytes (`bytes.len() == out.len() * size`).
-    fn copy_from_bytes(bytes: &[u8], out: &mut [Self]);
-}
-
-macro_rules! host_element {
-    ($($t:ty => $d:expr),* $(,)?) => {$(
-        impl HostElement for $t {
-            const DTYPE: DType = $d;
-            fn to_bytes(data: &[Self]) -> Vec<u8> {
-                data.iter().flat_map(|x| x.to_le_bytes()).collect()
-            }
-            fn copy_from_bytes(bytes: &[u8], out: &mut [Self]) {
-                const N: usize = std::mem::size_of::<$t>();
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(N)) {
-                    let mut a = [0u8; N];
-                    a.copy_from_slice(c);
-                    *o = <$t>::from_le_bytes(a);
-                }
-            }
-        }
-    )*};
-}
-
-host_element!(
-    f16 => DType::F16,
-    bf16 => DType::BF16,
-    f32 => DType::F32,
-    i8 => DType::Int(8),
-    u8 => DType::UInt(8),
-    i32 => DType::Int(32),
-    u32 => DType::UInt(32),
-);
+/// Element types that can cross between host slices and kernel buffers (generated code calls
+/// `HostElement::to_bytes` / `copy_from_bytes` by this path).
+pub use tilus_runtime::HostElement;
 
 /// Errors of the generated `interpret` / `launch` functions.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     #[error("kernel `{kernel}` has no configuration {config} in its space")]
     NotInSpace {
-        kernel: &'static str,
-        config: String,
-    },
-    #[error("kernel `{kernel}` has no CUDA source for {config} (code generation was unavailable when it was built)")]
-    NoSource {
         kernel: &'static str,
         config: String,
     },
@@ -161,8 +120,7 @@ pub struct KernelInfo {
     pub shared_bytes: u32,
 }
 
-/// Per-configuration metadata: indices into the kernel's [`Pack`] (`u32::MAX`: absent, because
-/// code generation was unavailable when the kernel was built).
+/// Per-configuration metadata: indices into the kernel's [`Pack`].
 #[derive(Clone, Copy, Debug)]
 pub struct Meta {
     /// The verified program (postcard).
@@ -275,6 +233,19 @@ pub fn check_host_args(
     Ok(!grid.contains(&0))
 }
 
+/// `cell`'s value, made by `make` on first use; an error leaves the cell empty
+/// (`OnceLock::get_or_try_init` is not stable yet).
+fn get_or_try_init<T>(
+    cell: &OnceLock<T>,
+    make: impl FnOnce() -> Result<T, KernelError>,
+) -> Result<&T, KernelError> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = make()?;
+    Ok(cell.get_or_init(|| v))
+}
+
 /// Per-configuration caches of a kernel's decoded programs and launchable kernels.
 pub struct Caches {
     pub programs: &'static [OnceLock<Program>],
@@ -290,14 +261,10 @@ impl Caches {
         i: usize,
         meta: &Meta,
     ) -> Result<&'static Program, KernelError> {
-        let cell = &self.programs[i];
-        if let Some(p) = cell.get() {
-            return Ok(p);
-        }
-        let p = pack
-            .decode(meta.program)
-            .map_err(|message| KernelError::Corrupt { kernel, message })?;
-        Ok(cell.get_or_init(|| p))
+        get_or_try_init(&self.programs[i], || {
+            pack.decode(meta.program)
+                .map_err(|message| KernelError::Corrupt { kernel, message })
+        })
     }
 
     /// The launchable kernel of configuration `i` (its embedded source and launch spec), built
@@ -310,21 +277,17 @@ impl Caches {
         i: usize,
         meta: &Meta,
     ) -> Result<&'static GpuKernel, KernelError> {
-        let cell = &self.kernels[i];
-        if let Some(k) = cell.get() {
-            return Ok(k);
-        }
-        if meta.source == u32::MAX || meta.spec == u32::MAX {
-            return Err(KernelError::NoSource {
+        get_or_try_init(&self.kernels[i], || {
+            let corrupt = |message: String| KernelError::Corrupt { kernel, message };
+            let text = pack.str(meta.source).map_err(corrupt)?;
+            let spec: LaunchSpec = pack.decode(meta.spec).map_err(corrupt)?;
+            Ok(GpuKernel::new(
                 kernel,
-                config: config.to_string(),
-            });
-        }
-        let corrupt = |message: String| KernelError::Corrupt { kernel, message };
-        let text = pack.str(meta.source).map_err(corrupt)?;
-        let spec: LaunchSpec = pack.decode(meta.spec).map_err(corrupt)?;
-        let k = GpuKernel::new(kernel, &config.to_string(), Arc::new(spec), text);
-        Ok(cell.get_or_init(|| k))
+                &config.to_string(),
+                Arc::new(spec),
+                text,
+            ))
+        })
     }
 
     /// What [`KernelInfo`] reports for configuration `i`.

@@ -1,5 +1,5 @@
 //! Compile checks of the CUDA code generator, no GPU needed: every paper program in
-//! `tilus_core::programs` (several configurations each) is generated, compiled by NVRTC to PTX
+//! `tilus::programs` (several configurations each) is generated, compiled by NVRTC to PTX
 //! for sm_80 and sm_90a (through `tilus_runtime`), assembled by `ptxas -v` for both, and its
 //! SASS disassembled with `cuobjdump -sass` (or `nvdisasm`). Asserted: no stack frame, no spill
 //! stores or loads, no local-memory instructions (LDL/STL); HMMA in the mma matmuls, LDGSTS in
@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tilus::core::codegen::{emit, CudaKernel};
 use tilus::core::ir::Program;
-use tilus::core::programs;
+use tilus::programs;
 use tilus::runtime::{compile_ptx, discover, nvrtc};
 use tilus::DType;
 

@@ -13,8 +13,8 @@ use half::{bf16, f16};
 use rand::Rng;
 use std::path::Path;
 use std::sync::Arc;
+use tilus::element::Activation;
 use tilus::kernels::linear::GpuQuantizedLinear;
-use tilus::kernels::qmatmul::GpuActivation;
 use tilus::quant::Group;
 use tilus::runtime::{Context, DeviceBuffer, TuneSource};
 use tilus::DType;
@@ -31,7 +31,7 @@ fn random_weight(k: usize, n: usize) -> Vec<f32> {
 
 /// `layer.forward_into` for `m` random rows (output poisoned) against `x · dequantize(W)` in
 /// f64; returns `||out - ref|| / ||ref||`.
-fn check_forward<T: GpuActivation>(layer: &GpuQuantizedLinear<T>, m: usize) -> f64 {
+fn check_forward<T: Activation>(layer: &GpuQuantizedLinear<T>, m: usize) -> f64 {
     let (k, n) = (layer.k(), layer.n());
     let ctx = layer.context();
     let mut rng = rand::rng();

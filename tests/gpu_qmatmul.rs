@@ -9,9 +9,9 @@ mod common;
 use half::{bf16, f16};
 use rand::Rng;
 use std::sync::Arc;
+use tilus::element::Activation;
 use tilus::kernels::qmatmul::{
-    build, prepare, weight_types, DeviceWeight, GpuActivation, GpuQMatmul, QMatmulConfig,
-    QMatmulMethod,
+    build, prepare, weight_types, DeviceWeight, GpuQMatmul, QMatmulConfig, QMatmulMethod,
 };
 use tilus::quant::{Group, QuantizedWeight};
 use tilus::runtime::{Context, DeviceBuffer};
@@ -23,7 +23,7 @@ fn context(test: &str) -> Option<Arc<Context>> {
 
 /// One GPU run of `cfg` at `m x n x k` against `A · dequant(W)` in f64; returns the relative
 /// error `||out - ref|| / ||ref||`.
-fn run_case<T: GpuActivation>(
+fn run_case<T: Activation>(
     ctx: &Context,
     cfg: &QMatmulConfig,
     m: usize,

@@ -152,7 +152,7 @@ fn fig14_pipelined_matmul() {
 
 #[test]
 fn embedded_programs_match_the_builder_versions() {
-    // Same semantics as tilus_core::programs: compare the interpreted outputs bit for bit is
+    // Same semantics as tilus::programs: compare the interpreted outputs bit for bit is
     // done above; here the programs must at least verify and have the builder's shape.
     use fig14::matmul_pipelined::{program, Config};
     let p = program(&Config {
@@ -162,7 +162,7 @@ fn embedded_programs_match_the_builder_versions() {
         STAGES: 3,
     })
     .unwrap();
-    let q = tilus::core::programs::matmul_f16_pipelined(32, 64, 32, 3);
+    let q = tilus::programs::matmul_f16_pipelined(32, 64, 32, 3);
     assert_eq!(p.params.len(), q.params.len());
     assert_eq!(p.num_threads, q.num_threads);
     tilus::core::verify::verify(&p, &Default::default()).unwrap();

@@ -618,7 +618,7 @@ fn dequantize_then_gemm() {
 
 #[test]
 fn tuning_candidates_are_valid_and_distinct() {
-    use tilus::kernels::qmatmul::{bench::candidates, QMatmulMethod};
+    use tilus::kernels::qmatmul::{tune::candidates, QMatmulMethod};
     for wd in ["u1", "i4", "f6e3m2", "u8"] {
         for m in [1, 16, 100, 4096] {
             let c = candidates(dt(wd), DType::F16, Some(128), m, 57344, 8192).unwrap();

@@ -160,11 +160,11 @@ fn relayout_errors_name_the_argument() {
 }
 
 /// With one warp along m and four along n, the layouts are those of the paper programs of
-/// `tilus_core::programs` (Figure 2), and the weight format is what Figure 8 produces (for the
+/// `tilus::programs` (Figure 2), and the weight format is what Figure 8 produces (for the
 /// 1-, 2- and 4-bit integers, Figure 8 with the codes' layout in the split packing order).
 #[test]
 fn default_layouts_and_format_are_figure_2_and_8() {
-    use tilus::core::programs;
+    use tilus::programs;
     let seed: u64 = rand::random();
     for dtype in weight_types()
         .into_iter()

@@ -6,11 +6,13 @@
 use clap::Subcommand;
 use half::f16;
 use std::io::Write;
-use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, candidates, precompile};
+use tilus::element::Activation;
+use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, precompile};
+use tilus::kernels::qmatmul::tune::candidates;
 use tilus::kernels::qmatmul::tune::{
     bucket_label, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul, tuning_space,
 };
-use tilus::kernels::qmatmul::{GpuActivation, QMatmulConfig, QMatmulError};
+use tilus::kernels::qmatmul::{QMatmulConfig, QMatmulError};
 use tilus::DType;
 use tilus_runtime::{
     copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush, TuneSource,
@@ -429,7 +431,7 @@ fn tune(cmd: &BenchCommand) -> Result<String, String> {
     }
 }
 
-fn tune_typed<T: GpuActivation>(
+fn tune_typed<T: Activation>(
     ctx: &Context,
     space: &[QMatmulConfig],
     m: usize,

@@ -12,6 +12,7 @@
 //! Without `--json` the output is a readable table: one line per code with its hex value, its
 //! bits (split into sign, exponent and mantissa for floats), and its value.
 
+use serde::Serialize;
 use serde_json::Value;
 use tilus_core::dtype::{DType, DTypeError, Kind};
 
@@ -20,19 +21,25 @@ pub fn run(name: &str, json: bool) -> Result<String, String> {
     Ok(if json { to_json(dtype) } else { table(dtype) })
 }
 
+/// The `--json` object; fields serialize in declaration order, which is the documented order.
+#[derive(Serialize)]
+struct DTypeJson {
+    name: String,
+    bits: u32,
+    kind: String,
+    values: Option<Vec<Value>>,
+}
+
 fn to_json(d: DType) -> String {
-    let values = match d.values() {
-        Some(vs) => Value::Array(vs.into_iter().map(|v| json_value(d, v)).collect()),
-        None => Value::Null,
+    let json = DTypeJson {
+        name: d.to_string(),
+        bits: d.bits(),
+        kind: d.kind().to_string(),
+        values: d
+            .values()
+            .map(|vs| vs.into_iter().map(|v| json_value(d, v)).collect()),
     };
-    // Built by hand so the keys keep the documented order (serde_json's map sorts them).
-    format!(
-        "{{\"name\":{},\"bits\":{},\"kind\":{},\"values\":{}}}",
-        Value::from(d.to_string()),
-        d.bits(),
-        Value::from(d.kind().to_string()),
-        values
-    )
+    serde_json::to_string(&json).expect("plain data serializes")
 }
 
 fn json_value(d: DType, v: f64) -> Value {

@@ -17,9 +17,9 @@
 
 use std::collections::BTreeMap;
 use tilus::kernels::qmatmul::{self, QMatmulConfig};
+use tilus::programs;
 use tilus_core::codegen::emit;
 use tilus_core::ir::Program;
-use tilus_core::programs;
 use tilus_core::verify::{verify, Target};
 use tilus_core::DType;
 

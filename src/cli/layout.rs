@@ -5,7 +5,18 @@
 //! `{"shape":[..],"threads":T,"locals":L,"map":M}` on one line, where `M[t][i]` is the logical
 //! index (an array of integers) of local `i` of thread `t`.
 
+use serde::Serialize;
 use tilus_core::layout::parse;
+
+/// The `--json` object; fields serialize in declaration order, which is the documented order.
+#[derive(Serialize)]
+struct LayoutJson<'a> {
+    shape: &'a [usize],
+    threads: usize,
+    locals: usize,
+    /// `map[t][i]`: the logical index of local `i` of thread `t`.
+    map: Vec<Vec<Vec<usize>>>,
+}
 
 /// Largest `threads * locals` printed; beyond it the map or grid would be unreadably large.
 const MAX_PRINTED: usize = 1 << 20;
@@ -23,14 +34,13 @@ pub fn run(expr: &str, json: bool) -> Result<String, String> {
         ));
     }
     if json {
-        // Written by hand so the keys keep the documented order.
-        let shape = serde_json::to_string(layout.shape()).map_err(|e| e.to_string())?;
-        let map = serde_json::to_string(&layout.to_map()).map_err(|e| e.to_string())?;
-        return Ok(format!(
-            "{{\"shape\":{shape},\"threads\":{},\"locals\":{},\"map\":{map}}}",
-            layout.num_threads(),
-            layout.num_locals()
-        ));
+        let json = LayoutJson {
+            shape: layout.shape(),
+            threads: layout.num_threads(),
+            locals: layout.num_locals(),
+            map: layout.to_map(),
+        };
+        return serde_json::to_string(&json).map_err(|e| e.to_string());
     }
     Ok(format!(
         "layout:  {}\nshape:   {:?}\nthreads: {}\nlocals:  {}\n\n{layout}",

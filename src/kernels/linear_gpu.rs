@@ -21,7 +21,7 @@
 //! * The constructor quantizes on the host (or takes a [`QuantizedLinear`]) and uploads the
 //!   weight re-laid-out for the layer's default configuration. Nothing is tuned yet.
 //! * The first call with `m` rows in a new bucket ([`super::qmatmul::tune::m_bucket`]) tunes
-//!   [`super::qmatmul::bench::candidates`] for that bucket through the context's tuner
+//!   [`super::qmatmul::tune::candidates`] for that bucket through the context's tuner
 //!   (remembered in memory, persisted under `<cache dir>/tune`; a later process reuses the
 //!   record without measuring). Candidates are timed on the uploaded weight whatever their
 //!   tile layout (timing does not depend on the values).
@@ -32,11 +32,10 @@
 //! * Every later call in the bucket runs the winner directly.
 
 use super::linear::QuantizedLinear;
-use super::qmatmul::bench::candidates;
+use super::qmatmul::tune::candidates;
 use super::qmatmul::tune::{m_bucket, tune_qmatmul, WeightLayoutKey};
-use super::qmatmul::{
-    prepare, DeviceWeight, GpuActivation, GpuQMatmul, QMatmulConfig, QMatmulError,
-};
+use super::qmatmul::{prepare, DeviceWeight, GpuQMatmul, QMatmulConfig, QMatmulError};
+use crate::element::Activation;
 use crate::quant::{Group, QuantizedWeight};
 use crate::DType;
 use std::collections::HashMap;
@@ -76,7 +75,7 @@ struct State<T: Element> {
 
 /// A quantized linear layer `y[m, n] = x[m, k] · W[k, n]` on the GPU with activations of type
 /// `T` (f16 or bf16). See the module documentation.
-pub struct GpuQuantizedLinear<T: GpuActivation> {
+pub struct GpuQuantizedLinear<T: Activation> {
     ctx: Arc<Context>,
     quantized: QuantizedWeight,
     /// The layer's default configuration; its layout is the tuning buffer.
@@ -85,7 +84,7 @@ pub struct GpuQuantizedLinear<T: GpuActivation> {
     state: Mutex<State<T>>,
 }
 
-impl<T: GpuActivation> std::fmt::Debug for GpuQuantizedLinear<T> {
+impl<T: Activation> std::fmt::Debug for GpuQuantizedLinear<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuQuantizedLinear")
             .field("k", &self.k())
@@ -100,7 +99,7 @@ impl<T: GpuActivation> std::fmt::Debug for GpuQuantizedLinear<T> {
 impl QuantizedLinear {
     /// This layer on `ctx`'s GPU, computing in `T` (which must be the layer's activation type;
     /// errors name `T`). Uploads the weight; tuning happens on first use per `m` bucket.
-    pub fn to_gpu<T: GpuActivation>(
+    pub fn to_gpu<T: Activation>(
         &self,
         ctx: &Arc<Context>,
     ) -> Result<GpuQuantizedLinear<T>, QMatmulError> {
@@ -193,7 +192,7 @@ pub fn check_rows(
     Ok(())
 }
 
-impl<T: GpuActivation> GpuQuantizedLinear<T> {
+impl<T: Activation> GpuQuantizedLinear<T> {
     /// Quantize row-major `weight[k * n]` to `wdtype` with scales in `T` (unsigned types get
     /// zero points), and put the layer on `ctx`'s GPU. Errors name the argument at fault.
     pub fn new(

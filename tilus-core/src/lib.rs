@@ -10,7 +10,6 @@ pub mod interp;
 pub mod ir;
 pub mod launch;
 pub mod layout;
-pub mod programs;
 pub mod storage;
 pub mod target;
 pub mod verify;

@@ -163,6 +163,30 @@ pub fn set(dtype: DType, bytes: &mut [u8], index: usize, code: u32) {
     }
 }
 
+/// The VM types a host buffer can hold directly: each is a Rust element type of the same name
+/// (`f16` and `bf16` from the `half` crate). A buffer of any other type travels as its packed
+/// bytes (`u8`) and the kernel reinterprets them. The runtime's `HostElement` is implemented
+/// for exactly these, and `#[kernel]` accepts exactly these in `Global<T>`.
+pub const HOST_TYPES: [DType; 7] = [
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+    DType::Int(8),
+    DType::UInt(8),
+    DType::Int(32),
+    DType::UInt(32),
+];
+
+/// The host element type a buffer of `dtype` travels as: `dtype` itself when it is one of
+/// [`HOST_TYPES`], else `u8` (packed bytes).
+pub fn host_storage(dtype: DType) -> DType {
+    if HOST_TYPES.contains(&dtype) {
+        dtype
+    } else {
+        DType::UInt(8)
+    }
+}
+
 /// Width in bits, rejecting hand-built invalid types.
 fn width(dtype: DType) -> u32 {
     if let Err(e) = dtype.validate() {

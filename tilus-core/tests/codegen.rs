@@ -6,9 +6,14 @@
 use tilus_core::codegen::{emit, ArgValue, Assumption, CudaKernel, ParamKind};
 use tilus_core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder};
 use tilus_core::layout::{parse, SharedLayout, Swizzle};
-use tilus_core::programs;
 use tilus_core::verify::{verify, Target};
 use tilus_core::DType;
+
+// The paper programs are example material of the facade (`tilus::programs`), included by
+// path: the core crate must not depend on the facade.
+#[allow(dead_code)]
+#[path = "../../src/programs.rs"]
+mod programs;
 
 fn l(s: &str) -> tilus_core::Layout {
     parse(s).unwrap()

@@ -6,7 +6,13 @@ use tilus_core::ir::{
     BinaryOp, ElementOp, Expr, Operand, Program, ProgramBuilder, ScalarType, SpanId, VarId,
 };
 use tilus_core::layout::{parse, Layout, SharedLayout, Swizzle};
-use tilus_core::{programs, storage, DType};
+use tilus_core::{storage, DType};
+
+// The paper programs are example material of the facade (`tilus::programs`), included by
+// path: the core crate must not depend on the facade.
+#[allow(dead_code)]
+#[path = "../../src/programs.rs"]
+mod programs;
 
 const POISON: u8 = 0xFF;
 

@@ -2,7 +2,13 @@
 
 use std::collections::HashSet;
 use tilus_core::ir::{Instruction, Program, Stmt, StmtKind, VarId};
-use tilus_core::{programs, DType};
+use tilus_core::DType;
+
+// The paper programs are example material of the facade (`tilus::programs`), included by
+// path: the core crate must not depend on the facade.
+#[allow(dead_code)]
+#[path = "../../src/programs.rs"]
+mod programs;
 
 /// Definitions precede uses: every variable an instruction reads was defined earlier (as a
 /// parameter, a `let`, a loop variable or an instruction output), walking in program order.

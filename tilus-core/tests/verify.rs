@@ -5,7 +5,13 @@ use tilus_core::ir::{
 };
 use tilus_core::layout::{parse, Layout, SharedLayout};
 use tilus_core::verify::{plan_dot, verify, Diagnostic, DotPlan, MmaKind, Target};
-use tilus_core::{programs, DType};
+use tilus_core::DType;
+
+// The paper programs are example material of the facade (`tilus::programs`), included by
+// path: the core crate must not depend on the facade.
+#[allow(dead_code)]
+#[path = "../../src/programs.rs"]
+mod programs;
 
 fn l(text: &str) -> Layout {
     parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))

@@ -9,7 +9,12 @@ use tilus_core::layout::{parse, Layout, SharedLayout};
 use tilus_core::verify::{
     check_limits, max_register_words, verify, Diagnostic, Target, MAX_UNROLLED_OPS,
 };
-use tilus_core::{programs, DType};
+use tilus_core::DType;
+
+// The paper programs are example material of the facade (`tilus::programs`).
+#[allow(dead_code)]
+#[path = "../../src/programs.rs"]
+mod programs;
 
 fn l(text: &str) -> Layout {
     parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))

@@ -30,10 +30,10 @@ use crate::space::{Param, Space};
 pub struct ConfigOut {
     /// The verified program.
     pub program: u32,
-    /// The CUDA source (`None` when code generation is unavailable).
-    pub source: Option<u32>,
-    /// The launch spec (`None` when code generation is unavailable).
-    pub spec: Option<u32>,
+    /// The CUDA source.
+    pub source: u32,
+    /// The launch spec.
+    pub spec: u32,
 }
 
 pub struct Embedded {
@@ -44,7 +44,7 @@ pub struct Embedded {
 }
 
 /// The `Config` struct, its `Display`, and `NAME`.
-fn config_items(f: &ItemFn, sig: &KernelSig, fields: &[(Ident, bool)]) -> TokenStream {
+fn config_items(sig: &KernelSig, fields: &[(Ident, bool)]) -> TokenStream {
     let name_str = sig.name.to_string();
     let decls = fields.iter().map(|(id, is_dtype)| {
         let doc = if *is_dtype {
@@ -65,7 +65,6 @@ fn config_items(f: &ItemFn, sig: &KernelSig, fields: &[(Ident, bool)]) -> TokenS
         .join(",");
     let fmt_args = fields.iter().map(|(id, _)| quote!(self.#id));
     let config_doc = format!("A point of the configuration space of kernel `{name_str}`.");
-    let _ = f;
     quote! {
         #[doc = #config_doc]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -162,7 +161,7 @@ fn wrap(f: &ItemFn, sig: &KernelSig, body: TokenStream) -> TokenStream {
 /// The full API of a kernel that verified.
 pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> TokenStream {
     let fields = fields(sig, space);
-    let config = config_items(f, sig, &fields);
+    let config = config_items(sig, &fields);
     let n = space.len();
     let points = space.points.iter().map(|pt| {
         let inits = space.params.iter().zip(&pt.0).map(|(p, &i)| match p {
@@ -181,8 +180,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
     });
     let metas = emb.configs.iter().map(|c| {
         let program = c.program;
-        let source = c.source.unwrap_or(u32::MAX);
-        let spec = c.spec.unwrap_or(u32::MAX);
+        let (source, spec) = (c.source, c.spec);
         quote!(::tilus::macro_support::Meta { program: #program, source: #source, spec: #spec })
     });
     let sites = emb.sites.iter().map(|(l, c)| {
@@ -273,8 +271,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
             })
         }
 
-        /// The CUDA C source generated for `cfg` (`None` when `cfg` is not in [`SPACE`], or
-        /// code generation was unavailable when the kernel was built).
+        /// The CUDA C source generated for `cfg` (`None` when `cfg` is not in [`SPACE`]).
         pub fn source(cfg: &Config) -> ::core::option::Option<&'static str> {
             let i = self::index(cfg).ok()?;
             PACK.str(META[i].source).ok()
@@ -333,7 +330,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
 /// The same names, with an empty space: used when the kernel has errors.
 pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
     let fields = fields(sig, space);
-    let config = config_items(f, sig, &fields);
+    let config = config_items(sig, &fields);
     let a = args(sig);
     let (host_args, device_args, generics) = (&a.host, &a.device, &a.generics);
     let body = quote_spanned! {Span::mixed_site()=>

@@ -94,10 +94,6 @@ fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
-fn is_unimplemented(message: &str) -> bool {
-    message.contains("not yet implemented") || message.contains("not implemented")
-}
-
 fn fallback_only(item: TokenStream) -> TokenStream {
     let Ok(f) = syn::parse2::<ItemFn>(item) else {
         return TokenStream::new();
@@ -139,8 +135,7 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let (kernel_range, kernel_key) = translate::kernel_range(&f);
     let mut sites = Sites::new(kernel_range, kernel_key);
     let mut layouts = HashMap::new();
-    let mut programs: Vec<Option<Program>> = Vec::with_capacity(space.len());
-    let mut verifier_available = true;
+    let mut programs: Vec<Program> = Vec::with_capacity(space.len());
     for (i, point) in space.points.iter().enumerate() {
         let mut shared = translate::Shared {
             sites: &mut sites,
@@ -148,28 +143,24 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         };
         match translate::translate(&f, &sig, &attr, &space, point, &mut shared) {
             Ok(program) => {
-                if verifier_available {
-                    match catch(|| tilus_core::verify::verify(&program, &attr.target)) {
-                        Ok(Ok(())) => {}
-                        Ok(Err(diags)) => {
-                            for d in diags {
-                                report.push_in(sites.diag(d.span, d.message), i);
-                            }
+                match catch(|| tilus_core::verify::verify(&program, &attr.target)) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(diags)) => {
+                        for d in diags {
+                            report.push_in(sites.diag(d.span, d.message), i);
                         }
-                        Err(m) if is_unimplemented(&m) => verifier_available = false,
-                        Err(m) => report.push_in(
-                            Diag::at(&f.sig.ident, format!("internal error in the verifier: {m}")),
-                            i,
-                        ),
                     }
+                    Err(m) => report.push_in(
+                        Diag::at(&f.sig.ident, format!("internal error in the verifier: {m}")),
+                        i,
+                    ),
                 }
-                programs.push(Some(program));
+                programs.push(program);
             }
             Err(diags) => {
                 for d in diags {
                     report.push_in(d, i);
                 }
-                programs.push(None);
             }
         }
     }
@@ -181,9 +172,8 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     // Generate CUDA and embed everything.
     let mut pack = embed::PackBuilder::default();
     let mut configs = Vec::with_capacity(space.len());
-    let mut codegen_available = true;
+    // No errors so far: every configuration has its program, in order.
     for (i, program) in programs.iter().enumerate() {
-        let Some(program) = program else { continue };
         let bytes = match postcard::to_allocvec(program) {
             Ok(b) => b,
             Err(e) => {
@@ -195,52 +185,50 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             }
         };
         let program_entry = pack.add(&bytes);
-        let mut out = api::ConfigOut {
-            program: program_entry,
-            source: None,
-            spec: None,
-        };
-        if codegen_available {
-            match catch(|| tilus_core::codegen::emit(program, &attr.target)) {
-                Ok(Ok(k)) => {
-                    // The generated launcher passes the signature's parameters in order; the
-                    // entry must take exactly those (plus hidden workspaces, which the one
-                    // launcher allocates).
-                    let own = k.launch.user_params().count();
-                    if own != sig.params.len() {
-                        report.push_in(
-                            Diag::at(
-                                &f.sig.ident,
-                                format!(
-                                    "internal error: the CUDA entry takes {own} parameters, the \
-                                     signature has {}",
-                                    sig.params.len()
-                                ),
-                            ),
-                            i,
-                        );
-                    }
-                    match postcard::to_allocvec(&k.launch) {
-                        Ok(spec) => out.spec = Some(pack.add(&spec)),
-                        Err(e) => report.push(Diag::at(
+        match catch(|| tilus_core::codegen::emit(program, &attr.target)) {
+            Ok(Ok(k)) => {
+                // The generated launcher passes the signature's parameters in order; the entry
+                // must take exactly those (plus hidden workspaces, which the one launcher
+                // allocates).
+                let own = k.launch.user_params().count();
+                if own != sig.params.len() {
+                    report.push_in(
+                        Diag::at(
                             &f.sig.ident,
-                            format!("internal error: cannot serialize the launch spec: {e}"),
-                        )),
-                    }
-                    out.source = Some(pack.add(k.source.as_bytes()));
+                            format!(
+                                "internal error: the CUDA entry takes {own} parameters, the \
+                                 signature has {}",
+                                sig.params.len()
+                            ),
+                        ),
+                        i,
+                    );
                 }
-                Ok(Err(e)) => report.push_in(sites.diag(e.span, e.message), i),
-                Err(m) if is_unimplemented(&m) => codegen_available = false,
-                Err(m) => report.push_in(
-                    Diag::at(
+                match postcard::to_allocvec(&k.launch) {
+                    Ok(spec) => {
+                        let spec = pack.add(&spec);
+                        let source = pack.add(k.source.as_bytes());
+                        configs.push(api::ConfigOut {
+                            program: program_entry,
+                            source,
+                            spec,
+                        });
+                    }
+                    Err(e) => report.push(Diag::at(
                         &f.sig.ident,
-                        format!("internal error in code generation: {m}"),
-                    ),
-                    i,
-                ),
+                        format!("internal error: cannot serialize the launch spec: {e}"),
+                    )),
+                }
             }
+            Ok(Err(e)) => report.push_in(sites.diag(e.span, e.message), i),
+            Err(m) => report.push_in(
+                Diag::at(
+                    &f.sig.ident,
+                    format!("internal error in code generation: {m}"),
+                ),
+                i,
+            ),
         }
-        configs.push(out);
     }
     if !report.is_empty() {
         return errors_and_fallback(&report, &f, &sig, &space);

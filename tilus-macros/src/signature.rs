@@ -243,7 +243,12 @@ pub fn parse(f: &ItemFn, attr: Option<&KernelAttr>, report: &mut Report) -> (Ker
     )
 }
 
-const EXPECTED: &str = "expected `i32`, `Global<T>` or `GlobalMut<T>` with `T` one of f16, bf16, f32, i8, u8, i32, u32";
+fn expected() -> String {
+    format!(
+        "expected `i32`, `Global<T>` or `GlobalMut<T>` with `T` one of {}",
+        dtypes::param_element_names()
+    )
+}
 
 fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
     let bad = |report: &mut Report, msg: String| {
@@ -256,7 +261,7 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
         _ => {
             return bad(
                 report,
-                format!("unsupported kernel parameter type; {EXPECTED}"),
+                format!("unsupported kernel parameter type; {}", expected()),
             )
         }
     };
@@ -266,7 +271,7 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
     let Some(last) = path.segments.last() else {
         return bad(
             report,
-            format!("unsupported kernel parameter type; {EXPECTED}"),
+            format!("unsupported kernel parameter type; {}", expected()),
         );
     };
     let mutable = match last.ident.to_string().as_str() {
@@ -275,7 +280,10 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
         other => {
             return bad(
                 report,
-                format!("unsupported kernel parameter type `{other}`; {EXPECTED}"),
+                format!(
+                    "unsupported kernel parameter type `{other}`; {}",
+                    expected()
+                ),
             )
         }
     };
@@ -306,13 +314,13 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
             )
         }
     };
-    if !dtypes::PARAM_ELEMENTS.contains(&elem.as_str()) {
+    if !dtypes::is_param_element(&elem) {
         let hint = match dtypes::parse(&elem) {
             Ok(_) => format!(
                 "`{elem}` has no host type: pass its packed bytes as `{}<u8>` and reinterpret them with `view_global::<{elem}>(..)` or `view::<{elem}>(..)`",
                 last.ident
             ),
-            Err(_) => format!("unknown element type `{elem}`; {EXPECTED}"),
+            Err(_) => format!("unknown element type `{elem}`; {}", expected()),
         };
         return bad(report, hint);
     }

@@ -4,17 +4,17 @@
 
 use crate::buffer::DeviceBuffer;
 use crate::context::Context;
+use crate::element::HostElement;
 use crate::error::{Result, RuntimeError};
-use crate::kernel::Element;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 
-/// A 16-bit float cuBLAS multiplies: f16 or bf16.
-pub trait GemmElement: Element {
+/// A 16-bit float cuBLAS multiplies: f16 or bf16. Only the typed cuBLAS call; what the type
+/// is lives in [`HostElement`].
+pub trait GemmElement: HostElement {
     const ONE: Self;
     const ZERO: Self;
-    const NAME: &'static str;
     /// The typed cuBLAS call (column-major, as cuBLAS sees it).
     #[doc(hidden)]
     fn gemm(
@@ -27,11 +27,10 @@ pub trait GemmElement: Element {
 }
 
 macro_rules! gemm_element {
-    ($t:ty, $name:literal) => {
+    ($t:ty) => {
         impl GemmElement for $t {
             const ONE: Self = <$t>::ONE;
             const ZERO: Self = <$t>::ZERO;
-            const NAME: &'static str = $name;
             fn gemm(
                 blas: &CudaBlas,
                 cfg: GemmConfig<Self>,
@@ -45,8 +44,8 @@ macro_rules! gemm_element {
         }
     };
 }
-gemm_element!(f16, "f16");
-gemm_element!(bf16, "bf16");
+gemm_element!(f16);
+gemm_element!(bf16);
 
 /// A cuBLAS handle on a context's stream.
 pub struct Cublas {
@@ -115,7 +114,7 @@ impl Cublas {
         )
         .map_err(|e| RuntimeError::Library {
             library: "cuBLAS",
-            message: format!("{} GEMM {m}x{n}x{k}: {e:?}", T::NAME),
+            message: format!("{} GEMM {m}x{n}x{k}: {e:?}", T::DTYPE),
         })
     }
 }

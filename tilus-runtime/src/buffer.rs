@@ -2,8 +2,8 @@
 //! data that knows its logical shape and data type.
 
 use crate::context::Context;
+use crate::element::Element;
 use crate::error::{Result, RuntimeError};
-use crate::kernel::Element;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DeviceSlice};
 use std::ops::Range;
 use tilus_core::DType;

@@ -1,112 +1,10 @@
-//! What the code generator hands the runtime ([`KernelSource`]) and the element types buffers
-//! and kernel parameters are made of ([`Scalar`], [`Element`]).
+//! What the code generator hands the runtime ([`KernelSource`]) and the kernel parameters it
+//! declares ([`Param`]); their element types are in [`crate::element`].
 
 use crate::disk_cache::CacheKey;
+use crate::element::{Element, Scalar};
 use std::fmt;
 use std::sync::Arc;
-
-/// The C element type of a buffer or a by-value parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scalar {
-    U8,
-    I8,
-    U16,
-    I16,
-    U32,
-    I32,
-    U64,
-    I64,
-    F16,
-    BF16,
-    F32,
-    F64,
-}
-
-impl Scalar {
-    /// Size in bytes.
-    pub fn size(self) -> usize {
-        match self {
-            Scalar::U8 | Scalar::I8 => 1,
-            Scalar::U16 | Scalar::I16 | Scalar::F16 | Scalar::BF16 => 2,
-            Scalar::U32 | Scalar::I32 | Scalar::F32 => 4,
-            Scalar::U64 | Scalar::I64 | Scalar::F64 => 8,
-        }
-    }
-
-    /// Short name: `u8`, `f16`, ...
-    pub fn name(self) -> &'static str {
-        match self {
-            Scalar::U8 => "u8",
-            Scalar::I8 => "i8",
-            Scalar::U16 => "u16",
-            Scalar::I16 => "i16",
-            Scalar::U32 => "u32",
-            Scalar::I32 => "i32",
-            Scalar::U64 => "u64",
-            Scalar::I64 => "i64",
-            Scalar::F16 => "f16",
-            Scalar::BF16 => "bf16",
-            Scalar::F32 => "f32",
-            Scalar::F64 => "f64",
-        }
-    }
-}
-
-impl fmt::Display for Scalar {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A Rust type that can live in a [`crate::DeviceBuffer`] and be passed to a kernel by value.
-/// Implemented for the integer and float types of [`Scalar`] (`half::f16`/`bf16` included).
-pub trait Element:
-    cudarc::driver::DeviceRepr
-    + cudarc::driver::ValidAsZeroBits
-    + Copy
-    + Default
-    + Send
-    + Sync
-    + fmt::Debug
-    + 'static
-    + sealed::Sealed
-{
-    const SCALAR: Scalar;
-    /// The value's bytes, little-endian, zero-extended to 8 bytes (a kernel parameter slot).
-    fn to_param_bits(self) -> u64;
-}
-
-macro_rules! element {
-    ($($t:ty => $s:ident, |$v:ident| $bits:expr;)*) => {$(
-        impl sealed::Sealed for $t {}
-        impl Element for $t {
-            const SCALAR: Scalar = Scalar::$s;
-            fn to_param_bits(self) -> u64 {
-                let $v = self;
-                $bits
-            }
-        }
-    )*};
-}
-
-element! {
-    u8 => U8, |v| v as u64;
-    i8 => I8, |v| v as u8 as u64;
-    u16 => U16, |v| v as u64;
-    i16 => I16, |v| v as u16 as u64;
-    u32 => U32, |v| v as u64;
-    i32 => I32, |v| v as u32 as u64;
-    u64 => U64, |v| v;
-    i64 => I64, |v| v as u64;
-    half::f16 => F16, |v| v.to_bits() as u64;
-    half::bf16 => BF16, |v| v.to_bits() as u64;
-    f32 => F32, |v| v.to_bits() as u64;
-    f64 => F64, |v| v.to_bits();
-}
 
 /// How a kernel parameter is passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -237,22 +135,6 @@ impl KernelSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn param_bits_are_little_endian_zero_extended() {
-        assert_eq!((-1i8).to_param_bits(), 0xff);
-        assert_eq!((-2i32).to_param_bits(), 0xffff_fffe);
-        assert_eq!(1.0f32.to_param_bits(), 0x3f80_0000);
-        assert_eq!(half::f16::from_f32(1.0).to_param_bits(), 0x3c00);
-        assert_eq!((-1i64).to_param_bits(), u64::MAX);
-    }
-
-    #[test]
-    fn sizes_match_rust_types() {
-        assert_eq!(Scalar::F16.size(), std::mem::size_of::<half::f16>());
-        assert_eq!(<u64 as Element>::SCALAR.size(), 8);
-        assert_eq!(<i8 as Element>::SCALAR, Scalar::I8);
-    }
 
     #[test]
     fn key_depends_on_source_entry_and_params_only() {

@@ -37,8 +37,9 @@
 
 use crate::buffer::{DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor};
 use crate::context::{Context, DeviceInfo};
+use crate::element::{Element, Scalar};
 use crate::error::{Result, RuntimeError};
-use crate::kernel::{Element, KernelSource, Param, ParamType, Scalar};
+use crate::kernel::{KernelSource, Param, ParamType};
 use cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -38,6 +38,7 @@ pub mod buffer;
 pub mod context;
 pub mod discover;
 pub mod disk_cache;
+pub mod element;
 pub mod error;
 pub mod kernel;
 pub mod launch;
@@ -55,8 +56,9 @@ pub use buffer::{
 };
 pub use context::{device_count, driver_version, CacheStats, Context, ContextBuilder, DeviceInfo};
 pub use disk_cache::CacheState;
+pub use element::{host_scalar, Element, HostElement, Scalar};
 pub use error::{CompileFailure, Result, RuntimeError};
-pub use kernel::{Element, KernelSource, Param, ParamType, Scalar};
+pub use kernel::{KernelSource, Param, ParamType};
 pub use launch::{
     check_align, check_dims, check_divisible, check_len, check_min_len, check_signature,
     DeviceRead, DeviceWrite, KernelArg, KernelArgMut, KernelArgs, LaunchDims, LaunchLimits,

@@ -1,9 +1,11 @@
-//! Benchmarking the quantized matmul on the GPU: pick the fastest of a few configurations
-//! (a small on-the-spot tuning), and report it against the memory floor and cuBLAS f16.
+//! Benchmarking the quantized matmul on the GPU: pick the fastest of the first few
+//! [`super::tune::candidates`] (a small on-the-spot tuning), and report it against the memory
+//! floor and cuBLAS f16.
 
-use super::config::{QMatmulConfig, QMatmulError, QMatmulMethod};
+use super::config::{QMatmulConfig, QMatmulError};
 use super::gpu::GpuQMatmul;
 use super::program::build;
+use super::tune::{candidates, synthetic_weight};
 use crate::DType;
 use half::f16;
 use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush, Timing};
@@ -37,120 +39,6 @@ impl BenchRow {
     pub fn speedup_over_cublas(&self) -> Option<f64> {
         self.cublas_us.map(|c| c / self.timing.median_us)
     }
-}
-
-/// The configurations tried for an `m`-row problem, most promising first: for decode shapes
-/// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
-/// H100, then the rest of that space; for larger `m` the default tiles with taller m tiles, and
-/// for prefill (`m > 256`) dequantize-then-GEMM first. Every one is valid for the shape.
-pub fn candidates(
-    wdtype: DType,
-    adtype: DType,
-    group: Option<usize>,
-    m: usize,
-    n: usize,
-    k: usize,
-) -> Result<Vec<QMatmulConfig>, QMatmulError> {
-    let zeros = matches!(wdtype, DType::UInt(_));
-    let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
-    // Decode shapes start with the measured best; the default tiles come first otherwise.
-    let mut out = if m <= 16 || m > 256 {
-        vec![]
-    } else {
-        vec![base]
-    };
-    let mut push = |cfg: QMatmulConfig| {
-        if cfg.tiling().is_ok()
-            && cfg.check_shape(m, n, k).is_ok()
-            && build(&cfg).is_ok()
-            && !out.contains(&cfg)
-        {
-            out.push(cfg);
-        }
-    };
-    if m <= 16 {
-        // Decode: a block is a chain of k / bk dependent pipeline steps, and the dequantization
-        // chain of each step needs several warps per scheduler to hide its latency. Split-k
-        // (more blocks), wide and long tiles (fewer per-step costs per weight) and deeper
-        // pipelines (more bytes in flight) are what wins; the first configurations are the
-        // ones that measured best on an H100 across i2, i3, i4, u1 and u4 at m = 1 and i8 at
-        // m = 16 (docs/perf-notes.md, entries 2 and 5).
-        // (n-tile multiple of the default, bk, warps, stages, split_k)
-        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 15] = [
-            (2, 128, 4, 4, 4),
-            (2, 128, 4, 3, 8),
-            (2, 128, 4, 4, 8),
-            (4, 128, 4, 3, 8),
-            (4, 128, 4, 3, 1),
-            (4, 64, 4, 3, 1),
-            (4, 128, 4, 3, 4),
-            (2, 128, 4, 3, 2),
-            (2, 128, 4, 3, 1),
-            (2, 64, 4, 4, 4),
-            (4, 128, 8, 4, 4),
-            (4, 64, 4, 4, 4),
-            (1, 128, 4, 4, 4),
-            (2, 128, 4, 4, 2),
-            (1, 64, 4, 4, 2),
-        ];
-        let decode = |(wide, bk, warps, stages, split_k): (usize, usize, usize, usize, usize)| {
-            QMatmulConfig {
-                bn: base.bn * wide,
-                bk,
-                warps,
-                stages,
-                split_k,
-                ..base
-            }
-        };
-        for c in MEASURED_BEST {
-            push(decode(c));
-        }
-        push(base);
-        // Then the rest of the space, for longer tuning. Split 8 gives 4-8x the blocks of the
-        // n tiles alone, which also evens out the last wave.
-        for split_k in [1, 2, 4, 8] {
-            for warps in [4, 8] {
-                for bk in [128, 64] {
-                    for wide in [2, 1, 4] {
-                        for stages in [4, 3] {
-                            push(decode((wide, bk, warps, stages, split_k)));
-                        }
-                    }
-                }
-            }
-        }
-    } else {
-        if m > 256 {
-            // Prefill: dequantize once, then cuBLAS (the fused tiles below are the alternative).
-            push(QMatmulConfig {
-                method: QMatmulMethod::DequantizeThenGemm,
-                ..base
-            });
-            push(base);
-        }
-        let shapes: &[(usize, usize, usize)] = if m <= 256 {
-            // (bm, warps, stages)
-            &[(32, 4, 3), (64, 4, 3)]
-        } else {
-            &[(64, 4, 3), (128, 8, 3), (128, 4, 3)]
-        };
-        for &(bm, warps, stages) in shapes {
-            for bk in [128, base.bk] {
-                push(QMatmulConfig {
-                    bm,
-                    warps,
-                    stages,
-                    bk,
-                    ..base
-                });
-            }
-        }
-    }
-    if out.is_empty() {
-        out.push(base);
-    }
-    Ok(out)
 }
 
 /// Compile every configuration on `ctx` ahead of timing, on all CPU cores: NVRTC takes about
@@ -231,7 +119,7 @@ pub fn bench_qmatmul(
     // bytes and quantizing a 470M-element matrix on the host is skipped. Correctness is the
     // tests' job (tests/gpu_qmatmul.rs).
     let zeros = matches!(wdtype, DType::UInt(_));
-    let weight = super::tune::synthetic_weight::<f16>(ctx, wdtype, n, k, group, zeros)?;
+    let weight = synthetic_weight::<f16>(ctx, wdtype, n, k, group, zeros)?;
     let a = DeviceBuffer::from_host(ctx, &pattern(m * k, 3))?;
     let mut c = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
 

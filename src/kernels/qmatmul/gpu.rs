@@ -4,11 +4,11 @@
 use super::config::{QMatmulConfig, QMatmulError};
 use super::cpu::{decode_half, OperandBytes, PreparedWeight};
 use super::program::{config_name, QMatmulKernel, TARGET};
+use crate::element::{Activation, Element};
 use crate::gpu::{GpuArg, GpuKernel};
-use crate::kernels::linear::Activation;
-use half::{bf16, f16};
+use std::any::Any;
 use std::sync::Mutex;
-use tilus_runtime::{Context, Cublas, DeviceBuffer, Element, GemmElement};
+use tilus_runtime::{Context, Cublas, DeviceBuffer};
 
 /// The weight operands in device memory: re-laid-out codes, scales and zero points in the
 /// activation type `T`.
@@ -20,7 +20,7 @@ pub struct DeviceWeight<T: Element> {
     pub zeros: Option<DeviceBuffer<T>>,
 }
 
-impl<T: Element + Activation> DeviceWeight<T> {
+impl<T: Activation> DeviceWeight<T> {
     /// Copy a prepared weight to the device. `T` must be the weight's scale type.
     pub fn upload(ctx: &Context, w: &PreparedWeight) -> Result<Self, QMatmulError> {
         let halves = |bytes: &[u8]| -> Vec<T> {
@@ -41,6 +41,16 @@ impl<T: Element + Activation> DeviceWeight<T> {
         })
     }
 
+    /// The weight's kernel arguments, in the programs' parameter order: codes, scales, zero
+    /// points (when there are any).
+    fn push_args<'a>(&'a self, args: &mut Vec<GpuArg<'a>>) {
+        args.push(GpuArg::In(&self.b));
+        args.push(GpuArg::In(&self.scales));
+        if let Some(z) = &self.zeros {
+            args.push(GpuArg::In(z));
+        }
+    }
+
     /// Bytes the kernel must read for the weight (codes, scales, zero points).
     pub fn bytes(&self) -> usize {
         self.b.len() + 2 * self.scales.len() + self.zeros.as_ref().map_or(0, |z| 2 * z.len())
@@ -55,47 +65,10 @@ pub struct GpuQMatmul {
     /// Split-k partial sums, kept between calls (grown on demand).
     workspace: Mutex<Option<DeviceBuffer<f32>>>,
     /// With the dequantize-then-GEMM method: the dequantization program, the cuBLAS handle and
-    /// the dense weight, all made on first use.
+    /// the dense `[k, n]` weight (a `DeviceBuffer<T>` of the activation type `T` of the call
+    /// that made it), all made on first use.
     dequant: Option<GpuKernel>,
-    gemm: Mutex<Option<(Cublas, DenseWeight)>>,
-}
-
-/// The dense `[k, n]` weight of the dequantize-then-GEMM method, in the activation type.
-pub enum DenseWeight {
-    F16(DeviceBuffer<f16>),
-    Bf16(DeviceBuffer<bf16>),
-}
-
-/// An activation type the GPU kernels run on: f16 or bf16, with its slot in [`DenseWeight`].
-pub trait GpuActivation: Element + Activation + GemmElement {
-    #[doc(hidden)]
-    fn dense(d: &mut DenseWeight) -> Option<&mut DeviceBuffer<Self>>;
-    #[doc(hidden)]
-    fn wrap(b: DeviceBuffer<Self>) -> DenseWeight;
-}
-
-impl GpuActivation for f16 {
-    fn dense(d: &mut DenseWeight) -> Option<&mut DeviceBuffer<f16>> {
-        match d {
-            DenseWeight::F16(b) => Some(b),
-            DenseWeight::Bf16(_) => None,
-        }
-    }
-    fn wrap(b: DeviceBuffer<f16>) -> DenseWeight {
-        DenseWeight::F16(b)
-    }
-}
-
-impl GpuActivation for bf16 {
-    fn dense(d: &mut DenseWeight) -> Option<&mut DeviceBuffer<bf16>> {
-        match d {
-            DenseWeight::Bf16(b) => Some(b),
-            DenseWeight::F16(_) => None,
-        }
-    }
-    fn wrap(b: DeviceBuffer<bf16>) -> DenseWeight {
-        DenseWeight::Bf16(b)
-    }
+    gemm: Mutex<Option<(Cublas, Box<dyn Any + Send>)>>,
 }
 
 impl GpuQMatmul {
@@ -145,7 +118,7 @@ impl GpuQMatmul {
     /// `c = a · dequant(w)` on `ctx`'s stream; `a` is `[m, k]`, `c` is `[m, n]`, row-major.
     /// Shapes and lengths are checked (errors name `m`, `n`, `k`, `a`, `b`, `scales`, `zeros`,
     /// `c`) before anything is launched. Returns when the work is queued.
-    pub fn run<T: GpuActivation>(
+    pub fn run<T: Activation>(
         &self,
         ctx: &Context,
         m: usize,
@@ -177,7 +150,7 @@ impl GpuQMatmul {
             let mut gemm = self.gemm.lock().unwrap_or_else(|p| p.into_inner());
             if gemm
                 .as_mut()
-                .and_then(|(_, d)| T::dense(d))
+                .and_then(|(_, d)| d.downcast_mut::<DeviceBuffer<T>>())
                 .is_none_or(|d| d.len() != w.k * w.n)
             {
                 let dense = DeviceBuffer::<T>::zeros(ctx, w.k * w.n)?;
@@ -185,19 +158,14 @@ impl GpuQMatmul {
                     Some((blas, _)) => blas,
                     None => Cublas::new(ctx)?,
                 };
-                *gemm = Some((blas, T::wrap(dense)));
+                *gemm = Some((blas, Box::new(dense)));
             }
             let (blas, dense) = gemm.as_mut().expect("made above");
-            let dense = T::dense(dense).expect("made for T above");
-            let mut args = vec![
-                GpuArg::I32(n),
-                GpuArg::I32(k),
-                GpuArg::In(&w.b),
-                GpuArg::In(&w.scales),
-            ];
-            if let Some(z) = &w.zeros {
-                args.push(GpuArg::In(z));
-            }
+            let dense = dense
+                .downcast_mut::<DeviceBuffer<T>>()
+                .expect("made for T above");
+            let mut args = vec![GpuArg::I32(n), GpuArg::I32(k)];
+            w.push_args(&mut args);
             args.push(GpuArg::Out(dense));
             dequant.launch(ctx, args)?;
             blas.gemm(m, w.n, w.k, a, dense, c)?;
@@ -208,12 +176,8 @@ impl GpuQMatmul {
             GpuArg::I32(n),
             GpuArg::I32(k),
             GpuArg::In(a),
-            GpuArg::In(&w.b),
-            GpuArg::In(&w.scales),
         ];
-        if let Some(z) = &w.zeros {
-            args.push(GpuArg::In(z));
-        }
+        w.push_args(&mut args);
         match &self.reduce {
             None => {
                 args.push(GpuArg::Out(c));

@@ -18,7 +18,7 @@
 //! over the warps along n and `B` over the warps along m, so each warp holds exactly the
 //! fragments its `C` tiles need (the mma condition of `tilus_core::verify`). With one warp
 //! along m and four along n these are the `a_tile`, `b_tile`, `c_tile` and `weight_bytes` of
-//! `tilus_core::programs` (Figure 2), so the default weight format is Figure 8's. `W`
+//! `tilus::programs` (Figure 2), so the default weight format is Figure 8's. `W`
 //! is the weight tile as bytes: thread `t` holds `bpt` bytes in runs of `v` contiguous bytes
 //! (16 where possible: one LDS.128 per run), and the offline re-layout puts there exactly the
 //! packed bits of that thread's `B` locals, so `view(W, wdtype, B3)` needs no data movement.

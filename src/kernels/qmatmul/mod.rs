@@ -47,7 +47,7 @@ pub use config::{
     WEIGHT_TYPE_NAMES,
 };
 pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};
-pub use gpu::{DenseWeight, DeviceWeight, GpuActivation, GpuQMatmul};
+pub use gpu::{DeviceWeight, GpuQMatmul};
 pub use layouts::{pack_split, split_dim, QMatmulLayouts};
 pub use program::{a_swizzle, build, config_name, reduce_layout, QMatmulKernel, TARGET};
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

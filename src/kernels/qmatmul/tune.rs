@@ -6,7 +6,7 @@
 //!   `m` is rounded up to 1, 2, 4, ..., 4096, and everything above 4096 shares one bucket
 //!   (tuned at `m = 8192`). [`bucket_label`] is the bucket string of the [`TuneKey`]; the GPU
 //!   name and driver version complete it.
-//! * **Space.** [`super::bench::candidates`] is the short list the layer tunes over;
+//! * **Space.** [`candidates`] is the short list the layer tunes over;
 //!   [`tuning_space`] enumerates a wider one (tiles, warps, pipeline depth, split-k) for
 //!   `tilus bench tune`.
 //! * **Measuring.** Every candidate is built, its CUDA generated and compiled by NVRTC in
@@ -15,17 +15,16 @@
 //!   weight values, so all candidates run on one weight buffer whatever their layout; only
 //!   the winner's layout has to hold the real weight (see [`WeightLayoutKey`]).
 
-use super::bench::candidates;
 use super::config::{shape_err, QMatmulConfig, QMatmulError, QMatmulMethod};
-use super::gpu::{DeviceWeight, GpuActivation, GpuQMatmul};
+use super::gpu::{DeviceWeight, GpuQMatmul};
 use super::layouts::QMatmulLayouts;
 use super::program::build;
-use crate::kernels::linear::Activation;
+use crate::element::Activation;
 use crate::DType;
 use serde_json::{json, Value};
 use tilus_core::Layout;
 use tilus_runtime::autotune::{TuneCandidate, TuneKey, TuneOutcome, TIMED_RUNS, WARMUP_RUNS};
-use tilus_runtime::{time_runs, Context, DeviceBuffer, Element, L2Flush, RuntimeError};
+use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, RuntimeError};
 
 /// The kernel family name in tuning keys and record file names.
 pub const KERNEL: &str = "qmatmul";
@@ -196,6 +195,120 @@ fn implausibility(c: &QMatmulConfig, base: &QMatmulConfig, m: usize) -> u32 {
 /// reserves (`--points 18446744073709551615` was a capacity-overflow panic).
 pub const MAX_TUNING_POINTS: usize = 4096;
 
+/// The configurations tried for an `m`-row problem, most promising first: for decode shapes
+/// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
+/// H100, then the rest of that space; for larger `m` the default tiles with taller m tiles, and
+/// for prefill (`m > 256`) dequantize-then-GEMM first. Every one is valid for the shape.
+pub fn candidates(
+    wdtype: DType,
+    adtype: DType,
+    group: Option<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<Vec<QMatmulConfig>, QMatmulError> {
+    let zeros = matches!(wdtype, DType::UInt(_));
+    let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
+    // Decode shapes start with the measured best; the default tiles come first otherwise.
+    let mut out = if m <= 16 || m > 256 {
+        vec![]
+    } else {
+        vec![base]
+    };
+    let mut push = |cfg: QMatmulConfig| {
+        if cfg.tiling().is_ok()
+            && cfg.check_shape(m, n, k).is_ok()
+            && build(&cfg).is_ok()
+            && !out.contains(&cfg)
+        {
+            out.push(cfg);
+        }
+    };
+    if m <= 16 {
+        // Decode: a block is a chain of k / bk dependent pipeline steps, and the dequantization
+        // chain of each step needs several warps per scheduler to hide its latency. Split-k
+        // (more blocks), wide and long tiles (fewer per-step costs per weight) and deeper
+        // pipelines (more bytes in flight) are what wins; the first configurations are the
+        // ones that measured best on an H100 across i2, i3, i4, u1 and u4 at m = 1 and i8 at
+        // m = 16 (docs/perf-notes.md, entries 2 and 5).
+        // (n-tile multiple of the default, bk, warps, stages, split_k)
+        const MEASURED_BEST: [(usize, usize, usize, usize, usize); 15] = [
+            (2, 128, 4, 4, 4),
+            (2, 128, 4, 3, 8),
+            (2, 128, 4, 4, 8),
+            (4, 128, 4, 3, 8),
+            (4, 128, 4, 3, 1),
+            (4, 64, 4, 3, 1),
+            (4, 128, 4, 3, 4),
+            (2, 128, 4, 3, 2),
+            (2, 128, 4, 3, 1),
+            (2, 64, 4, 4, 4),
+            (4, 128, 8, 4, 4),
+            (4, 64, 4, 4, 4),
+            (1, 128, 4, 4, 4),
+            (2, 128, 4, 4, 2),
+            (1, 64, 4, 4, 2),
+        ];
+        let decode = |(wide, bk, warps, stages, split_k): (usize, usize, usize, usize, usize)| {
+            QMatmulConfig {
+                bn: base.bn * wide,
+                bk,
+                warps,
+                stages,
+                split_k,
+                ..base
+            }
+        };
+        for c in MEASURED_BEST {
+            push(decode(c));
+        }
+        push(base);
+        // Then the rest of the space, for longer tuning. Split 8 gives 4-8x the blocks of the
+        // n tiles alone, which also evens out the last wave.
+        for split_k in [1, 2, 4, 8] {
+            for warps in [4, 8] {
+                for bk in [128, 64] {
+                    for wide in [2, 1, 4] {
+                        for stages in [4, 3] {
+                            push(decode((wide, bk, warps, stages, split_k)));
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        if m > 256 {
+            // Prefill: dequantize once, then cuBLAS (the fused tiles below are the alternative).
+            push(QMatmulConfig {
+                method: QMatmulMethod::DequantizeThenGemm,
+                ..base
+            });
+            push(base);
+        }
+        let shapes: &[(usize, usize, usize)] = if m <= 256 {
+            // (bm, warps, stages)
+            &[(32, 4, 3), (64, 4, 3)]
+        } else {
+            &[(64, 4, 3), (128, 8, 3), (128, 4, 3)]
+        };
+        for &(bm, warps, stages) in shapes {
+            for bk in [128, base.bk] {
+                push(QMatmulConfig {
+                    bm,
+                    warps,
+                    stages,
+                    bk,
+                    ..base
+                });
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(base);
+    }
+    Ok(out)
+}
+
 /// Up to `points` distinct valid configurations for an `[m, k] x [k, n]` problem: first
 /// [`candidates`] (the short list), then combinations of `bm` 16..128, `bn` from half to four
 /// times the default, `bk` 32..256, 4 or 8 warps, 2 to 5 stages and split-k 1 to 8, ordered
@@ -302,7 +415,7 @@ fn pattern<T: Activation>(len: usize) -> Vec<T> {
 /// (memory, then the record on disk), else measured now at the bucket's `m` (see the module
 /// docs). All candidates must be for one weight: same weight and activation types, group
 /// size and zero points (errors name `candidates`). `weight` may be laid out for any of them.
-pub fn tune_qmatmul<T: GpuActivation>(
+pub fn tune_qmatmul<T: Activation>(
     ctx: &Context,
     candidates: &[QMatmulConfig],
     m: usize,
@@ -384,7 +497,7 @@ pub fn tune_qmatmul<T: GpuActivation>(
 
 /// Random codes, scales in [0.5, 1) and (with `zeros`) small zero points: a weight of the
 /// right sizes for timing (any bytes are a valid re-laid-out weight).
-pub fn synthetic_weight<T: Element + Activation>(
+pub fn synthetic_weight<T: Activation>(
     ctx: &Context,
     wdtype: DType,
     n: usize,

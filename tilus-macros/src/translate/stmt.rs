@@ -248,9 +248,8 @@ impl Translator<'_, '_> {
             SynExpr::Break(_) | SynExpr::Continue(_) => {
                 Err(self.err(e, "`break` and `continue` are not supported in a kernel"))
             }
-            SynExpr::Macro(m) => {
+            SynExpr::Macro(_) => {
                 let _ = self.value(b, e, DestHint::Temp);
-                let _ = m;
                 Ok(())
             }
             _ => {

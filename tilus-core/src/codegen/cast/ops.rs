@@ -623,7 +623,6 @@ mod tests {
         assert_eq!(fma_lane(Half::F16, nz, one, nz), nz);
         assert_eq!(fma_lane(Half::F16, 0, one, nz), 0);
         assert_eq!(fma_lane(Half::F16, one, one, one | 0x8000), 0);
-        let _ = tiny;
         // Overflow goes to infinity, subnormal results are kept.
         let max = Half::F16.bits_exact(65504.0);
         assert_eq!(

@@ -3,6 +3,10 @@
 //! weight format, and the cp.async-pipelined matmul of Figure 14 / Appendix B. Codegen tests and
 //! examples reuse them.
 //!
+//! Example and test material, not part of the VM: it lives in the facade (`tilus emit fig2`
+//! uses it), and `tilus-core`'s tests include this file by path. Hence only `tilus_core::`
+//! paths here, which name the core crate in both places.
+//!
 //! All use 4 warps ([`THREADS`] = 128), arranged along `n`: warp `w` computes columns
 //! `[w * bn/4, (w + 1) * bn/4)` of the block's `[bm, bn]` tile, as `bm/16 x bn/32` mma tiles of
 //! `16 x 8`. Their register layouts ([`a_tile`], [`b_tile`], [`c_tile`]) are compositions of
@@ -25,10 +29,10 @@
 //! Each thread reads `nb / v` vectors of `v` contiguous bytes, and consecutive threads read
 //! consecutive vectors, so global loads are both vectorized and coalesced.
 
-use crate::ir::{Expr, Program, ProgramBuilder, ScalarType};
-use crate::layout::{Layout, SharedLayout};
-use crate::verify::{mma_fragments, MmaKind};
-use crate::DType;
+use tilus_core::ir::{Expr, Program, ProgramBuilder, ScalarType};
+use tilus_core::layout::{Layout, SharedLayout};
+use tilus_core::verify::{mma_fragments, MmaKind};
+use tilus_core::DType;
 
 /// Warps per block in these programs.
 pub const WARPS: usize = 4;
@@ -130,7 +134,7 @@ fn check_tiles(bm: usize, bn: usize, bk: usize) {
 fn check_weight(weight: DType, bk: usize, bn: usize) -> usize {
     let bits = weight.bits() as usize;
     assert!(
-        weight.kind() != crate::dtype::Kind::Float && bits <= 8,
+        weight.kind() != tilus_core::dtype::Kind::Float && bits <= 8,
         "weight type {weight} must be an integer type of at most 8 bits"
     );
     let locals = b_tile(bk, bn).num_locals();
