@@ -34,12 +34,12 @@
 //!   tuning is memory-only as well.
 //! * **Progress.** A progress bar on stderr while tuning, only when stderr is a terminal.
 
-use crate::bench::Timing;
-use crate::context::Context;
+use crate::device::DeviceInfo;
 use crate::disk_cache::{
     default_dir, env_disables_cache, write_atomic_steps, CacheKey, WriteFailure,
 };
 use crate::error::{Result, RuntimeError};
+use crate::timing::Timing;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -91,14 +91,13 @@ impl TuneKey {
         }
     }
 
-    /// A key for `ctx`'s device (its name and the driver version).
-    pub fn for_context(
-        ctx: &Context,
+    /// A key for `device` (its name and the driver version), e.g. `ctx.device()`.
+    pub fn for_device(
+        device: &DeviceInfo,
         kernel: impl Into<String>,
         bucket: impl Into<String>,
     ) -> TuneKey {
-        let dev = ctx.device();
-        TuneKey::new(kernel, bucket, dev.name.clone(), dev.driver_version)
+        TuneKey::new(kernel, bucket, device.name.clone(), device.driver_version)
     }
 }
 
@@ -259,7 +258,7 @@ struct Counters {
 }
 
 /// Remembers winners in memory and, where it can, on disk. See the module documentation.
-/// All methods take `&self`; share it freely ([`Context::tuner`] holds one per context).
+/// All methods take `&self`; share it freely ([`crate::Context::tuner`] holds one per context).
 pub struct Tuner {
     dir: Option<PathBuf>,
     /// Set once the directory proved unusable; persistence is off from then on.
@@ -300,10 +299,10 @@ impl Tuner {
         tuner
     }
 
-    /// The tuner of a context: records under `<kernel cache dir>/tune`, memory-only when the
-    /// context has no disk cache.
-    pub fn new(ctx: &Context) -> Tuner {
-        Tuner::with_dir(ctx.cache_dir().map(|d| d.join("tune")))
+    /// The tuner of a kernel cache: records under `<kernel cache dir>/tune`, memory-only when
+    /// there is no disk cache (what [`crate::Context::tuner`] holds).
+    pub fn for_cache_dir(cache_dir: Option<&Path>) -> Tuner {
+        Tuner::with_dir(cache_dir.map(|d| d.join("tune")))
     }
 
     /// Records in `dir` (created if needed; an unusable one means memory-only, one warning).

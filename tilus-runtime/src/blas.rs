@@ -81,9 +81,9 @@ impl Cublas {
         c: &mut DeviceBuffer<T>,
     ) -> Result<()> {
         use cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
-        crate::launch::check_len("a", a.len(), m * k)?;
-        crate::launch::check_len("b", b.len(), k * n)?;
-        crate::launch::check_len("c", c.len(), m * n)?;
+        crate::checks::check_len("a", a.len(), m * k)?;
+        crate::checks::check_len("b", b.len(), k * n)?;
+        crate::checks::check_len("c", c.len(), m * n)?;
         for (arg, v) in [("m", m), ("n", n), ("k", k)] {
             if v == 0 || v > i32::MAX as usize {
                 return Err(RuntimeError::invalid_arg(

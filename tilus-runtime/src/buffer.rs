@@ -80,7 +80,7 @@ impl<T: Element> DeviceBuffer<T> {
 
     /// Overwrite the whole buffer with `data`, which must have the same length.
     pub fn copy_from_host(&mut self, data: &[T]) -> Result<()> {
-        crate::launch::check_len("data", data.len(), self.len())?;
+        crate::checks::check_len("data", data.len(), self.len())?;
         let stream = self.slice.stream().clone();
         stream
             .memcpy_htod(data, &mut self.slice)

@@ -1,10 +1,11 @@
 //! A device, its stream, and the kernels loaded on it.
 
 use crate::autotune::Tuner;
+pub use crate::device::{device_count, driver_version, DeviceInfo};
 use crate::disk_cache::{CacheKey, CacheState, DiskCache, Lookup};
 use crate::error::{Result, RuntimeError};
 use crate::kernel::KernelSource;
-use crate::launch::LoadedKernel;
+use crate::loaded::LoadedKernel;
 use crate::nvrtc::{self, CompileOptions, Output};
 use cudarc::driver::{sys, CudaContext, CudaStream};
 use std::collections::HashMap;
@@ -12,94 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
-
-/// The driver library, loaded once per process, and its CUDA version (`13000` for 13.0).
-/// A missing `libcuda` or an old driver is an error with a hint, never a panic.
-pub fn driver_version() -> Result<i32> {
-    static DRIVER: OnceLock<std::result::Result<i32, DriverProblem>> = OnceLock::new();
-    match DRIVER.get_or_init(load_driver) {
-        Ok(v) => Ok(*v),
-        Err(DriverProblem::Missing) => Err(RuntimeError::LibraryMissing {
-            library: "libcuda.so",
-            hint: "no NVIDIA driver on this machine, so kernels cannot run here (they can still \
-                   be compiled: compile-only checks need NVRTC alone). On a GPU machine install \
-                   the NVIDIA driver (R580 or newer for CUDA 13.0), or put the directory holding \
-                   libcuda.so.1 on LD_LIBRARY_PATH"
-                .into(),
-        }),
-        Err(DriverProblem::Call(e)) => Err(RuntimeError::driver(
-            "asking the driver for its version",
-            *e,
-        )),
-        Err(DriverProblem::TooOld(v)) => Err(RuntimeError::DriverTooOld {
-            found_major: v / 1000,
-            found_minor: (v % 1000) / 10,
-        }),
-    }
-}
-
-#[derive(Debug)]
-enum DriverProblem {
-    Missing,
-    Call(cudarc::driver::DriverError),
-    TooOld(i32),
-}
-
-fn load_driver() -> std::result::Result<i32, DriverProblem> {
-    // SAFETY: opening the driver library runs its initializers, which is what using it means.
-    if !unsafe { sys::is_culib_present() } {
-        return Err(DriverProblem::Missing);
-    }
-    let mut version = 0;
-    // SAFETY: the library is present; valid out-pointer. cuDriverGetVersion works before cuInit.
-    unsafe { sys::cuDriverGetVersion(&mut version) }
-        .result()
-        .map_err(DriverProblem::Call)?;
-    // The bindings are CUDA 13.0's; older drivers lack some entry points (cudarc would panic on
-    // first use of one) and cannot load CUBINs from NVRTC 13.
-    if version < 13000 {
-        return Err(DriverProblem::TooOld(version));
-    }
-    Ok(version)
-}
-
-/// Number of CUDA devices visible to this process (0 when the driver sees none).
-pub fn device_count() -> Result<usize> {
-    driver_version()?;
-    static INIT: OnceLock<std::result::Result<(), cudarc::driver::DriverError>> = OnceLock::new();
-    match INIT.get_or_init(cudarc::driver::result::init) {
-        Ok(()) => {}
-        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => return Ok(0),
-        Err(e) => return Err(RuntimeError::driver("initializing the driver (cuInit)", *e)),
-    }
-    match CudaContext::device_count() {
-        Ok(n) => Ok(n.max(0) as usize),
-        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
-        Err(e) => Err(RuntimeError::driver("counting devices", e)),
-    }
-}
-
-/// Facts about the device a [`Context`] drives.
-#[derive(Clone, Debug)]
-pub struct DeviceInfo {
-    pub ordinal: usize,
-    pub name: String,
-    /// Compute capability, e.g. `(9, 0)`.
-    pub compute_capability: (i32, i32),
-    /// NVRTC target: `sm_90a` on Hopper, `sm_XY` otherwise.
-    pub arch: String,
-    /// Driver's CUDA version, e.g. `13000`.
-    pub driver_version: i32,
-    pub multiprocessors: u32,
-    pub max_grid: [u32; 3],
-    pub max_block: [u32; 3],
-    pub max_threads_per_block: u32,
-    /// Shared memory a block may use without opting in (48 KiB).
-    pub smem_per_block: u32,
-    /// Shared memory a block may use after opting in (227 KiB on H100).
-    pub smem_per_block_optin: u32,
-    pub total_memory: usize,
-}
 
 /// Counters of how kernels were obtained. Per [`Context`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -316,7 +229,8 @@ impl Context {
     /// The autotuner of this context: winners remembered in memory for the context's life and
     /// on disk under `<cache dir>/tune` (see [`crate::autotune`]).
     pub fn tuner(&self) -> &Tuner {
-        self.tuner.get_or_init(|| Tuner::new(self))
+        self.tuner
+            .get_or_init(|| Tuner::for_cache_dir(self.cache_dir()))
     }
 
     /// How kernels were obtained so far.
@@ -414,8 +328,9 @@ impl Context {
                     return Ok(LoadedKernel::new(
                         src,
                         parts,
-                        self,
-                        crate::launch::Origin::DiskCache,
+                        &self.device,
+                        self.stream.clone(),
+                        crate::loaded::Origin::DiskCache,
                         started.elapsed(),
                     ));
                 }
@@ -454,8 +369,9 @@ impl Context {
         Ok(LoadedKernel::new(
             src,
             parts,
-            self,
-            crate::launch::Origin::Compiled { nvrtc: nvrtc_time },
+            &self.device,
+            self.stream.clone(),
+            crate::loaded::Origin::Compiled { nvrtc: nvrtc_time },
             started.elapsed(),
         ))
     }

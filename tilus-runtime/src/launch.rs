@@ -36,23 +36,14 @@
 //! `dyn_smem`, or the parameter's name).
 
 use crate::buffer::{DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor};
-use crate::context::{Context, DeviceInfo};
+#[cfg(test)]
+use crate::checks::{check_align, check_divisible, check_len, check_min_len};
 use crate::element::{Element, Scalar};
 use crate::error::{Result, RuntimeError};
-use crate::kernel::{KernelSource, Param, ParamType};
-use cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// Where a loaded kernel came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
-    /// Compiled by NVRTC in this process; `nvrtc` is the compile time alone.
-    Compiled { nvrtc: Duration },
-    /// Read from a verified disk cache entry.
-    DiskCache,
-}
+use crate::kernel::{Param, ParamType};
+use crate::loaded::{LaunchLimits, LoadedKernel};
+use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
 
 /// Grid and block shape and dynamic shared memory of one launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,167 +69,13 @@ impl LaunchDims {
     }
 }
 
-/// What limits a launch of one kernel on one device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchLimits {
-    pub max_grid: [u32; 3],
-    pub max_block: [u32; 3],
-    /// The kernel's own maximum threads per block (registers and `__launch_bounds__` count).
-    pub max_threads: u32,
-    /// Static shared memory the kernel declares.
-    pub static_smem: u32,
-    /// Shared memory per block after opting in.
-    pub smem_optin: u32,
-}
-
-/// A kernel ready to launch. Obtained from [`Context::load`].
-pub struct LoadedKernel {
-    kernel: Arc<str>,
-    config: Arc<str>,
-    entry: Arc<str>,
-    params: Arc<[Param]>,
-    function: CudaFunction,
-    stream: Arc<CudaStream>,
-    limits: LaunchLimits,
-    registers: u32,
-    local_bytes: u32,
-    /// Current `MAX_DYNAMIC_SHARED_SIZE_BYTES` of the function.
-    dyn_smem_allowed: AtomicU32,
-    opt_in: Mutex<()>,
-    origin: Origin,
-    load_time: Duration,
-}
-
-impl std::fmt::Debug for LoadedKernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedKernel")
-            .field("kernel", &self.kernel)
-            .field("config", &self.config)
-            .field("entry", &self.entry)
-            .field("origin", &self.origin)
-            .field("registers", &self.registers)
-            .finish_non_exhaustive()
-    }
-}
-
 impl LoadedKernel {
-    pub(crate) fn new(
-        src: &KernelSource,
-        function: CudaFunction,
-        ctx: &Context,
-        origin: Origin,
-        load_time: Duration,
-    ) -> LoadedKernel {
-        use sys::CUfunction_attribute as F;
-        let attr = |a: F| function.get_attribute(a).map(|v| v.max(0) as u32);
-        let device: &DeviceInfo = ctx.device();
-        let static_smem = attr(F::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).unwrap_or(0);
-        let max_threads = attr(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
-            .unwrap_or(device.max_threads_per_block);
-        let dyn_default = attr(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
-            .unwrap_or(device.smem_per_block.saturating_sub(static_smem));
-        LoadedKernel {
-            kernel: src.kernel().into(),
-            config: src.config().into(),
-            entry: src.entry().into(),
-            params: src.params().into(),
-            registers: attr(F::CU_FUNC_ATTRIBUTE_NUM_REGS).unwrap_or(0),
-            local_bytes: attr(F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES).unwrap_or(0),
-            limits: LaunchLimits {
-                max_grid: device.max_grid,
-                max_block: device.max_block,
-                max_threads,
-                static_smem,
-                smem_optin: device.smem_per_block_optin,
-            },
-            function,
-            stream: ctx.stream().clone(),
-            dyn_smem_allowed: AtomicU32::new(dyn_default),
-            opt_in: Mutex::new(()),
-            origin,
-            load_time,
-        }
-    }
-
-    pub fn kernel(&self) -> &str {
-        &self.kernel
-    }
-    pub fn config(&self) -> &str {
-        &self.config
-    }
-    pub fn entry(&self) -> &str {
-        &self.entry
-    }
-    pub fn params(&self) -> &[Param] {
-        &self.params
-    }
-    /// Compiled now, or read from the disk cache.
-    pub fn origin(&self) -> Origin {
-        self.origin
-    }
-    /// Time from asking for the kernel to having it loaded (compile or disk read, plus module
-    /// load).
-    pub fn load_time(&self) -> Duration {
-        self.load_time
-    }
-    /// Registers per thread.
-    pub fn registers(&self) -> u32 {
-        self.registers
-    }
-    /// Local memory per thread in bytes; non-zero usually means register spills.
-    pub fn local_bytes(&self) -> u32 {
-        self.local_bytes
-    }
-    /// The limits launches of this kernel are checked against.
-    pub fn limits(&self) -> LaunchLimits {
-        self.limits
-    }
-    /// cudarc's function handle, for what the runtime does not wrap.
-    pub fn cuda_function(&self) -> &CudaFunction {
-        &self.function
-    }
-
     /// Start collecting arguments for a launch.
     pub fn args(&self) -> KernelArgs<'_> {
         KernelArgs {
             kernel: self,
             slots: Vec::with_capacity(self.params.len()),
         }
-    }
-
-    fn label(&self) -> String {
-        if self.config.is_empty() {
-            format!("`{}`", self.kernel)
-        } else {
-            format!("`{}` [{}]", self.kernel, self.config)
-        }
-    }
-
-    /// Raise the function's dynamic shared memory limit to at least `bytes` if needed.
-    fn ensure_dyn_smem(&self, bytes: u32) -> Result<()> {
-        if bytes <= self.dyn_smem_allowed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let _guard = self.opt_in.lock().unwrap_or_else(|e| e.into_inner());
-        if bytes <= self.dyn_smem_allowed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        self.function
-            .set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
-            )
-            .map_err(|e| {
-                RuntimeError::driver(
-                    format!(
-                        "opting kernel {} into {bytes} bytes of dynamic shared memory",
-                        self.label()
-                    ),
-                    e,
-                )
-            })?;
-        self.dyn_smem_allowed.store(bytes, Ordering::Release);
-        Ok(())
     }
 }
 
@@ -440,14 +277,14 @@ impl<'a> KernelArgs<'a> {
 
     /// Check everything, opt into large dynamic shared memory if needed, and enqueue the
     /// launch on the context's stream. Returns when the launch is queued; errors inside the
-    /// kernel show up at the next synchronizing call ([`Context::synchronize`], `to_host`).
+    /// kernel show up at the next synchronizing call ([`crate::Context::synchronize`], `to_host`).
     pub fn launch(self, dims: LaunchDims) -> Result<()> {
         let stream = self.kernel.stream.clone();
         self.launch_on(&stream, dims)
     }
 
     /// [`KernelArgs::launch`] on another stream of the same context (see
-    /// [`Context::new_stream`]). The buffers' reads and writes are ordered across streams by
+    /// [`crate::Context::new_stream`]). The buffers' reads and writes are ordered across streams by
     /// the events cudarc records on them.
     pub fn launch_on(self, stream: &Arc<CudaStream>, dims: LaunchDims) -> Result<()> {
         let kernel = self.kernel;
@@ -589,53 +426,6 @@ pub fn check_dims(limits: &LaunchLimits, dims: &LaunchDims) -> Result<()> {
                  per block",
                 dims.dyn_smem, limits.static_smem, limits.smem_optin
             ),
-        ));
-    }
-    Ok(())
-}
-
-/// `len` must equal `expected`.
-pub fn check_len(arg: &str, len: usize, expected: usize) -> Result<()> {
-    if len != expected {
-        return Err(RuntimeError::invalid_arg(
-            arg,
-            format!("length {len}, expected {expected}"),
-        ));
-    }
-    Ok(())
-}
-
-/// `len` must be at least `min`.
-pub fn check_min_len(arg: &str, len: usize, min: usize) -> Result<()> {
-    if len < min {
-        return Err(RuntimeError::invalid_arg(
-            arg,
-            format!("length {len}, need at least {min}"),
-        ));
-    }
-    Ok(())
-}
-
-/// The address `ptr` must be a multiple of `align` bytes (e.g. 16 for vectorized access).
-pub fn check_align(arg: &str, ptr: u64, align: u64) -> Result<()> {
-    if align == 0 || !ptr.is_multiple_of(align) {
-        return Err(RuntimeError::invalid_arg(
-            arg,
-            format!("address {ptr:#x} is not {align}-byte aligned"),
-        ));
-    }
-    Ok(())
-}
-
-/// `value` must be a multiple of `divisor` (e.g. `k` of the tile size).
-pub fn check_divisible<T>(arg: &str, value: T, divisor: T) -> Result<()>
-where
-    T: Copy + PartialEq + Default + std::fmt::Display + std::ops::Rem<Output = T>,
-{
-    if divisor == T::default() || value % divisor != T::default() {
-        return Err(RuntimeError::invalid_arg(
-            arg,
-            format!("{value} is not a multiple of {divisor}"),
         ));
     }
     Ok(())

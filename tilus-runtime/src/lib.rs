@@ -35,16 +35,20 @@ pub mod autotune;
 pub mod bench;
 pub mod blas;
 pub mod buffer;
+pub mod checks;
 pub mod context;
+pub mod device;
 pub mod discover;
 pub mod disk_cache;
 pub mod element;
 pub mod error;
 pub mod kernel;
 pub mod launch;
+pub mod loaded;
 pub mod nvrtc;
 #[cfg(test)]
 mod test_util;
+pub mod timing;
 
 pub use autotune::{
     Measurement, TuneCandidate, TuneKey, TuneOutcome, TuneRecord, TuneSource, TuneStats, Tuner,
@@ -54,16 +58,18 @@ pub use blas::{Cublas, GemmElement};
 pub use buffer::{
     check_packed_len, packed_byte_len, DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor,
 };
-pub use context::{device_count, driver_version, CacheStats, Context, ContextBuilder, DeviceInfo};
+pub use checks::{check_align, check_divisible, check_len, check_min_len};
+pub use context::{CacheStats, Context, ContextBuilder};
+pub use device::{device_count, driver_version, DeviceInfo};
 pub use disk_cache::CacheState;
 pub use element::{host_scalar, Element, HostElement, Scalar};
 pub use error::{CompileFailure, Result, RuntimeError};
 pub use kernel::{KernelSource, Param, ParamType};
 pub use launch::{
-    check_align, check_dims, check_divisible, check_len, check_min_len, check_signature,
-    DeviceRead, DeviceWrite, KernelArg, KernelArgMut, KernelArgs, LaunchDims, LaunchLimits,
-    LoadedKernel, Origin,
+    check_dims, check_signature, DeviceRead, DeviceWrite, KernelArg, KernelArgMut, KernelArgs,
+    LaunchDims,
 };
+pub use loaded::{LaunchLimits, LoadedKernel, Origin};
 pub use nvrtc::{compile_cubin, compile_ptx, CompileOptions};
 
 /// Re-exported so callers can name `half::f16` buffers without their own dependency.

@@ -85,7 +85,7 @@ pub fn bucket_label(cfg: &QMatmulConfig, m: usize, n: usize, k: usize) -> String
 /// reused after an upgrade.
 pub fn tune_key(ctx: &Context, cfg: &QMatmulConfig, m: usize, n: usize, k: usize) -> TuneKey {
     let kernel = format!("{KERNEL}-{}", codegen_fingerprint());
-    TuneKey::for_context(ctx, kernel, bucket_label(cfg, m, n, k))
+    TuneKey::for_device(ctx.device(), kernel, bucket_label(cfg, m, n, k))
 }
 
 /// 16 hex digits of a SHA-256 over the CUDA generated for a few reference configurations (the
