@@ -120,21 +120,36 @@ impl GpuKernel {
             program: program.name.clone(),
             message: e.message,
         })?;
-        Ok(GpuKernel::new(
+        GpuKernel::new(
             &program.name,
             config,
             Arc::new(kernel.launch),
             kernel.source,
-        ))
+        )
     }
 
-    /// A kernel from its launch spec and source (what `#[kernel]` embeds).
+    /// A kernel from its launch spec and source (what `#[kernel]` embeds). The spec must list
+    /// exactly the parameters of the source's entry point (checked: a launch can never push a
+    /// parameter list that differs from the CUDA entry's).
     pub fn new(
         name: &str,
         config: &str,
         spec: Arc<LaunchSpec>,
         source: impl Into<Arc<str>>,
-    ) -> GpuKernel {
+    ) -> Result<GpuKernel, GpuError> {
+        let source: Arc<str> = source.into();
+        match entry_param_count(&source, &spec.entry) {
+            Some(n) if n == spec.params.len() => {}
+            found => return Err(GpuError::Codegen {
+                program: name.to_string(),
+                message: format!(
+                    "the launch spec lists {} parameters for entry `{}`, the source declares {}",
+                    spec.params.len(),
+                    spec.entry,
+                    found.map_or("no such entry".to_string(), |n| n.to_string())
+                ),
+            }),
+        }
         // The runtime checks every launch against this list, which has one entry per parameter
         // of the CUDA entry, workspaces included.
         let params: Vec<Param> = spec
@@ -152,10 +167,10 @@ impl GpuKernel {
             name.to_string(),
             config.to_string(),
             spec.entry.clone(),
-            source.into(),
+            source,
             params,
         );
-        GpuKernel { spec, source }
+        Ok(GpuKernel { spec, source })
     }
 
     /// Compile (or find in the caches) and load the kernel on `ctx` now instead of at the first
@@ -283,5 +298,41 @@ impl GpuKernel {
             None => builder.launch(dims)?,
         }
         Ok(())
+    }
+}
+
+/// The number of parameters of the `extern "C"` function `entry` in `source` (`None` when it is
+/// not there). Generated parameter lists hold no parentheses or commas of their own.
+fn entry_param_count(source: &str, entry: &str) -> Option<usize> {
+    let decl = source
+        .match_indices("extern \"C\"")
+        .map(|(i, _)| &source[i..])
+        .find_map(|rest| {
+            let line = rest.lines().next()?;
+            let at = line.find(&format!(" {entry}("))?;
+            Some(&line[at + entry.len() + 2..])
+        })?;
+    let list = &decl[..decl.find(')')?];
+    Some(if list.trim().is_empty() {
+        0
+    } else {
+        list.split(',').count()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entry_param_count;
+
+    #[test]
+    fn counts_the_entry_parameters() {
+        let src = "__device__ int f(int a, int b) { return a; }\n\
+                   extern \"C\" __global__ void __launch_bounds__(128, 1) k(int m, const uint8_t* __restrict__ a, uint8_t* __restrict__ w) {\n}\n";
+        assert_eq!(entry_param_count(src, "k"), Some(3));
+        assert_eq!(entry_param_count(src, "f"), None);
+        assert_eq!(
+            entry_param_count("extern \"C\" __global__ void e() {}", "e"),
+            Some(0)
+        );
     }
 }

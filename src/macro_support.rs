@@ -281,12 +281,8 @@ impl Caches {
             let corrupt = |message: String| KernelError::Corrupt { kernel, message };
             let text = pack.str(meta.source).map_err(corrupt)?;
             let spec: LaunchSpec = pack.decode(meta.spec).map_err(corrupt)?;
-            Ok(GpuKernel::new(
-                kernel,
-                &config.to_string(),
-                Arc::new(spec),
-                text,
-            ))
+            GpuKernel::new(kernel, &config.to_string(), Arc::new(spec), text)
+                .map_err(|e| KernelError::launch(kernel, config, e))
         })
     }
 

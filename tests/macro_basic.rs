@@ -178,3 +178,23 @@ fn mixed_rank_layouts_broadcast() {
         }
     }
 }
+
+/// Every embedded configuration's launch spec lists exactly the parameters of its CUDA entry
+/// (the one launcher refuses a kernel whose spec and source disagree).
+#[test]
+fn embedded_specs_match_their_entries() {
+    for cfg in add_one::SPACE {
+        let info = add_one::kernel(cfg).expect("spec and source agree");
+        assert!(info.source.contains(&format!(" {}(", info.entry)));
+    }
+    let info = launch_kernels::scratch::kernel(&launch_kernels::scratch::SPACE[0]).unwrap();
+    // n, x, y and the hidden workspace pointer.
+    let decl = info
+        .source
+        .lines()
+        .find(|l| l.contains(&format!(" {}(", info.entry)))
+        .unwrap();
+    let params = &decl[decl.find(&format!(" {}(", info.entry)).unwrap()..];
+    let params = &params[..params.find(')').unwrap()];
+    assert_eq!(params.matches(',').count() + 1, 4, "{decl}");
+}
