@@ -140,15 +140,17 @@ impl GpuKernel {
         let source: Arc<str> = source.into();
         match entry_param_count(&source, &spec.entry) {
             Some(n) if n == spec.params.len() => {}
-            found => return Err(GpuError::Codegen {
-                program: name.to_string(),
-                message: format!(
+            found => {
+                return Err(GpuError::Codegen {
+                    program: name.to_string(),
+                    message: format!(
                     "the launch spec lists {} parameters for entry `{}`, the source declares {}",
                     spec.params.len(),
                     spec.entry,
                     found.map_or("no such entry".to_string(), |n| n.to_string())
                 ),
-            }),
+                })
+            }
         }
         // The runtime checks every launch against this list, which has one entry per parameter
         // of the CUDA entry, workspaces included.

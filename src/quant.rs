@@ -534,49 +534,33 @@ mod tests {
         let w = random_weight(64, 4, 1);
         let err = |r: Result<QuantizedWeight, QuantError>| r.unwrap_err().to_string();
         let q = |w: &[f32], k, n, dt, g, s, a| QuantizedWeight::quantize(w, k, n, dt, g, s, a);
-        assert!(err(q(
-            &w,
-            64,
-            5,
-            DType::Int(4),
-            Group::Rows(32),
-            DType::F16,
-            false
-        ))
-        .contains("`weight`"));
-        assert!(
-            err(q(&w, 64, 4, DType::F16, Group::Rows(32), DType::F16, false)).contains("`dtype`")
-        );
-        assert!(err(q(
-            &w,
-            64,
-            4,
-            DType::Int(4),
-            Group::Rows(48),
-            DType::F16,
-            false
-        ))
-        .contains("`group`"));
-        assert!(err(q(
-            &w,
-            64,
-            4,
-            DType::Int(4),
-            Group::Rows(32),
-            DType::F32,
-            false
-        ))
-        .contains("`scale_dtype`"));
-        assert!(err(q(
-            &w,
-            64,
-            4,
-            DType::Int(4),
-            Group::Rows(32),
-            DType::F16,
-            true
-        ))
-        .contains("`asymmetric`"));
+        // (k, n, dtype, group, scale dtype, asymmetric) and the argument the error names.
+        let cases = [
+            (
+                (64, 5, DType::Int(4), Group::Rows(32), DType::F16, false),
+                "`weight`",
+            ),
+            (
+                (64, 4, DType::F16, Group::Rows(32), DType::F16, false),
+                "`dtype`",
+            ),
+            (
+                (64, 4, DType::Int(4), Group::Rows(48), DType::F16, false),
+                "`group`",
+            ),
+            (
+                (64, 4, DType::Int(4), Group::Rows(32), DType::F32, false),
+                "`scale_dtype`",
+            ),
+            (
+                (64, 4, DType::Int(4), Group::Rows(32), DType::F16, true),
+                "`asymmetric`",
+            ),
+        ];
+        for ((k, n, dt, g, s, a), named) in cases {
+            let msg = err(q(&w, k, n, dt, g, s, a));
+            assert!(msg.contains(named), "{named}: {msg}");
+        }
         let mut bad = w.clone();
         bad[7] = f32::NAN;
         let msg = err(q(

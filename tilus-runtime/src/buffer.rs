@@ -160,18 +160,28 @@ pub struct DeviceView<'a, T: Element> {
     pub(crate) view: CudaView<'a, T>,
 }
 
+/// `len`, `is_empty` and `device_ptr` of both view types.
+macro_rules! view_accessors {
+    ($view:ident) => {
+        impl<T: Element> $view<'_, T> {
+            pub fn len(&self) -> usize {
+                self.view.len()
+            }
+            pub fn is_empty(&self) -> bool {
+                self.view.len() == 0
+            }
+            /// The device address of the first element.
+            pub fn device_ptr(&self) -> u64 {
+                let (ptr, _sync) = self.view.device_ptr(self.view.stream());
+                ptr
+            }
+        }
+    };
+}
+view_accessors!(DeviceView);
+view_accessors!(DeviceViewMut);
+
 impl<T: Element> DeviceView<'_, T> {
-    pub fn len(&self) -> usize {
-        self.view.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.view.len() == 0
-    }
-    /// The device address of the first element.
-    pub fn device_ptr(&self) -> u64 {
-        let (ptr, _sync) = self.view.device_ptr(self.view.stream());
-        ptr
-    }
     /// A host copy.
     pub fn to_host(&self) -> Result<Vec<T>> {
         self.view
@@ -184,20 +194,6 @@ impl<T: Element> DeviceView<'_, T> {
 /// A writable window into a [`DeviceBuffer`].
 pub struct DeviceViewMut<'a, T: Element> {
     pub(crate) view: CudaViewMut<'a, T>,
-}
-
-impl<T: Element> DeviceViewMut<'_, T> {
-    pub fn len(&self) -> usize {
-        self.view.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.view.len() == 0
-    }
-    /// The device address of the first element.
-    pub fn device_ptr(&self) -> u64 {
-        let (ptr, _sync) = self.view.device_ptr(self.view.stream());
-        ptr
-    }
 }
 
 /// Bytes needed to store `numel` values of `bits` bits each, packed with no gaps (a value may

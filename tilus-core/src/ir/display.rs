@@ -410,29 +410,9 @@ impl Instruction {
     /// The variables the instruction defines or overwrites (stores into memory define
     /// nothing: their destination is an input).
     pub fn outputs(&self) -> Vec<VarId> {
-        match self {
-            Instruction::BlockIndices { outs } => outs.clone(),
-            Instruction::AllocateGlobal { out, .. }
-            | Instruction::AllocateShared { out, .. }
-            | Instruction::AllocateRegister { out, .. }
-            | Instruction::ViewGlobal { out, .. }
-            | Instruction::LoadGlobal { out, .. }
-            | Instruction::LoadShared { out, .. }
-            | Instruction::SliceShared { out, .. }
-            | Instruction::Binary { out, .. }
-            | Instruction::MulAdd { out, .. }
-            | Instruction::Neg { out, .. }
-            | Instruction::Cast { out, .. }
-            | Instruction::View { out, .. }
-            | Instruction::Dot { out, .. } => vec![*out],
-            Instruction::StoreGlobal { .. }
-            | Instruction::StoreShared { .. }
-            | Instruction::CopyAsync { .. }
-            | Instruction::CopyAsyncCommitGroup
-            | Instruction::CopyAsyncWaitGroup { .. }
-            | Instruction::Synchronize
-            | Instruction::Exit
-            | Instruction::Print { .. } => Vec::new(),
-        }
+        self.output_types(&|_| VarType::Unknown)
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect()
     }
 }
