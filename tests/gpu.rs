@@ -305,7 +305,7 @@ fn concurrent_first_use_compiles_each_configuration_once() {
             Arc::ptr_eq(kernel, first),
             "one LoadedKernel per configuration"
         );
-        assert_eq!(kernel.config(), format!("BLOCK={block}"));
+        assert_eq!(kernel.source().config(), format!("BLOCK={block}"));
     }
 }
 

@@ -74,7 +74,7 @@ impl LoadedKernel {
     pub fn args(&self) -> KernelArgs<'_> {
         KernelArgs {
             kernel: self,
-            slots: Vec::with_capacity(self.params.len()),
+            slots: Vec::with_capacity(self.params().len()),
         }
     }
 }
@@ -298,7 +298,7 @@ impl<'a> KernelArgs<'a> {
             ));
         }
         let supplied: Vec<Supplied> = self.slots.iter().map(Slot::supplied).collect();
-        check_signature(&kernel.params, &supplied)?;
+        check_signature(kernel.params(), &supplied)?;
         check_dims(&kernel.limits, &dims)?;
         kernel.ensure_dyn_smem(dims.dyn_smem)?;
 

@@ -34,10 +34,8 @@ pub struct LaunchLimits {
 
 /// A kernel ready to launch. Obtained from [`crate::Context::load`].
 pub struct LoadedKernel {
-    pub(crate) kernel: Arc<str>,
-    pub(crate) config: Arc<str>,
-    pub(crate) entry: Arc<str>,
-    pub(crate) params: Arc<[Param]>,
+    /// What was compiled: names, entry point, declared parameters (shared, not copied).
+    pub(crate) source: KernelSource,
     pub(crate) function: CudaFunction,
     pub(crate) stream: Arc<CudaStream>,
     pub(crate) limits: LaunchLimits,
@@ -53,9 +51,9 @@ pub struct LoadedKernel {
 impl std::fmt::Debug for LoadedKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoadedKernel")
-            .field("kernel", &self.kernel)
-            .field("config", &self.config)
-            .field("entry", &self.entry)
+            .field("kernel", &self.source.kernel())
+            .field("config", &self.source.config())
+            .field("entry", &self.source.entry())
             .field("origin", &self.origin)
             .field("registers", &self.registers)
             .finish_non_exhaustive()
@@ -79,10 +77,7 @@ impl LoadedKernel {
         let dyn_default = attr(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
             .unwrap_or(device.smem_per_block.saturating_sub(static_smem));
         LoadedKernel {
-            kernel: src.kernel().into(),
-            config: src.config().into(),
-            entry: src.entry().into(),
-            params: src.params().into(),
+            source: src.clone(),
             registers: attr(F::CU_FUNC_ATTRIBUTE_NUM_REGS).unwrap_or(0),
             local_bytes: attr(F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES).unwrap_or(0),
             limits: LaunchLimits {
@@ -101,17 +96,13 @@ impl LoadedKernel {
         }
     }
 
-    pub fn kernel(&self) -> &str {
-        &self.kernel
+    /// The source it was compiled from: kernel name, configuration, entry, parameters.
+    pub fn source(&self) -> &KernelSource {
+        &self.source
     }
-    pub fn config(&self) -> &str {
-        &self.config
-    }
-    pub fn entry(&self) -> &str {
-        &self.entry
-    }
+    /// The declared parameters launches are checked against.
     pub fn params(&self) -> &[Param] {
-        &self.params
+        self.source.params()
     }
     /// Compiled now, or read from the disk cache.
     pub fn origin(&self) -> Origin {
@@ -140,10 +131,11 @@ impl LoadedKernel {
     }
 
     pub(crate) fn label(&self) -> String {
-        if self.config.is_empty() {
-            format!("`{}`", self.kernel)
+        let (kernel, config) = (self.source.kernel(), self.source.config());
+        if config.is_empty() {
+            format!("`{kernel}`")
         } else {
-            format!("`{}` [{}]", self.kernel, self.config)
+            format!("`{kernel}` [{config}]")
         }
     }
 
