@@ -49,16 +49,16 @@ impl fmt::Display for Assumption {
 }
 
 impl Assumption {
-    /// Check this assumption against the arguments of `kernel`.
+    /// Check this assumption against the arguments of `kernel`. The message names the argument;
+    /// the launcher prefixes the kernel and configuration.
     pub fn check(&self, kernel: &LaunchSpec, args: &[ArgValue]) -> Result<(), String> {
         match self {
             Assumption::Divisible { expr, divisor, .. } => {
                 let v = eval_param_expr(kernel, expr, args)?;
                 if v % divisor != 0 {
                     return Err(format!(
-                        "kernel {} requires {self} (it uses {divisor}-element vector accesses), \
-                         but {} gives {v}",
-                        kernel.entry,
+                        "the generated code requires {self} (it uses {divisor}-element vector \
+                         accesses), but {} gives {v}",
                         argument_list(kernel, expr, args)
                     ));
                 }
@@ -78,17 +78,13 @@ impl Assumption {
                     Some(ArgValue::Pointer(addr)) => {
                         if addr % u64::from(*bytes) != 0 {
                             return Err(format!(
-                                "argument {param} of kernel {}: address {addr:#x} is not aligned \
-                                 to {bytes} bytes (the kernel uses {bytes}-byte vector accesses)",
-                                kernel.entry
+                                "argument {param}: address {addr:#x} is not aligned to {bytes} \
+                                 bytes (the kernel uses {bytes}-byte vector accesses)"
                             ));
                         }
                         Ok(())
                     }
-                    _ => Err(format!(
-                        "argument {param} of kernel {} must be a device pointer",
-                        kernel.entry
-                    )),
+                    _ => Err(format!("argument {param} must be a device pointer")),
                 }
             }
         }
