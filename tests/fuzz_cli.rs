@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 /// Seed of the generated cases unless `TILUS_FUZZ_SEED` is set.
 const BASE_SEED: u64 = 0x7115_f022_2024_0013;
 /// Generated cases unless `TILUS_FUZZ_CASES` is set (about 15 s in a debug build on 2 cores).
-const DEFAULT_GENERATED: usize = 2000;
+const DEFAULT_GENERATED: usize = 3000;
 /// Wall-clock limit of one case; the slowest legal case (a 1M-cell layout grid) takes ~0.5 s.
 const CASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Address-space limit of one case, in KiB (`ulimit -v`).
@@ -193,6 +193,14 @@ fn fixed_cases() -> Vec<Vec<OsString>> {
             "1",
             "--points",
             "18446744073709551615",
+        ],
+        // Once: 50-95 s (debug build) spent building a 4096-point tuning space before
+        // finding that there is no GPU.
+        &[
+            "bench", "tune", "--wdtype", "u1", "--m", "4096", "--points", "4096",
+        ],
+        &[
+            "bench", "tune", "--wdtype", "i4", "--m", "1", "--points", "4096",
         ],
         // dtype names.
         &["dtype", "i1"],
