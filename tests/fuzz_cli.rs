@@ -551,6 +551,9 @@ fn fixed_cases() -> Vec<Vec<OsString>> {
     cases
 }
 
+/// An option name and the generator of its value.
+type Flag<'a> = (&'a str, fn(&mut Gen) -> String);
+
 /// A generator of CLI argument vectors: the CLI's grammar with valid and hostile values.
 struct Gen {
     rng: StdRng,
@@ -800,16 +803,16 @@ impl Gen {
     }
 
     /// Optional flags: each of `flags` with probability one half, with a value from `value`.
-    fn options(&mut self, args: &mut Vec<String>, flags: &[(&str, fn(&mut Gen) -> String)]) {
+    fn options(&mut self, args: &mut Vec<String>, flags: &[Flag]) {
         self.flags(args, flags, 0.5);
     }
 
     /// Required flags: each of `flags` but now and then one missing.
-    fn required(&mut self, args: &mut Vec<String>, flags: &[(&str, fn(&mut Gen) -> String)]) {
+    fn required(&mut self, args: &mut Vec<String>, flags: &[Flag]) {
         self.flags(args, flags, 0.95);
     }
 
-    fn flags(&mut self, args: &mut Vec<String>, flags: &[(&str, fn(&mut Gen) -> String)], p: f64) {
+    fn flags(&mut self, args: &mut Vec<String>, flags: &[Flag], p: f64) {
         for (flag, value) in flags {
             if self.rng.random_bool(p) {
                 args.push(flag.to_string());
