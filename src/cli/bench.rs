@@ -10,7 +10,8 @@ use tilus::element::Activation;
 use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, precompile};
 use tilus::kernels::qmatmul::tune::candidates;
 use tilus::kernels::qmatmul::tune::{
-    bucket_label, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul, tuning_space,
+    bucket_label, check_tuning_space, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul,
+    tuning_space,
 };
 use tilus::kernels::qmatmul::{QMatmulConfig, QMatmulError};
 use tilus::DType;
@@ -394,8 +395,8 @@ fn random_f16(ctx: &Context, len: usize, seed: u64) -> Result<DeviceBuffer<f16>,
     DeviceBuffer::from_host(ctx, &data).map_err(err)
 }
 
-/// `tilus bench tune`: every argument, and the space itself, is checked before the GPU is
-/// opened.
+/// `tilus bench tune`: every argument is checked before the GPU is opened (everything
+/// [`tuning_space`] could reject, by [`check_tuning_space`]); the space is built after.
 fn tune(cmd: &BenchCommand) -> Result<String, String> {
     let BenchCommand::Tune {
         ref wdtype,
@@ -417,14 +418,16 @@ fn tune(cmd: &BenchCommand) -> Result<String, String> {
         other => return Err(format!("argument `--adtype`: f16 or bf16, not `{other}`")),
     };
     let group = (group > 0).then_some(group);
-    let space = tuning_space(wdtype, adtype, group, m_bucket(m), n, k, points).map_err(|e| {
-        match e {
-            // Name the flag: `n` is `--n` here.
-            QMatmulError::Shape { arg, reason } => format!("argument `--{arg}`: {reason}"),
-            e => e.to_string(),
-        }
-    })?;
+    let named = |e| match e {
+        // Name the flag: `n` is `--n` here.
+        QMatmulError::Shape { arg, reason } => format!("argument `--{arg}`: {reason}"),
+        e => e.to_string(),
+    };
+    // The cheap checks, then the GPU, then the space: building it takes seconds (minutes for
+    // --points 4096 in a debug build), which a machine without a GPU should not wait for.
+    check_tuning_space(wdtype, adtype, group, n, k, points).map_err(named)?;
     let ctx = Context::new(0).map_err(err)?;
+    let space = tuning_space(wdtype, adtype, group, m_bucket(m), n, k, points).map_err(named)?;
     match adtype {
         DType::BF16 => tune_typed::<half::bf16>(&ctx, &space, m, n, k, points, retune),
         _ => tune_typed::<f16>(&ctx, &space, m, n, k, points, retune),

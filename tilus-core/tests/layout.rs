@@ -219,6 +219,16 @@ fn broadcast_prepends_unit_dims() {
                 .into()
         ))
     );
+    // A hostile rank is an error, not an allocation that aborts the process (fuzz_host).
+    use tilus_core::layout::MAX_BROADCAST_RANK;
+    assert_eq!(
+        f.broadcast_to_rank(MAX_BROADCAST_RANK).unwrap().rank(),
+        MAX_BROADCAST_RANK
+    );
+    for rank in [MAX_BROADCAST_RANK + 1, 1 << 40, usize::MAX] {
+        let e = f.broadcast_to_rank(rank).unwrap_err();
+        assert!(e.to_string().contains("at most 65536 dimensions"), "{e}");
+    }
 }
 
 #[test]
@@ -574,6 +584,14 @@ fn swap_inner_locals_and_local_permutation_reject_what_they_cannot_do() {
     let odd: Layout = "local(3,2)".parse().unwrap();
     assert!(odd.swap_inner_locals(1, 2).is_ok());
     assert!(odd.swap_inner_locals(2, 2).is_err());
+    // Zero, and a product that overflows usize (was an arithmetic-overflow panic; fuzz_host).
+    assert!(odd.swap_inner_locals(0, 2).is_err());
+    let e = odd.swap_inner_locals(1 << 63, 2).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("not a multiple of 18446744073709551616"),
+        "{e}"
+    );
     // Different threads hold different elements: no local permutation.
     let a: Layout = "spatial(2).local(2)".parse().unwrap();
     let b: Layout = "local(2).spatial(2)".parse().unwrap();

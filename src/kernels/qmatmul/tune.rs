@@ -325,18 +325,7 @@ pub fn tuning_space(
     k: usize,
     points: usize,
 ) -> Result<Vec<QMatmulConfig>, QMatmulError> {
-    if points == 0 {
-        return Err(shape_err("points", "must be positive"));
-    }
-    if points > MAX_TUNING_POINTS {
-        return Err(shape_err(
-            "points",
-            format!(
-                "{points} is more than the space can hold; at most {MAX_TUNING_POINTS} \
-                 (the enumeration has fewer configurations than that)"
-            ),
-        ));
-    }
+    check_tuning_space(wdtype, adtype, group, n, k, points)?;
     let short = candidates(wdtype, adtype, group, m, n, k)?;
     // The default tiles (fused method) anchor the enumeration; the short list may start
     // elsewhere.
@@ -389,6 +378,33 @@ pub fn tuning_space(
         }
     }
     Ok(out)
+}
+
+/// Every error [`tuning_space`] can return, without building a configuration: cheap, so that a
+/// caller can name a bad argument before it opens a GPU and build the space (thousands of
+/// program builds for `points` = [`MAX_TUNING_POINTS`]) only once there is one to tune on.
+pub fn check_tuning_space(
+    wdtype: DType,
+    adtype: DType,
+    group: Option<usize>,
+    n: usize,
+    k: usize,
+    points: usize,
+) -> Result<(), QMatmulError> {
+    if points == 0 {
+        return Err(shape_err("points", "must be positive"));
+    }
+    if points > MAX_TUNING_POINTS {
+        return Err(shape_err(
+            "points",
+            format!(
+                "{points} is more than the space can hold; at most {MAX_TUNING_POINTS} \
+                 (the enumeration has fewer configurations than that)"
+            ),
+        ));
+    }
+    let zeros = matches!(wdtype, DType::UInt(_));
+    QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k).map(drop)
 }
 
 /// The result of [`tune_qmatmul`].

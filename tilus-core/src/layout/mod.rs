@@ -355,6 +355,10 @@ impl Raw {
     }
 }
 
+/// The largest rank [`Layout::broadcast_to_rank`] builds: far above any tile's, and a bound on
+/// what a hostile rank can make it allocate.
+pub const MAX_BROADCAST_RANK: usize = 1 << 16;
+
 /// Product of `sizes`, or `None` on overflow.
 fn checked_product(sizes: impl IntoIterator<Item = usize>) -> Option<usize> {
     sizes.into_iter().try_fold(1usize, |a, b| a.checked_mul(b))
@@ -566,8 +570,15 @@ impl Layout {
     /// prepended, so the shape becomes `[1, .., 1, s0, .., s(r-1)]` and `eval(t, i)` gains
     /// leading zeros; threads and locals are unchanged. This is how operands of different ranks
     /// meet in [`Layout::compose`] and [`Layout::divide`]. Errors when `rank < self.rank()`:
-    /// broadcasting never drops a dimension.
+    /// broadcasting never drops a dimension; and when it would add dimensions beyond
+    /// [`MAX_BROADCAST_RANK`].
     pub fn broadcast_to_rank(&self, rank: usize) -> Result<Layout, LayoutError> {
+        if rank > MAX_BROADCAST_RANK.max(self.rank()) {
+            // Each added dimension is allocated: a hostile rank aborted the process.
+            return Err(LayoutError::Invalid(format!(
+                "cannot broadcast to rank {rank}: at most {MAX_BROADCAST_RANK} dimensions"
+            )));
+        }
         if rank < self.rank() {
             return Err(LayoutError::Invalid(format!(
                 "cannot broadcast a rank-{} layout to rank {rank}: broadcasting only prepends \
@@ -837,11 +848,13 @@ impl Layout {
     /// `inner * outer` does not divide the local count or a boundary cannot split a mode.
     pub fn swap_inner_locals(&self, inner: usize, outer: usize) -> Result<Layout, LayoutError> {
         let locals = self.num_locals();
-        if inner == 0 || outer == 0 || !locals.is_multiple_of(inner * outer) {
+        // Checked: `inner * outer` of hostile arguments overflowed (a panic in debug builds).
+        let block = inner.checked_mul(outer).filter(|&b| b > 0);
+        if !block.is_some_and(|b| locals.is_multiple_of(b)) {
             return Err(LayoutError::NotDivisible(format!(
                 "swap_inner_locals({inner}, {outer}): {} locals are not a multiple of {}",
                 locals,
-                inner * outer
+                inner as u128 * outer as u128
             )));
         }
         let mut raw = self.to_raw();
