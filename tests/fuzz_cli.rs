@@ -20,6 +20,9 @@
 //! [`DEFAULT_GENERATED`]). Child processes see no GPU (`CUDA_VISIBLE_DEVICES=`), so `tilus
 //! bench` fails fast with exit status 2 on every machine, and a private cache directory.
 
+mod common;
+
+use common::env_number;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -43,15 +46,6 @@ const CASE_TIMEOUT: Duration = Duration::from_secs(10);
 const MEMORY_LIMIT_KB: u64 = 4_000_000;
 /// Longest argument generated: 100 KB (Linux allows 128 KiB per argument).
 const LONG: usize = 100_000;
-
-fn env_number(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v}: expected a non-negative integer")),
-    )
-}
 
 /// What one run of the binary did.
 struct Outcome {

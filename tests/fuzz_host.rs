@@ -11,6 +11,9 @@
 //! [`BASE_SEED`]; printed with each property's count and time, so a failure reproduces).
 //! `TILUS_FUZZ_CASES=<n>` runs every property `n` times instead of its default count.
 
+mod common;
+
+use common::env_number;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use std::fmt::Debug;
@@ -30,15 +33,6 @@ const BASE_SEED: u64 = 0x7115_f022_2024_0013;
 /// The longest one case may take (debug build, loaded 2-core machine): a hang or a runaway
 /// allocation fails the property instead of stalling CI.
 const CASE_LIMIT: Duration = Duration::from_secs(10);
-
-fn env_number(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v}: expected a non-negative integer")),
-    )
-}
 
 /// Run `test` on `cases` values of `strategy` (or `TILUS_FUZZ_CASES`), from the seeded RNG.
 fn fuzz<S: Strategy>(

@@ -48,3 +48,14 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The value of environment variable `name` as a number (`None` when unset); a value that is
+/// not one fails the test, naming it (the fuzz suites' `TILUS_FUZZ_SEED`, `TILUS_FUZZ_CASES`).
+pub fn env_number(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: expected a non-negative integer")),
+    )
+}
