@@ -109,13 +109,25 @@ pub fn device_target(ctx: &Context) -> Result<Target, GpuError> {
 }
 
 impl GpuKernel {
-    /// Generate the CUDA of `program` for `target`; `config` labels it in caches and error
-    /// messages. [`device_target`] gives the best target for a context's device.
+    /// Verify `program` for `target` and generate its CUDA; `config` labels it in caches and
+    /// error messages. [`device_target`] gives the best target for a context's device.
     pub fn from_program(
         program: &Program,
         config: &str,
         target: &Target,
     ) -> Result<GpuKernel, GpuError> {
+        // Programs built at run time may not have been verified; codegen relies on it.
+        tilus_core::verify::verify(program, target).map_err(|diags| GpuError::Codegen {
+            program: program.name.clone(),
+            message: format!(
+                "the program does not verify: {}",
+                diags
+                    .iter()
+                    .map(|d| d.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        })?;
         let kernel = codegen::emit(program, target).map_err(|e| GpuError::Codegen {
             program: program.name.clone(),
             message: e.message,
@@ -324,7 +336,28 @@ fn entry_param_count(source: &str, entry: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::entry_param_count;
+    use super::{entry_param_count, GpuError, GpuKernel};
+    use tilus_core::ir::ProgramBuilder;
+    use tilus_core::{DType, Layout, Target};
+
+    /// A program built at run time is verified before code generation: a bad one is an error,
+    /// not a panic in the generator (no GPU needed: nothing is compiled or launched).
+    #[test]
+    fn unverified_programs_are_errors() {
+        let mut b = ProgramBuilder::new("k", 32);
+        let n = b.param_i32("n");
+        let x = b.param_ptr("x", DType::Int(1), false);
+        b.grid(vec![1.into()]);
+        let gx = b.view_global("gx", x, DType::Int(1), vec![n.into()]);
+        b.load_global("r", gx, Layout::spatial(&[64]), vec![0.into()]);
+        let err = GpuKernel::from_program(&b.finish(), "", &Target::SM80)
+            .err()
+            .expect("rejected");
+        assert!(
+            matches!(&err, GpuError::Codegen { message, .. } if message.contains("does not verify")),
+            "{err}"
+        );
+    }
 
     #[test]
     fn counts_the_entry_parameters() {

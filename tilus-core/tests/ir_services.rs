@@ -144,3 +144,29 @@ fn builder_and_verifier_share_the_inference() {
         "{d:?}"
     );
 }
+
+/// A hand-built program with a data type no API can construct is a verifier error naming the
+/// variable, before any rule decodes values with it; the interpreter (which verifies first)
+/// returns that error instead of panicking.
+#[test]
+fn invalid_dtypes_in_a_program_are_errors() {
+    use tilus_core::ir::ProgramBuilder;
+    use tilus_core::{interp, verify, Layout};
+    for bad in [DType::Int(1), DType::UInt(0), DType::Int(40)] {
+        let mut b = ProgramBuilder::new("k", 32);
+        let n = b.param_i32("n");
+        let x = b.param_ptr("x", bad, false);
+        b.grid(vec![1.into()]);
+        let gx = b.view_global("gx", x, bad, vec![n.into()]);
+        b.load_global("r", gx, Layout::spatial(&[32]), vec![0.into()]);
+        let p = b.finish();
+        let d = verify::verify(&p, &Default::default()).unwrap_err();
+        assert!(
+            d.iter()
+                .any(|d| d.message.starts_with("`x`: ") && d.message.contains("not a valid")),
+            "{bad:?}: {d:?}"
+        );
+        let mut args = [interp::Arg::I32(32), interp::Arg::Buffer(vec![0u8; 64])];
+        assert!(interp::run(&p, &mut args).is_err(), "{bad:?}");
+    }
+}

@@ -63,6 +63,11 @@ pub struct Diagnostic {
 pub fn verify(program: &Program, target: &Target) -> Result<(), Vec<Diagnostic>> {
     let mut checker = Checker::new(program, target);
     checker.header();
+    // A hand-built program may hold a dtype no API can construct (`DType::Int(1)`); every rule
+    // below decodes values or sizes with them, so stop here.
+    if !checker.dtypes_valid() {
+        return Err(checker.diags);
+    }
     // The rules below build per-element layout tables: past a resource limit they could take
     // unbounded time and memory, so stop at the limits.
     let over = limits::check(program, checker.block_threads);
@@ -168,6 +173,25 @@ impl<'p> Checker<'p> {
             Some(var) => format!("`{}`", var.name),
             None => format!("`%{}`", v.0),
         }
+    }
+
+    /// Report every variable whose data type is not a valid one; false when there is any.
+    fn dtypes_valid(&mut self) -> bool {
+        let mut ok = true;
+        for var in &self.p.vars {
+            let dtype = match &var.ty {
+                VarType::Pointer { dtype, .. } => *dtype,
+                VarType::Global(g) => g.dtype,
+                VarType::Shared(s) => s.dtype,
+                VarType::Register(r) => r.dtype,
+                VarType::Scalar(_) | VarType::Unknown => continue,
+            };
+            if let Err(e) = dtype.validate() {
+                ok = false;
+                self.err(self.p.span, format!("`{}`: {e}", var.name));
+            }
+        }
+        ok
     }
 
     fn header(&mut self) {
