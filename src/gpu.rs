@@ -153,15 +153,17 @@ impl GpuKernel {
         match entry_param_count(&source, &spec.entry) {
             Some(n) if n == spec.params.len() => {}
             found => {
-                return Err(GpuError::Codegen {
-                    program: name.to_string(),
-                    message: format!(
-                    "the launch spec lists {} parameters for entry `{}`, the source declares {}",
+                let declared = found.map_or("no such entry".to_string(), |n| n.to_string());
+                let message = format!(
+                    "the launch spec lists {} parameters for entry `{}`, the source declares \
+                     {declared}",
                     spec.params.len(),
                     spec.entry,
-                    found.map_or("no such entry".to_string(), |n| n.to_string())
-                ),
-                })
+                );
+                return Err(GpuError::Codegen {
+                    program: name.to_string(),
+                    message,
+                });
             }
         }
         // The runtime checks every launch against this list, which has one entry per parameter
