@@ -96,21 +96,10 @@ fn runtime_param(name: &str, dtype: DType, mutable: bool) -> Param {
     }
 }
 
-/// The target of `ctx`'s device (its compute capability), for programs generated at run time.
-pub fn device_target(ctx: &Context) -> Result<Target, GpuError> {
-    let (major, minor) = ctx.device().compute_capability;
-    Target::for_compute_capability(major.max(0) as u32, minor.max(0) as u32).map_err(|message| {
-        GpuError::Arguments {
-            kernel: String::new(),
-            config: String::new(),
-            message: format!("device {}: {message}", ctx.device().name),
-        }
-    })
-}
-
 impl GpuKernel {
     /// Verify `program` for `target` and generate its CUDA; `config` labels it in caches and
-    /// error messages. [`device_target`] gives the best target for a context's device.
+    /// error messages. The launch checks that the device can run code for `target`
+    /// ([`Target::for_compute_capability`] gives the best target for a device).
     pub fn from_program(
         program: &Program,
         config: &str,

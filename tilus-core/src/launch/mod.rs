@@ -15,6 +15,7 @@ mod assume;
 pub use assume::{ArgValue, Assumption};
 
 use crate::ir::{Expr, Instruction, Program, VarId, VarType};
+use crate::storage;
 use crate::target::{Arch, Target};
 use crate::DType;
 
@@ -166,10 +167,13 @@ impl LaunchSpec {
                 .collect::<Result<Vec<i32>, String>>()
                 .map_err(|m| format!("a view of `{}`: {m}", p.ir_name))?;
             let needed = view_bytes(v.dtype, &extents);
-            if needed > bytes as u128 {
+            if needed.is_none_or(|needed| needed > bytes) {
+                let needed = needed.map_or("more than can be addressed".into(), |n| {
+                    format!("{n} bytes")
+                });
                 return Err(format!(
                     "`{}` holds {bytes} bytes, but the kernel views it as {}{extents:?}, which \
-                     needs {needed} bytes",
+                     needs {needed}",
                     p.ir_name, v.dtype
                 ));
             }
@@ -193,7 +197,7 @@ impl LaunchSpec {
                         p.ir_name
                     ));
                 }
-                let bytes = usize::try_from(view_bytes(*dtype, &extents)).map_err(|_| {
+                let bytes = view_bytes(*dtype, &extents).ok_or_else(|| {
                     format!(
                         "workspace `{}` of {dtype}{extents:?} is too large",
                         p.ir_name
@@ -225,12 +229,13 @@ impl LaunchSpec {
     }
 }
 
-/// Bytes of `product(extents)` packed elements of `dtype` (negative extents count as empty).
-fn view_bytes(dtype: DType, extents: &[i32]) -> u128 {
+/// Bytes of `product(extents)` packed elements of `dtype` (a negative extent counts as empty);
+/// `None` when that is not addressable (no buffer can hold it).
+fn view_bytes(dtype: DType, extents: &[i32]) -> Option<usize> {
     let numel = extents
         .iter()
-        .fold(1u128, |n, &x| n.saturating_mul(x.max(0) as u128));
-    (numel.saturating_mul(dtype.bits() as u128)).div_ceil(8)
+        .try_fold(1usize, |n, &x| n.checked_mul(x.max(0) as usize))?;
+    storage::try_packed_len(dtype, numel).ok()
 }
 
 /// The global views of `program`'s pointer parameters whose extents read only scalar
@@ -266,4 +271,35 @@ pub fn buffer_views(
         }
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::ProgramBuilder;
+    use crate::Layout;
+
+    /// A u4 view of `[n, n]` needs `n * n / 2` bytes, also for the largest `n`; the grid reads
+    /// the same arguments.
+    #[test]
+    fn buffers_are_checked_against_their_packed_views() {
+        let mut b = ProgramBuilder::new("k", 32);
+        let n = b.param_i32("n");
+        let x = b.param_ptr("x", DType::UInt(4), false);
+        b.grid(vec![n.into()]);
+        let gx = b.view_global("gx", x, DType::UInt(4), vec![n.into(), n.into()]);
+        b.load_global("r", gx, Layout::spatial(&[32]), vec![0.into(), 0.into()]);
+        let spec = LaunchSpec::of_program(&b.finish());
+        let args = [ArgValue::I32(64), ArgValue::Pointer(0)];
+        assert!(spec.check_buffers(&args, &[0, 2048]).is_ok());
+        let e = spec.check_buffers(&args, &[0, 2047]).unwrap_err();
+        assert!(
+            e.contains("`x` holds 2047 bytes") && e.contains("needs 2048 bytes"),
+            "{e}"
+        );
+        assert_eq!(spec.grid_dims(&args), Ok([64, 1, 1]));
+        let huge = [ArgValue::I32(i32::MAX), ArgValue::Pointer(0)];
+        let e = spec.check_buffers(&huge, &[0, 1 << 20]).unwrap_err();
+        assert!(e.contains("needs 2305843007066210305 bytes"), "{e}");
+    }
 }
