@@ -52,6 +52,7 @@ fn config_label(config: &str) -> String {
 /// One launch argument, in the kernel's own parameter order.
 pub enum GpuArg<'a> {
     I32(i32),
+    F32(f32),
     /// A pointer parameter the kernel only reads.
     In(&'a dyn KernelArg),
     /// A pointer parameter the kernel writes.
@@ -62,13 +63,14 @@ impl GpuArg<'_> {
     fn value(&self) -> ArgValue {
         match self {
             GpuArg::I32(v) => ArgValue::I32(*v),
+            GpuArg::F32(v) => ArgValue::F32(*v),
             GpuArg::In(b) => ArgValue::Pointer(b.address()),
             GpuArg::Out(b) => ArgValue::Pointer(b.address()),
         }
     }
     fn size_bytes(&self) -> usize {
         match self {
-            GpuArg::I32(_) => 0,
+            GpuArg::I32(_) | GpuArg::F32(_) => 0,
             GpuArg::In(b) => b.size_bytes(),
             GpuArg::Out(b) => b.size_bytes(),
         }
@@ -162,6 +164,7 @@ impl GpuKernel {
             .iter()
             .map(|p| match &p.kind {
                 ParamKind::I32 { .. } => Param::value::<i32>(&p.ir_name),
+                ParamKind::F32 { .. } => Param::value::<f32>(&p.ir_name),
                 ParamKind::Pointer { dtype, mutable, .. } => {
                     runtime_param(&p.ir_name, *dtype, *mutable)
                 }
@@ -251,9 +254,11 @@ impl GpuKernel {
             let a = supplied.next().expect("counted above");
             let expected = match (&p.kind, a) {
                 (ParamKind::I32 { .. }, GpuArg::I32(_))
+                | (ParamKind::F32 { .. }, GpuArg::F32(_))
                 | (ParamKind::Pointer { mutable: false, .. }, GpuArg::In(_))
                 | (ParamKind::Pointer { .. }, GpuArg::Out(_)) => None,
                 (ParamKind::I32 { .. }, _) => Some("an i32 value"),
+                (ParamKind::F32 { .. }, _) => Some("an f32 value"),
                 (ParamKind::Pointer { mutable: true, .. }, _) => Some("a writable device buffer"),
                 _ => Some("a device buffer"),
             };
@@ -292,6 +297,7 @@ impl GpuKernel {
                 }
                 _ => match supplied.next().expect("counted above") {
                     GpuArg::I32(v) => builder.value(v),
+                    GpuArg::F32(v) => builder.value(v),
                     GpuArg::In(b) => builder.arg_dyn(b),
                     GpuArg::Out(b) => builder.arg_mut_dyn(b),
                 },

@@ -187,6 +187,7 @@ impl Pack {
 #[derive(Clone, Copy, Debug)]
 pub enum ArgCheck {
     I32(i32),
+    F32(f32),
     Buffer(usize),
 }
 
@@ -218,13 +219,14 @@ pub fn check_host_args(
         .iter()
         .map(|a| match a {
             ArgCheck::I32(v) => ArgValue::I32(*v),
+            ArgCheck::F32(v) => ArgValue::F32(*v),
             ArgCheck::Buffer(_) => ArgValue::Pointer(0),
         })
         .collect();
     let sizes: Vec<usize> = args
         .iter()
         .map(|a| match a {
-            ArgCheck::I32(_) => 0,
+            ArgCheck::I32(_) | ArgCheck::F32(_) => 0,
             ArgCheck::Buffer(b) => *b,
         })
         .collect();

@@ -113,6 +113,10 @@ fn args(sig: &KernelSig) -> Args {
                 a.host.push(quote!(#n: i32));
                 a.device.push(quote!(#n: i32));
             }
+            ParamKind::F32 => {
+                a.host.push(quote!(#n: f32));
+                a.device.push(quote!(#n: f32));
+            }
             ParamKind::Ptr { elem, mutable, .. } => {
                 let t = dtypes::host_type(elem);
                 if *mutable {
@@ -196,6 +200,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         let n = &p.name;
         match &p.kind {
             ParamKind::I32 => quote!(::tilus::core::interp::Arg::I32(#n)),
+            ParamKind::F32 => quote!(::tilus::core::interp::Arg::F32(#n)),
             _ => quote!(::tilus::core::interp::Arg::Buffer(
                 ::tilus::macro_support::HostElement::to_bytes(&*#n))),
         }
@@ -219,6 +224,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         let n = &p.name;
         match &p.kind {
             ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
+            ParamKind::F32 => quote!(::tilus::macro_support::ArgCheck::F32(#n)),
             _ => quote!(::tilus::macro_support::ArgCheck::Buffer(::core::mem::size_of_val(&*#n))),
         }
     });
@@ -226,6 +232,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         let n = &p.name;
         match &p.kind {
             ParamKind::I32 => quote!(::tilus::macro_support::GpuArg::I32(#n)),
+            ParamKind::F32 => quote!(::tilus::macro_support::GpuArg::F32(#n)),
             ParamKind::Ptr { mutable: true, .. } => quote!(::tilus::macro_support::GpuArg::Out(#n)),
             _ => quote!(::tilus::macro_support::GpuArg::In(#n)),
         }

@@ -14,6 +14,7 @@ use crate::space::{Param, Space};
 #[derive(Clone, Debug)]
 pub enum ParamKind {
     I32,
+    F32,
     /// `Global<T>` (read only) or `GlobalMut<T>`.
     Ptr {
         elem: String,
@@ -245,7 +246,7 @@ pub fn parse(f: &ItemFn, attr: Option<&KernelAttr>, report: &mut Report) -> (Ker
 
 fn expected() -> String {
     format!(
-        "expected `i32`, `Global<T>` or `GlobalMut<T>` with `T` one of {}",
+        "expected `i32`, `f32`, `Global<T>` or `GlobalMut<T>` with `T` one of {}",
         dtypes::param_element_names()
     )
 }
@@ -267,6 +268,9 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
     };
     if path.is_ident("i32") {
         return ParamKind::I32;
+    }
+    if path.is_ident("f32") {
+        return ParamKind::F32;
     }
     let Some(last) = path.segments.last() else {
         return bad(

@@ -3,14 +3,14 @@
 //! a [`Ctx`]; the driver (`program.rs`) walks the statements and dispatches. This module calls
 //! no emitter, so the families and the driver depend on it and never the other way round.
 
-use super::expr::{c_expr, Divisible, ScalarFacts};
+use super::expr::{c_expr, c_float_expr, involves_f32, Divisible, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
 use super::regmap::LayoutMap;
 use super::smem::SharedPlan;
 use super::writer::Writer;
 use super::{Assumption, CodegenError, KernelParam};
-use crate::ir::{Expr, Program, SpanId, VarId, VarType};
+use crate::ir::{Expr, Program, ScalarType, SpanId, VarId, VarType};
 use crate::layout::{Layout, SharedLayout};
 use crate::target::Target;
 use crate::DType;
@@ -105,7 +105,12 @@ impl<'p> Ctx<'p> {
 
     /// A scalar expression as C.
     pub(crate) fn expr(&self, e: &Expr) -> String {
-        c_expr(e, &|v| self.name(v))
+        let is_f32 = |v: VarId| matches!(self.p.ty(v), VarType::Scalar(ScalarType::F32));
+        if involves_f32(e, &is_f32) {
+            c_float_expr(e, &|v| self.name(v), &is_f32)
+        } else {
+            c_expr(e, &|v| self.name(v))
+        }
     }
 
     /// The dtype and layout of register tensor `v`.

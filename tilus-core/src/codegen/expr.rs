@@ -10,6 +10,89 @@ pub(crate) fn c_expr(e: &Expr, name: &dyn Fn(VarId) -> String) -> String {
     e.render(name)
 }
 
+/// C for an expression that involves `f32` values. Arithmetic goes through the
+/// round-to-nearest intrinsics (`__fadd_rn`, ...), which the compiler never contracts into an
+/// FMA, so the GPU computes exactly the IR's IEEE semantics (`ir::eval`). `is_f32_var` tells
+/// which variables are `f32` scalars.
+pub(crate) fn c_float_expr(
+    e: &Expr,
+    name: &dyn Fn(VarId) -> String,
+    is_f32_var: &dyn Fn(VarId) -> bool,
+) -> String {
+    let r = |x: &Expr| c_float_expr(x, name, is_f32_var);
+    match e {
+        Expr::Int(_) | Expr::Bool(_) | Expr::F32(_) | Expr::Var(_) => c_expr(e, name),
+        Expr::Unary(op, a) => match op {
+            UnaryOp::Neg => format!("(-{})", r(a)),
+            UnaryOp::Not => format!("(!{})", r(a)),
+            UnaryOp::ToF32 => format!("__int2float_rn({})", r(a)),
+            UnaryOp::ToI32 => format!("__float2int_rz({})", r(a)),
+        },
+        Expr::Binary(op, a, b) => {
+            let (x, y) = (r(a), r(b));
+            if is_f32(a, is_f32_var) {
+                let f = match op {
+                    BinaryOp::Add => Some("__fadd_rn"),
+                    BinaryOp::Sub => Some("__fsub_rn"),
+                    BinaryOp::Mul => Some("__fmul_rn"),
+                    BinaryOp::Div => Some("__fdiv_rn"),
+                    BinaryOp::Min => Some("fminf"),
+                    BinaryOp::Max => Some("fmaxf"),
+                    _ => None,
+                };
+                if let Some(f) = f {
+                    return format!("{f}({x}, {y})");
+                }
+            }
+            match op {
+                BinaryOp::Min | BinaryOp::Max => format!("{}({x}, {y})", op.symbol()),
+                _ => format!("({x} {} {y})", op.symbol()),
+            }
+        }
+        Expr::Select(c, a, b) => format!("({} ? {} : {})", r(c), r(a), r(b)),
+    }
+}
+
+/// Whether `e` has type `f32`.
+pub(crate) fn is_f32(e: &Expr, is_f32_var: &dyn Fn(VarId) -> bool) -> bool {
+    match e {
+        Expr::F32(_) => true,
+        Expr::Int(_) | Expr::Bool(_) => false,
+        Expr::Var(v) => is_f32_var(*v),
+        Expr::Unary(UnaryOp::ToF32, _) => true,
+        Expr::Unary(UnaryOp::ToI32 | UnaryOp::Not, _) => false,
+        Expr::Unary(UnaryOp::Neg, a) => is_f32(a, is_f32_var),
+        Expr::Binary(op, a, _) => {
+            matches!(
+                op,
+                BinaryOp::Add
+                    | BinaryOp::Sub
+                    | BinaryOp::Mul
+                    | BinaryOp::Div
+                    | BinaryOp::Min
+                    | BinaryOp::Max
+            ) && is_f32(a, is_f32_var)
+        }
+        Expr::Select(_, a, _) => is_f32(a, is_f32_var),
+    }
+}
+
+/// Whether `e` reads or computes any `f32` value (then [`c_float_expr`] renders it).
+pub(crate) fn involves_f32(e: &Expr, is_f32_var: &dyn Fn(VarId) -> bool) -> bool {
+    match e {
+        Expr::F32(_) | Expr::Unary(UnaryOp::ToF32 | UnaryOp::ToI32, _) => true,
+        Expr::Int(_) | Expr::Bool(_) => false,
+        Expr::Var(v) => is_f32_var(*v),
+        Expr::Unary(_, a) => involves_f32(a, is_f32_var),
+        Expr::Binary(_, a, b) => involves_f32(a, is_f32_var) || involves_f32(b, is_f32_var),
+        Expr::Select(c, a, b) => {
+            involves_f32(c, is_f32_var)
+                || involves_f32(a, is_f32_var)
+                || involves_f32(b, is_f32_var)
+        }
+    }
+}
+
 /// A C integer literal (of type int when it fits, else long long).
 pub(crate) fn int_lit(v: i64) -> String {
     if v == i32::MIN as i64 {
@@ -151,7 +234,7 @@ impl ScalarFacts {
     /// Whether `e` uses parameters and constants only (after substituting definitions).
     pub(crate) fn is_param_only(&self, e: &Expr) -> bool {
         match e {
-            Expr::Int(_) | Expr::Bool(_) => true,
+            Expr::Int(_) | Expr::Bool(_) | Expr::F32(_) => true,
             Expr::Var(v) => {
                 self.params.contains(v) || self.defs.get(v).is_some_and(|d| self.is_param_only(d))
             }

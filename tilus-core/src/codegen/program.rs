@@ -9,7 +9,9 @@ use super::prelude::Features;
 use super::smem::{self};
 use super::writer::Writer;
 use super::{CodegenError, CudaKernel, KernelParam, LaunchSpec, ParamKind};
-use crate::ir::{Expr, Instruction, Operand, Program, ScalarType, Stmt, StmtKind, VarId, VarType};
+use crate::ir::{
+    Expr, Instruction, Operand, Program, ScalarType, Stmt, StmtKind, Unroll, VarId, VarType,
+};
 use crate::target::Target;
 use crate::DType;
 use std::collections::{BTreeMap, HashMap};
@@ -42,15 +44,27 @@ impl<'p> Ctx<'p> {
                     var,
                     start,
                     end,
+                    step,
+                    unroll,
                     body,
                 } => {
                     let v = self.name(*var);
                     let end_name = self.fresh(&format!("{v}_end"));
+                    let inc = if *step == 1 {
+                        format!("++{v}")
+                    } else {
+                        format!("{v} += {step}")
+                    };
                     let head = format!(
-                        "for (int {v} = {}, {end_name} = {}; {v} < {end_name}; ++{v})",
+                        "for (int {v} = {}, {end_name} = {}; {v} < {end_name}; {inc})",
                         self.expr(start),
                         self.expr(end)
                     );
+                    match unroll {
+                        Unroll::Auto => {}
+                        Unroll::Full => self.w.line("#pragma unroll"),
+                        Unroll::Factor(n) => self.w.line(format!("#pragma unroll {n}")),
+                    }
                     self.w.open(head);
                     self.stmts(body)?;
                     self.w.close();
@@ -465,6 +479,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         let v = param.var;
         let kind = match p.ty(v) {
             VarType::Scalar(ScalarType::I32) => ParamKind::I32 { var: v },
+            VarType::Scalar(ScalarType::F32) => ParamKind::F32 { var: v },
             VarType::Pointer { dtype, mutable } => ParamKind::Pointer {
                 var: v,
                 dtype: *dtype,
@@ -517,6 +532,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         .iter()
         .map(|prm| match &prm.kind {
             ParamKind::I32 { .. } => format!("int {}", prm.name),
+            ParamKind::F32 { .. } => format!("float {}", prm.name),
             ParamKind::Pointer { mutable: false, .. } => {
                 format!("const uint8_t* __restrict__ {}", prm.name)
             }

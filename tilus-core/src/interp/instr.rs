@@ -408,9 +408,18 @@ impl Machine<'_> {
             }
             _ => None,
         };
-        // A uniform right value: an i32 scalar as is, an immediate converted to the dtype.
+        // A uniform right value, converted to the dtype.
         let uniform = match rhs {
-            Operand::Scalar(e) => Some(self.eval_i32(e, block, "the scalar operand")? as f64),
+            // A scalar is converted to the tensor's dtype first, as the GPU code does (through
+            // f32: an i32 scalar is rounded to f32, then encoded).
+            Operand::Scalar(e) => {
+                let v = match self.eval(e, block)? {
+                    Scalar::I32(v) => v as f32,
+                    Scalar::F32(v) => v,
+                    Scalar::Bool(b) => return Err(format!("the scalar operand is the bool {b}")),
+                };
+                Some(dtype.decode(convert(v as f64, dtype)?))
+            }
             Operand::Imm(v) => Some(dtype.decode(convert(*v, dtype)?)),
             Operand::Tensor(_) => None,
         };
@@ -513,10 +522,12 @@ impl Machine<'_> {
             Operand::Scalar(e) => match self.eval(e, block)? {
                 Scalar::I32(v) => v.to_string(),
                 Scalar::Bool(b) => b.to_string(),
+                Scalar::F32(v) => format!("{v:?}"),
             },
             Operand::Tensor(v) => match self.value(block, *v)? {
                 Value::I32(x) => x.to_string(),
                 Value::Bool(b) => b.to_string(),
+                Value::F32(v) => format!("{v:?}"),
                 Value::Reg(r) => {
                     let tab = self.table(&r.layout.clone())?;
                     let values: Vec<Option<f64>> = tab

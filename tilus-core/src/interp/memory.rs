@@ -31,6 +31,7 @@ use crate::DType;
 pub(super) enum Value {
     I32(i32),
     Bool(bool),
+    F32(f32),
     /// A pointer parameter: index of its buffer.
     Ptr(usize),
     Global(GlobalView),

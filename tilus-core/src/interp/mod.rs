@@ -36,7 +36,7 @@ mod scalar;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::ir::{Program, SpanId, Stmt, StmtKind, VarId, VarType};
+use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
 use crate::layout::Layout;
 use crate::verify::table::LayoutTable;
 use crate::verify::{verify, Target};
@@ -47,6 +47,7 @@ use scalar::Scalar;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Arg {
     I32(i32),
+    F32(f32),
     /// The bytes behind a pointer parameter (compact storage for sub-byte dtypes). Written back
     /// in place for mutable parameters.
     Buffer(Vec<u8>),
@@ -89,13 +90,15 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
         let var = program.var(param.var);
         let ok = matches!(
             (&var.ty, arg),
-            (VarType::Scalar(_), Arg::I32(_)) | (VarType::Pointer { .. }, Arg::Buffer(_))
+            (VarType::Scalar(ScalarType::I32), Arg::I32(_))
+                | (VarType::Scalar(ScalarType::F32), Arg::F32(_))
+                | (VarType::Pointer { .. }, Arg::Buffer(_))
         );
         if !ok {
-            let want = if matches!(var.ty, VarType::Pointer { .. }) {
-                "a buffer"
-            } else {
-                "an i32"
+            let want = match var.ty {
+                VarType::Pointer { .. } => "a buffer",
+                VarType::Scalar(ScalarType::F32) => "an f32",
+                _ => "an i32",
             };
             return Err(fail(format!(
                 "argument {k} (`{}`) must be {want}, got {arg:?}",
@@ -106,6 +109,7 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
     for (param, arg) in program.params.iter().zip(args.iter_mut()) {
         let value = match arg {
             Arg::I32(v) => Value::I32(*v),
+            Arg::F32(v) => Value::F32(*v),
             Arg::Buffer(bytes) => {
                 globals.buffers.push(std::mem::take(bytes));
                 globals.names.push(program.var(param.var).name.clone());
@@ -271,19 +275,29 @@ impl<'p> Machine<'p> {
                     var,
                     start,
                     end,
+                    step,
                     body,
+                    ..
                 } => {
                     let a = self
                         .eval_i32(start, block, "the loop start")
                         .map_err(&err)?;
                     let b = self.eval_i32(end, block, "the loop end").map_err(&err)?;
                     let mut flow = Flow::Next;
-                    for i in a..b {
+                    let mut i = a;
+                    while i < b {
                         block.env[var.0 as usize] = Some(Value::I32(i));
                         if self.exec(body, block)? == Flow::Exit {
                             flow = Flow::Exit;
                             break;
                         }
+                        // The GPU's `int` increment would overflow (undefined behaviour in C).
+                        i = i32::try_from(*step)
+                            .ok()
+                            .and_then(|s| i.checked_add(s))
+                            .ok_or_else(|| {
+                                err(format!("the loop variable overflows i32: {i} + {step}"))
+                            })?;
                     }
                     flow
                 }

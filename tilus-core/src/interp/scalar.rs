@@ -11,6 +11,7 @@ impl Scalar {
         match self {
             Scalar::I32(v) => Value::I32(v),
             Scalar::Bool(b) => Value::Bool(b),
+            Scalar::F32(v) => Value::F32(v),
         }
     }
 }
@@ -21,6 +22,7 @@ pub(super) fn eval(e: &Expr, env: &[Option<Value>], vars: &[Var]) -> Result<Scal
         match env.get(v.0 as usize) {
             Some(Some(Value::I32(x))) => Ok(ScalarValue::I32(*x)),
             Some(Some(Value::Bool(b))) => Ok(ScalarValue::Bool(*b)),
+            Some(Some(Value::F32(x))) => Ok(ScalarValue::F32(*x)),
             Some(Some(_)) => Err(EvalError::Arithmetic(format!(
                 "`{}` is not a scalar",
                 name()

@@ -92,6 +92,12 @@ impl ProgramBuilder {
         var
     }
 
+    pub fn param_f32(&mut self, name: &str) -> VarId {
+        let var = self.new_var(name, VarType::Scalar(ScalarType::F32));
+        self.params.push(Param { var });
+        var
+    }
+
     pub fn param_ptr(&mut self, name: &str, dtype: DType, mutable: bool) -> VarId {
         let var = self.new_var(name, VarType::Pointer { dtype, mutable });
         self.params.push(Param { var });
@@ -176,6 +182,19 @@ impl ProgramBuilder {
         end: Expr,
         body: impl FnOnce(&mut Self, VarId),
     ) {
+        self.for_range_step(name, start, end, 1, Unroll::Auto, body)
+    }
+
+    /// `for name in (start..end).step_by(step) { body }`, with an unrolling hint.
+    pub fn for_range_step(
+        &mut self,
+        name: &str,
+        start: Expr,
+        end: Expr,
+        step: u32,
+        unroll: Unroll,
+        body: impl FnOnce(&mut Self, VarId),
+    ) {
         let span = self.span;
         let var = self.new_var(name, VarType::Scalar(ScalarType::I32));
         let body = self.nested(|b| body(b, var));
@@ -184,6 +203,8 @@ impl ProgramBuilder {
             var,
             start,
             end,
+            step,
+            unroll,
             body,
         });
     }

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::{
-    BinaryOp, Expr, Instruction, Operand, Program, Stmt, StmtKind, UnaryOp, VarId, VarType,
+    BinaryOp, Expr, Instruction, Operand, Program, Stmt, StmtKind, UnaryOp, Unroll, VarId, VarType,
 };
 
 impl Expr {
@@ -29,6 +29,21 @@ fn prec(op: BinaryOp) -> u8 {
     }
 }
 
+/// An `f32` constant as a C literal that reads back to the same bits: Rust's shortest
+/// round-trip form with an `f` suffix (`1.0f`, `1e-6f`); infinities by their bits.
+pub(crate) fn f32_literal(v: f32) -> String {
+    if v.is_finite() {
+        let s = format!("{v:?}f");
+        if v < 0.0 {
+            format!("({s})")
+        } else {
+            s
+        }
+    } else {
+        format!("__int_as_float({:#010x})", v.to_bits())
+    }
+}
+
 /// Render with parentheses when the context binds tighter than `e` (`ctx` is the precedence
 /// level the result must satisfy: the result may be used unparenthesized at levels >= its own).
 fn render(e: &Expr, name: &dyn Fn(VarId) -> String, ctx: u8) -> String {
@@ -39,11 +54,14 @@ fn render(e: &Expr, name: &dyn Fn(VarId) -> String, ctx: u8) -> String {
         Expr::Int(v) if *v < 0 => format!("({v})"),
         Expr::Int(v) => v.to_string(),
         Expr::Bool(b) => b.to_string(),
+        Expr::F32(bits) => f32_literal(f32::from_bits(*bits)),
         Expr::Var(v) => name(*v),
         Expr::Unary(op, a) => {
             let t = match op {
                 UnaryOp::Neg => "-",
                 UnaryOp::Not => "!",
+                UnaryOp::ToF32 => "(float)",
+                UnaryOp::ToI32 => "(int)",
             };
             wrap(format!("{t}{}", render(a, name, 2)), 2)
         }
@@ -245,15 +263,22 @@ impl Program {
                     var,
                     start,
                     end,
+                    step,
+                    unroll,
                     body,
                 } => {
-                    writeln!(
-                        f,
-                        "{pad}for {} in {}..{} {{",
-                        self.var_name(*var),
-                        self.expr_text(start),
-                        self.expr_text(end)
-                    )?;
+                    match unroll {
+                        Unroll::Auto => {}
+                        Unroll::Full => writeln!(f, "{pad}#[unroll]")?,
+                        Unroll::Factor(n) => writeln!(f, "{pad}#[unroll({n})]")?,
+                    }
+                    let range = format!("{}..{}", self.expr_text(start), self.expr_text(end));
+                    let range = if *step == 1 {
+                        range
+                    } else {
+                        format!("({range}).step_by({step})")
+                    };
+                    writeln!(f, "{pad}for {} in {range} {{", self.var_name(*var))?;
                     self.write_block(f, body, depth + 1)?;
                     writeln!(f, "{pad}}}")?
                 }

@@ -1,17 +1,32 @@
 //! The one evaluator of uniform scalar expressions, and the expression walkers.
 //!
 //! Semantics (shared by the interpreter, the launch checks, the verifier's constant folding and
-//! the runtime's grid and workspace sizes): values are `i32` or `bool`; `i32` arithmetic is
-//! checked, so overflow and division by zero are errors (the GPU would wrap or trap silently);
-//! division and remainder truncate toward zero as in C; `&&`, `||` and select evaluate lazily.
+//! the runtime's grid and workspace sizes): values are `i32`, `f32` or `bool`; `i32` arithmetic
+//! is checked, so overflow and division by zero are errors (the GPU would wrap or trap
+//! silently); division and remainder truncate toward zero as in C; `f32` arithmetic is IEEE
+//! binary32 with round to nearest even, exactly what the GPU computes for `+ - * /` (no
+//! contraction: the code generator emits `__fadd_rn` and friends), and a NaN result is an error;
+//! `&&`, `||` and select evaluate lazily.
 
 use super::{BinaryOp, Expr, Instruction, Program, Stmt, StmtKind, UnaryOp, VarId};
 
 /// The value of a scalar expression.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ScalarValue {
     I32(i32),
     Bool(bool),
+    F32(f32),
+}
+
+impl ScalarValue {
+    /// The value as an `f64` (`bool` is 0 or 1), exact for every value.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            ScalarValue::I32(v) => v as f64,
+            ScalarValue::Bool(b) => b as i32 as f64,
+            ScalarValue::F32(v) => v as f64,
+        }
+    }
 }
 
 /// Why an expression has no value.
@@ -31,18 +46,30 @@ impl Expr {
         &self,
         lookup: &mut dyn FnMut(VarId) -> Result<ScalarValue, EvalError>,
     ) -> Result<ScalarValue, EvalError> {
-        use ScalarValue::{Bool, I32};
+        use ScalarValue::{Bool, F32, I32};
         let wrong = |what: String| Err(EvalError::Arithmetic(what));
         match self {
             Expr::Int(v) => Ok(I32(*v)),
             Expr::Bool(b) => Ok(Bool(*b)),
+            Expr::F32(bits) => Ok(F32(f32::from_bits(*bits))),
             Expr::Var(v) => lookup(*v),
             Expr::Unary(op, x) => match (op, x.eval(lookup)?) {
                 (UnaryOp::Neg, I32(v)) => v
                     .checked_neg()
                     .map(I32)
                     .ok_or_else(|| EvalError::Arithmetic(format!("i32 overflow: -({v})"))),
+                (UnaryOp::Neg, F32(v)) => Ok(F32(-v)),
                 (UnaryOp::Not, Bool(b)) => Ok(Bool(!b)),
+                (UnaryOp::ToF32, I32(v)) => Ok(F32(v as f32)),
+                (UnaryOp::ToI32, F32(v)) => {
+                    // `as` would saturate; the range check makes out-of-range values errors.
+                    if v.is_finite() && v > -2147483649.0 && v < 2147483648.0 {
+                        Ok(I32(v as i32))
+                    } else {
+                        wrong(format!("f32 {v} does not fit an i32"))
+                    }
+                }
+                (UnaryOp::ToF32 | UnaryOp::ToI32, v) => wrong(format!("`as` on {v:?}")),
                 (UnaryOp::Neg, v) => wrong(format!("`-` on {v:?}")),
                 (UnaryOp::Not, v) => wrong(format!("`!` on {v:?}")),
             },
@@ -73,6 +100,9 @@ impl Expr {
             ScalarValue::Bool(b) => Err(EvalError::Arithmetic(format!(
                 "expected an i32, found the bool {b}"
             ))),
+            ScalarValue::F32(v) => Err(EvalError::Arithmetic(format!(
+                "expected an i32, found the f32 {v}"
+            ))),
         }
     }
 
@@ -85,7 +115,7 @@ impl Expr {
     /// Call `f` on every variable the expression reads, in order (repeats included).
     pub fn visit_vars(&self, f: &mut dyn FnMut(VarId)) {
         match self {
-            Expr::Int(_) | Expr::Bool(_) => {}
+            Expr::Int(_) | Expr::Bool(_) | Expr::F32(_) => {}
             Expr::Var(v) => f(*v),
             Expr::Unary(_, x) => x.visit_vars(f),
             Expr::Binary(_, a, b) => {
@@ -139,7 +169,7 @@ fn visit_stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Instruction)) {
 }
 
 fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, EvalError> {
-    use ScalarValue::{Bool, I32};
+    use ScalarValue::{Bool, F32, I32};
     let sym = op.symbol();
     let err = |m: String| EvalError::Arithmetic(m);
     let overflow = |x: i32, y: i32| err(format!("i32 overflow: {x} {sym} {y}"));
@@ -163,6 +193,29 @@ fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, E
             BinaryOp::Ne => Bool(x != y),
             BinaryOp::And | BinaryOp::Or => return Err(err(format!("`{sym}` on i32 values"))),
         },
+        (F32(x), F32(y)) => {
+            let v = match op {
+                BinaryOp::Add => x + y,
+                BinaryOp::Sub => x - y,
+                BinaryOp::Mul => x * y,
+                BinaryOp::Div => x / y,
+                BinaryOp::Min => x.min(y),
+                BinaryOp::Max => x.max(y),
+                BinaryOp::Lt => return Ok(Bool(x < y)),
+                BinaryOp::Le => return Ok(Bool(x <= y)),
+                BinaryOp::Gt => return Ok(Bool(x > y)),
+                BinaryOp::Ge => return Ok(Bool(x >= y)),
+                BinaryOp::Eq => return Ok(Bool(x == y)),
+                BinaryOp::Ne => return Ok(Bool(x != y)),
+                BinaryOp::Mod | BinaryOp::And | BinaryOp::Or => {
+                    return Err(err(format!("`{sym}` on f32 values")))
+                }
+            };
+            if v.is_nan() {
+                return Err(err(format!("f32 NaN: {x} {sym} {y}")));
+            }
+            F32(v)
+        }
         (Bool(x), Bool(y)) => match op {
             BinaryOp::And => Bool(x && y),
             BinaryOp::Or => Bool(x || y),
@@ -209,6 +262,26 @@ mod tests {
             (a.clone() * b.clone() + a.clone()).vars(),
             vec![VarId(0), VarId(1)]
         );
+    }
+
+    #[test]
+    fn f32_arithmetic_is_ieee_and_nan_is_an_error() {
+        let mut e = env(&[7]);
+        let x = Expr::Unary(UnaryOp::ToF32, Box::new(Expr::Var(VarId(0))));
+        let third = Expr::binary(BinaryOp::Div, x.clone(), Expr::f32(3.0));
+        assert_eq!(third.eval(&mut e), Ok(ScalarValue::F32(7.0f32 / 3.0)));
+        let back = Expr::Unary(UnaryOp::ToI32, Box::new(third));
+        assert_eq!(back.eval_i32(&mut e), Ok(2));
+        let inf = Expr::binary(BinaryOp::Div, Expr::f32(1.0), Expr::f32(0.0));
+        assert_eq!(inf.eval(&mut e), Ok(ScalarValue::F32(f32::INFINITY)));
+        let nan = Expr::binary(BinaryOp::Sub, inf.clone(), inf.clone());
+        assert!(matches!(nan.eval(&mut e), Err(EvalError::Arithmetic(m)) if m.contains("NaN")));
+        let huge = Expr::Unary(UnaryOp::ToI32, Box::new(Expr::f32(3e9)));
+        assert!(huge.eval(&mut e).is_err());
+        let mixed = Expr::binary(BinaryOp::Add, Expr::f32(1.0), Expr::Int(1));
+        assert!(mixed.eval(&mut e).is_err());
+        let rem = Expr::binary(BinaryOp::Mod, Expr::f32(1.0), Expr::f32(1.0));
+        assert!(rem.eval(&mut e).is_err());
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! accumulator of a loop, `acc = dot(a, b, acc)`) when the new value has the same type.
 //!
 //! Conventions every consumer (verifier, interpreter, codegen) shares:
-//! - Scalars are `i32` (or `bool` for conditions); arithmetic that overflows `i32` is an error.
-//!   Division and remainder truncate toward zero, as in C.
+//! - Scalars are `i32`, `f32` or `bool` (conditions); arithmetic that overflows `i32` is an
+//!   error. Division and remainder truncate toward zero, as in C. `f32` arithmetic is IEEE
+//!   (round to nearest even); a NaN result is an error.
 //! - A register tile of rank `r` read from or written to a tensor of rank `R >= r` covers the
 //!   trailing `r` dimensions; the offset has rank `R` and gives the tile's first element.
 //! - Global loads and stores, and `CopyAsync`, are *masked by the view*: elements whose index
@@ -60,6 +61,9 @@ pub struct SpanId(pub u32);
 pub enum ScalarType {
     I32,
     Bool,
+    /// An IEEE binary32 value (a kernel parameter such as `eps`, or a constant computed from tile
+    /// parameters); usable in scalar arithmetic and as the uniform operand of tensor instructions.
+    F32,
 }
 
 /// The type of a variable.
@@ -147,6 +151,9 @@ pub struct Var {
 pub enum Expr {
     Int(i32),
     Bool(bool),
+    /// An `f32` constant, held as its bits so that expressions stay `Eq` and `Hash`
+    /// (see [`Expr::f32`]).
+    F32(u32),
     Var(VarId),
     Unary(UnaryOp, Box<Expr>),
     Binary(BinaryOp, Box<Expr>, Box<Expr>),
@@ -158,6 +165,10 @@ pub enum Expr {
 pub enum UnaryOp {
     Neg,
     Not,
+    /// `i32` to `f32`, rounding to nearest even (Rust's `as f32`).
+    ToF32,
+    /// `f32` to `i32`, truncating toward zero; out of range or NaN is an error.
+    ToI32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -184,6 +195,10 @@ pub enum BinaryOp {
 impl Expr {
     pub fn var(v: VarId) -> Expr {
         Expr::Var(v)
+    }
+    /// An `f32` constant.
+    pub fn f32(v: f32) -> Expr {
+        Expr::F32(v.to_bits())
     }
     pub fn binary(op: BinaryOp, a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
         Expr::Binary(op, Box::new(a.into()), Box::new(b.into()))
@@ -225,7 +240,7 @@ expr_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Mod);
 pub enum Operand {
     /// A register tensor whose shape broadcasts to the first operand's shape.
     Tensor(VarId),
-    /// A uniform integer scalar.
+    /// A uniform scalar (`i32` or `f32`), converted to the tensor's dtype per element.
     Scalar(Expr),
     /// An immediate constant, converted to the tensor's dtype.
     Imm(f64),
@@ -399,11 +414,14 @@ pub enum StmtKind {
         then_body: Vec<Stmt>,
         else_body: Vec<Stmt>,
     },
-    /// `for var in start..end` (step 1); `var` is a fresh scalar.
+    /// `for var in (start..end).step_by(step)`; `var` is a fresh scalar. `step` is at least 1;
+    /// an increment past `i32::MAX` while the loop would go on is an error.
     For {
         var: VarId,
         start: Expr,
         end: Expr,
+        step: u32,
+        unroll: Unroll,
         body: Vec<Stmt>,
     },
     While {
@@ -411,6 +429,20 @@ pub enum StmtKind {
         body: Vec<Stmt>,
     },
     Instr(Instruction),
+}
+
+/// How the CUDA compiler should unroll a loop (a hint: the meaning never changes).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum Unroll {
+    /// The compiler decides.
+    #[default]
+    Auto,
+    /// Unroll completely (the trip count should be a compile-time constant).
+    Full,
+    /// Unroll by this factor (at least 1; 1 keeps the loop rolled).
+    Factor(u32),
 }
 
 /// A kernel parameter.

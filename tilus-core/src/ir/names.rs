@@ -82,6 +82,7 @@ impl ScalarType {
     pub fn name(self) -> &'static str {
         match self {
             ScalarType::I32 => "i32",
+            ScalarType::F32 => "f32",
             ScalarType::Bool => "bool",
         }
     }

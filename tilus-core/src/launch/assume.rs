@@ -7,9 +7,10 @@ use crate::ir::{EvalError, Expr, ScalarValue};
 use std::fmt;
 
 /// The value of one launch argument, as the checks see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ArgValue {
     I32(i32),
+    F32(f32),
     /// A device address.
     Pointer(u64),
 }
@@ -123,6 +124,7 @@ pub(crate) fn eval_param_expr(
             })?;
             match args.get(i) {
                 Some(ArgValue::I32(x)) => Ok(ScalarValue::I32(*x)),
+                Some(ArgValue::F32(x)) => Ok(ScalarValue::F32(*x)),
                 _ => Err(EvalError::Arithmetic(format!(
                     "argument {} of kernel {} must be an i32",
                     kernel.params[i].ir_name, kernel.entry
@@ -133,5 +135,11 @@ pub(crate) fn eval_param_expr(
     Ok(match value {
         ScalarValue::I32(v) => v,
         ScalarValue::Bool(b) => b as i32,
+        ScalarValue::F32(v) => {
+            return Err(format!(
+                "a launch expression of {} is the f32 {v}, not an integer",
+                kernel.entry
+            ))
+        }
     })
 }

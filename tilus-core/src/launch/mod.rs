@@ -14,7 +14,7 @@ mod assume;
 
 pub use assume::{ArgValue, Assumption};
 
-use crate::ir::{Expr, Instruction, Program, VarId, VarType};
+use crate::ir::{Expr, Instruction, Program, ScalarType, VarId, VarType};
 use crate::storage;
 use crate::target::{Arch, Target};
 use crate::DType;
@@ -33,6 +33,8 @@ pub struct KernelParam {
 pub enum ParamKind {
     /// An `int` argument: the program's scalar parameter `var`.
     I32 { var: VarId },
+    /// A `float` argument: the program's scalar parameter `var`.
+    F32 { var: VarId },
     /// A device pointer (`const uint8_t*` or `uint8_t*` in the source): the program's pointer
     /// parameter `var`.
     Pointer {
@@ -94,6 +96,7 @@ impl LaunchSpec {
                         dtype: *dtype,
                         mutable: *mutable,
                     },
+                    VarType::Scalar(ScalarType::F32) => ParamKind::F32 { var: p.var },
                     _ => ParamKind::I32 { var: p.var },
                 };
                 KernelParam {
@@ -119,7 +122,9 @@ impl LaunchSpec {
     /// The index of the parameter that carries program variable `var`.
     pub fn param_index(&self, var: VarId) -> Option<usize> {
         self.params.iter().position(|p| match p.kind {
-            ParamKind::I32 { var: v } | ParamKind::Pointer { var: v, .. } => v == var,
+            ParamKind::I32 { var: v }
+            | ParamKind::F32 { var: v }
+            | ParamKind::Pointer { var: v, .. } => v == var,
             ParamKind::Workspace { .. } => false,
         })
     }

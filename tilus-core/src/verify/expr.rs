@@ -9,6 +9,7 @@ pub(super) fn describe(ty: &VarType) -> String {
     match ty {
         VarType::Scalar(ScalarType::I32) => "an i32 scalar".to_string(),
         VarType::Scalar(ScalarType::Bool) => "a bool scalar".to_string(),
+        VarType::Scalar(ScalarType::F32) => "an f32 scalar".to_string(),
         VarType::Pointer { dtype, mutable } => format!(
             "a {} pointer to {dtype}",
             if *mutable { "mutable" } else { "read-only" }
@@ -40,10 +41,11 @@ pub(super) fn vars_of(e: &Expr, out: &mut Vec<VarId>) {
 impl Checker<'_> {
     /// The type of `e`, reporting every error in it; `None` when it has none to give.
     pub(super) fn expr_ty(&mut self, e: &Expr, span: SpanId) -> Option<ScalarType> {
-        use ScalarType::{Bool, I32};
+        use ScalarType::{Bool, F32, I32};
         match e {
             Expr::Int(_) => Some(I32),
             Expr::Bool(_) => Some(Bool),
+            Expr::F32(_) => Some(F32),
             Expr::Var(v) => match self.use_var(*v, span)? {
                 VarType::Scalar(s) => Some(*s),
                 VarType::Unknown => None,
@@ -59,9 +61,13 @@ impl Checker<'_> {
             },
             Expr::Unary(op, x) => {
                 let t = self.expr_ty(x, span);
-                let (want, sym) = match op {
-                    UnaryOp::Neg => (I32, "-"),
-                    UnaryOp::Not => (Bool, "!"),
+                // (operand type, result type); negation keeps its operand's numeric type.
+                let (want, result, sym) = match op {
+                    UnaryOp::Neg if t == Some(F32) => (F32, F32, "-"),
+                    UnaryOp::Neg => (I32, I32, "-"),
+                    UnaryOp::Not => (Bool, Bool, "!"),
+                    UnaryOp::ToF32 => (I32, F32, "as f32"),
+                    UnaryOp::ToI32 => (F32, I32, "as i32"),
                 };
                 if let Some(t) = t.filter(|t| *t != want) {
                     self.err(
@@ -73,24 +79,28 @@ impl Checker<'_> {
                         ),
                     );
                 }
-                Some(want)
+                Some(result)
             }
             Expr::Binary(op, a, b) => {
                 let ta = self.expr_ty(a, span);
                 let tb = self.expr_ty(b, span);
+                let (ta, tb) = (ta?, tb?);
+                // Arithmetic and ordering take two i32 or two f32 operands.
+                let numeric = if ta == F32 { F32 } else { I32 };
                 let (operand, result) = match op {
                     BinaryOp::Add
                     | BinaryOp::Sub
                     | BinaryOp::Mul
                     | BinaryOp::Div
-                    | BinaryOp::Mod
                     | BinaryOp::Min
-                    | BinaryOp::Max => (Some(I32), I32),
-                    BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => (Some(I32), Bool),
+                    | BinaryOp::Max => (Some(numeric), numeric),
+                    BinaryOp::Mod => (Some(I32), I32),
+                    BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
+                        (Some(numeric), Bool)
+                    }
                     BinaryOp::And | BinaryOp::Or => (Some(Bool), Bool),
                     BinaryOp::Eq | BinaryOp::Ne => (None, Bool),
                 };
-                let (ta, tb) = (ta?, tb?);
                 let sym = op.symbol();
                 match operand {
                     Some(want) if ta != want || tb != want => self.err(

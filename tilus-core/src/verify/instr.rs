@@ -239,7 +239,16 @@ impl<'p> Checker<'p> {
                     }
                 }
             }
-            Operand::Scalar(e) => self.expect_expr(e, ScalarType::I32, span, "a scalar operand"),
+            Operand::Scalar(e) => {
+                if let Some(t) = self.expr_ty(e, span) {
+                    if t == ScalarType::Bool {
+                        self.err(
+                            span,
+                            format!("{name}: a scalar operand must be i32 or f32, found bool"),
+                        );
+                    }
+                }
+            }
             Operand::Imm(v) => {
                 if v.is_nan() {
                     self.err(span, format!("{name}: NaN is not a valid immediate"));

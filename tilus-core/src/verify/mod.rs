@@ -47,7 +47,7 @@ pub use limits::{
     MAX_UNROLLED_OPS,
 };
 
-use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
+use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, Unroll, VarId, VarType};
 
 pub use crate::target::Target;
 
@@ -219,13 +219,13 @@ impl<'p> Checker<'p> {
                 continue;
             };
             match var.ty {
-                VarType::Scalar(ScalarType::I32) | VarType::Pointer { .. } => {
+                VarType::Scalar(ScalarType::I32 | ScalarType::F32) | VarType::Pointer { .. } => {
                     self.defined[param.var.0 as usize] = true;
                 }
                 ref other => self.err(
                     span,
                     format!(
-                        "parameter `{}` is {}; parameters must be i32 scalars or pointers",
+                        "parameter `{}` is {}; parameters must be i32 or f32 scalars or pointers",
                         var.name,
                         expr::describe(other)
                     ),
@@ -351,8 +351,22 @@ impl<'p> Checker<'p> {
                 var,
                 start,
                 end,
+                step,
+                unroll,
                 body,
             } => {
+                if *step == 0 || *step > i32::MAX as u32 {
+                    self.err(
+                        span,
+                        format!(
+                            "the step of a for loop must be 1 to {}, found {step}",
+                            i32::MAX
+                        ),
+                    );
+                }
+                if *unroll == Unroll::Factor(0) {
+                    self.err(span, "an unroll factor must be at least 1".to_string());
+                }
                 self.expect_expr(start, ScalarType::I32, span, "the start of a for loop");
                 self.expect_expr(end, ScalarType::I32, span, "the end of a for loop");
                 let saved = self.defined.clone();

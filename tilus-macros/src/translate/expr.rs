@@ -119,19 +119,34 @@ impl Translator<'_, '_> {
         use BinaryOp::*;
         let logical = matches!(op, And | Or);
         let equality = matches!(op, Eq | Ne);
+        let float = ta == ScalarType::F32 && tb == ScalarType::F32 && op != Mod;
         let ok = if logical {
             ta == ScalarType::Bool && tb == ScalarType::Bool
         } else if equality {
             ta == tb
         } else {
-            ta == ScalarType::I32 && tb == ScalarType::I32
+            float || (ta == ScalarType::I32 && tb == ScalarType::I32)
         };
         if !ok {
-            let want = if logical { "booleans" } else { "i32 scalars" };
+            let want = if logical {
+                "booleans".to_string()
+            } else if op == Mod {
+                "i32 scalars".to_string()
+            } else if ta != tb && ta != ScalarType::Bool && tb != ScalarType::Bool {
+                format!(
+                    "two i32 or two f32 scalars, found {} and {}; convert one with `as f32` or `as i32`",
+                    ta.name(),
+                    tb.name()
+                )
+            } else {
+                "two i32 or two f32 scalars".to_string()
+            };
             return Err(self.err(node, format!("`{}` takes {want}", op_symbol(op))));
         }
         let ty = if matches!(op, Lt | Le | Gt | Ge | Eq | Ne | And | Or) {
             ScalarType::Bool
+        } else if float {
+            ScalarType::F32
         } else {
             ScalarType::I32
         };
@@ -160,11 +175,14 @@ impl Translator<'_, '_> {
     ) -> R<Expr> {
         match self.value(b, e, DestHint::Temp)? {
             Value::Scalar(x, ty) if ty == want => Ok(x),
+            // A float constant where an f32 is wanted (`eps = 1e-6`).
+            Value::Float(v) if want == ScalarType::F32 => Ok(Expr::f32(v as f32)),
             Value::Poisoned => Err(Reported),
             other => {
                 let want = match want {
                     ScalarType::I32 => "an i32 scalar",
                     ScalarType::Bool => "a boolean condition",
+                    ScalarType::F32 => "an f32 scalar",
                 };
                 let found = self.describe(&other);
                 Err(self.err(e, format!("expected {want}, found {found}")))
@@ -176,6 +194,7 @@ impl Translator<'_, '_> {
         match v {
             Value::Scalar(_, ScalarType::I32) => "an i32 scalar".into(),
             Value::Scalar(_, ScalarType::Bool) => "a boolean".into(),
+            Value::Scalar(_, ScalarType::F32) => "an f32 scalar".into(),
             Value::Float(_) => "a floating-point constant".into(),
             Value::Tensor(_) => "a tensor".into(),
             Value::Pointer(_) => "a pointer parameter".into(),
@@ -327,14 +346,7 @@ impl Translator<'_, '_> {
                 }
             }
             SynExpr::If(i) => self.select(b, i),
-            SynExpr::Cast(c) => {
-                let is_i32 = matches!(&*c.ty, syn::Type::Path(p) if p.path.is_ident("i32"));
-                if !is_i32 {
-                    return Err(self.err(&*c.ty, "scalars are `i32`; only `as i32` is allowed"));
-                }
-                let x = self.scalar(b, &c.expr, ScalarType::I32)?;
-                Ok(Value::Scalar(x, ScalarType::I32))
-            }
+            SynExpr::Cast(c) => self.cast_scalar(b, c),
             SynExpr::Reference(r) => Err(self.err(
                 r,
                 "tensors and scalars are passed by name in a kernel: remove the `&`",
@@ -414,13 +426,34 @@ impl Translator<'_, '_> {
                 let (e, ty) = self.scalar_binary(bin, op, (a, ta), (c, tc))?;
                 Ok(Value::Scalar(e, ty))
             }
-            (Value::Float(x), Value::Float(y)) => match op {
-                BinaryOp::Add => Ok(Value::Float(x + y)),
-                BinaryOp::Sub => Ok(Value::Float(x - y)),
-                BinaryOp::Mul => Ok(Value::Float(x * y)),
-                BinaryOp::Div => Ok(Value::Float(x / y)),
-                _ => Err(self.err(bin, "only + - * / combine floating-point constants")),
-            },
+            // Float constants fold, and so do integer constants with them (`1.0 / BK`): both
+            // are known when the kernel is compiled.
+            (Value::Float(x), Value::Float(y)) => self.fold_float(bin, op, x, y),
+            (Value::Float(x), Value::Scalar(Expr::Int(y), ScalarType::I32)) => {
+                self.fold_float(bin, op, x, y as f64)
+            }
+            (Value::Scalar(Expr::Int(x), ScalarType::I32), Value::Float(y)) => {
+                self.fold_float(bin, op, x as f64, y)
+            }
+            // A float constant with a run-time f32 is an f32 expression.
+            (Value::Float(x), Value::Scalar(c, ScalarType::F32)) => {
+                let (e, ty) = self.scalar_binary(
+                    bin,
+                    op,
+                    (Expr::f32(x as f32), ScalarType::F32),
+                    (c, ScalarType::F32),
+                )?;
+                Ok(Value::Scalar(e, ty))
+            }
+            (Value::Scalar(a, ScalarType::F32), Value::Float(y)) => {
+                let (e, ty) = self.scalar_binary(
+                    bin,
+                    op,
+                    (a, ScalarType::F32),
+                    (Expr::f32(y as f32), ScalarType::F32),
+                )?;
+                Ok(Value::Scalar(e, ty))
+            }
             (Value::Tensor(x), rhs) => {
                 let operand = self.operand(bin.right.as_ref(), rhs)?;
                 self.element(b, bin, op, x, operand, dest)
@@ -447,14 +480,14 @@ impl Translator<'_, '_> {
     pub(super) fn operand(&mut self, node: &SynExpr, v: Value) -> R<Operand> {
         match v {
             Value::Tensor(t) => Ok(Operand::Tensor(t)),
-            Value::Scalar(e, ScalarType::I32) => Ok(Operand::Scalar(e)),
+            Value::Scalar(e, ScalarType::I32 | ScalarType::F32) => Ok(Operand::Scalar(e)),
             Value::Float(f) => Ok(Operand::Imm(f)),
             Value::Poisoned => Err(Reported),
             other => {
                 let found = self.describe(&other);
                 Err(self.err(
                     node,
-                    format!("expected a tensor, an i32 scalar or a constant, found {found}"),
+                    format!("expected a tensor, an i32 or f32 scalar or a constant, found {found}"),
                 ))
             }
         }
@@ -512,10 +545,9 @@ impl Translator<'_, '_> {
                     Some(n) => Ok(Value::Scalar(Expr::Int(n), ScalarType::I32)),
                     None => Err(self.err(u, "negation overflows i32")),
                 },
-                Value::Scalar(e, ScalarType::I32) => Ok(Value::Scalar(
-                    Expr::Unary(UnaryOp::Neg, Box::new(e)),
-                    ScalarType::I32,
-                )),
+                Value::Scalar(e, ty @ (ScalarType::I32 | ScalarType::F32)) => {
+                    Ok(Value::Scalar(Expr::Unary(UnaryOp::Neg, Box::new(e)), ty))
+                }
                 Value::Float(f) => Ok(Value::Float(-f)),
                 Value::Tensor(x) => self.neg(b, u, x, dest),
                 Value::Poisoned => Ok(Value::Poisoned),
@@ -590,6 +622,83 @@ impl Translator<'_, '_> {
                 tx,
             )),
             _ => Err(self.err(i, "an `if` value with a run-time condition must choose between two scalars of the same type")),
+        }
+    }
+
+    /// `+ - * / min max` and comparisons of two compile-time floats.
+    fn fold_float<T: ToTokens + 'static>(
+        &mut self,
+        node: &T,
+        op: BinaryOp,
+        x: f64,
+        y: f64,
+    ) -> R<Value> {
+        let v = match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div if y == 0.0 => {
+                return Err(self.err(node, "division by zero in a constant expression"))
+            }
+            BinaryOp::Div => x / y,
+            BinaryOp::Min => x.min(y),
+            BinaryOp::Max => x.max(y),
+            BinaryOp::Lt => return Ok(Value::Scalar(Expr::Bool(x < y), ScalarType::Bool)),
+            BinaryOp::Le => return Ok(Value::Scalar(Expr::Bool(x <= y), ScalarType::Bool)),
+            BinaryOp::Gt => return Ok(Value::Scalar(Expr::Bool(x > y), ScalarType::Bool)),
+            BinaryOp::Ge => return Ok(Value::Scalar(Expr::Bool(x >= y), ScalarType::Bool)),
+            _ => {
+                return Err(self.err(
+                    node,
+                    format!(
+                        "`{}` does not combine floating-point constants",
+                        op_symbol(op)
+                    ),
+                ))
+            }
+        };
+        Ok(Value::Float(v))
+    }
+
+    /// `x as i32` / `x as f32` on scalars (folded for constants).
+    fn cast_scalar(&mut self, b: &mut ProgramBuilder, c: &syn::ExprCast) -> R<Value> {
+        let to = match &*c.ty {
+            syn::Type::Path(p) if p.path.is_ident("i32") => ScalarType::I32,
+            syn::Type::Path(p) if p.path.is_ident("f32") => ScalarType::F32,
+            _ => {
+                return Err(self.err(
+                    &*c.ty,
+                    "scalars are `i32` or `f32`: only `as i32` and `as f32` are allowed (use `cast::<T>(x)` for tensors)",
+                ))
+            }
+        };
+        match (self.value(b, &c.expr, DestHint::Temp)?, to) {
+            (Value::Poisoned, _) => Ok(Value::Poisoned),
+            (v @ Value::Scalar(_, ScalarType::I32), ScalarType::I32) => Ok(v),
+            (v @ Value::Scalar(_, ScalarType::F32), ScalarType::F32) => Ok(v),
+            (Value::Scalar(Expr::Int(v), ScalarType::I32), ScalarType::F32) => {
+                Ok(Value::Float(v as f64))
+            }
+            (Value::Scalar(e, ScalarType::I32), ScalarType::F32) => Ok(Value::Scalar(
+                Expr::Unary(UnaryOp::ToF32, Box::new(e)),
+                ScalarType::F32,
+            )),
+            (Value::Scalar(e, ScalarType::F32), ScalarType::I32) => Ok(Value::Scalar(
+                Expr::Unary(UnaryOp::ToI32, Box::new(e)),
+                ScalarType::I32,
+            )),
+            (v @ Value::Float(_), ScalarType::F32) => Ok(v),
+            (Value::Float(v), ScalarType::I32) => {
+                if v.is_finite() && v.trunc() >= i32::MIN as f64 && v.trunc() <= i32::MAX as f64 {
+                    Ok(Value::Scalar(Expr::Int(v.trunc() as i32), ScalarType::I32))
+                } else {
+                    Err(self.err(c, format!("{v} does not fit an i32")))
+                }
+            }
+            (other, _) => {
+                let found = self.describe(&other);
+                Err(self.err(&*c.expr, format!("`as` converts scalars, found {found}")))
+            }
         }
     }
 

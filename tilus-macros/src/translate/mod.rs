@@ -140,6 +140,11 @@ pub fn translate(
                 ty: ScalarType::I32,
                 mutable: false,
             },
+            ParamKind::F32 => Binding::Scalar {
+                var: b.param_f32(&name),
+                ty: ScalarType::F32,
+                mutable: false,
+            },
             ParamKind::Ptr { dtype, mutable, .. } => {
                 Binding::Pointer(b.param_ptr(&name, *dtype, *mutable))
             }

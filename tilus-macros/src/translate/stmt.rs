@@ -2,7 +2,7 @@
 //! calls whose result is discarded.
 
 use syn::{BinOp, Expr as SynExpr, Pat, RangeLimits, Stmt};
-use tilus_core::ir::{Expr, ProgramBuilder, ScalarType};
+use tilus_core::ir::{Expr, ProgramBuilder, ScalarType, Unroll, VarType};
 
 use super::*;
 
@@ -312,10 +312,7 @@ impl Translator<'_, '_> {
                     None => match self.value(b, right, DestHint::Existing(var))? {
                         Value::Tensor(v) if v == var => Ok(()),
                         Value::Poisoned => Err(Reported),
-                        Value::Tensor(_) => Err(self.err(
-                            right,
-                            format!("tensors are written by instructions: assign the result of an instruction to `{name}` (e.g. `{name} = add({name}, x)`), not another tensor"),
-                        )),
+                        Value::Tensor(v) => self.copy_tensor(b, whole, &name, var, v),
                         other => {
                             let found = self.describe(&other);
                             Err(self.err(right, format!("`{name}` is a tensor; found {found}")))
@@ -341,6 +338,42 @@ impl Translator<'_, '_> {
         }
     }
 
+    /// `x = y` for two register tensors of one type: a register copy (a `view` with the same
+    /// dtype and layout, which the CUDA compiler turns into renaming).
+    fn copy_tensor(
+        &mut self,
+        b: &mut ProgramBuilder,
+        whole: &SynExpr,
+        name: &str,
+        dst: VarId,
+        src: VarId,
+    ) -> R<()> {
+        let (to, from) = (b.ty(dst), b.ty(src));
+        match (&to, &from) {
+            (VarType::Register(t), VarType::Register(f)) if t == f => {
+                let site = self.site(whole);
+                b.set_span(site);
+                b.view(dst, src, t.dtype, t.layout.clone());
+                Ok(())
+            }
+            (VarType::Register(t), VarType::Register(f)) => Err(self.err(
+                whole,
+                format!(
+                    "`{name}` is a {} tensor in layout {}, the value a {} tensor in layout {}; \
+                     assign a value of the same dtype and layout (`cast::<T>(x)` converts)",
+                    t.dtype,
+                    t.layout.to_expr(),
+                    f.dtype,
+                    f.layout.to_expr()
+                ),
+            )),
+            _ => Err(self.err(
+                whole,
+                format!("only register tensors can be assigned; `{name}` is not one"),
+            )),
+        }
+    }
+
     fn immutable(&mut self, left: &SynExpr, name: &str) -> Reported {
         self.err(
             left,
@@ -359,8 +392,41 @@ impl Translator<'_, '_> {
             Pat::Wild(_) => "_".to_string(),
             other => return Err(self.err(other, "expected a loop variable name")),
         };
-        let SynExpr::Range(range) = &*f.expr else {
-            return Err(self.err(&*f.expr, "a kernel loops over a range: `for x in a..b`"));
+        let unroll = self.unroll_hint(&f.attrs)?;
+        // `(a..b).step_by(s)` with a constant step, or a plain range.
+        let (range_expr, step) = match &*f.expr {
+            SynExpr::MethodCall(m) if m.method == "step_by" => {
+                if m.args.len() != 1 {
+                    return Err(self.err(m, "`step_by` takes one step"));
+                }
+                let step = match self.const_int(&m.args[0]) {
+                    Some(s) if s >= 1 => s as u32,
+                    Some(s) => {
+                        return Err(self.err(
+                            &m.args[0],
+                            format!("the step must be at least 1, found {s}"),
+                        ))
+                    }
+                    None => {
+                        return Err(self.err(
+                            &m.args[0],
+                            "the step must be a constant (a literal or tile parameter)",
+                        ))
+                    }
+                };
+                let mut inner = &*m.receiver;
+                while let SynExpr::Paren(p) = inner {
+                    inner = &p.expr;
+                }
+                (inner, step)
+            }
+            other => (other, 1),
+        };
+        let SynExpr::Range(range) = range_expr else {
+            return Err(self.err(
+                &*f.expr,
+                "a kernel loops over a range: `for x in a..b` or `for x in (a..b).step_by(s)`",
+            ));
         };
         let (Some(start), Some(end)) = (&range.start, &range.end) else {
             return Err(self.err(range, "the range needs a start and an end: `a..b`"));
@@ -386,7 +452,7 @@ impl Translator<'_, '_> {
             self.unique(&name)
         };
         b.set_span(site);
-        b.for_range(&var_name, s, e, |b, var| {
+        b.for_range_step(&var_name, s, e, step, unroll, |b, var| {
             self.scopes.push(Vec::new());
             if name != "_" {
                 self.bind(
@@ -402,6 +468,38 @@ impl Translator<'_, '_> {
             self.scopes.pop();
         });
         Ok(())
+    }
+
+    /// `#[unroll]` (fully) or `#[unroll(n)]` on a `for` loop; other attributes are errors.
+    fn unroll_hint(&mut self, attrs: &[syn::Attribute]) -> R<Unroll> {
+        let mut hint = Unroll::Auto;
+        for a in attrs {
+            if !a.path().is_ident("unroll") {
+                return Err(self.err(
+                    a,
+                    "the only attribute on a loop is `#[unroll]` or `#[unroll(n)]`",
+                ));
+            }
+            hint = match &a.meta {
+                syn::Meta::Path(_) => Unroll::Full,
+                syn::Meta::List(l) => match l
+                    .parse_args::<SynExpr>()
+                    .ok()
+                    .and_then(|e| self.const_int(&e))
+                {
+                    Some(n) if n >= 1 => Unroll::Factor(n as u32),
+                    _ => {
+                        return Err(
+                            self.err(a, "`#[unroll(n)]` takes a constant factor of at least 1")
+                        )
+                    }
+                },
+                syn::Meta::NameValue(_) => {
+                    return Err(self.err(a, "write `#[unroll]` or `#[unroll(n)]`"))
+                }
+            };
+        }
+        Ok(hint)
     }
 
     fn if_stmt(&mut self, b: &mut ProgramBuilder, i: &syn::ExprIf) -> R<()> {

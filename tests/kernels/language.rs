@@ -1,0 +1,35 @@
+//! Kernels that exercise the language beyond tensor instructions: `f32` scalar parameters and
+//! arithmetic, float constants computed from tile parameters, stepped and unrolled loops, and
+//! reassigning a tensor variable. Shared by `macro_language.rs` (interpreter) and `macro_gpu.rs`.
+
+/// `y = x * (2 * scale + n / 1024) + 1 / BLOCK`: an `f32` parameter, a run-time `f32`
+/// expression with `as f32`, and a constant folded from a tile parameter.
+#[tilus::kernel(grid = [cdiv(n, BLOCK)], warps = 1, space(BLOCK = [32, 64]))]
+pub fn scale_shift<const BLOCK: i32>(n: i32, scale: f32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let gx = view_global(x, [n]);
+    let gy = view_global(y, [n]);
+    let r = load_global(gx, layout!(local(BLOCK / 32).spatial(32)), [bi * BLOCK]);
+    let s = scale * 2.0 + (n as f32) / 1024.0;
+    let mut acc = r * s;
+    acc = acc + 1.0 / BLOCK;
+    store_global(acc, gy, [bi * BLOCK]);
+}
+
+/// The elementwise maximum of a row's chunks of `CH` columns: a stepped, unrolled loop that
+/// reassigns a tensor variable (`best = m`). Columns past `cols` read as 0 (masked loads).
+#[tilus::kernel(grid = [rows], warps = 1, space(CH = [32, 64]))]
+pub fn chunk_max<const CH: i32>(rows: i32, cols: i32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [r] = block_indices();
+    let gx = view_global(x, [rows, cols]);
+    let gy = view_global(y, [rows, CH]);
+    let tile = layout!(local(1, CH / 32).spatial(1, 32));
+    let mut best = load_global(gx, tile, [r, 0]);
+    #[unroll(2)]
+    for c in (CH..cols).step_by(CH) {
+        let chunk = load_global(gx, tile, [r, c]);
+        let m = max(best, chunk);
+        best = m;
+    }
+    store_global(best, gy, [r, 0]);
+}

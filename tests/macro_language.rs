@@ -1,0 +1,80 @@
+//! The `#[kernel]` language on the CPU interpreter: `f32` scalars, float constants from tile
+//! parameters, `step_by` loops with unroll hints, tensor reassignment. Fresh random inputs,
+//! outputs poisoned before each run, references computed here.
+
+#[path = "kernels/language.rs"]
+mod language;
+
+use language::{chunk_max, scale_shift};
+use rand::Rng;
+
+#[test]
+fn f32_parameters_and_float_constants() {
+    let mut rng = rand::rng();
+    for cfg in scale_shift::SPACE {
+        let n = rng.random_range(1..300usize);
+        let scale: f32 = rng.random_range(-2.0..2.0);
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let mut y = vec![f32::NAN; n];
+        scale_shift::interpret(cfg, n as i32, scale, &x, &mut y).unwrap();
+        // The kernel's f32 arithmetic, step by step (each operation rounded to f32).
+        let s = scale * 2.0 + (n as f32) / 1024.0;
+        let shift = (1.0 / cfg.BLOCK as f64) as f32;
+        for i in 0..n {
+            assert_eq!(y[i], x[i] * s + shift, "{cfg} n={n} at {i}");
+        }
+    }
+}
+
+#[test]
+fn stepped_loops_and_tensor_reassignment() {
+    let mut rng = rand::rng();
+    for cfg in chunk_max::SPACE {
+        let ch = cfg.CH as usize;
+        let (rows, cols) = (rng.random_range(1..5usize), rng.random_range(ch..5 * ch));
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|_| rng.random_range(-4.0..4.0))
+            .collect();
+        let mut y = vec![f32::NAN; rows * ch];
+        chunk_max::interpret(cfg, rows as i32, cols as i32, &x, &mut y).unwrap();
+        for r in 0..rows {
+            for j in 0..ch {
+                let want = (0..cols.div_ceil(ch))
+                    .map(|k| {
+                        let c = k * ch + j;
+                        if c < cols {
+                            x[r * cols + c]
+                        } else {
+                            0.0
+                        }
+                    })
+                    .fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!(
+                    y[r * ch + j],
+                    want,
+                    "{cfg} rows={rows} cols={cols} at ({r}, {j})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn loops_print_their_step_and_unroll_hint() {
+    let p = chunk_max::program(&chunk_max::SPACE[0]).unwrap();
+    let text = p.to_string();
+    assert!(text.contains("#[unroll(2)]"), "{text}");
+    assert!(text.contains(".step_by(32)"), "{text}");
+    let k = tilus::core::codegen::emit(&p, &tilus::core::target::Target::SM90).unwrap();
+    assert!(k.source.contains("#pragma unroll 2"), "{}", k.source);
+    assert!(k.source.contains(" += 32)"), "{}", k.source);
+    // f32 arithmetic goes through the round-to-nearest intrinsics (never contracted to FMA).
+    let p = scale_shift::program(&scale_shift::SPACE[0]).unwrap();
+    let k = tilus::core::codegen::emit(&p, &tilus::core::target::Target::SM90).unwrap();
+    assert!(
+        k.source.contains("__fadd_rn(__fmul_rn(scale, 2.0f)"),
+        "{}",
+        k.source
+    );
+    assert!(k.source.contains("float scale"), "{}", k.source);
+}
