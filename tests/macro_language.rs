@@ -5,7 +5,7 @@
 #[path = "kernels/language.rs"]
 mod language;
 
-use language::{chunk_max, scale_shift};
+use language::{chunk_max, helpers, scale_shift};
 use rand::Rng;
 
 #[test]
@@ -77,4 +77,23 @@ fn loops_print_their_step_and_unroll_hint() {
         k.source
     );
     assert!(k.source.contains("float scale"), "{}", k.source);
+}
+
+#[test]
+fn helper_functions_inline_and_return_tuples() {
+    let mut rng = rand::rng();
+    let n = rng.random_range(1..200usize);
+    let s: f32 = rng.random_range(-2.0..2.0);
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+    let (mut hi, mut lo) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+    helpers::interpret(&helpers::SPACE[0], n as i32, s, &x, &mut hi, &mut lo).unwrap();
+    for i in 0..n {
+        let up = x[i] * s + 1.0;
+        let (a, b) = (up.max(x[i]), up.min(x[i]));
+        let a = a * 0.5 - 1.0;
+        assert_eq!((hi[i], lo[i]), (a.max(b), a.min(b)), "n={n} s={s} at {i}");
+    }
+    // Each call is inlined: `order` twice, so two `max` instructions.
+    let text = helpers::program(&helpers::SPACE[0]).unwrap().to_string();
+    assert_eq!(text.matches("= max(").count(), 2, "{text}");
 }

@@ -33,3 +33,27 @@ pub fn chunk_max<const CH: i32>(rows: i32, cols: i32, x: Global<f32>, y: GlobalM
     }
     store_global(best, gy, [r, 0]);
 }
+
+/// Helper functions: `affine` is called twice (inlined each time), `order` returns two tensors
+/// (destructured by `let` and by assignment), and a helper calls another.
+#[tilus::kernel(grid = [cdiv(n, 64)], warps = 2)]
+pub fn helpers(n: i32, s: f32, x: Global<f32>, hi: GlobalMut<f32>, lo: GlobalMut<f32>) {
+    fn affine(t: Tensor, scale: f32, shift: _) -> Tensor {
+        let u = t * scale;
+        u + shift
+    }
+    fn order(a: Tensor, b: Tensor) -> (Tensor, Tensor) {
+        (max(a, b), min(a, b))
+    }
+    fn spread(t: Tensor, scale: f32) -> (Tensor, Tensor) {
+        let up = affine(t, scale, 1.0);
+        order(up, t)
+    }
+    let [bi] = block_indices();
+    let tile = layout!(spatial(64));
+    let r = load_global(view_global(x, [n]), tile, [bi * 64]);
+    let (mut a, mut b) = spread(r, s);
+    (a, b) = order(affine(a, 0.5, -1.0), b);
+    store_global(a, view_global(hi, [n]), [bi * 64]);
+    store_global(b, view_global(lo, [n]), [bi * 64]);
+}

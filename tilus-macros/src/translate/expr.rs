@@ -200,6 +200,7 @@ impl Translator<'_, '_> {
             Value::Pointer(_) => "a pointer parameter".into(),
             Value::Layout(..) => "a layout".into(),
             Value::Array(_) => "an array".into(),
+            Value::Tuple(v) => format!("a tuple of {} values", v.len()),
             Value::Unit => "an instruction with no result".into(),
             Value::Poisoned => "an undefined value".into(),
         }

@@ -218,6 +218,12 @@ impl Translator<'_, '_> {
             other => return Err(self.err(other, "expected an instruction name")),
         };
         let name = seg.ident.to_string();
+        if let Some(h) = self.helper(&name) {
+            return self.call_helper(b, c, &h);
+        }
+        if self.failed_helpers.contains(&name) {
+            return Err(Reported);
+        }
         let args: Vec<&SynExpr> = c.args.iter().collect();
         let Some(syntax) = syntax::lookup(&name) else {
             return Err(self.err(&seg.ident, unknown_instruction(&name)));

@@ -11,6 +11,7 @@
 //! name whose definition failed is *poisoned* so that its uses do not repeat the error.
 
 mod expr;
+mod helper;
 mod instr;
 mod layout;
 mod stmt;
@@ -64,6 +65,8 @@ pub enum Value {
     Pointer(VarId),
     Layout(Layout, String),
     Array(Vec<Expr>),
+    /// The results of a helper function (`(m, l)`), destructured by `let` or assignment.
+    Tuple(Vec<Value>),
     Unit,
     Poisoned,
 }
@@ -99,6 +102,11 @@ pub struct Translator<'a, 'b> {
     used_names: HashMap<String, u32>,
     /// Translating the grid: instructions are not allowed.
     in_grid: bool,
+    /// Helper functions declared in the kernel body, and those whose declaration failed.
+    helpers: Vec<(String, std::rc::Rc<helper::Helper>)>,
+    failed_helpers: Vec<String>,
+    /// How deep the helper calls being inlined nest.
+    helper_depth: usize,
 }
 
 /// Translate the kernel for the configuration `point`.
@@ -118,6 +126,9 @@ pub fn translate(
         scopes: vec![Vec::new()],
         used_names: HashMap::new(),
         in_grid: false,
+        helpers: Vec::new(),
+        failed_helpers: Vec::new(),
+        helper_depth: 0,
     };
     for name in sig.tile_names() {
         let v = space.tile(point, &name.to_string()).unwrap_or(0);
@@ -154,6 +165,7 @@ pub fn translate(
     }
     t.grid(&mut b);
     t.scopes.push(Vec::new());
+    t.declare_helpers(&f.block.stmts);
     for stmt in &f.block.stmts {
         t.stmt(&mut b, stmt);
     }

@@ -13,8 +13,13 @@ impl Translator<'_, '_> {
             Stmt::Expr(e, _) => {
                 let _ = self.stmt_expr(b, e);
             }
+            // Helpers were declared before the body was translated; nested ones are not.
+            Stmt::Item(syn::Item::Fn(_)) if self.scopes.len() == 2 && self.helper_depth == 0 => {}
             Stmt::Item(item) => {
-                let _ = self.err(item, "items cannot be declared inside a kernel");
+                let _ = self.err(
+                    item,
+                    "the only items in a kernel are helper `fn`s at the top level of its body",
+                );
             }
             Stmt::Macro(m) => {
                 let name = m.mac.path.segments.last().map(|s| s.ident.to_string());
@@ -77,10 +82,10 @@ impl Translator<'_, '_> {
     }
 
     /// What `let [mut] name = v` binds.
-    fn binding_for(
+    fn binding_for<T: ToTokens + 'static>(
         &mut self,
         b: &mut ProgramBuilder,
-        local: &syn::Local,
+        local: &T,
         name: &str,
         mutable: bool,
         v: Value,
@@ -97,17 +102,26 @@ impl Translator<'_, '_> {
                 }
             }
             Value::Float(f) if !mutable => Binding::Float(f),
-            Value::Float(_) => {
-                let _ = self.err(
-                    local,
-                    "floating-point scalars are constants; only tensors and i32 scalars can be `mut`",
-                );
-                Binding::Poisoned
+            // A mutable float is an f32 variable.
+            Value::Float(f) => {
+                let n = self.unique(name);
+                Binding::Scalar {
+                    var: b.let_(&n, ScalarType::F32, Expr::f32(f as f32)),
+                    ty: ScalarType::F32,
+                    mutable,
+                }
             }
             Value::Tensor(var) => Binding::Tensor { var, mutable },
             Value::Pointer(var) => Binding::Pointer(var),
             Value::Layout(l, t) => Binding::Layout(l, t),
             Value::Array(a) => Binding::Array(a),
+            Value::Tuple(items) => {
+                let _ = self.err(
+                    local,
+                    format!("`{name}` would be bound to a tuple of {} values; destructure it: `let (a, b) = ..`", items.len()),
+                );
+                Binding::Poisoned
+            }
             Value::Unit => {
                 let _ = self.err(
                     local,
@@ -139,11 +153,7 @@ impl Translator<'_, '_> {
         let is_block_indices = matches!(expr, SynExpr::Call(c)
             if matches!(&*c.func, SynExpr::Path(p) if p.path.is_ident("block_indices")));
         if !is_block_indices {
-            let _ = self.err(
-                pat,
-                "destructuring is only for `let [bi, bj] = block_indices();`",
-            );
-            self.poison_pattern(pat);
+            self.destructure_tuple(b, pat, &elems, expr);
             return;
         }
         if let SynExpr::Call(c) = expr {
@@ -202,10 +212,149 @@ impl Translator<'_, '_> {
         }
     }
 
+    /// `let (a, b) = helper(..);`: bind each result of a helper.
+    fn destructure_tuple(
+        &mut self,
+        b: &mut ProgramBuilder,
+        pat: &Pat,
+        elems: &[&Pat],
+        expr: &SynExpr,
+    ) {
+        let site = self.site(expr);
+        b.set_span(site);
+        let items = match self.value(b, expr, DestHint::Temp) {
+            Ok(Value::Tuple(items)) if items.len() == elems.len() => items,
+            Ok(Value::Poisoned) | Err(Reported) => {
+                self.poison_pattern(pat);
+                return;
+            }
+            Ok(other) => {
+                let found = self.describe(&other);
+                let _ = self.err(
+                    pat,
+                    format!("this pattern takes {} values, found {found} (destructuring is for `block_indices()` and helpers that return a tuple)", elems.len()),
+                );
+                self.poison_pattern(pat);
+                return;
+            }
+        };
+        for (p, v) in elems.iter().zip(items) {
+            match p {
+                Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                    let name = pi.ident.to_string();
+                    let binding = self.binding_for(b, *p, &name, pi.mutability.is_some(), v);
+                    self.bind(&name, binding);
+                }
+                Pat::Wild(_) => {}
+                other => {
+                    let _ = self.err(*other, "expected a variable name");
+                }
+            }
+        }
+    }
+
+    /// `(a, b) = helper(..);`: assign each result of a helper to an existing variable.
+    fn assign_tuple(
+        &mut self,
+        b: &mut ProgramBuilder,
+        whole: &SynExpr,
+        left: &syn::ExprTuple,
+        right: &SynExpr,
+    ) -> R<()> {
+        let site = self.site(right);
+        b.set_span(site);
+        let items = match self.value(b, right, DestHint::Temp)? {
+            Value::Tuple(items) if items.len() == left.elems.len() => items,
+            Value::Poisoned => return Err(Reported),
+            other => {
+                let found = self.describe(&other);
+                return Err(self.err(
+                    right,
+                    format!("{} variables are assigned from {found}", left.elems.len()),
+                ));
+            }
+        };
+        let mut failed = false;
+        for (target, v) in left.elems.iter().zip(items) {
+            if matches!(target, SynExpr::Infer(_)) {
+                continue;
+            }
+            if self.assign_value(b, whole, target, v).is_err() {
+                failed = true;
+            }
+        }
+        if failed {
+            Err(Reported)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `name = v` for a value already computed (one element of a tuple assignment).
+    fn assign_value(
+        &mut self,
+        b: &mut ProgramBuilder,
+        whole: &SynExpr,
+        target: &SynExpr,
+        v: Value,
+    ) -> R<()> {
+        let name = match target {
+            SynExpr::Path(p) if p.path.get_ident().is_some() => p
+                .path
+                .get_ident()
+                .map(|i| i.to_string())
+                .unwrap_or_default(),
+            _ => return Err(self.err(target, "only variables can be assigned")),
+        };
+        match (self.lookup(&name).cloned(), v) {
+            (None, _) => Err(self.err(target, format!("cannot find `{name}` in this kernel"))),
+            (Some(Binding::Poisoned), _) | (_, Value::Poisoned) => Err(Reported),
+            (
+                Some(
+                    Binding::Tensor { mutable: false, .. } | Binding::Scalar { mutable: false, .. },
+                ),
+                _,
+            ) => Err(self.immutable(target, &name)),
+            (Some(Binding::Tensor { var, .. }), Value::Tensor(src)) => {
+                if var == src {
+                    Ok(())
+                } else {
+                    self.copy_tensor(b, whole, &name, var, src)
+                }
+            }
+            (Some(Binding::Scalar { var, ty, .. }), Value::Scalar(e, t)) if t == ty => {
+                let site = self.site(whole);
+                b.set_span(site);
+                b.assign(var, e);
+                Ok(())
+            }
+            (
+                Some(Binding::Scalar {
+                    var,
+                    ty: ScalarType::F32,
+                    ..
+                }),
+                Value::Float(f),
+            ) => {
+                let site = self.site(whole);
+                b.set_span(site);
+                b.assign(var, Expr::f32(f as f32));
+                Ok(())
+            }
+            (_, other) => {
+                let found = self.describe(&other);
+                Err(self.err(target, format!("`{name}` cannot be assigned {found}")))
+            }
+        }
+    }
+
     /// An expression in statement position.
     fn stmt_expr(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<()> {
         match e {
-            SynExpr::Assign(a) => self.assign(b, e, &a.left, None, &a.right),
+            SynExpr::Assign(a) => match &*a.left {
+                SynExpr::Tuple(t) => self.assign_tuple(b, e, t, &a.right),
+                _ => self.assign(b, e, &a.left, None, &a.right),
+            },
             SynExpr::Binary(bin)
                 if matches!(
                     bin.op,

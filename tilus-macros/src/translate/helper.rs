@@ -1,0 +1,317 @@
+//! Helper functions in a kernel body, so that a piece of a kernel (an online-softmax update, a
+//! dequantization step) is written once:
+//!
+//! ```ignore
+//! fn update(m: Tensor, l: Tensor, x: Tensor) -> (Tensor, Tensor) { .. (m_new, l_new) }
+//! let (m1, l1) = update(m, l, x);   // or `(m, l) = update(m, l, x);`
+//! ```
+//!
+//! Helpers are declared among the kernel's top-level statements (anywhere: like Rust items,
+//! they are visible before their declaration) and every call is inlined: the arguments are
+//! bound to the parameters in a fresh scope that sees the kernel's parameters, tile parameters
+//! and data types but none of the caller's locals; the body is translated in place, and its
+//! tail expression is the call's value (a tuple of values for several results). Parameters are
+//! immutable. Their types are checked: `Tensor`, `i32`, `f32`, `bool`, `Layout`, or `_` for any.
+
+use std::rc::Rc;
+
+use syn::{Expr as SynExpr, ExprCall, FnArg, ItemFn, Pat, ReturnType, Stmt};
+use tilus_core::ir::{syntax, ProgramBuilder};
+
+use super::*;
+
+/// Calls nest at most this deep (a deeper chain is almost surely recursion, which cannot be
+/// inlined).
+const MAX_DEPTH: usize = 16;
+
+/// What a helper parameter accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ParamType {
+    Tensor,
+    Scalar(ScalarType),
+    Layout,
+    Any,
+}
+
+/// A declared helper function.
+pub struct Helper {
+    item: Rc<ItemFn>,
+    params: Vec<(String, ParamType)>,
+}
+
+impl Translator<'_, '_> {
+    /// Register the helper functions among the kernel body's top-level statements; report bad
+    /// declarations (they are left undeclared, so calls to them report "not found" quietly
+    /// poisoned).
+    pub(super) fn declare_helpers(&mut self, stmts: &[Stmt]) {
+        for s in stmts {
+            let Stmt::Item(syn::Item::Fn(f)) = s else {
+                continue;
+            };
+            let name = f.sig.ident.to_string();
+            if let Some(params) = self.helper_signature(f) {
+                if syntax::lookup(&name).is_some() {
+                    let _ = self.err(
+                        &f.sig.ident,
+                        format!("`{name}` is an instruction; give the helper another name"),
+                    );
+                } else if self.helpers.iter().any(|(n, _)| *n == name) {
+                    let _ = self.err(
+                        &f.sig.ident,
+                        format!("the helper `{name}` is declared twice"),
+                    );
+                } else {
+                    let helper = Helper {
+                        item: Rc::new(f.clone()),
+                        params,
+                    };
+                    self.helpers.push((name, Rc::new(helper)));
+                }
+            } else {
+                self.failed_helpers.push(name);
+            }
+        }
+    }
+
+    /// The parameters of a helper declaration, or `None` after reporting what is wrong.
+    fn helper_signature(&mut self, f: &ItemFn) -> Option<Vec<(String, ParamType)>> {
+        let sig = &f.sig;
+        let mut ok = true;
+        if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+            let _ = self.err(
+                &sig.generics,
+                "helpers have no generics: they see the kernel's tile and dtype parameters",
+            );
+            ok = false;
+        }
+        if let Some(tok) = sig
+            .asyncness
+            .as_ref()
+            .map(|t| t.span)
+            .or(sig.unsafety.as_ref().map(|t| t.span))
+            .or(sig.constness.as_ref().map(|t| t.span))
+        {
+            let _ = self.error(Diag::at_span(
+                tok,
+                "a helper is a plain `fn` (no `async`, `unsafe` or `const`)",
+            ));
+            ok = false;
+        }
+        let mut params = Vec::new();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(r) => {
+                    let _ = self.err(r, "helpers take no `self`");
+                    ok = false;
+                }
+                FnArg::Typed(pt) => {
+                    let name = match &*pt.pat {
+                        Pat::Ident(pi) if pi.mutability.is_none() && pi.by_ref.is_none() => {
+                            pi.ident.to_string()
+                        }
+                        Pat::Ident(pi) if pi.mutability.is_some() => {
+                            let _ = self.err(
+                                &*pt.pat,
+                                "helper parameters are immutable; bind a `let mut` copy inside",
+                            );
+                            ok = false;
+                            continue;
+                        }
+                        other => {
+                            let _ = self.err(other, "expected a parameter name");
+                            ok = false;
+                            continue;
+                        }
+                    };
+                    let ty = match &*pt.ty {
+                        syn::Type::Infer(_) => Some(ParamType::Any),
+                        syn::Type::Path(p) if p.qself.is_none() => {
+                            match p.path.get_ident().map(|i| i.to_string()).as_deref() {
+                                Some("Tensor") => Some(ParamType::Tensor),
+                                Some("i32") => Some(ParamType::Scalar(ScalarType::I32)),
+                                Some("f32") => Some(ParamType::Scalar(ScalarType::F32)),
+                                Some("bool") => Some(ParamType::Scalar(ScalarType::Bool)),
+                                Some("Layout") => Some(ParamType::Layout),
+                                _ => None,
+                            }
+                        }
+                        _ => None,
+                    };
+                    match ty {
+                        Some(t) => params.push((name, t)),
+                        None => {
+                            let _ = self.err(
+                                &*pt.ty,
+                                "a helper parameter is a `Tensor`, `i32`, `f32`, `bool`, `Layout`, or `_` for any of them",
+                            );
+                            ok = false;
+                        }
+                    }
+                }
+            }
+        }
+        // The return type is documentation; the tail expression decides.
+        let _ = matches!(sig.output, ReturnType::Default);
+        ok.then_some(params)
+    }
+
+    /// The helper called `name`, if one is declared.
+    pub(super) fn helper(&self, name: &str) -> Option<Rc<Helper>> {
+        self.helpers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, h)| h.clone())
+    }
+
+    /// Inline a call of `helper`.
+    pub(super) fn call_helper(
+        &mut self,
+        b: &mut ProgramBuilder,
+        c: &ExprCall,
+        helper: &Helper,
+    ) -> R<Value> {
+        let name = helper.item.sig.ident.to_string();
+        if self.in_grid {
+            return Err(self.err(c, "the grid cannot call helpers"));
+        }
+        if c.args.len() != helper.params.len() {
+            return Err(self.err(
+                c,
+                format!(
+                    "`{name}` takes {} argument{}, found {}",
+                    helper.params.len(),
+                    if helper.params.len() == 1 { "" } else { "s" },
+                    c.args.len()
+                ),
+            ));
+        }
+        if self.helper_depth >= MAX_DEPTH {
+            return Err(self.err(
+                c,
+                format!("helper calls nest deeper than {MAX_DEPTH}: `{name}` is recursive or nearly so, and calls are inlined"),
+            ));
+        }
+        // Arguments, in the caller's scope.
+        let mut bound = Vec::new();
+        let mut failed = false;
+        for (arg, (pname, pty)) in c.args.iter().zip(&helper.params) {
+            match self.value(b, arg, DestHint::Temp) {
+                Ok(v) => match self.bind_param(b, arg, &name, pname, *pty, v) {
+                    Ok(binding) => bound.push((pname.clone(), binding)),
+                    Err(Reported) => failed = true,
+                },
+                Err(Reported) => failed = true,
+            }
+        }
+        if failed {
+            return Err(Reported);
+        }
+        // The body, in a scope with the kernel's own names and the parameters only.
+        let kernel_scope = self.scopes[0].clone();
+        let saved = std::mem::replace(&mut self.scopes, vec![kernel_scope, bound]);
+        self.helper_depth += 1;
+        let stmts = &helper.item.block.stmts;
+        let (body, tail) = match stmts.split_last() {
+            Some((Stmt::Expr(e, None), rest)) => (rest, Some(e)),
+            _ => (&stmts[..], None),
+        };
+        for s in body {
+            self.stmt(b, s);
+        }
+        let result = match tail {
+            Some(e) => self.helper_result(b, e),
+            None => Ok(Value::Unit),
+        };
+        self.helper_depth -= 1;
+        self.scopes = saved;
+        result
+    }
+
+    /// The tail expression of a helper: a value, or a tuple of values.
+    fn helper_result(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<Value> {
+        match e {
+            SynExpr::Tuple(t) => {
+                let mut items = Vec::new();
+                let mut failed = false;
+                for x in &t.elems {
+                    match self.value(b, x, DestHint::Temp) {
+                        Ok(v) => items.push(v),
+                        Err(Reported) => failed = true,
+                    }
+                }
+                if failed {
+                    Err(Reported)
+                } else {
+                    Ok(Value::Tuple(items))
+                }
+            }
+            other => self.value(b, other, DestHint::Temp),
+        }
+    }
+
+    /// The binding of parameter `pname` for the argument value `v`, checked against its type.
+    fn bind_param(
+        &mut self,
+        b: &mut ProgramBuilder,
+        arg: &SynExpr,
+        helper: &str,
+        pname: &str,
+        pty: ParamType,
+        v: Value,
+    ) -> R<Binding> {
+        let ok = match (&v, pty) {
+            (Value::Poisoned, _) => return Err(Reported),
+            (_, ParamType::Any) => true,
+            (Value::Tensor(_), ParamType::Tensor) => true,
+            (Value::Scalar(_, t), ParamType::Scalar(want)) => *t == want,
+            (Value::Float(_), ParamType::Scalar(ScalarType::F32)) => true,
+            (Value::Layout(..), ParamType::Layout) => true,
+            _ => false,
+        };
+        if !ok {
+            let found = self.describe(&v);
+            let want = match pty {
+                ParamType::Tensor => "a tensor",
+                ParamType::Scalar(ScalarType::I32) => "an i32 scalar",
+                ParamType::Scalar(ScalarType::F32) => "an f32 scalar",
+                ParamType::Scalar(ScalarType::Bool) => "a boolean",
+                ParamType::Layout => "a layout",
+                ParamType::Any => "a value",
+            };
+            return Err(self.err(
+                arg,
+                format!("parameter `{pname}` of `{helper}` is {want}, found {found}"),
+            ));
+        }
+        Ok(match v {
+            Value::Scalar(Expr::Int(c), ScalarType::I32) => Binding::Const(c),
+            Value::Scalar(Expr::Bool(c), ScalarType::Bool) => Binding::ConstBool(c),
+            Value::Scalar(Expr::Var(var), ty) => Binding::Scalar {
+                var,
+                ty,
+                mutable: false,
+            },
+            // A computed scalar is evaluated once, at the call.
+            Value::Scalar(e, ty) => {
+                let n = self.unique(pname);
+                Binding::Scalar {
+                    var: b.let_(&n, ty, e),
+                    ty,
+                    mutable: false,
+                }
+            }
+            Value::Float(f) => Binding::Float(f),
+            Value::Tensor(var) => Binding::Tensor {
+                var,
+                mutable: false,
+            },
+            Value::Pointer(var) => Binding::Pointer(var),
+            Value::Layout(l, t) => Binding::Layout(l, t),
+            Value::Array(a) => Binding::Array(a),
+            Value::Tuple(_) | Value::Unit | Value::Poisoned => {
+                let found = self.describe(&v);
+                return Err(self.err(arg, format!("`{pname}` cannot be {found}")));
+            }
+        })
+    }
+}
