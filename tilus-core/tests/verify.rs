@@ -502,7 +502,10 @@ fn rejects_view_changing_bits_per_thread() {
     one(
         &k.finish(),
         2,
-        &["each thread holds 24 bits of `x` (3 x u8) but `y` needs 30 bits (5 x i6)"],
+        &[
+            "each thread holds 24 bits of `x` (3 x u8) but `y` needs 30 bits (5 x i6)",
+            "help: as i6, each thread's 24 bits are 4 locals",
+        ],
     );
 }
 
@@ -596,6 +599,7 @@ fn rejects_dot_layouts_no_implementation_serves() {
             "no thread-level or warp-level implementation serves the layouts of `ra`, `rb` and `acc`",
             "thread-local: thread 0 computes c[0, 0] but does not hold a[0, 2]",
             "mma.m16n8k16: the layout of a is not warp tiles",
+            "help: write it as `<warp tiles>.column_local(2,2).spatial(8,4).local(1,2)`",
         ],
     );
 }

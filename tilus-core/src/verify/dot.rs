@@ -145,7 +145,11 @@ fn mma_plan(
     let [fa, fb, fc] = mma_fragments(kind);
     let quotient = |x: &RegisterType, f: &Layout, which: &str| {
         x.layout.divide(f).map_err(|e| {
-            format!("the layout of {which} is not warp tiles of the mma {which} fragment ({e})")
+            format!(
+                "the layout of {which} is not warp tiles of the mma {which} fragment ({e})\nhelp: write it as `<warp tiles>.{}`, e.g. `spatial(..).local(..).{}`, where the last part is the m16n8k16 {which} fragment",
+                f.to_expr(),
+                f.to_expr()
+            )
         })
     };
     let qa = quotient(a, &fa, "a")?;

@@ -115,10 +115,15 @@ impl<'p> Checker<'p> {
         }
         let t = layout.num_threads();
         if t == 0 || !bt.is_multiple_of(t) {
+            let help = if t > bt {
+                format!("use fewer threads in the layout's `spatial` parts, or a block of {t} threads (`warps = {}`)", t.div_ceil(32))
+            } else {
+                format!("make the layout span {bt} threads (a `spatial(..)` factor of {bt} / {t} is not whole: change the `spatial` extents or `warps`)")
+            };
             self.err(
                 span,
                 format!(
-                    "{what}: the layout spans {t} threads, which is neither the block's {bt} threads nor a divisor of them"
+                    "{what}: the layout spans {t} threads, which is neither the block's {bt} threads nor a divisor of them\nhelp: {help}"
                 ),
             );
         }
@@ -563,16 +568,21 @@ impl<'p> Checker<'p> {
                     if xt != ot {
                         self.err(
                             span,
-                            format!("view: {on} spreads over {ot} threads but {xn} over {xt}; a view keeps the thread count"),
+                            format!("view: {on} spreads over {ot} threads but {xn} over {xt}; a view keeps the thread count\nhelp: give {on} the same `spatial(..)` parts as {xn} ({}) and change only its `local(..)` parts", r.layout.to_expr()),
                         );
                     }
                     let (xl, xb) = (r.layout.num_locals(), r.dtype.bits() as usize);
                     let (ol, ob) = (layout.num_locals(), dtype.bits() as usize);
                     if xl * xb != ol * ob {
+                        let help = if (xl * xb).is_multiple_of(ob) {
+                            format!("as {dtype}, each thread's {} bits are {} locals: scale {on}'s `local(..)` extents from {ol} to {} locals", xl * xb, xl * xb / ob, xl * xb / ob)
+                        } else {
+                            format!("{} bits per thread are not a whole number of {dtype} elements ({ob} bits); view them as a type whose width divides {}", xl * xb, xl * xb)
+                        };
                         self.err(
                             span,
                             format!(
-                                "view: each thread holds {} bits of {xn} ({xl} x {}) but {on} needs {} bits ({ol} x {dtype})",
+                                "view: each thread holds {} bits of {xn} ({xl} x {}) but {on} needs {} bits ({ol} x {dtype})\nhelp: {help}",
                                 xl * xb,
                                 r.dtype,
                                 ol * ob
@@ -635,9 +645,14 @@ impl<'p> Checker<'p> {
             }
             if shapes_ok && types_ok && self.block_threads > 0 {
                 if let Err(reason) = plan_dot(ra, rb, rc, self.block_threads, self.target) {
+                    // A help line of the reason goes after the whole message.
+                    let (reason, help) = match reason.split_once("\nhelp: ") {
+                        Some((r, h)) => (r.to_string(), format!("\nhelp: {h}")),
+                        None => (reason, String::new()),
+                    };
                     self.err(
                         span,
-                        format!("dot: no thread-level or warp-level implementation serves the layouts of {an}, {bn} and {cn} ({reason})"),
+                        format!("dot: no thread-level or warp-level implementation serves the layouts of {an}, {bn} and {cn} ({reason}){help}"),
                     );
                 }
             }
