@@ -13,6 +13,7 @@
 mod expr;
 mod instr;
 mod layout;
+mod math;
 mod stmt;
 
 use std::collections::HashMap;
