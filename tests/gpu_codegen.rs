@@ -594,13 +594,27 @@ fn math_cases() -> Vec<Case> {
                 program: common::math::unary_program(op, dtype),
                 args: vec![
                     A::I32(common::math::M),
-                    A::Buf(Buf::Random { dtype, len: n, lo, hi }),
-                    A::Buf(Buf::OutUlps { dtype, len: n, ulps }),
+                    A::Buf(Buf::Random {
+                        dtype,
+                        len: n,
+                        lo,
+                        hi,
+                    }),
+                    A::Buf(Buf::OutUlps {
+                        dtype,
+                        len: n,
+                        ulps,
+                    }),
                 ],
             });
         }
     }
-    for dtype in [DType::Int(8), DType::UInt(8), DType::Int(4), DType::UInt(32)] {
+    for dtype in [
+        DType::Int(8),
+        DType::UInt(8),
+        DType::Int(4),
+        DType::UInt(32),
+    ] {
         cases.push(Case {
             name: format!("bits {dtype}"),
             program: common::math::bits_program(dtype),

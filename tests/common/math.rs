@@ -54,7 +54,12 @@ pub fn bits_program(dtype: DType) -> Program {
     let off = vec![Expr::from(bi) * 16, 0.into()];
     let rx = b.load_global("rx", gx, tile.clone(), off.clone());
     let ry = b.load_global("ry", gy, tile, off.clone());
-    let amount = b.binary("amount", ElementOp::And, ry, Operand::Imm((bits - 1) as f64));
+    let amount = b.binary(
+        "amount",
+        ElementOp::And,
+        ry,
+        Operand::Imm((bits - 1) as f64),
+    );
     let s = b.binary("s", ElementOp::Shl, rx, Operand::Tensor(amount));
     let r = b.binary("r", ElementOp::Shr, ry, Operand::Tensor(amount));
     let a = b.binary("a", ElementOp::Xor, s, Operand::Tensor(r));
@@ -123,10 +128,7 @@ pub fn masked_row_program() -> Program {
         "gf",
         fill_out,
         DType::F32,
-        vec![
-            Expr::cdiv(m, 16) * 16,
-            Expr::cdiv(n, 64) * 64,
-        ],
+        vec![Expr::cdiv(m, 16) * 16, Expr::cdiv(n, 64) * 64],
     );
     let tile = l("spatial(16,8).local(1,8)");
     let off = vec![Expr::from(ix[0]) * 16, Expr::from(ix[1]) * 64];
