@@ -246,8 +246,9 @@ pub enum ElementOp {
     And,
     Or,
     Xor,
-    /// Shift left; the amount must lie in `0..bits` (the interpreter reports other amounts,
-    /// the GPU masks them), and the result must fit the dtype, as for `mul`.
+    /// Shift left of the code: bits shifted past the dtype's width are dropped (a bit
+    /// operation, not arithmetic: no overflow error). The amount must lie in `0..bits` (the
+    /// interpreter reports other amounts, the GPU reduces them modulo the width).
     Shl,
     /// Shift right: arithmetic for signed dtypes, logical for unsigned ones; the amount must lie
     /// in `0..bits`.
