@@ -13,6 +13,10 @@
 #[path = "common/skip.rs"]
 mod skip;
 
+#[allow(dead_code)]
+#[path = "common/math.rs"]
+mod math_programs;
+
 use skip::{skip, Need};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -440,4 +444,62 @@ fn qmatmul_configurations_compile_without_spills() {
     let p = build(&dequant).unwrap().dequant.unwrap();
     ks.push((p.name.clone(), p, Expect::default()));
     run("qmatmul_configurations_compile_without_spills", ks);
+}
+
+const PLAIN: Expect = Expect {
+    hmma: false,
+    ldgsts: false,
+};
+
+/// The elementwise math, bit, comparison, `select`, `arange` and fill-load programs compile for
+/// sm_80 and sm_90a without spills or local memory. `sin` and `cos` are checked for spills
+/// only: `sinf`/`cosf` keep a small local array for the Payne-Hanek reduction of huge
+/// arguments (their slow path), which is a stack frame by design.
+#[test]
+fn math_instructions_compile_without_spills() {
+    use tilus::core::ir::{CmpOp, MathOp};
+    let mut kernels = Vec::new();
+    let mut trig = Vec::new();
+    for op in MathOp::ALL.into_iter().filter(|o| !o.is_integer()) {
+        let p = math_programs::unary_program(op, DType::F32);
+        if matches!(op, MathOp::Sin | MathOp::Cos) {
+            trig.push(p);
+        } else {
+            kernels.push((p.name.clone(), p, PLAIN));
+        }
+    }
+    for (op, d) in [(MathOp::Gelu, DType::F16), (MathOp::Sigmoid, DType::BF16)] {
+        let p = math_programs::unary_program(op, d);
+        kernels.push((p.name.clone(), p, PLAIN));
+    }
+    for d in [DType::Int(8), DType::UInt(4), DType::UInt(32)] {
+        let p = math_programs::bits_program(d);
+        kernels.push((p.name.clone(), p, PLAIN));
+    }
+    for (d, op) in [(DType::F16, CmpOp::Lt), (DType::Int(8), CmpOp::Eq)] {
+        let p = math_programs::compare_select_program(d, op);
+        kernels.push((p.name.clone(), p, PLAIN));
+    }
+    let p = math_programs::masked_row_program();
+    kernels.push((p.name.clone(), p, PLAIN));
+    run("math_instructions_compile_without_spills", kernels);
+    let Some((ptxas, disasm)) = tools("math_instructions_compile_without_spills") else {
+        return;
+    };
+    let scratch = Scratch::new("trig");
+    for p in trig {
+        let k = emit(&p, &Default::default()).unwrap();
+        assert!(k.source.contains("sinf(") || k.source.contains("cosf("));
+        for arch in ["sm_80", "sm_90a"] {
+            let ptx = compile_ptx(&k.source, arch).unwrap_or_else(|e| panic!("{e}\n{}", k.source));
+            let a = assemble(&ptxas, &disasm, &scratch.0, &p.name, &ptx, arch);
+            assert!(
+                a.ptxas_log
+                    .contains("0 bytes spill stores, 0 bytes spill loads"),
+                "{}: {}",
+                p.name,
+                a.ptxas_log
+            );
+        }
+    }
 }

@@ -14,7 +14,7 @@ use rand::Rng;
 use std::sync::Arc;
 use tilus::core::codegen::{emit, ArgValue, CudaKernel, ParamKind};
 use tilus::core::interp::{self, Arg};
-use tilus::core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder};
+use tilus::core::ir::{ElementOp, Expr, MathOp, Operand, Program, ProgramBuilder};
 use tilus::core::layout::{parse, SharedLayout, Swizzle};
 use tilus::core::storage;
 use tilus::programs;
@@ -35,6 +35,16 @@ enum Buf {
     OutExact(usize),
     /// An output of `len` f16 values, poisoned; compared with a relative-error bound.
     OutF16(usize),
+    /// `len` random values of a float or integer `dtype` in `[lo, hi)` (encoded, so exact).
+    Random {
+        dtype: DType,
+        len: usize,
+        lo: f64,
+        hi: f64,
+    },
+    /// An output of `len` f32, f16 or bf16 values, poisoned; each element may differ from the
+    /// interpreter's by `ulps` units in the last place of `dtype` (the math functions' bounds).
+    OutUlps { dtype: DType, len: usize, ulps: u32 },
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +82,23 @@ fn fill(b: &Buf, rng: &mut impl Rng) -> Vec<u8> {
             .collect(),
         Buf::OutExact(n) => vec![0xff; *n],
         Buf::OutF16(n) => vec![0xff; 2 * n],
+        Buf::Random { dtype, len, lo, hi } => {
+            let codes: Vec<u32> = (0..*len)
+                .map(|_| dtype.encode(rng.random_range(*lo..*hi) as f32).unwrap())
+                .collect();
+            storage::pack(*dtype, &codes)
+        }
+        Buf::OutUlps { dtype, len, .. } => vec![0xff; storage::packed_len(*dtype, *len)],
+    }
+}
+
+/// A float code mapped to a line where neighbouring values are neighbouring integers.
+fn ordered(dtype: DType, code: u32) -> i64 {
+    let sign = 1u32 << (dtype.bits() - 1);
+    if code & sign != 0 {
+        -((code & !sign) as i64)
+    } else {
+        code as i64
     }
 }
 
@@ -120,6 +147,24 @@ fn compare(case: &str, spec: &Buf, want: &[u8], got: &[u8]) {
             let rel = (num / den.max(1e-30)).sqrt();
             eprintln!("{case}: relative error {rel:.2e}");
             assert!(rel < 1e-2, "{case}: relative error {rel} >= 1e-2");
+        }
+        Buf::OutUlps { dtype, len, ulps } => {
+            let (w, g) = (
+                storage::unpack(*dtype, want, *len),
+                storage::unpack(*dtype, got, *len),
+            );
+            let mut worst = 0;
+            for (i, (&wc, &gc)) in w.iter().zip(&g).enumerate() {
+                let d = (ordered(*dtype, wc) - ordered(*dtype, gc)).unsigned_abs();
+                assert!(
+                    wc == gc || d <= *ulps as u64,
+                    "{case}: element {i}: interpreter {} ({wc:#x}), GPU {} ({gc:#x}): {d} ulps > {ulps}",
+                    dtype.decode(wc),
+                    dtype.decode(gc)
+                );
+                worst = worst.max(if wc == gc { 0 } else { d });
+            }
+            eprintln!("{case}: at most {worst} ulps (bound {ulps})");
         }
         _ => {
             if let Some(i) = want.iter().zip(got).position(|(a, b)| a != b) {
@@ -524,6 +569,121 @@ fn f16_dot_program() -> Program {
     b.finish()
 }
 
+/// The input range of a float math op: positive for logarithms and roots.
+fn math_range(op: MathOp) -> (f64, f64) {
+    match op {
+        MathOp::Log | MathOp::Log2 | MathOp::Sqrt | MathOp::Rsqrt => (0.01, 8.0),
+        _ => (-4.0, 4.0),
+    }
+}
+
+/// Every float math op on f32 (the documented f32 ulp bound over the input range), f16 and
+/// bf16 (1 ulp of the output type); bit operations on integer types; comparisons and `select`;
+/// the masked row kernel (`arange`, `lt`, `select`, `exp`, `load_global` with fill `-inf`).
+fn math_cases() -> Vec<Case> {
+    use tilus::core::ir::CmpOp;
+    let n = (common::math::M * 64) as usize;
+    let mut cases = Vec::new();
+    for op in MathOp::ALL.into_iter().filter(|o| !o.is_integer()) {
+        let (lo, hi) = math_range(op);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let ulps = if dtype == DType::F32 {
+                op.max_ulp(lo as f32).max(op.max_ulp(hi as f32))
+            } else {
+                1
+            };
+            cases.push(Case {
+                name: format!("{} {dtype}", op.name()),
+                program: common::math::unary_program(op, dtype),
+                args: vec![
+                    A::I32(common::math::M),
+                    A::Buf(Buf::Random {
+                        dtype,
+                        len: n,
+                        lo,
+                        hi,
+                    }),
+                    A::Buf(Buf::OutUlps {
+                        dtype,
+                        len: n,
+                        ulps,
+                    }),
+                ],
+            });
+        }
+    }
+    for dtype in [
+        DType::Int(8),
+        DType::UInt(8),
+        DType::Int(4),
+        DType::UInt(32),
+    ] {
+        cases.push(Case {
+            name: format!("bits {dtype}"),
+            program: common::math::bits_program(dtype),
+            args: vec![
+                A::I32(common::math::M),
+                A::Buf(Buf::RandomBytes(storage::packed_len(dtype, n))),
+                A::Buf(Buf::RandomBytes(storage::packed_len(dtype, n))),
+                A::Buf(Buf::OutExact(storage::packed_len(dtype, n))),
+                A::Buf(Buf::OutExact(storage::packed_len(dtype, n))),
+            ],
+        });
+    }
+    for (dtype, op) in [
+        (DType::F16, CmpOp::Lt),
+        (DType::F32, CmpOp::Ge),
+        (DType::Int(8), CmpOp::Ne),
+        (DType::BF16, CmpOp::Le),
+    ] {
+        let random = |len| Buf::Random {
+            dtype,
+            len,
+            lo: -3.0,
+            hi: 3.0,
+        };
+        cases.push(Case {
+            name: format!("compare {} {dtype}", op.name()),
+            program: common::math::compare_select_program(dtype, op),
+            args: vec![
+                A::I32(common::math::M),
+                A::Buf(random(n)),
+                A::Buf(random(64)),
+                A::Buf(Buf::OutExact(storage::packed_len(DType::UInt(1), n))),
+                A::Buf(Buf::OutExact(storage::packed_len(dtype, n))),
+            ],
+        });
+    }
+    let (m, cols) = (37, 100);
+    let padded = (m as usize).div_ceil(16) * 16 * (cols as usize).div_ceil(64) * 64;
+    cases.push(Case {
+        name: "masked_row".into(),
+        program: common::math::masked_row_program(),
+        args: vec![
+            A::I32(m),
+            A::I32(cols),
+            A::Buf(Buf::Random {
+                dtype: DType::F32,
+                len: (m * cols) as usize,
+                lo: -4.0,
+                hi: 4.0,
+            }),
+            A::Buf(Buf::OutUlps {
+                dtype: DType::F32,
+                len: (m * cols) as usize,
+                ulps: MathOp::Exp.max_ulp(0.0),
+            }),
+            A::Buf(Buf::OutExact(padded * 4)),
+        ],
+    });
+    cases
+}
+
+#[test]
+fn math_instructions_match_interpreter() {
+    run_all("math_instructions_match_interpreter", math_cases());
+}
+
 #[test]
 fn instructions_beyond_the_paper_match_interpreter() {
     let mut cases: Vec<Case> = [
@@ -608,6 +768,7 @@ fn every_case_generates_code_and_interprets() {
             A::Buf(Buf::OutF16(8 * 8)),
         ],
     });
+    cases.extend(math_cases());
     let mut rng = rand::rng();
     for case in cases {
         let k = emit(&case.program, &Default::default())

@@ -2,7 +2,7 @@
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
-use super::emitters::{elementwise, global, mma, shared};
+use super::emitters::{elementwise, global, math, mma, shared};
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -187,7 +187,8 @@ impl<'p> Ctx<'p> {
                 src,
                 offset,
                 layout,
-            } => global::load(self, *out, *src, offset, layout)?,
+                fill,
+            } => global::load(self, *out, *src, offset, layout, *fill)?,
             Instruction::StoreGlobal { src, dst, offset } => {
                 global::store(self, *src, *dst, offset)?
             }
@@ -231,6 +232,17 @@ impl<'p> Ctx<'p> {
             Instruction::Synchronize => self.w.line("__syncthreads();"),
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,
+            Instruction::Unary { out, op, x } => math::unary(self, *out, *op, *x)?,
+            Instruction::Compare { out, op, lhs, rhs } => {
+                math::compare(self, *out, *op, *lhs, rhs)?
+            }
+            Instruction::Select { out, cond, a, b } => math::select(self, *out, *cond, *a, b)?,
+            Instruction::Arange {
+                out,
+                layout,
+                dim,
+                offset,
+            } => math::arange(self, *out, layout, *dim, offset)?,
         }
         Ok(())
     }

@@ -139,6 +139,20 @@ pub(crate) fn binop(t: CType, op: ElementOp, a: &str, b: &str) -> String {
         (CType::Int64, ElementOp::Mod) => format!("({b} == 0 ? 0LL : {a} % {b})"),
         (CType::Int64, ElementOp::Min) => format!("min({a}, {b})"),
         (CType::Int64, ElementOp::Max) => format!("max({a}, {b})"),
+        (CType::Int64, ElementOp::And) => format!("{a} & {b}"),
+        (CType::Int64, ElementOp::Or) => format!("{a} | {b}"),
+        (CType::Int64, ElementOp::Xor) => format!("{a} ^ {b}"),
+        // The bit emitter (`emitters::math::bitwise`) handles shifts with the dtype's width;
+        // these 64-bit forms mask the amount so they are never undefined.
+        (CType::Int64, ElementOp::Shl) => {
+            format!("(long long)((unsigned long long){a} << ({b} & 63))")
+        }
+        (CType::Int64, ElementOp::Shr) => format!("{a} >> ({b} & 63)"),
+        // The verifier rejects bit operations on floats.
+        (
+            CType::Float,
+            ElementOp::And | ElementOp::Or | ElementOp::Xor | ElementOp::Shl | ElementOp::Shr,
+        ) => "0.0f".to_string(),
     }
 }
 

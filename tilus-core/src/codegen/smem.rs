@@ -109,7 +109,24 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             }
             v
         }
-        Neg { out, x } | Cast { out, x, .. } | View { out, x, .. } => vec![*out, *x],
+        Neg { out, x } | Cast { out, x, .. } | View { out, x, .. } | Unary { out, x, .. } => {
+            vec![*out, *x]
+        }
+        Compare { out, lhs, rhs, .. } => {
+            let mut v = vec![*out, *lhs];
+            if let Operand::Tensor(r) = rhs {
+                v.push(*r);
+            }
+            v
+        }
+        Select { out, cond, a, b } => {
+            let mut v = vec![*out, *cond, *a];
+            if let Operand::Tensor(r) = b {
+                v.push(*r);
+            }
+            v
+        }
+        Arange { out, .. } => vec![*out],
         Dot { out, a, b, c } => vec![*out, *a, *b, *c],
         Print { x, .. } => match x {
             Operand::Tensor(t) => vec![*t],

@@ -23,7 +23,7 @@ impl Machine<'_> {
             .ok_or_else(|| format!("`{}` has no value", self.name(v)))
     }
 
-    fn reg<'b>(&self, block: &'b Block, v: VarId) -> Result<&'b RegTensor, String> {
+    pub(super) fn reg<'b>(&self, block: &'b Block, v: VarId) -> Result<&'b RegTensor, String> {
         match self.value(block, v)? {
             Value::Reg(r) => Ok(r),
             _ => Err(format!("`{}` is not a register tensor", self.name(v))),
@@ -172,8 +172,10 @@ impl Machine<'_> {
                 src,
                 offset,
                 layout,
+                fill,
             } => {
                 let view = self.global(block, *src)?;
+                let fill = convert(fill.unwrap_or(0.0), view.dtype)?;
                 let offset = self.ints(block, offset, "offset")?;
                 let tab = self.table(layout)?;
                 let lead = view.shape.len() - tab.shape.len();
@@ -189,7 +191,7 @@ impl Machine<'_> {
                         let code = self.globals.read(&view, &index).map_err(|e| {
                             format!("`{}`{index:?} cannot be read: {e}", self.name(*src))
                         })?;
-                        reg.set(t, i, code.unwrap_or(0));
+                        reg.set(t, i, code.unwrap_or(fill));
                     }
                 }
                 reg.replicate(tab.threads);
@@ -382,6 +384,27 @@ impl Machine<'_> {
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Print { label, x } => self.print(block, label, x)?,
+            Instruction::Unary { out, op, x } => {
+                let result = self.math(block, *op, *x)?;
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::Compare { out, op, lhs, rhs } => {
+                let result = self.compare(block, *op, *lhs, rhs)?;
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::Select { out, cond, a, b } => {
+                let result = self.select(block, *cond, *a, b)?;
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::Arange {
+                out,
+                layout,
+                dim,
+                offset,
+            } => {
+                let result = self.arange(block, layout, *dim, offset)?;
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
         }
         Ok(Flow::Next)
     }
@@ -390,11 +413,23 @@ impl Machine<'_> {
     /// among its own registers (the verifier's thread-local condition guarantees it is there).
     /// A tensor of `lhs`'s type whose element `(t, j)` is `f(t, j, lhs[t, j], rhs at the same
     /// index)` (the right operand broadcast, or uniform).
-    fn elementwise(
+    pub(super) fn elementwise(
         &mut self,
         block: &Block,
         lhs: VarId,
         rhs: &Operand,
+        f: impl FnMut(usize, usize, f64, f64) -> Result<u32, String>,
+    ) -> Result<RegTensor, String> {
+        self.elementwise_to(block, lhs, rhs, None, f)
+    }
+
+    /// [`Self::elementwise`] with the result in `out_dtype` (default: `lhs`'s).
+    pub(super) fn elementwise_to(
+        &mut self,
+        block: &Block,
+        lhs: VarId,
+        rhs: &Operand,
+        out_dtype: Option<DType>,
         mut f: impl FnMut(usize, usize, f64, f64) -> Result<u32, String>,
     ) -> Result<RegTensor, String> {
         let bt = self.block_threads;
@@ -423,7 +458,7 @@ impl Machine<'_> {
             Operand::Imm(v) => Some(dtype.decode(convert(*v, dtype)?)),
             Operand::Tensor(_) => None,
         };
-        let mut result = RegTensor::new(dtype, l.layout.clone(), bt);
+        let mut result = RegTensor::new(out_dtype.unwrap_or(dtype), l.layout.clone(), bt);
         let mut map = ThreadMap::default();
         for t in 0..bt {
             if let Some((_, tr)) = &right {
@@ -571,6 +606,10 @@ fn element_op(op: ElementOp, dtype: crate::DType, x: f64, y: f64) -> Result<u32,
             ElementOp::Mod => x % y,
             ElementOp::Min => x.min(y),
             ElementOp::Max => x.max(y),
+            ElementOp::And => x & y,
+            ElementOp::Or => x | y,
+            ElementOp::Xor => x ^ y,
+            ElementOp::Shl | ElementOp::Shr => return super::math::shift(op, dtype, x, y),
         };
         encode_int(dtype, v)
     } else {
@@ -582,6 +621,9 @@ fn element_op(op: ElementOp, dtype: crate::DType, x: f64, y: f64) -> Result<u32,
             ElementOp::Mod => x % y,
             ElementOp::Min => x.min(y),
             ElementOp::Max => x.max(y),
+            ElementOp::And | ElementOp::Or | ElementOp::Xor | ElementOp::Shl | ElementOp::Shr => {
+                return Err(format!("{} is defined for integer tensors", op.name()))
+            }
         };
         encode_float(dtype, v)
     }

@@ -29,6 +29,7 @@
 //! Each error carries the statement's span and names the instruction, variables and index.
 
 mod instr;
+mod math;
 mod memory;
 mod numeric;
 mod scalar;

@@ -288,6 +288,26 @@ impl ProgramBuilder {
             src,
             offset,
             layout,
+            fill: None,
+        })
+    }
+
+    /// `load_global` whose out-of-view elements read as `fill` (converted to the dtype) instead
+    /// of zero, e.g. `f64::NEG_INFINITY` before a maximum.
+    pub fn load_global_fill(
+        &mut self,
+        dest: impl Into<Dest>,
+        src: VarId,
+        layout: Layout,
+        offset: Vec<Expr>,
+        fill: f64,
+    ) -> VarId {
+        self.define(dest, |out| Instruction::LoadGlobal {
+            out,
+            src,
+            offset,
+            layout,
+            fill: Some(fill),
         })
     }
 
@@ -365,6 +385,38 @@ impl ProgramBuilder {
 
     pub fn neg(&mut self, dest: impl Into<Dest>, x: VarId) -> VarId {
         self.define(dest, |out| Instruction::Neg { out, x })
+    }
+
+    /// `op(x)` elementwise (`exp`, `sqrt`, `not`, ...); the result has `x`'s type.
+    pub fn unary(&mut self, dest: impl Into<Dest>, op: MathOp, x: VarId) -> VarId {
+        self.define(dest, |out| Instruction::Unary { out, op, x })
+    }
+
+    /// `lhs op rhs` elementwise, a `u1` mask with `lhs`'s layout (`rhs` broadcasts).
+    pub fn compare(&mut self, dest: impl Into<Dest>, op: CmpOp, lhs: VarId, rhs: Operand) -> VarId {
+        self.define(dest, |out| Instruction::Compare { out, op, lhs, rhs })
+    }
+
+    /// `cond ? a : b` elementwise (`where`); `cond` (u1) and `b` broadcast to `a`.
+    pub fn select(&mut self, dest: impl Into<Dest>, cond: VarId, a: VarId, b: Operand) -> VarId {
+        self.define(dest, |out| Instruction::Select { out, cond, a, b })
+    }
+
+    /// An i32 tensor in `layout` holding `index[dim] + offset` at each tile index.
+    pub fn arange(
+        &mut self,
+        dest: impl Into<Dest>,
+        layout: Layout,
+        dim: usize,
+        offset: impl Into<Expr>,
+    ) -> VarId {
+        let offset = offset.into();
+        self.define(dest, |out| Instruction::Arange {
+            out,
+            layout,
+            dim,
+            offset,
+        })
     }
 
     pub fn cast(&mut self, dest: impl Into<Dest>, x: VarId, dtype: DType) -> VarId {

@@ -159,6 +159,20 @@ impl Program {
                 src,
                 offset,
                 layout,
+                fill: Some(f),
+            } => format!(
+                "{} = {name}({}, {}, {}, {f:?})",
+                n(out),
+                n(src),
+                layout.to_expr(),
+                list(offset)
+            ),
+            Instruction::LoadGlobal {
+                out,
+                src,
+                offset,
+                layout,
+                fill: None,
             }
             | Instruction::LoadShared {
                 out,
@@ -199,7 +213,26 @@ impl Program {
             Instruction::MulAdd { out, a, b, c } => {
                 format!("{} = {name}({}, {}, {})", n(out), n(a), op(b), n(c))
             }
-            Instruction::Neg { out, x } => format!("{} = {name}({})", n(out), n(x)),
+            Instruction::Neg { out, x } | Instruction::Unary { out, x, .. } => {
+                format!("{} = {name}({})", n(out), n(x))
+            }
+            Instruction::Compare { out, lhs, rhs, .. } => {
+                format!("{} = {name}({}, {})", n(out), n(lhs), op(rhs))
+            }
+            Instruction::Select { out, cond, a, b } => {
+                format!("{} = {name}({}, {}, {})", n(out), n(cond), n(a), op(b))
+            }
+            Instruction::Arange {
+                out,
+                layout,
+                dim,
+                offset,
+            } => format!(
+                "{} = {name}({}, {dim}, {})",
+                n(out),
+                layout.to_expr(),
+                e(offset)
+            ),
             Instruction::Cast {
                 out,
                 x,
@@ -414,16 +447,23 @@ impl Instruction {
                 out.push(*dst);
                 exprs(src_offset, &mut out);
             }
-            Instruction::Binary { lhs, rhs, .. } => {
+            Instruction::Binary { lhs, rhs, .. } | Instruction::Compare { lhs, rhs, .. } => {
                 out.push(*lhs);
                 operand(rhs, &mut out);
             }
+            Instruction::Select { cond, a, b, .. } => {
+                out.push(*cond);
+                out.push(*a);
+                operand(b, &mut out);
+            }
+            Instruction::Arange { offset, .. } => exprs(std::slice::from_ref(offset), &mut out),
             Instruction::MulAdd { a, b, c, .. } => {
                 out.push(*a);
                 operand(b, &mut out);
                 out.push(*c);
             }
             Instruction::Neg { x, .. }
+            | Instruction::Unary { x, .. }
             | Instruction::Cast { x, .. }
             | Instruction::View { x, .. } => out.push(*x),
             Instruction::Dot { a, b, c, .. } => out.extend([*a, *b, *c]),

@@ -93,6 +93,8 @@ impl Instruction {
             Instruction::Binary { out, lhs: x, .. }
             | Instruction::MulAdd { out, a: x, .. }
             | Instruction::Neg { out, x }
+            | Instruction::Unary { out, x, .. }
+            | Instruction::Select { out, a: x, .. }
             | Instruction::Dot { out, c: x, .. } => one(out, ty(*x)),
             Instruction::Cast {
                 out,
@@ -110,6 +112,17 @@ impl Instruction {
             Instruction::View {
                 out, dtype, layout, ..
             } => one(out, register(*dtype, layout.clone())),
+            // A mask of the left operand's shape and layout.
+            Instruction::Compare { out, lhs, .. } => one(
+                out,
+                match ty(*lhs) {
+                    VarType::Register(r) => register(crate::DType::UInt(1), r.layout),
+                    _ => VarType::Unknown,
+                },
+            ),
+            Instruction::Arange { out, layout, .. } => {
+                one(out, register(crate::DType::Int(32), layout.clone()))
+            }
             Instruction::StoreGlobal { .. }
             | Instruction::StoreShared { .. }
             | Instruction::CopyAsync { .. }

@@ -24,6 +24,7 @@ mod builder;
 mod display;
 mod eval;
 mod infer;
+mod math;
 mod names;
 pub mod syntax;
 
@@ -256,7 +257,20 @@ pub enum ElementOp {
     Mod,
     Min,
     Max,
+    /// Bitwise and, or, xor of integer tensors (on the two's-complement values).
+    And,
+    Or,
+    Xor,
+    /// Shift left of the code: bits shifted past the dtype's width are dropped (a bit
+    /// operation, not arithmetic: no overflow error). The amount must lie in `0..bits` (the
+    /// interpreter reports other amounts, the GPU reduces them modulo the width).
+    Shl,
+    /// Shift right: arithmetic for signed dtypes, logical for unsigned ones; the amount must lie
+    /// in `0..bits`.
+    Shr,
 }
+
+pub use math::{CmpOp, MathOp, GELU_K0, GELU_K1};
 
 /// The instructions of the VM. `out` is the variable written.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -291,12 +305,16 @@ pub enum Instruction {
         dtype: DType,
         shape: Vec<Expr>,
     },
-    /// Load the tile `layout.shape()` at `offset` (masked by the view's shape).
+    /// Load the tile `layout.shape()` at `offset` (masked by the view's shape): elements
+    /// outside the view read as `fill` converted to the dtype (saturating, as `cast` does), or
+    /// zero when `fill` is `None`.
     LoadGlobal {
         out: VarId,
         src: VarId,
         offset: Vec<Expr>,
         layout: Layout,
+        #[serde(default)]
+        fill: Option<f64>,
     },
     /// Store a register tile at `offset` (masked by the view's shape).
     StoreGlobal {
@@ -354,6 +372,44 @@ pub enum Instruction {
     Neg {
         out: VarId,
         x: VarId,
+    },
+    /// `out = op(x)` elementwise; `out` has `x`'s type. Float ops (f16, bf16, f32 tensors)
+    /// compute in f32 with the CUDA math library and round the f32 result to the dtype (round
+    /// to nearest even, saturating); the interpreter computes the exact value in f64 from the
+    /// f32 input, rounds it to f32, then to the dtype. The GPU result differs from that by at
+    /// most [`MathOp::max_ulp`] f32 ulps before the final rounding. A NaN result (`log` of a
+    /// negative number, `sin` of an infinity) is an error in the interpreter. `not` and `popc`
+    /// take integer tensors and are exact.
+    Unary {
+        out: VarId,
+        op: MathOp,
+        x: VarId,
+    },
+    /// `out = lhs op rhs` elementwise, a `u1` tensor (1 = true) with `lhs`'s layout. `rhs`
+    /// broadcasts like `Binary`'s right operand and has `lhs`'s dtype; an i32 scalar is
+    /// compared exactly and an immediate after conversion to `lhs`'s dtype.
+    Compare {
+        out: VarId,
+        op: CmpOp,
+        lhs: VarId,
+        rhs: Operand,
+    },
+    /// `out = cond ? a : b` elementwise (`where`); `out` has `a`'s type. `cond` is a `u1`
+    /// tensor that broadcasts to `a`; `b` broadcasts like `Binary`'s right operand (a tensor of
+    /// `a`'s dtype, an i32 scalar or an immediate, both converted to the dtype, saturating).
+    Select {
+        out: VarId,
+        cond: VarId,
+        a: VarId,
+        b: Operand,
+    },
+    /// An `i32` tensor in `layout` whose element at tile index `idx` is `idx[dim] + offset`
+    /// (`offset` a uniform i32 scalar; an overflow of i32 is an error).
+    Arange {
+        out: VarId,
+        layout: Layout,
+        dim: usize,
+        offset: Expr,
     },
     /// Convert each element to `dtype` (round to nearest even, saturate). The result has `x`'s
     /// layout, or `layout`: the same elements on the same threads in another local order (a

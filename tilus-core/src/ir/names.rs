@@ -31,6 +31,10 @@ impl Instruction {
             Instruction::Binary { op, .. } => op.syntax_op(),
             Instruction::MulAdd { .. } => Op::MulAdd,
             Instruction::Neg { .. } => Op::Neg,
+            Instruction::Unary { op, .. } => Op::Math(*op),
+            Instruction::Compare { op, .. } => Op::Compare(*op),
+            Instruction::Select { .. } => Op::Select,
+            Instruction::Arange { .. } => Op::Arange,
             Instruction::Cast { .. } => Op::Cast,
             Instruction::View { .. } => Op::View,
             Instruction::Dot { .. } => Op::Dot,
@@ -52,6 +56,20 @@ impl ElementOp {
             ElementOp::Min | ElementOp::Max => Op::MinMax(self),
             _ => Op::Binary(self),
         }
+    }
+}
+
+impl super::MathOp {
+    /// The instruction's name in kernel syntax (`exp`, `popc`, ...).
+    pub fn name(self) -> &'static str {
+        syntax::of_op(Op::Math(self)).name
+    }
+}
+
+impl super::CmpOp {
+    /// The instruction's name in kernel syntax (`lt`, `eq`, ...).
+    pub fn name(self) -> &'static str {
+        syntax::of_op(Op::Compare(self)).name
     }
 }
 

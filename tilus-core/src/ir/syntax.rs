@@ -4,7 +4,7 @@
 //! [`crate::ir::ElementOp::name`]) from it too. Adding an elementwise instruction is one
 //! [`ElementOp`] variant, one row here, its interpreter semantics and its emitter.
 
-use super::ElementOp;
+use super::{CmpOp, ElementOp, MathOp};
 
 /// Groups of instructions, for listings and for the nearest family of an unknown name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,6 +56,14 @@ pub enum Op {
     MinMax(ElementOp),
     MulAdd,
     Neg,
+    /// `exp`, `sqrt`, `not`, ...: a unary function of a register tensor.
+    Math(MathOp),
+    /// `lt`, `eq`, ...: a `u1` mask.
+    Compare(CmpOp),
+    /// `select(cond, a, b)`: `where`.
+    Select,
+    /// `arange(layout, dim, offset)`: an index tensor.
+    Arange,
     Cast,
     View,
     Dot,
@@ -102,7 +110,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("allocate_global", Memory, 1..=1, "allocate_global::<T>([extents..])", Op::AllocateGlobal),
     row!("register" | "allocate_register", Memory, 1..=2, "register::<T>(layout) or register::<T>(layout, init)", Op::AllocateRegister),
     row!("shared" | "allocate_shared", Memory, 1..=2, "shared::<T>([extents..]) or shared::<T>([extents..], swizzle(bits, base, shift))", Op::AllocateShared),
-    row!("load_global", Memory, 3..=3, "load_global(src, layout, [offset..])", Op::LoadGlobal),
+    row!("load_global", Memory, 3..=4, "load_global(src, layout, [offset..]) or load_global(src, layout, [offset..], fill)", Op::LoadGlobal),
     row!("store_global", Memory, 3..=3, "store_global(x, dst, [offset..])", Op::StoreGlobal),
     row!("load_shared", Memory, 3..=3, "load_shared(src, layout, [offset..])", Op::LoadShared),
     row!("store_shared", Memory, 3..=3, "store_shared(x, dst, [offset..])", Op::StoreShared),
@@ -118,6 +126,36 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("min", Elementwise, 2..=2, "min(x, y)", Op::MinMax(ElementOp::Min)),
     row!("max", Elementwise, 2..=2, "max(x, y)", Op::MinMax(ElementOp::Max)),
     row!("neg", Elementwise, 1..=1, "neg(x)", Op::Neg),
+    row!("and", Elementwise, 2..=2, "and(x, y) (or x & y)", Op::Binary(ElementOp::And)),
+    row!("or", Elementwise, 2..=2, "or(x, y) (or x | y)", Op::Binary(ElementOp::Or)),
+    row!("xor", Elementwise, 2..=2, "xor(x, y) (or x ^ y)", Op::Binary(ElementOp::Xor)),
+    row!("shl", Elementwise, 2..=2, "shl(x, y) (or x << y)", Op::Binary(ElementOp::Shl)),
+    row!("shr", Elementwise, 2..=2, "shr(x, y) (or x >> y)", Op::Binary(ElementOp::Shr)),
+    row!("exp", Elementwise, 1..=1, "exp(x)", Op::Math(MathOp::Exp)),
+    row!("exp2", Elementwise, 1..=1, "exp2(x)", Op::Math(MathOp::Exp2)),
+    row!("log", Elementwise, 1..=1, "log(x)", Op::Math(MathOp::Log)),
+    row!("log2", Elementwise, 1..=1, "log2(x)", Op::Math(MathOp::Log2)),
+    row!("sqrt", Elementwise, 1..=1, "sqrt(x)", Op::Math(MathOp::Sqrt)),
+    row!("rsqrt", Elementwise, 1..=1, "rsqrt(x)", Op::Math(MathOp::Rsqrt)),
+    row!("abs", Elementwise, 1..=1, "abs(x)", Op::Math(MathOp::Abs)),
+    row!("tanh", Elementwise, 1..=1, "tanh(x)", Op::Math(MathOp::Tanh)),
+    row!("sigmoid", Elementwise, 1..=1, "sigmoid(x)", Op::Math(MathOp::Sigmoid)),
+    row!("silu", Elementwise, 1..=1, "silu(x)", Op::Math(MathOp::Silu)),
+    row!("gelu", Elementwise, 1..=1, "gelu(x)", Op::Math(MathOp::Gelu)),
+    row!("sin", Elementwise, 1..=1, "sin(x)", Op::Math(MathOp::Sin)),
+    row!("cos", Elementwise, 1..=1, "cos(x)", Op::Math(MathOp::Cos)),
+    row!("floor", Elementwise, 1..=1, "floor(x)", Op::Math(MathOp::Floor)),
+    row!("round", Elementwise, 1..=1, "round(x)", Op::Math(MathOp::Round)),
+    row!("not", Elementwise, 1..=1, "not(x) (or !x)", Op::Math(MathOp::Not)),
+    row!("popc", Elementwise, 1..=1, "popc(x)", Op::Math(MathOp::Popc)),
+    row!("lt", Elementwise, 2..=2, "lt(x, y) (or x < y)", Op::Compare(CmpOp::Lt)),
+    row!("le", Elementwise, 2..=2, "le(x, y) (or x <= y)", Op::Compare(CmpOp::Le)),
+    row!("gt", Elementwise, 2..=2, "gt(x, y) (or x > y)", Op::Compare(CmpOp::Gt)),
+    row!("ge", Elementwise, 2..=2, "ge(x, y) (or x >= y)", Op::Compare(CmpOp::Ge)),
+    row!("eq", Elementwise, 2..=2, "eq(x, y) (or x == y)", Op::Compare(CmpOp::Eq)),
+    row!("ne", Elementwise, 2..=2, "ne(x, y) (or x != y)", Op::Compare(CmpOp::Ne)),
+    row!("select" | "where_", Elementwise, 3..=3, "select(cond, a, b) (`where`)", Op::Select),
+    row!("arange", Elementwise, 3..=3, "arange(layout, dim, offset)", Op::Arange),
     row!("mul_add", Elementwise, 3..=3, "mul_add(a, b, c)", Op::MulAdd),
     row!("cast", Elementwise, 1..=2, "cast::<T>(x) or cast::<T>(x, layout)", Op::Cast),
     row!("view", Elementwise, 2..=2, "view::<T>(x, layout)", Op::View),
@@ -170,10 +208,10 @@ mod tests {
     /// until it is listed, so the test below checks that it has a row.
     fn every_element_op() -> Vec<ElementOp> {
         use ElementOp::*;
-        let all = vec![Add, Sub, Mul, Div, Mod, Min, Max];
+        let all = vec![Add, Sub, Mul, Div, Mod, Min, Max, And, Or, Xor, Shl, Shr];
         for op in &all {
             match op {
-                Add | Sub | Mul | Div | Mod | Min | Max => {}
+                Add | Sub | Mul | Div | Mod | Min | Max | And | Or | Xor | Shl | Shr => {}
             }
         }
         all
@@ -193,6 +231,13 @@ mod tests {
         for op in every_element_op() {
             assert!(lookup(op.name()).is_some(), "{op:?}");
         }
+        for op in MathOp::ALL {
+            assert_eq!(of_op(Op::Math(op)).op, Op::Math(op));
+        }
+        for op in CmpOp::ALL {
+            assert_eq!(of_op(Op::Compare(op)).op, Op::Compare(op));
+        }
+        assert_eq!(lookup("where_").map(|s| s.name), Some("select"));
         assert_eq!(ElementOp::Mod.name(), "rem");
         assert_eq!(lookup("mod").map(|s| s.name), Some("rem"));
         for s in INSTRUCTIONS {

@@ -38,7 +38,13 @@ impl<'p> Checker<'p> {
         None
     }
 
-    fn reg(&mut self, v: VarId, span: SpanId, instr: &str, role: &str) -> Option<&'p RegisterType> {
+    pub(super) fn reg(
+        &mut self,
+        v: VarId,
+        span: SpanId,
+        instr: &str,
+        role: &str,
+    ) -> Option<&'p RegisterType> {
         self.operand(
             v,
             span,
@@ -73,7 +79,7 @@ impl<'p> Checker<'p> {
     /// Mark `out` defined and, when its operands checked out, check that its declared type is
     /// the one the IR infers for the instruction ([`Instruction::output_types`], the same
     /// inference the builder uses).
-    fn define(&mut self, out: VarId, operands_ok: bool, span: SpanId, instr: &str) {
+    pub(super) fn define(&mut self, out: VarId, operands_ok: bool, span: SpanId, instr: &str) {
         let p = self.p;
         let Some(var) = p.vars.get(out.0 as usize) else {
             self.err(
@@ -108,7 +114,7 @@ impl<'p> Checker<'p> {
     }
 
     /// A register layout must span the block's threads or a divisor of them (replication).
-    fn check_layout(&mut self, layout: &Layout, span: SpanId, what: &str) {
+    pub(super) fn check_layout(&mut self, layout: &Layout, span: SpanId, what: &str) {
         let bt = self.block_threads;
         if bt == 0 {
             return;
@@ -217,7 +223,7 @@ impl<'p> Checker<'p> {
     /// The right operand of an elementwise instruction whose left operand is `lhs` (type `l`):
     /// a tensor of the same dtype that broadcasts to it in registers, an i32 scalar, or a
     /// finite immediate.
-    fn check_rhs(
+    pub(super) fn check_rhs(
         &mut self,
         lhs: VarId,
         l: Option<&'p RegisterType>,
@@ -375,10 +381,14 @@ impl<'p> Checker<'p> {
                 src,
                 offset,
                 layout,
+                fill,
             } => {
                 self.offsets(offset, span, name);
                 let what = format!("load_global into {}", self.name(*out));
                 self.check_layout(layout, span, &what);
+                if fill.is_some_and(f64::is_nan) {
+                    self.err(span, format!("{what}: NaN is not a valid fill value"));
+                }
                 let g = self.global(*src, span, name, "the source");
                 if let Some(g) = g {
                     let dims: Vec<Option<i64>> = g.shape.iter().map(const_eval).collect();
@@ -511,9 +521,19 @@ impl<'p> Checker<'p> {
                 let l = self.reg(*lhs, span, name, "the left operand");
                 self.check_rhs(*lhs, l, rhs, span, name);
                 if let Some(l) = l {
-                    if *op == ElementOp::Mod && l.dtype.kind() == Kind::Float {
+                    let int_only = matches!(
+                        op,
+                        ElementOp::Mod
+                            | ElementOp::And
+                            | ElementOp::Or
+                            | ElementOp::Xor
+                            | ElementOp::Shl
+                            | ElementOp::Shr
+                    );
+                    if int_only && l.dtype.kind() == Kind::Float {
+                        let shown = if *op == ElementOp::Mod { "mod" } else { name };
                         let msg = format!(
-                            "mod is defined for integer tensors, but {} holds {}",
+                            "{shown} is defined for integer tensors, but {} holds {}",
                             self.name(*lhs),
                             l.dtype
                         );
@@ -593,6 +613,17 @@ impl<'p> Checker<'p> {
                 self.define(*out, true, span, name);
             }
             Instruction::Dot { out, a, b, c } => self.check_dot(*out, *a, *b, *c, span),
+            Instruction::Unary { out, op, x } => self.check_unary(*out, *op, *x, span),
+            Instruction::Compare { out, lhs, rhs, .. } => {
+                self.check_compare(*out, *lhs, rhs, span, name)
+            }
+            Instruction::Select { out, cond, a, b } => self.check_select(*out, *cond, *a, b, span),
+            Instruction::Arange {
+                out,
+                layout,
+                dim,
+                offset,
+            } => self.check_arange(*out, layout, *dim, offset, span),
             Instruction::Print { x, .. } => match x {
                 Operand::Tensor(v) => {
                     self.use_var(*v, span);

@@ -340,7 +340,17 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
             .into_iter()
             .flatten()
             .collect(),
+        Instruction::Compare { out, lhs, rhs, .. } => [Some(*out), Some(*lhs), tensor(rhs)]
+            .into_iter()
+            .flatten()
+            .collect(),
+        Instruction::Select { out, cond, a, b } => [Some(*out), Some(*cond), Some(*a), tensor(b)]
+            .into_iter()
+            .flatten()
+            .collect(),
+        Instruction::Arange { out, .. } => vec![*out],
         Instruction::Neg { out, x }
+        | Instruction::Unary { out, x, .. }
         | Instruction::Cast { out, x, .. }
         | Instruction::View { out, x, .. } => vec![*out, *x],
         Instruction::Dot { out, a, b, c } => vec![*out, *a, *b, *c],

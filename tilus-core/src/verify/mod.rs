@@ -35,6 +35,7 @@ mod dot;
 mod expr;
 mod instr;
 mod limits;
+mod math;
 pub(crate) mod shared;
 pub(crate) mod table;
 

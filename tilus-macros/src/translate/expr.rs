@@ -369,6 +369,9 @@ impl Translator<'_, '_> {
         if let Some(bits) = self.dtype_bits_path(&p.path) {
             return Ok(Value::Scalar(Expr::Int(bits), ScalarType::I32));
         }
+        if let Some(v) = float_const_path(&p.path) {
+            return Ok(Value::Float(v));
+        }
         let Some(ident) = p.path.get_ident() else {
             return Err(self.err(p, "paths are not supported here; name a variable"));
         };
@@ -405,6 +408,9 @@ impl Translator<'_, '_> {
         bin: &syn::ExprBinary,
         dest: DestHint,
     ) -> R<Value> {
+        if let Some(eop) = super::math::bit_op(&bin.op) {
+            return self.bit_binary(b, bin, eop, dest);
+        }
         let Some(op) = scalar_op(&bin.op) else {
             return Err(self.err(&bin.op, "this operator is not supported in a kernel"));
         };
@@ -504,6 +510,9 @@ impl Translator<'_, '_> {
         rhs: Operand,
         dest: DestHint,
     ) -> R<Value> {
+        if let Some(cmp) = super::math::cmp_op(op) {
+            return self.compare_instr(b, node, cmp, x, rhs, dest);
+        }
         let Some(eop) = element_op(op) else {
             return Err(self.err(
                 node,
@@ -566,6 +575,17 @@ impl Translator<'_, '_> {
                     ScalarType::Bool,
                 )),
                 Value::Poisoned => Ok(Value::Poisoned),
+                Value::Tensor(x) => {
+                    self.expect_scope(b, u, x, Scope::Register, "`!`")?;
+                    let site = self.site(u);
+                    b.set_span(site);
+                    let d = self.dest(dest, "not");
+                    Ok(Value::Tensor(build!(d, |d| b.unary(
+                        d,
+                        tilus_core::ir::MathOp::Not,
+                        x
+                    ))))
+                }
                 other => {
                     let found = self.describe(&other);
                     Err(self.err(u, format!("`!` takes a boolean, found {found}")))
@@ -711,6 +731,23 @@ impl Translator<'_, '_> {
             DestHint::Temp => Resolved::New(self.unique(temp)),
         }
     }
+}
+
+/// `f32::INFINITY`, `f32::NEG_INFINITY`, `f32::MAX`, `f32::MIN` (and the `f64` ones): float
+/// constants, e.g. the fill value of a masked load.
+fn float_const_path(path: &syn::Path) -> Option<f64> {
+    if path.segments.len() != 2 {
+        return None;
+    }
+    let ty = path.segments[0].ident.to_string();
+    let name = path.segments[1].ident.to_string();
+    Some(match (ty.as_str(), name.as_str()) {
+        ("f32" | "f64", "INFINITY") => f64::INFINITY,
+        ("f32" | "f64", "NEG_INFINITY") => f64::NEG_INFINITY,
+        ("f32", "MAX") => f32::MAX as f64,
+        ("f32", "MIN") => f32::MIN as f64,
+        _ => return None,
+    })
 }
 
 /// Memory scopes an instruction operand may be required to have.

@@ -50,7 +50,7 @@ impl Translator<'_, '_> {
     }
 
     /// An argument that must be a tensor in `scope`.
-    fn tensor_arg(
+    pub(super) fn tensor_arg(
         &mut self,
         b: &mut ProgramBuilder,
         e: &SynExpr,
@@ -97,7 +97,12 @@ impl Translator<'_, '_> {
         }
     }
 
-    fn layout_arg(&mut self, b: &mut ProgramBuilder, e: &SynExpr, instr: &str) -> R<Layout> {
+    pub(super) fn layout_arg(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        instr: &str,
+    ) -> R<Layout> {
         match self.value(b, e, DestHint::Temp)? {
             Value::Layout(l, _) => Ok(l),
             Value::Poisoned => Err(Reported),
@@ -293,6 +298,9 @@ impl Translator<'_, '_> {
                 let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register)?;
                 self.neg(b, c, x, dest)
             }
+            Op::Math(_) | Op::Compare(_) | Op::Select | Op::Arange => {
+                self.math_call(b, c, syntax.op, &args, name, dest)
+            }
             Op::BlockIndices => Err(self.err(
                 c,
                 "bind the block indices with a pattern: `let [bi, bj] = block_indices();`",
@@ -397,11 +405,27 @@ impl Translator<'_, '_> {
                 let src = self.tensor_arg(b, args[0], name, "source", scope);
                 let layout = self.layout_arg(b, args[1], name);
                 let offset = self.array_arg(b, args[2], "the offset");
-                let (src, layout, offset) = (src?, layout?, offset?);
+                let fill = match args.get(3) {
+                    None => Ok(None),
+                    Some(e) if scope == Scope::Global => self.fill_arg(b, e).map(Some),
+                    Some(e) => Err(self.err(
+                        *e,
+                        "`load_shared` reads inside the tile and takes no fill value",
+                    )),
+                };
+                let (src, layout, offset, fill) = (src?, layout?, offset?, fill?);
                 let site = self.site_with(c, Some(Range::of(args[1])), Some(Range::of(args[2])));
                 b.set_span(site);
                 let d = self.dest(dest, "tile");
-                Ok(Value::Tensor(if scope == Scope::Global {
+                Ok(Value::Tensor(if let Some(f) = fill {
+                    build!(d, |d| b.load_global_fill(
+                        d,
+                        src,
+                        layout.clone(),
+                        offset.clone(),
+                        f
+                    ))
+                } else if scope == Scope::Global {
                     build!(d, |d| b.load_global(d, src, layout.clone(), offset.clone()))
                 } else {
                     build!(d, |d| b.load_shared(d, src, layout.clone(), offset.clone()))
@@ -604,6 +628,20 @@ impl Translator<'_, '_> {
                     format!("cannot take the minimum or maximum of {p} and {q}"),
                 ))
             }
+        }
+    }
+
+    /// The fill value of a masked load: a float or integer constant (`-1e30`,
+    /// `f32::NEG_INFINITY`, `0`).
+    fn fill_arg(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<f64> {
+        match self.value(b, e, DestHint::Temp) {
+            Ok(Value::Float(f)) => Ok(f),
+            Ok(Value::Scalar(Expr::Int(i), ScalarType::I32)) => Ok(i as f64),
+            Ok(Value::Poisoned) | Err(_) => Err(Reported),
+            Ok(_) => Err(self.err(
+                e,
+                "the fill value of `load_global` is a constant, e.g. `0.0` or `f32::NEG_INFINITY`",
+            )),
         }
     }
 

@@ -14,6 +14,7 @@ mod expr;
 mod helper;
 mod instr;
 mod layout;
+mod math;
 mod stmt;
 
 use std::collections::HashMap;

@@ -114,6 +114,9 @@ pub(crate) fn binary(
     let locals = lay.num_locals();
     let lid = cx.layout(&lay)?;
     let (x, o) = (cx.name(lhs), cx.name(out));
+    if super::math::is_bitwise(op) {
+        return super::math::bitwise(cx, out, op, lhs, rhs);
+    }
     if packed_half(cx, out, op, lhs, rhs, dt, lid)? {
         return Ok(());
     }
@@ -165,7 +168,7 @@ fn broadcast_operand(
 /// The right operand of an elementwise instruction, one C expression per local of the left
 /// operand (layout id `lid`): broadcast tensor elements (each decoded once), a scalar, or an
 /// immediate. Emits the decoding lines.
-fn operand_values(
+pub(crate) fn operand_values(
     cx: &mut Ctx,
     lid: usize,
     dt: DType,

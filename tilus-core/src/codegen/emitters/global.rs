@@ -65,19 +65,35 @@ pub(crate) fn load_chunk(
     addr: &str,
     mask: Option<&str>,
 ) -> Vec<String> {
+    load_chunk_filled(cx, wb, pos, width, addr, mask, 0)
+}
+
+/// [`load_chunk`] whose masked-off chunk reads as `fill`, a 32-bit word of repeated element
+/// codes (its low `width` bits for narrower chunks).
+fn load_chunk_filled(
+    cx: &mut Ctx,
+    wb: &mut WordBuilder,
+    pos: usize,
+    width: u32,
+    addr: &str,
+    mask: Option<&str>,
+    fill: u32,
+) -> Vec<String> {
     let w = pos / 32;
     let sel = |load: String, zero: &str| match mask {
         Some(m) => format!("{m} ? {load} : {zero}"),
         None => load,
     };
     let t = cx.fresh("v");
+    let f = hex(fill);
     match width {
         128 | 64 => {
             let (ty, n, zero) = if width == 128 {
-                ("uint4", 4, "make_uint4(0u, 0u, 0u, 0u)")
+                ("uint4", 4, format!("make_uint4({f}, {f}, {f}, {f})"))
             } else {
-                ("uint2", 2, "make_uint2(0u, 0u)")
+                ("uint2", 2, format!("make_uint2({f}, {f})"))
             };
+            let zero = zero.as_str();
             for (k, f) in ["x", "y", "z", "w"].iter().take(n).enumerate() {
                 wb.word(w + k, &format!("{t}.{f}"));
             }
@@ -97,9 +113,14 @@ pub(crate) fn load_chunk(
             } else {
                 wb.field(pos, width, &t);
             }
+            let narrow = if width == 32 {
+                fill
+            } else {
+                fill & ((1u32 << width) - 1)
+            };
             vec![format!(
                 "const uint32_t {t} = {};",
-                sel(format!("(uint32_t)*(const {ty}*)({addr})"), "0u")
+                sel(format!("(uint32_t)*(const {ty}*)({addr})"), &hex(narrow))
             )]
         }
         _ => unreachable!("chunk widths are 8..128 bits"),
@@ -152,6 +173,21 @@ pub(crate) fn load_sub_byte(
     bit: &str,
     mask: Option<&str>,
 ) -> Vec<String> {
+    load_sub_byte_filled(cx, wb, pos, bits, base, bit, mask, 0)
+}
+
+/// [`load_sub_byte`] whose masked-off element reads as code `fill`.
+#[allow(clippy::too_many_arguments)]
+fn load_sub_byte_filled(
+    cx: &mut Ctx,
+    wb: &mut WordBuilder,
+    pos: usize,
+    bits: u32,
+    base: &str,
+    bit: &str,
+    mask: Option<&str>,
+    fill: u32,
+) -> Vec<String> {
     let (q, sh, e) = (cx.fresh("q"), cx.fresh("sh"), cx.fresh("e"));
     let m = hex((1u32 << bits) - 1);
     let byte = format!("{base}[{q} >> 3]");
@@ -163,7 +199,7 @@ pub(crate) fn load_sub_byte(
         )
     };
     let value = match mask {
-        Some(mk) => format!("{mk} ? {value} : 0u"),
+        Some(mk) => format!("{mk} ? {value} : {}", hex(fill)),
         None => value,
     };
     wb.field(pos, bits, &e);
@@ -365,12 +401,20 @@ pub(crate) fn load(
     src: VarId,
     offset: &[Expr],
     layout: &Layout,
+    fill: Option<f64>,
 ) -> Result<(), CodegenError> {
     let g = cx.global(src)?;
     let (dtype, _) = cx.reg(out)?;
     if dtype.bits() != g.dtype.bits() {
         return Err(cx.err("load_global: the register tensor's dtype differs from the view's"));
     }
+    // The fill code (converted as the interpreter does), repeated over a word for vectors.
+    let code = fill.map_or(0, |v| crate::codegen::scalar::constant(g.dtype, v).0);
+    let fill_word = if 32 % g.dtype.bits() == 0 {
+        (0..32 / g.dtype.bits()).fold(0u32, |w, k| w | code << (k * g.dtype.bits()))
+    } else {
+        code
+    };
     cx.w.open("");
     let a = plan_access(cx, &g, offset, layout, "load_global")?;
     let arr = cx.name(out);
@@ -390,11 +434,24 @@ pub(crate) fn load(
             } else {
                 format!("{} + ({lin}) * {bits} / 8", g.ptr)
             };
-            lines.extend(load_chunk(cx, &mut wb, pos, width, &addr, Some(&mask)));
+            let chunk_fill = if width < g.dtype.bits() {
+                code
+            } else {
+                fill_word
+            };
+            lines.extend(load_chunk_filled(
+                cx,
+                &mut wb,
+                pos,
+                width,
+                &addr,
+                Some(&mask),
+                chunk_fill,
+            ));
         } else {
             let bit = format!("({lin}) * {bits}");
             let m = format!("({mask})");
-            lines.extend(load_sub_byte(
+            lines.extend(load_sub_byte_filled(
                 cx,
                 &mut wb,
                 pos,
@@ -402,6 +459,7 @@ pub(crate) fn load(
                 &g.ptr,
                 &bit,
                 Some(&m),
+                code,
             ));
         }
     }

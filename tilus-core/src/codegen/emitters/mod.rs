@@ -6,9 +6,11 @@
 //! | [`global`] | `LoadGlobal`, `StoreGlobal` (vectorized, masked by the view) |
 //! | [`shared`] | `LoadShared` (`ldmatrix` when the layout allows), `StoreShared`, `CopyAsync` |
 //! | [`elementwise`] | `AllocateRegister`, `Binary`, `MulAdd`, `Neg`, `Cast`, `View`, `Print` of tensors |
+//! | [`math`] | `Unary` (`exp`, `sqrt`, `not`, ...), bit operations of `Binary`, `Compare`, `Select`, `Arange` |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
 
 pub(crate) mod elementwise;
 pub(crate) mod global;
+pub(crate) mod math;
 pub(crate) mod mma;
 pub(crate) mod shared;
