@@ -5,7 +5,7 @@
 #[path = "kernels/language.rs"]
 mod language;
 
-use language::{chunk_max, helpers, scale_shift};
+use language::{chunk_max, helpers, scalar_operands, scale_shift};
 use rand::Rng;
 
 #[test]
@@ -96,4 +96,30 @@ fn helper_functions_inline_and_return_tuples() {
     // Each call is inlined: `order` twice, so two `max` instructions.
     let text = helpers::program(&helpers::SPACE[0]).unwrap().to_string();
     assert_eq!(text.matches("= max(").count(), 2, "{text}");
+}
+
+#[test]
+fn scalar_operands_convert_exactly() {
+    let mut rng = rand::rng();
+    let n = rng.random_range(1..100usize);
+    let big = (1 << 24) + 1 + rng.random_range(0..1000);
+    let t: f32 = rng.random_range(-1.0..1.0);
+    let xi: Vec<i32> = (0..n).map(|_| rng.random_range(-1000..1000)).collect();
+    let xf: Vec<f32> = (0..n).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let (mut yi, mut yf) = (vec![i32::MIN; n], vec![f32::NAN; n]);
+    scalar_operands::interpret(
+        &scalar_operands::SPACE[0],
+        n as i32,
+        big,
+        t,
+        &xi,
+        &xf,
+        &mut yi,
+        &mut yf,
+    )
+    .unwrap();
+    for i in 0..n {
+        assert_eq!(yi[i], xi[i] + big, "at {i}");
+        assert_eq!(yf[i], xf[i].min(t), "at {i}");
+    }
 }

@@ -57,3 +57,24 @@ pub fn helpers(n: i32, s: f32, x: Global<f32>, hi: GlobalMut<f32>, lo: GlobalMut
     store_global(a, view_global(hi, [n]), [bi * 64]);
     store_global(b, view_global(lo, [n]), [bi * 64]);
 }
+
+/// Scalar operands: an `i32` added to an `i32` tensor exactly (also past 2^24), and an `f32`
+/// parameter compared with and selected into an `f32` tensor (`min(x, t)` spelled with a mask).
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1)]
+pub fn scalar_operands(
+    n: i32,
+    big: i32,
+    t: f32,
+    xi: Global<i32>,
+    xf: Global<f32>,
+    yi: GlobalMut<i32>,
+    yf: GlobalMut<f32>,
+) {
+    let [bi] = block_indices();
+    let tile = layout!(spatial(32));
+    let a = load_global(view_global(xi, [n]), tile, [bi * 32]);
+    store_global(a + big, view_global(yi, [n]), [bi * 32]);
+    let f = load_global(view_global(xf, [n]), tile, [bi * 32]);
+    let below = lt(f, t);
+    store_global(select(below, f, t), view_global(yf, [n]), [bi * 32]);
+}

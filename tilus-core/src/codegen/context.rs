@@ -3,7 +3,7 @@
 //! a [`Ctx`]; the driver (`program.rs`) walks the statements and dispatches. This module calls
 //! no emitter, so the families and the driver depend on it and never the other way round.
 
-use super::expr::{c_expr, c_float_expr, involves_f32, Divisible, ScalarFacts};
+use super::expr::{c_expr, c_float_expr, involves_f32, is_f32, Divisible, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
 use super::regmap::LayoutMap;
@@ -111,6 +111,13 @@ impl<'p> Ctx<'p> {
         } else {
             c_expr(e, &|v| self.name(v))
         }
+    }
+
+    /// Whether scalar expression `e` has type `f32` (else `i32`).
+    pub(crate) fn is_f32(&self, e: &Expr) -> bool {
+        is_f32(e, &|v| {
+            matches!(self.p.ty(v), VarType::Scalar(ScalarType::F32))
+        })
     }
 
     /// The dtype and layout of register tensor `v`.

@@ -423,6 +423,15 @@ impl Machine<'_> {
         self.elementwise_to(block, lhs, rhs, None, f)
     }
 
+    /// The exact value of a scalar operand (`i32` or `f32`).
+    pub(super) fn scalar_operand(&self, e: &Expr, block: &Block) -> Result<f64, String> {
+        match self.eval(e, block)? {
+            Scalar::I32(v) => Ok(v as f64),
+            Scalar::F32(v) => Ok(v as f64),
+            Scalar::Bool(b) => Err(format!("the scalar operand is the bool {b}")),
+        }
+    }
+
     /// [`Self::elementwise`] with the result in `out_dtype` (default: `lhs`'s).
     pub(super) fn elementwise_to(
         &mut self,
@@ -443,17 +452,15 @@ impl Machine<'_> {
             }
             _ => None,
         };
-        // A uniform right value, converted to the dtype.
+        // A uniform right value: converted to the dtype, except that a comparison (a `u1`
+        // result) sees a scalar's exact value.
         let uniform = match rhs {
-            // A scalar is converted to the tensor's dtype first, as the GPU code does (through
-            // f32: an i32 scalar is rounded to f32, then encoded).
+            Operand::Scalar(e) if out_dtype == Some(DType::UInt(1)) => {
+                Some(self.scalar_operand(e, block)?)
+            }
             Operand::Scalar(e) => {
-                let v = match self.eval(e, block)? {
-                    Scalar::I32(v) => v as f32,
-                    Scalar::F32(v) => v,
-                    Scalar::Bool(b) => return Err(format!("the scalar operand is the bool {b}")),
-                };
-                Some(dtype.decode(convert(v as f64, dtype)?))
+                let v = self.scalar_operand(e, block)?;
+                Some(dtype.decode(scalar_code(v, dtype)?))
             }
             Operand::Imm(v) => Some(dtype.decode(convert(*v, dtype)?)),
             Operand::Tensor(_) => None,
@@ -662,6 +669,17 @@ pub(crate) fn fma_f32(x: f64, y: f64, z: f64) -> f32 {
         }
     }
     r
+}
+
+/// The code of a scalar operand `v` (an exact `i32` or `f32` value) in `dtype`, as the GPU code
+/// converts it: to a float dtype through `f32` (round to nearest even, then saturate), to an
+/// integer dtype by rounding half to even and clamping (exact for every `i32` in range).
+pub(super) fn scalar_code(v: f64, dtype: DType) -> Result<u32, String> {
+    if is_int(dtype) {
+        convert(v, dtype)
+    } else {
+        convert(v as f32 as f64, dtype)
+    }
 }
 
 #[cfg(test)]

@@ -96,8 +96,8 @@ impl Machine<'_> {
         let other: Vec<Vec<u32>> = match b {
             Operand::Tensor(v) => gather(self, block, &ra.layout, *v)?,
             Operand::Scalar(e) => {
-                let v = self.eval_i32(e, block, "the scalar operand")?;
-                vec![vec![convert(v as f64, dtype)?; ra.layout.num_locals()]; bt]
+                let v = self.scalar_operand(e, block)?;
+                vec![vec![super::instr::scalar_code(v, dtype)?; ra.layout.num_locals()]; bt]
             }
             Operand::Imm(v) => vec![vec![convert(*v, dtype)?; ra.layout.num_locals()]; bt],
         };

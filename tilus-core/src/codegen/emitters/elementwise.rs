@@ -206,13 +206,7 @@ pub(crate) fn operand_values(
             vals
         }
         Operand::Scalar(e) => {
-            let (f, c, v) = (cx.fresh("sf"), cx.fresh("sc"), cx.fresh("sv"));
-            let line = format!("const float {f} = (float)({});", cx.expr(e));
-            cx.w.line(line);
-            cx.w.line(format!(
-                "const uint32_t {c} = {};",
-                cast::encode_from_f32_expr(dt, &f)
-            ));
+            let (c, v) = (scalar_operand_code(cx, e, dt), cx.fresh("sv"));
             cx.w.line(format!(
                 "const {} {v} = {};",
                 ct.name(),
@@ -225,6 +219,31 @@ pub(crate) fn operand_values(
             vec![lit; locals]
         }
     })
+}
+
+/// Emit the code (a `uint32_t` variable) of scalar operand `e` converted to `dt`, as the
+/// interpreter converts it (`interp::instr::scalar_code`): to a float dtype through `float`,
+/// to an integer dtype rounding half to even and clamping (exact for every `i32` in range).
+pub(crate) fn scalar_operand_code(cx: &mut Ctx, e: &crate::ir::Expr, dt: DType) -> String {
+    let (s, c) = (cx.fresh("s"), cx.fresh("sc"));
+    let value = cx.expr(e);
+    let (line, code) = match (dt.is_float(), cx.is_f32(e)) {
+        (true, _) => (
+            format!("const float {s} = (float)({value});"),
+            cast::encode_from_f32_expr(dt, &s),
+        ),
+        (false, true) => (
+            format!("const long long {s} = __float2ll_rn({value});"),
+            scalar::encode(dt, &s),
+        ),
+        (false, false) => (
+            format!("const long long {s} = (long long)({value});"),
+            scalar::encode(dt, &s),
+        ),
+    };
+    cx.w.line(line);
+    cx.w.line(format!("const uint32_t {c} = {code};"));
+    c
 }
 
 /// `out = a * b + c` on f32 tensors: one `__fmaf_rn` per element (the interpreter rounds the

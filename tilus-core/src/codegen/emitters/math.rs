@@ -8,7 +8,9 @@
 
 use crate::codegen::cast;
 use crate::codegen::context::Ctx;
-use crate::codegen::emitters::elementwise::{broadcast_locals, operand_values, store_codes};
+use crate::codegen::emitters::elementwise::{
+    broadcast_locals, operand_values, scalar_operand_code, store_codes,
+};
 use crate::codegen::expr::add_const;
 use crate::codegen::regs::{get_bits, hex};
 use crate::codegen::scalar::{self, f32_lit, CType};
@@ -152,9 +154,11 @@ pub(crate) fn compare(
     let ct = CType::of(dt);
     cx.w.open("");
     let (rhs_vals, exact) = match rhs {
+        // Compared exactly: an i32 as a 64-bit integer, an f32 as a double.
         Operand::Scalar(e) => {
             let s = cx.fresh("s");
-            let line = format!("const long long {s} = (long long)({});", cx.expr(e));
+            let ty = if cx.is_f32(e) { "double" } else { "long long" };
+            let line = format!("const {ty} {s} = ({ty})({});", cx.expr(e));
             cx.w.line(line);
             (vec![s; locals], true)
         }
@@ -220,21 +224,7 @@ pub(crate) fn select(
                 .collect()
         }
         Operand::Imm(v) => vec![hex(scalar::constant(dt, *v).0); locals],
-        Operand::Scalar(e) => {
-            let s = cx.fresh("s");
-            let code = if dt.is_float() {
-                let line = format!("const float {s} = (float)({});", cx.expr(e));
-                cx.w.line(line);
-                cast::encode_from_f32_expr(dt, &s)
-            } else {
-                let line = format!("const long long {s} = (long long)({});", cx.expr(e));
-                cx.w.line(line);
-                scalar::encode(dt, &s)
-            };
-            let sc = cx.fresh("sc");
-            cx.w.line(format!("const uint32_t {sc} = {code};"));
-            vec![sc; locals]
-        }
+        Operand::Scalar(e) => vec![scalar_operand_code(cx, e, dt); locals],
     };
     let codes: Vec<String> = (0..locals)
         .map(|j| {
