@@ -382,6 +382,7 @@ impl Machine<'_> {
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Print { label, x } => self.print(block, label, x)?,
+            Instruction::Reduce { out, x, op, dim } => self.reduce(block, *out, *x, *op, *dim)?,
         }
         Ok(Flow::Next)
     }

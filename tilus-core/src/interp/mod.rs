@@ -31,6 +31,7 @@
 mod instr;
 mod memory;
 mod numeric;
+mod reduce;
 mod scalar;
 
 use std::collections::HashMap;

@@ -110,6 +110,9 @@ impl Instruction {
             Instruction::View {
                 out, dtype, layout, ..
             } => one(out, register(*dtype, layout.clone())),
+            Instruction::Reduce { out, x, op, dim } => {
+                one(out, super::reduce_type(&ty(*x), *op, *dim))
+            }
             Instruction::StoreGlobal { .. }
             | Instruction::StoreShared { .. }
             | Instruction::CopyAsync { .. }

@@ -38,7 +38,13 @@ impl<'p> Checker<'p> {
         None
     }
 
-    fn reg(&mut self, v: VarId, span: SpanId, instr: &str, role: &str) -> Option<&'p RegisterType> {
+    pub(super) fn reg(
+        &mut self,
+        v: VarId,
+        span: SpanId,
+        instr: &str,
+        role: &str,
+    ) -> Option<&'p RegisterType> {
         self.operand(
             v,
             span,
@@ -73,7 +79,7 @@ impl<'p> Checker<'p> {
     /// Mark `out` defined and, when its operands checked out, check that its declared type is
     /// the one the IR infers for the instruction ([`Instruction::output_types`], the same
     /// inference the builder uses).
-    fn define(&mut self, out: VarId, operands_ok: bool, span: SpanId, instr: &str) {
+    pub(super) fn define(&mut self, out: VarId, operands_ok: bool, span: SpanId, instr: &str) {
         let p = self.p;
         let Some(var) = p.vars.get(out.0 as usize) else {
             self.err(
@@ -574,6 +580,7 @@ impl<'p> Checker<'p> {
                 self.define(*out, true, span, name);
             }
             Instruction::Dot { out, a, b, c } => self.check_dot(*out, *a, *b, *c, span),
+            Instruction::Reduce { out, x, op, dim } => self.check_reduce(*out, *x, *op, *dim, span),
             Instruction::Print { x, .. } => match x {
                 Operand::Tensor(v) => {
                     self.use_var(*v, span);

@@ -35,6 +35,7 @@ mod dot;
 mod expr;
 mod instr;
 mod limits;
+mod reduce;
 pub(crate) mod shared;
 pub(crate) mod table;
 
@@ -46,6 +47,7 @@ pub use limits::{
     max_register_words, register_words, MAX_BLOCK_REGISTERS, MAX_BLOCK_THREADS, MAX_LAYOUT_CELLS,
     MAX_UNROLLED_OPS,
 };
+pub use reduce::{check_reduce_dtype, plan_reduce, ReducePlan};
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
 
@@ -136,6 +138,8 @@ pub(super) struct Checker<'p> {
     block_threads: usize,
     /// Shared allocations: (tensor, bytes).
     shared: Vec<(VarId, usize)>,
+    /// The largest shared scratch of a reduction (all reductions reuse one area): (result, bytes).
+    reduce_scratch: Option<(VarId, usize)>,
     /// The output types the IR infers for the instruction being checked.
     inferred: Vec<(VarId, VarType)>,
 }
@@ -150,6 +154,7 @@ impl<'p> Checker<'p> {
             loop_var: vec![false; p.vars.len()],
             block_threads: 0,
             shared: Vec::new(),
+            reduce_scratch: None,
             inferred: Vec::new(),
         }
     }
@@ -408,6 +413,11 @@ impl<'p> Checker<'p> {
     }
 
     fn shared_total(&mut self) {
+        if let Some((v, b)) = self.reduce_scratch {
+            // Counted like a tensor, named after the reduction's result.
+            let b = b.next_multiple_of(shared::SHARED_ALIGN);
+            self.shared.push((v, b));
+        }
         let total = self
             .shared
             .iter()

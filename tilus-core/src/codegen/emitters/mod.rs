@@ -7,8 +7,10 @@
 //! | [`shared`] | `LoadShared` (`ldmatrix` when the layout allows), `StoreShared`, `CopyAsync` |
 //! | [`elementwise`] | `AllocateRegister`, `Binary`, `MulAdd`, `Neg`, `Cast`, `View`, `Print` of tensors |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
+//! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
 
 pub(crate) mod elementwise;
 pub(crate) mod global;
 pub(crate) mod mma;
+pub(crate) mod reduce;
 pub(crate) mod shared;
