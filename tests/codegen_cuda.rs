@@ -470,6 +470,15 @@ fn reductions_compile_without_spills() {
             ));
         }
     }
+    for (k, sc) in reduce_programs::SCAN_CASES.iter().enumerate() {
+        for d in [DType::F32, DType::F16] {
+            ks.push((
+                format!("cumsum_{k}_{d}"),
+                reduce_programs::scan_program(sc, d),
+                plain,
+            ));
+        }
+    }
     ks.push((
         "sub_row_max".to_string(),
         reduce_programs::sub_max_program("local(2,1).spatial(2,64)", 128),

@@ -646,6 +646,35 @@ fn reduce_cases() -> Vec<Case> {
             });
         }
     }
+    // cumsum: element k of a row sums k + 1 elements; the bound of the longest prefix.
+    for (k, sc) in reduce_programs::SCAN_CASES.iter().enumerate() {
+        let s = reduce_programs::shape(sc);
+        let (len, n) = (s[0] * s[1], s[sc.dim]);
+        for d in [DType::F32, DType::F16, DType::Int(32)] {
+            let input = match d {
+                DType::F32 => Buf::RandomF32(len),
+                DType::F16 => Buf::RandomF16(len),
+                _ => Buf::RandomI32(len, 1000),
+            };
+            let out = match d {
+                DType::Int(32) => Buf::OutExact(4 * len),
+                _ => {
+                    let ulp = if d == DType::F16 {
+                        2f64.powi(-10)
+                    } else {
+                        2f64.powi(-23)
+                    };
+                    let tol = (n * n) as f64 * 2f64.powi(-24) + n as f64 * ulp;
+                    Buf::OutNear { dtype: d, len, tol }
+                }
+            };
+            cases.push(Case {
+                name: format!("cumsum case {k} ({} dim {}) {d}", sc.layout, sc.dim),
+                program: reduce_programs::scan_program(sc, d),
+                args: vec![A::Buf(input), A::Buf(out)],
+            });
+        }
+    }
     for (layout, threads) in [
         ("local(2,1).spatial(2,64)", 128),
         ("spatial(8,16).local(1,4)", 128),

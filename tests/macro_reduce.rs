@@ -39,7 +39,9 @@ fn row_stats_match_the_f64_reference() {
     let mut rng = rand::rng();
     for cfg in row_stats::SPACE {
         let m = 3 * cfg.BM as usize;
-        let x: Vec<f32> = (0..m * 64).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let x: Vec<f32> = (0..m * 64)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
         let (mut mx, mut cs, mut am) = (vec![f32::NAN; m], vec![f32::NAN; m], vec![-1i32; m]);
         row_stats::interpret(cfg, m as i32, &x, &mut mx, &mut cs, &mut am)
             .unwrap_or_else(|e| panic!("{cfg}: {e}"));

@@ -2,7 +2,7 @@
 //! `x` in a layout, reduce it along one dimension, store the result (and, for the softmax-like
 //! program, subtract the row maximum from the tile, a thread-local broadcast).
 
-use tilus_core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder, ReduceOp};
+use tilus_core::ir::{ElementOp, Expr, Operand, Program, ProgramBuilder, ReduceOp, ScanOp};
 use tilus_core::layout::parse;
 use tilus_core::DType;
 
@@ -149,5 +149,52 @@ pub fn sub_max_program(layout: &str, threads: u32) -> Program {
     let m = b.reduce("m", t, ReduceOp::Max, 1);
     let d = b.binary("d", ElementOp::Sub, t, Operand::Tensor(m));
     b.store_global(d, gy, vec![0.into(), 0.into()]);
+    b.finish()
+}
+
+/// Layouts for `cumsum` (the dimension within one warp): locals only, lanes only, lanes between
+/// locals, column-major lanes under locals, replicas.
+pub const SCAN_CASES: &[ReduceCase] = &[
+    ReduceCase {
+        layout: "spatial(128,1).local(1,16)",
+        dim: 1,
+        threads: 128,
+    },
+    ReduceCase {
+        layout: "spatial(4,32)",
+        dim: 1,
+        threads: 128,
+    },
+    ReduceCase {
+        layout: "local(1,2).spatial(4,8).local(1,4)",
+        dim: 1,
+        threads: 128,
+    },
+    ReduceCase {
+        layout: "local(2,1).column_spatial(8,4)",
+        dim: 0,
+        threads: 128,
+    },
+    ReduceCase {
+        layout: "spatial(8,4).local(4,1)",
+        dim: 0,
+        threads: 128,
+    },
+];
+
+/// `y = cumsum(x, dim)` of one `[s0, s1]` tile.
+pub fn scan_program(case: &ReduceCase, dtype: DType) -> Program {
+    let layout = parse(case.layout).unwrap();
+    let s = layout.shape().to_vec();
+    let mut b = ProgramBuilder::new(&format!("cumsum_{dtype}"), case.threads);
+    let x = b.param_ptr("x", dtype, false);
+    let y = b.param_ptr("y", dtype, true);
+    b.grid(vec![1.into()]);
+    let dims: Vec<Expr> = s.iter().map(|&d| (d as i32).into()).collect();
+    let gx = b.view_global("gx", x, dtype, dims.clone());
+    let gy = b.view_global("gy", y, dtype, dims);
+    let t = b.load_global("t", gx, layout, vec![0.into(), 0.into()]);
+    let c = b.scan("c", t, ScanOp::Sum, case.dim);
+    b.store_global(c, gy, vec![0.into(), 0.into()]);
     b.finish()
 }

@@ -13,7 +13,9 @@ use tilus_core::{storage, DType};
 #[allow(dead_code)]
 #[path = "../../tests/common/reduce_programs.rs"]
 mod reduce_programs;
-use reduce_programs::{out_dtype, reduce_program, shape, sizes, sub_max_program, CASES};
+use reduce_programs::{
+    out_dtype, reduce_program, scan_program, shape, sizes, sub_max_program, CASES, SCAN_CASES,
+};
 
 /// Random codes of `dtype`: u1 uniformly, integers in [-50, 50], floats in [-1, 1]; never all
 /// zero.
@@ -328,4 +330,73 @@ fn reduction_scratch_counts_against_shared_memory() {
     let d = verify(&b.finish(), &Target::default()).expect_err("over the shared limit");
     let m = d[0].message.clone();
     assert!(m.contains("shared memory") && m.contains("`r`"), "{m}");
+}
+
+#[test]
+fn cumsum_matches_the_f64_reference() {
+    for case in SCAN_CASES {
+        for dtype in [DType::F32, DType::F16, DType::Int(32)] {
+            let p = scan_program(case, dtype);
+            let s = shape(case);
+            let n = s[0] * s[1];
+            let codes = random_codes(dtype, n);
+            let x: Vec<f64> = codes.iter().map(|&c| dtype.decode(c)).collect();
+            let mut args = vec![
+                Arg::Buffer(storage::pack(dtype, &codes)),
+                Arg::Buffer(vec![0xff; storage::packed_len(dtype, n)]),
+            ];
+            run(&p, &mut args).unwrap_or_else(|e| panic!("{} {dtype}: {e}", case.layout));
+            let Arg::Buffer(out) = &args[1] else {
+                unreachable!()
+            };
+            let got: Vec<f64> = storage::unpack(dtype, out, n)
+                .into_iter()
+                .map(|c| dtype.decode(c))
+                .collect();
+            for r in 0..s[0] {
+                for c in 0..s[1] {
+                    let want: f64 = if case.dim == 1 {
+                        (0..=c).map(|k| x[r * s[1] + k]).sum()
+                    } else {
+                        (0..=r).map(|k| x[k * s[1] + c]).sum()
+                    };
+                    let man = match dtype {
+                        DType::F32 => 24,
+                        DType::F16 => 11,
+                        _ => 80,
+                    };
+                    let g = got[r * s[1] + c];
+                    assert!(
+                        (g - want).abs() <= want.abs() * 2f64.powi(-man + 1),
+                        "{} {dtype} [{r}, {c}]: got {g}, want {want}",
+                        case.layout
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cumsum_across_warps_or_sub_byte_is_rejected() {
+    let diag = |layout: &str, dtype: DType, dim: usize| {
+        let mut b = ProgramBuilder::new("bad", 128);
+        b.grid(vec![1.into()]);
+        let x = b.allocate_register("xs", dtype, parse(layout).unwrap(), Some(0.0));
+        b.scan("c", x, tilus_core::ir::ScanOp::Sum, dim);
+        let d = verify(&b.finish(), &Target::default()).expect_err("must not verify");
+        d.iter()
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let m = diag("local(2,1).spatial(2,64)", DType::F32, 1);
+    assert!(m.contains("within one warp") && m.contains("`xs`"), "{m}");
+    let m = diag("spatial(4,32)", DType::UInt(2), 1);
+    assert!(
+        m.contains("cumsum is defined for") && m.contains("`xs`"),
+        "{m}"
+    );
+    let m = diag("spatial(4,32)", DType::F32, 3);
+    assert!(m.contains("out of range"), "{m}");
 }

@@ -215,6 +215,7 @@ impl<'p> Ctx<'p> {
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
             Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
             Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,
+            Instruction::Scan { out, x, dim, .. } => reduce::scan(self, *out, *x, *dim)?,
             Instruction::Synchronize => self.w.line("__syncthreads();"),
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,

@@ -114,7 +114,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         }
         Neg { out, x } | Cast { out, x, .. } | View { out, x, .. } => vec![*out, *x],
         Dot { out, a, b, c } => vec![*out, *a, *b, *c],
-        Reduce { out, x, .. } => vec![*out, *x],
+        Reduce { out, x, .. } | Scan { out, x, .. } => vec![*out, *x],
         Print { x, .. } => match x {
             Operand::Tensor(t) => vec![*t],
             _ => vec![],

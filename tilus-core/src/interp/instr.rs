@@ -383,6 +383,7 @@ impl Machine<'_> {
             }
             Instruction::Print { label, x } => self.print(block, label, x)?,
             Instruction::Reduce { out, x, op, dim } => self.reduce(block, *out, *x, *op, *dim)?,
+            Instruction::Scan { out, x, dim, .. } => self.scan(block, *out, *x, *dim)?,
         }
         Ok(Flow::Next)
     }

@@ -1,4 +1,5 @@
-//! `reduce`: exact reductions along one dimension (the semantics of [`ReduceOp`]).
+//! `reduce` and `cumsum`: exact reductions and scans along one dimension (the semantics of
+//! [`ReduceOp`]).
 //!
 //! The operand is read as a logical tile (each element from its lowest `(thread, local)` owner;
 //! replicas hold equal values), each row along `dim` is reduced exactly, and every thread gets
@@ -76,6 +77,56 @@ impl Machine<'_> {
         for t in 0..bt {
             for j in 0..to.locals {
                 result.set(t, j, results[to.at(t % to.threads, j)]);
+            }
+        }
+        block.env[out.0 as usize] = Some(Value::Reg(result));
+        Ok(())
+    }
+}
+
+impl Machine<'_> {
+    /// `cumsum(x, dim)`: element `k` of each row is the exact sum of elements `0..=k`, rounded
+    /// as `sum` rounds (integers: exact, an out-of-range prefix is an error).
+    pub(super) fn scan(
+        &mut self,
+        block: &mut Block,
+        out: VarId,
+        x: VarId,
+        dim: usize,
+    ) -> Result<(), String> {
+        let bt = self.block_threads;
+        let xr = match block.env[x.0 as usize].as_ref() {
+            Some(Value::Reg(r)) => r,
+            _ => return Err(format!("`{}` is not a register tensor", self.p.var(x).name)),
+        };
+        let (xd, layout) = (xr.dtype, xr.layout.clone());
+        let tx = self.table(&layout)?;
+        let mut codes = vec![0u32; tx.size()];
+        for (f, o) in tx.first_owner.iter().enumerate() {
+            let (t, i) = o.ok_or_else(|| format!("no thread holds element {f} of the operand"))?;
+            codes[f] = xr.get(t as usize, i as usize);
+        }
+        let shape = tx.shape.clone();
+        let mut out_shape = shape.clone();
+        out_shape[dim] = 1;
+        let rows: usize = out_shape.iter().product();
+        let mut results = vec![0u32; tx.size()];
+        for o in 0..rows {
+            let mut index = unravel(o, &out_shape);
+            let mut prefix: Vec<u32> = Vec::with_capacity(shape[dim]);
+            for k in 0..shape[dim] {
+                index[dim] = k;
+                let f = ravel(&index, &shape).expect("inside the shape");
+                prefix.push(codes[f]);
+                results[f] = reduce_row(ReduceOp::Sum, xd, xd, &prefix).map_err(|e| {
+                    format!("element {index:?} of cumsum(`{}`): {e}", self.p.var(x).name)
+                })?;
+            }
+        }
+        let mut result = RegTensor::new(xd, layout, bt);
+        for t in 0..bt {
+            for j in 0..tx.locals {
+                result.set(t, j, results[tx.at(t % tx.threads, j)]);
             }
         }
         block.env[out.0 as usize] = Some(Value::Reg(result));

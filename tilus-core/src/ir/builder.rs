@@ -347,6 +347,11 @@ impl ProgramBuilder {
         self.define(dest, |out| Instruction::Reduce { out, x, op, dim })
     }
 
+    /// Inclusive `op` scan of `x` along `dim` (see [`Instruction::Scan`]).
+    pub fn scan(&mut self, dest: impl Into<Dest>, x: VarId, op: ScanOp, dim: usize) -> VarId {
+        self.define(dest, |out| Instruction::Scan { out, x, op, dim })
+    }
+
     pub fn neg(&mut self, dest: impl Into<Dest>, x: VarId) -> VarId {
         self.define(dest, |out| Instruction::Neg { out, x })
     }

@@ -93,6 +93,7 @@ impl Instruction {
             Instruction::Binary { out, lhs: x, .. }
             | Instruction::MulAdd { out, a: x, .. }
             | Instruction::Neg { out, x }
+            | Instruction::Scan { out, x, .. }
             | Instruction::Dot { out, c: x, .. } => one(out, ty(*x)),
             Instruction::Cast {
                 out,

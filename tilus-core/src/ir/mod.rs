@@ -255,7 +255,7 @@ pub enum ElementOp {
 /// - `Sum`: integers (8 to 32 bits) exact, and a result outside the dtype is an error in the
 ///   interpreter (the GPU clamps). Floats (`f16`, `bf16`, `f32`): the GPU accumulates in `f32`
 ///   in an unspecified order and rounds once to the dtype; the interpreter computes the exact
-///   sum (in `f64`) and rounds it once through `f32` to the dtype. They differ by at most
+///   sum rounded to `f64` and rounds that through `f32` to the dtype. They differ by at most
 ///   `n * 2^-24 * sum|x|` plus one rounding of the dtype, for `n` summed elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ReduceOp {
@@ -265,6 +265,14 @@ pub enum ReduceOp {
     ArgMax,
     Any,
     All,
+}
+
+/// The operator of a [`Instruction::Scan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ScanOp {
+    /// Inclusive prefix sum, with the accumulation semantics of [`ReduceOp::Sum`] for each
+    /// prefix (`n` being the prefix's length).
+    Sum,
 }
 
 /// The instructions of the VM. `out` is the variable written.
@@ -399,6 +407,16 @@ pub enum Instruction {
         out: VarId,
         x: VarId,
         op: ReduceOp,
+        dim: usize,
+    },
+    /// Inclusive scan of register tensor `x` along dimension `dim` with `op` (`cumsum`): element
+    /// `k` along `dim` of the result combines elements `0..=k` of its row. Same type (dtype and
+    /// layout) as `x`. The code generator requires the dimension to lie within one warp (its
+    /// thread digits in the lane bits, of power-of-two sizes); the verifier says otherwise.
+    Scan {
+        out: VarId,
+        x: VarId,
+        op: ScanOp,
         dim: usize,
     },
     /// A barrier for all threads of the block (and their shared-memory writes).

@@ -35,6 +35,7 @@ impl Instruction {
             Instruction::View { .. } => Op::View,
             Instruction::Dot { .. } => Op::Dot,
             Instruction::Reduce { op, .. } => Op::Reduce(*op),
+            Instruction::Scan { op, .. } => Op::Scan(*op),
             Instruction::Synchronize => Op::Synchronize,
             Instruction::Exit => Op::Exit,
             Instruction::Print { .. } => Op::Print,

@@ -4,7 +4,7 @@
 //! [`crate::ir::ElementOp::name`]) from it too. Adding an elementwise instruction is one
 //! [`ElementOp`] variant, one row here, its interpreter semantics and its emitter.
 
-use super::{ElementOp, ReduceOp};
+use super::{ElementOp, ReduceOp, ScanOp};
 
 /// Groups of instructions, for listings and for the nearest family of an unknown name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,7 +15,7 @@ pub enum Family {
     Elementwise,
     /// Matrix multiply-accumulate.
     Matrix,
-    /// Reductions of register tensors along a dimension.
+    /// Reductions and scans of register tensors along a dimension.
     Reduction,
     /// Block indices, barriers, exit, print.
     Control,
@@ -64,6 +64,8 @@ pub enum Op {
     Dot,
     /// `sum`, `reduce_max`, ...: a register tensor and a constant dimension.
     Reduce(ReduceOp),
+    /// `cumsum`: a register tensor and a constant dimension.
+    Scan(ScanOp),
     Synchronize,
     Exit,
     Print,
@@ -133,6 +135,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("argmax", Reduction, 2..=2, "argmax(x, dim)", Op::Reduce(ReduceOp::ArgMax)),
     row!("any", Reduction, 2..=2, "any(x, dim)", Op::Reduce(ReduceOp::Any)),
     row!("all", Reduction, 2..=2, "all(x, dim)", Op::Reduce(ReduceOp::All)),
+    row!("cumsum", Reduction, 2..=2, "cumsum(x, dim)", Op::Scan(ScanOp::Sum)),
     row!("synchronize" | "sync", Control, 0..=0, "sync() or synchronize()", Op::Synchronize),
     row!("exit", Control, 0..=0, "exit()", Op::Exit),
     row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),

@@ -581,6 +581,7 @@ impl<'p> Checker<'p> {
             }
             Instruction::Dot { out, a, b, c } => self.check_dot(*out, *a, *b, *c, span),
             Instruction::Reduce { out, x, op, dim } => self.check_reduce(*out, *x, *op, *dim, span),
+            Instruction::Scan { out, x, dim, .. } => self.check_scan(*out, *x, *dim, span),
             Instruction::Print { x, .. } => match x {
                 Operand::Tensor(v) => {
                     self.use_var(*v, span);

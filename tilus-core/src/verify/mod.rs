@@ -47,7 +47,7 @@ pub use limits::{
     max_register_words, register_words, MAX_BLOCK_REGISTERS, MAX_BLOCK_THREADS, MAX_LAYOUT_CELLS,
     MAX_UNROLLED_OPS,
 };
-pub use reduce::{check_reduce_dtype, plan_reduce, ReducePlan};
+pub use reduce::{check_reduce_dtype, plan_reduce, plan_scan, ReducePlan, ScanPlan, ScanStep};
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, VarId, VarType};
 

@@ -179,6 +179,109 @@ pub fn check_reduce_dtype(op: ReduceOp, x: DType) -> Result<(), String> {
     }
 }
 
+/// One digit of the scanned dimension, in the order a scan combines them (innermost first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanStep {
+    /// A local digit: `size` values, `place` its place value in the local index.
+    Local { place: usize, size: usize },
+    /// A thread digit inside the lane bits: `size` values (a power of two) at lane distance
+    /// `place` (a power of two).
+    Lane { place: usize, size: usize },
+}
+
+/// How `cumsum` is lowered: a Hillis-Steele scan over the dimension's digits, innermost first;
+/// each thread keeps a running prefix and the total of the block of digits combined so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanPlan {
+    pub steps: Vec<ScanStep>,
+}
+
+/// The plan for scanning `layout` along `dim`, or why the code generator cannot: the dimension
+/// must lie within one warp (thread digits of power-of-two sizes and places, in the lane bits).
+pub fn plan_scan(layout: &Layout, dim: usize) -> Result<ScanPlan, String> {
+    if dim >= layout.rank() {
+        return Err(format!(
+            "dim {dim} is out of range for a tensor of rank {}",
+            layout.rank()
+        ));
+    }
+    let modes = layout.modes();
+    let mut local_place = std::collections::HashMap::new();
+    let mut q = 1;
+    for &id in layout.local_digits().iter().rev() {
+        local_place.insert(id, q);
+        q *= modes[id].size;
+    }
+    let mut thread_place = std::collections::HashMap::new();
+    let mut p = 1;
+    for &d in layout.spatial_digits().iter().rev() {
+        if let Digit::Mode(id) = d {
+            thread_place.insert(id, p);
+        }
+        p *= layout.digit_size(d);
+    }
+    // Modes of `dim` are listed outer to inner: scan them from the innermost.
+    let mut steps = Vec::new();
+    for (id, m) in modes.iter().enumerate().rev() {
+        if m.dim != dim {
+            continue;
+        }
+        if let Some(&place) = local_place.get(&id) {
+            steps.push(ScanStep::Local {
+                place,
+                size: m.size,
+            });
+        } else if let Some(&place) = thread_place.get(&id) {
+            let ok = place.is_power_of_two()
+                && m.size.is_power_of_two()
+                && place * m.size <= 1 << LANE_BITS;
+            if !ok {
+                return Err(format!(
+                    "cumsum along dim {dim} of {} needs the dimension within one warp: its threads \
+                     {} at place {place} are not a power-of-two run of lanes",
+                    layout.to_expr(),
+                    m.size
+                ));
+            }
+            steps.push(ScanStep::Lane {
+                place,
+                size: m.size,
+            });
+        }
+    }
+    Ok(ScanPlan { steps })
+}
+
+impl super::Checker<'_> {
+    /// `out = cumsum(x, dim)`: the dtypes of `sum`, and a dimension the code generator scans.
+    pub(super) fn check_scan(
+        &mut self,
+        out: crate::ir::VarId,
+        x: crate::ir::VarId,
+        dim: usize,
+        span: crate::ir::SpanId,
+    ) {
+        let name = "cumsum";
+        let r = self.reg(x, span, name, "the operand");
+        let mut ok = r.is_some();
+        if let Some(r) = r {
+            let xn = self.name(x);
+            if let Err(e) = check_reduce_dtype(ReduceOp::Sum, r.dtype) {
+                self.err(
+                    span,
+                    format!("{name}: {xn}: {}", e.replacen("sum", "cumsum", 1)),
+                );
+                ok = false;
+            }
+            if let Err(e) = plan_scan(&r.layout, dim) {
+                self.err(span, format!("{name}({xn}, {dim}): {e}"));
+                ok = false;
+            }
+        }
+        self.define(out, ok, span, name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +315,21 @@ mod tests {
         assert_eq!(p.shared_digits, vec![(1, 3)]);
         assert_eq!(p.scratch_bytes(ReduceOp::ArgMax, DType::F32), 96 * 8);
         assert!(plan_reduce(&parse("spatial(4,32)").unwrap(), 2).is_err());
+    }
+
+    #[test]
+    fn plans_scans_innermost_first() {
+        let p = plan_scan(&parse("local(1,2).spatial(4,8).local(1,4)").unwrap(), 1).unwrap();
+        assert_eq!(
+            p.steps,
+            vec![
+                ScanStep::Local { place: 1, size: 4 },
+                ScanStep::Lane { place: 1, size: 8 },
+                ScanStep::Local { place: 4, size: 2 },
+            ]
+        );
+        assert!(plan_scan(&parse("local(2,1).spatial(2,64)").unwrap(), 1).is_err());
+        assert!(plan_scan(&parse("spatial(32,3)").unwrap(), 1).is_err());
     }
 }
 

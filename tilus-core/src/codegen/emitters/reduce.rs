@@ -262,3 +262,103 @@ fn shared_stage(
     cx.w.line("__syncthreads();");
     Ok(())
 }
+
+/// `a + b` in the computation type (floats rounded per addition, as `sum` accumulates).
+fn add(ct: CType, a: &str, b: &str) -> String {
+    match ct {
+        CType::Float => format!("__fadd_rn({a}, {b})"),
+        CType::Int64 => format!("{a} + {b}"),
+    }
+}
+
+/// `out = cumsum(x, dim)` along the digits of [`crate::verify::plan_scan`], innermost first:
+/// every local keeps its running prefix `s` and the total `t` of the block of digits combined so
+/// far. A local digit adds the totals of the lower blocks in registers; a lane digit scans the
+/// totals across its lanes (Hillis-Steele with `__shfl_up_sync`), adds the exclusive part, and
+/// takes the block total from the digit's last lane.
+pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(), CodegenError> {
+    let (xd, xl) = cx.reg(x)?;
+    let plan = crate::verify::plan_scan(&xl, dim).map_err(|e| cx.err(e))?;
+    let ct = CType::of(xd);
+    let vt = ct.name();
+    let bits = xd.bits();
+    let locals = xl.num_locals();
+    let (xn, o) = (cx.name(x), cx.name(out));
+    cx.w.open("");
+    let mut s = Vec::new();
+    let mut t = Vec::new();
+    for i in 0..locals {
+        let (c, si, ti) = (
+            cx.fresh("c"),
+            cx.fresh(&format!("{o}_s{i}")),
+            cx.fresh(&format!("{o}_t{i}")),
+        );
+        cx.w.line(format!(
+            "const uint32_t {c} = {};",
+            get_bits(&xn, i * bits as usize, bits)
+        ));
+        cx.w.line(format!("{vt} {si} = {};", scalar::decode(xd, &c)));
+        cx.w.line(format!("{vt} {ti} = {si};"));
+        s.push(si);
+        t.push(ti);
+    }
+    for step in &plan.steps {
+        match *step {
+            crate::verify::ScanStep::Local { place, size } => {
+                // Blocks: locals whose digit is 0, with their members along the digit.
+                for base in (0..locals).filter(|i| (i / place) % size == 0) {
+                    let members: Vec<usize> = (0..size).map(|v| base + v * place).collect();
+                    let run = cx.fresh("run");
+                    cx.w.line(format!("{vt} {run} = {};", t[members[0]]));
+                    for &m in &members[1..] {
+                        cx.w.line(format!("{} = {};", s[m], add(ct, &run, &s[m])));
+                        cx.w.line(format!("{run} = {};", add(ct, &run, &t[m])));
+                    }
+                    for &m in &members {
+                        cx.w.line(format!("{} = {run};", t[m]));
+                    }
+                }
+            }
+            crate::verify::ScanStep::Lane { place, size } => {
+                let v = cx.fresh("v");
+                cx.w.line(format!(
+                    "const int {v} = ({TID} >> {}) & {};",
+                    place.trailing_zeros(),
+                    size - 1
+                ));
+                let last = cx.fresh("last");
+                cx.w.line(format!(
+                    "const int {last} = ({TID} & 31) | {};",
+                    (size - 1) * place
+                ));
+                for i in 0..locals {
+                    let inc = cx.fresh("inc");
+                    cx.w.line(format!("{vt} {inc} = {};", t[i]));
+                    let mut off = 1;
+                    while off < size {
+                        let y = cx.fresh("y");
+                        cx.w.line(format!(
+                            "const {vt} {y} = __shfl_up_sync(0xffffffffu, {inc}, {});",
+                            off * place
+                        ));
+                        cx.w.line(format!("if ({v} >= {off}) {inc} = {};", add(ct, &y, &inc)));
+                        off *= 2;
+                    }
+                    let ex = cx.fresh("ex");
+                    cx.w.line(format!(
+                        "const {vt} {ex} = __shfl_up_sync(0xffffffffu, {inc}, {place});"
+                    ));
+                    cx.w.line(format!("if ({v} > 0) {} = {};", s[i], add(ct, &ex, &s[i])));
+                    cx.w.line(format!(
+                        "{} = __shfl_sync(0xffffffffu, {inc}, {last});",
+                        t[i]
+                    ));
+                }
+            }
+        }
+    }
+    let codes: Vec<String> = s.iter().map(|v| scalar::encode(xd, v)).collect();
+    store_codes(cx, &o, bits, &codes);
+    cx.w.close();
+    Ok(())
+}
