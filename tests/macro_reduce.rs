@@ -65,3 +65,36 @@ fn row_stats_match_the_f64_reference() {
         }
     }
 }
+
+/// Inclusive prefix sums of the rows of `x[m, 32]`, each row over 8 lanes x 4 locals.
+#[tilus::kernel(grid = [cdiv(m, 16)], warps = 4)]
+pub fn row_cumsum(m: i32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let gx = view_global(x, [m, 32]);
+    let gy = view_global(y, [m, 32]);
+    let t = load_global(gx, layout!(spatial(16, 8).local(1, 4)), [bi * 16, 0]);
+    let c = cumsum(t, 1);
+    store_global(c, gy, [bi * 16, 0]);
+}
+
+#[test]
+fn row_cumsum_matches_the_f64_reference() {
+    let mut rng = rand::rng();
+    let m = 40;
+    let x: Vec<f32> = (0..m * 32)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let mut y = vec![f32::NAN; m * 32];
+    row_cumsum::interpret(&row_cumsum::SPACE[0], m as i32, &x, &mut y).unwrap();
+    for r in 0..m {
+        let mut exact = 0f64;
+        for c in 0..32 {
+            exact += x[r * 32 + c] as f64;
+            let got = y[r * 32 + c] as f64;
+            assert!(
+                (got - exact).abs() <= exact.abs() * 2f64.powi(-23),
+                "[{r}, {c}]: {got} vs {exact}"
+            );
+        }
+    }
+}
