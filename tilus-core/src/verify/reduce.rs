@@ -282,6 +282,43 @@ impl super::Checker<'_> {
     }
 }
 
+impl super::Checker<'_> {
+    /// `out = op(x, dim)`: a register operand of a dtype `op` accepts, `dim` in range; the
+    /// scratch of the largest shared stage is counted with the kernel's shared memory.
+    pub(super) fn check_reduce(
+        &mut self,
+        out: crate::ir::VarId,
+        x: crate::ir::VarId,
+        op: ReduceOp,
+        dim: usize,
+        span: crate::ir::SpanId,
+    ) {
+        let name = crate::ir::syntax::of_op(crate::ir::syntax::Op::Reduce(op)).name;
+        let r = self.reg(x, span, name, "the operand");
+        let mut ok = r.is_some();
+        if let Some(r) = r {
+            let xn = self.name(x);
+            if let Err(e) = check_reduce_dtype(op, r.dtype) {
+                self.err(span, format!("{name}: {xn}: {e}"));
+                ok = false;
+            }
+            match plan_reduce(&r.layout, dim) {
+                Err(e) => {
+                    self.err(span, format!("{name}({xn}, {dim}): {e}"));
+                    ok = false;
+                }
+                Ok(plan) => {
+                    let bytes = plan.scratch_bytes(op, r.dtype);
+                    if bytes > self.reduce_scratch.map_or(0, |(_, b)| b) {
+                        self.reduce_scratch = Some((out, bytes));
+                    }
+                }
+            }
+        }
+        self.define(out, ok, span, name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,42 +367,5 @@ mod tests {
         );
         assert!(plan_scan(&parse("local(2,1).spatial(2,64)").unwrap(), 1).is_err());
         assert!(plan_scan(&parse("spatial(32,3)").unwrap(), 1).is_err());
-    }
-}
-
-impl super::Checker<'_> {
-    /// `out = op(x, dim)`: a register operand of a dtype `op` accepts, `dim` in range; the
-    /// scratch of the largest shared stage is counted with the kernel's shared memory.
-    pub(super) fn check_reduce(
-        &mut self,
-        out: crate::ir::VarId,
-        x: crate::ir::VarId,
-        op: ReduceOp,
-        dim: usize,
-        span: crate::ir::SpanId,
-    ) {
-        let name = crate::ir::syntax::of_op(crate::ir::syntax::Op::Reduce(op)).name;
-        let r = self.reg(x, span, name, "the operand");
-        let mut ok = r.is_some();
-        if let Some(r) = r {
-            let xn = self.name(x);
-            if let Err(e) = check_reduce_dtype(op, r.dtype) {
-                self.err(span, format!("{name}: {xn}: {e}"));
-                ok = false;
-            }
-            match plan_reduce(&r.layout, dim) {
-                Err(e) => {
-                    self.err(span, format!("{name}({xn}, {dim}): {e}"));
-                    ok = false;
-                }
-                Ok(plan) => {
-                    let bytes = plan.scratch_bytes(op, r.dtype);
-                    if bytes > self.reduce_scratch.map_or(0, |(_, b)| b) {
-                        self.reduce_scratch = Some((out, bytes));
-                    }
-                }
-            }
-        }
-        self.define(out, ok, span, name);
     }
 }
