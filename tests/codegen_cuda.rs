@@ -10,6 +10,9 @@
 //! `TILUS_REQUIRE_NVRTC=1` (set by `.ci/run`, which installs the pinned pip wheels) a missing
 //! tool fails the test instead.
 
+#[allow(dead_code)]
+#[path = "common/reduce_programs.rs"]
+mod reduce_programs;
 #[path = "common/skip.rs"]
 mod skip;
 
@@ -502,4 +505,46 @@ fn math_instructions_compile_without_spills() {
             );
         }
     }
+}
+
+/// Every reduction layout of `reduce_programs::CASES` (locals, lanes, warps, replicas, a digit
+/// of three) compiles without spills for sum, argmax (value and index through every stage) and
+/// `any`, and so does `x - reduce_max(x, 1)`.
+#[test]
+fn reductions_compile_without_spills() {
+    use tilus::core::ir::ReduceOp;
+    let plain = Expect {
+        hmma: false,
+        ldgsts: false,
+    };
+    let mut ks = Vec::new();
+    for (k, rc) in reduce_programs::CASES.iter().enumerate() {
+        for (op, d) in [
+            (ReduceOp::Sum, DType::F32),
+            (ReduceOp::ArgMax, DType::F16),
+            (ReduceOp::Any, DType::UInt(1)),
+            (ReduceOp::Sum, DType::Int(8)),
+        ] {
+            ks.push((
+                format!("reduce_{k}_{op:?}_{d}"),
+                reduce_programs::reduce_program(rc, op, d),
+                plain,
+            ));
+        }
+    }
+    for (k, sc) in reduce_programs::SCAN_CASES.iter().enumerate() {
+        for d in [DType::F32, DType::F16] {
+            ks.push((
+                format!("cumsum_{k}_{d}"),
+                reduce_programs::scan_program(sc, d),
+                plain,
+            ));
+        }
+    }
+    ks.push((
+        "sub_row_max".to_string(),
+        reduce_programs::sub_max_program("local(2,1).spatial(2,64)", 128),
+        plain,
+    ));
+    run("reductions_compile_without_spills", ks);
 }

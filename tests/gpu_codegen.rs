@@ -9,12 +9,14 @@
 //! `cargo test --release --test gpu_codegen -- --nocapture --test-threads=1`.
 
 mod common;
+#[path = "common/reduce_programs.rs"]
+mod reduce_programs;
 
 use rand::Rng;
 use std::sync::Arc;
 use tilus::core::codegen::{emit, ArgValue, CudaKernel, ParamKind};
 use tilus::core::interp::{self, Arg};
-use tilus::core::ir::{ElementOp, Expr, MathOp, Operand, Program, ProgramBuilder};
+use tilus::core::ir::{ElementOp, Expr, MathOp, Operand, Program, ProgramBuilder, ReduceOp};
 use tilus::core::layout::{parse, SharedLayout, Swizzle};
 use tilus::core::storage;
 use tilus::programs;
@@ -45,6 +47,13 @@ enum Buf {
     /// An output of `len` f32, f16 or bf16 values, poisoned; each element may differ from the
     /// interpreter's by `ulps` units in the last place of `dtype` (the math functions' bounds).
     OutUlps { dtype: DType, len: usize, ulps: u32 },
+    /// Random f32 values in [-1, 1].
+    RandomF32(usize),
+    /// Random i32 values in [-bound, bound].
+    RandomI32(usize, i32),
+    /// An output of `len` values of `dtype` (f16, bf16 or f32), poisoned; each element within
+    /// `tol` of the interpreter's (float sums: `n * 2^-24 * sum|x|` plus a rounding).
+    OutNear { dtype: DType, len: usize, tol: f64 },
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +98,13 @@ fn fill(b: &Buf, rng: &mut impl Rng) -> Vec<u8> {
             storage::pack(*dtype, &codes)
         }
         Buf::OutUlps { dtype, len, .. } => vec![0xff; storage::packed_len(*dtype, *len)],
+        Buf::RandomF32(n) => (0..*n)
+            .flat_map(|_| rng.random_range(-1.0f32..1.0).to_le_bytes())
+            .collect(),
+        Buf::RandomI32(n, b) => (0..*n)
+            .flat_map(|_| rng.random_range(-*b..=*b).to_le_bytes())
+            .collect(),
+        Buf::OutNear { dtype, len, .. } => vec![0xff; storage::packed_len(*dtype, *len)],
     }
 }
 
@@ -122,6 +138,20 @@ fn kernel_source(name: &str, k: &CudaKernel) -> KernelSource {
 fn compare(case: &str, spec: &Buf, want: &[u8], got: &[u8]) {
     assert_eq!(want.len(), got.len());
     match spec {
+        Buf::OutNear { dtype, len, tol } => {
+            let w = storage::unpack(*dtype, want, *len);
+            let g = storage::unpack(*dtype, got, *len);
+            let mut worst = 0f64;
+            for (i, (&wc, &gc)) in w.iter().zip(&g).enumerate() {
+                let (wv, gv) = (dtype.decode(wc), dtype.decode(gc));
+                assert!(
+                    gv.is_finite() && (wv - gv).abs() <= *tol,
+                    "{case}: element {i}: interpreter {wv}, GPU {gv} (tolerance {tol})"
+                );
+                worst = worst.max((wv - gv).abs());
+            }
+            eprintln!("{case}: largest difference {worst:.2e} (tolerance {tol:.2e})");
+        }
         Buf::OutF16(_) => {
             let (mut num, mut den) = (0f64, 0f64);
             for (i, (w, g)) in want.chunks(2).zip(got.chunks(2)).enumerate() {
@@ -727,6 +757,126 @@ fn instructions_beyond_the_paper_match_interpreter() {
         ],
     });
     run_all("instructions_beyond_the_paper_match_interpreter", cases);
+}
+
+/// Every reduction of `reduce_programs::CASES` (each lowering stage) for each op: f32 and f16
+/// sums, maxima, minima and argmax; i32 sums; `any`/`all` of u1.
+fn reduce_cases() -> Vec<Case> {
+    use reduce_programs::{reduce_program, shape, sizes, CASES};
+    let mut cases = Vec::new();
+    for (k, rc) in CASES.iter().enumerate() {
+        let (n_in, n_out) = sizes(rc);
+        let n = shape(rc)[rc.dim];
+        let input = |d: DType| match d {
+            DType::F32 => Buf::RandomF32(n_in),
+            DType::F16 => Buf::RandomF16(n_in),
+            DType::Int(32) => Buf::RandomI32(n_in, 1000),
+            _ => Buf::RandomBytes(storage::packed_len(d, n_in)),
+        };
+        let ops: [(ReduceOp, DType); 10] = [
+            (ReduceOp::Sum, DType::F32),
+            (ReduceOp::Sum, DType::F16),
+            (ReduceOp::Sum, DType::Int(32)),
+            (ReduceOp::Max, DType::F32),
+            (ReduceOp::Max, DType::F16),
+            (ReduceOp::Min, DType::F16),
+            (ReduceOp::ArgMax, DType::F32),
+            (ReduceOp::ArgMax, DType::F16),
+            (ReduceOp::Any, DType::UInt(1)),
+            (ReduceOp::All, DType::UInt(1)),
+        ];
+        for (op, d) in ops {
+            let od = reduce_programs::out_dtype(op, d);
+            let out = if op == ReduceOp::Sum && d.is_float() {
+                // |x| <= 1: sum|x| <= n; plus one rounding of the dtype at magnitude n.
+                let ulp = match d {
+                    DType::F16 => 2f64.powi(-10),
+                    _ => 2f64.powi(-23),
+                };
+                let tol = (n * n) as f64 * 2f64.powi(-24) + n as f64 * ulp;
+                Buf::OutNear {
+                    dtype: od,
+                    len: n_out,
+                    tol,
+                }
+            } else {
+                Buf::OutExact(storage::packed_len(od, n_out))
+            };
+            cases.push(Case {
+                name: format!("reduce case {k} ({} dim {}) {op:?} {d}", rc.layout, rc.dim),
+                program: reduce_program(rc, op, d),
+                args: vec![A::Buf(input(d)), A::Buf(out)],
+            });
+        }
+    }
+    // cumsum: element k of a row sums k + 1 elements; the bound of the longest prefix.
+    for (k, sc) in reduce_programs::SCAN_CASES.iter().enumerate() {
+        let s = reduce_programs::shape(sc);
+        let (len, n) = (s[0] * s[1], s[sc.dim]);
+        for d in [DType::F32, DType::F16, DType::Int(32)] {
+            let input = match d {
+                DType::F32 => Buf::RandomF32(len),
+                DType::F16 => Buf::RandomF16(len),
+                _ => Buf::RandomI32(len, 1000),
+            };
+            let out = match d {
+                DType::Int(32) => Buf::OutExact(4 * len),
+                _ => {
+                    let ulp = if d == DType::F16 {
+                        2f64.powi(-10)
+                    } else {
+                        2f64.powi(-23)
+                    };
+                    let tol = (n * n) as f64 * 2f64.powi(-24) + n as f64 * ulp;
+                    Buf::OutNear { dtype: d, len, tol }
+                }
+            };
+            cases.push(Case {
+                name: format!("cumsum case {k} ({} dim {}) {d}", sc.layout, sc.dim),
+                program: reduce_programs::scan_program(sc, d),
+                args: vec![A::Buf(input), A::Buf(out)],
+            });
+        }
+    }
+    for (layout, threads) in [
+        ("local(2,1).spatial(2,64)", 128),
+        ("spatial(8,16).local(1,4)", 128),
+        ("column_spatial(4,32).local(2,1)", 128),
+    ] {
+        let s = tilus::core::layout::parse(layout).unwrap().shape().to_vec();
+        let n = s[0] * s[1];
+        cases.push(Case {
+            name: format!("sub row max {layout}"),
+            program: reduce_programs::sub_max_program(layout, threads),
+            args: vec![A::Buf(Buf::RandomF32(n)), A::Buf(Buf::OutExact(4 * n))],
+        });
+    }
+    cases
+}
+
+#[test]
+fn reductions_match_interpreter() {
+    run_all("reductions_match_interpreter", reduce_cases());
+}
+
+/// Without a GPU, every reduction case verifies, generates code and runs in the interpreter.
+#[test]
+fn reduction_cases_generate_code_and_interpret() {
+    let mut rng = rand::rng();
+    for case in reduce_cases() {
+        emit(&case.program, &Default::default())
+            .unwrap_or_else(|e| panic!("{}: codegen failed: {e}", case.name));
+        let mut args: Vec<Arg> = case
+            .args
+            .iter()
+            .map(|a| match a {
+                A::I32(v) => Arg::I32(*v),
+                A::Buf(b) => Arg::Buffer(fill(b, &mut rng)),
+            })
+            .collect();
+        interp::run(&case.program, &mut args)
+            .unwrap_or_else(|e| panic!("{}: interpreter failed: {e}", case.name));
+    }
 }
 
 /// Without a GPU, still check that every case verifies, generates code, and runs in the

@@ -2,7 +2,7 @@
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
-use super::emitters::{elementwise, global, math, mma, shared};
+use super::emitters::{elementwise, global, math, mma, reduce, shared};
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -229,6 +229,8 @@ impl<'p> Ctx<'p> {
             Instruction::Cast { out, x, dtype, .. } => elementwise::cast(self, *out, *x, *dtype)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
             Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
+            Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,
+            Instruction::Scan { out, x, dim, .. } => reduce::scan(self, *out, *x, *dim)?,
             Instruction::Synchronize => self.w.line("__syncthreads();"),
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,

@@ -27,6 +27,9 @@ pub struct SharedPlan {
     pub slots: Vec<SharedSlot>,
     /// Dynamic shared memory the kernel needs.
     pub total_bytes: usize,
+    /// Byte offset of the scratch area every reduction with a shared stage reuses (after the
+    /// tensors, aligned); its size is counted in `total_bytes`.
+    pub reduce_scratch: usize,
 }
 
 /// One `allocate_shared`.
@@ -128,6 +131,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         }
         Arange { out, .. } => vec![*out],
         Dot { out, a, b, c } => vec![*out, *a, *b, *c],
+        Reduce { out, x, .. } | Scan { out, x, .. } => vec![*out, *x],
         Print { x, .. } => match x {
             Operand::Tensor(t) => vec![*t],
             _ => vec![],
@@ -298,6 +302,42 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
         slots[i].barrier_before = needs;
     }
 
-    let total_bytes = slots.iter().map(|s| s.offset + s.bytes).max().unwrap_or(0);
-    SharedPlan { slots, total_bytes }
+    let tensors = slots.iter().map(|s| s.offset + s.bytes).max().unwrap_or(0);
+    let reduce_scratch = tensors.next_multiple_of(SHARED_ALIGN);
+    let scratch = reduce_scratch_bytes(program, &program.body);
+    let total_bytes = if scratch > 0 {
+        reduce_scratch + scratch
+    } else {
+        tensors
+    };
+    SharedPlan {
+        slots,
+        total_bytes,
+        reduce_scratch,
+    }
+}
+
+/// The largest shared scratch of a reduction in `stmts` (see `crate::verify::plan_reduce`).
+fn reduce_scratch_bytes(p: &Program, stmts: &[Stmt]) -> usize {
+    let mut most = 0;
+    for s in stmts {
+        let bytes = match &s.kind {
+            StmtKind::Instr(Instruction::Reduce { x, op, dim, .. }) => match p.ty(*x) {
+                VarType::Register(r) => crate::verify::plan_reduce(&r.layout, *dim)
+                    .map_or(0, |plan| plan.scratch_bytes(*op, r.dtype)),
+                _ => 0,
+            },
+            StmtKind::If {
+                then_body,
+                else_body,
+                ..
+            } => reduce_scratch_bytes(p, then_body).max(reduce_scratch_bytes(p, else_body)),
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
+                reduce_scratch_bytes(p, body)
+            }
+            _ => 0,
+        };
+        most = most.max(bytes);
+    }
+    most
 }

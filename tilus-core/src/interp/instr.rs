@@ -405,6 +405,8 @@ impl Machine<'_> {
                 let result = self.arange(block, layout, *dim, offset)?;
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
+            Instruction::Reduce { out, x, op, dim } => self.reduce(block, *out, *x, *op, *dim)?,
+            Instruction::Scan { out, x, dim, .. } => self.scan(block, *out, *x, *dim)?,
         }
         Ok(Flow::Next)
     }

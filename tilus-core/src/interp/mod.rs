@@ -32,6 +32,7 @@ mod instr;
 mod math;
 mod memory;
 mod numeric;
+mod reduce;
 mod scalar;
 
 use std::collections::HashMap;

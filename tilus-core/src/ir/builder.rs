@@ -383,6 +383,16 @@ impl ProgramBuilder {
         self.define(dest, |out| Instruction::MulAdd { out, a, b, c })
     }
 
+    /// `op` of `x` along `dim`; the result keeps the rank (see [`Instruction::Reduce`]).
+    pub fn reduce(&mut self, dest: impl Into<Dest>, x: VarId, op: ReduceOp, dim: usize) -> VarId {
+        self.define(dest, |out| Instruction::Reduce { out, x, op, dim })
+    }
+
+    /// Inclusive `op` scan of `x` along `dim` (see [`Instruction::Scan`]).
+    pub fn scan(&mut self, dest: impl Into<Dest>, x: VarId, op: ScanOp, dim: usize) -> VarId {
+        self.define(dest, |out| Instruction::Scan { out, x, op, dim })
+    }
+
     pub fn neg(&mut self, dest: impl Into<Dest>, x: VarId) -> VarId {
         self.define(dest, |out| Instruction::Neg { out, x })
     }

@@ -257,6 +257,9 @@ impl Program {
                 format!("{} = {name}({}, {}, {})", n(out), n(a), n(b), n(c))
             }
             Instruction::Print { label, x } => format!("{name}({label:?}, {})", op(x)),
+            Instruction::Reduce { out, x, dim, .. } | Instruction::Scan { out, x, dim, .. } => {
+                format!("{} = {name}({}, {dim})", n(out), n(x))
+            }
             Instruction::CopyAsyncCommitGroup | Instruction::Synchronize | Instruction::Exit => {
                 format!("{name}()")
             }
@@ -467,6 +470,7 @@ impl Instruction {
             | Instruction::Cast { x, .. }
             | Instruction::View { x, .. } => out.push(*x),
             Instruction::Dot { a, b, c, .. } => out.extend([*a, *b, *c]),
+            Instruction::Reduce { x, .. } | Instruction::Scan { x, .. } => out.push(*x),
             Instruction::Print { x, .. } => operand(x, &mut out),
         }
         out

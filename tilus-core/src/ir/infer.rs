@@ -95,6 +95,7 @@ impl Instruction {
             | Instruction::Neg { out, x }
             | Instruction::Unary { out, x, .. }
             | Instruction::Select { out, a: x, .. }
+            | Instruction::Scan { out, x, .. }
             | Instruction::Dot { out, c: x, .. } => one(out, ty(*x)),
             Instruction::Cast {
                 out,
@@ -122,6 +123,9 @@ impl Instruction {
             ),
             Instruction::Arange { out, layout, .. } => {
                 one(out, register(crate::DType::Int(32), layout.clone()))
+            }
+            Instruction::Reduce { out, x, op, dim } => {
+                one(out, super::reduce_type(&ty(*x), *op, *dim))
             }
             Instruction::StoreGlobal { .. }
             | Instruction::StoreShared { .. }

@@ -26,10 +26,12 @@ mod eval;
 mod infer;
 mod math;
 mod names;
+mod reduce;
 pub mod syntax;
 
 pub use builder::ProgramBuilder;
 pub use eval::{EvalError, ScalarValue};
+pub(crate) use reduce::reduce_type;
 
 use crate::layout::{Layout, SharedLayout};
 use crate::DType;
@@ -271,6 +273,35 @@ pub enum ElementOp {
 }
 
 pub use math::{CmpOp, MathOp, GELU_K0, GELU_K1};
+/// The combining operator of a [`Instruction::Reduce`].
+///
+/// Accumulation semantics (the interpreter is exact; the GPU agrees as stated):
+/// - `Max`, `Min`: exact. `-0` and `+0` compare equal; a zero result may carry either sign.
+/// - `ArgMax`: the index along the reduced dimension of the largest element (an `i32`), the
+///   smallest such index on ties; exact.
+/// - `Any`, `All`: of `u1` elements, giving `u1`; exact.
+/// - `Sum`: integers (8 to 32 bits) exact, and a result outside the dtype is an error in the
+///   interpreter (the GPU clamps). Floats (`f16`, `bf16`, `f32`): the GPU accumulates in `f32`
+///   in an unspecified order and rounds once to the dtype; the interpreter computes the exact
+///   sum rounded to `f64` and rounds that through `f32` to the dtype. They differ by at most
+///   `n * 2^-24 * sum|x|` plus one rounding of the dtype, for `n` summed elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+    ArgMax,
+    Any,
+    All,
+}
+
+/// The operator of a [`Instruction::Scan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ScanOp {
+    /// Inclusive prefix sum, with the accumulation semantics of [`ReduceOp::Sum`] for each
+    /// prefix (`n` being the prefix's length).
+    Sum,
+}
 
 /// The instructions of the VM. `out` is the variable written.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -434,6 +465,29 @@ pub enum Instruction {
         a: VarId,
         b: VarId,
         c: VarId,
+    },
+    /// Reduce register tensor `x` along dimension `dim` with `op` (see [`ReduceOp`] for the
+    /// accumulation semantics). The result keeps the rank, with extent 1 at `dim`, in layout
+    /// `x.layout.reduce(&[dim])`: every thread that held part of a row holds the row's result,
+    /// so it broadcasts back against `x` thread-locally. The dtype is `x`'s for `Sum`, `Max`,
+    /// `Min`, `Any` and `All`, and `i32` for `ArgMax`. The generated code may use a barrier
+    /// (`__syncthreads`) when the dimension spans several warps, so it must be executed by the
+    /// whole block, like `synchronize`.
+    Reduce {
+        out: VarId,
+        x: VarId,
+        op: ReduceOp,
+        dim: usize,
+    },
+    /// Inclusive scan of register tensor `x` along dimension `dim` with `op` (`cumsum`): element
+    /// `k` along `dim` of the result combines elements `0..=k` of its row. Same type (dtype and
+    /// layout) as `x`. The code generator requires the dimension to lie within one warp (its
+    /// thread digits in the lane bits, of power-of-two sizes); the verifier says otherwise.
+    Scan {
+        out: VarId,
+        x: VarId,
+        op: ScanOp,
+        dim: usize,
     },
     /// A barrier for all threads of the block (and their shared-memory writes).
     Synchronize,

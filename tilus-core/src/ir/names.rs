@@ -38,6 +38,8 @@ impl Instruction {
             Instruction::Cast { .. } => Op::Cast,
             Instruction::View { .. } => Op::View,
             Instruction::Dot { .. } => Op::Dot,
+            Instruction::Reduce { op, .. } => Op::Reduce(*op),
+            Instruction::Scan { op, .. } => Op::Scan(*op),
             Instruction::Synchronize => Op::Synchronize,
             Instruction::Exit => Op::Exit,
             Instruction::Print { .. } => Op::Print,

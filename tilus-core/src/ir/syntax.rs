@@ -4,7 +4,7 @@
 //! [`crate::ir::ElementOp::name`]) from it too. Adding an elementwise instruction is one
 //! [`ElementOp`] variant, one row here, its interpreter semantics and its emitter.
 
-use super::{CmpOp, ElementOp, MathOp};
+use super::{CmpOp, ElementOp, MathOp, ReduceOp, ScanOp};
 
 /// Groups of instructions, for listings and for the nearest family of an unknown name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,6 +15,8 @@ pub enum Family {
     Elementwise,
     /// Matrix multiply-accumulate.
     Matrix,
+    /// Reductions and scans of register tensors along a dimension.
+    Reduction,
     /// Block indices, barriers, exit, print.
     Control,
     /// Compile-time and uniform scalar helpers.
@@ -27,6 +29,7 @@ impl Family {
             Family::Memory => "memory",
             Family::Elementwise => "elementwise",
             Family::Matrix => "matrix",
+            Family::Reduction => "reduction",
             Family::Control => "control",
             Family::Scalar => "scalar",
         }
@@ -67,6 +70,10 @@ pub enum Op {
     Cast,
     View,
     Dot,
+    /// `sum`, `reduce_max`, ...: a register tensor and a constant dimension.
+    Reduce(ReduceOp),
+    /// `cumsum`: a register tensor and a constant dimension.
+    Scan(ScanOp),
     Synchronize,
     Exit,
     Print,
@@ -160,6 +167,13 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("cast", Elementwise, 1..=2, "cast::<T>(x) or cast::<T>(x, layout)", Op::Cast),
     row!("view", Elementwise, 2..=2, "view::<T>(x, layout)", Op::View),
     row!("dot", Matrix, 3..=3, "dot(a, b, c)", Op::Dot),
+    row!("sum", Reduction, 2..=2, "sum(x, dim)", Op::Reduce(ReduceOp::Sum)),
+    row!("reduce_max", Reduction, 2..=2, "reduce_max(x, dim)", Op::Reduce(ReduceOp::Max)),
+    row!("reduce_min", Reduction, 2..=2, "reduce_min(x, dim)", Op::Reduce(ReduceOp::Min)),
+    row!("argmax", Reduction, 2..=2, "argmax(x, dim)", Op::Reduce(ReduceOp::ArgMax)),
+    row!("any", Reduction, 2..=2, "any(x, dim)", Op::Reduce(ReduceOp::Any)),
+    row!("all", Reduction, 2..=2, "all(x, dim)", Op::Reduce(ReduceOp::All)),
+    row!("cumsum", Reduction, 2..=2, "cumsum(x, dim)", Op::Scan(ScanOp::Sum)),
     row!("synchronize" | "sync", Control, 0..=0, "sync() or synchronize()", Op::Synchronize),
     row!("exit", Control, 0..=0, "exit()", Op::Exit),
     row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),

@@ -624,6 +624,8 @@ impl<'p> Checker<'p> {
                 dim,
                 offset,
             } => self.check_arange(*out, layout, *dim, offset, span),
+            Instruction::Reduce { out, x, op, dim } => self.check_reduce(*out, *x, *op, *dim, span),
+            Instruction::Scan { out, x, dim, .. } => self.check_scan(*out, *x, *dim, span),
             Instruction::Print { x, .. } => match x {
                 Operand::Tensor(v) => {
                     self.use_var(*v, span);

@@ -352,7 +352,9 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         Instruction::Neg { out, x }
         | Instruction::Unary { out, x, .. }
         | Instruction::Cast { out, x, .. }
-        | Instruction::View { out, x, .. } => vec![*out, *x],
+        | Instruction::View { out, x, .. }
+        | Instruction::Reduce { out, x, .. }
+        | Instruction::Scan { out, x, .. } => vec![*out, *x],
         Instruction::Dot { out, a, b, c } => vec![*out, *a, *b, *c],
         Instruction::Print { x, .. } => tensor(x).into_iter().collect(),
         Instruction::BlockIndices { .. }

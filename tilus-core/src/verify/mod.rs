@@ -23,6 +23,9 @@
 //! - **Elementwise operands**: the right operand's shape broadcasts to the left one's (trailing
 //!   alignment, extents equal or 1), with the same dtype, and its layout satisfies the
 //!   *thread-local condition* ([`broadcast_thread_local`]).
+//! - **Reductions and scans** (`reduce.rs`): the operand's dtype suits the operator (`sum` and
+//!   `cumsum`: f16/bf16/f32 or 8-/32-bit integers; `any`/`all`: u1), `dim` is in range, a scan's
+//!   dimension lies within one warp; a reduction's shared scratch counts with the shared tensors.
 //! - **Dot**: shapes `[m, k] x [k, n] + [m, n]`; dtypes and layouts per [`plan_dot`].
 //! - **Resource limits** (checked first; see `limits.rs` for the table and the reasons):
 //!   threads per layout, 32-bit registers per thread of each register tensor, element counts
@@ -36,6 +39,7 @@ mod expr;
 mod instr;
 mod limits;
 mod math;
+mod reduce;
 pub(crate) mod shared;
 pub(crate) mod table;
 
@@ -47,6 +51,7 @@ pub use limits::{
     max_register_words, register_words, MAX_BLOCK_REGISTERS, MAX_BLOCK_THREADS, MAX_LAYOUT_CELLS,
     MAX_UNROLLED_OPS,
 };
+pub use reduce::{check_reduce_dtype, plan_reduce, plan_scan, ReducePlan, ScanPlan, ScanStep};
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, Unroll, VarId, VarType};
 
@@ -137,6 +142,8 @@ pub(super) struct Checker<'p> {
     block_threads: usize,
     /// Shared allocations: (tensor, bytes).
     shared: Vec<(VarId, usize)>,
+    /// The largest shared scratch of a reduction (all reductions reuse one area): (result, bytes).
+    reduce_scratch: Option<(VarId, usize)>,
     /// The output types the IR infers for the instruction being checked.
     inferred: Vec<(VarId, VarType)>,
 }
@@ -151,6 +158,7 @@ impl<'p> Checker<'p> {
             loop_var: vec![false; p.vars.len()],
             block_threads: 0,
             shared: Vec::new(),
+            reduce_scratch: None,
             inferred: Vec::new(),
         }
     }
@@ -423,6 +431,11 @@ impl<'p> Checker<'p> {
     }
 
     fn shared_total(&mut self) {
+        if let Some((v, b)) = self.reduce_scratch {
+            // Counted like a tensor, named after the reduction's result.
+            let b = b.next_multiple_of(shared::SHARED_ALIGN);
+            self.shared.push((v, b));
+        }
         let total = self
             .shared
             .iter()

@@ -535,6 +535,36 @@ impl Translator<'_, '_> {
                 let d = self.dest(dest, "dot");
                 Ok(Value::Tensor(build!(d, |d| b.dot(d, x, y, z))))
             }
+            Op::Reduce(op) => {
+                let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
+                let dim = match self.const_int(args[1]) {
+                    Some(d) if d >= 0 => Ok(d as usize),
+                    _ => Err(self.err(
+                        args[1],
+                        format!("the dimension `{name}` reduces is a non-negative constant"),
+                    )),
+                };
+                let (x, dim) = (x?, dim?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, name);
+                Ok(Value::Tensor(build!(d, |d| b.reduce(d, x, op, dim))))
+            }
+            Op::Scan(op) => {
+                let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
+                let dim = match self.const_int(args[1]) {
+                    Some(d) if d >= 0 => Ok(d as usize),
+                    _ => Err(self.err(
+                        args[1],
+                        format!("the dimension `{name}` scans is a non-negative constant"),
+                    )),
+                };
+                let (x, dim) = (x?, dim?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, name);
+                Ok(Value::Tensor(build!(d, |d| b.scan(d, x, op, dim))))
+            }
             Op::Synchronize => {
                 let site = self.site(c);
                 b.set_span(site);

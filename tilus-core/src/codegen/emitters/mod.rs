@@ -8,9 +8,11 @@
 //! | [`elementwise`] | `AllocateRegister`, `Binary`, `MulAdd`, `Neg`, `Cast`, `View`, `Print` of tensors |
 //! | [`math`] | `Unary` (`exp`, `sqrt`, `not`, ...), bit operations of `Binary`, `Compare`, `Select`, `Arange` |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
+//! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
 
 pub(crate) mod elementwise;
 pub(crate) mod global;
 pub(crate) mod math;
 pub(crate) mod mma;
+pub(crate) mod reduce;
 pub(crate) mod shared;

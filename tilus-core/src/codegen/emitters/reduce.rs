@@ -1,0 +1,364 @@
+//! `sum`, `reduce_max`, `reduce_min`, `argmax`, `any`, `all`: reductions along one dimension,
+//! lowered in the three stages of [`crate::verify::plan_reduce`] (thread-local, warp shuffles,
+//! shared memory).
+//!
+//! Values are combined in the elementwise computation type (`float` for floats, so f16 and bf16
+//! sums accumulate in f32; `long long` for integers, so integer sums are exact) and encoded once
+//! at the end. Every stage is symmetric (the two lanes of a shuffle compute `a + b` and `b + a`,
+//! equal bits) and the shared stage reads the partials in one fixed order, so every thread that
+//! holds a row's result holds the same bits, as replicas must. `argmax` carries `(value, index)`
+//! pairs and prefers the smaller index on ties, which makes the combination order irrelevant.
+
+use crate::codegen::context::{Ctx, SMEM, TID};
+use crate::codegen::emitters::elementwise::store_codes;
+use crate::codegen::regs::get_bits;
+use crate::codegen::scalar::{self, CType};
+use crate::codegen::CodegenError;
+use crate::ir::{ReduceOp, VarId};
+use crate::verify::{plan_reduce, ReducePlan};
+
+/// The statement that folds `(y, iy)` into `(v, iv)`.
+fn combine(ct: CType, op: ReduceOp, v: &str, iv: &str, y: &str, iy: &str) -> String {
+    let float = ct == CType::Float;
+    match op {
+        ReduceOp::Sum if float => format!("{v} = __fadd_rn({v}, {y});"),
+        ReduceOp::Sum => format!("{v} += {y};"),
+        ReduceOp::Max if float => format!("{v} = fmaxf({v}, {y});"),
+        ReduceOp::Min if float => format!("{v} = fminf({v}, {y});"),
+        ReduceOp::Max | ReduceOp::Any => format!("{v} = max({v}, {y});"),
+        ReduceOp::Min | ReduceOp::All => format!("{v} = min({v}, {y});"),
+        ReduceOp::ArgMax => {
+            format!("if ({y} > {v} || ({y} == {v} && {iy} < {iv})) {{ {v} = {y}; {iv} = {iy}; }}")
+        }
+    }
+}
+
+/// C expression for the scratch slot of layout thread `r` ([`ReducePlan::slot_of`]).
+fn slot_expr(plan: &ReducePlan, r: &str) -> String {
+    let top = plan.lane_top();
+    if top == 0 {
+        return r.to_string();
+    }
+    let is_mask = |b: u32| plan.lane_masks.contains(&(1usize << b));
+    let kept = (0..top).filter(|&b| !is_mask(b)).count();
+    let mut parts = vec![format!("(({r} >> {top}) << {kept})")];
+    // Each run of kept bits moves down by the shuffle bits below it.
+    let mut b = 0;
+    let mut pos = 0;
+    while b < top {
+        if is_mask(b) {
+            b += 1;
+            continue;
+        }
+        let start = b;
+        while b < top && !is_mask(b) {
+            b += 1;
+        }
+        let width = b - start;
+        parts.push(format!(
+            "((({r} >> {start}) & {}) << {pos})",
+            (1u32 << width) - 1
+        ));
+        pos += width;
+    }
+    parts.join(" | ")
+}
+
+pub(crate) fn reduce(
+    cx: &mut Ctx,
+    out: VarId,
+    x: VarId,
+    op: ReduceOp,
+    dim: usize,
+) -> Result<(), CodegenError> {
+    let (xd, xl) = cx.reg(x)?;
+    let (od, _) = cx.reg(out)?;
+    let plan = plan_reduce(&xl, dim).map_err(|e| cx.err(e))?;
+    let ct = CType::of(xd);
+    let vt = ct.name();
+    let bits = xd.bits();
+    let argmax = op == ReduceOp::ArgMax;
+    let (xn, o) = (cx.name(x), cx.name(out));
+    // For argmax: the thread's own coordinate along `dim`.
+    let tcoord = if argmax {
+        let lid = cx.layout(&xl)?;
+        cx.layouts[lid].dims[dim].clone()
+    } else {
+        "0".to_string()
+    };
+    cx.w.open("");
+    // Stage 1: each thread's locals.
+    let mut vs = Vec::new();
+    let mut is = Vec::new();
+    for (j, group) in plan.groups.iter().enumerate() {
+        let (v, iv) = (
+            cx.fresh(&format!("{o}_v{j}")),
+            cx.fresh(&format!("{o}_i{j}")),
+        );
+        for (k, &i) in group.iter().enumerate() {
+            let c = cx.fresh("c");
+            cx.w.line(format!(
+                "const uint32_t {c} = {};",
+                get_bits(&xn, i * bits as usize, bits)
+            ));
+            let coord = crate::codegen::expr::add_const(&tcoord, plan.local_coord[i] as i64);
+            if k == 0 {
+                cx.w.line(format!("{vt} {v} = {};", scalar::decode(xd, &c)));
+                if argmax {
+                    cx.w.line(format!("int {iv} = {coord};"));
+                }
+            } else {
+                let (y, iy) = (cx.fresh("y"), cx.fresh("iy"));
+                cx.w.line(format!("const {vt} {y} = {};", scalar::decode(xd, &c)));
+                if argmax {
+                    cx.w.line(format!("const int {iy} = {coord};"));
+                }
+                cx.w.line(combine(ct, op, &v, &iv, &y, &iy));
+            }
+        }
+        vs.push(v);
+        is.push(iv);
+    }
+    // Stage 2: the butterfly over the lane bits of `dim`.
+    for &m in &plan.lane_masks {
+        for (v, iv) in vs.iter().zip(&is) {
+            let (y, iy) = (cx.fresh("y"), cx.fresh("iy"));
+            cx.w.line(format!(
+                "const {vt} {y} = __shfl_xor_sync(0xffffffffu, {v}, {m});"
+            ));
+            if argmax {
+                cx.w.line(format!(
+                    "const int {iy} = __shfl_xor_sync(0xffffffffu, {iv}, {m});"
+                ));
+            }
+            cx.w.line(combine(ct, op, v, iv, &y, &iy));
+        }
+    }
+    // Stage 3: the remaining thread digits through the shared scratch.
+    if !plan.shared_digits.is_empty() {
+        shared_stage(cx, &plan, op, ct, &vs, &is)?;
+    }
+    let codes: Vec<String> = vs
+        .iter()
+        .zip(&is)
+        .map(|(v, iv)| {
+            if argmax {
+                format!("(uint32_t){iv}")
+            } else {
+                scalar::encode(od, v)
+            }
+        })
+        .collect();
+    store_codes(cx, &o, od.bits(), &codes);
+    cx.w.close();
+    Ok(())
+}
+
+fn shared_stage(
+    cx: &mut Ctx,
+    plan: &ReducePlan,
+    op: ReduceOp,
+    ct: CType,
+    vs: &[String],
+    is: &[String],
+) -> Result<(), CodegenError> {
+    let argmax = op == ReduceOp::ArgMax;
+    let vt = ct.name();
+    let vbytes = if ct == CType::Float { 4 } else { 8 };
+    let ol = plan.out_locals();
+    let base = cx.plan.reduce_scratch;
+    let (sv, si, r, rb) = (
+        cx.fresh("red_v"),
+        cx.fresh("red_i"),
+        cx.fresh("red_r"),
+        cx.fresh("red_rb"),
+    );
+    cx.w.line(format!(
+        "{vt}* {sv} = ({vt}*)({SMEM} + {base});  // reduction scratch: {} slots x {ol}",
+        plan.slots
+    ));
+    if argmax {
+        cx.w.line(format!(
+            "int* {si} = (int*)({SMEM} + {});",
+            base + plan.slots * ol * vbytes
+        ));
+    }
+    let threads = plan.threads;
+    let r_expr = if threads >= cx.block_threads {
+        TID.to_string()
+    } else {
+        format!("({TID} % {threads})")
+    };
+    cx.w.line(format!("const int {r} = {r_expr};"));
+    // One writer per slot: a layout thread (not a replica) with its shuffle bits zero.
+    let mut cond = Vec::new();
+    if threads < cx.block_threads {
+        cond.push(format!("{TID} < {threads}"));
+    }
+    let lane_bits: usize = plan.lane_masks.iter().sum();
+    if lane_bits != 0 {
+        cond.push(format!("({r} & {lane_bits}) == 0"));
+    }
+    let slot = slot_expr(plan, &r);
+    let head = if cond.is_empty() {
+        String::new()
+    } else {
+        format!("if ({})", cond.join(" && "))
+    };
+    cx.w.open(head);
+    let s = cx.fresh("s");
+    cx.w.line(format!("const int {s} = {slot};"));
+    for (j, (v, iv)) in vs.iter().zip(is).enumerate() {
+        cx.w.line(format!("{sv}[{s} * {ol} + {j}] = {v};"));
+        if argmax {
+            cx.w.line(format!("{si}[{s} * {ol} + {j}] = {iv};"));
+        }
+    }
+    cx.w.close();
+    cx.w.line("__syncthreads();");
+    // The row's first partner (every shared digit zero), then the others in a fixed order.
+    let digit = |t: &str, place: usize, size: usize| format!("(({t} / {place}) % {size})");
+    let zeroed: Vec<String> = plan
+        .shared_digits
+        .iter()
+        .map(|&(p, n)| format!(" - {} * {p}", digit(&r, p, n)))
+        .collect();
+    cx.w.line(format!("const int {rb} = {r}{};", zeroed.concat()));
+    let count: usize = plan.shared_digits.iter().map(|&(_, n)| n).product();
+    let read = |cx: &mut Ctx, partner: &str, first: bool| {
+        let s = cx.fresh("s");
+        cx.w.line(format!("const int {s} = {};", slot_expr(plan, partner)));
+        for (j, (v, iv)) in vs.iter().zip(is).enumerate() {
+            if first {
+                cx.w.line(format!("{v} = {sv}[{s} * {ol} + {j}];"));
+                if argmax {
+                    cx.w.line(format!("{iv} = {si}[{s} * {ol} + {j}];"));
+                }
+            } else {
+                let (y, iy) = (cx.fresh("y"), cx.fresh("iy"));
+                cx.w.line(format!("const {vt} {y} = {sv}[{s} * {ol} + {j}];"));
+                if argmax {
+                    cx.w.line(format!("const int {iy} = {si}[{s} * {ol} + {j}];"));
+                }
+                cx.w.line(combine(ct, op, v, iv, &y, &iy));
+            }
+        }
+    };
+    read(cx, &rb, true);
+    let k = cx.fresh("k");
+    cx.w.line("#pragma unroll");
+    cx.w.open(format!("for (int {k} = 1; {k} < {count}; ++{k})"));
+    let mut terms = vec![rb.clone()];
+    let mut below = 1;
+    for &(p, n) in &plan.shared_digits {
+        terms.push(format!("{} * {p}", digit(&k, below, n)));
+        below *= n;
+    }
+    let partner = cx.fresh("p");
+    cx.w.line(format!("const int {partner} = {};", terms.join(" + ")));
+    read(cx, &partner, false);
+    cx.w.close();
+    // Every thread has read its partials before the next reduction writes the scratch.
+    cx.w.line("__syncthreads();");
+    Ok(())
+}
+
+/// `a + b` in the computation type (floats rounded per addition, as `sum` accumulates).
+fn add(ct: CType, a: &str, b: &str) -> String {
+    match ct {
+        CType::Float => format!("__fadd_rn({a}, {b})"),
+        CType::Int64 => format!("{a} + {b}"),
+    }
+}
+
+/// `out = cumsum(x, dim)` along the digits of [`crate::verify::plan_scan`], innermost first:
+/// every local keeps its running prefix `s` and the total `t` of the block of digits combined so
+/// far. A local digit adds the totals of the lower blocks in registers; a lane digit scans the
+/// totals across its lanes (Hillis-Steele with `__shfl_up_sync`), adds the exclusive part, and
+/// takes the block total from the digit's last lane.
+pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(), CodegenError> {
+    let (xd, xl) = cx.reg(x)?;
+    let plan = crate::verify::plan_scan(&xl, dim).map_err(|e| cx.err(e))?;
+    let ct = CType::of(xd);
+    let vt = ct.name();
+    let bits = xd.bits();
+    let locals = xl.num_locals();
+    let (xn, o) = (cx.name(x), cx.name(out));
+    cx.w.open("");
+    let mut s = Vec::new();
+    let mut t = Vec::new();
+    for i in 0..locals {
+        let (c, si, ti) = (
+            cx.fresh("c"),
+            cx.fresh(&format!("{o}_s{i}")),
+            cx.fresh(&format!("{o}_t{i}")),
+        );
+        cx.w.line(format!(
+            "const uint32_t {c} = {};",
+            get_bits(&xn, i * bits as usize, bits)
+        ));
+        cx.w.line(format!("{vt} {si} = {};", scalar::decode(xd, &c)));
+        cx.w.line(format!("{vt} {ti} = {si};"));
+        s.push(si);
+        t.push(ti);
+    }
+    for step in &plan.steps {
+        match *step {
+            crate::verify::ScanStep::Local { place, size } => {
+                // Blocks: locals whose digit is 0, with their members along the digit.
+                for base in (0..locals).filter(|i| (i / place) % size == 0) {
+                    let members: Vec<usize> = (0..size).map(|v| base + v * place).collect();
+                    let run = cx.fresh("run");
+                    cx.w.line(format!("{vt} {run} = {};", t[members[0]]));
+                    for &m in &members[1..] {
+                        cx.w.line(format!("{} = {};", s[m], add(ct, &run, &s[m])));
+                        cx.w.line(format!("{run} = {};", add(ct, &run, &t[m])));
+                    }
+                    for &m in &members {
+                        cx.w.line(format!("{} = {run};", t[m]));
+                    }
+                }
+            }
+            crate::verify::ScanStep::Lane { place, size } => {
+                let v = cx.fresh("v");
+                cx.w.line(format!(
+                    "const int {v} = ({TID} >> {}) & {};",
+                    place.trailing_zeros(),
+                    size - 1
+                ));
+                let last = cx.fresh("last");
+                cx.w.line(format!(
+                    "const int {last} = ({TID} & 31) | {};",
+                    (size - 1) * place
+                ));
+                for i in 0..locals {
+                    let inc = cx.fresh("inc");
+                    cx.w.line(format!("{vt} {inc} = {};", t[i]));
+                    let mut off = 1;
+                    while off < size {
+                        let y = cx.fresh("y");
+                        cx.w.line(format!(
+                            "const {vt} {y} = __shfl_up_sync(0xffffffffu, {inc}, {});",
+                            off * place
+                        ));
+                        cx.w.line(format!("if ({v} >= {off}) {inc} = {};", add(ct, &y, &inc)));
+                        off *= 2;
+                    }
+                    let ex = cx.fresh("ex");
+                    cx.w.line(format!(
+                        "const {vt} {ex} = __shfl_up_sync(0xffffffffu, {inc}, {place});"
+                    ));
+                    cx.w.line(format!("if ({v} > 0) {} = {};", s[i], add(ct, &ex, &s[i])));
+                    cx.w.line(format!(
+                        "{} = __shfl_sync(0xffffffffu, {inc}, {last});",
+                        t[i]
+                    ));
+                }
+            }
+        }
+    }
+    let codes: Vec<String> = s.iter().map(|v| scalar::encode(xd, v)).collect();
+    store_codes(cx, &o, bits, &codes);
+    cx.w.close();
+    Ok(())
+}
