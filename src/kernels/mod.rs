@@ -1,4 +1,4 @@
-//! The kernel library: VM programs for LLM serving built with [`tilus_core::ir::ProgramBuilder`].
+//! The kernel library: VM programs for LLM serving.
 //!
 //! - [`qmatmul`]: the quantized matmul family `C = A · dequant(W)` for 1-8 bit weights (paper
 //!   sections 6.2 and 8), its offline weight re-layout (Figure 8) and a CPU runner on the
@@ -6,9 +6,12 @@
 //! - [`linear`]: [`linear::QuantizedLinear`], a layer that quantizes and re-lays-out a weight
 //!   once and runs the matmul; [`linear::GpuQuantizedLinear`] runs it on the GPU, autotuned
 //!   per `m` bucket on first use ([`linear_gpu`]).
+//! - [`rowwise`]: softmax, RMSNorm (plain and fused with the residual add), LayerNorm, argmax,
+//!   SiLU-and-mul and rotary embedding for f16 and bf16, written with `#[kernel]`.
 //!
-//! The design and the layouts per bit width are written up in `docs/qmatmul.md`.
+//! The quantized matmul is still built with [`tilus_core::ir::ProgramBuilder`]. The design and the layouts per bit width are written up in `docs/qmatmul.md`.
 
 pub mod linear;
 pub mod linear_gpu;
 pub mod qmatmul;
+pub mod rowwise;

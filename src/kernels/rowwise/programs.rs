@@ -1,0 +1,208 @@
+//! The row-wise kernels, written with `#[kernel]`. Each block owns one row (one token for
+//! `rotary` and `silu_and_mul`) and holds it in registers, so every element is read once and
+//! written once: the kernels are bound by memory bandwidth.
+//!
+//! The row tile is `[1, BN]` over `T = 32 · warps` threads, each thread holding `BN / T`
+//! elements in runs of `V` consecutive ones (`V = 8` f16/bf16 elements are one 16-byte load):
+//! `local(1, BN / (T V)).spatial(1, T).local(1, V)`. `BN` is the smallest row capacity that holds
+//! `n`; the tail past `n` is masked (loads past the view read the fill value, stores are
+//! dropped). `V = 1` serves rows whose length is not a multiple of 8 (a vector would straddle
+//! two rows). Reductions along the row combine each thread's locals, then the warp's lanes by
+//! shuffles, then the warps through shared memory; their results are replicated on every
+//! thread of the row, so `xs - m` broadcasts without data movement.
+//!
+//! Every kernel is stamped for f16 and bf16 by `row_kernels!`: `#[kernel]` parameters have
+//! concrete element types.
+
+macro_rules! row_kernels {
+    ($t:ident, $softmax:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
+        /// `y = softmax(x)` along each row of `x: [rows, n]`, computed in f32.
+        #[tilus::kernel(
+            grid = [rows],
+            warps = min(8, max(1, BN / 256)),
+            space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
+        )]
+        pub fn $softmax<const BN: i32, const V: i32>(
+            rows: i32,
+            n: i32,
+            x: Global<$t>,
+            y: GlobalMut<$t>,
+        ) {
+            let t = 32 * min(8, max(1, BN / 256));
+            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
+            let [r] = block_indices();
+            let xs = load_global(view_global(x, [rows, n]), tile, [r, 0], f32::NEG_INFINITY);
+            let xs = cast::<f32>(xs);
+            let m = reduce_max(xs, 1);
+            let e = exp(xs - m);
+            let s = sum(e, 1);
+            store_global(cast::<$t>(e / s), view_global(y, [rows, n]), [r, 0]);
+        }
+
+        /// `y = x / sqrt(mean(x²) + eps) · w` along each row of `x: [rows, n]`, `w: [n]`,
+        /// computed in f32.
+        #[tilus::kernel(
+            grid = [rows],
+            warps = min(8, max(1, BN / 256)),
+            space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
+        )]
+        pub fn $rms<const BN: i32, const V: i32>(
+            rows: i32,
+            n: i32,
+            eps: f32,
+            x: Global<$t>,
+            w: Global<$t>,
+            y: GlobalMut<$t>,
+        ) {
+            let t = 32 * min(8, max(1, BN / 256));
+            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
+            let [r] = block_indices();
+            let xs = cast::<f32>(load_global(view_global(x, [rows, n]), tile, [r, 0]));
+            let ws = cast::<f32>(load_global(view_global(w, [1, n]), tile, [0, 0]));
+            let ms = sum(xs * xs, 1) * (1.0 / (n as f32));
+            let inv = rsqrt(ms + eps);
+            store_global(cast::<$t>(xs * inv * ws), view_global(y, [rows, n]), [r, 0]);
+        }
+
+        /// The residual update and RMSNorm of a transformer layer, in place:
+        /// `residual = x + residual`, then `x = rmsnorm(residual) · w` (the sum is kept in f32
+        /// for the norm, as vLLM's `fused_add_rms_norm` does).
+        #[tilus::kernel(
+            grid = [rows],
+            warps = min(8, max(1, BN / 256)),
+            space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
+        )]
+        pub fn $add_rms<const BN: i32, const V: i32>(
+            rows: i32,
+            n: i32,
+            eps: f32,
+            x: GlobalMut<$t>,
+            residual: GlobalMut<$t>,
+            w: Global<$t>,
+        ) {
+            let t = 32 * min(8, max(1, BN / 256));
+            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
+            let [r] = block_indices();
+            let gx = view_global(x, [rows, n]);
+            let gr = view_global(residual, [rows, n]);
+            let s = cast::<f32>(load_global(gx, tile, [r, 0])) + cast::<f32>(load_global(gr, tile, [r, 0]));
+            store_global(cast::<$t>(s), gr, [r, 0]);
+            let ws = cast::<f32>(load_global(view_global(w, [1, n]), tile, [0, 0]));
+            let ms = sum(s * s, 1) * (1.0 / (n as f32));
+            let inv = rsqrt(ms + eps);
+            store_global(cast::<$t>(s * inv * ws), gx, [r, 0]);
+        }
+
+        /// `y = (x - mean) / sqrt(var + eps) · w + b` along each row (biased variance, two
+        /// passes over the registers), computed in f32.
+        #[tilus::kernel(
+            grid = [rows],
+            warps = min(8, max(1, BN / 256)),
+            space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
+        )]
+        pub fn $ln<const BN: i32, const V: i32>(
+            rows: i32,
+            n: i32,
+            eps: f32,
+            x: Global<$t>,
+            w: Global<$t>,
+            b: Global<$t>,
+            y: GlobalMut<$t>,
+        ) {
+            let t = 32 * min(8, max(1, BN / 256));
+            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
+            let [r] = block_indices();
+            let xs = cast::<f32>(load_global(view_global(x, [rows, n]), tile, [r, 0]));
+            let inv_n = 1.0 / (n as f32);
+            let mean = sum(xs, 1) * inv_n;
+            // Past the row's end the loads read 0, which must not count in the variance.
+            let inside = lt(arange(tile, 1, 0), n);
+            let d = select(inside, xs - mean, 0.0);
+            let var = sum(d * d, 1) * inv_n;
+            let inv = rsqrt(var + eps);
+            let ws = cast::<f32>(load_global(view_global(w, [1, n]), tile, [0, 0]));
+            let bs = cast::<f32>(load_global(view_global(b, [1, n]), tile, [0, 0]));
+            store_global(cast::<$t>(d * inv * ws + bs), view_global(y, [rows, n]), [r, 0]);
+        }
+
+        /// The index of the largest element of each row (the first one on ties): greedy
+        /// decoding over logits `x: [rows, n]`.
+        #[tilus::kernel(
+            grid = [rows],
+            warps = min(8, max(1, BN / 256)),
+            space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
+        )]
+        pub fn $argmax<const BN: i32, const V: i32>(
+            rows: i32,
+            n: i32,
+            x: Global<$t>,
+            out: GlobalMut<i32>,
+        ) {
+            let t = 32 * min(8, max(1, BN / 256));
+            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
+            let [r] = block_indices();
+            let xs = load_global(view_global(x, [rows, n]), tile, [r, 0], f32::NEG_INFINITY);
+            store_global(argmax(xs, 1), view_global(out, [rows, 1]), [r, 0]);
+        }
+
+        /// `y = silu(gate) · up` for `x = [gate | up]: [tokens, 2 d]`, `y: [tokens, d]`, in
+        /// f32: the activation of a gated MLP.
+        #[tilus::kernel(grid = [tokens, cdiv(d, 128 * V)], warps = 4, space(V = [8, 1]))]
+        pub fn $silu<const V: i32>(tokens: i32, d: i32, x: Global<$t>, y: GlobalMut<$t>) {
+            let tile = layout!(spatial(1, 1, 128).local(1, 1, V));
+            let [r, j] = block_indices();
+            let c = j * 128 * V;
+            let gx = view_global(x, [tokens, 2, d]);
+            let gate = cast::<f32>(load_global(gx, tile, [r, 0, c]));
+            let up = cast::<f32>(load_global(gx, tile, [r, 1, c]));
+            store_global(cast::<$t>(silu(gate) * up), view_global(y, [tokens, 1, d]), [r, 0, c]);
+        }
+
+        /// Rotary position embedding (NeoX halves), in place on `x: [tokens, heads, HD]`:
+        /// `(x1, x2) <- (x1 cos - x2 sin, x2 cos + x1 sin)` with `cos, sin: [tokens, HD / 2]`.
+        /// A block takes `2048 / HD` heads of one token (128 threads of 8 columns each).
+        #[tilus::kernel(grid = [tokens, cdiv(heads, 2048 / HD)], warps = 4, space(HD = [64, 128, 256]))]
+        pub fn $rotary<const HD: i32>(
+            tokens: i32,
+            heads: i32,
+            x: GlobalMut<$t>,
+            cos: Global<$t>,
+            sin: Global<$t>,
+        ) {
+            let half = HD / 2;
+            let hb = 2048 / HD;
+            let tile = layout!(spatial(hb, 1, half / 8).local(1, 1, 8));
+            // One row of cos/sin per token, on the threads that hold the same columns of x.
+            let row = layout!(spatial(half / 8).local(8));
+            let [r, h] = block_indices();
+            let gx = view_global(x, [tokens, heads, 2, half]);
+            let x1 = cast::<f32>(load_global(gx, tile, [r, h * hb, 0, 0]));
+            let x2 = cast::<f32>(load_global(gx, tile, [r, h * hb, 1, 0]));
+            let c = cast::<f32>(load_global(view_global(cos, [tokens, half]), row, [r, 0]));
+            let s = cast::<f32>(load_global(view_global(sin, [tokens, half]), row, [r, 0]));
+            store_global(cast::<$t>(x1 * c - x2 * s), gx, [r, h * hb, 0, 0]);
+            store_global(cast::<$t>(x2 * c + x1 * s), gx, [r, h * hb, 1, 0]);
+        }
+    };
+}
+
+row_kernels!(
+    f16,
+    softmax_f16,
+    rms_norm_f16,
+    add_rms_norm_f16,
+    layer_norm_f16,
+    argmax_f16,
+    silu_and_mul_f16,
+    rotary_f16
+);
+row_kernels!(
+    bf16,
+    softmax_bf16,
+    rms_norm_bf16,
+    add_rms_norm_bf16,
+    layer_norm_bf16,
+    argmax_bf16,
+    silu_and_mul_bf16,
+    rotary_bf16
+);
