@@ -108,6 +108,20 @@ pub enum BenchCommand {
         #[arg(long)]
         retune: bool,
     },
+    /// The row-wise kernels (softmax, LayerNorm, RMSNorm, the fused residual RMSNorm, argmax,
+    /// SiLU-and-mul, rotary) on `[rows, n]` tensors, against the copy-bandwidth floor measured
+    /// in the same run. `bench/torch_rowwise.py` prints torch's numbers in the same table.
+    Rowwise {
+        /// Comma-separated shapes `ROWSxN`, N at most 8192.
+        #[arg(long, default_value = "8192x8192,4096x1024")]
+        shapes: String,
+        /// Element type: f16 or bf16.
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+        /// Timed runs per kernel (the median is reported).
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
         /// Rows of A and of C.
@@ -138,6 +152,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Tune {
             m, n, k, points, ..
         } => vec![("--m", m), ("--n", n), ("--k", k), ("--points", points)],
+        BenchCommand::Rowwise { runs, .. } => vec![("--runs", runs)],
     };
     if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
         return Err(format!("argument `{name}`: must be positive"));
@@ -147,6 +162,10 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Sweep { wdtypes, m, .. } => {
             parse_types(wdtypes.as_deref())?;
             parse_ms(m).map(drop)
+        }
+        BenchCommand::Rowwise { shapes, dtype, .. } => {
+            parse_shapes(shapes)?;
+            parse_row_dtype(dtype).map(drop)
         }
         _ => Ok(()),
     }
@@ -173,6 +192,40 @@ fn parse_types(list: Option<&str>) -> Result<Vec<DType>, String> {
             .map(|t| parse_type(t).map_err(|e| e.replace("`--wdtype`", "`--wdtypes`")))
             .collect(),
         None => Ok(tilus::kernels::qmatmul::weight_types()),
+    }
+}
+
+/// `ROWSxN,ROWSxN,..` with positive extents and rows the kernels hold (`N` at most 8192).
+fn parse_shapes(list: &str) -> Result<Vec<(usize, usize)>, String> {
+    list.split(',')
+        .map(|s| {
+            let bad =
+                || format!("argument `--shapes`: `{s}` is not ROWSxN with positive ROWS and N");
+            let (r, n) = s.trim().split_once('x').ok_or_else(bad)?;
+            let (r, n) = (
+                r.parse::<usize>().map_err(|_| bad())?,
+                n.parse::<usize>().map_err(|_| bad())?,
+            );
+            if r == 0 || n == 0 || r.checked_mul(n).is_none_or(|e| e > 1 << 31) {
+                return Err(bad());
+            }
+            if n > tilus::kernels::rowwise::MAX_ROW {
+                return Err(format!(
+                    "argument `--shapes`: `{s}`: rows longer than {} elements are not supported",
+                    tilus::kernels::rowwise::MAX_ROW
+                ));
+            }
+            Ok((r, n))
+        })
+        .collect()
+}
+
+/// `f16` or `bf16`, the row kernels' element types.
+fn parse_row_dtype(name: &str) -> Result<&'static str, String> {
+    match name.trim() {
+        "f16" => Ok("f16"),
+        "bf16" => Ok("bf16"),
+        other => Err(format!("argument `--dtype`: `{other}` is not f16 or bf16")),
     }
 }
 
@@ -220,6 +273,23 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             );
         }
         BenchCommand::Tune { .. } => unreachable!("handled above"),
+        BenchCommand::Rowwise {
+            ref shapes,
+            ref dtype,
+            runs,
+        } => {
+            use tilus::kernels::rowwise::bench::{bench_rowwise, table};
+            let dtype = parse_row_dtype(dtype)?;
+            let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
+            let mut results = Vec::new();
+            for (rows, n) in parse_shapes(shapes)? {
+                results.extend(match dtype {
+                    "f16" => bench_rowwise::<f16>(&ctx, rows, n, runs)?,
+                    _ => bench_rowwise::<half::bf16>(&ctx, rows, n, runs)?,
+                });
+            }
+            out += &table(copy_gbps, dtype, &results);
+        }
         BenchCommand::Qmatmul {
             ref wdtype,
             m,

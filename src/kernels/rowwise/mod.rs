@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod bench;
 pub mod programs;
 
 use crate::macro_support::KernelError;
@@ -68,6 +69,8 @@ fn dims<const N: usize>(
 
 /// f16 and bf16: the element types of the row kernels, each with its stamped kernels.
 pub trait RowElement: tilus_runtime::Element + Copy {
+    /// The nearest value (round to nearest even).
+    fn from_f64(v: f64) -> Self;
     #[doc(hidden)]
     fn softmax(
         ctx: &Context,
@@ -153,6 +156,9 @@ pub trait RowElement: tilus_runtime::Element + Copy {
 macro_rules! row_element {
     ($t:ty, $softmax:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
         impl RowElement for $t {
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
             fn softmax(
                 ctx: &Context,
                 bn: i32,
