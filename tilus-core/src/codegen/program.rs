@@ -2,7 +2,7 @@
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
-use super::emitters::{elementwise, global, mma, shared};
+use super::emitters::{addressing, elementwise, global, mma, shared};
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -231,6 +231,10 @@ impl<'p> Ctx<'p> {
             Instruction::Synchronize => self.w.line("__syncthreads();"),
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => addressing::emit(self, i)?,
         }
         Ok(())
     }
@@ -564,6 +568,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
     for v in scalars {
         let ty = match p.ty(v) {
             VarType::Scalar(ScalarType::Bool) => "bool",
+            VarType::Scalar(ScalarType::F32) => "float",
             _ => "int",
         };
         top.line(format!("{ty} {};", cx.name(v)));

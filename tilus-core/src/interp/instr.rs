@@ -1,6 +1,8 @@
 //! The instructions. Each returns a message without the instruction's name (the caller adds it
 //! and the span).
 
+mod addressing;
+
 use super::memory::{GlobalView, RegTensor, SharedView, Value};
 use super::numeric::{convert, decode_int, encode_float, encode_int, is_int};
 use super::scalar::Scalar;
@@ -382,6 +384,10 @@ impl Machine<'_> {
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Print { label, x } => self.print(block, label, x)?,
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => self.addressing(ins, block)?,
         }
         Ok(Flow::Next)
     }

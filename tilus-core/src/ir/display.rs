@@ -227,6 +227,10 @@ impl Program {
             Instruction::CopyAsyncCommitGroup | Instruction::Synchronize | Instruction::Exit => {
                 format!("{name}()")
             }
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => self.addressing_text(i),
         }
     }
 
@@ -428,6 +432,10 @@ impl Instruction {
             | Instruction::View { x, .. } => out.push(*x),
             Instruction::Dot { a, b, c, .. } => out.extend([*a, *b, *c]),
             Instruction::Print { x, .. } => operand(x, &mut out),
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => out = self.addressing_inputs(),
         }
         out
     }

@@ -110,6 +110,10 @@ impl Instruction {
             Instruction::View {
                 out, dtype, layout, ..
             } => one(out, register(*dtype, layout.clone())),
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => self.addressing_output_types(ty),
             Instruction::StoreGlobal { .. }
             | Instruction::StoreShared { .. }
             | Instruction::CopyAsync { .. }

@@ -4,7 +4,7 @@
 //! [`crate::ir::ElementOp::name`]) from it too. Adding an elementwise instruction is one
 //! [`ElementOp`] variant, one row here, its interpreter semantics and its emitter.
 
-use super::ElementOp;
+use super::{AtomicOp, ElementOp};
 
 /// Groups of instructions, for listings and for the nearest family of an unknown name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,6 +64,11 @@ pub enum Op {
     Print,
     Cdiv,
     Gcd,
+    /// Data-dependent addressing (`ir/addressing.rs`).
+    Item,
+    Gather,
+    Scatter,
+    Atomic(AtomicOp),
 }
 
 /// One instruction as `#[kernel]` spells it.
@@ -127,6 +132,14 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),
     row!("cdiv", Scalar, 2..=2, "cdiv(a, b)", Op::Cdiv),
     row!("gcd", Scalar, 2..=2, "gcd(a, b) (of constants)", Op::Gcd),
+    row!("item", Memory, 1..=1, "item(x) or x.item()", Op::Item),
+    row!("gather", Memory, 2..=2, "gather(src, index)", Op::Gather),
+    row!("scatter", Memory, 3..=3, "scatter(x, dst, index)", Op::Scatter),
+    row!("atomic_add", Memory, 3..=3, "atomic_add(dst, index, x)", Op::Atomic(AtomicOp::Add)),
+    row!("atomic_max", Memory, 3..=3, "atomic_max(dst, index, x)", Op::Atomic(AtomicOp::Max)),
+    row!("atomic_min", Memory, 3..=3, "atomic_min(dst, index, x)", Op::Atomic(AtomicOp::Min)),
+    row!("atomic_exch", Memory, 3..=3, "atomic_exch(dst, index, x)", Op::Atomic(AtomicOp::Exchange)),
+    row!("atomic_cas", Memory, 4..=4, "atomic_cas(dst, index, compare, x)", Op::Atomic(AtomicOp::Cas)),
 ];
 
 /// The row of `name` (canonical or alias).

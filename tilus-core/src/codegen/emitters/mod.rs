@@ -7,7 +7,9 @@
 //! | [`shared`] | `LoadShared` (`ldmatrix` when the layout allows), `StoreShared`, `CopyAsync` |
 //! | [`elementwise`] | `AllocateRegister`, `Binary`, `MulAdd`, `Neg`, `Cast`, `View`, `Print` of tensors |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
+//! | [`addressing`] | `Item`, `Gather`, `Scatter`, `Atomic` (data-dependent addresses) |
 
+pub(crate) mod addressing;
 pub(crate) mod elementwise;
 pub(crate) mod global;
 pub(crate) mod mma;
