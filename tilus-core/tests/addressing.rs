@@ -1,6 +1,7 @@
 //! Data-dependent addressing on the interpreter against Rust references on fresh random data
 //! (outputs poisoned), the verifier's rejections, and the generated code's shape.
 
+#[allow(dead_code)]
 #[path = "programs/addressing.rs"]
 mod programs;
 
@@ -136,7 +137,7 @@ fn scatter_of_a_permutation_writes_each_element_once() {
             run(&scatter_program(dtype, shared, replicated), &mut args)
                 .unwrap_or_else(|e| panic!("{dtype} shared={shared}: {e}"));
             let got = storage::unpack(dtype, buf(&args[4]), n as usize);
-            let poison = storage::unpack(dtype, &vec![POISON; 4], 1)[0];
+            let poison = storage::unpack(dtype, &[POISON; 4], 1)[0];
             let mut want = vec![poison; n as usize];
             for (k, &i) in idx.iter().enumerate() {
                 if (0..n).contains(&i) {
@@ -170,6 +171,7 @@ fn scatter_collisions_are_reported() {
 }
 
 /// Run `atomic_program` on `idx`, `val` (and `cmp`) from `dst`; returns (dst, old).
+#[allow(clippy::too_many_arguments)]
 fn run_atomic(
     op: AtomicOp,
     dtype: DType,

@@ -19,6 +19,8 @@ pub enum Family {
     Control,
     /// Compile-time and uniform scalar helpers.
     Scalar,
+    /// Addresses computed from register values: item, gather, scatter, atomics.
+    Addressing,
 }
 
 impl Family {
@@ -29,6 +31,7 @@ impl Family {
             Family::Matrix => "matrix",
             Family::Control => "control",
             Family::Scalar => "scalar",
+            Family::Addressing => "addressing",
         }
     }
 }
@@ -132,14 +135,14 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),
     row!("cdiv", Scalar, 2..=2, "cdiv(a, b)", Op::Cdiv),
     row!("gcd", Scalar, 2..=2, "gcd(a, b) (of constants)", Op::Gcd),
-    row!("item", Memory, 1..=1, "item(x) or x.item()", Op::Item),
-    row!("gather", Memory, 2..=2, "gather(src, index)", Op::Gather),
-    row!("scatter", Memory, 3..=3, "scatter(x, dst, index)", Op::Scatter),
-    row!("atomic_add", Memory, 3..=3, "atomic_add(dst, index, x)", Op::Atomic(AtomicOp::Add)),
-    row!("atomic_max", Memory, 3..=3, "atomic_max(dst, index, x)", Op::Atomic(AtomicOp::Max)),
-    row!("atomic_min", Memory, 3..=3, "atomic_min(dst, index, x)", Op::Atomic(AtomicOp::Min)),
-    row!("atomic_exch", Memory, 3..=3, "atomic_exch(dst, index, x)", Op::Atomic(AtomicOp::Exchange)),
-    row!("atomic_cas", Memory, 4..=4, "atomic_cas(dst, index, compare, x)", Op::Atomic(AtomicOp::Cas)),
+    row!("item", Addressing, 1..=1, "item(x) or x.item()", Op::Item),
+    row!("gather", Addressing, 2..=2, "gather(src, index)", Op::Gather),
+    row!("scatter", Addressing, 3..=3, "scatter(x, dst, index)", Op::Scatter),
+    row!("atomic_add", Addressing, 3..=3, "atomic_add(dst, index, x)", Op::Atomic(AtomicOp::Add)),
+    row!("atomic_max", Addressing, 3..=3, "atomic_max(dst, index, x)", Op::Atomic(AtomicOp::Max)),
+    row!("atomic_min", Addressing, 3..=3, "atomic_min(dst, index, x)", Op::Atomic(AtomicOp::Min)),
+    row!("atomic_exch", Addressing, 3..=3, "atomic_exch(dst, index, x)", Op::Atomic(AtomicOp::Exchange)),
+    row!("atomic_cas", Addressing, 4..=4, "atomic_cas(dst, index, compare, x)", Op::Atomic(AtomicOp::Cas)),
 ];
 
 /// The row of `name` (canonical or alias).

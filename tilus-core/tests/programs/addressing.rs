@@ -4,8 +4,6 @@
 //!
 //! Every program works in tiles of [`TILE`] elements held by 128 threads.
 
-#![allow(dead_code)]
-
 use tilus_core::ir::{AtomicOp, Expr, Operand, Program, ProgramBuilder};
 use tilus_core::layout::{parse, Layout, SharedLayout, Swizzle};
 use tilus_core::DType;
