@@ -548,3 +548,49 @@ fn reductions_compile_without_spills() {
     ));
     run("reductions_compile_without_spills", ks);
 }
+
+#[allow(dead_code)]
+#[path = "../tilus-core/tests/programs/addressing.rs"]
+mod addressing;
+
+/// `item`, `gather`, `scatter` and every atomic (global and shared, each dtype they take)
+/// compile without spills or local memory.
+#[test]
+fn data_dependent_addressing_compiles() {
+    use tilus::core::ir::AtomicOp;
+    let none = Expect::default();
+    let mut ks = vec![("paged_item".to_string(), addressing::paged_program(), none)];
+    for d in [DType::UInt(8), DType::F16, DType::F32] {
+        for shared in [false, true] {
+            ks.push((
+                format!("gather_{d}_{shared}"),
+                addressing::gather_program(d, shared),
+                none,
+            ));
+            ks.push((
+                format!("scatter_{d}_{shared}"),
+                addressing::scatter_program(d, shared, shared),
+                none,
+            ));
+        }
+    }
+    for op in [
+        AtomicOp::Add,
+        AtomicOp::Max,
+        AtomicOp::Min,
+        AtomicOp::Exchange,
+        AtomicOp::Cas,
+    ] {
+        for d in [DType::Int(32), DType::UInt(32), DType::F32] {
+            for shared in [false, true] {
+                let old = matches!(op, AtomicOp::Exchange | AtomicOp::Cas);
+                ks.push((
+                    format!("atomic_{op:?}_{d}_{shared}"),
+                    addressing::atomic_program(op, d, shared, old),
+                    none,
+                ));
+            }
+        }
+    }
+    run("data_dependent_addressing_compiles", ks);
+}

@@ -12,6 +12,10 @@ mod common;
 #[path = "common/reduce_programs.rs"]
 mod reduce_programs;
 
+#[allow(dead_code)]
+#[path = "../tilus-core/tests/programs/addressing.rs"]
+mod addressing;
+
 use rand::Rng;
 use std::sync::Arc;
 use tilus::core::codegen::{emit, ArgValue, CudaKernel, ParamKind};
@@ -54,6 +58,15 @@ enum Buf {
     /// An output of `len` values of `dtype` (f16, bf16 or f32), poisoned; each element within
     /// `tol` of the interpreter's (float sums: `n * 2^-24 * sum|x|` plus a rounding).
     OutNear { dtype: DType, len: usize, tol: f64 },
+    /// `len` random i32 values in `[lo, hi)` (indices, some out of range; integer operands
+    /// and accumulators); compared exactly.
+    I32Range { len: usize, lo: i32, hi: i32 },
+    /// `len` distinct i32 values from `[lo, hi)` (a shuffled range): scatter targets and
+    /// indices whose old values are returned.
+    DistinctI32 { len: usize, lo: i32, hi: i32 },
+    /// `len` random f32 values in [-1, 1], updated by f32 atomic adds whose order the GPU does
+    /// not fix: compared with `||gpu - ref|| / ||ref|| < 1e-5`.
+    F32Sum(usize),
 }
 
 #[derive(Clone, Debug)]
@@ -98,13 +111,23 @@ fn fill(b: &Buf, rng: &mut impl Rng) -> Vec<u8> {
             storage::pack(*dtype, &codes)
         }
         Buf::OutUlps { dtype, len, .. } => vec![0xff; storage::packed_len(*dtype, *len)],
-        Buf::RandomF32(n) => (0..*n)
+        Buf::RandomF32(n) | Buf::F32Sum(n) => (0..*n)
             .flat_map(|_| rng.random_range(-1.0f32..1.0).to_le_bytes())
             .collect(),
         Buf::RandomI32(n, b) => (0..*n)
             .flat_map(|_| rng.random_range(-*b..=*b).to_le_bytes())
             .collect(),
         Buf::OutNear { dtype, len, .. } => vec![0xff; storage::packed_len(*dtype, *len)],
+        Buf::I32Range { len, lo, hi } => (0..*len)
+            .flat_map(|_| rng.random_range(*lo..*hi).to_le_bytes())
+            .collect(),
+        Buf::DistinctI32 { len, lo, hi } => {
+            use rand::seq::SliceRandom;
+            let mut all: Vec<i32> = (*lo..*hi).collect();
+            all.shuffle(rng);
+            assert!(all.len() >= *len, "{b:?}: not enough distinct values");
+            all[..*len].iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
     }
 }
 
@@ -195,6 +218,19 @@ fn compare(case: &str, spec: &Buf, want: &[u8], got: &[u8]) {
                 worst = worst.max(if wc == gc { 0 } else { d });
             }
             eprintln!("{case}: at most {worst} ulps (bound {ulps})");
+        }
+        Buf::F32Sum(_) => {
+            let f = |b: &[u8]| -> Vec<f64> {
+                b.chunks(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                    .collect()
+            };
+            let (w, g) = (f(want), f(got));
+            let num: f64 = w.iter().zip(&g).map(|(a, b)| (a - b) * (a - b)).sum();
+            let den: f64 = w.iter().map(|a| a * a).sum();
+            let rel = (num / den.max(1e-30)).sqrt();
+            eprintln!("{case}: relative error {rel:.2e} (f32 atomic sums)");
+            assert!(rel < 1e-5, "{case}: relative error {rel} >= 1e-5");
         }
         _ => {
             if let Some(i) = want.iter().zip(got).position(|(a, b)| a != b) {
@@ -854,6 +890,166 @@ fn reduce_cases() -> Vec<Case> {
     cases
 }
 
+/// `item`, `gather`, `scatter` and atomics: random indices (some out of range), permutations,
+/// histograms with many collisions (f32 sums compared with a tolerance: the GPU's order of
+/// atomic adds is unspecified), old values of exchange and compare-and-swap on distinct
+/// indices.
+fn addressing_cases() -> Vec<Case> {
+    use addressing::{atomic_program, gather_program, paged_program, scatter_program, TILE};
+    use tilus::core::ir::AtomicOp;
+    let t = TILE as usize;
+    let sh = (addressing::SH_ROWS * addressing::SH_COLS) as i32;
+    let mut cases = Vec::new();
+    for (dtype, shared) in [
+        (DType::F16, false),
+        (DType::Int(32), false),
+        (DType::UInt(8), true),
+        (DType::F16, true),
+    ] {
+        let (n, m) = (if shared { sh } else { 700 }, 600);
+        let bytes = dtype.bits() as usize / 8;
+        cases.push(Case {
+            name: format!("gather {dtype} shared={shared}"),
+            program: gather_program(dtype, shared),
+            args: vec![
+                A::I32(n),
+                A::I32(m),
+                A::Buf(Buf::RandomBytes(n as usize * bytes)),
+                A::Buf(Buf::I32Range {
+                    len: m as usize,
+                    lo: -50,
+                    hi: n + 50,
+                }),
+                A::Buf(Buf::OutExact(m as usize * bytes)),
+            ],
+        });
+    }
+    for (dtype, shared, replicated) in [
+        (DType::F32, false, false),
+        (DType::F16, false, true),
+        (DType::UInt(8), true, true),
+    ] {
+        let m = if shared { t } else { 2 * t };
+        let n = if shared { TILE } else { m as i32 + 30 };
+        let (lo, hi) = if shared { (0, TILE) } else { (-20, n + 20) };
+        let bytes = dtype.bits() as usize / 8;
+        cases.push(Case {
+            name: format!("scatter {dtype} shared={shared} replicated={replicated}"),
+            program: scatter_program(dtype, shared, replicated),
+            args: vec![
+                A::I32(n),
+                A::I32(m as i32),
+                A::Buf(Buf::RandomBytes(m * bytes)),
+                A::Buf(Buf::DistinctI32 { len: m, lo, hi }),
+                A::Buf(Buf::OutExact(n as usize * bytes)),
+            ],
+        });
+    }
+    // Histograms: (op, dtype, shared).
+    for (op, dtype, shared) in [
+        (AtomicOp::Add, DType::Int(32), false),
+        (AtomicOp::Add, DType::Int(32), true),
+        (AtomicOp::Add, DType::F32, false),
+        (AtomicOp::Add, DType::F32, true),
+        (AtomicOp::Max, DType::F32, false),
+        (AtomicOp::Min, DType::F32, true),
+        (AtomicOp::Max, DType::UInt(32), true),
+        (AtomicOp::Min, DType::Int(32), false),
+    ] {
+        let bins = if shared { TILE } else { 37 };
+        let m = 3 * t;
+        let values = |len| match dtype {
+            DType::F32 => Buf::RandomF32(len),
+            DType::UInt(32) => Buf::I32Range {
+                len,
+                lo: 0,
+                hi: 1 << 30,
+            },
+            _ => Buf::I32Range {
+                len,
+                lo: -1000,
+                hi: 1000,
+            },
+        };
+        let dst = match (op, dtype) {
+            (AtomicOp::Add, DType::F32) => Buf::F32Sum(bins as usize),
+            _ => values(bins as usize),
+        };
+        cases.push(Case {
+            name: format!("atomic {op:?} {dtype} shared={shared}"),
+            program: atomic_program(op, dtype, shared, false),
+            args: vec![
+                A::I32(bins),
+                A::I32(m as i32),
+                A::Buf(Buf::I32Range {
+                    len: m,
+                    lo: -3,
+                    hi: bins + 3,
+                }),
+                A::Buf(values(m)),
+                A::Buf(dst),
+            ],
+        });
+    }
+    // Old values, distinct indices.
+    for (op, dtype, shared) in [
+        (AtomicOp::Exchange, DType::F32, false),
+        (AtomicOp::Cas, DType::Int(32), true),
+        (AtomicOp::Cas, DType::UInt(32), false),
+        (AtomicOp::Add, DType::Int(32), false),
+    ] {
+        let bins = if shared { TILE } else { 2 * TILE };
+        let m = t;
+        let small = |len| Buf::I32Range { len, lo: 0, hi: 3 };
+        let mut args = vec![
+            A::I32(bins),
+            A::I32(m as i32),
+            A::Buf(Buf::DistinctI32 {
+                len: m,
+                lo: if shared { 0 } else { -10 },
+                hi: bins + if shared { 0 } else { 10 },
+            }),
+            A::Buf(if dtype == DType::F32 {
+                Buf::RandomF32(m)
+            } else {
+                small(m)
+            }),
+        ];
+        if op == AtomicOp::Cas {
+            args.push(A::Buf(small(m)));
+        }
+        args.push(A::Buf(if dtype == DType::F32 {
+            Buf::RandomF32(bins as usize)
+        } else {
+            small(bins as usize)
+        }));
+        args.push(A::Buf(Buf::OutExact(4 * m)));
+        cases.push(Case {
+            name: format!("atomic {op:?} {dtype} shared={shared} with old values"),
+            program: atomic_program(op, dtype, shared, true),
+            args,
+        });
+    }
+    let (blocks, npages) = (6, 4);
+    cases.push(Case {
+        name: "paged item".into(),
+        program: paged_program(),
+        args: vec![
+            A::I32(blocks),
+            A::I32(npages),
+            A::Buf(Buf::I32Range {
+                len: blocks as usize,
+                lo: 0,
+                hi: npages,
+            }),
+            A::Buf(Buf::RandomF16(blocks as usize)),
+            A::Buf(Buf::RandomF32((npages * addressing::PAGE) as usize)),
+            A::Buf(Buf::OutExact(4 * (blocks * addressing::PAGE) as usize)),
+        ],
+    });
+    cases
+}
+
 #[test]
 fn reductions_match_interpreter() {
     run_all("reductions_match_interpreter", reduce_cases());
@@ -877,6 +1073,14 @@ fn reduction_cases_generate_code_and_interpret() {
         interp::run(&case.program, &mut args)
             .unwrap_or_else(|e| panic!("{}: interpreter failed: {e}", case.name));
     }
+}
+
+#[test]
+fn data_dependent_addressing_matches_interpreter() {
+    run_all(
+        "data_dependent_addressing_matches_interpreter",
+        addressing_cases(),
+    );
 }
 
 /// Without a GPU, still check that every case verifies, generates code, and runs in the
@@ -919,6 +1123,7 @@ fn every_case_generates_code_and_interprets() {
         ],
     });
     cases.extend(math_cases());
+    cases.extend(addressing_cases());
     let mut rng = rand::rng();
     for case in cases {
         let k = emit(&case.program, &Default::default())

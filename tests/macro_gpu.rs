@@ -15,6 +15,10 @@ mod fig2;
 #[path = "kernels/launch.rs"]
 mod launch_kernels;
 
+#[allow(dead_code)]
+#[path = "kernels/language.rs"]
+mod language;
+
 mod common;
 
 use std::sync::Arc;
@@ -257,4 +261,70 @@ fn vector_assumptions_are_checked_and_the_context_survives() {
     eprintln!(
         "context healthy after the rejected launches; sub-slice copy on a second stream correct"
     );
+}
+
+/// The language features on the GPU, bit for bit against the interpreter: f32 parameters and
+/// uncontracted f32 arithmetic, float constants from tile parameters, stepped unrolled loops,
+/// tensor reassignment, inlined helpers, and exact scalar operands.
+#[test]
+fn language_features_match_the_interpreter_on_gpu() {
+    use language::{chunk_max, helpers, scalar_operands, scale_shift};
+    use rand::Rng;
+    let Some(ctx) = context("language_features_match_the_interpreter_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let n = 1000;
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+    let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
+    let s: f32 = rng.random_range(-2.0..2.0);
+    for cfg in scale_shift::SPACE {
+        let mut dy = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; n]).unwrap();
+        scale_shift::launch(&ctx, cfg, n as i32, s, &dx, &mut dy).unwrap();
+        let mut cpu = vec![f32::NAN; n];
+        scale_shift::interpret(cfg, n as i32, s, &x, &mut cpu).unwrap();
+        let got = dy.to_host().unwrap();
+        for i in 0..n {
+            assert_eq!(
+                got[i].to_bits(),
+                cpu[i].to_bits(),
+                "scale_shift {cfg} at {i}"
+            );
+        }
+    }
+    let (rows, cols) = (7, 500);
+    let xm: Vec<f32> = (0..rows * cols)
+        .map(|_| rng.random_range(-4.0..4.0))
+        .collect();
+    let dxm = DeviceBuffer::from_host(&ctx, &xm).unwrap();
+    for cfg in chunk_max::SPACE {
+        let ch = cfg.CH as usize;
+        let mut dy = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; rows * ch]).unwrap();
+        chunk_max::launch(&ctx, cfg, rows as i32, cols as i32, &dxm, &mut dy).unwrap();
+        let mut cpu = vec![f32::NAN; rows * ch];
+        chunk_max::interpret(cfg, rows as i32, cols as i32, &xm, &mut cpu).unwrap();
+        assert_eq!(dy.to_host().unwrap(), cpu, "chunk_max {cfg}");
+    }
+    let cfg = &helpers::SPACE[0];
+    let mut dhi = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; n]).unwrap();
+    let mut dlo = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; n]).unwrap();
+    helpers::launch(&ctx, cfg, n as i32, s, &dx, &mut dhi, &mut dlo).unwrap();
+    let (mut hi, mut lo) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+    helpers::interpret(cfg, n as i32, s, &x, &mut hi, &mut lo).unwrap();
+    assert_eq!(dhi.to_host().unwrap(), hi, "helpers hi");
+    assert_eq!(dlo.to_host().unwrap(), lo, "helpers lo");
+    let big = (1 << 24) + 3;
+    let xi: Vec<i32> = (0..n).map(|_| rng.random_range(-1000..1000)).collect();
+    let dxi = DeviceBuffer::from_host(&ctx, &xi).unwrap();
+    let mut dyi = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; n]).unwrap();
+    let mut dyf = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; n]).unwrap();
+    let cfg = &scalar_operands::SPACE[0];
+    scalar_operands::launch(
+        &ctx, cfg, n as i32, big, 0.25, &dxi, &dx, &mut dyi, &mut dyf,
+    )
+    .unwrap();
+    let (mut yi, mut yf) = (vec![i32::MIN; n], vec![f32::NAN; n]);
+    scalar_operands::interpret(cfg, n as i32, big, 0.25, &xi, &x, &mut yi, &mut yf).unwrap();
+    assert_eq!(dyi.to_host().unwrap(), yi, "scalar_operands i32");
+    assert_eq!(dyf.to_host().unwrap(), yf, "scalar_operands f32");
 }

@@ -2,7 +2,7 @@
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
-use super::emitters::{elementwise, global, math, mma, reduce, shared};
+use super::emitters::{addressing, elementwise, global, math, mma, reduce, shared};
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -245,6 +245,10 @@ impl<'p> Ctx<'p> {
                 dim,
                 offset,
             } => math::arange(self, *out, layout, *dim, offset)?,
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => addressing::emit(self, i)?,
         }
         Ok(())
     }
@@ -578,6 +582,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
     for v in scalars {
         let ty = match p.ty(v) {
             VarType::Scalar(ScalarType::Bool) => "bool",
+            VarType::Scalar(ScalarType::F32) => "float",
             _ => "int",
         };
         top.line(format!("{ty} {};", cx.name(v)));

@@ -136,6 +136,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             Operand::Tensor(t) => vec![*t],
             _ => vec![],
         },
+        Item { .. } | Gather { .. } | Scatter { .. } | Atomic { .. } => i.addressing_vars(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! The instructions. Each returns a message without the instruction's name (the caller adds it
 //! and the span).
 
+mod addressing;
+
 use super::memory::{GlobalView, RegTensor, SharedView, Value};
 use super::numeric::{convert, decode_int, encode_float, encode_int, is_int};
 use super::scalar::Scalar;
@@ -407,6 +409,10 @@ impl Machine<'_> {
             }
             Instruction::Reduce { out, x, op, dim } => self.reduce(block, *out, *x, *op, *dim)?,
             Instruction::Scan { out, x, dim, .. } => self.scan(block, *out, *x, *dim)?,
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => self.addressing(ins, block)?,
         }
         Ok(Flow::Next)
     }

@@ -17,7 +17,9 @@
 //!   written by no thread in particular, because the GPU code may split the copy over threads
 //!   in any way: every read needs a `synchronize` after the wait;
 //! - touching bytes of a cp.async still in flight is an error (missing `wait_group`);
-//! - reading bytes never written is an error (uninitialised shared memory).
+//! - reading bytes never written is an error (uninitialised shared memory);
+//! - atomics (`atomic_add`..) of different threads on the same bytes do not race with each
+//!   other, but they do with plain reads and writes of other threads since the last barrier.
 
 use std::collections::VecDeque;
 
@@ -189,6 +191,7 @@ impl SharedView {
 const NOBODY: u16 = u16::MAX;
 const SEVERAL: u16 = u16::MAX - 1;
 const ASYNC: u16 = u16::MAX - 2;
+const ATOMIC: u16 = u16::MAX - 3;
 
 struct AsyncCopy {
     view: SharedView,
@@ -215,6 +218,7 @@ fn who(w: u16) -> String {
     match w {
         SEVERAL => "several threads".to_string(),
         ASYNC => "a cp.async".to_string(),
+        ATOMIC => "atomics".to_string(),
         t => format!("thread {t}"),
     }
 }
@@ -295,6 +299,41 @@ impl SharedMem {
         }
         storage::set(view.dtype, &mut self.bytes[view.alloc..], off, code);
         Ok(())
+    }
+
+    /// Thread `t` atomically replaces the code at `index` of `view` by `update(old)`; returns
+    /// the old code.
+    pub fn atomic(
+        &mut self,
+        t: usize,
+        view: &SharedView,
+        name: &str,
+        index: &[usize],
+        update: impl FnOnce(u32) -> Result<u32, String>,
+    ) -> Result<u32, String> {
+        let (off, bytes) = view.locate(index);
+        for b in bytes.clone() {
+            if self.in_flight[b] > 0 {
+                return Err(format!("atomic on shared tensor `{name}` at {index:?} while a cp.async into it is in flight; missing wait_group?"));
+            }
+            if !self.written[b] {
+                return Err(format!("atomic on shared tensor `{name}` at {index:?}, which was never written (uninitialised shared memory)"));
+            }
+            let other = |x: u16| x != NOBODY && x != ATOMIC && x as usize != t;
+            if other(self.writer[b]) {
+                return Err(format!("race on shared tensor `{name}`: thread {t} updates {index:?} atomically, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
+            }
+            if self.reader[b] != NOBODY && self.reader[b] as usize != t {
+                return Err(format!("race on shared tensor `{name}`: thread {t} updates {index:?} atomically, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
+            }
+        }
+        let old = storage::get(view.dtype, &self.bytes[view.alloc..], off);
+        let new = update(old)?;
+        storage::set(view.dtype, &mut self.bytes[view.alloc..], off, new);
+        for b in bytes {
+            self.writer[b] = ATOMIC;
+        }
+        Ok(old)
     }
 
     /// Issue a cp.async writing `codes` (row-major over `view`'s shape) into `view`.

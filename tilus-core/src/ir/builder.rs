@@ -128,7 +128,11 @@ impl ProgramBuilder {
     /// Append the instruction `make` builds for its output `dest`; a new output variable gets
     /// the type the IR infers ([`Instruction::output_types`]), an existing one keeps its own
     /// (the verifier checks that they agree).
-    fn define(&mut self, dest: impl Into<Dest>, make: impl FnOnce(VarId) -> Instruction) -> VarId {
+    pub(super) fn define(
+        &mut self,
+        dest: impl Into<Dest>,
+        make: impl FnOnce(VarId) -> Instruction,
+    ) -> VarId {
         let (out, fresh) = match dest.into() {
             Dest::New(name) => (self.new_var(&name, VarType::Unknown), true),
             Dest::Existing(v) => (v, false),

@@ -263,6 +263,10 @@ impl Program {
             Instruction::CopyAsyncCommitGroup | Instruction::Synchronize | Instruction::Exit => {
                 format!("{name}()")
             }
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => self.addressing_text(i),
         }
     }
 
@@ -472,6 +476,10 @@ impl Instruction {
             Instruction::Dot { a, b, c, .. } => out.extend([*a, *b, *c]),
             Instruction::Reduce { x, .. } | Instruction::Scan { x, .. } => out.push(*x),
             Instruction::Print { x, .. } => operand(x, &mut out),
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => out = self.addressing_inputs(),
         }
         out
     }

@@ -127,6 +127,10 @@ impl Instruction {
             Instruction::Reduce { out, x, op, dim } => {
                 one(out, super::reduce_type(&ty(*x), *op, *dim))
             }
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => self.addressing_output_types(ty),
             Instruction::StoreGlobal { .. }
             | Instruction::StoreShared { .. }
             | Instruction::CopyAsync { .. }

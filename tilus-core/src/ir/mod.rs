@@ -20,6 +20,7 @@
 //! - A register layout with fewer threads than the block is replicated: block thread `t` plays
 //!   layout thread `t % layout.num_threads()`.
 
+mod addressing;
 mod builder;
 mod display;
 mod eval;
@@ -29,6 +30,7 @@ mod names;
 mod reduce;
 pub mod syntax;
 
+pub use addressing::AtomicOp;
 pub use builder::ProgramBuilder;
 pub use eval::{EvalError, ScalarValue};
 pub(crate) use reduce::reduce_type;
@@ -497,6 +499,41 @@ pub enum Instruction {
     Print {
         label: String,
         x: Operand,
+    },
+    /// The one element of register tensor `x` (shape of one element, so every thread holds it)
+    /// as a uniform scalar: `i32` for integer dtypes (sign- or zero-extended; a `u32` value
+    /// above `i32::MAX` is an error in the interpreter and wraps on the GPU), `f32` for floats.
+    Item {
+        out: VarId,
+        x: VarId,
+    },
+    /// `out[e] = src.flat[index[e]]`: `src` is a global or shared tensor read row-major as one
+    /// flat array, `index` an `i32` register tensor; `out` has `src`'s dtype and `index`'s
+    /// layout. An index outside `[0, numel(src))` reads 0 (masked, never an access).
+    Gather {
+        out: VarId,
+        src: VarId,
+        index: VarId,
+    },
+    /// `dst.flat[index[e]] = src[e]` for each element of register tensor `src` (once, not per
+    /// replica); `index` has `src`'s layout. Out-of-range indices are skipped. Two elements
+    /// with the same index: the GPU keeps either value, the interpreter reports an error.
+    Scatter {
+        src: VarId,
+        dst: VarId,
+        index: VarId,
+    },
+    /// `old = dst.flat[index[e]]; dst.flat[index[e]] = op(old, value[e])` atomically, once per
+    /// element of `value` (not per replica); `index` (and `compare`, for `Cas`) have `value`'s
+    /// layout. `out`, when present, receives the old values in `value`'s layout (0 where the
+    /// index is out of range, which is skipped). See [`AtomicOp`] for the order of updates.
+    Atomic {
+        op: AtomicOp,
+        dst: VarId,
+        index: VarId,
+        value: VarId,
+        compare: Option<VarId>,
+        out: Option<VarId>,
     },
 }
 

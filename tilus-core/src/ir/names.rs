@@ -43,6 +43,10 @@ impl Instruction {
             Instruction::Synchronize => Op::Synchronize,
             Instruction::Exit => Op::Exit,
             Instruction::Print { .. } => Op::Print,
+            Instruction::Item { .. } => Op::Item,
+            Instruction::Gather { .. } => Op::Gather,
+            Instruction::Scatter { .. } => Op::Scatter,
+            Instruction::Atomic { op, .. } => Op::Atomic(*op),
         }
     }
 }

@@ -4,7 +4,7 @@
 //! [`crate::ir::ElementOp::name`]) from it too. Adding an elementwise instruction is one
 //! [`ElementOp`] variant, one row here, its interpreter semantics and its emitter.
 
-use super::{CmpOp, ElementOp, MathOp, ReduceOp, ScanOp};
+use super::{AtomicOp, CmpOp, ElementOp, MathOp, ReduceOp, ScanOp};
 
 /// Groups of instructions, for listings and for the nearest family of an unknown name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,6 +21,8 @@ pub enum Family {
     Control,
     /// Compile-time and uniform scalar helpers.
     Scalar,
+    /// Addresses computed from register values: item, gather, scatter, atomics.
+    Addressing,
 }
 
 impl Family {
@@ -32,6 +34,7 @@ impl Family {
             Family::Reduction => "reduction",
             Family::Control => "control",
             Family::Scalar => "scalar",
+            Family::Addressing => "addressing",
         }
     }
 }
@@ -79,6 +82,11 @@ pub enum Op {
     Print,
     Cdiv,
     Gcd,
+    /// Data-dependent addressing (`ir/addressing.rs`).
+    Item,
+    Gather,
+    Scatter,
+    Atomic(AtomicOp),
 }
 
 /// One instruction as `#[kernel]` spells it.
@@ -179,6 +187,14 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),
     row!("cdiv", Scalar, 2..=2, "cdiv(a, b)", Op::Cdiv),
     row!("gcd", Scalar, 2..=2, "gcd(a, b) (of constants)", Op::Gcd),
+    row!("item", Addressing, 1..=1, "item(x) or x.item()", Op::Item),
+    row!("gather", Addressing, 2..=2, "gather(src, index)", Op::Gather),
+    row!("scatter", Addressing, 3..=3, "scatter(x, dst, index)", Op::Scatter),
+    row!("atomic_add", Addressing, 3..=3, "atomic_add(dst, index, x)", Op::Atomic(AtomicOp::Add)),
+    row!("atomic_max", Addressing, 3..=3, "atomic_max(dst, index, x)", Op::Atomic(AtomicOp::Max)),
+    row!("atomic_min", Addressing, 3..=3, "atomic_min(dst, index, x)", Op::Atomic(AtomicOp::Min)),
+    row!("atomic_exch", Addressing, 3..=3, "atomic_exch(dst, index, x)", Op::Atomic(AtomicOp::Exchange)),
+    row!("atomic_cas", Addressing, 4..=4, "atomic_cas(dst, index, compare, x)", Op::Atomic(AtomicOp::Cas)),
 ];
 
 /// The row of `name` (canonical or alias).

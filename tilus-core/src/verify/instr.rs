@@ -1,5 +1,7 @@
 //! Per-instruction checks: memory scopes, ranks and static shapes, layouts, dtypes.
 
+mod addressing;
+
 use super::dot::{accumulator_for, broadcast_thread_local, plan_dot};
 use super::expr::describe;
 use super::{const_eval, shared, Checker};
@@ -635,6 +637,10 @@ impl<'p> Checker<'p> {
                 }
                 Operand::Imm(_) => {}
             },
+            Instruction::Item { .. }
+            | Instruction::Gather { .. }
+            | Instruction::Scatter { .. }
+            | Instruction::Atomic { .. } => self.check_addressing(ins, span),
         }
     }
 

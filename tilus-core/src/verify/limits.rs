@@ -357,6 +357,10 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::Scan { out, x, .. } => vec![*out, *x],
         Instruction::Dot { out, a, b, c } => vec![*out, *a, *b, *c],
         Instruction::Print { x, .. } => tensor(x).into_iter().collect(),
+        Instruction::Item { .. }
+        | Instruction::Gather { .. }
+        | Instruction::Scatter { .. }
+        | Instruction::Atomic { .. } => ins.addressing_vars(),
         Instruction::BlockIndices { .. }
         | Instruction::AllocateGlobal { .. }
         | Instruction::AllocateShared { .. }

@@ -1,5 +1,7 @@
 //! Instruction calls, named after the paper's Table 1.
 
+mod addressing;
+
 use syn::{Expr as SynExpr, ExprCall, GenericArgument, PathArguments, Type};
 use tilus_core::ir::syntax::{self, Family, Op, Syntax};
 use tilus_core::ir::{BinaryOp, ElementOp, Expr, ProgramBuilder, ScalarType, VarType};
@@ -577,6 +579,9 @@ impl Translator<'_, '_> {
                 b.exit();
                 Ok(Value::Unit)
             }
+            Op::Item | Op::Gather | Op::Scatter | Op::Atomic(_) => {
+                self.addressing_call(b, c, syntax.op, &args, name, dest)
+            }
             Op::Print => {
                 let (label, x) = if args.len() == 2 {
                     match args[0] {
@@ -614,9 +619,10 @@ impl Translator<'_, '_> {
                 let op = if name == "min" { BinaryOp::Min } else { BinaryOp::Max };
                 self.min_max(b, m, op, &m.receiver, &m.args[0], dest)
             }
+            "item" if m.args.is_empty() => self.item_of(b, m, &m.receiver, dest),
             _ => Err(self.err(
                 &m.method,
-                format!("method calls are not supported in a kernel (except `.min(..)`/`.max(..)`); write `{name}(..)` if `{name}` is an instruction"),
+                format!("method calls are not supported in a kernel (except `.min(..)`/`.max(..)`/`.item()`); write `{name}(..)` if `{name}` is an instruction"),
             )),
         }
     }

@@ -9,7 +9,9 @@
 //! | [`math`] | `Unary` (`exp`, `sqrt`, `not`, ...), bit operations of `Binary`, `Compare`, `Select`, `Arange` |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
 //! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
+//! | [`addressing`] | `Item`, `Gather`, `Scatter`, `Atomic` (data-dependent addresses) |
 
+pub(crate) mod addressing;
 pub(crate) mod elementwise;
 pub(crate) mod global;
 pub(crate) mod math;

@@ -1,0 +1,87 @@
+//! Kernels with data-dependent addresses: a VQ codebook lookup (`gather`), a paged copy through
+//! a block table (`item`, both spellings), a histogram in shared memory (`atomic_add`), and MoE
+//! routing (slots from the old counts of `atomic_add`, then `scatter`). Shared by
+//! `macro_addressing.rs` (interpreter) and `macro_gpu.rs`.
+
+/// `out[v] = codebook[codes[v]]` for 2-dim f16 vectors: each codebook entry (two f16) is read
+/// as one u32, gathered by its code, and reinterpreted as two f16 lanes.
+#[tilus::kernel(grid = [cdiv(n, 128)], warps = 4)]
+pub fn vq_lookup(
+    n: i32,
+    entries: i32,
+    codes: Global<u8>,
+    codebook: Global<f16>,
+    out: GlobalMut<f16>,
+) {
+    let [bi] = block_indices();
+    let gc = view_global(codes, [n]);
+    let book = view_global::<u32>(codebook, [entries]);
+    let go = view_global(out, [n, 2]);
+    let c = load_global(gc, layout!(spatial(128)), [bi * 128]);
+    let index = cast::<i32>(c);
+    let pairs = gather(book, index);
+    let v = view::<f16>(pairs, layout!(spatial(128, 1).local(1, 2)));
+    store_global(v, go, [bi * 128, 0]);
+}
+
+/// Row `r` of `out` is page `table[r]` of `pages`, times `scales[r]` (an f32 scalar from
+/// `.item()`); pages are `PAGE` f32 values.
+#[tilus::kernel(grid = [rows], warps = 2, space(PAGE = [64, 256]))]
+pub fn paged_copy<const PAGE: i32>(
+    rows: i32,
+    npages: i32,
+    table: Global<i32>,
+    scales: Global<f32>,
+    pages: Global<f32>,
+    out: GlobalMut<f32>,
+) {
+    let [r] = block_indices();
+    let one = layout!(local(1));
+    let page = item(load_global(view_global(table, [rows]), one, [r]));
+    let s = load_global(view_global(scales, [rows]), one, [r]).item();
+    let row = layout!(local(1, PAGE / 64).spatial(1, 64));
+    let x = load_global(view_global(pages, [npages, PAGE]), row, [page, 0]);
+    let y = x * s;
+    store_global(y, view_global(out, [rows, PAGE]), [r, 0]);
+}
+
+/// `hist[b]` = how many of `x` fall in bin `b` (values outside `[0, 256)` are dropped; `n` a
+/// multiple of 256): one block counts into shared memory, then writes the bins out.
+#[tilus::kernel(grid = [1], warps = 4)]
+pub fn histogram(n: i32, x: Global<i32>, hist: GlobalMut<i32>) {
+    let bins = layout!(local(2).spatial(128));
+    let counts = shared::<i32>([256]);
+    let zero = register::<i32>(bins, 0);
+    store_shared(zero, counts, [0]);
+    sync();
+    let gx = view_global(x, [n]);
+    let ones = register::<i32>(bins, 1);
+    for c in 0..n / 256 {
+        let v = load_global(gx, bins, [c * 256]);
+        atomic_add(counts, v, ones);
+    }
+    sync();
+    let h = load_shared(counts, bins, [0]);
+    store_global(h, view_global(hist, [256]), [0]);
+}
+
+/// MoE routing of `TOKENS` tokens to `experts`: each token takes the next free slot of its
+/// expert (the old count returned by `atomic_add`), then its value is scattered to row
+/// `expert`, column `slot` of `routed` (`experts x TOKENS`).
+#[tilus::kernel(grid = [1], warps = 4)]
+pub fn moe_route(
+    experts: i32,
+    expert: Global<i32>,
+    x: Global<f32>,
+    counts: GlobalMut<i32>,
+    routed: GlobalMut<f32>,
+) {
+    let t = layout!(local(2).spatial(128));
+    let e = load_global(view_global(expert, [256]), t, [0]);
+    let v = load_global(view_global(x, [256]), t, [0]);
+    let ones = register::<i32>(t, 1);
+    let slot = atomic_add(view_global(counts, [experts]), e, ones);
+    let row = e * 256;
+    let at = row + slot;
+    scatter(v, view_global(routed, [experts, 256]), at);
+}

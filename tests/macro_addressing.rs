@@ -1,0 +1,134 @@
+//! Data-dependent addressing through `#[kernel]` on the CPU interpreter: fresh random inputs,
+//! poisoned outputs, references computed here.
+
+#[path = "kernels/addressing.rs"]
+mod addressing;
+
+use addressing::{histogram, moe_route, paged_copy, vq_lookup};
+use rand::Rng;
+use tilus::prelude::f16;
+
+#[test]
+fn vq_codebook_lookup() {
+    let mut rng = rand::rng();
+    let n = rng.random_range(1..600usize);
+    let entries = rng.random_range(1..300usize);
+    let codes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+    let book: Vec<f16> = (0..2 * entries)
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let mut out = vec![f16::NAN; 2 * n];
+    vq_lookup::interpret(
+        &vq_lookup::SPACE[0],
+        n as i32,
+        entries as i32,
+        &codes,
+        &book,
+        &mut out,
+    )
+    .unwrap();
+    for v in 0..n {
+        let c = codes[v] as usize;
+        for j in 0..2 {
+            // Codes past the codebook read zeros (a masked gather).
+            let want = if c < entries {
+                book[2 * c + j]
+            } else {
+                f16::ZERO
+            };
+            assert_eq!(
+                out[2 * v + j].to_bits(),
+                want.to_bits(),
+                "vector {v} (code {c}) lane {j}"
+            );
+        }
+    }
+}
+
+#[test]
+fn paged_copy_through_a_block_table() {
+    let mut rng = rand::rng();
+    for cfg in paged_copy::SPACE {
+        let page = cfg.PAGE as usize;
+        let (rows, npages) = (rng.random_range(1..7usize), rng.random_range(1..7usize));
+        let table: Vec<i32> = (0..rows)
+            .map(|_| rng.random_range(0..npages as i32))
+            .collect();
+        let scales: Vec<f32> = (0..rows).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let pages: Vec<f32> = (0..npages * page)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let mut out = vec![f32::NAN; rows * page];
+        paged_copy::interpret(
+            cfg,
+            rows as i32,
+            npages as i32,
+            &table,
+            &scales,
+            &pages,
+            &mut out,
+        )
+        .unwrap();
+        for r in 0..rows {
+            for j in 0..page {
+                let want = pages[table[r] as usize * page + j] * scales[r];
+                assert_eq!(out[r * page + j], want, "{cfg} row {r} at {j}");
+            }
+        }
+    }
+}
+
+#[test]
+fn shared_memory_histogram() {
+    let mut rng = rand::rng();
+    let n = 256 * rng.random_range(1..6usize);
+    // Few distinct values: many collisions; some outside the bins.
+    let x: Vec<i32> = (0..n).map(|_| rng.random_range(-5..40)).collect();
+    let mut hist = vec![-7i32; 256];
+    histogram::interpret(&histogram::SPACE[0], n as i32, &x, &mut hist).unwrap();
+    let mut want = vec![0i32; 256];
+    for &v in &x {
+        if (0..256).contains(&v) {
+            want[v as usize] += 1;
+        }
+    }
+    assert_eq!(hist, want);
+}
+
+#[test]
+fn moe_routing_gives_each_token_its_own_slot() {
+    let mut rng = rand::rng();
+    let experts = rng.random_range(1..9usize);
+    // Some tokens go to no expert (index out of range): they are dropped.
+    let expert: Vec<i32> = (0..256)
+        .map(|_| rng.random_range(-1..experts as i32 + 1))
+        .collect();
+    let x: Vec<f32> = (0..256).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let mut counts = vec![0i32; experts];
+    let mut routed = vec![f32::NAN; experts * 256];
+    moe_route::interpret(
+        &moe_route::SPACE[0],
+        experts as i32,
+        &expert,
+        &x,
+        &mut counts,
+        &mut routed,
+    )
+    .unwrap();
+    for e in 0..experts {
+        let mine: Vec<f32> = (0..256)
+            .filter(|&t| expert[t] == e as i32)
+            .map(|t| x[t])
+            .collect();
+        assert_eq!(counts[e] as usize, mine.len(), "expert {e}");
+        // The interpreter applies atomics in token order, so slots follow token order.
+        assert_eq!(
+            &routed[e * 256..e * 256 + mine.len()],
+            &mine[..],
+            "expert {e}"
+        );
+        assert!(routed[e * 256 + mine.len()..(e + 1) * 256]
+            .iter()
+            .all(|v| v.is_nan()));
+    }
+}

@@ -1,0 +1,208 @@
+//! Data-dependent addressing: `item` (a register element as a uniform scalar), `gather`,
+//! `scatter` and atomics. The IR services for these instructions (result types, printing,
+//! operands, builder methods) live here so the shared matches elsewhere stay one line each.
+
+use super::builder::Dest;
+use super::{Instruction, ProgramBuilder, RegisterType, ScalarType, VarId, VarType};
+
+/// The read-modify-write of an [`Instruction::Atomic`], on `i32`, `u32` or `f32` elements.
+///
+/// Updates of one launch apply in an unspecified order on the GPU. The interpreter applies them
+/// in order (blocks in launch order, then elements in row-major order of the value tile), each
+/// one exactly and then rounded (`f32` add) or checked (integer add overflowing the dtype is
+/// an error, where the GPU wraps). Integer add, max and min, and `f32` max and min, give the
+/// same result in any order; an `f32` sum does not, so tests compare it with a tolerance.
+/// `f32` max and min order values totally with `-0 < +0`; NaN is an error in the interpreter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum AtomicOp {
+    Add,
+    Max,
+    Min,
+    /// Store `value`; the old value is the result.
+    Exchange,
+    /// Store `value` where the old value equals `compare` (bit for bit); the old value is the
+    /// result.
+    Cas,
+}
+
+impl AtomicOp {
+    /// The CUDA function (and the verb in messages).
+    pub fn cuda_name(self) -> &'static str {
+        match self {
+            AtomicOp::Add => "atomicAdd",
+            AtomicOp::Max => "atomicMax",
+            AtomicOp::Min => "atomicMin",
+            AtomicOp::Exchange => "atomicExch",
+            AtomicOp::Cas => "atomicCAS",
+        }
+    }
+}
+
+impl Instruction {
+    /// [`Instruction::output_types`] of the addressing instructions.
+    pub(super) fn addressing_output_types(
+        &self,
+        ty: &dyn Fn(VarId) -> VarType,
+    ) -> Vec<(VarId, VarType)> {
+        match self {
+            Instruction::Item { out, x } => {
+                let t = match ty(*x) {
+                    VarType::Register(r) if r.dtype.is_float() => VarType::Scalar(ScalarType::F32),
+                    VarType::Register(_) => VarType::Scalar(ScalarType::I32),
+                    _ => VarType::Unknown,
+                };
+                vec![(*out, t)]
+            }
+            Instruction::Gather { out, src, index } => {
+                let dtype = match ty(*src) {
+                    VarType::Global(g) => Some(g.dtype),
+                    VarType::Shared(s) => Some(s.dtype),
+                    _ => None,
+                };
+                let t = match (dtype, ty(*index)) {
+                    (Some(dtype), VarType::Register(r)) => VarType::Register(RegisterType {
+                        dtype,
+                        layout: r.layout,
+                    }),
+                    _ => VarType::Unknown,
+                };
+                vec![(*out, t)]
+            }
+            Instruction::Atomic {
+                dst,
+                value,
+                out: Some(out),
+                ..
+            } => {
+                let dtype = match ty(*dst) {
+                    VarType::Global(g) => Some(g.dtype),
+                    VarType::Shared(s) => Some(s.dtype),
+                    _ => None,
+                };
+                let t = match (dtype, ty(*value)) {
+                    (Some(dtype), VarType::Register(r)) => VarType::Register(RegisterType {
+                        dtype,
+                        layout: r.layout,
+                    }),
+                    _ => VarType::Unknown,
+                };
+                vec![(*out, t)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// [`Instruction::inputs`] of the addressing instructions (the destination of a store is
+    /// read: it names the tensor written into).
+    pub(super) fn addressing_inputs(&self) -> Vec<VarId> {
+        match self {
+            Instruction::Item { x, .. } => vec![*x],
+            Instruction::Gather { src, index, .. } => vec![*src, *index],
+            Instruction::Scatter { src, dst, index } => vec![*src, *dst, *index],
+            Instruction::Atomic {
+                dst,
+                index,
+                value,
+                compare,
+                ..
+            } => {
+                let mut v = vec![*dst, *index];
+                v.extend(compare.iter().copied());
+                v.push(*value);
+                v
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every variable an addressing instruction reads or writes.
+    pub(crate) fn addressing_vars(&self) -> Vec<VarId> {
+        let mut v = self.addressing_inputs();
+        v.extend(self.outputs());
+        v
+    }
+}
+
+impl super::Program {
+    /// [`super::Program::instruction_text`] of the addressing instructions.
+    pub(super) fn addressing_text(&self, i: &Instruction) -> String {
+        let n = |v: &VarId| self.var_name(*v);
+        let name = i.name();
+        match i {
+            Instruction::Item { out, x } => format!("{} = {name}({})", n(out), n(x)),
+            Instruction::Gather { out, src, index } => {
+                format!("{} = {name}({}, {})", n(out), n(src), n(index))
+            }
+            Instruction::Scatter { src, dst, index } => {
+                format!("{name}({}, {}, {})", n(src), n(dst), n(index))
+            }
+            Instruction::Atomic {
+                dst,
+                index,
+                value,
+                compare,
+                out,
+                ..
+            } => {
+                let cmp = compare.map(|c| format!("{}, ", n(&c))).unwrap_or_default();
+                let call = format!("{name}({}, {}, {cmp}{})", n(dst), n(index), n(value));
+                match out {
+                    Some(o) => format!("{} = {call}", n(o)),
+                    None => call,
+                }
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+impl ProgramBuilder {
+    /// `item(x)`: the one element of `x` as a uniform scalar (`i32`, or `f32` for floats).
+    pub fn item(&mut self, name: &str, x: VarId) -> VarId {
+        self.define(name, |out| Instruction::Item { out, x })
+    }
+
+    /// `gather(src, index)`: `out[e] = src.flat[index[e]]`, 0 outside `src`.
+    pub fn gather(&mut self, dest: impl Into<Dest>, src: VarId, index: VarId) -> VarId {
+        self.define(dest, |out| Instruction::Gather { out, src, index })
+    }
+
+    /// `scatter(src, dst, index)`: `dst.flat[index[e]] = src[e]`, skipping indices outside.
+    pub fn scatter(&mut self, src: VarId, dst: VarId, index: VarId) {
+        self.instr(Instruction::Scatter { src, dst, index });
+    }
+
+    /// An atomic update of `dst.flat[index[e]]` with `value[e]` (`compare` for
+    /// [`AtomicOp::Cas`]); with `out`, the old values are returned in a new tensor.
+    pub fn atomic(
+        &mut self,
+        op: AtomicOp,
+        dst: VarId,
+        index: VarId,
+        value: VarId,
+        compare: Option<VarId>,
+        out: Option<Dest>,
+    ) -> Option<VarId> {
+        match out {
+            None => {
+                self.instr(Instruction::Atomic {
+                    op,
+                    dst,
+                    index,
+                    value,
+                    compare,
+                    out: None,
+                });
+                None
+            }
+            Some(d) => Some(self.define(d, |o| Instruction::Atomic {
+                op,
+                dst,
+                index,
+                value,
+                compare,
+                out: Some(o),
+            })),
+        }
+    }
+}

@@ -1,0 +1,688 @@
+//! Data-dependent addressing on the interpreter against Rust references on fresh random data
+//! (outputs poisoned), the verifier's rejections, and the generated code's shape.
+
+#[allow(dead_code)]
+#[path = "programs/addressing.rs"]
+mod programs;
+
+use programs::*;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use tilus_core::codegen::emit;
+use tilus_core::interp::{run, Arg};
+use tilus_core::ir::{AtomicOp, Expr, Program, ProgramBuilder, SpanId};
+use tilus_core::layout::parse;
+use tilus_core::verify::{verify, Target};
+use tilus_core::{storage, DType};
+
+const POISON: u8 = 0xA5;
+
+fn buf(arg: &Arg) -> &[u8] {
+    match arg {
+        Arg::Buffer(b) => b,
+        _ => panic!("not a buffer"),
+    }
+}
+
+fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i32s(b: &[u8]) -> Vec<i32> {
+    b.chunks(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Random codes of `dtype` (any bit pattern that is not NaN), never all zero.
+fn random_codes(dtype: DType, len: usize) -> Vec<u32> {
+    let mut rng = rand::rng();
+    loop {
+        let codes: Vec<u32> = (0..len)
+            .map(|_| loop {
+                let c = rng.random::<u32>() & dtype.code_mask();
+                if !dtype.decode(c).is_nan() {
+                    break c;
+                }
+            })
+            .collect();
+        if codes.iter().any(|&c| c != 0) {
+            return codes;
+        }
+    }
+}
+
+#[test]
+fn gather_reads_random_indices_and_masks_out_of_range_ones() {
+    let mut rng = rand::rng();
+    for dtype in [DType::F16, DType::UInt(8), DType::Int(32), DType::BF16] {
+        for shared in [false, true] {
+            let n = if shared {
+                (SH_ROWS * SH_COLS) as i32
+            } else {
+                rng.random_range(1..700)
+            };
+            let m = rng.random_range(1..3 * TILE);
+            let table = random_codes(dtype, n as usize);
+            let idx: Vec<i32> = (0..m)
+                .map(|_| rng.random_range(-n / 4 - 2..n + n / 4 + 2))
+                .collect();
+            assert!(
+                idx.iter().any(|&i| i < 0 || i >= n),
+                "test needs some outside"
+            );
+            let mut args = vec![
+                Arg::I32(n),
+                Arg::I32(m),
+                Arg::Buffer(storage::pack(dtype, &table)),
+                Arg::Buffer(i32_bytes(&idx)),
+                Arg::Buffer(vec![POISON; storage::packed_len(dtype, m as usize)]),
+            ];
+            run(&gather_program(dtype, shared), &mut args)
+                .unwrap_or_else(|e| panic!("{dtype} shared={shared}: {e}"));
+            let got = storage::unpack(dtype, buf(&args[4]), m as usize);
+            for (k, &i) in idx.iter().enumerate() {
+                let want = if (0..n).contains(&i) {
+                    table[i as usize]
+                } else {
+                    0
+                };
+                assert_eq!(
+                    got[k], want,
+                    "{dtype} shared={shared} n={n} m={m} at {k} (index {i})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn scatter_of_a_permutation_writes_each_element_once() {
+    let mut rng = rand::rng();
+    for dtype in [DType::F16, DType::UInt(8), DType::F32] {
+        for (shared, replicated) in [(false, false), (false, true), (true, false), (true, true)] {
+            let m = if shared {
+                TILE
+            } else {
+                TILE * rng.random_range(1..4)
+            };
+            let n = if shared {
+                TILE
+            } else {
+                m + rng.random_range(0..50)
+            };
+            // Distinct targets; without shared memory some lie outside `out` and are skipped.
+            let extra = if shared { 0 } else { 20 };
+            let mut perm: Vec<i32> = (-extra..n + extra).collect();
+            perm.shuffle(&mut rng);
+            let idx: Vec<i32> = perm[..m as usize].to_vec();
+            let x = random_codes(dtype, m as usize);
+            let mut args = vec![
+                Arg::I32(n),
+                Arg::I32(m),
+                Arg::Buffer(storage::pack(dtype, &x)),
+                Arg::Buffer(i32_bytes(&idx)),
+                Arg::Buffer(vec![POISON; storage::packed_len(dtype, n as usize)]),
+            ];
+            run(&scatter_program(dtype, shared, replicated), &mut args)
+                .unwrap_or_else(|e| panic!("{dtype} shared={shared}: {e}"));
+            let got = storage::unpack(dtype, buf(&args[4]), n as usize);
+            let poison = storage::unpack(dtype, &[POISON; 4], 1)[0];
+            let mut want = vec![poison; n as usize];
+            for (k, &i) in idx.iter().enumerate() {
+                if (0..n).contains(&i) {
+                    want[i as usize] = x[k];
+                }
+            }
+            assert_eq!(got, want, "{dtype} shared={shared} replicated={replicated}");
+        }
+    }
+}
+
+#[test]
+fn scatter_collisions_are_reported() {
+    let (n, m) = (TILE, TILE);
+    let mut idx: Vec<i32> = (0..m).collect();
+    idx[200] = 17;
+    let mut args = vec![
+        Arg::I32(n),
+        Arg::I32(m),
+        Arg::Buffer(f32_bytes(&vec![1.5; m as usize])),
+        Arg::Buffer(i32_bytes(&idx)),
+        Arg::Buffer(vec![POISON; 4 * n as usize]),
+    ];
+    let e = run(&scatter_program(DType::F32, false, false), &mut args).unwrap_err();
+    assert!(
+        e.message
+            .contains("elements [17] and [200] of `v` both scatter to index 17 of `go`"),
+        "{}",
+        e.message
+    );
+}
+
+/// Run `atomic_program` on `idx`, `val` (and `cmp`) from `dst`; returns (dst, old).
+#[allow(clippy::too_many_arguments)]
+fn run_atomic(
+    op: AtomicOp,
+    dtype: DType,
+    shared: bool,
+    with_old: bool,
+    idx: &[i32],
+    val: &[u8],
+    cmp: Option<&[u8]>,
+    dst: &[u8],
+) -> (Vec<u8>, Vec<u8>) {
+    let m = idx.len();
+    let mut args = vec![
+        Arg::I32((dst.len() / 4) as i32),
+        Arg::I32(m as i32),
+        Arg::Buffer(i32_bytes(idx)),
+        Arg::Buffer(val.to_vec()),
+    ];
+    if let Some(c) = cmp {
+        args.push(Arg::Buffer(c.to_vec()));
+    }
+    args.push(Arg::Buffer(dst.to_vec()));
+    if with_old {
+        args.push(Arg::Buffer(vec![POISON; 4 * m]));
+    }
+    run(&atomic_program(op, dtype, shared, with_old), &mut args)
+        .unwrap_or_else(|e| panic!("{op:?} {dtype} shared={shared}: {e}"));
+    let d = if cmp.is_some() { 5 } else { 4 };
+    let old = if with_old {
+        buf(&args[d + 1]).to_vec()
+    } else {
+        Vec::new()
+    };
+    (buf(&args[d]).to_vec(), old)
+}
+
+#[test]
+fn atomic_add_builds_histograms_with_many_collisions() {
+    let mut rng = rand::rng();
+    for shared in [false, true] {
+        let bins = if shared {
+            TILE
+        } else {
+            rng.random_range(5..40)
+        };
+        let m = TILE as usize * rng.random_range(1..4);
+        let idx: Vec<i32> = (0..m).map(|_| rng.random_range(-3..bins + 3)).collect();
+        // i32: exact.
+        let val: Vec<i32> = (0..m).map(|_| rng.random_range(-1000..1000)).collect();
+        let init: Vec<i32> = (0..bins).map(|_| rng.random_range(-1000..1000)).collect();
+        let (dst, _) = run_atomic(
+            AtomicOp::Add,
+            DType::Int(32),
+            shared,
+            false,
+            &idx,
+            &i32_bytes(&val),
+            None,
+            &i32_bytes(&init),
+        );
+        let mut want = init.clone();
+        for (k, &i) in idx.iter().enumerate() {
+            if (0..bins).contains(&i) {
+                want[i as usize] += val[k];
+            }
+        }
+        assert_eq!(i32s(&dst), want, "i32 shared={shared}");
+        // f32: the interpreter adds in element order, rounding each step; against an f64
+        // reference within a tolerance (the GPU's order is unspecified).
+        let val: Vec<f32> = (0..m).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let init: Vec<f32> = (0..bins).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (dst, _) = run_atomic(
+            AtomicOp::Add,
+            DType::F32,
+            shared,
+            false,
+            &idx,
+            &f32_bytes(&val),
+            None,
+            &f32_bytes(&init),
+        );
+        let got = f32s(&dst);
+        let mut seq = init.clone();
+        let mut exact: Vec<f64> = init.iter().map(|&x| x as f64).collect();
+        for (k, &i) in idx.iter().enumerate() {
+            if (0..bins).contains(&i) {
+                seq[i as usize] += val[k];
+                exact[i as usize] += val[k] as f64;
+            }
+        }
+        assert_eq!(
+            got, seq,
+            "f32 shared={shared}: element order, rounded per step"
+        );
+        for (b, (&g, &e)) in got.iter().zip(&exact).enumerate() {
+            assert!((g as f64 - e).abs() < 1e-4, "bin {b}: {g} vs {e}");
+        }
+    }
+}
+
+#[test]
+fn atomic_max_and_min_of_i32_and_f32() {
+    let mut rng = rand::rng();
+    for shared in [false, true] {
+        for op in [AtomicOp::Max, AtomicOp::Min] {
+            let bins = if shared {
+                TILE
+            } else {
+                rng.random_range(5..40)
+            };
+            let m = TILE as usize * rng.random_range(1..3);
+            let idx: Vec<i32> = (0..m).map(|_| rng.random_range(-3..bins + 3)).collect();
+            let pick = |a: f64, b: f64| {
+                if op == AtomicOp::Max {
+                    a.max(b)
+                } else {
+                    a.min(b)
+                }
+            };
+            // i32
+            let val: Vec<i32> = (0..m).map(|_| rng.random()).collect();
+            let init: Vec<i32> = (0..bins).map(|_| rng.random()).collect();
+            let (dst, _) = run_atomic(
+                op,
+                DType::Int(32),
+                shared,
+                false,
+                &idx,
+                &i32_bytes(&val),
+                None,
+                &i32_bytes(&init),
+            );
+            let mut want = init.clone();
+            for (k, &i) in idx.iter().enumerate() {
+                if (0..bins).contains(&i) {
+                    want[i as usize] = pick(want[i as usize] as f64, val[k] as f64) as i32;
+                }
+            }
+            assert_eq!(i32s(&dst), want, "{op:?} i32 shared={shared}");
+            // f32, both signs
+            let val: Vec<f32> = (0..m).map(|_| rng.random_range(-100.0..100.0)).collect();
+            let init: Vec<f32> = (0..bins).map(|_| rng.random_range(-100.0..100.0)).collect();
+            let (dst, _) = run_atomic(
+                op,
+                DType::F32,
+                shared,
+                false,
+                &idx,
+                &f32_bytes(&val),
+                None,
+                &f32_bytes(&init),
+            );
+            let mut want = init.clone();
+            for (k, &i) in idx.iter().enumerate() {
+                if (0..bins).contains(&i) {
+                    want[i as usize] = pick(want[i as usize] as f64, val[k] as f64) as f32;
+                }
+            }
+            assert_eq!(f32s(&dst), want, "{op:?} f32 shared={shared}");
+        }
+    }
+}
+
+#[test]
+fn atomic_exchange_and_compare_and_swap_return_old_values() {
+    let mut rng = rand::rng();
+    for shared in [false, true] {
+        let bins = TILE * 2 - if shared { TILE } else { 0 };
+        let m = TILE as usize;
+        let mut perm: Vec<i32> = (-10..bins + 10).collect();
+        perm.shuffle(&mut rng);
+        let idx = perm[..m].to_vec();
+        let init: Vec<i32> = (0..bins).map(|_| rng.random_range(0..4)).collect();
+        let val: Vec<i32> = (0..m).map(|_| rng.random_range(-1000..1000)).collect();
+        // Exchange.
+        let (dst, old) = run_atomic(
+            AtomicOp::Exchange,
+            DType::Int(32),
+            shared,
+            true,
+            &idx,
+            &i32_bytes(&val),
+            None,
+            &i32_bytes(&init),
+        );
+        let (mut want, mut want_old) = (init.clone(), vec![0; m]);
+        for (k, &i) in idx.iter().enumerate() {
+            if (0..bins).contains(&i) {
+                want_old[k] = want[i as usize];
+                want[i as usize] = val[k];
+            }
+        }
+        assert_eq!(i32s(&dst), want, "exch shared={shared}");
+        assert_eq!(i32s(&old), want_old, "exch old shared={shared}");
+        // Compare-and-swap (f32, bitwise): about half the compares match.
+        let initf: Vec<f32> = init.iter().map(|&x| x as f32 * 0.5).collect();
+        let valf: Vec<f32> = val.iter().map(|&x| x as f32 * 0.25).collect();
+        let cmp: Vec<f32> = (0..m)
+            .map(|_| rng.random_range(0..4) as f32 * 0.5)
+            .collect();
+        let (dst, old) = run_atomic(
+            AtomicOp::Cas,
+            DType::F32,
+            shared,
+            true,
+            &idx,
+            &f32_bytes(&valf),
+            Some(&f32_bytes(&cmp)),
+            &f32_bytes(&initf),
+        );
+        let (mut want, mut want_old) = (initf.clone(), vec![0f32; m]);
+        let mut swapped = 0;
+        for (k, &i) in idx.iter().enumerate() {
+            if (0..bins).contains(&i) {
+                let o = want[i as usize];
+                want_old[k] = o;
+                if o.to_bits() == cmp[k].to_bits() {
+                    want[i as usize] = valf[k];
+                    swapped += 1;
+                }
+            }
+        }
+        assert!(
+            swapped > 0 && swapped < m,
+            "the test should swap some and keep some"
+        );
+        assert_eq!(f32s(&dst), want, "cas shared={shared}");
+        assert_eq!(f32s(&old), want_old, "cas old shared={shared}");
+    }
+}
+
+#[test]
+fn item_gives_uniform_scalars_for_addressing_and_arithmetic() {
+    let mut rng = rand::rng();
+    let (blocks, npages) = (rng.random_range(1..9), rng.random_range(1..9));
+    let table: Vec<i32> = (0..blocks).map(|_| rng.random_range(0..npages)).collect();
+    let scales: Vec<f32> = (0..blocks).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let scale_codes: Vec<u32> = scales
+        .iter()
+        .map(|&s| DType::F16.encode(s).unwrap())
+        .collect();
+    let pages: Vec<f32> = (0..npages * PAGE)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let mut args = vec![
+        Arg::I32(blocks),
+        Arg::I32(npages),
+        Arg::Buffer(i32_bytes(&table)),
+        Arg::Buffer(storage::pack(DType::F16, &scale_codes)),
+        Arg::Buffer(f32_bytes(&pages)),
+        Arg::Buffer(vec![POISON; 4 * (blocks * PAGE) as usize]),
+    ];
+    run(&paged_program(), &mut args).unwrap();
+    let got = f32s(buf(&args[5]));
+    for bi in 0..blocks as usize {
+        let s = DType::F16.decode(scale_codes[bi]) as f32;
+        for j in 0..PAGE as usize {
+            let want = pages[table[bi] as usize * PAGE as usize + j] * s;
+            assert_eq!(got[bi * PAGE as usize + j], want, "block {bi} at {j}");
+        }
+    }
+}
+
+#[test]
+fn item_of_a_u32_above_i32_max_is_an_error() {
+    let mut b = ProgramBuilder::new("k", 32);
+    let x = b.param_ptr("x", DType::UInt(32), false);
+    let y = b.param_ptr("y", DType::Int(32), true);
+    b.grid(vec![Expr::Int(1)]);
+    let gx = b.view_global("gx", x, DType::UInt(32), vec![1.into()]);
+    let gy = b.view_global("gy", y, DType::Int(32), vec![1.into()]);
+    let t = b.load_global("t", gx, parse("local(1)").unwrap(), vec![0.into()]);
+    let v = b.item("v", t);
+    let r = b.allocate_register("r", DType::Int(32), parse("local(1)").unwrap(), Some(0.0));
+    let r2 = b.binary(
+        "r2",
+        tilus_core::ir::ElementOp::Add,
+        r,
+        tilus_core::ir::Operand::Scalar(Expr::Var(v)),
+    );
+    b.store_global(r2, gy, vec![0.into()]);
+    let p = b.finish();
+    let mut args = vec![
+        Arg::Buffer(3_000_000_000u32.to_le_bytes().to_vec()),
+        Arg::Buffer(vec![0; 4]),
+    ];
+    let e = run(&p, &mut args).unwrap_err();
+    assert!(
+        e.message.contains("3000000000, which does not fit an i32"),
+        "{}",
+        e.message
+    );
+    let mut args = vec![
+        Arg::Buffer(7u32.to_le_bytes().to_vec()),
+        Arg::Buffer(vec![0; 4]),
+    ];
+    run(&p, &mut args).unwrap();
+    assert_eq!(i32s(buf(&args[1])), vec![7]);
+}
+
+#[test]
+fn gather_from_shared_without_a_barrier_is_a_race() {
+    let mut p = gather_program(DType::F16, true);
+    // Drop the `synchronize` between the store into shared memory and the gather.
+    p.body.retain(|s| {
+        !matches!(
+            s.kind,
+            tilus_core::ir::StmtKind::Instr(tilus_core::ir::Instruction::Synchronize)
+        )
+    });
+    let n = (SH_ROWS * SH_COLS) as i32;
+    let idx: Vec<i32> = (0..TILE).map(|i| (i * 7 + 3) % n).collect();
+    let mut args = vec![
+        Arg::I32(n),
+        Arg::I32(TILE),
+        Arg::Buffer(vec![1; 2 * n as usize]),
+        Arg::Buffer(i32_bytes(&idx)),
+        Arg::Buffer(vec![0; 2 * TILE as usize]),
+    ];
+    let e = run(&p, &mut args).unwrap_err();
+    assert!(
+        e.message.contains("race on shared tensor `st`"),
+        "{}",
+        e.message
+    );
+}
+
+// ---- verifier ------------------------------------------------------------------------------
+
+fn one_error(p: &Program, span: u32, needles: &[&str]) {
+    let d = verify(p, &Target::default()).expect_err("should be rejected");
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert_eq!(d[0].span, SpanId(span));
+    for n in needles {
+        assert!(d[0].message.contains(n), "`{n}` not in: {}", d[0].message);
+    }
+}
+
+/// A kernel with an f16 table `t` (read-only), a mutable f32 `h`, an u8 index source `u`.
+fn verifier_kernel(body: impl FnOnce(&mut ProgramBuilder, [tilus_core::ir::VarId; 4])) -> Program {
+    let mut b = ProgramBuilder::new("k", 128);
+    let t = b.param_ptr("t", DType::F16, false);
+    let h = b.param_ptr("h", DType::F32, true);
+    let u = b.param_ptr("u", DType::UInt(8), false);
+    let i = b.param_ptr("i", DType::Int(32), false);
+    b.grid(vec![Expr::Int(1)]);
+    let gt = b.view_global("gt", t, DType::F16, vec![256.into()]);
+    let gh = b.view_global("gh", h, DType::F32, vec![256.into()]);
+    let gu = b.view_global("gu", u, DType::UInt(8), vec![256.into()]);
+    let gi = b.view_global("gi", i, DType::Int(32), vec![256.into()]);
+    body(&mut b, [gt, gh, gu, gi]);
+    b.finish()
+}
+
+#[test]
+fn verifier_rejects_bad_addressing_operands() {
+    // A u8 index.
+    let p = verifier_kernel(|b, [gt, _, gu, _]| {
+        let ix = b.load_global("codes", gu, tile(), vec![0.into()]);
+        b.set_span(SpanId(7));
+        b.gather("g", gt, ix);
+    });
+    one_error(
+        &p,
+        7,
+        &["gather", "the index `codes` must hold i32, but it holds u8"],
+    );
+
+    // item of two elements.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let two = b.load_global("two", gi, parse("local(2)").unwrap(), vec![0.into()]);
+        b.set_span(SpanId(8));
+        b.item("x", two);
+    });
+    one_error(
+        &p,
+        8,
+        &[
+            "item: `two` has shape [2] (2 elements)",
+            "exactly one element",
+        ],
+    );
+
+    // scatter into a read-only view.
+    let p = verifier_kernel(|b, [gt, _, _, gi]| {
+        let ix = b.load_global("ix", gi, tile(), vec![0.into()]);
+        let v = b.load_global("v", gt, tile(), vec![0.into()]);
+        b.set_span(SpanId(9));
+        b.scatter(v, gt, ix);
+    });
+    one_error(
+        &p,
+        9,
+        &[
+            "scatter: the destination `gt` is a view of read-only pointer `t`",
+            "GlobalMut",
+        ],
+    );
+
+    // gather of sub-byte elements.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = b.load_global("ix", gi, tile(), vec![0.into()]);
+        let w = b.param_ptr("w", DType::UInt(4), false);
+        let gw = b.view_global("gw", w, DType::UInt(4), vec![256.into()]);
+        b.set_span(SpanId(10));
+        b.gather("g", gw, ix);
+    });
+    one_error(&p, 10, &["`gw` holds u4 elements", "8-, 16- and 32-bit"]);
+
+    // an f16 atomic, and a gather from a register tensor.
+    let p = verifier_kernel(|b, [gt, _, _, gi]| {
+        let ix = b.load_global("ix", gi, tile(), vec![0.into()]);
+        let w = b.param_ptr("w", DType::F16, true);
+        let gw = b.view_global("gw", w, DType::F16, vec![256.into()]);
+        let v = b.load_global("v", gt, tile(), vec![0.into()]);
+        b.set_span(SpanId(11));
+        b.atomic(AtomicOp::Add, gw, ix, v, None, None);
+    });
+    one_error(
+        &p,
+        11,
+        &["atomic_add: `gw` holds f16; atomics work on i32, u32 and f32"],
+    );
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = b.load_global("ix", gi, tile(), vec![0.into()]);
+        b.set_span(SpanId(12));
+        b.gather("g", ix, ix);
+    });
+    one_error(
+        &p,
+        12,
+        &["gather: the source `ix` must be a global or shared tensor, but it is a register"],
+    );
+
+    // old values from a replicated layout; an index of another layout.
+    let p = verifier_kernel(|b, [_, gh, _, gi]| {
+        let rep = parse("local(4).spatial(64)").unwrap();
+        let ix = b.load_global("ix", gi, rep.clone(), vec![0.into()]);
+        let v = b.allocate_register("v", DType::F32, rep, Some(1.0));
+        b.set_span(SpanId(13));
+        b.atomic(AtomicOp::Exchange, gh, ix, v, None, Some("old".into()));
+    });
+    one_error(
+        &p,
+        13,
+        &[
+            "atomic_exch: returning the old values",
+            "held by 2 of the block's 128 threads",
+        ],
+    );
+    let p = verifier_kernel(|b, [_, gh, _, gi]| {
+        let ix = b.load_global(
+            "ix",
+            gi,
+            parse("spatial(128).local(2)").unwrap(),
+            vec![0.into()],
+        );
+        let v = b.allocate_register("v", DType::F32, tile(), Some(1.0));
+        b.set_span(SpanId(14));
+        b.atomic(AtomicOp::Max, gh, ix, v, None, None);
+    });
+    one_error(
+        &p,
+        14,
+        &["atomic_max: the index `ix`", "must have the layout of `v`"],
+    );
+}
+
+// ---- generated code ------------------------------------------------------------------------
+
+#[test]
+fn generated_code_guards_every_access() {
+    let k = emit(&gather_program(DType::F16, false), &Target::default()).unwrap();
+    assert!(
+        k.source.contains("? (uint32_t)*(const uint16_t*)("),
+        "{}",
+        k.source
+    );
+    assert!(k.source.contains(">= 0 && (long long)"), "{}", k.source);
+    let k = emit(&gather_program(DType::UInt(8), true), &Target::default()).unwrap();
+    assert!(k.source.contains("tilus_smem"), "{}", k.source);
+    let k = emit(
+        &scatter_program(DType::F32, false, true),
+        &Target::default(),
+    )
+    .unwrap();
+    assert!(
+        k.source.contains("if (tid < 64)"),
+        "one replica stores: {}",
+        k.source
+    );
+    let k = emit(
+        &atomic_program(AtomicOp::Max, DType::F32, false, false),
+        &Target::default(),
+    )
+    .unwrap();
+    assert!(k.source.contains("atomicMax((int*)"), "{}", k.source);
+    assert!(
+        k.source.contains("atomicMin((unsigned int*)"),
+        "{}",
+        k.source
+    );
+    let k = emit(
+        &atomic_program(AtomicOp::Cas, DType::Int(32), true, true),
+        &Target::default(),
+    )
+    .unwrap();
+    assert!(k.source.contains("atomicCAS((int*)"), "{}", k.source);
+    let k = emit(&paged_program(), &Target::default()).unwrap();
+    assert!(
+        k.source.contains("float s;"),
+        "f32 scalars are floats: {}",
+        k.source
+    );
+}

@@ -1,0 +1,131 @@
+//! `item(x)` / `x.item()`, `gather(src, index)`, `scatter(x, dst, index)` and the atomics
+//! `atomic_add(dst, index, x)` .. `atomic_cas(dst, index, compare, x)`.
+
+use syn::{Expr as SynExpr, ExprCall};
+use tilus_core::ir::syntax::Op;
+use tilus_core::ir::{AtomicOp, Expr, ProgramBuilder, ScalarType, VarType};
+
+use super::super::expr::{build, Resolved, Scope};
+use super::super::*;
+
+impl Translator<'_, '_> {
+    /// An argument that must be a global or shared tensor.
+    fn memory_arg(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        instr: &str,
+        role: &str,
+    ) -> R<VarId> {
+        let text = e.to_token_stream().to_string();
+        match self.value(b, e, DestHint::Temp)? {
+            Value::Tensor(v)
+                if matches!(
+                    b.ty(v),
+                    VarType::Global(_) | VarType::Shared(_) | VarType::Unknown
+                ) =>
+            {
+                Ok(v)
+            }
+            Value::Pointer(_) => Err(self.err(
+                e,
+                format!("`{text}` is a kernel parameter; make a view of it first: `view_global({text}, [..])`"),
+            )),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let found = match other {
+                    Value::Tensor(v) => b.ty(v).describe().to_string(),
+                    other => self.describe(&other),
+                };
+                Err(self.err(
+                    e,
+                    format!("the {role} of `{instr}` must be a global or shared tensor, but `{text}` is {found}"),
+                ))
+            }
+        }
+    }
+
+    /// `item(x)`: the one element of a register tensor as a uniform scalar.
+    pub(super) fn item_of<T: ToTokens + 'static>(
+        &mut self,
+        b: &mut ProgramBuilder,
+        node: &T,
+        x: &SynExpr,
+        dest: DestHint,
+    ) -> R<Value> {
+        let x = self.tensor_arg(b, x, "item", "operand", Scope::Register)?;
+        let site = self.site(node);
+        b.set_span(site);
+        let name = match dest {
+            DestHint::New(n) => self.unique(&format!("{n}_item")),
+            _ => self.unique("item"),
+        };
+        let out = b.item(&name, x);
+        let ty = match b.ty(out) {
+            VarType::Scalar(t) => t,
+            _ => ScalarType::I32,
+        };
+        Ok(Value::Scalar(Expr::Var(out), ty))
+    }
+
+    pub(super) fn addressing_call(
+        &mut self,
+        b: &mut ProgramBuilder,
+        c: &ExprCall,
+        op: Op,
+        args: &[&SynExpr],
+        name: &str,
+        dest: DestHint,
+    ) -> R<Value> {
+        match op {
+            Op::Item => self.item_of(b, c, args[0], dest),
+            Op::Gather => {
+                let src = self.memory_arg(b, args[0], name, "source");
+                let index = self.tensor_arg(b, args[1], name, "index", Scope::Register);
+                let (src, index) = (src?, index?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "gathered");
+                Ok(Value::Tensor(build!(d, |d| b.gather(d, src, index))))
+            }
+            Op::Scatter => {
+                let x = self.tensor_arg(b, args[0], name, "value", Scope::Register);
+                let dst = self.memory_arg(b, args[1], name, "destination");
+                let index = self.tensor_arg(b, args[2], name, "index", Scope::Register);
+                let (x, dst, index) = (x?, dst?, index?);
+                let site = self.site(c);
+                b.set_span(site);
+                b.scatter(x, dst, index);
+                Ok(Value::Unit)
+            }
+            Op::Atomic(op) => {
+                let dst = self.memory_arg(b, args[0], name, "destination");
+                let index = self.tensor_arg(b, args[1], name, "index", Scope::Register);
+                let compare = if op == AtomicOp::Cas {
+                    self.tensor_arg(b, args[2], name, "compared value", Scope::Register)
+                        .map(Some)
+                } else {
+                    Ok(None)
+                };
+                let last = args[args.len() - 1];
+                let x = self.tensor_arg(b, last, name, "value", Scope::Register);
+                let (dst, index, compare, x) = (dst?, index?, compare?, x?);
+                let site = self.site(c);
+                b.set_span(site);
+                // The old values are returned where the result is bound (`let old = ..`).
+                let out = match dest {
+                    DestHint::Temp => None,
+                    d => Some(match self.dest(d, "old") {
+                        Resolved::New(n) => n.into(),
+                        Resolved::Existing(v) => v.into(),
+                    }),
+                };
+                Ok(match b.atomic(op, dst, index, x, compare, out) {
+                    Some(o) => Value::Tensor(o),
+                    None => Value::Unit,
+                })
+            }
+            _ => Err(self.err(c, "not an addressing instruction")),
+        }
+    }
+}
