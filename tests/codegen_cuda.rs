@@ -594,3 +594,32 @@ fn data_dependent_addressing_compiles() {
     }
     run("data_dependent_addressing_compiles", ks);
 }
+
+/// Every configuration of the f16 row-wise kernels (`kernels::rowwise`; the bf16 ones differ
+/// only in the conversions) compiles for sm_80 and sm_90a without spills under their occupancy
+/// hint (`blocks_per_sm`: at most 64 registers per thread at 128 or 256 threads).
+#[test]
+fn rowwise_kernels_compile_without_spills() {
+    use tilus::kernels::rowwise::programs::*;
+    let none = Expect::default();
+    let mut ks = Vec::new();
+    macro_rules! all {
+        ($k:ident) => {
+            for cfg in $k::SPACE {
+                ks.push((
+                    format!("{}_{cfg}", stringify!($k)),
+                    $k::program(cfg).unwrap(),
+                    none,
+                ));
+            }
+        };
+    }
+    all!(softmax_f16);
+    all!(rms_norm_f16);
+    all!(add_rms_norm_f16);
+    all!(layer_norm_f16);
+    all!(argmax_f16);
+    all!(silu_and_mul_f16);
+    all!(rotary_f16);
+    run("rowwise_kernels_compile_without_spills", ks);
+}

@@ -4,6 +4,9 @@
 //!   parameters (`cdiv(m, BM)`, `n / BN`).
 //! - `warps = N` (default 4) or `threads = N` (a multiple of 32): threads per block; may use
 //!   tile parameters (`warps = BM / 16`).
+//! - `blocks_per_sm = N` (default 1): an occupancy hint, `__launch_bounds__(threads, N)`; the
+//!   CUDA compiler keeps registers per thread low enough for N blocks on an SM. May use tile
+//!   parameters.
 //! - `space(BM = [16, 32], BN = [64, 128])`: the candidate values of each `const` tile
 //!   parameter (a single value may be written without brackets).
 //! - `dtypes(W = [i4, i6, u4])`: the candidate data types of each `W: DTypeParam` parameter.
@@ -35,12 +38,14 @@ pub struct KernelAttr {
     pub grid: Option<(Vec<Expr>, Range)>,
     /// Threads per block: the expression and whether it counts warps.
     pub threads: Option<(Expr, bool)>,
+    /// The occupancy hint `blocks_per_sm = N`.
+    pub blocks_per_sm: Option<Expr>,
     pub space: Vec<SpaceEntry>,
     pub dtypes: Vec<DTypeEntry>,
     pub target: Target,
 }
 
-const KEYS: &str = "`grid`, `warps`, `threads`, `space`, `dtypes`, `target`";
+const KEYS: &str = "`grid`, `warps`, `threads`, `blocks_per_sm`, `space`, `dtypes`, `target`";
 
 /// Parse the attribute's arguments; problems go to `report` (and a syntax error makes the
 /// result `None`).
@@ -48,6 +53,7 @@ pub fn parse(args: TokenStream, report: &mut Report) -> Option<KernelAttr> {
     let mut attr = KernelAttr {
         grid: None,
         threads: None,
+        blocks_per_sm: None,
         space: Vec::new(),
         dtypes: Vec::new(),
         target: Target::SM90,
@@ -98,6 +104,10 @@ pub fn parse(args: TokenStream, report: &mut Report) -> Option<KernelAttr> {
                         ));
                     }
                     attr.threads = Some((e, name == "warps"));
+                }
+                "blocks_per_sm" => {
+                    input.parse::<Token![=]>()?;
+                    attr.blocks_per_sm = Some(input.parse()?);
                 }
                 "target" => {
                     input.parse::<Token![=]>()?;

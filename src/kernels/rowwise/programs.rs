@@ -18,8 +18,9 @@ macro_rules! row_kernels {
     ($t:ident, $softmax:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
         /// `y = softmax(x)` along each row of `x: [rows, n]`, computed in f32.
         #[tilus::kernel(
-            grid = [rows],
-            warps = min(8, max(1, BN / 256)),
+            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
+            warps = max(4, min(512, max(32, BN / 16)) / 32),
+            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $softmax<const BN: i32, const V: i32>(
@@ -28,22 +29,25 @@ macro_rules! row_kernels {
             x: Global<$t>,
             y: GlobalMut<$t>,
         ) {
-            let t = 32 * min(8, max(1, BN / 256));
-            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
-            let [r] = block_indices();
+            let tr = min(512, max(32, BN / 16));
+            let rb = max(1, 128 / tr);
+            let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
+            let [bi] = block_indices();
+            let r = bi * rb;
             let xs = load_global(view_global(x, [rows, n]), tile, [r, 0], f32::NEG_INFINITY);
             let xs = cast::<f32>(xs);
             let m = reduce_max(xs, 1);
             let e = exp(xs - m);
             let s = sum(e, 1);
-            store_global(cast::<$t>(e / s), view_global(y, [rows, n]), [r, 0]);
+            store_global(cast::<$t>(e * (1.0 / s)), view_global(y, [rows, n]), [r, 0]);
         }
 
         /// `y = x / sqrt(mean(x²) + eps) · w` along each row of `x: [rows, n]`, `w: [n]`,
         /// computed in f32.
         #[tilus::kernel(
-            grid = [rows],
-            warps = min(8, max(1, BN / 256)),
+            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
+            warps = max(4, min(512, max(32, BN / 16)) / 32),
+            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $rms<const BN: i32, const V: i32>(
@@ -54,11 +58,14 @@ macro_rules! row_kernels {
             w: Global<$t>,
             y: GlobalMut<$t>,
         ) {
-            let t = 32 * min(8, max(1, BN / 256));
-            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
-            let [r] = block_indices();
+            let tr = min(512, max(32, BN / 16));
+            let rb = max(1, 128 / tr);
+            let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
+            let vec = layout!(local(1, BN / (tr * V)).spatial(1, tr).local(1, V));
+            let [bi] = block_indices();
+            let r = bi * rb;
             let xs = cast::<f32>(load_global(view_global(x, [rows, n]), tile, [r, 0]));
-            let ws = cast::<f32>(load_global(view_global(w, [1, n]), tile, [0, 0]));
+            let ws = cast::<f32>(load_global(view_global(w, [1, n]), vec, [0, 0]));
             let ms = sum(xs * xs, 1) * (1.0 / (n as f32));
             let inv = rsqrt(ms + eps);
             store_global(cast::<$t>(xs * inv * ws), view_global(y, [rows, n]), [r, 0]);
@@ -68,8 +75,9 @@ macro_rules! row_kernels {
         /// `residual = x + residual`, then `x = rmsnorm(residual) · w` (the sum is kept in f32
         /// for the norm, as vLLM's `fused_add_rms_norm` does).
         #[tilus::kernel(
-            grid = [rows],
-            warps = min(8, max(1, BN / 256)),
+            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
+            warps = max(4, min(512, max(32, BN / 16)) / 32),
+            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $add_rms<const BN: i32, const V: i32>(
@@ -80,14 +88,17 @@ macro_rules! row_kernels {
             residual: GlobalMut<$t>,
             w: Global<$t>,
         ) {
-            let t = 32 * min(8, max(1, BN / 256));
-            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
-            let [r] = block_indices();
+            let tr = min(512, max(32, BN / 16));
+            let rb = max(1, 128 / tr);
+            let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
+            let vec = layout!(local(1, BN / (tr * V)).spatial(1, tr).local(1, V));
+            let [bi] = block_indices();
+            let r = bi * rb;
             let gx = view_global(x, [rows, n]);
             let gr = view_global(residual, [rows, n]);
             let s = cast::<f32>(load_global(gx, tile, [r, 0])) + cast::<f32>(load_global(gr, tile, [r, 0]));
             store_global(cast::<$t>(s), gr, [r, 0]);
-            let ws = cast::<f32>(load_global(view_global(w, [1, n]), tile, [0, 0]));
+            let ws = cast::<f32>(load_global(view_global(w, [1, n]), vec, [0, 0]));
             let ms = sum(s * s, 1) * (1.0 / (n as f32));
             let inv = rsqrt(ms + eps);
             store_global(cast::<$t>(s * inv * ws), gx, [r, 0]);
@@ -96,8 +107,9 @@ macro_rules! row_kernels {
         /// `y = (x - mean) / sqrt(var + eps) · w + b` along each row (biased variance, two
         /// passes over the registers), computed in f32.
         #[tilus::kernel(
-            grid = [rows],
-            warps = min(8, max(1, BN / 256)),
+            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
+            warps = max(4, min(512, max(32, BN / 16)) / 32),
+            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $ln<const BN: i32, const V: i32>(
@@ -109,9 +121,12 @@ macro_rules! row_kernels {
             b: Global<$t>,
             y: GlobalMut<$t>,
         ) {
-            let t = 32 * min(8, max(1, BN / 256));
-            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
-            let [r] = block_indices();
+            let tr = min(512, max(32, BN / 16));
+            let rb = max(1, 128 / tr);
+            let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
+            let vec = layout!(local(1, BN / (tr * V)).spatial(1, tr).local(1, V));
+            let [bi] = block_indices();
+            let r = bi * rb;
             let xs = cast::<f32>(load_global(view_global(x, [rows, n]), tile, [r, 0]));
             let inv_n = 1.0 / (n as f32);
             let mean = sum(xs, 1) * inv_n;
@@ -120,16 +135,17 @@ macro_rules! row_kernels {
             let d = select(inside, xs - mean, 0.0);
             let var = sum(d * d, 1) * inv_n;
             let inv = rsqrt(var + eps);
-            let ws = cast::<f32>(load_global(view_global(w, [1, n]), tile, [0, 0]));
-            let bs = cast::<f32>(load_global(view_global(b, [1, n]), tile, [0, 0]));
+            let ws = cast::<f32>(load_global(view_global(w, [1, n]), vec, [0, 0]));
+            let bs = cast::<f32>(load_global(view_global(b, [1, n]), vec, [0, 0]));
             store_global(cast::<$t>(d * inv * ws + bs), view_global(y, [rows, n]), [r, 0]);
         }
 
         /// The index of the largest element of each row (the first one on ties): greedy
         /// decoding over logits `x: [rows, n]`.
         #[tilus::kernel(
-            grid = [rows],
-            warps = min(8, max(1, BN / 256)),
+            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
+            warps = max(4, min(512, max(32, BN / 16)) / 32),
+            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $argmax<const BN: i32, const V: i32>(
@@ -138,20 +154,22 @@ macro_rules! row_kernels {
             x: Global<$t>,
             out: GlobalMut<i32>,
         ) {
-            let t = 32 * min(8, max(1, BN / 256));
-            let tile = layout!(local(1, BN / (t * V)).spatial(1, t).local(1, V));
-            let [r] = block_indices();
+            let tr = min(512, max(32, BN / 16));
+            let rb = max(1, 128 / tr);
+            let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
+            let [bi] = block_indices();
+            let r = bi * rb;
             let xs = load_global(view_global(x, [rows, n]), tile, [r, 0], f32::NEG_INFINITY);
             store_global(argmax(xs, 1), view_global(out, [rows, 1]), [r, 0]);
         }
 
         /// `y = silu(gate) · up` for `x = [gate | up]: [tokens, 2 d]`, `y: [tokens, d]`, in
         /// f32: the activation of a gated MLP.
-        #[tilus::kernel(grid = [tokens, cdiv(d, 128 * V)], warps = 4, space(V = [8, 1]))]
+        #[tilus::kernel(grid = [tokens, cdiv(d, 256 * V)], warps = 4, blocks_per_sm = 8, space(V = [8, 1]))]
         pub fn $silu<const V: i32>(tokens: i32, d: i32, x: Global<$t>, y: GlobalMut<$t>) {
-            let tile = layout!(spatial(1, 1, 128).local(1, 1, V));
+            let tile = layout!(local(1, 1, 2).spatial(1, 1, 128).local(1, 1, V));
             let [r, j] = block_indices();
-            let c = j * 128 * V;
+            let c = j * 256 * V;
             let gx = view_global(x, [tokens, 2, d]);
             let gate = cast::<f32>(load_global(gx, tile, [r, 0, c]));
             let up = cast::<f32>(load_global(gx, tile, [r, 1, c]));
@@ -161,7 +179,7 @@ macro_rules! row_kernels {
         /// Rotary position embedding (NeoX halves), in place on `x: [tokens, heads, HD]`:
         /// `(x1, x2) <- (x1 cos - x2 sin, x2 cos + x1 sin)` with `cos, sin: [tokens, HD / 2]`.
         /// A block takes `2048 / HD` heads of one token (128 threads of 8 columns each).
-        #[tilus::kernel(grid = [tokens, cdiv(heads, 2048 / HD)], warps = 4, space(HD = [64, 128, 256]))]
+        #[tilus::kernel(grid = [tokens, cdiv(heads, 2048 / HD)], warps = 4, blocks_per_sm = 8, space(HD = [64, 128, 256]))]
         pub fn $rotary<const HD: i32>(
             tokens: i32,
             heads: i32,

@@ -560,8 +560,9 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         })
         .collect();
     src.push_str(&format!(
-        "\nextern \"C\" __global__ void __launch_bounds__({}, 1) {entry}({}) {{\n",
+        "\nextern \"C\" __global__ void __launch_bounds__({}, {}) {entry}({}) {{\n",
         p.num_threads,
+        p.blocks_per_sm.max(1),
         sig.join(", ")
     ));
     let mut top = Writer::new(1);

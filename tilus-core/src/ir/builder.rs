@@ -36,6 +36,7 @@ impl From<VarId> for Dest {
 pub struct ProgramBuilder {
     name: String,
     num_threads: u32,
+    blocks_per_sm: u32,
     params: Vec<Param>,
     grid: Vec<Expr>,
     vars: Vec<Var>,
@@ -50,6 +51,7 @@ impl ProgramBuilder {
         ProgramBuilder {
             name: name.to_string(),
             num_threads,
+            blocks_per_sm: 1,
             params: Vec::new(),
             grid: Vec::new(),
             vars: Vec::new(),
@@ -102,6 +104,11 @@ impl ProgramBuilder {
         let var = self.new_var(name, VarType::Pointer { dtype, mutable });
         self.params.push(Param { var });
         var
+    }
+
+    /// The occupancy hint [`Program::blocks_per_sm`] (default 1).
+    pub fn blocks_per_sm(&mut self, blocks: u32) {
+        self.blocks_per_sm = blocks;
     }
 
     /// Grid extents, over parameters only (1 to 3 dimensions).
@@ -501,6 +508,7 @@ impl ProgramBuilder {
             params: self.params,
             grid: self.grid,
             num_threads: self.num_threads,
+            blocks_per_sm: self.blocks_per_sm,
             vars: self.vars,
             body,
             span: self.program_span,

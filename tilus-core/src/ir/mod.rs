@@ -608,10 +608,19 @@ pub struct Program {
     pub grid: Vec<Expr>,
     /// Threads per block (a multiple of 32).
     pub num_threads: u32,
+    /// Blocks the kernel should fit on one SM at once (an occupancy hint: the CUDA compiler
+    /// limits registers per thread to make room, `__launch_bounds__(threads, blocks)`). 1 lets
+    /// it use as many registers as it likes; memory-bound kernels want several.
+    #[serde(default = "one")]
+    pub blocks_per_sm: u32,
     pub vars: Vec<Var>,
     pub body: Vec<Stmt>,
     /// The span of the whole kernel, for diagnostics not tied to a statement.
     pub span: SpanId,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Program {

@@ -206,6 +206,14 @@ impl<'p> Checker<'p> {
     fn header(&mut self) {
         let span = self.p.span;
         let nt = self.p.num_threads;
+        // An SM holds at most 2048 threads (sm_80 and sm_90).
+        let bps = self.p.blocks_per_sm;
+        if bps == 0 || (bps as u64) * (nt as u64) > 2048 {
+            self.err(
+                span,
+                format!("blocks_per_sm = {bps}: between 1 and 2048 / {nt} blocks of {nt} threads fit on an SM"),
+            );
+        }
         if nt == 0 || !nt.is_multiple_of(32) {
             self.err(
                 span,

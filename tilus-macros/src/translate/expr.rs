@@ -473,6 +473,25 @@ impl Translator<'_, '_> {
                 let operand = self.operand(bin.left.as_ref(), lhs)?;
                 self.element(b, bin, op, y, operand, dest)
             }
+            // `1.0 / x`, `0.0 - x`: the constant becomes a register tensor of `x`'s type.
+            (
+                lhs @ (Value::Float(_) | Value::Scalar(Expr::Int(_), ScalarType::I32)),
+                Value::Tensor(y),
+            ) if element_op(op).is_some() => {
+                let c = match lhs {
+                    Value::Float(v) => v,
+                    Value::Scalar(Expr::Int(v), _) => v as f64,
+                    _ => unreachable!("matched above"),
+                };
+                let tilus_core::ir::VarType::Register(r) = b.ty(y) else {
+                    return Err(self.err(&*bin.right, "expected a register tensor"));
+                };
+                let site = self.site(bin);
+                b.set_span(site);
+                let name = self.unique("c");
+                let k = b.allocate_register(name.as_str(), r.dtype, r.layout, Some(c));
+                self.element(b, bin, op, k, Operand::Tensor(y), dest)
+            }
             (lhs, rhs) => {
                 let (l, r) = (self.describe(&lhs), self.describe(&rhs));
                 Err(self.err(

@@ -165,6 +165,17 @@ pub fn translate(
         t.bind(&name, binding);
     }
     t.grid(&mut b);
+    if let Some(e) = t.attr.blocks_per_sm.clone() {
+        match t.const_int(&e) {
+            Some(v) if v >= 1 => b.blocks_per_sm(v as u32),
+            _ => {
+                let _ = t.err(
+                    &e,
+                    "`blocks_per_sm` must be a positive constant (integers and tile parameters)",
+                );
+            }
+        }
+    }
     t.scopes.push(Vec::new());
     t.declare_helpers(&f.block.stmts);
     for stmt in &f.block.stmts {
