@@ -52,7 +52,7 @@ def main():
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     gbps = copy_gbps(flush, args.runs)
     print(f"torch {torch.__version__}; copy bandwidth {gbps:.0f} GB/s")
-    print(f"{'kernel':<14} {'shape':>11} {'time us':>9} {'GB/s':>7} {'%floor':>7}")
+    print(f"{'kernel':<14} {'shape':>11} {'time us':>9} {'GB/s':>7} {'%floor':>7} {'copy us':>8} {'%copy':>7}")
     h = torch.float16
     for shape in args.shapes.split(","):
         rows, n = (int(v) for v in shape.split("x"))
@@ -83,7 +83,11 @@ def main():
         for name, fn, nbytes in cases:
             us = timed(fn, args.runs, flush)
             bw = nbytes / us / 1e3
-            print(f"{name:<14} {shape:>11} {us:>9.1f} {bw:>7.0f} {100 * bw / gbps:>6.1f}%")
+            # A copy moving the same bytes (half read, half written): the floor at this size.
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            cu = timed(lambda: dst.copy_(src), 20, flush)
+            print(f"{name:<14} {shape:>11} {us:>9.1f} {bw:>7.0f} {100 * bw / gbps:>6.1f}% {cu:>8.1f} {100 * cu / us:>6.1f}%")
 
 
 if __name__ == "__main__":

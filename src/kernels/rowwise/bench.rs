@@ -4,7 +4,7 @@
 //! `bench/torch_rowwise.py` measures torch's kernels the same way and prints the same table.
 
 use super::RowElement;
-use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, Timing};
+use tilus_runtime::{copy_time, time_runs, Context, DeviceBuffer, L2Flush, Timing};
 
 /// One measured kernel.
 #[derive(Clone, Debug)]
@@ -15,6 +15,9 @@ pub struct RowBench {
     pub timing: Timing,
     /// Bytes read plus bytes written by one launch.
     pub bytes: usize,
+    /// A device-to-device copy moving the same bytes (half read, half written), L2 flushed:
+    /// the floor at this size.
+    pub copy: Timing,
 }
 
 impl RowBench {
@@ -76,12 +79,14 @@ pub fn bench_rowwise<T: RowElement>(
         if let Some(e) = failure {
             return Err(format!("{kernel}: {e}"));
         }
+        let copy = copy_time(ctx, bytes / 2, Some(&mut flush)).map_err(err)?;
         out.push(RowBench {
             kernel,
             rows,
             n,
             timing,
             bytes,
+            copy,
         });
         Ok(())
     };
@@ -125,18 +130,22 @@ pub fn bench_rowwise<T: RowElement>(
 /// The table `tilus bench rowwise` prints (the same columns as `bench/torch_rowwise.py`).
 pub fn table(copy_gbps: f64, dtype: &str, results: &[RowBench]) -> String {
     let mut s = format!(
-        "tilus {dtype}; copy bandwidth {copy_gbps:.0} GB/s\n{:<14} {:>11} {:>9} {:>7} {:>7}\n",
-        "kernel", "shape", "time us", "GB/s", "%floor"
+        "tilus {dtype}; copy bandwidth {copy_gbps:.0} GB/s (1 GiB); %floor = bandwidth / that; \
+         copy us = a copy of the same bytes, %copy = copy us / time us\n\
+         {:<14} {:>11} {:>9} {:>7} {:>7} {:>8} {:>7}\n",
+        "kernel", "shape", "time us", "GB/s", "%floor", "copy us", "%copy"
     );
     for r in results {
         let gbps = r.gb_per_s();
         s += &format!(
-            "{:<14} {:>11} {:>9.1} {:>7.0} {:>6.1}%\n",
+            "{:<14} {:>11} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.1}%\n",
             r.kernel,
             format!("{}x{}", r.rows, r.n),
             r.timing.median_us,
             gbps,
-            100.0 * gbps / copy_gbps
+            100.0 * gbps / copy_gbps,
+            r.copy.median_us,
+            100.0 * r.copy.median_us / r.timing.median_us
         );
     }
     s

@@ -1,15 +1,25 @@
-//! The row-wise kernels, written with `#[kernel]`. Each block owns one row (one token for
-//! `rotary` and `silu_and_mul`) and holds it in registers, so every element is read once and
-//! written once: the kernels are bound by memory bandwidth.
+//! The row-wise kernels, written with `#[kernel]`. Each row (one token for `rotary` and
+//! `silu_and_mul`) is held in registers, so every element is read once and written once: the
+//! kernels are bound by memory bandwidth.
 //!
-//! The row tile is `[1, BN]` over `T = 32 · warps` threads, each thread holding `BN / T`
-//! elements in runs of `V` consecutive ones (`V = 8` f16/bf16 elements are one 16-byte load):
-//! `local(1, BN / (T V)).spatial(1, T).local(1, V)`. `BN` is the smallest row capacity that holds
+//! A row of capacity `BN` is spread over `TR = min(256, max(32, BN / 32))` threads, each holding
+//! `E = BN / TR` elements (8 to 32) in runs of `V` consecutive ones (`V = 8` f16/bf16 elements
+//! are one 16-byte load); a block of `max(128, TR)` threads takes `RB = max(1, 128 / TR)` rows:
+//! the tile `[RB, BN]` is `local(1, BN / (TR V)).spatial(RB, TR).local(1, V)`. Rows up to 1024
+//! elements thus live in one warp each and their reductions are warp shuffles only; longer rows
+//! add a shared-memory stage across the row's warps. `BN` is the smallest capacity that holds
 //! `n`; the tail past `n` is masked (loads past the view read the fill value, stores are
 //! dropped). `V = 1` serves rows whose length is not a multiple of 8 (a vector would straddle
-//! two rows). Reductions along the row combine each thread's locals, then the warp's lanes by
-//! shuffles, then the warps through shared memory; their results are replicated on every
-//! thread of the row, so `xs - m` broadcasts without data movement.
+//! two rows). A reduction's result is replicated on every thread of its row, so `xs - m`
+//! broadcasts without data movement, and a `[1, BN]` vector such as a norm's weight is loaded
+//! in the row layout over `TR` threads, which the other rows' threads replicate.
+//!
+//! The occupancy hint `blocks_per_sm = (8192 + 1024 V) / (E · threads)` leaves each thread
+//! about 128 registers at 32 elements, 64 at 16 and 32 at 8 (more with `V = 1`, whose
+//! per-element addresses need registers): every configuration compiles without spills
+//! (`tests/codegen_cuda.rs`), and short rows get many blocks in flight. Measured on an H100
+//! (docs/perf-notes.md): 32 elements per thread beat 16 at 8192 columns (fewer warps to combine
+//! through shared memory), and a warp per row beats a block per row at 1024.
 //!
 //! Every kernel is stamped for f16 and bf16 by `row_kernels!`: `#[kernel]` parameters have
 //! concrete element types.
@@ -18,9 +28,9 @@ macro_rules! row_kernels {
     ($t:ident, $softmax:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
         /// `y = softmax(x)` along each row of `x: [rows, n]`, computed in f32.
         #[tilus::kernel(
-            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
-            warps = max(4, min(512, max(32, BN / 16)) / 32),
-            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
+            grid = [cdiv(rows, max(1, 128 / min(256, max(32, BN / 32))))],
+            warps = max(4, min(256, max(32, BN / 32)) / 32),
+            blocks_per_sm = (8192 + 1024 * V) / (BN / min(256, max(32, BN / 32)) * max(128, min(256, max(32, BN / 32)))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $softmax<const BN: i32, const V: i32>(
@@ -29,7 +39,7 @@ macro_rules! row_kernels {
             x: Global<$t>,
             y: GlobalMut<$t>,
         ) {
-            let tr = min(512, max(32, BN / 16));
+            let tr = min(256, max(32, BN / 32));
             let rb = max(1, 128 / tr);
             let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
             let [bi] = block_indices();
@@ -45,9 +55,9 @@ macro_rules! row_kernels {
         /// `y = x / sqrt(mean(x²) + eps) · w` along each row of `x: [rows, n]`, `w: [n]`,
         /// computed in f32.
         #[tilus::kernel(
-            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
-            warps = max(4, min(512, max(32, BN / 16)) / 32),
-            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
+            grid = [cdiv(rows, max(1, 128 / min(256, max(32, BN / 32))))],
+            warps = max(4, min(256, max(32, BN / 32)) / 32),
+            blocks_per_sm = (8192 + 1024 * V) / (BN / min(256, max(32, BN / 32)) * max(128, min(256, max(32, BN / 32)))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $rms<const BN: i32, const V: i32>(
@@ -58,7 +68,7 @@ macro_rules! row_kernels {
             w: Global<$t>,
             y: GlobalMut<$t>,
         ) {
-            let tr = min(512, max(32, BN / 16));
+            let tr = min(256, max(32, BN / 32));
             let rb = max(1, 128 / tr);
             let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
             let vec = layout!(local(1, BN / (tr * V)).spatial(1, tr).local(1, V));
@@ -75,9 +85,9 @@ macro_rules! row_kernels {
         /// `residual = x + residual`, then `x = rmsnorm(residual) · w` (the sum is kept in f32
         /// for the norm, as vLLM's `fused_add_rms_norm` does).
         #[tilus::kernel(
-            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
-            warps = max(4, min(512, max(32, BN / 16)) / 32),
-            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
+            grid = [cdiv(rows, max(1, 128 / min(256, max(32, BN / 32))))],
+            warps = max(4, min(256, max(32, BN / 32)) / 32),
+            blocks_per_sm = (8192 + 1024 * V) / (BN / min(256, max(32, BN / 32)) * max(128, min(256, max(32, BN / 32)))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $add_rms<const BN: i32, const V: i32>(
@@ -88,7 +98,7 @@ macro_rules! row_kernels {
             residual: GlobalMut<$t>,
             w: Global<$t>,
         ) {
-            let tr = min(512, max(32, BN / 16));
+            let tr = min(256, max(32, BN / 32));
             let rb = max(1, 128 / tr);
             let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
             let vec = layout!(local(1, BN / (tr * V)).spatial(1, tr).local(1, V));
@@ -107,9 +117,9 @@ macro_rules! row_kernels {
         /// `y = (x - mean) / sqrt(var + eps) · w + b` along each row (biased variance, two
         /// passes over the registers), computed in f32.
         #[tilus::kernel(
-            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
-            warps = max(4, min(512, max(32, BN / 16)) / 32),
-            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
+            grid = [cdiv(rows, max(1, 128 / min(256, max(32, BN / 32))))],
+            warps = max(4, min(256, max(32, BN / 32)) / 32),
+            blocks_per_sm = (8192 + 1024 * V) / (BN / min(256, max(32, BN / 32)) * max(128, min(256, max(32, BN / 32)))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $ln<const BN: i32, const V: i32>(
@@ -121,7 +131,7 @@ macro_rules! row_kernels {
             b: Global<$t>,
             y: GlobalMut<$t>,
         ) {
-            let tr = min(512, max(32, BN / 16));
+            let tr = min(256, max(32, BN / 32));
             let rb = max(1, 128 / tr);
             let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
             let vec = layout!(local(1, BN / (tr * V)).spatial(1, tr).local(1, V));
@@ -143,9 +153,9 @@ macro_rules! row_kernels {
         /// The index of the largest element of each row (the first one on ties): greedy
         /// decoding over logits `x: [rows, n]`.
         #[tilus::kernel(
-            grid = [cdiv(rows, max(1, 128 / min(512, max(32, BN / 16))))],
-            warps = max(4, min(512, max(32, BN / 16)) / 32),
-            blocks_per_sm = (512 + 64 * V) / max(128, min(512, max(32, BN / 16))),
+            grid = [cdiv(rows, max(1, 128 / min(256, max(32, BN / 32))))],
+            warps = max(4, min(256, max(32, BN / 32)) / 32),
+            blocks_per_sm = (8192 + 1024 * V) / (BN / min(256, max(32, BN / 32)) * max(128, min(256, max(32, BN / 32)))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $argmax<const BN: i32, const V: i32>(
@@ -154,7 +164,7 @@ macro_rules! row_kernels {
             x: Global<$t>,
             out: GlobalMut<i32>,
         ) {
-            let tr = min(512, max(32, BN / 16));
+            let tr = min(256, max(32, BN / 32));
             let rb = max(1, 128 / tr);
             let tile = layout!(local(1, BN / (tr * V)).spatial(rb, tr).local(1, V));
             let [bi] = block_indices();
@@ -165,11 +175,11 @@ macro_rules! row_kernels {
 
         /// `y = silu(gate) · up` for `x = [gate | up]: [tokens, 2 d]`, `y: [tokens, d]`, in
         /// f32: the activation of a gated MLP.
-        #[tilus::kernel(grid = [tokens, cdiv(d, 256 * V)], warps = 4, blocks_per_sm = 8, space(V = [8, 1]))]
+        #[tilus::kernel(grid = [tokens, cdiv(d, 128 * V)], warps = 4, blocks_per_sm = 8, space(V = [8, 1]))]
         pub fn $silu<const V: i32>(tokens: i32, d: i32, x: Global<$t>, y: GlobalMut<$t>) {
-            let tile = layout!(local(1, 1, 2).spatial(1, 1, 128).local(1, 1, V));
+            let tile = layout!(spatial(1, 1, 128).local(1, 1, V));
             let [r, j] = block_indices();
-            let c = j * 256 * V;
+            let c = j * 128 * V;
             let gx = view_global(x, [tokens, 2, d]);
             let gate = cast::<f32>(load_global(gx, tile, [r, 0, c]));
             let up = cast::<f32>(load_global(gx, tile, [r, 1, c]));
