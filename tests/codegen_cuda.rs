@@ -615,6 +615,7 @@ fn rowwise_kernels_compile_without_spills() {
         };
     }
     all!(softmax_f16);
+    all!(softmax_long_f16);
     all!(rms_norm_f16);
     all!(add_rms_norm_f16);
     all!(layer_norm_f16);

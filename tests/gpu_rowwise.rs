@@ -239,3 +239,31 @@ fn bad_shapes_are_errors() {
         .to_string();
     assert!(e.contains("head_dim = 96"), "{e}");
 }
+
+/// Rows longer than 8192 go through the chunked softmax with an online maximum.
+#[test]
+fn long_rows_softmax_matches_the_interpreter() {
+    let Some(ctx) = context("long_rows_softmax_matches_the_interpreter") else {
+        return;
+    };
+    for (rows, n) in [(3, 20000), (2, 8192 * 3)] {
+        let x = random::<f16>(rows * n, -8.0, 8.0);
+        let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
+        let poison = vec![f16::NAN; rows * n];
+        let mut dy = DeviceBuffer::from_host(&ctx, &poison).unwrap();
+        rowwise::softmax(&ctx, rows, n, &dx, &mut dy).unwrap();
+        let mut cpu = poison.clone();
+        let cfg = programs::softmax_long_f16::Config {
+            V: if n % 8 == 0 { 8 } else { 1 },
+        };
+        programs::softmax_long_f16::interpret(&cfg, rows as i32, n as i32, &x, &mut cpu).unwrap();
+        let f = |v: &[f16]| -> Vec<f64> { v.iter().map(|x| x.to_f64()).collect() };
+        assert_close(
+            &format!("softmax {rows}x{n}"),
+            &f(&dy.to_host().unwrap()),
+            &f(&cpu),
+            n,
+            4e-3,
+        );
+    }
+}

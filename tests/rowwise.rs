@@ -223,3 +223,30 @@ fn shapes_outside_the_kernels_are_errors_naming_the_argument() {
     assert_eq!(row_config("softmax", 8192).unwrap(), (8192, 8));
     assert_eq!(row_config("softmax", 257).unwrap(), (512, 1));
 }
+
+#[test]
+fn long_rows_softmax_in_chunks_matches_f64() {
+    // Past 8192 elements: chunks with an online maximum, a ragged last chunk, scalar loads.
+    for (n, v) in [(8192 * 2 + 100, 1), (8192 * 2 + 8, 8)] {
+        let rows = 2;
+        let x = random_f16(rows * n, -8.0, 8.0);
+        let mut y = vec![f16::NAN; rows * n];
+        let cfg = programs::softmax_long_f16::Config { V: v };
+        programs::softmax_long_f16::interpret(&cfg, rows as i32, n as i32, &x, &mut y).unwrap();
+        for r in 0..rows {
+            let row: Vec<f64> = x[r * n..(r + 1) * n].iter().map(|v| v.to_f64()).collect();
+            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+            for j in 0..n {
+                let want = (row[j] - m).exp() / s;
+                close(
+                    &format!("n={n} ({r}, {j})"),
+                    y[r * n + j].to_f64(),
+                    want,
+                    2e-3,
+                    0.0,
+                );
+            }
+        }
+    }
+}

@@ -768,3 +768,22 @@ proptest! {
         prop_assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
 }
+
+#[test]
+fn fill_codes_keep_infinities_where_the_type_has_them() {
+    use tilus_core::DType;
+    assert_eq!(DType::F16.fill_code(f64::NEG_INFINITY), Ok(0xfc00));
+    assert_eq!(DType::F16.fill_code(f64::INFINITY), Ok(0x7c00));
+    assert_eq!(DType::BF16.fill_code(f64::NEG_INFINITY), Ok(0xff80));
+    assert_eq!(DType::F32.fill_code(f64::NEG_INFINITY), Ok(0xff80_0000));
+    assert_eq!(DType::F8E5M2.fill_code(f64::NEG_INFINITY), Ok(0xfc));
+    assert!(DType::F8E5M2.decode(0xfc).is_infinite());
+    // No infinity: saturate like every conversion; integers clamp exactly.
+    let e4m3 = DType::F8E4M3.fill_code(f64::NEG_INFINITY).unwrap();
+    assert_eq!(DType::F8E4M3.decode(e4m3), -DType::F8E4M3.max_value());
+    assert_eq!(DType::Int(8).fill_code(f64::NEG_INFINITY), Ok(0x80));
+    assert_eq!(DType::Int(32).fill_code(16777217.0), Ok(16777217));
+    assert_eq!(DType::UInt(4).fill_code(-3.0), Ok(0));
+    assert_eq!(DType::F16.fill_code(1.5), DType::F16.encode(1.5));
+    assert!(DType::F16.fill_code(f64::NAN).is_err());
+}

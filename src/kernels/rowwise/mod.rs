@@ -82,6 +82,15 @@ pub trait RowElement: tilus_runtime::Element + Copy {
         y: &mut impl DeviceWrite<Self>,
     ) -> Result<(), KernelError>;
     #[doc(hidden)]
+    fn softmax_long(
+        ctx: &Context,
+        v: i32,
+        rows: i32,
+        n: i32,
+        x: &impl DeviceRead<Self>,
+        y: &mut impl DeviceWrite<Self>,
+    ) -> Result<(), KernelError>;
+    #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     fn rms_norm(
         ctx: &Context,
@@ -154,7 +163,7 @@ pub trait RowElement: tilus_runtime::Element + Copy {
 }
 
 macro_rules! row_element {
-    ($t:ty, $softmax:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
+    ($t:ty, $softmax:ident, $softmax_long:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
         impl RowElement for $t {
             fn from_f64(v: f64) -> Self {
                 <$t>::from_f64(v)
@@ -171,6 +180,23 @@ macro_rules! row_element {
                 programs::$softmax::launch(
                     ctx,
                     &programs::$softmax::Config { BN: bn, V: v },
+                    rows,
+                    n,
+                    x,
+                    y,
+                )
+            }
+            fn softmax_long(
+                ctx: &Context,
+                v: i32,
+                rows: i32,
+                n: i32,
+                x: &impl DeviceRead<Self>,
+                y: &mut impl DeviceWrite<Self>,
+            ) -> Result<(), KernelError> {
+                programs::$softmax_long::launch(
+                    ctx,
+                    &programs::$softmax_long::Config { V: v },
                     rows,
                     n,
                     x,
@@ -299,6 +325,7 @@ macro_rules! row_element {
 row_element!(
     f16,
     softmax_f16,
+    softmax_long_f16,
     rms_norm_f16,
     add_rms_norm_f16,
     layer_norm_f16,
@@ -309,6 +336,7 @@ row_element!(
 row_element!(
     bf16,
     softmax_bf16,
+    softmax_long_bf16,
     rms_norm_bf16,
     add_rms_norm_bf16,
     layer_norm_bf16,
@@ -317,7 +345,9 @@ row_element!(
     rotary_bf16
 );
 
-/// `y = softmax(x)` along each row of `x: [rows, n]` (computed in f32).
+/// `y = softmax(x)` along each row of `x: [rows, n]` (computed in f32), rows of any length:
+/// up to [`MAX_ROW`] in one pass over registers, longer ones in chunks with an online maximum
+/// (two reads of the row).
 pub fn softmax<T: RowElement>(
     ctx: &Context,
     rows: usize,
@@ -325,9 +355,12 @@ pub fn softmax<T: RowElement>(
     x: &impl DeviceRead<T>,
     y: &mut impl DeviceWrite<T>,
 ) -> Result<(), KernelError> {
+    let [r, m] = dims("softmax", [("rows", rows), ("n", n)])?;
+    if n > MAX_ROW {
+        return T::softmax_long(ctx, if n.is_multiple_of(8) { 8 } else { 1 }, r, m, x, y);
+    }
     let (bn, v) = row_config("softmax", n)?;
-    let [rows, n] = dims("softmax", [("rows", rows), ("n", n)])?;
-    T::softmax(ctx, bn, v, rows, n, x, y)
+    T::softmax(ctx, bn, v, r, m, x, y)
 }
 
 /// `y = x / sqrt(mean(x²) + eps) · w` along each row of `x: [rows, n]`, `w: [n]`.

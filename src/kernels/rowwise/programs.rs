@@ -25,7 +25,7 @@
 //! concrete element types.
 
 macro_rules! row_kernels {
-    ($t:ident, $softmax:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
+    ($t:ident, $softmax:ident, $softmax_long:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
         /// `y = softmax(x)` along each row of `x: [rows, n]`, computed in f32.
         #[tilus::kernel(
             grid = [cdiv(rows, max(1, 128 / min(256, max(32, BN / 32))))],
@@ -46,10 +46,41 @@ macro_rules! row_kernels {
             let r = bi * rb;
             let xs = load_global(view_global(x, [rows, n]), tile, [r, 0], f32::NEG_INFINITY);
             let xs = cast::<f32>(xs);
-            let m = reduce_max(xs, 1);
+            // Rows past `rows` in the block's tile are all -inf: a finite floor on the maximum
+            // and on the sum keeps them NaN-free (a real row's sum is at least 1).
+            let m = max(reduce_max(xs, 1), -3.0e38);
             let e = exp(xs - m);
-            let s = sum(e, 1);
+            let s = max(sum(e, 1), 1e-30);
             store_global(cast::<$t>(e * (1.0 / s)), view_global(y, [rows, n]), [r, 0]);
+        }
+
+        /// `y = softmax(x)` for rows longer than 8192 elements, in chunks of 8192: one pass keeps
+        /// the running maximum `m` and the sum `l` of `exp(x - m)` (rescaled when the maximum
+        /// grows), a second pass reads the row again and writes it. Reads 2, writes 1.
+        #[tilus::kernel(grid = [rows], warps = 8, blocks_per_sm = 2, space(V = [8, 1]))]
+        pub fn $softmax_long<const V: i32>(rows: i32, n: i32, x: Global<$t>, y: GlobalMut<$t>) {
+            // Fold one chunk into the running maximum and sum (written once, used per chunk).
+            fn update(m: Tensor, l: Tensor, xs: Tensor) -> (Tensor, Tensor) {
+                let m_new = max(m, reduce_max(xs, 1));
+                let l_new = l * exp(m - m_new) + sum(exp(xs - m_new), 1);
+                (m_new, l_new)
+            }
+            let tile = layout!(local(1, 8192 / (256 * V)).spatial(1, 256).local(1, V));
+            let [r] = block_indices();
+            let gx = view_global(x, [rows, n]);
+            let gy = view_global(y, [rows, n]);
+            let first = cast::<f32>(load_global(gx, tile, [r, 0], f32::NEG_INFINITY));
+            let mut m = reduce_max(first, 1);
+            let mut l = sum(exp(first - m), 1);
+            for c in (8192..n).step_by(8192) {
+                let xs = cast::<f32>(load_global(gx, tile, [r, c], f32::NEG_INFINITY));
+                (m, l) = update(m, l, xs);
+            }
+            let inv = 1.0 / l;
+            for c in (0..n).step_by(8192) {
+                let xs = cast::<f32>(load_global(gx, tile, [r, c], f32::NEG_INFINITY));
+                store_global(cast::<$t>(exp(xs - m) * inv), gy, [r, c]);
+            }
         }
 
         /// `y = x / sqrt(mean(x²) + eps) · w` along each row of `x: [rows, n]`, `w: [n]`,
@@ -155,7 +186,7 @@ macro_rules! row_kernels {
         #[tilus::kernel(
             grid = [cdiv(rows, max(1, 128 / min(256, max(32, BN / 32))))],
             warps = max(4, min(256, max(32, BN / 32)) / 32),
-            blocks_per_sm = (8192 + 1024 * V) / (BN / min(256, max(32, BN / 32)) * max(128, min(256, max(32, BN / 32)))),
+            blocks_per_sm = min(16, (16384 + 2048 * V) / (BN / min(256, max(32, BN / 32)) * max(128, min(256, max(32, BN / 32))))),
             space(BN = [256, 512, 1024, 2048, 4096, 8192], V = [8, 1]),
         )]
         pub fn $argmax<const BN: i32, const V: i32>(
@@ -217,6 +248,7 @@ macro_rules! row_kernels {
 row_kernels!(
     f16,
     softmax_f16,
+    softmax_long_f16,
     rms_norm_f16,
     add_rms_norm_f16,
     layer_norm_f16,
@@ -227,6 +259,7 @@ row_kernels!(
 row_kernels!(
     bf16,
     softmax_bf16,
+    softmax_long_bf16,
     rms_norm_bf16,
     add_rms_norm_bf16,
     layer_norm_bf16,

@@ -310,6 +310,41 @@ impl DType {
         matches!(self, DType::F8E5M2 | DType::F16 | DType::BF16 | DType::F32)
     }
 
+    /// The code of a load's fill value (what masked-off elements read as): [`DType::encode`],
+    /// except that an infinity stays an infinity in the types that have one (`-inf` is the
+    /// identity of a maximum, and saturating it to the largest finite value would let a masked
+    /// element tie with a real one).
+    pub fn fill_code(self, value: f64) -> Result<u32, DTypeError> {
+        if value.is_infinite() && self.has_inf() {
+            let sign = if value < 0.0 {
+                1u32 << (self.bits() - 1)
+            } else {
+                0
+            };
+            // All-ones exponent, zero mantissa: sign | exponent bits.
+            let exponent = match self {
+                DType::F32 => 0x7f80_0000,
+                DType::F16 => 0x7c00,
+                DType::BF16 => 0x7f80,
+                _ => 0x7c, // f8e5m2
+            };
+            return Ok(sign | exponent);
+        }
+        self.validate()?;
+        if value.is_nan() {
+            return Err(DTypeError::NaN { dtype: self });
+        }
+        if self.is_float() {
+            self.encode(value as f32)
+        } else {
+            // Integers round half to even and clamp, exactly (no detour through f32).
+            let v = value
+                .round_ties_even()
+                .clamp(self.min_value(), self.max_value()) as i64;
+            Ok(v as u32 & self.code_mask())
+        }
+    }
+
     /// True if some code decodes to NaN (`f8e4m3` and the types with infinities).
     pub fn has_nan(self) -> bool {
         self.has_inf() || self == DType::F8E4M3

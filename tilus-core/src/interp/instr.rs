@@ -177,7 +177,10 @@ impl Machine<'_> {
                 fill,
             } => {
                 let view = self.global(block, *src)?;
-                let fill = convert(fill.unwrap_or(0.0), view.dtype)?;
+                let fill = match fill {
+                    Some(v) => view.dtype.fill_code(*v).map_err(|e| e.to_string())?,
+                    None => 0,
+                };
                 let offset = self.ints(block, offset, "offset")?;
                 let tab = self.table(layout)?;
                 let lead = view.shape.len() - tab.shape.len();

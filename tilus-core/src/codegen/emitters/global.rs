@@ -409,7 +409,13 @@ pub(crate) fn load(
         return Err(cx.err("load_global: the register tensor's dtype differs from the view's"));
     }
     // The fill code (converted as the interpreter does), repeated over a word for vectors.
-    let code = fill.map_or(0, |v| crate::codegen::scalar::constant(g.dtype, v).0);
+    let code = match fill {
+        Some(v) => g
+            .dtype
+            .fill_code(v)
+            .map_err(|e| cx.err(format!("the fill value {v}: {e}")))?,
+        None => 0,
+    };
     let fill_word = if 32 % g.dtype.bits() == 0 {
         (0..32 / g.dtype.bits()).fold(0u32, |w, k| w | code << (k * g.dtype.bits()))
     } else {
