@@ -225,10 +225,15 @@ fn bad_shapes_are_errors() {
     };
     let x = DeviceBuffer::from_host(&ctx, &[f16::ONE; 16]).unwrap();
     let mut y = DeviceBuffer::<f16>::zeros(&ctx, 16).unwrap();
-    let e = rowwise::softmax(&ctx, 1, 9000, &x, &mut y)
+    let e = rowwise::rms_norm(&ctx, 1, 9000, 1e-6, &x, &x, &mut y)
         .unwrap_err()
         .to_string();
     assert!(e.contains("n = 9000"), "{e}");
+    // Softmax takes long rows; buffers too small for them are named.
+    let e = rowwise::softmax(&ctx, 1, 9000, &x, &mut y)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`x` holds 32 bytes"), "{e}");
     // The buffers are too small for 4 rows of 16: the launch checks name the argument.
     let e = rowwise::softmax(&ctx, 4, 16, &x, &mut y)
         .unwrap_err()
