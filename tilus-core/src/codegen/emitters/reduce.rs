@@ -87,35 +87,41 @@ pub(crate) fn reduce(
         "0".to_string()
     };
     cx.w.open("");
-    // Stage 1: each thread's locals.
+    // Stage 1: each thread's locals, combined pairwise (a tree of depth log2(locals) rather
+    // than a chain: the combinations of one level are independent, so they issue back to back).
     let mut vs = Vec::new();
     let mut is = Vec::new();
     for (j, group) in plan.groups.iter().enumerate() {
-        let (v, iv) = (
-            cx.fresh(&format!("{o}_v{j}")),
-            cx.fresh(&format!("{o}_i{j}")),
-        );
+        let mut level: Vec<(String, String)> = Vec::new();
         for (k, &i) in group.iter().enumerate() {
             let c = cx.fresh("c");
             cx.w.line(format!(
                 "const uint32_t {c} = {};",
                 get_bits(&xn, i * bits as usize, bits)
             ));
-            let coord = crate::codegen::expr::add_const(&tcoord, plan.local_coord[i] as i64);
-            if k == 0 {
-                cx.w.line(format!("{vt} {v} = {};", scalar::decode(xd, &c)));
-                if argmax {
-                    cx.w.line(format!("int {iv} = {coord};"));
-                }
+            let (v, iv) = if k == 0 {
+                (cx.fresh(&format!("{o}_v{j}")), cx.fresh(&format!("{o}_i{j}")))
             } else {
-                let (y, iy) = (cx.fresh("y"), cx.fresh("iy"));
-                cx.w.line(format!("const {vt} {y} = {};", scalar::decode(xd, &c)));
-                if argmax {
-                    cx.w.line(format!("const int {iy} = {coord};"));
-                }
-                cx.w.line(combine(ct, op, &v, &iv, &y, &iy));
+                (cx.fresh("y"), cx.fresh("iy"))
+            };
+            cx.w.line(format!("{vt} {v} = {};", scalar::decode(xd, &c)));
+            if argmax {
+                let coord = crate::codegen::expr::add_const(&tcoord, plan.local_coord[i] as i64);
+                cx.w.line(format!("int {iv} = {coord};"));
             }
+            level.push((v, iv));
         }
+        while level.len() > 1 {
+            let mut next = Vec::with_capacity(level.len().div_ceil(2));
+            for pair in level.chunks(2) {
+                if let [(v, iv), (y, iy)] = pair {
+                    cx.w.line(combine(ct, op, v, iv, y, iy));
+                }
+                next.push(pair[0].clone());
+            }
+            level = next;
+        }
+        let (v, iv) = level.pop().expect("a group has at least one local");
         vs.push(v);
         is.push(iv);
     }
