@@ -45,12 +45,19 @@ pub fn random_input(rows: usize, n: usize) -> Vec<f16> {
 pub fn max_error(x: &[f16], y: &[f16], n: usize) -> f64 {
     let mut worst: f64 = 0.0;
     for (xr, yr) in x.chunks(n).zip(y.chunks(n)) {
-        let m = xr.iter().map(|v| v.to_f64()).fold(f64::NEG_INFINITY, f64::max);
+        let m = xr
+            .iter()
+            .map(|v| v.to_f64())
+            .fold(f64::NEG_INFINITY, f64::max);
         let s: f64 = xr.iter().map(|v| (v.to_f64() - m).exp()).sum();
         for (xv, yv) in xr.iter().zip(yr) {
             let want = (xv.to_f64() - m).exp() / s;
             let err = (yv.to_f64() - want).abs() / want.max(6.1e-5);
-            worst = if err.is_nan() { f64::NAN } else { worst.max(err) };
+            worst = if err.is_nan() {
+                f64::NAN
+            } else {
+                worst.max(err)
+            };
         }
     }
     worst

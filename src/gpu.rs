@@ -53,6 +53,7 @@ fn config_label(config: &str) -> String {
 pub enum GpuArg<'a> {
     I32(i32),
     F32(f32),
+    Bool(bool),
     /// A pointer parameter the kernel only reads.
     In(&'a dyn KernelArg),
     /// A pointer parameter the kernel writes.
@@ -64,13 +65,14 @@ impl GpuArg<'_> {
         match self {
             GpuArg::I32(v) => ArgValue::I32(*v),
             GpuArg::F32(v) => ArgValue::F32(*v),
+            GpuArg::Bool(v) => ArgValue::Bool(*v),
             GpuArg::In(b) => ArgValue::Pointer(b.address()),
             GpuArg::Out(b) => ArgValue::Pointer(b.address()),
         }
     }
     fn size_bytes(&self) -> usize {
         match self {
-            GpuArg::I32(_) | GpuArg::F32(_) => 0,
+            GpuArg::I32(_) | GpuArg::F32(_) | GpuArg::Bool(_) => 0,
             GpuArg::In(b) => b.size_bytes(),
             GpuArg::Out(b) => b.size_bytes(),
         }
@@ -165,6 +167,7 @@ impl GpuKernel {
             .map(|p| match &p.kind {
                 ParamKind::I32 { .. } => Param::value::<i32>(&p.ir_name),
                 ParamKind::F32 { .. } => Param::value::<f32>(&p.ir_name),
+                ParamKind::Bool { .. } => Param::value::<i32>(&p.ir_name),
                 ParamKind::Pointer { dtype, mutable, .. } => {
                     runtime_param(&p.ir_name, *dtype, *mutable)
                 }
@@ -255,10 +258,12 @@ impl GpuKernel {
             let expected = match (&p.kind, a) {
                 (ParamKind::I32 { .. }, GpuArg::I32(_))
                 | (ParamKind::F32 { .. }, GpuArg::F32(_))
+                | (ParamKind::Bool { .. }, GpuArg::Bool(_))
                 | (ParamKind::Pointer { mutable: false, .. }, GpuArg::In(_))
                 | (ParamKind::Pointer { .. }, GpuArg::Out(_)) => None,
                 (ParamKind::I32 { .. }, _) => Some("an i32 value"),
                 (ParamKind::F32 { .. }, _) => Some("an f32 value"),
+                (ParamKind::Bool { .. }, _) => Some("a bool value"),
                 (ParamKind::Pointer { mutable: true, .. }, _) => Some("a writable device buffer"),
                 _ => Some("a device buffer"),
             };
@@ -298,6 +303,7 @@ impl GpuKernel {
                 _ => match supplied.next().expect("counted above") {
                     GpuArg::I32(v) => builder.value(v),
                     GpuArg::F32(v) => builder.value(v),
+                    GpuArg::Bool(v) => builder.value(v as i32),
                     GpuArg::In(b) => builder.arg_dyn(b),
                     GpuArg::Out(b) => builder.arg_mut_dyn(b),
                 },

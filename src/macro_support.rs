@@ -188,6 +188,7 @@ impl Pack {
 pub enum ArgCheck {
     I32(i32),
     F32(f32),
+    Bool(bool),
     Buffer(usize),
 }
 
@@ -220,13 +221,14 @@ pub fn check_host_args(
         .map(|a| match a {
             ArgCheck::I32(v) => ArgValue::I32(*v),
             ArgCheck::F32(v) => ArgValue::F32(*v),
+            ArgCheck::Bool(v) => ArgValue::Bool(*v),
             ArgCheck::Buffer(_) => ArgValue::Pointer(0),
         })
         .collect();
     let sizes: Vec<usize> = args
         .iter()
         .map(|a| match a {
-            ArgCheck::I32(_) | ArgCheck::F32(_) => 0,
+            ArgCheck::I32(_) | ArgCheck::F32(_) | ArgCheck::Bool(_) => 0,
             ArgCheck::Buffer(b) => *b,
         })
         .collect();

@@ -149,6 +149,7 @@ fn kernel_source(name: &str, k: &CudaKernel) -> KernelSource {
         .map(|p| match &p.kind {
             ParamKind::I32 { .. } => Param::value::<i32>(p.ir_name.clone()),
             ParamKind::F32 { .. } => Param::value::<f32>(p.ir_name.clone()),
+            ParamKind::Bool { .. } => Param::value::<i32>(p.ir_name.clone()),
             ParamKind::Pointer { mutable: false, .. } => Param::ptr::<u8>(p.ir_name.clone()),
             ParamKind::Pointer { mutable: true, .. } | ParamKind::Workspace { .. } => {
                 Param::ptr_mut::<u8>(p.ir_name.clone())
@@ -322,7 +323,9 @@ fn run_case(ctx: &Arc<Context>, case: Case) {
                     launch = launch.value(scalar(i).unwrap());
                 }
                 // Kernels with f32 parameters are tested through `#[kernel]` (macro_gpu.rs).
-                ParamKind::F32 { .. } => panic!("{}: cases here take i32 scalars", case.name),
+                ParamKind::F32 { .. } | ParamKind::Bool { .. } => {
+                    panic!("{}: cases here take i32 scalars", case.name)
+                }
                 ParamKind::Pointer { mutable: false, .. } => {
                     let b: &DeviceBuffer<u8> = refs.next().unwrap().as_mut().unwrap();
                     launch = launch.arg(b);

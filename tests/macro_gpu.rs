@@ -268,7 +268,7 @@ fn vector_assumptions_are_checked_and_the_context_survives() {
 /// tensor reassignment, inlined helpers, and exact scalar operands.
 #[test]
 fn language_features_match_the_interpreter_on_gpu() {
-    use language::{chunk_max, helpers, scalar_operands, scale_shift};
+    use language::{chunk_max, flagged, helpers, scalar_operands, scale_shift};
     use rand::Rng;
     let Some(ctx) = context("language_features_match_the_interpreter_on_gpu") else {
         return;
@@ -327,4 +327,11 @@ fn language_features_match_the_interpreter_on_gpu() {
     scalar_operands::interpret(cfg, n as i32, big, 0.25, &xi, &x, &mut yi, &mut yf).unwrap();
     assert_eq!(dyi.to_host().unwrap(), yi, "scalar_operands i32");
     assert_eq!(dyf.to_host().unwrap(), yf, "scalar_operands f32");
+    for negate in [false, true] {
+        let mut dy = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; n]).unwrap();
+        flagged::launch(&ctx, &flagged::SPACE[0], n as i32, negate, &dx, &mut dy).unwrap();
+        let mut cpu = vec![f32::NAN; n];
+        flagged::interpret(&flagged::SPACE[0], n as i32, negate, &x, &mut cpu).unwrap();
+        assert_eq!(dy.to_host().unwrap(), cpu, "flagged negate={negate}");
+    }
 }

@@ -5,7 +5,7 @@
 #[path = "kernels/language.rs"]
 mod language;
 
-use language::{chunk_max, helpers, scalar_operands, scale_shift};
+use language::{chunk_max, flagged, helpers, scalar_operands, scale_shift};
 use rand::Rng;
 
 #[test]
@@ -122,4 +122,28 @@ fn scalar_operands_convert_exactly() {
         assert_eq!(yi[i], xi[i] + big, "at {i}");
         assert_eq!(yf[i], xf[i].min(t), "at {i}");
     }
+}
+
+#[test]
+fn bool_parameters_steer_branches() {
+    let mut rng = rand::rng();
+    let n = rng.random_range(1..100usize);
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+    for negate in [false, true] {
+        let mut y = vec![f32::NAN; n];
+        flagged::interpret(&flagged::SPACE[0], n as i32, negate, &x, &mut y).unwrap();
+        for i in 0..n {
+            assert_eq!(
+                y[i],
+                if negate { -x[i] } else { x[i] },
+                "negate={negate} at {i}"
+            );
+        }
+    }
+    let k = tilus::core::codegen::emit(
+        &flagged::program(&flagged::SPACE[0]).unwrap(),
+        &tilus::core::target::Target::SM90,
+    )
+    .unwrap();
+    assert!(k.source.contains("int negate"), "{}", k.source);
 }

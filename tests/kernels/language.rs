@@ -78,3 +78,16 @@ pub fn scalar_operands(
     let below = lt(f, t);
     store_global(select(below, f, t), view_global(yf, [n]), [bi * 32]);
 }
+
+/// A `bool` parameter steering a run-time branch: `y = -x` or `y = x`.
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1)]
+pub fn flagged(n: i32, negate: bool, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let tile = layout!(spatial(32));
+    let r = load_global(view_global(x, [n]), tile, [bi * 32]);
+    if negate && n > 0 {
+        store_global(-r, view_global(y, [n]), [bi * 32]);
+    } else {
+        store_global(r, view_global(y, [n]), [bi * 32]);
+    }
+}

@@ -117,6 +117,10 @@ fn args(sig: &KernelSig) -> Args {
                 a.host.push(quote!(#n: f32));
                 a.device.push(quote!(#n: f32));
             }
+            ParamKind::Bool => {
+                a.host.push(quote!(#n: bool));
+                a.device.push(quote!(#n: bool));
+            }
             ParamKind::Ptr { elem, mutable, .. } => {
                 let t = dtypes::host_type(elem);
                 if *mutable {
@@ -201,6 +205,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         match &p.kind {
             ParamKind::I32 => quote!(::tilus::core::interp::Arg::I32(#n)),
             ParamKind::F32 => quote!(::tilus::core::interp::Arg::F32(#n)),
+            ParamKind::Bool => quote!(::tilus::core::interp::Arg::Bool(#n)),
             _ => quote!(::tilus::core::interp::Arg::Buffer(
                 ::tilus::macro_support::HostElement::to_bytes(&*#n))),
         }
@@ -225,6 +230,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         match &p.kind {
             ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
             ParamKind::F32 => quote!(::tilus::macro_support::ArgCheck::F32(#n)),
+            ParamKind::Bool => quote!(::tilus::macro_support::ArgCheck::Bool(#n)),
             _ => quote!(::tilus::macro_support::ArgCheck::Buffer(::core::mem::size_of_val(&*#n))),
         }
     });
@@ -233,6 +239,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         match &p.kind {
             ParamKind::I32 => quote!(::tilus::macro_support::GpuArg::I32(#n)),
             ParamKind::F32 => quote!(::tilus::macro_support::GpuArg::F32(#n)),
+            ParamKind::Bool => quote!(::tilus::macro_support::GpuArg::Bool(#n)),
             ParamKind::Ptr { mutable: true, .. } => quote!(::tilus::macro_support::GpuArg::Out(#n)),
             _ => quote!(::tilus::macro_support::GpuArg::In(#n)),
         }

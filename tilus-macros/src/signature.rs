@@ -15,6 +15,7 @@ use crate::space::{Param, Space};
 pub enum ParamKind {
     I32,
     F32,
+    Bool,
     /// `Global<T>` (read only) or `GlobalMut<T>`.
     Ptr {
         elem: String,
@@ -246,7 +247,7 @@ pub fn parse(f: &ItemFn, attr: Option<&KernelAttr>, report: &mut Report) -> (Ker
 
 fn expected() -> String {
     format!(
-        "expected `i32`, `f32`, `Global<T>` or `GlobalMut<T>` with `T` one of {}",
+        "expected `i32`, `f32`, `bool`, `Global<T>` or `GlobalMut<T>` with `T` one of {}",
         dtypes::param_element_names()
     )
 }
@@ -271,6 +272,9 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
     }
     if path.is_ident("f32") {
         return ParamKind::F32;
+    }
+    if path.is_ident("bool") {
+        return ParamKind::Bool;
     }
     let Some(last) = path.segments.last() else {
         return bad(

@@ -498,6 +498,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         let kind = match p.ty(v) {
             VarType::Scalar(ScalarType::I32) => ParamKind::I32 { var: v },
             VarType::Scalar(ScalarType::F32) => ParamKind::F32 { var: v },
+            VarType::Scalar(ScalarType::Bool) => ParamKind::Bool { var: v },
             VarType::Pointer { dtype, mutable } => ParamKind::Pointer {
                 var: v,
                 dtype: *dtype,
@@ -551,6 +552,8 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         .map(|prm| match &prm.kind {
             ParamKind::I32 { .. } => format!("int {}", prm.name),
             ParamKind::F32 { .. } => format!("float {}", prm.name),
+            // An int on the ABI (0 or 1): C conditions read it as a truth value.
+            ParamKind::Bool { .. } => format!("int {}", prm.name),
             ParamKind::Pointer { mutable: false, .. } => {
                 format!("const uint8_t* __restrict__ {}", prm.name)
             }

@@ -50,6 +50,7 @@ use scalar::Scalar;
 pub enum Arg {
     I32(i32),
     F32(f32),
+    Bool(bool),
     /// The bytes behind a pointer parameter (compact storage for sub-byte dtypes). Written back
     /// in place for mutable parameters.
     Buffer(Vec<u8>),
@@ -94,12 +95,14 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
             (&var.ty, arg),
             (VarType::Scalar(ScalarType::I32), Arg::I32(_))
                 | (VarType::Scalar(ScalarType::F32), Arg::F32(_))
+                | (VarType::Scalar(ScalarType::Bool), Arg::Bool(_))
                 | (VarType::Pointer { .. }, Arg::Buffer(_))
         );
         if !ok {
             let want = match var.ty {
                 VarType::Pointer { .. } => "a buffer",
                 VarType::Scalar(ScalarType::F32) => "an f32",
+                VarType::Scalar(ScalarType::Bool) => "a bool",
                 _ => "an i32",
             };
             return Err(fail(format!(
@@ -112,6 +115,7 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
         let value = match arg {
             Arg::I32(v) => Value::I32(*v),
             Arg::F32(v) => Value::F32(*v),
+            Arg::Bool(v) => Value::Bool(*v),
             Arg::Buffer(bytes) => {
                 globals.buffers.push(std::mem::take(bytes));
                 globals.names.push(program.var(param.var).name.clone());

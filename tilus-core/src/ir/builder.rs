@@ -100,6 +100,12 @@ impl ProgramBuilder {
         var
     }
 
+    pub fn param_bool(&mut self, name: &str) -> VarId {
+        let var = self.new_var(name, VarType::Scalar(ScalarType::Bool));
+        self.params.push(Param { var });
+        var
+    }
+
     pub fn param_ptr(&mut self, name: &str, dtype: DType, mutable: bool) -> VarId {
         let var = self.new_var(name, VarType::Pointer { dtype, mutable });
         self.params.push(Param { var });

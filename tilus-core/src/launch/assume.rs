@@ -11,6 +11,7 @@ use std::fmt;
 pub enum ArgValue {
     I32(i32),
     F32(f32),
+    Bool(bool),
     /// A device address.
     Pointer(u64),
 }
@@ -125,6 +126,7 @@ pub(crate) fn eval_param_expr(
             match args.get(i) {
                 Some(ArgValue::I32(x)) => Ok(ScalarValue::I32(*x)),
                 Some(ArgValue::F32(x)) => Ok(ScalarValue::F32(*x)),
+                Some(ArgValue::Bool(x)) => Ok(ScalarValue::Bool(*x)),
                 _ => Err(EvalError::Arithmetic(format!(
                     "argument {} of kernel {} must be an i32",
                     kernel.params[i].ir_name, kernel.entry

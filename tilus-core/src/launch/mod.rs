@@ -35,6 +35,8 @@ pub enum ParamKind {
     I32 { var: VarId },
     /// A `float` argument: the program's scalar parameter `var`.
     F32 { var: VarId },
+    /// A `bool` argument, passed as an `int` 0 or 1: the program's scalar parameter `var`.
+    Bool { var: VarId },
     /// A device pointer (`const uint8_t*` or `uint8_t*` in the source): the program's pointer
     /// parameter `var`.
     Pointer {
@@ -97,6 +99,7 @@ impl LaunchSpec {
                         mutable: *mutable,
                     },
                     VarType::Scalar(ScalarType::F32) => ParamKind::F32 { var: p.var },
+                    VarType::Scalar(ScalarType::Bool) => ParamKind::Bool { var: p.var },
                     _ => ParamKind::I32 { var: p.var },
                 };
                 KernelParam {
@@ -124,6 +127,7 @@ impl LaunchSpec {
         self.params.iter().position(|p| match p.kind {
             ParamKind::I32 { var: v }
             | ParamKind::F32 { var: v }
+            | ParamKind::Bool { var: v }
             | ParamKind::Pointer { var: v, .. } => v == var,
             ParamKind::Workspace { .. } => false,
         })

@@ -236,13 +236,13 @@ impl<'p> Checker<'p> {
                 continue;
             };
             match var.ty {
-                VarType::Scalar(ScalarType::I32 | ScalarType::F32) | VarType::Pointer { .. } => {
+                VarType::Scalar(_) | VarType::Pointer { .. } => {
                     self.defined[param.var.0 as usize] = true;
                 }
                 ref other => self.err(
                     span,
                     format!(
-                        "parameter `{}` is {}; parameters must be i32 or f32 scalars or pointers",
+                        "parameter `{}` is {}; parameters must be i32, f32 or bool scalars or pointers",
                         var.name,
                         expr::describe(other)
                     ),

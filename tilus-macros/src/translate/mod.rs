@@ -157,6 +157,11 @@ pub fn translate(
                 ty: ScalarType::F32,
                 mutable: false,
             },
+            ParamKind::Bool => Binding::Scalar {
+                var: b.param_bool(&name),
+                ty: ScalarType::Bool,
+                mutable: false,
+            },
             ParamKind::Ptr { dtype, mutable, .. } => {
                 Binding::Pointer(b.param_ptr(&name, *dtype, *mutable))
             }
