@@ -125,16 +125,8 @@ pub(crate) fn binary(
     let rhs_vals = operand_values(cx, lid, dt, rhs, locals)?;
     let mut codes = Vec::new();
     for (j, rv) in rhs_vals.iter().enumerate() {
-        let (c, v, r) = (cx.fresh("c"), cx.fresh("x"), cx.fresh("y"));
-        cx.w.line(format!(
-            "const uint32_t {c} = {};",
-            get_bits(&x, j * bits as usize, bits)
-        ));
-        cx.w.line(format!(
-            "const {} {v} = {};",
-            ct.name(),
-            scalar::decode(dt, &c)
-        ));
+        let v = decode_local(cx, &x, j, dt);
+        let r = cx.fresh("y");
         cx.w.line(format!(
             "const {} {r} = {};",
             ct.name(),
@@ -145,6 +137,23 @@ pub(crate) fn binary(
     store_codes(cx, &o, bits, &codes);
     cx.w.close();
     Ok(())
+}
+
+/// Emit the decoding of local `j` of register array `arr` (a tensor of `dt`) and return the
+/// name of its value, a `const` of `CType::of(dt)`.
+pub(crate) fn decode_local(cx: &mut Ctx, arr: &str, j: usize, dt: DType) -> String {
+    let (c, v) = (cx.fresh("c"), cx.fresh("x"));
+    let bits = dt.bits();
+    cx.w.line(format!(
+        "const uint32_t {c} = {};",
+        get_bits(arr, j * bits as usize, bits)
+    ));
+    cx.w.line(format!(
+        "const {} {v} = {};",
+        CType::of(dt).name(),
+        scalar::decode(dt, &c)
+    ));
+    v
 }
 
 /// For a tensor right operand `r` of dtype `dt`: which local of `r` each local of the left

@@ -9,7 +9,7 @@
 use crate::codegen::cast;
 use crate::codegen::context::Ctx;
 use crate::codegen::emitters::elementwise::{
-    broadcast_locals, operand_values, scalar_operand_code, store_codes,
+    broadcast_locals, decode_local, operand_values, scalar_operand_code, store_codes,
 };
 use crate::codegen::expr::add_const;
 use crate::codegen::regs::{get_bits, hex};
@@ -147,7 +147,6 @@ pub(crate) fn compare(
     rhs: &Operand,
 ) -> Result<(), CodegenError> {
     let (dt, lay) = cx.reg(lhs)?;
-    let bits = dt.bits();
     let locals = lay.num_locals();
     let lid = cx.layout(&lay)?;
     let (x, o) = (cx.name(lhs), cx.name(out));
@@ -167,16 +166,7 @@ pub(crate) fn compare(
     let sym = op.symbol();
     let mut codes = Vec::new();
     for (j, y) in rhs_vals.iter().enumerate() {
-        let (c, v) = (cx.fresh("c"), cx.fresh("x"));
-        cx.w.line(format!(
-            "const uint32_t {c} = {};",
-            get_bits(&x, j * bits as usize, bits)
-        ));
-        cx.w.line(format!(
-            "const {} {v} = {};",
-            ct.name(),
-            scalar::decode(dt, &c)
-        ));
+        let v = decode_local(cx, &x, j, dt);
         let test = if exact && ct == CType::Float {
             format!("(double){v} {sym} (double){y}")
         } else {
