@@ -910,7 +910,7 @@ fn rejects_parameters_that_are_not_scalars_or_pointers() {
     );
     let mut p = k.finish();
     p.params.push(tilus_core::ir::Param { var: s });
-    one(&p, 1000, &["parameter `tile` is a shared f16[8] tensor; parameters must be i32 or f32 scalars or pointers"]);
+    one(&p, 1000, &["parameter `tile` is a shared f16[8] tensor; parameters must be i32, f32 or bool scalars or pointers"]);
 }
 
 #[test]
