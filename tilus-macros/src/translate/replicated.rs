@@ -167,7 +167,7 @@ mod tests {
             None
         );
         assert_eq!(
-            replicated_warning(&layout("spatial(8, 6)"), 96 * 2, "load"),
+            replicated_warning(&layout("spatial(8, 5)"), 192, "load"),
             None
         );
     }
