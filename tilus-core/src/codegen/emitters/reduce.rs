@@ -100,7 +100,10 @@ pub(crate) fn reduce(
                 get_bits(&xn, i * bits as usize, bits)
             ));
             let (v, iv) = if k == 0 {
-                (cx.fresh(&format!("{o}_v{j}")), cx.fresh(&format!("{o}_i{j}")))
+                (
+                    cx.fresh(&format!("{o}_v{j}")),
+                    cx.fresh(&format!("{o}_i{j}")),
+                )
             } else {
                 (cx.fresh("y"), cx.fresh("iy"))
             };
