@@ -113,6 +113,9 @@ pub struct Site {
     /// Sub-ranges diagnostics can be narrowed to: the layout argument, the offset argument.
     pub layout: Option<Range>,
     pub offset: Option<Range>,
+    /// Appended to diagnostics about the layout: where a layout variable in the argument was
+    /// defined (`note: layout `a` is defined at line 12: layout!(..)`).
+    pub note: Option<String>,
 }
 
 /// The span table: `SpanId(i)` is `sites[i]`. Site 0 is the kernel itself.
@@ -130,6 +133,7 @@ impl Sites {
             key,
             layout: None,
             offset: None,
+            note: None,
         });
         s
     }
@@ -156,6 +160,10 @@ impl Sites {
             (site.layout.unwrap_or(site.range), "layout")
         } else {
             (site.range, "site")
+        };
+        let message = match (&site.note, tag) {
+            (Some(note), "layout") => format!("{message}\n{note}"),
+            _ => message,
         };
         Diag {
             range,
@@ -228,16 +236,23 @@ impl Report {
         }
     }
 
-    /// One `compile_error!` per merged diagnostic, in source order.
-    pub fn to_compile_errors(&self, space: &Space) -> TokenStream {
+    /// The merged diagnostics in source order, each with its message and the configurations
+    /// it occurs in.
+    fn messages(&self, space: &Space) -> Vec<(&Diag, String)> {
         let mut entries: Vec<&Entry> = self.entries.iter().collect();
         entries.sort_by_key(|e| {
             let lc = e.diag.range.start.start();
             (lc.line, lc.column)
         });
-        let mut out = TokenStream::new();
+        let mut out = Vec::new();
         for e in entries {
-            let mut message = e.diag.message.clone();
+            // The configurations go at the end of the first line, before any `help:`/`note:`.
+            let (head, rest) = e
+                .diag
+                .message
+                .split_once('\n')
+                .map_or((e.diag.message.as_str(), None), |(h, r)| (h, Some(r)));
+            let mut message = head.to_string();
             if let Some(configs) = &e.configs {
                 if let Some(suffix) = space.describe_subset(configs) {
                     if e.varies {
@@ -248,7 +263,44 @@ impl Report {
                     }
                 }
             }
-            out.extend(e.diag.range.error(&message).to_compile_error());
+            if let Some(rest) = rest {
+                message.push('\n');
+                message.push_str(rest);
+            }
+            out.push((&e.diag, message));
+        }
+        out
+    }
+
+    /// One `compile_error!` per merged diagnostic, in source order.
+    pub fn to_compile_errors(&self, space: &Space) -> TokenStream {
+        let mut out = TokenStream::new();
+        for (d, message) in self.messages(space) {
+            out.extend(d.range.error(&message).to_compile_error());
+        }
+        out
+    }
+
+    /// The merged diagnostics as warnings. A proc macro on stable Rust cannot emit a warning,
+    /// but rustc warns where a `#[deprecated]` item is used: each warning is such an item, used
+    /// with the span of the user's tokens, so rustc shows the note there (and `-D warnings`
+    /// or `#![deny(deprecated)]` turn it into an error). `name` names the item, which rustc
+    /// shows: "use of deprecated unit struct `_::name`: <message>".
+    pub fn to_warnings(&self, space: &Space, name: &str) -> TokenStream {
+        let mut out = TokenStream::new();
+        for (d, message) in self.messages(space) {
+            let item = Ident::new(name, Span::call_site());
+            // The user's own span (not one located in the macro's expansion), so that rustc
+            // shows their line without "in this attribute macro expansion".
+            let used = Ident::new(name, d.range.start);
+            out.extend(quote::quote! {
+                const _: () = {
+                    #[deprecated(note = #message)]
+                    #[allow(non_camel_case_types)]
+                    struct #item;
+                    let _ = #used;
+                };
+            });
         }
         out
     }

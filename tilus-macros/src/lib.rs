@@ -135,14 +135,21 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let (kernel_range, kernel_key) = translate::kernel_range(&f);
     let mut sites = Sites::new(kernel_range, kernel_key);
     let mut layouts = HashMap::new();
+    let mut warnings = Report::default();
     let mut programs: Vec<Program> = Vec::with_capacity(space.len());
     for (i, point) in space.points.iter().enumerate() {
         let mut shared = translate::Shared {
             sites: &mut sites,
             layouts: &mut layouts,
+            warnings: Vec::new(),
         };
-        match translate::translate(&f, &sig, &attr, &space, point, &mut shared) {
+        let built = translate::translate(&f, &sig, &attr, &space, point, &mut shared);
+        match built {
             Ok(program) => {
+                // Only a program that builds shows how its replicated tensors are used.
+                for w in translate::replicated::unused_copies(&program, shared.warnings) {
+                    warnings.push_in(w, i);
+                }
                 match catch(|| tilus_core::verify::verify(&program, &attr.target)) {
                     Ok(Ok(())) => {}
                     Ok(Err(diags)) => {
@@ -164,8 +171,11 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             }
         }
     }
+    // Warnings go out with the errors, or with the kernel.
+    let warnings = warnings.to_warnings(&space, "replicated_layout");
     if !report.is_empty() {
-        return errors_and_fallback(&report, &f, &sig, &space);
+        let errors = errors_and_fallback(&report, &f, &sig, &space);
+        return quote!(#warnings #errors);
     }
 
     let verified_at = started.elapsed();
@@ -231,7 +241,8 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     }
     if !report.is_empty() {
-        return errors_and_fallback(&report, &f, &sig, &space);
+        let errors = errors_and_fallback(&report, &f, &sig, &space);
+        return quote!(#warnings #errors);
     }
     let generated_at = started.elapsed();
     let (pack, stats) = pack.finish();
@@ -262,7 +273,8 @@ fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             })
             .collect(),
     };
-    api::generate(&f, &sig, &space, &embedded)
+    let api = api::generate(&f, &sig, &space, &embedded);
+    quote!(#warnings #api)
 }
 
 /// True when some const generic has no values, so configurations cannot be enumerated.

@@ -383,7 +383,7 @@ impl Translator<'_, '_> {
             Some(Binding::Scalar { var, ty, .. }) => Ok(Value::Scalar(Expr::Var(var), ty)),
             Some(Binding::Tensor { var, .. }) => Ok(Value::Tensor(var)),
             Some(Binding::Pointer(var)) => Ok(Value::Pointer(var)),
-            Some(Binding::Layout(l, t)) => Ok(Value::Layout(l, t)),
+            Some(Binding::Layout(l, t, _)) => Ok(Value::Layout(l, t)),
             Some(Binding::Array(a)) => Ok(Value::Array(a)),
             Some(Binding::DType(_)) => Err(self.err(
                 p,

@@ -306,7 +306,7 @@ impl Translator<'_, '_> {
                 mutable: false,
             },
             Value::Pointer(var) => Binding::Pointer(var),
-            Value::Layout(l, t) => Binding::Layout(l, t),
+            Value::Layout(l, t) => Binding::Layout(l, t, None),
             Value::Array(a) => Binding::Array(a),
             Value::Tuple(_) | Value::Unit | Value::Poisoned => {
                 let found = self.describe(&v);

@@ -361,16 +361,13 @@ impl Translator<'_, '_> {
                     },
                 };
                 let (dtype, layout, init) = (dtype?, layout?, init?);
-                let site = self.site_with(c, Some(Range::of(args[0])), None);
+                let site = self.site_with(c, Some(args[0]), None);
                 b.set_span(site);
                 let d = self.dest(dest, "regs");
                 let dtype = dtype.unwrap_or(DType::F32);
-                Ok(Value::Tensor(build!(d, |d| b.allocate_register(
-                    d,
-                    dtype,
-                    layout.clone(),
-                    init
-                ))))
+                let out = build!(d, |d| b.allocate_register(d, dtype, layout.clone(), init));
+                self.check_replicated(args[0], &layout, "compute", out);
+                Ok(Value::Tensor(out))
             }
             Op::AllocateShared => {
                 let dtype = self.dtype_targ(c, seg, true);
@@ -416,10 +413,10 @@ impl Translator<'_, '_> {
                     )),
                 };
                 let (src, layout, offset, fill) = (src?, layout?, offset?, fill?);
-                let site = self.site_with(c, Some(Range::of(args[1])), Some(Range::of(args[2])));
+                let site = self.site_with(c, Some(args[1]), Some(Range::of(args[2])));
                 b.set_span(site);
                 let d = self.dest(dest, "tile");
-                Ok(Value::Tensor(if let Some(f) = fill {
+                let out = if let Some(f) = fill {
                     build!(d, |d| b.load_global_fill(
                         d,
                         src,
@@ -431,7 +428,9 @@ impl Translator<'_, '_> {
                     build!(d, |d| b.load_global(d, src, layout.clone(), offset.clone()))
                 } else {
                     build!(d, |d| b.load_shared(d, src, layout.clone(), offset.clone()))
-                }))
+                };
+                self.check_replicated(args[1], &layout, "load", out);
+                Ok(Value::Tensor(out))
             }
             Op::StoreGlobal | Op::StoreShared => {
                 let scope = if syntax.op == Op::StoreGlobal {
@@ -500,7 +499,7 @@ impl Translator<'_, '_> {
                 let layout = args.get(1).map(|l| self.layout_arg(b, l, name)).transpose();
                 let (dtype, x, layout) = (dtype?, x?, layout?);
                 let site = match args.get(1) {
-                    Some(l) => self.site_with(c, Some(Range::of(l)), None),
+                    Some(l) => self.site_with(c, Some(*l), None),
                     None => self.site(c),
                 };
                 b.set_span(site);
@@ -516,7 +515,7 @@ impl Translator<'_, '_> {
                 let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
                 let layout = self.layout_arg(b, args[1], name);
                 let (dtype, x, layout) = (dtype?, x?, layout?);
-                let site = self.site_with(c, Some(Range::of(args[1])), None);
+                let site = self.site_with(c, Some(args[1]), None);
                 b.set_span(site);
                 let d = self.dest(dest, "view");
                 let dtype = dtype.unwrap_or(DType::F32);

@@ -145,7 +145,7 @@ impl Translator<'_, '_> {
                     syn::Member::Unnamed(i) => i.index.to_string(),
                 };
                 match self.lookup(&name) {
-                    Some(Binding::Layout(_, text)) if !has_top_level_div(text) => {
+                    Some(Binding::Layout(_, text, _)) if !has_top_level_div(text) => {
                         let text = text.clone();
                         m.push(&text, Range::of(&fe.member));
                     }
@@ -180,7 +180,7 @@ impl Translator<'_, '_> {
             SynExpr::Path(p) => {
                 let name = p.path.get_ident().map(|i| i.to_string());
                 match name.as_deref().and_then(|n| self.lookup(n)) {
-                    Some(Binding::Layout(_, text)) => {
+                    Some(Binding::Layout(_, text, _)) => {
                         let text = format!("({text})");
                         m.push(&text, Range::of(p));
                     }

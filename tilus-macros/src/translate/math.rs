@@ -87,7 +87,7 @@ impl Translator<'_, '_> {
                 };
                 let offset = self.scalar(b, args[2], ScalarType::I32);
                 let (layout, dim, offset) = (layout?, dim?, offset?);
-                let site = self.site_with(c, Some(Range::of(args[0])), None);
+                let site = self.site_with(c, Some(args[0]), None);
                 b.set_span(site);
                 let d = self.dest(dest, "idx");
                 Ok(Value::Tensor(build!(d, |d| b.arange(

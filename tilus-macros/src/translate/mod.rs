@@ -15,6 +15,8 @@ mod helper;
 mod instr;
 mod layout;
 mod math;
+mod notes;
+pub mod replicated;
 mod stmt;
 
 use std::collections::HashMap;
@@ -49,7 +51,9 @@ pub enum Binding {
     },
     /// A kernel parameter pointing at device memory.
     Pointer(VarId),
-    Layout(Layout, String),
+    /// A layout, its text, and for `let name = layout!(..)` a note saying where it was defined
+    /// (appended to verifier errors about an instruction that uses it).
+    Layout(Layout, String, Option<std::rc::Rc<str>>),
     Array(Vec<Expr>),
     /// A dtype parameter (`W`), usable in turbofish position and as `W::BITS`.
     DType(DType),
@@ -92,6 +96,9 @@ pub enum DestHint {
 pub struct Shared<'a> {
     pub sites: &'a mut Sites,
     pub layouts: &'a mut HashMap<String, Result<Layout, ParseError>>,
+    /// Replicated register tensors of this configuration, with the warning for each (kept by
+    /// [`replicated::unused_copies`] when no wider computation consumes the copies).
+    pub warnings: Vec<(VarId, Diag)>,
 }
 
 pub struct Translator<'a, 'b> {
@@ -108,6 +115,10 @@ pub struct Translator<'a, 'b> {
     failed_helpers: Vec<String>,
     /// How deep the helper calls being inlined nest.
     helper_depth: usize,
+    /// Threads per block (0 when `warps`/`threads` is wrong), and whether the `let` being
+    /// translated has `#[allow(replicated)]`.
+    block_threads: u32,
+    allow_replicated: bool,
 }
 
 /// Translate the kernel for the configuration `point`.
@@ -130,6 +141,8 @@ pub fn translate(
         helpers: Vec::new(),
         failed_helpers: Vec::new(),
         helper_depth: 0,
+        block_threads: 0,
+        allow_replicated: false,
     };
     for name in sig.tile_names() {
         let v = space.tile(point, &name.to_string()).unwrap_or(0);
@@ -141,6 +154,7 @@ pub fn translate(
         }
     }
     let threads = t.threads();
+    t.block_threads = threads.unwrap_or(0);
     let mut b = ProgramBuilder::new(&sig.name.to_string(), threads.unwrap_or(128));
     b.set_program_span(SpanId(0));
     for p in &sig.params {
@@ -241,17 +255,22 @@ impl Translator<'_, '_> {
         self.site_with(node, None, None)
     }
 
+    /// The span id of an instruction `node` with its layout argument and offset range:
+    /// diagnostics about the layout point at that argument and say where a layout variable
+    /// in it was defined.
     fn site_with<T: ToTokens + 'static>(
         &mut self,
         node: &T,
-        layout: Option<Range>,
+        layout: Option<&syn::Expr>,
         offset: Option<Range>,
     ) -> SpanId {
+        let note = layout.and_then(|l| self.layout_notes(l));
         self.shared.sites.intern(Site {
             range: Range::of(node),
             key: node_key(node),
-            layout,
+            layout: layout.map(|l| Range::of(l)),
             offset,
+            note,
         })
     }
 

@@ -65,9 +65,19 @@ impl Translator<'_, '_> {
                 let mutable = pi.mutability.is_some();
                 let site = self.site(expr);
                 b.set_span(site);
-                let binding = match self.value(b, expr, DestHint::New(name.clone())) {
+                let allow = self.allow_replicated;
+                self.allow_replicated |= replicated::allows_replicated(&local.attrs);
+                let value = self.value(b, expr, DestHint::New(name.clone()));
+                self.allow_replicated = allow;
+                let binding = match value {
                     Ok(v) => self.binding_for(b, local, &name, mutable, v),
                     Err(Reported) => Binding::Poisoned,
+                };
+                let binding = match binding {
+                    Binding::Layout(l, t, _) => {
+                        Binding::Layout(l, t, Some(notes::defined_at(&name, expr)))
+                    }
+                    other => other,
                 };
                 self.bind(&name, binding);
             }
@@ -113,7 +123,7 @@ impl Translator<'_, '_> {
             }
             Value::Tensor(var) => Binding::Tensor { var, mutable },
             Value::Pointer(var) => Binding::Pointer(var),
-            Value::Layout(l, t) => Binding::Layout(l, t),
+            Value::Layout(l, t) => Binding::Layout(l, t, None),
             Value::Array(a) => Binding::Array(a),
             Value::Tuple(items) => {
                 let _ = self.err(
