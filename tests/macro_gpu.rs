@@ -335,3 +335,29 @@ fn language_features_match_the_interpreter_on_gpu() {
         assert_eq!(dy.to_host().unwrap(), cpu, "flagged negate={negate}");
     }
 }
+
+/// A view of more than 2^31 elements (4 GiB of u8, `[2, 65536, 32768]`): a tile stored at its
+/// far end lands in the buffer's last bytes and loads back (the strides are 64-bit; with
+/// `int` strides the leading one overflowed and the access went out of bounds).
+#[test]
+fn views_past_two_to_the_31_elements() {
+    use rand::Rng;
+    let Some(ctx) = context("views_past_two_to_the_31_elements") else {
+        return;
+    };
+    let (a, b, c) = (2usize, 65536usize, 32768usize);
+    let n = a * b * c;
+    let mut big = DeviceBuffer::<u8>::zeros(&ctx, n).unwrap();
+    let mut rng = rand::rng();
+    let pattern: Vec<u8> = (0..32).map(|_| rng.random_range(1..=255)).collect();
+    let src = DeviceBuffer::from_host(&ctx, &pattern).unwrap();
+    let cfg = &launch_kernels::far_store::SPACE[0];
+    launch_kernels::far_store::launch(&ctx, cfg, a as i32, b as i32, c as i32, &src, &mut big)
+        .unwrap();
+    assert_eq!(big.view(n - 32..n).unwrap().to_host().unwrap(), pattern);
+    let mut out = DeviceBuffer::<u8>::zeros(&ctx, 32).unwrap();
+    let cfg = &launch_kernels::far_load::SPACE[0];
+    launch_kernels::far_load::launch(&ctx, cfg, a as i32, b as i32, c as i32, &big, &mut out)
+        .unwrap();
+    assert_eq!(out.to_host().unwrap(), pattern);
+}

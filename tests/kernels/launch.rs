@@ -29,3 +29,20 @@ pub fn copy_rows<const K: i32>(m: i32, k: i32, a: Global<f16>, b: GlobalMut<f16>
     let r = load_global(ga, layout!(spatial(1, 32).local(1, 8)), [i, j * K]);
     store_global(r, gb, [i, j * K]);
 }
+
+/// Stores a 32-byte tile at the far end of a `[a, b, c]` u8 view; with `a = 2, b = 65536,
+/// c = 32768` the view has 2^32 elements and its leading stride is 2^31 (64-bit strides).
+#[tilus::kernel(grid = [1], warps = 1)]
+pub fn far_store(a: i32, b: i32, c: i32, src: Global<u8>, big: GlobalMut<u8>) {
+    let tile = layout!(spatial(1, 1, 32));
+    let t = load_global(view_global(src, [1, 1, 32]), tile, [0, 0, 0]);
+    store_global(t, view_global(big, [a, b, c]), [a - 1, b - 1, c - 32]);
+}
+
+/// Loads the same far tile back.
+#[tilus::kernel(grid = [1], warps = 1)]
+pub fn far_load(a: i32, b: i32, c: i32, big: Global<u8>, out: GlobalMut<u8>) {
+    let tile = layout!(spatial(1, 1, 32));
+    let t = load_global(view_global(big, [a, b, c]), tile, [a - 1, b - 1, c - 32]);
+    store_global(t, view_global(out, [1, 1, 32]), [0, 0, 0]);
+}
