@@ -336,28 +336,37 @@ fn language_features_match_the_interpreter_on_gpu() {
     }
 }
 
-/// A view of more than 2^31 elements (4 GiB of u8, `[2, 65536, 32768]`): a tile stored at its
-/// far end lands in the buffer's last bytes and loads back (the strides are 64-bit; with
-/// `int` strides the leading one overflowed and the access went out of bounds).
+/// Views of more than 2^31 elements: a view of 4 GiB of u8 as `[65536, 1, 65536]` works, a
+/// tile stored at its far end lands in the buffer's last bytes and loads back (offsets are
+/// 64-bit); the same bytes as `[2, 32768, 65536]`, whose leading stride passes an i32, are
+/// refused before the launch, naming the buffer, and the context stays usable.
 #[test]
 fn views_past_two_to_the_31_elements() {
     use rand::Rng;
     let Some(ctx) = context("views_past_two_to_the_31_elements") else {
         return;
     };
-    let (a, b, c) = (2usize, 65536usize, 32768usize);
-    let n = a * b * c;
+    let (a, c) = (65536usize, 65536usize);
+    let n = a * c;
     let mut big = DeviceBuffer::<u8>::zeros(&ctx, n).unwrap();
     let mut rng = rand::rng();
     let pattern: Vec<u8> = (0..32).map(|_| rng.random_range(1..=255)).collect();
     let src = DeviceBuffer::from_host(&ctx, &pattern).unwrap();
     let cfg = &launch_kernels::far_store::SPACE[0];
-    launch_kernels::far_store::launch(&ctx, cfg, a as i32, b as i32, c as i32, &src, &mut big)
-        .unwrap();
+    launch_kernels::far_store::launch(&ctx, cfg, a as i32, 1, c as i32, &src, &mut big).unwrap();
     assert_eq!(big.view(n - 32..n).unwrap().to_host().unwrap(), pattern);
     let mut out = DeviceBuffer::<u8>::zeros(&ctx, 32).unwrap();
     let cfg = &launch_kernels::far_load::SPACE[0];
-    launch_kernels::far_load::launch(&ctx, cfg, a as i32, b as i32, c as i32, &big, &mut out)
-        .unwrap();
+    launch_kernels::far_load::launch(&ctx, cfg, a as i32, 1, c as i32, &big, &mut out).unwrap();
+    assert_eq!(out.to_host().unwrap(), pattern);
+    // [2, 32768, 65536] needs the same 4 GiB but a leading stride of 2^31 elements.
+    let err = launch_kernels::far_load::launch(&ctx, cfg, 2, 32768, 65536, &big, &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`big`") && err.contains("more than an i32"),
+        "{err}"
+    );
+    launch_kernels::far_load::launch(&ctx, cfg, a as i32, 1, c as i32, &big, &mut out).unwrap();
     assert_eq!(out.to_host().unwrap(), pattern);
 }

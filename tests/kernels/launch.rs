@@ -30,8 +30,8 @@ pub fn copy_rows<const K: i32>(m: i32, k: i32, a: Global<f16>, b: GlobalMut<f16>
     store_global(r, gb, [i, j * K]);
 }
 
-/// Stores a 32-byte tile at the far end of a `[a, b, c]` u8 view; with `a = 2, b = 65536,
-/// c = 32768` the view has 2^32 elements and its leading stride is 2^31 (64-bit strides).
+/// Stores a 32-byte tile at the far end of a `[a, b, c]` u8 view (as `[65536, 1, 65536]` the
+/// view has 2^32 elements: its offsets need 64 bits).
 #[tilus::kernel(grid = [1], warps = 1)]
 pub fn far_store(a: i32, b: i32, c: i32, src: Global<u8>, big: GlobalMut<u8>) {
     let tile = layout!(spatial(1, 1, 32));

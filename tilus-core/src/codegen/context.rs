@@ -32,7 +32,8 @@ pub(crate) struct GlobalInfo {
     /// IR name of the pointer parameter (for alignment assumptions); `None` for workspaces,
     /// which the runtime allocates itself.
     pub(crate) ptr_param: Option<String>,
-    /// `int` extents and `long long` row strides (`strides[last] == "1"`).
+    /// `int` extents and row strides (`strides[last] == "1"`; the launcher checks that the
+    /// strides fit).
     pub(crate) dims: Vec<String>,
     pub(crate) strides: Vec<String>,
     pub(crate) shape: Vec<Expr>,

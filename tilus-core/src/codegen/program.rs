@@ -273,14 +273,14 @@ impl<'p> Ctx<'p> {
         let mut strides = vec!["1".to_string(); rank];
         for d in (0..rank.saturating_sub(1)).rev() {
             let n = self.fresh(&format!("{base}_st{d}"));
-            // 64-bit: the product of the inner extents may pass 2^31 even when each extent and
-            // every index fits an int (a [2, 65536, 32768] view has a leading stride of 2^31).
+            // `int`, so that each address is one 32x32->64-bit multiply; the launcher refuses a
+            // view whose strides do not fit (`LaunchSpec::check_buffers`).
             let inner = if d + 1 == rank - 1 {
-                format!("(long long){}", dims[d + 1])
+                dims[d + 1].clone()
             } else {
                 format!("{} * {}", strides[d + 1], dims[d + 1])
             };
-            self.w.line(format!("const long long {n} = {inner};"));
+            self.w.line(format!("const int {n} = {inner};"));
             strides[d] = n;
         }
         self.globals.insert(

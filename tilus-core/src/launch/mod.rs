@@ -175,6 +175,24 @@ impl LaunchSpec {
                 .map(|e| self.eval(e, args))
                 .collect::<Result<Vec<i32>, String>>()
                 .map_err(|m| format!("a view of `{}`: {m}", p.ir_name))?;
+            // The generated code keeps row strides in `int` (a 64-bit stride turns every
+            // address's 32x32-bit multiply into a 64-bit one, 3% of the i4 matmul): a stride
+            // past i32 would overflow, so such a view is refused here. Offsets themselves are
+            // 64-bit, so a rank-2 view may still exceed 2^31 elements.
+            let mut stride: i64 = 1;
+            for d in (1..extents.len()).rev() {
+                stride = stride.saturating_mul(i64::from(extents[d].max(0)));
+                if stride > i64::from(i32::MAX) {
+                    return Err(format!(
+                        "a view of `{}` as {}{extents:?}: the stride of dimension {} is {stride} \
+                         elements, more than an i32; merge its trailing dimensions or split the \
+                         tensor (rank-2 views may exceed 2^31 elements)",
+                        p.ir_name,
+                        v.dtype,
+                        d - 1
+                    ));
+                }
+            }
             let needed = view_bytes(v.dtype, &extents);
             if needed.is_none_or(|needed| needed > bytes) {
                 let needed = needed.map_or("more than can be addressed".into(), |n| {
@@ -310,5 +328,45 @@ mod tests {
         let huge = [ArgValue::I32(i32::MAX), ArgValue::Pointer(0)];
         let e = spec.check_buffers(&huge, &[0, 1 << 20]).unwrap_err();
         assert!(e.contains("needs 2305843007066210305 bytes"), "{e}");
+    }
+
+    /// A view's row strides must fit an i32 (the generated code keeps them in `int`); rank-2
+    /// views may exceed 2^31 elements, since their one stride is an extent.
+    #[test]
+    fn strides_past_i32_are_refused_naming_the_buffer() {
+        let mut b = ProgramBuilder::new("k", 32);
+        let (p, q, r) = (b.param_i32("p"), b.param_i32("q"), b.param_i32("r"));
+        let x = b.param_ptr("x", DType::UInt(8), false);
+        b.grid(vec![1.into()]);
+        let gx = b.view_global("gx", x, DType::UInt(8), vec![p.into(), q.into(), r.into()]);
+        b.load_global(
+            "t",
+            gx,
+            Layout::spatial(&[32]),
+            vec![0.into(), 0.into(), 0.into()],
+        );
+        let spec = LaunchSpec::of_program(&b.finish());
+        let args = |a: i32, b: i32, c: i32| {
+            [
+                ArgValue::I32(a),
+                ArgValue::I32(b),
+                ArgValue::I32(c),
+                ArgValue::Pointer(0),
+            ]
+        };
+        let four_gib = [0, 0, 0, 1usize << 32];
+        assert!(spec
+            .check_buffers(&args(65536, 1, 65536), &four_gib)
+            .is_ok());
+        let e = spec
+            .check_buffers(&args(2, 32768, 65536), &four_gib)
+            .unwrap_err();
+        assert!(
+            e.contains("`x`") && e.contains("2147483648 elements, more than an i32"),
+            "{e}"
+        );
+        assert!(spec
+            .check_buffers(&args(2, 32767, 65536), &four_gib)
+            .is_ok());
     }
 }
