@@ -152,8 +152,9 @@ pub fn sub_max_program(layout: &str, threads: u32) -> Program {
     b.finish()
 }
 
-/// Layouts for `cumsum` (the dimension within one warp): locals only, lanes only, lanes between
-/// locals, column-major lanes under locals, replicas.
+/// Layouts for `cumsum`: locals only, lanes only, lanes between locals, column-major lanes under
+/// locals, replicas, and dimensions across warps (through shared memory): two warps along the
+/// row, four, a digit of three warps, and a replicated layout across warps.
 pub const SCAN_CASES: &[ReduceCase] = &[
     ReduceCase {
         layout: "spatial(128,1).local(1,16)",
@@ -179,6 +180,26 @@ pub const SCAN_CASES: &[ReduceCase] = &[
         layout: "spatial(8,4).local(4,1)",
         dim: 0,
         threads: 128,
+    },
+    ReduceCase {
+        layout: "local(2,1).spatial(2,64)",
+        dim: 1,
+        threads: 128,
+    },
+    ReduceCase {
+        layout: "spatial(1,128).local(1,2)",
+        dim: 1,
+        threads: 128,
+    },
+    ReduceCase {
+        layout: "spatial(3,32)",
+        dim: 0,
+        threads: 96,
+    },
+    ReduceCase {
+        layout: "local(1,2).spatial(2,64)",
+        dim: 1,
+        threads: 256,
     },
 ];
 

@@ -328,6 +328,14 @@ fn reduce_scratch_bytes(p: &Program, stmts: &[Stmt]) -> usize {
                     .map_or(0, |plan| plan.scratch_bytes(*op, r.dtype)),
                 _ => 0,
             },
+            StmtKind::Instr(Instruction::Scan { x, dim, .. }) => match p.ty(*x) {
+                VarType::Register(r) => {
+                    crate::verify::plan_scan(&r.layout, *dim).map_or(0, |plan| {
+                        plan.scratch_bytes(p.num_threads as usize, r.layout.num_locals(), r.dtype)
+                    })
+                }
+                _ => 0,
+            },
             StmtKind::If {
                 then_body,
                 else_body,

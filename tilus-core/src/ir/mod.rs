@@ -483,8 +483,8 @@ pub enum Instruction {
     },
     /// Inclusive scan of register tensor `x` along dimension `dim` with `op` (`cumsum`): element
     /// `k` along `dim` of the result combines elements `0..=k` of its row. Same type (dtype and
-    /// layout) as `x`. The code generator requires the dimension to lie within one warp (its
-    /// thread digits in the lane bits, of power-of-two sizes); the verifier says otherwise.
+    /// layout) as `x`. Any layout: the code generator scans digits in registers, by lane
+    /// shuffles, or (across warps) through shared memory.
     Scan {
         out: VarId,
         x: VarId,

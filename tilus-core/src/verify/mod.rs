@@ -24,8 +24,8 @@
 //!   alignment, extents equal or 1), with the same dtype, and its layout satisfies the
 //!   *thread-local condition* ([`broadcast_thread_local`]).
 //! - **Reductions and scans** (`reduce.rs`): the operand's dtype suits the operator (`sum` and
-//!   `cumsum`: f16/bf16/f32 or 8-/32-bit integers; `any`/`all`: u1), `dim` is in range, a scan's
-//!   dimension lies within one warp; a reduction's shared scratch counts with the shared tensors.
+//!   `cumsum`: f16/bf16/f32 or 8-/32-bit integers; `any`/`all`: u1), `dim` is in range; the shared
+//!   scratch of reductions and of scans across warps counts with the shared tensors.
 //! - **Dot**: shapes `[m, k] x [k, n] + [m, n]`; dtypes and layouts per [`plan_dot`].
 //! - **Resource limits** (checked first; see `limits.rs` for the table and the reasons):
 //!   threads per layout, 32-bit registers per thread of each register tensor, element counts

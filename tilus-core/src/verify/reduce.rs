@@ -187,6 +187,9 @@ pub enum ScanStep {
     /// A thread digit inside the lane bits: `size` values (a power of two) at lane distance
     /// `place` (a power of two).
     Lane { place: usize, size: usize },
+    /// Any other thread digit (across warps, or of a size or place that is not a power of two):
+    /// `size` values at thread distance `place`, combined through shared memory.
+    Shared { place: usize, size: usize },
 }
 
 /// How `cumsum` is lowered: a Hillis-Steele scan over the dimension's digits, innermost first;
@@ -196,8 +199,24 @@ pub struct ScanPlan {
     pub steps: Vec<ScanStep>,
 }
 
-/// The plan for scanning `layout` along `dim`, or why the code generator cannot: the dimension
-/// must lie within one warp (thread digits of power-of-two sizes and places, in the lane bits).
+impl ScanPlan {
+    /// Bytes of shared scratch for `block_threads` threads holding `locals` values of `dtype`
+    /// (each thread publishes its totals in its own slots), 0 without a shared step.
+    pub fn scratch_bytes(&self, block_threads: usize, locals: usize, dtype: DType) -> usize {
+        if !self
+            .steps
+            .iter()
+            .any(|s| matches!(s, ScanStep::Shared { .. }))
+        {
+            return 0;
+        }
+        let value = if dtype.is_float() { 4 } else { 8 };
+        block_threads * locals * value
+    }
+}
+
+/// The plan for scanning `layout` along `dim`: local digits in registers, power-of-two runs of
+/// lanes by shuffles, other thread digits (across warps) through shared memory.
 pub fn plan_scan(layout: &Layout, dim: usize) -> Result<ScanPlan, String> {
     if dim >= layout.rank() {
         return Err(format!(
@@ -232,20 +251,19 @@ pub fn plan_scan(layout: &Layout, dim: usize) -> Result<ScanPlan, String> {
                 size: m.size,
             });
         } else if let Some(&place) = thread_place.get(&id) {
-            let ok = place.is_power_of_two()
+            let in_lanes = place.is_power_of_two()
                 && m.size.is_power_of_two()
                 && place * m.size <= 1 << LANE_BITS;
-            if !ok {
-                return Err(format!(
-                    "cumsum along dim {dim} of {} needs the dimension within one warp: its threads \
-                     {} at place {place} are not a power-of-two run of lanes",
-                    layout.to_expr(),
-                    m.size
-                ));
-            }
-            steps.push(ScanStep::Lane {
-                place,
-                size: m.size,
+            steps.push(if in_lanes {
+                ScanStep::Lane {
+                    place,
+                    size: m.size,
+                }
+            } else {
+                ScanStep::Shared {
+                    place,
+                    size: m.size,
+                }
             });
         }
     }
@@ -273,9 +291,18 @@ impl super::Checker<'_> {
                 );
                 ok = false;
             }
-            if let Err(e) = plan_scan(&r.layout, dim) {
-                self.err(span, format!("{name}({xn}, {dim}): {e}"));
-                ok = false;
+            match plan_scan(&r.layout, dim) {
+                Err(e) => {
+                    self.err(span, format!("{name}({xn}, {dim}): {e}"));
+                    ok = false;
+                }
+                Ok(plan) => {
+                    let bytes =
+                        plan.scratch_bytes(self.block_threads, r.layout.num_locals(), r.dtype);
+                    if bytes > self.reduce_scratch.map_or(0, |(_, b)| b) {
+                        self.reduce_scratch = Some((out, bytes));
+                    }
+                }
             }
         }
         self.define(out, ok, span, name);

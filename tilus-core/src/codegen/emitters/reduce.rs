@@ -328,6 +328,47 @@ pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(),
                     }
                 }
             }
+            crate::verify::ScanStep::Shared { place, size } => {
+                // Every thread publishes its totals in its own slots; after a barrier each one
+                // reads the totals of the members of its group along the digit (the threads
+                // that differ from it only in this digit, same replica), in a fixed order so
+                // that all members compute the same bits; a second barrier frees the scratch.
+                let bt = cx.block_threads;
+                let lt = xl.num_threads();
+                let (sc, r, v) = (cx.fresh("scan_sc"), cx.fresh("scan_r"), cx.fresh("scan_v"));
+                cx.w.line(format!(
+                    "{vt}* {sc} = ({vt}*)({SMEM} + {});  // scan scratch: {bt} threads x {locals}",
+                    cx.plan.reduce_scratch
+                ));
+                let r_expr = if lt >= bt {
+                    TID.to_string()
+                } else {
+                    format!("({TID} % {lt})")
+                };
+                cx.w.line(format!("const int {r} = {r_expr};"));
+                cx.w.line(format!("const int {v} = ({r} / {place}) % {size};"));
+                for (i, ti) in t.iter().enumerate() {
+                    cx.w.line(format!("{sc}[{TID} * {locals} + {i}] = {ti};"));
+                }
+                cx.w.line("__syncthreads();");
+                let zero = if ct == CType::Float { "0.0f" } else { "0LL" };
+                for i in 0..locals {
+                    let (ex, tot) = (cx.fresh("ex"), cx.fresh("tot"));
+                    cx.w.line(format!("{vt} {ex} = {zero};"));
+                    cx.w.line(format!("{vt} {tot} = {zero};"));
+                    for u in 0..size {
+                        let w = cx.fresh("w");
+                        cx.w.line(format!(
+                            "const {vt} {w} = {sc}[({TID} + ({u} - {v}) * {place}) * {locals} + {i}];"
+                        ));
+                        cx.w.line(format!("if ({u} < {v}) {ex} = {};", add(ct, &ex, &w)));
+                        cx.w.line(format!("{tot} = {};", add(ct, &tot, &w)));
+                    }
+                    cx.w.line(format!("{} = {};", s[i], add(ct, &ex, &s[i])));
+                    cx.w.line(format!("{} = {tot};", t[i]));
+                }
+                cx.w.line("__syncthreads();");
+            }
             crate::verify::ScanStep::Lane { place, size } => {
                 let v = cx.fresh("v");
                 cx.w.line(format!(
