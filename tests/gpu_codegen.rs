@@ -274,9 +274,19 @@ fn run_case(ctx: &Arc<Context>, case: Case) {
     let loaded = ctx
         .load(&src)
         .unwrap_or_else(|e| panic!("{}: load failed: {e}\n{}", case.name, kernel.source));
+    // Device buffers are padded to whole 32-bit words (with 0x5a, checked untouched below), as
+    // the launcher requires for writable sub-byte views: their stores update whole words.
+    let padded = |b: &Vec<u8>| {
+        let mut p = b.clone();
+        p.resize(b.len().next_multiple_of(4), 0x5a);
+        p
+    };
     let mut bufs: Vec<Option<DeviceBuffer<u8>>> = host
         .iter()
-        .map(|h| h.as_ref().map(|b| DeviceBuffer::from_host(ctx, b).unwrap()))
+        .map(|h| {
+            h.as_ref()
+                .map(|b| DeviceBuffer::from_host(ctx, &padded(b)).unwrap())
+        })
         .collect();
     // Workspaces of allocate_global (zeroed, one per launch).
     let scalar = |i: usize| match case.args.get(i) {
@@ -345,7 +355,13 @@ fn run_case(ctx: &Arc<Context>, case: Case) {
     for (i, a) in case.args.iter().enumerate() {
         if let (A::Buf(spec), Some(b), Arg::Buffer(want)) = (a, &bufs[i], &iargs[i]) {
             let got = b.to_host().unwrap();
-            compare(&format!("{} arg {i}", case.name), spec, want, &got);
+            let (got, pad) = got.split_at(want.len());
+            assert!(
+                pad.iter().all(|&x| x == 0x5a),
+                "{} arg {i}: the padding past the buffer was written",
+                case.name
+            );
+            compare(&format!("{} arg {i}", case.name), spec, want, got);
         }
     }
     eprintln!(

@@ -193,14 +193,26 @@ impl LaunchSpec {
                     ));
                 }
             }
-            let needed = view_bytes(v.dtype, &extents);
+            let mut needed = view_bytes(v.dtype, &extents);
+            // Sub-byte stores update whole 32-bit words atomically (other threads may write
+            // the neighbouring bits of a word at the same time), so a writable sub-byte view
+            // needs its bytes rounded up to a whole word.
+            let writable = matches!(p.kind, ParamKind::Pointer { mutable: true, .. });
+            if writable && v.dtype.bits() < 8 {
+                needed = needed.and_then(|n| n.checked_next_multiple_of(4));
+            }
             if needed.is_none_or(|needed| needed > bytes) {
                 let needed = needed.map_or("more than can be addressed".into(), |n| {
                     format!("{n} bytes")
                 });
+                let words = if writable && v.dtype.bits() < 8 {
+                    " (rounded up to whole 32-bit words: sub-byte stores update words atomically)"
+                } else {
+                    ""
+                };
                 return Err(format!(
                     "`{}` holds {bytes} bytes, but the kernel views it as {}{extents:?}, which \
-                     needs {needed}",
+                     needs {needed}{words}",
                     p.ir_name, v.dtype
                 ));
             }
@@ -368,5 +380,28 @@ mod tests {
         assert!(spec
             .check_buffers(&args(2, 32767, 65536), &four_gib)
             .is_ok());
+    }
+
+    /// A writable sub-byte view needs whole 32-bit words (its stores are word atomics); a
+    /// read-only one needs only its packed bytes.
+    #[test]
+    fn writable_sub_byte_views_need_whole_words() {
+        let mut b = ProgramBuilder::new("k", 32);
+        let x = b.param_ptr("x", DType::UInt(1), false);
+        let y = b.param_ptr("y", DType::UInt(1), true);
+        b.grid(vec![1.into()]);
+        let gx = b.view_global("gx", x, DType::UInt(1), vec![8.into()]);
+        let gy = b.view_global("gy", y, DType::UInt(1), vec![8.into()]);
+        let r = b.load_global("r", gx, Layout::spatial(&[8]), vec![0.into()]);
+        b.store_global(r, gy, vec![0.into()]);
+        let spec = LaunchSpec::of_program(&b.finish());
+        let args = [ArgValue::Pointer(0), ArgValue::Pointer(0)];
+        assert!(spec.check_buffers(&args, &[1, 4]).is_ok());
+        let e = spec.check_buffers(&args, &[1, 1]).unwrap_err();
+        assert!(
+            e.contains("`y` holds 1 bytes")
+                && e.contains("needs 4 bytes (rounded up to whole 32-bit words"),
+            "{e}"
+        );
     }
 }

@@ -392,7 +392,11 @@ mod tests {
                 ScanStep::Local { place: 4, size: 2 },
             ]
         );
-        assert!(plan_scan(&parse("local(2,1).spatial(2,64)").unwrap(), 1).is_err());
-        assert!(plan_scan(&parse("spatial(32,3)").unwrap(), 1).is_err());
+        // Across warps, and a digit of three lanes: shared-memory steps.
+        let p = plan_scan(&parse("local(2,1).spatial(2,64)").unwrap(), 1).unwrap();
+        assert_eq!(p.steps, vec![ScanStep::Shared { place: 1, size: 64 }]);
+        let p = plan_scan(&parse("spatial(32,3)").unwrap(), 1).unwrap();
+        assert_eq!(p.steps, vec![ScanStep::Shared { place: 1, size: 3 }]);
+        assert!(plan_scan(&parse("spatial(32,3)").unwrap(), 2).is_err());
     }
 }
