@@ -24,7 +24,6 @@ pub mod bench;
 pub mod programs;
 
 use crate::macro_support::KernelError;
-use tilus_runtime::half::{bf16, f16};
 use tilus_runtime::{Context, DeviceRead, DeviceWrite};
 
 /// The longest row the single-pass row kernels hold in registers.
@@ -67,7 +66,8 @@ fn dims<const N: usize>(
     Ok(out)
 }
 
-/// f16 and bf16: the element types of the row kernels, each with its stamped kernels.
+/// f16 and bf16: the element types of the row kernels. `programs::row_kernels!` implements it
+/// next to the kernels it stamps for each type.
 pub trait RowElement: tilus_runtime::Element + Copy {
     /// The nearest value (round to nearest even).
     fn from_f64(v: f64) -> Self;
@@ -161,189 +161,6 @@ pub trait RowElement: tilus_runtime::Element + Copy {
         sin: &impl DeviceRead<Self>,
     ) -> Result<(), KernelError>;
 }
-
-macro_rules! row_element {
-    ($t:ty, $softmax:ident, $softmax_long:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
-        impl RowElement for $t {
-            fn from_f64(v: f64) -> Self {
-                <$t>::from_f64(v)
-            }
-            fn softmax(
-                ctx: &Context,
-                bn: i32,
-                v: i32,
-                rows: i32,
-                n: i32,
-                x: &impl DeviceRead<Self>,
-                y: &mut impl DeviceWrite<Self>,
-            ) -> Result<(), KernelError> {
-                programs::$softmax::launch(
-                    ctx,
-                    &programs::$softmax::Config { BN: bn, V: v },
-                    rows,
-                    n,
-                    x,
-                    y,
-                )
-            }
-            fn softmax_long(
-                ctx: &Context,
-                v: i32,
-                rows: i32,
-                n: i32,
-                x: &impl DeviceRead<Self>,
-                y: &mut impl DeviceWrite<Self>,
-            ) -> Result<(), KernelError> {
-                programs::$softmax_long::launch(
-                    ctx,
-                    &programs::$softmax_long::Config { V: v },
-                    rows,
-                    n,
-                    x,
-                    y,
-                )
-            }
-            fn rms_norm(
-                ctx: &Context,
-                bn: i32,
-                v: i32,
-                rows: i32,
-                n: i32,
-                eps: f32,
-                x: &impl DeviceRead<Self>,
-                w: &impl DeviceRead<Self>,
-                y: &mut impl DeviceWrite<Self>,
-            ) -> Result<(), KernelError> {
-                programs::$rms::launch(
-                    ctx,
-                    &programs::$rms::Config { BN: bn, V: v },
-                    rows,
-                    n,
-                    eps,
-                    x,
-                    w,
-                    y,
-                )
-            }
-            fn add_rms_norm(
-                ctx: &Context,
-                bn: i32,
-                v: i32,
-                rows: i32,
-                n: i32,
-                eps: f32,
-                x: &mut impl DeviceWrite<Self>,
-                residual: &mut impl DeviceWrite<Self>,
-                w: &impl DeviceRead<Self>,
-            ) -> Result<(), KernelError> {
-                programs::$add_rms::launch(
-                    ctx,
-                    &programs::$add_rms::Config { BN: bn, V: v },
-                    rows,
-                    n,
-                    eps,
-                    x,
-                    residual,
-                    w,
-                )
-            }
-            fn layer_norm(
-                ctx: &Context,
-                bn: i32,
-                v: i32,
-                rows: i32,
-                n: i32,
-                eps: f32,
-                x: &impl DeviceRead<Self>,
-                w: &impl DeviceRead<Self>,
-                b: &impl DeviceRead<Self>,
-                y: &mut impl DeviceWrite<Self>,
-            ) -> Result<(), KernelError> {
-                programs::$ln::launch(
-                    ctx,
-                    &programs::$ln::Config { BN: bn, V: v },
-                    rows,
-                    n,
-                    eps,
-                    x,
-                    w,
-                    b,
-                    y,
-                )
-            }
-            fn argmax(
-                ctx: &Context,
-                bn: i32,
-                v: i32,
-                rows: i32,
-                n: i32,
-                x: &impl DeviceRead<Self>,
-                out: &mut impl DeviceWrite<i32>,
-            ) -> Result<(), KernelError> {
-                programs::$argmax::launch(
-                    ctx,
-                    &programs::$argmax::Config { BN: bn, V: v },
-                    rows,
-                    n,
-                    x,
-                    out,
-                )
-            }
-            fn silu_and_mul(
-                ctx: &Context,
-                v: i32,
-                tokens: i32,
-                d: i32,
-                x: &impl DeviceRead<Self>,
-                y: &mut impl DeviceWrite<Self>,
-            ) -> Result<(), KernelError> {
-                programs::$silu::launch(ctx, &programs::$silu::Config { V: v }, tokens, d, x, y)
-            }
-            fn rotary(
-                ctx: &Context,
-                hd: i32,
-                tokens: i32,
-                heads: i32,
-                x: &mut impl DeviceWrite<Self>,
-                cos: &impl DeviceRead<Self>,
-                sin: &impl DeviceRead<Self>,
-            ) -> Result<(), KernelError> {
-                programs::$rotary::launch(
-                    ctx,
-                    &programs::$rotary::Config { HD: hd },
-                    tokens,
-                    heads,
-                    x,
-                    cos,
-                    sin,
-                )
-            }
-        }
-    };
-}
-
-row_element!(
-    f16,
-    softmax_f16,
-    softmax_long_f16,
-    rms_norm_f16,
-    add_rms_norm_f16,
-    layer_norm_f16,
-    argmax_f16,
-    silu_and_mul_f16,
-    rotary_f16
-);
-row_element!(
-    bf16,
-    softmax_bf16,
-    softmax_long_bf16,
-    rms_norm_bf16,
-    add_rms_norm_bf16,
-    layer_norm_bf16,
-    argmax_bf16,
-    silu_and_mul_bf16,
-    rotary_bf16
-);
 
 /// `y = softmax(x)` along each row of `x: [rows, n]` (computed in f32), rows of any length:
 /// up to [`MAX_ROW`] in one pass over registers, longer ones in chunks with an online maximum

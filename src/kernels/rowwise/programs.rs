@@ -24,6 +24,11 @@
 //! Every kernel is stamped for f16 and bf16 by `row_kernels!`: `#[kernel]` parameters have
 //! concrete element types.
 
+use super::RowElement;
+use crate::macro_support::KernelError;
+use tilus_runtime::half::{bf16, f16};
+use tilus_runtime::{Context, DeviceRead, DeviceWrite};
+
 macro_rules! row_kernels {
     ($t:ident, $softmax:ident, $softmax_long:ident, $rms:ident, $add_rms:ident, $ln:ident, $argmax:ident, $silu:ident, $rotary:ident) => {
         /// `y = softmax(x)` along each row of `x: [rows, n]`, computed in f32.
@@ -241,6 +246,163 @@ macro_rules! row_kernels {
             let s = cast::<f32>(load_global(view_global(sin, [tokens, half]), row, [r, 0]));
             store_global(cast::<$t>(x1 * c - x2 * s), gx, [r, h * hb, 0, 0]);
             store_global(cast::<$t>(x2 * c + x1 * s), gx, [r, h * hb, 1, 0]);
+        }
+
+        // The generic host API (`super::softmax::<T>`, ...) reaches these kernels through this.
+        impl RowElement for $t {
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            fn softmax(
+                ctx: &Context,
+                bn: i32,
+                v: i32,
+                rows: i32,
+                n: i32,
+                x: &impl DeviceRead<Self>,
+                y: &mut impl DeviceWrite<Self>,
+            ) -> Result<(), KernelError> {
+                $softmax::launch(
+                    ctx,
+                    &$softmax::Config { BN: bn, V: v },
+                    rows,
+                    n,
+                    x,
+                    y,
+                )
+            }
+            fn softmax_long(
+                ctx: &Context,
+                v: i32,
+                rows: i32,
+                n: i32,
+                x: &impl DeviceRead<Self>,
+                y: &mut impl DeviceWrite<Self>,
+            ) -> Result<(), KernelError> {
+                $softmax_long::launch(
+                    ctx,
+                    &$softmax_long::Config { V: v },
+                    rows,
+                    n,
+                    x,
+                    y,
+                )
+            }
+            fn rms_norm(
+                ctx: &Context,
+                bn: i32,
+                v: i32,
+                rows: i32,
+                n: i32,
+                eps: f32,
+                x: &impl DeviceRead<Self>,
+                w: &impl DeviceRead<Self>,
+                y: &mut impl DeviceWrite<Self>,
+            ) -> Result<(), KernelError> {
+                $rms::launch(
+                    ctx,
+                    &$rms::Config { BN: bn, V: v },
+                    rows,
+                    n,
+                    eps,
+                    x,
+                    w,
+                    y,
+                )
+            }
+            fn add_rms_norm(
+                ctx: &Context,
+                bn: i32,
+                v: i32,
+                rows: i32,
+                n: i32,
+                eps: f32,
+                x: &mut impl DeviceWrite<Self>,
+                residual: &mut impl DeviceWrite<Self>,
+                w: &impl DeviceRead<Self>,
+            ) -> Result<(), KernelError> {
+                $add_rms::launch(
+                    ctx,
+                    &$add_rms::Config { BN: bn, V: v },
+                    rows,
+                    n,
+                    eps,
+                    x,
+                    residual,
+                    w,
+                )
+            }
+            fn layer_norm(
+                ctx: &Context,
+                bn: i32,
+                v: i32,
+                rows: i32,
+                n: i32,
+                eps: f32,
+                x: &impl DeviceRead<Self>,
+                w: &impl DeviceRead<Self>,
+                b: &impl DeviceRead<Self>,
+                y: &mut impl DeviceWrite<Self>,
+            ) -> Result<(), KernelError> {
+                $ln::launch(
+                    ctx,
+                    &$ln::Config { BN: bn, V: v },
+                    rows,
+                    n,
+                    eps,
+                    x,
+                    w,
+                    b,
+                    y,
+                )
+            }
+            fn argmax(
+                ctx: &Context,
+                bn: i32,
+                v: i32,
+                rows: i32,
+                n: i32,
+                x: &impl DeviceRead<Self>,
+                out: &mut impl DeviceWrite<i32>,
+            ) -> Result<(), KernelError> {
+                $argmax::launch(
+                    ctx,
+                    &$argmax::Config { BN: bn, V: v },
+                    rows,
+                    n,
+                    x,
+                    out,
+                )
+            }
+            fn silu_and_mul(
+                ctx: &Context,
+                v: i32,
+                tokens: i32,
+                d: i32,
+                x: &impl DeviceRead<Self>,
+                y: &mut impl DeviceWrite<Self>,
+            ) -> Result<(), KernelError> {
+                $silu::launch(ctx, &$silu::Config { V: v }, tokens, d, x, y)
+            }
+            fn rotary(
+                ctx: &Context,
+                hd: i32,
+                tokens: i32,
+                heads: i32,
+                x: &mut impl DeviceWrite<Self>,
+                cos: &impl DeviceRead<Self>,
+                sin: &impl DeviceRead<Self>,
+            ) -> Result<(), KernelError> {
+                $rotary::launch(
+                    ctx,
+                    &$rotary::Config { HD: hd },
+                    tokens,
+                    heads,
+                    x,
+                    cos,
+                    sin,
+                )
+            }
         }
     };
 }
