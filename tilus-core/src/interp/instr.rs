@@ -431,7 +431,7 @@ impl Machine<'_> {
         rhs: &Operand,
         f: impl FnMut(usize, usize, f64, f64) -> Result<u32, String>,
     ) -> Result<RegTensor, String> {
-        self.elementwise_to(block, lhs, rhs, None, f)
+        self.elementwise_to(block, lhs, rhs, false, f)
     }
 
     /// The exact value of a scalar operand (`i32` or `f32`).
@@ -443,13 +443,14 @@ impl Machine<'_> {
         }
     }
 
-    /// [`Self::elementwise`] with the result in `out_dtype` (default: `lhs`'s).
+    /// [`Self::elementwise`], or with `compare` a comparison: a `u1` result, and a scalar right
+    /// operand seen at its exact value rather than converted to `lhs`'s dtype.
     pub(super) fn elementwise_to(
         &mut self,
         block: &Block,
         lhs: VarId,
         rhs: &Operand,
-        out_dtype: Option<DType>,
+        compare: bool,
         mut f: impl FnMut(usize, usize, f64, f64) -> Result<u32, String>,
     ) -> Result<RegTensor, String> {
         let bt = self.block_threads;
@@ -463,12 +464,10 @@ impl Machine<'_> {
             }
             _ => None,
         };
-        // A uniform right value: converted to the dtype, except that a comparison (a `u1`
-        // result) sees a scalar's exact value.
+        // A uniform right value: converted to the dtype, except that a comparison sees a
+        // scalar's exact value.
         let uniform = match rhs {
-            Operand::Scalar(e) if out_dtype == Some(DType::UInt(1)) => {
-                Some(self.scalar_operand(e, block)?)
-            }
+            Operand::Scalar(e) if compare => Some(self.scalar_operand(e, block)?),
             Operand::Scalar(e) => {
                 let v = self.scalar_operand(e, block)?;
                 Some(dtype.decode(scalar_code(v, dtype)?))
@@ -476,7 +475,11 @@ impl Machine<'_> {
             Operand::Imm(v) => Some(dtype.decode(convert(*v, dtype)?)),
             Operand::Tensor(_) => None,
         };
-        let mut result = RegTensor::new(out_dtype.unwrap_or(dtype), l.layout.clone(), bt);
+        let mut result = RegTensor::new(
+            if compare { DType::UInt(1) } else { dtype },
+            l.layout.clone(),
+            bt,
+        );
         let mut map = ThreadMap::default();
         for t in 0..bt {
             if let Some((_, tr)) = &right {

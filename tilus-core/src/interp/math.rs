@@ -77,9 +77,13 @@ impl Machine<'_> {
         rhs: &Operand,
     ) -> Result<RegTensor, String> {
         // Scalars compare exactly, immediates after conversion to the dtype (`elementwise`).
-        self.elementwise_to(block, lhs, rhs, Some(DType::UInt(1)), |_, _, x, y| {
-            Ok(op.holds(x, y) as u32)
-        })
+        self.elementwise_to(
+            block,
+            lhs,
+            rhs,
+            true,
+            |_, _, x, y| Ok(op.holds(x, y) as u32),
+        )
     }
 
     pub(super) fn select(
