@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use tilus::kernels::linear::QuantizedLinear;
 use tilus::kernels::qmatmul::weight_types;
 use tilus::kernels::qmatmul::{
-    build, decode_half, encode_half, prepare, relayout_inverse, split_dim, OperandBytes,
+    build, decode_half, encode_half, prepare, relayout_inverse, OperandBytes,
     QMatmulConfig, QMatmulError, QMatmulKernel, QMatmulLayouts,
 };
 use tilus::quant::{Group, QuantizedWeight};
@@ -277,7 +277,7 @@ fn the_scale_layout_split_is_exact() {
             }
         }
     }
-    assert!(split_dim(&tilus::Layout::spatial(&[4, 8]), 0, 3).is_err());
+    assert!(tilus::Layout::spatial(&[4, 8]).split_dim(0, 3).is_err());
 }
 
 fn err_text<T: std::fmt::Debug>(r: Result<T, QMatmulError>) -> String {

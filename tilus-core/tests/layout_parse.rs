@@ -66,7 +66,7 @@ fn unknown_primitive() {
     let e = err(text);
     assert_eq!(
         e.message,
-        "unknown layout primitive `spacial`; expected local, spatial, column_local, column_spatial or reduce"
+        "unknown layout primitive `spacial`; expected local, spatial, column_local, column_spatial, replicated, reduce, split or swap_inner_locals"
     );
     assert_eq!(culprit(text, &e), "spacial");
     let e = err("spätial(2)");
@@ -150,14 +150,14 @@ fn trailing_garbage_and_empty_input() {
     let e = err("local(2).");
     assert_eq!(
         e.message,
-        "expected local, spatial, column_local or column_spatial after `.`, found end of input"
+        "expected local, spatial, column_local, column_spatial or replicated after `.`, found end of input"
     );
     let e = err("local(2).(spatial(2))");
     assert_eq!(e.span, 9..10);
     let e = err("local(2).reduce(spatial(2),[0])");
     assert_eq!(
         e.message,
-        "expected local, spatial, column_local or column_spatial after `.`, found `reduce`"
+        "expected local, spatial, column_local, column_spatial or replicated after `.`, found `reduce`"
     );
     let e = err("3");
     assert_eq!(e.message, "expected a layout expression, found `3`");
@@ -332,5 +332,65 @@ proptest! {
             Ok(l) => prop_assert!(l.num_threads() >= 1),
             Err(e) => check_span(&text, &e)?,
         }
+    }
+}
+
+/// `replicated(n)`, `split(..)` and `swap_inner_locals(..)` denote the methods of the same names,
+/// and every printed layout (replicated digits included) parses back to itself.
+#[test]
+fn replicated_split_and_swap() {
+    let spatial = Layout::spatial;
+    let local = Layout::local;
+    let rep = Layout::replicated;
+    // Replication in the middle of a chain, after `.` and as the first atom.
+    let want = spatial(&[2, 1])
+        .compose(&rep(2, 4))
+        .unwrap()
+        .compose(&local(&[2, 2]))
+        .unwrap();
+    let got = parse("spatial(2, 1).replicated(4).local(2, 2)").unwrap();
+    assert_eq!(got, want);
+    assert_eq!(got.num_threads(), 8);
+    assert_eq!(parse(&got.to_expr()).unwrap(), got, "{}", got.to_expr());
+    let first = parse("replicated(3).spatial(4, 8)").unwrap();
+    assert_eq!(
+        first,
+        rep(2, 3).compose(&spatial(&[4, 8])).unwrap(),
+        "{}",
+        first.to_expr()
+    );
+    assert_eq!(parse(&first.to_expr()).unwrap(), first);
+
+    let b = parse("local(2, 1).column_spatial(4, 8).local(2, 1)").unwrap();
+    let split = parse("split(local(2, 1).column_spatial(4, 8).local(2, 1), 0, 4)").unwrap();
+    assert_eq!(split, b.split_dim(0, 4).unwrap());
+    assert_eq!(split.shape(), [4, 4, 8]);
+    for t in 0..b.num_threads() {
+        for i in 0..b.num_locals() {
+            let x = b.eval(t, i);
+            assert_eq!(split.eval(t, i), [x[0] / 4, x[0] % 4, x[1]]);
+        }
+    }
+    let swapped = parse("swap_inner_locals(local(4, 1).local(1, 2), 2, 4)").unwrap();
+    let base = local(&[4, 1]).compose(&local(&[1, 2])).unwrap();
+    assert_eq!(swapped, base.swap_inner_locals(2, 4).unwrap());
+    // Local (x, p) of the base is local (p, x) of the result.
+    for x in 0..4 {
+        for p in 0..2 {
+            assert_eq!(swapped.eval(0, p * 4 + x), base.eval(0, x * 2 + p));
+        }
+    }
+
+    // Errors point at the call and say why.
+    for (text, culprit_text, why) in [
+        ("replicated(0)", "0", "positive"),
+        ("split(local(4), 0, 3)", "split(local(4), 0, 3)", "3 does not divide"),
+        ("split(local(4), 2, 2)", "split(local(4), 2, 2)", "out of range"),
+        ("swap_inner_locals(local(6), 4, 2)", "swap_inner_locals(local(6), 4, 2)", "not a multiple"),
+        ("split(local(4) 0, 2)", "0", "expected `,`"),
+    ] {
+        let e = err(text);
+        assert_eq!(culprit(text, &e), culprit_text, "{text}: {}", e.message);
+        assert!(e.message.contains(why), "{text}: {}", e.message);
     }
 }

@@ -48,6 +48,6 @@ pub use config::{
 };
 pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};
 pub use gpu::{DeviceWeight, GpuQMatmul};
-pub use layouts::{pack_split, split_dim, QMatmulLayouts};
+pub use layouts::{pack_split, QMatmulLayouts};
 pub use program::{a_swizzle, build, config_name, reduce_layout, QMatmulKernel, TARGET};
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

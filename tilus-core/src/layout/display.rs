@@ -7,8 +7,8 @@ use std::fmt;
 impl Layout {
     /// A composition of primitives equal to this layout, for messages: e.g.
     /// `local(2,1).spatial(8,4).local(1,2)`, using as few primitives as possible. Replication
-    /// digits print as `replicated(n)` (see [`Layout::replicated`]), which the text form does
-    /// not accept; every other result parses back to this layout. A layout built by
+    /// digits print as `replicated(n)` (see [`Layout::replicated`]); the result parses back to
+    /// this layout. A layout built by
     /// [`Layout::from_parts`] whose digits admit no such chain prints as `layout{..}` with its
     /// raw parts.
     pub fn to_expr(&self) -> String {

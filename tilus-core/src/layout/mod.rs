@@ -74,6 +74,7 @@ mod display;
 mod divide;
 mod parse;
 mod shared;
+mod split;
 
 pub use parse::{parse, ParseError};
 pub use shared::{SharedLayout, Swizzle};

@@ -4,8 +4,15 @@
 //! expr := term ('/' term)*                      division, left-associative
 //! term := atom (('.' | '∘') prim)*              composition binds tighter than division
 //! atom := prim | '(' expr ')' | 'reduce' '(' expr ',' '[' int (',' int)* ']' ')'
+//!       | 'split' '(' expr ',' int ',' int ')' | 'swap_inner_locals' '(' expr ',' int ',' int ')'
 //! prim := ('local' | 'spatial' | 'column_local' | 'column_spatial') '(' int (',' int)* ')'
+//!       | 'replicated' '(' int ')'
 //! ```
+//!
+//! `replicated(n)` is [`Layout::replicated`] (rank 1, broadcast like any operand): `n` threads
+//! holding the same element, e.g. `spatial(2, 1).replicated(4).local(2, 2)` repeats each of the
+//! two warps' work on four warps. `split(f, d, i)` is [`Layout::split_dim`] and
+//! `swap_inner_locals(f, i, o)` is [`Layout::swap_inner_locals`].
 //!
 //! Operands of `.`, `∘` and `/` may have different ranks: the lower-rank one is broadcast by
 //! prepending extent-1 dimensions (see "Mixed ranks" in [`super`]), so `local(2).spatial(8,4)`
@@ -190,6 +197,13 @@ impl<'a> Parser<'a> {
                 Ok((layout, span.start..close.end))
             }
             Tok::Ident if &self.src[span.clone()] == "reduce" => self.reduce(),
+            Tok::Ident if &self.src[span.clone()] == "split" => {
+                self.layout_fn("split", |l, [dim, inner]| l.split_dim(dim, inner))
+            }
+            Tok::Ident if &self.src[span.clone()] == "swap_inner_locals" => self
+                .layout_fn("swap_inner_locals", |l, [inner, outer]| {
+                    l.swap_inner_locals(inner, outer)
+                }),
             Tok::Ident => self.prim(false),
             _ => Err(self.error(
                 span.clone(),
@@ -198,6 +212,30 @@ impl<'a> Parser<'a> {
                     self.describe(&tok, &span)
                 ),
             )),
+        }
+    }
+
+    /// `name(expr, int, int)`: a function of a layout and two integers.
+    fn layout_fn(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&Layout, [usize; 2]) -> Result<Layout, super::LayoutError>,
+    ) -> Parsed<Layout> {
+        let (_, start) = self.next();
+        self.enter(&start)?;
+        self.expect('(', &format!("after `{name}`"))?;
+        let (layout, _) = self.expr()?;
+        let mut args = [0; 2];
+        for a in &mut args {
+            self.expect(',', &format!("between the arguments of `{name}`"))?;
+            *a = self.int()?.0;
+        }
+        let close = self.expect(')', &format!("to close `{name}(`"))?;
+        self.depth -= 1;
+        let whole = start.start..close.end;
+        match f(&layout, args) {
+            Ok(r) => Ok((r, whole)),
+            Err(e) => Err(self.error(whole, format!("`{name}`: {e}"))),
         }
     }
 
@@ -247,6 +285,9 @@ impl<'a> Parser<'a> {
 
     /// A primitive; `after_dot` tailors the message when something else follows a `.`.
     fn prim(&mut self, after_dot: bool) -> Parsed<Layout> {
+        if self.peek().0 == Tok::Ident && &self.src[self.peek().1] == "replicated" {
+            return self.replicated();
+        }
         let (tok, name_span) = self.next();
         let name = &self.src[name_span.clone()];
         let kind = match (tok, Primitive::from_name(name)) {
@@ -256,7 +297,8 @@ impl<'a> Parser<'a> {
                     name_span.clone(),
                     format!(
                         "unknown layout primitive `{name}`; expected local, spatial, \
-                         column_local, column_spatial or reduce"
+                         column_local, column_spatial, replicated, reduce, split or \
+                         swap_inner_locals"
                     ),
                 ))
             }
@@ -264,7 +306,8 @@ impl<'a> Parser<'a> {
                 return Err(self.error(
                     name_span.clone(),
                     format!(
-                        "expected local, spatial, column_local or column_spatial after `.`, \
+                        "expected local, spatial, column_local, column_spatial or replicated \
+                         after `.`, \
                          found {}",
                         self.describe(&tok, &name_span)
                     ),
@@ -311,6 +354,18 @@ impl<'a> Parser<'a> {
             Ok(layout) => Ok((layout, whole)),
             Err(e) => Err(self.error(whole, e.to_string())),
         }
+    }
+
+    /// `replicated(n)`: `n` threads holding one element.
+    fn replicated(&mut self) -> Parsed<Layout> {
+        let (_, start) = self.next();
+        self.expect('(', "after `replicated`")?;
+        let (n, nspan) = self.int()?;
+        if n == 0 {
+            return Err(self.error(nspan, "`replicated` needs a positive thread count".into()));
+        }
+        let close = self.expect(')', "to close `replicated(`")?;
+        Ok((Layout::replicated(1, n), start.start..close.end))
     }
 
     fn int(&mut self) -> Parsed<usize> {
