@@ -5,7 +5,7 @@
 #[path = "kernels/language.rs"]
 mod language;
 
-use language::{chunk_max, flagged, helpers, scalar_operands, scale_shift};
+use language::{chunk_max, closures, flagged, helpers, scalar_operands, scale_shift};
 use rand::Rng;
 
 #[test]
@@ -96,6 +96,33 @@ fn helper_functions_inline_and_return_tuples() {
     // Each call is inlined: `order` twice, so two `max` instructions.
     let text = helpers::program(&helpers::SPACE[0]).unwrap().to_string();
     assert_eq!(text.matches("= max(").count(), 2, "{text}");
+}
+
+#[test]
+fn closures_capture_their_scope() {
+    let mut rng = rand::rng();
+    for cfg in closures::SPACE {
+        let n = rng.random_range(1..200usize);
+        let s: f32 = rng.random_range(-2.0..2.0);
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let mut y = vec![f32::NAN; n];
+        closures::interpret(cfg, n as i32, s, &x, &mut y).unwrap();
+        let mut reps: Vec<i32> = (0..cfg.REPS).collect();
+        if cfg.REPS > 1 {
+            reps.push(100);
+        }
+        for i in 0..n {
+            let mut want = 0.0f32;
+            for &rep in &reps {
+                want = (x[i] * s).mul_add(x[i], want) + rep as f32;
+            }
+            assert_eq!(y[i], want, "{cfg} n={n} s={s} at {i}");
+        }
+    }
+    // The closure is inlined at each call and writes the captured accumulator itself: no copy.
+    let text = closures::program(&closures::SPACE[1]).unwrap().to_string();
+    assert_eq!(text.matches("mul_add(").count(), 2, "{text}");
+    assert!(!text.contains("view("), "{text}");
 }
 
 #[test]

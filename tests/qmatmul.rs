@@ -11,8 +11,8 @@ use rand::{Rng, SeedableRng};
 use tilus::kernels::linear::QuantizedLinear;
 use tilus::kernels::qmatmul::weight_types;
 use tilus::kernels::qmatmul::{
-    build, decode_half, encode_half, prepare, relayout_inverse, OperandBytes,
-    QMatmulConfig, QMatmulError, QMatmulKernel, QMatmulLayouts,
+    build, decode_half, encode_half, prepare, relayout_inverse, OperandBytes, QMatmulConfig,
+    QMatmulError, QMatmulKernel, QMatmulLayouts,
 };
 use tilus::quant::{Group, QuantizedWeight};
 use tilus::DType;

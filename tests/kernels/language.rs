@@ -91,3 +91,27 @@ pub fn flagged(n: i32, negate: bool, x: Global<f32>, y: GlobalMut<f32>) {
         store_global(r, view_global(y, [n]), [bi * 32]);
     }
 }
+
+/// Closures: `axpy` captures the view `gx`, the layout `tile` and the mutable accumulator `acc`,
+/// which its body updates in place; `scaled` takes a tensor and returns one; a closure is
+/// called in a loop and from a const branch.
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(REPS = [1, 3]))]
+pub fn closures<const REPS: i32>(n: i32, s: f32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let tile = layout!(spatial(32));
+    let gx = view_global(x, [n]);
+    let mut acc = register::<f32>(tile, 0.0);
+    let scaled = |t: Tensor, by| t * by;
+    let axpy = |rep: i32| {
+        let r = load_global(gx, tile, [bi * 32]);
+        acc = mul_add(scaled(r, s), r, acc);
+        acc += rep;
+    };
+    for rep in 0..REPS {
+        axpy(rep);
+    }
+    if REPS > 1 {
+        axpy(100);
+    }
+    store_global(acc, view_global(y, [n]), [bi * 32]);
+}

@@ -384,9 +384,21 @@ fn replicated_split_and_swap() {
     // Errors point at the call and say why.
     for (text, culprit_text, why) in [
         ("replicated(0)", "0", "positive"),
-        ("split(local(4), 0, 3)", "split(local(4), 0, 3)", "3 does not divide"),
-        ("split(local(4), 2, 2)", "split(local(4), 2, 2)", "out of range"),
-        ("swap_inner_locals(local(6), 4, 2)", "swap_inner_locals(local(6), 4, 2)", "not a multiple"),
+        (
+            "split(local(4), 0, 3)",
+            "split(local(4), 0, 3)",
+            "3 does not divide",
+        ),
+        (
+            "split(local(4), 2, 2)",
+            "split(local(4), 2, 2)",
+            "out of range",
+        ),
+        (
+            "swap_inner_locals(local(6), 4, 2)",
+            "swap_inner_locals(local(6), 4, 2)",
+            "not a multiple",
+        ),
         ("split(local(4) 0, 2)", "0", "expected `,`"),
     ] {
         let e = err(text);

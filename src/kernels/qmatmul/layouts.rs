@@ -100,12 +100,16 @@ impl QMatmulLayouts {
             fb,
         ]);
         let rows = config.bk / t.groups_per_tile;
-        let b3 = b.split_dim(0, rows).map_err(|e| config_err("group_rows", e.to_string()))?;
+        let b3 = b
+            .split_dim(0, rows)
+            .map_err(|e| config_err("group_rows", e.to_string()))?;
         let q = match pack_split(config.wdtype, config.adtype) {
             Some(h) => b.swap_inner_locals(2, h).unwrap_or_else(|_| b.clone()),
             None => b.clone(),
         };
-        let q3 = q.split_dim(0, rows).map_err(|e| config_err("group_rows", e.to_string()))?;
+        let q3 = q
+            .split_dim(0, rows)
+            .map_err(|e| config_err("group_rows", e.to_string()))?;
         let scale = b3.reduce(&[1]).expect("dim 1 exists");
         let c_scale = c.reduce(&[0]).expect("dim 0 exists");
         let v = t.vector_bytes;

@@ -201,6 +201,7 @@ impl Translator<'_, '_> {
             Value::Layout(..) => "a layout".into(),
             Value::Array(_) => "an array".into(),
             Value::Tuple(v) => format!("a tuple of {} values", v.len()),
+            Value::Closure(_) => "a closure".into(),
             Value::Unit => "an instruction with no result".into(),
             Value::Poisoned => "an undefined value".into(),
         }
@@ -357,7 +358,7 @@ impl Translator<'_, '_> {
                 _ => Err(self.err(e, "a block used as a value must end in an expression")),
             },
             SynExpr::Range(_) => Err(self.err(e, "ranges only appear in `for x in a..b`")),
-            SynExpr::Closure(_) => Err(self.err(e, "closures are not supported in a kernel")),
+            SynExpr::Closure(c) => self.closure(c),
             SynExpr::Tuple(_) => {
                 Err(self.err(e, "tuples are not supported; use an array `[a, b]`"))
             }
@@ -385,6 +386,7 @@ impl Translator<'_, '_> {
             Some(Binding::Pointer(var)) => Ok(Value::Pointer(var)),
             Some(Binding::Layout(l, t, _)) => Ok(Value::Layout(l, t)),
             Some(Binding::Array(a)) => Ok(Value::Array(a)),
+            Some(Binding::Closure(h)) => Ok(Value::Closure(h)),
             Some(Binding::DType(_)) => Err(self.err(
                 p,
                 format!(

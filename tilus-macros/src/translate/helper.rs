@@ -12,6 +12,11 @@
 //! and data types but none of the caller's locals; the body is translated in place, and its
 //! tail expression is the call's value (a tuple of values for several results). Parameters are
 //! immutable. Their types are checked: `Tensor`, `i32`, `f32`, `bool`, `Layout`, or `_` for any.
+//!
+//! A closure, `let issue = |tile: i32, stage: i32| { .. };`, is the same thing written where
+//! it is needed: its body sees every name in scope where the closure is written (captured by
+//! reference, as Rust's closures do: `acc = dot(a, b, acc)` inside writes the captured `mut`
+//! tensor). Untyped closure parameters accept any value.
 
 use std::rc::Rc;
 
@@ -33,10 +38,24 @@ enum ParamType {
     Any,
 }
 
-/// A declared helper function.
+/// A declared helper function, or a closure.
 pub struct Helper {
-    item: Rc<ItemFn>,
+    name: String,
     params: Vec<(String, ParamType)>,
+    body: Rc<syn::Block>,
+    /// For a closure, the scopes where it was written; a helper sees the kernel's names only.
+    captured: Option<Vec<Vec<(String, Binding)>>>,
+}
+
+impl std::fmt::Debug for Helper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "helper `{}` of {} parameters",
+            self.name,
+            self.params.len()
+        )
+    }
 }
 
 impl Translator<'_, '_> {
@@ -62,8 +81,10 @@ impl Translator<'_, '_> {
                     );
                 } else {
                     let helper = Helper {
-                        item: Rc::new(f.clone()),
+                        name: name.clone(),
                         params,
+                        body: Rc::new((*f.block).clone()),
+                        captured: None,
                     };
                     self.helpers.push((name, Rc::new(helper)));
                 }
@@ -123,29 +144,9 @@ impl Translator<'_, '_> {
                             continue;
                         }
                     };
-                    let ty = match &*pt.ty {
-                        syn::Type::Infer(_) => Some(ParamType::Any),
-                        syn::Type::Path(p) if p.qself.is_none() => {
-                            match p.path.get_ident().map(|i| i.to_string()).as_deref() {
-                                Some("Tensor") => Some(ParamType::Tensor),
-                                Some("i32") => Some(ParamType::Scalar(ScalarType::I32)),
-                                Some("f32") => Some(ParamType::Scalar(ScalarType::F32)),
-                                Some("bool") => Some(ParamType::Scalar(ScalarType::Bool)),
-                                Some("Layout") => Some(ParamType::Layout),
-                                _ => None,
-                            }
-                        }
-                        _ => None,
-                    };
-                    match ty {
+                    match self.param_type(&pt.ty) {
                         Some(t) => params.push((name, t)),
-                        None => {
-                            let _ = self.err(
-                                &*pt.ty,
-                                "a helper parameter is a `Tensor`, `i32`, `f32`, `bool`, `Layout`, or `_` for any of them",
-                            );
-                            ok = false;
-                        }
+                        None => ok = false,
                     }
                 }
             }
@@ -154,8 +155,94 @@ impl Translator<'_, '_> {
         ok.then_some(params)
     }
 
-    /// The helper called `name`, if one is declared.
+    /// The type a parameter accepts, or `None` after reporting a type that is not one.
+    fn param_type(&mut self, ty: &syn::Type) -> Option<ParamType> {
+        let t = match ty {
+            syn::Type::Infer(_) => Some(ParamType::Any),
+            syn::Type::Path(p) if p.qself.is_none() => {
+                match p.path.get_ident().map(|i| i.to_string()).as_deref() {
+                    Some("Tensor") => Some(ParamType::Tensor),
+                    Some("i32") => Some(ParamType::Scalar(ScalarType::I32)),
+                    Some("f32") => Some(ParamType::Scalar(ScalarType::F32)),
+                    Some("bool") => Some(ParamType::Scalar(ScalarType::Bool)),
+                    Some("Layout") => Some(ParamType::Layout),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if t.is_none() {
+            let _ = self.err(
+                ty,
+                "a helper parameter is a `Tensor`, `i32`, `f32`, `bool`, `Layout`, or `_` for any of them",
+            );
+        }
+        t
+    }
+
+    /// A closure written in the body: `|a: Tensor, kt: i32| expr`.
+    pub(super) fn closure(&mut self, c: &syn::ExprClosure) -> R<Value> {
+        if let Some(tok) = c
+            .movability
+            .as_ref()
+            .map(|t| t.span)
+            .or(c.asyncness.as_ref().map(|t| t.span))
+            .or(c.constness.as_ref().map(|t| t.span))
+            .or(c.lifetimes.as_ref().map(|l| l.for_token.span))
+        {
+            return Err(self.error(Diag::at_span(
+                tok,
+                "a kernel closure is a plain `|args| body` (no `static`, `async`, `const` or `for<..>`); `move` is allowed and changes nothing",
+            )));
+        }
+        let mut params = Vec::new();
+        let mut ok = true;
+        for input in &c.inputs {
+            let (pat, ty) = match input {
+                Pat::Type(pt) => (&*pt.pat, self.param_type(&pt.ty)),
+                other => (other, Some(ParamType::Any)),
+            };
+            match pat {
+                Pat::Ident(pi) if pi.mutability.is_none() && pi.by_ref.is_none() => match ty {
+                    Some(t) => params.push((pi.ident.to_string(), t)),
+                    None => ok = false,
+                },
+                Pat::Ident(pi) if pi.mutability.is_some() => {
+                    let _ = self.err(
+                        pat,
+                        "closure parameters are immutable; bind a `let mut` copy inside",
+                    );
+                    ok = false;
+                }
+                other => {
+                    let _ = self.err(other, "expected a parameter name");
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            return Err(Reported);
+        }
+        let body = match &*c.body {
+            SynExpr::Block(b) if b.label.is_none() => b.block.clone(),
+            other => syn::Block {
+                brace_token: Default::default(),
+                stmts: vec![Stmt::Expr(other.clone(), None)],
+            },
+        };
+        Ok(Value::Closure(Rc::new(Helper {
+            name: "closure".to_string(),
+            params,
+            body: Rc::new(body),
+            captured: Some(self.scopes.clone()),
+        })))
+    }
+
+    /// The closure or helper called `name`: a closure in scope first, then a declared helper.
     pub(super) fn helper(&self, name: &str) -> Option<Rc<Helper>> {
+        if let Some(Binding::Closure(h)) = self.lookup(name) {
+            return Some(h.clone());
+        }
         self.helpers
             .iter()
             .find(|(n, _)| n == name)
@@ -169,7 +256,10 @@ impl Translator<'_, '_> {
         c: &ExprCall,
         helper: &Helper,
     ) -> R<Value> {
-        let name = helper.item.sig.ident.to_string();
+        let name = match &c.func.as_ref() {
+            SynExpr::Path(p) => p.path.to_token_stream().to_string(),
+            _ => helper.name.clone(),
+        };
         if self.in_grid {
             return Err(self.err(c, "the grid cannot call helpers"));
         }
@@ -205,11 +295,16 @@ impl Translator<'_, '_> {
         if failed {
             return Err(Reported);
         }
-        // The body, in a scope with the kernel's own names and the parameters only.
-        let kernel_scope = self.scopes[0].clone();
-        let saved = std::mem::replace(&mut self.scopes, vec![kernel_scope, bound]);
+        // The body, in a scope with the kernel's own names (a closure: the names where it was
+        // written) and the parameters.
+        let mut scopes = match &helper.captured {
+            Some(captured) => captured.clone(),
+            None => vec![self.scopes[0].clone()],
+        };
+        scopes.push(bound);
+        let saved = std::mem::replace(&mut self.scopes, scopes);
         self.helper_depth += 1;
-        let stmts = &helper.item.block.stmts;
+        let stmts = &helper.body.stmts;
         let (body, tail) = match stmts.split_last() {
             Some((Stmt::Expr(e, None), rest)) => (rest, Some(e)),
             _ => (&stmts[..], None),
@@ -307,6 +402,7 @@ impl Translator<'_, '_> {
             Value::Pointer(var) => Binding::Pointer(var),
             Value::Layout(l, t) => Binding::Layout(l, t, None),
             Value::Array(a) => Binding::Array(a),
+            Value::Closure(h) => Binding::Closure(h),
             Value::Tuple(_) | Value::Unit | Value::Poisoned => {
                 let found = self.describe(&v);
                 return Err(self.err(arg, format!("`{pname}` cannot be {found}")));

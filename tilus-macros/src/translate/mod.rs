@@ -57,6 +57,8 @@ pub enum Binding {
     Array(Vec<Expr>),
     /// A dtype parameter (`W`), usable in turbofish position and as `W::BITS`.
     DType(DType),
+    /// A closure: a helper that sees the names in scope where it was written.
+    Closure(std::rc::Rc<helper::Helper>),
     /// Its definition failed and was reported; uses are silently accepted.
     Poisoned,
 }
@@ -72,6 +74,8 @@ pub enum Value {
     Array(Vec<Expr>),
     /// The results of a helper function (`(m, l)`), destructured by `let` or assignment.
     Tuple(Vec<Value>),
+    /// A closure (`|kt: i32| { .. }`), inlined at each call.
+    Closure(std::rc::Rc<helper::Helper>),
     Unit,
     Poisoned,
 }

@@ -125,6 +125,7 @@ impl Translator<'_, '_> {
             Value::Pointer(var) => Binding::Pointer(var),
             Value::Layout(l, t) => Binding::Layout(l, t, None),
             Value::Array(a) => Binding::Array(a),
+            Value::Closure(h) => Binding::Closure(h),
             Value::Tuple(items) => {
                 let _ = self.err(
                     local,
