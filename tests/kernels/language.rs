@@ -94,7 +94,7 @@ pub fn flagged(n: i32, negate: bool, x: Global<f32>, y: GlobalMut<f32>) {
 
 /// Closures: `axpy` captures the view `gx`, the layout `tile` and the mutable accumulator `acc`,
 /// which its body updates in place; `scaled` takes a tensor and returns one; a closure is
-/// called in a loop and from a const branch.
+/// called in a loop and from a const branch. `bonus` exists in one configuration only.
 #[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(REPS = [1, 3]))]
 pub fn closures<const REPS: i32>(n: i32, s: f32, x: Global<f32>, y: GlobalMut<f32>) {
     let [bi] = block_indices();
@@ -110,8 +110,15 @@ pub fn closures<const REPS: i32>(n: i32, s: f32, x: Global<f32>, y: GlobalMut<f3
     for rep in 0..REPS {
         axpy(rep);
     }
+    // Present only where the constant condition holds (`()` otherwise), used under it.
+    let bonus = if REPS > 1 {
+        register::<f32>(tile, 0.5)
+    } else {
+        ()
+    };
     if REPS > 1 {
         axpy(100);
+        acc += bonus;
     }
     store_global(acc, view_global(y, [n]), [bi * 32]);
 }

@@ -359,6 +359,8 @@ impl Translator<'_, '_> {
             },
             SynExpr::Range(_) => Err(self.err(e, "ranges only appear in `for x in a..b`")),
             SynExpr::Closure(c) => self.closure(c),
+            // `()`: nothing, e.g. the untaken value of `let x = if CONST { .. } else { () };`.
+            SynExpr::Tuple(t) if t.elems.is_empty() => Ok(Value::Unit),
             SynExpr::Tuple(_) => {
                 Err(self.err(e, "tuples are not supported; use an array `[a, b]`"))
             }
@@ -387,6 +389,13 @@ impl Translator<'_, '_> {
             Some(Binding::Layout(l, t, _)) => Ok(Value::Layout(l, t)),
             Some(Binding::Array(a)) => Ok(Value::Array(a)),
             Some(Binding::Closure(h)) => Ok(Value::Closure(h)),
+            Some(Binding::Absent) => Err(self.err(
+                p,
+                format!(
+                    "`{name}` has no value in this configuration: a constant `if` bound it to `()`; \
+                     use it under the same condition"
+                ),
+            )),
             Some(Binding::DType(_)) => Err(self.err(
                 p,
                 format!(

@@ -59,6 +59,9 @@ pub enum Binding {
     DType(DType),
     /// A closure: a helper that sees the names in scope where it was written.
     Closure(std::rc::Rc<helper::Helper>),
+    /// `let x = if CONST { .. } else { () };` in a configuration where the condition chose
+    /// `()`: the name exists, and using it is an error (use it under the same condition).
+    Absent,
     /// Its definition failed and was reported; uses are silently accepted.
     Poisoned,
 }

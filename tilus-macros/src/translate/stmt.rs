@@ -70,6 +70,8 @@ impl Translator<'_, '_> {
                 let value = self.value(b, expr, DestHint::New(name.clone()));
                 self.allow_replicated = allow;
                 let binding = match value {
+                    // A constant `if` chose `()`: the name is absent in this configuration.
+                    Ok(Value::Unit) if is_if(expr) => Binding::Absent,
                     Ok(v) => self.binding_for(b, local, &name, mutable, v),
                     Err(Reported) => Binding::Poisoned,
                 };
@@ -698,5 +700,15 @@ impl Translator<'_, '_> {
                 let _ = self.stmt_expr(b, other);
             }
         }
+    }
+}
+
+/// Whether `e` is an `if` expression (through parentheses).
+fn is_if(e: &SynExpr) -> bool {
+    match e {
+        SynExpr::If(_) => true,
+        SynExpr::Paren(p) => is_if(&p.expr),
+        SynExpr::Group(g) => is_if(&g.expr),
+        _ => false,
     }
 }
