@@ -36,6 +36,7 @@ mod config;
 mod cpu;
 mod dequant;
 mod gpu;
+mod kernel;
 mod layouts;
 mod program;
 mod relayout;
@@ -48,6 +49,7 @@ pub use config::{
 };
 pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};
 pub use gpu::{DeviceWeight, GpuQMatmul};
+pub use kernel::qmatmul_main;
 pub use layouts::{pack_split, QMatmulLayouts};
 pub use program::{a_swizzle, build, config_name, reduce_layout, QMatmulKernel, TARGET};
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

@@ -24,6 +24,8 @@ use super::*;
 struct Mapped {
     text: String,
     pieces: Vec<(usize, usize, Range)>,
+    /// A name in the expression is poisoned (its definition failed and was reported).
+    poisoned: bool,
 }
 
 impl Mapped {
@@ -96,6 +98,9 @@ impl Translator<'_, '_> {
             Ok(e) => self.layout_expr(&e, &mut m),
             Err(_) => verbatim_tokens(&mac.tokens, &mut m),
         }
+        if m.poisoned {
+            return Err(Reported);
+        }
         let source: String = mac.tokens.to_string();
         match self.parse_layout(&m.text) {
             Ok(l) => Ok((l, m.text)),
@@ -149,6 +154,7 @@ impl Translator<'_, '_> {
                         let text = text.clone();
                         m.push(&text, Range::of(&fe.member));
                     }
+                    Some(Binding::Poisoned) => m.poisoned = true,
                     _ => m.push(&name, Range::of(&fe.member)),
                 }
             }
@@ -188,6 +194,7 @@ impl Translator<'_, '_> {
                         let v = v.to_string();
                         m.push(&v, Range::of(p));
                     }
+                    Some(Binding::Poisoned) => m.poisoned = true,
                     _ => m.push(&p.to_token_stream().to_string(), Range::of(p)),
                 }
             }

@@ -1,0 +1,264 @@
+//! The VM programs of the quantized matmul, written with `#[kernel]`: the main pipeline (paper
+//! Figure 2 generalized) and the split-k reduction.
+//!
+//! The family is open (25 weight types, f16/bf16, any group size, any tiles a user configures),
+//! so the kernels are `lazy`: the declared space is checked when the crate is built, and
+//! [`super::program::build`] instantiates the configuration it needs at run time.
+
+/// `C[m, n] = A[m, k] · dequant(W)[k, n]` for one block tile `[BM, BN]` and one of `SPLIT`
+/// slices of k.
+///
+/// Tile parameters (set by [`super::program::build`] from a `QMatmulConfig`): the block tile
+/// `BM x BN x BK`; the warp grid `WM x WN`; `STAGES` of the cp.async pipeline; `SPLIT` slices of
+/// k (f32 partial sums in `c` when above 1); `G` rows of k per scale group (0: one scale per
+/// output channel); `ZEROS` (1: zero points); `H`, how the re-laid-out weight packs each
+/// thread's codes (`swap_inner_locals(.., 2, H)`, 1 for the natural order); `VEC`, the bytes of
+/// each thread's contiguous weight runs; `SWB`/`SWS`, the XOR swizzle of the activation tile
+/// (`SWB = 0`: none). Data types: activations `A`, weights `W`, output `O` (`A`, or f32 for
+/// partial sums).
+///
+/// Parameters: `a [m, k]`, the re-laid-out weight `b`, `scales [k / G, n]` (`[1, n]` per
+/// channel), `zeros` like the scales (any buffer when `ZEROS = 0`: it is viewed with no
+/// rows), `c [m, n]` or with `SPLIT > 1` the workspace `[SPLIT, m, n]`.
+#[tilus::kernel(
+
+    grid = [cdiv(m, BM), n / BN, SPLIT],
+    warps = WM * WN,
+    target = sm80,
+    space(
+        BM = [16],
+        BN = [128],
+        BK = [64],
+        WM = [1],
+        WN = [4],
+        STAGES = [3],
+        SPLIT = [1],
+        G = [0, 32, 128],
+        ZEROS = [0, 1],
+        H = [4],
+        VEC = [16],
+        SWB = [3],
+        SWS = [3],
+    ),
+    dtypes(A = [f16], W = [u4], O = [f16]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn qmatmul_main<
+    const BM: i32,
+    const BN: i32,
+    const BK: i32,
+    const WM: i32,
+    const WN: i32,
+    const STAGES: i32,
+    const SPLIT: i32,
+    const G: i32,
+    const ZEROS: i32,
+    const H: i32,
+    const VEC: i32,
+    const SWB: i32,
+    const SWS: i32,
+    A: DTypeParam,
+    W: DTypeParam,
+    O: DTypeParam,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    a: Global<f16>,
+    b: Global<u8>,
+    scales: Global<f16>,
+    zeros: Global<f16>,
+    c: GlobalMut<f16>,
+) {
+    // The mma.m16n8k16 fragments (f16 and bf16 alike).
+    let mma_a = layout!(column_local(2, 2).spatial(8, 4).local(1, 2));
+    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
+    let mma_c = layout!(local(2, 1).spatial(8, 4).local(1, 2));
+    // mma repeats per warp and k tile.
+    let rep_m = BM / (16 * WM);
+    let rep_n = BN / (8 * WN);
+    let rep_k = BK / 16;
+    let grouped = G > 0;
+    // Scale groups per k tile: several when a group is shorter than a tile.
+    let gk = if grouped && G % BK != 0 { BK / G } else { 1 };
+    // Groups of whole k tiles scale the f32 accumulator once per group (one FFMA per output)
+    // instead of each weight; shorter groups scale each weight, per-channel scales the result.
+    let whole = grouped && G % BK == 0;
+    let per_weight = grouped && !whole;
+    // Zero points where the scale goes on the accumulator come off it too:
+    // sum a (q - z) = sum a q - z sum a, with the row sums of A from a second mma against ones.
+    let fold = ZEROS == 1 && !per_weight;
+    let tile_bytes = BK * BN * W::BITS / 8;
+    let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
+
+    // Warp (wi, wj) computes the [BM / WM, BN / WN] block (wi, wj) of C; A is replicated over
+    // the warps along n and B over the warps along m, so each warp holds its mma operands.
+    let lc = layout!(spatial(WM, WN).local(rep_m, rep_n).mma_c);
+    let la = layout!(spatial(WM, 1).replicated(WN).local(rep_m, rep_k).mma_a);
+    let lb = layout!(replicated(WM).spatial(1, WN).local(rep_k, rep_n).mma_b);
+    // The codes on B's threads, in the order the re-laid-out bytes pack them.
+    let lq = layout!(swap_inner_locals(lb, 2, H));
+    // B and the codes with k split per scale group: [gk, BK / gk, BN].
+    let lb3 = layout!(split(lb, 0, BK / gk));
+    let lq3 = layout!(split(lq, 0, BK / gk));
+    // Scales and zero points of a k tile, [gk, 1, BN], and per output column, [1, BN].
+    let ls = layout!(reduce(lb3, [1]));
+    let lcs = layout!(reduce(lc, [0]));
+    // The weight tile as bytes: each thread's runs of VEC bytes (one 16-byte access each).
+    let lw = layout!(replicated(WM)
+        .local(thread_bytes / VEC)
+        .spatial(32 * WN)
+        .local(VEC));
+
+    let [bi, bj, bs] = block_indices();
+    let groups = if grouped { k / G } else { 1 };
+    let ga = view_global(a, [m, k]);
+    let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+    let gs = view_global(scales, [groups, 1, n]);
+    let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, 1, n]);
+
+    let sa = if SWB > 0 {
+        shared::<A>([STAGES, BM, BK], swizzle(SWB, 3, SWS))
+    } else {
+        shared::<A>([STAGES, BM, BK])
+    };
+    let sb = shared::<u8>([STAGES, tile_bytes]);
+    let ss = if grouped {
+        shared::<A>([STAGES, gk, 1, BN])
+    } else {
+        ()
+    };
+    let sz = if grouped && ZEROS == 1 {
+        shared::<A>([STAGES, gk, 1, BN])
+    } else {
+        ()
+    };
+    let mut acc = register::<f32>(lc, 0.0);
+    let ones = if fold { register::<A>(lb, 1.0) } else { () };
+
+    let ktiles = k / (BK * SPLIT);
+    let kt0 = bs * ktiles;
+    // The cp.async copies of k tile `tile` (of this block's slice) into pipeline stage `stage`.
+    let issue = |tile: i32, stage: i32| {
+        let t = kt0 + tile;
+        copy_async(
+            ga,
+            slice_shared(sa, [stage, 0, 0], [BM, BK]),
+            [bi * BM, t * BK],
+        );
+        copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+        if grouped {
+            let group = t * BK / G;
+            copy_async(
+                gs,
+                slice_shared(ss, [stage, 0, 0, 0], [gk, 1, BN]),
+                [group, 0, bj * BN],
+            );
+            if ZEROS == 1 {
+                copy_async(
+                    gz,
+                    slice_shared(sz, [stage, 0, 0, 0], [gk, 1, BN]),
+                    [group, 0, bj * BN],
+                );
+            }
+        }
+    };
+    // Prologue: the first STAGES - 1 tiles in flight, one commit group each (empty past the
+    // end, so that the wait counts below stay exact).
+    #[unroll]
+    for st in 0..STAGES - 1 {
+        if st < ktiles {
+            issue(st, st);
+        }
+        commit_group();
+    }
+    // One k tile: wait for it, load it, refill the stage read before, and dequantize the
+    // weight in registers (bytes -> codes -> A, minus zero points and times scales where they
+    // apply per weight). Returns the activation and weight mma operands.
+    let step = |kt: i32| {
+        // Tile kt has landed once at most STAGES - 2 newer groups are in flight.
+        wait_group(STAGES - 2);
+        sync();
+        let stage = kt % STAGES;
+        let ra = load_shared(slice_shared(sa, [stage, 0, 0], [BM, BK]), la, [0, 0]);
+        let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lw, [0]);
+        let group_tile = |buf: Tensor| {
+            load_shared(
+                slice_shared(buf, [stage, 0, 0, 0], [gk, 1, BN]),
+                ls,
+                [0, 0, 0],
+            )
+        };
+        let rs = if per_weight { group_tile(ss) } else { () };
+        let rz = if per_weight && ZEROS == 1 {
+            group_tile(sz)
+        } else {
+            ()
+        };
+        // Refill the stage read in the previous iteration (everyone passed the barrier above).
+        let next = kt + STAGES - 1;
+        if next < ktiles {
+            issue(next, next % STAGES);
+        }
+        commit_group();
+        let wf = cast::<A>(view::<W>(rw, lq3), lb3);
+        let wf = if per_weight && ZEROS == 1 {
+            wf - rz
+        } else {
+            wf
+        };
+        let wf = if per_weight { wf * rs } else { wf };
+        (ra, view::<A>(wf, lb))
+    };
+    // `acc_t + asum * -z` (one FFMA each) for the zero points `zc` of the output columns.
+    let subtract_zeros =
+        |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
+    if whole {
+        let tiles_per_group = G / BK;
+        for g in 0..ktiles / tiles_per_group {
+            let mut acc_g = register::<f32>(lc, 0.0);
+            let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+            for t in 0..tiles_per_group {
+                let (ra, wb) = step(g * tiles_per_group + t);
+                acc_g = dot(ra, wb, acc_g);
+                if fold {
+                    asum = dot(ra, ones, asum);
+                }
+            }
+            // The group's scales (and zero points) came with its last tile, whose stage is not
+            // refilled before the next barrier.
+            let last = (g * tiles_per_group + tiles_per_group - 1) % STAGES;
+            if fold {
+                let zc = load_shared(slice_shared(sz, [last, 0, 0, 0], [1, BN]), lcs, [0, 0]);
+                acc_g = subtract_zeros(acc_g, asum, zc);
+            }
+            let sc = load_shared(slice_shared(ss, [last, 0, 0, 0], [1, BN]), lcs, [0, 0]);
+            acc = mul_add(acc_g, cast::<f32>(sc), acc);
+        }
+    } else {
+        let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+        for kt in 0..ktiles {
+            let (ra, wb) = step(kt);
+            acc = dot(ra, wb, acc);
+            if fold {
+                asum = dot(ra, ones, asum);
+            }
+        }
+        if fold {
+            let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
+            acc = subtract_zeros(acc, asum, zc);
+        }
+    }
+    wait_group(0);
+
+    // Per-channel scales multiply the accumulator once, in f32.
+    if !grouped {
+        let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
+        acc = acc * cast::<f32>(sc);
+    }
+    if SPLIT > 1 {
+        store_global(acc, view_global(c, [SPLIT, m, n]), [bs, bi * BM, bj * BN]);
+    } else {
+        store_global(cast::<O>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
+    }
+}
