@@ -326,3 +326,21 @@ fn nvrtc_compiles_a_runtime_instance() {
         "the pipeline's copies are cp.async"
     );
 }
+
+/// The eager kernel takes `Global<A>` as bytes too, and computes what the lazy one does.
+#[test]
+fn eager_and_lazy_interpret_alike() {
+    let mut rng = rand::rng();
+    for (lazy, eager) in mm_lazy::SPACE.iter().zip(mm_eager::SPACE).step_by(3) {
+        let (m, n, k) = (40usize, 64usize, 48usize);
+        let (a, _) = random_input(&mut rng, m * k, lazy.A);
+        let (b, _) = random_input(&mut rng, k * n, lazy.A);
+        let mut c1 = vec![f32::NAN; m * n];
+        let mut c2 = vec![f32::NAN; m * n];
+        mm_lazy::interpret(lazy, m as i32, n as i32, k as i32, &a, &b, &mut c1).unwrap();
+        mm_eager::interpret(eager, m as i32, n as i32, k as i32, &a, &b, &mut c2).unwrap();
+        assert!(c1.iter().all(|x| x.is_finite()), "{lazy}");
+        let same = c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{lazy}");
+    }
+}
