@@ -264,7 +264,8 @@ fn buffer_lengths_are_checked_in_elements_of_the_dtype() {
     let msg = mm_lazy::interpret(&cfg, m as i32, n as i32, k as i32, &a, &b, &mut c)
         .unwrap_err()
         .to_string();
-    assert!(msg.contains('a'), "{msg}");
+    eprintln!("{msg}");
+    assert!(msg.contains("`a`") && msg.contains("bf16[16, 32]"), "{msg}");
 }
 
 /// First instantiation cost of the pipelined matmul (translate + verify; then CUDA generation).

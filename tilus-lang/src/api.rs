@@ -15,8 +15,25 @@
 //! }
 //! ```
 //!
+//! A `#[kernel(lazy, ..)]` kernel ([`generate_lazy`]) has the same names for any `Config`, but
+//! instantiates configurations at run time, so the lookups that are `Option`s above (`None`:
+//! not in `SPACE`) are `Result`s (`Err(KernelError::Instantiate)`: the configuration does not
+//! translate or verify, with each diagnostic located in the user's source):
+//!
+//! ```text
+//!     pub fn translate(&Config) -> Result<Program, KernelError>;   // unverified, not cached
+//!     pub fn instance(&Config) -> Result<&'static LazyInstance, KernelError>; // cached
+//!     pub fn program(&Config) -> Result<Program, KernelError>;
+//!     pub fn source(&Config) -> Result<&'static str, KernelError>;
+//!     pub fn kernel(&Config) -> Result<KernelInfo, KernelError>;
+//! ```
+//!
+//! Parameters `Global<A>` / `GlobalMut<A>` with `A` a dtype parameter are bytes (`&[u8]`,
+//! `&mut [u8]`, `u8` device buffers) in both modes.
+//!
 //! When the kernel has errors the same names are generated with an empty space (the
-//! *fallback*), so code using the kernel still type-checks while the errors are fixed.
+//! *fallback*, with the lookups of the kernel's mode), so code using the kernel still
+//! type-checks while the errors are fixed.
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};

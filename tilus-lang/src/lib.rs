@@ -1,5 +1,7 @@
-//! `#[kernel]`: Tilus VM programs written as Rust functions, checked and compiled to CUDA C at
-//! build time.
+//! The kernel language of `#[kernel]`: Tilus VM programs written as Rust functions, checked and
+//! compiled to CUDA C at build time. `tilus-macros` is a shell calling [`kernel`]; the facade
+//! uses [`lazy`] to instantiate `#[kernel(lazy, ..)]` kernels at run time with the same
+//! translator. No dependency on CUDA or a runtime.
 //!
 //! ```ignore
 //! #[tilus::kernel(
@@ -21,9 +23,13 @@
 //! same names keeps the rest of the crate type-checking. The macro never panics: a panic inside
 //! (a bug, or a `tilus_core` piece that is not implemented) becomes a compile error too.
 //!
-//! Modules: [`attr`] (the attribute), [`signature`] (generics and parameters), [`space`]
-//! (configurations), [`translate`] (body -> IR), [`diag`] (spans and merged diagnostics),
-//! [`embed`] (compact embedding), [`api`] (the generated Rust API).
+//! Modules: `attr` (the attribute), `signature` (generics and parameters), `space`
+//! (configurations), `translate` (body -> IR), `diag` (spans and merged diagnostics),
+//! `embed` (compact embedding), `api` (the generated Rust API), [`lazy`] (lazy kernels:
+//! what they embed, and their instantiation at run time).
+//!
+//! With `lazy` in the attribute every configuration is still translated, verified and
+//! compiled here (same diagnostics), but only the kernel's text is embedded.
 
 mod api;
 mod attr;
