@@ -2,8 +2,10 @@
 //! instantiated at run time for any configuration, with `Global<A>` parameters whose element
 //! type is a dtype parameter.
 
-#[path = "common/skip.rs"]
-mod skip;
+#[allow(dead_code)]
+mod common;
+
+use common::skip;
 
 use rand::Rng;
 use tilus::prelude::{bf16, f16};
@@ -343,5 +345,44 @@ fn eager_and_lazy_interpret_alike() {
         assert!(c1.iter().all(|x| x.is_finite()), "{lazy}");
         let same = c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(same, "{lazy}");
+    }
+}
+
+/// A configuration outside the space, launched on a GPU through the generated `launch` (byte
+/// buffers for `Global<A>`), against the interpreter on the same random inputs; the output is
+/// poisoned first. Skips without a GPU (`TILUS_REQUIRE_GPU=1` to fail instead).
+#[test]
+fn runtime_instance_on_gpu() {
+    use tilus::runtime::{Context, DeviceBuffer};
+    let Some(ctx) = common::gpu_context("runtime_instance_on_gpu", Context::builder(0)) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    for a_type in [DType::F16, DType::BF16] {
+        let cfg = mm_lazy::Config {
+            BM: 48,
+            BN: 96,
+            BK: 32,
+            STAGES: 4,
+            A: a_type,
+        };
+        let (m, n, k) = (100usize, 192usize, 128usize);
+        let (a, _) = random_input(&mut rng, m * k, cfg.A);
+        let (b, _) = random_input(&mut rng, k * n, cfg.A);
+        let mut want = vec![f32::NAN; m * n];
+        mm_lazy::interpret(&cfg, m as i32, n as i32, k as i32, &a, &b, &mut want).unwrap();
+        let da = DeviceBuffer::from_host(&ctx, &a).unwrap();
+        let db = DeviceBuffer::from_host(&ctx, &b).unwrap();
+        let mut dc = DeviceBuffer::filled(&ctx, m * n, f32::NAN).unwrap();
+        mm_lazy::launch(&ctx, &cfg, m as i32, n as i32, k as i32, &da, &db, &mut dc).unwrap();
+        let got = dc.to_host().unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            // Both accumulate in f32; the mma's order of additions may differ from the
+            // interpreter's.
+            assert!(
+                (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{cfg} at {i}: {g} vs {w}"
+            );
+        }
     }
 }
