@@ -2,7 +2,6 @@
 //! instantiated at run time for any configuration, with `Global<A>` parameters whose element
 //! type is a dtype parameter.
 
-#[allow(dead_code)]
 mod common;
 
 use common::skip;
