@@ -367,8 +367,8 @@ impl LazyInstance {
             let k = tilus_core::codegen::emit(&self.instance.program, &self.instance.target)
                 .map_err(|e| {
                     let at = match self.instance.sites.get(e.span.0 as usize) {
-                        Some((l, c)) if *l > 0 => format!("{l}:{c}: "),
-                        _ => String::new(),
+                        Some((l, c)) if *l > 0 => format!("{}:{l}:{c}: ", self.instance.file),
+                        _ => format!("{}: ", self.instance.file),
                     };
                     instantiate_error(kernel, config, vec![format!("{at}{}", e.message)])
                 })?;

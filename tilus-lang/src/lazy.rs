@@ -64,6 +64,8 @@ pub struct Instance {
     pub sites: Vec<(u32, u32)>,
     /// The attribute's target: what the program is verified against and compiled for.
     pub target: Target,
+    /// The kernel's file, to locate later diagnostics (code generation) through `sites`.
+    pub file: &'static str,
 }
 
 /// The parsed text of a lazy kernel.
@@ -314,6 +316,7 @@ impl LazySource {
             program,
             sites: site_positions,
             target: attr.target,
+            file: self.file,
         })
     }
 }
