@@ -1,10 +1,12 @@
 //! tilus: a virtual machine for arbitrary low-precision GPU kernels.
 //!
-//! This facade re-exports the VM (`tilus_core`), the `#[kernel]` macro (`tilus_macros`) and the
-//! runtime (`tilus_runtime`).
+//! This facade re-exports the VM (`tilus_core`), the `#[kernel]` macro (`tilus_macros`), the
+//! kernel language behind it (`tilus_lang`, used at run time by `#[kernel(lazy, ..)]` kernels)
+//! and the runtime (`tilus_runtime`).
 
 pub use tilus_core as core;
 pub use tilus_core::{DType, Layout};
+pub use tilus_lang as lang;
 pub use tilus_runtime as runtime;
 
 // Generated code names the facade as `::tilus`, also inside this crate's own kernels.

@@ -4,11 +4,14 @@
 //! Most users only meet [`KernelError`] and [`KernelInfo`]; the rest is public because
 //! generated code in other crates refers to it by path.
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tilus_core::ir::Program;
 use tilus_core::launch::{ArgValue, LaunchSpec};
+use tilus_lang::lazy::{LazySource, Value};
 
 pub use crate::gpu::GpuArg;
 use crate::gpu::{GpuError, GpuKernel};
@@ -54,6 +57,14 @@ pub enum KernelError {
     },
     #[error(transparent)]
     Runtime(#[from] tilus_runtime::RuntimeError),
+    /// A lazy kernel's configuration did not translate, verify or compile: every diagnostic,
+    /// `file:line:column: message` in the kernel's source.
+    #[error("kernel `{kernel}` cannot be instantiated for {config}:\n{}", messages.join("\n"))]
+    Instantiate {
+        kernel: &'static str,
+        config: String,
+        messages: Vec<String>,
+    },
     #[error("kernel `{kernel}` ({config}) failed at {location}: {message}")]
     Interp {
         kernel: &'static str,
@@ -310,4 +321,160 @@ impl Caches {
             shared_bytes: spec.shared_bytes as u32,
         })
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lazy kernels (`#[kernel(lazy, ..)]`): configurations instantiated at run time, launched
+// through the same `GpuKernel` as the eager ones.
+
+/// One instantiated configuration of a lazy kernel: its verified program, and its CUDA source
+/// and launcher, generated on first use. Instances live for the whole process (like the embedded
+/// data of eager kernels), so their source can be handed out as `&'static str`.
+pub struct LazyInstance {
+    instance: tilus_lang::lazy::Instance,
+    generated: OnceLock<(String, Arc<LaunchSpec>)>,
+    kernel: OnceLock<GpuKernel>,
+}
+
+fn instantiate_error(
+    kernel: &'static str,
+    config: &dyn std::fmt::Display,
+    messages: Vec<String>,
+) -> KernelError {
+    KernelError::Instantiate {
+        kernel,
+        config: config.to_string(),
+        messages,
+    }
+}
+
+impl LazyInstance {
+    pub fn program(&self) -> &Program {
+        &self.instance.program
+    }
+
+    /// (line, column) of each span id of the program, for interpreter errors.
+    pub fn sites(&self) -> &[(u32, u32)] {
+        &self.instance.sites
+    }
+
+    fn generated(
+        &'static self,
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+    ) -> Result<&'static (String, Arc<LaunchSpec>), KernelError> {
+        get_or_try_init(&self.generated, || {
+            let k = tilus_core::codegen::emit(&self.instance.program, &self.instance.target)
+                .map_err(|e| {
+                    let at = match self.instance.sites.get(e.span.0 as usize) {
+                        Some((l, c)) if *l > 0 => format!("{}:{l}:{c}: ", self.instance.file),
+                        _ => format!("{}: ", self.instance.file),
+                    };
+                    instantiate_error(kernel, config, vec![format!("{at}{}", e.message)])
+                })?;
+            Ok((k.source, Arc::new(k.launch)))
+        })
+    }
+
+    /// The CUDA C source of this configuration.
+    pub fn source(
+        &'static self,
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+    ) -> Result<&'static str, KernelError> {
+        Ok(&self.generated(kernel, config)?.0)
+    }
+
+    /// The launchable kernel, built once.
+    pub fn kernel(
+        &'static self,
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+    ) -> Result<&'static GpuKernel, KernelError> {
+        get_or_try_init(&self.kernel, || {
+            let (source, spec) = self.generated(kernel, config)?;
+            GpuKernel::new(kernel, &config.to_string(), spec.clone(), source.as_str())
+                .map_err(|e| KernelError::launch(kernel, config, e))
+        })
+    }
+
+    /// What [`KernelInfo`] reports for this configuration.
+    pub fn info(
+        &'static self,
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+    ) -> Result<KernelInfo, KernelError> {
+        let (source, spec) = self.generated(kernel, config)?;
+        Ok(KernelInfo {
+            name: kernel,
+            config: config.to_string(),
+            source,
+            entry: spec.entry.clone(),
+            block_threads: spec.block_threads,
+            shared_bytes: spec.shared_bytes as u32,
+        })
+    }
+}
+
+/// A lazy kernel's instances by configuration; instantiation runs outside the lock, so
+/// different configurations instantiate in parallel.
+pub struct LazyCache<C> {
+    map: OnceLock<Mutex<HashMap<C, &'static LazyInstance>>>,
+}
+
+impl<C> LazyCache<C> {
+    pub const fn new() -> LazyCache<C> {
+        LazyCache {
+            map: OnceLock::new(),
+        }
+    }
+}
+
+impl<C> Default for LazyCache<C> {
+    fn default() -> Self {
+        LazyCache::new()
+    }
+}
+
+impl<C: Copy + Eq + Hash + std::fmt::Display> LazyCache<C> {
+    /// The instance of `config` (whose generic parameters are `values`), translated and
+    /// verified on first use. Failures are not cached: they are reported again on each call.
+    pub fn get(
+        &self,
+        kernel: &'static str,
+        source: &'static LazySource,
+        config: &C,
+        values: &[(&str, Value)],
+    ) -> Result<&'static LazyInstance, KernelError> {
+        let map = self.map.get_or_init(Default::default);
+        // A poisoned lock only means another instantiation panicked; the map is still valid.
+        if let Some(i) = map.lock().unwrap_or_else(|e| e.into_inner()).get(config) {
+            return Ok(i);
+        }
+        let instance = source
+            .instantiate(values, true)
+            .map_err(|m| instantiate_error(kernel, config, m))?;
+        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+        // Two threads may have instantiated the same configuration; the first one wins.
+        Ok(*map.entry(*config).or_insert_with(|| {
+            Box::leak(Box::new(LazyInstance {
+                instance,
+                generated: OnceLock::new(),
+                kernel: OnceLock::new(),
+            }))
+        }))
+    }
+}
+
+/// A lazy kernel's `translate`: the unverified program of `config`.
+pub fn lazy_translate(
+    kernel: &'static str,
+    source: &'static LazySource,
+    config: &dyn std::fmt::Display,
+    values: &[(&str, Value)],
+) -> Result<Program, KernelError> {
+    source
+        .instantiate(values, false)
+        .map(|i| i.program)
+        .map_err(|m| instantiate_error(kernel, config, m))
 }

@@ -12,6 +12,7 @@ const ROOTS: &[&str] = &[
     "examples/",
     "tests/",
     "tilus-core/",
+    "tilus-lang/",
     "tilus-macros/",
     "tilus-runtime/",
     ".ci/",

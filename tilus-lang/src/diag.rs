@@ -193,6 +193,11 @@ impl Report {
         self.entries.is_empty()
     }
 
+    /// The merged diagnostics, in the order they were first reported.
+    pub fn diags(&self) -> Vec<&Diag> {
+        self.entries.iter().map(|e| &e.diag).collect()
+    }
+
     /// A problem independent of the configuration (attribute, signature).
     pub fn push(&mut self, diag: Diag) {
         self.add(diag, None);

@@ -15,8 +15,25 @@
 //! }
 //! ```
 //!
+//! A `#[kernel(lazy, ..)]` kernel ([`generate_lazy`]) has the same names for any `Config`, but
+//! instantiates configurations at run time, so the lookups that are `Option`s above (`None`:
+//! not in `SPACE`) are `Result`s (`Err(KernelError::Instantiate)`: the configuration does not
+//! translate or verify, with each diagnostic located in the user's source):
+//!
+//! ```text
+//!     pub fn translate(&Config) -> Result<Program, KernelError>;   // unverified, not cached
+//!     pub fn instance(&Config) -> Result<&'static LazyInstance, KernelError>; // cached
+//!     pub fn program(&Config) -> Result<Program, KernelError>;
+//!     pub fn source(&Config) -> Result<&'static str, KernelError>;
+//!     pub fn kernel(&Config) -> Result<KernelInfo, KernelError>;
+//! ```
+//!
+//! Parameters `Global<A>` / `GlobalMut<A>` with `A` a dtype parameter are bytes (`&[u8]`,
+//! `&mut [u8]`, `u8` device buffers) in both modes.
+//!
 //! When the kernel has errors the same names are generated with an empty space (the
-//! *fallback*), so code using the kernel still type-checks while the errors are fixed.
+//! *fallback*, with the lookups of the kernel's mode), so code using the kernel still
+//! type-checks while the errors are fixed.
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -166,50 +183,30 @@ fn wrap(f: &ItemFn, sig: &KernelSig, body: TokenStream) -> TokenStream {
     }
 }
 
-/// The full API of a kernel that verified.
-pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> TokenStream {
-    let fields = fields(sig, space);
-    let config = config_items(sig, &fields);
-    let n = space.len();
-    let points = space.points.iter().map(|pt| {
-        let inits = space.params.iter().zip(&pt.0).map(|(p, &i)| match p {
-            Param::Tile { name, values } => {
-                let id = Ident::new(name, Span::call_site());
-                let v = values[i];
-                quote!(#id: #v)
-            }
-            Param::DType { name, values } => {
-                let id = Ident::new(name, Span::call_site());
-                let d = dtypes::dtype_tokens(values[i].0);
-                quote!(#id: #d)
-            }
-        });
-        quote!(Config { #(#inits),* })
-    });
-    let metas = emb.configs.iter().map(|c| {
-        let program = c.program;
-        let (source, spec) = (c.source, c.spec);
-        quote!(::tilus::macro_support::Meta { program: #program, source: #source, spec: #spec })
-    });
-    let sites = emb.sites.iter().map(|(l, c)| {
-        let (l, c) = (*l as u32, *c as u32);
-        quote!((#l, #c))
-    });
-    let pack = &emb.pack;
-    let a = args(sig);
-    let (host_args, device_args) = (&a.host, &a.device);
-    let nparams = sig.params.len();
-    let arg_names: Vec<&Ident> = sig.params.iter().map(|p| &p.name).collect();
-    let to_args = sig.params.iter().map(|p| {
-        let n = &p.name;
-        match &p.kind {
-            ParamKind::I32 => quote!(::tilus::core::interp::Arg::I32(#n)),
-            ParamKind::F32 => quote!(::tilus::core::interp::Arg::F32(#n)),
-            ParamKind::Bool => quote!(::tilus::core::interp::Arg::Bool(#n)),
-            _ => quote!(::tilus::core::interp::Arg::Buffer(
+/// The code turning the generated functions' arguments into interpreter arguments, argument
+/// checks and launcher arguments (shared by eager and lazy kernels).
+struct ArgCode {
+    to_args: Vec<TokenStream>,
+    write_back: Vec<TokenStream>,
+    checks_host: Vec<TokenStream>,
+    gpu_args: Vec<TokenStream>,
+}
+
+fn arg_code(sig: &KernelSig) -> ArgCode {
+    let to_args = sig
+        .params
+        .iter()
+        .map(|p| {
+            let n = &p.name;
+            match &p.kind {
+                ParamKind::I32 => quote!(::tilus::core::interp::Arg::I32(#n)),
+                ParamKind::F32 => quote!(::tilus::core::interp::Arg::F32(#n)),
+                ParamKind::Bool => quote!(::tilus::core::interp::Arg::Bool(#n)),
+                _ => quote!(::tilus::core::interp::Arg::Buffer(
                 ::tilus::macro_support::HostElement::to_bytes(&*#n))),
-        }
-    });
+            }
+        })
+        .collect();
     let write_back = sig
         .params
         .iter()
@@ -224,26 +221,96 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
                 })
             }
             _ => None,
-        });
-    let checks_host = sig.params.iter().map(|p| {
-        let n = &p.name;
-        match &p.kind {
-            ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
-            ParamKind::F32 => quote!(::tilus::macro_support::ArgCheck::F32(#n)),
-            ParamKind::Bool => quote!(::tilus::macro_support::ArgCheck::Bool(#n)),
-            _ => quote!(::tilus::macro_support::ArgCheck::Buffer(::core::mem::size_of_val(&*#n))),
-        }
+        })
+        .collect();
+    let checks_host = sig
+        .params
+        .iter()
+        .map(|p| {
+            let n = &p.name;
+            match &p.kind {
+                ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
+                ParamKind::F32 => quote!(::tilus::macro_support::ArgCheck::F32(#n)),
+                ParamKind::Bool => quote!(::tilus::macro_support::ArgCheck::Bool(#n)),
+                _ => {
+                    quote!(::tilus::macro_support::ArgCheck::Buffer(::core::mem::size_of_val(&*#n)))
+                }
+            }
+        })
+        .collect();
+    let gpu_args = sig
+        .params
+        .iter()
+        .map(|p| {
+            let n = &p.name;
+            match &p.kind {
+                ParamKind::I32 => quote!(::tilus::macro_support::GpuArg::I32(#n)),
+                ParamKind::F32 => quote!(::tilus::macro_support::GpuArg::F32(#n)),
+                ParamKind::Bool => quote!(::tilus::macro_support::GpuArg::Bool(#n)),
+                ParamKind::Ptr { mutable: true, .. } => {
+                    quote!(::tilus::macro_support::GpuArg::Out(#n))
+                }
+                _ => quote!(::tilus::macro_support::GpuArg::In(#n)),
+            }
+        })
+        .collect();
+    ArgCode {
+        to_args,
+        write_back,
+        checks_host,
+        gpu_args,
+    }
+}
+
+/// `Config { .. }` of every point of the space, in order.
+fn space_points(space: &Space) -> Vec<TokenStream> {
+    space
+        .points
+        .iter()
+        .map(|pt| {
+            let inits = space.params.iter().zip(&pt.0).map(|(p, &i)| match p {
+                Param::Tile { name, values } => {
+                    let id = Ident::new(name, Span::call_site());
+                    let v = values[i];
+                    quote!(#id: #v)
+                }
+                Param::DType { name, values } => {
+                    let id = Ident::new(name, Span::call_site());
+                    let d = dtypes::dtype_tokens(values[i].0);
+                    quote!(#id: #d)
+                }
+            });
+            quote!(Config { #(#inits),* })
+        })
+        .collect()
+}
+
+/// The full API of a kernel that verified.
+pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> TokenStream {
+    let fields = fields(sig, space);
+    let config = config_items(sig, &fields);
+    let n = space.len();
+    let points = space_points(space);
+    let metas = emb.configs.iter().map(|c| {
+        let program = c.program;
+        let (source, spec) = (c.source, c.spec);
+        quote!(::tilus::macro_support::Meta { program: #program, source: #source, spec: #spec })
     });
-    let gpu_args = sig.params.iter().map(|p| {
-        let n = &p.name;
-        match &p.kind {
-            ParamKind::I32 => quote!(::tilus::macro_support::GpuArg::I32(#n)),
-            ParamKind::F32 => quote!(::tilus::macro_support::GpuArg::F32(#n)),
-            ParamKind::Bool => quote!(::tilus::macro_support::GpuArg::Bool(#n)),
-            ParamKind::Ptr { mutable: true, .. } => quote!(::tilus::macro_support::GpuArg::Out(#n)),
-            _ => quote!(::tilus::macro_support::GpuArg::In(#n)),
-        }
+    let sites = emb.sites.iter().map(|(l, c)| {
+        let (l, c) = (*l as u32, *c as u32);
+        quote!((#l, #c))
     });
+    let pack = &emb.pack;
+    let a = args(sig);
+    let (host_args, device_args) = (&a.host, &a.device);
+    let nparams = sig.params.len();
+    let arg_names: Vec<&Ident> = sig.params.iter().map(|p| &p.name).collect();
+    let ArgCode {
+        to_args,
+        write_back,
+        checks_host,
+        gpu_args,
+    } = arg_code(sig);
     let interpret_doc = "Run the kernel on host buffers through the CPU interpreter (the semantic \
         oracle): every block of the grid, with the layouts' exact register semantics. Buffers of \
         `GlobalMut` parameters are written back. Buffers too small for the kernel's global views \
@@ -341,12 +408,162 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
     wrap(f, sig, body)
 }
 
+/// The API of a lazy kernel that verified: the same names, instantiated at run time for any
+/// `Config` (`source`, `program` and `kernel` return `Result` instead of `Option`, and
+/// `translate` and `instance` are added).
+pub fn generate_lazy(
+    f: &ItemFn,
+    sig: &KernelSig,
+    space: &Space,
+    source: TokenStream,
+) -> TokenStream {
+    let fields = fields(sig, space);
+    let config = config_items(sig, &fields);
+    let points = space_points(space);
+    let nvalues = fields.len();
+    let values = fields.iter().map(|(id, is_dtype)| {
+        let name = id.to_string();
+        if *is_dtype {
+            quote_spanned!(Span::mixed_site()=> (#name, ::tilus::lang::lazy::Value::DType(cfg.#id)))
+        } else {
+            quote_spanned!(Span::mixed_site()=> (#name, ::tilus::lang::lazy::Value::Tile(cfg.#id)))
+        }
+    });
+    let a = args(sig);
+    let (host_args, device_args) = (&a.host, &a.device);
+    let nparams = sig.params.len();
+    let arg_names: Vec<&Ident> = sig.params.iter().map(|p| &p.name).collect();
+    let ArgCode {
+        to_args,
+        write_back,
+        checks_host,
+        gpu_args,
+    } = arg_code(sig);
+    let body = quote_spanned! {Span::mixed_site()=>
+        #config
+
+        /// The configurations checked at build time, in the order the autotuner sees them. A
+        /// lazy kernel also runs any other configuration (instantiated on first use).
+        pub const SPACE: &[Config] = &[#(#points),*];
+
+        static SOURCE: ::tilus::lang::lazy::LazySource = #source;
+        static CACHE: ::tilus::macro_support::LazyCache<Config> =
+            ::tilus::macro_support::LazyCache::new();
+
+        fn values(cfg: &Config) -> [(&'static str, ::tilus::lang::lazy::Value); #nvalues] {
+            [#(#values),*]
+        }
+
+        /// Translate the kernel for `cfg` (any tile values, any dtypes) at run time; the
+        /// program is not verified and not cached.
+        pub fn translate(cfg: &Config) -> ::core::result::Result<::tilus::core::ir::Program, ::tilus::macro_support::KernelError> {
+            ::tilus::macro_support::lazy_translate(NAME, &SOURCE, cfg, &self::values(cfg))
+        }
+
+        /// The instantiated configuration `cfg`: translated and verified on first use, then
+        /// cached for the life of the process (its CUDA source and launcher too).
+        pub fn instance(cfg: &Config) -> ::core::result::Result<&'static ::tilus::macro_support::LazyInstance, ::tilus::macro_support::KernelError> {
+            CACHE.get(NAME, &SOURCE, cfg, &self::values(cfg))
+        }
+
+        /// The verified VM program of `cfg`, instantiated on first use.
+        pub fn program(cfg: &Config) -> ::core::result::Result<::tilus::core::ir::Program, ::tilus::macro_support::KernelError> {
+            ::core::result::Result::Ok(self::instance(cfg)?.program().clone())
+        }
+
+        /// The CUDA C source generated for `cfg`, instantiated on first use.
+        pub fn source(cfg: &Config) -> ::core::result::Result<&'static str, ::tilus::macro_support::KernelError> {
+            self::instance(cfg)?.source(NAME, cfg)
+        }
+
+        /// Everything a launcher needs for `cfg`: source, entry point, block size, shared memory.
+        pub fn kernel(cfg: &Config) -> ::core::result::Result<::tilus::macro_support::KernelInfo, ::tilus::macro_support::KernelError> {
+            self::instance(cfg)?.info(NAME, cfg)
+        }
+
+        /// Run the kernel on host buffers through the CPU interpreter, as for an eager kernel
+        /// (`cfg` is instantiated on first use).
+        pub fn interpret(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            let instance = self::instance(cfg)?;
+            let program = instance.program();
+            let checks = [#(#checks_host),*];
+            if !::tilus::macro_support::check_host_args(NAME, cfg, program, &checks)? {
+                return ::core::result::Result::Ok(());
+            }
+            let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
+            ::tilus::core::interp::run(program, &mut args).map_err(|e| {
+                ::tilus::macro_support::KernelError::interp(NAME, cfg, instance.sites(), SOURCE.file, e)
+            })?;
+            #(#write_back)*
+            ::core::result::Result::Ok(())
+        }
+
+        /// Launch the kernel on `ctx`'s stream through the one launcher, as for an eager
+        /// kernel; `cfg` is instantiated and its CUDA source generated on first use.
+        pub fn launch(ctx: &::tilus::runtime::Context, cfg: &Config, #(#device_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            self::launch_on(ctx, ::core::option::Option::None, cfg, #(#arg_names),*)
+        }
+
+        /// [`launch`] on `stream` (a stream of `ctx`), or on `ctx`'s own stream when `None`.
+        pub fn launch_on(
+            ctx: &::tilus::runtime::Context,
+            stream: ::core::option::Option<&::std::sync::Arc<::tilus::runtime::CudaStream>>,
+            cfg: &Config,
+            #(#device_args),*
+        ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            let kernel = self::instance(cfg)?.kernel(NAME, cfg)?;
+            kernel
+                .launch_on(ctx, stream, ::std::vec![#(#gpu_args),*])
+                .map_err(|e| ::tilus::macro_support::KernelError::launch(NAME, cfg, e))
+        }
+    };
+    wrap(f, sig, body)
+}
+
 /// The same names, with an empty space: used when the kernel has errors.
-pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
+pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space, lazy: bool) -> TokenStream {
     let fields = fields(sig, space);
     let config = config_items(sig, &fields);
     let a = args(sig);
     let (host_args, device_args, generics) = (&a.host, &a.device, &a.generics);
+    // The lookups have the signatures of the kernel's mode, so callers type-check either way.
+    let lookups = if lazy {
+        quote_spanned! {Span::mixed_site()=>
+            pub fn translate(cfg: &Config) -> ::core::result::Result<::tilus::core::ir::Program, ::tilus::macro_support::KernelError> {
+                ::core::result::Result::Err(not_built(cfg))
+            }
+
+            pub fn program(cfg: &Config) -> ::core::result::Result<::tilus::core::ir::Program, ::tilus::macro_support::KernelError> {
+                ::core::result::Result::Err(not_built(cfg))
+            }
+
+            pub fn instance(cfg: &Config) -> ::core::result::Result<&'static ::tilus::macro_support::LazyInstance, ::tilus::macro_support::KernelError> {
+                ::core::result::Result::Err(not_built(cfg))
+            }
+
+            pub fn source(cfg: &Config) -> ::core::result::Result<&'static str, ::tilus::macro_support::KernelError> {
+                ::core::result::Result::Err(not_built(cfg))
+            }
+
+            pub fn kernel(cfg: &Config) -> ::core::result::Result<::tilus::macro_support::KernelInfo, ::tilus::macro_support::KernelError> {
+                ::core::result::Result::Err(not_built(cfg))
+            }
+        }
+    } else {
+        quote_spanned! {Span::mixed_site()=>
+            pub fn source(cfg: &Config) -> ::core::option::Option<&'static str> {
+                ::core::option::Option::None
+            }
+
+            pub fn program(cfg: &Config) -> ::core::option::Option<::tilus::core::ir::Program> {
+                ::core::option::Option::None
+            }
+
+            pub fn kernel(cfg: &Config) -> ::core::option::Option<::tilus::macro_support::KernelInfo> {
+                ::core::option::Option::None
+            }
+        }
+    };
     let body = quote_spanned! {Span::mixed_site()=>
         #config
 
@@ -360,17 +577,7 @@ pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space) -> TokenStream {
             }
         }
 
-        pub fn source(cfg: &Config) -> ::core::option::Option<&'static str> {
-            ::core::option::Option::None
-        }
-
-        pub fn program(cfg: &Config) -> ::core::option::Option<::tilus::core::ir::Program> {
-            ::core::option::Option::None
-        }
-
-        pub fn kernel(cfg: &Config) -> ::core::option::Option<::tilus::macro_support::KernelInfo> {
-            ::core::option::Option::None
-        }
+        #lookups
 
         pub fn interpret<#(#generics),*>(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             ::core::result::Result::Err(not_built(cfg))

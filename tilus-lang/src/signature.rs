@@ -21,6 +21,9 @@ pub enum ParamKind {
         elem: String,
         dtype: DType,
         mutable: bool,
+        /// `Global<A>` with `A: DTypeParam`: the element type is `A`'s in each configuration
+        /// (`dtype` is a placeholder) and the host API passes bytes.
+        by_param: Option<String>,
     },
     /// A type we reported an error for; the fallback API keeps the parameter generic.
     Bad,
@@ -230,7 +233,7 @@ pub fn parse(f: &ItemFn, attr: Option<&KernelAttr>, report: &mut Report) -> (Ker
                         format!("parameter `{pname}` is given twice"),
                     ));
                 }
-                let kind = param_kind(&pt.ty, report);
+                let kind = param_kind(&pt.ty, &params, report);
                 kparams.push(KernelParam { name: pname, kind });
             }
         }
@@ -252,14 +255,16 @@ fn expected() -> String {
     )
 }
 
-fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
+/// The kind of a parameter of type `ty`; `space` holds the dtype parameters with their types,
+/// for `Global<A>` (each of `A`'s types must be a parameter element type).
+fn param_kind(ty: &Type, space: &[Param], report: &mut Report) -> ParamKind {
     let bad = |report: &mut Report, msg: String| {
         report.push(Diag::at(ty, msg));
         ParamKind::Bad
     };
     let path = match ty {
         Type::Path(p) if p.qself.is_none() => &p.path,
-        Type::Group(g) => return param_kind(&g.elem, report),
+        Type::Group(g) => return param_kind(&g.elem, space, report),
         _ => {
             return bad(
                 report,
@@ -322,6 +327,32 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
             )
         }
     };
+    let by_param = space.iter().find_map(|p| match p {
+        Param::DType { name, values } if *name == elem => Some(values),
+        _ => None,
+    });
+    if let Some(values) = by_param {
+        // The same rule as for a written element type, for each of the parameter's types.
+        if let Some((_, t)) = values.iter().find(|(_, t)| !dtypes::is_param_element(t)) {
+            return bad(
+                report,
+                format!(
+                    "`{elem}` may be `{t}`, which has no host type: a `{}<{elem}>` parameter needs \
+                     types from {}; pass packed bytes as `{}<u8>` and reinterpret them with \
+                     `view_global::<{elem}>(..)`",
+                    last.ident,
+                    dtypes::param_element_names(),
+                    last.ident
+                ),
+            );
+        }
+        return ParamKind::Ptr {
+            by_param: Some(elem.clone()),
+            elem,
+            dtype: DType::UInt(8),
+            mutable,
+        };
+    }
     if !dtypes::is_param_element(&elem) {
         let hint = match dtypes::parse(&elem) {
             Ok(_) => format!(
@@ -340,5 +371,6 @@ fn param_kind(ty: &Type, report: &mut Report) -> ParamKind {
         elem,
         dtype,
         mutable,
+        by_param: None,
     }
 }

@@ -13,6 +13,9 @@
 //! - `target = sm90` (default) or `sm80` (also `sm86`, `sm89`): the [`Target`] the verifier and
 //!   the code generator use (shared-memory limit, mma shapes, features); a launch on a device
 //!   that cannot run it is an error.
+//! - `lazy`: every configuration of the space is still checked at build time, but nothing per
+//!   configuration is embedded; the kernel's text is, and the generated functions translate
+//!   any configuration at run time ([`crate::lazy`]).
 
 use proc_macro2::{Ident, TokenStream};
 use syn::parse::{Parse, ParseStream, Parser};
@@ -43,9 +46,12 @@ pub struct KernelAttr {
     pub space: Vec<SpaceEntry>,
     pub dtypes: Vec<DTypeEntry>,
     pub target: Target,
+    /// `lazy`: instantiate configurations at run time.
+    pub lazy: bool,
 }
 
-const KEYS: &str = "`grid`, `warps`, `threads`, `blocks_per_sm`, `space`, `dtypes`, `target`";
+const KEYS: &str =
+    "`grid`, `warps`, `threads`, `blocks_per_sm`, `space`, `dtypes`, `target`, `lazy`";
 
 /// Parse the attribute's arguments; problems go to `report` (and a syntax error makes the
 /// result `None`).
@@ -57,6 +63,7 @@ pub fn parse(args: TokenStream, report: &mut Report) -> Option<KernelAttr> {
         space: Vec::new(),
         dtypes: Vec::new(),
         target: Target::SM90,
+        lazy: false,
     };
     let mut seen: Vec<String> = Vec::new();
     let parser = |input: ParseStream| -> syn::Result<()> {
@@ -71,6 +78,7 @@ pub fn parse(args: TokenStream, report: &mut Report) -> Option<KernelAttr> {
             }
             seen.push(name.clone());
             match name.as_str() {
+                "lazy" => attr.lazy = true,
                 "grid" => {
                     input.parse::<Token![=]>()?;
                     let content;

@@ -183,8 +183,18 @@ pub fn translate(
                 ty: ScalarType::Bool,
                 mutable: false,
             },
-            ParamKind::Ptr { dtype, mutable, .. } => {
-                Binding::Pointer(b.param_ptr(&name, *dtype, *mutable))
+            ParamKind::Ptr {
+                dtype,
+                mutable,
+                by_param,
+                ..
+            } => {
+                // `Global<A>`: the element type of this configuration.
+                let dtype = by_param
+                    .as_ref()
+                    .and_then(|a| space.dtype(point, a))
+                    .unwrap_or(*dtype);
+                Binding::Pointer(b.param_ptr(&name, dtype, *mutable))
             }
             ParamKind::Bad => Binding::Poisoned,
         };

@@ -1,0 +1,65 @@
+//! The macro's expansion, driven as a library (what `tilus-macros` does inside the compiler):
+//! lazy kernels are checked over their whole space at build time and embed only their text.
+
+use proc_macro2::TokenStream;
+
+fn expand(attr: &str, item: &str) -> String {
+    let attr: TokenStream = attr.parse().unwrap();
+    let item: TokenStream = item.parse().unwrap();
+    tilus_lang::kernel(attr, item).to_string()
+}
+
+const COPY: &str = "
+    pub fn scaled_copy<const BLOCK: i32, A: DTypeParam>(n: i32, x: Global<A>, y: GlobalMut<A>) {
+        let [bi] = block_indices();
+        let r = load_global(view_global(x, [n]), layout!(local(BLOCK / 32).spatial(32)), [bi * BLOCK]);
+        store_global(r, view_global(y, [n]), [bi * BLOCK]);
+    }";
+
+#[test]
+fn lazy_embeds_text_not_configurations() {
+    let eager = expand(
+        "grid = [cdiv(n, BLOCK)], warps = 1, space(BLOCK = [32, 64]), dtypes(A = [f16, bf16])",
+        COPY,
+    );
+    let lazy = expand("lazy, grid = [cdiv(n, BLOCK)], warps = 1, space(BLOCK = [32, 64]), dtypes(A = [f16, bf16])", COPY);
+    assert!(!eager.contains("compile_error"), "{eager}");
+    assert!(!lazy.contains("compile_error"), "{lazy}");
+    assert!(
+        eager.contains("Meta"),
+        "eager kernels embed per-configuration data"
+    );
+    assert!(!lazy.contains("Meta"), "lazy kernels embed none");
+    assert!(lazy.contains("LazySource"));
+    assert!(lazy.contains("pub fn translate"));
+    // The space is still enumerated for `SPACE` (2 x 2 configurations).
+    assert_eq!(lazy.matches("BLOCK : 64").count(), 2, "{lazy}");
+}
+
+#[test]
+fn lazy_space_is_checked_at_build_time() {
+    // BLOCK = 16: `local(BLOCK / 32)` has a zero extent in that configuration.
+    let out = expand(
+        "lazy, grid = [cdiv(n, BLOCK)], warps = 1, space(BLOCK = [16, 64]), dtypes(A = [f16])",
+        COPY,
+    );
+    assert!(out.contains("compile_error"), "{out}");
+    assert!(out.contains("extent must be positive"), "{out}");
+    assert!(
+        out.contains("BLOCK=16"),
+        "the message names the configuration: {out}"
+    );
+}
+
+#[test]
+fn global_of_a_dtype_parameter_needs_host_types() {
+    let out = expand(
+        "grid = [cdiv(n, BLOCK)], warps = 1, space(BLOCK = [32]), dtypes(A = [f16, u4])",
+        COPY,
+    );
+    assert!(out.contains("compile_error"), "{out}");
+    assert!(
+        out.contains("`A` may be `u4`, which has no host type"),
+        "{out}"
+    );
+}
