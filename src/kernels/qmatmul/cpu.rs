@@ -212,9 +212,8 @@ impl QMatmulKernel {
                 Arg::Buffer(w.b.clone()),
                 Arg::Buffer(w.scales.clone()),
             ];
-            if let Some(z) = &w.zeros {
-                args.push(Arg::Buffer(z.clone()));
-            }
+            // Without zero points the program views `zeros` with no rows.
+            args.push(Arg::Buffer(w.zeros.clone().unwrap_or_default()));
             args.push(Arg::Buffer(vec![0xFF; w.k * w.n * 2]));
             interp::run(dequant, &mut args)?;
             let dense = match args.pop() {
@@ -243,9 +242,7 @@ impl QMatmulKernel {
             Arg::Buffer(w.b.clone()),
             Arg::Buffer(w.scales.clone()),
         ];
-        if let Some(z) = &w.zeros {
-            args.push(Arg::Buffer(z.clone()));
-        }
+        args.push(Arg::Buffer(w.zeros.clone().unwrap_or_default()));
         match &self.reduce {
             None => {
                 args.push(Arg::Buffer(c.to_vec()));

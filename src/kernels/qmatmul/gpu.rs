@@ -42,13 +42,12 @@ impl<T: Activation> DeviceWeight<T> {
     }
 
     /// The weight's kernel arguments, in the programs' parameter order: codes, scales, zero
-    /// points (when there are any).
+    /// points. Without zero points the programs view `zeros` with no rows, so the scales stand
+    /// in (nothing reads them through that parameter).
     fn push_args<'a>(&'a self, args: &mut Vec<GpuArg<'a>>) {
         args.push(GpuArg::In(&self.b));
         args.push(GpuArg::In(&self.scales));
-        if let Some(z) = &self.zeros {
-            args.push(GpuArg::In(z));
-        }
+        args.push(GpuArg::In(self.zeros.as_ref().unwrap_or(&self.scales)));
     }
 
     /// Bytes the kernel must read for the weight (codes, scales, zero points).

@@ -21,10 +21,12 @@
 /// channel), `zeros` like the scales (any buffer when `ZEROS = 0`: it is viewed with no
 /// rows), `c [m, n]` or with `SPLIT > 1` the workspace `[SPLIT, m, n]`.
 #[tilus::kernel(
-
+    lazy,
     grid = [cdiv(m, BM), n / BN, SPLIT],
     warps = WM * WN,
     target = sm80,
+    // Checked when the crate is built: per-channel, short and whole groups, zero points, both
+    // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
     space(
         BM = [16],
         BN = [128],
@@ -35,12 +37,12 @@
         SPLIT = [1],
         G = [0, 32, 128],
         ZEROS = [0, 1],
-        H = [4],
+        H = [1, 4],
         VEC = [16],
         SWB = [3],
         SWS = [3],
     ),
-    dtypes(A = [f16], W = [u4], O = [f16]),
+    dtypes(A = [f16, bf16], W = [u2, u4, i8], O = [f16, f32]),
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_main<
@@ -64,11 +66,11 @@ pub fn qmatmul_main<
     m: i32,
     n: i32,
     k: i32,
-    a: Global<f16>,
+    a: Global<A>,
     b: Global<u8>,
-    scales: Global<f16>,
-    zeros: Global<f16>,
-    c: GlobalMut<f16>,
+    scales: Global<A>,
+    zeros: Global<A>,
+    c: GlobalMut<O>,
 ) {
     // The mma.m16n8k16 fragments (f16 and bf16 alike).
     let mma_a = layout!(column_local(2, 2).spatial(8, 4).local(1, 2));
@@ -261,4 +263,113 @@ pub fn qmatmul_main<
     } else {
         store_global(cast::<O>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
     }
+}
+
+/// With `SPLIT > 1`: sums the `SPLIT` f32 partial products of `ws [SPLIT, m, n]` into
+/// `c [m, n]`, a `[ROWS, BN]` tile per block with four consecutive f32 per thread (one 16-byte
+/// access).
+#[tilus::kernel(
+    lazy,
+    grid = [cdiv(m, ROWS), n / BN],
+    threads = ROWS * BN / 4,
+    target = sm80,
+    space(ROWS = [4, 8], BN = [128, 256], SPLIT = [2, 8]),
+    dtypes(O = [f16, bf16]),
+)]
+pub fn qmatmul_reduce<const ROWS: i32, const BN: i32, const SPLIT: i32, O: DTypeParam>(
+    m: i32,
+    n: i32,
+    workspace: Global<f32>,
+    c: GlobalMut<O>,
+) {
+    let tile = layout!(spatial(ROWS, BN / 4).local(1, 4));
+    let [bi, bj] = block_indices();
+    let gw = view_global(workspace, [SPLIT, m, n]);
+    let mut acc = register::<f32>(tile, 0.0);
+    for split in 0..SPLIT {
+        acc += load_global(gw, tile, [split, bi * ROWS, bj * BN]);
+    }
+    store_global(cast::<O>(acc), view_global(c, [m, n]), [bi * ROWS, bj * BN]);
+}
+
+/// [`QMatmulMethod::DequantizeThenGemm`](super::QMatmulMethod): the re-laid-out weight
+/// becomes a dense row-major `w [k, n]` of the activation type, which a GEMM then multiplies.
+///
+/// One block per `[BK, BN]` weight tile, on the `WN` warps of one warp row of the fused
+/// kernel (its replicas along m hold the same weights): the tile's bytes are loaded straight
+/// into registers in the fused kernel's thread layout, reinterpreted as codes, cast, shifted by
+/// the zero points and scaled (per element: every weight is written out anyway), then staged
+/// through shared memory so that global stores are 16-byte rows (`ROWS` rows per pass) instead
+/// of the mma fragment's scattered pairs. Parameters as [`qmatmul_main`]'s.
+#[tilus::kernel(
+    lazy,
+    grid = [k / BK, n / BN],
+    warps = WN,
+    target = sm80,
+    space(BN = [128], BK = [64], WN = [4], G = [0, 32, 128], ZEROS = [0, 1], H = [1, 4], VEC = [16], ROWS = [8]),
+    dtypes(A = [f16, bf16], W = [u4, i8]),
+)]
+pub fn qmatmul_dequant<
+    const BN: i32,
+    const BK: i32,
+    const WN: i32,
+    const G: i32,
+    const ZEROS: i32,
+    const H: i32,
+    const VEC: i32,
+    const ROWS: i32,
+    A: DTypeParam,
+    W: DTypeParam,
+>(
+    n: i32,
+    k: i32,
+    b: Global<u8>,
+    scales: Global<A>,
+    zeros: Global<A>,
+    w: GlobalMut<A>,
+) {
+    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
+    let rep_n = BN / (8 * WN);
+    let rep_k = BK / 16;
+    let grouped = G > 0;
+    let gk = if grouped && G % BK != 0 { BK / G } else { 1 };
+    let tile_bytes = BK * BN * W::BITS / 8;
+    let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
+    let lb = layout!(spatial(1, WN).local(rep_k, rep_n).mma_b);
+    let lq = layout!(swap_inner_locals(lb, 2, H));
+    let lb3 = layout!(split(lb, 0, BK / gk));
+    let lq3 = layout!(split(lq, 0, BK / gk));
+    let ls = layout!(reduce(lb3, [1]));
+    let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+    let rows = layout!(local(BK / ROWS, 1).spatial(ROWS, BN / 8).local(1, 8));
+
+    let [bi, bj] = block_indices();
+    let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+    let rw = load_global(gb, lw, [bi, bj, 0]);
+    let mut wf = cast::<A>(view::<W>(rw, lq3), lb3);
+    // Scales and zero points of the tile's groups, [gk, 1, BN] (per channel: one group).
+    let groups = if grouped { k / G } else { 1 };
+    let group_row = if grouped { bi * BK / G } else { 0 };
+    if ZEROS == 1 {
+        wf = wf
+            - load_global(
+                view_global(zeros, [groups, 1, n]),
+                ls,
+                [group_row, 0, bj * BN],
+            );
+    }
+    let ws = wf
+        * load_global(
+            view_global(scales, [groups, 1, n]),
+            ls,
+            [group_row, 0, bj * BN],
+        );
+    let tile = shared::<A>([BK, BN]);
+    store_shared(view::<A>(ws, lb), tile, [0, 0]);
+    sync();
+    store_global(
+        load_shared(tile, rows, [0, 0]),
+        view_global(w, [k, n]),
+        [bi * BK, bj * BN],
+    );
 }

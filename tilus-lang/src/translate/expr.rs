@@ -347,7 +347,7 @@ impl Translator<'_, '_> {
                     None => Err(self.err(&*ix.index, "array indices must be constants")),
                 }
             }
-            SynExpr::If(i) => self.select(b, i),
+            SynExpr::If(i) => self.select(b, i, dest),
             SynExpr::Cast(c) => self.cast_scalar(b, c),
             SynExpr::Reference(r) => Err(self.err(
                 r,
@@ -643,7 +643,9 @@ impl Translator<'_, '_> {
     }
 
     /// `if c { a } else { b }` as a scalar value.
-    fn select(&mut self, b: &mut ProgramBuilder, i: &syn::ExprIf) -> R<Value> {
+    /// A constant condition translates the taken branch only, with `dest` (so `let x = if C
+    /// { register(..) } else { .. }` names the tensor `x`).
+    fn select(&mut self, b: &mut ProgramBuilder, i: &syn::ExprIf, dest: DestHint) -> R<Value> {
         let Some((_, else_branch)) = &i.else_branch else {
             return Err(self.err(i, "an `if` used as a value needs an `else`"));
         };
@@ -660,9 +662,9 @@ impl Translator<'_, '_> {
         let else_v = |t: &mut Self, b: &mut ProgramBuilder| t.value(b, else_branch, DestHint::Temp);
         if let Expr::Bool(c) = cond {
             return if c {
-                self.value(b, &then_e, DestHint::Temp)
+                self.value(b, &then_e, dest)
             } else {
-                else_v(self, b)
+                self.value(b, else_branch, dest)
             };
         }
         let x = self.value(b, &then_e, DestHint::Temp)?;

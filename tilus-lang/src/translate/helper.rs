@@ -250,11 +250,14 @@ impl Translator<'_, '_> {
     }
 
     /// Inline a call of `helper`.
+    /// `dest` goes to the tail instruction of a helper with one result, so `acc = f(acc, ..)`
+    /// whose tail is `mul_add(.., acc_t)` writes `acc` in place, as a direct call would.
     pub(super) fn call_helper(
         &mut self,
         b: &mut ProgramBuilder,
         c: &ExprCall,
         helper: &Helper,
+        dest: DestHint,
     ) -> R<Value> {
         let name = match &c.func.as_ref() {
             SynExpr::Path(p) => p.path.to_token_stream().to_string(),
@@ -314,7 +317,7 @@ impl Translator<'_, '_> {
             self.stmt(b, s);
         }
         let result = match tail {
-            Some(e) => self.helper_result(b, e),
+            Some(e) => self.helper_result(b, e, dest),
             None => Ok(Value::Unit),
         };
         self.helper_depth -= 1;
@@ -323,7 +326,7 @@ impl Translator<'_, '_> {
     }
 
     /// The tail expression of a helper: a value, or a tuple of values.
-    fn helper_result(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<Value> {
+    fn helper_result(&mut self, b: &mut ProgramBuilder, e: &SynExpr, dest: DestHint) -> R<Value> {
         match e {
             SynExpr::Tuple(t) => {
                 let mut items = Vec::new();
@@ -340,7 +343,7 @@ impl Translator<'_, '_> {
                     Ok(Value::Tuple(items))
                 }
             }
-            other => self.value(b, other, DestHint::Temp),
+            other => self.value(b, other, dest),
         }
     }
 

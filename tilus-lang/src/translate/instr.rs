@@ -226,7 +226,7 @@ impl Translator<'_, '_> {
         };
         let name = seg.ident.to_string();
         if let Some(h) = self.helper(&name) {
-            return self.call_helper(b, c, &h);
+            return self.call_helper(b, c, &h, dest);
         }
         if self.failed_helpers.contains(&name) {
             return Err(Reported);
