@@ -406,3 +406,12 @@ fn replicated_split_and_swap() {
         assert!(e.message.contains(why), "{text}: {}", e.message);
     }
 }
+
+/// A layout of replicas only keeps its rank when printed and parsed back (the fuzzer found
+/// `reduce(spatial(1,2), [1])` printing as the rank-1 `replicated(2)`).
+#[test]
+fn replicas_only_keep_their_rank() {
+    let l = parse("reduce(spatial(1,2), [1])").unwrap();
+    assert_eq!(l.rank(), 2);
+    assert_eq!(parse(&l.to_expr()).unwrap(), l, "{}", l.to_expr());
+}

@@ -373,3 +373,45 @@ pub fn qmatmul_dequant<
         [bi * BK, bj * BN],
     );
 }
+
+/// The offline weight re-layout (paper Figure 8, generalized): one block per `[BK, BN]` tile of
+/// the row-major `W` codes `w [k, n]` (packed bytes, viewed as `W`) loads the tile in the codes
+/// layout of one warp row of [`qmatmul_main`] and stores each thread's bits, unchanged, as the
+/// bytes that the matmul's `W` layout gives it: `out [k / BK, n / BN, tile bytes]`.
+#[tilus::kernel(
+    lazy,
+    grid = [k / BK, n / BN],
+    warps = WN,
+    target = sm80,
+    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16]),
+    dtypes(W = [u2, u4, i8]),
+)]
+pub fn qmatmul_relayout<
+    const BN: i32,
+    const BK: i32,
+    const WN: i32,
+    const H: i32,
+    const VEC: i32,
+    W: DTypeParam,
+>(
+    k: i32,
+    n: i32,
+    w: Global<u8>,
+    out: GlobalMut<u8>,
+) {
+    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
+    let rep_n = BN / (8 * WN);
+    let rep_k = BK / 16;
+    let tile_bytes = BK * BN * W::BITS / 8;
+    let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
+    let lq = layout!(swap_inner_locals(
+        spatial(1, WN).local(rep_k, rep_n).mma_b,
+        2,
+        H
+    ));
+    let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+    let [kt, nb] = block_indices();
+    let tile = load_global(view_global::<W>(w, [k, n]), lq, [kt * BK, nb * BN]);
+    let go = view_global(out, [k / BK, n / BN, tile_bytes]);
+    store_global(view::<u8>(tile, lw), go, [kt, nb, 0]);
+}

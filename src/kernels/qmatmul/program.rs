@@ -51,11 +51,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     let layouts = QMatmulLayouts::new(config)?;
     let t = layouts.tiling;
     let name = config_name(config);
-    // How the re-laid-out weight packs each thread's codes (1: the natural order), as the
-    // offline re-layout of `layouts.q` does.
-    let h = pack_split(config.wdtype, config.adtype)
-        .filter(|&h| layouts.b.swap_inner_locals(2, h).is_ok())
-        .unwrap_or(1);
+    let h = pack_order(config, &layouts);
     let group = config.group_rows.map_or(0, |g| g as i32);
     let zeros = i32::from(config.has_zeros);
     let (swizzle_bits, swizzle_shift) = match a_swizzle(config.bk) {
@@ -150,9 +146,17 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     })
 }
 
+/// How the re-laid-out weight packs each thread's codes, as `layouts.q` does: the `H` of
+/// `swap_inner_locals(B, 2, H)` (1: the natural order).
+pub(crate) fn pack_order(config: &QMatmulConfig, layouts: &QMatmulLayouts) -> usize {
+    pack_split(config.wdtype, config.adtype)
+        .filter(|&h| layouts.b.swap_inner_locals(2, h).is_ok())
+        .unwrap_or(1)
+}
+
 /// A translated template, renamed after the configuration; a translation error for a valid
 /// configuration is a bug here, reported instead of run.
-fn instantiate(
+pub(crate) fn instantiate(
     program: Result<Program, crate::macro_support::KernelError>,
     name: String,
 ) -> Result<Program, QMatmulError> {

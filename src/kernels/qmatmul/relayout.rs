@@ -17,11 +17,12 @@
 //! codes with `Q` as the weight type, `view` them as bytes in `W`, store.
 
 use super::config::{packed_bytes, QMatmulConfig, QMatmulError};
+use super::kernel;
 use super::layouts::QMatmulLayouts;
-use super::program::{check, config_name};
+use super::program::{check, config_name, instantiate, pack_order};
 use crate::quant::QuantizedWeight;
 use crate::DType;
-use tilus_core::ir::{Expr, Program, ProgramBuilder};
+use tilus_core::ir::Program;
 use tilus_core::storage;
 
 /// Where each local of one thread comes from and where each of its bytes goes, per tile.
@@ -155,44 +156,24 @@ pub fn relayout_inverse(
     Ok(storage::pack(dt, &codes))
 }
 
-/// The re-layout as a VM program. Parameters `k, n: i32`, `w: *wdtype` (row-major packed codes
-/// `[k, n]`), `out: *mut u8` (the re-laid-out bytes, as many as `w` has); grid
-/// `[k / bk, n / bn]`, one block of `32 * warps_n` threads per tile.
+/// The device re-layout program of `config` ([`super::kernel::qmatmul_relayout`]): parameters
+/// `k, n: i32`, `w` (the packed row-major codes), `out: *mut u8`; grid `[k / bk, n / bn]`.
 pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmulError> {
     let lay = QMatmulLayouts::distinct(config)?;
     let t = lay.tiling;
-    let u8t = DType::UInt(8);
-    let mut b = ProgramBuilder::new(
-        &format!("qmatmul_relayout_{}", config_name(config)),
-        (32 * t.warps_n) as u32,
-    );
-    let k = b.param_i32("k");
-    let n = b.param_i32("n");
-    let w = b.param_ptr("w", config.wdtype, false);
-    let out = b.param_ptr("out", u8t, true);
-    let (ke, ne) = (Expr::from(k), Expr::from(n));
-    let (bk, bn) = (Expr::Int(config.bk as i32), Expr::Int(config.bn as i32));
-    b.grid(vec![ke.clone() / bk.clone(), ne.clone() / bn.clone()]);
-    let idx = b.block_indices(&["kt", "nb"]);
-    let gw = b.view_global("gw", w, config.wdtype, vec![ke.clone(), ne.clone()]);
-    let tile = b.load_global(
-        "tile",
-        gw,
-        lay.q.clone(),
-        vec![
-            Expr::from(idx[0]) * bk.clone(),
-            Expr::from(idx[1]) * bn.clone(),
-        ],
-    );
-    let bytes = b.view("bytes", tile, u8t, lay.wbytes.clone());
-    let go = b.view_global(
-        "go",
-        out,
-        u8t,
-        vec![ke / bk, ne / bn, Expr::Int(t.tile_bytes as i32)],
-    );
-    b.store_global(bytes, go, vec![idx[0].into(), idx[1].into(), Expr::Int(0)]);
-    let p = b.finish();
+    let v = |x: usize| x as i32;
+    let cfg = kernel::qmatmul_relayout::Config {
+        BN: v(config.bn),
+        BK: v(config.bk),
+        WN: v(t.warps_n),
+        H: v(pack_order(config, &lay)),
+        VEC: v(t.vector_bytes),
+        W: config.wdtype,
+    };
+    let p = instantiate(
+        kernel::qmatmul_relayout::translate(&cfg),
+        format!("qmatmul_relayout_{}", config_name(config)),
+    )?;
     check(&p)?;
     Ok(p)
 }

@@ -6,7 +6,7 @@ fn k(m: i32, a: Global<f32>) {
         return;
     }
     let v = vec![1, 2];
-    let c = |y: i32| y + 1;
+    let c = async |y: i32| y + 1;
 }
 
 fn main() {}

@@ -141,6 +141,11 @@ impl Layout {
                 format!("{}({})", kind.name(), join(&shape))
             })
             .collect();
+        // `replicated(n)` is rank 1: a layout of replicas only keeps its rank through a
+        // leading `local(1, .., 1)`.
+        if self.rank() > 1 && parts.iter().all(|p| p.starts_with("replicated(")) {
+            return format!("local({}).{}", join(&vec![1; self.rank()]), parts.join("."));
+        }
         parts.join(".")
     }
 
