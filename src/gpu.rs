@@ -58,6 +58,11 @@ pub enum GpuArg<'a> {
     In(&'a dyn KernelArg),
     /// A pointer parameter the kernel writes.
     Out(&'a mut dyn KernelArgMut),
+    /// Bytes for a read-only pointer parameter of the configuration's element type
+    /// (`Global<A>` with `A` a dtype parameter); checked against the views in bytes.
+    InBytes(&'a dyn KernelArg),
+    /// Bytes for a written pointer parameter of the configuration's element type.
+    OutBytes(&'a mut dyn KernelArgMut),
 }
 
 impl GpuArg<'_> {
@@ -66,15 +71,15 @@ impl GpuArg<'_> {
             GpuArg::I32(v) => ArgValue::I32(*v),
             GpuArg::F32(v) => ArgValue::F32(*v),
             GpuArg::Bool(v) => ArgValue::Bool(*v),
-            GpuArg::In(b) => ArgValue::Pointer(b.address()),
-            GpuArg::Out(b) => ArgValue::Pointer(b.address()),
+            GpuArg::In(b) | GpuArg::InBytes(b) => ArgValue::Pointer(b.address()),
+            GpuArg::Out(b) | GpuArg::OutBytes(b) => ArgValue::Pointer(b.address()),
         }
     }
     fn size_bytes(&self) -> usize {
         match self {
             GpuArg::I32(_) | GpuArg::F32(_) | GpuArg::Bool(_) => 0,
-            GpuArg::In(b) => b.size_bytes(),
-            GpuArg::Out(b) => b.size_bytes(),
+            GpuArg::In(b) | GpuArg::InBytes(b) => b.size_bytes(),
+            GpuArg::Out(b) | GpuArg::OutBytes(b) => b.size_bytes(),
         }
     }
 }
@@ -259,8 +264,8 @@ impl GpuKernel {
                 (ParamKind::I32 { .. }, GpuArg::I32(_))
                 | (ParamKind::F32 { .. }, GpuArg::F32(_))
                 | (ParamKind::Bool { .. }, GpuArg::Bool(_))
-                | (ParamKind::Pointer { mutable: false, .. }, GpuArg::In(_))
-                | (ParamKind::Pointer { .. }, GpuArg::Out(_)) => None,
+                | (ParamKind::Pointer { mutable: false, .. }, GpuArg::In(_) | GpuArg::InBytes(_))
+                | (ParamKind::Pointer { .. }, GpuArg::Out(_) | GpuArg::OutBytes(_)) => None,
                 (ParamKind::I32 { .. }, _) => Some("an i32 value"),
                 (ParamKind::F32 { .. }, _) => Some("an f32 value"),
                 (ParamKind::Bool { .. }, _) => Some("a bool value"),
@@ -296,6 +301,10 @@ impl GpuKernel {
         let mut supplied = args.into_iter();
         let mut scratch = workspaces.iter_mut();
         for p in &spec.params {
+            let element = match p.kind {
+                ParamKind::Pointer { dtype, .. } => tilus_runtime::host_scalar(dtype),
+                _ => tilus_runtime::Scalar::U8,
+            };
             builder = match p.kind {
                 ParamKind::Workspace { .. } => {
                     builder.arg_mut(scratch.next().expect("one per workspace parameter"))
@@ -306,6 +315,8 @@ impl GpuKernel {
                     GpuArg::Bool(v) => builder.value(v as i32),
                     GpuArg::In(b) => builder.arg_dyn(b),
                     GpuArg::Out(b) => builder.arg_mut_dyn(b),
+                    GpuArg::InBytes(b) => builder.arg_bytes_as(b, element),
+                    GpuArg::OutBytes(b) => builder.arg_mut_bytes_as(b, element),
                 },
             };
         }

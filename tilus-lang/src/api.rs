@@ -247,6 +247,15 @@ fn arg_code(sig: &KernelSig) -> ArgCode {
                 ParamKind::I32 => quote!(::tilus::macro_support::GpuArg::I32(#n)),
                 ParamKind::F32 => quote!(::tilus::macro_support::GpuArg::F32(#n)),
                 ParamKind::Bool => quote!(::tilus::macro_support::GpuArg::Bool(#n)),
+                // A pointer typed by a dtype parameter holds bytes of the configuration's type.
+                ParamKind::Ptr {
+                    mutable: true,
+                    by_param: Some(_),
+                    ..
+                } => quote!(::tilus::macro_support::GpuArg::OutBytes(#n)),
+                ParamKind::Ptr {
+                    by_param: Some(_), ..
+                } => quote!(::tilus::macro_support::GpuArg::InBytes(#n)),
                 ParamKind::Ptr { mutable: true, .. } => {
                     quote!(::tilus::macro_support::GpuArg::Out(#n))
                 }

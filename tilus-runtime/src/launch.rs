@@ -216,8 +216,10 @@ impl KernelArgMut for PackedTensor {
 }
 
 enum Slot<'a> {
-    Ref(&'a dyn KernelArg),
-    Mut(&'a mut dyn KernelArgMut),
+    /// A pointer and the element type the signature check sees (the buffer's own, or the
+    /// parameter's for bytes passed with [`KernelArgs::arg_bytes_as`]).
+    Ref(&'a dyn KernelArg, Scalar),
+    Mut(&'a mut dyn KernelArgMut, Scalar),
     /// Element type and the value's little-endian bytes in a 64-bit slot.
     Value(Scalar, u64),
 }
@@ -233,8 +235,8 @@ pub enum Supplied {
 impl Slot<'_> {
     fn supplied(&self) -> Supplied {
         match self {
-            Slot::Ref(a) => Supplied::Ref(a.element()),
-            Slot::Mut(a) => Supplied::Mut(a.element()),
+            Slot::Ref(_, e) => Supplied::Ref(*e),
+            Slot::Mut(_, e) => Supplied::Mut(*e),
             Slot::Value(s, _) => Supplied::Value(*s),
         }
     }
@@ -250,23 +252,47 @@ pub struct KernelArgs<'a> {
 impl<'a> KernelArgs<'a> {
     /// A read-only pointer argument.
     pub fn arg<B: KernelArg>(mut self, buffer: &'a B) -> Self {
-        self.slots.push(Slot::Ref(buffer));
+        self.slots.push(Slot::Ref(buffer, buffer.element()));
         self
     }
     /// A pointer argument the kernel writes.
     pub fn arg_mut<B: KernelArgMut>(mut self, buffer: &'a mut B) -> Self {
-        self.slots.push(Slot::Mut(buffer));
+        let e = buffer.element();
+        self.slots.push(Slot::Mut(buffer, e));
         self
     }
     /// A read-only pointer argument chosen at run time (e.g. from a program's parameter list).
     pub fn arg_dyn(mut self, buffer: &'a dyn KernelArg) -> Self {
-        self.slots.push(Slot::Ref(buffer));
+        self.slots.push(Slot::Ref(buffer, buffer.element()));
         self
     }
     /// A written pointer argument chosen at run time.
     pub fn arg_mut_dyn(mut self, buffer: &'a mut dyn KernelArgMut) -> Self {
-        self.slots.push(Slot::Mut(buffer));
+        let e = buffer.element();
+        self.slots.push(Slot::Mut(buffer, e));
         self
+    }
+    /// A byte buffer for a pointer parameter of `element`s: a parameter whose element type a
+    /// kernel's configuration chooses (`Global<A>` with `A` a dtype parameter), whose callers
+    /// hold bytes. Anything but a `u8` buffer is checked as itself, so a typed buffer of the
+    /// wrong type is still refused. Sizes are checked in bytes by the caller's views.
+    pub fn arg_bytes_as(mut self, buffer: &'a dyn KernelArg, element: Scalar) -> Self {
+        let e = Self::bytes_as(buffer.element(), element);
+        self.slots.push(Slot::Ref(buffer, e));
+        self
+    }
+    /// [`Self::arg_bytes_as`] for a parameter the kernel writes.
+    pub fn arg_mut_bytes_as(mut self, buffer: &'a mut dyn KernelArgMut, element: Scalar) -> Self {
+        let e = Self::bytes_as(buffer.element(), element);
+        self.slots.push(Slot::Mut(buffer, e));
+        self
+    }
+    fn bytes_as(have: Scalar, element: Scalar) -> Scalar {
+        if have == Scalar::U8 {
+            element
+        } else {
+            have
+        }
     }
     /// A by-value argument.
     pub fn value<T: Element>(mut self, value: T) -> Self {
@@ -306,8 +332,8 @@ impl<'a> KernelArgs<'a> {
         let mut builder = stream.launch_builder(&kernel.function);
         for slot in slots.iter_mut() {
             match slot {
-                Slot::Ref(a) => a.push_ref(&mut builder),
-                Slot::Mut(a) => a.push_mut(&mut builder),
+                Slot::Ref(a, _) => a.push_ref(&mut builder),
+                Slot::Mut(a, _) => a.push_mut(&mut builder),
                 Slot::Value(_, bits) => {
                     builder.arg(&*bits);
                 }
