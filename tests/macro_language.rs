@@ -5,7 +5,7 @@
 #[path = "kernels/language.rs"]
 mod language;
 
-use language::{chunk_max, closures, flagged, helpers, scalar_operands, scale_shift};
+use language::{chunk_max, closures, flagged, helpers, scalar_operands, scale_shift, unrolled};
 use rand::Rng;
 
 #[test]
@@ -126,6 +126,32 @@ fn closures_capture_their_scope() {
     let text = closures::program(&closures::SPACE[1]).unwrap().to_string();
     assert_eq!(text.matches("mul_add(").count(), 2, "{text}");
     assert!(!text.contains("view("), "{text}");
+}
+
+#[test]
+fn constant_loops_unroll_in_the_translator() {
+    let mut rng = rand::rng();
+    for cfg in unrolled::SPACE {
+        let n = rng.random_range(1..100usize);
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let mut y = vec![f32::NAN; n];
+        unrolled::interpret(cfg, n as i32, &x, &mut y).unwrap();
+        for i in 0..n {
+            let want = (0..cfg.COPIES).fold(x[i], |a, c| a * 2.0 + c as f32);
+            assert_eq!(y[i], want, "{cfg} at {i}");
+        }
+        let text = unrolled::program(cfg).unwrap().to_string();
+        // No loop is left: three copies with the constants 0, 1, 2, or nothing at all.
+        assert!(!text.contains("for "), "{text}");
+        assert_eq!(
+            text.matches("= mul(").count(),
+            cfg.COPIES as usize,
+            "{text}"
+        );
+        if cfg.COPIES == 3 {
+            assert!(text.contains(", 2)"), "{text}");
+        }
+    }
 }
 
 #[test]

@@ -122,3 +122,20 @@ pub fn closures<const REPS: i32>(n: i32, s: f32, x: Global<f32>, y: GlobalMut<f3
     }
     store_global(acc, view_global(y, [n]), [bi * 32]);
 }
+
+/// `#[unroll]` over constant bounds is written out by the translator (each copy sees its index
+/// as a constant); a loop over an empty constant range emits nothing.
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(COPIES = [0, 3]))]
+pub fn unrolled<const COPIES: i32>(n: i32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let tile = layout!(spatial(32));
+    let mut acc = load_global(view_global(x, [n]), tile, [bi * 32]);
+    #[unroll]
+    for i in 0..COPIES {
+        acc = acc * 2.0 + i;
+    }
+    for _ in COPIES..COPIES {
+        acc = acc * 0.0;
+    }
+    store_global(acc, view_global(y, [n]), [bi * 32]);
+}

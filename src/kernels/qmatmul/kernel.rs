@@ -198,7 +198,7 @@ pub fn qmatmul_main<
             ()
         };
         // Refill the stage read in the previous iteration (everyone passed the barrier above).
-        let next = kt + STAGES - 1;
+        let next = kt + (STAGES - 1);
         if next < ktiles {
             issue(next, next % STAGES);
         }
@@ -220,16 +220,25 @@ pub fn qmatmul_main<
         for g in 0..ktiles / tiles_per_group {
             let mut acc_g = register::<f32>(lc, 0.0);
             let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
-            for t in 0..tiles_per_group {
-                let (ra, wb) = step(g * tiles_per_group + t);
+            let accumulate = |kt: i32| {
+                let (ra, wb) = step(kt);
                 acc_g = dot(ra, wb, acc_g);
                 if fold {
                     asum = dot(ra, ones, asum);
                 }
+            };
+            // The group's last tile is peeled off the loop: with two tiles per group (bk 64,
+            // group 128) the two copies of the body schedule better than a loop of two
+            // (measured on the H100: 6- and 7-bit weights 2-5% faster).
+            let first = g * tiles_per_group;
+            for t in 0..tiles_per_group - 1 {
+                accumulate(first + t);
             }
+            let last_tile = first + (tiles_per_group - 1);
+            accumulate(last_tile);
             // The group's scales (and zero points) came with its last tile, whose stage is not
             // refilled before the next barrier.
-            let last = (g * tiles_per_group + tiles_per_group - 1) % STAGES;
+            let last = last_tile % STAGES;
             if fold {
                 let zc = load_shared(slice_shared(sz, [last, 0, 0, 0], [1, BN]), lcs, [0, 0]);
                 acc_g = subtract_zeros(acc_g, asum, zc);

@@ -6,6 +6,10 @@ use tilus_core::ir::{Expr, ProgramBuilder, ScalarType, Unroll, VarType};
 
 use super::*;
 
+/// Longest `#[unroll]` loop over constant bounds that the translator writes out itself; longer
+/// ones become `#pragma unroll` loops.
+const MAX_TRANSLATOR_UNROLL: i64 = 16;
+
 impl Translator<'_, '_> {
     pub(super) fn stmt(&mut self, b: &mut ProgramBuilder, stmt: &Stmt) {
         match stmt {
@@ -607,6 +611,27 @@ impl Translator<'_, '_> {
                     (Expr::Int(1), ScalarType::I32),
                 )?
                 .0;
+        }
+        // Constant bounds: an empty range emits nothing, and `#[unroll]` over a short one
+        // unrolls here, so each copy of the body sees its index as a constant (stage indices,
+        // `if st < n` tests and shared offsets fold, as if the loop had been written out).
+        if let (Expr::Int(lo), Expr::Int(hi)) = (&s, &e) {
+            let (lo, hi) = (*lo as i64, *hi as i64);
+            if lo >= hi {
+                return Ok(());
+            }
+            let trips = (hi - lo + step as i64 - 1) / step as i64;
+            if unroll == Unroll::Full && trips <= MAX_TRANSLATOR_UNROLL {
+                for i in (lo..hi).step_by(step as usize) {
+                    self.scopes.push(Vec::new());
+                    if name != "_" {
+                        self.bind(&name, Binding::Const(i as i32));
+                    }
+                    self.block(b, &f.body);
+                    self.scopes.pop();
+                }
+                return Ok(());
+            }
         }
         let var_name = if name == "_" {
             self.unique("iter")
