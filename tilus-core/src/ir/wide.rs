@@ -57,12 +57,12 @@ impl Expr {
     /// [`UnaryOp::ToI64`] (same value; C then never has to pick among overloads).
     pub fn with_explicit_widening(&self, var: &dyn Fn(VarId) -> Option<ScalarType>) -> Expr {
         let w = |x: &Expr| x.with_explicit_widening(var);
-        let widen_to = |x: Expr, other: Option<ScalarType>| {
-            if other == Some(ScalarType::I64) && x.scalar_type(var) == Some(ScalarType::I32) {
+        let widen_to = |x: Expr, other: Option<ScalarType>| match x {
+            Expr::Int(v) if other == Some(ScalarType::I64) => Expr::I64(v as i64),
+            x if other == Some(ScalarType::I64) && x.scalar_type(var) == Some(ScalarType::I32) => {
                 Expr::Unary(UnaryOp::ToI64, Box::new(x))
-            } else {
-                x
             }
+            x => x,
         };
         match self {
             Expr::Unary(op, a) => Expr::Unary(*op, Box::new(w(a))),
@@ -118,6 +118,8 @@ mod tests {
             e.with_explicit_widening(&ty).render(&names),
             "min(n, (long long)(k * 2))"
         );
+        let lit = Expr::binary(BinaryOp::Mod, n.clone(), 256);
+        assert_eq!(lit.with_explicit_widening(&ty).render(&names), "n % 256LL");
         let c = Expr::binary(BinaryOp::Lt, k.clone(), n.clone());
         assert_eq!(c.scalar_type(&ty), Some(ScalarType::Bool));
         assert_eq!(
