@@ -448,7 +448,7 @@ fn i64_scalars_match_the_interpreter_on_gpu() {
         assert_eq!(&dz.to_host().unwrap(), want, "copy_async start={start}");
     }
     let dxi = DeviceBuffer::from_host(&ctx, &xi).unwrap();
-    let mut dyi = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; 32]).unwrap();
+    let mut dyi = DeviceBuffer::from_host(&ctx, &[i32::MIN; 32]).unwrap();
     narrow_wide::launch(&ctx, &narrow_wide::SPACE[0], v, k, &dxi, &mut dyi).unwrap();
     assert_eq!(dyi.to_host().unwrap(), yi, "narrow_wide v={v}");
 }
