@@ -52,6 +52,8 @@ fn config_label(config: &str) -> String {
 /// One launch argument, in the kernel's own parameter order.
 pub enum GpuArg<'a> {
     I32(i32),
+    /// A `long long` parameter (8 bytes on the ABI).
+    I64(i64),
     F32(f32),
     Bool(bool),
     /// A pointer parameter the kernel only reads.
@@ -69,6 +71,7 @@ impl GpuArg<'_> {
     fn value(&self) -> ArgValue {
         match self {
             GpuArg::I32(v) => ArgValue::I32(*v),
+            GpuArg::I64(v) => ArgValue::I64(*v),
             GpuArg::F32(v) => ArgValue::F32(*v),
             GpuArg::Bool(v) => ArgValue::Bool(*v),
             GpuArg::In(b) | GpuArg::InBytes(b) => ArgValue::Pointer(b.address()),
@@ -77,7 +80,7 @@ impl GpuArg<'_> {
     }
     fn size_bytes(&self) -> usize {
         match self {
-            GpuArg::I32(_) | GpuArg::F32(_) | GpuArg::Bool(_) => 0,
+            GpuArg::I32(_) | GpuArg::I64(_) | GpuArg::F32(_) | GpuArg::Bool(_) => 0,
             GpuArg::In(b) | GpuArg::InBytes(b) => b.size_bytes(),
             GpuArg::Out(b) | GpuArg::OutBytes(b) => b.size_bytes(),
         }
@@ -171,6 +174,7 @@ impl GpuKernel {
             .iter()
             .map(|p| match &p.kind {
                 ParamKind::I32 { .. } => Param::value::<i32>(&p.ir_name),
+                ParamKind::I64 { .. } => Param::value::<i64>(&p.ir_name),
                 ParamKind::F32 { .. } => Param::value::<f32>(&p.ir_name),
                 ParamKind::Bool { .. } => Param::value::<i32>(&p.ir_name),
                 ParamKind::Pointer { dtype, mutable, .. } => {
@@ -262,11 +266,13 @@ impl GpuKernel {
             let a = supplied.next().expect("counted above");
             let expected = match (&p.kind, a) {
                 (ParamKind::I32 { .. }, GpuArg::I32(_))
+                | (ParamKind::I64 { .. }, GpuArg::I64(_))
                 | (ParamKind::F32 { .. }, GpuArg::F32(_))
                 | (ParamKind::Bool { .. }, GpuArg::Bool(_))
                 | (ParamKind::Pointer { mutable: false, .. }, GpuArg::In(_) | GpuArg::InBytes(_))
                 | (ParamKind::Pointer { .. }, GpuArg::Out(_) | GpuArg::OutBytes(_)) => None,
                 (ParamKind::I32 { .. }, _) => Some("an i32 value"),
+                (ParamKind::I64 { .. }, _) => Some("an i64 value"),
                 (ParamKind::F32 { .. }, _) => Some("an f32 value"),
                 (ParamKind::Bool { .. }, _) => Some("a bool value"),
                 (ParamKind::Pointer { mutable: true, .. }, _) => Some("a writable device buffer"),
@@ -311,6 +317,7 @@ impl GpuKernel {
                 }
                 _ => match supplied.next().expect("counted above") {
                     GpuArg::I32(v) => builder.value(v),
+                    GpuArg::I64(v) => builder.value(v),
                     GpuArg::F32(v) => builder.value(v),
                     GpuArg::Bool(v) => builder.value(v as i32),
                     GpuArg::In(b) => builder.arg_dyn(b),

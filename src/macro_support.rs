@@ -198,6 +198,7 @@ impl Pack {
 #[derive(Clone, Copy, Debug)]
 pub enum ArgCheck {
     I32(i32),
+    I64(i64),
     F32(f32),
     Bool(bool),
     Buffer(usize),
@@ -231,6 +232,7 @@ pub fn check_host_args(
         .iter()
         .map(|a| match a {
             ArgCheck::I32(v) => ArgValue::I32(*v),
+            ArgCheck::I64(v) => ArgValue::I64(*v),
             ArgCheck::F32(v) => ArgValue::F32(*v),
             ArgCheck::Bool(v) => ArgValue::Bool(*v),
             ArgCheck::Buffer(_) => ArgValue::Pointer(0),
@@ -239,7 +241,7 @@ pub fn check_host_args(
     let sizes: Vec<usize> = args
         .iter()
         .map(|a| match a {
-            ArgCheck::I32(_) | ArgCheck::F32(_) | ArgCheck::Bool(_) => 0,
+            ArgCheck::I32(_) | ArgCheck::I64(_) | ArgCheck::F32(_) | ArgCheck::Bool(_) => 0,
             ArgCheck::Buffer(b) => *b,
         })
         .collect();

@@ -17,6 +17,13 @@ mod reduce_programs;
 mod skip;
 
 #[allow(dead_code)]
+#[path = "kernels/language.rs"]
+mod language;
+#[allow(dead_code)]
+#[path = "kernels/launch.rs"]
+mod launch_kernels;
+
+#[allow(dead_code)]
 #[path = "common/math.rs"]
 mod math_programs;
 
@@ -623,4 +630,75 @@ fn rowwise_kernels_compile_without_spills() {
     all!(silu_and_mul_f16);
     all!(rotary_f16);
     run("rowwise_kernels_compile_without_spills", ks);
+}
+
+/// Scalar conversions through i64: `i64 as f32` (`__ll2float_rn`), `f32 as i64`
+/// (`__float2ll_rz`), `i64 as i32` (`(int)`), and an i64 difference as an offset.
+fn i64_conversions_program() -> Program {
+    use tilus::core::ir::{ElementOp, Expr, Operand, ProgramBuilder, ScalarType, UnaryOp};
+    let mut b = ProgramBuilder::new("conv", 32);
+    let v = b.param_i64("v");
+    let s = b.param_f32("s");
+    let y = b.param_ptr("y", DType::F32, true);
+    b.grid(vec![1.into()]);
+    let f = b.let_(
+        "f",
+        ScalarType::F32,
+        Expr::Unary(UnaryOp::ToF32, Box::new(v.into())),
+    );
+    let w = b.let_(
+        "w",
+        ScalarType::I64,
+        Expr::Unary(UnaryOp::ToI64, Box::new(s.into())),
+    );
+    let n = b.let_(
+        "n",
+        ScalarType::I32,
+        Expr::Unary(UnaryOp::ToI32, Box::new(Expr::var(w) - v)),
+    );
+    let gy = b.view_global("gy", y, DType::F32, vec![64.into()]);
+    let r = b.allocate_register("r", DType::F32, l("spatial(32)"), Some(1.0));
+    let r = b.binary("r2", ElementOp::Mul, r, Operand::Scalar(f.into()));
+    b.store_global(r, gy, vec![n.into()]);
+    b.store_global(r, gy, vec![Expr::var(w) - v]);
+    b.finish()
+}
+
+/// Kernels with i64 parameters, arithmetic, conversions and global offsets (load_global,
+/// store_global, copy_async) compile without spills or local memory.
+#[test]
+fn i64_scalars_compile() {
+    let none = Expect::default();
+    let ks = vec![
+        (
+            "wide_offsets".to_string(),
+            language::wide_offsets::program(&language::wide_offsets::SPACE[0]).unwrap(),
+            none,
+        ),
+        (
+            "narrow_wide".to_string(),
+            language::narrow_wide::program(&language::narrow_wide::SPACE[0]).unwrap(),
+            none,
+        ),
+        (
+            "far_load_at".to_string(),
+            launch_kernels::far_load_at::program(&launch_kernels::far_load_at::SPACE[0]).unwrap(),
+            none,
+        ),
+        (
+            "i64_conversions".to_string(),
+            i64_conversions_program(),
+            none,
+        ),
+    ];
+    let conv = emit(&ks[3].1, &Default::default()).unwrap().source;
+    for want in [
+        "__ll2float_rn(v)",
+        "__float2ll_rz(s)",
+        "(int)((w - v))",
+        "long long v",
+    ] {
+        assert!(conv.contains(want), "{want}:\n{conv}");
+    }
+    run("i64_scalars_compile", ks);
 }

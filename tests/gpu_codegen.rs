@@ -148,6 +148,7 @@ fn kernel_source(name: &str, k: &CudaKernel) -> KernelSource {
         .iter()
         .map(|p| match &p.kind {
             ParamKind::I32 { .. } => Param::value::<i32>(p.ir_name.clone()),
+            ParamKind::I64 { .. } => Param::value::<i64>(p.ir_name.clone()),
             ParamKind::F32 { .. } => Param::value::<f32>(p.ir_name.clone()),
             ParamKind::Bool { .. } => Param::value::<i32>(p.ir_name.clone()),
             ParamKind::Pointer { mutable: false, .. } => Param::ptr::<u8>(p.ir_name.clone()),
@@ -332,8 +333,9 @@ fn run_case(ctx: &Arc<Context>, case: Case) {
                     refs.next();
                     launch = launch.value(scalar(i).unwrap());
                 }
-                // Kernels with f32 parameters are tested through `#[kernel]` (macro_gpu.rs).
-                ParamKind::F32 { .. } | ParamKind::Bool { .. } => {
+                // Kernels with f32 or i64 parameters are tested through `#[kernel]`
+                // (macro_gpu.rs).
+                ParamKind::F32 { .. } | ParamKind::I64 { .. } | ParamKind::Bool { .. } => {
                     panic!("{}: cases here take i32 scalars", case.name)
                 }
                 ParamKind::Pointer { mutable: false, .. } => {

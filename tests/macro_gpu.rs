@@ -369,4 +369,86 @@ fn views_past_two_to_the_31_elements() {
     );
     launch_kernels::far_load::launch(&ctx, cfg, a as i32, 1, c as i32, &big, &mut out).unwrap();
     assert_eq!(out.to_host().unwrap(), pattern);
+    // The same bytes through an i64 flat offset (past 2^31) split into a row and a column of a
+    // `[65536, 65536]` view: the tile the far store wrote, and a poisoned-output read elsewhere.
+    let cfg = &launch_kernels::far_load_at::SPACE[0];
+    let mut at_out = DeviceBuffer::from_host(&ctx, &[0xA5u8; 32]).unwrap();
+    let at = (n - 32) as i64;
+    launch_kernels::far_load_at::launch(&ctx, cfg, a as i32, c as i32, at, &big, &mut at_out)
+        .unwrap();
+    assert_eq!(at_out.to_host().unwrap(), pattern);
+    let at = (1i64 << 31) + 32 * rng.random_range(0..1000i64);
+    let mut at_out = DeviceBuffer::from_host(&ctx, &[0xA5u8; 32]).unwrap();
+    launch_kernels::far_load_at::launch(&ctx, cfg, a as i32, c as i32, at, &big, &mut at_out)
+        .unwrap();
+    assert_eq!(at_out.to_host().unwrap(), vec![0u8; 32], "zeros at {at}");
+}
+
+/// i64 scalars on the GPU against the interpreter: i64 offsets (in the view, past its end and
+/// past 2^32) through `load_global` and `copy_async`, and i64 arithmetic narrowed `as i32`.
+/// The interpreter part runs everywhere; the GPU part skips without a GPU.
+#[test]
+fn i64_scalars_match_the_interpreter_on_gpu() {
+    use language::{narrow_wide, wide_offsets};
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let (rows, cols, n) = (5usize, 96usize, 128usize);
+    let x: Vec<f32> = (0..rows * cols)
+        .map(|_| rng.random_range(-4.0..4.0))
+        .collect();
+    let starts = [
+        0i64,
+        32 * rng.random_range(0..15i64),
+        448,
+        (1i64 << 32) * 3 + 32,
+    ];
+    let cfg = &wide_offsets::SPACE[0];
+    let mut cpu = Vec::new();
+    for &start in &starts {
+        let (mut y, mut z) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+        wide_offsets::interpret(
+            cfg,
+            rows as i32,
+            cols as i32,
+            n as i32,
+            start,
+            &x,
+            &mut y,
+            &mut z,
+        )
+        .unwrap();
+        assert_eq!(y, z, "start={start}");
+        assert!(y.iter().all(|v| !v.is_nan()), "start={start}");
+        cpu.push(y);
+    }
+    let xi: Vec<i32> = (0..32).map(|_| rng.random_range(-1000..1000)).collect();
+    let (v, k) = (rng.random_range(1i64 << 31..1i64 << 32), 1i32);
+    let mut yi = vec![i32::MIN; 32];
+    narrow_wide::interpret(&narrow_wide::SPACE[0], v, k, &xi, &mut yi).unwrap();
+    let Some(ctx) = context("i64_scalars_match_the_interpreter_on_gpu") else {
+        return;
+    };
+    let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
+    for (&start, want) in starts.iter().zip(&cpu) {
+        let mut dy = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; n]).unwrap();
+        let mut dz = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; n]).unwrap();
+        wide_offsets::launch(
+            &ctx,
+            cfg,
+            rows as i32,
+            cols as i32,
+            n as i32,
+            start,
+            &dx,
+            &mut dy,
+            &mut dz,
+        )
+        .unwrap();
+        assert_eq!(&dy.to_host().unwrap(), want, "load_global start={start}");
+        assert_eq!(&dz.to_host().unwrap(), want, "copy_async start={start}");
+    }
+    let dxi = DeviceBuffer::from_host(&ctx, &xi).unwrap();
+    let mut dyi = DeviceBuffer::from_host(&ctx, &[i32::MIN; 32]).unwrap();
+    narrow_wide::launch(&ctx, &narrow_wide::SPACE[0], v, k, &dxi, &mut dyi).unwrap();
+    assert_eq!(dyi.to_host().unwrap(), yi, "narrow_wide v={v}");
 }

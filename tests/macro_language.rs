@@ -5,7 +5,10 @@
 #[path = "kernels/language.rs"]
 mod language;
 
-use language::{chunk_max, closures, flagged, helpers, scalar_operands, scale_shift, unrolled};
+use language::{
+    chunk_max, closures, flagged, helpers, narrow_wide, scalar_operands, scale_shift, unrolled,
+    wide_offsets,
+};
 use rand::Rng;
 
 #[test]
@@ -202,4 +205,104 @@ fn bool_parameters_steer_branches() {
     )
     .unwrap();
     assert!(k.source.contains("int negate"), "{}", k.source);
+}
+
+/// The reference of `wide_offsets`: element `i` of block `bi` is `x[start + 32 bi + j]` (0 past
+/// the view), plus 1 when the block's tile passes the view's end.
+fn wide_offsets_reference(rows: usize, cols: usize, n: usize, start: i64, x: &[f32]) -> Vec<f64> {
+    let total = (rows * cols) as i64;
+    (0..n)
+        .map(|i| {
+            let at = start + (i / 32 * 32) as i64;
+            let e = start + i as i64;
+            let v = if (0..total).contains(&e) {
+                x[e as usize] as f64
+            } else {
+                0.0
+            };
+            if at + 32 <= total {
+                v
+            } else {
+                v + 1.0
+            }
+        })
+        .collect()
+}
+
+/// `i64` offsets on the interpreter: random views, starts in and past the view, outputs
+/// poisoned; `load_global` and `copy_async` agree with the reference.
+#[test]
+fn i64_offsets_address_global_views() {
+    let mut rng = rand::rng();
+    let cfg = &wide_offsets::SPACE[0];
+    for _ in 0..20 {
+        let (rows, cols) = (
+            rng.random_range(1..6usize),
+            32 * rng.random_range(1..4usize),
+        );
+        let total = rows * cols;
+        let n = 32 * rng.random_range(1..4usize);
+        // Tiles start on a multiple of 32, so each stays inside one row.
+        let start = 32 * rng.random_range(0..(total / 32 + 2)) as i64;
+        let x: Vec<f32> = (0..total).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let (mut y, mut z) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+        wide_offsets::interpret(
+            cfg,
+            rows as i32,
+            cols as i32,
+            n as i32,
+            start,
+            &x,
+            &mut y,
+            &mut z,
+        )
+        .unwrap();
+        let want = wide_offsets_reference(rows, cols, n, start, &x);
+        for i in 0..n {
+            assert_eq!(
+                y[i] as f64, want[i],
+                "load_global rows={rows} cols={cols} start={start} at {i}"
+            );
+            assert_eq!(
+                z[i] as f64, want[i],
+                "copy_async rows={rows} cols={cols} start={start} at {i}"
+            );
+        }
+    }
+    // An offset past the i32 range is masked (out of the view), not truncated into it.
+    let x: Vec<f32> = (0..64).map(|_| rng.random_range(-4.0..4.0)).collect();
+    let start = (1i64 << 32) * 32;
+    let (mut y, mut z) = (vec![f32::NAN; 32], vec![f32::NAN; 32]);
+    wide_offsets::interpret(cfg, 2, 32, 32, start, &x, &mut y, &mut z).unwrap();
+    assert_eq!(y, vec![1.0; 32]);
+    assert_eq!(z, vec![1.0; 32]);
+}
+
+/// `i64 * i32` promotes and is exact past the i32 range; `as i32` of an in-range i64 is exact,
+/// of an out-of-range one an error naming the conversion, and i64 overflow is an error.
+#[test]
+fn i64_arithmetic_and_narrowing_are_checked() {
+    let mut rng = rand::rng();
+    let cfg = &narrow_wide::SPACE[0];
+    let x: Vec<i32> = (0..32).map(|_| rng.random_range(-1000..1000)).collect();
+    for _ in 0..20 {
+        // v * k passes i32 (v alone may) but v * k / 2 fits it.
+        let k = rng.random_range(2..100i32);
+        let v = rng.random_range(-(i32::MAX as i64)..=i32::MAX as i64) / k as i64 * 2;
+        let mut y = vec![i32::MIN; 32];
+        narrow_wide::interpret(cfg, v, k, &x, &mut y).unwrap();
+        let s = (v as i128 * k as i128 / 2) as f64;
+        for i in 0..32 {
+            assert_eq!(y[i] as f64, x[i] as f64 + s, "v={v} k={k} at {i}");
+        }
+    }
+    let mut y = vec![i32::MIN; 32];
+    let err = narrow_wide::interpret(cfg, 3_000_000_000, 2, &x, &mut y)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not fit an i32"), "{err}");
+    let err = narrow_wide::interpret(cfg, i64::MAX / 2, 3, &x, &mut y)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("i64 overflow"), "{err}");
 }

@@ -139,3 +139,49 @@ pub fn unrolled<const COPIES: i32>(n: i32, x: Global<f32>, y: GlobalMut<f32>) {
     }
     store_global(acc, view_global(y, [n]), [bi * 32]);
 }
+
+/// `i64` scalars as global offsets: 32 elements from flat element `start + 32 * bi` (an `i64`:
+/// `i64 + i32` promotes) of a `[rows, cols]` view, addressed as `[at / cols, at % cols]` with
+/// `i64` offsets, once by `load_global` and once through shared memory by `copy_async`. Blocks
+/// whose tile passes the view's end (`i64` comparison with `rows as i64 * cols`) add 1.
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1)]
+pub fn wide_offsets(
+    rows: i32,
+    cols: i32,
+    n: i32,
+    start: i64,
+    x: Global<f32>,
+    y: GlobalMut<f32>,
+    z: GlobalMut<f32>,
+) {
+    let [bi] = block_indices();
+    let gx = view_global(x, [rows, cols]);
+    let tile = layout!(spatial(1, 32));
+    let at = start + bi * 32;
+    let total = rows as i64 * cols;
+    let r = load_global(gx, tile, [at / cols, at % cols]);
+    let s = shared::<f32>([1, 32]);
+    copy_async(gx, s, [at / cols, at % cols]);
+    commit_group();
+    wait_group(0);
+    sync();
+    let q = load_shared(s, tile, [0, 0]);
+    if at + 32i64 <= total {
+        store_global(r, view_global(y, [1, n]), [0, bi * 32]);
+        store_global(q, view_global(z, [1, n]), [0, bi * 32]);
+    } else {
+        store_global(r + 1.0, view_global(y, [1, n]), [0, bi * 32]);
+        store_global(q + 1.0, view_global(z, [1, n]), [0, bi * 32]);
+    }
+}
+
+/// `i64` arithmetic and narrowing: `y = x + (v * k / 2) as i32`. `v * k` is checked in 64
+/// bits and the narrowing is checked against the i32 range (both errors in the interpreter).
+#[tilus::kernel(grid = [1], warps = 1)]
+pub fn narrow_wide(v: i64, k: i32, x: Global<i32>, y: GlobalMut<i32>) {
+    let tile = layout!(spatial(32));
+    let t = load_global(view_global(x, [32]), tile, [0]);
+    let w = v * k;
+    let s = (w / 2) as i32;
+    store_global(t + s, view_global(y, [32]), [0]);
+}

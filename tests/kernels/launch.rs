@@ -46,3 +46,12 @@ pub fn far_load(a: i32, b: i32, c: i32, big: Global<u8>, out: GlobalMut<u8>) {
     let t = load_global(view_global(big, [a, b, c]), tile, [a - 1, b - 1, c - 32]);
     store_global(t, view_global(out, [1, 1, 32]), [0, 0, 0]);
 }
+
+/// Loads the 32 bytes at flat element `at` (an `i64`: past 2^31 in a 4 GiB buffer) of a
+/// `[rows, cols]` u8 view, addressed with `i64` offsets `[at / cols, at % cols]`.
+#[tilus::kernel(grid = [1], warps = 1)]
+pub fn far_load_at(rows: i32, cols: i32, at: i64, big: Global<u8>, out: GlobalMut<u8>) {
+    let tile = layout!(spatial(1, 32));
+    let t = load_global(view_global(big, [rows, cols]), tile, [at / cols, at % cols]);
+    store_global(t, view_global(out, [1, 32]), [0, 0]);
+}

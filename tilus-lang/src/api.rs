@@ -130,6 +130,10 @@ fn args(sig: &KernelSig) -> Args {
                 a.host.push(quote!(#n: i32));
                 a.device.push(quote!(#n: i32));
             }
+            ParamKind::I64 => {
+                a.host.push(quote!(#n: i64));
+                a.device.push(quote!(#n: i64));
+            }
             ParamKind::F32 => {
                 a.host.push(quote!(#n: f32));
                 a.device.push(quote!(#n: f32));
@@ -200,6 +204,7 @@ fn arg_code(sig: &KernelSig) -> ArgCode {
             let n = &p.name;
             match &p.kind {
                 ParamKind::I32 => quote!(::tilus::core::interp::Arg::I32(#n)),
+                ParamKind::I64 => quote!(::tilus::core::interp::Arg::I64(#n)),
                 ParamKind::F32 => quote!(::tilus::core::interp::Arg::F32(#n)),
                 ParamKind::Bool => quote!(::tilus::core::interp::Arg::Bool(#n)),
                 _ => quote!(::tilus::core::interp::Arg::Buffer(
@@ -230,6 +235,7 @@ fn arg_code(sig: &KernelSig) -> ArgCode {
             let n = &p.name;
             match &p.kind {
                 ParamKind::I32 => quote!(::tilus::macro_support::ArgCheck::I32(#n)),
+                ParamKind::I64 => quote!(::tilus::macro_support::ArgCheck::I64(#n)),
                 ParamKind::F32 => quote!(::tilus::macro_support::ArgCheck::F32(#n)),
                 ParamKind::Bool => quote!(::tilus::macro_support::ArgCheck::Bool(#n)),
                 _ => {
@@ -245,6 +251,7 @@ fn arg_code(sig: &KernelSig) -> ArgCode {
             let n = &p.name;
             match &p.kind {
                 ParamKind::I32 => quote!(::tilus::macro_support::GpuArg::I32(#n)),
+                ParamKind::I64 => quote!(::tilus::macro_support::GpuArg::I64(#n)),
                 ParamKind::F32 => quote!(::tilus::macro_support::GpuArg::F32(#n)),
                 ParamKind::Bool => quote!(::tilus::macro_support::GpuArg::Bool(#n)),
                 // A pointer typed by a dtype parameter holds bytes of the configuration's type.

@@ -14,6 +14,7 @@ use crate::space::{Param, Space};
 #[derive(Clone, Debug)]
 pub enum ParamKind {
     I32,
+    I64,
     F32,
     Bool,
     /// `Global<T>` (read only) or `GlobalMut<T>`.
@@ -250,7 +251,7 @@ pub fn parse(f: &ItemFn, attr: Option<&KernelAttr>, report: &mut Report) -> (Ker
 
 fn expected() -> String {
     format!(
-        "expected `i32`, `f32`, `bool`, `Global<T>` or `GlobalMut<T>` with `T` one of {}",
+        "expected `i32`, `i64`, `f32`, `bool`, `Global<T>` or `GlobalMut<T>` with `T` one of {}",
         dtypes::param_element_names()
     )
 }
@@ -274,6 +275,9 @@ fn param_kind(ty: &Type, space: &[Param], report: &mut Report) -> ParamKind {
     };
     if path.is_ident("i32") {
         return ParamKind::I32;
+    }
+    if path.is_ident("i64") {
+        return ParamKind::I64;
     }
     if path.is_ident("f32") {
         return ParamKind::F32;

@@ -1,5 +1,5 @@
 #[tilus::kernel(grid = [1], warps = 1)]
-fn k(m: i64, a: &[f32], b: Global<i6>, c: GlobalMut<f64>, d: Global) {
+fn k(m: u64, a: &[f32], b: Global<i6>, c: GlobalMut<f64>, d: Global) {
     sync();
 }
 

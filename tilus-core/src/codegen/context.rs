@@ -107,11 +107,33 @@ impl<'p> Ctx<'p> {
     /// A scalar expression as C.
     pub(crate) fn expr(&self, e: &Expr) -> String {
         let is_f32 = |v: VarId| matches!(self.p.ty(v), VarType::Scalar(ScalarType::F32));
+        let is_i64 = |v: VarId| matches!(self.p.ty(v), VarType::Scalar(ScalarType::I64));
+        // `i32` operands mixed with `i64` ones get explicit `(long long)` casts.
+        let wide;
+        let e = if e.involves_i64(&|v| self.scalar_ty(v)) {
+            wide = e.with_explicit_widening(&|v| self.scalar_ty(v));
+            &wide
+        } else {
+            e
+        };
         if involves_f32(e, &is_f32) {
-            c_float_expr(e, &|v| self.name(v), &is_f32)
+            c_float_expr(e, &|v| self.name(v), &is_f32, &is_i64)
         } else {
             c_expr(e, &|v| self.name(v))
         }
+    }
+
+    /// The scalar type of variable `v`, if it is a scalar.
+    fn scalar_ty(&self, v: VarId) -> Option<ScalarType> {
+        match self.p.ty(v) {
+            VarType::Scalar(s) => Some(*s),
+            _ => None,
+        }
+    }
+
+    /// Whether scalar expression `e` has type `i64` (its C type is `long long`).
+    pub(crate) fn is_i64(&self, e: &Expr) -> bool {
+        e.scalar_type(&|v| self.scalar_ty(v)) == Some(ScalarType::I64)
     }
 
     /// Whether scalar expression `e` has type `f32` (else `i32`).

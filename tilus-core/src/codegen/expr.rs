@@ -1,7 +1,7 @@
 //! Scalar expressions: rendering IR [`Expr`]s as C, small helpers for the index arithmetic the
 //! emitters generate, and divisibility proofs used to pick vector widths.
 
-use crate::ir::{BinaryOp, EvalError, Expr, ScalarValue, UnaryOp, VarId};
+use crate::ir::{BinaryOp, EvalError, Expr, ScalarType, ScalarValue, UnaryOp, VarId};
 use std::collections::{HashMap, HashSet};
 
 /// Render `e` as a C expression; `name` gives each variable's identifier. The IR's expression
@@ -12,21 +12,33 @@ pub(crate) fn c_expr(e: &Expr, name: &dyn Fn(VarId) -> String) -> String {
 
 /// C for an expression that involves `f32` values. Arithmetic goes through the
 /// round-to-nearest intrinsics (`__fadd_rn`, ...), which the compiler never contracts into an
-/// FMA, so the GPU computes exactly the IR's IEEE semantics (`ir::eval`). `is_f32_var` tells
-/// which variables are `f32` scalars.
+/// FMA, so the GPU computes exactly the IR's IEEE semantics (`ir::eval`). `is_f32_var` and
+/// `is_i64_var` tell which variables are `f32` and `i64` scalars.
 pub(crate) fn c_float_expr(
     e: &Expr,
     name: &dyn Fn(VarId) -> String,
     is_f32_var: &dyn Fn(VarId) -> bool,
+    is_i64_var: &dyn Fn(VarId) -> bool,
 ) -> String {
-    let r = |x: &Expr| c_float_expr(x, name, is_f32_var);
+    let r = |x: &Expr| c_float_expr(x, name, is_f32_var, is_i64_var);
+    let i64_operand = |x: &Expr| x.involves_i64(&|v| is_i64_var(v).then_some(ScalarType::I64));
     match e {
-        Expr::Int(_) | Expr::Bool(_) | Expr::F32(_) | Expr::Var(_) => c_expr(e, name),
+        Expr::Int(_) | Expr::I64(_) | Expr::Bool(_) | Expr::F32(_) | Expr::Var(_) => {
+            c_expr(e, name)
+        }
         Expr::Unary(op, a) => match op {
             UnaryOp::Neg => format!("(-{})", r(a)),
             UnaryOp::Not => format!("(!{})", r(a)),
+            // Round to nearest, as Rust's `as f32` (the interpreter) does.
+            UnaryOp::ToF32 if !is_f32(a, is_f32_var) && i64_operand(a) => {
+                format!("__ll2float_rn({})", r(a))
+            }
             UnaryOp::ToF32 => format!("__int2float_rn({})", r(a)),
-            UnaryOp::ToI32 => format!("__float2int_rz({})", r(a)),
+            UnaryOp::ToI32 if is_f32(a, is_f32_var) => format!("__float2int_rz({})", r(a)),
+            // i64 -> i32 keeps the low 32 bits; the interpreter makes out-of-range an error.
+            UnaryOp::ToI32 => format!("((int)({}))", r(a)),
+            UnaryOp::ToI64 if is_f32(a, is_f32_var) => format!("__float2ll_rz({})", r(a)),
+            UnaryOp::ToI64 => format!("((long long)({}))", r(a)),
         },
         Expr::Binary(op, a, b) => {
             let (x, y) = (r(a), r(b));
@@ -57,10 +69,10 @@ pub(crate) fn c_float_expr(
 pub(crate) fn is_f32(e: &Expr, is_f32_var: &dyn Fn(VarId) -> bool) -> bool {
     match e {
         Expr::F32(_) => true,
-        Expr::Int(_) | Expr::Bool(_) => false,
+        Expr::Int(_) | Expr::I64(_) | Expr::Bool(_) => false,
         Expr::Var(v) => is_f32_var(*v),
         Expr::Unary(UnaryOp::ToF32, _) => true,
-        Expr::Unary(UnaryOp::ToI32 | UnaryOp::Not, _) => false,
+        Expr::Unary(UnaryOp::ToI32 | UnaryOp::ToI64 | UnaryOp::Not, _) => false,
         Expr::Unary(UnaryOp::Neg, a) => is_f32(a, is_f32_var),
         Expr::Binary(op, a, _) => {
             matches!(
@@ -81,7 +93,7 @@ pub(crate) fn is_f32(e: &Expr, is_f32_var: &dyn Fn(VarId) -> bool) -> bool {
 pub(crate) fn involves_f32(e: &Expr, is_f32_var: &dyn Fn(VarId) -> bool) -> bool {
     match e {
         Expr::F32(_) | Expr::Unary(UnaryOp::ToF32 | UnaryOp::ToI32, _) => true,
-        Expr::Int(_) | Expr::Bool(_) => false,
+        Expr::Int(_) | Expr::I64(_) | Expr::Bool(_) => false,
         Expr::Var(v) => is_f32_var(*v),
         Expr::Unary(_, a) => involves_f32(a, is_f32_var),
         Expr::Binary(_, a, b) => involves_f32(a, is_f32_var) || involves_f32(b, is_f32_var),
@@ -234,7 +246,7 @@ impl ScalarFacts {
     /// Whether `e` uses parameters and constants only (after substituting definitions).
     pub(crate) fn is_param_only(&self, e: &Expr) -> bool {
         match e {
-            Expr::Int(_) | Expr::Bool(_) | Expr::F32(_) => true,
+            Expr::Int(_) | Expr::I64(_) | Expr::Bool(_) | Expr::F32(_) => true,
             Expr::Var(v) => {
                 self.params.contains(v) || self.defs.get(v).is_some_and(|d| self.is_param_only(d))
             }
@@ -269,9 +281,7 @@ impl ScalarFacts {
     /// The constant value of `e`, when it has one (the IR's checked evaluation, through the
     /// definitions of `let`-bound scalars).
     pub(crate) fn constant(&self, e: &Expr) -> Option<i64> {
-        e.eval_i32(&mut |v| self.defined_value(v))
-            .ok()
-            .map(i64::from)
+        e.eval_index(&mut |v| self.defined_value(v)).ok()
     }
 
     fn defined_value(&self, v: VarId) -> Result<ScalarValue, EvalError> {

@@ -301,8 +301,13 @@ impl<'p> Ctx<'p> {
         let block = "blockIdx.x, blockIdx.y, blockIdx.z";
         match x {
             Operand::Scalar(e) => {
+                let (f, ty) = if self.is_i64(e) {
+                    ("%lld", "long long")
+                } else {
+                    ("%d", "int")
+                };
                 let line = format!(
-                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = %d\\n\", {block}, (int)({}));",
+                    "if ({TID} == 0) printf(\"[block %d,%d,%d] {label} = {f}\\n\", {block}, ({ty})({}));",
                     self.expr(e)
                 );
                 self.w.line(line);
@@ -500,6 +505,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         let kind = match p.ty(v) {
             VarType::Scalar(ScalarType::I32) => ParamKind::I32 { var: v },
             VarType::Scalar(ScalarType::F32) => ParamKind::F32 { var: v },
+            VarType::Scalar(ScalarType::I64) => ParamKind::I64 { var: v },
             VarType::Scalar(ScalarType::Bool) => ParamKind::Bool { var: v },
             VarType::Pointer { dtype, mutable } => ParamKind::Pointer {
                 var: v,
@@ -554,6 +560,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         .map(|prm| match &prm.kind {
             ParamKind::I32 { .. } => format!("int {}", prm.name),
             ParamKind::F32 { .. } => format!("float {}", prm.name),
+            ParamKind::I64 { .. } => format!("long long {}", prm.name),
             // An int on the ABI (0 or 1): C conditions read it as a truth value.
             ParamKind::Bool { .. } => format!("int {}", prm.name),
             ParamKind::Pointer { mutable: false, .. } => {
@@ -589,6 +596,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         let ty = match p.ty(v) {
             VarType::Scalar(ScalarType::Bool) => "bool",
             VarType::Scalar(ScalarType::F32) => "float",
+            VarType::Scalar(ScalarType::I64) => "long long",
             _ => "int",
         };
         top.line(format!("{ty} {};", cx.name(v)));

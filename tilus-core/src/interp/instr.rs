@@ -53,6 +53,18 @@ impl Machine<'_> {
             .collect()
     }
 
+    /// Offsets into a global view: `i32` or `i64` (the GPU computes global addresses in 64 bits).
+    fn global_offsets(&self, block: &Block, exprs: &[Expr]) -> Result<Vec<i64>, String> {
+        exprs
+            .iter()
+            .map(|e| match self.eval(e, block)? {
+                Scalar::I32(v) => Ok(v as i64),
+                Scalar::I64(v) => Ok(v),
+                v => Err(format!("offset is {v:?}, not an integer")),
+            })
+            .collect()
+    }
+
     fn extents(&self, block: &Block, exprs: &[Expr], what: &str) -> Result<Vec<i64>, String> {
         let shape = self.ints(block, exprs, what)?;
         if let Some(d) = shape.iter().find(|&&d| d < 0) {
@@ -181,7 +193,7 @@ impl Machine<'_> {
                     Some(v) => view.dtype.fill_code(*v).map_err(|e| e.to_string())?,
                     None => 0,
                 };
-                let offset = self.ints(block, offset, "offset")?;
+                let offset = self.global_offsets(block, offset)?;
                 let tab = self.table(layout)?;
                 let lead = view.shape.len() - tab.shape.len();
                 let mut reg = RegTensor::new(view.dtype, layout.clone(), bt);
@@ -191,7 +203,7 @@ impl Machine<'_> {
                     for i in 0..tab.locals {
                         let tile = unravel(tab.at(t, i), &tab.shape);
                         for (d, x) in tile.iter().enumerate() {
-                            index[lead + d] = offset[lead + d] + *x as i64;
+                            index[lead + d] = offset[lead + d].saturating_add(*x as i64);
                         }
                         let code = self.globals.read(&view, &index).map_err(|e| {
                             format!("`{}`{index:?} cannot be read: {e}", self.name(*src))
@@ -204,7 +216,7 @@ impl Machine<'_> {
             }
             Instruction::StoreGlobal { src, dst, offset } => {
                 let view = self.global(block, *dst)?;
-                let offset = self.ints(block, offset, "offset")?;
+                let offset = self.global_offsets(block, offset)?;
                 let layout = self.reg(block, *src)?.layout.clone();
                 let tab = self.table(&layout)?;
                 let reg = self.reg(block, *src)?;
@@ -213,7 +225,7 @@ impl Machine<'_> {
                 for (flat, owner) in tab.first_owner.iter().enumerate() {
                     let Some((t, i)) = *owner else { continue };
                     for (d, x) in unravel(flat, &tab.shape).iter().enumerate() {
-                        index[lead + d] = offset[lead + d] + *x as i64;
+                        index[lead + d] = offset[lead + d].saturating_add(*x as i64);
                     }
                     let code = reg.get(t as usize, i as usize);
                     self.globals.write(&view, &index, code).map_err(|e| {
@@ -304,7 +316,7 @@ impl Machine<'_> {
             } => {
                 let view = self.shared(block, *dst)?;
                 let global = self.global(block, *src)?;
-                let offset = self.ints(block, src_offset, "offset")?;
+                let offset = self.global_offsets(block, src_offset)?;
                 let shape = view.layout.shape.clone();
                 let lead = global.shape.len() - shape.len();
                 let size: usize = shape.iter().product();
@@ -313,7 +325,7 @@ impl Machine<'_> {
                 for flat in 0..size {
                     let tile = unravel(flat, &shape);
                     for (d, x) in tile.iter().enumerate() {
-                        index[lead + d] = offset[lead + d] + *x as i64;
+                        index[lead + d] = offset[lead + d].saturating_add(*x as i64);
                     }
                     let code = self.globals.read(&global, &index).map_err(|e| {
                         format!("`{}`{index:?} cannot be read: {e}", self.name(*src))
@@ -440,6 +452,7 @@ impl Machine<'_> {
             Scalar::I32(v) => Ok(v as f64),
             Scalar::F32(v) => Ok(v as f64),
             Scalar::Bool(b) => Err(format!("the scalar operand is the bool {b}")),
+            Scalar::I64(v) => Err(format!("the scalar operand is the i64 {v}")),
         }
     }
 
@@ -577,11 +590,13 @@ impl Machine<'_> {
             Operand::Imm(v) => v.to_string(),
             Operand::Scalar(e) => match self.eval(e, block)? {
                 Scalar::I32(v) => v.to_string(),
+                Scalar::I64(v) => v.to_string(),
                 Scalar::Bool(b) => b.to_string(),
                 Scalar::F32(v) => format!("{v:?}"),
             },
             Operand::Tensor(v) => match self.value(block, *v)? {
                 Value::I32(x) => x.to_string(),
+                Value::I64(x) => x.to_string(),
                 Value::Bool(b) => b.to_string(),
                 Value::F32(v) => format!("{v:?}"),
                 Value::Reg(r) => {

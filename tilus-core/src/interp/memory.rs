@@ -32,6 +32,7 @@ use crate::DType;
 #[derive(Clone, Debug)]
 pub(super) enum Value {
     I32(i32),
+    I64(i64),
     Bool(bool),
     F32(f32),
     /// A pointer parameter: index of its buffer.

@@ -24,7 +24,8 @@
 //!   `i32` is an error here).
 //! - `print` writes to stderr.
 //!
-//! Errors (never panics on a verified program): out-of-buffer global access, `i32` overflow and
+//! Errors (never panics on a verified program): out-of-buffer global access, `i32` and `i64`
+//! overflow, an `i64` narrowed `as i32` out of range (the GPU keeps the low 32 bits), and
 //! division by zero in scalars and integer tensors, NaN results, and the shared-memory checks.
 //! Each error carries the statement's span and names the instruction, variables and index.
 
@@ -49,6 +50,7 @@ use scalar::Scalar;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Arg {
     I32(i32),
+    I64(i64),
     F32(f32),
     Bool(bool),
     /// The bytes behind a pointer parameter (compact storage for sub-byte dtypes). Written back
@@ -94,6 +96,7 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
         let ok = matches!(
             (&var.ty, arg),
             (VarType::Scalar(ScalarType::I32), Arg::I32(_))
+                | (VarType::Scalar(ScalarType::I64), Arg::I64(_))
                 | (VarType::Scalar(ScalarType::F32), Arg::F32(_))
                 | (VarType::Scalar(ScalarType::Bool), Arg::Bool(_))
                 | (VarType::Pointer { .. }, Arg::Buffer(_))
@@ -103,6 +106,7 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
                 VarType::Pointer { .. } => "a buffer",
                 VarType::Scalar(ScalarType::F32) => "an f32",
                 VarType::Scalar(ScalarType::Bool) => "a bool",
+                VarType::Scalar(ScalarType::I64) => "an i64",
                 _ => "an i32",
             };
             return Err(fail(format!(
@@ -114,6 +118,7 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
     for (param, arg) in program.params.iter().zip(args.iter_mut()) {
         let value = match arg {
             Arg::I32(v) => Value::I32(*v),
+            Arg::I64(v) => Value::I64(*v),
             Arg::F32(v) => Value::F32(*v),
             Arg::Bool(v) => Value::Bool(*v),
             Arg::Buffer(bytes) => {

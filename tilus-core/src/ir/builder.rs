@@ -94,6 +94,13 @@ impl ProgramBuilder {
         var
     }
 
+    /// A 64-bit integer parameter (`long long` on the GPU).
+    pub fn param_i64(&mut self, name: &str) -> VarId {
+        let var = self.new_var(name, VarType::Scalar(ScalarType::I64));
+        self.params.push(Param { var });
+        var
+    }
+
     pub fn param_f32(&mut self, name: &str) -> VarId {
         let var = self.new_var(name, VarType::Scalar(ScalarType::F32));
         self.params.push(Param { var });

@@ -53,6 +53,10 @@ fn render(e: &Expr, name: &dyn Fn(VarId) -> String, ctx: u8) -> String {
         Expr::Int(i32::MIN) => "(-2147483647 - 1)".to_string(),
         Expr::Int(v) if *v < 0 => format!("({v})"),
         Expr::Int(v) => v.to_string(),
+        // `LL` keeps the constant a `long long` in C whatever its value.
+        Expr::I64(i64::MIN) => "(-9223372036854775807LL - 1)".to_string(),
+        Expr::I64(v) if *v < 0 => format!("({v}LL)"),
+        Expr::I64(v) => format!("{v}LL"),
         Expr::Bool(b) => b.to_string(),
         Expr::F32(bits) => f32_literal(f32::from_bits(*bits)),
         Expr::Var(v) => name(*v),
@@ -62,6 +66,7 @@ fn render(e: &Expr, name: &dyn Fn(VarId) -> String, ctx: u8) -> String {
                 UnaryOp::Not => "!",
                 UnaryOp::ToF32 => "(float)",
                 UnaryOp::ToI32 => "(int)",
+                UnaryOp::ToI64 => "(long long)",
             };
             wrap(format!("{t}{}", render(a, name, 2)), 2)
         }

@@ -1,9 +1,10 @@
 //! The one evaluator of uniform scalar expressions, and the expression walkers.
 //!
 //! Semantics (shared by the interpreter, the launch checks, the verifier's constant folding and
-//! the runtime's grid and workspace sizes): values are `i32`, `f32` or `bool`; `i32` arithmetic
-//! is checked, so overflow and division by zero are errors (the GPU would wrap or trap
-//! silently); division and remainder truncate toward zero as in C; `f32` arithmetic is IEEE
+//! the runtime's grid and workspace sizes): values are `i32`, `i64`, `f32` or `bool`; integer
+//! arithmetic is checked, so overflow and division by zero are errors (the GPU would wrap or trap
+//! silently); an `i32` operand mixed with an `i64` one is sign-extended first (exact, as C's usual
+//! arithmetic conversions do with `int` and `long long`), so the result is `i64`; division and remainder truncate toward zero as in C; `f32` arithmetic is IEEE
 //! binary32 with round to nearest even, exactly what the GPU computes for `+ - * /` (no
 //! contraction: the code generator emits `__fadd_rn` and friends), and a NaN result is an error;
 //! `&&`, `||` and select evaluate lazily.
@@ -14,15 +15,17 @@ use super::{BinaryOp, Expr, Instruction, Program, Stmt, StmtKind, UnaryOp, VarId
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ScalarValue {
     I32(i32),
+    I64(i64),
     Bool(bool),
     F32(f32),
 }
 
 impl ScalarValue {
-    /// The value as an `f64` (`bool` is 0 or 1), exact for every value.
+    /// The value as an `f64` (`bool` is 0 or 1), exact for every value but `i64`s beyond 2^53.
     pub fn as_f64(self) -> f64 {
         match self {
             ScalarValue::I32(v) => v as f64,
+            ScalarValue::I64(v) => v as f64,
             ScalarValue::Bool(b) => b as i32 as f64,
             ScalarValue::F32(v) => v as f64,
         }
@@ -46,10 +49,11 @@ impl Expr {
         &self,
         lookup: &mut dyn FnMut(VarId) -> Result<ScalarValue, EvalError>,
     ) -> Result<ScalarValue, EvalError> {
-        use ScalarValue::{Bool, F32, I32};
+        use ScalarValue::{Bool, F32, I32, I64};
         let wrong = |what: String| Err(EvalError::Arithmetic(what));
         match self {
             Expr::Int(v) => Ok(I32(*v)),
+            Expr::I64(v) => Ok(I64(*v)),
             Expr::Bool(b) => Ok(Bool(*b)),
             Expr::F32(bits) => Ok(F32(f32::from_bits(*bits))),
             Expr::Var(v) => lookup(*v),
@@ -58,9 +62,30 @@ impl Expr {
                     .checked_neg()
                     .map(I32)
                     .ok_or_else(|| EvalError::Arithmetic(format!("i32 overflow: -({v})"))),
+                (UnaryOp::Neg, I64(v)) => v
+                    .checked_neg()
+                    .map(I64)
+                    .ok_or_else(|| EvalError::Arithmetic(format!("i64 overflow: -({v})"))),
                 (UnaryOp::Neg, F32(v)) => Ok(F32(-v)),
                 (UnaryOp::Not, Bool(b)) => Ok(Bool(!b)),
                 (UnaryOp::ToF32, I32(v)) => Ok(F32(v as f32)),
+                (UnaryOp::ToF32, I64(v)) => Ok(F32(v as f32)),
+                (UnaryOp::ToI32, I64(v)) => i32::try_from(v).map(I32).or_else(|_| {
+                    wrong(format!(
+                        "i64 {v} does not fit an i32 (`as i32` on the GPU would keep its low 32 bits)"
+                    ))
+                }),
+                (UnaryOp::ToI64, I32(v)) => Ok(I64(v as i64)),
+                (UnaryOp::ToI64, I64(v)) => Ok(I64(v)),
+                (UnaryOp::ToI64, F32(v)) => {
+                    // 2^63 is exact in f32; `as` would saturate, the check makes it an error.
+                    const TWO_63: f32 = 9_223_372_036_854_775_808.0;
+                    if v.is_finite() && (-TWO_63..TWO_63).contains(&v) {
+                        Ok(I64(v as i64))
+                    } else {
+                        wrong(format!("f32 {v} does not fit an i64"))
+                    }
+                }
                 (UnaryOp::ToI32, F32(v)) => {
                     // `as` would saturate; the range check makes out-of-range values errors.
                     if v.is_finite() && v > -2147483649.0 && v < 2147483648.0 {
@@ -69,7 +94,9 @@ impl Expr {
                         wrong(format!("f32 {v} does not fit an i32"))
                     }
                 }
-                (UnaryOp::ToF32 | UnaryOp::ToI32, v) => wrong(format!("`as` on {v:?}")),
+                (UnaryOp::ToF32 | UnaryOp::ToI32 | UnaryOp::ToI64, v) => {
+                    wrong(format!("`as` on {v:?}"))
+                }
                 (UnaryOp::Neg, v) => wrong(format!("`-` on {v:?}")),
                 (UnaryOp::Not, v) => wrong(format!("`!` on {v:?}")),
             },
@@ -97,11 +124,29 @@ impl Expr {
     ) -> Result<i32, EvalError> {
         match self.eval(lookup)? {
             ScalarValue::I32(v) => Ok(v),
+            ScalarValue::I64(v) => Err(EvalError::Arithmetic(format!(
+                "expected an i32, found the i64 {v}"
+            ))),
             ScalarValue::Bool(b) => Err(EvalError::Arithmetic(format!(
                 "expected an i32, found the bool {b}"
             ))),
             ScalarValue::F32(v) => Err(EvalError::Arithmetic(format!(
                 "expected an i32, found the f32 {v}"
+            ))),
+        }
+    }
+
+    /// Evaluate an integer-valued expression (`i32` or `i64`) as an `i64`: offsets into global
+    /// views, which are 64-bit in the generated code.
+    pub fn eval_index(
+        &self,
+        lookup: &mut dyn FnMut(VarId) -> Result<ScalarValue, EvalError>,
+    ) -> Result<i64, EvalError> {
+        match self.eval(lookup)? {
+            ScalarValue::I32(v) => Ok(v as i64),
+            ScalarValue::I64(v) => Ok(v),
+            v => Err(EvalError::Arithmetic(format!(
+                "expected an integer, found {v:?}"
             ))),
         }
     }
@@ -115,7 +160,7 @@ impl Expr {
     /// Call `f` on every variable the expression reads, in order (repeats included).
     pub fn visit_vars(&self, f: &mut dyn FnMut(VarId)) {
         match self {
-            Expr::Int(_) | Expr::Bool(_) | Expr::F32(_) => {}
+            Expr::Int(_) | Expr::I64(_) | Expr::Bool(_) | Expr::F32(_) => {}
             Expr::Var(v) => f(*v),
             Expr::Unary(_, x) => x.visit_vars(f),
             Expr::Binary(_, a, b) => {
@@ -169,11 +214,15 @@ fn visit_stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Instruction)) {
 }
 
 fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, EvalError> {
-    use ScalarValue::{Bool, F32, I32};
+    use ScalarValue::{Bool, F32, I32, I64};
     let sym = op.symbol();
     let err = |m: String| EvalError::Arithmetic(m);
     let overflow = |x: i32, y: i32| err(format!("i32 overflow: {x} {sym} {y}"));
     Ok(match (a, b) {
+        // Mixed widths: the i32 side is sign-extended, exactly.
+        (I32(x), I64(y)) => return binary_i64(op, x as i64, y),
+        (I64(x), I32(y)) => return binary_i64(op, x, y as i64),
+        (I64(x), I64(y)) => return binary_i64(op, x, y),
         (I32(x), I32(y)) => match op {
             BinaryOp::Add => I32(x.checked_add(y).ok_or_else(|| overflow(x, y))?),
             BinaryOp::Sub => I32(x.checked_sub(y).ok_or_else(|| overflow(x, y))?),
@@ -224,6 +273,33 @@ fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, E
             _ => return Err(err(format!("`{sym}` on bool values"))),
         },
         _ => return Err(err(format!("`{sym}` on values of different types"))),
+    })
+}
+
+/// `i64` arithmetic, checked like `i32`'s.
+fn binary_i64(op: BinaryOp, x: i64, y: i64) -> Result<ScalarValue, EvalError> {
+    use ScalarValue::{Bool, I64};
+    let sym = op.symbol();
+    let err = |m: String| EvalError::Arithmetic(m);
+    let overflow = || err(format!("i64 overflow: {x} {sym} {y}"));
+    Ok(match op {
+        BinaryOp::Add => I64(x.checked_add(y).ok_or_else(overflow)?),
+        BinaryOp::Sub => I64(x.checked_sub(y).ok_or_else(overflow)?),
+        BinaryOp::Mul => I64(x.checked_mul(y).ok_or_else(overflow)?),
+        BinaryOp::Div | BinaryOp::Mod if y == 0 => {
+            return Err(err(format!("division by zero: {x} {sym} 0")))
+        }
+        BinaryOp::Div => I64(x.checked_div(y).ok_or_else(overflow)?),
+        BinaryOp::Mod => I64(x.checked_rem(y).ok_or_else(overflow)?),
+        BinaryOp::Min => I64(x.min(y)),
+        BinaryOp::Max => I64(x.max(y)),
+        BinaryOp::Lt => Bool(x < y),
+        BinaryOp::Le => Bool(x <= y),
+        BinaryOp::Gt => Bool(x > y),
+        BinaryOp::Ge => Bool(x >= y),
+        BinaryOp::Eq => Bool(x == y),
+        BinaryOp::Ne => Bool(x != y),
+        BinaryOp::And | BinaryOp::Or => return Err(err(format!("`{sym}` on i64 values"))),
     })
 }
 
@@ -282,6 +358,39 @@ mod tests {
         assert!(mixed.eval(&mut e).is_err());
         let rem = Expr::binary(BinaryOp::Mod, Expr::f32(1.0), Expr::f32(1.0));
         assert!(rem.eval(&mut e).is_err());
+    }
+
+    #[test]
+    fn i64_is_checked_and_promotes_i32_exactly() {
+        let mut e = env(&[i32::MAX, 3]);
+        let (a, b) = (Expr::Var(VarId(0)), Expr::Var(VarId(1)));
+        let wide = Expr::Unary(UnaryOp::ToI64, Box::new(a.clone()));
+        // i32::MAX * 3 overflows i32 but not i64; the i32 operand is promoted.
+        let p = Expr::binary(BinaryOp::Mul, wide.clone(), b.clone());
+        assert_eq!(p.eval(&mut e), Ok(ScalarValue::I64(i32::MAX as i64 * 3)));
+        assert_eq!(p.eval_index(&mut e), Ok(i32::MAX as i64 * 3));
+        let lt = Expr::binary(BinaryOp::Lt, b.clone(), Expr::i64(3_000_000_000));
+        assert_eq!(lt.eval(&mut e), Ok(ScalarValue::Bool(true)));
+        let m = Expr::binary(BinaryOp::Mod, Expr::i64(-7_000_000_000), b.clone());
+        assert_eq!(m.eval(&mut e), Ok(ScalarValue::I64(-7_000_000_000 % 3)));
+        let big = Expr::binary(BinaryOp::Mul, Expr::i64(i64::MAX / 2), 3);
+        assert!(
+            matches!(big.eval(&mut e), Err(EvalError::Arithmetic(m)) if m.contains("i64 overflow"))
+        );
+        let narrow = Expr::Unary(UnaryOp::ToI32, Box::new(p));
+        assert!(
+            matches!(narrow.eval(&mut e), Err(EvalError::Arithmetic(m)) if m.contains("does not fit an i32"))
+        );
+        let ok = Expr::Unary(UnaryOp::ToI32, Box::new(Expr::i64(-5)));
+        assert_eq!(ok.eval(&mut e), Ok(ScalarValue::I32(-5)));
+        let f = Expr::Unary(UnaryOp::ToI64, Box::new(Expr::f32(-3.0e9)));
+        assert_eq!(f.eval(&mut e), Ok(ScalarValue::I64(-3_000_000_000)));
+        let f = Expr::Unary(UnaryOp::ToI64, Box::new(Expr::f32(1e19)));
+        assert!(f.eval(&mut e).is_err());
+        let z = Expr::binary(BinaryOp::Div, Expr::i64(5), 0);
+        assert!(
+            matches!(z.eval(&mut e), Err(EvalError::Arithmetic(m)) if m.contains("division by zero"))
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod math;
 mod names;
 mod reduce;
 pub mod syntax;
+mod wide;
 
 pub use addressing::AtomicOp;
 pub use builder::ProgramBuilder;
@@ -69,6 +70,10 @@ pub enum ScalarType {
     /// An IEEE binary32 value (a kernel parameter such as `eps`, or a constant computed from tile
     /// parameters); usable in scalar arithmetic and as the uniform operand of tensor instructions.
     F32,
+    /// A 64-bit signed integer (a kernel parameter such as an element offset into a tensor of
+    /// more than 2^31 elements). Mixing with `i32` promotes the `i32` operand exactly (C's usual
+    /// arithmetic conversions); view extents and strides stay `i32`.
+    I64,
 }
 
 /// The type of a variable.
@@ -155,6 +160,8 @@ pub struct Var {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Expr {
     Int(i32),
+    /// An `i64` constant (a literal that needs 64 bits, or one typed `i64`).
+    I64(i64),
     Bool(bool),
     /// An `f32` constant, held as its bits so that expressions stay `Eq` and `Hash`
     /// (see [`Expr::f32`]).
@@ -170,10 +177,15 @@ pub enum Expr {
 pub enum UnaryOp {
     Neg,
     Not,
-    /// `i32` to `f32`, rounding to nearest even (Rust's `as f32`).
+    /// `i32` or `i64` to `f32`, rounding to nearest even (Rust's `as f32`, CUDA's `(float)`).
     ToF32,
-    /// `f32` to `i32`, truncating toward zero; out of range or NaN is an error.
+    /// `f32` to `i32`, truncating toward zero; out of range or NaN is an error. `i64` to `i32`:
+    /// a value outside the `i32` range is an error in the interpreter; the GPU's `(int)` keeps
+    /// the low 32 bits (two's-complement wrap), so a verified-in-range value agrees.
     ToI32,
+    /// `i32` to `i64` (sign extension, exact) or `f32` to `i64` (truncating toward zero; out of
+    /// range or NaN is an error).
+    ToI64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -200,6 +212,10 @@ pub enum BinaryOp {
 impl Expr {
     pub fn var(v: VarId) -> Expr {
         Expr::Var(v)
+    }
+    /// An `i64` constant.
+    pub fn i64(v: i64) -> Expr {
+        Expr::I64(v)
     }
     /// An `f32` constant.
     pub fn f32(v: f32) -> Expr {

@@ -107,6 +107,7 @@ impl ScalarType {
         match self {
             ScalarType::I32 => "i32",
             ScalarType::F32 => "f32",
+            ScalarType::I64 => "i64",
             ScalarType::Bool => "bool",
         }
     }

@@ -10,6 +10,7 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ArgValue {
     I32(i32),
+    I64(i64),
     F32(f32),
     Bool(bool),
     /// A device address.
@@ -56,8 +57,8 @@ impl Assumption {
     pub fn check(&self, kernel: &LaunchSpec, args: &[ArgValue]) -> Result<(), String> {
         match self {
             Assumption::Divisible { expr, divisor, .. } => {
-                let v = eval_param_expr(kernel, expr, args)?;
-                if v % divisor != 0 {
+                let v = eval_param_index(kernel, expr, args)?;
+                if v % i64::from(*divisor) != 0 {
                     return Err(format!(
                         "the generated code requires {self} (it uses {divisor}-element vector \
                          accesses), but {} gives {v}",
@@ -97,11 +98,14 @@ fn argument_list(kernel: &LaunchSpec, expr: &Expr, args: &[ArgValue]) -> String 
     let mut out: Vec<String> = Vec::new();
     expr.visit_vars(&mut |v| {
         if let Some(i) = kernel.param_index(v) {
-            if let Some(ArgValue::I32(x)) = args.get(i) {
-                let s = format!("{} = {x}", kernel.params[i].ir_name);
-                if !out.contains(&s) {
-                    out.push(s);
-                }
+            let x = match args.get(i) {
+                Some(ArgValue::I32(x)) => x.to_string(),
+                Some(ArgValue::I64(x)) => x.to_string(),
+                _ => return,
+            };
+            let s = format!("{} = {x}", kernel.params[i].ir_name);
+            if !out.contains(&s) {
+                out.push(s);
             }
         }
     });
@@ -109,34 +113,58 @@ fn argument_list(kernel: &LaunchSpec, expr: &Expr, args: &[ArgValue]) -> String 
 }
 
 /// Evaluate an expression over scalar parameters with the IR's checked semantics
-/// ([`Expr::eval`]); booleans count as 0/1.
+/// ([`Expr::eval`]); booleans count as 0/1. Grid and buffer sizes are `i32`s: an `i64` result
+/// is an error.
 pub(crate) fn eval_param_expr(
     kernel: &LaunchSpec,
     e: &Expr,
     args: &[ArgValue],
 ) -> Result<i32, String> {
-    let value = e
-        .eval(&mut |v| {
-            let i = kernel.param_index(v).ok_or_else(|| {
-                EvalError::Unbound(format!(
-                    "expression uses variable {} that is not a parameter",
-                    v.0
-                ))
-            })?;
-            match args.get(i) {
-                Some(ArgValue::I32(x)) => Ok(ScalarValue::I32(*x)),
-                Some(ArgValue::F32(x)) => Ok(ScalarValue::F32(*x)),
-                Some(ArgValue::Bool(x)) => Ok(ScalarValue::Bool(*x)),
-                _ => Err(EvalError::Arithmetic(format!(
-                    "argument {} of kernel {} must be an i32",
-                    kernel.params[i].ir_name, kernel.entry
-                ))),
-            }
-        })
-        .map_err(|e| format!("evaluating a launch expression of {}: {e}", kernel.entry))?;
+    match eval_param(kernel, e, args)? {
+        ScalarValue::I64(v) => Err(format!(
+            "a launch expression of {} is the i64 {v}, not an i32",
+            kernel.entry
+        )),
+        v => integer(kernel, v).map(|v| v as i32),
+    }
+}
+
+/// [`eval_param_expr`] for an `i32` or `i64` expression (a divisibility condition on an offset).
+pub(crate) fn eval_param_index(
+    kernel: &LaunchSpec,
+    e: &Expr,
+    args: &[ArgValue],
+) -> Result<i64, String> {
+    integer(kernel, eval_param(kernel, e, args)?)
+}
+
+fn eval_param(kernel: &LaunchSpec, e: &Expr, args: &[ArgValue]) -> Result<ScalarValue, String> {
+    e.eval(&mut |v| {
+        let i = kernel.param_index(v).ok_or_else(|| {
+            EvalError::Unbound(format!(
+                "expression uses variable {} that is not a parameter",
+                v.0
+            ))
+        })?;
+        match args.get(i) {
+            Some(ArgValue::I32(x)) => Ok(ScalarValue::I32(*x)),
+            Some(ArgValue::I64(x)) => Ok(ScalarValue::I64(*x)),
+            Some(ArgValue::F32(x)) => Ok(ScalarValue::F32(*x)),
+            Some(ArgValue::Bool(x)) => Ok(ScalarValue::Bool(*x)),
+            _ => Err(EvalError::Arithmetic(format!(
+                "argument {} of kernel {} must be a scalar",
+                kernel.params[i].ir_name, kernel.entry
+            ))),
+        }
+    })
+    .map_err(|e| format!("evaluating a launch expression of {}: {e}", kernel.entry))
+}
+
+fn integer(kernel: &LaunchSpec, value: ScalarValue) -> Result<i64, String> {
     Ok(match value {
-        ScalarValue::I32(v) => v,
-        ScalarValue::Bool(b) => b as i32,
+        ScalarValue::I32(v) => v as i64,
+        ScalarValue::I64(v) => v,
+        ScalarValue::Bool(b) => b as i64,
         ScalarValue::F32(v) => {
             return Err(format!(
                 "a launch expression of {} is the f32 {v}, not an integer",

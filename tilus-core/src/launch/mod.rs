@@ -35,6 +35,8 @@ pub enum ParamKind {
     I32 { var: VarId },
     /// A `float` argument: the program's scalar parameter `var`.
     F32 { var: VarId },
+    /// A `long long` argument (8 bytes): the program's scalar parameter `var`.
+    I64 { var: VarId },
     /// A `bool` argument, passed as an `int` 0 or 1: the program's scalar parameter `var`.
     Bool { var: VarId },
     /// A device pointer (`const uint8_t*` or `uint8_t*` in the source): the program's pointer
@@ -100,6 +102,7 @@ impl LaunchSpec {
                     },
                     VarType::Scalar(ScalarType::F32) => ParamKind::F32 { var: p.var },
                     VarType::Scalar(ScalarType::Bool) => ParamKind::Bool { var: p.var },
+                    VarType::Scalar(ScalarType::I64) => ParamKind::I64 { var: p.var },
                     _ => ParamKind::I32 { var: p.var },
                 };
                 KernelParam {
@@ -126,6 +129,7 @@ impl LaunchSpec {
     pub fn param_index(&self, var: VarId) -> Option<usize> {
         self.params.iter().position(|p| match p.kind {
             ParamKind::I32 { var: v }
+            | ParamKind::I64 { var: v }
             | ParamKind::F32 { var: v }
             | ParamKind::Bool { var: v }
             | ParamKind::Pointer { var: v, .. } => v == var,

@@ -143,6 +143,15 @@ impl<'p> Checker<'p> {
         }
     }
 
+    /// Offsets into a global view may be `i32` or `i64`: the generated code computes global
+    /// addresses in 64 bits.
+    fn global_offsets(&mut self, offset: &[Expr], span: SpanId, instr: &str) {
+        for e in offset {
+            let what = format!("an offset of {instr}");
+            self.expect_integer(e, span, &what);
+        }
+    }
+
     /// A rank-`r` tile at `offset` covers the trailing `r` dims of `tensor` (extents `dims`,
     /// `None` where unknown until run time). Unmasked (shared) accesses must also stay inside
     /// for constant offsets.
@@ -254,10 +263,11 @@ impl<'p> Checker<'p> {
             }
             Operand::Scalar(e) => {
                 if let Some(t) = self.expr_ty(e, span) {
-                    if t == ScalarType::Bool {
+                    if matches!(t, ScalarType::Bool | ScalarType::I64) {
+                        let t = t.name();
                         self.err(
                             span,
-                            format!("{name}: a scalar operand must be i32 or f32, found bool"),
+                            format!("{name}: a scalar operand must be i32 or f32, found {t}"),
                         );
                     }
                 }
@@ -313,8 +323,9 @@ impl<'p> Checker<'p> {
                 dtype: _,
                 shape,
             } => {
-                for e in shape {
-                    self.expect_expr(e, ScalarType::I32, span, "an extent of allocate_global");
+                for (d, e) in shape.iter().enumerate() {
+                    let what = format!("extent {d} of allocate_global {}", self.name(*out));
+                    self.expect_extent(e, span, &what);
                 }
                 self.define(*out, true, span, name);
             }
@@ -360,8 +371,9 @@ impl<'p> Checker<'p> {
                 dtype: _,
                 shape,
             } => {
-                for e in shape {
-                    self.expect_expr(e, ScalarType::I32, span, "an extent of view_global");
+                for (d, e) in shape.iter().enumerate() {
+                    let what = format!("extent {d} of view_global {}", self.name(*out));
+                    self.expect_extent(e, span, &what);
                 }
                 let mutable = match self.use_var(*ptr, span) {
                     Some(VarType::Pointer { mutable, .. }) => Some(*mutable),
@@ -385,7 +397,7 @@ impl<'p> Checker<'p> {
                 layout,
                 fill,
             } => {
-                self.offsets(offset, span, name);
+                self.global_offsets(offset, span, name);
                 let what = format!("load_global into {}", self.name(*out));
                 self.check_layout(layout, span, &what);
                 if fill.is_some_and(f64::is_nan) {
@@ -399,7 +411,7 @@ impl<'p> Checker<'p> {
                 self.define(*out, g.is_some(), span, name);
             }
             Instruction::StoreGlobal { src, dst, offset } => {
-                self.offsets(offset, span, name);
+                self.global_offsets(offset, span, name);
                 let r = self.reg(*src, span, name, "the stored value");
                 let g = self.global(*dst, span, name, "the destination");
                 if let Some(g) = g {
@@ -463,7 +475,7 @@ impl<'p> Checker<'p> {
                 src,
                 src_offset,
             } => {
-                self.offsets(src_offset, span, name);
+                self.global_offsets(src_offset, span, name);
                 let d = self.operand(
                     *dst,
                     span,

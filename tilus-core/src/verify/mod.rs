@@ -384,8 +384,19 @@ impl<'p> Checker<'p> {
                 if *unroll == Unroll::Factor(0) {
                     self.err(span, "an unroll factor must be at least 1".to_string());
                 }
-                self.expect_expr(start, ScalarType::I32, span, "the start of a for loop");
-                self.expect_expr(end, ScalarType::I32, span, "the end of a for loop");
+                // Loop variables are `int` on the GPU; an i64 bound is narrowed explicitly.
+                self.expect_expr(
+                    start,
+                    ScalarType::I32,
+                    span,
+                    "the start of a for loop (loop bounds are i32)",
+                );
+                self.expect_expr(
+                    end,
+                    ScalarType::I32,
+                    span,
+                    "the end of a for loop (loop bounds are i32)",
+                );
                 let saved = self.defined.clone();
                 match self.p.vars.get(var.0 as usize) {
                     Some(v) if v.ty == VarType::Scalar(ScalarType::I32) => {

@@ -47,6 +47,39 @@ fn fold_int(op: BinaryOp, a: i32, b: i32) -> Result<Expr, String> {
         .ok_or_else(|| format!("`{a} {} {b}` overflows i32", op_symbol(op)))
 }
 
+/// [`fold_int`] for `i64` constants (an `i32` side already widened).
+fn fold_i64(op: BinaryOp, a: i64, b: i64) -> Result<Expr, String> {
+    use BinaryOp::*;
+    let r = match op {
+        Add => a.checked_add(b),
+        Sub => a.checked_sub(b),
+        Mul => a.checked_mul(b),
+        Div | Mod if b == 0 => return Err("division by zero in a constant expression".into()),
+        Div => a.checked_div(b),
+        Mod => a.checked_rem(b),
+        Min => Some(a.min(b)),
+        Max => Some(a.max(b)),
+        Lt => return Ok(Expr::Bool(a < b)),
+        Le => return Ok(Expr::Bool(a <= b)),
+        Gt => return Ok(Expr::Bool(a > b)),
+        Ge => return Ok(Expr::Bool(a >= b)),
+        Eq => return Ok(Expr::Bool(a == b)),
+        Ne => return Ok(Expr::Bool(a != b)),
+        And | Or => return Err("`&&` and `||` take booleans".into()),
+    };
+    r.map(Expr::I64)
+        .ok_or_else(|| format!("`{a} {} {b}` overflows i64", op_symbol(op)))
+}
+
+/// The value of an integer constant of either width.
+fn int_const(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Int(v) => Some(*v as i64),
+        Expr::I64(v) => Some(*v),
+        _ => None,
+    }
+}
+
 fn op_symbol(op: BinaryOp) -> &'static str {
     use BinaryOp::*;
     match op {
@@ -120,26 +153,29 @@ impl Translator<'_, '_> {
         let logical = matches!(op, And | Or);
         let equality = matches!(op, Eq | Ne);
         let float = ta == ScalarType::F32 && tb == ScalarType::F32 && op != Mod;
+        let int = |t: ScalarType| matches!(t, ScalarType::I32 | ScalarType::I64);
+        // An i32 mixed with an i64 is promoted to i64 (exactly; the IR's rule).
+        let wide = int(ta) && int(tb) && (ta == ScalarType::I64 || tb == ScalarType::I64);
         let ok = if logical {
             ta == ScalarType::Bool && tb == ScalarType::Bool
         } else if equality {
-            ta == tb
+            ta == tb || wide
         } else {
-            float || (ta == ScalarType::I32 && tb == ScalarType::I32)
+            float || (int(ta) && int(tb))
         };
         if !ok {
             let want = if logical {
                 "booleans".to_string()
             } else if op == Mod {
-                "i32 scalars".to_string()
+                "integer scalars (i32 or i64)".to_string()
             } else if ta != tb && ta != ScalarType::Bool && tb != ScalarType::Bool {
                 format!(
-                    "two i32 or two f32 scalars, found {} and {}; convert one with `as f32` or `as i32`",
+                    "two integer (i32/i64) or two f32 scalars, found {} and {}; convert one with `as f32` or `as i32`",
                     ta.name(),
                     tb.name()
                 )
             } else {
-                "two i32 or two f32 scalars".to_string()
+                "two integer (i32/i64) or two f32 scalars".to_string()
             };
             return Err(self.err(node, format!("`{}` takes {want}", op_symbol(op))));
         }
@@ -147,11 +183,17 @@ impl Translator<'_, '_> {
             ScalarType::Bool
         } else if float {
             ScalarType::F32
+        } else if wide {
+            ScalarType::I64
         } else {
             ScalarType::I32
         };
         let e = match (&a, &b) {
             (Expr::Int(x), Expr::Int(y)) => fold_int(op, *x, *y).map_err(|m| self.err(node, m))?,
+            (Expr::Int(_) | Expr::I64(_), Expr::Int(_) | Expr::I64(_)) => {
+                let (x, y) = (int_const(&a).unwrap_or(0), int_const(&b).unwrap_or(0));
+                fold_i64(op, x, y).map_err(|m| self.err(node, m))?
+            }
             (Expr::Bool(x), Expr::Bool(y)) => Expr::Bool(match op {
                 And => *x && *y,
                 Or => *x || *y,
@@ -175,6 +217,8 @@ impl Translator<'_, '_> {
     ) -> R<Expr> {
         match self.value(b, e, DestHint::Temp)? {
             Value::Scalar(x, ty) if ty == want => Ok(x),
+            // An i32 where an i64 is wanted: the exact promotion.
+            Value::Scalar(x, ScalarType::I32) if want == ScalarType::I64 => Ok(widen(x)),
             // A float constant where an f32 is wanted (`eps = 1e-6`).
             Value::Float(v) if want == ScalarType::F32 => Ok(Expr::f32(v as f32)),
             Value::Poisoned => Err(Reported),
@@ -183,6 +227,7 @@ impl Translator<'_, '_> {
                     ScalarType::I32 => "an i32 scalar",
                     ScalarType::Bool => "a boolean condition",
                     ScalarType::F32 => "an f32 scalar",
+                    ScalarType::I64 => "an i64 scalar",
                 };
                 let found = self.describe(&other);
                 Err(self.err(e, format!("expected {want}, found {found}")))
@@ -195,6 +240,7 @@ impl Translator<'_, '_> {
             Value::Scalar(_, ScalarType::I32) => "an i32 scalar".into(),
             Value::Scalar(_, ScalarType::Bool) => "a boolean".into(),
             Value::Scalar(_, ScalarType::F32) => "an f32 scalar".into(),
+            Value::Scalar(_, ScalarType::I64) => "an i64 scalar".into(),
             Value::Float(_) => "a floating-point constant".into(),
             Value::Tensor(_) => "a tensor".into(),
             Value::Pointer(_) => "a pointer parameter".into(),
@@ -211,6 +257,8 @@ impl Translator<'_, '_> {
     pub(super) fn const_int(&self, e: &SynExpr) -> Option<i32> {
         match e {
             SynExpr::Lit(l) => match &l.lit {
+                // An `i64` literal is a run-time-typed constant, not a tile parameter's value.
+                Lit::Int(i) if i.suffix() == "i64" => None,
                 Lit::Int(i) => i.base10_parse().ok(),
                 _ => None,
             },
@@ -283,8 +331,17 @@ impl Translator<'_, '_> {
         match e {
             SynExpr::Lit(l) => match &l.lit {
                 Lit::Int(i) => {
-                    if !matches!(i.suffix(), "" | "i32") {
-                        return Err(self.err(e, "integer scalars are `i32`"));
+                    if !matches!(i.suffix(), "" | "i32" | "i64") {
+                        return Err(self.err(e, "integer scalars are `i32` or `i64`"));
+                    }
+                    // An unsuffixed literal past the i32 range is an i64 (`3000000000`).
+                    let wide = i.suffix() == "i64"
+                        || (i.suffix().is_empty() && i.base10_parse::<i32>().is_err());
+                    if wide {
+                        return match i.base10_parse::<i64>() {
+                            Ok(v) => Ok(Value::Scalar(Expr::I64(v), ScalarType::I64)),
+                            Err(_) => Err(self.err(e, "integer literal out of range for i64")),
+                        };
                     }
                     match i.base10_parse::<i32>() {
                         Ok(v) => Ok(Value::Scalar(Expr::Int(v), ScalarType::I32)),
@@ -316,7 +373,7 @@ impl Translator<'_, '_> {
                 let mut out = Vec::new();
                 let mut failed = false;
                 for elem in &a.elems {
-                    match self.scalar(b, elem, ScalarType::I32) {
+                    match self.integer(b, elem) {
                         Ok(x) => out.push(x),
                         Err(_) => failed = true,
                     }
@@ -585,7 +642,11 @@ impl Translator<'_, '_> {
                     Some(n) => Ok(Value::Scalar(Expr::Int(n), ScalarType::I32)),
                     None => Err(self.err(u, "negation overflows i32")),
                 },
-                Value::Scalar(e, ty @ (ScalarType::I32 | ScalarType::F32)) => {
+                Value::Scalar(Expr::I64(v), ScalarType::I64) => match v.checked_neg() {
+                    Some(n) => Ok(Value::Scalar(Expr::I64(n), ScalarType::I64)),
+                    None => Err(self.err(u, "negation overflows i64")),
+                },
+                Value::Scalar(e, ty @ (ScalarType::I32 | ScalarType::I64 | ScalarType::F32)) => {
                     Ok(Value::Scalar(Expr::Unary(UnaryOp::Neg, Box::new(e)), ty))
                 }
                 Value::Float(f) => Ok(Value::Float(-f)),
@@ -670,6 +731,17 @@ impl Translator<'_, '_> {
         let x = self.value(b, &then_e, DestHint::Temp)?;
         let y = else_v(self, b)?;
         match (x, y) {
+            // Integer branches of both widths: the i32 one is promoted.
+            (Value::Scalar(x, tx), Value::Scalar(y, ty))
+                if tx != ty
+                    && matches!((tx, ty), (ScalarType::I32, ScalarType::I64) | (ScalarType::I64, ScalarType::I32)) =>
+            {
+                let w = |e: Expr, t| if t == ScalarType::I32 { widen(e) } else { e };
+                Ok(Value::Scalar(
+                    Expr::Select(Box::new(cond), Box::new(w(x, tx)), Box::new(w(y, ty))),
+                    ScalarType::I64,
+                ))
+            }
             (Value::Scalar(x, tx), Value::Scalar(y, ty)) if tx == ty => Ok(Value::Scalar(
                 Expr::Select(Box::new(cond), Box::new(x), Box::new(y)),
                 tx,
@@ -713,19 +785,24 @@ impl Translator<'_, '_> {
         Ok(Value::Float(v))
     }
 
-    /// `x as i32` / `x as f32` on scalars (folded for constants).
+    /// `x as i32` / `x as i64` / `x as f32` on scalars (folded for constants).
     fn cast_scalar(&mut self, b: &mut ProgramBuilder, c: &syn::ExprCast) -> R<Value> {
         let to = match &*c.ty {
             syn::Type::Path(p) if p.path.is_ident("i32") => ScalarType::I32,
+            syn::Type::Path(p) if p.path.is_ident("i64") => ScalarType::I64,
             syn::Type::Path(p) if p.path.is_ident("f32") => ScalarType::F32,
             _ => {
                 return Err(self.err(
                     &*c.ty,
-                    "scalars are `i32` or `f32`: only `as i32` and `as f32` are allowed (use `cast::<T>(x)` for tensors)",
+                    "scalars are `i32`, `i64` or `f32`: only `as i32`, `as i64` and `as f32` are allowed (use `cast::<T>(x)` for tensors)",
                 ))
             }
         };
-        match (self.value(b, &c.expr, DestHint::Temp)?, to) {
+        let value = self.value(b, &c.expr, DestHint::Temp)?;
+        if let Some(v) = self.cast_i64(c, &value, to) {
+            return v;
+        }
+        match (value, to) {
             (Value::Poisoned, _) => Ok(Value::Poisoned),
             (v @ Value::Scalar(_, ScalarType::I32), ScalarType::I32) => Ok(v),
             (v @ Value::Scalar(_, ScalarType::F32), ScalarType::F32) => Ok(v),
@@ -755,6 +832,46 @@ impl Translator<'_, '_> {
         }
     }
 
+    /// The conversions that involve `i64` (`None`: not one of them). Constants fold; a
+    /// constant `i64` out of the `i32` range is an error here rather than a wrap on the GPU.
+    fn cast_i64(&mut self, c: &syn::ExprCast, v: &Value, to: ScalarType) -> Option<R<Value>> {
+        use ScalarType::{F32, I32, I64};
+        let unary = |op, e: &Expr, t| Ok(Value::Scalar(Expr::Unary(op, Box::new(e.clone())), t));
+        Some(match (v, to) {
+            (Value::Scalar(e, I64), I64) => Ok(Value::Scalar(e.clone(), I64)),
+            (Value::Scalar(Expr::Int(x), I32), I64) => Ok(Value::Scalar(Expr::I64(*x as i64), I64)),
+            (Value::Scalar(e, I32 | F32), I64) => unary(UnaryOp::ToI64, e, I64),
+            (Value::Scalar(Expr::I64(x), I64), I32) => match i32::try_from(*x) {
+                Ok(v) => Ok(Value::Scalar(Expr::Int(v), I32)),
+                Err(_) => Err(self.err(c, format!("{x} does not fit an i32"))),
+            },
+            (Value::Scalar(e, I64), I32) => unary(UnaryOp::ToI32, e, I32),
+            (Value::Scalar(Expr::I64(x), I64), F32) => Ok(Value::Float(*x as f64)),
+            (Value::Scalar(e, I64), F32) => unary(UnaryOp::ToF32, e, F32),
+            (Value::Float(x), I64) => {
+                let t = x.trunc();
+                if x.is_finite() && t >= -(2f64.powi(63)) && t < 2f64.powi(63) {
+                    Ok(Value::Scalar(Expr::I64(t as i64), I64))
+                } else {
+                    Err(self.err(c, format!("{x} does not fit an i64")))
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// Translate `e` as an integer scalar (`i32` or `i64`): an element of an offset array.
+    pub(super) fn integer(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<Expr> {
+        match self.value(b, e, DestHint::Temp)? {
+            Value::Scalar(x, ScalarType::I32 | ScalarType::I64) => Ok(x),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let found = self.describe(&other);
+                Err(self.err(e, format!("expected an i32 or i64 scalar, found {found}")))
+            }
+        }
+    }
+
     /// Resolve a destination hint: a fresh, unique name or an existing variable.
     pub(super) fn dest(&mut self, dest: DestHint, temp: &str) -> Resolved {
         match dest {
@@ -762,6 +879,14 @@ impl Translator<'_, '_> {
             DestHint::Existing(v) => Resolved::Existing(v),
             DestHint::Temp => Resolved::New(self.unique(temp)),
         }
+    }
+}
+
+/// `x as i64` of an `i32` expression (constants fold).
+pub(super) fn widen(x: Expr) -> Expr {
+    match x {
+        Expr::Int(v) => Expr::I64(v as i64),
+        x => Expr::Unary(UnaryOp::ToI64, Box::new(x)),
     }
 }
 

@@ -163,6 +163,7 @@ impl Translator<'_, '_> {
                 match p.path.get_ident().map(|i| i.to_string()).as_deref() {
                     Some("Tensor") => Some(ParamType::Tensor),
                     Some("i32") => Some(ParamType::Scalar(ScalarType::I32)),
+                    Some("i64") => Some(ParamType::Scalar(ScalarType::I64)),
                     Some("f32") => Some(ParamType::Scalar(ScalarType::F32)),
                     Some("bool") => Some(ParamType::Scalar(ScalarType::Bool)),
                     Some("Layout") => Some(ParamType::Layout),
@@ -357,6 +358,13 @@ impl Translator<'_, '_> {
         pty: ParamType,
         v: Value,
     ) -> R<Binding> {
+        // An i32 argument for an i64 parameter is promoted exactly.
+        let v = match (v, pty) {
+            (Value::Scalar(e, ScalarType::I32), ParamType::Scalar(ScalarType::I64)) => {
+                Value::Scalar(super::expr::widen(e), ScalarType::I64)
+            }
+            (v, _) => v,
+        };
         let ok = match (&v, pty) {
             (Value::Poisoned, _) => return Err(Reported),
             (_, ParamType::Any) => true,
@@ -372,6 +380,7 @@ impl Translator<'_, '_> {
                 ParamType::Tensor => "a tensor",
                 ParamType::Scalar(ScalarType::I32) => "an i32 scalar",
                 ParamType::Scalar(ScalarType::F32) => "an f32 scalar",
+                ParamType::Scalar(ScalarType::I64) => "an i64 scalar",
                 ParamType::Scalar(ScalarType::Bool) => "a boolean",
                 ParamType::Layout => "a layout",
                 ParamType::Any => "a value",

@@ -132,6 +132,45 @@ impl Translator<'_, '_> {
         }
     }
 
+    /// Global extents are `i32` (strides derive from them and stay `int`): an `i64` extent is
+    /// an error at its element of the array `arg`.
+    fn i32_extents(
+        &mut self,
+        b: &ProgramBuilder,
+        arg: &SynExpr,
+        shape: &[Expr],
+        instr: &str,
+    ) -> R<()> {
+        let ty = |v: VarId| match b.ty(v) {
+            VarType::Scalar(s) => Some(s),
+            _ => None,
+        };
+        let mut bad = false;
+        for (d, e) in shape.iter().enumerate() {
+            if e.scalar_type(&ty) != Some(ScalarType::I64) {
+                continue;
+            }
+            let node: &SynExpr = match arg {
+                SynExpr::Array(a) => a.elems.iter().nth(d).unwrap_or(arg),
+                _ => arg,
+            };
+            let text = quote::quote!(#node).to_string();
+            let _ = self.err(
+                node,
+                format!(
+                    "view extents are i32; extent {d} of `{instr}` (`{text}`) is an i64 scalar: \
+                     narrow it with `as i32` (offsets may be i64, extents and strides may not)"
+                ),
+            );
+            bad = true;
+        }
+        if bad {
+            Err(Reported)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Extents known at compile time (shared tiles, slices).
     fn const_shape(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<Vec<usize>> {
         let items = self.array_arg(b, e, "the extents")?;
@@ -322,6 +361,7 @@ impl Translator<'_, '_> {
                 };
                 let shape = self.array_arg(b, args[1], "the extents");
                 let (dtype, ptr, shape) = (dtype?, ptr?, shape?);
+                self.i32_extents(b, args[1], &shape, "view_global")?;
                 let dtype = match (dtype, b.ty(ptr)) {
                     (Some(d), _) => d,
                     (None, VarType::Pointer { dtype, .. }) => dtype,
@@ -336,6 +376,7 @@ impl Translator<'_, '_> {
                 let dtype = self.dtype_targ(c, seg, true);
                 let shape = self.array_arg(b, args[0], "the extents");
                 let (dtype, shape) = (dtype?, shape?);
+                self.i32_extents(b, args[0], &shape, "allocate_global")?;
                 let site = self.site(c);
                 b.set_span(site);
                 let n = self.dest_name(dest, "scratch")?;

@@ -173,6 +173,11 @@ pub fn translate(
                 ty: ScalarType::I32,
                 mutable: false,
             },
+            ParamKind::I64 => Binding::Scalar {
+                var: b.param_i64(&name),
+                ty: ScalarType::I64,
+                mutable: false,
+            },
             ParamKind::F32 => Binding::Scalar {
                 var: b.param_f32(&name),
                 ty: ScalarType::F32,

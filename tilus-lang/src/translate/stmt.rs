@@ -345,6 +345,20 @@ impl Translator<'_, '_> {
                 b.assign(var, e);
                 Ok(())
             }
+            // An i32 assigned to an i64 variable is promoted exactly.
+            (
+                Some(Binding::Scalar {
+                    var,
+                    ty: ScalarType::I64,
+                    ..
+                }),
+                Value::Scalar(e, ScalarType::I32),
+            ) => {
+                let site = self.site(whole);
+                b.set_span(site);
+                b.assign(var, super::expr::widen(e));
+                Ok(())
+            }
             (
                 Some(Binding::Scalar {
                     var,
@@ -599,8 +613,8 @@ impl Translator<'_, '_> {
         };
         let site = self.site(range);
         b.set_span(site);
-        let s = self.scalar(b, start, ScalarType::I32);
-        let e = self.scalar(b, end, ScalarType::I32);
+        let s = self.loop_bound(b, start);
+        let e = self.loop_bound(b, end);
         let (s, mut e) = (s?, e?);
         if let RangeLimits::Closed(_) = range.limits {
             e = self
@@ -735,5 +749,23 @@ fn is_if(e: &SynExpr) -> bool {
         SynExpr::Paren(p) => is_if(&p.expr),
         SynExpr::Group(g) => is_if(&g.expr),
         _ => false,
+    }
+}
+
+impl Translator<'_, '_> {
+    /// A bound of a `for` range: an `i32` (loop variables are `int` on the GPU).
+    fn loop_bound(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<Expr> {
+        match self.value(b, e, DestHint::Temp)? {
+            Value::Scalar(x, ScalarType::I32) => Ok(x),
+            Value::Scalar(_, ScalarType::I64) => Err(self.err(
+                e,
+                "loop bounds are i32: this bound is an i64 scalar; narrow it with `as i32`",
+            )),
+            Value::Poisoned => Err(Reported),
+            other => {
+                let found = self.describe(&other);
+                Err(self.err(e, format!("expected an i32 scalar, found {found}")))
+            }
+        }
     }
 }

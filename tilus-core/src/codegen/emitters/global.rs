@@ -256,8 +256,12 @@ pub(crate) fn store_sub_byte(
 
 /// The per-instruction view of a tile access to global memory.
 struct Access {
-    /// `const int` names of the view index of each view dim for local 0's thread part.
+    /// `const int` names of the view index of each view dim for local 0's thread part
+    /// (`const long long` where the offset is an `i64`).
     idx: Vec<String>,
+    /// Which dims have an `i64` offset: their mask compares 64 bits, so an offset past the
+    /// `i32` range is masked as the interpreter masks it, never truncated into range.
+    wide: Vec<bool>,
     /// `const long long` name of the linear element index of `idx`.
     lin: String,
     /// Number of leading view dims not covered by the tile.
@@ -313,8 +317,10 @@ fn plan_access(
         cx.assume_aligned(&g.ptr_param, width / 8);
     }
     let mut idx = Vec::new();
+    let mut wide = Vec::new();
     for (d, off) in offset.iter().enumerate() {
         let n = cx.fresh(&format!("i{d}"));
+        wide.push(cx.is_i64(off));
         let off = cx.expr(off);
         let e = if d >= lead {
             let t = &cx.layouts[lay].dims[d - lead];
@@ -328,7 +334,8 @@ fn plan_access(
         } else {
             off
         };
-        cx.w.line(format!("const int {n} = {e};"));
+        let ty = if wide[d] { "long long" } else { "int" };
+        cx.w.line(format!("const {ty} {n} = {e};"));
         idx.push(n);
     }
     let lin = cx.fresh("lin");
@@ -344,6 +351,7 @@ fn plan_access(
     cx.w.line(format!("const long long {lin} = {};", terms.join(" + ")));
     Ok(Access {
         idx,
+        wide,
         lin,
         lead,
         v,
@@ -365,7 +373,14 @@ impl Access {
     /// In-view mask of local `i` (all dims; for a vector, its first element).
     fn mask(&self, g: &crate::codegen::context::GlobalInfo, i: usize) -> String {
         (0..self.idx.len())
-            .map(|d| format!("(unsigned)({}) < (unsigned){}", self.index(d, i), g.dims[d]))
+            .map(|d| {
+                let u = if self.wide[d] {
+                    "unsigned long long"
+                } else {
+                    "unsigned"
+                };
+                format!("({u})({}) < ({u}){}", self.index(d, i), g.dims[d])
+            })
             .collect::<Vec<_>>()
             .join(" && ")
     }

@@ -464,10 +464,14 @@ pub(crate) fn copy_async(
         format!("({SMEM} + {})", s.root_offset)
     };
     // Global index base per view dim (offsets) and shared base offset.
+    // An i64 offset keeps 64 bits, and its mask compares 64 bits (no truncation into range).
     let mut gidx = Vec::new();
+    let mut wide = Vec::new();
     for (d, e) in src_offset.iter().enumerate() {
         let n = cx.fresh(&format!("g{d}"));
-        let line = format!("const int {n} = {};", cx.expr(e));
+        wide.push(cx.is_i64(e));
+        let ty = if wide[d] { "long long" } else { "int" };
+        let line = format!("const {ty} {n} = {};", cx.expr(e));
         cx.w.line(line);
         gidx.push(n);
     }
@@ -500,7 +504,12 @@ pub(crate) fn copy_async(
                     crate::codegen::expr::paren(&idx[d - glead])
                 )
             };
-            mask.push(format!("(unsigned)({x}) < (unsigned){}", g.dims[d]));
+            let u = if wide[d] {
+                "unsigned long long"
+            } else {
+                "unsigned"
+            };
+            mask.push(format!("({u})({x}) < ({u}){}", g.dims[d]));
             if d == grank - 1 {
                 lin.push(format!("({x})"));
             } else {
