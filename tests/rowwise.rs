@@ -165,18 +165,18 @@ fn argmax_finds_the_first_largest() {
 
 #[test]
 fn silu_and_mul_matches_f64() {
-    for (d, v) in [(1000, 8), (77, 1)] {
+    for (d, v, u) in [(1000, 8, 1), (2600, 8, 2), (3000, 8, 4), (77, 1, 2)] {
         let tokens = 3;
         let x = random_f16(tokens * 2 * d, -6.0, 6.0);
         let mut y = vec![f16::NAN; tokens * d];
-        let cfg = programs::silu_and_mul_f16::Config { V: v };
+        let cfg = programs::silu_and_mul_f16::Config { V: v, U: u };
         programs::silu_and_mul_f16::interpret(&cfg, tokens as i32, d as i32, &x, &mut y).unwrap();
         for t in 0..tokens {
             for j in 0..d {
                 let (g, u) = (x[t * 2 * d + j].to_f64(), x[t * 2 * d + d + j].to_f64());
                 let want = g / (1.0 + (-g).exp()) * u;
                 close(
-                    &format!("d={d} ({t}, {j})"),
+                    &format!("d={d} u={u} ({t}, {j})"),
                     y[t * d + j].to_f64(),
                     want,
                     2e-3,

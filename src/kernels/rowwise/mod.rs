@@ -141,9 +141,11 @@ pub trait RowElement: tilus_runtime::Element + Copy {
         out: &mut impl DeviceWrite<i32>,
     ) -> Result<(), KernelError>;
     #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
     fn silu_and_mul(
         ctx: &Context,
         v: i32,
+        u: i32,
         tokens: i32,
         d: i32,
         x: &impl DeviceRead<Self>,
@@ -249,8 +251,32 @@ pub fn silu_and_mul<T: RowElement>(
     x: &impl DeviceRead<T>,
     y: &mut impl DeviceWrite<T>,
 ) -> Result<(), KernelError> {
+    silu_and_mul_runs(ctx, SILU_RUNS, tokens, d, x, y)
+}
+
+/// Runs of 8 elements each thread of `silu_and_mul` takes: more bytes in flight per thread
+/// (measured on the H100 with `tilus bench rowwise`, which times 1, 2 and 4).
+const SILU_RUNS: usize = 2;
+
+/// [`silu_and_mul`] with `runs` (1, 2 or 4) runs per thread, for the benchmark.
+pub(crate) fn silu_and_mul_runs<T: RowElement>(
+    ctx: &Context,
+    runs: usize,
+    tokens: usize,
+    d: usize,
+    x: &impl DeviceRead<T>,
+    y: &mut impl DeviceWrite<T>,
+) -> Result<(), KernelError> {
     let [tokens, d] = dims("silu_and_mul", [("tokens", tokens), ("d", d)])?;
-    T::silu_and_mul(ctx, if d % 8 == 0 { 8 } else { 1 }, tokens, d, x, y)
+    T::silu_and_mul(
+        ctx,
+        if d % 8 == 0 { 8 } else { 1 },
+        runs as i32,
+        tokens,
+        d,
+        x,
+        y,
+    )
 }
 
 /// NeoX rotary embedding in place on `x: [tokens, heads, head_dim]` with `cos, sin: [tokens,

@@ -210,12 +210,13 @@ macro_rules! row_kernels {
         }
 
         /// `y = silu(gate) · up` for `x = [gate | up]: [tokens, 2 d]`, `y: [tokens, d]`, in
-        /// f32: the activation of a gated MLP.
-        #[tilus::kernel(grid = [tokens, cdiv(d, 128 * V)], warps = 4, blocks_per_sm = 8, space(V = [8, 1]))]
-        pub fn $silu<const V: i32>(tokens: i32, d: i32, x: Global<$t>, y: GlobalMut<$t>) {
-            let tile = layout!(spatial(1, 1, 128).local(1, 1, V));
+        /// f32: the activation of a gated MLP. Each thread takes `U` runs of `V` elements (four
+        /// runs get half the blocks per SM, so that they fit 128 registers without spilling).
+        #[tilus::kernel(grid = [tokens, cdiv(d, 128 * V * U)], warps = 4, blocks_per_sm = 16 / max(2, U), space(V = [8, 1], U = [1, 2, 4]))]
+        pub fn $silu<const V: i32, const U: i32>(tokens: i32, d: i32, x: Global<$t>, y: GlobalMut<$t>) {
+            let tile = layout!(local(1, 1, U).spatial(1, 1, 128).local(1, 1, V));
             let [r, j] = block_indices();
-            let c = j * 128 * V;
+            let c = j * 128 * V * U;
             let gx = view_global(x, [tokens, 2, d]);
             let gate = cast::<f32>(load_global(gx, tile, [r, 0, c]));
             let up = cast::<f32>(load_global(gx, tile, [r, 1, c]));
@@ -377,12 +378,13 @@ macro_rules! row_kernels {
             fn silu_and_mul(
                 ctx: &Context,
                 v: i32,
+                u: i32,
                 tokens: i32,
                 d: i32,
                 x: &impl DeviceRead<Self>,
                 y: &mut impl DeviceWrite<Self>,
             ) -> Result<(), KernelError> {
-                $silu::launch(ctx, &$silu::Config { V: v }, tokens, d, x, y)
+                $silu::launch(ctx, &$silu::Config { V: v, U: u }, tokens, d, x, y)
             }
             fn rotary(
                 ctx: &Context,
