@@ -23,31 +23,19 @@ macro_rules! build {
 }
 pub(crate) use build;
 
-/// Evaluate a binary operator on constants; `Err` for overflow or division by zero.
+/// Evaluate a binary operator on `i32` constants; `Err` for overflow or division by zero. The
+/// arithmetic is [`fold_i64`]'s, narrowed back (exact: no `i32` result is lost in 64 bits).
 fn fold_int(op: BinaryOp, a: i32, b: i32) -> Result<Expr, String> {
-    use BinaryOp::*;
-    let r = match op {
-        Add => a.checked_add(b),
-        Sub => a.checked_sub(b),
-        Mul => a.checked_mul(b),
-        Div | Mod if b == 0 => return Err("division by zero in a constant expression".into()),
-        Div => a.checked_div(b),
-        Mod => a.checked_rem(b),
-        Min => Some(a.min(b)),
-        Max => Some(a.max(b)),
-        Lt => return Ok(Expr::Bool(a < b)),
-        Le => return Ok(Expr::Bool(a <= b)),
-        Gt => return Ok(Expr::Bool(a > b)),
-        Ge => return Ok(Expr::Bool(a >= b)),
-        Eq => return Ok(Expr::Bool(a == b)),
-        Ne => return Ok(Expr::Bool(a != b)),
-        And | Or => return Err("`&&` and `||` take booleans".into()),
-    };
-    r.map(Expr::Int)
-        .ok_or_else(|| format!("`{a} {} {b}` overflows i32", op_symbol(op)))
+    match fold_i64(op, a.into(), b.into()) {
+        Ok(Expr::I64(v)) => i32::try_from(v)
+            .map(Expr::Int)
+            .map_err(|_| format!("`{a} {} {b}` overflows i32", op_symbol(op))),
+        other => other,
+    }
 }
 
-/// [`fold_int`] for `i64` constants (an `i32` side already widened).
+/// Evaluate a binary operator on `i64` constants (an `i32` side already widened); `Err` for
+/// overflow or division by zero.
 fn fold_i64(op: BinaryOp, a: i64, b: i64) -> Result<Expr, String> {
     use BinaryOp::*;
     let r = match op {
