@@ -116,3 +116,23 @@ fn second_run_reuses_the_persisted_winner() {
     assert!(third.contains("(measured now)"), "{third}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tilus bench sweep --shapes`: a malformed list is refused, naming the flag, before a GPU is
+/// looked for; `llama70b` and `NxK` lists are accepted by the checks.
+#[test]
+fn sweep_shapes_are_checked_before_the_gpu_is_opened() {
+    let dir = temp_dir("shapes");
+    for bad in ["12x", "0x8192", "8192x", "llama70", "8192x8192,", "ax1"] {
+        let out = tilus(&["bench", "sweep", "--shapes", bad, "--m", "1"], &dir);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("argument `--shapes`"), "{bad}: {err}");
+        assert!(!err.contains("libcuda"), "{err}");
+    }
+    for good in ["llama70b", "8192x8192,8192x28672"] {
+        let out = tilus(&["bench", "sweep", "--shapes", good, "--m", "1"], &dir);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!err.contains("`--shapes`"), "{good}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -66,6 +66,11 @@ pub enum BenchCommand {
         /// Input features: rows of the weight, columns of A.
         #[arg(long, default_value_t = 8192)]
         k: usize,
+        /// Comma-separated weight shapes `NxK` (output x input features) instead of `--n`/`--k`,
+        /// or `llama70b` for the four layers of a Llama-3-70B decode step (qkv 10240x8192,
+        /// o 8192x8192, gate+up 57344x8192, down 8192x28672).
+        #[arg(long)]
+        shapes: Option<String>,
         /// Rows per scale group; 0 for per-channel scales.
         #[arg(long, default_value_t = 128)]
         group: usize,
@@ -159,8 +164,16 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
     }
     match cmd {
         BenchCommand::Qmatmul { wdtype, .. } => parse_type(wdtype).map(drop),
-        BenchCommand::Sweep { wdtypes, m, .. } => {
+        BenchCommand::Sweep {
+            wdtypes,
+            m,
+            shapes,
+            n,
+            k,
+            ..
+        } => {
             parse_types(wdtypes.as_deref())?;
+            sweep_shapes(shapes.as_deref(), *n, *k)?;
             parse_ms(m).map(drop)
         }
         BenchCommand::Rowwise { shapes, dtype, .. } => {
@@ -227,6 +240,35 @@ fn parse_row_dtype(name: &str) -> Result<&'static str, String> {
         "bf16" => Ok("bf16"),
         other => Err(format!("argument `--dtype`: `{other}` is not f16 or bf16")),
     }
+}
+
+/// The `NxK` shapes of a sweep: `--shapes` (a list, or `llama70b`), else `--n` by `--k`.
+fn sweep_shapes(list: Option<&str>, n: usize, k: usize) -> Result<Vec<(usize, usize)>, String> {
+    let Some(list) = list else {
+        return Ok(vec![(n, k)]);
+    };
+    if list.trim() == "llama70b" {
+        return Ok(vec![
+            (10240, 8192),
+            (8192, 8192),
+            (57344, 8192),
+            (8192, 28672),
+        ]);
+    }
+    list.split(',')
+        .map(|s| {
+            let bad = || {
+                format!(
+                    "argument `--shapes`: `{s}` is not `NxK` with positive N and K (or `llama70b`)"
+                )
+            };
+            let (n, k) = s.trim().split_once('x').ok_or_else(bad)?;
+            match (n.parse::<usize>(), k.parse::<usize>()) {
+                (Ok(n), Ok(k)) if n > 0 && k > 0 => Ok((n, k)),
+                _ => Err(bad()),
+            }
+        })
+        .collect()
 }
 
 fn parse_ms(list: &str) -> Result<Vec<usize>, String> {
@@ -300,13 +342,14 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             verbose,
         } => {
             let wdtype = parse_type(wdtype)?;
-            out += &sweep(&ctx, &[wdtype], &[m], n, k, group, tune, verbose, None)?;
+            out += &sweep(&ctx, &[wdtype], &[m], &[(n, k)], group, tune, verbose, None)?;
         }
         BenchCommand::Sweep {
             ref wdtypes,
             ref m,
             n,
             k,
+            ref shapes,
             group,
             tune,
             verbose,
@@ -314,12 +357,12 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         } => {
             let types = parse_types(wdtypes.as_deref())?;
             let ms = parse_ms(m)?;
+            let shapes = sweep_shapes(shapes.as_deref(), n, k)?;
             out += &sweep(
                 &ctx,
                 &types,
                 &ms,
-                n,
-                k,
+                &shapes,
                 group,
                 tune,
                 verbose,
@@ -330,15 +373,15 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     Ok(out)
 }
 
-/// Measure every (type, m) case; the copy bandwidth and cuBLAS are measured in the same run.
-/// Rows are printed as they finish (a long sweep shows progress), and the table is returned.
+/// Measure every (shape, type, m) case; the copy bandwidth and cuBLAS are measured in the same
+/// run. Rows are printed as they finish (a long sweep shows progress), and the table is
+/// returned, one block per shape.
 #[allow(clippy::too_many_arguments)]
 fn sweep(
     ctx: &Context,
     types: &[DType],
     ms: &[usize],
-    n: usize,
-    k: usize,
+    shapes: &[(usize, usize)],
     group: usize,
     tune: usize,
     verbose: bool,
@@ -351,11 +394,13 @@ fn sweep(
     let mut cublas = std::collections::HashMap::new();
     // Compile every candidate of every case first, in parallel.
     let mut all = Vec::new();
-    for &m in ms {
-        for &wdtype in types {
-            let c = candidates(wdtype, DType::F16, group, m, n, k)
-                .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
-            all.extend(c.into_iter().take(tune.max(1)));
+    for &(n, k) in shapes {
+        for &m in ms {
+            for &wdtype in types {
+                let c = candidates(wdtype, DType::F16, group, m, n, k)
+                    .map_err(|e| format!("{wdtype} m={m} {n}x{k}: {e}"))?;
+                all.extend(c.into_iter().take(tune.max(1)));
+            }
         }
     }
     let started = std::time::Instant::now();
@@ -365,13 +410,7 @@ fn sweep(
         all.len(),
         started.elapsed().as_secs_f64()
     );
-    let header = format!(
-        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
-        group.map_or("channel".to_string(), |g| g.to_string()),
-        "wdtype", "m", "time us", "GB/s", "%floor", "cuBLAS us", "speedup"
-    );
-    eprintln!("{header}");
-    let mut table = header.clone();
+    let mut table = String::new();
     // The CSV is written row by row, so an interrupted sweep keeps what it measured; the file
     // is created before the first case, so a bad path fails early.
     let csv_err = |path: &std::path::Path, e: std::io::Error| {
@@ -389,51 +428,62 @@ fn sweep(
         }
         None => None,
     };
-    for &m in ms {
-        for &wdtype in types {
-            let cublas_us = match cublas.get(&m) {
-                Some(v) => *v,
-                None => {
-                    let v = bench_cublas(ctx, &blas, &mut flush, m, n, k).map_err(err)?;
-                    cublas.insert(m, v);
-                    v
+    for &(n, k) in shapes {
+        let header = format!(
+        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
+        group.map_or("channel".to_string(), |g| g.to_string()),
+        "wdtype", "m", "time us", "GB/s", "%floor", "cuBLAS us", "speedup"
+    );
+        eprintln!("{header}");
+        if !table.is_empty() {
+            table += "\n\n";
+        }
+        table += &header;
+        for &m in ms {
+            for &wdtype in types {
+                let cublas_us = match cublas.get(&(m, n, k)) {
+                    Some(v) => *v,
+                    None => {
+                        let v = bench_cublas(ctx, &blas, &mut flush, m, n, k).map_err(err)?;
+                        cublas.insert((m, n, k), v);
+                        v
+                    }
+                };
+                let row = bench_qmatmul(
+                    ctx,
+                    Some(cublas_us),
+                    &mut flush,
+                    wdtype,
+                    m,
+                    n,
+                    k,
+                    group,
+                    tune,
+                    copy_gbps,
+                )
+                .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
+                if verbose {
+                    for (c, us) in &row.tried {
+                        eprintln!("  {wdtype} m={m} {}: {us:.1} us", tiles(c));
+                    }
                 }
-            };
-            let row = bench_qmatmul(
-                ctx,
-                Some(cublas_us),
-                &mut flush,
-                wdtype,
-                m,
-                n,
-                k,
-                group,
-                tune,
-                copy_gbps,
-            )
-            .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
-            if verbose {
-                for (c, us) in &row.tried {
-                    eprintln!("  {wdtype} m={m} {}: {us:.1} us", tiles(c));
-                }
-            }
-            let cfg = tiles(&row.config);
-            let speedup = row.speedup_over_cublas().unwrap_or(f64::NAN);
-            let line = format!(
-                "{:<8} {:>5} {:>10.1} {:>8.0} {:>6.1}% {:>10.1} {:>7.2}x  {cfg}",
-                wdtype.to_string(),
-                m,
-                row.timing.median_us,
-                row.gb_per_s(),
-                row.percent_of_floor(),
-                cublas_us,
-                speedup
-            );
-            eprintln!("{line}");
-            table += "\n";
-            table += &line;
-            if let Some((f, path)) = csv_file.as_mut() {
-                writeln!(
+                let cfg = tiles(&row.config);
+                let speedup = row.speedup_over_cublas().unwrap_or(f64::NAN);
+                let line = format!(
+                    "{:<8} {:>5} {:>10.1} {:>8.0} {:>6.1}% {:>10.1} {:>7.2}x  {cfg}",
+                    wdtype.to_string(),
+                    m,
+                    row.timing.median_us,
+                    row.gb_per_s(),
+                    row.percent_of_floor(),
+                    cublas_us,
+                    speedup
+                );
+                eprintln!("{line}");
+                table += "\n";
+                table += &line;
+                if let Some((f, path)) = csv_file.as_mut() {
+                    writeln!(
                     f,
                     "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg}",
                     row.timing.median_us,
@@ -443,6 +493,7 @@ fn sweep(
                 )
                 .and_then(|()| f.flush())
                 .map_err(|e| csv_err(path, e))?;
+                }
             }
         }
     }
