@@ -1,5 +1,6 @@
 //! The VM programs of the quantized matmul, written with `#[kernel]`: the main pipeline (paper
-//! Figure 2 generalized) and the split-k reduction.
+//! Figure 2 generalized), the split-k reduction, the dequantization of prefill's
+//! dequantize-then-GEMM method, and the device weight re-layout (Figure 8 generalized).
 //!
 //! The family is open (25 weight types, f16/bf16, any group size, any tiles a user configures),
 //! so the kernels are `lazy`: the declared space is checked when the crate is built, and
