@@ -117,16 +117,14 @@ pub fn bench_rowwise<T: RowElement>(
         &mut || super::silu_and_mul(ctx, rows, half, &x, &mut y).map_err(err),
     )?;
     // The runs per thread the default was chosen from.
-    for runs in [1, 2, 4] {
-        time(
-            [
-                "silu_and_mul/runs1",
-                "silu_and_mul/runs2",
-                "silu_and_mul/runs4",
-            ][runs / 2],
-            rows * n * el + rows * half * el,
-            &mut || super::silu_and_mul_runs(ctx, runs, rows, half, &x, &mut y).map_err(err),
-        )?;
+    for (runs, kernel) in [
+        (1, "silu_and_mul/runs1"),
+        (2, "silu_and_mul/runs2"),
+        (4, "silu_and_mul/runs4"),
+    ] {
+        time(kernel, rows * n * el + rows * half * el, &mut || {
+            super::silu_and_mul_runs(ctx, runs, rows, half, &x, &mut y).map_err(err)
+        })?;
     }
     if n.is_multiple_of(128) {
         let cos = random::<T>(ctx, rows * 64, 6)?;

@@ -691,9 +691,9 @@ impl Translator<'_, '_> {
         Ok(Value::Tensor(build!(d, |d| b.neg(d, x))))
     }
 
-    /// `if c { a } else { b }` as a scalar value.
-    /// A constant condition translates the taken branch only, with `dest` (so `let x = if C
-    /// { register(..) } else { .. }` names the tensor `x`).
+    /// `if c { a } else { b }` as a value: a scalar `Select`, or with a constant condition the
+    /// taken branch only, translated with `dest` (so `let x = if C { register(..) } else { .. }`
+    /// names the tensor `x`).
     fn select(&mut self, b: &mut ProgramBuilder, i: &syn::ExprIf, dest: DestHint) -> R<Value> {
         let Some((_, else_branch)) = &i.else_branch else {
             return Err(self.err(i, "an `if` used as a value needs an `else`"));

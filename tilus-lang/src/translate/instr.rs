@@ -579,13 +579,7 @@ impl Translator<'_, '_> {
             }
             Op::Reduce(op) => {
                 let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
-                let dim = match self.const_int(args[1]) {
-                    Some(d) if d >= 0 => Ok(d as usize),
-                    _ => Err(self.err(
-                        args[1],
-                        format!("the dimension `{name}` reduces is a non-negative constant"),
-                    )),
-                };
+                let dim = self.const_dim(args[1], name, "reduces");
                 let (x, dim) = (x?, dim?);
                 let site = self.site(c);
                 b.set_span(site);
@@ -594,13 +588,7 @@ impl Translator<'_, '_> {
             }
             Op::Scan(op) => {
                 let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
-                let dim = match self.const_int(args[1]) {
-                    Some(d) if d >= 0 => Ok(d as usize),
-                    _ => Err(self.err(
-                        args[1],
-                        format!("the dimension `{name}` scans is a non-negative constant"),
-                    )),
-                };
+                let dim = self.const_dim(args[1], name, "scans");
                 let (x, dim) = (x?, dim?);
                 let site = self.site(c);
                 b.set_span(site);
@@ -751,6 +739,20 @@ impl Translator<'_, '_> {
             DestHint::New(n) => Ok(self.unique(&n)),
             // The caller reports that an existing tensor cannot be rebound to a new view.
             DestHint::Temp | DestHint::Existing(_) => Ok(self.unique(temp)),
+        }
+    }
+}
+
+impl Translator<'_, '_> {
+    /// The dimension argument of a reduction or scan: a non-negative constant, or an error
+    /// saying what `name` `verb` ("reduces", "scans").
+    fn const_dim(&mut self, arg: &SynExpr, name: &str, verb: &str) -> R<usize> {
+        match self.const_int(arg) {
+            Some(d) if d >= 0 => Ok(d as usize),
+            _ => Err(self.err(
+                arg,
+                format!("the dimension `{name}` {verb} is a non-negative constant"),
+            )),
         }
     }
 }
