@@ -9,8 +9,13 @@
 //! - [`rowwise`]: softmax, RMSNorm (plain and fused with the residual add), LayerNorm, argmax,
 //!   SiLU-and-mul and rotary embedding for f16 and bf16, written with `#[kernel]`.
 //!
-//! The quantized matmul is still built with [`tilus_core::ir::ProgramBuilder`]. The design and the layouts per bit width are written up in `docs/qmatmul.md`.
+//! - [`attention`]: decode attention over a contiguous or paged (optionally quantized) KV cache
+//!   and causal prefill attention.
+//!
+//! Every kernel is a VM program written with `#[kernel]`. The quantized matmul's design and
+//! its layouts per bit width are written up in `docs/qmatmul.md`.
 
+pub mod attention;
 pub mod linear;
 pub mod linear_gpu;
 pub mod qmatmul;
