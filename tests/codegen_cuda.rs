@@ -702,3 +702,35 @@ fn i64_scalars_compile() {
     }
     run("i64_scalars_compile", ks);
 }
+
+/// The decode attention kernels (`kernels::attention::kernel`), every configuration of their
+/// declared space, compile for sm_80 and sm_90a without spills; the main kernel reads K with
+/// `ldmatrix` and V with `ldmatrix.trans` and multiplies on the tensor cores.
+#[test]
+fn attention_decode_kernels_compile_without_spills() {
+    use tilus::kernels::attention::kernel::{attention_combine, attention_decode};
+    let mut ks = Vec::new();
+    for cfg in attention_decode::SPACE {
+        let source = attention_decode::source(cfg).unwrap();
+        assert!(
+            source.contains("tilus_ldsm_x4(") && source.contains("tilus_ldsm_x4_trans("),
+            "{cfg}: K and V are not read with ldmatrix"
+        );
+        ks.push((
+            format!("attention_decode_{cfg}"),
+            attention_decode::program(cfg).unwrap(),
+            Expect {
+                hmma: true,
+                ldgsts: true,
+            },
+        ));
+    }
+    for cfg in attention_combine::SPACE {
+        ks.push((
+            format!("attention_combine_{cfg}"),
+            attention_combine::program(cfg).unwrap(),
+            Expect::default(),
+        ));
+    }
+    run("attention_decode_kernels_compile_without_spills", ks);
+}

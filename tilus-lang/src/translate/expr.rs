@@ -398,10 +398,7 @@ impl Translator<'_, '_> {
                 r,
                 "tensors and scalars are passed by name in a kernel: remove the `&`",
             )),
-            SynExpr::Block(blk) if blk.block.stmts.len() == 1 => match &blk.block.stmts[0] {
-                syn::Stmt::Expr(inner, None) => self.value(b, inner, dest),
-                _ => Err(self.err(e, "a block used as a value must end in an expression")),
-            },
+            SynExpr::Block(blk) if blk.label.is_none() => self.block_value(b, &blk.block, dest),
             SynExpr::Range(_) => Err(self.err(e, "ranges only appear in `for x in a..b`")),
             SynExpr::Closure(c) => self.closure(c),
             // `()`: nothing, e.g. the untaken value of `let x = if CONST { .. } else { () };`.
@@ -698,6 +695,15 @@ impl Translator<'_, '_> {
         let Some((_, else_branch)) = &i.else_branch else {
             return Err(self.err(i, "an `if` used as a value needs an `else`"));
         };
+        let cond = self.scalar(b, &i.cond, ScalarType::Bool)?;
+        // A constant condition takes one branch, which may be any block ending in a value.
+        if let Expr::Bool(c) = cond {
+            return if c {
+                self.block_value(b, &i.then_branch, dest)
+            } else {
+                self.value(b, else_branch, dest)
+            };
+        }
         let tail = |blk: &syn::Block| -> Option<SynExpr> {
             match blk.stmts.as_slice() {
                 [syn::Stmt::Expr(e, None)] => Some(e.clone()),
@@ -705,17 +711,12 @@ impl Translator<'_, '_> {
             }
         };
         let Some(then_e) = tail(&i.then_branch) else {
-            return Err(self.err(&i.then_branch, "expected a single value in this branch"));
+            return Err(self.err(
+                &i.then_branch,
+                "expected a single value in this branch: with a run-time condition both branches are evaluated, so they cannot hold statements",
+            ));
         };
-        let cond = self.scalar(b, &i.cond, ScalarType::Bool)?;
         let else_v = |t: &mut Self, b: &mut ProgramBuilder| t.value(b, else_branch, DestHint::Temp);
-        if let Expr::Bool(c) = cond {
-            return if c {
-                self.value(b, &then_e, dest)
-            } else {
-                self.value(b, else_branch, dest)
-            };
-        }
         let x = self.value(b, &then_e, DestHint::Temp)?;
         let y = else_v(self, b)?;
         match (x, y) {
@@ -736,6 +737,26 @@ impl Translator<'_, '_> {
             )),
             _ => Err(self.err(i, "an `if` value with a run-time condition must choose between two scalars of the same type")),
         }
+    }
+
+    /// A block used as a value, `{ stmts; tail }`: the statements in a scope of their own, then
+    /// the tail expression translated with `dest`.
+    fn block_value(
+        &mut self,
+        b: &mut ProgramBuilder,
+        blk: &syn::Block,
+        dest: DestHint,
+    ) -> R<Value> {
+        let Some((syn::Stmt::Expr(tail, None), body)) = blk.stmts.split_last() else {
+            return Err(self.err(blk, "a block used as a value must end in an expression"));
+        };
+        self.scopes.push(Vec::new());
+        for s in body {
+            self.stmt(b, s);
+        }
+        let v = self.value(b, tail, dest);
+        self.scopes.pop();
+        v
     }
 
     /// `+ - * / min max` and comparisons of two compile-time floats.

@@ -1,0 +1,603 @@
+//! Decode attention: one new query token per sequence against its KV cache, on the GPU and on
+//! the CPU interpreter, through the `#[kernel]` programs of [`super::kernel`].
+//!
+//! A [`DecodeAttention`] is made once per shape (heads, head dim, cache layout, dtypes) and run
+//! every step; it keeps the split-KV workspace between runs, so a step allocates nothing after
+//! the first. The number of splits is chosen on the host from `max_seq_len` and the GPU's
+//! multiprocessor count (the sequence lengths themselves live on the device and are only read
+//! by the kernel, which handles any length up to the cache's capacity: the split is a work
+//! division, never a limit).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use tilus::kernels::attention::decode::{CacheLayout, DecodeAttention, DecodeShape};
+//! use tilus::runtime::{half::f16, Context, DeviceBuffer};
+//! let ctx = Context::new(0)?;
+//! let shape = DecodeShape {
+//!     batch: 2,
+//!     q_heads: 8,
+//!     kv_heads: 2,
+//!     head_dim: 128,
+//!     cache: CacheLayout::Paged { pages: 64, page_size: 32, max_pages: 32 },
+//! };
+//! let attn = DecodeAttention::new(shape.clone(), 0.125, None, 1024)?;
+//! let q = DeviceBuffer::<f16>::zeros(&ctx, shape.q_len())?;
+//! let k = DeviceBuffer::<f16>::zeros(&ctx, shape.cache_len())?;
+//! let v = DeviceBuffer::<f16>::zeros(&ctx, shape.cache_len())?;
+//! let table = DeviceBuffer::<i32>::zeros(&ctx, 2 * 32)?;
+//! let lens = DeviceBuffer::from_host(&ctx, &[1000i32, 17])?;
+//! let mut out = DeviceBuffer::<f16>::zeros(&ctx, shape.q_len())?;
+//! attn.run(&ctx, &q, &k, &v, Some(&table), &lens, &mut out)?;
+//! # Ok(()) }
+//! ```
+
+use std::sync::Mutex;
+
+use super::kernel::{attention_combine, attention_decode};
+use crate::element::Activation;
+use crate::gpu::GpuArg;
+use crate::macro_support::KernelError;
+use tilus_core::DType;
+use tilus_runtime::{Context, DeviceBuffer, KernelArg, KernelArgMut};
+
+/// Where the keys and values of a sequence live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheLayout {
+    /// `[batch, max_len, kv_heads, head_dim]`: sequence `b`'s token `t` at row `b · max_len + t`.
+    Contiguous { max_len: usize },
+    /// `[pages, page_size, kv_heads, head_dim]` with a block table `[batch, max_pages]` of page
+    /// indices: sequence `b`'s token `t` is in page `table[b][t / page_size]`, slot
+    /// `t % page_size`. Page sizes 16, 32 and 64.
+    Paged {
+        pages: usize,
+        page_size: usize,
+        max_pages: usize,
+    },
+}
+
+/// The shape of a decode step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeShape {
+    pub batch: usize,
+    /// Query heads, a multiple of `kv_heads` (grouped-query attention).
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    /// 64 or 128.
+    pub head_dim: usize,
+    pub cache: CacheLayout,
+}
+
+impl DecodeShape {
+    /// Elements of `q` and `out`: `[batch, q_heads, head_dim]`.
+    pub fn q_len(&self) -> usize {
+        self.batch * self.q_heads * self.head_dim
+    }
+
+    /// Rows of the cache (tokens of all sequences or pages).
+    pub fn cache_rows(&self) -> usize {
+        match self.cache {
+            CacheLayout::Contiguous { max_len } => self.batch * max_len,
+            CacheLayout::Paged {
+                pages, page_size, ..
+            } => pages * page_size,
+        }
+    }
+
+    /// Elements of each of the K and V caches.
+    pub fn cache_len(&self) -> usize {
+        self.cache_rows() * self.kv_heads * self.head_dim
+    }
+
+    /// The most tokens one sequence can hold.
+    pub fn capacity(&self) -> usize {
+        match self.cache {
+            CacheLayout::Contiguous { max_len } => max_len,
+            CacheLayout::Paged {
+                page_size,
+                max_pages,
+                ..
+            } => page_size * max_pages,
+        }
+    }
+}
+
+/// Tokens per tile of the decode kernel.
+const TILE: usize = 32;
+/// The fewest tokens a split is given (below that the combine step costs more than it saves).
+const MIN_SPLIT_TOKENS: usize = 256;
+
+fn bad(arg: &str, message: impl std::fmt::Display) -> KernelError {
+    KernelError::BadArgument {
+        kernel: attention_decode::NAME,
+        config: "-".to_string(),
+        message: format!("{arg}: {message}"),
+    }
+}
+
+fn as_i32(arg: &str, v: usize) -> Result<i32, KernelError> {
+    i32::try_from(v).map_err(|_| bad(arg, format!("{v} does not fit an i32")))
+}
+
+impl DecodeShape {
+    /// Check the shape, naming the argument at fault.
+    pub fn validate(&self) -> Result<(), KernelError> {
+        if self.batch == 0 {
+            return Err(bad("batch", "must be at least 1"));
+        }
+        if self.kv_heads == 0 {
+            return Err(bad("kv_heads", "must be at least 1"));
+        }
+        if self.q_heads == 0 || !self.q_heads.is_multiple_of(self.kv_heads) {
+            return Err(bad(
+                "q_heads",
+                format!(
+                    "{} is not a positive multiple of kv_heads = {}",
+                    self.q_heads, self.kv_heads
+                ),
+            ));
+        }
+        if self.q_heads / self.kv_heads > 16 {
+            return Err(bad(
+                "q_heads",
+                format!(
+                    "{} query heads per KV head; at most 16 are supported",
+                    self.q_heads / self.kv_heads
+                ),
+            ));
+        }
+        if self.head_dim != 64 && self.head_dim != 128 {
+            return Err(bad(
+                "head_dim",
+                format!("{} is not supported (64 or 128)", self.head_dim),
+            ));
+        }
+        match self.cache {
+            CacheLayout::Contiguous { max_len: 0 } => {
+                return Err(bad("max_len", "must be at least 1"))
+            }
+            CacheLayout::Paged {
+                pages,
+                page_size,
+                max_pages,
+            } => {
+                if ![16, 32, 64].contains(&page_size) {
+                    return Err(bad(
+                        "page_size",
+                        format!("{page_size} is not supported (16, 32 or 64)"),
+                    ));
+                }
+                if pages == 0 || max_pages == 0 {
+                    return Err(bad("pages", "the cache and the block table need a page"));
+                }
+            }
+            _ => {}
+        }
+        // Every extent and element count the kernels index with i32.
+        as_i32("batch", self.batch * self.q_heads)?;
+        as_i32("cache", self.cache_rows())?;
+        as_i32("cache", self.cache_len())?;
+        as_i32("capacity", self.capacity())?;
+        Ok(())
+    }
+}
+
+/// The configurations of one decode shape.
+#[derive(Clone, Debug)]
+pub struct DecodePlan {
+    pub main: attention_decode::Config,
+    /// With more than one split: the combine step.
+    pub combine: Option<attention_combine::Config>,
+    pub splits: usize,
+}
+
+/// Choose the split count: enough blocks for `waves` blocks per multiprocessor, but no split
+/// shorter than [`MIN_SPLIT_TOKENS`].
+pub fn choose_splits(shape: &DecodeShape, max_seq_len: usize, multiprocessors: usize) -> usize {
+    let blocks = shape.batch * shape.kv_heads;
+    let target = (3 * multiprocessors).div_ceil(blocks.max(1));
+    let longest = max_seq_len.div_ceil(MIN_SPLIT_TOKENS).max(1);
+    target.clamp(1, longest).min(1024)
+}
+
+/// The plan for `shape` with `splits` splits of each sequence.
+pub fn plan(shape: &DecodeShape, dtype: DType, splits: usize) -> Result<DecodePlan, KernelError> {
+    shape.validate()?;
+    if dtype != DType::F16 && dtype != DType::BF16 {
+        return Err(bad("dtype", format!("{dtype} is not f16 or bf16")));
+    }
+    if splits == 0 {
+        return Err(bad("splits", "must be at least 1"));
+    }
+    as_i32(
+        "splits",
+        splits * shape.batch * shape.q_heads * shape.head_dim,
+    )?;
+    let (paged, page) = match shape.cache {
+        CacheLayout::Contiguous { .. } => (0, TILE as i32),
+        CacheLayout::Paged { page_size, .. } => (1, page_size as i32),
+    };
+    let d = shape.head_dim as i32;
+    let main = attention_decode::Config {
+        D: d,
+        // A tile never straddles a page.
+        BT: (TILE as i32).min(page),
+        NW: 4,
+        STAGES: 3,
+        PAGED: paged,
+        P: page,
+        PART: i32::from(splits > 1),
+        QUANT: 0,
+        A: dtype,
+        KV: dtype,
+    };
+    let combine = (splits > 1).then_some(attention_combine::Config { D: d, A: dtype });
+    Ok(DecodePlan {
+        main,
+        combine,
+        splits,
+    })
+}
+
+/// Decode attention for one shape: `out[b, i] = softmax(scale · q[b, i] · Kᵀ) · V` over the
+/// tokens `0..seq_lens[b]` of sequence `b` (the last `window` of them with a window), query
+/// head `i` reading KV head `i / (q_heads / kv_heads)`.
+pub struct DecodeAttention {
+    shape: DecodeShape,
+    scale: f32,
+    window: usize,
+    max_seq_len: usize,
+    /// Per multiprocessor count: the GPU plan.
+    plans: Mutex<Option<(usize, DecodePlan)>>,
+    /// The split-KV partial outputs and statistics, kept between runs.
+    workspace: Mutex<Option<Workspace>>,
+}
+
+impl DecodeAttention {
+    /// `scale` multiplies the scores (usually `1 / sqrt(head_dim)`); `window` keeps only the
+    /// last `window` tokens of each sequence (sliding-window attention); `max_seq_len` is the
+    /// longest sequence expected, used only to divide the work (any length up to the cache's
+    /// capacity is computed correctly).
+    pub fn new(
+        shape: DecodeShape,
+        scale: f32,
+        window: Option<usize>,
+        max_seq_len: usize,
+    ) -> Result<DecodeAttention, KernelError> {
+        shape.validate()?;
+        if !scale.is_finite() {
+            return Err(bad("scale", format!("{scale} is not finite")));
+        }
+        let window = match window {
+            Some(0) => return Err(bad("window", "must be at least 1 token")),
+            Some(w) => as_i32("window", w)? as usize,
+            None => 0,
+        };
+        Ok(DecodeAttention {
+            shape,
+            scale,
+            window,
+            max_seq_len: max_seq_len.clamp(1, i32::MAX as usize),
+            plans: Mutex::new(None),
+            workspace: Mutex::new(None),
+        })
+    }
+
+    pub fn shape(&self) -> &DecodeShape {
+        &self.shape
+    }
+
+    /// The plan used on a GPU with `multiprocessors` multiprocessors.
+    pub fn plan_for<T: Activation>(
+        &self,
+        multiprocessors: usize,
+    ) -> Result<DecodePlan, KernelError> {
+        let mut cached = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((sms, p)) = cached.as_ref() {
+            if *sms == multiprocessors && p.main.A == T::DTYPE {
+                return Ok(p.clone());
+            }
+        }
+        let splits = choose_splits(&self.shape, self.max_seq_len, multiprocessors);
+        let p = plan(&self.shape, T::DTYPE, splits)?;
+        *cached = Some((multiprocessors, p.clone()));
+        Ok(p)
+    }
+
+    fn check_lengths(
+        &self,
+        q: usize,
+        k: usize,
+        v: usize,
+        table: Option<usize>,
+        lens: usize,
+        out: usize,
+    ) -> Result<(), KernelError> {
+        let s = &self.shape;
+        let want = |arg: &str, have: usize, need: usize| {
+            if have < need {
+                Err(bad(
+                    arg,
+                    format!("holds {have} elements, the shape needs {need}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        want("q", q, s.q_len())?;
+        want("k_cache", k, s.cache_len())?;
+        want("v_cache", v, s.cache_len())?;
+        want("seq_lens", lens, s.batch)?;
+        want("out", out, s.q_len())?;
+        match (s.cache, table) {
+            (CacheLayout::Paged { max_pages, .. }, Some(t)) => {
+                want("block_table", t, s.batch * max_pages)
+            }
+            (CacheLayout::Paged { .. }, None) => {
+                Err(bad("block_table", "a paged cache needs a block table"))
+            }
+            (CacheLayout::Contiguous { .. }, Some(_)) => Err(bad(
+                "block_table",
+                "a contiguous cache has no block table (pass None)",
+            )),
+            (CacheLayout::Contiguous { .. }, None) => Ok(()),
+        }
+    }
+
+    /// The scalar arguments of the main kernel, in its parameter order.
+    fn scalars(&self, splits: usize) -> [GpuArgScalar; 8] {
+        let s = &self.shape;
+        let stride = match s.cache {
+            CacheLayout::Contiguous { max_len } => max_len,
+            CacheLayout::Paged { max_pages, .. } => max_pages,
+        };
+        [
+            GpuArgScalar::I32(s.batch as i32),
+            GpuArgScalar::I32(s.kv_heads as i32),
+            GpuArgScalar::I32((s.q_heads / s.kv_heads) as i32),
+            GpuArgScalar::I32(splits as i32),
+            GpuArgScalar::I32(s.cache_rows() as i32),
+            GpuArgScalar::I32(stride as i32),
+            GpuArgScalar::F32(self.scale * std::f32::consts::LOG2_E),
+            GpuArgScalar::I32(self.window as i32),
+        ]
+    }
+
+    /// Run on `ctx`'s stream. `q` and `out` are `[batch, q_heads, head_dim]`, the caches as
+    /// [`CacheLayout`] says, `seq_lens` `[batch]` (each at most the cache's capacity; a length
+    /// of 0 gives zeros), `block_table` `[batch, max_pages]` for a paged cache. Lengths are
+    /// checked before anything is launched; page indices and sequence lengths on the device
+    /// are only ever used to read inside the cache (a bad one reads zeros, never out of
+    /// bounds). Returns when the work is queued.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run<T: Activation>(
+        &self,
+        ctx: &Context,
+        q: &DeviceBuffer<T>,
+        k_cache: &DeviceBuffer<T>,
+        v_cache: &DeviceBuffer<T>,
+        block_table: Option<&DeviceBuffer<i32>>,
+        seq_lens: &DeviceBuffer<i32>,
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<(), KernelError> {
+        self.check_lengths(
+            q.len(),
+            k_cache.len(),
+            v_cache.len(),
+            block_table.map(|t| t.len()),
+            seq_lens.len(),
+            out.len(),
+        )?;
+        let sms = ctx.device().multiprocessors as usize;
+        let plan = self.plan_for::<T>(sms)?;
+        let s = &self.shape;
+        let parts = plan.splits * s.batch * s.q_heads;
+        let mut ws = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
+        let need = (parts * s.head_dim).max(1);
+        if ws.as_ref().is_none_or(|w| w.part_o.len() < need) {
+            *ws = Some(Workspace {
+                part_o: DeviceBuffer::zeros(ctx, need)?,
+                part_ml: DeviceBuffer::zeros(ctx, (parts * 2).max(1))?,
+                unused: DeviceBuffer::zeros(ctx, 1)?,
+            });
+        }
+        let Workspace {
+            part_o,
+            part_ml,
+            unused,
+        } = ws.as_mut().expect("allocated above");
+        let main =
+            attention_decode::instance(&plan.main)?.kernel(attention_decode::NAME, &plan.main)?;
+        let mut args: Vec<GpuArg> = self.scalars(plan.splits).iter().map(|a| a.arg()).collect();
+        // Parameters a configuration does not use get a buffer of the right type, unread.
+        let table: &dyn KernelArg = match block_table {
+            Some(t) => t,
+            None => seq_lens,
+        };
+        args.extend([
+            GpuArg::InBytes(q),
+            GpuArg::InBytes(k_cache),
+            GpuArg::InBytes(v_cache),
+            GpuArg::In(&*unused),
+            GpuArg::In(&*unused),
+            GpuArg::In(table),
+            GpuArg::In(seq_lens),
+        ]);
+        if plan.combine.is_none() {
+            let (po, pm): (&mut dyn KernelArgMut, &mut dyn KernelArgMut) = (part_o, part_ml);
+            args.extend([GpuArg::OutBytes(out), GpuArg::Out(po), GpuArg::Out(pm)]);
+            return main
+                .launch(ctx, args)
+                .map_err(|e| KernelError::launch(attention_decode::NAME, &plan.main, e));
+        }
+        // With splits the main kernel writes the partials, and the combine step `out`.
+        args.extend([
+            GpuArg::OutBytes(&mut *out),
+            GpuArg::Out(&mut *part_o),
+            GpuArg::Out(&mut *part_ml),
+        ]);
+        main.launch(ctx, args)
+            .map_err(|e| KernelError::launch(attention_decode::NAME, &plan.main, e))?;
+        let combine_cfg = plan.combine.as_ref().expect("checked above");
+        let combine = attention_combine::instance(combine_cfg)?
+            .kernel(attention_combine::NAME, combine_cfg)?;
+        let args = vec![
+            GpuArg::I32(s.batch as i32),
+            GpuArg::I32(s.kv_heads as i32),
+            GpuArg::I32((s.q_heads / s.kv_heads) as i32),
+            GpuArg::I32(plan.splits as i32),
+            GpuArg::In(&*part_o),
+            GpuArg::In(&*part_ml),
+            GpuArg::OutBytes(out),
+        ];
+        combine
+            .launch(ctx, args)
+            .map_err(|e| KernelError::launch(attention_combine::NAME, combine_cfg, e))
+    }
+
+    /// [`run`](Self::run) on the CPU interpreter, with `splits` splits (the GPU picks its own
+    /// from the multiprocessor count; any split count computes the same attention).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_cpu<T: Activation>(
+        &self,
+        splits: usize,
+        q: &[T],
+        k_cache: &[T],
+        v_cache: &[T],
+        block_table: Option<&[i32]>,
+        seq_lens: &[i32],
+        out: &mut [T],
+    ) -> Result<(), KernelError> {
+        self.check_lengths(
+            q.len(),
+            k_cache.len(),
+            v_cache.len(),
+            block_table.map(|t| t.len()),
+            seq_lens.len(),
+            out.len(),
+        )?;
+        let plan = plan(&self.shape, T::DTYPE, splits)?;
+        let s = &self.shape;
+        let sc = self.scalars(splits);
+        let i = |k: usize| match sc[k] {
+            GpuArgScalar::I32(v) => v,
+            GpuArgScalar::F32(_) => unreachable!("integer slot"),
+        };
+        let f = match sc[6] {
+            GpuArgScalar::F32(v) => v,
+            GpuArgScalar::I32(_) => unreachable!("float slot"),
+        };
+        let parts = splits * s.batch * s.q_heads;
+        let mut part_o = vec![f32::NAN; (parts * s.head_dim).max(1)];
+        let mut part_ml = vec![f32::NAN; (parts * 2).max(1)];
+        let (qb, kb, vb) = (T::to_bytes(q), T::to_bytes(k_cache), T::to_bytes(v_cache));
+        let mut ob = T::to_bytes(out);
+        let none = [0.0f32];
+        let table = block_table.unwrap_or(seq_lens);
+        attention_decode::interpret(
+            &plan.main,
+            i(0),
+            i(1),
+            i(2),
+            i(3),
+            i(4),
+            i(5),
+            f,
+            i(7),
+            &qb,
+            &kb,
+            &vb,
+            &none,
+            &none,
+            table,
+            seq_lens,
+            &mut ob,
+            &mut part_o,
+            &mut part_ml,
+        )?;
+        if let Some(cfg) = &plan.combine {
+            attention_combine::interpret(cfg, i(0), i(1), i(2), i(3), &part_o, &part_ml, &mut ob)?;
+        }
+        T::copy_from_bytes(&ob, out);
+        Ok(())
+    }
+}
+
+/// The device buffers a [`DecodeAttention`] keeps between runs.
+struct Workspace {
+    /// Split-KV partial outputs `[batch · q_heads · splits, head_dim]` (padded per KV head).
+    part_o: DeviceBuffer<f32>,
+    /// Their `(m, l)` statistics.
+    part_ml: DeviceBuffer<f32>,
+    /// One element, passed for parameters a configuration does not read.
+    unused: DeviceBuffer<f32>,
+}
+
+/// A scalar argument of the main kernel (shared by the GPU and CPU paths).
+#[derive(Clone, Copy)]
+enum GpuArgScalar {
+    I32(i32),
+    F32(f32),
+}
+
+impl GpuArgScalar {
+    fn arg<'a>(&self) -> GpuArg<'a> {
+        match *self {
+            GpuArgScalar::I32(v) => GpuArg::I32(v),
+            GpuArgScalar::F32(v) => GpuArg::F32(v),
+        }
+    }
+}
+
+/// The attention of one decode step in f64, for tests: `q` `[batch, q_heads, d]`, the caches
+/// and block table as [`CacheLayout`] says, all as f64.
+#[allow(clippy::too_many_arguments)]
+pub fn reference(
+    shape: &DecodeShape,
+    scale: f64,
+    window: Option<usize>,
+    q: &[f64],
+    k_cache: &[f64],
+    v_cache: &[f64],
+    block_table: Option<&[i32]>,
+    seq_lens: &[i32],
+) -> Vec<f64> {
+    let s = shape;
+    let (d, g) = (s.head_dim, s.q_heads / s.kv_heads);
+    let mut out = vec![0.0; s.q_len()];
+    for b in 0..s.batch {
+        let len = seq_lens[b].max(0) as usize;
+        let first = window.map_or(0, |w| len.saturating_sub(w));
+        let row = |t: usize| match s.cache {
+            CacheLayout::Contiguous { max_len } => b * max_len + t,
+            CacheLayout::Paged {
+                page_size,
+                max_pages,
+                ..
+            } => {
+                let page = block_table.expect("paged")[b * max_pages + t / page_size] as usize;
+                page * page_size + t % page_size
+            }
+        };
+        for qh in 0..s.q_heads {
+            let h = qh / g;
+            let qv = &q[(b * s.q_heads + qh) * d..][..d];
+            let at = |t: usize| (row(t) * s.kv_heads + h) * d;
+            let scores: Vec<f64> = (first..len)
+                .map(|t| scale * (0..d).map(|i| qv[i] * k_cache[at(t) + i]).sum::<f64>())
+                .collect();
+            if scores.is_empty() {
+                continue;
+            }
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let o = &mut out[(b * s.q_heads + qh) * d..][..d];
+            for (j, t) in (first..len).enumerate() {
+                for i in 0..d {
+                    o[i] += w[j] / total * v_cache[at(t) + i];
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,287 @@
+//! The VM programs of decode attention, written with `#[kernel]`: the split-KV main kernel and
+//! the combine step of flash decoding.
+//!
+//! One block computes one (sequence, KV head, split): the `G` query heads that share the KV
+//! head (grouped-query attention) against the split's slice of the sequence. The query rows are
+//! the `m` side of `mma.m16n8k16` (padded to 16 rows; rows past `G` are masked on load and
+//! store), so a KV head's keys and values are read once for all of its query heads.
+//!
+//! Per tile of `BT` tokens, every warp computes the whole score tile `S = Q·Kᵀ` (the redundant
+//! mma work is small next to the memory time, and it saves a shared-memory exchange and a
+//! barrier per tile), the online softmax update, and its `D / NW` columns of `O += P·V`. K and V
+//! tiles stream through a `STAGES`-deep `cp.async` pipeline in swizzled shared memory; K is
+//! read with `ldmatrix` in the transposed B layout and reinterpreted as `Kᵀ` for free, V with
+//! `ldmatrix.trans`, and `P` moves from the accumulator layout to the A operand by a `view` (two
+//! adjacent n tiles of the C fragment are one A fragment).
+
+/// Flash-decoding attention for one (sequence, KV head, split).
+///
+/// Tile parameters: head dim `D`; `BT` tokens per tile; `NW` warps; `STAGES` of the K/V
+/// pipeline; `PAGED` (1: the cache is pages of `P` tokens found through `block_table`; 0:
+/// contiguous, sequence `b` at rows `b · stride ..`); `PART` (1: write the unnormalized partial
+/// output and its softmax statistics for the combine step; 0: one split, write `out`).
+/// Data types: `A` of queries and outputs, `KV` of the cache (`A` itself, or a quantized type
+/// whose per-token scales come in `k_scale`/`v_scale` when `QUANT = 1`).
+///
+/// Parameters:
+/// - `kv_heads`, `group` (query heads per KV head), `splits` (blocks along the sequence);
+/// - `rows`: rows of the cache views (`pages · P`, or `batch · stride`); `stride`: the block
+///   table's row length (paged) or the contiguous cache's rows per sequence;
+/// - `scale_log2`: the softmax scale times `log2(e)`; `window`: attend only the last `window`
+///   tokens (0: all);
+/// - `q [batch · kv_heads, group, D]` (the query heads of KV head `h` are `h · group ..`);
+/// - `k_cache`, `v_cache [rows, kv_heads · D]` as bytes of `KV`;
+/// - `k_scale`, `v_scale [kv_heads, rows]` f32 (with `QUANT = 1`);
+/// - `block_table [batch, stride]` i32 (with `PAGED = 1`), `seq_lens [batch]` i32;
+/// - `out [batch · kv_heads, group, D]` (with `PART = 0`), or `part_o [batch · kv_heads ·
+///   splits, group, D]` and `part_ml [batch · kv_heads · splits, group, 2]` f32 (with
+///   `PART = 1`): the split's `Σ exp2(s - m) v`, and `m` (base-2 log-sum scale) and `l`
+///   (`Σ exp2(s - m)`).
+#[tilus::kernel(
+    lazy,
+    grid = [kv_heads, batch, splits],
+    warps = NW,
+    space(
+        D = [64, 128],
+        BT = [32],
+        NW = [4],
+        STAGES = [3],
+        PAGED = [0, 1],
+        P = [32],
+        PART = [0, 1],
+        QUANT = [0],
+    ),
+    dtypes(A = [f16, bf16], KV = [f16]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_decode<
+    const D: i32,
+    const BT: i32,
+    const NW: i32,
+    const STAGES: i32,
+    const PAGED: i32,
+    const P: i32,
+    const PART: i32,
+    const QUANT: i32,
+    A: DTypeParam,
+    KV: DTypeParam,
+>(
+    batch: i32,
+    kv_heads: i32,
+    group: i32,
+    splits: i32,
+    rows: i32,
+    stride: i32,
+    scale_log2: f32,
+    window: i32,
+    q: Global<A>,
+    k_cache: Global<u8>,
+    v_cache: Global<u8>,
+    k_scale: Global<f32>,
+    v_scale: Global<f32>,
+    block_table: Global<i32>,
+    seq_lens: Global<i32>,
+    out: GlobalMut<A>,
+    part_o: GlobalMut<f32>,
+    part_ml: GlobalMut<f32>,
+) {
+    let mma_a = layout!(column_local(2, 2).spatial(8, 4).local(1, 2));
+    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
+    let mma_c = layout!(local(2, 1).spatial(8, 4).local(1, 2));
+    // The B fragment transposed: [8 (n), 16 (k)], the same registers in the same order.
+    let mma_bt = layout!(local(1, 2).spatial(8, 4).local(1, 2));
+    // Q [16, D] and the scores S [16, BT]: every warp holds all of them.
+    let lq = layout!(replicated(NW).local(1, D / 16).mma_a);
+    let ls = layout!(replicated(NW).local(1, BT / 8).mma_c);
+    // K as loaded, [BT, D], and as the B operand Kᵀ [D, BT] (locals in the same order).
+    let lk = layout!(replicated(NW).column_local(BT / 8, D / 16).mma_bt);
+    let lkt = layout!(replicated(NW).local(D / 16, BT / 8).mma_b);
+    // P [16, BT] as the A operand of P·V; V [BT, D] and O [16, D] split by columns over warps.
+    let lp = layout!(replicated(NW).local(1, BT / 16).mma_a);
+    let lv = layout!(spatial(1, NW).local(BT / 16, D / (8 * NW)).mma_b);
+    let lo = layout!(spatial(1, NW).local(1, D / (8 * NW)).mma_c);
+    // Per-token vectors [1, BT] (scales) broadcast over the score rows.
+    let lt = layout!(reduce(ls, [0]));
+
+    let [h, b, s] = block_indices();
+    let bh = b * kv_heads + h;
+    let one = layout!(local(1));
+    let len = item(load_global(view_global(seq_lens, [batch]), one, [b]));
+    let len = max(len, 0);
+    // The split's tokens: whole tiles from the window's first tile, `per` tokens per split.
+    let first = if window > 0 { max(0, len - window) } else { 0 };
+    let base = first / BT * BT;
+    let per = cdiv(cdiv(len - base, splits), BT) * BT;
+    let t0 = base + s * per;
+    let t1 = min(len, t0 + per);
+    let ntiles = max(0, cdiv(t1 - t0, BT));
+
+    let gk = view_global::<KV>(k_cache, [rows, kv_heads * D]);
+    let gv = view_global::<KV>(v_cache, [rows, kv_heads * D]);
+    let gks = if QUANT == 1 {
+        view_global(k_scale, [kv_heads, rows])
+    } else {
+        ()
+    };
+    let gvs = if QUANT == 1 {
+        view_global(v_scale, [kv_heads, rows])
+    } else {
+        ()
+    };
+    let gbt = if PAGED == 1 {
+        view_global(block_table, [batch, stride])
+    } else {
+        ()
+    };
+    // The cache row of token `t` (the first of a tile: tiles never straddle a page).
+    let row_of = |t: i32| {
+        if PAGED == 1 {
+            let page = item(load_global(gbt, one, [b, t / P]));
+            page * P + t % P
+        } else {
+            b * stride + t
+        }
+    };
+
+    let sw = if D == 128 { 4 } else { 3 };
+    let sk = shared::<KV>([STAGES, BT, D], swizzle(3, 3, sw));
+    let sv = shared::<KV>([STAGES, BT, D], swizzle(3, 3, sw));
+    // Cache rows past the sequence read as zero (a view ending at the last valid row), so the
+    // values of unwritten cache slots never reach P·V; a page index past the cache reads zeros.
+    let issue = |tile: i32, stage: i32| {
+        let t = t0 + tile * BT;
+        let row = row_of(t);
+        let end = min(rows, row + min(BT, len - t));
+        copy_async(
+            view_global::<KV>(k_cache, [end, kv_heads * D]),
+            slice_shared(sk, [stage, 0, 0], [BT, D]),
+            [row, h * D],
+        );
+        copy_async(
+            view_global::<KV>(v_cache, [end, kv_heads * D]),
+            slice_shared(sv, [stage, 0, 0], [BT, D]),
+            [row, h * D],
+        );
+    };
+    #[unroll]
+    for st in 0..STAGES - 1 {
+        if st < ntiles {
+            issue(st, st);
+        }
+        commit_group();
+    }
+
+    let gq = view_global(q, [batch * kv_heads, group, D]);
+    let rq = load_global(gq, lq, [bh, 0, 0]);
+    let mut acc = register::<f32>(lo, 0.0);
+    // Running maximum (base 2, floored so that fully masked tiles stay NaN-free) and sum.
+    let mut m = reduce_max(register::<f32>(ls, -3.0e38), 1);
+    let mut l = sum(register::<f32>(ls, 0.0), 1);
+    for tile in 0..ntiles {
+        wait_group(STAGES - 2);
+        sync();
+        let stage = tile % STAGES;
+        let t = t0 + tile * BT;
+        let rk = load_shared(slice_shared(sk, [stage, 0, 0], [BT, D]), lk, [0, 0]);
+        let rv = load_shared(slice_shared(sv, [stage, 0, 0], [BT, D]), lv, [0, 0]);
+        let next = tile + (STAGES - 1);
+        if next < ntiles {
+            issue(next, next % STAGES);
+        }
+        commit_group();
+        let kt = view::<A>(cast::<A>(rk), lkt);
+        let scores = dot(rq, kt, register::<f32>(ls, 0.0)) * scale_log2;
+        let scores = if QUANT == 1 {
+            let row = row_of(t);
+            scores * load_global(gks, lt, [h, row])
+        } else {
+            scores
+        };
+        // Tokens outside [first, len) do not take part.
+        let tok = arange(ls, 1, t);
+        let valid = (tok >= first) & (tok < len);
+        let scores = select(valid, scores, f32::NEG_INFINITY);
+        let m_new = max(m, reduce_max(scores, 1));
+        let p = exp2(scores - m_new);
+        let alpha = exp2(m - m_new);
+        l = l * alpha + sum(p, 1);
+        acc = acc * alpha;
+        let p = if QUANT == 1 {
+            let row = row_of(t);
+            p * load_global(gvs, lt, [h, row])
+        } else {
+            p
+        };
+        let pa = view::<A>(cast::<A>(p), lp);
+        acc = dot(pa, cast::<A>(rv), acc);
+        m = m_new;
+    }
+    wait_group(0);
+
+    if PART == 1 {
+        let r = bh * splits + s;
+        store_global(
+            acc,
+            view_global(part_o, [batch * kv_heads * splits, group, D]),
+            [r, 0, 0],
+        );
+        let gml = view_global(part_ml, [batch * kv_heads * splits, group, 2]);
+        store_global(m, gml, [r, 0, 0]);
+        store_global(l, gml, [r, 0, 1]);
+    } else {
+        let inv = 1.0 / max(l, 1e-30);
+        store_global(
+            cast::<A>(acc * inv),
+            view_global(out, [batch * kv_heads, group, D]),
+            [bh, 0, 0],
+        );
+    }
+}
+
+/// The combine step of flash decoding: for each (sequence, KV head), merges the `splits`
+/// partial outputs of [`attention_decode`] (`PART = 1`) into `out [batch · kv_heads, group, D]`:
+/// `m = max_s m_s`, `out = Σ_s 2^(m_s - m) o_s / Σ_s 2^(m_s - m) l_s`, in one pass with running
+/// rescaling. A split without tokens (`m_s = -3e38`, `l_s = 0`, `o_s = 0`) adds nothing.
+#[tilus::kernel(
+    lazy,
+    grid = [batch * kv_heads],
+    warps = 4,
+    space(D = [64, 128]),
+    dtypes(A = [f16, bf16]),
+)]
+pub fn attention_combine<const D: i32, A: DTypeParam>(
+    batch: i32,
+    kv_heads: i32,
+    group: i32,
+    splits: i32,
+    part_o: Global<f32>,
+    part_ml: Global<f32>,
+    out: GlobalMut<A>,
+) {
+    // 16 rows (the padded query heads) of 8 threads, each a run of D / 8 columns.
+    let lo = layout!(spatial(16, 8).local(1, D / 8));
+    let lr = layout!(reduce(lo, [1]));
+    let [bh] = block_indices();
+    let parts = batch * kv_heads * splits;
+    let gpo = view_global(part_o, [parts, group, D]);
+    let gml = view_global(part_ml, [parts, group, 2]);
+    let mut m = register::<f32>(lr, -3.0e38);
+    let mut l = register::<f32>(lr, 0.0);
+    let mut o = register::<f32>(lo, 0.0);
+    for sp in 0..splits {
+        let r = bh * splits + sp;
+        let ms = load_global(gml, lr, [r, 0, 0], -3.0e38);
+        let m_new = max(m, ms);
+        let a = exp2(m - m_new);
+        let w = exp2(ms - m_new);
+        l = l * a + load_global(gml, lr, [r, 0, 1]) * w;
+        o = o * a + load_global(gpo, lo, [r, 0, 0]) * w;
+        m = m_new;
+    }
+    let inv = 1.0 / max(l, 1e-30);
+    store_global(
+        cast::<A>(o * inv),
+        view_global(out, [batch * kv_heads, group, D]),
+        [bh, 0, 0],
+    );
+}
