@@ -61,7 +61,8 @@ pub enum GpuArg<'a> {
     /// A pointer parameter the kernel writes.
     Out(&'a mut dyn KernelArgMut),
     /// Bytes for a read-only pointer parameter of the configuration's element type
-    /// (`Global<A>` with `A` a dtype parameter); checked against the views in bytes.
+    /// (`Global<A>` with `A` a dtype parameter), or any buffer's bytes for a `Global<u8>`
+    /// parameter; checked against the views in bytes.
     InBytes(&'a dyn KernelArg),
     /// Bytes for a written pointer parameter of the configuration's element type.
     OutBytes(&'a mut dyn KernelArgMut),

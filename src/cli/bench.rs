@@ -16,7 +16,7 @@ use tilus::kernels::qmatmul::tune::{
 use tilus::kernels::qmatmul::{QMatmulConfig, QMatmulError};
 use tilus::DType;
 use tilus_runtime::{
-    copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush, TuneSource,
+    copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush, L2Mode, TuneSource,
 };
 
 #[derive(Subcommand)]
@@ -127,6 +127,34 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 50)]
         runs: usize,
     },
+    /// Decode attention (one new token per sequence) over a paged or contiguous KV cache, for
+    /// each batch size and KV length, against the copy-bandwidth floor measured in the same run.
+    /// `bench/torch_attention.py` prints torch's `scaled_dot_product_attention` in the same
+    /// table.
+    Attention {
+        /// Comma-separated batch sizes.
+        #[arg(long, default_value = "1,16,64")]
+        batch: String,
+        /// Comma-separated KV lengths (tokens per sequence).
+        #[arg(long, default_value = "1024,8192,32768,131072")]
+        lens: String,
+        /// Query heads, KV heads and head dim, `Q/KV/D` (Llama-3-70B: 64/8/128).
+        #[arg(long, default_value = "64/8/128")]
+        heads: String,
+        /// Tokens per page; 0 for a contiguous cache.
+        #[arg(long, default_value_t = 32)]
+        page: usize,
+        /// Element type of queries, outputs and the cache: f16 or bf16.
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+        /// Timed runs per point (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
+        /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
+        #[arg(long, default_value = "clean")]
+        l2: String,
+    },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
         /// Rows of A and of C.
@@ -158,6 +186,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             m, n, k, points, ..
         } => vec![("--m", m), ("--n", n), ("--k", k), ("--points", points)],
         BenchCommand::Rowwise { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
     };
     if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
         return Err(format!("argument `{name}`: must be positive"));
@@ -178,6 +207,26 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         }
         BenchCommand::Rowwise { shapes, dtype, .. } => {
             parse_shapes(shapes)?;
+            parse_row_dtype(dtype).map(drop)
+        }
+        BenchCommand::Attention {
+            batch,
+            lens,
+            heads,
+            page,
+            dtype,
+            l2,
+            ..
+        } => {
+            parse_list("--batch", batch)?;
+            parse_list("--lens", lens)?;
+            parse_heads(heads)?;
+            if ![0, 16, 32, 64].contains(page) {
+                return Err(format!(
+                    "argument `--page`: {page} is not 0 (contiguous), 16, 32 or 64"
+                ));
+            }
+            parse_l2(l2)?;
             parse_row_dtype(dtype).map(drop)
         }
         _ => Ok(()),
@@ -271,6 +320,34 @@ fn sweep_shapes(list: Option<&str>, n: usize, k: usize) -> Result<Vec<(usize, us
         .collect()
 }
 
+/// A comma-separated list of positive numbers, for argument `arg`.
+fn parse_list(arg: &str, list: &str) -> Result<Vec<usize>, String> {
+    list.split(',')
+        .map(|v| match v.trim().parse::<usize>() {
+            Ok(x) if x > 0 => Ok(x),
+            _ => Err(format!("argument `{arg}`: `{v}` is not a positive number")),
+        })
+        .collect()
+}
+
+fn parse_l2(s: &str) -> Result<L2Mode, String> {
+    match s.trim() {
+        "clean" => Ok(L2Mode::Clean),
+        "dirty" => Ok(L2Mode::Dirty),
+        other => Err(format!("argument `--l2`: `{other}` is not clean or dirty")),
+    }
+}
+
+/// `Q/KV/D`: query heads, KV heads, head dim.
+fn parse_heads(s: &str) -> Result<(usize, usize, usize), String> {
+    let bad = || format!("argument `--heads`: `{s}` is not Q/KV/D (e.g. 64/8/128)");
+    let parts = parse_list("--heads", &s.replace('/', ",")).map_err(|_| bad())?;
+    match parts[..] {
+        [q, kv, d] => Ok((q, kv, d)),
+        _ => Err(bad()),
+    }
+}
+
 fn parse_ms(list: &str) -> Result<Vec<usize>, String> {
     list.split(',')
         .map(|v| match v.trim().parse::<usize>() {
@@ -331,6 +408,32 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 });
             }
             out += &table(copy_gbps, dtype, &results);
+        }
+        BenchCommand::Attention {
+            ref batch,
+            ref lens,
+            ref heads,
+            page,
+            ref dtype,
+            runs,
+            ref l2,
+        } => {
+            use tilus::kernels::attention::bench::{bench_decode, table};
+            let l2 = parse_l2(l2)?;
+            let dtype = parse_row_dtype(dtype)?;
+            let (batches, lens) = (parse_list("--batch", batch)?, parse_list("--lens", lens)?);
+            let (q, kv, d) = parse_heads(heads)?;
+            let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
+            let results = match dtype {
+                "f16" => bench_decode::<f16>(&ctx, &batches, &lens, q, kv, d, page, runs, l2)?,
+                _ => bench_decode::<half::bf16>(&ctx, &batches, &lens, q, kv, d, page, runs, l2)?,
+            };
+            let cache = if page == 0 {
+                "contiguous".to_string()
+            } else {
+                format!("paged ({page} tokens per page)")
+            };
+            out += &table(copy_gbps, dtype, &cache, l2, &results);
         }
         BenchCommand::Qmatmul {
             ref wdtype,

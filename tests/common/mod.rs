@@ -2,6 +2,7 @@
 //! test visibly (`skip`) on a machine without a usable GPU, and scratch directories.
 #![allow(dead_code)] // each target uses its own subset
 
+pub mod attention;
 pub mod math;
 pub mod skip;
 

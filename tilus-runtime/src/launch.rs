@@ -287,8 +287,11 @@ impl<'a> KernelArgs<'a> {
         self.slots.push(Slot::Mut(buffer, e));
         self
     }
+    /// The element type a buffer passed as bytes is checked as: a byte buffer takes the
+    /// parameter's type, and any buffer is bytes to a byte parameter (a kernel that reads a
+    /// cache of any element type as bytes); otherwise the buffer keeps its own type.
     fn bytes_as(have: Scalar, element: Scalar) -> Scalar {
-        if have == Scalar::U8 {
+        if have == Scalar::U8 || element == Scalar::U8 {
             element
         } else {
             have

@@ -53,7 +53,7 @@ pub mod timing;
 pub use autotune::{
     Measurement, TuneCandidate, TuneKey, TuneOutcome, TuneRecord, TuneSource, TuneStats, Tuner,
 };
-pub use bench::{copy_bandwidth, copy_time, time_runs, L2Flush, Timing};
+pub use bench::{copy_bandwidth, copy_time, time_runs, L2Flush, L2Mode, Timing};
 pub use blas::{Cublas, GemmElement};
 pub use buffer::{
     check_packed_len, packed_byte_len, DeviceBuffer, DeviceView, DeviceViewMut, PackedTensor,

@@ -172,10 +172,10 @@ impl DecodeShape {
             }
             _ => {}
         }
-        // Every extent and element count the kernels index with i32.
-        as_i32("batch", self.batch * self.q_heads)?;
-        as_i32("cache", self.cache_rows())?;
-        as_i32("cache", self.cache_len())?;
+        // Extents are i32; cache rows are addressed with 64-bit offsets, so the cache itself
+        // may pass 2^31 elements.
+        as_i32("batch", self.batch * self.q_heads * self.head_dim)?;
+        as_i32("cache", self.cache_rows() * self.kv_heads)?;
         as_i32("capacity", self.capacity())?;
         Ok(())
     }
@@ -190,11 +190,23 @@ pub struct DecodePlan {
     pub splits: usize,
 }
 
-/// Choose the split count: enough blocks for `waves` blocks per multiprocessor, but no split
-/// shorter than [`MIN_SPLIT_TOKENS`].
+/// Blocks of the main kernel resident on one multiprocessor (its registers bound it: about
+/// 200 per thread at head dim 128, 140 at 64, for 128 threads).
+fn blocks_per_sm(head_dim: usize) -> usize {
+    if head_dim == 128 {
+        2
+    } else {
+        3
+    }
+}
+
+/// Choose the split count: one wave of resident blocks over all (sequence, KV head) pairs
+/// (more blocks would leave a partial second wave), but no split shorter than
+/// [`MIN_SPLIT_TOKENS`].
 pub fn choose_splits(shape: &DecodeShape, max_seq_len: usize, multiprocessors: usize) -> usize {
     let blocks = shape.batch * shape.kv_heads;
-    let target = (3 * multiprocessors).div_ceil(blocks.max(1));
+    let resident = multiprocessors * blocks_per_sm(shape.head_dim);
+    let target = (resident / blocks.max(1)).max(1);
     let longest = max_seq_len.div_ceil(MIN_SPLIT_TOKENS).max(1);
     target.clamp(1, longest).min(1024)
 }

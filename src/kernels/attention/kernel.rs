@@ -33,10 +33,12 @@
 /// - `k_cache`, `v_cache [rows, kv_heads · D]` as bytes of `KV`;
 /// - `k_scale`, `v_scale [kv_heads, rows]` f32 (with `QUANT = 1`);
 /// - `block_table [batch, stride]` i32 (with `PAGED = 1`), `seq_lens [batch]` i32;
-/// - `out [batch · kv_heads, group, D]` (with `PART = 0`), or `part_o [batch · kv_heads ·
-///   splits, group, D]` and `part_ml [batch · kv_heads · splits, group, 2]` f32 (with
-///   `PART = 1`): the split's `Σ exp2(s - m) v`, and `m` (base-2 log-sum scale) and `l`
-///   (`Σ exp2(s - m)`).
+/// - `out [batch · kv_heads, group, D]` (with `PART = 0`), or with `PART = 1` the f32
+///   partials `part_o [batch · kv_heads, splits, group, D]`, the split's `Σ 2^(s - m) v`, and
+///   `part_ml [batch · kv_heads, group, 2, splits]`, its running maximum `m` (of the base-2
+///   scores) and `l = Σ 2^(s - m)`.
+///
+/// Cache rows are addressed with 64-bit offsets: a cache may hold more than 2^31 elements.
 #[tilus::kernel(
     lazy,
     grid = [kv_heads, batch, splits],
@@ -116,8 +118,6 @@ pub fn attention_decode<
     let t1 = min(len, t0 + per);
     let ntiles = max(0, cdiv(t1 - t0, BT));
 
-    let gk = view_global::<KV>(k_cache, [rows, kv_heads * D]);
-    let gv = view_global::<KV>(v_cache, [rows, kv_heads * D]);
     let gks = if QUANT == 1 {
         view_global(k_scale, [kv_heads, rows])
     } else {
@@ -155,12 +155,12 @@ pub fn attention_decode<
         copy_async(
             view_global::<KV>(k_cache, [end, kv_heads * D]),
             slice_shared(sk, [stage, 0, 0], [BT, D]),
-            [row, h * D],
+            [row as i64, h * D],
         );
         copy_async(
             view_global::<KV>(v_cache, [end, kv_heads * D]),
             slice_shared(sv, [stage, 0, 0], [BT, D]),
-            [row, h * D],
+            [row as i64, h * D],
         );
     };
     #[unroll]
@@ -219,15 +219,13 @@ pub fn attention_decode<
     wait_group(0);
 
     if PART == 1 {
-        let r = bh * splits + s;
-        store_global(
-            acc,
-            view_global(part_o, [batch * kv_heads * splits, group, D]),
-            [r, 0, 0],
-        );
-        let gml = view_global(part_ml, [batch * kv_heads * splits, group, 2]);
-        store_global(m, gml, [r, 0, 0]);
-        store_global(l, gml, [r, 0, 1]);
+        // Partials for the combine step: o per (sequence, KV head, split, query head), and m
+        // and l as runs over the splits per (sequence, KV head, query head).
+        let po = view_global(part_o, [batch * kv_heads, splits, group, D]);
+        store_global(acc, po, [bh, s, 0, 0]);
+        let gml = view_global(part_ml, [batch * kv_heads, group, 2 * splits]);
+        store_global(m, gml, [bh, 0, s]);
+        store_global(l, gml, [bh, 0, splits + s]);
     } else {
         let inv = 1.0 / max(l, 1e-30);
         store_global(
@@ -238,13 +236,14 @@ pub fn attention_decode<
     }
 }
 
-/// The combine step of flash decoding: for each (sequence, KV head), merges the `splits`
-/// partial outputs of [`attention_decode`] (`PART = 1`) into `out [batch · kv_heads, group, D]`:
-/// `m = max_s m_s`, `out = Σ_s 2^(m_s - m) o_s / Σ_s 2^(m_s - m) l_s`, in one pass with running
-/// rescaling. A split without tokens (`m_s = -3e38`, `l_s = 0`, `o_s = 0`) adds nothing.
+/// The combine step of flash decoding: for each (sequence, KV head, query head), merges the
+/// `splits` partial outputs of [`attention_decode`] (`PART = 1`) into `out [batch · kv_heads,
+/// group, D]`: `m = max_s m_s`, `out = Σ_s 2^(m_s - m) o_s / Σ_s 2^(m_s - m) l_s`. The four
+/// warps take every fourth split with running rescaling, then merge their four states. A split
+/// without tokens (`m_s = -3e38`, `l_s = 0`, `o_s = 0`) adds nothing.
 #[tilus::kernel(
     lazy,
-    grid = [batch * kv_heads],
+    grid = [batch * kv_heads, group],
     warps = 4,
     space(D = [64, 128]),
     dtypes(A = [f16, bf16]),
@@ -258,30 +257,34 @@ pub fn attention_combine<const D: i32, A: DTypeParam>(
     part_ml: Global<f32>,
     out: GlobalMut<A>,
 ) {
-    // 16 rows (the padded query heads) of 8 threads, each a run of D / 8 columns.
-    let lo = layout!(spatial(16, 8).local(1, D / 8));
+    // Four splits at a time, one per warp, each a row of D columns.
+    let lo = layout!(spatial(4, 32).local(1, D / 32));
     let lr = layout!(reduce(lo, [1]));
-    let [bh] = block_indices();
-    let parts = batch * kv_heads * splits;
-    let gpo = view_global(part_o, [parts, group, D]);
-    let gml = view_global(part_ml, [parts, group, 2]);
+    let [bh, g] = block_indices();
+    let gpo = view_global(part_o, [batch * kv_heads, splits, group * D]);
+    // The m (then l) of every split, as a column [splits, 1] per (sequence, KV head, query head).
+    let gml = view_global(part_ml, [batch * kv_heads * group * 2, splits, 1]);
+    let row = (bh * group + g) * 2;
     let mut m = register::<f32>(lr, -3.0e38);
     let mut l = register::<f32>(lr, 0.0);
     let mut o = register::<f32>(lo, 0.0);
-    for sp in 0..splits {
-        let r = bh * splits + sp;
-        let ms = load_global(gml, lr, [r, 0, 0], -3.0e38);
+    for s0 in (0..splits).step_by(4) {
+        let ms = load_global(gml, lr, [row, s0, 0], -3.0e38);
         let m_new = max(m, ms);
         let a = exp2(m - m_new);
         let w = exp2(ms - m_new);
-        l = l * a + load_global(gml, lr, [r, 0, 1]) * w;
-        o = o * a + load_global(gpo, lo, [r, 0, 0]) * w;
+        l = l * a + load_global(gml, lr, [row + 1, s0, 0]) * w;
+        o = o * a + load_global(gpo, lo, [bh, s0, g * D]) * w;
         m = m_new;
     }
-    let inv = 1.0 / max(l, 1e-30);
+    let mt = reduce_max(m, 0);
+    let w = exp2(m - mt);
+    let lt = sum(l * w, 0);
+    let ot = sum(o * w, 0);
+    let inv = 1.0 / max(lt, 1e-30);
     store_global(
-        cast::<A>(o * inv),
+        cast::<A>(ot * inv),
         view_global(out, [batch * kv_heads, group, D]),
-        [bh, 0, 0],
+        [bh, g, 0],
     );
 }

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Torch baseline for `tilus bench attention`: decode attention (one query token per sequence)
+with torch's `scaled_dot_product_attention` over a contiguous KV cache (torch has no paged
+SDPA), grouped-query heads through `enable_gqa`, timed the same way as the tilus table (CUDA
+events around one step, L2 flushed before each run, median) and printed in the same columns:
+time, GB/s (K, V, Q and O bytes), % of the copy-bandwidth floor measured here. Each SDPA
+backend that accepts the shape is timed; the fastest is reported with its name.
+
+Usage: python3 bench/torch_attention.py [--batch 1,16,64] [--lens 1024,8192] [--heads 64/8/128]
+                                        [--dtype f16] [--runs 20] [--l2 clean]
+"""
+import argparse
+import statistics
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def make_flush(mode):
+    """The L2 flush before each run, as `tilus bench attention --l2` does it: overwrite 256 MiB
+    (L2 is left full of dirty lines the timed kernel then writes back), and for `clean` read
+    128 MiB of it back (L2 is left full of clean lines)."""
+    buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    words = buf[: 128 << 20].view(torch.int32)
+
+    def flush():
+        buf.zero_()
+        if mode == "clean":
+            words.sum()
+
+    return flush
+
+
+def timed(fn, runs, flush):
+    for _ in range(3):
+        fn()
+    times = []
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    for _ in range(runs):
+        flush()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def copy_gbps(flush, runs):
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = timed(lambda: dst.copy_(src), runs, flush)
+    return 2 * src.numel() / us / 1e3
+
+
+BACKENDS = [
+    ("flash", SDPBackend.FLASH_ATTENTION),
+    ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+    ("cudnn", SDPBackend.CUDNN_ATTENTION),
+    ("math", SDPBackend.MATH),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", default="1,16,64")
+    ap.add_argument("--lens", default="1024,8192,32768,131072")
+    ap.add_argument("--heads", default="64/8/128")
+    ap.add_argument("--dtype", default="f16")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--l2", default="clean", choices=["clean", "dirty"])
+    args = ap.parse_args()
+    # Each backend that refuses a shape says why; the table says which one ran.
+    warnings.filterwarnings("ignore")
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    hq, hkv, d = (int(v) for v in args.heads.split("/"))
+    el = 2
+    torch.manual_seed(0)
+    flush = make_flush(args.l2)
+    gbps = copy_gbps(flush, args.runs)
+    print(f"torch {torch.__version__} SDPA decode attention, {args.dtype}, contiguous cache, "
+          f"L2 flushed {args.l2}; copy bandwidth {gbps:.0f} GB/s (1 GiB); %floor = bandwidth / that")
+    print(f"{'batch':<6} {'kv_len':>8} {'heads q/kv/d':>13} {'backend':>10} {'time us':>10} "
+          f"{'GB/s':>8} {'%floor':>7}")
+    for b in (int(v) for v in args.batch.split(",")):
+        for n in (int(v) for v in args.lens.split(",")):
+            q = torch.randn(b, hq, 1, d, dtype=dtype, device="cuda")
+            k = torch.randn(b, hkv, n, d, dtype=dtype, device="cuda")
+            v = torch.randn_like(k)
+            best = None
+            for name, backend in BACKENDS:
+                def step():
+                    with sdpa_kernel([backend]):
+                        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                try:
+                    step()
+                    torch.cuda.synchronize()
+                except RuntimeError:
+                    continue
+                us = timed(step, args.runs, flush)
+                if best is None or us < best[1]:
+                    best = (name, us)
+            nbytes = 2 * b * n * hkv * d * el + 2 * b * hq * d * el
+            if best is None:
+                print(f"{b:<6} {n:>8} {f'{hq}/{hkv}/{d}':>13} {'none':>10}")
+                continue
+            name, us = best
+            bw = nbytes / us / 1e3
+            print(f"{b:<6} {n:>8} {f'{hq}/{hkv}/{d}':>13} {name:>10} {us:>10.1f} {bw:>8.0f} "
+                  f"{100 * bw / gbps:>6.1f}%")
+            del q, k, v
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
