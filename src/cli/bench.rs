@@ -154,6 +154,9 @@ pub enum BenchCommand {
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
         l2: String,
+        /// Measure each point with several tile and schedule parameters, not only the default.
+        #[arg(long)]
+        sweep: bool,
     },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
@@ -417,16 +420,22 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             ref dtype,
             runs,
             ref l2,
+            sweep,
         } => {
-            use tilus::kernels::attention::bench::{bench_decode, table};
+            use tilus::kernels::attention::bench::{bench_decode, sweep_tunings, table};
             let l2 = parse_l2(l2)?;
             let dtype = parse_row_dtype(dtype)?;
             let (batches, lens) = (parse_list("--batch", batch)?, parse_list("--lens", lens)?);
             let (q, kv, d) = parse_heads(heads)?;
+            let tunings = if sweep { sweep_tunings(d) } else { vec![None] };
             let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
             let results = match dtype {
-                "f16" => bench_decode::<f16>(&ctx, &batches, &lens, q, kv, d, page, runs, l2)?,
-                _ => bench_decode::<half::bf16>(&ctx, &batches, &lens, q, kv, d, page, runs, l2)?,
+                "f16" => {
+                    bench_decode::<f16>(&ctx, &batches, &lens, q, kv, d, page, runs, l2, &tunings)?
+                }
+                _ => bench_decode::<half::bf16>(
+                    &ctx, &batches, &lens, q, kv, d, page, runs, l2, &tunings,
+                )?,
             };
             let cache = if page == 0 {
                 "contiguous".to_string()

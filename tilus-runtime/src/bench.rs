@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use crate::buffer::DeviceBuffer;
+use crate::context::Context;
+use crate::error::{Result, RuntimeError};
 use crate::kernel::{KernelSource, Param};
 use crate::launch::LaunchDims;
 use crate::loaded::LoadedKernel;
-use crate::context::Context;
-use crate::error::{Result, RuntimeError};
 pub use crate::timing::Timing;
 use cudarc::driver::sys::CUevent_flags;
 

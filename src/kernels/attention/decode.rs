@@ -101,10 +101,61 @@ impl DecodeShape {
     }
 }
 
-/// Tokens per tile of the decode kernel.
-const TILE: usize = 32;
 /// The fewest tokens a split is given (below that the combine step costs more than it saves).
 const MIN_SPLIT_TOKENS: usize = 256;
+
+/// The tile and schedule parameters of the decode kernel ([`DecodeTuning::default_for`] is
+/// what [`DecodeAttention::new`] uses; `tilus bench attention --sweep` measures others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeTuning {
+    /// Tokens per tile (at most the page size; 16 or 32).
+    pub tile: usize,
+    /// Warps per block: each computes the whole score tile and `head_dim / warps` output
+    /// columns.
+    pub warps: usize,
+    /// Depth of the K/V `cp.async` pipeline.
+    pub stages: usize,
+    /// Blocks resident per multiprocessor: the register limit asked of the compiler (1: none)
+    /// and the occupancy the split count is planned for.
+    pub blocks_per_sm: usize,
+    /// Waves of resident blocks the splits should fill.
+    pub waves: usize,
+}
+
+impl DecodeTuning {
+    /// Measured on the H100 (docs/perf-notes.md).
+    pub fn default_for(head_dim: usize) -> DecodeTuning {
+        DecodeTuning {
+            tile: 32,
+            warps: 4,
+            stages: 3,
+            blocks_per_sm: if head_dim == 128 { 2 } else { 3 },
+            waves: 1,
+        }
+    }
+
+    fn validate(&self, head_dim: usize) -> Result<(), KernelError> {
+        if ![16, 32].contains(&self.tile) {
+            return Err(bad("tile", format!("{} is not 16 or 32", self.tile)));
+        }
+        if ![1, 2, 4, 8].contains(&self.warps) || head_dim / 8 % self.warps != 0 {
+            return Err(bad(
+                "warps",
+                format!("{} does not divide head_dim / 8 (1, 2, 4 or 8)", self.warps),
+            ));
+        }
+        if !(2..=8).contains(&self.stages) {
+            return Err(bad("stages", format!("{} is not in 2..=8", self.stages)));
+        }
+        if !(1..=8).contains(&self.blocks_per_sm) || self.waves == 0 || self.waves > 8 {
+            return Err(bad(
+                "blocks_per_sm",
+                "blocks_per_sm and waves must lie in 1..=8",
+            ));
+        }
+        Ok(())
+    }
+}
 
 fn bad(arg: &str, message: impl std::fmt::Display) -> KernelError {
     KernelError::BadArgument {
@@ -190,30 +241,31 @@ pub struct DecodePlan {
     pub splits: usize,
 }
 
-/// Blocks of the main kernel resident on one multiprocessor (its registers bound it: about
-/// 200 per thread at head dim 128, 140 at 64, for 128 threads).
-fn blocks_per_sm(head_dim: usize) -> usize {
-    if head_dim == 128 {
-        2
-    } else {
-        3
-    }
-}
-
-/// Choose the split count: one wave of resident blocks over all (sequence, KV head) pairs
-/// (more blocks would leave a partial second wave), but no split shorter than
+/// Choose the split count: `waves` waves of resident blocks over all (sequence, KV head)
+/// pairs (a partial last wave leaves multiprocessors idle), but no split shorter than
 /// [`MIN_SPLIT_TOKENS`].
-pub fn choose_splits(shape: &DecodeShape, max_seq_len: usize, multiprocessors: usize) -> usize {
+pub fn choose_splits(
+    shape: &DecodeShape,
+    tuning: &DecodeTuning,
+    max_seq_len: usize,
+    multiprocessors: usize,
+) -> usize {
     let blocks = shape.batch * shape.kv_heads;
-    let resident = multiprocessors * blocks_per_sm(shape.head_dim);
+    let resident = multiprocessors * tuning.blocks_per_sm.max(1) * tuning.waves.max(1);
     let target = (resident / blocks.max(1)).max(1);
     let longest = max_seq_len.div_ceil(MIN_SPLIT_TOKENS).max(1);
     target.clamp(1, longest).min(1024)
 }
 
 /// The plan for `shape` with `splits` splits of each sequence.
-pub fn plan(shape: &DecodeShape, dtype: DType, splits: usize) -> Result<DecodePlan, KernelError> {
+pub fn plan(
+    shape: &DecodeShape,
+    tuning: &DecodeTuning,
+    dtype: DType,
+    splits: usize,
+) -> Result<DecodePlan, KernelError> {
     shape.validate()?;
+    tuning.validate(shape.head_dim)?;
     if dtype != DType::F16 && dtype != DType::BF16 {
         return Err(bad("dtype", format!("{dtype} is not f16 or bf16")));
     }
@@ -224,17 +276,19 @@ pub fn plan(shape: &DecodeShape, dtype: DType, splits: usize) -> Result<DecodePl
         "splits",
         splits * shape.batch * shape.q_heads * shape.head_dim,
     )?;
+    let tile = tuning.tile as i32;
     let (paged, page) = match shape.cache {
-        CacheLayout::Contiguous { .. } => (0, TILE as i32),
+        CacheLayout::Contiguous { .. } => (0, tile),
         CacheLayout::Paged { page_size, .. } => (1, page_size as i32),
     };
     let d = shape.head_dim as i32;
     let main = attention_decode::Config {
         D: d,
         // A tile never straddles a page.
-        BT: (TILE as i32).min(page),
-        NW: 4,
-        STAGES: 3,
+        BT: tile.min(page),
+        NW: tuning.warps as i32,
+        STAGES: tuning.stages as i32,
+        OCC: tuning.blocks_per_sm as i32,
         PAGED: paged,
         P: page,
         PART: i32::from(splits > 1),
@@ -258,6 +312,7 @@ pub struct DecodeAttention {
     scale: f32,
     window: usize,
     max_seq_len: usize,
+    tuning: DecodeTuning,
     /// Per multiprocessor count: the GPU plan.
     plans: Mutex<Option<(usize, DecodePlan)>>,
     /// The split-KV partial outputs and statistics, kept between runs.
@@ -285,6 +340,7 @@ impl DecodeAttention {
             None => 0,
         };
         Ok(DecodeAttention {
+            tuning: DecodeTuning::default_for(shape.head_dim),
             shape,
             scale,
             window,
@@ -298,6 +354,18 @@ impl DecodeAttention {
         &self.shape
     }
 
+    /// Use `tuning` instead of [`DecodeTuning::default_for`] (checked here).
+    pub fn with_tuning(mut self, tuning: DecodeTuning) -> Result<DecodeAttention, KernelError> {
+        tuning.validate(self.shape.head_dim)?;
+        self.tuning = tuning;
+        self.plans = Mutex::new(None);
+        Ok(self)
+    }
+
+    pub fn tuning(&self) -> &DecodeTuning {
+        &self.tuning
+    }
+
     /// The plan used on a GPU with `multiprocessors` multiprocessors.
     pub fn plan_for<T: Activation>(
         &self,
@@ -309,8 +377,8 @@ impl DecodeAttention {
                 return Ok(p.clone());
             }
         }
-        let splits = choose_splits(&self.shape, self.max_seq_len, multiprocessors);
-        let p = plan(&self.shape, T::DTYPE, splits)?;
+        let splits = choose_splits(&self.shape, &self.tuning, self.max_seq_len, multiprocessors);
+        let p = plan(&self.shape, &self.tuning, T::DTYPE, splits)?;
         *cached = Some((multiprocessors, p.clone()));
         Ok(p)
     }
@@ -487,7 +555,7 @@ impl DecodeAttention {
             seq_lens.len(),
             out.len(),
         )?;
-        let plan = plan(&self.shape, T::DTYPE, splits)?;
+        let plan = plan(&self.shape, &self.tuning, T::DTYPE, splits)?;
         let s = &self.shape;
         let sc = self.scalars(splits);
         let i = |k: usize| match sc[k] {

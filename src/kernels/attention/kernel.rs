@@ -17,7 +17,8 @@
 /// Flash-decoding attention for one (sequence, KV head, split).
 ///
 /// Tile parameters: head dim `D`; `BT` tokens per tile; `NW` warps; `STAGES` of the K/V
-/// pipeline; `PAGED` (1: the cache is pages of `P` tokens found through `block_table`; 0:
+/// pipeline; `OCC`, the blocks per multiprocessor the registers are limited for (1: no limit);
+/// `PAGED` (1: the cache is pages of `P` tokens found through `block_table`; 0:
 /// contiguous, sequence `b` at rows `b · stride ..`); `PART` (1: write the unnormalized partial
 /// output and its softmax statistics for the combine step; 0: one split, write `out`).
 /// Data types: `A` of queries and outputs, `KV` of the cache (`A` itself, or a quantized type
@@ -43,11 +44,13 @@
     lazy,
     grid = [kv_heads, batch, splits],
     warps = NW,
+    blocks_per_sm = OCC,
     space(
         D = [64, 128],
         BT = [32],
         NW = [4],
         STAGES = [3],
+        OCC = [1],
         PAGED = [0, 1],
         P = [32],
         PART = [0, 1],
@@ -61,6 +64,7 @@ pub fn attention_decode<
     const BT: i32,
     const NW: i32,
     const STAGES: i32,
+    const OCC: i32,
     const PAGED: i32,
     const P: i32,
     const PART: i32,
