@@ -138,7 +138,7 @@ impl DecodeTuning {
         if ![16, 32].contains(&self.tile) {
             return Err(bad("tile", format!("{} is not 16 or 32", self.tile)));
         }
-        if ![1, 2, 4, 8].contains(&self.warps) || head_dim / 8 % self.warps != 0 {
+        if ![1, 2, 4, 8].contains(&self.warps) || !(head_dim / 8).is_multiple_of(self.warps) {
             return Err(bad(
                 "warps",
                 format!("{} does not divide head_dim / 8 (1, 2, 4 or 8)", self.warps),
