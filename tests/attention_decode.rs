@@ -10,23 +10,24 @@ mod common;
 use common::attention::{compare, make, Case, U_BF16, U_F16};
 use half::{bf16, f16};
 use tilus::element::Activation;
-use tilus::kernels::attention::decode::{CacheLayout, DecodeAttention, DecodeShape};
+use tilus::kernels::attention::decode::{
+    CacheLayout, DecodeAttention, DecodeShape, KvCache, KvFormat,
+};
+use tilus::DType;
 
 /// Run `case` on the interpreter with `splits` splits and compare with the f64 reference.
 fn check<T: Activation>(case: &Case<T>, scale: f32, window: Option<usize>, splits: usize, u: f64) {
     let s = &case.shape;
     let attn = DecodeAttention::new(s.clone(), scale, window, 1 << 20).unwrap();
     let mut out = vec![T::from_f32(f32::NAN); s.q_len()];
-    attn.run_cpu(
-        splits,
-        &case.q,
-        &case.k,
-        &case.v,
-        case.table.as_deref(),
-        &case.lens,
-        &mut out,
-    )
-    .unwrap();
+    let cache = KvCache {
+        k: &case.k[..],
+        v: &case.v[..],
+        meta: case.meta.as_ref().map(|(k, v)| (&k[..], &v[..])),
+        block_table: case.table.as_deref(),
+        seq_lens: &case.lens[..],
+    };
+    attn.run_cpu(splits, &case.q, &cache, &mut out).unwrap();
     compare(case, scale, window, &out, u, &format!("splits={splits}"));
 }
 
@@ -38,6 +39,7 @@ fn contiguous_cache_with_and_without_splits() {
         kv_heads: 2,
         head_dim: 64,
         cache: CacheLayout::Contiguous { max_len: 80 },
+        kv: KvFormat::Activation,
     };
     let case = make::<f16>(shape, &[1, 17, 70]);
     for splits in [1, 3] {
@@ -57,6 +59,7 @@ fn paged_cache_scrambled_pages_head_dim_128() {
             page_size: 16,
             max_pages: 5,
         },
+        kv: KvFormat::Activation,
     };
     let case = make::<f16>(shape, &[33, 80]);
     check(&case, 0.09, None, 2, U_F16);
@@ -74,6 +77,7 @@ fn bf16_sliding_window_and_an_empty_sequence() {
             page_size: 32,
             max_pages: 3,
         },
+        kv: KvFormat::Activation,
     };
     let case = make::<bf16>(shape, &[70, 0, 5]);
     for (window, splits) in [(None, 1), (Some(20), 1), (Some(45), 2)] {
@@ -89,6 +93,7 @@ fn bad_arguments_are_named() {
         kv_heads: 2,
         head_dim: 64,
         cache: CacheLayout::Contiguous { max_len: 16 },
+        kv: KvFormat::Activation,
     };
     let err = |shape: DecodeShape| {
         DecodeAttention::new(shape, 1.0, None, 16)
@@ -133,20 +138,105 @@ fn bad_arguments_are_named() {
     let q = vec![f16::ONE; ok.q_len()];
     let kv = vec![f16::ONE; ok.cache_len()];
     let mut out = vec![f16::ZERO; ok.q_len()];
-    let e = attn
-        .run_cpu(1, &q[1..], &kv, &kv, None, &[4], &mut out)
-        .unwrap_err();
-    assert!(e.to_string().contains("q:"), "{e}");
-    let e = attn
-        .run_cpu(1, &q, &kv, &kv[2..], None, &[4], &mut out)
-        .unwrap_err();
-    assert!(e.to_string().contains("v_cache"), "{e}");
-    let e = attn
-        .run_cpu(1, &q, &kv, &kv, Some(&[0]), &[4], &mut out)
-        .unwrap_err();
-    assert!(e.to_string().contains("block_table"), "{e}");
-    let e = attn
-        .run_cpu(1, &q, &kv, &kv, None, &[], &mut out)
-        .unwrap_err();
-    assert!(e.to_string().contains("seq_lens"), "{e}");
+    let run = |q: &[f16], k: &[f16], v: &[f16], table: Option<&[i32]>, lens: &[i32]| {
+        let cache = KvCache {
+            k,
+            v,
+            meta: None,
+            block_table: table,
+            seq_lens: lens,
+        };
+        attn.run_cpu(1, q, &cache, &mut out.clone())
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(run(&q[1..], &kv, &kv, None, &[4]).contains("q:"));
+    assert!(run(&q, &kv, &kv[2..], None, &[4]).contains("v_cache"));
+    assert!(run(&q, &kv, &kv, Some(&[0]), &[4]).contains("block_table"));
+    assert!(run(&q, &kv, &kv, None, &[]).contains("seq_lens"));
+    let meta = [0.0f32; 64];
+    let with_meta = KvCache {
+        k: &kv[..],
+        v: &kv[..],
+        meta: Some((&meta[..], &meta[..])),
+        block_table: None,
+        seq_lens: &[4][..],
+    };
+    let e = attn.run_cpu(1, &q, &with_meta, &mut out).unwrap_err();
+    assert!(e.to_string().contains("meta"), "{e}");
+    // A quantized cache needs its scales, and a code type.
+    let quant = DecodeShape {
+        kv: KvFormat::Quantized(DType::Int(8)),
+        ..ok.clone()
+    };
+    let attn = DecodeAttention::new(quant.clone(), 1.0, None, 16).unwrap();
+    let codes = vec![0u8; quant.cache_bytes(DType::F16)];
+    let no_meta = KvCache {
+        k: &codes[..],
+        v: &codes[..],
+        meta: None,
+        block_table: None,
+        seq_lens: &[4][..],
+    };
+    let e = attn.run_cpu(1, &q, &no_meta, &mut out).unwrap_err();
+    assert!(e.to_string().contains("k_meta"), "{e}");
+    let e = DecodeAttention::new(
+        DecodeShape {
+            kv: KvFormat::Quantized(DType::F16),
+            ..ok
+        },
+        1.0,
+        None,
+        16,
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("kv"), "{e}");
+}
+
+/// Quantized caches: int8, fp8 (e4m3) and 4-bit codes with a scale (and for unsigned codes a
+/// zero point) per token and head, dequantized in the kernel; paged and contiguous, with splits.
+#[test]
+fn quantized_caches_match_f64() {
+    for (dtype, cache) in [
+        (
+            DType::Int(8),
+            CacheLayout::Paged {
+                pages: 10,
+                page_size: 16,
+                max_pages: 5,
+            },
+        ),
+        (DType::F8E4M3, CacheLayout::Contiguous { max_len: 70 }),
+        (
+            DType::UInt(4),
+            CacheLayout::Paged {
+                pages: 10,
+                page_size: 32,
+                max_pages: 3,
+            },
+        ),
+    ] {
+        let shape = DecodeShape {
+            batch: 2,
+            q_heads: 4,
+            kv_heads: 1,
+            head_dim: 64,
+            cache,
+            kv: KvFormat::Quantized(dtype),
+        };
+        let case = make::<f16>(shape, &[1, 66]);
+        for splits in [1, 2] {
+            check(&case, 0.125, None, splits, U_F16);
+        }
+    }
+    let shape = DecodeShape {
+        batch: 1,
+        q_heads: 8,
+        kv_heads: 2,
+        head_dim: 128,
+        cache: CacheLayout::Contiguous { max_len: 40 },
+        kv: KvFormat::Quantized(DType::UInt(4)),
+    };
+    check(&make::<bf16>(shape, &[40]), 0.09, None, 1, U_BF16);
 }

@@ -2,7 +2,8 @@
 //! output poisoned (NaN) before the launch and unwritten cache slots holding NaN: ragged
 //! lengths in one batch (1, 17, 1000, 4097: one sequence much longer than the others, tiles and
 //! pages cut short), contiguous caches and paged ones of 16, 32 and 64 tokens with scrambled
-//! block tables, GQA 8:1 and 1:1, head dims 64 and 128, f16 and bf16, sliding windows, and the
+//! block tables, GQA 8:1 and 1:1, head dims 64 and 128, f16 and bf16, sliding windows, caches
+//! of the activation type and quantized (int8, fp8 e4m3, 4-bit with zero points), and the
 //! split count the GPU picks (several splits per long sequence, then the combine step).
 //!
 //! Skips with a printed reason when this machine cannot run CUDA (`TILUS_REQUIRE_GPU=1` fails).
@@ -13,8 +14,11 @@ use common::attention::{compare, make, Case, U_BF16, U_F16};
 use half::{bf16, f16};
 use std::sync::Arc;
 use tilus::element::Activation;
-use tilus::kernels::attention::decode::{CacheLayout, DecodeAttention, DecodeShape};
+use tilus::kernels::attention::decode::{
+    CacheLayout, DecodeAttention, DecodeShape, KvCache, KvFormat,
+};
 use tilus::runtime::{Context, DeviceBuffer};
+use tilus::DType;
 
 fn context(test: &str) -> Option<Arc<Context>> {
     common::gpu_context(test, Context::builder(0))
@@ -34,14 +38,26 @@ fn run_gpu<T: Activation>(
     let q = DeviceBuffer::from_host(ctx, &case.q).unwrap();
     let k = DeviceBuffer::from_host(ctx, &case.k).unwrap();
     let v = DeviceBuffer::from_host(ctx, &case.v).unwrap();
+    let meta = case.meta.as_ref().map(|(k, v)| {
+        (
+            DeviceBuffer::from_host(ctx, k).unwrap(),
+            DeviceBuffer::from_host(ctx, v).unwrap(),
+        )
+    });
     let table = case
         .table
         .as_ref()
         .map(|t| DeviceBuffer::from_host(ctx, t).unwrap());
     let lens = DeviceBuffer::from_host(ctx, &case.lens).unwrap();
     let mut out = DeviceBuffer::from_host(ctx, &vec![T::from_f32(f32::NAN); s.q_len()]).unwrap();
-    attn.run(ctx, &q, &k, &v, table.as_ref(), &lens, &mut out)
-        .unwrap();
+    let cache = KvCache {
+        k: &k,
+        v: &v,
+        meta: meta.as_ref().map(|(a, b)| (a, b)),
+        block_table: table.as_ref(),
+        seq_lens: &lens,
+    };
+    attn.run(ctx, &q, &cache, &mut out).unwrap();
     let splits = attn
         .plan_for::<T>(ctx.device().multiprocessors as usize)
         .unwrap()
@@ -56,6 +72,14 @@ fn shape(q_heads: usize, kv_heads: usize, head_dim: usize, cache: CacheLayout) -
         kv_heads,
         head_dim,
         cache,
+        kv: KvFormat::Activation,
+    }
+}
+
+fn quantized(s: DecodeShape, dtype: DType) -> DecodeShape {
+    DecodeShape {
+        kv: KvFormat::Quantized(dtype),
+        ..s
     }
 }
 
@@ -81,6 +105,19 @@ fn check_all<T: Activation>(test: &str, u: f64) {
         (
             shape(16, 2, 64, CacheLayout::Contiguous { max_len: 4097 }),
             Some(1500),
+        ),
+        (quantized(shape(16, 2, 128, paged(32)), DType::Int(8)), None),
+        (quantized(shape(16, 2, 128, paged(16)), DType::F8E4M3), None),
+        (
+            quantized(shape(16, 2, 128, paged(64)), DType::UInt(4)),
+            Some(700),
+        ),
+        (
+            quantized(
+                shape(8, 1, 64, CacheLayout::Contiguous { max_len: 4097 }),
+                DType::UInt(4),
+            ),
+            None,
         ),
     ];
     for (s, window) in cases {

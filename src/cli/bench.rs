@@ -157,6 +157,10 @@ pub enum BenchCommand {
         /// Measure each point with several tile and schedule parameters, not only the default.
         #[arg(long)]
         sweep: bool,
+        /// The cache's format: `act` (the activation type) or a code type with a scale and
+        /// zero point per token and head (`i8`, `f8e4m3`, `u4`, ...).
+        #[arg(long, default_value = "act")]
+        kv: String,
     },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
@@ -219,6 +223,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             page,
             dtype,
             l2,
+            kv,
             ..
         } => {
             parse_list("--batch", batch)?;
@@ -230,6 +235,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
                 ));
             }
             parse_l2(l2)?;
+            parse_kv(kv)?;
             parse_row_dtype(dtype).map(drop)
         }
         _ => Ok(()),
@@ -333,6 +339,23 @@ fn parse_list(arg: &str, list: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
+fn parse_kv(s: &str) -> Result<tilus::kernels::attention::kv::KvFormat, String> {
+    use tilus::kernels::attention::kv::KvFormat;
+    if s.trim() == "act" {
+        return Ok(KvFormat::Activation);
+    }
+    let t: DType = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("argument `--kv`: {e}"))?;
+    if t.bits() > 8 || matches!(t, DType::F16 | DType::BF16 | DType::F32) {
+        return Err(format!(
+            "argument `--kv`: {t} is not `act` or a code type of 8 bits or fewer"
+        ));
+    }
+    Ok(KvFormat::Quantized(t))
+}
+
 fn parse_l2(s: &str) -> Result<L2Mode, String> {
     match s.trim() {
         "clean" => Ok(L2Mode::Clean),
@@ -421,26 +444,35 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             runs,
             ref l2,
             sweep,
+            ref kv,
         } => {
-            use tilus::kernels::attention::bench::{bench_decode, sweep_tunings, table};
-            let l2 = parse_l2(l2)?;
+            use tilus::kernels::attention::bench::{
+                bench_decode, sweep_tunings, table, DecodeBenchSpec,
+            };
+            let (q, kvh, d) = parse_heads(heads)?;
+            let spec = DecodeBenchSpec {
+                batches: parse_list("--batch", batch)?,
+                kv_lens: parse_list("--lens", lens)?,
+                q_heads: q,
+                kv_heads: kvh,
+                head_dim: d,
+                page_size: page,
+                kv: parse_kv(kv)?,
+                runs,
+                l2: parse_l2(l2)?,
+                tunings: if sweep { sweep_tunings(d) } else { vec![None] },
+            };
             let dtype = parse_row_dtype(dtype)?;
-            let (batches, lens) = (parse_list("--batch", batch)?, parse_list("--lens", lens)?);
-            let (q, kv, d) = parse_heads(heads)?;
-            let tunings = if sweep { sweep_tunings(d) } else { vec![None] };
             let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
             let results = match dtype {
-                "f16" => {
-                    bench_decode::<f16>(&ctx, &batches, &lens, q, kv, d, page, runs, l2, &tunings)?
-                }
-                _ => bench_decode::<half::bf16>(
-                    &ctx, &batches, &lens, q, kv, d, page, runs, l2, &tunings,
-                )?,
+                "f16" => bench_decode::<f16>(&ctx, &spec)?,
+                _ => bench_decode::<half::bf16>(&ctx, &spec)?,
             };
+            let l2 = spec.l2;
             let cache = if page == 0 {
-                "contiguous".to_string()
+                "contiguous cache".to_string()
             } else {
-                format!("paged ({page} tokens per page)")
+                format!("paged cache ({page} tokens per page)")
             };
             out += &table(copy_gbps, dtype, &cache, l2, &results);
         }

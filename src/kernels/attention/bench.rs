@@ -4,7 +4,7 @@
 //! table is counted too) and the copy bandwidth. `bench/torch_attention.py` measures torch's
 //! `scaled_dot_product_attention` the same way and prints the same table.
 
-use super::decode::{CacheLayout, DecodeAttention, DecodeShape, DecodeTuning};
+use super::decode::{CacheLayout, DecodeAttention, DecodeShape, DecodeTuning, KvCache, KvFormat};
 use crate::element::Activation;
 use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, L2Mode, Timing};
 
@@ -25,21 +25,26 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// A device buffer of `len` random values in `[-1, 1)`: a random chunk made on the host, copied
-/// over the buffer on the device (caches of tens of GB are filled in milliseconds).
-fn random<T: Activation>(ctx: &Context, len: usize, seed: u64) -> Result<DeviceBuffer<T>, String> {
+/// A device buffer of `len` values made by `gen` from a seeded LCG word: a random chunk made on
+/// the host, copied over the buffer on the device (caches of tens of GB fill in milliseconds).
+fn random_with<E: tilus_runtime::Element + Copy>(
+    ctx: &Context,
+    len: usize,
+    seed: u64,
+    gen: impl Fn(u64) -> E,
+) -> Result<DeviceBuffer<E>, String> {
     let chunk_len = len.clamp(1, 1 << 22);
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let host: Vec<T> = (0..chunk_len)
+    let host: Vec<E> = (0..chunk_len)
         .map(|_| {
             s = s
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+            gen(s >> 40)
         })
         .collect();
     let chunk = DeviceBuffer::from_host(ctx, &host).map_err(err)?;
-    let mut buf = DeviceBuffer::<T>::zeros(ctx, len).map_err(err)?;
+    let mut buf = DeviceBuffer::<E>::zeros(ctx, len).map_err(err)?;
     let stream = ctx.stream().clone();
     let mut at = 0;
     while at < len {
@@ -53,35 +58,51 @@ fn random<T: Activation>(ctx: &Context, len: usize, seed: u64) -> Result<DeviceB
     Ok(buf)
 }
 
-/// Time decode steps of `batch` sequences of `kv_len` tokens each, `q_heads` / `kv_heads`
-/// heads of `head_dim`, for each batch size and length: `runs` timed steps after 3 warm-ups,
-/// each after an L2 flush leaving L2 as `l2` says. `page_size` 0 is a contiguous cache. Each
-/// point is measured with each of `tunings` (`None`: the default).
-#[allow(clippy::too_many_arguments)]
+/// Values in `[-1, 1)`.
+fn random<T: Activation>(ctx: &Context, len: usize, seed: u64) -> Result<DeviceBuffer<T>, String> {
+    random_with(ctx, len, seed, |w| {
+        T::from_f32((w as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+    })
+}
+
+/// What `tilus bench attention` measures.
+#[derive(Clone, Debug)]
+pub struct DecodeBenchSpec {
+    pub batches: Vec<usize>,
+    pub kv_lens: Vec<usize>,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Tokens per page; 0 for a contiguous cache.
+    pub page_size: usize,
+    pub kv: KvFormat,
+    /// Timed runs per point (after 3 warm-ups), each after an L2 flush leaving L2 as `l2` says.
+    pub runs: usize,
+    pub l2: L2Mode,
+    /// Each point is measured with each of these (`None`: the default).
+    pub tunings: Vec<Option<DecodeTuning>>,
+}
+
+/// Time decode steps of `batch` sequences of `kv_len` tokens each, for each batch size and
+/// length of `spec`, over a cache of random values (quantized caches: random codes of small
+/// magnitude and random scales).
 pub fn bench_decode<T: Activation>(
     ctx: &Context,
-    batches: &[usize],
-    kv_lens: &[usize],
-    q_heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    page_size: usize,
-    runs: usize,
-    l2: L2Mode,
-    tunings: &[Option<DecodeTuning>],
+    spec: &DecodeBenchSpec,
 ) -> Result<Vec<DecodeBench>, String> {
     let el = std::mem::size_of::<T>();
-    let mut flush = L2Flush::with_mode(ctx, l2).map_err(err)?;
+    let mut flush = L2Flush::with_mode(ctx, spec.l2).map_err(err)?;
     let mut out = Vec::new();
-    for &batch in batches {
-        for &kv_len in kv_lens {
-            let cache = if page_size == 0 {
+    let (q_heads, kv_heads, head_dim) = (spec.q_heads, spec.kv_heads, spec.head_dim);
+    for &batch in &spec.batches {
+        for &kv_len in &spec.kv_lens {
+            let cache = if spec.page_size == 0 {
                 CacheLayout::Contiguous { max_len: kv_len }
             } else {
-                let max_pages = kv_len.div_ceil(page_size);
+                let max_pages = kv_len.div_ceil(spec.page_size);
                 CacheLayout::Paged {
                     pages: batch * max_pages,
-                    page_size,
+                    page_size: spec.page_size,
                     max_pages,
                 }
             };
@@ -91,11 +112,31 @@ pub fn bench_decode<T: Activation>(
                 kv_heads,
                 head_dim,
                 cache,
+                kv: spec.kv,
             };
             let scale = 1.0 / (head_dim as f32).sqrt();
             let q = random::<T>(ctx, shape.q_len(), 1)?;
-            let k = random::<T>(ctx, shape.cache_len(), 2)?;
-            let v = random::<T>(ctx, shape.cache_len(), 3)?;
+            let cache_bytes = shape.cache_bytes(T::DTYPE);
+            // Codes of small magnitude (no NaN codes in any 8-bit format); scales near 0.02.
+            let (k, v) = (
+                random_with(ctx, cache_bytes, 2, |w| (w & 0x3f) as u8)?,
+                random_with(ctx, cache_bytes, 3, |w| (w & 0x3f) as u8)?,
+            );
+            let meta = match spec.kv {
+                KvFormat::Quantized(_) => Some((
+                    random_with(ctx, shape.meta_len(), 4, |w| 0.01 + (w % 97) as f32 * 1e-4)?,
+                    random_with(ctx, shape.meta_len(), 5, |w| 0.01 + (w % 89) as f32 * 1e-4)?,
+                )),
+                KvFormat::Activation => None,
+            };
+            // An activation-type cache: random values (not the bytes above).
+            let (kt, vt) = match spec.kv {
+                KvFormat::Activation => (
+                    Some(random::<T>(ctx, shape.cache_len(), 2)?),
+                    Some(random::<T>(ctx, shape.cache_len(), 3)?),
+                ),
+                KvFormat::Quantized(_) => (None, None),
+            };
             // Pages in order: sequence b owns pages b · max_pages ..
             let table = match cache {
                 CacheLayout::Paged { max_pages, .. } => Some(
@@ -109,16 +150,37 @@ pub fn bench_decode<T: Activation>(
             };
             let lens = DeviceBuffer::from_host(ctx, &vec![kv_len as i32; batch]).map_err(err)?;
             let mut o = DeviceBuffer::<T>::zeros(ctx, shape.q_len()).map_err(err)?;
-            for tuning in tunings {
+            for tuning in &spec.tunings {
                 let mut attn =
                     DecodeAttention::new(shape.clone(), scale, None, kv_len).map_err(err)?;
                 if let Some(t) = tuning {
                     attn = attn.with_tuning(*t).map_err(err)?;
                 }
-                let mut step = || attn.run(ctx, &q, &k, &v, table.as_ref(), &lens, &mut o);
+                let mut step = || match (&kt, &vt) {
+                    (Some(kt), Some(vt)) => {
+                        let c = KvCache {
+                            k: kt,
+                            v: vt,
+                            meta: None,
+                            block_table: table.as_ref(),
+                            seq_lens: &lens,
+                        };
+                        attn.run(ctx, &q, &c, &mut o)
+                    }
+                    _ => {
+                        let c = KvCache {
+                            k: &k,
+                            v: &v,
+                            meta: meta.as_ref().map(|(a, b)| (a, b)),
+                            block_table: table.as_ref(),
+                            seq_lens: &lens,
+                        };
+                        attn.run(ctx, &q, &c, &mut o)
+                    }
+                };
                 step().map_err(err)?;
                 let mut failure = None;
-                let timing = time_runs(ctx, 3, runs, Some(&mut flush), || {
+                let timing = time_runs(ctx, 3, spec.runs, Some(&mut flush), || {
                     if let Err(e) = step() {
                         failure = Some(e);
                     }
@@ -132,11 +194,16 @@ pub fn bench_decode<T: Activation>(
                     .plan_for::<T>(ctx.device().multiprocessors as usize)
                     .map_err(err)?
                     .splits;
-                let kv_bytes = 2 * batch * kv_len * kv_heads * head_dim * el;
                 let table_bytes = match cache {
                     CacheLayout::Paged { page_size, .. } => batch * kv_len.div_ceil(page_size) * 4,
                     CacheLayout::Contiguous { .. } => 0,
                 };
+                // K and V (codes and their scales), Q and O, the block table and lengths.
+                let per_token = (2 * kv_heads * head_dim * spec.kv.bits(T::DTYPE)).div_ceil(8)
+                    + match spec.kv {
+                        KvFormat::Quantized(_) => 2 * kv_heads * 8,
+                        KvFormat::Activation => 0,
+                    };
                 out.push(DecodeBench {
                     batch,
                     kv_len,
@@ -144,7 +211,10 @@ pub fn bench_decode<T: Activation>(
                     tuning: *attn.tuning(),
                     splits,
                     timing,
-                    bytes: kv_bytes + 2 * batch * q_heads * head_dim * el + table_bytes + batch * 4,
+                    bytes: batch * kv_len * per_token
+                        + 2 * batch * q_heads * head_dim * el
+                        + table_bytes
+                        + batch * 4,
                 });
             }
         }
@@ -160,12 +230,16 @@ pub fn table(
     l2: L2Mode,
     results: &[DecodeBench],
 ) -> String {
+    let kv = match results.first().map(|r| r.shape.kv) {
+        Some(KvFormat::Quantized(t)) => format!("{t} KV cache (+ f32 scale, zero per token)"),
+        _ => format!("{dtype} KV cache"),
+    };
     let l2 = match l2 {
         L2Mode::Clean => "clean",
         L2Mode::Dirty => "dirty",
     };
     let mut s = format!(
-        "tilus decode attention, {dtype}, {cache} cache, L2 flushed {l2}; copy bandwidth \
+        "tilus decode attention, {dtype}, {kv}, {cache}, L2 flushed {l2}; copy bandwidth \
          {copy_gbps:.0} GB/s (1 GiB); %floor = bandwidth / that\n\
          {:<6} {:>8} {:>13} {:>16} {:>7} {:>10} {:>8} {:>7}\n",
         "batch",

@@ -10,7 +10,9 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use tilus::kernels::attention::decode::{CacheLayout, DecodeAttention, DecodeShape};
+//! use tilus::kernels::attention::decode::{
+//!     CacheLayout, DecodeAttention, DecodeShape, KvCache, KvFormat,
+//! };
 //! use tilus::runtime::{half::f16, Context, DeviceBuffer};
 //! let ctx = Context::new(0)?;
 //! let shape = DecodeShape {
@@ -19,6 +21,7 @@
 //!     kv_heads: 2,
 //!     head_dim: 128,
 //!     cache: CacheLayout::Paged { pages: 64, page_size: 32, max_pages: 32 },
+//!     kv: KvFormat::Activation,
 //! };
 //! let attn = DecodeAttention::new(shape.clone(), 0.125, None, 1024)?;
 //! let q = DeviceBuffer::<f16>::zeros(&ctx, shape.q_len())?;
@@ -27,18 +30,20 @@
 //! let table = DeviceBuffer::<i32>::zeros(&ctx, 2 * 32)?;
 //! let lens = DeviceBuffer::from_host(&ctx, &[1000i32, 17])?;
 //! let mut out = DeviceBuffer::<f16>::zeros(&ctx, shape.q_len())?;
-//! attn.run(&ctx, &q, &k, &v, Some(&table), &lens, &mut out)?;
+//! let cache = KvCache { k: &k, v: &v, meta: None, block_table: Some(&table), seq_lens: &lens };
+//! attn.run(&ctx, &q, &cache, &mut out)?;
 //! # Ok(()) }
 //! ```
 
 use std::sync::Mutex;
 
 use super::kernel::{attention_combine, attention_decode};
+pub use super::kv::KvFormat;
 use crate::element::Activation;
 use crate::gpu::GpuArg;
 use crate::macro_support::KernelError;
 use tilus_core::DType;
-use tilus_runtime::{Context, DeviceBuffer, KernelArg, KernelArgMut};
+use tilus_runtime::{Context, DeviceBuffer, HostElement, KernelArg, KernelArgMut};
 
 /// Where the keys and values of a sequence live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +70,7 @@ pub struct DecodeShape {
     /// 64 or 128.
     pub head_dim: usize,
     pub cache: CacheLayout,
+    pub kv: KvFormat,
 }
 
 impl DecodeShape {
@@ -86,6 +92,16 @@ impl DecodeShape {
     /// Elements of each of the K and V caches.
     pub fn cache_len(&self) -> usize {
         self.cache_rows() * self.kv_heads * self.head_dim
+    }
+
+    /// Bytes of each of the K and V caches, with `activation` the activation type.
+    pub fn cache_bytes(&self, activation: DType) -> usize {
+        (self.cache_len() * self.kv.bits(activation)).div_ceil(8)
+    }
+
+    /// Elements of each of `k_meta` and `v_meta` (quantized caches): `[kv_heads, rows, 2]`.
+    pub fn meta_len(&self) -> usize {
+        self.kv_heads * self.cache_rows() * 2
     }
 
     /// The most tokens one sequence can hold.
@@ -223,6 +239,17 @@ impl DecodeShape {
             }
             _ => {}
         }
+        if let KvFormat::Quantized(t) = self.kv {
+            let whole = (self.head_dim * t.bits() as usize).is_multiple_of(8);
+            if t.bits() > 8 || matches!(t, DType::F16 | DType::BF16 | DType::F32) || !whole {
+                return Err(bad(
+                    "kv",
+                    format!(
+                        "{t} is not a cache code type (an integer or float of 8 bits or fewer)"
+                    ),
+                ));
+            }
+        }
         // Extents are i32; cache rows are addressed with 64-bit offsets, so the cache itself
         // may pass 2^31 elements.
         as_i32("batch", self.batch * self.q_heads * self.head_dim)?;
@@ -292,9 +319,12 @@ pub fn plan(
         PAGED: paged,
         P: page,
         PART: i32::from(splits > 1),
-        QUANT: 0,
+        QUANT: i32::from(shape.kv != KvFormat::Activation),
         A: dtype,
-        KV: dtype,
+        KV: match shape.kv {
+            KvFormat::Activation => DType::Int(8),
+            KvFormat::Quantized(t) => t,
+        },
     };
     let combine = (splits > 1).then_some(attention_combine::Config { D: d, A: dtype });
     Ok(DecodePlan {
@@ -383,34 +413,67 @@ impl DecodeAttention {
         Ok(p)
     }
 
+    /// Check every buffer of a run against the shape, naming the one at fault. `k` and `v`
+    /// are in bytes; `activation` is the activation type, `cache` the cache's element type.
+    #[allow(clippy::too_many_arguments)]
     fn check_lengths(
         &self,
+        activation: DType,
+        cache: DType,
         q: usize,
         k: usize,
         v: usize,
+        meta: Option<(usize, usize)>,
         table: Option<usize>,
         lens: usize,
         out: usize,
     ) -> Result<(), KernelError> {
         let s = &self.shape;
-        let want = |arg: &str, have: usize, need: usize| {
+        let want = |arg: &str, have: usize, need: usize, unit: &str| {
             if have < need {
                 Err(bad(
                     arg,
-                    format!("holds {have} elements, the shape needs {need}"),
+                    format!("holds {have} {unit}, the shape needs {need}"),
                 ))
             } else {
                 Ok(())
             }
         };
-        want("q", q, s.q_len())?;
-        want("k_cache", k, s.cache_len())?;
-        want("v_cache", v, s.cache_len())?;
-        want("seq_lens", lens, s.batch)?;
-        want("out", out, s.q_len())?;
+        want("q", q, s.q_len(), "elements")?;
+        if s.kv == KvFormat::Activation && cache != activation && cache != DType::UInt(8) {
+            return Err(bad(
+                "k_cache",
+                format!(
+                    "a cache of the activation type holds {activation} (or its bytes), not {cache}"
+                ),
+            ));
+        }
+        want("k_cache", k, s.cache_bytes(activation), "bytes")?;
+        want("v_cache", v, s.cache_bytes(activation), "bytes")?;
+        want("seq_lens", lens, s.batch, "elements")?;
+        want("out", out, s.q_len(), "elements")?;
+        match (s.kv, meta) {
+            (KvFormat::Quantized(_), Some((km, vm))) => {
+                want("k_meta", km, s.meta_len(), "elements")?;
+                want("v_meta", vm, s.meta_len(), "elements")?;
+            }
+            (KvFormat::Quantized(t), None) => {
+                return Err(bad(
+                    "meta",
+                    format!("a {t} cache needs its scales and zero points (k_meta, v_meta)"),
+                ))
+            }
+            (KvFormat::Activation, Some(_)) => {
+                return Err(bad(
+                    "meta",
+                    "a cache of the activation type has no scales (pass None)",
+                ))
+            }
+            (KvFormat::Activation, None) => {}
+        }
         match (s.cache, table) {
             (CacheLayout::Paged { max_pages, .. }, Some(t)) => {
-                want("block_table", t, s.batch * max_pages)
+                want("block_table", t, s.batch * max_pages, "elements")
             }
             (CacheLayout::Paged { .. }, None) => {
                 Err(bad("block_table", "a paged cache needs a block table"))
@@ -442,29 +505,28 @@ impl DecodeAttention {
         ]
     }
 
-    /// Run on `ctx`'s stream. `q` and `out` are `[batch, q_heads, head_dim]`, the caches as
-    /// [`CacheLayout`] says, `seq_lens` `[batch]` (each at most the cache's capacity; a length
-    /// of 0 gives zeros), `block_table` `[batch, max_pages]` for a paged cache. Lengths are
-    /// checked before anything is launched; page indices and sequence lengths on the device
-    /// are only ever used to read inside the cache (a bad one reads zeros, never out of
-    /// bounds). Returns when the work is queued.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run<T: Activation>(
+    /// Run on `ctx`'s stream. `q` and `out` are `[batch, q_heads, head_dim]`; `cache` as
+    /// [`CacheLayout`] and [`KvFormat`] say, with `seq_lens` `[batch]` (each at most the cache's
+    /// capacity; a length of 0 gives zeros). Lengths are checked before anything is launched;
+    /// page indices and sequence lengths on the device are only ever used to read inside the
+    /// cache (a bad one reads zeros, never out of bounds). Returns when the work is queued.
+    pub fn run<T: Activation, C: HostElement>(
         &self,
         ctx: &Context,
         q: &DeviceBuffer<T>,
-        k_cache: &DeviceBuffer<T>,
-        v_cache: &DeviceBuffer<T>,
-        block_table: Option<&DeviceBuffer<i32>>,
-        seq_lens: &DeviceBuffer<i32>,
+        cache: &KvCache<'_, DeviceBuffer<C>, DeviceBuffer<f32>, DeviceBuffer<i32>>,
         out: &mut DeviceBuffer<T>,
     ) -> Result<(), KernelError> {
+        let bytes = std::mem::size_of::<C>();
         self.check_lengths(
+            T::DTYPE,
+            C::DTYPE,
             q.len(),
-            k_cache.len(),
-            v_cache.len(),
-            block_table.map(|t| t.len()),
-            seq_lens.len(),
+            cache.k.len() * bytes,
+            cache.v.len() * bytes,
+            cache.meta.map(|(k, v)| (k.len(), v.len())),
+            cache.block_table.map(|t| t.len()),
+            cache.seq_lens.len(),
             out.len(),
         )?;
         let sms = ctx.device().multiprocessors as usize;
@@ -489,18 +551,22 @@ impl DecodeAttention {
             attention_decode::instance(&plan.main)?.kernel(attention_decode::NAME, &plan.main)?;
         let mut args: Vec<GpuArg> = self.scalars(plan.splits).iter().map(|a| a.arg()).collect();
         // Parameters a configuration does not use get a buffer of the right type, unread.
-        let table: &dyn KernelArg = match block_table {
+        let (k_meta, v_meta): (&dyn KernelArg, &dyn KernelArg) = match cache.meta {
+            Some((k, v)) => (k, v),
+            None => (&*unused, &*unused),
+        };
+        let table: &dyn KernelArg = match cache.block_table {
             Some(t) => t,
-            None => seq_lens,
+            None => cache.seq_lens,
         };
         args.extend([
             GpuArg::InBytes(q),
-            GpuArg::InBytes(k_cache),
-            GpuArg::InBytes(v_cache),
-            GpuArg::In(&*unused),
-            GpuArg::In(&*unused),
+            GpuArg::InBytes(cache.k),
+            GpuArg::InBytes(cache.v),
+            GpuArg::In(k_meta),
+            GpuArg::In(v_meta),
             GpuArg::In(table),
-            GpuArg::In(seq_lens),
+            GpuArg::In(cache.seq_lens),
         ]);
         if plan.combine.is_none() {
             let (po, pm): (&mut dyn KernelArgMut, &mut dyn KernelArgMut) = (part_o, part_ml);
@@ -536,23 +602,22 @@ impl DecodeAttention {
 
     /// [`run`](Self::run) on the CPU interpreter, with `splits` splits (the GPU picks its own
     /// from the multiprocessor count; any split count computes the same attention).
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_cpu<T: Activation>(
+    pub fn run_cpu<T: Activation, C: HostElement>(
         &self,
         splits: usize,
         q: &[T],
-        k_cache: &[T],
-        v_cache: &[T],
-        block_table: Option<&[i32]>,
-        seq_lens: &[i32],
+        cache: &KvCache<'_, [C], [f32], [i32]>,
         out: &mut [T],
     ) -> Result<(), KernelError> {
         self.check_lengths(
+            T::DTYPE,
+            C::DTYPE,
             q.len(),
-            k_cache.len(),
-            v_cache.len(),
-            block_table.map(|t| t.len()),
-            seq_lens.len(),
+            std::mem::size_of_val(cache.k),
+            std::mem::size_of_val(cache.v),
+            cache.meta.map(|(k, v)| (k.len(), v.len())),
+            cache.block_table.map(|t| t.len()),
+            cache.seq_lens.len(),
             out.len(),
         )?;
         let plan = plan(&self.shape, &self.tuning, T::DTYPE, splits)?;
@@ -569,10 +634,11 @@ impl DecodeAttention {
         let parts = splits * s.batch * s.q_heads;
         let mut part_o = vec![f32::NAN; (parts * s.head_dim).max(1)];
         let mut part_ml = vec![f32::NAN; (parts * 2).max(1)];
-        let (qb, kb, vb) = (T::to_bytes(q), T::to_bytes(k_cache), T::to_bytes(v_cache));
+        let (qb, kb, vb) = (T::to_bytes(q), C::to_bytes(cache.k), C::to_bytes(cache.v));
         let mut ob = T::to_bytes(out);
         let none = [0.0f32];
-        let table = block_table.unwrap_or(seq_lens);
+        let (k_meta, v_meta) = cache.meta.unwrap_or((&none, &none));
+        let table = cache.block_table.unwrap_or(cache.seq_lens);
         attention_decode::interpret(
             &plan.main,
             i(0),
@@ -586,10 +652,10 @@ impl DecodeAttention {
             &qb,
             &kb,
             &vb,
-            &none,
-            &none,
+            k_meta,
+            v_meta,
             table,
-            seq_lens,
+            cache.seq_lens,
             &mut ob,
             &mut part_o,
             &mut part_ml,
@@ -600,6 +666,21 @@ impl DecodeAttention {
         T::copy_from_bytes(&ob, out);
         Ok(())
     }
+}
+
+/// The KV cache of a run: device buffers for [`DecodeAttention::run`], host slices for
+/// [`DecodeAttention::run_cpu`].
+pub struct KvCache<'a, K: ?Sized, M: ?Sized, I: ?Sized> {
+    /// Keys: `[rows, kv_heads, head_dim]` of the activation type, or packed codes (bytes).
+    pub k: &'a K,
+    /// Values, like `k`.
+    pub v: &'a K,
+    /// With a quantized cache: `k_meta`, `v_meta`, `(scale, zero)` f32 `[kv_heads, rows, 2]`.
+    pub meta: Option<(&'a M, &'a M)>,
+    /// With a paged cache: `[batch, max_pages]` page indices.
+    pub block_table: Option<&'a I>,
+    /// `[batch]` tokens per sequence.
+    pub seq_lens: &'a I,
 }
 
 /// The device buffers a [`DecodeAttention`] keeps between runs.

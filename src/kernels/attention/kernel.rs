@@ -21,8 +21,9 @@
 /// `PAGED` (1: the cache is pages of `P` tokens found through `block_table`; 0:
 /// contiguous, sequence `b` at rows `b · stride ..`); `PART` (1: write the unnormalized partial
 /// output and its softmax statistics for the combine step; 0: one split, write `out`).
-/// Data types: `A` of queries and outputs, `KV` of the cache (`A` itself, or a quantized type
-/// whose per-token scales come in `k_scale`/`v_scale` when `QUANT = 1`).
+/// Data types: `A` of queries, outputs and (with `QUANT = 0`) the cache; with `QUANT = 1` the
+/// cache holds codes of `KV` (`i8`, `f8e4m3`, `u4`, ...) standing for `(code - zero) · scale`
+/// with a scale and zero point per token and KV head.
 ///
 /// Parameters:
 /// - `kv_heads`, `group` (query heads per KV head), `splits` (blocks along the sequence);
@@ -31,8 +32,9 @@
 /// - `scale_log2`: the softmax scale times `log2(e)`; `window`: attend only the last `window`
 ///   tokens (0: all);
 /// - `q [batch · kv_heads, group, D]` (the query heads of KV head `h` are `h · group ..`);
-/// - `k_cache`, `v_cache [rows, kv_heads · D]` as bytes of `KV`;
-/// - `k_scale`, `v_scale [kv_heads, rows]` f32 (with `QUANT = 1`);
+/// - `k_cache`, `v_cache [rows, kv_heads · D]` of `A`, or with `QUANT = 1` of `KV` codes, packed;
+/// - `k_meta`, `v_meta [kv_heads, rows, 2]` f32 (with `QUANT = 1`): `(scale, zero)` per token
+///   and KV head;
 /// - `block_table [batch, stride]` i32 (with `PAGED = 1`), `seq_lens [batch]` i32;
 /// - `out [batch · kv_heads, group, D]` (with `PART = 0`), or with `PART = 1` the f32
 ///   partials `part_o [batch · kv_heads, splits, group, D]`, the split's `Σ 2^(s - m) v`, and
@@ -54,9 +56,9 @@
         PAGED = [0, 1],
         P = [32],
         PART = [0, 1],
-        QUANT = [0],
+        QUANT = [0, 1],
     ),
-    dtypes(A = [f16, bf16], KV = [f16]),
+    dtypes(A = [f16, bf16], KV = [i8, u4, f8e4m3]),
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_decode<
@@ -83,8 +85,8 @@ pub fn attention_decode<
     q: Global<A>,
     k_cache: Global<u8>,
     v_cache: Global<u8>,
-    k_scale: Global<f32>,
-    v_scale: Global<f32>,
+    k_meta: Global<f32>,
+    v_meta: Global<f32>,
     block_table: Global<i32>,
     seq_lens: Global<i32>,
     out: GlobalMut<A>,
@@ -106,8 +108,6 @@ pub fn attention_decode<
     let lp = layout!(replicated(NW).local(1, BT / 16).mma_a);
     let lv = layout!(spatial(1, NW).local(BT / 16, D / (8 * NW)).mma_b);
     let lo = layout!(spatial(1, NW).local(1, D / (8 * NW)).mma_c);
-    // Per-token vectors [1, BT] (scales) broadcast over the score rows.
-    let lt = layout!(reduce(ls, [0]));
 
     let [h, b, s] = block_indices();
     let bh = b * kv_heads + h;
@@ -122,16 +122,6 @@ pub fn attention_decode<
     let t1 = min(len, t0 + per);
     let ntiles = max(0, cdiv(t1 - t0, BT));
 
-    let gks = if QUANT == 1 {
-        view_global(k_scale, [kv_heads, rows])
-    } else {
-        ()
-    };
-    let gvs = if QUANT == 1 {
-        view_global(v_scale, [kv_heads, rows])
-    } else {
-        ()
-    };
     let gbt = if PAGED == 1 {
         view_global(block_table, [batch, stride])
     } else {
@@ -148,24 +138,48 @@ pub fn attention_decode<
     };
 
     let sw = if D == 128 { 4 } else { 3 };
-    let sk = shared::<KV>([STAGES, BT, D], swizzle(3, 3, sw));
-    let sv = shared::<KV>([STAGES, BT, D], swizzle(3, 3, sw));
+    // Bytes of one token's head in the cache (codes are packed: 4-bit codes take D / 2).
+    let cb = D * KV::BITS / 8;
+    // The K and V tiles as they arrive: the activation type, or codes as bytes.
+    let sk = if QUANT == 0 {
+        shared::<A>([STAGES, BT, D], swizzle(3, 3, sw))
+    } else {
+        shared::<u8>([STAGES, BT, cb])
+    };
+    let sv = if QUANT == 0 {
+        shared::<A>([STAGES, BT, D], swizzle(3, 3, sw))
+    } else {
+        shared::<u8>([STAGES, BT, cb])
+    };
     // Cache rows past the sequence read as zero (a view ending at the last valid row), so the
     // values of unwritten cache slots never reach P·V; a page index past the cache reads zeros.
     let issue = |tile: i32, stage: i32| {
         let t = t0 + tile * BT;
         let row = row_of(t);
         let end = min(rows, row + min(BT, len - t));
-        copy_async(
-            view_global::<KV>(k_cache, [end, kv_heads * D]),
-            slice_shared(sk, [stage, 0, 0], [BT, D]),
-            [row as i64, h * D],
-        );
-        copy_async(
-            view_global::<KV>(v_cache, [end, kv_heads * D]),
-            slice_shared(sv, [stage, 0, 0], [BT, D]),
-            [row as i64, h * D],
-        );
+        if QUANT == 0 {
+            copy_async(
+                view_global::<A>(k_cache, [end, kv_heads * D]),
+                slice_shared(sk, [stage, 0, 0], [BT, D]),
+                [row as i64, h * D],
+            );
+            copy_async(
+                view_global::<A>(v_cache, [end, kv_heads * D]),
+                slice_shared(sv, [stage, 0, 0], [BT, D]),
+                [row as i64, h * D],
+            );
+        } else {
+            copy_async(
+                view_global(k_cache, [end, kv_heads * cb]),
+                slice_shared(sk, [stage, 0, 0], [BT, cb]),
+                [row as i64, h * cb],
+            );
+            copy_async(
+                view_global(v_cache, [end, kv_heads * cb]),
+                slice_shared(sv, [stage, 0, 0], [BT, cb]),
+                [row as i64, h * cb],
+            );
+        }
     };
     #[unroll]
     for st in 0..STAGES - 1 {
@@ -174,6 +188,33 @@ pub fn attention_decode<
         }
         commit_group();
     }
+
+    // Quantized caches: each tile is dequantized, `(code - zero) · scale` per token, into one
+    // stage of `A` in shared memory, from which the mma operands load as for an `A` cache.
+    // Each thread converts runs of `vec` codes (16 bytes, or fewer for small tiles).
+    let vec = min(128 / KV::BITS, BT * D / (32 * NW));
+    let rpt = BT * D / (vec * 32 * NW);
+    let lcodes = layout!(local(rpt, 1).spatial(BT / rpt, D / vec).local(1, vec));
+    let lbytes = layout!(local(rpt, 1)
+        .spatial(BT / rpt, D / vec)
+        .local(1, vec * KV::BITS / 8));
+    let lmeta = layout!(reduce(lcodes, [1]));
+    let skd = if QUANT == 1 {
+        shared::<A>([BT, D], swizzle(3, 3, sw))
+    } else {
+        ()
+    };
+    let svd = if QUANT == 1 {
+        shared::<A>([BT, D], swizzle(3, 3, sw))
+    } else {
+        ()
+    };
+    let dequant = |codes: Tensor, meta: Tensor, row: i32, out: Tensor| {
+        let x = cast::<f32>(view::<KV>(codes, lcodes));
+        let scale = load_global(meta, lmeta, [h, row, 0]);
+        let zero = load_global(meta, lmeta, [h, row, 1]);
+        store_shared(cast::<A>((x - zero) * scale), out, [0, 0]);
+    };
 
     let gq = view_global(q, [batch * kv_heads, group, D]);
     let rq = load_global(gq, lq, [bh, 0, 0]);
@@ -186,21 +227,33 @@ pub fn attention_decode<
         sync();
         let stage = tile % STAGES;
         let t = t0 + tile * BT;
-        let rk = load_shared(slice_shared(sk, [stage, 0, 0], [BT, D]), lk, [0, 0]);
-        let rv = load_shared(slice_shared(sv, [stage, 0, 0], [BT, D]), lv, [0, 0]);
+        // The K and V operands of this tile, in shared memory as `A`.
+        let (ks, vs) = if QUANT == 1 {
+            let row = row_of(t);
+            // Scales of rows past the sequence read as zero, like their codes (an unwritten
+            // slot's scale may be anything, NaN included).
+            let end = min(rows, row + min(BT, len - t));
+            let kc = load_shared(slice_shared(sk, [stage, 0, 0], [BT, cb]), lbytes, [0, 0]);
+            let vc = load_shared(slice_shared(sv, [stage, 0, 0], [BT, cb]), lbytes, [0, 0]);
+            dequant(kc, view_global(k_meta, [kv_heads, end, 2]), row, skd);
+            dequant(vc, view_global(v_meta, [kv_heads, end, 2]), row, svd);
+            sync();
+            (skd, svd)
+        } else {
+            (
+                slice_shared(sk, [stage, 0, 0], [BT, D]),
+                slice_shared(sv, [stage, 0, 0], [BT, D]),
+            )
+        };
+        let rk = load_shared(ks, lk, [0, 0]);
+        let rv = load_shared(vs, lv, [0, 0]);
         let next = tile + (STAGES - 1);
         if next < ntiles {
             issue(next, next % STAGES);
         }
         commit_group();
-        let kt = view::<A>(cast::<A>(rk), lkt);
+        let kt = view::<A>(rk, lkt);
         let scores = dot(rq, kt, register::<f32>(ls, 0.0)) * scale_log2;
-        let scores = if QUANT == 1 {
-            let row = row_of(t);
-            scores * load_global(gks, lt, [h, row])
-        } else {
-            scores
-        };
         // Tokens outside [first, len) do not take part.
         let tok = arange(ls, 1, t);
         let valid = (tok >= first) & (tok < len);
@@ -210,14 +263,8 @@ pub fn attention_decode<
         let alpha = exp2(m - m_new);
         l = l * alpha + sum(p, 1);
         acc = acc * alpha;
-        let p = if QUANT == 1 {
-            let row = row_of(t);
-            p * load_global(gvs, lt, [h, row])
-        } else {
-            p
-        };
         let pa = view::<A>(cast::<A>(p), lp);
-        acc = dot(pa, cast::<A>(rv), acc);
+        acc = dot(pa, rv, acc);
         m = m_new;
     }
     wait_group(0);

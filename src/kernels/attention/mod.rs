@@ -9,3 +9,4 @@
 pub mod bench;
 pub mod decode;
 pub mod kernel;
+pub mod kv;

@@ -740,21 +740,28 @@ impl Translator<'_, '_> {
     }
 
     /// A block used as a value, `{ stmts; tail }`: the statements in a scope of their own, then
-    /// the tail expression translated with `dest`.
+    /// the tail expression (a value or a tuple of values) translated with `dest`; a block
+    /// without a tail is `()`, as in Rust.
     fn block_value(
         &mut self,
         b: &mut ProgramBuilder,
         blk: &syn::Block,
         dest: DestHint,
     ) -> R<Value> {
-        let Some((syn::Stmt::Expr(tail, None), body)) = blk.stmts.split_last() else {
-            return Err(self.err(blk, "a block used as a value must end in an expression"));
+        let (body, tail) = match blk.stmts.split_last() {
+            Some((syn::Stmt::Expr(tail, None), body)) => (body, Some(tail)),
+            _ => (&blk.stmts[..], None),
         };
         self.scopes.push(Vec::new());
         for s in body {
             self.stmt(b, s);
         }
-        let v = self.value(b, tail, dest);
+        // The tail may be a tuple, as a helper's may (`let (k, v) = if C { .. } else { .. };`).
+        let v = match tail {
+            Some(e @ SynExpr::Tuple(t)) if !t.elems.is_empty() => self.helper_result(b, e, dest),
+            Some(tail) => self.value(b, tail, dest),
+            None => Ok(Value::Unit),
+        };
         self.scopes.pop();
         v
     }

@@ -327,7 +327,12 @@ impl Translator<'_, '_> {
     }
 
     /// The tail expression of a helper: a value, or a tuple of values.
-    fn helper_result(&mut self, b: &mut ProgramBuilder, e: &SynExpr, dest: DestHint) -> R<Value> {
+    pub(super) fn helper_result(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        dest: DestHint,
+    ) -> R<Value> {
         match e {
             SynExpr::Tuple(t) => {
                 let mut items = Vec::new();
