@@ -220,7 +220,7 @@ fn quantized_caches_match_f64() {
         let shape = DecodeShape {
             batch: 2,
             q_heads: 4,
-            kv_heads: 1,
+            kv_heads: 2,
             head_dim: 64,
             cache,
             kv: KvFormat::Quantized(dtype),

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::attention::{compare, make, Case, U_BF16, U_F16};
+use common::attention::{compare, make, random_f32, Case, U_BF16, U_F16};
 use half::{bf16, f16};
 use std::sync::Arc;
 use tilus::element::Activation;
@@ -146,4 +146,148 @@ fn decode_attention_f16_matches_f64() {
 #[test]
 fn decode_attention_bf16_matches_f64() {
     check_all::<bf16>("decode_attention_bf16_matches_f64", U_BF16);
+}
+
+/// Build caches on the GPU with `append_kv` (one call per step of 1..3 tokens, slots through
+/// a scrambled block table, a padding slot of -1 in every call), check the bytes and scales bit
+/// for bit against the host quantizer, then decode over them against the f64 reference.
+fn append_then_decode<T: Activation>(test: &str, kv: KvFormat, u: f64) {
+    use tilus::kernels::attention::append::append_kv;
+    use tilus::kernels::attention::kv::quantize_cache;
+    let Some(ctx) = context(test) else { return };
+    let s = DecodeShape {
+        batch: 2,
+        q_heads: 8,
+        kv_heads: 2,
+        head_dim: 128,
+        cache: CacheLayout::Paged {
+            pages: 12,
+            page_size: 16,
+            max_pages: 6,
+        },
+        kv,
+    };
+    let lens = [37i32, 90];
+    let table: Vec<i32> = vec![3, 7, 1, 0, 11, 5, 2, 9, 4, 10, 6, 8];
+    let row = s.kv_heads * s.head_dim;
+    // Every row's values on the host (rows nobody appends to stay zero on both sides).
+    let mut xk = vec![0.0f32; s.cache_rows() * row];
+    let mut xv = vec![0.0f32; s.cache_rows() * row];
+    let bytes = s.cache_bytes(T::DTYPE);
+    let mut k = DeviceBuffer::<u8>::zeros(&ctx, bytes).unwrap();
+    let mut v = DeviceBuffer::<u8>::zeros(&ctx, bytes).unwrap();
+    let mut km = DeviceBuffer::<f32>::zeros(&ctx, s.meta_len()).unwrap();
+    let mut vm = DeviceBuffer::<f32>::zeros(&ctx, s.meta_len()).unwrap();
+    let quantized = kv != KvFormat::Activation;
+    let slot = |b: usize, t: usize| table[b * 6 + t / 16] * 16 + (t % 16) as i32;
+    let mut pos = [0usize; 2];
+    let mut step = 0;
+    while pos[0] < 37 || pos[1] < 90 {
+        // Tokens of this step: up to 1 + step % 3 per sequence, then a padding token.
+        let mut slots = Vec::new();
+        let mut vals_k = Vec::new();
+        let mut vals_v = Vec::new();
+        for b in 0..2 {
+            for _ in 0..1 + step % 3 {
+                if pos[b] < lens[b] as usize {
+                    let sl = slot(b, pos[b]) as usize;
+                    let (nk, nv) = (random_f32(row, 2.0), random_f32(row, 2.0));
+                    // What the cache will hold, as the activation type rounds it.
+                    let r = |x: &[f32]| -> Vec<f32> {
+                        x.iter().map(|&v| T::from_f32(v).to_f32()).collect()
+                    };
+                    xk[sl * row..(sl + 1) * row].copy_from_slice(&r(&nk));
+                    xv[sl * row..(sl + 1) * row].copy_from_slice(&r(&nv));
+                    slots.push(sl as i32);
+                    vals_k.extend(nk);
+                    vals_v.extend(nv);
+                    pos[b] += 1;
+                }
+            }
+        }
+        slots.push(-1);
+        vals_k.extend(random_f32(row, 2.0));
+        vals_v.extend(random_f32(row, 2.0));
+        let to_t = |x: &[f32]| -> Vec<T> { x.iter().map(|&v| T::from_f32(v)).collect() };
+        let nk = DeviceBuffer::from_host(&ctx, &to_t(&vals_k)).unwrap();
+        let nv = DeviceBuffer::from_host(&ctx, &to_t(&vals_v)).unwrap();
+        let sl = DeviceBuffer::from_host(&ctx, &slots).unwrap();
+        let meta = quantized.then_some((&mut km, &mut vm));
+        append_kv(&ctx, &s, &nk, &nv, &sl, &mut k, &mut v, meta).unwrap();
+        step += 1;
+    }
+    let (kb, vb) = (k.to_host().unwrap(), v.to_host().unwrap());
+    // The host's version of the same cache.
+    let (want_k, want_v, k_vals, v_vals, meta) = match kv {
+        KvFormat::Activation => {
+            let b = |x: &[f32]| T::to_bytes(&x.iter().map(|&v| T::from_f32(v)).collect::<Vec<_>>());
+            let f = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<_>>();
+            (b(&xk), b(&xv), f(&xk), f(&xv), None)
+        }
+        KvFormat::Quantized(t) => {
+            let (qk, qv) = (
+                quantize_cache(t, s.kv_heads, s.head_dim, &xk),
+                quantize_cache(t, s.kv_heads, s.head_dim, &xv),
+            );
+            let (gkm, gvm) = (km.to_host().unwrap(), vm.to_host().unwrap());
+            let used = |i: usize| {
+                xk[(i / 2 % s.cache_rows()) * row..][..row]
+                    .iter()
+                    .any(|&x| x != 0.0)
+            };
+            for (i, (g, w)) in gkm.iter().zip(&qk.meta).enumerate() {
+                if used(i) {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{test}: k_meta[{i}]");
+                }
+            }
+            for (i, (g, w)) in gvm.iter().zip(&qv.meta).enumerate() {
+                if used(i) {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{test}: v_meta[{i}]");
+                }
+            }
+            let kvals = qk.values(t, s.kv_heads, s.head_dim);
+            let vvals = qv.values(t, s.kv_heads, s.head_dim);
+            (qk.codes, qv.codes, kvals, vvals, Some((gkm, gvm)))
+        }
+    };
+    for r in 0..s.cache_rows() {
+        let n = bytes / s.cache_rows();
+        assert_eq!(
+            &kb[r * n..(r + 1) * n],
+            &want_k[r * n..(r + 1) * n],
+            "{test}: k row {r}"
+        );
+        assert_eq!(
+            &vb[r * n..(r + 1) * n],
+            &want_v[r * n..(r + 1) * n],
+            "{test}: v row {r}"
+        );
+    }
+    // Decode over the appended cache.
+    let case = Case::<T> {
+        shape: s.clone(),
+        q: random_f32(s.q_len(), 1.0)
+            .iter()
+            .map(|&x| T::from_f32(x))
+            .collect(),
+        k: kb,
+        v: vb,
+        meta,
+        k_vals,
+        v_vals,
+        table: Some(table),
+        lens: lens.to_vec(),
+    };
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let (out, _) = run_gpu(&ctx, &case, scale, None, 90);
+    compare(&case, scale, None, &out, u, test);
+}
+
+#[test]
+fn append_then_decode_matches_the_host() {
+    let t = "append_then_decode_matches_the_host";
+    append_then_decode::<f16>(t, KvFormat::Activation, U_F16);
+    append_then_decode::<f16>(t, KvFormat::Quantized(DType::Int(8)), U_F16);
+    append_then_decode::<bf16>(t, KvFormat::Quantized(DType::UInt(4)), U_BF16);
+    append_then_decode::<f16>(t, KvFormat::Quantized(DType::F8E4M3), U_F16);
 }

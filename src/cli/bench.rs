@@ -446,9 +446,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             sweep,
             ref kv,
         } => {
-            use tilus::kernels::attention::bench::{
-                bench_decode, sweep_tunings, table, DecodeBenchSpec,
-            };
+            use tilus::kernels::attention::bench::{bench_decode, table, DecodeBenchSpec};
             let (q, kvh, d) = parse_heads(heads)?;
             let spec = DecodeBenchSpec {
                 batches: parse_list("--batch", batch)?,
@@ -460,7 +458,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 kv: parse_kv(kv)?,
                 runs,
                 l2: parse_l2(l2)?,
-                tunings: if sweep { sweep_tunings(d) } else { vec![None] },
+                sweep,
             };
             let dtype = parse_row_dtype(dtype)?;
             let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;

@@ -79,8 +79,8 @@ pub struct DecodeBenchSpec {
     /// Timed runs per point (after 3 warm-ups), each after an L2 flush leaving L2 as `l2` says.
     pub runs: usize,
     pub l2: L2Mode,
-    /// Each point is measured with each of these (`None`: the default).
-    pub tunings: Vec<Option<DecodeTuning>>,
+    /// Measure each point with each of [`sweep_tunings`], not only the default.
+    pub sweep: bool,
 }
 
 /// Time decode steps of `batch` sequences of `kv_len` tokens each, for each batch size and
@@ -150,7 +150,12 @@ pub fn bench_decode<T: Activation>(
             };
             let lens = DeviceBuffer::from_host(ctx, &vec![kv_len as i32; batch]).map_err(err)?;
             let mut o = DeviceBuffer::<T>::zeros(ctx, shape.q_len()).map_err(err)?;
-            for tuning in &spec.tunings {
+            let tunings = if spec.sweep {
+                sweep_tunings(&shape)
+            } else {
+                vec![None]
+            };
+            for tuning in &tunings {
                 let mut attn =
                     DecodeAttention::new(shape.clone(), scale, None, kv_len).map_err(err)?;
                 if let Some(t) = tuning {
@@ -277,10 +282,10 @@ pub fn table(
     s
 }
 
-/// The tunings `tilus bench attention --sweep` measures for head dim `head_dim`: the default,
-/// deeper pipelines, fewer warps per block (more blocks resident), shorter tiles, two waves.
-pub fn sweep_tunings(head_dim: usize) -> Vec<Option<DecodeTuning>> {
-    let d = DecodeTuning::default_for(head_dim);
+/// The tunings `tilus bench attention --sweep` measures for `shape`: the default, deeper
+/// pipelines, fewer warps per block (more blocks resident), shorter tiles, two waves.
+pub fn sweep_tunings(shape: &DecodeShape) -> Vec<Option<DecodeTuning>> {
+    let d = DecodeTuning::default_for(shape);
     let mut v = vec![None];
     for t in [
         DecodeTuning { stages: 4, ..d },
@@ -314,6 +319,21 @@ pub fn sweep_tunings(head_dim: usize) -> Vec<Option<DecodeTuning>> {
             ..d
         },
         DecodeTuning { waves: 2, ..d },
+        DecodeTuning {
+            warps: 1,
+            blocks_per_sm: 6,
+            ..d
+        },
+        DecodeTuning {
+            warps: 2,
+            blocks_per_sm: 5,
+            ..d
+        },
+        DecodeTuning {
+            warps: 4,
+            blocks_per_sm: 2,
+            ..d
+        },
     ] {
         v.push(Some(t));
     }

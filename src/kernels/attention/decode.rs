@@ -139,13 +139,21 @@ pub struct DecodeTuning {
 }
 
 impl DecodeTuning {
-    /// Measured on the H100 (docs/perf-notes.md).
-    pub fn default_for(head_dim: usize) -> DecodeTuning {
+    /// Measured on the H100 (docs/perf-notes.md): for a cache of the activation type, four
+    /// warps and two blocks per multiprocessor; for a quantized cache, whose tiles are
+    /// dequantized in shared memory and arrive twice as fast, two warps (half the redundant
+    /// score work) and four blocks.
+    pub fn default_for(shape: &DecodeShape) -> DecodeTuning {
+        let quantized = shape.kv != KvFormat::Activation;
         DecodeTuning {
             tile: 32,
-            warps: 4,
+            warps: if quantized { 2 } else { 4 },
             stages: 3,
-            blocks_per_sm: if head_dim == 128 { 2 } else { 3 },
+            blocks_per_sm: match (quantized, shape.head_dim) {
+                (true, _) => 4,
+                (false, 128) => 2,
+                (false, _) => 3,
+            },
             waves: 1,
         }
     }
@@ -370,7 +378,7 @@ impl DecodeAttention {
             None => 0,
         };
         Ok(DecodeAttention {
-            tuning: DecodeTuning::default_for(shape.head_dim),
+            tuning: DecodeTuning::default_for(&shape),
             shape,
             scale,
             window,

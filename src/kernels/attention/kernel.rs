@@ -151,6 +151,17 @@ pub fn attention_decode<
     } else {
         shared::<u8>([STAGES, BT, cb])
     };
+    // Quantized caches: each tile's `(scale, zero)` per token, through the same pipeline.
+    let skm = if QUANT == 1 {
+        shared::<f32>([STAGES, BT, 2])
+    } else {
+        ()
+    };
+    let svm = if QUANT == 1 {
+        shared::<f32>([STAGES, BT, 2])
+    } else {
+        ()
+    };
     // Cache rows past the sequence read as zero (a view ending at the last valid row), so the
     // values of unwritten cache slots never reach P·V; a page index past the cache reads zeros.
     let issue = |tile: i32, stage: i32| {
@@ -178,6 +189,18 @@ pub fn attention_decode<
                 view_global(v_cache, [end, kv_heads * cb]),
                 slice_shared(sv, [stage, 0, 0], [BT, cb]),
                 [row as i64, h * cb],
+            );
+            // Head h's rows of the metadata: rows past the sequence are in bounds but may hold
+            // anything (NaN included); the dequantization zeroes them.
+            copy_async(
+                view_global(k_meta, [kv_heads * rows, 2]),
+                slice_shared(skm, [stage, 0, 0], [BT, 2]),
+                [h * rows + row, 0],
+            );
+            copy_async(
+                view_global(v_meta, [kv_heads * rows, 2]),
+                slice_shared(svm, [stage, 0, 0], [BT, 2]),
+                [h * rows + row, 0],
             );
         }
     };
@@ -209,11 +232,14 @@ pub fn attention_decode<
     } else {
         ()
     };
-    let dequant = |codes: Tensor, meta: Tensor, row: i32, out: Tensor| {
-        let x = cast::<f32>(view::<KV>(codes, lcodes));
-        let scale = load_global(meta, lmeta, [h, row, 0]);
-        let zero = load_global(meta, lmeta, [h, row, 1]);
-        store_shared(cast::<A>((x - zero) * scale), out, [0, 0]);
+    // `code · scale - zero · scale` in `A` (the codes through the vectorized casts), with
+    // scale and offset 0 for tokens past the sequence.
+    let dequant = |codes: Tensor, meta: Tensor, t: i32, out: Tensor| {
+        let x = cast::<A>(view::<KV>(codes, lcodes));
+        let live = arange(lmeta, 0, t) < len;
+        let scale = select(live, load_shared(meta, lmeta, [0, 0]), 0.0);
+        let offset = select(live, neg(load_shared(meta, lmeta, [0, 1]) * scale), 0.0);
+        store_shared(x * cast::<A>(scale) + cast::<A>(offset), out, [0, 0]);
     };
 
     let gq = view_global(q, [batch * kv_heads, group, D]);
@@ -229,14 +255,10 @@ pub fn attention_decode<
         let t = t0 + tile * BT;
         // The K and V operands of this tile, in shared memory as `A`.
         let (ks, vs) = if QUANT == 1 {
-            let row = row_of(t);
-            // Scales of rows past the sequence read as zero, like their codes (an unwritten
-            // slot's scale may be anything, NaN included).
-            let end = min(rows, row + min(BT, len - t));
             let kc = load_shared(slice_shared(sk, [stage, 0, 0], [BT, cb]), lbytes, [0, 0]);
             let vc = load_shared(slice_shared(sv, [stage, 0, 0], [BT, cb]), lbytes, [0, 0]);
-            dequant(kc, view_global(k_meta, [kv_heads, end, 2]), row, skd);
-            dequant(vc, view_global(v_meta, [kv_heads, end, 2]), row, svd);
+            dequant(kc, slice_shared(skm, [stage, 0, 0], [BT, 2]), t, skd);
+            dequant(vc, slice_shared(svm, [stage, 0, 0], [BT, 2]), t, svd);
             sync();
             (skd, svd)
         } else {
@@ -338,4 +360,119 @@ pub fn attention_combine<const D: i32, A: DTypeParam>(
         view_global(out, [batch * kv_heads, group, D]),
         [bh, g, 0],
     );
+}
+
+/// Appends the keys and values of `tokens` new tokens to a cache of the activation type: token
+/// `t`'s head `h` goes to cache row `slots[t]` (`new_k`, `new_v` `[tokens, kv_heads, D]`, the
+/// caches `[rows, kv_heads, D]`). A slot outside `0..rows` skips the token (serving engines pad
+/// batches with slot -1).
+#[tilus::kernel(
+    lazy,
+    grid = [tokens, kv_heads],
+    warps = 1,
+    space(D = [64, 128]),
+    dtypes(A = [f16, bf16]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn kv_append<const D: i32, A: DTypeParam>(
+    tokens: i32,
+    kv_heads: i32,
+    rows: i32,
+    new_k: Global<A>,
+    new_v: Global<A>,
+    slots: Global<i32>,
+    k_cache: GlobalMut<A>,
+    v_cache: GlobalMut<A>,
+) {
+    let lx = layout!(spatial(1, 32).local(1, D / 32));
+    let [t, h] = block_indices();
+    let slot = item(load_global(
+        view_global(slots, [tokens]),
+        layout!(local(1)),
+        [t],
+    ));
+    if slot >= 0 && slot < rows {
+        let src = [t * kv_heads + h, 0];
+        let dst = [slot as i64, h * D];
+        let gk = view_global(new_k, [tokens * kv_heads, D]);
+        let gv = view_global(new_v, [tokens * kv_heads, D]);
+        store_global(
+            load_global(gk, lx, src),
+            view_global(k_cache, [rows, kv_heads * D]),
+            dst,
+        );
+        store_global(
+            load_global(gv, lx, src),
+            view_global(v_cache, [rows, kv_heads * D]),
+            dst,
+        );
+    }
+}
+
+/// [`kv_append`] for a quantized cache: each head of each new token is quantized on the fly to
+/// codes of `KV` with its own `(scale, zero)`, by the formulas of
+/// [`quantize_head`](super::kv::quantize_head) (`SYM = 1`: symmetric, for signed and float
+/// codes; `SYM = 0`: spanning `[min, max]`, for unsigned codes), in the same f32 operations, so
+/// the codes agree with the host's bit for bit. `qmax` is the largest code value; the caches
+/// are packed codes `[rows, kv_heads, D]`, the metadata `[kv_heads, rows, 2]`.
+#[tilus::kernel(
+    lazy,
+    grid = [tokens, kv_heads],
+    warps = 1,
+    space(D = [64, 128], SYM = [0, 1]),
+    dtypes(A = [f16, bf16], KV = [i8, u4, f8e4m3]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn kv_append_quantized<const D: i32, const SYM: i32, A: DTypeParam, KV: DTypeParam>(
+    tokens: i32,
+    kv_heads: i32,
+    rows: i32,
+    qmax: f32,
+    new_k: Global<A>,
+    new_v: Global<A>,
+    slots: Global<i32>,
+    k_cache: GlobalMut<u8>,
+    v_cache: GlobalMut<u8>,
+    k_meta: GlobalMut<f32>,
+    v_meta: GlobalMut<f32>,
+) {
+    let lx = layout!(spatial(1, 32).local(1, D / 32));
+    let lb = layout!(spatial(1, 32).local(1, D / 32 * KV::BITS / 8));
+    let lr = layout!(reduce(lx, [1]));
+    let [t, h] = block_indices();
+    let cb = D * KV::BITS / 8;
+    let inv_qmax = 1.0 / qmax;
+    let slot = item(load_global(
+        view_global(slots, [tokens]),
+        layout!(local(1)),
+        [t],
+    ));
+    let put = |src: Tensor, cache: Tensor, meta: Tensor| {
+        let x = cast::<f32>(load_global(src, lx, [t * kv_heads + h, 0]));
+        let mx = reduce_max(x, 1);
+        let mn = reduce_min(x, 1);
+        let amax = max(abs(mn), abs(mx));
+        let (scale, zero) = if SYM == 1 {
+            (max(amax, 1e-30) * inv_qmax, register::<f32>(lr, 0.0))
+        } else {
+            let scale = max(max(mx - mn, amax * 1e-6), 1e-30) * inv_qmax;
+            (scale, neg(mn) / scale)
+        };
+        let codes = cast::<KV>(x * (1.0 / scale) + zero);
+        store_global(view::<u8>(codes, lb), cache, [slot as i64, h * cb]);
+        store_global(scale, meta, [h * rows + slot, 0]);
+        store_global(zero, meta, [h * rows + slot, 1]);
+    };
+    if slot >= 0 && slot < rows {
+        put(
+            view_global(new_k, [tokens * kv_heads, D]),
+            view_global(k_cache, [rows, kv_heads * cb]),
+            view_global(k_meta, [kv_heads * rows, 2]),
+        );
+        put(
+            view_global(new_v, [tokens * kv_heads, D]),
+            view_global(v_cache, [rows, kv_heads * cb]),
+            view_global(v_meta, [kv_heads * rows, 2]),
+        );
+    }
 }

@@ -48,10 +48,12 @@ pub fn quantize_head(dtype: DType, x: &[f32]) -> (Vec<u32>, f32, f32) {
         });
     let amax = mn.abs().max(mx.abs());
     let symmetric = !matches!(dtype, DType::UInt(_));
+    // The same f32 operations as the GPU's `kv_append_quantized`, in the same order.
+    let inv_qmax = 1.0 / qmax;
     let (scale, zero) = if symmetric {
-        (amax.max(1e-30) / qmax, 0.0)
+        (amax.max(1e-30) * inv_qmax, 0.0)
     } else {
-        let scale = (mx - mn).max(amax * 1e-6).max(1e-30) / qmax;
+        let scale = (mx - mn).max(amax * 1e-6).max(1e-30) * inv_qmax;
         (scale, -mn / scale)
     };
     let inv = 1.0 / scale;
