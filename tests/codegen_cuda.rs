@@ -703,14 +703,17 @@ fn i64_scalars_compile() {
     run("i64_scalars_compile", ks);
 }
 
-/// The decode attention kernels (`kernels::attention::kernel`), every configuration of their
-/// declared space, compile for sm_80 and sm_90a without spills; the main kernel reads K with
-/// `ldmatrix` and V with `ldmatrix.trans` and multiplies on the tensor cores.
+/// The decode attention kernels (`kernels::attention::kernel`) compile for sm_80 and sm_90a
+/// without spills: every paged configuration of the main kernel's declared space (the
+/// contiguous ones differ only in a row's address), the combine step and the appends; the main
+/// kernel reads K with `ldmatrix` and V with `ldmatrix.trans` and multiplies on the tensor cores.
 #[test]
 fn attention_decode_kernels_compile_without_spills() {
-    use tilus::kernels::attention::kernel::{attention_combine, attention_decode};
+    use tilus::kernels::attention::kernel::{
+        attention_combine, attention_decode, kv_append, kv_append_quantized,
+    };
     let mut ks = Vec::new();
-    for cfg in attention_decode::SPACE {
+    for cfg in attention_decode::SPACE.iter().filter(|c| c.PAGED == 1) {
         let source = attention_decode::source(cfg).unwrap();
         assert!(
             source.contains("tilus_ldsm_x4(") && source.contains("tilus_ldsm_x4_trans("),
@@ -729,6 +732,20 @@ fn attention_decode_kernels_compile_without_spills() {
         ks.push((
             format!("attention_combine_{cfg}"),
             attention_combine::program(cfg).unwrap(),
+            Expect::default(),
+        ));
+    }
+    for cfg in kv_append::SPACE {
+        ks.push((
+            format!("kv_append_{cfg}"),
+            kv_append::program(cfg).unwrap(),
+            Expect::default(),
+        ));
+    }
+    for cfg in kv_append_quantized::SPACE.iter().filter(|c| c.D == 128) {
+        ks.push((
+            format!("kv_append_quantized_{cfg}"),
+            kv_append_quantized::program(cfg).unwrap(),
             Expect::default(),
         ));
     }

@@ -148,7 +148,7 @@ impl DecodeTuning {
         DecodeTuning {
             tile: 32,
             warps: if quantized { 2 } else { 4 },
-            stages: 3,
+            stages: if quantized { 4 } else { 3 },
             blocks_per_sm: match (quantized, shape.head_dim) {
                 (true, _) => 4,
                 (false, 128) => 2,
@@ -158,7 +158,8 @@ impl DecodeTuning {
         }
     }
 
-    fn validate(&self, head_dim: usize) -> Result<(), KernelError> {
+    fn validate(&self, shape: &DecodeShape) -> Result<(), KernelError> {
+        let head_dim = shape.head_dim;
         if ![16, 32].contains(&self.tile) {
             return Err(bad("tile", format!("{} is not 16 or 32", self.tile)));
         }
@@ -300,7 +301,7 @@ pub fn plan(
     splits: usize,
 ) -> Result<DecodePlan, KernelError> {
     shape.validate()?;
-    tuning.validate(shape.head_dim)?;
+    tuning.validate(shape)?;
     if dtype != DType::F16 && dtype != DType::BF16 {
         return Err(bad("dtype", format!("{dtype} is not f16 or bf16")));
     }
@@ -394,7 +395,7 @@ impl DecodeAttention {
 
     /// Use `tuning` instead of [`DecodeTuning::default_for`] (checked here).
     pub fn with_tuning(mut self, tuning: DecodeTuning) -> Result<DecodeAttention, KernelError> {
-        tuning.validate(self.shape.head_dim)?;
+        tuning.validate(&self.shape)?;
         self.tuning = tuning;
         self.plans = Mutex::new(None);
         Ok(self)
