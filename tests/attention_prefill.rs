@@ -38,14 +38,229 @@ fn run(case: &Case, cfg: Option<&PrefillConfig>, seed: u64) {
     eprintln!("{what}: {:.2} s", t.elapsed().as_secs_f64());
 }
 
+fn case(lens: &[usize], q_heads: usize, kv_heads: usize, d: usize, dtype: DType) -> Case {
+    Case {
+        lens: lens.to_vec(),
+        q_heads,
+        kv_heads,
+        d,
+        dtype,
+    }
+}
+
+/// The ragged batch of the brief (lengths 1, 17, 40: one block per sequence and head, only
+/// diagonal tiles) with the default configurations: both head dimensions, both types, GQA
+/// ratios 4 and 1.
 #[test]
 fn f16_d64_gqa4_ragged() {
-    let case = Case {
-        lens: vec![1, 17, 40],
+    run(&case(&[1, 17, 40], 4, 1, 64, DType::F16), None, 1);
+}
+
+#[test]
+fn bf16_d64_gqa1_ragged() {
+    run(&case(&[1, 17, 40], 2, 2, 64, DType::BF16), None, 2);
+}
+
+#[test]
+fn f16_d128_gqa1_ragged() {
+    run(&case(&[1, 17, 40], 2, 2, 128, DType::F16), None, 3);
+}
+
+#[test]
+fn bf16_d128_gqa4_ragged() {
+    run(&case(&[40, 1, 17], 4, 1, 128, DType::BF16), None, 4);
+}
+
+/// Longer sequences with 64-query blocks: several blocks per sequence, unmasked tiles before
+/// the diagonal, more tiles than pipeline stages (the stages wrap), a block whose rows end
+/// inside its tile, a sequence starting mid-buffer; 2 and 3 stages.
+#[test]
+fn multi_block_pipeline_d64() {
+    for (i, cfg) in prefill_configs(64, DType::F16)
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.BM == 64)
+        .enumerate()
+    {
+        run(
+            &case(&[3, 200], 1, 1, 64, DType::F16),
+            Some(&cfg),
+            10 + i as u64,
+        );
+    }
+}
+
+#[test]
+fn multi_block_pipeline_d128_bf16() {
+    let cfg = prefill_configs(128, DType::BF16)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.BM == 64 && c.STAGES == 3)
+        .unwrap();
+    run(&case(&[150, 9], 2, 1, 128, DType::BF16), Some(&cfg), 20);
+}
+
+/// 128-query blocks over a sequence of 300: the second block has two unmasked tiles and two
+/// diagonal ones (the first wholly masked for half of the rows).
+#[test]
+fn bm128_two_blocks_d64() {
+    let cfg = default_config(64, DType::F16).unwrap();
+    assert_eq!(cfg.BM, 128);
+    run(&case(&[300], 1, 1, 64, DType::F16), Some(&cfg), 30);
+}
+
+/// Each bad argument is refused before anything runs, with an error naming it.
+#[test]
+fn bad_arguments_name_the_argument() {
+    let cu = [0, 5, 12];
+    let good = PrefillShape {
+        cu_seqlens: &cu,
         q_heads: 4,
-        kv_heads: 1,
-        d: 64,
+        kv_heads: 2,
+        head_dim: 64,
         dtype: DType::F16,
+        scale: 0.125,
     };
-    run(&case, None, 1);
+    let q_bytes = 12 * 4 * 64 * 2;
+    let kv_bytes = 12 * 2 * 64 * 2;
+    let (q, k, v) = (
+        vec![0x3Cu8; q_bytes],
+        vec![0x3Cu8; kv_bytes],
+        vec![0x3Cu8; kv_bytes],
+    );
+    let err = |shape: PrefillShape, cfg: Option<&PrefillConfig>, lens: [usize; 4]| -> String {
+        let mut o = vec![0u8; lens[3]];
+        prefill_attention_cpu(
+            cfg,
+            &shape,
+            &q[..lens[0]],
+            &k[..lens[1]],
+            &v[..lens[2]],
+            &mut o,
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let full = [q_bytes, kv_bytes, kv_bytes, q_bytes];
+    let expect = |msg: String, words: &[&str]| {
+        for w in words {
+            assert!(msg.contains(w), "`{w}` missing from: {msg}");
+        }
+    };
+    expect(
+        err(
+            PrefillShape {
+                dtype: DType::F32,
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["dtype = f32", "f16 or bf16"],
+    );
+    expect(
+        err(
+            PrefillShape {
+                head_dim: 96,
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["head_dim = 96", "64 and 128"],
+    );
+    expect(
+        err(
+            PrefillShape {
+                q_heads: 6,
+                kv_heads: 4,
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["q_heads = 6", "kv_heads = 4"],
+    );
+    expect(
+        err(
+            PrefillShape {
+                kv_heads: 0,
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["kv_heads = 0"],
+    );
+    expect(
+        err(
+            PrefillShape {
+                scale: f32::NAN,
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["scale = NaN"],
+    );
+    expect(
+        err(
+            PrefillShape {
+                cu_seqlens: &[0],
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["cu_seqlens has 1 entries"],
+    );
+    expect(
+        err(
+            PrefillShape {
+                cu_seqlens: &[0, 7, 5],
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["cu_seqlens is not non-decreasing", "cu_seqlens[2] = 5"],
+    );
+    expect(
+        err(
+            PrefillShape {
+                cu_seqlens: &[-1, 5],
+                ..good
+            },
+            None,
+            full,
+        ),
+        &["cu_seqlens[0] = -1"],
+    );
+    expect(
+        err(good, None, [q_bytes - 2, kv_bytes, kv_bytes, q_bytes]),
+        &["q holds 6142 bytes", "6144"],
+    );
+    expect(
+        err(good, None, [q_bytes, kv_bytes, kv_bytes - 1, q_bytes]),
+        &["v holds"],
+    );
+    expect(
+        err(good, None, [q_bytes, kv_bytes, kv_bytes, 100]),
+        &["o holds 100 bytes"],
+    );
+    let cfg128 = default_config(128, DType::F16).unwrap();
+    expect(
+        err(good, Some(&cfg128), full),
+        &["config is for D = 128", "head_dim = 64"],
+    );
+    let bf = default_config(64, DType::BF16).unwrap();
+    expect(
+        err(good, Some(&bf), full),
+        &["config", "bf16", "dtype = f16"],
+    );
+    // And the good shape runs: with every input 0x3C3C (1.0586 in f16) all scores are equal,
+    // so each output is exactly that value.
+    let mut o = vec![0xFFu8; q_bytes];
+    prefill_attention_cpu(None, &good, &q, &k, &v, &mut o).unwrap();
+    assert!(o.chunks(2).all(|b| b == [0x3C, 0x3C]));
 }
