@@ -27,7 +27,7 @@ fn context(test: &str) -> Option<Arc<Context>> {
 }
 
 fn sampled(n: usize, r: usize) -> bool {
-    n <= 300 || r < 80 || r + 80 >= n || r % 17 == 0
+    n <= 300 || r < 80 || r + 80 >= n || r.is_multiple_of(17)
 }
 
 fn check(ctx: &Context, case: &Case, seed: u64) {

@@ -83,7 +83,10 @@ pub fn prefill_attention_kernel<
     // takes the 16-byte chunk index from the row index.
     let sws = if D == 128 { 4 } else { 3 };
 
-    let [bi, h, b] = block_indices();
+    let [bx, h, b] = block_indices();
+    // The last query blocks of a sequence have the most keys: launch them first, so that the
+    // short ones fill the tail of the grid (causal work is a triangle).
+    let bi = cdiv(max_seqlen, BM) - 1 - bx;
     let gcu = view_global(cu_seqlens, [batch + 1]);
     let start = item(load_global(gcu, layout!(local(1)), [b]));
     // Clamped so that a bad offset on the device can never address past the buffers.
