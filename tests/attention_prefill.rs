@@ -264,3 +264,19 @@ fn bad_arguments_name_the_argument() {
     prefill_attention_cpu(None, &good, &q, &k, &v, &mut o).unwrap();
     assert!(o.chunks(2).all(|b| b == [0x3C, 0x3C]));
 }
+
+/// The sweep's chunk variants (D in chunks of 64, and unchunked at D = 128), instantiated on
+/// first use: two blocks of a 70-token sequence plus a short one.
+#[test]
+fn chunk_variants() {
+    for (d, dtype, seed) in [(128, DType::F16, 40), (64, DType::BF16, 41)] {
+        for cfg in prefill_configs(d, dtype)
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.KC != 32)
+        {
+            let bm64 = PrefillConfig { BM: 64, ..cfg };
+            run(&case(&[70, 5], 2, 1, d, dtype), Some(&bm64), seed);
+        }
+    }
+}

@@ -704,8 +704,9 @@ fn i64_scalars_compile() {
 }
 
 /// The causal prefill attention (`kernels::attention::prefill`): every configuration of its
-/// sweep list for both head dimensions in f16, and the defaults in bf16, compile for sm_80 and
-/// sm_90a without spills, with HMMA, LDGSTS (the K/V pipeline) and LDSM.
+/// sweep list for both head dimensions in f16 (the first is the default), and the defaults in
+/// bf16, compile for sm_80 and sm_90a without spills, with HMMA, LDGSTS (the K/V pipeline)
+/// and LDSM.
 #[test]
 fn prefill_attention_compiles_without_spills() {
     use tilus::kernels::attention::prefill::{default_config, prefill_configs};

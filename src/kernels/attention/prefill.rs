@@ -260,35 +260,43 @@ fn check_dtype_dim(head_dim: usize, dtype: DType) -> Result<(), KernelError> {
     Ok(())
 }
 
-fn config(bm: i32, stages: i32, d: usize, dtype: DType) -> PrefillConfig {
+fn config(bm: i32, stages: i32, chunk: i32, d: usize, dtype: DType) -> PrefillConfig {
     PrefillConfig {
         BM: bm,
         BN: 64,
         D: d as i32,
-        KC: 32,
-        DC: 32,
+        KC: chunk,
+        DC: chunk,
         STAGES: stages,
         A: dtype,
     }
 }
 
 /// The configurations worth sweeping for head dimension `d` (64 or 128) and `dtype` (f16 or
-/// bf16): 64 or 128 queries per block (4 or 8 warps), 2 or 3 pipeline stages, 64-key tiles;
-/// each is in the space checked when the crate is built.
+/// bf16), 64-key tiles each: 128 or 64 queries per block (8 or 4 warps) with 2 or 3 pipeline
+/// stages and D in chunks of 32 (these four are the space checked when the crate is built),
+/// then 128 queries with chunks of 64 and, at D = 128, unchunked (instantiated on first use;
+/// `tests/codegen_cuda.rs` checks that every one compiles without spills). The first is
+/// [`default_config`].
 pub fn prefill_configs(d: usize, dtype: DType) -> Result<Vec<PrefillConfig>, KernelError> {
     check_dtype_dim(d, dtype)?;
-    Ok([(128, 2), (128, 3), (64, 2), (64, 3)]
+    let mut v: Vec<PrefillConfig> = [(128, 3), (128, 2), (64, 3), (64, 2)]
         .into_iter()
-        .map(|(bm, st)| config(bm, st, d, dtype))
-        .collect())
+        .map(|(bm, st)| config(bm, st, 32, d, dtype))
+        .collect();
+    v.push(config(128, 3, 64, d, dtype));
+    if d == 128 {
+        v.push(config(128, 3, 128, d, dtype));
+    }
+    Ok(v)
 }
 
 /// The default configuration for head dimension `d`: 128 queries on 8 warps (K and V tiles
-/// shared by twice the queries of 64), 3 stages at D = 64 and 2 at D = 128 (the shared
-/// memory of a third stage costs occupancy there).
+/// shared by twice the queries of 64, half the L2 traffic), 3 stages (at D = 128, 128 KiB of
+/// shared memory: the registers allow one block per SM anyway), chunks of 32.
 pub fn default_config(d: usize, dtype: DType) -> Result<PrefillConfig, KernelError> {
     check_dtype_dim(d, dtype)?;
-    Ok(config(128, if d == 64 { 3 } else { 2 }, d, dtype))
+    Ok(config(128, 3, 32, d, dtype))
 }
 
 /// The verified program of `cfg` (instantiated on first use and cached).
