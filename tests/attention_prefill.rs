@@ -48,17 +48,18 @@ fn case(lens: &[usize], q_heads: usize, kv_heads: usize, d: usize, dtype: DType)
     }
 }
 
-/// The ragged batch of the brief (lengths 1, 17, 40: one block per sequence and head, only
-/// diagonal tiles) with the default configurations: both head dimensions, both types, GQA
-/// ratios 4 and 1.
+/// The ragged batch of lengths 1, 17, 40 (one block per sequence and head, only diagonal
+/// tiles) with the default configurations: both head dimensions, both types, GQA ratios 4
+/// and 1.
 #[test]
 fn f16_d64_gqa4_ragged() {
     run(&case(&[1, 17, 40], 4, 1, 64, DType::F16), None, 1);
 }
 
+/// With an empty sequence in the batch (all its blocks exit).
 #[test]
 fn bf16_d64_gqa1_ragged() {
-    run(&case(&[1, 17, 40], 2, 2, 64, DType::BF16), None, 2);
+    run(&case(&[1, 0, 17, 40], 2, 2, 64, DType::BF16), None, 2);
 }
 
 #[test]
@@ -279,4 +280,20 @@ fn chunk_variants() {
             run(&case(&[70, 5], 2, 1, d, dtype), Some(&bm64), seed);
         }
     }
+}
+
+/// A batch of empty sequences has nothing to compute: accepted, nothing written.
+#[test]
+fn empty_batch_is_a_no_op() {
+    let shape = PrefillShape {
+        cu_seqlens: &[0, 0, 0],
+        q_heads: 2,
+        kv_heads: 1,
+        head_dim: 128,
+        dtype: DType::BF16,
+        scale: 0.1,
+    };
+    let mut o = vec![0xABu8; 8];
+    prefill_attention_cpu(None, &shape, &[], &[], &[], &mut o).unwrap();
+    assert!(o.iter().all(|&b| b == 0xAB));
 }

@@ -473,6 +473,9 @@ pub fn prefill_attention(
         KernelArgMut::size_bytes(o),
     ];
     let c = check(cfg, shape, bytes, KernelArg::size_bytes(cu_seqlens))?;
+    if c.max_seqlen == 0 {
+        return Ok(()); // only empty sequences: nothing to write
+    }
     prefill_attention_kernel::launch(
         ctx,
         &c.cfg,
@@ -502,6 +505,9 @@ pub fn prefill_attention_cpu(
 ) -> Result<(), KernelError> {
     let bytes = [q.len(), k.len(), v.len(), o.len()];
     let c = check(cfg, shape, bytes, shape.cu_seqlens.len() * 4)?;
+    if c.max_seqlen == 0 {
+        return Ok(());
+    }
     prefill_attention_kernel::interpret(
         &c.cfg,
         c.batch,
