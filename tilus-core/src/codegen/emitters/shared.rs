@@ -327,8 +327,10 @@ fn try_ldmatrix(
         1
     };
     let threads = cx.block_threads;
-    // Per group: the (row, col) each lane points at, as an affine function of tid.
+    // Per group: the (row, col) each lane points at, as an affine function of tid, and the
+    // positions themselves (for the address classes below).
     let mut groups = Vec::new();
+    let mut positions = Vec::new();
     for g in 0..per / k {
         let at = |t: usize| -> Vec<i64> {
             let (w, lane) = (t / 32, t % 32);
@@ -336,14 +338,17 @@ fn try_ldmatrix(
             let (tr, tc) = tiling.tiles_of(w)[jj];
             vec![(tr * 8 + lane % 8) as i64, (tc * 8) as i64]
         };
-        let p0 = at(0);
-        let vals: Vec<Vec<i64>> = (0..threads)
-            .map(|t| at(t).iter().zip(&p0).map(|(a, b)| a - b).collect())
+        let pos: Vec<Vec<i64>> = (0..threads).map(at).collect();
+        let p0 = pos[0].clone();
+        let vals: Vec<Vec<i64>> = pos
+            .iter()
+            .map(|p| p.iter().zip(&p0).map(|(a, b)| a - b).collect())
             .collect();
         let Some(terms) = derive_terms(&vals, threads) else {
             return Ok(false);
         };
         groups.push((p0, terms));
+        positions.push(pos);
     }
     cx.assume(&proof);
     cx.features.insert(match (k, trans) {
@@ -362,9 +367,14 @@ fn try_ldmatrix(
     };
     let sbase = cx.fresh("sbase");
     cx.w.line(format!("const uint32_t {sbase} = tilus_smem_addr({ptr});"));
-    // Offset of the base index (no thread part).
+    let classes = ldsm_classes(cx, base, l, lead, &positions);
+    // Offset of the base index (no thread part): with classes, only its run-time part (a
+    // multiple of the swizzle's period); the constant part goes into each class.
     let mut terms = Vec::new();
     for (d, e) in base.iter().enumerate() {
+        if classes.is_some() && cx.facts.constant(e).is_some() {
+            continue;
+        }
         let x = cx.expr(e);
         if x != "0" {
             terms.push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
@@ -376,28 +386,159 @@ fn try_ldmatrix(
         crate::codegen::expr::sum(&terms)
     ));
     let suffix = if trans { "_trans" } else { "" };
-    for (g, (p0, terms)) in groups.into_iter().enumerate() {
+    // The element offset of group `g` for every thread, as a C expression: with `split`, the
+    // run-time base `off0` (a multiple of the swizzle's period, which therefore passes
+    // through it) plus the swizzled thread part and constant `extra`; else the whole offset
+    // swizzled.
+    let group_elem = |g: usize, extra: i64, split: bool| -> String {
+        let (p0, terms) = &groups[g];
         let lm = LayoutMap {
             shape: vec![0, 0],
             threads,
             locals: 1,
-            terms,
+            terms: terms.clone(),
             local_index: vec![vec![0, 0]],
         };
         let row = add_const(&lm.thread_expr(0, TID, threads), p0[0]);
         let col = add_const(&lm.thread_expr(1, TID, threads), p0[1]);
-        let lin = crate::codegen::expr::sum(&[
-            off0.clone(),
+        let thread = [
             crate::codegen::expr::mul_const(&row, l.strides[lead] as i64),
             crate::codegen::expr::mul_const(&col, l.strides[lead + 1] as i64),
-        ]);
-        let elem = swizzle_c(&lin, l.swizzle);
-        cx.w.line(format!(
-            "tilus_ldsm_x{k}{suffix}(&{arr}[{}], {sbase} + (uint32_t)({elem}) * 2u);",
-            g * k
-        ));
+        ];
+        if split {
+            let y = add_const(&crate::codegen::expr::sum(&thread), extra);
+            crate::codegen::expr::sum(&[off0.clone(), swizzle_c(&y, l.swizzle)])
+        } else {
+            let lin =
+                crate::codegen::expr::sum(&[off0.clone(), thread[0].clone(), thread[1].clone()]);
+            swizzle_c(&add_const(&lin, extra), l.swizzle)
+        }
+    };
+    match classes {
+        Some((konst, class_of)) => {
+            // One shared address per class; each group of a class is that address plus a
+            // constant number of bytes (which ptxas folds into LDSM's immediate offset).
+            let mut names: Vec<Option<String>> = vec![None; per / k];
+            for (g, &(c, delta)) in class_of.iter().enumerate() {
+                let a = match &names[c] {
+                    Some(a) => a.clone(),
+                    None => {
+                        let a = cx.fresh("sa");
+                        let e = group_elem(c, konst, true);
+                        cx.w.line(format!(
+                            "const uint32_t {a} = {sbase} + (uint32_t)({e}) * 2u;"
+                        ));
+                        names[c] = Some(a.clone());
+                        a
+                    }
+                };
+                // The byte offset wraps like the `uint32_t` sum it replaces.
+                let bytes = (delta as i32 as u32).wrapping_mul(2);
+                let addr = if bytes == 0 {
+                    a
+                } else {
+                    format!("{a} + {bytes}u")
+                };
+                cx.w.line(format!(
+                    "tilus_ldsm_x{k}{suffix}(&{arr}[{}], {addr});",
+                    g * k
+                ));
+            }
+        }
+        None => {
+            for g in 0..per / k {
+                let elem = group_elem(g, 0, false);
+                cx.w.line(format!(
+                    "tilus_ldsm_x{k}{suffix}(&{arr}[{}], {sbase} + (uint32_t)({elem}) * 2u);",
+                    g * k
+                ));
+            }
+        }
     }
     Ok(true)
+}
+
+/// Address classes of an ldmatrix load whose groups of lanes point at `positions[g][t]`
+/// (row, col in the tile's last two root dims `lead`, `lead + 1`) from the base index `base`:
+/// `Some((k, class_of))` when the base's run-time part is provably a multiple of the swizzle's
+/// period (its constant part is `k` elements), so that `swizzle(runtime + y) = runtime +
+/// swizzle(y)`; group `g`'s element offset is then `runtime + swizzle(y_c) + delta` for every
+/// thread, with `class_of[g] = (c, delta)` (`c` the class's first group). Checked over every
+/// thread, so a class shares one address computation exactly. `None`: every group computes its
+/// own address.
+fn ldsm_classes(
+    cx: &Ctx,
+    base: &[Expr],
+    l: &crate::layout::SharedLayout,
+    lead: usize,
+    positions: &[Vec<Vec<i64>>],
+) -> Option<(i64, Vec<(usize, i64)>)> {
+    let period: i64 = match l.swizzle {
+        Some(sw) if sw.bits > 0 => 1i64.checked_shl(sw.base + sw.shift + sw.bits)?,
+        _ => 1,
+    };
+    let mut konst = 0i64;
+    for (d, e) in base.iter().enumerate() {
+        let stride = l.strides[d] as i64;
+        match cx.facts.constant(e) {
+            Some(c) => konst = konst.checked_add(c.checked_mul(stride)?)?,
+            None => {
+                let need = period / gcd_i64(period, stride);
+                if cx.facts.divisible(e, need) != Divisible::Yes {
+                    return None;
+                }
+            }
+        }
+    }
+    let swz = |y: i64| -> Option<i64> {
+        let y = usize::try_from(y).ok()?;
+        Some(match l.swizzle {
+            Some(sw) => sw.apply(y) as i64,
+            None => y as i64,
+        })
+    };
+    // Each group's swizzled offset (without the run-time part) for every thread.
+    let offsets: Vec<Vec<i64>> = positions
+        .iter()
+        .map(|pos| {
+            pos.iter()
+                .map(|p| {
+                    let y = p[0]
+                        .checked_mul(l.strides[lead] as i64)?
+                        .checked_add(p[1].checked_mul(l.strides[lead + 1] as i64)?)?
+                        .checked_add(konst)?;
+                    swz(y)
+                })
+                .collect::<Option<Vec<i64>>>()
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let mut class_of: Vec<(usize, i64)> = Vec::new();
+    let mut reps: Vec<usize> = Vec::new();
+    for (g, off) in offsets.iter().enumerate() {
+        let found = reps.iter().find_map(|&c| {
+            let delta = off[0] - offsets[c][0];
+            off.iter()
+                .zip(&offsets[c])
+                .all(|(a, b)| a - b == delta)
+                .then_some((c, delta))
+        });
+        match found {
+            Some(cd) => class_of.push(cd),
+            None => {
+                reps.push(g);
+                class_of.push((g, 0));
+            }
+        }
+    }
+    Some((konst, class_of))
+}
+
+fn gcd_i64(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.abs(), b.abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
 }
 
 /// `copy_async(dst, src, src_offset)`.
