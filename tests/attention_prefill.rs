@@ -11,7 +11,7 @@ mod prefill_ref;
 use prefill_ref::{assert_close, Case};
 use std::time::Instant;
 use tilus::kernels::attention::prefill::{
-    default_config, prefill_attention_cpu, prefill_configs, PrefillConfig, PrefillShape,
+    default_config, prefill_attention_cpu, prefill_configs, program, PrefillConfig, PrefillShape,
 };
 use tilus::DType;
 
@@ -254,6 +254,18 @@ fn bad_arguments_name_the_argument() {
         err(good, Some(&cfg128), full),
         &["config is for D = 128", "head_dim = 64"],
     );
+    let chunk8 = PrefillConfig {
+        KC: 8,
+        ..default_config(64, DType::F16).unwrap()
+    };
+    expect(err(good, Some(&chunk8), full), &["config: KC = 8"]);
+    // The kernel itself refuses more than 4 chunks when instantiated (for direct callers).
+    let chunk16 = PrefillConfig {
+        KC: 16,
+        ..default_config(128, DType::F16).unwrap()
+    };
+    let msg = program(&chunk16).unwrap_err().to_string();
+    assert!(msg.contains("extent must be positive"), "{msg}");
     let bf = default_config(64, DType::BF16).unwrap();
     expect(
         err(good, Some(&bf), full),

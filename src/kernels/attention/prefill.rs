@@ -10,8 +10,9 @@
 /// One block: `BM` queries (16 per warp) of one head of one sequence, against `BN`-key tiles
 /// of K and V streamed through a `STAGES`-deep cp.async pipeline. `S = Q · K^T` accumulates
 /// over `D / KC` chunks of the head dimension (Q stays in registers as up to 4 chunks), and
-/// `O += P · V` over `D / DC` column chunks of V and O (up to 4 accumulators), so that no
-/// fragment of a whole `[BN, D]` tile is live at once.
+/// `O += P · V` over `D / DC` column chunks of V and O (up to 4 accumulators): knobs on how
+/// much of a `[BN, D]` fragment is live at once (ptxas keeps even the unchunked D = 128
+/// spill-free). `KC` (a multiple of 16) and `DC` (of 8) must divide `D` into at most 4 chunks.
 ///
 /// Parameters: `batch`, `max_seqlen` (grid only), `tokens` (the extent of the token
 /// dimension), `q_heads`, `kv_heads`, `scale` (of the scores, before the softmax),
@@ -79,6 +80,9 @@ pub fn prefill_attention_kernel<
     let lout = layout!(local(D / 16, 1).spatial(16 * BM / D, D / 8).local(1, 8));
     let nq = D / KC;
     let no = D / DC;
+    // At most 4 chunks of each (the tensors q_0..q_3, o_0..o_3 below): more fail here, at
+    // instantiation ("extent must be positive"), instead of computing with chunks missing.
+    let _at_most_4_chunks = layout!(local(max(0, 5 - nq), max(0, 5 - no)));
     // Rows of 64 elements (128 bytes) swizzle with shift 3, rows of 128 with shift 4: the XOR
     // takes the 16-byte chunk index from the row index.
     let sws = if D == 128 { 4 } else { 3 };
@@ -350,6 +354,13 @@ fn check(
         return Err(e(format!(
             "config is for D = {}, {} but head_dim = {}, dtype = {}",
             cfg.D, cfg.A, s.head_dim, s.dtype
+        )));
+    }
+    let chunks = |c: i32, m: i32| c > 0 && c % m == 0 && cfg.D % c == 0 && cfg.D / c <= 4;
+    if !chunks(cfg.KC, 16) || !chunks(cfg.DC, 8) {
+        return Err(e(format!(
+            "config: KC = {} (a multiple of 16) and DC = {} (of 8) must divide D = {} into at most 4 chunks",
+            cfg.KC, cfg.DC, cfg.D
         )));
     }
     if s.q_heads == 0 || s.kv_heads == 0 {
