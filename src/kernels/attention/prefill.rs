@@ -16,11 +16,13 @@
 ///
 /// Parameters: `batch`, `max_seqlen` (grid only), `tokens` (the extent of the token
 /// dimension), `q_heads`, `kv_heads`, `scale` (of the scores, before the softmax),
-/// `cu_seqlens [batch + 1]`, `q`, `k`, `v`, `o` as above.
+/// `cu_seqlens [batch + 1]`, `q`, `k`, `v`, `o` as above. `OCC` is the occupancy hint
+/// (`blocks_per_sm`).
 #[tilus::kernel(
     lazy,
     grid = [cdiv(max_seqlen, BM), q_heads, batch],
     warps = BM / 16,
+    blocks_per_sm = OCC,
     target = sm80,
     space(
         BM = [64, 128],
@@ -29,6 +31,7 @@
         KC = [32],
         DC = [32],
         STAGES = [2, 3],
+        OCC = [1],
     ),
     dtypes(A = [f16, bf16]),
 )]
@@ -40,6 +43,7 @@ pub fn prefill_attention_kernel<
     const KC: i32,
     const DC: i32,
     const STAGES: i32,
+    const OCC: i32,
     A: DTypeParam,
 >(
     batch: i32,
@@ -235,7 +239,8 @@ use tilus_runtime::{Context, DeviceRead, DeviceWrite, KernelArg, KernelArgMut};
 
 /// A configuration of [`prefill_attention_kernel`]: tiles `BM` (queries, 16 per warp) and `BN`
 /// (keys), the head dimension `D`, the chunks `KC` (of D in `Q · K^T`) and `DC` (of D in
-/// `P · V`), `STAGES` of the K/V pipeline, and the element type `A`.
+/// `P · V`), `STAGES` of the K/V pipeline, the occupancy hint `OCC` (blocks per SM the
+/// compiler keeps registers low enough for; 1: no limit), and the element type `A`.
 pub type PrefillConfig = prefill_attention_kernel::Config;
 
 const KERNEL: &str = "prefill_attention";
@@ -272,6 +277,7 @@ fn config(bm: i32, stages: i32, chunk: i32, d: usize, dtype: DType) -> PrefillCo
         KC: chunk,
         DC: chunk,
         STAGES: stages,
+        OCC: 1,
         A: dtype,
     }
 }
@@ -279,7 +285,8 @@ fn config(bm: i32, stages: i32, chunk: i32, d: usize, dtype: DType) -> PrefillCo
 /// The configurations worth sweeping for head dimension `d` (64 or 128) and `dtype` (f16 or
 /// bf16), 64-key tiles each: 128 or 64 queries per block (8 or 4 warps) with 2 or 3 pipeline
 /// stages and D in chunks of 32 (these four are the space checked when the crate is built),
-/// then 128 queries with chunks of 64 and, at D = 128, unchunked (instantiated on first use;
+/// then 128 queries with chunks of 64 and, at D = 128, unchunked, at D = 64 64 queries, 2
+/// stages, with the occupancy hint `OCC = 4` blocks per SM (instantiated on first use;
 /// `tests/codegen_cuda.rs` checks that every one compiles without spills). The first is
 /// [`default_config`].
 pub fn prefill_configs(d: usize, dtype: DType) -> Result<Vec<PrefillConfig>, KernelError> {
@@ -291,6 +298,13 @@ pub fn prefill_configs(d: usize, dtype: DType) -> Result<Vec<PrefillConfig>, Ker
     v.push(config(128, 3, 64, d, dtype));
     if d == 128 {
         v.push(config(128, 3, 128, d, dtype));
+    } else {
+        // Four blocks of 4 warps per SM: at most 128 registers per thread, spill-free at
+        // D = 64 with 2 stages (3 spill on sm_80).
+        v.push(PrefillConfig {
+            OCC: 4,
+            ..config(64, 2, 32, d, dtype)
+        });
     }
     Ok(v)
 }
