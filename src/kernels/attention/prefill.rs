@@ -362,8 +362,8 @@ fn check(
         Some(c) => *c,
         None => default_config(s.head_dim, s.dtype)?,
     };
-    let name = cfg.to_string();
-    let e = |m: String| bad(name.clone(), m);
+    // The configuration's name is formatted only for an error: a good call allocates nothing.
+    let e = |m: String| bad(cfg.to_string(), m);
     if cfg.D as usize != s.head_dim || cfg.A != s.dtype {
         return Err(e(format!(
             "config is for D = {}, {} but head_dim = {}, dtype = {}",
