@@ -285,10 +285,10 @@ fn config(bm: i32, stages: i32, chunk: i32, d: usize, dtype: DType) -> PrefillCo
 /// The configurations worth sweeping for head dimension `d` (64 or 128) and `dtype` (f16 or
 /// bf16), 64-key tiles each: 128 or 64 queries per block (8 or 4 warps) with 2 or 3 pipeline
 /// stages and D in chunks of 32 (these four are the space checked when the crate is built),
-/// then 128 queries with chunks of 64 and, at D = 128, unchunked, at D = 64 64 queries, 2
-/// stages, with the occupancy hint `OCC = 4` blocks per SM (instantiated on first use;
+/// then 128 queries with chunks of 64 and, at D = 128, unchunked (instantiated on first use;
 /// `tests/codegen_cuda.rs` checks that every one compiles without spills). The first is
-/// [`default_config`].
+/// [`default_config`]. `OCC` stays 1: at D = 64, `BM = 64` holds three blocks per SM by its
+/// registers anyway, and `OCC = 4` (128 registers) spills a few bytes.
 pub fn prefill_configs(d: usize, dtype: DType) -> Result<Vec<PrefillConfig>, KernelError> {
     check_dtype_dim(d, dtype)?;
     let mut v: Vec<PrefillConfig> = [(128, 3), (128, 2), (64, 3), (64, 2)]
@@ -298,13 +298,6 @@ pub fn prefill_configs(d: usize, dtype: DType) -> Result<Vec<PrefillConfig>, Ker
     v.push(config(128, 3, 64, d, dtype));
     if d == 128 {
         v.push(config(128, 3, 128, d, dtype));
-    } else {
-        // Four blocks of 4 warps per SM: at most 128 registers per thread, spill-free at
-        // D = 64 with 2 stages (3 spill on sm_80).
-        v.push(PrefillConfig {
-            OCC: 4,
-            ..config(64, 2, 32, d, dtype)
-        });
     }
     Ok(v)
 }

@@ -367,7 +367,15 @@ fn try_ldmatrix(
     };
     let sbase = cx.fresh("sbase");
     cx.w.line(format!("const uint32_t {sbase} = tilus_smem_addr({ptr});"));
-    let classes = ldsm_classes(cx, base, l, lead, &positions);
+    let lin: Vec<Vec<i64>> = positions
+        .iter()
+        .map(|pos| {
+            pos.iter()
+                .map(|p| p[0] * l.strides[lead] as i64 + p[1] * l.strides[lead + 1] as i64)
+                .collect()
+        })
+        .collect();
+    let classes = address_classes(cx, base, l, &lin);
     // Offset of the base index (no thread part): with classes, only its run-time part (a
     // multiple of the swizzle's period); the constant part goes into each class.
     let mut terms = Vec::new();
@@ -458,20 +466,19 @@ fn try_ldmatrix(
     Ok(true)
 }
 
-/// Address classes of an ldmatrix load whose groups of lanes point at `positions[g][t]`
-/// (row, col in the tile's last two root dims `lead`, `lead + 1`) from the base index `base`:
+/// Address classes of an access whose groups (ldmatrix calls, cp.async chunks) have thread
+/// `t` of group `g` at the unswizzled element offset `base + lin[g][t]` of the root:
 /// `Some((k, class_of))` when the base's run-time part is provably a multiple of the swizzle's
 /// period (its constant part is `k` elements), so that `swizzle(runtime + y) = runtime +
-/// swizzle(y)`; group `g`'s element offset is then `runtime + swizzle(y_c) + delta` for every
-/// thread, with `class_of[g] = (c, delta)` (`c` the class's first group). Checked over every
-/// thread, so a class shares one address computation exactly. `None`: every group computes its
-/// own address.
-fn ldsm_classes(
+/// swizzle(y)`; group `g`'s element offset is then `runtime + swizzle(lin[c][t] + k) + delta`
+/// for every thread, with `class_of[g] = (c, delta)` (`c` the class's first group). Checked
+/// over every thread, so a class shares one address computation exactly. `None`: every group
+/// computes its own address.
+fn address_classes(
     cx: &Ctx,
     base: &[Expr],
     l: &crate::layout::SharedLayout,
-    lead: usize,
-    positions: &[Vec<Vec<i64>>],
+    lin: &[Vec<i64>],
 ) -> Option<(i64, Vec<(usize, i64)>)> {
     let period: i64 = match l.swizzle {
         Some(sw) if sw.bits > 0 => 1i64.checked_shl(sw.base + sw.shift + sw.bits)?,
@@ -498,17 +505,11 @@ fn ldsm_classes(
         })
     };
     // Each group's swizzled offset (without the run-time part) for every thread.
-    let offsets: Vec<Vec<i64>> = positions
+    let offsets: Vec<Vec<i64>> = lin
         .iter()
-        .map(|pos| {
-            pos.iter()
-                .map(|p| {
-                    let y = p[0]
-                        .checked_mul(l.strides[lead] as i64)?
-                        .checked_add(p[1].checked_mul(l.strides[lead + 1] as i64)?)?
-                        .checked_add(konst)?;
-                    swz(y)
-                })
+        .map(|g| {
+            g.iter()
+                .map(|&y| swz(y.checked_add(konst)?))
                 .collect::<Option<Vec<i64>>>()
         })
         .collect::<Option<Vec<_>>>()?;
@@ -625,11 +626,10 @@ pub(crate) fn copy_async(
             sterms.push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
         }
     }
+    // The shared base offset, written where a path uses it (the address classes of the
+    // affine path split it instead).
     let soff = cx.fresh("so");
-    cx.w.line(format!(
-        "const int {soff} = {};",
-        crate::codegen::expr::sum(&sterms)
-    ));
+    let soff_line = format!("const int {soff} = {};", crate::codegen::expr::sum(&sterms));
     // Element `idx` (tile coordinates as C expressions) -> (mask, global byte address, shared
     // element offset).
     let gather = |idx: &[String]| -> (String, String, String) {
@@ -750,24 +750,141 @@ pub(crate) fn copy_async(
                         tnames.push(n);
                     }
                 }
-                for k in 0..per_thread {
-                    let off = unravel(k * threads);
-                    let idx: Vec<String> =
-                        (0..rank).map(|d| add_const(&tnames[d], off[d])).collect();
-                    let (mask, gaddr, selem) = gather(&idx);
-                    let m = cx.fresh("m");
-                    cx.w.line(format!("const bool {m} = {mask};"));
-                    let swz = swizzle_c(&selem, l.swizzle);
-                    cx.w.line(format!(
-                        "{fname}({dst_base} + (uint32_t)({swz}){}, {m} ? (const void*)({gaddr}) : (const void*){}, {m} ? {bytes}u : 0u);",
-                        byte_scale(bits),
-                        g.ptr
-                    ));
+                let offs: Vec<Vec<i64>> = (0..per_thread).map(|k| unravel(k * threads)).collect();
+                // Chunk k of thread t is at tile index unravel(t) + offs[k] (checked above).
+                let classes = if bits >= 8 {
+                    let lin: Vec<Vec<i64>> = offs
+                        .iter()
+                        .map(|off| {
+                            (0..active)
+                                .map(|t| {
+                                    let at = unravel(t);
+                                    (0..rank)
+                                        .map(|d| (at[d] + off[d]) * l.strides[slead + d] as i64)
+                                        .sum()
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    address_classes(cx, &sbase, &l, &lin)
+                } else {
+                    None
+                };
+                match classes {
+                    Some((konst, class_of)) => {
+                        let esz = (bits / 8) as i64;
+                        // The run-time part of the shared base (a multiple of the swizzle's
+                        // period: it passes through the swizzle).
+                        let mut rterms = Vec::new();
+                        for (d, e) in sbase.iter().enumerate() {
+                            if cx.facts.constant(e).is_none() {
+                                let x = cx.expr(e);
+                                rterms
+                                    .push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
+                            }
+                        }
+                        let sr = cx.fresh("sr");
+                        cx.w.line(format!(
+                            "const int {sr} = {};",
+                            crate::codegen::expr::sum(&rterms)
+                        ));
+                        // The thread's global element offset (chunk 0), as gather writes it.
+                        let mut glin = Vec::new();
+                        for d in 0..grank {
+                            let x = if d < glead || tnames[d - glead] == "0" {
+                                gidx[d].clone()
+                            } else {
+                                format!("{} + {}", gidx[d], tnames[d - glead])
+                            };
+                            glin.push(if d == grank - 1 {
+                                format!("({x})")
+                            } else {
+                                format!("(long long)({x}) * {}", g.strides[d])
+                            });
+                        }
+                        let go = cx.fresh("go");
+                        cx.w.line(format!("const long long {go} = {};", glin.join(" + ")));
+                        let mut names: Vec<Option<String>> = vec![None; per_thread];
+                        for (k, &(c, delta)) in class_of.iter().enumerate() {
+                            let sa = match &names[c] {
+                                Some(a) => a.clone(),
+                                None => {
+                                    let mut t = Vec::new();
+                                    for d in 0..rank {
+                                        t.push(crate::codegen::expr::mul_const(
+                                            &add_const(&tnames[d], offs[c][d]),
+                                            l.strides[slead + d] as i64,
+                                        ));
+                                    }
+                                    let y = add_const(&crate::codegen::expr::sum(&t), konst);
+                                    let a = cx.fresh("sa");
+                                    cx.w.line(format!(
+                                        "const uint32_t {a} = {dst_base} + (uint32_t)({}) * {esz}u;",
+                                        crate::codegen::expr::sum(&[
+                                            sr.clone(),
+                                            swizzle_c(&y, l.swizzle)
+                                        ])
+                                    ));
+                                    names[c] = Some(a.clone());
+                                    a
+                                }
+                            };
+                            let sbytes = (delta as i32 as u32).wrapping_mul(esz as u32);
+                            let saddr = if sbytes == 0 {
+                                sa
+                            } else {
+                                format!("{sa} + {sbytes}u")
+                            };
+                            // The chunk's global offset from chunk 0: constants times strides.
+                            let mut dterms = vec![go.clone()];
+                            for d in glead..grank {
+                                let o = offs[k][d - glead];
+                                if o == 0 {
+                                    continue;
+                                }
+                                dterms.push(if d == grank - 1 {
+                                    format!("{o}")
+                                } else {
+                                    format!("(long long)({o}) * {}", g.strides[d])
+                                });
+                            }
+                            let idx: Vec<String> = (0..rank)
+                                .map(|d| add_const(&tnames[d], offs[k][d]))
+                                .collect();
+                            let (mask, _, _) = gather(&idx);
+                            let m = cx.fresh("m");
+                            cx.w.line(format!("const bool {m} = {mask};"));
+                            // A masked chunk reads nothing from the buffer's start: the
+                            // offset, not the pointer, is selected.
+                            cx.w.line(format!(
+                                "{fname}({saddr}, (const void*)({} + ({m} ? {} : 0ll) * {esz}), {m} ? {bytes}u : 0u);",
+                                g.ptr,
+                                dterms.join(" + ")
+                            ));
+                        }
+                    }
+                    None => {
+                        cx.w.line(soff_line.clone());
+                        for off in &offs {
+                            let idx: Vec<String> =
+                                (0..rank).map(|d| add_const(&tnames[d], off[d])).collect();
+                            let (mask, gaddr, selem) = gather(&idx);
+                            let m = cx.fresh("m");
+                            cx.w.line(format!("const bool {m} = {mask};"));
+                            let swz = swizzle_c(&selem, l.swizzle);
+                            cx.w.line(format!(
+                                "{fname}({dst_base} + (uint32_t)({swz}){}, {m} ? (const void*)({gaddr}) : (const void*){}, {m} ? {bytes}u : 0u);",
+                                byte_scale(bits),
+                                g.ptr
+                            ));
+                        }
+                    }
                 }
                 if active < threads {
                     cx.w.close();
                 }
             } else {
+                cx.w.line(soff_line.clone());
                 let c = cx.fresh("c");
                 cx.w.open(format!(
                     "for (int {c} = {TID}; {c} < {chunks}; {c} += {threads})"
@@ -787,6 +904,7 @@ pub(crate) fn copy_async(
         }
         None => {
             // Synchronous element copy (the copy is complete before any wait).
+            cx.w.line(soff_line.clone());
             let e = cx.fresh("e");
             cx.w.open(format!(
                 "for (int {e} = {TID}; {e} < {total}; {e} += {threads})"

@@ -1,10 +1,14 @@
-//! The `ldmatrix` addresses of the generated CUDA, checked on the CPU: the lines of each
-//! `load_shared` that the code generator lowered to `ldmatrix` are evaluated for every thread
-//! (a small evaluator of the integer C expressions the generator writes), the hardware's
-//! distribution of the 8x8 matrices to the lanes is simulated (plain and `.trans`), and every
-//! local of every thread must come from the shared element that the register layout and the
-//! (swizzled) shared layout say it holds. Covers the address classes (one address per class
-//! of groups, immediate offsets) with a run-time pipeline stage in the base offset.
+//! Shared-memory addresses of the generated CUDA, checked on the CPU with a small evaluator of
+//! the integer C expressions the generator writes, for every thread, with a run-time pipeline
+//! stage in the base offset (the address classes: one address per class of groups, immediate
+//! offsets):
+//!
+//! - `ldmatrix`: the hardware's distribution of the 8x8 matrices to the lanes is simulated
+//!   (plain and `.trans`), and every local of every thread must come from the shared element
+//!   that the register layout and the (swizzled) shared layout say it holds;
+//! - `cp.async`: every 16-byte chunk of the tile is copied exactly once, from the right global
+//!   element to the right (swizzled) shared element, with the source size 0 (zero fill)
+//!   exactly for the rows past the view.
 
 use tilus_core::codegen::emit;
 use tilus_core::ir::{Expr, Program, ProgramBuilder};
@@ -74,7 +78,7 @@ fn tokenize(s: &str) -> Vec<String> {
                 .unwrap_or(c.len());
             out.push(c[i..j].iter().collect());
             i = j;
-        } else if (ch == '<' || ch == '>') && c.get(i + 1) == Some(&ch) {
+        } else if (ch == '<' || ch == '>' || ch == '&') && c.get(i + 1) == Some(&ch) {
             out.push(format!("{ch}{ch}"));
             i += 2;
         } else {
@@ -95,14 +99,32 @@ impl Eval<'_> {
     }
     fn prec(op: &str) -> Option<u8> {
         Some(match op {
-            "|" => 1,
-            "^" => 2,
-            "&" => 3,
-            "<<" | ">>" => 4,
-            "+" | "-" => 5,
-            "*" | "/" | "%" => 6,
+            "&&" => 1,
+            "|" => 2,
+            "^" => 3,
+            "&" => 4,
+            "<" => 5,
+            "<<" | ">>" => 6,
+            "+" | "-" => 7,
+            "*" | "/" | "%" => 8,
             _ => return None,
         })
+    }
+    /// `c ? a : b` (lowest precedence, right-associative) over binary expressions.
+    fn ternary(&mut self) -> i64 {
+        let c = self.expr(0);
+        if self.peek() != Some("?") {
+            return c;
+        }
+        self.pos += 1;
+        let a = self.ternary();
+        assert_eq!(self.next(), ":");
+        let b = self.ternary();
+        if c != 0 {
+            a
+        } else {
+            b
+        }
     }
     fn expr(&mut self, min: u8) -> i64 {
         let mut lhs = self.unary();
@@ -113,9 +135,11 @@ impl Eval<'_> {
             let op = self.next();
             let rhs = self.expr(p + 1);
             lhs = match op.as_str() {
+                "&&" => i64::from(lhs != 0 && rhs != 0),
                 "|" => lhs | rhs,
                 "^" => lhs ^ rhs,
                 "&" => lhs & rhs,
+                "<" => i64::from(lhs < rhs),
                 "<<" => lhs << rhs,
                 ">>" => lhs >> rhs,
                 "+" => lhs + rhs,
@@ -127,24 +151,39 @@ impl Eval<'_> {
         }
         lhs
     }
+    /// The type words of a cast at the current position (after `(`), if it is one.
+    fn cast_type(&self) -> Option<(usize, String)> {
+        let words = ["uint32_t", "int", "unsigned", "long", "const", "void", "*"];
+        let mut j = self.pos;
+        let mut ty = Vec::new();
+        while j < self.toks.len() && words.contains(&self.toks[j].as_str()) {
+            ty.push(self.toks[j].clone());
+            j += 1;
+        }
+        (!ty.is_empty() && self.toks.get(j).map(|s| s.as_str()) == Some(")"))
+            .then(|| (j + 1, ty.join(" ")))
+    }
     fn unary(&mut self) -> i64 {
         let t = self.next();
         if t == "(" {
-            if matches!(self.peek(), Some("uint32_t" | "int")) && self.toks[self.pos + 1] == ")" {
-                self.pos += 2;
-                return self.unary();
+            if let Some((after, ty)) = self.cast_type() {
+                self.pos = after;
+                let v = self.unary();
+                return match ty.as_str() {
+                    "uint32_t" | "unsigned" => v as u32 as i64,
+                    "int" => v as i32 as i64,
+                    _ => v, // long long, pointers
+                };
             }
-            let v = self.expr(0);
+            let v = self.ternary();
             assert_eq!(self.next(), ")");
             return v;
         }
         if t == "-" {
             return -self.unary();
         }
-        if let Ok(v) = t.trim_end_matches('u').parse::<i64>() {
-            if t.chars().next().unwrap().is_ascii_digit() {
-                return v;
-            }
+        if t.chars().next().unwrap().is_ascii_digit() {
+            return t.trim_end_matches(['u', 'l']).parse().unwrap();
         }
         (self.vars)(&t)
     }
@@ -156,7 +195,7 @@ fn eval(text: &str, vars: &dyn Fn(&str) -> i64) -> i64 {
         pos: 0,
         vars,
     };
-    let v = e.expr(0);
+    let v = e.ternary();
     assert_eq!(e.pos, e.toks.len(), "trailing tokens in `{text}`");
     v
 }
@@ -344,4 +383,193 @@ fn transposed_ldmatrix_of_b_fragments() {
             128,
         );
     }
+}
+
+/// `copy_async` of rows `r0..r0 + rows` (columns `col0..col0 + cols`) of `x [n, gcols]` f16
+/// into stage `st` of a `[STAGES, rows, cols]` buffer; `n`, `r0` and `st` are parameters.
+fn copy_program(
+    rows: usize,
+    cols: usize,
+    gcols: usize,
+    col0: i32,
+    swizzle: Swizzle,
+    threads: u32,
+) -> (Program, SharedLayout) {
+    let mut b = ProgramBuilder::new("cpa", threads);
+    let n = b.param_i32("n");
+    let r0 = b.param_i32("r0");
+    let st = b.param_i32("st");
+    let x = b.param_ptr("x", DType::F16, false);
+    let y = b.param_ptr("y", DType::F16, true);
+    b.grid(vec![1.into()]);
+    let gx = b.view_global("gx", x, DType::F16, vec![n.into(), (gcols as i32).into()]);
+    let shared = SharedLayout::row_major(&[STAGES, rows, cols]).with_swizzle(swizzle);
+    let sh = b.allocate_shared("sh", DType::F16, shared.clone());
+    let tile = b.slice_shared(
+        "tile",
+        sh,
+        vec![st.into(), 0.into(), 0.into()],
+        vec![rows, cols],
+    );
+    b.copy_async(tile, gx, vec![r0.into(), col0.into()]);
+    b.copy_async_commit_group();
+    b.copy_async_wait_group(0);
+    b.synchronize();
+    let lay = parse(&format!(
+        "local({}, 1).spatial({}, {}).local(1, 8)",
+        rows * cols / 8 / threads as usize,
+        threads as usize / (cols / 8),
+        cols / 8
+    ))
+    .unwrap();
+    let r = b.load_shared("r", tile, lay, vec![0.into(), 0.into()]);
+    let gy = b.view_global(
+        "gy",
+        y,
+        DType::F16,
+        vec![Expr::Int(rows as i32), Expr::Int(cols as i32)],
+    );
+    b.store_global(r, gy, vec![0.into(), 0.into()]);
+    (b.finish(), shared)
+}
+
+/// Every 16-byte chunk of the tile is copied once: from global element `(r0 + r) * gcols +
+/// col0 + c` to the shared element of `[st, r, c]`, with size 16 inside the view and 0 (zero
+/// fill) past row `n`.
+fn check_copy(rows: usize, cols: usize, gcols: usize, col0: i32, swizzle: Swizzle, threads: u32) {
+    let (p, shared) = copy_program(rows, cols, gcols, col0, swizzle, threads);
+    verify(&p, &Target::default()).unwrap_or_else(|d| panic!("{d:?}"));
+    let k = emit(&p, &Target::default()).unwrap();
+    let src = &k.source;
+    let start = src
+        .lines()
+        .position(|l| l.trim_start().starts_with("// copy_async("))
+        .expect("the copy's comment");
+    // The kernel-level names the block refers to (view extents, strides).
+    let mut defs: Vec<(String, String)> = Vec::new();
+    let mut calls: Vec<[String; 3]> = Vec::new();
+    for line in src.lines().take(start) {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("const int ") {
+            if let Some((name, e)) = rest.split_once(" = ") {
+                if name.starts_with("gx_") {
+                    defs.push((name.to_string(), e.trim_end_matches(';').to_string()));
+                }
+            }
+        }
+    }
+    for line in src.lines().skip(start + 1) {
+        let l = line.trim();
+        if l == "}" {
+            break;
+        }
+        let decl = [
+            "const int ",
+            "const long long ",
+            "const uint32_t ",
+            "const bool ",
+        ]
+        .iter()
+        .find_map(|p| l.strip_prefix(p));
+        if let Some(rest) = decl {
+            let (name, e) = rest.split_once(" = ").unwrap();
+            let e = e.trim_end_matches(';');
+            let e = e
+                .strip_prefix("tilus_smem_addr(")
+                .and_then(|x| x.strip_suffix(')'))
+                .unwrap_or(e);
+            defs.push((name.to_string(), e.to_string()));
+        } else if let Some(rest) = l.strip_prefix("tilus_cp_async_16(") {
+            let args = rest.strip_suffix(");").unwrap();
+            // Split at the top-level commas.
+            let (mut depth, mut parts, mut cur) = (0, Vec::new(), String::new());
+            for ch in args.chars() {
+                match ch {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    ',' if depth == 0 => {
+                        parts.push(std::mem::take(&mut cur));
+                        continue;
+                    }
+                    _ => {}
+                }
+                cur.push(ch);
+            }
+            parts.push(cur);
+            assert_eq!(parts.len(), 3, "{l}");
+            calls.push([parts[0].clone(), parts[1].clone(), parts[2].clone()]);
+        } else if !l.is_empty() && !l.starts_with("//") && !l.starts_with('{') {
+            panic!("unexpected line in the copy: {l}\n{src}");
+        }
+    }
+    assert!(!calls.is_empty(), "no cp.async 16\n{src}");
+    for (n, r0, st) in [
+        (1000i64, 0i64, 0i64),
+        (1000, 37, 2),
+        (50, 20, 1),
+        (20, 20, 0),
+    ] {
+        let mut got: Vec<(usize, Option<i64>)> = Vec::new();
+        for tid in 0..threads as i64 {
+            let mut env: Vec<(String, i64)> = Vec::new();
+            let lookup = |env: &Vec<(String, i64)>, v: &str| -> i64 {
+                match v {
+                    "tid" => tid,
+                    "n" => n,
+                    "r0" => r0,
+                    "st" => st,
+                    "tilus_smem" | "x" => 0,
+                    other => {
+                        env.iter()
+                            .rev()
+                            .find(|(name, _)| name == other)
+                            .unwrap_or_else(|| panic!("unknown name `{other}`"))
+                            .1
+                    }
+                }
+            };
+            for (name, e) in &defs {
+                let v = eval(e, &|v| lookup(&env, v));
+                env.push((name.clone(), v));
+            }
+            for [s, g, size] in &calls {
+                let s = eval(s, &|v| lookup(&env, v));
+                let g = eval(g, &|v| lookup(&env, v));
+                let size = eval(size, &|v| lookup(&env, v));
+                assert_eq!(s % 16, 0, "shared address {s} not 16-byte aligned");
+                match size {
+                    16 => got.push(((s / 2) as usize, Some(g / 2))),
+                    0 => got.push(((s / 2) as usize, None)),
+                    other => panic!("size {other}"),
+                }
+            }
+        }
+        let mut want: Vec<(usize, Option<i64>)> = Vec::new();
+        for r in 0..rows {
+            for c in (0..cols).step_by(8) {
+                let s = shared.offset(&[st as usize, r, c]);
+                let row = r0 + r as i64;
+                let g = (row < n).then(|| row * gcols as i64 + col0 as i64 + c as i64);
+                want.push((s, g));
+            }
+        }
+        got.sort();
+        want.sort();
+        let what =
+            format!("cp.async of [{rows}, {cols}] (n {n}, r0 {r0}, stage {st}, {swizzle:?})");
+        assert_eq!(got.len(), want.len(), "{what}: chunk count");
+        if let Some((g, w)) = got.iter().zip(&want).find(|(g, w)| g != w) {
+            panic!("{what}: (shared element, global element) {g:?}, expected {w:?}");
+        }
+    }
+}
+
+/// The prefill attention's K/V tiles: 64 rows of 64 or 128 columns out of a wider row (a KV
+/// head's slice), 8 warps and 4.
+#[test]
+fn copy_async_chunks_land_where_the_layouts_say() {
+    check_copy(64, 64, 256, 128, Swizzle::new(3, 3, 3).unwrap(), 256);
+    check_copy(64, 128, 512, 256, Swizzle::new(3, 3, 4).unwrap(), 256);
+    check_copy(64, 128, 128, 0, Swizzle::new(3, 3, 4).unwrap(), 128);
+    check_copy(32, 64, 64, 0, Swizzle::new(3, 3, 3).unwrap(), 128);
 }
