@@ -751,3 +751,26 @@ fn attention_decode_kernels_compile_without_spills() {
     }
     run("attention_decode_kernels_compile_without_spills", ks);
 }
+
+/// The causal prefill attention (`kernels::attention::prefill`): every configuration of its
+/// sweep list for both head dimensions in f16 (the first is the default), and the defaults in
+/// bf16, compile for sm_80 and sm_90a without spills, with HMMA, LDGSTS (the K/V pipeline)
+/// and LDSM.
+#[test]
+fn prefill_attention_compiles_without_spills() {
+    use tilus::kernels::attention::prefill::{default_config, prefill_configs};
+    let pipelined = Expect {
+        hmma: true,
+        ldgsts: true,
+    };
+    let mut ks = Vec::new();
+    for d in [64, 128] {
+        let mut cfgs: Vec<_> = prefill_configs(d, DType::F16).unwrap();
+        cfgs.push(default_config(d, DType::BF16).unwrap());
+        for cfg in cfgs {
+            let p = tilus::kernels::attention::prefill::program(&cfg).unwrap();
+            ks.push((format!("prefill_{cfg}"), p, pipelined));
+        }
+    }
+    run("prefill_attention_compiles_without_spills", ks);
+}

@@ -656,6 +656,49 @@ fn f16_dot_program() -> Program {
     b.finish()
 }
 
+/// `cast::<f16/bf16>` of f32 pairs (the packed `cvt.rn.satfinite` path): `[32, 64]` f32 in
+/// pairs of consecutive elements per thread, cast and stored.
+fn f32_pair_cast_program(dtype: DType) -> Program {
+    let mut b = ProgramBuilder::new(&format!("f32_pair_cast_{dtype}"), 128);
+    let x = b.param_ptr("x", DType::F32, false);
+    let y = b.param_ptr("y", dtype, true);
+    b.grid(vec![1.into()]);
+    let gx = b.view_global("gx", x, DType::F32, vec![32.into(), 64.into()]);
+    let gy = b.view_global("gy", y, dtype, vec![32.into(), 64.into()]);
+    let tile = l("local(2,1).spatial(16,8).local(1,8)");
+    let rx = b.load_global("rx", gx, tile, vec![0.into(), 0.into()]);
+    let out = b.cast("out", rx, dtype);
+    b.store_global(out, gy, vec![0.into(), 0.into()]);
+    b.finish()
+}
+
+/// f32 to f16 and bf16 over ranges that saturate (past 65504 for f16) and that give
+/// subnormal results, compared bit for bit.
+fn f32_pair_cast_cases() -> Vec<Case> {
+    let n = 32 * 64;
+    [
+        (DType::F16, 7.0e4),
+        (DType::F16, 1.0e-4),
+        (DType::BF16, 3.4e38),
+        (DType::BF16, 1.0e-38),
+    ]
+    .into_iter()
+    .map(|(dtype, r)| Case {
+        name: format!("f32 pair cast to {dtype} in +-{r:e}"),
+        program: f32_pair_cast_program(dtype),
+        args: vec![
+            A::Buf(Buf::Random {
+                dtype: DType::F32,
+                len: n,
+                lo: -r,
+                hi: r,
+            }),
+            A::Buf(Buf::OutExact(n * 2)),
+        ],
+    })
+    .collect()
+}
+
 /// The input range of a float math op: positive for logarithms and roots.
 fn math_range(op: MathOp) -> (f64, f64) {
     match op {
@@ -813,6 +856,7 @@ fn instructions_beyond_the_paper_match_interpreter() {
             A::Buf(Buf::OutF16(8 * 8)),
         ],
     });
+    cases.extend(f32_pair_cast_cases());
     run_all("instructions_beyond_the_paper_match_interpreter", cases);
 }
 
@@ -1116,6 +1160,7 @@ fn every_case_generates_code_and_interprets() {
         elementwise_case(DType::Int(8)),
         elementwise_case_from(DType::BF16, DType::F16),
     ];
+    cases.extend(f32_pair_cast_cases());
     cases.push(Case {
         name: "int_dot".into(),
         program: int_dot_program(),

@@ -6,8 +6,10 @@
 //! `[pages, page_size, kv_heads, head_dim]` (a contiguous cache is `[batch, max_len, kv_heads,
 //! head_dim]`), grouped-query attention with `q_heads` a multiple of `kv_heads` (query head `i`
 //! reads KV head `i / (q_heads / kv_heads)`).
+
 pub mod append;
 pub mod bench;
 pub mod decode;
 pub mod kernel;
 pub mod kv;
+pub mod prefill;

@@ -107,6 +107,7 @@ static __device__ __forceinline__ uint32_t tilus_smem_addr(const void* p) {
             ));
         }
     }
+    s.push_str(&super::emitters::cast_pair::helpers(used));
     let mma16 = |name: &str, ty: &str| {
         format!(
             r#"

@@ -435,6 +435,9 @@ pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(
         }
         return Ok(());
     }
+    if super::cast_pair::try_emit(cx, out, x, src, dtype, &sigma)? {
+        return Ok(());
+    }
     let plan = cast::PackOrder::recognize(&sigma)
         .and_then(|order| cast::cast_plan_ordered(src, dtype, order));
     if let Some(plan) = plan {

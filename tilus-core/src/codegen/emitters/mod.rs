@@ -6,12 +6,14 @@
 //! | [`global`] | `LoadGlobal`, `StoreGlobal` (vectorized, masked by the view) |
 //! | [`shared`] | `LoadShared` (`ldmatrix` when the layout allows), `StoreShared`, `CopyAsync` |
 //! | [`elementwise`] | `AllocateRegister`, `Binary`, `MulAdd`, `Neg`, `Cast`, `View`, `Print` of tensors |
+//! | [`cast_pair`] | `Cast` of f32 to f16/bf16 pairs (`cvt.rn.satfinite.*x2.f32`) |
 //! | [`math`] | `Unary` (`exp`, `sqrt`, `not`, ...), bit operations of `Binary`, `Compare`, `Select`, `Arange` |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
 //! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
 //! | [`addressing`] | `Item`, `Gather`, `Scatter`, `Atomic` (data-dependent addresses) |
 
 pub(crate) mod addressing;
+pub(crate) mod cast_pair;
 pub(crate) mod elementwise;
 pub(crate) mod global;
 pub(crate) mod math;

@@ -327,8 +327,10 @@ fn try_ldmatrix(
         1
     };
     let threads = cx.block_threads;
-    // Per group: the (row, col) each lane points at, as an affine function of tid.
+    // Per group: the (row, col) each lane points at, as an affine function of tid, and the
+    // positions themselves (for the address classes below).
     let mut groups = Vec::new();
+    let mut positions = Vec::new();
     for g in 0..per / k {
         let at = |t: usize| -> Vec<i64> {
             let (w, lane) = (t / 32, t % 32);
@@ -336,14 +338,17 @@ fn try_ldmatrix(
             let (tr, tc) = tiling.tiles_of(w)[jj];
             vec![(tr * 8 + lane % 8) as i64, (tc * 8) as i64]
         };
-        let p0 = at(0);
-        let vals: Vec<Vec<i64>> = (0..threads)
-            .map(|t| at(t).iter().zip(&p0).map(|(a, b)| a - b).collect())
+        let pos: Vec<Vec<i64>> = (0..threads).map(at).collect();
+        let p0 = pos[0].clone();
+        let vals: Vec<Vec<i64>> = pos
+            .iter()
+            .map(|p| p.iter().zip(&p0).map(|(a, b)| a - b).collect())
             .collect();
         let Some(terms) = derive_terms(&vals, threads) else {
             return Ok(false);
         };
         groups.push((p0, terms));
+        positions.push(pos);
     }
     cx.assume(&proof);
     cx.features.insert(match (k, trans) {
@@ -362,9 +367,22 @@ fn try_ldmatrix(
     };
     let sbase = cx.fresh("sbase");
     cx.w.line(format!("const uint32_t {sbase} = tilus_smem_addr({ptr});"));
-    // Offset of the base index (no thread part).
+    let lin: Vec<Vec<i64>> = positions
+        .iter()
+        .map(|pos| {
+            pos.iter()
+                .map(|p| p[0] * l.strides[lead] as i64 + p[1] * l.strides[lead + 1] as i64)
+                .collect()
+        })
+        .collect();
+    let classes = address_classes(cx, base, l, &lin);
+    // Offset of the base index (no thread part): with classes, only its run-time part (a
+    // multiple of the swizzle's period); the constant part goes into each class.
     let mut terms = Vec::new();
     for (d, e) in base.iter().enumerate() {
+        if classes.is_some() && cx.facts.constant(e).is_some() {
+            continue;
+        }
         let x = cx.expr(e);
         if x != "0" {
             terms.push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
@@ -376,28 +394,152 @@ fn try_ldmatrix(
         crate::codegen::expr::sum(&terms)
     ));
     let suffix = if trans { "_trans" } else { "" };
-    for (g, (p0, terms)) in groups.into_iter().enumerate() {
+    // The element offset of group `g` for every thread, as a C expression: with `split`, the
+    // run-time base `off0` (a multiple of the swizzle's period, which therefore passes
+    // through it) plus the swizzled thread part and constant `extra`; else the whole offset
+    // swizzled.
+    let group_elem = |g: usize, extra: i64, split: bool| -> String {
+        let (p0, terms) = &groups[g];
         let lm = LayoutMap {
             shape: vec![0, 0],
             threads,
             locals: 1,
-            terms,
+            terms: terms.clone(),
             local_index: vec![vec![0, 0]],
         };
         let row = add_const(&lm.thread_expr(0, TID, threads), p0[0]);
         let col = add_const(&lm.thread_expr(1, TID, threads), p0[1]);
-        let lin = crate::codegen::expr::sum(&[
-            off0.clone(),
+        let thread = [
             crate::codegen::expr::mul_const(&row, l.strides[lead] as i64),
             crate::codegen::expr::mul_const(&col, l.strides[lead + 1] as i64),
-        ]);
-        let elem = swizzle_c(&lin, l.swizzle);
-        cx.w.line(format!(
-            "tilus_ldsm_x{k}{suffix}(&{arr}[{}], {sbase} + (uint32_t)({elem}) * 2u);",
-            g * k
-        ));
+        ];
+        if split {
+            let y = add_const(&crate::codegen::expr::sum(&thread), extra);
+            crate::codegen::expr::sum(&[off0.clone(), swizzle_c(&y, l.swizzle)])
+        } else {
+            let lin =
+                crate::codegen::expr::sum(&[off0.clone(), thread[0].clone(), thread[1].clone()]);
+            swizzle_c(&add_const(&lin, extra), l.swizzle)
+        }
+    };
+    match classes {
+        Some((konst, class_of)) => {
+            // One shared address per class; each group of a class is that address plus a
+            // constant number of bytes (which ptxas folds into LDSM's immediate offset).
+            let mut names: Vec<Option<String>> = vec![None; per / k];
+            for (g, &(c, delta)) in class_of.iter().enumerate() {
+                let a = match &names[c] {
+                    Some(a) => a.clone(),
+                    None => {
+                        let a = cx.fresh("sa");
+                        let e = group_elem(c, konst, true);
+                        cx.w.line(format!(
+                            "const uint32_t {a} = {sbase} + (uint32_t)({e}) * 2u;"
+                        ));
+                        names[c] = Some(a.clone());
+                        a
+                    }
+                };
+                // The byte offset wraps like the `uint32_t` sum it replaces.
+                let bytes = (delta as i32 as u32).wrapping_mul(2);
+                let addr = if bytes == 0 {
+                    a
+                } else {
+                    format!("{a} + {bytes}u")
+                };
+                cx.w.line(format!(
+                    "tilus_ldsm_x{k}{suffix}(&{arr}[{}], {addr});",
+                    g * k
+                ));
+            }
+        }
+        None => {
+            for g in 0..per / k {
+                let elem = group_elem(g, 0, false);
+                cx.w.line(format!(
+                    "tilus_ldsm_x{k}{suffix}(&{arr}[{}], {sbase} + (uint32_t)({elem}) * 2u);",
+                    g * k
+                ));
+            }
+        }
     }
     Ok(true)
+}
+
+/// Address classes of an access whose groups (ldmatrix calls, cp.async chunks) have thread
+/// `t` of group `g` at the unswizzled element offset `base + lin[g][t]` of the root:
+/// `Some((k, class_of))` when the base's run-time part is provably a multiple of the swizzle's
+/// period (its constant part is `k` elements), so that `swizzle(runtime + y) = runtime +
+/// swizzle(y)`; group `g`'s element offset is then `runtime + swizzle(lin[c][t] + k) + delta`
+/// for every thread, with `class_of[g] = (c, delta)` (`c` the class's first group). Checked
+/// over every thread, so a class shares one address computation exactly. `None`: every group
+/// computes its own address.
+fn address_classes(
+    cx: &Ctx,
+    base: &[Expr],
+    l: &crate::layout::SharedLayout,
+    lin: &[Vec<i64>],
+) -> Option<(i64, Vec<(usize, i64)>)> {
+    let period: i64 = match l.swizzle {
+        Some(sw) if sw.bits > 0 => 1i64.checked_shl(sw.base + sw.shift + sw.bits)?,
+        _ => 1,
+    };
+    let mut konst = 0i64;
+    for (d, e) in base.iter().enumerate() {
+        let stride = l.strides[d] as i64;
+        match cx.facts.constant(e) {
+            Some(c) => konst = konst.checked_add(c.checked_mul(stride)?)?,
+            None => {
+                let need = period / gcd_i64(period, stride);
+                if cx.facts.divisible(e, need) != Divisible::Yes {
+                    return None;
+                }
+            }
+        }
+    }
+    let swz = |y: i64| -> Option<i64> {
+        let y = usize::try_from(y).ok()?;
+        Some(match l.swizzle {
+            Some(sw) => sw.apply(y) as i64,
+            None => y as i64,
+        })
+    };
+    // Each group's swizzled offset (without the run-time part) for every thread.
+    let offsets: Vec<Vec<i64>> = lin
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|&y| swz(y.checked_add(konst)?))
+                .collect::<Option<Vec<i64>>>()
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let mut class_of: Vec<(usize, i64)> = Vec::new();
+    let mut reps: Vec<usize> = Vec::new();
+    for (g, off) in offsets.iter().enumerate() {
+        let found = reps.iter().find_map(|&c| {
+            let delta = off[0] - offsets[c][0];
+            off.iter()
+                .zip(&offsets[c])
+                .all(|(a, b)| a - b == delta)
+                .then_some((c, delta))
+        });
+        match found {
+            Some(cd) => class_of.push(cd),
+            None => {
+                reps.push(g);
+                class_of.push((g, 0));
+            }
+        }
+    }
+    Some((konst, class_of))
+}
+
+fn gcd_i64(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.abs(), b.abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
 }
 
 /// `copy_async(dst, src, src_offset)`.
@@ -484,11 +626,10 @@ pub(crate) fn copy_async(
             sterms.push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
         }
     }
+    // The shared base offset, written where a path uses it (the address classes of the
+    // affine path split it instead).
     let soff = cx.fresh("so");
-    cx.w.line(format!(
-        "const int {soff} = {};",
-        crate::codegen::expr::sum(&sterms)
-    ));
+    let soff_line = format!("const int {soff} = {};", crate::codegen::expr::sum(&sterms));
     // Element `idx` (tile coordinates as C expressions) -> (mask, global byte address, shared
     // element offset).
     let gather = |idx: &[String]| -> (String, String, String) {
@@ -609,24 +750,141 @@ pub(crate) fn copy_async(
                         tnames.push(n);
                     }
                 }
-                for k in 0..per_thread {
-                    let off = unravel(k * threads);
-                    let idx: Vec<String> =
-                        (0..rank).map(|d| add_const(&tnames[d], off[d])).collect();
-                    let (mask, gaddr, selem) = gather(&idx);
-                    let m = cx.fresh("m");
-                    cx.w.line(format!("const bool {m} = {mask};"));
-                    let swz = swizzle_c(&selem, l.swizzle);
-                    cx.w.line(format!(
-                        "{fname}({dst_base} + (uint32_t)({swz}){}, {m} ? (const void*)({gaddr}) : (const void*){}, {m} ? {bytes}u : 0u);",
-                        byte_scale(bits),
-                        g.ptr
-                    ));
+                let offs: Vec<Vec<i64>> = (0..per_thread).map(|k| unravel(k * threads)).collect();
+                // Chunk k of thread t is at tile index unravel(t) + offs[k] (checked above).
+                let classes = if bits >= 8 {
+                    let lin: Vec<Vec<i64>> = offs
+                        .iter()
+                        .map(|off| {
+                            (0..active)
+                                .map(|t| {
+                                    let at = unravel(t);
+                                    (0..rank)
+                                        .map(|d| (at[d] + off[d]) * l.strides[slead + d] as i64)
+                                        .sum()
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    address_classes(cx, &sbase, &l, &lin)
+                } else {
+                    None
+                };
+                match classes {
+                    Some((konst, class_of)) => {
+                        let esz = (bits / 8) as i64;
+                        // The run-time part of the shared base (a multiple of the swizzle's
+                        // period: it passes through the swizzle).
+                        let mut rterms = Vec::new();
+                        for (d, e) in sbase.iter().enumerate() {
+                            if cx.facts.constant(e).is_none() {
+                                let x = cx.expr(e);
+                                rterms
+                                    .push(crate::codegen::expr::mul_const(&x, l.strides[d] as i64));
+                            }
+                        }
+                        let sr = cx.fresh("sr");
+                        cx.w.line(format!(
+                            "const int {sr} = {};",
+                            crate::codegen::expr::sum(&rterms)
+                        ));
+                        // The thread's global element offset (chunk 0), as gather writes it.
+                        let mut glin = Vec::new();
+                        for d in 0..grank {
+                            let x = if d < glead || tnames[d - glead] == "0" {
+                                gidx[d].clone()
+                            } else {
+                                format!("{} + {}", gidx[d], tnames[d - glead])
+                            };
+                            glin.push(if d == grank - 1 {
+                                format!("({x})")
+                            } else {
+                                format!("(long long)({x}) * {}", g.strides[d])
+                            });
+                        }
+                        let go = cx.fresh("go");
+                        cx.w.line(format!("const long long {go} = {};", glin.join(" + ")));
+                        let mut names: Vec<Option<String>> = vec![None; per_thread];
+                        for (k, &(c, delta)) in class_of.iter().enumerate() {
+                            let sa = match &names[c] {
+                                Some(a) => a.clone(),
+                                None => {
+                                    let mut t = Vec::new();
+                                    for d in 0..rank {
+                                        t.push(crate::codegen::expr::mul_const(
+                                            &add_const(&tnames[d], offs[c][d]),
+                                            l.strides[slead + d] as i64,
+                                        ));
+                                    }
+                                    let y = add_const(&crate::codegen::expr::sum(&t), konst);
+                                    let a = cx.fresh("sa");
+                                    cx.w.line(format!(
+                                        "const uint32_t {a} = {dst_base} + (uint32_t)({}) * {esz}u;",
+                                        crate::codegen::expr::sum(&[
+                                            sr.clone(),
+                                            swizzle_c(&y, l.swizzle)
+                                        ])
+                                    ));
+                                    names[c] = Some(a.clone());
+                                    a
+                                }
+                            };
+                            let sbytes = (delta as i32 as u32).wrapping_mul(esz as u32);
+                            let saddr = if sbytes == 0 {
+                                sa
+                            } else {
+                                format!("{sa} + {sbytes}u")
+                            };
+                            // The chunk's global offset from chunk 0: constants times strides.
+                            let mut dterms = vec![go.clone()];
+                            for d in glead..grank {
+                                let o = offs[k][d - glead];
+                                if o == 0 {
+                                    continue;
+                                }
+                                dterms.push(if d == grank - 1 {
+                                    format!("{o}")
+                                } else {
+                                    format!("(long long)({o}) * {}", g.strides[d])
+                                });
+                            }
+                            let idx: Vec<String> = (0..rank)
+                                .map(|d| add_const(&tnames[d], offs[k][d]))
+                                .collect();
+                            let (mask, _, _) = gather(&idx);
+                            let m = cx.fresh("m");
+                            cx.w.line(format!("const bool {m} = {mask};"));
+                            // A masked chunk reads nothing from the buffer's start: the
+                            // offset, not the pointer, is selected.
+                            cx.w.line(format!(
+                                "{fname}({saddr}, (const void*)({} + ({m} ? {} : 0ll) * {esz}), {m} ? {bytes}u : 0u);",
+                                g.ptr,
+                                dterms.join(" + ")
+                            ));
+                        }
+                    }
+                    None => {
+                        cx.w.line(soff_line.clone());
+                        for off in &offs {
+                            let idx: Vec<String> =
+                                (0..rank).map(|d| add_const(&tnames[d], off[d])).collect();
+                            let (mask, gaddr, selem) = gather(&idx);
+                            let m = cx.fresh("m");
+                            cx.w.line(format!("const bool {m} = {mask};"));
+                            let swz = swizzle_c(&selem, l.swizzle);
+                            cx.w.line(format!(
+                                "{fname}({dst_base} + (uint32_t)({swz}){}, {m} ? (const void*)({gaddr}) : (const void*){}, {m} ? {bytes}u : 0u);",
+                                byte_scale(bits),
+                                g.ptr
+                            ));
+                        }
+                    }
                 }
                 if active < threads {
                     cx.w.close();
                 }
             } else {
+                cx.w.line(soff_line.clone());
                 let c = cx.fresh("c");
                 cx.w.open(format!(
                     "for (int {c} = {TID}; {c} < {chunks}; {c} += {threads})"
@@ -646,6 +904,7 @@ pub(crate) fn copy_async(
         }
         None => {
             // Synchronous element copy (the copy is complete before any wait).
+            cx.w.line(soff_line.clone());
             let e = cx.fresh("e");
             cx.w.open(format!(
                 "for (int {e} = {TID}; {e} < {total}; {e} += {threads})"
