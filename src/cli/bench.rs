@@ -161,6 +161,11 @@ pub enum BenchCommand {
         /// zero point per token and head (`i8`, `f8e4m3`, `u4`, ...).
         #[arg(long, default_value = "act")]
         kv: String,
+        /// Measure causal prefill instead of decode, on these shapes `BxNxHQxHKVxD` (batch,
+        /// tokens per sequence, query heads, KV heads, head dim), comma-separated; `issue` is
+        /// the two shapes of issue 17 (1x4096x32x8x128, 1x8192x64x8x128).
+        #[arg(long)]
+        prefill: Option<String>,
     },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
@@ -224,6 +229,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             dtype,
             l2,
             kv,
+            prefill,
             ..
         } => {
             parse_list("--batch", batch)?;
@@ -236,6 +242,9 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             }
             parse_l2(l2)?;
             parse_kv(kv)?;
+            if let Some(p) = prefill {
+                parse_prefill(p)?;
+            }
             parse_row_dtype(dtype).map(drop)
         }
         _ => Ok(()),
@@ -335,6 +344,34 @@ fn parse_list(arg: &str, list: &str) -> Result<Vec<usize>, String> {
         .map(|v| match v.trim().parse::<usize>() {
             Ok(x) if x > 0 => Ok(x),
             _ => Err(format!("argument `{arg}`: `{v}` is not a positive number")),
+        })
+        .collect()
+}
+
+/// `BxNxHQxHKVxD` shapes, or `issue`.
+fn parse_prefill(
+    s: &str,
+) -> Result<Vec<tilus::kernels::attention::bench::PrefillBenchShape>, String> {
+    let list = if s.trim() == "issue" {
+        "1x4096x32x8x128,1x8192x64x8x128"
+    } else {
+        s
+    };
+    list.split(',')
+        .map(|one| {
+            let bad = || {
+                format!("argument `--prefill`: `{one}` is not BxNxHQxHKVxD (e.g. 1x4096x32x8x128)")
+            };
+            let v: Vec<usize> = one
+                .trim()
+                .split('x')
+                .map(|x| x.parse::<usize>().ok().filter(|&x| x > 0))
+                .collect::<Option<_>>()
+                .ok_or_else(bad)?;
+            match v[..] {
+                [b, n, hq, hkv, d] => Ok((b, n, hq, hkv, d)),
+                _ => Err(bad()),
+            }
         })
         .collect()
 }
@@ -445,8 +482,22 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             ref l2,
             sweep,
             ref kv,
+            ref prefill,
         } => {
-            use tilus::kernels::attention::bench::{bench_decode, table, DecodeBenchSpec};
+            use tilus::kernels::attention::bench::{
+                bench_decode, bench_prefill, prefill_table, table, DecodeBenchSpec,
+            };
+            if let Some(p) = prefill {
+                let shapes = parse_prefill(p)?;
+                let l2 = parse_l2(l2)?;
+                let dtype = parse_row_dtype(dtype)?;
+                let results = match dtype {
+                    "f16" => bench_prefill::<f16>(&ctx, &shapes, runs, l2, sweep)?,
+                    _ => bench_prefill::<half::bf16>(&ctx, &shapes, runs, l2, sweep)?,
+                };
+                out += &prefill_table(dtype, l2, &results);
+                return Ok(out);
+            }
             let (q, kvh, d) = parse_heads(heads)?;
             let spec = DecodeBenchSpec {
                 batches: parse_list("--batch", batch)?,

@@ -339,3 +339,127 @@ pub fn sweep_tunings(shape: &DecodeShape) -> Vec<Option<DecodeTuning>> {
     }
     v
 }
+
+/// A prefill shape: batch, tokens per sequence, query heads, KV heads, head dim.
+pub type PrefillBenchShape = (usize, usize, usize, usize, usize);
+
+/// One measured causal prefill.
+#[derive(Clone, Debug)]
+pub struct PrefillBench {
+    pub batch: usize,
+    pub tokens: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub config: String,
+    pub timing: Timing,
+}
+
+impl PrefillBench {
+    /// The causal attention's multiply-adds, counted as FlashAttention does: `4 · n² · d` per
+    /// query head and sequence for full attention, half of it causal.
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.batch * self.tokens * self.tokens * self.head_dim * self.q_heads) as f64
+    }
+
+    pub fn tflops(&self) -> f64 {
+        self.flops() / self.timing.median_us * 1e-6
+    }
+}
+
+/// Time causal prefills of `batch` sequences of `tokens` tokens each with `q_heads` /
+/// `kv_heads` heads of `head_dim` (f16 or bf16 `T`), random inputs, `runs` timed runs after 3
+/// warm-ups, each after an L2 flush as `l2` says; with `sweep`, every configuration of
+/// [`super::prefill::prefill_configs`], else the default.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_prefill<T: Activation>(
+    ctx: &Context,
+    shapes: &[PrefillBenchShape],
+    runs: usize,
+    l2: L2Mode,
+    sweep: bool,
+) -> Result<Vec<PrefillBench>, String> {
+    use super::prefill::{default_config, prefill_attention, prefill_configs, PrefillShape};
+    let el = std::mem::size_of::<T>();
+    let mut flush = L2Flush::with_mode(ctx, l2).map_err(err)?;
+    let mut out = Vec::new();
+    for &(batch, tokens, q_heads, kv_heads, head_dim) in shapes {
+        let cu: Vec<i32> = (0..=batch).map(|b| (b * tokens) as i32).collect();
+        let n = batch * tokens;
+        // The kernel takes bytes: random values of T, as bytes (two per f16/bf16 value).
+        let bytes = |len: usize, seed: u64| -> Result<DeviceBuffer<u8>, String> {
+            let vals = random::<T>(ctx, len, seed)?.to_host().map_err(err)?;
+            DeviceBuffer::from_host(ctx, &T::to_bytes(&vals)).map_err(err)
+        };
+        let qb = bytes(n * q_heads * head_dim, 11)?;
+        let kb = bytes(n * kv_heads * head_dim, 12)?;
+        let vb = bytes(n * kv_heads * head_dim, 13)?;
+        let mut ob = DeviceBuffer::<u8>::zeros(ctx, n * q_heads * head_dim * el).map_err(err)?;
+        let dcu = DeviceBuffer::from_host(ctx, &cu).map_err(err)?;
+        let shape = PrefillShape {
+            cu_seqlens: &cu,
+            q_heads,
+            kv_heads,
+            head_dim,
+            dtype: T::DTYPE,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+        };
+        let configs = if sweep {
+            prefill_configs(head_dim, T::DTYPE).map_err(err)?
+        } else {
+            vec![default_config(head_dim, T::DTYPE).map_err(err)?]
+        };
+        for cfg in configs {
+            let mut run =
+                || prefill_attention(ctx, Some(&cfg), &shape, &dcu, &qb, &kb, &vb, &mut ob);
+            run().map_err(err)?;
+            let mut failure = None;
+            let timing = time_runs(ctx, 3, runs, Some(&mut flush), || {
+                if let Err(e) = run() {
+                    failure = Some(e);
+                }
+                Ok(())
+            })
+            .map_err(err)?;
+            if let Some(e) = failure {
+                return Err(err(e));
+            }
+            out.push(PrefillBench {
+                batch,
+                tokens,
+                q_heads,
+                kv_heads,
+                head_dim,
+                config: cfg.to_string(),
+                timing,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The table `tilus bench attention --prefill` prints (the same columns as
+/// `bench/torch_attention.py --prefill`).
+pub fn prefill_table(dtype: &str, l2: L2Mode, results: &[PrefillBench]) -> String {
+    let l2 = match l2 {
+        L2Mode::Clean => "clean",
+        L2Mode::Dirty => "dirty",
+    };
+    let mut s = format!(
+        "tilus causal prefill attention (mma.sync), {dtype}, L2 flushed {l2}; TFLOP/s counts \
+         2·n²·d per query head and sequence\n{:<6} {:>7} {:>13} {:>10} {:>9}  config\n",
+        "batch", "tokens", "heads q/kv/d", "time us", "TFLOP/s"
+    );
+    for r in results {
+        s += &format!(
+            "{:<6} {:>7} {:>13} {:>10.1} {:>9.1}  {}\n",
+            r.batch,
+            r.tokens,
+            format!("{}/{}/{}", r.q_heads, r.kv_heads, r.head_dim),
+            r.timing.median_us,
+            r.tflops(),
+            r.config
+        );
+    }
+    s
+}

@@ -290,11 +290,14 @@ fn config(bm: i32, stages: i32, chunk: i32, d: usize, dtype: DType) -> PrefillCo
 /// [`default_config`]. `OCC` stays 1: at D = 64, `BM = 64` holds three blocks per SM by its
 /// registers anyway, and `OCC = 4` (128 registers) spills a few bytes.
 pub fn prefill_configs(d: usize, dtype: DType) -> Result<Vec<PrefillConfig>, KernelError> {
-    check_dtype_dim(d, dtype)?;
-    let mut v: Vec<PrefillConfig> = [(128, 3), (128, 2), (64, 3), (64, 2)]
-        .into_iter()
-        .map(|(bm, st)| config(bm, st, 32, d, dtype))
-        .collect();
+    let first = default_config(d, dtype)?;
+    let mut v = vec![first];
+    for (bm, st) in [(128, 3), (128, 2), (64, 3), (64, 2)] {
+        let c = config(bm, st, 32, d, dtype);
+        if c != first {
+            v.push(c);
+        }
+    }
     v.push(config(128, 3, 64, d, dtype));
     if d == 128 {
         v.push(config(128, 3, 128, d, dtype));
@@ -302,12 +305,17 @@ pub fn prefill_configs(d: usize, dtype: DType) -> Result<Vec<PrefillConfig>, Ker
     Ok(v)
 }
 
-/// The default configuration for head dimension `d`: 128 queries on 8 warps (K and V tiles
-/// shared by twice the queries of 64, half the L2 traffic), 3 stages (at D = 128, 128 KiB of
-/// shared memory: the registers allow one block per SM anyway), chunks of 32.
+/// The default configuration for head dimension `d`, chunks of 32: at D = 128, 64 queries on
+/// 4 warps and 3 stages (measured on the H100 at the shapes: 485 us against 540 us for
+/// 128 queries at 4096 tokens, 3531 against 3709 at 8192; more blocks per query row beat the
+/// halved L2 traffic of 128 queries); at D = 64, 128 queries on 8 warps and 3 stages.
 pub fn default_config(d: usize, dtype: DType) -> Result<PrefillConfig, KernelError> {
     check_dtype_dim(d, dtype)?;
-    Ok(config(128, 3, 32, d, dtype))
+    Ok(if d == 128 {
+        config(64, 3, 32, d, dtype)
+    } else {
+        config(128, 3, 32, d, dtype)
+    })
 }
 
 /// The verified program of `cfg` (instantiated on first use and cached).
