@@ -221,7 +221,6 @@ pub fn attention_decode<
     let lbytes = layout!(local(rpt, 1)
         .spatial(BT / rpt, D / vec)
         .local(1, vec * KV::BITS / 8));
-    let lmeta = layout!(reduce(lcodes, [1]));
     let skd = if QUANT == 1 {
         shared::<A>([BT, D], swizzle(3, 3, sw))
     } else {
@@ -232,18 +231,28 @@ pub fn attention_decode<
     } else {
         ()
     };
-    // `code · scale - zero · scale` in `A` (the codes through the vectorized casts), with
-    // scale and offset 0 for tokens past the sequence.
-    let dequant = |codes: Tensor, meta: Tensor, t: i32, out: Tensor| {
-        let x = cast::<A>(view::<KV>(codes, lcodes));
-        let live = arange(lmeta, 0, t) < len;
-        let scale = select(live, load_shared(meta, lmeta, [0, 0]), 0.0);
-        let offset = select(live, neg(load_shared(meta, lmeta, [0, 1]) * scale), 0.0);
-        store_shared(x * cast::<A>(scale) + cast::<A>(offset), out, [0, 0]);
+    // Codes become `A` in shared memory (exact: every code of at most 8 bits is an f16 or bf16
+    // value); scales and zero points apply in f32 to the scores and the probabilities.
+    let convert = |codes: Tensor, out: Tensor| {
+        store_shared(cast::<A>(view::<KV>(codes, lcodes)), out, [0, 0]);
     };
+    // A per-token vector of the tile: [BT, 1] as read from the metadata, with the threads of
+    // the score tile's columns (the score layout transposed, reduced over the query rows), and
+    // viewed for free as the [1, BT] vector the scores broadcast with.
+    let mma_ct = layout!(local(1, 2).column_spatial(4, 8).local(2, 1));
+    let lst = layout!(replicated(NW).local(BT / 8, 1).mma_ct);
+    let ltt = layout!(reduce(lst, [1]));
+    let lt = layout!(reduce(ls, [0]));
+    let token_vec = |meta: Tensor, col: i32| view::<f32>(load_shared(meta, ltt, [0, col]), lt);
 
     let gq = view_global(q, [batch * kv_heads, group, D]);
     let rq = load_global(gq, lq, [bh, 0, 0]);
+    // Quantized: -Σ_d q per query row, for the zero points.
+    let neg_qsum = if QUANT == 1 {
+        neg(sum(cast::<f32>(rq), 1))
+    } else {
+        ()
+    };
     let mut acc = register::<f32>(lo, 0.0);
     // Running maximum (base 2, floored so that fully masked tiles stay NaN-free) and sum.
     let mut m = reduce_max(register::<f32>(ls, -3.0e38), 1);
@@ -257,8 +266,8 @@ pub fn attention_decode<
         let (ks, vs) = if QUANT == 1 {
             let kc = load_shared(slice_shared(sk, [stage, 0, 0], [BT, cb]), lbytes, [0, 0]);
             let vc = load_shared(slice_shared(sv, [stage, 0, 0], [BT, cb]), lbytes, [0, 0]);
-            dequant(kc, slice_shared(skm, [stage, 0, 0], [BT, 2]), t, skd);
-            dequant(vc, slice_shared(svm, [stage, 0, 0], [BT, 2]), t, svd);
+            convert(kc, skd);
+            convert(vc, svd);
             sync();
             (skd, svd)
         } else {
@@ -275,18 +284,38 @@ pub fn attention_decode<
         }
         commit_group();
         let kt = view::<A>(rk, lkt);
-        let scores = dot(rq, kt, register::<f32>(ls, 0.0)) * scale_log2;
+        let scores = dot(rq, kt, register::<f32>(ls, 0.0));
         // Tokens outside [first, len) do not take part.
         let tok = arange(ls, 1, t);
         let valid = (tok >= first) & (tok < len);
-        let scores = select(valid, scores, f32::NEG_INFINITY);
+        // Quantized: s = scale · (q · code) - scale · zero · Σq, per token (column); the
+        // metadata of rows past the sequence (anything, NaN included) is replaced by 0.
+        let (scores, vscale, voffset) = if QUANT == 1 {
+            let live = arange(lt, 1, t) < len;
+            let km = slice_shared(skm, [stage, 0, 0], [BT, 2]);
+            let vm = slice_shared(svm, [stage, 0, 0], [BT, 2]);
+            let ks_t = select(live, token_vec(km, 0), 0.0);
+            let ko_t = select(live, token_vec(km, 1) * ks_t, 0.0);
+            let vs_t = select(live, token_vec(vm, 0), 0.0);
+            let vo_t = select(live, token_vec(vm, 1) * vs_t, 0.0);
+            let offsets = register::<f32>(ls, 0.0) + ko_t;
+            (mul_add(offsets, neg_qsum, scores * ks_t), vs_t, vo_t)
+        } else {
+            (scores, (), ())
+        };
+        let scores = select(valid, scores * scale_log2, f32::NEG_INFINITY);
         let m_new = max(m, reduce_max(scores, 1));
         let p = exp2(scores - m_new);
         let alpha = exp2(m - m_new);
         l = l * alpha + sum(p, 1);
         acc = acc * alpha;
-        let pa = view::<A>(cast::<A>(p), lp);
+        // Quantized: o += (p · scale) · code - Σ_t p · scale · zero.
+        let pv = if QUANT == 1 { p * vscale } else { p };
+        let pa = view::<A>(cast::<A>(pv), lp);
         acc = dot(pa, rv, acc);
+        if QUANT == 1 {
+            acc = acc - sum(p * voffset, 1);
+        }
         m = m_new;
     }
     wait_group(0);

@@ -255,11 +255,16 @@ impl Translator<'_, '_> {
                 return;
             }
         };
+        // A `()` item of a constant `if`'s tuple is absent, as `let x = if C { .. } else { () }`.
+        let from_if = is_if(expr);
         for (p, v) in elems.iter().zip(items) {
             match p {
                 Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
                     let name = pi.ident.to_string();
-                    let binding = self.binding_for(b, *p, &name, pi.mutability.is_some(), v);
+                    let binding = match v {
+                        Value::Unit if from_if => Binding::Absent,
+                        v => self.binding_for(b, *p, &name, pi.mutability.is_some(), v),
+                    };
                     self.bind(&name, binding);
                 }
                 Pat::Wild(_) => {}
