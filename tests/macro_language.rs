@@ -6,8 +6,8 @@
 mod language;
 
 use language::{
-    chunk_max, closures, flagged, helpers, narrow_wide, scalar_operands, scale_shift, unrolled,
-    wide_offsets,
+    block_values, chunk_max, closures, flagged, helpers, narrow_wide, scalar_operands, scale_shift,
+    unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -129,6 +129,26 @@ fn closures_capture_their_scope() {
     let text = closures::program(&closures::SPACE[1]).unwrap().to_string();
     assert_eq!(text.matches("mul_add(").count(), 2, "{text}");
     assert!(!text.contains("view("), "{text}");
+}
+
+#[test]
+fn blocks_are_values() {
+    let mut rng = rand::rng();
+    for cfg in block_values::SPACE {
+        let n = rng.random_range(33..200usize);
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let mut y = vec![f32::NAN; n];
+        block_values::interpret(cfg, n as i32, &x, &mut y).unwrap();
+        for i in 0..n {
+            let bi = (i / 32) as i32;
+            let base = if cfg.MODE == 1 { bi * 2 + 3 } else { 7 };
+            let mut want = (x[i] + 1.0) * base as f32;
+            if cfg.MODE == 1 {
+                want += 0.25;
+            }
+            assert_eq!(y[i], want, "{cfg} n={n} at {i}");
+        }
+    }
 }
 
 #[test]

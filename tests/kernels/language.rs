@@ -185,3 +185,37 @@ pub fn narrow_wide(v: i64, k: i32, x: Global<i32>, y: GlobalMut<i32>) {
     let s = (w / 2) as i32;
     store_global(t + s, view_global(y, [32]), [0]);
 }
+
+/// Blocks as values: a constant `if` whose taken branch holds statements before its value (a
+/// scalar, or a tuple whose `()` items are absent names), a statement-only constant `if` as a
+/// closure's tail, and a plain block value.
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(MODE = [0, 1]))]
+pub fn block_values<const MODE: i32>(n: i32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let tile = layout!(spatial(32));
+    let gy = view_global(y, [n]);
+    let base = if MODE == 1 {
+        let k = bi * 2;
+        k + 3
+    } else {
+        7
+    };
+    let (r, extra) = if MODE == 1 {
+        let r = load_global(view_global(x, [n]), tile, [bi * 32]);
+        (r, register::<f32>(tile, 0.25))
+    } else {
+        (load_global(view_global(x, [n]), tile, [bi * 32]), ())
+    };
+    let shifted = {
+        let one = register::<f32>(tile, 1.0);
+        r + one
+    };
+    let put = |t: Tensor| {
+        if MODE == 1 {
+            store_global(t + extra, gy, [bi * 32]);
+        } else {
+            store_global(t, gy, [bi * 32]);
+        }
+    };
+    put(shifted * (base as f32));
+}

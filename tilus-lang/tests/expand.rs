@@ -63,3 +63,21 @@ fn global_of_a_dtype_parameter_needs_host_types() {
         "{out}"
     );
 }
+
+#[test]
+fn a_run_time_if_value_has_no_statements() {
+    let out = expand(
+        "grid = [cdiv(n, 32)], warps = 1, space(B = [32])",
+        "pub fn k<const B: i32>(n: i32, x: Global<f32>, y: GlobalMut<f32>) {
+            let [bi] = block_indices();
+            let off = if n > 64 { let a = bi * 2; a } else { bi };
+            let r = load_global(view_global(x, [n]), layout!(spatial(32)), [off * 32]);
+            store_global(r, view_global(y, [n]), [bi * 32]);
+        }",
+    );
+    assert!(out.contains("compile_error"), "{out}");
+    assert!(
+        out.contains("both branches are evaluated"),
+        "the message says why: {out}"
+    );
+}
