@@ -169,6 +169,29 @@ fn f16_vector_add_cold_and_warm() {
     );
 }
 
+/// Both L2 flushes run (the clean one compiles and launches its read-back kernel) and leave
+/// the device's data alone: a buffer written before reads back the same after each.
+#[test]
+fn l2_flushes_run_in_both_modes() {
+    use tilus::runtime::{L2Flush, L2Mode};
+    let cache = TempDir::new("flush");
+    let Some(ctx) = context("l2_flushes_run_in_both_modes", &cache.0) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let data: Vec<u32> = (0..1 << 20).map(|_| rng.random_range(1..u32::MAX)).collect();
+    let buf = DeviceBuffer::from_host(&ctx, &data).unwrap();
+    for mode in [L2Mode::Dirty, L2Mode::Clean] {
+        let mut flush = L2Flush::with_mode(&ctx, mode).unwrap();
+        assert_eq!(flush.mode(), mode);
+        for _ in 0..3 {
+            flush.flush().unwrap();
+        }
+        ctx.synchronize().unwrap();
+        assert_eq!(buf.to_host().unwrap(), data, "{mode:?}");
+    }
+}
+
 #[test]
 fn fill_zeros_clears_on_the_device() {
     let cache = TempDir::new("zeros");
