@@ -136,3 +136,44 @@ fn sweep_shapes_are_checked_before_the_gpu_is_opened() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tilus bench attention`: malformed flags are refused, naming the flag, before a GPU is
+/// looked for; well-formed ones pass the checks.
+#[test]
+fn attention_flags_are_checked_before_the_gpu_is_opened() {
+    let dir = temp_dir("attention");
+    let bad: [(&[&str], &str); 8] = [
+        (&["--kv", "f16"], "--kv"),
+        (&["--kv", "q9"], "--kv"),
+        (&["--heads", "64/8"], "--heads"),
+        (&["--batch", "0"], "--batch"),
+        (&["--lens", "1k"], "--lens"),
+        (&["--page", "8"], "--page"),
+        (&["--l2", "warm"], "--l2"),
+        (&["--prefill", "1x4096x32x8"], "--prefill"),
+    ];
+    for (args, flag) in bad {
+        let mut all = vec!["bench", "attention"];
+        all.extend(args);
+        let out = tilus(&all, &dir);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(&format!("argument `{flag}`")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("libcuda"), "{err}");
+    }
+    for good in [
+        &["--kv", "u4", "--heads", "32/8/64"][..],
+        &["--prefill", "issue"][..],
+        &["--prefill", "2x1000x16x4x64", "--l2", "dirty"][..],
+    ] {
+        let mut all = vec!["bench", "attention"];
+        all.extend(good);
+        let out = tilus(&all, &dir);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!err.contains("argument `"), "{good:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

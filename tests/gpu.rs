@@ -179,7 +179,9 @@ fn l2_flushes_run_in_both_modes() {
         return;
     };
     let mut rng = rand::rng();
-    let data: Vec<u32> = (0..1 << 20).map(|_| rng.random_range(1..u32::MAX)).collect();
+    let data: Vec<u32> = (0..1 << 20)
+        .map(|_| rng.random_range(1..u32::MAX))
+        .collect();
     let buf = DeviceBuffer::from_host(&ctx, &data).unwrap();
     for mode in [L2Mode::Dirty, L2Mode::Clean] {
         let mut flush = L2Flush::with_mode(&ctx, mode).unwrap();
