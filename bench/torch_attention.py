@@ -11,51 +11,13 @@ Usage: python3 bench/torch_attention.py [--batch 1,16,64] [--lens 1024,8192] [--
        python3 bench/torch_attention.py --prefill issue   (causal prefill, TFLOP/s)
 """
 import argparse
-import statistics
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def make_flush(mode):
-    """The L2 flush before each run, as `tilus bench attention --l2` does it: overwrite 256 MiB
-    (L2 is left full of dirty lines the timed kernel then writes back), and for `clean` read
-    128 MiB of it back (L2 is left full of clean lines)."""
-    buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    words = buf[: 128 << 20].view(torch.int32)
-
-    def flush():
-        buf.zero_()
-        if mode == "clean":
-            words.sum()
-
-    return flush
-
-
-def timed(fn, runs, flush):
-    for _ in range(3):
-        fn()
-    times = []
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    for _ in range(runs):
-        flush()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
-def copy_gbps(flush, runs):
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    us = timed(lambda: dst.copy_(src), runs, flush)
-    return 2 * src.numel() / us / 1e3
-
+from timing import copy_gbps, make_flush, timed
 
 BACKENDS = [
     ("flash", SDPBackend.FLASH_ATTENTION),
@@ -63,6 +25,24 @@ BACKENDS = [
     ("cudnn", SDPBackend.CUDNN_ATTENTION),
     ("math", SDPBackend.MATH),
 ]
+
+
+def fastest(attend, runs, flush):
+    """`(backend name, us)` of the fastest SDPA backend that runs `attend()`, or None."""
+    best = None
+    for name, backend in BACKENDS:
+        def step():
+            with sdpa_kernel([backend]):
+                return attend()
+        try:
+            step()
+            torch.cuda.synchronize()
+        except RuntimeError:
+            continue
+        us = timed(step, runs, flush)
+        if best is None or us < best[1]:
+            best = (name, us)
+    return best
 
 
 def main():
@@ -96,19 +76,8 @@ def main():
             q = torch.randn(b, hq, 1, d, dtype=dtype, device="cuda")
             k = torch.randn(b, hkv, n, d, dtype=dtype, device="cuda")
             v = torch.randn_like(k)
-            best = None
-            for name, backend in BACKENDS:
-                def step():
-                    with sdpa_kernel([backend]):
-                        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                try:
-                    step()
-                    torch.cuda.synchronize()
-                except RuntimeError:
-                    continue
-                us = timed(step, args.runs, flush)
-                if best is None or us < best[1]:
-                    best = (name, us)
+            best = fastest(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                           args.runs, flush)
             nbytes = 2 * b * n * hkv * d * el + 2 * b * hq * d * el
             if best is None:
                 print(f"{b:<6} {n:>8} {f'{hq}/{hkv}/{d}':>13} {'none':>10}")
@@ -136,20 +105,9 @@ def prefill(args, dtype, flush):
         q = torch.randn(b, hq, n, d, dtype=dtype, device="cuda")
         k = torch.randn(b, hkv, n, d, dtype=dtype, device="cuda")
         v = torch.randn_like(k)
-        best = None
-        for name, backend in BACKENDS:
-            def step():
-                with sdpa_kernel([backend]):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                          enable_gqa=True)
-            try:
-                step()
-                torch.cuda.synchronize()
-            except RuntimeError:
-                continue
-            us = timed(step, args.runs, flush)
-            if best is None or us < best[1]:
-                best = (name, us)
+        best = fastest(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                              enable_gqa=True),
+                       args.runs, flush)
         flops = 2.0 * b * n * n * d * hq
         name, us = best
         print(f"{b:<6} {n:>7} {f'{hq}/{hkv}/{d}':>13} {name:>10} {us:>10.1f} "

@@ -7,33 +7,11 @@ the same table: time, GB/s (bytes read + written), % of the copy-bandwidth floor
 Usage: python3 bench/torch_rowwise.py [--shapes 8192x8192,4096x1024] [--runs 50]
 """
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 
-
-def timed(fn, runs, flush):
-    for _ in range(3):
-        fn()
-    times = []
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    for _ in range(runs):
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
-def copy_gbps(flush, runs):
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    us = timed(lambda: dst.copy_(src), runs, flush)
-    return 2 * src.numel() / us / 1e3
+from timing import copy_gbps, make_flush, timed
 
 
 def rotary(x, cos, sin):
@@ -49,7 +27,8 @@ def main():
     ap.add_argument("--runs", type=int, default=50)
     args = ap.parse_args()
     torch.manual_seed(0)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    # The memset-only flush of the published row-wise tables (see bench/timing.py).
+    flush = make_flush("dirty")
     gbps = copy_gbps(flush, args.runs)
     print(f"torch {torch.__version__}; copy bandwidth {gbps:.0f} GB/s")
     print(f"{'kernel':<14} {'shape':>11} {'time us':>9} {'GB/s':>7} {'%floor':>7} {'copy us':>8} {'%copy':>7}")
