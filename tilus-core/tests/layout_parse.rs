@@ -66,7 +66,7 @@ fn unknown_primitive() {
     let e = err(text);
     assert_eq!(
         e.message,
-        "unknown layout primitive `spacial`; expected local, spatial, column_local, column_spatial, replicated, reduce, split or swap_inner_locals"
+        "unknown layout primitive `spacial`; expected local, spatial, column_local, column_spatial, replicated, reduce, split, swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, mma_b_i8, mma_b_t)"
     );
     assert_eq!(culprit(text, &e), "spacial");
     let e = err("spätial(2)");
@@ -414,4 +414,31 @@ fn replicas_only_keep_their_rank() {
     let l = parse("reduce(spatial(1,2), [1])").unwrap();
     assert_eq!(l.rank(), 2);
     assert_eq!(parse(&l.to_expr()).unwrap(), l, "{}", l.to_expr());
+}
+
+/// The `mma` fragments by name: as an atom, after a `.`, inside `reduce`, equal to their
+/// spelled-out compositions (the same definitions the verifier's `dot` rule uses).
+#[test]
+fn named_mma_fragments() {
+    use tilus_core::verify::{mma_fragments, MmaKind};
+    let [a, b, c] = mma_fragments(MmaKind::F16);
+    assert_eq!(parse("mma_a").unwrap(), a);
+    assert_eq!(parse("mma_b").unwrap(), b);
+    assert_eq!(parse("mma_c").unwrap(), c);
+    assert_eq!(
+        parse("spatial(1, 4).local(1, 8).mma_c").unwrap(),
+        parse("spatial(1, 4).local(1, 8).local(2, 1).spatial(8, 4).local(1, 2)").unwrap()
+    );
+    assert_eq!(
+        parse("reduce(local(1, 4).mma_c, [1])").unwrap(),
+        parse("reduce(local(1, 4).local(2, 1).spatial(8, 4).local(1, 2), [1])").unwrap()
+    );
+    let [ai, bi, _] = mma_fragments(MmaKind::I8);
+    assert_eq!(parse("mma_a_i8").unwrap(), ai);
+    assert_eq!(parse("mma_b_i8").unwrap(), bi);
+    // The B fragment transposed: the same thread holds the same elements, indices swapped.
+    let bt = parse("mma_b_t").unwrap();
+    assert_eq!(bt.shape(), &[8, 16]);
+    let e = err("local(2).mma_d");
+    assert!(e.message.contains("mma fragment"), "{}", e.message);
 }

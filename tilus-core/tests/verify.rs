@@ -599,7 +599,7 @@ fn rejects_dot_layouts_no_implementation_serves() {
             "no thread-level or warp-level implementation serves the layouts of `ra`, `rb` and `acc`",
             "thread-local: thread 0 computes c[0, 0] but does not hold a[0, 2]",
             "mma.m16n8k16: the layout of a is not warp tiles",
-            "help: write it as `<warp tiles>.column_local(2,2).spatial(8,4).local(1,2)`",
+            "help: write it as `<warp tiles>.mma_a`, e.g. `spatial(..).local(..).mma_a`, where `mma_a` is the m16n8k16 a fragment `column_local(2,2).spatial(8,4).local(1,2)`",
         ],
     );
 }

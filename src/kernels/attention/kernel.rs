@@ -93,16 +93,11 @@ pub fn attention_decode<
     part_o: GlobalMut<f32>,
     part_ml: GlobalMut<f32>,
 ) {
-    let mma_a = layout!(column_local(2, 2).spatial(8, 4).local(1, 2));
-    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
-    let mma_c = layout!(local(2, 1).spatial(8, 4).local(1, 2));
-    // The B fragment transposed: [8 (n), 16 (k)], the same registers in the same order.
-    let mma_bt = layout!(local(1, 2).spatial(8, 4).local(1, 2));
     // Q [16, D] and the scores S [16, BT]: every warp holds all of them.
     let lq = layout!(replicated(NW).local(1, D / 16).mma_a);
     let ls = layout!(replicated(NW).local(1, BT / 8).mma_c);
     // K as loaded, [BT, D], and as the B operand Kᵀ [D, BT] (locals in the same order).
-    let lk = layout!(replicated(NW).column_local(BT / 8, D / 16).mma_bt);
+    let lk = layout!(replicated(NW).column_local(BT / 8, D / 16).mma_b_t);
     let lkt = layout!(replicated(NW).local(D / 16, BT / 8).mma_b);
     // P [16, BT] as the A operand of P·V; V [BT, D] and O [16, D] split by columns over warps.
     let lp = layout!(replicated(NW).local(1, BT / 16).mma_a);

@@ -58,10 +58,6 @@ pub fn prefill_attention_kernel<
     v: Global<A>,
     o: GlobalMut<A>,
 ) {
-    // The mma.m16n8k16 fragments (f16 and bf16 alike).
-    let mma_a = layout!(column_local(2, 2).spatial(8, 4).local(1, 2));
-    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
-    let mma_c = layout!(local(2, 1).spatial(8, 4).local(1, 2));
     let nw = BM / 16;
     // Warp w owns query rows 16w..16w+16 of every [BM, *] tile; K and V fragments are
     // replicated over the warps (each warp multiplies its rows by the whole tile).
@@ -70,11 +66,7 @@ pub fn prefill_attention_kernel<
     let lrow = layout!(reduce(ls, [1]));
     // K [BN, KC] in shared memory, loaded so that each thread holds pairs of consecutive d
     // (plain ldmatrix); the same registers in the same order are the B fragment of K^T.
-    let lk = layout!(replicated(nw)
-        .column_local(BN / 8, KC / 16)
-        .local(1, 2)
-        .spatial(8, 4)
-        .local(1, 2));
+    let lk = layout!(replicated(nw).column_local(BN / 8, KC / 16).mma_b_t);
     let lkt = layout!(replicated(nw).local(KC / 16, BN / 8).mma_b);
     // Two adjacent n-tiles of the S fragment are one A fragment of P (same local order).
     let lp = layout!(spatial(nw, 1).local(1, BN / 16).mma_a);

@@ -73,10 +73,6 @@ pub fn qmatmul_main<
     zeros: Global<A>,
     c: GlobalMut<O>,
 ) {
-    // The mma.m16n8k16 fragments (f16 and bf16 alike).
-    let mma_a = layout!(column_local(2, 2).spatial(8, 4).local(1, 2));
-    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
-    let mma_c = layout!(local(2, 1).spatial(8, 4).local(1, 2));
     // mma repeats per warp and k tile.
     let rep_m = BM / (16 * WM);
     let rep_n = BN / (8 * WN);
@@ -338,7 +334,6 @@ pub fn qmatmul_dequant<
     zeros: Global<A>,
     w: GlobalMut<A>,
 ) {
-    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
     let rep_n = BN / (8 * WN);
     let rep_k = BK / 16;
     let grouped = G > 0;
@@ -409,7 +404,6 @@ pub fn qmatmul_relayout<
     w: Global<u8>,
     out: GlobalMut<u8>,
 ) {
-    let mma_b = layout!(local(2, 1).column_spatial(4, 8).local(2, 1));
     let rep_n = BN / (8 * WN);
     let rep_k = BK / 16;
     let tile_bytes = BK * BN * W::BITS / 8;

@@ -72,6 +72,7 @@
 
 mod display;
 mod divide;
+pub mod fragments;
 mod parse;
 mod shared;
 mod split;

@@ -6,8 +6,12 @@
 //! atom := prim | '(' expr ')' | 'reduce' '(' expr ',' '[' int (',' int)* ']' ')'
 //!       | 'split' '(' expr ',' int ',' int ')' | 'swap_inner_locals' '(' expr ',' int ',' int ')'
 //! prim := ('local' | 'spatial' | 'column_local' | 'column_spatial') '(' int (',' int)* ')'
-//!       | 'replicated' '(' int ')'
+//!       | 'replicated' '(' int ')' | fragment
+//! fragment := 'mma_a' | 'mma_b' | 'mma_c' | 'mma_a_i8' | 'mma_b_i8' | 'mma_b_t'
 //! ```
+//!
+//! A fragment is the register layout of an `mma.m16n8k16` operand ([`super::fragments`]), so
+//! `spatial(1, 4).local(1, 8).mma_c` tiles a warp's accumulators without spelling them out.
 //!
 //! `replicated(n)` is [`Layout::replicated`] (rank 1, broadcast like any operand): `n` threads
 //! holding the same element, e.g. `spatial(2, 1).replicated(4).local(2, 2)` repeats each of the
@@ -197,6 +201,9 @@ impl<'a> Parser<'a> {
                 Ok((layout, span.start..close.end))
             }
             Tok::Ident if &self.src[span.clone()] == "reduce" => self.reduce(),
+            Tok::Ident if super::fragments::fragment_text(&self.src[span.clone()]).is_some() => {
+                self.fragment()
+            }
             Tok::Ident if &self.src[span.clone()] == "split" => {
                 self.layout_fn("split", |l, [dim, inner]| l.split_dim(dim, inner))
             }
@@ -283,8 +290,21 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// A named `mma` fragment ([`super::fragments`]).
+    fn fragment(&mut self) -> Parsed<Layout> {
+        let (_, span) = self.next();
+        let name = &self.src[span.clone()];
+        let layout = super::fragments::fragment(name).expect("checked by the caller");
+        Ok((layout, span))
+    }
+
     /// A primitive; `after_dot` tailors the message when something else follows a `.`.
     fn prim(&mut self, after_dot: bool) -> Parsed<Layout> {
+        if self.peek().0 == Tok::Ident
+            && super::fragments::fragment_text(&self.src[self.peek().1]).is_some()
+        {
+            return self.fragment();
+        }
         if self.peek().0 == Tok::Ident && &self.src[self.peek().1] == "replicated" {
             return self.replicated();
         }
@@ -297,8 +317,9 @@ impl<'a> Parser<'a> {
                     name_span.clone(),
                     format!(
                         "unknown layout primitive `{name}`; expected local, spatial, \
-                         column_local, column_spatial, replicated, reduce, split or \
-                         swap_inner_locals"
+                         column_local, column_spatial, replicated, reduce, split, \
+                         swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, \
+                         mma_b_i8, mma_b_t)"
                     ),
                 ))
             }

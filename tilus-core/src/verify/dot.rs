@@ -64,33 +64,12 @@ pub enum DotPlan {
 
 /// The `[A, B, C]` fragment layouts of `mma.m16n8k16` for `kind` (see the module table).
 pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
-    let compose = |parts: &[Layout]| {
-        parts[1..]
-            .iter()
-            .try_fold(parts[0].clone(), |acc, p| acc.compose(p))
-            .expect("the mma fragment layouts are valid compositions")
+    let f = |name: &str| {
+        crate::layout::fragments::fragment(name).expect("the mma fragments are named layouts")
     };
-    let (local, spatial) = (Layout::local, Layout::spatial);
-    let c = compose(&[local(&[2, 1]), spatial(&[8, 4]), local(&[1, 2])]);
     match kind {
-        MmaKind::F16 | MmaKind::Bf16 => [
-            compose(&[
-                Layout::column_local(&[2, 2]),
-                spatial(&[8, 4]),
-                local(&[1, 2]),
-            ]),
-            compose(&[
-                local(&[2, 1]),
-                Layout::column_spatial(&[4, 8]),
-                local(&[2, 1]),
-            ]),
-            c,
-        ],
-        MmaKind::I8 | MmaKind::U8 => [
-            compose(&[local(&[2, 1]), spatial(&[8, 4]), local(&[1, 4])]),
-            compose(&[Layout::column_spatial(&[4, 8]), local(&[4, 1])]),
-            c,
-        ],
+        MmaKind::F16 | MmaKind::Bf16 => [f("mma_a"), f("mma_b"), f("mma_c")],
+        MmaKind::I8 | MmaKind::U8 => [f("mma_a_i8"), f("mma_b_i8"), f("mma_c")],
     }
 }
 
@@ -143,18 +122,21 @@ fn mma_plan(
         ));
     }
     let [fa, fb, fc] = mma_fragments(kind);
-    let quotient = |x: &RegisterType, f: &Layout, which: &str| {
+    let names = match kind {
+        MmaKind::F16 | MmaKind::Bf16 => ["mma_a", "mma_b", "mma_c"],
+        MmaKind::I8 | MmaKind::U8 => ["mma_a_i8", "mma_b_i8", "mma_c"],
+    };
+    let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
         x.layout.divide(f).map_err(|e| {
             format!(
-                "the layout of {which} is not warp tiles of the mma {which} fragment ({e})\nhelp: write it as `<warp tiles>.{}`, e.g. `spatial(..).local(..).{}`, where the last part is the m16n8k16 {which} fragment",
-                f.to_expr(),
+                "the layout of {which} is not warp tiles of the mma {which} fragment ({e})\nhelp: write it as `<warp tiles>.{name}`, e.g. `spatial(..).local(..).{name}`, where `{name}` is the m16n8k16 {which} fragment `{}`",
                 f.to_expr()
             )
         })
     };
-    let qa = quotient(a, &fa, "a")?;
-    let qb = quotient(b, &fb, "b")?;
-    let qc = quotient(c, &fc, "c")?;
+    let qa = quotient(a, &fa, "a", names[0])?;
+    let qb = quotient(b, &fb, "b", names[1])?;
+    let qc = quotient(c, &fc, "c", names[2])?;
     dot_thread_local(&qa, &qb, &qc, block_threads / 32, "warp")
         .map_err(|e| format!("the warp-level tiles do not line up: {e}"))?;
     Ok(DotPlan::Mma {

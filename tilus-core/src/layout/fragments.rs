@@ -1,0 +1,57 @@
+//! The register layouts of the `mma.sync.aligned.m16n8k16` operands (PTX ISA, "Matrix Fragments
+//! for mma.m16n8k16"), by name. Layout text may use them as atoms (`mma_a`) and after a `.`
+//! (`spatial(1, 4).local(1, 8).mma_c`), so a kernel names the fragment instead of spelling its
+//! composition out; the verifier's `dot` rule and the code generator use the same definitions.
+//!
+//! | name | shape | operand |
+//! | --- | --- | --- |
+//! | `mma_a` | `[16, 16]` | A of f16/bf16: `column_local(2, 2).spatial(8, 4).local(1, 2)` |
+//! | `mma_b` | `[16, 8]` | B of f16/bf16: `local(2, 1).column_spatial(4, 8).local(2, 1)` |
+//! | `mma_c` | `[16, 8]` | C/D, f32 (also i32): `local(2, 1).spatial(8, 4).local(1, 2)` |
+//! | `mma_a_i8` | `[16, 16]` | A of i8/u8: `local(2, 1).spatial(8, 4).local(1, 4)` |
+//! | `mma_b_i8` | `[16, 8]` | B of i8/u8: `column_spatial(4, 8).local(4, 1)` |
+//! | `mma_b_t` | `[8, 16]` | `mma_b` with its dimensions swapped, the same registers in the same order: an operand stored n-major (the rows of K for `Q · Kᵀ`) loads in `..mma_b_t` and becomes B with a free `view` to `..mma_b` |
+//!
+//! `verify::dot` says how a `dot` tiles them.
+
+use super::Layout;
+
+/// `(name, text)` of every named fragment.
+pub const FRAGMENTS: [(&str, &str); 6] = [
+    ("mma_a", "column_local(2, 2).spatial(8, 4).local(1, 2)"),
+    ("mma_b", "local(2, 1).column_spatial(4, 8).local(2, 1)"),
+    ("mma_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
+    ("mma_a_i8", "local(2, 1).spatial(8, 4).local(1, 4)"),
+    ("mma_b_i8", "column_spatial(4, 8).local(4, 1)"),
+    ("mma_b_t", "local(1, 2).spatial(8, 4).local(1, 2)"),
+];
+
+/// The text of the fragment called `name`, if there is one.
+pub fn fragment_text(name: &str) -> Option<&'static str> {
+    FRAGMENTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| *text)
+}
+
+/// The fragment called `name`, if there is one.
+pub fn fragment(name: &str) -> Option<Layout> {
+    let text = fragment_text(name)?;
+    Some(super::parse(text).expect("the fragment texts are valid layouts"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fragment_parses_to_its_shape() {
+        let shapes = [[16, 16], [16, 8], [16, 8], [16, 16], [16, 8], [8, 16]];
+        for ((name, _), shape) in FRAGMENTS.iter().zip(shapes) {
+            let l = fragment(name).unwrap();
+            assert_eq!(l.shape(), &shape[..], "{name}");
+            assert_eq!(l.num_threads(), 32, "{name}: a warp");
+        }
+        assert!(fragment("mma_d").is_none());
+    }
+}
