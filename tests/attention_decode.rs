@@ -240,3 +240,43 @@ fn quantized_caches_match_f64() {
     };
     check(&make::<bf16>(shape, &[40]), 0.09, None, 1, U_BF16);
 }
+
+/// Hostile device data: sequence lengths past the cache's capacity and page indices outside
+/// the cache (negative, past the end) only ever read inside the cache: the run completes and
+/// writes every output (the values of such a step are unspecified, but nothing is read out of
+/// bounds; `gpu_attention.rs` runs the same case under compute-sanitizer).
+#[test]
+fn hostile_lengths_and_pages_stay_inside_the_cache() {
+    for kv in [KvFormat::Activation, KvFormat::Quantized(DType::UInt(4))] {
+        let shape = DecodeShape {
+            batch: 3,
+            q_heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            cache: CacheLayout::Paged {
+                pages: 4,
+                page_size: 16,
+                max_pages: 2,
+            },
+            kv,
+        };
+        let attn = DecodeAttention::new(shape.clone(), 0.125, None, 64).unwrap();
+        let bytes = shape.cache_bytes(DType::F16);
+        let k: Vec<u8> = (0..bytes).map(|i| (i * 7 % 61) as u8).collect();
+        let meta = vec![0.01f32; shape.meta_len()];
+        let table = [0i32, 999, -5, 3, i32::MAX, i32::MIN];
+        let lens = [40i32, i32::MAX, 17];
+        let q = vec![f16::from_f32(0.5); shape.q_len()];
+        let mut out = vec![f16::NAN; shape.q_len()];
+        let cache = KvCache {
+            k: &k[..],
+            v: &k[..],
+            meta: (kv != KvFormat::Activation).then_some((&meta[..], &meta[..])),
+            block_table: Some(&table[..]),
+            seq_lens: &lens[..],
+        };
+        for splits in [1, 3] {
+            attn.run_cpu(splits, &q, &cache, &mut out).unwrap();
+        }
+    }
+}

@@ -291,3 +291,49 @@ fn append_then_decode_matches_the_host() {
     append_then_decode::<bf16>(t, KvFormat::Quantized(DType::UInt(4)), U_BF16);
     append_then_decode::<f16>(t, KvFormat::Quantized(DType::F8E4M3), U_F16);
 }
+
+/// Hostile device data on the GPU (run it under compute-sanitizer memcheck): lengths past the
+/// capacity and page indices outside the cache read only inside it, and the context stays
+/// usable.
+#[test]
+fn hostile_lengths_and_pages_stay_inside_the_cache() {
+    let test = "hostile_lengths_and_pages_stay_inside_the_cache";
+    let Some(ctx) = context(test) else { return };
+    for kv in [KvFormat::Activation, KvFormat::Quantized(DType::UInt(4))] {
+        let shape = DecodeShape {
+            batch: 3,
+            q_heads: 8,
+            kv_heads: 2,
+            head_dim: 128,
+            cache: CacheLayout::Paged {
+                pages: 4,
+                page_size: 16,
+                max_pages: 2,
+            },
+            kv,
+        };
+        let bytes = shape.cache_bytes(DType::F16);
+        let k = DeviceBuffer::from_host(
+            &ctx,
+            &(0..bytes).map(|i| (i * 7 % 61) as u8).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let meta = DeviceBuffer::from_host(&ctx, &vec![0.01f32; shape.meta_len()]).unwrap();
+        let table = DeviceBuffer::from_host(&ctx, &[0i32, 999, -5, 3, i32::MAX, i32::MIN]).unwrap();
+        let lens = DeviceBuffer::from_host(&ctx, &[40i32, i32::MAX, 17]).unwrap();
+        let q = DeviceBuffer::from_host(&ctx, &vec![f16::from_f32(0.5); shape.q_len()]).unwrap();
+        let mut out = DeviceBuffer::<f16>::zeros(&ctx, shape.q_len()).unwrap();
+        let cache = KvCache {
+            k: &k,
+            v: &k,
+            meta: (kv != KvFormat::Activation).then_some((&meta, &meta)),
+            block_table: Some(&table),
+            seq_lens: &lens,
+        };
+        for max_seq_len in [1, 1 << 20] {
+            let attn = DecodeAttention::new(shape.clone(), 0.125, None, max_seq_len).unwrap();
+            attn.run(&ctx, &q, &cache, &mut out).unwrap();
+            ctx.synchronize().unwrap();
+        }
+    }
+}

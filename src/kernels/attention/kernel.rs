@@ -108,7 +108,9 @@ pub fn attention_decode<
     let bh = b * kv_heads + h;
     let one = layout!(local(1));
     let len = item(load_global(view_global(seq_lens, [batch]), one, [b]));
-    let len = max(len, 0);
+    // A length past the capacity is clamped to it (lengths come from the device: any value).
+    let capacity = if PAGED == 1 { stride * P } else { stride };
+    let len = min(max(len, 0), capacity);
     // The split's tokens: whole tiles from the window's first tile, `per` tokens per split.
     let first = if window > 0 { max(0, len - window) } else { 0 };
     let base = first / BT * BT;
@@ -125,7 +127,9 @@ pub fn attention_decode<
     // The cache row of token `t` (the first of a tile: tiles never straddle a page).
     let row_of = |t: i32| {
         if PAGED == 1 {
-            let page = item(load_global(gbt, one, [b, t / P]));
+            // A page index outside the cache (any value may come from the device) becomes
+            // -1 or the page past the end, whose rows read as zero.
+            let page = min(max(item(load_global(gbt, one, [b, t / P])), -1), rows / P);
             page * P + t % P
         } else {
             b * stride + t
@@ -162,7 +166,7 @@ pub fn attention_decode<
     let issue = |tile: i32, stage: i32| {
         let t = t0 + tile * BT;
         let row = row_of(t);
-        let end = min(rows, row + min(BT, len - t));
+        let end = max(0, min(rows, row + min(BT, len - t)));
         if QUANT == 0 {
             copy_async(
                 view_global::<A>(k_cache, [end, kv_heads * D]),
