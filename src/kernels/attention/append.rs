@@ -29,12 +29,8 @@ enum Plan {
 
 fn plan(shape: &DecodeShape, activation: DType) -> Result<Plan, KernelError> {
     // The decode kernel's rules on shapes and formats hold here too.
-    super::decode::plan(
-        shape,
-        &super::decode::DecodeTuning::default_for(shape),
-        activation,
-        1,
-    )?;
+    shape.validate()?;
+    super::decode::check_activation(activation)?;
     let d = shape.head_dim as i32;
     Ok(match shape.kv {
         KvFormat::Activation => Plan::Copy(kv_append::Config {
@@ -82,48 +78,7 @@ fn check(
         }
     }
     i32::try_from(tokens * shape.kv_heads).map_err(|_| bad("slots", "too many tokens"))?;
-    if shape.kv == KvFormat::Activation && cache != activation && cache != DType::UInt(8) {
-        return Err(bad(
-            "k_cache",
-            format!(
-                "a cache of the activation type holds {activation} (or its bytes), not {cache}"
-            ),
-        ));
-    }
-    let need = shape.cache_bytes(activation);
-    for (arg, have) in [("k_cache", k), ("v_cache", v)] {
-        if have < need {
-            return Err(bad(
-                arg,
-                format!("holds {have} bytes, the shape needs {need}"),
-            ));
-        }
-    }
-    match (shape.kv, meta) {
-        (KvFormat::Quantized(_), Some((km, vm))) => {
-            for (arg, have) in [("k_meta", km), ("v_meta", vm)] {
-                if have < shape.meta_len() {
-                    return Err(bad(
-                        arg,
-                        format!(
-                            "holds {have} elements, the shape needs {}",
-                            shape.meta_len()
-                        ),
-                    ));
-                }
-            }
-            Ok(())
-        }
-        (KvFormat::Quantized(t), None) => Err(bad(
-            "meta",
-            format!("a {t} cache needs its scales and zero points (k_meta, v_meta)"),
-        )),
-        (KvFormat::Activation, Some(_)) => Err(bad(
-            "meta",
-            "a cache of the activation type has no scales (pass None)",
-        )),
-        (KvFormat::Activation, None) => Ok(()),
-    }
+    shape.check_cache(activation, cache, k, v, meta)
 }
 
 /// Append `slots.len()` tokens (`new_k`, `new_v` `[tokens, kv_heads, head_dim]`) to the cache

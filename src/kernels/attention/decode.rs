@@ -190,11 +190,69 @@ fn bad(arg: &str, message: impl std::fmt::Display) -> KernelError {
     }
 }
 
+/// The activation type of the attention kernels: f16 or bf16.
+pub(crate) fn check_activation(dtype: DType) -> Result<(), KernelError> {
+    if dtype != DType::F16 && dtype != DType::BF16 {
+        return Err(bad("dtype", format!("{dtype} is not f16 or bf16")));
+    }
+    Ok(())
+}
+
+/// `have` at least `need` (of `unit`), or an error naming `arg`.
+fn want(arg: &str, have: usize, need: usize, unit: &str) -> Result<(), KernelError> {
+    if have < need {
+        Err(bad(
+            arg,
+            format!("holds {have} {unit}, the shape needs {need}"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 fn as_i32(arg: &str, v: usize) -> Result<i32, KernelError> {
     i32::try_from(v).map_err(|_| bad(arg, format!("{v} does not fit an i32")))
 }
 
 impl DecodeShape {
+    /// Check a cache's buffers (decode reads them, appends write them): `k` and `v` in bytes
+    /// against the format, with elements of `cache` (the activation type or bytes for an
+    /// activation-type cache), and the metadata a quantized cache needs.
+    pub(crate) fn check_cache(
+        &self,
+        activation: DType,
+        cache: DType,
+        k: usize,
+        v: usize,
+        meta: Option<(usize, usize)>,
+    ) -> Result<(), KernelError> {
+        if self.kv == KvFormat::Activation && cache != activation && cache != DType::UInt(8) {
+            return Err(bad(
+                "k_cache",
+                format!(
+                    "a cache of the activation type holds {activation} (or its bytes), not {cache}"
+                ),
+            ));
+        }
+        want("k_cache", k, self.cache_bytes(activation), "bytes")?;
+        want("v_cache", v, self.cache_bytes(activation), "bytes")?;
+        match (self.kv, meta) {
+            (KvFormat::Quantized(_), Some((km, vm))) => {
+                want("k_meta", km, self.meta_len(), "elements")?;
+                want("v_meta", vm, self.meta_len(), "elements")
+            }
+            (KvFormat::Quantized(t), None) => Err(bad(
+                "meta",
+                format!("a {t} cache needs its scales and zero points (k_meta, v_meta)"),
+            )),
+            (KvFormat::Activation, Some(_)) => Err(bad(
+                "meta",
+                "a cache of the activation type has no scales (pass None)",
+            )),
+            (KvFormat::Activation, None) => Ok(()),
+        }
+    }
+
     /// Check the shape, naming the argument at fault.
     pub fn validate(&self) -> Result<(), KernelError> {
         if self.batch == 0 {
@@ -302,9 +360,7 @@ pub fn plan(
 ) -> Result<DecodePlan, KernelError> {
     shape.validate()?;
     tuning.validate(shape)?;
-    if dtype != DType::F16 && dtype != DType::BF16 {
-        return Err(bad("dtype", format!("{dtype} is not f16 or bf16")));
-    }
+    check_activation(dtype)?;
     if splits == 0 {
         return Err(bad("splits", "must be at least 1"));
     }
@@ -438,48 +494,10 @@ impl DecodeAttention {
         out: usize,
     ) -> Result<(), KernelError> {
         let s = &self.shape;
-        let want = |arg: &str, have: usize, need: usize, unit: &str| {
-            if have < need {
-                Err(bad(
-                    arg,
-                    format!("holds {have} {unit}, the shape needs {need}"),
-                ))
-            } else {
-                Ok(())
-            }
-        };
         want("q", q, s.q_len(), "elements")?;
-        if s.kv == KvFormat::Activation && cache != activation && cache != DType::UInt(8) {
-            return Err(bad(
-                "k_cache",
-                format!(
-                    "a cache of the activation type holds {activation} (or its bytes), not {cache}"
-                ),
-            ));
-        }
-        want("k_cache", k, s.cache_bytes(activation), "bytes")?;
-        want("v_cache", v, s.cache_bytes(activation), "bytes")?;
+        s.check_cache(activation, cache, k, v, meta)?;
         want("seq_lens", lens, s.batch, "elements")?;
         want("out", out, s.q_len(), "elements")?;
-        match (s.kv, meta) {
-            (KvFormat::Quantized(_), Some((km, vm))) => {
-                want("k_meta", km, s.meta_len(), "elements")?;
-                want("v_meta", vm, s.meta_len(), "elements")?;
-            }
-            (KvFormat::Quantized(t), None) => {
-                return Err(bad(
-                    "meta",
-                    format!("a {t} cache needs its scales and zero points (k_meta, v_meta)"),
-                ))
-            }
-            (KvFormat::Activation, Some(_)) => {
-                return Err(bad(
-                    "meta",
-                    "a cache of the activation type has no scales (pass None)",
-                ))
-            }
-            (KvFormat::Activation, None) => {}
-        }
         match (s.cache, table) {
             (CacheLayout::Paged { max_pages, .. }, Some(t)) => {
                 want("block_table", t, s.batch * max_pages, "elements")
@@ -495,23 +513,23 @@ impl DecodeAttention {
         }
     }
 
-    /// The scalar arguments of the main kernel, in its parameter order.
-    fn scalars(&self, splits: usize) -> [GpuArgScalar; 8] {
+    /// The scalar arguments of the main kernel (the combine step takes the first four).
+    fn scalars(&self, splits: usize) -> Scalars {
         let s = &self.shape;
         let stride = match s.cache {
             CacheLayout::Contiguous { max_len } => max_len,
             CacheLayout::Paged { max_pages, .. } => max_pages,
         };
-        [
-            GpuArgScalar::I32(s.batch as i32),
-            GpuArgScalar::I32(s.kv_heads as i32),
-            GpuArgScalar::I32((s.q_heads / s.kv_heads) as i32),
-            GpuArgScalar::I32(splits as i32),
-            GpuArgScalar::I32(s.cache_rows() as i32),
-            GpuArgScalar::I32(stride as i32),
-            GpuArgScalar::F32(self.scale * std::f32::consts::LOG2_E),
-            GpuArgScalar::I32(self.window as i32),
-        ]
+        Scalars {
+            batch: s.batch as i32,
+            kv_heads: s.kv_heads as i32,
+            group: (s.q_heads / s.kv_heads) as i32,
+            splits: splits as i32,
+            rows: s.cache_rows() as i32,
+            stride: stride as i32,
+            scale_log2: self.scale * std::f32::consts::LOG2_E,
+            window: self.window as i32,
+        }
     }
 
     /// Run on `ctx`'s stream. `q` and `out` are `[batch, q_heads, head_dim]`; `cache` as
@@ -558,7 +576,17 @@ impl DecodeAttention {
         } = ws.as_mut().expect("allocated above");
         let main =
             attention_decode::instance(&plan.main)?.kernel(attention_decode::NAME, &plan.main)?;
-        let mut args: Vec<GpuArg> = self.scalars(plan.splits).iter().map(|a| a.arg()).collect();
+        let sc = self.scalars(plan.splits);
+        let mut args = vec![
+            GpuArg::I32(sc.batch),
+            GpuArg::I32(sc.kv_heads),
+            GpuArg::I32(sc.group),
+            GpuArg::I32(sc.splits),
+            GpuArg::I32(sc.rows),
+            GpuArg::I32(sc.stride),
+            GpuArg::F32(sc.scale_log2),
+            GpuArg::I32(sc.window),
+        ];
         // Parameters a configuration does not use get a buffer of the right type, unread.
         let (k_meta, v_meta): (&dyn KernelArg, &dyn KernelArg) = match cache.meta {
             Some((k, v)) => (k, v),
@@ -596,10 +624,10 @@ impl DecodeAttention {
         let combine = attention_combine::instance(combine_cfg)?
             .kernel(attention_combine::NAME, combine_cfg)?;
         let args = vec![
-            GpuArg::I32(s.batch as i32),
-            GpuArg::I32(s.kv_heads as i32),
-            GpuArg::I32((s.q_heads / s.kv_heads) as i32),
-            GpuArg::I32(plan.splits as i32),
+            GpuArg::I32(sc.batch),
+            GpuArg::I32(sc.kv_heads),
+            GpuArg::I32(sc.group),
+            GpuArg::I32(sc.splits),
             GpuArg::In(&*part_o),
             GpuArg::In(&*part_ml),
             GpuArg::OutBytes(out),
@@ -632,14 +660,6 @@ impl DecodeAttention {
         let plan = plan(&self.shape, &self.tuning, T::DTYPE, splits)?;
         let s = &self.shape;
         let sc = self.scalars(splits);
-        let i = |k: usize| match sc[k] {
-            GpuArgScalar::I32(v) => v,
-            GpuArgScalar::F32(_) => unreachable!("integer slot"),
-        };
-        let f = match sc[6] {
-            GpuArgScalar::F32(v) => v,
-            GpuArgScalar::I32(_) => unreachable!("float slot"),
-        };
         let parts = splits * s.batch * s.q_heads;
         let mut part_o = vec![f32::NAN; (parts * s.head_dim).max(1)];
         let mut part_ml = vec![f32::NAN; (parts * 2).max(1)];
@@ -650,14 +670,14 @@ impl DecodeAttention {
         let table = cache.block_table.unwrap_or(cache.seq_lens);
         attention_decode::interpret(
             &plan.main,
-            i(0),
-            i(1),
-            i(2),
-            i(3),
-            i(4),
-            i(5),
-            f,
-            i(7),
+            sc.batch,
+            sc.kv_heads,
+            sc.group,
+            sc.splits,
+            sc.rows,
+            sc.stride,
+            sc.scale_log2,
+            sc.window,
             &qb,
             &kb,
             &vb,
@@ -670,7 +690,8 @@ impl DecodeAttention {
             &mut part_ml,
         )?;
         if let Some(cfg) = &plan.combine {
-            attention_combine::interpret(cfg, i(0), i(1), i(2), i(3), &part_o, &part_ml, &mut ob)?;
+            let (b, h, g, n) = (sc.batch, sc.kv_heads, sc.group, sc.splits);
+            attention_combine::interpret(cfg, b, h, g, n, &part_o, &part_ml, &mut ob)?;
         }
         T::copy_from_bytes(&ob, out);
         Ok(())
@@ -702,20 +723,16 @@ struct Workspace {
     unused: DeviceBuffer<f32>,
 }
 
-/// A scalar argument of the main kernel (shared by the GPU and CPU paths).
-#[derive(Clone, Copy)]
-enum GpuArgScalar {
-    I32(i32),
-    F32(f32),
-}
-
-impl GpuArgScalar {
-    fn arg<'a>(&self) -> GpuArg<'a> {
-        match *self {
-            GpuArgScalar::I32(v) => GpuArg::I32(v),
-            GpuArgScalar::F32(v) => GpuArg::F32(v),
-        }
-    }
+/// The scalar arguments of the main kernel, shared by the GPU and CPU paths.
+struct Scalars {
+    batch: i32,
+    kv_heads: i32,
+    group: i32,
+    splits: i32,
+    rows: i32,
+    stride: i32,
+    scale_log2: f32,
+    window: i32,
 }
 
 /// The attention of one decode step in f64, for tests: `q` `[batch, q_heads, d]`, the caches
