@@ -129,6 +129,22 @@ fn sweep_shapes_are_checked_before_the_gpu_is_opened() {
         assert!(err.contains("argument `--shapes`"), "{bad}: {err}");
         assert!(!err.contains("libcuda"), "{err}");
     }
+    // The L2 flush mode of the matmul benchmarks.
+    for cmd in [
+        &["bench", "sweep", "--l2", "warm"][..],
+        &[
+            "bench", "qmatmul", "--wdtype", "i4", "--m", "1", "--l2", "cold",
+        ][..],
+        &[
+            "bench", "gemm", "--m", "1", "--n", "64", "--k", "64", "--l2", "",
+        ][..],
+    ] {
+        let out = tilus(cmd, &dir);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("argument `--l2`"), "{cmd:?}: {err}");
+        assert!(!err.contains("libcuda"), "{err}");
+    }
     for good in ["llama70b", "8192x8192,8192x28672"] {
         let out = tilus(&["bench", "sweep", "--shapes", good, "--m", "1"], &dir);
         let err = String::from_utf8(out.stderr).unwrap();

@@ -51,6 +51,10 @@ pub enum BenchCommand {
         /// Print the time of every configuration tried.
         #[arg(long)]
         verbose: bool,
+        /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
+        /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
+        #[arg(long, default_value = "clean")]
+        l2: String,
     },
     /// Sweep weight types x m and print a table (and write CSV with --csv).
     Sweep {
@@ -80,6 +84,10 @@ pub enum BenchCommand {
         /// Print the time of every configuration tried.
         #[arg(long)]
         verbose: bool,
+        /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
+        /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
+        #[arg(long, default_value = "clean")]
+        l2: String,
         /// Also write the table as CSV to this file.
         #[arg(long)]
         csv: Option<std::path::PathBuf>,
@@ -178,6 +186,10 @@ pub enum BenchCommand {
         /// Columns of A, rows of B.
         #[arg(long)]
         k: usize,
+        /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
+        /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
+        #[arg(long, default_value = "clean")]
+        l2: String,
     },
 }
 
@@ -189,7 +201,7 @@ fn err(e: impl std::fmt::Display) -> String {
 fn validate(cmd: &BenchCommand) -> Result<(), String> {
     let positive: Vec<(&str, usize)> = match *cmd {
         BenchCommand::Copy { mib } => vec![("--mib", mib)],
-        BenchCommand::Gemm { m, n, k } => vec![("--m", m), ("--n", n), ("--k", k)],
+        BenchCommand::Gemm { m, n, k, .. } => vec![("--m", m), ("--n", n), ("--k", k)],
         BenchCommand::Qmatmul { m, n, k, tune, .. } => {
             vec![("--m", m), ("--n", n), ("--k", k), ("--tune", tune)]
         }
@@ -204,15 +216,21 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         return Err(format!("argument `{name}`: must be positive"));
     }
     match cmd {
-        BenchCommand::Qmatmul { wdtype, .. } => parse_type(wdtype).map(drop),
+        BenchCommand::Qmatmul { wdtype, l2, .. } => {
+            parse_l2(l2)?;
+            parse_type(wdtype).map(drop)
+        }
+        BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
         BenchCommand::Sweep {
             wdtypes,
             m,
             shapes,
             n,
             k,
+            l2,
             ..
         } => {
+            parse_l2(l2)?;
             parse_types(wdtypes.as_deref())?;
             sweep_shapes(shapes.as_deref(), *n, *k)?;
             parse_ms(m).map(drop)
@@ -436,12 +454,12 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.median_us, t.min_us, t.max_us, t.samples
             );
         }
-        BenchCommand::Gemm { m, n, k } => {
+        BenchCommand::Gemm { m, n, k, ref l2 } => {
             let blas = Cublas::new(&ctx).map_err(err)?;
             let a = random_f16(&ctx, m * k, 1)?;
             let b = random_f16(&ctx, k * n, 2)?;
             let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).map_err(err)?;
-            let mut flush = L2Flush::new(&ctx).map_err(err)?;
+            let mut flush = L2Flush::with_mode(&ctx, parse_l2(l2)?).map_err(err)?;
             let t = time_runs(&ctx, 5, 30, Some(&mut flush), || {
                 blas.gemm(m, n, k, &a, &b, &mut c)
             })
@@ -533,9 +551,19 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             group,
             tune,
             verbose,
+            ref l2,
         } => {
             let wdtype = parse_type(wdtype)?;
-            out += &sweep(&ctx, &[wdtype], &[m], &[(n, k)], group, tune, verbose, None)?;
+            let spec = SweepSpec {
+                types: &[wdtype],
+                ms: &[m],
+                shapes: &[(n, k)],
+                group,
+                tune,
+                verbose,
+                l2: parse_l2(l2)?,
+            };
+            out += &sweep(&ctx, &spec, None)?;
         }
         BenchCommand::Sweep {
             ref wdtypes,
@@ -547,42 +575,51 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             tune,
             verbose,
             ref csv,
+            ref l2,
         } => {
-            let types = parse_types(wdtypes.as_deref())?;
-            let ms = parse_ms(m)?;
-            let shapes = sweep_shapes(shapes.as_deref(), n, k)?;
-            out += &sweep(
-                &ctx,
-                &types,
-                &ms,
-                &shapes,
+            let spec = SweepSpec {
+                types: &parse_types(wdtypes.as_deref())?,
+                ms: &parse_ms(m)?,
+                shapes: &sweep_shapes(shapes.as_deref(), n, k)?,
                 group,
                 tune,
                 verbose,
-                csv.as_deref(),
-            )?;
+                l2: parse_l2(l2)?,
+            };
+            out += &sweep(&ctx, &spec, csv.as_deref())?;
         }
     }
     Ok(out)
 }
 
-/// Measure every (shape, type, m) case; the copy bandwidth and cuBLAS are measured in the same
-/// run. Rows are printed as they finish (a long sweep shows progress), and the table is
-/// returned, one block per shape.
-#[allow(clippy::too_many_arguments)]
-fn sweep(
-    ctx: &Context,
-    types: &[DType],
-    ms: &[usize],
-    shapes: &[(usize, usize)],
+/// What a sweep measures: every (shape, type, m) case, the best of the first `tune`
+/// candidates, each run after an L2 flush of mode `l2`.
+struct SweepSpec<'a> {
+    types: &'a [DType],
+    ms: &'a [usize],
+    shapes: &'a [(usize, usize)],
     group: usize,
     tune: usize,
     verbose: bool,
-    csv: Option<&std::path::Path>,
-) -> Result<String, String> {
+    l2: L2Mode,
+}
+
+/// Measure every (shape, type, m) case; the copy bandwidth and cuBLAS are measured in the same
+/// run. Rows are printed as they finish (a long sweep shows progress), and the table is
+/// returned, one block per shape.
+fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Result<String, String> {
+    let SweepSpec {
+        types,
+        ms,
+        shapes,
+        group,
+        tune,
+        verbose,
+        l2,
+    } = *spec;
     let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
     let blas = Cublas::new(ctx).map_err(err)?;
-    let mut flush = L2Flush::new(ctx).map_err(err)?;
+    let mut flush = L2Flush::with_mode(ctx, l2).map_err(err)?;
     let group = (group > 0).then_some(group);
     let mut cublas = std::collections::HashMap::new();
     // Compile every candidate of every case first, in parallel.
@@ -623,8 +660,9 @@ fn sweep(
     };
     for &(n, k) in shapes {
         let header = format!(
-        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
+        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}; L2 flushed {}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
         group.map_or("channel".to_string(), |g| g.to_string()),
+        l2.label(),
         "wdtype", "m", "time us", "GB/s", "%floor", "cuBLAS us", "speedup"
     );
         eprintln!("{header}");

@@ -40,6 +40,16 @@ pub enum L2Mode {
     Clean,
 }
 
+impl L2Mode {
+    /// `clean` or `dirty`, as tables and the `--l2` flags spell it.
+    pub fn label(self) -> &'static str {
+        match self {
+            L2Mode::Clean => "clean",
+            L2Mode::Dirty => "dirty",
+        }
+    }
+}
+
 /// Reads `n` 16-byte words and never writes (unless the data hashes to a constant that zeros
 /// never give), so the loads cannot be dropped.
 const READ_BACK: &str = r#"extern "C" __global__ void tilus_l2_read(long long n, const uint4* p, unsigned* sink) {

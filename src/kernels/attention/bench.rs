@@ -239,10 +239,7 @@ pub fn table(
         Some(KvFormat::Quantized(t)) => format!("{t} KV cache (+ f32 scale, zero per token)"),
         _ => format!("{dtype} KV cache"),
     };
-    let l2 = match l2 {
-        L2Mode::Clean => "clean",
-        L2Mode::Dirty => "dirty",
-    };
+    let l2 = l2.label();
     let mut s = format!(
         "tilus decode attention, {dtype}, {kv}, {cache}, L2 flushed {l2}; copy bandwidth \
          {copy_gbps:.0} GB/s (1 GiB); %floor = bandwidth / that\n\
@@ -441,10 +438,7 @@ pub fn bench_prefill<T: Activation>(
 /// The table `tilus bench attention --prefill` prints (the same columns as
 /// `bench/torch_attention.py --prefill`).
 pub fn prefill_table(dtype: &str, l2: L2Mode, results: &[PrefillBench]) -> String {
-    let l2 = match l2 {
-        L2Mode::Clean => "clean",
-        L2Mode::Dirty => "dirty",
-    };
+    let l2 = l2.label();
     let mut s = format!(
         "tilus causal prefill attention (mma.sync), {dtype}, L2 flushed {l2}; TFLOP/s counts \
          2·n²·d per query head and sequence\n{:<6} {:>7} {:>13} {:>10} {:>9}  config\n",
