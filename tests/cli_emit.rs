@@ -95,6 +95,19 @@ fn emits_the_library_qmatmul() {
     assert!(error(&["emit", "qmatmul", "--config", "WDTYPE=f16"]).contains("wdtype"));
     assert!(error(&["emit", "qmatmul", "--config", "BN=48"]).contains("bn"));
     assert!(error(&["emit", "qmatmul", "--config", "STAGES=x"]).contains("STAGES"));
+    // The gemv method: the weight as the mma's A operand, 8 activation rows per block.
+    let gemv = source(&[
+        "emit",
+        "qmatmul",
+        "--config",
+        "WDTYPE=u2,BN=256,METHOD=gemv",
+    ]);
+    assert!(
+        gemv.contains("qmatmul_f16_u2_g128_z_8x256x64_w4_s3_k1_gemv"),
+        "{gemv}"
+    );
+    assert!(error(&["emit", "qmatmul", "--config", "METHOD=fast"]).contains("METHOD=fast"));
+    assert!(error(&["emit", "qmatmul", "--config", "METHOD=gemv,BM=16"]).contains("bm"));
 }
 
 /// `--ptx ARCH` prints NVRTC's PTX of every program of the kernel (the split-k qmatmul has two);
@@ -169,7 +182,7 @@ fn emit_help_lists_the_kernels_and_their_keys() {
     }
     let qmatmul = &h[h.find("  qmatmul ").expect("a qmatmul entry")..];
     for key in [
-        "WDTYPE", "ADTYPE", "GROUP", "BM", "BN", "BK", "WARPS", "STAGES", "SPLIT_K",
+        "WDTYPE", "ADTYPE", "GROUP", "BM", "BN", "BK", "WARPS", "STAGES", "SPLIT_K", "METHOD",
     ] {
         assert!(
             qmatmul.contains(key),

@@ -85,6 +85,49 @@ fn every_weight_type_matches_the_reference() {
     }
 }
 
+/// The gemv method (the weight as the mma's A operand, 8 rows per block) for every weight type:
+/// m = 1, 5, 8 and 9 (a second row block), f16 and bf16, groups of one k tile and per-channel
+/// scales, with and without split-k, several n tiles.
+#[test]
+fn gemv_every_weight_type_matches_the_reference() {
+    let Some(ctx) = context("gemv_every_weight_type_matches_the_reference") else {
+        return;
+    };
+    let (n, k) = (512, 1024);
+    for (i, wdtype) in weight_types().into_iter().enumerate() {
+        let zeros = matches!(wdtype, DType::UInt(_));
+        let adtype = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
+        let (rows, group) = if i % 3 == 2 {
+            (None, Group::PerChannel)
+        } else {
+            (Some(128), Group::Rows(128))
+        };
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            bn: 256,
+            bk: 128,
+            stages: 3 + i % 2,
+            split_k: [1, 2, 4][i % 3],
+            ..QMatmulConfig::for_shape(wdtype, adtype, rows, zeros, n, k).unwrap()
+        };
+        for m in [1, 5, 8, 9] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, group),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, group),
+            };
+            println!(
+                "gemv {wdtype:>7} {adtype} {group:?} split {} m={m}: rel err {rel:.2e}",
+                cfg.split_k
+            );
+            assert!(
+                rel < 1e-2,
+                "gemv {wdtype} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bf16_zero_points_split_k_and_ragged_m() {
     let Some(ctx) = context("bf16_zero_points_split_k_and_ragged_m") else {

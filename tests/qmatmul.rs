@@ -245,6 +245,71 @@ fn other_tile_shapes() {
     check(QMatmulConfig { bn: 64, ..i4 }, 128, 192, &[3]);
 }
 
+/// The gemv method (weight as the mma's A operand, 8 activation rows per block): every weight
+/// type at m = 1, 3, 8 and 9 (two row blocks), groups of one and two k tiles and per-channel
+/// scales, both activation types, with and without split-k, one and several n tiles.
+#[test]
+fn gemv_every_weight_type() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let groups = [Some(64), Some(128), None];
+    for (i, wd) in weight_types().into_iter().enumerate() {
+        let ad = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            bn: 64,
+            bk: 64,
+            split_k: 1 + i % 2,
+            ..default_cfg(wd, ad, groups[i % 3])
+        };
+        let n = if i % 4 == 0 { 128 } else { 64 };
+        check(cfg, 256, n, &[1, 3, 8, 9]);
+    }
+}
+
+#[test]
+fn gemv_tiles_and_errors() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let u4 = QMatmulConfig {
+        method: QMatmulMethod::Gemv,
+        bm: 8,
+        bn: 128,
+        bk: 128,
+        ..default_cfg(dt("u4"), DType::F16, Some(128))
+    };
+    // Two and eight warps, two fragments per warp along n, a pipeline of two.
+    for cfg in [
+        QMatmulConfig { warps: 2, ..u4 },
+        QMatmulConfig {
+            warps: 8,
+            bn: 256,
+            ..u4
+        },
+        QMatmulConfig {
+            stages: 2,
+            bk: 64,
+            ..u4
+        },
+    ] {
+        check(cfg, 256, cfg.bn, &[2]);
+    }
+    let bad = [
+        (QMatmulConfig { bm: 16, ..u4 }, "`bm`"),
+        (QMatmulConfig { bn: 96, ..u4 }, "`bn`"),
+        (
+            QMatmulConfig {
+                group_rows: Some(32),
+                ..u4
+            },
+            "`group_rows`",
+        ),
+    ];
+    for (cfg, field) in bad {
+        let e = err_text(cfg.tiling());
+        assert!(e.contains(field), "{cfg:?}: {e}");
+    }
+}
+
 #[test]
 fn m_zero_is_a_no_op() {
     let cfg = default_cfg(dt("i4"), DType::F16, Some(32));

@@ -25,7 +25,7 @@ fn quantize(dtype: DType, k: usize, n: usize, group: Group, seed: u64) -> Quanti
 }
 
 /// Configurations that exercise every layout shape: the default, two warps along m (B is
-/// replicated), a deep and a shallow k tile.
+/// replicated), a deep and a shallow k tile, and the gemv method (the weight as mma A).
 fn configs(dtype: DType) -> Vec<QMatmulConfig> {
     let base = QMatmulConfig::default_for(
         dtype,
@@ -33,7 +33,12 @@ fn configs(dtype: DType) -> Vec<QMatmulConfig> {
         Some(128),
         dtype.kind() == tilus::core::dtype::Kind::UInt,
     );
-    let mut out = vec![base, QMatmulConfig { bm: 32, ..base }];
+    let gemv = QMatmulConfig {
+        method: tilus::kernels::qmatmul::QMatmulMethod::Gemv,
+        bm: 8,
+        ..base
+    };
+    let mut out = vec![base, QMatmulConfig { bm: 32, ..base }, gemv];
     for bk in [128, 32] {
         let c = QMatmulConfig { bk, ..base };
         if c.tiling().is_ok() {
@@ -105,8 +110,10 @@ fn each_thread_bytes_are_its_b_operand_locals() {
 #[test]
 fn device_relayout_program_matches_the_host_for_every_weight_type() {
     let seed: u64 = rand::random();
-    for dtype in weight_types() {
-        let cfg = configs(dtype)[0];
+    for (dtype, cfg) in weight_types()
+        .into_iter()
+        .flat_map(|d| [(d, configs(d)[0]), (d, configs(d)[2])])
+    {
         let (k, n) = (2 * cfg.bk, cfg.bn);
         let q = quantize(dtype, k, n, Group::PerChannel, seed ^ dtype.bits() as u64);
         let host = relayout(&q, &cfg).unwrap();
@@ -121,7 +128,7 @@ fn device_relayout_program_matches_the_host_for_every_weight_type() {
         let Arg::Buffer(device) = &args[3] else {
             unreachable!()
         };
-        assert_eq!(device, &host, "{dtype} seed {seed}");
+        assert_eq!(device, &host, "{dtype} {cfg:?} seed {seed}");
     }
 }
 

@@ -137,6 +137,13 @@ pub enum QMatmulMethod {
     /// cuBLAS uses the GPU's newest tensor-core instructions. On the CPU runner the GEMM is a
     /// host loop with f32 accumulation.
     DequantizeThenGemm,
+    /// Decode shapes with at most 8 activation rows (`bm = 8`): the fused pipeline computing
+    /// the transposed product `Cᵀ = dequant(W)ᵀ · Aᵀ`, the weight as the mma's A operand (16
+    /// output columns by 16 k per fragment) and the activations as B (8 rows). Each mma then
+    /// consumes 256 weights instead of 128, and the accumulator of a `bn`-wide tile is half
+    /// as large, so the same weight tile costs half the mma and accumulator instructions and
+    /// fewer registers. Scale groups must span whole k tiles (or be per channel).
+    Gemv,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -146,13 +153,15 @@ pub struct Tiling {
     pub warps_m: usize,
     pub warps_n: usize,
     /// mma.m16n8k16 repeats per warp and k tile: `bm / (16 warps_m)`, `bn / (8 warps_n)`,
-    /// `bk / 16`.
+    /// `bk / 16` ([`QMatmulMethod::Gemv`]: `rep_m = 1` for the 8 activation rows and
+    /// `rep_n = bn / (16 warps_n)` weight fragments of 16 columns).
     pub rep_m: usize,
     pub rep_n: usize,
     pub rep_k: usize,
     /// Scale groups per k tile (1 when a group spans one or more whole tiles, or per channel).
     pub groups_per_tile: usize,
-    /// Weight elements each thread holds per k tile (`4 rep_k rep_n`).
+    /// Weight elements each thread holds per k tile (`4 rep_k rep_n`; `8 rep_k rep_n` for
+    /// [`QMatmulMethod::Gemv`]).
     pub locals_per_thread: usize,
     /// Weight bytes each thread holds per k tile (`locals_per_thread * bits / 8`).
     pub bytes_per_thread: usize,
@@ -339,7 +348,17 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        if !self.bm.is_multiple_of(16) {
+        let gemv = self.method == QMatmulMethod::Gemv;
+        if gemv && self.bm != 8 {
+            return Err(config_err(
+                "bm",
+                format!(
+                    "{}; the gemv method computes 8 activation rows per block (bm = 8)",
+                    self.bm
+                ),
+            ));
+        }
+        if !gemv && !self.bm.is_multiple_of(16) {
             return Err(config_err(
                 "bm",
                 format!("{} is not a multiple of 16 (the mma tile height)", self.bm),
@@ -360,13 +379,19 @@ impl QMatmulConfig {
                 "splitting k applies to the fused method; the GEMM of DequantizeThenGemm is cuBLAS's",
             ));
         }
-        let warps_m = gcd(self.warps, self.bm / 16);
+        let warps_m = if gemv {
+            1
+        } else {
+            gcd(self.warps, self.bm / 16)
+        };
         let warps_n = self.warps / warps_m;
-        if !self.bn.is_multiple_of(8 * warps_n) {
+        // Columns of one mma tile: the weight is B (8 columns), or with gemv A (16 rows).
+        let tile_n = if gemv { 16 } else { 8 };
+        if !self.bn.is_multiple_of(tile_n * warps_n) {
             return Err(config_err(
                 "bn",
                 format!(
-                    "{} is not a multiple of 8 x {warps_n} (the mma tile width times the warps along n)",
+                    "{} is not a multiple of {tile_n} x {warps_n} (the mma tile width times the warps along n)",
                     self.bn
                 ),
             ));
@@ -378,6 +403,16 @@ impl QMatmulConfig {
             None => 1,
             Some(0) => return Err(config_err("group_rows", "must be positive")),
             Some(g) if g % self.bk == 0 => 1,
+            Some(g) if gemv => {
+                return Err(config_err(
+                    "group_rows",
+                    format!(
+                        "{g} rows per group is shorter than bk = {}; the gemv method scales \
+                         the accumulator once per group, so groups must span whole k tiles",
+                        self.bk
+                    ),
+                ))
+            }
             Some(g) if self.bk.is_multiple_of(g) => self.bk / g,
             Some(g) => {
                 return Err(config_err(
@@ -398,8 +433,14 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let (rep_m, rep_n, rep_k) = (self.bm / 16 / warps_m, self.bn / 8 / warps_n, self.bk / 16);
-        self.check_registers(rep_m, rep_n, rep_k)?;
+        let (rep_m, rep_n, rep_k) = if gemv {
+            (1, self.bn / 16 / warps_n, self.bk / 16)
+        } else {
+            (self.bm / 16 / warps_m, self.bn / 8 / warps_n, self.bk / 16)
+        };
+        // Per fragment and thread: weight locals (8 in an A fragment, 4 in a B one).
+        let per_fragment = if gemv { 8 } else { 4 };
+        self.check_registers(rep_m, rep_n, rep_k, per_fragment)?;
         // At least the activation and weight tiles of every stage (the exact count, with the
         // scales and alignment, is checked on the built program); before building, because the
         // program's prologue is unrolled over the stages.
@@ -416,7 +457,7 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let locals = 4 * rep_k * rep_n;
+        let locals = per_fragment * rep_k * rep_n;
         let bits = locals * self.wdtype.bits() as usize;
         if !bits.is_multiple_of(8) {
             return Err(config_err(
@@ -424,7 +465,7 @@ impl QMatmulConfig {
                 format!(
                     "each thread would hold {locals} x {} = {bits} bits of weights per k tile, not a whole number of bytes; make (bk / 16) x (bn / {}) even",
                     self.wdtype,
-                    8 * warps_n
+                    tile_n * warps_n
                 ),
             ));
         }
@@ -450,13 +491,14 @@ impl QMatmulConfig {
     /// The verifier's register limit (`tilus_core::verify::max_register_words`) on the three
     /// mma tiles of a thread, checked before anything is built so that the error names a field:
     /// the f32 accumulator (`4 rep_m rep_n` locals), the activation tile (`8 rep_m rep_k`
-    /// 16-bit locals) and the dequantized weight tile (`4 rep_k rep_n` 16-bit locals). The field
-    /// named is the one with the larger repeat.
+    /// 16-bit locals) and the dequantized weight tile (`weight_locals rep_k rep_n` 16-bit
+    /// locals). The field named is the one with the larger repeat.
     fn check_registers(
         &self,
         rep_m: usize,
         rep_n: usize,
         rep_k: usize,
+        weight_locals: usize,
     ) -> Result<(), QMatmulError> {
         let threads = self.warps * 32;
         let limit = max_register_words(threads);
@@ -479,7 +521,7 @@ impl QMatmulConfig {
             (
                 pick(("bk", rep_k), ("bn", rep_n)),
                 format!("[bk, bn] = [{}, {}] weight tile", self.bk, self.bn),
-                words(rep_k, rep_n, 2),
+                words(rep_k, rep_n, weight_locals / 2),
             ),
         ];
         for (field, what, words) in tiles {

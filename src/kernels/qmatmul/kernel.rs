@@ -271,6 +271,219 @@ pub fn qmatmul_main<
     }
 }
 
+/// [`QMatmulMethod::Gemv`](super::QMatmulMethod): the transposed product
+/// `Cᵀ[n, m] = dequant(W)ᵀ · Aᵀ` for up to 8 activation rows per block, one `[8, BN]` tile and
+/// one of `SPLIT` slices of k.
+///
+/// The weight tile `[BK, BN]` is dequantized in the `mma_a_t` layout, so that a free `view`
+/// makes it the A operand `[BN, BK]` of the mma: each mma then takes 256 weights (16 output
+/// columns by 16 k) against the 8 activation rows as B, twice what the weight-as-B pipeline of
+/// [`qmatmul_main`] gets from its 16-row tile of mostly padding, and the `[BN, 8]` accumulator
+/// is half the size. The activations are loaded n-major (`mma_b_t` over `[8, BK]`) and viewed
+/// as B; the accumulator is viewed as `[8, BN]` (`mma_c_t`) for the scales and the store.
+/// Scale groups span whole k tiles (`G % BK == 0`) or the whole of k (`G = 0`).
+///
+/// Parameters and the other tile parameters as [`qmatmul_main`]'s (`BM = 8`, one warp row).
+#[tilus::kernel(
+    lazy,
+    grid = [cdiv(m, 8), n / BN, SPLIT],
+    warps = WN,
+    target = sm80,
+    // Checked when the crate is built: per-channel and grouped scales, zero points, both
+    // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
+    space(
+        BN = [256],
+        BK = [128],
+        WN = [4],
+        STAGES = [3],
+        SPLIT = [1],
+        G = [0, 128],
+        ZEROS = [0, 1],
+        H = [1, 4],
+        VEC = [16],
+        SWB = [3],
+        SWS = [4],
+    ),
+    dtypes(A = [f16, bf16], W = [u2, u4, i8], O = [f16, f32]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn qmatmul_gemv<
+    const BN: i32,
+    const BK: i32,
+    const WN: i32,
+    const STAGES: i32,
+    const SPLIT: i32,
+    const G: i32,
+    const ZEROS: i32,
+    const H: i32,
+    const VEC: i32,
+    const SWB: i32,
+    const SWS: i32,
+    A: DTypeParam,
+    W: DTypeParam,
+    O: DTypeParam,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    a: Global<A>,
+    b: Global<u8>,
+    scales: Global<A>,
+    zeros: Global<A>,
+    c: GlobalMut<O>,
+) {
+    let rep_n = BN / (16 * WN);
+    let rep_k = BK / 16;
+    let grouped = G > 0;
+    let fold = ZEROS == 1;
+    let tile_bytes = BK * BN * W::BITS / 8;
+    let thread_bytes = 8 * rep_k * rep_n * W::BITS / 8;
+
+    // The weight tile [BK, BN] and its [BN, BK] view as the product's A operand.
+    let lw = layout!(spatial(1, WN).local(rep_k, rep_n).mma_a_t);
+    let lwa = layout!(spatial(WN, 1).column_local(rep_n, rep_k).mma_a);
+    let lq = layout!(swap_inner_locals(lw, 2, H));
+    // The activations [8, BK], every warp a copy, and their [BK, 8] view as B.
+    let lx = layout!(replicated(WN).local(1, rep_k).mma_b_t);
+    let lxb = layout!(replicated(WN).local(rep_k, 1).mma_b);
+    // The accumulator [BN, 8], its [8, BN] view, and one value per output column.
+    let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
+    let lct = layout!(spatial(1, WN).local(1, rep_n).mma_c_t);
+    let lcs = layout!(reduce(lct, [0]));
+    let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+
+    let [bi, bj, bs] = block_indices();
+    let groups = if grouped { k / G } else { 1 };
+    let ga = view_global(a, [m, k]);
+    let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+    let gs = view_global(scales, [groups, n]);
+    let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
+
+    let sa = if SWB > 0 {
+        shared::<A>([STAGES, 8, BK], swizzle(SWB, 3, SWS))
+    } else {
+        shared::<A>([STAGES, 8, BK])
+    };
+    let sb = shared::<u8>([STAGES, tile_bytes]);
+    let ss = if grouped {
+        shared::<A>([STAGES, 1, BN])
+    } else {
+        ()
+    };
+    let sz = if grouped && fold {
+        shared::<A>([STAGES, 1, BN])
+    } else {
+        ()
+    };
+    let ones = if fold { register::<A>(lwa, 1.0) } else { () };
+
+    let ktiles = k / (BK * SPLIT);
+    let kt0 = bs * ktiles;
+    let issue = |tile: i32, stage: i32| {
+        let t = kt0 + tile;
+        copy_async(
+            ga,
+            slice_shared(sa, [stage, 0, 0], [8, BK]),
+            [bi * 8, t * BK],
+        );
+        copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+        if grouped {
+            let group = t * BK / G;
+            copy_async(
+                gs,
+                slice_shared(ss, [stage, 0, 0], [1, BN]),
+                [group, bj * BN],
+            );
+            if fold {
+                copy_async(
+                    gz,
+                    slice_shared(sz, [stage, 0, 0], [1, BN]),
+                    [group, bj * BN],
+                );
+            }
+        }
+    };
+    #[unroll]
+    for st in 0..STAGES - 1 {
+        if st < ktiles {
+            issue(st, st);
+        }
+        commit_group();
+    }
+    // One k tile, as in `qmatmul_main`: returns the weight as A and the activations as B.
+    let step = |kt: i32| {
+        wait_group(STAGES - 2);
+        sync();
+        let stage = kt % STAGES;
+        let rx = load_shared(slice_shared(sa, [stage, 0, 0], [8, BK]), lx, [0, 0]);
+        let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+        let next = kt + (STAGES - 1);
+        if next < ktiles {
+            issue(next, next % STAGES);
+        }
+        commit_group();
+        let wf = cast::<A>(view::<W>(rw, lq), lw);
+        (view::<A>(wf, lwa), view::<A>(rx, lxb))
+    };
+    // `acc_t - z * asum` over [8, BN]: the zero points `zc` of the output columns times the
+    // row sums of the activations (the mma against ones).
+    let subtract_zeros =
+        |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
+    let mut acc = register::<f32>(lct, 0.0);
+    if grouped {
+        let tiles_per_group = G / BK;
+        for g in 0..ktiles / tiles_per_group {
+            let mut acc_g = register::<f32>(lc, 0.0);
+            let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+            let accumulate = |kt: i32| {
+                let (wa, xb) = step(kt);
+                acc_g = dot(wa, xb, acc_g);
+                if fold {
+                    asum = dot(ones, xb, asum);
+                }
+            };
+            // The group's last tile peeled off, as in `qmatmul_main`.
+            let first = g * tiles_per_group;
+            for t in 0..tiles_per_group - 1 {
+                accumulate(first + t);
+            }
+            let last_tile = first + (tiles_per_group - 1);
+            accumulate(last_tile);
+            let last = last_tile % STAGES;
+            let mut acc_gt = view::<f32>(acc_g, lct);
+            if fold {
+                let zc = load_shared(slice_shared(sz, [last, 0, 0], [1, BN]), lcs, [0, 0]);
+                acc_gt = subtract_zeros(acc_gt, view::<f32>(asum, lct), zc);
+            }
+            let sc = load_shared(slice_shared(ss, [last, 0, 0], [1, BN]), lcs, [0, 0]);
+            acc = mul_add(acc_gt, cast::<f32>(sc), acc);
+        }
+    } else {
+        let mut acc_n = register::<f32>(lc, 0.0);
+        let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+        for kt in 0..ktiles {
+            let (wa, xb) = step(kt);
+            acc_n = dot(wa, xb, acc_n);
+            if fold {
+                asum = dot(ones, xb, asum);
+            }
+        }
+        acc = view::<f32>(acc_n, lct);
+        if fold {
+            let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
+            acc = subtract_zeros(acc, view::<f32>(asum, lct), zc);
+        }
+        let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
+        acc = acc * cast::<f32>(sc);
+    }
+    wait_group(0);
+    if SPLIT > 1 {
+        store_global(acc, view_global(c, [SPLIT, m, n]), [bs, bi * 8, bj * BN]);
+    } else {
+        store_global(cast::<O>(acc), view_global(c, [m, n]), [bi * 8, bj * BN]);
+    }
+}
+
 /// With `SPLIT > 1`: sums the `SPLIT` f32 partial products of `ws [SPLIT, m, n]` into
 /// `c [m, n]`, a `[ROWS, BN]` tile per block with four consecutive f32 per thread (one 16-byte
 /// access).
@@ -381,14 +594,14 @@ pub fn qmatmul_dequant<
 
 /// The offline weight re-layout (paper Figure 8, generalized): one block per `[BK, BN]` tile of
 /// the row-major `W` codes `w [k, n]` (packed bytes, viewed as `W`) loads the tile in the codes
-/// layout of one warp row of [`qmatmul_main`] and stores each thread's bits, unchanged, as the
+/// layout of one warp row of [`qmatmul_main`] (or of [`qmatmul_gemv`]) and stores each thread's bits, unchanged, as the
 /// bytes that the matmul's `W` layout gives it: `out [k / BK, n / BN, tile bytes]`.
 #[tilus::kernel(
     lazy,
     grid = [k / BK, n / BN],
     warps = WN,
     target = sm80,
-    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16]),
+    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1]),
     dtypes(W = [u2, u4, i8]),
 )]
 pub fn qmatmul_relayout<
@@ -397,6 +610,7 @@ pub fn qmatmul_relayout<
     const WN: i32,
     const H: i32,
     const VEC: i32,
+    const GEMV: i32,
     W: DTypeParam,
 >(
     k: i32,
@@ -404,15 +618,17 @@ pub fn qmatmul_relayout<
     w: Global<u8>,
     out: GlobalMut<u8>,
 ) {
-    let rep_n = BN / (8 * WN);
     let rep_k = BK / 16;
     let tile_bytes = BK * BN * W::BITS / 8;
-    let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
-    let lq = layout!(swap_inner_locals(
-        spatial(1, WN).local(rep_k, rep_n).mma_b,
-        2,
-        H
-    ));
+    let thread_bytes = tile_bytes / (32 * WN);
+    // The weight tile of the matmul's warps: mma B fragments, or with GEMV = 1 the A
+    // fragments of `qmatmul_gemv`'s transposed product.
+    let lb = if GEMV == 1 {
+        layout!(spatial(1, WN).local(rep_k, BN / (16 * WN)).mma_a_t)
+    } else {
+        layout!(spatial(1, WN).local(rep_k, BN / (8 * WN)).mma_b)
+    };
+    let lq = layout!(swap_inner_locals(lb, 2, H));
     let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
     let [kt, nb] = block_indices();
     let tile = load_global(view_global::<W>(w, [k, n]), lq, [kt * BK, nb * BN]);

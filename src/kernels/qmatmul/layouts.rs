@@ -22,8 +22,18 @@
 //! is the weight tile as bytes: thread `t` holds `bpt` bytes in runs of `v` contiguous bytes
 //! (16 where possible: one LDS.128 per run), and the offline re-layout puts there exactly the
 //! packed bits of that thread's `B` locals, so `view(W, wdtype, B3)` needs no data movement.
+//!
+//! [`QMatmulMethod::Gemv`] computes `Cᵀ = Wᵀ · Aᵀ` with 8 activation rows and the weight as
+//! the mma's A operand; in the same `[k, n]` / `[m, k]` / `[m, n]` coordinates:
+//!
+//! ```text
+//! C  [8, bn]  = spatial(1, wn) . local(1, rn)  . mma_c_t   (the [n, 8] accumulator, transposed)
+//! A  [8, bk]  = replicated(wn) . local(1, rk)  . mma_b_t   (B of the product, loaded n-major)
+//! B  [bk, bn] = spatial(1, wn) . local(rk, rn) . mma_a_t   (A of the product, 16 x 16 per fragment)
+//! ```
 
-use super::config::{config_err, QMatmulConfig, QMatmulError, Tiling};
+use super::config::{config_err, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling};
+use tilus_core::layout::fragments::fragment;
 use tilus_core::layout::Layout;
 use tilus_core::verify::{mma_fragments, MmaKind};
 use tilus_core::DType;
@@ -86,19 +96,37 @@ impl QMatmulLayouts {
         let [fa, fb, fc] = mma_fragments(kind);
         let (wm, wn) = (t.warps_m, t.warps_n);
         let (local, spatial, rep) = (Layout::local, Layout::spatial, Layout::replicated);
-        let c = chain(&[spatial(&[wm, wn]), local(&[t.rep_m, t.rep_n]), fc]);
-        let a = chain(&[
-            spatial(&[wm, 1]),
-            rep(2, wn),
-            local(&[t.rep_m, t.rep_k]),
-            fa,
-        ]);
-        let b = chain(&[
-            rep(2, replicas_m),
-            spatial(&[1, wn]),
-            local(&[t.rep_k, t.rep_n]),
-            fb,
-        ]);
+        let (c, a, b) = if config.method == QMatmulMethod::Gemv {
+            // The transposed product: the weight tile is mma A (`mma_a_t` over [k, n]), the
+            // activations B (loaded n-major, `mma_b_t` over [m, k]), and the accumulator
+            // `mma_c` over [n, m], seen here as [m, n].
+            let named = |n: &str| fragment(n).expect("a named fragment");
+            (
+                chain(&[spatial(&[1, wn]), local(&[1, t.rep_n]), named("mma_c_t")]),
+                chain(&[rep(2, wn), local(&[1, t.rep_k]), named("mma_b_t")]),
+                chain(&[
+                    spatial(&[1, wn]),
+                    local(&[t.rep_k, t.rep_n]),
+                    named("mma_a_t"),
+                ]),
+            )
+        } else {
+            (
+                chain(&[spatial(&[wm, wn]), local(&[t.rep_m, t.rep_n]), fc]),
+                chain(&[
+                    spatial(&[wm, 1]),
+                    rep(2, wn),
+                    local(&[t.rep_m, t.rep_k]),
+                    fa,
+                ]),
+                chain(&[
+                    rep(2, replicas_m),
+                    spatial(&[1, wn]),
+                    local(&[t.rep_k, t.rep_n]),
+                    fb,
+                ]),
+            )
+        };
         let rows = config.bk / t.groups_per_tile;
         let b3 = b
             .split_dim(0, rows)

@@ -38,6 +38,7 @@ pub fn config_name(c: &QMatmulConfig) -> String {
     let method = match c.method {
         QMatmulMethod::Fused => "",
         QMatmulMethod::DequantizeThenGemm => "_dq",
+        QMatmulMethod::Gemv => "_gemv",
     };
     format!(
         "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{method}",
@@ -63,28 +64,47 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     };
     let split = config.split_k > 1;
     let v = |x: usize| x as i32;
-    let main = kernel::qmatmul_main::Config {
-        BM: v(config.bm),
-        BN: v(config.bn),
-        BK: v(config.bk),
-        WM: v(t.warps_m),
-        WN: v(t.warps_n),
-        STAGES: v(config.stages),
-        SPLIT: v(config.split_k),
-        G: group,
-        ZEROS: zeros,
-        H: v(h),
-        VEC: v(t.vector_bytes),
-        SWB: swizzle_bits,
-        SWS: swizzle_shift,
-        A: config.adtype,
-        W: config.wdtype,
-        O: if split { DType::F32 } else { config.adtype },
+    let output = if split { DType::F32 } else { config.adtype };
+    let main = if config.method == QMatmulMethod::Gemv {
+        let cfg = kernel::qmatmul_gemv::Config {
+            BN: v(config.bn),
+            BK: v(config.bk),
+            WN: v(t.warps_n),
+            STAGES: v(config.stages),
+            SPLIT: v(config.split_k),
+            G: group,
+            ZEROS: zeros,
+            H: v(h),
+            VEC: v(t.vector_bytes),
+            SWB: swizzle_bits,
+            SWS: swizzle_shift,
+            A: config.adtype,
+            W: config.wdtype,
+            O: output,
+        };
+        kernel::qmatmul_gemv::translate(&cfg)
+    } else {
+        let cfg = kernel::qmatmul_main::Config {
+            BM: v(config.bm),
+            BN: v(config.bn),
+            BK: v(config.bk),
+            WM: v(t.warps_m),
+            WN: v(t.warps_n),
+            STAGES: v(config.stages),
+            SPLIT: v(config.split_k),
+            G: group,
+            ZEROS: zeros,
+            H: v(h),
+            VEC: v(t.vector_bytes),
+            SWB: swizzle_bits,
+            SWS: swizzle_shift,
+            A: config.adtype,
+            W: config.wdtype,
+            O: output,
+        };
+        kernel::qmatmul_main::translate(&cfg)
     };
-    let main = instantiate(
-        kernel::qmatmul_main::translate(&main),
-        format!("qmatmul_{name}"),
-    )?;
+    let main = instantiate(main, format!("qmatmul_{name}"))?;
     check(&main)?;
     let shared = verify::shared_bytes(&main);
     if shared > TARGET.max_shared_bytes {
@@ -114,7 +134,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         None
     };
     let dequant = match config.method {
-        QMatmulMethod::Fused => None,
+        QMatmulMethod::Fused | QMatmulMethod::Gemv => None,
         QMatmulMethod::DequantizeThenGemm => {
             let rows = super::dequant::store_rows(32 * t.warps_n, config.bk, config.bn)?;
             let cfg = kernel::qmatmul_dequant::Config {

@@ -24,7 +24,7 @@ use crate::DType;
 use serde_json::{json, Value};
 use tilus_core::Layout;
 use tilus_runtime::autotune::{TuneCandidate, TuneKey, TuneOutcome, TIMED_RUNS, WARMUP_RUNS};
-use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, RuntimeError};
+use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, L2Mode, RuntimeError};
 
 /// The kernel family name in tuning keys and record file names.
 pub const KERNEL: &str = "qmatmul";
@@ -48,6 +48,7 @@ impl TuneCandidate for QMatmulConfig {
             "method": match self.method {
                 QMatmulMethod::Fused => "fused",
                 QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
+                QMatmulMethod::Gemv => "gemv",
             },
         })
     }
@@ -89,7 +90,8 @@ pub fn tune_key(ctx: &Context, cfg: &QMatmulConfig, m: usize, n: usize, k: usize
 }
 
 /// 16 hex digits of a SHA-256 over the CUDA generated for a few reference configurations (the
-/// fused pipeline with grouped scales and zero points, split-k, and the dequantize program):
+/// fused pipeline with grouped scales and zero points, split-k, the dequantize program and
+/// the gemv pipeline):
 /// it changes whenever the code generator or the program templates change what they emit.
 pub fn codegen_fingerprint() -> &'static str {
     static PRINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -106,6 +108,14 @@ pub fn codegen_fingerprint() -> &'static str {
             i4,
             QMatmulConfig {
                 method: QMatmulMethod::DequantizeThenGemm,
+                ..u3
+            },
+            QMatmulConfig {
+                method: QMatmulMethod::Gemv,
+                bm: 8,
+                bk: 128,
+                bn: 256,
+                split_k: 2,
                 ..u3
             },
         ];
@@ -138,6 +148,7 @@ pub fn tiles(c: &QMatmulConfig) -> String {
     let method = match c.method {
         QMatmulMethod::Fused => "",
         QMatmulMethod::DequantizeThenGemm => " dequant+gemm",
+        QMatmulMethod::Gemv => " gemv",
     };
     format!(
         "bm{} bn{} bk{} w{} s{} sk{}{method}",
@@ -259,7 +270,17 @@ pub fn candidates(
                 ..base
             }
         };
+        // With at most 8 rows the gemv method (the weight as the mma's A operand) is tried
+        // beside each of the measured best, in the same tiles.
+        let gemv = |c: QMatmulConfig| QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            ..c
+        };
         for c in MEASURED_BEST {
+            if m <= 8 {
+                push(gemv(decode(c)));
+            }
             push(decode(c));
         }
         push(base);
@@ -270,7 +291,11 @@ pub fn candidates(
                 for bk in [128, 64] {
                     for wide in [2, 1, 4] {
                         for stages in [4, 3] {
-                            push(decode((wide, bk, warps, stages, split_k)));
+                            let c = decode((wide, bk, warps, stages, split_k));
+                            if m <= 8 {
+                                push(gemv(c));
+                            }
+                            push(c);
                         }
                     }
                 }
@@ -486,7 +511,7 @@ pub fn tune_qmatmul<T: Activation>(
         |_, _, gpu| -> Result<_, QMatmulError> {
             if scratch.is_none() {
                 scratch = Some((
-                    L2Flush::new(ctx)?,
+                    L2Flush::with_mode(ctx, L2Mode::Clean)?,
                     DeviceBuffer::from_host(ctx, &pattern::<T>(rows * k))?,
                     DeviceBuffer::zeros(ctx, rows * n)?,
                 ));

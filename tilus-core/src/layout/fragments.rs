@@ -11,19 +11,23 @@
 //! | `mma_a_i8` | `[16, 16]` | A of i8/u8: `local(2, 1).spatial(8, 4).local(1, 4)` |
 //! | `mma_b_i8` | `[16, 8]` | B of i8/u8: `column_spatial(4, 8).local(4, 1)` |
 //! | `mma_b_t` | `[8, 16]` | `mma_b` with its dimensions swapped, the same registers in the same order: an operand stored n-major (the rows of K for `Q · Kᵀ`) loads in `..mma_b_t` and becomes B with a free `view` to `..mma_b` |
+//! | `mma_a_t` | `[16, 16]` | `mma_a` with its dimensions swapped: a `[k, n]` weight tile held in `..mma_a_t` is the A operand of the transposed product `Cᵀ = Wᵀ · Xᵀ` after a free `view` to `..mma_a` |
+//! | `mma_c_t` | `[8, 16]` | `mma_c` with its dimensions swapped: the `[n, m]` accumulator of that product, viewed as `[m, n]` for the store |
 //!
 //! `verify::dot` says how a `dot` tiles them.
 
 use super::Layout;
 
 /// `(name, text)` of every named fragment.
-pub const FRAGMENTS: [(&str, &str); 6] = [
+pub const FRAGMENTS: [(&str, &str); 8] = [
     ("mma_a", "column_local(2, 2).spatial(8, 4).local(1, 2)"),
     ("mma_b", "local(2, 1).column_spatial(4, 8).local(2, 1)"),
     ("mma_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
     ("mma_a_i8", "local(2, 1).spatial(8, 4).local(1, 4)"),
     ("mma_b_i8", "column_spatial(4, 8).local(4, 1)"),
     ("mma_b_t", "local(1, 2).spatial(8, 4).local(1, 2)"),
+    ("mma_a_t", "local(2, 2).column_spatial(4, 8).local(2, 1)"),
+    ("mma_c_t", "local(1, 2).column_spatial(4, 8).local(2, 1)"),
 ];
 
 /// The text of the fragment called `name`, if there is one.
@@ -46,12 +50,46 @@ mod tests {
 
     #[test]
     fn every_fragment_parses_to_its_shape() {
-        let shapes = [[16, 16], [16, 8], [16, 8], [16, 16], [16, 8], [8, 16]];
+        let shapes = [
+            [16, 16],
+            [16, 8],
+            [16, 8],
+            [16, 16],
+            [16, 8],
+            [8, 16],
+            [16, 16],
+            [8, 16],
+        ];
         for ((name, _), shape) in FRAGMENTS.iter().zip(shapes) {
             let l = fragment(name).unwrap();
             assert_eq!(l.shape(), &shape[..], "{name}");
             assert_eq!(l.num_threads(), 32, "{name}: a warp");
         }
         assert!(fragment("mma_d").is_none());
+    }
+
+    /// Each `_t` fragment holds, in every thread's register, the element of its base fragment
+    /// with the coordinates swapped: a `view` between them moves no data.
+    #[test]
+    fn transposed_fragments_swap_coordinates() {
+        for (t, base) in [
+            ("mma_b_t", "mma_b"),
+            ("mma_a_t", "mma_a"),
+            ("mma_c_t", "mma_c"),
+        ] {
+            let (lt, lb) = (fragment(t).unwrap(), fragment(base).unwrap());
+            assert_eq!(lt.shape(), &[lb.shape()[1], lb.shape()[0]][..], "{t}");
+            assert_eq!(lt.num_locals(), lb.num_locals(), "{t}");
+            for thread in 0..32 {
+                for i in 0..lb.num_locals() {
+                    let (x, y) = (lt.eval(thread, i), lb.eval(thread, i));
+                    assert_eq!(
+                        (x[0], x[1]),
+                        (y[1], y[0]),
+                        "{t}: thread {thread}, local {i}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@
 //!       | 'split' '(' expr ',' int ',' int ')' | 'swap_inner_locals' '(' expr ',' int ',' int ')'
 //! prim := ('local' | 'spatial' | 'column_local' | 'column_spatial') '(' int (',' int)* ')'
 //!       | 'replicated' '(' int ')' | fragment
-//! fragment := 'mma_a' | 'mma_b' | 'mma_c' | 'mma_a_i8' | 'mma_b_i8' | 'mma_b_t'
+//! fragment := 'mma_a' | 'mma_b' | 'mma_c' | 'mma_a_i8' | 'mma_b_i8' | 'mma_b_t' | 'mma_a_t' | 'mma_c_t'
 //! ```
 //!
 //! A fragment is the register layout of an `mma.m16n8k16` operand ([`super::fragments`]), so
@@ -319,7 +319,7 @@ impl<'a> Parser<'a> {
                         "unknown layout primitive `{name}`; expected local, spatial, \
                          column_local, column_spatial, replicated, reduce, split, \
                          swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, \
-                         mma_b_i8, mma_b_t)"
+                         mma_b_i8, mma_b_t, mma_a_t, mma_c_t)"
                     ),
                 ))
             }
