@@ -377,6 +377,8 @@ fn fixed_cases() -> Vec<Vec<OsString>> {
             "18446744073709551615",
         ],
         &["bench", "gemm", "--m", "1"],
+        &["bench", "launch", "--calls", "0"],
+        &["bench", "launch", "--shapes", "0x8192", "--wdtype", "u9"],
         &["bench", "qmatmul", "--wdtype", "i4", "--m", "1"],
         &[
             "bench", "qmatmul", "--wdtype", "i4", "--m", "1", "--tune", "0",
@@ -904,13 +906,29 @@ impl Gen {
 
     fn bench(&mut self, args: &mut Vec<String>) {
         args.push("bench".into());
-        let sub = self.pick(&["copy", "gemm", "qmatmul", "sweep", "tune"]);
+        let sub = self.pick(&["copy", "gemm", "qmatmul", "sweep", "tune", "launch"]);
         args.push(sub.into());
         let num = |g: &mut Gen| g.number();
         let dtype = |g: &mut Gen| g.dtype();
         match sub {
             "copy" => self.options(args, &[("--mib", num)]),
-            "gemm" => self.required(args, &[("--m", num), ("--n", num), ("--k", num)]),
+            "gemm" => {
+                self.required(args, &[("--m", num), ("--n", num), ("--k", num)]);
+                self.options(args, &[("--l2", |g: &mut Gen| g.l2())]);
+            }
+            "launch" => self.options(
+                args,
+                &[
+                    ("--wdtype", dtype),
+                    ("--m", num),
+                    ("--shapes", |g: &mut Gen| {
+                        g.pick(&["llama70b", "8192x8192", "0x1", "x", "1x1,"])
+                            .to_string()
+                    }),
+                    ("--group", num),
+                    ("--calls", num),
+                ],
+            ),
             "qmatmul" | "tune" => {
                 self.required(args, &[("--wdtype", dtype), ("--m", num)]);
                 self.options(args, &[("--n", num), ("--k", num), ("--group", num)]);
@@ -920,7 +938,7 @@ impl Gen {
                         args.push("--retune".into());
                     }
                 } else {
-                    self.options(args, &[("--tune", num)]);
+                    self.options(args, &[("--tune", num), ("--l2", |g: &mut Gen| g.l2())]);
                 }
             }
             _ => {
@@ -933,6 +951,7 @@ impl Gen {
                         ("--k", num),
                         ("--group", num),
                         ("--tune", num),
+                        ("--l2", |g: &mut Gen| g.l2()),
                         ("--csv", |g: &mut Gen| {
                             g.pick(&["/nonexistent/dir/out.csv", "", "-", "é.csv"])
                                 .to_string()
@@ -944,6 +963,12 @@ impl Gen {
         if self.rng.random_bool(0.2) {
             args.push("--verbose".into());
         }
+    }
+
+    /// An L2 flush mode, valid or not.
+    fn l2(&mut self) -> String {
+        self.pick(&["clean", "dirty", "warm", "", "CLEAN"])
+            .to_string()
     }
 
     /// Drop, repeat, swap or replace an argument, or add an unknown flag.

@@ -175,6 +175,26 @@ pub enum BenchCommand {
         #[arg(long)]
         prefill: Option<String>,
     },
+    /// What a tuned quantized linear layer (f16) costs per call besides its kernels: the host
+    /// time to queue `forward_into`, and the GPU time per call of `--calls` calls queued back to
+    /// back against one call timed alone.
+    Launch {
+        /// Weight type, e.g. i4, u2.
+        #[arg(long, default_value = "i4")]
+        wdtype: String,
+        /// Rows of the activation.
+        #[arg(long, default_value_t = 1)]
+        m: usize,
+        /// Comma-separated weight shapes `NxK`, or `llama70b`.
+        #[arg(long, default_value = "8192x8192")]
+        shapes: String,
+        /// Rows per scale group; 0 for per-channel scales.
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        /// Calls per measurement.
+        #[arg(long, default_value_t = 200)]
+        calls: usize,
+    },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
         /// Rows of A and of C.
@@ -210,6 +230,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             m, n, k, points, ..
         } => vec![("--m", m), ("--n", n), ("--k", k), ("--points", points)],
         BenchCommand::Rowwise { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Launch { m, calls, .. } => vec![("--m", m), ("--calls", calls)],
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
     };
     if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -221,6 +242,10 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             parse_type(wdtype).map(drop)
         }
         BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
+        BenchCommand::Launch { wdtype, shapes, .. } => {
+            parse_type(wdtype)?;
+            sweep_shapes(Some(shapes), 0, 0).map(drop)
+        }
         BenchCommand::Sweep {
             wdtypes,
             m,
@@ -473,6 +498,36 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             );
         }
         BenchCommand::Tune { .. } => unreachable!("handled above"),
+        BenchCommand::Launch {
+            ref wdtype,
+            m,
+            ref shapes,
+            group,
+            calls,
+        } => {
+            use tilus::kernels::qmatmul::bench::bench_launch;
+            let wdtype = parse_type(wdtype)?;
+            let group = match group {
+                0 => tilus::quant::Group::PerChannel,
+                g => tilus::quant::Group::Rows(g),
+            };
+            out += &format!(
+                "{wdtype} f16 layers, m={m}, {calls} calls per measurement (no L2 flush)\n\
+                 {:<12} {:>9} {:>12} {:>11}  config\n",
+                "n x k", "host us", "per call us", "alone us"
+            );
+            for (n, k) in sweep_shapes(Some(shapes), 0, 0)? {
+                let b = bench_launch(&ctx, wdtype, m, n, k, group, calls).map_err(err)?;
+                out += &format!(
+                    "{:<12} {:>9.2} {:>12.2} {:>11.2}  {}\n",
+                    format!("{n}x{k}"),
+                    b.host_us,
+                    b.eager_us,
+                    b.single_us,
+                    tiles(&b.config)
+                );
+            }
+        }
         BenchCommand::Rowwise {
             ref shapes,
             ref dtype,

@@ -159,3 +159,64 @@ pub fn bench_qmatmul(
         tried,
     })
 }
+
+/// What one layer call costs besides its kernels: [`bench_launch`]'s measurements.
+#[derive(Clone, Debug)]
+pub struct LaunchBench {
+    /// The tuned configuration of the layer's `m` bucket.
+    pub config: QMatmulConfig,
+    /// Calls timed in each measurement.
+    pub calls: usize,
+    /// Host time to queue one `forward_into` (argument checks, plan lookup, launches).
+    pub host_us: f64,
+    /// GPU time per call of `calls` calls queued back to back (no flush between them).
+    pub eager_us: f64,
+    /// GPU time of one call timed alone, after the same calls (L2 as they left it).
+    pub single_us: f64,
+}
+
+/// The launch cost of a tuned `GpuQuantizedLinear` (f16, a pattern weight of `wdtype`): the
+/// host time to queue one `forward_into`, and the GPU time per call of `calls` calls queued back
+/// to back against one call timed alone (the difference is what the gaps between launches
+/// cost). No L2 flush: a layer that fits in L2 stays there, in both measurements.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_launch(
+    ctx: &std::sync::Arc<Context>,
+    wdtype: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+    group: crate::quant::Group,
+    calls: usize,
+) -> Result<LaunchBench, QMatmulError> {
+    use crate::kernels::linear::GpuQuantizedLinear;
+    let w: Vec<f32> = pattern(k * n, 5).iter().map(|v| v.to_f32()).collect();
+    let layer = GpuQuantizedLinear::<f16>::new(ctx, &w, k, n, wdtype, group)?;
+    let x = DeviceBuffer::from_host(ctx, &pattern(m * k, 6))?;
+    let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
+    let config = layer.plan(m)?.config;
+    let as_runtime = |e: QMatmulError| tilus_runtime::RuntimeError::InvalidArgument {
+        arg: "forward".into(),
+        reason: e.to_string(),
+    };
+    let mut run = |count: usize| -> Result<(), tilus_runtime::RuntimeError> {
+        for _ in 0..count {
+            layer.forward_into(&x, m, &mut y).map_err(as_runtime)?;
+        }
+        Ok(())
+    };
+    run(calls)?;
+    ctx.synchronize()?;
+    let started = std::time::Instant::now();
+    run(calls)?;
+    let host_us = started.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    let eager = time_runs(ctx, 1, 5, None, || run(calls))?;
+    let single = time_runs(ctx, 3, 20, None, || run(1))?;
+    Ok(LaunchBench {
+        config,
+        calls,
+        host_us,
+        eager_us: eager.median_us / calls as f64,
+        single_us: single.median_us,
+    })
+}
