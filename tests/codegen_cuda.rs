@@ -414,8 +414,9 @@ fn print_compiles() {
 
 /// The quantized matmul's decode configurations, one per way of dequantizing: the split pack
 /// orders (u1, i2, u4 with zero points on the accumulator, i3), the natural order (i8, the
-/// float types), bf16 activations, per-channel scales, and the split-k reduction; plus the
-/// dequantize program of prefill. No spills, cp.async and HMMA where they belong.
+/// float types), bf16 activations, per-channel scales, and the split-k reduction, each also as
+/// the gemv method (biased casts); plus the dequantize program of prefill. No spills, cp.async
+/// and HMMA where they belong.
 #[test]
 fn qmatmul_configurations_compile_without_spills() {
     use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
@@ -446,6 +447,16 @@ fn qmatmul_configurations_compile_without_spills() {
         if let Some(reduce) = kernel.reduce {
             ks.push((reduce.name.clone(), reduce, Expect::default()));
         }
+        // The gemv method in the same tiles: biased casts for the integers, the exact ones
+        // for the others.
+        let gemv = QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            group_rows: group.filter(|&g| g >= 128),
+            ..cfg
+        };
+        let kernel = build(&gemv).unwrap_or_else(|e| panic!("{gemv:?}: {e}"));
+        ks.push((kernel.main.name.clone(), kernel.main, pipelined));
     }
     let dequant = QMatmulConfig {
         method: QMatmulMethod::DequantizeThenGemm,

@@ -283,6 +283,11 @@ pub fn qmatmul_main<
 /// as B; the accumulator is viewed as `[8, BN]` (`mma_c_t`) for the scales and the store.
 /// Scale groups span whole k tiles (`G % BK == 0`) or the whole of k (`G = 0`).
 ///
+/// With `BIAS = 1` the codes are converted by `cast_biased` (one `lop3` per pair of weights
+/// instead of a `lop3` and an `fma`): each weight comes out a constant of its register position
+/// above its value, and the same mma over those constants (`cast_biased` of zero codes), which
+/// does not depend on the output column, is subtracted once per group.
+///
 /// Parameters and the other tile parameters as [`qmatmul_main`]'s (`BM = 8`, one warp row).
 #[tilus::kernel(
     lazy,
@@ -303,6 +308,7 @@ pub fn qmatmul_main<
         VEC = [16],
         SWB = [3],
         SWS = [4],
+        BIAS = [0, 1],
     ),
     dtypes(A = [f16, bf16], W = [u2, u4, i8], O = [f16, f32]),
 )]
@@ -319,6 +325,7 @@ pub fn qmatmul_gemv<
     const VEC: i32,
     const SWB: i32,
     const SWS: i32,
+    const BIAS: i32,
     A: DTypeParam,
     W: DTypeParam,
     O: DTypeParam,
@@ -339,9 +346,11 @@ pub fn qmatmul_gemv<
     let tile_bytes = BK * BN * W::BITS / 8;
     let thread_bytes = 8 * rep_k * rep_n * W::BITS / 8;
 
-    // The weight tile [BK, BN] and its [BN, BK] view as the product's A operand.
-    let lw = layout!(spatial(1, WN).local(rep_k, rep_n).mma_a_t);
-    let lwa = layout!(spatial(WN, 1).column_local(rep_n, rep_k).mma_a);
+    // The weight tile [BK, BN] and its [BN, BK] view as the product's A operand. Each
+    // thread's locals run along k first, so the codes one cast group converts belong to one
+    // column block: the biases of a biased cast repeat from block to block.
+    let lw = layout!(spatial(1, WN).column_local(rep_k, rep_n).mma_a_t);
+    let lwa = layout!(spatial(WN, 1).local(rep_n, rep_k).mma_a);
     let lq = layout!(swap_inner_locals(lw, 2, H));
     // The activations [8, BK], every warp a copy, and their [BK, 8] view as B.
     let lx = layout!(replicated(WN).local(1, rep_k).mma_b_t);
@@ -376,6 +385,13 @@ pub fn qmatmul_gemv<
         ()
     };
     let ones = if fold { register::<A>(lwa, 1.0) } else { () };
+    // The biases of `cast_biased`, as the product's A operand: the cast of all-zero codes.
+    let biases = if BIAS == 1 {
+        let zero_codes = view::<W>(register::<u8>(lbytes, 0), lq);
+        view::<A>(cast_biased::<A>(zero_codes, lw), lwa)
+    } else {
+        ()
+    };
 
     let ktiles = k / (BK * SPLIT);
     let kt0 = bs * ktiles;
@@ -422,7 +438,11 @@ pub fn qmatmul_gemv<
             issue(next, next % STAGES);
         }
         commit_group();
-        let wf = cast::<A>(view::<W>(rw, lq), lw);
+        let wf = if BIAS == 1 {
+            cast_biased::<A>(view::<W>(rw, lq), lw)
+        } else {
+            cast::<A>(view::<W>(rw, lq), lw)
+        };
         (view::<A>(wf, lwa), view::<A>(rx, lxb))
     };
     // `acc_t - z * asum` over [8, BN]: the zero points `zc` of the output columns times the
@@ -435,11 +455,19 @@ pub fn qmatmul_gemv<
         for g in 0..ktiles / tiles_per_group {
             let mut acc_g = register::<f32>(lc, 0.0);
             let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+            let mut bsum = if BIAS == 1 {
+                register::<f32>(lc, 0.0)
+            } else {
+                ()
+            };
             let accumulate = |kt: i32| {
                 let (wa, xb) = step(kt);
                 acc_g = dot(wa, xb, acc_g);
                 if fold {
                     asum = dot(ones, xb, asum);
+                }
+                if BIAS == 1 {
+                    bsum = dot(biases, xb, bsum);
                 }
             };
             // The group's last tile peeled off, as in `qmatmul_main`.
@@ -451,6 +479,9 @@ pub fn qmatmul_gemv<
             accumulate(last_tile);
             let last = last_tile % STAGES;
             let mut acc_gt = view::<f32>(acc_g, lct);
+            if BIAS == 1 {
+                acc_gt = acc_gt - view::<f32>(bsum, lct);
+            }
             if fold {
                 let zc = load_shared(slice_shared(sz, [last, 0, 0], [1, BN]), lcs, [0, 0]);
                 acc_gt = subtract_zeros(acc_gt, view::<f32>(asum, lct), zc);
@@ -461,14 +492,25 @@ pub fn qmatmul_gemv<
     } else {
         let mut acc_n = register::<f32>(lc, 0.0);
         let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+        let mut bsum = if BIAS == 1 {
+            register::<f32>(lc, 0.0)
+        } else {
+            ()
+        };
         for kt in 0..ktiles {
             let (wa, xb) = step(kt);
             acc_n = dot(wa, xb, acc_n);
             if fold {
                 asum = dot(ones, xb, asum);
             }
+            if BIAS == 1 {
+                bsum = dot(biases, xb, bsum);
+            }
         }
         acc = view::<f32>(acc_n, lct);
+        if BIAS == 1 {
+            acc = acc - view::<f32>(bsum, lct);
+        }
         if fold {
             let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
             acc = subtract_zeros(acc, view::<f32>(asum, lct), zc);
@@ -624,7 +666,7 @@ pub fn qmatmul_relayout<
     // The weight tile of the matmul's warps: mma B fragments, or with GEMV = 1 the A
     // fragments of `qmatmul_gemv`'s transposed product.
     let lb = if GEMV == 1 {
-        layout!(spatial(1, WN).local(rep_k, BN / (16 * WN)).mma_a_t)
+        layout!(spatial(1, WN).column_local(rep_k, BN / (16 * WN)).mma_a_t)
     } else {
         layout!(spatial(1, WN).local(rep_k, BN / (8 * WN)).mma_b)
     };

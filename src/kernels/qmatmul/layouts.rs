@@ -29,7 +29,7 @@
 //! ```text
 //! C  [8, bn]  = spatial(1, wn) . local(1, rn)  . mma_c_t   (the [n, 8] accumulator, transposed)
 //! A  [8, bk]  = replicated(wn) . local(1, rk)  . mma_b_t   (B of the product, loaded n-major)
-//! B  [bk, bn] = spatial(1, wn) . local(rk, rn) . mma_a_t   (A of the product, 16 x 16 per fragment)
+//! B  [bk, bn] = spatial(1, wn) . column_local(rk, rn) . mma_a_t   (A of the product, 16 x 16 per fragment)
 //! ```
 
 use super::config::{config_err, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling};
@@ -106,7 +106,7 @@ impl QMatmulLayouts {
                 chain(&[rep(2, wn), local(&[1, t.rep_k]), named("mma_b_t")]),
                 chain(&[
                     spatial(&[1, wn]),
-                    local(&[t.rep_k, t.rep_n]),
+                    Layout::column_local(&[t.rep_k, t.rep_n]),
                     named("mma_a_t"),
                 ]),
             )

@@ -78,6 +78,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             VEC: v(t.vector_bytes),
             SWB: swizzle_bits,
             SWS: swizzle_shift,
+            BIAS: i32::from(biased_cast(config, h)),
             A: config.adtype,
             W: config.wdtype,
             O: output,
@@ -164,6 +165,31 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         reduce,
         dequant,
     })
+}
+
+/// Whether the gemv program converts the codes with `cast_biased`: when the weight type has a
+/// biased cast for the packing order `h` that takes fewer instructions than the exact one
+/// (integers of up to 6 bits), its biases then coming off the accumulator once per group.
+pub(crate) fn biased_cast(config: &QMatmulConfig, h: usize) -> bool {
+    use tilus_core::codegen::cast::{
+        cast_op_count, cast_plan_biased, cast_plan_ordered, PackOrder,
+    };
+    let order = if h > 1 {
+        PackOrder::Split(h)
+    } else {
+        PackOrder::Natural
+    };
+    let count = |plan: Option<tilus_core::codegen::cast::CastPlan>| {
+        plan.map(|p| cast_op_count(&p) as f64 / p.out_words as f64)
+    };
+    match (
+        count(cast_plan_biased(config.wdtype, config.adtype, order)),
+        count(cast_plan_ordered(config.wdtype, config.adtype, order)),
+    ) {
+        (Some(b), Some(e)) => b < e,
+        (Some(_), None) => true,
+        _ => false,
+    }
 }
 
 /// How the re-laid-out weight packs each thread's codes, as `layouts.q` does: the `H` of

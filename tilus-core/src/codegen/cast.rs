@@ -124,6 +124,9 @@ pub struct CastPlan {
     pub in_words: usize,
     pub out_words: usize,
     pub fn_name: String,
+    /// A biased cast ([`cast_plan_biased`]): each output is the code's value plus a constant
+    /// of its position in the group ([`cast_biases`]).
+    pub biased: bool,
 }
 
 /// Special codes of the two OCP FP8 formats.
@@ -194,26 +197,25 @@ fn half_of(d: DType) -> Option<Half> {
     }
 }
 
-type Cache = Mutex<HashMap<(DType, DType, PackOrder), Option<Arc<ops::Program>>>>;
+type Cache = Mutex<HashMap<(DType, DType, PackOrder, bool), Option<Arc<ops::Program>>>>;
 
-/// The program for a pair and order, built once per process.
-fn program(src: DType, dst: DType, order: PackOrder) -> Option<Arc<ops::Program>> {
+/// The program for a pair and order (biased or exact), built once per process.
+fn program(src: DType, dst: DType, order: PackOrder, biased: bool) -> Option<Arc<ops::Program>> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(p) = cache.lock().unwrap().get(&(src, dst, order)) {
+    let key = (src, dst, order, biased);
+    if let Some(p) = cache.lock().unwrap().get(&key) {
         return p.clone();
     }
     let built = (|| {
-        Some(Arc::new(vector::build(
-            src_kind(src)?,
-            half_of(dst)?,
-            order,
-        )?))
+        let (kind, half) = (src_kind(src)?, half_of(dst)?);
+        Some(Arc::new(if biased {
+            vector::build_biased(kind, half, order)?
+        } else {
+            vector::build(kind, half, order)?
+        }))
     })();
-    cache
-        .lock()
-        .unwrap()
-        .insert((src, dst, order), built.clone());
+    cache.lock().unwrap().insert(key, built.clone());
     built
 }
 
@@ -224,12 +226,59 @@ pub fn cast_plan(src: DType, dst: DType) -> Option<CastPlan> {
 
 /// Plan for src->dst with the codes packed in `order`.
 pub fn cast_plan_ordered(src: DType, dst: DType, order: PackOrder) -> Option<CastPlan> {
+    plan_of(src, dst, order, false)
+}
+
+/// Plan of a *biased* cast of integers (`u1..u6`, `i2..i6`) to f16/bf16 with the codes packed
+/// in `order`: one `lop3` per output pair (plus shared shifts) instead of a `lop3` and an `fma`,
+/// leaving each output `b` above the code's value, `b` a power of two of at most
+/// 2^[`vector::MAX_BIAS_LOG2`] (plus `2^(bits-1)` for signed codes) that depends only on the
+/// output's position in its group ([`cast_biases`]). `None` for other types.
+pub fn cast_plan_biased(src: DType, dst: DType, order: PackOrder) -> Option<CastPlan> {
+    plan_of(src, dst, order, true)
+}
+
+/// The bias of each output element of one group of a biased plan (0 for an exact plan), in
+/// output order: the value the plan gives for the all-zero codes, since code 0 is the value 0.
+pub fn cast_biases(plan: &CastPlan) -> Vec<f64> {
+    let zeros = vec![0u32; plan.in_words];
+    let words = host_cast(plan, &zeros);
+    let lanes = words.iter().flat_map(|w| [w & 0xFFFF, w >> 16]);
+    lanes.map(|bits| plan.dst.decode(bits)).collect()
+}
+
+/// The biased plan the code generator uses for a cast of `sigma.len()` locals from `src` to
+/// `dst` (output local `i` is input local `sigma[i]`): the order must be one the plans know and
+/// the locals whole groups of it.
+pub fn biased_cast_plan(src: DType, dst: DType, sigma: &[usize]) -> Option<CastPlan> {
+    let plan = PackOrder::recognize(sigma).and_then(|o| cast_plan_biased(src, dst, o))?;
+    let aligned = plan.group > 0
+        && sigma.len().is_multiple_of(plan.group)
+        && plan.in_words * 32 == plan.group * width(src) as usize
+        && plan.out_words * 32 == plan.group * width(dst) as usize;
+    aligned.then_some(plan)
+}
+
+/// The bias of each output local of a biased cast (`Instruction::Cast` with `biased`): the
+/// [`biased_cast_plan`]'s biases, group after group, or all zeros when there is no such plan
+/// (the cast is then exact). The interpreter and the code generator both use this.
+pub fn biased_cast_offsets(src: DType, dst: DType, sigma: &[usize]) -> Vec<f64> {
+    match biased_cast_plan(src, dst, sigma) {
+        Some(plan) => {
+            let bias = cast_biases(&plan);
+            (0..sigma.len()).map(|i| bias[i % plan.group]).collect()
+        }
+        None => vec![0.0; sigma.len()],
+    }
+}
+
+fn plan_of(src: DType, dst: DType, order: PackOrder, biased: bool) -> Option<CastPlan> {
     if let PackOrder::Split(h) = order {
         if !(2..=64).contains(&h) {
             return None;
         }
     }
-    let p = program(src, dst, order)?;
+    let p = program(src, dst, order, biased)?;
     let group = vector::group_size(width(src), order);
     debug_assert_eq!(p.in_words, group * width(src) as usize / 32);
     debug_assert_eq!(p.outs.len(), group / 2);
@@ -245,15 +294,17 @@ pub fn cast_plan_ordered(src: DType, dst: DType, order: PackOrder) -> Option<Cas
         in_words: p.in_words,
         out_words: p.outs.len(),
         fn_name: format!(
-            "tilus_cast_{}_to_{}{suffix}",
+            "tilus_cast_{}_to_{}{suffix}{}",
             type_name(src),
-            type_name(dst)
+            type_name(dst),
+            if biased { "_biased" } else { "" }
         ),
+        biased,
     })
 }
 
 fn plan_program(plan: &CastPlan) -> Arc<ops::Program> {
-    program(plan.src, plan.dst, plan.order).expect("a CastPlan comes from cast_plan")
+    program(plan.src, plan.dst, plan.order, plan.biased).expect("a CastPlan comes from cast_plan")
 }
 
 /// CUDA text defining `__device__ __forceinline__ void {fn_name}(const uint32_t* in, uint32_t* out)`.

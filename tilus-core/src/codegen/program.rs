@@ -226,7 +226,13 @@ impl<'p> Ctx<'p> {
             }
             Instruction::MulAdd { out, a, b, c } => elementwise::mul_add(self, *out, *a, b, *c)?,
             Instruction::Neg { out, x } => elementwise::neg(self, *out, *x)?,
-            Instruction::Cast { out, x, dtype, .. } => elementwise::cast(self, *out, *x, *dtype)?,
+            Instruction::Cast {
+                out,
+                x,
+                dtype,
+                biased,
+                ..
+            } => elementwise::cast(self, *out, *x, *dtype, *biased)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
             Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
             Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,

@@ -374,15 +374,22 @@ impl Machine<'_> {
                 x,
                 dtype,
                 layout,
+                biased,
             } => {
                 let from = self.reg(block, *x)?.layout.clone();
                 let layout = layout.clone().unwrap_or_else(|| from.clone());
                 let sigma = self.permutation(&from, &layout)?;
                 let x = self.reg(block, *x)?;
+                let bias = if *biased {
+                    crate::codegen::cast::biased_cast_offsets(x.dtype, *dtype, &sigma)
+                } else {
+                    vec![0.0; sigma.len()]
+                };
                 let mut result = RegTensor::new(*dtype, layout, bt);
                 for t in 0..bt {
                     for (i, &src) in sigma.iter().enumerate() {
-                        result.set(t, i, convert(x.dtype.decode(x.get(t, src)), *dtype)?);
+                        let v = x.dtype.decode(x.get(t, src)) + bias[i];
+                        result.set(t, i, convert(v, *dtype)?);
                     }
                 }
                 block.env[out.0 as usize] = Some(Value::Reg(result));

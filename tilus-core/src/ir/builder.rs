@@ -459,6 +459,7 @@ impl ProgramBuilder {
             x,
             dtype,
             layout: None,
+            biased: false,
         })
     }
 
@@ -476,6 +477,25 @@ impl ProgramBuilder {
             x,
             dtype,
             layout: Some(layout),
+            biased: false,
+        })
+    }
+
+    /// `cast_to`, biased: each element plus the constant of its position that the one-`lop3`
+    /// integer cast leaves (see `Instruction::Cast`).
+    pub fn cast_biased(
+        &mut self,
+        dest: impl Into<Dest>,
+        x: VarId,
+        dtype: DType,
+        layout: Option<Layout>,
+    ) -> VarId {
+        self.define(dest, |out| Instruction::Cast {
+            out,
+            x,
+            dtype,
+            layout,
+            biased: true,
         })
     }
 

@@ -243,6 +243,7 @@ impl Program {
                 x,
                 dtype,
                 layout,
+                ..
             } => match layout {
                 None => format!("{} = {name}<{dtype}>({})", n(out), n(x)),
                 Some(l) => format!("{} = {name}<{dtype}>({}, {})", n(out), n(x), l.to_expr()),

@@ -102,6 +102,7 @@ impl Instruction {
                 x,
                 dtype,
                 layout,
+                ..
             } => one(
                 out,
                 match (ty(*x), layout) {

@@ -464,11 +464,20 @@ pub enum Instruction {
     /// layout, or `layout`: the same elements on the same threads in another local order (a
     /// register-only reordering, e.g. from the packed order of quantized codes to the order of
     /// an mma fragment).
+    ///
+    /// With `biased` (`cast_biased`), element `i` of the result is the converted value plus a
+    /// constant `b(i)` of its position: the bias the code generator's one-`lop3`-per-pair
+    /// integer cast leaves (`codegen::cast::biased_cast_offsets` of the operand's dtype, `dtype`
+    /// and the local order; all zero where that cast does not apply). The biases are what a
+    /// biased cast of all-zero codes gives, so a program can remove them from what it
+    /// accumulates (`dot(cast_biased(x), y) - dot(cast_biased(zeros), y)`), once per tile
+    /// instead of once per element.
     Cast {
         out: VarId,
         x: VarId,
         dtype: DType,
         layout: Option<Layout>,
+        biased: bool,
     },
     /// Reinterpret each thread's register bits as `dtype` elements in `layout`.
     View {

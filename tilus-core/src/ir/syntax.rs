@@ -71,6 +71,8 @@ pub enum Op {
     /// `arange(layout, dim, offset)`: an index tensor.
     Arange,
     Cast,
+    /// `cast`, leaving a fixed bias per position (the one-instruction integer cast).
+    CastBiased,
     View,
     Dot,
     /// `sum`, `reduce_max`, ...: a register tensor and a constant dimension.
@@ -173,6 +175,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("arange", Elementwise, 3..=3, "arange(layout, dim, offset)", Op::Arange),
     row!("mul_add", Elementwise, 3..=3, "mul_add(a, b, c)", Op::MulAdd),
     row!("cast", Elementwise, 1..=2, "cast::<T>(x) or cast::<T>(x, layout)", Op::Cast),
+    row!("cast_biased", Elementwise, 1..=2, "cast_biased::<T>(x) or cast_biased::<T>(x, layout)", Op::CastBiased),
     row!("view", Elementwise, 2..=2, "view::<T>(x, layout)", Op::View),
     row!("dot", Matrix, 3..=3, "dot(a, b, c)", Op::Dot),
     row!("sum", Reduction, 2..=2, "sum(x, dim)", Op::Reduce(ReduceOp::Sum)),

@@ -569,6 +569,7 @@ impl<'p> Checker<'p> {
                 x,
                 dtype: _,
                 layout,
+                biased: _,
             } => {
                 if let Some(l) = layout {
                     self.check_layout(l, span, &format!("cast {}", self.name(*out)));

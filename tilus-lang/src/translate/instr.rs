@@ -533,7 +533,7 @@ impl Translator<'_, '_> {
                 b.copy_async_wait_group(n);
                 Ok(Value::Unit)
             }
-            Op::Cast => {
+            Op::Cast | Op::CastBiased => {
                 let dtype = self.dtype_targ(c, seg, true);
                 let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
                 // With a layout: the same elements per thread in another local order.
@@ -546,9 +546,10 @@ impl Translator<'_, '_> {
                 b.set_span(site);
                 let d = self.dest(dest, "cast");
                 let dtype = dtype.unwrap_or(DType::F32);
-                Ok(Value::Tensor(match layout {
-                    None => build!(d, |d| b.cast(d, x, dtype)),
-                    Some(l) => build!(d, |d| b.cast_to(d, x, dtype, l.clone())),
+                Ok(Value::Tensor(match (syntax.op, layout) {
+                    (Op::CastBiased, l) => build!(d, |d| b.cast_biased(d, x, dtype, l.clone())),
+                    (_, None) => build!(d, |d| b.cast(d, x, dtype)),
+                    (_, Some(l)) => build!(d, |d| b.cast_to(d, x, dtype, l.clone())),
                 }))
             }
             Op::View => {

@@ -398,7 +398,7 @@ fn cast_source_text_is_branch_free_and_uses_the_claimed_instructions() {
             assert_eq!(code.matches(&format!("out[{k}] =")).count(), 1);
         }
         // The instruction mix the op list claims is what the text uses.
-        let ops = vector::ops_of(&program(plan.src, plan.dst, plan.order).unwrap());
+        let ops = vector::ops_of(&program(plan.src, plan.dst, plan.order, plan.biased).unwrap());
         let count = |f: fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
         assert_eq!(
             code.matches("prmt.b32").count(),
@@ -679,4 +679,86 @@ fn cast_scalar_text_has_only_documented_selects() {
         decode_to_f32_expr(DType::UInt(4), "c"),
         "((float)((c) & 0xfu))"
     );
+}
+
+/// Biased casts: every integer type of up to 6 bits, both targets, natural and split orders;
+/// every code at every position of a group gives the code's value plus the bias of its
+/// position (bit exact), the biases are independent of the codes and at most
+/// 2^MAX_BIAS_LOG2 (+ 2^(bits-1) for signed codes), and each output word costs one `lop3` plus
+/// the shared views, fewer ops than the exact plan.
+#[test]
+fn biased_casts_are_the_value_plus_a_fixed_small_bias() {
+    let mut rng = StdRng::seed_from_u64(rand::random());
+    let mut report = String::new();
+    let ints = (1..=6u8).map(DType::UInt).chain((2..=6u8).map(DType::Int));
+    for src in ints {
+        for dst in [DType::F16, DType::BF16] {
+            for order in [
+                PackOrder::Natural,
+                PackOrder::Split(2),
+                PackOrder::Split(4),
+                PackOrder::Split(8),
+                PackOrder::Split(16),
+            ] {
+                let Some(plan) = cast_plan_biased(src, dst, order) else {
+                    // The split that puts a pair's codes one lane apart always has a plan.
+                    let lane =
+                        matches!(order, PackOrder::Split(h) if width(src) as usize * h == 16);
+                    assert!(!lane, "{src} -> {dst} {order:?}: no biased plan");
+                    continue;
+                };
+                assert!(plan.biased && plan.fn_name.ends_with("_biased"));
+                let bias = cast_biases(&plan);
+                assert_eq!(bias.len(), plan.group);
+                let signed = matches!(src, DType::Int(_));
+                let sign = if signed {
+                    2f64.powi(width(src) as i32 - 1)
+                } else {
+                    0.0
+                };
+                for &b in &bias {
+                    let p = b - sign;
+                    assert!(
+                        p >= 1.0
+                            && p <= 2f64.powi(vector::MAX_BIAS_LOG2)
+                            && p.log2().fract() == 0.0,
+                        "{src} -> {dst} {order:?}: bias {b}"
+                    );
+                }
+                let ncodes = 1u32 << width(src);
+                let check = |codes: &[u32], ctx: &str| {
+                    let out = host_cast(&plan, &pack_words(width(src), codes));
+                    for (k, &w) in out.iter().enumerate() {
+                        for (lane, slot) in order.pair_slots(k).into_iter().enumerate() {
+                            let bits = (w >> (16 * lane)) & 0xFFFF;
+                            let got = dst.decode(bits);
+                            let want = truth(src, codes[slot]) + bias[2 * k + lane];
+                            assert_eq!(
+                                got,
+                                want,
+                                "{src} -> {dst} {order:?} {ctx}: output {} (code {})",
+                                2 * k + lane,
+                                codes[slot]
+                            );
+                        }
+                    }
+                };
+                for pos in 0..plan.group {
+                    let mut codes: Vec<u32> = (0..plan.group)
+                        .map(|_| rng.random_range(0..ncodes))
+                        .collect();
+                    for c in 0..ncodes {
+                        codes[pos] = c;
+                        check(&codes, &format!("position {pos}"));
+                    }
+                }
+                if let Some(exact) = cast_plan_ordered(src, dst, order) {
+                    let (b, e) = (cast_op_count(&plan), cast_op_count(&exact));
+                    assert!(b < e, "{src} -> {dst} {order:?}: {b} ops biased, {e} exact");
+                    report += &format!("{src} -> {dst} {order:?}: {b} ops biased, {e} exact\n");
+                }
+            }
+        }
+    }
+    println!("{report}");
 }

@@ -48,6 +48,8 @@ enum Rule {
     /// Floats: both lanes at offset `t` exactly. The planner may also put both lanes at one other
     /// offset and add one shift of the whole word.
     Exact(i32),
+    /// Integers, biased casts: any offset `o` with `lo <= o` and `o + bits <= limit`.
+    IntRange(i32, i32),
 }
 
 /// Byte `byte` (0..4) of the view whose bit 0 is stream bit `origin`.
@@ -166,6 +168,7 @@ fn greedy(
         }
         let ok = |off: i32| match rule {
             Rule::IntMax(limit) => off + bits <= limit,
+            Rule::IntRange(lo, limit) => off >= lo && off + bits <= limit,
             Rule::Exact(_) => true,
         };
         let o0 = lane_opts(p0, bits, &origins, ok);
@@ -181,7 +184,7 @@ fn greedy(
                 continue;
             }
             let shift = match rule {
-                Rule::IntMax(_) => 0,
+                Rule::IntMax(_) | Rule::IntRange(..) => 0,
                 Rule::Exact(t) if offs[0] == offs[1] => t - offs[0],
                 Rule::Exact(_) => continue,
             };
@@ -207,7 +210,7 @@ fn greedy(
         for l0 in &o0 {
             for l1 in &o1 {
                 let shift = match rule {
-                    Rule::IntMax(_) => 0,
+                    Rule::IntMax(_) | Rule::IntRange(..) => 0,
                     Rule::Exact(t) => {
                         if l0.off != l1.off {
                             continue;
@@ -416,6 +419,75 @@ fn int_magic_words(
         ));
     }
     Some(outs)
+}
+
+/// The largest bias a biased cast may leave: `2^6`. A lane's value is then at most 64 + 2^bits,
+/// so the products the mma accumulates, and the correction subtracted after it, stay within a
+/// few bits of the weights' own magnitude.
+pub(crate) const MAX_BIAS_LOG2: i32 = 6;
+
+/// Integers to `ty` plus a per-lane bias, one `lop3` per output word: the code goes into the
+/// mantissa at an offset `o` whose ulp is 1 in the binade `2^(L-o)` (`L` the mantissa width),
+/// so the lane is exactly `2^(L-o) + u` with `u` the unsigned code (a signed code gets its
+/// sign bit flipped, `u = v + 2^(bits-1)`). The value is the code's plus the bias
+/// `2^(L-o) (+ 2^(bits-1))`, which depends only on the lane's position in the group, never on
+/// the code: the caller subtracts it from whatever it accumulates (see `Instruction::Cast`).
+/// The placement keeps `o >= L - MAX_BIAS_LOG2`; views (funnel shifts) shared by several words
+/// move the other codes there. `None` when the type does not fit (`bits > MAX_BIAS_LOG2`) or no
+/// placement exists.
+fn int_biased(bits: u32, signed: bool, ty: Half, order: PackOrder) -> Option<Program> {
+    let l = ty.man_bits() as i32;
+    let lo = (l - MAX_BIAS_LOG2).max(0);
+    if bits as i32 + lo > l {
+        return None;
+    }
+    let group = group_size(bits, order);
+    let n_in = group * bits as usize / 32;
+    let mut bld = Builder::new(n_in);
+    let plans = plan_placement(
+        bits as i32,
+        n_in,
+        &pair_positions(bits, group, order),
+        Rule::IntRange(lo, l),
+        order != PackOrder::Natural,
+    )?;
+    let mut outs = Vec::new();
+    for plan in &plans {
+        let (p, offs) = realize(&mut bld, plan, "codes");
+        let lane = |f: &dyn Fn(i32) -> u32| f(offs[0]) | (f(offs[1]) << 16);
+        let mask = lane(&|o| ((1u32 << bits) - 1) << o);
+        let xor = lane(&|o| {
+            ty.bits_exact(2f64.powi(l - o)) as u32
+                | if signed {
+                    1 << (o + bits as i32 - 1)
+                } else {
+                    0
+                }
+        });
+        outs.push(bld.lop3(
+            p,
+            Val::Imm(mask),
+            Val::Imm(xor),
+            |a, b, c| (a & b) ^ c,
+            "code into the mantissa of 2^(L-o): 2^(L-o) + code",
+        ));
+    }
+    Some(bld.finish(
+        outs,
+        format!(
+            "{} -> {ty:?} + bias: the code in the mantissa of 2^(L-o), one lop3 per pair.",
+            int_name(bits, signed)
+        ),
+    ))
+}
+
+/// The biased program for a pair and order (integers only).
+pub(crate) fn build_biased(src: SrcKind, ty: Half, order: PackOrder) -> Option<Program> {
+    match src {
+        SrcKind::UInt(bits) => int_biased(bits, false, ty, order),
+        SrcKind::Int(bits) => int_biased(bits, true, ty, order),
+        SrcKind::Float { .. } => None,
+    }
 }
 
 fn int_magic(bits: u32, signed: bool, ty: Half, order: PackOrder) -> Option<Program> {

@@ -418,7 +418,15 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
 /// `out = cast<dtype>(x)`: a vectorized cast function per group of locals when one exists,
 /// else element by element: integer to integer exactly (clamped), everything else through
 /// `float`, which gives the interpreter's `convert(src.decode(c), dtype)` bit for bit.
-pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(), CodegenError> {
+/// `biased` adds each position's bias (`cast::biased_cast_offsets`): the biased plan does it
+/// for free, the element path adds the constant.
+pub(crate) fn cast(
+    cx: &mut Ctx,
+    out: VarId,
+    x: VarId,
+    dtype: DType,
+    biased: bool,
+) -> Result<(), CodegenError> {
     let (src, lay) = cx.reg(x)?;
     let (_, out_lay) = cx.reg(out)?;
     let locals = lay.num_locals();
@@ -429,17 +437,40 @@ pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(
     let identity = sigma.iter().enumerate().all(|(i, &s)| i == s);
     let (xn, o) = (cx.name(x), cx.name(out));
     let (sb, db) = (src.bits(), dtype.bits());
-    if src == dtype && identity {
+    let bias = if biased {
+        cast::biased_cast_offsets(src, dtype, &sigma)
+    } else {
+        vec![0.0; locals]
+    };
+    let biased = bias.iter().any(|&b| b != 0.0);
+    if biased {
+        if let Some(plan) = cast::biased_cast_plan(src, dtype, &sigma).filter(|_| out != x) {
+            cx.cast_fns
+                .entry(plan.fn_name.clone())
+                .or_insert_with(|| cast::cast_source(&plan));
+            for g in 0..locals / plan.group {
+                cx.w.line(format!(
+                    "{}(&{xn}[{}], &{o}[{}]);",
+                    plan.fn_name,
+                    g * plan.in_words,
+                    g * plan.out_words
+                ));
+            }
+            return Ok(());
+        }
+    }
+    if src == dtype && identity && !biased {
         for w in 0..word_count(sb, locals) {
             cx.w.line(format!("{o}[{w}] = {xn}[{w}];"));
         }
         return Ok(());
     }
-    if super::cast_pair::try_emit(cx, out, x, src, dtype, &sigma)? {
+    if !biased && super::cast_pair::try_emit(cx, out, x, src, dtype, &sigma)? {
         return Ok(());
     }
     let plan = cast::PackOrder::recognize(&sigma)
-        .and_then(|order| cast::cast_plan_ordered(src, dtype, order));
+        .and_then(|order| cast::cast_plan_ordered(src, dtype, order))
+        .filter(|_| !biased);
     if let Some(plan) = plan {
         let aligned = plan.group > 0
             && locals % plan.group == 0
@@ -463,13 +494,21 @@ pub(crate) fn cast(cx: &mut Ctx, out: VarId, x: VarId, dtype: DType) -> Result<(
     }
     cx.w.open("");
     let mut codes = Vec::new();
-    for &j in &sigma {
+    for (i, &j) in sigma.iter().enumerate() {
         let (c, v) = (cx.fresh("c"), cx.fresh("x"));
         cx.w.line(format!(
             "const uint32_t {c} = {};",
             get_bits(&xn, j * sb as usize, sb)
         ));
-        if src == dtype {
+        if biased {
+            // Only a biased plan's types get here (integers to f16/bf16): the sum is exact.
+            cx.w.line(format!(
+                "const float {v} = {} + {:?}f;",
+                cast::decode_to_f32_expr(src, &c),
+                bias[i] as f32
+            ));
+            codes.push(cast::encode_from_f32_expr(dtype, &v));
+        } else if src == dtype {
             codes.push(c);
         } else if !src.is_float() && !dtype.is_float() {
             cx.w.line(format!(
