@@ -18,6 +18,7 @@
 pub mod awq;
 pub mod format;
 pub mod gptq;
+pub mod synth;
 mod unpack;
 
 use crate::quant::{QuantError, QuantizedWeight};
@@ -334,15 +335,23 @@ impl Checkpoint {
     /// shapes of `qweight`, `scales` and `qzeros` (GPTQ keeps `qweight`'s columns equal to
     /// `scales`'; AWQ packs them, so its `qweight` has `n * bits / 32` columns).
     pub fn detect(&self, prefix: &str) -> Result<LayerInfo> {
+        self.detect_with(prefix, &ImportOptions::default())
+    }
+
+    /// [`Checkpoint::detect`] with the bit width of `options` (if given) checked.
+    pub fn detect_with(&self, prefix: &str, options: &ImportOptions) -> Result<LayerInfo> {
+        match self.guess_format(prefix)? {
+            Format::Awq => awq::info(self, prefix, options),
+            _ => gptq::info(self, prefix, options),
+        }
+    }
+
+    fn guess_format(&self, prefix: &str) -> Result<Format> {
         let qweight = self.tensor(&format!("{prefix}.qweight"))?;
         let scales = self.tensor(&format!("{prefix}.scales"))?;
         let (_, qcols) = qweight.dims2()?;
         let (_, n) = scales.dims2()?;
-        if qcols == n {
-            gptq::info(self, prefix, &ImportOptions::default())
-        } else {
-            awq::info(self, prefix, &ImportOptions::default())
-        }
+        Ok(if qcols == n { Format::Gptq } else { Format::Awq })
     }
 
     /// Import the layer at `prefix`, its format detected ([`Checkpoint::detect`]).
@@ -350,7 +359,7 @@ impl Checkpoint {
         if format::is_tilus(self) {
             return format::load_layer(self, prefix);
         }
-        match self.detect(prefix)?.format {
+        match self.guess_format(prefix)? {
             Format::Awq => awq::load(self, prefix, options),
             _ => gptq::load(self, prefix, options),
         }
