@@ -351,7 +351,11 @@ impl Checkpoint {
         let scales = self.tensor(&format!("{prefix}.scales"))?;
         let (_, qcols) = qweight.dims2()?;
         let (_, n) = scales.dims2()?;
-        Ok(if qcols == n { Format::Gptq } else { Format::Awq })
+        Ok(if qcols == n {
+            Format::Gptq
+        } else {
+            Format::Awq
+        })
     }
 
     /// Import the layer at `prefix`, its format detected ([`Checkpoint::detect`]).

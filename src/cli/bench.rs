@@ -179,6 +179,26 @@ pub enum BenchCommand {
         #[arg(long)]
         k: usize,
     },
+    /// Import of a GPTQ layer from a safetensors file in the page cache (host only, no GPU):
+    /// writes a synthetic layer to a temporary file, reads it once, then times the import
+    /// (by default the 70B-shaped gate+up layer, 57344 x 8192, u4, group 128).
+    Import {
+        /// Input features (rows of our weight).
+        #[arg(long, default_value_t = 8192)]
+        k: usize,
+        /// Output features.
+        #[arg(long, default_value_t = 57344)]
+        n: usize,
+        /// Bits per weight: 2, 3, 4 or 8.
+        #[arg(long, default_value_t = 4)]
+        bits: usize,
+        /// Rows per scale group.
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        /// Timed imports (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -199,6 +219,9 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         } => vec![("--m", m), ("--n", n), ("--k", k), ("--points", points)],
         BenchCommand::Rowwise { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Import {
+            k, n, group, runs, ..
+        } => vec![("--k", k), ("--n", n), ("--group", group), ("--runs", runs)],
     };
     if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
         return Err(format!("argument `{name}`: must be positive"));
@@ -425,6 +448,16 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     if let BenchCommand::Tune { .. } = cmd {
         return tune(cmd);
     }
+    if let BenchCommand::Import {
+        k,
+        n,
+        bits,
+        group,
+        runs,
+    } = *cmd
+    {
+        return super::checkpoint::bench_import(k, n, bits, group, runs);
+    }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
@@ -454,7 +487,9 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.gb_per_s(bytes)
             );
         }
-        BenchCommand::Tune { .. } => unreachable!("handled above"),
+        BenchCommand::Tune { .. } | BenchCommand::Import { .. } => {
+            unreachable!("handled above")
+        }
         BenchCommand::Rowwise {
             ref shapes,
             ref dtype,
