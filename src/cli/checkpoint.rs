@@ -455,6 +455,10 @@ pub fn inspect(path: &Path, json: bool, time: bool) -> Result<String, String> {
     Ok(out.trim_end().to_string())
 }
 
+/// The largest layer `tilus bench import` builds (4x the 70B-shaped layer).
+const MAX_ELEMENTS: usize = 1 << 31;
+const MAX_RUNS: usize = 1000;
+
 /// `tilus bench import`: write a synthetic GPTQ layer, read it once (warm page cache), then
 /// time its import `runs` times.
 pub fn bench_import(
@@ -472,6 +476,14 @@ pub fn bench_import(
     if !tilus::checkpoint::gptq::BITS.contains(&bits) {
         return Err(format!("argument `--bits`: {bits} is not 2, 3, 4 or 8"));
     }
+    if runs > MAX_RUNS {
+        return Err(format!("argument `--runs`: at most {MAX_RUNS}"));
+    }
+    if k.checked_mul(n).is_none_or(|e| e > MAX_ELEMENTS) {
+        return Err(format!(
+            "argument `--n`: {k} x {n} is more than 2^31 elements (the file is built in memory)"
+        ));
+    }
     if !(k * bits).is_multiple_of(32) {
         return Err(format!(
             "argument `--k`: k * bits = {k} * {bits} is not a multiple of 32"
@@ -485,11 +497,6 @@ pub fn bench_import(
     if !k.is_multiple_of(group) {
         return Err(format!(
             "argument `--group`: {group} does not divide k = {k}"
-        ));
-    }
-    if k.checked_mul(n).is_none_or(|e| e > 1 << 34) {
-        return Err(format!(
-            "argument `--n`: {k} x {n} is more than 2^34 elements"
         ));
     }
     let prefix = "model.layers.0.mlp.gate_up_proj";
