@@ -536,3 +536,183 @@ fn import_time_of_a_70b_shaped_layer() {
         }
     );
 }
+
+// ------------------------------------------------------------------ the tilus format (no python)
+
+fn random_weight(k: usize, n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..k * n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn sample_layers() -> Vec<(String, ImportedLayer)> {
+    use tilus::quant::{Group, QuantizedWeight};
+    use tilus::DType;
+    let q = |k, n, d: &str, g, s, asym, seed| {
+        QuantizedWeight::quantize(
+            &random_weight(k, n, seed),
+            k,
+            n,
+            d.parse().unwrap(),
+            g,
+            s,
+            asym,
+        )
+        .unwrap()
+    };
+    let perm: Vec<u32> = (0..96u32).map(|i| (i * 37) % 96).collect();
+    vec![
+        (
+            "a.u4".into(),
+            ImportedLayer {
+                weight: q(64, 32, "u4", Group::Rows(32), DType::F16, true, 1),
+                input_perm: None,
+            },
+        ),
+        (
+            "b.i4".into(),
+            ImportedLayer {
+                weight: q(64, 24, "i4", Group::PerChannel, DType::BF16, false, 2),
+                input_perm: None,
+            },
+        ),
+        (
+            "c.f6".into(),
+            ImportedLayer {
+                weight: q(32, 8, "f6e3m2", Group::Rows(16), DType::F16, false, 3),
+                input_perm: None,
+            },
+        ),
+        // Rows of 5 u3 codes are not whole bytes: the codes tensor is 1-D.
+        (
+            "d.u3".into(),
+            ImportedLayer {
+                weight: q(96, 5, "u3", Group::Rows(32), DType::F16, true, 4),
+                input_perm: Some(perm),
+            },
+        ),
+    ]
+}
+
+/// Rewrite the tilus file at `path` with `edit` applied to its tensors and metadata.
+fn rewrite(
+    path: &Path,
+    edit: impl FnOnce(
+        &mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+        &mut std::collections::HashMap<String, String>,
+    ),
+) -> Checkpoint {
+    let ckpt = Checkpoint::open(path).unwrap();
+    let mut meta = ckpt.metadata().unwrap().clone();
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = ckpt
+        .names()
+        .iter()
+        .map(|n| {
+            let t = ckpt.tensor(n).unwrap();
+            (n.to_string(), t.dtype, t.shape.to_vec(), t.data.to_vec())
+        })
+        .collect();
+    edit(&mut tensors, &mut meta);
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, d, s, data)| (name.clone(), TensorView::new(*d, s.clone(), data).unwrap()))
+        .collect();
+    Checkpoint::from_bytes(safetensors::serialize(views, Some(meta)).unwrap()).unwrap()
+}
+
+#[test]
+fn tilus_format_round_trips_and_names_what_is_wrong() {
+    let dir = TempDir::new("tilus-format");
+    let path = dir.0.join("layers.safetensors");
+    let layers = sample_layers();
+    format::save(&path, &layers).unwrap();
+    assert_eq!(
+        format::load(&path).unwrap(),
+        layers,
+        "identical after a round trip"
+    );
+    let ckpt = Checkpoint::open(&path).unwrap();
+    assert_eq!(ckpt.tensor("a.u4.codes").unwrap().shape, &[64, 16]);
+    assert_eq!(ckpt.tensor("d.u3.codes").unwrap().shape, &[180]);
+    assert_eq!(ckpt.tensor("b.i4.scales").unwrap().dtype, Dtype::BF16);
+    assert!(ckpt.get("c.f6.zeros").is_none());
+    let infos = ckpt.layers().unwrap();
+    assert_eq!(
+        infos.iter().map(|i| i.prefix.as_str()).collect::<Vec<_>>(),
+        ["a.u4", "b.i4", "c.f6", "d.u3"]
+    );
+    assert_eq!(infos[1].group, 64, "per channel: one group of k rows");
+    assert!(infos[3].act_order && infos[3].bits == 3);
+    // A layer reloaded through `load` equals the saved one.
+    assert_eq!(
+        ckpt.load("d.u3", &ImportOptions::default()).unwrap(),
+        layers[3].1
+    );
+
+    let err = |c: &Checkpoint| format::load_all(c).unwrap_err().to_string();
+    let c = rewrite(&path, |_, m| {
+        m.insert("tilus.format_version".into(), "2".into());
+    });
+    assert!(
+        err(&c).starts_with("metadata key `tilus.format_version`: version `2`"),
+        "{}",
+        err(&c)
+    );
+    let c = rewrite(&path, |_, m| {
+        m.insert("tilus.layers".into(), "{not json".into());
+    });
+    assert!(
+        err(&c).starts_with("metadata key `tilus.layers`"),
+        "{}",
+        err(&c)
+    );
+    let c = rewrite(&path, |t, _| {
+        let codes = t.iter_mut().find(|x| x.0 == "a.u4.codes").unwrap();
+        codes.2 = vec![63, 16];
+        codes.3.truncate(63 * 16);
+    });
+    assert!(
+        err(&c).starts_with("tensor `a.u4.codes`: expected shape 1024 bytes"),
+        "{}",
+        err(&c)
+    );
+    let c = rewrite(&path, |t, _| t.retain(|x| x.0 != "a.u4.zeros"));
+    assert_eq!(err(&c), "tensor `a.u4.zeros`: missing from the file");
+    let c = rewrite(&path, |t, _| {
+        let p = t.iter_mut().find(|x| x.0 == "d.u3.input_perm").unwrap();
+        p.3[4..8].copy_from_slice(&0i32.to_le_bytes()); // entry 1 repeats entry 0
+    });
+    assert!(
+        err(&c).starts_with("tensor `d.u3.input_perm`: entry 1 is 0"),
+        "{}",
+        err(&c)
+    );
+    let c = rewrite(&path, |t, _| {
+        let s = t.iter_mut().find(|x| x.0 == "b.i4.scales").unwrap();
+        s.1 = Dtype::F16; // the layer says bf16
+    });
+    assert!(
+        err(&c).contains("`b.i4.scales`") && err(&c).contains("BF16"),
+        "{}",
+        err(&c)
+    );
+    // Saving: a name used twice, and scales that are not of the scale type.
+    let mut twice = layers.clone();
+    twice.push(("a.u4".into(), layers[0].1.clone()));
+    let e = format::save(dir.0.join("x.safetensors"), &twice)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`a.u4.codes`") && e.contains("twice"), "{e}");
+    let mut off = layers[0].1.clone();
+    off.weight.scales[3] = 0.1; // not an f16 value
+    let e = format::save(dir.0.join("x.safetensors"), &[("bad".into(), off)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`bad.scales`") && e.contains("value 3"), "{e}");
+}
