@@ -959,6 +959,9 @@ impl Gen {
                         }),
                     ],
                 );
+                if self.rng.random_bool(0.3) {
+                    args.push("--act-order".into());
+                }
                 return;
             }
             "qmatmul" | "tune" => {
@@ -1213,6 +1216,27 @@ fn checkpoint_cases(inputs: &[String], outputs: &[String]) -> Vec<Vec<OsString>>
         vec!["inspect", gptq, "--json", "--json"],
         vec!["bench", "import", "--k", "64", "--n", "64", "--runs", "1"],
         vec!["bench", "import", "--k", "64", "--n", "64", "--bits", "3"],
+        vec![
+            "bench",
+            "import",
+            "--k",
+            "64",
+            "--n",
+            "64",
+            "--bits",
+            "3",
+            "--act-order",
+        ],
+        vec![
+            "bench",
+            "import",
+            "--k",
+            "64",
+            "--n",
+            "64",
+            "--act-order",
+            "--act-order",
+        ],
         vec!["bench", "import", "--k", "64", "--n", "64", "--bits", "5"],
         vec![
             "bench",

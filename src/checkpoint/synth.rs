@@ -28,6 +28,20 @@ pub fn gptq_file(
     group: usize,
     seed: u64,
 ) -> Vec<u8> {
+    gptq_file_with(prefix, k, n, bits, group, seed, false)
+}
+
+/// [`gptq_file`], with an act-order `g_idx` (the groups of a pseudo-random permutation) when
+/// `act_order`.
+pub fn gptq_file_with(
+    prefix: &str,
+    k: usize,
+    n: usize,
+    bits: usize,
+    group: usize,
+    seed: u64,
+    act_order: bool,
+) -> Vec<u8> {
     assert!(
         (k * bits).is_multiple_of(32) && (n * bits).is_multiple_of(32) && k.is_multiple_of(group)
     );
@@ -46,7 +60,25 @@ pub fn gptq_file(
         let exp = 5 + (s[1] >> 2) as u16 % 4;
         s.copy_from_slice(&((exp << 10) | mant).to_le_bytes());
     }
-    let views = [
+    let g_idx: Vec<u8> = if act_order {
+        // g_idx[perm[i]] = i / group for a shuffled perm: every group keeps `group` rows.
+        let mut perm: Vec<usize> = (0..k).collect();
+        let mut s = seed | 1;
+        for i in (1..k).rev() {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            perm.swap(i, (s % (i as u64 + 1)) as usize);
+        }
+        let mut g = vec![0i32; k];
+        for (i, &p) in perm.iter().enumerate() {
+            g[p] = (i / group) as i32;
+        }
+        g.iter().flat_map(|v| v.to_le_bytes()).collect()
+    } else {
+        Vec::new()
+    };
+    let mut views = vec![
         (
             format!("{prefix}.qweight"),
             TensorView::new(TensorDtype::I32, vec![k * bits / 32, n], &qweight),
@@ -60,6 +92,12 @@ pub fn gptq_file(
             TensorView::new(TensorDtype::F16, vec![groups, n], &scales),
         ),
     ];
+    if act_order {
+        views.push((
+            format!("{prefix}.g_idx"),
+            TensorView::new(TensorDtype::I32, vec![k], &g_idx),
+        ));
+    }
     let views: Vec<(String, TensorView<'_>)> = views
         .into_iter()
         .map(|(name, v)| (name, v.expect("sizes match the shapes")))

@@ -85,6 +85,29 @@ fn unpack_k_packed_bits<const BITS: usize>(
     codes
 }
 
+/// The 4-bit GPTQ case without a permutation, 8 rows at a time: one word holds rows
+/// `8 w .. 8 w + 8` of a column, so two neighbouring columns' words give the 8 bytes of those
+/// columns in the 8 rows (even rows from the low nibbles of each byte pair, odd from the high).
+fn unpack_k_packed_u4_rows(words: &[u8], k: usize, n: usize) -> Vec<u8> {
+    let row_bytes = n / 2;
+    let mut codes = vec![0u8; k * row_bytes];
+    for_each_chunk_mut(&mut codes, 8 * row_bytes, |w, out| {
+        let row = &words[w * n * 4..(w + 1) * n * 4];
+        for (i, pair) in row.chunks_exact(8).enumerate() {
+            let a = u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]);
+            let b = u32::from_le_bytes([pair[4], pair[5], pair[6], pair[7]]);
+            // Byte j of `even` is rows 2j of columns (2i, 2i + 1); of `odd`, rows 2j + 1.
+            let even = (a & 0x0F0F_0F0F) | ((b & 0x0F0F_0F0F) << 4);
+            let odd = ((a >> 4) & 0x0F0F_0F0F) | (b & 0xF0F0_F0F0);
+            for j in 0..4 {
+                out[(2 * j) * row_bytes + i] = (even >> (8 * j)) as u8;
+                out[(2 * j + 1) * row_bytes + i] = (odd >> (8 * j)) as u8;
+            }
+        }
+    });
+    codes
+}
+
 pub(crate) fn unpack_k_packed(
     words: &[u8],
     bits: usize,
@@ -93,6 +116,7 @@ pub(crate) fn unpack_k_packed(
     perm: Option<&[u32]>,
 ) -> Vec<u8> {
     match bits {
+        4 if perm.is_none() && k.is_multiple_of(8) => unpack_k_packed_u4_rows(words, k, n),
         2 => unpack_k_packed_bits::<2>(words, k, n, perm),
         3 => unpack_k_packed_bits::<3>(words, k, n, perm),
         4 => unpack_k_packed_bits::<4>(words, k, n, perm),
@@ -180,17 +204,22 @@ mod tests {
                 .map(|i| (i as u32).wrapping_mul(2654435761).rotate_left(7))
                 .collect();
             let bytes = to_bytes(&words);
-            let codes = unpack_k_packed(&bytes, bits, k, n, None);
-            let got = storage::unpack(DType::UInt(bits as u8), &codes, k * n);
-            for r in 0..k {
-                for c in 0..n {
-                    let mut v = 0u32;
-                    for b in 0..bits {
-                        let bit = r * bits + b;
-                        let w = words[(bit / 32) * n + c];
-                        v |= ((w >> (bit % 32)) & 1) << b;
+            // The identity and a reversal (the 4-bit fast path and the general one).
+            let rev: Vec<u32> = (0..k as u32).rev().collect();
+            for perm in [None, Some(&rev[..])] {
+                let codes = unpack_k_packed(&bytes, bits, k, n, perm);
+                let got = storage::unpack(DType::UInt(bits as u8), &codes, k * n);
+                for j in 0..k {
+                    let r = perm.map_or(j, |p| p[j] as usize);
+                    for c in 0..n {
+                        let mut v = 0u32;
+                        for b in 0..bits {
+                            let bit = r * bits + b;
+                            let w = words[(bit / 32) * n + c];
+                            v |= ((w >> (bit % 32)) & 1) << b;
+                        }
+                        assert_eq!(got[j * n + c], v, "bits {bits} row {j} col {c} {perm:?}");
                     }
-                    assert_eq!(got[r * n + c], v, "bits {bits} row {r} col {c}");
                 }
             }
         }

@@ -198,6 +198,9 @@ pub enum BenchCommand {
         /// Timed imports (the median is reported).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// With an act-order `g_idx` (rows gathered by group while unpacking).
+        #[arg(long = "act-order")]
+        act_order: bool,
     },
 }
 
@@ -454,9 +457,10 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         bits,
         group,
         runs,
+        act_order,
     } = *cmd
     {
-        return super::checkpoint::bench_import(k, n, bits, group, runs);
+        return super::checkpoint::bench_import(k, n, bits, group, runs, act_order);
     }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();

@@ -467,6 +467,7 @@ pub fn bench_import(
     bits: usize,
     group: usize,
     runs: usize,
+    act_order: bool,
 ) -> Result<String, String> {
     for (flag, v) in [("--k", k), ("--n", n), ("--group", group), ("--runs", runs)] {
         if v == 0 {
@@ -504,7 +505,7 @@ pub fn bench_import(
     std::fs::create_dir_all(&dir).map_err(err)?;
     let path = dir.join("layer.safetensors");
     let result = (|| {
-        let bytes = synth::gptq_file(prefix, k, n, bits, group, 7);
+        let bytes = synth::gptq_file_with(prefix, k, n, bits, group, 7, act_order);
         std::fs::write(&path, &bytes).map_err(err)?;
         drop(bytes);
         let ckpt = Checkpoint::open(&path).map_err(err)?;
@@ -521,8 +522,9 @@ pub fn bench_import(
         times.sort_by(f64::total_cmp);
         let file_mb = ckpt.bytes().len() as f64 / 1e6;
         Ok(format!(
-            "import of a GPTQ u{bits} layer [{n} x {k}] (out x in), group {group}, {file_mb:.0} MB \
-             file, warm page cache, {} threads: median {:.3} s, min {:.3} s ({runs} runs)",
+            "import of a GPTQ u{bits} layer [{n} x {k}] (out x in), group {group}{}, {file_mb:.0} \
+             MB file, warm page cache, {} threads: median {:.3} s, min {:.3} s ({runs} runs)",
+            if act_order { ", act-order" } else { "" },
             std::thread::available_parallelism().map_or(1, |p| p.get()),
             times[times.len() / 2],
             times[0],
