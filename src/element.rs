@@ -3,11 +3,12 @@
 //! module names the bounds the library kernels use, so they depend on it rather than on each
 //! other.
 
+pub use crate::kernels::permute::PermuteElement;
 pub use tilus_runtime::{Element, GemmElement, HostElement};
 
 /// An activation element type of the library kernels: f16 or bf16, the types cuBLAS multiplies
 /// (the prefill method and the baselines need it). A bound alias, implemented for every such
 /// type.
-pub trait Activation: HostElement + GemmElement {}
+pub trait Activation: HostElement + GemmElement + PermuteElement {}
 
-impl<T: HostElement + GemmElement> Activation for T {}
+impl<T: HostElement + GemmElement + PermuteElement> Activation for T {}

@@ -49,6 +49,47 @@ enum Command {
     /// GPU benchmarks: copy bandwidth, cuBLAS f16, the quantized matmul, sweeps and autotuning.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
+    /// Quantize the 2-D `*.weight` tensors of a safetensors file (PyTorch's `[out, in]`) into
+    /// the tilus format, or convert a GPTQ / AWQ checkpoint (`--from`) without re-quantizing.
+    ///
+    /// A `*.weight` tensor is quantized when it is 2-D, f32/f16/bf16 and --group divides its
+    /// input dimension; every other tensor is copied as is (each one is listed).
+    Quantize {
+        /// The input safetensors file.
+        #[arg(value_name = "INPUT")]
+        input: std::path::PathBuf,
+        /// The tilus file to write.
+        #[arg(value_name = "OUTPUT")]
+        output: std::path::PathBuf,
+        /// Weight type: u1..u8 (with zero points), i2..i8, fNeEmM, f8e4m3, f8e5m2.
+        #[arg(long)]
+        wdtype: Option<String>,
+        /// Rows of the input dimension per scale group (default 128); 0 for per-channel.
+        #[arg(long)]
+        group: Option<usize>,
+        /// Scale (and zero point) type: f16 (default) or bf16.
+        #[arg(long = "scale-dtype")]
+        scale_dtype: Option<String>,
+        /// Convert a `gptq` or `awq` checkpoint instead (codes, scales and zeros kept exactly).
+        #[arg(long)]
+        from: Option<String>,
+        /// With --from gptq: zero points are stored as is (`checkpoint_format: gptq_v2`), not
+        /// minus one (v1, the default unless the file's metadata says gptq_v2).
+        #[arg(long = "gptq-v2")]
+        gptq_v2: bool,
+    },
+    /// Show what a safetensors file holds: its format (tilus, gptq, awq or plain), each
+    /// quantized layer (dtype, shape, group, bytes) and the other tensors.
+    Inspect {
+        /// The safetensors file.
+        file: std::path::PathBuf,
+        /// Print `{"file","format","layers":[..],"tensors":[..]}` as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also import every layer and print the time each took.
+        #[arg(long)]
+        time: bool,
+    },
     /// Check driver, GPU, NVRTC, CUDA headers and cache directory: each OK or what to do.
     ///
     /// Exit status 1 if a check failed (with --strict, also on warnings), else 0.
@@ -86,6 +127,24 @@ fn main() -> ExitCode {
             cli::emit::run(kernel, config, output)
         }
         Command::Bench(cmd) => cli::bench::run(cmd),
+        Command::Quantize {
+            input,
+            output,
+            wdtype,
+            group,
+            scale_dtype,
+            from,
+            gptq_v2,
+        } => cli::checkpoint::quantize(&cli::checkpoint::QuantizeArgs {
+            input,
+            output,
+            wdtype: wdtype.as_deref(),
+            group: *group,
+            scale_dtype: scale_dtype.as_deref(),
+            from: from.as_deref(),
+            gptq_v2: *gptq_v2,
+        }),
+        Command::Inspect { file, json, time } => cli::checkpoint::inspect(file, *json, *time),
         Command::Doctor { strict } => return cli::doctor::run(*strict),
     };
     match result {

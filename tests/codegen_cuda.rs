@@ -643,6 +643,27 @@ fn rowwise_kernels_compile_without_spills() {
     run("rowwise_kernels_compile_without_spills", ks);
 }
 
+/// The act-order input permutation (`kernels::permute`, a `gather` per row) compiles for both
+/// activation types.
+#[test]
+fn permute_kernels_compile_without_spills() {
+    use tilus::kernels::permute::{permute_columns_bf16, permute_columns_f16};
+    let none = Expect::default();
+    let ks = vec![
+        (
+            "permute_columns_f16".to_string(),
+            permute_columns_f16::program(&permute_columns_f16::SPACE[0]).unwrap(),
+            none,
+        ),
+        (
+            "permute_columns_bf16".to_string(),
+            permute_columns_bf16::program(&permute_columns_bf16::SPACE[0]).unwrap(),
+            none,
+        ),
+    ];
+    run("permute_kernels_compile_without_spills", ks);
+}
+
 /// Scalar conversions through i64: `i64 as f32` (`__ll2float_rn`), `f32 as i64`
 /// (`__float2ll_rz`), `i64 as i32` (`(int)`), and an i64 difference as an offset.
 fn i64_conversions_program() -> Program {

@@ -563,6 +563,12 @@ type Flag<'a> = (&'a str, fn(&mut Gen) -> String);
 struct Gen {
     rng: StdRng,
     types: Vec<String>,
+    /// Files `quantize` and `inspect` read: real small checkpoints in the scratch directory,
+    /// and paths that are not one.
+    inputs: Vec<String>,
+    /// Where `quantize` may write: only the scratch directory or directories that do not
+    /// exist (never a hostile path: a write there would land in the repository or the system).
+    outputs: Vec<String>,
 }
 
 const KERNELS: &[&str] = &[
@@ -598,6 +604,8 @@ impl Gen {
         Gen {
             rng: StdRng::seed_from_u64(seed),
             types,
+            inputs: vec!["/nonexistent/in.safetensors".into()],
+            outputs: vec!["/nonexistent/dir/out.safetensors".into()],
         }
     }
 
@@ -829,7 +837,7 @@ impl Gen {
     /// One generated argument vector.
     fn case(&mut self) -> Vec<OsString> {
         let mut args: Vec<String> = Vec::new();
-        match self.rng.random_range(0..10) {
+        match self.rng.random_range(0..12) {
             0 | 1 => {
                 args.push("layout".into());
                 let depth = self.rng.random_range(0..5);
@@ -871,6 +879,7 @@ impl Gen {
                 }
             }
             7 | 8 => self.bench(&mut args),
+            9 | 10 => self.checkpoint(&mut args),
             _ => {
                 // Anything at all.
                 for _ in 0..self.rng.random_range(1..4) {
@@ -888,7 +897,13 @@ impl Gen {
                 }
             }
         }
-        if self.rng.random_bool(0.3) {
+        // `quantize` writes its output and `bench import` builds a layer as large as its
+        // flags say: mutations (a value swapped into the output's place, a size flag dropped
+        // for the 70B-shaped default) stay away from them.
+        let writes = args.first().is_some_and(|a| a == "quantize")
+            || (args.first().is_some_and(|a| a == "bench")
+                && args.get(1).is_some_and(|a| a == "import"));
+        if !writes && self.rng.random_bool(0.3) {
             self.shake(&mut args);
         }
         // Lists of long values can exceed the kernel's 128 KiB per argument: cut them to 100 KB.
@@ -906,7 +921,9 @@ impl Gen {
 
     fn bench(&mut self, args: &mut Vec<String>) {
         args.push("bench".into());
-        let sub = self.pick(&["copy", "gemm", "qmatmul", "sweep", "tune", "launch"]);
+        let sub = self.pick(&[
+            "copy", "gemm", "qmatmul", "sweep", "tune", "launch", "import",
+        ]);
         args.push(sub.into());
         let num = |g: &mut Gen| g.number();
         let dtype = |g: &mut Gen| g.dtype();
@@ -929,6 +946,44 @@ impl Gen {
                     ("--calls", num),
                 ],
             ),
+            "import" => {
+                // Sizes from a pool of small and invalid ones, always given: the default is
+                // the 70B-shaped layer, seconds in a debug build.
+                let size = |g: &mut Gen| {
+                    g.pick(&[
+                        "32",
+                        "256",
+                        "512",
+                        "0",
+                        "3",
+                        "100",
+                        "-1",
+                        "4294967296",
+                        "18446744073709551615",
+                        "é",
+                    ])
+                    .to_string()
+                };
+                for flag in ["--k", "--n"] {
+                    args.push(flag.into());
+                    args.push(size(self));
+                }
+                self.options(
+                    args,
+                    &[
+                        ("--bits", num),
+                        ("--group", size),
+                        ("--runs", |g: &mut Gen| {
+                            g.pick(&["1", "2", "0", "1001", "18446744073709551615", "x"])
+                                .to_string()
+                        }),
+                    ],
+                );
+                if self.rng.random_bool(0.3) {
+                    args.push("--act-order".into());
+                }
+                return;
+            }
             "qmatmul" | "tune" => {
                 self.required(args, &[("--wdtype", dtype), ("--m", num)]);
                 self.options(args, &[("--n", num), ("--k", num), ("--group", num)]);
@@ -971,6 +1026,59 @@ impl Gen {
             .to_string()
     }
 
+    /// `quantize IN OUT [flags]` or `inspect IN [--json] [--time]`.
+    fn checkpoint(&mut self, args: &mut Vec<String>) {
+        let input = |g: &mut Gen| {
+            if g.rng.random_bool(0.8) {
+                let i = g.rng.random_range(0..g.inputs.len());
+                g.inputs[i].clone()
+            } else {
+                g.hostile()
+            }
+        };
+        if self.rng.random_bool(0.5) {
+            args.push("inspect".into());
+            args.push(input(self));
+            for flag in ["--json", "--time"] {
+                if self.rng.random_bool(0.4) {
+                    args.push(flag.into());
+                }
+            }
+            return;
+        }
+        args.push("quantize".into());
+        args.push(input(self));
+        let o = self.rng.random_range(0..self.outputs.len());
+        args.push(self.outputs[o].clone());
+        let dtype = |g: &mut Gen| g.dtype();
+        let num = |g: &mut Gen| g.number();
+        self.options(
+            args,
+            &[
+                ("--wdtype", dtype),
+                ("--group", num),
+                ("--scale-dtype", |g: &mut Gen| {
+                    if g.rng.random_bool(0.7) {
+                        g.pick(&["f16", "bf16", "f32", "u4", ""]).to_string()
+                    } else {
+                        g.hostile()
+                    }
+                }),
+            ],
+        );
+        if self.rng.random_bool(0.3) {
+            args.push("--from".into());
+            args.push(if self.rng.random_bool(0.8) {
+                self.pick(&["gptq", "awq", "exl2", "GPTQ", ""]).to_string()
+            } else {
+                self.hostile()
+            });
+        }
+        if self.rng.random_bool(0.2) {
+            args.push("--gptq-v2".into());
+        }
+    }
+
     /// Drop, repeat, swap or replace an argument, or add an unknown flag.
     fn shake(&mut self, args: &mut Vec<String>) {
         let n = args.len();
@@ -997,20 +1105,211 @@ impl Gen {
     }
 }
 
+/// Small checkpoints for `quantize` and `inspect` in `dir` (a GPTQ layer, float weights, a tilus
+/// file, a file that is not safetensors, an empty one), and where `quantize` may write.
+fn checkpoint_files(dir: &Path) -> (Vec<String>, Vec<String>) {
+    use safetensors::tensor::TensorView;
+    use tilus::checkpoint::{format, synth, Checkpoint, ImportOptions};
+    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    std::fs::write(
+        path("gptq.safetensors"),
+        synth::gptq_file("l", 64, 32, 4, 32, 1),
+    )
+    .unwrap();
+    let w: Vec<u8> = (0..64 * 128)
+        .flat_map(|i| ((i % 97) as f32 / 50.0 - 1.0).to_le_bytes())
+        .collect();
+    let floats = safetensors::serialize(
+        [
+            (
+                "a.weight",
+                TensorView::new(safetensors::Dtype::F32, vec![64, 128], &w).unwrap(),
+            ),
+            (
+                "b.bias",
+                TensorView::new(safetensors::Dtype::F32, vec![64], &w[..256]).unwrap(),
+            ),
+        ],
+        None,
+    )
+    .unwrap();
+    std::fs::write(path("floats.safetensors"), floats).unwrap();
+    let layer = Checkpoint::open(path("gptq.safetensors"))
+        .unwrap()
+        .load("l", &ImportOptions::default())
+        .unwrap();
+    format::save(path("tilus.safetensors"), &[("l".into(), layer)]).unwrap();
+    std::fs::write(
+        path("junk.safetensors"),
+        b"\xff\xff\xff\xff\xff\xff\xff\x7f{}",
+    )
+    .unwrap();
+    std::fs::write(path("empty.safetensors"), b"").unwrap();
+    let inputs = [
+        "gptq.safetensors",
+        "floats.safetensors",
+        "tilus.safetensors",
+        "junk.safetensors",
+        "empty.safetensors",
+    ]
+    .map(path)
+    .into_iter()
+    .chain([
+        dir.to_string_lossy().into_owned(),
+        "".into(),
+        "/dev/null".into(),
+    ])
+    .collect();
+    let outputs = vec![
+        path("out.safetensors"),
+        path("out2.safetensors"),
+        path("no/such/dir/out.safetensors"),
+        dir.to_string_lossy().into_owned(),
+        "".into(),
+    ];
+    (inputs, outputs)
+}
+
+/// Fixed `quantize` / `inspect` / `bench import` cases on those files.
+fn checkpoint_cases(inputs: &[String], outputs: &[String]) -> Vec<Vec<OsString>> {
+    let (gptq, floats, tilus, junk) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
+    let out = &outputs[0];
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["quantize"],
+        vec!["quantize", floats],
+        vec!["quantize", floats, out],
+        vec!["quantize", floats, out, "--wdtype", "u4"],
+        vec!["quantize", floats, out, "--wdtype", "u4", "--group", "0"],
+        vec![
+            "quantize",
+            floats,
+            out,
+            "--wdtype",
+            "u4",
+            "--group",
+            "18446744073709551615",
+        ],
+        vec![
+            "quantize",
+            floats,
+            out,
+            "--wdtype",
+            "u4",
+            "--group",
+            "18446744073709551616",
+        ],
+        vec!["quantize", floats, out, "--wdtype", "i8", "--group", "1"],
+        vec![
+            "quantize",
+            floats,
+            out,
+            "--wdtype",
+            "f4e2m1",
+            "--scale-dtype",
+            "bf16",
+        ],
+        vec!["quantize", floats, out, "--wdtype", "f32"],
+        vec![
+            "quantize",
+            floats,
+            out,
+            "--wdtype",
+            "u4",
+            "--scale-dtype",
+            "",
+        ],
+        vec!["quantize", floats, floats, "--wdtype", "u4"],
+        vec!["quantize", floats, &outputs[2], "--wdtype", "u4"],
+        vec!["quantize", floats, &outputs[3], "--wdtype", "u4"],
+        vec!["quantize", gptq, out, "--from", "gptq"],
+        vec!["quantize", gptq, out, "--from", "gptq", "--gptq-v2"],
+        vec!["quantize", gptq, out, "--from", "awq"],
+        vec!["quantize", gptq, out, "--from", "gptq", "--wdtype", "u4"],
+        vec!["quantize", floats, out, "--from", "gptq"],
+        vec!["quantize", tilus, out, "--from", "gptq"],
+        vec!["quantize", junk, out, "--wdtype", "u4"],
+        vec!["quantize", "/dev/null", out, "--wdtype", "u4"],
+        vec!["inspect"],
+        vec!["inspect", gptq],
+        vec!["inspect", gptq, "--json", "--time"],
+        vec!["inspect", tilus, "--time"],
+        vec!["inspect", floats, "--json"],
+        vec!["inspect", junk],
+        vec!["inspect", &inputs[4]],
+        vec!["inspect", &inputs[5]],
+        vec!["inspect", "/dev/null"],
+        vec!["inspect", ""],
+        vec!["inspect", "/nonexistent/x.safetensors", "--json"],
+        vec!["inspect", gptq, "--json", "--json"],
+        vec!["bench", "import", "--k", "64", "--n", "64", "--runs", "1"],
+        vec!["bench", "import", "--k", "64", "--n", "64", "--bits", "3"],
+        vec![
+            "bench",
+            "import",
+            "--k",
+            "64",
+            "--n",
+            "64",
+            "--bits",
+            "3",
+            "--act-order",
+        ],
+        vec![
+            "bench",
+            "import",
+            "--k",
+            "64",
+            "--n",
+            "64",
+            "--act-order",
+            "--act-order",
+        ],
+        vec!["bench", "import", "--k", "64", "--n", "64", "--bits", "5"],
+        vec![
+            "bench",
+            "import",
+            "--k",
+            "18446744073709551615",
+            "--n",
+            "64",
+        ],
+        vec!["bench", "import", "--k", "4294967296", "--n", "4294967296"],
+        vec!["bench", "import", "--k", "65536", "--n", "65536"],
+        vec!["bench", "import", "--k", "64", "--n", "64", "--group", "0"],
+        vec!["bench", "import", "--k", "64", "--n", "64", "--group", "48"],
+        vec!["bench", "import", "--k", "64", "--n", "64", "--runs", "0"],
+        vec![
+            "bench",
+            "import",
+            "--k",
+            "64",
+            "--n",
+            "64",
+            "--runs",
+            "18446744073709551615",
+        ],
+    ];
+    cases.iter().map(|c| os(c)).collect()
+}
+
 #[test]
 fn the_cli_survives_hostile_arguments() {
     let seed = env_number("TILUS_FUZZ_SEED").unwrap_or(BASE_SEED);
     let generated = env_number("TILUS_FUZZ_CASES").map_or(DEFAULT_GENERATED, |n| n as usize);
     let fixed = fixed_cases();
-    let nfixed = fixed.len();
+    let cache = std::env::temp_dir().join(format!("tilus-fuzz-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&cache).expect("create a scratch cache directory");
     let mut gen = Gen::new(seed);
+    let (inputs, outputs) = checkpoint_files(&cache);
+    let mut fixed = fixed;
+    fixed.extend(checkpoint_cases(&inputs, &outputs));
+    let nfixed = fixed.len();
+    gen.inputs.extend(inputs);
+    gen.outputs.extend(outputs);
     let cases: Vec<Vec<OsString>> = fixed
         .into_iter()
         .chain((0..generated).map(|_| gen.case()))
         .collect();
-
-    let cache = std::env::temp_dir().join(format!("tilus-fuzz-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&cache).expect("create a scratch cache directory");
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     // Exit 0; exit 2 (or doctor's 1) from tilus's own checks; exit 2 from clap's parser.

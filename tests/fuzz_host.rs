@@ -1,5 +1,6 @@
 //! Property-based fuzzing of the public host APIs (issue 13, item 4): data types, storage,
-//! layouts (parser and algebra), quantization, the weight re-layout and the CPU forward pass.
+//! layouts (parser and algebra), quantization, the weight re-layout, the CPU forward pass and
+//! the import of GPTQ / AWQ checkpoints.
 //!
 //! Every property feeds arbitrary input (invalid enum values, huge and zero sizes, NaN,
 //! infinities, subnormals, garbage strings) and asserts that the call returns `Ok` with a result
@@ -984,4 +985,237 @@ fn forward_cpu_tiny_layers() {
             Ok(())
         },
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint import (GPTQ / AWQ from safetensors).
+
+use safetensors::tensor::TensorView;
+use safetensors::Dtype as StDtype;
+use tilus::checkpoint::{Checkpoint, GptqZeros, ImportOptions};
+
+/// One tensor of a generated checkpoint: `None` leaves it out.
+#[derive(Debug, Clone)]
+struct CkptTensor {
+    suffix: &'static str,
+    dtype: StDtype,
+    shape: Vec<usize>,
+    seed: u64,
+    /// g_idx only: `i / g`, a shuffled valid one, or random entries.
+    g_idx_kind: u8,
+}
+
+#[derive(Debug, Clone)]
+struct CkptInput {
+    group: usize,
+    tensors: Vec<CkptTensor>,
+    bits_option: Option<usize>,
+    zeros: Option<GptqZeros>,
+    /// Garbage instead of a safetensors file.
+    garbage: Option<Vec<u8>>,
+}
+
+const CKPT_DTYPES: &[StDtype] = &[
+    StDtype::I32,
+    StDtype::U32,
+    StDtype::F16,
+    StDtype::BF16,
+    StDtype::F32,
+    StDtype::I64,
+    StDtype::U8,
+];
+
+fn ckpt_input() -> impl Strategy<Value = CkptInput> {
+    (
+        any::<bool>(),
+        prop::sample::select(vec![2usize, 3, 4, 5, 8]),
+        1usize..=3,                                    // k in units of 32
+        1usize..=3,                                    // n in units of 32
+        prop::sample::select(vec![8usize, 16, 32, 0]), // group (0: per channel)
+        prop::collection::vec((0u8..8, 0u8..8, any::<u64>()), 4),
+        prop::option::of(prop::sample::select(vec![2usize, 3, 4, 5, 8, 0, 33])),
+        prop::option::of(prop::sample::select(vec![GptqZeros::V1, GptqZeros::V2])),
+        prop::option::weighted(0.05, prop::collection::vec(any::<u8>(), 0..64)),
+        0u8..3,
+    )
+        .prop_map(
+            |(awq, bits, ku, nu, g, muts, bits_option, zeros, garbage, g_idx_kind)| {
+                let (k, n) = (32 * ku, 32 * nu);
+                let group = if g == 0 { k } else { g };
+                let groups = k / group;
+                let shapes: [(&'static str, StDtype, Vec<usize>); 4] = if awq {
+                    [
+                        ("qweight", StDtype::I32, vec![k, n * bits / 32]),
+                        ("qzeros", StDtype::I32, vec![groups, n * bits / 32]),
+                        ("scales", StDtype::F16, vec![groups, n]),
+                        ("g_idx", StDtype::I32, vec![k]),
+                    ]
+                } else {
+                    [
+                        ("qweight", StDtype::I32, vec![k * bits / 32, n]),
+                        ("qzeros", StDtype::I32, vec![groups, n * bits / 32]),
+                        ("scales", StDtype::F16, vec![groups, n]),
+                        ("g_idx", StDtype::I32, vec![k]),
+                    ]
+                };
+                let tensors = shapes
+                    .into_iter()
+                    .zip(muts)
+                    .filter_map(|((suffix, dtype, mut shape), (what, arg, seed))| {
+                        // Mostly as the format says; now and then broken one way.
+                        let dtype = match what {
+                            0 => CKPT_DTYPES[arg as usize % CKPT_DTYPES.len()],
+                            _ => dtype,
+                        };
+                        match what {
+                            1 => {
+                                let d = arg as usize % shape.len();
+                                shape[d] = (shape[d] + arg as usize % 3).saturating_sub(1);
+                            }
+                            2 => shape.push(1 + arg as usize % 2),
+                            3 if suffix != "qweight" || arg == 0 => return None,
+                            _ => {}
+                        }
+                        if suffix == "g_idx" && (awq || arg % 2 == 0) && what != 1 {
+                            return None;
+                        }
+                        Some(CkptTensor {
+                            suffix,
+                            dtype,
+                            shape,
+                            seed,
+                            g_idx_kind,
+                        })
+                    })
+                    .collect();
+                CkptInput {
+                    group,
+                    tensors,
+                    bits_option,
+                    zeros,
+                    garbage,
+                }
+            },
+        )
+}
+
+fn ckpt_bytes(c: &CkptInput, prefix: &str) -> Vec<u8> {
+    if let Some(g) = &c.garbage {
+        return g.clone();
+    }
+    let data: Vec<Vec<u8>> = c
+        .tensors
+        .iter()
+        .map(|t| {
+            let len = t.shape.iter().product::<usize>() * t.dtype.bitsize() / 8;
+            if t.suffix == "g_idx" && t.dtype == StDtype::I32 && t.shape.len() == 1 {
+                let k = t.shape[0];
+                let g = c.group.max(1);
+                let mut v: Vec<i32> = (0..k).map(|i| (i / g) as i32).collect();
+                match t.g_idx_kind {
+                    0 => {}
+                    1 => {
+                        // A valid act-order g_idx: a seeded shuffle.
+                        let mut s = t.seed | 1;
+                        for i in (1..k).rev() {
+                            s ^= s << 13;
+                            s ^= s >> 7;
+                            s ^= s << 17;
+                            v.swap(i, (s % (i as u64 + 1)) as usize);
+                        }
+                    }
+                    _ => {
+                        let w = weight_from(t.seed, k);
+                        for (x, r) in v.iter_mut().zip(w) {
+                            *x = (r * 4.0) as i32 + (k / g) as i32 / 2;
+                        }
+                    }
+                }
+                return v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            }
+            if t.suffix == "scales" && matches!(t.dtype, StDtype::F16) && t.seed % 4 != 0 {
+                // Mostly finite scales, so that some layers import.
+                let w = weight_from(t.seed, len / 2);
+                return w
+                    .iter()
+                    .flat_map(|x| f16::from_f32(x.abs() / 8.0).to_bits().to_le_bytes())
+                    .collect();
+            }
+            let mut s = t.seed | 1;
+            (0..len)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s >> 32) as u8
+                })
+                .collect()
+        })
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = c
+        .tensors
+        .iter()
+        .zip(&data)
+        .map(|(t, d)| {
+            (
+                format!("{prefix}.{}", t.suffix),
+                TensorView::new(t.dtype, t.shape.clone(), d).expect("sizes match"),
+            )
+        })
+        .collect();
+    safetensors::serialize(views, None).expect("serializes")
+}
+
+#[test]
+fn checkpoint_import_any_input() {
+    let prefix = "model.layers.0.mlp.down_proj";
+    let names: Vec<String> = ["qweight", "qzeros", "scales", "g_idx"]
+        .iter()
+        .map(|s| format!("{prefix}.{s}"))
+        .chain([prefix.to_string()])
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    fuzz("checkpoint_import", 3000, ckpt_input(), |c| {
+        let bytes = ckpt_bytes(&c, prefix);
+        let ckpt = match Checkpoint::from_bytes(bytes) {
+            Ok(ckpt) => ckpt,
+            Err(e) => {
+                prop_assert!(c.garbage.is_some(), "a serialized file did not parse: {e}");
+                prop_assert!(e.to_string().contains("safetensors"), "{e}");
+                return Ok(());
+            }
+        };
+        let options = ImportOptions {
+            gptq_zeros: c.zeros,
+            bits: c.bits_option,
+        };
+        // The listing and every loader: Ok, or an error naming a tensor of the layer.
+        if let Err(e) = ckpt.layers() {
+            names_one_of(&e.to_string(), &names)?;
+        }
+        for result in [
+            ckpt.load(prefix, &options),
+            ckpt.load_gptq(prefix, &options),
+            ckpt.load_awq(prefix, &options),
+        ] {
+            match result {
+                Ok(layer) => {
+                    accept();
+                    let w = &layer.weight;
+                    prop_assert!(w.check().is_ok(), "{:?}", w.check());
+                    if let Some(p) = &layer.input_perm {
+                        let mut seen = vec![false; w.k];
+                        for &i in p {
+                            prop_assert!(!seen[i as usize], "perm repeats {i}");
+                            seen[i as usize] = true;
+                        }
+                    }
+                    let deq = layer.dequantize_original_order();
+                    prop_assert!(deq.iter().all(|v| v.is_finite()), "non-finite weight");
+                }
+                Err(e) => names_one_of(&e.to_string(), &names)?,
+            }
+        }
+        Ok(())
+    });
 }

@@ -211,6 +211,29 @@ pub enum BenchCommand {
         #[arg(long, default_value = "clean")]
         l2: String,
     },
+    /// Import of a GPTQ layer from a safetensors file in the page cache (host only, no GPU):
+    /// writes a synthetic layer to a temporary file, reads it once, then times the import
+    /// (by default the 70B-shaped gate+up layer, 57344 x 8192, u4, group 128).
+    Import {
+        /// Input features (rows of our weight).
+        #[arg(long, default_value_t = 8192)]
+        k: usize,
+        /// Output features.
+        #[arg(long, default_value_t = 57344)]
+        n: usize,
+        /// Bits per weight: 2, 3, 4 or 8.
+        #[arg(long, default_value_t = 4)]
+        bits: usize,
+        /// Rows per scale group.
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        /// Timed imports (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// With an act-order `g_idx` (rows gathered by group while unpacking).
+        #[arg(long = "act-order")]
+        act_order: bool,
+    },
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -232,6 +255,9 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Rowwise { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Launch { m, calls, .. } => vec![("--m", m), ("--calls", calls)],
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Import {
+            k, n, group, runs, ..
+        } => vec![("--k", k), ("--n", n), ("--group", group), ("--runs", runs)],
     };
     if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
         return Err(format!("argument `{name}`: must be positive"));
@@ -468,6 +494,17 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     if let BenchCommand::Tune { .. } = cmd {
         return tune(cmd);
     }
+    if let BenchCommand::Import {
+        k,
+        n,
+        bits,
+        group,
+        runs,
+        act_order,
+    } = *cmd
+    {
+        return super::checkpoint::bench_import(k, n, bits, group, runs, act_order);
+    }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
@@ -497,7 +534,9 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.gb_per_s(bytes)
             );
         }
-        BenchCommand::Tune { .. } => unreachable!("handled above"),
+        BenchCommand::Tune { .. } | BenchCommand::Import { .. } => {
+            unreachable!("handled above")
+        }
         BenchCommand::Launch {
             ref wdtype,
             m,

@@ -2,6 +2,7 @@
 //! it on one line and exits with status 2.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod doctor;
 pub mod dtype;
 pub mod emit;

@@ -22,6 +22,7 @@ use super::qmatmul::{
     build, decode_half, encode_half, prepare, PreparedWeight, QMatmulConfig, QMatmulError,
     QMatmulKernel,
 };
+use crate::checkpoint::ImportedLayer;
 use crate::element::Activation;
 use crate::quant::{Group, QuantizedWeight};
 use crate::DType;
@@ -34,6 +35,8 @@ pub struct QuantizedLinear {
     quantized: QuantizedWeight,
     kernel: QMatmulKernel,
     weight: PreparedWeight,
+    /// Act-order checkpoints: the layer computes `x[:, perm] · W`.
+    input_perm: Option<Vec<u32>>,
 }
 
 impl QuantizedLinear {
@@ -75,7 +78,58 @@ impl QuantizedLinear {
             quantized,
             kernel,
             weight,
+            input_perm: None,
         })
+    }
+
+    /// A layer from an imported checkpoint layer ([`crate::checkpoint`]): the configuration
+    /// picked for the shape, activations in the weight's scale dtype (the kernels hold scales
+    /// in the activation type, so another one would round them), and the layer's input
+    /// permutation if it has one.
+    pub fn from_imported(layer: ImportedLayer) -> Result<QuantizedLinear, QMatmulError> {
+        let ImportedLayer { weight, input_perm } = layer;
+        let group_rows = match weight.group {
+            Group::PerChannel => None,
+            Group::Rows(g) => Some(g),
+        };
+        let config = QMatmulConfig::for_shape(
+            weight.dtype,
+            weight.scale_dtype,
+            group_rows,
+            weight.zeros.is_some(),
+            weight.n,
+            weight.k,
+        )?;
+        let layer = QuantizedLinear::from_quantized(weight, config)?;
+        match input_perm {
+            Some(perm) => layer.with_input_perm(perm),
+            None => Ok(layer),
+        }
+    }
+
+    /// This layer computing `x[:, perm] · W` (`perm` a permutation of `0..k`; an error naming
+    /// `perm` otherwise): the input permutation of a GPTQ act-order checkpoint.
+    pub fn with_input_perm(mut self, perm: Vec<u32>) -> Result<QuantizedLinear, QMatmulError> {
+        let k = self.k();
+        crate::checkpoint::format::validate_perm("perm", &perm, k).map_err(|e| {
+            QMatmulError::Shape {
+                arg: "perm",
+                reason: e.to_string(),
+            }
+        })?;
+        if k > i32::MAX as usize {
+            return Err(QMatmulError::Shape {
+                arg: "perm",
+                reason: format!("k = {k} does not fit an i32"),
+            });
+        }
+        self.input_perm = Some(perm);
+        Ok(self)
+    }
+
+    /// The input permutation, if the layer has one.
+    pub fn input_perm(&self) -> Option<&[u32]> {
+        self.input_perm.as_deref()
     }
 
     pub fn k(&self) -> usize {
@@ -128,7 +182,14 @@ impl QuantizedLinear {
                 what: format!("{m} x {k} {adtype}"),
             });
         }
-        let values: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let values: Vec<f32> = match &self.input_perm {
+            // x' = x[:, perm], row by row.
+            Some(perm) => x
+                .chunks_exact(k)
+                .flat_map(|row| perm.iter().map(move |&p| row[p as usize].to_f32()))
+                .collect(),
+            None => x.iter().map(|v| v.to_f32()).collect(),
+        };
         let a = encode_half(&values, adtype);
         let mut c = vec![0u8; size_product("m", &[("m", m), ("n", n), ("2 bytes", 2)])?];
         self.kernel.run_cpu(m, &a, &self.weight, &mut c)?;

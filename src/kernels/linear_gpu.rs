@@ -30,6 +30,9 @@
 //!   layout share the device copy. The layer keeps the default layout (used for tuning) and
 //!   the layouts of its buckets' winners.
 //! * Every later call in the bucket runs the winner directly.
+//! * A layer with an input permutation (GPTQ act-order, [`QuantizedLinear::with_input_perm`])
+//!   first gathers `x[:, perm]` into a scratch buffer kept per `m`
+//!   ([`crate::kernels::permute`]), then multiplies that.
 
 use super::linear::QuantizedLinear;
 use super::qmatmul::tune::candidates;
@@ -71,6 +74,10 @@ struct State<T: Element> {
     weights: HashMap<WeightLayoutKey, Arc<DeviceWeight<T>>>,
     /// Per `m` bucket.
     plans: HashMap<usize, Arc<Plan<T>>>,
+    /// The permuted input `x[:, perm]` of an act-order layer, one `m x k` buffer per `m`
+    /// seen (the matmul and cuBLAS take exact lengths), at most [`SCRATCH_SIZES`]: a forward
+    /// allocates only for an `m` it has not seen recently.
+    scratch: HashMap<usize, DeviceBuffer<T>>,
 }
 
 /// A quantized linear layer `y[m, n] = x[m, k] · W[k, n]` on the GPU with activations of type
@@ -81,6 +88,8 @@ pub struct GpuQuantizedLinear<T: Activation> {
     /// The layer's default configuration; its layout is the tuning buffer.
     base: QMatmulConfig,
     base_layout: WeightLayoutKey,
+    /// The input permutation on the device (act-order checkpoints), as i32.
+    input_perm: Option<DeviceBuffer<i32>>,
     state: Mutex<State<T>>,
 }
 
@@ -112,6 +121,14 @@ impl QuantizedLinear {
         }
         let base_layout = WeightLayoutKey::of(&base)?;
         let weight = Arc::new(DeviceWeight::<T>::upload(ctx, self.prepared())?);
+        let input_perm = match self.input_perm() {
+            // `with_input_perm` checked that k fits an i32.
+            Some(p) => Some(DeviceBuffer::from_host(
+                ctx,
+                &p.iter().map(|&v| v as i32).collect::<Vec<i32>>(),
+            )?),
+            None => None,
+        };
         Ok(GpuQuantizedLinear {
             ctx: ctx.clone(),
             quantized: self.quantized().clone(),
@@ -119,11 +136,16 @@ impl QuantizedLinear {
             state: Mutex::new(State {
                 weights: HashMap::from([(base_layout.clone(), weight)]),
                 plans: HashMap::new(),
+                scratch: HashMap::new(),
             }),
             base_layout,
+            input_perm,
         })
     }
 }
+
+/// How many `m` values an act-order layer keeps a permuted-input buffer for.
+pub const SCRATCH_SIZES: usize = 8;
 
 /// How many configurations a layer's first forward in a bucket measures: its own configuration
 /// and the first of [`candidates`], which come in the order they measured best on an H100. All
@@ -204,6 +226,16 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         group: Group,
     ) -> Result<GpuQuantizedLinear<T>, QMatmulError> {
         QuantizedLinear::new(weight, k, n, wdtype, group, T::DTYPE)?.to_gpu(ctx)
+    }
+
+    /// A layer from an imported checkpoint layer ([`QuantizedLinear::from_imported`]; `T`
+    /// must be the weight's scale dtype), on `ctx`'s GPU. An act-order layer permutes its
+    /// input with [`crate::kernels::permute`] before the matmul.
+    pub fn from_imported(
+        ctx: &Arc<Context>,
+        layer: crate::checkpoint::ImportedLayer,
+    ) -> Result<GpuQuantizedLinear<T>, QMatmulError> {
+        QuantizedLinear::from_imported(layer)?.to_gpu(ctx)
     }
 
     pub fn k(&self) -> usize {
@@ -319,7 +351,42 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         check_rows("x", x.len(), m, self.k(), T::DTYPE)?;
         check_rows("y", y.len(), m, self.n(), T::DTYPE)?;
         let plan = self.plan_for(m)?;
-        plan.kernel.run(&self.ctx, m, x, &plan.weight, y)
+        let Some(perm) = &self.input_perm else {
+            return plan.kernel.run(&self.ctx, m, x, &plan.weight, y);
+        };
+        let len = m * self.k(); // checked by check_rows
+        let (mi, ki) = match (i32::try_from(m), i32::try_from(len)) {
+            (Ok(mi), Ok(_)) => (mi, self.k() as i32),
+            _ => {
+                return Err(QMatmulError::Shape {
+                    arg: "m",
+                    reason: format!(
+                        "{m} x {} elements: the input permutation indexes x with i32",
+                        self.k()
+                    ),
+                })
+            }
+        };
+        // The scratch stays locked while both launches are queued: another thread's forward
+        // cannot overwrite it before this matmul has read it (same stream, in order).
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !state.scratch.contains_key(&m) {
+            if state.scratch.len() >= SCRATCH_SIZES {
+                state.scratch.clear();
+            }
+            state
+                .scratch
+                .insert(m, DeviceBuffer::zeros(&self.ctx, len)?);
+        }
+        let scratch = state.scratch.get_mut(&m).expect("inserted above");
+        T::permute_columns(&self.ctx, mi, ki, perm, x, scratch)
+            .map_err(|e| QMatmulError::Gpu(e.to_string()))?;
+        plan.kernel.run(&self.ctx, m, scratch, &plan.weight, y)
+    }
+
+    /// The input permutation (act-order checkpoints), if the layer has one.
+    pub fn has_input_perm(&self) -> bool {
+        self.input_perm.is_some()
     }
 
     /// [`Self::forward`] from and to host memory (copies both ways, waits for the result).

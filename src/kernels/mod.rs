@@ -18,5 +18,6 @@
 pub mod attention;
 pub mod linear;
 pub mod linear_gpu;
+pub mod permute;
 pub mod qmatmul;
 pub mod rowwise;

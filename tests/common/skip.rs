@@ -28,6 +28,9 @@ pub enum Need {
     /// NVRTC, the CUDA headers (and for some tests ptxas / cuobjdump);
     /// `TILUS_REQUIRE_NVRTC=1` makes their absence a failure.
     Nvrtc,
+    /// Python with numpy and safetensors (the checkpoint writer of `tests/checkpoint/`);
+    /// `TILUS_REQUIRE_PYTHON=1` makes their absence a failure.
+    Python,
 }
 
 impl Need {
@@ -35,6 +38,7 @@ impl Need {
         match self {
             Need::Gpu => "TILUS_REQUIRE_GPU",
             Need::Nvrtc => "TILUS_REQUIRE_NVRTC",
+            Need::Python => "TILUS_REQUIRE_PYTHON",
         }
     }
 
@@ -42,6 +46,7 @@ impl Need {
         match self {
             Need::Gpu => "no usable GPU",
             Need::Nvrtc => "no usable NVRTC / CUDA compile tools",
+            Need::Python => "no python with numpy and safetensors",
         }
     }
 
