@@ -482,6 +482,27 @@ fn cast_rounds_to_nearest_even_and_saturates() {
     assert_eq!(decode(DType::F16, bytes(&args[1]), n), xs);
 }
 
+/// A cast keeps the sign of zero (the GPU's conversions do): -0.0 in f32, f16 and bf16 stays
+/// -0.0 in the other two. (A biased cast adding a bias of 0.0 once turned it into +0.0.)
+#[test]
+fn cast_keeps_negative_zero() {
+    let n = 64;
+    for (from, to) in [
+        (DType::F32, DType::F16),
+        (DType::F16, DType::F32),
+        (DType::BF16, DType::F16),
+        (DType::F16, DType::BF16),
+    ] {
+        let neg_zero = from.encode(-0.0).unwrap();
+        let src = storage::pack(from, &vec![neg_zero; n]);
+        let mut args = [Arg::Buffer(src), Arg::Buffer(poisoned(to, n))];
+        run(&cast_kernel(from, to, n), &mut args).unwrap();
+        let out = storage::unpack(to, bytes(&args[1]), n);
+        let want = to.encode(-0.0).unwrap();
+        assert!(out.iter().all(|&c| c == want), "{from} -> {to}: {out:x?}");
+    }
+}
+
 #[test]
 fn view_reinterprets_register_bits() {
     // Each thread loads 3 bytes and views them as four i6 values, stored back row-major.

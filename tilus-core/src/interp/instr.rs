@@ -388,7 +388,11 @@ impl Machine<'_> {
                 let mut result = RegTensor::new(*dtype, layout, bt);
                 for t in 0..bt {
                     for (i, &src) in sigma.iter().enumerate() {
-                        let v = x.dtype.decode(x.get(t, src)) + bias[i];
+                        let mut v = x.dtype.decode(x.get(t, src));
+                        // Only a real bias is added: -0.0 + 0.0 would lose the sign of zero.
+                        if bias[i] != 0.0 {
+                            v += bias[i];
+                        }
                         result.set(t, i, convert(v, *dtype)?);
                     }
                 }
