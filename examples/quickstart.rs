@@ -24,7 +24,7 @@ use tilus::kernels::qmatmul::bench::bench_cublas;
 use tilus::kernels::qmatmul::{build, config_name, prepare, weight_types, QMatmulConfig};
 use tilus::quant::{Group, QuantizedWeight};
 use tilus::runtime::{
-    copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush, TuneSource,
+    copy_bandwidth, time_runs, Context, Cublas, DeviceBuffer, L2Flush, L2Mode, TuneSource,
 };
 use tilus::DType;
 
@@ -212,7 +212,8 @@ fn on_gpu(ctx: &Arc<Context>, wdtype: DType, m: usize) -> Result<(), Error> {
         );
     }
 
-    let mut flush = L2Flush::new(ctx)?;
+    // Clean lines in L2, as `tilus bench` measures (a dirty flush charges ~17 us of write-back).
+    let mut flush = L2Flush::with_mode(ctx, L2Mode::Clean)?;
     let t = time_runs(ctx, 3, 20, Some(&mut flush), || {
         layer.forward_into(&x_dev, m, &mut y_dev).map_err(|e| {
             tilus::runtime::RuntimeError::InvalidArgument {
