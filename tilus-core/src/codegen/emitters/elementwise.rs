@@ -443,19 +443,23 @@ pub(crate) fn cast(
         vec![0.0; locals]
     };
     let biased = bias.iter().any(|&b| b != 0.0);
+    // A plan's function reads its input words while writing its output: not in place.
+    let call_plan = |cx: &mut Ctx, plan: &cast::CastPlan| {
+        cx.cast_fns
+            .entry(plan.fn_name.clone())
+            .or_insert_with(|| cast::cast_source(plan));
+        for g in 0..locals / plan.group {
+            cx.w.line(format!(
+                "{}(&{xn}[{}], &{o}[{}]);",
+                plan.fn_name,
+                g * plan.in_words,
+                g * plan.out_words
+            ));
+        }
+    };
     if biased {
         if let Some(plan) = cast::biased_cast_plan(src, dtype, &sigma).filter(|_| out != x) {
-            cx.cast_fns
-                .entry(plan.fn_name.clone())
-                .or_insert_with(|| cast::cast_source(&plan));
-            for g in 0..locals / plan.group {
-                cx.w.line(format!(
-                    "{}(&{xn}[{}], &{o}[{}]);",
-                    plan.fn_name,
-                    g * plan.in_words,
-                    g * plan.out_words
-                ));
-            }
+            call_plan(cx, &plan);
             return Ok(());
         }
     }
@@ -478,17 +482,7 @@ pub(crate) fn cast(
             && plan.out_words * 32 == plan.group * db as usize
             && out != x;
         if aligned {
-            cx.cast_fns
-                .entry(plan.fn_name.clone())
-                .or_insert_with(|| cast::cast_source(&plan));
-            for g in 0..locals / plan.group {
-                cx.w.line(format!(
-                    "{}(&{xn}[{}], &{o}[{}]);",
-                    plan.fn_name,
-                    g * plan.in_words,
-                    g * plan.out_words
-                ));
-            }
+            call_plan(cx, &plan);
             return Ok(());
         }
     }
