@@ -145,6 +145,17 @@ fn sweep_shapes_are_checked_before_the_gpu_is_opened() {
         assert!(err.contains("argument `--l2`"), "{cmd:?}: {err}");
         assert!(!err.contains("libcuda"), "{err}");
     }
+    for cmd in [
+        &["bench", "sweep", "--adtype", "f32"][..],
+        &[
+            "bench", "qmatmul", "--wdtype", "i4", "--m", "1", "--adtype", "i4",
+        ][..],
+    ] {
+        let out = tilus(cmd, &dir);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("argument `--adtype`"), "{cmd:?}: {err}");
+    }
     for good in ["llama70b", "8192x8192,8192x28672"] {
         let out = tilus(&["bench", "sweep", "--shapes", good, "--m", "1"], &dir);
         let err = String::from_utf8(out.stderr).unwrap();

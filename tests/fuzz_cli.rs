@@ -993,7 +993,14 @@ impl Gen {
                         args.push("--retune".into());
                     }
                 } else {
-                    self.options(args, &[("--tune", num), ("--l2", |g: &mut Gen| g.l2())]);
+                    self.options(
+                        args,
+                        &[
+                            ("--tune", num),
+                            ("--l2", |g: &mut Gen| g.l2()),
+                            ("--adtype", dtype),
+                        ],
+                    );
                 }
             }
             _ => {
@@ -1007,6 +1014,7 @@ impl Gen {
                         ("--group", num),
                         ("--tune", num),
                         ("--l2", |g: &mut Gen| g.l2()),
+                        ("--adtype", |g: &mut Gen| g.dtype()),
                         ("--csv", |g: &mut Gen| {
                             g.pick(&["/nonexistent/dir/out.csv", "", "-", "é.csv"])
                                 .to_string()

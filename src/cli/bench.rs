@@ -51,6 +51,9 @@ pub enum BenchCommand {
         /// Print the time of every configuration tried.
         #[arg(long)]
         verbose: bool,
+        /// Activation (and scale, output) type: f16 or bf16; cuBLAS stays f16.
+        #[arg(long, default_value = "f16")]
+        adtype: String,
         /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
@@ -84,6 +87,9 @@ pub enum BenchCommand {
         /// Print the time of every configuration tried.
         #[arg(long)]
         verbose: bool,
+        /// Activation (and scale, output) type: f16 or bf16; cuBLAS stays f16.
+        #[arg(long, default_value = "f16")]
+        adtype: String,
         /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
@@ -263,8 +269,11 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         return Err(format!("argument `{name}`: must be positive"));
     }
     match cmd {
-        BenchCommand::Qmatmul { wdtype, l2, .. } => {
+        BenchCommand::Qmatmul {
+            wdtype, l2, adtype, ..
+        } => {
             parse_l2(l2)?;
+            parse_adtype(adtype)?;
             parse_type(wdtype).map(drop)
         }
         BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
@@ -279,9 +288,11 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             n,
             k,
             l2,
+            adtype,
             ..
         } => {
             parse_l2(l2)?;
+            parse_adtype(adtype)?;
             parse_types(wdtypes.as_deref())?;
             sweep_shapes(shapes.as_deref(), *n, *k)?;
             parse_ms(m).map(drop)
@@ -460,6 +471,14 @@ fn parse_kv(s: &str) -> Result<tilus::kernels::attention::kv::KvFormat, String> 
         ));
     }
     Ok(KvFormat::Quantized(t))
+}
+
+fn parse_adtype(s: &str) -> Result<DType, String> {
+    match s {
+        "f16" => Ok(DType::F16),
+        "bf16" => Ok(DType::BF16),
+        other => Err(format!("argument `--adtype`: `{other}` is not f16 or bf16")),
+    }
 }
 
 fn parse_l2(s: &str) -> Result<L2Mode, String> {
@@ -646,6 +665,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             tune,
             verbose,
             ref l2,
+            ref adtype,
         } => {
             let wdtype = parse_type(wdtype)?;
             let spec = SweepSpec {
@@ -656,6 +676,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 tune,
                 verbose,
                 l2: parse_l2(l2)?,
+                adtype: parse_adtype(adtype)?,
             };
             out += &sweep(&ctx, &spec, None)?;
         }
@@ -670,6 +691,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             verbose,
             ref csv,
             ref l2,
+            ref adtype,
         } => {
             let spec = SweepSpec {
                 types: &parse_types(wdtypes.as_deref())?,
@@ -679,6 +701,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 tune,
                 verbose,
                 l2: parse_l2(l2)?,
+                adtype: parse_adtype(adtype)?,
             };
             out += &sweep(&ctx, &spec, csv.as_deref())?;
         }
@@ -696,6 +719,8 @@ struct SweepSpec<'a> {
     tune: usize,
     verbose: bool,
     l2: L2Mode,
+    /// f16 or bf16 activations.
+    adtype: DType,
 }
 
 /// Measure every (shape, type, m) case; the copy bandwidth and cuBLAS are measured in the same
@@ -710,6 +735,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
         tune,
         verbose,
         l2,
+        adtype,
     } = *spec;
     let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
     let blas = Cublas::new(ctx).map_err(err)?;
@@ -721,7 +747,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
     for &(n, k) in shapes {
         for &m in ms {
             for &wdtype in types {
-                let c = candidates(wdtype, DType::F16, group, m, n, k)
+                let c = candidates(wdtype, adtype, group, m, n, k)
                     .map_err(|e| format!("{wdtype} m={m} {n}x{k}: {e}"))?;
                 all.extend(c.into_iter().take(tune.max(1)));
             }
@@ -745,7 +771,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
             let mut f = std::fs::File::create(path).map_err(|e| csv_err(path, e))?;
             writeln!(
                 f,
-                "wdtype,m,n,k,time_us,gb_per_s,percent_floor,floor_us,cublas_us,speedup,config"
+                "wdtype,m,n,k,time_us,gb_per_s,percent_floor,floor_us,cublas_us,speedup,config,adtype"
             )
             .map_err(|e| csv_err(path, e))?;
             Some((f, path))
@@ -754,7 +780,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
     };
     for &(n, k) in shapes {
         let header = format!(
-        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}; L2 flushed {}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
+        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}; {adtype} activations; L2 flushed {}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
         group.map_or("channel".to_string(), |g| g.to_string()),
         l2.label(),
         "wdtype", "m", "time us", "GB/s", "%floor", "cuBLAS us", "speedup"
@@ -774,7 +800,11 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
                         v
                     }
                 };
-                let row = bench_qmatmul(
+                let bench = match adtype {
+                    DType::BF16 => bench_qmatmul::<half::bf16>,
+                    _ => bench_qmatmul::<f16>,
+                };
+                let row = bench(
                     ctx,
                     Some(cublas_us),
                     &mut flush,
@@ -810,7 +840,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
                 if let Some((f, path)) = csv_file.as_mut() {
                     writeln!(
                     f,
-                    "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg}",
+                    "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg},{adtype}",
                     row.timing.median_us,
                     row.gb_per_s(),
                     row.percent_of_floor(),

@@ -6,6 +6,7 @@ use super::config::{QMatmulConfig, QMatmulError};
 use super::gpu::GpuQMatmul;
 use super::program::build;
 use super::tune::{candidates, synthetic_weight};
+use crate::element::Activation;
 use crate::DType;
 use half::f16;
 use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush, Timing};
@@ -67,13 +68,13 @@ pub fn precompile(ctx: &Context, configs: &[QMatmulConfig]) -> Result<(), QMatmu
     })
 }
 
-/// Non-constant, non-zero f16 data (a hash pattern in [-0.5, 0.5)): zeros or constants can
-/// make a GEMM look faster than it is on real data.
-fn pattern(len: usize, salt: usize) -> Vec<f16> {
+/// Non-constant, non-zero data (a hash pattern in [-0.5, 0.5)): zeros or constants can make a
+/// GEMM look faster than it is on real data.
+fn pattern<T: Activation>(len: usize, salt: usize) -> Vec<T> {
     (0..len)
         .map(|i| {
             let h = (i ^ salt).wrapping_mul(2654435761) >> 9;
-            f16::from_f32((h % 1000) as f32 / 1000.0 - 0.5)
+            T::from_f32((h % 1000) as f32 / 1000.0 - 0.5)
         })
         .collect()
 }
@@ -87,8 +88,8 @@ pub fn bench_cublas(
     n: usize,
     k: usize,
 ) -> Result<f64, QMatmulError> {
-    let a = DeviceBuffer::from_host(ctx, &pattern(m * k, 1))?;
-    let b = DeviceBuffer::from_host(ctx, &pattern(k * n, 2))?;
+    let a = DeviceBuffer::from_host(ctx, &pattern::<f16>(m * k, 1))?;
+    let b = DeviceBuffer::from_host(ctx, &pattern::<f16>(k * n, 2))?;
     let mut c = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
     let t = time_runs(ctx, 3, 20, Some(flush), || {
         blas.gemm(m, n, k, &a, &b, &mut c)
@@ -96,11 +97,12 @@ pub fn bench_cublas(
     Ok(t.median_us)
 }
 
-/// Measure `C[m, n] = A[m, k] · dequant(W)` for a weight of `wdtype` (f16 activations, group
-/// `group`), trying at most `tune` configurations, against `copy_gbps` (the copy bandwidth
-/// measured in the same run); `cublas_us` is carried into the row for the comparison.
+/// Measure `C[m, n] = A[m, k] · dequant(W)` for a weight of `wdtype` (activations, scales and
+/// output of type `T`: f16 or bf16; group `group`), trying at most `tune` configurations,
+/// against `copy_gbps` (the copy bandwidth measured in the same run); `cublas_us` is carried
+/// into the row for the comparison.
 #[allow(clippy::too_many_arguments)]
-pub fn bench_qmatmul(
+pub fn bench_qmatmul<T: Activation>(
     ctx: &Context,
     cublas_us: Option<f64>,
     flush: &mut L2Flush,
@@ -112,16 +114,16 @@ pub fn bench_qmatmul(
     tune: usize,
     copy_gbps: f64,
 ) -> Result<BenchRow, QMatmulError> {
-    let adtype = DType::F16;
+    let adtype = T::DTYPE;
     let cands = candidates(wdtype, adtype, group, m, n, k)?;
     // Timing needs operands of the right sizes with realistic (random, non-zero) contents, not
     // a particular weight: any bytes are a valid re-laid-out weight, so the codes are random
     // bytes and quantizing a 470M-element matrix on the host is skipped. Correctness is the
     // tests' job (tests/gpu_qmatmul.rs).
     let zeros = matches!(wdtype, DType::UInt(_));
-    let weight = synthetic_weight::<f16>(ctx, wdtype, n, k, group, zeros)?;
-    let a = DeviceBuffer::from_host(ctx, &pattern(m * k, 3))?;
-    let mut c = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
+    let weight = synthetic_weight::<T>(ctx, wdtype, n, k, group, zeros)?;
+    let a = DeviceBuffer::from_host(ctx, &pattern::<T>(m * k, 3))?;
+    let mut c = DeviceBuffer::<T>::zeros(ctx, m * n)?;
 
     let mut best: Option<(QMatmulConfig, Timing, usize)> = None;
     let mut tried = Vec::new();
@@ -190,9 +192,12 @@ pub fn bench_launch(
     calls: usize,
 ) -> Result<LaunchBench, QMatmulError> {
     use crate::kernels::linear::GpuQuantizedLinear;
-    let w: Vec<f32> = pattern(k * n, 5).iter().map(|v| v.to_f32()).collect();
+    let w: Vec<f32> = pattern::<f16>(k * n, 5)
+        .iter()
+        .map(|v| v.to_f32())
+        .collect();
     let layer = GpuQuantizedLinear::<f16>::new(ctx, &w, k, n, wdtype, group)?;
-    let x = DeviceBuffer::from_host(ctx, &pattern(m * k, 6))?;
+    let x = DeviceBuffer::from_host(ctx, &pattern::<f16>(m * k, 6))?;
     let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n)?;
     let config = layer.plan(m)?.config;
     let as_runtime = |e: QMatmulError| tilus_runtime::RuntimeError::InvalidArgument {
