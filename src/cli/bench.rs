@@ -8,7 +8,7 @@ use half::f16;
 use std::io::Write;
 use tilus::element::Activation;
 use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, precompile};
-use tilus::kernels::qmatmul::tune::candidates;
+use tilus::kernels::qmatmul::tune::candidates_up_to;
 use tilus::kernels::qmatmul::tune::{
     bucket_label, check_tuning_space, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul,
     tuning_space,
@@ -747,7 +747,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
     for &(n, k) in shapes {
         for &m in ms {
             for &wdtype in types {
-                let c = candidates(wdtype, adtype, group, m, n, k)
+                let c = candidates_up_to(wdtype, adtype, group, m, n, k, tune.max(1))
                     .map_err(|e| format!("{wdtype} m={m} {n}x{k}: {e}"))?;
                 all.extend(c.into_iter().take(tune.max(1)));
             }

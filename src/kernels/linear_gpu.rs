@@ -35,7 +35,7 @@
 //!   ([`crate::kernels::permute`]), then multiplies that.
 
 use super::linear::QuantizedLinear;
-use super::qmatmul::tune::candidates;
+use super::qmatmul::tune::candidates_up_to;
 use super::qmatmul::tune::{m_bucket, tune_qmatmul, WeightLayoutKey};
 use super::qmatmul::{prepare, DeviceWeight, GpuQMatmul, QMatmulConfig, QMatmulError};
 use crate::element::Activation;
@@ -148,14 +148,15 @@ impl QuantizedLinear {
 pub const SCRATCH_SIZES: usize = 8;
 
 /// How many configurations a layer's first forward in a bucket measures: its own configuration
-/// and the first of [`candidates`], which come in the order they measured best on an H100. All
-/// compile in parallel; on a 16-core host this is a few seconds once per bucket (the winner is
-/// persisted). `tilus bench tune --points N` explores wider.
+/// and the first of [`candidates`](super::qmatmul::tune::candidates), which come in the order
+/// they measured best on an H100. All compile in parallel; on a 16-core host this is a few
+/// seconds once per bucket (the winner is persisted). `tilus bench tune --points N` explores wider.
 pub const LAYER_TUNE_POINTS: usize = 16;
 
 /// The configurations a layer tunes over for `m_bucket` rows: its own configuration first,
-/// then [`candidates`] for the bucket, adjusted to the layer's weight (zero points as the
-/// weight has them) and kept when they fit the shape; at most [`LAYER_TUNE_POINTS`].
+/// then the head of [`candidates`](super::qmatmul::tune::candidates) for the bucket, adjusted
+/// to the layer's weight (zero points as the weight has them) and kept when they fit the
+/// shape; at most [`LAYER_TUNE_POINTS`].
 pub fn layer_candidates(
     base: &QMatmulConfig,
     m_bucket: usize,
@@ -163,7 +164,17 @@ pub fn layer_candidates(
     k: usize,
 ) -> Vec<QMatmulConfig> {
     let mut out = vec![*base];
-    if let Ok(list) = candidates(base.wdtype, base.adtype, base.group_rows, m_bucket, n, k) {
+    // Twice the points: some of the head may coincide with the layer's own configuration.
+    let head = candidates_up_to(
+        base.wdtype,
+        base.adtype,
+        base.group_rows,
+        m_bucket,
+        n,
+        k,
+        2 * LAYER_TUNE_POINTS,
+    );
+    if let Ok(list) = head {
         for c in list {
             let c = QMatmulConfig {
                 wdtype: base.wdtype,

@@ -5,7 +5,7 @@
 use super::config::{QMatmulConfig, QMatmulError};
 use super::gpu::GpuQMatmul;
 use super::program::build;
-use super::tune::{candidates, synthetic_weight};
+use super::tune::{candidates_up_to, synthetic_weight};
 use crate::element::Activation;
 use crate::DType;
 use half::f16;
@@ -115,7 +115,7 @@ pub fn bench_qmatmul<T: Activation>(
     copy_gbps: f64,
 ) -> Result<BenchRow, QMatmulError> {
     let adtype = T::DTYPE;
-    let cands = candidates(wdtype, adtype, group, m, n, k)?;
+    let cands = candidates_up_to(wdtype, adtype, group, m, n, k, tune.max(1))?;
     // Timing needs operands of the right sizes with realistic (random, non-zero) contents, not
     // a particular weight: any bytes are a valid re-laid-out weight, so the codes are random
     // bytes and quantizing a 470M-element matrix on the host is skipped. Correctness is the

@@ -218,6 +218,21 @@ pub fn candidates(
     n: usize,
     k: usize,
 ) -> Result<Vec<QMatmulConfig>, QMatmulError> {
+    candidates_up_to(wdtype, adtype, group, m, n, k, usize::MAX)
+}
+
+/// The first `limit` of [`candidates`], without building the rest: each candidate is built and
+/// verified to be kept (about 10 ms each, ~1.8 s for the whole decode list of a 1-bit weight),
+/// and a layer or a benchmark only ever tries the head of the list.
+pub fn candidates_up_to(
+    wdtype: DType,
+    adtype: DType,
+    group: Option<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+    limit: usize,
+) -> Result<Vec<QMatmulConfig>, QMatmulError> {
     let zeros = matches!(wdtype, DType::UInt(_));
     let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
     // Decode shapes start with the measured best; the default tiles come first otherwise.
@@ -227,7 +242,8 @@ pub fn candidates(
         vec![base]
     };
     let mut push = |cfg: QMatmulConfig| {
-        if cfg.tiling().is_ok()
+        if out.len() < limit
+            && cfg.tiling().is_ok()
             && cfg.check_shape(m, n, k).is_ok()
             && build(&cfg).is_ok()
             && !out.contains(&cfg)
@@ -583,6 +599,22 @@ mod tests {
     use super::*;
     use crate::kernels::qmatmul::prepare;
     use crate::quant::{Group, QuantizedWeight};
+
+    /// The head is the same list, in the same order, without building the rest.
+    #[test]
+    fn candidates_up_to_is_the_head_of_candidates() {
+        for (w, m) in [
+            (DType::UInt(1), 1),
+            (DType::Int(4), 16),
+            (DType::UInt(4), 64),
+        ] {
+            let all = candidates(w, DType::F16, Some(128), m, 256, 256).unwrap();
+            for limit in [1, 5, all.len() + 3] {
+                let head = candidates_up_to(w, DType::F16, Some(128), m, 256, 256, limit).unwrap();
+                assert_eq!(head, all[..limit.min(all.len())], "{w} m={m} limit {limit}");
+            }
+        }
+    }
 
     #[test]
     fn buckets_are_powers_of_two_up_to_the_cap() {
