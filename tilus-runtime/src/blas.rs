@@ -2,12 +2,12 @@
 //! quantized kernels are compared with, and the GEMM of their dequantize-then-GEMM method for
 //! prefill shapes. The library is loaded at run time; a missing one is an error, not a panic.
 
-use crate::buffer::DeviceBuffer;
 use crate::context::Context;
 use crate::element::HostElement;
 use crate::error::{Result, RuntimeError};
+use crate::launch::{DeviceRead, DeviceWrite};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaView, CudaViewMut};
 use half::{bf16, f16};
 
 /// A 16-bit float cuBLAS multiplies: f16 or bf16. Only the typed cuBLAS call; what the type
@@ -20,9 +20,9 @@ pub trait GemmElement: HostElement {
     fn gemm(
         blas: &CudaBlas,
         cfg: GemmConfig<Self>,
-        a: &CudaSlice<Self>,
-        b: &CudaSlice<Self>,
-        c: &mut CudaSlice<Self>,
+        a: &CudaView<'_, Self>,
+        b: &CudaView<'_, Self>,
+        c: &mut CudaViewMut<'_, Self>,
     ) -> std::result::Result<(), cudarc::cublas::result::CublasError>;
 }
 
@@ -34,9 +34,9 @@ macro_rules! gemm_element {
             fn gemm(
                 blas: &CudaBlas,
                 cfg: GemmConfig<Self>,
-                a: &CudaSlice<Self>,
-                b: &CudaSlice<Self>,
-                c: &mut CudaSlice<Self>,
+                a: &CudaView<'_, Self>,
+                b: &CudaView<'_, Self>,
+                c: &mut CudaViewMut<'_, Self>,
             ) -> std::result::Result<(), cudarc::cublas::result::CublasError> {
                 // Safety: the lengths were checked against the shapes in `Cublas::gemm`.
                 unsafe { Gemm::<$t>::gemm(blas, cfg, a, b, c) }
@@ -56,7 +56,7 @@ impl Cublas {
     pub fn new(ctx: &Context) -> Result<Cublas> {
         crate::discover::preload_cublas();
         // cudarc panics when the library is missing; ask first.
-        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+        if !crate::linking::cublas_present() {
             return Err(RuntimeError::LibraryMissing {
                 library: "libcublas.so",
                 hint: "install the CUDA toolkit or the `nvidia-cublas` wheel, or set CUDA_HOME"
@@ -76,14 +76,11 @@ impl Cublas {
         m: usize,
         n: usize,
         k: usize,
-        a: &DeviceBuffer<T>,
-        b: &DeviceBuffer<T>,
-        c: &mut DeviceBuffer<T>,
+        a: &impl DeviceRead<T>,
+        b: &impl DeviceRead<T>,
+        c: &mut impl DeviceWrite<T>,
     ) -> Result<()> {
         use cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
-        crate::checks::check_len("a", a.len(), m * k)?;
-        crate::checks::check_len("b", b.len(), k * n)?;
-        crate::checks::check_len("c", c.len(), m * n)?;
         for (arg, v) in [("m", m), ("n", n), ("k", k)] {
             if v == 0 || v > i32::MAX as usize {
                 return Err(RuntimeError::invalid_arg(
@@ -92,6 +89,10 @@ impl Cublas {
                 ));
             }
         }
+        // Each factor is at most i32::MAX, so the products fit a 64-bit usize.
+        crate::checks::check_len("a", a.elements(), m * k)?;
+        crate::checks::check_len("b", b.elements(), k * n)?;
+        crate::checks::check_len("c", c.elements(), m * n)?;
         // Row-major C = A·B is column-major C^T = B^T · A^T: swap the operands.
         let cfg = GemmConfig {
             transa: CUBLAS_OP_N,
@@ -108,9 +109,9 @@ impl Cublas {
         T::gemm(
             &self.blas,
             cfg,
-            b.cuda_slice(),
-            a.cuda_slice(),
-            c.cuda_slice_mut(),
+            &b.cuda_view(),
+            &a.cuda_view(),
+            &mut c.cuda_view_mut(),
         )
         .map_err(|e| RuntimeError::Library {
             library: "cuBLAS",

@@ -155,9 +155,18 @@ fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
     Ok(())
 }
 
-/// A read-only window into a [`DeviceBuffer`].
+/// A read-only window into a [`DeviceBuffer`], or into device memory another library owns.
 pub struct DeviceView<'a, T: Element> {
     pub(crate) view: CudaView<'a, T>,
+}
+
+impl<'a, T: Element> DeviceView<'a, T> {
+    /// Wrap a cudarc view, e.g. of another framework's tensor, so that kernels read it in place
+    /// (no copy). Launches go to the stream of the [`Context`] they are given; when that is not
+    /// the view's own stream, order the two streams yourself.
+    pub fn from_cuda(view: CudaView<'a, T>) -> Self {
+        DeviceView { view }
+    }
 }
 
 /// `len`, `is_empty` and `device_ptr` of both view types.
@@ -191,9 +200,17 @@ impl<T: Element> DeviceView<'_, T> {
     }
 }
 
-/// A writable window into a [`DeviceBuffer`].
+/// A writable window into a [`DeviceBuffer`], or into device memory another library owns.
 pub struct DeviceViewMut<'a, T: Element> {
     pub(crate) view: CudaViewMut<'a, T>,
+}
+
+impl<'a, T: Element> DeviceViewMut<'a, T> {
+    /// Wrap a writable cudarc view so that kernels write it in place (see
+    /// [`DeviceView::from_cuda`]).
+    pub fn from_cuda(view: CudaViewMut<'a, T>) -> Self {
+        DeviceViewMut { view }
+    }
 }
 
 /// Bytes needed to store `numel` values of `bits` bits each, packed with no gaps (a value may

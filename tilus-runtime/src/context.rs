@@ -49,6 +49,8 @@ enum CacheChoice {
 #[derive(Clone, Debug)]
 pub struct ContextBuilder {
     ordinal: usize,
+    /// A stream (and with it a device context) to share instead of opening the device.
+    stream: Option<Arc<CudaStream>>,
     cache: CacheChoice,
     lineinfo: bool,
     fast_math: bool,
@@ -99,8 +101,11 @@ impl ContextBuilder {
             });
         }
         let during = format!("opening device {}", self.ordinal);
-        let cuda =
-            CudaContext::new(self.ordinal).map_err(|e| RuntimeError::driver(during.clone(), e))?;
+        let cuda = match &self.stream {
+            Some(stream) => stream.context().clone(),
+            None => CudaContext::new(self.ordinal)
+                .map_err(|e| RuntimeError::driver(during.clone(), e))?,
+        };
         let attr = |a: sys::CUdevice_attribute| {
             cuda.attribute(a)
                 .map(|v| v.max(0) as u32)
@@ -132,7 +137,7 @@ impl ContextBuilder {
             smem_per_block_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
             total_memory: cuda.total_mem().unwrap_or(0),
         };
-        let stream = cuda.default_stream();
+        let stream = self.stream.unwrap_or_else(|| cuda.default_stream());
         let mut options = CompileOptions::new(device.arch.clone());
         options.lineinfo = self.lineinfo;
         options.fast_math = self.fast_math;
@@ -191,10 +196,22 @@ impl Context {
         Context::builder(ordinal).build()
     }
 
+    /// Options for a context that shares `stream` and its device context with another library
+    /// (candle, say): kernels launch on that stream, buffers are allocated on it, and memory the
+    /// other library owns can be passed in place ([`crate::DeviceView::from_cuda`]).
+    pub fn builder_on(stream: Arc<CudaStream>) -> ContextBuilder {
+        let ordinal = stream.context().ordinal();
+        ContextBuilder {
+            stream: Some(stream),
+            ..Context::builder(ordinal)
+        }
+    }
+
     /// Options for opening device `ordinal`.
     pub fn builder(ordinal: usize) -> ContextBuilder {
         ContextBuilder {
             ordinal,
+            stream: None,
             cache: CacheChoice::FromEnv,
             lineinfo: false,
             fast_math: false,

@@ -38,8 +38,7 @@ enum DriverProblem {
 }
 
 fn load_driver() -> std::result::Result<i32, DriverProblem> {
-    // SAFETY: opening the driver library runs its initializers, which is what using it means.
-    if !unsafe { sys::is_culib_present() } {
+    if !crate::linking::driver_present() {
         return Err(DriverProblem::Missing);
     }
     let mut version = 0;

@@ -42,7 +42,7 @@ use crate::element::{Element, Scalar};
 use crate::error::{Result, RuntimeError};
 use crate::kernel::{Param, ParamType};
 use crate::loaded::{LaunchLimits, LoadedKernel};
-use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
 /// Grid and block shape and dynamic shared memory of one launch.
@@ -110,18 +110,57 @@ pub trait KernelArgMut: sealed::Sealed {
 }
 
 /// A read-only device argument of `T` elements: a whole [`DeviceBuffer`] or a [`DeviceView`] of
-/// part of one (one layer of a KV cache, say). `#[kernel]` launchers take `&impl DeviceRead<T>`.
-pub trait DeviceRead<T: Element>: KernelArg {}
+/// part of one (one layer of a KV cache, say) or of another framework's memory
+/// ([`DeviceView::from_cuda`]). `#[kernel]` launchers take `&impl DeviceRead<T>`.
+pub trait DeviceRead<T: Element>: KernelArg {
+    /// cudarc's view of the elements (for library calls such as cuBLAS).
+    fn cuda_view(&self) -> CudaView<'_, T>;
+    /// Number of `T` elements.
+    fn elements(&self) -> usize {
+        self.size_bytes() / std::mem::size_of::<T>()
+    }
+}
 /// A writable device argument of `T` elements: a [`DeviceBuffer`] or a [`DeviceViewMut`].
 /// `#[kernel]` launchers take `&mut impl DeviceWrite<T>`.
-pub trait DeviceWrite<T: Element>: KernelArgMut {}
+pub trait DeviceWrite<T: Element>: KernelArgMut {
+    /// cudarc's writable view of the elements.
+    fn cuda_view_mut(&mut self) -> CudaViewMut<'_, T>;
+    /// Number of `T` elements.
+    fn elements(&self) -> usize {
+        self.size_bytes() / std::mem::size_of::<T>()
+    }
+}
 
-impl<T: Element> DeviceRead<T> for DeviceBuffer<T> {}
-impl<T: Element> DeviceRead<T> for DeviceView<'_, T> {}
-impl DeviceRead<u8> for PackedTensor {}
-impl<T: Element> DeviceWrite<T> for DeviceBuffer<T> {}
-impl<T: Element> DeviceWrite<T> for DeviceViewMut<'_, T> {}
-impl DeviceWrite<u8> for PackedTensor {}
+impl<T: Element> DeviceRead<T> for DeviceBuffer<T> {
+    fn cuda_view(&self) -> CudaView<'_, T> {
+        self.cuda_slice().as_view()
+    }
+}
+impl<T: Element> DeviceRead<T> for DeviceView<'_, T> {
+    fn cuda_view(&self) -> CudaView<'_, T> {
+        self.view.slice(..)
+    }
+}
+impl DeviceRead<u8> for PackedTensor {
+    fn cuda_view(&self) -> CudaView<'_, u8> {
+        self.bytes().cuda_view()
+    }
+}
+impl<T: Element> DeviceWrite<T> for DeviceBuffer<T> {
+    fn cuda_view_mut(&mut self) -> CudaViewMut<'_, T> {
+        self.cuda_slice_mut().as_view_mut()
+    }
+}
+impl<T: Element> DeviceWrite<T> for DeviceViewMut<'_, T> {
+    fn cuda_view_mut(&mut self) -> CudaViewMut<'_, T> {
+        self.view.slice_mut(..)
+    }
+}
+impl DeviceWrite<u8> for PackedTensor {
+    fn cuda_view_mut(&mut self) -> CudaViewMut<'_, u8> {
+        self.bytes_mut().cuda_view_mut()
+    }
+}
 
 impl<T: Element> sealed::Sealed for DeviceBuffer<T> {}
 impl<T: Element> KernelArg for DeviceBuffer<T> {

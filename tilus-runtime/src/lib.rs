@@ -44,6 +44,7 @@ pub mod element;
 pub mod error;
 pub mod kernel;
 pub mod launch;
+mod linking;
 pub mod loaded;
 pub mod nvrtc;
 #[cfg(test)]

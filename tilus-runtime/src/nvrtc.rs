@@ -48,7 +48,7 @@ enum NvrtcProblem {
 fn load_nvrtc() -> std::result::Result<NvrtcInfo, NvrtcProblem> {
     // SAFETY: opening a shared library runs its initializers; NVRTC's are benign.
     let mut library = None;
-    if !unsafe { sys::is_culib_present() } {
+    if !crate::linking::nvrtc_present() {
         let candidates = discover::nvrtc_library_candidates();
         for cand in &candidates {
             // NVRTC opens its builtins library by name when it compiles; the loader finds it
@@ -65,8 +65,7 @@ fn load_nvrtc() -> std::result::Result<NvrtcInfo, NvrtcProblem> {
                 // Keep it loaded for the life of the process so that cudarc's by-name lookup
                 // resolves to it (the loader matches the soname of loaded libraries).
                 keep_loaded(lib);
-                // SAFETY: as above.
-                if unsafe { sys::is_culib_present() } {
+                if crate::linking::nvrtc_present() {
                     library = Some(cand.clone());
                     break;
                 }
