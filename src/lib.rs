@@ -26,6 +26,8 @@ pub mod prelude {
     pub use tilus_core::DType;
 }
 
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod checkpoint;
 pub mod element;
 pub mod gpu;

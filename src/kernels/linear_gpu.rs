@@ -44,7 +44,7 @@ use crate::DType;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use tilus_runtime::{Context, DeviceBuffer, Element, TuneSource};
+use tilus_runtime::{Context, DeviceBuffer, DeviceRead, DeviceWrite, Element, TuneSource};
 
 /// What a bucket runs and how that was decided.
 #[derive(Clone, Debug)]
@@ -353,14 +353,16 @@ impl<T: Activation> GpuQuantizedLinear<T> {
     }
 
     /// [`Self::forward`] into `y` (`m x n` elements, overwritten). Errors name `m`, `x` or `y`.
+    /// `x` and `y` may be views of memory another library owns
+    /// ([`tilus_runtime::DeviceView::from_cuda`]); nothing is copied.
     pub fn forward_into(
         &self,
-        x: &DeviceBuffer<T>,
+        x: &impl DeviceRead<T>,
         m: usize,
-        y: &mut DeviceBuffer<T>,
+        y: &mut impl DeviceWrite<T>,
     ) -> Result<(), QMatmulError> {
-        check_rows("x", x.len(), m, self.k(), T::DTYPE)?;
-        check_rows("y", y.len(), m, self.n(), T::DTYPE)?;
+        check_rows("x", DeviceRead::elements(x), m, self.k(), T::DTYPE)?;
+        check_rows("y", DeviceWrite::elements(y), m, self.n(), T::DTYPE)?;
         let plan = self.plan_for(m)?;
         let Some(perm) = &self.input_perm else {
             return plan.kernel.run(&self.ctx, m, x, &plan.weight, y);

@@ -8,7 +8,7 @@ use crate::element::{Activation, Element};
 use crate::gpu::{GpuArg, GpuKernel};
 use std::any::Any;
 use std::sync::Mutex;
-use tilus_runtime::{Context, Cublas, DeviceBuffer};
+use tilus_runtime::{Context, Cublas, DeviceBuffer, DeviceRead, DeviceWrite};
 
 /// The weight operands in device memory: re-laid-out codes, scales and zero points in the
 /// activation type `T`.
@@ -121,9 +121,9 @@ impl GpuQMatmul {
         &self,
         ctx: &Context,
         m: usize,
-        a: &DeviceBuffer<T>,
+        a: &impl DeviceRead<T>,
         w: &DeviceWeight<T>,
-        c: &mut DeviceBuffer<T>,
+        c: &mut impl DeviceWrite<T>,
     ) -> Result<(), QMatmulError> {
         let cfg = &self.kernel.config;
         if T::DTYPE != cfg.adtype {
@@ -134,11 +134,11 @@ impl GpuQMatmul {
         }
         // Lengths in bytes, checked with the same rules as the CPU runner.
         let bytes = OperandBytes {
-            a: a.len() * 2,
+            a: a.size_bytes(),
             b: w.b.len(),
             scales: w.scales.len() * 2,
             zeros: w.zeros.as_ref().map(|z| z.len() * 2),
-            c: c.len() * 2,
+            c: c.size_bytes(),
         };
         self.kernel.check_lengths(m, w.n, w.k, &bytes)?;
         if m == 0 {
