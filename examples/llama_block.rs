@@ -565,9 +565,12 @@ fn time_us(
     mut run: impl FnMut() -> candle_core::Result<()>,
 ) -> anyhow::Result<f64> {
     let timing = tilus::runtime::time_runs(ctx, 3, 20, Some(flush), || {
-        run().map_err(|e| tilus::runtime::RuntimeError::invalid_arg("run", e.to_string()))
+        run().map_err(|e| tilus::runtime::RuntimeError::InvalidArgument {
+            arg: "the timed candle call".into(),
+            reason: e.to_string(),
+        })
     })?;
-    Ok(timing.median_us())
+    Ok(timing.median_us)
 }
 
 #[cfg(feature = "candle-cuda")]
@@ -597,7 +600,7 @@ fn bench(
         "\n| layer | k x n | m | tilus us | Q4_0 us | Q4_K us | Q8_0 us | vs Q4_0 | vs Q4_K | vs Q8_0 |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for ((name, k, n), lin) in cfg.linears().into_iter().zip(&block.linears) {
+    for ((name, k, n), lin) in cfg.linears().into_iter().zip(block.linears.iter()) {
         let Linear::Tilus(layer) = lin else {
             unreachable!()
         };

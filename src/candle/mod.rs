@@ -186,7 +186,7 @@ impl CustomOp1 for QLinear {
         storage: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        match storage.dtype() {
+        match candle_core::backend::BackendStorage::dtype(storage) {
             DType::F16 => self.cuda_typed::<f16>(storage, layout),
             DType::BF16 => self.cuda_typed::<bf16>(storage, layout),
             other => Err(self.dtype_error(other)),
@@ -233,13 +233,13 @@ mod cuda {
     }
 
     #[derive(Clone)]
-    enum Gpu {
+    pub(super) enum Gpu {
         F16(Arc<GpuQuantizedLinear<f16>>),
         Bf16(Arc<GpuQuantizedLinear<bf16>>),
     }
 
     /// The GPU layer of one activation type.
-    trait GpuOf: Activation + CudaDType + WithDType {
+    pub(super) trait GpuOf: Activation + CudaDType + WithDType {
         fn wrap(layer: Arc<GpuQuantizedLinear<Self>>) -> Gpu;
         fn unwrap(gpu: &Gpu) -> Option<Arc<GpuQuantizedLinear<Self>>>;
     }

@@ -105,7 +105,7 @@ impl CustomOp2 for RmsNorm {
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         use half::{bf16, f16};
-        match x.dtype() {
+        match candle_core::backend::BackendStorage::dtype(x) {
             DType::F16 => cuda::rms_norm::<f16>(self.eps, x, xl, w, wl),
             _ => cuda::rms_norm::<bf16>(self.eps, x, xl, w, wl),
         }
@@ -130,7 +130,7 @@ impl CustomOp1 for SiluAndMul {
         xl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         use half::{bf16, f16};
-        match x.dtype() {
+        match candle_core::backend::BackendStorage::dtype(x) {
             DType::F16 => cuda::silu_and_mul::<f16>(x, xl),
             _ => cuda::silu_and_mul::<bf16>(x, xl),
         }
