@@ -389,6 +389,104 @@ impl QuantizedWeight {
         Ok(())
     }
 
+    /// The weights `parts` side by side, `[k, n0 + n1 + ...]`: one layer computing what they
+    /// compute for the same input (q, k and v projections fused, or gate and up). They must
+    /// agree in `k`, `dtype`, `group`, `scale_dtype` and in having zero points; an error names
+    /// the first `parts[i]` that does not. Codes, scales and zero points are copied exactly.
+    pub fn concat_columns(parts: &[&QuantizedWeight]) -> Result<QuantizedWeight, QuantError> {
+        let Some(first) = parts.first() else {
+            return Err(QuantError::Empty { name: "parts" });
+        };
+        for (i, p) in parts.iter().enumerate() {
+            p.check()?;
+            let mismatch = if p.k != first.k {
+                Some(format!("k = {}, but parts[0] has k = {}", p.k, first.k))
+            } else if p.dtype != first.dtype {
+                Some(format!(
+                    "{} codes, but parts[0] has {}",
+                    p.dtype, first.dtype
+                ))
+            } else if p.group_rows() != first.group_rows() {
+                Some(format!(
+                    "{} rows per group, but parts[0] has {}",
+                    p.group_rows(),
+                    first.group_rows()
+                ))
+            } else if p.scale_dtype != first.scale_dtype {
+                Some(format!(
+                    "{} scales, but parts[0] has {}",
+                    p.scale_dtype, first.scale_dtype
+                ))
+            } else if p.zeros.is_some() != first.zeros.is_some() {
+                Some("zero points on one part and not the other".to_string())
+            } else {
+                None
+            };
+            if let Some(reason) = mismatch {
+                return Err(QuantError::Inconsistent {
+                    field: "parts",
+                    reason: format!("parts[{i}]: {reason}"),
+                });
+            }
+        }
+        let n: usize = parts.iter().map(|p| p.n).sum();
+        let k = first.k;
+        let bits = first.dtype.bits() as usize;
+        k.checked_mul(n)
+            .and_then(|e| e.checked_mul(bits))
+            .ok_or(QuantError::TooLarge { k, n })?;
+        let mut codes = vec![0u8; storage::packed_len(first.dtype, k * n)];
+        if parts.iter().all(|p| (p.n * bits).is_multiple_of(8)) {
+            // Every part's rows are whole bytes: copy them.
+            let mut at = 0;
+            for r in 0..k {
+                for p in parts {
+                    let row = p.n * bits / 8;
+                    codes[at..at + row].copy_from_slice(&p.codes[r * row..(r + 1) * row]);
+                    at += row;
+                }
+            }
+        } else {
+            let mut col0 = 0;
+            for p in parts {
+                for r in 0..k {
+                    for c in 0..p.n {
+                        let code = storage::get(p.dtype, &p.codes, r * p.n + c);
+                        storage::set(first.dtype, &mut codes, r * n + col0 + c, code);
+                    }
+                }
+                col0 += p.n;
+            }
+        }
+        let groups = k / first.group_rows();
+        let side_by_side = |field: fn(&QuantizedWeight) -> &[f32]| -> Vec<f32> {
+            let mut out = Vec::with_capacity(groups * n);
+            for g in 0..groups {
+                for p in parts {
+                    out.extend_from_slice(&field(p)[g * p.n..(g + 1) * p.n]);
+                }
+            }
+            out
+        };
+        let scales = side_by_side(|p| &p.scales);
+        let zeros = first
+            .zeros
+            .as_ref()
+            .map(|_| side_by_side(|p| p.zeros.as_deref().unwrap_or(&[])));
+        let out = QuantizedWeight {
+            dtype: first.dtype,
+            k,
+            n,
+            group: first.group,
+            codes,
+            scale_dtype: first.scale_dtype,
+            scales,
+            zeros,
+        };
+        out.check()?;
+        Ok(out)
+    }
+
     /// The dequantized weight `[k, n]` in f64: the reference every kernel is checked against.
     ///
     /// Panics, naming the field, on a hand-built weight whose fields disagree (see
@@ -866,5 +964,79 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("argument `dtype`"));
+    }
+
+    /// Side by side, the parts' codes, scales and zero points are exactly each part's: the
+    /// dequantized concatenation is the parts' dequantizations column block by column block.
+    /// u4 with n even takes the byte-copy path; u3 with odd n the per-code one.
+    #[test]
+    fn concat_columns_places_each_part_exactly() {
+        for (dtype, ns, asym) in [
+            (DType::UInt(4), [64, 16, 32], true),
+            (DType::UInt(3), [7, 13, 5], true),
+            (DType::Int(5), [9, 3, 6], false),
+        ] {
+            let k = 64;
+            let parts: Vec<QuantizedWeight> = ns
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let w = random_weight(k, n, 40 + i as u64);
+                    QuantizedWeight::quantize(&w, k, n, dtype, Group::Rows(32), DType::F16, asym)
+                        .unwrap()
+                })
+                .collect();
+            let refs: Vec<&QuantizedWeight> = parts.iter().collect();
+            let fused = QuantizedWeight::concat_columns(&refs).unwrap();
+            let n: usize = ns.iter().sum();
+            assert_eq!((fused.k, fused.n), (k, n));
+            let got = fused.dequantize();
+            let mut col0 = 0;
+            for p in &parts {
+                let want = p.dequantize();
+                for r in 0..k {
+                    for c in 0..p.n {
+                        assert_eq!(
+                            got[r * n + col0 + c].to_bits(),
+                            want[r * p.n + c].to_bits(),
+                            "{dtype} row {r} column {col0} + {c}"
+                        );
+                    }
+                }
+                col0 += p.n;
+            }
+        }
+    }
+
+    #[test]
+    fn concat_columns_names_the_part_that_disagrees() {
+        let w = random_weight(64, 16, 1);
+        let q = |k: usize, dtype: DType, group: usize| {
+            QuantizedWeight::quantize(
+                &w[..k * 16],
+                k,
+                16,
+                dtype,
+                Group::Rows(group),
+                DType::F16,
+                true,
+            )
+            .unwrap()
+        };
+        let a = q(64, DType::UInt(4), 32);
+        for (b, what) in [
+            (q(32, DType::UInt(4), 32), "k = 32"),
+            (q(64, DType::UInt(3), 32), "u3"),
+            (q(64, DType::UInt(4), 16), "16 rows per group"),
+        ] {
+            let e = QuantizedWeight::concat_columns(&[&a, &a, &b])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("parts[2]") && e.contains(what), "{e}");
+        }
+        let e = QuantizedWeight::concat_columns(&[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`parts`"), "{e}");
     }
 }

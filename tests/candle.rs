@@ -8,7 +8,7 @@ mod common;
 
 use candle_core::{DType as CDType, Device, Module, Tensor, D};
 use rand::Rng;
-use tilus::candle::{ops, QLinear};
+use tilus::candle::{ops, DecodeAttn, QLinear};
 use tilus::kernels::linear::QuantizedLinear;
 use tilus::quant::Group;
 use tilus::DType;
@@ -171,6 +171,103 @@ fn row_ops_on_cpu_tensors() {
     assert_eq!(x.dim(D::Minus1).unwrap(), 7);
 }
 
+/// Decode attention in f64: `[batch, q_heads, head_dim]` over the first `lens[b]` positions of
+/// token-major caches `[batch, cap, kv_heads, head_dim]`.
+#[allow(clippy::too_many_arguments)]
+fn attention_reference(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    lens: &[i32],
+    (qh, kvh, hd, cap): (usize, usize, usize, usize),
+    scale: f64,
+) -> Vec<f64> {
+    let mut out = vec![0.0; q.len()];
+    for (b, &len) in lens.iter().enumerate() {
+        for h in 0..qh {
+            let g = h / (qh / kvh);
+            let qv = &q[(b * qh + h) * hd..][..hd];
+            let row = |t: usize| ((b * cap + t) * kvh + g) * hd;
+            let scores: Vec<f64> = (0..len as usize)
+                .map(|t| {
+                    scale
+                        * qv.iter()
+                            .zip(&k[row(t)..][..hd])
+                            .map(|(a, b)| a * b)
+                            .sum::<f64>()
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = w.iter().sum();
+            for (t, wt) in w.iter().enumerate() {
+                for d in 0..hd {
+                    out[(b * qh + h) * hd + d] += wt / total * v[row(t) + d];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn check_decode_attention(device: &Device, dtype: CDType) {
+    let (qh, kvh, hd, cap) = (8, 2, 128, 80);
+    let lens = [77i32, 5, 0];
+    let batch = lens.len();
+    let attn = DecodeAttn::new(qh, kvh, hd, cap, 1.0 / (hd as f32).sqrt()).unwrap();
+    let q = random_input(&[batch, qh, hd], dtype, device);
+    let k = random_input(&[batch, cap, kvh, hd], dtype, device);
+    let v = random_input(&[batch, cap, kvh, hd], dtype, device);
+    let l = Tensor::new(&lens[..], device).unwrap();
+    let y = attn.forward(&q, &k, &v, &l).unwrap();
+    assert_eq!(y.dims(), &[batch, qh, hd]);
+    let want = attention_reference(
+        &to_f64(&q),
+        &to_f64(&k),
+        &to_f64(&v),
+        &lens,
+        (qh, kvh, hd, cap),
+        1.0 / (hd as f64).sqrt(),
+    );
+    let e = rel_err(&to_f64(&y), &want);
+    assert!(e < 1e-2, "decode attention {dtype:?}: relative error {e}");
+    // The empty sequence gives zeros.
+    assert!(to_f64(&y)[2 * qh * hd..].iter().all(|&x| x == 0.0));
+}
+
+#[test]
+fn decode_attention_on_cpu_tensors_runs_the_interpreter() {
+    check_decode_attention(&Device::Cpu, CDType::F16);
+    check_decode_attention(&Device::Cpu, CDType::BF16);
+}
+
+#[test]
+fn decode_attention_errors_name_the_tensor() {
+    let dev = Device::Cpu;
+    let attn = DecodeAttn::new(4, 2, 64, 16, 0.125).unwrap();
+    let q = random_input(&[1, 4, 64], CDType::F16, &dev);
+    let k = random_input(&[1, 16, 2, 64], CDType::F16, &dev);
+    let l = Tensor::new(&[3i32], &dev).unwrap();
+    let short = random_input(&[1, 8, 2, 64], CDType::F16, &dev);
+    let e = attn.forward(&q, &short, &k, &l).unwrap_err().to_string();
+    assert!(e.contains("k_cache must be"), "{e}");
+    let kt = random_input(&[1, 2, 16, 64], CDType::F16, &dev)
+        .transpose(1, 2)
+        .unwrap();
+    let e = attn.forward(&q, &k, &kt, &l).unwrap_err().to_string();
+    assert!(e.contains("v_cache must be contiguous"), "{e}");
+    let lu = Tensor::new(&[3u32], &dev).unwrap();
+    let e = attn.forward(&q, &k, &k, &lu).unwrap_err().to_string();
+    assert!(e.contains("seq_lens must be i32"), "{e}");
+    let q5 = random_input(&[1, 5, 64], CDType::F16, &dev);
+    let e = attn.forward(&q5, &k, &k, &l).unwrap_err().to_string();
+    assert!(e.contains("4 query heads"), "{e}");
+    let e = DecodeAttn::new(4, 3, 64, 16, 0.125)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kv_heads"), "{e}");
+}
+
 #[cfg(feature = "candle-cuda")]
 mod cuda {
     use super::*;
@@ -240,5 +337,14 @@ mod cuda {
         };
         check_row_ops(&dev, CDType::F16);
         check_row_ops(&dev, CDType::BF16);
+    }
+
+    #[test]
+    fn decode_attention_on_cuda_tensors() {
+        let Some(dev) = device("decode_attention_on_cuda_tensors") else {
+            return;
+        };
+        check_decode_attention(&dev, CDType::F16);
+        check_decode_attention(&dev, CDType::BF16);
     }
 }

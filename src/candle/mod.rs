@@ -31,7 +31,10 @@
 //! compute in) are wrapped with [`candle_core::Error::wrap`] and keep their message, which names
 //! the argument.
 
+pub mod attention;
 pub mod ops;
+
+pub use attention::DecodeAttn;
 
 use crate::element::Activation;
 use crate::kernels::linear::QuantizedLinear;

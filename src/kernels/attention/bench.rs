@@ -163,7 +163,7 @@ pub fn bench_decode<T: Activation>(
                 }
                 let mut step = || match (&kt, &vt) {
                     (Some(kt), Some(vt)) => {
-                        let c = KvCache {
+                        let c: KvCache<'_, _, DeviceBuffer<f32>, _> = KvCache {
                             k: kt,
                             v: vt,
                             meta: None,

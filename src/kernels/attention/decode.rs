@@ -43,7 +43,9 @@ use crate::element::Activation;
 use crate::gpu::GpuArg;
 use crate::macro_support::KernelError;
 use tilus_core::DType;
-use tilus_runtime::{Context, DeviceBuffer, HostElement, KernelArg, KernelArgMut};
+use tilus_runtime::{
+    Context, DeviceBuffer, DeviceRead, DeviceWrite, HostElement, KernelArg, KernelArgMut,
+};
 
 /// Where the keys and values of a sequence live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -537,24 +539,33 @@ impl DecodeAttention {
     /// capacity; a length of 0 gives zeros). Lengths are checked before anything is launched;
     /// page indices and sequence lengths on the device are only ever used to read inside the
     /// cache (a bad one reads zeros, never out of bounds). Returns when the work is queued.
-    pub fn run<T: Activation, C: HostElement>(
+    ///
+    /// Every operand may be a view of memory another library owns (candle's tensors,
+    /// [`tilus_runtime::DeviceView::from_cuda`]).
+    pub fn run<T, C, KB, MB, IB>(
         &self,
         ctx: &Context,
-        q: &DeviceBuffer<T>,
-        cache: &KvCache<'_, DeviceBuffer<C>, DeviceBuffer<f32>, DeviceBuffer<i32>>,
-        out: &mut DeviceBuffer<T>,
-    ) -> Result<(), KernelError> {
-        let bytes = std::mem::size_of::<C>();
+        q: &impl DeviceRead<T>,
+        cache: &KvCache<'_, KB, MB, IB>,
+        out: &mut impl DeviceWrite<T>,
+    ) -> Result<(), KernelError>
+    where
+        T: Activation,
+        C: HostElement,
+        KB: DeviceRead<C>,
+        MB: DeviceRead<f32>,
+        IB: DeviceRead<i32>,
+    {
         self.check_lengths(
             T::DTYPE,
             C::DTYPE,
-            q.len(),
-            cache.k.len() * bytes,
-            cache.v.len() * bytes,
-            cache.meta.map(|(k, v)| (k.len(), v.len())),
-            cache.block_table.map(|t| t.len()),
-            cache.seq_lens.len(),
-            out.len(),
+            DeviceRead::elements(q),
+            cache.k.size_bytes(),
+            cache.v.size_bytes(),
+            cache.meta.map(|(k, v)| (k.elements(), v.elements())),
+            cache.block_table.map(|t| t.elements()),
+            cache.seq_lens.elements(),
+            DeviceWrite::elements(out),
         )?;
         let sms = ctx.device().multiprocessors as usize;
         let plan = self.plan_for::<T>(sms)?;
