@@ -471,14 +471,15 @@ fn attend(
     let q = q.contiguous()?;
     let scores = (q.matmul(&k.t()?)?.to_dtype(DType::F32)? / (c.head_dim as f64).sqrt())?;
     let scores = if t > 1 {
-        // Causal: query i (position pos + i) sees keys 0..=pos + i.
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| {
-                (0..total).map(move |j| if j <= pos + i { 0.0 } else { f32::NEG_INFINITY })
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, total), q.device())?;
-        scores.broadcast_add(&mask)?
+        // Causal: query i (position pos + i) sees keys 0..=pos + i. Built on the device: a
+        // host-built mask would be a copy (and a host stall) per step.
+        let dev = q.device();
+        let rows = Tensor::arange(pos as u32, (pos + t) as u32, dev)?.reshape((t, 1))?;
+        let cols = Tensor::arange(0u32, total as u32, dev)?.reshape((1, total))?;
+        let visible = cols.broadcast_le(&rows)?;
+        let zeros = Tensor::zeros((t, total), DType::F32, dev)?;
+        let hidden = Tensor::full(f32::NEG_INFINITY, (t, total), dev)?;
+        scores.broadcast_add(&visible.where_cond(&zeros, &hidden)?)?
     } else {
         scores
     };
