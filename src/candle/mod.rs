@@ -27,6 +27,10 @@
 //! that device's stream with [`Context::builder_on`] and shared by every layer on the device,
 //! so kernels compile and tune once per process (then the disk caches serve them).
 //!
+//! Threads: candle's default device launches on the calling thread's own stream, and a layer
+//! keeps one split-k workspace per configuration; call a layer from one thread at a time, or
+//! give each thread its own device (`Device::new_cuda_with_stream`).
+//!
 //! Errors are candle errors: tilus's own (a shape no kernel takes, a dtype the layer does not
 //! compute in) are wrapped with [`candle_core::Error::wrap`] and keep their message, which names
 //! the argument.
