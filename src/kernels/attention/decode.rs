@@ -30,7 +30,9 @@
 //! let table = DeviceBuffer::<i32>::zeros(&ctx, 2 * 32)?;
 //! let lens = DeviceBuffer::from_host(&ctx, &[1000i32, 17])?;
 //! let mut out = DeviceBuffer::<f16>::zeros(&ctx, shape.q_len())?;
-//! let cache = KvCache { k: &k, v: &v, meta: None, block_table: Some(&table), seq_lens: &lens };
+//! // Without a quantized cache's `meta`, its buffer type is named for the compiler.
+//! let cache: KvCache<'_, _, DeviceBuffer<f32>, _> =
+//!     KvCache { k: &k, v: &v, meta: None, block_table: Some(&table), seq_lens: &lens };
 //! attn.run(&ctx, &q, &cache, &mut out)?;
 //! # Ok(()) }
 //! ```
@@ -709,8 +711,9 @@ impl DecodeAttention {
     }
 }
 
-/// The KV cache of a run: device buffers for [`DecodeAttention::run`], host slices for
-/// [`DecodeAttention::run_cpu`].
+/// The KV cache of a run: device buffers or views for [`DecodeAttention::run`], host slices for
+/// [`DecodeAttention::run_cpu`]. With `meta: None` the type `M` is not inferred: write
+/// `KvCache<'_, _, DeviceBuffer<f32>, _>` (any [`DeviceRead<f32>`] type will do).
 pub struct KvCache<'a, K: ?Sized, M: ?Sized, I: ?Sized> {
     /// Keys: `[rows, kv_heads, head_dim]` of the activation type, or packed codes (bytes).
     pub k: &'a K,
