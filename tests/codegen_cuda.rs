@@ -806,3 +806,73 @@ fn prefill_attention_compiles_without_spills() {
     }
     run("prefill_attention_compiles_without_spills", ks);
 }
+
+#[allow(dead_code)]
+#[path = "../tilus-core/tests/programs/bmma.rs"]
+mod bmma_programs;
+
+/// The u1 `dot` selects the 1-bit tensor-core mma: SASS `BMMA` (the `.and.popc` form, native on
+/// sm_80 and sm_90), no local memory, no spills, for one warp tile and a multi-warp tiling.
+#[test]
+fn u1_dot_compiles_to_bmma() {
+    use bmma_programs::{bmma_program, Tiling};
+    let Some((ptxas, disasm)) = tools("u1_dot_compiles_to_bmma") else {
+        return;
+    };
+    let scratch = Scratch::new("bmma");
+    for t in [
+        Tiling {
+            wm: 1,
+            wn: 1,
+            fm: 1,
+            fn_: 1,
+            kt: 1,
+        },
+        Tiling {
+            wm: 2,
+            wn: 2,
+            fm: 2,
+            fn_: 4,
+            kt: 2,
+        },
+    ] {
+        let name = format!("bmma_{}x{}x{}", t.bm(), t.bn(), t.bk());
+        let k = emit(&bmma_program(t, 0), &Default::default()).unwrap();
+        assert!(
+            k.source.contains(".and.popc") && !k.source.contains(".xor.popc"),
+            "{name}: the AND form only"
+        );
+        for arch in ["sm_80", "sm_90a"] {
+            let ptx = compile_ptx(&k.source, arch)
+                .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
+            let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, arch);
+            assert!(
+                a.ptxas_log
+                    .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+                "{name} ({arch}): stack frame or spills:\n{}",
+                a.ptxas_log
+            );
+            let ops = opcodes(&a.sass);
+            let count = |p: &str| {
+                ops.iter()
+                    .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
+                    .count()
+            };
+            assert_eq!(
+                count("LDL") + count("STL"),
+                0,
+                "{name} ({arch}): local memory"
+            );
+            // One BMMA per warp tile and k tile of the loop body.
+            let tiles = t.fm * t.fn_ * t.kt;
+            assert!(
+                count("BMMA") >= tiles,
+                "{name} ({arch}): {} BMMA for {tiles} tiles\n{}",
+                count("BMMA"),
+                a.sass
+            );
+            assert_eq!(count("HMMA") + count("IMMA"), 0, "{name} ({arch})");
+            eprintln!("{name} ({arch}): ok, {} BMMA", count("BMMA"));
+        }
+    }
+}

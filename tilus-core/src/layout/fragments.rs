@@ -13,13 +13,22 @@
 //! | `mma_b_t` | `[8, 16]` | `mma_b` with its dimensions swapped, the same registers in the same order: an operand stored n-major (the rows of K for `Q · Kᵀ`) loads in `..mma_b_t` and becomes B with a free `view` to `..mma_b` |
 //! | `mma_a_t` | `[16, 16]` | `mma_a` with its dimensions swapped: a `[k, n]` weight tile held in `..mma_a_t` is the A operand of the transposed product `Cᵀ = Wᵀ · Xᵀ` after a free `view` to `..mma_a` |
 //! | `mma_c_t` | `[8, 16]` | `mma_c` with its dimensions swapped: the `[n, m]` accumulator of that product, viewed as `[m, n]` for the store |
+//! | `mma_b1_a` | `[16, 256]` | A of u1 (`mma.m16n8k256 .b1`, four `.b32` registers of 32 bits): `column_local(2, 2).spatial(8, 4).local(1, 32)` |
+//! | `mma_b1_b` | `[256, 8]` | B of u1 (two `.b32` registers): `local(2, 1).column_spatial(4, 8).local(32, 1)` |
+//! | `mma_b1_c` | `[16, 8]` | C/D of the u1 mma, i32: the same map as `mma_c` |
+//!
+//! The u1 fragments hold 32 consecutive k of one row (A) or column (B) in each 32-bit register,
+//! bit `i` of register `r` being local `32 r + i`: a `[rows, k / 32]` array of `u32` words loaded
+//! in `column_local(2, 2).spatial(8, 4)` (A) or `local(1, 2).spatial(8, 4)` (B, stored n-major)
+//! becomes the fragment with a free `view`. (The PTX ISA's A formula prints `+ i` where it means
+//! `+ (i & 0x1F)` for `i < 64`: registers 0 and 1 cover the same columns, rows `g` and `g + 8`.)
 //!
 //! `verify::dot` says how a `dot` tiles them.
 
 use super::Layout;
 
 /// `(name, text)` of every named fragment.
-pub const FRAGMENTS: [(&str, &str); 8] = [
+pub const FRAGMENTS: [(&str, &str); 11] = [
     ("mma_a", "column_local(2, 2).spatial(8, 4).local(1, 2)"),
     ("mma_b", "local(2, 1).column_spatial(4, 8).local(2, 1)"),
     ("mma_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
@@ -28,6 +37,9 @@ pub const FRAGMENTS: [(&str, &str); 8] = [
     ("mma_b_t", "local(1, 2).spatial(8, 4).local(1, 2)"),
     ("mma_a_t", "local(2, 2).column_spatial(4, 8).local(2, 1)"),
     ("mma_c_t", "local(1, 2).column_spatial(4, 8).local(2, 1)"),
+    ("mma_b1_a", "column_local(2, 2).spatial(8, 4).local(1, 32)"),
+    ("mma_b1_b", "local(2, 1).column_spatial(4, 8).local(32, 1)"),
+    ("mma_b1_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
 ];
 
 /// The text of the fragment called `name`, if there is one.
@@ -59,6 +71,9 @@ mod tests {
             [8, 16],
             [16, 16],
             [8, 16],
+            [16, 256],
+            [256, 8],
+            [16, 8],
         ];
         for ((name, _), shape) in FRAGMENTS.iter().zip(shapes) {
             let l = fragment(name).unwrap();
@@ -66,6 +81,49 @@ mod tests {
             assert_eq!(l.num_threads(), 32, "{name}: a warp");
         }
         assert!(fragment("mma_d").is_none());
+    }
+
+    /// The u1 fragments against the PTX ISA's formulas for `mma.m16n8k256 .b1` (section "Matrix
+    /// Fragments for mma.m16n8k256"), computed here per (lane, register, bit) independently of
+    /// the layout texts: `groupID = lane >> 2`, `threadID_in_group = lane % 4`, element `i` of a
+    /// thread is bit `i % 32` of register `i / 32`.
+    #[test]
+    fn b1_fragments_match_the_ptx_isa() {
+        let (a, b, c) = (
+            fragment("mma_b1_a").unwrap(),
+            fragment("mma_b1_b").unwrap(),
+            fragment("mma_b1_c").unwrap(),
+        );
+        assert_eq!(
+            (a.num_locals(), b.num_locals(), c.num_locals()),
+            (128, 64, 4)
+        );
+        for lane in 0..32usize {
+            let (g, tig) = (lane >> 2, lane % 4);
+            for reg in 0..4 {
+                for bit in 0..32usize {
+                    let i = reg * 32 + bit;
+                    // A: rows g for a0..a31 and a64..a95, else g + 8; columns tig * 32 + (i & 31),
+                    // plus 128 from a64 on.
+                    let row = if i < 32 || (64..96).contains(&i) {
+                        g
+                    } else {
+                        g + 8
+                    };
+                    let col = tig * 32 + (i & 0x1f) + if i >= 64 { 128 } else { 0 };
+                    assert_eq!(a.eval(lane, i), vec![row, col], "A lane {lane} a{i}");
+                }
+            }
+            for i in 0..64usize {
+                let row = tig * 32 + (i & 0x1f) + if i >= 32 { 128 } else { 0 };
+                assert_eq!(b.eval(lane, i), vec![row, g], "B lane {lane} b{i}");
+            }
+            for i in 0..4usize {
+                let row = if i < 2 { g } else { g + 8 };
+                let col = tig * 2 + (i & 1);
+                assert_eq!(c.eval(lane, i), vec![row, col], "C lane {lane} c{i}");
+            }
+        }
     }
 
     /// Each `_t` fragment holds, in every thread's register, the element of its base fragment
