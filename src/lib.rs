@@ -26,6 +26,7 @@ pub mod prelude {
     pub use tilus_core::DType;
 }
 
+pub mod apt;
 pub mod checkpoint;
 pub mod element;
 pub mod gpu;
