@@ -1,0 +1,152 @@
+//! The bit-serial WxAy GEMM and the activation quantizer, written with `#[kernel]`
+//! (`docs/apt.md`).
+//!
+//! **GEMM** `y[m, n] = sa[m] · sw[n] · Σ_k v_a[m, k] · v_w[n, k]` with bipolar values `v` of
+//! `ABITS`-bit activations and `WBITS`-bit weights, read as bit planes (`[bits][rows][k / 32]`
+//! `u32`, see [`crate::apt::matrix`]). A block computes `BM x BN` outputs with `WM x WN` warps,
+//! each warp `FM x FN` mma tiles of `16 x 8`; a k step is `KT` tiles of 256 bits.
+//!
+//! The planes are stacked into the matrix dimensions: the A operand of a k step is the
+//! `[ABITS · BM, BK]` bit matrix of all activation planes (each warp's rows ordered plane,
+//! tile, row), the B operand the `[BK, WBITS · BN]` one of all weight planes, so **one u1 `dot`
+//! per k step**
+//! computes every plane pair, `D[q·BM + i, p·BN + j] += popc(a_q[i] AND w_p[j])`, on the 1-bit
+//! tensor cores, accumulating in s32 over all of k. The plane dimensions are locals of every
+//! thread (`local(ABITS, WBITS)` outermost), so the **recovery** after the k loop is in
+//! registers: a free `view` makes the plane pair a leading dimension of extent `ABITS · WBITS`,
+//! each is shifted by `p + q` and summed over that dimension (thread-local), giving
+//! `X = Σ_k code_a · code_w`. The bipolar product is then
+//! `4X - 2(2^A - 1)·Σ_k code_w - 2(2^W - 1)·Σ_k code_a + K (2^A - 1)(2^W - 1)` (row sums of codes
+//! are inputs), exact in i32 (the host checks `4 K (2^A - 1)(2^W - 1) < 2^31`), and the scales
+//! are applied once, in f32, before the f16 store. With `STORE_ACC = 1` the i32 product is also
+//! stored (the exactness tests).
+//!
+//! Each k step's words are loaded one step ahead into registers (the loads of step `kb + 1` are
+//! issued before the `dot` of step `kb`).
+
+/// The largest `4 K (2^A - 1)(2^W - 1)` the i32 recovery holds.
+pub const MAX_PRODUCT: i64 = i32::MAX as i64;
+
+#[tilus::kernel(
+    lazy,
+    grid = [cdiv(m, WM * FM * 16), n / (WN * FN * 8)],
+    warps = WM * WN,
+    space(
+        WBITS = [2, 3],
+        ABITS = [2],
+        WM = [1, 2],
+        WN = [2],
+        FM = [1],
+        FN = [2],
+        KT = [1, 2],
+        STORE_ACC = [0, 1],
+    ),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn apt_gemm<
+    const WBITS: i32,
+    const ABITS: i32,
+    const WM: i32,
+    const WN: i32,
+    const FM: i32,
+    const FN: i32,
+    const KT: i32,
+    const STORE_ACC: i32,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    a_planes: Global<u32>,
+    w_planes: Global<u32>,
+    a_sums: Global<i32>,
+    a_scales: Global<f32>,
+    w_sums: Global<i32>,
+    w_scales: Global<f32>,
+    y: GlobalMut<f16>,
+    acc_out: GlobalMut<i32>,
+) {
+    // The largest bipolar value of `b` bits, 2^b - 1.
+    fn levels(b: i32) -> i32 {
+        if b == 1 {
+            1
+        } else if b == 2 {
+            3
+        } else if b == 3 {
+            7
+        } else if b == 4 {
+            15
+        } else if b == 5 {
+            31
+        } else if b == 6 {
+            63
+        } else if b == 7 {
+            127
+        } else {
+            255
+        }
+    }
+    let bm = WM * FM * 16;
+    let bn = WN * FN * 8;
+    let kw = KT * 8;
+    let [bi, bj] = block_indices();
+    let ga = view_global(a_planes, [ABITS, m, k / 32]);
+    let gw = view_global(w_planes, [WBITS, n, k / 32]);
+    // Words of one k step: every plane, each thread's words in its fragments' register order.
+    // Warps along m share the weight words, warps along n the activation words. Per warp, the
+    // stacked A rows are (plane q, tile fm, row), the stacked B columns (plane p, tile fn, col).
+    let la_words = layout!(reduce(spatial(1, WM, WN), [2])
+        .local(ABITS, FM, KT)
+        .column_local(2, 2)
+        .spatial(8, 4));
+    let lw_words = layout!(reduce(column_spatial(1, WN, WM), [2])
+        .local(1, 1, KT)
+        .local(WBITS, FN, 1)
+        .local(1, 2)
+        .spatial(8, 4));
+    // The same registers as bits: the stacked A `[ABITS·BM, BK]` and B `[BK, WBITS·BN]`.
+    let la_bits = layout!(reduce(spatial(WM, WN), [1]).local(ABITS * FM, KT).mma_b1_a);
+    let lw_bits = layout!(reduce(spatial(WM, WN), [0]).local(KT, WBITS * FN).mma_b1_b);
+    let lc = layout!(spatial(WM, WN).local(FM, FN).mma_b1_c);
+    let mut acc = register::<i32>(
+        layout!(spatial(WM, WN).local(ABITS, WBITS).local(FM, FN).mma_b1_c),
+        0,
+    );
+    let mut xa = load_global(ga, la_words, [0, bi * bm, 0]);
+    let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
+    for kb in 0..k / (KT * 256) {
+        // The next step's words (past k the view masks them to zero).
+        let na = load_global(ga, la_words, [0, bi * bm, (kb + 1) * kw]);
+        let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
+        acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+        xa = na;
+        xw = nw;
+    }
+    // Recovery: the plane pair (q, p) as a leading dimension, shifted by p + q and summed.
+    let pairs = view::<i32>(
+        acc,
+        layout!(
+            spatial(1, WM, WN)
+                .local(ABITS * WBITS, 1, 1)
+                .local(FM, FN)
+                .mma_b1_c
+        ),
+    );
+    let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
+    let shift = s % WBITS + s / WBITS;
+    let x = view::<i32>(sum(pairs << shift, 0), lc);
+    // The bipolar product from the AND form, then the scales.
+    let lrow = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_c, [1]));
+    let lcol = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_c, [0]));
+    let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * bm, 0]);
+    let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
+    let ma = levels(ABITS);
+    let mw = levels(WBITS);
+    let d = x * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
+    if STORE_ACC == 1 {
+        store_global(d, view_global(acc_out, [m, n]), [bi * bm, bj * bn]);
+    }
+    let fa = load_global(view_global(a_scales, [m, 1]), lrow, [bi * bm, 0]);
+    let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
+    let out = cast::<f32>(d) * fa * fw;
+    store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
+}

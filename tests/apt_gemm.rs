@@ -1,0 +1,80 @@
+//! The bit-serial WxAy GEMM (`#[kernel]` `apt_gemm`) on the interpreter: random f32 weights and
+//! activations quantized on the host, the integer products exactly equal to an i64 reference
+//! of the quantized operands, the f16 output within f16 rounding of an f64 reference.
+
+use half::f16;
+use rand::Rng;
+use tilus::apt::matrix::{bipolar_products, ScaleRule};
+use tilus::apt::AptMatrix;
+use tilus::kernels::apt::kernel::apt_gemm;
+
+fn random(len: usize) -> Vec<f32> {
+    let mut rng = rand::rng();
+    (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(wbits: u32, abits: u32, tiles: [i32; 5], m: usize, n: usize, k: usize) {
+    let [wm, wn, fm, fn_, kt] = tiles;
+    let cfg = apt_gemm::Config {
+        WBITS: wbits as i32,
+        ABITS: abits as i32,
+        WM: wm,
+        WN: wn,
+        FM: fm,
+        FN: fn_,
+        KT: kt,
+        STORE_ACC: 1,
+    };
+    let a = AptMatrix::quantize(&random(m * k), m, k, abits, ScaleRule::Max).unwrap();
+    let w = AptMatrix::quantize(&random(n * k), n, k, wbits, ScaleRule::Max).unwrap();
+    let mut y = vec![f16::NAN; m * n];
+    let mut acc = vec![i32::MIN; m * n];
+    apt_gemm::interpret(
+        &cfg,
+        m as i32,
+        n as i32,
+        k as i32,
+        &a.planes().unwrap(),
+        &w.planes().unwrap(),
+        &a.row_sums(),
+        a.scales(),
+        &w.row_sums(),
+        w.scales(),
+        &mut y,
+        &mut acc,
+    )
+    .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+    let want = bipolar_products(&a, &w);
+    for (i, (&got, &want)) in acc.iter().zip(&want).enumerate() {
+        assert_eq!(got as i64, want, "{cfg} m={m} n={n} k={k}: product at {i}");
+    }
+    assert!(want.iter().any(|&v| v != 0));
+    // f16 output: the f64 value sa·sw·D rounded once to f16 (the kernel's f32 products add
+    // at most 2 f32 roundings: 2^-23 relative), so within one f16 ulp.
+    for i in 0..m {
+        for j in 0..n {
+            let r = a.scales()[i] as f64 * w.scales()[j] as f64 * want[i * n + j] as f64;
+            let g = y[i * n + j].to_f64();
+            let ulp = f16::from_f64(r).to_f64().abs().max(6.1e-5) * 2f64.powi(-10);
+            assert!(
+                (g - r).abs() <= ulp,
+                "{cfg}: y[{i}, {j}] = {g}, reference {r}"
+            );
+        }
+    }
+}
+
+#[test]
+fn w2a2_matches_reference() {
+    check(2, 2, [1, 2, 1, 2, 1], 16, 32, 512);
+    // A ragged m (rows past m masked), several blocks, two k tiles per step.
+    check(2, 2, [2, 2, 1, 2, 2], 37, 64, 1024);
+}
+
+#[test]
+fn other_widths_match_reference() {
+    for (w, a) in [(1, 2), (3, 4), (4, 4), (2, 8), (1, 1)] {
+        check(w, a, [1, 2, 1, 2, 1], 5, 32, 512);
+    }
+}
