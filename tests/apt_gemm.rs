@@ -78,3 +78,43 @@ fn other_widths_match_reference() {
         check(w, a, [1, 2, 1, 2, 1], 5, 32, 512);
     }
 }
+
+/// The activation quantizer kernel gives the host quantizer's planes, row sums and scales
+/// exactly, for rows shorter and longer than one chunk and a zero row.
+#[test]
+fn activation_quantizer_matches_host() {
+    use tilus::kernels::apt::kernel::apt_quantize_act;
+    let mut rng = rand::rng();
+    for (abits, warps, m, k) in [(2, 1, 3, 256), (4, 4, 2, 1024 + 4096), (3, 1, 2, 1536)] {
+        let cfg = apt_quantize_act::Config {
+            ABITS: abits,
+            WARPS: warps,
+        };
+        let mut x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-3.0f32..3.0)))
+            .collect();
+        // Row 1 all zero: the smallest scale, never a division by zero.
+        for v in &mut x[k..2 * k] {
+            *v = f16::ZERO;
+        }
+        let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let host = AptMatrix::quantize(&xf, m, k, abits as u32, ScaleRule::Max).unwrap();
+        let mut planes = vec![0xdead_beefu32; abits as usize * m * k / 32];
+        let mut sums = vec![i32::MIN; m];
+        let mut scales = vec![f32::NAN; m];
+        apt_quantize_act::interpret(
+            &cfg,
+            m as i32,
+            k as i32,
+            &x,
+            &mut planes,
+            &mut sums,
+            &mut scales,
+        )
+        .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        assert_eq!(planes, host.planes().unwrap(), "{cfg} m={m} k={k}: planes");
+        assert_eq!(sums, host.row_sums(), "{cfg}: row sums");
+        let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&scales), bits(host.scales()), "{cfg}: scales");
+    }
+}

@@ -150,3 +150,60 @@ pub fn apt_gemm<
     let out = cast::<f32>(d) * fa * fw;
     store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
 }
+
+/// The activation quantizer: per token (row of `x[m, k]`, f16), `scale = max(amax, 2^-100) /
+/// (2^ABITS - 1)`, codes `(v + 2^ABITS - 1) / 2` of `v = clamp(2·floor(x / scale / 2) + 1)`,
+/// written as `ABITS` bit planes `[ABITS][m][k / 32]` with the row's `Σ code` and scale: the
+/// f32 operations of [`crate::apt::matrix::AptMatrix::quantize`] with [`ScaleRule::Max`], so the
+/// codes agree exactly. One block per row, two passes over the row in chunks of `32 · 32 · WARPS`
+/// elements (the second pass reads the row again, from L2 for rows this size); `k` a multiple
+/// of 32.
+///
+/// [`ScaleRule::Max`]: crate::apt::matrix::ScaleRule::Max
+#[tilus::kernel(lazy, grid = [m], warps = WARPS, space(ABITS = [2, 4], WARPS = [1, 4]))]
+pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32>(
+    m: i32,
+    k: i32,
+    x: Global<f16>,
+    planes: GlobalMut<u32>,
+    sums: GlobalMut<i32>,
+    scales: GlobalMut<f32>,
+) {
+    fn levels(b: i32) -> i32 {
+        if b == 1 { 1 } else if b == 2 { 3 } else if b == 3 { 7 } else if b == 4 { 15 }
+        else if b == 5 { 31 } else if b == 6 { 63 } else if b == 7 { 127 } else { 255 }
+    }
+    let maxv = levels(ABITS);
+    let words = 32 * WARPS;
+    let [r] = block_indices();
+    // Row r as [k / 32, 32]: each thread holds one word's 32 elements.
+    let gx = view_global(x, [m, k / 32, 32]);
+    let tile = layout!(spatial(1, 32 * WARPS, 1).local(1, 1, 32));
+    let chunks = cdiv(k / 32, words);
+    let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+    for c in 0..chunks {
+        let xs = abs(cast::<f32>(load_global(gx, tile, [r, c * words, 0])));
+        amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+    }
+    let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+    let gp = view_global(planes, [ABITS * m, k / 32, 1]);
+    let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+    let bit = arange(tile, 2, 0);
+    for c in 0..chunks {
+        let xs = cast::<f32>(load_global(gx, tile, [r, c * words, 0]));
+        let t = xs / scale;
+        let v = floor(t * 0.5) * 2.0 + 1.0;
+        let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
+        let code = cast::<i32>((v + (maxv as f32)) * 0.5);
+        // Words past the row's end are not part of it (their stores are masked by the view).
+        let inside = arange(tile, 1, c * words) < k / 32;
+        total = total + sum(sum(select(inside, code, 0), 2), 1);
+        #[unroll]
+        for q in 0..ABITS {
+            let word = sum(((code >> q) & 1) << bit, 2);
+            store_global(view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))), gp, [q * m + r, c * words, 0]);
+        }
+    }
+    store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
+    store_global(scale, view_global(scales, [m, 1, 1]), [r, 0, 0]);
+}
