@@ -118,3 +118,81 @@ fn activation_quantizer_matches_host() {
         assert_eq!(bits(&scales), bits(host.scales()), "{cfg}: scales");
     }
 }
+
+/// `AptLinear::forward_cpu`: the exact products against an i64 reference built from the host
+/// quantizer's activations and the layer's weight, the f16 output within one f16 ulp.
+#[test]
+fn apt_linear_forward_cpu_matches_reference() {
+    use tilus::kernels::apt::AptLinear;
+    let mut rng = rand::rng();
+    for (w, a, m, n, k) in [(2, 2, 3, 64, 512), (1, 2, 1, 32, 256), (3, 4, 20, 48, 768)] {
+        let weight = random(k * n);
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let (y, acc) = layer.forward_cpu_acc(&x, m).unwrap();
+        let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let aq = AptMatrix::quantize(&xf, m, k, a, ScaleRule::Max).unwrap();
+        let want = bipolar_products(&aq, layer.weight());
+        for i in 0..m * n {
+            assert_eq!(acc[i] as i64, want[i], "W{w}A{a} m={m}: product {i}");
+            let r =
+                aq.scales()[i / n] as f64 * layer.weight().scales()[i % n] as f64 * want[i] as f64;
+            let ulp = f16::from_f64(r).to_f64().abs().max(6.1e-5) * 2f64.powi(-10);
+            assert!(
+                (y[i].to_f64() - r).abs() <= ulp,
+                "W{w}A{a}: y[{i}] {} vs {r}",
+                y[i]
+            );
+        }
+        // The quantized layer approximates the f32 product (a loose sanity bound).
+        if w >= 3 {
+            let mut num = 0.0;
+            let mut den = 0.0;
+            for i in 0..m {
+                for j in 0..n {
+                    let exact: f64 = (0..k)
+                        .map(|c| xf[i * k + c] as f64 * weight[c * n + j] as f64)
+                        .sum();
+                    num += (y[i * n + j].to_f64() - exact).powi(2);
+                    den += exact * exact;
+                }
+            }
+            assert!(
+                (num / den).sqrt() < 0.2,
+                "W{w}A{a}: relative error {}",
+                (num / den).sqrt()
+            );
+        }
+    }
+}
+
+#[test]
+fn apt_linear_errors_name_the_argument() {
+    use tilus::kernels::apt::AptLinear;
+    let w = vec![0.5f32; 256 * 8];
+    let msg = |r: Result<AptLinear, tilus::apt::AptError>| r.unwrap_err().to_string();
+    assert!(msg(AptLinear::new(&w, 256, 8, 0, 2, None))
+        .contains("argument `wbits`: bipolar-INT has 1 to 8 bits, not 0"));
+    assert!(msg(AptLinear::new(&w, 256, 8, 2, 9, None)).contains("argument `abits`"));
+    assert!(msg(AptLinear::new(&w, 128, 16, 2, 2, None))
+        .contains("argument `k`: 128 is not a positive multiple of 256"));
+    assert!(msg(AptLinear::new(&w, 256, 8, 2, 2, Some(128))).contains("argument `group`"));
+    assert!(msg(AptLinear::new(&w[1..], 256, 8, 2, 2, None))
+        .contains("argument `weight`: expected 2048 values, got 2047"));
+    assert!(msg(AptLinear::new(&w, 256, 7, 2, 2, None)).contains("argument `n`"));
+    let big = vec![0.5f32; 65536 * 8];
+    assert!(
+        msg(AptLinear::new(&big, 65536, 8, 8, 8, None)).contains("arguments `k`, `wbits`, `abits`")
+    );
+    let layer = AptLinear::new(&w, 256, 8, 2, 2, None).unwrap();
+    let e = layer
+        .forward_cpu(&[f16::ZERO; 255], 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("argument `x`: expected 256 values, got 255"),
+        "{e}"
+    );
+}

@@ -811,6 +811,59 @@ fn prefill_attention_compiles_without_spills() {
 #[path = "../tilus-core/tests/programs/bmma.rs"]
 mod bmma_programs;
 
+/// Compile `program` for sm_80 and sm_90a and assert: no spills or stack frame, no local
+/// memory, at least `bmma` SASS `BMMA` (the 1-bit mma, `.and.popc` only), no HMMA/IMMA.
+fn assert_bmma(
+    ptxas: &Path,
+    disasm: &Path,
+    dir: &Path,
+    name: &str,
+    program: &Program,
+    bmma: usize,
+) {
+    let k = emit(program, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        k.source.contains(".and.popc") && !k.source.contains(".xor.popc"),
+        "{name}: the AND form only"
+    );
+    for arch in ["sm_80", "sm_90a"] {
+        let ptx = compile_ptx(&k.source, arch)
+            .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
+        let a = assemble(ptxas, disasm, dir, name, &ptx, arch);
+        assert!(
+            a.ptxas_log
+                .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{name} ({arch}): stack frame or spills:\n{}",
+            a.ptxas_log
+        );
+        let ops = opcodes(&a.sass);
+        let count = |p: &str| {
+            ops.iter()
+                .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
+                .count()
+        };
+        assert_eq!(
+            count("LDL") + count("STL"),
+            0,
+            "{name} ({arch}): local memory"
+        );
+        assert!(
+            count("BMMA") >= bmma,
+            "{name} ({arch}): {} BMMA, expected at least {bmma}",
+            count("BMMA")
+        );
+        assert_eq!(count("HMMA") + count("IMMA"), 0, "{name} ({arch})");
+        let regs = a
+            .ptxas_log
+            .lines()
+            .find(|l| l.contains("Used") && l.contains("registers"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        eprintln!("{name} ({arch}): ok, {} BMMA; {regs}", count("BMMA"));
+    }
+}
+
 /// The u1 `dot` selects the 1-bit tensor-core mma: SASS `BMMA` (the `.and.popc` form, native on
 /// sm_80 and sm_90), no local memory, no spills, for one warp tile and a multi-warp tiling.
 #[test]
@@ -837,42 +890,49 @@ fn u1_dot_compiles_to_bmma() {
         },
     ] {
         let name = format!("bmma_{}x{}x{}", t.bm(), t.bn(), t.bk());
-        let k = emit(&bmma_program(t, 0), &Default::default()).unwrap();
-        assert!(
-            k.source.contains(".and.popc") && !k.source.contains(".xor.popc"),
-            "{name}: the AND form only"
+        // One BMMA per warp tile and k tile of the loop body.
+        let tiles = t.fm * t.fn_ * t.kt;
+        assert_bmma(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &bmma_program(t, 0),
+            tiles,
         );
-        for arch in ["sm_80", "sm_90a"] {
-            let ptx = compile_ptx(&k.source, arch)
-                .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
-            let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, arch);
-            assert!(
-                a.ptxas_log
-                    .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
-                "{name} ({arch}): stack frame or spills:\n{}",
-                a.ptxas_log
-            );
-            let ops = opcodes(&a.sass);
-            let count = |p: &str| {
-                ops.iter()
-                    .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
-                    .count()
-            };
-            assert_eq!(
-                count("LDL") + count("STL"),
-                0,
-                "{name} ({arch}): local memory"
-            );
-            // One BMMA per warp tile and k tile of the loop body.
-            let tiles = t.fm * t.fn_ * t.kt;
-            assert!(
-                count("BMMA") >= tiles,
-                "{name} ({arch}): {} BMMA for {tiles} tiles\n{}",
-                count("BMMA"),
-                a.sass
-            );
-            assert_eq!(count("HMMA") + count("IMMA"), 0, "{name} ({arch})");
-            eprintln!("{name} ({arch}): ok, {} BMMA", count("BMMA"));
-        }
+    }
+}
+
+/// The APT-LLM kernels (`src/kernels/apt`): the bit-serial GEMM's configurations of the bench
+/// compile to BMMA without local memory (one per plane pair, warp tile and k tile), the
+/// activation quantizer without local memory.
+#[test]
+fn apt_kernels_compile_to_bmma() {
+    use tilus::kernels::apt::kernel::{apt_gemm, apt_quantize_act};
+    let Some((ptxas, disasm)) = tools("apt_kernels_compile_to_bmma") else {
+        return;
+    };
+    let scratch = Scratch::new("apt");
+    for cfg in tilus::kernels::apt::compile_check_configs() {
+        let name = format!("apt_gemm_{cfg}").replace([',', '='], "_");
+        let tiles = (cfg.WBITS * cfg.ABITS * cfg.FM * cfg.FN * cfg.KT) as usize;
+        let p = apt_gemm::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        assert_bmma(&ptxas, &disasm, &scratch.0, &name, &p, tiles);
+    }
+    for abits in [2, 4, 8] {
+        let cfg = apt_quantize_act::Config {
+            ABITS: abits,
+            WARPS: 4,
+        };
+        let p = apt_quantize_act::program(&cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        check_kernel(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &format!("apt_quantize_act_{abits}"),
+            &k,
+            Expect::default(),
+        );
     }
 }

@@ -170,8 +170,23 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32>(
     scales: GlobalMut<f32>,
 ) {
     fn levels(b: i32) -> i32 {
-        if b == 1 { 1 } else if b == 2 { 3 } else if b == 3 { 7 } else if b == 4 { 15 }
-        else if b == 5 { 31 } else if b == 6 { 63 } else if b == 7 { 127 } else { 255 }
+        if b == 1 {
+            1
+        } else if b == 2 {
+            3
+        } else if b == 3 {
+            7
+        } else if b == 4 {
+            15
+        } else if b == 5 {
+            31
+        } else if b == 6 {
+            63
+        } else if b == 7 {
+            127
+        } else {
+            255
+        }
     }
     let maxv = levels(ABITS);
     let words = 32 * WARPS;
@@ -201,7 +216,11 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32>(
         #[unroll]
         for q in 0..ABITS {
             let word = sum(((code >> q) & 1) << bit, 2);
-            store_global(view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))), gp, [q * m + r, c * words, 0]);
+            store_global(
+                view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))),
+                gp,
+                [q * m + r, c * words, 0],
+            );
         }
     }
     store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);

@@ -1,4 +1,133 @@
 //! APT-LLM on the 1-bit tensor cores (issue 20, `docs/apt.md`): the bit-serial WxAy GEMM and the
-//! activation quantizer ([`kernel`]), written with `#[kernel]` over the VM's u1 `dot`.
+//! activation quantizer ([`kernel`]), written with `#[kernel]` over the VM's u1 `dot`, the
+//! tiling rule per shape ([`AptTiles`]) and the layer ([`linear::AptLinear`]).
 
+pub mod bench;
 pub mod kernel;
+pub mod linear;
+
+pub use linear::{AptLinear, GpuAptLinear};
+
+use crate::apt::AptError;
+use kernel::apt_gemm;
+
+/// The tile parameters of [`kernel::apt_gemm`] (its `space(..)`): `WM x WN` warps, each
+/// `FM x FN` mma tiles of `16 x 8`, `KT` tiles of 256 bits per k step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AptTiles {
+    pub wm: i32,
+    pub wn: i32,
+    pub fm: i32,
+    pub fn_: i32,
+    pub kt: i32,
+}
+
+impl AptTiles {
+    /// Tokens per block.
+    pub fn bm(&self) -> usize {
+        (self.wm * self.fm * 16) as usize
+    }
+    /// Output channels per block.
+    pub fn bn(&self) -> usize {
+        (self.wn * self.fn_ * 8) as usize
+    }
+    /// k bits per step.
+    pub fn bk(&self) -> usize {
+        (self.kt * 256) as usize
+    }
+
+    /// The tiling for `m` tokens, `n` channels (a multiple of 8), `k` (a multiple of 256) and
+    /// widths: one 16-row warp tile for decode (`m <= 16`), two warps along m above; the
+    /// accumulator (`4 · ABITS · WBITS · FM · FN` registers per thread) kept at 64 registers or
+    /// fewer; the widest `BN` that divides `n`; two k tiles per step where the words fit and
+    /// 512 divides `k`.
+    pub fn for_shape(m: usize, n: usize, k: usize, wbits: u32, abits: u32) -> AptTiles {
+        let pairs = (wbits * abits) as i32;
+        let wm = if m <= 16 { 1 } else { 2 };
+        let fm = if m > 32 && pairs <= 4 { 2 } else { 1 };
+        let mut fn_ = if pairs * fm <= 8 { 2 } else { 1 };
+        let mut wn = if m <= 16 { 4 } else { 2 };
+        while n % (wn * fn_ * 8) as usize != 0 && (wn > 1 || fn_ > 1) {
+            if fn_ > 1 {
+                fn_ /= 2;
+            } else {
+                wn /= 2;
+            }
+        }
+        // Words per step per thread: A ABITS·FM·KT·4, B WBITS·FN·KT·2, twice (prefetch).
+        let words = |kt: i32| 2 * kt * (abits as i32 * fm * 4 + wbits as i32 * fn_ * 2);
+        let kt = if words(2) <= 64 && k % 512 == 0 { 2 } else { 1 };
+        AptTiles {
+            wm,
+            wn,
+            fm,
+            fn_,
+            kt,
+        }
+    }
+
+    /// The GEMM configuration of these tiles for the widths.
+    pub fn config(&self, wbits: u32, abits: u32, store_acc: bool) -> apt_gemm::Config {
+        apt_gemm::Config {
+            WBITS: wbits as i32,
+            ABITS: abits as i32,
+            WM: self.wm,
+            WN: self.wn,
+            FM: self.fm,
+            FN: self.fn_,
+            KT: self.kt,
+            STORE_ACC: store_acc as i32,
+        }
+    }
+}
+
+/// Check a GEMM's shape and widths: widths 1..=8, `k` a positive multiple of 256, `n` a positive
+/// multiple of 8, and the i32 recovery's bound `4 k (2^A - 1)(2^W - 1) < 2^31`.
+pub fn check_shape(n: usize, k: usize, wbits: u32, abits: u32) -> Result<(), AptError> {
+    if !(1..=8).contains(&wbits) {
+        return Err(AptError::Bits {
+            arg: "wbits",
+            bits: wbits,
+        });
+    }
+    if !(1..=8).contains(&abits) {
+        return Err(AptError::Bits {
+            arg: "abits",
+            bits: abits,
+        });
+    }
+    if k == 0 || k % 256 != 0 {
+        return Err(AptError::K { k, multiple: 256 });
+    }
+    if n == 0 || n % 8 != 0 {
+        return Err(AptError::Len {
+            arg: "n",
+            expected: n.next_multiple_of(8).max(8),
+            got: n,
+        });
+    }
+    let bound = 4 * k as i64 * ((1i64 << abits) - 1) * ((1i64 << wbits) - 1);
+    if bound > kernel::MAX_PRODUCT {
+        return Err(AptError::Overflow {
+            reason: format!(
+                "4 · k · (2^abits - 1) · (2^wbits - 1) = {bound} exceeds the i32 accumulator (k = {k}, W{wbits}A{abits})"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The configurations `tests/codegen_cuda.rs` compiles: the tiling of each bench width at
+/// m = 1, 64 and 4096 on a 4096-channel layer.
+pub fn compile_check_configs() -> Vec<apt_gemm::Config> {
+    let mut out = Vec::new();
+    for (w, a) in bench::WIDTHS {
+        for m in [1, 64, 4096] {
+            let c = AptTiles::for_shape(m, 4096, 4096, w, a).config(w, a, false);
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
