@@ -150,7 +150,7 @@ impl AptMatrix {
     ) -> Result<AptMatrix, AptError> {
         Bipolar::new(bits)?;
         check_dims(rows, k)?;
-        if k % 32 != 0 {
+        if !k.is_multiple_of(32) {
             return Err(AptError::K { k, multiple: 32 });
         }
         let kw = k / 32;
@@ -212,7 +212,7 @@ impl AptMatrix {
 
     /// The bit planes, `[bits][rows][k / 32]` words (k must be a multiple of 32).
     pub fn planes(&self) -> Result<Vec<u32>, AptError> {
-        if self.k % 32 != 0 {
+        if !self.k.is_multiple_of(32) {
             return Err(AptError::K {
                 k: self.k,
                 multiple: 32,

@@ -24,6 +24,9 @@ use half::f16;
 use std::sync::Arc;
 use tilus_runtime::{Context, DeviceBuffer};
 
+/// Quantized activations on the host: `(planes [abits][m][k / 32], row sums of codes, scales)`.
+pub type QuantizedActivations = (Vec<u32>, Vec<i32>, Vec<f32>);
+
 /// Warps of the activation quantizer: one for rows of up to 1024 elements, else four.
 fn quantizer_config(k: usize, abits: u32) -> apt_quantize_act::Config {
     apt_quantize_act::Config {
@@ -169,11 +172,7 @@ impl AptLinear {
 
     /// The activations `x[m, k]` quantized as the layer does at each forward, on the
     /// interpreter: `(planes [abits][m][k / 32], row sums, scales)`.
-    pub fn quantize_cpu(
-        &self,
-        x: &[f16],
-        m: usize,
-    ) -> Result<(Vec<u32>, Vec<i32>, Vec<f32>), AptError> {
+    pub fn quantize_cpu(&self, x: &[f16], m: usize) -> Result<QuantizedActivations, AptError> {
         let mi = self.check_x(x.len(), m)?;
         let mut planes = vec![0u32; self.abits as usize * m * self.k / 32];
         let (mut sums, mut scales) = (vec![0i32; m], vec![0f32; m]);

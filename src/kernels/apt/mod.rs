@@ -47,7 +47,7 @@ impl AptTiles {
         let fm = if m > 32 && pairs <= 4 { 2 } else { 1 };
         let mut fn_ = if pairs * fm <= 8 { 2 } else { 1 };
         let mut wn = if m <= 16 { 4 } else { 2 };
-        while n % (wn * fn_ * 8) as usize != 0 && (wn > 1 || fn_ > 1) {
+        while !n.is_multiple_of((wn * fn_ * 8) as usize) && (wn > 1 || fn_ > 1) {
             if fn_ > 1 {
                 fn_ /= 2;
             } else {
@@ -56,7 +56,11 @@ impl AptTiles {
         }
         // Words per step per thread: A ABITS·FM·KT·4, B WBITS·FN·KT·2, twice (prefetch).
         let words = |kt: i32| 2 * kt * (abits as i32 * fm * 4 + wbits as i32 * fn_ * 2);
-        let kt = if words(2) <= 64 && k % 512 == 0 { 2 } else { 1 };
+        let kt = if words(2) <= 64 && k.is_multiple_of(512) {
+            2
+        } else {
+            1
+        };
         AptTiles {
             wm,
             wn,
@@ -96,10 +100,10 @@ pub fn check_shape(n: usize, k: usize, wbits: u32, abits: u32) -> Result<(), Apt
             bits: abits,
         });
     }
-    if k == 0 || k % 256 != 0 {
+    if k == 0 || !k.is_multiple_of(256) {
         return Err(AptError::K { k, multiple: 256 });
     }
-    if n == 0 || n % 8 != 0 {
+    if n == 0 || !n.is_multiple_of(8) {
         return Err(AptError::Len {
             arg: "n",
             expected: n.next_multiple_of(8).max(8),
