@@ -900,6 +900,23 @@ fn u1_dot_compiles_to_bmma() {
             &bmma_program(t, 0),
             tiles,
         );
+        // The paired fragments: the same instruction, with 8-byte loads of the words.
+        let paired = bmma_programs::bmma_program_paired(t, 0);
+        let src = emit(&paired, &Default::default()).unwrap().source;
+        assert!(
+            src.contains("tilus_mma_b1_paired("),
+            "{name}: paired helper"
+        );
+        let pname = format!("{name}_paired");
+        assert_bmma(&ptxas, &disasm, &scratch.0, &pname, &paired, tiles);
+        let ptx = compile_ptx(&src, "sm_90a").unwrap();
+        let a = assemble(&ptxas, &disasm, &scratch.0, &pname, &ptx, "sm_90a");
+        assert!(
+            opcodes(&a.sass)
+                .iter()
+                .any(|o| o.starts_with("LDG") && o.contains(".64")),
+            "{name}: no 8-byte global loads with the paired fragments"
+        );
     }
 }
 
@@ -917,6 +934,11 @@ fn apt_kernels_compile_to_bmma() {
         let name = format!("apt_gemm_{cfg}").replace([',', '='], "_");
         let tiles = (cfg.WBITS * cfg.ABITS * cfg.FM * cfg.FN * cfg.KT) as usize;
         let p = apt_gemm::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        let src = emit(&p, &Default::default()).unwrap().source;
+        assert!(
+            src.contains("tilus_mma_b1_paired("),
+            "{cfg}: the paired fragments"
+        );
         assert_bmma(&ptxas, &disasm, &scratch.0, &name, &p, tiles);
     }
     for abits in [2, 4, 8] {

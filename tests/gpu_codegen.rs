@@ -658,15 +658,21 @@ fn bmma_cases() -> Vec<Case> {
     ];
     tilings
         .into_iter()
-        .map(|(t, k)| Case {
-            name: format!("bmma {t:?} k={k}"),
-            program: bmma::bmma_program(t, -5),
-            args: vec![
-                A::I32(k as i32),
-                A::Buf(Buf::RandomBytes(t.bm() * k / 8)),
-                A::Buf(Buf::RandomBytes(t.bn() * k / 8)),
-                A::Buf(Buf::OutExact(t.bm() * t.bn() * 4)),
-            ],
+        .flat_map(|(t, k)| {
+            [false, true].map(|paired| Case {
+                name: format!("bmma {t:?} k={k} paired={paired}"),
+                program: if paired {
+                    bmma::bmma_program_paired(t, -5)
+                } else {
+                    bmma::bmma_program(t, -5)
+                },
+                args: vec![
+                    A::I32(k as i32),
+                    A::Buf(Buf::RandomBytes(t.bm() * k / 8)),
+                    A::Buf(Buf::RandomBytes(t.bn() * k / 8)),
+                    A::Buf(Buf::OutExact(t.bm() * t.bn() * 4)),
+                ],
+            })
         })
         .collect()
 }

@@ -58,6 +58,12 @@ pub enum MmaKind {
     /// u1 x u1 + i32 with AND and popcount (`mma.m16n8k256 .b1 .and.popc`): `c += popc(a & b)`
     /// over k. The `.xor.popc` form is emulated on sm_90 (5.9x slower), so only AND is used.
     B1,
+    /// The same instruction on the *paired* u1 fragments (`mma_b1_ap`, `mma_b1_bp`, `mma_b1_cp`):
+    /// rows and k permuted within the tile so that each thread's two k-halves of a row are
+    /// adjacent words (8-byte loads and stores); the code generator passes the A registers in
+    /// the instruction's order. [`MmaKind::of`] gives [`MmaKind::B1`]; the verifier picks this
+    /// kind when the layouts are tiles of the paired fragments.
+    B1Paired,
 }
 
 impl MmaKind {
@@ -76,7 +82,7 @@ impl MmaKind {
     /// The `(m, n, k)` of the `mma.sync` instruction that serves this kind.
     pub fn shape(self) -> (u32, u32, u32) {
         match self {
-            MmaKind::B1 => (16, 8, 256),
+            MmaKind::B1 | MmaKind::B1Paired => (16, 8, 256),
             _ => (16, 8, 16),
         }
     }
@@ -129,7 +135,7 @@ const MMA_SYNC: &[MmaShape] = &[
         m: 16,
         n: 8,
         k: 256,
-        kinds: &[MmaKind::B1],
+        kinds: &[MmaKind::B1, MmaKind::B1Paired],
     },
 ];
 

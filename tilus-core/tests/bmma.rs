@@ -4,7 +4,7 @@
 #[path = "programs/bmma.rs"]
 mod bmma;
 
-use bmma::{bmma_program, bmma_reference, Tiling};
+use bmma::{bmma_program, bmma_program_paired, bmma_reference, Tiling};
 use rand::Rng;
 use tilus_core::interp::{run, Arg};
 use tilus_core::ir::{Program, ProgramBuilder, RegisterType};
@@ -25,8 +25,14 @@ fn le(w: &[u32]) -> Vec<u8> {
     w.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Run [`bmma_program`] on random bits over `k` and compare with the reference exactly.
+/// Run [`bmma_program`] (and its paired form) on random bits over `k` and compare with the
+/// reference exactly.
 fn check(t: Tiling, k: usize, init: i32) {
+    check_program(t, k, init, false);
+    check_program(t, k, init, true);
+}
+
+fn check_program(t: Tiling, k: usize, init: i32, paired: bool) {
     let (m, n) = (t.bm(), t.bn());
     let (a, b) = (words(m * k / 32), words(n * k / 32));
     let mut args = [
@@ -35,7 +41,12 @@ fn check(t: Tiling, k: usize, init: i32) {
         Arg::Buffer(le(&b)),
         Arg::Buffer(vec![0xff; m * n * 4]),
     ];
-    run(&bmma_program(t, init), &mut args).unwrap_or_else(|e| panic!("{t:?}: {e}"));
+    let p = if paired {
+        bmma_program_paired(t, init)
+    } else {
+        bmma_program(t, init)
+    };
+    run(&p, &mut args).unwrap_or_else(|e| panic!("{t:?}: {e}"));
     let Arg::Buffer(out) = &args[3] else {
         unreachable!()
     };
@@ -44,7 +55,7 @@ fn check(t: Tiling, k: usize, init: i32) {
         .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     let want = bmma_reference(&a, &b, m, n, k, init);
-    assert_eq!(got, want, "{t:?} k={k}");
+    assert_eq!(got, want, "{t:?} k={k} paired={paired}");
     // Random bits: about k / 4 ones per element, so no test passes on zeros.
     assert!(want.iter().all(|&v| v > init), "{t:?}");
 }
@@ -102,6 +113,26 @@ fn u1_dot_plans_the_b1_mma() {
         &[4, 2][..],
         "2 warps x 2 tiles of m, 2 tiles of k"
     );
+    // The paired fragments plan the same instruction, with the swapped A registers.
+    let [a, b, c] = t.paired_bit_layouts();
+    let plan = plan_dot(
+        &reg(DType::UInt(1), a),
+        &reg(DType::UInt(1), b),
+        &reg(DType::Int(32), c),
+        128,
+        &Target::SM90,
+    )
+    .unwrap();
+    assert!(
+        matches!(
+            plan,
+            DotPlan::Mma {
+                kind: MmaKind::B1Paired,
+                ..
+            }
+        ),
+        "{plan:?}"
+    );
     // The fragments alone, one warp.
     let f = |n: &str| fragment(n).unwrap();
     let plan = plan_dot(
@@ -127,6 +158,11 @@ fn u1_dot_plans_the_b1_mma() {
 /// free, and local `32 w + i` of the bits is bit `i` of word `w` at the right (row, k).
 #[test]
 fn word_layouts_view_as_the_fragments() {
+    check_views(false);
+    check_views(true);
+}
+
+fn check_views(paired: bool) {
     let t = Tiling {
         wm: 2,
         wn: 1,
@@ -134,8 +170,11 @@ fn word_layouts_view_as_the_fragments() {
         fn_: 2,
         kt: 2,
     };
-    let [ba, bb, _] = t.bit_layouts();
-    let [wa, wb] = t.word_layouts();
+    let ([ba, bb, _], [wa, wb]) = if paired {
+        (t.paired_bit_layouts(), t.paired_word_layouts())
+    } else {
+        (t.bit_layouts(), t.word_layouts())
+    };
     for thread in 0..64 {
         for w in 0..wa.num_locals() {
             let [r, kw] = wa.eval(thread % wa.num_threads(), w)[..] else {

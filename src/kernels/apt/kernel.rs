@@ -21,8 +21,10 @@
 //! are applied once, in f32, before the f16 store. With `STORE_ACC = 1` the i32 product is also
 //! stored (the exactness tests).
 //!
-//! Each k step's words are loaded one step ahead into registers (the loads of step `kb + 1` are
-//! issued before the `dot` of step `kb`).
+//! The operands use the *paired* u1 fragments (`mma_b1_ap/bp/cp`, rows and k permuted within
+//! each mma tile, which the product does not see), so each thread loads two adjacent words per
+//! row: 8-byte loads. Each k step's words are loaded one step ahead into registers (the loads of
+//! step `kb + 1` are issued before the `dot` of step `kb`).
 
 /// The largest `4 K (2^A - 1)(2^W - 1)` the i32 recovery holds.
 pub const MAX_PRODUCT: i64 = i32::MAX as i64;
@@ -96,19 +98,19 @@ pub fn apt_gemm<
     // stacked A rows are (plane q, tile fm, row), the stacked B columns (plane p, tile fn, col).
     let la_words = layout!(reduce(spatial(1, WM, WN), [2])
         .local(ABITS, FM, KT)
-        .column_local(2, 2)
-        .spatial(8, 4));
+        .spatial(8, 4)
+        .local(2, 2));
     let lw_words = layout!(reduce(column_spatial(1, WN, WM), [2])
         .local(1, 1, KT)
         .local(WBITS, FN, 1)
-        .local(1, 2)
-        .spatial(8, 4));
+        .spatial(8, 4)
+        .local(1, 2));
     // The same registers as bits: the stacked A `[ABITS·BM, BK]` and B `[BK, WBITS·BN]`.
-    let la_bits = layout!(reduce(spatial(WM, WN), [1]).local(ABITS * FM, KT).mma_b1_a);
-    let lw_bits = layout!(reduce(spatial(WM, WN), [0]).local(KT, WBITS * FN).mma_b1_b);
-    let lc = layout!(spatial(WM, WN).local(FM, FN).mma_b1_c);
+    let la_bits = layout!(reduce(spatial(WM, WN), [1]).local(ABITS * FM, KT).mma_b1_ap);
+    let lw_bits = layout!(reduce(spatial(WM, WN), [0]).local(KT, WBITS * FN).mma_b1_bp);
+    let lc = layout!(spatial(WM, WN).local(FM, FN).mma_b1_cp);
     let mut acc = register::<i32>(
-        layout!(spatial(WM, WN).local(ABITS, WBITS).local(FM, FN).mma_b1_c),
+        layout!(spatial(WM, WN).local(ABITS, WBITS).local(FM, FN).mma_b1_cp),
         0,
     );
     let mut xa = load_global(ga, la_words, [0, bi * bm, 0]);
@@ -128,15 +130,15 @@ pub fn apt_gemm<
             spatial(1, WM, WN)
                 .local(ABITS * WBITS, 1, 1)
                 .local(FM, FN)
-                .mma_b1_c
+                .mma_b1_cp
         ),
     );
     let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
     let shift = s % WBITS + s / WBITS;
     let x = view::<i32>(sum(pairs << shift, 0), lc);
     // The bipolar product from the AND form, then the scales.
-    let lrow = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_c, [1]));
-    let lcol = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_c, [0]));
+    let lrow = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_cp, [1]));
+    let lcol = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_cp, [0]));
     let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * bm, 0]);
     let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
     let ma = levels(ABITS);

@@ -39,21 +39,35 @@ impl AptTiles {
     /// The tiling for `m` tokens, `n` channels (a multiple of 8), `k` (a multiple of 256) and
     /// widths: one 16-row warp tile for decode (`m <= 16`), two warps along m above; the
     /// accumulator (`4 · ABITS · WBITS · FM · FN` registers per thread) kept at 64 registers or
-    /// fewer; the widest `BN` that divides `n`; two k tiles per step where the words fit and
-    /// 512 divides `k`.
+    /// fewer; for decode the widest `BN` that still gives two waves of blocks on 132 SMs (else
+    /// the narrowest that divides `n`), above it the widest that divides `n`; two k tiles per
+    /// step where the words fit and 512 divides `k`.
     pub fn for_shape(m: usize, n: usize, k: usize, wbits: u32, abits: u32) -> AptTiles {
         let pairs = (wbits * abits) as i32;
         let wm = if m <= 16 { 1 } else { 2 };
         let fm = if m > 32 && pairs <= 4 { 2 } else { 1 };
-        let mut fn_ = if pairs * fm <= 8 { 2 } else { 1 };
-        let mut wn = if m <= 16 { 4 } else { 2 };
-        while !n.is_multiple_of((wn * fn_ * 8) as usize) && (wn > 1 || fn_ > 1) {
-            if fn_ > 1 {
-                fn_ /= 2;
-            } else {
-                wn /= 2;
-            }
+        let max_fn = if pairs * fm <= 8 { 2 } else { 1 };
+        // Decode is memory-bound: the widest block that still makes two waves of blocks on a
+        // 132-SM GPU, else the narrowest that divides n (the most blocks).
+        let options: &[(i32, i32)] = if m <= 16 {
+            &[(4, 2), (4, 1), (2, 1), (1, 1)]
+        } else {
+            &[(2, 2), (2, 1), (1, 1)]
+        };
+        let fits: Vec<(i32, i32)> = options
+            .iter()
+            .copied()
+            .filter(|&(wn, f)| f <= max_fn && n.is_multiple_of((wn * f * 8) as usize))
+            .collect();
+        let (wn, fn_) = if m <= 16 {
+            fits.iter()
+                .copied()
+                .find(|&(wn, f)| n / (wn * f * 8) as usize >= 264)
+                .or(fits.last().copied())
+        } else {
+            fits.first().copied()
         }
+        .unwrap_or((1, 1));
         // Words per step per thread: A ABITS·FM·KT·4, B WBITS·FN·KT·2, twice (prefetch).
         let words = |kt: i32| 2 * kt * (abits as i32 * fm * 4 + wbits as i32 * fn_ * 2);
         let kt = if words(2) <= 64 && k.is_multiple_of(512) {

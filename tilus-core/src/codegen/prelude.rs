@@ -147,5 +147,8 @@ static __device__ __forceinline__ void tilus_mma_{name}(uint32_t* d, const uint3
     if used.contains(super::emitters::bmma::FEATURE) {
         s.push_str(super::emitters::bmma::helper());
     }
+    if used.contains(super::emitters::bmma::FEATURE_PAIRED) {
+        s.push_str(super::emitters::bmma::helper_paired());
+    }
     s
 }

@@ -26,6 +26,11 @@
 //! | f16/bf16 -> f32       | `column_local(2,2).spatial(8,4).local(1,2)` | `local(2,1).column_spatial(4,8).local(2,1)` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | i8/u8 -> i32          | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32 (m16n8k256) | `column_local(2,2).spatial(8,4).local(1,32)` `[16, 256]` | `local(2,1).column_spatial(4,8).local(32,1)` `[256, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
+//! | u1 -> i32, paired     | `spatial(8,4).local(2,64)`                 | `column_spatial(4,8).local(64,1)`            | `spatial(8,4).local(2,2)`            |
+//!
+//! The paired u1 set (`MmaKind::B1Paired`, tried when the first does not divide) is the same
+//! instruction on rows and k permuted within the tile, so that loads and stores are 8 bytes
+//! (`layout::fragments`).
 //!
 //! u1 operands use `mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc`: `c += Σ_k a AND b`,
 //! the same value the thread-local plan and the interpreter compute (u1 products are ANDs). The
@@ -78,6 +83,7 @@ pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
         MmaKind::F16 | MmaKind::Bf16 => [f("mma_a"), f("mma_b"), f("mma_c")],
         MmaKind::I8 | MmaKind::U8 => [f("mma_a_i8"), f("mma_b_i8"), f("mma_c")],
         MmaKind::B1 => [f("mma_b1_a"), f("mma_b1_b"), f("mma_b1_c")],
+        MmaKind::B1Paired => [f("mma_b1_ap"), f("mma_b1_bp"), f("mma_b1_cp")],
     }
 }
 
@@ -126,6 +132,24 @@ fn mma_plan(
             a.dtype, c.dtype
         ));
     };
+    let plan = mma_plan_of(kind, a, b, c, block_threads, target);
+    if kind == MmaKind::B1 && plan.is_err() {
+        // The paired u1 fragments, the same instruction (see `layout::fragments`).
+        if let Ok(p) = mma_plan_of(MmaKind::B1Paired, a, b, c, block_threads, target) {
+            return Ok(p);
+        }
+    }
+    plan
+}
+
+fn mma_plan_of(
+    kind: MmaKind,
+    a: &RegisterType,
+    b: &RegisterType,
+    c: &RegisterType,
+    block_threads: usize,
+    target: &Target,
+) -> Result<DotPlan, String> {
     let (mm, mn, mk) = kind.shape();
     let shape = format!("m{mm}n{mn}k{mk}");
     if !target.has_mma(mm, mn, mk, kind) {
@@ -139,6 +163,7 @@ fn mma_plan(
         MmaKind::F16 | MmaKind::Bf16 => ["mma_a", "mma_b", "mma_c"],
         MmaKind::I8 | MmaKind::U8 => ["mma_a_i8", "mma_b_i8", "mma_c"],
         MmaKind::B1 => ["mma_b1_a", "mma_b1_b", "mma_b1_c"],
+        MmaKind::B1Paired => ["mma_b1_ap", "mma_b1_bp", "mma_b1_cp"],
     };
     let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
         x.layout.divide(f).map_err(|e| {

@@ -75,10 +75,60 @@ impl Tiling {
     }
 }
 
+impl Tiling {
+    /// [`Tiling::bit_layouts`] with the paired fragments (`mma_b1_ap/bp/cp`).
+    pub fn paired_bit_layouts(&self) -> [Layout; 3] {
+        let Tiling {
+            wm,
+            wn,
+            fm,
+            fn_,
+            kt,
+        } = *self;
+        [
+            l(&format!(
+                "reduce(spatial({wm},{wn}),[1]).local({fm},{kt}).mma_b1_ap"
+            )),
+            l(&format!(
+                "reduce(spatial({wm},{wn}),[0]).local({kt},{fn_}).mma_b1_bp"
+            )),
+            l(&format!("spatial({wm},{wn}).local({fm},{fn_}).mma_b1_cp")),
+        ]
+    }
+    /// [`Tiling::word_layouts`] for the paired fragments: two adjacent words per thread and row.
+    pub fn paired_word_layouts(&self) -> [Layout; 2] {
+        let Tiling {
+            wm,
+            wn,
+            fm,
+            fn_,
+            kt,
+        } = *self;
+        [
+            l(&format!(
+                "reduce(spatial({wm},{wn}),[1]).local({fm},{kt}).spatial(8,4).local(2,2)"
+            )),
+            l(&format!(
+                "reduce(column_spatial({wn},{wm}),[1]).column_local({fn_},{kt}).spatial(8,4).local(1,2)"
+            )),
+        ]
+    }
+}
+
 /// `c[i, j] = init + Σ_k a[i, k] AND b[k, j]` for one `bm x bn` tile of an `m x n` product over
 /// `k` (a runtime multiple of the tiling's `bk`), one block, a loop over k steps.
 pub fn bmma_program(t: Tiling, init: i32) -> Program {
-    let mut b = ProgramBuilder::new("bmma", (t.wm * t.wn * 32) as u32);
+    bmma_program_with(t, init, false)
+}
+
+/// [`bmma_program`] on the paired fragments (8-byte loads and stores).
+pub fn bmma_program_paired(t: Tiling, init: i32) -> Program {
+    bmma_program_with(t, init, true)
+}
+
+fn bmma_program_with(t: Tiling, init: i32, paired: bool) -> Program {
+    let name = if paired { "bmma_paired" } else { "bmma" };
+    let mut b = ProgramBuilder::new(name, (t.wm * t.wn * 32) as u32);
     let k = b.param_i32("k");
     let pa = b.param_ptr("a", DType::UInt(32), false);
     let pb = b.param_ptr("b", DType::UInt(32), false);
@@ -89,8 +139,11 @@ pub fn bmma_program(t: Tiling, init: i32) -> Program {
     let ga = b.view_global("ga", pa, DType::UInt(32), vec![bm.into(), kw.clone()]);
     let gb = b.view_global("gb", pb, DType::UInt(32), vec![bn.into(), kw]);
     let gc = b.view_global("gc", pc, DType::Int(32), vec![bm.into(), bn.into()]);
-    let [la, lb, lc] = t.bit_layouts();
-    let [wa, wb] = t.word_layouts();
+    let ([la, lb, lc], [wa, wb]) = if paired {
+        (t.paired_bit_layouts(), t.paired_word_layouts())
+    } else {
+        (t.bit_layouts(), t.word_layouts())
+    };
     let acc = b.allocate_register("acc", DType::Int(32), lc, Some(init as f64));
     b.for_range("kb", 0.into(), Expr::from(k) / t.bk() as i32, |b, kb| {
         let off = Expr::from(kb) * bkw;

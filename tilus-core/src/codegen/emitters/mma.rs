@@ -143,6 +143,10 @@ fn mma(
             cx.features.insert(super::bmma::FEATURE);
             (super::bmma::HELPER, 4, 2)
         }
+        MmaKind::B1Paired => {
+            cx.features.insert(super::bmma::FEATURE_PAIRED);
+            (super::bmma::HELPER_PAIRED, 4, 2)
+        }
     };
     let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
     if out != c {
