@@ -85,10 +85,16 @@ fn other_widths_match_reference() {
 fn activation_quantizer_matches_host() {
     use tilus::kernels::apt::kernel::apt_quantize_act;
     let mut rng = rand::rng();
-    for (abits, warps, m, k) in [(2, 1, 3, 256), (4, 4, 2, 1024 + 4096), (3, 1, 2, 1536)] {
+    for (abits, warps, one, m, k) in [
+        (2, 1, 1, 3, 256),
+        (4, 4, 0, 2, 1024 + 4096),
+        (3, 1, 0, 2, 1536),
+        (8, 4, 1, 2, 4096 - 64),
+    ] {
         let cfg = apt_quantize_act::Config {
             ABITS: abits,
             WARPS: warps,
+            ONE_PASS: one,
         };
         let mut x: Vec<f16> = (0..m * k)
             .map(|_| f16::from_f32(rng.random_range(-3.0f32..3.0)))

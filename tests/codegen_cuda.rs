@@ -942,10 +942,7 @@ fn apt_kernels_compile_to_bmma() {
         assert_bmma(&ptxas, &disasm, &scratch.0, &name, &p, tiles);
     }
     for abits in [2, 4, 8] {
-        let cfg = apt_quantize_act::Config {
-            ABITS: abits,
-            WARPS: 4,
-        };
+        let cfg = tilus::kernels::apt::linear::quantizer_config(4096, abits as u32);
         let p = apt_quantize_act::program(&cfg).unwrap();
         let k = emit(&p, &Default::default()).unwrap();
         check_kernel(

@@ -157,13 +157,19 @@ pub fn apt_gemm<
 /// (2^ABITS - 1)`, codes `(v + 2^ABITS - 1) / 2` of `v = clamp(2·floor(x / scale / 2) + 1)`,
 /// written as `ABITS` bit planes `[ABITS][m][k / 32]` with the row's `Σ code` and scale: the
 /// f32 operations of [`crate::apt::matrix::AptMatrix::quantize`] with [`ScaleRule::Max`], so the
-/// codes agree exactly. One block per row, two passes over the row in chunks of `32 · 32 · WARPS`
-/// elements (the second pass reads the row again, from L2 for rows this size); `k` a multiple
-/// of 32.
+/// codes agree exactly. One block per row; each thread holds 32 consecutive elements (one word
+/// of each plane). With `ONE_PASS = 1` the row (at most `1024 · WARPS` elements) is read once
+/// and kept in registers; otherwise it is read in chunks of `1024 · WARPS` elements twice, for
+/// the maximum and for the codes. `k` a multiple of 32.
 ///
 /// [`ScaleRule::Max`]: crate::apt::matrix::ScaleRule::Max
-#[tilus::kernel(lazy, grid = [m], warps = WARPS, space(ABITS = [2, 4], WARPS = [1, 4]))]
-pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32>(
+#[tilus::kernel(
+    lazy,
+    grid = [m],
+    warps = WARPS,
+    space(ABITS = [2, 4], WARPS = [1, 4], ONE_PASS = [0, 1]),
+)]
+pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>(
     m: i32,
     k: i32,
     x: Global<f16>,
@@ -197,17 +203,11 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32>(
     let gx = view_global(x, [m, k / 32, 32]);
     let tile = layout!(spatial(1, 32 * WARPS, 1).local(1, 1, 32));
     let chunks = cdiv(k / 32, words);
-    let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
-    for c in 0..chunks {
-        let xs = abs(cast::<f32>(load_global(gx, tile, [r, c * words, 0])));
-        amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
-    }
-    let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
     let gp = view_global(planes, [ABITS * m, k / 32, 1]);
     let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
     let bit = arange(tile, 2, 0);
-    for c in 0..chunks {
-        let xs = cast::<f32>(load_global(gx, tile, [r, c * words, 0]));
+    // The codes of chunk c (values xs) into the planes and the row's sum of codes.
+    let quantize = |xs: Tensor, c: i32, scale: Tensor| {
         let t = xs / scale;
         let v = floor(t * 0.5) * 2.0 + 1.0;
         let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
@@ -224,7 +224,29 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32>(
                 [q * m + r, c * words, 0],
             );
         }
-    }
+    };
+    let scale = if ONE_PASS == 1 {
+        let xs = cast::<f32>(load_global(gx, tile, [r, 0, 0]));
+        let amax = reduce_max(reduce_max(abs(xs), 2), 1);
+        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+        quantize(xs, 0, scale);
+        scale
+    } else {
+        let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+        for c in 0..chunks {
+            let xs = abs(cast::<f32>(load_global(gx, tile, [r, c * words, 0])));
+            amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+        }
+        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+        for c in 0..chunks {
+            quantize(
+                cast::<f32>(load_global(gx, tile, [r, c * words, 0])),
+                c,
+                scale,
+            );
+        }
+        scale
+    };
     store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
     store_global(scale, view_global(scales, [m, 1, 1]), [r, 0, 0]);
 }

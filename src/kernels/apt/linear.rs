@@ -27,11 +27,15 @@ use tilus_runtime::{Context, DeviceBuffer};
 /// Quantized activations on the host: `(planes [abits][m][k / 32], row sums of codes, scales)`.
 pub type QuantizedActivations = (Vec<u32>, Vec<i32>, Vec<f32>);
 
-/// Warps of the activation quantizer: one for rows of up to 1024 elements, else four.
-fn quantizer_config(k: usize, abits: u32) -> apt_quantize_act::Config {
+/// The activation quantizer's configuration for rows of `k`: the fewest warps (1, 4, 8 or 16)
+/// whose threads hold the whole row (32 elements each), read once; past 16384 elements, 16
+/// warps and two passes.
+pub fn quantizer_config(k: usize, abits: u32) -> apt_quantize_act::Config {
+    let warps = [1, 4, 8, 16].into_iter().find(|&w| 1024 * w >= k);
     apt_quantize_act::Config {
         ABITS: abits as i32,
-        WARPS: if k <= 1024 { 1 } else { 4 },
+        WARPS: warps.unwrap_or(16) as i32,
+        ONE_PASS: warps.is_some() as i32,
     }
 }
 
