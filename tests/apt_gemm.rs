@@ -202,3 +202,27 @@ fn apt_linear_errors_name_the_argument() {
         "{e}"
     );
 }
+
+/// The fused decode kernel (`apt_gemv`: quantizer in the prologue, planes in shared memory)
+/// gives the same bits as the quantizer + `apt_gemm`, for every bench width, ragged m, and k
+/// that is not a multiple of the quantizer's chunk.
+#[test]
+fn fused_decode_matches_unfused() {
+    use tilus::kernels::apt::AptLinear;
+    let mut rng = rand::rng();
+    for (w, a) in tilus::kernels::apt::bench::WIDTHS {
+        for (m, n, k) in [(1, 64, 1024), (5, 32, 1536)] {
+            let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+            assert!(layer.gemv_config(m, true).is_some(), "W{w}A{a}: fused");
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let (y1, acc1) = layer.forward_cpu_acc(&x, m).unwrap();
+            let (y2, acc2) = layer.forward_cpu_unfused(&x, m).unwrap();
+            assert_eq!(acc1, acc2, "W{w}A{a} m={m} k={k}: products");
+            let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&y1), bits(&y2), "W{w}A{a} m={m} k={k}: outputs");
+            assert!(acc1.iter().any(|&v| v != 0));
+        }
+    }
+}

@@ -920,9 +920,9 @@ fn u1_dot_compiles_to_bmma() {
     }
 }
 
-/// The APT-LLM kernels (`src/kernels/apt`): the bit-serial GEMM's configurations of the bench
-/// compile to BMMA without local memory (one per plane pair, warp tile and k tile), the
-/// activation quantizer without local memory.
+/// The APT-LLM kernels (`src/kernels/apt`): the bit-serial GEMM's and the fused decode
+/// kernel's configurations of the bench compile to BMMA without local memory (one per plane
+/// pair, warp tile and k tile), the activation quantizer without local memory.
 #[test]
 fn apt_kernels_compile_to_bmma() {
     use tilus::kernels::apt::kernel::{apt_gemm, apt_quantize_act};
@@ -939,6 +939,13 @@ fn apt_kernels_compile_to_bmma() {
             src.contains("tilus_mma_b1_paired("),
             "{cfg}: the paired fragments"
         );
+        assert_bmma(&ptxas, &disasm, &scratch.0, &name, &p, tiles);
+    }
+    for cfg in tilus::kernels::apt::compile_check_gemv_configs() {
+        use tilus::kernels::apt::kernel::apt_gemv;
+        let name = format!("apt_gemv_{cfg}").replace([',', '='], "_");
+        let tiles = (cfg.WBITS * cfg.ABITS * cfg.FN * cfg.KT) as usize;
+        let p = apt_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         assert_bmma(&ptxas, &disasm, &scratch.0, &name, &p, tiles);
     }
     for abits in [2, 4, 8] {

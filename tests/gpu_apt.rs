@@ -1,7 +1,8 @@
 //! APT-LLM on the GPU: `GpuAptLinear` (the activation quantizer and the bit-serial GEMM on the
 //! 1-bit tensor cores) against the interpreter and an exact i64 reference: activation planes,
 //! row sums and scales bit for bit, the i32 bipolar products exactly, the f16 output within one
-//! f16 ulp of the f64 reference. Every bench width, at m = 1, 64 and a ragged m.
+//! f16 ulp of the f64 reference; the fused decode kernel bit for bit the two launches. Every
+//! bench width, at m = 1, 5 (fused), 64 and a ragged m.
 //!
 //! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
 //! skip into a failure. Run with `cargo test --release --test gpu_apt -- --nocapture`.
@@ -26,7 +27,12 @@ fn gpu_apt_linear_matches_reference() {
     };
     let mut rng = rand::rng();
     for (w, a) in tilus::kernels::apt::bench::WIDTHS {
-        for (m, n, k) in [(1, 256, 1024), (64, 128, 2048), (37, 64, 768)] {
+        for (m, n, k) in [
+            (1, 256, 1024),
+            (5, 64, 1536),
+            (64, 128, 2048),
+            (37, 64, 768),
+        ] {
             let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
             let gpu = layer.to_gpu(&ctx).unwrap();
@@ -79,6 +85,18 @@ fn gpu_apt_linear_matches_reference() {
             let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&y), bits(&yc), "{tag}: GPU vs interpreter output");
             let y2 = gpu.forward(&xd, m).unwrap().to_host().unwrap();
+            if layer.gemv_config(m, false).is_some() {
+                // The fused decode kernel: the same bits as the two launches.
+                let mut yf = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                let mut af = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+                gpu.forward_fused(&xd, m, &mut yf, Some(&mut af)).unwrap();
+                assert_eq!(af.to_host().unwrap(), acc, "{tag}: fused products");
+                assert_eq!(
+                    bits(&yf.to_host().unwrap()),
+                    bits(&y),
+                    "{tag}: fused output"
+                );
+            }
             assert_eq!(bits(&y2), bits(&y), "{tag}: forward");
             eprintln!("{tag}: ok");
         }

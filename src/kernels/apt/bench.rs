@@ -40,8 +40,13 @@ pub struct AptBenchRow {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    /// Quantizer + GEMM (the layer's forward).
+    /// The layer's forward: the fused decode kernel at `m <= 16` where it applies, else the
+    /// quantizer + the GEMM.
     pub layer: Timing,
+    /// Whether `layer` is the fused decode kernel.
+    pub fused: bool,
+    /// The quantizer + the GEMM (two launches).
+    pub unfused: Timing,
     /// The GEMM alone.
     pub gemm: Timing,
     /// The floor's bytes (see the module docs).
@@ -121,10 +126,18 @@ pub fn bench_apt(
     let xd = DeviceBuffer::from_host(ctx, &x).map_err(err)?;
     let mut act = AptActivations::new(&gpu, m).map_err(err)?;
     let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
-    let layer_t = time(ctx, flush, runs, || {
+    let unfused = time(ctx, flush, runs, || {
         gpu.quantize_into(&xd, &mut act).map_err(err)?;
         gpu.gemm_into(&act, &mut y, None).map_err(err)
     })?;
+    let fused = layer.gemv_config(m, false).is_some();
+    let layer_t = if fused {
+        time(ctx, flush, runs, || {
+            gpu.forward_fused(&xd, m, &mut y, None).map_err(err)
+        })?
+    } else {
+        unfused
+    };
     let gemm_t = time(ctx, flush, runs, || {
         gpu.gemm_into(&act, &mut y, None).map_err(err)
     })?;
@@ -137,6 +150,8 @@ pub fn bench_apt(
         n,
         k,
         layer: layer_t,
+        fused,
+        unfused,
         gemm: gemm_t,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
@@ -164,9 +179,19 @@ pub fn bench_cublas_f16(
 pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
     let mut s = format!(
         "tilus apt (quantize + bit-serial GEMM on BMMA); copy bandwidth {copy_gbps:.0} GB/s; \
-         floor = (weight planes + f16 activations + f16 output) / that; L2 flushed\n\
-         {:<6} {:>5} {:>12} {:>10} {:>9} {:>7} {:>8} {:>10} {:>8}  tiles\n",
-        "WxAy", "m", "n x k", "layer us", "gemm us", "%floor", "TOPS", "cuBLAS us", "vs f16"
+         floor = (weight planes + f16 activations + f16 output) / that; L2 flushed; \
+         layer = the forward (F: the fused decode kernel), 2-launch = quantizer + GEMM\n\
+         {:<6} {:>5} {:>12} {:>11} {:>11} {:>9} {:>7} {:>8} {:>10} {:>8}  tiles\n",
+        "WxAy",
+        "m",
+        "n x k",
+        "layer us",
+        "2-launch us",
+        "gemm us",
+        "%floor",
+        "TOPS",
+        "cuBLAS us",
+        "vs f16"
     );
     for r in rows {
         let cublas = r.cublas_us.map_or("-".to_string(), |c| format!("{c:.1}"));
@@ -174,11 +199,16 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
             format!("{:.2}x", c / r.layer.median_us)
         });
         s += &format!(
-            "{:<6} {:>5} {:>12} {:>10.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8}  {}\n",
+            "{:<6} {:>5} {:>12} {:>11} {:>11.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8}  {}\n",
             format!("W{}A{}", r.wbits, r.abits),
             r.m,
             format!("{}x{}", r.n, r.k),
-            r.layer.median_us,
+            format!(
+                "{}{:.1}",
+                if r.fused { "F " } else { "" },
+                r.layer.median_us
+            ),
+            r.unfused.median_us,
             r.gemm.median_us,
             r.percent_of_floor(),
             r.tops(),

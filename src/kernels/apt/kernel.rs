@@ -250,3 +250,175 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
     store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
     store_global(scale, view_global(scales, [m, 1, 1]), [r, 0, 0]);
 }
+
+/// The fused decode layer (`m <= 16` per block): [`apt_quantize_act`] and [`apt_gemm`] in one
+/// launch. Each block quantizes its (at most 16) tokens of `x[m, k]` (f16) itself, the
+/// quantizer's f32 operations exactly, into bit planes in shared memory
+/// (`[ABITS][16][KWP + 8]` words: `KWP = k / 32` rounded up to the chunk of `32 · WN` words,
+/// plus 8 words of padding so the 8-byte fragment loads of 8 rows hit distinct banks), with the
+/// rows' sums of codes and scales; rows past `m` are zero. The first weight words are loaded
+/// before that prologue, so it overlaps their latency. The k loop then reads A from shared
+/// memory and B from global memory one step ahead, as [`apt_gemm`] with `WM = FM = 1`; the
+/// epilogue is the same. Repeating the quantization per block costs reads of the activation
+/// from L2 (`16 · k` f16 at most per block) instead of a second launch.
+#[tilus::kernel(
+    lazy,
+    grid = [cdiv(m, 16), n / (WN * FN * 8)],
+    warps = WN,
+    space(
+        WBITS = [2],
+        ABITS = [2, 4],
+        WN = [4],
+        FN = [1, 2],
+        KT = [2],
+        KWP = [128],
+        STORE_ACC = [0, 1],
+    ),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn apt_gemv<
+    const WBITS: i32,
+    const ABITS: i32,
+    const WN: i32,
+    const FN: i32,
+    const KT: i32,
+    const KWP: i32,
+    const STORE_ACC: i32,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    x: Global<f16>,
+    w_planes: Global<u32>,
+    w_sums: Global<i32>,
+    w_scales: Global<f32>,
+    y: GlobalMut<f16>,
+    acc_out: GlobalMut<i32>,
+) {
+    fn levels(b: i32) -> i32 {
+        if b == 1 {
+            1
+        } else if b == 2 {
+            3
+        } else if b == 3 {
+            7
+        } else if b == 4 {
+            15
+        } else if b == 5 {
+            31
+        } else if b == 6 {
+            63
+        } else if b == 7 {
+            127
+        } else {
+            255
+        }
+    }
+    let maxv = levels(ABITS);
+    let bn = WN * FN * 8;
+    let kw = KT * 8;
+    let words = 32 * WN;
+    let [bi, bj] = block_indices();
+    let gw = view_global(w_planes, [WBITS, n, k / 32]);
+    let lw_words = layout!(reduce(column_spatial(1, WN, 1), [2])
+        .local(1, 1, KT)
+        .local(WBITS, FN, 1)
+        .spatial(8, 4)
+        .local(1, 2));
+    let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
+
+    // Prologue: the block's tokens quantized into shared memory.
+    let sp = shared::<u32>([ABITS, 16, KWP + 8]);
+    let ss = shared::<i32>([16, 1]);
+    let sf = shared::<f32>([16, 1]);
+    let gx = view_global(x, [m, k / 32, 32]);
+    let tile = layout!(spatial(1, 32 * WN, 1).local(1, 1, 32));
+    let wl = layout!(spatial(1, 1, 32 * WN));
+    let chunks = cdiv(k / 32, words);
+    let bit = arange(tile, 2, 0);
+    let rows = min(16, m - bi * 16);
+    for rr in 0..rows {
+        let row = bi * 16 + rr;
+        let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+        for c in 0..chunks {
+            let xs = abs(cast::<f32>(load_global(gx, tile, [row, c * words, 0])));
+            amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+        }
+        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+        let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+        for c in 0..chunks {
+            let xs = cast::<f32>(load_global(gx, tile, [row, c * words, 0]));
+            let v = floor(xs / scale * 0.5) * 2.0 + 1.0;
+            let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
+            let code = cast::<i32>((v + (maxv as f32)) * 0.5);
+            let inside = arange(tile, 1, c * words) < k / 32;
+            total = total + sum(sum(select(inside, code, 0), 2), 1);
+            #[unroll]
+            for q in 0..ABITS {
+                let word = sum(((code >> q) & 1) << bit, 2);
+                store_shared(view::<u32>(word, wl), sp, [q, rr, c * words]);
+            }
+        }
+        store_shared(view::<i32>(total, layout!(local(1, 1))), ss, [rr, 0]);
+        store_shared(view::<f32>(scale, layout!(local(1, 1))), sf, [rr, 0]);
+    }
+    // Rows past m are zero (their outputs are masked; nothing reads uninitialised memory).
+    let zw = register::<u32>(wl, 0);
+    for rr in rows..16 {
+        #[unroll]
+        for q in 0..ABITS {
+            for c in 0..KWP / words {
+                store_shared(zw, sp, [q, rr, c * words]);
+            }
+        }
+        store_shared(register::<i32>(layout!(local(1, 1)), 0), ss, [rr, 0]);
+        store_shared(register::<f32>(layout!(local(1, 1)), 0.0), sf, [rr, 0]);
+    }
+    sync();
+
+    // The k loop: A from shared memory, B one step ahead from global memory.
+    let la_words = layout!(reduce(spatial(1, 1, WN), [2])
+        .local(ABITS, 1, KT)
+        .spatial(8, 4)
+        .local(2, 2));
+    let la_bits = layout!(reduce(spatial(1, WN), [1]).local(ABITS, KT).mma_b1_ap);
+    let lw_bits = layout!(reduce(spatial(1, WN), [0]).local(KT, WBITS * FN).mma_b1_bp);
+    let lc = layout!(spatial(1, WN).local(1, FN).mma_b1_cp);
+    let mut acc = register::<i32>(
+        layout!(spatial(1, WN).local(ABITS, WBITS).local(1, FN).mma_b1_cp),
+        0,
+    );
+    for kb in 0..k / (KT * 256) {
+        let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
+        let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
+        acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+        xw = nw;
+    }
+    // Recovery and epilogue as in `apt_gemm`.
+    let pairs = view::<i32>(
+        acc,
+        layout!(
+            spatial(1, 1, WN)
+                .local(ABITS * WBITS, 1, 1)
+                .local(1, FN)
+                .mma_b1_cp
+        ),
+    );
+    let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
+    let shift = s % WBITS + s / WBITS;
+    let xsum = view::<i32>(sum(pairs << shift, 0), lc);
+    let lrow = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [1]));
+    let lcol = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [0]));
+    let sa = load_shared(ss, lrow, [0, 0]);
+    let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
+    let ma = levels(ABITS);
+    let mw = levels(WBITS);
+    let d = xsum * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
+    if STORE_ACC == 1 {
+        store_global(d, view_global(acc_out, [m, n]), [bi * 16, bj * bn]);
+    }
+    let fa = load_shared(sf, lrow, [0, 0]);
+    let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
+    let out = cast::<f32>(d) * fa * fw;
+    store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * 16, bj * bn]);
+}

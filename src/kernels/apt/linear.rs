@@ -16,7 +16,7 @@
 //! On the GPU, [`AptLinear::to_gpu`] uploads the planes and [`GpuAptLinear::forward`] runs both
 //! kernels on the context's stream.
 
-use super::kernel::{apt_gemm, apt_quantize_act};
+use super::kernel::{apt_gemm, apt_gemv, apt_quantize_act};
 use super::{check_shape, AptTiles};
 use crate::apt::matrix::ScaleRule;
 use crate::apt::{AptError, AptMatrix};
@@ -199,15 +199,33 @@ impl AptLinear {
         Ok(self.forward_cpu_acc(x, m)?.0)
     }
 
-    /// [`Self::forward_cpu`] and the exact integer products before the scales.
+    /// [`Self::forward_cpu`] and the exact integer products before the scales. Decode sizes
+    /// (`m <= 16`) run the fused kernel ([`apt_gemv`]), larger ones the quantizer and the GEMM.
     pub fn forward_cpu_acc(&self, x: &[f16], m: usize) -> Result<(Vec<f16>, Vec<i32>), AptError> {
-        let (planes, sums, scales) = self.quantize_cpu(x, m)?;
-        let cfg = self.tiles(m).config(self.wbits(), self.abits, true);
+        let mi = self.check_x(x.len(), m)?;
         let mut y = vec![f16::ZERO; m * self.n];
         let mut acc = vec![0i32; m * self.n];
+        if let Some(cfg) = self.gemv_config(m, true) {
+            apt_gemv::interpret(
+                &cfg,
+                mi,
+                self.n as i32,
+                self.k as i32,
+                x,
+                &self.planes,
+                &self.sums,
+                self.weight.scales(),
+                &mut y,
+                &mut acc,
+            )
+            .map_err(kernel_err)?;
+            return Ok((y, acc));
+        }
+        let (planes, sums, scales) = self.quantize_cpu(x, m)?;
+        let cfg = self.tiles(m).config(self.wbits(), self.abits, true);
         apt_gemm::interpret(
             &cfg,
-            m as i32,
+            mi,
             self.n as i32,
             self.k as i32,
             &planes,
@@ -221,6 +239,45 @@ impl AptLinear {
         )
         .map_err(kernel_err)?;
         Ok((y, acc))
+    }
+
+    /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm`] whatever `m` (the
+    /// unfused path, for tests).
+    pub fn forward_cpu_unfused(
+        &self,
+        x: &[f16],
+        m: usize,
+    ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let (planes, sums, scales) = self.quantize_cpu(x, m)?;
+        let cfg = self.tiles(m).config(self.wbits(), self.abits, true);
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        apt_gemm::interpret(
+            &cfg,
+            mi,
+            self.n as i32,
+            self.k as i32,
+            &planes,
+            &self.planes,
+            &sums,
+            &scales,
+            &self.sums,
+            self.weight.scales(),
+            &mut y,
+            &mut acc,
+        )
+        .map_err(kernel_err)?;
+        Ok((y, acc))
+    }
+
+    /// The fused decode configuration for `m` tokens, if the layer runs one.
+    pub fn gemv_config(&self, m: usize, store_acc: bool) -> Option<apt_gemv::Config> {
+        if m > 16 {
+            return None;
+        }
+        self.tiles(m)
+            .gemv_config(self.k, self.wbits(), self.abits, store_acc)
     }
 
     /// This layer on `ctx`'s GPU: uploads the weight planes, row sums and scales.
@@ -274,13 +331,72 @@ impl GpuAptLinear {
         &self.ctx
     }
 
-    /// `y[m, n]` for `x[m, k]` on the device (f16), on the context's stream.
+    /// `y[m, n]` for `x[m, k]` on the device (f16), on the context's stream: one fused launch
+    /// for decode sizes ([`Self::forward_fused`]), else the quantizer and the GEMM.
     pub fn forward(&self, x: &DeviceBuffer<f16>, m: usize) -> Result<DeviceBuffer<f16>, AptError> {
         let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n).map_err(kernel_err)?;
+        if self.host.gemv_config(m, false).is_some() {
+            self.forward_fused(x, m, &mut y, None)?;
+            return Ok(y);
+        }
         let mut act = AptActivations::new(self, m)?;
         self.quantize_into(x, &mut act)?;
         self.gemm_into(&act, &mut y, None)?;
         Ok(y)
+    }
+
+    /// The fused decode kernel ([`apt_gemv`], `m <= 16` and the planes fit shared memory):
+    /// `y[m, n]` for `x[m, k]` in one launch, and with `acc` the exact products.
+    pub fn forward_fused(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let mi = h.check_x(x.len(), m)?;
+        let cfg = h.gemv_config(m, acc.is_some()).ok_or(AptError::Len {
+            arg: "m",
+            expected: 16,
+            got: m,
+        })?;
+        if y.len() != m * h.n {
+            return Err(AptError::Len {
+                arg: "y",
+                expected: m * h.n,
+                got: y.len(),
+            });
+        }
+        let mut dummy;
+        let acc = match acc {
+            Some(a) if a.len() != m * h.n => {
+                return Err(AptError::Len {
+                    arg: "acc",
+                    expected: m * h.n,
+                    got: a.len(),
+                })
+            }
+            Some(a) => a,
+            None => {
+                dummy = DeviceBuffer::<i32>::zeros(&self.ctx, 1).map_err(kernel_err)?;
+                &mut dummy
+            }
+        };
+        apt_gemv::launch(
+            &self.ctx,
+            &cfg,
+            mi,
+            h.n as i32,
+            h.k as i32,
+            x,
+            &self.planes,
+            &self.sums,
+            &self.scales,
+            y,
+            acc,
+        )
+        .map_err(kernel_err)
     }
 
     /// The activation quantizer alone: `x[m, k]` into `act` (sized for `m`).

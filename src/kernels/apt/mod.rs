@@ -9,7 +9,10 @@ pub mod linear;
 pub use linear::{AptLinear, GpuAptLinear};
 
 use crate::apt::AptError;
-use kernel::apt_gemm;
+use kernel::{apt_gemm, apt_gemv};
+
+/// The shared memory the fused decode kernel may use for its activation planes.
+pub const GEMV_MAX_SHARED: usize = 200 * 1024;
 
 /// The tile parameters of [`kernel::apt_gemm`] (its `space(..)`): `WM x WN` warps, each
 /// `FM x FN` mma tiles of `16 x 8`, `KT` tiles of 256 bits per k step.
@@ -39,16 +42,14 @@ impl AptTiles {
     /// The tiling for `m` tokens, `n` channels (a multiple of 8), `k` (a multiple of 256) and
     /// widths: one 16-row warp tile for decode (`m <= 16`), two warps along m above; the
     /// accumulator (`4 · ABITS · WBITS · FM · FN` registers per thread) kept at 64 registers or
-    /// fewer; for decode the widest `BN` that still gives two waves of blocks on 132 SMs (else
-    /// the narrowest that divides `n`), above it the widest that divides `n`; two k tiles per
-    /// step where the words fit and 512 divides `k`.
+    /// fewer; for decode four warps along n (where `n` is a multiple of 32) and the widest `BN`
+    /// that still gives two waves of blocks on 132 SMs, else the narrowest; above, the widest
+    /// `BN` that divides `n`; two k tiles per step where the words fit and 512 divides `k`.
     pub fn for_shape(m: usize, n: usize, k: usize, wbits: u32, abits: u32) -> AptTiles {
         let pairs = (wbits * abits) as i32;
         let wm = if m <= 16 { 1 } else { 2 };
         let fm = if m > 32 && pairs <= 4 { 2 } else { 1 };
         let max_fn = if pairs * fm <= 8 { 2 } else { 1 };
-        // Decode is memory-bound: the widest block that still makes two waves of blocks on a
-        // 132-SM GPU, else the narrowest that divides n (the most blocks).
         let options: &[(i32, i32)] = if m <= 16 {
             &[(4, 2), (4, 1), (2, 1), (1, 1)]
         } else {
@@ -60,10 +61,15 @@ impl AptTiles {
             .filter(|&(wn, f)| f <= max_fn && n.is_multiple_of((wn * f * 8) as usize))
             .collect();
         let (wn, fn_) = if m <= 16 {
-            fits.iter()
+            // Four warps where n allows (the fused decode kernel's prologue quantizes the
+            // block's tokens with all of them): the widest block that still makes two waves
+            // on a 132-SM GPU, else the narrowest.
+            let four: Vec<(i32, i32)> = fits.iter().copied().filter(|&(wn, _)| wn == 4).collect();
+            four.iter()
                 .copied()
                 .find(|&(wn, f)| n / (wn * f * 8) as usize >= 264)
-                .or(fits.last().copied())
+                .or(four.last().copied())
+                .or(fits.first().copied())
         } else {
             fits.first().copied()
         }
@@ -96,6 +102,37 @@ impl AptTiles {
             KT: self.kt,
             STORE_ACC: store_acc as i32,
         }
+    }
+}
+
+impl AptTiles {
+    /// The fused decode kernel's configuration ([`kernel::apt_gemv`]) for these tiles, when
+    /// they are decode tiles (`WM = FM = 1`) and the block's activation planes
+    /// (`16 · ABITS · (KWP + 8)` words) fit [`GEMV_MAX_SHARED`].
+    pub fn gemv_config(
+        &self,
+        k: usize,
+        wbits: u32,
+        abits: u32,
+        store_acc: bool,
+    ) -> Option<apt_gemv::Config> {
+        if self.wm != 1 || self.fm != 1 {
+            return None;
+        }
+        let chunk = 32 * self.wn as usize;
+        let kwp = (k / 32).div_ceil(chunk) * chunk;
+        if 16 * abits as usize * (kwp + 8) * 4 > GEMV_MAX_SHARED {
+            return None;
+        }
+        Some(apt_gemv::Config {
+            WBITS: wbits as i32,
+            ABITS: abits as i32,
+            WN: self.wn,
+            FN: self.fn_,
+            KT: self.kt,
+            KWP: kwp as i32,
+            STORE_ACC: store_acc as i32,
+        })
     }
 }
 
@@ -133,6 +170,22 @@ pub fn check_shape(n: usize, k: usize, wbits: u32, abits: u32) -> Result<(), Apt
         });
     }
     Ok(())
+}
+
+/// The fused decode configurations `tests/codegen_cuda.rs` compiles: each bench width at m = 1
+/// on the paper's shapes.
+pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
+    let mut out = Vec::new();
+    for (w, a) in bench::WIDTHS {
+        for (n, k) in bench::PAPER_SHAPES {
+            if let Some(c) = AptTiles::for_shape(1, n, k, w, a).gemv_config(k, w, a, false) {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The configurations `tests/codegen_cuda.rs` compiles: the tiling of each bench width at
