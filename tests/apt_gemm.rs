@@ -14,8 +14,8 @@ fn random(len: usize) -> Vec<f32> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn check(wbits: u32, abits: u32, tiles: [i32; 5], m: usize, n: usize, k: usize) {
-    let [wm, wn, fm, fn_, kt] = tiles;
+fn check(wbits: u32, abits: u32, tiles: [i32; 6], m: usize, n: usize, k: usize) {
+    let [wm, wn, fm, fn_, kt, stages] = tiles;
     let cfg = apt_gemm::Config {
         WBITS: wbits as i32,
         ABITS: abits as i32,
@@ -24,6 +24,7 @@ fn check(wbits: u32, abits: u32, tiles: [i32; 5], m: usize, n: usize, k: usize) 
         FM: fm,
         FN: fn_,
         KT: kt,
+        STAGES: stages,
         STORE_ACC: 1,
     };
     let a = AptMatrix::quantize(&random(m * k), m, k, abits, ScaleRule::Max).unwrap();
@@ -67,15 +68,19 @@ fn check(wbits: u32, abits: u32, tiles: [i32; 5], m: usize, n: usize, k: usize) 
 
 #[test]
 fn w2a2_matches_reference() {
-    check(2, 2, [1, 2, 1, 2, 1], 16, 32, 512);
+    check(2, 2, [1, 2, 1, 2, 1, 0], 16, 32, 512);
     // A ragged m (rows past m masked), several blocks, two k tiles per step.
-    check(2, 2, [2, 2, 1, 2, 2], 37, 64, 1024);
+    check(2, 2, [2, 2, 1, 2, 2, 0], 37, 64, 1024);
+    // The cp.async ring: fewer steps than stages, and more.
+    check(2, 2, [2, 2, 2, 2, 1, 3], 70, 64, 512);
+    check(2, 2, [2, 2, 1, 2, 2, 3], 37, 64, 2560);
 }
 
 #[test]
 fn other_widths_match_reference() {
     for (w, a) in [(1, 2), (3, 4), (4, 4), (2, 8), (1, 1)] {
-        check(w, a, [1, 2, 1, 2, 1], 5, 32, 512);
+        check(w, a, [1, 2, 1, 2, 1, 0], 5, 32, 512);
+        check(w, a, [2, 1, 1, 1, 1, 3], 40, 16, 1024);
     }
 }
 

@@ -210,7 +210,9 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("apt");
-    let bad: [(&[&str], &str); 6] = [
+    let bad: [(&[&str], &str); 8] = [
+        (&["--stages", "1"], "--stages"),
+        (&["--stages", "9"], "--stages"),
         (&["--widths", "W9A2"], "--widths"),
         (&["--widths", "W2"], "--widths"),
         (&["--m", "0"], "--m"),

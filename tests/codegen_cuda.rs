@@ -821,6 +821,19 @@ fn assert_bmma(
     program: &Program,
     bmma: usize,
 ) {
+    assert_bmma_with(ptxas, disasm, dir, name, program, bmma, &[]);
+}
+
+/// [`assert_bmma`], and each opcode of `need` (a prefix, e.g. `LDGSTS`) present.
+fn assert_bmma_with(
+    ptxas: &Path,
+    disasm: &Path,
+    dir: &Path,
+    name: &str,
+    program: &Program,
+    bmma: usize,
+    need: &[&str],
+) {
     let k = emit(program, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(
         k.source.contains(".and.popc") && !k.source.contains(".xor.popc"),
@@ -853,6 +866,9 @@ fn assert_bmma(
             count("BMMA")
         );
         assert_eq!(count("HMMA") + count("IMMA"), 0, "{name} ({arch})");
+        for op in need {
+            assert!(count(op) > 0, "{name} ({arch}): no {op} in SASS");
+        }
         let regs = a
             .ptxas_log
             .lines()
@@ -939,7 +955,13 @@ fn apt_kernels_compile_to_bmma() {
             src.contains("tilus_mma_b1_paired("),
             "{cfg}: the paired fragments"
         );
-        assert_bmma(&ptxas, &disasm, &scratch.0, &name, &p, tiles);
+        // The cp.async ring: LDGSTS in, 8-byte shared loads out.
+        let need: &[&str] = if cfg.STAGES > 0 {
+            &["LDGSTS", "LDS.64"]
+        } else {
+            &[]
+        };
+        assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
     }
     for cfg in tilus::kernels::apt::compile_check_gemv_configs() {
         use tilus::kernels::apt::kernel::apt_gemv;

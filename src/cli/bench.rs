@@ -260,6 +260,10 @@ pub enum BenchCommand {
         /// Skip the cuBLAS f16 column.
         #[arg(long = "no-cublas")]
         no_cublas: bool,
+        /// The GEMM's shared-memory stages (0: register prefetch, 2..8: a cp.async ring)
+        /// instead of the layer's choice (3 above m = 16, the fused kernel or 0 at decode).
+        #[arg(long)]
+        stages: Option<usize>,
     },
 }
 
@@ -320,8 +324,20 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             parse_ms(m).map(drop)
         }
         BenchCommand::Apt {
-            widths, m, shapes, ..
-        } => super::bench_apt::parse(widths, m, shapes).map(drop),
+            widths,
+            m,
+            shapes,
+            stages,
+            ..
+        } => {
+            if stages.is_some_and(|s| s == 1 || s > 8) {
+                return Err(format!(
+                    "argument `--stages`: {} is not 0 (register prefetch) or 2..8",
+                    stages.unwrap_or(0)
+                ));
+            }
+            super::bench_apt::parse(widths, m, shapes).map(drop)
+        }
         BenchCommand::Rowwise { shapes, dtype, .. } => {
             parse_shapes(shapes)?;
             parse_row_dtype(dtype).map(drop)
@@ -555,9 +571,10 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref shapes,
         runs,
         no_cublas,
+        stages,
     } = *cmd
     {
-        return super::bench_apt::run(widths, m, shapes, runs, no_cublas);
+        return super::bench_apt::run(widths, m, shapes, runs, no_cublas, stages);
     }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();

@@ -62,6 +62,7 @@ pub fn run(
     shapes: &str,
     runs: usize,
     no_cublas: bool,
+    stages: Option<usize>,
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
@@ -79,8 +80,20 @@ pub fn run(
                 Some(bench_cublas_f16(&ctx, &mut flush, m, n, k)?)
             };
             for &(w, a) in &widths {
-                let row = bench_apt(&ctx, &mut flush, w, a, m, n, k, runs, copy_gbps, cublas)
-                    .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;
+                let row = bench_apt(
+                    &ctx,
+                    &mut flush,
+                    w,
+                    a,
+                    m,
+                    n,
+                    k,
+                    runs,
+                    copy_gbps,
+                    cublas,
+                    stages.map(|s| s as i32),
+                )
+                .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;
                 eprintln!("W{w}A{a} m={m} {n}x{k}: {:.1} us", row.layer.median_us);
                 rows.push(row);
             }

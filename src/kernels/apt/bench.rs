@@ -115,6 +115,7 @@ pub fn bench_apt(
     runs: usize,
     copy_gbps: f64,
     cublas_us: Option<f64>,
+    stages: Option<i32>,
 ) -> Result<AptBenchRow, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
     let layer = AptLinear::new(&pattern(k * n, 7), k, n, wbits, abits, None).map_err(err)?;
@@ -126,9 +127,13 @@ pub fn bench_apt(
     let xd = DeviceBuffer::from_host(ctx, &x).map_err(err)?;
     let mut act = AptActivations::new(&gpu, m).map_err(err)?;
     let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
+    let mut t = layer.tiles(m);
+    if let Some(s) = stages {
+        t.stages = s;
+    }
     let unfused = time(ctx, flush, runs, || {
         gpu.quantize_into(&xd, &mut act).map_err(err)?;
-        gpu.gemm_into(&act, &mut y, None).map_err(err)
+        gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
     })?;
     let fused = layer.gemv_config(m, false).is_some();
     let layer_t = if fused {
@@ -139,10 +144,9 @@ pub fn bench_apt(
         unfused
     };
     let gemm_t = time(ctx, flush, runs, || {
-        gpu.gemm_into(&act, &mut y, None).map_err(err)
+        gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
     })?;
     let bytes = wbits as usize * n * k / 8 + 8 * n + 2 * m * k + 2 * m * n;
-    let t = layer.tiles(m);
     Ok(AptBenchRow {
         wbits,
         abits,
@@ -157,8 +161,8 @@ pub fn bench_apt(
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
         cublas_us,
         tiles: format!(
-            "WM={} WN={} FM={} FN={} KT={}",
-            t.wm, t.wn, t.fm, t.fn_, t.kt
+            "WM={} WN={} FM={} FN={} KT={} STAGES={}",
+            t.wm, t.wn, t.fm, t.fn_, t.kt, t.stages
         ),
     })
 }

@@ -23,8 +23,11 @@
 //!
 //! The operands use the *paired* u1 fragments (`mma_b1_ap/bp/cp`, rows and k permuted within
 //! each mma tile, which the product does not see), so each thread loads two adjacent words per
-//! row: 8-byte loads. Each k step's words are loaded one step ahead into registers (the loads of
-//! step `kb + 1` are issued before the `dot` of step `kb`).
+//! row: 8-byte loads. With `STAGES = 0` each k step's words are loaded from global memory one
+//! step ahead into registers (the loads of step `kb + 1` are issued before the `dot` of step
+//! `kb`); with `STAGES >= 2` a ring of shared-memory stages is filled by `cp.async`
+//! `STAGES - 1` steps ahead (the activation words are then read from global memory once per
+//! block, not once per warp column), rows padded against bank conflicts.
 
 /// The largest `4 K (2^A - 1)(2^W - 1)` the i32 recovery holds.
 pub const MAX_PRODUCT: i64 = i32::MAX as i64;
@@ -41,6 +44,7 @@ pub const MAX_PRODUCT: i64 = i32::MAX as i64;
         FM = [1],
         FN = [2],
         KT = [1, 2],
+        STAGES = [0, 3],
         STORE_ACC = [0, 1],
     ),
 )]
@@ -53,6 +57,7 @@ pub fn apt_gemm<
     const FM: i32,
     const FN: i32,
     const KT: i32,
+    const STAGES: i32,
     const STORE_ACC: i32,
 >(
     m: i32,
@@ -113,15 +118,59 @@ pub fn apt_gemm<
         layout!(spatial(WM, WN).local(ABITS, WBITS).local(FM, FN).mma_b1_cp),
         0,
     );
-    let mut xa = load_global(ga, la_words, [0, bi * bm, 0]);
-    let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
-    for kb in 0..k / (KT * 256) {
-        // The next step's words (past k the view masks them to zero).
-        let na = load_global(ga, la_words, [0, bi * bm, (kb + 1) * kw]);
-        let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
-        acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
-        xa = na;
-        xw = nw;
+    if STAGES == 0 {
+        // Registers: the next step's words (past k the view masks them to zero) are loaded
+        // before the current step's dot.
+        let mut xa = load_global(ga, la_words, [0, bi * bm, 0]);
+        let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
+        for kb in 0..k / (KT * 256) {
+            let na = load_global(ga, la_words, [0, bi * bm, (kb + 1) * kw]);
+            let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
+            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+            xa = na;
+            xw = nw;
+        }
+    } else {
+        // A ring of STAGES shared-memory stages filled by cp.async, STAGES - 1 steps ahead.
+        // Rows are padded so that the 8-byte fragment loads of a half-warp (rows 2g of A,
+        // rows g of B, g < 4) fall on distinct banks.
+        let pa = 4;
+        let pw = 8 * ((KT + 1) % 2);
+        let sa = shared::<u32>([STAGES, ABITS, bm, kw + pa]);
+        let sw = shared::<u32>([STAGES, WBITS, bn, kw + pw]);
+        for s in 0..STAGES - 1 {
+            copy_async(
+                ga,
+                slice_shared(sa, [s, 0, 0, 0], [ABITS, bm, kw]),
+                [0, bi * bm, s * kw],
+            );
+            copy_async(
+                gw,
+                slice_shared(sw, [s, 0, 0, 0], [WBITS, bn, kw]),
+                [0, bj * bn, s * kw],
+            );
+            commit_group();
+        }
+        for kb in 0..k / (KT * 256) {
+            wait_group(STAGES - 2);
+            sync();
+            let stage = kb % STAGES;
+            let xa = load_shared(sa, la_words, [stage, 0, 0, 0]);
+            let xw = load_shared(sw, lw_words, [stage, 0, 0, 0]);
+            let next = kb + STAGES - 1;
+            copy_async(
+                ga,
+                slice_shared(sa, [next % STAGES, 0, 0, 0], [ABITS, bm, kw]),
+                [0, bi * bm, next * kw],
+            );
+            copy_async(
+                gw,
+                slice_shared(sw, [next % STAGES, 0, 0, 0], [WBITS, bn, kw]),
+                [0, bj * bn, next * kw],
+            );
+            commit_group();
+            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+        }
     }
     // Recovery: the plane pair (q, p) as a leading dimension, shifted by p + q and summed.
     let pairs = view::<i32>(

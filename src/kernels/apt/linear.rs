@@ -427,8 +427,26 @@ impl GpuAptLinear {
         y: &mut DeviceBuffer<f16>,
         acc: Option<&mut DeviceBuffer<i32>>,
     ) -> Result<(), AptError> {
+        self.gemm_into_tiles(act, y, acc, self.host.tiles(act.m))
+    }
+
+    /// [`Self::gemm_into`] with other tiles (benchmarks; `n` must be a multiple of
+    /// `tiles.bn()` and `k` of `tiles.bk()`, else the argument `tiles` is refused).
+    pub fn gemm_into_tiles(
+        &self,
+        act: &AptActivations,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        tiles: AptTiles,
+    ) -> Result<(), AptError> {
         let h = &self.host;
         let m = act.m;
+        if !h.n.is_multiple_of(tiles.bn()) || !h.k.is_multiple_of(tiles.bk()) {
+            return Err(AptError::Kernel(format!(
+                "argument `tiles`: {tiles:?} does not divide n = {} and k = {}",
+                h.n, h.k
+            )));
+        }
         if y.len() != m * h.n {
             return Err(AptError::Len {
                 arg: "y",
@@ -436,7 +454,7 @@ impl GpuAptLinear {
                 got: y.len(),
             });
         }
-        let cfg = h.tiles(m).config(h.wbits(), h.abits, acc.is_some());
+        let cfg = tiles.config(h.wbits(), h.abits, acc.is_some());
         let mut dummy;
         let acc = match acc {
             Some(a) => {

@@ -23,6 +23,8 @@ pub struct AptTiles {
     pub fm: i32,
     pub fn_: i32,
     pub kt: i32,
+    /// Shared-memory stages of the GEMM's cp.async ring; 0: register prefetch only.
+    pub stages: i32,
 }
 
 impl AptTiles {
@@ -87,6 +89,7 @@ impl AptTiles {
             fm,
             fn_,
             kt,
+            stages: if m <= 16 { 0 } else { 3 },
         }
     }
 
@@ -100,6 +103,7 @@ impl AptTiles {
             FM: self.fm,
             FN: self.fn_,
             KT: self.kt,
+            STAGES: self.stages,
             STORE_ACC: store_acc as i32,
         }
     }
@@ -194,9 +198,12 @@ pub fn compile_check_configs() -> Vec<apt_gemm::Config> {
     let mut out = Vec::new();
     for (w, a) in bench::WIDTHS {
         for m in [1, 64, 4096] {
-            let c = AptTiles::for_shape(m, 4096, 4096, w, a).config(w, a, false);
-            if !out.contains(&c) {
-                out.push(c);
+            let t = AptTiles::for_shape(m, 4096, 4096, w, a);
+            for stages in [0, 3] {
+                let c = AptTiles { stages, ..t }.config(w, a, false);
+                if !out.contains(&c) {
+                    out.push(c);
+                }
             }
         }
     }
