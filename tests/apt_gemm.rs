@@ -228,6 +228,26 @@ fn fused_decode_matches_unfused() {
             let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&y1), bits(&y2), "W{w}A{a} m={m} k={k}: outputs");
             assert!(acc1.iter().any(|&v| v != 0));
+            // The fused kernel with register prefetch instead of the cp.async ring.
+            let cfg = layer.gemv_config(m, true).unwrap();
+            assert!(cfg.STAGES > 0);
+            let cfg = tilus::kernels::apt::kernel::apt_gemv::Config { STAGES: 0, ..cfg };
+            let (mut y3, mut acc3) = (vec![f16::NAN; m * n], vec![i32::MIN; m * n]);
+            tilus::kernels::apt::kernel::apt_gemv::interpret(
+                &cfg,
+                m as i32,
+                n as i32,
+                k as i32,
+                &x,
+                layer.planes(),
+                &layer.weight().row_sums(),
+                layer.weight().scales(),
+                &mut y3,
+                &mut acc3,
+            )
+            .unwrap();
+            assert_eq!(acc3, acc2, "W{w}A{a} m={m}: STAGES = 0 products");
+            assert_eq!(bits(&y3), bits(&y2), "W{w}A{a} m={m}: STAGES = 0 outputs");
         }
     }
 }

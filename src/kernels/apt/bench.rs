@@ -137,8 +137,9 @@ pub fn bench_apt(
     })?;
     let fused = layer.gemv_config(m, false).is_some();
     let layer_t = if fused {
-        time(ctx, flush, runs, || {
-            gpu.forward_fused(&xd, m, &mut y, None).map_err(err)
+        time(ctx, flush, runs, || match stages {
+            Some(s) => gpu.forward_fused_stages(&xd, m, &mut y, s).map_err(err),
+            None => gpu.forward_fused(&xd, m, &mut y, None).map_err(err),
         })?
     } else {
         unfused

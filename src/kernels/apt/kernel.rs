@@ -305,10 +305,11 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
 /// quantizer's f32 operations exactly, into bit planes in shared memory
 /// (`[ABITS][16][KWP + 8]` words: `KWP = k / 32` rounded up to the chunk of `32 · WN` words,
 /// plus 8 words of padding so the 8-byte fragment loads of 8 rows hit distinct banks), with the
-/// rows' sums of codes and scales; rows past `m` are zero. The first weight words are loaded
+/// rows' sums of codes and scales; rows past `m` are zero. The first weight words are in flight
 /// before that prologue, so it overlaps their latency. The k loop then reads A from shared
-/// memory and B from global memory one step ahead, as [`apt_gemm`] with `WM = FM = 1`; the
-/// epilogue is the same. Repeating the quantization per block costs reads of the activation
+/// memory and B either from global memory one step ahead in registers (`STAGES = 0`) or from a
+/// cp.async ring of `STAGES` shared-memory stages (`STAGES - 1` steps in flight), as
+/// [`apt_gemm`] with `WM = FM = 1`; the epilogue is the same. Repeating the quantization per block costs reads of the activation
 /// from L2 (`16 · k` f16 at most per block) instead of a second launch.
 #[tilus::kernel(
     lazy,
@@ -321,6 +322,7 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
         FN = [1, 2],
         KT = [2],
         KWP = [128],
+        STAGES = [0, 4],
         STORE_ACC = [0, 1],
     ),
 )]
@@ -332,6 +334,7 @@ pub fn apt_gemv<
     const FN: i32,
     const KT: i32,
     const KWP: i32,
+    const STAGES: i32,
     const STORE_ACC: i32,
 >(
     m: i32,
@@ -374,7 +377,21 @@ pub fn apt_gemv<
         .local(WBITS, FN, 1)
         .spatial(8, 4)
         .local(1, 2));
+    // The first weight words are in flight before the prologue: into registers (STAGES = 0) or
+    // into STAGES - 1 stages of a cp.async ring (rows padded against bank conflicts).
+    let pw = 8 * ((KT + 1) % 2);
+    let sw = shared::<u32>([max(STAGES, 1), WBITS, bn, kw + pw]);
     let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
+    if STAGES > 0 {
+        for s in 0..STAGES - 1 {
+            copy_async(
+                gw,
+                slice_shared(sw, [s, 0, 0, 0], [WBITS, bn, kw]),
+                [0, bj * bn, s * kw],
+            );
+            commit_group();
+        }
+    }
 
     // Prologue: the block's tokens quantized into shared memory.
     let sp = shared::<u32>([ABITS, 16, KWP + 8]);
@@ -437,11 +454,28 @@ pub fn apt_gemv<
         layout!(spatial(1, WN).local(ABITS, WBITS).local(1, FN).mma_b1_cp),
         0,
     );
-    for kb in 0..k / (KT * 256) {
-        let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
-        let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
-        acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
-        xw = nw;
+    if STAGES == 0 {
+        for kb in 0..k / (KT * 256) {
+            let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
+            let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
+            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+            xw = nw;
+        }
+    } else {
+        for kb in 0..k / (KT * 256) {
+            wait_group(STAGES - 2);
+            sync();
+            let xw = load_shared(sw, lw_words, [kb % STAGES, 0, 0, 0]);
+            let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
+            let next = kb + STAGES - 1;
+            copy_async(
+                gw,
+                slice_shared(sw, [next % STAGES, 0, 0, 0], [WBITS, bn, kw]),
+                [0, bj * bn, next * kw],
+            );
+            commit_group();
+            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+        }
     }
     // Recovery and epilogue as in `apt_gemm`.
     let pairs = view::<i32>(

@@ -361,6 +361,47 @@ impl GpuAptLinear {
             expected: 16,
             got: m,
         })?;
+        self.launch_fused(x, mi, y, acc, cfg)
+    }
+
+    /// [`Self::forward_fused`] with `stages` weight stages instead of the layer's (benchmarks;
+    /// 0 or 2..8).
+    pub fn forward_fused_stages(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        stages: i32,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let mi = h.check_x(x.len(), m)?;
+        let cfg = h.gemv_config(m, false).ok_or(AptError::Len {
+            arg: "m",
+            expected: 16,
+            got: m,
+        })?;
+        self.launch_fused(
+            x,
+            mi,
+            y,
+            None,
+            apt_gemv::Config {
+                STAGES: stages,
+                ..cfg
+            },
+        )
+    }
+
+    fn launch_fused(
+        &self,
+        x: &DeviceBuffer<f16>,
+        mi: i32,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        cfg: apt_gemv::Config,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let m = mi as usize;
         if y.len() != m * h.n {
             return Err(AptError::Len {
                 arg: "y",

@@ -11,8 +11,12 @@ pub use linear::{AptLinear, GpuAptLinear};
 use crate::apt::AptError;
 use kernel::{apt_gemm, apt_gemv};
 
-/// The shared memory the fused decode kernel may use for its activation planes.
+/// The shared memory the fused decode kernel may use for its activation planes and its ring of
+/// weight stages.
 pub const GEMV_MAX_SHARED: usize = 200 * 1024;
+
+/// The fused decode kernel's cp.async stages of weight words (3 steps in flight).
+pub const GEMV_STAGES: i32 = 4;
 
 /// The tile parameters of [`kernel::apt_gemm`] (its `space(..)`): `WM x WN` warps, each
 /// `FM x FN` mma tiles of `16 x 8`, `KT` tiles of 256 bits per k step.
@@ -125,7 +129,10 @@ impl AptTiles {
         }
         let chunk = 32 * self.wn as usize;
         let kwp = (k / 32).div_ceil(chunk) * chunk;
-        if 16 * abits as usize * (kwp + 8) * 4 > GEMV_MAX_SHARED {
+        // The weight ring: GEMV_STAGES stages of [WBITS, BN, KW + padding] words.
+        let kw = 8 * self.kt as usize;
+        let ring = GEMV_STAGES as usize * wbits as usize * self.bn() * (kw + 8) * 4;
+        if 16 * abits as usize * (kwp + 8) * 4 + ring > GEMV_MAX_SHARED {
             return None;
         }
         Some(apt_gemv::Config {
@@ -135,6 +142,7 @@ impl AptTiles {
             FN: self.fn_,
             KT: self.kt,
             KWP: kwp as i32,
+            STAGES: GEMV_STAGES,
             STORE_ACC: store_acc as i32,
         })
     }
@@ -183,8 +191,14 @@ pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
     for (w, a) in bench::WIDTHS {
         for (n, k) in bench::PAPER_SHAPES {
             if let Some(c) = AptTiles::for_shape(1, n, k, w, a).gemv_config(k, w, a, false) {
-                if !out.contains(&c) {
-                    out.push(c);
+                for stages in [0, GEMV_STAGES] {
+                    let c = apt_gemv::Config {
+                        STAGES: stages,
+                        ..c
+                    };
+                    if !out.contains(&c) {
+                        out.push(c);
+                    }
                 }
             }
         }
