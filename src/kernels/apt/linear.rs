@@ -221,24 +221,7 @@ impl AptLinear {
             .map_err(kernel_err)?;
             return Ok((y, acc));
         }
-        let (planes, sums, scales) = self.quantize_cpu(x, m)?;
-        let cfg = self.tiles(m).config(self.wbits(), self.abits, true);
-        apt_gemm::interpret(
-            &cfg,
-            mi,
-            self.n as i32,
-            self.k as i32,
-            &planes,
-            &self.planes,
-            &sums,
-            &scales,
-            &self.sums,
-            self.weight.scales(),
-            &mut y,
-            &mut acc,
-        )
-        .map_err(kernel_err)?;
-        Ok((y, acc))
+        self.forward_cpu_unfused(x, m)
     }
 
     /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm`] whatever `m` (the
