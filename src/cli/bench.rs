@@ -260,6 +260,9 @@ pub enum BenchCommand {
         /// Skip the cuBLAS f16 column.
         #[arg(long = "no-cublas")]
         no_cublas: bool,
+        /// Skip the column of the project's weight-only kernel (`bench qmatmul`, u<W> weight).
+        #[arg(long = "no-weight-only")]
+        no_weight_only: bool,
         /// The GEMM's shared-memory stages (0: register prefetch, 2..8: a cp.async ring)
         /// instead of the layer's choice (3 above m = 16, the fused kernel or 0 at decode).
         #[arg(long)]
@@ -571,10 +574,11 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref shapes,
         runs,
         no_cublas,
+        no_weight_only,
         stages,
     } = *cmd
     {
-        return super::bench_apt::run(widths, m, shapes, runs, no_cublas, stages);
+        return super::bench_apt::run(widths, m, shapes, runs, (no_cublas, no_weight_only), stages);
     }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();

@@ -1,7 +1,7 @@
 //! `tilus bench apt`: see [`tilus::kernels::apt::bench`].
 
 use tilus::kernels::apt::bench::{
-    bench_apt, bench_cublas_f16, table, LLAMA70B_SHAPES, PAPER_SHAPES,
+    bench_apt, bench_cublas_f16, bench_weight_only, table, LLAMA70B_SHAPES, PAPER_SHAPES,
 };
 use tilus_runtime::{copy_bandwidth, Context, L2Flush};
 
@@ -61,7 +61,7 @@ pub fn run(
     m: &str,
     shapes: &str,
     runs: usize,
-    no_cublas: bool,
+    (no_cublas, no_weight_only): (bool, bool),
     stages: Option<usize>,
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
@@ -79,7 +79,26 @@ pub fn run(
             } else {
                 Some(bench_cublas_f16(&ctx, &mut flush, m, n, k)?)
             };
+            // The weight-only kernel per distinct weight width.
+            let mut weight_only: Vec<(u32, f64)> = Vec::new();
             for &(w, a) in &widths {
+                let wo = if no_weight_only {
+                    None
+                } else if let Some(&(_, t)) = weight_only.iter().find(|(b, _)| *b == w) {
+                    Some(t)
+                } else {
+                    // A shape the weight-only kernel does not serve leaves the column empty.
+                    match bench_weight_only(&ctx, &mut flush, w, m, n, k, copy_gbps) {
+                        Ok(t) => {
+                            weight_only.push((w, t));
+                            Some(t)
+                        }
+                        Err(e) => {
+                            eprintln!("weight-only u{w} m={m} {n}x{k}: {e}");
+                            None
+                        }
+                    }
+                };
                 let row = bench_apt(
                     &ctx,
                     &mut flush,
@@ -91,6 +110,7 @@ pub fn run(
                     runs,
                     copy_gbps,
                     cublas,
+                    wo,
                     stages.map(|s| s as i32),
                 )
                 .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;

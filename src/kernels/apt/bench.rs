@@ -53,6 +53,9 @@ pub struct AptBenchRow {
     pub bytes: usize,
     pub floor_us: f64,
     pub cublas_us: Option<f64>,
+    /// The project's weight-only kernel (`tilus bench qmatmul`'s) for a `u{wbits}` weight with
+    /// per-channel scales and f16 activations, best of 3 configurations.
+    pub weight_only_us: Option<f64>,
     /// The tiles the layer used.
     pub tiles: String,
 }
@@ -115,6 +118,7 @@ pub fn bench_apt(
     runs: usize,
     copy_gbps: f64,
     cublas_us: Option<f64>,
+    weight_only_us: Option<f64>,
     stages: Option<i32>,
 ) -> Result<AptBenchRow, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
@@ -161,6 +165,7 @@ pub fn bench_apt(
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
         cublas_us,
+        weight_only_us,
         tiles: format!(
             "WM={} WN={} FM={} FN={} KT={} STAGES={}",
             t.wm, t.wn, t.fm, t.fn_, t.kt, t.stages
@@ -180,13 +185,33 @@ pub fn bench_cublas_f16(
     bench_cublas(ctx, &blas, flush, m, n, k).map_err(err)
 }
 
+/// The project's weight-only quantized matmul (f16 activations, a `u{wbits}` weight with
+/// per-channel scales and zero points) for the same product, median microseconds of the best of
+/// three configurations.
+pub fn bench_weight_only(
+    ctx: &Context,
+    flush: &mut L2Flush,
+    wbits: u32,
+    m: usize,
+    n: usize,
+    k: usize,
+    copy_gbps: f64,
+) -> Result<f64, String> {
+    use crate::kernels::qmatmul::bench::bench_qmatmul;
+    let wdtype = crate::DType::UInt(wbits as u8);
+    let row =
+        bench_qmatmul::<f16>(ctx, None, flush, wdtype, m, n, k, None, 3, copy_gbps).map_err(err)?;
+    Ok(row.timing.median_us)
+}
+
 /// The table `tilus bench apt` prints (`bench/torch_apt.py` prints the same columns).
 pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
     let mut s = format!(
         "tilus apt (quantize + bit-serial GEMM on BMMA); copy bandwidth {copy_gbps:.0} GB/s; \
          floor = (weight planes + f16 activations + f16 output) / that; L2 flushed; \
          layer = the forward (F: the fused decode kernel), 2-launch = quantizer + GEMM\n\
-         {:<6} {:>5} {:>12} {:>11} {:>11} {:>9} {:>7} {:>8} {:>10} {:>8}  tiles\n",
+         w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
+         {:<6} {:>5} {:>12} {:>11} {:>11} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
         "WxAy",
         "m",
         "n x k",
@@ -196,7 +221,8 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         "%floor",
         "TOPS",
         "cuBLAS us",
-        "vs f16"
+        "vs f16",
+        "w-only us"
     );
     for r in rows {
         let cublas = r.cublas_us.map_or("-".to_string(), |c| format!("{c:.1}"));
@@ -204,7 +230,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
             format!("{:.2}x", c / r.layer.median_us)
         });
         s += &format!(
-            "{:<6} {:>5} {:>12} {:>11} {:>11.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8}  {}\n",
+            "{:<6} {:>5} {:>12} {:>11} {:>11.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
             format!("W{}A{}", r.wbits, r.abits),
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -219,6 +245,8 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
             r.tops(),
             cublas,
             speedup,
+            r.weight_only_us
+                .map_or("-".to_string(), |w| format!("{w:.1}")),
             r.tiles
         );
     }
