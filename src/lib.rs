@@ -26,6 +26,7 @@ pub mod prelude {
     pub use tilus_core::DType;
 }
 
+pub mod apt;
 #[cfg(feature = "candle")]
 pub mod candle;
 pub mod checkpoint;

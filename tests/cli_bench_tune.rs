@@ -204,3 +204,33 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tilus bench apt`: malformed widths, m values and shapes are refused, naming the flag,
+/// before a GPU is looked for.
+#[test]
+fn apt_flags_are_checked_before_the_gpu_is_opened() {
+    let dir = temp_dir("apt");
+    let bad: [(&[&str], &str); 8] = [
+        (&["--stages", "1"], "--stages"),
+        (&["--stages", "9"], "--stages"),
+        (&["--widths", "W9A2"], "--widths"),
+        (&["--widths", "W2"], "--widths"),
+        (&["--m", "0"], "--m"),
+        (&["--shapes", "100x256"], "--shapes"),
+        (&["--shapes", "1024x1000"], "--shapes"),
+        (&["--runs", "0"], "--runs"),
+    ];
+    for (args, flag) in bad {
+        let mut all = vec!["bench", "apt"];
+        all.extend(args);
+        let out = tilus(&all, &dir);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(&format!("argument `{flag}`")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("libcuda"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -806,3 +806,186 @@ fn prefill_attention_compiles_without_spills() {
     }
     run("prefill_attention_compiles_without_spills", ks);
 }
+
+#[allow(dead_code)]
+#[path = "../tilus-core/tests/programs/bmma.rs"]
+mod bmma_programs;
+
+/// Compile `program` for sm_80 and sm_90a and assert: no spills or stack frame, no local
+/// memory, at least `bmma` SASS `BMMA` (the 1-bit mma, `.and.popc` only), no HMMA/IMMA.
+fn assert_bmma(
+    ptxas: &Path,
+    disasm: &Path,
+    dir: &Path,
+    name: &str,
+    program: &Program,
+    bmma: usize,
+) {
+    assert_bmma_with(ptxas, disasm, dir, name, program, bmma, &[]);
+}
+
+/// [`assert_bmma`], and each opcode of `need` (a prefix, e.g. `LDGSTS`) present.
+fn assert_bmma_with(
+    ptxas: &Path,
+    disasm: &Path,
+    dir: &Path,
+    name: &str,
+    program: &Program,
+    bmma: usize,
+    need: &[&str],
+) {
+    let k = emit(program, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        k.source.contains(".and.popc") && !k.source.contains(".xor.popc"),
+        "{name}: the AND form only"
+    );
+    for arch in ["sm_80", "sm_90a"] {
+        let ptx = compile_ptx(&k.source, arch)
+            .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
+        let a = assemble(ptxas, disasm, dir, name, &ptx, arch);
+        assert!(
+            a.ptxas_log
+                .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{name} ({arch}): stack frame or spills:\n{}",
+            a.ptxas_log
+        );
+        let ops = opcodes(&a.sass);
+        let count = |p: &str| {
+            ops.iter()
+                .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
+                .count()
+        };
+        assert_eq!(
+            count("LDL") + count("STL"),
+            0,
+            "{name} ({arch}): local memory"
+        );
+        assert!(
+            count("BMMA") >= bmma,
+            "{name} ({arch}): {} BMMA, expected at least {bmma}",
+            count("BMMA")
+        );
+        assert_eq!(count("HMMA") + count("IMMA"), 0, "{name} ({arch})");
+        for op in need {
+            assert!(count(op) > 0, "{name} ({arch}): no {op} in SASS");
+        }
+        let regs = a
+            .ptxas_log
+            .lines()
+            .find(|l| l.contains("Used") && l.contains("registers"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        eprintln!("{name} ({arch}): ok, {} BMMA; {regs}", count("BMMA"));
+    }
+}
+
+/// The u1 `dot` selects the 1-bit tensor-core mma: SASS `BMMA` (the `.and.popc` form, native on
+/// sm_80 and sm_90), no local memory, no spills, for one warp tile and a multi-warp tiling.
+#[test]
+fn u1_dot_compiles_to_bmma() {
+    use bmma_programs::{bmma_program, Tiling};
+    let Some((ptxas, disasm)) = tools("u1_dot_compiles_to_bmma") else {
+        return;
+    };
+    let scratch = Scratch::new("bmma");
+    for t in [
+        Tiling {
+            wm: 1,
+            wn: 1,
+            fm: 1,
+            fn_: 1,
+            kt: 1,
+        },
+        Tiling {
+            wm: 2,
+            wn: 2,
+            fm: 2,
+            fn_: 4,
+            kt: 2,
+        },
+    ] {
+        let name = format!("bmma_{}x{}x{}", t.bm(), t.bn(), t.bk());
+        // One BMMA per warp tile and k tile of the loop body.
+        let tiles = t.fm * t.fn_ * t.kt;
+        assert_bmma(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &bmma_program(t, 0),
+            tiles,
+        );
+        // The paired fragments: the same instruction, with 8-byte loads of the words.
+        let paired = bmma_programs::bmma_program_paired(t, 0);
+        let src = emit(&paired, &Default::default()).unwrap().source;
+        assert!(
+            src.contains("tilus_mma_b1_paired("),
+            "{name}: paired helper"
+        );
+        let pname = format!("{name}_paired");
+        assert_bmma(&ptxas, &disasm, &scratch.0, &pname, &paired, tiles);
+        let ptx = compile_ptx(&src, "sm_90a").unwrap();
+        let a = assemble(&ptxas, &disasm, &scratch.0, &pname, &ptx, "sm_90a");
+        assert!(
+            opcodes(&a.sass)
+                .iter()
+                .any(|o| o.starts_with("LDG") && o.contains(".64")),
+            "{name}: no 8-byte global loads with the paired fragments"
+        );
+    }
+}
+
+/// The APT-LLM kernels (`src/kernels/apt`): the bit-serial GEMM's and the fused decode
+/// kernel's configurations of the bench compile to BMMA without local memory (one per plane
+/// pair, warp tile and k tile), the activation quantizer without local memory.
+#[test]
+fn apt_kernels_compile_to_bmma() {
+    use tilus::kernels::apt::kernel::{apt_gemm, apt_quantize_act};
+    let Some((ptxas, disasm)) = tools("apt_kernels_compile_to_bmma") else {
+        return;
+    };
+    let scratch = Scratch::new("apt");
+    for cfg in tilus::kernels::apt::compile_check_configs() {
+        let name = format!("apt_gemm_{cfg}").replace([',', '='], "_");
+        let tiles = (cfg.WBITS * cfg.ABITS * cfg.FM * cfg.FN * cfg.KT) as usize;
+        let p = apt_gemm::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        let src = emit(&p, &Default::default()).unwrap().source;
+        assert!(
+            src.contains("tilus_mma_b1_paired("),
+            "{cfg}: the paired fragments"
+        );
+        // The cp.async ring: LDGSTS in, 8-byte shared loads out.
+        let need: &[&str] = if cfg.STAGES > 0 {
+            &["LDGSTS", "LDS.64"]
+        } else {
+            &[]
+        };
+        assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
+    }
+    for cfg in tilus::kernels::apt::compile_check_gemv_configs() {
+        use tilus::kernels::apt::kernel::apt_gemv;
+        let name = format!("apt_gemv_{cfg}").replace([',', '='], "_");
+        let tiles = (cfg.WBITS * cfg.ABITS * cfg.FN * cfg.KT) as usize;
+        let p = apt_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        let need: &[&str] = if cfg.STAGES > 0 {
+            &["LDGSTS", "LDS.64"]
+        } else {
+            &["LDS.64"]
+        };
+        assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
+    }
+    for abits in [2, 4, 8] {
+        let cfg = tilus::kernels::apt::linear::quantizer_config(4096, abits as u32);
+        let p = apt_quantize_act::program(&cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        check_kernel(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &format!("apt_quantize_act_{abits}"),
+            &k,
+            Expect::default(),
+        );
+    }
+}

@@ -16,6 +16,10 @@ mod reduce_programs;
 #[path = "../tilus-core/tests/programs/addressing.rs"]
 mod addressing;
 
+#[allow(dead_code)]
+#[path = "../tilus-core/tests/programs/bmma.rs"]
+mod bmma;
+
 use rand::Rng;
 use std::sync::Arc;
 use tilus::core::codegen::{emit, ArgValue, CudaKernel, ParamKind};
@@ -627,6 +631,52 @@ fn int8_mma_program() -> Program {
     b.finish()
 }
 
+/// u1 `dot`s on the 1-bit tensor cores (`mma.m16n8k256 .and.popc`): random bit planes, exact
+/// i32 results, one warp tile and a tiling of 4 warps over several k steps.
+fn bmma_cases() -> Vec<Case> {
+    let tilings = [
+        (
+            bmma::Tiling {
+                wm: 1,
+                wn: 1,
+                fm: 1,
+                fn_: 1,
+                kt: 1,
+            },
+            512,
+        ),
+        (
+            bmma::Tiling {
+                wm: 2,
+                wn: 2,
+                fm: 2,
+                fn_: 4,
+                kt: 2,
+            },
+            1536,
+        ),
+    ];
+    tilings
+        .into_iter()
+        .flat_map(|(t, k)| {
+            [false, true].map(|paired| Case {
+                name: format!("bmma {t:?} k={k} paired={paired}"),
+                program: if paired {
+                    bmma::bmma_program_paired(t, -5)
+                } else {
+                    bmma::bmma_program(t, -5)
+                },
+                args: vec![
+                    A::I32(k as i32),
+                    A::Buf(Buf::RandomBytes(t.bm() * k / 8)),
+                    A::Buf(Buf::RandomBytes(t.bn() * k / 8)),
+                    A::Buf(Buf::OutExact(t.bm() * t.bn() * 4)),
+                ],
+            })
+        })
+        .collect()
+}
+
 /// A thread-local f16 dot accumulating in f32, cast to f16.
 fn f16_dot_program() -> Program {
     let mut b = ProgramBuilder::new("f16_dot", 64);
@@ -857,6 +907,7 @@ fn instructions_beyond_the_paper_match_interpreter() {
         ],
     });
     cases.extend(f32_pair_cast_cases());
+    cases.extend(bmma_cases());
     run_all("instructions_beyond_the_paper_match_interpreter", cases);
 }
 
@@ -1190,6 +1241,7 @@ fn every_case_generates_code_and_interprets() {
     });
     cases.extend(math_cases());
     cases.extend(addressing_cases());
+    cases.extend(bmma_cases());
     let mut rng = rand::rng();
     for case in cases {
         let k = emit(&case.program, &Default::default())

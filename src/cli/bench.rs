@@ -240,6 +240,34 @@ pub enum BenchCommand {
         #[arg(long = "act-order")]
         act_order: bool,
     },
+    /// APT-LLM WxAy layers on the 1-bit tensor cores (activation quantizer + bit-serial GEMM)
+    /// against the memory floor and cuBLAS f16 measured in the same run; `bench/torch_apt.py`
+    /// prints cuBLAS f16 and torch's int8 `_int_mm` in the same table.
+    Apt {
+        /// Comma-separated widths `WxAy`.
+        #[arg(long, default_value = "W1A2,W2A2,W3A4,W4A4,W2A8")]
+        widths: String,
+        /// Comma-separated m values (tokens).
+        #[arg(long, default_value = "1,64,4096")]
+        m: String,
+        /// `paper` (the APT-LLM paper's Llama-3-8B shapes), `llama70b`, or comma-separated
+        /// weight shapes `NxK` (output x input features).
+        #[arg(long, default_value = "paper")]
+        shapes: String,
+        /// Timed runs per point (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Skip the cuBLAS f16 column.
+        #[arg(long = "no-cublas")]
+        no_cublas: bool,
+        /// Skip the column of the project's weight-only kernel (`bench qmatmul`, u<W> weight).
+        #[arg(long = "no-weight-only")]
+        no_weight_only: bool,
+        /// The GEMM's shared-memory stages (0: register prefetch, 2..8: a cp.async ring)
+        /// instead of the layer's choice (3 above m = 16, the fused kernel or 0 at decode).
+        #[arg(long)]
+        stages: Option<usize>,
+    },
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -261,6 +289,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Rowwise { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Launch { m, calls, .. } => vec![("--m", m), ("--calls", calls)],
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Apt { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Import {
             k, n, group, runs, ..
         } => vec![("--k", k), ("--n", n), ("--group", group), ("--runs", runs)],
@@ -296,6 +325,21 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             parse_types(wdtypes.as_deref())?;
             sweep_shapes(shapes.as_deref(), *n, *k)?;
             parse_ms(m).map(drop)
+        }
+        BenchCommand::Apt {
+            widths,
+            m,
+            shapes,
+            stages,
+            ..
+        } => {
+            if stages.is_some_and(|s| s == 1 || s > 8) {
+                return Err(format!(
+                    "argument `--stages`: {} is not 0 (register prefetch) or 2..8",
+                    stages.unwrap_or(0)
+                ));
+            }
+            super::bench_apt::parse(widths, m, shapes).map(drop)
         }
         BenchCommand::Rowwise { shapes, dtype, .. } => {
             parse_shapes(shapes)?;
@@ -524,6 +568,18 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     {
         return super::checkpoint::bench_import(k, n, bits, group, runs, act_order);
     }
+    if let BenchCommand::Apt {
+        ref widths,
+        ref m,
+        ref shapes,
+        runs,
+        no_cublas,
+        no_weight_only,
+        stages,
+    } = *cmd
+    {
+        return super::bench_apt::run(widths, m, shapes, runs, (no_cublas, no_weight_only), stages);
+    }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
@@ -553,7 +609,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.gb_per_s(bytes)
             );
         }
-        BenchCommand::Tune { .. } | BenchCommand::Import { .. } => {
+        BenchCommand::Tune { .. } | BenchCommand::Import { .. } | BenchCommand::Apt { .. } => {
             unreachable!("handled above")
         }
         BenchCommand::Launch {

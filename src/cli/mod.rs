@@ -2,6 +2,7 @@
 //! it on one line and exits with status 2.
 
 pub mod bench;
+pub mod bench_apt;
 pub mod checkpoint;
 pub mod doctor;
 pub mod dtype;

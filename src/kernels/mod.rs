@@ -15,6 +15,7 @@
 //! Every kernel is a VM program written with `#[kernel]`. The quantized matmul's design and
 //! its layouts per bit width are written up in `docs/qmatmul.md`.
 
+pub mod apt;
 pub mod attention;
 pub mod linear;
 pub mod linear_gpu;

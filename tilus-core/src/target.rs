@@ -55,6 +55,15 @@ pub enum MmaKind {
     I8,
     /// u8 x u8 + i32.
     U8,
+    /// u1 x u1 + i32 with AND and popcount (`mma.m16n8k256 .b1 .and.popc`): `c += popc(a & b)`
+    /// over k. The `.xor.popc` form is emulated on sm_90 (5.9x slower), so only AND is used.
+    B1,
+    /// The same instruction on the *paired* u1 fragments (`mma_b1_ap`, `mma_b1_bp`, `mma_b1_cp`):
+    /// rows and k permuted within the tile so that each thread's two k-halves of a row are
+    /// adjacent words (8-byte loads and stores); the code generator passes the A registers in
+    /// the instruction's order. [`MmaKind::of`] gives [`MmaKind::B1`]; the verifier picks this
+    /// kind when the layouts are tiles of the paired fragments.
+    B1Paired,
 }
 
 impl MmaKind {
@@ -65,8 +74,17 @@ impl MmaKind {
             (DType::BF16, DType::F32) => MmaKind::Bf16,
             (DType::Int(8), DType::Int(32)) => MmaKind::I8,
             (DType::UInt(8), DType::Int(32)) => MmaKind::U8,
+            (DType::UInt(1), DType::Int(32)) => MmaKind::B1,
             _ => return None,
         })
+    }
+
+    /// The `(m, n, k)` of the `mma.sync` instruction that serves this kind.
+    pub fn shape(self) -> (u32, u32, u32) {
+        match self {
+            MmaKind::B1 | MmaKind::B1Paired => (16, 8, 256),
+            _ => (16, 8, 16),
+        }
     }
 }
 
@@ -106,12 +124,20 @@ pub struct Target {
 }
 
 const ALL_KINDS: &[MmaKind] = &[MmaKind::F16, MmaKind::Bf16, MmaKind::I8, MmaKind::U8];
-const MMA_SYNC: &[MmaShape] = &[MmaShape {
-    m: 16,
-    n: 8,
-    k: 16,
-    kinds: ALL_KINDS,
-}];
+const MMA_SYNC: &[MmaShape] = &[
+    MmaShape {
+        m: 16,
+        n: 8,
+        k: 16,
+        kinds: ALL_KINDS,
+    },
+    MmaShape {
+        m: 16,
+        n: 8,
+        k: 256,
+        kinds: &[MmaKind::B1, MmaKind::B1Paired],
+    },
+];
 
 impl Target {
     pub const SM80: Target = Target {
@@ -223,6 +249,8 @@ mod tests {
         assert!(Target::SM90.runs_on(9, 0) && !Target::SM90.runs_on(8, 0));
         assert!(Target::SM80.has_mma(16, 8, 16, MmaKind::U8));
         assert!(!Target::SM80.has_mma(16, 8, 8, MmaKind::F16));
+        assert!(Target::SM90.has_mma(16, 8, 256, MmaKind::B1));
+        assert!(!Target::SM90.has_mma(16, 8, 16, MmaKind::B1));
         assert!(Target::SM80.wgmma.is_empty() && !Target::SM90.wgmma.is_empty());
     }
 }

@@ -144,5 +144,11 @@ static __device__ __forceinline__ void tilus_mma_{name}(uint32_t* d, const uint3
     if used.contains("mma_u8") {
         s.push_str(&mma8("u8", "u8"));
     }
+    if used.contains(super::emitters::bmma::FEATURE) {
+        s.push_str(super::emitters::bmma::helper());
+    }
+    if used.contains(super::emitters::bmma::FEATURE_PAIRED) {
+        s.push_str(super::emitters::bmma::helper_paired());
+    }
     s
 }

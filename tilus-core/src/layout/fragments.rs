@@ -13,13 +13,33 @@
 //! | `mma_b_t` | `[8, 16]` | `mma_b` with its dimensions swapped, the same registers in the same order: an operand stored n-major (the rows of K for `Q · Kᵀ`) loads in `..mma_b_t` and becomes B with a free `view` to `..mma_b` |
 //! | `mma_a_t` | `[16, 16]` | `mma_a` with its dimensions swapped: a `[k, n]` weight tile held in `..mma_a_t` is the A operand of the transposed product `Cᵀ = Wᵀ · Xᵀ` after a free `view` to `..mma_a` |
 //! | `mma_c_t` | `[8, 16]` | `mma_c` with its dimensions swapped: the `[n, m]` accumulator of that product, viewed as `[m, n]` for the store |
+//! | `mma_b1_a` | `[16, 256]` | A of u1 (`mma.m16n8k256 .b1`, four `.b32` registers of 32 bits): `column_local(2, 2).spatial(8, 4).local(1, 32)` |
+//! | `mma_b1_b` | `[256, 8]` | B of u1 (two `.b32` registers): `local(2, 1).column_spatial(4, 8).local(32, 1)` |
+//! | `mma_b1_c` | `[16, 8]` | C/D of the u1 mma, i32: the same map as `mma_c` |
+//! | `mma_b1_ap` | `[16, 256]` | A of u1, *paired*: `spatial(8, 4).local(2, 64)`, rows and k permuted within the tile (below) |
+//! | `mma_b1_bp` | `[256, 8]` | B of u1, paired: `column_spatial(4, 8).local(64, 1)` |
+//! | `mma_b1_cp` | `[16, 8]` | C/D, paired: `spatial(8, 4).local(2, 2)` |
+//!
+//! **Paired fragments.** The u1 mma sums over k, so any permutation of k shared by A and B, and
+//! any permutation of the 16 rows shared by A and C, computes the same product. The paired set
+//! puts instruction row `8 h + g` at row `2 g + h` and instruction k `128 j + 32 t + i` (bit `i`
+//! of lane group `t`, half `j`) at `64 t + 32 j + i`, so each thread holds two adjacent words of
+//! each row (A: `[16, 8]` words in `spatial(8, 4).local(2, 2)`; B, n-major: `spatial(8, 4).local(1, 2)`)
+//! and two adjacent accumulators: 8-byte loads and stores. A's registers are then in the order
+//! (row half, k half); the code generator passes them to the instruction as (k half, row half).
+//!
+//! The u1 fragments hold 32 consecutive k of one row (A) or column (B) in each 32-bit register,
+//! bit `i` of register `r` being local `32 r + i`: a `[rows, k / 32]` array of `u32` words loaded
+//! in `column_local(2, 2).spatial(8, 4)` (A) or `local(1, 2).spatial(8, 4)` (B, stored n-major)
+//! becomes the fragment with a free `view`. (The PTX ISA's A formula prints `+ i` where it means
+//! `+ (i & 0x1F)` for `i < 64`: registers 0 and 1 cover the same columns, rows `g` and `g + 8`.)
 //!
 //! `verify::dot` says how a `dot` tiles them.
 
 use super::Layout;
 
 /// `(name, text)` of every named fragment.
-pub const FRAGMENTS: [(&str, &str); 8] = [
+pub const FRAGMENTS: [(&str, &str); 14] = [
     ("mma_a", "column_local(2, 2).spatial(8, 4).local(1, 2)"),
     ("mma_b", "local(2, 1).column_spatial(4, 8).local(2, 1)"),
     ("mma_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
@@ -28,6 +48,12 @@ pub const FRAGMENTS: [(&str, &str); 8] = [
     ("mma_b_t", "local(1, 2).spatial(8, 4).local(1, 2)"),
     ("mma_a_t", "local(2, 2).column_spatial(4, 8).local(2, 1)"),
     ("mma_c_t", "local(1, 2).column_spatial(4, 8).local(2, 1)"),
+    ("mma_b1_a", "column_local(2, 2).spatial(8, 4).local(1, 32)"),
+    ("mma_b1_b", "local(2, 1).column_spatial(4, 8).local(32, 1)"),
+    ("mma_b1_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
+    ("mma_b1_ap", "spatial(8, 4).local(2, 64)"),
+    ("mma_b1_bp", "column_spatial(4, 8).local(64, 1)"),
+    ("mma_b1_cp", "spatial(8, 4).local(2, 2)"),
 ];
 
 /// The text of the fragment called `name`, if there is one.
@@ -59,6 +85,12 @@ mod tests {
             [8, 16],
             [16, 16],
             [8, 16],
+            [16, 256],
+            [256, 8],
+            [16, 8],
+            [16, 256],
+            [256, 8],
+            [16, 8],
         ];
         for ((name, _), shape) in FRAGMENTS.iter().zip(shapes) {
             let l = fragment(name).unwrap();
@@ -66,6 +98,88 @@ mod tests {
             assert_eq!(l.num_threads(), 32, "{name}: a warp");
         }
         assert!(fragment("mma_d").is_none());
+    }
+
+    /// The paired u1 fragments are the ISA's under one row permutation (shared by A and C) and
+    /// one k permutation (shared by A and B), with A's registers in the order the code generator
+    /// reorders: register `r` of the instruction is paired word `2 (r & 1) + (r >> 1)`.
+    #[test]
+    fn paired_b1_fragments_permute_the_isa_ones() {
+        let f = |n: &str| fragment(n).unwrap();
+        let (a, b, c) = (f("mma_b1_a"), f("mma_b1_b"), f("mma_b1_c"));
+        let (ap, bp, cp) = (f("mma_b1_ap"), f("mma_b1_bp"), f("mma_b1_cp"));
+        let row = |r: usize| 2 * (r % 8) + r / 8;
+        let k = |k: usize| 64 * ((k % 128) / 32) + 32 * (k / 128) + k % 32;
+        let ks: std::collections::HashSet<usize> = (0..256).map(k).collect();
+        assert_eq!(ks.len(), 256, "k map is a permutation");
+        for lane in 0..32 {
+            for reg in 0..4 {
+                let word = 2 * (reg & 1) + (reg >> 1);
+                for bit in 0..32 {
+                    let isa = a.eval(lane, 32 * reg + bit);
+                    assert_eq!(ap.eval(lane, 32 * word + bit), vec![row(isa[0]), k(isa[1])]);
+                }
+            }
+            for i in 0..64 {
+                let isa = b.eval(lane, i);
+                assert_eq!(
+                    bp.eval(lane, i),
+                    vec![k(isa[0]), isa[1]],
+                    "B lane {lane} b{i}"
+                );
+            }
+            for i in 0..4 {
+                let isa = c.eval(lane, i);
+                assert_eq!(
+                    cp.eval(lane, i),
+                    vec![row(isa[0]), isa[1]],
+                    "C lane {lane} c{i}"
+                );
+            }
+        }
+    }
+
+    /// The u1 fragments against the PTX ISA's formulas for `mma.m16n8k256 .b1` (section "Matrix
+    /// Fragments for mma.m16n8k256"), computed here per (lane, register, bit) independently of
+    /// the layout texts: `groupID = lane >> 2`, `threadID_in_group = lane % 4`, element `i` of a
+    /// thread is bit `i % 32` of register `i / 32`.
+    #[test]
+    fn b1_fragments_match_the_ptx_isa() {
+        let (a, b, c) = (
+            fragment("mma_b1_a").unwrap(),
+            fragment("mma_b1_b").unwrap(),
+            fragment("mma_b1_c").unwrap(),
+        );
+        assert_eq!(
+            (a.num_locals(), b.num_locals(), c.num_locals()),
+            (128, 64, 4)
+        );
+        for lane in 0..32usize {
+            let (g, tig) = (lane >> 2, lane % 4);
+            for reg in 0..4 {
+                for bit in 0..32usize {
+                    let i = reg * 32 + bit;
+                    // A: rows g for a0..a31 and a64..a95, else g + 8; columns tig * 32 + (i & 31),
+                    // plus 128 from a64 on.
+                    let row = if i < 32 || (64..96).contains(&i) {
+                        g
+                    } else {
+                        g + 8
+                    };
+                    let col = tig * 32 + (i & 0x1f) + if i >= 64 { 128 } else { 0 };
+                    assert_eq!(a.eval(lane, i), vec![row, col], "A lane {lane} a{i}");
+                }
+            }
+            for i in 0..64usize {
+                let row = tig * 32 + (i & 0x1f) + if i >= 32 { 128 } else { 0 };
+                assert_eq!(b.eval(lane, i), vec![row, g], "B lane {lane} b{i}");
+            }
+            for i in 0..4usize {
+                let row = if i < 2 { g } else { g + 8 };
+                let col = tig * 2 + (i & 1);
+                assert_eq!(c.eval(lane, i), vec![row, col], "C lane {lane} c{i}");
+            }
+        }
     }
 
     /// Each `_t` fragment holds, in every thread's register, the element of its base fragment

@@ -8,6 +8,7 @@
 //! prim := ('local' | 'spatial' | 'column_local' | 'column_spatial') '(' int (',' int)* ')'
 //!       | 'replicated' '(' int ')' | fragment
 //! fragment := 'mma_a' | 'mma_b' | 'mma_c' | 'mma_a_i8' | 'mma_b_i8' | 'mma_b_t' | 'mma_a_t' | 'mma_c_t'
+//!           | 'mma_b1_a' | 'mma_b1_b' | 'mma_b1_c' | 'mma_b1_ap' | 'mma_b1_bp' | 'mma_b1_cp'
 //! ```
 //!
 //! A fragment is the register layout of an `mma.m16n8k16` operand ([`super::fragments`]), so
@@ -319,7 +320,8 @@ impl<'a> Parser<'a> {
                         "unknown layout primitive `{name}`; expected local, spatial, \
                          column_local, column_spatial, replicated, reduce, split, \
                          swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, \
-                         mma_b_i8, mma_b_t, mma_a_t, mma_c_t)"
+                         mma_b_i8, mma_b_t, mma_a_t, mma_c_t, mma_b1_a, mma_b1_b, mma_b1_c, \
+                         mma_b1_ap, mma_b1_bp, mma_b1_cp)"
                     ),
                 ))
             }

@@ -25,11 +25,23 @@
 //! |-----------------------|-------------------------------------------|--------------------------------------------|-------------------------------------|
 //! | f16/bf16 -> f32       | `column_local(2,2).spatial(8,4).local(1,2)` | `local(2,1).column_spatial(4,8).local(2,1)` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | i8/u8 -> i32          | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
+//! | u1 -> i32 (m16n8k256) | `column_local(2,2).spatial(8,4).local(1,32)` `[16, 256]` | `local(2,1).column_spatial(4,8).local(32,1)` `[256, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
+//! | u1 -> i32, paired     | `spatial(8,4).local(2,64)`                 | `column_spatial(4,8).local(64,1)`            | `spatial(8,4).local(2,2)`            |
+//!
+//! The paired u1 set (`MmaKind::B1Paired`, tried when the first does not divide) is the same
+//! instruction on rows and k permuted within the tile, so that loads and stores are 8 bytes
+//! (`layout::fragments`).
+//!
+//! u1 operands use `mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc`: `c += Σ_k a AND b`,
+//! the same value the thread-local plan and the interpreter compute (u1 products are ANDs). The
+//! s32 sum wraps on the GPU; the interpreter reports an overflow of i32 as an error, so a program
+//! it accepts gets the same exact values on both (with a zero accumulator that takes k ≥ 2^31).
 //!
 //! The code generator issues, for each warp-local `c` fragment `jq` and each `kq`, one mma on
 //! the registers of fragments `qa`-local `la(jq, kq)`, `qb`-local `lb(jq, kq)`; fragment
 //! registers are the layout's locals `[8 l, 8 l + 8)` (A), `[4 l, 4 l + 4)` (B, C) for f16, and
-//! `[8 l, 8 l + 8)`, `[4 l, 4 l + 4)`, `[4 l, 4 l + 4)` for i8.
+//! `[8 l, 8 l + 8)`, `[4 l, 4 l + 4)`, `[4 l, 4 l + 4)` for i8, and `[128 l, 128 l + 128)`,
+//! `[64 l, 64 l + 64)`, `[4 l, 4 l + 4)` for u1 (32 u1 locals per 32-bit word).
 //!
 //! **Broadcast operands** of elementwise instructions satisfy the same thread-local condition
 //! ([`broadcast_thread_local`]): for each local `j` of the left operand, every thread holds the
@@ -70,6 +82,8 @@ pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
     match kind {
         MmaKind::F16 | MmaKind::Bf16 => [f("mma_a"), f("mma_b"), f("mma_c")],
         MmaKind::I8 | MmaKind::U8 => [f("mma_a_i8"), f("mma_b_i8"), f("mma_c")],
+        MmaKind::B1 => [f("mma_b1_a"), f("mma_b1_b"), f("mma_b1_c")],
+        MmaKind::B1Paired => [f("mma_b1_ap"), f("mma_b1_bp"), f("mma_b1_cp")],
     }
 }
 
@@ -97,7 +111,10 @@ pub fn plan_dot(
     let local = dot_thread_local(&a.layout, &b.layout, &c.layout, block_threads, "thread");
     match (mma, local) {
         (_, Ok(())) => Ok(DotPlan::ThreadLocal),
-        (Err(m), Err(l)) => Err(format!("thread-local: {l}; mma.m16n8k16: {m}")),
+        (Err(m), Err(l)) => {
+            let (mm, mn, mk) = MmaKind::of(a.dtype, c.dtype).map_or((16, 8, 16), MmaKind::shape);
+            Err(format!("thread-local: {l}; mma.m{mm}n{mn}k{mk}: {m}"))
+        }
         (Ok(_), _) => unreachable!("returned above"),
     }
 }
@@ -111,13 +128,33 @@ fn mma_plan(
 ) -> Result<DotPlan, String> {
     let Some(kind) = MmaKind::of(a.dtype, c.dtype) else {
         return Err(format!(
-            "needs f16/bf16 operands with an f32 accumulator or i8/u8 with i32, not {} with {}",
+            "needs f16/bf16 operands with an f32 accumulator or i8/u8/u1 with i32, not {} with {}",
             a.dtype, c.dtype
         ));
     };
-    if !target.has_mma(16, 8, 16, kind) {
+    let plan = mma_plan_of(kind, a, b, c, block_threads, target);
+    if kind == MmaKind::B1 && plan.is_err() {
+        // The paired u1 fragments, the same instruction (see `layout::fragments`).
+        if let Ok(p) = mma_plan_of(MmaKind::B1Paired, a, b, c, block_threads, target) {
+            return Ok(p);
+        }
+    }
+    plan
+}
+
+fn mma_plan_of(
+    kind: MmaKind,
+    a: &RegisterType,
+    b: &RegisterType,
+    c: &RegisterType,
+    block_threads: usize,
+    target: &Target,
+) -> Result<DotPlan, String> {
+    let (mm, mn, mk) = kind.shape();
+    let shape = format!("m{mm}n{mn}k{mk}");
+    if !target.has_mma(mm, mn, mk, kind) {
         return Err(format!(
-            "the target {} has no m16n8k16 mma for {kind:?}",
+            "the target {} has no {shape} mma for {kind:?}",
             target.arch.name()
         ));
     }
@@ -125,11 +162,13 @@ fn mma_plan(
     let names = match kind {
         MmaKind::F16 | MmaKind::Bf16 => ["mma_a", "mma_b", "mma_c"],
         MmaKind::I8 | MmaKind::U8 => ["mma_a_i8", "mma_b_i8", "mma_c"],
+        MmaKind::B1 => ["mma_b1_a", "mma_b1_b", "mma_b1_c"],
+        MmaKind::B1Paired => ["mma_b1_ap", "mma_b1_bp", "mma_b1_cp"],
     };
     let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
         x.layout.divide(f).map_err(|e| {
             format!(
-                "the layout of {which} is not warp tiles of the mma {which} fragment ({e})\nhelp: write it as `<warp tiles>.{name}`, e.g. `spatial(..).local(..).{name}`, where `{name}` is the m16n8k16 {which} fragment `{}`",
+                "the layout of {which} is not warp tiles of the mma {which} fragment ({e})\nhelp: write it as `<warp tiles>.{name}`, e.g. `spatial(..).local(..).{name}`, where `{name}` is the {shape} {which} fragment `{}`",
                 f.to_expr()
             )
         })

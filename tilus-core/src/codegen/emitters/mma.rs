@@ -5,7 +5,8 @@
 //! mma: the quotient layouts (`a = qa ∘ A` etc.) are over warps; for each of a warp's `c`
 //! fragments `jq` and each `kq`, one mma on `a` fragment `la(jq, kq)` and `b` fragment
 //! `lb(jq, kq)`. Fragment `l` of a 16-bit `a` is words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`;
-//! of an 8-bit `a` words `[2l, 2l+2)`, of `b` word `l`; of `c` words `[4l, 4l+4)`.
+//! of an 8-bit `a` words `[2l, 2l+2)`, of `b` word `l`; of `c` words `[4l, 4l+4)`; of a u1 `a`
+//! (m16n8k256) words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`.
 
 use super::elementwise::store_codes;
 use crate::codegen::context::Ctx;
@@ -136,6 +137,15 @@ fn mma(
         MmaKind::U8 => {
             cx.features.insert("mma_u8");
             ("tilus_mma_u8", 2, 1)
+        }
+        // m16n8k256: 128 u1 of A in 4 words, 64 of B in 2 (see `super::bmma`).
+        MmaKind::B1 => {
+            cx.features.insert(super::bmma::FEATURE);
+            (super::bmma::HELPER, 4, 2)
+        }
+        MmaKind::B1Paired => {
+            cx.features.insert(super::bmma::FEATURE_PAIRED);
+            (super::bmma::HELPER_PAIRED, 4, 2)
         }
     };
     let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));

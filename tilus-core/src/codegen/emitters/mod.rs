@@ -9,10 +9,12 @@
 //! | [`cast_pair`] | `Cast` of f32 to f16/bf16 pairs (`cvt.rn.satfinite.*x2.f32`) |
 //! | [`math`] | `Unary` (`exp`, `sqrt`, `not`, ...), bit operations of `Binary`, `Compare`, `Select`, `Arange` |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
+//! | [`bmma`] | the 1-bit `mma.m16n8k256 .and.popc` helper of a u1 `Dot` |
 //! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
 //! | [`addressing`] | `Item`, `Gather`, `Scatter`, `Atomic` (data-dependent addresses) |
 
 pub(crate) mod addressing;
+pub(crate) mod bmma;
 pub(crate) mod cast_pair;
 pub(crate) mod elementwise;
 pub(crate) mod global;

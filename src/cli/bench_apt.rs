@@ -1,0 +1,124 @@
+//! `tilus bench apt`: see [`tilus::kernels::apt::bench`].
+
+use tilus::kernels::apt::bench::{
+    bench_apt, bench_cublas_f16, bench_weight_only, table, LLAMA70B_SHAPES, PAPER_SHAPES,
+};
+use tilus_runtime::{copy_bandwidth, Context, L2Flush};
+
+type Parsed = (Vec<(u32, u32)>, Vec<usize>, Vec<(usize, usize)>);
+
+/// The widths, m values and shapes of the arguments; errors name the argument.
+pub fn parse(widths: &str, m: &str, shapes: &str) -> Result<Parsed, String> {
+    let widths = widths
+        .split(',')
+        .map(|w| {
+            let t = w.trim().to_ascii_uppercase();
+            let bad = || {
+                format!("argument `--widths`: `{w}` is not WxAy with 1 <= x, y <= 8 (e.g. W2A2)")
+            };
+            let (a, b) = t
+                .strip_prefix('W')
+                .and_then(|r| r.split_once('A'))
+                .ok_or_else(bad)?;
+            let (x, y) = (
+                a.parse::<u32>().map_err(|_| bad())?,
+                b.parse::<u32>().map_err(|_| bad())?,
+            );
+            if !(1..=8).contains(&x) || !(1..=8).contains(&y) {
+                return Err(bad());
+            }
+            Ok((x, y))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let ms = m
+        .split(',')
+        .map(|v| match v.trim().parse::<usize>() {
+            Ok(x) if x > 0 => Ok(x),
+            _ => Err(format!("argument `--m`: `{v}` is not a positive number")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let shapes = match shapes.trim() {
+        "paper" => PAPER_SHAPES.to_vec(),
+        "llama70b" => LLAMA70B_SHAPES.to_vec(),
+        list => list
+            .split(',')
+            .map(|s| {
+                let bad = || format!("argument `--shapes`: `{s}` is not NxK with n a multiple of 8 and k of 256, or `paper`, `llama70b`");
+                let (n, k) = s.trim().split_once('x').ok_or_else(bad)?;
+                let (n, k) = (n.parse::<usize>().map_err(|_| bad())?, k.parse::<usize>().map_err(|_| bad())?);
+                if n == 0 || n % 8 != 0 || k == 0 || k % 256 != 0 {
+                    return Err(bad());
+                }
+                Ok((n, k))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    Ok((widths, ms, shapes))
+}
+
+pub fn run(
+    widths: &str,
+    m: &str,
+    shapes: &str,
+    runs: usize,
+    (no_cublas, no_weight_only): (bool, bool),
+    stages: Option<usize>,
+) -> Result<String, String> {
+    let (widths, ms, shapes) = parse(widths, m, shapes)?;
+    let err = |e: tilus_runtime::RuntimeError| e.to_string();
+    let ctx = Context::new(0).map_err(err)?;
+    let dev = ctx.device();
+    let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
+    let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
+    let mut flush = L2Flush::new(&ctx).map_err(err)?;
+    let mut rows = Vec::new();
+    for &(n, k) in &shapes {
+        for &m in &ms {
+            let cublas = if no_cublas {
+                None
+            } else {
+                Some(bench_cublas_f16(&ctx, &mut flush, m, n, k)?)
+            };
+            // The weight-only kernel per distinct weight width.
+            let mut weight_only: Vec<(u32, f64)> = Vec::new();
+            for &(w, a) in &widths {
+                let wo = if no_weight_only {
+                    None
+                } else if let Some(&(_, t)) = weight_only.iter().find(|(b, _)| *b == w) {
+                    Some(t)
+                } else {
+                    // A shape the weight-only kernel does not serve leaves the column empty.
+                    match bench_weight_only(&ctx, &mut flush, w, m, n, k, copy_gbps) {
+                        Ok(t) => {
+                            weight_only.push((w, t));
+                            Some(t)
+                        }
+                        Err(e) => {
+                            eprintln!("weight-only u{w} m={m} {n}x{k}: {e}");
+                            None
+                        }
+                    }
+                };
+                let row = bench_apt(
+                    &ctx,
+                    &mut flush,
+                    w,
+                    a,
+                    m,
+                    n,
+                    k,
+                    runs,
+                    copy_gbps,
+                    cublas,
+                    wo,
+                    stages.map(|s| s as i32),
+                )
+                .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;
+                eprintln!("W{w}A{a} m={m} {n}x{k}: {:.1} us", row.layer.median_us);
+                rows.push(row);
+            }
+        }
+    }
+    out += &table(copy_gbps, &rows);
+    Ok(out)
+}

@@ -1,0 +1,254 @@
+//! `tilus bench apt`: the WxAy layer (activation quantizer + bit-serial GEMM) per shape, width
+//! and `m`, against the memory floor and cuBLAS f16 measured in the same run
+//! (`bench/torch_apt.py` prints cuBLAS f16 and `torch._int_mm` int8 in the same table format).
+//!
+//! Timings are medians of CUDA-event timings with the L2 flushed before each run. The floor is
+//! the layer's unavoidable traffic, weights (`wbits · n · k / 8` bytes of planes, plus the
+//! per-channel sums and scales) + activations (`2 m k` bytes of f16 in) + the f16 output
+//! (`2 m n`), over the device-to-device copy bandwidth measured in the same run. TOPS counts
+//! `2 m n k` operations of the product the layer computes, over the layer's time.
+
+use super::linear::AptActivations;
+use super::AptLinear;
+use crate::kernels::qmatmul::bench::bench_cublas;
+use half::f16;
+use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush, Timing};
+
+/// The `(wbits, abits)` pairs of the bench: W1A2, W2A2, W3A4, W4A4, W2A8.
+pub const WIDTHS: [(u32, u32); 5] = [(1, 2), (2, 2), (3, 4), (4, 4), (2, 8)];
+
+/// The weight shapes `(n, k)` of the APT-LLM paper (Llama-3-8B): 1k/1k, 2k/2k, 4k/4k, 1k/4k,
+/// 14k/4k, 4k/14k.
+pub const PAPER_SHAPES: [(usize, usize); 6] = [
+    (1024, 1024),
+    (2048, 2048),
+    (4096, 4096),
+    (1024, 4096),
+    (14336, 4096),
+    (4096, 14336),
+];
+
+/// The Llama-3-70B layers `(n, k)`: qkv, o, gate+up, down.
+pub const LLAMA70B_SHAPES: [(usize, usize); 4] =
+    [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)];
+
+/// One measured point.
+#[derive(Clone, Debug)]
+pub struct AptBenchRow {
+    pub wbits: u32,
+    pub abits: u32,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// The layer's forward: the fused decode kernel at `m <= 16` where it applies, else the
+    /// quantizer + the GEMM.
+    pub layer: Timing,
+    /// Whether `layer` is the fused decode kernel.
+    pub fused: bool,
+    /// The quantizer + the GEMM (two launches).
+    pub unfused: Timing,
+    /// The GEMM alone.
+    pub gemm: Timing,
+    /// The floor's bytes (see the module docs).
+    pub bytes: usize,
+    pub floor_us: f64,
+    pub cublas_us: Option<f64>,
+    /// The project's weight-only kernel (`tilus bench qmatmul`'s) for a `u{wbits}` weight with
+    /// per-channel scales and f16 activations, best of 3 configurations.
+    pub weight_only_us: Option<f64>,
+    /// The tiles the layer used.
+    pub tiles: String,
+}
+
+impl AptBenchRow {
+    pub fn percent_of_floor(&self) -> f64 {
+        100.0 * self.floor_us / self.layer.median_us
+    }
+    pub fn tops(&self) -> f64 {
+        2.0 * (self.m * self.n * self.k) as f64 / (self.layer.median_us * 1e-6) / 1e12
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Non-constant weights and activations (a hash pattern in [-0.5, 0.5)).
+fn pattern(len: usize, salt: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| {
+            let h = (i ^ salt).wrapping_mul(2654435761) >> 9;
+            (h % 1000) as f32 / 1000.0 - 0.5
+        })
+        .collect()
+}
+
+/// Time `run` (a sequence of launches) with the L2 flushed before each of `runs` runs.
+fn time(
+    ctx: &Context,
+    flush: &mut L2Flush,
+    runs: usize,
+    mut run: impl FnMut() -> Result<(), String>,
+) -> Result<Timing, String> {
+    run()?;
+    let mut failure = None;
+    let t = time_runs(ctx, 3, runs, Some(flush), || {
+        if let Err(e) = run() {
+            failure = Some(e);
+        }
+        Ok(())
+    })
+    .map_err(err)?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(t),
+    }
+}
+
+/// Measure one `(wbits, abits)` layer of shape `(n, k)` at `m` tokens; `cublas_us` is carried.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_apt(
+    ctx: &std::sync::Arc<Context>,
+    flush: &mut L2Flush,
+    wbits: u32,
+    abits: u32,
+    m: usize,
+    n: usize,
+    k: usize,
+    runs: usize,
+    copy_gbps: f64,
+    cublas_us: Option<f64>,
+    weight_only_us: Option<f64>,
+    stages: Option<i32>,
+) -> Result<AptBenchRow, String> {
+    // The weight is [k, n] for the layer; its values matter only for realism.
+    let layer = AptLinear::new(&pattern(k * n, 7), k, n, wbits, abits, None).map_err(err)?;
+    let gpu = layer.to_gpu(ctx).map_err(err)?;
+    let x: Vec<f16> = pattern(m * k, 3)
+        .iter()
+        .map(|&v| f16::from_f32(v))
+        .collect();
+    let xd = DeviceBuffer::from_host(ctx, &x).map_err(err)?;
+    let mut act = AptActivations::new(&gpu, m).map_err(err)?;
+    let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
+    let mut t = layer.tiles(m);
+    if let Some(s) = stages {
+        t.stages = s;
+    }
+    let unfused = time(ctx, flush, runs, || {
+        gpu.quantize_into(&xd, &mut act).map_err(err)?;
+        gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
+    })?;
+    let fused = layer.gemv_config(m, false).is_some();
+    let layer_t = if fused {
+        time(ctx, flush, runs, || match stages {
+            Some(s) => gpu.forward_fused_stages(&xd, m, &mut y, s).map_err(err),
+            None => gpu.forward_fused(&xd, m, &mut y, None).map_err(err),
+        })?
+    } else {
+        unfused
+    };
+    let gemm_t = time(ctx, flush, runs, || {
+        gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
+    })?;
+    let bytes = wbits as usize * n * k / 8 + 8 * n + 2 * m * k + 2 * m * n;
+    Ok(AptBenchRow {
+        wbits,
+        abits,
+        m,
+        n,
+        k,
+        layer: layer_t,
+        fused,
+        unfused,
+        gemm: gemm_t,
+        bytes,
+        floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
+        cublas_us,
+        weight_only_us,
+        tiles: format!(
+            "WM={} WN={} FM={} FN={} KT={} STAGES={}",
+            t.wm, t.wn, t.fm, t.fn_, t.kt, t.stages
+        ),
+    })
+}
+
+/// cuBLAS f16 for the same product, median microseconds.
+pub fn bench_cublas_f16(
+    ctx: &Context,
+    flush: &mut L2Flush,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<f64, String> {
+    let blas = Cublas::new(ctx).map_err(err)?;
+    bench_cublas(ctx, &blas, flush, m, n, k).map_err(err)
+}
+
+/// The project's weight-only quantized matmul (f16 activations, a `u{wbits}` weight with
+/// per-channel scales and zero points) for the same product, median microseconds of the best of
+/// three configurations.
+pub fn bench_weight_only(
+    ctx: &Context,
+    flush: &mut L2Flush,
+    wbits: u32,
+    m: usize,
+    n: usize,
+    k: usize,
+    copy_gbps: f64,
+) -> Result<f64, String> {
+    use crate::kernels::qmatmul::bench::bench_qmatmul;
+    let wdtype = crate::DType::UInt(wbits as u8);
+    let row =
+        bench_qmatmul::<f16>(ctx, None, flush, wdtype, m, n, k, None, 3, copy_gbps).map_err(err)?;
+    Ok(row.timing.median_us)
+}
+
+/// The table `tilus bench apt` prints (`bench/torch_apt.py` prints the same columns).
+pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
+    let mut s = format!(
+        "tilus apt (quantize + bit-serial GEMM on BMMA); copy bandwidth {copy_gbps:.0} GB/s; \
+         floor = (weight planes + f16 activations + f16 output) / that; L2 flushed; \
+         layer = the forward (F: the fused decode kernel), 2-launch = quantizer + GEMM\n\
+         w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
+         {:<6} {:>5} {:>12} {:>11} {:>11} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
+        "WxAy",
+        "m",
+        "n x k",
+        "layer us",
+        "2-launch us",
+        "gemm us",
+        "%floor",
+        "TOPS",
+        "cuBLAS us",
+        "vs f16",
+        "w-only us"
+    );
+    for r in rows {
+        let cublas = r.cublas_us.map_or("-".to_string(), |c| format!("{c:.1}"));
+        let speedup = r.cublas_us.map_or("-".to_string(), |c| {
+            format!("{:.2}x", c / r.layer.median_us)
+        });
+        s += &format!(
+            "{:<6} {:>5} {:>12} {:>11} {:>11.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
+            format!("W{}A{}", r.wbits, r.abits),
+            r.m,
+            format!("{}x{}", r.n, r.k),
+            format!(
+                "{}{:.1}",
+                if r.fused { "F " } else { "" },
+                r.layer.median_us
+            ),
+            r.unfused.median_us,
+            r.gemm.median_us,
+            r.percent_of_floor(),
+            r.tops(),
+            cublas,
+            speedup,
+            r.weight_only_us
+                .map_or("-".to_string(), |w| format!("{w:.1}")),
+            r.tiles
+        );
+    }
+    s
+}

@@ -1,0 +1,516 @@
+//! [`AptLinear`]: a WxAy linear layer `y[m, n] = x[m, k] · W[k, n]` on the 1-bit tensor cores,
+//! weights quantized to `wbits`-bit bipolar-INT per output channel once on the host, activations
+//! to `abits` bits per token at every forward (the fused quantize-and-split kernel).
+//!
+//! ```no_run
+//! use half::f16;
+//! use tilus::kernels::apt::AptLinear;
+//! let (k, n) = (512, 256);
+//! let w: Vec<f32> = (0..k * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+//! let layer = AptLinear::new(&w, k, n, 2, 2, None)?; // W2A2
+//! let x = vec![f16::from_f32(0.5); 3 * k];
+//! let y = layer.forward_cpu(&x, 3)?; // 3 x 256 f16, on the interpreter
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! On the GPU, [`AptLinear::to_gpu`] uploads the planes and [`GpuAptLinear::forward`] runs both
+//! kernels on the context's stream.
+
+use super::kernel::{apt_gemm, apt_gemv, apt_quantize_act};
+use super::{check_shape, AptTiles};
+use crate::apt::matrix::ScaleRule;
+use crate::apt::{AptError, AptMatrix};
+use half::f16;
+use std::sync::Arc;
+use tilus_runtime::{Context, DeviceBuffer};
+
+/// Quantized activations on the host: `(planes [abits][m][k / 32], row sums of codes, scales)`.
+pub type QuantizedActivations = (Vec<u32>, Vec<i32>, Vec<f32>);
+
+/// The activation quantizer's configuration for rows of `k`: the fewest warps (1, 4, 8 or 16)
+/// whose threads hold the whole row (32 elements each), read once; past 16384 elements, 16
+/// warps and two passes.
+pub fn quantizer_config(k: usize, abits: u32) -> apt_quantize_act::Config {
+    let warps = [1, 4, 8, 16].into_iter().find(|&w| 1024 * w >= k);
+    apt_quantize_act::Config {
+        ABITS: abits as i32,
+        WARPS: warps.unwrap_or(16) as i32,
+        ONE_PASS: warps.is_some() as i32,
+    }
+}
+
+/// A WxAy layer; see the module documentation.
+#[derive(Clone, Debug)]
+pub struct AptLinear {
+    k: usize,
+    n: usize,
+    abits: u32,
+    /// The weight as `[n, k]`: a row per output channel.
+    weight: AptMatrix,
+    planes: Vec<u32>,
+    sums: Vec<i32>,
+}
+
+fn kernel_err(e: impl std::fmt::Display) -> AptError {
+    AptError::Kernel(e.to_string())
+}
+
+fn dim(arg: &'static str, v: usize) -> Result<i32, AptError> {
+    i32::try_from(v).map_err(|_| AptError::Overflow {
+        reason: format!("{arg} = {v} does not fit an i32"),
+    })
+}
+
+impl AptLinear {
+    /// Quantize row-major `weight[k * n]` (`k` the reduction dimension, as
+    /// [`QuantizedLinear`](crate::kernels::linear::QuantizedLinear) takes it) to `wbits`-bit
+    /// bipolar-INT with one scale per output channel (the mean `|w|` for 1 bit, `max |w| / (2^b -
+    /// 1)` above), for activations of `abits` bits. `group`: `None` or `Some(k)` (per output
+    /// channel); the bit-serial kernel applies scales once, after the whole k sum, so smaller
+    /// groups are refused. Errors name the argument.
+    pub fn new(
+        weight: &[f32],
+        k: usize,
+        n: usize,
+        wbits: u32,
+        abits: u32,
+        group: Option<usize>,
+    ) -> Result<AptLinear, AptError> {
+        check_shape(n, k, wbits, abits)?;
+        if let Some(g) = group.filter(|&g| g != k) {
+            return Err(AptError::Group {
+                reason: format!(
+                    "{g} rows per group; the bit-serial kernel applies one scale per output channel (group = k = {k}, or None)"
+                ),
+            });
+        }
+        let len = k.checked_mul(n).ok_or(AptError::Overflow {
+            reason: format!("k * n = {k} * {n} overflows usize"),
+        })?;
+        if weight.len() != len {
+            return Err(AptError::Len {
+                arg: "weight",
+                expected: len,
+                got: weight.len(),
+            });
+        }
+        dim("k", k)?;
+        dim("n", n)?;
+        let mut t = vec![0f32; len];
+        for r in 0..k {
+            for c in 0..n {
+                t[c * k + r] = weight[r * n + c];
+            }
+        }
+        let rule = if wbits == 1 {
+            ScaleRule::MeanAbs
+        } else {
+            ScaleRule::Max
+        };
+        let weight = AptMatrix::quantize(&t, n, k, wbits, rule).map_err(|e| match e {
+            // Report positions in the caller's [k, n] order.
+            AptError::NotFinite {
+                row, col, value, ..
+            } => AptError::NotFinite {
+                arg: "weight",
+                row: col,
+                col: row,
+                value,
+            },
+            e => e,
+        })?;
+        let planes = weight.planes()?;
+        let sums = weight.row_sums();
+        Ok(AptLinear {
+            k,
+            n,
+            abits,
+            weight,
+            planes,
+            sums,
+        })
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn wbits(&self) -> u32 {
+        self.weight.bits()
+    }
+    pub fn abits(&self) -> u32 {
+        self.abits
+    }
+    /// The quantized weight, `[n, k]`.
+    pub fn weight(&self) -> &AptMatrix {
+        &self.weight
+    }
+    /// The weight planes, `[wbits][n][k / 32]`.
+    pub fn planes(&self) -> &[u32] {
+        &self.planes
+    }
+
+    /// The GEMM tiling for `m` tokens.
+    pub fn tiles(&self, m: usize) -> AptTiles {
+        AptTiles::for_shape(m, self.n, self.k, self.wbits(), self.abits)
+    }
+
+    fn check_x(&self, len: usize, m: usize) -> Result<i32, AptError> {
+        if m == 0 {
+            return Err(AptError::Empty { arg: "m" });
+        }
+        let want = m.checked_mul(self.k).ok_or(AptError::Overflow {
+            reason: format!("m * k = {m} * {} overflows usize", self.k),
+        })?;
+        if len != want {
+            return Err(AptError::Len {
+                arg: "x",
+                expected: want,
+                got: len,
+            });
+        }
+        dim("m", m)
+    }
+
+    /// The activations `x[m, k]` quantized as the layer does at each forward, on the
+    /// interpreter: `(planes [abits][m][k / 32], row sums, scales)`.
+    pub fn quantize_cpu(&self, x: &[f16], m: usize) -> Result<QuantizedActivations, AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let mut planes = vec![0u32; self.abits as usize * m * self.k / 32];
+        let (mut sums, mut scales) = (vec![0i32; m], vec![0f32; m]);
+        apt_quantize_act::interpret(
+            &quantizer_config(self.k, self.abits),
+            mi,
+            self.k as i32,
+            x,
+            &mut planes,
+            &mut sums,
+            &mut scales,
+        )
+        .map_err(kernel_err)?;
+        Ok((planes, sums, scales))
+    }
+
+    /// `y[m, n]` for `x[m, k]` (row-major f16) on the CPU interpreter: the same two kernels as
+    /// the GPU. With `acc`, also the exact bipolar products `Σ_k v_a v_w` (i32, `[m, n]`).
+    pub fn forward_cpu(&self, x: &[f16], m: usize) -> Result<Vec<f16>, AptError> {
+        Ok(self.forward_cpu_acc(x, m)?.0)
+    }
+
+    /// [`Self::forward_cpu`] and the exact integer products before the scales. Decode sizes
+    /// (`m <= 16`) run the fused kernel ([`apt_gemv`]), larger ones the quantizer and the GEMM.
+    pub fn forward_cpu_acc(&self, x: &[f16], m: usize) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        if let Some(cfg) = self.gemv_config(m, true) {
+            apt_gemv::interpret(
+                &cfg,
+                mi,
+                self.n as i32,
+                self.k as i32,
+                x,
+                &self.planes,
+                &self.sums,
+                self.weight.scales(),
+                &mut y,
+                &mut acc,
+            )
+            .map_err(kernel_err)?;
+            return Ok((y, acc));
+        }
+        self.forward_cpu_unfused(x, m)
+    }
+
+    /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm`] whatever `m` (the
+    /// unfused path, for tests).
+    pub fn forward_cpu_unfused(
+        &self,
+        x: &[f16],
+        m: usize,
+    ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let (planes, sums, scales) = self.quantize_cpu(x, m)?;
+        let cfg = self.tiles(m).config(self.wbits(), self.abits, true);
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        apt_gemm::interpret(
+            &cfg,
+            mi,
+            self.n as i32,
+            self.k as i32,
+            &planes,
+            &self.planes,
+            &sums,
+            &scales,
+            &self.sums,
+            self.weight.scales(),
+            &mut y,
+            &mut acc,
+        )
+        .map_err(kernel_err)?;
+        Ok((y, acc))
+    }
+
+    /// The fused decode configuration for `m` tokens, if the layer runs one.
+    pub fn gemv_config(&self, m: usize, store_acc: bool) -> Option<apt_gemv::Config> {
+        if m > 16 {
+            return None;
+        }
+        self.tiles(m)
+            .gemv_config(self.k, self.wbits(), self.abits, store_acc)
+    }
+
+    /// This layer on `ctx`'s GPU: uploads the weight planes, row sums and scales.
+    pub fn to_gpu(&self, ctx: &Arc<Context>) -> Result<GpuAptLinear, AptError> {
+        Ok(GpuAptLinear {
+            ctx: ctx.clone(),
+            planes: DeviceBuffer::from_host(ctx, &self.planes).map_err(kernel_err)?,
+            sums: DeviceBuffer::from_host(ctx, &self.sums).map_err(kernel_err)?,
+            scales: DeviceBuffer::from_host(ctx, self.weight.scales()).map_err(kernel_err)?,
+            host: self.clone(),
+        })
+    }
+}
+
+/// The activation planes, sums and scales of one forward (kept by the caller to reuse).
+pub struct AptActivations {
+    pub planes: DeviceBuffer<u32>,
+    pub sums: DeviceBuffer<i32>,
+    pub scales: DeviceBuffer<f32>,
+    m: usize,
+}
+
+impl AptActivations {
+    /// Buffers for `m` tokens of `layer`'s input.
+    pub fn new(layer: &GpuAptLinear, m: usize) -> Result<AptActivations, AptError> {
+        let ctx = &layer.ctx;
+        let words = layer.host.abits as usize * m * layer.host.k / 32;
+        Ok(AptActivations {
+            planes: DeviceBuffer::zeros(ctx, words).map_err(kernel_err)?,
+            sums: DeviceBuffer::zeros(ctx, m).map_err(kernel_err)?,
+            scales: DeviceBuffer::zeros(ctx, m).map_err(kernel_err)?,
+            m,
+        })
+    }
+}
+
+/// [`AptLinear`] on a GPU.
+pub struct GpuAptLinear {
+    ctx: Arc<Context>,
+    planes: DeviceBuffer<u32>,
+    sums: DeviceBuffer<i32>,
+    scales: DeviceBuffer<f32>,
+    host: AptLinear,
+}
+
+impl GpuAptLinear {
+    pub fn host(&self) -> &AptLinear {
+        &self.host
+    }
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// `y[m, n]` for `x[m, k]` on the device (f16), on the context's stream: one fused launch
+    /// for decode sizes ([`Self::forward_fused`]), else the quantizer and the GEMM.
+    pub fn forward(&self, x: &DeviceBuffer<f16>, m: usize) -> Result<DeviceBuffer<f16>, AptError> {
+        let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n).map_err(kernel_err)?;
+        if self.host.gemv_config(m, false).is_some() {
+            self.forward_fused(x, m, &mut y, None)?;
+            return Ok(y);
+        }
+        let mut act = AptActivations::new(self, m)?;
+        self.quantize_into(x, &mut act)?;
+        self.gemm_into(&act, &mut y, None)?;
+        Ok(y)
+    }
+
+    /// The fused decode kernel ([`apt_gemv`], `m <= 16` and the planes fit shared memory):
+    /// `y[m, n]` for `x[m, k]` in one launch, and with `acc` the exact products.
+    pub fn forward_fused(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let mi = h.check_x(x.len(), m)?;
+        let cfg = h.gemv_config(m, acc.is_some()).ok_or(AptError::Len {
+            arg: "m",
+            expected: 16,
+            got: m,
+        })?;
+        self.launch_fused(x, mi, y, acc, cfg)
+    }
+
+    /// [`Self::forward_fused`] with `stages` weight stages instead of the layer's (benchmarks;
+    /// 0 or 2..8).
+    pub fn forward_fused_stages(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        stages: i32,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let mi = h.check_x(x.len(), m)?;
+        let cfg = h.gemv_config(m, false).ok_or(AptError::Len {
+            arg: "m",
+            expected: 16,
+            got: m,
+        })?;
+        self.launch_fused(
+            x,
+            mi,
+            y,
+            None,
+            apt_gemv::Config {
+                STAGES: stages,
+                ..cfg
+            },
+        )
+    }
+
+    fn launch_fused(
+        &self,
+        x: &DeviceBuffer<f16>,
+        mi: i32,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        cfg: apt_gemv::Config,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let m = mi as usize;
+        if y.len() != m * h.n {
+            return Err(AptError::Len {
+                arg: "y",
+                expected: m * h.n,
+                got: y.len(),
+            });
+        }
+        let mut dummy;
+        let acc = match acc {
+            Some(a) if a.len() != m * h.n => {
+                return Err(AptError::Len {
+                    arg: "acc",
+                    expected: m * h.n,
+                    got: a.len(),
+                })
+            }
+            Some(a) => a,
+            None => {
+                dummy = DeviceBuffer::<i32>::zeros(&self.ctx, 1).map_err(kernel_err)?;
+                &mut dummy
+            }
+        };
+        apt_gemv::launch(
+            &self.ctx,
+            &cfg,
+            mi,
+            h.n as i32,
+            h.k as i32,
+            x,
+            &self.planes,
+            &self.sums,
+            &self.scales,
+            y,
+            acc,
+        )
+        .map_err(kernel_err)
+    }
+
+    /// The activation quantizer alone: `x[m, k]` into `act` (sized for `m`).
+    pub fn quantize_into(
+        &self,
+        x: &DeviceBuffer<f16>,
+        act: &mut AptActivations,
+    ) -> Result<(), AptError> {
+        let m = self.host.check_x(x.len(), act.m)?;
+        apt_quantize_act::launch(
+            &self.ctx,
+            &quantizer_config(self.host.k, self.host.abits),
+            m,
+            self.host.k as i32,
+            x,
+            &mut act.planes,
+            &mut act.sums,
+            &mut act.scales,
+        )
+        .map_err(kernel_err)
+    }
+
+    /// The GEMM alone on quantized activations: `y[m, n]`, and with `acc` (`[m, n]` i32) the
+    /// exact bipolar products too.
+    pub fn gemm_into(
+        &self,
+        act: &AptActivations,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+    ) -> Result<(), AptError> {
+        self.gemm_into_tiles(act, y, acc, self.host.tiles(act.m))
+    }
+
+    /// [`Self::gemm_into`] with other tiles (benchmarks; `n` must be a multiple of
+    /// `tiles.bn()` and `k` of `tiles.bk()`, else the argument `tiles` is refused).
+    pub fn gemm_into_tiles(
+        &self,
+        act: &AptActivations,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        tiles: AptTiles,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let m = act.m;
+        if !h.n.is_multiple_of(tiles.bn()) || !h.k.is_multiple_of(tiles.bk()) {
+            return Err(AptError::Kernel(format!(
+                "argument `tiles`: {tiles:?} does not divide n = {} and k = {}",
+                h.n, h.k
+            )));
+        }
+        if y.len() != m * h.n {
+            return Err(AptError::Len {
+                arg: "y",
+                expected: m * h.n,
+                got: y.len(),
+            });
+        }
+        let cfg = tiles.config(h.wbits(), h.abits, acc.is_some());
+        let mut dummy;
+        let acc = match acc {
+            Some(a) => {
+                if a.len() != m * h.n {
+                    return Err(AptError::Len {
+                        arg: "acc",
+                        expected: m * h.n,
+                        got: a.len(),
+                    });
+                }
+                a
+            }
+            None => {
+                dummy = DeviceBuffer::<i32>::zeros(&self.ctx, 1).map_err(kernel_err)?;
+                &mut dummy
+            }
+        };
+        apt_gemm::launch(
+            &self.ctx,
+            &cfg,
+            m as i32,
+            h.n as i32,
+            h.k as i32,
+            &act.planes,
+            &self.planes,
+            &act.sums,
+            &act.scales,
+            &self.sums,
+            &self.scales,
+            y,
+            acc,
+        )
+        .map_err(kernel_err)
+    }
+}

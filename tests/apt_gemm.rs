@@ -1,0 +1,253 @@
+//! The bit-serial WxAy GEMM (`#[kernel]` `apt_gemm`) on the interpreter: random f32 weights and
+//! activations quantized on the host, the integer products exactly equal to an i64 reference
+//! of the quantized operands, the f16 output within f16 rounding of an f64 reference.
+
+use half::f16;
+use rand::Rng;
+use tilus::apt::matrix::{bipolar_products, ScaleRule};
+use tilus::apt::AptMatrix;
+use tilus::kernels::apt::kernel::apt_gemm;
+
+fn random(len: usize) -> Vec<f32> {
+    let mut rng = rand::rng();
+    (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(wbits: u32, abits: u32, tiles: [i32; 6], m: usize, n: usize, k: usize) {
+    let [wm, wn, fm, fn_, kt, stages] = tiles;
+    let cfg = apt_gemm::Config {
+        WBITS: wbits as i32,
+        ABITS: abits as i32,
+        WM: wm,
+        WN: wn,
+        FM: fm,
+        FN: fn_,
+        KT: kt,
+        STAGES: stages,
+        STORE_ACC: 1,
+    };
+    let a = AptMatrix::quantize(&random(m * k), m, k, abits, ScaleRule::Max).unwrap();
+    let w = AptMatrix::quantize(&random(n * k), n, k, wbits, ScaleRule::Max).unwrap();
+    let mut y = vec![f16::NAN; m * n];
+    let mut acc = vec![i32::MIN; m * n];
+    apt_gemm::interpret(
+        &cfg,
+        m as i32,
+        n as i32,
+        k as i32,
+        &a.planes().unwrap(),
+        &w.planes().unwrap(),
+        &a.row_sums(),
+        a.scales(),
+        &w.row_sums(),
+        w.scales(),
+        &mut y,
+        &mut acc,
+    )
+    .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+    let want = bipolar_products(&a, &w);
+    for (i, (&got, &want)) in acc.iter().zip(&want).enumerate() {
+        assert_eq!(got as i64, want, "{cfg} m={m} n={n} k={k}: product at {i}");
+    }
+    assert!(want.iter().any(|&v| v != 0));
+    // f16 output: the f64 value sa·sw·D rounded once to f16 (the kernel's f32 products add
+    // at most 2 f32 roundings: 2^-23 relative), so within one f16 ulp.
+    for i in 0..m {
+        for j in 0..n {
+            let r = a.scales()[i] as f64 * w.scales()[j] as f64 * want[i * n + j] as f64;
+            let g = y[i * n + j].to_f64();
+            let ulp = f16::from_f64(r).to_f64().abs().max(6.1e-5) * 2f64.powi(-10);
+            assert!(
+                (g - r).abs() <= ulp,
+                "{cfg}: y[{i}, {j}] = {g}, reference {r}"
+            );
+        }
+    }
+}
+
+#[test]
+fn w2a2_matches_reference() {
+    check(2, 2, [1, 2, 1, 2, 1, 0], 16, 32, 512);
+    // A ragged m (rows past m masked), several blocks, two k tiles per step.
+    check(2, 2, [2, 2, 1, 2, 2, 0], 37, 64, 1024);
+    // The cp.async ring: fewer steps than stages, and more.
+    check(2, 2, [2, 2, 2, 2, 1, 3], 70, 64, 512);
+    check(2, 2, [2, 2, 1, 2, 2, 3], 37, 64, 2560);
+}
+
+#[test]
+fn other_widths_match_reference() {
+    for (w, a) in [(1, 2), (3, 4), (4, 4), (2, 8), (1, 1)] {
+        check(w, a, [1, 2, 1, 2, 1, 0], 5, 32, 512);
+        check(w, a, [2, 1, 1, 1, 1, 3], 40, 16, 1024);
+    }
+}
+
+/// The activation quantizer kernel gives the host quantizer's planes, row sums and scales
+/// exactly, for rows shorter and longer than one chunk and a zero row.
+#[test]
+fn activation_quantizer_matches_host() {
+    use tilus::kernels::apt::kernel::apt_quantize_act;
+    let mut rng = rand::rng();
+    for (abits, warps, one, m, k) in [
+        (2, 1, 1, 3, 256),
+        (4, 4, 0, 2, 1024 + 4096),
+        (3, 1, 0, 2, 1536),
+        (8, 4, 1, 2, 4096 - 64),
+    ] {
+        let cfg = apt_quantize_act::Config {
+            ABITS: abits,
+            WARPS: warps,
+            ONE_PASS: one,
+        };
+        let mut x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-3.0f32..3.0)))
+            .collect();
+        // Row 1 all zero: the smallest scale, never a division by zero.
+        for v in &mut x[k..2 * k] {
+            *v = f16::ZERO;
+        }
+        let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let host = AptMatrix::quantize(&xf, m, k, abits as u32, ScaleRule::Max).unwrap();
+        let mut planes = vec![0xdead_beefu32; abits as usize * m * k / 32];
+        let mut sums = vec![i32::MIN; m];
+        let mut scales = vec![f32::NAN; m];
+        apt_quantize_act::interpret(
+            &cfg,
+            m as i32,
+            k as i32,
+            &x,
+            &mut planes,
+            &mut sums,
+            &mut scales,
+        )
+        .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        assert_eq!(planes, host.planes().unwrap(), "{cfg} m={m} k={k}: planes");
+        assert_eq!(sums, host.row_sums(), "{cfg}: row sums");
+        let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&scales), bits(host.scales()), "{cfg}: scales");
+    }
+}
+
+/// `AptLinear::forward_cpu`: the exact products against an i64 reference built from the host
+/// quantizer's activations and the layer's weight, the f16 output within one f16 ulp.
+#[test]
+fn apt_linear_forward_cpu_matches_reference() {
+    use tilus::kernels::apt::AptLinear;
+    let mut rng = rand::rng();
+    for (w, a, m, n, k) in [(2, 2, 3, 64, 512), (1, 2, 1, 32, 256), (3, 4, 20, 48, 768)] {
+        let weight = random(k * n);
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let (y, acc) = layer.forward_cpu_acc(&x, m).unwrap();
+        let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let aq = AptMatrix::quantize(&xf, m, k, a, ScaleRule::Max).unwrap();
+        let want = bipolar_products(&aq, layer.weight());
+        for i in 0..m * n {
+            assert_eq!(acc[i] as i64, want[i], "W{w}A{a} m={m}: product {i}");
+            let r =
+                aq.scales()[i / n] as f64 * layer.weight().scales()[i % n] as f64 * want[i] as f64;
+            let ulp = f16::from_f64(r).to_f64().abs().max(6.1e-5) * 2f64.powi(-10);
+            assert!(
+                (y[i].to_f64() - r).abs() <= ulp,
+                "W{w}A{a}: y[{i}] {} vs {r}",
+                y[i]
+            );
+        }
+        // The quantized layer approximates the f32 product (a loose sanity bound).
+        if w >= 3 {
+            let mut num = 0.0;
+            let mut den = 0.0;
+            for i in 0..m {
+                for j in 0..n {
+                    let exact: f64 = (0..k)
+                        .map(|c| xf[i * k + c] as f64 * weight[c * n + j] as f64)
+                        .sum();
+                    num += (y[i * n + j].to_f64() - exact).powi(2);
+                    den += exact * exact;
+                }
+            }
+            assert!(
+                (num / den).sqrt() < 0.2,
+                "W{w}A{a}: relative error {}",
+                (num / den).sqrt()
+            );
+        }
+    }
+}
+
+#[test]
+fn apt_linear_errors_name_the_argument() {
+    use tilus::kernels::apt::AptLinear;
+    let w = vec![0.5f32; 256 * 8];
+    let msg = |r: Result<AptLinear, tilus::apt::AptError>| r.unwrap_err().to_string();
+    assert!(msg(AptLinear::new(&w, 256, 8, 0, 2, None))
+        .contains("argument `wbits`: bipolar-INT has 1 to 8 bits, not 0"));
+    assert!(msg(AptLinear::new(&w, 256, 8, 2, 9, None)).contains("argument `abits`"));
+    assert!(msg(AptLinear::new(&w, 128, 16, 2, 2, None))
+        .contains("argument `k`: 128 is not a positive multiple of 256"));
+    assert!(msg(AptLinear::new(&w, 256, 8, 2, 2, Some(128))).contains("argument `group`"));
+    assert!(msg(AptLinear::new(&w[1..], 256, 8, 2, 2, None))
+        .contains("argument `weight`: expected 2048 values, got 2047"));
+    assert!(msg(AptLinear::new(&w, 256, 7, 2, 2, None)).contains("argument `n`"));
+    let big = vec![0.5f32; 65536 * 8];
+    assert!(
+        msg(AptLinear::new(&big, 65536, 8, 8, 8, None)).contains("arguments `k`, `wbits`, `abits`")
+    );
+    let layer = AptLinear::new(&w, 256, 8, 2, 2, None).unwrap();
+    let e = layer
+        .forward_cpu(&[f16::ZERO; 255], 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("argument `x`: expected 256 values, got 255"),
+        "{e}"
+    );
+}
+
+/// The fused decode kernel (`apt_gemv`: quantizer in the prologue, planes in shared memory)
+/// gives the same bits as the quantizer + `apt_gemm`, for every bench width, ragged m, and k
+/// that is not a multiple of the quantizer's chunk.
+#[test]
+fn fused_decode_matches_unfused() {
+    use tilus::kernels::apt::AptLinear;
+    let mut rng = rand::rng();
+    for (w, a) in tilus::kernels::apt::bench::WIDTHS {
+        for (m, n, k) in [(1, 64, 1024), (5, 32, 1536)] {
+            let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+            assert!(layer.gemv_config(m, true).is_some(), "W{w}A{a}: fused");
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let (y1, acc1) = layer.forward_cpu_acc(&x, m).unwrap();
+            let (y2, acc2) = layer.forward_cpu_unfused(&x, m).unwrap();
+            assert_eq!(acc1, acc2, "W{w}A{a} m={m} k={k}: products");
+            let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&y1), bits(&y2), "W{w}A{a} m={m} k={k}: outputs");
+            assert!(acc1.iter().any(|&v| v != 0));
+            // The fused kernel with register prefetch instead of the cp.async ring.
+            let cfg = layer.gemv_config(m, true).unwrap();
+            assert!(cfg.STAGES > 0);
+            let cfg = tilus::kernels::apt::kernel::apt_gemv::Config { STAGES: 0, ..cfg };
+            let (mut y3, mut acc3) = (vec![f16::NAN; m * n], vec![i32::MIN; m * n]);
+            tilus::kernels::apt::kernel::apt_gemv::interpret(
+                &cfg,
+                m as i32,
+                n as i32,
+                k as i32,
+                &x,
+                layer.planes(),
+                &layer.weight().row_sums(),
+                layer.weight().scales(),
+                &mut y3,
+                &mut acc3,
+            )
+            .unwrap();
+            assert_eq!(acc3, acc2, "W{w}A{a} m={m}: STAGES = 0 products");
+            assert_eq!(bits(&y3), bits(&y2), "W{w}A{a} m={m}: STAGES = 0 outputs");
+        }
+    }
+}
