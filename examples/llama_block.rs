@@ -34,6 +34,8 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor, D};
 use clap::Parser;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -181,18 +183,6 @@ fn import_linear(
 const PREFIX: &str = "model.layers.0";
 const GROUP: usize = 128;
 
-/// xorshift64*: reproducible weights without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next_f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-        v as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
-
 /// A GPTQ v1 layer of `bits` bits (2, 4 or 8) for the row-major `[k, n]` weight `w`:
 /// `(qweight, qzeros, scales)` as little-endian bytes. Per group of 128 rows and column: the
 /// range [min(w, 0), max(w, 0)] maps onto codes 0..2^b - 1, the scale is rounded to f16 first
@@ -234,11 +224,13 @@ fn write_checkpoint(
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
     use safetensors::tensor::{Dtype, TensorView};
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, k, n) in cfg.linears() {
         let std = 1.0 / (k as f32).sqrt();
-        let w: Vec<f32> = (0..k * n).map(|_| rng.next_f32() * std * 1.7).collect();
+        let w: Vec<f32> = (0..k * n)
+            .map(|_| rng.random_range(-1.0f32..1.0) * std * 1.7)
+            .collect();
         let (qw, qz, sc) = gptq_pack(&w, k, n, bits);
         let p = format!("{PREFIX}.{name}");
         owned.push((
@@ -258,12 +250,14 @@ fn write_checkpoint(
     let h = cfg.hidden;
     for norm in ["input_layernorm", "post_attention_layernorm"] {
         let w: Vec<u8> = (0..h)
-            .flat_map(|_| half::f16::from_f32(1.0 + 0.2 * rng.next_f32()).to_le_bytes())
+            .flat_map(|_| {
+                half::f16::from_f32(1.0 + 0.2 * rng.random_range(-1.0f32..1.0)).to_le_bytes()
+            })
             .collect();
         owned.push((format!("{PREFIX}.{norm}.weight"), Dtype::F16, vec![h], w));
     }
     let emb: Vec<u8> = (0..cfg.vocab * h)
-        .flat_map(|_| half::f16::from_f32(rng.next_f32()).to_le_bytes())
+        .flat_map(|_| half::f16::from_f32(rng.random_range(-1.0f32..1.0)).to_le_bytes())
         .collect();
     owned.push((
         "model.embed_tokens.weight".into(),
@@ -272,7 +266,7 @@ fn write_checkpoint(
         emb,
     ));
     let head: Vec<u8> = (0..cfg.vocab * h)
-        .flat_map(|_| half::f16::from_f32(rng.next_f32()).to_le_bytes())
+        .flat_map(|_| half::f16::from_f32(rng.random_range(-1.0f32..1.0)).to_le_bytes())
         .collect();
     owned.push((
         "lm_head.weight".into(),
@@ -675,9 +669,9 @@ fn main() -> anyhow::Result<()> {
     let head = dense_tensor(&ckpt, "lm_head.weight", DType::F32, &Device::Cpu)?;
 
     // The prompt: pseudo-random token ids.
-    let mut rng = Rng(args.seed ^ 0x5151 | 1);
+    let mut rng = StdRng::seed_from_u64(args.seed ^ 0x5151);
     let mut tokens: Vec<u32> = (0..args.prompt)
-        .map(|_| ((rng.next_f32() + 1.0) * 0.5 * cfg.vocab as f32) as u32 % cfg.vocab as u32)
+        .map(|_| rng.random_range(0..cfg.vocab as u32))
         .collect();
     let mut pos = 0;
     let mut worst = 0f64;
