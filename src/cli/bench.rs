@@ -201,6 +201,23 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 200)]
         calls: usize,
     },
+    /// The dense GEMM on Hopper's warpgroup MMA, `c = a · bᵀ` (f16 or bf16), every
+    /// configuration timed, the best against cuBLAS (`gemm_nt`) in the same run.
+    Dense {
+        /// Comma-separated `MxNxK`, or `default` (8192^3, the Llama-3-70B prefill layers at 8192
+        /// tokens, 4096^3).
+        #[arg(long, default_value = "default")]
+        shapes: String,
+        /// `f16` or `bf16`.
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+        /// Timed runs per configuration (the median is reported).
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Skip the cuBLAS column.
+        #[arg(long = "no-cublas")]
+        no_cublas: bool,
+    },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
         /// Rows of A and of C.
@@ -274,6 +291,30 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// `tilus bench dense --shapes`: `default` or comma-separated `MxNxK`.
+fn parse_dense_shapes(shapes: &str) -> Result<Vec<(usize, usize, usize)>, String> {
+    if shapes.trim() == "default" {
+        return Ok(tilus::kernels::gemm::bench::DEFAULT_SHAPES.to_vec());
+    }
+    shapes
+        .split(',')
+        .map(|s| {
+            let bad = || format!("argument `--shapes`: `{s}` is not MxNxK with positive extents below 2^31, or `default`");
+            let v: Vec<usize> = s
+                .trim()
+                .split('x')
+                .map(|x| x.parse::<usize>().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?;
+            match v[..] {
+                [m, n, k] if [m, n, k].iter().all(|&x| x > 0 && x <= i32::MAX as usize) => {
+                    Ok((m, n, k))
+                }
+                _ => Err(bad()),
+            }
+        })
+        .collect()
+}
+
 /// Bad arguments are reported before a GPU is looked for.
 fn validate(cmd: &BenchCommand) -> Result<(), String> {
     let positive: Vec<(&str, usize)> = match *cmd {
@@ -290,6 +331,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Launch { m, calls, .. } => vec![("--m", m), ("--calls", calls)],
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Apt { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Dense { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Import {
             k, n, group, runs, ..
         } => vec![("--k", k), ("--n", n), ("--group", group), ("--runs", runs)],
@@ -306,6 +348,12 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             parse_type(wdtype).map(drop)
         }
         BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
+        BenchCommand::Dense { shapes, dtype, .. } => {
+            if dtype != "f16" && dtype != "bf16" {
+                return Err(format!("argument `--dtype`: `{dtype}` is not f16 or bf16"));
+            }
+            parse_dense_shapes(shapes).map(drop)
+        }
         BenchCommand::Launch { wdtype, shapes, .. } => {
             parse_type(wdtype)?;
             sweep_shapes(Some(shapes), 0, 0).map(drop)
@@ -608,6 +656,35 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.median_us,
                 t.gb_per_s(bytes)
             );
+        }
+        BenchCommand::Dense {
+            ref shapes,
+            ref dtype,
+            runs,
+            no_cublas,
+        } => {
+            let blas = if no_cublas {
+                None
+            } else {
+                Some(Cublas::new(&ctx).map_err(err)?)
+            };
+            let mut flush = L2Flush::new(&ctx).map_err(err)?;
+            let mut rows = Vec::new();
+            for (m, n, k) in parse_dense_shapes(shapes)? {
+                let row = tilus::kernels::gemm::bench::bench_gemm(
+                    &ctx,
+                    blas.as_ref(),
+                    &mut flush,
+                    dtype,
+                    m,
+                    n,
+                    k,
+                    runs,
+                )?;
+                eprintln!("{dtype} {m}x{n}x{k}: {:.1} us ({})", row.us, row.config);
+                rows.push(row);
+            }
+            out += &tilus::kernels::gemm::bench::table(&rows);
         }
         BenchCommand::Tune { .. } | BenchCommand::Import { .. } | BenchCommand::Apt { .. } => {
             unreachable!("handled above")

@@ -17,6 +17,7 @@
 
 pub mod apt;
 pub mod attention;
+pub mod gemm;
 pub mod linear;
 pub mod linear_gpu;
 pub mod permute;

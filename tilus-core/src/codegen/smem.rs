@@ -10,7 +10,8 @@
 //! - the destination of a `copy_async` lives at least until the next `copy_async_wait_group`
 //!   (the copy is in flight until then).
 //!
-//! Placement is first fit over 128-byte aligned offsets, largest tensors first. When a tensor
+//! Placement is first fit over 128-byte aligned offsets (a swizzle block for swizzled tensors,
+//! 1024 bytes for the 128-byte swizzle), largest tensors first. When a tensor
 //! reuses bytes of a tensor that died earlier and no `synchronize` lies between them in the same
 //! statement list as the new tensor's allocation, the emitter puts a `__syncthreads()` before the
 //! allocation (`SharedSlot::barrier_before`), so no thread overwrites bytes another still reads.
@@ -37,9 +38,12 @@ pub struct SharedPlan {
 pub struct SharedSlot {
     pub var: VarId,
     pub name: String,
-    /// Byte offset in the dynamic shared buffer (a multiple of [`SHARED_ALIGN`]).
+    /// Byte offset in the dynamic shared buffer (a multiple of `align`).
     pub offset: usize,
     pub bytes: usize,
+    /// [`SHARED_ALIGN`], or more for a swizzled tensor (one swizzle block: the hardware
+    /// swizzles address bits, so the tensor must start on a block).
+    pub align: usize,
     /// Lifetime, in statement numbers (inclusive).
     pub first: usize,
     pub last: usize,
@@ -82,6 +86,7 @@ struct AllocInfo {
     block: usize,
     loops: Vec<usize>,
     bytes: usize,
+    align: usize,
 }
 
 /// Variables an instruction reads or writes (every operand).
@@ -95,7 +100,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         ViewGlobal { out, ptr, .. } => vec![*out, *ptr],
         LoadGlobal { out, src, .. } | LoadShared { out, src, .. } => vec![*out, *src],
         StoreGlobal { src, dst, .. } | StoreShared { src, dst, .. } => vec![*src, *dst],
-        SliceShared { out, src, .. } => vec![*out, *src],
+        SliceShared { out, src, .. } | PermuteShared { out, src, .. } => vec![*out, *src],
         CopyAsync { dst, src, .. } => vec![*dst, *src],
         CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | Synchronize | Exit => vec![],
         Binary { out, lhs, rhs, .. } => {
@@ -182,10 +187,13 @@ impl<'p> Walk<'p> {
                         block,
                         loops: self.loop_stack.clone(),
                         bytes: allocation_bytes(*dtype, layout),
+                        align: crate::verify::shared::allocation_align(*dtype, layout)
+                            .max(SHARED_ALIGN),
                     },
                 );
             }
-            Instruction::SliceShared { out, src, .. } => {
+            Instruction::SliceShared { out, src, .. }
+            | Instruction::PermuteShared { out, src, .. } => {
                 if let Some(r) = self.root.get(src).copied() {
                     self.root.insert(*out, r);
                 }
@@ -258,6 +266,7 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
             name: program.var(var).name.clone(),
             offset: 0,
             bytes: info.bytes,
+            align: info.align,
             first,
             last,
             barrier_before: false,
@@ -275,7 +284,8 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
             .map(|&j| (slots[j].offset, slots[j].offset + slots[j].bytes))
             .collect();
         let mut candidates: Vec<usize> = vec![0];
-        candidates.extend(live.iter().map(|&(_, e)| e.next_multiple_of(SHARED_ALIGN)));
+        let align = slots[i].align;
+        candidates.extend(live.iter().map(|&(_, e)| e.next_multiple_of(align)));
         candidates.sort_unstable();
         let size = slots[i].bytes;
         let offset = candidates

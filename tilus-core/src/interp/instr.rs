@@ -2,6 +2,7 @@
 //! and the span).
 
 mod addressing;
+mod wgmma;
 
 use super::memory::{GlobalView, RegTensor, SharedView, Value};
 use super::numeric::{convert, decode_int, encode_float, encode_int, is_int};
@@ -276,6 +277,12 @@ impl Machine<'_> {
                     shared.write(t as usize, &view, &name, &index, code)?;
                 }
             }
+            Instruction::PermuteShared { out, src, dims } => {
+                let view = self.shared(block, *src)?;
+                let layout = view.layout.permute(dims).map_err(|e| e.to_string())?;
+                let permuted = SharedView { layout, ..view };
+                block.env[out.0 as usize] = Some(Value::Shared(permuted));
+            }
             Instruction::SliceShared {
                 out,
                 src,
@@ -408,7 +415,11 @@ impl Machine<'_> {
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Dot { out, a, b, c } => {
-                let result = self.dot(block, *a, *b, *c)?;
+                let result = if matches!(self.value(block, *a)?, Value::Shared(_)) {
+                    self.dot_shared(block, *a, *b, *c)?
+                } else {
+                    self.dot(block, *a, *b, *c)?
+                };
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Print { label, x } => self.print(block, label, x)?,

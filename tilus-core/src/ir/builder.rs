@@ -359,6 +359,11 @@ impl ProgramBuilder {
     }
 
     /// The sub-tile of `shape` at `offset`: same strides and swizzle as `src`.
+    /// `permute_shared(src, dims)`: a view with dimension `d` taken from `src`'s `dims[d]`.
+    pub fn permute_shared(&mut self, name: &str, src: VarId, dims: Vec<usize>) -> VarId {
+        self.define(name, |out| Instruction::PermuteShared { out, src, dims })
+    }
+
     pub fn slice_shared(
         &mut self,
         name: &str,

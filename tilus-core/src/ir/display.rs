@@ -206,6 +206,9 @@ impl Program {
                 n(src),
                 list(offset)
             ),
+            Instruction::PermuteShared { out, src, dims } => {
+                format!("{} = {name}({}, {dims:?})", n(out), n(src))
+            }
             Instruction::CopyAsync {
                 dst,
                 src,
@@ -444,6 +447,7 @@ impl Instruction {
                 out.push(*src);
                 exprs(offset, &mut out);
             }
+            Instruction::PermuteShared { src, .. } => out.push(*src),
             // The destination of a store is read too: it names the tensor written into.
             Instruction::StoreGlobal { src, dst, offset }
             | Instruction::StoreShared { src, dst, offset } => {

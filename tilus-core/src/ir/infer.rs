@@ -89,6 +89,19 @@ impl Instruction {
                     _ => VarType::Unknown,
                 },
             ),
+            Instruction::PermuteShared { out, src, dims } => one(
+                out,
+                match ty(*src) {
+                    VarType::Shared(s) => match s.layout.permute(dims) {
+                        Ok(layout) => VarType::Shared(SharedType {
+                            dtype: s.dtype,
+                            layout,
+                        }),
+                        Err(_) => VarType::Unknown,
+                    },
+                    _ => VarType::Unknown,
+                },
+            ),
             // Elementwise results have the first operand's type; `dot` has the accumulator's.
             Instruction::Binary { out, lhs: x, .. }
             | Instruction::MulAdd { out, a: x, .. }

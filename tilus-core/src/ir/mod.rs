@@ -390,6 +390,15 @@ pub enum Instruction {
         offset: Vec<Expr>,
         shape: Vec<usize>,
     },
+    /// A view of a shared tensor with its dimensions reordered: dimension `d` of `out` is
+    /// dimension `dims[d]` of `src` (a permutation; shape and strides permute together, so the
+    /// same elements sit at the same bytes). It aliases `src`. A `[n, k]` tile stored with `k`
+    /// contiguous is, permuted with `[1, 0]`, the `k`-major `[k, n]` operand of `dot`.
+    PermuteShared {
+        out: VarId,
+        src: VarId,
+        dims: Vec<usize>,
+    },
     /// Asynchronously copy the tile of `dst`'s shape at `src_offset` of a global tensor into the
     /// shared tensor `dst` (masked by the view: out-of-view elements are filled with zero).
     CopyAsync {

@@ -25,6 +25,7 @@ impl Instruction {
             Instruction::LoadShared { .. } => Op::LoadShared,
             Instruction::StoreShared { .. } => Op::StoreShared,
             Instruction::SliceShared { .. } => Op::SliceShared,
+            Instruction::PermuteShared { .. } => Op::PermuteShared,
             Instruction::CopyAsync { .. } => Op::CopyAsync,
             Instruction::CopyAsyncCommitGroup => Op::CommitGroup,
             Instruction::CopyAsyncWaitGroup { .. } => Op::WaitGroup,

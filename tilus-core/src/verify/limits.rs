@@ -366,6 +366,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::AllocateShared { .. }
         | Instruction::ViewGlobal { .. }
         | Instruction::SliceShared { .. }
+        | Instruction::PermuteShared { .. }
         | Instruction::CopyAsync { .. }
         | Instruction::CopyAsyncCommitGroup
         | Instruction::CopyAsyncWaitGroup { .. }
