@@ -1026,6 +1026,12 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             "{name}: stack frame or spills:\n{}",
             a.ptxas_log
         );
+        // ptxas serializes wgmmas it cannot prove safe to overlap, and says so.
+        assert!(
+            !a.ptxas_log.contains("serialized"),
+            "{name}: wgmma serialized:\n{}",
+            a.ptxas_log
+        );
         let ops = opcodes(&a.sass);
         let count = |p: &str| {
             ops.iter()

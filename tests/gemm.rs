@@ -89,3 +89,59 @@ fn generated_cuda_issues_wgmma_and_fences_the_async_proxy() {
         assert_eq!(calls, 64 / 16, "{cfg}");
     }
 }
+
+/// Misuses of `dot_async` the interpreter reports: the accumulator read before its `dot_wait`,
+/// an operand overwritten while the wgmmas read it, a kernel that ends with groups in flight.
+mod hazards {
+    use half::f16;
+
+    #[tilus::kernel(grid = [1], warps = 4, space(MODE = [0, 1, 2, 3]))]
+    pub fn misuse<const MODE: i32>(a: Global<f16>, c: GlobalMut<f32>) {
+        let ga = view_global(a, [64, 64]);
+        let sa = shared::<f16>([64, 64], swizzle(3, 3, 3));
+        copy_async(ga, sa, [0, 0]);
+        commit_group();
+        wait_group(0);
+        sync();
+        let mut acc = register::<f32>(layout!(spatial(4, 1).local(1, 8).mma_c), 0.0);
+        acc = dot_async(sa, permute_shared(sa, [1, 0]), acc);
+        if MODE == 1 {
+            // Read before the wait.
+            store_global(acc, view_global(c, [64, 64]), [0, 0]);
+        }
+        if MODE == 2 {
+            // Overwrite an operand the wgmmas still read.
+            copy_async(ga, sa, [0, 0]);
+            commit_group();
+            wait_group(0);
+        }
+        if MODE != 3 {
+            dot_wait(0);
+            store_global(acc, view_global(c, [64, 64]), [0, 0]);
+        }
+    }
+
+    #[test]
+    fn the_interpreter_reports_each_misuse() {
+        let a: Vec<f16> = (0..64 * 64).map(|i| f16::from_f32((i % 7) as f32 - 3.0)).collect();
+        let mut c = vec![f32::NAN; 64 * 64];
+        misuse::interpret(&misuse::Config { MODE: 0 }, &a, &mut c).unwrap();
+        // c = a · aᵀ exactly (small integers).
+        for i in 0..64 {
+            for j in 0..64 {
+                let want: f32 = (0..64)
+                    .map(|k| a[i * 64 + k].to_f32() * a[j * 64 + k].to_f32())
+                    .sum();
+                assert_eq!(c[i * 64 + j], want, "c[{i}, {j}]");
+            }
+        }
+        for (mode, needle) in [
+            (1, "while a dot_async into it is in flight; missing dot_wait?"),
+            (2, "while a dot_async reading it is in flight; missing dot_wait?"),
+            (3, "still in flight at the end of the kernel; missing dot_wait(0)?"),
+        ] {
+            let e = misuse::interpret(&misuse::Config { MODE: mode }, &a, &mut c).unwrap_err();
+            assert!(e.to_string().contains(needle), "mode {mode}: {e}");
+        }
+    }
+}

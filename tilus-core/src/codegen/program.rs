@@ -258,8 +258,10 @@ impl<'p> Ctx<'p> {
             } => elementwise::cast(self, *out, *x, *dtype, *biased)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
             Instruction::Dot { out, a, b, c } if self.shared.contains_key(a) => {
-                wgmma::dot(self, *out, *a, *b, *c)?
+                wgmma::dot(self, *out, *a, *b, *c, true)?
             }
+            Instruction::DotAsync { out, a, b, c } => wgmma::dot(self, *out, *a, *b, *c, false)?,
+            Instruction::DotWait { n } => wgmma::wait(self, *n)?,
             Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
             Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,
             Instruction::Scan { out, x, dim, .. } => reduce::scan(self, *out, *x, *dim)?,
@@ -516,6 +518,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
     fn has_shared_dot(p: &Program, body: &[Stmt]) -> bool {
         body.iter().any(|s| match &s.kind {
             StmtKind::Instr(Instruction::Dot { a, .. }) => p.ty(*a).as_shared().is_some(),
+            StmtKind::Instr(Instruction::DotAsync { .. }) => true,
             StmtKind::If {
                 then_body,
                 else_body,
@@ -545,6 +548,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         span: p.span,
         workspaces: Vec::new(),
         uses_wgmma: has_shared_dot(p, &p.body),
+        async_accumulators: wgmma::async_accumulators(p),
     };
     if cx.block_threads == 0 || cx.block_threads > 1024 {
         return Err(cx.err(format!(

@@ -76,6 +76,9 @@ struct Walk<'p> {
     uses: Vec<(usize, Vec<usize>, VarId)>,
     copies: Vec<(usize, VarId)>,
     waits: Vec<usize>,
+    /// (position, root) of each shared operand of a `dot_async`, and the `dot_wait`s.
+    dot_reads: Vec<(usize, VarId)>,
+    dot_waits: Vec<usize>,
     /// (block id, position) of every `synchronize`.
     syncs: Vec<(usize, usize)>,
     order: Vec<VarId>,
@@ -102,7 +105,9 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         StoreGlobal { src, dst, .. } | StoreShared { src, dst, .. } => vec![*src, *dst],
         SliceShared { out, src, .. } | PermuteShared { out, src, .. } => vec![*out, *src],
         CopyAsync { dst, src, .. } => vec![*dst, *src],
-        CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | Synchronize | Exit => vec![],
+        CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | DotWait { .. } | Synchronize | Exit => {
+            vec![]
+        }
         Binary { out, lhs, rhs, .. } => {
             let mut v = vec![*out, *lhs];
             if let Operand::Tensor(r) = rhs {
@@ -135,7 +140,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             v
         }
         Arange { out, .. } => vec![*out],
-        Dot { out, a, b, c } => vec![*out, *a, *b, *c],
+        Dot { out, a, b, c } | DotAsync { out, a, b, c } => vec![*out, *a, *b, *c],
         Reduce { out, x, .. } | Scan { out, x, .. } => vec![*out, *x],
         Print { x, .. } => match x {
             Operand::Tensor(t) => vec![*t],
@@ -204,6 +209,15 @@ impl<'p> Walk<'p> {
                 }
             }
             Instruction::CopyAsyncWaitGroup { .. } => self.waits.push(pos),
+            // The operands of an in-flight dot are read until its dot_wait.
+            Instruction::DotAsync { a, b, .. } => {
+                for v in [a, b] {
+                    if let Some(r) = self.root.get(v).copied() {
+                        self.dot_reads.push((pos, r));
+                    }
+                }
+            }
+            Instruction::DotWait { .. } => self.dot_waits.push(pos),
             Instruction::Synchronize => self.syncs.push((block, pos)),
             _ => {}
         }
@@ -230,6 +244,8 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
         uses: Vec::new(),
         copies: Vec::new(),
         waits: Vec::new(),
+        dot_reads: Vec::new(),
+        dot_waits: Vec::new(),
         syncs: Vec::new(),
         order: Vec::new(),
     };
@@ -253,6 +269,12 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
                 if !info.loops.contains(l) {
                     last = last.max(w.loops[*l].1);
                 }
+            }
+        }
+        for (pos, r) in &w.dot_reads {
+            if *r == var {
+                let wait = w.dot_waits.iter().copied().find(|&p| p > *pos).unwrap_or(end);
+                last = last.max(wait);
             }
         }
         for (pos, r) in &w.copies {

@@ -109,7 +109,8 @@ impl Instruction {
             | Instruction::Unary { out, x, .. }
             | Instruction::Select { out, a: x, .. }
             | Instruction::Scan { out, x, .. }
-            | Instruction::Dot { out, c: x, .. } => one(out, ty(*x)),
+            | Instruction::Dot { out, c: x, .. }
+            | Instruction::DotAsync { out, c: x, .. } => one(out, ty(*x)),
             Instruction::Cast {
                 out,
                 x,
@@ -150,6 +151,7 @@ impl Instruction {
             | Instruction::CopyAsync { .. }
             | Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
+            | Instruction::DotWait { .. }
             | Instruction::Synchronize
             | Instruction::Exit
             | Instruction::Print { .. } => Vec::new(),

@@ -502,6 +502,23 @@ pub enum Instruction {
         b: VarId,
         c: VarId,
     },
+    /// `out = a · b + c` like a `dot` of shared operands (the warpgroup MMA), left *in flight*:
+    /// until a [`Instruction::DotWait`] retires it, `out` may only be the accumulator of further
+    /// `dot_async`s (the tensor cores chain them) and the bytes of `a` and `b` must not be
+    /// written. The interpreter computes the value at once and reports any such use as an
+    /// error; its reads of `a` and `b` count, for the race checks, as reads by the first thread
+    /// of each warpgroup when they are retired (so overwriting the operands needs a
+    /// `synchronize` after the `dot_wait`). Each `dot_async` is one group.
+    DotAsync {
+        out: VarId,
+        a: VarId,
+        b: VarId,
+        c: VarId,
+    },
+    /// Wait until at most `n` `dot_async` groups are still in flight (oldest retire first).
+    DotWait {
+        n: u32,
+    },
     /// Reduce register tensor `x` along dimension `dim` with `op` (see [`ReduceOp`] for the
     /// accumulation semantics). The result keeps the rank, with extent 1 at `dim`, in layout
     /// `x.layout.reduce(&[dim])`: every thread that held part of a row holds the row's result,

@@ -40,6 +40,8 @@ impl Instruction {
             Instruction::Cast { biased: true, .. } => Op::CastBiased,
             Instruction::View { .. } => Op::View,
             Instruction::Dot { .. } => Op::Dot,
+            Instruction::DotAsync { .. } => Op::DotAsync,
+            Instruction::DotWait { .. } => Op::DotWait,
             Instruction::Reduce { op, .. } => Op::Reduce(*op),
             Instruction::Scan { op, .. } => Op::Scan(*op),
             Instruction::Synchronize => Op::Synchronize,

@@ -76,6 +76,8 @@ pub enum Op {
     CastBiased,
     View,
     Dot,
+    DotAsync,
+    DotWait,
     /// `sum`, `reduce_max`, ...: a register tensor and a constant dimension.
     Reduce(ReduceOp),
     /// `cumsum`: a register tensor and a constant dimension.
@@ -180,6 +182,8 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("cast_biased", Elementwise, 1..=2, "cast_biased::<T>(x) or cast_biased::<T>(x, layout)", Op::CastBiased),
     row!("view", Elementwise, 2..=2, "view::<T>(x, layout)", Op::View),
     row!("dot", Matrix, 3..=3, "dot(a, b, c)", Op::Dot),
+    row!("dot_async", Matrix, 3..=3, "dot_async(a, b, c) (shared a and b)", Op::DotAsync),
+    row!("dot_wait", Matrix, 1..=1, "dot_wait(n)", Op::DotWait),
     row!("sum", Reduction, 2..=2, "sum(x, dim)", Op::Reduce(ReduceOp::Sum)),
     row!("reduce_max", Reduction, 2..=2, "reduce_max(x, dim)", Op::Reduce(ReduceOp::Max)),
     row!("reduce_min", Reduction, 2..=2, "reduce_min(x, dim)", Op::Reduce(ReduceOp::Min)),

@@ -513,8 +513,12 @@ impl<'p> Checker<'p> {
                     self.check_tile(name, *src, &d.layout.shape, &dims, src_offset, span, true);
                 }
             }
+            Instruction::DotAsync { out, a, b, c } => {
+                self.check_dot_shared(*out, *a, *b, *c, span)
+            }
             Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
+            | Instruction::DotWait { .. }
             | Instruction::Synchronize
             | Instruction::Exit => {}
             Instruction::MulAdd { out, a, b, c } => {

@@ -543,6 +543,31 @@ impl Translator<'_, '_> {
                 b.copy_async_commit_group();
                 Ok(Value::Unit)
             }
+            Op::DotWait => {
+                let n = match self.const_int(args[0]) {
+                    Some(n) if n >= 0 => n as u32,
+                    _ => {
+                        return Err(self.err(
+                            args[0],
+                            "the number of dot_async groups left in flight is a non-negative constant",
+                        ))
+                    }
+                };
+                let site = self.site(c);
+                b.set_span(site);
+                b.dot_wait(n);
+                Ok(Value::Unit)
+            }
+            Op::DotAsync => {
+                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::Shared);
+                let y = self.tensor_arg(b, args[1], name, "second operand", Scope::Shared);
+                let z = self.tensor_arg(b, args[2], name, "accumulator", Scope::Register);
+                let (x, y, z) = (x?, y?, z?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "dot_async");
+                Ok(Value::Tensor(build!(d, |d| b.dot_async(d, x, y, z))))
+            }
             Op::WaitGroup => {
                 let n = match self.const_int(args[0]) {
                     Some(n) if n >= 0 => n as u32,

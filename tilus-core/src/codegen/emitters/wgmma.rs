@@ -84,13 +84,15 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
     s
 }
 
-/// `out = dot(a, b, c)` with `a`, `b` in shared memory.
+/// `out = dot(a, b, c)` with `a`, `b` in shared memory; with `wait` false (`dot_async`) the
+/// group is committed and left in flight.
 pub(crate) fn dot(
     cx: &mut Ctx,
     out: VarId,
     a: VarId,
     b: VarId,
     c: VarId,
+    wait: bool,
 ) -> Result<(), CodegenError> {
     let (sa, sb) = (cx.shared_info(a)?, cx.shared_info(b)?);
     let (cdt, cl) = cx.reg(c)?;
@@ -170,10 +172,54 @@ pub(crate) fn dot(
         }
     }
     cx.w.line("asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");");
-    cx.w.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");");
-    fence_registers(cx, &on, words);
+    if wait {
+        cx.w.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");");
+        fence_registers(cx, &on, words);
+    }
     cx.w.close();
     Ok(())
+}
+
+/// `dot_wait(n)`: `wgmma.wait_group n`, then the registers of every `dot_async` accumulator are
+/// fenced (whichever groups retired, the compiler must not have read them earlier).
+pub(crate) fn wait(cx: &mut Ctx, n: u32) -> Result<(), CodegenError> {
+    cx.w.line(format!(
+        "asm volatile(\"wgmma.wait_group.sync.aligned {n};\\n\" ::: \"memory\");"
+    ));
+    for acc in cx.async_accumulators.clone() {
+        let (dtype, layout) = cx.reg(acc)?;
+        let words = (layout.num_locals() * dtype.bits() as usize).div_ceil(32);
+        let name = cx.name(acc);
+        fence_registers(cx, &name, words);
+    }
+    Ok(())
+}
+
+/// The variables `dot_async` writes, in program order without repeats.
+pub(crate) fn async_accumulators(p: &crate::ir::Program) -> Vec<VarId> {
+    fn walk(body: &[crate::ir::Stmt], out: &mut Vec<VarId>) {
+        use crate::ir::{Instruction, StmtKind};
+        for s in body {
+            match &s.kind {
+                StmtKind::Instr(Instruction::DotAsync { out: v, .. }) if !out.contains(v) => {
+                    out.push(*v)
+                }
+                StmtKind::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(then_body, out);
+                    walk(else_body, out);
+                }
+                StmtKind::For { body, .. } | StmtKind::While { body, .. } => walk(body, out),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&p.body, &mut out);
+    out
 }
 
 /// `values[wg]` as a C expression (one value when all agree).

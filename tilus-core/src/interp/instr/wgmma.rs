@@ -10,15 +10,45 @@
 use super::super::memory::RegTensor;
 use super::super::numeric::encode_float;
 use super::super::{Block, Machine};
-use crate::ir::VarId;
+use crate::ir::{Instruction, VarId};
+use std::ops::Range;
+
+/// One `dot_async` in flight: its accumulator, and the shared bytes each warpgroup's first
+/// thread reads (retired into ordinary reads by `dot_wait`).
+pub(in crate::interp) struct PendingDot {
+    pub acc: VarId,
+    pub reads: Vec<(usize, Range<usize>)>,
+}
 
 impl Machine<'_> {
+    /// While `dot_async`s are in flight their accumulators may only feed further `dot_async`s
+    /// (as `c` and `out` at once).
+    pub(in crate::interp) fn check_pending_dots(
+        &self,
+        ins: &Instruction,
+        block: &Block,
+    ) -> Result<(), String> {
+        let chained = |v: VarId| matches!(ins, Instruction::DotAsync { out, c, .. } if *out == v && *c == v);
+        for v in ins.inputs().into_iter().chain(ins.outputs()) {
+            if block.pending_dots.iter().any(|d| d.acc == v) && !chained(v) {
+                return Err(format!(
+                    "`{}` is used while a dot_async into it is in flight; missing dot_wait?",
+                    self.name(v)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of a shared-operand `dot`; with `in_flight`, the operand reads are in-flight
+    /// reads (`dot_async`) whose bytes are pushed there per reading thread.
     pub(in crate::interp) fn dot_shared(
         &mut self,
         block: &mut Block,
         a: VarId,
         b: VarId,
         c: VarId,
+        mut in_flight: Option<&mut Vec<(usize, Range<usize>)>>,
     ) -> Result<RegTensor, String> {
         let (va, vb) = (self.shared(block, a)?, self.shared(block, b)?);
         let rc = self.reg(block, c)?.clone();
@@ -36,16 +66,22 @@ impl Machine<'_> {
             let reader = wg * 128;
             let mut av = vec![0f64; m * k];
             let mut bv = vec![0f64; k * n];
+            let mut read = |view, name: &str, index: &[usize]| match in_flight.as_deref_mut() {
+                None => block.shared.read(reader, view, name, index),
+                Some(reads) => {
+                    let (code, bytes) = block.shared.dot_read(reader, view, name, index)?;
+                    reads.push((reader, bytes));
+                    Ok(code)
+                }
+            };
             for i in 0..m {
                 for kk in 0..k {
-                    let code = block.shared.read(reader, &va, &an, &[i, kk])?;
-                    av[i * k + kk] = va.dtype.decode(code);
+                    av[i * k + kk] = va.dtype.decode(read(&va, &an, &[i, kk])?);
                 }
             }
             for kk in 0..k {
                 for j in 0..n {
-                    let code = block.shared.read(reader, &vb, &bn, &[kk, j])?;
-                    bv[kk * n + j] = vb.dtype.decode(code);
+                    bv[kk * n + j] = vb.dtype.decode(read(&vb, &bn, &[kk, j])?);
                 }
             }
             for t in reader..(reader + 128).min(bt) {
