@@ -1014,6 +1014,12 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::gemm_bf16::program(cfg),
         ));
     }
+    for cfg in tilus::kernels::gemm::w4::gemm_w4_f16::SPACE {
+        kernels.push((
+            format!("gemm_w4_f16_{cfg}"),
+            tilus::kernels::gemm::w4::gemm_w4_f16::program(cfg),
+        ));
+    }
     for (name, program) in kernels {
         let k = emit(&program.unwrap(), &Default::default()).unwrap();
         let arch = "sm_90a";

@@ -123,7 +123,9 @@ mod hazards {
 
     #[test]
     fn the_interpreter_reports_each_misuse() {
-        let a: Vec<f16> = (0..64 * 64).map(|i| f16::from_f32((i % 7) as f32 - 3.0)).collect();
+        let a: Vec<f16> = (0..64 * 64)
+            .map(|i| f16::from_f32((i % 7) as f32 - 3.0))
+            .collect();
         let mut c = vec![f32::NAN; 64 * 64];
         misuse::interpret(&misuse::Config { MODE: 0 }, &a, &mut c).unwrap();
         // c = a · aᵀ exactly (small integers).
@@ -136,12 +138,104 @@ mod hazards {
             }
         }
         for (mode, needle) in [
-            (1, "while a dot_async into it is in flight; missing dot_wait?"),
-            (2, "while a dot_async reading it is in flight; missing dot_wait?"),
-            (3, "still in flight at the end of the kernel; missing dot_wait(0)?"),
+            (
+                1,
+                "while a dot_async into it is in flight; missing dot_wait?",
+            ),
+            (
+                2,
+                "while a dot_async reading it is in flight; missing dot_wait?",
+            ),
+            (
+                3,
+                "still in flight at the end of the kernel; missing dot_wait(0)?",
+            ),
         ] {
             let e = misuse::interpret(&misuse::Config { MODE: mode }, &a, &mut c).unwrap_err();
             assert!(e.to_string().contains(needle), "mode {mode}: {e}");
+        }
+    }
+}
+
+/// The 4-bit-weight wgmma GEMM (`tilus::kernels::gemm::w4`) on the interpreter: every
+/// configuration at ragged `m` and `n` against an f64 product with the dequantized weight; the
+/// host format round-trips and names bad arguments.
+mod w4 {
+    use half::f16;
+    use rand::Rng;
+    use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Error, W4Weight};
+
+    #[test]
+    fn quantize_dequantize_and_errors() {
+        let mut rng = rand::rng();
+        let (n, k, group) = (5, 256, 128);
+        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+        let q = W4Weight::quantize(&w, n, k, group).unwrap();
+        let d = q.dequantize();
+        for r in 0..n {
+            for g in 0..k / group {
+                let s = q.scales[g * n + r].to_f32();
+                for i in 0..group {
+                    let x = r * k + g * group + i;
+                    // Half a step of rounding, one f16 rounding of the product, and the f16
+                    // scale's own rounding (at most 7 steps of 2^-11 relative).
+                    let bound = 0.5 * s + s * (7.0 * 2f32.powi(-11)) + d[x].abs() * 2f32.powi(-10);
+                    assert!(
+                        (d[x] - w[x]).abs() <= bound,
+                        "w[{x}] = {} -> {}",
+                        w[x],
+                        d[x]
+                    );
+                }
+            }
+        }
+        let bad = |e: Result<W4Weight, W4Error>, arg: &str| {
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains(&format!("`{arg}`")), "{e}");
+        };
+        bad(W4Weight::quantize(&w, n, k, 96), "group");
+        bad(W4Weight::quantize(&w, n, 200, 128), "k");
+        bad(W4Weight::quantize(&w[1..], n, k, group), "w");
+        let mut nan = w.clone();
+        nan[7] = f32::NAN;
+        bad(W4Weight::quantize(&nan, n, k, group), "w");
+    }
+
+    #[test]
+    fn every_configuration_matches_f64_on_the_interpreter() {
+        let mut rng = rand::rng();
+        let (m, n, k, group) = (70, 136, 256, 128);
+        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let q = W4Weight::quantize(&w, n, k, group).unwrap();
+        let wd: Vec<f64> = q.dequantize().iter().map(|&x| x as f64).collect();
+        let a: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let mut want = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                want[i * n + j] = (0..k)
+                    .map(|kk| a[i * k + kk].to_f64() * wd[j * k + kk])
+                    .sum();
+            }
+        }
+        for cfg in gemm_w4_f16::SPACE {
+            let mut c = vec![f16::NAN; m * n];
+            gemm_w4_f16::interpret(
+                cfg,
+                m as i32,
+                n as i32,
+                k as i32,
+                group as i32,
+                &a,
+                &q.codes,
+                &q.scales,
+                &mut c,
+            )
+            .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+            let e = super::rel_err(&got, &want);
+            assert!(e < 2e-3, "{cfg}: relative error {e}");
         }
     }
 }

@@ -2,7 +2,8 @@
 //! ragged shapes (m = 33, 257, 4097; n and k not multiples of the tiles) against an f64
 //! reference of the rounded inputs, outputs poisoned (NaN) before each launch; cuBLAS
 //! (`gemm_nt`, the same `c = a · bᵀ`) within the same tolerance; a `k` that breaks the 16-byte
-//! rows is a launch error naming it, and the context stays usable.
+//! rows is a launch error naming it, and the context stays usable. The 4-bit-weight GEMM likewise
+//! against an f64 product with its dequantized weight.
 //!
 //! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
 //! skip into a failure. Run with `cargo test --release --test gpu_gemm -- --nocapture`.
@@ -11,6 +12,7 @@ mod common;
 
 use half::{bf16, f16};
 use rand::Rng;
+use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Weight};
 use tilus::kernels::gemm::{gemm_bf16, gemm_f16};
 use tilus::runtime::{Context, Cublas, DeviceBuffer};
 
@@ -137,4 +139,61 @@ fn gpu_wgmma_gemm_matches_f64_reference() {
     )
     .unwrap();
     assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 128.0));
+}
+
+#[test]
+fn gpu_w4_gemm_matches_f64_reference() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_w4_gemm_matches_f64_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!("SKIPPED gpu_w4_gemm_matches_f64_reference: wgmma needs sm_90a");
+        return;
+    }
+    let mut rng = rand::rng();
+    for (m, n, k, group) in [
+        (33, 264, 512, 128),
+        (257, 520, 1024, 128),
+        (4097, 136, 256, 64),
+    ] {
+        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let q = W4Weight::quantize(&w, n, k, group).unwrap();
+        let wd: Vec<f64> = q.dequantize().iter().map(|&x| x as f64).collect();
+        let a: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
+        let want = reference(&af, &wd, m, n, k);
+        let (da, dw, ds) = (
+            DeviceBuffer::from_host(&ctx, &a).unwrap(),
+            DeviceBuffer::from_host(&ctx, &q.codes).unwrap(),
+            DeviceBuffer::from_host(&ctx, &q.scales).unwrap(),
+        );
+        for cfg in gemm_w4_f16::SPACE {
+            let mut dc = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gemm_w4_f16::launch(
+                &ctx,
+                cfg,
+                m as i32,
+                n as i32,
+                k as i32,
+                group as i32,
+                &da,
+                &dw,
+                &ds,
+                &mut dc,
+            )
+            .unwrap_or_else(|e| panic!("{cfg} {m}x{n}x{k}: {e}"));
+            let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
+            let e = rel_err(&got, &want);
+            assert!(
+                e < 5e-3,
+                "w4 {cfg} {m}x{n}x{k} g{group}: relative error {e}"
+            );
+            eprintln!("w4 {cfg} {m}x{n}x{k} g{group}: ok, relative error {e:.2e}");
+        }
+    }
 }

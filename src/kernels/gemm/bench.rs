@@ -152,3 +152,151 @@ pub fn table(rows: &[GemmRow]) -> String {
     }
     s
 }
+
+/// One measured point of the 4-bit-weight GEMM.
+#[derive(Clone, Debug)]
+pub struct W4Row {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub config: String,
+    pub us: f64,
+    /// Codes + scales + activations + output bytes over the copy bandwidth of the same run.
+    pub floor_us: f64,
+    pub cublas_us: Option<f64>,
+    /// The project's mma.sync quantized matmul (`tilus bench qmatmul`, i4 weight, group 128),
+    /// best of its first 12 configurations.
+    pub mma_sync_us: Option<f64>,
+}
+
+/// Time every configuration of [`super::w4::gemm_w4_f16`] at `m x n x k` (random codes and
+/// scales: timing does not depend on the values), against cuBLAS f16 (`gemm_nt`) and the
+/// mma.sync quantized matmul unless left out.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_w4(
+    ctx: &Context,
+    blas: Option<&Cublas>,
+    flush: &mut L2Flush,
+    (m, n, k, group): (usize, usize, usize, usize),
+    runs: usize,
+    copy_gbps: f64,
+    mma_sync: bool,
+) -> Result<W4Row, String> {
+    use super::w4::gemm_w4_f16;
+    if group == 0 || !group.is_multiple_of(64) || !k.is_multiple_of(group) {
+        return Err(format!(
+            "argument `--group`: {group} must be a multiple of 64 dividing k = {k}"
+        ));
+    }
+    let codes: Vec<u32> = (0..n * k / 8)
+        .map(|i| (i as u32).wrapping_mul(2654435761))
+        .collect();
+    let scales: Vec<f16> = pattern(n * k / group, 3)
+        .into_iter()
+        .map(|x| f16::from_f32(0.01 + x.abs() * 0.02))
+        .collect();
+    let a: Vec<f16> = pattern(m * k, 1).into_iter().map(f16::from_f32).collect();
+    let (dw, ds, da) = (
+        DeviceBuffer::from_host(ctx, &codes).map_err(err)?,
+        DeviceBuffer::from_host(ctx, &scales).map_err(err)?,
+        DeviceBuffer::from_host(ctx, &a).map_err(err)?,
+    );
+    let mut dc = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
+    let dims = [m, n, k, group].map(|x| i32::try_from(x).map_err(|_| "sizes must fit an i32"));
+    let [mi, ni, ki, gi] = [dims[0]?, dims[1]?, dims[2]?, dims[3]?];
+    let mut best: Option<(String, f64)> = None;
+    for cfg in gemm_w4_f16::SPACE {
+        let mut failure = None;
+        let t = time_runs(ctx, 2, runs, Some(&mut *flush), || {
+            if let Err(e) = gemm_w4_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &dw, &ds, &mut dc) {
+                failure = Some(e);
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("{cfg}: {e}"))?;
+        if let Some(e) = failure {
+            return Err(format!("{cfg}: {e}"));
+        }
+        if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
+            best = Some((cfg.to_string(), t.median_us));
+        }
+    }
+    let cublas_us = match blas {
+        Some(blas) => {
+            let b = DeviceBuffer::from_host(
+                ctx,
+                &pattern(n * k, 2)
+                    .into_iter()
+                    .map(f16::from_f32)
+                    .collect::<Vec<_>>(),
+            )
+            .map_err(err)?;
+            Some(
+                time_runs(ctx, 2, runs, Some(&mut *flush), || {
+                    blas.gemm_nt(m, n, k, &da, &b, &mut dc)
+                })
+                .map_err(err)?
+                .median_us,
+            )
+        }
+        None => None,
+    };
+    let mma_sync_us = if mma_sync {
+        crate::kernels::qmatmul::bench::bench_qmatmul::<f16>(
+            ctx,
+            None,
+            flush,
+            crate::DType::Int(4),
+            m,
+            n,
+            k,
+            Some(128),
+            12,
+            copy_gbps,
+        )
+        .ok()
+        .map(|r| r.timing.median_us)
+    } else {
+        None
+    };
+    let bytes = n * k / 2 + 2 * (n * k / group) + 2 * m * k + 2 * m * n;
+    let (config, us) = best.expect("the space is not empty");
+    Ok(W4Row {
+        m,
+        n,
+        k,
+        config,
+        us,
+        floor_us: bytes as f64 / (copy_gbps * 1e3),
+        cublas_us,
+        mma_sync_us,
+    })
+}
+
+/// The table `tilus bench w4` prints.
+pub fn w4_table(copy_gbps: f64, rows: &[W4Row]) -> String {
+    let mut s = format!(
+        "tilus 4-bit-weight GEMM on wgmma (dequantized into shared memory), f16 activations, group scales; \
+         copy bandwidth {copy_gbps:.0} GB/s; floor = (codes + scales + activations + output) / that; L2 flushed\n\
+         {:>5} {:>12} {:>9} {:>7} {:>8} {:>10} {:>8} {:>12} {:>8}  config\n",
+        "m", "n x k", "tilus us", "%floor", "TFLOP/s", "cuBLAS us", "vs f16", "mma.sync us", "vs mma"
+    );
+    for r in rows {
+        let ratio = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.2}x", x / r.us));
+        let us = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
+        s += &format!(
+            "{:>5} {:>12} {:>9.1} {:>6.1}% {:>8.0} {:>10} {:>8} {:>12} {:>8}  {}\n",
+            r.m,
+            format!("{}x{}", r.n, r.k),
+            r.us,
+            100.0 * r.floor_us / r.us,
+            GemmRow::tflops(r.us, r.m, r.n, r.k),
+            us(r.cublas_us),
+            ratio(r.cublas_us),
+            us(r.mma_sync_us),
+            ratio(r.mma_sync_us),
+            r.config
+        );
+    }
+    s
+}

@@ -4,3 +4,4 @@ pub mod kernel;
 
 pub use kernel::{gemm_bf16, gemm_f16};
 pub mod bench;
+pub mod w4;

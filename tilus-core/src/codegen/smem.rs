@@ -273,7 +273,12 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
         }
         for (pos, r) in &w.dot_reads {
             if *r == var {
-                let wait = w.dot_waits.iter().copied().find(|&p| p > *pos).unwrap_or(end);
+                let wait = w
+                    .dot_waits
+                    .iter()
+                    .copied()
+                    .find(|&p| p > *pos)
+                    .unwrap_or(end);
                 last = last.max(wait);
             }
         }

@@ -422,7 +422,9 @@ impl Machine<'_> {
             Instruction::DotAsync { out, a, b, c } => {
                 let mut reads = Vec::new();
                 let result = self.dot_shared(block, *a, *b, *c, Some(&mut reads))?;
-                block.pending_dots.push_back(PendingDot { acc: *out, reads });
+                block
+                    .pending_dots
+                    .push_back(PendingDot { acc: *out, reads });
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::DotWait { n } => {

@@ -513,9 +513,7 @@ impl<'p> Checker<'p> {
                     self.check_tile(name, *src, &d.layout.shape, &dims, src_offset, span, true);
                 }
             }
-            Instruction::DotAsync { out, a, b, c } => {
-                self.check_dot_shared(*out, *a, *b, *c, span)
-            }
+            Instruction::DotAsync { out, a, b, c } => self.check_dot_shared(*out, *a, *b, *c, span),
             Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }

@@ -86,14 +86,14 @@ pub fn plan_wgmma(
             target.arch.name()
         ));
     }
-    if block_threads % 128 != 0 {
+    if !block_threads.is_multiple_of(128) {
         return Err(format!(
             "wgmma runs on whole warpgroups, but the block has {block_threads} threads (not a multiple of 128)"
         ));
     }
     let (sa, sb) = (&a.layout.shape, &b.layout.shape);
     let (m, k, n) = (sa[0], sa[1], sb[1]);
-    if m % 64 != 0 || k % 16 != 0 || k > ROW_ELEMENTS || n % 8 != 0 {
+    if !m.is_multiple_of(64) || !k.is_multiple_of(16) || k > ROW_ELEMENTS || !n.is_multiple_of(8) {
         return Err(format!(
             "wgmma tiles are 64 rows by multiples of 16 of k (at most {ROW_ELEMENTS}, one swizzled row) by multiples of 8 of n; got m = {m}, k = {k}, n = {n}"
         ));

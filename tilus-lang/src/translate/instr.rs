@@ -546,12 +546,10 @@ impl Translator<'_, '_> {
             Op::DotWait => {
                 let n = match self.const_int(args[0]) {
                     Some(n) if n >= 0 => n as u32,
-                    _ => {
-                        return Err(self.err(
-                            args[0],
-                            "the number of dot_async groups left in flight is a non-negative constant",
-                        ))
-                    }
+                    _ => return Err(self.err(
+                        args[0],
+                        "the number of dot_async groups left in flight is a non-negative constant",
+                    )),
                 };
                 let site = self.site(c);
                 b.set_span(site);

@@ -28,7 +28,8 @@ impl Machine<'_> {
         ins: &Instruction,
         block: &Block,
     ) -> Result<(), String> {
-        let chained = |v: VarId| matches!(ins, Instruction::DotAsync { out, c, .. } if *out == v && *c == v);
+        let chained =
+            |v: VarId| matches!(ins, Instruction::DotAsync { out, c, .. } if *out == v && *c == v);
         for v in ins.inputs().into_iter().chain(ins.outputs()) {
             if block.pending_dots.iter().any(|d| d.acc == v) && !chained(v) {
                 return Err(format!(
