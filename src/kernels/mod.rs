@@ -11,6 +11,8 @@
 //!
 //! - [`attention`]: decode attention over a contiguous or paged (optionally quantized) KV cache
 //!   and causal prefill attention.
+//! - [`gemm`]: dense f16/bf16 and 4-bit-weight GEMMs on Hopper's warpgroup MMA (`wgmma`,
+//!   `docs/gemm.md`).
 //!
 //! Every kernel is a VM program written with `#[kernel]`. The quantized matmul's design and
 //! its layouts per bit width are written up in `docs/qmatmul.md`.
