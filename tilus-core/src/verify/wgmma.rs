@@ -133,3 +133,85 @@ fn k_major(layout: &SharedLayout, strides: [usize; 2]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::parse;
+    use crate::DType;
+
+    fn shared(shape: [usize; 2], strides: [usize; 2], swizzle: Option<Swizzle>) -> SharedType {
+        SharedType {
+            dtype: DType::F16,
+            layout: SharedLayout {
+                shape: shape.to_vec(),
+                strides: strides.to_vec(),
+                swizzle,
+            },
+        }
+    }
+
+    fn acc(text: &str) -> RegisterType {
+        RegisterType {
+            dtype: DType::F32,
+            layout: parse(text).unwrap(),
+        }
+    }
+
+    #[test]
+    fn accepts_the_canonical_operands_and_picks_the_widest_n() {
+        let a = shared([128, 64], [64, 1], Some(SWIZZLE_128B));
+        let b = shared([64, 256], [1, 64], Some(SWIZZLE_128B));
+        let c = acc("spatial(2, 1).spatial(4, 1).local(1, 32).mma_c");
+        let plan = plan_wgmma(&a, &b, &c, 256, &Target::SM90).unwrap();
+        assert_eq!((plan.kind, plan.n), (MmaKind::F16, 256));
+        assert_eq!(plan.c.shape(), &[2, 1][..]);
+        // Local column blocks outside the warps are the same layout (local and spatial modes
+        // of different dimensions commute): still one 256-wide block.
+        let c = acc("spatial(2, 1).local(1, 2).spatial(4, 1).local(1, 16).mma_c");
+        let plan = plan_wgmma(&a, &b, &c, 256, &Target::SM90).unwrap();
+        assert_eq!((plan.n, plan.c.shape()), (256, &[2, 1][..]));
+        // Four warpgroups, each a 64 x 128 block: 128-wide wgmmas.
+        let c = acc("spatial(2, 2).spatial(4, 1).local(1, 16).mma_c");
+        let plan = plan_wgmma(&a, &b, &c, 512, &Target::SM90).unwrap();
+        assert_eq!((plan.n, plan.c.shape()), (128, &[2, 2][..]));
+    }
+
+    #[test]
+    fn rejections_say_what_is_wrong() {
+        let a = shared([64, 64], [64, 1], Some(SWIZZLE_128B));
+        let b = shared([64, 128], [1, 64], Some(SWIZZLE_128B));
+        let c = acc("spatial(4, 1).local(1, 16).mma_c");
+        assert!(plan_wgmma(&a, &b, &c, 128, &Target::SM90).is_ok());
+        let err = |a: &SharedType, b: &SharedType, c: &RegisterType, threads, t: &Target| {
+            plan_wgmma(a, b, c, threads, t).unwrap_err()
+        };
+        assert!(err(&a, &b, &c, 128, &Target::SM80).contains("sm_90a"));
+        assert!(err(&a, &b, &c, 96, &Target::SM90).contains("multiple of 128"));
+        let unswizzled = shared([64, 64], [64, 1], None);
+        let e = err(&unswizzled, &b, &c, 128, &Target::SM90);
+        assert!(
+            e.contains("operand a") && e.contains("swizzle(3, 3, 3)"),
+            "{e}"
+        );
+        // b as an n-major tile (not permuted): the strides are wrong.
+        let n_major = shared([64, 128], [128, 1], Some(SWIZZLE_128B));
+        let e = err(&a, &n_major, &c, 128, &Target::SM90);
+        assert!(
+            e.contains("operand b") && e.contains("permute_shared"),
+            "{e}"
+        );
+        let short = shared([32, 64], [64, 1], Some(SWIZZLE_128B));
+        let c32 = acc("spatial(2, 1).local(1, 16).mma_c");
+        assert!(err(&short, &b, &c32, 128, &Target::SM90).contains("64 rows"));
+        // Warps side by side along n: not the accumulator fragment.
+        let wrong = acc("spatial(1, 4).local(4, 4).mma_c");
+        let e = err(&a, &b, &wrong, 128, &Target::SM90);
+        assert!(e.contains("wgmma accumulator"), "{e}");
+        let ints = RegisterType {
+            dtype: DType::Int(32),
+            layout: c.layout.clone(),
+        };
+        assert!(err(&a, &b, &ints, 128, &Target::SM90).contains("f16 or bf16"));
+    }
+}
