@@ -244,7 +244,7 @@ fn fig14_selects_cp_async_ldmatrix_and_plans_shared_memory() {
     assert_eq!(k.shared_bytes, 24576);
     assert!(k
         .source
-        .contains("extern __shared__ __align__(128) uint8_t tilus_smem[];"));
+        .contains("extern __shared__ __align__(1024) uint8_t tilus_smem[];"));
 }
 
 /// Two shared tensors: `first` used, then (after `sync_between` or not) `second`.

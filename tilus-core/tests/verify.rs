@@ -301,8 +301,10 @@ fn rejects_view_global_of_non_pointer() {
     one(&k.finish(), 4, &["`m` must be a pointer parameter"]);
 }
 
+/// A shared operand selects the warpgroup MMA, which reads both operands from shared memory:
+/// a register right operand is named.
 #[test]
-fn rejects_dot_on_shared_operands() {
+fn rejects_dot_mixing_shared_and_register_operands() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
     let s = k
@@ -318,7 +320,7 @@ fn rejects_dot_on_shared_operands() {
     one(
         &k.finish(),
         4,
-        &["dot: the left operand `sa` must be a register tensor"],
+        &["dot: the right operand `rb` must be a shared tensor (a dot with one shared operand reads both from shared memory: wgmma)"],
     );
 }
 
