@@ -1,0 +1,1 @@
+//! `tilus bench vq` (filled in below).

@@ -1,0 +1,279 @@
+//! The VQ-GEMV kernels, written with `#[kernel]` (`docs/vq.md`).
+//!
+//! Both compute `y[m, n] = scale[n] · Σ_k x[m, k] · W[n, k]` for a weight stored as
+//! [`crate::vq::VqWeight`]: codes `[R, n, k / V]` (u8 when `CB = 1`, u16 little-endian when `CB = 2`, read as u32
+//! words of two),
+//! codebooks `[groups, R, entries, V]` f16 (group `g = (r / tile_rows) · (k / tile_cols) + c /
+//! tile_cols`), per-channel f16 scales when `SCALE = 1`. A block computes 16 tokens x `BN`
+//! channels over the whole of k (no split, so no global reduction), `WN` warps side by side
+//! along n, each `BN / (8 · WN)` mma tiles of `16 x 8`; a k step is `BK` (a multiple of 16 that
+//! divides `tile_cols`).
+//!
+//! The dequantized weight tile is produced **directly in the mma B operand's layout**: every
+//! element knows its `(k, n)` in the tile (`arange`), gathers its code and then its codebook
+//! component `code · V + k % V`, so no rearrangement of dequantized vectors is needed (the
+//! paper's hierarchical fusion through shuffles is not used). Residual stages are summed in f32
+//! registers and rounded once to f16 for the mma (f32 accumulation, f16 out).
+//!
+//! **The codebook cache** ([`vq_gemv`]): entries are stored most-used first
+//! ([`crate::vq::VqWeight::reorder_by_frequency`]); entries `[0, NR)` are served from uniform
+//! registers, `[NR, NR + NS)` from shared memory, the rest from global memory (L1/L2):
+//!
+//! - `load` / `switch(codebook)`: when the k step enters a new codebook tile (`k · BK` a
+//!   multiple of `tile_cols`; once for a matrix-wide codebook) the block waits for all threads
+//!   (`sync`) and copies entries `[NR, NR + NS)` of every stage into shared memory with
+//!   `copy_async`; the register entries are read as uniform scalars (`item`) once per k step.
+//! - `access(code)`: three masked reads summed, each tier reading 0 outside its range: a
+//!   `gather` from global memory with the index `-1` (reads 0, no memory traffic) unless
+//!   `code >= NR + NS`, a `gather` from shared memory unless `code` lies outside `[NR, NR +
+//!   NS)`, and for the register tier a chain of `NR · V` compare-and-selects against the
+//!   scalars. The VM has no register-indexed lookup (nor warp shuffles), so the register tier
+//!   costs `NR · V` selects per element: it pays only for very small `NR`; `NR = 0` is the
+//!   default.
+//!
+//! The codes of each k step are copied into shared memory with `copy_async` (rows of `BK / V`
+//! codes, coalesced), double-buffered one step ahead, and gathered from there.
+//!
+//! [`vq_gemv_gc`] is the paper's naive "GC" baseline: codes and codebook entries gathered from
+//! global memory for every element, nothing cached.
+
+#[tilus::kernel(
+    lazy,
+    grid = [cdiv(m, 16), n / BN],
+    warps = WN,
+    space(
+        BN = [32],
+        WN = [4],
+        BK = [64],
+        V = [4],
+        R = [1, 2],
+        CB = [1, 2],
+        NR = [0, 2],
+        NS = [0, 256],
+        SCALE = [0, 1],
+    ),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn vq_gemv<
+    const BN: i32,
+    const WN: i32,
+    const BK: i32,
+    const V: i32,
+    const R: i32,
+    const CB: i32,
+    const NR: i32,
+    const NS: i32,
+    const SCALE: i32,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    entries: i32,
+    tile_rows: i32,
+    tile_cols: i32,
+    x: Global<f16>,
+    codes: Global<u8>,
+    codebooks: Global<f16>,
+    scales: Global<f16>,
+    y: GlobalMut<f16>,
+) {
+    let fn_ = BN / (8 * WN);
+    let rep_k = BK / 16;
+    // Codes per row per k step.
+    let kv = BK / V;
+    let la = layout!(spatial(1, 1).replicated(WN).local(1, rep_k).mma_a);
+    let lb = layout!(spatial(1, WN).local(rep_k, fn_).mma_b);
+    let lc = layout!(spatial(1, WN).local(1, fn_).mma_c);
+    let one = layout!(local(1));
+
+    let [bi, bj] = block_indices();
+    let kvt = k / V;
+    let ga = view_global(x, [m, k]);
+    // 16-bit codes are read as u32 words of two (the VM has no 16-bit integer type).
+    let gcodes = if CB == 1 {
+        view_global::<u8>(codes, [R, n, kvt])
+    } else {
+        view_global::<u32>(codes, [R, n, kvt / 2])
+    };
+    let col_tiles = k / tile_cols;
+    let books = (n / tile_rows) * col_tiles * R;
+    let gbook = view_global(codebooks, [books * entries * V]);
+    let gbook2 = view_global(codebooks, [books, entries * V]);
+    // Codes of two k steps: [stage, stage R, BN, kv].
+    let kw = kv / CB;
+    let sc = if CB == 1 {
+        shared::<u8>([2, R, BN, kv])
+    } else {
+        shared::<u32>([2, R, BN, kw])
+    };
+    // The shared tier: entries [NR, NR + NS) of each stage's codebook.
+    let scb = if NS > 0 {
+        shared::<f16>([R, NS * V])
+    } else {
+        ()
+    };
+    // Each element's (k, n) within the tile, in B's layout; its code's place in a stage's
+    // [BN, kv] slab and its component within the entry.
+    let kk = arange(lb, 0, 0);
+    let nn = arange(lb, 1, 0);
+    let code_at = nn * kv + kk / V;
+    let comp = kk % V;
+    let hot = NR + NS;
+    let row_tile = bj * BN / tile_rows;
+
+    // The code at flat index `at` of `src` (bytes, or u32 words of two 16-bit codes).
+    let code_of = |src: Tensor, at: Tensor| {
+        if CB == 1 {
+            cast::<i32>(gather(src, at))
+        } else {
+            cast::<i32>((gather(src, at / 2) >> cast::<u32>(at % 2 * 16)) & 0xFFFF)
+        }
+    };
+    // access(code) for codebook `book` (= group · R + stage): the three tiers summed, each
+    // reading 0 outside its range.
+    let access = |code: Tensor, book: i32| {
+        let flat = (code + book * entries) * V + comp;
+        let mut val = gather(gbook, select(code >= hot, flat, -1));
+        if NS > 0 {
+            let fs = (code - NR + (book % R) * NS) * V + comp;
+            val = val + gather(scb, select(code >= NR, select(code < hot, fs, -1), -1));
+        }
+        if NR > 0 {
+            let at = code * V + comp;
+            #[unroll]
+            for j in 0..NR * V {
+                let c = item(load_global(gbook, one, [book * entries * V + j]));
+                val = select(at != j, val, c);
+            }
+        }
+        val
+    };
+
+    let issue = |t: i32, stage: i32| {
+        copy_async(
+            gcodes,
+            slice_shared(sc, [stage, 0, 0, 0], [R, BN, kw]),
+            [0, bj * BN, t * kw],
+        );
+    };
+    issue(0, 0);
+    commit_group();
+    let mut acc = register::<f32>(lc, 0.0);
+    let ktiles = k / BK;
+    for kt in 0..ktiles {
+        let g = row_tile * col_tiles + kt * BK / tile_cols;
+        // switch(codebook): everyone has finished reading the previous one.
+        if NS > 0 {
+            if kt * BK % tile_cols == 0 {
+                sync();
+                copy_async(gbook2, scb, [g * R, NR * V]);
+                commit_group();
+            }
+        }
+        wait_group(0);
+        sync();
+        let stage = kt % 2;
+        if kt + 1 < ktiles {
+            issue(kt + 1, (kt + 1) % 2);
+        }
+        commit_group();
+        let xa = load_global(ga, la, [bi * 16, kt * BK]);
+        let mut w = register::<f32>(lb, 0.0);
+        #[unroll]
+        for s in 0..R {
+            let code = code_of(sc, code_at + (stage * R + s) * BN * kv);
+            w = w + cast::<f32>(access(code, g * R + s));
+        }
+        acc = dot(xa, cast::<f16>(w), acc);
+    }
+    if SCALE == 1 {
+        let lcs = layout!(reduce(lc, [0]));
+        let sv = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
+        acc = acc * cast::<f32>(sv);
+    }
+    store_global(cast::<f16>(acc), view_global(y, [m, n]), [bi * 16, bj * BN]);
+}
+
+/// The naive "GC" VQ-GEMV: the same product and tiling as [`vq_gemv`], every code and every
+/// codebook component gathered from global memory per element (no shared staging, no cache).
+#[tilus::kernel(
+    lazy,
+    grid = [cdiv(m, 16), n / BN],
+    warps = WN,
+    space(
+        BN = [32],
+        WN = [4],
+        BK = [64],
+        V = [4],
+        R = [1, 2],
+        CB = [1, 2],
+        SCALE = [0, 1],
+    ),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn vq_gemv_gc<
+    const BN: i32,
+    const WN: i32,
+    const BK: i32,
+    const V: i32,
+    const R: i32,
+    const CB: i32,
+    const SCALE: i32,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    entries: i32,
+    tile_rows: i32,
+    tile_cols: i32,
+    x: Global<f16>,
+    codes: Global<u8>,
+    codebooks: Global<f16>,
+    scales: Global<f16>,
+    y: GlobalMut<f16>,
+) {
+    let fn_ = BN / (8 * WN);
+    let rep_k = BK / 16;
+    let la = layout!(spatial(1, 1).replicated(WN).local(1, rep_k).mma_a);
+    let lb = layout!(spatial(1, WN).local(rep_k, fn_).mma_b);
+    let lc = layout!(spatial(1, WN).local(1, fn_).mma_c);
+    let [bi, bj] = block_indices();
+    let kvt = k / V;
+    let ga = view_global(x, [m, k]);
+    let gcodes = if CB == 1 {
+        view_global::<u8>(codes, [R * n * kvt])
+    } else {
+        view_global::<u32>(codes, [R * n * kvt / 2])
+    };
+    let col_tiles = k / tile_cols;
+    let books = (n / tile_rows) * col_tiles * R;
+    let gbook = view_global(codebooks, [books * entries * V]);
+    let kk = arange(lb, 0, 0);
+    let row = arange(lb, 1, bj * BN);
+    let comp = kk % V;
+    let row_tile = bj * BN / tile_rows;
+    let mut acc = register::<f32>(lc, 0.0);
+    for kt in 0..k / BK {
+        let g = row_tile * col_tiles + kt * BK / tile_cols;
+        let xa = load_global(ga, la, [bi * 16, kt * BK]);
+        let mut w = register::<f32>(lb, 0.0);
+        #[unroll]
+        for s in 0..R {
+            let at = (row + s * n) * kvt + (kk + kt * BK) / V;
+            let code = if CB == 1 {
+                cast::<i32>(gather(gcodes, at))
+            } else {
+                cast::<i32>((gather(gcodes, at / 2) >> cast::<u32>(at % 2 * 16)) & 0xFFFF)
+            };
+            let flat = (code + (g * R + s) * entries) * V + comp;
+            w = w + cast::<f32>(gather(gbook, flat));
+        }
+        acc = dot(xa, cast::<f16>(w), acc);
+    }
+    if SCALE == 1 {
+        let lcs = layout!(reduce(lc, [0]));
+        let sv = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
+        acc = acc * cast::<f32>(sv);
+    }
+    store_global(cast::<f16>(acc), view_global(y, [m, n]), [bi * 16, bj * BN]);
+}
