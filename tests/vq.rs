@@ -7,30 +7,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tilus::kernels::vq::{VqCache, VqLinear};
 use tilus::vq::kmeans::KmeansOptions;
-use tilus::vq::{round_f16, CodebookScope, VqConfig, VqWeight};
+use tilus::vq::{CodebookScope, VqConfig, VqWeight};
 
-/// A weight of `config` with random codes (skewed: low codes more frequent, so the reorder
-/// matters) and random f16 codebooks and scales.
-pub fn random_weight(config: VqConfig, n: usize, k: usize, rng: &mut StdRng) -> VqWeight {
-    let e = config.entries();
-    let codes: Vec<u16> = (0..config.residuals * n * k / config.vector_size)
-        .map(|_| {
-            let u: f64 = rng.random_range(0.0..1.0);
-            ((u * u * e as f64) as usize).min(e - 1) as u16
-        })
-        .collect();
-    let len = config.groups(n, k) * config.residuals * e * config.vector_size;
-    let books: Vec<f32> = (0..len)
-        .map(|_| round_f16(rng.random_range(-1.0f32..1.0)))
-        .collect();
-    let scales = config.channel_scale.then(|| {
-        (0..n)
-            .map(|_| round_f16(rng.random_range(0.25f32..2.0)))
-            .collect()
-    });
-    let mut w = VqWeight::from_parts(config, n, k, codes, books, scales).unwrap();
-    w.reorder_by_frequency();
-    w
+/// A weight of `config` with random skewed codes (low codes more frequent, so the reorder and
+/// the cache's tiers matter) and random f16 codebooks and scales.
+fn random_weight(config: VqConfig, n: usize, k: usize, rng: &mut StdRng) -> VqWeight {
+    VqWeight::random(config, n, k, rng.random(), true).unwrap()
 }
 
 /// `y = x · Wᵀ` in f64 from the dequantized weight.

@@ -268,6 +268,32 @@ pub enum BenchCommand {
         #[arg(long)]
         stages: Option<usize>,
     },
+    /// VQ-GEMV (vector-quantized weights, `docs/vq.md`) with the codebook cache, against the
+    /// memory floor, the naive GC kernel, cuBLAS f16 and the element-wise kernel of the same
+    /// bit width, measured in the same run.
+    Vq {
+        /// Comma-separated formats: gptvq2, aqlm3.
+        #[arg(long, default_value = "gptvq2,aqlm3")]
+        configs: String,
+        /// Comma-separated m values (tokens, 1..=16).
+        #[arg(long, default_value = "1,16")]
+        m: String,
+        /// `llama70b` (57344x8192, 8192x28672, 8192x8192) or comma-separated `NxK`.
+        #[arg(long, default_value = "llama70b")]
+        shapes: String,
+        /// The cache as `n_reg/n_shared` entries instead of each format's default.
+        #[arg(long)]
+        cache: Option<String>,
+        /// Timed runs per point (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Skip the cuBLAS f16 column.
+        #[arg(long = "no-cublas")]
+        no_cublas: bool,
+        /// Skip the element-wise kernel's column.
+        #[arg(long = "no-elementwise")]
+        no_elementwise: bool,
+    },
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -290,6 +316,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Launch { m, calls, .. } => vec![("--m", m), ("--calls", calls)],
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Apt { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Vq { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Import {
             k, n, group, runs, ..
         } => vec![("--k", k), ("--n", n), ("--group", group), ("--runs", runs)],
@@ -341,6 +368,13 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             }
             super::bench_apt::parse(widths, m, shapes).map(drop)
         }
+        BenchCommand::Vq {
+            configs,
+            m,
+            shapes,
+            cache,
+            ..
+        } => super::bench_vq::parse(configs, m, shapes, cache.as_deref()).map(drop),
         BenchCommand::Rowwise { shapes, dtype, .. } => {
             parse_shapes(shapes)?;
             parse_row_dtype(dtype).map(drop)
@@ -580,6 +614,25 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     {
         return super::bench_apt::run(widths, m, shapes, runs, (no_cublas, no_weight_only), stages);
     }
+    if let BenchCommand::Vq {
+        ref configs,
+        ref m,
+        ref shapes,
+        ref cache,
+        runs,
+        no_cublas,
+        no_elementwise,
+    } = *cmd
+    {
+        return super::bench_vq::run(
+            configs,
+            m,
+            shapes,
+            cache.as_deref(),
+            runs,
+            (no_cublas, no_elementwise),
+        );
+    }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
@@ -609,7 +662,10 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.gb_per_s(bytes)
             );
         }
-        BenchCommand::Tune { .. } | BenchCommand::Import { .. } | BenchCommand::Apt { .. } => {
+        BenchCommand::Tune { .. }
+        | BenchCommand::Import { .. }
+        | BenchCommand::Apt { .. }
+        | BenchCommand::Vq { .. } => {
             unreachable!("handled above")
         }
         BenchCommand::Launch {

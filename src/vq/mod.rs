@@ -382,6 +382,48 @@ impl VqWeight {
     }
 }
 
+impl VqWeight {
+    /// A weight of `config` with random codes and random f16 codebook values in `[-1, 1)` (and
+    /// scales in `[0.25, 2)`), entries reordered by frequency: for benchmarks and kernel tests,
+    /// where k-means on a large matrix would only cost time. `skewed`: code `⌊u² · entries⌋` for
+    /// uniform `u` (low codes more frequent, as the cache's tiers assume), else uniform codes
+    /// (the cache's worst case). Deterministic for `seed`.
+    pub fn random(
+        config: VqConfig,
+        n: usize,
+        k: usize,
+        seed: u64,
+        skewed: bool,
+    ) -> Result<VqWeight, VqError> {
+        use rand::{Rng, SeedableRng};
+        config.check_shape(n, k)?;
+        let e = config.entries();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let codes: Vec<u16> = (0..config.residuals * n * (k / config.vector_size))
+            .map(|_| {
+                if skewed {
+                    let u: f64 = rng.random_range(0.0..1.0);
+                    ((u * u * e as f64) as usize).min(e - 1) as u16
+                } else {
+                    rng.random_range(0..e) as u16
+                }
+            })
+            .collect();
+        let len = config.groups(n, k) * config.residuals * e * config.vector_size;
+        let books: Vec<f32> = (0..len)
+            .map(|_| round_f16(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let scales = config.channel_scale.then(|| {
+            (0..n)
+                .map(|_| round_f16(rng.random_range(0.25f32..2.0)))
+                .collect()
+        });
+        let mut w = VqWeight::from_parts(config, n, k, codes, books, scales)?;
+        w.reorder_by_frequency();
+        Ok(w)
+    }
+}
+
 /// `x` rounded to the nearest f16 value (as f32).
 pub fn round_f16(x: f32) -> f32 {
     f16::from_f32(x).to_f32()
