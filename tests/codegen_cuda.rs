@@ -1002,7 +1002,7 @@ fn vq_kernels_compile_without_spills() {
     let mut kernels = Vec::new();
     for c in [VqConfig::GPTVQ_2, VqConfig::AQLM_3] {
         for cache in [
-            default_cache(c),
+            default_cache(c, 8192),
             VqCache {
                 n_reg: 2,
                 n_shared: 64,
@@ -1012,7 +1012,7 @@ fn vq_kernels_compile_without_spills() {
                 n_shared: 0,
             },
         ] {
-            let cfg = kernel_config(c, cache);
+            let cfg = kernel_config(c, cache, 8192);
             let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
             let name = format!("vq_gemv_{}_{}_{}", c.name, cache.n_reg, cache.n_shared);
             kernels.push((

@@ -43,7 +43,7 @@ fn check(tag: &str, got: &[f16], want: &[f64]) {
     }
 }
 
-/// Small formats that fit the interpreter's time: GPTVQ-2 itself on one 256 x 256 tile, a
+/// Small formats that fit the interpreter's time: GPTVQ-2 itself on two 256 x 256 tiles, a
 /// GPTVQ-like one with 2 x 2 tiles of 32 x 128 (codebook switches along k and n), AQLM-3 itself
 /// (4096 entries, two stages, scales).
 fn cases() -> Vec<(VqConfig, usize, usize)> {
@@ -56,7 +56,7 @@ fn cases() -> Vec<(VqConfig, usize, usize)> {
         ..VqConfig::GPTVQ_2
     };
     vec![
-        (VqConfig::GPTVQ_2, 256, 256),
+        (VqConfig::GPTVQ_2, 256, 512),
         (small_tiles, 64, 256),
         (VqConfig::AQLM_3, 64, 256),
     ]

@@ -44,12 +44,14 @@
     space(
         BN = [32],
         WN = [4],
-        BK = [64],
+        BK = [64, 128],
+        STAGES = [2, 3],
         V = [4],
         R = [1, 2],
         CB = [1, 2],
         NR = [0, 2],
         NS = [0, 256],
+        CBUF = [2],
         SCALE = [0, 1],
     ),
 )]
@@ -58,11 +60,13 @@ pub fn vq_gemv<
     const BN: i32,
     const WN: i32,
     const BK: i32,
+    const STAGES: i32,
     const V: i32,
     const R: i32,
     const CB: i32,
     const NR: i32,
     const NS: i32,
+    const CBUF: i32,
     const SCALE: i32,
 >(
     m: i32,
@@ -79,10 +83,19 @@ pub fn vq_gemv<
 ) {
     let fn_ = BN / (8 * WN);
     let rep_k = BK / 16;
-    // Codes per row per k step.
+    // Codes per row per k step, and the same in storage units (bytes or u32 words of two).
     let kv = BK / V;
+    let kw = kv / CB;
+    // 32-bit words per codebook entry (two f16 components each).
+    let hv = V / 2;
     let la = layout!(spatial(1, 1).replicated(WN).local(1, rep_k).mma_a);
     let lb = layout!(spatial(1, WN).local(rep_k, fn_).mma_b);
+    // B's registers as 32-bit words: each holds two consecutive k of one column, so one
+    // codebook word serves two elements (mma_b = local(2, 1).column_spatial(4, 8).local(2, 1)).
+    let lp = layout!(spatial(1, WN)
+        .local(rep_k, fn_)
+        .local(2, 1)
+        .column_spatial(4, 8));
     let lc = layout!(spatial(1, WN).local(1, fn_).mma_c);
     let one = layout!(local(1));
 
@@ -97,29 +110,31 @@ pub fn vq_gemv<
     };
     let col_tiles = k / tile_cols;
     let books = (n / tile_rows) * col_tiles * R;
-    let gbook = view_global(codebooks, [books * entries * V]);
-    let gbook2 = view_global(codebooks, [books, entries * V]);
-    // Codes of two k steps: [stage, stage R, BN, kv].
-    let kw = kv / CB;
+    let gbook = view_global::<i32>(codebooks, [books * entries * hv]);
+    let gbook3 = view_global::<i32>(codebooks, [books / R, R, entries * hv]);
+    // A ring of STAGES k steps of codes: [stage, residual stage, BN, codes].
     let sc = if CB == 1 {
-        shared::<u8>([2, R, BN, kv])
+        shared::<u8>([STAGES, R, BN, kv])
     } else {
-        shared::<u32>([2, R, BN, kw])
+        shared::<u32>([STAGES, R, BN, kw])
     };
-    // The shared tier: entries [NR, NR + NS) of each stage's codebook.
+    // The shared tier: entries [NR, NR + NS) of each residual stage's codebook, CBUF buffers
+    // (two when the codebook changes along k: the next one is copied while this one is read).
     let scb = if NS > 0 {
-        shared::<f16>([R, NS * V])
+        shared::<i32>([CBUF, R, NS * hv])
     } else {
         ()
     };
-    // Each element's (k, n) within the tile, in B's layout; its code's place in a stage's
-    // [BN, kv] slab and its component within the entry.
-    let kk = arange(lb, 0, 0);
-    let nn = arange(lb, 1, 0);
-    let code_at = nn * kv + kk / V;
-    let comp = kk % V;
+    // Each word's (pair of k, n) within the tile; its code's place in a stage's [BN, kv] slab
+    // and its word within the entry.
+    let kp = arange(lp, 0, 0);
+    let nn = arange(lp, 1, 0);
+    let code_at = nn * kv + kp / hv;
+    let comp = kp % hv;
     let hot = NR + NS;
     let row_tile = bj * BN / tile_rows;
+    // k steps per codebook tile.
+    let tile_steps = tile_cols / BK;
 
     // The code at flat index `at` of `src` (bytes, or u32 words of two 16-bit codes).
     let code_of = |src: Tensor, at: Tensor| {
@@ -129,62 +144,82 @@ pub fn vq_gemv<
             cast::<i32>((gather(src, at / 2) >> cast::<u32>(at % 2 * 16)) & 0xFFFF)
         }
     };
-    // access(code) for codebook `book` (= group · R + stage): the three tiers summed, each
-    // reading 0 outside its range.
-    let access = |code: Tensor, book: i32| {
-        let flat = (code + book * entries) * V + comp;
+    // access(code): the word `comp` of entry `code` of codebook `book` (= group · R + stage),
+    // `buf` the shared buffer holding it: the three tiers summed, each reading 0 outside its
+    // range (an index of -1 reads 0 without touching memory).
+    let access = |code: Tensor, book: i32, buf: i32| {
+        let flat = (code + book * entries) * hv + comp;
         let mut val = gather(gbook, select(code >= hot, flat, -1));
         if NS > 0 {
-            let fs = (code - NR + (book % R) * NS) * V + comp;
+            let fs = (code - NR + (buf * R + book % R) * NS) * hv + comp;
             val = val + gather(scb, select(code >= NR, select(code < hot, fs, -1), -1));
         }
         if NR > 0 {
-            let at = code * V + comp;
+            // The register tier: uniform scalars, one compare-and-select each.
+            let at = code * hv + comp;
             #[unroll]
-            for j in 0..NR * V {
-                let c = item(load_global(gbook, one, [book * entries * V + j]));
+            for j in 0..NR * hv {
+                let c = item(load_global(gbook, one, [book * entries * hv + j]));
                 val = select(at != j, val, c);
             }
         }
         val
     };
 
+    // The cp.async copies of k step `t` into ring stage `stage`: its codes, and at the first
+    // step of a codebook tile (load / switch) that codebook's shared tier.
     let issue = |t: i32, stage: i32| {
         copy_async(
             gcodes,
             slice_shared(sc, [stage, 0, 0, 0], [R, BN, kw]),
             [0, bj * BN, t * kw],
         );
-    };
-    issue(0, 0);
-    commit_group();
-    let mut acc = register::<f32>(lc, 0.0);
-    let ktiles = k / BK;
-    for kt in 0..ktiles {
-        let g = row_tile * col_tiles + kt * BK / tile_cols;
-        // switch(codebook): everyone has finished reading the previous one.
         if NS > 0 {
-            if kt * BK % tile_cols == 0 {
-                sync();
-                copy_async(gbook2, scb, [g * R, NR * V]);
-                commit_group();
+            if t % tile_steps == 0 {
+                let tile = t / tile_steps;
+                copy_async(
+                    gbook3,
+                    slice_shared(scb, [tile % CBUF, 0, 0], [1, R, NS * hv]),
+                    [row_tile * col_tiles + tile, 0, NR * hv],
+                );
             }
         }
-        wait_group(0);
-        sync();
-        let stage = kt % 2;
-        if kt + 1 < ktiles {
-            issue(kt + 1, (kt + 1) % 2);
+    };
+    let ktiles = k / BK;
+    #[unroll]
+    for st in 0..STAGES - 1 {
+        if st < ktiles {
+            issue(st, st);
         }
         commit_group();
-        let xa = load_global(ga, la, [bi * 16, kt * BK]);
-        let mut w = register::<f32>(lb, 0.0);
-        #[unroll]
-        for s in 0..R {
-            let code = code_of(sc, code_at + (stage * R + s) * BN * kv);
-            w = w + cast::<f32>(access(code, g * R + s));
+    }
+    let mut acc = register::<f32>(lc, 0.0);
+    for kt in 0..ktiles {
+        // Step kt has landed once at most STAGES - 2 newer groups are in flight.
+        wait_group(STAGES - 2);
+        sync();
+        let next = kt + STAGES - 1;
+        if next < ktiles {
+            issue(next, next % STAGES);
         }
-        acc = dot(xa, cast::<f16>(w), acc);
+        commit_group();
+        let stage = kt % STAGES;
+        let tile = kt / tile_steps;
+        let g = row_tile * col_tiles + tile;
+        let xa = load_global(ga, la, [bi * 16, kt * BK]);
+        let w = if R == 1 {
+            let code = code_of(sc, code_at + stage * BN * kv);
+            view::<f16>(access(code, g, tile % CBUF), lb)
+        } else {
+            let mut sum = register::<f32>(lb, 0.0);
+            #[unroll]
+            for s in 0..R {
+                let code = code_of(sc, code_at + (stage * R + s) * BN * kv);
+                sum = sum + cast::<f32>(view::<f16>(access(code, g * R + s, tile % CBUF), lb));
+            }
+            cast::<f16>(sum)
+        };
+        acc = dot(xa, w, acc);
     }
     if SCALE == 1 {
         let lcs = layout!(reduce(lc, [0]));

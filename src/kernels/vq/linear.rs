@@ -23,7 +23,7 @@ use tilus_runtime::{Context, DeviceBuffer};
 
 /// Output channels per block.
 pub const BN: usize = 32;
-/// k per step.
+/// k per step of the GC kernel (and the smallest of the cached one).
 pub const BK: usize = 64;
 /// Shared memory the cache's shared tier may take by default.
 pub const CACHE_SHARED_BYTES: usize = 64 * 1024;
@@ -36,49 +36,63 @@ pub struct VqCache {
     pub n_shared: usize,
 }
 
-/// The default cache of a format: no register tier (each register entry costs `V` selects per
-/// element), as many entries in shared memory as [`CACHE_SHARED_BYTES`] holds.
-pub fn default_cache(c: VqConfig) -> VqCache {
+/// The default cache of a format for `k` input channels: no register tier (each register
+/// entry costs `V / 2` selects per pair of elements), as many entries in shared memory as
+/// [`CACHE_SHARED_BYTES`] holds (over the buffers [`kernel_config`] uses).
+pub fn default_cache(c: VqConfig, k: usize) -> VqCache {
+    let bufs = codebook_buffers(c, k);
     VqCache {
         n_reg: 0,
         n_shared: c
             .entries()
-            .min(CACHE_SHARED_BYTES / (2 * c.residuals * c.vector_size)),
+            .min(CACHE_SHARED_BYTES / (bufs * 2 * c.residuals * c.vector_size)),
     }
 }
 
-/// [`vq_gemv`]'s configuration for a format and a cache.
-pub fn kernel_config(c: VqConfig, cache: VqCache) -> vq_gemv::Config {
+/// Shared buffers of the cache's shared tier: one for a codebook that spans k, else two
+/// (the next tile's codebook is copied while this one is read).
+fn codebook_buffers(c: VqConfig, k: usize) -> usize {
+    let (_, cols) = c.tile(BN, k);
+    if cols == k {
+        1
+    } else {
+        2
+    }
+}
+
+/// [`vq_gemv`]'s configuration for a format, a cache and `k`: k steps of 128 where the
+/// codebook tiles allow, else 64; a ring of up to 4 stages of codes, no deeper than the
+/// steps per codebook tile plus one (the double-buffered codebook must not be overwritten
+/// while read).
+pub fn kernel_config(c: VqConfig, cache: VqCache, k: usize) -> vq_gemv::Config {
+    let (_, cols) = c.tile(BN, k);
+    let bk = if cols.is_multiple_of(128) { 128 } else { BK };
+    let stages = (cols / bk + 1).clamp(2, 4);
     vq_gemv::Config {
         BN: BN as i32,
         WN: 4,
-        BK: BK as i32,
+        BK: bk as i32,
+        STAGES: stages as i32,
         V: c.vector_size as i32,
         R: c.residuals as i32,
         CB: if c.log2_entries <= 8 { 1 } else { 2 },
         NR: cache.n_reg as i32,
         NS: cache.n_shared as i32,
+        CBUF: codebook_buffers(c, k) as i32,
         SCALE: c.channel_scale as i32,
     }
 }
 
 /// [`vq_gemv_gc`]'s configuration for a format.
 pub fn gc_config(c: VqConfig) -> vq_gemv_gc::Config {
-    let k = kernel_config(
-        c,
-        VqCache {
-            n_reg: 0,
-            n_shared: 0,
-        },
-    );
     vq_gemv_gc::Config {
-        BN: k.BN,
-        WN: k.WN,
-        BK: k.BK,
-        V: k.V,
-        R: k.R,
-        CB: k.CB,
-        SCALE: k.SCALE,
+        BN: BN as i32,
+        WN: 4,
+        BK: BK as i32,
+        V: c.vector_size as i32,
+        R: c.residuals as i32,
+        CB: if c.log2_entries <= 8 { 1 } else { 2 },
+        SCALE: c.channel_scale as i32,
     }
 }
 
@@ -117,12 +131,13 @@ impl VqLinear {
                 format!("n = {n} and the codebook tile's {rows} rows must be multiples of {BN}"),
             ));
         }
-        if !k.is_multiple_of(BK) || !cols.is_multiple_of(BK) || !BK.is_multiple_of(v) {
+        if !k.is_multiple_of(BK) || !cols.is_multiple_of(BK) || !BK.is_multiple_of(v) || v % 2 != 0
+        {
             return Err(arg_err(
                 "weight",
                 format!(
                     "k = {k} and the codebook tile's {cols} columns must be multiples of {BK}, \
-                     and vector_size {v} must divide {BK}"
+                     and vector_size {v} must be even and divide {BK}"
                 ),
             ));
         }
@@ -145,7 +160,7 @@ impl VqLinear {
             Some(s) => s.iter().map(|&x| f16::from_f32(x)).collect(),
             None => vec![f16::ONE],
         };
-        let cache = default_cache(c);
+        let cache = default_cache(c, k);
         Ok(VqLinear {
             weight,
             code_bytes,
@@ -169,19 +184,20 @@ impl VqLinear {
     }
 
     /// Sets the cache tiers (`n_reg + n_shared <= entries`; `n_reg <= 8`, each register entry
-    /// costs `vector_size` selects per element; the shared tier `2 · residuals · V · n_shared`
-    /// bytes, at most 200 KiB).
+    /// costs `V / 2` selects per pair of elements; the shared tier, `2 · residuals · V ·
+    /// n_shared` bytes per buffer, at most 160 KiB).
     pub fn with_cache(mut self, cache: VqCache) -> Result<VqLinear, VqError> {
         let c = self.weight.config;
+        let bufs = codebook_buffers(c, self.weight.k);
         if cache.n_reg > 8
             || cache.n_reg + cache.n_shared > c.entries()
-            || 2 * c.residuals * c.vector_size * cache.n_shared > 200 * 1024
+            || bufs * 2 * c.residuals * c.vector_size * cache.n_shared > 160 * 1024
         {
             return Err(arg_err(
                 "cache",
                 format!(
                     "{cache:?}: needs n_reg <= 8, n_reg + n_shared <= {} entries and the shared \
-                     tier within 200 KiB",
+                     tier ({bufs} buffer(s) of 2·residuals·V·n_shared bytes) within 160 KiB",
                     c.entries()
                 ),
             ));
@@ -192,7 +208,7 @@ impl VqLinear {
 
     /// The cached kernel's configuration.
     pub fn config(&self) -> vq_gemv::Config {
-        kernel_config(self.weight.config, self.cache)
+        kernel_config(self.weight.config, self.cache, self.weight.k)
     }
 
     /// The naive kernel's configuration.
