@@ -240,7 +240,8 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("vq");
-    let bad: [(&[&str], &str); 7] = [
+    let bad: [(&[&str], &str); 8] = [
+        (&["--stages", "1"], "--stages"),
         (&["--configs", "quip4"], "--configs"),
         (&["--configs", "cq2"], "--configs"),
         (&["--m", "0"], "--m"),

@@ -1012,7 +1012,7 @@ fn vq_kernels_compile_without_spills() {
                 n_shared: 0,
             },
         ] {
-            let cfg = kernel_config(c, cache, 8192);
+            let cfg = kernel_config(c, cache, 8192, 4);
             let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
             let name = format!("vq_gemv_{}_{}_{}", c.name, cache.n_reg, cache.n_shared);
             kernels.push((

@@ -45,7 +45,7 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
     ] {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
         let e = config.entries();
-        for cache in [
+        for (ci, cache) in [
             VqLinear::new(w.clone()).unwrap().cache(),
             VqCache {
                 n_reg: 2,
@@ -55,8 +55,17 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                 n_reg: 0,
                 n_shared: 0,
             },
-        ] {
-            let layer = VqLinear::new(w.clone()).unwrap().with_cache(cache).unwrap();
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // Rings of 4, 3 and 2 stages.
+            let layer = VqLinear::new(w.clone())
+                .unwrap()
+                .with_stages(4 - ci)
+                .unwrap()
+                .with_cache(cache)
+                .unwrap();
             let gpu = layer.to_gpu(&ctx).unwrap();
             for m in [1, 3, 16] {
                 let x: Vec<f16> = (0..m * k)

@@ -81,7 +81,13 @@ fn vq_gemv_matches_reference_with_every_cache_split() {
             },
         ];
         for (si, cache) in splits.into_iter().enumerate() {
-            let layer = VqLinear::new(w.clone()).unwrap().with_cache(cache).unwrap();
+            // Rings of 4, 3 and 2 stages (the codebook buffers follow).
+            let layer = VqLinear::new(w.clone())
+                .unwrap()
+                .with_stages(4 - si)
+                .unwrap()
+                .with_cache(cache)
+                .unwrap();
             for m in [1, 3, 16] {
                 // Only the default split at every m (the interpreter's time).
                 if si > 0 && m != 3 {
@@ -91,7 +97,7 @@ fn vq_gemv_matches_reference_with_every_cache_split() {
                     .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
                     .collect();
                 let want = reference(&w, &x, m);
-                let tag = format!("{} {n}x{k} m={m} {cache:?}", config.name);
+                let tag = format!("{} {n}x{k} m={m} {cache:?} stages {}", config.name, 4 - si);
                 check(&tag, &layer.forward_cpu(&x, m).unwrap(), &want);
                 if si == 0 {
                     check(

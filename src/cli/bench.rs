@@ -284,6 +284,9 @@ pub enum BenchCommand {
         /// The cache as `n_reg/n_shared` entries instead of each format's default.
         #[arg(long)]
         cache: Option<String>,
+        /// Stages of the cached kernel's cp.async ring of codes (2..=8; default 4).
+        #[arg(long)]
+        stages: Option<usize>,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -373,8 +376,17 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             m,
             shapes,
             cache,
+            stages,
             ..
-        } => super::bench_vq::parse(configs, m, shapes, cache.as_deref()).map(drop),
+        } => {
+            if stages.is_some_and(|s| !(2..=8).contains(&s)) {
+                return Err(format!(
+                    "argument `--stages`: {} is not in 2..=8",
+                    stages.unwrap_or(0)
+                ));
+            }
+            super::bench_vq::parse(configs, m, shapes, cache.as_deref()).map(drop)
+        }
         BenchCommand::Rowwise { shapes, dtype, .. } => {
             parse_shapes(shapes)?;
             parse_row_dtype(dtype).map(drop)
@@ -619,6 +631,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref m,
         ref shapes,
         ref cache,
+        stages,
         runs,
         no_cublas,
         no_elementwise,
@@ -629,6 +642,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             m,
             shapes,
             cache.as_deref(),
+            stages,
             runs,
             (no_cublas, no_elementwise),
         );

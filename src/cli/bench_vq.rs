@@ -54,6 +54,7 @@ pub fn run(
     m: &str,
     shapes: &str,
     cache: Option<&str>,
+    stages: Option<usize>,
     runs: usize,
     (no_cublas, no_elementwise): (bool, bool),
 ) -> Result<String, String> {
@@ -98,7 +99,17 @@ pub fn run(
                     t
                 };
                 let row = bench_vq(
-                    &ctx, &mut flush, c, m, n, k, runs, copy_gbps, cache, cublas, ew,
+                    &ctx,
+                    &mut flush,
+                    c,
+                    m,
+                    n,
+                    k,
+                    runs,
+                    copy_gbps,
+                    (cache, stages),
+                    cublas,
+                    ew,
                 )
                 .map_err(|e| format!("{} m={m} {n}x{k}: {e}", c.name))?;
                 eprintln!(

@@ -29,6 +29,8 @@ pub struct VqBenchRow {
     pub n: usize,
     pub k: usize,
     pub cache: VqCache,
+    /// Stages of the cached kernel's ring of codes.
+    pub stages: usize,
     /// [`super::kernel::vq_gemv`] with `cache`.
     pub cached: Timing,
     /// The naive GC kernel.
@@ -95,13 +97,16 @@ pub fn bench_vq(
     k: usize,
     runs: usize,
     copy_gbps: f64,
-    cache: Option<VqCache>,
+    (cache, stages): (Option<VqCache>, Option<usize>),
     cublas_us: Option<f64>,
     elementwise_us: Option<f64>,
 ) -> Result<VqBenchRow, String> {
     let w = VqWeight::random(config, n, k, 0x18, false).map_err(err)?;
     let bytes = w.code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
     let mut layer = VqLinear::new(w).map_err(err)?;
+    if let Some(s) = stages {
+        layer = layer.with_stages(s).map_err(err)?;
+    }
     if let Some(c) = cache {
         layer = layer.with_cache(c).map_err(err)?;
     }
@@ -123,6 +128,7 @@ pub fn bench_vq(
         n,
         k,
         cache: layer.cache(),
+        stages: layer.stages(),
         cached,
         naive,
         bytes,
@@ -139,7 +145,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         "tilus vq (VQ-GEMV with the codebook cache); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = n_reg/n_shared\n\
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = n_reg/n_shared, stages\n\
          {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
@@ -159,7 +165,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}/{}\n",
+            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}/{} s{}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -174,6 +180,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
             ratio(r.elementwise_us),
             r.cache.n_reg,
             r.cache.n_shared,
+            r.stages,
         );
     }
     s

@@ -45,13 +45,13 @@
         BN = [32],
         WN = [4],
         BK = [64, 128],
-        STAGES = [2, 3],
+        STAGES = [2, 4],
         V = [4],
         R = [1, 2],
         CB = [1, 2],
         NR = [0, 2],
         NS = [0, 256],
-        CBUF = [2],
+        CBUF = [1, 3],
         SCALE = [0, 1],
     ),
 )]
@@ -119,7 +119,9 @@ pub fn vq_gemv<
         shared::<u32>([STAGES, R, BN, kw])
     };
     // The shared tier: entries [NR, NR + NS) of each residual stage's codebook, CBUF buffers
-    // (two when the codebook changes along k: the next one is copied while this one is read).
+    // (one when a codebook spans k; else tile c uses buffer c % CBUF, filled by the ring's
+    // copies STAGES - 1 steps ahead, so the host keeps (CBUF - 1) · steps per tile >=
+    // STAGES - 1: a buffer is refilled only after every thread has left its last tile).
     let scb = if NS > 0 {
         shared::<i32>([CBUF, R, NS * hv])
     } else {

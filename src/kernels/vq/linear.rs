@@ -40,7 +40,7 @@ pub struct VqCache {
 /// entry costs `V / 2` selects per pair of elements), as many entries in shared memory as
 /// [`CACHE_SHARED_BYTES`] holds (over the buffers [`kernel_config`] uses).
 pub fn default_cache(c: VqConfig, k: usize) -> VqCache {
-    let bufs = codebook_buffers(c, k);
+    let bufs = codebook_buffers(c, k, STAGES);
     VqCache {
         n_reg: 0,
         n_shared: c
@@ -49,36 +49,44 @@ pub fn default_cache(c: VqConfig, k: usize) -> VqCache {
     }
 }
 
-/// Shared buffers of the cache's shared tier: one for a codebook that spans k, else two
-/// (the next tile's codebook is copied while this one is read).
-fn codebook_buffers(c: VqConfig, k: usize) -> usize {
+/// Stages of the cached kernel's cp.async ring of codes by default.
+pub const STAGES: usize = 4;
+
+/// k per step of the cached kernel: 128 where the codebook tiles allow, else 64.
+fn step_k(c: VqConfig, k: usize) -> usize {
+    let (_, cols) = c.tile(BN, k);
+    if cols.is_multiple_of(128) {
+        128
+    } else {
+        BK
+    }
+}
+
+/// Shared buffers of the cache's shared tier for a ring of `stages`: one for a codebook that
+/// spans k, else enough that a buffer is refilled only after its tile is done:
+/// `(buffers - 1) · steps per tile >= stages - 1`.
+fn codebook_buffers(c: VqConfig, k: usize, stages: usize) -> usize {
     let (_, cols) = c.tile(BN, k);
     if cols == k {
         1
     } else {
-        2
+        1 + (stages - 1).div_ceil(cols / step_k(c, k)).max(1)
     }
 }
 
-/// [`vq_gemv`]'s configuration for a format, a cache and `k`: k steps of 128 where the
-/// codebook tiles allow, else 64; a ring of up to 4 stages of codes, no deeper than the
-/// steps per codebook tile plus one (the double-buffered codebook must not be overwritten
-/// while read).
-pub fn kernel_config(c: VqConfig, cache: VqCache, k: usize) -> vq_gemv::Config {
-    let (_, cols) = c.tile(BN, k);
-    let bk = if cols.is_multiple_of(128) { 128 } else { BK };
-    let stages = (cols / bk + 1).clamp(2, 4);
+/// [`vq_gemv`]'s configuration for a format, a cache, `k` and a ring of `stages` (2..=8).
+pub fn kernel_config(c: VqConfig, cache: VqCache, k: usize, stages: usize) -> vq_gemv::Config {
     vq_gemv::Config {
         BN: BN as i32,
         WN: 4,
-        BK: bk as i32,
+        BK: step_k(c, k) as i32,
         STAGES: stages as i32,
         V: c.vector_size as i32,
         R: c.residuals as i32,
         CB: if c.log2_entries <= 8 { 1 } else { 2 },
         NR: cache.n_reg as i32,
         NS: cache.n_shared as i32,
-        CBUF: codebook_buffers(c, k) as i32,
+        CBUF: codebook_buffers(c, k, stages) as i32,
         SCALE: c.channel_scale as i32,
     }
 }
@@ -106,6 +114,8 @@ pub struct VqLinear {
     /// `[n]`, or one unused value when the format has no scales.
     scales: Vec<f16>,
     cache: VqCache,
+    /// Stages of the cached kernel's ring of codes.
+    stages: usize,
 }
 
 fn kernel_err(e: impl std::fmt::Display) -> VqError {
@@ -167,6 +177,7 @@ impl VqLinear {
             codebooks,
             scales,
             cache,
+            stages: STAGES,
         })
     }
 
@@ -182,13 +193,26 @@ impl VqLinear {
     pub fn cache(&self) -> VqCache {
         self.cache
     }
+    pub fn stages(&self) -> usize {
+        self.stages
+    }
+
+    /// Sets the stages of the cached kernel's cp.async ring of codes (2..=8; the shared
+    /// tier's buffers follow, so check the cache again with [`Self::with_cache`] after).
+    pub fn with_stages(mut self, stages: usize) -> Result<VqLinear, VqError> {
+        if !(2..=8).contains(&stages) {
+            return Err(arg_err("stages", format!("{stages}: must lie in 2..=8")));
+        }
+        self.stages = stages;
+        Ok(self)
+    }
 
     /// Sets the cache tiers (`n_reg + n_shared <= entries`; `n_reg <= 8`, each register entry
     /// costs `V / 2` selects per pair of elements; the shared tier, `2 · residuals · V ·
     /// n_shared` bytes per buffer, at most 160 KiB).
     pub fn with_cache(mut self, cache: VqCache) -> Result<VqLinear, VqError> {
         let c = self.weight.config;
-        let bufs = codebook_buffers(c, self.weight.k);
+        let bufs = codebook_buffers(c, self.weight.k, self.stages);
         if cache.n_reg > 8
             || cache.n_reg + cache.n_shared > c.entries()
             || bufs * 2 * c.residuals * c.vector_size * cache.n_shared > 160 * 1024
@@ -208,7 +232,7 @@ impl VqLinear {
 
     /// The cached kernel's configuration.
     pub fn config(&self) -> vq_gemv::Config {
-        kernel_config(self.weight.config, self.cache, self.weight.k)
+        kernel_config(self.weight.config, self.cache, self.weight.k, self.stages)
     }
 
     /// The naive kernel's configuration.
