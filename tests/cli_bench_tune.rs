@@ -210,8 +210,9 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("apt");
-    let bad: [(&[&str], &str); 8] = [
+    let bad: [(&[&str], &str); 9] = [
         (&["--stages", "1"], "--stages"),
+        (&["--split", "3"], "--split"),
         (&["--stages", "9"], "--stages"),
         (&["--widths", "W9A2"], "--widths"),
         (&["--widths", "W2"], "--widths"),
@@ -240,8 +241,9 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("vq");
-    let bad: [(&[&str], &str); 8] = [
+    let bad: [(&[&str], &str); 9] = [
         (&["--stages", "1"], "--stages"),
+        (&["--split", "3"], "--split"),
         (&["--configs", "quip4"], "--configs"),
         (&["--configs", "cq2"], "--configs"),
         (&["--m", "0"], "--m"),

@@ -1012,9 +1012,14 @@ fn vq_kernels_compile_without_spills() {
                 n_shared: 0,
             },
         ] {
-            let cfg = kernel_config(c, cache, 8192, 4);
+            // The second cache with k split in four (the atomics' epilogue).
+            let split = if cache.n_reg == 2 { 4 } else { 1 };
+            let cfg = kernel_config(c, cache, 8192, 4, split);
             let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
-            let name = format!("vq_gemv_{}_{}_{}", c.name, cache.n_reg, cache.n_shared);
+            let name = format!(
+                "vq_gemv_{}_{}_{}_split{split}",
+                c.name, cache.n_reg, cache.n_shared
+            );
             kernels.push((
                 name,
                 p,
@@ -1028,5 +1033,10 @@ fn vq_kernels_compile_without_spills() {
         let p = vq_gemv_gc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         kernels.push((format!("vq_gemv_gc_{}", c.name), p, MMA));
     }
+    let fin = tilus::kernels::vq::kernel::vq_finalize::program(
+        &tilus::kernels::vq::kernel::vq_finalize::SPACE[0],
+    )
+    .unwrap();
+    kernels.push(("vq_finalize".to_string(), fin, Expect::default()));
     run("vq_kernels_compile_without_spills", kernels);
 }

@@ -59,12 +59,16 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
         .into_iter()
         .enumerate()
         {
-            // Rings of 4, 3 and 2 stages.
+            // Rings of 4, 3 and 2 stages; k split in four (atomics + the finalize kernel)
+            // with the second cache.
+            let split = if ci == 1 { 4 } else { 1 };
             let layer = VqLinear::new(w.clone())
                 .unwrap()
                 .with_stages(4 - ci)
                 .unwrap()
                 .with_cache(cache)
+                .unwrap()
+                .with_split(split)
                 .unwrap();
             let gpu = layer.to_gpu(&ctx).unwrap();
             for m in [1, 3, 16] {
@@ -76,7 +80,10 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                 let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
                 let cpu = layer.forward_cpu(&x, m).unwrap();
                 for naive in [false, true] {
-                    let tag = format!("{} {n}x{k} m={m} {cache:?} naive={naive}", config.name);
+                    let tag = format!(
+                        "{} {n}x{k} m={m} {cache:?} split={split} naive={naive}",
+                        config.name
+                    );
                     let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                     gpu.forward_into(&xd, m, &mut y, naive).unwrap();
                     let got = y.to_host().unwrap();

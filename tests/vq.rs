@@ -81,15 +81,19 @@ fn vq_gemv_matches_reference_with_every_cache_split() {
             },
         ];
         for (si, cache) in splits.into_iter().enumerate() {
-            // Rings of 4, 3 and 2 stages (the codebook buffers follow).
+            // Rings of 4, 3 and 2 stages (the codebook buffers follow); k split in two
+            // (partial sums through atomics, then the finalize kernel) with the second split.
+            let split = if si == 1 { 2 } else { 1 };
             let layer = VqLinear::new(w.clone())
                 .unwrap()
                 .with_stages(4 - si)
                 .unwrap()
                 .with_cache(cache)
+                .unwrap()
+                .with_split(split)
                 .unwrap();
             for m in [1, 3, 16] {
-                // Only the default split at every m (the interpreter's time).
+                // Only the default cache at every m (the interpreter's time).
                 if si > 0 && m != 3 {
                     continue;
                 }

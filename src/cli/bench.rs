@@ -287,6 +287,9 @@ pub enum BenchCommand {
         /// Stages of the cached kernel's cp.async ring of codes (2..=8; default 4).
         #[arg(long)]
         stages: Option<usize>,
+        /// The k split (1, 2, 4, 8) instead of the layer's choice per shape.
+        #[arg(long)]
+        split: Option<usize>,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -377,8 +380,15 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             shapes,
             cache,
             stages,
+            split,
             ..
         } => {
+            if split.is_some_and(|s| !matches!(s, 1 | 2 | 4 | 8)) {
+                return Err(format!(
+                    "argument `--split`: {} is not 1, 2, 4 or 8",
+                    split.unwrap_or(0)
+                ));
+            }
             if stages.is_some_and(|s| !(2..=8).contains(&s)) {
                 return Err(format!(
                     "argument `--stages`: {} is not in 2..=8",
@@ -632,6 +642,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref shapes,
         ref cache,
         stages,
+        split,
         runs,
         no_cublas,
         no_elementwise,
@@ -643,6 +654,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             shapes,
             cache.as_deref(),
             stages,
+            split,
             runs,
             (no_cublas, no_elementwise),
         );

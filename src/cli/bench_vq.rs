@@ -55,6 +55,7 @@ pub fn run(
     shapes: &str,
     cache: Option<&str>,
     stages: Option<usize>,
+    split: Option<usize>,
     runs: usize,
     (no_cublas, no_elementwise): (bool, bool),
 ) -> Result<String, String> {
@@ -107,7 +108,7 @@ pub fn run(
                     k,
                     runs,
                     copy_gbps,
-                    (cache, stages),
+                    (cache, stages, split),
                     cublas,
                     ew,
                 )

@@ -8,7 +8,7 @@
 //! the device-to-device copy bandwidth measured in the same run. The weights are random (codes
 //! uniform over the entries, the cache's worst case; values do not change the time), since
 //! k-means on a 470M-element matrix would only cost time; correctness is the tests' job
-//! (`tests/vq.rs`, `tests/gpu_vq.rs`).
+//! (`tests/vq.rs`, `tests/gpu_vq.rs`). A split k's time includes both launches.
 
 use super::{VqCache, VqLinear};
 use crate::vq::{VqConfig, VqWeight};
@@ -31,6 +31,8 @@ pub struct VqBenchRow {
     pub cache: VqCache,
     /// Stages of the cached kernel's ring of codes.
     pub stages: usize,
+    /// The k split (1: none; above, two launches: the GEMV and the finalize kernel).
+    pub split: usize,
     /// [`super::kernel::vq_gemv`] with `cache`.
     pub cached: Timing,
     /// The naive GC kernel.
@@ -97,7 +99,7 @@ pub fn bench_vq(
     k: usize,
     runs: usize,
     copy_gbps: f64,
-    (cache, stages): (Option<VqCache>, Option<usize>),
+    (cache, stages, split): (Option<VqCache>, Option<usize>, Option<usize>),
     cublas_us: Option<f64>,
     elementwise_us: Option<f64>,
 ) -> Result<VqBenchRow, String> {
@@ -109,6 +111,9 @@ pub fn bench_vq(
     }
     if let Some(c) = cache {
         layer = layer.with_cache(c).map_err(err)?;
+    }
+    if let Some(s) = split {
+        layer = layer.with_split(s).map_err(err)?;
     }
     let gpu = layer.to_gpu(ctx).map_err(err)?;
     let x: Vec<f16> = (0..m * k)
@@ -129,6 +134,7 @@ pub fn bench_vq(
         k,
         cache: layer.cache(),
         stages: layer.stages(),
+        split: layer.config(m).SPLIT as usize,
         cached,
         naive,
         bytes,
@@ -145,7 +151,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         "tilus vq (VQ-GEMV with the codebook cache); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = n_reg/n_shared, stages\n\
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = n_reg/n_shared, stages, k split\n\
          {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
@@ -165,7 +171,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}/{} s{}\n",
+            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}/{} s{} k/{}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -181,6 +187,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
             r.cache.n_reg,
             r.cache.n_shared,
             r.stages,
+            r.split,
         );
     }
     s

@@ -5,9 +5,12 @@
 //! words of two),
 //! codebooks `[groups, R, entries, V]` f16 (group `g = (r / tile_rows) · (k / tile_cols) + c /
 //! tile_cols`), per-channel f16 scales when `SCALE = 1`. A block computes 16 tokens x `BN`
-//! channels over the whole of k (no split, so no global reduction), `WN` warps side by side
+//! channels over k (or a slice of it, below), `WN` warps side by side
 //! along n, each `BN / (8 · WN)` mma tiles of `16 x 8`; a k step is `BK` (a multiple of 16 that
-//! divides `tile_cols`).
+//! divides `tile_cols`). With `SPLIT > 1` the grid's third dimension splits k into `SPLIT`
+//! slices whose f32 partial sums are added into a workspace with `atomic_add` (a global
+//! reduction), and [`vq_finalize`] writes the f16 output and zeroes the workspace again: more
+//! blocks in flight for the shapes with few output channels.
 //!
 //! The dequantized weight tile is produced **directly in the mma B operand's layout**: every
 //! element knows its `(k, n)` in the tile (`arange`), gathers its code and then its codebook
@@ -39,12 +42,13 @@
 
 #[tilus::kernel(
     lazy,
-    grid = [cdiv(m, 16), n / BN],
+    grid = [cdiv(m, 16), n / BN, SPLIT],
     warps = WN,
     space(
         BN = [32],
         WN = [4],
         BK = [64, 128],
+        SPLIT = [1, 4],
         STAGES = [2, 4],
         V = [4],
         R = [1, 2],
@@ -60,6 +64,7 @@ pub fn vq_gemv<
     const BN: i32,
     const WN: i32,
     const BK: i32,
+    const SPLIT: i32,
     const STAGES: i32,
     const V: i32,
     const R: i32,
@@ -80,6 +85,7 @@ pub fn vq_gemv<
     codebooks: Global<f16>,
     scales: Global<f16>,
     y: GlobalMut<f16>,
+    part: GlobalMut<f32>,
 ) {
     let fn_ = BN / (8 * WN);
     let rep_k = BK / 16;
@@ -99,7 +105,7 @@ pub fn vq_gemv<
     let lc = layout!(spatial(1, WN).local(1, fn_).mma_c);
     let one = layout!(local(1));
 
-    let [bi, bj] = block_indices();
+    let [bi, bj, bs] = block_indices();
     let kvt = k / V;
     let ga = view_global(x, [m, k]);
     // 16-bit codes are read as u32 words of two (the VM has no 16-bit integer type).
@@ -137,6 +143,9 @@ pub fn vq_gemv<
     let row_tile = bj * BN / tile_rows;
     // k steps per codebook tile.
     let tile_steps = tile_cols / BK;
+    // This block's k steps: `per` from `t0` (the host makes SPLIT divide k / BK).
+    let per = k / BK / SPLIT;
+    let t0 = bs * per;
 
     // The code at flat index `at` of `src` (bytes, or u32 words of two 16-bit codes).
     let code_of = |src: Tensor, at: Tensor| {
@@ -177,7 +186,7 @@ pub fn vq_gemv<
             [0, bj * BN, t * kw],
         );
         if NS > 0 {
-            if t % tile_steps == 0 {
+            if t % tile_steps == 0 || t == t0 {
                 let tile = t / tile_steps;
                 copy_async(
                     gbook3,
@@ -187,25 +196,25 @@ pub fn vq_gemv<
             }
         }
     };
-    let ktiles = k / BK;
     #[unroll]
     for st in 0..STAGES - 1 {
-        if st < ktiles {
-            issue(st, st);
+        if st < per {
+            issue(t0 + st, st);
         }
         commit_group();
     }
     let mut acc = register::<f32>(lc, 0.0);
-    for kt in 0..ktiles {
-        // Step kt has landed once at most STAGES - 2 newer groups are in flight.
+    for j in 0..per {
+        let kt = t0 + j;
+        // Step j has landed once at most STAGES - 2 newer groups are in flight.
         wait_group(STAGES - 2);
         sync();
-        let next = kt + STAGES - 1;
-        if next < ktiles {
-            issue(next, next % STAGES);
+        let next = j + STAGES - 1;
+        if next < per {
+            issue(t0 + next, next % STAGES);
         }
         commit_group();
-        let stage = kt % STAGES;
+        let stage = j % STAGES;
         let tile = kt / tile_steps;
         let g = row_tile * col_tiles + tile;
         let xa = load_global(ga, la, [bi * 16, kt * BK]);
@@ -228,7 +237,28 @@ pub fn vq_gemv<
         let sv = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
         acc = acc * cast::<f32>(sv);
     }
-    store_global(cast::<f16>(acc), view_global(y, [m, n]), [bi * 16, bj * BN]);
+    if SPLIT == 1 {
+        store_global(cast::<f16>(acc), view_global(y, [m, n]), [bi * 16, bj * BN]);
+    } else {
+        // Split k: the partial sums go to the f32 workspace (zero before; `vq_finalize`
+        // writes y and zeroes it again). Rows past m are skipped (index -1).
+        let row = arange(lc, 0, bi * 16);
+        let col = arange(lc, 1, bj * BN);
+        let at = select(row < m, row * n + col, -1);
+        atomic_add(view_global(part, [m * n]), at, acc);
+    }
+}
+
+/// The split-k epilogue of [`vq_gemv`]: `y = f16(part)` for the `[m, n]` f32 workspace,
+/// which is left zeroed for the next launch. 1024 elements per block.
+#[tilus::kernel(grid = [cdiv(len, 1024)], warps = 4)]
+pub fn vq_finalize(len: i32, part: GlobalMut<f32>, y: GlobalMut<f16>) {
+    let [b] = block_indices();
+    let l = layout!(spatial(128).local(8));
+    let gp = view_global(part, [len]);
+    let v = load_global(gp, l, [b * 1024]);
+    store_global(cast::<f16>(v), view_global(y, [len]), [b * 1024]);
+    store_global(register::<f32>(l, 0.0), gp, [b * 1024]);
 }
 
 /// The naive "GC" VQ-GEMV: the same product and tiling as [`vq_gemv`], every code and every

@@ -15,10 +15,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::kernel::{vq_gemv, vq_gemv_gc};
+use super::kernel::{vq_finalize, vq_gemv, vq_gemv_gc};
 use crate::vq::{arg_err, VqConfig, VqError, VqWeight};
 use half::f16;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tilus_runtime::{Context, DeviceBuffer};
 
 /// Output channels per block.
@@ -74,12 +74,39 @@ fn codebook_buffers(c: VqConfig, k: usize, stages: usize) -> usize {
     }
 }
 
-/// [`vq_gemv`]'s configuration for a format, a cache, `k` and a ring of `stages` (2..=8).
-pub fn kernel_config(c: VqConfig, cache: VqCache, k: usize, stages: usize) -> vq_gemv::Config {
+/// Blocks the split-k choice aims for: four per SM of a 132-SM H100.
+pub const TARGET_BLOCKS: usize = 4 * 132;
+
+/// The k split for `m` tokens of a `[n, k]` weight: 1 where `cdiv(m, 16) · n / BN` blocks
+/// reach [`TARGET_BLOCKS`] or k has fewer than 64 steps, else the smallest power of two (up to
+/// 8) that reaches it and divides the steps.
+pub fn split_for(c: VqConfig, m: usize, n: usize, k: usize) -> usize {
+    let blocks = m.div_ceil(16) * (n / BN);
+    let steps = k / step_k(c, k);
+    if blocks >= TARGET_BLOCKS || steps < 64 {
+        return 1;
+    }
+    let mut s = 1;
+    while s < 8 && blocks * s < TARGET_BLOCKS && steps.is_multiple_of(2 * s) {
+        s *= 2;
+    }
+    s
+}
+
+/// [`vq_gemv`]'s configuration for a format, a cache, `k`, a ring of `stages` (2..=8) and a
+/// k split (dividing `k / BK`).
+pub fn kernel_config(
+    c: VqConfig,
+    cache: VqCache,
+    k: usize,
+    stages: usize,
+    split: usize,
+) -> vq_gemv::Config {
     vq_gemv::Config {
         BN: BN as i32,
         WN: 4,
         BK: step_k(c, k) as i32,
+        SPLIT: split as i32,
         STAGES: stages as i32,
         V: c.vector_size as i32,
         R: c.residuals as i32,
@@ -116,6 +143,8 @@ pub struct VqLinear {
     cache: VqCache,
     /// Stages of the cached kernel's ring of codes.
     stages: usize,
+    /// The k split, or `None` for [`split_for`]'s choice per `m`.
+    split: Option<usize>,
 }
 
 fn kernel_err(e: impl std::fmt::Display) -> VqError {
@@ -178,6 +207,7 @@ impl VqLinear {
             scales,
             cache,
             stages: STAGES,
+            split: None,
         })
     }
 
@@ -230,9 +260,27 @@ impl VqLinear {
         Ok(self)
     }
 
-    /// The cached kernel's configuration.
-    pub fn config(&self) -> vq_gemv::Config {
-        kernel_config(self.weight.config, self.cache, self.weight.k, self.stages)
+    /// Sets the k split of the cached kernel (a power of two up to 8 dividing its k steps),
+    /// instead of [`split_for`]'s choice per `m`.
+    pub fn with_split(mut self, split: usize) -> Result<VqLinear, VqError> {
+        let steps = self.weight.k / step_k(self.weight.config, self.weight.k);
+        if !split.is_power_of_two() || split > 8 || !steps.is_multiple_of(split) {
+            return Err(arg_err(
+                "split",
+                format!("{split}: must be a power of two up to 8 dividing the {steps} k steps"),
+            ));
+        }
+        self.split = Some(split);
+        Ok(self)
+    }
+
+    /// The cached kernel's configuration for `m` tokens.
+    pub fn config(&self, m: usize) -> vq_gemv::Config {
+        let w = &self.weight;
+        let split = self
+            .split
+            .unwrap_or_else(|| split_for(w.config, m, w.n, w.k));
+        kernel_config(w.config, self.cache, w.k, self.stages, split)
     }
 
     /// The naive kernel's configuration.
@@ -265,13 +313,16 @@ impl VqLinear {
         Ok(m as i32)
     }
 
-    /// `y[m, n]` for `x[m, k]` (row-major f16) on the CPU interpreter, through [`vq_gemv`].
+    /// `y[m, n]` for `x[m, k]` (row-major f16) on the CPU interpreter, through [`vq_gemv`]
+    /// (and [`vq_finalize`] when k is split).
     pub fn forward_cpu(&self, x: &[f16], m: usize) -> Result<Vec<f16>, VqError> {
         let mi = self.check_x(x.len(), m)?;
         let (n, k, e, tr, tc) = self.dims();
         let mut y = vec![f16::NAN; m * self.n()];
+        let cfg = self.config(m);
+        let mut part = vec![0f32; if cfg.SPLIT > 1 { m * self.n() } else { 1 }];
         vq_gemv::interpret(
-            &self.config(),
+            &cfg,
             mi,
             n,
             k,
@@ -283,8 +334,19 @@ impl VqLinear {
             &self.codebooks,
             &self.scales,
             &mut y,
+            &mut part,
         )
         .map_err(kernel_err)?;
+        if cfg.SPLIT > 1 {
+            vq_finalize::interpret(
+                &vq_finalize::SPACE[0],
+                (m * self.n()) as i32,
+                &mut part,
+                &mut y,
+            )
+            .map_err(kernel_err)?;
+            debug_assert!(part.iter().all(|&v| v == 0.0));
+        }
         Ok(y)
     }
 
@@ -315,6 +377,7 @@ impl VqLinear {
     pub fn to_gpu(&self, ctx: &Arc<Context>) -> Result<GpuVqLinear, VqError> {
         Ok(GpuVqLinear {
             ctx: ctx.clone(),
+            part: Mutex::new(None),
             codes: DeviceBuffer::from_host(ctx, &self.code_bytes).map_err(kernel_err)?,
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, &self.scales).map_err(kernel_err)?,
@@ -326,6 +389,8 @@ impl VqLinear {
 /// [`VqLinear`] on a GPU.
 pub struct GpuVqLinear {
     ctx: Arc<Context>,
+    /// The split-k workspace, zero between launches, grown to the largest `m · n` seen.
+    part: Mutex<Option<DeviceBuffer<f32>>>,
     codes: DeviceBuffer<u8>,
     codebooks: DeviceBuffer<f16>,
     scales: DeviceBuffer<f16>,
@@ -380,10 +445,18 @@ impl GpuVqLinear {
                 &self.scales,
                 y,
             )
+            .map_err(kernel_err)
         } else {
+            let cfg = h.config(m);
+            let mut guard = self.part.lock().unwrap_or_else(|p| p.into_inner());
+            let len = if cfg.SPLIT > 1 { m * h.n() } else { 1 };
+            if guard.as_ref().is_none_or(|p| p.len() < len) {
+                *guard = Some(DeviceBuffer::zeros(&self.ctx, len).map_err(kernel_err)?);
+            }
+            let part = guard.as_mut().expect("allocated above");
             vq_gemv::launch(
                 &self.ctx,
-                &h.config(),
+                &cfg,
                 mi,
                 n,
                 k,
@@ -395,8 +468,20 @@ impl GpuVqLinear {
                 &self.codebooks,
                 &self.scales,
                 y,
+                part,
             )
+            .map_err(kernel_err)?;
+            if cfg.SPLIT > 1 {
+                vq_finalize::launch(
+                    &self.ctx,
+                    &vq_finalize::SPACE[0],
+                    (m * h.n()) as i32,
+                    part,
+                    y,
+                )
+                .map_err(kernel_err)?;
+            }
+            Ok(())
         }
-        .map_err(kernel_err)
     }
 }
