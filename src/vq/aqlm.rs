@@ -60,7 +60,7 @@ pub fn from_aqlm(
             format!("out_group_size {out_gs}: only 1 is supported"),
         ));
     }
-    if !entries.is_power_of_two() || entries > 1 << 16 || entries < 2 {
+    if !entries.is_power_of_two() || !(2..=1 << 16).contains(&entries) {
         return Err(arg_err(
             "codebooks_shape",
             format!("{entries} entries: must be a power of two in 2..=65536"),
