@@ -34,8 +34,9 @@
 //!   costs `NR · V` selects per element: it pays only for very small `NR`; `NR = 0` is the
 //!   default.
 //!
-//! The codes of each k step are copied into shared memory with `copy_async` (rows of `BK / V`
-//! codes, coalesced), double-buffered one step ahead, and gathered from there.
+//! The codes (rows of `BK / V` codes, coalesced) and the activations (`[16, BK]`, swizzled for
+//! `ldmatrix`) of each k step are copied into shared memory by a `cp.async` ring of `STAGES`
+//! steps, `STAGES - 1` ahead; codes are gathered from there.
 //!
 //! [`vq_gemv_gc`] is the paper's naive "GC" baseline: codes and codebook entries gathered from
 //! global memory for every element, nothing cached.
@@ -118,6 +119,9 @@ pub fn vq_gemv<
     let books = (n / tile_rows) * col_tiles * R;
     let gbook = view_global::<i32>(codebooks, [books * entries * hv]);
     let gbook3 = view_global::<i32>(codebooks, [books / R, R, entries * hv]);
+    // The activations of each k step ride the same ring, [stage, 16, BK] (XOR-swizzled so that
+    // the fragment loads, ldmatrix, hit distinct banks); rows past m are zero-filled.
+    let sx = shared::<f16>([STAGES, 16, BK], swizzle(3, 3, 3));
     // A ring of STAGES k steps of codes: [stage, residual stage, BN, codes].
     let sc = if CB == 1 {
         shared::<u8>([STAGES, R, BN, kv])
@@ -181,6 +185,11 @@ pub fn vq_gemv<
     // step of a codebook tile (load / switch) that codebook's shared tier.
     let issue = |t: i32, stage: i32| {
         copy_async(
+            ga,
+            slice_shared(sx, [stage, 0, 0], [16, BK]),
+            [bi * 16, t * BK],
+        );
+        copy_async(
             gcodes,
             slice_shared(sc, [stage, 0, 0, 0], [R, BN, kw]),
             [0, bj * BN, t * kw],
@@ -217,7 +226,7 @@ pub fn vq_gemv<
         let stage = j % STAGES;
         let tile = kt / tile_steps;
         let g = row_tile * col_tiles + tile;
-        let xa = load_global(ga, la, [bi * 16, kt * BK]);
+        let xa = load_shared(slice_shared(sx, [stage, 0, 0], [16, BK]), la, [0, 0]);
         let w = if R == 1 {
             let code = code_of(sc, code_at + stage * BN * kv);
             view::<f16>(access(code, g, tile % CBUF), lb)
