@@ -210,9 +210,8 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("apt");
-    let bad: [(&[&str], &str); 9] = [
+    let bad: [(&[&str], &str); 8] = [
         (&["--stages", "1"], "--stages"),
-        (&["--split", "3"], "--split"),
         (&["--stages", "9"], "--stages"),
         (&["--widths", "W9A2"], "--widths"),
         (&["--widths", "W2"], "--widths"),

@@ -1,46 +1,52 @@
 //! The VQ-GEMV kernels, written with `#[kernel]` (`docs/vq.md`).
 //!
 //! Both compute `y[m, n] = scale[n] · Σ_k x[m, k] · W[n, k]` for a weight stored as
-//! [`crate::vq::VqWeight`]: codes `[R, n, k / V]` (u8 when `CB = 1`, u16 little-endian when `CB = 2`, read as u32
-//! words of two),
-//! codebooks `[groups, R, entries, V]` f16 (group `g = (r / tile_rows) · (k / tile_cols) + c /
+//! [`crate::vq::VqWeight`]: codes `[R, n, k / V]` (u8 when `CB = 1`; u16 little-endian when
+//! `CB = 2`, read as u32 words of two since the VM has no 16-bit integers), codebooks
+//! `[groups, R, entries, V]` f16 (group `g = (r / tile_rows) · (k / tile_cols) + c /
 //! tile_cols`), per-channel f16 scales when `SCALE = 1`. A block computes 16 tokens x `BN`
-//! channels over k (or a slice of it, below), `WN` warps side by side
-//! along n, each `BN / (8 · WN)` mma tiles of `16 x 8`; a k step is `BK` (a multiple of 16 that
-//! divides `tile_cols`). With `SPLIT > 1` the grid's third dimension splits k into `SPLIT`
-//! slices whose f32 partial sums are added into a workspace with `atomic_add` (a global
-//! reduction), and [`vq_finalize`] writes the f16 output and zeroes the workspace again: more
-//! blocks in flight for the shapes with few output channels.
+//! channels over k (or a slice of it, below), `WN` warps side by side along n, each `BN / (8 ·
+//! WN)` mma tiles of `16 x 8`; a k step is `BK` (a multiple of 16 that divides `tile_cols`).
+//! With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices whose f32 partial
+//! sums are added into a workspace with `atomic_add` (the global reduction), and
+//! [`vq_finalize`] writes the f16 output and zeroes the workspace again: more blocks in flight
+//! for the shapes with few output channels.
 //!
 //! The dequantized weight tile is produced **directly in the mma B operand's layout**: every
-//! element knows its `(k, n)` in the tile (`arange`), gathers its code and then its codebook
-//! component `code · V + k % V`, so no rearrangement of dequantized vectors is needed (the
-//! paper's hierarchical fusion through shuffles is not used). Residual stages are summed in f32
-//! registers and rounded once to f16 for the mma (f32 accumulation, f16 out).
+//! register knows its `(k, n)` in the tile (`arange`), gathers its code and then its codebook
+//! word, so no rearrangement of dequantized vectors is needed (the paper's hierarchical fusion
+//! through shuffles is not used). [`vq_gemv`] reads the codebook as 32-bit words of two f16
+//! (B's registers hold pairs of consecutive k), one gather per two elements; residual stages
+//! are summed in f32 registers and rounded once to f16 for the mma (f32 accumulation, f16 out).
 //!
 //! **The codebook cache** ([`vq_gemv`]): entries are stored most-used first
 //! ([`crate::vq::VqWeight::reorder_by_frequency`]); entries `[0, NR)` are served from uniform
 //! registers, `[NR, NR + NS)` from shared memory, the rest from global memory (L1/L2):
 //!
-//! - `load` / `switch(codebook)`: when the k step enters a new codebook tile (`k · BK` a
-//!   multiple of `tile_cols`; once for a matrix-wide codebook) the block waits for all threads
-//!   (`sync`) and copies entries `[NR, NR + NS)` of every stage into shared memory with
-//!   `copy_async`; the register entries are read as uniform scalars (`item`) once per k step.
+//! - `load` / `switch(codebook)`: the first k step of each codebook tile (and of the block's
+//!   slice) also copies entries `[NR, NR + NS)` of every stage of that tile's codebook into one
+//!   of `CBUF` shared buffers, by the same `cp.async` ring as the codes, so a switch never
+//!   stalls; the register entries are read as uniform scalars (`item`) once per k step.
 //! - `access(code)`: three masked reads summed, each tier reading 0 outside its range: a
 //!   `gather` from global memory with the index `-1` (reads 0, no memory traffic) unless
-//!   `code >= NR + NS`, a `gather` from shared memory unless `code` lies outside `[NR, NR +
-//!   NS)`, and for the register tier a chain of `NR · V` compare-and-selects against the
-//!   scalars. The VM has no register-indexed lookup (nor warp shuffles), so the register tier
-//!   costs `NR · V` selects per element: it pays only for very small `NR`; `NR = 0` is the
-//!   default.
+//!   `code >= NR + NS`, a `gather` from shared memory unless `code` lies in `[NR, NR + NS)`,
+//!   and for the register tier a chain of `NR · V / 2` compare-and-selects against the scalars.
+//!   The VM has no register-indexed lookup (nor warp shuffles), so the register tier costs
+//!   selects per word: it pays only for a very small `NR`; `NR = 0` is the default.
 //!
 //! The codes (rows of `BK / V` codes, coalesced) and the activations (`[16, BK]`, swizzled for
 //! `ldmatrix`) of each k step are copied into shared memory by a `cp.async` ring of `STAGES`
 //! steps, `STAGES - 1` ahead; codes are gathered from there.
 //!
-//! [`vq_gemv_gc`] is the paper's naive "GC" baseline: codes and codebook entries gathered from
-//! global memory for every element, nothing cached.
+//! [`vq_gemv_gc`] is the paper's naive "GC" baseline: codes and codebook components gathered
+//! from global memory for every element, nothing staged or cached.
 
+/// The VQ-GEMV with the codebook cache (module docs). Parameters: `m, n, k`, the codebook's
+/// `entries`, its tile (`tile_rows x tile_cols`; `n x k` for one codebook), `x [m, k]`, the
+/// codes, the codebooks, the scales (any buffer when `SCALE = 0`), `y [m, n]` and the split-k
+/// workspace `part [m, n]` f32, zero on entry (any buffer when `SPLIT = 1`). The host keeps
+/// `SPLIT | k / BK` and `(CBUF - 1) · tile_cols / BK >= STAGES - 1` unless `CBUF = 1` with
+/// `tile_cols = k`.
 #[tilus::kernel(
     lazy,
     grid = [cdiv(m, 16), n / BN, SPLIT],
