@@ -1040,3 +1040,72 @@ fn vq_kernels_compile_without_spills() {
     kernels.push(("vq_finalize".to_string(), fin, Expect::default()));
     run("vq_kernels_compile_without_spills", kernels);
 }
+
+/// The wgmma GEMM (`tilus::kernels::gemm`), every configuration of both dtypes, for sm_90a (the
+/// warpgroup MMA has no sm_80 form): no spills or stack frame, no local memory, `HGMMA` (the
+/// warpgroup MMA, 4 per k step and warpgroup block) and `LDGSTS` (the cp.async pipeline), and
+/// no warp-level HMMA.
+#[test]
+fn wgmma_gemm_compiles_to_hgmma_without_spills() {
+    let test = "wgmma_gemm_compiles_to_hgmma_without_spills";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new(test);
+    let mut kernels = Vec::new();
+    for cfg in tilus::kernels::gemm::gemm_f16::SPACE {
+        kernels.push((
+            format!("gemm_f16_{cfg}"),
+            tilus::kernels::gemm::gemm_f16::program(cfg),
+        ));
+    }
+    for cfg in tilus::kernels::gemm::gemm_bf16::SPACE.iter().take(2) {
+        kernels.push((
+            format!("gemm_bf16_{cfg}"),
+            tilus::kernels::gemm::gemm_bf16::program(cfg),
+        ));
+    }
+    for cfg in tilus::kernels::gemm::w4::gemm_w4_f16::SPACE {
+        kernels.push((
+            format!("gemm_w4_f16_{cfg}"),
+            tilus::kernels::gemm::w4::gemm_w4_f16::program(cfg),
+        ));
+    }
+    for (name, program) in kernels {
+        let k = emit(&program.unwrap(), &Default::default()).unwrap();
+        let arch = "sm_90a";
+        let ptx = compile_ptx(&k.source, arch)
+            .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
+        let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, arch);
+        assert!(
+            a.ptxas_log
+                .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{name}: stack frame or spills:\n{}",
+            a.ptxas_log
+        );
+        // ptxas serializes wgmmas it cannot prove safe to overlap, and says so.
+        assert!(
+            !a.ptxas_log.contains("serialized"),
+            "{name}: wgmma serialized:\n{}",
+            a.ptxas_log
+        );
+        let ops = opcodes(&a.sass);
+        let count = |p: &str| {
+            ops.iter()
+                .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
+                .count()
+        };
+        assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
+        assert!(count("HGMMA") >= 4, "{name}: {} HGMMA", count("HGMMA"));
+        assert!(count("LDGSTS") > 0, "{name}: no LDGSTS");
+        assert_eq!(count("HMMA"), 0, "{name}: warp-level HMMA");
+        let regs = a
+            .ptxas_log
+            .lines()
+            .find(|l| l.contains("Used") && l.contains("registers"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        eprintln!("{name}: ok, {} HGMMA; {regs}", count("HGMMA"));
+    }
+}

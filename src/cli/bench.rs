@@ -201,6 +201,45 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 200)]
         calls: usize,
     },
+    /// The dense GEMM on Hopper's warpgroup MMA, `c = a · bᵀ` (f16 or bf16), every
+    /// configuration timed, the best against cuBLAS (`gemm_nt`) in the same run.
+    Dense {
+        /// Comma-separated `MxNxK`, or `default` (8192^3, the Llama-3-70B prefill layers at 8192
+        /// tokens, 4096^3).
+        #[arg(long, default_value = "default")]
+        shapes: String,
+        /// `f16` or `bf16`.
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+        /// Timed runs per configuration (the median is reported).
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Skip the cuBLAS column.
+        #[arg(long = "no-cublas")]
+        no_cublas: bool,
+    },
+    /// The 4-bit-weight GEMM on the warpgroup MMA (`kernels::gemm::w4`) per m and shape,
+    /// against the memory floor, cuBLAS f16 and the mma.sync quantized matmul in the same run.
+    W4 {
+        /// Comma-separated m values (tokens).
+        #[arg(long, default_value = "16,32,64,128,256,1024")]
+        m: String,
+        /// Comma-separated weight shapes `NxK`, or `llama70b`.
+        #[arg(long, default_value = "llama70b")]
+        shapes: String,
+        /// Elements of k per scale (a multiple of 64 dividing k).
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        /// Timed runs per configuration (the median is reported).
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// Skip the cuBLAS column.
+        #[arg(long = "no-cublas")]
+        no_cublas: bool,
+        /// Skip the mma.sync quantized matmul column.
+        #[arg(long = "no-mma-sync")]
+        no_mma_sync: bool,
+    },
     /// cuBLAS f16 GEMM `C[m,n] = A[m,k] · B[k,n]` (the baseline of the quantized kernels).
     Gemm {
         /// Rows of A and of C.
@@ -306,6 +345,49 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// `tilus bench w4 --shapes`: `llama70b` or comma-separated `NxK`.
+fn parse_w4_shapes(shapes: &str) -> Result<Vec<(usize, usize)>, String> {
+    if shapes.trim() == "llama70b" {
+        return Ok(tilus::kernels::apt::bench::LLAMA70B_SHAPES.to_vec());
+    }
+    shapes
+        .split(',')
+        .map(|s| {
+            let bad = || format!("argument `--shapes`: `{s}` is not NxK with positive extents below 2^31, or `llama70b`");
+            let (n, k) = s.trim().split_once('x').ok_or_else(bad)?;
+            let (n, k) = (n.parse::<usize>().map_err(|_| bad())?, k.parse::<usize>().map_err(|_| bad())?);
+            if n == 0 || k == 0 || n > i32::MAX as usize || k > i32::MAX as usize {
+                return Err(bad());
+            }
+            Ok((n, k))
+        })
+        .collect()
+}
+
+/// `tilus bench dense --shapes`: `default` or comma-separated `MxNxK`.
+fn parse_dense_shapes(shapes: &str) -> Result<Vec<(usize, usize, usize)>, String> {
+    if shapes.trim() == "default" {
+        return Ok(tilus::kernels::gemm::bench::DEFAULT_SHAPES.to_vec());
+    }
+    shapes
+        .split(',')
+        .map(|s| {
+            let bad = || format!("argument `--shapes`: `{s}` is not MxNxK with positive extents below 2^31, or `default`");
+            let v: Vec<usize> = s
+                .trim()
+                .split('x')
+                .map(|x| x.parse::<usize>().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?;
+            match v[..] {
+                [m, n, k] if [m, n, k].iter().all(|&x| x > 0 && x <= i32::MAX as usize) => {
+                    Ok((m, n, k))
+                }
+                _ => Err(bad()),
+            }
+        })
+        .collect()
+}
+
 /// Bad arguments are reported before a GPU is looked for.
 fn validate(cmd: &BenchCommand) -> Result<(), String> {
     let positive: Vec<(&str, usize)> = match *cmd {
@@ -323,6 +405,8 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Apt { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Vq { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Dense { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::W4 { runs, group, .. } => vec![("--runs", runs), ("--group", group)],
         BenchCommand::Import {
             k, n, group, runs, ..
         } => vec![("--k", k), ("--n", n), ("--group", group), ("--runs", runs)],
@@ -339,6 +423,16 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             parse_type(wdtype).map(drop)
         }
         BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
+        BenchCommand::Dense { shapes, dtype, .. } => {
+            if dtype != "f16" && dtype != "bf16" {
+                return Err(format!("argument `--dtype`: `{dtype}` is not f16 or bf16"));
+            }
+            parse_dense_shapes(shapes).map(drop)
+        }
+        BenchCommand::W4 { m, shapes, .. } => {
+            parse_ms(m)?;
+            parse_w4_shapes(shapes).map(drop)
+        }
         BenchCommand::Launch { wdtype, shapes, .. } => {
             parse_type(wdtype)?;
             sweep_shapes(Some(shapes), 0, 0).map(drop)
@@ -687,6 +781,68 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 t.median_us,
                 t.gb_per_s(bytes)
             );
+        }
+        BenchCommand::Dense {
+            ref shapes,
+            ref dtype,
+            runs,
+            no_cublas,
+        } => {
+            let blas = if no_cublas {
+                None
+            } else {
+                Some(Cublas::new(&ctx).map_err(err)?)
+            };
+            let mut flush = L2Flush::new(&ctx).map_err(err)?;
+            let mut rows = Vec::new();
+            for (m, n, k) in parse_dense_shapes(shapes)? {
+                let row = tilus::kernels::gemm::bench::bench_gemm(
+                    &ctx,
+                    blas.as_ref(),
+                    &mut flush,
+                    dtype,
+                    m,
+                    n,
+                    k,
+                    runs,
+                )?;
+                eprintln!("{dtype} {m}x{n}x{k}: {:.1} us ({})", row.us, row.config);
+                rows.push(row);
+            }
+            out += &tilus::kernels::gemm::bench::table(&rows);
+        }
+        BenchCommand::W4 {
+            ref m,
+            ref shapes,
+            group,
+            runs,
+            no_cublas,
+            no_mma_sync,
+        } => {
+            let blas = if no_cublas {
+                None
+            } else {
+                Some(Cublas::new(&ctx).map_err(err)?)
+            };
+            let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
+            let mut flush = L2Flush::new(&ctx).map_err(err)?;
+            let mut rows = Vec::new();
+            for (n, k) in parse_w4_shapes(shapes)? {
+                for mm in parse_ms(m)? {
+                    let row = tilus::kernels::gemm::bench::bench_w4(
+                        &ctx,
+                        blas.as_ref(),
+                        &mut flush,
+                        (mm, n, k, group),
+                        runs,
+                        copy_gbps,
+                        !no_mma_sync,
+                    )?;
+                    eprintln!("w4 m={mm} {n}x{k}: {:.1} us ({})", row.us, row.config);
+                    rows.push(row);
+                }
+            }
+            out += &tilus::kernels::gemm::bench::w4_table(copy_gbps, &rows);
         }
         BenchCommand::Tune { .. }
         | BenchCommand::Import { .. }

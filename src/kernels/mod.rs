@@ -11,12 +11,15 @@
 //!
 //! - [`attention`]: decode attention over a contiguous or paged (optionally quantized) KV cache
 //!   and causal prefill attention.
+//! - [`gemm`]: dense f16/bf16 and 4-bit-weight GEMMs on Hopper's warpgroup MMA (`wgmma`,
+//!   `docs/gemm.md`).
 //!
 //! Every kernel is a VM program written with `#[kernel]`. The quantized matmul's design and
 //! its layouts per bit width are written up in `docs/qmatmul.md`.
 
 pub mod apt;
 pub mod attention;
+pub mod gemm;
 pub mod linear;
 pub mod linear_gpu;
 pub mod permute;

@@ -80,7 +80,35 @@ impl Cublas {
         b: &impl DeviceRead<T>,
         c: &mut impl DeviceWrite<T>,
     ) -> Result<()> {
-        use cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
+        self.gemm_op(m, n, k, a, b, c, false)
+    }
+
+    /// Row-major `c = a · bᵀ` (`a` is `[m, k]`, `b` is `[n, k]`: a linear layer's weight, as
+    /// `torch.nn.functional.linear` multiplies); lengths are checked and named.
+    pub fn gemm_nt<T: GemmElement>(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &impl DeviceRead<T>,
+        b: &impl DeviceRead<T>,
+        c: &mut impl DeviceWrite<T>,
+    ) -> Result<()> {
+        self.gemm_op(m, n, k, a, b, c, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_op<T: GemmElement>(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &impl DeviceRead<T>,
+        b: &impl DeviceRead<T>,
+        c: &mut impl DeviceWrite<T>,
+        b_transposed: bool,
+    ) -> Result<()> {
+        use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
         for (arg, v) in [("m", m), ("n", n), ("k", k)] {
             if v == 0 || v > i32::MAX as usize {
                 return Err(RuntimeError::invalid_arg(
@@ -93,15 +121,20 @@ impl Cublas {
         crate::checks::check_len("a", a.elements(), m * k)?;
         crate::checks::check_len("b", b.elements(), k * n)?;
         crate::checks::check_len("c", c.elements(), m * n)?;
-        // Row-major C = A·B is column-major C^T = B^T · A^T: swap the operands.
+        // Row-major C = A·B is column-major C^T = B^T · A^T: swap the operands. A row-major
+        // `[n, k]` b is the column-major `[k, n]` Bᵀ, transposed back by the operation.
         let cfg = GemmConfig {
-            transa: CUBLAS_OP_N,
+            transa: if b_transposed {
+                CUBLAS_OP_T
+            } else {
+                CUBLAS_OP_N
+            },
             transb: CUBLAS_OP_N,
             m: n as i32,
             n: m as i32,
             k: k as i32,
             alpha: T::ONE,
-            lda: n as i32,
+            lda: if b_transposed { k as i32 } else { n as i32 },
             ldb: k as i32,
             beta: T::ZERO,
             ldc: n as i32,

@@ -75,6 +75,11 @@ pub(crate) struct Ctx<'p> {
     pub(crate) w: Writer,
     pub(crate) span: SpanId,
     pub(super) workspaces: Vec<KernelParam>,
+    /// The program has a `dot` with shared operands (wgmma): barriers carry the async-proxy
+    /// fence (`emitters::wgmma`).
+    pub(crate) uses_wgmma: bool,
+    /// The accumulators `dot_async` writes: a `dot_wait` fences their registers.
+    pub(crate) async_accumulators: Vec<VarId>,
 }
 
 /// The name of the thread index in generated code.

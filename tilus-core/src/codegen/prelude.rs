@@ -150,5 +150,6 @@ static __device__ __forceinline__ void tilus_mma_{name}(uint32_t* d, const uint3
     if used.contains(super::emitters::bmma::FEATURE_PAIRED) {
         s.push_str(super::emitters::bmma::helper_paired());
     }
+    s.push_str(&super::emitters::wgmma::helpers(used));
     s
 }

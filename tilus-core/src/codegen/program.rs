@@ -2,7 +2,7 @@
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
-use super::emitters::{addressing, elementwise, global, math, mma, reduce, shared};
+use super::emitters::{addressing, elementwise, global, math, mma, reduce, shared, wgmma};
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -182,6 +182,29 @@ impl<'p> Ctx<'p> {
                     },
                 );
             }
+            // A new root over the same bytes: the trailing dims of the root (this tensor's) are
+            // permuted, leading ones (pipeline stages of a slice) kept.
+            Instruction::PermuteShared { out, src, dims } => {
+                let s = self.shared_info(*src)?;
+                let lead = s.root_layout.rank() - s.shape.len();
+                let root_dims: Vec<usize> =
+                    (0..lead).chain(dims.iter().map(|d| lead + d)).collect();
+                let root_layout = s
+                    .root_layout
+                    .permute(&root_dims)
+                    .map_err(|e| self.err(format!("permute_shared: {e}")))?;
+                let origin = root_dims.iter().map(|&d| s.origin[d].clone()).collect();
+                let shape = dims.iter().map(|&d| s.shape[d]).collect();
+                self.shared.insert(
+                    *out,
+                    SharedInfo {
+                        root_layout,
+                        origin,
+                        shape,
+                        ..s
+                    },
+                );
+            }
             Instruction::LoadGlobal {
                 out,
                 src,
@@ -234,10 +257,24 @@ impl<'p> Ctx<'p> {
                 ..
             } => elementwise::cast(self, *out, *x, *dtype, *biased)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
+            Instruction::Dot { out, a, b, c } if self.shared.contains_key(a) => {
+                wgmma::dot(self, *out, *a, *b, *c, true)?
+            }
+            Instruction::DotAsync { out, a, b, c } => wgmma::dot(self, *out, *a, *b, *c, false)?,
+            Instruction::DotWait { n } => wgmma::wait(self, *n)?,
             Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
             Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,
             Instruction::Scan { out, x, dim, .. } => reduce::scan(self, *out, *x, *dim)?,
-            Instruction::Synchronize => self.w.line("__syncthreads();"),
+            Instruction::Synchronize => {
+                if self.uses_wgmma {
+                    // Shared writes of this thread (generic proxy) become visible to the tensor
+                    // cores' reads (async proxy) of a later wgmma.
+                    self.w.line(
+                        "asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");",
+                    );
+                }
+                self.w.line("__syncthreads();")
+            }
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,
             Instruction::Unary { out, op, x } => math::unary(self, *out, *op, *x)?,
@@ -477,6 +514,20 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         }
     }
     let entry = namer.fresh(&p.name);
+    /// Whether any `dot` reads a shared operand (the warpgroup MMA).
+    fn has_shared_dot(p: &Program, body: &[Stmt]) -> bool {
+        body.iter().any(|s| match &s.kind {
+            StmtKind::Instr(Instruction::Dot { a, .. }) => p.ty(*a).as_shared().is_some(),
+            StmtKind::Instr(Instruction::DotAsync { .. }) => true,
+            StmtKind::If {
+                then_body,
+                else_body,
+                ..
+            } => has_shared_dot(p, then_body) || has_shared_dot(p, else_body),
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => has_shared_dot(p, body),
+            _ => false,
+        })
+    }
     let mut cx = Ctx {
         target: *target,
         p,
@@ -496,6 +547,8 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         w: Writer::new(1),
         span: p.span,
         workspaces: Vec::new(),
+        uses_wgmma: has_shared_dot(p, &p.body),
+        async_accumulators: wgmma::async_accumulators(p),
     };
     if cx.block_threads == 0 || cx.block_threads > 1024 {
         return Err(cx.err(format!(
@@ -586,7 +639,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
     let mut top = Writer::new(1);
     if cx.plan.total_bytes > 0 {
         top.line(format!(
-            "extern __shared__ __align__(128) uint8_t {SMEM}[];  // {} bytes",
+            "extern __shared__ __align__(1024) uint8_t {SMEM}[];  // {} bytes",
             cx.plan.total_bytes
         ));
     }

@@ -10,7 +10,8 @@
 //! - the destination of a `copy_async` lives at least until the next `copy_async_wait_group`
 //!   (the copy is in flight until then).
 //!
-//! Placement is first fit over 128-byte aligned offsets, largest tensors first. When a tensor
+//! Placement is first fit over 128-byte aligned offsets (a swizzle block for swizzled tensors,
+//! 1024 bytes for the 128-byte swizzle), largest tensors first. When a tensor
 //! reuses bytes of a tensor that died earlier and no `synchronize` lies between them in the same
 //! statement list as the new tensor's allocation, the emitter puts a `__syncthreads()` before the
 //! allocation (`SharedSlot::barrier_before`), so no thread overwrites bytes another still reads.
@@ -37,9 +38,12 @@ pub struct SharedPlan {
 pub struct SharedSlot {
     pub var: VarId,
     pub name: String,
-    /// Byte offset in the dynamic shared buffer (a multiple of [`SHARED_ALIGN`]).
+    /// Byte offset in the dynamic shared buffer (a multiple of `align`).
     pub offset: usize,
     pub bytes: usize,
+    /// [`SHARED_ALIGN`], or more for a swizzled tensor (one swizzle block: the hardware
+    /// swizzles address bits, so the tensor must start on a block).
+    pub align: usize,
     /// Lifetime, in statement numbers (inclusive).
     pub first: usize,
     pub last: usize,
@@ -72,6 +76,9 @@ struct Walk<'p> {
     uses: Vec<(usize, Vec<usize>, VarId)>,
     copies: Vec<(usize, VarId)>,
     waits: Vec<usize>,
+    /// (position, root) of each shared operand of a `dot_async`, and the `dot_wait`s.
+    dot_reads: Vec<(usize, VarId)>,
+    dot_waits: Vec<usize>,
     /// (block id, position) of every `synchronize`.
     syncs: Vec<(usize, usize)>,
     order: Vec<VarId>,
@@ -82,6 +89,7 @@ struct AllocInfo {
     block: usize,
     loops: Vec<usize>,
     bytes: usize,
+    align: usize,
 }
 
 /// Variables an instruction reads or writes (every operand).
@@ -95,9 +103,11 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         ViewGlobal { out, ptr, .. } => vec![*out, *ptr],
         LoadGlobal { out, src, .. } | LoadShared { out, src, .. } => vec![*out, *src],
         StoreGlobal { src, dst, .. } | StoreShared { src, dst, .. } => vec![*src, *dst],
-        SliceShared { out, src, .. } => vec![*out, *src],
+        SliceShared { out, src, .. } | PermuteShared { out, src, .. } => vec![*out, *src],
         CopyAsync { dst, src, .. } => vec![*dst, *src],
-        CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | Synchronize | Exit => vec![],
+        CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | DotWait { .. } | Synchronize | Exit => {
+            vec![]
+        }
         Binary { out, lhs, rhs, .. } => {
             let mut v = vec![*out, *lhs];
             if let Operand::Tensor(r) = rhs {
@@ -130,7 +140,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             v
         }
         Arange { out, .. } => vec![*out],
-        Dot { out, a, b, c } => vec![*out, *a, *b, *c],
+        Dot { out, a, b, c } | DotAsync { out, a, b, c } => vec![*out, *a, *b, *c],
         Reduce { out, x, .. } | Scan { out, x, .. } => vec![*out, *x],
         Print { x, .. } => match x {
             Operand::Tensor(t) => vec![*t],
@@ -182,10 +192,13 @@ impl<'p> Walk<'p> {
                         block,
                         loops: self.loop_stack.clone(),
                         bytes: allocation_bytes(*dtype, layout),
+                        align: crate::verify::shared::allocation_align(*dtype, layout)
+                            .max(SHARED_ALIGN),
                     },
                 );
             }
-            Instruction::SliceShared { out, src, .. } => {
+            Instruction::SliceShared { out, src, .. }
+            | Instruction::PermuteShared { out, src, .. } => {
                 if let Some(r) = self.root.get(src).copied() {
                     self.root.insert(*out, r);
                 }
@@ -196,6 +209,15 @@ impl<'p> Walk<'p> {
                 }
             }
             Instruction::CopyAsyncWaitGroup { .. } => self.waits.push(pos),
+            // The operands of an in-flight dot are read until its dot_wait.
+            Instruction::DotAsync { a, b, .. } => {
+                for v in [a, b] {
+                    if let Some(r) = self.root.get(v).copied() {
+                        self.dot_reads.push((pos, r));
+                    }
+                }
+            }
+            Instruction::DotWait { .. } => self.dot_waits.push(pos),
             Instruction::Synchronize => self.syncs.push((block, pos)),
             _ => {}
         }
@@ -222,6 +244,8 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
         uses: Vec::new(),
         copies: Vec::new(),
         waits: Vec::new(),
+        dot_reads: Vec::new(),
+        dot_waits: Vec::new(),
         syncs: Vec::new(),
         order: Vec::new(),
     };
@@ -247,6 +271,17 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
                 }
             }
         }
+        for (pos, r) in &w.dot_reads {
+            if *r == var {
+                let wait = w
+                    .dot_waits
+                    .iter()
+                    .copied()
+                    .find(|&p| p > *pos)
+                    .unwrap_or(end);
+                last = last.max(wait);
+            }
+        }
         for (pos, r) in &w.copies {
             if *r == var {
                 let wait = w.waits.iter().copied().find(|&p| p > *pos).unwrap_or(end);
@@ -258,6 +293,7 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
             name: program.var(var).name.clone(),
             offset: 0,
             bytes: info.bytes,
+            align: info.align,
             first,
             last,
             barrier_before: false,
@@ -275,7 +311,8 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
             .map(|&j| (slots[j].offset, slots[j].offset + slots[j].bytes))
             .collect();
         let mut candidates: Vec<usize> = vec![0];
-        candidates.extend(live.iter().map(|&(_, e)| e.next_multiple_of(SHARED_ALIGN)));
+        let align = slots[i].align;
+        candidates.extend(live.iter().map(|&(_, e)| e.next_multiple_of(align)));
         candidates.sort_unstable();
         let size = slots[i].bytes;
         let offset = candidates

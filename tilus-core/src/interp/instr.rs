@@ -2,6 +2,9 @@
 //! and the span).
 
 mod addressing;
+mod wgmma;
+
+pub(super) use wgmma::PendingDot;
 
 use super::memory::{GlobalView, RegTensor, SharedView, Value};
 use super::numeric::{convert, decode_int, encode_float, encode_int, is_int};
@@ -100,6 +103,9 @@ impl Machine<'_> {
 
     pub(super) fn instr(&mut self, ins: &Instruction, block: &mut Block) -> Result<Flow, String> {
         let bt = self.block_threads;
+        if !block.pending_dots.is_empty() {
+            self.check_pending_dots(ins, block)?;
+        }
         match ins {
             Instruction::BlockIndices { outs } => {
                 for (d, &o) in outs.iter().enumerate() {
@@ -276,6 +282,12 @@ impl Machine<'_> {
                     shared.write(t as usize, &view, &name, &index, code)?;
                 }
             }
+            Instruction::PermuteShared { out, src, dims } => {
+                let view = self.shared(block, *src)?;
+                let layout = view.layout.permute(dims).map_err(|e| e.to_string())?;
+                let permuted = SharedView { layout, ..view };
+                block.env[out.0 as usize] = Some(Value::Shared(permuted));
+            }
             Instruction::SliceShared {
                 out,
                 src,
@@ -407,8 +419,28 @@ impl Machine<'_> {
                 let result = self.reg(block, *x)?.reinterpret(*dtype, layout.clone());
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
+            Instruction::DotAsync { out, a, b, c } => {
+                let mut reads = Vec::new();
+                let result = self.dot_shared(block, *a, *b, *c, Some(&mut reads))?;
+                block
+                    .pending_dots
+                    .push_back(PendingDot { acc: *out, reads });
+                block.env[out.0 as usize] = Some(Value::Reg(result));
+            }
+            Instruction::DotWait { n } => {
+                while block.pending_dots.len() > *n as usize {
+                    let done = block.pending_dots.pop_front().expect("non-empty");
+                    for (t, bytes) in done.reads {
+                        block.shared.retire_dot_read(t, bytes);
+                    }
+                }
+            }
             Instruction::Dot { out, a, b, c } => {
-                let result = self.dot(block, *a, *b, *c)?;
+                let result = if matches!(self.value(block, *a)?, Value::Shared(_)) {
+                    self.dot_shared(block, *a, *b, *c, None)?
+                } else {
+                    self.dot(block, *a, *b, *c)?
+                };
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Print { label, x } => self.print(block, label, x)?,

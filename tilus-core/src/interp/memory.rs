@@ -209,6 +209,8 @@ pub(super) struct SharedMem {
     writer: Vec<u16>,
     reader: Vec<u16>,
     in_flight: Vec<u16>,
+    /// In-flight `dot_async` reads of each byte (retired by `dot_wait`).
+    dot_reads: Vec<u16>,
     /// Copies issued since the last commit.
     pending: Vec<AsyncCopy>,
     /// Committed groups, oldest first.
@@ -234,6 +236,7 @@ impl SharedMem {
         self.writer.resize(end, NOBODY);
         self.reader.resize(end, NOBODY);
         self.in_flight.resize(end, 0);
+        self.dot_reads.resize(end, 0);
         start
     }
 
@@ -268,6 +271,38 @@ impl SharedMem {
         Ok(storage::get(view.dtype, &self.bytes[view.alloc..], off))
     }
 
+    /// An in-flight read of `index` of `view` by a `dot_async`: the checks of [`Self::read`]
+    /// now, the read itself (for the race checks) when [`Self::retire_dot_read`] retires it.
+    /// Returns the code and the bytes read.
+    pub fn dot_read(
+        &mut self,
+        t: usize,
+        view: &SharedView,
+        name: &str,
+        index: &[usize],
+    ) -> Result<(u32, std::ops::Range<usize>), String> {
+        let code = self.read(t, view, name, index)?;
+        let (_, bytes) = view.locate(index);
+        for b in bytes.clone() {
+            // `read` marked it read now; the tensor cores read it until the dot_wait.
+            self.dot_reads[b] += 1;
+        }
+        Ok((code, bytes))
+    }
+
+    /// A `dot_wait` retired thread `t`'s in-flight read of `bytes`: from here on it counts as a
+    /// read by `t` since the last barrier.
+    pub fn retire_dot_read(&mut self, t: usize, bytes: std::ops::Range<usize>) {
+        for b in bytes {
+            self.dot_reads[b] -= 1;
+            self.reader[b] = match self.reader[b] {
+                NOBODY => t as u16,
+                r if r as usize == t => r,
+                _ => SEVERAL,
+            };
+        }
+    }
+
     /// Thread `t` writes `code` at `index` of `view`.
     pub fn write(
         &mut self,
@@ -281,6 +316,9 @@ impl SharedMem {
         for b in bytes {
             if self.in_flight[b] > 0 {
                 return Err(format!("write to shared tensor `{name}` at {index:?} while a cp.async into it is in flight; missing wait_group?"));
+            }
+            if self.dot_reads[b] > 0 {
+                return Err(format!("write to shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
             }
             let other = |x: u16| x != NOBODY && x as usize != t;
             if other(self.writer[b]) {
@@ -317,6 +355,9 @@ impl SharedMem {
             if self.in_flight[b] > 0 {
                 return Err(format!("atomic on shared tensor `{name}` at {index:?} while a cp.async into it is in flight; missing wait_group?"));
             }
+            if self.dot_reads[b] > 0 {
+                return Err(format!("atomic on shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
+            }
             if !self.written[b] {
                 return Err(format!("atomic on shared tensor `{name}` at {index:?}, which was never written (uninitialised shared memory)"));
             }
@@ -351,6 +392,9 @@ impl SharedMem {
             for b in range {
                 if self.in_flight[b] > 0 {
                     return Err(format!("cp.async into shared tensor `{name}` at {index:?} overlaps an earlier cp.async still in flight; missing wait_group?"));
+                }
+                if self.dot_reads[b] > 0 {
+                    return Err(format!("cp.async into shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
                 }
                 if self.reader[b] != NOBODY {
                     return Err(format!("race on shared tensor `{name}`: a cp.async overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));

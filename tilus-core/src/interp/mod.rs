@@ -168,6 +168,9 @@ struct Block {
     /// `allocate_shared` instruction (by its variable) -> byte address.
     shared_alloc: HashMap<VarId, usize>,
     index: Vec<i32>,
+    /// `dot_async` groups in flight, oldest first: the accumulator and the shared bytes each
+    /// warpgroup's first thread reads.
+    pending_dots: std::collections::VecDeque<instr::PendingDot>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -206,8 +209,19 @@ impl<'p> Machine<'p> {
                 shared: SharedMem::default(),
                 shared_alloc: HashMap::new(),
                 index,
+                pending_dots: Default::default(),
             };
-            self.exec(&self.p.body, &mut block).map_err(|mut e| {
+            let mut run = self.exec(&self.p.body, &mut block);
+            if run.is_ok() && !block.pending_dots.is_empty() {
+                run = Err(InterpError {
+                    span: self.p.span,
+                    message: format!(
+                        "{} dot_async group(s) still in flight at the end of the kernel; missing dot_wait(0)?",
+                        block.pending_dots.len()
+                    ),
+                });
+            }
+            run.map_err(|mut e| {
                 let idx = &block.index;
                 e.message = format!("block {idx:?}: {}", e.message);
                 e

@@ -359,6 +359,21 @@ impl ProgramBuilder {
     }
 
     /// The sub-tile of `shape` at `offset`: same strides and swizzle as `src`.
+    /// `permute_shared(src, dims)`: a view with dimension `d` taken from `src`'s `dims[d]`.
+    pub fn permute_shared(&mut self, name: &str, src: VarId, dims: Vec<usize>) -> VarId {
+        self.define(name, |out| Instruction::PermuteShared { out, src, dims })
+    }
+
+    /// `dot_async(a, b, c)`: a shared-operand `dot` left in flight until a `dot_wait`.
+    pub fn dot_async(&mut self, dest: impl Into<Dest>, a: VarId, b: VarId, c: VarId) -> VarId {
+        self.define(dest, |out| Instruction::DotAsync { out, a, b, c })
+    }
+
+    /// `dot_wait(n)`: at most `n` `dot_async` groups stay in flight.
+    pub fn dot_wait(&mut self, n: u32) {
+        self.instr(Instruction::DotWait { n });
+    }
+
     pub fn slice_shared(
         &mut self,
         name: &str,

@@ -206,6 +206,9 @@ impl Program {
                 n(src),
                 list(offset)
             ),
+            Instruction::PermuteShared { out, src, dims } => {
+                format!("{} = {name}({}, {dims:?})", n(out), n(src))
+            }
             Instruction::CopyAsync {
                 dst,
                 src,
@@ -259,9 +262,10 @@ impl Program {
                 n(x),
                 layout.to_expr()
             ),
-            Instruction::Dot { out, a, b, c } => {
+            Instruction::Dot { out, a, b, c } | Instruction::DotAsync { out, a, b, c } => {
                 format!("{} = {name}({}, {}, {})", n(out), n(a), n(b), n(c))
             }
+            Instruction::DotWait { n: k } => format!("{name}({k})"),
             Instruction::Print { label, x } => format!("{name}({label:?}, {})", op(x)),
             Instruction::Reduce { out, x, dim, .. } | Instruction::Scan { out, x, dim, .. } => {
                 format!("{} = {name}({}, {dim})", n(out), n(x))
@@ -431,6 +435,7 @@ impl Instruction {
             | Instruction::AllocateRegister { .. }
             | Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
+            | Instruction::DotWait { .. }
             | Instruction::Synchronize
             | Instruction::Exit => {}
             Instruction::AllocateGlobal { shape, .. } => exprs(shape, &mut out),
@@ -444,6 +449,7 @@ impl Instruction {
                 out.push(*src);
                 exprs(offset, &mut out);
             }
+            Instruction::PermuteShared { src, .. } => out.push(*src),
             // The destination of a store is read too: it names the tensor written into.
             Instruction::StoreGlobal { src, dst, offset }
             | Instruction::StoreShared { src, dst, offset } => {
@@ -479,7 +485,9 @@ impl Instruction {
             | Instruction::Unary { x, .. }
             | Instruction::Cast { x, .. }
             | Instruction::View { x, .. } => out.push(*x),
-            Instruction::Dot { a, b, c, .. } => out.extend([*a, *b, *c]),
+            Instruction::Dot { a, b, c, .. } | Instruction::DotAsync { a, b, c, .. } => {
+                out.extend([*a, *b, *c])
+            }
             Instruction::Reduce { x, .. } | Instruction::Scan { x, .. } => out.push(*x),
             Instruction::Print { x, .. } => operand(x, &mut out),
             Instruction::Item { .. }

@@ -89,6 +89,19 @@ impl Instruction {
                     _ => VarType::Unknown,
                 },
             ),
+            Instruction::PermuteShared { out, src, dims } => one(
+                out,
+                match ty(*src) {
+                    VarType::Shared(s) => match s.layout.permute(dims) {
+                        Ok(layout) => VarType::Shared(SharedType {
+                            dtype: s.dtype,
+                            layout,
+                        }),
+                        Err(_) => VarType::Unknown,
+                    },
+                    _ => VarType::Unknown,
+                },
+            ),
             // Elementwise results have the first operand's type; `dot` has the accumulator's.
             Instruction::Binary { out, lhs: x, .. }
             | Instruction::MulAdd { out, a: x, .. }
@@ -96,7 +109,8 @@ impl Instruction {
             | Instruction::Unary { out, x, .. }
             | Instruction::Select { out, a: x, .. }
             | Instruction::Scan { out, x, .. }
-            | Instruction::Dot { out, c: x, .. } => one(out, ty(*x)),
+            | Instruction::Dot { out, c: x, .. }
+            | Instruction::DotAsync { out, c: x, .. } => one(out, ty(*x)),
             Instruction::Cast {
                 out,
                 x,
@@ -137,6 +151,7 @@ impl Instruction {
             | Instruction::CopyAsync { .. }
             | Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
+            | Instruction::DotWait { .. }
             | Instruction::Synchronize
             | Instruction::Exit
             | Instruction::Print { .. } => Vec::new(),

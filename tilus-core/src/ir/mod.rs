@@ -390,6 +390,15 @@ pub enum Instruction {
         offset: Vec<Expr>,
         shape: Vec<usize>,
     },
+    /// A view of a shared tensor with its dimensions reordered: dimension `d` of `out` is
+    /// dimension `dims[d]` of `src` (a permutation; shape and strides permute together, so the
+    /// same elements sit at the same bytes). It aliases `src`. A `[n, k]` tile stored with `k`
+    /// contiguous is, permuted with `[1, 0]`, the `k`-major `[k, n]` operand of `dot`.
+    PermuteShared {
+        out: VarId,
+        src: VarId,
+        dims: Vec<usize>,
+    },
     /// Asynchronously copy the tile of `dst`'s shape at `src_offset` of a global tensor into the
     /// shared tensor `dst` (masked by the view: out-of-view elements are filled with zero).
     CopyAsync {
@@ -492,6 +501,23 @@ pub enum Instruction {
         a: VarId,
         b: VarId,
         c: VarId,
+    },
+    /// `out = a · b + c` like a `dot` of shared operands (the warpgroup MMA), left *in flight*:
+    /// until a [`Instruction::DotWait`] retires it, `out` may only be the accumulator of further
+    /// `dot_async`s (the tensor cores chain them) and the bytes of `a` and `b` must not be
+    /// written. The interpreter computes the value at once and reports any such use as an
+    /// error; its reads of `a` and `b` count, for the race checks, as reads by the first thread
+    /// of each warpgroup when they are retired (so overwriting the operands needs a
+    /// `synchronize` after the `dot_wait`). Each `dot_async` is one group.
+    DotAsync {
+        out: VarId,
+        a: VarId,
+        b: VarId,
+        c: VarId,
+    },
+    /// Wait until at most `n` `dot_async` groups are still in flight (oldest retire first).
+    DotWait {
+        n: u32,
     },
     /// Reduce register tensor `x` along dimension `dim` with `op` (see [`ReduceOp`] for the
     /// accumulation semantics). The result keeps the rank, with extent 1 at `dim`, in layout

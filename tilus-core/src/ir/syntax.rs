@@ -53,6 +53,7 @@ pub enum Op {
     LoadShared,
     StoreShared,
     SliceShared,
+    PermuteShared,
     CopyAsync,
     CommitGroup,
     WaitGroup,
@@ -75,6 +76,8 @@ pub enum Op {
     CastBiased,
     View,
     Dot,
+    DotAsync,
+    DotWait,
     /// `sum`, `reduce_max`, ...: a register tensor and a constant dimension.
     Reduce(ReduceOp),
     /// `cumsum`: a register tensor and a constant dimension.
@@ -132,6 +135,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("load_shared", Memory, 3..=3, "load_shared(src, layout, [offset..])", Op::LoadShared),
     row!("store_shared", Memory, 3..=3, "store_shared(x, dst, [offset..])", Op::StoreShared),
     row!("slice_shared", Memory, 3..=3, "slice_shared(src, [offset..], [extents..])", Op::SliceShared),
+    row!("permute_shared", Memory, 2..=2, "permute_shared(src, [dims..])", Op::PermuteShared),
     row!("copy_async", Memory, 3..=3, "copy_async(src, dst, [offset..])", Op::CopyAsync),
     row!("copy_async_commit_group" | "commit_group", Memory, 0..=0, "commit_group()", Op::CommitGroup),
     row!("copy_async_wait_group" | "wait_group", Memory, 1..=1, "wait_group(n)", Op::WaitGroup),
@@ -178,6 +182,8 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("cast_biased", Elementwise, 1..=2, "cast_biased::<T>(x) or cast_biased::<T>(x, layout)", Op::CastBiased),
     row!("view", Elementwise, 2..=2, "view::<T>(x, layout)", Op::View),
     row!("dot", Matrix, 3..=3, "dot(a, b, c)", Op::Dot),
+    row!("dot_async", Matrix, 3..=3, "dot_async(a, b, c) (shared a and b)", Op::DotAsync),
+    row!("dot_wait", Matrix, 1..=1, "dot_wait(n)", Op::DotWait),
     row!("sum", Reduction, 2..=2, "sum(x, dim)", Op::Reduce(ReduceOp::Sum)),
     row!("reduce_max", Reduction, 2..=2, "reduce_max(x, dim)", Op::Reduce(ReduceOp::Max)),
     row!("reduce_min", Reduction, 2..=2, "reduce_min(x, dim)", Op::Reduce(ReduceOp::Min)),

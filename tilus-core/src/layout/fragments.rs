@@ -35,6 +35,12 @@
 //! `+ (i & 0x1F)` for `i < 64`: registers 0 and 1 cover the same columns, rows `g` and `g + 8`.)
 //!
 //! `verify::dot` says how a `dot` tiles them.
+//!
+//! **Warpgroup fragments** (`wgmma.mma_async.m64nNk16`, sm_90a; [`wgmma_c`]): the f32
+//! accumulator of one warpgroup (128 threads) is `[64, N]` in `spatial(4, 1).local(1, N / 8).mma_c`:
+//! warp `w` holds rows `16 w ..`, and each thread holds the `mma_c` elements of each 8-column
+//! block in turn (the ISA's `d[4 j + i]` is local `4 j + i`). The A and B operands are read from
+//! shared memory (`verify::wgmma`).
 
 use super::Layout;
 
@@ -55,6 +61,17 @@ pub const FRAGMENTS: [(&str, &str); 14] = [
     ("mma_b1_bp", "column_spatial(4, 8).local(64, 1)"),
     ("mma_b1_cp", "spatial(8, 4).local(2, 2)"),
 ];
+
+/// The text of the accumulator fragment of `wgmma.m64nNk16` for `n` columns (a multiple of 8
+/// from 8 to 256; see the module docs).
+pub fn wgmma_c_text(n: usize) -> String {
+    format!("spatial(4, 1).local(1, {}).mma_c", n / 8)
+}
+
+/// The accumulator fragment of `wgmma.m64nNk16` for `n` columns (a multiple of 8, 8 to 256).
+pub fn wgmma_c(n: usize) -> Layout {
+    super::parse(&wgmma_c_text(n)).expect("the wgmma fragment text is a valid layout")
+}
 
 /// The text of the fragment called `name`, if there is one.
 pub fn fragment_text(name: &str) -> Option<&'static str> {
@@ -178,6 +195,28 @@ mod tests {
                 let row = if i < 2 { g } else { g + 8 };
                 let col = tig * 2 + (i & 1);
                 assert_eq!(c.eval(lane, i), vec![row, col], "C lane {lane} c{i}");
+            }
+        }
+    }
+
+    /// The wgmma accumulator against the PTX ISA's formula for `wgmma.m64nNk16` with an f32
+    /// D ("Register fragment: matrix D"): in warp `w` of the warpgroup, with
+    /// `groupID = lane >> 2` and `threadID_in_group = lane % 4`, register `i` holds
+    /// row `16 w + groupID + 8 ((i >> 1) & 1)`, column `8 (i >> 2) + 2 threadID_in_group + (i & 1)`.
+    #[test]
+    fn wgmma_accumulator_matches_the_ptx_isa() {
+        for n in [8, 16, 64, 120, 256] {
+            let d = wgmma_c(n);
+            assert_eq!(d.shape(), &[64, n][..]);
+            assert_eq!((d.num_threads(), d.num_locals()), (128, n / 2), "n = {n}");
+            for t in 0..128usize {
+                let (w, lane) = (t / 32, t % 32);
+                let (g, tig) = (lane >> 2, lane % 4);
+                for i in 0..n / 2 {
+                    let row = 16 * w + g + 8 * ((i >> 1) & 1);
+                    let col = 8 * (i >> 2) + 2 * tig + (i & 1);
+                    assert_eq!(d.eval(t, i), vec![row, col], "n {n} thread {t} d{i}");
+                }
             }
         }
     }

@@ -127,6 +127,27 @@ impl SharedLayout {
         }
     }
 
+    /// The same bytes with dimension `d` of the result taken from dimension `dims[d]`; `dims`
+    /// must be a permutation of `0..rank`.
+    pub fn permute(&self, dims: &[usize]) -> Result<SharedLayout, LayoutError> {
+        let rank = self.rank();
+        let mut seen = vec![false; rank];
+        let is_permutation = dims.len() == rank
+            && dims
+                .iter()
+                .all(|&d| d < rank && !std::mem::replace(&mut seen[d], true));
+        if !is_permutation {
+            return Err(LayoutError::Invalid(format!(
+                "permute: {dims:?} is not a permutation of the {rank} dimensions"
+            )));
+        }
+        Ok(SharedLayout {
+            shape: dims.iter().map(|&d| self.shape[d]).collect(),
+            strides: dims.iter().map(|&d| self.strides[d]).collect(),
+            swizzle: self.swizzle,
+        })
+    }
+
     pub fn rank(&self) -> usize {
         self.shape.len()
     }

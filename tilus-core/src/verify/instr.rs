@@ -470,6 +470,21 @@ impl<'p> Checker<'p> {
                 }
                 self.define(*out, s.is_some(), span, name);
             }
+            Instruction::PermuteShared { out, src, dims } => {
+                let s = self.shared_op(*src, span, name, "the source");
+                let mut ok = s.is_some();
+                if let Some(s) = s {
+                    if let Err(e) = s.layout.permute(dims) {
+                        ok = false;
+                        let src = self.name(*src);
+                        self.err(
+                            span,
+                            format!("{name}: {e} of {src} (shape {:?})", s.layout.shape),
+                        );
+                    }
+                }
+                self.define(*out, ok, span, name);
+            }
             Instruction::CopyAsync {
                 dst,
                 src,
@@ -498,8 +513,10 @@ impl<'p> Checker<'p> {
                     self.check_tile(name, *src, &d.layout.shape, &dims, src_offset, span, true);
                 }
             }
+            Instruction::DotAsync { out, a, b, c } => self.check_dot_shared(*out, *a, *b, *c, span),
             Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
+            | Instruction::DotWait { .. }
             | Instruction::Synchronize
             | Instruction::Exit => {}
             Instruction::MulAdd { out, a, b, c } => {
@@ -658,6 +675,9 @@ impl<'p> Checker<'p> {
     }
 
     fn check_dot(&mut self, out: VarId, a: VarId, b: VarId, c: VarId, span: SpanId) {
+        if [a, b].iter().any(|&v| self.p.ty(v).as_shared().is_some()) {
+            return self.check_dot_shared(out, a, b, c, span);
+        }
         let ra = self.reg(a, span, "dot", "the left operand");
         let rb = self.reg(b, span, "dot", "the right operand");
         let rc = self.reg(c, span, "dot", "the accumulator");
@@ -705,6 +725,59 @@ impl<'p> Checker<'p> {
                     self.err(
                         span,
                         format!("dot: no thread-level or warp-level implementation serves the layouts of {an}, {bn} and {cn} ({reason}){help}"),
+                    );
+                }
+            }
+        }
+        self.define(out, rc.is_some(), span, "dot");
+    }
+}
+
+impl<'p> Checker<'p> {
+    /// `dot` with shared operands: the warpgroup MMA (`super::wgmma`).
+    fn check_dot_shared(&mut self, out: VarId, a: VarId, b: VarId, c: VarId, span: SpanId) {
+        let what =
+            "a shared tensor (a dot with one shared operand reads both from shared memory: wgmma)";
+        let sa = self.operand(a, span, "dot", "the left operand", what, VarType::as_shared);
+        let sb = self.operand(
+            b,
+            span,
+            "dot",
+            "the right operand",
+            what,
+            VarType::as_shared,
+        );
+        let rc = self.reg(c, span, "dot", "the accumulator");
+        if let (Some(sa), Some(sb), Some(rc)) = (sa, sb, rc) {
+            let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
+            let (xa, xb, xc) = (&sa.layout.shape, &sb.layout.shape, rc.layout.shape());
+            let shapes_ok = xa.len() == 2
+                && xb.len() == 2
+                && xc.len() == 2
+                && xa[1] == xb[0]
+                && xa[0] == xc[0]
+                && xb[1] == xc[1];
+            if !shapes_ok {
+                self.err(
+                    span,
+                    format!("dot: shapes do not agree: {an} is {xa:?}, {bn} is {xb:?}, {cn} is {xc:?}; expected [m, k] x [k, n] + [m, n]"),
+                );
+            } else if sa.dtype != sb.dtype {
+                self.err(
+                    span,
+                    format!("dot: {an} holds {} but {bn} holds {}; the operands must have the same dtype", sa.dtype, sb.dtype),
+                );
+            } else if self.block_threads > 0 {
+                if let Err(reason) =
+                    super::wgmma::plan_wgmma(sa, sb, rc, self.block_threads, self.target)
+                {
+                    let (reason, help) = match reason.split_once("\nhelp: ") {
+                        Some((r, h)) => (r.to_string(), format!("\nhelp: {h}")),
+                        None => (reason, String::new()),
+                    };
+                    self.err(
+                        span,
+                        format!("dot: the warpgroup MMA (wgmma) cannot serve {an}, {bn} and {cn}: {reason}{help}"),
                     );
                 }
             }

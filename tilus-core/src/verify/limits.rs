@@ -355,7 +355,9 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::View { out, x, .. }
         | Instruction::Reduce { out, x, .. }
         | Instruction::Scan { out, x, .. } => vec![*out, *x],
-        Instruction::Dot { out, a, b, c } => vec![*out, *a, *b, *c],
+        Instruction::Dot { out, a, b, c } | Instruction::DotAsync { out, a, b, c } => {
+            vec![*out, *a, *b, *c]
+        }
         Instruction::Print { x, .. } => tensor(x).into_iter().collect(),
         Instruction::Item { .. }
         | Instruction::Gather { .. }
@@ -366,9 +368,11 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::AllocateShared { .. }
         | Instruction::ViewGlobal { .. }
         | Instruction::SliceShared { .. }
+        | Instruction::PermuteShared { .. }
         | Instruction::CopyAsync { .. }
         | Instruction::CopyAsyncCommitGroup
         | Instruction::CopyAsyncWaitGroup { .. }
+        | Instruction::DotWait { .. }
         | Instruction::Synchronize
         | Instruction::Exit => Vec::new(),
     }

@@ -26,7 +26,8 @@
 //! - **Reductions and scans** (`reduce.rs`): the operand's dtype suits the operator (`sum` and
 //!   `cumsum`: f16/bf16/f32 or 8-/32-bit integers; `any`/`all`: u1), `dim` is in range; the shared
 //!   scratch of reductions and of scans across warps counts with the shared tensors.
-//! - **Dot**: shapes `[m, k] x [k, n] + [m, n]`; dtypes and layouts per [`plan_dot`].
+//! - **Dot**: shapes `[m, k] x [k, n] + [m, n]`; dtypes and layouts per [`plan_dot`], or, with
+//!   operands in shared memory, per [`wgmma::plan_wgmma`].
 //! - **Resource limits** (checked first; see `limits.rs` for the table and the reasons):
 //!   threads per layout, 32-bit registers per thread of each register tensor, element counts
 //!   and shared sizes in checked arithmetic, and unrolled element operations per thread. Past a
@@ -42,6 +43,7 @@ mod math;
 mod reduce;
 pub(crate) mod shared;
 pub(crate) mod table;
+pub mod wgmma;
 
 pub use dot::{
     broadcast_thread_local, dot_thread_local, mma_fragments, plan_dot, DotPlan, MmaKind,

@@ -21,6 +21,17 @@ pub(crate) fn element_offset(layout: &SharedLayout, base: usize, index: &[usize]
         .map_or(base + linear, |s| s.apply(base + linear))
 }
 
+/// The alignment, in bytes, of an allocation of `dtype` elements in `layout`: 16, or for a
+/// swizzled layout the bytes of one swizzle block (1024 for the 128-byte swizzle), so that the
+/// swizzle of element offsets is the swizzle of address bits the tensor-core and TMA units apply.
+pub(crate) fn allocation_align(dtype: DType, layout: &SharedLayout) -> usize {
+    let block_bytes = layout
+        .swizzle
+        .and_then(|s| 1usize.checked_shl(s.bits + s.base + s.shift))
+        .map_or(0, |elements| (elements * dtype.bits() as usize).div_ceil(8));
+    block_bytes.max(SHARED_ALIGN)
+}
+
 /// Bytes one `allocate_shared` takes, including the alignment padding that follows it
 /// (saturating at `usize::MAX`; see [`checked_allocation_bytes`]).
 pub(crate) fn allocation_bytes(dtype: DType, layout: &SharedLayout) -> usize {
@@ -33,5 +44,5 @@ pub(crate) fn checked_allocation_bytes(dtype: DType, layout: &SharedLayout) -> O
         .checked_size()?
         .checked_mul(dtype.bits() as usize)?
         .div_ceil(8)
-        .checked_next_multiple_of(SHARED_ALIGN)
+        .checked_next_multiple_of(allocation_align(dtype, layout))
 }

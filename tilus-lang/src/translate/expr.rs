@@ -929,4 +929,6 @@ pub enum Scope {
     Global,
     Shared,
     Register,
+    /// A register or shared tensor: an operand of `dot` (shared operands select wgmma).
+    SharedOrRegister,
 }

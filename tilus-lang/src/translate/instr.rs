@@ -16,6 +16,7 @@ fn scope_name(s: Scope) -> &'static str {
         Scope::Global => "a global tensor",
         Scope::Shared => "a shared tensor",
         Scope::Register => "a register tensor",
+        Scope::SharedOrRegister => "a register or shared tensor",
     }
 }
 
@@ -34,8 +35,11 @@ impl Translator<'_, '_> {
             (&ty, scope),
             (VarType::Unknown, _)
                 | (VarType::Global(_), Scope::Global)
-                | (VarType::Shared(_), Scope::Shared)
-                | (VarType::Register(_), Scope::Register)
+                | (VarType::Shared(_), Scope::Shared | Scope::SharedOrRegister)
+                | (
+                    VarType::Register(_),
+                    Scope::Register | Scope::SharedOrRegister
+                )
         );
         if ok {
             Ok(())
@@ -68,8 +72,8 @@ impl Translator<'_, '_> {
                     (&ty, scope),
                     (VarType::Unknown, _)
                         | (VarType::Global(_), Scope::Global)
-                        | (VarType::Shared(_), Scope::Shared)
-                        | (VarType::Register(_), Scope::Register)
+                        | (VarType::Shared(_), Scope::Shared | Scope::SharedOrRegister)
+                        | (VarType::Register(_), Scope::Register | Scope::SharedOrRegister)
                 );
                 if ok {
                     Ok(v)
@@ -190,6 +194,18 @@ impl Translator<'_, '_> {
             }
         }
         Ok(out)
+    }
+
+    /// A constant list of dimension indices (`permute_shared`'s `[1, 0]`).
+    fn const_dims(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<Vec<usize>> {
+        let items = self.array_arg(b, e, "the dimensions")?;
+        items
+            .into_iter()
+            .map(|x| match x {
+                Expr::Int(v) if v >= 0 => Ok(v as usize),
+                _ => Err(self.err(e, "dimensions are non-negative constants")),
+            })
+            .collect()
     }
 
     /// The `::<T>` of an instruction.
@@ -502,6 +518,15 @@ impl Translator<'_, '_> {
                 let n = self.dest_name(dest, "slice")?;
                 Ok(Value::Tensor(b.slice_shared(&n, src, offset, shape)))
             }
+            Op::PermuteShared => {
+                let src = self.tensor_arg(b, args[0], name, "source", Scope::Shared);
+                let dims = self.const_dims(b, args[1]);
+                let (src, dims) = (src?, dims?);
+                let site = self.site_with(c, None, Some(Range::of(args[1])));
+                b.set_span(site);
+                let n = self.dest_name(dest, "permuted")?;
+                Ok(Value::Tensor(b.permute_shared(&n, src, dims)))
+            }
             Op::CopyAsync => {
                 let src = self.tensor_arg(b, args[0], name, "source", Scope::Global);
                 let dst = self.tensor_arg(b, args[1], name, "destination", Scope::Shared);
@@ -517,6 +542,29 @@ impl Translator<'_, '_> {
                 b.set_span(site);
                 b.copy_async_commit_group();
                 Ok(Value::Unit)
+            }
+            Op::DotWait => {
+                let n = match self.const_int(args[0]) {
+                    Some(n) if n >= 0 => n as u32,
+                    _ => return Err(self.err(
+                        args[0],
+                        "the number of dot_async groups left in flight is a non-negative constant",
+                    )),
+                };
+                let site = self.site(c);
+                b.set_span(site);
+                b.dot_wait(n);
+                Ok(Value::Unit)
+            }
+            Op::DotAsync => {
+                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::Shared);
+                let y = self.tensor_arg(b, args[1], name, "second operand", Scope::Shared);
+                let z = self.tensor_arg(b, args[2], name, "accumulator", Scope::Register);
+                let (x, y, z) = (x?, y?, z?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "dot_async");
+                Ok(Value::Tensor(build!(d, |d| b.dot_async(d, x, y, z))))
             }
             Op::WaitGroup => {
                 let n = match self.const_int(args[0]) {
@@ -569,8 +617,9 @@ impl Translator<'_, '_> {
                 ))))
             }
             Op::Dot => {
-                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::Register);
-                let y = self.tensor_arg(b, args[1], name, "second operand", Scope::Register);
+                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::SharedOrRegister);
+                let y =
+                    self.tensor_arg(b, args[1], name, "second operand", Scope::SharedOrRegister);
                 let z = self.tensor_arg(b, args[2], name, "accumulator", Scope::Register);
                 let (x, y, z) = (x?, y?, z?);
                 let site = self.site(c);

@@ -11,6 +11,7 @@
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
 //! | [`bmma`] | the 1-bit `mma.m16n8k256 .and.popc` helper of a u1 `Dot` |
 //! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
+//! | [`wgmma`] | `Dot` with shared operands (`wgmma.mma_async`, sm_90a) |
 //! | [`addressing`] | `Item`, `Gather`, `Scatter`, `Atomic` (data-dependent addresses) |
 
 pub(crate) mod addressing;
@@ -22,3 +23,4 @@ pub(crate) mod math;
 pub(crate) mod mma;
 pub(crate) mod reduce;
 pub(crate) mod shared;
+pub(crate) mod wgmma;

@@ -1,0 +1,302 @@
+//! `tilus bench gemm`: the wgmma GEMM per shape against cuBLAS in the same run.
+//!
+//! `c[m, n] = a[m, k] · b[n, k]ᵀ` in f16 or bf16 (cuBLAS with the same layout, `gemm_nt`). Every
+//! configuration of the kernel's space is timed (median of CUDA-event timings, L2 flushed before
+//! each run) and the best is reported, with TFLOP/s (`2 m n k` over the time) and the ratio to
+//! cuBLAS.
+
+use super::{gemm_bf16, gemm_f16};
+use half::{bf16, f16};
+use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush};
+
+/// `8192^3` and the Llama-3-70B prefill layers at 8192 tokens `(m, n, k)`: qkv, o, gate+up,
+/// down.
+pub const DEFAULT_SHAPES: [(usize, usize, usize); 5] = [
+    (8192, 8192, 8192),
+    (8192, 10240, 8192),
+    (8192, 57344, 8192),
+    (8192, 8192, 28672),
+    (4096, 4096, 4096),
+];
+
+/// One measured point.
+#[derive(Clone, Debug)]
+pub struct GemmRow {
+    pub dtype: &'static str,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// The best configuration and its median time.
+    pub config: String,
+    pub us: f64,
+    pub cublas_us: Option<f64>,
+}
+
+impl GemmRow {
+    pub fn tflops(us: f64, m: usize, n: usize, k: usize) -> f64 {
+        2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Deterministic values in `[-0.5, 0.5)`, never all zero.
+fn pattern(len: usize, salt: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i ^ salt).wrapping_mul(2654435761) >> 9) % 1000)
+        .map(|h| h as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+/// Time every configuration of the `dtype` kernel (`"f16"` or `"bf16"`) at `m x n x k`, and
+/// cuBLAS unless `no_cublas`.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_gemm(
+    ctx: &Context,
+    blas: Option<&Cublas>,
+    flush: &mut L2Flush,
+    dtype: &str,
+    m: usize,
+    n: usize,
+    k: usize,
+    runs: usize,
+) -> Result<GemmRow, String> {
+    macro_rules! run {
+        ($t:ty, $kernel:ident, $name:literal) => {{
+            let a: Vec<$t> = pattern(m * k, 1).into_iter().map(<$t>::from_f32).collect();
+            let b: Vec<$t> = pattern(n * k, 2).into_iter().map(<$t>::from_f32).collect();
+            let a = DeviceBuffer::from_host(ctx, &a).map_err(err)?;
+            let b = DeviceBuffer::from_host(ctx, &b).map_err(err)?;
+            let mut c = DeviceBuffer::<$t>::zeros(ctx, m * n).map_err(err)?;
+            let (mi, ni, ki) = (
+                i32::try_from(m).map_err(|_| "argument `m`: too large".to_string())?,
+                i32::try_from(n).map_err(|_| "argument `n`: too large".to_string())?,
+                i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
+            );
+            let mut best: Option<(String, f64)> = None;
+            for cfg in $kernel::SPACE {
+                // A launch error is kept and reported after the timing loop.
+                let mut failure = None;
+                let t = time_runs(ctx, 2, runs, Some(&mut *flush), || {
+                    if let Err(e) = $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c) {
+                        failure = Some(e);
+                    }
+                    Ok(())
+                })
+                .map_err(|e| format!("{cfg}: {e}"))?;
+                if let Some(e) = failure {
+                    return Err(format!("{cfg}: {e}"));
+                }
+                if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
+                    best = Some((cfg.to_string(), t.median_us));
+                }
+            }
+            let cublas_us = match blas {
+                Some(blas) => Some(
+                    time_runs(ctx, 2, runs, Some(&mut *flush), || {
+                        blas.gemm_nt(m, n, k, &a, &b, &mut c)
+                    })
+                    .map_err(err)?
+                    .median_us,
+                ),
+                None => None,
+            };
+            let (config, us) = best.expect("the space is not empty");
+            GemmRow {
+                dtype: $name,
+                m,
+                n,
+                k,
+                config,
+                us,
+                cublas_us,
+            }
+        }};
+    }
+    Ok(match dtype {
+        "f16" => run!(f16, gemm_f16, "f16"),
+        "bf16" => run!(bf16, gemm_bf16, "bf16"),
+        other => return Err(format!("argument `--dtype`: `{other}` is not f16 or bf16")),
+    })
+}
+
+/// The table `tilus bench gemm` prints.
+pub fn table(rows: &[GemmRow]) -> String {
+    let mut s = format!(
+        "tilus gemm (wgmma m64nNk16 from shared memory, cp.async pipeline), c = a · bᵀ; L2 flushed; best configuration\n\
+         {:<5} {:>22} {:>10} {:>8} {:>11} {:>8} {:>9}  config\n",
+        "dtype", "m x n x k", "tilus us", "TFLOP/s", "cuBLAS us", "TFLOP/s", "vs cuBLAS"
+    );
+    for r in rows {
+        let (cu, cu_tf, ratio) = match r.cublas_us {
+            Some(c) => (
+                format!("{c:.1}"),
+                format!("{:.0}", GemmRow::tflops(c, r.m, r.n, r.k)),
+                format!("{:.1}%", 100.0 * c / r.us),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        s += &format!(
+            "{:<5} {:>22} {:>10.1} {:>8.0} {:>11} {:>8} {:>9}  {}\n",
+            r.dtype,
+            format!("{}x{}x{}", r.m, r.n, r.k),
+            r.us,
+            GemmRow::tflops(r.us, r.m, r.n, r.k),
+            cu,
+            cu_tf,
+            ratio,
+            r.config
+        );
+    }
+    s
+}
+
+/// One measured point of the 4-bit-weight GEMM.
+#[derive(Clone, Debug)]
+pub struct W4Row {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub config: String,
+    pub us: f64,
+    /// Codes + scales + activations + output bytes over the copy bandwidth of the same run.
+    pub floor_us: f64,
+    pub cublas_us: Option<f64>,
+    /// The project's mma.sync quantized matmul (`tilus bench qmatmul`, i4 weight, group 128),
+    /// best of its first 12 configurations.
+    pub mma_sync_us: Option<f64>,
+}
+
+/// Time every configuration of [`super::w4::gemm_w4_f16`] at `m x n x k` (random codes and
+/// scales: timing does not depend on the values), against cuBLAS f16 (`gemm_nt`) and the
+/// mma.sync quantized matmul unless left out.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_w4(
+    ctx: &Context,
+    blas: Option<&Cublas>,
+    flush: &mut L2Flush,
+    (m, n, k, group): (usize, usize, usize, usize),
+    runs: usize,
+    copy_gbps: f64,
+    mma_sync: bool,
+) -> Result<W4Row, String> {
+    use super::w4::gemm_w4_f16;
+    if group == 0 || !group.is_multiple_of(64) || !k.is_multiple_of(group) {
+        return Err(format!(
+            "argument `--group`: {group} must be a multiple of 64 dividing k = {k}"
+        ));
+    }
+    let codes: Vec<u32> = (0..n * k / 8)
+        .map(|i| (i as u32).wrapping_mul(2654435761))
+        .collect();
+    let scales: Vec<f16> = pattern(n * k / group, 3)
+        .into_iter()
+        .map(|x| f16::from_f32(0.01 + x.abs() * 0.02))
+        .collect();
+    let a: Vec<f16> = pattern(m * k, 1).into_iter().map(f16::from_f32).collect();
+    let (dw, ds, da) = (
+        DeviceBuffer::from_host(ctx, &codes).map_err(err)?,
+        DeviceBuffer::from_host(ctx, &scales).map_err(err)?,
+        DeviceBuffer::from_host(ctx, &a).map_err(err)?,
+    );
+    let mut dc = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
+    let dims = [m, n, k, group].map(|x| i32::try_from(x).map_err(|_| "sizes must fit an i32"));
+    let [mi, ni, ki, gi] = [dims[0]?, dims[1]?, dims[2]?, dims[3]?];
+    let mut best: Option<(String, f64)> = None;
+    for cfg in gemm_w4_f16::SPACE {
+        let mut failure = None;
+        let t = time_runs(ctx, 2, runs, Some(&mut *flush), || {
+            if let Err(e) = gemm_w4_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &dw, &ds, &mut dc) {
+                failure = Some(e);
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("{cfg}: {e}"))?;
+        if let Some(e) = failure {
+            return Err(format!("{cfg}: {e}"));
+        }
+        if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
+            best = Some((cfg.to_string(), t.median_us));
+        }
+    }
+    let cublas_us = match blas {
+        Some(blas) => {
+            let b = DeviceBuffer::from_host(
+                ctx,
+                &pattern(n * k, 2)
+                    .into_iter()
+                    .map(f16::from_f32)
+                    .collect::<Vec<_>>(),
+            )
+            .map_err(err)?;
+            Some(
+                time_runs(ctx, 2, runs, Some(&mut *flush), || {
+                    blas.gemm_nt(m, n, k, &da, &b, &mut dc)
+                })
+                .map_err(err)?
+                .median_us,
+            )
+        }
+        None => None,
+    };
+    let mma_sync_us = if mma_sync {
+        crate::kernels::qmatmul::bench::bench_qmatmul::<f16>(
+            ctx,
+            None,
+            flush,
+            crate::DType::Int(4),
+            m,
+            n,
+            k,
+            Some(128),
+            12,
+            copy_gbps,
+        )
+        .ok()
+        .map(|r| r.timing.median_us)
+    } else {
+        None
+    };
+    let bytes = n * k / 2 + 2 * (n * k / group) + 2 * m * k + 2 * m * n;
+    let (config, us) = best.expect("the space is not empty");
+    Ok(W4Row {
+        m,
+        n,
+        k,
+        config,
+        us,
+        floor_us: bytes as f64 / (copy_gbps * 1e3),
+        cublas_us,
+        mma_sync_us,
+    })
+}
+
+/// The table `tilus bench w4` prints.
+pub fn w4_table(copy_gbps: f64, rows: &[W4Row]) -> String {
+    let mut s = format!(
+        "tilus 4-bit-weight GEMM on wgmma (dequantized into shared memory), f16 activations, group scales; \
+         copy bandwidth {copy_gbps:.0} GB/s; floor = (codes + scales + activations + output) / that; L2 flushed\n\
+         {:>5} {:>12} {:>9} {:>7} {:>8} {:>10} {:>8} {:>12} {:>8}  config\n",
+        "m", "n x k", "tilus us", "%floor", "TFLOP/s", "cuBLAS us", "vs f16", "mma.sync us", "vs mma"
+    );
+    for r in rows {
+        let ratio = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.2}x", x / r.us));
+        let us = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
+        s += &format!(
+            "{:>5} {:>12} {:>9.1} {:>6.1}% {:>8.0} {:>10} {:>8} {:>12} {:>8}  {}\n",
+            r.m,
+            format!("{}x{}", r.n, r.k),
+            r.us,
+            100.0 * r.floor_us / r.us,
+            GemmRow::tflops(r.us, r.m, r.n, r.k),
+            us(r.cublas_us),
+            ratio(r.cublas_us),
+            us(r.mma_sync_us),
+            ratio(r.mma_sync_us),
+            r.config
+        );
+    }
+    s
+}

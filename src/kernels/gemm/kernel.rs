@@ -1,0 +1,88 @@
+//! The dense GEMM on the warpgroup MMA, written with `#[kernel]` (`docs/gemm.md`).
+//!
+//! `c[m, n] = a[m, k] · b[n, k]ᵀ` (the layout of a linear layer: `b` is the `[out, in]` weight),
+//! f16 or bf16 in, f32 accumulation, f16/bf16 out. A block computes a `BM x BN` tile with
+//! `BM / 64` warpgroups, each owning 64 rows and all `BN` columns of the accumulator
+//! (`spatial(4, 1).local(1, BN / 8).mma_c` per warpgroup). `k` is walked in steps of 64 (one
+//! 128-byte swizzled row of each operand): `cp.async` fills a ring of `STAGES` shared stages
+//! ahead, and each step is one `dot` of two shared operands, i.e. `BM / 64 x 4` wgmma
+//! `m64nBNk16` instructions per block. With `ASYNC = 1` the step's `dot_async` is left in flight
+//! while the next step's copies and barrier go on (one step of wgmmas queued behind the other),
+//! which costs one stage of look-ahead; with `ASYNC = 0` each `dot` completes before the copies. Out-of-range rows, columns and `k` are masked
+//! by the views (zero-filled copies, masked stores), so any `m`, `n` and `k` run. Blocks are
+//! ordered in groups of `GROUP` block rows (see the kernel) for L2 reuse.
+
+macro_rules! gemm_kernels {
+    ($t:ident, $gemm:ident) => {
+        #[tilus::kernel(
+                    grid = [cdiv(n, BN) * cdiv(m, BM)],
+                    warps = BM / 16,
+                    space(BM = [128, 64], BN = [256, 128], STAGES = [4, 3], GROUP = [8], ASYNC = [1, 0]),
+                )]
+        pub fn $gemm<const BM: i32, const BN: i32, const STAGES: i32, const GROUP: i32, const ASYNC: i32>(
+            m: i32,
+            n: i32,
+            k: i32,
+            a: Global<$t>,
+            b: Global<$t>,
+            c: GlobalMut<$t>,
+        ) {
+            // Blocks in groups of GROUP block rows, column by column inside a group: the
+            // blocks resident at once share their rows of `a` and columns of `b` in L2, so a
+            // large `b` is read from memory about once per group instead of once per block row.
+            let [pid] = block_indices();
+            let rows = cdiv(m, BM);
+            let cols = cdiv(n, BN);
+            let first = pid / (GROUP * cols) * GROUP;
+            let height = min(rows - first, GROUP);
+            let bi = first + pid % (GROUP * cols) % height;
+            let bj = pid % (GROUP * cols) / height;
+            let ga = view_global(a, [m, k]);
+            let gb = view_global(b, [n, k]);
+            let sa = shared::<$t>([STAGES, BM, 64], swizzle(3, 3, 3));
+            let sb = shared::<$t>([STAGES, BN, 64], swizzle(3, 3, 3));
+            let mut acc = register::<f32>(
+                layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 8).mma_c),
+                0.0,
+            );
+            let steps = cdiv(k, 64);
+            // Steps loaded ahead: with ASYNC one stage more is still read by the wgmmas in
+            // flight.
+            let ahead = STAGES - 1 - ASYNC;
+            for s in 0..ahead {
+                copy_async(ga, slice_shared(sa, [s, 0, 0], [BM, 64]), [bi * BM, s * 64]);
+                copy_async(gb, slice_shared(sb, [s, 0, 0], [BN, 64]), [bj * BN, s * 64]);
+                commit_group();
+            }
+            for t in 0..steps {
+                // Step t's copies are done, and every warpgroup retired the wgmmas of step
+                // t - 1 - ASYNC, whose stage the copies below refill.
+                wait_group(ahead - 1);
+                sync();
+                let st = t % STAGES;
+                let ta = slice_shared(sa, [st, 0, 0], [BM, 64]);
+                let tb = permute_shared(slice_shared(sb, [st, 0, 0], [BN, 64]), [1, 0]);
+                if ASYNC == 1 {
+                    // Step t queues behind step t - 1 on the tensor cores; waiting for t - 1
+                    // only keeps them busy through the copies and the barrier.
+                    acc = dot_async(ta, tb, acc);
+                    dot_wait(1);
+                } else {
+                    acc = dot(ta, tb, acc);
+                }
+                let next = t + ahead;
+                let ns = next % STAGES;
+                copy_async(ga, slice_shared(sa, [ns, 0, 0], [BM, 64]), [bi * BM, next * 64]);
+                copy_async(gb, slice_shared(sb, [ns, 0, 0], [BN, 64]), [bj * BN, next * 64]);
+                commit_group();
+            }
+            if ASYNC == 1 {
+                dot_wait(0);
+            }
+            store_global(cast::<$t>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
+        }
+    };
+}
+
+gemm_kernels!(f16, gemm_f16);
+gemm_kernels!(bf16, gemm_bf16);

@@ -1,0 +1,241 @@
+//! The dense GEMM on the warpgroup MMA (`tilus::kernels::gemm`) without a GPU: every
+//! configuration through the interpreter against an f64 reference at ragged shapes; the
+//! generated CUDA issues wgmma and fences shared writes for the async proxy; the verifier's
+//! wgmma rules name the operand. NVRTC/ptxas/SASS checks are in `tests/codegen_cuda.rs`, the GPU
+//! runs in `tests/gpu_gemm.rs`.
+
+use half::{bf16, f16};
+use rand::Rng;
+use tilus::kernels::gemm::{gemm_bf16, gemm_f16};
+
+/// `c = a · bᵀ` in f64 from the rounded inputs.
+fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|kk| a[i * k + kk] * b[j * k + kk]).sum();
+        }
+    }
+    c
+}
+
+fn rel_err(got: &[f64], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(g, w)| (g - w).powi(2)).sum();
+    let den: f64 = want.iter().map(|w| w * w).sum();
+    (num / den).sqrt()
+}
+
+#[test]
+fn every_configuration_matches_f64_on_the_interpreter() {
+    let mut rng = rand::rng();
+    // Ragged in every dimension; k spans several pipeline steps and a partial one.
+    let (m, n, k) = (70, 136, 200);
+    let a: Vec<f16> = (0..m * k)
+        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+        .collect();
+    let b: Vec<f16> = (0..n * k)
+        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+        .collect();
+    let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
+    let bf: Vec<f64> = b.iter().map(|x| x.to_f64()).collect();
+    let want = reference(&af, &bf, m, n, k);
+    for cfg in gemm_f16::SPACE {
+        let mut c = vec![f16::NAN; m * n];
+        gemm_f16::interpret(cfg, m as i32, n as i32, k as i32, &a, &b, &mut c)
+            .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+        let e = rel_err(&got, &want);
+        assert!(e < 2e-3, "{cfg}: relative error {e}");
+    }
+    // bf16, one configuration.
+    let ab: Vec<bf16> = af.iter().map(|&x| bf16::from_f64(x)).collect();
+    let bb: Vec<bf16> = bf.iter().map(|&x| bf16::from_f64(x)).collect();
+    let want = reference(
+        &ab.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+        &bb.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+        m,
+        n,
+        k,
+    );
+    let cfg = &gemm_bf16::SPACE[gemm_bf16::SPACE.len() - 1];
+    let mut c = vec![bf16::NAN; m * n];
+    gemm_bf16::interpret(cfg, m as i32, n as i32, k as i32, &ab, &bb, &mut c).unwrap();
+    let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+    let e = rel_err(&got, &want);
+    assert!(e < 1e-2, "bf16 {cfg}: relative error {e}");
+}
+
+#[test]
+fn generated_cuda_issues_wgmma_and_fences_the_async_proxy() {
+    for cfg in gemm_f16::SPACE {
+        let p = gemm_f16::program(cfg).expect("embedded program");
+        let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
+        let wgmma = format!("wgmma.mma_async.sync.aligned.m64n{}k16.f32.f16.f16", cfg.BN);
+        assert!(k.source.contains(&wgmma), "{cfg}: no {wgmma}");
+        for needed in [
+            "wgmma.fence.sync.aligned",
+            "wgmma.commit_group.sync.aligned",
+            "wgmma.wait_group.sync.aligned 0",
+            "fence.proxy.async.shared::cta",
+            "__align__(1024)",
+        ] {
+            assert!(k.source.contains(needed), "{cfg}: no `{needed}`");
+        }
+        // One wgmma call per warpgroup accumulator block and 16 of k.
+        let calls = k
+            .source
+            .matches(&format!("tilus_wgmma_m64n{}k16_f16(&", cfg.BN))
+            .count();
+        assert_eq!(calls, 64 / 16, "{cfg}");
+    }
+}
+
+/// Misuses of `dot_async` the interpreter reports: the accumulator read before its `dot_wait`,
+/// an operand overwritten while the wgmmas read it, a kernel that ends with groups in flight.
+mod hazards {
+    use half::f16;
+
+    #[tilus::kernel(grid = [1], warps = 4, space(MODE = [0, 1, 2, 3]))]
+    pub fn misuse<const MODE: i32>(a: Global<f16>, c: GlobalMut<f32>) {
+        let ga = view_global(a, [64, 64]);
+        let sa = shared::<f16>([64, 64], swizzle(3, 3, 3));
+        copy_async(ga, sa, [0, 0]);
+        commit_group();
+        wait_group(0);
+        sync();
+        let mut acc = register::<f32>(layout!(spatial(4, 1).local(1, 8).mma_c), 0.0);
+        acc = dot_async(sa, permute_shared(sa, [1, 0]), acc);
+        if MODE == 1 {
+            // Read before the wait.
+            store_global(acc, view_global(c, [64, 64]), [0, 0]);
+        }
+        if MODE == 2 {
+            // Overwrite an operand the wgmmas still read.
+            copy_async(ga, sa, [0, 0]);
+            commit_group();
+            wait_group(0);
+        }
+        if MODE != 3 {
+            dot_wait(0);
+            store_global(acc, view_global(c, [64, 64]), [0, 0]);
+        }
+    }
+
+    #[test]
+    fn the_interpreter_reports_each_misuse() {
+        let a: Vec<f16> = (0..64 * 64)
+            .map(|i| f16::from_f32((i % 7) as f32 - 3.0))
+            .collect();
+        let mut c = vec![f32::NAN; 64 * 64];
+        misuse::interpret(&misuse::Config { MODE: 0 }, &a, &mut c).unwrap();
+        // c = a · aᵀ exactly (small integers).
+        for i in 0..64 {
+            for j in 0..64 {
+                let want: f32 = (0..64)
+                    .map(|k| a[i * 64 + k].to_f32() * a[j * 64 + k].to_f32())
+                    .sum();
+                assert_eq!(c[i * 64 + j], want, "c[{i}, {j}]");
+            }
+        }
+        for (mode, needle) in [
+            (
+                1,
+                "while a dot_async into it is in flight; missing dot_wait?",
+            ),
+            (
+                2,
+                "while a dot_async reading it is in flight; missing dot_wait?",
+            ),
+            (
+                3,
+                "still in flight at the end of the kernel; missing dot_wait(0)?",
+            ),
+        ] {
+            let e = misuse::interpret(&misuse::Config { MODE: mode }, &a, &mut c).unwrap_err();
+            assert!(e.to_string().contains(needle), "mode {mode}: {e}");
+        }
+    }
+}
+
+/// The 4-bit-weight wgmma GEMM (`tilus::kernels::gemm::w4`) on the interpreter: every
+/// configuration at ragged `m` and `n` against an f64 product with the dequantized weight; the
+/// host format round-trips and names bad arguments.
+mod w4 {
+    use half::f16;
+    use rand::Rng;
+    use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Error, W4Weight};
+
+    #[test]
+    fn quantize_dequantize_and_errors() {
+        let mut rng = rand::rng();
+        let (n, k, group) = (5, 256, 128);
+        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+        let q = W4Weight::quantize(&w, n, k, group).unwrap();
+        let d = q.dequantize();
+        for r in 0..n {
+            for g in 0..k / group {
+                let s = q.scales[g * n + r].to_f32();
+                for i in 0..group {
+                    let x = r * k + g * group + i;
+                    // Half a step of rounding, one f16 rounding of the product, and the f16
+                    // scale's own rounding (at most 7 steps of 2^-11 relative).
+                    let bound = 0.5 * s + s * (7.0 * 2f32.powi(-11)) + d[x].abs() * 2f32.powi(-10);
+                    assert!(
+                        (d[x] - w[x]).abs() <= bound,
+                        "w[{x}] = {} -> {}",
+                        w[x],
+                        d[x]
+                    );
+                }
+            }
+        }
+        let bad = |e: Result<W4Weight, W4Error>, arg: &str| {
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains(&format!("`{arg}`")), "{e}");
+        };
+        bad(W4Weight::quantize(&w, n, k, 96), "group");
+        bad(W4Weight::quantize(&w, n, 200, 128), "k");
+        bad(W4Weight::quantize(&w[1..], n, k, group), "w");
+        let mut nan = w.clone();
+        nan[7] = f32::NAN;
+        bad(W4Weight::quantize(&nan, n, k, group), "w");
+    }
+
+    #[test]
+    fn every_configuration_matches_f64_on_the_interpreter() {
+        let mut rng = rand::rng();
+        let (m, n, k, group) = (70, 136, 256, 128);
+        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let q = W4Weight::quantize(&w, n, k, group).unwrap();
+        let wd: Vec<f64> = q.dequantize().iter().map(|&x| x as f64).collect();
+        let a: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let mut want = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                want[i * n + j] = (0..k)
+                    .map(|kk| a[i * k + kk].to_f64() * wd[j * k + kk])
+                    .sum();
+            }
+        }
+        for cfg in gemm_w4_f16::SPACE {
+            let mut c = vec![f16::NAN; m * n];
+            gemm_w4_f16::interpret(
+                cfg,
+                m as i32,
+                n as i32,
+                k as i32,
+                group as i32,
+                &a,
+                &q.codes,
+                &q.scales,
+                &mut c,
+            )
+            .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+            let e = super::rel_err(&got, &want);
+            assert!(e < 2e-3, "{cfg}: relative error {e}");
+        }
+    }
+}

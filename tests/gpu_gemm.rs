@@ -1,0 +1,199 @@
+//! The wgmma GEMM (`tilus::kernels::gemm`) on the GPU: every configuration of f16 and bf16 at
+//! ragged shapes (m = 33, 257, 4097; n and k not multiples of the tiles) against an f64
+//! reference of the rounded inputs, outputs poisoned (NaN) before each launch; cuBLAS
+//! (`gemm_nt`, the same `c = a · bᵀ`) within the same tolerance; a `k` that breaks the 16-byte
+//! rows is a launch error naming it, and the context stays usable. The 4-bit-weight GEMM likewise
+//! against an f64 product with its dequantized weight.
+//!
+//! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
+//! skip into a failure. Run with `cargo test --release --test gpu_gemm -- --nocapture`.
+
+mod common;
+
+use half::{bf16, f16};
+use rand::Rng;
+use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Weight};
+use tilus::kernels::gemm::{gemm_bf16, gemm_f16};
+use tilus::runtime::{Context, Cublas, DeviceBuffer};
+
+fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        let row = &a[i * k..(i + 1) * k];
+        for j in 0..n {
+            let col = &b[j * k..(j + 1) * k];
+            c[i * n + j] = row.iter().zip(col).map(|(x, y)| x * y).sum();
+        }
+    }
+    c
+}
+
+fn rel_err(got: &[f64], want: &[f64]) -> f64 {
+    if got.iter().any(|x| !x.is_finite()) {
+        return f64::INFINITY;
+    }
+    let num: f64 = got.iter().zip(want).map(|(g, w)| (g - w).powi(2)).sum();
+    let den: f64 = want.iter().map(|w| w * w).sum();
+    (num / den).sqrt()
+}
+
+const SHAPES: [(usize, usize, usize); 3] = [(33, 136, 200), (257, 520, 1024), (4097, 264, 256)];
+
+macro_rules! check_dtype {
+    ($ctx:expr, $t:ty, $kernel:ident, $tol:expr) => {{
+        let ctx = $ctx;
+        let blas = Cublas::new(ctx).unwrap();
+        let mut rng = rand::rng();
+        for (m, n, k) in SHAPES {
+            let a: Vec<$t> = (0..m * k)
+                .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let b: Vec<$t> = (0..n * k)
+                .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let want = reference(
+                &a.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+                &b.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+                m,
+                n,
+                k,
+            );
+            let (da, db) = (
+                DeviceBuffer::from_host(ctx, &a).unwrap(),
+                DeviceBuffer::from_host(ctx, &b).unwrap(),
+            );
+            for cfg in $kernel::SPACE {
+                let mut dc = DeviceBuffer::from_host(ctx, &vec![<$t>::NAN; m * n]).unwrap();
+                $kernel::launch(ctx, cfg, m as i32, n as i32, k as i32, &da, &db, &mut dc)
+                    .unwrap_or_else(|e| panic!("{cfg} {m}x{n}x{k}: {e}"));
+                let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
+                let e = rel_err(&got, &want);
+                assert!(
+                    e < $tol,
+                    "{} {cfg} {m}x{n}x{k}: relative error {e}",
+                    stringify!($t)
+                );
+                eprintln!(
+                    "{} {cfg} {m}x{n}x{k}: ok, relative error {e:.2e}",
+                    stringify!($t)
+                );
+            }
+            let mut dc = DeviceBuffer::from_host(ctx, &vec![<$t>::NAN; m * n]).unwrap();
+            blas.gemm_nt(m, n, k, &da, &db, &mut dc).unwrap();
+            let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
+            let e = rel_err(&got, &want);
+            assert!(e < $tol, "cuBLAS gemm_nt {m}x{n}x{k}: relative error {e}");
+        }
+    }};
+}
+
+#[test]
+fn gpu_wgmma_gemm_matches_f64_reference() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_wgmma_gemm_matches_f64_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!(
+            "SKIPPED gpu_wgmma_gemm_matches_f64_reference: wgmma needs sm_90a, the device is {}",
+            ctx.arch()
+        );
+        return;
+    }
+    check_dtype!(&ctx, f16, gemm_f16, 5e-3);
+    check_dtype!(&ctx, bf16, gemm_bf16, 2e-2);
+
+    // k = 100: rows of 200 bytes break the 16-byte copies; a clear error names `k`, nothing
+    // launches, and the context still works.
+    let (m, n, k) = (64, 128, 100);
+    let a = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; n * k]).unwrap();
+    let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).unwrap();
+    let e = gemm_f16::launch(
+        &ctx,
+        &gemm_f16::SPACE[0],
+        m as i32,
+        n as i32,
+        k as i32,
+        &a,
+        &b,
+        &mut c,
+    )
+    .expect_err("k = 100 must be refused");
+    assert!(e.to_string().contains('k'), "{e}");
+    eprintln!("k = 100 refused: {e}");
+    let k = 128;
+    let a = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; n * k]).unwrap();
+    gemm_f16::launch(
+        &ctx,
+        &gemm_f16::SPACE[0],
+        m as i32,
+        n as i32,
+        k as i32,
+        &a,
+        &b,
+        &mut c,
+    )
+    .unwrap();
+    assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 128.0));
+}
+
+#[test]
+fn gpu_w4_gemm_matches_f64_reference() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_w4_gemm_matches_f64_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!("SKIPPED gpu_w4_gemm_matches_f64_reference: wgmma needs sm_90a");
+        return;
+    }
+    let mut rng = rand::rng();
+    for (m, n, k, group) in [
+        (33, 264, 512, 128),
+        (257, 520, 1024, 128),
+        (4097, 136, 256, 64),
+    ] {
+        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let q = W4Weight::quantize(&w, n, k, group).unwrap();
+        let wd: Vec<f64> = q.dequantize().iter().map(|&x| x as f64).collect();
+        let a: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
+        let want = reference(&af, &wd, m, n, k);
+        let (da, dw, ds) = (
+            DeviceBuffer::from_host(&ctx, &a).unwrap(),
+            DeviceBuffer::from_host(&ctx, &q.codes).unwrap(),
+            DeviceBuffer::from_host(&ctx, &q.scales).unwrap(),
+        );
+        for cfg in gemm_w4_f16::SPACE {
+            let mut dc = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gemm_w4_f16::launch(
+                &ctx,
+                cfg,
+                m as i32,
+                n as i32,
+                k as i32,
+                group as i32,
+                &da,
+                &dw,
+                &ds,
+                &mut dc,
+            )
+            .unwrap_or_else(|e| panic!("{cfg} {m}x{n}x{k}: {e}"));
+            let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
+            let e = rel_err(&got, &want);
+            assert!(
+                e < 5e-3,
+                "w4 {cfg} {m}x{n}x{k} g{group}: relative error {e}"
+            );
+            eprintln!("w4 {cfg} {m}x{n}x{k} g{group}: ok, relative error {e:.2e}");
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! `dot` with shared operands: `wgmma.mma_async.sync.aligned.m64nNk16` (sm_90a), both operands
+//! read by the tensor cores from shared memory through 64-bit matrix descriptors
+//! (`crate::verify::wgmma` has the conditions).
+//!
+//! Each warpgroup issues, for each of its `[64, N]` accumulator blocks and each 16 of `k`, one
+//! wgmma. The descriptors describe the k-major 128-byte-swizzled canonical layout: start address
+//! `>> 4`, stride byte offset 1024 (the next 8 rows), leading byte offset unused (1), swizzle
+//! mode 1 (128 bytes). Advancing `k` by 16 moves the start address by 32 bytes inside the
+//! swizzled row, which is right because the hardware swizzles address bits and the tensor starts
+//! on a 1024-byte block (`codegen::smem`).
+//!
+//! The sequence is synchronous for the program: fence the accumulator registers, `wgmma.fence`,
+//! the wgmmas, `commit_group`, `wait_group 0`, fence the registers again (so the compiler reads
+//! no accumulator before the wait).
+
+use crate::codegen::context::{Ctx, SharedInfo, SMEM, TID};
+use crate::codegen::expr::Divisible;
+use crate::codegen::regmap::LayoutMap;
+use crate::codegen::CodegenError;
+use crate::ir::{Expr, RegisterType, SharedType, VarId};
+use crate::target::MmaKind;
+use crate::verify::wgmma::{plan_wgmma, ROW_ELEMENTS};
+
+/// The helper feature of one wgmma shape (`wgmma_f16_n256`).
+fn feature(kind: MmaKind, n: usize) -> &'static str {
+    // Feature names are `&'static str`: the 2 x 32 of them are made once.
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        [MmaKind::F16, MmaKind::Bf16]
+            .iter()
+            .flat_map(|&k| (1..=32).map(move |x| format!("wgmma_{}_n{}", ty(k), 8 * x)))
+            .map(|s| &*Box::leak(s.into_boxed_str()))
+            .collect()
+    });
+    let kind_index = usize::from(kind == MmaKind::Bf16);
+    names[kind_index * 32 + n / 8 - 1]
+}
+
+fn ty(kind: MmaKind) -> &'static str {
+    match kind {
+        MmaKind::Bf16 => "bf16",
+        _ => "f16",
+    }
+}
+
+/// Helper device functions for the wgmma features in `used` (called from the prelude).
+pub(crate) fn helpers(used: &crate::codegen::prelude::Features) -> String {
+    let mut s = String::new();
+    if !used.iter().any(|u| u.starts_with("wgmma_")) {
+        return s;
+    }
+    s.push_str(
+        r#"
+// The matrix descriptor of a k-major operand with the 128-byte swizzle at shared address `addr`:
+// start >> 4, leading byte offset 1 (unused when k fits one swizzled row), stride byte offset
+// 1024 >> 4 (8 rows of 128 bytes), swizzle mode 1 (128 bytes).
+static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+"#,
+    );
+    for kind in [MmaKind::F16, MmaKind::Bf16] {
+        for n in (8..=256).step_by(8) {
+            if !used.contains(feature(kind, n)) {
+                continue;
+            }
+            let t = ty(kind);
+            let regs = n / 2;
+            let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+            let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
+            s.push_str(&format!(
+                "\n// d += a * b on one m64n{n}k16 block of a warpgroup: a and b from shared memory (descriptors), d = {regs} f32 per thread.\n\
+                 static __device__ __forceinline__ void tilus_wgmma_m64n{n}k16_{t}(uint32_t* d, uint64_t a, uint64_t b) {{\n\
+                 \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, %{regs}, %{}, 1, 1, 1, 0, 0;\\n\"\n\
+                 \x20              : {}\n\
+                 \x20              : \"l\"(a), \"l\"(b));\n\
+                 }}\n",
+                list.join(", "),
+                regs + 1,
+                outs.join(", "),
+            ));
+        }
+    }
+    s
+}
+
+/// `out = dot(a, b, c)` with `a`, `b` in shared memory; with `wait` false (`dot_async`) the
+/// group is committed and left in flight.
+pub(crate) fn dot(
+    cx: &mut Ctx,
+    out: VarId,
+    a: VarId,
+    b: VarId,
+    c: VarId,
+    wait: bool,
+) -> Result<(), CodegenError> {
+    let (sa, sb) = (cx.shared_info(a)?, cx.shared_info(b)?);
+    let (cdt, cl) = cx.reg(c)?;
+    let shared_type = |s: &SharedInfo| SharedType {
+        dtype: s.dtype,
+        layout: view_layout(s),
+    };
+    let plan = plan_wgmma(
+        &shared_type(&sa),
+        &shared_type(&sb),
+        &RegisterType {
+            dtype: cdt,
+            layout: cl,
+        },
+        cx.block_threads,
+        &cx.target,
+    )
+    .map_err(|e| cx.err(format!("dot (wgmma): {e}")))?;
+    let k = sa.shape[1];
+    let base_a = operand_base(cx, &sa, "a", k)?;
+    let base_b = operand_base(cx, &sb, "b", k)?;
+    let q = LayoutMap::analyze(&plan.c).map_err(|e| cx.err(e))?;
+    let regs = plan.n / 2;
+    let helper = format!("tilus_wgmma_m64n{}k16_{}", plan.n, ty(plan.kind));
+    cx.features.insert(feature(plan.kind, plan.n));
+    let (cn, on) = (cx.name(c), cx.name(out));
+    let words = q.locals * regs;
+    if out != c {
+        for w in 0..words {
+            cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
+        }
+    }
+    cx.w.open("");
+    cx.w.line(format!(
+        "// wgmma m64n{}k16, {} per warpgroup",
+        plan.n,
+        q.locals * k / 16
+    ));
+    let groups = cx.block_threads / 128;
+    let wg = cx.fresh("wg");
+    cx.w.line(format!("const int {wg} = {TID} / 128;"));
+    let (da, db) = (cx.fresh("desc_a"), cx.fresh("desc_b"));
+    cx.w.line(format!(
+        "const uint64_t {da} = tilus_wgmma_desc((uint32_t)__cvta_generic_to_shared({SMEM}) + {base_a});"
+    ));
+    cx.w.line(format!(
+        "const uint64_t {db} = tilus_wgmma_desc((uint32_t)__cvta_generic_to_shared({SMEM}) + {base_b});"
+    ));
+    fence_registers(cx, &on, words);
+    cx.w.line("asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");");
+    for j in 0..q.locals {
+        // The [64, n] block of quotient local j, per warpgroup: byte offsets of its rows of a
+        // (64 rows of 128 bytes per block) and of its columns of b (n rows of 128 bytes).
+        let per_group: Vec<(i64, i64)> = (0..groups)
+            .map(|w| {
+                let idx = q.eval(w % q.threads, j);
+                (idx[0] * 64 * 128, idx[1] * plan.n as i64 * 128)
+            })
+            .collect();
+        let (oa, ob) = (cx.fresh("off_a"), cx.fresh("off_b"));
+        cx.w.line(format!(
+            "const uint32_t {oa} = {};",
+            select_by(&wg, per_group.iter().map(|p| p.0))
+        ));
+        cx.w.line(format!(
+            "const uint32_t {ob} = {};",
+            select_by(&wg, per_group.iter().map(|p| p.1))
+        ));
+        for step in 0..k / 16 {
+            // 16 elements of k are 32 bytes, 2 units of the descriptor's start address.
+            cx.w.line(format!(
+                "{helper}(&{on}[{}], {da} + (({oa} + {}) >> 4), {db} + (({ob} + {}) >> 4));",
+                j * regs,
+                32 * step,
+                32 * step
+            ));
+        }
+    }
+    cx.w.line("asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");");
+    if wait {
+        cx.w.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");");
+        fence_registers(cx, &on, words);
+    }
+    cx.w.close();
+    Ok(())
+}
+
+/// `dot_wait(n)`: `wgmma.wait_group n`, then the registers of every `dot_async` accumulator are
+/// fenced (whichever groups retired, the compiler must not have read them earlier).
+pub(crate) fn wait(cx: &mut Ctx, n: u32) -> Result<(), CodegenError> {
+    cx.w.line(format!(
+        "asm volatile(\"wgmma.wait_group.sync.aligned {n};\\n\" ::: \"memory\");"
+    ));
+    for acc in cx.async_accumulators.clone() {
+        let (dtype, layout) = cx.reg(acc)?;
+        let words = (layout.num_locals() * dtype.bits() as usize).div_ceil(32);
+        let name = cx.name(acc);
+        fence_registers(cx, &name, words);
+    }
+    Ok(())
+}
+
+/// The variables `dot_async` writes, in program order without repeats.
+pub(crate) fn async_accumulators(p: &crate::ir::Program) -> Vec<VarId> {
+    fn walk(body: &[crate::ir::Stmt], out: &mut Vec<VarId>) {
+        use crate::ir::{Instruction, StmtKind};
+        for s in body {
+            match &s.kind {
+                StmtKind::Instr(Instruction::DotAsync { out: v, .. }) if !out.contains(v) => {
+                    out.push(*v)
+                }
+                StmtKind::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(then_body, out);
+                    walk(else_body, out);
+                }
+                StmtKind::For { body, .. } | StmtKind::While { body, .. } => walk(body, out),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&p.body, &mut out);
+    out
+}
+
+/// `values[wg]` as a C expression (one value when all agree).
+fn select_by(wg: &str, values: impl Iterator<Item = i64>) -> String {
+    let values: Vec<i64> = values.collect();
+    if values.iter().all(|&v| v == values[0]) {
+        return format!("{}u", values[0]);
+    }
+    let mut e = format!("{}u", values[values.len() - 1]);
+    for (w, v) in values.iter().enumerate().rev().skip(1) {
+        e = format!("({wg} == {w} ? {v}u : {e})");
+    }
+    e
+}
+
+/// Tell the compiler every accumulator register may change here (the tensor cores write them
+/// between the issue and the wait).
+fn fence_registers(cx: &mut Ctx, arr: &str, words: usize) {
+    for w in 0..words {
+        cx.w.line(format!(
+            "asm volatile(\"\" : \"+r\"({arr}[{w}]) :: \"memory\");"
+        ));
+    }
+}
+
+/// The layout of a shared tensor as the instruction sees it (trailing dims of the root).
+fn view_layout(s: &SharedInfo) -> crate::layout::SharedLayout {
+    let lead = s.root_layout.rank() - s.shape.len();
+    crate::layout::SharedLayout {
+        shape: s.shape.clone(),
+        strides: s.root_layout.strides[lead..].to_vec(),
+        swizzle: s.root_layout.swizzle,
+    }
+}
+
+/// The byte offset (a C expression, from the dynamic shared buffer) of operand `s`'s first
+/// element, unswizzled, after checking that it starts a swizzle atom in its rows and that its
+/// `k` window (the dim of stride 1, `k` long) lies at a multiple of 16 inside one row.
+fn operand_base(
+    cx: &mut Ctx,
+    s: &SharedInfo,
+    which: &str,
+    k: usize,
+) -> Result<String, CodegenError> {
+    let l = &s.root_layout;
+    let bytes = 2; // f16 and bf16
+    let mut terms = vec![format!("{}u", s.root_offset)];
+    for (d, origin) in s.origin.iter().enumerate() {
+        let stride = l.strides[d];
+        if stride == 1 {
+            match cx.facts.constant(origin) {
+                Some(c) if c % 16 == 0 && c >= 0 && c as usize + k <= ROW_ELEMENTS => {}
+                _ => {
+                    return Err(cx.err(format!(
+                        "dot (wgmma): the k window of operand {which} must start at a constant multiple of 16 with k = {k} more inside the row of {ROW_ELEMENTS}; it starts at `{}`",
+                        cx.expr(origin)
+                    )))
+                }
+            }
+        } else {
+            // The rest of the offset must be a multiple of a 1024-byte swizzle atom (512
+            // elements).
+            let need = 512 / gcd(stride, 512);
+            let proof = cx.facts.divisible(origin, need as i64);
+            if matches!(proof, Divisible::No) {
+                return Err(cx.err(format!(
+                    "dot (wgmma): operand {which} must start on a 1024-byte swizzle atom (8 rows of 128 bytes), but its offset `{}` in dimension {d} (stride {stride}) is not provably a multiple of {need}",
+                    cx.expr(origin)
+                )));
+            }
+            cx.assume(&proof);
+        }
+        if origin != &Expr::Int(0) {
+            terms.push(format!(
+                "(uint32_t)({}) * {}u",
+                cx.expr(origin),
+                stride * bytes
+            ));
+        }
+    }
+    Ok(terms.join(" + "))
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}

@@ -1,0 +1,104 @@
+//! `dot` with shared operands (the warpgroup MMA on the GPU, `crate::verify::wgmma`): the same
+//! value as every `dot`, `c + a · b`, with `a` and `b` read from shared memory.
+//!
+//! Each warpgroup reads the operands it needs as its first thread would (so reading bytes that
+//! another thread wrote since the last barrier is reported as a race, as a `load_shared` is).
+//! The sum is exact (f64 products of f16/bf16 values and their sum of at most 2^53 terms are
+//! exact up to f64 rounding) and rounded once to the accumulator's dtype; the GPU accumulates in
+//! f32 in an unspecified order.
+
+use super::super::memory::RegTensor;
+use super::super::numeric::encode_float;
+use super::super::{Block, Machine};
+use crate::ir::{Instruction, VarId};
+use std::ops::Range;
+
+/// One `dot_async` in flight: its accumulator, and the shared bytes each warpgroup's first
+/// thread reads (retired into ordinary reads by `dot_wait`).
+pub(in crate::interp) struct PendingDot {
+    pub acc: VarId,
+    pub reads: Vec<(usize, Range<usize>)>,
+}
+
+impl Machine<'_> {
+    /// While `dot_async`s are in flight their accumulators may only feed further `dot_async`s
+    /// (as `c` and `out` at once).
+    pub(in crate::interp) fn check_pending_dots(
+        &self,
+        ins: &Instruction,
+        block: &Block,
+    ) -> Result<(), String> {
+        let chained =
+            |v: VarId| matches!(ins, Instruction::DotAsync { out, c, .. } if *out == v && *c == v);
+        for v in ins.inputs().into_iter().chain(ins.outputs()) {
+            if block.pending_dots.iter().any(|d| d.acc == v) && !chained(v) {
+                return Err(format!(
+                    "`{}` is used while a dot_async into it is in flight; missing dot_wait?",
+                    self.name(v)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of a shared-operand `dot`; with `in_flight`, the operand reads are in-flight
+    /// reads (`dot_async`) whose bytes are pushed there per reading thread.
+    pub(in crate::interp) fn dot_shared(
+        &mut self,
+        block: &mut Block,
+        a: VarId,
+        b: VarId,
+        c: VarId,
+        mut in_flight: Option<&mut Vec<(usize, Range<usize>)>>,
+    ) -> Result<RegTensor, String> {
+        let (va, vb) = (self.shared(block, a)?, self.shared(block, b)?);
+        let rc = self.reg(block, c)?.clone();
+        let tc = self.table(&rc.layout.clone())?;
+        let (m, k, n) = (va.layout.shape[0], va.layout.shape[1], vb.layout.shape[1]);
+        let (an, bn, cn) = (
+            self.name(a).to_string(),
+            self.name(b).to_string(),
+            self.name(c).to_string(),
+        );
+        let bt = self.block_threads;
+        let mut result = RegTensor::new(rc.dtype, rc.layout.clone(), bt);
+        // Operands as the first thread of each warpgroup reads them.
+        for wg in 0..bt.div_ceil(128) {
+            let reader = wg * 128;
+            let mut av = vec![0f64; m * k];
+            let mut bv = vec![0f64; k * n];
+            let mut read = |view, name: &str, index: &[usize]| match in_flight.as_deref_mut() {
+                None => block.shared.read(reader, view, name, index),
+                Some(reads) => {
+                    let (code, bytes) = block.shared.dot_read(reader, view, name, index)?;
+                    reads.push((reader, bytes));
+                    Ok(code)
+                }
+            };
+            for i in 0..m {
+                for kk in 0..k {
+                    av[i * k + kk] = va.dtype.decode(read(&va, &an, &[i, kk])?);
+                }
+            }
+            for kk in 0..k {
+                for j in 0..n {
+                    bv[kk * n + j] = vb.dtype.decode(read(&vb, &bn, &[kk, j])?);
+                }
+            }
+            for t in reader..(reader + 128).min(bt) {
+                for l in 0..tc.locals {
+                    let f = tc.at(t % tc.threads, l);
+                    let (mi, ni) = (f / n, f % n);
+                    let mut sum = rc.dtype.decode(rc.get(t, l));
+                    for kk in 0..k {
+                        sum += av[mi * k + kk] * bv[kk * n + ni];
+                    }
+                    let code = encode_float(rc.dtype, sum)
+                        .map_err(|e| format!("`{cn}`[{mi}, {ni}]: {e}"))?;
+                    result.set(t, l, code);
+                }
+            }
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,217 @@
+//! `dot` with operands in shared memory: the warpgroup MMA of sm_90a,
+//! `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`, both operands read from shared memory
+//! through matrix descriptors.
+//!
+//! A `dot(a, b, c)` takes this path when `a` and `b` are shared tensors (`c` stays a register
+//! tensor; the semantics are those of every `dot`: `c + a · b`, `[m, k] x [k, n] + [m, n]`).
+//! It is accepted when:
+//!
+//! - **Target and block**: the target has wgmma for the operand type (f16 or bf16 with an f32
+//!   accumulator) and the block is whole warpgroups (a multiple of 128 threads).
+//! - **Operands**: both are *k-major with the 128-byte swizzle*, the canonical layout the
+//!   hardware reads: each row of 64 elements (128 bytes) of `k` is contiguous, rows follow each
+//!   other, and 16-byte chunks are XOR-swizzled with the row index modulo 8
+//!   (`swizzle(3, 3, 3)` on 16-bit elements). For `a: [m, k]` that is a slice of a tile
+//!   allocated as `shared::<f16>([.., rows, 64], swizzle(3, 3, 3))` (strides `[64, 1]`); for
+//!   `b: [k, n]` it is such an `[n, 64]` tile permuted with `permute_shared(t, [1, 0])` (strides
+//!   `[1, 64]`). `k` is a multiple of 16 and at most 64, `m` a multiple of 64.
+//! - **Accumulator**: `c`'s layout is warpgroup tiles of the wgmma accumulator fragment,
+//!   `qc ∘ wgmma_c(nf)` (`spatial(4, 1).local(1, nf / 8).mma_c`, `layout::fragments`), for the
+//!   widest `nf` (a multiple of 8, at most 256, dividing `n`) for which the division succeeds.
+//!   Warpgroup `w` computes, for each local `j` of the quotient `qc` (warpgroup `w` plays quotient
+//!   thread `w % qc.num_threads()`), the `[64, nf]` block of `c` at `qc.eval(w, j)` (in units of
+//!   `[64, nf]`), with one wgmma per 16 of `k`.
+//!
+//! What the code generator also needs, and checks when it emits the instruction (the offsets of
+//! a slice are expressions it sees there): every operand starts on a 1024-byte swizzle atom in
+//! its rows (a row offset that is a multiple of 8) and its `k` window lies inside the 64-element
+//! row at a multiple of 16.
+//!
+//! The instruction is asynchronous on the GPU; this `dot` is not: the emitted code fences, issues
+//! the wgmmas, commits them and waits for them, so `c` is complete after the `dot` like after
+//! every instruction. Shared memory written before the `dot` must be made visible by a barrier
+//! (`synchronize`), as for every shared read by other threads; the code generator puts the
+//! async-proxy fence wgmma needs (`fence.proxy.async.shared::cta`) before every barrier of a
+//! program that has such a `dot`.
+
+use crate::ir::{RegisterType, SharedType};
+use crate::layout::{fragments::wgmma_c, Layout, SharedLayout, Swizzle};
+use crate::target::{MmaKind, Target};
+
+/// The swizzle of the k-major 128-byte canonical layout, on 16-bit elements.
+pub const SWIZZLE_128B: Swizzle = Swizzle {
+    bits: 3,
+    base: 3,
+    shift: 3,
+};
+
+/// Elements of `k` in one swizzled row (128 bytes of 16-bit elements).
+pub const ROW_ELEMENTS: usize = 64;
+
+/// How a verified shared-operand `dot` runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WgmmaPlan {
+    pub kind: MmaKind,
+    /// Columns per wgmma (`N` of `m64nNk16`).
+    pub n: usize,
+    /// `c`'s layout divided by the accumulator fragment: its threads are warpgroups, its
+    /// elements `[64, n]` blocks of `c`.
+    pub c: Layout,
+}
+
+/// Check a `dot` of shared `a: [m, k]`, shared `b: [k, n]` and register `c: [m, n]`.
+pub fn plan_wgmma(
+    a: &SharedType,
+    b: &SharedType,
+    c: &RegisterType,
+    block_threads: usize,
+    target: &Target,
+) -> Result<WgmmaPlan, String> {
+    let kind = match MmaKind::of(a.dtype, c.dtype) {
+        Some(k @ (MmaKind::F16 | MmaKind::Bf16)) => k,
+        _ => {
+            return Err(format!(
+                "shared operands need f16 or bf16 with an f32 accumulator (wgmma), not {} with {}",
+                a.dtype, c.dtype
+            ))
+        }
+    };
+    if !target
+        .wgmma
+        .iter()
+        .any(|s| s.k == 16 && s.kinds.contains(&kind))
+    {
+        return Err(format!(
+            "the target {} has no wgmma for {kind:?}: shared operands need sm_90a",
+            target.arch.name()
+        ));
+    }
+    if !block_threads.is_multiple_of(128) {
+        return Err(format!(
+            "wgmma runs on whole warpgroups, but the block has {block_threads} threads (not a multiple of 128)"
+        ));
+    }
+    let (sa, sb) = (&a.layout.shape, &b.layout.shape);
+    let (m, k, n) = (sa[0], sa[1], sb[1]);
+    if !m.is_multiple_of(64) || !k.is_multiple_of(16) || k > ROW_ELEMENTS || !n.is_multiple_of(8) {
+        return Err(format!(
+            "wgmma tiles are 64 rows by multiples of 16 of k (at most {ROW_ELEMENTS}, one swizzled row) by multiples of 8 of n; got m = {m}, k = {k}, n = {n}"
+        ));
+    }
+    k_major(&a.layout, [ROW_ELEMENTS, 1]).map_err(|e| {
+        format!("the shared operand a {e}\nhelp: allocate it as `shared::<T>([.., rows, 64], swizzle(3, 3, 3))` and slice `[rows, k]` out of it")
+    })?;
+    k_major(&b.layout, [1, ROW_ELEMENTS]).map_err(|e| {
+        format!("the shared operand b {e}\nhelp: allocate `[n, 64]` with `swizzle(3, 3, 3)` (k contiguous) and pass `permute_shared(t, [1, 0])`")
+    })?;
+    let mut widths: Vec<usize> = (1..=n.min(256) / 8).map(|x| 8 * x).collect();
+    widths.retain(|w| n % w == 0);
+    for nf in widths.into_iter().rev() {
+        if let Ok(q) = c.layout.divide(&wgmma_c(nf)) {
+            return Ok(WgmmaPlan { kind, n: nf, c: q });
+        }
+    }
+    Err(format!(
+        "the layout of c is not warpgroup tiles of the wgmma accumulator\nhelp: write it as `<warpgroup tiles>.spatial(4, 1).local(1, N / 8).mma_c` with N a multiple of 8 up to 256 dividing {n}, e.g. `spatial({}, 1).spatial(4, 1).local(1, {}).mma_c` for {} warpgroups",
+        (m / 64).max(1),
+        n.min(256) / 8,
+        (m / 64).max(1),
+    ))
+}
+
+/// `Ok` when `layout` is k-major with the 128-byte swizzle: `strides` are the expected
+/// `[row dim, k dim]` strides (the k dim has stride 1, the row dim 64).
+fn k_major(layout: &SharedLayout, strides: [usize; 2]) -> Result<(), String> {
+    if layout.swizzle != Some(SWIZZLE_128B) || layout.strides[..] != strides[..] {
+        let swizzle = layout.swizzle.map_or("none".to_string(), |s| {
+            format!("swizzle({}, {}, {})", s.bits, s.base, s.shift)
+        });
+        return Err(format!(
+            "is not k-major with the 128-byte swizzle: it has strides {:?} and {swizzle}, wgmma reads strides {strides:?} with swizzle(3, 3, 3)",
+            layout.strides
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::parse;
+    use crate::DType;
+
+    fn shared(shape: [usize; 2], strides: [usize; 2], swizzle: Option<Swizzle>) -> SharedType {
+        SharedType {
+            dtype: DType::F16,
+            layout: SharedLayout {
+                shape: shape.to_vec(),
+                strides: strides.to_vec(),
+                swizzle,
+            },
+        }
+    }
+
+    fn acc(text: &str) -> RegisterType {
+        RegisterType {
+            dtype: DType::F32,
+            layout: parse(text).unwrap(),
+        }
+    }
+
+    #[test]
+    fn accepts_the_canonical_operands_and_picks_the_widest_n() {
+        let a = shared([128, 64], [64, 1], Some(SWIZZLE_128B));
+        let b = shared([64, 256], [1, 64], Some(SWIZZLE_128B));
+        let c = acc("spatial(2, 1).spatial(4, 1).local(1, 32).mma_c");
+        let plan = plan_wgmma(&a, &b, &c, 256, &Target::SM90).unwrap();
+        assert_eq!((plan.kind, plan.n), (MmaKind::F16, 256));
+        assert_eq!(plan.c.shape(), &[2, 1][..]);
+        // Local column blocks outside the warps are the same layout (local and spatial modes
+        // of different dimensions commute): still one 256-wide block.
+        let c = acc("spatial(2, 1).local(1, 2).spatial(4, 1).local(1, 16).mma_c");
+        let plan = plan_wgmma(&a, &b, &c, 256, &Target::SM90).unwrap();
+        assert_eq!((plan.n, plan.c.shape()), (256, &[2, 1][..]));
+        // Four warpgroups, each a 64 x 128 block: 128-wide wgmmas.
+        let c = acc("spatial(2, 2).spatial(4, 1).local(1, 16).mma_c");
+        let plan = plan_wgmma(&a, &b, &c, 512, &Target::SM90).unwrap();
+        assert_eq!((plan.n, plan.c.shape()), (128, &[2, 2][..]));
+    }
+
+    #[test]
+    fn rejections_say_what_is_wrong() {
+        let a = shared([64, 64], [64, 1], Some(SWIZZLE_128B));
+        let b = shared([64, 128], [1, 64], Some(SWIZZLE_128B));
+        let c = acc("spatial(4, 1).local(1, 16).mma_c");
+        assert!(plan_wgmma(&a, &b, &c, 128, &Target::SM90).is_ok());
+        let err = |a: &SharedType, b: &SharedType, c: &RegisterType, threads, t: &Target| {
+            plan_wgmma(a, b, c, threads, t).unwrap_err()
+        };
+        assert!(err(&a, &b, &c, 128, &Target::SM80).contains("sm_90a"));
+        assert!(err(&a, &b, &c, 96, &Target::SM90).contains("multiple of 128"));
+        let unswizzled = shared([64, 64], [64, 1], None);
+        let e = err(&unswizzled, &b, &c, 128, &Target::SM90);
+        assert!(
+            e.contains("operand a") && e.contains("swizzle(3, 3, 3)"),
+            "{e}"
+        );
+        // b as an n-major tile (not permuted): the strides are wrong.
+        let n_major = shared([64, 128], [128, 1], Some(SWIZZLE_128B));
+        let e = err(&a, &n_major, &c, 128, &Target::SM90);
+        assert!(
+            e.contains("operand b") && e.contains("permute_shared"),
+            "{e}"
+        );
+        let short = shared([32, 64], [64, 1], Some(SWIZZLE_128B));
+        let c32 = acc("spatial(2, 1).local(1, 16).mma_c");
+        assert!(err(&short, &b, &c32, 128, &Target::SM90).contains("64 rows"));
+        // Warps side by side along n: not the accumulator fragment.
+        let wrong = acc("spatial(1, 4).local(4, 4).mma_c");
+        let e = err(&a, &b, &wrong, 128, &Target::SM90);
+        assert!(e.contains("wgmma accumulator"), "{e}");
+        let ints = RegisterType {
+            dtype: DType::Int(32),
+            layout: c.layout.clone(),
+        };
+        assert!(err(&a, &b, &ints, 128, &Target::SM90).contains("f16 or bf16"));
+    }
+}
