@@ -36,3 +36,4 @@ pub mod kernels;
 mod parallel;
 pub mod programs;
 pub mod quant;
+pub mod vq;

@@ -234,3 +234,39 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tilus bench vq`: malformed formats, m values, shapes and caches are refused, naming the
+/// flag, before a GPU is looked for; without a GPU it says it needs one.
+#[test]
+fn vq_flags_are_checked_before_the_gpu_is_opened() {
+    let dir = temp_dir("vq");
+    let bad: [(&[&str], &str); 9] = [
+        (&["--stages", "1"], "--stages"),
+        (&["--split", "3"], "--split"),
+        (&["--configs", "quip4"], "--configs"),
+        (&["--configs", "cq2"], "--configs"),
+        (&["--m", "0"], "--m"),
+        (&["--m", "17"], "--m"),
+        (&["--shapes", "100x256"], "--shapes"),
+        (&["--cache", "12"], "--cache"),
+        (&["--runs", "0"], "--runs"),
+    ];
+    for (args, flag) in bad {
+        let mut all = vec!["bench", "vq"];
+        all.extend(args);
+        let out = tilus(&all, &dir);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(&format!("argument `{flag}`")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("libcuda"), "{err}");
+    }
+    let out = tilus(&["bench", "vq", "--shapes", "256x256", "--m", "1"], &dir);
+    let err = String::from_utf8(out.stderr).unwrap();
+    if !out.status.success() && err.contains("libcuda") {
+        assert!(err.contains("needs a GPU"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

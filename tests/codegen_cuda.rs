@@ -990,6 +990,57 @@ fn apt_kernels_compile_to_bmma() {
     }
 }
 
+/// The VQ-GEMV kernels (`src/kernels/vq`): the cached kernel for GPTVQ-2 and AQLM-3 with the
+/// layer's default cache, with a register tier and with no cache, and the naive GC kernel,
+/// compile to HMMA without local memory; the cached one stages its codes with cp.async.
+#[test]
+fn vq_kernels_compile_without_spills() {
+    use tilus::kernels::vq::kernel::{vq_gemv, vq_gemv_gc};
+    use tilus::kernels::vq::linear::{default_cache, gc_config, kernel_config};
+    use tilus::kernels::vq::VqCache;
+    use tilus::vq::VqConfig;
+    let mut kernels = Vec::new();
+    for c in [VqConfig::GPTVQ_2, VqConfig::AQLM_3] {
+        for cache in [
+            default_cache(c, 8192),
+            VqCache {
+                n_reg: 2,
+                n_shared: 64,
+            },
+            VqCache {
+                n_reg: 0,
+                n_shared: 0,
+            },
+        ] {
+            // The second cache with k split in four (the atomics' epilogue).
+            let split = if cache.n_reg == 2 { 4 } else { 1 };
+            let cfg = kernel_config(c, cache, 8192, 4, split);
+            let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            let name = format!(
+                "vq_gemv_{}_{}_{}_split{split}",
+                c.name, cache.n_reg, cache.n_shared
+            );
+            kernels.push((
+                name,
+                p,
+                Expect {
+                    hmma: true,
+                    ldgsts: true,
+                },
+            ));
+        }
+        let cfg = gc_config(c);
+        let p = vq_gemv_gc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        kernels.push((format!("vq_gemv_gc_{}", c.name), p, MMA));
+    }
+    let fin = tilus::kernels::vq::kernel::vq_finalize::program(
+        &tilus::kernels::vq::kernel::vq_finalize::SPACE[0],
+    )
+    .unwrap();
+    kernels.push(("vq_finalize".to_string(), fin, Expect::default()));
+    run("vq_kernels_compile_without_spills", kernels);
+}
+
 /// The wgmma GEMM (`tilus::kernels::gemm`), every configuration of both dtypes, for sm_90a (the
 /// warpgroup MMA has no sm_80 form): no spills or stack frame, no local memory, `HGMMA` (the
 /// warpgroup MMA, 4 per k step and warpgroup block) and `LDGSTS` (the cp.async pipeline), and

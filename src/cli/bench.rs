@@ -307,6 +307,38 @@ pub enum BenchCommand {
         #[arg(long)]
         stages: Option<usize>,
     },
+    /// VQ-GEMV (vector-quantized weights, `docs/vq.md`) with the codebook cache, against the
+    /// memory floor, the naive GC kernel, cuBLAS f16 and the element-wise kernel of the same
+    /// bit width, measured in the same run.
+    Vq {
+        /// Comma-separated formats: gptvq2, aqlm3.
+        #[arg(long, default_value = "gptvq2,aqlm3")]
+        configs: String,
+        /// Comma-separated m values (tokens, 1..=16).
+        #[arg(long, default_value = "1,16")]
+        m: String,
+        /// `llama70b` (57344x8192, 8192x28672, 8192x8192) or comma-separated `NxK`.
+        #[arg(long, default_value = "llama70b")]
+        shapes: String,
+        /// The cache as `n_reg/n_shared` entries instead of each format's default.
+        #[arg(long)]
+        cache: Option<String>,
+        /// Stages of the cached kernel's cp.async ring of codes (2..=8; default 4).
+        #[arg(long)]
+        stages: Option<usize>,
+        /// The k split (1, 2, 4, 8) instead of the layer's choice per shape.
+        #[arg(long)]
+        split: Option<usize>,
+        /// Timed runs per point (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Skip the cuBLAS f16 column.
+        #[arg(long = "no-cublas")]
+        no_cublas: bool,
+        /// Skip the element-wise kernel's column.
+        #[arg(long = "no-elementwise")]
+        no_elementwise: bool,
+    },
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -372,6 +404,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Launch { m, calls, .. } => vec![("--m", m), ("--calls", calls)],
         BenchCommand::Attention { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Apt { runs, .. } => vec![("--runs", runs)],
+        BenchCommand::Vq { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Dense { runs, .. } => vec![("--runs", runs)],
         BenchCommand::W4 { runs, group, .. } => vec![("--runs", runs), ("--group", group)],
         BenchCommand::Import {
@@ -434,6 +467,29 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
                 ));
             }
             super::bench_apt::parse(widths, m, shapes).map(drop)
+        }
+        BenchCommand::Vq {
+            configs,
+            m,
+            shapes,
+            cache,
+            stages,
+            split,
+            ..
+        } => {
+            if split.is_some_and(|s| !matches!(s, 1 | 2 | 4 | 8)) {
+                return Err(format!(
+                    "argument `--split`: {} is not 1, 2, 4 or 8",
+                    split.unwrap_or(0)
+                ));
+            }
+            if stages.is_some_and(|s| !(2..=8).contains(&s)) {
+                return Err(format!(
+                    "argument `--stages`: {} is not in 2..=8",
+                    stages.unwrap_or(0)
+                ));
+            }
+            super::bench_vq::parse(configs, m, shapes, cache.as_deref()).map(drop)
         }
         BenchCommand::Rowwise { shapes, dtype, .. } => {
             parse_shapes(shapes)?;
@@ -674,6 +730,29 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
     {
         return super::bench_apt::run(widths, m, shapes, runs, (no_cublas, no_weight_only), stages);
     }
+    if let BenchCommand::Vq {
+        ref configs,
+        ref m,
+        ref shapes,
+        ref cache,
+        stages,
+        split,
+        runs,
+        no_cublas,
+        no_elementwise,
+    } = *cmd
+    {
+        return super::bench_vq::run(
+            configs,
+            m,
+            shapes,
+            cache.as_deref(),
+            stages,
+            split,
+            runs,
+            (no_cublas, no_elementwise),
+        );
+    }
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
@@ -765,7 +844,10 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             }
             out += &tilus::kernels::gemm::bench::w4_table(copy_gbps, &rows);
         }
-        BenchCommand::Tune { .. } | BenchCommand::Import { .. } | BenchCommand::Apt { .. } => {
+        BenchCommand::Tune { .. }
+        | BenchCommand::Import { .. }
+        | BenchCommand::Apt { .. }
+        | BenchCommand::Vq { .. } => {
             unreachable!("handled above")
         }
         BenchCommand::Launch {

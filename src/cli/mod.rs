@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_apt;
+pub mod bench_vq;
 pub mod checkpoint;
 pub mod doctor;
 pub mod dtype;

@@ -25,3 +25,4 @@ pub mod linear_gpu;
 pub mod permute;
 pub mod qmatmul;
 pub mod rowwise;
+pub mod vq;

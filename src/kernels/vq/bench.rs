@@ -1,0 +1,227 @@
+//! `tilus bench vq`: the VQ-GEMV with its codebook cache per format, shape and `m`, against the
+//! memory floor, the naive GC kernel, cuBLAS f16 and the project's element-wise quantized
+//! kernel of the same bit width, all measured in the same run.
+//!
+//! Timings are medians of CUDA-event timings with the L2 flushed before each run. The floor is
+//! the unavoidable traffic: the codes as stored (1 byte per code up to 8 bits, 2 above) + the
+//! f16 codebooks (and scales) + the f16 activations (`2 m k`) + the f16 output (`2 m n`), over
+//! the device-to-device copy bandwidth measured in the same run. The weights are random (codes
+//! uniform over the entries, the cache's worst case; values do not change the time), since
+//! k-means on a 470M-element matrix would only cost time; correctness is the tests' job
+//! (`tests/vq.rs`, `tests/gpu_vq.rs`). A split k's time includes both launches.
+
+use super::{VqCache, VqLinear};
+use crate::vq::{VqConfig, VqWeight};
+use half::f16;
+use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, Timing};
+
+/// The Llama-2/3-70B weight shapes `(n, k)` of the issue: gate+up, down, o.
+pub const LLAMA70B_SHAPES: [(usize, usize); 3] = [(57344, 8192), (8192, 28672), (8192, 8192)];
+
+/// The formats the bench runs by default (the weight formats the GEMV serves).
+pub const CONFIGS: [VqConfig; 2] = [VqConfig::GPTVQ_2, VqConfig::AQLM_3];
+
+/// One measured point.
+#[derive(Clone, Debug)]
+pub struct VqBenchRow {
+    pub config: &'static str,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub cache: VqCache,
+    /// Stages of the cached kernel's ring of codes.
+    pub stages: usize,
+    /// The k split (1: none; above, two launches: the GEMV and the finalize kernel).
+    pub split: usize,
+    /// [`super::kernel::vq_gemv`] with `cache`.
+    pub cached: Timing,
+    /// The naive GC kernel.
+    pub naive: Timing,
+    /// The floor's bytes (module docs).
+    pub bytes: usize,
+    pub floor_us: f64,
+    pub cublas_us: Option<f64>,
+    /// The element-wise kernel of `elementwise_bits` bits (`u<bits>` weight, per-channel
+    /// scales, f16 activations), best of 3 configurations.
+    pub elementwise_us: Option<f64>,
+    pub elementwise_bits: u32,
+}
+
+impl VqBenchRow {
+    pub fn percent_of_floor(&self) -> f64 {
+        100.0 * self.floor_us / self.cached.median_us
+    }
+    pub fn gb_per_s(&self) -> f64 {
+        self.bytes as f64 / (self.cached.median_us * 1e-6) / 1e9
+    }
+}
+
+/// The element-wise width compared with a format: its bits per value, rounded up.
+pub fn elementwise_bits(c: VqConfig) -> u32 {
+    c.bits_per_value().ceil() as u32
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Time `run` with the L2 flushed before each of `runs` runs (after one checked run).
+fn time(
+    ctx: &Context,
+    flush: &mut L2Flush,
+    runs: usize,
+    mut run: impl FnMut() -> Result<(), String>,
+) -> Result<Timing, String> {
+    run()?;
+    let mut failure = None;
+    let t = time_runs(ctx, 3, runs, Some(flush), || {
+        if let Err(e) = run() {
+            failure = Some(e);
+        }
+        Ok(())
+    })
+    .map_err(err)?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(t),
+    }
+}
+
+/// Measure one format at `(m, n, k)`: the cached kernel (with `cache`, or the layer's default)
+/// and the GC kernel; the cuBLAS and element-wise times are carried.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_vq(
+    ctx: &std::sync::Arc<Context>,
+    flush: &mut L2Flush,
+    config: VqConfig,
+    m: usize,
+    n: usize,
+    k: usize,
+    runs: usize,
+    copy_gbps: f64,
+    (cache, stages, split): (Option<VqCache>, Option<usize>, Option<usize>),
+    cublas_us: Option<f64>,
+    elementwise_us: Option<f64>,
+) -> Result<VqBenchRow, String> {
+    let w = VqWeight::random(config, n, k, 0x18, false).map_err(err)?;
+    let bytes = w.code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
+    let mut layer = VqLinear::new(w).map_err(err)?;
+    if let Some(s) = stages {
+        layer = layer.with_stages(s).map_err(err)?;
+    }
+    if let Some(c) = cache {
+        layer = layer.with_cache(c).map_err(err)?;
+    }
+    if let Some(s) = split {
+        layer = layer.with_split(s).map_err(err)?;
+    }
+    let gpu = layer.to_gpu(ctx).map_err(err)?;
+    let x: Vec<f16> = (0..m * k)
+        .map(|i| f16::from_f32(((i * 2654435761) >> 9) as f32 % 1000.0 / 1000.0 - 0.5))
+        .collect();
+    let xd = DeviceBuffer::from_host(ctx, &x).map_err(err)?;
+    let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
+    let cached = time(ctx, flush, runs, || {
+        gpu.forward_into(&xd, m, &mut y, false).map_err(err)
+    })?;
+    let naive = time(ctx, flush, runs, || {
+        gpu.forward_into(&xd, m, &mut y, true).map_err(err)
+    })?;
+    Ok(VqBenchRow {
+        config: config.name,
+        m,
+        n,
+        k,
+        cache: layer.cache(),
+        stages: layer.stages(),
+        split: layer.config(m).SPLIT as usize,
+        cached,
+        naive,
+        bytes,
+        floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
+        cublas_us,
+        elementwise_us,
+        elementwise_bits: elementwise_bits(config),
+    })
+}
+
+/// The table `tilus bench vq` prints.
+pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
+    let mut s = format!(
+        "tilus vq (VQ-GEMV with the codebook cache); copy bandwidth {copy_gbps:.0} GB/s; floor = \
+         (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
+         GC = the naive kernel (codebook gathered from global memory per element); elem = the \
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = n_reg/n_shared, stages, k split\n\
+         {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
+        "config",
+        "m",
+        "n x k",
+        "vq us",
+        "GB/s",
+        "%floor",
+        "GC us",
+        "vs GC",
+        "cuBLAS us",
+        "vs f16",
+        "elem us",
+        "vs elem"
+    );
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{c:.1}"));
+    for r in rows {
+        let t = r.cached.median_us;
+        let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
+        s += &format!(
+            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}/{} s{} k/{}\n",
+            r.config,
+            r.m,
+            format!("{}x{}", r.n, r.k),
+            t,
+            r.gb_per_s(),
+            r.percent_of_floor(),
+            r.naive.median_us,
+            r.naive.median_us / t,
+            opt(r.cublas_us),
+            ratio(r.cublas_us),
+            format!("u{}:{}", r.elementwise_bits, opt(r.elementwise_us)),
+            ratio(r.elementwise_us),
+            r.cache.n_reg,
+            r.cache.n_shared,
+            r.stages,
+            r.split,
+        );
+    }
+    s
+}
+
+/// The formats of `--configs` (names as [`VqConfig::by_name`] reads them); errors name the
+/// argument.
+pub fn parse_configs(list: &str) -> Result<Vec<VqConfig>, String> {
+    list.split(',')
+        .map(|c| {
+            let cfg = VqConfig::by_name(c.trim()).ok_or_else(|| {
+                format!(
+                    "argument `--configs`: `{c}` is not one of gptvq2, aqlm3 (cq2 and cq4 are \
+                     KV-cache formats, quip4 is not implemented)"
+                )
+            })?;
+            if cfg.channel_scale || matches!(cfg.scope, crate::vq::CodebookScope::Tile { .. }) {
+                Ok(cfg)
+            } else {
+                Err(format!(
+                    "argument `--configs`: `{c}` is a KV-cache format; the GEMV serves gptvq2 and aqlm3"
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The cache of `--cache n_reg/n_shared`, or `None` for each format's default.
+pub fn parse_cache(arg: Option<&str>) -> Result<Option<VqCache>, String> {
+    let Some(a) = arg else { return Ok(None) };
+    let bad = || format!("argument `--cache`: `{a}` is not n_reg/n_shared (e.g. 0/1024)");
+    let (r, s) = a.split_once('/').ok_or_else(bad)?;
+    Ok(Some(VqCache {
+        n_reg: r.trim().parse().map_err(|_| bad())?,
+        n_shared: s.trim().parse().map_err(|_| bad())?,
+    }))
+}

@@ -1,0 +1,167 @@
+//! VQ-GEMV on the CPU interpreter (issue 18): the cached kernel under several cache splits and
+//! the naive GC kernel against an f64 reference of the dequantized weight, fresh random codes,
+//! codebooks and activations, outputs poisoned (NaN) before the run.
+
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tilus::kernels::vq::{VqCache, VqLinear};
+use tilus::vq::kmeans::KmeansOptions;
+use tilus::vq::{CodebookScope, VqConfig, VqWeight};
+
+/// A weight of `config` with random skewed codes (low codes more frequent, so the reorder and
+/// the cache's tiers matter) and random f16 codebooks and scales.
+fn random_weight(config: VqConfig, n: usize, k: usize, rng: &mut StdRng) -> VqWeight {
+    VqWeight::random(config, n, k, rng.random(), true).unwrap()
+}
+
+/// `y = x · Wᵀ` in f64 from the dequantized weight.
+fn reference(w: &VqWeight, x: &[f16], m: usize) -> Vec<f64> {
+    let d = w.dequantize();
+    let (n, k) = (w.n, w.k);
+    let mut y = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            y[i * n + j] = (0..k)
+                .map(|c| x[i * k + c].to_f64() * d[j * k + c] as f64)
+                .sum();
+        }
+    }
+    y
+}
+
+fn check(tag: &str, got: &[f16], want: &[f64]) {
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = g.to_f64();
+        assert!(g.is_finite(), "{tag}: y[{i}] = {g} (poison left?)");
+        let err = (g - w).abs() / w.abs().max(rms);
+        assert!(
+            err < 1e-2,
+            "{tag}: y[{i}] = {g}, reference {w} (rel err {err})"
+        );
+    }
+}
+
+/// Small formats that fit the interpreter's time: GPTVQ-2 itself on two 256 x 256 tiles, a
+/// GPTVQ-like one with 2 x 2 tiles of 32 x 128 (codebook switches along k and n), AQLM-3 itself
+/// (4096 entries, two stages, scales).
+fn cases() -> Vec<(VqConfig, usize, usize)> {
+    let small_tiles = VqConfig {
+        name: "tiles",
+        scope: CodebookScope::Tile {
+            rows: 32,
+            cols: 128,
+        },
+        ..VqConfig::GPTVQ_2
+    };
+    vec![
+        (VqConfig::GPTVQ_2, 256, 512),
+        (small_tiles, 64, 256),
+        (VqConfig::AQLM_3, 64, 256),
+    ]
+}
+
+#[test]
+fn vq_gemv_matches_reference_with_every_cache_split() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0018);
+    for (config, n, k) in cases() {
+        let w = random_weight(config, n, k, &mut rng);
+        let e = config.entries();
+        let layer = VqLinear::new(w.clone()).unwrap();
+        let splits = [
+            layer.cache(),
+            VqCache {
+                n_reg: 2,
+                n_shared: e / 4,
+            },
+            VqCache {
+                n_reg: 0,
+                n_shared: 0,
+            },
+        ];
+        for (si, cache) in splits.into_iter().enumerate() {
+            // Rings of 4, 3 and 2 stages (the codebook buffers follow); k split in two
+            // (partial sums through atomics, then the finalize kernel) with the second split.
+            let split = if si == 1 { 2 } else { 1 };
+            let layer = VqLinear::new(w.clone())
+                .unwrap()
+                .with_stages(4 - si)
+                .unwrap()
+                .with_cache(cache)
+                .unwrap()
+                .with_split(split)
+                .unwrap();
+            for m in [1, 3, 16] {
+                // Only the default cache at every m (the interpreter's time).
+                if si > 0 && m != 3 {
+                    continue;
+                }
+                let x: Vec<f16> = (0..m * k)
+                    .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                    .collect();
+                let want = reference(&w, &x, m);
+                let tag = format!("{} {n}x{k} m={m} {cache:?} stages {}", config.name, 4 - si);
+                check(&tag, &layer.forward_cpu(&x, m).unwrap(), &want);
+                if si == 0 {
+                    check(
+                        &format!("{tag} GC"),
+                        &layer.forward_cpu_gc(&x, m).unwrap(),
+                        &want,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn vq_linear_from_kmeans_end_to_end() {
+    // A weight quantized by k-means (GPTVQ-2): the layer's output matches x · dequant(W).
+    let mut rng = StdRng::seed_from_u64(7);
+    let (n, k, m) = (256, 256, 2);
+    let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let q = VqWeight::quantize(
+        &w,
+        n,
+        k,
+        VqConfig::GPTVQ_2,
+        KmeansOptions { iters: 3, seed: 1 },
+    )
+    .unwrap();
+    let layer = VqLinear::new(q.clone()).unwrap();
+    let x: Vec<f16> = (0..m * k)
+        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+        .collect();
+    check(
+        "kmeans gptvq2",
+        &layer.forward_cpu(&x, m).unwrap(),
+        &reference(&q, &x, m),
+    );
+}
+
+#[test]
+fn vq_linear_errors_name_the_argument() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let cq = random_weight(VqConfig::CQ_2, 64, 256, &mut rng);
+    let e = VqLinear::new(cq).unwrap_err().to_string();
+    assert!(e.contains("`weight`") && e.contains("columns"), "{e}");
+    let w = random_weight(VqConfig::GPTVQ_2, 256, 256, &mut rng);
+    let layer = VqLinear::new(w).unwrap();
+    let e = layer
+        .forward_cpu(&[f16::ZERO; 10], 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`x`"), "{e}");
+    let e = layer.forward_cpu(&[], 0).unwrap_err().to_string();
+    assert!(e.contains("`m`"), "{e}");
+    let e = layer
+        .clone()
+        .with_cache(VqCache {
+            n_reg: 4,
+            n_shared: 256,
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`cache`"), "{e}");
+}
