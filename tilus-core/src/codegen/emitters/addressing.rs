@@ -44,8 +44,27 @@ impl Flat {
                 let root = &s.root_layout;
                 let (rank, root_rank) = (s.shape.len(), root.rank());
                 let lead = root_rank - rank;
+                // A compact row-major view (strides of its own shape, no swizzle): the flat
+                // index is the offset from the view's first element, no division needed.
+                let compact = root.swizzle.is_none()
+                    && (0..rank).all(|k| {
+                        root.strides[lead + k] == s.shape[k + 1..].iter().product::<usize>()
+                    });
                 let mut terms = Vec::new();
+                if compact {
+                    terms.push(ix.to_string());
+                }
                 for d in 0..root_rank {
+                    if compact {
+                        let origin = cx.expr(&s.origin[d]);
+                        if origin != "0" {
+                            terms.push(match root.strides[d] {
+                                1 => format!("({origin})"),
+                                st => format!("({origin}) * {st}"),
+                            });
+                        }
+                        continue;
+                    }
                     let origin = cx.expr(&s.origin[d]);
                     let mut part = if origin == "0" {
                         Vec::new()
