@@ -169,22 +169,27 @@ pub fn vq_gemv<
     // `buf` the shared buffer holding it: the three tiers summed, each reading 0 outside its
     // range (an index of -1 reads 0 without touching memory).
     let access = |code: Tensor, book: i32, buf: i32| {
-        let flat = (code + book * entries) * hv + comp;
-        let mut val = gather(gbook, select(code >= hot, flat, -1));
-        if NS > 0 {
-            let fs = (code - NR + (buf * R + book % R) * NS) * hv + comp;
-            val = val + gather(scb, select(code >= NR, select(code < hot, fs, -1), -1));
-        }
-        if NR > 0 {
-            // The register tier: uniform scalars, one compare-and-select each.
-            let at = code * hv + comp;
-            #[unroll]
-            for j in 0..NR * hv {
-                let c = item(load_global(gbook, one, [book * entries * hv + j]));
-                val = select(at != j, val, c);
+        if CB == 1 && NR == 0 && NS >= 256 {
+            // Byte codes with all 256 entries in shared memory: one gather, no masked tiers.
+            gather(scb, (code + (buf * R + book % R) * NS) * hv + comp)
+        } else {
+            let flat = (code + book * entries) * hv + comp;
+            let mut val = gather(gbook, select(code >= hot, flat, -1));
+            if NS > 0 {
+                let fs = (code - NR + (buf * R + book % R) * NS) * hv + comp;
+                val = val + gather(scb, select(code >= NR, select(code < hot, fs, -1), -1));
             }
+            if NR > 0 {
+                // The register tier: uniform scalars, one compare-and-select each.
+                let at = code * hv + comp;
+                #[unroll]
+                for j in 0..NR * hv {
+                    let c = item(load_global(gbook, one, [book * entries * hv + j]));
+                    val = select(at != j, val, c);
+                }
+            }
+            val
         }
-        val
     };
 
     // The cp.async copies of k step `t` into ring stage `stage`: its codes, and at the first
