@@ -25,4 +25,5 @@ pub mod linear_gpu;
 pub mod permute;
 pub mod qmatmul;
 pub mod rowwise;
+pub mod timing;
 pub mod vq;

@@ -11,8 +11,9 @@
 use super::linear::AptActivations;
 use super::AptLinear;
 use crate::kernels::qmatmul::bench::bench_cublas;
+use crate::kernels::timing::{pattern, time_launches};
 use half::f16;
-use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush, Timing};
+use tilus_runtime::{Context, Cublas, DeviceBuffer, L2Flush, Timing};
 
 /// The `(wbits, abits)` pairs of the bench: W1A2, W2A2, W3A4, W4A4, W2A8.
 pub const WIDTHS: [(u32, u32); 5] = [(1, 2), (2, 2), (3, 4), (4, 4), (2, 8)];
@@ -73,38 +74,6 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Non-constant weights and activations (a hash pattern in [-0.5, 0.5)).
-fn pattern(len: usize, salt: usize) -> Vec<f32> {
-    (0..len)
-        .map(|i| {
-            let h = (i ^ salt).wrapping_mul(2654435761) >> 9;
-            (h % 1000) as f32 / 1000.0 - 0.5
-        })
-        .collect()
-}
-
-/// Time `run` (a sequence of launches) with the L2 flushed before each of `runs` runs.
-fn time(
-    ctx: &Context,
-    flush: &mut L2Flush,
-    runs: usize,
-    mut run: impl FnMut() -> Result<(), String>,
-) -> Result<Timing, String> {
-    run()?;
-    let mut failure = None;
-    let t = time_runs(ctx, 3, runs, Some(flush), || {
-        if let Err(e) = run() {
-            failure = Some(e);
-        }
-        Ok(())
-    })
-    .map_err(err)?;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(t),
-    }
-}
-
 /// Measure one `(wbits, abits)` layer of shape `(n, k)` at `m` tokens; `cublas_us` is carried.
 #[allow(clippy::too_many_arguments)]
 pub fn bench_apt(
@@ -135,20 +104,20 @@ pub fn bench_apt(
     if let Some(s) = stages {
         t.stages = s;
     }
-    let unfused = time(ctx, flush, runs, || {
+    let unfused = time_launches(ctx, flush, runs, || {
         gpu.quantize_into(&xd, &mut act).map_err(err)?;
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
     })?;
     let fused = layer.gemv_config(m, false).is_some();
     let layer_t = if fused {
-        time(ctx, flush, runs, || match stages {
+        time_launches(ctx, flush, runs, || match stages {
             Some(s) => gpu.forward_fused_stages(&xd, m, &mut y, s).map_err(err),
             None => gpu.forward_fused(&xd, m, &mut y, None).map_err(err),
         })?
     } else {
         unfused
     };
-    let gemm_t = time(ctx, flush, runs, || {
+    let gemm_t = time_launches(ctx, flush, runs, || {
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
     })?;
     let bytes = wbits as usize * n * k / 8 + 8 * n + 2 * m * k + 2 * m * n;

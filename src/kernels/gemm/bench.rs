@@ -1,13 +1,14 @@
 //! `tilus bench gemm`: the wgmma GEMM per shape against cuBLAS in the same run.
 //!
 //! `c[m, n] = a[m, k] · b[n, k]ᵀ` in f16 or bf16 (cuBLAS with the same layout, `gemm_nt`). Every
-//! configuration of the kernel's space is timed (median of CUDA-event timings, L2 flushed before
-//! each run) and the best is reported, with TFLOP/s (`2 m n k` over the time) and the ratio to
+//! configuration of the kernel's space is timed (`kernels::timing::time_launches`: median of
+//! CUDA-event timings, L2 flushed before each run) and the best is reported, with TFLOP/s (`2 m n k` over the time) and the ratio to
 //! cuBLAS.
 
 use super::{gemm_bf16, gemm_f16};
+use crate::kernels::timing::{pattern, time_launches};
 use half::{bf16, f16};
-use tilus_runtime::{time_runs, Context, Cublas, DeviceBuffer, L2Flush};
+use tilus_runtime::{Context, Cublas, DeviceBuffer, L2Flush};
 
 /// `8192^3` and the Llama-3-70B prefill layers at 8192 tokens `(m, n, k)`: qkv, o, gate+up,
 /// down.
@@ -42,14 +43,6 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Deterministic values in `[-0.5, 0.5)`, never all zero.
-fn pattern(len: usize, salt: usize) -> Vec<f32> {
-    (0..len)
-        .map(|i| ((i ^ salt).wrapping_mul(2654435761) >> 9) % 1000)
-        .map(|h| h as f32 / 1000.0 - 0.5)
-        .collect()
-}
-
 /// Time every configuration of the `dtype` kernel (`"f16"` or `"bf16"`) at `m x n x k`, and
 /// cuBLAS unless `no_cublas`.
 #[allow(clippy::too_many_arguments)]
@@ -77,28 +70,19 @@ pub fn bench_gemm(
             );
             let mut best: Option<(String, f64)> = None;
             for cfg in $kernel::SPACE {
-                // A launch error is kept and reported after the timing loop.
-                let mut failure = None;
-                let t = time_runs(ctx, 2, runs, Some(&mut *flush), || {
-                    if let Err(e) = $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c) {
-                        failure = Some(e);
-                    }
-                    Ok(())
+                let t = time_launches(ctx, flush, runs, || {
+                    $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
                 })
                 .map_err(|e| format!("{cfg}: {e}"))?;
-                if let Some(e) = failure {
-                    return Err(format!("{cfg}: {e}"));
-                }
                 if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
                     best = Some((cfg.to_string(), t.median_us));
                 }
             }
             let cublas_us = match blas {
                 Some(blas) => Some(
-                    time_runs(ctx, 2, runs, Some(&mut *flush), || {
-                        blas.gemm_nt(m, n, k, &a, &b, &mut c)
-                    })
-                    .map_err(err)?
+                    time_launches(ctx, flush, runs, || {
+                        blas.gemm_nt(m, n, k, &a, &b, &mut c).map_err(err)
+                    })?
                     .median_us,
                 ),
                 None => None,
@@ -206,17 +190,10 @@ pub fn bench_w4(
     let [mi, ni, ki, gi] = [dims[0]?, dims[1]?, dims[2]?, dims[3]?];
     let mut best: Option<(String, f64)> = None;
     for cfg in gemm_w4_f16::SPACE {
-        let mut failure = None;
-        let t = time_runs(ctx, 2, runs, Some(&mut *flush), || {
-            if let Err(e) = gemm_w4_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &dw, &ds, &mut dc) {
-                failure = Some(e);
-            }
-            Ok(())
+        let t = time_launches(ctx, flush, runs, || {
+            gemm_w4_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &dw, &ds, &mut dc).map_err(err)
         })
         .map_err(|e| format!("{cfg}: {e}"))?;
-        if let Some(e) = failure {
-            return Err(format!("{cfg}: {e}"));
-        }
         if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
             best = Some((cfg.to_string(), t.median_us));
         }
@@ -232,10 +209,9 @@ pub fn bench_w4(
             )
             .map_err(err)?;
             Some(
-                time_runs(ctx, 2, runs, Some(&mut *flush), || {
-                    blas.gemm_nt(m, n, k, &da, &b, &mut dc)
-                })
-                .map_err(err)?
+                time_launches(ctx, flush, runs, || {
+                    blas.gemm_nt(m, n, k, &da, &b, &mut dc).map_err(err)
+                })?
                 .median_us,
             )
         }

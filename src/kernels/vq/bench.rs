@@ -11,9 +11,10 @@
 //! (`tests/vq.rs`, `tests/gpu_vq.rs`). A split k's time includes both launches.
 
 use super::{VqCache, VqLinear};
+use crate::kernels::timing::time_launches;
 use crate::vq::{VqConfig, VqWeight};
 use half::f16;
-use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, Timing};
+use tilus_runtime::{Context, DeviceBuffer, L2Flush, Timing};
 
 /// The Llama-2/3-70B weight shapes `(n, k)` of the issue: gate+up, down, o.
 pub const LLAMA70B_SHAPES: [(usize, usize); 3] = [(57344, 8192), (8192, 28672), (8192, 8192)];
@@ -65,28 +66,6 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Time `run` with the L2 flushed before each of `runs` runs (after one checked run).
-fn time(
-    ctx: &Context,
-    flush: &mut L2Flush,
-    runs: usize,
-    mut run: impl FnMut() -> Result<(), String>,
-) -> Result<Timing, String> {
-    run()?;
-    let mut failure = None;
-    let t = time_runs(ctx, 3, runs, Some(flush), || {
-        if let Err(e) = run() {
-            failure = Some(e);
-        }
-        Ok(())
-    })
-    .map_err(err)?;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(t),
-    }
-}
-
 /// Measure one format at `(m, n, k)`: the cached kernel (with `cache`, or the layer's default)
 /// and the GC kernel; the cuBLAS and element-wise times are carried.
 #[allow(clippy::too_many_arguments)]
@@ -121,10 +100,10 @@ pub fn bench_vq(
         .collect();
     let xd = DeviceBuffer::from_host(ctx, &x).map_err(err)?;
     let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
-    let cached = time(ctx, flush, runs, || {
+    let cached = time_launches(ctx, flush, runs, || {
         gpu.forward_into(&xd, m, &mut y, false).map_err(err)
     })?;
-    let naive = time(ctx, flush, runs, || {
+    let naive = time_launches(ctx, flush, runs, || {
         gpu.forward_into(&xd, m, &mut y, true).map_err(err)
     })?;
     Ok(VqBenchRow {
