@@ -182,6 +182,8 @@ impl GpuKernel {
                     runtime_param(&p.ir_name, *dtype, *mutable)
                 }
                 ParamKind::Workspace { .. } => Param::ptr_mut::<u8>(&p.ir_name),
+                // Encoded and passed by the launcher (not built yet: refused at launch).
+                ParamKind::TensorMap { .. } => Param::ptr::<u8>(&p.ir_name),
             })
             .collect();
         let source = KernelSource::new(
@@ -259,6 +261,12 @@ impl GpuKernel {
         let mut sizes = Vec::with_capacity(spec.params.len());
         let mut supplied = args.iter();
         for p in &spec.params {
+            if let ParamKind::TensorMap { .. } = p.kind {
+                return Err(self.arg_error(format!(
+                    "tensor map `{}`: this launcher cannot encode tensor maps yet",
+                    p.ir_name
+                )));
+            }
             if let ParamKind::Workspace { .. } = p.kind {
                 values.push(ArgValue::Pointer(0));
                 sizes.push(0);

@@ -159,6 +159,8 @@ fn kernel_source(name: &str, k: &CudaKernel) -> KernelSource {
             ParamKind::Pointer { mutable: true, .. } | ParamKind::Workspace { .. } => {
                 Param::ptr_mut::<u8>(p.ir_name.clone())
             }
+            // TMA kernels launch through `tilus::gpu::GpuKernel`, which encodes the maps.
+            ParamKind::TensorMap { .. } => panic!("{name}: cases here take no tensor maps"),
         })
         .collect();
     KernelSource::new(name, "", k.entry.clone(), k.source.clone(), params)
@@ -350,6 +352,9 @@ fn run_case(ctx: &Arc<Context>, case: Case) {
                     launch = launch.arg_mut(refs.next().unwrap().as_mut().unwrap());
                 }
                 ParamKind::Workspace { .. } => launch = launch.arg_mut(ws.next().unwrap()),
+                ParamKind::TensorMap { .. } => {
+                    panic!("{}: cases here take no tensor maps", case.name)
+                }
             }
         }
         launch

@@ -628,6 +628,9 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
             ParamKind::Pointer { mutable: true, .. } | ParamKind::Workspace { .. } => {
                 format!("uint8_t* __restrict__ {}", prm.name)
             }
+            ParamKind::TensorMap { .. } => {
+                format!("const __grid_constant__ tilus_tensor_map {}", prm.name)
+            }
         })
         .collect();
     src.push_str(&format!(

@@ -49,6 +49,54 @@ pub enum ParamKind {
     /// A hidden pointer to a zero-initialised scratch buffer for an `AllocateGlobal`, one per
     /// launch, of `packed_len(dtype, product(shape))` bytes; `shape` is over scalar parameters.
     Workspace { dtype: DType, shape: Vec<Expr> },
+    /// A hidden CUDA tensor map (`CUtensorMap`, 128 bytes, passed by value as a
+    /// `__grid_constant__`) that the launcher encodes for a `tma_load`: the buffer passed for
+    /// pointer parameter `param` (an index into [`LaunchSpec::params`]) viewed row-major as
+    /// `dtype` with `shape` (extents over the scalar parameters, outermost first), copied in
+    /// boxes of `box_shape` elements (outermost first) laid out in shared memory with `swizzle`.
+    /// Elements outside the view read as zero.
+    TensorMap {
+        param: usize,
+        dtype: DType,
+        shape: Vec<Expr>,
+        box_shape: Vec<u32>,
+        swizzle: TmaSwizzle,
+    },
+}
+
+/// How a tensor-map copy lays a box out in shared memory: row-major, and with a swizzle the
+/// 16-byte chunks of each row of `span` bytes exchanged by XOR with the row index modulo
+/// `span / 16` (the box's inner extent is then exactly `span` bytes). The same patterns as
+/// the VM's `swizzle(b, log2(16 / element bytes), 3)` with `b` = 1, 2, 3 on a tensor placed on
+/// a multiple of `span * 8` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum TmaSwizzle {
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+impl TmaSwizzle {
+    /// The swizzle span in bytes (0 without one).
+    pub fn span(self) -> usize {
+        match self {
+            TmaSwizzle::None => 0,
+            TmaSwizzle::B32 => 32,
+            TmaSwizzle::B64 => 64,
+            TmaSwizzle::B128 => 128,
+        }
+    }
+}
+
+impl ParamKind {
+    /// Whether the caller passes this parameter (the launcher makes workspaces and tensor maps).
+    pub fn is_user(&self) -> bool {
+        !matches!(
+            self,
+            ParamKind::Workspace { .. } | ParamKind::TensorMap { .. }
+        )
+    }
 }
 
 /// A global view of a pointer parameter whose extents depend only on scalar parameters: the
@@ -133,15 +181,14 @@ impl LaunchSpec {
             | ParamKind::F32 { var: v }
             | ParamKind::Bool { var: v }
             | ParamKind::Pointer { var: v, .. } => v == var,
-            ParamKind::Workspace { .. } => false,
+            ParamKind::Workspace { .. } | ParamKind::TensorMap { .. } => false,
         })
     }
 
-    /// The parameters the caller supplies (all but the workspaces), in call order.
+    /// The parameters the caller supplies (all but the hidden workspaces and tensor maps), in
+    /// call order.
     pub fn user_params(&self) -> impl Iterator<Item = &KernelParam> {
-        self.params
-            .iter()
-            .filter(|p| !matches!(p.kind, ParamKind::Workspace { .. }))
+        self.params.iter().filter(|p| p.kind.is_user())
     }
 
     /// Check every assumption against the launch arguments (one per entry of
