@@ -1071,6 +1071,18 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::w4::gemm_w4_f16::program(cfg),
         ));
     }
+    for cfg in tilus::kernels::gemm::gemm_tma_f16::SPACE {
+        kernels.push((
+            format!("gemm_tma_f16_{cfg}"),
+            tilus::kernels::gemm::gemm_tma_f16::program(cfg),
+        ));
+    }
+    for cfg in tilus::kernels::gemm::gemm_tma_bf16::SPACE.iter().take(1) {
+        kernels.push((
+            format!("gemm_tma_bf16_{cfg}"),
+            tilus::kernels::gemm::gemm_tma_bf16::program(cfg),
+        ));
+    }
     for (name, program) in kernels {
         let k = emit(&program.unwrap(), &Default::default()).unwrap();
         let arch = "sm_90a";
@@ -1097,7 +1109,17 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         };
         assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
         assert!(count("HGMMA") >= 4, "{name}: {} HGMMA", count("HGMMA"));
-        assert!(count("LDGSTS") > 0, "{name}: no LDGSTS");
+        if name.starts_with("gemm_tma") {
+            // The copy engine fills the stages (UTMALDG), completing on mbarriers (SYNCS).
+            assert!(
+                count("UTMALDG") >= 2,
+                "{name}: {} UTMALDG",
+                count("UTMALDG")
+            );
+            assert_eq!(count("LDGSTS"), 0, "{name}: cp.async left");
+        } else {
+            assert!(count("LDGSTS") > 0, "{name}: no LDGSTS");
+        }
         assert_eq!(count("HMMA"), 0, "{name}: warp-level HMMA");
         let regs = a
             .ptxas_log

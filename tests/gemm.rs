@@ -6,7 +6,7 @@
 
 use half::{bf16, f16};
 use rand::Rng;
-use tilus::kernels::gemm::{gemm_bf16, gemm_f16};
+use tilus::kernels::gemm::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 
 /// `c = a · bᵀ` in f64 from the rounded inputs.
 fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -47,6 +47,14 @@ fn every_configuration_matches_f64_on_the_interpreter() {
         let e = rel_err(&got, &want);
         assert!(e < 2e-3, "{cfg}: relative error {e}");
     }
+    for cfg in gemm_tma_f16::SPACE {
+        let mut c = vec![f16::NAN; m * n];
+        gemm_tma_f16::interpret(cfg, m as i32, n as i32, k as i32, &a, &b, &mut c)
+            .unwrap_or_else(|e| panic!("tma {cfg}: {e}"));
+        let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+        let e = rel_err(&got, &want);
+        assert!(e < 2e-3, "tma {cfg}: relative error {e}");
+    }
     // bf16, one configuration.
     let ab: Vec<bf16> = af.iter().map(|&x| bf16::from_f64(x)).collect();
     let bb: Vec<bf16> = bf.iter().map(|&x| bf16::from_f64(x)).collect();
@@ -63,6 +71,65 @@ fn every_configuration_matches_f64_on_the_interpreter() {
     let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
     let e = rel_err(&got, &want);
     assert!(e < 1e-2, "bf16 {cfg}: relative error {e}");
+    let cfg = &gemm_tma_bf16::SPACE[0];
+    let mut c = vec![bf16::NAN; m * n];
+    gemm_tma_bf16::interpret(cfg, m as i32, n as i32, k as i32, &ab, &bb, &mut c).unwrap();
+    let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+    let e = rel_err(&got, &want);
+    assert!(e < 1e-2, "tma bf16 {cfg}: relative error {e}");
+}
+
+/// The copy-engine GEMM: each stage's tiles are `cp.async.bulk.tensor` copies completing on an
+/// mbarrier, through two tensor maps (one per operand) that the launcher encodes.
+#[test]
+fn generated_cuda_copies_with_tensor_maps_on_mbarriers() {
+    use tilus::core::launch::{ParamKind, TmaSwizzle};
+    for cfg in gemm_tma_f16::SPACE {
+        let p = gemm_tma_f16::program(cfg).expect("embedded program");
+        let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
+        for needed in [
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+            "mbarrier.arrive.expect_tx.shared::cta.b64",
+            "mbarrier.try_wait.parity.shared::cta.b64",
+            "mbarrier.init.shared::cta.b64",
+            "const __grid_constant__ tilus_tensor_map",
+        ] {
+            assert!(k.source.contains(needed), "{cfg}: no `{needed}`");
+        }
+        assert!(!k.source.contains("cp.async.cg"), "{cfg}: cp.async left");
+        let maps: Vec<_> = k
+            .launch
+            .params
+            .iter()
+            .filter_map(|q| match &q.kind {
+                ParamKind::TensorMap {
+                    param,
+                    box_shape,
+                    swizzle,
+                    ..
+                } => Some((
+                    k.launch.params[*param].ir_name.clone(),
+                    box_shape.clone(),
+                    *swizzle,
+                )),
+                _ => None,
+            })
+            .collect();
+        let (bm, bn) = (cfg.BM as u32, cfg.BN as u32);
+        assert_eq!(
+            maps,
+            vec![
+                ("a".to_string(), vec![bm, 64], TmaSwizzle::B128),
+                ("b".to_string(), vec![bn, 64], TmaSwizzle::B128),
+            ],
+            "{cfg}"
+        );
+        // Each copy announces its box's bytes on the stage's barrier.
+        for rows in [bm, bn] {
+            let bytes = format!("{}u, (int)", rows * 64 * 2);
+            assert!(k.source.contains(&bytes), "{cfg}: no copy of {rows} rows");
+        }
+    }
 }
 
 #[test]
@@ -150,6 +217,87 @@ mod hazards {
                 3,
                 "still in flight at the end of the kernel; missing dot_wait(0)?",
             ),
+        ] {
+            let e = misuse::interpret(&misuse::Config { MODE: mode }, &a, &mut c).unwrap_err();
+            assert!(e.to_string().contains(needle), "mode {mode}: {e}");
+        }
+    }
+}
+
+/// Misuses of `tma_load` and `mbarrier_*` the interpreter reports, and a correct use checked
+/// exactly: a stage read before its barrier completes, a wait on the wrong phase (a deadlock),
+/// copies never waited for, more arrivals than a phase expects, a copy over bytes an in-flight
+/// wgmma reads.
+mod tma_hazards {
+    use half::f16;
+
+    #[tilus::kernel(grid = [1], warps = 4, space(MODE = [0, 1, 2, 3, 4, 5, 6]))]
+    pub fn misuse<const MODE: i32>(a: Global<f16>, c: GlobalMut<f32>) {
+        let ga = view_global(a, [64, 64]);
+        let sa = shared::<f16>([64, 64], swizzle(3, 3, 3));
+        let bars = mbarriers(2, 1);
+        tma_load(ga, sa, [0, 0], bars, 0);
+        if MODE == 3 {
+            // Ends with the copy in flight.
+            exit();
+        }
+        if MODE == 1 {
+            // Read before the barrier says the bytes landed.
+            let early = load_shared(sa, layout!(spatial(4, 32).local(16, 2)), [0, 0]);
+            store_global(cast::<f32>(early), view_global(c, [64, 64]), [0, 0]);
+        }
+        if MODE == 2 {
+            // Phase 0 has parity 0: waiting for parity 1 passes at once, so wait on the
+            // other barrier's phase 0, which nothing completes.
+            mbarrier_wait(bars, 1, 0);
+        }
+        if MODE == 4 {
+            // Four warps arrive on the next phase, which takes one arrival.
+            mbarrier_arrive(bars, 0);
+        }
+        mbarrier_wait(bars, 0, 0);
+        let mut acc = register::<f32>(layout!(spatial(4, 1).local(1, 8).mma_c), 0.0);
+        if MODE == 5 {
+            acc = dot_async(sa, permute_shared(sa, [1, 0]), acc);
+            // The copy engine overwrites what the wgmmas read.
+            tma_load(ga, sa, [0, 0], bars, 0);
+            mbarrier_wait(bars, 0, 1);
+            dot_wait(0);
+        } else if MODE == 6 {
+            // A second round on the same barrier: phase 1, parity 1.
+            tma_load(ga, sa, [0, 0], bars, 0);
+            mbarrier_wait(bars, 0, 1);
+            acc = dot(sa, permute_shared(sa, [1, 0]), acc);
+        } else {
+            acc = dot(sa, permute_shared(sa, [1, 0]), acc);
+        }
+        store_global(acc, view_global(c, [64, 64]), [0, 0]);
+    }
+
+    #[test]
+    fn the_interpreter_reports_each_misuse() {
+        let a: Vec<f16> = (0..64 * 64)
+            .map(|i| f16::from_f32((i % 7) as f32 - 3.0))
+            .collect();
+        for mode in [0, 6] {
+            let mut c = vec![f32::NAN; 64 * 64];
+            misuse::interpret(&misuse::Config { MODE: mode }, &a, &mut c).unwrap();
+            for i in 0..64 {
+                for j in 0..64 {
+                    let want: f32 = (0..64)
+                        .map(|k| a[i * 64 + k].to_f32() * a[j * 64 + k].to_f32())
+                        .sum();
+                    assert_eq!(c[i * 64 + j], want, "mode {mode}: c[{i}, {j}]");
+                }
+            }
+        }
+        let mut c = vec![f32::NAN; 64 * 64];
+        for (mode, needle) in [
+            (1, "while an asynchronous copy into it is in flight; missing wait_group or mbarrier_wait?"),
+            (2, "deadlock: waiting on barrier 1 of `bars` for the phase of parity 0"),
+            (3, "tma_load(s) still in flight at the end of the kernel; missing mbarrier_wait?"),
+            (4, "4 arrivals on phase 1 of a barrier that still expects 1 of its 1 arrivals"),
+            (5, "a tma_load into shared tensor `sa` at [0, 0] while a dot_async reading it is in flight"),
         ] {
             let e = misuse::interpret(&misuse::Config { MODE: mode }, &a, &mut c).unwrap_err();
             assert!(e.to_string().contains(needle), "mode {mode}: {e}");

@@ -810,7 +810,7 @@ fn copy_async_bugs_are_caught() {
     ];
     let e = run_err(&copy_async_kernel(false, true), &mut args);
     assert_eq!(e.span, SpanId(4));
-    contains_all(&e.message, &["read of shared tensor `s` at [0, 0] while a cp.async into it is in flight; missing wait_group?"]);
+    contains_all(&e.message, &["read of shared tensor `s` at [0, 0] while an asynchronous copy into it is in flight; missing wait_group or mbarrier_wait?"]);
     let e = run_err(&copy_async_kernel(true, false), &mut args);
     contains_all(
         &e.message,
@@ -844,7 +844,7 @@ fn wait_group_retires_only_old_groups() {
     let e = run_err(&b.finish(), &mut [Arg::Buffer(data)]);
     contains_all(
         &e.message,
-        &["read of shared tensor `second` at [0] while a cp.async into it is in flight"],
+        &["read of shared tensor `second` at [0] while an asynchronous copy into it is in flight"],
     );
 }
 

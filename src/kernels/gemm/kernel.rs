@@ -86,3 +86,101 @@ macro_rules! gemm_kernels {
 
 gemm_kernels!(f16, gemm_f16);
 gemm_kernels!(bf16, gemm_bf16);
+
+/// The dense GEMM fed by the copy engine: the same block tile, block order and wgmma steps as
+/// the `cp.async` kernel above, with each stage's two tiles copied by one `tma_load` each
+/// (issued by one thread, swizzled by the copy engine) and completing on the stage's
+/// `mbarrier`, so no thread computes addresses or waits on copy groups; every thread waits on
+/// the barrier of the stage it reads. A step queues its wgmmas behind the previous step's, then
+/// the block synchronizes once (every warpgroup retired step t - 1) and refills that step's
+/// stage, `STAGES - 1` steps ahead. Out-of-range rows, columns and `k` read as zero (the tensor
+/// map's bounds), stores are masked, so any `m`, `n` and `k` with `k % 8 == 0` run (tensor-map
+/// rows are multiples of 16 bytes; the launcher refuses other `k`, naming the argument).
+macro_rules! gemm_tma_kernels {
+    ($t:ident, $gemm:ident) => {
+        #[tilus::kernel(
+                            grid = [cdiv(n, BN) * cdiv(m, BM)],
+                            warps = BM / 16,
+                            space(BM = [128, 64], BN = [256, 128], STAGES = [4, 3], GROUP = [8]),
+                        )]
+        pub fn $gemm<const BM: i32, const BN: i32, const STAGES: i32, const GROUP: i32>(
+            m: i32,
+            n: i32,
+            k: i32,
+            a: Global<$t>,
+            b: Global<$t>,
+            c: GlobalMut<$t>,
+        ) {
+            let [pid] = block_indices();
+            let rows = cdiv(m, BM);
+            let cols = cdiv(n, BN);
+            let first = pid / (GROUP * cols) * GROUP;
+            let height = min(rows - first, GROUP);
+            let bi = first + pid % (GROUP * cols) % height;
+            let bj = pid % (GROUP * cols) / height;
+            let ga = view_global(a, [m, k]);
+            let gb = view_global(b, [n, k]);
+            let sa = shared::<$t>([STAGES, BM, 64], swizzle(3, 3, 3));
+            let sb = shared::<$t>([STAGES, BN, 64], swizzle(3, 3, 3));
+            // One barrier per stage, whose phase completes when both tiles have landed.
+            let full = mbarriers(STAGES, 2);
+            let mut acc = register::<f32>(
+                layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 8).mma_c),
+                0.0,
+            );
+            let steps = cdiv(k, 64);
+            for s in 0..STAGES - 1 {
+                if s < steps {
+                    tma_load(
+                        ga,
+                        slice_shared(sa, [s, 0, 0], [BM, 64]),
+                        [bi * BM, s * 64],
+                        full,
+                        s,
+                    );
+                    tma_load(
+                        gb,
+                        slice_shared(sb, [s, 0, 0], [BN, 64]),
+                        [bj * BN, s * 64],
+                        full,
+                        s,
+                    );
+                }
+            }
+            for t in 0..steps {
+                let st = t % STAGES;
+                // Stage st completes its (t / STAGES)-th phase with step t's tiles.
+                mbarrier_wait(full, st, t / STAGES % 2);
+                let ta = slice_shared(sa, [st, 0, 0], [BM, 64]);
+                let tb = permute_shared(slice_shared(sb, [st, 0, 0], [BN, 64]), [1, 0]);
+                acc = dot_async(ta, tb, acc);
+                dot_wait(1);
+                // Every warpgroup retired step t - 1: its stage can be refilled.
+                sync();
+                let next = t + STAGES - 1;
+                if next < steps {
+                    let ns = next % STAGES;
+                    tma_load(
+                        ga,
+                        slice_shared(sa, [ns, 0, 0], [BM, 64]),
+                        [bi * BM, next * 64],
+                        full,
+                        ns,
+                    );
+                    tma_load(
+                        gb,
+                        slice_shared(sb, [ns, 0, 0], [BN, 64]),
+                        [bj * BN, next * 64],
+                        full,
+                        ns,
+                    );
+                }
+            }
+            dot_wait(0);
+            store_global(cast::<$t>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
+        }
+    };
+}
+
+gemm_tma_kernels!(f16, gemm_tma_f16);
+gemm_tma_kernels!(bf16, gemm_tma_bf16);

@@ -75,6 +75,8 @@ pub(crate) struct Ctx<'p> {
     pub(crate) w: Writer,
     pub(crate) span: SpanId,
     pub(super) workspaces: Vec<KernelParam>,
+    /// Hidden tensor-map parameters of the `tma_load`s, after the workspaces.
+    pub(crate) tensor_maps: Vec<KernelParam>,
     /// The program has a `dot` with shared operands (wgmma): barriers carry the async-proxy
     /// fence (`emitters::wgmma`).
     pub(crate) uses_wgmma: bool,

@@ -151,5 +151,6 @@ static __device__ __forceinline__ void tilus_mma_{name}(uint32_t* d, const uint3
         s.push_str(super::emitters::bmma::helper_paired());
     }
     s.push_str(&super::emitters::wgmma::helpers(used));
+    s.push_str(&super::emitters::tma::helpers(used));
     s
 }

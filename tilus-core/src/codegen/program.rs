@@ -2,7 +2,7 @@
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
-use super::emitters::{addressing, elementwise, global, math, mma, reduce, shared, wgmma};
+use super::emitters::{addressing, elementwise, global, math, mma, reduce, shared, tma, wgmma};
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -262,6 +262,24 @@ impl<'p> Ctx<'p> {
             }
             Instruction::DotAsync { out, a, b, c } => wgmma::dot(self, *out, *a, *b, *c, false)?,
             Instruction::DotWait { n } => wgmma::wait(self, *n)?,
+            Instruction::Mbarriers {
+                out,
+                count,
+                arrivals,
+            } => tma::mbarriers(self, *out, *count, *arrivals)?,
+            Instruction::TmaLoad {
+                dst,
+                src,
+                src_offset,
+                barrier,
+                index,
+            } => tma::tma_load(self, *dst, *src, src_offset, *barrier, index)?,
+            Instruction::MbarrierArrive { barrier, index } => tma::arrive(self, *barrier, index)?,
+            Instruction::MbarrierWait {
+                barrier,
+                index,
+                phase,
+            } => tma::wait(self, *barrier, index, phase)?,
             Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
             Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,
             Instruction::Scan { out, x, dim, .. } => reduce::scan(self, *out, *x, *dim)?,
@@ -547,6 +565,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         w: Writer::new(1),
         span: p.span,
         workspaces: Vec::new(),
+        tensor_maps: Vec::new(),
         uses_wgmma: has_shared_dot(p, &p.body),
         async_accumulators: wgmma::async_accumulators(p),
     };
@@ -588,6 +607,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
 
     cx.stmts(&p.body)?;
     params.append(&mut cx.workspaces);
+    params.append(&mut cx.tensor_maps);
 
     // Assemble.
     let mut src = super::prelude::header(&p.name);

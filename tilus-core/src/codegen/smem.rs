@@ -8,7 +8,9 @@
 //!   of that loop (the next iteration uses it again); a tensor allocated inside a loop lives for
 //!   the whole of its outermost enclosing loop;
 //! - the destination of a `copy_async` lives at least until the next `copy_async_wait_group`
-//!   (the copy is in flight until then).
+//!   (the copy is in flight until then), that of a `tma_load` until the last `mbarrier_wait`
+//!   after it;
+//! - `mbarriers` live for the whole kernel (barrier objects are not repurposed).
 //!
 //! Placement is first fit over 128-byte aligned offsets (a swizzle block for swizzled tensors,
 //! 1024 bytes for the 128-byte swizzle), largest tensors first. When a tensor
@@ -79,6 +81,11 @@ struct Walk<'p> {
     /// (position, root) of each shared operand of a `dot_async`, and the `dot_wait`s.
     dot_reads: Vec<(usize, VarId)>,
     dot_waits: Vec<usize>,
+    /// `mbarriers` tensors, (position, root) of each `tma_load` destination, and the positions
+    /// of the `mbarrier_wait`s.
+    barriers: Vec<VarId>,
+    tma_copies: Vec<(usize, VarId)>,
+    barrier_waits: Vec<usize>,
     /// (block id, position) of every `synchronize`.
     syncs: Vec<(usize, usize)>,
     order: Vec<VarId>,
@@ -105,6 +112,11 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         StoreGlobal { src, dst, .. } | StoreShared { src, dst, .. } => vec![*src, *dst],
         SliceShared { out, src, .. } | PermuteShared { out, src, .. } => vec![*out, *src],
         CopyAsync { dst, src, .. } => vec![*dst, *src],
+        Mbarriers { out, .. } => vec![*out],
+        TmaLoad {
+            dst, src, barrier, ..
+        } => vec![*dst, *src, *barrier],
+        MbarrierArrive { barrier, .. } | MbarrierWait { barrier, .. } => vec![*barrier],
         CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | DotWait { .. } | Synchronize | Exit => {
             vec![]
         }
@@ -209,6 +221,27 @@ impl<'p> Walk<'p> {
                 }
             }
             Instruction::CopyAsyncWaitGroup { .. } => self.waits.push(pos),
+            Instruction::Mbarriers { out, count, .. } => {
+                self.root.insert(*out, *out);
+                self.order.push(*out);
+                self.barriers.push(*out);
+                self.alloc.insert(
+                    *out,
+                    AllocInfo {
+                        pos,
+                        block,
+                        loops: self.loop_stack.clone(),
+                        bytes: 8 * *count as usize,
+                        align: SHARED_ALIGN,
+                    },
+                );
+            }
+            Instruction::TmaLoad { dst, .. } => {
+                if let Some(r) = self.root.get(dst).copied() {
+                    self.tma_copies.push((pos, r));
+                }
+            }
+            Instruction::MbarrierWait { .. } => self.barrier_waits.push(pos),
             // The operands of an in-flight dot are read until its dot_wait.
             Instruction::DotAsync { a, b, .. } => {
                 for v in [a, b] {
@@ -246,6 +279,9 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
         waits: Vec::new(),
         dot_reads: Vec::new(),
         dot_waits: Vec::new(),
+        barriers: Vec::new(),
+        tma_copies: Vec::new(),
+        barrier_waits: Vec::new(),
         syncs: Vec::new(),
         order: Vec::new(),
     };
@@ -287,6 +323,15 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
                 let wait = w.waits.iter().copied().find(|&p| p > *pos).unwrap_or(end);
                 last = last.max(wait);
             }
+        }
+        for (pos, r) in &w.tma_copies {
+            if *r == var {
+                let wait = w.barrier_waits.iter().copied().filter(|&p| p > *pos).max();
+                last = last.max(wait.unwrap_or(end));
+            }
+        }
+        if w.barriers.contains(&var) {
+            last = end;
         }
         slots.push(SharedSlot {
             var,

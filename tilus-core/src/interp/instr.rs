@@ -2,6 +2,7 @@
 //! and the span).
 
 mod addressing;
+mod tma;
 mod wgmma;
 
 pub(super) use wgmma::PendingDot;
@@ -347,6 +348,26 @@ impl Machine<'_> {
                 let name = self.name(*dst).to_string();
                 block.shared.copy_async(&view, &name, codes.into_iter())?;
             }
+            Instruction::Mbarriers {
+                out,
+                count,
+                arrivals,
+            } => self.mbarriers(block, *out, *count, *arrivals)?,
+            Instruction::TmaLoad {
+                dst,
+                src,
+                src_offset,
+                barrier,
+                index,
+            } => self.tma_load(block, *dst, *src, src_offset, *barrier, index)?,
+            Instruction::MbarrierArrive { barrier, index } => {
+                self.mbarrier_arrive(block, *barrier, index)?
+            }
+            Instruction::MbarrierWait {
+                barrier,
+                index,
+                phase,
+            } => self.mbarrier_wait(block, *barrier, index, phase)?,
             Instruction::CopyAsyncCommitGroup => block.shared.commit(),
             Instruction::CopyAsyncWaitGroup { n } => block.shared.wait(*n as usize),
             Instruction::Synchronize => block.shared.synchronize(),

@@ -19,7 +19,10 @@
 //! - touching bytes of a cp.async still in flight is an error (missing `wait_group`);
 //! - reading bytes never written is an error (uninitialised shared memory);
 //! - atomics (`atomic_add`..) of different threads on the same bytes do not race with each
-//!   other, but they do with plain reads and writes of other threads since the last barrier.
+//!   other, but they do with plain reads and writes of other threads since the last barrier;
+//! - a `tma_load` is in flight like a cp.async (same checks when it is issued and while it
+//!   flies) until an `mbarrier_wait` sees its barrier phase complete; its bytes then count as
+//!   written by no thread (the barrier's completion makes them visible to every waiting thread).
 
 use std::collections::VecDeque;
 
@@ -201,6 +204,13 @@ struct AsyncCopy {
     bytes: Vec<usize>,
 }
 
+/// A `tma_load` in flight: its copy, and the barrier (byte address) and phase it completes.
+struct TmaCopy {
+    copy: AsyncCopy,
+    barrier: usize,
+    phase: u64,
+}
+
 /// One block's shared memory.
 #[derive(Default)]
 pub(super) struct SharedMem {
@@ -215,6 +225,10 @@ pub(super) struct SharedMem {
     pending: Vec<AsyncCopy>,
     /// Committed groups, oldest first.
     groups: VecDeque<Vec<AsyncCopy>>,
+    /// `tma_load`s not yet seen complete by an `mbarrier_wait`.
+    tma: Vec<TmaCopy>,
+    /// The mbarriers, by byte address.
+    pub barriers: std::collections::HashMap<usize, super::barrier::Barrier>,
 }
 
 fn who(w: u16) -> String {
@@ -251,7 +265,7 @@ impl SharedMem {
         let (off, bytes) = view.locate(index);
         for b in bytes {
             if self.in_flight[b] > 0 {
-                return Err(format!("read of shared tensor `{name}` at {index:?} while a cp.async into it is in flight; missing wait_group?"));
+                return Err(format!("read of shared tensor `{name}` at {index:?} while an asynchronous copy into it is in flight; missing wait_group or mbarrier_wait?"));
             }
             if !self.written[b] {
                 return Err(format!("read of shared tensor `{name}` at {index:?}, which was never written (uninitialised shared memory)"));
@@ -385,22 +399,79 @@ impl SharedMem {
         name: &str,
         codes: impl Iterator<Item = (Vec<usize>, u32)>,
     ) -> Result<(), String> {
+        let copy = self.issue_async(view, name, codes, "a cp.async")?;
+        self.pending.push(copy);
+        Ok(())
+    }
+
+    /// Issue a `tma_load` like [`Self::copy_async`], completing with `phase` of the barrier at
+    /// byte address `barrier`.
+    pub fn tma_load(
+        &mut self,
+        view: &SharedView,
+        name: &str,
+        codes: impl Iterator<Item = (Vec<usize>, u32)>,
+        barrier: usize,
+        phase: u64,
+    ) -> Result<(), String> {
+        let copy = self.issue_async(view, name, codes, "a tma_load")?;
+        self.tma.push(TmaCopy {
+            copy,
+            barrier,
+            phase,
+        });
+        Ok(())
+    }
+
+    /// An `mbarrier_wait` saw the barrier at `barrier` complete every phase before `phase`:
+    /// the copies of those phases land, visible to every thread.
+    pub fn tma_complete(&mut self, barrier: usize, phase: u64) {
+        let (done, rest): (Vec<TmaCopy>, Vec<TmaCopy>) = std::mem::take(&mut self.tma)
+            .into_iter()
+            .partition(|c| c.barrier == barrier && c.phase < phase);
+        self.tma = rest;
+        for c in done {
+            let dst = &mut self.bytes[c.copy.view.alloc..];
+            for (off, code) in c.copy.writes {
+                storage::set(c.copy.view.dtype, dst, off, code);
+            }
+            for b in c.copy.bytes {
+                self.in_flight[b] -= 1;
+                self.written[b] = true;
+                self.writer[b] = NOBODY;
+            }
+        }
+    }
+
+    /// `tma_load`s that no `mbarrier_wait` saw complete.
+    pub fn tma_in_flight(&self) -> usize {
+        self.tma.len()
+    }
+
+    /// The checks of an asynchronous copy into `view` and its in-flight bytes.
+    fn issue_async(
+        &mut self,
+        view: &SharedView,
+        name: &str,
+        codes: impl Iterator<Item = (Vec<usize>, u32)>,
+        what: &str,
+    ) -> Result<AsyncCopy, String> {
         let mut writes = Vec::new();
         let mut bytes = Vec::new();
         for (index, code) in codes {
             let (off, range) = view.locate(&index);
             for b in range {
                 if self.in_flight[b] > 0 {
-                    return Err(format!("cp.async into shared tensor `{name}` at {index:?} overlaps an earlier cp.async still in flight; missing wait_group?"));
+                    return Err(format!("{what} into shared tensor `{name}` at {index:?} overlaps an earlier asynchronous copy still in flight; missing wait_group or mbarrier_wait?"));
                 }
                 if self.dot_reads[b] > 0 {
-                    return Err(format!("cp.async into shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
+                    return Err(format!("{what} into shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
                 }
                 if self.reader[b] != NOBODY {
-                    return Err(format!("race on shared tensor `{name}`: a cp.async overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
+                    return Err(format!("race on shared tensor `{name}`: {what} overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
                 }
                 if self.writer[b] != NOBODY {
-                    return Err(format!("race on shared tensor `{name}`: a cp.async overwrites {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
+                    return Err(format!("race on shared tensor `{name}`: {what} overwrites {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
                 }
                 bytes.push(b);
             }
@@ -412,12 +483,11 @@ impl SharedMem {
         for &b in &bytes {
             self.in_flight[b] += 1;
         }
-        self.pending.push(AsyncCopy {
+        Ok(AsyncCopy {
             view: view.clone(),
             writes,
             bytes,
-        });
-        Ok(())
+        })
     }
 
     pub fn commit(&mut self) {

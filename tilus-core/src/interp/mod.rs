@@ -29,6 +29,7 @@
 //! division by zero in scalars and integer tensors, NaN results, and the shared-memory checks.
 //! Each error carries the statement's span and names the instruction, variables and index.
 
+mod barrier;
 mod instr;
 mod math;
 mod memory;
@@ -212,6 +213,15 @@ impl<'p> Machine<'p> {
                 pending_dots: Default::default(),
             };
             let mut run = self.exec(&self.p.body, &mut block);
+            if run.is_ok() && block.shared.tma_in_flight() > 0 {
+                run = Err(InterpError {
+                    span: self.p.span,
+                    message: format!(
+                        "{} tma_load(s) still in flight at the end of the kernel; missing mbarrier_wait?",
+                        block.shared.tma_in_flight()
+                    ),
+                });
+            }
             if run.is_ok() && !block.pending_dots.is_empty() {
                 run = Err(InterpError {
                     span: self.p.span,

@@ -397,6 +397,55 @@ impl ProgramBuilder {
         });
     }
 
+    /// `mbarriers(count, arrivals)`: `count` initialised mbarriers in shared memory.
+    pub fn mbarriers(&mut self, name: &str, count: u32, arrivals: u32) -> VarId {
+        self.define(name, |out| Instruction::Mbarriers {
+            out,
+            count,
+            arrivals,
+        })
+    }
+
+    /// `tma_load(src, dst, offset, barriers, i)`: a tensor-map copy completing on barrier `i`.
+    pub fn tma_load(
+        &mut self,
+        src: VarId,
+        dst: VarId,
+        src_offset: Vec<Expr>,
+        barrier: VarId,
+        index: impl Into<Expr>,
+    ) {
+        self.instr(Instruction::TmaLoad {
+            dst,
+            src,
+            src_offset,
+            barrier,
+            index: index.into(),
+        });
+    }
+
+    /// `mbarrier_arrive(barriers, i)`: every warp arrives once on barrier `i`.
+    pub fn mbarrier_arrive(&mut self, barrier: VarId, index: impl Into<Expr>) {
+        self.instr(Instruction::MbarrierArrive {
+            barrier,
+            index: index.into(),
+        });
+    }
+
+    /// `mbarrier_wait(barriers, i, phase)`: wait for barrier `i`'s phase of parity `phase`.
+    pub fn mbarrier_wait(
+        &mut self,
+        barrier: VarId,
+        index: impl Into<Expr>,
+        phase: impl Into<Expr>,
+    ) {
+        self.instr(Instruction::MbarrierWait {
+            barrier,
+            index: index.into(),
+            phase: phase.into(),
+        });
+    }
+
     pub fn copy_async_commit_group(&mut self) {
         self.instr(Instruction::CopyAsyncCommitGroup);
     }

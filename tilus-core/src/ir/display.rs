@@ -215,6 +215,33 @@ impl Program {
                 src_offset,
             } => format!("{name}({}, {}, {})", n(dst), n(src), list(src_offset)),
             Instruction::CopyAsyncWaitGroup { n: k } => format!("{name}({k})"),
+            Instruction::Mbarriers {
+                out,
+                count,
+                arrivals,
+            } => format!("{} = {name}({count}, {arrivals})", n(out)),
+            Instruction::TmaLoad {
+                dst,
+                src,
+                src_offset,
+                barrier,
+                index,
+            } => format!(
+                "{name}({}, {}, {}, {}, {})",
+                n(src),
+                n(dst),
+                list(src_offset),
+                n(barrier),
+                e(index)
+            ),
+            Instruction::MbarrierArrive { barrier, index } => {
+                format!("{name}({}, {})", n(barrier), e(index))
+            }
+            Instruction::MbarrierWait {
+                barrier,
+                index,
+                phase,
+            } => format!("{name}({}, {}, {})", n(barrier), e(index), e(phase)),
             Instruction::Binary { out, lhs, rhs, .. } => {
                 format!("{} = {name}({}, {})", n(out), n(lhs), op(rhs))
             }
@@ -436,8 +463,34 @@ impl Instruction {
             | Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }
+            | Instruction::Mbarriers { .. }
             | Instruction::Synchronize
             | Instruction::Exit => {}
+            Instruction::TmaLoad {
+                dst,
+                src,
+                src_offset,
+                barrier,
+                index,
+            } => {
+                out.push(*src);
+                out.push(*dst);
+                exprs(src_offset, &mut out);
+                out.push(*barrier);
+                exprs(std::slice::from_ref(index), &mut out);
+            }
+            Instruction::MbarrierArrive { barrier, index } => {
+                out.push(*barrier);
+                exprs(std::slice::from_ref(index), &mut out);
+            }
+            Instruction::MbarrierWait {
+                barrier,
+                index,
+                phase,
+            } => {
+                out.push(*barrier);
+                exprs(&[index.clone(), phase.clone()], &mut out);
+            }
             Instruction::AllocateGlobal { shape, .. } => exprs(shape, &mut out),
             Instruction::ViewGlobal { ptr, shape, .. } => {
                 out.push(*ptr);

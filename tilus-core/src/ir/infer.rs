@@ -37,6 +37,13 @@ impl Instruction {
             Instruction::AllocateRegister {
                 out, dtype, layout, ..
             } => one(out, register(*dtype, layout.clone())),
+            Instruction::Mbarriers { out, count, .. } => one(
+                out,
+                VarType::Shared(SharedType {
+                    dtype: crate::DType::UInt(32),
+                    layout: crate::layout::SharedLayout::row_major(&[*count as usize, 2]),
+                }),
+            ),
             Instruction::ViewGlobal {
                 out,
                 ptr,
@@ -152,6 +159,9 @@ impl Instruction {
             | Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }
+            | Instruction::TmaLoad { .. }
+            | Instruction::MbarrierArrive { .. }
+            | Instruction::MbarrierWait { .. }
             | Instruction::Synchronize
             | Instruction::Exit
             | Instruction::Print { .. } => Vec::new(),

@@ -406,6 +406,48 @@ pub enum Instruction {
         src: VarId,
         src_offset: Vec<Expr>,
     },
+    /// `count` mbarriers in shared memory (a `u32 [count, 2]` tensor: 8 bytes each), every one
+    /// initialised to complete a phase after `arrivals` arrivals, visible to the whole block
+    /// when the instruction ends (the generated code initialises them from one thread and
+    /// synchronizes the block). A barrier counts completed phases from 0; only the `mbarrier_*`
+    /// instructions and `tma_load` may use the tensor, and its bytes are never reused.
+    Mbarriers {
+        out: VarId,
+        count: u32,
+        arrivals: u32,
+    },
+    /// The tensor-memory-accelerator copy (`cp.async.bulk.tensor`, sm_90): the tile of `dst`'s
+    /// shape at `src_offset` of the global view `src` is copied into the shared tensor `dst`
+    /// (out-of-view elements read as zero, as with `copy_async`), completing on barrier
+    /// `index` of `barrier`. One thread of the block issues it, and that is one *arrival* on
+    /// the barrier which also makes the barrier's current phase wait for the copy's bytes: the
+    /// phase completes when it has all its arrivals and all the bytes of the copies that
+    /// arrived in it have landed. The bytes of `dst` may be read only after an
+    /// `mbarrier_wait` has seen that phase complete, and must not be written (or read by an
+    /// in-flight `dot_async`) until then.
+    TmaLoad {
+        dst: VarId,
+        src: VarId,
+        src_offset: Vec<Expr>,
+        barrier: VarId,
+        index: Expr,
+    },
+    /// Every warp of the block arrives once on barrier `index` of `barrier`, after all of its
+    /// threads' earlier memory accesses (so a barrier of `arrivals` = warps completes a phase
+    /// when the whole block has arrived).
+    MbarrierArrive {
+        barrier: VarId,
+        index: Expr,
+    },
+    /// Wait until barrier `index` of `barrier` has completed the phase of parity `phase`
+    /// (`phase % 2`): the most recent phase with that parity. Afterwards the bytes of the
+    /// copies that completed with it are visible to every thread. Waiting for a phase that can
+    /// never complete is a deadlock (the interpreter reports it).
+    MbarrierWait {
+        barrier: VarId,
+        index: Expr,
+        phase: Expr,
+    },
     /// Close the group of copies issued since the last commit.
     CopyAsyncCommitGroup,
     /// Wait until at most `n` committed groups are still in flight.

@@ -78,6 +78,10 @@ pub enum Op {
     Dot,
     DotAsync,
     DotWait,
+    Mbarriers,
+    TmaLoad,
+    MbarrierArrive,
+    MbarrierWait,
     /// `sum`, `reduce_max`, ...: a register tensor and a constant dimension.
     Reduce(ReduceOp),
     /// `cumsum`: a register tensor and a constant dimension.
@@ -137,6 +141,10 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("slice_shared", Memory, 3..=3, "slice_shared(src, [offset..], [extents..])", Op::SliceShared),
     row!("permute_shared", Memory, 2..=2, "permute_shared(src, [dims..])", Op::PermuteShared),
     row!("copy_async", Memory, 3..=3, "copy_async(src, dst, [offset..])", Op::CopyAsync),
+    row!("mbarriers", Memory, 2..=2, "mbarriers(count, arrivals)", Op::Mbarriers),
+    row!("tma_load", Memory, 5..=5, "tma_load(src, dst, [offset..], barriers, i)", Op::TmaLoad),
+    row!("mbarrier_arrive", Memory, 2..=2, "mbarrier_arrive(barriers, i)", Op::MbarrierArrive),
+    row!("mbarrier_wait", Memory, 3..=3, "mbarrier_wait(barriers, i, phase)", Op::MbarrierWait),
     row!("copy_async_commit_group" | "commit_group", Memory, 0..=0, "commit_group()", Op::CommitGroup),
     row!("copy_async_wait_group" | "wait_group", Memory, 1..=1, "wait_group(n)", Op::WaitGroup),
     row!("add", Elementwise, 2..=2, "add(x, y)", Op::Binary(ElementOp::Add)),

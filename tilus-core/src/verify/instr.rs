@@ -280,7 +280,7 @@ impl<'p> Checker<'p> {
         }
     }
 
-    fn same_dtype(
+    pub(super) fn same_dtype(
         &mut self,
         span: SpanId,
         instr: &str,
@@ -302,6 +302,7 @@ impl<'p> Checker<'p> {
         let name = ins.name();
         let p = self.p;
         self.inferred = ins.output_types(&|v| p.ty(v).clone());
+        self.check_barrier_uses(ins, span);
         match ins {
             Instruction::BlockIndices { outs } => {
                 if outs.len() != self.p.grid.len() {
@@ -514,6 +515,31 @@ impl<'p> Checker<'p> {
                 }
             }
             Instruction::DotAsync { out, a, b, c } => self.check_dot_shared(*out, *a, *b, *c, span),
+            Instruction::Mbarriers {
+                out,
+                count,
+                arrivals,
+            } => {
+                let bytes = 8usize.saturating_mul(*count as usize);
+                self.shared
+                    .push((*out, bytes.next_multiple_of(shared::SHARED_ALIGN)));
+                self.check_mbarriers(*out, *count, *arrivals, span);
+            }
+            Instruction::TmaLoad {
+                dst,
+                src,
+                src_offset,
+                barrier,
+                index,
+            } => self.check_tma_load(*dst, *src, src_offset, *barrier, index, span),
+            Instruction::MbarrierArrive { barrier, index } => {
+                self.check_mbarrier_arrive(*barrier, index, span)
+            }
+            Instruction::MbarrierWait {
+                barrier,
+                index,
+                phase,
+            } => self.check_mbarrier_wait(*barrier, index, phase, span),
             Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }

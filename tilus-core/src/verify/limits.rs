@@ -373,6 +373,10 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::CopyAsyncCommitGroup
         | Instruction::CopyAsyncWaitGroup { .. }
         | Instruction::DotWait { .. }
+        | Instruction::Mbarriers { .. }
+        | Instruction::TmaLoad { .. }
+        | Instruction::MbarrierArrive { .. }
+        | Instruction::MbarrierWait { .. }
         | Instruction::Synchronize
         | Instruction::Exit => Vec::new(),
     }

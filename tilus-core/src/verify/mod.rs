@@ -43,6 +43,7 @@ mod math;
 mod reduce;
 pub(crate) mod shared;
 pub(crate) mod table;
+pub mod tma;
 pub mod wgmma;
 
 pub use dot::{
@@ -115,6 +116,10 @@ pub fn shared_bytes(program: &Program) -> usize {
                     dtype, layout, ..
                 }) if layout.strides.len() == layout.shape.len() => {
                     *total = total.saturating_add(shared::allocation_bytes(*dtype, layout));
+                }
+                StmtKind::Instr(crate::ir::Instruction::Mbarriers { count, .. }) => {
+                    let bytes = 8usize.saturating_mul(*count as usize);
+                    *total = total.saturating_add(bytes.next_multiple_of(shared::SHARED_ALIGN));
                 }
                 StmtKind::If {
                     then_body,

@@ -537,6 +537,55 @@ impl Translator<'_, '_> {
                 b.copy_async(dst, src, offset);
                 Ok(Value::Unit)
             }
+            Op::Mbarriers => {
+                let count = match self.const_int(args[0]) {
+                    Some(n) if n >= 1 => Ok(n as u32),
+                    _ => Err(self.err(args[0], "the number of barriers is a positive constant")),
+                };
+                let arrivals = match self.const_int(args[1]) {
+                    Some(n) if n >= 1 => Ok(n as u32),
+                    _ => Err(self.err(
+                        args[1],
+                        "the arrivals per phase are a positive constant (each tma_load is one, each mbarrier_arrive one per warp)",
+                    )),
+                };
+                let (count, arrivals) = (count?, arrivals?);
+                let site = self.site(c);
+                b.set_span(site);
+                let n = self.dest_name(dest, "barriers")?;
+                Ok(Value::Tensor(b.mbarriers(&n, count, arrivals)))
+            }
+            Op::TmaLoad => {
+                let src = self.tensor_arg(b, args[0], name, "source", Scope::Global);
+                let dst = self.tensor_arg(b, args[1], name, "destination", Scope::Shared);
+                let offset = self.array_arg(b, args[2], "the offset");
+                let bars = self.tensor_arg(b, args[3], name, "barriers", Scope::Shared);
+                let index = self.scalar(b, args[4], ScalarType::I32);
+                let (src, dst, offset, bars, index) = (src?, dst?, offset?, bars?, index?);
+                let site = self.site_with(c, None, Some(Range::of(args[2])));
+                b.set_span(site);
+                b.tma_load(src, dst, offset, bars, index);
+                Ok(Value::Unit)
+            }
+            Op::MbarrierArrive => {
+                let bars = self.tensor_arg(b, args[0], name, "barriers", Scope::Shared);
+                let index = self.scalar(b, args[1], ScalarType::I32);
+                let (bars, index) = (bars?, index?);
+                let site = self.site(c);
+                b.set_span(site);
+                b.mbarrier_arrive(bars, index);
+                Ok(Value::Unit)
+            }
+            Op::MbarrierWait => {
+                let bars = self.tensor_arg(b, args[0], name, "barriers", Scope::Shared);
+                let index = self.scalar(b, args[1], ScalarType::I32);
+                let phase = self.scalar(b, args[2], ScalarType::I32);
+                let (bars, index, phase) = (bars?, index?, phase?);
+                let site = self.site(c);
+                b.set_span(site);
+                b.mbarrier_wait(bars, index, phase);
+                Ok(Value::Unit)
+            }
             Op::CommitGroup => {
                 let site = self.site(c);
                 b.set_span(site);

@@ -12,6 +12,7 @@
 //! | [`bmma`] | the 1-bit `mma.m16n8k256 .and.popc` helper of a u1 `Dot` |
 //! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
 //! | [`wgmma`] | `Dot` with shared operands (`wgmma.mma_async`, sm_90a) |
+//! | [`tma`] | `Mbarriers`, `TmaLoad` (`cp.async.bulk.tensor` through a tensor map), `MbarrierArrive`, `MbarrierWait` (sm_90) |
 //! | [`addressing`] | `Item`, `Gather`, `Scatter`, `Atomic` (data-dependent addresses) |
 
 pub(crate) mod addressing;
@@ -23,4 +24,5 @@ pub(crate) mod math;
 pub(crate) mod mma;
 pub(crate) mod reduce;
 pub(crate) mod shared;
+pub(crate) mod tma;
 pub(crate) mod wgmma;

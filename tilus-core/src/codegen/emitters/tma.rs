@@ -1,0 +1,275 @@
+//! `mbarriers`, `tma_load`, `mbarrier_arrive`, `mbarrier_wait` (sm_90; rules and semantics in
+//! `crate::verify::tma` and `crate::ir::Instruction`).
+//!
+//! - `mbarriers`: thread 0 initialises each barrier (`mbarrier.init`), fences the initialisation
+//!   for the copy engine (`fence.mbarrier_init`), and the block synchronizes.
+//! - `tma_load`: thread 0 announces the box's bytes and arrives (`mbarrier.arrive.expect_tx`),
+//!   then issues `cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx`
+//!   through a tensor map: a hidden `__grid_constant__` parameter per (view, box, swizzle),
+//!   which the launcher encodes from the pointer argument and the view's extents
+//!   ([`ParamKind::TensorMap`]). Coordinates are the offsets, innermost first.
+//! - `mbarrier_arrive`: each warp converges (`__syncwarp`, which orders its threads' accesses
+//!   before lane 0's) and lane 0 arrives.
+//! - `mbarrier_wait`: every thread spins on `mbarrier.try_wait.parity`.
+
+use super::super::context::{Ctx, SharedInfo, SMEM, TID};
+use super::super::{CodegenError, KernelParam};
+use crate::ir::{Expr, VarId};
+use crate::launch::{ParamKind, TmaSwizzle};
+use crate::layout::SharedLayout;
+use crate::verify::tma::tma_swizzle;
+use crate::DType;
+
+/// Helper device functions for the features in `used` (called from the prelude).
+pub(crate) fn helpers(used: &crate::codegen::prelude::Features) -> String {
+    let mut s = String::new();
+    if !used.contains("mbarrier") {
+        return s;
+    }
+    s.push_str(
+        r#"
+// A CUtensorMap (the launcher encodes it; the copy engine reads it from the parameter space).
+struct __align__(64) tilus_tensor_map { unsigned long long opaque[16]; };
+
+static __device__ __forceinline__ void tilus_mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(arrivals) : "memory");
+}
+static __device__ __forceinline__ void tilus_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// Spin until the phase of parity `parity` has completed.
+static __device__ __forceinline__ void tilus_mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+"#,
+    );
+    for rank in 1..=5 {
+        if !used.contains(TMA_FEATURES[rank - 1]) {
+            continue;
+        }
+        let params: Vec<String> = (0..rank).map(|j| format!("int c{j}")).collect();
+        let regs: Vec<String> = (0..rank).map(|j| format!("%{}", j + 4)).collect();
+        let args: Vec<String> = (0..rank).map(|j| format!(", \"r\"(c{j})")).collect();
+        s.push_str(&format!(
+            "// Announce `bytes` on barrier `bar` and arrive, then copy the box at (c0 = innermost, ..) through\n\
+             // tensor map `map` into shared address `dst`; the copy completes on `bar`.\n\
+             static __device__ __forceinline__ void tilus_tma_load_{rank}d(uint32_t dst, const tilus_tensor_map* map, uint32_t bar, uint32_t bytes, {}) {{\n\
+             \x20 asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" :: \"r\"(bar), \"r\"(bytes) : \"memory\");\n\
+             \x20 asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%2];\\n\"\n\
+             \x20              :: \"r\"(dst), \"l\"((uint64_t)map), \"r\"(bar), \"r\"(bytes){} : \"memory\");\n\
+             }}\n",
+            params.join(", "),
+            regs.join(", "),
+            args.join("")
+        ));
+    }
+    s
+}
+
+const TMA_FEATURES: [&str; 5] = ["tma_1d", "tma_2d", "tma_3d", "tma_4d", "tma_5d"];
+
+/// The barrier tensor's 32-bit shared address variable.
+fn barrier_base(cx: &Ctx, barriers: VarId) -> String {
+    format!("{}_bar", cx.name(barriers))
+}
+
+/// `uint32_t` shared address of barrier `index`.
+fn barrier_addr(cx: &Ctx, barriers: VarId, index: &Expr) -> String {
+    match cx.facts.constant(index) {
+        Some(0) => barrier_base(cx, barriers),
+        Some(i) => format!("({} + {}u)", barrier_base(cx, barriers), 8 * i),
+        None => format!(
+            "({} + 8u * (uint32_t)({}))",
+            barrier_base(cx, barriers),
+            cx.expr(index)
+        ),
+    }
+}
+
+pub(crate) fn mbarriers(
+    cx: &mut Ctx,
+    out: VarId,
+    count: u32,
+    arrivals: u32,
+) -> Result<(), CodegenError> {
+    let slot = cx
+        .plan
+        .slot(out)
+        .cloned()
+        .ok_or_else(|| cx.err("mbarriers missing from the shared-memory plan"))?;
+    cx.features.insert("mbarrier");
+    let layout = SharedLayout::row_major(&[count as usize, 2]);
+    cx.shared.insert(
+        out,
+        SharedInfo {
+            dtype: DType::UInt(32),
+            root_layout: layout,
+            root_offset: slot.offset,
+            origin: vec![Expr::Int(0); 2],
+            shape: vec![count as usize, 2],
+        },
+    );
+    let base = barrier_base(cx, out);
+    cx.w.line(format!(
+        "const uint32_t {base} = (uint32_t)__cvta_generic_to_shared({SMEM}) + {}u;  // {count} mbarriers",
+        slot.offset
+    ));
+    // Bytes another tensor used before are free once every thread passed a barrier.
+    cx.w.line("__syncthreads();");
+    cx.w.open(format!("if ({TID} == 0)"));
+    cx.w.open(format!("for (int i = 0; i < {count}; ++i)"));
+    cx.w.line(format!(
+        "tilus_mbar_init({base} + 8u * (uint32_t)i, {arrivals}u);"
+    ));
+    cx.w.close();
+    cx.w.line("asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");");
+    cx.w.close();
+    cx.w.line("__syncthreads();");
+    Ok(())
+}
+
+/// The tensor-map parameter for copies from `src` in boxes of `dst`'s shape with `swizzle`,
+/// added to the kernel's parameters on first use.
+fn tensor_map(
+    cx: &mut Ctx,
+    src: VarId,
+    box_shape: &[usize],
+    swizzle: TmaSwizzle,
+) -> Result<String, CodegenError> {
+    let g = cx.p.ty(src).as_global().cloned().ok_or_else(|| {
+        cx.err(format!(
+            "tma_load: {} is not a global view",
+            cx.ir_name(src)
+        ))
+    })?;
+    let param =
+        cx.p.params
+            .iter()
+            .position(|p| p.var == g.ptr)
+            .ok_or_else(|| {
+                cx.err(format!(
+                    "tma_load: {} does not view a pointer parameter",
+                    cx.ir_name(src)
+                ))
+            })?;
+    let kind = ParamKind::TensorMap {
+        param,
+        dtype: g.dtype,
+        shape: g.shape.clone(),
+        box_shape: box_shape.iter().map(|&x| x as u32).collect(),
+        swizzle,
+    };
+    if let Some(p) = cx.tensor_maps.iter().find(|p| p.kind == kind) {
+        return Ok(p.name.clone());
+    }
+    let name = format!("{}_tmap{}", cx.name(g.ptr), cx.tensor_maps.len());
+    cx.tensor_maps.push(KernelParam {
+        name: name.clone(),
+        ir_name: cx.ir_name(g.ptr),
+        kind,
+    });
+    Ok(name)
+}
+
+pub(crate) fn tma_load(
+    cx: &mut Ctx,
+    dst: VarId,
+    src: VarId,
+    src_offset: &[Expr],
+    barriers: VarId,
+    index: &Expr,
+) -> Result<(), CodegenError> {
+    let d = cx.shared_info(dst)?;
+    let lead = d.root_layout.rank() - d.shape.len();
+    let layout = SharedLayout {
+        shape: d.shape.clone(),
+        strides: d.root_layout.strides[lead..].to_vec(),
+        swizzle: d.root_layout.swizzle,
+    };
+    let swizzle = tma_swizzle(&layout, d.dtype).map_err(|e| cx.err(format!("tma_load: {e}")))?;
+    let esize = d.dtype.bits() as usize / 8;
+    // The box starts at a multiple of 128 bytes, and with a swizzle on its 8-row atom (the
+    // copy engine swizzles by address bits, as the VM's layout does from the allocation).
+    let align = (swizzle.span() * 8).max(128);
+    let mut terms = vec![format!("{}u", d.root_offset)];
+    for (dim, origin) in d.origin.iter().enumerate() {
+        if origin == &Expr::Int(0) {
+            continue;
+        }
+        let stride_bytes = d.root_layout.strides[dim] * esize;
+        let need = align / gcd(stride_bytes, align);
+        let proof = cx.facts.divisible(origin, need as i64);
+        if matches!(proof, super::super::expr::Divisible::No) {
+            return Err(cx.err(format!(
+                "tma_load: the destination {} must start on a multiple of {align} bytes, but its offset `{}` in dimension {dim} (stride {stride_bytes} bytes) is not provably a multiple of {need}",
+                cx.ir_name(dst),
+                cx.expr(origin)
+            )));
+        }
+        cx.assume(&proof);
+        terms.push(format!("(uint32_t)({}) * {stride_bytes}u", cx.expr(origin)));
+    }
+    if d.root_offset % align != 0 {
+        return Err(cx.err(format!(
+            "tma_load: the destination {} lies at shared byte {}, not a multiple of {align}",
+            cx.ir_name(dst),
+            d.root_offset
+        )));
+    }
+    let map = tensor_map(cx, src, &d.shape, swizzle)?;
+    let rank = src_offset.len();
+    let feature = *TMA_FEATURES
+        .get(rank.wrapping_sub(1))
+        .ok_or_else(|| cx.err(format!("tma_load: rank {rank} is not 1 to 5")))?;
+    cx.features.insert(feature);
+    cx.features.insert("mbarrier");
+    let bytes: usize = d.shape.iter().product::<usize>() * esize;
+    let coords: Vec<String> = src_offset
+        .iter()
+        .rev()
+        .map(|e| format!("(int)({})", cx.expr(e)))
+        .collect();
+    let bar = barrier_addr(cx, barriers, index);
+    cx.w.open(format!("if ({TID} == 0)"));
+    cx.w.line(format!(
+        "tilus_tma_load_{rank}d((uint32_t)__cvta_generic_to_shared({SMEM}) + {}, &{map}, {bar}, {bytes}u, {});",
+        terms.join(" + "),
+        coords.join(", ")
+    ));
+    cx.w.close();
+    Ok(())
+}
+
+pub(crate) fn arrive(cx: &mut Ctx, barriers: VarId, index: &Expr) -> Result<(), CodegenError> {
+    let bar = barrier_addr(cx, barriers, index);
+    cx.w.line("__syncwarp();");
+    cx.w.line(format!("if (({TID} & 31) == 0) tilus_mbar_arrive({bar});"));
+    Ok(())
+}
+
+pub(crate) fn wait(
+    cx: &mut Ctx,
+    barriers: VarId,
+    index: &Expr,
+    phase: &Expr,
+) -> Result<(), CodegenError> {
+    let bar = barrier_addr(cx, barriers, index);
+    let parity = match cx.facts.constant(phase) {
+        Some(p) => format!("{}u", p.rem_euclid(2)),
+        None => format!("((uint32_t)({}) & 1u)", cx.expr(phase)),
+    };
+    cx.w.line(format!("tilus_mbar_wait({bar}, {parity});"));
+    Ok(())
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}

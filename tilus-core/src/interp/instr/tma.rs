@@ -1,0 +1,152 @@
+//! `mbarriers`, `tma_load`, `mbarrier_arrive`, `mbarrier_wait` (sm_90's copy engine and
+//! transaction barriers, `crate::verify::tma`).
+//!
+//! The block runs as one: a `tma_load` is issued once (one arrival on its barrier, its bytes in
+//! flight), `mbarrier_arrive` is one arrival per warp, and an `mbarrier_wait` whose phase has
+//! not completed can never complete, since no other part of the block runs meanwhile: that is
+//! reported as a deadlock.
+
+use super::super::barrier::Barrier;
+use super::super::memory::{SharedView, Value};
+use super::super::{Block, Machine};
+use crate::ir::{Expr, VarId};
+use crate::layout::SharedLayout;
+use crate::verify::table::unravel;
+use crate::DType;
+
+impl Machine<'_> {
+    /// Byte address of barrier `index` of `barriers`, checked to be one.
+    fn barrier_addr(&self, block: &Block, barriers: VarId, index: &Expr) -> Result<usize, String> {
+        let view = self.shared(block, barriers)?;
+        let count = view.layout.shape[0];
+        let i = self.eval_i32(index, block, "barrier index")?;
+        if i < 0 || i as usize >= count {
+            return Err(format!(
+                "barrier index {i} is outside `{}` of {count} barriers",
+                self.name(barriers)
+            ));
+        }
+        Ok(view.alloc + 8 * i as usize)
+    }
+
+    pub(super) fn mbarriers(
+        &mut self,
+        block: &mut Block,
+        out: VarId,
+        count: u32,
+        arrivals: u32,
+    ) -> Result<(), String> {
+        let shared = &mut block.shared;
+        let layout = SharedLayout::row_major(&[count as usize, 2]);
+        let bytes = (8 * count as usize).next_multiple_of(16);
+        let alloc = *block
+            .shared_alloc
+            .entry(out)
+            .or_insert_with(|| shared.alloc(bytes));
+        for i in 0..count as usize {
+            shared
+                .barriers
+                .insert(alloc + 8 * i, Barrier::new(arrivals));
+        }
+        let view = SharedView {
+            alloc,
+            base: 0,
+            dtype: DType::UInt(32),
+            layout,
+        };
+        block.env[out.0 as usize] = Some(Value::Shared(view));
+        Ok(())
+    }
+
+    pub(super) fn tma_load(
+        &mut self,
+        block: &mut Block,
+        dst: VarId,
+        src: VarId,
+        src_offset: &[Expr],
+        barriers: VarId,
+        index: &Expr,
+    ) -> Result<(), String> {
+        let addr = self.barrier_addr(block, barriers, index)?;
+        let view = self.shared(block, dst)?;
+        let global = self.global(block, src)?;
+        let offset = self.global_offsets(block, src_offset)?;
+        let shape = view.layout.shape.clone();
+        let lead = global.shape.len() - shape.len();
+        let size: usize = shape.iter().product();
+        let mut codes = Vec::with_capacity(size);
+        let mut at = offset.clone();
+        for flat in 0..size {
+            let tile = unravel(flat, &shape);
+            for (d, x) in tile.iter().enumerate() {
+                at[lead + d] = offset[lead + d].saturating_add(*x as i64);
+            }
+            let code = self
+                .globals
+                .read(&global, &at)
+                .map_err(|e| format!("`{}`{at:?} cannot be read: {e}", self.name(src)))?;
+            codes.push((tile, code.unwrap_or(0)));
+        }
+        let name = self.name(dst).to_string();
+        let phase = block.shared.barriers[&addr].phase;
+        block
+            .shared
+            .tma_load(&view, &name, codes.into_iter(), addr, phase)?;
+        self.arrive(block, barriers, addr, 1)
+    }
+
+    fn arrive(
+        &self,
+        block: &mut Block,
+        barriers: VarId,
+        addr: usize,
+        n: u32,
+    ) -> Result<(), String> {
+        let name = self.name(barriers);
+        let barrier = block
+            .shared
+            .barriers
+            .get_mut(&addr)
+            .ok_or_else(|| format!("`{name}` holds no initialised barrier at that index"))?;
+        barrier.arrive(n).map_err(|e| format!("`{name}`: {e}"))
+    }
+
+    pub(super) fn mbarrier_arrive(
+        &mut self,
+        block: &mut Block,
+        barriers: VarId,
+        index: &Expr,
+    ) -> Result<(), String> {
+        let addr = self.barrier_addr(block, barriers, index)?;
+        let warps = self.block_threads.div_ceil(32) as u32;
+        self.arrive(block, barriers, addr, warps)
+    }
+
+    pub(super) fn mbarrier_wait(
+        &mut self,
+        block: &mut Block,
+        barriers: VarId,
+        index: &Expr,
+        phase: &Expr,
+    ) -> Result<(), String> {
+        let addr = self.barrier_addr(block, barriers, index)?;
+        let parity = self.eval_i32(phase, block, "phase")?;
+        let b = block.shared.barriers[&addr].clone();
+        if !b.passes(parity) {
+            let i = (addr - self.shared(block, barriers)?.alloc) / 8;
+            return Err(format!(
+                "deadlock: waiting on barrier {i} of `{}` for the phase of parity {}, but its \
+                 phase {} (that parity) still expects {} of its {} arrivals and no other thread \
+                 can arrive; is the phase right (each completed phase flips it), and did every \
+                 tma_load or mbarrier_arrive of the phase run?",
+                self.name(barriers),
+                parity.rem_euclid(2),
+                b.phase,
+                b.pending,
+                b.arrivals
+            ));
+        }
+        block.shared.tma_complete(addr, b.phase);
+        Ok(())
+    }
+}

@@ -1,0 +1,347 @@
+//! The tensor memory accelerator and transaction barriers of sm_90: `mbarriers`, `tma_load`,
+//! `mbarrier_arrive`, `mbarrier_wait`.
+//!
+//! Accepted when:
+//!
+//! - **Target**: it has the TMA and mbarriers (sm_90).
+//! - **`mbarriers(count, arrivals)`**: `count >= 1`; `arrivals` in `1..2^20` (the hardware's
+//!   pending-count range). The tensor it makes is used only by the instructions of this family.
+//! - **`tma_load(src, dst, offset, barriers, i)`**: `src` is a global view of a *pointer
+//!   parameter* whose extents read only scalar parameters (the launcher encodes its tensor map
+//!   from them), of rank 1 to 5, with 8-, 16- or 32-bit elements; `offset` has `src`'s rank and
+//!   `i32` entries (tensor-map coordinates are 32-bit); `dst` is a shared tensor of the same
+//!   dtype and at most `src`'s rank (its shape is the box, covering `src`'s trailing
+//!   dimensions), each extent at most 256, the inner extent a multiple of 16 bytes, the box at
+//!   most 2^20 - 1 bytes (the barrier's transaction count); `dst` is laid out row-major and
+//!   compact (a whole tensor or a slice of whole inner rows), unswizzled or with a swizzle the
+//!   copy engine writes: `swizzle(b, log2(16 / element bytes), 3)` for `b` = 1, 2, 3 (32, 64 or
+//!   128-byte spans) with an inner extent of exactly the span. `barriers` is an `mbarriers`
+//!   tensor and `i` an `i32`.
+//! - **`mbarrier_arrive(barriers, i)`**, **`mbarrier_wait(barriers, i, phase)`**: `barriers` an
+//!   `mbarriers` tensor, `i` and `phase` `i32`; a constant `i` is in range.
+//!
+//! The code generator checks what only it sees: the destination's address is a multiple of 128
+//! bytes (of the swizzle's 8-row atom with a swizzle).
+
+use super::Checker;
+use crate::ir::{Expr, GlobalType, Instruction, ScalarType, SharedType, SpanId, VarId, VarType};
+use crate::launch::TmaSwizzle;
+use crate::layout::{SharedLayout, Swizzle};
+use crate::DType;
+
+/// Most elements of one box dimension of a tensor-map copy.
+pub const MAX_BOX_EXTENT: usize = 256;
+/// Most bytes one mbarrier phase can wait for (its transaction count is 20 bits).
+pub const MAX_TX_BYTES: usize = (1 << 20) - 1;
+/// Most arrivals one mbarrier phase can expect.
+pub const MAX_ARRIVALS: u32 = (1 << 20) - 1;
+
+/// The copy engine's swizzle mode equal to `layout`'s swizzle for elements of `dtype`, or why
+/// there is none. Without a swizzle the mode is [`TmaSwizzle::None`].
+pub fn tma_swizzle(layout: &SharedLayout, dtype: DType) -> Result<TmaSwizzle, String> {
+    let Some(sw) = layout.swizzle else {
+        return Ok(TmaSwizzle::None);
+    };
+    let bytes = dtype.bits() as usize / 8;
+    let base = match bytes {
+        1 => 4,
+        2 => 3,
+        4 => 2,
+        _ => return Err(format!("{dtype} elements have no copy-engine swizzle")),
+    };
+    let mode = match sw.bits {
+        1 => TmaSwizzle::B32,
+        2 => TmaSwizzle::B64,
+        3 => TmaSwizzle::B128,
+        _ => TmaSwizzle::None,
+    };
+    let want = Swizzle {
+        bits: sw.bits,
+        base,
+        shift: 3,
+    };
+    if mode == TmaSwizzle::None || sw != want {
+        return Err(format!(
+            "its swizzle({}, {}, {}) is not one the copy engine writes: for {dtype} use \
+             swizzle(b, {base}, 3) with b = 1, 2 or 3 (32, 64 or 128-byte rows)",
+            sw.bits, sw.base, sw.shift
+        ));
+    }
+    let inner = layout.shape.last().copied().unwrap_or(0) * bytes;
+    if inner != mode.span() {
+        return Err(format!(
+            "with swizzle({}, {base}, 3) the inner extent must be {} bytes ({} elements), not \
+             {inner} bytes",
+            sw.bits,
+            mode.span(),
+            mode.span() / bytes
+        ));
+    }
+    Ok(mode)
+}
+
+/// Whether `layout` is compact row-major over its own shape (a whole tensor, or a slice of
+/// whole inner rows of one).
+pub fn is_compact_row_major(layout: &SharedLayout) -> bool {
+    layout.strides == SharedLayout::row_major(&layout.shape).strides
+}
+
+impl<'p> Checker<'p> {
+    /// The `mbarriers` tensors of the program.
+    fn is_barrier(&self, v: VarId) -> bool {
+        let mut found = false;
+        self.p.visit_instructions(&mut |i| {
+            if let Instruction::Mbarriers { out, .. } = i {
+                found |= *out == v;
+            }
+        });
+        found
+    }
+
+    fn barrier_count(&self, v: VarId) -> Option<u32> {
+        let mut count = None;
+        self.p.visit_instructions(&mut |i| {
+            if let Instruction::Mbarriers { out, count: c, .. } = i {
+                if *out == v {
+                    count = Some(*c);
+                }
+            }
+        });
+        count
+    }
+
+    fn needs_sm90(&mut self, span: SpanId, instr: &str) {
+        let f = self.target.features;
+        if !(f.tma && f.mbarrier) {
+            let arch = self.target.arch.name();
+            self.err(
+                span,
+                format!("{instr} needs the tensor memory accelerator and mbarriers of sm_90, which the target {arch} does not have\nhelp: compile for sm_90 (`target = sm90`)"),
+            );
+        }
+    }
+
+    /// Only this family may use an `mbarriers` tensor: a load, store or copy of its bytes
+    /// would corrupt the barriers' state.
+    pub(super) fn check_barrier_uses(&mut self, ins: &Instruction, span: SpanId) {
+        let allowed: &[VarId] = match ins {
+            Instruction::TmaLoad { barrier, .. }
+            | Instruction::MbarrierArrive { barrier, .. }
+            | Instruction::MbarrierWait { barrier, .. } => std::slice::from_ref(barrier),
+            _ => &[],
+        };
+        for v in ins.inputs() {
+            if !allowed.contains(&v) && self.is_barrier(v) {
+                let msg = format!(
+                    "{}: {} holds mbarriers, which only tma_load, mbarrier_arrive and mbarrier_wait may use",
+                    ins.name(),
+                    self.name(v)
+                );
+                self.err(span, msg);
+            }
+        }
+    }
+
+    pub(super) fn check_mbarriers(&mut self, out: VarId, count: u32, arrivals: u32, span: SpanId) {
+        self.needs_sm90(span, "mbarriers");
+        if count == 0 {
+            let msg = format!("mbarriers {}: the count must be at least 1", self.name(out));
+            self.err(span, msg);
+        }
+        if arrivals == 0 || arrivals > MAX_ARRIVALS {
+            let msg = format!(
+                "mbarriers {}: {arrivals} arrivals per phase, but a barrier takes 1 to {MAX_ARRIVALS}",
+                self.name(out)
+            );
+            self.err(span, msg);
+        }
+        self.define(out, true, span, "mbarriers");
+    }
+
+    /// `barriers` is an `mbarriers` tensor and `index` an `i32` in range when constant.
+    fn check_barrier_operand(&mut self, barrier: VarId, index: &Expr, span: SpanId, instr: &str) {
+        let ty = self.use_var(barrier, span);
+        if ty.is_some() && ty != Some(&VarType::Unknown) && !self.is_barrier(barrier) {
+            let msg = format!(
+                "{instr}: {} must be a barrier tensor made by `mbarriers(count, arrivals)`",
+                self.name(barrier)
+            );
+            self.err(span, msg);
+        }
+        self.expect_expr(
+            index,
+            ScalarType::I32,
+            span,
+            &format!("the barrier index of {instr}"),
+        );
+        if let (Some(count), Some(i)) = (self.barrier_count(barrier), super::const_eval(index)) {
+            if i < 0 || i >= i64::from(count) {
+                let msg = format!(
+                    "{instr}: barrier index {i} is outside {} of {count} barriers",
+                    self.name(barrier)
+                );
+                self.err(span, msg);
+            }
+        }
+    }
+
+    pub(super) fn check_mbarrier_arrive(&mut self, barrier: VarId, index: &Expr, span: SpanId) {
+        self.needs_sm90(span, "mbarrier_arrive");
+        self.check_barrier_operand(barrier, index, span, "mbarrier_arrive");
+    }
+
+    pub(super) fn check_mbarrier_wait(
+        &mut self,
+        barrier: VarId,
+        index: &Expr,
+        phase: &Expr,
+        span: SpanId,
+    ) {
+        self.needs_sm90(span, "mbarrier_wait");
+        self.check_barrier_operand(barrier, index, span, "mbarrier_wait");
+        self.expect_expr(phase, ScalarType::I32, span, "the phase of mbarrier_wait");
+    }
+
+    pub(super) fn check_tma_load(
+        &mut self,
+        dst: VarId,
+        src: VarId,
+        src_offset: &[Expr],
+        barrier: VarId,
+        index: &Expr,
+        span: SpanId,
+    ) {
+        let instr = "tma_load";
+        self.needs_sm90(span, instr);
+        self.check_barrier_operand(barrier, index, span, instr);
+        for e in src_offset {
+            self.expect_expr(
+                e,
+                ScalarType::I32,
+                span,
+                "an offset of tma_load (tensor-map coordinates are i32)",
+            );
+        }
+        let g = self.global_for_tma(src, span);
+        let d = self.use_var(dst, span).and_then(VarType::as_shared);
+        if d.is_none()
+            && self
+                .p
+                .vars
+                .get(dst.0 as usize)
+                .is_some_and(|v| v.ty != VarType::Unknown)
+        {
+            let msg = format!(
+                "tma_load: the destination {} must be a shared tensor",
+                self.name(dst)
+            );
+            self.err(span, msg);
+        }
+        let (Some(g), Some(d)) = (g, d) else { return };
+        self.check_tma_box(instr, src, g, dst, d, src_offset, span);
+    }
+
+    /// The source of a copy through a tensor map: a view of a pointer parameter whose extents
+    /// the launcher can evaluate.
+    fn global_for_tma(&mut self, src: VarId, span: SpanId) -> Option<&'p GlobalType> {
+        let ty = self.use_var(src, span)?;
+        let Some(g) = ty.as_global() else {
+            if *ty != VarType::Unknown {
+                let msg = format!(
+                    "tma_load: the source {} must be a global tensor",
+                    self.name(src)
+                );
+                self.err(span, msg);
+            }
+            return None;
+        };
+        let p = self.p;
+        let is_param = |v: VarId| p.params.iter().any(|q| q.var == v);
+        if !is_param(g.ptr) {
+            let msg = format!(
+                "tma_load: the source {} must view a pointer parameter (the launcher builds its tensor map from the argument); scratch tensors from allocate_global cannot be copied with tma_load",
+                self.name(src)
+            );
+            self.err(span, msg);
+            return None;
+        }
+        let mut runtime = Vec::new();
+        for e in &g.shape {
+            e.visit_vars(&mut |v| {
+                if !(is_param(v) && matches!(p.ty(v), VarType::Scalar(_))) {
+                    runtime.push(v);
+                }
+            });
+        }
+        if let Some(&v) = runtime.first() {
+            let msg = format!(
+                "tma_load: the extents of {} read {}, which is not a scalar parameter; the launcher encodes the tensor map before the kernel runs, so the view's extents must be expressions of the kernel's scalar parameters",
+                self.name(src),
+                self.name(v)
+            );
+            self.err(span, msg);
+            return None;
+        }
+        Some(g)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_tma_box(
+        &mut self,
+        instr: &str,
+        src: VarId,
+        g: &GlobalType,
+        dst: VarId,
+        d: &SharedType,
+        src_offset: &[Expr],
+        span: SpanId,
+    ) {
+        let (sn, dn) = (self.name(src), self.name(dst));
+        self.same_dtype(span, instr, dst, d.dtype, src, g.dtype);
+        let bits = g.dtype.bits();
+        if !matches!(bits, 8 | 16 | 32) {
+            self.err(span, format!("{instr}: {sn} holds {}; the copy engine moves 8-, 16- or 32-bit elements (view sub-byte codes as u8)", g.dtype));
+            return;
+        }
+        let rank = g.shape.len();
+        if !(1..=5).contains(&rank) {
+            self.err(
+                span,
+                format!("{instr}: {sn} has rank {rank}; tensor maps have rank 1 to 5"),
+            );
+            return;
+        }
+        if src_offset.len() != rank {
+            self.err(
+                span,
+                format!(
+                    "{instr}: the offset has rank {} but {sn} has rank {rank}",
+                    src_offset.len()
+                ),
+            );
+        }
+        let shape = &d.layout.shape;
+        if shape.len() > rank {
+            self.err(span, format!("{instr}: the box {dn} of shape {shape:?} has a higher rank than {sn} of rank {rank}"));
+            return;
+        }
+        if let Some(&x) = shape.iter().find(|&&x| x == 0 || x > MAX_BOX_EXTENT) {
+            self.err(span, format!("{instr}: the box {dn} of shape {shape:?} has an extent of {x}; each must be 1 to {MAX_BOX_EXTENT}\nhelp: copy a large tile as several boxes (slices of it)"));
+        }
+        let esize = bits as usize / 8;
+        let inner = shape.last().copied().unwrap_or(1) * esize;
+        if !inner.is_multiple_of(16) {
+            self.err(span, format!("{instr}: the inner extent of {dn} is {inner} bytes; the copy engine needs a multiple of 16"));
+        }
+        let total = shape.iter().product::<usize>().saturating_mul(esize);
+        if total > MAX_TX_BYTES {
+            self.err(span, format!("{instr}: the box {dn} is {total} bytes, more than one barrier phase can count ({MAX_TX_BYTES})"));
+        }
+        if !is_compact_row_major(&d.layout) {
+            self.err(span, format!("{instr}: {dn} has strides {:?}; the copy engine writes a compact row-major box (strides {:?}): copy into a whole tensor or a slice of whole inner rows", d.layout.strides, SharedLayout::row_major(shape).strides));
+        }
+        if let Err(why) = tma_swizzle(&d.layout, d.dtype) {
+            self.err(span, format!("{instr}: the destination {dn}: {why}"));
+        }
+    }
+}
