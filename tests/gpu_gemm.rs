@@ -13,7 +13,7 @@ mod common;
 use half::{bf16, f16};
 use rand::Rng;
 use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Weight};
-use tilus::kernels::gemm::{gemm_bf16, gemm_f16};
+use tilus::kernels::gemm::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 use tilus::runtime::{Context, Cublas, DeviceBuffer};
 
 fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -139,6 +139,43 @@ fn gpu_wgmma_gemm_matches_f64_reference() {
     )
     .unwrap();
     assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 128.0));
+}
+
+/// The copy-engine GEMM: tensor maps encoded at launch, boxes past `m` and `n` zero-filled,
+/// stores masked; a `k` whose rows are not 16-byte multiples is refused before the launch,
+/// naming the argument, and the context still works.
+#[test]
+fn gpu_tma_gemm_matches_f64_reference() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_tma_gemm_matches_f64_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!(
+            "SKIPPED gpu_tma_gemm_matches_f64_reference: wgmma needs sm_90a, the device is {}",
+            ctx.arch()
+        );
+        return;
+    }
+    check_dtype!(&ctx, f16, gemm_tma_f16, 5e-3);
+    check_dtype!(&ctx, bf16, gemm_tma_bf16, 2e-2);
+
+    let (m, n, k) = (64, 128, 100);
+    let a = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; n * k]).unwrap();
+    let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).unwrap();
+    let cfg = &gemm_tma_f16::SPACE[0];
+    let e = gemm_tma_f16::launch(&ctx, cfg, m as i32, n as i32, k as i32, &a, &b, &mut c)
+        .expect_err("k = 100 must be refused");
+    assert!(e.to_string().contains("`a`"), "{e}");
+    eprintln!("k = 100 refused: {e}");
+    let k = 136;
+    let a = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; n * k]).unwrap();
+    gemm_tma_f16::launch(&ctx, cfg, m as i32, n as i32, k as i32, &a, &b, &mut c).unwrap();
+    assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 136.0));
 }
 
 #[test]

@@ -806,7 +806,10 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                     k,
                     runs,
                 )?;
-                eprintln!("{dtype} {m}x{n}x{k}: {:.1} us ({})", row.us, row.config);
+                eprintln!(
+                    "{dtype} {m}x{n}x{k}: cp.async {:.1} us ({}), tma {:?}",
+                    row.us, row.config, row.tma
+                );
                 rows.push(row);
             }
             out += &tilus::kernels::gemm::bench::table(&rows);

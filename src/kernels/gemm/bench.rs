@@ -5,7 +5,7 @@
 //! CUDA-event timings, L2 flushed before each run) and the best is reported, with TFLOP/s (`2 m n k` over the time) and the ratio to
 //! cuBLAS.
 
-use super::{gemm_bf16, gemm_f16};
+use super::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 use crate::kernels::timing::{pattern, time_launches};
 use half::{bf16, f16};
 use tilus_runtime::{Context, Cublas, DeviceBuffer, L2Flush};
@@ -27,9 +27,12 @@ pub struct GemmRow {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    /// The best configuration and its median time.
+    /// The best configuration of the `cp.async` kernel and its median time.
     pub config: String,
     pub us: f64,
+    /// The same for the copy-engine kernel (`gemm_tma_*`); `None` when `k` is not a multiple
+    /// of 8 (its tensor-map rows must be multiples of 16 bytes).
+    pub tma: Option<(String, f64)>,
     pub cublas_us: Option<f64>,
 }
 
@@ -37,14 +40,19 @@ impl GemmRow {
     pub fn tflops(us: f64, m: usize, n: usize, k: usize) -> f64 {
         2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12
     }
+
+    /// The faster of the two pipelines.
+    pub fn best_us(&self) -> f64 {
+        self.tma.as_ref().map_or(self.us, |(_, t)| t.min(self.us))
+    }
 }
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Time every configuration of the `dtype` kernel (`"f16"` or `"bf16"`) at `m x n x k`, and
-/// cuBLAS unless `no_cublas`.
+/// Time every configuration of both `dtype` kernels (`"f16"` or `"bf16"`: the `cp.async` one
+/// and the copy-engine one) at `m x n x k`, and cuBLAS unless `blas` is `None`.
 #[allow(clippy::too_many_arguments)]
 pub fn bench_gemm(
     ctx: &Context,
@@ -56,8 +64,23 @@ pub fn bench_gemm(
     k: usize,
     runs: usize,
 ) -> Result<GemmRow, String> {
+    macro_rules! best_of {
+        ($kernel:ident, $mi:expr, $ni:expr, $ki:expr, $a:expr, $b:expr, $c:expr) => {{
+            let mut best: Option<(String, f64)> = None;
+            for cfg in $kernel::SPACE {
+                let t = time_launches(ctx, flush, runs, || {
+                    $kernel::launch(ctx, cfg, $mi, $ni, $ki, $a, $b, $c).map_err(err)
+                })
+                .map_err(|e| format!("{cfg}: {e}"))?;
+                if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
+                    best = Some((cfg.to_string(), t.median_us));
+                }
+            }
+            best.expect("the space is not empty")
+        }};
+    }
     macro_rules! run {
-        ($t:ty, $kernel:ident, $name:literal) => {{
+        ($t:ty, $kernel:ident, $tma:ident, $name:literal) => {{
             let a: Vec<$t> = pattern(m * k, 1).into_iter().map(<$t>::from_f32).collect();
             let b: Vec<$t> = pattern(n * k, 2).into_iter().map(<$t>::from_f32).collect();
             let a = DeviceBuffer::from_host(ctx, &a).map_err(err)?;
@@ -68,16 +91,12 @@ pub fn bench_gemm(
                 i32::try_from(n).map_err(|_| "argument `n`: too large".to_string())?,
                 i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
             );
-            let mut best: Option<(String, f64)> = None;
-            for cfg in $kernel::SPACE {
-                let t = time_launches(ctx, flush, runs, || {
-                    $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
-                })
-                .map_err(|e| format!("{cfg}: {e}"))?;
-                if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
-                    best = Some((cfg.to_string(), t.median_us));
-                }
-            }
+            let (config, us) = best_of!($kernel, mi, ni, ki, &a, &b, &mut c);
+            let tma = if k % 8 == 0 {
+                Some(best_of!($tma, mi, ni, ki, &a, &b, &mut c))
+            } else {
+                None
+            };
             let cublas_us = match blas {
                 Some(blas) => Some(
                     time_launches(ctx, flush, runs, || {
@@ -87,7 +106,6 @@ pub fn bench_gemm(
                 ),
                 None => None,
             };
-            let (config, us) = best.expect("the space is not empty");
             GemmRow {
                 dtype: $name,
                 m,
@@ -95,43 +113,52 @@ pub fn bench_gemm(
                 k,
                 config,
                 us,
+                tma,
                 cublas_us,
             }
         }};
     }
     Ok(match dtype {
-        "f16" => run!(f16, gemm_f16, "f16"),
-        "bf16" => run!(bf16, gemm_bf16, "bf16"),
+        "f16" => run!(f16, gemm_f16, gemm_tma_f16, "f16"),
+        "bf16" => run!(bf16, gemm_bf16, gemm_tma_bf16, "bf16"),
         other => return Err(format!("argument `--dtype`: `{other}` is not f16 or bf16")),
     })
 }
 
-/// The table `tilus bench gemm` prints.
+/// The table `tilus bench gemm` prints: each pipeline's best time, cuBLAS's, and the better
+/// pipeline against cuBLAS.
 pub fn table(rows: &[GemmRow]) -> String {
     let mut s = format!(
-        "tilus gemm (wgmma m64nNk16 from shared memory, cp.async pipeline), c = a · bᵀ; L2 flushed; best configuration\n\
-         {:<5} {:>22} {:>10} {:>8} {:>11} {:>8} {:>9}  config\n",
-        "dtype", "m x n x k", "tilus us", "TFLOP/s", "cuBLAS us", "TFLOP/s", "vs cuBLAS"
+        "tilus gemm (wgmma m64nNk16 from shared memory), c = a · bᵀ; L2 flushed; best configuration of each pipeline\n\
+         {:<5} {:>22} {:>11} {:>8} {:>9} {:>11} {:>8} {:>9}  configs (cp.async; tma)\n",
+        "dtype", "m x n x k", "cp.async us", "tma us", "TFLOP/s", "cuBLAS us", "TFLOP/s", "vs cuBLAS"
     );
     for r in rows {
+        let best = r.best_us();
         let (cu, cu_tf, ratio) = match r.cublas_us {
             Some(c) => (
                 format!("{c:.1}"),
                 format!("{:.0}", GemmRow::tflops(c, r.m, r.n, r.k)),
-                format!("{:.1}%", 100.0 * c / r.us),
+                format!("{:.1}%", 100.0 * c / best),
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
+        let (tma_us, tma_cfg) = match &r.tma {
+            Some((cfg, us)) => (format!("{us:.1}"), cfg.as_str()),
+            None => ("-".to_string(), "-"),
+        };
         s += &format!(
-            "{:<5} {:>22} {:>10.1} {:>8.0} {:>11} {:>8} {:>9}  {}\n",
+            "{:<5} {:>22} {:>11.1} {:>8} {:>9.0} {:>11} {:>8} {:>9}  {}; {}\n",
             r.dtype,
             format!("{}x{}x{}", r.m, r.n, r.k),
             r.us,
-            GemmRow::tflops(r.us, r.m, r.n, r.k),
+            tma_us,
+            GemmRow::tflops(best, r.m, r.n, r.k),
             cu,
             cu_tf,
             ratio,
-            r.config
+            r.config,
+            tma_cfg
         );
     }
     s

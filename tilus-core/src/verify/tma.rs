@@ -345,3 +345,206 @@ impl<'p> Checker<'p> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::ProgramBuilder;
+    use crate::verify::{verify, Target};
+
+    const SW128: Swizzle = Swizzle {
+        bits: 3,
+        base: 3,
+        shift: 3,
+    };
+
+    /// A kernel copying one `[rows, cols]` box of `dtype` from `x [n, 64]` into a shared tile
+    /// allocated with `alloc` and `swizzle` (sliced to `[rows, cols]` at its origin), then
+    /// waiting; `edit` changes the program before it is finished. Returns the messages.
+    fn check(
+        dtype: DType,
+        alloc: &[usize],
+        swizzle: Option<Swizzle>,
+        rows_cols: [usize; 2],
+        target: &Target,
+        edit: impl FnOnce(&mut ProgramBuilder, VarId, VarId, VarId),
+    ) -> Vec<String> {
+        let mut b = ProgramBuilder::new("k", 128);
+        let n = b.param_i32("n");
+        let x = b.param_ptr("x", dtype, false);
+        b.grid(vec![1.into()]);
+        let gx = b.view_global("gx", x, dtype, vec![n.into(), 64.into()]);
+        let mut layout = SharedLayout::row_major(alloc);
+        layout.swizzle = swizzle;
+        let s = b.allocate_shared("s", dtype, layout);
+        let zeros = vec![0.into(); alloc.len()];
+        let tile = b.slice_shared("tile", s, zeros, rows_cols.to_vec());
+        let bars = b.mbarriers("bars", 2, 1);
+        b.tma_load(gx, tile, vec![0.into(), 0.into()], bars, 0);
+        edit(&mut b, gx, tile, bars);
+        b.mbarrier_wait(bars, 0, 0);
+        match verify(&b.finish(), target) {
+            Ok(()) => Vec::new(),
+            Err(d) => d.into_iter().map(|d| d.message).collect(),
+        }
+    }
+
+    fn one(msgs: Vec<String>, needle: &str) {
+        assert!(
+            msgs.iter().any(|m| m.contains(needle)),
+            "no message with `{needle}` in {msgs:#?}"
+        );
+    }
+
+    #[test]
+    fn accepts_swizzled_and_plain_boxes() {
+        let sm90 = &Target::SM90;
+        let ok = |m: Vec<String>| assert!(m.is_empty(), "{m:#?}");
+        ok(check(
+            DType::F16,
+            &[2, 128, 64],
+            Some(SW128),
+            [128, 64],
+            sm90,
+            |_, _, _, _| {},
+        ));
+        ok(check(
+            DType::F16,
+            &[64, 64],
+            None,
+            [64, 64],
+            sm90,
+            |_, _, _, _| {},
+        ));
+        // 64-byte swizzle on 32 f16 per row, 128-byte on 128 bytes of u8.
+        let sw64 = Swizzle {
+            bits: 2,
+            base: 3,
+            shift: 3,
+        };
+        ok(check(
+            DType::F16,
+            &[64, 32],
+            Some(sw64),
+            [64, 32],
+            sm90,
+            |_, _, _, _| {},
+        ));
+        let sw_u8 = Swizzle {
+            bits: 3,
+            base: 4,
+            shift: 3,
+        };
+        ok(check(
+            DType::UInt(8),
+            &[64, 128],
+            Some(sw_u8),
+            [64, 128],
+            sm90,
+            |_, _, _, _| {},
+        ));
+    }
+
+    #[test]
+    fn rejections_name_the_operand_and_the_rule() {
+        let sm90 = &Target::SM90;
+        let none = |_: &mut ProgramBuilder, _, _, _| {};
+        one(
+            check(DType::F16, &[64, 64], None, [64, 64], &Target::SM80, none),
+            "needs the tensor memory accelerator and mbarriers of sm_90",
+        );
+        // A box of 512 rows.
+        one(
+            check(DType::F16, &[512, 64], None, [512, 64], sm90, none),
+            "has an extent of 512; each must be 1 to 256",
+        );
+        // 4 f16 per row: 8 bytes.
+        one(
+            check(DType::F16, &[64, 4], None, [64, 4], sm90, none),
+            "the inner extent of `tile` is 8 bytes",
+        );
+        // A slice of half rows is not a compact box.
+        one(
+            check(DType::F16, &[64, 64], None, [64, 32], sm90, none),
+            "the copy engine writes a compact row-major box",
+        );
+        // The swizzle of 16-bit elements on 8-bit ones.
+        one(
+            check(
+                DType::UInt(8),
+                &[64, 128],
+                Some(SW128),
+                [64, 128],
+                sm90,
+                none,
+            ),
+            "is not one the copy engine writes: for u8 use swizzle(b, 4, 3)",
+        );
+        // A 128-byte swizzle on 64-byte rows.
+        one(
+            check(DType::F16, &[64, 32], Some(SW128), [64, 32], sm90, none),
+            "the inner extent must be 128 bytes (64 elements), not 64 bytes",
+        );
+        // Sub-byte elements.
+        one(
+            check(DType::UInt(4), &[64, 64], None, [64, 64], sm90, none),
+            "the copy engine moves 8-, 16- or 32-bit elements",
+        );
+        // The barrier tensor used as data, an index out of range, a non-barrier as barrier.
+        one(
+            check(DType::F16, &[64, 64], None, [64, 64], sm90, |b, _, _, bars| {
+                let l = crate::layout::Layout::spatial(&[32]);
+                b.load_shared("x", bars, l, vec![0.into(), 0.into()]);
+            }),
+            "`bars` holds mbarriers, which only tma_load, mbarrier_arrive and mbarrier_wait may use",
+        );
+        one(
+            check(
+                DType::F16,
+                &[64, 64],
+                None,
+                [64, 64],
+                sm90,
+                |b, _, _, bars| {
+                    b.mbarrier_arrive(bars, 2);
+                },
+            ),
+            "mbarrier_arrive: barrier index 2 is outside `bars` of 2 barriers",
+        );
+        one(
+            check(
+                DType::F16,
+                &[64, 64],
+                None,
+                [64, 64],
+                sm90,
+                |b, _, tile, _| {
+                    b.mbarrier_wait(tile, 0, 0);
+                },
+            ),
+            "mbarrier_wait: `tile` must be a barrier tensor made by `mbarriers(count, arrivals)`",
+        );
+    }
+
+    #[test]
+    fn the_source_must_be_a_parameter_view_with_parameter_extents() {
+        let mut b = ProgramBuilder::new("k", 128);
+        let x = b.param_ptr("x", DType::F16, false);
+        b.grid(vec![1.into()]);
+        let bi = b.block_indices(&["bi"])[0];
+        let gx = b.view_global("gx", x, DType::F16, vec![bi.into(), 64.into()]);
+        let s = b.allocate_shared("s", DType::F16, SharedLayout::row_major(&[64, 64]));
+        let bars = b.mbarriers("bars", 1, 1);
+        b.tma_load(gx, s, vec![0.into(), 0.into()], bars, 0);
+        b.mbarrier_wait(bars, 0, 0);
+        let msgs: Vec<String> = verify(&b.finish(), &Target::SM90)
+            .unwrap_err()
+            .into_iter()
+            .map(|d| d.message)
+            .collect();
+        one(
+            msgs,
+            "the extents of `gx` read `bi`, which is not a scalar parameter",
+        );
+    }
+}
