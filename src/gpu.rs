@@ -451,7 +451,7 @@ fn tma_view(
             ))
         }
     };
-    if dtype.bits() % 8 != 0 {
+    if !dtype.bits().is_multiple_of(8) {
         return Err(format!(
             "`{name}` viewed as {dtype} by tensor map `{}`: TMA copies whole bytes; view \
              sub-byte data as bytes",

@@ -159,7 +159,7 @@ fn validate(
         }
     };
     let elem = element_bytes as u64;
-    if address % ALIGN != 0 {
+    if !address.is_multiple_of(ALIGN) {
         return bad(format!(
             "address {address:#x} is not a multiple of {ALIGN} bytes, which TMA requires; pass \
              a buffer (or a view of one) that starts on a 16-byte boundary"
@@ -199,7 +199,7 @@ fn validate(
             }
         };
         // Only the rows (i = 1) can miss: outer strides are multiples of the row's.
-        if stride % ALIGN != 0 {
+        if !stride.is_multiple_of(ALIGN) {
             return bad(format!(
                 "its rows are {} elements x {elem} bytes = {stride} bytes, not a multiple of                  {ALIGN}: TMA needs every row of the row-major view {shape:?} to start on a                  16-byte boundary; pad the innermost dimension to a multiple of {} elements",
                 dims[0],
@@ -209,7 +209,7 @@ fn validate(
         strides.push(stride);
     }
     let inner_box = u64::from(boxes[0]) * elem;
-    if inner_box % ALIGN != 0 {
+    if !inner_box.is_multiple_of(ALIGN) {
         return bad(format!(
             "the box's inner extent is {} elements x {elem} bytes = {inner_box} bytes, not a \
              multiple of {ALIGN}; make it a multiple of {} elements",
