@@ -306,7 +306,7 @@ impl GpuKernel {
         {
             workspaces.push(DeviceBuffer::<u8>::zeros(ctx, bytes.max(1))?);
         }
-        let maps = self.tensor_maps(&values, &sizes, &workspaces)?;
+        let maps = self.tensor_maps(ctx, &values, &sizes, &workspaces)?;
         let shared = u32::try_from(spec.shared_bytes)
             .map_err(|_| self.arg_error(format!("{} bytes of shared memory", spec.shared_bytes)))?;
         let loaded = ctx.load(&self.source)?;
@@ -350,6 +350,7 @@ impl GpuKernel {
     /// the launch's `values` and buffer `sizes` (one per parameter) and its fresh `workspaces`.
     fn tensor_maps(
         &self,
+        ctx: &Context,
         values: &[ArgValue],
         sizes: &[usize],
         workspaces: &[DeviceBuffer<u8>],
@@ -360,6 +361,21 @@ impl GpuKernel {
             .map(|w| (w.device_ptr(), w.len()))
             .collect();
         let mut maps = Vec::new();
+        if spec
+            .params
+            .iter()
+            .any(|p| matches!(p.kind, ParamKind::TensorMap { .. }))
+        {
+            // The encoding is a driver call: make the launch's context current on this thread
+            // (the caller may have made the context on another).
+            ctx.stream()
+                .context()
+                .bind_to_thread()
+                .map_err(|source| RuntimeError::Driver {
+                    during: "making the context current to encode tensor maps".into(),
+                    source,
+                })?;
+        }
         for (i, p) in spec.params.iter().enumerate() {
             let ParamKind::TensorMap {
                 param,

@@ -225,5 +225,9 @@ fn tma_kernels_compile() {
         let ptx = tilus::runtime::compile_ptx(kernel(swizzle).source().source(), "sm_90a")
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(ptx.contains("cp.async.bulk.tensor.2d"), "{ptx}");
+        // And through ptxas: the CUBIN NVRTC makes for the device.
+        let cubin = tilus::runtime::compile_cubin(kernel(swizzle).source().source(), "sm_90a")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!cubin.is_empty());
     }
 }

@@ -111,6 +111,10 @@ fn tma_kernel_compiles_for_sm_90a() {
         let ptx = tilus_runtime::compile_ptx(kernel(swizzle).source(), "sm_90a")
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(ptx.contains("cp.async.bulk.tensor.2d"), "{ptx}");
+        // And through ptxas: the CUBIN NVRTC makes for the device.
+        let cubin = tilus_runtime::compile_cubin(kernel(swizzle).source(), "sm_90a")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!cubin.is_empty());
     }
 }
 
