@@ -10,6 +10,8 @@
 //! - evaluates the grid (a zero extent launches nothing) and leaves the device limits to the
 //!   runtime's `check_dims`;
 //! - allocates and zeroes the `AllocateGlobal` workspaces;
+//! - encodes a tensor map (`CUtensorMap`) per TMA view, from the buffer's address and the view's
+//!   extents for this launch, after checking the buffer holds the view;
 //! - launches on the context's stream or on a stream the caller gives.
 //!
 //! Every failure is an error naming the argument; nothing a caller passes can fault the kernel
@@ -23,7 +25,7 @@ use tilus_core::launch::{ArgValue, LaunchSpec, ParamKind};
 use tilus_core::{DType, Target};
 use tilus_runtime::{
     Context, CudaStream, DeviceBuffer, KernelArg, KernelArgMut, KernelSource, LaunchDims, Param,
-    ParamType,
+    ParamType, RuntimeError, TensorMap,
 };
 
 /// Errors of [`GpuKernel`]; argument errors name the argument.
@@ -182,8 +184,8 @@ impl GpuKernel {
                     runtime_param(&p.ir_name, *dtype, *mutable)
                 }
                 ParamKind::Workspace { .. } => Param::ptr_mut::<u8>(&p.ir_name),
-                // Encoded and passed by the launcher (not built yet: refused at launch).
-                ParamKind::TensorMap { .. } => Param::ptr::<u8>(&p.ir_name),
+                // Encoded per launch by `launch_on`.
+                ParamKind::TensorMap { .. } => Param::tensor_map(&p.ir_name),
             })
             .collect();
         let source = KernelSource::new(
@@ -256,18 +258,13 @@ impl GpuKernel {
             )));
         }
         // Arguments as the checks see them, one per entry parameter; fresh workspaces are
-        // aligned and sized by us, and stand in as address 0.
+        // aligned and sized by us, and stand in as address 0, as do the tensor maps (encoded
+        // below, once the buffers are checked).
         let mut values = Vec::with_capacity(spec.params.len());
         let mut sizes = Vec::with_capacity(spec.params.len());
         let mut supplied = args.iter();
         for p in &spec.params {
-            if let ParamKind::TensorMap { .. } = p.kind {
-                return Err(self.arg_error(format!(
-                    "tensor map `{}`: this launcher cannot encode tensor maps yet",
-                    p.ir_name
-                )));
-            }
-            if let ParamKind::Workspace { .. } = p.kind {
+            if let ParamKind::Workspace { .. } | ParamKind::TensorMap { .. } = p.kind {
                 values.push(ArgValue::Pointer(0));
                 sizes.push(0);
                 continue;
@@ -309,12 +306,14 @@ impl GpuKernel {
         {
             workspaces.push(DeviceBuffer::<u8>::zeros(ctx, bytes.max(1))?);
         }
+        let maps = self.tensor_maps(ctx, &values, &sizes, &workspaces)?;
         let shared = u32::try_from(spec.shared_bytes)
             .map_err(|_| self.arg_error(format!("{} bytes of shared memory", spec.shared_bytes)))?;
         let loaded = ctx.load(&self.source)?;
         let mut builder = loaded.args();
         let mut supplied = args.into_iter();
         let mut scratch = workspaces.iter_mut();
+        let mut maps = maps.into_iter();
         for p in &spec.params {
             let element = match p.kind {
                 ParamKind::Pointer { dtype, .. } => tilus_runtime::host_scalar(dtype),
@@ -323,6 +322,9 @@ impl GpuKernel {
             builder = match p.kind {
                 ParamKind::Workspace { .. } => {
                     builder.arg_mut(scratch.next().expect("one per workspace parameter"))
+                }
+                ParamKind::TensorMap { .. } => {
+                    builder.tensor_map(maps.next().expect("one per tensor map parameter"))
                 }
                 _ => match supplied.next().expect("counted above") {
                     GpuArg::I32(v) => builder.value(v),
@@ -343,6 +345,167 @@ impl GpuKernel {
         }
         Ok(())
     }
+
+    /// One encoded tensor map per [`ParamKind::TensorMap`] parameter, in parameter order, for
+    /// the launch's `values` and buffer `sizes` (one per parameter) and its fresh `workspaces`.
+    fn tensor_maps(
+        &self,
+        ctx: &Context,
+        values: &[ArgValue],
+        sizes: &[usize],
+        workspaces: &[DeviceBuffer<u8>],
+    ) -> Result<Vec<TensorMap>, GpuError> {
+        let spec = &*self.spec;
+        let workspaces: Vec<(u64, usize)> = workspaces
+            .iter()
+            .map(|w| (w.device_ptr(), w.len()))
+            .collect();
+        let mut maps = Vec::new();
+        if spec
+            .params
+            .iter()
+            .any(|p| matches!(p.kind, ParamKind::TensorMap { .. }))
+        {
+            // The encoding is a driver call: make the launch's context current on this thread
+            // (the caller may have made the context on another).
+            ctx.stream()
+                .context()
+                .bind_to_thread()
+                .map_err(|source| RuntimeError::Driver {
+                    during: "making the context current to encode tensor maps".into(),
+                    source,
+                })?;
+        }
+        for (i, p) in spec.params.iter().enumerate() {
+            let ParamKind::TensorMap {
+                param,
+                box_shape,
+                swizzle,
+                ..
+            } = &p.kind
+            else {
+                continue;
+            };
+            let view =
+                tma_view(spec, i, values, sizes, &workspaces).map_err(|m| self.arg_error(m))?;
+            let map = tilus_runtime::encode_tiled(
+                &spec.params[*param].ir_name,
+                view.address,
+                view.element_bytes,
+                &view.shape,
+                box_shape,
+                *swizzle,
+            )
+            .map_err(|e| match e {
+                // Bad views are argument errors like the other checks here; a driver failure
+                // stays a runtime error (so "no GPU" is still recognisable).
+                RuntimeError::InvalidArgument { .. } => {
+                    self.arg_error(format!("tensor map `{}`: {e}", p.ir_name))
+                }
+                e => GpuError::Runtime(e),
+            })?;
+            maps.push(map);
+        }
+        Ok(maps)
+    }
+}
+
+/// What the tensor map of parameter `index` describes for one launch.
+#[derive(Debug, PartialEq)]
+struct TmaView {
+    address: u64,
+    element_bytes: usize,
+    /// Extents, outermost first.
+    shape: Vec<u64>,
+}
+
+/// The buffer and extents of the tensor map parameter `index` for the launch's `values` and
+/// `sizes` (one per parameter; workspaces take their (address, bytes) from `workspaces`, one per
+/// workspace parameter), checking that the buffer holds the whole view: TMA reads every element
+/// inside the view's extents, so a view past the buffer's end would read out of bounds. Errors
+/// name the pointer argument.
+fn tma_view(
+    spec: &LaunchSpec,
+    index: usize,
+    values: &[ArgValue],
+    sizes: &[usize],
+    workspaces: &[(u64, usize)],
+) -> Result<TmaView, String> {
+    let p = &spec.params[index];
+    let ParamKind::TensorMap {
+        param,
+        dtype,
+        shape,
+        ..
+    } = &p.kind
+    else {
+        return Err(format!("`{}` is not a tensor map", p.ir_name));
+    };
+    let source = spec.params.get(*param);
+    let (name, address, bytes) = match source.map(|s| &s.kind) {
+        Some(ParamKind::Pointer { .. }) => {
+            let Some(ArgValue::Pointer(address)) = values.get(*param) else {
+                return Err(format!("tensor map `{}`: no pointer argument", p.ir_name));
+            };
+            let bytes = sizes.get(*param).copied().unwrap_or(0);
+            (&spec.params[*param].ir_name, *address, bytes)
+        }
+        Some(ParamKind::Workspace { .. }) => {
+            let k = spec.params[..*param]
+                .iter()
+                .filter(|q| matches!(q.kind, ParamKind::Workspace { .. }))
+                .count();
+            let &(address, bytes) = workspaces
+                .get(k)
+                .ok_or_else(|| format!("tensor map `{}`: workspace {k} missing", p.ir_name))?;
+            (&spec.params[*param].ir_name, address, bytes)
+        }
+        _ => {
+            return Err(format!(
+                "tensor map `{}` views parameter {param}, which is not a buffer",
+                p.ir_name
+            ))
+        }
+    };
+    if !dtype.bits().is_multiple_of(8) {
+        return Err(format!(
+            "`{name}` viewed as {dtype} by tensor map `{}`: TMA copies whole bytes; view \
+             sub-byte data as bytes",
+            p.ir_name
+        ));
+    }
+    let element_bytes = (dtype.bits() / 8) as usize;
+    let mut extents = Vec::with_capacity(shape.len());
+    for e in shape {
+        let x = spec
+            .eval(e, values)
+            .map_err(|m| format!("`{name}` (tensor map `{}`): {m}", p.ir_name))?;
+        let x = u64::try_from(x).map_err(|_| {
+            format!(
+                "`{name}` (tensor map `{}`): the view has a negative extent ({x})",
+                p.ir_name
+            )
+        })?;
+        extents.push(x);
+    }
+    let needed = extents
+        .iter()
+        .try_fold(element_bytes as u64, |n, &x| n.checked_mul(x));
+    if needed.is_none_or(|n| n > bytes as u64) {
+        let needed = needed.map_or("more than can be addressed".into(), |n| {
+            format!("{n} bytes")
+        });
+        return Err(format!(
+            "`{name}` holds {bytes} bytes, but tensor map `{}` views it as {dtype}{extents:?}, \
+             which needs {needed}",
+            p.ir_name
+        ));
+    }
+    Ok(TmaView {
+        address,
+        element_bytes,
+        shape: extents,
+    })
 }
 
 /// The number of parameters of the `extern "C"` function `entry` in `source` (`None` when it is
@@ -366,9 +529,113 @@ fn entry_param_count(source: &str, entry: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{entry_param_count, GpuError, GpuKernel};
+    use super::{entry_param_count, tma_view, GpuError, GpuKernel, TmaView};
+    use std::sync::Arc;
     use tilus_core::ir::ProgramBuilder;
+    use tilus_core::launch::{ArgValue, KernelParam, LaunchSpec, ParamKind, TmaSwizzle};
     use tilus_core::{DType, Layout, Target};
+    use tilus_runtime::ParamType;
+
+    /// `k(m, k, a: const f16*, x: i32 scalar)` plus a hidden workspace and tensor maps of `a`
+    /// as `[m, k]` f16 (`tma_a`), of the workspace (`tma_w`), of the scalar (`tma_bad`) and
+    /// of `a` as u4 (`tma_u4`).
+    fn tma_spec() -> LaunchSpec {
+        let mut b = ProgramBuilder::new("k", 128);
+        let m = b.param_i32("m");
+        let k = b.param_i32("k");
+        b.param_ptr("a", DType::F16, false);
+        b.grid(vec![m.into()]);
+        let mut spec = LaunchSpec::of_program(&b.finish());
+        let map = |name: &str, param: usize, dtype: DType| KernelParam {
+            name: name.into(),
+            ir_name: name.into(),
+            kind: ParamKind::TensorMap {
+                param,
+                dtype,
+                shape: vec![m.into(), k.into()],
+                box_shape: vec![64, 64],
+                swizzle: TmaSwizzle::B128,
+            },
+        };
+        spec.params.push(KernelParam {
+            name: "ws".into(),
+            ir_name: "ws".into(),
+            kind: ParamKind::Workspace {
+                dtype: DType::F16,
+                shape: vec![m.into(), k.into()],
+            },
+        });
+        spec.params.push(map("tma_a", 2, DType::F16));
+        spec.params.push(map("tma_w", 3, DType::F16));
+        spec.params.push(map("tma_bad", 0, DType::F16));
+        spec.params.push(map("tma_u4", 2, DType::UInt(4)));
+        spec
+    }
+
+    fn values(m: i32, k: i32) -> Vec<ArgValue> {
+        let mut v = vec![
+            ArgValue::I32(m),
+            ArgValue::I32(k),
+            ArgValue::Pointer(0x7000_0000),
+        ];
+        v.extend([ArgValue::Pointer(0); 5]);
+        v
+    }
+
+    /// A tensor map describes the pointer argument's buffer at this launch's extents; a
+    /// buffer smaller than the view, a negative extent, a sub-byte view or a map of a scalar
+    /// is an error naming the argument.
+    #[test]
+    fn tensor_maps_view_checked_buffers() {
+        let spec = tma_spec();
+        let (m, k) = (100, 264);
+        let bytes = (m * k * 2) as usize;
+        let sizes = [0, 0, bytes, 0, 0, 0, 0, 0];
+        let ws = [(0x9000_0000, bytes)];
+        let view = tma_view(&spec, 4, &values(m, k), &sizes, &ws).unwrap();
+        let want = |address| TmaView {
+            address,
+            element_bytes: 2,
+            shape: vec![m as u64, k as u64],
+        };
+        assert_eq!(view, want(0x7000_0000));
+        let view = tma_view(&spec, 5, &values(m, k), &sizes, &ws).unwrap();
+        assert_eq!(view, want(0x9000_0000));
+
+        let small = [0, 0, bytes - 1, 0, 0, 0, 0, 0];
+        let e = tma_view(&spec, 4, &values(m, k), &small, &ws).unwrap_err();
+        assert!(
+            e.contains(&format!("`a` holds {} bytes", bytes - 1))
+                && e.contains(&format!("needs {bytes} bytes")),
+            "{e}"
+        );
+        let e = tma_view(&spec, 5, &values(m, k), &sizes, &[(0x9000_0000, 8)]).unwrap_err();
+        assert!(e.contains("`ws` holds 8 bytes"), "{e}");
+        let e = tma_view(&spec, 4, &values(m, -3), &sizes, &ws).unwrap_err();
+        assert!(
+            e.contains("`a`") && e.contains("negative extent (-3)"),
+            "{e}"
+        );
+        let e = tma_view(&spec, 6, &values(m, k), &sizes, &ws).unwrap_err();
+        assert!(e.contains("tma_bad") && e.contains("not a buffer"), "{e}");
+        let e = tma_view(&spec, 7, &values(m, k), &sizes, &ws).unwrap_err();
+        assert!(e.contains("`a` viewed as") && e.contains("sub-byte"), "{e}");
+    }
+
+    /// The runtime's parameter list passes tensor maps by value, in the entry's order.
+    #[test]
+    fn tensor_map_parameters_are_passed_by_value() {
+        let mut spec = tma_spec();
+        spec.params.truncate(5);
+        spec.entry = "k".into();
+        let src = "extern \"C\" __global__ void k(int m, int k, const uint8_t* a, uint8_t* ws, \
+                   const __grid_constant__ tilus_tensor_map tma_a) {}";
+        let kernel = GpuKernel::new("k", "", Arc::new(spec), src).unwrap();
+        let types: Vec<ParamType> = kernel.source().params().iter().map(|p| p.ty).collect();
+        assert_eq!(types.len(), 5);
+        assert_eq!(types[4], ParamType::TensorMap);
+        assert_eq!(kernel.source().params()[4].name, "tma_a");
+    }
 
     /// A program built at run time is verified before code generation: a bad one is an error,
     /// not a panic in the generator (no GPU needed: nothing is compiled or launched).

@@ -15,6 +15,9 @@ pub enum ParamType {
     PtrMut(Scalar),
     /// `T` by value: pass with `.value(x)`.
     Value(Scalar),
+    /// A `CUtensorMap` by value (a `const __grid_constant__` parameter of 128 bytes): pass
+    /// with `.tensor_map(map)`, the map from [`crate::encode_tiled`].
+    TensorMap,
 }
 
 impl fmt::Display for ParamType {
@@ -23,6 +26,7 @@ impl fmt::Display for ParamType {
             ParamType::Ptr(s) => write!(f, "const {s}*"),
             ParamType::PtrMut(s) => write!(f, "{s}*"),
             ParamType::Value(s) => write!(f, "{s}"),
+            ParamType::TensorMap => write!(f, "CUtensorMap"),
         }
     }
 }
@@ -54,6 +58,13 @@ impl Param {
         Param {
             name: name.into(),
             ty: ParamType::Value(T::SCALAR),
+        }
+    }
+    /// A tensor map passed by value.
+    pub fn tensor_map(name: impl Into<String>) -> Param {
+        Param {
+            name: name.into(),
+            ty: ParamType::TensorMap,
         }
     }
 }
@@ -156,5 +167,6 @@ mod tests {
         assert_eq!(Param::ptr::<half::f16>("a").ty.to_string(), "const f16*");
         assert_eq!(Param::ptr_mut::<u8>("b").ty.to_string(), "u8*");
         assert_eq!(Param::value::<i32>("m").ty.to_string(), "i32");
+        assert_eq!(Param::tensor_map("t").ty.to_string(), "CUtensorMap");
     }
 }

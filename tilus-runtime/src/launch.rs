@@ -42,6 +42,7 @@ use crate::element::{Element, Scalar};
 use crate::error::{Result, RuntimeError};
 use crate::kernel::{Param, ParamType};
 use crate::loaded::{LaunchLimits, LoadedKernel};
+use crate::tensor_map::TensorMap;
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
@@ -261,6 +262,8 @@ enum Slot<'a> {
     Mut(&'a mut dyn KernelArgMut, Scalar),
     /// Element type and the value's little-endian bytes in a 64-bit slot.
     Value(Scalar, u64),
+    /// A tensor map, boxed so its address stays put while the builder holds it.
+    TensorMap(Box<TensorMap>),
 }
 
 /// How an argument was supplied, for signature checking.
@@ -269,6 +272,7 @@ pub enum Supplied {
     Ref(Scalar),
     Mut(Scalar),
     Value(Scalar),
+    TensorMap,
 }
 
 impl Slot<'_> {
@@ -277,6 +281,7 @@ impl Slot<'_> {
             Slot::Ref(_, e) => Supplied::Ref(*e),
             Slot::Mut(_, e) => Supplied::Mut(*e),
             Slot::Value(s, _) => Supplied::Value(*s),
+            Slot::TensorMap(_) => Supplied::TensorMap,
         }
     }
 }
@@ -342,6 +347,11 @@ impl<'a> KernelArgs<'a> {
             .push(Slot::Value(T::SCALAR, value.to_param_bits()));
         self
     }
+    /// A tensor map passed by value (from [`crate::encode_tiled`]).
+    pub fn tensor_map(mut self, map: TensorMap) -> Self {
+        self.slots.push(Slot::TensorMap(Box::new(map)));
+        self
+    }
 
     /// Check everything, opt into large dynamic shared memory if needed, and enqueue the
     /// launch on the context's stream. Returns when the launch is queued; errors inside the
@@ -379,6 +389,9 @@ impl<'a> KernelArgs<'a> {
                 Slot::Value(_, bits) => {
                     builder.arg(&*bits);
                 }
+                Slot::TensorMap(map) => {
+                    builder.arg(&**map);
+                }
             }
         }
         let cfg = LaunchConfig {
@@ -389,7 +402,8 @@ impl<'a> KernelArgs<'a> {
         // SAFETY: the arguments match the kernel's declared parameters in number, kind and
         // element type (checked above); pointers come from live device allocations borrowed
         // for the launch; each value sits in an 8-byte slot of which the driver reads the
-        // parameter's size. What the kernel does with its pointers is the generated code's
+        // parameter's size; each tensor map is 128 bytes, the size of a `CUtensorMap`
+        // parameter. What the kernel does with its pointers is the generated code's
         // contract, as with any GPU kernel.
         unsafe { builder.launch(cfg) }
             .map_err(|e| RuntimeError::driver(format!("launching kernel {}", kernel.label()), e))?;
@@ -411,6 +425,14 @@ pub fn check_signature(params: &[Param], supplied: &[Supplied]) -> Result<()> {
             | (ParamType::PtrMut(want), Supplied::Mut(have))
                 if want == have => {}
             (ParamType::Value(want), Supplied::Value(have)) if want == have => {}
+            (ParamType::TensorMap, Supplied::TensorMap) => {}
+            (ParamType::TensorMap, Supplied::Ref(s) | Supplied::Mut(s)) => {
+                return wrong(format!(
+                    "a {s} buffer was passed: encode a map of it with `encode_tiled` and pass \
+                     that with `.tensor_map`"
+                ))
+            }
+            (_, Supplied::TensorMap) => return wrong("a tensor map was passed".into()),
             (ParamType::PtrMut(want), Supplied::Ref(have)) if want == have => {
                 return wrong(
                     "it was passed read-only: the kernel writes it, use `.arg_mut`".into(),
@@ -605,6 +627,39 @@ mod tests {
         }
         let e = check_signature(&sig(), &read_only_out).unwrap_err();
         assert!(e.to_string().contains("arg_mut"), "{e}");
+    }
+
+    /// A tensor map parameter takes a tensor map and nothing else, and a tensor map fits no
+    /// other parameter; the error names the parameter and says what to pass.
+    #[test]
+    fn tensor_maps_only_for_tensor_map_parameters() {
+        let params = vec![
+            Param::value::<i32>("n"),
+            Param::tensor_map("tma_a"),
+            Param::ptr::<half::f16>("a"),
+        ];
+        let ok = [
+            Supplied::Value(Scalar::I32),
+            Supplied::TensorMap,
+            Supplied::Ref(Scalar::F16),
+        ];
+        assert!(check_signature(&params, &ok).is_ok());
+        let cases: [(usize, Supplied, &str, &str); 4] = [
+            (1, Supplied::Ref(Scalar::F16), "tma_a", "encode_tiled"),
+            (1, Supplied::Value(Scalar::I32), "tma_a", "i32 value"),
+            (0, Supplied::TensorMap, "n", "tensor map was passed"),
+            (2, Supplied::TensorMap, "a", "tensor map was passed"),
+        ];
+        for (at, got, arg, says) in cases {
+            let mut s = ok;
+            s[at] = got;
+            let e = check_signature(&params, &s).unwrap_err();
+            assert_eq!(e.arg(), Some(arg), "{s:?}: {e}");
+            assert!(e.to_string().contains(says), "{e}");
+            assert!(e.to_string().contains(&format!("parameter {at} is")), "{e}");
+        }
+        let e = check_signature(&params, &ok[..1]).unwrap_err();
+        assert_eq!(e.arg(), Some("tma_a"));
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //! 4. launches with checked arguments and shapes ([`LoadedKernel::args`], [`check_len`],
 //!    [`check_align`], [`check_divisible`]); launch errors name the argument.
 //!
+//!    Kernels that copy with TMA take tensor maps, encoded per launch with
+//!    [`encode_tiled`] and passed with [`KernelArgs::tensor_map`].
+//!
 //! 5. autotunes: [`Tuner`] measures candidate configurations once per (kernel, shape bucket,
 //!    GPU, driver) and persists the winner next to the kernel cache ([`autotune`]).
 //!
@@ -47,6 +50,7 @@ pub mod launch;
 mod linking;
 pub mod loaded;
 pub mod nvrtc;
+pub mod tensor_map;
 #[cfg(test)]
 mod test_util;
 pub mod timing;
@@ -72,6 +76,7 @@ pub use launch::{
 };
 pub use loaded::{LaunchLimits, LoadedKernel, Origin};
 pub use nvrtc::{compile_cubin, compile_ptx, CompileOptions};
+pub use tensor_map::{encode_tiled, TensorMap, TmaSwizzle};
 
 /// Re-exported so callers can name `half::f16` buffers without their own dependency.
 pub use cudarc::driver::CudaStream;
