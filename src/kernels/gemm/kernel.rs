@@ -184,3 +184,116 @@ macro_rules! gemm_tma_kernels {
 
 gemm_tma_kernels!(f16, gemm_tma_f16);
 gemm_tma_kernels!(bf16, gemm_tma_bf16);
+
+/// The copy-engine GEMM with a persistent schedule: `blocks` blocks (the device's SM count, say)
+/// walk the output tiles `pid, pid + blocks, ..` in the grouped order, and the pipeline runs
+/// over the concatenation of their `k` steps: the copies for the next tile's first steps are
+/// issued while the current tile's last steps multiply and while its epilogue stores, so a tile
+/// boundary costs only the stores, not a pipeline drain and refill (the barrier phases continue
+/// across tiles). Otherwise as `gemm_tma_*`.
+macro_rules! gemm_persistent_kernels {
+    ($t:ident, $gemm:ident) => {
+        #[tilus::kernel(
+                            grid = [min(cdiv(n, BN) * cdiv(m, BM), blocks)],
+                            warps = BM / 16,
+                            space(BM = [128], BN = [256], STAGES = [4, 3], GROUP = [8]),
+                        )]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $gemm<const BM: i32, const BN: i32, const STAGES: i32, const GROUP: i32>(
+            m: i32,
+            n: i32,
+            k: i32,
+            blocks: i32,
+            a: Global<$t>,
+            b: Global<$t>,
+            c: GlobalMut<$t>,
+        ) {
+            let [pid] = block_indices();
+            let rows = cdiv(m, BM);
+            let cols = cdiv(n, BN);
+            let tiles = rows * cols;
+            let nblocks = min(tiles, blocks);
+            let mine = cdiv(tiles - pid, nblocks);
+            let steps = cdiv(k, 64);
+            let total = mine * steps;
+            let ga = view_global(a, [m, k]);
+            let gb = view_global(b, [n, k]);
+            let gc = view_global(c, [m, n]);
+            let sa = shared::<$t>([STAGES, BM, 64], swizzle(3, 3, 3));
+            let sb = shared::<$t>([STAGES, BN, 64], swizzle(3, 3, 3));
+            let full = mbarriers(STAGES, 2);
+            let acc_layout = layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 8).mma_c);
+            let mut acc = register::<f32>(acc_layout, 0.0);
+            // The block row and column of this block's `i`-th tile, in groups of GROUP block
+            // rows (as gemm_tma_*).
+            let tile_at = |i| {
+                let tile = pid + i * nblocks;
+                let first = tile / (GROUP * cols) * GROUP;
+                let height = min(rows - first, GROUP);
+                (
+                    first + tile % (GROUP * cols) % height,
+                    tile % (GROUP * cols) / height,
+                )
+            };
+            for q in 0..STAGES - 1 {
+                if q < total {
+                    let (qi, qj) = tile_at(q / steps);
+                    let kk = q % steps * 64;
+                    tma_load(
+                        ga,
+                        slice_shared(sa, [q, 0, 0], [BM, 64]),
+                        [qi * BM, kk],
+                        full,
+                        q,
+                    );
+                    tma_load(
+                        gb,
+                        slice_shared(sb, [q, 0, 0], [BN, 64]),
+                        [qj * BN, kk],
+                        full,
+                        q,
+                    );
+                }
+            }
+            for g in 0..total {
+                let st = g % STAGES;
+                mbarrier_wait(full, st, g / STAGES % 2);
+                let ta = slice_shared(sa, [st, 0, 0], [BM, 64]);
+                let tb = permute_shared(slice_shared(sb, [st, 0, 0], [BN, 64]), [1, 0]);
+                acc = dot_async(ta, tb, acc);
+                dot_wait(1);
+                sync();
+                let q = g + STAGES - 1;
+                if q < total {
+                    let (qi, qj) = tile_at(q / steps);
+                    let ns = q % STAGES;
+                    let kk = q % steps * 64;
+                    tma_load(
+                        ga,
+                        slice_shared(sa, [ns, 0, 0], [BM, 64]),
+                        [qi * BM, kk],
+                        full,
+                        ns,
+                    );
+                    tma_load(
+                        gb,
+                        slice_shared(sb, [ns, 0, 0], [BN, 64]),
+                        [qj * BN, kk],
+                        full,
+                        ns,
+                    );
+                }
+                if g % steps == steps - 1 {
+                    // The tile's last step: store it while the next tile's copies land.
+                    dot_wait(0);
+                    let (bi, bj) = tile_at(g / steps);
+                    store_global(cast::<$t>(acc), gc, [bi * BM, bj * BN]);
+                    acc = register::<f32>(acc_layout, 0.0);
+                }
+            }
+        }
+    };
+}
+
+gemm_persistent_kernels!(f16, gemm_persistent_f16);
+gemm_persistent_kernels!(bf16, gemm_persistent_bf16);
