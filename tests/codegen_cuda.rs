@@ -1077,12 +1077,6 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::gemm_tma_f16::program(cfg),
         ));
     }
-    for cfg in tilus::kernels::gemm::gemm_persistent_f16::SPACE {
-        kernels.push((
-            format!("gemm_tma_persistent_f16_{cfg}"),
-            tilus::kernels::gemm::gemm_persistent_f16::program(cfg),
-        ));
-    }
     for cfg in tilus::kernels::gemm::gemm_tma_bf16::SPACE.iter().take(1) {
         kernels.push((
             format!("gemm_tma_bf16_{cfg}"),

@@ -6,9 +6,7 @@
 
 use half::{bf16, f16};
 use rand::Rng;
-use tilus::kernels::gemm::{
-    gemm_bf16, gemm_f16, gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_bf16, gemm_tma_f16,
-};
+use tilus::kernels::gemm::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 
 /// `c = a · bᵀ` in f64 from the rounded inputs.
 fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -79,53 +77,6 @@ fn every_configuration_matches_f64_on_the_interpreter() {
     let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
     let e = rel_err(&got, &want);
     assert!(e < 1e-2, "tma bf16 {cfg}: relative error {e}");
-}
-
-/// The persistent copy-engine GEMM: blocks that own several output tiles (3 blocks for 4 tiles,
-/// and 1 block for all of them) keep one pipeline across tile boundaries.
-#[test]
-fn the_persistent_gemm_matches_f64_across_tile_boundaries() {
-    let mut rng = rand::rng();
-    let (m, n, k) = (200, 300, 136);
-    let a: Vec<f16> = (0..m * k)
-        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
-        .collect();
-    let b: Vec<f16> = (0..n * k)
-        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
-        .collect();
-    let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
-    let bf: Vec<f64> = b.iter().map(|x| x.to_f64()).collect();
-    let want = reference(&af, &bf, m, n, k);
-    for (cfg, blocks) in [
-        (&gemm_persistent_f16::SPACE[0], 3),
-        (&gemm_persistent_f16::SPACE[1], 1),
-    ] {
-        let mut c = vec![f16::NAN; m * n];
-        gemm_persistent_f16::interpret(cfg, m as i32, n as i32, k as i32, blocks, &a, &b, &mut c)
-            .unwrap_or_else(|e| panic!("{cfg}: {e}"));
-        let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
-        let e = rel_err(&got, &want);
-        assert!(
-            e < 2e-3,
-            "persistent {cfg}, {blocks} blocks: relative error {e}"
-        );
-    }
-    let ab: Vec<bf16> = af.iter().map(|&x| bf16::from_f64(x)).collect();
-    let bb: Vec<bf16> = bf.iter().map(|&x| bf16::from_f64(x)).collect();
-    let want = reference(
-        &ab.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-        &bb.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-        m,
-        n,
-        k,
-    );
-    let cfg = &gemm_persistent_bf16::SPACE[0];
-    let mut c = vec![bf16::NAN; m * n];
-    gemm_persistent_bf16::interpret(cfg, m as i32, n as i32, k as i32, 2, &ab, &bb, &mut c)
-        .unwrap();
-    let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
-    let e = rel_err(&got, &want);
-    assert!(e < 1e-2, "persistent bf16 {cfg}: relative error {e}");
 }
 
 /// The copy-engine GEMM: each stage's tiles are `cp.async.bulk.tensor` copies completing on an

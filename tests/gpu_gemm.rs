@@ -13,9 +13,7 @@ mod common;
 use half::{bf16, f16};
 use rand::Rng;
 use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Weight};
-use tilus::kernels::gemm::{
-    gemm_bf16, gemm_f16, gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_bf16, gemm_tma_f16,
-};
+use tilus::kernels::gemm::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 use tilus::runtime::{Context, Cublas, DeviceBuffer};
 
 fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -85,52 +83,6 @@ macro_rules! check_dtype {
             let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
             let e = rel_err(&got, &want);
             assert!(e < $tol, "cuBLAS gemm_nt {m}x{n}x{k}: relative error {e}");
-        }
-    }};
-}
-
-/// `check_dtype!` for the persistent kernel, which takes the number of blocks.
-macro_rules! persistent_check {
-    ($ctx:expr, $t:ty, $kernel:ident, $blocks:expr, $tol:expr) => {{
-        let ctx = $ctx;
-        let mut rng = rand::rng();
-        for (m, n, k) in SHAPES {
-            let a: Vec<$t> = (0..m * k)
-                .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
-                .collect();
-            let b: Vec<$t> = (0..n * k)
-                .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
-                .collect();
-            let want = reference(
-                &a.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-                &b.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-                m,
-                n,
-                k,
-            );
-            let (da, db) = (
-                DeviceBuffer::from_host(ctx, &a).unwrap(),
-                DeviceBuffer::from_host(ctx, &b).unwrap(),
-            );
-            for cfg in $kernel::SPACE {
-                let mut dc = DeviceBuffer::from_host(ctx, &vec![<$t>::NAN; m * n]).unwrap();
-                let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-                $kernel::launch(ctx, cfg, mi, ni, ki, $blocks, &da, &db, &mut dc)
-                    .unwrap_or_else(|e| panic!("{cfg} {m}x{n}x{k}: {e}"));
-                let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
-                let e = rel_err(&got, &want);
-                assert!(
-                    e < $tol,
-                    "persistent {} {cfg} {m}x{n}x{k} on {} blocks: relative error {e}",
-                    stringify!($t),
-                    $blocks
-                );
-                eprintln!(
-                    "persistent {} {cfg} {m}x{n}x{k} on {} blocks: ok, relative error {e:.2e}",
-                    stringify!($t),
-                    $blocks
-                );
-            }
         }
     }};
 }
@@ -219,12 +171,6 @@ fn gpu_tma_gemm_matches_f64_reference() {
         .expect_err("k = 100 must be refused");
     assert!(e.to_string().contains("`a`"), "{e}");
     eprintln!("k = 100 refused: {e}");
-    // The persistent kernel on 3 blocks and on one block per SM.
-    let sms = ctx.device().multiprocessors as i32;
-    for blocks in [3, sms] {
-        persistent_check!(&ctx, f16, gemm_persistent_f16, blocks, 5e-3);
-        persistent_check!(&ctx, bf16, gemm_persistent_bf16, blocks, 2e-2);
-    }
     let k = 136;
     let a = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; m * k]).unwrap();
     let b = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; n * k]).unwrap();

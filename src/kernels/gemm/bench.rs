@@ -5,9 +5,7 @@
 //! CUDA-event timings, L2 flushed before each run) and the best is reported, with TFLOP/s (`2 m n k` over the time) and the ratio to
 //! cuBLAS.
 
-use super::{
-    gemm_bf16, gemm_f16, gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_bf16, gemm_tma_f16,
-};
+use super::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 use crate::kernels::timing::{pattern, time_launches};
 use half::{bf16, f16};
 use tilus_runtime::{Context, Cublas, DeviceBuffer, L2Flush};
@@ -35,8 +33,6 @@ pub struct GemmRow {
     /// The same for the copy-engine kernel (`gemm_tma_*`); `None` when `k` is not a multiple
     /// of 8 (its tensor-map rows must be multiples of 16 bytes).
     pub tma: Option<(String, f64)>,
-    /// The same for the persistent copy-engine kernel (one block per SM).
-    pub persistent: Option<(String, f64)>,
     pub cublas_us: Option<f64>,
 }
 
@@ -45,12 +41,9 @@ impl GemmRow {
         2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12
     }
 
-    /// The fastest of the pipelines.
+    /// The faster of the two pipelines.
     pub fn best_us(&self) -> f64 {
-        [&self.tma, &self.persistent]
-            .into_iter()
-            .flatten()
-            .fold(self.us, |best, (_, t)| best.min(*t))
+        self.tma.as_ref().map_or(self.us, |(_, t)| t.min(self.us))
     }
 }
 
@@ -87,7 +80,7 @@ pub fn bench_gemm(
         }};
     }
     macro_rules! run {
-        ($t:ty, $kernel:ident, $tma:ident, $persistent:ident, $name:literal) => {{
+        ($t:ty, $kernel:ident, $tma:ident, $name:literal) => {{
             let a: Vec<$t> = pattern(m * k, 1).into_iter().map(<$t>::from_f32).collect();
             let b: Vec<$t> = pattern(n * k, 2).into_iter().map(<$t>::from_f32).collect();
             let a = DeviceBuffer::from_host(ctx, &a).map_err(err)?;
@@ -99,21 +92,10 @@ pub fn bench_gemm(
                 i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
             );
             let (config, us) = best_of!($kernel, mi, ni, ki, &a, &b, &mut c);
-            let (tma, persistent) = if k % 8 == 0 {
-                let sms = ctx.device().multiprocessors as i32;
-                let mut best: Option<(String, f64)> = None;
-                for cfg in $persistent::SPACE {
-                    let t = time_launches(ctx, flush, runs, || {
-                        $persistent::launch(ctx, cfg, mi, ni, ki, sms, &a, &b, &mut c).map_err(err)
-                    })
-                    .map_err(|e| format!("{cfg}: {e}"))?;
-                    if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
-                        best = Some((cfg.to_string(), t.median_us));
-                    }
-                }
-                (Some(best_of!($tma, mi, ni, ki, &a, &b, &mut c)), best)
+            let tma = if k % 8 == 0 {
+                Some(best_of!($tma, mi, ni, ki, &a, &b, &mut c))
             } else {
-                (None, None)
+                None
             };
             let cublas_us = match blas {
                 Some(blas) => Some(
@@ -132,14 +114,13 @@ pub fn bench_gemm(
                 config,
                 us,
                 tma,
-                persistent,
                 cublas_us,
             }
         }};
     }
     Ok(match dtype {
-        "f16" => run!(f16, gemm_f16, gemm_tma_f16, gemm_persistent_f16, "f16"),
-        "bf16" => run!(bf16, gemm_bf16, gemm_tma_bf16, gemm_persistent_bf16, "bf16"),
+        "f16" => run!(f16, gemm_f16, gemm_tma_f16, "f16"),
+        "bf16" => run!(bf16, gemm_bf16, gemm_tma_bf16, "bf16"),
         other => return Err(format!("argument `--dtype`: `{other}` is not f16 or bf16")),
     })
 }
@@ -149,8 +130,8 @@ pub fn bench_gemm(
 pub fn table(rows: &[GemmRow]) -> String {
     let mut s = format!(
         "tilus gemm (wgmma m64nNk16 from shared memory), c = a · bᵀ; L2 flushed; best configuration of each pipeline\n\
-         {:<5} {:>22} {:>11} {:>8} {:>9} {:>9} {:>11} {:>8} {:>9}  configs (cp.async; tma; persistent)\n",
-        "dtype", "m x n x k", "cp.async us", "tma us", "persist us", "TFLOP/s", "cuBLAS us", "TFLOP/s", "vs cuBLAS"
+         {:<5} {:>22} {:>11} {:>8} {:>9} {:>11} {:>8} {:>9}  configs (cp.async; tma)\n",
+        "dtype", "m x n x k", "cp.async us", "tma us", "TFLOP/s", "cuBLAS us", "TFLOP/s", "vs cuBLAS"
     );
     for r in rows {
         let best = r.best_us();
@@ -162,25 +143,22 @@ pub fn table(rows: &[GemmRow]) -> String {
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        let show = |v: &Option<(String, f64)>| match v {
-            Some((cfg, us)) => (format!("{us:.1}"), cfg.clone()),
-            None => ("-".to_string(), "-".to_string()),
+        let (tma_us, tma_cfg) = match &r.tma {
+            Some((cfg, us)) => (format!("{us:.1}"), cfg.as_str()),
+            None => ("-".to_string(), "-"),
         };
-        let ((tma_us, tma_cfg), (per_us, per_cfg)) = (show(&r.tma), show(&r.persistent));
         s += &format!(
-            "{:<5} {:>22} {:>11.1} {:>8} {:>9} {:>9.0} {:>11} {:>8} {:>9}  {}; {}; {}\n",
+            "{:<5} {:>22} {:>11.1} {:>8} {:>9.0} {:>11} {:>8} {:>9}  {}; {}\n",
             r.dtype,
             format!("{}x{}x{}", r.m, r.n, r.k),
             r.us,
             tma_us,
-            per_us,
             GemmRow::tflops(best, r.m, r.n, r.k),
             cu,
             cu_tf,
             ratio,
             r.config,
-            tma_cfg,
-            per_cfg
+            tma_cfg
         );
     }
     s

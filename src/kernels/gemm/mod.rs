@@ -2,8 +2,6 @@
 
 pub mod kernel;
 
-pub use kernel::{
-    gemm_bf16, gemm_f16, gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_bf16, gemm_tma_f16,
-};
+pub use kernel::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 pub mod bench;
 pub mod w4;
