@@ -443,9 +443,12 @@ impl Machine<'_> {
             Instruction::DotAsync { out, a, b, c } => {
                 let mut reads = Vec::new();
                 let result = self.dot_shared(block, *a, *b, *c, Some(&mut reads))?;
-                block
-                    .pending_dots
-                    .push_back(PendingDot { acc: *out, reads });
+                let a_reg = matches!(self.value(block, *a)?, Value::Reg(_)).then_some(*a);
+                block.pending_dots.push_back(PendingDot {
+                    acc: *out,
+                    a_reg,
+                    reads,
+                });
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::DotWait { n } => {
@@ -457,7 +460,7 @@ impl Machine<'_> {
                 }
             }
             Instruction::Dot { out, a, b, c } => {
-                let result = if matches!(self.value(block, *a)?, Value::Shared(_)) {
+                let result = if matches!(self.value(block, *b)?, Value::Shared(_)) {
                     self.dot_shared(block, *a, *b, *c, None)?
                 } else {
                     self.dot(block, *a, *b, *c)?
