@@ -765,8 +765,7 @@ impl<'p> Checker<'p> {
         if self.p.ty(a).as_register().is_some() {
             return self.check_dot_register_a(out, a, b, c, span);
         }
-        let what =
-            "a shared tensor (a dot with one shared operand reads both from shared memory: wgmma)";
+        let what = WGMMA_SHARED;
         let sa = self.operand(a, span, "dot", "the left operand", what, VarType::as_shared);
         let sb = self.operand(
             b,
@@ -815,18 +814,21 @@ impl<'p> Checker<'p> {
     }
 }
 
+/// What a `dot` with a shared operand (wgmma) needs of the operand named.
+const WGMMA_SHARED: &str =
+    "a shared tensor (a dot with a shared operand runs on wgmma: b from shared memory, a from shared memory or registers)";
+
 impl<'p> Checker<'p> {
     /// `dot` with `a` in registers and `b` shared: the RS form of wgmma
     /// (`super::wgmma::plan_wgmma_rs`).
     fn check_dot_register_a(&mut self, out: VarId, a: VarId, b: VarId, c: VarId, span: SpanId) {
         let ra = self.reg(a, span, "dot", "the left operand");
-        let what = "a shared tensor (wgmma reads b from shared memory; a may be in registers)";
         let sb = self.operand(
             b,
             span,
             "dot",
             "the right operand",
-            what,
+            WGMMA_SHARED,
             VarType::as_shared,
         );
         let rc = self.reg(c, span, "dot", "the accumulator");

@@ -1,10 +1,11 @@
 //! `dot` with operands in shared memory: the warpgroup MMA of sm_90a,
-//! `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`, both operands read from shared memory
-//! through matrix descriptors.
+//! `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`, `b` read from shared memory through
+//! a matrix descriptor, `a` either the same way (the SS form, [`plan_wgmma`]) or from registers
+//! (the RS form, [`plan_wgmma_rs`]).
 //!
-//! A `dot(a, b, c)` takes this path when `a` and `b` are shared tensors (`c` stays a register
-//! tensor; the semantics are those of every `dot`: `c + a · b`, `[m, k] x [k, n] + [m, n]`).
-//! It is accepted when:
+//! A `dot(a, b, c)` takes this path when `a` and `b` are shared tensors, or `a` is a register
+//! tensor and `b` a shared one (`c` stays a register tensor; the semantics are those of every
+//! `dot`: `c + a · b`, `[m, k] x [k, n] + [m, n]`). It is accepted when:
 //!
 //! - **Target and block**: the target has wgmma for the operand type (f16 or bf16 with an f32
 //!   accumulator) and the block is whole warpgroups (a multiple of 128 threads).
@@ -21,6 +22,17 @@
 //!   Warpgroup `w` computes, for each local `j` of the quotient `qc` (warpgroup `w` plays quotient
 //!   thread `w % qc.num_threads()`), the `[64, nf]` block of `c` at `qc.eval(w, j)` (in units of
 //!   `[64, nf]`), with one wgmma per 16 of `k`.
+//!
+//! - **Register `a`** (the RS form, instead of the operand rule for `a`): `a`'s layout is
+//!   warpgroup tiles of the wgmma A fragment `wgmma_a()` = `spatial(4, 1).mma_a` (`[64, 16]`,
+//!   `layout::fragments`) that match `c`'s: with `qc = c.layout / wgmma_c(N)`,
+//!   `a.layout / wgmma_a() == reduce(qc, [1]).local(1, k / 16)`. That is, the warpgroup (and
+//!   local) computing `c`'s 64-row block `i` holds `a`'s row block `i` with its `k / 16` steps
+//!   as the innermost locals, and warpgroups that split `n` hold replicas. In text:
+//!   `<c's warpgroup tiles over m>.spatial(4, 1).local(1, k / 16).mma_a`, e.g.
+//!   `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a` for `c` in
+//!   `spatial(2, 1).spatial(4, 1).local(1, N / 8).mma_c` and `k = 64`; the error's `help:` line
+//!   prints the layout for the `c` at hand.
 //!
 //! What the code generator also needs, and checks when it emits the instruction (the offsets of
 //! a slice are expressions it sees there): every operand starts on a 1024-byte swizzle atom in
