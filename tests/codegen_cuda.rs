@@ -1156,13 +1156,17 @@ fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
         let hgmma = 2 * (2 / cfg.WG as usize) * 4;
         kernels.push((format!("rs_bf16_{cfg}"), wgmma_rs_bf16::program(cfg), hgmma));
     }
+    for cfg in wgmma_rs_kernels::wgmma_rs_split_n::SPACE {
+        let program = wgmma_rs_kernels::wgmma_rs_split_n::program(cfg);
+        kernels.push((format!("rs_split_n_{cfg}"), program, 2 * 4));
+    }
     for (name, program, hgmma) in kernels {
         let k = emit(&program.unwrap(), &Default::default()).unwrap();
         let arch = "sm_90a";
         let ptx = compile_ptx(&k.source, arch)
             .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
         assert!(
-            ptx.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32"),
+            ptx.contains("wgmma.mma_async.sync.aligned.m64n"),
             "{name}: no wgmma in the PTX"
         );
         let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, arch);

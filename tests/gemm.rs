@@ -396,7 +396,9 @@ mod wgmma_rs_kernels;
 /// `a` written while a `dot_async` reads it is reported; the generated code passes `a`'s
 /// registers to the RS instruction.
 mod register_a {
-    use super::wgmma_rs_kernels::{wgmma_rs_bf16, wgmma_rs_f16, wgmma_rs_reference};
+    use super::wgmma_rs_kernels::{
+        wgmma_rs_bf16, wgmma_rs_f16, wgmma_rs_reference, wgmma_rs_split_n,
+    };
     use half::{bf16, f16};
     use rand::Rng;
 
@@ -433,6 +435,13 @@ mod register_a {
             let e = max_rel(&c, &want);
             assert!(e < 1e-6, "f16 {cfg}: max relative error {e}");
         }
+        for cfg in wgmma_rs_split_n::SPACE {
+            let mut c = vec![f32::NAN; 128 * 128];
+            wgmma_rs_split_n::interpret(cfg, &wh, &xh, &c0, &mut c)
+                .unwrap_or_else(|e| panic!("split n {cfg}: {e}"));
+            let e = max_rel(&c, &want);
+            assert!(e < 1e-6, "split n {cfg}: max relative error {e}");
+        }
         // bf16
         let (wb, xb): (Vec<bf16>, Vec<bf16>) = (
             w.iter().map(|&v| bf16::from_f32(v)).collect(),
@@ -468,6 +477,17 @@ mod register_a {
             let calls = src.matches("tilus_wgmma_rs_m64n128k16_f16(&").count();
             assert_eq!(calls as i32, 2 * (2 / cfg.WG) * 4, "{cfg}");
             assert!(!src.contains("tilus_wgmma_m64n"), "{cfg}: an SS wgmma");
+        }
+        // 2 x 2 warpgroups: 64-wide wgmmas, each warpgroup at its own columns of `x`.
+        for cfg in wgmma_rs_split_n::SPACE {
+            let p = wgmma_rs_split_n::program(cfg).expect("embedded program");
+            let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
+            let calls = k.source.matches("tilus_wgmma_rs_m64n64k16_f16(&").count();
+            assert_eq!(calls, 2 * 4, "split n {cfg}");
+            assert!(
+                k.source.contains("? 8192u : "),
+                "split n {cfg}: b offset by warpgroup"
+            );
         }
     }
 

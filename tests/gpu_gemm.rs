@@ -275,4 +275,5 @@ fn gpu_wgmma_register_a_matches_f64_and_the_interpreter() {
     });
     check_rs!(ctx.as_ref(), f16, wgmma_rs_f16);
     check_rs!(ctx.as_ref(), bf16, wgmma_rs_bf16);
+    check_rs!(ctx.as_ref(), f16, wgmma_rs_split_n);
 }

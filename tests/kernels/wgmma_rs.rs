@@ -61,6 +61,41 @@ macro_rules! wgmma_rs_kernel {
 wgmma_rs_kernel!(f16, wgmma_rs_f16);
 wgmma_rs_kernel!(bf16, wgmma_rs_bf16);
 
+// Four warpgroups in 2 x 2 over `c` (each `[64, 64]`): the two of a row block hold replicas of
+// its `w` rows, and the wgmma of each reads its own half of `x`.
+#[tilus::kernel(grid = [1], warps = 16, space(ASYNC = [1, 0]))]
+pub fn wgmma_rs_split_n<const ASYNC: i32>(
+    w: Global<f16>,
+    x: Global<f16>,
+    c0: Global<f32>,
+    c: GlobalMut<f32>,
+) {
+    let ra = load_global(
+        view_global(w, [128, 64]),
+        layout!(spatial(2, 1).replicated(2).spatial(4, 1).local(1, 4).mma_a),
+        [0, 0],
+    );
+    let sx = shared::<f16>([128, 64], swizzle(3, 3, 3));
+    copy_async(view_global(x, [128, 64]), sx, [0, 0]);
+    commit_group();
+    wait_group(0);
+    sync();
+    let mut acc = load_global(
+        view_global(c0, [128, 128]),
+        layout!(spatial(2, 2).spatial(4, 1).local(1, 8).mma_c),
+        [0, 0],
+    );
+    if ASYNC == 1 {
+        acc = dot_async(ra, permute_shared(sx, [1, 0]), acc);
+        acc = dot_async(ra, permute_shared(sx, [1, 0]), acc);
+        dot_wait(0);
+    } else {
+        acc = dot(ra, permute_shared(sx, [1, 0]), acc);
+        acc = dot(ra, permute_shared(sx, [1, 0]), acc);
+    }
+    store_global(acc, view_global(c, [128, 128]), [0, 0]);
+}
+
 /// `c0 + 2 w · xᵀ` in f64 (`w`, `x` row-major `[128, 64]`, `c0` `[128, 128]`).
 pub fn wgmma_rs_reference(w: &[f64], x: &[f64], c0: &[f64]) -> Vec<f64> {
     let mut c = c0.to_vec();

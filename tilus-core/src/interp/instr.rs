@@ -460,7 +460,9 @@ impl Machine<'_> {
                 }
             }
             Instruction::Dot { out, a, b, c } => {
-                let result = if matches!(self.value(block, *b)?, Value::Shared(_)) {
+                // A shared operand selects the warpgroup MMA (`a` shared or in registers).
+                let shared = |v| matches!(self.value(block, v), Ok(Value::Shared(_)));
+                let result = if shared(*a) || shared(*b) {
                     self.dot_shared(block, *a, *b, *c, None)?
                 } else {
                     self.dot(block, *a, *b, *c)?
