@@ -222,7 +222,7 @@ fn check_b(b: &SharedType) -> Result<(), String> {
 /// `c`'s layout divided by the accumulator fragment of the widest `N` that divides it.
 fn plan_c(kind: MmaKind, c: &RegisterType, m: usize, n: usize) -> Result<WgmmaPlan, String> {
     let mut widths: Vec<usize> = (1..=n.min(256) / 8).map(|x| 8 * x).collect();
-    widths.retain(|w| n % w == 0);
+    widths.retain(|w| n.is_multiple_of(*w));
     for nf in widths.into_iter().rev() {
         if let Ok(q) = c.layout.divide(&wgmma_c(nf)) {
             return Ok(WgmmaPlan { kind, n: nf, c: q });
