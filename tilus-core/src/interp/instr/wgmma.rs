@@ -63,22 +63,21 @@ impl Machine<'_> {
         c: VarId,
         mut in_flight: Option<&mut Vec<(usize, Range<usize>)>>,
     ) -> Result<RegTensor, String> {
-        // `a` in registers (the RS form) or shared.
-        let (ra, va) = match self.value(block, a)? {
-            Value::Reg(r) => (Some(r.clone()), None),
-            _ => (None, Some(self.shared(block, a)?)),
-        };
-        let ta = match &ra {
-            Some(r) => Some(self.table(&r.layout.clone())?),
-            None => None,
+        // `a` in registers (the RS form, with its layout's table) or shared.
+        let a_op = match self.value(block, a)? {
+            Value::Reg(r) => {
+                let r = r.clone();
+                let t = self.table(&r.layout.clone())?;
+                Ok((r, t))
+            }
+            _ => Err(self.shared(block, a)?),
         };
         let vb = self.shared(block, b)?;
         let rc = self.reg(block, c)?.clone();
         let tc = self.table(&rc.layout.clone())?;
-        let (m, k) = match (&ta, &va) {
-            (Some(t), _) => (t.shape[0], t.shape[1]),
-            (_, Some(v)) => (v.layout.shape[0], v.layout.shape[1]),
-            _ => unreachable!("a is one of the two"),
+        let (m, k) = match &a_op {
+            Ok((_, t)) => (t.shape[0], t.shape[1]),
+            Err(v) => (v.layout.shape[0], v.layout.shape[1]),
         };
         let n = vb.layout.shape[1];
         let (an, bn, cn) = (
@@ -103,15 +102,15 @@ impl Machine<'_> {
             };
             // Which elements of `a` the warpgroup holds (all of a shared one).
             let mut have = vec![true; m * k];
-            match (&va, &ra, &ta) {
-                (Some(va), ..) => {
+            match &a_op {
+                Err(va) => {
                     for i in 0..m {
                         for kk in 0..k {
                             av[i * k + kk] = va.dtype.decode(read(va, &an, &[i, kk])?);
                         }
                     }
                 }
-                (None, Some(ra), Some(ta)) => {
+                Ok((ra, ta)) => {
                     have.fill(false);
                     for t in reader..(reader + 128).min(bt) {
                         for l in 0..ta.locals {
@@ -123,7 +122,6 @@ impl Machine<'_> {
                         }
                     }
                 }
-                _ => unreachable!("a is one of the two"),
             }
             for kk in 0..k {
                 for j in 0..n {
