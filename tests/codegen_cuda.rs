@@ -27,6 +27,10 @@ mod launch_kernels;
 #[path = "common/math.rs"]
 mod math_programs;
 
+#[allow(dead_code)]
+#[path = "kernels/wgmma_rs.rs"]
+mod wgmma_rs_kernels;
+
 use skip::{skip, Need};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1129,5 +1133,63 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             .trim()
             .to_string();
         eprintln!("{name}: ok, {} HGMMA; {regs}", count("HGMMA"));
+    }
+}
+
+/// The RS form of wgmma (`a` in registers, `tests/kernels/wgmma_rs.rs`), every configuration,
+/// f16 and bf16, for sm_90a: `HGMMA` (two dots of `2 / WG` blocks by 4 k steps per warpgroup),
+/// no local memory, no spills, nothing serialized, no warp-level HMMA.
+#[test]
+fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
+    use wgmma_rs_kernels::{wgmma_rs_bf16, wgmma_rs_f16};
+    let test = "wgmma_rs_compiles_to_hgmma_without_local_memory";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new(test);
+    let mut kernels = Vec::new();
+    for cfg in wgmma_rs_f16::SPACE {
+        let hgmma = 2 * (2 / cfg.WG as usize) * 4;
+        kernels.push((format!("rs_f16_{cfg}"), wgmma_rs_f16::program(cfg), hgmma));
+    }
+    for cfg in wgmma_rs_bf16::SPACE {
+        let hgmma = 2 * (2 / cfg.WG as usize) * 4;
+        kernels.push((format!("rs_bf16_{cfg}"), wgmma_rs_bf16::program(cfg), hgmma));
+    }
+    for cfg in wgmma_rs_kernels::wgmma_rs_split_n::SPACE {
+        let program = wgmma_rs_kernels::wgmma_rs_split_n::program(cfg);
+        kernels.push((format!("rs_split_n_{cfg}"), program, 2 * 4));
+    }
+    for (name, program, hgmma) in kernels {
+        let k = emit(&program.unwrap(), &Default::default()).unwrap();
+        let arch = "sm_90a";
+        let ptx = compile_ptx(&k.source, arch)
+            .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
+        assert!(
+            ptx.contains("wgmma.mma_async.sync.aligned.m64n"),
+            "{name}: no wgmma in the PTX"
+        );
+        let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, arch);
+        assert!(
+            a.ptxas_log
+                .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{name}: stack frame or spills:\n{}",
+            a.ptxas_log
+        );
+        assert!(
+            !a.ptxas_log.contains("serialized"),
+            "{name}: wgmma serialized:\n{}",
+            a.ptxas_log
+        );
+        let ops = opcodes(&a.sass);
+        let count = |p: &str| {
+            ops.iter()
+                .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
+                .count()
+        };
+        assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
+        assert_eq!(count("HGMMA"), hgmma, "{name}: HGMMA");
+        assert_eq!(count("HMMA"), 0, "{name}: warp-level HMMA");
+        eprintln!("{name}: ok, {} HGMMA", count("HGMMA"));
     }
 }

@@ -387,3 +387,158 @@ mod w4 {
         }
     }
 }
+
+#[path = "kernels/wgmma_rs.rs"]
+mod wgmma_rs_kernels;
+
+/// The RS form of wgmma (`a` in registers, `tests/kernels/wgmma_rs.rs`) on the interpreter:
+/// every configuration, f16 and bf16, random inputs, output poisoned, against f64; the register
+/// `a` written while a `dot_async` reads it is reported; the generated code passes `a`'s
+/// registers to the RS instruction.
+mod register_a {
+    use super::wgmma_rs_kernels::{
+        wgmma_rs_bf16, wgmma_rs_f16, wgmma_rs_reference, wgmma_rs_split_n,
+    };
+    use half::{bf16, f16};
+    use rand::Rng;
+
+    fn max_rel(got: &[f32], want: &[f64]) -> f64 {
+        let scale = want.iter().map(|w| w.abs()).fold(0.0, f64::max);
+        got.iter()
+            .zip(want)
+            .map(|(&g, &w)| ((g as f64) - w).abs() / scale)
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn every_configuration_matches_f64_on_the_interpreter() {
+        let mut rng = rand::rng();
+        let mut rnd =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect() };
+        let (w, x, c0) = (rnd(128 * 64), rnd(128 * 64), rnd(128 * 128));
+        let c0f: Vec<f64> = c0.iter().map(|&v| v as f64).collect();
+        // f16
+        let (wh, xh): (Vec<f16>, Vec<f16>) = (
+            w.iter().map(|&v| f16::from_f32(v)).collect(),
+            x.iter().map(|&v| f16::from_f32(v)).collect(),
+        );
+        let want = wgmma_rs_reference(
+            &wh.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+            &xh.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+            &c0f,
+        );
+        for cfg in wgmma_rs_f16::SPACE {
+            let mut c = vec![f32::NAN; 128 * 128];
+            wgmma_rs_f16::interpret(cfg, &wh, &xh, &c0, &mut c)
+                .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            // Two dots, each an exact sum rounded once to f32.
+            let e = max_rel(&c, &want);
+            assert!(e < 1e-6, "f16 {cfg}: max relative error {e}");
+        }
+        for cfg in wgmma_rs_split_n::SPACE {
+            let mut c = vec![f32::NAN; 128 * 128];
+            wgmma_rs_split_n::interpret(cfg, &wh, &xh, &c0, &mut c)
+                .unwrap_or_else(|e| panic!("split n {cfg}: {e}"));
+            let e = max_rel(&c, &want);
+            assert!(e < 1e-6, "split n {cfg}: max relative error {e}");
+        }
+        // bf16
+        let (wb, xb): (Vec<bf16>, Vec<bf16>) = (
+            w.iter().map(|&v| bf16::from_f32(v)).collect(),
+            x.iter().map(|&v| bf16::from_f32(v)).collect(),
+        );
+        let want = wgmma_rs_reference(
+            &wb.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+            &xb.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+            &c0f,
+        );
+        for cfg in wgmma_rs_bf16::SPACE {
+            let mut c = vec![f32::NAN; 128 * 128];
+            wgmma_rs_bf16::interpret(cfg, &wb, &xb, &c0, &mut c)
+                .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            let e = max_rel(&c, &want);
+            assert!(e < 1e-6, "bf16 {cfg}: max relative error {e}");
+        }
+    }
+
+    #[test]
+    fn generated_cuda_issues_the_rs_form() {
+        for cfg in wgmma_rs_f16::SPACE {
+            let p = wgmma_rs_f16::program(cfg).expect("embedded program");
+            let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
+            let src = &k.source;
+            // `d, {a0..a3}, desc-b, scale-d, imm-scale-a, imm-scale-b, imm-trans-b`.
+            assert!(
+                src.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, ")
+                    && src.contains("}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;"),
+                "{cfg}: no RS wgmma"
+            );
+            // Two dots of (2 / WG) blocks and 4 k steps each, per warpgroup.
+            let calls = src.matches("tilus_wgmma_rs_m64n128k16_f16(&").count();
+            assert_eq!(calls as i32, 2 * (2 / cfg.WG) * 4, "{cfg}");
+            assert!(!src.contains("tilus_wgmma_m64n"), "{cfg}: an SS wgmma");
+        }
+        // 2 x 2 warpgroups: 64-wide wgmmas, each warpgroup at its own columns of `x`.
+        for cfg in wgmma_rs_split_n::SPACE {
+            let p = wgmma_rs_split_n::program(cfg).expect("embedded program");
+            let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
+            let calls = k.source.matches("tilus_wgmma_rs_m64n64k16_f16(&").count();
+            assert_eq!(calls, 2 * 4, "split n {cfg}");
+            assert!(
+                k.source.contains("? 8192u : "),
+                "split n {cfg}: b offset by warpgroup"
+            );
+        }
+    }
+
+    mod hazards {
+        use half::f16;
+
+        #[tilus::kernel(grid = [1], warps = 4, space(MODE = [0, 1]))]
+        pub fn overwrite<const MODE: i32>(a: Global<f16>, c: GlobalMut<f32>) {
+            let ga = view_global(a, [64, 64]);
+            let mut ra = load_global(ga, layout!(spatial(4, 1).local(1, 4).mma_a), [0, 0]);
+            let sa = shared::<f16>([64, 64], swizzle(3, 3, 3));
+            copy_async(ga, sa, [0, 0]);
+            commit_group();
+            wait_group(0);
+            sync();
+            let mut acc = register::<f32>(layout!(spatial(4, 1).local(1, 8).mma_c), 0.0);
+            acc = dot_async(ra, permute_shared(sa, [1, 0]), acc);
+            if MODE == 1 {
+                // The tensor cores still read these registers.
+                ra = load_global(ga, layout!(spatial(4, 1).local(1, 4).mma_a), [0, 0]);
+            }
+            dot_wait(0);
+            // After the wait the registers are free again.
+            ra = load_global(ga, layout!(spatial(4, 1).local(1, 4).mma_a), [0, 0]);
+            acc = dot(ra, permute_shared(sa, [1, 0]), acc);
+            store_global(acc, view_global(c, [64, 64]), [0, 0]);
+        }
+
+        #[test]
+        fn writing_a_before_the_wait_is_reported() {
+            let a: Vec<f16> = (0..64 * 64)
+                .map(|i| f16::from_f32((i % 7) as f32 - 3.0))
+                .collect();
+            let mut c = vec![f32::NAN; 64 * 64];
+            overwrite::interpret(&overwrite::Config { MODE: 0 }, &a, &mut c).unwrap();
+            // c = 2 a · aᵀ exactly (small integers).
+            for i in 0..64 {
+                for j in 0..64 {
+                    let want: f32 = (0..64)
+                        .map(|k| a[i * 64 + k].to_f32() * a[j * 64 + k].to_f32())
+                        .sum();
+                    assert_eq!(c[i * 64 + j], 2.0 * want, "c[{i}, {j}]");
+                }
+            }
+            let e = overwrite::interpret(&overwrite::Config { MODE: 1 }, &a, &mut c).unwrap_err();
+            assert!(
+                e.to_string().contains(
+                    "`ra` is written while a dot_async reading it from registers is in flight; missing dot_wait?"
+                ),
+                "{e}"
+            );
+        }
+    }
+}

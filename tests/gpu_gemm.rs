@@ -7,8 +7,15 @@
 //!
 //! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
 //! skip into a failure. Run with `cargo test --release --test gpu_gemm -- --nocapture`.
+//!
+//! The RS form of wgmma (`a` in registers, `tests/kernels/wgmma_rs.rs`): every configuration, f16
+//! and bf16, against f64 and the interpreter on the same random inputs.
 
 mod common;
+
+#[allow(dead_code)]
+#[path = "kernels/wgmma_rs.rs"]
+mod wgmma_rs_kernels;
 
 use half::{bf16, f16};
 use rand::Rng;
@@ -233,4 +240,77 @@ fn gpu_w4_gemm_matches_f64_reference() {
             eprintln!("w4 {cfg} {m}x{n}x{k} g{group}: ok, relative error {e:.2e}");
         }
     }
+}
+
+/// The RS kernels on the interpreter, always, and on the GPU when `ctx` is one (sm_90a): both
+/// against f64, on the same random inputs, outputs poisoned.
+macro_rules! check_rs {
+    ($ctx:expr, $t:ty, $kernel:ident) => {{
+        let ctx: Option<&std::sync::Arc<Context>> = $ctx;
+        let mut rng = rand::rng();
+        let mut rnd =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect() };
+        let (w, x, c0) = (rnd(128 * 64), rnd(128 * 64), rnd(128 * 128));
+        let w: Vec<$t> = w.iter().map(|&v| <$t>::from_f32(v)).collect();
+        let x: Vec<$t> = x.iter().map(|&v| <$t>::from_f32(v)).collect();
+        let want = wgmma_rs_kernels::wgmma_rs_reference(
+            &w.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+            &x.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+            &c0.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        );
+        let scale = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        let name = stringify!($t);
+        for cfg in wgmma_rs_kernels::$kernel::SPACE {
+            let mut interp = vec![f32::NAN; 128 * 128];
+            wgmma_rs_kernels::$kernel::interpret(cfg, &w, &x, &c0, &mut interp)
+                .unwrap_or_else(|e| panic!("{cfg}: interpreter: {e}"));
+            for (i, (&r, &wv)) in interp.iter().zip(&want).enumerate() {
+                // Two dots, each an exact sum rounded once to f32.
+                let e = ((r as f64) - wv).abs() / scale;
+                assert!(e < 1e-6, "{name} {cfg}: interpreter c[{i}] = {r}, f64 {wv}");
+            }
+            let Some(ctx) = ctx else { continue };
+            let (dw, dx, dc0) = (
+                DeviceBuffer::from_host(ctx, &w).unwrap(),
+                DeviceBuffer::from_host(ctx, &x).unwrap(),
+                DeviceBuffer::from_host(ctx, &c0).unwrap(),
+            );
+            let mut dc = DeviceBuffer::from_host(ctx, &vec![f32::NAN; 128 * 128]).unwrap();
+            wgmma_rs_kernels::$kernel::launch(ctx, cfg, &dw, &dx, &dc0, &mut dc)
+                .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            let got = dc.to_host().unwrap();
+            // The tensor cores accumulate in f32 in their own order.
+            let mut worst = 0.0f64;
+            for (i, ((&g, &r), &wv)) in got.iter().zip(&interp).zip(&want).enumerate() {
+                let e = ((g as f64) - wv).abs() / scale;
+                assert!(
+                    g.is_finite() && e < 1e-4,
+                    "{name} {cfg}: c[{}, {}] = {g}, f64 {wv}, interpreter {r}",
+                    i / 128,
+                    i % 128
+                );
+                worst = worst.max(e);
+            }
+            eprintln!("rs {name} {cfg}: ok on the GPU, max relative error {worst:.2e}");
+        }
+    }};
+}
+
+#[test]
+fn gpu_wgmma_register_a_matches_f64_and_the_interpreter() {
+    let test = "gpu_wgmma_register_a_matches_f64_and_the_interpreter";
+    // The interpreter part runs everywhere; the GPU part needs sm_90a.
+    let ctx = common::gpu_context(test, Context::builder(0).no_disk_cache()).filter(|ctx| {
+        let ok = ctx.arch() == "sm_90a";
+        if !ok {
+            eprintln!(
+                "SKIPPED {test} on the GPU: wgmma needs sm_90a, the device is {}",
+                ctx.arch()
+            );
+        }
+        ok
+    });
+    check_rs!(ctx.as_ref(), f16, wgmma_rs_f16);
+    check_rs!(ctx.as_ref(), bf16, wgmma_rs_bf16);
+    check_rs!(ctx.as_ref(), f16, wgmma_rs_split_n);
 }

@@ -301,8 +301,8 @@ fn rejects_view_global_of_non_pointer() {
     one(&k.finish(), 4, &["`m` must be a pointer parameter"]);
 }
 
-/// A shared operand selects the warpgroup MMA, which reads both operands from shared memory:
-/// a register right operand is named.
+/// A shared operand selects the warpgroup MMA, which reads `b` from shared memory: a register
+/// right operand is named.
 #[test]
 fn rejects_dot_mixing_shared_and_register_operands() {
     let mut k = kernel(32);
@@ -320,7 +320,54 @@ fn rejects_dot_mixing_shared_and_register_operands() {
     one(
         &k.finish(),
         4,
-        &["dot: the right operand `rb` must be a shared tensor (a dot with one shared operand reads both from shared memory: wgmma)"],
+        &["dot: the right operand `rb` must be a shared tensor (a dot with a shared operand runs on wgmma: b from shared memory, a from shared memory or registers)"],
+    );
+}
+
+/// The RS form of wgmma: a register `a` in the A fragment tiles of `c` is accepted; one in
+/// another layout is named, with the layout to write; a shared `b` that is not k-major is
+/// named.
+#[test]
+fn dot_with_a_register_a_and_a_shared_b() {
+    let build = |a_layout: &str, b_strides: [usize; 2]| {
+        let mut k = kernel(256);
+        let ra = k
+            .at(1)
+            .allocate_register("ra", DType::F16, l(a_layout), Some(1.0));
+        let sb = k.at(2).allocate_shared(
+            "sb",
+            DType::F16,
+            SharedLayout::strided(&[64, 128], &b_strides)
+                .unwrap()
+                .with_swizzle(tilus_core::verify::wgmma::SWIZZLE_128B),
+        );
+        let acc = k.at(3).allocate_register(
+            "acc",
+            DType::F32,
+            l("spatial(2, 1).spatial(4, 1).local(1, 16).mma_c"),
+            Some(0.0),
+        );
+        k.at(4).dot(acc, ra, sb, acc);
+        k.finish()
+    };
+    let good = "spatial(2, 1).spatial(4, 1).local(1, 4).mma_a";
+    ok(&build(good, [1, 64]));
+    one(
+        &build(
+            "spatial(1, 2).local(2, 1).spatial(4, 1).local(1, 2).mma_a",
+            [1, 64],
+        ),
+        4,
+        &[
+            "cannot serve `ra` (registers), `sb` and `acc`",
+            "the register operand a is not warpgroup tiles of the wgmma A fragment",
+            "help: write it as `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a`",
+        ],
+    );
+    one(
+        &build(good, [128, 1]),
+        4,
+        &["the shared operand b is not k-major"],
     );
 }
 

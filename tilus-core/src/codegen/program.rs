@@ -257,7 +257,9 @@ impl<'p> Ctx<'p> {
                 ..
             } => elementwise::cast(self, *out, *x, *dtype, *biased)?,
             Instruction::View { out, x, .. } => elementwise::view(self, *out, *x)?,
-            Instruction::Dot { out, a, b, c } if self.shared.contains_key(a) => {
+            Instruction::Dot { out, a, b, c }
+                if self.shared.contains_key(a) || self.shared.contains_key(b) =>
+            {
                 wgmma::dot(self, *out, *a, *b, *c, true)?
             }
             Instruction::DotAsync { out, a, b, c } => wgmma::dot(self, *out, *a, *b, *c, false)?,
@@ -535,7 +537,9 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
     /// Whether any `dot` reads a shared operand (the warpgroup MMA).
     fn has_shared_dot(p: &Program, body: &[Stmt]) -> bool {
         body.iter().any(|s| match &s.kind {
-            StmtKind::Instr(Instruction::Dot { a, .. }) => p.ty(*a).as_shared().is_some(),
+            StmtKind::Instr(Instruction::Dot { a, b, .. }) => {
+                p.ty(*a).as_shared().is_some() || p.ty(*b).as_shared().is_some()
+            }
             StmtKind::Instr(Instruction::DotAsync { .. }) => true,
             StmtKind::If {
                 then_body,

@@ -443,9 +443,12 @@ impl Machine<'_> {
             Instruction::DotAsync { out, a, b, c } => {
                 let mut reads = Vec::new();
                 let result = self.dot_shared(block, *a, *b, *c, Some(&mut reads))?;
-                block
-                    .pending_dots
-                    .push_back(PendingDot { acc: *out, reads });
+                let a_reg = matches!(self.value(block, *a)?, Value::Reg(_)).then_some(*a);
+                block.pending_dots.push_back(PendingDot {
+                    acc: *out,
+                    a_reg,
+                    reads,
+                });
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::DotWait { n } => {
@@ -457,7 +460,9 @@ impl Machine<'_> {
                 }
             }
             Instruction::Dot { out, a, b, c } => {
-                let result = if matches!(self.value(block, *a)?, Value::Shared(_)) {
+                // A shared operand selects the warpgroup MMA (`a` shared or in registers).
+                let shared = |v| matches!(self.value(block, v), Ok(Value::Shared(_)));
+                let result = if shared(*a) || shared(*b) {
                     self.dot_shared(block, *a, *b, *c, None)?
                 } else {
                     self.dot(block, *a, *b, *c)?

@@ -550,7 +550,9 @@ pub enum Instruction {
     /// written. The interpreter computes the value at once and reports any such use as an
     /// error; its reads of `a` and `b` count, for the race checks, as reads by the first thread
     /// of each warpgroup when they are retired (so overwriting the operands needs a
-    /// `synchronize` after the `dot_wait`). Each `dot_async` is one group.
+    /// `synchronize` after the `dot_wait`). `a` may instead be a register tensor (the RS form,
+    /// `verify::wgmma::plan_wgmma_rs`): then `a` must not be written until the `dot_wait`.
+    /// Each `dot_async` is one group.
     DotAsync {
         out: VarId,
         a: VarId,

@@ -39,8 +39,10 @@
 //! **Warpgroup fragments** (`wgmma.mma_async.m64nNk16`, sm_90a; [`wgmma_c`]): the f32
 //! accumulator of one warpgroup (128 threads) is `[64, N]` in `spatial(4, 1).local(1, N / 8).mma_c`:
 //! warp `w` holds rows `16 w ..`, and each thread holds the `mma_c` elements of each 8-column
-//! block in turn (the ISA's `d[4 j + i]` is local `4 j + i`). The A and B operands are read from
-//! shared memory (`verify::wgmma`).
+//! block in turn (the ISA's `d[4 j + i]` is local `4 j + i`). B is read from shared memory
+//! (`verify::wgmma`); A either from shared memory too or from registers in [`wgmma_a`],
+//! `[64, 16]` in `spatial(4, 1).mma_a`: warp `w` holds rows `16 w ..` in the `mma.m16n8k16` A
+//! arrangement (the ISA's `a0..a7`, four `.f16x2` registers, are locals 0..7).
 
 use super::Layout;
 
@@ -71,6 +73,16 @@ pub fn wgmma_c_text(n: usize) -> String {
 /// The accumulator fragment of `wgmma.m64nNk16` for `n` columns (a multiple of 8, 8 to 256).
 pub fn wgmma_c(n: usize) -> Layout {
     super::parse(&wgmma_c_text(n)).expect("the wgmma fragment text is a valid layout")
+}
+
+/// The text of the register A operand fragment of `wgmma.m64nNk16` (f16/bf16): each warp of the
+/// warpgroup holds 16 rows by 16 of `k` in the `mma.m16n8k16` A arrangement, warps stacked along
+/// `m` (see the module docs).
+pub const WGMMA_A_TEXT: &str = "spatial(4, 1).mma_a";
+
+/// The register A operand fragment of `wgmma.m64nNk16` (f16/bf16), `[64, 16]` over 128 threads.
+pub fn wgmma_a() -> Layout {
+    super::parse(WGMMA_A_TEXT).expect("the wgmma fragment text is a valid layout")
 }
 
 /// The text of the fragment called `name`, if there is one.
@@ -219,6 +231,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The wgmma register A operand against the PTX ISA's "Register fragment layout for matrix
+    /// A" of `wgmma.m64nNk16` (f16/bf16; the same arrangement as CUTLASS's `ALayout_64x16`): in
+    /// warp `w` of the warpgroup, with `groupID = lane >> 2` and `threadID_in_group = lane % 4`,
+    /// element `a_i` (register `i / 2`, half `i % 2`) is row `16 w + groupID` for
+    /// `a0, a1, a4, a5` and `16 w + groupID + 8` for `a2, a3, a6, a7`, column
+    /// `2 threadID_in_group + (i & 1)`, plus 8 for `i >= 4`.
+    #[test]
+    fn wgmma_a_matches_the_ptx_isa() {
+        let a = wgmma_a();
+        assert_eq!(a.shape(), &[64, 16][..]);
+        assert_eq!((a.num_threads(), a.num_locals()), (128, 8));
+        for t in 0..128usize {
+            let (w, lane) = (t / 32, t % 32);
+            let (g, tig) = (lane >> 2, lane % 4);
+            for i in 0..8usize {
+                let row = 16 * w + g + if matches!(i, 2 | 3 | 6 | 7) { 8 } else { 0 };
+                let col = 2 * tig + (i & 1) + if i >= 4 { 8 } else { 0 };
+                assert_eq!(a.eval(t, i), vec![row, col], "thread {t} a{i}");
+            }
+        }
+        // Every element exactly once: a bijection of (thread, local) onto [64, 16].
+        let mut seen = std::collections::HashSet::new();
+        for t in 0..128 {
+            for i in 0..8 {
+                assert!(seen.insert(a.eval(t, i)));
+            }
+        }
+        assert_eq!(seen.len(), 64 * 16);
     }
 
     /// Each `_t` fragment holds, in every thread's register, the element of its base fragment

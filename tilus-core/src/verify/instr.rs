@@ -762,8 +762,10 @@ impl<'p> Checker<'p> {
 impl<'p> Checker<'p> {
     /// `dot` with shared operands: the warpgroup MMA (`super::wgmma`).
     fn check_dot_shared(&mut self, out: VarId, a: VarId, b: VarId, c: VarId, span: SpanId) {
-        let what =
-            "a shared tensor (a dot with one shared operand reads both from shared memory: wgmma)";
+        if self.p.ty(a).as_register().is_some() {
+            return self.check_dot_register_a(out, a, b, c, span);
+        }
+        let what = WGMMA_SHARED;
         let sa = self.operand(a, span, "dot", "the left operand", what, VarType::as_shared);
         let sb = self.operand(
             b,
@@ -804,6 +806,62 @@ impl<'p> Checker<'p> {
                     self.err(
                         span,
                         format!("dot: the warpgroup MMA (wgmma) cannot serve {an}, {bn} and {cn}: {reason}{help}"),
+                    );
+                }
+            }
+        }
+        self.define(out, rc.is_some(), span, "dot");
+    }
+}
+
+/// What a `dot` with a shared operand (wgmma) needs of the operand named.
+const WGMMA_SHARED: &str =
+    "a shared tensor (a dot with a shared operand runs on wgmma: b from shared memory, a from shared memory or registers)";
+
+impl<'p> Checker<'p> {
+    /// `dot` with `a` in registers and `b` shared: the RS form of wgmma
+    /// (`super::wgmma::plan_wgmma_rs`).
+    fn check_dot_register_a(&mut self, out: VarId, a: VarId, b: VarId, c: VarId, span: SpanId) {
+        let ra = self.reg(a, span, "dot", "the left operand");
+        let sb = self.operand(
+            b,
+            span,
+            "dot",
+            "the right operand",
+            WGMMA_SHARED,
+            VarType::as_shared,
+        );
+        let rc = self.reg(c, span, "dot", "the accumulator");
+        if let (Some(ra), Some(sb), Some(rc)) = (ra, sb, rc) {
+            let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
+            let (xa, xb, xc) = (ra.layout.shape(), &sb.layout.shape, rc.layout.shape());
+            let shapes_ok = xa.len() == 2
+                && xb.len() == 2
+                && xc.len() == 2
+                && xa[1] == xb[0]
+                && xa[0] == xc[0]
+                && xb[1] == xc[1];
+            if !shapes_ok {
+                self.err(
+                    span,
+                    format!("dot: shapes do not agree: {an} is {xa:?}, {bn} is {xb:?}, {cn} is {xc:?}; expected [m, k] x [k, n] + [m, n]"),
+                );
+            } else if ra.dtype != sb.dtype {
+                self.err(
+                    span,
+                    format!("dot: {an} holds {} but {bn} holds {}; the operands must have the same dtype", ra.dtype, sb.dtype),
+                );
+            } else if self.block_threads > 0 {
+                if let Err(reason) =
+                    super::wgmma::plan_wgmma_rs(ra, sb, rc, self.block_threads, self.target)
+                {
+                    let (reason, help) = match reason.split_once("\nhelp: ") {
+                        Some((r, h)) => (r.to_string(), format!("\nhelp: {h}")),
+                        None => (reason, String::new()),
+                    };
+                    self.err(
+                        span,
+                        format!("dot: the warpgroup MMA (wgmma) cannot serve {an} (registers), {bn} and {cn}: {reason}{help}"),
                     );
                 }
             }

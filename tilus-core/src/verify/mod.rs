@@ -27,7 +27,8 @@
 //!   `cumsum`: f16/bf16/f32 or 8-/32-bit integers; `any`/`all`: u1), `dim` is in range; the shared
 //!   scratch of reductions and of scans across warps counts with the shared tensors.
 //! - **Dot**: shapes `[m, k] x [k, n] + [m, n]`; dtypes and layouts per [`plan_dot`], or, with
-//!   operands in shared memory, per [`wgmma::plan_wgmma`].
+//!   operands in shared memory, per [`wgmma::plan_wgmma`] (or [`wgmma::plan_wgmma_rs`] with `a`
+//!   in registers and `b` shared).
 //! - **Resource limits** (checked first; see `limits.rs` for the table and the reasons):
 //!   threads per layout, 32-bit registers per thread of each register tensor, element counts
 //!   and shared sizes in checked arithmetic, and unrolled element operations per thread. Past a

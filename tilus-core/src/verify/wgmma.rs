@@ -1,10 +1,11 @@
 //! `dot` with operands in shared memory: the warpgroup MMA of sm_90a,
-//! `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`, both operands read from shared memory
-//! through matrix descriptors.
+//! `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`, `b` read from shared memory through
+//! a matrix descriptor, `a` either the same way (the SS form, [`plan_wgmma`]) or from registers
+//! (the RS form, [`plan_wgmma_rs`]).
 //!
-//! A `dot(a, b, c)` takes this path when `a` and `b` are shared tensors (`c` stays a register
-//! tensor; the semantics are those of every `dot`: `c + a · b`, `[m, k] x [k, n] + [m, n]`).
-//! It is accepted when:
+//! A `dot(a, b, c)` takes this path when `a` and `b` are shared tensors, or `a` is a register
+//! tensor and `b` a shared one (`c` stays a register tensor; the semantics are those of every
+//! `dot`: `c + a · b`, `[m, k] x [k, n] + [m, n]`). It is accepted when:
 //!
 //! - **Target and block**: the target has wgmma for the operand type (f16 or bf16 with an f32
 //!   accumulator) and the block is whole warpgroups (a multiple of 128 threads).
@@ -22,6 +23,17 @@
 //!   thread `w % qc.num_threads()`), the `[64, nf]` block of `c` at `qc.eval(w, j)` (in units of
 //!   `[64, nf]`), with one wgmma per 16 of `k`.
 //!
+//! - **Register `a`** (the RS form, instead of the operand rule for `a`): `a`'s layout is
+//!   warpgroup tiles of the wgmma A fragment `wgmma_a()` = `spatial(4, 1).mma_a` (`[64, 16]`,
+//!   `layout::fragments`) that match `c`'s: with `qc = c.layout / wgmma_c(N)`,
+//!   `a.layout / wgmma_a() == reduce(qc, [1]).local(1, k / 16)`. That is, the warpgroup (and
+//!   local) computing `c`'s 64-row block `i` holds `a`'s row block `i` with its `k / 16` steps
+//!   as the innermost locals, and warpgroups that split `n` hold replicas. In text:
+//!   `<c's warpgroup tiles over m>.spatial(4, 1).local(1, k / 16).mma_a`, e.g.
+//!   `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a` for `c` in
+//!   `spatial(2, 1).spatial(4, 1).local(1, N / 8).mma_c` and `k = 64`; the error's `help:` line
+//!   prints the layout for the `c` at hand.
+//!
 //! What the code generator also needs, and checks when it emits the instruction (the offsets of
 //! a slice are expressions it sees there): every operand starts on a 1024-byte swizzle atom in
 //! its rows (a row offset that is a multiple of 8) and its `k` window lies inside the 64-element
@@ -35,7 +47,10 @@
 //! program that has such a `dot`.
 
 use crate::ir::{RegisterType, SharedType};
-use crate::layout::{fragments::wgmma_c, Layout, SharedLayout, Swizzle};
+use crate::layout::{
+    fragments::{wgmma_a, wgmma_c},
+    Layout, SharedLayout, Swizzle,
+};
 use crate::target::{MmaKind, Target};
 
 /// The swizzle of the k-major 128-byte canonical layout, on 16-bit elements.
@@ -67,12 +82,110 @@ pub fn plan_wgmma(
     block_threads: usize,
     target: &Target,
 ) -> Result<WgmmaPlan, String> {
-    let kind = match MmaKind::of(a.dtype, c.dtype) {
+    let (sa, sb) = (&a.layout.shape, &b.layout.shape);
+    let kind = check_common(a.dtype, c, sa[0], sa[1], sb[1], block_threads, target)?;
+    k_major(&a.layout, [ROW_ELEMENTS, 1]).map_err(|e| {
+        format!("the shared operand a {e}\nhelp: allocate it as `shared::<T>([.., rows, 64], swizzle(3, 3, 3))` and slice `[rows, k]` out of it")
+    })?;
+    check_b(b)?;
+    plan_c(kind, c, sa[0], sb[1])
+}
+
+/// How a verified `dot` with `a` in registers runs (the RS form of wgmma).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WgmmaRsPlan {
+    /// The accumulator's plan, as for shared operands.
+    pub base: WgmmaPlan,
+    /// `a[j][s]`: the local of `a`'s quotient by [`wgmma_a`] (its A fragment, words
+    /// `[4 l, 4 l + 4)` of `a`'s registers) that the wgmma of `c`'s quotient local `j` reads at
+    /// k step `s`, the same for every warpgroup.
+    pub a: Vec<Vec<usize>>,
+}
+
+/// Check a `dot` of register `a: [m, k]`, shared `b: [k, n]` and register `c: [m, n]`: `b` and
+/// `c` as for [`plan_wgmma`], and `a` warpgroup tiles of the register A fragment that match
+/// `c`'s: `a.layout / wgmma_a()` must be `reduce(qc, [1]).local(1, k / 16)`, where `qc` is `c`'s
+/// quotient by the accumulator fragment. So the warpgroup (and local) that computes the `[64, N]`
+/// blocks of row block `i` holds row block `i` of `a`, all `k / 16` steps as its innermost locals;
+/// warpgroups that split `n` hold replicas of `a`.
+pub fn plan_wgmma_rs(
+    a: &RegisterType,
+    b: &SharedType,
+    c: &RegisterType,
+    block_threads: usize,
+    target: &Target,
+) -> Result<WgmmaRsPlan, String> {
+    let (sa, sb) = (a.layout.shape(), &b.layout.shape);
+    let (m, k, n) = (sa[0], sa[1], sb[1]);
+    let kind = check_common(a.dtype, c, m, k, n, block_threads, target)?;
+    check_b(b)?;
+    let base = plan_c(kind, c, m, n)?;
+    let steps = k / 16;
+    let want = base
+        .c
+        .reduce(&[1])
+        .and_then(|r| Ok((r.clone(), r.compose(&Layout::local(&[1, steps]))?)))
+        .map_err(|e| format!("the accumulator's warpgroup tiling has no A tiling: {e}"))?;
+    let (rows, want) = want;
+    let help = || {
+        let mut text = String::new();
+        if rows.num_threads() > 1 || rows.num_locals() > 1 {
+            // In the spacing of the docs: `spatial(2, 1)`.
+            text.push_str(&rows.to_expr().replace(',', ", "));
+            text.push('.');
+        }
+        text.push_str("spatial(4, 1)");
+        if steps > 1 {
+            text.push_str(&format!(".local(1, {steps})"));
+        }
+        text.push_str(".mma_a");
+        format!(
+            "the register operand a is not warpgroup tiles of the wgmma A fragment matching c's warpgroup tiling (each warpgroup holds the 64-row blocks of a it multiplies, all {steps} steps of 16 of k)\nhelp: write it as `{text}`"
+        )
+    };
+    let qa = match a.layout.divide(&wgmma_a()) {
+        Ok(q) if q == want => q,
+        _ => return Err(help()),
+    };
+    // For each block of c and step of k, the A fragment holding it: one local for all
+    // warpgroups (warpgroup `w` plays quotient thread `w % threads`).
+    let groups = block_threads / 128;
+    let mut table = Vec::with_capacity(base.c.num_locals());
+    for j in 0..base.c.num_locals() {
+        let mut row = Vec::with_capacity(steps);
+        for s in 0..steps {
+            let holds = |l: usize| {
+                (0..groups.max(1)).all(|w| {
+                    let i = base.c.eval(w % base.c.num_threads(), j)[0];
+                    qa.eval(w % qa.num_threads(), l) == [i, s]
+                })
+            };
+            match (0..qa.num_locals()).find(|&l| holds(l)) {
+                Some(l) => row.push(l),
+                None => return Err(help()),
+            }
+        }
+        table.push(row);
+    }
+    Ok(WgmmaRsPlan { base, a: table })
+}
+
+/// The checks shared by both forms: dtypes, target, block, shapes. Returns the MMA kind.
+fn check_common(
+    a_dtype: crate::DType,
+    c: &RegisterType,
+    m: usize,
+    k: usize,
+    n: usize,
+    block_threads: usize,
+    target: &Target,
+) -> Result<MmaKind, String> {
+    let kind = match MmaKind::of(a_dtype, c.dtype) {
         Some(k @ (MmaKind::F16 | MmaKind::Bf16)) => k,
         _ => {
             return Err(format!(
-                "shared operands need f16 or bf16 with an f32 accumulator (wgmma), not {} with {}",
-                a.dtype, c.dtype
+                "wgmma operands are f16 or bf16 with an f32 accumulator, not {a_dtype} with {}",
+                c.dtype
             ))
         }
     };
@@ -82,7 +195,7 @@ pub fn plan_wgmma(
         .any(|s| s.k == 16 && s.kinds.contains(&kind))
     {
         return Err(format!(
-            "the target {} has no wgmma for {kind:?}: shared operands need sm_90a",
+            "the target {} has no wgmma for {kind:?}: the warpgroup MMA needs sm_90a",
             target.arch.name()
         ));
     }
@@ -91,21 +204,25 @@ pub fn plan_wgmma(
             "wgmma runs on whole warpgroups, but the block has {block_threads} threads (not a multiple of 128)"
         ));
     }
-    let (sa, sb) = (&a.layout.shape, &b.layout.shape);
-    let (m, k, n) = (sa[0], sa[1], sb[1]);
     if !m.is_multiple_of(64) || !k.is_multiple_of(16) || k > ROW_ELEMENTS || !n.is_multiple_of(8) {
         return Err(format!(
             "wgmma tiles are 64 rows by multiples of 16 of k (at most {ROW_ELEMENTS}, one swizzled row) by multiples of 8 of n; got m = {m}, k = {k}, n = {n}"
         ));
     }
-    k_major(&a.layout, [ROW_ELEMENTS, 1]).map_err(|e| {
-        format!("the shared operand a {e}\nhelp: allocate it as `shared::<T>([.., rows, 64], swizzle(3, 3, 3))` and slice `[rows, k]` out of it")
-    })?;
+    Ok(kind)
+}
+
+/// `b: [k, n]` is a k-major 128-byte-swizzled tile seen through `permute_shared`.
+fn check_b(b: &SharedType) -> Result<(), String> {
     k_major(&b.layout, [1, ROW_ELEMENTS]).map_err(|e| {
         format!("the shared operand b {e}\nhelp: allocate `[n, 64]` with `swizzle(3, 3, 3)` (k contiguous) and pass `permute_shared(t, [1, 0])`")
-    })?;
+    })
+}
+
+/// `c`'s layout divided by the accumulator fragment of the widest `N` that divides it.
+fn plan_c(kind: MmaKind, c: &RegisterType, m: usize, n: usize) -> Result<WgmmaPlan, String> {
     let mut widths: Vec<usize> = (1..=n.min(256) / 8).map(|x| 8 * x).collect();
-    widths.retain(|w| n % w == 0);
+    widths.retain(|w| n.is_multiple_of(*w));
     for nf in widths.into_iter().rev() {
         if let Ok(q) = c.layout.divide(&wgmma_c(nf)) {
             return Ok(WgmmaPlan { kind, n: nf, c: q });
@@ -213,5 +330,178 @@ mod tests {
             layout: c.layout.clone(),
         };
         assert!(err(&a, &b, &ints, 128, &Target::SM90).contains("f16 or bf16"));
+    }
+
+    fn reg(dtype: DType, text: &str) -> RegisterType {
+        RegisterType {
+            dtype,
+            layout: parse(text).unwrap(),
+        }
+    }
+
+    #[test]
+    fn register_a_accepts_tiles_matching_the_accumulator() {
+        let b = shared([64, 128], [1, 64], Some(SWIZZLE_128B));
+        let b256 = shared([64, 256], [1, 64], Some(SWIZZLE_128B));
+        let rs = |a: &str, b: &SharedType, c: &str, threads| {
+            plan_wgmma_rs(&reg(DType::F16, a), b, &acc(c), threads, &Target::SM90)
+                .unwrap_or_else(|e| panic!("{a} with {c}: {e}"))
+        };
+        // One warpgroup, k = 64: four k steps, fragments 0..4.
+        let p = rs(
+            "spatial(4, 1).local(1, 4).mma_a",
+            &b,
+            "spatial(4, 1).local(1, 16).mma_c",
+            128,
+        );
+        assert_eq!((p.base.n, p.base.kind), (128, MmaKind::F16));
+        assert_eq!(p.a, vec![vec![0, 1, 2, 3]]);
+        // The k steps outside the warps: the same layout.
+        let q = rs(
+            "local(1, 4).spatial(4, 1).mma_a",
+            &b,
+            "spatial(4, 1).local(1, 16).mma_c",
+            128,
+        );
+        assert_eq!(q, p);
+        // Two warpgroups stacked along m.
+        let p = rs(
+            "spatial(2, 1).spatial(4, 1).local(1, 4).mma_a",
+            &b256,
+            "spatial(2, 1).spatial(4, 1).local(1, 32).mma_c",
+            256,
+        );
+        assert_eq!((p.base.n, p.a.clone()), (256, vec![vec![0, 1, 2, 3]]));
+        // One warpgroup owning two row blocks: row block j in fragments 4 j ..
+        let p = rs(
+            "local(2, 1).spatial(4, 1).local(1, 4).mma_a",
+            &b,
+            "local(2, 1).spatial(4, 1).local(1, 16).mma_c",
+            128,
+        );
+        assert_eq!(p.a, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+        // Four warpgroups, 2 x 2: the two of a row block hold replicas of it.
+        let p = rs(
+            "spatial(2, 1).replicated(2).spatial(4, 1).local(1, 4).mma_a",
+            &b256,
+            "spatial(2, 2).spatial(4, 1).local(1, 16).mma_c",
+            512,
+        );
+        assert_eq!((p.base.n, p.a.clone()), (128, vec![vec![0, 1, 2, 3]]));
+        // k = 16, bf16.
+        let b16 = shared([16, 64], [1, 64], Some(SWIZZLE_128B));
+        let p = plan_wgmma_rs(
+            &reg(DType::BF16, "spatial(4, 1).mma_a"),
+            &SharedType {
+                dtype: DType::BF16,
+                ..b16
+            },
+            &acc("spatial(4, 1).local(1, 8).mma_c"),
+            128,
+            &Target::SM90,
+        )
+        .unwrap();
+        assert_eq!((p.base.kind, p.a), (MmaKind::Bf16, vec![vec![0]]));
+    }
+
+    #[test]
+    fn register_a_rejections_name_a_and_show_the_layout() {
+        let b = shared([64, 128], [1, 64], Some(SWIZZLE_128B));
+        let b256 = shared([64, 256], [1, 64], Some(SWIZZLE_128B));
+        let err = |dtype, a: &str, b: &SharedType, c: &str, threads, t: &Target| {
+            plan_wgmma_rs(&reg(dtype, a), b, &acc(c), threads, t).unwrap_err()
+        };
+        let f16 = DType::F16;
+        let good = "spatial(4, 1).local(1, 4).mma_a";
+        let c = "spatial(4, 1).local(1, 16).mma_c";
+        // Warps side by side along k: not the wgmma A fragment.
+        let e = err(
+            f16,
+            "spatial(1, 4).local(4, 1).mma_a",
+            &b,
+            c,
+            128,
+            &Target::SM90,
+        );
+        assert!(
+            e.contains("register operand a")
+                && e.contains("help: write it as `spatial(4, 1).local(1, 4).mma_a`"),
+            "{e}"
+        );
+        // Two warpgroups of c, but a held by one: the brief's help text.
+        let e = err(
+            f16,
+            "local(2, 1).spatial(4, 1).local(1, 4).mma_a",
+            &b256,
+            "spatial(2, 1).spatial(4, 1).local(1, 32).mma_c",
+            256,
+            &Target::SM90,
+        );
+        assert!(
+            e.contains("help: write it as `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a`"),
+            "{e}"
+        );
+        // k steps outside the row blocks of one warpgroup.
+        let e = err(
+            f16,
+            "local(1, 4).local(2, 1).spatial(4, 1).mma_a",
+            &b,
+            "local(2, 1).spatial(4, 1).local(1, 16).mma_c",
+            128,
+            &Target::SM90,
+        );
+        assert!(
+            e.contains("help: write it as `local(2, 1).spatial(4, 1).local(1, 4).mma_a`"),
+            "{e}"
+        );
+        // 2 x 2 warpgroups without replicas: warpgroup 1 computes row block 0.
+        let e = err(
+            f16,
+            "spatial(2, 1).spatial(4, 1).local(1, 4).mma_a",
+            &b256,
+            "spatial(2, 2).spatial(4, 1).local(1, 16).mma_c",
+            512,
+            &Target::SM90,
+        );
+        assert!(e.contains("replicated(2)"), "{e}");
+        // The help text is a layout that is accepted.
+        let help = e.split('`').nth(1).unwrap();
+        plan_wgmma_rs(
+            &reg(f16, help),
+            &b256,
+            &acc("spatial(2, 2).spatial(4, 1).local(1, 16).mma_c"),
+            512,
+            &Target::SM90,
+        )
+        .unwrap_or_else(|e| panic!("{help}: {e}"));
+        // The rules shared with the SS form.
+        assert!(err(f16, good, &b, c, 128, &Target::SM80).contains("sm_90a"));
+        assert!(err(f16, good, &b, c, 96, &Target::SM90).contains("multiple of 128"));
+        assert!(err(DType::F32, good, &b, c, 128, &Target::SM90).contains("f16 or bf16"));
+        let n_major = shared([64, 128], [128, 1], Some(SWIZZLE_128B));
+        let e = err(f16, good, &n_major, c, 128, &Target::SM90);
+        assert!(
+            e.contains("operand b") && e.contains("permute_shared"),
+            "{e}"
+        );
+        let e = err(
+            f16,
+            good,
+            &b,
+            "spatial(1, 4).local(4, 4).mma_c",
+            128,
+            &Target::SM90,
+        );
+        assert!(e.contains("wgmma accumulator"), "{e}");
+        let b80 = shared([80, 128], [1, 64], Some(SWIZZLE_128B));
+        let e = err(
+            f16,
+            "spatial(4, 1).local(1, 5).mma_a",
+            &b80,
+            c,
+            128,
+            &Target::SM90,
+        );
+        assert!(e.contains("at most 64"), "{e}");
     }
 }

@@ -606,7 +606,8 @@ impl Translator<'_, '_> {
                 Ok(Value::Unit)
             }
             Op::DotAsync => {
-                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::Shared);
+                // `a` may be in registers (the RS form of wgmma); the verifier checks the rest.
+                let x = self.tensor_arg(b, args[0], name, "first operand", Scope::SharedOrRegister);
                 let y = self.tensor_arg(b, args[1], name, "second operand", Scope::Shared);
                 let z = self.tensor_arg(b, args[2], name, "accumulator", Scope::Register);
                 let (x, y, z) = (x?, y?, z?);

@@ -1,6 +1,7 @@
-//! `dot` with shared operands: `wgmma.mma_async.sync.aligned.m64nNk16` (sm_90a), both operands
-//! read by the tensor cores from shared memory through 64-bit matrix descriptors
-//! (`crate::verify::wgmma` has the conditions).
+//! `dot` with shared operands: `wgmma.mma_async.sync.aligned.m64nNk16` (sm_90a), `b` read by the
+//! tensor cores from shared memory through a 64-bit matrix descriptor, `a` either the same way
+//! (the SS form) or from four 32-bit registers per thread holding its A fragment (the RS form,
+//! `layout::fragments::wgmma_a`; `crate::verify::wgmma` has the conditions).
 //!
 //! Each warpgroup issues, for each of its `[64, N]` accumulator blocks and each 16 of `k`, one
 //! wgmma. The descriptors describe the k-major 128-byte-swizzled canonical layout: start address
@@ -9,9 +10,10 @@
 //! swizzled row, which is right because the hardware swizzles address bits and the tensor starts
 //! on a 1024-byte block (`codegen::smem`).
 //!
-//! The sequence is synchronous for the program: fence the accumulator registers, `wgmma.fence`,
-//! the wgmmas, `commit_group`, `wait_group 0`, fence the registers again (so the compiler reads
-//! no accumulator before the wait).
+//! The sequence is synchronous for the program: fence the accumulator registers (and a register
+//! `a`'s), `wgmma.fence`, the wgmmas, `commit_group`, `wait_group 0`, fence the registers again
+//! (so the compiler reads no accumulator before the wait, and keeps `a`'s registers unchanged
+//! and allocated until the tensor cores have read them).
 
 use crate::codegen::context::{Ctx, SharedInfo, SMEM, TID};
 use crate::codegen::expr::Divisible;
@@ -19,20 +21,25 @@ use crate::codegen::regmap::LayoutMap;
 use crate::codegen::CodegenError;
 use crate::ir::{Expr, RegisterType, SharedType, VarId};
 use crate::target::MmaKind;
-use crate::verify::wgmma::{plan_wgmma, ROW_ELEMENTS};
+use crate::verify::wgmma::{plan_wgmma, plan_wgmma_rs, ROW_ELEMENTS};
 
-/// The helper feature of one wgmma shape (`wgmma_f16_n256`).
-fn feature(kind: MmaKind, n: usize) -> &'static str {
-    // Feature names are `&'static str`: the 2 x 32 of them are made once.
+/// The helper feature of one wgmma shape (`wgmma_f16_n256`; `wgmma_rs_f16_n256` with `a` in
+/// registers).
+fn feature(kind: MmaKind, n: usize, rs: bool) -> &'static str {
+    // Feature names are `&'static str`: the 2 x 2 x 32 of them are made once.
     static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     let names = NAMES.get_or_init(|| {
-        [MmaKind::F16, MmaKind::Bf16]
+        ["", "rs_"]
             .iter()
-            .flat_map(|&k| (1..=32).map(move |x| format!("wgmma_{}_n{}", ty(k), 8 * x)))
+            .flat_map(|&form| {
+                [MmaKind::F16, MmaKind::Bf16].iter().flat_map(move |&k| {
+                    (1..=32).map(move |x| format!("wgmma_{form}{}_n{}", ty(k), 8 * x))
+                })
+            })
             .map(|s| &*Box::leak(s.into_boxed_str()))
             .collect()
     });
-    let kind_index = usize::from(kind == MmaKind::Bf16);
+    let kind_index = usize::from(kind == MmaKind::Bf16) + 2 * usize::from(rs);
     names[kind_index * 32 + n / 8 - 1]
 }
 
@@ -61,7 +68,10 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
     );
     for kind in [MmaKind::F16, MmaKind::Bf16] {
         for n in (8..=256).step_by(8) {
-            if !used.contains(feature(kind, n)) {
+            if used.contains(feature(kind, n, true)) {
+                s.push_str(&rs_helper(kind, n));
+            }
+            if !used.contains(feature(kind, n, false)) {
                 continue;
             }
             let t = ty(kind);
@@ -84,8 +94,40 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
     s
 }
 
-/// `out = dot(a, b, c)` with `a`, `b` in shared memory; with `wait` false (`dot_async`) the
-/// group is committed and left in flight.
+/// The RS helper of one shape: `d += a * b` with `a`'s fragment in four registers (`a0..a7` as
+/// `.f16x2`/`.bf16x2` pairs). Operands: `d`, `{a}`, the descriptor of `b`, scale-d, imm-scale-a,
+/// imm-scale-b, imm-trans-b (0: `b` k-major, as in the SS form).
+fn rs_helper(kind: MmaKind, n: usize) -> String {
+    let t = ty(kind);
+    let regs = n / 2;
+    let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
+    format!(
+        "\n// d += a * b on one m64n{n}k16 block of a warpgroup: a from registers (its A fragment), b from shared memory (descriptor), d = {regs} f32 per thread.\n\
+         static __device__ __forceinline__ void tilus_wgmma_rs_m64n{n}k16_{t}(uint32_t* d, const uint32_t* a, uint64_t b) {{\n\
+         \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, 1, 1, 1, 0;\\n\"\n\
+         \x20              : {}\n\
+         \x20              : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b));\n\
+         }}\n",
+        list.join(", "),
+        regs,
+        regs + 1,
+        regs + 2,
+        regs + 3,
+        regs + 4,
+        outs.join(", "),
+    )
+}
+
+/// Where `a` comes from: shared memory (the byte offset of its first element) or registers (for
+/// each accumulator block and k step, the fragment: words `[4 l, 4 l + 4)`).
+enum AOperand {
+    Shared(String),
+    Registers(Vec<Vec<usize>>),
+}
+
+/// `out = dot(a, b, c)` with `b` in shared memory and `a` in shared memory or registers; with
+/// `wait` false (`dot_async`) the group is committed and left in flight.
 pub(crate) fn dot(
     cx: &mut Ctx,
     out: VarId,
@@ -94,31 +136,64 @@ pub(crate) fn dot(
     c: VarId,
     wait: bool,
 ) -> Result<(), CodegenError> {
-    let (sa, sb) = (cx.shared_info(a)?, cx.shared_info(b)?);
+    let sb = cx.shared_info(b)?;
     let (cdt, cl) = cx.reg(c)?;
     let shared_type = |s: &SharedInfo| SharedType {
         dtype: s.dtype,
         layout: view_layout(s),
     };
-    let plan = plan_wgmma(
-        &shared_type(&sa),
-        &shared_type(&sb),
-        &RegisterType {
-            dtype: cdt,
-            layout: cl,
-        },
-        cx.block_threads,
-        &cx.target,
-    )
-    .map_err(|e| cx.err(format!("dot (wgmma): {e}")))?;
-    let k = sa.shape[1];
-    let base_a = operand_base(cx, &sa, "a", k)?;
+    let ct = RegisterType {
+        dtype: cdt,
+        layout: cl,
+    };
+    let (plan, a_operand, k) = if cx.shared.contains_key(&a) {
+        let sa = cx.shared_info(a)?;
+        let plan = plan_wgmma(
+            &shared_type(&sa),
+            &shared_type(&sb),
+            &ct,
+            cx.block_threads,
+            &cx.target,
+        )
+        .map_err(|e| cx.err(format!("dot (wgmma): {e}")))?;
+        let k = sa.shape[1];
+        (plan, AOperand::Shared(operand_base(cx, &sa, "a", k)?), k)
+    } else {
+        let (adt, al) = cx.reg(a)?;
+        let k = al.shape()[1];
+        let rs = plan_wgmma_rs(
+            &RegisterType {
+                dtype: adt,
+                layout: al,
+            },
+            &shared_type(&sb),
+            &ct,
+            cx.block_threads,
+            &cx.target,
+        )
+        .map_err(|e| cx.err(format!("dot (wgmma): {e}")))?;
+        (rs.base, AOperand::Registers(rs.a), k)
+    };
     let base_b = operand_base(cx, &sb, "b", k)?;
     let q = LayoutMap::analyze(&plan.c).map_err(|e| cx.err(e))?;
     let regs = plan.n / 2;
-    let helper = format!("tilus_wgmma_m64n{}k16_{}", plan.n, ty(plan.kind));
-    cx.features.insert(feature(plan.kind, plan.n));
+    let rs = matches!(a_operand, AOperand::Registers(_));
+    let helper = format!(
+        "tilus_wgmma_{}m64n{}k16_{}",
+        if rs { "rs_" } else { "" },
+        plan.n,
+        ty(plan.kind)
+    );
+    cx.features.insert(feature(plan.kind, plan.n, rs));
     let (cn, on) = (cx.name(c), cx.name(out));
+    // A register `a`: its name and words (two 16-bit elements each).
+    let a_words = match &a_operand {
+        AOperand::Registers(_) => {
+            let (_, al) = cx.reg(a)?;
+            Some((cx.name(a), al.num_locals().div_ceil(2)))
+        }
+        AOperand::Shared(_) => None,
+    };
     let words = q.locals * regs;
     if out != c {
         for w in 0..words {
@@ -134,14 +209,25 @@ pub(crate) fn dot(
     let groups = cx.block_threads / 128;
     let wg = cx.fresh("wg");
     cx.w.line(format!("const int {wg} = {TID} / 128;"));
-    let (da, db) = (cx.fresh("desc_a"), cx.fresh("desc_b"));
-    cx.w.line(format!(
-        "const uint64_t {da} = tilus_wgmma_desc((uint32_t)__cvta_generic_to_shared({SMEM}) + {base_a});"
-    ));
+    let da = match &a_operand {
+        AOperand::Shared(base_a) => {
+            let da = cx.fresh("desc_a");
+            cx.w.line(format!(
+                "const uint64_t {da} = tilus_wgmma_desc((uint32_t)__cvta_generic_to_shared({SMEM}) + {base_a});"
+            ));
+            da
+        }
+        AOperand::Registers(_) => String::new(),
+    };
+    let db = cx.fresh("desc_b");
     cx.w.line(format!(
         "const uint64_t {db} = tilus_wgmma_desc((uint32_t)__cvta_generic_to_shared({SMEM}) + {base_b});"
     ));
     fence_registers(cx, &on, words);
+    // wgmma.fence orders the register writes before it: a's writes must be done by then.
+    if let Some((an, aw)) = &a_words {
+        fence_registers(cx, an, *aw);
+    }
     cx.w.line("asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");");
     for j in 0..q.locals {
         // The [64, n] block of quotient local j, per warpgroup: byte offsets of its rows of a
@@ -153,20 +239,27 @@ pub(crate) fn dot(
             })
             .collect();
         let (oa, ob) = (cx.fresh("off_a"), cx.fresh("off_b"));
-        cx.w.line(format!(
-            "const uint32_t {oa} = {};",
-            select_by(&wg, per_group.iter().map(|p| p.0))
-        ));
+        if !rs {
+            cx.w.line(format!(
+                "const uint32_t {oa} = {};",
+                select_by(&wg, per_group.iter().map(|p| p.0))
+            ));
+        }
         cx.w.line(format!(
             "const uint32_t {ob} = {};",
             select_by(&wg, per_group.iter().map(|p| p.1))
         ));
         for step in 0..k / 16 {
             // 16 elements of k are 32 bytes, 2 units of the descriptor's start address.
+            let a_arg = match (&a_operand, &a_words) {
+                (AOperand::Registers(table), Some((an, _))) => {
+                    format!("&{an}[{}]", 4 * table[j][step])
+                }
+                _ => format!("{da} + (({oa} + {}) >> 4)", 32 * step),
+            };
             cx.w.line(format!(
-                "{helper}(&{on}[{}], {da} + (({oa} + {}) >> 4), {db} + (({ob} + {}) >> 4));",
+                "{helper}(&{on}[{}], {a_arg}, {db} + (({ob} + {}) >> 4));",
                 j * regs,
-                32 * step,
                 32 * step
             ));
         }
@@ -175,13 +268,17 @@ pub(crate) fn dot(
     if wait {
         cx.w.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");");
         fence_registers(cx, &on, words);
+        if let Some((an, aw)) = &a_words {
+            fence_registers(cx, an, *aw);
+        }
     }
     cx.w.close();
     Ok(())
 }
 
-/// `dot_wait(n)`: `wgmma.wait_group n`, then the registers of every `dot_async` accumulator are
-/// fenced (whichever groups retired, the compiler must not have read them earlier).
+/// `dot_wait(n)`: `wgmma.wait_group n`, then the registers of every `dot_async` accumulator and
+/// register `a` are fenced (whichever groups retired, the compiler must not have read the
+/// accumulators earlier, nor reused `a`'s registers).
 pub(crate) fn wait(cx: &mut Ctx, n: u32) -> Result<(), CodegenError> {
     cx.w.line(format!(
         "asm volatile(\"wgmma.wait_group.sync.aligned {n};\\n\" ::: \"memory\");"
@@ -195,30 +292,36 @@ pub(crate) fn wait(cx: &mut Ctx, n: u32) -> Result<(), CodegenError> {
     Ok(())
 }
 
-/// The variables `dot_async` writes, in program order without repeats.
+/// The registers a `dot_async` writes (its accumulators) or reads in flight (a register `a`), in
+/// program order without repeats.
 pub(crate) fn async_accumulators(p: &crate::ir::Program) -> Vec<VarId> {
-    fn walk(body: &[crate::ir::Stmt], out: &mut Vec<VarId>) {
+    fn walk(p: &crate::ir::Program, body: &[crate::ir::Stmt], out: &mut Vec<VarId>) {
         use crate::ir::{Instruction, StmtKind};
         for s in body {
             match &s.kind {
-                StmtKind::Instr(Instruction::DotAsync { out: v, .. }) if !out.contains(v) => {
-                    out.push(*v)
+                StmtKind::Instr(Instruction::DotAsync { out: v, a, .. }) => {
+                    let reg_a = p.ty(*a).as_register().is_some().then_some(*a);
+                    for v in std::iter::once(*v).chain(reg_a) {
+                        if !out.contains(&v) {
+                            out.push(v);
+                        }
+                    }
                 }
                 StmtKind::If {
                     then_body,
                     else_body,
                     ..
                 } => {
-                    walk(then_body, out);
-                    walk(else_body, out);
+                    walk(p, then_body, out);
+                    walk(p, else_body, out);
                 }
-                StmtKind::For { body, .. } | StmtKind::While { body, .. } => walk(body, out),
+                StmtKind::For { body, .. } | StmtKind::While { body, .. } => walk(p, body, out),
                 _ => {}
             }
         }
     }
     let mut out = Vec::new();
-    walk(&p.body, &mut out);
+    walk(p, &p.body, &mut out);
     out
 }
 

@@ -1,22 +1,24 @@
 //! `dot` with shared operands (the warpgroup MMA on the GPU, `crate::verify::wgmma`): the same
-//! value as every `dot`, `c + a · b`, with `a` and `b` read from shared memory.
+//! value as every `dot`, `c + a · b`, with `b` read from shared memory and `a` from shared
+//! memory or from registers (the RS form).
 //!
-//! Each warpgroup reads the operands it needs as its first thread would (so reading bytes that
-//! another thread wrote since the last barrier is reported as a race, as a `load_shared` is).
-//! The sum is exact (f64 products of f16/bf16 values and their sum of at most 2^53 terms are
-//! exact up to f64 rounding) and rounded once to the accumulator's dtype; the GPU accumulates in
-//! f32 in an unspecified order.
+//! Each warpgroup reads the shared operands it needs as its first thread would (so reading bytes
+//! that another thread wrote since the last barrier is reported as a race, as a `load_shared`
+//! is); a register `a` is read from the warpgroup's own threads. The sum is exact (f64 products
+//! of f16/bf16 values and their sum of at most 2^53 terms are exact up to f64 rounding) and
+//! rounded once to the accumulator's dtype; the GPU accumulates in f32 in an unspecified order.
 
-use super::super::memory::RegTensor;
+use super::super::memory::{RegTensor, Value};
 use super::super::numeric::encode_float;
 use super::super::{Block, Machine};
 use crate::ir::{Instruction, VarId};
 use std::ops::Range;
 
-/// One `dot_async` in flight: its accumulator, and the shared bytes each warpgroup's first
-/// thread reads (retired into ordinary reads by `dot_wait`).
+/// One `dot_async` in flight: its accumulator, its register `a` (the RS form), and the shared
+/// bytes each warpgroup's first thread reads (retired into ordinary reads by `dot_wait`).
 pub(in crate::interp) struct PendingDot {
     pub acc: VarId,
+    pub a_reg: Option<VarId>,
     pub reads: Vec<(usize, Range<usize>)>,
 }
 
@@ -38,6 +40,16 @@ impl Machine<'_> {
                 ));
             }
         }
+        // The tensor cores read a register `a` until the wait (PTX: the A registers of an
+        // in-flight wgmma must not be modified); reading it is fine.
+        for v in ins.outputs() {
+            if block.pending_dots.iter().any(|d| d.a_reg == Some(v)) {
+                return Err(format!(
+                    "`{}` is written while a dot_async reading it from registers is in flight; missing dot_wait?",
+                    self.name(v)
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -51,10 +63,23 @@ impl Machine<'_> {
         c: VarId,
         mut in_flight: Option<&mut Vec<(usize, Range<usize>)>>,
     ) -> Result<RegTensor, String> {
-        let (va, vb) = (self.shared(block, a)?, self.shared(block, b)?);
+        // `a` in registers (the RS form, with its layout's table) or shared.
+        let a_op = match self.value(block, a)? {
+            Value::Reg(r) => {
+                let r = r.clone();
+                let t = self.table(&r.layout.clone())?;
+                Ok((r, t))
+            }
+            _ => Err(self.shared(block, a)?),
+        };
+        let vb = self.shared(block, b)?;
         let rc = self.reg(block, c)?.clone();
         let tc = self.table(&rc.layout.clone())?;
-        let (m, k, n) = (va.layout.shape[0], va.layout.shape[1], vb.layout.shape[1]);
+        let (m, k) = match &a_op {
+            Ok((_, t)) => (t.shape[0], t.shape[1]),
+            Err(v) => (v.layout.shape[0], v.layout.shape[1]),
+        };
+        let n = vb.layout.shape[1];
         let (an, bn, cn) = (
             self.name(a).to_string(),
             self.name(b).to_string(),
@@ -75,9 +100,27 @@ impl Machine<'_> {
                     Ok(code)
                 }
             };
-            for i in 0..m {
-                for kk in 0..k {
-                    av[i * k + kk] = va.dtype.decode(read(&va, &an, &[i, kk])?);
+            // Which elements of `a` the warpgroup holds (all of a shared one).
+            let mut have = vec![true; m * k];
+            match &a_op {
+                Err(va) => {
+                    for i in 0..m {
+                        for kk in 0..k {
+                            av[i * k + kk] = va.dtype.decode(read(va, &an, &[i, kk])?);
+                        }
+                    }
+                }
+                Ok((ra, ta)) => {
+                    have.fill(false);
+                    for t in reader..(reader + 128).min(bt) {
+                        for l in 0..ta.locals {
+                            let f = ta.at(t % ta.threads, l);
+                            if !have[f] {
+                                have[f] = true;
+                                av[f] = ra.dtype.decode(ra.get(t, l));
+                            }
+                        }
+                    }
                 }
             }
             for kk in 0..k {
@@ -91,6 +134,11 @@ impl Machine<'_> {
                     let (mi, ni) = (f / n, f % n);
                     let mut sum = rc.dtype.decode(rc.get(t, l));
                     for kk in 0..k {
+                        if !have[mi * k + kk] {
+                            return Err(format!(
+                                "warpgroup {wg} does not hold `{an}`[{mi}, {kk}] in registers"
+                            ));
+                        }
                         sum += av[mi * k + kk] * bv[kk * n + ni];
                     }
                     let code = encode_float(rc.dtype, sum)
