@@ -1075,6 +1075,12 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::w4::gemm_w4_f16::program(cfg),
         ));
     }
+    for cfg in tilus::kernels::gemm::w4::gemm_w4t_f16::SPACE {
+        kernels.push((
+            format!("gemm_tma_w4t_f16_{cfg}"),
+            tilus::kernels::gemm::w4::gemm_w4t_f16::program(cfg),
+        ));
+    }
     for cfg in tilus::kernels::gemm::gemm_tma_f16::SPACE {
         kernels.push((
             format!("gemm_tma_f16_{cfg}"),

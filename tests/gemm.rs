@@ -311,7 +311,7 @@ mod tma_hazards {
 mod w4 {
     use half::f16;
     use rand::Rng;
-    use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Error, W4Weight};
+    use tilus::kernels::gemm::w4::{gemm_w4_f16, gemm_w4t_f16, W4Error, W4Weight, W4tWeight};
 
     #[test]
     fn quantize_dequantize_and_errors() {
@@ -385,6 +385,53 @@ mod w4 {
             let e = super::rel_err(&got, &want);
             assert!(e < 2e-3, "{cfg}: relative error {e}");
         }
+    }
+
+    /// The transposed product with the weight as wgmma's register operand: every configuration
+    /// (16 to 256 activation rows per block) at a ragged `m`, against f64; the host re-layout
+    /// names bad arguments.
+    #[test]
+    fn the_register_weight_kernel_matches_f64_on_the_interpreter() {
+        let mut rng = rand::rng();
+        let (m, n, k, group) = (33, 256, 256, 128);
+        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let q = W4Weight::quantize(&w, n, k, group).unwrap();
+        let wd: Vec<f64> = q.dequantize().iter().map(|&x| x as f64).collect();
+        let a: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let mut want = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                want[i * n + j] = (0..k)
+                    .map(|kk| a[i * k + kk].to_f64() * wd[j * k + kk])
+                    .sum();
+            }
+        }
+        let t = W4tWeight::from_w4(&q, 128).unwrap();
+        for cfg in gemm_w4t_f16::SPACE {
+            let mut c = vec![f16::NAN; m * n];
+            gemm_w4t_f16::interpret(
+                cfg,
+                m as i32,
+                n as i32,
+                k as i32,
+                group as i32,
+                &a,
+                &t.codes,
+                &t.scales,
+                &mut c,
+            )
+            .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+            let e = super::rel_err(&got, &want);
+            assert!(e < 2e-3, "{cfg}: relative error {e}");
+        }
+        let e = W4tWeight::from_w4(&q, 96).unwrap_err().to_string();
+        assert!(e.contains("`bn`"), "{e}");
+        let q3 = W4Weight::quantize(&w[..192 * k], 192, k, group).unwrap();
+        let e = W4tWeight::from_w4(&q3, 128).unwrap_err().to_string();
+        assert!(e.contains("`n`") && e.contains("192"), "{e}");
     }
 }
 

@@ -19,7 +19,7 @@ mod wgmma_rs_kernels;
 
 use half::{bf16, f16};
 use rand::Rng;
-use tilus::kernels::gemm::w4::{gemm_w4_f16, W4Weight};
+use tilus::kernels::gemm::w4::{gemm_w4_f16, gemm_w4t_f16, W4Weight, W4tWeight};
 use tilus::kernels::gemm::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
 use tilus::runtime::{Context, Cublas, DeviceBuffer};
 
@@ -202,6 +202,9 @@ fn gpu_w4_gemm_matches_f64_reference() {
         (33, 264, 512, 128),
         (257, 520, 1024, 128),
         (4097, 136, 256, 64),
+        (33, 384, 512, 128),
+        (257, 256, 1024, 64),
+        (4097, 128, 256, 128),
     ] {
         let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let q = W4Weight::quantize(&w, n, k, group).unwrap();
@@ -238,6 +241,28 @@ fn gpu_w4_gemm_matches_f64_reference() {
                 "w4 {cfg} {m}x{n}x{k} g{group}: relative error {e}"
             );
             eprintln!("w4 {cfg} {m}x{n}x{k} g{group}: ok, relative error {e:.2e}");
+        }
+        // The weight as wgmma's register operand (n a multiple of its 128-row blocks).
+        if n % 128 != 0 {
+            continue;
+        }
+        let t = W4tWeight::from_w4(&q, 128).unwrap();
+        let (tw, ts) = (
+            DeviceBuffer::from_host(&ctx, &t.codes).unwrap(),
+            DeviceBuffer::from_host(&ctx, &t.scales).unwrap(),
+        );
+        for cfg in gemm_w4t_f16::SPACE {
+            let mut dc = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            let (mi, ni, ki, gi) = (m as i32, n as i32, k as i32, group as i32);
+            gemm_w4t_f16::launch(&ctx, cfg, mi, ni, ki, gi, &da, &tw, &ts, &mut dc)
+                .unwrap_or_else(|e| panic!("{cfg} {m}x{n}x{k}: {e}"));
+            let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
+            let e = rel_err(&got, &want);
+            assert!(
+                e < 5e-3,
+                "w4t {cfg} {m}x{n}x{k} g{group}: relative error {e}"
+            );
+            eprintln!("w4t {cfg} {m}x{n}x{k} g{group}: ok, relative error {e:.2e}");
         }
     }
 }

@@ -231,7 +231,10 @@ fn broken(bug: PipelineBug, stages: usize) -> String {
 fn figure14_missing_wait_is_caught() {
     for stages in [2, 3, 4] {
         let msg = broken(PipelineBug::MissingWait, stages);
-        assert!(msg.contains("in flight; missing wait_group or mbarrier_wait?"), "{msg}");
+        assert!(
+            msg.contains("in flight; missing wait_group or mbarrier_wait?"),
+            "{msg}"
+        );
         assert!(msg.contains("load_shared"), "{msg}");
     }
 }

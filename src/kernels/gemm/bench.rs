@@ -172,6 +172,9 @@ pub struct W4Row {
     pub k: usize,
     pub config: String,
     pub us: f64,
+    /// The best configuration and time of the kernel with the weight in registers
+    /// ([`super::w4::gemm_w4t_f16`]); `None` when `n` is not a multiple of its 128-row blocks.
+    pub w4t: Option<(String, f64)>,
     /// Codes + scales + activations + output bytes over the copy bandwidth of the same run.
     pub floor_us: f64,
     pub cublas_us: Option<f64>,
@@ -225,6 +228,34 @@ pub fn bench_w4(
             best = Some((cfg.to_string(), t.median_us));
         }
     }
+    let w4t = if n.is_multiple_of(128) {
+        use super::w4::{gemm_w4t_f16, W4Weight, W4tWeight};
+        let host = W4Weight {
+            n,
+            k,
+            group,
+            codes: codes.clone(),
+            scales: scales.clone(),
+        };
+        let t = W4tWeight::from_w4(&host, 128).map_err(err)?;
+        let (tw, ts) = (
+            DeviceBuffer::from_host(ctx, &t.codes).map_err(err)?,
+            DeviceBuffer::from_host(ctx, &t.scales).map_err(err)?,
+        );
+        let mut best: Option<(String, f64)> = None;
+        for cfg in gemm_w4t_f16::SPACE {
+            let r = time_launches(ctx, flush, runs, || {
+                gemm_w4t_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &tw, &ts, &mut dc).map_err(err)
+            })
+            .map_err(|e| format!("{cfg}: {e}"))?;
+            if best.as_ref().is_none_or(|(_, us)| r.median_us < *us) {
+                best = Some((cfg.to_string(), r.median_us));
+            }
+        }
+        best
+    } else {
+        None
+    };
     let cublas_us = match blas {
         Some(blas) => {
             let b = DeviceBuffer::from_host(
@@ -270,35 +301,45 @@ pub fn bench_w4(
         k,
         config,
         us,
+        w4t,
         floor_us: bytes as f64 / (copy_gbps * 1e3),
         cublas_us,
         mma_sync_us,
     })
 }
 
-/// The table `tilus bench w4` prints.
+/// The table `tilus bench w4` prints: both kernels' best times, and the better one against
+/// the floor, cuBLAS and the mma.sync kernel.
 pub fn w4_table(copy_gbps: f64, rows: &[W4Row]) -> String {
     let mut s = format!(
-        "tilus 4-bit-weight GEMM on wgmma (dequantized into shared memory), f16 activations, group scales; \
+        "tilus 4-bit-weight GEMM on wgmma: `smem` dequantizes into shared memory (B operand), `regs` computes cᵀ = W·aᵀ \
+         with the weight dequantized into wgmma's register operand; f16 activations, group scales; \
          copy bandwidth {copy_gbps:.0} GB/s; floor = (codes + scales + activations + output) / that; L2 flushed\n\
-         {:>5} {:>12} {:>9} {:>7} {:>8} {:>10} {:>8} {:>12} {:>8}  config\n",
-        "m", "n x k", "tilus us", "%floor", "TFLOP/s", "cuBLAS us", "vs f16", "mma.sync us", "vs mma"
+         {:>5} {:>12} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>12} {:>8}  configs (smem; regs)\n",
+        "m", "n x k", "smem us", "regs us", "%floor", "TFLOP/s", "cuBLAS us", "vs f16", "mma.sync us", "vs mma"
     );
     for r in rows {
-        let ratio = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.2}x", x / r.us));
+        let best = r.w4t.as_ref().map_or(r.us, |(_, t)| t.min(r.us));
+        let ratio = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.2}x", x / best));
         let us = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
+        let (regs_us, regs_cfg) = match &r.w4t {
+            Some((cfg, t)) => (format!("{t:.1}"), cfg.as_str()),
+            None => ("-".to_string(), "-"),
+        };
         s += &format!(
-            "{:>5} {:>12} {:>9.1} {:>6.1}% {:>8.0} {:>10} {:>8} {:>12} {:>8}  {}\n",
+            "{:>5} {:>12} {:>9.1} {:>9} {:>6.1}% {:>8.0} {:>10} {:>8} {:>12} {:>8}  {}; {}\n",
             r.m,
             format!("{}x{}", r.n, r.k),
             r.us,
-            100.0 * r.floor_us / r.us,
-            GemmRow::tflops(r.us, r.m, r.n, r.k),
+            regs_us,
+            100.0 * r.floor_us / best,
+            GemmRow::tflops(best, r.m, r.n, r.k),
             us(r.cublas_us),
             ratio(r.cublas_us),
             us(r.mma_sync_us),
             ratio(r.mma_sync_us),
-            r.config
+            r.config,
+            regs_cfg
         );
     }
     s

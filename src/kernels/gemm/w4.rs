@@ -253,3 +253,225 @@ pub fn gemm_w4_f16<const BM: i32, const BN: i32, const STAGES: i32, const GROUP:
     dot_wait(0);
     store_global(cast::<f16>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
 }
+
+/// Threads of a [`gemm_w4t_f16`] block (two warpgroups per 128 weight rows).
+pub const fn w4t_threads(bn: usize) -> usize {
+    bn * 2
+}
+
+/// The text of the wgmma A-fragment layout of a `[bn, 64]` weight tile in [`gemm_w4t_f16`]:
+/// `bn / 64` warpgroups, each 64 weight rows by the 4 k steps of 16.
+pub fn w4t_fragment_text(bn: usize) -> String {
+    format!("spatial({}, 1).spatial(4, 1).local(1, 4).mma_a", bn / 64)
+}
+
+/// A [`W4Weight`] re-laid out for [`gemm_w4t_f16`]: for each step of 64 `k` and each block of
+/// `bn` weight rows, the `[bn, 64]` tile's codes ordered by thread of the block and, inside a
+/// thread, by the local order of the wgmma A fragment (`w4t_fragment_text`), two codes per
+/// byte (the even local in the low nibble): `codes[k / 64, n / bn, threads, 16]` bytes. Each
+/// thread then loads its 32 codes with one 16-byte access and they are its A fragments as they
+/// are (a free `view`). The scales keep their layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct W4tWeight {
+    pub n: usize,
+    pub k: usize,
+    pub group: usize,
+    /// The block width the codes are laid out for (the kernel's `BN`).
+    pub bn: usize,
+    pub codes: Vec<u8>,
+    pub scales: Vec<f16>,
+}
+
+impl W4tWeight {
+    /// Re-lay `w` out for blocks of `bn` weight rows; `n` must be a multiple of `bn`, `k` of 64.
+    pub fn from_w4(w: &W4Weight, bn: usize) -> Result<W4tWeight, W4Error> {
+        if bn == 0 || !bn.is_multiple_of(64) || bn > 256 {
+            return Err(arg("bn", format!("{bn} is not 64, 128, 192 or 256")));
+        }
+        if !w.n.is_multiple_of(bn) {
+            return Err(arg(
+                "n",
+                format!("{} weight rows are not a multiple of the block's {bn}", w.n),
+            ));
+        }
+        let layout = tilus_core::layout::parse(&w4t_fragment_text(bn))
+            .map_err(|e| arg("bn", format!("the fragment layout: {e}")))?;
+        let threads = w4t_threads(bn);
+        let tile = threads * 16;
+        let (kt, nt) = (w.k / 64, w.n / bn);
+        let mut codes = vec![0u8; kt * nt * tile];
+        // The fragment's (row, k) of each thread's 32 codes, once.
+        let places: Vec<(usize, usize)> = (0..threads * 32)
+            .map(|x| {
+                let at = layout.eval(x / 32, x % 32);
+                (at[0], at[1])
+            })
+            .collect();
+        for s in 0..kt {
+            for b in 0..nt {
+                let out = &mut codes[(s * nt + b) * tile..][..tile];
+                for (x, &(r, c)) in places.iter().enumerate() {
+                    let (row, col) = (b * bn + r, s * 64 + c);
+                    let code = (w.codes[row * w.k / 8 + col / 8] >> (4 * (col % 8))) & 15;
+                    out[x / 2] |= (code as u8) << (4 * (x % 2));
+                }
+            }
+        }
+        Ok(W4tWeight {
+            n: w.n,
+            k: w.k,
+            group: w.group,
+            bn,
+            codes,
+            scales: w.scales.clone(),
+        })
+    }
+}
+
+/// The 4-bit GEMM as the transposed product on wgmma with the weight in registers:
+/// `cᵀ[n, m] = W[n, k] · aᵀ`, `c = a · Wᵀ` as [`gemm_w4_f16`]. A block owns `BN` weight rows
+/// (`BN / 64` warpgroups) and `BM` activation rows. Per 64 of `k` the copy engine brings the
+/// activation tile (`[BM, 64]`, swizzled: wgmma's B operand through `permute_shared`), the
+/// weight's codes in the thread order of [`W4tWeight`] and the step's scales into a stage of a
+/// ring, on the stage's barrier; each thread loads its 16 bytes of codes, which a `view` makes
+/// its A fragments, dequantizes them in registers (`(code - 8) · scale`) and the warpgroup
+/// multiplies (`dot_async` with `a` in registers): no shared round trip of the weight. Two
+/// register fragments alternate between steps, since the A registers of a wgmma in flight
+/// must not be written. The `[BN, BM]` accumulator is stored transposed through shared memory.
+/// `n` must be a multiple of `BN` and `k` of 64 (the host format's blocks).
+#[tilus::kernel(
+    grid = [cdiv(n, BN) * cdiv(m, BM)],
+    warps = BN / 16,
+    space(BN = [128], BM = [16, 64, 128, 256], STAGES = [4], GROUP = [8]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_w4t_f16<const BN: i32, const BM: i32, const STAGES: i32, const GROUP: i32>(
+    m: i32,
+    n: i32,
+    k: i32,
+    group: i32,
+    a: Global<f16>,
+    w: Global<u8>,
+    s: Global<f16>,
+    c: GlobalMut<f16>,
+) {
+    let [pid] = block_indices();
+    let rows = cdiv(m, BM);
+    let cols = cdiv(n, BN);
+    let first = pid / (GROUP * cols) * GROUP;
+    let height = min(rows - first, GROUP);
+    let bi = first + pid % (GROUP * cols) % height;
+    let bj = pid % (GROUP * cols) / height;
+    let threads = BN * 2;
+    let ga = view_global(a, [m, k]);
+    let gw = view_global(w, [k / 64, n / BN, threads, 16]);
+    let gs = view_global(s, [k / group, n]);
+    let sa = shared::<f16>([STAGES, BM, 64], swizzle(3, 3, 3));
+    let sq = shared::<u8>([STAGES, threads, 16]);
+    let ss = shared::<f16>([STAGES, 1, BN]);
+    // A stage is complete when its three copies have landed.
+    let full = mbarriers(STAGES, 3);
+    let frag = layout!(spatial(BN / 64, 1).spatial(4, 1).local(1, 4).mma_a);
+    let raw_layout = layout!(spatial(threads, 1).local(1, 16));
+    let scale_layout = layout!(reduce(frag, [1]));
+    let mut acc = register::<f32>(
+        layout!(spatial(BN / 64, 1).spatial(4, 1).local(1, BM / 8).mma_c),
+        0.0,
+    );
+    let mut wa0 = register::<f16>(frag, 0.0);
+    let mut wa1 = register::<f16>(frag, 0.0);
+    let steps = k / 64;
+    for q in 0..STAGES - 1 {
+        if q < steps {
+            tma_load(
+                ga,
+                slice_shared(sa, [q, 0, 0], [BM, 64]),
+                [bi * BM, q * 64],
+                full,
+                q,
+            );
+            tma_load(
+                gw,
+                slice_shared(sq, [q, 0, 0], [threads, 16]),
+                [q, bj, 0, 0],
+                full,
+                q,
+            );
+            tma_load(
+                gs,
+                slice_shared(ss, [q, 0, 0], [1, BN]),
+                [q * 64 / group, bj * BN],
+                full,
+                q,
+            );
+        }
+    }
+    for t2 in 0..cdiv(steps, 2) {
+        // Even steps dequantize into wa0, odd ones into wa1: a step's fragments are written
+        // only after the wgmmas of the step before the last retired.
+        for h in 0..2 {
+            let t = 2 * t2 + h;
+            if t < steps {
+                let st = t % STAGES;
+                mbarrier_wait(full, st, t / STAGES % 2);
+                let raw = load_shared(
+                    slice_shared(sq, [st, 0, 0], [threads, 16]),
+                    raw_layout,
+                    [0, 0],
+                );
+                let sc = load_shared(
+                    permute_shared(slice_shared(ss, [st, 0, 0], [1, BN]), [1, 0]),
+                    scale_layout,
+                    [0, 0],
+                );
+                let tb = permute_shared(slice_shared(sa, [st, 0, 0], [BM, 64]), [1, 0]);
+                if h == 0 {
+                    wa0 = (cast::<f16>(view::<u4>(raw, frag)) - 8.0) * sc;
+                    acc = dot_async(wa0, tb, acc);
+                } else {
+                    wa1 = (cast::<f16>(view::<u4>(raw, frag)) - 8.0) * sc;
+                    acc = dot_async(wa1, tb, acc);
+                }
+                dot_wait(1);
+                // Every warpgroup retired step t - 1: refill its stage.
+                sync();
+                let q = t + STAGES - 1;
+                if q < steps {
+                    let ns = q % STAGES;
+                    tma_load(
+                        ga,
+                        slice_shared(sa, [ns, 0, 0], [BM, 64]),
+                        [bi * BM, q * 64],
+                        full,
+                        ns,
+                    );
+                    tma_load(
+                        gw,
+                        slice_shared(sq, [ns, 0, 0], [threads, 16]),
+                        [q, bj, 0, 0],
+                        full,
+                        ns,
+                    );
+                    tma_load(
+                        gs,
+                        slice_shared(ss, [ns, 0, 0], [1, BN]),
+                        [q * 64 / group, bj * BN],
+                        full,
+                        ns,
+                    );
+                }
+            }
+        }
+    }
+    dot_wait(0);
+    // cᵀ tile -> c: through shared memory, 8 consecutive columns of c per thread.
+    let ct = shared::<f16>([BN, BM]);
+    store_shared(cast::<f16>(acc), ct, [0, 0]);
+    sync();
+    let out = load_shared(
+        permute_shared(ct, [1, 0]),
+        layout!(local(BM / 16, 1).spatial(16, BN / 8).local(1, 8)),
+        [0, 0],
+    );
+    store_global(out, view_global(c, [m, n]), [bi * BM, bj * BN]);
+}

@@ -220,8 +220,11 @@ pub(crate) fn tma_load(
             d.root_offset
         )));
     }
-    let map = tensor_map(cx, src, &d.shape, swizzle)?;
+    // The box covers the view's trailing dimensions; the leading ones are 1 wide.
     let rank = src_offset.len();
+    let mut box_shape = vec![1; rank.saturating_sub(d.shape.len())];
+    box_shape.extend_from_slice(&d.shape);
+    let map = tensor_map(cx, src, &box_shape, swizzle)?;
     let feature = *TMA_FEATURES
         .get(rank.wrapping_sub(1))
         .ok_or_else(|| cx.err(format!("tma_load: rank {rank} is not 1 to 5")))?;
