@@ -514,7 +514,19 @@ impl<'p> Checker<'p> {
                     self.check_tile(name, *src, &d.layout.shape, &dims, src_offset, span, true);
                 }
             }
-            Instruction::DotAsync { out, a, b, c } => self.check_dot_shared(*out, *a, *b, *c, span),
+            Instruction::DotAsync { out, a, b, c } => {
+                if self.branch_depth > 0 {
+                    // Measured on the H100: with wgmmas in flight on an accumulator issued
+                    // from two branches, the CUDA compiler moved the accumulator's registers
+                    // at the merge and the results were wrong, without a warning.
+                    let msg = format!(
+                        "dot_async into {} inside an `if`: an accumulator in flight must stay in the same registers, which the CUDA compiler does not guarantee across a branch\nhelp: issue the dot_async unconditionally (write the step out once per case, e.g. an unrolled pair of steps and a tail)",
+                        self.name(*out)
+                    );
+                    self.err(span, msg);
+                }
+                self.check_dot_shared(*out, *a, *b, *c, span)
+            }
             Instruction::Mbarriers {
                 out,
                 count,

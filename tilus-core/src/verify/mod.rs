@@ -154,6 +154,8 @@ pub(super) struct Checker<'p> {
     reduce_scratch: Option<(VarId, usize)>,
     /// The output types the IR infers for the instruction being checked.
     inferred: Vec<(VarId, VarType)>,
+    /// How many `if` bodies enclose the statement being checked.
+    branch_depth: usize,
 }
 
 impl<'p> Checker<'p> {
@@ -168,6 +170,7 @@ impl<'p> Checker<'p> {
             shared: Vec::new(),
             reduce_scratch: None,
             inferred: Vec::new(),
+            branch_depth: 0,
         }
     }
 
@@ -369,8 +372,10 @@ impl<'p> Checker<'p> {
                 else_body,
             } => {
                 self.expect_expr(cond, ScalarType::Bool, span, "the condition of an if");
+                self.branch_depth += 1;
                 self.block(then_body);
                 self.block(else_body);
+                self.branch_depth -= 1;
             }
             StmtKind::For {
                 var,

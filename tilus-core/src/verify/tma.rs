@@ -547,4 +547,45 @@ mod tests {
             "the extents of `gx` read `bi`, which is not a scalar parameter",
         );
     }
+
+    /// A `dot_async` inside an `if` is refused (measured: the CUDA compiler moved an in-flight
+    /// accumulator's registers at a branch merge); the same dot outside the branch verifies.
+    #[test]
+    fn dot_async_inside_a_branch_is_refused() {
+        let run = |in_branch: bool| {
+            let mut b = ProgramBuilder::new("k", 128);
+            let flag = b.param_bool("flag");
+            b.grid(vec![1.into()]);
+            let mut l = SharedLayout::row_major(&[64, 64]);
+            l.swizzle = Some(SW128);
+            let s = b.allocate_shared("s", DType::F16, l);
+            let st = b.permute_shared("st", s, vec![1, 0]);
+            let c = crate::layout::parse("spatial(4, 1).local(1, 8).mma_c").unwrap();
+            let acc = b.allocate_register("acc", DType::F32, c, Some(0.0));
+            if in_branch {
+                b.if_else(
+                    flag.into(),
+                    |b| {
+                        b.dot_async(acc, s, st, acc);
+                    },
+                    |_| {},
+                );
+            } else {
+                b.dot_async(acc, s, st, acc);
+            }
+            b.dot_wait(0);
+            verify(&b.finish(), &Target::SM90)
+                .err()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|d| d.message)
+                .collect::<Vec<_>>()
+        };
+        one(run(true), "dot_async into `acc` inside an `if`");
+        let outside = run(false);
+        assert!(
+            !outside.iter().any(|m| m.contains("inside an `if`")),
+            "{outside:#?}"
+        );
+    }
 }
