@@ -105,7 +105,12 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         StoreGlobal { src, dst, .. } | StoreShared { src, dst, .. } => vec![*src, *dst],
         SliceShared { out, src, .. } | PermuteShared { out, src, .. } => vec![*out, *src],
         CopyAsync { dst, src, .. } => vec![*dst, *src],
-        CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | DotWait { .. } | Synchronize | Exit => {
+        CopyAsyncCommitGroup
+        | CopyAsyncWaitGroup { .. }
+        | DotWait { .. }
+        | Synchronize
+        | Fence
+        | Exit => {
             vec![]
         }
         Binary { out, lhs, rhs, .. } => {

@@ -270,7 +270,10 @@ impl Program {
             Instruction::Reduce { out, x, dim, .. } | Instruction::Scan { out, x, dim, .. } => {
                 format!("{} = {name}({}, {dim})", n(out), n(x))
             }
-            Instruction::CopyAsyncCommitGroup | Instruction::Synchronize | Instruction::Exit => {
+            Instruction::CopyAsyncCommitGroup
+            | Instruction::Synchronize
+            | Instruction::Fence
+            | Instruction::Exit => {
                 format!("{name}()")
             }
             Instruction::Item { .. }
@@ -437,6 +440,7 @@ impl Instruction {
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }
             | Instruction::Synchronize
+            | Instruction::Fence
             | Instruction::Exit => {}
             Instruction::AllocateGlobal { shape, .. } => exprs(shape, &mut out),
             Instruction::ViewGlobal { ptr, shape, .. } => {

@@ -153,6 +153,7 @@ impl Instruction {
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }
             | Instruction::Synchronize
+            | Instruction::Fence
             | Instruction::Exit
             | Instruction::Print { .. } => Vec::new(),
         }

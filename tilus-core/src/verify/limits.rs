@@ -374,6 +374,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::CopyAsyncWaitGroup { .. }
         | Instruction::DotWait { .. }
         | Instruction::Synchronize
+        | Instruction::Fence
         | Instruction::Exit => Vec::new(),
     }
 }
