@@ -91,7 +91,10 @@ fn emits_the_library_qmatmul() {
     assert!(src.contains("asum = dot(ra, ones, asum)"), "{src}");
     assert!(!src.contains(" = sub("), "{src}");
     let split = source(&["emit", "qmatmul", "--config", "WDTYPE=i4,SPLIT_K=2,GROUP=0"]);
-    assert!(split.contains("qmatmul_reduce_f16_i4_pc"), "{split}");
+    // One program: the last block of each output tile sums the partial sums.
+    assert!(!split.contains("qmatmul_reduce"), "{split}");
+    assert!(split.contains("fence.acq_rel.gpu"), "{split}");
+    assert!(split.contains("atomicAdd("), "{split}");
     assert!(error(&["emit", "qmatmul", "--config", "WDTYPE=f16"]).contains("wdtype"));
     assert!(error(&["emit", "qmatmul", "--config", "BN=48"]).contains("bn"));
     assert!(error(&["emit", "qmatmul", "--config", "STAGES=x"]).contains("STAGES"));
@@ -110,7 +113,7 @@ fn emits_the_library_qmatmul() {
     assert!(error(&["emit", "qmatmul", "--config", "METHOD=gemv,BM=16"]).contains("bm"));
 }
 
-/// `--ptx ARCH` prints NVRTC's PTX of every program of the kernel (the split-k qmatmul has two);
+/// `--ptx ARCH` prints NVRTC's PTX of every program of the kernel (the split-k qmatmul has one);
 /// without NVRTC it is a one-line error, unless TILUS_REQUIRE_NVRTC=1 makes that a failure.
 #[test]
 fn ptx_for_an_architecture() {
@@ -131,9 +134,11 @@ fn ptx_for_an_architecture() {
         return;
     }
     let ptx = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(ptx.matches(".target sm_90a").count(), 2, "main and reduce");
+    assert_eq!(ptx.matches(".target sm_90a").count(), 1, "one program");
     assert!(ptx.contains(".entry qmatmul_f16_i2_g128_16x256x128_w4_s4_k4("));
-    assert!(ptx.contains(".entry qmatmul_reduce_f16_i2_g128_16x256x128_w4_s4_k4("));
+    // The in-kernel split-k reduction: fences around the semaphore's atomic.
+    assert!(ptx.contains("fence.acq_rel.gpu"), "{ptx}");
+    assert!(ptx.contains("atom.global.add"), "{ptx}");
     assert!(ptx.contains("mma.sync.aligned.m16n8k16"));
     // The split packing order of i2: no byte permute in the cast.
     assert!(
@@ -143,7 +148,7 @@ fn ptx_for_an_architecture() {
 }
 
 /// `--ir` prints the verified program: signature, grid, body with the configuration's
-/// constants, and the tensors' types; the quantized matmul with split-k prints both programs.
+/// constants, and the tensors' types; the quantized matmul with split-k is one program.
 #[test]
 fn ir_listing_of_the_verified_program() {
     let text = source(&["emit", "fig14", "--config", "BK=32,STAGES=3", "--ir"]);
@@ -161,7 +166,10 @@ fn ir_listing_of_the_verified_program() {
     assert!(text.contains("//   acc: register f32[64, 64]"), "{text}");
     assert!(!text.contains("__global__"), "{text}");
     let split = source(&["emit", "qmatmul", "--config", "SPLIT_K=2", "--ir"]);
-    assert_eq!(split.matches("// grid = ").count(), 2, "{split}");
+    assert_eq!(split.matches("// grid = ").count(), 1, "{split}");
+    // The in-kernel reduction: two fences around the semaphore's atomic.
+    assert_eq!(split.matches("fence();").count(), 2, "{split}");
+    assert!(split.contains("atomic_add("), "{split}");
     // Both at once is a usage error (clap's, exit status 2).
     let out = tilus(&["emit", "fig14", "--ir", "--ptx", "sm_90a"]);
     assert_eq!(out.status.code(), Some(2));

@@ -448,9 +448,6 @@ fn qmatmul_configurations_compile_without_spills() {
         };
         let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         ks.push((kernel.main.name.clone(), kernel.main, pipelined));
-        if let Some(reduce) = kernel.reduce {
-            ks.push((reduce.name.clone(), reduce, Expect::default()));
-        }
         // The gemv method in the same tiles: biased casts for the integers, the exact ones
         // for the others.
         let gemv = QMatmulConfig {
@@ -615,6 +612,56 @@ fn data_dependent_addressing_compiles() {
         }
     }
     run("data_dependent_addressing_compiles", ks);
+}
+
+#[allow(dead_code)]
+#[path = "../tilus-core/tests/programs/fence.rs"]
+mod fence_programs;
+
+/// `fence()` becomes a GPU-scope fence in the PTX (`fence.acq_rel.gpu`; `membar.gl` is what
+/// `__threadfence()` would give), in the last-block reduction and in the split-k quantized
+/// matmul (main and gemv programs), next to the semaphore's atomic; all compile without
+/// spills.
+#[test]
+fn fence_compiles_to_a_gpu_fence() {
+    use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
+    let Some(_) = tools("fence_compiles_to_a_gpu_fence") else {
+        return;
+    };
+    let base = QMatmulConfig::default_for(DType::Int(4), DType::F16, Some(128), false);
+    let main = QMatmulConfig {
+        bk: 128,
+        split_k: 4,
+        ..base
+    };
+    let gemv = QMatmulConfig {
+        method: QMatmulMethod::Gemv,
+        bm: 8,
+        bn: 256,
+        ..main
+    };
+    let mut ks = vec![(
+        "last_block_reduce".to_string(),
+        fence_programs::last_block_reduce_program(4, fence_programs::Reducer::Last),
+        Expect::default(),
+    )];
+    for cfg in [main, gemv] {
+        let p = build(&cfg).unwrap().main;
+        ks.push((p.name.clone(), p, MMA));
+    }
+    for (name, p, _) in &ks {
+        let k = emit(p, &Default::default()).unwrap();
+        for arch in ["sm_80", "sm_90a"] {
+            let ptx = compile_ptx(&k.source, arch)
+                .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}"));
+            assert!(
+                ptx.contains("fence.acq_rel.gpu") || ptx.contains("membar.gl"),
+                "{name} ({arch}): no GPU-scope fence in the PTX"
+            );
+            assert!(ptx.contains("atom.global.add"), "{name} ({arch})");
+        }
+    }
+    run("fence_compiles_to_a_gpu_fence", ks);
 }
 
 /// Every configuration of the f16 row-wise kernels (`kernels::rowwise`; the bf16 ones differ

@@ -20,6 +20,10 @@ mod addressing;
 #[path = "../tilus-core/tests/programs/bmma.rs"]
 mod bmma;
 
+#[allow(dead_code)]
+#[path = "../tilus-core/tests/programs/fence.rs"]
+mod fence;
+
 use rand::Rng;
 use std::sync::Arc;
 use tilus::core::codegen::{emit, ArgValue, CudaKernel, ParamKind};
@@ -1196,6 +1200,40 @@ fn reduction_cases_generate_code_and_interpret() {
     }
 }
 
+/// The `fence` idiom: every block of a tile stores its partial, counts itself on the tile's
+/// counter between two fences, and the last one sums the partials in split order and resets the
+/// counter. Exact: the partials, the sums (f32 adds in a fixed order) and the counters (zero
+/// before, zero after) are the interpreter's bit for bit, whichever blocks the GPU ran last.
+fn fence_cases() -> Vec<Case> {
+    use fence::{last_block_reduce_program, Reducer, TILE};
+    [(1, 2), (5, 4), (64, 8), (300, 3)]
+        .into_iter()
+        .map(|(tiles, split)| {
+            let cols = (tiles * TILE) as usize;
+            Case {
+                name: format!("last_block_reduce_{tiles}x{split}"),
+                program: last_block_reduce_program(split, Reducer::Last),
+                args: vec![
+                    A::I32(tiles),
+                    A::Buf(Buf::RandomF32(split as usize * cols)),
+                    A::Buf(Buf::OutExact(4 * split as usize * cols)),
+                    A::Buf(Buf::I32Range {
+                        len: tiles as usize,
+                        lo: 0,
+                        hi: 1,
+                    }),
+                    A::Buf(Buf::OutExact(4 * cols)),
+                ],
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn fence_last_block_reduce_matches_interpreter() {
+    run_all("fence_last_block_reduce_matches_interpreter", fence_cases());
+}
+
 #[test]
 fn data_dependent_addressing_matches_interpreter() {
     run_all(
@@ -1246,6 +1284,7 @@ fn every_case_generates_code_and_interprets() {
     });
     cases.extend(math_cases());
     cases.extend(addressing_cases());
+    cases.extend(fence_cases());
     cases.extend(bmma_cases());
     let mut rng = rand::rng();
     for case in cases {

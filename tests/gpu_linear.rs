@@ -205,3 +205,48 @@ fn bad_inputs_are_named() {
     let e = host.to_gpu::<f16>(&ctx).unwrap_err().to_string();
     assert!(e.contains("`T`"), "{e}");
 }
+
+/// `reserve(max_m)` plans every bucket up to `max_m` ahead (tuning each, with its split-k
+/// buffers): later forwards of up to `max_m` rows match the reference, twice in a row, and add
+/// no plan; more rows is an error naming `m` (it would tune and allocate), until a larger
+/// `reserve`.
+#[test]
+fn reserve_plans_ahead_and_bounds_m() {
+    let dir = TempDir::new("reserve");
+    let Some(ctx) = context("reserve_plans_ahead_and_bounds_m", &dir.0) else {
+        return;
+    };
+    let (k, n) = (2048, 1024);
+    let layer = GpuQuantizedLinear::<f16>::new(
+        &ctx,
+        &random_weight(k, n),
+        k,
+        n,
+        DType::Int(4),
+        Group::Rows(128),
+    )
+    .unwrap();
+    assert_eq!(layer.reserved_rows(), None);
+    layer.reserve(16).unwrap();
+    assert_eq!(layer.reserved_rows(), Some(16));
+    let buckets: Vec<usize> = layer.plans().iter().map(|p| p.m_bucket).collect();
+    assert_eq!(buckets, [1, 2, 4, 8, 16]);
+    for p in layer.plans() {
+        println!("m<={} {:?}", p.m_bucket, p.config);
+    }
+    for m in [1, 3, 9, 16] {
+        for call in 0..2 {
+            let rel = check_forward(&layer, m);
+            assert!(rel < 1e-2, "m={m} call {call}: relative error {rel}");
+        }
+    }
+    assert_eq!(layer.plans().len(), 5);
+    let x = DeviceBuffer::<f16>::zeros(&ctx, 17 * k).unwrap();
+    let mut y = DeviceBuffer::<f16>::zeros(&ctx, 17 * n).unwrap();
+    let e = layer.forward_into(&x, 17, &mut y).unwrap_err().to_string();
+    assert!(e.contains("argument `m`") && e.contains("reserve"), "{e}");
+    assert_eq!(layer.plans().len(), 5, "a refused forward must not tune");
+    layer.reserve(17).unwrap();
+    layer.forward_into(&x, 17, &mut y).unwrap();
+    assert_eq!(layer.plans().len(), 6);
+}

@@ -40,6 +40,7 @@ fn run_case<T: Activation>(
         .collect();
     let kernel = build(cfg).unwrap();
     let gpu = GpuQMatmul::new(&kernel).unwrap();
+    gpu.reserve(ctx, m, n).unwrap();
     let weight = DeviceWeight::<T>::upload(ctx, &prepare(&q, cfg).unwrap()).unwrap();
     let a_dev = DeviceBuffer::from_host(ctx, &a).unwrap();
     let mut c_dev = DeviceBuffer::from_host(ctx, &vec![T::from_f32(f32::NAN); m * n]).unwrap();
@@ -261,4 +262,166 @@ fn bad_launch_arguments_are_named() {
     };
     let err = gpu.run(&ctx, m, &a16, &wb, &mut c).unwrap_err().to_string();
     assert!(err.contains("`a`"), "{err}");
+}
+
+/// `||out - ref|| / ||ref||` of `c` (m x n, all finite) against `a · deq` in f64.
+fn rel_error<T: Activation>(
+    what: &str,
+    a: &[T],
+    deq: &[f64],
+    c: &[T],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> f64 {
+    let (mut err, mut norm) = (0f64, 0f64);
+    for i in 0..m {
+        for j in 0..n {
+            let r: f64 = (0..k)
+                .map(|kk| a[i * k + kk].to_f32() as f64 * deq[kk * n + j])
+                .sum();
+            let out = c[i * n + j].to_f32() as f64;
+            assert!(out.is_finite(), "{what}: c[{i}, {j}] = {out}");
+            err += (out - r).powi(2);
+            norm += r * r;
+        }
+    }
+    (err / norm).sqrt()
+}
+
+/// Split-k in one launch (the last block of each output tile sums the partials, then resets
+/// its semaphore): the fused and gemv programs, splits 2, 4 and 8, ragged `m` (1, 3, 9, 16
+/// through one object reserved for 16 rows), each `m` launched twice back to back on the same
+/// stream with different activations and no synchronization between (the second launch finds
+/// the semaphores the first reset), then once more with the first activations: bit for bit the
+/// first result, whichever blocks arrived last (the partials are summed in split order).
+#[test]
+fn single_launch_split_k_back_to_back_and_ragged_m() {
+    let Some(ctx) = context("single_launch_split_k_back_to_back_and_ragged_m") else {
+        return;
+    };
+    let (n, k) = (1024, 2048);
+    let mut rng = rand::rng();
+    let base = QMatmulConfig::default_for(DType::Int(4), DType::F16, Some(128), false);
+    let u4 = QMatmulConfig::default_for(DType::UInt(4), DType::F16, Some(128), true);
+    let mut cases = Vec::new();
+    for split_k in [2, 4, 8] {
+        cases.push(QMatmulConfig {
+            bk: 128,
+            split_k,
+            ..base
+        });
+        cases.push(QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            bn: 256,
+            bk: 128,
+            split_k,
+            ..u4
+        });
+    }
+    for cfg in cases {
+        let w: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let q = QuantizedWeight::quantize(
+            &w,
+            k,
+            n,
+            cfg.wdtype,
+            Group::Rows(128),
+            cfg.adtype,
+            cfg.has_zeros,
+        )
+        .unwrap();
+        let deq = q.dequantize();
+        let gpu = GpuQMatmul::new(&build(&cfg).unwrap()).unwrap();
+        gpu.reserve(&ctx, 16, n).unwrap();
+        assert_eq!(gpu.reserved_rows(), Some(16));
+        let weight = DeviceWeight::<f16>::upload(&ctx, &prepare(&q, &cfg).unwrap()).unwrap();
+        for m in [1, 3, 9, 16] {
+            let what = format!("{:?} split {} m={m}", cfg.method, cfg.split_k);
+            let mut acts = Vec::new();
+            for _ in 0..2 {
+                let a: Vec<f16> = (0..m * k)
+                    .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                    .collect();
+                acts.push(a);
+            }
+            let dev: Vec<DeviceBuffer<f16>> = acts
+                .iter()
+                .map(|a| DeviceBuffer::from_host(&ctx, a).unwrap())
+                .collect();
+            let poison = vec![f16::NAN; m * n];
+            let mut outs: Vec<DeviceBuffer<f16>> = (0..3)
+                .map(|_| DeviceBuffer::from_host(&ctx, &poison).unwrap())
+                .collect();
+            // Three launches queued back to back, no host synchronization in between.
+            for (i, c) in outs.iter_mut().enumerate() {
+                gpu.run(&ctx, m, &dev[i % 2], &weight, c).unwrap();
+            }
+            let host: Vec<Vec<f16>> = outs.iter().map(|c| c.to_host().unwrap()).collect();
+            for (i, c) in host.iter().take(2).enumerate() {
+                let rel = rel_error(&what, &acts[i], &deq, c, m, n, k);
+                println!("{what} launch {i}: rel err {rel:.2e}");
+                assert!(rel < 1e-2, "{what} launch {i}: relative error {rel}");
+            }
+            let same = host[0]
+                .iter()
+                .zip(&host[2])
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{what}: the same input gave another result");
+        }
+    }
+}
+
+/// A split-k run needs its buffers reserved first, for enough rows of the weight's columns:
+/// errors name `m` (no reservation, too many rows) or `n`; without split-k nothing is needed.
+#[test]
+fn split_k_buffers_must_be_reserved() {
+    let Some(ctx) = context("split_k_buffers_must_be_reserved") else {
+        return;
+    };
+    let (n, k) = (256, 512);
+    let cfg = QMatmulConfig {
+        split_k: 2,
+        ..QMatmulConfig::for_shape(DType::Int(4), DType::F16, Some(128), false, n, k).unwrap()
+    };
+    let mut rng = rand::rng();
+    let w: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let q = QuantizedWeight::quantize(&w, k, n, cfg.wdtype, Group::Rows(128), DType::F16, false)
+        .unwrap();
+    let weight = DeviceWeight::<f16>::upload(&ctx, &prepare(&q, &cfg).unwrap()).unwrap();
+    let a = DeviceBuffer::<f16>::zeros(&ctx, 5 * k).unwrap();
+    let mut c = DeviceBuffer::<f16>::zeros(&ctx, 5 * n).unwrap();
+    let gpu = GpuQMatmul::new(&build(&cfg).unwrap()).unwrap();
+    assert_eq!(gpu.reserved_rows(), None);
+    let e = gpu
+        .run(&ctx, 5, &a, &weight, &mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argument `m`") && e.contains("reserve"), "{e}");
+    gpu.reserve(&ctx, 4, n).unwrap();
+    let e = gpu
+        .run(&ctx, 5, &a, &weight, &mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("argument `m`") && e.contains("5 rows exceed the 4"),
+        "{e}"
+    );
+    gpu.reserve(&ctx, 4, 2 * n).unwrap();
+    let a4 = DeviceBuffer::<f16>::zeros(&ctx, 4 * k).unwrap();
+    let mut c4 = DeviceBuffer::<f16>::zeros(&ctx, 4 * n).unwrap();
+    let e = gpu
+        .run(&ctx, 4, &a4, &weight, &mut c4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argument `n`"), "{e}");
+    gpu.reserve(&ctx, 8, n).unwrap();
+    gpu.run(&ctx, 5, &a, &weight, &mut c).unwrap();
+    ctx.synchronize().unwrap();
+    // No split: runs without a reservation.
+    let one = QMatmulConfig { split_k: 1, ..cfg };
+    let gpu = GpuQMatmul::new(&build(&one).unwrap()).unwrap();
+    gpu.run(&ctx, 5, &a, &weight, &mut c).unwrap();
+    ctx.synchronize().unwrap();
 }

@@ -132,3 +132,69 @@ fn moe_routing_gives_each_token_its_own_slot() {
             .all(|v| v.is_nan()));
     }
 }
+
+/// The `fence` idiom through `#[kernel]`: block `(t, s)` writes `2 x[s, t]` to `ws[s, t]`,
+/// counts itself on `counters[t]` between two fences (one thread's atomic: every other thread's
+/// index is out of range), and the last of tile `t`'s blocks writes the sum over `s`, in split
+/// order, to `out[t]` and resets the counter.
+#[tilus::kernel(grid = [tiles, SPLIT], warps = 4, space(SPLIT = [3, 8]))]
+pub fn split_sum<const SPLIT: i32>(
+    tiles: i32,
+    x: Global<f32>,
+    ws: GlobalMut<f32>,
+    counters: GlobalMut<i32>,
+    out: GlobalMut<f32>,
+) {
+    let [t, s] = block_indices();
+    let one = layout!(local(1));
+    let gw = view_global(ws, [SPLIT, tiles]);
+    let part = load_global(view_global(x, [SPLIT, tiles]), one, [s, t]) * 2.0;
+    store_global(part, gw, [s, t]);
+    sync();
+    fence();
+    let lanes = layout!(spatial(128));
+    let index = select(arange(lanes, 0, 0) == 0, arange(lanes, 0, t), -1);
+    let gc = view_global(counters, [tiles]);
+    let old = atomic_add(gc, index, register::<i32>(lanes, 1));
+    fence();
+    if item(sum(old, 0)) == SPLIT - 1 {
+        let mut total = load_global(gw, one, [0, t]);
+        for r in 1..SPLIT {
+            total = total + load_global(gw, one, [r, t]);
+        }
+        store_global(total, view_global(out, [tiles]), [t]);
+        store_global(register::<i32>(one, 0), gc, [t]);
+    }
+}
+
+#[test]
+fn fence_and_a_counter_let_the_last_block_reduce() {
+    let mut rng = rand::rng();
+    for cfg in split_sum::SPACE {
+        let split = cfg.SPLIT as usize;
+        let text = split_sum::program(cfg).unwrap().to_string();
+        assert_eq!(text.matches("fence()").count(), 2, "{text}");
+        let tiles = rng.random_range(1..40usize);
+        let mut counters = vec![0i32; tiles];
+        for call in 0..2 {
+            let x: Vec<f32> = (0..split * tiles)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let mut ws = vec![f32::NAN; split * tiles];
+            let mut out = vec![f32::NAN; tiles];
+            split_sum::interpret(cfg, tiles as i32, &x, &mut ws, &mut counters, &mut out).unwrap();
+            for t in 0..tiles {
+                let mut want = 2.0 * x[t];
+                for s in 1..split {
+                    want += 2.0 * x[s * tiles + t];
+                }
+                assert_eq!(
+                    out[t].to_bits(),
+                    want.to_bits(),
+                    "split {split} call {call} tile {t}"
+                );
+            }
+            assert!(counters.iter().all(|&c| c == 0), "{counters:?}");
+        }
+    }
+}

@@ -182,8 +182,10 @@ pub enum BenchCommand {
         prefill: Option<String>,
     },
     /// What a tuned quantized linear layer (f16) costs per call besides its kernels: the host
-    /// time to queue `forward_into`, and the GPU time per call of `--calls` calls queued back to
-    /// back against one call timed alone.
+    /// time to queue `forward_into`, the GPU time per call of `--calls` calls queued back to
+    /// back, one call timed alone, and the configuration's kernel alone (back to back, no
+    /// layer); `overhead` is one call alone minus the kernel. `--shapes small` is the decode
+    /// layers that need split-k (8192x8192, 8192x1024, 4096x1024).
     Launch {
         /// Weight type, e.g. i4, u2.
         #[arg(long, default_value = "i4")]
@@ -191,7 +193,8 @@ pub enum BenchCommand {
         /// Rows of the activation.
         #[arg(long, default_value_t = 1)]
         m: usize,
-        /// Comma-separated weight shapes `NxK`, or `llama70b`.
+        /// Comma-separated weight shapes `NxK`, `llama70b`, or `small` (8192x8192, 8192x1024,
+        /// 4096x1024: the decode layers that need split-k).
         #[arg(long, default_value = "8192x8192")]
         shapes: String,
         /// Rows per scale group; 0 for per-channel scales.
@@ -596,11 +599,15 @@ fn sweep_shapes(list: Option<&str>, n: usize, k: usize) -> Result<Vec<(usize, us
             (8192, 28672),
         ]);
     }
+    // The decode layers too small to fill the GPU without split-k (issue 16).
+    if list.trim() == "small" {
+        return Ok(vec![(8192, 8192), (8192, 1024), (4096, 1024)]);
+    }
     list.split(',')
         .map(|s| {
             let bad = || {
                 format!(
-                    "argument `--shapes`: `{s}` is not `NxK` with positive N and K (or `llama70b`)"
+                    "argument `--shapes`: `{s}` is not `NxK` with positive N and K (or `llama70b`, `small`)"
                 )
             };
             let (n, k) = s.trim().split_once('x').ok_or_else(bad)?;
@@ -868,17 +875,26 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             };
             out += &format!(
                 "{wdtype} f16 layers, m={m}, {calls} calls per measurement (no L2 flush)\n\
-                 {:<12} {:>9} {:>12} {:>11}  config\n",
-                "n x k", "host us", "per call us", "alone us"
+                 {:<12} {:>9} {:>12} {:>11} {:>10} {:>12} {:>9}  config\n",
+                "n x k",
+                "host us",
+                "per call us",
+                "alone us",
+                "kernel us",
+                "overhead us",
+                "launches"
             );
             for (n, k) in sweep_shapes(Some(shapes), 0, 0)? {
                 let b = bench_launch(&ctx, wdtype, m, n, k, group, calls).map_err(err)?;
                 out += &format!(
-                    "{:<12} {:>9.2} {:>12.2} {:>11.2}  {}\n",
+                    "{:<12} {:>9.2} {:>12.2} {:>11.2} {:>10.2} {:>12.2} {:>9}  {}\n",
                     format!("{n}x{k}"),
                     b.host_us,
                     b.eager_us,
                     b.single_us,
+                    b.kernel_us,
+                    b.single_us - b.kernel_us,
+                    b.launches,
                     tiles(&b.config)
                 );
             }

@@ -81,7 +81,7 @@ Kernels and their --config keys (default in brackets):
   fig14    the paper's Figure 14, pipelined f16 matmul (aliases matmul_f16_pipelined, pipelined)
              BM, BN, BK  positive tile sizes [64, 64, 32]
              STAGES      pipeline depth, a positive integer [3]
-  qmatmul  the library's quantized matmul C = A x dequant(W) (and its split-k reduction)
+  qmatmul  the library's quantized matmul C = A x dequant(W) (split-k reduced in the same kernel)
              WDTYPE      weight type: u1..u8, i2..i8 or a float fNeEmM such as f4e2m1, f6e3m2 [i4]
              ADTYPE      activation type: f16 or bf16 [f16]
              GROUP       rows per scale group, 0 for per-channel scales [128]
@@ -206,7 +206,7 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
     Ok(vec![program])
 }
 
-/// The main program of a quantized-matmul configuration (and its split-k reduction, if any).
+/// The main program of a quantized-matmul configuration (split-k included: one program).
 fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
     let dtype = |key: &str| -> Result<DType, String> {
         cfg[key]
@@ -245,7 +245,7 @@ fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
         ..base
     };
     let kernel = qmatmul::build(&config).map_err(|e| e.to_string())?;
-    Ok(std::iter::once(kernel.main).chain(kernel.reduce).collect())
+    Ok(vec![kernel.main])
 }
 
 /// Run `f`, turning a panic (the program builders assert their tile constraints) into an error

@@ -31,8 +31,16 @@
 //!   the layouts of its buckets' winners.
 //! * Every later call in the bucket runs the winner directly.
 //! * A layer with an input permutation (GPTQ act-order, [`QuantizedLinear::with_input_perm`])
-//!   first gathers `x[:, perm]` into a scratch buffer kept per `m`
+//!   first gathers `x[:, perm]` into a scratch buffer of the most rows seen
 //!   ([`crate::kernels::permute`]), then multiplies that.
+//! * Each bucket's kernel owns its split-k workspace and semaphores, made when the bucket is
+//!   planned for the bucket's most rows: a forward allocates nothing once its bucket is
+//!   planned. [`GpuQuantizedLinear::reserve`] plans every bucket up to `max_m` rows ahead of
+//!   time (and the input scratch); after it, [`GpuQuantizedLinear::forward_into`] neither
+//!   tunes, allocates nor synchronizes with the host, so it can be captured in a CUDA graph,
+//!   and a call with more rows is an error naming `m`. Two layers never share these buffers;
+//!   one layer must not run two forwards at once on different streams (they would share its
+//!   buffers).
 
 use super::linear::QuantizedLinear;
 use super::qmatmul::tune::candidates_up_to;
@@ -74,10 +82,11 @@ struct State<T: Element> {
     weights: HashMap<WeightLayoutKey, Arc<DeviceWeight<T>>>,
     /// Per `m` bucket.
     plans: HashMap<usize, Arc<Plan<T>>>,
-    /// The permuted input `x[:, perm]` of an act-order layer, one `m x k` buffer per `m`
-    /// seen (the matmul and cuBLAS take exact lengths), at most [`SCRATCH_SIZES`]: a forward
-    /// allocates only for an `m` it has not seen recently.
-    scratch: HashMap<usize, DeviceBuffer<T>>,
+    /// The permuted input `x[:, perm]` of an act-order layer: one buffer of the most rows
+    /// seen (or reserved), of which a call uses the first `m x k` elements.
+    scratch: Option<DeviceBuffer<T>>,
+    /// Rows reserved by [`GpuQuantizedLinear::reserve`]: a forward with more is an error.
+    reserved: Option<usize>,
 }
 
 /// A quantized linear layer `y[m, n] = x[m, k] · W[k, n]` on the GPU with activations of type
@@ -136,16 +145,14 @@ impl QuantizedLinear {
             state: Mutex::new(State {
                 weights: HashMap::from([(base_layout.clone(), weight)]),
                 plans: HashMap::new(),
-                scratch: HashMap::new(),
+                scratch: None,
+                reserved: None,
             }),
             base_layout,
             input_perm,
         })
     }
 }
-
-/// How many `m` values an act-order layer keeps a permuted-input buffer for.
-pub const SCRATCH_SIZES: usize = 8;
 
 /// How many configurations a layer's first forward in a bucket measures: its own configuration
 /// and the first of [`candidates`](super::qmatmul::tune::candidates), which come in the order
@@ -156,7 +163,8 @@ pub const LAYER_TUNE_POINTS: usize = 16;
 /// The configurations a layer tunes over for `m_bucket` rows: its own configuration first,
 /// then the head of [`candidates`](super::qmatmul::tune::candidates) for the bucket, adjusted
 /// to the layer's weight (zero points as the weight has them) and kept when they fit the
-/// shape; at most [`LAYER_TUNE_POINTS`].
+/// shape (and, in the last, unbounded bucket, when they need no split-k buffers); at most
+/// [`LAYER_TUNE_POINTS`].
 pub fn layer_candidates(
     base: &QMatmulConfig,
     m_bucket: usize,
@@ -164,6 +172,8 @@ pub fn layer_candidates(
     k: usize,
 ) -> Vec<QMatmulConfig> {
     let mut out = vec![*base];
+    // The last bucket has no most rows to reserve split-k buffers for.
+    let unbounded = m_bucket >= super::qmatmul::tune::M_BUCKET_CAP;
     // Twice the points: some of the head may coincide with the layer's own configuration.
     let head = candidates_up_to(
         base.wdtype,
@@ -186,7 +196,10 @@ pub fn layer_candidates(
             if out.len() == LAYER_TUNE_POINTS {
                 break;
             }
-            if !out.contains(&c) && c.check_shape(m_bucket, n, k).is_ok() {
+            if !out.contains(&c)
+                && c.check_shape(m_bucket, n, k).is_ok()
+                && !(unbounded && c.split_k > 1)
+            {
                 out.push(c);
             }
         }
@@ -295,6 +308,51 @@ impl<T: Activation> GpuQuantizedLinear<T> {
     }
 
     fn plan_for(&self, m: usize) -> Result<Arc<Plan<T>>, QMatmulError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.plan_locked(&mut state, m)
+    }
+
+    /// Plan every bucket of up to `max_m` rows now (tuning those not yet tuned) and make their
+    /// split-k buffers and, for an act-order layer, the input scratch, so that later forwards
+    /// of up to `max_m` rows allocate nothing, tune nothing and never wait for the GPU: ready
+    /// to be captured in a CUDA graph. From then on a forward of more than the largest
+    /// `max_m` reserved is an error naming `m` (call `reserve` again to allow more). Errors
+    /// name `m`.
+    pub fn reserve(&self, max_m: usize) -> Result<(), QMatmulError> {
+        if max_m == 0 {
+            return Err(QMatmulError::Shape {
+                arg: "m",
+                reason: "must be positive".into(),
+            });
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rows = 1;
+        loop {
+            self.plan_locked(&mut state, rows.min(max_m))?;
+            if rows >= max_m {
+                break;
+            }
+            rows *= 2;
+        }
+        if self.input_perm.is_some() {
+            let len = super::qmatmul::size_product("m", &[("m", max_m), ("k", self.k())])?;
+            if state.scratch.as_ref().is_none_or(|s| s.len() < len) {
+                state.scratch = Some(DeviceBuffer::zeros(&self.ctx, len)?);
+            }
+        }
+        state.reserved = Some(state.reserved.map_or(max_m, |r| r.max(max_m)));
+        Ok(())
+    }
+
+    /// The rows [`Self::reserve`] made room for, if it was called.
+    pub fn reserved_rows(&self) -> Option<usize> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reserved
+    }
+
+    fn plan_locked(&self, state: &mut State<T>, m: usize) -> Result<Arc<Plan<T>>, QMatmulError> {
         let (n, k) = (self.n(), self.k());
         if m == 0 {
             return Err(QMatmulError::Shape {
@@ -305,8 +363,12 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         // Reject shapes no configuration takes before tuning anything.
         self.base.check_shape(m, n, k)?;
         let mb = m_bucket(m);
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = state.plans.get(&mb) {
+            // The last bucket's split-k buffers (none from `layer_candidates`, but a record
+            // tuned elsewhere may hold one) grow to the rows asked for.
+            if p.info.config.split_k > 1 && p.kernel.reserved_rows().is_none_or(|r| r < m) {
+                p.kernel.reserve(&self.ctx, m, n)?;
+            }
             return Ok(p.clone());
         }
         let cands = layer_candidates(&self.base, mb, n, k);
@@ -338,6 +400,9 @@ impl<T: Activation> GpuQuantizedLinear<T> {
             kernel: tuned.kernel,
             weight,
         });
+        // Every row count of the bucket runs without allocating (`tune_qmatmul` reserved the
+        // bucket's `m`; the last bucket has no most rows: `m` itself).
+        plan.kernel.reserve(&self.ctx, mb.max(m), n)?;
         state.plans.insert(mb, plan.clone());
         Ok(plan)
     }
@@ -363,8 +428,18 @@ impl<T: Activation> GpuQuantizedLinear<T> {
     ) -> Result<(), QMatmulError> {
         check_rows("x", DeviceRead::elements(x), m, self.k(), T::DTYPE)?;
         check_rows("y", DeviceWrite::elements(y), m, self.n(), T::DTYPE)?;
-        let plan = self.plan_for(m)?;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = state.reserved.filter(|&r| m > r) {
+            return Err(QMatmulError::Shape {
+                arg: "m",
+                reason: format!(
+                    "{m} rows exceed the {r} rows reserved with reserve(); reserve({m}) first (a forward after reserve() never tunes or allocates)"
+                ),
+            });
+        }
+        let plan = self.plan_locked(&mut state, m)?;
         let Some(perm) = &self.input_perm else {
+            drop(state);
             return plan.kernel.run(&self.ctx, m, x, &plan.weight, y);
         };
         let len = m * self.k(); // checked by check_rows
@@ -381,20 +456,17 @@ impl<T: Activation> GpuQuantizedLinear<T> {
             }
         };
         // The scratch stays locked while both launches are queued: another thread's forward
-        // cannot overwrite it before this matmul has read it (same stream, in order).
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !state.scratch.contains_key(&m) {
-            if state.scratch.len() >= SCRATCH_SIZES {
-                state.scratch.clear();
-            }
-            state
-                .scratch
-                .insert(m, DeviceBuffer::zeros(&self.ctx, len)?);
+        // cannot overwrite it before this matmul has read it (same stream, in order). It
+        // grows to the most rows seen (never past a reservation: checked above).
+        if state.scratch.as_ref().is_none_or(|s| s.len() < len) {
+            state.scratch = Some(DeviceBuffer::zeros(&self.ctx, len)?);
         }
-        let scratch = state.scratch.get_mut(&m).expect("inserted above");
-        T::permute_columns(&self.ctx, mi, ki, perm, x, scratch)
+        let scratch = state.scratch.as_mut().expect("made above");
+        let mut permuted = scratch.view_mut(0..len)?;
+        T::permute_columns(&self.ctx, mi, ki, perm, x, &mut permuted)
             .map_err(|e| QMatmulError::Gpu(e.to_string()))?;
-        plan.kernel.run(&self.ctx, m, scratch, &plan.weight, y)
+        let permuted = scratch.view(0..len)?;
+        plan.kernel.run(&self.ctx, m, &permuted, &plan.weight, y)
     }
 
     /// The input permutation (act-order checkpoints), if the layer has one.

@@ -81,3 +81,27 @@ fn a_run_time_if_value_has_no_statements() {
         "the message says why: {out}"
     );
 }
+
+/// `fence()` takes nothing and gives nothing: an argument is an error quoting its usage, and a
+/// program with fences expands cleanly.
+#[test]
+fn fence_takes_no_arguments() {
+    let body = |stmt: &str| {
+        format!(
+            "pub fn f(n: i32, y: GlobalMut<f32>) {{
+                let [bi] = block_indices();
+                {stmt}
+                store_global(register::<f32>(layout!(spatial(32)), 1.0), view_global(y, [n]), [bi * 32]);
+            }}"
+        )
+    };
+    let attr = "grid = [cdiv(n, 32)], warps = 1";
+    let ok = expand(attr, &body("sync(); fence();"));
+    assert!(!ok.contains("compile_error"), "{ok}");
+    let bad = expand(attr, &body("fence(bi);"));
+    assert!(bad.contains("compile_error"), "{bad}");
+    assert!(
+        bad.contains("`fence` takes 0 arguments: `fence()`; found 1"),
+        "{bad}"
+    );
+}

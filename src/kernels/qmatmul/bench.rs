@@ -130,6 +130,7 @@ pub fn bench_qmatmul<T: Activation>(
     for cfg in cands.into_iter().take(tune.max(1)) {
         let kernel = build(&cfg)?;
         let gpu = GpuQMatmul::new(&kernel)?;
+        gpu.reserve(ctx, m, n)?;
         let t = time_runs(ctx, 3, 20, Some(flush), || {
             gpu.run(ctx, m, &a, &weight, &mut c).map_err(|e| {
                 tilus_runtime::RuntimeError::InvalidArgument {
@@ -175,12 +176,21 @@ pub struct LaunchBench {
     pub eager_us: f64,
     /// GPU time of one call timed alone, after the same calls (L2 as they left it).
     pub single_us: f64,
+    /// Kernel launches per call (one, also with split-k: the last block of each output tile
+    /// reduces; the old split-k path launched a second kernel).
+    pub launches: usize,
+    /// GPU time per launch of the configuration's kernel alone (a `GpuQMatmul` of the same
+    /// configuration and weight, no layer), `calls` launches queued back to back: the
+    /// kernel's own time plus the gap between back-to-back launches. `single_us - kernel_us`
+    /// is what one forward costs besides its kernel.
+    pub kernel_us: f64,
 }
 
 /// The launch cost of a tuned `GpuQuantizedLinear` (f16, a pattern weight of `wdtype`): the
 /// host time to queue one `forward_into`, and the GPU time per call of `calls` calls queued back
 /// to back against one call timed alone (the difference is what the gaps between launches
-/// cost). No L2 flush: a layer that fits in L2 stays there, in both measurements.
+/// cost), and the configuration's kernel alone, launched back to back without the layer. No
+/// L2 flush: a layer that fits in L2 stays there, in every measurement.
 #[allow(clippy::too_many_arguments)]
 pub fn bench_launch(
     ctx: &std::sync::Arc<Context>,
@@ -217,11 +227,26 @@ pub fn bench_launch(
     let host_us = started.elapsed().as_secs_f64() * 1e6 / calls as f64;
     let eager = time_runs(ctx, 1, 5, None, || run(calls))?;
     let single = time_runs(ctx, 3, 20, None, || run(1))?;
+    // The same kernel without the layer: its own buffers, reserved before timing.
+    let prepared = super::prepare(layer.quantized(), &config)?;
+    let weight = super::DeviceWeight::<f16>::upload(ctx, &prepared)?;
+    let gpu = GpuQMatmul::new(&build(&config)?)?;
+    gpu.reserve(ctx, m, n)?;
+    let mut bare = |count: usize| -> Result<(), tilus_runtime::RuntimeError> {
+        for _ in 0..count {
+            gpu.run(ctx, m, &x, &weight, &mut y).map_err(as_runtime)?;
+        }
+        Ok(())
+    };
+    bare(calls)?;
+    let kernel = time_runs(ctx, 1, 5, None, || bare(calls))?;
     Ok(LaunchBench {
         config,
         calls,
         host_us,
         eager_us: eager.median_us / calls as f64,
         single_us: single.median_us,
+        launches: 1,
+        kernel_us: kernel.median_us / calls as f64,
     })
 }

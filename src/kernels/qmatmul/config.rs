@@ -101,7 +101,9 @@ pub(crate) fn shape_err(arg: &'static str, reason: impl Into<String>) -> QMatmul
 /// `bm x bn x bk` is the block tile; `warps` warps are arranged as a `warps_m x warps_n` grid
 /// with `warps_m = gcd(warps, bm / 16)` (see [`Tiling`]). `stages` is the depth of the
 /// cp.async pipeline (at least 2). `split_k > 1` splits the reduction over `split_k` blocks
-/// that write f32 partial sums to a workspace, summed by a second program.
+/// that write f32 partial sums to a workspace; the last of them to finish (counted on a
+/// per-tile semaphore) sums them in split order, in the same launch
+/// ([`QMatmulConfig::split_buffers`] sizes the two buffers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct QMatmulConfig {
     /// The weight type: `u1..u8`, `i2..i8`, or a float of 3 to 8 bits.
@@ -623,6 +625,37 @@ impl QMatmulConfig {
             }
         }
         Ok(())
+    }
+
+    /// Elements of the split-k buffers for up to `max_m` rows of an `n`-column output: the f32
+    /// workspace `[split_k, max_m, n]` and the i32 semaphores, one per output tile
+    /// (`cdiv(max_m, bm) * (n / bn)`). Both are zero with `split_k = 1` (the program does not
+    /// read them). Errors name `m` (`max_m` too large for the VM's i32 indices) or `n`.
+    pub fn split_buffers(&self, max_m: usize, n: usize) -> Result<(usize, usize), QMatmulError> {
+        if self.split_k <= 1 {
+            return Ok((0, 0));
+        }
+        self.tiling()?;
+        if n == 0 || !n.is_multiple_of(self.bn) {
+            return Err(shape_err(
+                "n",
+                format!(
+                    "{n} is not a positive multiple of the weight tile width bn = {}",
+                    self.bn
+                ),
+            ));
+        }
+        let workspace = size_product("m", &[("split_k", self.split_k), ("m", max_m), ("n", n)])?;
+        if workspace > i32::MAX as usize {
+            return Err(shape_err(
+                "m",
+                format!(
+                    "{max_m} rows: split_k x m x n = {workspace} workspace elements exceed the VM's i32 indices"
+                ),
+            ));
+        }
+        let semaphores = max_m.div_ceil(self.bm) * (n / self.bn);
+        Ok((workspace, semaphores))
     }
 
     /// Rows per scale group for a weight with `k` rows.

@@ -7,7 +7,7 @@ use super::relayout::relayout;
 use crate::quant::QuantizedWeight;
 use crate::DType;
 use half::{bf16, f16};
-use tilus_core::interp::{self, Arg};
+use tilus_core::interp::{self, Arg, BlockOrder};
 
 /// A weight in the form the kernel reads: re-laid-out codes, and scales / zero points as
 /// `[k / group, n]` elements of the activation type (little-endian).
@@ -52,6 +52,35 @@ pub struct OperandBytes {
     pub scales: usize,
     pub zeros: Option<usize>,
     pub c: usize,
+}
+
+/// The split-k buffers of the CPU runner ([`QMatmulKernel::run_cpu_with`]), kept between calls
+/// as a GPU layer keeps its own: the f32 `workspace` and the i32 `semaphores` of
+/// [`QMatmulConfig::split_buffers`], little-endian bytes. Empty with `split_k = 1`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostSplitScratch {
+    /// The most rows a call may have.
+    pub max_m: usize,
+    /// The output columns they are sized for.
+    pub n: usize,
+    /// Partial sums, poisoned with NaN when made (a partial never written cannot pass as a
+    /// value); their content between calls is unspecified.
+    pub workspace: Vec<u8>,
+    /// One counter per output tile: zero when made, and zero again after every call.
+    pub semaphores: Vec<u8>,
+}
+
+impl HostSplitScratch {
+    /// Buffers for up to `max_m` rows of an `n`-column output (errors name `m` or `n`).
+    pub fn new(config: &QMatmulConfig, max_m: usize, n: usize) -> Result<Self, QMatmulError> {
+        let (ws, sems) = config.split_buffers(max_m, n)?;
+        Ok(HostSplitScratch {
+            max_m,
+            n,
+            workspace: f32::NAN.to_le_bytes().repeat(ws),
+            semaphores: vec![0; 4 * sems],
+        })
+    }
 }
 
 /// Check that `weight` matches `config` and put it in kernel form.
@@ -189,7 +218,8 @@ impl QMatmulKernel {
     }
 
     /// Run `c = a · dequant(w)` on the CPU interpreter. `a` is `[m, k]` and `c` `[m, n]`,
-    /// row-major little-endian elements of the activation type; `c` is overwritten.
+    /// row-major little-endian elements of the activation type; `c` is overwritten. With
+    /// `split_k > 1` the split-k buffers are made for this call.
     pub fn run_cpu(
         &self,
         m: usize,
@@ -200,6 +230,30 @@ impl QMatmulKernel {
         self.check_call(m, a, w, c)?;
         if m == 0 {
             return Ok(());
+        }
+        let mut scratch = HostSplitScratch::new(&self.config, m, w.n)?;
+        self.run_cpu_with(m, a, w, c, &mut scratch, &BlockOrder::Launch)
+    }
+
+    /// [`Self::run_cpu`] with the split-k buffers of `scratch` (made for at least `m` rows and
+    /// `w`'s columns; errors name `m` or `n`), and the blocks run in `order`: whichever block
+    /// of an output tile comes last sums the partial sums, so every order gives the same
+    /// result, bit for bit. The semaphores are zero again afterwards.
+    pub fn run_cpu_with(
+        &self,
+        m: usize,
+        a: &[u8],
+        w: &PreparedWeight,
+        c: &mut [u8],
+        scratch: &mut HostSplitScratch,
+        order: &BlockOrder,
+    ) -> Result<(), QMatmulError> {
+        self.check_call(m, a, w, c)?;
+        if m == 0 {
+            return Ok(());
+        }
+        if self.config.split_k > 1 {
+            check_split_scratch(m, w.n, scratch.max_m, scratch.n)?;
         }
         let cfg = &self.config;
         let i = |v: usize| Arg::I32(v as i32);
@@ -243,31 +297,45 @@ impl QMatmulKernel {
             Arg::Buffer(w.scales.clone()),
         ];
         args.push(Arg::Buffer(w.zeros.clone().unwrap_or_default()));
-        match &self.reduce {
-            None => {
-                args.push(Arg::Buffer(c.to_vec()));
-                interp::run(&self.main, &mut args)?;
-                if let Some(Arg::Buffer(out)) = args.pop() {
-                    c.copy_from_slice(&out);
-                }
-            }
-            Some(reduce) => {
-                // Poisoned (NaN) so a partial sum that is never written cannot pass as zero.
-                let poison = f32::NAN.to_le_bytes();
-                let ws: Vec<u8> = poison.repeat(cfg.split_k * m * w.n);
-                args.push(Arg::Buffer(ws));
-                interp::run(&self.main, &mut args)?;
-                let ws = match args.pop() {
-                    Some(Arg::Buffer(ws)) => ws,
-                    _ => unreachable!("pushed above"),
-                };
-                let mut args = vec![i(m), i(w.n), Arg::Buffer(ws), Arg::Buffer(c.to_vec())];
-                interp::run(reduce, &mut args)?;
-                if let Some(Arg::Buffer(out)) = args.pop() {
-                    c.copy_from_slice(&out);
-                }
-            }
-        }
+        args.push(Arg::Buffer(c.to_vec()));
+        args.push(Arg::Buffer(std::mem::take(&mut scratch.workspace)));
+        args.push(Arg::Buffer(std::mem::take(&mut scratch.semaphores)));
+        let result = interp::run_ordered(&self.main, &mut args, order);
+        // The buffers come back also after an error.
+        let mut take = || match args.pop() {
+            Some(Arg::Buffer(b)) => b,
+            _ => unreachable!("pushed above"),
+        };
+        scratch.semaphores = take();
+        scratch.workspace = take();
+        let out = take();
+        result?;
+        c.copy_from_slice(&out);
         Ok(())
     }
+}
+
+/// The split-k buffers made for `max_m` rows of `reserved_n` columns serve a call of `m` rows
+/// of `n` columns (errors name `m` or `n`).
+pub(crate) fn check_split_scratch(
+    m: usize,
+    n: usize,
+    max_m: usize,
+    reserved_n: usize,
+) -> Result<(), QMatmulError> {
+    if n != reserved_n {
+        return Err(shape_err(
+            "n",
+            format!("{n} columns, but the split-k buffers were made for {reserved_n}"),
+        ));
+    }
+    if m > max_m {
+        return Err(shape_err(
+            "m",
+            format!(
+                "{m} rows exceed the {max_m} rows the split-k workspace and semaphores were reserved for; reserve more rows first"
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -1,8 +1,8 @@
 //! The quantized matmul on the GPU: the same verified programs as the CPU runner, compiled by
 //! the codegen and launched through the runtime, with every argument checked first.
 
-use super::config::{QMatmulConfig, QMatmulError};
-use super::cpu::{decode_half, OperandBytes, PreparedWeight};
+use super::config::{shape_err, QMatmulConfig, QMatmulError};
+use super::cpu::{check_split_scratch, decode_half, OperandBytes, PreparedWeight};
 use super::program::{config_name, QMatmulKernel, TARGET};
 use crate::element::{Activation, Element};
 use crate::gpu::{GpuArg, GpuKernel};
@@ -56,13 +56,30 @@ impl<T: Activation> DeviceWeight<T> {
     }
 }
 
+/// The split-k buffers of one [`GpuQMatmul`] ([`QMatmulConfig::split_buffers`]): made by
+/// [`GpuQMatmul::reserve`], never by a run. With `split_k = 1` they are one-element
+/// placeholders (the program takes the parameters but does not read them).
+struct SplitBuffers {
+    max_m: usize,
+    n: usize,
+    workspace: DeviceBuffer<f32>,
+    /// One counter per output tile, zero between launches: the last block of a tile resets
+    /// its counter, so no launch needs a memset (and a CUDA graph can replay the launch).
+    semaphores: DeviceBuffer<i32>,
+}
+
 /// A member of the family compiled for the GPU.
+///
+/// With `split_k > 1`, [`GpuQMatmul::reserve`] must make the split-k workspace and semaphores
+/// for the most rows a run will have before the first [`GpuQMatmul::run`]; `run` itself then
+/// allocates nothing and does not synchronize with the host, so it can be captured in a CUDA
+/// graph. The semaphores belong to this object: two runs of one `GpuQMatmul` must not be in
+/// flight at once on different streams (they would count on the same semaphores and write the
+/// same workspace); separate objects (two layers, two buckets of a layer) never share them.
 pub struct GpuQMatmul {
     kernel: QMatmulKernel,
     main: GpuKernel,
-    reduce: Option<GpuKernel>,
-    /// Split-k partial sums, kept between calls (grown on demand).
-    workspace: Mutex<Option<DeviceBuffer<f32>>>,
+    split: Mutex<Option<SplitBuffers>>,
     /// With the dequantize-then-GEMM method: the dequantization program, the cuBLAS handle and
     /// the dense `[k, n]` weight (a `DeviceBuffer<T>` of the activation type `T` of the call
     /// that made it), all made on first use.
@@ -75,10 +92,6 @@ impl GpuQMatmul {
     pub fn new(kernel: &QMatmulKernel) -> Result<GpuQMatmul, QMatmulError> {
         let name = config_name(&kernel.config);
         let main = GpuKernel::from_program(&kernel.main, &name, &TARGET)?;
-        let reduce = match &kernel.reduce {
-            Some(p) => Some(GpuKernel::from_program(p, &name, &TARGET)?),
-            None => None,
-        };
         let dequant = match &kernel.dequant {
             Some(p) => Some(GpuKernel::from_program(p, &name, &TARGET)?),
             None => None,
@@ -86,8 +99,7 @@ impl GpuQMatmul {
         Ok(GpuQMatmul {
             kernel: kernel.clone(),
             main,
-            reduce,
-            workspace: Mutex::new(None),
+            split: Mutex::new(None),
             dequant,
             gemm: Mutex::new(None),
         })
@@ -98,11 +110,37 @@ impl GpuQMatmul {
         if let Some(d) = &self.dequant {
             return Ok(d.load(ctx)?);
         }
-        self.main.load(ctx)?;
-        if let Some(r) = &self.reduce {
-            r.load(ctx)?;
+        Ok(self.main.load(ctx)?)
+    }
+
+    /// Make the split-k workspace and semaphores for runs of up to `max_m` rows of an
+    /// `n`-column weight (zeroed; with `split_k = 1`, one-element placeholders). Keeps the
+    /// buffers it has when they already serve `max_m` rows of `n` columns. Errors name `m` or
+    /// `n`. Call it before the first run (and before capturing runs in a CUDA graph): a run
+    /// allocates nothing, and one with more rows than reserved is an error naming `m`.
+    pub fn reserve(&self, ctx: &Context, max_m: usize, n: usize) -> Result<(), QMatmulError> {
+        let cfg = &self.kernel.config;
+        let (ws, sems) = cfg.split_buffers(max_m, n)?;
+        let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        if split.as_ref().is_some_and(|b| {
+            b.n == n && b.max_m >= max_m && b.workspace.len() >= ws && b.semaphores.len() >= sems
+        }) {
+            return Ok(());
         }
+        // Replaced only after the new buffers exist, so an allocation failure keeps the old.
+        *split = Some(SplitBuffers {
+            max_m,
+            n,
+            workspace: DeviceBuffer::zeros(ctx, ws.max(1))?,
+            semaphores: DeviceBuffer::zeros(ctx, sems.max(1))?,
+        });
         Ok(())
+    }
+
+    /// The rows the split-k buffers were reserved for (`None` before [`Self::reserve`]).
+    pub fn reserved_rows(&self) -> Option<usize> {
+        let split = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        split.as_ref().map(|b| b.max_m)
     }
 
     pub fn config(&self) -> &QMatmulConfig {
@@ -116,7 +154,10 @@ impl GpuQMatmul {
 
     /// `c = a · dequant(w)` on `ctx`'s stream; `a` is `[m, k]`, `c` is `[m, n]`, row-major.
     /// Shapes and lengths are checked (errors name `m`, `n`, `k`, `a`, `b`, `scales`, `zeros`,
-    /// `c`) before anything is launched. Returns when the work is queued.
+    /// `c`) before anything is launched. Returns when the work is queued: one launch, also
+    /// with `split_k > 1`, whose workspace must have been reserved for at least `m` rows of
+    /// `w`'s columns ([`Self::reserve`]; an error naming `m` otherwise). With `split_k = 1`
+    /// and no reservation, the first run makes the two one-element placeholders.
     pub fn run<T: Activation>(
         &self,
         ctx: &Context,
@@ -170,6 +211,26 @@ impl GpuQMatmul {
             blas.gemm(m, w.n, w.k, a, dense, c)?;
             return Ok(());
         }
+        let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        if cfg.split_k > 1 {
+            match split.as_ref() {
+                Some(b) => check_split_scratch(m, w.n, b.max_m, b.n)?,
+                None => {
+                    return Err(shape_err(
+                        "m",
+                        format!(
+                            "{m} rows, but no split-k workspace was reserved; call GpuQMatmul::reserve(ctx, max_m, n) before running split_k = {}",
+                            cfg.split_k
+                        ),
+                    ))
+                }
+            }
+        } else if split.is_none() {
+            drop(split);
+            self.reserve(ctx, m, w.n)?;
+            split = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        }
+        let bufs = split.as_mut().expect("reserved above");
         let mut args = vec![
             GpuArg::I32(m as i32),
             GpuArg::I32(n),
@@ -177,29 +238,10 @@ impl GpuQMatmul {
             GpuArg::In(a),
         ];
         w.push_args(&mut args);
-        match &self.reduce {
-            None => {
-                args.push(GpuArg::Out(c));
-                self.main.launch(ctx, args)?;
-            }
-            Some(reduce) => {
-                let need = cfg.split_k * m * w.n;
-                let mut ws = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
-                if ws.as_ref().is_none_or(|b| b.len() < need) {
-                    *ws = Some(DeviceBuffer::zeros(ctx, need)?);
-                }
-                let buf = ws.as_mut().expect("allocated above");
-                args.push(GpuArg::Out(buf));
-                self.main.launch(ctx, args)?;
-                let args = vec![
-                    GpuArg::I32(m as i32),
-                    GpuArg::I32(n),
-                    GpuArg::In(&*buf),
-                    GpuArg::Out(c),
-                ];
-                reduce.launch(ctx, args)?;
-            }
-        }
+        args.push(GpuArg::Out(c));
+        args.push(GpuArg::Out(&mut bufs.workspace));
+        args.push(GpuArg::Out(&mut bufs.semaphores));
+        self.main.launch(ctx, args)?;
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! The VM programs of the quantized matmul, written with `#[kernel]`: the main pipeline (paper
-//! Figure 2 generalized), the split-k reduction, the dequantization of prefill's
-//! dequantize-then-GEMM method, and the device weight re-layout (Figure 8 generalized).
+//! Figure 2 generalized) with its in-kernel split-k reduction (the last block of each output
+//! tile sums the others' partial sums), the dequantization of prefill's dequantize-then-GEMM
+//! method, and the device weight re-layout (Figure 8 generalized).
 //!
 //! The family is open (25 weight types, f16/bf16, any group size, any tiles a user configures),
 //! so the kernels are `lazy`: the declared space is checked when the crate is built, and
@@ -11,16 +12,18 @@
 ///
 /// Tile parameters (set by [`super::program::build`] from a `QMatmulConfig`): the block tile
 /// `BM x BN x BK`; the warp grid `WM x WN`; `STAGES` of the cp.async pipeline; `SPLIT` slices of
-/// k (f32 partial sums in `c` when above 1); `G` rows of k per scale group (0: one scale per
+/// k (with `SPLIT > 1` each block stores its f32 partial sum and the last block of the output
+/// tile to finish sums them, see the end of the body); `G` rows of k per scale group (0: one scale per
 /// output channel); `ZEROS` (1: zero points); `H`, how the re-laid-out weight packs each
 /// thread's codes (`swap_inner_locals(.., 2, H)`, 1 for the natural order); `VEC`, the bytes of
 /// each thread's contiguous weight runs; `SWB`/`SWS`, the XOR swizzle of the activation tile
-/// (`SWB = 0`: none). Data types: activations `A`, weights `W`, output `O` (`A`, or f32 for
-/// partial sums).
+/// (`SWB = 0`: none). Data types: activations (and output) `A`, weights `W`.
 ///
 /// Parameters: `a [m, k]`, the re-laid-out weight `b`, `scales [k / G, n]` (`[1, n]` per
 /// channel), `zeros` like the scales (any buffer when `ZEROS = 0`: it is viewed with no
-/// rows), `c [m, n]` or with `SPLIT > 1` the workspace `[SPLIT, m, n]`.
+/// rows), `c [m, n]`; with `SPLIT > 1` the f32 `workspace [SPLIT, m, n]` and the i32
+/// `semaphores [cdiv(m, BM) * (n / BN)]`, all zero before the launch and left zero after it
+/// (any buffers when `SPLIT = 1`: they are not viewed).
 #[tilus::kernel(
     lazy,
     grid = [cdiv(m, BM), n / BN, SPLIT],
@@ -35,7 +38,7 @@
         WM = [1],
         WN = [4],
         STAGES = [3],
-        SPLIT = [1],
+        SPLIT = [1, 4],
         G = [0, 32, 128],
         ZEROS = [0, 1],
         H = [1, 4],
@@ -43,7 +46,7 @@
         SWB = [3],
         SWS = [3],
     ),
-    dtypes(A = [f16, bf16], W = [u2, u4, i8], O = [f16, f32]),
+    dtypes(A = [f16, bf16], W = [u2, u4, i8]),
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_main<
@@ -62,7 +65,6 @@ pub fn qmatmul_main<
     const SWS: i32,
     A: DTypeParam,
     W: DTypeParam,
-    O: DTypeParam,
 >(
     m: i32,
     n: i32,
@@ -71,7 +73,9 @@ pub fn qmatmul_main<
     b: Global<u8>,
     scales: Global<A>,
     zeros: Global<A>,
-    c: GlobalMut<O>,
+    c: GlobalMut<A>,
+    workspace: GlobalMut<f32>,
+    semaphores: GlobalMut<i32>,
 ) {
     // mma repeats per warp and k tile.
     let rep_m = BM / (16 * WM);
@@ -265,9 +269,38 @@ pub fn qmatmul_main<
         acc = acc * cast::<f32>(sc);
     }
     if SPLIT > 1 {
-        store_global(acc, view_global(c, [SPLIT, m, n]), [bs, bi * BM, bj * BN]);
+        // Split-k in one launch: store this block's f32 partial, count it on the tile's
+        // semaphore (one thread's atomic: every other thread's index is out of range), and let
+        // the block that counts last sum the partials in split order (the result does not
+        // depend on the arrival order) and reset the semaphore for the next launch.
+        let tiles_m = cdiv(m, BM);
+        let gw = view_global(workspace, [SPLIT, m, n]);
+        store_global(acc, gw, [bs, bi * BM, bj * BN]);
+        // Release: every thread's stores, then the count.
+        sync();
+        fence();
+        let lanes = layout!(spatial(WM * WN * 32));
+        let lane = arange(lanes, 0, 0);
+        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
+        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
+        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+        // Acquire: after the count, before the barrier that hands it to every thread.
+        fence();
+        let arrived = item(sum(old, 0));
+        if arrived == SPLIT - 1 {
+            let mut total = load_global(gw, lc, [0, bi * BM, bj * BN]);
+            for split in 1..SPLIT {
+                total = total + load_global(gw, lc, [split, bi * BM, bj * BN]);
+            }
+            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
+            store_global(
+                register::<i32>(layout!(local(1)), 0),
+                gsem,
+                [bj * tiles_m + bi],
+            );
+        }
     } else {
-        store_global(cast::<O>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
+        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
     }
 }
 
@@ -301,7 +334,7 @@ pub fn qmatmul_main<
         BK = [128],
         WN = [4],
         STAGES = [3],
-        SPLIT = [1],
+        SPLIT = [1, 4],
         G = [0, 128],
         ZEROS = [0, 1],
         H = [1, 4],
@@ -310,7 +343,7 @@ pub fn qmatmul_main<
         SWS = [4],
         BIAS = [0, 1],
     ),
-    dtypes(A = [f16, bf16], W = [u2, u4, i8], O = [f16, f32]),
+    dtypes(A = [f16, bf16], W = [u2, u4, i8]),
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_gemv<
@@ -328,7 +361,6 @@ pub fn qmatmul_gemv<
     const BIAS: i32,
     A: DTypeParam,
     W: DTypeParam,
-    O: DTypeParam,
 >(
     m: i32,
     n: i32,
@@ -337,7 +369,9 @@ pub fn qmatmul_gemv<
     b: Global<u8>,
     scales: Global<A>,
     zeros: Global<A>,
-    c: GlobalMut<O>,
+    c: GlobalMut<A>,
+    workspace: GlobalMut<f32>,
+    semaphores: GlobalMut<i32>,
 ) {
     let rep_n = BN / (16 * WN);
     let rep_k = BK / 16;
@@ -520,37 +554,39 @@ pub fn qmatmul_gemv<
     }
     wait_group(0);
     if SPLIT > 1 {
-        store_global(acc, view_global(c, [SPLIT, m, n]), [bs, bi * 8, bj * BN]);
+        // Split-k in one launch: store this block's f32 partial, count it on the tile's
+        // semaphore (one thread's atomic: every other thread's index is out of range), and let
+        // the block that counts last sum the partials in split order (the result does not
+        // depend on the arrival order) and reset the semaphore for the next launch.
+        let tiles_m = cdiv(m, 8);
+        let gw = view_global(workspace, [SPLIT, m, n]);
+        store_global(acc, gw, [bs, bi * 8, bj * BN]);
+        // Release: every thread's stores, then the count.
+        sync();
+        fence();
+        let lanes = layout!(spatial(WN * 32));
+        let lane = arange(lanes, 0, 0);
+        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
+        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
+        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+        // Acquire: after the count, before the barrier that hands it to every thread.
+        fence();
+        let arrived = item(sum(old, 0));
+        if arrived == SPLIT - 1 {
+            let mut total = load_global(gw, lct, [0, bi * 8, bj * BN]);
+            for split in 1..SPLIT {
+                total = total + load_global(gw, lct, [split, bi * 8, bj * BN]);
+            }
+            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * 8, bj * BN]);
+            store_global(
+                register::<i32>(layout!(local(1)), 0),
+                gsem,
+                [bj * tiles_m + bi],
+            );
+        }
     } else {
-        store_global(cast::<O>(acc), view_global(c, [m, n]), [bi * 8, bj * BN]);
+        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * 8, bj * BN]);
     }
-}
-
-/// With `SPLIT > 1`: sums the `SPLIT` f32 partial products of `ws [SPLIT, m, n]` into
-/// `c [m, n]`, a `[ROWS, BN]` tile per block with four consecutive f32 per thread (one 16-byte
-/// access).
-#[tilus::kernel(
-    lazy,
-    grid = [cdiv(m, ROWS), n / BN],
-    threads = ROWS * BN / 4,
-    target = sm80,
-    space(ROWS = [4, 8], BN = [128, 256], SPLIT = [2, 8]),
-    dtypes(O = [f16, bf16]),
-)]
-pub fn qmatmul_reduce<const ROWS: i32, const BN: i32, const SPLIT: i32, O: DTypeParam>(
-    m: i32,
-    n: i32,
-    workspace: Global<f32>,
-    c: GlobalMut<O>,
-) {
-    let tile = layout!(spatial(ROWS, BN / 4).local(1, 4));
-    let [bi, bj] = block_indices();
-    let gw = view_global(workspace, [SPLIT, m, n]);
-    let mut acc = register::<f32>(tile, 0.0);
-    for split in 0..SPLIT {
-        acc += load_global(gw, tile, [split, bi * ROWS, bj * BN]);
-    }
-    store_global(cast::<O>(acc), view_global(c, [m, n]), [bi * ROWS, bj * BN]);
 }
 
 /// [`QMatmulMethod::DequantizeThenGemm`](super::QMatmulMethod): the re-laid-out weight

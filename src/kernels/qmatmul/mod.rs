@@ -3,8 +3,9 @@
 //! points (paper sections 6.2 and 8).
 //!
 //! - [`QMatmulConfig`] picks the tiles; [`QMatmulConfig::tiling`] validates them.
-//! - [`build`] makes the verified VM programs ([`QMatmulKernel`]): the main pipeline and, for
-//!   `split_k > 1`, a reduction over the f32 partial sums.
+//! - [`build`] makes the verified VM programs ([`QMatmulKernel`]): the main pipeline, which
+//!   with `split_k > 1` also sums the f32 partial sums (the last block of each output tile
+//!   does, in the same launch, through the split-k workspace and semaphores).
 //! - [`relayout`] / [`relayout_inverse`] are the offline weight transform (Figure 8), and
 //!   [`build_relayout_program`] the same transform as a VM program.
 //! - [`prepare`] turns a [`crate::quant::QuantizedWeight`] into kernel operands, and
@@ -47,9 +48,9 @@ pub use config::{
     is_weight_type, weight_types, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling,
     WEIGHT_TYPE_NAMES,
 };
-pub use cpu::{decode_half, encode_half, prepare, OperandBytes, PreparedWeight};
+pub use cpu::{decode_half, encode_half, prepare, HostSplitScratch, OperandBytes, PreparedWeight};
 pub use gpu::{DeviceWeight, GpuQMatmul};
 pub use kernel::qmatmul_main;
 pub use layouts::{pack_split, QMatmulLayouts};
-pub use program::{a_swizzle, build, config_name, reduce_layout, QMatmulKernel, TARGET};
+pub use program::{a_swizzle, build, config_name, QMatmulKernel, TARGET};
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

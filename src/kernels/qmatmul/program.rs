@@ -4,9 +4,8 @@
 use super::config::{config_err, QMatmulConfig, QMatmulError, QMatmulMethod};
 use super::kernel;
 use super::layouts::{pack_split, QMatmulLayouts};
-use crate::DType;
 use tilus_core::ir::Program;
-use tilus_core::layout::{Layout, Swizzle};
+use tilus_core::layout::Swizzle;
 use tilus_core::verify::{self, Target};
 
 /// The shared-memory target the programs are checked against (sm_80, the smallest we support).
@@ -18,13 +17,12 @@ pub struct QMatmulKernel {
     pub config: QMatmulConfig,
     pub layouts: QMatmulLayouts,
     /// The matmul. Parameters: `m, n, k: i32`, `a: *adtype [m, k]`, `b: *u8` (re-laid-out
-    /// weight), `scales: *adtype [k / group, n]`, `zeros` (same, only with `has_zeros`), then
-    /// `c: *mut adtype [m, n]`, or with `split_k > 1` `workspace: *mut f32 [split_k, m, n]`.
-    /// Grid `[cdiv(m, bm), n / bn, split_k]`.
+    /// weight), `scales: *adtype [k / group, n]`, `zeros` (same, only with `has_zeros`),
+    /// `c: *mut adtype [m, n]`, then the split-k buffers `workspace: *mut f32 [split_k, m, n]`
+    /// and `semaphores: *mut i32 [cdiv(m, bm) * (n / bn)]` (zero before a launch, zero again
+    /// after it; not read with `split_k = 1`). Grid `[cdiv(m, bm), n / bn, split_k]`; with
+    /// `split_k > 1` the last block of each output tile sums the partial sums (one launch).
     pub main: Program,
-    /// With `split_k > 1`: sums the workspace into `c`. Parameters `m, n: i32`,
-    /// `workspace: *f32`, `c: *mut adtype`. Grid `[cdiv(m, rows), n / bn]`.
-    pub reduce: Option<Program>,
     /// With [`QMatmulMethod::DequantizeThenGemm`]: writes the dense weight for the GEMM.
     /// Parameters `n, k: i32`, `b: *u8`, `scales`, `zeros` (with `has_zeros`), `w: *mut
     /// adtype [k, n]`. Grid `[k / bk, n / bn]`.
@@ -62,9 +60,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         }
         None => (0, 0),
     };
-    let split = config.split_k > 1;
     let v = |x: usize| x as i32;
-    let output = if split { DType::F32 } else { config.adtype };
     let main = if config.method == QMatmulMethod::Gemv {
         let cfg = kernel::qmatmul_gemv::Config {
             BN: v(config.bn),
@@ -81,7 +77,6 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             BIAS: i32::from(biased_cast(config, h)),
             A: config.adtype,
             W: config.wdtype,
-            O: output,
         };
         kernel::qmatmul_gemv::translate(&cfg)
     } else {
@@ -101,7 +96,6 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             SWS: swizzle_shift,
             A: config.adtype,
             W: config.wdtype,
-            O: output,
         };
         kernel::qmatmul_main::translate(&cfg)
     };
@@ -117,23 +111,6 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             ),
         ));
     }
-    let reduce = if split {
-        let rows = reduce_layout(config)?.shape()[0];
-        let cfg = kernel::qmatmul_reduce::Config {
-            ROWS: v(rows),
-            BN: v(config.bn),
-            SPLIT: v(config.split_k),
-            O: config.adtype,
-        };
-        let p = instantiate(
-            kernel::qmatmul_reduce::translate(&cfg),
-            format!("qmatmul_reduce_{name}"),
-        )?;
-        check(&p)?;
-        Some(p)
-    } else {
-        None
-    };
     let dequant = match config.method {
         QMatmulMethod::Fused | QMatmulMethod::Gemv => None,
         QMatmulMethod::DequantizeThenGemm => {
@@ -162,7 +139,6 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         config: *config,
         layouts,
         main,
-        reduce,
         dequant,
     })
 }
@@ -245,35 +221,4 @@ pub fn a_swizzle(bk: usize) -> Option<Swizzle> {
     }
     let chunks = (bk / 8).trailing_zeros();
     Swizzle::new(chunks.min(3), 3, chunks.max(3)).ok()
-}
-
-/// The layout of the split-k reduction over a `[rows, bn]` tile: four consecutive f32 per
-/// thread (one 16-byte access), `bn / 4` threads per row, and enough rows for at least 128
-/// threads.
-pub fn reduce_layout(c: &QMatmulConfig) -> Result<Layout, QMatmulError> {
-    let cols = c.bn / 4;
-    if !c.bn.is_multiple_of(4) || cols == 0 {
-        return Err(config_err("bn", format!("{} is not a multiple of 4", c.bn)));
-    }
-    let mut rows = 32 / gcd(cols, 32);
-    while rows * cols < 128 {
-        rows *= 2;
-    }
-    if rows * cols > 1024 {
-        return Err(config_err(
-            "bn",
-            format!("split_k > 1 reduces [rows, bn] tiles with bn / 4 threads per row; {} does not fit a block", c.bn),
-        ));
-    }
-    Layout::spatial(&[rows, cols])
-        .compose(&Layout::local(&[1, 4]))
-        .map_err(|e| config_err("bn", e.to_string()))
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
 }

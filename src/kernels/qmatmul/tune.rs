@@ -123,11 +123,7 @@ pub fn codegen_fingerprint() -> &'static str {
         h.update(env!("CARGO_PKG_VERSION"));
         for cfg in references {
             let kernel = build(&cfg).expect("the reference configurations are valid");
-            let programs = [
-                Some(&kernel.main),
-                kernel.reduce.as_ref(),
-                kernel.dequant.as_ref(),
-            ];
+            let programs = [Some(&kernel.main), kernel.dequant.as_ref()];
             for p in programs.into_iter().flatten() {
                 match tilus_core::codegen::emit(p, &super::TARGET) {
                     Ok(cuda) => h.update(cuda.source.as_bytes()),
@@ -452,7 +448,9 @@ pub fn check_tuning_space(
 pub struct TunedQMatmul {
     /// The winner.
     pub config: QMatmulConfig,
-    /// The winner, ready to run.
+    /// The winner, ready to run: its split-k buffers are reserved for the bucket's `m`
+    /// ([`m_bucket`]), the most rows of the bucket (except the last, unbounded one: reserve
+    /// more with [`GpuQMatmul::reserve`]).
     pub kernel: GpuQMatmul,
     /// Where the winner came from, its time, the record (every candidate's time or error).
     pub outcome: TuneOutcome,
@@ -522,6 +520,7 @@ pub fn tune_qmatmul<T: Activation>(
             cfg.check_shape(rows, n, k)?;
             let gpu = GpuQMatmul::new(&build(cfg)?)?;
             gpu.load(ctx)?;
+            gpu.reserve(ctx, rows, n)?;
             Ok(gpu)
         },
         |_, _, gpu| -> Result<_, QMatmulError> {
@@ -545,6 +544,7 @@ pub fn tune_qmatmul<T: Activation>(
     )?;
     let config = candidates[outcome.index];
     let kernel = GpuQMatmul::new(&build(&config)?)?;
+    kernel.reserve(ctx, rows, n)?;
     Ok(TunedQMatmul {
         config,
         kernel,

@@ -2,7 +2,9 @@
 //! dispatches each instruction to its emitter; then assembles the translation unit.
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
-use super::emitters::{addressing, elementwise, global, math, mma, reduce, shared, tma, wgmma};
+use super::emitters::{
+    addressing, elementwise, fence, global, math, mma, reduce, shared, tma, wgmma,
+};
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
 use super::prelude::Features;
@@ -295,6 +297,7 @@ impl<'p> Ctx<'p> {
                 }
                 self.w.line("__syncthreads();")
             }
+            Instruction::Fence => fence::emit(self),
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,
             Instruction::Unary { out, op, x } => math::unary(self, *out, *op, *x)?,

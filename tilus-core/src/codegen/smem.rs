@@ -117,7 +117,12 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             dst, src, barrier, ..
         } => vec![*dst, *src, *barrier],
         MbarrierArrive { barrier, .. } | MbarrierWait { barrier, .. } => vec![*barrier],
-        CopyAsyncCommitGroup | CopyAsyncWaitGroup { .. } | DotWait { .. } | Synchronize | Exit => {
+        CopyAsyncCommitGroup
+        | CopyAsyncWaitGroup { .. }
+        | DotWait { .. }
+        | Synchronize
+        | Fence
+        | Exit => {
             vec![]
         }
         Binary { out, lhs, rhs, .. } => {

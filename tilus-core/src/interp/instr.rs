@@ -371,6 +371,8 @@ impl Machine<'_> {
             Instruction::CopyAsyncCommitGroup => block.shared.commit(),
             Instruction::CopyAsyncWaitGroup { n } => block.shared.wait(*n as usize),
             Instruction::Synchronize => block.shared.synchronize(),
+            // Blocks run one after another here: nothing to order (see `Instruction::Fence`).
+            Instruction::Fence => {}
             Instruction::Exit => return Ok(Flow::Exit),
             Instruction::Binary { out, op, lhs, rhs } => {
                 let dtype = self.reg(block, *lhs)?.dtype;

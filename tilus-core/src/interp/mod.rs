@@ -2,7 +2,8 @@
 //!
 //! [`run`] verifies the program (against `Target::default()`), then executes it for every block
 //! of its grid, one block after another (blocks are ordered with grid dimension 0 fastest, like
-//! CUDA's `x`). Within a block the program runs once: scalars are uniform, and each instruction
+//! CUDA's `x`; [`run_ordered`] takes another [`BlockOrder`]). A `fence` changes nothing here:
+//! every global write of a block is visible to the blocks that run after it. Within a block the program runs once: scalars are uniform, and each instruction
 //! acts on the whole block's tensors at once, thread by thread where that matters.
 //!
 //! Semantics beyond the conventions of `crate::ir`:
@@ -34,6 +35,7 @@ mod instr;
 mod math;
 mod memory;
 mod numeric;
+mod order;
 mod reduce;
 mod scalar;
 
@@ -45,6 +47,7 @@ use crate::layout::Layout;
 use crate::verify::table::LayoutTable;
 use crate::verify::{verify, Target};
 use memory::{Globals, SharedMem, Value};
+pub use order::BlockOrder;
 use scalar::Scalar;
 
 /// A kernel argument, in parameter order.
@@ -67,8 +70,17 @@ pub struct InterpError {
     pub message: String,
 }
 
-/// Run `program` for every block of its grid.
+/// Run `program` for every block of its grid, in launch order.
 pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
+    run_ordered(program, args, &BlockOrder::Launch)
+}
+
+/// [`run`] with the blocks in `order` (each still runs to its end before the next starts).
+pub fn run_ordered(
+    program: &Program,
+    args: &mut [Arg],
+    order: &BlockOrder,
+) -> Result<(), InterpError> {
     let fail = |message: String| InterpError {
         span: program.span,
         message,
@@ -138,7 +150,7 @@ pub fn run(program: &Program, args: &mut [Arg]) -> Result<(), InterpError> {
         tables: HashMap::new(),
         permutations: HashMap::new(),
     };
-    let result = machine.launch(&env);
+    let result = machine.launch(&env, order);
     // Hand the buffers back, also after an error (they hold whatever was written until then).
     let mut buffers = machine.globals.buffers.into_iter();
     for arg in args.iter_mut() {
@@ -185,7 +197,7 @@ fn at(span: SpanId) -> impl Fn(String) -> InterpError {
 }
 
 impl<'p> Machine<'p> {
-    fn launch(&mut self, params: &[Option<Value>]) -> Result<(), InterpError> {
+    fn launch(&mut self, params: &[Option<Value>], order: &BlockOrder) -> Result<(), InterpError> {
         let span = self.p.span;
         let mut grid = Vec::new();
         for (d, e) in self.p.grid.iter().enumerate() {
@@ -195,7 +207,7 @@ impl<'p> Machine<'p> {
             }
         }
         let total: usize = grid.iter().product();
-        for linear in 0..total {
+        for linear in order.sequence(total).map_err(at(span))? {
             let mut rest = linear;
             let index = grid
                 .iter()

@@ -8,7 +8,7 @@ use super::{Instruction, ProgramBuilder, RegisterType, ScalarType, VarId, VarTyp
 /// The read-modify-write of an [`Instruction::Atomic`], on `i32`, `u32` or `f32` elements.
 ///
 /// Updates of one launch apply in an unspecified order on the GPU. The interpreter applies them
-/// in order (blocks in launch order, then elements in row-major order of the value tile), each
+/// in order (blocks in launch order, or the order given to `interp::run_ordered`, then elements in row-major order of the value tile), each
 /// one exactly and then rounded (`f32` add) or checked (integer add overflowing the dtype is
 /// an error, where the GPU wraps). Integer add, max and min, and `f32` max and min, give the
 /// same result in any order; an `f32` sum does not, so tests compare it with a tolerance.

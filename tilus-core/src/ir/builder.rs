@@ -581,6 +581,11 @@ impl ProgramBuilder {
         self.instr(Instruction::Synchronize);
     }
 
+    /// `fence()`: a GPU-scope memory fence ([`Instruction::Fence`]).
+    pub fn fence(&mut self) {
+        self.instr(Instruction::Fence);
+    }
+
     pub fn exit(&mut self) {
         self.instr(Instruction::Exit);
     }

@@ -297,7 +297,10 @@ impl Program {
             Instruction::Reduce { out, x, dim, .. } | Instruction::Scan { out, x, dim, .. } => {
                 format!("{} = {name}({}, {dim})", n(out), n(x))
             }
-            Instruction::CopyAsyncCommitGroup | Instruction::Synchronize | Instruction::Exit => {
+            Instruction::CopyAsyncCommitGroup
+            | Instruction::Synchronize
+            | Instruction::Fence
+            | Instruction::Exit => {
                 format!("{name}()")
             }
             Instruction::Item { .. }
@@ -465,6 +468,7 @@ impl Instruction {
             | Instruction::DotWait { .. }
             | Instruction::Mbarriers { .. }
             | Instruction::Synchronize
+            | Instruction::Fence
             | Instruction::Exit => {}
             Instruction::TmaLoad {
                 dst,

@@ -163,6 +163,7 @@ impl Instruction {
             | Instruction::MbarrierArrive { .. }
             | Instruction::MbarrierWait { .. }
             | Instruction::Synchronize
+            | Instruction::Fence
             | Instruction::Exit
             | Instruction::Print { .. } => Vec::new(),
         }

@@ -588,6 +588,25 @@ pub enum Instruction {
     },
     /// A barrier for all threads of the block (and their shared-memory writes).
     Synchronize,
+    /// A GPU-scope memory fence, executed by every thread of the block (`fence.acq_rel.gpu`,
+    /// what `__threadfence()` provides): the thread's global-memory accesses before the fence
+    /// are ordered before its accesses after it, as observed by threads of *other blocks* of
+    /// the launch. It is cumulative: writes of other threads of this block that a preceding
+    /// `synchronize` made visible to this thread are ordered too. It is no barrier (threads do
+    /// not wait for each other) and orders nothing by itself: another block observes the order
+    /// only through a later access it synchronizes on, typically an atomic counter.
+    ///
+    /// The idiom (the last block of a split-k tile reduces it): every thread writes its part,
+    /// `synchronize()`, `fence()`, one thread's `atomic_add` on the counter (release); then the
+    /// block that sees the last count does `fence()` before its barrier and its loads of the
+    /// other blocks' parts (acquire).
+    ///
+    /// The interpreter runs blocks one after another, each to its end, so every global write of
+    /// an earlier block is already visible to a later one: a fence changes no value there, and
+    /// a missing fence cannot be detected (the interpreter checks nothing for it). It is an
+    /// instruction nonetheless so that programs state the ordering they rely on on the GPU,
+    /// where blocks run concurrently and a missing fence is a real (rare, silent) race.
+    Fence,
     /// End the whole block.
     Exit,
     /// Print a tensor or scalar (debugging).

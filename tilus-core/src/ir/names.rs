@@ -49,6 +49,7 @@ impl Instruction {
             Instruction::Reduce { op, .. } => Op::Reduce(*op),
             Instruction::Scan { op, .. } => Op::Scan(*op),
             Instruction::Synchronize => Op::Synchronize,
+            Instruction::Fence => Op::Fence,
             Instruction::Exit => Op::Exit,
             Instruction::Print { .. } => Op::Print,
             Instruction::Item { .. } => Op::Item,

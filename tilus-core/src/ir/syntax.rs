@@ -87,6 +87,8 @@ pub enum Op {
     /// `cumsum`: a register tensor and a constant dimension.
     Scan(ScanOp),
     Synchronize,
+    /// `fence()`: a GPU-scope memory fence (`ir::Instruction::Fence`).
+    Fence,
     Exit,
     Print,
     Cdiv,
@@ -200,6 +202,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("all", Reduction, 2..=2, "all(x, dim)", Op::Reduce(ReduceOp::All)),
     row!("cumsum", Reduction, 2..=2, "cumsum(x, dim)", Op::Scan(ScanOp::Sum)),
     row!("synchronize" | "sync", Control, 0..=0, "sync() or synchronize()", Op::Synchronize),
+    row!("fence", Control, 0..=0, "fence()", Op::Fence),
     row!("exit", Control, 0..=0, "exit()", Op::Exit),
     row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),
     row!("cdiv", Scalar, 2..=2, "cdiv(a, b)", Op::Cdiv),

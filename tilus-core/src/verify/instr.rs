@@ -556,6 +556,7 @@ impl<'p> Checker<'p> {
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }
             | Instruction::Synchronize
+            | Instruction::Fence
             | Instruction::Exit => {}
             Instruction::MulAdd { out, a, b, c } => {
                 let l = self.reg(*a, span, name, "the first operand");

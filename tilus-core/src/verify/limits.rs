@@ -378,6 +378,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::MbarrierArrive { .. }
         | Instruction::MbarrierWait { .. }
         | Instruction::Synchronize
+        | Instruction::Fence
         | Instruction::Exit => Vec::new(),
     }
 }

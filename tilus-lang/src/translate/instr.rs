@@ -707,6 +707,12 @@ impl Translator<'_, '_> {
                 b.exit();
                 Ok(Value::Unit)
             }
+            Op::Fence => {
+                let site = self.site(c);
+                b.set_span(site);
+                b.fence();
+                Ok(Value::Unit)
+            }
             Op::Item | Op::Gather | Op::Scatter | Op::Atomic(_) => {
                 self.addressing_call(b, c, syntax.op, &args, name, dest)
             }

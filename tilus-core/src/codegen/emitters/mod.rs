@@ -14,11 +14,13 @@
 //! | [`wgmma`] | `Dot` with shared operands (`wgmma.mma_async`, sm_90a) |
 //! | [`tma`] | `Mbarriers`, `TmaLoad` (`cp.async.bulk.tensor` through a tensor map), `MbarrierArrive`, `MbarrierWait` (sm_90) |
 //! | [`addressing`] | `Item`, `Gather`, `Scatter`, `Atomic` (data-dependent addresses) |
+//! | [`fence`] | `Fence` (`fence.acq_rel.gpu`) |
 
 pub(crate) mod addressing;
 pub(crate) mod bmma;
 pub(crate) mod cast_pair;
 pub(crate) mod elementwise;
+pub(crate) mod fence;
 pub(crate) mod global;
 pub(crate) mod math;
 pub(crate) mod mma;
