@@ -349,24 +349,24 @@ mod w4 {
         bad(W4Weight::quantize(&nan, n, k, group), "w");
     }
 
-    #[test]
-    fn every_configuration_matches_f64_on_the_interpreter() {
+    /// Random activations `[m, k]`, a random weight `[n, k]` quantized with `group`, and the f64
+    /// product of the activations with the dequantized weight.
+    fn case(m: usize, n: usize, k: usize, group: usize) -> (Vec<f16>, W4Weight, Vec<f64>) {
         let mut rng = rand::rng();
-        let (m, n, k, group) = (70, 136, 256, 128);
         let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let q = W4Weight::quantize(&w, n, k, group).unwrap();
         let wd: Vec<f64> = q.dequantize().iter().map(|&x| x as f64).collect();
         let a: Vec<f16> = (0..m * k)
             .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
             .collect();
-        let mut want = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                want[i * n + j] = (0..k)
-                    .map(|kk| a[i * k + kk].to_f64() * wd[j * k + kk])
-                    .sum();
-            }
-        }
+        let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
+        (a, q, super::reference(&af, &wd, m, n, k))
+    }
+
+    #[test]
+    fn every_configuration_matches_f64_on_the_interpreter() {
+        let (m, n, k, group) = (70, 136, 256, 128);
+        let (a, q, want) = case(m, n, k, group);
         for cfg in gemm_w4_f16::SPACE {
             let mut c = vec![f16::NAN; m * n];
             gemm_w4_f16::interpret(
@@ -393,22 +393,8 @@ mod w4 {
     /// names bad arguments.
     #[test]
     fn the_register_weight_kernel_matches_f64_on_the_interpreter() {
-        let mut rng = rand::rng();
         let (m, n, k, group) = (33, 256, 192, 64);
-        let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        let q = W4Weight::quantize(&w, n, k, group).unwrap();
-        let wd: Vec<f64> = q.dequantize().iter().map(|&x| x as f64).collect();
-        let a: Vec<f16> = (0..m * k)
-            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
-            .collect();
-        let mut want = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                want[i * n + j] = (0..k)
-                    .map(|kk| a[i * k + kk].to_f64() * wd[j * k + kk])
-                    .sum();
-            }
-        }
+        let (a, q, want) = case(m, n, k, group);
         let t = W4tWeight::from_w4(&q, 128).unwrap();
         for cfg in gemm_w4t_f16::SPACE {
             let mut c = vec![f16::NAN; m * n];
@@ -430,7 +416,7 @@ mod w4 {
         }
         let e = W4tWeight::from_w4(&q, 96).unwrap_err().to_string();
         assert!(e.contains("`bn`"), "{e}");
-        let q3 = W4Weight::quantize(&w[..192 * k], 192, k, group).unwrap();
+        let (_, q3, _) = case(1, 192, k, group);
         let e = W4tWeight::from_w4(&q3, 128).unwrap_err().to_string();
         assert!(e.contains("`n`") && e.contains("192"), "{e}");
     }

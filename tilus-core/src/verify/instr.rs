@@ -790,38 +790,14 @@ impl<'p> Checker<'p> {
         );
         let rc = self.reg(c, span, "dot", "the accumulator");
         if let (Some(sa), Some(sb), Some(rc)) = (sa, sb, rc) {
-            let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
-            let (xa, xb, xc) = (&sa.layout.shape, &sb.layout.shape, rc.layout.shape());
-            let shapes_ok = xa.len() == 2
-                && xb.len() == 2
-                && xc.len() == 2
-                && xa[1] == xb[0]
-                && xa[0] == xc[0]
-                && xb[1] == xc[1];
-            if !shapes_ok {
-                self.err(
-                    span,
-                    format!("dot: shapes do not agree: {an} is {xa:?}, {bn} is {xb:?}, {cn} is {xc:?}; expected [m, k] x [k, n] + [m, n]"),
-                );
-            } else if sa.dtype != sb.dtype {
-                self.err(
-                    span,
-                    format!("dot: {an} holds {} but {bn} holds {}; the operands must have the same dtype", sa.dtype, sb.dtype),
-                );
-            } else if self.block_threads > 0 {
-                if let Err(reason) =
-                    super::wgmma::plan_wgmma(sa, sb, rc, self.block_threads, self.target)
-                {
-                    let (reason, help) = match reason.split_once("\nhelp: ") {
-                        Some((r, h)) => (r.to_string(), format!("\nhelp: {h}")),
-                        None => (reason, String::new()),
-                    };
-                    self.err(
-                        span,
-                        format!("dot: the warpgroup MMA (wgmma) cannot serve {an}, {bn} and {cn}: {reason}{help}"),
-                    );
-                }
-            }
+            let (threads, target) = (self.block_threads, self.target);
+            self.check_wgmma(
+                span,
+                (a, &sa.layout.shape, sa.dtype, ""),
+                (b, sb),
+                (c, rc),
+                || super::wgmma::plan_wgmma(sa, sb, rc, threads, target).map(|_| ()),
+            );
         }
         self.define(out, rc.is_some(), span, "dot");
     }
@@ -846,40 +822,62 @@ impl<'p> Checker<'p> {
         );
         let rc = self.reg(c, span, "dot", "the accumulator");
         if let (Some(ra), Some(sb), Some(rc)) = (ra, sb, rc) {
-            let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
-            let (xa, xb, xc) = (ra.layout.shape(), &sb.layout.shape, rc.layout.shape());
-            let shapes_ok = xa.len() == 2
-                && xb.len() == 2
-                && xc.len() == 2
-                && xa[1] == xb[0]
-                && xa[0] == xc[0]
-                && xb[1] == xc[1];
-            if !shapes_ok {
-                self.err(
-                    span,
-                    format!("dot: shapes do not agree: {an} is {xa:?}, {bn} is {xb:?}, {cn} is {xc:?}; expected [m, k] x [k, n] + [m, n]"),
-                );
-            } else if ra.dtype != sb.dtype {
-                self.err(
-                    span,
-                    format!("dot: {an} holds {} but {bn} holds {}; the operands must have the same dtype", ra.dtype, sb.dtype),
-                );
-            } else if self.block_threads > 0 {
-                if let Err(reason) =
-                    super::wgmma::plan_wgmma_rs(ra, sb, rc, self.block_threads, self.target)
-                {
-                    let (reason, help) = match reason.split_once("\nhelp: ") {
-                        Some((r, h)) => (r.to_string(), format!("\nhelp: {h}")),
-                        None => (reason, String::new()),
-                    };
-                    self.err(
-                        span,
-                        format!("dot: the warpgroup MMA (wgmma) cannot serve {an} (registers), {bn} and {cn}: {reason}{help}"),
-                    );
-                }
-            }
+            let (threads, target) = (self.block_threads, self.target);
+            let shape = ra.layout.shape();
+            self.check_wgmma(
+                span,
+                (a, shape, ra.dtype, " (registers)"),
+                (b, sb),
+                (c, rc),
+                || super::wgmma::plan_wgmma_rs(ra, sb, rc, threads, target).map(|_| ()),
+            );
         }
         self.define(out, rc.is_some(), span, "dot");
+    }
+}
+
+impl Checker<'_> {
+    /// What both wgmma forms check: shapes `[m, k] x [k, n] + [m, n]`, one operand dtype, then
+    /// the form's `plan` (its error's `help:` line kept last). `a` is described by its shape,
+    /// dtype and where it lives (`" (registers)"` or nothing).
+    fn check_wgmma(
+        &mut self,
+        span: SpanId,
+        (a, xa, a_dtype, a_where): (VarId, &[usize], DType, &str),
+        (b, sb): (VarId, &SharedType),
+        (c, rc): (VarId, &RegisterType),
+        plan: impl FnOnce() -> Result<(), String>,
+    ) {
+        let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
+        let (xb, xc) = (&sb.layout.shape, rc.layout.shape());
+        let shapes_ok = xa.len() == 2
+            && xb.len() == 2
+            && xc.len() == 2
+            && xa[1] == xb[0]
+            && xa[0] == xc[0]
+            && xb[1] == xc[1];
+        if !shapes_ok {
+            self.err(
+                span,
+                format!("dot: shapes do not agree: {an} is {xa:?}, {bn} is {xb:?}, {cn} is {xc:?}; expected [m, k] x [k, n] + [m, n]"),
+            );
+        } else if a_dtype != sb.dtype {
+            self.err(
+                span,
+                format!("dot: {an} holds {a_dtype} but {bn} holds {}; the operands must have the same dtype", sb.dtype),
+            );
+        } else if self.block_threads > 0 {
+            if let Err(reason) = plan() {
+                let (reason, help) = match reason.split_once("\nhelp: ") {
+                    Some((r, h)) => (r.to_string(), format!("\nhelp: {h}")),
+                    None => (reason, String::new()),
+                };
+                self.err(
+                    span,
+                    format!("dot: the warpgroup MMA (wgmma) cannot serve {an}{a_where}, {bn} and {cn}: {reason}{help}"),
+                );
+            }
+        }
     }
 }
 
