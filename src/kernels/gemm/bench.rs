@@ -51,6 +51,26 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// The fastest configuration of `space` (its name) and its median time, each configuration
+/// timed by `time_launches` around `launch`.
+fn fastest<C: std::fmt::Display>(
+    ctx: &Context,
+    flush: &mut L2Flush,
+    runs: usize,
+    space: &[C],
+    mut launch: impl FnMut(&C) -> Result<(), String>,
+) -> Result<(String, f64), String> {
+    let mut best: Option<(String, f64)> = None;
+    for cfg in space {
+        let t =
+            time_launches(ctx, flush, runs, || launch(cfg)).map_err(|e| format!("{cfg}: {e}"))?;
+        if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
+            best = Some((cfg.to_string(), t.median_us));
+        }
+    }
+    best.ok_or_else(|| "the configuration space is empty".to_string())
+}
+
 /// Time every configuration of both `dtype` kernels (`"f16"` or `"bf16"`: the `cp.async` one
 /// and the copy-engine one) at `m x n x k`, and cuBLAS unless `blas` is `None`.
 #[allow(clippy::too_many_arguments)]
@@ -64,21 +84,6 @@ pub fn bench_gemm(
     k: usize,
     runs: usize,
 ) -> Result<GemmRow, String> {
-    macro_rules! best_of {
-        ($kernel:ident, $mi:expr, $ni:expr, $ki:expr, $a:expr, $b:expr, $c:expr) => {{
-            let mut best: Option<(String, f64)> = None;
-            for cfg in $kernel::SPACE {
-                let t = time_launches(ctx, flush, runs, || {
-                    $kernel::launch(ctx, cfg, $mi, $ni, $ki, $a, $b, $c).map_err(err)
-                })
-                .map_err(|e| format!("{cfg}: {e}"))?;
-                if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
-                    best = Some((cfg.to_string(), t.median_us));
-                }
-            }
-            best.expect("the space is not empty")
-        }};
-    }
     macro_rules! run {
         ($t:ty, $kernel:ident, $tma:ident, $name:literal) => {{
             let a: Vec<$t> = pattern(m * k, 1).into_iter().map(<$t>::from_f32).collect();
@@ -91,9 +96,13 @@ pub fn bench_gemm(
                 i32::try_from(n).map_err(|_| "argument `n`: too large".to_string())?,
                 i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
             );
-            let (config, us) = best_of!($kernel, mi, ni, ki, &a, &b, &mut c);
+            let (config, us) = fastest(ctx, flush, runs, $kernel::SPACE, |cfg| {
+                $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
+            })?;
             let tma = if k % 8 == 0 {
-                Some(best_of!($tma, mi, ni, ki, &a, &b, &mut c))
+                Some(fastest(ctx, flush, runs, $tma::SPACE, |cfg| {
+                    $tma::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
+                })?)
             } else {
                 None
             };
@@ -218,16 +227,9 @@ pub fn bench_w4(
     let mut dc = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
     let dims = [m, n, k, group].map(|x| i32::try_from(x).map_err(|_| "sizes must fit an i32"));
     let [mi, ni, ki, gi] = [dims[0]?, dims[1]?, dims[2]?, dims[3]?];
-    let mut best: Option<(String, f64)> = None;
-    for cfg in gemm_w4_f16::SPACE {
-        let t = time_launches(ctx, flush, runs, || {
-            gemm_w4_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &dw, &ds, &mut dc).map_err(err)
-        })
-        .map_err(|e| format!("{cfg}: {e}"))?;
-        if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
-            best = Some((cfg.to_string(), t.median_us));
-        }
-    }
+    let best = fastest(ctx, flush, runs, gemm_w4_f16::SPACE, |cfg| {
+        gemm_w4_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &dw, &ds, &mut dc).map_err(err)
+    })?;
     let w4t = if n.is_multiple_of(128) {
         use super::w4::{gemm_w4t_f16, W4Weight, W4tWeight};
         let host = W4Weight {
@@ -242,17 +244,9 @@ pub fn bench_w4(
             DeviceBuffer::from_host(ctx, &t.codes).map_err(err)?,
             DeviceBuffer::from_host(ctx, &t.scales).map_err(err)?,
         );
-        let mut best: Option<(String, f64)> = None;
-        for cfg in gemm_w4t_f16::SPACE {
-            let r = time_launches(ctx, flush, runs, || {
-                gemm_w4t_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &tw, &ts, &mut dc).map_err(err)
-            })
-            .map_err(|e| format!("{cfg}: {e}"))?;
-            if best.as_ref().is_none_or(|(_, us)| r.median_us < *us) {
-                best = Some((cfg.to_string(), r.median_us));
-            }
-        }
-        best
+        Some(fastest(ctx, flush, runs, gemm_w4t_f16::SPACE, |cfg| {
+            gemm_w4t_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &tw, &ts, &mut dc).map_err(err)
+        })?)
     } else {
         None
     };
@@ -294,7 +288,7 @@ pub fn bench_w4(
         None
     };
     let bytes = n * k / 2 + 2 * (n * k / group) + 2 * m * k + 2 * m * n;
-    let (config, us) = best.expect("the space is not empty");
+    let (config, us) = best;
     Ok(W4Row {
         m,
         n,

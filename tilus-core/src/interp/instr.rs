@@ -102,6 +102,36 @@ impl Machine<'_> {
         Ok(index.into_iter().map(|i| i as usize).collect())
     }
 
+    /// What an asynchronous copy (`copy_async`, `tma_load`) into `view` reads: the tile of
+    /// `view`'s shape at `src_offset` of global `src`, row-major, out-of-view elements zero.
+    fn copy_source(
+        &self,
+        block: &Block,
+        src: VarId,
+        view: &SharedView,
+        src_offset: &[Expr],
+    ) -> Result<Vec<(Vec<usize>, u32)>, String> {
+        let global = self.global(block, src)?;
+        let offset = self.global_offsets(block, src_offset)?;
+        let shape = &view.layout.shape;
+        let lead = global.shape.len() - shape.len();
+        let size: usize = shape.iter().product();
+        let mut codes = Vec::with_capacity(size);
+        let mut index = offset.clone();
+        for flat in 0..size {
+            let tile = unravel(flat, shape);
+            for (d, x) in tile.iter().enumerate() {
+                index[lead + d] = offset[lead + d].saturating_add(*x as i64);
+            }
+            let code = self
+                .globals
+                .read(&global, &index)
+                .map_err(|e| format!("`{}`{index:?} cannot be read: {e}", self.name(src)))?;
+            codes.push((tile, code.unwrap_or(0)));
+        }
+        Ok(codes)
+    }
+
     pub(super) fn instr(&mut self, ins: &Instruction, block: &mut Block) -> Result<Flow, String> {
         let bt = self.block_threads;
         if !block.pending_dots.is_empty() {
@@ -328,23 +358,7 @@ impl Machine<'_> {
                 src_offset,
             } => {
                 let view = self.shared(block, *dst)?;
-                let global = self.global(block, *src)?;
-                let offset = self.global_offsets(block, src_offset)?;
-                let shape = view.layout.shape.clone();
-                let lead = global.shape.len() - shape.len();
-                let size: usize = shape.iter().product();
-                let mut codes = Vec::with_capacity(size);
-                let mut index = offset.clone();
-                for flat in 0..size {
-                    let tile = unravel(flat, &shape);
-                    for (d, x) in tile.iter().enumerate() {
-                        index[lead + d] = offset[lead + d].saturating_add(*x as i64);
-                    }
-                    let code = self.globals.read(&global, &index).map_err(|e| {
-                        format!("`{}`{index:?} cannot be read: {e}", self.name(*src))
-                    })?;
-                    codes.push((tile, code.unwrap_or(0)));
-                }
+                let codes = self.copy_source(block, *src, &view, src_offset)?;
                 let name = self.name(*dst).to_string();
                 block.shared.copy_async(&view, &name, codes.into_iter())?;
             }

@@ -156,6 +156,8 @@ pub(super) struct Checker<'p> {
     inferred: Vec<(VarId, VarType)>,
     /// How many `if` bodies enclose the statement being checked.
     branch_depth: usize,
+    /// The `mbarriers` tensors and their counts, found once.
+    barriers: std::collections::HashMap<VarId, u32>,
 }
 
 impl<'p> Checker<'p> {
@@ -171,6 +173,7 @@ impl<'p> Checker<'p> {
             reduce_scratch: None,
             inferred: Vec::new(),
             branch_depth: 0,
+            barriers: tma::barrier_tensors(p),
         }
     }
 

@@ -86,28 +86,24 @@ pub fn is_compact_row_major(layout: &SharedLayout) -> bool {
     layout.strides == SharedLayout::row_major(&layout.shape).strides
 }
 
+/// The `mbarriers` tensors of `p` and their counts.
+pub(super) fn barrier_tensors(p: &crate::ir::Program) -> std::collections::HashMap<VarId, u32> {
+    let mut out = std::collections::HashMap::new();
+    p.visit_instructions(&mut |i| {
+        if let Instruction::Mbarriers { out: v, count, .. } = i {
+            out.insert(*v, *count);
+        }
+    });
+    out
+}
+
 impl<'p> Checker<'p> {
-    /// The `mbarriers` tensors of the program.
     fn is_barrier(&self, v: VarId) -> bool {
-        let mut found = false;
-        self.p.visit_instructions(&mut |i| {
-            if let Instruction::Mbarriers { out, .. } = i {
-                found |= *out == v;
-            }
-        });
-        found
+        self.barriers.contains_key(&v)
     }
 
     fn barrier_count(&self, v: VarId) -> Option<u32> {
-        let mut count = None;
-        self.p.visit_instructions(&mut |i| {
-            if let Instruction::Mbarriers { out, count: c, .. } = i {
-                if *out == v {
-                    count = Some(*c);
-                }
-            }
-        });
-        count
+        self.barriers.get(&v).copied()
     }
 
     fn needs_sm90(&mut self, span: SpanId, instr: &str) {

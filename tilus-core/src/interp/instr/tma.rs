@@ -11,7 +11,6 @@ use super::super::memory::{SharedView, Value};
 use super::super::{Block, Machine};
 use crate::ir::{Expr, VarId};
 use crate::layout::SharedLayout;
-use crate::verify::table::unravel;
 use crate::DType;
 
 impl Machine<'_> {
@@ -69,24 +68,7 @@ impl Machine<'_> {
     ) -> Result<(), String> {
         let addr = self.barrier_addr(block, barriers, index)?;
         let view = self.shared(block, dst)?;
-        let global = self.global(block, src)?;
-        let offset = self.global_offsets(block, src_offset)?;
-        let shape = view.layout.shape.clone();
-        let lead = global.shape.len() - shape.len();
-        let size: usize = shape.iter().product();
-        let mut codes = Vec::with_capacity(size);
-        let mut at = offset.clone();
-        for flat in 0..size {
-            let tile = unravel(flat, &shape);
-            for (d, x) in tile.iter().enumerate() {
-                at[lead + d] = offset[lead + d].saturating_add(*x as i64);
-            }
-            let code = self
-                .globals
-                .read(&global, &at)
-                .map_err(|e| format!("`{}`{at:?} cannot be read: {e}", self.name(src)))?;
-            codes.push((tile, code.unwrap_or(0)));
-        }
+        let codes = self.copy_source(block, src, &view, src_offset)?;
         let name = self.name(dst).to_string();
         let phase = block.shared.barriers[&addr].phase;
         block
