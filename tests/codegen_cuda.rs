@@ -1246,3 +1246,36 @@ fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
         eprintln!("{name}: ok, {} HGMMA", count("HGMMA"));
     }
 }
+
+/// The run fragments (`mma_a_k4`/`mma_b_k4`, `..k8`): the dot is an mma (`tilus_mma_f16` on
+/// reordered words, `R / 4` HMMA per fragment pair), without local memory.
+#[test]
+fn run_fragments_compile_to_hmma() {
+    let Some((ptxas, disasm)) = tools("run_fragments_compile_to_hmma") else {
+        return;
+    };
+    let scratch = Scratch::new("run_mma");
+    for cfg in language::run_mma::SPACE {
+        let name = format!("run_mma_{}", cfg.R);
+        let p = language::run_mma::program(cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        assert!(k.source.contains("tilus_mma_f16("), "{name}: an mma");
+        check_kernel(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &k,
+            Expect {
+                hmma: true,
+                ldgsts: false,
+            },
+        );
+        let ptx = compile_ptx(&k.source, "sm_90a").unwrap();
+        let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, "sm_90a");
+        let ops = opcodes(&a.sass);
+        // Two fragments of k by two tiles of n per warp and step: 4 R / 4 HMMA per step.
+        let hmma = ops.iter().filter(|o| o.starts_with("HMMA")).count();
+        assert!(hmma >= cfg.R as usize, "{name}: {hmma} HMMA");
+    }
+}

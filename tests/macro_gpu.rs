@@ -452,3 +452,42 @@ fn i64_scalars_match_the_interpreter_on_gpu() {
     narrow_wide::launch(&ctx, &narrow_wide::SPACE[0], v, k, &dxi, &mut dyi).unwrap();
     assert_eq!(dyi.to_host().unwrap(), yi, "narrow_wide v={v}");
 }
+
+/// The run fragments (`mma_a_k4`/`mma_b_k4`, `..k8`) on the GPU: exact small-integer products,
+/// bit for bit against the interpreter and the f64 reference, output poisoned.
+#[test]
+fn run_fragments_match_the_interpreter_on_gpu() {
+    use language::run_mma;
+    use rand::Rng;
+    let Some(ctx) = context("run_fragments_match_the_interpreter_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    for cfg in run_mma::SPACE {
+        let k = 8 * cfg.R as usize * rng.random_range(1..6usize);
+        let gen = |rng: &mut rand::rngs::ThreadRng, len: usize| -> Vec<f16> {
+            (0..len)
+                .map(|_| f16::from_f32(rng.random_range(-8..=8) as f32))
+                .collect()
+        };
+        let (a, bt) = (gen(&mut rng, 32 * k), gen(&mut rng, 16 * k));
+        let (da, db) = (
+            DeviceBuffer::from_host(&ctx, &a).unwrap(),
+            DeviceBuffer::from_host(&ctx, &bt).unwrap(),
+        );
+        let mut dc = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; 32 * 16]).unwrap();
+        run_mma::launch(&ctx, cfg, k as i32, &da, &db, &mut dc).unwrap();
+        let mut cpu = vec![f32::NAN; 32 * 16];
+        run_mma::interpret(cfg, k as i32, &a, &bt, &mut cpu).unwrap();
+        let got = dc.to_host().unwrap();
+        assert_eq!(got, cpu, "run_mma {cfg} k={k}");
+        for i in 0..32 {
+            for j in 0..16 {
+                let want: f64 = (0..k)
+                    .map(|kk| a[i * k + kk].to_f64() * bt[j * k + kk].to_f64())
+                    .sum();
+                assert_eq!(got[i * 16 + j] as f64, want, "run_mma {cfg} ({i}, {j})");
+            }
+        }
+    }
+}

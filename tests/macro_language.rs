@@ -6,8 +6,8 @@
 mod language;
 
 use language::{
-    block_values, chunk_max, closures, flagged, helpers, narrow_wide, scalar_operands, scale_shift,
-    unrolled, wide_offsets,
+    block_values, chunk_max, closures, flagged, helpers, narrow_wide, run_mma, scalar_operands,
+    scale_shift, unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -325,4 +325,40 @@ fn i64_arithmetic_and_narrowing_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("i64 overflow"), "{err}");
+}
+
+/// Random `a [32, k]` and `bt [16, k]` with small integer values (every product and sum exact
+/// in f32, so any summation order gives the same bits) and the f64 product `a · btᵀ`.
+pub fn run_mma_case(k: usize) -> (Vec<half::f16>, Vec<half::f16>, Vec<f64>) {
+    let mut rng = rand::rng();
+    let mut gen = |len: usize| -> Vec<half::f16> {
+        (0..len)
+            .map(|_| half::f16::from_f32(rng.random_range(-8..=8) as f32))
+            .collect()
+    };
+    let (a, bt) = (gen(32 * k), gen(16 * k));
+    let mut c = vec![0f64; 32 * 16];
+    for i in 0..32 {
+        for j in 0..16 {
+            c[i * 16 + j] = (0..k)
+                .map(|kk| a[i * k + kk].to_f64() * bt[j * k + kk].to_f64())
+                .sum();
+        }
+    }
+    (a, bt, c)
+}
+
+/// The run fragments (k permuted so each thread holds 4 or 8 consecutive k) compute the
+/// ordinary product.
+#[test]
+fn run_fragments_compute_the_product() {
+    for cfg in run_mma::SPACE {
+        let k = 4 * 8 * cfg.R as usize;
+        let (a, bt, reference) = run_mma_case(k);
+        let mut c = vec![f32::NAN; 32 * 16];
+        run_mma::interpret(cfg, k as i32, &a, &bt, &mut c).unwrap();
+        for (i, (&got, &want)) in c.iter().zip(&reference).enumerate() {
+            assert_eq!(got as f64, want, "{cfg} at {i}");
+        }
+    }
 }

@@ -219,3 +219,38 @@ pub fn block_values<const MODE: i32>(n: i32, x: Global<f32>, y: GlobalMut<f32>) 
     };
     put(shifted * (base as f32));
 }
+
+/// `c = a · b` (f16 in, f32 out) on the run fragments (`mma_a_k4`/`mma_b_k4` for `R = 4`,
+/// `mma_a_k8`/`mma_b_k8` for `R = 8`): each thread loads `R` consecutive k of a row of `a` and
+/// of a column of `b` (stored n-major, `bt [16, k]`), the mma on k permuted. 32 x 16 outputs,
+/// two warps along m, two fragments of k per step.
+#[tilus::kernel(grid = [1], warps = 2, space(R = [4, 8]))]
+pub fn run_mma<const R: i32>(k: i32, a: Global<f16>, bt: Global<f16>, c: GlobalMut<f32>) {
+    let la = if R == 4 {
+        layout!(spatial(2, 1).local(1, 2).mma_a_k4)
+    } else {
+        layout!(spatial(2, 1).local(1, 2).mma_a_k8)
+    };
+    // B's runs are rows of the n-major `bt`: loaded as `[16, 8 R]` and viewed as `[8 R, 16]`,
+    // the same registers in the same order.
+    let lbt = layout!(spatial(1, 1)
+        .replicated(2)
+        .column_local(2, 2)
+        .spatial(8, 4)
+        .local(1, R));
+    let lb = if R == 4 {
+        layout!(spatial(1, 1).replicated(2).local(2, 2).mma_b_k4)
+    } else {
+        layout!(spatial(1, 1).replicated(2).local(2, 2).mma_b_k8)
+    };
+    let lc = layout!(spatial(2, 1).local(1, 2).mma_c);
+    let ga = view_global(a, [32, k]);
+    let gb = view_global(bt, [16, k]);
+    let mut acc = register::<f32>(lc, 0.0);
+    for kt in 0..k / (8 * R) {
+        let ta = load_global(ga, la, [0, kt * 8 * R]);
+        let tb = view::<f16>(load_global(gb, lbt, [0, kt * 8 * R]), lb);
+        acc = dot(ta, tb, acc);
+    }
+    store_global(acc, view_global(c, [32, 16]), [0, 0]);
+}

@@ -64,6 +64,14 @@ pub enum MmaKind {
     /// the instruction's order. [`MmaKind::of`] gives [`MmaKind::B1`]; the verifier picks this
     /// kind when the layouts are tiles of the paired fragments.
     B1Paired,
+    /// `mma.m16n8k16` f16 x f16 + f32 on the *run* fragments (`mma_a_k4`/`mma_b_k4` for 4,
+    /// `mma_a_k8`/`mma_b_k8` for 8): k permuted so that each thread holds runs of that many
+    /// consecutive k; a tile of `4 r` k is `r / 4` instructions, the code generator passing
+    /// each its words (`layout::fragments`). [`MmaKind::of`] gives [`MmaKind::F16`]; the
+    /// verifier picks this kind when the layouts are tiles of the run fragments.
+    F16Runs(u8),
+    /// The same for bf16.
+    Bf16Runs(u8),
 }
 
 impl MmaKind {
@@ -83,6 +91,7 @@ impl MmaKind {
     pub fn shape(self) -> (u32, u32, u32) {
         match self {
             MmaKind::B1 | MmaKind::B1Paired => (16, 8, 256),
+            MmaKind::F16Runs(r) | MmaKind::Bf16Runs(r) => (16, 8, 4 * r as u32),
             _ => (16, 8, 16),
         }
     }
@@ -123,13 +132,27 @@ pub struct Target {
     pub features: Features,
 }
 
-const ALL_KINDS: &[MmaKind] = &[MmaKind::F16, MmaKind::Bf16, MmaKind::I8, MmaKind::U8];
+const ALL_KINDS: &[MmaKind] = &[
+    MmaKind::F16,
+    MmaKind::Bf16,
+    MmaKind::I8,
+    MmaKind::U8,
+    MmaKind::F16Runs(4),
+    MmaKind::Bf16Runs(4),
+];
 const MMA_SYNC: &[MmaShape] = &[
     MmaShape {
         m: 16,
         n: 8,
         k: 16,
         kinds: ALL_KINDS,
+    },
+    // Two m16n8k16 instructions on the runs-of-8 fragments.
+    MmaShape {
+        m: 16,
+        n: 8,
+        k: 32,
+        kinds: &[MmaKind::F16Runs(8), MmaKind::Bf16Runs(8)],
     },
     MmaShape {
         m: 16,

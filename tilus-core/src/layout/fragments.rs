@@ -19,6 +19,20 @@
 //! | `mma_b1_ap` | `[16, 256]` | A of u1, *paired*: `spatial(8, 4).local(2, 64)`, rows and k permuted within the tile (below) |
 //! | `mma_b1_bp` | `[256, 8]` | B of u1, paired: `column_spatial(4, 8).local(64, 1)` |
 //! | `mma_b1_cp` | `[16, 8]` | C/D, paired: `spatial(8, 4).local(2, 2)` |
+//! | `mma_a_k4` | `[16, 16]` | A of f16/bf16, *runs of 4*: `local(2, 1).spatial(8, 4).local(1, 4)`, k permuted within the tile (below) |
+//! | `mma_b_k4` | `[16, 8]` | B of f16/bf16, runs of 4: `column_spatial(4, 8).local(4, 1)` (C is `mma_c`) |
+//! | `mma_a_k8` | `[16, 32]` | A of f16/bf16, *runs of 8* (two instructions): `local(2, 1).spatial(8, 4).local(1, 8)` |
+//! | `mma_b_k8` | `[32, 8]` | B of f16/bf16, runs of 8: `column_spatial(4, 8).local(8, 1)` |
+//!
+//! **Run fragments.** An operand whose values come `r` consecutive k at a time (a vector-quantized
+//! weight: one codebook row of 4 or 8 values per look-up; activations read 8 or 16 bytes at a
+//! time) fits the f16 instruction when k is permuted, A and B alike: in the runs-of-`r` set
+//! (`r` = 4 or 8) thread `4 g + t` holds k `r t .. r t + r` of rows `g` and `g + 8` (A) or of
+//! column `g` (B), in order, and the tile spans `4 r` of k: `r / 4` instructions. Instruction
+//! `j` reads its k `8 h + 2 t + p` (`h`, `p` in 0..2) from the run's element `4 j + 2 h + p`:
+//! A's 32-bit words (two f16) are `r / 2` of row `g` then `r / 2` of row `g + 8`, and the code
+//! generator passes instruction `j` the words `2 j` and `2 j + 1` of each row, in the order
+//! (row `g`, row `g + 8`) per k half; B's words `2 j`, `2 j + 1`. The accumulator is `mma_c`.
 //!
 //! **Paired fragments.** The u1 mma sums over k, so any permutation of k shared by A and B, and
 //! any permutation of the 16 rows shared by A and C, computes the same product. The paired set
@@ -47,7 +61,7 @@
 use super::Layout;
 
 /// `(name, text)` of every named fragment.
-pub const FRAGMENTS: [(&str, &str); 14] = [
+pub const FRAGMENTS: [(&str, &str); 18] = [
     ("mma_a", "column_local(2, 2).spatial(8, 4).local(1, 2)"),
     ("mma_b", "local(2, 1).column_spatial(4, 8).local(2, 1)"),
     ("mma_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
@@ -62,6 +76,10 @@ pub const FRAGMENTS: [(&str, &str); 14] = [
     ("mma_b1_ap", "spatial(8, 4).local(2, 64)"),
     ("mma_b1_bp", "column_spatial(4, 8).local(64, 1)"),
     ("mma_b1_cp", "spatial(8, 4).local(2, 2)"),
+    ("mma_a_k4", "local(2, 1).spatial(8, 4).local(1, 4)"),
+    ("mma_b_k4", "column_spatial(4, 8).local(4, 1)"),
+    ("mma_a_k8", "local(2, 1).spatial(8, 4).local(1, 8)"),
+    ("mma_b_k8", "column_spatial(4, 8).local(8, 1)"),
 ];
 
 /// The text of the accumulator fragment of `wgmma.m64nNk16` for `n` columns (a multiple of 8
@@ -120,6 +138,10 @@ mod tests {
             [16, 256],
             [256, 8],
             [16, 8],
+            [16, 16],
+            [16, 8],
+            [16, 32],
+            [32, 8],
         ];
         for ((name, _), shape) in FRAGMENTS.iter().zip(shapes) {
             let l = fragment(name).unwrap();
@@ -164,6 +186,52 @@ mod tests {
                     vec![row(isa[0]), isa[1]],
                     "C lane {lane} c{i}"
                 );
+            }
+        }
+    }
+
+    /// The run fragments feed the instruction the ISA's f16 fragments under one k permutation
+    /// shared by A and B: instruction `j`'s register `a_i` (b_i) is the run word the code
+    /// generator passes, and its elements sit at the ISA's row (column) and at k
+    /// `4 r j`-relative positions that map one to one onto the run's.
+    #[test]
+    fn run_fragments_permute_the_isa_ones() {
+        let f = |n: &str| fragment(n).unwrap();
+        let (a, b) = (f("mma_a"), f("mma_b"));
+        for r in [4usize, 8] {
+            let (ar, br) = (f(&format!("mma_a_k{r}")), f(&format!("mma_b_k{r}")));
+            assert_eq!((ar.num_locals(), br.num_locals()), (2 * r, r));
+            // The k of the run tile that instruction `j` computes at its own k `kk`.
+            let k = |j: usize, kk: usize| {
+                let (h, t, p) = (kk / 8, (kk % 8) / 2, kk % 2);
+                r * t + 4 * j + 2 * h + p
+            };
+            let mut seen = std::collections::HashSet::new();
+            for j in 0..r / 4 {
+                for kk in 0..16 {
+                    assert!(seen.insert(k(j, kk)), "k map is one to one");
+                }
+            }
+            assert_eq!(seen.len(), 4 * r);
+            for lane in 0..32 {
+                for j in 0..r / 4 {
+                    // A: instruction register i (two f16) is run word `order[i]`.
+                    let order = [2 * j, r / 2 + 2 * j, 2 * j + 1, r / 2 + 2 * j + 1];
+                    for (i, &w) in order.iter().enumerate() {
+                        for half in 0..2 {
+                            let isa = a.eval(lane, 2 * i + half);
+                            let run = ar.eval(lane, 2 * w + half);
+                            assert_eq!(run, vec![isa[0], k(j, isa[1])], "A r{r} lane {lane} j{j}");
+                        }
+                    }
+                    for i in 0..2 {
+                        for half in 0..2 {
+                            let isa = b.eval(lane, 2 * i + half);
+                            let run = br.eval(lane, 2 * (2 * j + i) + half);
+                            assert_eq!(run, vec![k(j, isa[0]), isa[1]], "B r{r} lane {lane} j{j}");
+                        }
+                    }
+                }
             }
         }
     }

@@ -27,9 +27,13 @@
 //! | i8/u8 -> i32          | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32 (m16n8k256) | `column_local(2,2).spatial(8,4).local(1,32)` `[16, 256]` | `local(2,1).column_spatial(4,8).local(32,1)` `[256, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32, paired     | `spatial(8,4).local(2,64)`                 | `column_spatial(4,8).local(64,1)`            | `spatial(8,4).local(2,2)`            |
+//! | f16/bf16, runs of 4   | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
+//! | f16/bf16, runs of 8   | `local(2,1).spatial(8,4).local(1,8)` `[16, 32]` | `column_spatial(4,8).local(8,1)` `[32, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
 //!
 //! The paired u1 set (`MmaKind::B1Paired`, tried when the first does not divide) is the same
-//! instruction on rows and k permuted within the tile, so that loads and stores are 8 bytes
+//! instruction on rows and k permuted within the tile, so that loads and stores are 8 bytes;
+//! the run sets of f16/bf16 (`MmaKind::F16Runs`, tried next) the same instruction on k permuted
+//! so that each thread holds 4 or 8 consecutive k, one codebook row or one 8/16-byte load
 //! (`layout::fragments`).
 //!
 //! u1 operands use `mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc`: `c += Σ_k a AND b`,
@@ -84,6 +88,11 @@ pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
         MmaKind::I8 | MmaKind::U8 => [f("mma_a_i8"), f("mma_b_i8"), f("mma_c")],
         MmaKind::B1 => [f("mma_b1_a"), f("mma_b1_b"), f("mma_b1_c")],
         MmaKind::B1Paired => [f("mma_b1_ap"), f("mma_b1_bp"), f("mma_b1_cp")],
+        MmaKind::F16Runs(r) | MmaKind::Bf16Runs(r) => [
+            f(&format!("mma_a_k{r}")),
+            f(&format!("mma_b_k{r}")),
+            f("mma_c"),
+        ],
     }
 }
 
@@ -133,10 +142,19 @@ fn mma_plan(
         ));
     };
     let plan = mma_plan_of(kind, a, b, c, block_threads, target);
-    if kind == MmaKind::B1 && plan.is_err() {
-        // The paired u1 fragments, the same instruction (see `layout::fragments`).
-        if let Ok(p) = mma_plan_of(MmaKind::B1Paired, a, b, c, block_threads, target) {
-            return Ok(p);
+    if plan.is_err() {
+        // The same instruction on k-permuted fragments (see `layout::fragments`): the paired
+        // u1 set, the runs of 4 and 8 of f16/bf16. The error stays the standard set's.
+        let others: &[MmaKind] = match kind {
+            MmaKind::B1 => &[MmaKind::B1Paired],
+            MmaKind::F16 => &[MmaKind::F16Runs(4), MmaKind::F16Runs(8)],
+            MmaKind::Bf16 => &[MmaKind::Bf16Runs(4), MmaKind::Bf16Runs(8)],
+            _ => &[],
+        };
+        for &other in others {
+            if let Ok(p) = mma_plan_of(other, a, b, c, block_threads, target) {
+                return Ok(p);
+            }
         }
     }
     plan
@@ -164,6 +182,8 @@ fn mma_plan_of(
         MmaKind::I8 | MmaKind::U8 => ["mma_a_i8", "mma_b_i8", "mma_c"],
         MmaKind::B1 => ["mma_b1_a", "mma_b1_b", "mma_b1_c"],
         MmaKind::B1Paired => ["mma_b1_ap", "mma_b1_bp", "mma_b1_cp"],
+        MmaKind::F16Runs(4) | MmaKind::Bf16Runs(4) => ["mma_a_k4", "mma_b_k4", "mma_c"],
+        MmaKind::F16Runs(_) | MmaKind::Bf16Runs(_) => ["mma_a_k8", "mma_b_k8", "mma_c"],
     };
     let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
         x.layout.divide(f).map_err(|e| {

@@ -147,6 +147,16 @@ fn mma(
             cx.features.insert(super::bmma::FEATURE_PAIRED);
             (super::bmma::HELPER_PAIRED, 4, 2)
         }
+        MmaKind::F16Runs(r) | MmaKind::Bf16Runs(r) => {
+            let name = if matches!(kind, MmaKind::F16Runs(_)) {
+                "f16"
+            } else {
+                "bf16"
+            };
+            cx.features
+                .insert(if name == "f16" { "mma_f16" } else { "mma_bf16" });
+            return mma_runs(cx, name, r as usize, out, (a, b, c), &table, qa, qc);
+        }
     };
     let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
     if out != c {
@@ -164,6 +174,47 @@ fn mma(
                 la * a_words,
                 lb * b_words
             ));
+        }
+    }
+    Ok(())
+}
+
+/// The run fragments (`mma_a_k4`.., see `layout::fragments`): fragment `l` of `a` is words
+/// `[r l, r l + r)` (`r / 2` of row `g`, then `r / 2` of row `g + 8`), of `b` words
+/// `[r l / 2, r l / 2 + r / 2)`; instruction `j` of the `r / 4` takes `a` words `2 j`,
+/// `r / 2 + 2 j`, `2 j + 1`, `r / 2 + 2 j + 1` and `b` words `2 j`, `2 j + 1`.
+#[allow(clippy::too_many_arguments)]
+fn mma_runs(
+    cx: &mut Ctx,
+    name: &str,
+    r: usize,
+    out: VarId,
+    (a, b, c): (VarId, VarId, VarId),
+    table: &[Vec<(usize, usize)>],
+    qa: &LayoutMap,
+    qc: &LayoutMap,
+) -> Result<(), CodegenError> {
+    let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
+    if out != c {
+        for w in 0..qc.locals * 4 {
+            cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
+        }
+    }
+    let half = r / 2;
+    for kq in 0..qa.shape[1] {
+        for (jq, row) in table.iter().enumerate() {
+            let (la, lb) = row[kq];
+            let (wa, wb) = (la * r, lb * half);
+            for j in 0..r / 4 {
+                let aw = [2 * j, half + 2 * j, 2 * j + 1, half + 2 * j + 1]
+                    .map(|w| format!("{an}[{}]", wa + w))
+                    .join(", ");
+                cx.w.line(format!(
+                    "{{ const uint32_t ra[4] = {{{aw}}}; tilus_mma_{name}(&{on}[{}], ra, &{bn}[{}]); }}",
+                    jq * 4,
+                    wb + 2 * j
+                ));
+            }
         }
     }
     Ok(())
