@@ -163,7 +163,9 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             Operand::Tensor(t) => vec![*t],
             _ => vec![],
         },
-        Item { .. } | Gather { .. } | Scatter { .. } | Atomic { .. } => i.addressing_vars(),
+        Item { .. } | Gather { .. } | GatherRows { .. } | Scatter { .. } | Atomic { .. } => {
+            i.addressing_vars()
+        }
     }
 }
 

@@ -511,6 +511,7 @@ impl Machine<'_> {
             Instruction::Scan { out, x, dim, .. } => self.scan(block, *out, *x, *dim)?,
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::Atomic { .. } => self.addressing(ins, block)?,
         }

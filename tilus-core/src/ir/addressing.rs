@@ -1,9 +1,37 @@
 //! Data-dependent addressing: `item` (a register element as a uniform scalar), `gather`,
-//! `scatter` and atomics. The IR services for these instructions (result types, printing,
+//! `gather_rows`, `scatter` and atomics. The IR services for these instructions (result types, printing,
 //! operands, builder methods) live here so the shared matches elsewhere stay one line each.
 
 use super::builder::Dest;
 use super::{Instruction, ProgramBuilder, RegisterType, ScalarType, VarId, VarType};
+use crate::layout::Layout;
+
+/// The `[rows, w]` row width of a `gather_rows` source: the last extent of a rank-2 shared
+/// tensor, or of a rank-2 global view whose last extent is a constant of at least 1. `None`
+/// for anything else (the verifier says why).
+pub fn gather_rows_width(src: &VarType) -> Option<usize> {
+    match src {
+        VarType::Shared(s) if s.layout.shape.len() == 2 => Some(s.layout.shape[1]),
+        VarType::Global(g) if g.shape.len() == 2 => match g.shape[1].const_i32() {
+            Some(w) if w >= 1 => Some(w as usize),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The layout of `gather_rows(src, index, dim)` for an index in `index` and rows of `w`
+/// elements: `index.local(1, .., w, .., 1)` (`w` at `dim`), so local `l * w + c` of each
+/// thread is column `c` of the row its index local `l` selects. `None` when `dim` is not a
+/// dimension of `index` or the result is too large to represent.
+pub fn gather_rows_layout(index: &Layout, w: usize, dim: usize) -> Option<Layout> {
+    if dim >= index.rank() || w == 0 {
+        return None;
+    }
+    let mut shape = vec![1; index.rank()];
+    shape[dim] = w;
+    index.compose(&Layout::local(&shape)).ok()
+}
 
 /// The read-modify-write of an [`Instruction::Atomic`], on `i32`, `u32` or `f32` elements.
 ///
@@ -68,6 +96,29 @@ impl Instruction {
                 };
                 vec![(*out, t)]
             }
+            Instruction::GatherRows {
+                out,
+                src,
+                index,
+                dim,
+            } => {
+                let src = ty(*src);
+                let dtype = match &src {
+                    VarType::Global(g) => Some(g.dtype),
+                    VarType::Shared(s) => Some(s.dtype),
+                    _ => None,
+                };
+                let t = match (dtype, gather_rows_width(&src), ty(*index)) {
+                    (Some(dtype), Some(w), VarType::Register(r)) => {
+                        match gather_rows_layout(&r.layout, w, *dim) {
+                            Some(layout) => VarType::Register(RegisterType { dtype, layout }),
+                            None => VarType::Unknown,
+                        }
+                    }
+                    _ => VarType::Unknown,
+                };
+                vec![(*out, t)]
+            }
             Instruction::Atomic {
                 dst,
                 value,
@@ -97,7 +148,9 @@ impl Instruction {
     pub(super) fn addressing_inputs(&self) -> Vec<VarId> {
         match self {
             Instruction::Item { x, .. } => vec![*x],
-            Instruction::Gather { src, index, .. } => vec![*src, *index],
+            Instruction::Gather { src, index, .. } | Instruction::GatherRows { src, index, .. } => {
+                vec![*src, *index]
+            }
             Instruction::Scatter { src, dst, index } => vec![*src, *dst, *index],
             Instruction::Atomic {
                 dst,
@@ -133,6 +186,12 @@ impl super::Program {
             Instruction::Gather { out, src, index } => {
                 format!("{} = {name}({}, {})", n(out), n(src), n(index))
             }
+            Instruction::GatherRows {
+                out,
+                src,
+                index,
+                dim,
+            } => format!("{} = {name}({}, {}, {dim})", n(out), n(src), n(index)),
             Instruction::Scatter { src, dst, index } => {
                 format!("{name}({}, {}, {})", n(src), n(dst), n(index))
             }
@@ -165,6 +224,24 @@ impl ProgramBuilder {
     /// `gather(src, index)`: `out[e] = src.flat[index[e]]`, 0 outside `src`.
     pub fn gather(&mut self, dest: impl Into<Dest>, src: VarId, index: VarId) -> VarId {
         self.define(dest, |out| Instruction::Gather { out, src, index })
+    }
+
+    /// `gather_rows(src, index, dim)`: `out[.., i * w + c, ..] = src[index[.., i, ..], c]` for
+    /// a `[rows, w]` table `src`, a row of zeros for an index outside `[0, rows)`
+    /// ([`Instruction::GatherRows`]).
+    pub fn gather_rows(
+        &mut self,
+        dest: impl Into<Dest>,
+        src: VarId,
+        index: VarId,
+        dim: usize,
+    ) -> VarId {
+        self.define(dest, |out| Instruction::GatherRows {
+            out,
+            src,
+            index,
+            dim,
+        })
     }
 
     /// `scatter(src, dst, index)`: `dst.flat[index[e]] = src[e]`, skipping indices outside.

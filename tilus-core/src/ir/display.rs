@@ -305,6 +305,7 @@ impl Program {
             }
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::Atomic { .. } => self.addressing_text(i),
         }
@@ -549,6 +550,7 @@ impl Instruction {
             Instruction::Print { x, .. } => operand(x, &mut out),
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::Atomic { .. } => out = self.addressing_inputs(),
         }

@@ -151,6 +151,7 @@ impl Instruction {
             }
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::Atomic { .. } => self.addressing_output_types(ty),
             Instruction::StoreGlobal { .. }

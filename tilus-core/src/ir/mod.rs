@@ -31,7 +31,7 @@ mod reduce;
 pub mod syntax;
 mod wide;
 
-pub use addressing::AtomicOp;
+pub use addressing::{gather_rows_layout, gather_rows_width, AtomicOp};
 pub use builder::ProgramBuilder;
 pub use eval::{EvalError, ScalarValue};
 pub(crate) use reduce::reduce_type;
@@ -628,6 +628,32 @@ pub enum Instruction {
         out: VarId,
         src: VarId,
         index: VarId,
+    },
+    /// `gather_rows(src, index, dim)`: whole rows of a table, one row per index element.
+    ///
+    /// - `src`: a global or shared tensor of rank 2, `[rows, w]`, of 8-, 16- or 32-bit
+    ///   elements, read row-major (element `(r, c)` is flat element `r * w + c`, exactly as
+    ///   [`Instruction::Gather`] addresses its source, slices/permutes/swizzles of shared
+    ///   tensors included). A global source's `w` must be a constant.
+    /// - `index`: an `i32` register tensor of any rank `R`, layout `Li`; `dim` a constant in
+    ///   `0..R`.
+    /// - `out`: `src`'s dtype, shape = `index`'s shape with extent `dim` multiplied by `w`,
+    ///   layout `Li` composed with `local(1, .., w, .., 1)` (`w` at `dim`), i.e. `Li.local(..)`
+    ///   in layout text ([`crate::layout::Layout::compose`], inner factor the local), so out
+    ///   local `l * w + c` of every thread is column `c` of the row indexed by index local
+    ///   `l`: `out[.., i * w + c, ..] = src[index[.., i, ..], c]`.
+    /// - An index outside `[0, rows)` reads a row of zeros, with no memory access (as
+    ///   `gather`).
+    ///
+    /// Example: `index` in `spatial(1, 4).local(16, 8).column_spatial(4, 8)` over `[64, 256]`,
+    /// `src` a shared `[256, 4]` f16 codebook, `dim = 0`: the result is `[256, 256]` in
+    /// `spatial(1, 4).local(16, 8).column_spatial(4, 8).local(4, 1)`. The code generator reads
+    /// each row with one vector load where it can prove the alignment (a 4-f16 row: `LDS.64`).
+    GatherRows {
+        out: VarId,
+        src: VarId,
+        index: VarId,
+        dim: usize,
     },
     /// `dst.flat[index[e]] = src[e]` for each element of register tensor `src` (once, not per
     /// replica); `index` has `src`'s layout. Out-of-range indices are skipped. Two elements

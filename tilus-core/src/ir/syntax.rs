@@ -21,7 +21,7 @@ pub enum Family {
     Control,
     /// Compile-time and uniform scalar helpers.
     Scalar,
-    /// Addresses computed from register values: item, gather, scatter, atomics.
+    /// Addresses computed from register values: item, gather, gather_rows, scatter, atomics.
     Addressing,
 }
 
@@ -96,6 +96,7 @@ pub enum Op {
     /// Data-dependent addressing (`ir/addressing.rs`).
     Item,
     Gather,
+    GatherRows,
     Scatter,
     Atomic(AtomicOp),
 }
@@ -209,6 +210,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("gcd", Scalar, 2..=2, "gcd(a, b) (of constants)", Op::Gcd),
     row!("item", Addressing, 1..=1, "item(x) or x.item()", Op::Item),
     row!("gather", Addressing, 2..=2, "gather(src, index)", Op::Gather),
+    row!("gather_rows", Addressing, 3..=3, "gather_rows(src, index, dim)", Op::GatherRows),
     row!("scatter", Addressing, 3..=3, "scatter(x, dst, index)", Op::Scatter),
     row!("atomic_add", Addressing, 3..=3, "atomic_add(dst, index, x)", Op::Atomic(AtomicOp::Add)),
     row!("atomic_max", Addressing, 3..=3, "atomic_max(dst, index, x)", Op::Atomic(AtomicOp::Max)),

@@ -708,6 +708,7 @@ impl<'p> Checker<'p> {
             },
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::Atomic { .. } => self.check_addressing(ins, span),
         }

@@ -361,6 +361,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         Instruction::Print { x, .. } => tensor(x).into_iter().collect(),
         Instruction::Item { .. }
         | Instruction::Gather { .. }
+        | Instruction::GatherRows { .. }
         | Instruction::Scatter { .. }
         | Instruction::Atomic { .. } => ins.addressing_vars(),
         Instruction::BlockIndices { .. }

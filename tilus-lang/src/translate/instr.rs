@@ -713,7 +713,7 @@ impl Translator<'_, '_> {
                 b.fence();
                 Ok(Value::Unit)
             }
-            Op::Item | Op::Gather | Op::Scatter | Op::Atomic(_) => {
+            Op::Item | Op::Gather | Op::GatherRows | Op::Scatter | Op::Atomic(_) => {
                 self.addressing_call(b, c, syntax.op, &args, name, dest)
             }
             Op::Print => {

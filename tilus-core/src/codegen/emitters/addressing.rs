@@ -1,4 +1,5 @@
-//! `item`, `gather`, `scatter` and atomics: per local, an address computed from a register.
+//! `item`, `gather`, `gather_rows`, `scatter` and atomics: per local, an address computed from
+//! a register.
 //!
 //! A global or shared tensor is addressed as one flat row-major array. Each local of the index
 //! tensor becomes one guarded access `0 <= ix < numel` (masked: out-of-range gathers read 0,
@@ -6,6 +7,18 @@
 //! tensors (possibly slices of an allocation, possibly swizzled) turn the flat index into the
 //! root element offset at run time. Stores and atomics of replicated elements are done by one
 //! replica (the same guard as `store_global`).
+//!
+//! `gather_rows` guards each index local once (`0 <= ix < rows`) and reads the whole row into
+//! the out words of locals `[l * w, (l + 1) * w)`. A row of a shared table is read with vector
+//! loads (`uint32_t`, `uint2`, `uint4`: `LDS`, `LDS.64`, `LDS.128`) when its address is provably
+//! a multiple of the vector size: the view is compact row-major without swizzle (so a row is
+//! contiguous), the allocation's byte offset is a multiple, and every origin term
+//! `origin[d] * stride[d] * bytes` is one (by its stride, or by the origin's value: a constant
+//! or a `let` the divisibility prover sees through); the row's `w * bytes` is a multiple by
+//! choice of the vector. The widest such vector of at most 16 bytes is used, several per row
+//! when the row is longer; otherwise each element is read alone, as `gather` does. A global
+//! table is always read per element: its pointer is a kernel argument whose alignment the
+//! launcher only checks to the element size, so a wider access could fault on a valid call.
 //!
 //! `f32` atomic max/min use the integer-compare lowering: a non-negative value (sign bit clear)
 //! is combined with `atomicMax`/`atomicMin` on the bits as `int`, a negative one with
@@ -17,7 +30,8 @@ use super::shared::swizzle_c;
 use crate::codegen::context::{Ctx, GlobalInfo, SharedInfo, SMEM};
 use crate::codegen::regs::{get_bits, word_count, WordBuilder};
 use crate::codegen::{cast, CodegenError};
-use crate::ir::{AtomicOp, Instruction, VarId, VarType};
+use crate::codegen::expr::Divisible;
+use crate::ir::{AtomicOp, Expr, Instruction, VarId, VarType};
 use crate::DType;
 
 /// A flat-addressed tensor: its element count and how to form an element's byte address.
@@ -44,12 +58,7 @@ impl Flat {
                 let root = &s.root_layout;
                 let (rank, root_rank) = (s.shape.len(), root.rank());
                 let lead = root_rank - rank;
-                // A compact row-major view (strides of its own shape, no swizzle): the flat
-                // index is the offset from the view's first element, no division needed.
-                let compact = root.swizzle.is_none()
-                    && (0..rank).all(|k| {
-                        root.strides[lead + k] == s.shape[k + 1..].iter().product::<usize>()
-                    });
+                let compact = compact(s);
                 let mut terms = Vec::new();
                 if compact {
                     terms.push(ix.to_string());
@@ -112,6 +121,49 @@ impl Flat {
                 format!("{base} + ({off}) * {bytes}")
             }
         }
+    }
+}
+
+/// A compact row-major view (strides of its own shape, no swizzle): the flat index is the
+/// offset from the view's first element, no division needed.
+fn compact(s: &SharedInfo) -> bool {
+    let root = &s.root_layout;
+    let (rank, root_rank) = (s.shape.len(), root.rank());
+    let lead = root_rank - rank;
+    root.swizzle.is_none()
+        && (0..rank).all(|k| root.strides[lead + k] == s.shape[k + 1..].iter().product::<usize>())
+}
+
+/// The widest vector (4, 8 or 16 bytes) that reads rows of `row_bytes` bytes of shared view
+/// `s` at addresses provably multiples of its size, with `divisible` the scalar divisibility
+/// prover (`divisible(e, d)`: `e % d == 0` always); `None` when not even 4 bytes are provable
+/// (the rows are then read per element). See the module documentation.
+fn row_vector(
+    s: &SharedInfo,
+    row_bytes: usize,
+    divisible: &dyn Fn(&Expr, i64) -> bool,
+) -> Option<usize> {
+    if !compact(s) {
+        return None;
+    }
+    let bytes = (s.dtype.bits() / 8) as usize;
+    [16, 8, 4].into_iter().find(|&v| {
+        row_bytes % v == 0
+            && s.root_offset % v == 0
+            && s.origin.iter().enumerate().all(|(d, origin)| {
+                let step = s.root_layout.strides[d] * bytes;
+                // `origin * step` is a multiple of `v` when `origin` is one of `v / gcd`.
+                let need = v / gcd(step, v);
+                need == 1 || divisible(origin, need as i64)
+            })
+    })
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -186,6 +238,9 @@ pub(crate) fn emit(cx: &mut Ctx, i: &Instruction) -> Result<(), CodegenError> {
     match i {
         Instruction::Item { out, x } => item(cx, *out, *x),
         Instruction::Gather { out, src, index } => gather(cx, *out, *src, *index),
+        Instruction::GatherRows {
+            out, src, index, ..
+        } => gather_rows(cx, *out, *src, *index),
         Instruction::Scatter { src, dst, index } => scatter(cx, *src, *dst, *index),
         Instruction::Atomic {
             op,
@@ -233,6 +288,107 @@ fn gather(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), Code
             wb.word(l, &v);
         } else {
             wb.field(l * bits as usize, bits, &v);
+        }
+    }
+    // Written after every read: `out` may be the index tensor itself.
+    for line in wb.finish(&cx.name(out)) {
+        cx.w.line(line);
+    }
+    cx.w.close();
+    Ok(())
+}
+
+/// `gather_rows`: per index local one guarded row read, by vectors where the alignment is
+/// provable (see the module documentation). The out layout is the index layout composed with
+/// a local of `w` (the verifier checked it), so the row of index local `l` is out locals
+/// `l * w ..`: `dim` does not change the registers, only the tile shape.
+fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), CodegenError> {
+    let (_, layout) = cx.reg(index)?;
+    let w = crate::ir::gather_rows_width(cx.p.ty(src)).ok_or_else(|| {
+        cx.err(format!(
+            "{} must be a [rows, w] table with a constant w",
+            cx.ir_name(src)
+        ))
+    })?;
+    cx.w.open("");
+    let f = flat(cx, src, false)?;
+    let bits = f.dtype.bits();
+    let bytes = (bits / 8) as usize;
+    let row_bytes = w * bytes;
+    let vector = match &f.target {
+        Target::Shared(s) => {
+            let facts = &cx.facts;
+            row_vector(s, row_bytes, &|e, d| facts.divisible(e, d) == Divisible::Yes)
+        }
+        Target::Global(_) => None,
+    };
+    let rows = cx.fresh("rows");
+    cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
+    let locals = layout.num_locals();
+    let idx = cx.name(index);
+    let wide = matches!(f.target, Target::Global(_));
+    let mut wb = WordBuilder::new(word_count(bits, locals * w));
+    for l in 0..locals {
+        let ix = cx.fresh("ix");
+        cx.w.line(format!("const int {ix} = (int){idx}[{l}];"));
+        let cond = format!("{ix} >= 0 && (long long){ix} < {rows}");
+        // Flat element `c` of the row: `ix * w + c` (64-bit for global tables, which may
+        // exceed 2^31 elements; shared offsets stay `int`).
+        let element = |c: usize| {
+            let row = match (wide, w) {
+                (true, 1) => format!("(long long){ix}"),
+                (true, _) => format!("(long long){ix} * {w}"),
+                (false, 1) => ix.clone(),
+                (false, _) => format!("{ix} * {w}"),
+            };
+            if c == 0 {
+                format!("({row})")
+            } else {
+                format!("({row} + {c})")
+            }
+        };
+        match vector {
+            Some(v) => {
+                let (ty, zero, comps): (&str, &str, &[&str]) = match v {
+                    16 => ("uint4", "make_uint4(0u, 0u, 0u, 0u)", &["x", "y", "z", "w"]),
+                    8 => ("uint2", "make_uint2(0u, 0u)", &["x", "y"]),
+                    _ => ("uint32_t", "0u", &[""]),
+                };
+                let per = v / bytes;
+                for k in 0..row_bytes / v {
+                    let g = cx.fresh("g");
+                    let addr = f.addr(cx, &element(k * per));
+                    cx.w.line(format!(
+                        "const {ty} {g} = ({cond}) ? *(const {ty}*)({addr}) : {zero};"
+                    ));
+                    // Rows are whole words here (`v` divides `row_bytes`, `v >= 4`).
+                    let word = (l * row_bytes + k * v) / 4;
+                    for (j, c) in comps.iter().enumerate() {
+                        let value = if c.is_empty() {
+                            g.clone()
+                        } else {
+                            format!("{g}.{c}")
+                        };
+                        wb.word(word + j, &value);
+                    }
+                }
+            }
+            None => {
+                let ty = uint_type(bits);
+                for c in 0..w {
+                    let g = cx.fresh("g");
+                    let addr = f.addr(cx, &element(c));
+                    cx.w.line(format!(
+                        "const uint32_t {g} = ({cond}) ? (uint32_t)*(const {ty}*)({addr}) : 0u;"
+                    ));
+                    let local = l * w + c;
+                    if bits == 32 {
+                        wb.word(local, &g);
+                    } else {
+                        wb.field(local * bits as usize, bits, &g);
+                    }
+                }
+            }
         }
     }
     // Written after every read: `out` may be the index tensor itself.

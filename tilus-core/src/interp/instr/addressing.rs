@@ -1,7 +1,9 @@
-//! `item`, `gather`, `scatter` and atomics: addresses computed from register values.
+//! `item`, `gather`, `gather_rows`, `scatter` and atomics: addresses computed from register
+//! values.
 //!
 //! A global or shared tensor is addressed as one flat row-major array; an index outside
-//! `[0, numel)` is masked (reads 0, writes and updates are skipped). Each element of a register
+//! `[0, numel)` is masked (reads 0, writes and updates are skipped). `gather_rows` reads the
+//! `w` flat elements `row * w ..` of each row, and masks a row outside `[0, rows)` whole. Each element of a register
 //! tensor is written or applied once, by its first owner (replicas hold equal values), in
 //! row-major element order; see [`crate::ir::AtomicOp`] for what that order means.
 
@@ -139,6 +141,58 @@ impl Machine<'_> {
                             0
                         };
                         reg.set(t, i, code);
+                    }
+                }
+                if matches!(mem, Mem::Global(_)) {
+                    reg.replicate(tab.threads);
+                }
+                block.env[out.0 as usize] = Some(Value::Reg(reg));
+            }
+            Instruction::GatherRows {
+                out,
+                src,
+                index,
+                dim,
+            } => {
+                let mem = self.mem(block, *src)?;
+                let idx = self.reg(block, *index)?.clone();
+                let w = match &mem {
+                    Mem::Global(g) if g.shape.len() == 2 => g.shape[1],
+                    Mem::Shared(s) if s.layout.shape.len() == 2 => s.layout.shape[1] as i64,
+                    _ => 0,
+                };
+                let layout = (w > 0)
+                    .then(|| crate::ir::gather_rows_layout(&idx.layout, w as usize, *dim))
+                    .flatten()
+                    .ok_or_else(|| {
+                        format!(
+                            "gather_rows: `{}` is not a [rows, w] table for index `{}` along dim {dim}",
+                            self.name(*src),
+                            self.name(*index)
+                        )
+                    })?;
+                let tab = self.table(&idx.layout)?;
+                let rows = mem.numel() / w;
+                let mut reg = RegTensor::new(mem.dtype(), layout, self.block_threads);
+                // As `gather`: shared reads per reading thread (replicas included, so the
+                // hazard checks see every one); global reads once per layout thread, copied to
+                // the replicas.
+                let threads = match mem {
+                    Mem::Global(_) => tab.threads.min(self.block_threads),
+                    Mem::Shared(_) => self.block_threads,
+                };
+                let w = w as usize;
+                for t in 0..threads {
+                    for l in 0..tab.locals {
+                        let r = index_at(&idx, t, l);
+                        for c in 0..w {
+                            let code = if (0..rows).contains(&r) {
+                                self.read_flat(block, t, &mem, *src, r * w as i64 + c as i64)?
+                            } else {
+                                0
+                            };
+                            reg.set(t, l * w + c, code);
+                        }
                     }
                 }
                 if matches!(mem, Mem::Global(_)) {

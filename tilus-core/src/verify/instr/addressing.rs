@@ -1,8 +1,9 @@
-//! Rules of the data-dependent addressing instructions: `item`, `gather`, `scatter`, atomics.
+//! Rules of the data-dependent addressing instructions: `item`, `gather`, `gather_rows`,
+//! `scatter`, atomics.
 
 use super::super::expr::describe;
 use super::super::Checker;
-use crate::ir::{AtomicOp, Instruction, RegisterType, SpanId, VarId, VarType};
+use crate::ir::{gather_rows_layout, AtomicOp, Instruction, RegisterType, SpanId, VarId, VarType};
 use crate::DType;
 
 /// Bit widths `gather` and `scatter` address directly (one load or store per element).
@@ -93,6 +94,50 @@ impl<'p> Checker<'p> {
         }
     }
 
+    /// The row width `w` of a `gather_rows` source `[rows, w]` (already known to be a global
+    /// or shared tensor), or an error naming it: rank 2 is required, and a global view's last
+    /// extent must be a constant (it sets the result's shape and layout).
+    fn row_width(&mut self, src: VarId, span: SpanId) -> Option<usize> {
+        let p = self.p;
+        let (rank, last) = match p.ty(src) {
+            VarType::Global(g) => (g.shape.len(), g.shape.last()),
+            VarType::Shared(s) => return self.rank2(src, span, &s.layout.shape),
+            _ => return None,
+        };
+        if rank != 2 {
+            let msg = format!(
+                "gather_rows: the source {} has rank {rank}; gather_rows reads rows of a rank-2 table [rows, w] (view it as one)",
+                self.name(src)
+            );
+            self.err(span, msg);
+            return None;
+        }
+        match last.and_then(|e| e.const_i32()) {
+            Some(w) if w >= 1 => Some(w as usize),
+            _ => {
+                let msg = format!(
+                    "gather_rows: the row width of the source {} (its last extent) must be a positive constant: it sets the result's shape and layout",
+                    self.name(src)
+                );
+                self.err(span, msg);
+                None
+            }
+        }
+    }
+
+    fn rank2(&mut self, src: VarId, span: SpanId, shape: &[usize]) -> Option<usize> {
+        if shape.len() != 2 {
+            let msg = format!(
+                "gather_rows: the source {} has shape {shape:?} (rank {}); gather_rows reads rows of a rank-2 table [rows, w] (slice it to one)",
+                self.name(src),
+                shape.len()
+            );
+            self.err(span, msg);
+            return None;
+        }
+        Some(shape[1])
+    }
+
     pub(super) fn check_addressing(&mut self, ins: &Instruction, span: SpanId) {
         let name = ins.name();
         match ins {
@@ -118,6 +163,43 @@ impl<'p> Checker<'p> {
                     self.addressable_dtype(span, name, *src, d);
                 }
                 self.define(*out, d.is_some() && i.is_some(), span, name);
+            }
+            Instruction::GatherRows {
+                out,
+                src,
+                index,
+                dim,
+            } => {
+                let d = self.memory_operand(*src, span, name, "the source", false);
+                let i = self.index_operand(*index, span, name);
+                let w = d.and_then(|d| {
+                    self.addressable_dtype(span, name, *src, d);
+                    self.row_width(*src, span)
+                });
+                let mut ok = d.is_some() && i.is_some() && w.is_some();
+                if let Some(i) = i {
+                    let rank = i.layout.rank();
+                    if *dim >= rank {
+                        let msg = format!(
+                            "gather_rows: dim {dim} is not a dimension of the index {} (rank {rank}, shape {:?}); dim selects the index dimension the rows are laid along, in 0..{rank}",
+                            self.name(*index),
+                            i.layout.shape()
+                        );
+                        self.err(span, msg);
+                        ok = false;
+                    } else if let Some(w) = w {
+                        if gather_rows_layout(&i.layout, w, *dim).is_none() {
+                            let msg = format!(
+                                "gather_rows: rows of {w} elements gathered by the index {} ({} locals per thread) make a result too large to represent",
+                                self.name(*index),
+                                i.layout.num_locals()
+                            );
+                            self.err(span, msg);
+                            ok = false;
+                        }
+                    }
+                }
+                self.define(*out, ok, span, name);
             }
             Instruction::Scatter { src, dst, index } => {
                 let r = self.reg(*src, span, name, "the scattered value");

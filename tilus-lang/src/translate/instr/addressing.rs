@@ -1,5 +1,6 @@
-//! `item(x)` / `x.item()`, `gather(src, index)`, `scatter(x, dst, index)` and the atomics
-//! `atomic_add(dst, index, x)` .. `atomic_cas(dst, index, compare, x)`.
+//! `item(x)` / `x.item()`, `gather(src, index)`, `gather_rows(src, index, dim)`,
+//! `scatter(x, dst, index)` and the atomics `atomic_add(dst, index, x)` ..
+//! `atomic_cas(dst, index, compare, x)`.
 
 use syn::{Expr as SynExpr, ExprCall};
 use tilus_core::ir::syntax::Op;
@@ -87,6 +88,16 @@ impl Translator<'_, '_> {
                 b.set_span(site);
                 let d = self.dest(dest, "gathered");
                 Ok(Value::Tensor(build!(d, |d| b.gather(d, src, index))))
+            }
+            Op::GatherRows => {
+                let src = self.memory_arg(b, args[0], name, "source");
+                let index = self.tensor_arg(b, args[1], name, "index", Scope::Register);
+                let dim = self.const_dim(args[2], name, "widens");
+                let (src, index, dim) = (src?, index?, dim?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "rows");
+                Ok(Value::Tensor(build!(d, |d| b.gather_rows(d, src, index, dim))))
             }
             Op::Scatter => {
                 let x = self.tensor_arg(b, args[0], name, "value", Scope::Register);
