@@ -43,9 +43,17 @@ pub fn vq_rows<const DIM: i32>(
     let [bi] = block_indices();
     let gb = view_global(codebook, [entries, 4]);
     let book = shared::<f16>([256, 4]);
-    store_shared(load_global(gb, layout!(spatial(128, 1).local(2, 4)), [0, 0]), book, [0, 0]);
+    store_shared(
+        load_global(gb, layout!(spatial(128, 1).local(2, 4)), [0, 0]),
+        book,
+        [0, 0],
+    );
     sync();
-    let c = load_global(view_global(codes, [n, 1]), layout!(spatial(128, 1)), [bi * 128, 0]);
+    let c = load_global(
+        view_global(codes, [n, 1]),
+        layout!(spatial(128, 1)),
+        [bi * 128, 0],
+    );
     let index = cast::<i32>(c);
     let from_shared = gather_rows(book, index, DIM);
     let from_global = gather_rows(gb, index, DIM);

@@ -537,7 +537,13 @@ fn item_of_a_u32_above_i32_max_is_an_error() {
 
 #[test]
 fn gather_rows_from_shared_without_a_barrier_is_a_race() {
-    let mut p = gather_rows_program(DType::F16, 4, "spatial(32, 4).local(2, 1)", 0, RowSrc::Shared);
+    let mut p = gather_rows_program(
+        DType::F16,
+        4,
+        "spatial(32, 4).local(2, 1)",
+        0,
+        RowSrc::Shared,
+    );
     p.body.retain(|s| {
         !matches!(
             s.kind,
@@ -741,7 +747,10 @@ fn verifier_rejects_bad_gather_rows_operands() {
     one_error(
         &p,
         20,
-        &["gather_rows: the source `gt` has rank 1", "rank-2 table [rows, w]"],
+        &[
+            "gather_rows: the source `gt` has rank 1",
+            "rank-2 table [rows, w]",
+        ],
     );
     let p = verifier_kernel(|b, [_, _, _, gi]| {
         let ix = rows(b, gi);
@@ -844,7 +853,10 @@ fn gather_rows_widens_the_index_layout_by_a_local() {
     let want1 = parse("spatial(1, 4).local(16, 8).column_spatial(4, 8).local(1, 4)").unwrap();
     assert_eq!(b.ty(g1).as_register().map(|r| &r.layout), Some(&want1));
     let p = b.finish();
-    assert!(p.to_string().contains("g = gather_rows(book, ix, 0)"), "{p}");
+    assert!(
+        p.to_string().contains("g = gather_rows(book, ix, 0)"),
+        "{p}"
+    );
 }
 
 // ---- generated code ------------------------------------------------------------------------

@@ -98,7 +98,10 @@ impl RowSrc {
 pub const ROW_INDEX_LAYOUTS: &[(&str, &[usize])] = &[
     ("spatial(32, 4).local(2, 1)", &[0, 1]),
     ("local(2, 2).spatial(8, 8)", &[0, 1]),
-    ("spatial(4, 1).replicated(2).spatial(4, 4).local(1, 2)", &[0, 1]),
+    (
+        "spatial(4, 1).replicated(2).spatial(4, 4).local(1, 2)",
+        &[0, 1],
+    ),
     ("local(2).spatial(128)", &[0]),
     ("spatial(2, 8, 8).local(1, 2, 1)", &[0, 1, 2]),
     ("spatial(1, 4).local(2, 2).column_spatial(4, 8)", &[0, 1]),
@@ -153,7 +156,13 @@ pub const ROW_BLOCKS: usize = 2;
 /// (the tiles are stacked along dimension 0 of `idx`, of shape `[ROW_BLOCKS * s0, s1, ..]`)
 /// into tile `b` of `out` (its shape with dimension `dim` times `w`, stacked the same way).
 /// Parameters: `rows`, `table`, `idx`, `out`.
-pub fn gather_rows_program(dtype: DType, w: usize, layout: &str, dim: usize, src: RowSrc) -> Program {
+pub fn gather_rows_program(
+    dtype: DType,
+    w: usize,
+    layout: &str,
+    dim: usize,
+    src: RowSrc,
+) -> Program {
     let lay = l(layout);
     let shape = lay.shape().to_vec();
     let mut out_shape = shape.clone();

@@ -28,9 +28,9 @@
 use super::global::replica_guard;
 use super::shared::swizzle_c;
 use crate::codegen::context::{Ctx, GlobalInfo, SharedInfo, SMEM};
+use crate::codegen::expr::Divisible;
 use crate::codegen::regs::{get_bits, word_count, WordBuilder};
 use crate::codegen::{cast, CodegenError};
-use crate::codegen::expr::Divisible;
 use crate::ir::{AtomicOp, Expr, Instruction, VarId, VarType};
 use crate::DType;
 
@@ -375,7 +375,9 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
     let vector = match &f.target {
         Target::Shared(s) => {
             let facts = &cx.facts;
-            row_vector(s, row_bytes, &|e, d| facts.divisible(e, d) == Divisible::Yes)
+            row_vector(s, row_bytes, &|e, d| {
+                facts.divisible(e, d) == Divisible::Yes
+            })
         }
         Target::Global(_) => None,
     };
@@ -588,7 +590,11 @@ mod tests {
         let book = |w| SharedLayout::row_major(&[256, w]);
         // A whole allocation at an aligned offset: the row's own size, up to 16 bytes.
         for (w, want) in [(2, Some(4)), (4, Some(8)), (8, Some(16)), (16, Some(16))] {
-            assert_eq!(vector(&info(DType::F16, book(w), 1024, zero()), w), want, "w={w}");
+            assert_eq!(
+                vector(&info(DType::F16, book(w), 1024, zero()), w),
+                want,
+                "w={w}"
+            );
         }
         // 2-byte rows, or 6-byte rows: no vector divides them.
         assert_eq!(vector(&info(DType::F16, book(1), 0, zero()), 1), None);
@@ -599,13 +605,22 @@ mod tests {
         assert_eq!(vector(&info(DType::F16, book(8), 8, zero()), 8), Some(8));
         assert_eq!(vector(&info(DType::F16, book(8), 2, zero()), 8), None);
         // u8 rows of 4 and i32 rows of 2: one word, one uint2.
-        assert_eq!(vector(&info(DType::UInt(8), book(4), 0, zero()), 4), Some(4));
-        assert_eq!(vector(&info(DType::Int(32), book(2), 0, zero()), 2), Some(8));
+        assert_eq!(
+            vector(&info(DType::UInt(8), book(4), 0, zero()), 4),
+            Some(4)
+        );
+        assert_eq!(
+            vector(&info(DType::Int(32), book(2), 0, zero()), 2),
+            Some(8)
+        );
         // A slice: constant origins count by their value, unknown ones by their stride.
         let root = SharedLayout::row_major(&[2, 256, 8]);
         let origin = |o: Vec<Expr>| info(DType::F16, root.clone(), 0, o);
         let var = || Expr::Var(crate::ir::VarId(0));
-        assert_eq!(vector(&origin(vec![1.into(), 3.into(), 0.into()]), 8), Some(16));
+        assert_eq!(
+            vector(&origin(vec![1.into(), 3.into(), 0.into()]), 8),
+            Some(16)
+        );
         assert_eq!(vector(&origin(vec![var(), var(), 0.into()]), 8), Some(16));
         // Columns from 2 on, or an unknown column: the row starts mid-vector.
         let cols = SharedLayout::row_major(&[256, 8]);
