@@ -205,8 +205,8 @@ fn row_vector(
     }
     let bytes = (s.dtype.bits() / 8) as usize;
     [16, 8, 4].into_iter().find(|&v| {
-        row_bytes % v == 0
-            && s.root_offset % v == 0
+        row_bytes.is_multiple_of(v)
+            && s.root_offset.is_multiple_of(v)
             && s.origin.iter().enumerate().all(|(d, origin)| {
                 let step = s.root_layout.strides[d] * bytes;
                 // `origin * step` is a multiple of `v` when `origin` is one of `v / gcd`.
