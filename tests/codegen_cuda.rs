@@ -172,6 +172,22 @@ fn check_kernel(
     k: &CudaKernel,
     expect: Expect,
 ) {
+    check_kernel_with(ptxas, disasm, dir, name, k, expect, &[], &[]);
+}
+
+/// [`check_kernel`], and the SASS has an instruction of each opcode of `need` (`LDS.64`
+/// matches `LDS.64` and `LDS.64.X`..) and none of `forbid`.
+#[allow(clippy::too_many_arguments)]
+fn check_kernel_with(
+    ptxas: &Path,
+    disasm: &Path,
+    dir: &Path,
+    name: &str,
+    k: &CudaKernel,
+    expect: Expect,
+    need: &[&str],
+    forbid: &[&str],
+) {
     let uses_ldsm = k.source.contains("tilus_ldsm_x");
     for arch in ["sm_80", "sm_90a"] {
         let ptx = compile_ptx(&k.source, arch)
@@ -212,6 +228,12 @@ fn check_kernel(
                 has("LDSM"),
                 "{name} ({arch}): ldmatrix selected but no LDSM in SASS"
             );
+        }
+        for op in need {
+            assert!(has(op), "{name} ({arch}): no {op} in SASS");
+        }
+        for op in forbid {
+            assert!(!has(op), "{name} ({arch}): {op} in SASS");
         }
         let regs = a
             .ptxas_log
@@ -612,6 +634,61 @@ fn data_dependent_addressing_compiles() {
         }
     }
     run("data_dependent_addressing_compiles", ks);
+}
+
+/// `gather_rows` from shared tables: a row of 4 f16 is one `LDS.64` and a row of 8 f16 one
+/// `LDS.128` (no 16-bit shared loads left), for a plain index layout and the VQ kernels'
+/// column-spatial one; 2-f16 rows are one 32-bit `LDS`; 32-byte i32 rows two `LDS.128`. The
+/// other sources (swizzled, strided, global) and dtypes compile without spills or local
+/// memory.
+#[test]
+fn gather_rows_compiles_to_vector_shared_loads() {
+    use addressing::{gather_rows_program, RowSrc};
+    let test = "gather_rows_compiles_to_vector_shared_loads";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new("gather_rows");
+    let layouts = [
+        "spatial(32, 4).local(2, 1)",
+        "spatial(1, 4).local(2, 2).column_spatial(4, 8)",
+    ];
+    let vectors = [
+        (DType::F16, 4, "LDS.64"),
+        (DType::F16, 8, "LDS.128"),
+        (DType::F16, 2, "LDS"),
+        (DType::Int(32), 8, "LDS.128"),
+        (DType::UInt(8), 4, "LDS"),
+    ];
+    for (dtype, w, need) in vectors {
+        for (i, layout) in layouts.iter().enumerate() {
+            let name = format!("gather_rows_{dtype}_{w}_{i}");
+            let p = gather_rows_program(dtype, w, layout, 0, RowSrc::Shared);
+            let k = emit(&p, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let narrow: &[&str] = &["LDS.U16", "LDS.U8"];
+            check_kernel_with(
+                &ptxas,
+                &disasm,
+                &scratch.0,
+                &name,
+                &k,
+                Expect::default(),
+                &[need],
+                narrow,
+            );
+        }
+    }
+    let mut ks = Vec::new();
+    for src in RowSrc::ALL {
+        for (dtype, w) in [(DType::F16, 4), (DType::UInt(8), 8), (DType::Int(32), 1)] {
+            ks.push((
+                format!("gather_rows_{src:?}_{dtype}_{w}"),
+                gather_rows_program(dtype, w, layouts[1], 1, src),
+                Expect::default(),
+            ));
+        }
+    }
+    run(test, ks);
 }
 
 #[allow(dead_code)]

@@ -1234,6 +1234,64 @@ fn fence_last_block_reduce_matches_interpreter() {
     run_all("fence_last_block_reduce_matches_interpreter", fence_cases());
 }
 
+/// `gather_rows` from every kind of source (global; shared plain, swizzled, sliced at an
+/// origin, strided) over index layouts of every kind (replicated, rank 1 and 3, the VQ
+/// kernels' column-spatial one) and each dim, rows of 1 to 8 elements of f16, u8 and i32;
+/// random rows, indices partly outside the table (rows of zeros).
+fn gather_rows_cases() -> Vec<Case> {
+    use addressing::{gather_rows_program, RowSrc, ROW_BLOCKS, ROW_INDEX_LAYOUTS, SH_TABLE_ROWS};
+    let mut picks = Vec::new();
+    let widths = [
+        (DType::F16, 4),
+        (DType::F16, 8),
+        (DType::UInt(8), 2),
+        (DType::Int(32), 1),
+    ];
+    for (k, src) in RowSrc::ALL.into_iter().enumerate() {
+        for (j, &(dtype, w)) in widths.iter().enumerate() {
+            let (layout, dims) = ROW_INDEX_LAYOUTS[(4 * k + j) % ROW_INDEX_LAYOUTS.len()];
+            picks.push((src, dtype, w, layout, dims[(k + j) % dims.len()]));
+        }
+    }
+    // The VQ codebook shapes (LDS.64 and LDS.128 on the GPU) along both dims.
+    let vq = "spatial(1, 4).local(2, 2).column_spatial(4, 8)";
+    for w in [4, 8] {
+        for dim in [0, 1] {
+            picks.push((RowSrc::Shared, DType::F16, w, vq, dim));
+        }
+    }
+    picks
+        .into_iter()
+        .map(|(src, dtype, w, layout, dim)| {
+            let rows = match src {
+                RowSrc::Global => 300,
+                _ => SH_TABLE_ROWS as i32,
+            };
+            let n = ROW_BLOCKS * parse(layout).unwrap().shape().iter().product::<usize>();
+            let bytes = dtype.bits() as usize / 8;
+            Case {
+                name: format!("gather_rows {src:?} {dtype} w={w} {layout} dim={dim}"),
+                program: gather_rows_program(dtype, w, layout, dim, src),
+                args: vec![
+                    A::I32(rows),
+                    A::Buf(Buf::RandomBytes(rows as usize * w * bytes)),
+                    A::Buf(Buf::I32Range {
+                        len: n,
+                        lo: -3,
+                        hi: rows + 3,
+                    }),
+                    A::Buf(Buf::OutExact(n * w * bytes)),
+                ],
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn gather_rows_matches_interpreter() {
+    run_all("gather_rows_matches_interpreter", gather_rows_cases());
+}
+
 #[test]
 fn data_dependent_addressing_matches_interpreter() {
     run_all(
@@ -1284,6 +1342,7 @@ fn every_case_generates_code_and_interprets() {
     });
     cases.extend(math_cases());
     cases.extend(addressing_cases());
+    cases.extend(gather_rows_cases());
     cases.extend(fence_cases());
     cases.extend(bmma_cases());
     let mut rng = rand::rng();

@@ -4,7 +4,7 @@
 #[path = "kernels/addressing.rs"]
 mod addressing;
 
-use addressing::{histogram, moe_route, paged_copy, vq_lookup};
+use addressing::{histogram, moe_route, paged_copy, vq_lookup, vq_rows};
 use rand::Rng;
 use tilus::prelude::f16;
 
@@ -41,6 +41,55 @@ fn vq_codebook_lookup() {
                 want.to_bits(),
                 "vector {v} (code {c}) lane {j}"
             );
+        }
+    }
+}
+
+#[test]
+fn vq_codebook_rows_from_shared_and_global_memory() {
+    let mut rng = rand::rng();
+    for cfg in vq_rows::SPACE {
+        let text = vq_rows::program(cfg).unwrap().to_string();
+        assert!(
+            text.contains(&format!("gather_rows(book, index, {})", cfg.DIM)),
+            "{text}"
+        );
+        let source = vq_rows::source(cfg).unwrap();
+        assert!(source.contains("*(const uint2*)("), "{source}");
+        let n = rng.random_range(1..600usize);
+        let entries = rng.random_range(1..=256usize);
+        let codes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+        let book: Vec<f16> = (0..4 * entries)
+            .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect();
+        let mut staged = vec![f16::NAN; 4 * n];
+        let mut direct = vec![f16::NAN; 4 * n];
+        vq_rows::interpret(
+            cfg,
+            n as i32,
+            entries as i32,
+            &codes,
+            &book,
+            &mut staged,
+            &mut direct,
+        )
+        .unwrap();
+        for v in 0..n {
+            let c = codes[v] as usize;
+            for j in 0..4 {
+                let want = if c < entries {
+                    book[4 * c + j]
+                } else {
+                    f16::ZERO
+                };
+                for (what, out) in [("staged", &staged), ("direct", &direct)] {
+                    assert_eq!(
+                        out[4 * v + j].to_bits(),
+                        want.to_bits(),
+                        "{cfg} {what}: vector {v} (code {c}) lane {j}"
+                    );
+                }
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
-//! Kernels with data-dependent addresses: a VQ codebook lookup (`gather`), a paged copy through
+//! Kernels with data-dependent addresses: VQ codebook lookups (`gather` of 2-f16 words,
+//! `gather_rows` of 4-f16 rows), a paged copy through
 //! a block table (`item`, both spellings), a histogram in shared memory (`atomic_add`), and MoE
 //! routing (slots from the old counts of `atomic_add`, then `scatter`). Shared by
-//! `macro_addressing.rs` (interpreter) and `macro_gpu.rs`.
+//! `macro_addressing.rs` (interpreter).
 
 /// `out[v] = codebook[codes[v]]` for 2-dim f16 vectors: each codebook entry (two f16) is read
 /// as one u32, gathered by its code, and reinterpreted as two f16 lanes.
@@ -22,6 +23,47 @@ pub fn vq_lookup(
     let pairs = gather(book, index);
     let v = view::<f16>(pairs, layout!(spatial(128, 1).local(1, 2)));
     store_global(v, go, [bi * 128, 0]);
+}
+
+/// `out[v, :] = codebook[codes[v], :]` for 4-dim f16 vectors with `gather_rows`: one row (one
+/// 8-byte shared load) per code from the codebook staged in shared memory (its rows past
+/// `entries` load as zeros), into `staged`; and the same straight from global memory, where
+/// codes past `entries` are outside the table and read zeros, into `direct`. `DIM` picks
+/// the dimension the rows widen: `[n, 1]` codes become `[4n, 1]` (0) or `[n, 4]` (1) values,
+/// the same bytes either way.
+#[tilus::kernel(grid = [cdiv(n, 128)], warps = 4, space(DIM = [0, 1]))]
+pub fn vq_rows<const DIM: i32>(
+    n: i32,
+    entries: i32,
+    codes: Global<u8>,
+    codebook: Global<f16>,
+    staged: GlobalMut<f16>,
+    direct: GlobalMut<f16>,
+) {
+    let [bi] = block_indices();
+    let gb = view_global(codebook, [entries, 4]);
+    let book = shared::<f16>([256, 4]);
+    store_shared(
+        load_global(gb, layout!(spatial(128, 1).local(2, 4)), [0, 0]),
+        book,
+        [0, 0],
+    );
+    sync();
+    let c = load_global(
+        view_global(codes, [n, 1]),
+        layout!(spatial(128, 1)),
+        [bi * 128, 0],
+    );
+    let index = cast::<i32>(c);
+    let from_shared = gather_rows(book, index, DIM);
+    let from_global = gather_rows(gb, index, DIM);
+    if DIM == 0 {
+        store_global(from_shared, view_global(staged, [n * 4, 1]), [bi * 512, 0]);
+        store_global(from_global, view_global(direct, [n * 4, 1]), [bi * 512, 0]);
+    } else {
+        store_global(from_shared, view_global(staged, [n, 4]), [bi * 128, 0]);
+        store_global(from_global, view_global(direct, [n, 4]), [bi * 128, 0]);
+    }
 }
 
 /// Row `r` of `out` is page `table[r]` of `pages`, times `scales[r]` (an f32 scalar from

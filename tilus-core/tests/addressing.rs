@@ -11,7 +11,7 @@ use rand::Rng;
 use tilus_core::codegen::emit;
 use tilus_core::interp::{run, Arg};
 use tilus_core::ir::{AtomicOp, Expr, Program, ProgramBuilder, SpanId};
-use tilus_core::layout::parse;
+use tilus_core::layout::{parse, SharedLayout};
 use tilus_core::verify::{verify, Target};
 use tilus_core::{storage, DType};
 
@@ -104,6 +104,70 @@ fn gather_reads_random_indices_and_masks_out_of_range_ones() {
             }
         }
     }
+}
+
+#[test]
+fn gather_rows_reads_whole_rows_in_every_layout() {
+    let mut rng = rand::rng();
+    let mut runs = 0;
+    for dtype in [DType::F16, DType::UInt(8), DType::Int(32)] {
+        for w in [1usize, 2, 4, 8] {
+            for &(layout, dims) in ROW_INDEX_LAYOUTS {
+                let tile = parse(layout).unwrap().shape().to_vec();
+                let mut shape = tile.clone();
+                shape[0] *= ROW_BLOCKS;
+                let n: usize = shape.iter().product();
+                for &dim in dims {
+                    for src in RowSrc::ALL {
+                        let rows = match src {
+                            RowSrc::Global => rng.random_range(1..300usize),
+                            _ => SH_TABLE_ROWS,
+                        };
+                        let table = random_codes(dtype, rows * w);
+                        let mut idx: Vec<i32> = (0..n)
+                            .map(|_| rng.random_range(-3..rows as i32 + 3))
+                            .collect();
+                        // Both sides of the table, wherever they fall.
+                        let (a, b) = (rng.random_range(0..n / 2), rng.random_range(n / 2..n));
+                        idx[a] = -1;
+                        idx[b] = rows as i32;
+                        let out_len = n * w;
+                        let mut args = vec![
+                            Arg::I32(rows as i32),
+                            Arg::Buffer(storage::pack(dtype, &table)),
+                            Arg::Buffer(i32_bytes(&idx)),
+                            Arg::Buffer(vec![POISON; storage::packed_len(dtype, out_len)]),
+                        ];
+                        let case = format!("{dtype} w={w} {layout} dim={dim} {src:?} rows={rows}");
+                        let p = gather_rows_program(dtype, w, layout, dim, src);
+                        run(&p, &mut args).unwrap_or_else(|e| panic!("{case}: {e}"));
+                        let got = storage::unpack(dtype, buf(&args[3]), out_len);
+                        let want = gather_rows_reference(&table, w, &idx, &shape, dim);
+                        if let Some(k) = (0..out_len).find(|&k| got[k] != want[k]) {
+                            panic!(
+                                "{case}: element {k}: got {:#x}, want {:#x}",
+                                got[k], want[k]
+                            );
+                        }
+                        // Something was read: the reference is not all zeros.
+                        assert!(want.iter().any(|&c| c != 0), "{case}");
+                        runs += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(runs, 3 * 4 * 12 * RowSrc::ALL.len());
+}
+
+/// The reference itself on a hand-computed case: `dim` 1 of a `[2, 2]` index, rows of 2.
+#[test]
+fn gather_rows_reference_lays_rows_along_dim() {
+    let table = [10, 11, 20, 21, 30, 31];
+    let got = gather_rows_reference(&table, 2, &[2, 0, -1, 1], &[2, 2], 1);
+    assert_eq!(got, vec![30, 31, 10, 11, 0, 0, 20, 21]);
+    let got = gather_rows_reference(&table, 2, &[2, 0, 3, 1], &[2, 2], 0);
+    assert_eq!(got, vec![30, 10, 31, 11, 0, 20, 0, 21]);
 }
 
 #[test]
@@ -472,6 +536,38 @@ fn item_of_a_u32_above_i32_max_is_an_error() {
 }
 
 #[test]
+fn gather_rows_from_shared_without_a_barrier_is_a_race() {
+    let mut p = gather_rows_program(
+        DType::F16,
+        4,
+        "spatial(32, 4).local(2, 1)",
+        0,
+        RowSrc::Shared,
+    );
+    p.body.retain(|s| {
+        !matches!(
+            s.kind,
+            tilus_core::ir::StmtKind::Instr(tilus_core::ir::Instruction::Synchronize)
+        )
+    });
+    let rows = SH_TABLE_ROWS;
+    // Row `i + 1` of thread-held index `i`: rows another thread stored.
+    let idx: Vec<i32> = (0..512).map(|i| (i * 7 + 3) % rows as i32).collect();
+    let mut args = vec![
+        Arg::I32(rows as i32),
+        Arg::Buffer(vec![1; 2 * 4 * rows]),
+        Arg::Buffer(i32_bytes(&idx)),
+        Arg::Buffer(vec![0; 2 * 4 * 512]),
+    ];
+    let e = run(&p, &mut args).unwrap_err();
+    assert!(
+        e.message.contains("race on shared tensor `st`"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
 fn gather_from_shared_without_a_barrier_is_a_race() {
     let mut p = gather_program(DType::F16, true);
     // Drop the `synchronize` between the store into shared memory and the gather.
@@ -639,7 +735,165 @@ fn verifier_rejects_bad_addressing_operands() {
     );
 }
 
+#[test]
+fn verifier_rejects_bad_gather_rows_operands() {
+    let rows = |b: &mut ProgramBuilder, gi| b.load_global("ix", gi, tile(), vec![0.into()]);
+    // A rank-1 global source, and a rank-3 shared one.
+    let p = verifier_kernel(|b, [gt, _, _, gi]| {
+        let ix = rows(b, gi);
+        b.set_span(SpanId(20));
+        b.gather_rows("g", gt, ix, 0);
+    });
+    one_error(
+        &p,
+        20,
+        &[
+            "gather_rows: the source `gt` has rank 1",
+            "rank-2 table [rows, w]",
+        ],
+    );
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let s = b.allocate_shared("s3", DType::F16, SharedLayout::row_major(&[2, 16, 4]));
+        b.set_span(SpanId(21));
+        b.gather_rows("g", s, ix, 0);
+    });
+    one_error(
+        &p,
+        21,
+        &["gather_rows: the source `s3` has shape [2, 16, 4] (rank 3)"],
+    );
+    // A register source.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        b.set_span(SpanId(22));
+        b.gather_rows("g", ix, ix, 0);
+    });
+    one_error(
+        &p,
+        22,
+        &["gather_rows: the source `ix` must be a global or shared tensor, but it is a register"],
+    );
+    // Sub-byte elements.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let w = b.param_ptr("w", DType::UInt(4), false);
+        let gw = b.view_global("gw", w, DType::UInt(4), vec![64.into(), 4.into()]);
+        b.set_span(SpanId(23));
+        b.gather_rows("g", gw, ix, 0);
+    });
+    one_error(
+        &p,
+        23,
+        &["gather_rows: `gw` holds u4 elements", "8-, 16- and 32-bit"],
+    );
+    // A u8 index.
+    let p = verifier_kernel(|b, [_, _, gu, _]| {
+        let ix = b.load_global("codes", gu, tile(), vec![0.into()]);
+        let s = b.allocate_shared("book", DType::F16, SharedLayout::row_major(&[256, 4]));
+        b.set_span(SpanId(24));
+        b.gather_rows("g", s, ix, 0);
+    });
+    one_error(
+        &p,
+        24,
+        &["gather_rows: the index `codes` must hold i32, but it holds u8"],
+    );
+    // `dim` past the index's rank.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let s = b.allocate_shared("book", DType::F16, SharedLayout::row_major(&[256, 4]));
+        b.set_span(SpanId(25));
+        b.gather_rows("g", s, ix, 1);
+    });
+    one_error(
+        &p,
+        25,
+        &["gather_rows: dim 1 is not a dimension of the index `ix` (rank 1, shape [256])"],
+    );
+    // A global row width known only at run time.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let n = b.param_i32("n");
+        let t = b.param_ptr("t2", DType::F16, false);
+        let gt = b.view_global("gt2", t, DType::F16, vec![64.into(), n.into()]);
+        b.set_span(SpanId(26));
+        b.gather_rows("g", gt, ix, 0);
+    });
+    one_error(
+        &p,
+        26,
+        &["gather_rows: the row width of the source `gt2` (its last extent) must be a positive constant"],
+    );
+}
+
+/// The result type of the brief's example: a `[64, 256]` index in the VQ kernels' layout over
+/// a `[256, 4]` f16 codebook, `dim` 0.
+#[test]
+fn gather_rows_widens_the_index_layout_by_a_local() {
+    let mut b = ProgramBuilder::new("k", 128);
+    let i = b.param_ptr("i", DType::Int(32), false);
+    b.grid(vec![Expr::Int(1)]);
+    let gi = b.view_global("gi", i, DType::Int(32), vec![64.into(), 256.into()]);
+    let li = parse("spatial(1, 4).local(16, 8).column_spatial(4, 8)").unwrap();
+    let ix = b.load_global("ix", gi, li, vec![0.into(), 0.into()]);
+    let book = b.allocate_shared("book", DType::F16, SharedLayout::row_major(&[256, 4]));
+    let g = b.gather_rows("g", book, ix, 0);
+    let want = parse("spatial(1, 4).local(16, 8).column_spatial(4, 8).local(4, 1)").unwrap();
+    assert_eq!(want.shape(), &[256, 256]);
+    match b.ty(g) {
+        tilus_core::ir::VarType::Register(r) => {
+            assert_eq!(r.dtype, DType::F16);
+            assert_eq!(r.layout, want);
+        }
+        other => panic!("{other:?}"),
+    }
+    // dim 1 puts the row along the columns: `.local(1, 4)`.
+    let g1 = b.gather_rows("g1", book, ix, 1);
+    let want1 = parse("spatial(1, 4).local(16, 8).column_spatial(4, 8).local(1, 4)").unwrap();
+    assert_eq!(b.ty(g1).as_register().map(|r| &r.layout), Some(&want1));
+    let p = b.finish();
+    assert!(
+        p.to_string().contains("g = gather_rows(book, ix, 0)"),
+        "{p}"
+    );
+}
+
 // ---- generated code ------------------------------------------------------------------------
+
+/// `gather_rows` reads a compact shared row with one vector of its size (two f16: a word,
+/// four: `uint2`, eight: `uint4`), a swizzled, strided or global one per element; every read
+/// is guarded by the row test.
+#[test]
+fn gather_rows_generates_vector_loads_where_aligned() {
+    let layout = "spatial(32, 4).local(2, 1)";
+    let src = |dtype, w, src| {
+        let p = gather_rows_program(dtype, w, layout, 0, src);
+        verify(&p, &Target::default()).unwrap();
+        let k = emit(&p, &Target::default()).unwrap().source;
+        // The instruction's code (the table's copy into shared memory has vectors too).
+        let at = k.find("= gather_rows(").expect("the instruction's comment");
+        k[at..].to_string()
+    };
+    let k = src(DType::F16, 4, RowSrc::Shared);
+    assert_eq!(k.matches("*(const uint2*)(").count(), 2, "{k}");
+    assert!(!k.contains("*(const uint16_t*)("), "{k}");
+    assert!(k.contains(">= 0 && (long long)"), "{k}");
+    let k = src(DType::F16, 8, RowSrc::Shared);
+    assert_eq!(k.matches("*(const uint4*)(").count(), 2, "{k}");
+    let k = src(DType::F16, 2, RowSrc::Shared);
+    assert_eq!(k.matches("*(const uint32_t*)(").count(), 2, "{k}");
+    // 32 bytes per row: two 16-byte loads per index local.
+    let k = src(DType::Int(32), 8, RowSrc::Shared);
+    assert_eq!(k.matches("*(const uint4*)(").count(), 4, "{k}");
+    let k = src(DType::F16, 8, RowSrc::Slice);
+    assert_eq!(k.matches("*(const uint4*)(").count(), 2, "{k}");
+    for s in [RowSrc::Swizzled, RowSrc::Wide, RowSrc::Global] {
+        let k = src(DType::F16, 4, s);
+        assert!(!k.contains("uint2*"), "{s:?}: {k}");
+        assert_eq!(k.matches("*(const uint16_t*)(").count(), 8, "{s:?}: {k}");
+    }
+}
 
 #[test]
 fn generated_code_guards_every_access() {

@@ -1,5 +1,5 @@
-//! Programs of the data-dependent addressing instructions (`item`, `gather`, `scatter`,
-//! atomics), shared by `tilus-core/tests/addressing.rs` (interpreter), the workspace's
+//! Programs of the data-dependent addressing instructions (`item`, `gather`, `gather_rows`,
+//! `scatter`, atomics), shared by `tilus-core/tests/addressing.rs` (interpreter), the workspace's
 //! `tests/codegen_cuda.rs` (NVRTC) and `tests/gpu_codegen.rs` (GPU vs interpreter).
 //!
 //! Every program works in tiles of [`TILE`] elements held by 128 threads.
@@ -64,6 +64,161 @@ pub fn gather_program(dtype: DType, shared: bool) -> Program {
     };
     let g = b.gather("g", src, ix);
     b.store_global(g, go, off);
+    b.finish()
+}
+
+/// Where [`gather_rows_program`] reads its `[rows, w]` table from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowSrc {
+    /// The kernel argument itself (`rows` a run-time extent).
+    Global,
+    /// A row-major shared copy of the first [`SH_TABLE_ROWS`] rows.
+    Shared,
+    /// The same, swizzled (rows are not contiguous: read per element).
+    Swizzled,
+    /// The second half of a `[2, rows, w]` allocation (a constant origin, still compact).
+    Slice,
+    /// Columns `w..2w` of a `[rows, 2w]` allocation (not compact: read per element).
+    Wide,
+}
+
+impl RowSrc {
+    pub const ALL: [RowSrc; 5] = [
+        RowSrc::Global,
+        RowSrc::Shared,
+        RowSrc::Swizzled,
+        RowSrc::Slice,
+        RowSrc::Wide,
+    ];
+}
+
+/// Index layouts of 128 threads for [`gather_rows_program`], with the dims to widen: plain;
+/// replicated (64 layout threads, each element on 2 block threads); an explicit replication
+/// digit inside; rank 1; rank 3; the column-spatial form of the VQ kernels' B fragments.
+pub const ROW_INDEX_LAYOUTS: &[(&str, &[usize])] = &[
+    ("spatial(32, 4).local(2, 1)", &[0, 1]),
+    ("local(2, 2).spatial(8, 8)", &[0, 1]),
+    (
+        "spatial(4, 1).replicated(2).spatial(4, 4).local(1, 2)",
+        &[0, 1],
+    ),
+    ("local(2).spatial(128)", &[0]),
+    ("spatial(2, 8, 8).local(1, 2, 1)", &[0, 1, 2]),
+    ("spatial(1, 4).local(2, 2).column_spatial(4, 8)", &[0, 1]),
+];
+
+/// The result of `gather_rows` on host data: `out[.., i * w + c, ..] = table[idx[.., i, ..],
+/// c]` (0 for an index outside `[0, rows)`), row-major over `shape` (the index's) with
+/// dimension `dim` times `w`.
+pub fn gather_rows_reference(
+    table: &[u32],
+    w: usize,
+    idx: &[i32],
+    shape: &[usize],
+    dim: usize,
+) -> Vec<u32> {
+    let rows = (table.len() / w) as i64;
+    let mut out_shape = shape.to_vec();
+    out_shape[dim] *= w;
+    let total: usize = out_shape.iter().product();
+    (0..total)
+        .map(|o| {
+            // Unravel `o` over `out_shape`, and ravel the index position over `shape`.
+            let (mut rest, mut flat, mut scale, mut c) = (o, 0, 1, 0);
+            for d in (0..shape.len()).rev() {
+                let mut x = rest % out_shape[d];
+                rest /= out_shape[d];
+                if d == dim {
+                    c = x % w;
+                    x /= w;
+                }
+                flat += x * scale;
+                scale *= shape[d];
+            }
+            let r = idx[flat] as i64;
+            if (0..rows).contains(&r) {
+                table[r as usize * w + c]
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// Rows of the shared tables of [`gather_rows_program`] (the kernel argument must hold them).
+pub const SH_TABLE_ROWS: usize = 256;
+
+/// Blocks of [`gather_rows_program`]: block `b` handles index tile `b` along dimension 0.
+pub const ROW_BLOCKS: usize = 2;
+
+/// `out = gather_rows(table, idx, dim)` with `table` a `[rows, w]` tensor of `dtype` (see
+/// [`RowSrc`]) and `idx` tiles of `layout` (128 threads): block `b` gathers index tile `b`
+/// (the tiles are stacked along dimension 0 of `idx`, of shape `[ROW_BLOCKS * s0, s1, ..]`)
+/// into tile `b` of `out` (its shape with dimension `dim` times `w`, stacked the same way).
+/// Parameters: `rows`, `table`, `idx`, `out`.
+pub fn gather_rows_program(
+    dtype: DType,
+    w: usize,
+    layout: &str,
+    dim: usize,
+    src: RowSrc,
+) -> Program {
+    let lay = l(layout);
+    let shape = lay.shape().to_vec();
+    let mut out_shape = shape.clone();
+    out_shape[dim] *= w;
+    let stacked = |s: &[usize]| -> Vec<Expr> {
+        s.iter()
+            .enumerate()
+            .map(|(d, &n)| Expr::Int((if d == 0 { ROW_BLOCKS * n } else { n }) as i32))
+            .collect()
+    };
+    let mut b = ProgramBuilder::new("gather_rows", 128);
+    let rows = b.param_i32("rows");
+    let table = b.param_ptr("table", dtype, false);
+    let idx = b.param_ptr("idx", DType::Int(32), false);
+    let out = b.param_ptr("out", dtype, true);
+    b.grid(vec![Expr::Int(ROW_BLOCKS as i32)]);
+    let bi = b.block_indices(&["bi"])[0];
+    let at = |n: usize| {
+        let mut v = vec![Expr::from(bi) * n as i32];
+        v.resize(shape.len(), Expr::Int(0));
+        v
+    };
+    let wi = w as i32;
+    let gt = b.view_global("gt", table, dtype, vec![rows.into(), wi.into()]);
+    let gi = b.view_global("gi", idx, DType::Int(32), stacked(&shape));
+    let go = b.view_global("go", out, dtype, stacked(&out_shape));
+    let ix = b.load_global("ix", gi, lay, at(shape[0]));
+    let n = SH_TABLE_ROWS;
+    let table = if src == RowSrc::Global {
+        gt
+    } else {
+        let copy = l(&format!("spatial(128, 1).local({}, {w})", n / 128));
+        let t = b.load_global("t", gt, copy, vec![0.into(), 0.into()]);
+        let st = match src {
+            RowSrc::Shared | RowSrc::Swizzled => {
+                let mut layout = SharedLayout::row_major(&[n, w]);
+                if src == RowSrc::Swizzled {
+                    layout = layout.with_swizzle(Swizzle::new(2, 0, 3).unwrap());
+                }
+                b.allocate_shared("st", dtype, layout)
+            }
+            RowSrc::Slice => {
+                let root = b.allocate_shared("root", dtype, SharedLayout::row_major(&[2, n, w]));
+                b.slice_shared("st", root, vec![1.into(), 0.into(), 0.into()], vec![n, w])
+            }
+            _ => {
+                let root = b.allocate_shared("root", dtype, SharedLayout::row_major(&[n, 2 * w]));
+                b.slice_shared("st", root, vec![0.into(), wi.into()], vec![n, w])
+            }
+        };
+        b.store_shared(t, st, vec![0.into(), 0.into()]);
+        b.synchronize();
+        st
+    };
+    let g = b.gather_rows("g", table, ix, dim);
+    b.store_global(g, go, at(out_shape[0]));
     b.finish()
 }
 

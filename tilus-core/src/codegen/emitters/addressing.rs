@@ -28,9 +28,9 @@
 use super::global::replica_guard;
 use super::shared::swizzle_c;
 use crate::codegen::context::{Ctx, GlobalInfo, SharedInfo, SMEM};
+use crate::codegen::expr::Divisible;
 use crate::codegen::regs::{get_bits, word_count, WordBuilder};
 use crate::codegen::{cast, CodegenError};
-use crate::codegen::expr::Divisible;
 use crate::ir::{AtomicOp, Expr, Instruction, VarId, VarType};
 use crate::DType;
 
@@ -112,16 +112,73 @@ impl Flat {
                 } else {
                     terms.join(" + ")
                 };
-                let off = swizzle_c(&format!("({off})"), root.swizzle);
-                let base = if s.root_offset == 0 {
-                    SMEM.to_string()
-                } else {
-                    format!("({SMEM} + {})", s.root_offset)
-                };
-                format!("{base} + ({off}) * {bytes}")
+                shared_byte_addr(s, &off)
             }
         }
     }
+
+    /// Byte address of element `(row, col)` (in-range `int` expressions) of a rank-2 tensor.
+    /// A shared one is addressed through its strides directly, with no division whatever its
+    /// strides and swizzle; a global one through its flat index (64-bit).
+    fn addr_rc(&self, cx: &Ctx, row: &str, col: &str, w: usize) -> String {
+        let s = match &self.target {
+            Target::Global(ptr) => {
+                let bytes = self.dtype.bits() / 8;
+                let flat = match (w, col) {
+                    (1, _) => format!("(long long){row}"),
+                    (_, "0") => format!("(long long){row} * {w}"),
+                    _ => format!("((long long){row} * {w} + {col})"),
+                };
+                return format!("{ptr} + {flat} * {bytes}");
+            }
+            Target::Shared(s) => s,
+        };
+        let root = &s.root_layout;
+        let lead = root.rank() - 2;
+        let mut terms = Vec::new();
+        for d in 0..root.rank() {
+            let origin = cx.expr(&s.origin[d]);
+            let mut part = Vec::new();
+            if origin != "0" {
+                part.push(format!("({origin})"));
+            }
+            let own = match d.checked_sub(lead) {
+                Some(0) => row,
+                Some(1) => col,
+                _ => "0",
+            };
+            if own != "0" {
+                part.push(own.to_string());
+            }
+            let p = match part.len() {
+                0 => continue,
+                1 => part.pop().unwrap_or_default(),
+                _ => format!("({})", part.join(" + ")),
+            };
+            terms.push(match root.strides[d] {
+                1 => p,
+                st => format!("{p} * {st}"),
+            });
+        }
+        let off = if terms.is_empty() {
+            "0".to_string()
+        } else {
+            terms.join(" + ")
+        };
+        shared_byte_addr(s, &off)
+    }
+}
+
+/// The byte address (`uint8_t*`) of unswizzled element offset `off` of `s`'s allocation.
+fn shared_byte_addr(s: &SharedInfo, off: &str) -> String {
+    let bytes = s.dtype.bits() / 8;
+    let off = swizzle_c(&format!("({off})"), s.root_layout.swizzle);
+    let base = if s.root_offset == 0 {
+        SMEM.to_string()
+    } else {
+        format!("({SMEM} + {})", s.root_offset)
+    };
+    format!("{base} + ({off}) * {bytes}")
 }
 
 /// A compact row-major view (strides of its own shape, no swizzle): the flat index is the
@@ -148,8 +205,8 @@ fn row_vector(
     }
     let bytes = (s.dtype.bits() / 8) as usize;
     [16, 8, 4].into_iter().find(|&v| {
-        row_bytes % v == 0
-            && s.root_offset % v == 0
+        row_bytes.is_multiple_of(v)
+            && s.root_offset.is_multiple_of(v)
             && s.origin.iter().enumerate().all(|(d, origin)| {
                 let step = s.root_layout.strides[d] * bytes;
                 // `origin * step` is a multiple of `v` when `origin` is one of `v / gcd`.
@@ -318,7 +375,9 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
     let vector = match &f.target {
         Target::Shared(s) => {
             let facts = &cx.facts;
-            row_vector(s, row_bytes, &|e, d| facts.divisible(e, d) == Divisible::Yes)
+            row_vector(s, row_bytes, &|e, d| {
+                facts.divisible(e, d) == Divisible::Yes
+            })
         }
         Target::Global(_) => None,
     };
@@ -326,27 +385,11 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
     cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
     let locals = layout.num_locals();
     let idx = cx.name(index);
-    let wide = matches!(f.target, Target::Global(_));
     let mut wb = WordBuilder::new(word_count(bits, locals * w));
     for l in 0..locals {
         let ix = cx.fresh("ix");
         cx.w.line(format!("const int {ix} = (int){idx}[{l}];"));
         let cond = format!("{ix} >= 0 && (long long){ix} < {rows}");
-        // Flat element `c` of the row: `ix * w + c` (64-bit for global tables, which may
-        // exceed 2^31 elements; shared offsets stay `int`).
-        let element = |c: usize| {
-            let row = match (wide, w) {
-                (true, 1) => format!("(long long){ix}"),
-                (true, _) => format!("(long long){ix} * {w}"),
-                (false, 1) => ix.clone(),
-                (false, _) => format!("{ix} * {w}"),
-            };
-            if c == 0 {
-                format!("({row})")
-            } else {
-                format!("({row} + {c})")
-            }
-        };
         match vector {
             Some(v) => {
                 let (ty, zero, comps): (&str, &str, &[&str]) = match v {
@@ -357,7 +400,7 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
                 let per = v / bytes;
                 for k in 0..row_bytes / v {
                     let g = cx.fresh("g");
-                    let addr = f.addr(cx, &element(k * per));
+                    let addr = f.addr_rc(cx, &ix, &(k * per).to_string(), w);
                     cx.w.line(format!(
                         "const {ty} {g} = ({cond}) ? *(const {ty}*)({addr}) : {zero};"
                     ));
@@ -377,7 +420,7 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
                 let ty = uint_type(bits);
                 for c in 0..w {
                     let g = cx.fresh("g");
-                    let addr = f.addr(cx, &element(c));
+                    let addr = f.addr_rc(cx, &ix, &c.to_string(), w);
                     cx.w.line(format!(
                         "const uint32_t {g} = ({cond}) ? (uint32_t)*(const {ty}*)({addr}) : 0u;"
                     ));
@@ -513,4 +556,85 @@ fn atomic(
     }
     cx.w.close();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{SharedLayout, Swizzle};
+
+    fn info(dtype: DType, root: SharedLayout, offset: usize, origin: Vec<Expr>) -> SharedInfo {
+        let rank = root.rank();
+        SharedInfo {
+            dtype,
+            shape: root.shape[rank - 2..].to_vec(),
+            root_layout: root,
+            root_offset: offset,
+            origin,
+        }
+    }
+
+    /// Only constants are known here (no `let`s): the prover of the emitter, without facts.
+    fn constant_divisible(e: &Expr, d: i64) -> bool {
+        e.const_i32().is_some_and(|c| c as i64 % d == 0)
+    }
+
+    fn vector(s: &SharedInfo, w: usize) -> Option<usize> {
+        let bytes = (s.dtype.bits() / 8) as usize;
+        row_vector(s, w * bytes, &constant_divisible)
+    }
+
+    #[test]
+    fn gather_rows_vectors_follow_the_provable_alignment() {
+        let zero = || vec![Expr::Int(0), Expr::Int(0)];
+        let book = |w| SharedLayout::row_major(&[256, w]);
+        // A whole allocation at an aligned offset: the row's own size, up to 16 bytes.
+        for (w, want) in [(2, Some(4)), (4, Some(8)), (8, Some(16)), (16, Some(16))] {
+            assert_eq!(
+                vector(&info(DType::F16, book(w), 1024, zero()), w),
+                want,
+                "w={w}"
+            );
+        }
+        // 2-byte rows, or 6-byte rows: no vector divides them.
+        assert_eq!(vector(&info(DType::F16, book(1), 0, zero()), 1), None);
+        assert_eq!(vector(&info(DType::F16, book(3), 0, zero()), 3), None);
+        // 12-byte rows: three 4-byte words each.
+        assert_eq!(vector(&info(DType::F16, book(6), 0, zero()), 6), Some(4));
+        // An allocation at byte 8 halves a 16-byte row's vector; at byte 2 none is provable.
+        assert_eq!(vector(&info(DType::F16, book(8), 8, zero()), 8), Some(8));
+        assert_eq!(vector(&info(DType::F16, book(8), 2, zero()), 8), None);
+        // u8 rows of 4 and i32 rows of 2: one word, one uint2.
+        assert_eq!(
+            vector(&info(DType::UInt(8), book(4), 0, zero()), 4),
+            Some(4)
+        );
+        assert_eq!(
+            vector(&info(DType::Int(32), book(2), 0, zero()), 2),
+            Some(8)
+        );
+        // A slice: constant origins count by their value, unknown ones by their stride.
+        let root = SharedLayout::row_major(&[2, 256, 8]);
+        let origin = |o: Vec<Expr>| info(DType::F16, root.clone(), 0, o);
+        let var = || Expr::Var(crate::ir::VarId(0));
+        assert_eq!(
+            vector(&origin(vec![1.into(), 3.into(), 0.into()]), 8),
+            Some(16)
+        );
+        assert_eq!(vector(&origin(vec![var(), var(), 0.into()]), 8), Some(16));
+        // Columns from 2 on, or an unknown column: the row starts mid-vector.
+        let cols = SharedLayout::row_major(&[256, 8]);
+        let at = |o: Vec<Expr>| info(DType::F16, cols.clone(), 0, o);
+        assert_eq!(vector(&at(vec![0.into(), 4.into()]), 8), Some(8));
+        assert_eq!(vector(&at(vec![0.into(), 2.into()]), 8), Some(4));
+        assert_eq!(vector(&at(vec![0.into(), var()]), 8), None);
+        // Swizzled, or rows of a wider allocation (not compact): per element.
+        let sw = book(8).with_swizzle(Swizzle::new(2, 0, 3).unwrap());
+        assert_eq!(vector(&info(DType::F16, sw, 0, zero()), 8), None);
+        let wide = SharedInfo {
+            shape: vec![256, 4],
+            ..info(DType::F16, book(8), 0, zero())
+        };
+        assert_eq!(vector(&wide, 4), None);
+    }
 }

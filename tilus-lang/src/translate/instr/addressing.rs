@@ -97,7 +97,9 @@ impl Translator<'_, '_> {
                 let site = self.site(c);
                 b.set_span(site);
                 let d = self.dest(dest, "rows");
-                Ok(Value::Tensor(build!(d, |d| b.gather_rows(d, src, index, dim))))
+                Ok(Value::Tensor(
+                    build!(d, |d| b.gather_rows(d, src, index, dim))
+                ))
             }
             Op::Scatter => {
                 let x = self.tensor_arg(b, args[0], name, "value", Scope::Register);
