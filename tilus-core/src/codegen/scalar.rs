@@ -9,6 +9,7 @@
 //! Integers compute exactly in 64 bits (division truncates, remainder takes the dividend's sign)
 //! and the result is clamped to the type's range; the interpreter reports an overflow or a
 //! division by zero as an error instead, so a program that runs there gives the same bits here.
+//! For the same reason `i32` arithmetic skips both (32-bit operations, `elementwise::binary`).
 
 use super::cast;
 use crate::ir::ElementOp;

@@ -127,6 +127,14 @@ pub(crate) fn binary(
     for (j, rv) in rhs_vals.iter().enumerate() {
         let v = decode_local(cx, &x, j, dt);
         let r = cx.fresh("y");
+        if let Some(e) = (dt == DType::Int(32))
+            .then(|| int32_binop(op, &v, rv))
+            .flatten()
+        {
+            cx.w.line(format!("const uint32_t {r} = {e};"));
+            codes.push(r);
+            continue;
+        }
         cx.w.line(format!(
             "const {} {r} = {};",
             ct.name(),
@@ -137,6 +145,26 @@ pub(crate) fn binary(
     store_codes(cx, &o, bits, &codes);
     cx.w.close();
     Ok(())
+}
+
+/// `a op b` on `i32` values (`long long` expressions in range) as the `uint32_t` code, in
+/// 32-bit arithmetic. An i32 overflow (or a division by zero) is an interpreter error, so a
+/// program the interpreter runs never needs the 64-bit computation and clamp of
+/// [`scalar::binop`] and [`scalar::encode`]: the 32-bit result has the same bits, at one
+/// instruction instead of about six (index arithmetic in look-up loops is all i32).
+fn int32_binop(op: ElementOp, a: &str, b: &str) -> Option<String> {
+    let (ua, ub) = (format!("(uint32_t)({a})"), format!("(uint32_t)({b})"));
+    let (ia, ib) = (format!("(int)({a})"), format!("(int)({b})"));
+    Some(match op {
+        ElementOp::Add => format!("{ua} + {ub}"),
+        ElementOp::Sub => format!("{ua} - {ub}"),
+        ElementOp::Mul => format!("{ua} * {ub}"),
+        ElementOp::Div => format!("(uint32_t)({ib} == 0 ? 0 : {ia} / {ib})"),
+        ElementOp::Mod => format!("(uint32_t)({ib} == 0 ? 0 : {ia} % {ib})"),
+        ElementOp::Min => format!("(uint32_t)min({ia}, {ib})"),
+        ElementOp::Max => format!("(uint32_t)max({ia}, {ib})"),
+        _ => return None,
+    })
 }
 
 /// Emit the decoding of local `j` of register array `arr` (a tensor of `dt`) and return the
