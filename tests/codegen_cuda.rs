@@ -1118,44 +1118,47 @@ fn apt_kernels_compile_to_bmma() {
     }
 }
 
-/// The VQ-GEMV kernels (`src/kernels/vq`): the cached kernel for GPTVQ-2 and AQLM-3 with the
-/// layer's default cache, with a register tier and with no cache, and the naive GC kernel,
-/// compile to HMMA without local memory; the cached one stages its codes with cp.async.
+/// The VQ-GEMV kernels (`src/kernels/vq`): the codebook-centric kernel for GPTVQ-2 (16 copies
+/// of the codebook, and one) and AQLM-3, whole and with k split in four, and the naive GC
+/// kernel compile to HMMA without local memory or spills; the codebook-centric one stages with
+/// cp.async and looks a codebook row up with one vector load (`LDS.64` for vectors of 4,
+/// `LDS.128` for 8).
 #[test]
 fn vq_kernels_compile_without_spills() {
     use tilus::kernels::vq::kernel::{vq_gemv, vq_gemv_gc};
     use tilus::kernels::vq::linear::{default_cache, gc_config, kernel_config};
     use tilus::kernels::vq::VqCache;
     use tilus::vq::VqConfig;
+    let test = "vq_kernels_compile_without_spills";
     let mut kernels = Vec::new();
+    let mut lookups = Vec::new();
     for c in [VqConfig::GPTVQ_2, VqConfig::AQLM_3] {
-        for cache in [
-            default_cache(c, 8192),
-            VqCache {
-                n_reg: 2,
-                n_shared: 64,
-            },
-            VqCache {
-                n_reg: 0,
-                n_shared: 0,
-            },
-        ] {
-            // The second cache with k split in four (the atomics' epilogue).
-            let split = if cache.n_reg == 2 { 4 } else { 1 };
-            let cfg = kernel_config(c, cache, 8192, 4, split);
-            let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
-            let name = format!(
-                "vq_gemv_{}_{}_{}_split{split}",
-                c.name, cache.n_reg, cache.n_shared
-            );
-            kernels.push((
-                name,
-                p,
-                Expect {
-                    hmma: true,
-                    ldgsts: true,
-                },
-            ));
+        let mut caches = vec![default_cache(c)];
+        if c.vector_size == 4 {
+            caches.push(VqCache { replicas: 1 });
+        }
+        for cache in caches {
+            for split in [1, 4] {
+                let cfg = kernel_config(c, cache, (57344, 8192), 3, split);
+                let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+                let name = format!("vq_gemv_{}_x{}_split{split}", c.name, cache.replicas);
+                if split == 1 {
+                    let wide = if c.vector_size == 4 {
+                        "LDS.64"
+                    } else {
+                        "LDS.128"
+                    };
+                    lookups.push((name.clone(), p.clone(), wide));
+                }
+                kernels.push((
+                    name,
+                    p,
+                    Expect {
+                        hmma: true,
+                        ldgsts: true,
+                    },
+                ));
+            }
         }
         let cfg = gc_config(c);
         let p = vq_gemv_gc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
@@ -1166,7 +1169,21 @@ fn vq_kernels_compile_without_spills() {
     )
     .unwrap();
     kernels.push(("vq_finalize".to_string(), fin, Expect::default()));
-    run("vq_kernels_compile_without_spills", kernels);
+    run(test, kernels);
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new("vq_lookups");
+    for (name, p, wide) in lookups {
+        let src = emit(&p, &Default::default()).unwrap().source;
+        let ptx = compile_ptx(&src, "sm_90a").unwrap();
+        let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, "sm_90a");
+        let ops = opcodes(&a.sass);
+        assert!(
+            ops.iter().any(|o| o == wide),
+            "{name}: no {wide} look-ups in {ops:?}"
+        );
+    }
 }
 
 /// The wgmma GEMM (`tilus::kernels::gemm`), every configuration of both dtypes, for sm_90a (the

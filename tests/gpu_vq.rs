@@ -1,5 +1,6 @@
-//! VQ-GEMV on the GPU (issue 18): `GpuVqLinear`'s cached kernel (default cache, a register
-//! tier, no cache) and the naive GC kernel, for GPTVQ-2 and AQLM-3 at ragged m (1, 3, 16),
+//! VQ-GEMV on the GPU (issue 18): `GpuVqLinear`'s codebook-centric kernel (the default cache,
+//! the other copy count, k split in four, rings of 3 and 2) and the naive GC kernel, for GPTVQ-2
+//! and AQLM-3 at ragged m (1, 3, 16, 33),
 //! against the interpreter running the same kernel on the same random inputs (within one f16
 //! ulp: the GPU's mma sums in another order) and an f64 reference of the dequantized weight
 //! (relative error below 1e-2); outputs poisoned (NaN) before each launch.
@@ -44,34 +45,28 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
         (VqConfig::AQLM_3, 256, 1024),
     ] {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
-        let e = config.entries();
-        for (ci, cache) in [
-            VqLinear::new(w.clone()).unwrap().cache(),
+        let default = VqLinear::new(w.clone()).unwrap().cache();
+        let other = if config.vector_size == 4 {
             VqCache {
-                n_reg: 2,
-                n_shared: e / 4,
-            },
-            VqCache {
-                n_reg: 0,
-                n_shared: 0,
-            },
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            // Rings of 4, 3 and 2 stages; k split in four (atomics + the finalize kernel)
-            // with the second cache.
-            let split = if ci == 1 { 4 } else { 1 };
+                replicas: 17 - default.replicas,
+            }
+        } else {
+            default
+        };
+        for (ci, cache) in [default, other, default].into_iter().enumerate() {
+            // Rings of 3, 2 and 3 stages; k split in four (atomics + the finalize kernel)
+            // with the second and third.
+            let split = if ci == 0 { 1 } else { 4 };
             let layer = VqLinear::new(w.clone())
                 .unwrap()
-                .with_stages(4 - ci)
+                .with_stages(3 - ci % 2)
                 .unwrap()
                 .with_cache(cache)
                 .unwrap()
                 .with_split(split)
                 .unwrap();
             let gpu = layer.to_gpu(&ctx).unwrap();
-            for m in [1, 3, 16] {
+            for m in [1, 3, 16, 33] {
                 let x: Vec<f16> = (0..m * k)
                     .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
                     .collect();

@@ -1,5 +1,5 @@
-//! VQ-GEMV on the CPU interpreter (issue 18): the cached kernel under several cache splits and
-//! the naive GC kernel against an f64 reference of the dequantized weight, fresh random codes,
+//! VQ-GEMV on the CPU interpreter (issue 18): the codebook-centric kernel with one and 16
+//! copies of the codebook, several rings and k splits, and the naive GC kernel against an f64 reference of the dequantized weight, fresh random codes,
 //! codebooks and activations, outputs poisoned (NaN) before the run.
 
 use half::f16;
@@ -63,47 +63,47 @@ fn cases() -> Vec<(VqConfig, usize, usize)> {
 }
 
 #[test]
-fn vq_gemv_matches_reference_with_every_cache_split() {
+fn vq_gemv_matches_reference_with_every_cache() {
     let mut rng = StdRng::seed_from_u64(0x5eed_0018);
     for (config, n, k) in cases() {
         let w = random_weight(config, n, k, &mut rng);
-        let e = config.entries();
         let layer = VqLinear::new(w.clone()).unwrap();
-        let splits = [
-            layer.cache(),
-            VqCache {
-                n_reg: 2,
-                n_shared: e / 4,
-            },
-            VqCache {
-                n_reg: 0,
-                n_shared: 0,
-            },
-        ];
-        for (si, cache) in splits.into_iter().enumerate() {
-            // Rings of 4, 3 and 2 stages (the codebook buffers follow); k split in two
-            // (partial sums through atomics, then the finalize kernel) with the second split.
-            let split = if si == 1 { 2 } else { 1 };
+        // The default cache; then the other copy count where vectors of 4 allow it, with a
+        // ring of 2 and k split in two (partial sums through atomics, then the finalize
+        // kernel) where the codebook tiles allow.
+        let mut caches = vec![(layer.cache(), 3, 1)];
+        if config.vector_size == 4 {
+            let other = VqCache {
+                replicas: 17 - layer.cache().replicas,
+            };
+            caches.push((other, 2, 2));
+        } else {
+            caches.push((layer.cache(), 2, 2));
+        }
+        for (ci, (cache, stages, split)) in caches.into_iter().enumerate() {
             let layer = VqLinear::new(w.clone())
                 .unwrap()
-                .with_stages(4 - si)
+                .with_stages(stages)
                 .unwrap()
                 .with_cache(cache)
-                .unwrap()
-                .with_split(split)
                 .unwrap();
+            let layer = layer.clone().with_split(split).unwrap_or(layer);
             for m in [1, 3, 16] {
                 // Only the default cache at every m (the interpreter's time).
-                if si > 0 && m != 3 {
+                if ci > 0 && m != 3 {
                     continue;
                 }
                 let x: Vec<f16> = (0..m * k)
                     .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
                     .collect();
                 let want = reference(&w, &x, m);
-                let tag = format!("{} {n}x{k} m={m} {cache:?} stages {}", config.name, 4 - si);
+                let tag = format!(
+                    "{} {n}x{k} m={m} {cache:?} stages {stages} split {}",
+                    config.name,
+                    layer.config(m).SPLIT
+                );
                 check(&tag, &layer.forward_cpu(&x, m).unwrap(), &want);
-                if si == 0 {
+                if ci == 0 {
                     check(
                         &format!("{tag} GC"),
                         &layer.forward_cpu_gc(&x, m).unwrap(),
@@ -157,10 +157,7 @@ fn vq_linear_errors_name_the_argument() {
     assert!(e.contains("`m`"), "{e}");
     let e = layer
         .clone()
-        .with_cache(VqCache {
-            n_reg: 4,
-            n_shared: 256,
-        })
+        .with_cache(VqCache { replicas: 4 })
         .unwrap_err()
         .to_string();
     assert!(e.contains("`cache`"), "{e}");

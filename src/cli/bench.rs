@@ -323,10 +323,11 @@ pub enum BenchCommand {
         /// `llama70b` (57344x8192, 8192x28672, 8192x8192) or comma-separated `NxK`.
         #[arg(long, default_value = "llama70b")]
         shapes: String,
-        /// The cache as `n_reg/n_shared` entries instead of each format's default.
+        /// Copies of the codebook in shared memory (1, or 16 for vectors of 4) instead of each
+        /// format's default.
         #[arg(long)]
         cache: Option<String>,
-        /// Stages of the cached kernel's cp.async ring of codes (2..=8; default 4).
+        /// Stages of the kernel's cp.async ring of activations and codes (2..=8; default 3).
         #[arg(long)]
         stages: Option<usize>,
         /// The k split (1, 2, 4, 8) instead of the layer's choice per shape.

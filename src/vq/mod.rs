@@ -376,6 +376,17 @@ impl VqWeight {
         self.codes.len() * if self.config.log2_entries <= 8 { 1 } else { 2 }
     }
 
+    /// Bytes of the codes as the codebook-centric kernel stores them: 8 bits per code up to
+    /// 256 entries, 12 up to 4096, else 16.
+    pub fn kernel_code_bytes(&self) -> usize {
+        let bits = match self.config.log2_entries {
+            0..=8 => 8,
+            9..=12 => 12,
+            _ => 16,
+        };
+        self.codes.len() * bits / 8
+    }
+
     /// Bytes of the f16 codebooks and scales.
     pub fn codebook_bytes(&self) -> usize {
         2 * (self.codebooks.len() + self.scales.as_ref().map_or(0, |s| s.len()))

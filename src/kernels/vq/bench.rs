@@ -1,9 +1,9 @@
-//! `tilus bench vq`: the VQ-GEMV with its codebook cache per format, shape and `m`, against the
+//! `tilus bench vq`: the codebook-centric VQ-GEMV per format, shape and `m`, against the
 //! memory floor, the naive GC kernel, cuBLAS f16 and the project's element-wise quantized
 //! kernel of the same bit width, all measured in the same run.
 //!
 //! Timings are medians of CUDA-event timings with the L2 flushed before each run. The floor is
-//! the unavoidable traffic: the codes as stored (1 byte per code up to 8 bits, 2 above) + the
+//! the unavoidable traffic: the codes as the kernel stores them (8, 12 or 16 bits each) + the
 //! f16 codebooks (and scales) + the f16 activations (`2 m k`) + the f16 output (`2 m n`), over
 //! the device-to-device copy bandwidth measured in the same run. The weights are random (codes
 //! uniform over the entries, the cache's worst case; values do not change the time), since
@@ -30,7 +30,7 @@ pub struct VqBenchRow {
     pub n: usize,
     pub k: usize,
     pub cache: VqCache,
-    /// Stages of the cached kernel's ring of codes.
+    /// Stages of the kernel's ring of activations and codes.
     pub stages: usize,
     /// The k split (1: none; above, two launches: the GEMV and the finalize kernel).
     pub split: usize,
@@ -83,7 +83,7 @@ pub fn bench_vq(
     elementwise_us: Option<f64>,
 ) -> Result<VqBenchRow, String> {
     let w = VqWeight::random(config, n, k, 0x18, false).map_err(err)?;
-    let bytes = w.code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
+    let bytes = w.kernel_code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
     let mut layer = VqLinear::new(w).map_err(err)?;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;
@@ -127,10 +127,10 @@ pub fn bench_vq(
 /// The table `tilus bench vq` prints.
 pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
     let mut s = format!(
-        "tilus vq (VQ-GEMV with the codebook cache); copy bandwidth {copy_gbps:.0} GB/s; floor = \
+        "tilus vq (codebook-centric VQ-GEMV); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = n_reg/n_shared, stages, k split\n\
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, stages, k split\n\
          {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
@@ -150,7 +150,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}/{} s{} k/{}\n",
+            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} s{} k/{}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -163,8 +163,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
             ratio(r.cublas_us),
             format!("u{}:{}", r.elementwise_bits, opt(r.elementwise_us)),
             ratio(r.elementwise_us),
-            r.cache.n_reg,
-            r.cache.n_shared,
+            r.cache.replicas,
             r.stages,
             r.split,
         );
@@ -194,13 +193,14 @@ pub fn parse_configs(list: &str) -> Result<Vec<VqConfig>, String> {
         .collect()
 }
 
-/// The cache of `--cache n_reg/n_shared`, or `None` for each format's default.
+/// The cache of `--cache replicas` (1 or 16 copies of the codebook in shared memory), or
+/// `None` for each format's default.
 pub fn parse_cache(arg: Option<&str>) -> Result<Option<VqCache>, String> {
     let Some(a) = arg else { return Ok(None) };
-    let bad = || format!("argument `--cache`: `{a}` is not n_reg/n_shared (e.g. 0/1024)");
-    let (r, s) = a.split_once('/').ok_or_else(bad)?;
-    Ok(Some(VqCache {
-        n_reg: r.trim().parse().map_err(|_| bad())?,
-        n_shared: s.trim().parse().map_err(|_| bad())?,
-    }))
+    match a.trim().parse::<usize>() {
+        Ok(replicas @ (1 | 16)) => Ok(Some(VqCache { replicas })),
+        _ => Err(format!(
+            "argument `--cache`: `{a}` is not 1 or 16 (copies of the codebook in shared memory)"
+        )),
+    }
 }

@@ -21,101 +21,165 @@ use half::f16;
 use std::sync::{Arc, Mutex};
 use tilus_runtime::{Context, DeviceBuffer};
 
-/// Output channels per block.
+/// Output channels per block of the GC kernel.
 pub const BN: usize = 32;
-/// k per step of the GC kernel (and the smallest of the cached one).
+/// k per step of the GC kernel.
 pub const BK: usize = 64;
-/// Shared memory the cache's shared tier may take by default.
-pub const CACHE_SHARED_BYTES: usize = 64 * 1024;
+/// Shared memory the codebook buffers of [`vq_gemv`] may take.
+pub const CODEBOOK_SHARED_BYTES: usize = 160 * 1024;
 
-/// The codebook cache's tiers: entries `[0, n_reg)` in registers, `[n_reg, n_reg + n_shared)`
-/// in shared memory, the rest in global memory.
+/// How [`vq_gemv`] keeps the codebook: every entry in shared memory, stored `replicas` times
+/// (1, or 16 for 4-value vectors: conflict-free look-ups, module docs of `kernel`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct VqCache {
-    pub n_reg: usize,
-    pub n_shared: usize,
+    pub replicas: usize,
 }
 
-/// The default cache of a format for `k` input channels: no register tier (each register
-/// entry costs `V / 2` selects per pair of elements), as many entries in shared memory as
-/// [`CACHE_SHARED_BYTES`] holds (over the buffers [`kernel_config`] uses).
-pub fn default_cache(c: VqConfig, k: usize) -> VqCache {
-    let bufs = codebook_buffers(c, k, STAGES);
-    VqCache {
-        n_reg: 0,
-        n_shared: c
-            .entries()
-            .min(CACHE_SHARED_BYTES / (bufs * 2 * c.residuals * c.vector_size)),
+/// Warps of [`vq_gemv`] for a format: `32 · warps` output channels per block dividing the
+/// codebook tile's rows (and `n`), at most 8.
+fn warps_for(c: VqConfig, n: usize, k: usize) -> usize {
+    let (rows, _) = c.tile(n, k);
+    let mut w = 8;
+    while w > 1 && !(rows.is_multiple_of(32 * w) && n.is_multiple_of(32 * w)) {
+        w /= 2;
     }
+    w
 }
 
-/// Stages of the cached kernel's cp.async ring of codes by default.
-pub const STAGES: usize = 4;
-
-/// k per step of the cached kernel: 128 where the codebook tiles allow, else 64.
-fn step_k(c: VqConfig, k: usize) -> usize {
-    let (_, cols) = c.tile(BN, k);
+/// k per step of [`vq_gemv`]: 128 where the codebook tiles allow, else 64.
+fn step_k(c: VqConfig, n: usize, k: usize) -> usize {
+    let (_, cols) = c.tile(n, k);
     if cols.is_multiple_of(128) {
         128
     } else {
-        BK
+        64
     }
 }
 
-/// Shared buffers of the cache's shared tier for a ring of `stages`: one for a codebook that
-/// spans k, else enough that a buffer is refilled only after its tile is done:
-/// `(buffers - 1) · steps per tile >= stages - 1`.
-fn codebook_buffers(c: VqConfig, k: usize, stages: usize) -> usize {
-    let (_, cols) = c.tile(BN, k);
-    if cols == k {
-        1
+/// The default cache of a format: 16 copies where they are useful (4-value vectors) and fit
+/// ([`CODEBOOK_SHARED_BYTES`] over two buffers), else one.
+pub fn default_cache(c: VqConfig) -> VqCache {
+    let bytes = |rep: usize| 2 * c.residuals * c.entries() * rep * c.vector_size * 2;
+    let replicas = if c.vector_size == 4 && bytes(16) <= CODEBOOK_SHARED_BYTES / 2 {
+        16
     } else {
-        1 + (stages - 1).div_ceil(cols / step_k(c, k)).max(1)
-    }
+        1
+    };
+    VqCache { replicas }
 }
+
+/// Stages of [`vq_gemv`]'s cp.async ring of activations and codes by default.
+pub const STAGES: usize = 3;
 
 /// Blocks the split-k choice aims for: four per SM of a 132-SM H100.
 pub const TARGET_BLOCKS: usize = 4 * 132;
 
-/// The k split for `m` tokens of a `[n, k]` weight: 1 where `cdiv(m, 16) · n / BN` blocks
-/// reach [`TARGET_BLOCKS`] or k has fewer than 64 steps, else the smallest power of two (up to
-/// 8) that reaches it and divides the steps.
-pub fn split_for(c: VqConfig, m: usize, n: usize, k: usize) -> usize {
-    let blocks = m.div_ceil(16) * (n / BN);
-    let steps = k / step_k(c, k);
-    if blocks >= TARGET_BLOCKS || steps < 64 {
-        return 1;
-    }
+/// Whether the format has one codebook for the whole matrix, copied once by `cp.async` (only
+/// without replicas: copies are written from registers).
+fn one_codebook(c: VqConfig, cache: VqCache, n: usize, k: usize) -> bool {
+    c.tile(n, k) == (n, k) && cache.replicas == 1
+}
+
+/// The k split for `m` tokens: 1 where `cdiv(m, 16) · n / (32 · warps)` blocks reach
+/// [`TARGET_BLOCKS`], else the smallest power of two (up to 8) that reaches it and leaves each
+/// block whole codebook tiles (or any part of a single codebook).
+pub fn split_for(c: VqConfig, cache: VqCache, m: usize, n: usize, k: usize) -> usize {
+    let blocks = m.div_ceil(16) * (n / (32 * warps_for(c, n, k)));
     let mut s = 1;
-    while s < 8 && blocks * s < TARGET_BLOCKS && steps.is_multiple_of(2 * s) {
+    while s < 8 && blocks * s < TARGET_BLOCKS && split_ok(c, cache, n, k, 2 * s) {
         s *= 2;
     }
     s
 }
 
-/// [`vq_gemv`]'s configuration for a format, a cache, `k`, a ring of `stages` (2..=8) and a
-/// k split (dividing `k / BK`).
+/// Whether [`vq_gemv`] can split k in `split` slices.
+fn split_ok(c: VqConfig, cache: VqCache, n: usize, k: usize, split: usize) -> bool {
+    let steps = k / step_k(c, n, k);
+    let (_, cols) = c.tile(n, k);
+    let tile_steps = cols / step_k(c, n, k);
+    steps.is_multiple_of(split)
+        && (one_codebook(c, cache, n, k) || (steps / split).is_multiple_of(tile_steps))
+}
+
+/// [`vq_gemv`]'s configuration for a format, a cache, the shape, a ring of `stages` (2..=8)
+/// and a k split.
 pub fn kernel_config(
     c: VqConfig,
     cache: VqCache,
-    k: usize,
+    (n, k): (usize, usize),
     stages: usize,
     split: usize,
 ) -> vq_gemv::Config {
     vq_gemv::Config {
-        BN: BN as i32,
-        WN: 4,
-        BK: step_k(c, k) as i32,
+        WN: warps_for(c, n, k) as i32,
+        BK: step_k(c, n, k) as i32,
         SPLIT: split as i32,
         STAGES: stages as i32,
         V: c.vector_size as i32,
         R: c.residuals as i32,
-        CB: if c.log2_entries <= 8 { 1 } else { 2 },
-        NR: cache.n_reg as i32,
-        NS: cache.n_shared as i32,
-        CBUF: codebook_buffers(c, k, stages) as i32,
+        E: c.entries() as i32,
+        HB: high_bits(c) as i32,
+        REP: cache.replicas as i32,
+        ONE: one_codebook(c, cache, n, k) as i32,
         SCALE: c.channel_scale as i32,
     }
+}
+
+/// Bits of each code beyond its low byte, as [`vq_gemv`] stores them: 0, 4 (up to 12-bit
+/// codes) or 8.
+fn high_bits(c: VqConfig) -> usize {
+    match c.log2_entries {
+        0..=8 => 0,
+        9..=12 => 4,
+        _ => 8,
+    }
+}
+
+/// The codes as [`vq_gemv`] reads them (its module docs): for each block of `32 · warps`
+/// channels, each k step of `bk` and each thread, the low bytes of its codes of every residual
+/// stage in the order of the index layout `..local(bk / (4 V), 4).column_spatial(4, 8)`
+/// (local `4 kr + f` is vector `4 kr + t` of channel `32 w + 8 f + g`, lane `t + 4 g` of warp
+/// `w`), then their high nibbles or bytes.
+pub fn relayout_codes(w: &VqWeight, warps: usize, bk: usize) -> Vec<u8> {
+    let c = w.config;
+    let (n, k, v, r) = (w.n, w.k, c.vector_size, c.residuals);
+    let threads = 32 * warps;
+    let runs = bk / (4 * v);
+    let lo = runs * 4;
+    let hb = high_bits(c);
+    let hi = lo * hb / 8;
+    let per_thread = r * (lo + hi);
+    let (kv, steps) = (k / v, k / bk);
+    let mut out = vec![0u8; n * k / v * r * (8 + hb) / 8];
+    for bj in 0..n / threads {
+        for kt in 0..steps {
+            for thread in 0..threads {
+                let base = ((bj * steps + kt) * threads + thread) * per_thread;
+                let (warp, lane) = (thread / 32, thread % 32);
+                let (t, g) = (lane % 4, lane / 4);
+                for kr in 0..runs {
+                    for f in 0..4 {
+                        let l = kr * 4 + f;
+                        let row = bj * threads + warp * 32 + f * 8 + g;
+                        let vec = kt * (bk / v) + kr * 4 + t;
+                        for s in 0..r {
+                            let code = w.codes[(s * n + row) * kv + vec] as usize;
+                            out[base + s * lo + l] = code as u8;
+                            match hb {
+                                4 => {
+                                    out[base + r * lo + s * hi + l / 2] |=
+                                        ((code >> 8) as u8 & 0xF) << (4 * (l % 2))
+                                }
+                                8 => out[base + r * lo + s * hi + l] = (code >> 8) as u8,
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// [`vq_gemv_gc`]'s configuration for a format.
@@ -135,13 +199,16 @@ pub fn gc_config(c: VqConfig) -> vq_gemv_gc::Config {
 #[derive(Clone, Debug)]
 pub struct VqLinear {
     weight: VqWeight,
-    /// The codes as the kernels read them: u8, or u16 little-endian above 8 bits.
+    /// The codes as [`vq_gemv`] reads them ([`relayout_codes`]).
+    kernel_codes: Vec<u8>,
+    /// The codes in their original order for the GC kernel: u8, or u16 little-endian above 8
+    /// bits.
     code_bytes: Vec<u8>,
     codebooks: Vec<f16>,
     /// `[n]`, or one unused value when the format has no scales.
     scales: Vec<f16>,
     cache: VqCache,
-    /// Stages of the cached kernel's ring of codes.
+    /// Stages of the kernel's ring of activations and codes.
     stages: usize,
     /// The k split, or `None` for [`split_for`]'s choice per `m`.
     split: Option<usize>,
@@ -155,29 +222,31 @@ fn kernel_err(e: impl std::fmt::Display) -> VqError {
 }
 
 impl VqLinear {
-    /// The layer for `weight` with the default cache: no register tier, as many entries in
-    /// shared memory as [`CACHE_SHARED_BYTES`] holds. The kernels need `k` a multiple of 64
-    /// with codebook tiles of a multiple of 64 columns, `n` a multiple of 32 with tiles of a
-    /// multiple of 32 rows, and `vector_size` a divisor of 64 (CQ's per-channel-group
-    /// codebooks, for the KV cache, are refused).
+    /// The layer for `weight` with the default cache ([`default_cache`]). The kernels need
+    /// vectors of 4 or 8 values, `k` and the codebook tile's columns multiples of 64, `n` and
+    /// the tile's rows multiples of 32, and the codebook buffers within
+    /// [`CODEBOOK_SHARED_BYTES`] (CQ's per-channel-group codebooks, for the KV cache, are
+    /// refused).
     pub fn new(weight: VqWeight) -> Result<VqLinear, VqError> {
         let c = weight.config;
         let (n, k, v) = (weight.n, weight.k, c.vector_size);
         let (rows, cols) = c.tile(n, k);
-        if !n.is_multiple_of(BN) || !rows.is_multiple_of(BN) {
+        if v != 4 && v != 8 {
             return Err(arg_err(
                 "weight",
-                format!("n = {n} and the codebook tile's {rows} rows must be multiples of {BN}"),
+                format!("vector_size {v}: the kernels take vectors of 4 or 8 values"),
             ));
         }
-        if !k.is_multiple_of(BK) || !cols.is_multiple_of(BK) || !BK.is_multiple_of(v) || v % 2 != 0
-        {
+        if !n.is_multiple_of(32) || !rows.is_multiple_of(32) {
             return Err(arg_err(
                 "weight",
-                format!(
-                    "k = {k} and the codebook tile's {cols} columns must be multiples of {BK}, \
-                     and vector_size {v} must be even and divide {BK}"
-                ),
+                format!("n = {n} and the codebook tile's {rows} rows must be multiples of 32"),
+            ));
+        }
+        if !k.is_multiple_of(64) || !cols.is_multiple_of(64) {
+            return Err(arg_err(
+                "weight",
+                format!("k = {k} and the codebook tile's {cols} columns must be multiples of 64"),
             ));
         }
         if i32::try_from(weight.codebooks.len()).is_err()
@@ -187,6 +256,18 @@ impl VqLinear {
             return Err(arg_err(
                 "weight",
                 "the codes, codebooks or n·k do not fit i32 indices",
+            ));
+        }
+        let cache = default_cache(c);
+        let shared = codebook_bytes(c, cache, n, k);
+        if shared > CODEBOOK_SHARED_BYTES {
+            return Err(arg_err(
+                "weight",
+                format!(
+                    "its codebook buffers need {} KiB of shared memory, more than {} KiB",
+                    shared / 1024,
+                    CODEBOOK_SHARED_BYTES / 1024
+                ),
             ));
         }
         let code_bytes = if c.log2_entries <= 8 {
@@ -199,9 +280,10 @@ impl VqLinear {
             Some(s) => s.iter().map(|&x| f16::from_f32(x)).collect(),
             None => vec![f16::ONE],
         };
-        let cache = default_cache(c, k);
+        let kernel_codes = relayout_codes(&weight, warps_for(c, n, k), step_k(c, n, k));
         Ok(VqLinear {
             weight,
+            kernel_codes,
             code_bytes,
             codebooks,
             scales,
@@ -227,8 +309,7 @@ impl VqLinear {
         self.stages
     }
 
-    /// Sets the stages of the cached kernel's cp.async ring of codes (2..=8; the shared
-    /// tier's buffers follow, so check the cache again with [`Self::with_cache`] after).
+    /// Sets the stages of the kernel's cp.async ring (2..=8).
     pub fn with_stages(mut self, stages: usize) -> Result<VqLinear, VqError> {
         if !(2..=8).contains(&stages) {
             return Err(arg_err("stages", format!("{stages}: must lie in 2..=8")));
@@ -237,50 +318,59 @@ impl VqLinear {
         Ok(self)
     }
 
-    /// Sets the cache tiers (`n_reg + n_shared <= entries`; `n_reg <= 8`, each register entry
-    /// costs `V / 2` selects per pair of elements; the shared tier, `2 · residuals · V ·
-    /// n_shared` bytes per buffer, at most 160 KiB).
+    /// Sets the codebook's copies in shared memory: 1, or 16 for vectors of 4 (within
+    /// [`CODEBOOK_SHARED_BYTES`] over its buffers).
     pub fn with_cache(mut self, cache: VqCache) -> Result<VqLinear, VqError> {
         let c = self.weight.config;
-        let bufs = codebook_buffers(c, self.weight.k, self.stages);
-        if cache.n_reg > 8
-            || cache.n_reg + cache.n_shared > c.entries()
-            || bufs * 2 * c.residuals * c.vector_size * cache.n_shared > 160 * 1024
-        {
+        let (n, k) = (self.weight.n, self.weight.k);
+        let fits = codebook_bytes(c, cache, n, k) <= CODEBOOK_SHARED_BYTES;
+        let ok = cache.replicas == 1 || (cache.replicas == 16 && c.vector_size == 4);
+        if !ok || !fits {
             return Err(arg_err(
                 "cache",
                 format!(
-                    "{cache:?}: needs n_reg <= 8, n_reg + n_shared <= {} entries and the shared \
-                     tier ({bufs} buffer(s) of 2·residuals·V·n_shared bytes) within 160 KiB",
-                    c.entries()
+                    "{cache:?}: replicas must be 1, or 16 for vectors of 4, and the codebook \
+                     buffers ({} KiB) fit {} KiB",
+                    codebook_bytes(c, cache, n, k) / 1024,
+                    CODEBOOK_SHARED_BYTES / 1024
                 ),
             ));
         }
         self.cache = cache;
+        if let Some(s) = self.split {
+            if !split_ok(c, cache, n, k, s) {
+                self.split = None;
+            }
+        }
         Ok(self)
     }
 
-    /// Sets the k split of the cached kernel (a power of two up to 8 dividing its k steps),
-    /// instead of [`split_for`]'s choice per `m`.
+    /// Sets the k split of the kernel (a power of two up to 8 dividing its k steps into whole
+    /// codebook tiles per slice), instead of [`split_for`]'s choice per `m`.
     pub fn with_split(mut self, split: usize) -> Result<VqLinear, VqError> {
-        let steps = self.weight.k / step_k(self.weight.config, self.weight.k);
-        if !split.is_power_of_two() || split > 8 || !steps.is_multiple_of(split) {
+        let w = &self.weight;
+        if !split.is_power_of_two() || split > 8 || !split_ok(w.config, self.cache, w.n, w.k, split)
+        {
+            let steps = w.k / step_k(w.config, w.n, w.k);
             return Err(arg_err(
                 "split",
-                format!("{split}: must be a power of two up to 8 dividing the {steps} k steps"),
+                format!(
+                    "{split}: must be a power of two up to 8 dividing the {steps} k steps into \
+                     whole codebook tiles"
+                ),
             ));
         }
         self.split = Some(split);
         Ok(self)
     }
 
-    /// The cached kernel's configuration for `m` tokens.
+    /// The kernel's configuration for `m` tokens.
     pub fn config(&self, m: usize) -> vq_gemv::Config {
         let w = &self.weight;
         let split = self
             .split
-            .unwrap_or_else(|| split_for(w.config, m, w.n, w.k));
-        kernel_config(w.config, self.cache, w.k, self.stages, split)
+            .unwrap_or_else(|| split_for(w.config, self.cache, m, w.n, w.k));
+        kernel_config(w.config, self.cache, (w.n, w.k), self.stages, split)
     }
 
     /// The naive kernel's configuration.
@@ -288,16 +378,10 @@ impl VqLinear {
         gc_config(self.weight.config)
     }
 
-    fn dims(&self) -> (i32, i32, i32, i32, i32) {
+    fn dims(&self) -> (i32, i32, i32, i32) {
         let w = &self.weight;
         let (rows, cols) = w.config.tile(w.n, w.k);
-        (
-            w.n as i32,
-            w.k as i32,
-            w.config.entries() as i32,
-            rows as i32,
-            cols as i32,
-        )
+        (w.n as i32, w.k as i32, rows as i32, cols as i32)
     }
 
     fn check_x(&self, len: usize, m: usize) -> Result<i32, VqError> {
@@ -317,7 +401,7 @@ impl VqLinear {
     /// (and [`vq_finalize`] when k is split).
     pub fn forward_cpu(&self, x: &[f16], m: usize) -> Result<Vec<f16>, VqError> {
         let mi = self.check_x(x.len(), m)?;
-        let (n, k, e, tr, tc) = self.dims();
+        let (n, k, tr, tc) = self.dims();
         let mut y = vec![f16::NAN; m * self.n()];
         let cfg = self.config(m);
         let mut part = vec![0f32; if cfg.SPLIT > 1 { m * self.n() } else { 1 }];
@@ -326,11 +410,10 @@ impl VqLinear {
             mi,
             n,
             k,
-            e,
             tr,
             tc,
             x,
-            &self.code_bytes,
+            &self.kernel_codes,
             &self.codebooks,
             &self.scales,
             &mut y,
@@ -353,7 +436,8 @@ impl VqLinear {
     /// The same through the naive [`vq_gemv_gc`].
     pub fn forward_cpu_gc(&self, x: &[f16], m: usize) -> Result<Vec<f16>, VqError> {
         let mi = self.check_x(x.len(), m)?;
-        let (n, k, e, tr, tc) = self.dims();
+        let (n, k, tr, tc) = self.dims();
+        let e = self.weight.config.entries() as i32;
         let mut y = vec![f16::NAN; m * self.n()];
         vq_gemv_gc::interpret(
             &self.gc_config(),
@@ -373,12 +457,14 @@ impl VqLinear {
         Ok(y)
     }
 
-    /// This layer on `ctx`'s GPU: uploads the codes, codebooks and scales.
+    /// This layer on `ctx`'s GPU: uploads the kernel's codes, the codebooks and scales (the
+    /// GC kernel's codes on its first use).
     pub fn to_gpu(&self, ctx: &Arc<Context>) -> Result<GpuVqLinear, VqError> {
         Ok(GpuVqLinear {
             ctx: ctx.clone(),
             part: Mutex::new(None),
-            codes: DeviceBuffer::from_host(ctx, &self.code_bytes).map_err(kernel_err)?,
+            gc_codes: Mutex::new(None),
+            codes: DeviceBuffer::from_host(ctx, &self.kernel_codes).map_err(kernel_err)?,
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, &self.scales).map_err(kernel_err)?,
             host: self.clone(),
@@ -386,11 +472,19 @@ impl VqLinear {
     }
 }
 
+/// Shared memory of [`vq_gemv`]'s codebook buffers.
+fn codebook_bytes(c: VqConfig, cache: VqCache, n: usize, k: usize) -> usize {
+    let bufs = if one_codebook(c, cache, n, k) { 1 } else { 2 };
+    bufs * c.residuals * c.entries() * cache.replicas * c.vector_size * 2
+}
+
 /// [`VqLinear`] on a GPU.
 pub struct GpuVqLinear {
     ctx: Arc<Context>,
     /// The split-k workspace, zero between launches, grown to the largest `m · n` seen.
     part: Mutex<Option<DeviceBuffer<f32>>>,
+    /// The GC kernel's codes, uploaded on its first use.
+    gc_codes: Mutex<Option<DeviceBuffer<u8>>>,
     codes: DeviceBuffer<u8>,
     codebooks: DeviceBuffer<f16>,
     scales: DeviceBuffer<f16>,
@@ -405,14 +499,14 @@ impl GpuVqLinear {
         &self.ctx
     }
 
-    /// `y[m, n]` for `x[m, k]` on the device (f16), with the codebook cache.
+    /// `y[m, n]` for `x[m, k]` on the device (f16).
     pub fn forward(&self, x: &DeviceBuffer<f16>, m: usize) -> Result<DeviceBuffer<f16>, VqError> {
         let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n()).map_err(kernel_err)?;
         self.forward_into(x, m, &mut y, false)?;
         Ok(y)
     }
 
-    /// `y = x · Wᵀ` into `y` (`[m, n]`): the cached kernel, or with `naive` the GC kernel.
+    /// `y = x · Wᵀ` into `y` (`[m, n]`): [`vq_gemv`], or with `naive` the GC kernel.
     pub fn forward_into(
         &self,
         x: &DeviceBuffer<f16>,
@@ -428,19 +522,24 @@ impl GpuVqLinear {
                 format!("{} values, expected m·n = {}", y.len(), m * h.n()),
             ));
         }
-        let (n, k, e, tr, tc) = h.dims();
+        let (n, k, tr, tc) = h.dims();
         if naive {
+            let mut gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
+            if gc.is_none() {
+                *gc = Some(DeviceBuffer::from_host(&self.ctx, &h.code_bytes).map_err(kernel_err)?);
+            }
+            let codes = gc.as_ref().expect("uploaded above");
             vq_gemv_gc::launch(
                 &self.ctx,
                 &h.gc_config(),
                 mi,
                 n,
                 k,
-                e,
+                h.weight.config.entries() as i32,
                 tr,
                 tc,
                 x,
-                &self.codes,
+                codes,
                 &self.codebooks,
                 &self.scales,
                 y,
@@ -460,7 +559,6 @@ impl GpuVqLinear {
                 mi,
                 n,
                 k,
-                e,
                 tr,
                 tc,
                 x,
