@@ -19,20 +19,21 @@
 //! | `mma_b1_ap` | `[16, 256]` | A of u1, *paired*: `spatial(8, 4).local(2, 64)`, rows and k permuted within the tile (below) |
 //! | `mma_b1_bp` | `[256, 8]` | B of u1, paired: `column_spatial(4, 8).local(64, 1)` |
 //! | `mma_b1_cp` | `[16, 8]` | C/D, paired: `spatial(8, 4).local(2, 2)` |
-//! | `mma_a_k4` | `[16, 16]` | A of f16/bf16, *runs of 4*: `local(2, 1).spatial(8, 4).local(1, 4)`, k permuted within the tile (below) |
+//! | `mma_a_k4` | `[16, 16]` | A of f16/bf16, *runs of 4*: the elements of `local(2, 1).spatial(8, 4).local(1, 4)`, k permuted within the tile, locals in the instruction's order (below) |
 //! | `mma_b_k4` | `[16, 8]` | B of f16/bf16, runs of 4: `column_spatial(4, 8).local(4, 1)` (C is `mma_c`) |
-//! | `mma_a_k8` | `[16, 32]` | A of f16/bf16, *runs of 8* (two instructions): `local(2, 1).spatial(8, 4).local(1, 8)` |
+//! | `mma_a_k8` | `[16, 32]` | A of f16/bf16, *runs of 8* (two instructions): the elements of `local(2, 1).spatial(8, 4).local(1, 8)`, locals in the instructions' order |
 //! | `mma_b_k8` | `[32, 8]` | B of f16/bf16, runs of 8: `column_spatial(4, 8).local(8, 1)` |
 //!
 //! **Run fragments.** An operand whose values come `r` consecutive k at a time (a vector-quantized
 //! weight: one codebook row of 4 or 8 values per look-up; activations read 8 or 16 bytes at a
 //! time) fits the f16 instruction when k is permuted, A and B alike: in the runs-of-`r` set
 //! (`r` = 4 or 8) thread `4 g + t` holds k `r t .. r t + r` of rows `g` and `g + 8` (A) or of
-//! column `g` (B), in order, and the tile spans `4 r` of k: `r / 4` instructions. Instruction
-//! `j` reads its k `8 h + 2 t + p` (`h`, `p` in 0..2) from the run's element `4 j + 2 h + p`:
-//! A's 32-bit words (two f16) are `r / 2` of row `g` then `r / 2` of row `g + 8`, and the code
-//! generator passes instruction `j` the words `2 j` and `2 j + 1` of each row, in the order
-//! (row `g`, row `g + 8`) per k half; B's words `2 j`, `2 j + 1`. The accumulator is `mma_c`.
+//! column `g` (B), and the tile spans `4 r` of k: `r / 4` instructions. Instruction `j` reads
+//! its k `8 h + 2 t + p` (`h`, `p` in 0..2) from the run's element `4 j + 2 h + p`. B's locals
+//! are the run in order (instruction `j` takes words `2 j`, `2 j + 1`); A's are ordered as the
+//! instruction reads them, (`j`, `h`, row half, `p`) (two `swap_inner_locals` of the row-major
+//! runs), so instruction `j` takes words `4 j .. 4 j + 4` and no register moves: loaded from
+//! memory, each word lands where the instruction wants it. The accumulator is `mma_c`.
 //!
 //! **Paired fragments.** The u1 mma sums over k, so any permutation of k shared by A and B, and
 //! any permutation of the 16 rows shared by A and C, computes the same product. The paired set
@@ -76,9 +77,15 @@ pub const FRAGMENTS: [(&str, &str); 18] = [
     ("mma_b1_ap", "spatial(8, 4).local(2, 64)"),
     ("mma_b1_bp", "column_spatial(4, 8).local(64, 1)"),
     ("mma_b1_cp", "spatial(8, 4).local(2, 2)"),
-    ("mma_a_k4", "local(2, 1).spatial(8, 4).local(1, 4)"),
+    (
+        "mma_a_k4",
+        "swap_inner_locals(swap_inner_locals(local(2, 1).spatial(8, 4).local(1, 4), 4, 2), 2, 2)",
+    ),
     ("mma_b_k4", "column_spatial(4, 8).local(4, 1)"),
-    ("mma_a_k8", "local(2, 1).spatial(8, 4).local(1, 8)"),
+    (
+        "mma_a_k8",
+        "swap_inner_locals(swap_inner_locals(local(2, 1).spatial(8, 4).local(1, 8), 8, 2), 2, 2)",
+    ),
     ("mma_b_k8", "column_spatial(4, 8).local(8, 1)"),
 ];
 
@@ -191,9 +198,9 @@ mod tests {
     }
 
     /// The run fragments feed the instruction the ISA's f16 fragments under one k permutation
-    /// shared by A and B: instruction `j`'s register `a_i` (b_i) is the run word the code
-    /// generator passes, and its elements sit at the ISA's row (column) and at k
-    /// `4 r j`-relative positions that map one to one onto the run's.
+    /// shared by A and B: instruction `j`'s register `a_i` is run word `4 j + i`, `b_i` word
+    /// `2 j + i`, and their elements sit at the ISA's row (column) and at a k that maps one to
+    /// one onto the run's: thread `t` of a row holds the run `r t .. r t + r`.
     #[test]
     fn run_fragments_permute_the_isa_ones() {
         let f = |n: &str| fragment(n).unwrap();
@@ -215,9 +222,8 @@ mod tests {
             assert_eq!(seen.len(), 4 * r);
             for lane in 0..32 {
                 for j in 0..r / 4 {
-                    // A: instruction register i (two f16) is run word `order[i]`.
-                    let order = [2 * j, r / 2 + 2 * j, 2 * j + 1, r / 2 + 2 * j + 1];
-                    for (i, &w) in order.iter().enumerate() {
+                    // A: instruction register i (two f16) is run word `4 j + i`.
+                    for (i, w) in (4 * j..4 * j + 4).enumerate() {
                         for half in 0..2 {
                             let isa = a.eval(lane, 2 * i + half);
                             let run = ar.eval(lane, 2 * w + half);

@@ -27,8 +27,8 @@
 //! | i8/u8 -> i32          | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32 (m16n8k256) | `column_local(2,2).spatial(8,4).local(1,32)` `[16, 256]` | `local(2,1).column_spatial(4,8).local(32,1)` `[256, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32, paired     | `spatial(8,4).local(2,64)`                 | `column_spatial(4,8).local(64,1)`            | `spatial(8,4).local(2,2)`            |
-//! | f16/bf16, runs of 4   | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
-//! | f16/bf16, runs of 8   | `local(2,1).spatial(8,4).local(1,8)` `[16, 32]` | `column_spatial(4,8).local(8,1)` `[32, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
+//! | f16/bf16, runs of 4   | `local(2,1).spatial(8,4).local(1,4)`, locals reordered | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
+//! | f16/bf16, runs of 8   | `local(2,1).spatial(8,4).local(1,8)` `[16, 32]`, locals reordered | `column_spatial(4,8).local(8,1)` `[32, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
 //!
 //! The paired u1 set (`MmaKind::B1Paired`, tried when the first does not divide) is the same
 //! instruction on rows and k permuted within the tile, so that loads and stores are 8 bytes;

@@ -180,9 +180,8 @@ fn mma(
 }
 
 /// The run fragments (`mma_a_k4`.., see `layout::fragments`): fragment `l` of `a` is words
-/// `[r l, r l + r)` (`r / 2` of row `g`, then `r / 2` of row `g + 8`), of `b` words
-/// `[r l / 2, r l / 2 + r / 2)`; instruction `j` of the `r / 4` takes `a` words `2 j`,
-/// `r / 2 + 2 j`, `2 j + 1`, `r / 2 + 2 j + 1` and `b` words `2 j`, `2 j + 1`.
+/// `[r l, r l + r)` in the instructions' order, of `b` words `[r l / 2, r l / 2 + r / 2)`;
+/// instruction `j` of the `r / 4` takes `a` words `4 j .. 4 j + 4` and `b` words `2 j`, `2 j + 1`.
 #[allow(clippy::too_many_arguments)]
 fn mma_runs(
     cx: &mut Ctx,
@@ -200,19 +199,15 @@ fn mma_runs(
             cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
         }
     }
-    let half = r / 2;
     for kq in 0..qa.shape[1] {
         for (jq, row) in table.iter().enumerate() {
             let (la, lb) = row[kq];
-            let (wa, wb) = (la * r, lb * half);
             for j in 0..r / 4 {
-                let aw = [2 * j, half + 2 * j, 2 * j + 1, half + 2 * j + 1]
-                    .map(|w| format!("{an}[{}]", wa + w))
-                    .join(", ");
                 cx.w.line(format!(
-                    "{{ const uint32_t ra[4] = {{{aw}}}; tilus_mma_{name}(&{on}[{}], ra, &{bn}[{}]); }}",
+                    "tilus_mma_{name}(&{on}[{}], &{an}[{}], &{bn}[{}]);",
                     jq * 4,
-                    wb + 2 * j
+                    la * r + 4 * j,
+                    lb * r / 2 + 2 * j
                 ));
             }
         }
