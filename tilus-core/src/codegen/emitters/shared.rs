@@ -67,6 +67,10 @@ fn add_expr(a: &Expr, b: &Expr) -> Expr {
 fn vector_ok(cx: &Ctx, s: &SharedInfo, base: &[Expr], v: usize) -> Divisible {
     let l = &s.root_layout;
     let last = l.rank() - 1;
+    // One element per access: any strides (a permuted tile copies element by element).
+    if v == 1 {
+        return Divisible::Yes;
+    }
     if l.strides[last] != 1 {
         return Divisible::No;
     }
