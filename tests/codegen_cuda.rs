@@ -1126,7 +1126,7 @@ fn apt_kernels_compile_to_bmma() {
 #[test]
 fn vq_kernels_compile_without_spills() {
     use tilus::kernels::vq::kernel::{vq_gemv, vq_gemv_gc};
-    use tilus::kernels::vq::linear::{default_cache, gc_config, kernel_config};
+    use tilus::kernels::vq::linear::{default_cache, gc_config, kernel_config, warps_for};
     use tilus::kernels::vq::VqCache;
     use tilus::vq::VqConfig;
     let test = "vq_kernels_compile_without_spills";
@@ -1139,7 +1139,8 @@ fn vq_kernels_compile_without_spills() {
         }
         for cache in caches {
             for split in [1, 4] {
-                let cfg = kernel_config(c, cache, (57344, 8192), 3, split);
+                let warps = warps_for(c, 57344, 8192);
+                let cfg = kernel_config(c, cache, warps, (57344, 8192), 3, split);
                 let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
                 let name = format!("vq_gemv_{}_x{}_split{split}", c.name, cache.replicas);
                 if split == 1 {

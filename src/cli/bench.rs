@@ -333,6 +333,10 @@ pub enum BenchCommand {
         /// The k split (1, 2, 4, 8) instead of the layer's choice per shape.
         #[arg(long)]
         split: Option<usize>,
+        /// Warps per block (1, 2, 4, 8, 16; 32 output channels each) instead of the format's
+        /// default.
+        #[arg(long)]
+        warps: Option<usize>,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -479,8 +483,15 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             cache,
             stages,
             split,
+            warps,
             ..
         } => {
+            if warps.is_some_and(|w| !matches!(w, 1 | 2 | 4 | 8 | 16)) {
+                return Err(format!(
+                    "argument `--warps`: {} is not 1, 2, 4, 8 or 16",
+                    warps.unwrap_or(0)
+                ));
+            }
             if split.is_some_and(|s| !matches!(s, 1 | 2 | 4 | 8)) {
                 return Err(format!(
                     "argument `--split`: {} is not 1, 2, 4 or 8",
@@ -745,6 +756,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref cache,
         stages,
         split,
+        warps,
         runs,
         no_cublas,
         no_elementwise,
@@ -755,8 +767,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             m,
             shapes,
             cache.as_deref(),
-            stages,
-            split,
+            (stages, split, warps),
             runs,
             (no_cublas, no_elementwise),
         );

@@ -54,8 +54,7 @@ pub fn run(
     m: &str,
     shapes: &str,
     cache: Option<&str>,
-    stages: Option<usize>,
-    split: Option<usize>,
+    (stages, split, warps): (Option<usize>, Option<usize>, Option<usize>),
     runs: usize,
     (no_cublas, no_elementwise): (bool, bool),
 ) -> Result<String, String> {
@@ -108,7 +107,7 @@ pub fn run(
                     k,
                     runs,
                     copy_gbps,
-                    (cache, stages, split),
+                    (cache, stages, split, warps),
                     cublas,
                     ew,
                 )

@@ -32,6 +32,8 @@ pub struct VqBenchRow {
     pub cache: VqCache,
     /// Stages of the kernel's ring of activations and codes.
     pub stages: usize,
+    /// Warps per block.
+    pub warps: usize,
     /// The k split (1: none; above, two launches: the GEMV and the finalize kernel).
     pub split: usize,
     /// [`super::kernel::vq_gemv`] with `cache`.
@@ -78,7 +80,7 @@ pub fn bench_vq(
     k: usize,
     runs: usize,
     copy_gbps: f64,
-    (cache, stages, split): (Option<VqCache>, Option<usize>, Option<usize>),
+    (cache, stages, split, warps): (Option<VqCache>, Option<usize>, Option<usize>, Option<usize>),
     cublas_us: Option<f64>,
     elementwise_us: Option<f64>,
 ) -> Result<VqBenchRow, String> {
@@ -90,6 +92,9 @@ pub fn bench_vq(
     }
     if let Some(c) = cache {
         layer = layer.with_cache(c).map_err(err)?;
+    }
+    if let Some(w) = warps {
+        layer = layer.with_warps(w).map_err(err)?;
     }
     if let Some(s) = split {
         layer = layer.with_split(s).map_err(err)?;
@@ -113,6 +118,7 @@ pub fn bench_vq(
         k,
         cache: layer.cache(),
         stages: layer.stages(),
+        warps: layer.warps(),
         split: layer.config(m).SPLIT as usize,
         cached,
         naive,
@@ -130,7 +136,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         "tilus vq (codebook-centric VQ-GEMV); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, stages, k split\n\
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, stages, k split\n\
          {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
@@ -150,7 +156,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} s{} k/{}\n",
+            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} w{} s{} k/{}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -164,6 +170,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
             format!("u{}:{}", r.elementwise_bits, opt(r.elementwise_us)),
             ratio(r.elementwise_us),
             r.cache.replicas,
+            r.warps,
             r.stages,
             r.split,
         );

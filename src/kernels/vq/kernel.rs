@@ -15,7 +15,7 @@
 //!   one column, which is exactly one codebook row. `gather_rows` of the codes (in
 //!   `..column_spatial(4, 8)`, one per thread and fragment) yields the fragment, no shuffles;
 //!   the activations come in the matching `mma_a_k4` / `mma_a_k8` (8 or 16 bytes per row and
-//!   thread) from a padded shared ring.
+//!   thread) from a shared ring padded against bank conflicts.
 //! - **The codebook cache.** With `REP = 16` (`V = 4`: `LDS.64` serves 16 lanes per cycle) the
 //!   codebook is stored 16 times, row `(entry · 16 + c)` for copy `c`, and lane `l` reads copy
 //!   `l % 16`: the 16 lanes of a phase hit 16 distinct bank pairs whatever the codes, so a
@@ -126,9 +126,10 @@ pub fn vq_gemv<
     let col_tiles = k / tile_cols;
     let groups = (n / tile_rows) * col_tiles;
     let gbook = view_global::<i32>(codebooks, [groups * R * E, hv]);
-    // The activations' ring, rows padded by 8·V halves so that the runs' 8/16-byte loads of a
-    // phase fall on distinct banks; the codes' ring beside it.
-    let sx = shared::<f16>([STAGES, 16, BK + 8 * V]);
+    // The activations' ring, rows padded by 4·V halves (2·V banks) so that the runs' loads of a
+    // phase fall on distinct banks: 16 lanes (4 rows x 4 runs) of 8 bytes for V = 4, 8 lanes
+    // (2 x 4) of 16 bytes for V = 8. The codes' ring beside it.
+    let sx = shared::<f16>([STAGES, 16, BK + 4 * V]);
     let scodes = shared::<u32>([STAGES, threads, wps]);
     // The codebook tile(s): `[buffer, stage, entry, copy]` rows of `hv` words.
     let sbook = shared::<i32>([(2 - ONE) * R * E * REP, hv]);
@@ -137,11 +138,12 @@ pub fn vq_gemv<
     let tile_steps = tile_cols / BK;
     let per = ksteps / SPLIT;
     let t0 = bs * per;
-    // Each lane's copy of the codebook (`lane % REP`: the column-spatial lane is `t + 4 g`).
+    // Each lane's copy of the codebook (`lane % REP`: the column-spatial lane is `t + 4 g`),
+    // the same in every local (masks, not remainders, so the compiler sees that).
     let copy = if REP == 1 {
         register::<i32>(li, 0)
     } else {
-        arange(li, 0, 0) % 4 + arange(li, 1, 0) % (REP / 4) * 4
+        (arange(li, 0, 0) & 3) + ((arange(li, 1, 0) & (REP / 4 - 1)) << 2)
     };
     // switch(codebook): the rows in `lf` (loaded a tile ahead) into buffer `buf`, copy
     // `(c + row) % REP` at pass `c`.
@@ -247,13 +249,12 @@ pub fn vq_gemv<
             commit_group();
             let stage = j % STAGES;
             let xa = load_shared(slice_shared(sx, [stage, 0, 0], [16, BK]), la, [0, 0]);
-            let mut w = view::<f16>(
-                gather_rows(sbook, (buf * R * E + codes_of(stage, 0)) * REP + copy, 0),
-                lb,
-            );
+            // Row `((buf · R + r) · E + code) · REP + copy`, the constant part added once.
+            let base = copy + buf * R * E * REP;
+            let mut w = view::<f16>(gather_rows(sbook, codes_of(stage, 0) * REP + base, 0), lb);
             #[unroll]
             for r in 1..R {
-                let at = ((buf * R + r) * E + codes_of(stage, r)) * REP + copy;
+                let at = codes_of(stage, r) * REP + (base + r * E * REP);
                 w = w + view::<f16>(gather_rows(sbook, at, 0), lb);
             }
             acc = dot(xa, w, acc);

@@ -35,15 +35,32 @@ pub struct VqCache {
     pub replicas: usize,
 }
 
-/// Warps of [`vq_gemv`] for a format: `32 · warps` output channels per block dividing the
-/// codebook tile's rows (and `n`), at most 8.
-fn warps_for(c: VqConfig, n: usize, k: usize) -> usize {
+/// Warps of [`vq_gemv`] by default: the most, up to `max`, whose `32 · warps` output channels
+/// divide the codebook tile's rows (and `n`); 8 at most, or 16 for a single codebook stored
+/// once (one block per SM: its shared memory).
+pub fn warps_for(c: VqConfig, n: usize, k: usize) -> usize {
     let (rows, _) = c.tile(n, k);
-    let mut w = 8;
+    let mut w = if (rows, c.vector_size) == (n, 8) {
+        16
+    } else {
+        8
+    };
     while w > 1 && !(rows.is_multiple_of(32 * w) && n.is_multiple_of(32 * w)) {
         w /= 2;
     }
     w
+}
+
+/// Whether `warps` (a power of two, 1..=16) suits a format's tiles: `32 · warps` output
+/// channels divide the codebook tile's rows and `n`, and the codebook rows split evenly over
+/// the threads.
+fn warps_ok(c: VqConfig, n: usize, k: usize, warps: usize) -> bool {
+    let (rows, _) = c.tile(n, k);
+    warps.is_power_of_two()
+        && warps <= 16
+        && rows.is_multiple_of(32 * warps)
+        && n.is_multiple_of(32 * warps)
+        && (c.residuals * c.entries()).is_multiple_of(32 * warps)
 }
 
 /// k per step of [`vq_gemv`]: 128 where the codebook tiles allow, else 64.
@@ -83,8 +100,14 @@ fn one_codebook(c: VqConfig, cache: VqCache, n: usize, k: usize) -> bool {
 /// The k split for `m` tokens: 1 where `cdiv(m, 16) · n / (32 · warps)` blocks reach
 /// [`TARGET_BLOCKS`], else the smallest power of two (up to 8) that reaches it and leaves each
 /// block whole codebook tiles (or any part of a single codebook).
-pub fn split_for(c: VqConfig, cache: VqCache, m: usize, n: usize, k: usize) -> usize {
-    let blocks = m.div_ceil(16) * (n / (32 * warps_for(c, n, k)));
+pub fn split_for(
+    c: VqConfig,
+    cache: VqCache,
+    warps: usize,
+    m: usize,
+    (n, k): (usize, usize),
+) -> usize {
+    let blocks = m.div_ceil(16) * (n / (32 * warps));
     let mut s = 1;
     while s < 8 && blocks * s < TARGET_BLOCKS && split_ok(c, cache, n, k, 2 * s) {
         s *= 2;
@@ -101,17 +124,18 @@ fn split_ok(c: VqConfig, cache: VqCache, n: usize, k: usize, split: usize) -> bo
         && (one_codebook(c, cache, n, k) || (steps / split).is_multiple_of(tile_steps))
 }
 
-/// [`vq_gemv`]'s configuration for a format, a cache, the shape, a ring of `stages` (2..=8)
-/// and a k split.
+/// [`vq_gemv`]'s configuration for a format, a cache, `warps`, the shape, a ring of `stages`
+/// (2..=8) and a k split.
 pub fn kernel_config(
     c: VqConfig,
     cache: VqCache,
+    warps: usize,
     (n, k): (usize, usize),
     stages: usize,
     split: usize,
 ) -> vq_gemv::Config {
     vq_gemv::Config {
-        WN: warps_for(c, n, k) as i32,
+        WN: warps as i32,
         BK: step_k(c, n, k) as i32,
         SPLIT: split as i32,
         STAGES: stages as i32,
@@ -208,6 +232,8 @@ pub struct VqLinear {
     /// `[n]`, or one unused value when the format has no scales.
     scales: Vec<f16>,
     cache: VqCache,
+    /// Warps per block (`32 ·` this output channels); `kernel_codes` are laid out for it.
+    warps: usize,
     /// Stages of the kernel's ring of activations and codes.
     stages: usize,
     /// The k split, or `None` for [`split_for`]'s choice per `m`.
@@ -280,7 +306,8 @@ impl VqLinear {
             Some(s) => s.iter().map(|&x| f16::from_f32(x)).collect(),
             None => vec![f16::ONE],
         };
-        let kernel_codes = relayout_codes(&weight, warps_for(c, n, k), step_k(c, n, k));
+        let warps = warps_for(c, n, k);
+        let kernel_codes = relayout_codes(&weight, warps, step_k(c, n, k));
         Ok(VqLinear {
             weight,
             kernel_codes,
@@ -288,6 +315,7 @@ impl VqLinear {
             codebooks,
             scales,
             cache,
+            warps,
             stages: STAGES,
             split: None,
         })
@@ -307,6 +335,28 @@ impl VqLinear {
     }
     pub fn stages(&self) -> usize {
         self.stages
+    }
+    pub fn warps(&self) -> usize {
+        self.warps
+    }
+
+    /// Sets the warps per block (a power of two up to 16 whose `32 ·` output channels divide
+    /// the codebook tile's rows and `n`); re-lays the codes out for it.
+    pub fn with_warps(mut self, warps: usize) -> Result<VqLinear, VqError> {
+        let w = &self.weight;
+        if !warps_ok(w.config, w.n, w.k, warps) {
+            return Err(arg_err(
+                "warps",
+                format!(
+                    "{warps}: must be a power of two up to 16 with 32·warps dividing n = {} and \
+                     the codebook tile's rows",
+                    w.n
+                ),
+            ));
+        }
+        self.kernel_codes = relayout_codes(w, warps, step_k(w.config, w.n, w.k));
+        self.warps = warps;
+        Ok(self)
     }
 
     /// Sets the stages of the kernel's cp.async ring (2..=8).
@@ -369,8 +419,15 @@ impl VqLinear {
         let w = &self.weight;
         let split = self
             .split
-            .unwrap_or_else(|| split_for(w.config, self.cache, m, w.n, w.k));
-        kernel_config(w.config, self.cache, (w.n, w.k), self.stages, split)
+            .unwrap_or_else(|| split_for(w.config, self.cache, self.warps, m, (w.n, w.k)));
+        kernel_config(
+            w.config,
+            self.cache,
+            self.warps,
+            (w.n, w.k),
+            self.stages,
+            split,
+        )
     }
 
     /// The naive kernel's configuration.
