@@ -339,6 +339,35 @@ fn scatter_rows_into_shared_without_a_barrier_is_a_race() {
     assert!(e.contains("race on shared tensor `st`"), "{e}");
 }
 
+/// The VQ kernels' codebook staging (16 copies of each entry, pass `c` writing copy
+/// `(e + c) % 16`): every row of the result is its entry's row.
+#[test]
+fn scatter_rows_stages_codebook_copies() {
+    for (dtype, w, copies) in [
+        (DType::F16, 4, 16),
+        (DType::F16, 8, 16),
+        (DType::UInt(8), 4, 3),
+    ] {
+        let book = random_codes(dtype, BOOK_ENTRIES * w);
+        let len = BOOK_ENTRIES * copies * w;
+        let mut args = vec![
+            Arg::Buffer(storage::pack(dtype, &book)),
+            Arg::Buffer(vec![POISON; storage::packed_len(dtype, len)]),
+        ];
+        run(&book_copies_program(dtype, w, copies), &mut args)
+            .unwrap_or_else(|e| panic!("{dtype} w={w} copies={copies}: {e}"));
+        let got = storage::unpack(dtype, buf(&args[1]), len);
+        for (k, &g) in got.iter().enumerate() {
+            let (row, c) = (k / w, k % w);
+            let want = book[row / copies * w + c];
+            assert_eq!(
+                g, want,
+                "{dtype} w={w} copies={copies}: row {row} column {c}"
+            );
+        }
+    }
+}
+
 #[test]
 fn scatter_of_a_permutation_writes_each_element_once() {
     let mut rng = rand::rng();

@@ -314,6 +314,56 @@ pub fn scatter_rows_program(
     b.finish()
 }
 
+/// Codebook entries copied by [`book_copies_program`].
+pub const BOOK_ENTRIES: usize = 256;
+
+/// The VQ kernels' codebook staging: `out` (`[BOOK_ENTRIES * copies, w]`) gets `copies` copies
+/// of each row of `book` (`[BOOK_ENTRIES, w]`), entry `e`'s at rows `e * copies ..`, written
+/// into a shared table by `copies` `scatter_rows`, pass `c` putting each entry into copy
+/// `(e + c) % copies` (so a warp's lanes spread over the copies), then copied out. Its only
+/// shared stores are the `scatter_rows`. Parameters: `book`, `out`.
+pub fn book_copies_program(dtype: DType, w: usize, copies: usize) -> Program {
+    let n = BOOK_ENTRIES;
+    let mut b = ProgramBuilder::new("book_copies", 128);
+    let book = b.param_ptr("book", dtype, false);
+    let out = b.param_ptr("out", dtype, true);
+    b.grid(vec![Expr::Int(1)]);
+    let wi = w as i32;
+    let gb = b.view_global("gb", book, dtype, vec![(n as i32).into(), wi.into()]);
+    let go = b.view_global(
+        "go",
+        out,
+        dtype,
+        vec![((n * copies) as i32).into(), wi.into()],
+    );
+    // Entries `t` and `t + 128` on thread `t` (the index layout); their rows in its
+    // `.local(1, w)`, as `scatter_rows` along dim 1 wants them.
+    let li = "local(2, 1).spatial(128, 1)";
+    let rows = b.load_global(
+        "rows",
+        gb,
+        scatter_rows_value_layout(li, w, 1),
+        vec![0.into(), 0.into()],
+    );
+    let s = b.allocate_shared("sbook", dtype, SharedLayout::row_major(&[n * copies, w]));
+    let entry = b.arange("entry", l(li), 0, 0);
+    let base = b.binary("base", ElementOp::Mul, entry, Operand::Imm(copies as f64));
+    for c in 0..copies {
+        let k = b.binary("k", ElementOp::Add, entry, Operand::Imm(c as f64));
+        let copy = b.binary("copy", ElementOp::Mod, k, Operand::Imm(copies as f64));
+        let at = b.binary("at", ElementOp::Add, base, Operand::Tensor(copy));
+        b.scatter_rows(rows, s, at, 1);
+    }
+    b.synchronize();
+    let chunk = l(&format!("spatial(128, 1).local(1, {w})"));
+    b.for_range("k", 0.into(), ((n * copies / 128) as i32).into(), |b, k| {
+        let at = vec![Expr::from(k) * 128, 0.into()];
+        let r = b.load_shared("r", s, chunk.clone(), at.clone());
+        b.store_global(r, go, at);
+    });
+    b.finish()
+}
+
 /// The table after [`scatter_rows_program`] on host data: `table` (`[rows, w]` codes) with row
 /// `idx[k]` replaced by `x[.., i * w + c, ..]` (`c < w`, `i` index element `k`'s coordinate
 /// along `dim`) for every index element `k` whose row the program writes: any row in
