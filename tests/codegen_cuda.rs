@@ -714,7 +714,10 @@ fn scatter_rows_compiles_to_vector_shared_stores() {
         let p = book_copies_program(dtype, w, copies);
         let k = emit(&p, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
         // The vector is the generator's (NVVM would also merge aligned element stores).
-        let stores = k.source.matches(&format!("*({vector}*)(tilus_smem")).count();
+        let stores = k
+            .source
+            .matches(&format!("*({vector}*)(tilus_smem"))
+            .count();
         assert_eq!(stores, copies * 2, "{name}: {}", k.source);
         check_kernel_with(
             &ptxas,

@@ -1185,7 +1185,7 @@ fn verifier_rejects_bad_scatter_rows_operands() {
             &[
                 &format!("scatter_rows: the scattered value `v` has layout {got}"),
                 "rows of 4 elements written through the index `ix` along dim 0 need local(2).spatial(128).local(4) (shape [1024])",
-                "the layout gather_rows(`book`, `ix`, 0) returns",
+                "the index's layout local(2).spatial(128) composed with local(4), the layout gather_rows(`book`, `ix`, 0) returns",
             ],
         );
     }

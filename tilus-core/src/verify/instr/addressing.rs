@@ -333,10 +333,11 @@ impl<'p> Checker<'p> {
                     // Layouts are canonical: `==` compares the functions (thread, local) ->
                     // element.
                     if r.layout != want {
-                        let mut local = vec![1; i.layout.rank()];
-                        local[*dim] = w;
+                        let mut local = vec!["1".to_string(); i.layout.rank()];
+                        local[*dim] = w.to_string();
+                        let local = format!("local({})", local.join(", "));
                         let msg = format!(
-                            "scatter_rows: the scattered value {} has layout {} (shape {:?}), but rows of {w} elements written through the index {} along dim {dim} need {} (shape {:?}): the index's layout {} composed with local{local:?}, the layout gather_rows({}, {}, {dim}) returns, so that local l * {w} + c of a thread is column c of the row its index local l selects",
+                            "scatter_rows: the scattered value {} has layout {} (shape {:?}), but rows of {w} elements written through the index {} along dim {dim} need {} (shape {:?}): the index's layout {} composed with {local}, the layout gather_rows({}, {}, {dim}) returns, so that local l * {w} + c of a thread is column c of the row its index local l selects",
                             self.name(*src),
                             r.layout.to_expr(),
                             r.layout.shape(),
