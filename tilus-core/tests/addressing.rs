@@ -288,9 +288,9 @@ fn scatter_rows_collisions_are_reported() {
         idx[256 + 2 * 4 + 1] = 600;
         idx[256 + 5 * 4 + 1] = 600;
         let p = scatter_rows_program(DType::F16, 4, layout, 0, dst);
-        let e = run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx)
-            .err()
-            .expect("a collision");
+        let Err(e) = run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx) else {
+            panic!("{dst:?}: no collision reported");
+        };
         // Shared: the block's own row 600 - 512.
         let (row, index, table) = match dst {
             RowSrc::Global => (600, "ix", "go"),
@@ -333,9 +333,9 @@ fn scatter_rows_into_shared_without_a_barrier_is_a_race() {
     // With the barrier it runs.
     run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx).unwrap();
     p.body.remove(syncs[1]);
-    let e = run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx)
-        .err()
-        .expect("a race");
+    let Err(e) = run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx) else {
+        panic!("no race reported");
+    };
     assert!(e.contains("race on shared tensor `st`"), "{e}");
 }
 
