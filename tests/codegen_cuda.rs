@@ -691,6 +691,63 @@ fn gather_rows_compiles_to_vector_shared_loads() {
     run(test, ks);
 }
 
+/// `scatter_rows` into shared tables: the VQ kernels' codebook copies (`[4096, 4]` f16: 256
+/// entries x 16 copies) are written with `uint2` stores, `STS.64` in the SASS, `[4096, 8]`
+/// with `uint4`, `STS.128`, `[768, 4]` u8 with 32-bit `STS` (no 16- or 8-bit shared stores
+/// left: `scatter_rows` is the programs' only shared store); every table placement, index
+/// layout kind and dtype compiles without spills or local memory.
+#[test]
+fn scatter_rows_compiles_to_vector_shared_stores() {
+    use addressing::{book_copies_program, scatter_rows_program, RowSrc, ROW_INDEX_LAYOUTS};
+    let test = "scatter_rows_compiles_to_vector_shared_stores";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new("scatter_rows");
+    let narrow: &[&str] = &["STS.U16", "STS.U8"];
+    for (dtype, w, copies, need, vector) in [
+        (DType::F16, 4, 16, "STS.64", "uint2"),
+        (DType::F16, 8, 16, "STS.128", "uint4"),
+        (DType::UInt(8), 4, 3, "STS", "uint32_t"),
+    ] {
+        let name = format!("book_copies_{dtype}_{w}_{copies}");
+        let p = book_copies_program(dtype, w, copies);
+        let k = emit(&p, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The vector is the generator's (NVVM would also merge aligned element stores).
+        let stores = k
+            .source
+            .matches(&format!("*({vector}*)(tilus_smem"))
+            .count();
+        assert_eq!(stores, copies * 2, "{name}: {}", k.source);
+        check_kernel_with(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &k,
+            Expect::default(),
+            &[need],
+            narrow,
+        );
+    }
+    let mut ks = Vec::new();
+    for (k, dst) in RowSrc::ALL.into_iter().enumerate() {
+        for (j, (dtype, w)) in [(DType::F16, 4), (DType::UInt(8), 8), (DType::Int(32), 2)]
+            .into_iter()
+            .enumerate()
+        {
+            let (layout, dims) = ROW_INDEX_LAYOUTS[(3 * k + j) % ROW_INDEX_LAYOUTS.len()];
+            let dim = dims[(k + j) % dims.len()];
+            ks.push((
+                format!("scatter_rows_{dst:?}_{dtype}_{w}_{dim}"),
+                scatter_rows_program(dtype, w, layout, dim, dst),
+                Expect::default(),
+            ));
+        }
+    }
+    run(test, ks);
+}
+
 #[allow(dead_code)]
 #[path = "../tilus-core/tests/programs/fence.rs"]
 mod fence_programs;

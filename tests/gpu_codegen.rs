@@ -1292,6 +1292,80 @@ fn gather_rows_matches_interpreter() {
     run_all("gather_rows_matches_interpreter", gather_rows_cases());
 }
 
+/// `scatter_rows` into every kind of table (global; shared plain, swizzled, sliced at an
+/// origin, strided: each block's own rows, copied in and out) from index layouts of every kind
+/// (replicated ones write each row once) along each dim, rows of 1 to 8 elements of f16, u8
+/// and i32; random rows, distinct indices partly outside the table (skipped), the table
+/// poisoned (rows not written stay so). And the VQ kernels' codebook staging: 16 copies of
+/// each 4- or 8-f16 entry written into a `[4096, w]` shared table by `uint2`/`uint4` stores.
+fn scatter_rows_cases() -> Vec<Case> {
+    use addressing::{
+        book_copies_program, scatter_rows_program, RowSrc, BOOK_ENTRIES, ROW_BLOCKS,
+        ROW_INDEX_LAYOUTS, SC_TABLE_ROWS,
+    };
+    let mut picks = Vec::new();
+    let widths = [
+        (DType::F16, 4),
+        (DType::F16, 8),
+        (DType::UInt(8), 2),
+        (DType::Int(32), 1),
+    ];
+    for (k, dst) in RowSrc::ALL.into_iter().enumerate() {
+        for (j, &(dtype, w)) in widths.iter().enumerate() {
+            let (layout, dims) = ROW_INDEX_LAYOUTS[(4 * k + j) % ROW_INDEX_LAYOUTS.len()];
+            picks.push((dst, dtype, w, layout, dims[(k + j) % dims.len()]));
+        }
+    }
+    // The VQ kernels' fragment layout along both dims, into a plain shared table.
+    let vq = "spatial(1, 4).local(2, 2).column_spatial(4, 8)";
+    for w in [4, 8] {
+        for dim in [0, 1] {
+            picks.push((RowSrc::Shared, DType::F16, w, vq, dim));
+        }
+    }
+    let mut cases: Vec<Case> = picks
+        .into_iter()
+        .map(|(dst, dtype, w, layout, dim)| {
+            let n = ROW_BLOCKS * parse(layout).unwrap().shape().iter().product::<usize>();
+            let rows = match dst {
+                RowSrc::Global => n as i32 + 40,
+                _ => (ROW_BLOCKS * SC_TABLE_ROWS) as i32,
+            };
+            let bytes = dtype.bits() as usize / 8;
+            Case {
+                name: format!("scatter_rows {dst:?} {dtype} w={w} {layout} dim={dim}"),
+                program: scatter_rows_program(dtype, w, layout, dim, dst),
+                args: vec![
+                    A::I32(rows),
+                    A::Buf(Buf::RandomBytes(n * w * bytes)),
+                    A::Buf(Buf::DistinctI32 {
+                        len: n,
+                        lo: -8,
+                        hi: rows + 8,
+                    }),
+                    A::Buf(Buf::OutExact(rows as usize * w * bytes)),
+                ],
+            }
+        })
+        .collect();
+    for w in [4, 8] {
+        cases.push(Case {
+            name: format!("scatter_rows book copies f16 w={w}"),
+            program: book_copies_program(DType::F16, w, 16),
+            args: vec![
+                A::Buf(Buf::RandomBytes(BOOK_ENTRIES * w * 2)),
+                A::Buf(Buf::OutExact(BOOK_ENTRIES * 16 * w * 2)),
+            ],
+        });
+    }
+    cases
+}
+
+#[test]
+fn scatter_rows_matches_interpreter() {
+    run_all("scatter_rows_matches_interpreter", scatter_rows_cases());
+}
+
 #[test]
 fn data_dependent_addressing_matches_interpreter() {
     run_all(
@@ -1343,6 +1417,7 @@ fn every_case_generates_code_and_interprets() {
     cases.extend(math_cases());
     cases.extend(addressing_cases());
     cases.extend(gather_rows_cases());
+    cases.extend(scatter_rows_cases());
     cases.extend(fence_cases());
     cases.extend(bmma_cases());
     let mut rng = rand::rng();

@@ -4,7 +4,7 @@
 #[path = "kernels/addressing.rs"]
 mod addressing;
 
-use addressing::{histogram, moe_route, paged_copy, vq_lookup, vq_rows};
+use addressing::{histogram, moe_route, paged_copy, vq_lookup, vq_rows, vq_staged};
 use rand::Rng;
 use tilus::prelude::f16;
 
@@ -89,6 +89,61 @@ fn vq_codebook_rows_from_shared_and_global_memory() {
                         "{cfg} {what}: vector {v} (code {c}) lane {j}"
                     );
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn vq_codebook_copies_staged_with_scatter_rows() {
+    let mut rng = rand::rng();
+    for cfg in vq_staged::SPACE {
+        let text = vq_staged::program(cfg).unwrap().to_string();
+        assert!(text.contains("scatter_rows(rows, book, "), "{text}");
+        let source = vq_staged::source(cfg).unwrap();
+        // One 8-byte store per row and copy (`STS.64`), two entries per thread.
+        let stores = source.matches("*(uint2*)(tilus_smem").count();
+        assert_eq!(stores, 2 * cfg.REP as usize, "{cfg}: {source}");
+        let n = rng.random_range(1..600usize);
+        let entries = rng.random_range(1..=256usize);
+        let codes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+        let book: Vec<f16> = (0..4 * entries)
+            .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect();
+        let mut out = vec![f16::NAN; 4 * n];
+        let mut reversed = vec![f16::NAN; 4 * entries];
+        vq_staged::interpret(
+            cfg,
+            n as i32,
+            entries as i32,
+            &codes,
+            &book,
+            &mut out,
+            &mut reversed,
+        )
+        .unwrap();
+        for v in 0..n {
+            let c = codes[v] as usize;
+            for j in 0..4 {
+                let want = if c < entries {
+                    book[4 * c + j]
+                } else {
+                    f16::ZERO
+                };
+                assert_eq!(
+                    out[4 * v + j].to_bits(),
+                    want.to_bits(),
+                    "{cfg}: vector {v} (code {c}) lane {j}"
+                );
+            }
+        }
+        for r in 0..entries {
+            for j in 0..4 {
+                assert_eq!(
+                    reversed[4 * r + j].to_bits(),
+                    book[4 * (entries - 1 - r) + j].to_bits(),
+                    "{cfg}: reversed row {r} lane {j}"
+                );
             }
         }
     }

@@ -1,5 +1,5 @@
 //! Kernels with data-dependent addresses: VQ codebook lookups (`gather` of 2-f16 words,
-//! `gather_rows` of 4-f16 rows), a paged copy through
+//! `gather_rows` of 4-f16 rows, from copies staged with `scatter_rows`), a paged copy through
 //! a block table (`item`, both spellings), a histogram in shared memory (`atomic_add`), and MoE
 //! routing (slots from the old counts of `atomic_add`, then `scatter`). Shared by
 //! `macro_addressing.rs` (interpreter).
@@ -64,6 +64,54 @@ pub fn vq_rows<const DIM: i32>(
         store_global(from_shared, view_global(staged, [n, 4]), [bi * 128, 0]);
         store_global(from_global, view_global(direct, [n, 4]), [bi * 128, 0]);
     }
+}
+
+/// The VQ kernels' codebook staging with `scatter_rows`: `REP` copies of each 4-f16 entry of
+/// `codebook` (`[entries, 4]`; entries from `entries` to 255 load as zeros) in a shared table
+/// `[256 * REP, 4]`, entry `e` at rows `e * REP ..`, pass `c` writing copy `(e + c) % REP` of
+/// every entry (one 8-byte store per row). Then `out[v, :] = codebook[codes[v], :]` by
+/// `gather_rows`, thread `t` reading copy `t % REP`. Block 0 also writes the rows in reverse
+/// into the global table `reversed` (`[entries, 4]`: row `entries - 1 - e` is entry `e`;
+/// entries past the codebook have negative rows, skipped).
+#[tilus::kernel(grid = [cdiv(n, 128)], warps = 4, space(REP = [1, 16]))]
+pub fn vq_staged<const REP: i32>(
+    n: i32,
+    entries: i32,
+    codes: Global<u8>,
+    codebook: Global<f16>,
+    out: GlobalMut<f16>,
+    reversed: GlobalMut<f16>,
+) {
+    let [bi] = block_indices();
+    let li = layout!(local(2, 1).spatial(128, 1));
+    let rows = load_global(
+        view_global(codebook, [entries, 4]),
+        layout!(local(2, 1).spatial(128, 1).local(1, 4)),
+        [0, 0],
+    );
+    let book = shared::<f16>([256 * REP, 4]);
+    let entry = arange(li, 0, 0);
+    #[unroll]
+    for c in 0..REP {
+        scatter_rows(rows, book, entry * REP + (entry + c) % REP, 1);
+    }
+    if bi == 0 {
+        scatter_rows(
+            rows,
+            view_global(reversed, [entries, 4]),
+            entry * -1 + (entries - 1),
+            1,
+        );
+    }
+    sync();
+    let code = load_global(
+        view_global(codes, [n, 1]),
+        layout!(spatial(128, 1)),
+        [bi * 128, 0],
+    );
+    let copy = arange(layout!(spatial(128, 1)), 0, 0) % REP;
+    let v = gather_rows(book, cast::<i32>(code) * REP + copy, 1);
+    store_global(v, view_global(out, [n, 4]), [bi * 128, 0]);
 }
 
 /// Row `r` of `out` is page `table[r]` of `pages`, times `scales[r]` (an f32 scalar from

@@ -170,6 +170,204 @@ fn gather_rows_reference_lays_rows_along_dim() {
     assert_eq!(got, vec![30, 10, 31, 11, 0, 20, 0, 21]);
 }
 
+/// Distinct indices for `n` index elements: a shuffled range `-8..rows + 8`, with `-1` and
+/// `rows` (out of range) among them.
+fn distinct_rows(n: usize, rows: usize) -> Vec<i32> {
+    let mut rng = rand::rng();
+    let rows = rows as i32;
+    let mut idx: Vec<i32> = (-8..rows + 8).filter(|&r| r != -1 && r != rows).collect();
+    assert!(idx.len() + 2 >= n, "{n} indices from {rows} rows");
+    idx.shuffle(&mut rng);
+    idx.truncate(n - 2);
+    idx.extend([-1, rows]);
+    idx.shuffle(&mut rng);
+    idx
+}
+
+/// Run `p` (a [`scatter_rows_program`] of `dtype`, rows of `w`) with table `table` (its rows),
+/// value `x` and index `idx`; returns the table after it.
+fn run_scatter_rows(
+    p: &Program,
+    dtype: DType,
+    w: usize,
+    table: &[u32],
+    x: &[u32],
+    idx: &[i32],
+) -> Result<Vec<u32>, String> {
+    let rows = table.len() / w;
+    let mut args = vec![
+        Arg::I32(rows as i32),
+        Arg::Buffer(storage::pack(dtype, x)),
+        Arg::Buffer(i32_bytes(idx)),
+        Arg::Buffer(storage::pack(dtype, table)),
+    ];
+    run(p, &mut args).map_err(|e| e.message)?;
+    Ok(storage::unpack(dtype, buf(&args[3]), table.len()))
+}
+
+/// Random old rows and random new ones (so a row left alone or written twice, or a column out
+/// of place, shows), distinct indices with some out of range, in every index layout (the
+/// replicated ones write each row once) and table placement, against the Rust reference.
+#[test]
+fn scatter_rows_writes_whole_rows_once_in_every_layout() {
+    let mut rng = rand::rng();
+    let mut runs = 0;
+    for dtype in [DType::F16, DType::UInt(8), DType::Int(32)] {
+        for w in [1usize, 2, 4, 8] {
+            for &(layout, dims) in ROW_INDEX_LAYOUTS {
+                let tile = parse(layout).unwrap().shape().to_vec();
+                let mut shape = tile.clone();
+                shape[0] *= ROW_BLOCKS;
+                let n: usize = shape.iter().product();
+                for &dim in dims {
+                    for dst in RowSrc::ALL {
+                        let rows = match dst {
+                            RowSrc::Global => rng.random_range(n - 8..2 * n),
+                            _ => ROW_BLOCKS * SC_TABLE_ROWS,
+                        };
+                        let table = random_codes(dtype, rows * w);
+                        let x = random_codes(dtype, n * w);
+                        let idx = distinct_rows(n, rows);
+                        let case = format!("{dtype} w={w} {layout} dim={dim} {dst:?} rows={rows}");
+                        let p = scatter_rows_program(dtype, w, layout, dim, dst);
+                        let got = run_scatter_rows(&p, dtype, w, &table, &x, &idx)
+                            .unwrap_or_else(|e| panic!("{case}: {e}"));
+                        let want = scatter_rows_reference(&table, w, &x, &idx, &shape, dim, dst);
+                        if let Some(k) = (0..table.len()).find(|&k| got[k] != want[k]) {
+                            panic!(
+                                "{case}: element {k} (row {}): got {:#x}, want {:#x} (was {:#x})",
+                                k / w,
+                                got[k],
+                                want[k],
+                                table[k]
+                            );
+                        }
+                        // Rows were written, and rows were left alone.
+                        let changed = (0..rows)
+                            .filter(|&r| want[r * w..(r + 1) * w] != table[r * w..(r + 1) * w])
+                            .count();
+                        assert!(changed > 0 && changed < rows, "{case}: {changed} rows");
+                        runs += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(runs, 3 * 4 * 12 * RowSrc::ALL.len());
+}
+
+/// The reference itself on a hand-computed case: `dim` 1 of a `[2, 2]` index per block (two
+/// blocks stacked: `[4, 2]`), rows of 2, into a global table of 6 rows.
+#[test]
+fn scatter_rows_reference_takes_rows_along_dim() {
+    let table: Vec<u32> = (0..12).collect();
+    // x is [4, 4]: index element (i, j) has row x[i, 2j..2j + 2].
+    let x: Vec<u32> = (100..116).collect();
+    let idx = [5, -1, 0, 6, 2, 1, 3, 7];
+    let got = scatter_rows_reference(&table, 2, &x, &idx, &[4, 2], 1, RowSrc::Global);
+    let want = vec![104, 105, 110, 111, 108, 109, 112, 113, 8, 9, 100, 101];
+    assert_eq!(got, want);
+    // dim 0: x is [8, 2], index element (i, j) has rows x[2i..2i + 2, j].
+    let got = scatter_rows_reference(&table, 2, &x, &idx, &[4, 2], 0, RowSrc::Global);
+    let want = vec![104, 106, 109, 111, 108, 110, 112, 114, 8, 9, 100, 102];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn scatter_rows_collisions_are_reported() {
+    let layout = "spatial(32, 4).local(2, 1)";
+    for dst in [RowSrc::Global, RowSrc::Shared] {
+        let n = 2 * 256;
+        let rows = ROW_BLOCKS * SC_TABLE_ROWS;
+        let table = random_codes(DType::F16, rows * 4);
+        let x = random_codes(DType::F16, n * 4);
+        // Block `b` names rows `512 * b ..` (its own rows of the shared table).
+        let mut idx: Vec<i32> = (0..n as i32).map(|k| k + k / 256 * 256).collect();
+        // Index elements [2, 1] and [5, 1] of block 1's `[64, 4]` tile both name row 600 (and
+        // so does [22, 0], after them).
+        idx[256 + 2 * 4 + 1] = 600;
+        idx[256 + 5 * 4 + 1] = 600;
+        let p = scatter_rows_program(DType::F16, 4, layout, 0, dst);
+        let Err(e) = run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx) else {
+            panic!("{dst:?}: no collision reported");
+        };
+        // Shared: the block's own row 600 - 512.
+        let (row, index, table) = match dst {
+            RowSrc::Global => (600, "ix", "go"),
+            _ => (88, "local", "st"),
+        };
+        let want = format!(
+            "elements [2, 1] and [5, 1] of the index `{index}` both scatter row {row} of `{table}` (from `v`); the GPU would keep either row"
+        );
+        assert!(e.contains(&want), "{dst:?}: {e}");
+    }
+}
+
+#[test]
+fn scatter_rows_into_shared_without_a_barrier_is_a_race() {
+    let mut p = scatter_rows_program(
+        DType::F16,
+        4,
+        "spatial(32, 4).local(2, 1)",
+        0,
+        RowSrc::Shared,
+    );
+    // Drop the barrier between the scatter and the copy back.
+    let syncs: Vec<usize> = p
+        .body
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            matches!(
+                s.kind,
+                tilus_core::ir::StmtKind::Instr(tilus_core::ir::Instruction::Synchronize)
+            )
+        })
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(syncs.len(), 2);
+    let rows = ROW_BLOCKS * SC_TABLE_ROWS;
+    let idx: Vec<i32> = (0..512).map(|i| (i * 7 + 3) % rows as i32).collect();
+    let table = random_codes(DType::F16, rows * 4);
+    let x = random_codes(DType::F16, 512 * 4);
+    // With the barrier it runs.
+    run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx).unwrap();
+    p.body.remove(syncs[1]);
+    let Err(e) = run_scatter_rows(&p, DType::F16, 4, &table, &x, &idx) else {
+        panic!("no race reported");
+    };
+    assert!(e.contains("race on shared tensor `st`"), "{e}");
+}
+
+/// The VQ kernels' codebook staging (16 copies of each entry, pass `c` writing copy
+/// `(e + c) % 16`): every row of the result is its entry's row.
+#[test]
+fn scatter_rows_stages_codebook_copies() {
+    for (dtype, w, copies) in [
+        (DType::F16, 4, 16),
+        (DType::F16, 8, 16),
+        (DType::UInt(8), 4, 3),
+    ] {
+        let book = random_codes(dtype, BOOK_ENTRIES * w);
+        let len = BOOK_ENTRIES * copies * w;
+        let mut args = vec![
+            Arg::Buffer(storage::pack(dtype, &book)),
+            Arg::Buffer(vec![POISON; storage::packed_len(dtype, len)]),
+        ];
+        run(&book_copies_program(dtype, w, copies), &mut args)
+            .unwrap_or_else(|e| panic!("{dtype} w={w} copies={copies}: {e}"));
+        let got = storage::unpack(dtype, buf(&args[1]), len);
+        for (k, &g) in got.iter().enumerate() {
+            let (row, c) = (k / w, k % w);
+            let want = book[row / copies * w + c];
+            assert_eq!(
+                g, want,
+                "{dtype} w={w} copies={copies}: row {row} column {c}"
+            );
+        }
+    }
+}
+
 #[test]
 fn scatter_of_a_permutation_writes_each_element_once() {
     let mut rng = rand::rng();
@@ -827,6 +1025,187 @@ fn verifier_rejects_bad_gather_rows_operands() {
     );
 }
 
+#[test]
+fn verifier_rejects_bad_scatter_rows_operands() {
+    let rows = |b: &mut ProgramBuilder, gi| b.load_global("ix", gi, tile(), vec![0.into()]);
+    // The value for rows of `w` f16 along dim 0 of `tile()`: `tile().local(w)`.
+    let value = |b: &mut ProgramBuilder, w: usize| {
+        let l = parse(&format!("local(2).spatial(128).local({w})")).unwrap();
+        b.allocate_register("v", DType::F16, l, Some(1.0))
+    };
+    let book = |b: &mut ProgramBuilder| {
+        b.allocate_shared("book", DType::F16, SharedLayout::row_major(&[256, 4]))
+    };
+    // A well-formed one verifies and prints as written.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let v = value(b, 4);
+        let s = book(b);
+        b.scatter_rows(v, s, ix, 0);
+    });
+    verify(&p, &Target::default()).unwrap();
+    assert!(
+        p.to_string().contains("scatter_rows(v, book, ix, 0);"),
+        "{p}"
+    );
+    // A read-only global destination.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let v = value(b, 4);
+        let t = b.param_ptr("t2", DType::F16, false);
+        let gt = b.view_global("gt2", t, DType::F16, vec![64.into(), 4.into()]);
+        b.set_span(SpanId(30));
+        b.scatter_rows(v, gt, ix, 0);
+    });
+    one_error(
+        &p,
+        30,
+        &[
+            "scatter_rows: the destination `gt2` is a view of read-only pointer `t2`",
+            "GlobalMut",
+        ],
+    );
+    // A rank-1 global destination, a rank-3 shared one, a register one.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let v = value(b, 4);
+        let o = b.param_ptr("o", DType::F16, true);
+        let go = b.view_global("go", o, DType::F16, vec![1024.into()]);
+        b.set_span(SpanId(31));
+        b.scatter_rows(v, go, ix, 0);
+    });
+    one_error(
+        &p,
+        31,
+        &[
+            "scatter_rows: the destination `go` has rank 1",
+            "scatter_rows writes rows of a rank-2 table [rows, w]",
+        ],
+    );
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let v = value(b, 4);
+        let s = b.allocate_shared("s3", DType::F16, SharedLayout::row_major(&[2, 16, 4]));
+        b.set_span(SpanId(32));
+        b.scatter_rows(v, s, ix, 0);
+    });
+    one_error(
+        &p,
+        32,
+        &["scatter_rows: the destination `s3` has shape [2, 16, 4] (rank 3)"],
+    );
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let v = value(b, 4);
+        b.set_span(SpanId(33));
+        b.scatter_rows(v, v, ix, 0);
+    });
+    one_error(
+        &p,
+        33,
+        &["scatter_rows: the destination `v` must be a global or shared tensor, but it is a register"],
+    );
+    // Sub-byte elements (the value's too, so only this error).
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let l = parse("local(2).spatial(128).local(4)").unwrap();
+        let v = b.allocate_register("v", DType::UInt(4), l, Some(1.0));
+        let o = b.param_ptr("o", DType::UInt(4), true);
+        let go = b.view_global("go", o, DType::UInt(4), vec![64.into(), 4.into()]);
+        b.set_span(SpanId(34));
+        b.scatter_rows(v, go, ix, 0);
+    });
+    one_error(
+        &p,
+        34,
+        &["scatter_rows: `go` holds u4 elements", "8-, 16- and 32-bit"],
+    );
+    // A u8 index; `dim` past the index's rank.
+    let p = verifier_kernel(|b, [_, _, gu, _]| {
+        let ix = b.load_global("codes", gu, tile(), vec![0.into()]);
+        let v = value(b, 4);
+        let s = book(b);
+        b.set_span(SpanId(35));
+        b.scatter_rows(v, s, ix, 0);
+    });
+    one_error(
+        &p,
+        35,
+        &["scatter_rows: the index `codes` must hold i32, but it holds u8"],
+    );
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let v = value(b, 4);
+        let s = book(b);
+        b.set_span(SpanId(36));
+        b.scatter_rows(v, s, ix, 1);
+    });
+    one_error(
+        &p,
+        36,
+        &["scatter_rows: dim 1 is not a dimension of the index `ix` (rank 1, shape [256])"],
+    );
+    // A value of another dtype.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let l = parse("local(2).spatial(128).local(4)").unwrap();
+        let v = b.allocate_register("v", DType::F32, l, Some(1.0));
+        let s = book(b);
+        b.set_span(SpanId(37));
+        b.scatter_rows(v, s, ix, 0);
+    });
+    one_error(
+        &p,
+        37,
+        &["scatter_rows: the scattered value `v` holds f32 but `book` holds f16; the dtypes must match"],
+    );
+    // Values in another layout, with the expected one in the message: rows of 2 for a table
+    // of 4; the same shape with a row's columns across threads; the same elements per thread
+    // in another local order.
+    for (k, layout) in [
+        "local(2).spatial(128).local(2)",
+        "local(2).spatial(32).local(4).spatial(4)",
+        "local(8).spatial(128)",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let span = 40 + k as u32;
+        let p = verifier_kernel(|b, [_, _, _, gi]| {
+            let ix = rows(b, gi);
+            let v = b.allocate_register("v", DType::F16, parse(layout).unwrap(), Some(1.0));
+            let s = book(b);
+            b.set_span(SpanId(span));
+            b.scatter_rows(v, s, ix, 0);
+        });
+        let got = parse(layout).unwrap().to_expr();
+        one_error(
+            &p,
+            span,
+            &[
+                &format!("scatter_rows: the scattered value `v` has layout {got}"),
+                "rows of 4 elements written through the index `ix` along dim 0 need local(2).spatial(128).local(4) (shape [1024])",
+                "the index's layout local(2).spatial(128) composed with local(4), the layout gather_rows(`book`, `ix`, 0) returns",
+            ],
+        );
+    }
+    // A global row width known only at run time.
+    let p = verifier_kernel(|b, [_, _, _, gi]| {
+        let ix = rows(b, gi);
+        let v = value(b, 4);
+        let n = b.param_i32("n");
+        let o = b.param_ptr("o", DType::F16, true);
+        let go = b.view_global("go", o, DType::F16, vec![64.into(), n.into()]);
+        b.set_span(SpanId(44));
+        b.scatter_rows(v, go, ix, 0);
+    });
+    one_error(
+        &p,
+        44,
+        &["scatter_rows: the row width of the destination `go` (its last extent) must be a positive constant"],
+    );
+}
+
 /// The result type of the brief's example: a `[64, 256]` index in the VQ kernels' layout over
 /// a `[256, 4]` f16 codebook, `dim` 0.
 #[test]
@@ -893,6 +1272,53 @@ fn gather_rows_generates_vector_loads_where_aligned() {
         assert!(!k.contains("uint2*"), "{s:?}: {k}");
         assert_eq!(k.matches("*(const uint16_t*)(").count(), 8, "{s:?}: {k}");
     }
+}
+
+/// `scatter_rows` writes a compact shared row with one vector store of its size, under the
+/// same alignment proof as `gather_rows` reads it (a swizzled, strided or global table per
+/// element); each row's stores sit under one row test, and a replicated index writes from one
+/// replica.
+#[test]
+fn scatter_rows_generates_vector_stores_where_aligned() {
+    let src = |dtype, w, layout, dst| {
+        let p = scatter_rows_program(dtype, w, layout, 0, dst);
+        verify(&p, &Target::default()).unwrap();
+        let k = emit(&p, &Target::default()).unwrap().source;
+        // The instruction's code, up to the next instruction's comment.
+        let at = k
+            .find("// scatter_rows(v, ")
+            .expect("the instruction's comment");
+        let end = k[at + 3..].find("// ").map_or(k.len(), |e| at + 3 + e);
+        k[at..end].to_string()
+    };
+    let plain = "spatial(32, 4).local(2, 1)";
+    let k = src(DType::F16, 4, plain, RowSrc::Shared);
+    assert_eq!(k.matches("*(uint2*)(").count(), 2, "{k}");
+    assert_eq!(k.matches("= make_uint2(v[").count(), 2, "{k}");
+    assert!(k.contains("= make_uint2(v[2], v[3]);"), "{k}");
+    assert!(!k.contains("*(uint16_t*)("), "{k}");
+    assert_eq!(k.matches(">= 0 && (long long)").count(), 2, "{k}");
+    let k = src(DType::F16, 8, plain, RowSrc::Shared);
+    assert_eq!(k.matches("*(uint4*)(").count(), 2, "{k}");
+    assert!(k.contains("make_uint4(v[4], v[5], v[6], v[7])"), "{k}");
+    let k = src(DType::F16, 2, plain, RowSrc::Shared);
+    assert_eq!(k.matches("*(uint32_t*)(").count(), 2, "{k}");
+    // 32 bytes per row: two 16-byte stores per index local.
+    let k = src(DType::Int(32), 8, plain, RowSrc::Shared);
+    assert_eq!(k.matches("*(uint4*)(").count(), 4, "{k}");
+    let k = src(DType::F16, 8, plain, RowSrc::Slice);
+    assert_eq!(k.matches("*(uint4*)(").count(), 2, "{k}");
+    for s in [RowSrc::Swizzled, RowSrc::Wide, RowSrc::Global] {
+        let k = src(DType::F16, 4, plain, s);
+        assert!(!k.contains("uint2*"), "{s:?}: {k}");
+        assert_eq!(k.matches("*(uint16_t*)(").count(), 8, "{s:?}: {k}");
+        assert_eq!(k.matches(">= 0 && (long long)").count(), 2, "{k}");
+    }
+    // Not replicated: no guard; replicated (each index element on 2 of the 128 threads): one.
+    assert!(!k.contains("tid"), "{k}");
+    let rep = "spatial(4, 1).replicated(2).spatial(4, 4).local(1, 2)";
+    let k = src(DType::F16, 4, rep, RowSrc::Shared);
+    assert!(k.contains("if ((tid / 16) % 2 == 0) {"), "{k}");
 }
 
 #[test]

@@ -315,6 +315,7 @@ impl<'p> Ctx<'p> {
             | Instruction::Gather { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
+            | Instruction::ScatterRows { .. }
             | Instruction::Atomic { .. } => addressing::emit(self, i)?,
         }
         Ok(())

@@ -163,9 +163,12 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
             Operand::Tensor(t) => vec![*t],
             _ => vec![],
         },
-        Item { .. } | Gather { .. } | GatherRows { .. } | Scatter { .. } | Atomic { .. } => {
-            i.addressing_vars()
-        }
+        Item { .. }
+        | Gather { .. }
+        | GatherRows { .. }
+        | Scatter { .. }
+        | ScatterRows { .. }
+        | Atomic { .. } => i.addressing_vars(),
     }
 }
 

@@ -513,6 +513,7 @@ impl Machine<'_> {
             | Instruction::Gather { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
+            | Instruction::ScatterRows { .. }
             | Instruction::Atomic { .. } => self.addressing(ins, block)?,
         }
         Ok(Flow::Next)

@@ -1,14 +1,14 @@
 //! Data-dependent addressing: `item` (a register element as a uniform scalar), `gather`,
-//! `gather_rows`, `scatter` and atomics. The IR services for these instructions (result types, printing,
+//! `gather_rows`, `scatter`, `scatter_rows` and atomics. The IR services for these instructions (result types, printing,
 //! operands, builder methods) live here so the shared matches elsewhere stay one line each.
 
 use super::builder::Dest;
 use super::{Instruction, ProgramBuilder, RegisterType, ScalarType, VarId, VarType};
 use crate::layout::Layout;
 
-/// The `[rows, w]` row width of a `gather_rows` source: the last extent of a rank-2 shared
-/// tensor, or of a rank-2 global view whose last extent is a constant of at least 1. `None`
-/// for anything else (the verifier says why).
+/// The `[rows, w]` row width of a `gather_rows` source or a `scatter_rows` destination: the
+/// last extent of a rank-2 shared tensor, or of a rank-2 global view whose last extent is a
+/// constant of at least 1. `None` for anything else (the verifier says why).
 pub fn gather_rows_width(src: &VarType) -> Option<usize> {
     match src {
         VarType::Shared(s) if s.layout.shape.len() == 2 => Some(s.layout.shape[1]),
@@ -151,7 +151,10 @@ impl Instruction {
             Instruction::Gather { src, index, .. } | Instruction::GatherRows { src, index, .. } => {
                 vec![*src, *index]
             }
-            Instruction::Scatter { src, dst, index } => vec![*src, *dst, *index],
+            Instruction::Scatter { src, dst, index }
+            | Instruction::ScatterRows {
+                src, dst, index, ..
+            } => vec![*src, *dst, *index],
             Instruction::Atomic {
                 dst,
                 index,
@@ -195,6 +198,12 @@ impl super::Program {
             Instruction::Scatter { src, dst, index } => {
                 format!("{name}({}, {}, {})", n(src), n(dst), n(index))
             }
+            Instruction::ScatterRows {
+                src,
+                dst,
+                index,
+                dim,
+            } => format!("{name}({}, {}, {}, {dim})", n(src), n(dst), n(index)),
             Instruction::Atomic {
                 dst,
                 index,
@@ -247,6 +256,19 @@ impl ProgramBuilder {
     /// `scatter(src, dst, index)`: `dst.flat[index[e]] = src[e]`, skipping indices outside.
     pub fn scatter(&mut self, src: VarId, dst: VarId, index: VarId) {
         self.instr(Instruction::Scatter { src, dst, index });
+    }
+
+    /// `scatter_rows(src, dst, index, dim)`: row `index[.., i, ..]` of the `[rows, w]` table
+    /// `dst` becomes `src[.., i * w + c, ..]` (`c < w`), once per index element, skipping
+    /// indices outside `[0, rows)`; `src` has the layout `gather_rows(dst, index, dim)` would
+    /// ([`Instruction::ScatterRows`]).
+    pub fn scatter_rows(&mut self, src: VarId, dst: VarId, index: VarId, dim: usize) {
+        self.instr(Instruction::ScatterRows {
+            src,
+            dst,
+            index,
+            dim,
+        });
     }
 
     /// An atomic update of `dst.flat[index[e]]` with `value[e]` (`compare` for

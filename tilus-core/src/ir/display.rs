@@ -307,6 +307,7 @@ impl Program {
             | Instruction::Gather { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
+            | Instruction::ScatterRows { .. }
             | Instruction::Atomic { .. } => self.addressing_text(i),
         }
     }
@@ -552,6 +553,7 @@ impl Instruction {
             | Instruction::Gather { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
+            | Instruction::ScatterRows { .. }
             | Instruction::Atomic { .. } => out = self.addressing_inputs(),
         }
         out

@@ -153,6 +153,7 @@ impl Instruction {
             | Instruction::Gather { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
+            | Instruction::ScatterRows { .. }
             | Instruction::Atomic { .. } => self.addressing_output_types(ty),
             Instruction::StoreGlobal { .. }
             | Instruction::StoreShared { .. }

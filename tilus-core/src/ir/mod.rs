@@ -663,6 +663,32 @@ pub enum Instruction {
         dst: VarId,
         index: VarId,
     },
+    /// `scatter_rows(x, dst, index, dim)` (`x` is `src` here): whole rows of a table written,
+    /// one row per index element; the store counterpart of [`Instruction::GatherRows`].
+    ///
+    /// - `dst`: a mutable global or shared tensor of rank 2, `[rows, w]`, of 8-, 16- or 32-bit
+    ///   elements, addressed exactly as `gather_rows` addresses its source (element `(r, c)`
+    ///   is flat element `r * w + c`, slices/permutes/swizzles of shared tensors included). A
+    ///   global destination's `w` must be a constant.
+    /// - `index`: an `i32` register tensor of any rank `R`, layout `Li`; `dim` a constant in
+    ///   `0..R`.
+    /// - `src`: a register tensor of `dst`'s dtype whose layout is exactly the layout
+    ///   `gather_rows(dst, index, dim)` would have: `Li` composed with `local(1, .., w, .., 1)`
+    ///   (`w` at `dim`), so local `l * w + c` of every thread is column `c` of the row that
+    ///   index local `l` selects.
+    /// - Effect: for each index element `i`, row `index[.., i, ..]` of `dst` becomes
+    ///   `src[.., i * w + c, ..]` for `c` in `0..w`, written once per index element (not per
+    ///   replica). An index outside `[0, rows)` is skipped. Two index elements with the same
+    ///   row: the GPU keeps either row, the interpreter reports an error.
+    ///
+    /// The code generator writes each row with one vector store where it can prove the
+    /// alignment, as `gather_rows` reads it (a 4-f16 row: `STS.64`).
+    ScatterRows {
+        src: VarId,
+        dst: VarId,
+        index: VarId,
+        dim: usize,
+    },
     /// `old = dst.flat[index[e]]; dst.flat[index[e]] = op(old, value[e])` atomically, once per
     /// element of `value` (not per replica); `index` (and `compare`, for `Cas`) have `value`'s
     /// layout. `out`, when present, receives the old values in `value`'s layout (0 where the

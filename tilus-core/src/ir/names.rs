@@ -56,6 +56,7 @@ impl Instruction {
             Instruction::Gather { .. } => Op::Gather,
             Instruction::GatherRows { .. } => Op::GatherRows,
             Instruction::Scatter { .. } => Op::Scatter,
+            Instruction::ScatterRows { .. } => Op::ScatterRows,
             Instruction::Atomic { op, .. } => Op::Atomic(*op),
         }
     }

@@ -98,6 +98,7 @@ pub enum Op {
     Gather,
     GatherRows,
     Scatter,
+    ScatterRows,
     Atomic(AtomicOp),
 }
 
@@ -212,6 +213,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("gather", Addressing, 2..=2, "gather(src, index)", Op::Gather),
     row!("gather_rows", Addressing, 3..=3, "gather_rows(src, index, dim)", Op::GatherRows),
     row!("scatter", Addressing, 3..=3, "scatter(x, dst, index)", Op::Scatter),
+    row!("scatter_rows", Addressing, 4..=4, "scatter_rows(x, dst, index, dim)", Op::ScatterRows),
     row!("atomic_add", Addressing, 3..=3, "atomic_add(dst, index, x)", Op::Atomic(AtomicOp::Add)),
     row!("atomic_max", Addressing, 3..=3, "atomic_max(dst, index, x)", Op::Atomic(AtomicOp::Max)),
     row!("atomic_min", Addressing, 3..=3, "atomic_min(dst, index, x)", Op::Atomic(AtomicOp::Min)),

@@ -710,6 +710,7 @@ impl<'p> Checker<'p> {
             | Instruction::Gather { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
+            | Instruction::ScatterRows { .. }
             | Instruction::Atomic { .. } => self.check_addressing(ins, span),
         }
     }

@@ -363,6 +363,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::Gather { .. }
         | Instruction::GatherRows { .. }
         | Instruction::Scatter { .. }
+        | Instruction::ScatterRows { .. }
         | Instruction::Atomic { .. } => ins.addressing_vars(),
         Instruction::BlockIndices { .. }
         | Instruction::AllocateGlobal { .. }

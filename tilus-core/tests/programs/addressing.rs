@@ -1,10 +1,12 @@
 //! Programs of the data-dependent addressing instructions (`item`, `gather`, `gather_rows`,
-//! `scatter`, atomics), shared by `tilus-core/tests/addressing.rs` (interpreter), the workspace's
+//! `scatter`, `scatter_rows`, atomics), shared by `tilus-core/tests/addressing.rs` (interpreter), the workspace's
 //! `tests/codegen_cuda.rs` (NVRTC) and `tests/gpu_codegen.rs` (GPU vs interpreter).
 //!
 //! Every program works in tiles of [`TILE`] elements held by 128 threads.
 
-use tilus_core::ir::{AtomicOp, Expr, Operand, Program, ProgramBuilder};
+use tilus_core::ir::{
+    gather_rows_layout, AtomicOp, ElementOp, Expr, Operand, Program, ProgramBuilder,
+};
 use tilus_core::layout::{parse, Layout, SharedLayout, Swizzle};
 use tilus_core::DType;
 
@@ -220,6 +222,200 @@ pub fn gather_rows_program(
     let g = b.gather_rows("g", table, ix, dim);
     b.store_global(g, go, at(out_shape[0]));
     b.finish()
+}
+
+/// Rows of the shared table of each block of [`scatter_rows_program`].
+pub const SC_TABLE_ROWS: usize = 512;
+
+/// The layout of `scatter_rows`'s value for index tiles of `layout` and rows of `w` along
+/// `dim` (`gather_rows`'s result layout).
+pub fn scatter_rows_value_layout(layout: &str, w: usize, dim: usize) -> Layout {
+    gather_rows_layout(&l(layout), w, dim).expect("a representable value layout")
+}
+
+/// `scatter_rows(x, table, idx, dim)` with `table` a `[rows, w]` tensor of `dtype` and `idx`
+/// tiles of `layout` (128 threads), stacked as in [`gather_rows_program`] (block `b` scatters
+/// index tile `b` with value tile `b`; `x` has the index's shape with dimension `dim` times
+/// `w`). [`RowSrc`] says where the table is: `Global` scatters into `out` (`[rows, w]`)
+/// itself; the shared kinds give block `b` rows `b * SC_TABLE_ROWS ..` of `out` (`rows` must
+/// be `ROW_BLOCKS * SC_TABLE_ROWS`): it copies them into shared memory, scatters the indices
+/// of its rows (its index minus `b * SC_TABLE_ROWS`: the other blocks' rows are out of range
+/// there), and copies them back. Either way `out` row `idx[k]` becomes index element `k`'s row
+/// where it is one of the block's rows, and no other row changes.
+/// Parameters: `rows`, `x`, `idx`, `out`.
+pub fn scatter_rows_program(
+    dtype: DType,
+    w: usize,
+    layout: &str,
+    dim: usize,
+    dst: RowSrc,
+) -> Program {
+    let lay = l(layout);
+    let shape = lay.shape().to_vec();
+    let mut x_shape = shape.clone();
+    x_shape[dim] *= w;
+    let stacked = |s: &[usize]| -> Vec<Expr> {
+        s.iter()
+            .enumerate()
+            .map(|(d, &n)| Expr::Int((if d == 0 { ROW_BLOCKS * n } else { n }) as i32))
+            .collect()
+    };
+    let mut b = ProgramBuilder::new("scatter_rows", 128);
+    let rows = b.param_i32("rows");
+    let x = b.param_ptr("x", dtype, false);
+    let idx = b.param_ptr("idx", DType::Int(32), false);
+    let out = b.param_ptr("out", dtype, true);
+    b.grid(vec![Expr::Int(ROW_BLOCKS as i32)]);
+    let bi = b.block_indices(&["bi"])[0];
+    let at = |n: usize| {
+        let mut v = vec![Expr::from(bi) * n as i32];
+        v.resize(shape.len(), Expr::Int(0));
+        v
+    };
+    let wi = w as i32;
+    let go = b.view_global("go", out, dtype, vec![rows.into(), wi.into()]);
+    let gi = b.view_global("gi", idx, DType::Int(32), stacked(&shape));
+    let gx = b.view_global("gx", x, dtype, stacked(&x_shape));
+    let ix = b.load_global("ix", gi, lay, at(shape[0]));
+    let xl = scatter_rows_value_layout(layout, w, dim);
+    let v = b.load_global("v", gx, xl, at(x_shape[0]));
+    if dst == RowSrc::Global {
+        b.scatter_rows(v, go, ix, dim);
+        return b.finish();
+    }
+    let n = SC_TABLE_ROWS;
+    let first = Expr::from(bi) * n as i32;
+    let copy = l(&format!("spatial(128, 1).local({}, {w})", n / 128));
+    let t = b.load_global("t", go, copy.clone(), vec![first.clone(), 0.into()]);
+    let st = match dst {
+        RowSrc::Shared | RowSrc::Swizzled => {
+            let mut layout = SharedLayout::row_major(&[n, w]);
+            if dst == RowSrc::Swizzled {
+                layout = layout.with_swizzle(Swizzle::new(2, 0, 3).unwrap());
+            }
+            b.allocate_shared("st", dtype, layout)
+        }
+        RowSrc::Slice => {
+            let root = b.allocate_shared("root", dtype, SharedLayout::row_major(&[2, n, w]));
+            b.slice_shared("st", root, vec![1.into(), 0.into(), 0.into()], vec![n, w])
+        }
+        _ => {
+            let root = b.allocate_shared("root", dtype, SharedLayout::row_major(&[n, 2 * w]));
+            b.slice_shared("st", root, vec![0.into(), wi.into()], vec![n, w])
+        }
+    };
+    b.store_shared(t, st, vec![0.into(), 0.into()]);
+    b.synchronize();
+    let local = b.binary("local", ElementOp::Sub, ix, Operand::Scalar(first.clone()));
+    b.scatter_rows(v, st, local, dim);
+    b.synchronize();
+    let r = b.load_shared("r", st, copy, vec![0.into(), 0.into()]);
+    b.store_global(r, go, vec![first, 0.into()]);
+    b.finish()
+}
+
+/// Codebook entries copied by [`book_copies_program`].
+pub const BOOK_ENTRIES: usize = 256;
+
+/// The VQ kernels' codebook staging: `out` (`[BOOK_ENTRIES * copies, w]`) gets `copies` copies
+/// of each row of `book` (`[BOOK_ENTRIES, w]`), entry `e`'s at rows `e * copies ..`, written
+/// into a shared table by `copies` `scatter_rows`, pass `c` putting each entry into copy
+/// `(e + c) % copies` (so a warp's lanes spread over the copies), then copied out. Its only
+/// shared stores are the `scatter_rows`. Parameters: `book`, `out`.
+pub fn book_copies_program(dtype: DType, w: usize, copies: usize) -> Program {
+    let n = BOOK_ENTRIES;
+    let mut b = ProgramBuilder::new("book_copies", 128);
+    let book = b.param_ptr("book", dtype, false);
+    let out = b.param_ptr("out", dtype, true);
+    b.grid(vec![Expr::Int(1)]);
+    let wi = w as i32;
+    let gb = b.view_global("gb", book, dtype, vec![(n as i32).into(), wi.into()]);
+    let go = b.view_global(
+        "go",
+        out,
+        dtype,
+        vec![((n * copies) as i32).into(), wi.into()],
+    );
+    // Entries `t` and `t + 128` on thread `t` (the index layout); their rows in its
+    // `.local(1, w)`, as `scatter_rows` along dim 1 wants them.
+    let li = "local(2, 1).spatial(128, 1)";
+    let rows = b.load_global(
+        "rows",
+        gb,
+        scatter_rows_value_layout(li, w, 1),
+        vec![0.into(), 0.into()],
+    );
+    let s = b.allocate_shared("sbook", dtype, SharedLayout::row_major(&[n * copies, w]));
+    let entry = b.arange("entry", l(li), 0, 0);
+    let base = b.binary("base", ElementOp::Mul, entry, Operand::Imm(copies as f64));
+    for c in 0..copies {
+        let k = b.binary("k", ElementOp::Add, entry, Operand::Imm(c as f64));
+        let copy = b.binary("copy", ElementOp::Mod, k, Operand::Imm(copies as f64));
+        let at = b.binary("at", ElementOp::Add, base, Operand::Tensor(copy));
+        b.scatter_rows(rows, s, at, 1);
+    }
+    b.synchronize();
+    let chunk = l(&format!("spatial(128, 1).local(1, {w})"));
+    b.for_range("k", 0.into(), ((n * copies / 128) as i32).into(), |b, k| {
+        let at = vec![Expr::from(k) * 128, 0.into()];
+        let r = b.load_shared("r", s, chunk.clone(), at.clone());
+        b.store_global(r, go, at);
+    });
+    b.finish()
+}
+
+/// The table after [`scatter_rows_program`] on host data: `table` (`[rows, w]` codes) with row
+/// `idx[k]` replaced by `x[.., i * w + c, ..]` (`c < w`, `i` index element `k`'s coordinate
+/// along `dim`) for every index element `k` whose row the program writes: any row in
+/// `[0, rows)` for `RowSrc::Global`, a row of the block's own `SC_TABLE_ROWS` for the shared
+/// kinds (`idx`'s elements are the blocks' tiles in turn, each `tile` elements). Panics when
+/// two written elements name one row (the interpreter reports it).
+pub fn scatter_rows_reference(
+    table: &[u32],
+    w: usize,
+    x: &[u32],
+    idx: &[i32],
+    shape: &[usize],
+    dim: usize,
+    dst: RowSrc,
+) -> Vec<u32> {
+    let rows = (table.len() / w) as i64;
+    let tile = idx.len() / ROW_BLOCKS;
+    let mut x_shape = shape.to_vec();
+    x_shape[dim] *= w;
+    let mut out = table.to_vec();
+    let mut written = std::collections::HashSet::new();
+    for (k, &r) in idx.iter().enumerate() {
+        let r = r as i64;
+        let ok = match dst {
+            RowSrc::Global => (0..rows).contains(&r),
+            _ => {
+                let n = SC_TABLE_ROWS as i64;
+                let first = (k / tile) as i64 * n;
+                (first..first + n).contains(&r)
+            }
+        };
+        if !ok {
+            continue;
+        }
+        assert!(written.insert(r), "row {r} written twice");
+        // The index element's coordinates, then its row's `w` positions in `x`.
+        let mut at = vec![0; shape.len()];
+        let mut rest = k;
+        for d in (0..shape.len()).rev() {
+            at[d] = rest % shape[d];
+            rest /= shape[d];
+        }
+        for c in 0..w {
+            let mut flat = 0;
+            for d in 0..shape.len() {
+                let coord = if d == dim { at[d] * w + c } else { at[d] };
+                flat = flat * x_shape[d] + coord;
+            }
+            out[r as usize * w + c] = x[flat];
+        }
+    }
+    out
 }
 
 /// `out.flat[idx[i]] = x[i]` for `i < m`, through a tile layout with `replicas` copies of each

@@ -713,9 +713,12 @@ impl Translator<'_, '_> {
                 b.fence();
                 Ok(Value::Unit)
             }
-            Op::Item | Op::Gather | Op::GatherRows | Op::Scatter | Op::Atomic(_) => {
-                self.addressing_call(b, c, syntax.op, &args, name, dest)
-            }
+            Op::Item
+            | Op::Gather
+            | Op::GatherRows
+            | Op::Scatter
+            | Op::ScatterRows
+            | Op::Atomic(_) => self.addressing_call(b, c, syntax.op, &args, name, dest),
             Op::Print => {
                 let (label, x) = if args.len() == 2 {
                     match args[0] {

@@ -1,5 +1,5 @@
-//! `item`, `gather`, `gather_rows`, `scatter` and atomics: per local, an address computed from
-//! a register.
+//! `item`, `gather`, `gather_rows`, `scatter`, `scatter_rows` and atomics: per local, an
+//! address computed from a register.
 //!
 //! A global or shared tensor is addressed as one flat row-major array. Each local of the index
 //! tensor becomes one guarded access `0 <= ix < numel` (masked: out-of-range gathers read 0,
@@ -19,6 +19,12 @@
 //! when the row is longer; otherwise each element is read alone, as `gather` does. A global
 //! table is always read per element: its pointer is a kernel argument whose alignment the
 //! launcher only checks to the element size, so a wider access could fault on a valid call.
+//!
+//! `scatter_rows` is the same access pattern stored: per index local one guarded row write
+//! (`if (0 <= ix < rows)`) from the value's words of locals `[l * w, (l + 1) * w)`, with the
+//! vector chosen by the same proof ([`rows_vector`]: `STS`, `STS.64`, `STS.128`), per element
+//! otherwise and always for a global table. Replicas of an index element write its row once:
+//! the replica guard of `scatter`, from the index layout (the value's has the same threads).
 //!
 //! `f32` atomic max/min use the integer-compare lowering: a non-negative value (sign bit clear)
 //! is combined with `atomicMax`/`atomicMin` on the bits as `int`, a negative one with
@@ -216,6 +222,42 @@ fn row_vector(
     })
 }
 
+/// The vector (4, 8 or 16 bytes) for whole rows of `row_bytes` bytes of `f`, by
+/// [`row_vector`] with the emitter's divisibility facts; `None` for a global table or where no
+/// vector is provable (per element).
+fn rows_vector(cx: &Ctx, f: &Flat, row_bytes: usize) -> Option<usize> {
+    match &f.target {
+        Target::Shared(s) => {
+            let facts = &cx.facts;
+            row_vector(s, row_bytes, &|e, d| {
+                facts.divisible(e, d) == Divisible::Yes
+            })
+        }
+        Target::Global(_) => None,
+    }
+}
+
+/// The CUDA type of a `v`-byte vector access (4, 8 or 16), its zero, and the components that
+/// hold its words in order (`""`: the value itself is the one word).
+fn vector_type(v: usize) -> (&'static str, &'static str, &'static [&'static str]) {
+    match v {
+        16 => ("uint4", "make_uint4(0u, 0u, 0u, 0u)", &["x", "y", "z", "w"]),
+        8 => ("uint2", "make_uint2(0u, 0u)", &["x", "y"]),
+        _ => ("uint32_t", "0u", &[""]),
+    }
+}
+
+/// The row width of a `gather_rows` source or `scatter_rows` destination (the verifier
+/// checked it is a `[rows, w]` table with a constant `w`).
+fn table_width(cx: &Ctx, table: VarId) -> Result<usize, CodegenError> {
+    crate::ir::gather_rows_width(cx.p.ty(table)).ok_or_else(|| {
+        cx.err(format!(
+            "{} must be a [rows, w] table with a constant w",
+            cx.ir_name(table)
+        ))
+    })
+}
+
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 {
         a
@@ -299,6 +341,9 @@ pub(crate) fn emit(cx: &mut Ctx, i: &Instruction) -> Result<(), CodegenError> {
             out, src, index, ..
         } => gather_rows(cx, *out, *src, *index),
         Instruction::Scatter { src, dst, index } => scatter(cx, *src, *dst, *index),
+        Instruction::ScatterRows {
+            src, dst, index, ..
+        } => scatter_rows(cx, *src, *dst, *index),
         Instruction::Atomic {
             op,
             dst,
@@ -361,26 +406,13 @@ fn gather(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), Code
 /// `l * w ..`: `dim` does not change the registers, only the tile shape.
 fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), CodegenError> {
     let (_, layout) = cx.reg(index)?;
-    let w = crate::ir::gather_rows_width(cx.p.ty(src)).ok_or_else(|| {
-        cx.err(format!(
-            "{} must be a [rows, w] table with a constant w",
-            cx.ir_name(src)
-        ))
-    })?;
+    let w = table_width(cx, src)?;
     cx.w.open("");
     let f = flat(cx, src, false)?;
     let bits = f.dtype.bits();
     let bytes = (bits / 8) as usize;
     let row_bytes = w * bytes;
-    let vector = match &f.target {
-        Target::Shared(s) => {
-            let facts = &cx.facts;
-            row_vector(s, row_bytes, &|e, d| {
-                facts.divisible(e, d) == Divisible::Yes
-            })
-        }
-        Target::Global(_) => None,
-    };
+    let vector = rows_vector(cx, &f, row_bytes);
     let rows = cx.fresh("rows");
     cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
     let locals = layout.num_locals();
@@ -392,11 +424,7 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
         let cond = format!("{ix} >= 0 && (long long){ix} < {rows}");
         match vector {
             Some(v) => {
-                let (ty, zero, comps): (&str, &str, &[&str]) = match v {
-                    16 => ("uint4", "make_uint4(0u, 0u, 0u, 0u)", &["x", "y", "z", "w"]),
-                    8 => ("uint2", "make_uint2(0u, 0u)", &["x", "y"]),
-                    _ => ("uint32_t", "0u", &[""]),
-                };
+                let (ty, zero, comps) = vector_type(v);
                 let per = v / bytes;
                 for k in 0..row_bytes / v {
                     let g = cx.fresh("g");
@@ -459,6 +487,68 @@ fn scatter(cx: &mut Ctx, src: VarId, dst: VarId, index: VarId) -> Result<(), Cod
         let addr = f.addr(cx, &ix);
         let value = get_bits(&arr, l * bits as usize, bits);
         cx.w.line(format!("if ({cond}) *({ty}*)({addr}) = ({ty}){value};"));
+    }
+    if guard.is_some() {
+        cx.w.close();
+    }
+    cx.w.close();
+    Ok(())
+}
+
+/// `scatter_rows`: per index local one guarded row write, by vectors where the alignment is
+/// provable (see the module documentation), by one replica of each index element. The value's
+/// layout is the index layout composed with a local of `w` (the verifier checked it), so the
+/// row of index local `l` is the value's locals `l * w ..`.
+fn scatter_rows(cx: &mut Ctx, src: VarId, dst: VarId, index: VarId) -> Result<(), CodegenError> {
+    let (_, layout) = cx.reg(index)?;
+    let w = table_width(cx, dst)?;
+    let lay = cx.layout(&layout)?;
+    let guard = replica_guard(&cx.layouts[lay].map, cx.block_threads);
+    cx.w.open("");
+    let f = flat(cx, dst, true)?;
+    let bits = f.dtype.bits();
+    let bytes = (bits / 8) as usize;
+    let row_bytes = w * bytes;
+    let vector = rows_vector(cx, &f, row_bytes);
+    let rows = cx.fresh("rows");
+    cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
+    if let Some(g) = &guard {
+        cx.w.open(format!("if ({g})"));
+    }
+    let (idx, arr) = (cx.name(index), cx.name(src));
+    for l in 0..layout.num_locals() {
+        let ix = cx.fresh("ix");
+        cx.w.line(format!("const int {ix} = (int){idx}[{l}];"));
+        cx.w.open(format!("if ({ix} >= 0 && (long long){ix} < {rows})"));
+        match vector {
+            Some(v) => {
+                let (ty, _, comps) = vector_type(v);
+                let per = v / bytes;
+                for k in 0..row_bytes / v {
+                    let addr = f.addr_rc(cx, &ix, &(k * per).to_string(), w);
+                    // Rows are whole words here (`v` divides `row_bytes`, `v >= 4`).
+                    let word = (l * row_bytes + k * v) / 4;
+                    let words: Vec<String> = (0..comps.len())
+                        .map(|j| format!("{arr}[{}]", word + j))
+                        .collect();
+                    let value = if comps.len() == 1 {
+                        words[0].clone()
+                    } else {
+                        format!("make_{ty}({})", words.join(", "))
+                    };
+                    cx.w.line(format!("*({ty}*)({addr}) = {value};"));
+                }
+            }
+            None => {
+                let ty = uint_type(bits);
+                for c in 0..w {
+                    let addr = f.addr_rc(cx, &ix, &c.to_string(), w);
+                    let value = get_bits(&arr, (l * w + c) * bits as usize, bits);
+                    cx.w.line(format!("*({ty}*)({addr}) = ({ty}){value};"));
+                }
+            }
+        }
+        cx.w.close();
     }
     if guard.is_some() {
         cx.w.close();

@@ -13,7 +13,7 @@
 //! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
 //! | [`wgmma`] | `Dot` with shared operands (`wgmma.mma_async`, sm_90a) |
 //! | [`tma`] | `Mbarriers`, `TmaLoad` (`cp.async.bulk.tensor` through a tensor map), `MbarrierArrive`, `MbarrierWait` (sm_90) |
-//! | [`addressing`] | `Item`, `Gather`, `GatherRows`, `Scatter`, `Atomic` (data-dependent addresses) |
+//! | [`addressing`] | `Item`, `Gather`, `GatherRows`, `Scatter`, `ScatterRows`, `Atomic` (data-dependent addresses) |
 //! | [`fence`] | `Fence` (`fence.acq_rel.gpu`) |
 
 pub(crate) mod addressing;

@@ -1,11 +1,13 @@
-//! `item`, `gather`, `gather_rows`, `scatter` and atomics: addresses computed from register
-//! values.
+//! `item`, `gather`, `gather_rows`, `scatter`, `scatter_rows` and atomics: addresses computed
+//! from register values.
 //!
 //! A global or shared tensor is addressed as one flat row-major array; an index outside
-//! `[0, numel)` is masked (reads 0, writes and updates are skipped). `gather_rows` reads the
-//! `w` flat elements `row * w ..` of each row, and masks a row outside `[0, rows)` whole. Each element of a register
-//! tensor is written or applied once, by its first owner (replicas hold equal values), in
-//! row-major element order; see [`crate::ir::AtomicOp`] for what that order means.
+//! `[0, numel)` is masked (reads 0, writes and updates are skipped). `gather_rows` and
+//! `scatter_rows` access the `w` flat elements `row * w ..` of each row, and mask a row outside
+//! `[0, rows)` whole. Each element of a register tensor is written or applied once, by its
+//! first owner (replicas hold equal values), in row-major element order; `scatter_rows` writes
+//! each row once, by the first owner of its index element, in row-major order of the index.
+//! See [`crate::ir::AtomicOp`] for what that order means.
 
 use std::collections::HashMap;
 
@@ -46,6 +48,15 @@ impl Mem {
             }
             Mem::Shared(s) => unravel(flat as usize, &s.layout.shape),
         }
+    }
+}
+
+/// The row width `w` of a `[rows, w]` table, 0 when `mem` is not of rank 2.
+fn rows_width(mem: &Mem) -> i64 {
+    match mem {
+        Mem::Global(g) if g.shape.len() == 2 => g.shape[1],
+        Mem::Shared(s) if s.layout.shape.len() == 2 => s.layout.shape[1] as i64,
+        _ => 0,
     }
 }
 
@@ -156,11 +167,7 @@ impl Machine<'_> {
             } => {
                 let mem = self.mem(block, *src)?;
                 let idx = self.reg(block, *index)?.clone();
-                let w = match &mem {
-                    Mem::Global(g) if g.shape.len() == 2 => g.shape[1],
-                    Mem::Shared(s) if s.layout.shape.len() == 2 => s.layout.shape[1] as i64,
-                    _ => 0,
-                };
+                let w = rows_width(&mem);
                 let layout = (w > 0)
                     .then(|| crate::ir::gather_rows_layout(&idx.layout, w as usize, *dim))
                     .flatten()
@@ -225,6 +232,56 @@ impl Machine<'_> {
                     }
                     seen.insert(f, e);
                     self.write_flat(block, t, &mem, *dst, f, x.get(t, i))?;
+                }
+            }
+            Instruction::ScatterRows {
+                src,
+                dst,
+                index,
+                dim,
+            } => {
+                let mem = self.mem(block, *dst)?;
+                let x = self.reg(block, *src)?.clone();
+                let idx = self.reg(block, *index)?.clone();
+                let w = rows_width(&mem);
+                let layout = (w > 0)
+                    .then(|| crate::ir::gather_rows_layout(&idx.layout, w as usize, *dim))
+                    .flatten();
+                if layout.as_ref() != Some(&x.layout) {
+                    return Err(format!(
+                        "scatter_rows: `{}` is not the rows of [rows, w] table `{}` for index `{}` along dim {dim}",
+                        self.name(*src),
+                        self.name(*dst),
+                        self.name(*index)
+                    ));
+                }
+                let tab = self.table(&idx.layout)?;
+                let rows = mem.numel() / w;
+                let w = w as usize;
+                // Row -> the index element that wrote it.
+                let mut seen: HashMap<i64, usize> = HashMap::new();
+                for (e, owner) in tab.first_owner.iter().enumerate() {
+                    let Some((t, l)) = *owner else { continue };
+                    let (t, l) = (t as usize, l as usize);
+                    let r = index_at(&idx, t, l);
+                    if !(0..rows).contains(&r) {
+                        continue;
+                    }
+                    if let Some(&e1) = seen.get(&r) {
+                        return Err(format!(
+                            "elements {:?} and {:?} of the index `{}` both scatter row {r} of `{}` (from `{}`); the GPU would keep either row",
+                            unravel(e1, &tab.shape),
+                            unravel(e, &tab.shape),
+                            self.name(*index),
+                            self.name(*dst),
+                            self.name(*src)
+                        ));
+                    }
+                    seen.insert(r, e);
+                    for c in 0..w {
+                        let f = r * w as i64 + c as i64;
+                        self.write_flat(block, t, &mem, *dst, f, x.get(t, l * w + c))?;
+                    }
                 }
             }
             Instruction::Atomic {

@@ -1,10 +1,56 @@
 //! Rules of the data-dependent addressing instructions: `item`, `gather`, `gather_rows`,
-//! `scatter`, atomics.
+//! `scatter`, `scatter_rows`, atomics.
 
 use super::super::expr::describe;
 use super::super::Checker;
 use crate::ir::{gather_rows_layout, AtomicOp, Instruction, RegisterType, SpanId, VarId, VarType};
+use crate::layout::Layout;
 use crate::DType;
+
+/// The two instructions on whole rows of a `[rows, w]` table, for their shared rules' words.
+#[derive(Clone, Copy)]
+enum RowsInstr {
+    Gather,
+    Scatter,
+}
+
+impl RowsInstr {
+    fn name(self) -> &'static str {
+        match self {
+            RowsInstr::Gather => "gather_rows",
+            RowsInstr::Scatter => "scatter_rows",
+        }
+    }
+
+    /// The table operand.
+    fn role(self) -> &'static str {
+        match self {
+            RowsInstr::Gather => "the source",
+            RowsInstr::Scatter => "the destination",
+        }
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            RowsInstr::Gather => "reads",
+            RowsInstr::Scatter => "writes",
+        }
+    }
+
+    fn participle(self) -> &'static str {
+        match self {
+            RowsInstr::Gather => "gathered",
+            RowsInstr::Scatter => "scattered",
+        }
+    }
+
+    fn why_constant(self) -> &'static str {
+        match self {
+            RowsInstr::Gather => "it sets the result's shape and layout",
+            RowsInstr::Scatter => "it sets the shape and layout the scattered value must have",
+        }
+    }
+}
 
 /// Bit widths `gather` and `scatter` address directly (one load or store per element).
 fn addressable(dtype: DType) -> bool {
@@ -94,20 +140,22 @@ impl<'p> Checker<'p> {
         }
     }
 
-    /// The row width `w` of a `gather_rows` source `[rows, w]` (already known to be a global
-    /// or shared tensor), or an error naming it: rank 2 is required, and a global view's last
-    /// extent must be a constant (it sets the result's shape and layout).
-    fn row_width(&mut self, src: VarId, span: SpanId) -> Option<usize> {
+    /// The row width `w` of a `[rows, w]` table (already known to be a global or shared
+    /// tensor): the source of `gather_rows` or the destination of `scatter_rows` (`t`), or an
+    /// error naming it: rank 2 is required, and a global view's last extent must be a constant
+    /// (it sets the register tensor's shape and layout).
+    fn row_width(&mut self, table: VarId, span: SpanId, t: RowsInstr) -> Option<usize> {
         let p = self.p;
-        let (rank, last) = match p.ty(src) {
+        let (rank, last) = match p.ty(table) {
             VarType::Global(g) => (g.shape.len(), g.shape.last()),
-            VarType::Shared(s) => return self.rank2(src, span, &s.layout.shape),
+            VarType::Shared(s) => return self.rank2(table, span, &s.layout.shape, t),
             _ => return None,
         };
+        let (instr, role, verb) = (t.name(), t.role(), t.verb());
         if rank != 2 {
             let msg = format!(
-                "gather_rows: the source {} has rank {rank}; gather_rows reads rows of a rank-2 table [rows, w] (view it as one)",
-                self.name(src)
+                "{instr}: {role} {} has rank {rank}; {instr} {verb} rows of a rank-2 table [rows, w] (view it as one)",
+                self.name(table)
             );
             self.err(span, msg);
             return None;
@@ -116,8 +164,9 @@ impl<'p> Checker<'p> {
             Some(w) if w >= 1 => Some(w as usize),
             _ => {
                 let msg = format!(
-                    "gather_rows: the row width of the source {} (its last extent) must be a positive constant: it sets the result's shape and layout",
-                    self.name(src)
+                    "{instr}: the row width of {role} {} (its last extent) must be a positive constant: {}",
+                    self.name(table),
+                    t.why_constant()
                 );
                 self.err(span, msg);
                 None
@@ -125,17 +174,62 @@ impl<'p> Checker<'p> {
         }
     }
 
-    fn rank2(&mut self, src: VarId, span: SpanId, shape: &[usize]) -> Option<usize> {
+    fn rank2(
+        &mut self,
+        table: VarId,
+        span: SpanId,
+        shape: &[usize],
+        t: RowsInstr,
+    ) -> Option<usize> {
         if shape.len() != 2 {
+            let (instr, role, verb) = (t.name(), t.role(), t.verb());
             let msg = format!(
-                "gather_rows: the source {} has shape {shape:?} (rank {}); gather_rows reads rows of a rank-2 table [rows, w] (slice it to one)",
-                self.name(src),
+                "{instr}: {role} {} has shape {shape:?} (rank {}); {instr} {verb} rows of a rank-2 table [rows, w] (slice it to one)",
+                self.name(table),
                 shape.len()
             );
             self.err(span, msg);
             return None;
         }
         Some(shape[1])
+    }
+
+    /// The register layout of the rows of `w` elements that `index` selects along `dim`
+    /// (`gather_rows`'s result, `scatter_rows`'s value), or an error: `dim` out of range, or a
+    /// layout too large to represent.
+    fn rows_layout(
+        &mut self,
+        span: SpanId,
+        t: RowsInstr,
+        index: (VarId, &RegisterType),
+        w: Option<usize>,
+        dim: usize,
+    ) -> Result<Option<Layout>, ()> {
+        let instr = t.name();
+        let rank = index.1.layout.rank();
+        if dim >= rank {
+            let msg = format!(
+                "{instr}: dim {dim} is not a dimension of the index {} (rank {rank}, shape {:?}); dim selects the index dimension the rows are laid along, in 0..{rank}",
+                self.name(index.0),
+                index.1.layout.shape()
+            );
+            self.err(span, msg);
+            return Err(());
+        }
+        let Some(w) = w else { return Ok(None) };
+        match gather_rows_layout(&index.1.layout, w, dim) {
+            Some(l) => Ok(Some(l)),
+            None => {
+                let msg = format!(
+                    "{instr}: rows of {w} elements {} by the index {} ({} locals per thread) make a register tensor too large to represent",
+                    t.participle(),
+                    self.name(index.0),
+                    index.1.layout.num_locals()
+                );
+                self.err(span, msg);
+                Err(())
+            }
+        }
     }
 
     pub(super) fn check_addressing(&mut self, ins: &Instruction, span: SpanId) {
@@ -170,34 +264,16 @@ impl<'p> Checker<'p> {
                 index,
                 dim,
             } => {
+                let t = RowsInstr::Gather;
                 let d = self.memory_operand(*src, span, name, "the source", false);
                 let i = self.index_operand(*index, span, name);
                 let w = d.and_then(|d| {
                     self.addressable_dtype(span, name, *src, d);
-                    self.row_width(*src, span)
+                    self.row_width(*src, span, t)
                 });
                 let mut ok = d.is_some() && i.is_some() && w.is_some();
                 if let Some(i) = i {
-                    let rank = i.layout.rank();
-                    if *dim >= rank {
-                        let msg = format!(
-                            "gather_rows: dim {dim} is not a dimension of the index {} (rank {rank}, shape {:?}); dim selects the index dimension the rows are laid along, in 0..{rank}",
-                            self.name(*index),
-                            i.layout.shape()
-                        );
-                        self.err(span, msg);
-                        ok = false;
-                    } else if let Some(w) = w {
-                        if gather_rows_layout(&i.layout, w, *dim).is_none() {
-                            let msg = format!(
-                                "gather_rows: rows of {w} elements gathered by the index {} ({} locals per thread) make a result too large to represent",
-                                self.name(*index),
-                                i.layout.num_locals()
-                            );
-                            self.err(span, msg);
-                            ok = false;
-                        }
-                    }
+                    ok &= self.rows_layout(span, t, (*index, i), w, *dim).is_ok();
                 }
                 self.define(*out, ok, span, name);
             }
@@ -219,6 +295,61 @@ impl<'p> Checker<'p> {
                 }
                 if let (Some(r), Some(i)) = (r, i) {
                     self.same_layout(span, name, (*src, r), (*index, i), "the index");
+                }
+            }
+            Instruction::ScatterRows {
+                src,
+                dst,
+                index,
+                dim,
+            } => {
+                let t = RowsInstr::Scatter;
+                let r = self.reg(*src, span, name, "the scattered value");
+                let d = self.memory_operand(*dst, span, name, "the destination", true);
+                let i = self.index_operand(*index, span, name);
+                let w = d.and_then(|d| {
+                    self.addressable_dtype(span, name, *dst, d);
+                    self.row_width(*dst, span, t)
+                });
+                if let (Some(r), Some(d)) = (r, d) {
+                    if r.dtype != d {
+                        let msg = format!(
+                            "scatter_rows: the scattered value {} holds {} but {} holds {d}; the dtypes must match",
+                            self.name(*src),
+                            r.dtype,
+                            self.name(*dst)
+                        );
+                        self.err(span, msg);
+                    }
+                }
+                let want = match i {
+                    Some(i) => self
+                        .rows_layout(span, t, (*index, i), w, *dim)
+                        .ok()
+                        .flatten(),
+                    None => None,
+                };
+                if let (Some(r), Some(i), Some(w), Some(want)) = (r, i, w, want) {
+                    // Layouts are canonical: `==` compares the functions (thread, local) ->
+                    // element.
+                    if r.layout != want {
+                        let mut local = vec!["1".to_string(); i.layout.rank()];
+                        local[*dim] = w.to_string();
+                        let local = format!("local({})", local.join(", "));
+                        let msg = format!(
+                            "scatter_rows: the scattered value {} has layout {} (shape {:?}), but rows of {w} elements written through the index {} along dim {dim} need {} (shape {:?}): the index's layout {} composed with {local}, the layout gather_rows({}, {}, {dim}) returns, so that local l * {w} + c of a thread is column c of the row its index local l selects",
+                            self.name(*src),
+                            r.layout.to_expr(),
+                            r.layout.shape(),
+                            self.name(*index),
+                            want.to_expr(),
+                            want.shape(),
+                            i.layout.to_expr(),
+                            self.name(*dst),
+                            self.name(*index)
+                        );
+                        self.err(span, msg);
+                    }
                 }
             }
             Instruction::Atomic {

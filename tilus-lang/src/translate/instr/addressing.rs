@@ -1,5 +1,5 @@
 //! `item(x)` / `x.item()`, `gather(src, index)`, `gather_rows(src, index, dim)`,
-//! `scatter(x, dst, index)` and the atomics `atomic_add(dst, index, x)` ..
+//! `scatter(x, dst, index)`, `scatter_rows(x, dst, index, dim)` and the atomics `atomic_add(dst, index, x)` ..
 //! `atomic_cas(dst, index, compare, x)`.
 
 use syn::{Expr as SynExpr, ExprCall};
@@ -109,6 +109,17 @@ impl Translator<'_, '_> {
                 let site = self.site(c);
                 b.set_span(site);
                 b.scatter(x, dst, index);
+                Ok(Value::Unit)
+            }
+            Op::ScatterRows => {
+                let x = self.tensor_arg(b, args[0], name, "value", Scope::Register);
+                let dst = self.memory_arg(b, args[1], name, "destination");
+                let index = self.tensor_arg(b, args[2], name, "index", Scope::Register);
+                let dim = self.const_dim(args[3], name, "narrows");
+                let (x, dst, index, dim) = (x?, dst?, index?, dim?);
+                let site = self.site(c);
+                b.set_span(site);
+                b.scatter_rows(x, dst, index, dim);
                 Ok(Value::Unit)
             }
             Op::Atomic(op) => {
