@@ -146,14 +146,15 @@ pub fn vq_gemv<
         (arange(li, 0, 0) & 3) + ((arange(li, 1, 0) & (REP / 4 - 1)) << 2)
     };
     // switch(codebook): the rows in `lf` (loaded a tile ahead) into buffer `buf`, copy
-    // `(c + row) % REP` at pass `c`.
-    let frow = arange(lf, 0, 0);
-    let fword = arange(lf, 1, 0);
+    // `(c + row) % REP` at pass `c`: one 8-byte store per row, the 16 lanes of a phase on 16
+    // distinct copies, so on distinct banks.
+    let lfi = layout!(local(R * E / threads, 1).spatial(threads, 1));
+    let frow = arange(lfi, 0, 0);
     let store_book = |rows: Tensor, buf: i32| {
         #[unroll]
         for c in 0..REP {
-            let at = ((buf * R * E + frow) * REP + (frow + c) % REP) * hv + fword;
-            scatter(rows, sbook, at);
+            let at = (frow + buf * R * E) * REP + ((frow + c) & (REP - 1));
+            scatter_rows(rows, sbook, at, 1);
         }
     };
     let issue = |t: i32, stage: i32| {
