@@ -50,7 +50,7 @@
 /// `ONE = 0` the slice of each block a whole number of codebook tiles.
 #[tilus::kernel(
     lazy,
-    grid = [cdiv(m, 16), n / (32 * WN), SPLIT],
+    grid = [cdiv(m, 16 - 8 * TR), n / (32 * WN), SPLIT],
     warps = WN,
     space(
         WN = [8],
@@ -64,6 +64,7 @@
         REP = [1, 16],
         ONE = [0, 1],
         SCALE = [0, 1],
+        TR = [0, 1],
     ),
 )]
 #[allow(clippy::too_many_arguments)]
@@ -79,6 +80,7 @@ pub fn vq_gemv<
     const REP: i32,
     const ONE: i32,
     const SCALE: i32,
+    const TR: i32,
 >(
     m: i32,
     n: i32,
@@ -94,6 +96,8 @@ pub fn vq_gemv<
 ) {
     let threads = WN * 32;
     let bn = WN * 32;
+    // Tokens per block: 16, or 8 for the transposed product.
+    let bm = 16 - 8 * TR;
     // Run fragments along k per step; 32-bit words per codebook row.
     let runs = BK / (4 * V);
     let hv = V / 2;
@@ -102,19 +106,49 @@ pub fn vq_gemv<
     let lo_words = runs;
     let hi_words = runs * HB / 8;
     let wps = R * (lo_words + hi_words);
-    let la = if V == 4 {
-        layout!(spatial(1, 1).replicated(WN).local(1, runs).mma_a_k4)
+    // One code per thread and fragment, in both products the same thread and local for the same
+    // (vector, channel) (so one code layout serves both): `[BK / V, bn]` with `TR = 0`,
+    // `[bn, BK / V]` with `TR = 1`.
+    let li = if TR == 0 {
+        layout!(spatial(1, WN).local(runs, 4).column_spatial(4, 8))
     } else {
-        layout!(spatial(1, 1).replicated(WN).local(1, runs).mma_a_k8)
+        layout!(spatial(WN, 1).local(1, runs).local(4, 1).spatial(8, 4))
     };
-    let lb = if V == 4 {
-        layout!(spatial(1, WN).local(runs, 4).mma_b_k4)
+    // `y = x · Wᵀ` (TR = 0): the weight is B, the activations A, the accumulator `[16, bn]`.
+    // `yᵀ = W · xᵀ` (TR = 1): the weight is A (its rows relaid into the fragment), the
+    // activations B, the accumulator `[bn, 8]`: half the mma and half the activation loads.
+    let (la, lw, lc) = if TR == 0 {
+        if V == 4 {
+            (
+                layout!(spatial(1, 1).replicated(WN).local(1, runs).mma_a_k4),
+                layout!(spatial(1, WN).local(runs, 4).mma_b_k4),
+                layout!(spatial(1, WN).local(1, 4).mma_c),
+            )
+        } else {
+            (
+                layout!(spatial(1, 1).replicated(WN).local(1, runs).mma_a_k8),
+                layout!(spatial(1, WN).local(runs, 4).mma_b_k8),
+                layout!(spatial(1, WN).local(1, 4).mma_c),
+            )
+        }
+    } else if V == 4 {
+        (
+            layout!(spatial(WN, 1).local(2, runs).mma_a_k4),
+            layout!(li.local(1, V)),
+            layout!(spatial(WN, 1).local(2, 1).mma_c),
+        )
     } else {
-        layout!(spatial(1, WN).local(runs, 4).mma_b_k8)
+        (
+            layout!(spatial(WN, 1).local(2, runs).mma_a_k8),
+            layout!(li.local(1, V)),
+            layout!(spatial(WN, 1).local(2, 1).mma_c),
+        )
     };
-    // One code per thread and B fragment: `[BK / V, bn]` (vectors x channels).
-    let li = layout!(spatial(1, WN).local(runs, 4).column_spatial(4, 8));
-    let lc = layout!(spatial(1, WN).local(1, 4).mma_c);
+    let lx = if V == 4 {
+        layout!(spatial(1, 1).replicated(WN).local(runs, 1).mma_b_k4)
+    } else {
+        layout!(spatial(1, 1).replicated(WN).local(runs, 1).mma_b_k8)
+    };
     let lo_layout = layout!(spatial(threads, 1).local(1, lo_words));
     // The codebook rows each thread writes at a switch: `R · E / threads` rows of `hv` words.
     let lf = layout!(local(R * E / threads, 1).spatial(threads, 1).local(1, hv));
@@ -129,7 +163,7 @@ pub fn vq_gemv<
     // The activations' ring, rows padded by 4·V halves (2·V banks) so that the runs' loads of a
     // phase fall on distinct banks: 16 lanes (4 rows x 4 runs) of 8 bytes for V = 4, 8 lanes
     // (2 x 4) of 16 bytes for V = 8. The codes' ring beside it.
-    let sx = shared::<f16>([STAGES, 16, BK + 4 * V]);
+    let sx = shared::<f16>([STAGES, bm, BK + 4 * V]);
     let scodes = shared::<u32>([STAGES, threads, wps]);
     // The codebook tile(s): `[buffer, stage, entry, copy]` rows of `hv` words.
     let sbook = shared::<i32>([(2 - ONE) * R * E * REP, hv]);
@@ -143,7 +177,7 @@ pub fn vq_gemv<
     let copy = if REP == 1 {
         register::<i32>(li, 0)
     } else {
-        (arange(li, 0, 0) & 3) + ((arange(li, 1, 0) & (REP / 4 - 1)) << 2)
+        (arange(li, TR, 0) & 3) + ((arange(li, 1 - TR, 0) & (REP / 4 - 1)) << 2)
     };
     // switch(codebook): the rows in `lf` (loaded a tile ahead) into buffer `buf`, copy
     // `(c + row) % REP` at pass `c`: one 8-byte store per row, the 16 lanes of a phase on 16
@@ -160,8 +194,8 @@ pub fn vq_gemv<
     let issue = |t: i32, stage: i32| {
         copy_async(
             ga,
-            slice_shared(sx, [stage, 0, 0], [16, BK]),
-            [bi * 16, t * BK],
+            slice_shared(sx, [stage, 0, 0], [bm, BK]),
+            [bi * bm, t * BK],
         );
         copy_async(
             gcodes,
@@ -249,32 +283,51 @@ pub fn vq_gemv<
             }
             commit_group();
             let stage = j % STAGES;
-            let xa = load_shared(slice_shared(sx, [stage, 0, 0], [16, BK]), la, [0, 0]);
             // Row `((buf · R + r) · E + code) · REP + copy`, the constant part added once.
             let base = copy + buf * R * E * REP;
-            let mut w = view::<f16>(gather_rows(sbook, codes_of(stage, 0) * REP + base, 0), lb);
+            let mut w = view::<f16>(gather_rows(sbook, codes_of(stage, 0) * REP + base, TR), lw);
             #[unroll]
             for r in 1..R {
                 let at = codes_of(stage, r) * REP + (base + r * E * REP);
-                w = w + view::<f16>(gather_rows(sbook, at, 0), lb);
+                w = w + view::<f16>(gather_rows(sbook, at, TR), lw);
             }
-            acc = dot(xa, w, acc);
+            let xs = slice_shared(sx, [stage, 0, 0], [bm, BK]);
+            if TR == 0 {
+                acc = dot(load_shared(xs, la, [0, 0]), w, acc);
+            } else {
+                let xb = load_shared(permute_shared(xs, [1, 0]), lx, [0, 0]);
+                acc = dot(cast::<f16>(w, la), xb, acc);
+            }
         }
     }
     if SCALE == 1 {
-        let lcs = layout!(reduce(lc, [0]));
-        let sv = load_global(view_global(scales, [1, n]), lcs, [0, bj * bn]);
-        acc = acc * cast::<f32>(sv);
+        if TR == 0 {
+            let lcs = layout!(reduce(lc, [0]));
+            let sv = load_global(view_global(scales, [1, n]), lcs, [0, bj * bn]);
+            acc = acc * cast::<f32>(sv);
+        } else {
+            let lcs = layout!(reduce(lc, [1]));
+            let sv = load_global(view_global(scales, [n, 1]), lcs, [bj * bn, 0]);
+            acc = acc * cast::<f32>(sv);
+        }
     }
+    // `[bm, bn]` of y: the transposed product's accumulator viewed as `[8, bn]` (the same
+    // registers, `mma_c_t`).
+    let ly = if TR == 0 {
+        lc
+    } else {
+        layout!(spatial(1, WN).local(1, 2).mma_c_t)
+    };
+    let out = view::<f32>(acc, ly);
     if SPLIT == 1 {
-        store_global(cast::<f16>(acc), view_global(y, [m, n]), [bi * 16, bj * bn]);
+        store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
     } else {
         // Split k: the partial sums go to the f32 workspace (zero before; `vq_finalize`
         // writes y and zeroes it again). Rows past m are skipped (index -1).
-        let row = arange(lc, 0, bi * 16);
-        let col = arange(lc, 1, bj * bn);
+        let row = arange(ly, 0, bi * bm);
+        let col = arange(ly, 1, bj * bn);
         let at = select(row < m, row * n + col, -1);
-        atomic_add(view_global(part, [m * n]), at, acc);
+        atomic_add(view_global(part, [m * n]), at, out);
     }
 }
 

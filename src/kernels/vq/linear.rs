@@ -97,7 +97,13 @@ fn one_codebook(c: VqConfig, cache: VqCache, n: usize, k: usize) -> bool {
     c.tile(n, k) == (n, k) && cache.replicas == 1
 }
 
-/// The k split for `m` tokens: 1 where `cdiv(m, 16) · n / (32 · warps)` blocks reach
+/// Whether `m` tokens run the transposed product (`yᵀ = W · xᵀ`, 8 tokens per block, the weight
+/// as the mma's A): half the mma and activation loads where a 16-token tile would be half empty.
+pub fn transposed_for(m: usize) -> bool {
+    m <= 8
+}
+
+/// The k split for `m` tokens: 1 where `cdiv(m, 8 or 16) · n / (32 · warps)` blocks reach
 /// [`TARGET_BLOCKS`], else the smallest power of two (up to 8) that reaches it and leaves each
 /// block whole codebook tiles (or any part of a single codebook).
 pub fn split_for(
@@ -107,7 +113,8 @@ pub fn split_for(
     m: usize,
     (n, k): (usize, usize),
 ) -> usize {
-    let blocks = m.div_ceil(16) * (n / (32 * warps));
+    let rows = if transposed_for(m) { 8 } else { 16 };
+    let blocks = m.div_ceil(rows) * (n / (32 * warps));
     let mut s = 1;
     while s < 8 && blocks * s < TARGET_BLOCKS && split_ok(c, cache, n, k, 2 * s) {
         s *= 2;
@@ -125,14 +132,14 @@ fn split_ok(c: VqConfig, cache: VqCache, n: usize, k: usize, split: usize) -> bo
 }
 
 /// [`vq_gemv`]'s configuration for a format, a cache, `warps`, the shape, a ring of `stages`
-/// (2..=8) and a k split.
+/// (2..=8), a k split and the product (`transposed`: [`transposed_for`]).
 pub fn kernel_config(
     c: VqConfig,
     cache: VqCache,
     warps: usize,
     (n, k): (usize, usize),
-    stages: usize,
-    split: usize,
+    (stages, split): (usize, usize),
+    transposed: bool,
 ) -> vq_gemv::Config {
     vq_gemv::Config {
         WN: warps as i32,
@@ -146,6 +153,7 @@ pub fn kernel_config(
         REP: cache.replicas as i32,
         ONE: one_codebook(c, cache, n, k) as i32,
         SCALE: c.channel_scale as i32,
+        TR: transposed as i32,
     }
 }
 
@@ -425,8 +433,8 @@ impl VqLinear {
             self.cache,
             self.warps,
             (w.n, w.k),
-            self.stages,
-            split,
+            (self.stages, split),
+            transposed_for(m),
         )
     }
 
