@@ -240,7 +240,7 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("vq");
-    let bad: [(&[&str], &str); 11] = [
+    let bad: [(&[&str], &str); 12] = [
         (&["--stages", "1"], "--stages"),
         (&["--split", "3"], "--split"),
         (&["--configs", "quip4"], "--configs"),
@@ -251,6 +251,7 @@ fn vq_flags_are_checked_before_the_gpu_is_opened() {
         (&["--cache", "12"], "--cache"),
         (&["--cache", "0/256"], "--cache"),
         (&["--warps", "3"], "--warps"),
+        (&["--product", "3"], "--product"),
         (&["--runs", "0"], "--runs"),
     ];
     for (args, flag) in bad {

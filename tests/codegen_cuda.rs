@@ -1195,10 +1195,11 @@ fn vq_kernels_compile_without_spills() {
             caches.push(VqCache { replicas: 1 });
         }
         for cache in caches {
-            // Whole k in the 16-token product, split in four in the transposed one.
+            // Whole k in the 16-token product, split in four in the transposed one of 8.
             for split in [1, 4] {
                 let warps = warps_for(c, 57344, 8192);
-                let cfg = kernel_config(c, cache, warps, (57344, 8192), (3, split), split == 4);
+                let product = if split == 4 { 1 } else { 0 };
+                let cfg = kernel_config(c, cache, warps, (57344, 8192), (3, split), product);
                 let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
                 let name = format!("vq_gemv_{}_x{}_split{split}", c.name, cache.replicas);
                 {

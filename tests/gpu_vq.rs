@@ -65,6 +65,13 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                 .unwrap()
                 .with_split(split)
                 .unwrap();
+            // The third runs the transposed product on 16 tokens per block at every m, the
+            // others the layer's choice (transposed on 8 tokens up to m = 8, else y = x · Wᵀ).
+            let layer = if ci == 2 {
+                layer.with_product(2).unwrap()
+            } else {
+                layer
+            };
             let gpu = layer.to_gpu(&ctx).unwrap();
             for m in [1, 3, 16, 33] {
                 let x: Vec<f16> = (0..m * k)
@@ -76,8 +83,9 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                 let cpu = layer.forward_cpu(&x, m).unwrap();
                 for naive in [false, true] {
                     let tag = format!(
-                        "{} {n}x{k} m={m} {cache:?} split={split} naive={naive}",
-                        config.name
+                        "{} {n}x{k} m={m} {cache:?} split={split} product={} naive={naive}",
+                        config.name,
+                        layer.config(m).TR
                     );
                     let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                     gpu.forward_into(&xd, m, &mut y, naive).unwrap();

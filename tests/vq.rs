@@ -88,9 +88,16 @@ fn vq_gemv_matches_reference_with_every_cache() {
                 .with_cache(cache)
                 .unwrap();
             let layer = layer.clone().with_split(split).unwrap_or(layer);
+            // The second runs the transposed product on 16 tokens per block at every m, the
+            // first the layer's choice (transposed on 8 tokens up to m = 8, else `y = x · Wᵀ`).
+            let layer = if ci == 1 {
+                layer.with_product(2).unwrap()
+            } else {
+                layer
+            };
             for m in [1, 3, 16] {
                 // Only the default cache at every m (the interpreter's time).
-                if ci > 0 && m != 3 {
+                if ci > 0 && m != 3 && m != 16 {
                     continue;
                 }
                 let x: Vec<f16> = (0..m * k)
@@ -98,9 +105,10 @@ fn vq_gemv_matches_reference_with_every_cache() {
                     .collect();
                 let want = reference(&w, &x, m);
                 let tag = format!(
-                    "{} {n}x{k} m={m} {cache:?} stages {stages} split {}",
+                    "{} {n}x{k} m={m} {cache:?} stages {stages} split {} product {}",
                     config.name,
-                    layer.config(m).SPLIT
+                    layer.config(m).SPLIT,
+                    layer.config(m).TR
                 );
                 check(&tag, &layer.forward_cpu(&x, m).unwrap(), &want);
                 if ci == 0 {

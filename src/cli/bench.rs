@@ -337,6 +337,10 @@ pub enum BenchCommand {
         /// default.
         #[arg(long)]
         warps: Option<usize>,
+        /// The product: 0 (`y = x · Wᵀ`, 16 tokens per block), 1 or 2 (`yᵀ = W · xᵀ`, 8 or 16
+        /// tokens) instead of the layer's choice per m.
+        #[arg(long)]
+        product: Option<usize>,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -484,8 +488,15 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             stages,
             split,
             warps,
+            product,
             ..
         } => {
+            if product.is_some_and(|p| p > 2) {
+                return Err(format!(
+                    "argument `--product`: {} is not 0, 1 or 2",
+                    product.unwrap_or(0)
+                ));
+            }
             if warps.is_some_and(|w| !matches!(w, 1 | 2 | 4 | 8 | 16)) {
                 return Err(format!(
                     "argument `--warps`: {} is not 1, 2, 4, 8 or 16",
@@ -757,6 +768,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         stages,
         split,
         warps,
+        product,
         runs,
         no_cublas,
         no_elementwise,
@@ -767,7 +779,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             m,
             shapes,
             cache.as_deref(),
-            (stages, split, warps),
+            (stages, split, warps, product),
             runs,
             (no_cublas, no_elementwise),
         );

@@ -1,7 +1,9 @@
 //! `tilus bench vq`: see [`tilus::kernels::vq::bench`].
 
 use tilus::kernels::apt::bench::{bench_cublas_f16, bench_weight_only};
-use tilus::kernels::vq::bench::{bench_vq, parse_cache, parse_configs, table, LLAMA70B_SHAPES};
+use tilus::kernels::vq::bench::{
+    bench_vq, parse_cache, parse_configs, table, VqKnobs, LLAMA70B_SHAPES,
+};
 use tilus::kernels::vq::VqCache;
 use tilus::vq::VqConfig;
 use tilus_runtime::{copy_bandwidth, Context, L2Flush};
@@ -54,7 +56,7 @@ pub fn run(
     m: &str,
     shapes: &str,
     cache: Option<&str>,
-    (stages, split, warps): (Option<usize>, Option<usize>, Option<usize>),
+    (stages, split, warps, product): (Option<usize>, Option<usize>, Option<usize>, Option<usize>),
     runs: usize,
     (no_cublas, no_elementwise): (bool, bool),
 ) -> Result<String, String> {
@@ -107,7 +109,13 @@ pub fn run(
                     k,
                     runs,
                     copy_gbps,
-                    (cache, stages, split, warps),
+                    VqKnobs {
+                        cache,
+                        stages,
+                        split,
+                        warps,
+                        product,
+                    },
                     cublas,
                     ew,
                 )

@@ -22,6 +22,16 @@ pub const LLAMA70B_SHAPES: [(usize, usize); 3] = [(57344, 8192), (8192, 28672), 
 /// The formats the bench runs by default (the weight formats the GEMV serves).
 pub const CONFIGS: [VqConfig; 2] = [VqConfig::GPTVQ_2, VqConfig::AQLM_3];
 
+/// The layer's knobs a bench run overrides (`None`: the layer's choice).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VqKnobs {
+    pub cache: Option<VqCache>,
+    pub stages: Option<usize>,
+    pub split: Option<usize>,
+    pub warps: Option<usize>,
+    pub product: Option<usize>,
+}
+
 /// One measured point.
 #[derive(Clone, Debug)]
 pub struct VqBenchRow {
@@ -34,6 +44,8 @@ pub struct VqBenchRow {
     pub stages: usize,
     /// Warps per block.
     pub warps: usize,
+    /// The product (`TR`: 0, 1, 2).
+    pub product: usize,
     /// The k split (1: none; above, two launches: the GEMV and the finalize kernel).
     pub split: usize,
     /// [`super::kernel::vq_gemv`] with `cache`.
@@ -80,13 +92,20 @@ pub fn bench_vq(
     k: usize,
     runs: usize,
     copy_gbps: f64,
-    (cache, stages, split, warps): (Option<VqCache>, Option<usize>, Option<usize>, Option<usize>),
+    knobs: VqKnobs,
     cublas_us: Option<f64>,
     elementwise_us: Option<f64>,
 ) -> Result<VqBenchRow, String> {
     let w = VqWeight::random(config, n, k, 0x18, false).map_err(err)?;
     let bytes = w.kernel_code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
     let mut layer = VqLinear::new(w).map_err(err)?;
+    let VqKnobs {
+        cache,
+        stages,
+        split,
+        warps,
+        product,
+    } = knobs;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;
     }
@@ -95,6 +114,9 @@ pub fn bench_vq(
     }
     if let Some(w) = warps {
         layer = layer.with_warps(w).map_err(err)?;
+    }
+    if let Some(p) = product {
+        layer = layer.with_product(p).map_err(err)?;
     }
     if let Some(s) = split {
         layer = layer.with_split(s).map_err(err)?;
@@ -119,6 +141,7 @@ pub fn bench_vq(
         cache: layer.cache(),
         stages: layer.stages(),
         warps: layer.warps(),
+        product: layer.config(m).TR as usize,
         split: layer.config(m).SPLIT as usize,
         cached,
         naive,
@@ -136,7 +159,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         "tilus vq (codebook-centric VQ-GEMV); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, stages, k split\n\
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16), stages, k split\n\
          {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
@@ -156,7 +179,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} w{} s{} k/{}\n",
+            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} w{} t{} s{} k/{}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -171,6 +194,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
             ratio(r.elementwise_us),
             r.cache.replicas,
             r.warps,
+            r.product,
             r.stages,
             r.split,
         );

@@ -50,7 +50,7 @@
 /// `ONE = 0` the slice of each block a whole number of codebook tiles.
 #[tilus::kernel(
     lazy,
-    grid = [cdiv(m, 16 - 8 * TR), n / (32 * WN), SPLIT],
+    grid = [cdiv(m, max(8 * TR, 16 - 8 * TR)), n / (32 * WN), SPLIT],
     warps = WN,
     space(
         WN = [8],
@@ -64,7 +64,7 @@
         REP = [1, 16],
         ONE = [0, 1],
         SCALE = [0, 1],
-        TR = [0, 1],
+        TR = [0, 1, 2],
     ),
 )]
 #[allow(clippy::too_many_arguments)]
@@ -96,8 +96,10 @@ pub fn vq_gemv<
 ) {
     let threads = WN * 32;
     let bn = WN * 32;
-    // Tokens per block: 16, or 8 for the transposed product.
-    let bm = 16 - 8 * TR;
+    // Tokens per block: 16, or 8 · TR for the transposed product (TR token tiles of 8); the
+    // dimension of the vectors in the index layout.
+    let bm = max(8 * TR, 16 - 8 * TR);
+    let vd = min(TR, 1);
     // Run fragments along k per step; 32-bit words per codebook row.
     let runs = BK / (4 * V);
     let hv = V / 2;
@@ -115,8 +117,10 @@ pub fn vq_gemv<
         layout!(spatial(WN, 1).local(1, runs).local(4, 1).spatial(8, 4))
     };
     // `y = x · Wᵀ` (TR = 0): the weight is B, the activations A, the accumulator `[16, bn]`.
-    // `yᵀ = W · xᵀ` (TR = 1): the weight is A (its rows relaid into the fragment), the
-    // activations B, the accumulator `[bn, 8]`: half the mma and half the activation loads.
+    // `yᵀ = W · xᵀ` (TR = 1, 2): the weight is A (its rows relaid into the fragment), the
+    // activations B, the accumulator `[bn, 8 · TR]`: each A fragment serves TR mma, and the
+    // activations load as B pairs without register moves (TR = 1: half the mma and activation
+    // loads of a 16-token tile at m <= 8).
     let (la, lw, lc) = if TR == 0 {
         if V == 4 {
             (
@@ -135,19 +139,29 @@ pub fn vq_gemv<
         (
             layout!(spatial(WN, 1).local(2, runs).mma_a_k4),
             layout!(li.local(1, V)),
-            layout!(spatial(WN, 1).local(2, 1).mma_c),
+            layout!(spatial(WN, 1).local(2, TR).mma_c),
         )
     } else {
         (
             layout!(spatial(WN, 1).local(2, runs).mma_a_k8),
             layout!(li.local(1, V)),
-            layout!(spatial(WN, 1).local(2, 1).mma_c),
+            layout!(spatial(WN, 1).local(2, TR).mma_c),
         )
     };
     let lx = if V == 4 {
-        layout!(spatial(1, 1).replicated(WN).local(runs, 1).mma_b_k4)
+        layout!(
+            spatial(1, 1)
+                .replicated(WN)
+                .local(runs, max(TR, 1))
+                .mma_b_k4
+        )
     } else {
-        layout!(spatial(1, 1).replicated(WN).local(runs, 1).mma_b_k8)
+        layout!(
+            spatial(1, 1)
+                .replicated(WN)
+                .local(runs, max(TR, 1))
+                .mma_b_k8
+        )
     };
     let lo_layout = layout!(spatial(threads, 1).local(1, lo_words));
     // The codebook rows each thread writes at a switch: `R · E / threads` rows of `hv` words.
@@ -177,7 +191,7 @@ pub fn vq_gemv<
     let copy = if REP == 1 {
         register::<i32>(li, 0)
     } else {
-        (arange(li, TR, 0) & 3) + ((arange(li, 1 - TR, 0) & (REP / 4 - 1)) << 2)
+        (arange(li, vd, 0) & 3) + ((arange(li, 1 - vd, 0) & (REP / 4 - 1)) << 2)
     };
     // switch(codebook): the rows in `lf` (loaded a tile ahead) into buffer `buf`, copy
     // `(c + row) % REP` at pass `c`: one 8-byte store per row, the 16 lanes of a phase on 16
@@ -285,11 +299,11 @@ pub fn vq_gemv<
             let stage = j % STAGES;
             // Row `((buf · R + r) · E + code) · REP + copy`, the constant part added once.
             let base = copy + buf * R * E * REP;
-            let mut w = view::<f16>(gather_rows(sbook, codes_of(stage, 0) * REP + base, TR), lw);
+            let mut w = view::<f16>(gather_rows(sbook, codes_of(stage, 0) * REP + base, vd), lw);
             #[unroll]
             for r in 1..R {
                 let at = codes_of(stage, r) * REP + (base + r * E * REP);
-                w = w + view::<f16>(gather_rows(sbook, at, TR), lw);
+                w = w + view::<f16>(gather_rows(sbook, at, vd), lw);
             }
             let xs = slice_shared(sx, [stage, 0, 0], [bm, BK]);
             if TR == 0 {
@@ -316,7 +330,7 @@ pub fn vq_gemv<
     let ly = if TR == 0 {
         lc
     } else {
-        layout!(spatial(1, WN).local(1, 2).mma_c_t)
+        layout!(spatial(1, WN).column_local(TR, 2).mma_c_t)
     };
     let out = view::<f32>(acc, ly);
     if SPLIT == 1 {

@@ -97,10 +97,26 @@ fn one_codebook(c: VqConfig, cache: VqCache, n: usize, k: usize) -> bool {
     c.tile(n, k) == (n, k) && cache.replicas == 1
 }
 
-/// Whether `m` tokens run the transposed product (`yᵀ = W · xᵀ`, 8 tokens per block, the weight
-/// as the mma's A): half the mma and activation loads where a 16-token tile would be half empty.
-pub fn transposed_for(m: usize) -> bool {
-    m <= 8
+/// The product [`vq_gemv`] runs for `m` tokens (its `TR`): 0 for `y = x · Wᵀ` on 16-token
+/// tiles, 1 or 2 for the transposed `yᵀ = W · xᵀ` (the weight as the mma's A) on 8 or 16 tokens
+/// per block. At m <= 8 the transposed one does half the mma and activation loads (H100,
+/// GPTVQ-2 at 57344 x 8192, m = 1: 88.6 against 103.7 us); on 16 tokens both take the same
+/// time (113.8 and 111.8 us at m = 16), so 0 serves m > 8.
+pub fn product_for(m: usize) -> usize {
+    if m <= 8 {
+        1
+    } else {
+        0
+    }
+}
+
+/// Tokens per block of product `p`.
+fn product_rows(p: usize) -> usize {
+    if p == 0 {
+        16
+    } else {
+        8 * p
+    }
 }
 
 /// The k split for `m` tokens: 1 where `cdiv(m, 8 or 16) · n / (32 · warps)` blocks reach
@@ -113,8 +129,7 @@ pub fn split_for(
     m: usize,
     (n, k): (usize, usize),
 ) -> usize {
-    let rows = if transposed_for(m) { 8 } else { 16 };
-    let blocks = m.div_ceil(rows) * (n / (32 * warps));
+    let blocks = m.div_ceil(product_rows(product_for(m))) * (n / (32 * warps));
     let mut s = 1;
     while s < 8 && blocks * s < TARGET_BLOCKS && split_ok(c, cache, n, k, 2 * s) {
         s *= 2;
@@ -132,14 +147,14 @@ fn split_ok(c: VqConfig, cache: VqCache, n: usize, k: usize, split: usize) -> bo
 }
 
 /// [`vq_gemv`]'s configuration for a format, a cache, `warps`, the shape, a ring of `stages`
-/// (2..=8), a k split and the product (`transposed`: [`transposed_for`]).
+/// (2..=8), a k split and the product ([`product_for`]).
 pub fn kernel_config(
     c: VqConfig,
     cache: VqCache,
     warps: usize,
     (n, k): (usize, usize),
     (stages, split): (usize, usize),
-    transposed: bool,
+    product: usize,
 ) -> vq_gemv::Config {
     vq_gemv::Config {
         WN: warps as i32,
@@ -153,7 +168,7 @@ pub fn kernel_config(
         REP: cache.replicas as i32,
         ONE: one_codebook(c, cache, n, k) as i32,
         SCALE: c.channel_scale as i32,
-        TR: transposed as i32,
+        TR: product as i32,
     }
 }
 
@@ -246,6 +261,8 @@ pub struct VqLinear {
     stages: usize,
     /// The k split, or `None` for [`split_for`]'s choice per `m`.
     split: Option<usize>,
+    /// The product, or `None` for [`product_for`]'s choice per `m`.
+    product: Option<usize>,
 }
 
 fn kernel_err(e: impl std::fmt::Display) -> VqError {
@@ -326,6 +343,7 @@ impl VqLinear {
             warps,
             stages: STAGES,
             split: None,
+            product: None,
         })
     }
 
@@ -422,6 +440,16 @@ impl VqLinear {
         Ok(self)
     }
 
+    /// Sets the product (0: `y = x · Wᵀ` on 16 tokens; 1, 2: `yᵀ = W · xᵀ` on 8 or 16 tokens)
+    /// instead of [`product_for`]'s choice per `m`.
+    pub fn with_product(mut self, product: usize) -> Result<VqLinear, VqError> {
+        if product > 2 {
+            return Err(arg_err("product", format!("{product}: must be 0, 1 or 2")));
+        }
+        self.product = Some(product);
+        Ok(self)
+    }
+
     /// The kernel's configuration for `m` tokens.
     pub fn config(&self, m: usize) -> vq_gemv::Config {
         let w = &self.weight;
@@ -434,7 +462,7 @@ impl VqLinear {
             self.warps,
             (w.n, w.k),
             (self.stages, split),
-            transposed_for(m),
+            self.product.unwrap_or_else(|| product_for(m)),
         )
     }
 
