@@ -574,3 +574,32 @@ fn half_arithmetic_is_packed_in_pairs() {
     assert!(k.source.contains("asm(\"fma.rn.f16x2 %0, %1, %2, %3;\""));
     assert!(k.source.contains("min.f16x2") && k.source.contains("max.f16x2"));
 }
+
+/// A `copy_async` of 4-byte elements into a permuted shared tile (dims reordered, so no run of
+/// the destination is contiguous) copies element by element with `cp.async` (4 bytes each),
+/// not with a synchronous load-and-store loop: the copy stays asynchronous.
+#[test]
+fn copy_async_into_a_permuted_tile_stays_asynchronous() {
+    let mut b = ProgramBuilder::new("cp_async_permuted", 64);
+    let m = b.param_i32("m");
+    let src = b.param_ptr("src", DType::UInt(32), false);
+    b.grid(vec![Expr::Int(1)]);
+    let g = b.view_global(
+        "g",
+        src,
+        DType::UInt(32),
+        vec![m.into(), Expr::Int(8), Expr::Int(4), Expr::Int(2)],
+    );
+    let s = b.allocate_shared(
+        "s",
+        DType::UInt(32),
+        SharedLayout::row_major(&[16, 8, 2, 4]),
+    );
+    let p = b.permute_shared("p", s, vec![0, 1, 3, 2]);
+    b.copy_async(p, g, vec![0.into(), 0.into(), 0.into(), 0.into()]);
+    b.copy_async_commit_group();
+    b.copy_async_wait_group(0);
+    let k = emit_ok(&b.finish());
+    assert!(k.source.contains("tilus_cp_async_4("), "{}", k.source);
+    assert!(!k.source.contains("for (int e"), "{}", k.source);
+}
