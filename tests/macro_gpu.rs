@@ -453,6 +453,54 @@ fn i64_scalars_match_the_interpreter_on_gpu() {
     assert_eq!(dyi.to_host().unwrap(), yi, "narrow_wide v={v}");
 }
 
+/// The batched `dot` (one product per warp) on the GPU, on the mma and thread-local: exact
+/// small-integer products, bit for bit against the interpreter and the f64 reference, output
+/// poisoned.
+#[test]
+fn batched_dot_matches_the_interpreter_on_gpu() {
+    use language::batched_mma;
+    use rand::Rng;
+    let Some(ctx) = context("batched_dot_matches_the_interpreter_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    for cfg in batched_mma::SPACE {
+        let k = 32 * rng.random_range(1..5usize);
+        let gen = |rng: &mut rand::rngs::ThreadRng, len: usize| -> Vec<f16> {
+            (0..len)
+                .map(|_| f16::from_f32(rng.random_range(-8..=8) as f32))
+                .collect()
+        };
+        let (a, b) = (gen(&mut rng, 4 * 16 * k), gen(&mut rng, 4 * k * 16));
+        let (da, db) = (
+            DeviceBuffer::from_host(&ctx, &a).unwrap(),
+            DeviceBuffer::from_host(&ctx, &b).unwrap(),
+        );
+        let mut dc = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; 4 * 16 * 16]).unwrap();
+        batched_mma::launch(&ctx, cfg, k as i32, &da, &db, &mut dc).unwrap();
+        let mut cpu = vec![f32::NAN; 4 * 16 * 16];
+        batched_mma::interpret(cfg, k as i32, &a, &b, &mut cpu).unwrap();
+        let got = dc.to_host().unwrap();
+        assert_eq!(got, cpu, "batched_mma {cfg} k={k}");
+        for i in 0..4 {
+            for r in 0..16 {
+                for j in 0..16 {
+                    let want: f64 = (0..k)
+                        .map(|kk| {
+                            a[(i * 16 + r) * k + kk].to_f64() * b[(i * k + kk) * 16 + j].to_f64()
+                        })
+                        .sum();
+                    assert_eq!(
+                        got[(i * 16 + r) * 16 + j] as f64,
+                        want,
+                        "{cfg} ({i}, {r}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The run fragments (`mma_a_k4`/`mma_b_k4`, `..k8`) on the GPU: exact small-integer products,
 /// bit for bit against the interpreter and the f64 reference, output poisoned.
 #[test]

@@ -6,8 +6,8 @@
 mod language;
 
 use language::{
-    block_values, chunk_max, closures, flagged, helpers, narrow_wide, run_mma, scalar_operands,
-    scale_shift, unrolled, wide_offsets,
+    batched_mma, block_values, chunk_max, closures, flagged, helpers, narrow_wide, run_mma,
+    scalar_operands, scale_shift, unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -346,6 +346,43 @@ pub fn run_mma_case(k: usize) -> (Vec<half::f16>, Vec<half::f16>, Vec<f64>) {
         }
     }
     (a, bt, c)
+}
+
+/// `[4, 16, k] x [4, k, 16]` small-integer f16 operands and their exact batched product.
+pub fn batched_case(k: usize) -> (Vec<half::f16>, Vec<half::f16>, Vec<f64>) {
+    let mut rng = rand::rng();
+    let mut gen = |len: usize| -> Vec<half::f16> {
+        (0..len)
+            .map(|_| half::f16::from_f32(rng.random_range(-8..=8) as f32))
+            .collect()
+    };
+    let (a, b) = (gen(4 * 16 * k), gen(4 * k * 16));
+    let mut c = vec![0f64; 4 * 16 * 16];
+    for i in 0..4 {
+        for r in 0..16 {
+            for j in 0..16 {
+                c[(i * 16 + r) * 16 + j] = (0..k)
+                    .map(|kk| a[(i * 16 + r) * k + kk].to_f64() * b[(i * k + kk) * 16 + j].to_f64())
+                    .sum();
+            }
+        }
+    }
+    (a, b, c)
+}
+
+/// A batched `dot` (one product per warp) computes each product on its own operands, on the
+/// mma and with thread-local FMAs.
+#[test]
+fn batched_dot_computes_one_product_per_batch() {
+    for cfg in batched_mma::SPACE {
+        let k = 64;
+        let (a, b, reference) = batched_case(k);
+        let mut c = vec![f32::NAN; 4 * 16 * 16];
+        batched_mma::interpret(cfg, k as i32, &a, &b, &mut c).unwrap();
+        for (i, (&got, &want)) in c.iter().zip(&reference).enumerate() {
+            assert_eq!(got as f64, want, "{cfg} at {i}");
+        }
+    }
 }
 
 /// The run fragments (k permuted so each thread holds 4 or 8 consecutive k) compute the

@@ -254,3 +254,33 @@ pub fn run_mma<const R: i32>(k: i32, a: Global<f16>, bt: Global<f16>, c: GlobalM
     }
     store_global(acc, view_global(c, [32, 16]), [0, 0]);
 }
+
+/// The batched `dot`: `c[i] = a[i] · b[i]` for `i` in `0..4`, each warp its own product
+/// (`spatial(4, 1, 1)` over the batch dimension: warps do not share operands). `a [4, 16, k]`,
+/// `b [4, k, 16]` (f16), `c [4, 16, 16]` (f32). `TL = 1` computes the same with thread-local
+/// FMAs (each thread a row of its warp's product) instead of the mma.
+#[tilus::kernel(grid = [1], warps = 4, space(TL = [0, 1]))]
+pub fn batched_mma<const TL: i32>(k: i32, a: Global<f16>, b: Global<f16>, c: GlobalMut<f32>) {
+    let (la, lb, lc) = if TL == 0 {
+        (
+            layout!(spatial(4, 1, 1).local(1, 1, 2).mma_a),
+            layout!(spatial(4, 1, 1).local(1, 2, 2).mma_b),
+            layout!(spatial(4, 1, 1).local(1, 1, 2).mma_c),
+        )
+    } else {
+        (
+            layout!(spatial(4, 16, 1).replicated(2).local(1, 1, 32)),
+            layout!(spatial(4, 1, 1).replicated(32).local(1, 32, 16)),
+            layout!(spatial(4, 16, 1).replicated(2).local(1, 1, 16)),
+        )
+    };
+    let ga = view_global(a, [4, 16, k]);
+    let gb = view_global(b, [4, k, 16]);
+    let mut acc = register::<f32>(lc, 0.0);
+    for kt in 0..k / 32 {
+        let ta = load_global(ga, la, [0, 0, kt * 32]);
+        let tb = load_global(gb, lb, [0, kt * 32, 0]);
+        acc = dot(ta, tb, acc);
+    }
+    store_global(acc, view_global(c, [4, 16, 16]), [0, 0, 0]);
+}

@@ -624,8 +624,9 @@ impl Machine<'_> {
         let ta = self.table(&ra.layout.clone())?;
         let tb = self.table(&rb.layout.clone())?;
         let tc = self.table(&rc.layout.clone())?;
-        let (m, k) = (ta.shape[0], ta.shape[1]);
-        let n = tb.shape[1];
+        // `[batch, m, k, n]`: a batched dot holds `batch` independent products.
+        let [batch, m, k, n] = crate::verify::dot_shapes(&ta.shape, &tb.shape, &tc.shape)
+            .ok_or("dot: the operand shapes do not agree")?;
         let mut result = RegTensor::new(rc.dtype, rc.layout.clone(), bt);
         let gather = |r: &RegTensor, tab: &crate::verify::table::LayoutTable, warp: usize, size| {
             let mut vals = vec![f64::NAN; size];
@@ -642,22 +643,23 @@ impl Machine<'_> {
             (vals, have)
         };
         for warp in 0..bt / 32 {
-            let (av, ah) = gather(ra, &ta, warp, m * k);
-            let (bv, bh) = gather(rb, &tb, warp, k * n);
+            let (av, ah) = gather(ra, &ta, warp, batch * m * k);
+            let (bv, bh) = gather(rb, &tb, warp, batch * k * n);
             for t in warp * 32..(warp + 1) * 32 {
                 for j in 0..tc.locals {
                     let f = tc.at(t % tc.threads, j);
-                    let (mi, ni) = (f / n, f % n);
+                    let (bi, mi, ni) = (f / (m * n), f / n % m, f % n);
                     let mut sum = rc.dtype.decode(rc.get(t, j));
                     for kk in 0..k {
-                        if !ah[mi * k + kk] || !bh[kk * n + ni] {
+                        let (fa, fb) = ((bi * m + mi) * k + kk, (bi * k + kk) * n + ni);
+                        if !ah[fa] || !bh[fb] {
                             return Err(format!(
-                                "warp {warp} does not hold `{}`[{mi}, {kk}] and `{}`[{kk}, {ni}]",
+                                "warp {warp} does not hold `{}`[{bi}, {mi}, {kk}] and `{}`[{bi}, {kk}, {ni}]",
                                 self.name(a),
                                 self.name(b)
                             ));
                         }
-                        sum += av[mi * k + kk] * bv[kk * n + ni];
+                        sum += av[fa] * bv[fb];
                     }
                     let code = if is_int(rc.dtype) {
                         encode_int(rc.dtype, sum as i64)

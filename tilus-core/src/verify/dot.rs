@@ -104,8 +104,23 @@ pub(crate) fn accumulator_for(dtype: DType) -> DType {
     }
 }
 
+/// `[batch, m, k, n]` of a `dot` over operands of these shapes, or `None` when they do not
+/// agree: `[m, k] x [k, n] + [m, n]` (batch 1) or the batched `[b, m, k] x [b, k, n] + [b, m, n]`,
+/// `b` independent products (one per warp when the batch dimension is spread over warps).
+pub fn dot_shapes(a: &[usize], b: &[usize], c: &[usize]) -> Option<[usize; 4]> {
+    match (a, b, c) {
+        ([m, k], [k2, n], [m2, n2]) if k == k2 && m == m2 && n == n2 => Some([1, *m, *k, *n]),
+        ([ba, m, k], [bb, k2, n], [bc, m2, n2])
+            if ba == bb && ba == bc && k == k2 && m == m2 && n == n2 =>
+        {
+            Some([*ba, *m, *k, *n])
+        }
+        _ => None,
+    }
+}
+
 /// Pick the implementation of `c + a · b` for `block_threads` threads, or say why none fits.
-/// Shapes and dtypes must already agree (`[m, k] x [k, n] + [m, n]`, see the module docs).
+/// Shapes and dtypes must already agree ([`dot_shapes`], see the module docs).
 pub fn plan_dot(
     a: &RegisterType,
     b: &RegisterType,
@@ -186,7 +201,11 @@ fn mma_plan_of(
         MmaKind::F16Runs(_) | MmaKind::Bf16Runs(_) => ["mma_a_k8", "mma_b_k8", "mma_c"],
     };
     let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
-        x.layout.divide(f).map_err(|e| {
+        // A batched dot divides by the fragment with a leading extent of 1.
+        let f = f
+            .broadcast_to_rank(x.layout.rank())
+            .map_err(|e| e.to_string())?;
+        x.layout.divide(&f).map_err(|e| {
             format!(
                 "the layout of {which} is not warp tiles of the mma {which} fragment ({e})\nhelp: write it as `<warp tiles>.{name}`, e.g. `spatial(..).local(..).{name}`, where `{name}` is the {shape} {which} fragment `{}`",
                 f.to_expr()
@@ -207,7 +226,9 @@ fn mma_plan_of(
 }
 
 /// The thread-local condition of a dot over `threads` threads (`unit` names them in messages:
-/// "thread", or "warp" for mma quotients). Layouts must have shapes `[m, k]`, `[k, n]`, `[m, n]`.
+/// "thread", or "warp" for mma quotients). Layouts must have shapes `[m, k]`, `[k, n]`, `[m, n]`,
+/// or batched `[b, m, k]`, `[b, k, n]`, `[b, m, n]` (element `(i, ..)` of `c` from elements
+/// `(i, ..)` of `a` and `b`).
 pub fn dot_thread_local(
     a: &Layout,
     b: &Layout,
@@ -220,19 +241,12 @@ pub fn dot_thread_local(
         LayoutTable::new(b)?,
         LayoutTable::new(c)?,
     );
-    let shapes_ok = ta.shape.len() == 2
-        && tb.shape.len() == 2
-        && tc.shape.len() == 2
-        && ta.shape[1] == tb.shape[0]
-        && ta.shape[0] == tc.shape[0]
-        && tb.shape[1] == tc.shape[1];
-    if !shapes_ok {
+    let Some([_, m, k, n]) = dot_shapes(&ta.shape, &tb.shape, &tc.shape) else {
         return Err(format!(
-            "shapes {:?} x {:?} + {:?} are not [m, k] x [k, n] + [m, n]",
+            "shapes {:?} x {:?} + {:?} are not [m, k] x [k, n] + [m, n] (or batched [b, m, k] x [b, k, n] + [b, m, n])",
             ta.shape, tb.shape, tc.shape
         ));
-    }
-    let (k, n) = (ta.shape[1], tb.shape[1]);
+    };
     let (mut amap, mut bmap) = (ThreadMap::default(), ThreadMap::default());
     // Locals chosen by the first thread, per (c local, kk): every thread must agree.
     let mut ref_a = vec![NONE; tc.locals * k];
@@ -247,13 +261,25 @@ pub fn dot_thread_local(
         tb.thread_map(lb, &mut bmap);
         for j in 0..tc.locals {
             let f = tc.at(lc, j);
-            let (mi, ni) = (f / n, f % n);
+            let (bi, mi, ni) = (f / (m * n), f / n % m, f % n);
             for kk in 0..k {
                 let checks = [
-                    ("a", amap[mi * k + kk], &mut ref_a[j * k + kk], [mi, kk]),
-                    ("b", bmap[kk * n + ni], &mut ref_b[j * k + kk], [kk, ni]),
+                    (
+                        "a",
+                        amap[(bi * m + mi) * k + kk],
+                        &mut ref_a[j * k + kk],
+                        [bi, mi, kk],
+                    ),
+                    (
+                        "b",
+                        bmap[(bi * k + kk) * n + ni],
+                        &mut ref_b[j * k + kk],
+                        [bi, kk, ni],
+                    ),
                 ];
                 for (name, local, reference, idx) in checks {
+                    // The batch index is printed only for a batched dot.
+                    let idx = &idx[3 - ta.shape.len()..];
                     if local == NONE {
                         return Err(format!(
                             "{unit} {t} computes c[{mi}, {ni}] but does not hold {name}{idx:?}"

@@ -725,16 +725,11 @@ impl<'p> Checker<'p> {
         if let (Some(ra), Some(rb), Some(rc)) = (ra, rb, rc) {
             let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
             let (sa, sb, sc) = (ra.layout.shape(), rb.layout.shape(), rc.layout.shape());
-            let shapes_ok = sa.len() == 2
-                && sb.len() == 2
-                && sc.len() == 2
-                && sa[1] == sb[0]
-                && sa[0] == sc[0]
-                && sb[1] == sc[1];
+            let shapes_ok = crate::verify::dot_shapes(sa, sb, sc).is_some();
             if !shapes_ok {
                 self.err(
                     span,
-                    format!("dot: shapes do not agree: {an} is {sa:?}, {bn} is {sb:?}, {cn} is {sc:?}; expected [m, k] x [k, n] + [m, n]"),
+                    format!("dot: shapes do not agree: {an} is {sa:?}, {bn} is {sb:?}, {cn} is {sc:?}; expected [m, k] x [k, n] + [m, n], or batched [b, m, k] x [b, k, n] + [b, m, n]"),
                 );
             }
             let mut types_ok = true;

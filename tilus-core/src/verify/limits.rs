@@ -294,7 +294,7 @@ impl<'p> Limits<'p> {
                 let ra = self.p.ty(*a).as_register();
                 let (la, lc) = (self.locals.get(a).copied(), self.locals.get(c).copied());
                 if let (Some(ra), Some(Some(la)), Some(Some(lc))) = (ra, la, lc) {
-                    let k = ra.layout.shape().get(1).copied().unwrap_or(1);
+                    let k = ra.layout.shape().last().copied().unwrap_or(1);
                     ops = ops.saturating_add(lc.saturating_mul(k.min(la)));
                     what = format!("the `dot` into {}", self.name(*out));
                 }

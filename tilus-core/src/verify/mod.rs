@@ -48,7 +48,7 @@ pub mod tma;
 pub mod wgmma;
 
 pub use dot::{
-    broadcast_thread_local, dot_thread_local, mma_fragments, plan_dot, DotPlan, MmaKind,
+    broadcast_thread_local, dot_shapes, dot_thread_local, mma_fragments, plan_dot, DotPlan, MmaKind,
 };
 pub(crate) use expr::const_eval;
 pub use limits::{

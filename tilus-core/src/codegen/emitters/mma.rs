@@ -72,7 +72,8 @@ fn operand_tables(
     mc: &LayoutMap,
     units: usize,
 ) -> Result<Vec<Vec<(usize, usize)>>, String> {
-    let k = ma.shape[1];
+    // A batched dot has a leading batch dimension: `c[i, m, n]` from `a[i, m, k]`, `b[i, k, n]`.
+    let k = *ma.shape.last().expect("dot operands have rank 2 or 3");
     let mut table: Vec<Vec<Option<(usize, usize)>>> = vec![vec![None; k]; mc.locals];
     let mut seen = std::collections::HashSet::new();
     for t in 0..units.max(1) {
@@ -86,13 +87,16 @@ fn operand_tables(
             (0..mb.locals).rev().map(|l| (mb.eval(tb, l), l)).collect();
         for (j, row) in table.iter_mut().enumerate() {
             let ci = mc.eval(tc, j);
+            let (batch, [mi, ni]) = (&ci[..ci.len() - 2], [ci[ci.len() - 2], ci[ci.len() - 1]]);
             for (kk, cell) in row.iter_mut().enumerate() {
+                let key_a: Vec<i64> = batch.iter().copied().chain([mi, kk as i64]).collect();
+                let key_b: Vec<i64> = batch.iter().copied().chain([kk as i64, ni]).collect();
                 let la = *ha
-                    .get(&vec![ci[0], kk as i64])
-                    .ok_or_else(|| format!("unit {t} lacks a[{}, {kk}]", ci[0]))?;
+                    .get(&key_a)
+                    .ok_or_else(|| format!("unit {t} lacks a{key_a:?}"))?;
                 let lb = *hb
-                    .get(&vec![kk as i64, ci[1]])
-                    .ok_or_else(|| format!("unit {t} lacks b[{kk}, {}]", ci[1]))?;
+                    .get(&key_b)
+                    .ok_or_else(|| format!("unit {t} lacks b{key_b:?}"))?;
                 match cell {
                     None => *cell = Some((la, lb)),
                     Some(x) if *x == (la, lb) => {}
@@ -164,7 +168,7 @@ fn mma(
             cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
         }
     }
-    let k_tiles = qa.shape[1];
+    let k_tiles = *qa.shape.last().expect("dot operands have rank 2 or 3");
     for kq in 0..k_tiles {
         for (jq, row) in table.iter().enumerate() {
             let (la, lb) = row[kq];
@@ -199,7 +203,7 @@ fn mma_runs(
             cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
         }
     }
-    for kq in 0..qa.shape[1] {
+    for kq in 0..*qa.shape.last().expect("dot operands have rank 2 or 3") {
         for (jq, row) in table.iter().enumerate() {
             let (la, lb) = row[kq];
             for j in 0..r / 4 {
