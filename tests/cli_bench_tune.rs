@@ -169,9 +169,11 @@ fn sweep_shapes_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn attention_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("attention");
-    let bad: [(&[&str], &str); 8] = [
+    let bad: [(&[&str], &str); 10] = [
         (&["--kv", "f16"], "--kv"),
         (&["--kv", "q9"], "--kv"),
+        (&["--kv", "cq3"], "--kv"),
+        (&["--kv", "cq2", "--heads", "32/8/64"], "--heads"),
         (&["--heads", "64/8"], "--heads"),
         (&["--batch", "0"], "--batch"),
         (&["--lens", "1k"], "--lens"),
@@ -193,6 +195,8 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
     }
     for good in [
         &["--kv", "u4", "--heads", "32/8/64"][..],
+        &["--kv", "cq2"][..],
+        &["--kv", "cq4g", "--sweep"][..],
         &["--prefill", "issue"][..],
         &["--prefill", "2x1000x16x4x64", "--l2", "dirty"][..],
     ] {

@@ -171,8 +171,11 @@ pub enum BenchCommand {
         /// Measure each point with several tile and schedule parameters, not only the default.
         #[arg(long)]
         sweep: bool,
-        /// The cache's format: `act` (the activation type) or a code type with a scale and
-        /// zero point per token and head (`i8`, `f8e4m3`, `u4`, ...).
+        /// The cache's format: `act` (the activation type), a code type with a scale and
+        /// zero point per token and head (`i8`, `f8e4m3`, `u4`, ...), or a vector-quantized
+        /// (CQ) cache, `cq2`, `cq4` (`cq2g`, `cq4g`: a codebook per channel group), measured
+        /// against the activation-type cache in the same run (both contiguous: `--page` is
+        /// ignored; `--sweep` also tries 32 tokens per warp).
         #[arg(long, default_value = "act")]
         kv: String,
         /// Measure causal prefill instead of decode, on these shapes `BxNxHQxHKVxD` (batch,
@@ -541,7 +544,11 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
                 ));
             }
             parse_l2(l2)?;
-            parse_kv(kv)?;
+            if tilus::kernels::attention::cq::CqFormat::by_name(kv).is_none() {
+                parse_kv(kv)?;
+            } else if parse_heads(heads)?.2 != 128 {
+                return Err("argument `--heads`: a CQ cache (--kv cq..) needs head dim 128".into());
+            }
             if let Some(p) = prefill {
                 parse_prefill(p)?;
             }
@@ -967,6 +974,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 return Ok(out);
             }
             let (q, kvh, d) = parse_heads(heads)?;
+            let cq = tilus::kernels::attention::cq::CqFormat::by_name(kv);
             let spec = DecodeBenchSpec {
                 batches: parse_list("--batch", batch)?,
                 kv_lens: parse_list("--lens", lens)?,
@@ -974,13 +982,26 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 kv_heads: kvh,
                 head_dim: d,
                 page_size: page,
-                kv: parse_kv(kv)?,
+                kv: if cq.is_some() {
+                    tilus::kernels::attention::kv::KvFormat::Activation
+                } else {
+                    parse_kv(kv)?
+                },
                 runs,
                 l2: parse_l2(l2)?,
                 sweep,
             };
             let dtype = parse_row_dtype(dtype)?;
             let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
+            if let Some(format) = cq {
+                use tilus::kernels::attention::bench::{bench_decode_cq, cq_table};
+                let results = match dtype {
+                    "f16" => bench_decode_cq::<f16>(&ctx, &spec, format)?,
+                    _ => bench_decode_cq::<half::bf16>(&ctx, &spec, format)?,
+                };
+                out += &cq_table(copy_gbps, dtype, spec.l2, &results);
+                return Ok(out);
+            }
             let results = match dtype {
                 "f16" => bench_decode::<f16>(&ctx, &spec)?,
                 _ => bench_decode::<half::bf16>(&ctx, &spec)?,

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each target uses its own subset
 
 pub mod attention;
+pub mod cq;
 pub mod math;
 pub mod skip;
 

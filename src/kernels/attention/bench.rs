@@ -457,3 +457,151 @@ pub fn prefill_table(dtype: &str, l2: L2Mode, results: &[PrefillBench]) -> Strin
     }
     s
 }
+
+/// One measured decode step over a CQ cache, with the f16 (activation-type) cache's step of
+/// the same shape measured in the same run.
+#[derive(Clone, Debug)]
+pub struct CqDecodeBench {
+    pub batch: usize,
+    pub kv_len: usize,
+    pub format: super::cq::CqFormat,
+    pub tile: usize,
+    pub splits: usize,
+    pub timing: Timing,
+    /// The activation-type cache's step (contiguous, default tuning).
+    pub dense: Timing,
+    /// Bytes the CQ step must move: codes, codebooks, Q and O.
+    pub bytes: usize,
+}
+
+/// Time decode steps over a CQ cache of random codes and codebooks (`tilus bench attention
+/// --kv cq2`), and the same steps over an activation-type cache, each point after an L2 flush.
+pub fn bench_decode_cq<T: Activation>(
+    ctx: &Context,
+    spec: &DecodeBenchSpec,
+    format: super::cq::CqFormat,
+) -> Result<Vec<CqDecodeBench>, String> {
+    use super::cq::{CqCodebooks, CqDecodeAttention, CqShape, Kv};
+    let el = std::mem::size_of::<T>();
+    let mut flush = L2Flush::with_mode(ctx, spec.l2).map_err(err)?;
+    let mut out = Vec::new();
+    let (q_heads, kv_heads, head_dim) = (spec.q_heads, spec.kv_heads, spec.head_dim);
+    let books = CqCodebooks::random(format, kv_heads, head_dim, 7).map_err(err)?;
+    let kb = DeviceBuffer::from_host(ctx, &books.to_activation::<T>(Kv::K)).map_err(err)?;
+    let vb = DeviceBuffer::from_host(ctx, &books.to_activation::<T>(Kv::V)).map_err(err)?;
+    let tiles: &[usize] = if spec.sweep { &[16, 32] } else { &[16] };
+    let mut time = |step: &mut dyn FnMut() -> Result<(), String>| -> Result<Timing, String> {
+        step()?;
+        let mut failure = None;
+        let timing = time_runs(ctx, 3, spec.runs, Some(&mut flush), || {
+            if let Err(e) = step() {
+                failure = Some(e);
+            }
+            Ok(())
+        })
+        .map_err(err)?;
+        failure.map_or(Ok(timing), Err)
+    };
+    for &batch in &spec.batches {
+        for &kv_len in &spec.kv_lens {
+            let shape = CqShape {
+                batch,
+                q_heads,
+                kv_heads,
+                head_dim,
+                max_len: kv_len,
+            };
+            let scale = 1.0 / (head_dim as f32).sqrt();
+            let q = random::<T>(ctx, shape.q_len(), 1)?;
+            let lens = DeviceBuffer::from_host(ctx, &vec![kv_len as i32; batch]).map_err(err)?;
+            let mut o = DeviceBuffer::<T>::zeros(ctx, shape.q_len()).map_err(err)?;
+            // The activation-type cache of the same shape first (then freed).
+            let dense = {
+                let dshape = DecodeShape {
+                    batch,
+                    q_heads,
+                    kv_heads,
+                    head_dim,
+                    cache: CacheLayout::Contiguous { max_len: kv_len },
+                    kv: KvFormat::Activation,
+                };
+                let kt = random::<T>(ctx, dshape.cache_len(), 2)?;
+                let vt = random::<T>(ctx, dshape.cache_len(), 3)?;
+                let attn = DecodeAttention::new(dshape, scale, None, kv_len).map_err(err)?;
+                time(&mut || {
+                    let c: KvCache<'_, _, DeviceBuffer<f32>, _> = KvCache {
+                        k: &kt,
+                        v: &vt,
+                        meta: None,
+                        block_table: None,
+                        seq_lens: &lens,
+                    };
+                    attn.run(ctx, &q, &c, &mut o).map_err(err)
+                })?
+            };
+            let codes = shape.code_bytes(format);
+            let k = random_with(ctx, codes, 4, |w| w as u8)?;
+            let v = random_with(ctx, codes, 5, |w| (w >> 8) as u8)?;
+            for &tile in tiles {
+                let attn = CqDecodeAttention::new(shape, format, scale, kv_len)
+                    .and_then(|a| a.with_tile(tile))
+                    .map_err(err)?;
+                let timing = time(&mut || {
+                    attn.run(ctx, &q, &k, &v, &kb, &vb, &lens, &mut o)
+                        .map_err(err)
+                })?;
+                out.push(CqDecodeBench {
+                    batch,
+                    kv_len,
+                    format,
+                    tile,
+                    splits: attn.splits_for(ctx.device().multiprocessors as usize),
+                    timing,
+                    dense,
+                    bytes: 2 * codes
+                        + books.bytes()
+                        + 2 * batch * q_heads * head_dim * el
+                        + batch * 4,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The table of [`bench_decode_cq`].
+pub fn cq_table(copy_gbps: f64, dtype: &str, l2: L2Mode, results: &[CqDecodeBench]) -> String {
+    let name = results.first().map_or(String::new(), |r| r.format.name());
+    let mut s = format!(
+        "tilus decode attention, {dtype} queries, {name} KV cache (contiguous) against a {dtype} \
+         cache (contiguous), L2 flushed {}; copy bandwidth {copy_gbps:.0} GB/s (1 GiB); \
+         %floor = the CQ step's bytes (codes, codebooks, Q, O) over time, over that\n\
+         {:<6} {:>8} {:>5} {:>7} {:>10} {:>10} {:>8} {:>8} {:>7}\n",
+        l2.label(),
+        "batch",
+        "kv_len",
+        "tile",
+        "splits",
+        "dense us",
+        "cq us",
+        "speedup",
+        "GB/s",
+        "%floor"
+    );
+    for r in results {
+        let gbps = r.timing.gb_per_s(r.bytes as f64);
+        s += &format!(
+            "{:<6} {:>8} {:>5} {:>7} {:>10.1} {:>10.1} {:>7.2}x {:>8.0} {:>6.1}%\n",
+            r.batch,
+            r.kv_len,
+            r.tile,
+            r.splits,
+            r.dense.median_us,
+            r.timing.median_us,
+            r.dense.median_us / r.timing.median_us,
+            gbps,
+            100.0 * gbps / copy_gbps
+        );
+    }
+    s
+}

@@ -9,6 +9,8 @@
 
 pub mod append;
 pub mod bench;
+pub mod cq;
+pub mod cq_kernel;
 pub mod decode;
 pub mod kernel;
 pub mod kv;
