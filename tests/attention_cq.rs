@@ -44,7 +44,7 @@ fn cq2_and_cq4_with_and_without_splits() {
     for (i, format) in [CqFormat::CQ2, CqFormat::CQ4].into_iter().enumerate() {
         // Lengths: several block tiles, a partial tile, one token.
         let case = make::<f16>(shape, format, vec![300, 77, 1], 11 + i as u64);
-        for splits in [1, 3] {
+        for splits in [1, 3, 10] {
             check(&case, 16, splits, U_F16);
         }
     }

@@ -489,7 +489,7 @@ pub fn bench_decode_cq<T: Activation>(
     let books = CqCodebooks::random(format, kv_heads, head_dim, 7).map_err(err)?;
     let kb = DeviceBuffer::from_host(ctx, &books.to_activation::<T>(Kv::K)).map_err(err)?;
     let vb = DeviceBuffer::from_host(ctx, &books.to_activation::<T>(Kv::V)).map_err(err)?;
-    let tiles: &[usize] = if spec.sweep { &[16, 32] } else { &[16] };
+    let tiles: &[usize] = if spec.sweep { &[32, 16] } else { &[32] };
     let mut time = |step: &mut dyn FnMut() -> Result<(), String>| -> Result<Timing, String> {
         step()?;
         let mut failure = None;

@@ -361,7 +361,7 @@ pub struct CqDecodeAttention {
     format: CqFormat,
     scale: f32,
     max_seq_len: usize,
-    /// Tokens per warp and block tile (16 or 32).
+    /// Tokens per warp and block tile (32 or 16).
     tile: usize,
     /// Split-KV partial outputs and statistics, kept between runs.
     workspace: Mutex<Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>>,
@@ -389,12 +389,12 @@ impl CqDecodeAttention {
             format,
             scale,
             max_seq_len: max_seq_len.clamp(1, shape.max_len),
-            tile: 16,
+            tile: 32,
             workspace: Mutex::new(None),
         })
     }
 
-    /// Tokens per warp and block tile: 16 (default) or 32.
+    /// Tokens per warp and block tile: 32 (default) or 16.
     pub fn with_tile(mut self, tile: usize) -> Result<CqDecodeAttention, KernelError> {
         if tile != 16 && tile != 32 {
             return Err(bad("tile", format!("{tile} (16 or 32)")));

@@ -339,9 +339,11 @@ pub fn attention_decode<
 
 /// The combine step of flash decoding: for each (sequence, KV head, query head), merges the
 /// `splits` partial outputs of [`attention_decode`] (`PART = 1`) into `out [batch · kv_heads,
-/// group, D]`: `m = max_s m_s`, `out = Σ_s 2^(m_s - m) o_s / Σ_s 2^(m_s - m) l_s`. The four
-/// warps take every fourth split with running rescaling, then merge their four states. A split
-/// without tokens (`m_s = -3e38`, `l_s = 0`, `o_s = 0`) adds nothing.
+/// group, D]`: `m = max_s m_s`, `out = Σ_s 2^(m_s - m) o_s / Σ_s 2^(m_s - m) l_s`. 32 splits
+/// at a time, eight per warp (eight running states per thread, so that each step's loads are
+/// independent and in flight together: one split per warp and step left a split-KV of 132
+/// partials latency-bound, ~11 us), then the 32 states merge. A split without tokens
+/// (`m_s = -3e38`, `l_s = 0`, `o_s = 0`) adds nothing.
 #[tilus::kernel(
     lazy,
     grid = [batch * kv_heads, group],
@@ -358,8 +360,8 @@ pub fn attention_combine<const D: i32, A: DTypeParam>(
     part_ml: Global<f32>,
     out: GlobalMut<A>,
 ) {
-    // Four splits at a time, one per warp, each a row of D columns.
-    let lo = layout!(spatial(4, 32).local(1, D / 32));
+    // 32 splits at a time (split `4 i + w` in local `i` of warp `w`), each a row of D columns.
+    let lo = layout!(local(8, 1).spatial(4, 32).local(1, D / 32));
     let lr = layout!(reduce(lo, [1]));
     let [bh, g] = block_indices();
     let gpo = view_global(part_o, [batch * kv_heads, splits, group * D]);
@@ -369,7 +371,7 @@ pub fn attention_combine<const D: i32, A: DTypeParam>(
     let mut m = register::<f32>(lr, -3.0e38);
     let mut l = register::<f32>(lr, 0.0);
     let mut o = register::<f32>(lo, 0.0);
-    for s0 in (0..splits).step_by(4) {
+    for s0 in (0..splits).step_by(32) {
         let ms = load_global(gml, lr, [row, s0, 0], -3.0e38);
         let m_new = max(m, ms);
         let a = exp2(m - m_new);
