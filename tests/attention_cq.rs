@@ -68,6 +68,13 @@ fn per_group_codebooks_bf16_and_wide_tiles() {
     check(&case, 32, 2, U_BF16);
     let case = make::<f16>(shape, CqFormat::by_name("cq4g").unwrap(), vec![133, 64], 6);
     check(&case, 16, 1, U_F16);
+    // 12 query heads per KV head: two n-tiles of query heads, the second partly masked.
+    let wide = CqShape {
+        q_heads: 12,
+        ..shape
+    };
+    let case = make::<f16>(wide, CqFormat::CQ2, vec![150, 1], 8);
+    check(&case, 32, 2, U_F16);
 }
 
 #[test]

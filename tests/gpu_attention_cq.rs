@@ -70,6 +70,13 @@ fn check_all<T: Activation>(test: &str, u: f64) {
     let case = make::<T>(small, CqFormat::CQ2, vec![300, 33], 7);
     let got = run_gpu(&ctx, &case, 16);
     compare(&case, &got, u, "GPU small");
+    // 16 query heads per KV head (two n-tiles of them) and 4 (one, half masked).
+    for (q_heads, seed) in [(32, 8), (8, 9)] {
+        let s = CqShape { q_heads, ..shape };
+        let case = make::<T>(s, CqFormat::CQ2, vec![4097, 1, 2500, 0, 64, 700], seed);
+        let got = run_gpu(&ctx, &case, 32);
+        compare(&case, &got, u, &format!("GPU q_heads={q_heads}"));
+    }
 }
 
 #[test]
