@@ -1401,6 +1401,74 @@ fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
     }
 }
 
+/// The batched `dot` (one product per warp): HMMA for the mma layouts, scalar FMAs for the
+/// thread-local ones, no local memory either way.
+#[test]
+fn batched_dot_compiles_to_hmma_per_warp() {
+    let Some((ptxas, disasm)) = tools("batched_dot_compiles_to_hmma_per_warp") else {
+        return;
+    };
+    let scratch = Scratch::new("batched_mma");
+    for cfg in language::batched_mma::SPACE {
+        let name = format!("batched_mma_{}", cfg.TL);
+        let p = language::batched_mma::program(cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        assert_eq!(
+            k.source.contains("tilus_mma_f16("),
+            cfg.TL == 0,
+            "{name}: mma only for the mma layouts"
+        );
+        check_kernel(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &k,
+            Expect {
+                hmma: cfg.TL == 0,
+                ldgsts: false,
+            },
+        );
+    }
+}
+
+/// CQ decode attention: the codebook look-ups are 8-byte shared loads straight into the
+/// fragments (`LDS.64`), the products HMMA, the codes ride `cp.async`; no local memory.
+#[test]
+fn cq_attention_compiles_to_hmma_and_lds64() {
+    use tilus::kernels::attention::cq_kernel::attention_decode_cq;
+    let Some((ptxas, disasm)) = tools("cq_attention_compiles_to_hmma_and_lds64") else {
+        return;
+    };
+    let scratch = Scratch::new("cq_attention");
+    for tw in [16, 32] {
+        let cfg = attention_decode_cq::Config {
+            D: 128,
+            V: 4,
+            NW: 4,
+            TW: tw,
+            STAGES: 4,
+            PG: 0,
+            A: tilus::DType::F16,
+        };
+        let p = attention_decode_cq::program(&cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        check_kernel_with(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &format!("cq_attention_{tw}"),
+            &k,
+            Expect {
+                hmma: true,
+                ldgsts: true,
+            },
+            &["LDS.64"],
+            &[],
+        );
+    }
+}
+
 /// The run fragments (`mma_a_k4`/`mma_b_k4`, `..k8`): the dot is an mma (`tilus_mma_f16` on
 /// reordered words, `R / 4` HMMA per fragment pair), without local memory.
 #[test]
