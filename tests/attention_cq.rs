@@ -11,14 +11,20 @@ use common::cq::{compare, make, scale, Case, U_BF16, U_F16};
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 use tilus::element::Activation;
-use tilus::kernels::attention::cq::{CqCodebooks, CqDecodeAttention, CqFormat, CqShape, Kv};
+use tilus::kernels::attention::cq::{
+    CqCodebooks, CqDecodeAttention, CqFormat, CqShape, CqTuning, Kv,
+};
 use tilus::vq::kmeans::KmeansOptions;
 
-fn check<T: Activation>(case: &Case<T>, tile: usize, splits: usize, u: f64) {
+fn check<T: Activation>(case: &Case<T>, (tile, replicas): (usize, usize), splits: usize, u: f64) {
     let s = &case.shape;
     let attn = CqDecodeAttention::new(*s, case.books.format, scale(s.head_dim), s.max_len)
         .unwrap()
-        .with_tile(tile)
+        .with_tuning(CqTuning {
+            tile,
+            replicas,
+            blocks_per_sm: if replicas == 8 { 3 } else { 1 },
+        })
         .unwrap();
     let (kb, vb) = (
         case.books.to_activation::<T>(Kv::K),
@@ -29,7 +35,12 @@ fn check<T: Activation>(case: &Case<T>, tile: usize, splits: usize, u: f64) {
         splits, &case.q, &case.k, &case.v, &kb, &vb, &case.lens, &mut out,
     )
     .unwrap();
-    compare(case, &out, u, &format!("tile={tile} splits={splits}"));
+    compare(
+        case,
+        &out,
+        u,
+        &format!("tile={tile} replicas={replicas} splits={splits}"),
+    );
 }
 
 #[test]
@@ -44,8 +55,8 @@ fn cq2_and_cq4_with_and_without_splits() {
     for (i, format) in [CqFormat::CQ2, CqFormat::CQ4].into_iter().enumerate() {
         // Lengths: several block tiles, a partial tile, one token.
         let case = make::<f16>(shape, format, vec![300, 77, 1], 11 + i as u64);
-        for splits in [1, 3, 10] {
-            check(&case, 16, splits, U_F16);
+        for (splits, replicas) in [(1, 16), (3, 8), (10, 16)] {
+            check(&case, (16, replicas), splits, U_F16);
         }
     }
 }
@@ -65,16 +76,16 @@ fn per_group_codebooks_bf16_and_wide_tiles() {
     };
     // A length of 0 gives zeros; one past the cache is clamped to it.
     let case = make::<bf16>(shape, format, vec![0, 500], 5);
-    check(&case, 32, 2, U_BF16);
+    check(&case, (32, 16), 2, U_BF16);
     let case = make::<f16>(shape, CqFormat::by_name("cq4g").unwrap(), vec![133, 64], 6);
-    check(&case, 16, 1, U_F16);
+    check(&case, (16, 8), 1, U_F16);
     // 12 query heads per KV head: two n-tiles of query heads, the second partly masked.
     let wide = CqShape {
         q_heads: 12,
         ..shape
     };
     let case = make::<f16>(wide, CqFormat::CQ2, vec![150, 1], 8);
-    check(&case, 32, 2, U_F16);
+    check(&case, (32, 8), 2, U_F16);
 }
 
 #[test]

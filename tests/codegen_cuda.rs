@@ -1441,7 +1441,7 @@ fn cq_attention_compiles_to_hmma_and_lds64() {
         return;
     };
     let scratch = Scratch::new("cq_attention");
-    for tw in [16, 32] {
+    for (tw, rep, occ) in [(16, 16, 1), (32, 16, 1), (32, 8, 3)] {
         let cfg = attention_decode_cq::Config {
             D: 128,
             V: 4,
@@ -1449,6 +1449,8 @@ fn cq_attention_compiles_to_hmma_and_lds64() {
             TW: tw,
             STAGES: 4,
             PG: 0,
+            REP: rep,
+            OCC: occ,
             A: tilus::DType::F16,
         };
         let p = attention_decode_cq::program(&cfg).unwrap();
@@ -1457,7 +1459,7 @@ fn cq_attention_compiles_to_hmma_and_lds64() {
             &ptxas,
             &disasm,
             &scratch.0,
-            &format!("cq_attention_{tw}"),
+            &format!("cq_attention_{tw}_{rep}_{occ}"),
             &k,
             Expect {
                 hmma: true,

@@ -12,18 +12,26 @@ use common::cq::{compare, make, scale, Case, U_BF16, U_F16};
 use half::{bf16, f16};
 use std::sync::Arc;
 use tilus::element::Activation;
-use tilus::kernels::attention::cq::{CqDecodeAttention, CqFormat, CqShape, Kv};
+use tilus::kernels::attention::cq::{CqDecodeAttention, CqFormat, CqShape, CqTuning, Kv};
 use tilus::runtime::{Context, DeviceBuffer};
 
 fn context(test: &str) -> Option<Arc<Context>> {
     common::gpu_context(test, Context::builder(0))
 }
 
-fn run_gpu<T: Activation>(ctx: &Context, case: &Case<T>, tile: usize) -> Vec<T> {
+fn run_gpu<T: Activation>(
+    ctx: &Context,
+    case: &Case<T>,
+    (tile, replicas): (usize, usize),
+) -> Vec<T> {
     let s = &case.shape;
     let attn = CqDecodeAttention::new(*s, case.books.format, scale(s.head_dim), s.max_len)
         .unwrap()
-        .with_tile(tile)
+        .with_tuning(CqTuning {
+            tile,
+            replicas,
+            blocks_per_sm: if replicas == 8 { 3 } else { 1 },
+        })
         .unwrap();
     let up = |x: &[u8]| DeviceBuffer::from_host(ctx, x).unwrap();
     let q = DeviceBuffer::from_host(ctx, &case.q).unwrap();
@@ -56,9 +64,14 @@ fn check_all<T: Activation>(test: &str, u: f64) {
             vec![1, 17, 1000, 4097, 0, 9000],
             100 + i as u64,
         );
-        for tile in [16, 32] {
-            let got = run_gpu(&ctx, &case, tile);
-            compare(&case, &got, u, &format!("GPU tile={tile}"));
+        for tuning in [(16, 16), (32, 8), (32, 16)] {
+            let got = run_gpu(&ctx, &case, tuning);
+            compare(
+                &case,
+                &got,
+                u,
+                &format!("GPU (tile, replicas) = {tuning:?}"),
+            );
         }
     }
     // A short batch: one or two block tiles per split.
@@ -68,13 +81,13 @@ fn check_all<T: Activation>(test: &str, u: f64) {
         ..shape
     };
     let case = make::<T>(small, CqFormat::CQ2, vec![300, 33], 7);
-    let got = run_gpu(&ctx, &case, 16);
+    let got = run_gpu(&ctx, &case, (16, 8));
     compare(&case, &got, u, "GPU small");
     // 16 query heads per KV head (two n-tiles of them) and 4 (one, half masked).
     for (q_heads, seed) in [(32, 8), (8, 9)] {
         let s = CqShape { q_heads, ..shape };
         let case = make::<T>(s, CqFormat::CQ2, vec![4097, 1, 2500, 0, 64, 700], seed);
-        let got = run_gpu(&ctx, &case, 32);
+        let got = run_gpu(&ctx, &case, (32, 16));
         compare(&case, &got, u, &format!("GPU q_heads={q_heads}"));
     }
 }

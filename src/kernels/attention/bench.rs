@@ -465,7 +465,7 @@ pub struct CqDecodeBench {
     pub batch: usize,
     pub kv_len: usize,
     pub format: super::cq::CqFormat,
-    pub tile: usize,
+    pub tuning: super::cq::CqTuning,
     pub splits: usize,
     pub timing: Timing,
     /// The activation-type cache's step (contiguous, default tuning).
@@ -481,7 +481,7 @@ pub fn bench_decode_cq<T: Activation>(
     spec: &DecodeBenchSpec,
     format: super::cq::CqFormat,
 ) -> Result<Vec<CqDecodeBench>, String> {
-    use super::cq::{CqCodebooks, CqDecodeAttention, CqShape, Kv};
+    use super::cq::{CqCodebooks, CqDecodeAttention, CqShape, CqTuning, Kv};
     let el = std::mem::size_of::<T>();
     let mut flush = L2Flush::with_mode(ctx, spec.l2).map_err(err)?;
     let mut out = Vec::new();
@@ -489,7 +489,8 @@ pub fn bench_decode_cq<T: Activation>(
     let books = CqCodebooks::random(format, kv_heads, head_dim, 7).map_err(err)?;
     let kb = DeviceBuffer::from_host(ctx, &books.to_activation::<T>(Kv::K)).map_err(err)?;
     let vb = DeviceBuffer::from_host(ctx, &books.to_activation::<T>(Kv::V)).map_err(err)?;
-    let tiles: &[usize] = if spec.sweep { &[32, 16] } else { &[32] };
+    // (tile, codebook copies, blocks per multiprocessor); without --sweep the default only.
+    let sweep: &[(usize, usize, usize)] = &[(32, 16, 1), (32, 8, 3), (16, 16, 1), (16, 8, 3)];
     let mut time = |step: &mut dyn FnMut() -> Result<(), String>| -> Result<Timing, String> {
         step()?;
         let mut failure = None;
@@ -542,9 +543,23 @@ pub fn bench_decode_cq<T: Activation>(
             let codes = shape.code_bytes(format);
             let k = random_with(ctx, codes, 4, |w| w as u8)?;
             let v = random_with(ctx, codes, 5, |w| (w >> 8) as u8)?;
-            for &tile in tiles {
+            let default = CqDecodeAttention::new(shape, format, scale, kv_len).map_err(err)?;
+            let d = *default.tuning();
+            let tunings: Vec<CqTuning> = if spec.sweep {
+                sweep
+                    .iter()
+                    .map(|&(tile, replicas, blocks_per_sm)| CqTuning {
+                        tile,
+                        replicas,
+                        blocks_per_sm,
+                    })
+                    .collect()
+            } else {
+                vec![d]
+            };
+            for tuning in tunings {
                 let attn = CqDecodeAttention::new(shape, format, scale, kv_len)
-                    .and_then(|a| a.with_tile(tile))
+                    .and_then(|a| a.with_tuning(tuning))
                     .map_err(err)?;
                 let timing = time(&mut || {
                     attn.run(ctx, &q, &k, &v, &kb, &vb, &lens, &mut o)
@@ -554,7 +569,7 @@ pub fn bench_decode_cq<T: Activation>(
                     batch,
                     kv_len,
                     format,
-                    tile,
+                    tuning,
                     splits: attn.splits_for(ctx.device().multiprocessors as usize),
                     timing,
                     dense,
@@ -576,11 +591,11 @@ pub fn cq_table(copy_gbps: f64, dtype: &str, l2: L2Mode, results: &[CqDecodeBenc
         "tilus decode attention, {dtype} queries, {name} KV cache (contiguous) against a {dtype} \
          cache (contiguous), L2 flushed {}; copy bandwidth {copy_gbps:.0} GB/s (1 GiB); \
          %floor = the CQ step's bytes (codes, codebooks, Q, O) over time, over that\n\
-         {:<6} {:>8} {:>5} {:>7} {:>10} {:>10} {:>8} {:>8} {:>7}\n",
+         {:<6} {:>8} {:>11} {:>7} {:>10} {:>10} {:>8} {:>8} {:>7}\n",
         l2.label(),
         "batch",
         "kv_len",
-        "tile",
+        "tile/rep/occ",
         "splits",
         "dense us",
         "cq us",
@@ -591,10 +606,13 @@ pub fn cq_table(copy_gbps: f64, dtype: &str, l2: L2Mode, results: &[CqDecodeBenc
     for r in results {
         let gbps = r.timing.gb_per_s(r.bytes as f64);
         s += &format!(
-            "{:<6} {:>8} {:>5} {:>7} {:>10.1} {:>10.1} {:>7.2}x {:>8.0} {:>6.1}%\n",
+            "{:<6} {:>8} {:>11} {:>7} {:>10.1} {:>10.1} {:>7.2}x {:>8.0} {:>6.1}%\n",
             r.batch,
             r.kv_len,
-            r.tile,
+            format!(
+                "{}/{}/{}",
+                r.tuning.tile, r.tuning.replicas, r.tuning.blocks_per_sm
+            ),
             r.splits,
             r.dense.median_us,
             r.timing.median_us,

@@ -354,6 +354,58 @@ impl CqShape {
     }
 }
 
+/// The tile and occupancy parameters of the CQ kernel ([`CqTuning::default_for`] is what
+/// [`CqDecodeAttention::new`] uses; `tilus bench attention --kv cq2 --sweep` measures others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqTuning {
+    /// Tokens per warp and block tile: 32 or 16.
+    pub tile: usize,
+    /// Copies of a per-head codebook in shared memory: 16 (look-ups never conflict on a bank)
+    /// or 8 (half the shared memory; two lanes of a phase collide half the time).
+    pub replicas: usize,
+    /// Blocks per multiprocessor the registers are limited for: 1 (no limit) or 3 (with 8
+    /// replicas the shared memory admits three blocks).
+    pub blocks_per_sm: usize,
+}
+
+impl CqTuning {
+    /// 32 tokens per warp, 16 codebook copies, no register limit: the fastest of the sweep at
+    /// every measured point (batch 1 to 64, 8k and 32k tokens; docs/vq.md).
+    pub fn default_for(_shape: &CqShape) -> CqTuning {
+        CqTuning {
+            tile: 32,
+            replicas: 16,
+            blocks_per_sm: 1,
+        }
+    }
+
+    fn validate(&self) -> Result<(), KernelError> {
+        if self.tile != 16 && self.tile != 32 {
+            return Err(bad("tile", format!("{} (16 or 32)", self.tile)));
+        }
+        if self.replicas != 8 && self.replicas != 16 {
+            return Err(bad("replicas", format!("{} (8 or 16)", self.replicas)));
+        }
+        if self.blocks_per_sm != 1 && self.blocks_per_sm != 3 {
+            return Err(bad(
+                "blocks_per_sm",
+                format!("{} (1 or 3)", self.blocks_per_sm),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Blocks resident per multiprocessor: shared memory admits two with 16 copies, three
+    /// with 8 when the registers are limited for three.
+    fn resident(&self) -> usize {
+        if self.replicas == 8 && self.blocks_per_sm == 3 {
+            3
+        } else {
+            2
+        }
+    }
+}
+
 /// Decode attention over a CQ cache: `out[b, i] = softmax(scale · q[b, i] · Kᵀ) · V` over the
 /// tokens `0..seq_lens[b]` of sequence `b`, `K` and `V` the values the codes stand for.
 pub struct CqDecodeAttention {
@@ -361,8 +413,7 @@ pub struct CqDecodeAttention {
     format: CqFormat,
     scale: f32,
     max_seq_len: usize,
-    /// Tokens per warp and block tile (32 or 16).
-    tile: usize,
+    tuning: CqTuning,
     /// Split-KV partial outputs and statistics, kept between runs.
     workspace: Mutex<Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>>,
 }
@@ -389,18 +440,20 @@ impl CqDecodeAttention {
             format,
             scale,
             max_seq_len: max_seq_len.clamp(1, shape.max_len),
-            tile: 32,
+            tuning: CqTuning::default_for(&shape),
             workspace: Mutex::new(None),
         })
     }
 
-    /// Tokens per warp and block tile: 32 (default) or 16.
-    pub fn with_tile(mut self, tile: usize) -> Result<CqDecodeAttention, KernelError> {
-        if tile != 16 && tile != 32 {
-            return Err(bad("tile", format!("{tile} (16 or 32)")));
-        }
-        self.tile = tile;
+    /// Use `tuning` instead of [`CqTuning::default_for`] (checked here).
+    pub fn with_tuning(mut self, tuning: CqTuning) -> Result<CqDecodeAttention, KernelError> {
+        tuning.validate()?;
+        self.tuning = tuning;
         Ok(self)
+    }
+
+    pub fn tuning(&self) -> &CqTuning {
+        &self.tuning
     }
 
     pub fn shape(&self) -> &CqShape {
@@ -413,19 +466,27 @@ impl CqDecodeAttention {
             D: self.shape.head_dim as i32,
             V: self.format.vector as i32,
             NW: WARPS as i32,
-            TW: self.tile as i32,
+            TW: self.tuning.tile as i32,
             STAGES: 4,
             PG: i32::from(self.format.per_group),
+            REP: self.tuning.replicas as i32,
+            OCC: self.tuning.blocks_per_sm as i32,
             A: dtype,
         }
     }
 
-    /// Splits of each sequence on `multiprocessors` multiprocessors: about two blocks per
-    /// multiprocessor over all (sequence, KV head) pairs, no split under 4 block tiles.
+    /// Splits of each sequence on `multiprocessors` multiprocessors: one wave of resident
+    /// blocks (two or three per multiprocessor) over all (sequence, KV head) pairs, no split
+    /// under 4 block tiles.
     pub fn splits_for(&self, multiprocessors: usize) -> usize {
         let pairs = self.shape.batch * self.shape.kv_heads;
-        let target = (2 * multiprocessors).div_ceil(pairs).max(1);
-        let longest = self.max_seq_len.div_ceil(4 * WARPS * self.tile).max(1);
+        let target = (self.tuning.resident() * multiprocessors)
+            .div_ceil(pairs)
+            .max(1);
+        let longest = self
+            .max_seq_len
+            .div_ceil(4 * WARPS * self.tuning.tile)
+            .max(1);
         target.min(longest).min(1024)
     }
 

@@ -19,16 +19,20 @@
 //!   output columns permuted (thread column `g` of n-tile `p` is `d = g · D / 8 + p`): each
 //!   thread's look-ups of a token are `D / 8` consecutive `d`, one register permutation
 //!   (`cast` with a layout) pairs them by tokens; the output is stored through the inverse.
-//! - **The codebook cache**: with one codebook per head (`PG = 0`) it is stored 16 times and
-//!   lane `l` reads copy `l % 16`, so a look-up never conflicts on a bank (as the VQ-GEMV); per
-//!   group codebooks (`PG = 1`, `D / V` of them) are stored once.
+//! - **The codebook cache**: with one codebook per head (`PG = 0`) it is stored `REP` times
+//!   and lane `l` reads copy `l % REP`: with 16 copies a look-up never conflicts on a bank (as
+//!   the VQ-GEMV), with 8 (half the shared memory, so a third block fits on a multiprocessor)
+//!   two lanes of a phase share a copy and collide half the time; per group codebooks
+//!   (`PG = 1`, `D / V` of them) are stored once.
 //! - Codes ride a `cp.async` ring `STAGES - 1` tiles ahead; rows past the sequence read as
 //!   code 0 (a finite row) and their scores are masked.
 
 /// Flash-decoding attention over a CQ cache for one (sequence, KV head, split).
 ///
 /// Tile parameters: head dim `D` (128); vector size `V` (4: CQ-2, 2: CQ-4); `NW` warps of `TW`
-/// tokens per block tile; `STAGES` of the code ring; `PG` (1: a codebook per channel group).
+/// tokens per block tile; `STAGES` of the code ring; `PG` (1: a codebook per channel group);
+/// `REP` copies of a per-head codebook (8 or 16); `OCC` blocks per multiprocessor the registers
+/// are limited for (1: no limit).
 /// `A`: the dtype of queries and codebooks.
 ///
 /// Parameters: `kv_heads`, `group` (query heads per KV head, at most 16), `splits`; `stride`
@@ -42,6 +46,7 @@
     lazy,
     grid = [kv_heads, batch, splits],
     warps = NW,
+    blocks_per_sm = OCC,
     space(
         D = [128],
         V = [2, 4],
@@ -49,6 +54,8 @@
         TW = [16, 32],
         STAGES = [4],
         PG = [0, 1],
+        REP = [8, 16],
+        OCC = [1, 3],
     ),
     dtypes(A = [f16, bf16]),
 )]
@@ -60,6 +67,8 @@ pub fn attention_decode_cq<
     const TW: i32,
     const STAGES: i32,
     const PG: i32,
+    const REP: i32,
+    const OCC: i32,
     A: DTypeParam,
 >(
     batch: i32,
@@ -83,7 +92,7 @@ pub fn attention_decode_cq<
     let cw = nj / 4;
     let hv = V / 2;
     let nb = if PG == 1 { nj } else { 1 };
-    let rep = if PG == 1 { 1 } else { 16 };
+    let rep = if PG == 1 { 1 } else { REP };
     let bt = NW * TW;
     let threads = NW * 32;
     // The V ring's rows are padded by 4 words, so that the 8 lanes of a token pair read
@@ -119,18 +128,18 @@ pub fn attention_decode_cq<
             [h * nb * e, 0],
         );
     } else {
-        // Copy `c` of entry `x` is row `x · 16 + (x + c) % 16`: the 16 lanes of a phase write
-        // 16 distinct copies, so distinct banks.
+        // Copy `c` of entry `x` is row `x · REP + (x + c) % REP`: the lanes of a phase write
+        // distinct copies, so distinct banks.
         let lf = layout!(local(e / threads, 1).spatial(threads, 1).local(1, hv));
         let lfi = layout!(local(e / threads, 1).spatial(threads, 1));
         let frow = arange(lfi, 0, 0);
         let kb = load_global(gkb, lf, [h * e, 0]);
         let vb = load_global(gvb, lf, [h * e, 0]);
         #[unroll]
-        for c in 0..16 {
-            let at = frow * 16 + ((frow + c) & 15);
+        for c in 0..REP {
+            let at = frow * REP + ((frow + c) & (REP - 1));
             scatter_rows(kb, sbook, at, 1);
-            scatter_rows(vb, sbook, at + e * 16, 1);
+            scatter_rows(vb, sbook, at + e * REP, 1);
         }
     }
 
@@ -224,16 +233,17 @@ pub fn attention_decode_cq<
 
     // Codebook rows: `((which · nb + book) · 256 + code) · rep + copy`, the code-independent
     // part per local. K: lane group `c = j / (nj / 4)`, `g = t % 8`; V: `c = t / 2 % 4`,
-    // `g = j / (nj / 8)`; the copy `c + 4 (g % 4)` (lane `% 16`).
+    // `g = j / (nj / 8)`; the copy `c + 4 (g % (REP / 4))` (lane `% REP`).
+    let gm = REP / 4 - 1;
     let kbase = if PG == 1 {
         arange(lki, 1, 0) * e
     } else {
-        arange(lki, 1, 0) / (nj / 4) + ((arange(lki, 2, 0) & 3) << 2)
+        arange(lki, 1, 0) / (nj / 4) + ((arange(lki, 2, 0) & gm) << 2)
     };
     let vbase = if PG == 1 {
         arange(lvc, 2, nj) * e
     } else {
-        ((arange(lvc, 1, 0) >> 1) & 3) + (((arange(lvc, 2, 0) / (nj / 8)) & 3) << 2) + e * 16
+        ((arange(lvc, 1, 0) >> 1) & 3) + (((arange(lvc, 2, 0) / (nj / 8)) & gm) << 2) + e * REP
     };
 
     let mut acc = register::<f32>(lo, 0.0);
