@@ -216,7 +216,7 @@ fn fused_decode_matches_unfused() {
     use tilus::kernels::apt::AptLinear;
     let mut rng = rand::rng();
     for (w, a) in tilus::kernels::apt::bench::WIDTHS {
-        for (m, n, k) in [(1, 64, 1024), (5, 32, 1536)] {
+        for (m, n, k) in [(1, 64, 1024), (5, 32, 1536), (3, 32, 2048)] {
             let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
             assert!(layer.gemv_config(m, true).is_some(), "W{w}A{a}: fused");
             let x: Vec<f16> = (0..m * k)
@@ -232,22 +232,30 @@ fn fused_decode_matches_unfused() {
             let cfg = layer.gemv_config(m, true).unwrap();
             assert!(cfg.STAGES > 0);
             let cfg = tilus::kernels::apt::kernel::apt_gemv::Config { STAGES: 0, ..cfg };
-            let (mut y3, mut acc3) = (vec![f16::NAN; m * n], vec![i32::MIN; m * n]);
-            tilus::kernels::apt::kernel::apt_gemv::interpret(
-                &cfg,
-                m as i32,
-                n as i32,
-                k as i32,
-                &x,
-                layer.planes(),
-                &layer.weight().row_sums(),
-                layer.weight().scales(),
-                &mut y3,
-                &mut acc3,
-            )
-            .unwrap();
+            let (y3, acc3) = layer.forward_cpu_fused(&x, m, cfg).unwrap();
             assert_eq!(acc3, acc2, "W{w}A{a} m={m}: STAGES = 0 products");
             assert_eq!(bits(&y3), bits(&y2), "W{w}A{a} m={m}: STAGES = 0 outputs");
+            // Split k in one launch (4 slices where k has a multiple of 4 steps), both
+            // pipelines: the same bits; a split that does not divide the steps is refused.
+            let steps = k / (cfg.KT as usize * 256);
+            for stages in [0, 4] {
+                let split = tilus::kernels::apt::kernel::apt_gemv::Config {
+                    STAGES: stages,
+                    SPLIT: 4,
+                    ..cfg
+                };
+                match layer.forward_cpu_fused(&x, m, split) {
+                    Ok((y4, acc4)) => {
+                        assert_eq!(steps % 4, 0, "W{w}A{a} k={k}: accepted");
+                        assert_eq!(acc4, acc2, "W{w}A{a} m={m} k={k}: split products");
+                        assert_eq!(bits(&y4), bits(&y2), "W{w}A{a} m={m} k={k}: split");
+                    }
+                    Err(e) => {
+                        assert_ne!(steps % 4, 0, "W{w}A{a} k={k}: {e}");
+                        assert!(e.to_string().contains("split"), "{e}");
+                    }
+                }
+            }
         }
     }
 }

@@ -32,6 +32,7 @@ fn gpu_apt_linear_matches_reference() {
             (5, 64, 1536),
             (64, 128, 2048),
             (37, 64, 768),
+            (3, 128, 4096),
         ] {
             let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
@@ -96,6 +97,21 @@ fn gpu_apt_linear_matches_reference() {
                     bits(&y),
                     "{tag}: fused output"
                 );
+                // Both split counts (the layer splits k in 4 when its blocks are few): the same
+                // bits, twice in a row (the semaphores are left zero).
+                let steps = k / (layer.gemv_config(m, false).unwrap().KT as usize * 256);
+                for split in [1usize, 4].into_iter().filter(|s| steps.is_multiple_of(*s)) {
+                    for round in 0..2 {
+                        let mut ys = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                        gpu.forward_fused_with(&xd, m, &mut ys, (None, Some(split as i32)))
+                            .unwrap();
+                        assert_eq!(
+                            bits(&ys.to_host().unwrap()),
+                            bits(&y),
+                            "{tag}: fused split {split} round {round}"
+                        );
+                    }
+                }
             }
             assert_eq!(bits(&y2), bits(&y), "{tag}: forward");
             eprintln!("{tag}: ok");

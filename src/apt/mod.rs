@@ -42,6 +42,8 @@ pub enum AptError {
     Group { reason: String },
     #[error("arguments `k`, `wbits`, `abits`: {reason}")]
     Overflow { reason: String },
+    #[error("argument `split`: {split} k slices of the fused decode kernel (1 or 4, dividing k's {steps} steps)")]
+    Split { split: i32, steps: usize },
     #[error("{0}")]
     Kernel(String),
 }

@@ -312,6 +312,10 @@ pub enum BenchCommand {
         /// instead of the layer's choice (3 above m = 16, the fused kernel or 0 at decode).
         #[arg(long)]
         stages: Option<usize>,
+        /// k slices of the fused decode kernel (1 or 4) instead of the layer's choice (4 when
+        /// its blocks are fewer than two waves).
+        #[arg(long)]
+        split: Option<usize>,
     },
     /// VQ-GEMV (vector-quantized weights, `docs/vq.md`) with the codebook cache, against the
     /// memory floor, the naive GC kernel, cuBLAS f16 and the element-wise kernel of the same
@@ -473,12 +477,19 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             m,
             shapes,
             stages,
+            split,
             ..
         } => {
             if stages.is_some_and(|s| s == 1 || s > 8) {
                 return Err(format!(
                     "argument `--stages`: {} is not 0 (register prefetch) or 2..8",
                     stages.unwrap_or(0)
+                ));
+            }
+            if split.is_some_and(|s| s != 1 && s != 4) {
+                return Err(format!(
+                    "argument `--split`: {} is not 1 or 4",
+                    split.unwrap_or(0)
                 ));
             }
             super::bench_apt::parse(widths, m, shapes).map(drop)
@@ -763,9 +774,17 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         no_cublas,
         no_weight_only,
         stages,
+        split,
     } = *cmd
     {
-        return super::bench_apt::run(widths, m, shapes, runs, (no_cublas, no_weight_only), stages);
+        return super::bench_apt::run(
+            widths,
+            m,
+            shapes,
+            runs,
+            (no_cublas, no_weight_only),
+            (stages, split),
+        );
     }
     if let BenchCommand::Vq {
         ref configs,

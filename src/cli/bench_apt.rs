@@ -62,7 +62,7 @@ pub fn run(
     shapes: &str,
     runs: usize,
     (no_cublas, no_weight_only): (bool, bool),
-    stages: Option<usize>,
+    (stages, split): (Option<usize>, Option<usize>),
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
@@ -111,7 +111,7 @@ pub fn run(
                     copy_gbps,
                     cublas,
                     wo,
-                    stages.map(|s| s as i32),
+                    (stages.map(|s| s as i32), split.map(|s| s as i32)),
                 )
                 .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;
                 eprintln!("W{w}A{a} m={m} {n}x{k}: {:.1} us", row.layer.median_us);

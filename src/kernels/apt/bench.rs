@@ -88,7 +88,7 @@ pub fn bench_apt(
     copy_gbps: f64,
     cublas_us: Option<f64>,
     weight_only_us: Option<f64>,
-    stages: Option<i32>,
+    (stages, split): (Option<i32>, Option<i32>),
 ) -> Result<AptBenchRow, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
     let layer = AptLinear::new(&pattern(k * n, 7), k, n, wbits, abits, None).map_err(err)?;
@@ -110,9 +110,9 @@ pub fn bench_apt(
     })?;
     let fused = layer.gemv_config(m, false).is_some();
     let layer_t = if fused {
-        time_launches(ctx, flush, runs, || match stages {
-            Some(s) => gpu.forward_fused_stages(&xd, m, &mut y, s).map_err(err),
-            None => gpu.forward_fused(&xd, m, &mut y, None).map_err(err),
+        time_launches(ctx, flush, runs, || {
+            gpu.forward_fused_with(&xd, m, &mut y, (stages, split))
+                .map_err(err)
         })?
     } else {
         unfused
@@ -135,10 +135,20 @@ pub fn bench_apt(
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
         cublas_us,
         weight_only_us,
-        tiles: format!(
-            "WM={} WN={} FM={} FN={} KT={} STAGES={}",
-            t.wm, t.wn, t.fm, t.fn_, t.kt, t.stages
-        ),
+        tiles: match layer.gemv_config(m, false).filter(|_| fused) {
+            Some(c) => format!(
+                "fused WN={} FN={} KT={} STAGES={} SPLIT={}",
+                c.WN,
+                c.FN,
+                c.KT,
+                stages.unwrap_or(c.STAGES),
+                split.unwrap_or(c.SPLIT)
+            ),
+            None => format!(
+                "WM={} WN={} FM={} FN={} KT={} STAGES={}",
+                t.wm, t.wn, t.fm, t.fn_, t.kt, t.stages
+            ),
+        },
     })
 }
 

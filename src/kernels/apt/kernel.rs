@@ -311,9 +311,15 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
 /// cp.async ring of `STAGES` shared-memory stages (`STAGES - 1` steps in flight), as
 /// [`apt_gemm`] with `WM = FM = 1`; the epilogue is the same. Repeating the quantization per block costs reads of the activation
 /// from L2 (`16 · k` f16 at most per block) instead of a second launch.
+///
+/// With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices of whole steps; each
+/// block quantizes the whole rows (the scales and sums are over all of k) but multiplies only
+/// its slice, and the last block of each output tile adds the exact partials from `workspace
+/// [SPLIT, m, n]` (i32) and finishes the tile, counted on `semaphores [cdiv(m, 16) · n / BN]`
+/// (zero before the launch, left zero after it). Any buffer will do for both with `SPLIT = 1`.
 #[tilus::kernel(
     lazy,
-    grid = [cdiv(m, 16), n / (WN * FN * 8)],
+    grid = [cdiv(m, 16), n / (WN * FN * 8), SPLIT],
     warps = WN,
     space(
         WBITS = [2],
@@ -324,6 +330,7 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
         KWP = [128],
         STAGES = [0, 4],
         STORE_ACC = [0, 1],
+        SPLIT = [1, 4],
     ),
 )]
 #[allow(clippy::too_many_arguments)]
@@ -336,6 +343,7 @@ pub fn apt_gemv<
     const KWP: i32,
     const STAGES: i32,
     const STORE_ACC: i32,
+    const SPLIT: i32,
 >(
     m: i32,
     n: i32,
@@ -346,6 +354,8 @@ pub fn apt_gemv<
     w_scales: Global<f32>,
     y: GlobalMut<f16>,
     acc_out: GlobalMut<i32>,
+    workspace: GlobalMut<i32>,
+    semaphores: GlobalMut<i32>,
 ) {
     fn levels(b: i32) -> i32 {
         if b == 1 {
@@ -370,7 +380,10 @@ pub fn apt_gemv<
     let bn = WN * FN * 8;
     let kw = KT * 8;
     let words = 32 * WN;
-    let [bi, bj] = block_indices();
+    let [bi, bj, bs] = block_indices();
+    // This block's k steps: slice `bs` of `SPLIT` (the host keeps SPLIT dividing the steps).
+    let per = k / (KT * 256) / SPLIT;
+    let kb0 = bs * per;
     let gw = view_global(w_planes, [WBITS, n, k / 32]);
     let lw_words = layout!(reduce(column_spatial(1, WN, 1), [2])
         .local(1, 1, KT)
@@ -381,13 +394,13 @@ pub fn apt_gemv<
     // into STAGES - 1 stages of a cp.async ring (rows padded against bank conflicts).
     let pw = 8 * ((KT + 1) % 2);
     let sw = shared::<u32>([max(STAGES, 1), WBITS, bn, kw + pw]);
-    let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
+    let mut xw = load_global(gw, lw_words, [0, bj * bn, kb0 * kw]);
     if STAGES > 0 {
         for s in 0..STAGES - 1 {
             copy_async(
                 gw,
                 slice_shared(sw, [s, 0, 0, 0], [WBITS, bn, kw]),
-                [0, bj * bn, s * kw],
+                [0, bj * bn, (kb0 + s) * kw],
             );
             commit_group();
         }
@@ -455,28 +468,29 @@ pub fn apt_gemv<
         0,
     );
     if STAGES == 0 {
-        for kb in 0..k / (KT * 256) {
+        for kb in kb0..kb0 + per {
             let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
             let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
             acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
             xw = nw;
         }
     } else {
-        for kb in 0..k / (KT * 256) {
+        for j in 0..per {
             wait_group(STAGES - 2);
             sync();
-            let xw = load_shared(sw, lw_words, [kb % STAGES, 0, 0, 0]);
-            let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
-            let next = kb + STAGES - 1;
+            let xw = load_shared(sw, lw_words, [j % STAGES, 0, 0, 0]);
+            let xa = load_shared(sp, la_words, [0, 0, (kb0 + j) * kw]);
+            let next = j + STAGES - 1;
             copy_async(
                 gw,
                 slice_shared(sw, [next % STAGES, 0, 0, 0], [WBITS, bn, kw]),
-                [0, bj * bn, next * kw],
+                [0, bj * bn, (kb0 + next) * kw],
             );
             commit_group();
             acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
         }
     }
+    wait_group(0);
     // Recovery and epilogue as in `apt_gemm`.
     let pairs = view::<i32>(
         acc,
@@ -492,16 +506,53 @@ pub fn apt_gemv<
     let xsum = view::<i32>(sum(pairs << shift, 0), lc);
     let lrow = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [1]));
     let lcol = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [0]));
-    let sa = load_shared(ss, lrow, [0, 0]);
-    let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
-    let ma = levels(ABITS);
-    let mw = levels(WBITS);
-    let d = xsum * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
-    if STORE_ACC == 1 {
-        store_global(d, view_global(acc_out, [m, n]), [bi * 16, bj * bn]);
+    // The correction and scales on the whole of k's `Σ x_a x_w`.
+    let finish = |xsum: Tensor| {
+        let sa = load_shared(ss, lrow, [0, 0]);
+        let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
+        let ma = levels(ABITS);
+        let mw = levels(WBITS);
+        let d = xsum * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
+        if STORE_ACC == 1 {
+            store_global(d, view_global(acc_out, [m, n]), [bi * 16, bj * bn]);
+        }
+        let fa = load_shared(sf, lrow, [0, 0]);
+        let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
+        let out = cast::<f32>(d) * fa * fw;
+        store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * 16, bj * bn]);
+    };
+    if SPLIT == 1 {
+        finish(xsum);
+    } else {
+        // Split k in one launch (as the quantized matmul's): each block stores its exact
+        // partial, counts it on the tile's semaphore (one thread's atomic), and the block that
+        // counts last adds the partials (integers: any order gives the same sum), finishes
+        // the tile and resets the semaphore for the next launch.
+        let tiles_m = cdiv(m, 16);
+        let gws = view_global(workspace, [SPLIT, m, n]);
+        store_global(xsum, gws, [bs, bi * 16, bj * bn]);
+        // Release: every thread's stores, then the count.
+        sync();
+        fence();
+        let lanes = layout!(spatial(WN * 32));
+        let lane = arange(lanes, 0, 0);
+        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
+        let gsem = view_global(semaphores, [tiles_m * (n / bn)]);
+        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+        // Acquire: after the count, before the barrier that hands it to every thread.
+        fence();
+        let arrived = item(sum(old, 0));
+        if arrived == SPLIT - 1 {
+            let mut total = load_global(gws, lc, [0, bi * 16, bj * bn]);
+            for part in 1..SPLIT {
+                total = total + load_global(gws, lc, [part, bi * 16, bj * bn]);
+            }
+            finish(total);
+            store_global(
+                register::<i32>(layout!(local(1)), 0),
+                gsem,
+                [bj * tiles_m + bi],
+            );
+        }
     }
-    let fa = load_shared(sf, lrow, [0, 0]);
-    let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
-    let out = cast::<f32>(d) * fa * fw;
-    store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * 16, bj * bn]);
 }

@@ -21,7 +21,7 @@ use super::{check_shape, AptTiles};
 use crate::apt::matrix::ScaleRule;
 use crate::apt::{AptError, AptMatrix};
 use half::f16;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tilus_runtime::{Context, DeviceBuffer};
 
 /// Quantized activations on the host: `(planes [abits][m][k / 32], row sums of codes, scales)`.
@@ -202,26 +202,44 @@ impl AptLinear {
     /// [`Self::forward_cpu`] and the exact integer products before the scales. Decode sizes
     /// (`m <= 16`) run the fused kernel ([`apt_gemv`]), larger ones the quantizer and the GEMM.
     pub fn forward_cpu_acc(&self, x: &[f16], m: usize) -> Result<(Vec<f16>, Vec<i32>), AptError> {
-        let mi = self.check_x(x.len(), m)?;
-        let mut y = vec![f16::ZERO; m * self.n];
-        let mut acc = vec![0i32; m * self.n];
+        self.check_x(x.len(), m)?;
         if let Some(cfg) = self.gemv_config(m, true) {
-            apt_gemv::interpret(
-                &cfg,
-                mi,
-                self.n as i32,
-                self.k as i32,
-                x,
-                &self.planes,
-                &self.sums,
-                self.weight.scales(),
-                &mut y,
-                &mut acc,
-            )
-            .map_err(kernel_err)?;
-            return Ok((y, acc));
+            return self.forward_cpu_fused(x, m, cfg);
         }
         self.forward_cpu_unfused(x, m)
+    }
+
+    /// The fused decode kernel ([`apt_gemv`]) in configuration `cfg` on the interpreter (tests
+    /// compare split counts and stages): `y` and the exact products.
+    pub fn forward_cpu_fused(
+        &self,
+        x: &[f16],
+        m: usize,
+        cfg: apt_gemv::Config,
+    ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        check_split(&cfg, self.k)?;
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        let (workspace, semaphores) = split_buffers_len(&cfg, m, self.n);
+        let mut workspace = vec![0i32; workspace];
+        let mut semaphores = vec![0i32; semaphores];
+        apt_gemv::interpret(
+            &cfg,
+            mi,
+            self.n as i32,
+            self.k as i32,
+            x,
+            &self.planes,
+            &self.sums,
+            self.weight.scales(),
+            &mut y,
+            &mut acc,
+            &mut workspace,
+            &mut semaphores,
+        )
+        .map_err(kernel_err)?;
+        Ok((y, acc))
     }
 
     /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm`] whatever `m` (the
@@ -260,7 +278,7 @@ impl AptLinear {
             return None;
         }
         self.tiles(m)
-            .gemv_config(self.k, self.wbits(), self.abits, store_acc)
+            .gemv_config((m, self.n, self.k), self.wbits(), self.abits, store_acc)
     }
 
     /// This layer on `ctx`'s GPU: uploads the weight planes, row sums and scales.
@@ -271,6 +289,7 @@ impl AptLinear {
             sums: DeviceBuffer::from_host(ctx, &self.sums).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, self.weight.scales()).map_err(kernel_err)?,
             host: self.clone(),
+            split: Mutex::new(None),
         })
     }
 }
@@ -304,6 +323,37 @@ pub struct GpuAptLinear {
     sums: DeviceBuffer<i32>,
     scales: DeviceBuffer<f32>,
     host: AptLinear,
+    /// The fused kernel's split-k partials and semaphores (zero between launches), grown on
+    /// demand, and a one-element buffer for the parameters a launch does not read.
+    split: Mutex<Option<SplitBuffers>>,
+}
+
+struct SplitBuffers {
+    workspace: DeviceBuffer<i32>,
+    semaphores: DeviceBuffer<i32>,
+    unused: DeviceBuffer<i32>,
+}
+
+/// The fused kernel's k slices: 1 or 4, dividing k's steps of `KT · 256` bits.
+fn check_split(cfg: &apt_gemv::Config, k: usize) -> Result<(), AptError> {
+    let steps = k / (cfg.KT as usize * 256);
+    if ![1, 4].contains(&cfg.SPLIT) || !steps.is_multiple_of(cfg.SPLIT.max(1) as usize) {
+        return Err(AptError::Split {
+            split: cfg.SPLIT,
+            steps,
+        });
+    }
+    Ok(())
+}
+
+/// Elements of the fused kernel's `(workspace, semaphores)` for `cfg` on `m x n` (1 each when
+/// it does not split).
+fn split_buffers_len(cfg: &apt_gemv::Config, m: usize, n: usize) -> (usize, usize) {
+    if cfg.SPLIT <= 1 {
+        return (1, 1);
+    }
+    let bn = (cfg.WN * cfg.FN * 8) as usize;
+    (cfg.SPLIT as usize * m * n, m.div_ceil(16) * (n / bn))
 }
 
 impl GpuAptLinear {
@@ -347,14 +397,14 @@ impl GpuAptLinear {
         self.launch_fused(x, mi, y, acc, cfg)
     }
 
-    /// [`Self::forward_fused`] with `stages` weight stages instead of the layer's (benchmarks;
-    /// 0 or 2..8).
-    pub fn forward_fused_stages(
+    /// [`Self::forward_fused`] with `stages` weight stages and `split` k slices instead of the
+    /// layer's, each when given (benchmarks; stages 0 or 2..8, split 1 or 4 dividing k's steps).
+    pub fn forward_fused_with(
         &self,
         x: &DeviceBuffer<f16>,
         m: usize,
         y: &mut DeviceBuffer<f16>,
-        stages: i32,
+        (stages, split): (Option<i32>, Option<i32>),
     ) -> Result<(), AptError> {
         let h = &self.host;
         let mi = h.check_x(x.len(), m)?;
@@ -363,16 +413,12 @@ impl GpuAptLinear {
             expected: 16,
             got: m,
         })?;
-        self.launch_fused(
-            x,
-            mi,
-            y,
-            None,
-            apt_gemv::Config {
-                STAGES: stages,
-                ..cfg
-            },
-        )
+        let cfg = apt_gemv::Config {
+            STAGES: stages.unwrap_or(cfg.STAGES),
+            SPLIT: split.unwrap_or(cfg.SPLIT),
+            ..cfg
+        };
+        self.launch_fused(x, mi, y, None, cfg)
     }
 
     fn launch_fused(
@@ -385,6 +431,7 @@ impl GpuAptLinear {
     ) -> Result<(), AptError> {
         let h = &self.host;
         let m = mi as usize;
+        check_split(&cfg, h.k)?;
         if y.len() != m * h.n {
             return Err(AptError::Len {
                 arg: "y",
@@ -392,20 +439,33 @@ impl GpuAptLinear {
                 got: y.len(),
             });
         }
-        let mut dummy;
-        let acc = match acc {
-            Some(a) if a.len() != m * h.n => {
+        if let Some(a) = &acc {
+            if a.len() != m * h.n {
                 return Err(AptError::Len {
                     arg: "acc",
                     expected: m * h.n,
                     got: a.len(),
-                })
+                });
             }
+        }
+        // The split-k buffers, allocated (zeroed) once per size; the kernel leaves the
+        // semaphores zero.
+        let (ws_len, sem_len) = split_buffers_len(&cfg, m, h.n);
+        let mut guard = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        let fits = guard
+            .as_ref()
+            .is_some_and(|b| b.workspace.len() >= ws_len && b.semaphores.len() >= sem_len);
+        if !fits {
+            *guard = Some(SplitBuffers {
+                workspace: DeviceBuffer::zeros(&self.ctx, ws_len).map_err(kernel_err)?,
+                semaphores: DeviceBuffer::zeros(&self.ctx, sem_len).map_err(kernel_err)?,
+                unused: DeviceBuffer::zeros(&self.ctx, 1).map_err(kernel_err)?,
+            });
+        }
+        let b = guard.as_mut().expect("allocated above");
+        let acc = match acc {
             Some(a) => a,
-            None => {
-                dummy = DeviceBuffer::<i32>::zeros(&self.ctx, 1).map_err(kernel_err)?;
-                &mut dummy
-            }
+            None => &mut b.unused,
         };
         apt_gemv::launch(
             &self.ctx,
@@ -419,6 +479,8 @@ impl GpuAptLinear {
             &self.scales,
             y,
             acc,
+            &mut b.workspace,
+            &mut b.semaphores,
         )
         .map_err(kernel_err)
     }

@@ -114,12 +114,13 @@ impl AptTiles {
 }
 
 impl AptTiles {
-    /// The fused decode kernel's configuration ([`kernel::apt_gemv`]) for these tiles, when
-    /// they are decode tiles (`WM = FM = 1`) and the block's activation planes
-    /// (`16 · ABITS · (KWP + 8)` words) fit [`GEMV_MAX_SHARED`].
+    /// The fused decode kernel's configuration ([`kernel::apt_gemv`]) for these tiles on `m`
+    /// tokens and `n x k`, when they are decode tiles (`WM = FM = 1`) and the block's activation
+    /// planes (`16 · ABITS · (KWP + 8)` words) fit [`GEMV_MAX_SHARED`]. k is split in 4
+    /// ([`gemv_split`]) when the blocks are fewer than two waves on 132 SMs.
     pub fn gemv_config(
         &self,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
         wbits: u32,
         abits: u32,
         store_acc: bool,
@@ -144,7 +145,20 @@ impl AptTiles {
             KWP: kwp as i32,
             STAGES: GEMV_STAGES,
             STORE_ACC: store_acc as i32,
+            SPLIT: self.gemv_split(m, n, k) as i32,
         })
+    }
+
+    /// k slices of the fused decode kernel: 4 when `cdiv(m, 16) · n / BN` blocks are fewer
+    /// than two waves on 132 SMs and k has at least 2 steps per slice, else 1.
+    pub fn gemv_split(&self, m: usize, n: usize, k: usize) -> usize {
+        let blocks = m.div_ceil(16) * (n / self.bn());
+        let steps = k / self.bk();
+        if blocks < 264 && steps.is_multiple_of(4) && steps >= 8 {
+            4
+        } else {
+            1
+        }
     }
 }
 
@@ -190,14 +204,18 @@ pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
     let mut out = Vec::new();
     for (w, a) in bench::WIDTHS {
         for (n, k) in bench::PAPER_SHAPES {
-            if let Some(c) = AptTiles::for_shape(1, n, k, w, a).gemv_config(k, w, a, false) {
+            let tiles = AptTiles::for_shape(1, n, k, w, a);
+            if let Some(c) = tiles.gemv_config((1, n, k), w, a, false) {
                 for stages in [0, GEMV_STAGES] {
-                    let c = apt_gemv::Config {
-                        STAGES: stages,
-                        ..c
-                    };
-                    if !out.contains(&c) {
-                        out.push(c);
+                    for split in [1, 4] {
+                        let c = apt_gemv::Config {
+                            STAGES: stages,
+                            SPLIT: split,
+                            ..c
+                        };
+                        if !out.contains(&c) {
+                            out.push(c);
+                        }
                     }
                 }
             }
