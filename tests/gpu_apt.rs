@@ -97,7 +97,7 @@ fn gpu_apt_linear_matches_reference() {
                     bits(&y),
                     "{tag}: fused output"
                 );
-                // Both split counts (the layer splits k in 4 when its blocks are few): the same
+                // Both split counts (`forward_fused_with`; the layer itself does not split): the same
                 // bits, twice in a row (the semaphores are left zero).
                 let steps = k / (layer.gemv_config(m, false).unwrap().KT as usize * 256);
                 for split in [1usize, 4].into_iter().filter(|s| steps.is_multiple_of(*s)) {

@@ -312,8 +312,8 @@ pub enum BenchCommand {
         /// instead of the layer's choice (3 above m = 16, the fused kernel or 0 at decode).
         #[arg(long)]
         stages: Option<usize>,
-        /// k slices of the fused decode kernel (1 or 4) instead of the layer's choice (4 when
-        /// its blocks are fewer than two waves).
+        /// k slices of the fused decode kernel (1 or 4, dividing k's steps) instead of the
+        /// layer's (1).
         #[arg(long)]
         split: Option<usize>,
     },

@@ -313,8 +313,9 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
 /// from L2 (`16 · k` f16 at most per block) instead of a second launch.
 ///
 /// With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices of whole steps; each
-/// block quantizes the whole rows (the scales and sums are over all of k) but multiplies only
-/// its slice, and the last block of each output tile adds the exact partials from `workspace
+/// block reads its rows whole for the scales (the maximum is over all of k) but quantizes and
+/// multiplies only its slice, and the last block of each output tile adds the exact partials
+/// (the slice's `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a`) from `workspace
 /// [SPLIT, m, n]` (i32) and finishes the tile, counted on `semaphores [cdiv(m, 16) · n / BN]`
 /// (zero before the launch, left zero after it). Any buffer will do for both with `SPLIT = 1`.
 #[tilus::kernel(
@@ -414,6 +415,12 @@ pub fn apt_gemv<
     let tile = layout!(spatial(1, 32 * WN, 1).local(1, 1, 32));
     let wl = layout!(spatial(1, 1, 32 * WN));
     let chunks = cdiv(k / 32, words);
+    // The words of k this block multiplies: `[w0, w1)`.
+    let w0 = kb0 * kw;
+    let w1 = min(k / 32, (kb0 + per) * kw);
+    // The words of k this block multiplies: `[w0, w1)`.
+    let w0 = kb0 * kw;
+    let w1 = min(k / 32, (kb0 + per) * kw);
     let bit = arange(tile, 2, 0);
     let rows = min(16, m - bi * 16);
     for rr in 0..rows {
@@ -424,13 +431,16 @@ pub fn apt_gemv<
             amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
         }
         let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+        // Codes for this block's slice of k only (the chunks that hold it), their sum over the
+        // slice's words.
         let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
-        for c in 0..chunks {
+        for c in w0 / words..min(chunks, cdiv(w1, words)) {
             let xs = cast::<f32>(load_global(gx, tile, [row, c * words, 0]));
             let v = floor(xs / scale * 0.5) * 2.0 + 1.0;
             let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
             let code = cast::<i32>((v + (maxv as f32)) * 0.5);
-            let inside = arange(tile, 1, c * words) < k / 32;
+            let wi = arange(tile, 1, c * words);
+            let inside = (wi >= w0) & (wi < w1);
             total = total + sum(sum(select(inside, code, 0), 2), 1);
             #[unroll]
             for q in 0..ABITS {
@@ -506,13 +516,15 @@ pub fn apt_gemv<
     let xsum = view::<i32>(sum(pairs << shift, 0), lc);
     let lrow = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [1]));
     let lcol = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [0]));
-    // The correction and scales on the whole of k's `Σ x_a x_w`.
-    let finish = |xsum: Tensor| {
-        let sa = load_shared(ss, lrow, [0, 0]);
+    // The AND form's terms over this slice: `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a` (the slice's
+    // activation codes); the weight's and the constant term are over all of k, added once.
+    let ma = levels(ABITS);
+    let mw = levels(WBITS);
+    let sa = load_shared(ss, lrow, [0, 0]);
+    let part = xsum * 4 - sa * (2 * mw);
+    let finish = |part: Tensor| {
         let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
-        let ma = levels(ABITS);
-        let mw = levels(WBITS);
-        let d = xsum * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
+        let d = part - sw * (2 * ma) + k * (ma * mw);
         if STORE_ACC == 1 {
             store_global(d, view_global(acc_out, [m, n]), [bi * 16, bj * bn]);
         }
@@ -522,7 +534,7 @@ pub fn apt_gemv<
         store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * 16, bj * bn]);
     };
     if SPLIT == 1 {
-        finish(xsum);
+        finish(part);
     } else {
         // Split k in one launch (as the quantized matmul's): each block stores its exact
         // partial, counts it on the tile's semaphore (one thread's atomic), and the block that
@@ -530,7 +542,7 @@ pub fn apt_gemv<
         // the tile and resets the semaphore for the next launch.
         let tiles_m = cdiv(m, 16);
         let gws = view_global(workspace, [SPLIT, m, n]);
-        store_global(xsum, gws, [bs, bi * 16, bj * bn]);
+        store_global(part, gws, [bs, bi * 16, bj * bn]);
         // Release: every thread's stores, then the count.
         sync();
         fence();

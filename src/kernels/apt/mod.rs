@@ -116,8 +116,8 @@ impl AptTiles {
 impl AptTiles {
     /// The fused decode kernel's configuration ([`kernel::apt_gemv`]) for these tiles on `m`
     /// tokens and `n x k`, when they are decode tiles (`WM = FM = 1`) and the block's activation
-    /// planes (`16 · ABITS · (KWP + 8)` words) fit [`GEMV_MAX_SHARED`]. k is split in 4
-    /// ([`gemv_split`]) when the blocks are fewer than two waves on 132 SMs.
+    /// planes (`16 · ABITS · (KWP + 8)` words) fit [`GEMV_MAX_SHARED`], with
+    /// [`Self::gemv_split`] k slices.
     pub fn gemv_config(
         &self,
         (m, n, k): (usize, usize, usize),
@@ -149,16 +149,11 @@ impl AptTiles {
         })
     }
 
-    /// k slices of the fused decode kernel: 4 when `cdiv(m, 16) · n / BN` blocks are fewer
-    /// than two waves on 132 SMs and k has at least 2 steps per slice, else 1.
-    pub fn gemv_split(&self, m: usize, n: usize, k: usize) -> usize {
-        let blocks = m.div_ceil(16) * (n / self.bn());
-        let steps = k / self.bk();
-        if blocks < 264 && steps.is_multiple_of(4) && steps >= 8 {
-            4
-        } else {
-            1
-        }
+    /// k slices of the fused decode kernel: 1. Split k (4 slices, `tilus bench apt --split 4`)
+    /// measured slower on every paper shape it applies to (perf-notes 24: each slice's block
+    /// repeats the row's quantization), so the layer does not split.
+    pub fn gemv_split(&self, _m: usize, _n: usize, _k: usize) -> usize {
+        1
     }
 }
 
