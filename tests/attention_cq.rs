@@ -167,3 +167,44 @@ fn bad_arguments_are_named() {
         .unwrap_err();
     assert!(e.to_string().contains("seq_lens"), "{e}");
 }
+
+/// The GPU-side encoder (`cq_append`) on the interpreter: each written code is a nearest entry,
+/// rows not appended to (and slots out of range, -1 and past the cache) are left alone; f16 and
+/// bf16, one codebook per head and per channel group.
+#[test]
+fn append_encodes_nearest_entries_into_the_slots() {
+    use common::cq::check_append;
+    let shape = CqShape {
+        batch: 2,
+        q_heads: 8,
+        kv_heads: 2,
+        head_dim: 128,
+        max_len: 8,
+    };
+    let slots = [3, -1, 12, 16, 0];
+    fn run<T: Activation>(shape: CqShape, format: CqFormat, slots: &[i32], seed: u64) {
+        let case = make::<T>(shape, format, vec![8, 8], seed);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let per = shape.kv_heads * shape.head_dim;
+        let gen = |rng: &mut rand::rngs::StdRng| -> Vec<T> {
+            (0..slots.len() * per)
+                .map(|_| T::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect()
+        };
+        let (nk, nv) = (gen(&mut rng), gen(&mut rng));
+        let attn = CqDecodeAttention::new(shape, format, 0.1, shape.max_len).unwrap();
+        let (kb, vb) = (
+            case.books.to_activation::<T>(Kv::K),
+            case.books.to_activation::<T>(Kv::V),
+        );
+        let (mut k, mut v) = (case.k.clone(), case.v.clone());
+        attn.append_cpu(&nk, &nv, slots, &kb, &vb, &mut k, &mut v)
+            .unwrap();
+        check_append(&case.books, Kv::K, &nk, slots, &case.k, &k);
+        check_append(&case.books, Kv::V, &nv, slots, &case.v, &v);
+        assert_ne!(k, case.k, "{}: nothing written", format.name());
+    }
+    run::<f16>(shape, CqFormat::CQ2, &slots, 1);
+    run::<bf16>(shape, CqFormat::by_name("cq4g").unwrap(), &slots, 2);
+    run::<f16>(shape, CqFormat::by_name("cq2g").unwrap(), &slots, 3);
+}

@@ -101,3 +101,65 @@ fn cq_decode_attention_f16_matches_f64() {
 fn cq_decode_attention_bf16_matches_f64() {
     check_all::<bf16>("cq_decode_attention_bf16_matches_f64", U_BF16);
 }
+
+/// The GPU-side encoder: codes written into a device cache are nearest entries, other rows
+/// untouched; then decode attention over the updated cache matches the f64 reference.
+#[test]
+fn append_then_decode_matches_the_reference() {
+    use common::cq::check_append;
+    use rand::{Rng, SeedableRng};
+    let Some(ctx) = context("append_then_decode_matches_the_reference") else {
+        return;
+    };
+    let shape = CqShape {
+        batch: 3,
+        q_heads: 16,
+        kv_heads: 2,
+        head_dim: 128,
+        max_len: 700,
+    };
+    for (i, name) in ["cq2", "cq4", "cq2g"].into_iter().enumerate() {
+        let format = CqFormat::by_name(name).unwrap();
+        let mut case = make::<f16>(shape, format, vec![700, 1, 350], 40 + i as u64);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
+        // The last token of each sequence (slot b · max_len + len - 1), a padded slot (-1) and
+        // one past the cache.
+        let slots: Vec<i32> = vec![699, -1, 700, 1749, 2100];
+        let per = shape.kv_heads * shape.head_dim;
+        let gen = |rng: &mut rand::rngs::StdRng| -> Vec<f16> {
+            (0..slots.len() * per)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect()
+        };
+        let (nk, nv) = (gen(&mut rng), gen(&mut rng));
+        let attn = CqDecodeAttention::new(shape, format, scale(128), 700).unwrap();
+        let up = |x: &[f16]| DeviceBuffer::from_host(&ctx, x).unwrap();
+        let kb = up(&case.books.to_activation::<f16>(Kv::K));
+        let vb = up(&case.books.to_activation::<f16>(Kv::V));
+        let mut kd = DeviceBuffer::from_host(&ctx, &case.k).unwrap();
+        let mut vd = DeviceBuffer::from_host(&ctx, &case.v).unwrap();
+        let sd = DeviceBuffer::from_host(&ctx, &slots).unwrap();
+        attn.append(&ctx, &up(&nk), &up(&nv), &sd, &kb, &vb, &mut kd, &mut vd)
+            .unwrap();
+        let (k, v) = (kd.to_host().unwrap(), vd.to_host().unwrap());
+        check_append(&case.books, Kv::K, &nk, &slots, &case.k, &k);
+        check_append(&case.books, Kv::V, &nv, &slots, &case.v, &v);
+        // The interpreter's encoder writes the same codes.
+        let (mut kc, mut vc) = (case.k.clone(), case.v.clone());
+        attn.append_cpu(
+            &nk,
+            &nv,
+            &slots,
+            &case.books.to_activation::<f16>(Kv::K),
+            &case.books.to_activation::<f16>(Kv::V),
+            &mut kc,
+            &mut vc,
+        )
+        .unwrap();
+        assert_eq!((&k, &v), (&kc, &vc), "{name}: GPU vs interpreter codes");
+        case.k = k;
+        case.v = v;
+        let got = run_gpu(&ctx, &case, (32, 16));
+        compare(&case, &got, U_F16, &format!("{name} after append"));
+    }
+}

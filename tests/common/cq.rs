@@ -68,3 +68,57 @@ pub fn compare<T: Activation>(case: &Case<T>, out: &[T], u: f64, what: &str) {
 
 pub const U_F16: f64 = 1.0 / 2048.0;
 pub const U_BF16: f64 = 1.0 / 256.0;
+
+/// After an append of `new_k` (or `new_v`, `which`) `[tokens, kv_heads, head_dim]` to rows
+/// `slots`: every written code is a nearest entry (in f64, the entries as `T`, up to f32
+/// rounding of the distances), and every row not appended to still holds `before`.
+pub fn check_append<T: Activation>(
+    books: &CqCodebooks,
+    which: tilus::kernels::attention::cq::Kv,
+    new: &[T],
+    slots: &[i32],
+    before: &[u8],
+    after: &[u8],
+) {
+    let (d, vs, heads) = (books.head_dim, books.format.vector, books.kv_heads);
+    let nj = books.format.codes(d);
+    let row = heads * nj;
+    let rows = before.len() / row;
+    let mut written = vec![false; rows];
+    for (t, &slot) in slots.iter().enumerate() {
+        if slot < 0 || slot as usize >= rows {
+            continue;
+        }
+        written[slot as usize] = true;
+        for h in 0..heads {
+            for j in 0..nj {
+                let x: Vec<f64> = new[(t * heads + h) * d + j * vs..][..vs]
+                    .iter()
+                    .map(|v| v.to_f32() as f64)
+                    .collect();
+                // The codebook of (h, j) as T, through `decode` of every entry.
+                let dist = |c: u8| -> f64 {
+                    let mut codes = vec![0u8; row];
+                    codes[h * nj + j] = c;
+                    let vals = books.decode::<T>(which, &codes);
+                    let e = &vals[h * d + j * vs..][..vs];
+                    x.iter().zip(e).map(|(a, b)| (a - b) * (a - b)).sum()
+                };
+                let got = after[slot as usize * row + h * nj + j];
+                let best = (0..=255u8).map(dist).fold(f64::INFINITY, f64::min);
+                let mine = dist(got);
+                assert!(
+                    mine <= best * (1.0 + 1e-5) + 1e-12,
+                    "token {t} head {h} vector {j}: code {got} at {mine}, nearest at {best}"
+                );
+            }
+        }
+    }
+    for r in (0..rows).filter(|&r| !written[r]) {
+        assert_eq!(
+            &after[r * row..][..row],
+            &before[r * row..][..row],
+            "row {r} was not appended to"
+        );
+    }
+}

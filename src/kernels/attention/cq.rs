@@ -15,7 +15,7 @@
 
 use std::sync::Mutex;
 
-use super::cq_kernel::attention_decode_cq;
+use super::cq_kernel::{attention_decode_cq, cq_append};
 use super::kernel::attention_combine;
 use crate::element::Activation;
 use crate::gpu::GpuArg;
@@ -676,6 +676,142 @@ impl CqDecodeAttention {
         let n = splits_i * WARPS as i32;
         attention_combine::interpret(&ccfg, batch, kv_heads, group, n, &part_o, &part_ml, &mut ob)?;
         T::copy_from_bytes(&ob, out);
+        Ok(())
+    }
+}
+
+impl CqDecodeAttention {
+    fn append_config(&self, dtype: DType) -> cq_append::Config {
+        cq_append::Config {
+            D: self.shape.head_dim as i32,
+            V: self.format.vector as i32,
+            PG: i32::from(self.format.per_group),
+            A: dtype,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_append(
+        &self,
+        dtype: DType,
+        new: (usize, usize),
+        slots: usize,
+        books: (usize, usize),
+        codes: (usize, usize),
+    ) -> Result<i32, KernelError> {
+        if dtype != DType::F16 && dtype != DType::BF16 {
+            return Err(bad("dtype", format!("{dtype} is not f16 or bf16")));
+        }
+        let s = &self.shape;
+        let per_token = s.kv_heads * s.head_dim;
+        let need = [
+            ("new_k", new.0, slots * per_token),
+            ("new_v", new.1, slots * per_token),
+            ("k_books", books.0, s.book_len(self.format)),
+            ("v_books", books.1, s.book_len(self.format)),
+            ("k_codes", codes.0, s.code_bytes(self.format)),
+            ("v_codes", codes.1, s.code_bytes(self.format)),
+        ];
+        for (name, have, want) in need {
+            if have != want {
+                return Err(bad(
+                    name,
+                    format!("holds {have} elements, {want} expected ({slots} slots)"),
+                ));
+            }
+        }
+        i32::try_from(slots)
+            .ok()
+            .filter(|_| slots * per_token <= i32::MAX as usize)
+            .ok_or_else(|| bad("slots", format!("{slots} tokens do not fit an i32 view")))
+    }
+
+    /// Encode `new_k`, `new_v` `[tokens, kv_heads, head_dim]` (`tokens = slots.len()`) on the
+    /// GPU and write the codes to cache rows `slots` (`b · max_len + t` for sequence `b`'s token
+    /// `t`; a slot outside the cache skips its token): each vector's nearest entry of its
+    /// codebook as `T` (squared distance in f32; ties to the lower entry, near-ties within f32
+    /// rounding either way). One launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append<T: Activation>(
+        &self,
+        ctx: &Context,
+        new_k: &impl DeviceRead<T>,
+        new_v: &impl DeviceRead<T>,
+        slots: &impl DeviceRead<i32>,
+        k_books: &impl DeviceRead<T>,
+        v_books: &impl DeviceRead<T>,
+        k_codes: &mut impl DeviceWrite<u8>,
+        v_codes: &mut impl DeviceWrite<u8>,
+    ) -> Result<(), KernelError> {
+        let tokens = self.check_append(
+            T::DTYPE,
+            (new_k.elements(), new_v.elements()),
+            slots.elements(),
+            (k_books.elements(), v_books.elements()),
+            (k_codes.elements(), v_codes.elements()),
+        )?;
+        if tokens == 0 {
+            return Ok(());
+        }
+        let cfg = self.append_config(T::DTYPE);
+        let s = &self.shape;
+        let kernel = cq_append::instance(&cfg)?.kernel(cq_append::NAME, &cfg)?;
+        kernel
+            .launch(
+                ctx,
+                vec![
+                    GpuArg::I32(tokens),
+                    GpuArg::I32(s.kv_heads as i32),
+                    GpuArg::I32((s.batch * s.max_len) as i32),
+                    GpuArg::InBytes(new_k),
+                    GpuArg::InBytes(new_v),
+                    GpuArg::In(slots),
+                    GpuArg::InBytes(k_books),
+                    GpuArg::InBytes(v_books),
+                    GpuArg::Out(k_codes),
+                    GpuArg::Out(v_codes),
+                ],
+            )
+            .map_err(|e| KernelError::launch(cq_append::NAME, &cfg, e))
+    }
+
+    /// [`append`](Self::append) on the CPU interpreter.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_cpu<T: Activation>(
+        &self,
+        new_k: &[T],
+        new_v: &[T],
+        slots: &[i32],
+        k_books: &[T],
+        v_books: &[T],
+        k_codes: &mut [u8],
+        v_codes: &mut [u8],
+    ) -> Result<(), KernelError> {
+        let tokens = self.check_append(
+            T::DTYPE,
+            (new_k.len(), new_v.len()),
+            slots.len(),
+            (k_books.len(), v_books.len()),
+            (k_codes.len(), v_codes.len()),
+        )?;
+        if tokens == 0 {
+            return Ok(());
+        }
+        let cfg = self.append_config(T::DTYPE);
+        let s = &self.shape;
+        cq_append::interpret(
+            &cfg,
+            tokens,
+            s.kv_heads as i32,
+            (s.batch * s.max_len) as i32,
+            &T::to_bytes(new_k),
+            &T::to_bytes(new_v),
+            slots,
+            &T::to_bytes(k_books),
+            &T::to_bytes(v_books),
+            k_codes,
+            v_codes,
+        )?;
         Ok(())
     }
 }

@@ -306,3 +306,83 @@ pub fn attention_decode_cq<
     scatter(m, gml, select(qrow < group, at, -1));
     scatter(l, gml, select(qrow < group, at + parts, -1));
 }
+
+/// Appends `tokens` new tokens to a CQ cache: each vector of `V` channels of `new_k` (and
+/// `new_v`) `[tokens · kv_heads, D]` is encoded as its nearest codebook entry (squared distance
+/// in f32 against the entries as `A`; ties go to the lower entry, near-ties within f32 rounding
+/// either way) and written to cache row `slots[t]` of `k_codes`, `v_codes` `[rows, kv_heads ·
+/// D / V]` bytes. A slot outside `0..rows` skips the token. One warp per (token, KV head), one
+/// vector per lane, the 256 entries in chunks of 32.
+#[tilus::kernel(
+    lazy,
+    grid = [tokens, kv_heads],
+    warps = 1,
+    space(D = [128], V = [2, 4], PG = [0, 1]),
+    dtypes(A = [f16, bf16]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn cq_append<const D: i32, const V: i32, const PG: i32, A: DTypeParam>(
+    tokens: i32,
+    kv_heads: i32,
+    rows: i32,
+    new_k: Global<A>,
+    new_v: Global<A>,
+    slots: Global<i32>,
+    k_books: Global<A>,
+    v_books: Global<A>,
+    k_codes: GlobalMut<u8>,
+    v_codes: GlobalMut<u8>,
+) {
+    let nj = D / V;
+    let ch = 32;
+    let [t, h] = block_indices();
+    let slot = item(load_global(
+        view_global(slots, [tokens]),
+        layout!(local(1)),
+        [t],
+    ));
+    // [vector, entry, channel]: lane j holds vector j (+ 32 i), every entry of the chunk.
+    let lx = layout!(local(nj / 32, 1, 1).spatial(32, 1, 1).local(1, 1, V));
+    let ld = layout!(local(nj / 32, 1, 1).spatial(32, 1, 1).local(1, ch, V));
+    let lc = if PG == 1 {
+        ld
+    } else {
+        layout!(replicated(32).local(1, ch, V))
+    };
+    let lbest = layout!(reduce(ld, [1, 2]));
+    let put = |src: Tensor, books: Tensor, codes: Tensor| {
+        let x = cast::<f32>(load_global(src, lx, [(t * kv_heads + h) * nj, 0, 0]));
+        let xs = register::<f32>(ld, 0.0) + x;
+        let mut best = register::<f32>(lbest, 3.0e38);
+        let mut idx = register::<i32>(lbest, 0);
+        for e0 in (0..256).step_by(ch) {
+            let at = if PG == 1 { h * nj } else { h };
+            let c = cast::<f32>(load_global(books, lc, [at, e0, 0]));
+            let diff = xs - c;
+            let d = sum(diff * diff, 2);
+            let near = reduce_min(d, 1);
+            let arg = argmax(neg(d), 1);
+            let better = near < best;
+            best = select(better, near, best);
+            idx = select(better, arg + e0, idx);
+        }
+        // `[nj, 1, 1]` as the row `[1, nj]` of head h (the same registers).
+        let lrow = layout!(local(1, nj / 32).spatial(1, 32));
+        let code = cast::<u8>(view::<i32>(idx, lrow));
+        store_global(code, codes, [slot as i64, h * nj]);
+    };
+    if slot >= 0 && slot < rows {
+        let nb = if PG == 1 { kv_heads * nj } else { kv_heads };
+        // The new tokens as one vector per row.
+        put(
+            view_global(new_k, [tokens * kv_heads * nj, 1, V]),
+            view_global(k_books, [nb, 256, V]),
+            view_global(k_codes, [rows, kv_heads * nj]),
+        );
+        put(
+            view_global(new_v, [tokens * kv_heads * nj, 1, V]),
+            view_global(v_books, [nb, 256, V]),
+            view_global(v_codes, [rows, kv_heads * nj]),
+        );
+    }
+}
