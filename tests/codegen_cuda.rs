@@ -490,50 +490,6 @@ fn qmatmul_configurations_compile_without_spills() {
     run("qmatmul_configurations_compile_without_spills", ks);
 }
 
-/// The direct gemv method keeps everything in registers: 16-byte global loads of the weight
-/// and the activations, HMMA, and no shared memory, barrier, cp.async or local memory (without
-/// split-k, whose reduction has a block barrier), for the split pack orders (u1, i2, u4 with
-/// zero points), 3 bits, the natural order (f6e3m2) and per-channel bf16.
-#[test]
-fn gemv_direct_compiles_to_register_loads_without_barriers() {
-    use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
-    let Some((ptxas, disasm)) = tools("gemv_direct_compiles_to_register_loads_without_barriers")
-    else {
-        return;
-    };
-    let scratch = Scratch::new("gemv_direct_compiles_to_register_loads_without_barriers");
-    for (wd, ad, group, bn) in [
-        ("u1", "f16", Some(128), 512),
-        ("i2", "f16", Some(128), 256),
-        ("u4", "f16", Some(128), 256),
-        ("u3", "bf16", None, 256),
-        ("f6e3m2", "f16", Some(128), 256),
-    ] {
-        let (wd, ad): (DType, DType) = (wd.parse().unwrap(), ad.parse().unwrap());
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::GemvDirect,
-            bm: 8,
-            bn,
-            bk: 128,
-            stages: 2,
-            split_k: 1,
-            ..QMatmulConfig::default_for(wd, ad, group, matches!(wd, DType::UInt(_)))
-        };
-        let p = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}")).main;
-        let k = emit(&p, &Default::default()).unwrap();
-        check_kernel_with(
-            &ptxas,
-            &disasm,
-            &scratch.0,
-            &p.name,
-            &k,
-            MMA,
-            &["LDG.E.128"],
-            &["LDS", "STS", "BAR", "LDGSTS"],
-        );
-    }
-}
-
 const PLAIN: Expect = Expect {
     hmma: false,
     ldgsts: false,

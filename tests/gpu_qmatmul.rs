@@ -129,49 +129,6 @@ fn gemv_every_weight_type_matches_the_reference() {
     }
 }
 
-/// The direct gemv method (registers only, k in runs of 8) for every weight type: m = 1, 5, 8
-/// and 9, f16 and bf16, groups of one and two k tiles and per-channel scales, with and without
-/// split-k, several n tiles.
-#[test]
-fn gemv_direct_every_weight_type_matches_the_reference() {
-    let Some(ctx) = context("gemv_direct_every_weight_type_matches_the_reference") else {
-        return;
-    };
-    let (n, k) = (1024, 1024);
-    for (i, wdtype) in weight_types().into_iter().enumerate() {
-        let zeros = matches!(wdtype, DType::UInt(_));
-        let adtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
-        let (rows, group) = match i % 3 {
-            0 => (Some(128), Group::Rows(128)),
-            1 => (Some(256), Group::Rows(256)),
-            _ => (None, Group::PerChannel),
-        };
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::GemvDirect,
-            bm: 8,
-            bn: [256, 512][i % 2],
-            bk: 128,
-            stages: 2,
-            split_k: [1, 2, 4][i % 3],
-            ..QMatmulConfig::for_shape(wdtype, adtype, rows, zeros, n, k).unwrap()
-        };
-        for m in [1, 5, 8, 9] {
-            let rel = match adtype {
-                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, group),
-                _ => run_case::<f16>(&ctx, &cfg, m, n, k, group),
-            };
-            println!(
-                "gemv_direct {wdtype:>7} {adtype} {group:?} split {} m={m}: rel err {rel:.2e}",
-                cfg.split_k
-            );
-            assert!(
-                rel < 1e-2,
-                "gemv_direct {wdtype} {adtype} m={m}: relative error {rel}"
-            );
-        }
-    }
-}
-
 #[test]
 fn bf16_zero_points_split_k_and_ragged_m() {
     let Some(ctx) = context("bf16_zero_points_split_k_and_ragged_m") else {

@@ -268,46 +268,6 @@ fn gemv_every_weight_type() {
     }
 }
 
-/// The direct gemv method (registers only, k in runs of 8): every weight type at m = 1, 3, 8
-/// and 9, groups of one and two k tiles and per-channel scales, both activation types, with and
-/// without split-k, one and several n tiles, a k tile of 32 and of 64.
-#[test]
-fn gemv_direct_every_weight_type() {
-    use tilus::kernels::qmatmul::QMatmulMethod;
-    let groups = [Some(64), Some(128), None];
-    for (i, wd) in weight_types().into_iter().enumerate() {
-        let ad = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::GemvDirect,
-            bm: 8,
-            bn: 64,
-            bk: [64, 32][i % 2],
-            stages: 2,
-            split_k: 1 + i % 2,
-            ..default_cfg(wd, ad, groups[i % 3])
-        };
-        let n = if i % 4 == 0 { 128 } else { 64 };
-        check(cfg, 256, n, &[1, 3, 8, 9]);
-    }
-    // The configuration's own rules, named by field.
-    let u2 = QMatmulConfig {
-        method: QMatmulMethod::GemvDirect,
-        bm: 8,
-        bn: 64,
-        bk: 64,
-        stages: 2,
-        ..default_cfg(dt("u2"), DType::F16, Some(64))
-    };
-    for (cfg, field) in [
-        (QMatmulConfig { stages: 3, ..u2 }, "`stages`"),
-        (QMatmulConfig { bk: 48, ..u2 }, "`bk`"),
-        (QMatmulConfig { bm: 16, ..u2 }, "`bm`"),
-    ] {
-        let e = err_text(cfg.tiling());
-        assert!(e.contains(field), "{cfg:?}: {e}");
-    }
-}
-
 #[test]
 fn gemv_tiles_and_errors() {
     use tilus::kernels::qmatmul::QMatmulMethod;

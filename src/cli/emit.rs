@@ -7,7 +7,7 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
-//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` sets `BM=8`, `METHOD=gemv_direct` also `STAGES=2`) |
+//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` sets `BM=8`) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
@@ -87,8 +87,7 @@ Kernels and their --config keys (default in brackets):
              GROUP       rows per scale group, 0 for per-channel scales [128]
              BM, BN, BK, WARPS, STAGES, SPLIT_K
                          positive integers [the library's default tiles for WDTYPE]
-             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), or
-                         gemv_direct (gemv loading into registers; BM=8, STAGES=2) [fused]
+             METHOD      fused, or gemv (the weight as the mma's A operand; BM=8) [fused]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
@@ -230,15 +229,10 @@ fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
     };
     let base = QMatmulConfig::default_for(wdtype, adtype, group, matches!(wdtype, DType::UInt(_)));
     let pick = |key: &str, default: usize| number(key).map(|v| v.unwrap_or(default));
-    let (method, bm, stages) = match cfg["METHOD"].trim() {
-        "fused" => (QMatmulMethod::Fused, base.bm, base.stages),
-        "gemv" => (QMatmulMethod::Gemv, 8, base.stages),
-        "gemv_direct" => (QMatmulMethod::GemvDirect, 8, 2),
-        other => {
-            return Err(format!(
-                "METHOD={other}: expected fused, gemv or gemv_direct"
-            ))
-        }
+    let (method, bm) = match cfg["METHOD"].trim() {
+        "fused" => (QMatmulMethod::Fused, base.bm),
+        "gemv" => (QMatmulMethod::Gemv, 8),
+        other => return Err(format!("METHOD={other}: expected fused or gemv")),
     };
     let config = QMatmulConfig {
         method,
@@ -246,7 +240,7 @@ fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
         bn: pick("BN", base.bn)?,
         bk: pick("BK", base.bk)?,
         warps: pick("WARPS", base.warps)?,
-        stages: pick("STAGES", stages)?,
+        stages: pick("STAGES", base.stages)?,
         split_k: pick("SPLIT_K", base.split_k)?,
         ..base
     };

@@ -146,29 +146,6 @@ pub enum QMatmulMethod {
     /// as large, so the same weight tile costs half the mma and accumulator instructions and
     /// fewer registers. Scale groups must span whole k tiles (or be per channel).
     Gemv,
-    /// The gemv product with no shared memory: each thread loads its weight bytes and
-    /// activations straight into registers one k tile ahead (k permuted in runs of 8, so an
-    /// activation row is one 16-byte load per 32 k), and no barrier couples the warps. `bm = 8`,
-    /// `bk` a multiple of 32, `stages = 2` (the register double buffer); groups as
-    /// [`QMatmulMethod::Gemv`]'s.
-    GemvDirect,
-}
-
-impl QMatmulMethod {
-    /// Whether the method computes the transposed product with 8 activation rows per block.
-    pub fn is_gemv(self) -> bool {
-        matches!(self, QMatmulMethod::Gemv | QMatmulMethod::GemvDirect)
-    }
-
-    /// The method's name in tuning records and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            QMatmulMethod::Fused => "fused",
-            QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
-            QMatmulMethod::Gemv => "gemv",
-            QMatmulMethod::GemvDirect => "gemv_direct",
-        }
-    }
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -373,27 +350,7 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let gemv = self.method.is_gemv();
-        if self.method == QMatmulMethod::GemvDirect {
-            if self.stages != 2 {
-                return Err(config_err(
-                    "stages",
-                    format!(
-                        "{}; the direct gemv method keeps one k tile in flight in registers (stages = 2)",
-                        self.stages
-                    ),
-                ));
-            }
-            if !self.bk.is_multiple_of(32) {
-                return Err(config_err(
-                    "bk",
-                    format!(
-                        "{} is not a multiple of 32 (the direct gemv method's runs of 8 span 32 of k)",
-                        self.bk
-                    ),
-                ));
-            }
-        }
+        let gemv = self.method == QMatmulMethod::Gemv;
         if gemv && self.bm != 8 {
             return Err(config_err(
                 "bm",

@@ -589,206 +589,6 @@ pub fn qmatmul_gemv<
     }
 }
 
-/// [`QMatmulMethod::GemvDirect`](super::QMatmulMethod): the transposed product of
-/// [`qmatmul_gemv`] with no shared memory and no barrier. Each thread loads its own weight
-/// bytes and activations straight from global memory into registers, one k tile ahead of the
-/// tile it multiplies, and the warps of a block never wait for each other.
-///
-/// The k8 run fragments (`layout::fragments`) make both loads wide: k is permuted within each
-/// 32 so that a thread holds 8 consecutive k of a row, both of the weight (`mma_a_k8_t` over
-/// `[BK, BN]`, the A operand after a free `view`) and of an activation row (`mma_b_k8_t` over
-/// `[8, BK]`: one 16-byte load per 32 k, from L1 after the first warp of the SM has read it).
-/// The weight's offline re-layout uses the same fragment, so a thread's codes of a tile are one
-/// run of `VEC`-byte vectors as in [`qmatmul_gemv`]. Scales and zero points of the next group
-/// are loaded one group ahead. Rows past `m` read as zeros.
-///
-/// Parameters, `SPLIT`, `G` (whole k tiles, or 0), `ZEROS`, `H`, `VEC` and `BIAS` as
-/// [`qmatmul_gemv`]'s; `BK` is a multiple of 32. There is no `STAGES`: the pipeline is the
-/// register double buffer.
-#[tilus::kernel(
-    lazy,
-    grid = [cdiv(m, 8), n / BN, SPLIT],
-    warps = WN,
-    target = sm80,
-    // Checked when the crate is built: per-channel and grouped scales, zero points, both
-    // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
-    space(
-        BN = [256],
-        BK = [128],
-        WN = [4],
-        SPLIT = [1, 4],
-        G = [0, 128],
-        ZEROS = [0, 1],
-        H = [1, 4],
-        VEC = [16],
-        BIAS = [0, 1],
-    ),
-    dtypes(A = [f16, bf16], W = [u2, u4, i8]),
-)]
-#[allow(clippy::too_many_arguments)]
-pub fn qmatmul_gemv_direct<
-    const BN: i32,
-    const BK: i32,
-    const WN: i32,
-    const SPLIT: i32,
-    const G: i32,
-    const ZEROS: i32,
-    const H: i32,
-    const VEC: i32,
-    const BIAS: i32,
-    A: DTypeParam,
-    W: DTypeParam,
->(
-    m: i32,
-    n: i32,
-    k: i32,
-    a: Global<A>,
-    b: Global<u8>,
-    scales: Global<A>,
-    zeros: Global<A>,
-    c: GlobalMut<A>,
-    workspace: GlobalMut<f32>,
-    semaphores: GlobalMut<i32>,
-) {
-    let rep_n = BN / (16 * WN);
-    let rep_k = BK / 32;
-    let grouped = G > 0;
-    let fold = ZEROS == 1;
-    let tile_bytes = BK * BN * W::BITS / 8;
-    let thread_bytes = 16 * rep_k * rep_n * W::BITS / 8;
-
-    // The weight tile [BK, BN] in runs of 8 and its [BN, BK] view as the product's A operand.
-    let lw = layout!(spatial(1, WN).column_local(rep_k, rep_n).mma_a_k8_t);
-    let lwa = layout!(spatial(WN, 1).local(rep_n, rep_k).mma_a_k8);
-    let lq = layout!(swap_inner_locals(lw, 2, H));
-    // The activations [8, BK], every warp a copy, and their [BK, 8] view as B.
-    let lx = layout!(replicated(WN).local(1, rep_k).mma_b_k8_t);
-    let lxb = layout!(replicated(WN).local(rep_k, 1).mma_b_k8);
-    // The accumulator [BN, 8], its [8, BN] view, and one value per output column.
-    let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
-    let lct = layout!(spatial(1, WN).local(1, rep_n).mma_c_t);
-    let lcs = layout!(reduce(lct, [0]));
-    let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
-
-    let [bi, bj, bs] = block_indices();
-    let groups = if grouped { k / G } else { 1 };
-    let ga = view_global(a, [m, k]);
-    let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
-    let gs = view_global(scales, [groups, n]);
-    let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
-
-    let ones = if fold { register::<A>(lwa, 1.0) } else { () };
-    // The biases of `cast_biased`, as the product's A operand: the cast of all-zero codes.
-    let biases = if BIAS == 1 {
-        let zero_codes = view::<W>(register::<u8>(lbytes, 0), lq);
-        view::<A>(cast_biased::<A>(zero_codes, lw), lwa)
-    } else {
-        ()
-    };
-
-    let ktiles = k / (BK * SPLIT);
-    let kt0 = bs * ktiles;
-    // Per-channel scales are one group spanning the block's slice of k.
-    let tiles_per_group = if grouped { G / BK } else { ktiles };
-    let block_groups = ktiles / tiles_per_group;
-    let group0 = if grouped { kt0 * BK / G } else { 0 };
-
-    // The register pipeline: `next_*` hold the tile (and group) after the one being multiplied.
-    let mut next_w = load_global(gb, lbytes, [kt0, bj, 0]);
-    let mut next_x = load_global(ga, lx, [bi * 8, kt0 * BK]);
-    let mut next_s = load_global(gs, lcs, [group0, bj * BN]);
-    let mut next_z = if fold {
-        load_global(gz, lcs, [group0, bj * BN])
-    } else {
-        ()
-    };
-    let mut rw = register::<u8>(lbytes, 0);
-    let mut rx = register::<A>(lx, 0.0);
-    let mut sc = register::<A>(lcs, 0.0);
-    let mut zc = if fold { register::<A>(lcs, 0.0) } else { () };
-    let mut acc = register::<f32>(lct, 0.0);
-    for g in 0..block_groups {
-        sc = next_s;
-        if fold {
-            zc = next_z;
-        }
-        if g + 1 < block_groups {
-            next_s = load_global(gs, lcs, [group0 + g + 1, bj * BN]);
-            if fold {
-                next_z = load_global(gz, lcs, [group0 + g + 1, bj * BN]);
-            }
-        }
-        let mut acc_g = register::<f32>(lc, 0.0);
-        let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
-        let mut bsum = if BIAS == 1 {
-            register::<f32>(lc, 0.0)
-        } else {
-            ()
-        };
-        for t in 0..tiles_per_group {
-            let kt = g * tiles_per_group + t;
-            rw = next_w;
-            rx = next_x;
-            if kt + 1 < ktiles {
-                next_w = load_global(gb, lbytes, [kt0 + kt + 1, bj, 0]);
-                next_x = load_global(ga, lx, [bi * 8, (kt0 + kt + 1) * BK]);
-            }
-            let wf = if BIAS == 1 {
-                cast_biased::<A>(view::<W>(rw, lq), lw)
-            } else {
-                cast::<A>(view::<W>(rw, lq), lw)
-            };
-            let wa = view::<A>(wf, lwa);
-            let xb = view::<A>(rx, lxb);
-            acc_g = dot(wa, xb, acc_g);
-            if fold {
-                asum = dot(ones, xb, asum);
-            }
-            if BIAS == 1 {
-                bsum = dot(biases, xb, bsum);
-            }
-        }
-        // `acc_g - biases · x - z · Σx`, scaled: the group's contribution.
-        let mut acc_gt = view::<f32>(acc_g, lct);
-        if BIAS == 1 {
-            acc_gt = acc_gt - view::<f32>(bsum, lct);
-        }
-        if fold {
-            acc_gt = mul_add(view::<f32>(asum, lct), neg(cast::<f32>(zc)), acc_gt);
-        }
-        acc = mul_add(acc_gt, cast::<f32>(sc), acc);
-    }
-    if SPLIT > 1 {
-        // Split-k in one launch, as in `qmatmul_gemv`.
-        let tiles_m = cdiv(m, 8);
-        let gw = view_global(workspace, [SPLIT, m, n]);
-        store_global(acc, gw, [bs, bi * 8, bj * BN]);
-        sync();
-        fence();
-        let lanes = layout!(spatial(WN * 32));
-        let lane = arange(lanes, 0, 0);
-        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
-        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
-        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
-        fence();
-        let arrived = item(sum(old, 0));
-        if arrived == SPLIT - 1 {
-            let mut total = load_global(gw, lct, [0, bi * 8, bj * BN]);
-            for split in 1..SPLIT {
-                total = total + load_global(gw, lct, [split, bi * 8, bj * BN]);
-            }
-            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * 8, bj * BN]);
-            store_global(
-                register::<i32>(layout!(local(1)), 0),
-                gsem,
-                [bj * tiles_m + bi],
-            );
-        }
-    } else {
-        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * 8, bj * BN]);
-    }
-}
-
 /// [`QMatmulMethod::DequantizeThenGemm`](super::QMatmulMethod): the re-laid-out weight
 /// becomes a dense row-major `w [k, n]` of the activation type, which a GEMM then multiplies.
 ///
@@ -879,7 +679,7 @@ pub fn qmatmul_dequant<
     grid = [k / BK, n / BN],
     warps = WN,
     target = sm80,
-    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1, 2]),
+    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1]),
     dtypes(W = [u2, u4, i8]),
 )]
 pub fn qmatmul_relayout<
@@ -900,16 +700,9 @@ pub fn qmatmul_relayout<
     let tile_bytes = BK * BN * W::BITS / 8;
     let thread_bytes = tile_bytes / (32 * WN);
     // The weight tile of the matmul's warps: mma B fragments, or with GEMV = 1 the A
-    // fragments of `qmatmul_gemv`'s transposed product (GEMV = 2: in runs of 8, as
-    // `qmatmul_gemv_direct` reads them).
+    // fragments of `qmatmul_gemv`'s transposed product.
     let lb = if GEMV == 1 {
         layout!(spatial(1, WN).column_local(rep_k, BN / (16 * WN)).mma_a_t)
-    } else if GEMV == 2 {
-        layout!(
-            spatial(1, WN)
-                .column_local(BK / 32, BN / (16 * WN))
-                .mma_a_k8_t
-        )
     } else {
         layout!(spatial(1, WN).local(rep_k, BN / (8 * WN)).mma_b)
     };

@@ -31,10 +31,6 @@
 //! A  [8, bk]  = replicated(wn) . local(1, rk)  . mma_b_t   (B of the product, loaded n-major)
 //! B  [bk, bn] = spatial(1, wn) . column_local(rk, rn) . mma_a_t   (A of the product, 16 x 16 per fragment)
 //! ```
-//!
-//! [`QMatmulMethod::GemvDirect`] is the same product with k permuted in runs of 8 (32 of k per
-//! fragment, `rk / 2` fragments per tile): `A = replicated(wn) . local(1, rk / 2) . mma_b_k8_t`,
-//! `B = spatial(1, wn) . column_local(rk / 2, rn) . mma_a_k8_t`, `C` as above.
 
 use super::config::{config_err, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling};
 use tilus_core::layout::fragments::fragment;
@@ -100,23 +96,11 @@ impl QMatmulLayouts {
         let [fa, fb, fc] = mma_fragments(kind);
         let (wm, wn) = (t.warps_m, t.warps_n);
         let (local, spatial, rep) = (Layout::local, Layout::spatial, Layout::replicated);
-        let named = |n: &str| fragment(n).expect("a named fragment");
-        let (c, a, b) = if config.method == QMatmulMethod::GemvDirect {
-            // The transposed product in runs of 8 (32 of k per fragment): the weight tile in
-            // `mma_a_k8_t`, the activations in `mma_b_k8_t`.
-            (
-                chain(&[spatial(&[1, wn]), local(&[1, t.rep_n]), named("mma_c_t")]),
-                chain(&[rep(2, wn), local(&[1, t.rep_k / 2]), named("mma_b_k8_t")]),
-                chain(&[
-                    spatial(&[1, wn]),
-                    Layout::column_local(&[t.rep_k / 2, t.rep_n]),
-                    named("mma_a_k8_t"),
-                ]),
-            )
-        } else if config.method == QMatmulMethod::Gemv {
+        let (c, a, b) = if config.method == QMatmulMethod::Gemv {
             // The transposed product: the weight tile is mma A (`mma_a_t` over [k, n]), the
             // activations B (loaded n-major, `mma_b_t` over [m, k]), and the accumulator
             // `mma_c` over [n, m], seen here as [m, n].
+            let named = |n: &str| fragment(n).expect("a named fragment");
             (
                 chain(&[spatial(&[1, wn]), local(&[1, t.rep_n]), named("mma_c_t")]),
                 chain(&[rep(2, wn), local(&[1, t.rep_k]), named("mma_b_t")]),

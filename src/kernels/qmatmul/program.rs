@@ -37,7 +37,6 @@ pub fn config_name(c: &QMatmulConfig) -> String {
         QMatmulMethod::Fused => "",
         QMatmulMethod::DequantizeThenGemm => "_dq",
         QMatmulMethod::Gemv => "_gemv",
-        QMatmulMethod::GemvDirect => "_gemvd",
     };
     format!(
         "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{method}",
@@ -62,22 +61,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         None => (0, 0),
     };
     let v = |x: usize| x as i32;
-    let main = if config.method == QMatmulMethod::GemvDirect {
-        let cfg = kernel::qmatmul_gemv_direct::Config {
-            BN: v(config.bn),
-            BK: v(config.bk),
-            WN: v(t.warps_n),
-            SPLIT: v(config.split_k),
-            G: group,
-            ZEROS: zeros,
-            H: v(h),
-            VEC: v(t.vector_bytes),
-            BIAS: i32::from(biased_cast(config, h)),
-            A: config.adtype,
-            W: config.wdtype,
-        };
-        kernel::qmatmul_gemv_direct::translate(&cfg)
-    } else if config.method == QMatmulMethod::Gemv {
+    let main = if config.method == QMatmulMethod::Gemv {
         let cfg = kernel::qmatmul_gemv::Config {
             BN: v(config.bn),
             BK: v(config.bk),
@@ -128,7 +112,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         ));
     }
     let dequant = match config.method {
-        QMatmulMethod::Fused | QMatmulMethod::Gemv | QMatmulMethod::GemvDirect => None,
+        QMatmulMethod::Fused | QMatmulMethod::Gemv => None,
         QMatmulMethod::DequantizeThenGemm => {
             let rows = super::dequant::store_rows(32 * t.warps_n, config.bk, config.bn)?;
             let cfg = kernel::qmatmul_dequant::Config {

@@ -168,11 +168,7 @@ pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmul
         WN: v(t.warps_n),
         H: v(pack_order(config, &lay)),
         VEC: v(t.vector_bytes),
-        GEMV: match config.method {
-            super::QMatmulMethod::Gemv => 1,
-            super::QMatmulMethod::GemvDirect => 2,
-            _ => 0,
-        },
+        GEMV: i32::from(config.method == super::QMatmulMethod::Gemv),
         W: config.wdtype,
     };
     let p = instantiate(

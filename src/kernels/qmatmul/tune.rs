@@ -45,7 +45,11 @@ impl TuneCandidate for QMatmulConfig {
             "warps": self.warps,
             "stages": self.stages,
             "split_k": self.split_k,
-            "method": self.method.name(),
+            "method": match self.method {
+                QMatmulMethod::Fused => "fused",
+                QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
+                QMatmulMethod::Gemv => "gemv",
+            },
         })
     }
 }
@@ -114,15 +118,6 @@ pub fn codegen_fingerprint() -> &'static str {
                 split_k: 2,
                 ..u3
             },
-            QMatmulConfig {
-                method: QMatmulMethod::GemvDirect,
-                bm: 8,
-                bk: 128,
-                bn: 256,
-                stages: 2,
-                split_k: 2,
-                ..u3
-            },
         ];
         let mut h = Sha256::new();
         h.update(env!("CARGO_PKG_VERSION"));
@@ -150,7 +145,6 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         QMatmulMethod::Fused => "",
         QMatmulMethod::DequantizeThenGemm => " dequant+gemm",
         QMatmulMethod::Gemv => " gemv",
-        QMatmulMethod::GemvDirect => " gemv-direct",
     };
     format!(
         "bm{} bn{} bk{} w{} s{} sk{}{method}",
@@ -288,23 +282,15 @@ pub fn candidates_up_to(
                 ..base
             }
         };
-        // With at most 8 rows the gemv methods (the weight as the mma's A operand; through
-        // shared memory, and straight into registers) are tried beside each of the measured
-        // best, in the same tiles.
+        // With at most 8 rows the gemv method (the weight as the mma's A operand) is tried
+        // beside each of the measured best, in the same tiles.
         let gemv = |c: QMatmulConfig| QMatmulConfig {
             method: QMatmulMethod::Gemv,
             bm: 8,
             ..c
         };
-        let direct = |c: QMatmulConfig| QMatmulConfig {
-            method: QMatmulMethod::GemvDirect,
-            bm: 8,
-            stages: 2,
-            ..c
-        };
         for c in MEASURED_BEST {
             if m <= 8 {
-                push(direct(decode(c)));
                 push(gemv(decode(c)));
             }
             push(decode(c));
@@ -319,7 +305,6 @@ pub fn candidates_up_to(
                         for stages in [4, 3] {
                             let c = decode((wide, bk, warps, stages, split_k));
                             if m <= 8 {
-                                push(direct(c));
                                 push(gemv(c));
                             }
                             push(c);

@@ -23,8 +23,6 @@
 //! | `mma_b_k4` | `[16, 8]` | B of f16/bf16, runs of 4: `column_spatial(4, 8).local(4, 1)` (C is `mma_c`) |
 //! | `mma_a_k8` | `[16, 32]` | A of f16/bf16, *runs of 8* (two instructions): the elements of `local(2, 1).spatial(8, 4).local(1, 8)`, locals in the instructions' order |
 //! | `mma_b_k8` | `[32, 8]` | B of f16/bf16, runs of 8: `column_spatial(4, 8).local(8, 1)` |
-//! | `mma_a_k8_t` | `[32, 16]` | `mma_a_k8` with its dimensions swapped: a `[k, n]` weight tile of the transposed product in runs of 8 |
-//! | `mma_b_k8_t` | `[8, 32]` | `mma_b_k8` with its dimensions swapped: activations stored n-major, one 16-byte run of a row per thread |
 //!
 //! **Run fragments.** An operand whose values come `r` consecutive k at a time (a vector-quantized
 //! weight: one codebook row of 4 or 8 values per look-up; activations read 8 or 16 bytes at a
@@ -64,7 +62,7 @@
 use super::Layout;
 
 /// `(name, text)` of every named fragment.
-pub const FRAGMENTS: [(&str, &str); 20] = [
+pub const FRAGMENTS: [(&str, &str); 18] = [
     ("mma_a", "column_local(2, 2).spatial(8, 4).local(1, 2)"),
     ("mma_b", "local(2, 1).column_spatial(4, 8).local(2, 1)"),
     ("mma_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
@@ -89,11 +87,6 @@ pub const FRAGMENTS: [(&str, &str); 20] = [
         "swap_inner_locals(swap_inner_locals(local(2, 1).spatial(8, 4).local(1, 8), 8, 2), 2, 2)",
     ),
     ("mma_b_k8", "column_spatial(4, 8).local(8, 1)"),
-    (
-        "mma_a_k8_t",
-        "swap_inner_locals(swap_inner_locals(local(1, 2).column_spatial(4, 8).local(8, 1), 8, 2), 2, 2)",
-    ),
-    ("mma_b_k8_t", "spatial(8, 4).local(1, 8)"),
 ];
 
 /// The text of the accumulator fragment of `wgmma.m64nNk16` for `n` columns (a multiple of 8
@@ -156,8 +149,6 @@ mod tests {
             [16, 8],
             [16, 32],
             [32, 8],
-            [32, 16],
-            [8, 32],
         ];
         for ((name, _), shape) in FRAGMENTS.iter().zip(shapes) {
             let l = fragment(name).unwrap();
@@ -354,8 +345,6 @@ mod tests {
             ("mma_b_t", "mma_b"),
             ("mma_a_t", "mma_a"),
             ("mma_c_t", "mma_c"),
-            ("mma_a_k8_t", "mma_a_k8"),
-            ("mma_b_k8_t", "mma_b_k8"),
         ] {
             let (lt, lb) = (fragment(t).unwrap(), fragment(base).unwrap());
             assert_eq!(lt.shape(), &[lb.shape()[1], lb.shape()[0]][..], "{t}");

@@ -9,7 +9,7 @@
 //!       | 'replicated' '(' int ')' | fragment
 //! fragment := 'mma_a' | 'mma_b' | 'mma_c' | 'mma_a_i8' | 'mma_b_i8' | 'mma_b_t' | 'mma_a_t' | 'mma_c_t'
 //!           | 'mma_b1_a' | 'mma_b1_b' | 'mma_b1_c' | 'mma_b1_ap' | 'mma_b1_bp' | 'mma_b1_cp'
-//!           | 'mma_a_k4' | 'mma_b_k4' | 'mma_a_k8' | 'mma_b_k8' | 'mma_a_k8_t' | 'mma_b_k8_t'
+//!           | 'mma_a_k4' | 'mma_b_k4' | 'mma_a_k8' | 'mma_b_k8'
 //! ```
 //!
 //! A fragment is the register layout of an `mma.m16n8k16` operand ([`super::fragments`]), so
@@ -323,7 +323,7 @@ impl<'a> Parser<'a> {
                          swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, \
                          mma_b_i8, mma_b_t, mma_a_t, mma_c_t, mma_b1_a, mma_b1_b, mma_b1_c, \
                          mma_b1_ap, mma_b1_bp, mma_b1_cp, mma_a_k4, mma_b_k4, mma_a_k8, \
-                         mma_b_k8, mma_a_k8_t, mma_b_k8_t)"
+                         mma_b_k8)"
                     ),
                 ))
             }
