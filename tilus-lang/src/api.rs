@@ -9,6 +9,7 @@
 //!     pub fn program(&Config) -> Option<Program>;           // the verified VM program
 //!     pub fn kernel(&Config) -> Option<KernelInfo>;         // source + entry + launch shape
 //!     pub fn interpret(&Config, m: i32, a: &[f16], c: &mut [f16], ..) -> Result<(), KernelError>;
+//!     pub fn interpret_ordered(&Config, &BlockOrder, m: i32, ..) -> Result<(), KernelError>; // blocks in any order
 //!     pub fn launch(&Context, &Config, m: i32, a: &impl DeviceRead<f16>, c: &mut impl DeviceWrite<f16>, ..)
 //!         -> Result<(), KernelError>;
 //!     pub fn launch_on(&Context, Option<&Arc<CudaStream>>, &Config, m: i32, ..) -> Result<(), KernelError>;
@@ -388,6 +389,13 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
 
         #[doc = #interpret_doc]
         pub fn interpret(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            self::interpret_ordered(cfg, &::tilus::core::interp::BlockOrder::Launch, #(#arg_names),*)
+        }
+
+        /// [`interpret`] with the grid's blocks run in `order` (each to its end before the next
+        /// starts): a kernel whose blocks communicate through global memory (a split-k
+        /// semaphore) must give the same result in every order.
+        pub fn interpret_ordered(cfg: &Config, order: &::tilus::core::interp::BlockOrder, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let i = self::index(cfg)?;
             let program = CACHES.program(NAME, &PACK, i, &META[i])?;
             let checks = [#(#checks_host),*];
@@ -395,7 +403,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
                 return ::core::result::Result::Ok(());
             }
             let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
-            ::tilus::core::interp::run(program, &mut args).map_err(|e| {
+            ::tilus::core::interp::run_ordered(program, &mut args, order).map_err(|e| {
                 ::tilus::macro_support::KernelError::interp(NAME, cfg, SITES, ::core::file!(), e)
             })?;
             #(#write_back)*
@@ -500,6 +508,13 @@ pub fn generate_lazy(
         /// Run the kernel on host buffers through the CPU interpreter, as for an eager kernel
         /// (`cfg` is instantiated on first use).
         pub fn interpret(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            self::interpret_ordered(cfg, &::tilus::core::interp::BlockOrder::Launch, #(#arg_names),*)
+        }
+
+        /// [`interpret`] with the grid's blocks run in `order` (each to its end before the next
+        /// starts): a kernel whose blocks communicate through global memory (a split-k
+        /// semaphore) must give the same result in every order.
+        pub fn interpret_ordered(cfg: &Config, order: &::tilus::core::interp::BlockOrder, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let instance = self::instance(cfg)?;
             let program = instance.program();
             let checks = [#(#checks_host),*];
@@ -507,7 +522,7 @@ pub fn generate_lazy(
                 return ::core::result::Result::Ok(());
             }
             let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
-            ::tilus::core::interp::run(program, &mut args).map_err(|e| {
+            ::tilus::core::interp::run_ordered(program, &mut args, order).map_err(|e| {
                 ::tilus::macro_support::KernelError::interp(NAME, cfg, instance.sites(), SOURCE.file, e)
             })?;
             #(#write_back)*
@@ -596,6 +611,10 @@ pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space, lazy: bool) -> Token
         #lookups
 
         pub fn interpret<#(#generics),*>(cfg: &Config, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            ::core::result::Result::Err(not_built(cfg))
+        }
+
+        pub fn interpret_ordered<#(#generics),*>(cfg: &Config, order: &::tilus::core::interp::BlockOrder, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             ::core::result::Result::Err(not_built(cfg))
         }
 
