@@ -125,6 +125,10 @@ fn mma(
 ) -> Result<(), CodegenError> {
     let warps = cx.block_threads / 32;
     let table = operand_tables(qa, qb, qc, warps).map_err(|e| cx.err(format!("dot (mma): {e}")))?;
+    // The helper, and the words of one fragment of `a` and of `b`. A run fragment (`mma_a_k4`..,
+    // see `layout::fragments`) of `r` is `r / 4` instructions: fragment `l` of `a` is words
+    // `[r l, r l + r)` in the instructions' order, of `b` words `[r l / 2, r l / 2 + r / 2)`,
+    // and instruction `j` takes `a` words `4 j .. 4 j + 4` and `b` words `2 j`, `2 j + 1`.
     let (fname, a_words, b_words) = match kind {
         MmaKind::F16 => {
             cx.features.insert("mma_f16");
@@ -151,16 +155,19 @@ fn mma(
             cx.features.insert(super::bmma::FEATURE_PAIRED);
             (super::bmma::HELPER_PAIRED, 4, 2)
         }
-        MmaKind::F16Runs(r) | MmaKind::Bf16Runs(r) => {
-            let name = if matches!(kind, MmaKind::F16Runs(_)) {
-                "f16"
-            } else {
-                "bf16"
-            };
-            cx.features
-                .insert(if name == "f16" { "mma_f16" } else { "mma_bf16" });
-            return mma_runs(cx, name, r as usize, out, (a, b, c), &table, qa, qc);
+        MmaKind::F16Runs(r) => {
+            cx.features.insert("mma_f16");
+            ("tilus_mma_f16", r as usize, r as usize / 2)
         }
+        MmaKind::Bf16Runs(r) => {
+            cx.features.insert("mma_bf16");
+            ("tilus_mma_bf16", r as usize, r as usize / 2)
+        }
+    };
+    // Instructions per fragment: one, or `r / 4` for the runs of `r`.
+    let per_fragment = match kind {
+        MmaKind::F16Runs(r) | MmaKind::Bf16Runs(r) => r as usize / 4,
+        _ => 1,
     };
     let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
     if out != c {
@@ -172,46 +179,12 @@ fn mma(
     for kq in 0..k_tiles {
         for (jq, row) in table.iter().enumerate() {
             let (la, lb) = row[kq];
-            cx.w.line(format!(
-                "{fname}(&{on}[{}], &{an}[{}], &{bn}[{}]);",
-                jq * 4,
-                la * a_words,
-                lb * b_words
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The run fragments (`mma_a_k4`.., see `layout::fragments`): fragment `l` of `a` is words
-/// `[r l, r l + r)` in the instructions' order, of `b` words `[r l / 2, r l / 2 + r / 2)`;
-/// instruction `j` of the `r / 4` takes `a` words `4 j .. 4 j + 4` and `b` words `2 j`, `2 j + 1`.
-#[allow(clippy::too_many_arguments)]
-fn mma_runs(
-    cx: &mut Ctx,
-    name: &str,
-    r: usize,
-    out: VarId,
-    (a, b, c): (VarId, VarId, VarId),
-    table: &[Vec<(usize, usize)>],
-    qa: &LayoutMap,
-    qc: &LayoutMap,
-) -> Result<(), CodegenError> {
-    let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
-    if out != c {
-        for w in 0..qc.locals * 4 {
-            cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
-        }
-    }
-    for kq in 0..*qa.shape.last().expect("dot operands have rank 2 or 3") {
-        for (jq, row) in table.iter().enumerate() {
-            let (la, lb) = row[kq];
-            for j in 0..r / 4 {
+            for j in 0..per_fragment {
                 cx.w.line(format!(
-                    "tilus_mma_{name}(&{on}[{}], &{an}[{}], &{bn}[{}]);",
+                    "{fname}(&{on}[{}], &{an}[{}], &{bn}[{}]);",
                     jq * 4,
-                    la * r + 4 * j,
-                    lb * r / 2 + 2 * j
+                    la * a_words + 4 * j,
+                    lb * b_words + 2 * j
                 ));
             }
         }
