@@ -1224,11 +1224,6 @@ fn vq_kernels_compile_without_spills() {
         let p = vq_gemv_gc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         kernels.push((format!("vq_gemv_gc_{}", c.name), p, MMA));
     }
-    let fin = tilus::kernels::vq::kernel::vq_finalize::program(
-        &tilus::kernels::vq::kernel::vq_finalize::SPACE[0],
-    )
-    .unwrap();
-    kernels.push(("vq_finalize".to_string(), fin, Expect::default()));
     run(test, kernels);
     let Some((ptxas, disasm)) = tools(test) else {
         return;

@@ -69,8 +69,8 @@ fn vq_gemv_matches_reference_with_every_cache() {
         let w = random_weight(config, n, k, &mut rng);
         let layer = VqLinear::new(w.clone()).unwrap();
         // The default cache; then the other copy count where vectors of 4 allow it, with a
-        // ring of 2 and k split in two (partial sums through atomics, then the finalize
-        // kernel) where the codebook tiles allow.
+        // ring of 2 and k split in two (the last block of each tile adds the partial sums)
+        // where the codebook tiles allow.
         let mut caches = vec![(layer.cache(), 3, 1)];
         if config.vector_size == 4 {
             let other = VqCache {
@@ -121,6 +121,50 @@ fn vq_gemv_matches_reference_with_every_cache() {
             }
         }
     }
+}
+
+/// Split k in one launch: the block that counts last on a tile's semaphore adds the partial
+/// sums in split order, so the output is the same bits whichever order the blocks run in, and
+/// it matches the reference.
+#[test]
+fn vq_split_k_is_the_same_in_every_block_order() {
+    use tilus::core::interp::BlockOrder;
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut split_cases = 0;
+    for (config, n, k) in cases() {
+        let w = random_weight(config, n, k, &mut rng);
+        let base = VqLinear::new(w.clone()).unwrap();
+        let Some(layer) = [4, 2]
+            .into_iter()
+            .find_map(|s| base.clone().with_split(s).ok())
+        else {
+            continue;
+        };
+        split_cases += 1;
+        for m in [3, 9] {
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let tag = format!(
+                "{} {n}x{k} m={m} split {} seed {seed}",
+                config.name,
+                layer.config(m).SPLIT
+            );
+            let first = layer.forward_cpu(&x, m).unwrap();
+            check(&tag, &first, &reference(&w, &x, m));
+            for order in [
+                BlockOrder::Reversed,
+                BlockOrder::Shuffled(rng.random()),
+                BlockOrder::Shuffled(rng.random()),
+            ] {
+                let again = layer.forward_cpu_ordered(&x, m, &order).unwrap();
+                let bits = |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&again), bits(&first), "{tag} {order:?}");
+            }
+        }
+    }
+    assert!(split_cases >= 2, "the cases must include splittable layers");
 }
 
 #[test]

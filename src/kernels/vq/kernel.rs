@@ -33,9 +33,11 @@
 //! - **Residual stages** are looked up separately and added in f16 (one rounding for two
 //!   stages, as the f32 sum rounded once).
 //!
-//! With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices whose f32 partial
-//! sums are added into a workspace with `atomic_add` (the global reduction), and
-//! [`vq_finalize`] writes the f16 output and zeroes the workspace again.
+//! With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices. Each block stores
+//! its f32 partial sum in a workspace and counts itself on its output tile's semaphore (between
+//! two `fence()`s); the block that counts last adds the partials in split order, so the result
+//! does not depend on the order the blocks ran in, writes the f16 output and resets the
+//! semaphore: one launch, as the quantized matmul's split-k.
 //!
 //! [`vq_gemv_gc`] is the paper's naive "GC" baseline: codes in their original order `[R, n,
 //! k / V]` (u8 when `CB = 1`; u16 little-endian when `CB = 2`, read as u32 words of two since the
@@ -44,8 +46,10 @@
 
 /// The codebook-centric VQ-GEMV (module docs). Parameters: `m, n, k`, the codebook tile
 /// (`tile_rows x tile_cols`; `n x k` for one codebook), `x [m, k]`, the re-laid codes, the
-/// codebooks, the scales (any buffer when `SCALE = 0`), `y [m, n]` and the split-k workspace
-/// `part [m, n]` f32, zero on entry (any buffer when `SPLIT = 1`). The host keeps `32 · WN`
+/// codebooks, the scales (any buffer when `SCALE = 0`), `y [m, n]`, and for split k the f32
+/// `workspace [SPLIT, m, n]` and the i32 `semaphores [cdiv(m, tokens per block) · n / (32 ·
+/// WN)]`, zero before the launch and left zero after it (any buffers when `SPLIT = 1`: they
+/// are not viewed). The host keeps `32 · WN`
 /// dividing `tile_rows`, `BK` dividing `tile_cols`, `SPLIT` dividing `k / BK`, and with
 /// `ONE = 0` the slice of each block a whole number of codebook tiles.
 #[tilus::kernel(
@@ -92,7 +96,8 @@ pub fn vq_gemv<
     codebooks: Global<f16>,
     scales: Global<f16>,
     y: GlobalMut<f16>,
-    part: GlobalMut<f32>,
+    workspace: GlobalMut<f32>,
+    semaphores: GlobalMut<i32>,
 ) {
     let threads = WN * 32;
     let bn = WN * 32;
@@ -164,8 +169,10 @@ pub fn vq_gemv<
         )
     };
     let lo_layout = layout!(spatial(threads, 1).local(1, lo_words));
-    // The codebook rows each thread writes at a switch: `R · E / threads` rows of `hv` words.
-    let lf = layout!(local(R * E / threads, 1).spatial(threads, 1).local(1, hv));
+    // The codebook rows each thread writes at a switch: `R · E / threads` rows (`lfi`, the
+    // row index layout of `scatter_rows`) of `hv` words.
+    let lfi = layout!(local(R * E / threads, 1).spatial(threads, 1));
+    let lf = layout!(lfi.local(1, hv));
 
     let [bi, bj, bs] = block_indices();
     let ksteps = k / BK;
@@ -196,7 +203,6 @@ pub fn vq_gemv<
     // switch(codebook): the rows in `lf` (loaded a tile ahead) into buffer `buf`, copy
     // `(c + row) % REP` at pass `c`: one 8-byte store per row, the 16 lanes of a phase on 16
     // distinct copies, so on distinct banks.
-    let lfi = layout!(local(R * E / threads, 1).spatial(threads, 1));
     let frow = arange(lfi, 0, 0);
     let store_book = |rows: Tensor, buf: i32| {
         #[unroll]
@@ -227,7 +233,8 @@ pub fn vq_gemv<
         let c = cast::<i32>(view::<u8>(lo, li));
         if HB == 0 {
             c
-        } else if HB == 4 {
+        } else {
+            // The high parts: a nibble (HB = 4) or a byte (HB = 8) of each code.
             let hi = load_shared(
                 slice_shared(
                     scodes,
@@ -237,18 +244,12 @@ pub fn vq_gemv<
                 layout!(spatial(threads, 1).local(1, hi_words)),
                 [0, 0],
             );
-            c + (cast::<i32>(view::<u4>(hi, li)) << 8)
-        } else {
-            let hi = load_shared(
-                slice_shared(
-                    scodes,
-                    [stage, 0, R * lo_words + s * hi_words],
-                    [threads, hi_words],
-                ),
-                lo_layout,
-                [0, 0],
-            );
-            c + (cast::<i32>(view::<u8>(hi, li)) << 8)
+            let high = if HB == 4 {
+                cast::<i32>(view::<u4>(hi, li))
+            } else {
+                cast::<i32>(view::<u8>(hi, li))
+            };
+            c + (high << 8)
         }
     };
 
@@ -336,25 +337,40 @@ pub fn vq_gemv<
     if SPLIT == 1 {
         store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
     } else {
-        // Split k: the partial sums go to the f32 workspace (zero before; `vq_finalize`
-        // writes y and zeroes it again). Rows past m are skipped (index -1).
-        let row = arange(ly, 0, bi * bm);
-        let col = arange(ly, 1, bj * bn);
-        let at = select(row < m, row * n + col, -1);
-        atomic_add(view_global(part, [m * n]), at, out);
+        // Split k in one launch: store this block's partial (rows past m are masked), count it
+        // on the tile's semaphore (lane 0's atomic: every other index is out of range), and
+        // let the block that counts last add the partials in split order and reset the count.
+        let tiles_m = cdiv(m, bm);
+        let gw = view_global(workspace, [SPLIT, m, n]);
+        store_global(out, gw, [bs, bi * bm, bj * bn]);
+        // Release: every thread's stores, then the count.
+        sync();
+        fence();
+        let lanes = layout!(spatial(threads));
+        let lane = arange(lanes, 0, 0);
+        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
+        let gsem = view_global(semaphores, [tiles_m * (n / bn)]);
+        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+        // Acquire: after the count, before the barrier that hands it to every thread.
+        fence();
+        let arrived = item(sum(old, 0));
+        if arrived == SPLIT - 1 {
+            let mut total = load_global(gw, ly, [0, bi * bm, bj * bn]);
+            for split in 1..SPLIT {
+                total = total + load_global(gw, ly, [split, bi * bm, bj * bn]);
+            }
+            store_global(
+                cast::<f16>(total),
+                view_global(y, [m, n]),
+                [bi * bm, bj * bn],
+            );
+            store_global(
+                register::<i32>(layout!(local(1)), 0),
+                gsem,
+                [bj * tiles_m + bi],
+            );
+        }
     }
-}
-
-/// The split-k epilogue of [`vq_gemv`]: `y = f16(part)` for the `[m, n]` f32 workspace,
-/// which is left zeroed for the next launch. 1024 elements per block.
-#[tilus::kernel(grid = [cdiv(len, 1024)], warps = 4)]
-pub fn vq_finalize(len: i32, part: GlobalMut<f32>, y: GlobalMut<f16>) {
-    let [b] = block_indices();
-    let l = layout!(spatial(128).local(8));
-    let gp = view_global(part, [len]);
-    let v = load_global(gp, l, [b * 1024]);
-    store_global(cast::<f16>(v), view_global(y, [len]), [b * 1024]);
-    store_global(register::<f32>(l, 0.0), gp, [b * 1024]);
 }
 
 /// The naive "GC" VQ-GEMV: the same product and tiling as [`vq_gemv`], every code and every

@@ -15,10 +15,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::kernel::{vq_finalize, vq_gemv, vq_gemv_gc};
+use super::kernel::{vq_gemv, vq_gemv_gc};
 use crate::vq::{arg_err, VqConfig, VqError, VqWeight};
 use half::f16;
 use std::sync::{Arc, Mutex};
+use tilus_core::interp::BlockOrder;
 use tilus_runtime::{Context, DeviceBuffer};
 
 /// Output channels per block of the GC kernel.
@@ -144,6 +145,18 @@ fn split_ok(c: VqConfig, cache: VqCache, n: usize, k: usize, split: usize) -> bo
     let tile_steps = cols / step_k(c, n, k);
     steps.is_multiple_of(split)
         && (one_codebook(c, cache, n, k) || (steps / split).is_multiple_of(tile_steps))
+}
+
+/// Lengths of [`vq_gemv`]'s split-k buffers for `m` tokens under `cfg`: the f32 workspace
+/// `[SPLIT, m, n]` and one i32 semaphore per output tile (one-element placeholders when k is not
+/// split: the kernel does not view them).
+fn split_buffer_lens(cfg: &vq_gemv::Config, m: usize, n: usize) -> (usize, usize) {
+    if cfg.SPLIT <= 1 {
+        return (1, 1);
+    }
+    let tiles_m = m.div_ceil(product_rows(cfg.TR as usize));
+    let tiles_n = n / (32 * cfg.WN as usize);
+    (cfg.SPLIT as usize * m * n, tiles_m * tiles_n)
 }
 
 /// [`vq_gemv`]'s configuration for a format, a cache, `warps`, the shape, a ring of `stages`
@@ -490,16 +503,29 @@ impl VqLinear {
         Ok(m as i32)
     }
 
-    /// `y[m, n]` for `x[m, k]` (row-major f16) on the CPU interpreter, through [`vq_gemv`]
-    /// (and [`vq_finalize`] when k is split).
+    /// `y[m, n]` for `x[m, k]` (row-major f16) on the CPU interpreter, through [`vq_gemv`].
     pub fn forward_cpu(&self, x: &[f16], m: usize) -> Result<Vec<f16>, VqError> {
+        self.forward_cpu_ordered(x, m, &BlockOrder::Launch)
+    }
+
+    /// [`forward_cpu`](Self::forward_cpu) with the kernel's blocks run in `order`: with k split,
+    /// the same bits in every order (the last block of a tile adds the partials in split order).
+    pub fn forward_cpu_ordered(
+        &self,
+        x: &[f16],
+        m: usize,
+        order: &BlockOrder,
+    ) -> Result<Vec<f16>, VqError> {
         let mi = self.check_x(x.len(), m)?;
         let (n, k, tr, tc) = self.dims();
         let mut y = vec![f16::NAN; m * self.n()];
         let cfg = self.config(m);
-        let mut part = vec![0f32; if cfg.SPLIT > 1 { m * self.n() } else { 1 }];
-        vq_gemv::interpret(
+        let (ws, sems) = split_buffer_lens(&cfg, m, self.n());
+        let mut workspace = vec![0f32; ws];
+        let mut semaphores = vec![0i32; sems];
+        vq_gemv::interpret_ordered(
             &cfg,
+            order,
             mi,
             n,
             k,
@@ -510,19 +536,14 @@ impl VqLinear {
             &self.codebooks,
             &self.scales,
             &mut y,
-            &mut part,
+            &mut workspace,
+            &mut semaphores,
         )
         .map_err(kernel_err)?;
-        if cfg.SPLIT > 1 {
-            vq_finalize::interpret(
-                &vq_finalize::SPACE[0],
-                (m * self.n()) as i32,
-                &mut part,
-                &mut y,
-            )
-            .map_err(kernel_err)?;
-            debug_assert!(part.iter().all(|&v| v == 0.0));
-        }
+        debug_assert!(
+            semaphores.iter().all(|&c| c == 0),
+            "the last block of each tile resets its semaphore"
+        );
         Ok(y)
     }
 
@@ -555,7 +576,7 @@ impl VqLinear {
     pub fn to_gpu(&self, ctx: &Arc<Context>) -> Result<GpuVqLinear, VqError> {
         Ok(GpuVqLinear {
             ctx: ctx.clone(),
-            part: Mutex::new(None),
+            split: Mutex::new(None),
             gc_codes: Mutex::new(None),
             codes: DeviceBuffer::from_host(ctx, &self.kernel_codes).map_err(kernel_err)?,
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
@@ -571,11 +592,24 @@ fn codebook_bytes(c: VqConfig, cache: VqCache, n: usize, k: usize) -> usize {
     bufs * c.residuals * c.entries() * cache.replicas * c.vector_size * 2
 }
 
+/// The split-k buffers of a [`GpuVqLinear`]: the f32 workspace of the partial sums and one
+/// counter per output tile, zero between launches (the last block of a tile resets its own, so
+/// no launch needs a memset).
+struct SplitBuffers {
+    workspace: DeviceBuffer<f32>,
+    semaphores: DeviceBuffer<i32>,
+}
+
 /// [`VqLinear`] on a GPU.
+///
+/// A forward is one launch. With k split it uses the layer's split-k buffers, made by
+/// [`GpuVqLinear::reserve`] or grown by a forward that needs more; after `reserve(max_m)` no
+/// forward of up to `max_m` tokens allocates, so it can be captured in a CUDA graph (with
+/// [`GpuVqLinear::forward_into`], which takes the output buffer). Two forwards of one layer
+/// must not be in flight at once on different streams: they would share the semaphores.
 pub struct GpuVqLinear {
     ctx: Arc<Context>,
-    /// The split-k workspace, zero between launches, grown to the largest `m · n` seen.
-    part: Mutex<Option<DeviceBuffer<f32>>>,
+    split: Mutex<Option<SplitBuffers>>,
     /// The GC kernel's codes, uploaded on its first use.
     gc_codes: Mutex<Option<DeviceBuffer<u8>>>,
     codes: DeviceBuffer<u8>,
@@ -590,6 +624,42 @@ impl GpuVqLinear {
     }
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+
+    /// Make the split-k buffers for forwards of up to `max_m` tokens (zeroed), keeping the ones
+    /// there are when they already suffice; an error names `m`. Afterwards no
+    /// [`forward_into`](Self::forward_into) of up to `max_m` tokens allocates.
+    pub fn reserve(&self, max_m: usize) -> Result<(), VqError> {
+        if max_m == 0 || max_m > 1 << 20 {
+            return Err(arg_err("m", format!("{max_m}: must lie in 1..=2^20")));
+        }
+        let n = self.host.n();
+        let (ws, sems) = (1..=max_m)
+            .map(|m| split_buffer_lens(&self.host.config(m), m, n))
+            .fold((1, 1), |(a, b), (c, d)| (a.max(c), b.max(d)));
+        let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        self.ensure_split(&mut split, ws, sems)
+    }
+
+    /// Grow `split` to at least `ws` workspace and `sems` semaphore elements (the new
+    /// buffers replace the old only once they exist).
+    fn ensure_split(
+        &self,
+        split: &mut Option<SplitBuffers>,
+        ws: usize,
+        sems: usize,
+    ) -> Result<(), VqError> {
+        let (have_ws, have_sems) = split
+            .as_ref()
+            .map_or((0, 0), |b| (b.workspace.len(), b.semaphores.len()));
+        if have_ws >= ws && have_sems >= sems {
+            return Ok(());
+        }
+        *split = Some(SplitBuffers {
+            workspace: DeviceBuffer::zeros(&self.ctx, ws.max(have_ws)).map_err(kernel_err)?,
+            semaphores: DeviceBuffer::zeros(&self.ctx, sems.max(have_sems)).map_err(kernel_err)?,
+        });
+        Ok(())
     }
 
     /// `y[m, n]` for `x[m, k]` on the device (f16).
@@ -640,12 +710,10 @@ impl GpuVqLinear {
             .map_err(kernel_err)
         } else {
             let cfg = h.config(m);
-            let mut guard = self.part.lock().unwrap_or_else(|p| p.into_inner());
-            let len = if cfg.SPLIT > 1 { m * h.n() } else { 1 };
-            if guard.as_ref().is_none_or(|p| p.len() < len) {
-                *guard = Some(DeviceBuffer::zeros(&self.ctx, len).map_err(kernel_err)?);
-            }
-            let part = guard.as_mut().expect("allocated above");
+            let (ws, sems) = split_buffer_lens(&cfg, m, h.n());
+            let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
+            self.ensure_split(&mut split, ws, sems)?;
+            let bufs = split.as_mut().expect("made above");
             vq_gemv::launch(
                 &self.ctx,
                 &cfg,
@@ -659,20 +727,10 @@ impl GpuVqLinear {
                 &self.codebooks,
                 &self.scales,
                 y,
-                part,
+                &mut bufs.workspace,
+                &mut bufs.semaphores,
             )
-            .map_err(kernel_err)?;
-            if cfg.SPLIT > 1 {
-                vq_finalize::launch(
-                    &self.ctx,
-                    &vq_finalize::SPACE[0],
-                    (m * h.n()) as i32,
-                    part,
-                    y,
-                )
-                .map_err(kernel_err)?;
-            }
-            Ok(())
+            .map_err(kernel_err)
         }
     }
 }
