@@ -239,13 +239,14 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `tilus bench vq`: malformed formats, m values, shapes and caches are refused, naming the
+/// `tilus bench vq`: malformed formats, m values, shapes, caches and reductions are refused, naming the
 /// flag, before a GPU is looked for; without a GPU it says it needs one.
 #[test]
 fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("vq");
-    let bad: [(&[&str], &str); 12] = [
+    let bad: [(&[&str], &str); 13] = [
         (&["--stages", "1"], "--stages"),
+        (&["--reduce", "sum"], "--reduce"),
         (&["--split", "3"], "--split"),
         (&["--configs", "quip4"], "--configs"),
         (&["--configs", "cq2"], "--configs"),

@@ -1195,13 +1195,19 @@ fn vq_kernels_compile_without_spills() {
             caches.push(VqCache { replicas: 1 });
         }
         for cache in caches {
-            // Whole k in the 16-token product, split in four in the transposed one of 8.
-            for split in [1, 4] {
+            // Whole k in the 16-token product; split in four in the transposed one of 8 (the
+            // partials added in order, one launch) and in the 16-token one (by atomics).
+            for (split, product, ordered) in [(1, 0, true), (4, 1, true), (4, 0, false)] {
                 let warps = warps_for(c, 57344, 8192);
-                let product = if split == 4 { 1 } else { 0 };
-                let cfg = kernel_config(c, cache, warps, (57344, 8192), (3, split), product);
+                let cfg =
+                    kernel_config(c, cache, warps, (57344, 8192), (3, split), product, ordered);
                 let p = vq_gemv::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
-                let name = format!("vq_gemv_{}_x{}_split{split}", c.name, cache.replicas);
+                let name = format!(
+                    "vq_gemv_{}_x{}_split{split}_t{product}{}",
+                    c.name,
+                    cache.replicas,
+                    if ordered { "" } else { "_atomic" }
+                );
                 {
                     let wide = if c.vector_size == 4 {
                         "LDS.64"
@@ -1224,6 +1230,11 @@ fn vq_kernels_compile_without_spills() {
         let p = vq_gemv_gc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         kernels.push((format!("vq_gemv_gc_{}", c.name), p, MMA));
     }
+    let fin = tilus::kernels::vq::kernel::vq_finalize::program(
+        &tilus::kernels::vq::kernel::vq_finalize::SPACE[0],
+    )
+    .unwrap();
+    kernels.push(("vq_finalize".to_string(), fin, Expect::default()));
     run(test, kernels);
     let Some((ptxas, disasm)) = tools(test) else {
         return;

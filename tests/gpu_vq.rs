@@ -54,8 +54,10 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
             default
         };
         for (ci, cache) in [default, other, default].into_iter().enumerate() {
-            // Rings of 3, 2 and 3 stages; k split in four (atomics + the finalize kernel)
-            // with the second and third.
+            // Rings of 3, 2 and 3 stages; k split in four (up to m = 8 in one launch, the last
+            // block of a tile adding the partials in split order; above by atomics and the
+            // finalize kernel) with the second and third, the second with its buffers
+            // reserved ahead.
             let split = if ci == 0 { 1 } else { 4 };
             let layer = VqLinear::new(w.clone())
                 .unwrap()
@@ -73,6 +75,9 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                 layer
             };
             let gpu = layer.to_gpu(&ctx).unwrap();
+            if ci == 1 {
+                gpu.reserve(33).unwrap();
+            }
             for m in [1, 3, 16, 33] {
                 let x: Vec<f16> = (0..m * k)
                     .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
@@ -90,6 +95,32 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                     let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                     gpu.forward_into(&xd, m, &mut y, naive).unwrap();
                     let got = y.to_host().unwrap();
+                    if split > 1 && !naive {
+                        // A second launch finds the semaphores reset (and the atomics' sum
+                        // zeroed by vq_finalize): the ordered sum gives the same bits, the
+                        // atomic one the same values up to the order of its additions.
+                        let mut again =
+                            DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                        gpu.forward_into(&xd, m, &mut again, naive).unwrap();
+                        let again = again.to_host().unwrap();
+                        if layer.config(m).ORDERED == 1 {
+                            let bits =
+                                |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(&again), bits(&got), "{tag}");
+                        } else {
+                            // Within two f16 ulps of the first (a sum left from the first
+                            // launch would double every value).
+                            for (i, (a, g)) in again.iter().zip(&got).enumerate() {
+                                let (a, g) = (a.to_f64(), g.to_f64());
+                                let ulp =
+                                    f16::from_f64(g.abs()).to_f64().max(6.1e-5) * 2f64.powi(-10);
+                                assert!(
+                                    (a - g).abs() <= 2.0 * ulp,
+                                    "{tag}: y[{i}] {g}, then {a} in a second launch"
+                                );
+                            }
+                        }
+                    }
                     for (i, g) in got.iter().enumerate() {
                         let gv = g.to_f64();
                         assert!(gv.is_finite(), "{tag}: y[{i}] = {gv} (poison left?)");
@@ -130,4 +161,6 @@ fn gpu_vq_rejects_bad_buffers() {
     assert!(e.contains("`y`"), "{e}");
     let e = gpu.forward(&x, 3).err().unwrap().to_string();
     assert!(e.contains("`x`"), "{e}");
+    let e = gpu.reserve(0).unwrap_err().to_string();
+    assert!(e.contains("`m`"), "{e}");
 }

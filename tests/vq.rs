@@ -125,7 +125,8 @@ fn vq_gemv_matches_reference_with_every_cache() {
 
 /// Split k in one launch: the block that counts last on a tile's semaphore adds the partial
 /// sums in split order, so the output is the same bits whichever order the blocks run in, and
-/// it matches the reference.
+/// it matches the reference; the atomic sum (its partials added into one `[m, n]` sum) matches
+/// the reference too.
 #[test]
 fn vq_split_k_is_the_same_in_every_block_order() {
     use tilus::core::interp::BlockOrder;
@@ -141,6 +142,8 @@ fn vq_split_k_is_the_same_in_every_block_order() {
         else {
             continue;
         };
+        let atomic = layer.clone().with_ordered_split(false);
+        let layer = layer.with_ordered_split(true);
         split_cases += 1;
         for m in [3, 9] {
             let x: Vec<f16> = (0..m * k)
@@ -151,8 +154,14 @@ fn vq_split_k_is_the_same_in_every_block_order() {
                 config.name,
                 layer.config(m).SPLIT
             );
+            let want = reference(&w, &x, m);
             let first = layer.forward_cpu(&x, m).unwrap();
-            check(&tag, &first, &reference(&w, &x, m));
+            check(&tag, &first, &want);
+            // The atomics' sum, in two orders, against the reference.
+            for order in [BlockOrder::Launch, BlockOrder::Reversed] {
+                let got = atomic.forward_cpu_ordered(&x, m, &order).unwrap();
+                check(&format!("{tag} atomic {order:?}"), &got, &want);
+            }
             for order in [
                 BlockOrder::Reversed,
                 BlockOrder::Shuffled(rng.random()),

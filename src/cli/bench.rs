@@ -348,6 +348,11 @@ pub enum BenchCommand {
         /// tokens) instead of the layer's choice per m.
         #[arg(long)]
         product: Option<usize>,
+        /// How a split k adds its partial sums: `ordered` (stored apart, added in split order
+        /// by the last block, one launch) or `atomic` (atomics into one sum, then a second
+        /// launch), instead of the layer's choice per m.
+        #[arg(long)]
+        reduce: Option<String>,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -503,8 +508,10 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             split,
             warps,
             product,
+            reduce,
             ..
         } => {
+            parse_reduce(reduce.as_deref())?;
             if product.is_some_and(|p| p > 2) {
                 return Err(format!(
                     "argument `--product`: {} is not 0, 1 or 2",
@@ -795,17 +802,26 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         split,
         warps,
         product,
+        ref reduce,
         runs,
         no_cublas,
         no_elementwise,
     } = *cmd
     {
+        let knobs = tilus::kernels::vq::bench::VqKnobs {
+            cache: None,
+            stages,
+            split,
+            warps,
+            product,
+            ordered: parse_reduce(reduce.as_deref())?,
+        };
         return super::bench_vq::run(
             configs,
             m,
             shapes,
             cache.as_deref(),
-            (stages, split, warps, product),
+            knobs,
             runs,
             (no_cublas, no_elementwise),
         );
@@ -1388,4 +1404,16 @@ fn tune_typed<T: Activation>(
         )
     );
     Ok(out)
+}
+
+/// `--reduce` of `tilus bench vq`: `Some(true)` for `ordered`, `Some(false)` for `atomic`.
+fn parse_reduce(reduce: Option<&str>) -> Result<Option<bool>, String> {
+    match reduce {
+        None => Ok(None),
+        Some("ordered") => Ok(Some(true)),
+        Some("atomic") => Ok(Some(false)),
+        Some(other) => Err(format!(
+            "argument `--reduce`: {other:?} is not ordered or atomic"
+        )),
+    }
 }

@@ -56,7 +56,7 @@ pub fn run(
     m: &str,
     shapes: &str,
     cache: Option<&str>,
-    (stages, split, warps, product): (Option<usize>, Option<usize>, Option<usize>, Option<usize>),
+    knobs: VqKnobs,
     runs: usize,
     (no_cublas, no_elementwise): (bool, bool),
 ) -> Result<String, String> {
@@ -109,13 +109,7 @@ pub fn run(
                     k,
                     runs,
                     copy_gbps,
-                    VqKnobs {
-                        cache,
-                        stages,
-                        split,
-                        warps,
-                        product,
-                    },
+                    VqKnobs { cache, ..knobs },
                     cublas,
                     ew,
                 )

@@ -8,7 +8,8 @@
 //! the device-to-device copy bandwidth measured in the same run. The weights are random (codes
 //! uniform over the entries, the cache's worst case; values do not change the time), since
 //! k-means on a 470M-element matrix would only cost time; correctness is the tests' job
-//! (`tests/vq.rs`, `tests/gpu_vq.rs`). A split k's time includes both launches.
+//! (`tests/vq.rs`, `tests/gpu_vq.rs`). A split k added by atomics includes the finalize
+//! kernel's launch.
 
 use super::{VqCache, VqLinear};
 use crate::kernels::timing::time_launches;
@@ -30,6 +31,8 @@ pub struct VqKnobs {
     pub split: Option<usize>,
     pub warps: Option<usize>,
     pub product: Option<usize>,
+    /// How a split k adds its partials (`true`: in split order; `false`: by atomics).
+    pub ordered: Option<bool>,
 }
 
 /// One measured point.
@@ -46,8 +49,11 @@ pub struct VqBenchRow {
     pub warps: usize,
     /// The product (`TR`: 0, 1, 2).
     pub product: usize,
-    /// The k split (1: none; above, two launches: the GEMV and the finalize kernel).
+    /// The k split (1: none).
     pub split: usize,
+    /// How a split k added its partials (`true`: in split order, one launch; `false`: by
+    /// atomics, then the finalize kernel).
+    pub ordered: bool,
     /// [`super::kernel::vq_gemv`] with `cache`.
     pub cached: Timing,
     /// The naive GC kernel.
@@ -105,6 +111,7 @@ pub fn bench_vq(
         split,
         warps,
         product,
+        ordered,
     } = knobs;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;
@@ -120,6 +127,9 @@ pub fn bench_vq(
     }
     if let Some(s) = split {
         layer = layer.with_split(s).map_err(err)?;
+    }
+    if let Some(o) = ordered {
+        layer = layer.with_ordered_split(o);
     }
     let gpu = layer.to_gpu(ctx).map_err(err)?;
     let x: Vec<f16> = (0..m * k)
@@ -143,6 +153,7 @@ pub fn bench_vq(
         warps: layer.warps(),
         product: layer.config(m).TR as usize,
         split: layer.config(m).SPLIT as usize,
+        ordered: layer.config(m).ORDERED == 1,
         cached,
         naive,
         bytes,
@@ -159,7 +170,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         "tilus vq (codebook-centric VQ-GEMV); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16), stages, k split\n\
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16), stages, k split (atomic: partials added by atomics, else in split order)\n\
          {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
@@ -179,7 +190,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} w{} t{} s{} k/{}\n",
+            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} w{} t{} s{} k/{}{}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -197,6 +208,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
             r.product,
             r.stages,
             r.split,
+            if r.split > 1 && !r.ordered { " atomic" } else { "" },
         );
     }
     s

@@ -33,11 +33,15 @@
 //! - **Residual stages** are looked up separately and added in f16 (one rounding for two
 //!   stages, as the f32 sum rounded once).
 //!
-//! With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices. Each block stores
-//! its f32 partial sum in a workspace and counts itself on its output tile's semaphore (between
-//! two `fence()`s); the block that counts last adds the partials in split order, so the result
-//! does not depend on the order the blocks ran in, writes the f16 output and resets the
-//! semaphore: one launch, as the quantized matmul's split-k.
+//! With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices, and the partial
+//! sums are added one of two ways. `ORDERED = 1`, in one launch as the quantized matmul's
+//! split-k: each block stores its f32 partial in a workspace and counts itself on its output
+//! tile's semaphore (between two `fence()`s), and the block that counts last adds the partials
+//! in split order (the result does not depend on the order the blocks ran in), writes the f16
+//! output and resets the semaphore. `ORDERED = 0`: the partials are added into one sum by
+//! atomics and [`vq_finalize`], a second launch, writes the output and zeroes the sum. The
+//! first saves a launch where the grid is about one wave; the second keeps no block waiting on
+//! the others (`linear::ordered_for` chooses by measurement).
 //!
 //! [`vq_gemv_gc`] is the paper's naive "GC" baseline: codes in their original order `[R, n,
 //! k / V]` (u8 when `CB = 1`; u16 little-endian when `CB = 2`, read as u32 words of two since the
@@ -47,9 +51,9 @@
 /// The codebook-centric VQ-GEMV (module docs). Parameters: `m, n, k`, the codebook tile
 /// (`tile_rows x tile_cols`; `n x k` for one codebook), `x [m, k]`, the re-laid codes, the
 /// codebooks, the scales (any buffer when `SCALE = 0`), `y [m, n]`, and for split k the f32
-/// `workspace [SPLIT, m, n]` and the i32 `semaphores [cdiv(m, tokens per block) · n / (32 ·
-/// WN)]`, zero before the launch and left zero after it (any buffers when `SPLIT = 1`: they
-/// are not viewed). The host keeps `32 · WN`
+/// `workspace` (`[SPLIT, m, n]`, or `[m, n]` with `ORDERED = 0`) and the i32 `semaphores
+/// [cdiv(m, tokens per block) · n / (32 · WN)]`, zero before the launch and left zero after it
+/// (any buffers when `SPLIT = 1`: they are not viewed). The host keeps `32 · WN`
 /// dividing `tile_rows`, `BK` dividing `tile_cols`, `SPLIT` dividing `k / BK`, and with
 /// `ONE = 0` the slice of each block a whole number of codebook tiles.
 #[tilus::kernel(
@@ -69,6 +73,7 @@
         ONE = [0, 1],
         SCALE = [0, 1],
         TR = [0, 1, 2],
+        ORDERED = [0, 1],
     ),
 )]
 #[allow(clippy::too_many_arguments)]
@@ -85,6 +90,7 @@ pub fn vq_gemv<
     const ONE: i32,
     const SCALE: i32,
     const TR: i32,
+    const ORDERED: i32,
 >(
     m: i32,
     n: i32,
@@ -336,10 +342,18 @@ pub fn vq_gemv<
     let out = view::<f32>(acc, ly);
     if SPLIT == 1 {
         store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
+    } else if ORDERED == 0 {
+        // The partials are added into one `[m, n]` f32 sum by atomics (rows past m are
+        // skipped: index -1); `vq_finalize`, a second launch, writes y and zeroes the sum.
+        let row = arange(ly, 0, bi * bm);
+        let col = arange(ly, 1, bj * bn);
+        let at = select(row < m, row * n + col, -1);
+        atomic_add(view_global(workspace, [m * n]), at, out);
     } else {
-        // Split k in one launch: store this block's partial (rows past m are masked), count it
-        // on the tile's semaphore (lane 0's atomic: every other index is out of range), and
-        // let the block that counts last add the partials in split order and reset the count.
+        // In one launch: store this block's partial (rows past m are masked), count it on
+        // the tile's semaphore (lane 0's atomic: every other index is out of range), and
+        // let the block that counts last add the partials in split order and reset the
+        // count.
         let tiles_m = cdiv(m, bm);
         let gw = view_global(workspace, [SPLIT, m, n]);
         store_global(out, gw, [bs, bi * bm, bj * bn]);
@@ -371,6 +385,19 @@ pub fn vq_gemv<
             );
         }
     }
+}
+
+/// The second launch of [`vq_gemv`]'s split k with `ORDERED = 0`: `y = f16(sum)` for the
+/// `[m, n]` f32 sum of the partials, which is left zeroed for the next launch. 1024 elements
+/// per block.
+#[tilus::kernel(grid = [cdiv(len, 1024)], warps = 4)]
+pub fn vq_finalize(len: i32, sum: GlobalMut<f32>, y: GlobalMut<f16>) {
+    let [b] = block_indices();
+    let l = layout!(spatial(128).local(8));
+    let gs = view_global(sum, [len]);
+    let v = load_global(gs, l, [b * 1024]);
+    store_global(cast::<f16>(v), view_global(y, [len]), [b * 1024]);
+    store_global(register::<f32>(l, 0.0), gs, [b * 1024]);
 }
 
 /// The naive "GC" VQ-GEMV: the same product and tiling as [`vq_gemv`], every code and every

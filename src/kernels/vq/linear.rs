@@ -15,7 +15,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::kernel::{vq_gemv, vq_gemv_gc};
+use super::kernel::{vq_finalize, vq_gemv, vq_gemv_gc};
 use crate::vq::{arg_err, VqConfig, VqError, VqWeight};
 use half::f16;
 use std::sync::{Arc, Mutex};
@@ -147,16 +147,55 @@ fn split_ok(c: VqConfig, cache: VqCache, n: usize, k: usize, split: usize) -> bo
         && (one_codebook(c, cache, n, k) || (steps / split).is_multiple_of(tile_steps))
 }
 
-/// Lengths of [`vq_gemv`]'s split-k buffers for `m` tokens under `cfg`: the f32 workspace
-/// `[SPLIT, m, n]` and one i32 semaphore per output tile (one-element placeholders when k is not
-/// split: the kernel does not view them).
-fn split_buffer_lens(cfg: &vq_gemv::Config, m: usize, n: usize) -> (usize, usize) {
-    if cfg.SPLIT <= 1 {
-        return (1, 1);
+/// Elements of [`vq_gemv`]'s split-k buffers for a launch (one-element placeholders where the
+/// launch does not view them). The two ways of adding the partials keep separate buffers,
+/// because their invariants differ: `ORDERED = 1` stores `[SPLIT, m, n]` partials (left as they
+/// are) and counts on the semaphores (left zero); `ORDERED = 0` adds into an `[m, n]` sum that
+/// must be zero before the launch ([`vq_finalize`] zeroes it again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SplitLens {
+    partials: usize,
+    sum: usize,
+    semaphores: usize,
+}
+
+impl SplitLens {
+    /// What a launch of `cfg` for `m` tokens of an `n`-column layer needs.
+    fn of(cfg: &vq_gemv::Config, m: usize, n: usize) -> SplitLens {
+        let mut lens = SplitLens {
+            partials: 1,
+            sum: 1,
+            semaphores: 1,
+        };
+        if cfg.SPLIT > 1 && cfg.ORDERED == 1 {
+            let tiles_m = m.div_ceil(product_rows(cfg.TR as usize));
+            let tiles_n = n / (32 * cfg.WN as usize);
+            lens.partials = cfg.SPLIT as usize * m * n;
+            lens.semaphores = tiles_m * tiles_n;
+        } else if cfg.SPLIT > 1 {
+            lens.sum = m * n;
+        }
+        lens
     }
-    let tiles_m = m.div_ceil(product_rows(cfg.TR as usize));
-    let tiles_n = n / (32 * cfg.WN as usize);
-    (cfg.SPLIT as usize * m * n, tiles_m * tiles_n)
+
+    fn max(self, o: SplitLens) -> SplitLens {
+        SplitLens {
+            partials: self.partials.max(o.partials),
+            sum: self.sum.max(o.sum),
+            semaphores: self.semaphores.max(o.semaphores),
+        }
+    }
+}
+
+/// How a split k adds its partial sums for `m` tokens: in split order in one launch
+/// ([`vq_gemv`]'s `ORDERED = 1`: the same bits in every run), or by atomics and a second launch,
+/// [`vq_finalize`] (`ORDERED = 0`). Measured on an H200 (GPTVQ-2, `tilus bench vq --reduce`,
+/// docs/perf-notes.md entry 26): at m = 1 the single launch wins (8192 x 8192: 18.3 against
+/// 19.5 us, 8192 x 28672: 46.3 against 47.9); at m = 16 each block's wait on the semaphore costs
+/// more than the launch (24.2 against 27.4 us, 57.8 against 66.2, 110.5 against 114.8 at
+/// 57344 x 8192).
+pub fn ordered_for(m: usize) -> bool {
+    m <= 8
 }
 
 /// [`vq_gemv`]'s configuration for a format, a cache, `warps`, the shape, a ring of `stages`
@@ -168,6 +207,7 @@ pub fn kernel_config(
     (n, k): (usize, usize),
     (stages, split): (usize, usize),
     product: usize,
+    ordered: bool,
 ) -> vq_gemv::Config {
     vq_gemv::Config {
         WN: warps as i32,
@@ -182,6 +222,7 @@ pub fn kernel_config(
         ONE: one_codebook(c, cache, n, k) as i32,
         SCALE: c.channel_scale as i32,
         TR: product as i32,
+        ORDERED: ordered as i32,
     }
 }
 
@@ -276,6 +317,8 @@ pub struct VqLinear {
     split: Option<usize>,
     /// The product, or `None` for [`product_for`]'s choice per `m`.
     product: Option<usize>,
+    /// How a split k adds its partials, or `None` for [`ordered_for`]'s choice per `m`.
+    ordered: Option<bool>,
 }
 
 fn kernel_err(e: impl std::fmt::Display) -> VqError {
@@ -357,6 +400,7 @@ impl VqLinear {
             stages: STAGES,
             split: None,
             product: None,
+            ordered: None,
         })
     }
 
@@ -453,6 +497,14 @@ impl VqLinear {
         Ok(self)
     }
 
+    /// Sets how a split k adds its partial sums (`true`: in split order in one launch, the same
+    /// bits in every run; `false`: by atomics, then [`vq_finalize`]) instead of
+    /// [`ordered_for`]'s choice per `m`.
+    pub fn with_ordered_split(mut self, ordered: bool) -> VqLinear {
+        self.ordered = Some(ordered);
+        self
+    }
+
     /// Sets the product (0: `y = x · Wᵀ` on 16 tokens; 1, 2: `yᵀ = W · xᵀ` on 8 or 16 tokens)
     /// instead of [`product_for`]'s choice per `m`.
     pub fn with_product(mut self, product: usize) -> Result<VqLinear, VqError> {
@@ -476,6 +528,7 @@ impl VqLinear {
             (w.n, w.k),
             (self.stages, split),
             self.product.unwrap_or_else(|| product_for(m)),
+            self.ordered.unwrap_or_else(|| ordered_for(m)),
         )
     }
 
@@ -516,13 +569,25 @@ impl VqLinear {
         m: usize,
         order: &BlockOrder,
     ) -> Result<Vec<f16>, VqError> {
+        let lens = SplitLens::of(&self.config(m), m, self.n());
+        self.forward_cpu_split(x, m, order, &mut HostSplit::new(lens))
+    }
+
+    /// The interpreter's forward with the split-k buffers `bufs` (grown as needed, kept between
+    /// calls as a [`GpuVqLinear`] keeps its own).
+    fn forward_cpu_split(
+        &self,
+        x: &[f16],
+        m: usize,
+        order: &BlockOrder,
+        bufs: &mut HostSplit,
+    ) -> Result<Vec<f16>, VqError> {
         let mi = self.check_x(x.len(), m)?;
         let (n, k, tr, tc) = self.dims();
         let mut y = vec![f16::NAN; m * self.n()];
         let cfg = self.config(m);
-        let (ws, sems) = split_buffer_lens(&cfg, m, self.n());
-        let mut workspace = vec![0f32; ws];
-        let mut semaphores = vec![0i32; sems];
+        bufs.grow(SplitLens::of(&cfg, m, self.n()));
+        let (workspace, semaphores) = bufs.launch_args(&cfg);
         vq_gemv::interpret_ordered(
             &cfg,
             order,
@@ -536,12 +601,25 @@ impl VqLinear {
             &self.codebooks,
             &self.scales,
             &mut y,
-            &mut workspace,
-            &mut semaphores,
+            workspace,
+            semaphores,
         )
         .map_err(kernel_err)?;
+        if cfg.SPLIT > 1 && cfg.ORDERED == 0 {
+            vq_finalize::interpret(
+                &vq_finalize::SPACE[0],
+                (m * self.n()) as i32,
+                &mut bufs.sum,
+                &mut y,
+            )
+            .map_err(kernel_err)?;
+        }
         debug_assert!(
-            semaphores.iter().all(|&c| c == 0),
+            bufs.sum.iter().all(|&v| v == 0.0),
+            "the atomics' sum is zero between launches"
+        );
+        debug_assert!(
+            bufs.semaphores.iter().all(|&c| c == 0),
             "the last block of each tile resets its semaphore"
         );
         Ok(y)
@@ -592,24 +670,68 @@ fn codebook_bytes(c: VqConfig, cache: VqCache, n: usize, k: usize) -> usize {
     bufs * c.residuals * c.entries() * cache.replicas * c.vector_size * 2
 }
 
-/// The split-k buffers of a [`GpuVqLinear`]: the f32 workspace of the partial sums and one
-/// counter per output tile, zero between launches (the last block of a tile resets its own, so
-/// no launch needs a memset).
-struct SplitBuffers {
-    workspace: DeviceBuffer<f32>,
-    semaphores: DeviceBuffer<i32>,
+/// The split-k buffers of a layer ([`SplitLens`]), on the host (`Vec`s, for the interpreter) or
+/// on a device: the ordered partials, the atomics' sum (zero between launches) and one counter
+/// per output tile (zero between launches: the last block of a tile resets its own, so no
+/// launch needs a memset).
+struct SplitBuffers<F, I> {
+    partials: F,
+    sum: F,
+    semaphores: I,
+}
+
+impl<F, I> SplitBuffers<F, I> {
+    /// The buffers a launch of `cfg` takes as its `workspace` and `semaphores`.
+    fn launch_args(&mut self, cfg: &vq_gemv::Config) -> (&mut F, &mut I) {
+        let workspace = if cfg.ORDERED == 1 {
+            &mut self.partials
+        } else {
+            &mut self.sum
+        };
+        (workspace, &mut self.semaphores)
+    }
+}
+
+type HostSplit = SplitBuffers<Vec<f32>, Vec<i32>>;
+type DeviceSplit = SplitBuffers<DeviceBuffer<f32>, DeviceBuffer<i32>>;
+
+impl HostSplit {
+    /// Zeroed buffers of `lens`.
+    fn new(lens: SplitLens) -> HostSplit {
+        SplitBuffers {
+            partials: vec![0.0; lens.partials],
+            sum: vec![0.0; lens.sum],
+            semaphores: vec![0; lens.semaphores],
+        }
+    }
+
+    /// Lengthen the buffers shorter than `lens` asks, with zeros (as the device's are remade).
+    fn grow(&mut self, lens: SplitLens) {
+        for (buf, len) in [
+            (&mut self.partials, lens.partials),
+            (&mut self.sum, lens.sum),
+        ] {
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+        }
+        if self.semaphores.len() < lens.semaphores {
+            self.semaphores.resize(lens.semaphores, 0);
+        }
+    }
 }
 
 /// [`VqLinear`] on a GPU.
 ///
-/// A forward is one launch. With k split it uses the layer's split-k buffers, made by
+/// A forward is one launch (two with k split at more than 8 tokens, see [`ordered_for`]). With
+/// k split it uses the layer's split-k buffers, made by
 /// [`GpuVqLinear::reserve`] or grown by a forward that needs more; after `reserve(max_m)` no
 /// forward of up to `max_m` tokens allocates, so it can be captured in a CUDA graph (with
 /// [`GpuVqLinear::forward_into`], which takes the output buffer). Two forwards of one layer
 /// must not be in flight at once on different streams: they would share the semaphores.
 pub struct GpuVqLinear {
     ctx: Arc<Context>,
-    split: Mutex<Option<SplitBuffers>>,
+    split: Mutex<Option<DeviceSplit>>,
     /// The GC kernel's codes, uploaded on its first use.
     gc_codes: Mutex<Option<DeviceBuffer<u8>>>,
     codes: DeviceBuffer<u8>,
@@ -634,30 +756,36 @@ impl GpuVqLinear {
             return Err(arg_err("m", format!("{max_m}: must lie in 1..=2^20")));
         }
         let n = self.host.n();
-        let (ws, sems) = (1..=max_m)
-            .map(|m| split_buffer_lens(&self.host.config(m), m, n))
-            .fold((1, 1), |(a, b), (c, d)| (a.max(c), b.max(d)));
+        let lens = (1..=max_m)
+            .map(|m| SplitLens::of(&self.host.config(m), m, n))
+            .fold(SplitLens::of(&self.host.config(1), 1, n), SplitLens::max);
         let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
-        self.ensure_split(&mut split, ws, sems)
+        self.ensure_split(&mut split, lens)
     }
 
-    /// Grow `split` to at least `ws` workspace and `sems` semaphore elements (the new
-    /// buffers replace the old only once they exist).
+    /// Grow the buffers of `split` that are shorter than `lens` asks (zeroed; the others, and
+    /// their contents, stay).
     fn ensure_split(
         &self,
-        split: &mut Option<SplitBuffers>,
-        ws: usize,
-        sems: usize,
+        split: &mut Option<DeviceSplit>,
+        lens: SplitLens,
     ) -> Result<(), VqError> {
-        let (have_ws, have_sems) = split
-            .as_ref()
-            .map_or((0, 0), |b| (b.workspace.len(), b.semaphores.len()));
-        if have_ws >= ws && have_sems >= sems {
-            return Ok(());
-        }
+        let zeros_f32 = |len: usize, have: Option<DeviceBuffer<f32>>| match have {
+            Some(b) if b.len() >= len => Ok(b),
+            _ => DeviceBuffer::zeros(&self.ctx, len).map_err(kernel_err),
+        };
+        let (partials, sum, semaphores) = match split.take() {
+            Some(b) => (Some(b.partials), Some(b.sum), Some(b.semaphores)),
+            None => (None, None, None),
+        };
+        let semaphores = match semaphores {
+            Some(b) if b.len() >= lens.semaphores => b,
+            _ => DeviceBuffer::zeros(&self.ctx, lens.semaphores).map_err(kernel_err)?,
+        };
         *split = Some(SplitBuffers {
-            workspace: DeviceBuffer::zeros(&self.ctx, ws.max(have_ws)).map_err(kernel_err)?,
-            semaphores: DeviceBuffer::zeros(&self.ctx, sems.max(have_sems)).map_err(kernel_err)?,
+            partials: zeros_f32(lens.partials, partials)?,
+            sum: zeros_f32(lens.sum, sum)?,
+            semaphores,
         });
         Ok(())
     }
@@ -710,10 +838,11 @@ impl GpuVqLinear {
             .map_err(kernel_err)
         } else {
             let cfg = h.config(m);
-            let (ws, sems) = split_buffer_lens(&cfg, m, h.n());
+            let lens = SplitLens::of(&cfg, m, h.n());
             let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
-            self.ensure_split(&mut split, ws, sems)?;
+            self.ensure_split(&mut split, lens)?;
             let bufs = split.as_mut().expect("made above");
+            let (workspace, semaphores) = bufs.launch_args(&cfg);
             vq_gemv::launch(
                 &self.ctx,
                 &cfg,
@@ -727,10 +856,60 @@ impl GpuVqLinear {
                 &self.codebooks,
                 &self.scales,
                 y,
-                &mut bufs.workspace,
-                &mut bufs.semaphores,
+                workspace,
+                semaphores,
             )
-            .map_err(kernel_err)
+            .map_err(kernel_err)?;
+            if cfg.SPLIT > 1 && cfg.ORDERED == 0 {
+                vq_finalize::launch(
+                    &self.ctx,
+                    &vq_finalize::SPACE[0],
+                    (m * h.n()) as i32,
+                    &mut bufs.sum,
+                    y,
+                )
+                .map_err(kernel_err)?;
+            }
+            Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// A layer's split-k buffers live from call to call, as a [`GpuVqLinear`]'s do: a call that
+    /// adds its partials by atomics after ordered calls (whose partials stay in their buffer)
+    /// must still start from a zero sum, and an ordered call after atomic ones from zero
+    /// semaphores. Each call with kept buffers gives the bits of one with fresh buffers.
+    #[test]
+    fn kept_split_buffers_serve_both_ways_of_adding() {
+        let seed: u64 = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (n, k) = (512, 1024);
+        let w = VqWeight::random(VqConfig::GPTVQ_2, n, k, rng.random(), true).unwrap();
+        let layer = VqLinear::new(w).unwrap().with_split(4).unwrap();
+        let mut kept = HostSplit::new(SplitLens::of(&layer.config(1), 1, n));
+        let mut both = [false, false];
+        for m in [1, 3, 16, 9, 2, 16, 1] {
+            let cfg = layer.config(m);
+            both[cfg.ORDERED as usize] = true;
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let got = layer
+                .forward_cpu_split(&x, m, &BlockOrder::Launch, &mut kept)
+                .unwrap();
+            let fresh = layer.forward_cpu(&x, m).unwrap();
+            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != fresh[i].to_bits()) {
+                panic!(
+                    "m = {m}, ordered = {}, seed {seed}: y[{i}] = {} with kept buffers, {} with fresh ones",
+                    cfg.ORDERED, got[i], fresh[i]
+                );
+            }
+        }
+        assert_eq!(both, [true, true], "both ways of adding were run");
     }
 }
