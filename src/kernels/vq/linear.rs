@@ -770,6 +770,14 @@ impl GpuVqLinear {
         split: &mut Option<DeviceSplit>,
         lens: SplitLens,
     ) -> Result<(), VqError> {
+        // The forward's common case: every buffer already serves (no allocation, no moves).
+        if split.as_ref().is_some_and(|b| {
+            b.partials.len() >= lens.partials
+                && b.sum.len() >= lens.sum
+                && b.semaphores.len() >= lens.semaphores
+        }) {
+            return Ok(());
+        }
         let zeros_f32 = |len: usize, have: Option<DeviceBuffer<f32>>| match have {
             Some(b) if b.len() >= len => Ok(b),
             _ => DeviceBuffer::zeros(&self.ctx, len).map_err(kernel_err),
