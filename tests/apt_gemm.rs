@@ -222,7 +222,8 @@ fn fused_decode_matches_unfused() {
             let x: Vec<f16> = (0..m * k)
                 .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
                 .collect();
-            let (y1, acc1) = layer.forward_cpu_acc(&x, m).unwrap();
+            let fused = layer.gemv_config(m, true).unwrap();
+            let (y1, acc1) = layer.forward_cpu_fused(&x, m, fused).unwrap();
             let (y2, acc2) = layer.forward_cpu_unfused(&x, m).unwrap();
             assert_eq!(acc1, acc2, "W{w}A{a} m={m} k={k}: products");
             let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -258,4 +259,57 @@ fn fused_decode_matches_unfused() {
             }
         }
     }
+}
+
+/// The popc decode kernel (`apt_gemv_popc`: the plane pairs counted on the CUDA cores) gives
+/// the same bits as the quantizer + `apt_gemm`, for every bench width, one and several tokens,
+/// `n` not a multiple of the block's rows and `k` not a multiple of the chunk, tilings of
+/// 16-, 8- and 4-byte loads, and grids of one block per row group or fewer blocks walking
+/// several groups (one block walking all of them).
+#[test]
+fn popc_decode_matches_unfused() {
+    use tilus::kernels::apt::{AptLinear, PopcTiles};
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (w, a) in tilus::kernels::apt::bench::WIDTHS {
+        for (m, n, k) in [(1, 40, 1280), (2, 64, 4608), (1, 24, 256)] {
+            let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let (y2, acc2) = layer.forward_cpu_unfused(&x, m).unwrap();
+            assert!(acc2.iter().any(|&v| v != 0));
+            for (warps, rows, vec) in [(4, 4, 4), (8, 2, 2), (4, 1, 1)] {
+                let tiles = PopcTiles {
+                    warps,
+                    rows,
+                    vec,
+                    per_sm: 2,
+                };
+                for blocks in [None, Some(2), Some(1)] {
+                    let tag = format!("W{w}A{a} m={m} n={n} k={k} {tiles:?} blocks {blocks:?}");
+                    let (y, acc) = layer.forward_cpu_popc(&x, m, Some(tiles), blocks).unwrap();
+                    assert_eq!(acc, acc2, "{tag}: products");
+                    assert_eq!(bits(&y), bits(&y2), "{tag}: outputs");
+                }
+            }
+        }
+    }
+    let layer = AptLinear::new(&random(256 * 8), 256, 8, 2, 2, None).unwrap();
+    let bad = PopcTiles {
+        warps: 4,
+        rows: 4,
+        vec: 8,
+        per_sm: 2,
+    };
+    let e = layer
+        .forward_cpu_popc(&[f16::ONE; 256], 1, Some(bad), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argument `tiles`"), "{e}");
+    let e = layer
+        .forward_cpu_popc(&[f16::ONE; 256], 1, None, Some(0))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argument `blocks`"), "{e}");
 }

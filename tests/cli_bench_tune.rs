@@ -214,9 +214,13 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("apt");
-    let bad: [(&[&str], &str); 8] = [
+    let bad: [(&[&str], &str); 12] = [
+        (&["--l2", "warm"], "--l2"),
         (&["--stages", "1"], "--stages"),
         (&["--stages", "9"], "--stages"),
+        (&["--popc-tiles", "4x4"], "--popc-tiles"),
+        (&["--popc-tiles", "4x4x8"], "--popc-tiles"),
+        (&["--popc-tiles", "4x4x4,6x1x4"], "--popc-tiles"),
         (&["--widths", "W9A2"], "--widths"),
         (&["--widths", "W2"], "--widths"),
         (&["--m", "0"], "--m"),
@@ -244,7 +248,8 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("vq");
-    let bad: [(&[&str], &str); 13] = [
+    let bad: [(&[&str], &str); 14] = [
+        (&["--l2", "warm"], "--l2"),
         (&["--stages", "1"], "--stages"),
         (&["--reduce", "sum"], "--reduce"),
         (&["--split", "3"], "--split"),

@@ -1160,6 +1160,29 @@ fn apt_kernels_compile_to_bmma() {
         };
         assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
     }
+    // The popc decode kernel: POPC on the CUDA cores, no 1-bit mma, the weight words in
+    // 16-byte (or 8-byte) loads, the activation words broadcast from shared memory.
+    for cfg in tilus::kernels::apt::compile_check_popc_configs() {
+        use tilus::kernels::apt::kernel::apt_gemv_popc;
+        let name = format!("apt_gemv_popc_{cfg}").replace([',', '='], "_");
+        let p = apt_gemv_popc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        let k = emit(&p, &Default::default()).unwrap();
+        let vector: &[&str] = if cfg.VEC == 4 {
+            &["POPC", "LDG.E.128", "LDS.128"]
+        } else {
+            &["POPC", "LDG.E.64", "LDS.64"]
+        };
+        check_kernel_with(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &k,
+            Expect::default(),
+            vector,
+            &["BMMA"],
+        );
+    }
     for abits in [2, 4, 8] {
         let cfg = tilus::kernels::apt::linear::quantizer_config(4096, abits as u32);
         let p = apt_quantize_act::program(&cfg).unwrap();

@@ -1,8 +1,8 @@
 //! APT-LLM on the GPU: `GpuAptLinear` (the activation quantizer and the bit-serial GEMM on the
 //! 1-bit tensor cores) against the interpreter and an exact i64 reference: activation planes,
 //! row sums and scales bit for bit, the i32 bipolar products exactly, the f16 output within one
-//! f16 ulp of the f64 reference; the fused decode kernel bit for bit the two launches. Every
-//! bench width, at m = 1, 5 (fused), 64 and a ragged m.
+//! f16 ulp of the f64 reference; the fused and the popc decode kernels bit for bit the two
+//! launches. Every bench width, at m = 1, 3, 5 (decode), 64 and a ragged m.
 //!
 //! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
 //! skip into a failure. Run with `cargo test --release --test gpu_apt -- --nocapture`.
@@ -33,6 +33,7 @@ fn gpu_apt_linear_matches_reference() {
             (64, 128, 2048),
             (37, 64, 768),
             (3, 128, 4096),
+            (1, 40, 1280),
         ] {
             let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
@@ -113,8 +114,87 @@ fn gpu_apt_linear_matches_reference() {
                     }
                 }
             }
+            // The popc decode kernel (any m): the same bits, with tilings of 16-, 8- and 4-byte
+            // loads, one to four rows per warp (n = 40 leaves a partial group), blocks walking
+            // one or several row groups.
+            if m <= 5 {
+                for (warps, rows, vec, per_sm) in [(4, 4, 4, 2), (8, 2, 2, 1), (4, 1, 1, 3)] {
+                    let tiles = tilus::kernels::apt::PopcTiles {
+                        warps,
+                        rows,
+                        vec,
+                        per_sm,
+                    };
+                    let mut yp = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                    let mut ap = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+                    gpu.forward_popc(&xd, m, &mut yp, Some(&mut ap), Some(tiles))
+                        .unwrap();
+                    assert_eq!(ap.to_host().unwrap(), acc, "{tag} {tiles:?}: popc products");
+                    assert_eq!(
+                        bits(&yp.to_host().unwrap()),
+                        bits(&y),
+                        "{tag} {tiles:?}: popc output"
+                    );
+                }
+            }
             assert_eq!(bits(&y2), bits(&y), "{tag}: forward");
             eprintln!("{tag}: ok");
+        }
+    }
+}
+
+/// The popc decode kernel on a layer with many more row groups than blocks (each block walks
+/// several groups, the last one partial): the same products and bits as the quantizer and the
+/// GEMM, for every bench width, outputs poisoned, twice in a row.
+#[test]
+fn gpu_apt_popc_walks_row_groups() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_popc_walks_row_groups",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let (n, k) = (8232, 1280);
+    for (w, a) in tilus::kernels::apt::bench::WIDTHS {
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let gpu = layer.to_gpu(&ctx).unwrap();
+        for m in [1, 2] {
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let mut act = AptActivations::new(&gpu, m).unwrap();
+            gpu.quantize_into(&xd, &mut act).unwrap();
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            let mut acc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+            gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
+            let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
+            assert!(acc.iter().any(|&v| v != 0));
+            for (warps, rows, vec, per_sm) in [(4, 1, 4, 1), (8, 4, 4, 2)] {
+                let tiles = tilus::kernels::apt::PopcTiles {
+                    warps,
+                    rows,
+                    vec,
+                    per_sm,
+                };
+                let tag = format!("W{w}A{a} m={m} {tiles:?}");
+                for round in 0..2 {
+                    let mut yp = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                    let mut ap = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+                    gpu.forward_popc(&xd, m, &mut yp, Some(&mut ap), Some(tiles))
+                        .unwrap();
+                    assert_eq!(ap.to_host().unwrap(), acc, "{tag} round {round}: products");
+                    assert_eq!(
+                        bits(&yp.to_host().unwrap()),
+                        bits(&y),
+                        "{tag} round {round}: output"
+                    );
+                }
+            }
+            eprintln!("W{w}A{a} m={m} n={n}: popc ok");
         }
     }
 }

@@ -316,6 +316,15 @@ pub enum BenchCommand {
         /// layer's (1).
         #[arg(long)]
         split: Option<usize>,
+        /// Comma-separated tilings `WARPSxROWSxVEC[xPER_SM]` of the popc decode kernel to time
+        /// (the fastest is reported) instead of the layer's rule, e.g. `4x4x4,8x2x4x3` (blocks
+        /// per SM 2 when left out).
+        #[arg(long = "popc-tiles")]
+        popc_tiles: Option<String>,
+        /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
+        /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
+        #[arg(long, default_value = "clean")]
+        l2: String,
     },
     /// VQ-GEMV (vector-quantized weights, `docs/vq.md`) with the codebook cache, against the
     /// memory floor, the naive GC kernel, cuBLAS f16 and the element-wise kernel of the same
@@ -362,6 +371,10 @@ pub enum BenchCommand {
         /// Skip the element-wise kernel's column.
         #[arg(long = "no-elementwise")]
         no_elementwise: bool,
+        /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
+        /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
+        #[arg(long, default_value = "clean")]
+        l2: String,
     },
 }
 
@@ -483,8 +496,11 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             shapes,
             stages,
             split,
+            popc_tiles,
+            l2,
             ..
         } => {
+            parse_l2(l2)?;
             if stages.is_some_and(|s| s == 1 || s > 8) {
                 return Err(format!(
                     "argument `--stages`: {} is not 0 (register prefetch) or 2..8",
@@ -497,6 +513,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
                     split.unwrap_or(0)
                 ));
             }
+            super::bench_apt::parse_popc_tiles(popc_tiles.as_deref())?;
             super::bench_apt::parse(widths, m, shapes).map(drop)
         }
         BenchCommand::Vq {
@@ -509,8 +526,10 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             warps,
             product,
             reduce,
+            l2,
             ..
         } => {
+            parse_l2(l2)?;
             parse_reduce(reduce.as_deref())?;
             if product.is_some_and(|p| p > 2) {
                 return Err(format!(
@@ -782,6 +801,8 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         no_weight_only,
         stages,
         split,
+        ref popc_tiles,
+        ref l2,
     } = *cmd
     {
         return super::bench_apt::run(
@@ -791,6 +812,8 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             runs,
             (no_cublas, no_weight_only),
             (stages, split),
+            popc_tiles.as_deref(),
+            parse_l2(l2)?,
         );
     }
     if let BenchCommand::Vq {
@@ -806,6 +829,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         runs,
         no_cublas,
         no_elementwise,
+        ref l2,
     } = *cmd
     {
         let knobs = tilus::kernels::vq::bench::VqKnobs {
@@ -824,6 +848,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             knobs,
             runs,
             (no_cublas, no_elementwise),
+            parse_l2(l2)?,
         );
     }
     let ctx = Context::new(0).map_err(err)?;

@@ -3,7 +3,8 @@
 use tilus::kernels::apt::bench::{
     bench_apt, bench_cublas_f16, bench_weight_only, table, LLAMA70B_SHAPES, PAPER_SHAPES,
 };
-use tilus_runtime::{copy_bandwidth, Context, L2Flush};
+use tilus::kernels::apt::PopcTiles;
+use tilus_runtime::{copy_bandwidth, Context, L2Flush, L2Mode};
 
 type Parsed = (Vec<(u32, u32)>, Vec<usize>, Vec<(usize, usize)>);
 
@@ -56,6 +57,43 @@ pub fn parse(widths: &str, m: &str, shapes: &str) -> Result<Parsed, String> {
     Ok((widths, ms, shapes))
 }
 
+const FORM: &str = "is not WARPSxROWSxVEC[xPER_SM] (e.g. 4x4x4 or 8x4x4x3)";
+
+/// The popc tilings of `--popc-tiles` (`WARPSxROWSxVEC[xPER_SM],..`, two blocks per SM when
+/// `PER_SM` is left out; none when absent), each checked as the layer checks it.
+pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .map(|t| {
+            let bad = |why: String| format!("argument `--popc-tiles`: `{t}` {why}");
+            let v: Vec<i32> = t
+                .trim()
+                .split('x')
+                .map(|x| x.parse::<i32>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad(FORM.into()))?;
+            let (warps, rows, vec, per_sm) = match v[..] {
+                [w, r, v] => (w, r, v, 2),
+                [w, r, v, p] => (w, r, v, p),
+                _ => return Err(bad(FORM.into())),
+            };
+            let tiles = PopcTiles {
+                warps,
+                rows,
+                vec,
+                per_sm,
+            };
+            tiles
+                .config(256, 2, 2, false)
+                .map_err(|e| bad(format!("is refused: {e}")))?;
+            Ok(tiles)
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     widths: &str,
     m: &str,
@@ -63,14 +101,17 @@ pub fn run(
     runs: usize,
     (no_cublas, no_weight_only): (bool, bool),
     (stages, split): (Option<usize>, Option<usize>),
+    popc_tiles: Option<&str>,
+    l2: L2Mode,
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
+    let popc_tiles = parse_popc_tiles(popc_tiles)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
     let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
-    let mut flush = L2Flush::new(&ctx).map_err(err)?;
+    let mut flush = L2Flush::with_mode(&ctx, l2).map_err(err)?;
     let mut rows = Vec::new();
     for &(n, k) in &shapes {
         for &m in &ms {
@@ -112,6 +153,7 @@ pub fn run(
                     cublas,
                     wo,
                     (stages.map(|s| s as i32), split.map(|s| s as i32)),
+                    &popc_tiles,
                 )
                 .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;
                 eprintln!("W{w}A{a} m={m} {n}x{k}: {:.1} us", row.layer.median_us);

@@ -6,7 +6,7 @@ use tilus::kernels::vq::bench::{
 };
 use tilus::kernels::vq::VqCache;
 use tilus::vq::VqConfig;
-use tilus_runtime::{copy_bandwidth, Context, L2Flush};
+use tilus_runtime::{copy_bandwidth, Context, L2Flush, L2Mode};
 
 type Parsed = (
     Vec<VqConfig>,
@@ -59,6 +59,7 @@ pub fn run(
     knobs: VqKnobs,
     runs: usize,
     (no_cublas, no_elementwise): (bool, bool),
+    l2: L2Mode,
 ) -> Result<String, String> {
     let (configs, ms, shapes, cache) = parse(configs, m, shapes, cache)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
@@ -72,7 +73,7 @@ pub fn run(
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
     let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
-    let mut flush = L2Flush::new(&ctx).map_err(err)?;
+    let mut flush = L2Flush::with_mode(&ctx, l2).map_err(err)?;
     let mut rows = Vec::new();
     for &(n, k) in &shapes {
         for &m in &ms {

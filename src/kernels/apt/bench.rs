@@ -9,7 +9,7 @@
 //! `2 m n k` operations of the product the layer computes, over the layer's time.
 
 use super::linear::AptActivations;
-use super::AptLinear;
+use super::{AptLinear, AptPath, PopcTiles};
 use crate::kernels::qmatmul::bench::bench_cublas;
 use crate::kernels::timing::{pattern, time_launches};
 use half::f16;
@@ -33,6 +33,10 @@ pub const PAPER_SHAPES: [(usize, usize); 6] = [
 pub const LLAMA70B_SHAPES: [(usize, usize); 4] =
     [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672)];
 
+/// The largest `m` the bench times the popc decode kernel at (it reads the weight once per
+/// token).
+pub const POPC_BENCH_MAX_M: usize = 4;
+
 /// One measured point.
 #[derive(Clone, Debug)]
 pub struct AptBenchRow {
@@ -41,11 +45,14 @@ pub struct AptBenchRow {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    /// The layer's forward: the fused decode kernel at `m <= 16` where it applies, else the
-    /// quantizer + the GEMM.
+    /// The layer's forward ([`AptLinear::path`]).
     pub layer: Timing,
-    /// Whether `layer` is the fused decode kernel.
-    pub fused: bool,
+    pub path: AptPath,
+    /// The fused decode kernel on the 1-bit mma, where it applies (`m <= 16`).
+    pub fused: Option<Timing>,
+    /// The popc decode kernel (at `m <=` [`POPC_BENCH_MAX_M`]), the best of the tiles tried,
+    /// and those tiles.
+    pub popc: Option<(Timing, PopcTiles)>,
     /// The quantizer + the GEMM (two launches).
     pub unfused: Timing,
     /// The GEMM alone.
@@ -89,6 +96,7 @@ pub fn bench_apt(
     cublas_us: Option<f64>,
     weight_only_us: Option<f64>,
     (stages, split): (Option<i32>, Option<i32>),
+    popc_tiles: &[PopcTiles],
 ) -> Result<AptBenchRow, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
     let layer = AptLinear::new(&pattern(k * n, 7), k, n, wbits, abits, None).map_err(err)?;
@@ -108,14 +116,40 @@ pub fn bench_apt(
         gpu.quantize_into(&xd, &mut act).map_err(err)?;
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
     })?;
-    let fused = layer.gemv_config(m, false).is_some();
-    let layer_t = if fused {
-        time_launches(ctx, flush, runs, || {
+    let fused = match layer.gemv_config(m, false) {
+        Some(_) => Some(time_launches(ctx, flush, runs, || {
             gpu.forward_fused_with(&xd, m, &mut y, (stages, split))
                 .map_err(err)
-        })?
-    } else {
-        unfused
+        })?),
+        None => None,
+    };
+    // The popc kernel with each tiling asked for (the layer's rule when none), the fastest kept.
+    let mut popc: Option<(Timing, PopcTiles)> = None;
+    if m <= POPC_BENCH_MAX_M {
+        let rule = [layer.popc_tiles()];
+        let tried = if popc_tiles.is_empty() {
+            &rule[..]
+        } else {
+            popc_tiles
+        };
+        for &tiles in tried {
+            let t = time_launches(ctx, flush, runs, || {
+                gpu.forward_popc(&xd, m, &mut y, None, Some(tiles))
+                    .map_err(err)
+            })?;
+            if popc.as_ref().is_none_or(|(b, _)| t.median_us < b.median_us) {
+                popc = Some((t, tiles));
+            }
+        }
+    }
+    let path = layer.path(m);
+    let layer_t = match path {
+        AptPath::Popc(tiles) => time_launches(ctx, flush, runs, || {
+            gpu.forward_popc(&xd, m, &mut y, None, Some(tiles))
+                .map_err(err)
+        })?,
+        AptPath::Fused => fused.expect("timed above"),
+        AptPath::Unfused => unfused,
     };
     let gemm_t = time_launches(ctx, flush, runs, || {
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
@@ -128,26 +162,41 @@ pub fn bench_apt(
         n,
         k,
         layer: layer_t,
+        path,
         fused,
+        popc,
         unfused,
         gemm: gemm_t,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
         cublas_us,
         weight_only_us,
-        tiles: match layer.gemv_config(m, false).filter(|_| fused) {
-            Some(c) => format!(
-                "fused WN={} FN={} KT={} STAGES={} SPLIT={}",
-                c.WN,
-                c.FN,
-                c.KT,
-                stages.unwrap_or(c.STAGES),
-                split.unwrap_or(c.SPLIT)
-            ),
-            None => format!(
+        tiles: {
+            let gemm = format!(
                 "WM={} WN={} FM={} FN={} KT={} STAGES={}",
                 t.wm, t.wn, t.fm, t.fn_, t.kt, t.stages
-            ),
+            );
+            let fused = layer.gemv_config(m, false).map(|c| {
+                format!(
+                    "; fused WN={} FN={} KT={} STAGES={} SPLIT={}",
+                    c.WN,
+                    c.FN,
+                    c.KT,
+                    stages.unwrap_or(c.STAGES),
+                    split.unwrap_or(c.SPLIT)
+                )
+            });
+            let popc = popc.as_ref().map(|(_, p)| {
+                format!(
+                    "; popc warps={} rows={} vec={} per_sm={}",
+                    p.warps, p.rows, p.vec, p.per_sm
+                )
+            });
+            format!(
+                "{gemm}{}{}",
+                fused.unwrap_or_default(),
+                popc.unwrap_or_default()
+            )
         },
     })
 }
@@ -186,15 +235,19 @@ pub fn bench_weight_only(
 /// The table `tilus bench apt` prints (`bench/torch_apt.py` prints the same columns).
 pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
     let mut s = format!(
-        "tilus apt (quantize + bit-serial GEMM on BMMA); copy bandwidth {copy_gbps:.0} GB/s; \
+        "tilus apt (quantize + bit-serial GEMM); copy bandwidth {copy_gbps:.0} GB/s; \
          floor = (weight planes + f16 activations + f16 output) / that; L2 flushed; \
-         layer = the forward (F: the fused decode kernel), 2-launch = quantizer + GEMM\n\
+         layer = the forward (P: the popc decode kernel, F: the fused decode kernel on BMMA), \
+         fused us = the fused kernel, popc us = the popc kernel (best tiles), 2-launch = \
+         quantizer + GEMM on BMMA\n\
          w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
-         {:<6} {:>5} {:>12} {:>11} {:>11} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
+         {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
         "WxAy",
         "m",
         "n x k",
         "layer us",
+        "fused us",
+        "popc us",
         "2-launch us",
         "gemm us",
         "%floor",
@@ -208,16 +261,23 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         let speedup = r.cublas_us.map_or("-".to_string(), |c| {
             format!("{:.2}x", c / r.layer.median_us)
         });
+        let opt = |t: Option<&Timing>| t.map_or("-".to_string(), |t| format!("{:.1}", t.median_us));
         s += &format!(
-            "{:<6} {:>5} {:>12} {:>11} {:>11.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
+            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
             format!("W{}A{}", r.wbits, r.abits),
             r.m,
             format!("{}x{}", r.n, r.k),
             format!(
                 "{}{:.1}",
-                if r.fused { "F " } else { "" },
+                match r.path {
+                    AptPath::Popc(_) => "P ",
+                    AptPath::Fused => "F ",
+                    AptPath::Unfused => "",
+                },
                 r.layer.median_us
             ),
+            opt(r.fused.as_ref()),
+            opt(r.popc.as_ref().map(|(t, _)| t)),
             r.unfused.median_us,
             r.gemm.median_us,
             r.percent_of_floor(),

@@ -418,9 +418,6 @@ pub fn apt_gemv<
     // The words of k this block multiplies: `[w0, w1)`.
     let w0 = kb0 * kw;
     let w1 = min(k / 32, (kb0 + per) * kw);
-    // The words of k this block multiplies: `[w0, w1)`.
-    let w0 = kb0 * kw;
-    let w1 = min(k / 32, (kb0 + per) * kw);
     let bit = arange(tile, 2, 0);
     let rows = min(16, m - bi * 16);
     for rr in 0..rows {
@@ -565,6 +562,195 @@ pub fn apt_gemv<
                 gsem,
                 [bj * tiles_m + bi],
             );
+        }
+    }
+}
+
+/// The bit-serial decode GEMV on the CUDA cores: `y[t, n]` for one token `t` per block row of
+/// the grid, the activation quantized in the block's prologue (the quantizer's f32 operations
+/// exactly, as [`apt_gemv`]), the plane-pair products counted with `popc` instead of the 1-bit
+/// tensor cores.
+///
+/// At one token the 1-bit mma wastes 15 of its 16 rows (or 7 of 8 columns transposed): W3A4 at
+/// 14336 x 4096 costs 22 G bit operations for 59 M weights. Here a product of one weight word
+/// and one activation word is an `AND` and a `popc`, 32 k at a time and nothing padded:
+/// `Σ_k x_a x_w = Σ_{p,q} 2^(p+q) Σ_words popc(w_p AND a_q)`.
+///
+/// A row group is `WARPS` warps of `R` weight rows each; a lane holds `VEC` consecutive words
+/// of each of its warp's rows and planes (16-byte loads at `VEC = 4`, a warp reads `32 · VEC`
+/// consecutive words of a row: coalesced in the planes' `[WBITS][n][k / 32]` layout, no
+/// re-layout), the activation words of the same k from shared memory (the same for every
+/// warp: broadcast). Each lane keeps one partial sum per row over all of k; the lanes of a row
+/// are added once at the group's end (shuffles). A block quantizes its token once and then
+/// walks row groups `bj, bj + blocks, ..` (`blocks` a launch argument, about two per SM), so the
+/// quantization is not repeated per group. The next chunk's weight words are loaded before the
+/// current one is counted, and the first chunk's before the prologue, so the quantization
+/// overlaps their latency.
+///
+/// `KWP` is the activation planes' capacity in words: at least `k / 32` rounded up to
+/// `32 · WARPS` (the prologue's chunk; the host rounds `k / 32` up to a power of two first, so
+/// that one compiled kernel serves several `k`); `VEC` divides `WARPS`. Rows past `n` read zero
+/// weight words and are not stored.
+#[tilus::kernel(
+    lazy,
+    grid = [min(cdiv(n, WARPS * R), blocks), m],
+    warps = WARPS,
+    space(
+        WBITS = [2],
+        ABITS = [2, 4],
+        WARPS = [4, 8],
+        R = [2, 4],
+        VEC = [2, 4],
+        KWP = [256],
+        STORE_ACC = [0, 1],
+    ),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn apt_gemv_popc<
+    const WBITS: i32,
+    const ABITS: i32,
+    const WARPS: i32,
+    const R: i32,
+    const VEC: i32,
+    const KWP: i32,
+    const STORE_ACC: i32,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    blocks: i32,
+    x: Global<f16>,
+    w_planes: Global<u32>,
+    w_sums: Global<i32>,
+    w_scales: Global<f32>,
+    y: GlobalMut<f16>,
+    acc_out: GlobalMut<i32>,
+) {
+    fn levels(b: i32) -> i32 {
+        if b == 1 {
+            1
+        } else if b == 2 {
+            3
+        } else if b == 3 {
+            7
+        } else if b == 4 {
+            15
+        } else if b == 5 {
+            31
+        } else if b == 6 {
+            63
+        } else if b == 7 {
+            127
+        } else {
+            255
+        }
+    }
+    let maxv = levels(ABITS);
+    let rows = WARPS * R;
+    let cw = 32 * VEC;
+    let kw = k / 32;
+    let [bj, t] = block_indices();
+    // The weight words of one chunk: warp w's rows `R·w..R·w + R`, lane l's words
+    // `VEC·l..VEC·l + VEC` of the chunk, every plane.
+    let gw = view_global(w_planes, [WBITS, n, kw]);
+    let lw = layout!(spatial(1, WARPS, 1)
+        .local(WBITS, R, 1)
+        .spatial(1, 1, 32)
+        .local(1, 1, VEC));
+    let lw4 = layout!(spatial(1, WARPS, 1, 1)
+        .local(WBITS, R, 1, 1)
+        .spatial(1, 1, 32, 1)
+        .local(1, 1, 1, VEC));
+    let mut xw = load_global(gw, lw, [0, bj * rows, 0]);
+
+    // Prologue: token t quantized into shared memory, `[ABITS][KWP]` words, the chunks that
+    // hold k (zero past k; the k loop reads no further).
+    let sp = shared::<u32>([ABITS, KWP]);
+    let words = 32 * WARPS;
+    let gx = view_global(x, [m, kw, 32]);
+    let tile = layout!(spatial(1, words, 1).local(1, 1, 32));
+    let wl = layout!(spatial(1, words));
+    let bit = arange(tile, 2, 0);
+    let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+    for c in 0..cdiv(kw, words) {
+        let xs = abs(cast::<f32>(load_global(gx, tile, [t, c * words, 0])));
+        amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+    }
+    let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+    let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+    for c in 0..cdiv(kw, words) {
+        let xs = cast::<f32>(load_global(gx, tile, [t, c * words, 0]));
+        let v = floor(xs / scale * 0.5) * 2.0 + 1.0;
+        let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
+        let code = cast::<i32>((v + (maxv as f32)) * 0.5);
+        let code = select(arange(tile, 1, c * words) < kw, code, 0);
+        total = total + sum(sum(code, 2), 1);
+        #[unroll]
+        for q in 0..ABITS {
+            let word = sum(((code >> q) & 1) << bit, 2);
+            store_shared(view::<u32>(word, wl), sp, [q, c * words]);
+        }
+    }
+    sync();
+
+    // The block's row groups `bj, bj + nb, ..` one after another, each over all of k in
+    // chunks: step `i` is chunk `i % nch` of the block's group `i / nch`. Per step and
+    // activation plane q, `popc(w_p AND a_q) << (p + q)` is summed over the lane's words and
+    // the weight planes into the lane's partial of each row; the next step's words (the next
+    // group's at a group's end; past the last group, rows past n: masked, no access) are
+    // loaded before this step's are counted.
+    let la = layout!(reduce(spatial(WARPS, 1), [0]).spatial(1, 32).local(1, VEC));
+    let la4 = layout!(reduce(spatial(WARPS, 1, 1, 1), [0])
+        .spatial(1, 1, 32, 1)
+        .local(1, 1, 1, VEC));
+    let lacc = layout!(spatial(1, WARPS, 1, 1)
+        .local(1, R, 1, 1)
+        .spatial(1, 1, 32, 1));
+    let lrow = layout!(reduce(
+        spatial(1, WARPS, 1, 1)
+            .local(1, R, 1, 1)
+            .spatial(1, 1, 32, 1),
+        [2]
+    ));
+    let gsw = view_global(w_sums, [1, n, 1, 1]);
+    let gfw = view_global(w_scales, [1, n, 1, 1]);
+    let gy = view_global(y, [m, n, 1, 1]);
+    let ma = levels(ABITS);
+    let mw = levels(WBITS);
+    // The token's terms of the AND form: `K (2^A - 1)(2^W - 1) - 2 (2^W - 1) Σ_k x_a`.
+    let token = total * (0 - 2 * mw) + k * (ma * mw);
+    let nb = min(cdiv(n, rows), blocks);
+    let nch = cdiv(kw, cw);
+    let steps = cdiv(cdiv(n, rows) - bj, nb) * nch;
+    let mut sw = load_global(gsw, lrow, [0, bj * rows, 0, 0]);
+    let mut fw = load_global(gfw, lrow, [0, bj * rows, 0, 0]);
+    let mut acc = register::<i32>(lacc, 0);
+    let pshift = arange(layout!(local(WBITS, 1, 1, 1)), 0, 0);
+    for i in 0..steps {
+        let g = bj + i / nch * nb;
+        let c = i % nch;
+        let next = bj + (i + 1) / nch * nb;
+        let nw = load_global(gw, lw, [0, next * rows, (i + 1) % nch * cw]);
+        let w4 = view::<u32>(xw, lw4);
+        #[unroll]
+        for q in 0..ABITS {
+            let a = view::<u32>(load_shared(sp, la, [q, c * cw]), la4);
+            let pc = view::<i32>(popc(w4 & a), lw4);
+            acc = acc + sum(sum(pc << (pshift + q), 3), 0);
+        }
+        xw = nw;
+        if c == nch - 1 {
+            // The group's rows: the lanes added, the AND form's correction, the scales (as
+            // `apt_gemm`); the next group's row sums and scales loaded for its end.
+            let d = sum(acc, 2) * 4 - sw * (2 * ma) + token;
+            if STORE_ACC == 1 {
+                store_global(d, view_global(acc_out, [m, n, 1, 1]), [t, g * rows, 0, 0]);
+            }
+            let out = cast::<f32>(d) * scale * fw;
+            store_global(cast::<f16>(out), gy, [t, g * rows, 0, 0]);
+            sw = load_global(gsw, lrow, [0, (g + nb) * rows, 0, 0]);
+            fw = load_global(gfw, lrow, [0, (g + nb) * rows, 0, 0]);
+            acc = register::<i32>(lacc, 0);
         }
     }
 }

@@ -16,8 +16,8 @@
 //! On the GPU, [`AptLinear::to_gpu`] uploads the planes and [`GpuAptLinear::forward`] runs both
 //! kernels on the context's stream.
 
-use super::kernel::{apt_gemm, apt_gemv, apt_quantize_act};
-use super::{check_shape, AptTiles};
+use super::kernel::{apt_gemm, apt_gemv, apt_gemv_popc, apt_quantize_act};
+use super::{check_shape, AptTiles, PopcTiles, INTERPRETER_SMS};
 use crate::apt::matrix::ScaleRule;
 use crate::apt::{AptError, AptMatrix};
 use half::f16;
@@ -199,14 +199,20 @@ impl AptLinear {
         Ok(self.forward_cpu_acc(x, m)?.0)
     }
 
-    /// [`Self::forward_cpu`] and the exact integer products before the scales. Decode sizes
-    /// (`m <= 16`) run the fused kernel ([`apt_gemv`]), larger ones the quantizer and the GEMM.
+    /// [`Self::forward_cpu`] and the exact integer products before the scales, on the kernels
+    /// the GPU runs ([`Self::path`]).
     pub fn forward_cpu_acc(&self, x: &[f16], m: usize) -> Result<(Vec<f16>, Vec<i32>), AptError> {
         self.check_x(x.len(), m)?;
-        if let Some(cfg) = self.gemv_config(m, true) {
-            return self.forward_cpu_fused(x, m, cfg);
+        match self.path(m) {
+            AptPath::Popc(tiles) => self.forward_cpu_popc(x, m, Some(tiles), None),
+            AptPath::Fused => {
+                let cfg = self
+                    .gemv_config(m, true)
+                    .expect("the fused path has a config");
+                self.forward_cpu_fused(x, m, cfg)
+            }
+            AptPath::Unfused => self.forward_cpu_unfused(x, m),
         }
-        self.forward_cpu_unfused(x, m)
     }
 
     /// The fused decode kernel ([`apt_gemv`]) in configuration `cfg` on the interpreter (tests
@@ -242,6 +248,48 @@ impl AptLinear {
         Ok((y, acc))
     }
 
+    /// The popc decode kernel ([`apt_gemv_popc`]) on the interpreter, with `tiles` (the
+    /// layer's, [`Self::popc_tiles`], when `None`) and `blocks` walking the row groups (those
+    /// of a [`INTERPRETER_SMS`]-SM GPU when `None`): `y` and the exact products.
+    pub fn forward_cpu_popc(
+        &self,
+        x: &[f16],
+        m: usize,
+        tiles: Option<PopcTiles>,
+        blocks: Option<usize>,
+    ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let tiles = tiles.unwrap_or_else(|| self.popc_tiles());
+        let cfg = tiles.config(self.k, self.wbits(), self.abits, true)?;
+        let blocks = match blocks {
+            Some(0) => return Err(AptError::Empty { arg: "blocks" }),
+            Some(b) => dim("blocks", b)?,
+            None => tiles.blocks(INTERPRETER_SMS),
+        };
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        apt_gemv_popc::interpret(
+            &cfg,
+            mi,
+            self.n as i32,
+            self.k as i32,
+            blocks,
+            x,
+            &self.planes,
+            &self.sums,
+            self.weight.scales(),
+            &mut y,
+            &mut acc,
+        )
+        .map_err(kernel_err)?;
+        Ok((y, acc))
+    }
+
+    /// The popc decode kernel's tiles for this layer.
+    pub fn popc_tiles(&self) -> PopcTiles {
+        PopcTiles::for_shape(self.n, self.k)
+    }
+
     /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm`] whatever `m` (the
     /// unfused path, for tests).
     pub fn forward_cpu_unfused(
@@ -272,6 +320,19 @@ impl AptLinear {
         Ok((y, acc))
     }
 
+    /// How the layer runs a forward of `m` tokens ([`AptPath`]): the popc decode kernel for one
+    /// token, the fused kernel on the 1-bit mma for decode sizes where it applies, else the
+    /// quantizer and the GEMM.
+    pub fn path(&self, m: usize) -> AptPath {
+        if m == 1 {
+            AptPath::Popc(self.popc_tiles())
+        } else if self.gemv_config(m, false).is_some() {
+            AptPath::Fused
+        } else {
+            AptPath::Unfused
+        }
+    }
+
     /// The fused decode configuration for `m` tokens, if the layer runs one.
     pub fn gemv_config(&self, m: usize, store_acc: bool) -> Option<apt_gemv::Config> {
         if m > 16 {
@@ -289,6 +350,7 @@ impl AptLinear {
             sums: DeviceBuffer::from_host(ctx, &self.sums).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, self.weight.scales()).map_err(kernel_err)?,
             host: self.clone(),
+            unused: Mutex::new(DeviceBuffer::zeros(ctx, 1).map_err(kernel_err)?),
             split: Mutex::new(None),
         })
     }
@@ -323,15 +385,47 @@ pub struct GpuAptLinear {
     sums: DeviceBuffer<i32>,
     scales: DeviceBuffer<f32>,
     host: AptLinear,
+    /// One element, for the parameters a launch does not read.
+    unused: Mutex<DeviceBuffer<i32>>,
     /// The fused kernel's split-k partials and semaphores (zero between launches), grown on
-    /// demand, and a one-element buffer for the parameters a launch does not read.
+    /// demand.
     split: Mutex<Option<SplitBuffers>>,
 }
 
 struct SplitBuffers {
     workspace: DeviceBuffer<i32>,
     semaphores: DeviceBuffer<i32>,
-    unused: DeviceBuffer<i32>,
+}
+
+/// How [`AptLinear`] runs a forward ([`AptLinear::path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AptPath {
+    /// The popc decode kernel ([`apt_gemv_popc`]): one launch, the plane pairs counted on the
+    /// CUDA cores.
+    Popc(PopcTiles),
+    /// The fused decode kernel on the 1-bit mma ([`apt_gemv`]): one launch.
+    Fused,
+    /// The activation quantizer and the GEMM ([`apt_gemm`]): two launches.
+    Unfused,
+}
+
+/// Check the lengths of an output `y` and, if given, of the products `acc`: `want` each.
+fn check_out(y: usize, acc: Option<usize>, want: usize) -> Result<(), AptError> {
+    if y != want {
+        return Err(AptError::Len {
+            arg: "y",
+            expected: want,
+            got: y,
+        });
+    }
+    match acc {
+        Some(a) if a != want => Err(AptError::Len {
+            arg: "acc",
+            expected: want,
+            got: a,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The fused kernel's k slices: 1 or 4, dividing k's steps of `KT · 256` bits.
@@ -364,18 +458,60 @@ impl GpuAptLinear {
         &self.ctx
     }
 
-    /// `y[m, n]` for `x[m, k]` on the device (f16), on the context's stream: one fused launch
-    /// for decode sizes ([`Self::forward_fused`]), else the quantizer and the GEMM.
+    /// `y[m, n]` for `x[m, k]` on the device (f16), on the context's stream, on the layer's
+    /// [`AptLinear::path`]: one popc or fused launch for decode sizes, else the quantizer and
+    /// the GEMM.
     pub fn forward(&self, x: &DeviceBuffer<f16>, m: usize) -> Result<DeviceBuffer<f16>, AptError> {
         let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n).map_err(kernel_err)?;
-        if self.host.gemv_config(m, false).is_some() {
-            self.forward_fused(x, m, &mut y, None)?;
-            return Ok(y);
+        match self.host.path(m) {
+            AptPath::Popc(tiles) => self.forward_popc(x, m, &mut y, None, Some(tiles))?,
+            AptPath::Fused => self.forward_fused(x, m, &mut y, None)?,
+            AptPath::Unfused => {
+                let mut act = AptActivations::new(self, m)?;
+                self.quantize_into(x, &mut act)?;
+                self.gemm_into(&act, &mut y, None)?;
+            }
         }
-        let mut act = AptActivations::new(self, m)?;
-        self.quantize_into(x, &mut act)?;
-        self.gemm_into(&act, &mut y, None)?;
         Ok(y)
+    }
+
+    /// The popc decode kernel ([`apt_gemv_popc`], any `m`, one block row per token) with
+    /// `tiles` (the layer's when `None`): `y[m, n]` for `x[m, k]` in one launch, and with `acc`
+    /// the exact products.
+    pub fn forward_popc(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        tiles: Option<PopcTiles>,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let mi = h.check_x(x.len(), m)?;
+        let tiles = tiles.unwrap_or_else(|| h.popc_tiles());
+        let cfg = tiles.config(h.k, h.wbits(), h.abits, acc.is_some())?;
+        let blocks = tiles.blocks(self.ctx.device().multiprocessors as usize);
+        check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
+        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
+        let acc = match acc {
+            Some(a) => a,
+            None => &mut *unused,
+        };
+        apt_gemv_popc::launch(
+            &self.ctx,
+            &cfg,
+            mi,
+            h.n as i32,
+            h.k as i32,
+            blocks,
+            x,
+            &self.planes,
+            &self.sums,
+            &self.scales,
+            y,
+            acc,
+        )
+        .map_err(kernel_err)
     }
 
     /// The fused decode kernel ([`apt_gemv`], `m <= 16` and the planes fit shared memory):
@@ -432,22 +568,7 @@ impl GpuAptLinear {
         let h = &self.host;
         let m = mi as usize;
         check_split(&cfg, h.k)?;
-        if y.len() != m * h.n {
-            return Err(AptError::Len {
-                arg: "y",
-                expected: m * h.n,
-                got: y.len(),
-            });
-        }
-        if let Some(a) = &acc {
-            if a.len() != m * h.n {
-                return Err(AptError::Len {
-                    arg: "acc",
-                    expected: m * h.n,
-                    got: a.len(),
-                });
-            }
-        }
+        check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
         // The split-k buffers, allocated (zeroed) once per size; the kernel leaves the
         // semaphores zero.
         let (ws_len, sem_len) = split_buffers_len(&cfg, m, h.n);
@@ -459,13 +580,13 @@ impl GpuAptLinear {
             *guard = Some(SplitBuffers {
                 workspace: DeviceBuffer::zeros(&self.ctx, ws_len).map_err(kernel_err)?,
                 semaphores: DeviceBuffer::zeros(&self.ctx, sem_len).map_err(kernel_err)?,
-                unused: DeviceBuffer::zeros(&self.ctx, 1).map_err(kernel_err)?,
             });
         }
         let b = guard.as_mut().expect("allocated above");
+        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
         let acc = match acc {
             Some(a) => a,
-            None => &mut b.unused,
+            None => &mut *unused,
         };
         apt_gemv::launch(
             &self.ctx,

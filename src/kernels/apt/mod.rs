@@ -6,10 +6,10 @@ pub mod bench;
 pub mod kernel;
 pub mod linear;
 
-pub use linear::{AptLinear, GpuAptLinear};
+pub use linear::{AptLinear, AptPath, GpuAptLinear};
 
 use crate::apt::AptError;
-use kernel::{apt_gemm, apt_gemv};
+use kernel::{apt_gemm, apt_gemv, apt_gemv_popc};
 
 /// The shared memory the fused decode kernel may use for its activation planes and its ring of
 /// weight stages.
@@ -157,6 +157,83 @@ impl AptTiles {
     }
 }
 
+/// The tiles of the popc decode kernel ([`kernel::apt_gemv_popc`]): row groups of `warps`
+/// warps of `rows` weight rows each, `vec` words of k per lane and chunk (`vec` divides
+/// `warps`), `per_sm` blocks per multiprocessor walking the groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PopcTiles {
+    pub warps: i32,
+    pub rows: i32,
+    pub vec: i32,
+    pub per_sm: i32,
+}
+
+/// The multiprocessors the interpreter's grids are sized for (an H100 SXM's), so that it runs
+/// the blocks the GPU would.
+pub const INTERPRETER_SMS: usize = 132;
+
+impl PopcTiles {
+    /// Output channels per block.
+    pub fn block_rows(&self) -> usize {
+        (self.warps * self.rows) as usize
+    }
+
+    /// The tiling for `n x k`: 16-byte loads (`vec = 4`); enough warps that the prologue
+    /// quantizes the token's `k / 32` words in one round (4 to 16), four rows per warp (two at
+    /// 16 warps) and about eight warps per SM. Measured (H200, `tilus bench apt --m 1
+    /// --popc-tiles`, perf-notes 27): 4 x 4 x 4 with two blocks per SM was best or within 3% on
+    /// every paper shape with k = 1024..4096, 16 x 2 x 4 with one at k = 14336.
+    pub fn for_shape(_n: usize, k: usize) -> PopcTiles {
+        let warps = (k / 32).div_ceil(32).next_power_of_two().clamp(4, 16) as i32;
+        PopcTiles {
+            warps,
+            rows: if warps >= 16 { 2 } else { 4 },
+            vec: 4,
+            per_sm: (8 / warps).max(1),
+        }
+    }
+
+    /// The launch's blocks on a GPU of `sms` multiprocessors (its `blocks` argument; the grid
+    /// is the smaller of this and the row groups).
+    pub fn blocks(&self, sms: usize) -> i32 {
+        (self.per_sm.max(1) as usize * sms.max(1)).min(i32::MAX as usize) as i32
+    }
+
+    /// The kernel's configuration for `k` and the widths; the argument `tiles` is refused when
+    /// `vec` is not 1, 2 or 4 dividing `warps`, or `warps`, `rows` are outside 1..=32.
+    pub fn config(
+        &self,
+        k: usize,
+        wbits: u32,
+        abits: u32,
+        store_acc: bool,
+    ) -> Result<apt_gemv_popc::Config, AptError> {
+        let ok = (1..=32).contains(&self.warps)
+            && (1..=32).contains(&self.rows)
+            && [1, 2, 4].contains(&self.vec)
+            && self.warps % self.vec == 0
+            && (1..=64).contains(&self.per_sm);
+        if !ok {
+            return Err(AptError::Kernel(format!(
+                "argument `tiles`: {self:?} needs 1 <= warps, rows <= 32, vec in 1, 2, 4 dividing warps and 1 <= per_sm <= 64"
+            )));
+        }
+        // The planes' capacity: k / 32 words rounded up to a power of two (one kernel for
+        // several k) and to the prologue's chunk.
+        let chunk = 32 * self.warps as usize;
+        let kwp = (k / 32).next_power_of_two().div_ceil(chunk) * chunk;
+        Ok(apt_gemv_popc::Config {
+            WBITS: wbits as i32,
+            ABITS: abits as i32,
+            WARPS: self.warps,
+            R: self.rows,
+            VEC: self.vec,
+            KWP: kwp as i32,
+            STORE_ACC: store_acc as i32,
+        })
+    }
+}
+
 /// Check a GEMM's shape and widths: widths 1..=8, `k` a positive multiple of 256, `n` a positive
 /// multiple of 8, and the i32 recovery's bound `4 k (2^A - 1)(2^W - 1) < 2^31`.
 pub fn check_shape(n: usize, k: usize, wbits: u32, abits: u32) -> Result<(), AptError> {
@@ -212,6 +289,26 @@ pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
                             out.push(c);
                         }
                     }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The popc decode configurations `tests/codegen_cuda.rs` compiles: each bench width with the
+/// rule's tiles on the paper's shapes, and with 8-byte loads.
+pub fn compile_check_popc_configs() -> Vec<apt_gemv_popc::Config> {
+    let mut out = Vec::new();
+    for (w, a) in bench::WIDTHS {
+        for (n, k) in bench::PAPER_SHAPES {
+            let t = PopcTiles::for_shape(n, k);
+            for tiles in [t, PopcTiles { vec: 2, ..t }] {
+                let c = tiles
+                    .config(k, w, a, false)
+                    .expect("the rule's tiles are valid");
+                if !out.contains(&c) {
+                    out.push(c);
                 }
             }
         }
