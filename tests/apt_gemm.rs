@@ -264,8 +264,10 @@ fn fused_decode_matches_unfused() {
 /// The popc decode kernel (`apt_gemv_popc`: the plane pairs counted on the CUDA cores) gives
 /// the same bits as the quantizer + `apt_gemm`, for every bench width, one and several tokens,
 /// `n` not a multiple of the block's rows and `k` not a multiple of the chunk, tilings of
-/// 16-, 8- and 4-byte loads, and grids of one block per row group or fewer blocks walking
-/// several groups (one block walking all of them).
+/// 16-, 8- and 4-byte loads, register prefetch and cp.async rings of 2 and 4 stages, one, two
+/// and four threads per activation word in the prologue, and grids
+/// of one block per row group or fewer blocks walking several groups (one block walking all of
+/// them).
 #[test]
 fn popc_decode_matches_unfused() {
     use tilus::kernels::apt::{AptLinear, PopcTiles};
@@ -279,12 +281,19 @@ fn popc_decode_matches_unfused() {
                 .collect();
             let (y2, acc2) = layer.forward_cpu_unfused(&x, m).unwrap();
             assert!(acc2.iter().any(|&v| v != 0));
-            for (warps, rows, vec) in [(4, 4, 4), (8, 2, 2), (4, 1, 1)] {
+            for (warps, rows, vec, stages, qsplit) in [
+                (4, 4, 4, 0, 1),
+                (8, 2, 2, 4, 2),
+                (4, 1, 1, 2, 1),
+                (16, 1, 4, 0, 4),
+            ] {
                 let tiles = PopcTiles {
                     warps,
                     rows,
                     vec,
                     per_sm: 2,
+                    stages,
+                    qsplit,
                 };
                 for blocks in [None, Some(2), Some(1)] {
                     let tag = format!("W{w}A{a} m={m} n={n} k={k} {tiles:?} blocks {blocks:?}");
@@ -301,6 +310,8 @@ fn popc_decode_matches_unfused() {
         rows: 4,
         vec: 8,
         per_sm: 2,
+        stages: 0,
+        qsplit: 1,
     };
     let e = layer
         .forward_cpu_popc(&[f16::ONE; 256], 1, Some(bad), None)

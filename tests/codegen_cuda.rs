@@ -1161,16 +1161,17 @@ fn apt_kernels_compile_to_bmma() {
         assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
     }
     // The popc decode kernel: POPC on the CUDA cores, no 1-bit mma, the weight words in
-    // 16-byte (or 8-byte) loads, the activation words broadcast from shared memory.
+    // 16-byte (or 8-byte) loads or a cp.async ring, the activation words broadcast from shared
+    // memory.
     for cfg in tilus::kernels::apt::compile_check_popc_configs() {
         use tilus::kernels::apt::kernel::apt_gemv_popc;
         let name = format!("apt_gemv_popc_{cfg}").replace([',', '='], "_");
         let p = apt_gemv_popc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         let k = emit(&p, &Default::default()).unwrap();
-        let vector: &[&str] = if cfg.VEC == 4 {
-            &["POPC", "LDG.E.128", "LDS.128"]
-        } else {
-            &["POPC", "LDG.E.64", "LDS.64"]
+        let vector: &[&str] = match (cfg.VEC, cfg.STAGES) {
+            (4, 0) => &["POPC", "LDG.E.128", "LDS.128"],
+            (_, 0) => &["POPC", "LDG.E.64", "LDS.64"],
+            _ => &["POPC", "LDGSTS", "LDS.128"],
         };
         check_kernel_with(
             &ptxas,

@@ -118,12 +118,19 @@ fn gpu_apt_linear_matches_reference() {
             // loads, one to four rows per warp (n = 40 leaves a partial group), blocks walking
             // one or several row groups.
             if m <= 5 {
-                for (warps, rows, vec, per_sm) in [(4, 4, 4, 2), (8, 2, 2, 1), (4, 1, 1, 3)] {
+                for (warps, rows, vec, per_sm, stages, qsplit) in [
+                    (4, 4, 4, 2, 0, 1),
+                    (8, 2, 2, 1, 4, 2),
+                    (4, 1, 1, 3, 2, 1),
+                    (16, 2, 4, 1, 0, 4),
+                ] {
                     let tiles = tilus::kernels::apt::PopcTiles {
                         warps,
                         rows,
                         vec,
                         per_sm,
+                        stages,
+                        qsplit,
                     };
                     let mut yp = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                     let mut ap = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
@@ -173,12 +180,16 @@ fn gpu_apt_popc_walks_row_groups() {
             gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
             let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
             assert!(acc.iter().any(|&v| v != 0));
-            for (warps, rows, vec, per_sm) in [(4, 1, 4, 1), (8, 4, 4, 2)] {
+            for (warps, rows, vec, per_sm, stages, qsplit) in
+                [(4, 1, 4, 1, 0, 1), (8, 2, 4, 2, 4, 2), (16, 2, 4, 1, 0, 4)]
+            {
                 let tiles = tilus::kernels::apt::PopcTiles {
                     warps,
                     rows,
                     vec,
                     per_sm,
+                    stages,
+                    qsplit,
                 };
                 let tag = format!("W{w}A{a} m={m} {tiles:?}");
                 for round in 0..2 {

@@ -316,9 +316,10 @@ pub enum BenchCommand {
         /// layer's (1).
         #[arg(long)]
         split: Option<usize>,
-        /// Comma-separated tilings `WARPSxROWSxVEC[xPER_SM]` of the popc decode kernel to time
-        /// (the fastest is reported) instead of the layer's rule, e.g. `4x4x4,8x2x4x3` (blocks
-        /// per SM 2 when left out).
+        /// Comma-separated tilings `WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]]` of the popc
+        /// decode kernel to time (the fastest is reported) instead of the layer's rule, e.g.
+        /// `4x4x4,16x2x4x1x0x4` (2 blocks per SM, register prefetch (stages 0) and one thread
+        /// per activation word in the prologue when left out).
         #[arg(long = "popc-tiles")]
         popc_tiles: Option<String>,
         /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a

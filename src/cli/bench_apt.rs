@@ -57,10 +57,11 @@ pub fn parse(widths: &str, m: &str, shapes: &str) -> Result<Parsed, String> {
     Ok((widths, ms, shapes))
 }
 
-const FORM: &str = "is not WARPSxROWSxVEC[xPER_SM] (e.g. 4x4x4 or 8x4x4x3)";
+const FORM: &str = "is not WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]] (e.g. 4x4x4 or 16x2x4x1x0x4)";
 
-/// The popc tilings of `--popc-tiles` (`WARPSxROWSxVEC[xPER_SM],..`, two blocks per SM when
-/// `PER_SM` is left out; none when absent), each checked as the layer checks it.
+/// The popc tilings of `--popc-tiles` (`WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]],..`: two
+/// blocks per SM, register prefetch and one thread per activation word when left out; none when
+/// absent), each checked as the layer checks it.
 pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
     let Some(list) = list else {
         return Ok(Vec::new());
@@ -74,9 +75,11 @@ pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
                 .map(|x| x.parse::<i32>())
                 .collect::<Result<_, _>>()
                 .map_err(|_| bad(FORM.into()))?;
-            let (warps, rows, vec, per_sm) = match v[..] {
-                [w, r, v] => (w, r, v, 2),
-                [w, r, v, p] => (w, r, v, p),
+            let (warps, rows, vec, per_sm, stages, qsplit) = match v[..] {
+                [w, r, v] => (w, r, v, 2, 0, 1),
+                [w, r, v, p] => (w, r, v, p, 0, 1),
+                [w, r, v, p, s] => (w, r, v, p, s, 1),
+                [w, r, v, p, s, q] => (w, r, v, p, s, q),
                 _ => return Err(bad(FORM.into())),
             };
             let tiles = PopcTiles {
@@ -84,6 +87,8 @@ pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
                 rows,
                 vec,
                 per_sm,
+                stages,
+                qsplit,
             };
             tiles
                 .config(256, 2, 2, false)

@@ -133,6 +133,11 @@ pub fn bench_apt(
             popc_tiles
         };
         for &tiles in tried {
+            // Tiles this width and shape refuse (a ring past shared memory) are skipped.
+            if let Err(e) = tiles.config(k, wbits, abits, false) {
+                eprintln!("W{wbits}A{abits} m={m} {n}x{k}: {e}");
+                continue;
+            }
             let t = time_launches(ctx, flush, runs, || {
                 gpu.forward_popc(&xd, m, &mut y, None, Some(tiles))
                     .map_err(err)
@@ -188,8 +193,8 @@ pub fn bench_apt(
             });
             let popc = popc.as_ref().map(|(_, p)| {
                 format!(
-                    "; popc warps={} rows={} vec={} per_sm={}",
-                    p.warps, p.rows, p.vec, p.per_sm
+                    "; popc warps={} rows={} vec={} per_sm={} stages={} qsplit={}",
+                    p.warps, p.rows, p.vec, p.per_sm, p.stages, p.qsplit
                 )
             });
             format!(

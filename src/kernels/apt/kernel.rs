@@ -588,7 +588,7 @@ pub fn apt_gemv<
 /// overlaps their latency.
 ///
 /// `KWP` is the activation planes' capacity in words: at least `k / 32` rounded up to
-/// `32 · WARPS` (the prologue's chunk; the host rounds `k / 32` up to a power of two first, so
+/// `32 · WARPS / QS` (the prologue's chunk, `QS` threads per word; the host rounds `k / 32` up to a power of two first, so
 /// that one compiled kernel serves several `k`); `VEC` divides `WARPS`. Rows past `n` read zero
 /// weight words and are not stored.
 #[tilus::kernel(
@@ -602,6 +602,8 @@ pub fn apt_gemv<
         R = [2, 4],
         VEC = [2, 4],
         KWP = [256],
+        STAGES = [0, 4],
+        QS = [1, 4],
         STORE_ACC = [0, 1],
     ),
 )]
@@ -613,6 +615,8 @@ pub fn apt_gemv_popc<
     const R: i32,
     const VEC: i32,
     const KWP: i32,
+    const STAGES: i32,
+    const QS: i32,
     const STORE_ACC: i32,
 >(
     m: i32,
@@ -661,15 +665,43 @@ pub fn apt_gemv_popc<
         .local(WBITS, R, 1, 1)
         .spatial(1, 1, 32, 1)
         .local(1, 1, 1, VEC));
-    let mut xw = load_global(gw, lw, [0, bj * rows, 0]);
+    // The block's row groups `bj, bj + nb, ..`, each over all of k in `nch` chunks: step `i` is
+    // chunk `i % nch` of the block's group `i / nch`.
+    let nb = min(cdiv(n, rows), blocks);
+    let nch = cdiv(kw, cw);
+    let steps = cdiv(cdiv(n, rows) - bj, nb) * nch;
+    // The first weight words are in flight before the prologue: one chunk in registers
+    // (`STAGES = 0`), or `STAGES - 1` chunks of a cp.async ring of whole groups' chunks
+    // (steps past the block's last group copy rows past n: masked, no access).
+    let mut xw = if STAGES == 0 {
+        load_global(gw, lw, [0, bj * rows, 0])
+    } else {
+        ()
+    };
+    let ring = shared::<u32>([max(STAGES, 1), WBITS, rows, cw]);
+    for j in 0..STAGES - 1 {
+        let gj = if j < steps {
+            bj + j / nch * nb
+        } else {
+            cdiv(n, rows)
+        };
+        copy_async(
+            gw,
+            slice_shared(ring, [j, 0, 0, 0], [WBITS, rows, cw]),
+            [0, gj * rows, j % nch * cw],
+        );
+        commit_group();
+    }
 
     // Prologue: token t quantized into shared memory, `[ABITS][KWP]` words, the chunks that
     // hold k (zero past k; the k loop reads no further).
+    // `QS` threads share a word (32 / QS elements each, its bits gathered by shuffles), so a
+    // block of many warps quantizes a short row in a short chain.
     let sp = shared::<u32>([ABITS, KWP]);
-    let words = 32 * WARPS;
+    let words = 32 * WARPS / QS;
     let gx = view_global(x, [m, kw, 32]);
-    let tile = layout!(spatial(1, words, 1).local(1, 1, 32));
-    let wl = layout!(spatial(1, words));
+    let tile = layout!(spatial(1, words, QS).local(1, 1, 32 / QS));
+    let wl = layout!(spatial(1, words).replicated(QS));
     let bit = arange(tile, 2, 0);
     let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
     for c in 0..cdiv(kw, words) {
@@ -693,12 +725,10 @@ pub fn apt_gemv_popc<
     }
     sync();
 
-    // The block's row groups `bj, bj + nb, ..` one after another, each over all of k in
-    // chunks: step `i` is chunk `i % nch` of the block's group `i / nch`. Per step and
-    // activation plane q, `popc(w_p AND a_q) << (p + q)` is summed over the lane's words and
-    // the weight planes into the lane's partial of each row; the next step's words (the next
-    // group's at a group's end; past the last group, rows past n: masked, no access) are
-    // loaded before this step's are counted.
+    // Per step and activation plane q, `popc(w_p AND a_q) << (p + q)` is summed over the
+    // lane's words and the weight planes into the lane's partial of each row; the words of
+    // step `i + 1` (registers) or `i + STAGES - 1` (the ring) are requested before step `i`'s
+    // are counted.
     let la = layout!(reduce(spatial(WARPS, 1), [0]).spatial(1, 32).local(1, VEC));
     let la4 = layout!(reduce(spatial(WARPS, 1, 1, 1), [0])
         .spatial(1, 1, 32, 1)
@@ -719,9 +749,6 @@ pub fn apt_gemv_popc<
     let mw = levels(WBITS);
     // The token's terms of the AND form: `K (2^A - 1)(2^W - 1) - 2 (2^W - 1) Σ_k x_a`.
     let token = total * (0 - 2 * mw) + k * (ma * mw);
-    let nb = min(cdiv(n, rows), blocks);
-    let nch = cdiv(kw, cw);
-    let steps = cdiv(cdiv(n, rows) - bj, nb) * nch;
     let mut sw = load_global(gsw, lrow, [0, bj * rows, 0, 0]);
     let mut fw = load_global(gfw, lrow, [0, bj * rows, 0, 0]);
     let mut acc = register::<i32>(lacc, 0);
@@ -729,16 +756,36 @@ pub fn apt_gemv_popc<
     for i in 0..steps {
         let g = bj + i / nch * nb;
         let c = i % nch;
-        let next = bj + (i + 1) / nch * nb;
-        let nw = load_global(gw, lw, [0, next * rows, (i + 1) % nch * cw]);
-        let w4 = view::<u32>(xw, lw4);
+        let w4 = if STAGES == 0 {
+            let next = bj + (i + 1) / nch * nb;
+            let nw = load_global(gw, lw, [0, next * rows, (i + 1) % nch * cw]);
+            let w = view::<u32>(xw, lw4);
+            xw = nw;
+            w
+        } else {
+            wait_group(STAGES - 2);
+            sync();
+            let w = view::<u32>(load_shared(ring, lw, [i % STAGES, 0, 0, 0]), lw4);
+            let j = i + STAGES - 1;
+            let gj = if j < steps {
+                bj + j / nch * nb
+            } else {
+                cdiv(n, rows)
+            };
+            copy_async(
+                gw,
+                slice_shared(ring, [j % STAGES, 0, 0, 0], [WBITS, rows, cw]),
+                [0, gj * rows, j % nch * cw],
+            );
+            commit_group();
+            w
+        };
         #[unroll]
         for q in 0..ABITS {
             let a = view::<u32>(load_shared(sp, la, [q, c * cw]), la4);
             let pc = view::<i32>(popc(w4 & a), lw4);
             acc = acc + sum(sum(pc << (pshift + q), 3), 0);
         }
-        xw = nw;
         if c == nch - 1 {
             // The group's rows: the lanes added, the AND form's correction, the scales (as
             // `apt_gemm`); the next group's row sums and scales loaded for its end.
@@ -752,5 +799,8 @@ pub fn apt_gemv_popc<
             fw = load_global(gfw, lrow, [0, (g + nb) * rows, 0, 0]);
             acc = register::<i32>(lacc, 0);
         }
+    }
+    if STAGES > 0 {
+        wait_group(0);
     }
 }

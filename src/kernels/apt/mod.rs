@@ -159,14 +159,22 @@ impl AptTiles {
 
 /// The tiles of the popc decode kernel ([`kernel::apt_gemv_popc`]): row groups of `warps`
 /// warps of `rows` weight rows each, `vec` words of k per lane and chunk (`vec` divides
-/// `warps`), `per_sm` blocks per multiprocessor walking the groups.
+/// `warps`), `per_sm` blocks per multiprocessor walking the groups, and the weight words either
+/// one chunk ahead in registers (`stages = 0`) or `stages - 1` chunks ahead in a cp.async ring
+/// of `stages` shared-memory stages (2 to 8); the prologue quantizes each activation word with
+/// `qsplit` threads (1, 2, 4 or 8; 32 / qsplit elements each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PopcTiles {
     pub warps: i32,
     pub rows: i32,
     pub vec: i32,
     pub per_sm: i32,
+    pub stages: i32,
+    pub qsplit: i32,
 }
+
+/// The shared memory the popc decode kernel may use (activation planes and weight ring).
+pub const POPC_MAX_SHARED: usize = 200 * 1024;
 
 /// The multiprocessors the interpreter's grids are sized for (an H100 SXM's), so that it runs
 /// the blocks the GPU would.
@@ -178,19 +186,36 @@ impl PopcTiles {
         (self.warps * self.rows) as usize
     }
 
-    /// The tiling for `n x k`: 16-byte loads (`vec = 4`); enough warps that the prologue
-    /// quantizes the token's `k / 32` words in one round (4 to 16), four rows per warp (two at
-    /// 16 warps) and about eight warps per SM. Measured (H200, `tilus bench apt --m 1
-    /// --popc-tiles`, perf-notes 27): 4 x 4 x 4 with two blocks per SM was best or within 3% on
-    /// every paper shape with k = 1024..4096, 16 x 2 x 4 with one at k = 14336.
-    pub fn for_shape(_n: usize, k: usize) -> PopcTiles {
-        let warps = (k / 32).div_ceil(32).next_power_of_two().clamp(4, 16) as i32;
-        PopcTiles {
-            warps,
-            rows: if warps >= 16 { 2 } else { 4 },
-            vec: 4,
-            per_sm: (8 / warps).max(1),
+    /// The tiling for `n x k`, from `tilus bench apt --m 1 --popc-tiles` on an H200 (perf-notes
+    /// 27): 16-byte loads and register prefetch everywhere (a cp.async ring measured no faster);
+    /// up to 256 words of k per row, 8 warps quantizing with two threads per word, four rows
+    /// per warp and one block per SM from `n = 4096` (128 groups of 32 rows), else two rows and
+    /// two blocks; longer rows, 16 warps of two rows, one thread per word.
+    pub fn for_shape(n: usize, k: usize) -> PopcTiles {
+        if k / 32 > 256 {
+            return PopcTiles {
+                warps: 16,
+                rows: 2,
+                vec: 4,
+                per_sm: 1,
+                stages: 0,
+                qsplit: 1,
+            };
         }
+        let wide = n >= 4096;
+        PopcTiles {
+            warps: 8,
+            rows: if wide { 4 } else { 2 },
+            vec: 4,
+            per_sm: if wide { 1 } else { 2 },
+            stages: 0,
+            qsplit: 2,
+        }
+    }
+
+    /// Words of one stage of the weight ring: every plane of a group's rows, one chunk.
+    pub fn ring_words(&self, wbits: u32) -> usize {
+        wbits as usize * self.block_rows() * 32 * self.vec as usize
     }
 
     /// The launch's blocks on a GPU of `sms` multiprocessors (its `blocks` argument; the grid
@@ -212,16 +237,25 @@ impl PopcTiles {
             && (1..=32).contains(&self.rows)
             && [1, 2, 4].contains(&self.vec)
             && self.warps % self.vec == 0
-            && (1..=64).contains(&self.per_sm);
+            && (1..=64).contains(&self.per_sm)
+            && (self.stages == 0 || (2..=8).contains(&self.stages))
+            && [1, 2, 4, 8].contains(&self.qsplit)
+            && ((32 * self.warps / self.qsplit) % (32 * self.vec)) == 0;
         if !ok {
             return Err(AptError::Kernel(format!(
-                "argument `tiles`: {self:?} needs 1 <= warps, rows <= 32, vec in 1, 2, 4 dividing warps and 1 <= per_sm <= 64"
+                "argument `tiles`: {self:?} needs 1 <= warps, rows <= 32, vec in 1, 2, 4 dividing warps, 1 <= per_sm <= 64, stages 0 or 2..=8, qsplit 1, 2, 4 or 8 and the prologue's 32 · warps / qsplit words a multiple of 32 · vec"
             )));
         }
         // The planes' capacity: k / 32 words rounded up to a power of two (one kernel for
         // several k) and to the prologue's chunk.
-        let chunk = 32 * self.warps as usize;
+        let chunk = (32 * self.warps / self.qsplit) as usize;
         let kwp = (k / 32).next_power_of_two().div_ceil(chunk) * chunk;
+        let shared = 4 * (abits as usize * kwp + self.stages as usize * self.ring_words(wbits));
+        if shared > POPC_MAX_SHARED {
+            return Err(AptError::Kernel(format!(
+                "argument `tiles`: {self:?} needs {shared} bytes of shared memory for k = {k}, W{wbits}A{abits}; at most {POPC_MAX_SHARED}"
+            )));
+        }
         Ok(apt_gemv_popc::Config {
             WBITS: wbits as i32,
             ABITS: abits as i32,
@@ -229,6 +263,8 @@ impl PopcTiles {
             R: self.rows,
             VEC: self.vec,
             KWP: kwp as i32,
+            STAGES: self.stages,
+            QS: self.qsplit,
             STORE_ACC: store_acc as i32,
         })
     }
@@ -297,18 +333,27 @@ pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
 }
 
 /// The popc decode configurations `tests/codegen_cuda.rs` compiles: each bench width with the
-/// rule's tiles on the paper's shapes, and with 8-byte loads.
+/// rule's tiles on the paper's shapes, with 8-byte loads, with a 4-stage ring, and 16 warps
+/// quantizing with four threads per word.
 pub fn compile_check_popc_configs() -> Vec<apt_gemv_popc::Config> {
     let mut out = Vec::new();
     for (w, a) in bench::WIDTHS {
         for (n, k) in bench::PAPER_SHAPES {
             let t = PopcTiles::for_shape(n, k);
-            for tiles in [t, PopcTiles { vec: 2, ..t }] {
-                let c = tiles
-                    .config(k, w, a, false)
-                    .expect("the rule's tiles are valid");
-                if !out.contains(&c) {
-                    out.push(c);
+            let ring = PopcTiles { stages: 4, ..t };
+            let wide = PopcTiles {
+                warps: 16,
+                rows: 2,
+                per_sm: 1,
+                qsplit: 4,
+                ..t
+            };
+            for tiles in [t, PopcTiles { vec: 2, ..t }, ring, wide] {
+                // A ring that does not fit shared memory is refused, not compiled.
+                if let Ok(c) = tiles.config(k, w, a, false) {
+                    if !out.contains(&c) {
+                        out.push(c);
+                    }
                 }
             }
         }
