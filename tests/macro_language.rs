@@ -6,8 +6,8 @@
 mod language;
 
 use language::{
-    batched_mma, block_values, chunk_max, closures, flagged, helpers, narrow_wide, run_mma,
-    scalar_operands, scale_shift, unrolled, wide_offsets,
+    batched_mma, block_values, chunk_max, closures, constant_bits, flagged, helpers, narrow_wide,
+    run_mma, scalar_operands, scale_shift, unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -396,6 +396,22 @@ fn run_fragments_compute_the_product() {
         run_mma::interpret(cfg, k as i32, &a, &bt, &mut c).unwrap();
         for (i, (&got, &want)) in c.iter().zip(&reference).enumerate() {
             assert_eq!(got as f64, want, "{cfg} at {i}");
+        }
+    }
+}
+
+#[test]
+fn bit_operators_fold_on_constants() {
+    let mut rng = rand::rng();
+    for cfg in constant_bits::SPACE {
+        let n = rng.random_range(1..100usize);
+        let x: Vec<i32> = (0..n).map(|_| rng.random()).collect();
+        let mut y = vec![i32::MIN; n];
+        constant_bits::interpret(cfg, n as i32, &x, &mut y).unwrap();
+        let mask = (1i32 << cfg.BITS) - 1;
+        let high = ((0xF0 >> 4) ^ 1) << cfg.BITS;
+        for i in 0..n {
+            assert_eq!(y[i], (x[i] & mask) | high, "{cfg} at {i}");
         }
     }
 }

@@ -284,3 +284,18 @@ pub fn batched_mma<const TL: i32>(k: i32, a: Global<f16>, b: Global<f16>, c: Glo
     }
     store_global(acc, view_global(c, [4, 16, 16]), [0, 0, 0]);
 }
+
+/// `y = x & ((1 << BITS) - 1) | (0xF0 >> 4 ^ 1) << BITS`: bit operators on integer constants,
+/// folded when the kernel is compiled (a mask of `BITS` ones, and a constant shifted past it),
+/// applied to an integer tensor.
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(BITS = [3, 7]))]
+pub fn constant_bits<const BITS: i32>(n: i32, x: Global<i32>, y: GlobalMut<i32>) {
+    let [b] = block_indices();
+    let mask = (1 << BITS) - 1;
+    let high = (0xF0 >> 4 ^ 1) << BITS;
+    let l = layout!(spatial(32));
+    let v = load_global(view_global(x, [n]), l, [b * 32]);
+    let keep = register::<i32>(l, mask);
+    let add = register::<i32>(l, high);
+    store_global((v & keep) | add, view_global(y, [n]), [b * 32]);
+}

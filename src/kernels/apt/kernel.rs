@@ -72,26 +72,6 @@ pub fn apt_gemm<
     y: GlobalMut<f16>,
     acc_out: GlobalMut<i32>,
 ) {
-    // The largest bipolar value of `b` bits, 2^b - 1.
-    fn levels(b: i32) -> i32 {
-        if b == 1 {
-            1
-        } else if b == 2 {
-            3
-        } else if b == 3 {
-            7
-        } else if b == 4 {
-            15
-        } else if b == 5 {
-            31
-        } else if b == 6 {
-            63
-        } else if b == 7 {
-            127
-        } else {
-            255
-        }
-    }
     let bm = WM * FM * 16;
     let bn = WN * FN * 8;
     let kw = KT * 8;
@@ -190,8 +170,8 @@ pub fn apt_gemm<
     let lcol = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_cp, [0]));
     let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * bm, 0]);
     let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
-    let ma = levels(ABITS);
-    let mw = levels(WBITS);
+    let ma = (1 << ABITS) - 1;
+    let mw = (1 << WBITS) - 1;
     let d = x * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
     if STORE_ACC == 1 {
         store_global(d, view_global(acc_out, [m, n]), [bi * bm, bj * bn]);
@@ -226,26 +206,7 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
     sums: GlobalMut<i32>,
     scales: GlobalMut<f32>,
 ) {
-    fn levels(b: i32) -> i32 {
-        if b == 1 {
-            1
-        } else if b == 2 {
-            3
-        } else if b == 3 {
-            7
-        } else if b == 4 {
-            15
-        } else if b == 5 {
-            31
-        } else if b == 6 {
-            63
-        } else if b == 7 {
-            127
-        } else {
-            255
-        }
-    }
-    let maxv = levels(ABITS);
+    let maxv = (1 << ABITS) - 1;
     let words = 32 * WARPS;
     let [r] = block_indices();
     // Row r as [k / 32, 32]: each thread holds one word's 32 elements.
@@ -358,26 +319,7 @@ pub fn apt_gemv<
     workspace: GlobalMut<i32>,
     semaphores: GlobalMut<i32>,
 ) {
-    fn levels(b: i32) -> i32 {
-        if b == 1 {
-            1
-        } else if b == 2 {
-            3
-        } else if b == 3 {
-            7
-        } else if b == 4 {
-            15
-        } else if b == 5 {
-            31
-        } else if b == 6 {
-            63
-        } else if b == 7 {
-            127
-        } else {
-            255
-        }
-    }
-    let maxv = levels(ABITS);
+    let maxv = (1 << ABITS) - 1;
     let bn = WN * FN * 8;
     let kw = KT * 8;
     let words = 32 * WN;
@@ -515,8 +457,8 @@ pub fn apt_gemv<
     let lcol = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [0]));
     // The AND form's terms over this slice: `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a` (the slice's
     // activation codes); the weight's and the constant term are over all of k, added once.
-    let ma = levels(ABITS);
-    let mw = levels(WBITS);
+    let ma = (1 << ABITS) - 1;
+    let mw = (1 << WBITS) - 1;
     let sa = load_shared(ss, lrow, [0, 0]);
     let part = xsum * 4 - sa * (2 * mw);
     let finish = |part: Tensor| {
@@ -630,26 +572,7 @@ pub fn apt_gemv_popc<
     y: GlobalMut<f16>,
     acc_out: GlobalMut<i32>,
 ) {
-    fn levels(b: i32) -> i32 {
-        if b == 1 {
-            1
-        } else if b == 2 {
-            3
-        } else if b == 3 {
-            7
-        } else if b == 4 {
-            15
-        } else if b == 5 {
-            31
-        } else if b == 6 {
-            63
-        } else if b == 7 {
-            127
-        } else {
-            255
-        }
-    }
-    let maxv = levels(ABITS);
+    let maxv = (1 << ABITS) - 1;
     let rows = WARPS * R;
     let cw = 32 * VEC;
     let kw = k / 32;
@@ -745,8 +668,8 @@ pub fn apt_gemv_popc<
     let gsw = view_global(w_sums, [1, n, 1, 1]);
     let gfw = view_global(w_scales, [1, n, 1, 1]);
     let gy = view_global(y, [m, n, 1, 1]);
-    let ma = levels(ABITS);
-    let mw = levels(WBITS);
+    let ma = (1 << ABITS) - 1;
+    let mw = (1 << WBITS) - 1;
     // The token's terms of the AND form: `K (2^A - 1)(2^W - 1) - 2 (2^W - 1) Σ_k x_a`.
     let token = total * (0 - 2 * mw) + k * (ma * mw);
     let mut sw = load_global(gsw, lrow, [0, bj * rows, 0, 0]);

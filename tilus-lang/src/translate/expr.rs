@@ -265,6 +265,11 @@ impl Translator<'_, '_> {
                 self.const_int(&u.expr)?.checked_neg()
             }
             SynExpr::Binary(bin) => {
+                if let Some(bits) = super::math::bit_op(&bin.op) {
+                    let a = self.const_int(&bin.left)?;
+                    let c = self.const_int(&bin.right)?;
+                    return super::math::fold_bits(bits, a, c).ok();
+                }
                 let op = scalar_op(&bin.op)?;
                 let a = self.const_int(&bin.left)?;
                 let c = self.const_int(&bin.right)?;

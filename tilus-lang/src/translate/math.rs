@@ -21,6 +21,32 @@ pub fn bit_op(op: &BinOp) -> Option<ElementOp> {
     })
 }
 
+/// A bit operator on `i32` constants, folded when the kernel is compiled (`(1 << BITS) - 1`);
+/// `Err` for a shift outside `0..32` or one that loses set bits.
+pub fn fold_bits(op: ElementOp, a: i32, c: i32) -> Result<i32, String> {
+    let shift = || {
+        u32::try_from(c)
+            .ok()
+            .filter(|&s| s < 32)
+            .ok_or_else(|| format!("a shift by {c} (constants shift by 0 to 31)"))
+    };
+    Ok(match op {
+        ElementOp::And => a & c,
+        ElementOp::Or => a | c,
+        ElementOp::Xor => a ^ c,
+        ElementOp::Shr => a >> shift()?,
+        ElementOp::Shl => {
+            let s = shift()?;
+            let r = a.wrapping_shl(s);
+            if r >> s != a {
+                return Err(format!("`{a} << {c}` overflows i32"));
+            }
+            r
+        }
+        _ => return Err(format!("`{}` is not a bit operator", op.name())),
+    })
+}
+
 /// The comparison of a scalar comparison operator, for tensors.
 pub fn cmp_op(op: BinaryOp) -> Option<CmpOp> {
     Some(match op {
@@ -142,12 +168,20 @@ impl Translator<'_, '_> {
                 let operand = self.operand(bin.right.as_ref(), r)?;
                 self.elementwise(b, bin, op, x, operand, dest)
             }
+            // Integer constants fold (`(1 << BITS) - 1`); run-time scalars have no bit
+            // operators.
+            (
+                Value::Scalar(Expr::Int(x), ScalarType::I32),
+                Value::Scalar(Expr::Int(y), ScalarType::I32),
+            ) => fold_bits(op, x, y)
+                .map(|v| Value::Scalar(Expr::Int(v), ScalarType::I32))
+                .map_err(|e| self.err(bin, e)),
             (l, _) => {
                 let found = self.describe(&l);
                 Err(self.err(
                     bin,
                     format!(
-                        "`{}` applies to integer tensors (write `{}(x, y)`), found {found} on the left",
+                        "`{}` applies to integer tensors (write `{}(x, y)`) and integer constants, found {found} on the left",
                         bin.op.to_token_stream(),
                         op.name()
                     ),
