@@ -270,6 +270,7 @@ fn fused_decode_matches_unfused() {
 /// them).
 #[test]
 fn popc_decode_matches_unfused() {
+    use tilus::kernels::apt::kernel::apt_gemv_popc;
     use tilus::kernels::apt::{AptLinear, PopcTiles};
     let mut rng = rand::rng();
     let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -301,6 +302,27 @@ fn popc_decode_matches_unfused() {
                     assert_eq!(acc, acc2, "{tag}: products");
                     assert_eq!(bits(&y), bits(&y2), "{tag}: outputs");
                 }
+                // Without the products (`STORE_ACC = 0`, as the layer's forward launches it):
+                // a one-element `acc_out` is enough and the outputs are the same bits.
+                let cfg = tiles.config(k, w, a, false).unwrap();
+                let mut y = vec![f16::NAN; m * n];
+                let mut unused = [i32::MIN];
+                apt_gemv_popc::interpret(
+                    &cfg,
+                    m as i32,
+                    n as i32,
+                    k as i32,
+                    tiles.blocks(3) as i32,
+                    &x,
+                    layer.planes(),
+                    &layer.weight().row_sums(),
+                    layer.weight().scales(),
+                    &mut y,
+                    &mut unused,
+                )
+                .unwrap();
+                assert_eq!(bits(&y), bits(&y2), "W{w}A{a} {tiles:?}: without products");
+                assert_eq!(unused[0], i32::MIN);
             }
         }
     }
