@@ -224,8 +224,9 @@ impl PopcTiles {
         (self.per_sm.max(1) as usize * sms.max(1)).min(i32::MAX as usize) as i32
     }
 
-    /// The kernel's configuration for `k` and the widths; the argument `tiles` is refused when
-    /// `vec` is not 1, 2 or 4 dividing `warps`, or `warps`, `rows` are outside 1..=32.
+    /// The kernel's configuration for `k` and the widths; the argument `tiles` is refused when a
+    /// field is out of its range (see the error), when `vec` does not divide the prologue's
+    /// words, or when the planes and the ring need more than [`POPC_MAX_SHARED`] bytes.
     pub fn config(
         &self,
         k: usize,
