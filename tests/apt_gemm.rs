@@ -312,7 +312,7 @@ fn popc_decode_matches_unfused() {
                     m as i32,
                     n as i32,
                     k as i32,
-                    tiles.blocks(3) as i32,
+                    tiles.blocks(3),
                     &x,
                     layer.planes(),
                     &layer.weight().row_sums(),
