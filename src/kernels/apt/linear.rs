@@ -654,30 +654,12 @@ impl GpuAptLinear {
                 h.n, h.k
             )));
         }
-        if y.len() != m * h.n {
-            return Err(AptError::Len {
-                arg: "y",
-                expected: m * h.n,
-                got: y.len(),
-            });
-        }
+        check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
         let cfg = tiles.config(h.wbits(), h.abits, acc.is_some());
-        let mut dummy;
+        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
         let acc = match acc {
-            Some(a) => {
-                if a.len() != m * h.n {
-                    return Err(AptError::Len {
-                        arg: "acc",
-                        expected: m * h.n,
-                        got: a.len(),
-                    });
-                }
-                a
-            }
-            None => {
-                dummy = DeviceBuffer::<i32>::zeros(&self.ctx, 1).map_err(kernel_err)?;
-                &mut dummy
-            }
+            Some(a) => a,
+            None => &mut *unused,
         };
         apt_gemm::launch(
             &self.ctx,
