@@ -129,6 +129,51 @@ fn gemv_every_weight_type_matches_the_reference() {
     }
 }
 
+/// The gemv method with several token tiles per block (`bm` 16, 32 and 64), as the tuner
+/// tries it for 9 to 64 rows: every weight type, ragged m (a partial tile, whole blocks, a
+/// second row block), f16 and bf16, grouped and per-channel scales, split-k.
+#[test]
+fn gemv_token_tiles_match_the_reference() {
+    let Some(ctx) = context("gemv_token_tiles_match_the_reference") else {
+        return;
+    };
+    let (n, k) = (512, 1024);
+    for (i, wdtype) in weight_types().into_iter().enumerate() {
+        let zeros = matches!(wdtype, DType::UInt(_));
+        let adtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
+        let (rows, group) = if i % 4 == 3 {
+            (None, Group::PerChannel)
+        } else {
+            (Some(128), Group::Rows(128))
+        };
+        let bm = [16, 32, 64][i % 3];
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm,
+            // bm = 64 holds 8 token tiles of accumulators: one weight fragment per warp.
+            bn: if bm == 64 { 64 } else { 128 },
+            bk: 128,
+            stages: 3 + i % 2,
+            split_k: [1, 2, 4, 1][i % 4],
+            ..QMatmulConfig::for_shape(wdtype, adtype, rows, zeros, n, k).unwrap()
+        };
+        for m in [3, bm, bm + 9] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, group),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, group),
+            };
+            println!(
+                "gemv bm{bm} {wdtype:>7} {adtype} {group:?} split {} m={m}: rel err {rel:.2e}",
+                cfg.split_k
+            );
+            assert!(
+                rel < 1e-2,
+                "gemv bm{bm} {wdtype} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bf16_zero_points_split_k_and_ragged_m() {
     let Some(ctx) = context("bf16_zero_points_split_k_and_ragged_m") else {

@@ -268,6 +268,37 @@ fn gemv_every_weight_type() {
     }
 }
 
+/// The gemv method with several token tiles per block (`bm` 16, 24 and 32: each dequantized
+/// weight fragment feeds `bm / 8` mmas): ragged m (a partial first tile, a partial last tile,
+/// several row blocks), grouped and per-channel scales, zero points, biased and exact casts,
+/// split-k, both activation types.
+#[test]
+fn gemv_token_tiles() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    // (weight, activations, group, bm, bn, warps, split): bn / (16 warps) = 2 or 4 weight
+    // fragments per warp, so that the token tiles and the fragments interleave in the locals.
+    let cases = [
+        ("u2", DType::F16, Some(64), 16, 128, 4, 1),
+        ("i4", DType::BF16, Some(128), 24, 128, 2, 2),
+        ("u3", DType::F16, None, 32, 128, 4, 1),
+        ("f4e2m1", DType::F16, Some(64), 16, 128, 2, 2),
+        ("i8", DType::BF16, None, 32, 128, 4, 2),
+        ("u1", DType::BF16, Some(128), 32, 256, 4, 1),
+    ];
+    for (wd, ad, group, bm, bn, warps, split_k) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            split_k,
+            ..default_cfg(dt(wd), ad, group)
+        };
+        check(cfg, 256, 2 * bn, &[1, bm - 1, bm, bm + 3, 2 * bm + 5]);
+    }
+}
+
 #[test]
 fn gemv_tiles_and_errors() {
     use tilus::kernels::qmatmul::QMatmulMethod;
@@ -295,7 +326,8 @@ fn gemv_tiles_and_errors() {
         check(cfg, 256, cfg.bn, &[2]);
     }
     let bad = [
-        (QMatmulConfig { bm: 16, ..u4 }, "`bm`"),
+        (QMatmulConfig { bm: 12, ..u4 }, "`bm`"),
+        (QMatmulConfig { bm: 0, ..u4 }, "`bm`"),
         (QMatmulConfig { bn: 96, ..u4 }, "`bn`"),
         (
             QMatmulConfig {

@@ -139,12 +139,13 @@ pub enum QMatmulMethod {
     /// cuBLAS uses the GPU's newest tensor-core instructions. On the CPU runner the GEMM is a
     /// host loop with f32 accumulation.
     DequantizeThenGemm,
-    /// Decode shapes with at most 8 activation rows (`bm = 8`): the fused pipeline computing
-    /// the transposed product `Cᵀ = dequant(W)ᵀ · Aᵀ`, the weight as the mma's A operand (16
-    /// output columns by 16 k per fragment) and the activations as B (8 rows). Each mma then
-    /// consumes 256 weights instead of 128, and the accumulator of a `bn`-wide tile is half
-    /// as large, so the same weight tile costs half the mma and accumulator instructions and
-    /// fewer registers. Scale groups must span whole k tiles (or be per channel).
+    /// Decode and small-batch shapes: the fused pipeline computing the transposed product
+    /// `Cᵀ = dequant(W)ᵀ · Aᵀ`, the weight as the mma's A operand (16 output columns by 16 k
+    /// per fragment) and the activations as B, in token tiles of 8 rows (`bm` a multiple of
+    /// 8). Each mma then consumes 256 weights instead of 128, and the accumulator of a
+    /// `bn`-wide tile is half as large, so the same weight tile costs half the mma and
+    /// accumulator instructions and fewer registers; with `bm > 8` each dequantized fragment
+    /// feeds `bm / 8` mmas. Scale groups must span whole k tiles (or be per channel).
     Gemv,
 }
 
@@ -155,7 +156,7 @@ pub struct Tiling {
     pub warps_m: usize,
     pub warps_n: usize,
     /// mma.m16n8k16 repeats per warp and k tile: `bm / (16 warps_m)`, `bn / (8 warps_n)`,
-    /// `bk / 16` ([`QMatmulMethod::Gemv`]: `rep_m = 1` for the 8 activation rows and
+    /// `bk / 16` ([`QMatmulMethod::Gemv`]: `rep_m = bm / 8` token tiles of 8 rows and
     /// `rep_n = bn / (16 warps_n)` weight fragments of 16 columns).
     pub rep_m: usize,
     pub rep_n: usize,
@@ -351,11 +352,12 @@ impl QMatmulConfig {
             ));
         }
         let gemv = self.method == QMatmulMethod::Gemv;
-        if gemv && self.bm != 8 {
+        if gemv && (self.bm == 0 || !self.bm.is_multiple_of(8)) {
             return Err(config_err(
                 "bm",
                 format!(
-                    "{}; the gemv method computes 8 activation rows per block (bm = 8)",
+                    "{} is not a positive multiple of 8; the gemv method computes whole token \
+                     tiles of 8 activation rows (the mma's B columns)",
                     self.bm
                 ),
             ));
@@ -436,7 +438,7 @@ impl QMatmulConfig {
             ));
         }
         let (rep_m, rep_n, rep_k) = if gemv {
-            (1, self.bn / 16 / warps_n, self.bk / 16)
+            (self.bm / 8, self.bn / 16 / warps_n, self.bk / 16)
         } else {
             (self.bm / 16 / warps_m, self.bn / 8 / warps_n, self.bk / 16)
         };

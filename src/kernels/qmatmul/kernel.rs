@@ -305,15 +305,18 @@ pub fn qmatmul_main<
 }
 
 /// [`QMatmulMethod::Gemv`](super::QMatmulMethod): the transposed product
-/// `Cᵀ[n, m] = dequant(W)ᵀ · Aᵀ` for up to 8 activation rows per block, one `[8, BN]` tile and
-/// one of `SPLIT` slices of k.
+/// `Cᵀ[n, m] = dequant(W)ᵀ · Aᵀ` for `BM` activation rows per block (`BM / 8` token tiles of
+/// the mma's 8 columns), one `[BM, BN]` tile and one of `SPLIT` slices of k.
 ///
 /// The weight tile `[BK, BN]` is dequantized in the `mma_a_t` layout, so that a free `view`
 /// makes it the A operand `[BN, BK]` of the mma: each mma then takes 256 weights (16 output
 /// columns by 16 k) against the 8 activation rows as B, twice what the weight-as-B pipeline of
 /// [`qmatmul_main`] gets from its 16-row tile of mostly padding, and the `[BN, 8]` accumulator
-/// is half the size. The activations are loaded n-major (`mma_b_t` over `[8, BK]`) and viewed
-/// as B; the accumulator is viewed as `[8, BN]` (`mma_c_t`) for the scales and the store.
+/// is half the size. With `BM > 8` each dequantized weight fragment feeds `BM / 8` mmas, one
+/// per token tile, so the cast is paid once for all of them. The activations are loaded
+/// n-major (`mma_b_t` over `[BM, BK]`) and viewed as B; the accumulator is viewed as
+/// `[BM, BN]` (`mma_c_t`) for the scales and the store. The token tiles are the inner locals
+/// (`column_local`) on both sides of each view, so the views move no data.
 /// Scale groups span whole k tiles (`G % BK == 0`) or the whole of k (`G = 0`).
 ///
 /// With `BIAS = 1` the codes are converted by `cast_biased` (one `lop3` per pair of weights
@@ -321,15 +324,16 @@ pub fn qmatmul_main<
 /// above its value, and the same mma over those constants (`cast_biased` of zero codes), which
 /// does not depend on the output column, is subtracted once per group.
 ///
-/// Parameters and the other tile parameters as [`qmatmul_main`]'s (`BM = 8`, one warp row).
+/// Parameters and the other tile parameters as [`qmatmul_main`]'s (one warp row).
 #[tilus::kernel(
     lazy,
-    grid = [cdiv(m, 8), n / BN, SPLIT],
+    grid = [cdiv(m, BM), n / BN, SPLIT],
     warps = WN,
     target = sm80,
     // Checked when the crate is built: per-channel and grouped scales, zero points, both
     // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
     space(
+        BM = [8, 16],
         BN = [256],
         BK = [128],
         WN = [4],
@@ -347,6 +351,7 @@ pub fn qmatmul_main<
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_gemv<
+    const BM: i32,
     const BN: i32,
     const BK: i32,
     const WN: i32,
@@ -373,6 +378,7 @@ pub fn qmatmul_gemv<
     workspace: GlobalMut<f32>,
     semaphores: GlobalMut<i32>,
 ) {
+    let rep_m = BM / 8;
     let rep_n = BN / (16 * WN);
     let rep_k = BK / 16;
     let grouped = G > 0;
@@ -386,12 +392,12 @@ pub fn qmatmul_gemv<
     let lw = layout!(spatial(1, WN).column_local(rep_k, rep_n).mma_a_t);
     let lwa = layout!(spatial(WN, 1).local(rep_n, rep_k).mma_a);
     let lq = layout!(swap_inner_locals(lw, 2, H));
-    // The activations [8, BK], every warp a copy, and their [BK, 8] view as B.
-    let lx = layout!(replicated(WN).local(1, rep_k).mma_b_t);
-    let lxb = layout!(replicated(WN).local(rep_k, 1).mma_b);
-    // The accumulator [BN, 8], its [8, BN] view, and one value per output column.
-    let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
-    let lct = layout!(spatial(1, WN).local(1, rep_n).mma_c_t);
+    // The activations [BM, BK], every warp a copy, and their [BK, BM] view as B.
+    let lx = layout!(replicated(WN).column_local(rep_m, rep_k).mma_b_t);
+    let lxb = layout!(replicated(WN).local(rep_k, rep_m).mma_b);
+    // The accumulator [BN, BM], its [BM, BN] view, and one value per output column.
+    let lc = layout!(spatial(WN, 1).local(rep_n, rep_m).mma_c);
+    let lct = layout!(spatial(1, WN).column_local(rep_m, rep_n).mma_c_t);
     let lcs = layout!(reduce(lct, [0]));
     let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
 
@@ -403,9 +409,9 @@ pub fn qmatmul_gemv<
     let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
 
     let sa = if SWB > 0 {
-        shared::<A>([STAGES, 8, BK], swizzle(SWB, 3, SWS))
+        shared::<A>([STAGES, BM, BK], swizzle(SWB, 3, SWS))
     } else {
-        shared::<A>([STAGES, 8, BK])
+        shared::<A>([STAGES, BM, BK])
     };
     let sb = shared::<u8>([STAGES, tile_bytes]);
     let ss = if grouped {
@@ -433,8 +439,8 @@ pub fn qmatmul_gemv<
         let t = kt0 + tile;
         copy_async(
             ga,
-            slice_shared(sa, [stage, 0, 0], [8, BK]),
-            [bi * 8, t * BK],
+            slice_shared(sa, [stage, 0, 0], [BM, BK]),
+            [bi * BM, t * BK],
         );
         copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
         if grouped {
@@ -465,7 +471,7 @@ pub fn qmatmul_gemv<
         wait_group(STAGES - 2);
         sync();
         let stage = kt % STAGES;
-        let rx = load_shared(slice_shared(sa, [stage, 0, 0], [8, BK]), lx, [0, 0]);
+        let rx = load_shared(slice_shared(sa, [stage, 0, 0], [BM, BK]), lx, [0, 0]);
         let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
         let next = kt + (STAGES - 1);
         if next < ktiles {
@@ -479,7 +485,7 @@ pub fn qmatmul_gemv<
         };
         (view::<A>(wf, lwa), view::<A>(rx, lxb))
     };
-    // `acc_t - z * asum` over [8, BN]: the zero points `zc` of the output columns times the
+    // `acc_t - z * asum` over [BM, BN]: the zero points `zc` of the output columns times the
     // row sums of the activations (the mma against ones).
     let subtract_zeros =
         |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
@@ -558,9 +564,9 @@ pub fn qmatmul_gemv<
         // semaphore (one thread's atomic: every other thread's index is out of range), and let
         // the block that counts last sum the partials in split order (the result does not
         // depend on the arrival order) and reset the semaphore for the next launch.
-        let tiles_m = cdiv(m, 8);
+        let tiles_m = cdiv(m, BM);
         let gw = view_global(workspace, [SPLIT, m, n]);
-        store_global(acc, gw, [bs, bi * 8, bj * BN]);
+        store_global(acc, gw, [bs, bi * BM, bj * BN]);
         // Release: every thread's stores, then the count.
         sync();
         fence();
@@ -573,11 +579,11 @@ pub fn qmatmul_gemv<
         fence();
         let arrived = item(sum(old, 0));
         if arrived == SPLIT - 1 {
-            let mut total = load_global(gw, lct, [0, bi * 8, bj * BN]);
+            let mut total = load_global(gw, lct, [0, bi * BM, bj * BN]);
             for split in 1..SPLIT {
-                total = total + load_global(gw, lct, [split, bi * 8, bj * BN]);
+                total = total + load_global(gw, lct, [split, bi * BM, bj * BN]);
             }
-            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * 8, bj * BN]);
+            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
             store_global(
                 register::<i32>(layout!(local(1)), 0),
                 gsem,
@@ -585,7 +591,7 @@ pub fn qmatmul_gemv<
             );
         }
     } else {
-        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * 8, bj * BN]);
+        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
     }
 }
 

@@ -23,12 +23,14 @@
 //! (16 where possible: one LDS.128 per run), and the offline re-layout puts there exactly the
 //! packed bits of that thread's `B` locals, so `view(W, wdtype, B3)` needs no data movement.
 //!
-//! [`QMatmulMethod::Gemv`] computes `Cᵀ = Wᵀ · Aᵀ` with 8 activation rows and the weight as
-//! the mma's A operand; in the same `[k, n]` / `[m, k]` / `[m, n]` coordinates:
+//! [`QMatmulMethod::Gemv`] computes `Cᵀ = Wᵀ · Aᵀ` with `bm / 8 = rm` token tiles of 8
+//! activation rows and the weight as the mma's A operand; in the same `[k, n]` / `[m, k]` /
+//! `[m, n]` coordinates (the token tiles are the inner locals, as in the kernel's B and C
+//! operands):
 //!
 //! ```text
-//! C  [8, bn]  = spatial(1, wn) . local(1, rn)  . mma_c_t   (the [n, 8] accumulator, transposed)
-//! A  [8, bk]  = replicated(wn) . local(1, rk)  . mma_b_t   (B of the product, loaded n-major)
+//! C  [bm, bn] = spatial(1, wn) . column_local(rm, rn) . mma_c_t   (the [n, bm] accumulator, transposed)
+//! A  [bm, bk] = replicated(wn) . column_local(rm, rk) . mma_b_t   (B of the product, loaded n-major)
 //! B  [bk, bn] = spatial(1, wn) . column_local(rk, rn) . mma_a_t   (A of the product, 16 x 16 per fragment)
 //! ```
 
@@ -102,8 +104,16 @@ impl QMatmulLayouts {
             // `mma_c` over [n, m], seen here as [m, n].
             let named = |n: &str| fragment(n).expect("a named fragment");
             (
-                chain(&[spatial(&[1, wn]), local(&[1, t.rep_n]), named("mma_c_t")]),
-                chain(&[rep(2, wn), local(&[1, t.rep_k]), named("mma_b_t")]),
+                chain(&[
+                    spatial(&[1, wn]),
+                    Layout::column_local(&[t.rep_m, t.rep_n]),
+                    named("mma_c_t"),
+                ]),
+                chain(&[
+                    rep(2, wn),
+                    Layout::column_local(&[t.rep_m, t.rep_k]),
+                    named("mma_b_t"),
+                ]),
                 chain(&[
                     spatial(&[1, wn]),
                     Layout::column_local(&[t.rep_k, t.rep_n]),

@@ -63,6 +63,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     let v = |x: usize| x as i32;
     let main = if config.method == QMatmulMethod::Gemv {
         let cfg = kernel::qmatmul_gemv::Config {
+            BM: v(config.bm),
             BN: v(config.bn),
             BK: v(config.bk),
             WN: v(t.warps_n),

@@ -197,6 +197,28 @@ fn implausibility(c: &QMatmulConfig, base: &QMatmulConfig, m: usize) -> u32 {
     s
 }
 
+/// The most activation rows the tuner tries the gemv method for: its accumulator grows with
+/// the token tiles, and from 64 rows on the fused pipeline's 16-row mma tiles are no longer
+/// mostly padding.
+pub const GEMV_MAX_ROWS: usize = 64;
+
+/// The gemv method's rows per block for an `m`-row problem: whole token tiles of 8 rows,
+/// at most [`GEMV_MAX_ROWS`].
+pub fn gemv_rows(m: usize) -> usize {
+    m.clamp(1, GEMV_MAX_ROWS).next_multiple_of(8)
+}
+
+/// Gemv tiles tried for 17 to [`GEMV_MAX_ROWS`] rows, (n-tile multiple of the default, bk, warps, stages,
+/// split_k): narrower tiles than at one token, since the accumulator holds every token tile.
+const GEMV_SMALL_BATCH: [(usize, usize, usize, usize, usize); 6] = [
+    (2, 128, 4, 4, 1),
+    (2, 128, 8, 4, 1),
+    (1, 128, 4, 4, 1),
+    (2, 128, 4, 3, 2),
+    (2, 64, 4, 4, 1),
+    (4, 128, 8, 3, 1),
+];
+
 /// The most `points` [`tuning_space`] accepts: more than the enumeration below can produce
 /// (4 x 2 x 4 x 4 x 4 x 4 = 2048 combinations plus the short list), and a bound on what it
 /// reserves (`--points 18446744073709551615` was a capacity-overflow panic).
@@ -204,8 +226,10 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 
 /// The configurations tried for an `m`-row problem, most promising first: for decode shapes
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
-/// H100, then the rest of that space; for larger `m` the default tiles with taller m tiles, and
-/// for prefill (`m > 256`) dequantize-then-GEMM first. Every one is valid for the shape.
+/// H100, each with the gemv method first, then the rest of that space; for larger `m` the
+/// default tiles, the gemv method with all rows in one block (up to [`GEMV_MAX_ROWS`]), taller
+/// m tiles of the fused pipeline and the gemv method with half of the rows per block; for
+/// prefill (`m > 256`) dequantize-then-GEMM first. Every one is valid for the shape.
 pub fn candidates(
     wdtype: DType,
     adtype: DType,
@@ -282,17 +306,16 @@ pub fn candidates_up_to(
                 ..base
             }
         };
-        // With at most 8 rows the gemv method (the weight as the mma's A operand) is tried
-        // beside each of the measured best, in the same tiles.
+        // The gemv method (the weight as the mma's A operand, every token tile of the block
+        // sharing each dequantized fragment) is tried beside each of the measured best, in
+        // the same tiles.
         let gemv = |c: QMatmulConfig| QMatmulConfig {
             method: QMatmulMethod::Gemv,
-            bm: 8,
+            bm: gemv_rows(m),
             ..c
         };
         for c in MEASURED_BEST {
-            if m <= 8 {
-                push(gemv(decode(c)));
-            }
+            push(gemv(decode(c)));
             push(decode(c));
         }
         push(base);
@@ -304,9 +327,7 @@ pub fn candidates_up_to(
                     for wide in [2, 1, 4] {
                         for stages in [4, 3] {
                             let c = decode((wide, bk, warps, stages, split_k));
-                            if m <= 8 {
-                                push(gemv(c));
-                            }
+                            push(gemv(c));
                             push(c);
                         }
                     }
@@ -314,6 +335,25 @@ pub fn candidates_up_to(
             }
         }
     } else {
+        // Small batches: the gemv method with every token of the problem in one block (the
+        // weight read once), then the fused tiles, then the gemv method with half of the
+        // tokens in each of two blocks side by side in the grid (the second read of the
+        // weight from L2, half the accumulator registers).
+        let small_batch = |bm: usize| {
+            GEMV_SMALL_BATCH.map(|(wide, bk, warps, stages, split_k)| QMatmulConfig {
+                method: QMatmulMethod::Gemv,
+                bm,
+                bn: base.bn * wide,
+                bk,
+                warps,
+                stages,
+                split_k,
+                ..base
+            })
+        };
+        if m <= GEMV_MAX_ROWS {
+            small_batch(gemv_rows(m)).into_iter().for_each(&mut push);
+        }
         if m > 256 {
             // Prefill: dequantize once, then cuBLAS (the fused tiles below are the alternative).
             push(QMatmulConfig {
@@ -338,6 +378,11 @@ pub fn candidates_up_to(
                     ..base
                 });
             }
+        }
+        if m <= GEMV_MAX_ROWS {
+            small_batch(gemv_rows(m.div_ceil(2)))
+                .into_iter()
+                .for_each(&mut push);
         }
     }
     if out.is_empty() {
@@ -614,6 +659,39 @@ mod tests {
                 assert_eq!(head, all[..limit.min(all.len())], "{w} m={m} limit {limit}");
             }
         }
+    }
+
+    /// The gemv method is tried at every m up to [`GEMV_MAX_ROWS`], with all of the rows in
+    /// one block first, and never above.
+    #[test]
+    fn gemv_is_tried_up_to_its_row_limit() {
+        for (m, first_bm, half_bm) in [
+            (1, 8, None),
+            (12, 16, None),
+            (32, 32, Some(16)),
+            (40, 40, Some(24)),
+            (64, 64, Some(32)),
+        ] {
+            let all = candidates(DType::Int(4), DType::F16, Some(128), m, 1024, 1024).unwrap();
+            let gemv: Vec<usize> = all
+                .iter()
+                .filter(|c| c.method == QMatmulMethod::Gemv)
+                .map(|c| c.bm)
+                .collect();
+            assert_eq!(gemv.first(), Some(&first_bm), "m={m}: {all:?}");
+            assert!(
+                gemv.iter().all(|&bm| bm == first_bm || Some(bm) == half_bm),
+                "m={m}: {gemv:?}"
+            );
+            if let Some(half) = half_bm {
+                assert!(gemv.contains(&half), "m={m}: {gemv:?}");
+            }
+        }
+        let all = candidates(DType::Int(4), DType::F16, Some(128), 65, 1024, 1024).unwrap();
+        assert!(
+            all.iter().all(|c| c.method != QMatmulMethod::Gemv),
+            "{all:?}"
+        );
     }
 
     #[test]
