@@ -1312,6 +1312,29 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::w4::gemm_w4t_f16::program(cfg),
         ));
     }
+    // The quantized matmul's warpgroup gemv: 2- and 4-bit weights, zero points (three dots
+    // per k step), 8 and 32 tokens, one and two warpgroups, split-k.
+    {
+        use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
+        for (w, bm, bn, warps, split_k) in [
+            (DType::UInt(2), 8, 256, 4, 4),
+            (DType::Int(4), 32, 128, 4, 1),
+            (DType::Int(4), 16, 256, 8, 2),
+        ] {
+            let cfg = QMatmulConfig {
+                method: QMatmulMethod::GemvWgmma,
+                bm,
+                bn,
+                bk: 64,
+                warps,
+                stages: 6,
+                split_k,
+                ..QMatmulConfig::default_for(w, DType::F16, Some(128), w == DType::UInt(2))
+            };
+            let p = build(&cfg).unwrap().main;
+            kernels.push((p.name.clone(), Some(p)));
+        }
+    }
     for cfg in tilus::kernels::gemm::gemm_tma_f16::SPACE {
         kernels.push((
             format!("gemm_tma_f16_{cfg}"),

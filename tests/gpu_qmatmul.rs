@@ -174,6 +174,62 @@ fn gemv_token_tiles_match_the_reference() {
     }
 }
 
+/// The warpgroup gemv (`GemvWgmma`, sm_90a only): every weight type, 8 to 64 tokens per block,
+/// ragged m, f16 and bf16, grouped and per-channel scales, one and two warpgroups, split-k.
+#[test]
+fn gemv_wgmma_matches_the_reference() {
+    let Some(ctx) = context("gemv_wgmma_matches_the_reference") else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        println!(
+            "skipped: the warpgroup MMA needs sm_90a, this device is {}",
+            ctx.arch()
+        );
+        return;
+    }
+    let (n, k) = (512, 1024);
+    for (i, wdtype) in weight_types().into_iter().enumerate() {
+        let zeros = matches!(wdtype, DType::UInt(_));
+        let adtype = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
+        let (rows, group) = if i % 4 == 3 {
+            (None, Group::PerChannel)
+        } else {
+            (Some(128), Group::Rows(128))
+        };
+        let bm = [8, 16, 32, 64][i % 4];
+        let warps = if i % 3 == 1 { 8 } else { 4 };
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn: if bm == 64 {
+                64 * warps / 4
+            } else {
+                128 * warps / 4
+            },
+            bk: 64,
+            warps,
+            stages: 4 + i % 3,
+            split_k: [1, 2, 4][i % 3],
+            ..QMatmulConfig::for_shape(wdtype, adtype, rows, zeros, n, k).unwrap()
+        };
+        for m in [1, bm, bm + 9] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, group),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, group),
+            };
+            println!(
+                "gemv-wgmma bm{bm} w{warps} {wdtype:>7} {adtype} {group:?} split {} m={m}: rel err {rel:.2e}",
+                cfg.split_k
+            );
+            assert!(
+                rel < 1e-2,
+                "gemv-wgmma bm{bm} {wdtype} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bf16_zero_points_split_k_and_ragged_m() {
     let Some(ctx) = context("bf16_zero_points_split_k_and_ragged_m") else {

@@ -299,6 +299,60 @@ fn gemv_token_tiles() {
     }
 }
 
+/// The warpgroup gemv (`GemvWgmma`: the weight in wgmma's register operand, the activations
+/// from the shared ring): 8 to 64 rows per block, one and two warpgroups, one and two 64-column
+/// tiles per warpgroup, grouped and per-channel scales, zero points, biased and exact casts,
+/// split-k, both activation types, ragged m.
+#[test]
+fn gemv_wgmma_matches_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    // (weight, activations, group, bm, bn, warps, split)
+    let cases = [
+        ("u2", DType::F16, Some(64), 8, 128, 4, 1),
+        ("i4", DType::BF16, Some(128), 16, 128, 8, 2),
+        ("u3", DType::F16, None, 32, 128, 4, 1),
+        ("f4e2m1", DType::F16, Some(64), 24, 256, 4, 2),
+        ("i8", DType::BF16, None, 64, 64, 4, 1),
+        ("u1", DType::BF16, Some(128), 16, 256, 4, 2),
+        ("i3", DType::F16, Some(128), 8, 128, 8, 1),
+    ];
+    for (wd, ad, group, bm, bn, warps, split_k) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            split_k,
+            ..default_cfg(dt(wd), ad, group)
+        };
+        check(cfg, 256, 2 * bn, &[1, bm + 3]);
+    }
+}
+
+#[test]
+fn gemv_wgmma_errors_name_the_field() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let u4 = QMatmulConfig {
+        method: QMatmulMethod::GemvWgmma,
+        bm: 16,
+        bn: 128,
+        bk: 64,
+        ..default_cfg(dt("u4"), DType::F16, Some(128))
+    };
+    u4.tiling().unwrap();
+    for (cfg, field) in [
+        (QMatmulConfig { warps: 2, ..u4 }, "`warps`"),
+        (QMatmulConfig { bk: 128, ..u4 }, "`bk`"),
+        (QMatmulConfig { bm: 12, ..u4 }, "`bm`"),
+        (QMatmulConfig { bm: 264, ..u4 }, "`bm`"),
+        (QMatmulConfig { bn: 96, ..u4 }, "`bn`"),
+    ] {
+        let e = err_text(cfg.tiling());
+        assert!(e.contains(field), "{cfg:?}: {e}");
+    }
+}
+
 #[test]
 fn gemv_tiles_and_errors() {
     use tilus::kernels::qmatmul::QMatmulMethod;

@@ -25,7 +25,8 @@ fn quantize(dtype: DType, k: usize, n: usize, group: Group, seed: u64) -> Quanti
 }
 
 /// Configurations that exercise every layout shape: the default, two warps along m (B is
-/// replicated), a deep and a shallow k tile, and the gemv method (the weight as mma A).
+/// replicated), a deep and a shallow k tile, the gemv method (the weight as mma A) and its
+/// warpgroup form.
 fn configs(dtype: DType) -> Vec<QMatmulConfig> {
     let base = QMatmulConfig::default_for(
         dtype,
@@ -38,7 +39,16 @@ fn configs(dtype: DType) -> Vec<QMatmulConfig> {
         bm: 8,
         ..base
     };
-    let mut out = vec![base, QMatmulConfig { bm: 32, ..base }, gemv];
+    // The warpgroup gemv: warpgroup tiles of 64 weight columns; the tile must hold one
+    // 64-column tile per warpgroup.
+    let gemv_wgmma = QMatmulConfig {
+        method: tilus::kernels::qmatmul::QMatmulMethod::GemvWgmma,
+        bm: 8,
+        bn: base.bn.max(64),
+        bk: 64,
+        ..base
+    };
+    let mut out = vec![base, QMatmulConfig { bm: 32, ..base }, gemv, gemv_wgmma];
     for bk in [128, 32] {
         let c = QMatmulConfig { bk, ..base };
         if c.tiling().is_ok() {
@@ -112,7 +122,7 @@ fn device_relayout_program_matches_the_host_for_every_weight_type() {
     let seed: u64 = rand::random();
     for (dtype, cfg) in weight_types()
         .into_iter()
-        .flat_map(|d| [(d, configs(d)[0]), (d, configs(d)[2])])
+        .flat_map(|d| [(d, configs(d)[0]), (d, configs(d)[2]), (d, configs(d)[3])])
     {
         let (k, n) = (2 * cfg.bk, cfg.bn);
         let q = quantize(dtype, k, n, Group::PerChannel, seed ^ dtype.bits() as u64);

@@ -7,7 +7,7 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
-//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` sets `BM=8`) |
+//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
@@ -87,7 +87,7 @@ Kernels and their --config keys (default in brackets):
              GROUP       rows per scale group, 0 for per-channel scales [128]
              BM, BN, BK, WARPS, STAGES, SPLIT_K
                          positive integers [the library's default tiles for WDTYPE]
-             METHOD      fused, or gemv (the weight as the mma's A operand; BM=8) [fused]
+             METHOD      fused, gemv (the weight as the mma's A operand; BM=8) or gemv_wgmma (the same on wgmma, sm90; BK=64) [fused]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
@@ -232,7 +232,12 @@ fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
     let (method, bm) = match cfg["METHOD"].trim() {
         "fused" => (QMatmulMethod::Fused, base.bm),
         "gemv" => (QMatmulMethod::Gemv, 8),
-        other => return Err(format!("METHOD={other}: expected fused or gemv")),
+        "gemv_wgmma" => (QMatmulMethod::GemvWgmma, 8),
+        other => {
+            return Err(format!(
+                "METHOD={other}: expected fused, gemv or gemv_wgmma"
+            ))
+        }
     };
     let config = QMatmulConfig {
         method,

@@ -147,6 +147,11 @@ pub enum QMatmulMethod {
     /// accumulator instructions and fewer registers; with `bm > 8` each dequantized fragment
     /// feeds `bm / 8` mmas. Scale groups must span whole k tiles (or be per channel).
     Gemv,
+    /// [`QMatmulMethod::Gemv`] on Hopper's warpgroup MMA (sm_90a only): the dequantized weight
+    /// in wgmma's register operand (`m64`: four warps' 16-row fragments), the activations
+    /// read by the wgmma straight from the shared ring (`n = bm` tokens, 8 to 256), one
+    /// instruction per 64 x bm x 16. Whole warpgroups (`warps` a multiple of 4), `bk = 64`.
+    GemvWgmma,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -351,7 +356,34 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let gemv = self.method == QMatmulMethod::Gemv;
+        let wgmma = self.method == QMatmulMethod::GemvWgmma;
+        let gemv = self.method == QMatmulMethod::Gemv || wgmma;
+        if wgmma {
+            if !self.warps.is_multiple_of(4) {
+                return Err(config_err(
+                    "warps",
+                    format!(
+                        "{}; the warpgroup MMA needs whole warpgroups (a multiple of 4 warps)",
+                        self.warps
+                    ),
+                ));
+            }
+            if self.bk != 64 {
+                return Err(config_err(
+                    "bk",
+                    format!(
+                        "{}; the warpgroup gemv reads k tiles of 64 (one 128-byte swizzled row)",
+                        self.bk
+                    ),
+                ));
+            }
+            if self.bm > 256 {
+                return Err(config_err(
+                    "bm",
+                    format!("{} exceeds 256, the widest wgmma", self.bm),
+                ));
+            }
+        }
         if gemv && (self.bm == 0 || !self.bm.is_multiple_of(8)) {
             return Err(config_err(
                 "bm",

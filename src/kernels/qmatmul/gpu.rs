@@ -3,7 +3,7 @@
 
 use super::config::{shape_err, QMatmulConfig, QMatmulError};
 use super::cpu::{check_split_scratch, decode_half, OperandBytes, PreparedWeight};
-use super::program::{config_name, QMatmulKernel, TARGET};
+use super::program::{config_name, target, QMatmulKernel, TARGET};
 use crate::element::{Activation, Element};
 use crate::gpu::{GpuArg, GpuKernel};
 use std::any::Any;
@@ -91,7 +91,7 @@ impl GpuQMatmul {
     /// Generate the CUDA of `kernel`'s programs (NVRTC compiles them at the first launch).
     pub fn new(kernel: &QMatmulKernel) -> Result<GpuQMatmul, QMatmulError> {
         let name = config_name(&kernel.config);
-        let main = GpuKernel::from_program(&kernel.main, &name, &TARGET)?;
+        let main = GpuKernel::from_program(&kernel.main, &name, &target(&kernel.config))?;
         let dequant = match &kernel.dequant {
             Some(p) => Some(GpuKernel::from_program(p, &name, &TARGET)?),
             None => None,

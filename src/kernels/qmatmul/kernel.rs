@@ -595,6 +595,282 @@ pub fn qmatmul_gemv<
     }
 }
 
+/// [`QMatmulMethod::GemvWgmma`](super::QMatmulMethod): the transposed product of
+/// [`qmatmul_gemv`] on Hopper's warpgroup MMA. Each warpgroup dequantizes its `[64, BN / WG]`
+/// slice of the `[64, BN]` weight tile into wgmma's A registers (`rep = BN / (64 WG)` tiles of
+/// 64 output columns), and one `wgmma.m64nBMk16` per tile and 16 of k multiplies it by the
+/// activation tile `[BM, 64]` straight from shared memory (k-major, 128-byte swizzle, the
+/// cp.async ring's own stage): no activation fragments in registers, and one instruction per
+/// 64 x BM x 16 instead of `BM / 8` mma.sync per 16 x 8 x 16. The k tile is 64 (one swizzle
+/// row); scale groups, zero points, biased casts and split-k as in [`qmatmul_gemv`].
+///
+/// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block.
+#[tilus::kernel(
+    lazy,
+    grid = [cdiv(m, BM), n / BN, SPLIT],
+    warps = 4 * WG,
+    target = sm90,
+    // Checked when the crate is built: per-channel and grouped scales, zero points, both
+    // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
+    space(
+        BM = [8, 32],
+        BN = [128],
+        WG = [1],
+        STAGES = [3],
+        SPLIT = [1, 4],
+        G = [0, 128],
+        ZEROS = [0, 1],
+        H = [1, 4],
+        VEC = [16],
+        BIAS = [0, 1],
+    ),
+    dtypes(A = [f16, bf16], W = [u2, u4, i8]),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn qmatmul_gemv_wgmma<
+    const BM: i32,
+    const BN: i32,
+    const WG: i32,
+    const STAGES: i32,
+    const SPLIT: i32,
+    const G: i32,
+    const ZEROS: i32,
+    const H: i32,
+    const VEC: i32,
+    const BIAS: i32,
+    A: DTypeParam,
+    W: DTypeParam,
+>(
+    m: i32,
+    n: i32,
+    k: i32,
+    a: Global<A>,
+    b: Global<u8>,
+    scales: Global<A>,
+    zeros: Global<A>,
+    c: GlobalMut<A>,
+    workspace: GlobalMut<f32>,
+    semaphores: GlobalMut<i32>,
+) {
+    let rep = BN / (64 * WG);
+    let nt = BM / 8;
+    let grouped = G > 0;
+    let fold = ZEROS == 1;
+    let tile_bytes = 64 * BN * W::BITS / 8;
+    let thread_bytes = tile_bytes / (128 * WG);
+
+    // The weight tile [64, BN] and its [BN, 64] view as wgmma's A operand: warpgroup tiles of
+    // 64 rows, the four k steps of 16 innermost, so that one cast group's codes belong to one
+    // tile (the biases of a biased cast repeat from tile to tile).
+    let lw = layout!(
+        spatial(1, WG)
+            .local(1, rep)
+            .spatial(1, 4)
+            .local(4, 1)
+            .mma_a_t
+    );
+    let lwa = layout!(spatial(WG, 1).local(rep, 1).spatial(4, 1).local(1, 4).mma_a);
+    let lq = layout!(swap_inner_locals(lw, 2, H));
+    // The accumulator [BN, BM] (wgmma C tiles), its [BM, BN] view, one value per column.
+    let lc = layout!(
+        spatial(WG, 1)
+            .local(rep, 1)
+            .spatial(4, 1)
+            .local(1, nt)
+            .mma_c
+    );
+    let lct = layout!(
+        spatial(1, WG)
+            .local(1, rep)
+            .spatial(1, 4)
+            .local(nt, 1)
+            .mma_c_t
+    );
+    let lcs = layout!(reduce(lct, [0]));
+    let lbytes = layout!(local(thread_bytes / VEC).spatial(128 * WG).local(VEC));
+
+    let [bi, bj, bs] = block_indices();
+    let groups = if grouped { k / G } else { 1 };
+    let ga = view_global(a, [m, k]);
+    let gb = view_global(b, [k / 64, n / BN, tile_bytes]);
+    let gs = view_global(scales, [groups, n]);
+    let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
+
+    // The activations as wgmma reads them: rows of 64 k (128 bytes), 128-byte swizzle.
+    let sa = shared::<A>([STAGES, BM, 64], swizzle(3, 3, 3));
+    let sb = shared::<u8>([STAGES, tile_bytes]);
+    let ss = if grouped {
+        shared::<A>([STAGES, 1, BN])
+    } else {
+        ()
+    };
+    let sz = if grouped && fold {
+        shared::<A>([STAGES, 1, BN])
+    } else {
+        ()
+    };
+    let ones = if fold { register::<A>(lwa, 1.0) } else { () };
+    // The biases of `cast_biased`, as the product's A operand: the cast of all-zero codes.
+    let biases = if BIAS == 1 {
+        let zero_codes = view::<W>(register::<u8>(lbytes, 0), lq);
+        view::<A>(cast_biased::<A>(zero_codes, lw), lwa)
+    } else {
+        ()
+    };
+
+    let ktiles = k / (64 * SPLIT);
+    let kt0 = bs * ktiles;
+    let issue = |tile: i32, stage: i32| {
+        let t = kt0 + tile;
+        copy_async(
+            ga,
+            slice_shared(sa, [stage, 0, 0], [BM, 64]),
+            [bi * BM, t * 64],
+        );
+        copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+        if grouped {
+            let group = t * 64 / G;
+            copy_async(
+                gs,
+                slice_shared(ss, [stage, 0, 0], [1, BN]),
+                [group, bj * BN],
+            );
+            if fold {
+                copy_async(
+                    gz,
+                    slice_shared(sz, [stage, 0, 0], [1, BN]),
+                    [group, bj * BN],
+                );
+            }
+        }
+    };
+    #[unroll]
+    for st in 0..STAGES - 1 {
+        if st < ktiles {
+            issue(st, st);
+        }
+        commit_group();
+    }
+    // One k tile: the weight as A (registers) and the stage's activations as B (shared). The
+    // refill overwrites the stage of the step before, which every thread's (synchronous) dot
+    // finished before the barrier.
+    let step = |kt: i32| {
+        wait_group(STAGES - 2);
+        sync();
+        let stage = kt % STAGES;
+        let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+        let next = kt + (STAGES - 1);
+        if next < ktiles {
+            issue(next, next % STAGES);
+        }
+        commit_group();
+        let wf = if BIAS == 1 {
+            cast_biased::<A>(view::<W>(rw, lq), lw)
+        } else {
+            cast::<A>(view::<W>(rw, lq), lw)
+        };
+        (
+            view::<A>(wf, lwa),
+            permute_shared(slice_shared(sa, [stage, 0, 0], [BM, 64]), [1, 0]),
+        )
+    };
+    let subtract_zeros =
+        |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
+    let mut acc = register::<f32>(lct, 0.0);
+    if grouped {
+        let tiles_per_group = G / 64;
+        for g in 0..ktiles / tiles_per_group {
+            let mut acc_g = register::<f32>(lc, 0.0);
+            let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+            let mut bsum = if BIAS == 1 {
+                register::<f32>(lc, 0.0)
+            } else {
+                ()
+            };
+            let first = g * tiles_per_group;
+            for t in 0..tiles_per_group {
+                let (wa, xs) = step(first + t);
+                acc_g = dot(wa, xs, acc_g);
+                if fold {
+                    asum = dot(ones, xs, asum);
+                }
+                if BIAS == 1 {
+                    bsum = dot(biases, xs, bsum);
+                }
+            }
+            let last = (first + tiles_per_group - 1) % STAGES;
+            let mut acc_gt = view::<f32>(acc_g, lct);
+            if BIAS == 1 {
+                acc_gt = acc_gt - view::<f32>(bsum, lct);
+            }
+            if fold {
+                let zc = load_shared(slice_shared(sz, [last, 0, 0], [1, BN]), lcs, [0, 0]);
+                acc_gt = subtract_zeros(acc_gt, view::<f32>(asum, lct), zc);
+            }
+            let sc = load_shared(slice_shared(ss, [last, 0, 0], [1, BN]), lcs, [0, 0]);
+            acc = mul_add(acc_gt, cast::<f32>(sc), acc);
+        }
+    } else {
+        let mut acc_n = register::<f32>(lc, 0.0);
+        let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+        let mut bsum = if BIAS == 1 {
+            register::<f32>(lc, 0.0)
+        } else {
+            ()
+        };
+        for kt in 0..ktiles {
+            let (wa, xs) = step(kt);
+            acc_n = dot(wa, xs, acc_n);
+            if fold {
+                asum = dot(ones, xs, asum);
+            }
+            if BIAS == 1 {
+                bsum = dot(biases, xs, bsum);
+            }
+        }
+        acc = view::<f32>(acc_n, lct);
+        if BIAS == 1 {
+            acc = acc - view::<f32>(bsum, lct);
+        }
+        if fold {
+            let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
+            acc = subtract_zeros(acc, view::<f32>(asum, lct), zc);
+        }
+        let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
+        acc = acc * cast::<f32>(sc);
+    }
+    wait_group(0);
+    if SPLIT > 1 {
+        // Split-k in one launch, as in `qmatmul_gemv`.
+        let tiles_m = cdiv(m, BM);
+        let gw = view_global(workspace, [SPLIT, m, n]);
+        store_global(acc, gw, [bs, bi * BM, bj * BN]);
+        sync();
+        fence();
+        let lanes = layout!(spatial(WG * 128));
+        let lane = arange(lanes, 0, 0);
+        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
+        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
+        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+        fence();
+        let arrived = item(sum(old, 0));
+        if arrived == SPLIT - 1 {
+            let mut total = load_global(gw, lct, [0, bi * BM, bj * BN]);
+            for split in 1..SPLIT {
+                total = total + load_global(gw, lct, [split, bi * BM, bj * BN]);
+            }
+            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
+            store_global(
+                register::<i32>(layout!(local(1)), 0),
+                gsem,
+                [bj * tiles_m + bi],
+            );
+        }
+    } else {
+        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
+    }
+}
+
 /// [`QMatmulMethod::DequantizeThenGemm`](super::QMatmulMethod): the re-laid-out weight
 /// becomes a dense row-major `w [k, n]` of the activation type, which a GEMM then multiplies.
 ///
@@ -685,7 +961,7 @@ pub fn qmatmul_dequant<
     grid = [k / BK, n / BN],
     warps = WN,
     target = sm80,
-    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1]),
+    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1, 2]),
     dtypes(W = [u2, u4, i8]),
 )]
 pub fn qmatmul_relayout<
@@ -705,10 +981,19 @@ pub fn qmatmul_relayout<
     let rep_k = BK / 16;
     let tile_bytes = BK * BN * W::BITS / 8;
     let thread_bytes = tile_bytes / (32 * WN);
-    // The weight tile of the matmul's warps: mma B fragments, or with GEMV = 1 the A
-    // fragments of `qmatmul_gemv`'s transposed product.
+    // The weight tile of the matmul's warps: mma B fragments, with GEMV = 1 the A fragments
+    // of `qmatmul_gemv`'s transposed product, with GEMV = 2 `qmatmul_gemv_wgmma`'s warpgroup
+    // tiles of them.
     let lb = if GEMV == 1 {
         layout!(spatial(1, WN).column_local(rep_k, BN / (16 * WN)).mma_a_t)
+    } else if GEMV == 2 {
+        layout!(
+            spatial(1, WN / 4)
+                .local(1, BN / (16 * WN))
+                .spatial(1, 4)
+                .local(rep_k, 1)
+                .mma_a_t
+        )
     } else {
         layout!(spatial(1, WN).local(rep_k, BN / (8 * WN)).mma_b)
     };

@@ -98,7 +98,34 @@ impl QMatmulLayouts {
         let [fa, fb, fc] = mma_fragments(kind);
         let (wm, wn) = (t.warps_m, t.warps_n);
         let (local, spatial, rep) = (Layout::local, Layout::spatial, Layout::replicated);
-        let (c, a, b) = if config.method == QMatmulMethod::Gemv {
+        let (c, a, b) = if config.method == QMatmulMethod::GemvWgmma {
+            // The warpgroup gemv: warpgroup tiles of 64 weight columns (four warps' 16-row
+            // fragments), the k steps innermost; the activations stay in shared memory (`a`
+            // is the tile as the mma.sync gemv would load it, for the host's shapes only).
+            let named = |n: &str| fragment(n).expect("a named fragment");
+            let groups = wn / 4;
+            (
+                chain(&[
+                    spatial(&[1, groups]),
+                    local(&[1, t.rep_n]),
+                    spatial(&[1, 4]),
+                    local(&[t.rep_m, 1]),
+                    named("mma_c_t"),
+                ]),
+                chain(&[
+                    rep(2, wn),
+                    Layout::column_local(&[t.rep_m, t.rep_k]),
+                    named("mma_b_t"),
+                ]),
+                chain(&[
+                    spatial(&[1, groups]),
+                    local(&[1, t.rep_n]),
+                    spatial(&[1, 4]),
+                    local(&[t.rep_k, 1]),
+                    named("mma_a_t"),
+                ]),
+            )
+        } else if config.method == QMatmulMethod::Gemv {
             // The transposed product: the weight tile is mma A (`mma_a_t` over [k, n]), the
             // activations B (loaded n-major, `mma_b_t` over [m, k]), and the accumulator
             // `mma_c` over [n, m], seen here as [m, n].

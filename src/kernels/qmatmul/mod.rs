@@ -52,5 +52,5 @@ pub use cpu::{decode_half, encode_half, prepare, HostSplitScratch, OperandBytes,
 pub use gpu::{DeviceWeight, GpuQMatmul};
 pub use kernel::qmatmul_main;
 pub use layouts::{pack_split, QMatmulLayouts};
-pub use program::{a_swizzle, build, config_name, QMatmulKernel, TARGET};
+pub use program::{a_swizzle, build, config_name, runs_on, target, QMatmulKernel, TARGET};
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

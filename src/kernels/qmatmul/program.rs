@@ -11,6 +11,21 @@ use tilus_core::verify::{self, Target};
 /// The shared-memory target the programs are checked against (sm_80, the smallest we support).
 pub const TARGET: Target = Target::SM80;
 
+/// The target a configuration's programs are built for: [`TARGET`], or sm_90a for the
+/// warpgroup MMA of [`QMatmulMethod::GemvWgmma`].
+pub fn target(config: &QMatmulConfig) -> Target {
+    match config.method {
+        QMatmulMethod::GemvWgmma => Target::SM90,
+        _ => TARGET,
+    }
+}
+
+/// Whether a device of NVRTC architecture `arch` (`sm_90a`, `sm_80`, ...) runs `config`'s
+/// programs: the warpgroup MMA only on sm_90a.
+pub fn runs_on(config: &QMatmulConfig, arch: &str) -> bool {
+    config.method != QMatmulMethod::GemvWgmma || arch == "sm_90a"
+}
+
 /// A built member of the family: the verified programs and the layouts they use.
 #[derive(Clone, Debug)]
 pub struct QMatmulKernel {
@@ -37,6 +52,7 @@ pub fn config_name(c: &QMatmulConfig) -> String {
         QMatmulMethod::Fused => "",
         QMatmulMethod::DequantizeThenGemm => "_dq",
         QMatmulMethod::Gemv => "_gemv",
+        QMatmulMethod::GemvWgmma => "_gemvwg",
     };
     format!(
         "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{method}",
@@ -61,7 +77,23 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         None => (0, 0),
     };
     let v = |x: usize| x as i32;
-    let main = if config.method == QMatmulMethod::Gemv {
+    let main = if config.method == QMatmulMethod::GemvWgmma {
+        let cfg = kernel::qmatmul_gemv_wgmma::Config {
+            BM: v(config.bm),
+            BN: v(config.bn),
+            WG: v(config.warps / 4),
+            STAGES: v(config.stages),
+            SPLIT: v(config.split_k),
+            G: group,
+            ZEROS: zeros,
+            H: v(h),
+            VEC: v(t.vector_bytes),
+            BIAS: i32::from(biased_cast(config, h)),
+            A: config.adtype,
+            W: config.wdtype,
+        };
+        kernel::qmatmul_gemv_wgmma::translate(&cfg)
+    } else if config.method == QMatmulMethod::Gemv {
         let cfg = kernel::qmatmul_gemv::Config {
             BM: v(config.bm),
             BN: v(config.bn),
@@ -101,7 +133,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         kernel::qmatmul_main::translate(&cfg)
     };
     let main = instantiate(main, format!("qmatmul_{name}"))?;
-    check(&main)?;
+    check_for(&main, &target(config))?;
     let shared = verify::shared_bytes(&main);
     if shared > TARGET.max_shared_bytes {
         return Err(config_err(
@@ -113,7 +145,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         ));
     }
     let dequant = match config.method {
-        QMatmulMethod::Fused | QMatmulMethod::Gemv => None,
+        QMatmulMethod::Fused | QMatmulMethod::Gemv | QMatmulMethod::GemvWgmma => None,
         QMatmulMethod::DequantizeThenGemm => {
             let rows = super::dequant::store_rows(32 * t.warps_n, config.bk, config.bn)?;
             let cfg = kernel::qmatmul_dequant::Config {
@@ -197,10 +229,15 @@ pub(crate) fn instantiate(
 
 /// Verify a generated program; a failure is a bug here, reported with every diagnostic.
 pub(crate) fn check(p: &Program) -> Result<(), QMatmulError> {
+    check_for(p, &TARGET)
+}
+
+/// [`check`] against `target`.
+fn check_for(p: &Program, target: &Target) -> Result<(), QMatmulError> {
     // Shared memory is checked separately so that its error names the config field.
     let target = Target {
         max_shared_bytes: usize::MAX,
-        ..TARGET
+        ..*target
     };
     verify::verify(p, &target).map_err(|diags| QMatmulError::Verify {
         program: p.name.clone(),

@@ -168,7 +168,11 @@ pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmul
         WN: v(t.warps_n),
         H: v(pack_order(config, &lay)),
         VEC: v(t.vector_bytes),
-        GEMV: i32::from(config.method == super::QMatmulMethod::Gemv),
+        GEMV: match config.method {
+            super::QMatmulMethod::Gemv => 1,
+            super::QMatmulMethod::GemvWgmma => 2,
+            _ => 0,
+        },
         W: config.wdtype,
     };
     let p = instantiate(

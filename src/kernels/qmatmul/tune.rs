@@ -49,6 +49,7 @@ impl TuneCandidate for QMatmulConfig {
                 QMatmulMethod::Fused => "fused",
                 QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
                 QMatmulMethod::Gemv => "gemv",
+                QMatmulMethod::GemvWgmma => "gemv_wgmma",
             },
         })
     }
@@ -145,6 +146,7 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         QMatmulMethod::Fused => "",
         QMatmulMethod::DequantizeThenGemm => " dequant+gemm",
         QMatmulMethod::Gemv => " gemv",
+        QMatmulMethod::GemvWgmma => " gemv-wgmma",
     };
     format!(
         "bm{} bn{} bk{} w{} s{} sk{}{method}",
@@ -208,16 +210,63 @@ pub fn gemv_rows(m: usize) -> usize {
     m.clamp(1, GEMV_MAX_ROWS).next_multiple_of(8)
 }
 
-/// Gemv tiles tried for 17 to [`GEMV_MAX_ROWS`] rows, (n-tile multiple of the default, bk, warps, stages,
-/// split_k): narrower tiles than at one token, since the accumulator holds every token tile.
-const GEMV_SMALL_BATCH: [(usize, usize, usize, usize, usize); 6] = [
-    (2, 128, 4, 4, 1),
-    (2, 128, 8, 4, 1),
-    (1, 128, 4, 4, 1),
-    (2, 128, 4, 3, 2),
-    (2, 64, 4, 4, 1),
-    (4, 128, 8, 3, 1),
+/// The tiles tried first for 17 to [`GEMV_MAX_ROWS`] rows, in order: (method, rows per
+/// block, n-tile multiple of the default, bk, warps, stages, split_k). Still memory- and
+/// issue-bound, so split-k stays (small layers have fewer n tiles than SMs); the gemv method
+/// with all of the rows in one block (the weight read once), the fused pipeline with all of
+/// the rows in one block (up to 64), and the gemv method with half of the rows per block (two blocks side by side
+/// in the grid: the second reads the weight from L2, with half the accumulator registers);
+/// last the warpgroup gemv, which measured slower than the mma.sync gemv everywhere but at 64
+/// tokens of a 4-bit weight (its `dot` waits for every wgmma, docs/perf-notes.md entry 28), and
+/// is not tried at all for 16 tokens or fewer.
+const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 14] = [
+    (SmallBatch::Gemv, 2, 128, 4, 4, 1),
+    (SmallBatch::Gemv, 2, 128, 4, 3, 2),
+    (SmallBatch::Fused, 1, 128, 4, 3, 1),
+    (SmallBatch::GemvHalf, 2, 128, 4, 4, 1),
+    (SmallBatch::Gemv, 2, 128, 4, 4, 4),
+    (SmallBatch::Fused, 1, 128, 4, 3, 4),
+    (SmallBatch::GemvHalf, 2, 128, 4, 3, 2),
+    (SmallBatch::Gemv, 2, 128, 4, 3, 8),
+    (SmallBatch::Fused, 2, 128, 4, 3, 2),
+    (SmallBatch::GemvHalf, 2, 128, 4, 4, 4),
+    (SmallBatch::Gemv, 1, 128, 4, 4, 1),
+    (SmallBatch::Fused, 1, 64, 4, 3, 1),
+    (SmallBatch::Wgmma, 2, 128, 4, 3, 2),
+    (SmallBatch::Wgmma, 2, 128, 4, 4, 1),
 ];
+
+#[derive(Clone, Copy)]
+enum SmallBatch {
+    Wgmma,
+    Gemv,
+    GemvHalf,
+    Fused,
+}
+
+/// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]) for `m` rows: all of them
+/// in one block, k tiles of 64 (one swizzled row) with twice the stages of `c`'s k tiles of
+/// 128, so that as many bytes stay in flight; the width capped like the gemv's.
+fn gemv_wgmma(c: QMatmulConfig, m: usize) -> QMatmulConfig {
+    let bm = gemv_rows(m);
+    QMatmulConfig {
+        method: QMatmulMethod::GemvWgmma,
+        bm,
+        bn: gemv_width(c.bn, bm, c.warps),
+        bk: 64,
+        stages: (c.stages * c.bk / 64).clamp(2, 8),
+        ..c
+    }
+}
+
+/// The widest gemv tile of `warps` warps whose accumulator holds at most 8 mma tiles per
+/// token tiles of `bm` rows above 16 (wider tiles spill at 32 and 64 rows), at most `bn`.
+fn gemv_width(bn: usize, bm: usize, warps: usize) -> usize {
+    if bm <= 16 {
+        return bn;
+    }
+    bn.min(16 * warps * (64 / bm).max(1))
+}
 
 /// The most `points` [`tuning_space`] accepts: more than the enumeration below can produce
 /// (4 x 2 x 4 x 4 x 4 x 4 = 2048 combinations plus the short list), and a bound on what it
@@ -227,9 +276,9 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 /// The configurations tried for an `m`-row problem, most promising first: for decode shapes
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
 /// H100, each with the gemv method first, then the rest of that space; for larger `m` the
-/// default tiles, the gemv method with all rows in one block (up to [`GEMV_MAX_ROWS`]), taller
-/// m tiles of the fused pipeline and the gemv method with half of the rows per block; for
-/// prefill (`m > 256`) dequantize-then-GEMM first. Every one is valid for the shape.
+/// default tiles, then up to [`GEMV_MAX_ROWS`] rows the small-batch list (gemv and fused
+/// tiles with split-k), then taller m tiles of the fused pipeline; for prefill (`m > 256`)
+/// dequantize-then-GEMM first. Every one is valid for the shape.
 pub fn candidates(
     wdtype: DType,
     adtype: DType,
@@ -335,24 +384,43 @@ pub fn candidates_up_to(
             }
         }
     } else {
-        // Small batches: the gemv method with every token of the problem in one block (the
-        // weight read once), then the fused tiles, then the gemv method with half of the
-        // tokens in each of two blocks side by side in the grid (the second read of the
-        // weight from L2, half the accumulator registers).
-        let small_batch = |bm: usize| {
-            GEMV_SMALL_BATCH.map(|(wide, bk, warps, stages, split_k)| QMatmulConfig {
-                method: QMatmulMethod::Gemv,
-                bm,
-                bn: base.bn * wide,
-                bk,
-                warps,
-                stages,
-                split_k,
-                ..base
-            })
-        };
         if m <= GEMV_MAX_ROWS {
-            small_batch(gemv_rows(m)).into_iter().for_each(&mut push);
+            for (method, wide, bk, warps, stages, split_k) in SMALL_BATCH {
+                let (method, bm) = match method {
+                    SmallBatch::Gemv => (QMatmulMethod::Gemv, gemv_rows(m)),
+                    SmallBatch::GemvHalf => (QMatmulMethod::Gemv, gemv_rows(m.div_ceil(2))),
+                    SmallBatch::Fused => (QMatmulMethod::Fused, m.next_multiple_of(16).min(64)),
+                    SmallBatch::Wgmma => {
+                        push(gemv_wgmma(
+                            QMatmulConfig {
+                                bn: base.bn * wide,
+                                bk,
+                                warps,
+                                stages,
+                                split_k,
+                                ..base
+                            },
+                            m,
+                        ));
+                        continue;
+                    }
+                };
+                let bn = base.bn * wide;
+                push(QMatmulConfig {
+                    method,
+                    bm,
+                    bn: if method == QMatmulMethod::Gemv {
+                        gemv_width(bn, bm, warps)
+                    } else {
+                        bn
+                    },
+                    bk,
+                    warps,
+                    stages,
+                    split_k,
+                    ..base
+                });
+            }
         }
         if m > 256 {
             // Prefill: dequantize once, then cuBLAS (the fused tiles below are the alternative).
@@ -378,11 +446,6 @@ pub fn candidates_up_to(
                     ..base
                 });
             }
-        }
-        if m <= GEMV_MAX_ROWS {
-            small_batch(gemv_rows(m.div_ceil(2)))
-                .into_iter()
-                .for_each(&mut push);
         }
     }
     if out.is_empty() {
@@ -521,8 +584,18 @@ pub fn tune_qmatmul<T: Activation>(
     m: usize,
     weight: &DeviceWeight<T>,
 ) -> Result<TunedQMatmul, QMatmulError> {
+    // The warpgroup MMA only where the device has it.
+    let candidates: Vec<QMatmulConfig> = candidates
+        .iter()
+        .copied()
+        .filter(|c| super::runs_on(c, ctx.arch()))
+        .collect();
+    let candidates = &candidates[..];
     let Some(first) = candidates.first() else {
-        return Err(shape_err("candidates", "empty"));
+        return Err(shape_err(
+            "candidates",
+            format!("empty (or none runs on this {} device)", ctx.arch()),
+        ));
     };
     let same_weight = |c: &QMatmulConfig| {
         (c.wdtype, c.adtype, c.group_rows, c.has_zeros)
