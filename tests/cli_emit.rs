@@ -110,7 +110,26 @@ fn emits_the_library_qmatmul() {
         "{gemv}"
     );
     assert!(error(&["emit", "qmatmul", "--config", "METHOD=fast"]).contains("METHOD=fast"));
-    assert!(error(&["emit", "qmatmul", "--config", "METHOD=gemv,BM=16"]).contains("bm"));
+    assert!(error(&["emit", "qmatmul", "--config", "METHOD=gemv,BM=12"]).contains("bm"));
+    // Token tiles: 16 rows per block; and the warpgroup form (k tiles of 64, sm_90a).
+    let tiles = source(&[
+        "emit",
+        "qmatmul",
+        "--config",
+        "WDTYPE=u2,BN=256,METHOD=gemv,BM=16",
+    ]);
+    assert!(
+        tiles.contains("qmatmul_f16_u2_g128_z_16x256x64_w4_s3_k1_gemv"),
+        "{tiles}"
+    );
+    let wgmma = source(&[
+        "emit",
+        "qmatmul",
+        "--config",
+        "WDTYPE=i4,BN=128,METHOD=gemv_wgmma",
+    ]);
+    assert!(wgmma.contains("wgmma.mma_async"), "{wgmma}");
+    assert!(error(&["emit", "qmatmul", "--config", "METHOD=gemv_wgmma,BK=128"]).contains("bk"));
 }
 
 /// `--ptx ARCH` prints NVRTC's PTX of every program of the kernel (the split-k qmatmul has one);
