@@ -383,6 +383,16 @@ impl QMatmulConfig {
                     format!("{} exceeds 256, the widest wgmma", self.bm),
                 ));
             }
+            if self.stages < 3 {
+                return Err(config_err(
+                    "stages",
+                    format!(
+                        "{}; the warpgroup gemv keeps a stage for the wgmma in flight, so it \
+                         needs at least 3",
+                        self.stages
+                    ),
+                ));
+            }
         }
         if gemv && (self.bm == 0 || !self.bm.is_multiple_of(8)) {
             return Err(config_err(

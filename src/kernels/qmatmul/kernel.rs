@@ -600,11 +600,17 @@ pub fn qmatmul_gemv<
 /// slice of the `[64, BN]` weight tile into wgmma's A registers (`rep = BN / (64 WG)` tiles of
 /// 64 output columns), and one `wgmma.m64nBMk16` per tile and 16 of k multiplies it by the
 /// activation tile `[BM, 64]` straight from shared memory (k-major, 128-byte swizzle, the
-/// cp.async ring's own stage): no activation fragments in registers, and one instruction per
-/// 64 x BM x 16 instead of `BM / 8` mma.sync per 16 x 8 x 16. The k tile is 64 (one swizzle
-/// row); scale groups, zero points, biased casts and split-k as in [`qmatmul_gemv`].
+/// cp.async ring's own stage).
 ///
-/// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block.
+/// The wgmmas stay in flight across the k loop: the scale and zero point of each column are
+/// applied to the weight while it is dequantized (`(q - z) · s` in the activation type), so
+/// one accumulator chains every `dot_async` over all of k with nothing to rescale per group;
+/// even and odd k tiles dequantize into two register sets, so a tile's operand is rewritten
+/// only after `dot_wait(1)` retired the wgmma that read it. One barrier per k tile: after it,
+/// every warpgroup has retired tile `t - 2`, whose stage is refilled (`STAGES - 2` tiles in
+/// flight). Split-k as in [`qmatmul_gemv`].
+///
+/// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`.
 #[tilus::kernel(
     lazy,
     grid = [cdiv(m, BM), n / BN, SPLIT],
@@ -616,13 +622,12 @@ pub fn qmatmul_gemv<
         BM = [8, 32],
         BN = [128],
         WG = [1],
-        STAGES = [3],
+        STAGES = [4],
         SPLIT = [1, 4],
         G = [0, 128],
         ZEROS = [0, 1],
         H = [1, 4],
         VEC = [16],
-        BIAS = [0, 1],
     ),
     dtypes(A = [f16, bf16], W = [u2, u4, i8]),
 )]
@@ -637,7 +642,6 @@ pub fn qmatmul_gemv_wgmma<
     const ZEROS: i32,
     const H: i32,
     const VEC: i32,
-    const BIAS: i32,
     A: DTypeParam,
     W: DTypeParam,
 >(
@@ -660,8 +664,7 @@ pub fn qmatmul_gemv_wgmma<
     let thread_bytes = tile_bytes / (128 * WG);
 
     // The weight tile [64, BN] and its [BN, 64] view as wgmma's A operand: warpgroup tiles of
-    // 64 rows, the four k steps of 16 innermost, so that one cast group's codes belong to one
-    // tile (the biases of a biased cast repeat from tile to tile).
+    // 64 rows, the four k steps of 16 innermost; one scale (and zero point) per column.
     let lw = layout!(
         spatial(1, WG)
             .local(1, rep)
@@ -671,7 +674,8 @@ pub fn qmatmul_gemv_wgmma<
     );
     let lwa = layout!(spatial(WG, 1).local(rep, 1).spatial(4, 1).local(1, 4).mma_a);
     let lq = layout!(swap_inner_locals(lw, 2, H));
-    // The accumulator [BN, BM] (wgmma C tiles), its [BM, BN] view, one value per column.
+    let lws = layout!(reduce(lw, [0]));
+    // The accumulator [BN, BM] (wgmma C tiles) and its [BM, BN] view.
     let lc = layout!(
         spatial(WG, 1)
             .local(rep, 1)
@@ -686,7 +690,6 @@ pub fn qmatmul_gemv_wgmma<
             .local(nt, 1)
             .mma_c_t
     );
-    let lcs = layout!(reduce(lct, [0]));
     let lbytes = layout!(local(thread_bytes / VEC).spatial(128 * WG).local(VEC));
 
     let [bi, bj, bs] = block_indices();
@@ -709,11 +712,14 @@ pub fn qmatmul_gemv_wgmma<
     } else {
         ()
     };
-    let ones = if fold { register::<A>(lwa, 1.0) } else { () };
-    // The biases of `cast_biased`, as the product's A operand: the cast of all-zero codes.
-    let biases = if BIAS == 1 {
-        let zero_codes = view::<W>(register::<u8>(lbytes, 0), lq);
-        view::<A>(cast_biased::<A>(zero_codes, lw), lwa)
+    // Per-channel scales and zero points: loaded once.
+    let sc0 = if grouped {
+        ()
+    } else {
+        load_global(gs, lws, [0, bj * BN])
+    };
+    let zc0 = if !grouped && fold {
+        load_global(gz, lws, [0, bj * BN])
     } else {
         ()
     };
@@ -745,101 +751,72 @@ pub fn qmatmul_gemv_wgmma<
         }
     };
     #[unroll]
-    for st in 0..STAGES - 1 {
+    for st in 0..STAGES - 2 {
         if st < ktiles {
             issue(st, st);
         }
         commit_group();
     }
-    // One k tile: the weight as A (registers) and the stage's activations as B (shared). The
-    // refill overwrites the stage of the step before, which every thread's (synchronous) dot
-    // finished before the barrier.
-    let step = |kt: i32| {
-        wait_group(STAGES - 2);
+    // The top of k tile t: its stage landed and is visible, every warpgroup retired tile
+    // t - 2 (its `dot_wait(1)` ran in tile t - 1, before this barrier), so tile
+    // t + STAGES - 2 refills that stage.
+    let top = |t: i32| {
+        wait_group(STAGES - 3);
         sync();
-        let stage = kt % STAGES;
-        let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
-        let next = kt + (STAGES - 1);
-        if next < ktiles {
-            issue(next, next % STAGES);
+        let q = t + (STAGES - 2);
+        if q < ktiles {
+            issue(q, q % STAGES);
         }
         commit_group();
-        let wf = if BIAS == 1 {
-            cast_biased::<A>(view::<W>(rw, lq), lw)
-        } else {
-            cast::<A>(view::<W>(rw, lq), lw)
-        };
-        (
-            view::<A>(wf, lwa),
-            permute_shared(slice_shared(sa, [stage, 0, 0], [BM, 64]), [1, 0]),
-        )
     };
-    let subtract_zeros =
-        |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
-    let mut acc = register::<f32>(lct, 0.0);
-    if grouped {
-        let tiles_per_group = G / 64;
-        for g in 0..ktiles / tiles_per_group {
-            let mut acc_g = register::<f32>(lc, 0.0);
-            let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
-            let mut bsum = if BIAS == 1 {
-                register::<f32>(lc, 0.0)
-            } else {
-                ()
-            };
-            let first = g * tiles_per_group;
-            for t in 0..tiles_per_group {
-                let (wa, xs) = step(first + t);
-                acc_g = dot(wa, xs, acc_g);
-                if fold {
-                    asum = dot(ones, xs, asum);
-                }
-                if BIAS == 1 {
-                    bsum = dot(biases, xs, bsum);
-                }
-            }
-            let last = (first + tiles_per_group - 1) % STAGES;
-            let mut acc_gt = view::<f32>(acc_g, lct);
-            if BIAS == 1 {
-                acc_gt = acc_gt - view::<f32>(bsum, lct);
-            }
-            if fold {
-                let zc = load_shared(slice_shared(sz, [last, 0, 0], [1, BN]), lcs, [0, 0]);
-                acc_gt = subtract_zeros(acc_gt, view::<f32>(asum, lct), zc);
-            }
-            let sc = load_shared(slice_shared(ss, [last, 0, 0], [1, BN]), lcs, [0, 0]);
-            acc = mul_add(acc_gt, cast::<f32>(sc), acc);
-        }
-    } else {
-        let mut acc_n = register::<f32>(lc, 0.0);
-        let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
-        let mut bsum = if BIAS == 1 {
-            register::<f32>(lc, 0.0)
+    // Tile t's weight, dequantized with its columns' scales and zero points, as wgmma's A.
+    let dequant = |t: i32| {
+        let st = t % STAGES;
+        let rw = load_shared(slice_shared(sb, [st, 0], [tile_bytes]), lbytes, [0]);
+        let wf = cast::<A>(view::<W>(rw, lq), lw);
+        let sc = if grouped {
+            load_shared(slice_shared(ss, [st, 0, 0], [1, BN]), lws, [0, 0])
         } else {
-            ()
+            sc0
         };
-        for kt in 0..ktiles {
-            let (wa, xs) = step(kt);
-            acc_n = dot(wa, xs, acc_n);
-            if fold {
-                asum = dot(ones, xs, asum);
-            }
-            if BIAS == 1 {
-                bsum = dot(biases, xs, bsum);
-            }
-        }
-        acc = view::<f32>(acc_n, lct);
-        if BIAS == 1 {
-            acc = acc - view::<f32>(bsum, lct);
-        }
-        if fold {
-            let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
-            acc = subtract_zeros(acc, view::<f32>(asum, lct), zc);
-        }
-        let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
-        acc = acc * cast::<f32>(sc);
+        let wz = if fold {
+            let zc = if grouped {
+                load_shared(slice_shared(sz, [st, 0, 0], [1, BN]), lws, [0, 0])
+            } else {
+                zc0
+            };
+            wf - zc
+        } else {
+            wf
+        };
+        view::<A>(wz * sc, lwa)
+    };
+    let xs = |t: i32| permute_shared(slice_shared(sa, [t % STAGES, 0, 0], [BM, 64]), [1, 0]);
+    let mut acc = register::<f32>(lc, 0.0);
+    let mut wa0 = register::<A>(lwa, 0.0);
+    let mut wa1 = register::<A>(lwa, 0.0);
+    // Written out for even and odd tiles so that no dot_async is inside a branch; an odd last
+    // tile is a synchronous dot after the wait.
+    for t2 in 0..ktiles / 2 {
+        let t = 2 * t2;
+        top(t);
+        wa0 = dequant(t);
+        acc = dot_async(wa0, xs(t), acc);
+        dot_wait(1);
+        top(t + 1);
+        wa1 = dequant(t + 1);
+        acc = dot_async(wa1, xs(t + 1), acc);
+        dot_wait(1);
+    }
+    dot_wait(0);
+    if ktiles % 2 == 1 {
+        let t = ktiles - 1;
+        top(t);
+        wa0 = dequant(t);
+        acc = dot(wa0, xs(t), acc);
     }
     wait_group(0);
+    let acc = view::<f32>(acc, lct);
     if SPLIT > 1 {
         // Split-k in one launch, as in `qmatmul_gemv`.
         let tiles_m = cdiv(m, BM);

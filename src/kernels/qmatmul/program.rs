@@ -88,7 +88,6 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             ZEROS: zeros,
             H: v(h),
             VEC: v(t.vector_bytes),
-            BIAS: i32::from(biased_cast(config, h)),
             A: config.adtype,
             W: config.wdtype,
         };

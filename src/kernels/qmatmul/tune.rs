@@ -216,10 +216,12 @@ pub fn gemv_rows(m: usize) -> usize {
 /// with all of the rows in one block (the weight read once), the fused pipeline with all of
 /// the rows in one block (up to 64), and the gemv method with half of the rows per block (two blocks side by side
 /// in the grid: the second reads the weight from L2, with half the accumulator registers);
-/// last the warpgroup gemv, which measured slower than the mma.sync gemv everywhere but at 64
-/// tokens of a 4-bit weight (its `dot` waits for every wgmma, docs/perf-notes.md entry 28), and
-/// is not tried at all for 16 tokens or fewer.
-const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 14] = [
+/// the warpgroup gemv first: on an H200 it was the fastest at 64 tokens for u1, u2 and i4 and
+/// at 32 for i4 (docs/perf-notes.md entry 28). It is not tried for 16 tokens or fewer, where
+/// it measured 1.4-2.6x slower than the mma.sync gemv.
+const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 16] = [
+    (SmallBatch::Wgmma, 2, 128, 4, 4, 1),
+    (SmallBatch::Wgmma, 2, 128, 4, 4, 4),
     (SmallBatch::Gemv, 2, 128, 4, 4, 1),
     (SmallBatch::Gemv, 2, 128, 4, 3, 2),
     (SmallBatch::Fused, 1, 128, 4, 3, 1),
@@ -232,8 +234,8 @@ const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 14] = [
     (SmallBatch::GemvHalf, 2, 128, 4, 4, 4),
     (SmallBatch::Gemv, 1, 128, 4, 4, 1),
     (SmallBatch::Fused, 1, 64, 4, 3, 1),
-    (SmallBatch::Wgmma, 2, 128, 4, 3, 2),
-    (SmallBatch::Wgmma, 2, 128, 4, 4, 1),
+    (SmallBatch::Wgmma, 2, 128, 4, 4, 2),
+    (SmallBatch::Wgmma, 2, 128, 8, 4, 1),
 ];
 
 #[derive(Clone, Copy)]
@@ -254,7 +256,7 @@ fn gemv_wgmma(c: QMatmulConfig, m: usize) -> QMatmulConfig {
         bm,
         bn: gemv_width(c.bn, bm, c.warps),
         bk: 64,
-        stages: (c.stages * c.bk / 64).clamp(2, 8),
+        stages: (c.stages * c.bk / 64).clamp(3, 8),
         ..c
     }
 }
