@@ -261,8 +261,9 @@ fn gemv_wgmma(c: QMatmulConfig, m: usize) -> QMatmulConfig {
     }
 }
 
-/// The widest gemv tile of `warps` warps whose accumulator holds at most 8 mma tiles per
-/// token tiles of `bm` rows above 16 (wider tiles spill at 32 and 64 rows), at most `bn`.
+/// The gemv tile width for `bm` rows: `bn`, capped above 16 rows so that each thread's
+/// accumulator holds at most 8 mma tiles (token tiles times fragments per warp; wider tiles
+/// spill at 32 and 64 rows).
 fn gemv_width(bn: usize, bm: usize, warps: usize) -> usize {
     if bm <= 16 {
         return bn;
@@ -322,6 +323,16 @@ pub fn candidates_up_to(
             out.push(cfg);
         }
     };
+    // Tiles as (n-tile multiple of the default, bk, warps, stages, split_k).
+    let decode =
+        |(wide, bk, warps, stages, split_k): (usize, usize, usize, usize, usize)| QMatmulConfig {
+            bn: base.bn * wide,
+            bk,
+            warps,
+            stages,
+            split_k,
+            ..base
+        };
     if m <= 16 {
         // Decode: a block is a chain of k / bk dependent pipeline steps, and the dequantization
         // chain of each step needs several warps per scheduler to hide its latency. Split-k
@@ -347,16 +358,6 @@ pub fn candidates_up_to(
             (2, 128, 4, 4, 2),
             (1, 64, 4, 4, 2),
         ];
-        let decode = |(wide, bk, warps, stages, split_k): (usize, usize, usize, usize, usize)| {
-            QMatmulConfig {
-                bn: base.bn * wide,
-                bk,
-                warps,
-                stages,
-                split_k,
-                ..base
-            }
-        };
         // The gemv method (the weight as the mma's A operand, every token tile of the block
         // sharing each dequantized fragment) is tried beside each of the measured best, in
         // the same tiles.
@@ -388,39 +389,21 @@ pub fn candidates_up_to(
     } else {
         if m <= GEMV_MAX_ROWS {
             for (method, wide, bk, warps, stages, split_k) in SMALL_BATCH {
-                let (method, bm) = match method {
-                    SmallBatch::Gemv => (QMatmulMethod::Gemv, gemv_rows(m)),
-                    SmallBatch::GemvHalf => (QMatmulMethod::Gemv, gemv_rows(m.div_ceil(2))),
-                    SmallBatch::Fused => (QMatmulMethod::Fused, m.next_multiple_of(16).min(64)),
-                    SmallBatch::Wgmma => {
-                        push(gemv_wgmma(
-                            QMatmulConfig {
-                                bn: base.bn * wide,
-                                bk,
-                                warps,
-                                stages,
-                                split_k,
-                                ..base
-                            },
-                            m,
-                        ));
-                        continue;
-                    }
-                };
-                let bn = base.bn * wide;
-                push(QMatmulConfig {
-                    method,
+                let c = decode((wide, bk, warps, stages, split_k));
+                let gemv = |bm: usize| QMatmulConfig {
+                    method: QMatmulMethod::Gemv,
                     bm,
-                    bn: if method == QMatmulMethod::Gemv {
-                        gemv_width(bn, bm, warps)
-                    } else {
-                        bn
+                    bn: gemv_width(c.bn, bm, warps),
+                    ..c
+                };
+                push(match method {
+                    SmallBatch::Wgmma => gemv_wgmma(c, m),
+                    SmallBatch::Gemv => gemv(gemv_rows(m)),
+                    SmallBatch::GemvHalf => gemv(gemv_rows(m.div_ceil(2))),
+                    SmallBatch::Fused => QMatmulConfig {
+                        bm: m.next_multiple_of(16).min(64),
+                        ..c
                     },
-                    bk,
-                    warps,
-                    stages,
-                    split_k,
-                    ..base
                 });
             }
         }
