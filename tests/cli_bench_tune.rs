@@ -283,3 +283,33 @@ fn vq_flags_are_checked_before_the_gpu_is_opened() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tilus bench qmatmul --config`: a configuration the library refuses, an unknown key, or a
+/// key that the benchmark's own flags set is one line naming `--config`, before any GPU.
+#[test]
+fn qmatmul_configs_are_checked_before_the_gpu_is_opened() {
+    let dir = temp_dir("configs");
+    for (bad, says) in [
+        ("METHOD=gemv_wgmma,BK=128", "bk"),
+        ("METHOD=gemv_wgmma,WARPS=6", "warps"),
+        ("METHOD=gemv,BM=12", "bm"),
+        ("METHOD=fastest", "METHOD"),
+        ("TILE=3", "unknown configuration key"),
+        ("WDTYPE=u2", "--wdtype"),
+        ("BN=abc", "BN"),
+    ] {
+        let out = tilus(
+            &[
+                "bench", "qmatmul", "--wdtype", "i4", "--m", "64", "--config", bad,
+            ],
+            &dir,
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.contains("argument `--config`"), "{bad}: {err}");
+        assert!(err.contains(says), "{bad}: {err}");
+        assert!(!err.contains("libcuda"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

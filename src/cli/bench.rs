@@ -7,7 +7,7 @@ use clap::Subcommand;
 use half::f16;
 use std::io::Write;
 use tilus::element::Activation;
-use tilus::kernels::qmatmul::bench::{bench_cublas, bench_qmatmul, precompile};
+use tilus::kernels::qmatmul::bench::{bench_configs, bench_cublas, bench_qmatmul, precompile};
 use tilus::kernels::qmatmul::tune::candidates_up_to;
 use tilus::kernels::qmatmul::tune::{
     bucket_label, check_tuning_space, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul,
@@ -58,6 +58,11 @@ pub enum BenchCommand {
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
         l2: String,
+        /// Time exactly this configuration instead of the tuner's first `--tune`; repeat for
+        /// several. Keys as `tilus emit qmatmul` takes them, without the types and group
+        /// (`--wdtype`, `--adtype`, `--group`): `METHOD=gemv_wgmma,BM=64,BN=128,BK=64,WARPS=4`.
+        #[arg(long)]
+        config: Vec<String>,
     },
     /// Sweep weight types x m and print a table (and write CSV with --csv).
     Sweep {
@@ -454,11 +459,17 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
     }
     match cmd {
         BenchCommand::Qmatmul {
-            wdtype, l2, adtype, ..
+            wdtype,
+            l2,
+            adtype,
+            group,
+            config,
+            ..
         } => {
             parse_l2(l2)?;
             parse_adtype(adtype)?;
-            parse_type(wdtype).map(drop)
+            parse_type(wdtype)?;
+            qmatmul_configs(wdtype, adtype, *group, config).map(drop)
         }
         BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
         BenchCommand::Dense { shapes, dtype, .. } => {
@@ -1085,7 +1096,9 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             verbose,
             ref l2,
             ref adtype,
+            ref config,
         } => {
+            let configs = qmatmul_configs(wdtype, adtype, group, config)?;
             let wdtype = parse_type(wdtype)?;
             let spec = SweepSpec {
                 types: &[wdtype],
@@ -1096,6 +1109,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 verbose,
                 l2: parse_l2(l2)?,
                 adtype: parse_adtype(adtype)?,
+                configs: &configs,
             };
             out += &sweep(&ctx, &spec, None)?;
         }
@@ -1121,6 +1135,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 verbose,
                 l2: parse_l2(l2)?,
                 adtype: parse_adtype(adtype)?,
+                configs: &[],
             };
             out += &sweep(&ctx, &spec, csv.as_deref())?;
         }
@@ -1140,6 +1155,41 @@ struct SweepSpec<'a> {
     l2: L2Mode,
     /// f16 or bf16 activations.
     adtype: DType,
+    /// The configurations to time (one type, one case); empty: the tuner's first `tune`.
+    configs: &'a [QMatmulConfig],
+}
+
+/// `tilus bench qmatmul --config`'s configurations, each one `--config` value over the
+/// benchmark's weight type, activation type and group; an error names the argument.
+fn qmatmul_configs(
+    wdtype: &str,
+    adtype: &str,
+    group: usize,
+    config: &[String],
+) -> Result<Vec<QMatmulConfig>, String> {
+    config
+        .iter()
+        .map(|c| {
+            let fixed = ["WDTYPE", "ADTYPE", "GROUP"];
+            for pair in c.split(',') {
+                let key = pair
+                    .split('=')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_uppercase();
+                if fixed.contains(&key.as_str()) {
+                    return Err(format!(
+                        "argument `--config`: `{c}`: {key} is set by --{}",
+                        key.to_ascii_lowercase()
+                    ));
+                }
+            }
+            let types = format!("WDTYPE={wdtype},ADTYPE={adtype},GROUP={group}");
+            super::emit::qmatmul_config(&[types, c.clone()])
+                .map_err(|e| format!("argument `--config`: `{c}`: {e}"))
+        })
+        .collect()
 }
 
 /// Measure every (shape, type, m) case; the copy bandwidth and cuBLAS are measured in the same
@@ -1155,6 +1205,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
         verbose,
         l2,
         adtype,
+        configs,
     } = *spec;
     let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
     let blas = Cublas::new(ctx).map_err(err)?;
@@ -1166,6 +1217,10 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
     for &(n, k) in shapes {
         for &m in ms {
             for &wdtype in types {
+                if !configs.is_empty() {
+                    all.extend_from_slice(configs);
+                    continue;
+                }
                 let c = candidates_up_to(wdtype, adtype, group, m, n, k, tune.max(1))
                     .map_err(|e| format!("{wdtype} m={m} {n}x{k}: {e}"))?;
                 all.extend(c.into_iter().take(tune.max(1)));
@@ -1219,22 +1274,39 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
                         v
                     }
                 };
-                let bench = match adtype {
-                    DType::BF16 => bench_qmatmul::<half::bf16>,
-                    _ => bench_qmatmul::<f16>,
-                };
-                let row = bench(
-                    ctx,
-                    Some(cublas_us),
-                    &mut flush,
-                    wdtype,
-                    m,
-                    n,
-                    k,
-                    group,
-                    tune,
-                    copy_gbps,
-                )
+                let row = if configs.is_empty() {
+                    let bench = match adtype {
+                        DType::BF16 => bench_qmatmul::<half::bf16>,
+                        _ => bench_qmatmul::<f16>,
+                    };
+                    bench(
+                        ctx,
+                        Some(cublas_us),
+                        &mut flush,
+                        wdtype,
+                        m,
+                        n,
+                        k,
+                        group,
+                        tune,
+                        copy_gbps,
+                    )
+                } else {
+                    let bench = match adtype {
+                        DType::BF16 => bench_configs::<half::bf16>,
+                        _ => bench_configs::<f16>,
+                    };
+                    bench(
+                        ctx,
+                        Some(cublas_us),
+                        &mut flush,
+                        m,
+                        n,
+                        k,
+                        configs,
+                        copy_gbps,
+                    )
+                }
                 .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
                 if verbose {
                     for (c, us) in &row.tried {

@@ -131,37 +131,7 @@ pub fn run(kernel: &str, configs: &[String], output: Output<'_>) -> Result<Strin
 fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
     let (k, fixed_weight) = Kernel::parse(kernel)
         .ok_or_else(|| format!("unknown kernel `{kernel}`; known kernels: {KERNELS}"))?;
-    let mut cfg: BTreeMap<String, String> = k
-        .defaults()
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-    if let Some(w) = fixed_weight {
-        cfg.insert("WEIGHT".into(), w.to_string());
-    }
-    let keys: Vec<&str> = k.defaults().iter().map(|(a, _)| *a).collect();
-    for item in configs.iter().flat_map(|c| c.split(',')) {
-        let item = item.trim();
-        if item.is_empty() {
-            continue;
-        }
-        let (key, value) = item
-            .split_once('=')
-            .ok_or_else(|| format!("--config `{item}`: expected KEY=VALUE"))?;
-        let key = key.trim().to_ascii_uppercase();
-        if !keys.contains(&key.as_str()) {
-            return Err(format!(
-                "unknown configuration key `{key}` for kernel {kernel}; keys: {}",
-                keys.join(", ")
-            ));
-        }
-        if fixed_weight.is_some() && key == "WEIGHT" {
-            return Err(format!(
-                "kernel {kernel} fixes WEIGHT; use fig2 or fig8 to choose it"
-            ));
-        }
-        cfg.insert(key, value.trim().to_string());
-    }
+    let cfg = merge(k, kernel, fixed_weight, configs)?;
     // Tile sizes become i32 constants of the program, so larger values would wrap.
     let num = |key: &str| -> Result<usize, String> {
         let v = &cfg[key];
@@ -206,8 +176,66 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
     Ok(vec![program])
 }
 
+/// The configuration of `kernel` (named `name` in errors): its defaults, the fixed weight of an
+/// alias, then the `KEY=VALUE` pairs of `configs` (comma-separated, later ones win).
+fn merge(
+    k: Kernel,
+    kernel: &str,
+    fixed_weight: Option<DType>,
+    configs: &[String],
+) -> Result<BTreeMap<String, String>, String> {
+    let mut cfg: BTreeMap<String, String> = k
+        .defaults()
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    if let Some(w) = fixed_weight {
+        cfg.insert("WEIGHT".into(), w.to_string());
+    }
+    let keys: Vec<&str> = k.defaults().iter().map(|(a, _)| *a).collect();
+    for item in configs.iter().flat_map(|c| c.split(',')) {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--config `{item}`: expected KEY=VALUE"))?;
+        let key = key.trim().to_ascii_uppercase();
+        if !keys.contains(&key.as_str()) {
+            return Err(format!(
+                "unknown configuration key `{key}` for kernel {kernel}; keys: {}",
+                keys.join(", ")
+            ));
+        }
+        if fixed_weight.is_some() && key == "WEIGHT" {
+            return Err(format!(
+                "kernel {kernel} fixes WEIGHT; use fig2 or fig8 to choose it"
+            ));
+        }
+        cfg.insert(key, value.trim().to_string());
+    }
+    Ok(cfg)
+}
+
 /// The main program of a quantized-matmul configuration (split-k included: one program).
 fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
+    let config = qmatmul_from(cfg)?;
+    let kernel = qmatmul::build(&config).map_err(|e| e.to_string())?;
+    Ok(vec![kernel.main])
+}
+
+/// A quantized-matmul configuration from `--config` pairs (the `qmatmul` kernel's keys, as
+/// `tilus emit qmatmul` takes them), checked by the library; `tilus bench qmatmul --config`
+/// times exactly these.
+pub fn qmatmul_config(configs: &[String]) -> Result<QMatmulConfig, String> {
+    let cfg = merge(Kernel::QMatmul, "qmatmul", None, configs)?;
+    let config = qmatmul_from(&cfg)?;
+    config.tiling().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String> {
     let dtype = |key: &str| -> Result<DType, String> {
         cfg[key]
             .parse::<DType>()
@@ -249,8 +277,7 @@ fn qmatmul(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
         split_k: pick("SPLIT_K", base.split_k)?,
         ..base
     };
-    let kernel = qmatmul::build(&config).map_err(|e| e.to_string())?;
-    Ok(vec![kernel.main])
+    Ok(config)
 }
 
 /// Run `f`, turning a panic (the program builders assert their tile constraints) into an error

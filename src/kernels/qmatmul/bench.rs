@@ -2,7 +2,7 @@
 //! [`super::tune::candidates`] (a small on-the-spot tuning), and report it against the memory
 //! floor and cuBLAS f16.
 
-use super::config::{QMatmulConfig, QMatmulError};
+use super::config::{config_err, QMatmulConfig, QMatmulError};
 use super::gpu::GpuQMatmul;
 use super::program::build;
 use super::tune::{candidates_up_to, synthetic_weight};
@@ -122,18 +122,59 @@ pub fn bench_qmatmul<T: Activation>(
         .filter(|c| super::runs_on(c, ctx.arch()))
         .take(tune.max(1))
         .collect();
+    bench_configs::<T>(ctx, cublas_us, flush, m, n, k, &cands, copy_gbps)
+}
+
+/// [`bench_qmatmul`] over the given configurations (at least one; all of one weight type,
+/// activation type and group, e.g. from `tilus bench qmatmul --config`), each checked against
+/// the shape and the device first.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_configs<T: Activation>(
+    ctx: &Context,
+    cublas_us: Option<f64>,
+    flush: &mut L2Flush,
+    m: usize,
+    n: usize,
+    k: usize,
+    cands: &[QMatmulConfig],
+    copy_gbps: f64,
+) -> Result<BenchRow, QMatmulError> {
+    let Some(first) = cands.first() else {
+        return Err(config_err("configs", "no configuration to time"));
+    };
+    let (wdtype, group) = (first.wdtype, (first.group_rows, first.has_zeros));
+    for c in cands {
+        c.check_shape(m, n, k)?;
+        if (c.wdtype, c.adtype, (c.group_rows, c.has_zeros)) != (wdtype, T::DTYPE, group) {
+            return Err(config_err(
+                "configs",
+                format!(
+                    "{}: every configuration of one benchmark has the weight type {wdtype}, \
+                     the activation type {}, and the same group and zero points",
+                    c.wdtype,
+                    T::DTYPE
+                ),
+            ));
+        }
+        if !super::runs_on(c, ctx.arch()) {
+            return Err(config_err(
+                "method",
+                format!("{:?} does not run on {}", c.method, ctx.arch()),
+            ));
+        }
+    }
     // Timing needs operands of the right sizes with realistic (random, non-zero) contents, not
     // a particular weight: any bytes are a valid re-laid-out weight, so the codes are random
     // bytes and quantizing a 470M-element matrix on the host is skipped. Correctness is the
     // tests' job (tests/gpu_qmatmul.rs).
-    let zeros = matches!(wdtype, DType::UInt(_));
+    let (group, zeros) = group;
     let weight = synthetic_weight::<T>(ctx, wdtype, n, k, group, zeros)?;
     let a = DeviceBuffer::from_host(ctx, &pattern::<T>(m * k, 3))?;
     let mut c = DeviceBuffer::<T>::zeros(ctx, m * n)?;
 
     let mut best: Option<(QMatmulConfig, Timing, usize)> = None;
     let mut tried = Vec::new();
-    for cfg in cands.into_iter().take(tune.max(1)) {
+    for &cfg in cands {
         let kernel = build(&cfg)?;
         let gpu = GpuQMatmul::new(&kernel)?;
         gpu.reserve(ctx, m, n)?;

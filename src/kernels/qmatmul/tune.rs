@@ -210,18 +210,21 @@ pub fn gemv_rows(m: usize) -> usize {
     m.clamp(1, GEMV_MAX_ROWS).next_multiple_of(8)
 }
 
-/// The tiles tried first for 17 to [`GEMV_MAX_ROWS`] rows, in order: (method, rows per
-/// block, n-tile multiple of the default, bk, warps, stages, split_k). Still memory- and
-/// issue-bound, so split-k stays (small layers have fewer n tiles than SMs); the gemv method
-/// with all of the rows in one block (the weight read once), the fused pipeline with all of
-/// the rows in one block (up to 64), and the gemv method with half of the rows per block (two blocks side by side
-/// in the grid: the second reads the weight from L2, with half the accumulator registers);
-/// the warpgroup gemv first: on an H200 it was the fastest at 64 tokens for u1, u2 and i4 and
-/// at 32 for i4 (docs/perf-notes.md entry 28). It is not tried for 16 tokens or fewer, where
-/// it measured 1.4-2.6x slower than the mma.sync gemv.
-const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 16] = [
-    (SmallBatch::Wgmma, 2, 128, 4, 4, 1),
-    (SmallBatch::Wgmma, 2, 128, 4, 4, 4),
+/// The tiles tried first for 17 to [`GEMV_MAX_ROWS`] rows, in order: (method, n-tile multiple
+/// of the default, bk, warps, stages, split_k); the warpgroup gemv's entries carry their own
+/// width and stages instead (their multiple is 1 and their stages 0, unused). Still memory-
+/// and issue-bound, so split-k stays (small layers have fewer n tiles than SMs). The
+/// warpgroup gemv comes first: on an H200 it was the fastest at 64 tokens for u1, u2 and i4
+/// and at 32 for i4, in 256-column tiles of one warpgroup (128-column tiles split 4 ways on
+/// 8192 x 8192) (docs/perf-notes.md entries 28 and 29). Then the gemv method with all of the
+/// rows in one block (the weight read once), the fused pipeline with all of the rows in one
+/// block (up to 64), and the gemv method with half of the rows per block (two blocks side by
+/// side in the grid: the second reads the weight from L2, with half the accumulator
+/// registers). The warpgroup gemv is not tried for 16 tokens or fewer, where it measured
+/// 1.4-2.6x slower than the mma.sync gemv.
+const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 17] = [
+    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 4, 0, 1),
+    (SmallBatch::Wgmma { bn: 128 }, 1, 64, 4, 0, 4),
     (SmallBatch::Gemv, 2, 128, 4, 4, 1),
     (SmallBatch::Gemv, 2, 128, 4, 3, 2),
     (SmallBatch::Fused, 1, 128, 4, 3, 1),
@@ -234,29 +237,41 @@ const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 16] = [
     (SmallBatch::GemvHalf, 2, 128, 4, 4, 4),
     (SmallBatch::Gemv, 1, 128, 4, 4, 1),
     (SmallBatch::Fused, 1, 64, 4, 3, 1),
-    (SmallBatch::Wgmma, 2, 128, 4, 4, 2),
-    (SmallBatch::Wgmma, 2, 128, 8, 4, 1),
+    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 4, 0, 2),
+    (SmallBatch::Wgmma { bn: 512 }, 1, 64, 8, 0, 1),
+    (SmallBatch::Wgmma { bn: 128 }, 1, 64, 4, 0, 1),
 ];
 
 #[derive(Clone, Copy)]
 enum SmallBatch {
-    Wgmma,
+    /// The warpgroup gemv with `bn` output columns per block.
+    Wgmma {
+        bn: usize,
+    },
     Gemv,
     GemvHalf,
     Fused,
 }
 
-/// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]) for `m` rows: all of them
-/// in one block, k tiles of 64 (one swizzled row) with twice the stages of `c`'s k tiles of
-/// 128, so that as many bytes stay in flight; the width capped like the gemv's.
-fn gemv_wgmma(c: QMatmulConfig, m: usize) -> QMatmulConfig {
+/// Shared memory the warpgroup gemv may fill with its stages: two blocks per multiprocessor
+/// (228 KB on Hopper), which is what its registers allow with 256-column tiles (223 per
+/// thread); one block per SM measured slower (docs/perf-notes.md entry 29).
+const WGMMA_STAGE_BUDGET: usize = 112 * 1024;
+
+/// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]) for `m` rows and `bn`
+/// output columns: all of the rows in one block, k tiles of 64 (one swizzled row), as many
+/// stages (3 to 8) as fit [`WGMMA_STAGE_BUDGET`].
+fn gemv_wgmma(c: QMatmulConfig, m: usize, bn: usize) -> QMatmulConfig {
     let bm = gemv_rows(m);
+    let element = c.adtype.bits() as usize / 8;
+    let columns = if c.has_zeros { 2 } else { 1 };
+    let stage = bm * 64 * element + 64 * bn * c.wdtype.bits() as usize / 8 + columns * bn * element;
     QMatmulConfig {
         method: QMatmulMethod::GemvWgmma,
         bm,
-        bn: gemv_width(c.bn, bm, c.warps),
+        bn,
         bk: 64,
-        stages: (c.stages * c.bk / 64).clamp(3, 8),
+        stages: (WGMMA_STAGE_BUDGET / stage).clamp(3, 8),
         ..c
     }
 }
@@ -397,7 +412,7 @@ pub fn candidates_up_to(
                     ..c
                 };
                 push(match method {
-                    SmallBatch::Wgmma => gemv_wgmma(c, m),
+                    SmallBatch::Wgmma { bn } => gemv_wgmma(c, m, bn),
                     SmallBatch::Gemv => gemv(gemv_rows(m)),
                     SmallBatch::GemvHalf => gemv(gemv_rows(m.div_ceil(2))),
                     SmallBatch::Fused => QMatmulConfig {
@@ -750,6 +765,37 @@ mod tests {
             all.iter().all(|c| c.method != QMatmulMethod::Gemv),
             "{all:?}"
         );
+    }
+
+    /// From 17 to 64 rows the warpgroup gemv comes first after the default tiles, 256 columns
+    /// wide where the shape allows, with all of the rows in one block and stages that leave
+    /// room for two blocks per multiprocessor; never at 16 rows or fewer.
+    #[test]
+    fn warpgroup_gemv_leads_small_batches_in_wide_tiles() {
+        for wdtype in [DType::UInt(1), DType::Int(4)] {
+            for m in [17, 64] {
+                let all =
+                    candidates_up_to(wdtype, DType::F16, Some(128), m, 57344, 8192, 20).unwrap();
+                let first = all[1];
+                assert_eq!(first.method, QMatmulMethod::GemvWgmma, "{wdtype} m={m}");
+                assert_eq!((first.bn, first.bm), (256, gemv_rows(m)), "{wdtype} m={m}");
+                let wg: Vec<_> = all
+                    .iter()
+                    .filter(|c| c.method == QMatmulMethod::GemvWgmma)
+                    .collect();
+                assert!(wg.iter().any(|c| c.bn == 128 && c.split_k == 4), "{wg:?}");
+                for c in wg {
+                    let stage = c.bm * 64 * 2 + 64 * c.bn * wdtype.bits() as usize / 8;
+                    assert!((3..=8).contains(&c.stages), "{c:?}");
+                    assert!(
+                        c.stages == 3 || 2 * c.stages * stage <= 2 * WGMMA_STAGE_BUDGET,
+                        "{c:?}"
+                    );
+                }
+            }
+            let all = candidates_up_to(wdtype, DType::F16, Some(128), 16, 57344, 8192, 40).unwrap();
+            assert!(all.iter().all(|c| c.method != QMatmulMethod::GemvWgmma));
+        }
     }
 
     #[test]
