@@ -486,8 +486,8 @@ fn l(s: &str) -> tilus::Layout {
     parse(s).unwrap()
 }
 
-/// Elementwise arithmetic, broadcasts, casts to narrow types and sub-byte stores (atomics),
-/// through registers and (swizzled) shared memory.
+/// Elementwise arithmetic (`mul_add` included), broadcasts, casts to narrow types and sub-byte
+/// stores (atomics), through registers and (swizzled) shared memory.
 fn elementwise_program(dtype_in: DType, dtype_out: DType) -> Program {
     let mut b = ProgramBuilder::new(&format!("elementwise_{dtype_in}_{dtype_out}"), 128);
     let m = b.param_i32("m");
@@ -518,6 +518,10 @@ fn elementwise_program(dtype_in: DType, dtype_out: DType) -> Program {
         Operand::Scalar(Expr::from(m) - m - 2),
     );
     let s = b.neg("s4", s);
+    // Fused multiply-adds: a broadcast factor with a same-layout addend, then an immediate
+    // factor with a broadcast addend.
+    let s = b.mul_add("s5", s, Operand::Tensor(ry), rx);
+    let s = b.mul_add("s6", s, Operand::Imm(0.75), ry);
     let q = b.cast("q", s, dtype_out);
     b.store_global(q, go, vec![Expr::from(bi) * 32, 0.into()]);
     // Round trip through swizzled shared memory, read back in another layout.

@@ -301,7 +301,7 @@ fn gemv_token_tiles() {
 
 /// The warpgroup gemv (`GemvWgmma`: the weight in wgmma's register operand with its scales
 /// and zero points applied, the activations from the shared ring, the wgmmas in flight across
-/// k): 8 to 64 rows per block, one and two warpgroups, one and two 64-column tiles per
+/// k): 8 to 64 rows per block, one and two warpgroups, one, two and four 64-column tiles per
 /// warpgroup, grouped and per-channel scales, zero points, split-k, both activation types,
 /// ragged m, even and odd numbers of k tiles.
 #[test]
@@ -316,6 +316,7 @@ fn gemv_wgmma_matches_the_reference() {
         ("i8", DType::BF16, None, 64, 64, 4, 1),
         ("u1", DType::BF16, Some(128), 16, 256, 4, 2),
         ("i3", DType::F16, Some(128), 8, 128, 8, 1),
+        ("u4", DType::F16, Some(128), 64, 256, 4, 1),
     ];
     for (wd, ad, group, bm, bn, warps, split_k) in cases {
         let cfg = QMatmulConfig {

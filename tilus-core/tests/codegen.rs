@@ -575,6 +575,47 @@ fn half_arithmetic_is_packed_in_pairs() {
     assert!(k.source.contains("min.f16x2") && k.source.contains("max.f16x2"));
 }
 
+/// `mul_add` of f16 tensors is one packed `fma.rn.f16x2` (and the clamp) per pair, the
+/// broadcast operand assembled as for `mul`, the addend's words taken as they are.
+#[test]
+fn half_mul_add_is_one_packed_fma_per_pair() {
+    let mut b = ProgramBuilder::new("scale_shift_rows", 128);
+    let x = b.param_ptr("x", DType::F16, false);
+    let s = b.param_ptr("s", DType::F16, false);
+    let y = b.param_ptr("y", DType::F16, true);
+    b.grid(vec![1.into()]);
+    let gx = b.view_global("gx", x, DType::F16, vec![32.into(), 64.into()]);
+    let gs = b.view_global("gs", s, DType::F16, vec![32.into(), 1.into()]);
+    let gy = b.view_global("gy", y, DType::F16, vec![32.into(), 64.into()]);
+    let lay = l("spatial(32,4).local(1,16)");
+    let rx = b.load_global("rx", gx, lay.clone(), vec![0.into(), 0.into()]);
+    let rz = b.load_global("rz", gy, lay, vec![0.into(), 0.into()]);
+    let rs = b.load_global(
+        "rs",
+        gs,
+        l("reduce(spatial(32,4),[1])"),
+        vec![0.into(), 0.into()],
+    );
+    let p = b.mul_add("p", rx, Operand::Tensor(rs), rz);
+    let q = b.mul_add("q", p, Operand::Imm(0.5), rz);
+    b.store_global(q, gy, vec![0.into(), 0.into()]);
+    let k = emit_ok(&b.finish());
+    assert!(
+        k.source
+            .contains("tilus_f16x2_fma(rx[0], __byte_perm(rs[0], rs[0], 0x5410), rz[0])"),
+        "{}",
+        k.source
+    );
+    assert!(
+        k.source
+            .contains("tilus_f16x2_fma(p[7], 0x38003800u, rz[7])"),
+        "{}",
+        k.source
+    );
+    assert!(!k.source.contains("__fmaf_rn"), "{}", k.source);
+    assert!(k.source.contains("min.f16x2") && k.source.contains("max.f16x2"));
+}
+
 /// A `copy_async` of 4-byte elements into a permuted shared tile (dims reordered, so no run of
 /// the destination is contiguous) copies element by element with `cp.async` (4 bytes each),
 /// not with a synchronous load-and-store loop: the copy stays asynchronous.

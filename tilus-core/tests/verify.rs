@@ -963,17 +963,17 @@ fn rejects_parameters_that_are_not_scalars_or_pointers() {
 }
 
 #[test]
-fn rejects_mul_add_off_f32_and_with_a_misplaced_addend() {
+fn rejects_mul_add_off_floats_and_with_a_misplaced_addend() {
     let mut k = kernel(32);
     let (_m, _a, _c) = (k.m, k.a, k.c);
     let h = k
         .at(1)
-        .allocate_register("h", DType::F16, l("spatial(4,8)"), Some(1.0));
+        .allocate_register("h", DType::Int(32), l("spatial(4,8)"), Some(1.0));
     k.at(2).mul_add("hh", h, Operand::Imm(2.0), h);
     one(
         &k.finish(),
         2,
-        &["mul_add is defined for f32 tensors", "`h`"],
+        &["mul_add is defined for f32, f16 and bf16 tensors", "`h`"],
     );
 
     let mut k = kernel(32);
@@ -987,7 +987,7 @@ fn rejects_mul_add_off_f32_and_with_a_misplaced_addend() {
     one(
         &k.finish(),
         3,
-        &["the addend `y`", "must have the layout of `x`"],
+        &["the addend `y`", "cannot be broadcast to `x`"],
     );
 }
 

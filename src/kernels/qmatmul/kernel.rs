@@ -603,7 +603,8 @@ pub fn qmatmul_gemv<
 /// cp.async ring's own stage).
 ///
 /// The wgmmas stay in flight across the k loop: the scale and zero point of each column are
-/// applied to the weight while it is dequantized (`(q - z) · s` in the activation type), so
+/// applied to the weight while it is dequantized (`q · s - z · s` in the activation type, one
+/// fma per pair of weights), so
 /// one accumulator chains every `dot_async` over all of k with nothing to rescale per group;
 /// even and odd k tiles dequantize into two register sets, so a tile's operand is rewritten
 /// only after `dot_wait(1)` retired the wgmma that read it. One barrier per k tile: after it,
@@ -779,17 +780,18 @@ pub fn qmatmul_gemv_wgmma<
         } else {
             sc0
         };
-        let wz = if fold {
+        let w = if fold {
             let zc = if grouped {
                 load_shared(slice_shared(sz, [st, 0, 0], [1, BN]), lws, [0, 0])
             } else {
                 zc0
             };
-            wf - zc
+            // (q - z) · s as q · s - z · s: one fma per pair of weights, z · s once per column.
+            mul_add(wf, sc, neg(zc * sc))
         } else {
-            wf
+            wf * sc
         };
-        view::<A>(wz * sc, lwa)
+        view::<A>(w, lwa)
     };
     let xs = |t: i32| permute_shared(slice_shared(sa, [t % STAGES, 0, 0], [BM, 64]), [1, 0]);
     let mut acc = register::<f32>(lc, 0.0);

@@ -76,7 +76,8 @@ static __device__ __forceinline__ uint32_t tilus_smem_addr(const void* p) {
         }
     }
     // Packed f16/bf16 arithmetic: fma.rn (correctly rounded, subnormals kept), then a clamp to
-    // the largest finite value, as the interpreter saturates.
+    // the largest finite value, as the interpreter saturates. add, sub and mul are fmas with a
+    // constant operand; mul_add is the fma itself.
     for (ty, one, max, neg_max) in [
         ("f16", 0x3c00u32, 0x7bffu32, 0xfbffu32),
         ("bf16", 0x3f80, 0x7f7f, 0xff7f),
@@ -84,18 +85,31 @@ static __device__ __forceinline__ uint32_t tilus_smem_addr(const void* p) {
         let pair = |x: u32| format!("0x{:08x}u", x | (x << 16));
         let (one, minus_one) = (pair(one), pair(one | 0x8000));
         let minus_zero = pair(0x8000);
-        for (op, a, b, c) in [
-            ("add", "a", one.as_str(), "b"),
-            ("sub", "b", minus_one.as_str(), "a"),
-            ("mul", "a", "b", minus_zero.as_str()),
+        for (op, params, a, b, c) in [
+            ("add", "uint32_t a, uint32_t b", "a", one.as_str(), "b"),
+            (
+                "sub",
+                "uint32_t a, uint32_t b",
+                "b",
+                minus_one.as_str(),
+                "a",
+            ),
+            (
+                "mul",
+                "uint32_t a, uint32_t b",
+                "a",
+                "b",
+                minus_zero.as_str(),
+            ),
+            ("fma", "uint32_t a, uint32_t b, uint32_t c", "a", "b", "c"),
         ] {
             let name = format!("{ty}x2_{op}");
             if !used.contains(name.as_str()) {
                 continue;
             }
             s.push_str(&format!(
-                "\n// {op} of packed {ty} pairs, saturated to the largest finite value.\n\
-                 static __device__ __forceinline__ uint32_t tilus_{name}(uint32_t a, uint32_t b) {{\n\
+                "\n// {op} of packed {ty} pairs, rounded once, saturated to the largest finite value.\n\
+                 static __device__ __forceinline__ uint32_t tilus_{name}({params}) {{\n\
                  \x20 uint32_t d;\n\
                  \x20 asm(\"fma.rn.{ty}x2 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"({a}), \"r\"({b}), \"r\"({c}));\n\
                  \x20 asm(\"min.{ty}x2 %0, %0, %1;\" : \"+r\"(d) : \"r\"({}));\n\

@@ -395,10 +395,23 @@ impl Machine<'_> {
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::MulAdd { out, a, b, c } => {
-                let c = self.reg(block, *c)?.clone();
+                // The addend, broadcast to `a`'s layout where it has another (its finite codes
+                // re-encoded exactly).
+                let rc = self.reg(block, *c)?;
+                let c = if rc.layout == self.reg(block, *a)?.layout {
+                    rc.clone()
+                } else {
+                    let cdt = rc.dtype;
+                    self.elementwise(block, *a, &Operand::Tensor(*c), |_, _, _, z| {
+                        convert(z, cdt)
+                    })?
+                };
                 let result = self.elementwise(block, *a, b, |t, j, x, y| {
                     let z = c.dtype.decode(c.get(t, j));
-                    convert(fma_f32(x, y, z) as f64, DType::F32)
+                    match c.dtype {
+                        DType::F32 => convert(fma_f32(x, y, z) as f64, DType::F32),
+                        dtype => fma_half(x, y, z, dtype),
+                    }
                 })?;
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
@@ -789,6 +802,65 @@ pub(crate) fn fma_f32(x: f64, y: f64, z: f64) -> f32 {
     r
 }
 
+/// The code of `x * y + z` for f16 or bf16 values, rounded once to `dtype` (to nearest, ties to
+/// even) and saturated to the largest finite value, as `fma.rn.{f16,bf16}x2` and the clamp of
+/// the generated code do. The product is exact in f64 and the sum's rounding error (TwoSum)
+/// breaks the one tie that rounding the f64 sum could create, as in [`fma_f32`]. The f64 sum is
+/// rounded to `dtype`'s quantum directly: `half`'s conversions from f64 go through f32 and
+/// would round twice.
+pub(crate) fn fma_half(x: f64, y: f64, z: f64, dtype: DType) -> Result<u32, String> {
+    let (mantissa, emin) = match dtype {
+        DType::F16 => (10, -14),
+        DType::BF16 => (7, -126),
+        _ => return Err(format!("mul_add on {dtype} tensors")),
+    };
+    let p = x * y;
+    let s = p + z;
+    if !s.is_finite() {
+        return Err(format!("mul_add: {x} * {y} + {z} is {s}"));
+    }
+    let bb = s - p;
+    let err = (p - (s - bb)) + (z - bb);
+    // The spacing of `dtype`'s values at |s| (the subnormal one below the normal range).
+    let a = s.abs();
+    let e = if a == 0.0 {
+        emin
+    } else {
+        (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(emin)
+    };
+    let quantum = 2f64.powi(e - mantissa);
+    let steps = a / quantum; // exact: a power-of-two scaling
+    let mut n = steps.round_ties_even();
+    if steps.fract() == 0.5 && err != 0.0 {
+        // A tie only in f64: the exact value lies on err's side of it.
+        n = if (err > 0.0) == (s > 0.0) {
+            steps.ceil()
+        } else {
+            steps.floor()
+        };
+    }
+    let v = (n * quantum).copysign(s); // representable in `dtype`: converts exactly
+    let code = match dtype {
+        DType::F16 => {
+            let h = half::f16::from_f64(v);
+            if h.is_infinite() {
+                half::f16::MAX.copysign(h).to_bits()
+            } else {
+                h.to_bits()
+            }
+        }
+        _ => {
+            let h = half::bf16::from_f64(v);
+            if h.is_infinite() {
+                half::bf16::MAX.copysign(h).to_bits()
+            } else {
+                h.to_bits()
+            }
+        }
+    };
+    Ok(code as u32)
+}
+
 /// The code of a scalar operand `v` (an exact `i32` or `f32` value) in `dtype`, as the GPU code
 /// converts it: to a float dtype through `f32` (round to nearest even, then saturate), to an
 /// integer dtype by rounding half to even and clamping (exact for every `i32` in range).
@@ -802,8 +874,146 @@ pub(super) fn scalar_code(v: f64, dtype: DType) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::fma_f32;
+    use super::{fma_f32, fma_half};
+    use crate::DType;
     use rand::{Rng, SeedableRng};
+
+    /// The value of a 16-bit float code of `dtype`.
+    fn half_value(dtype: DType, code: u16) -> f64 {
+        match dtype {
+            DType::F16 => half::f16::from_bits(code).to_f64(),
+            _ => half::bf16::from_bits(code).to_f64(),
+        }
+    }
+
+    /// An independent reference for `fma_half`: the exact `x * y + z` in integer units of
+    /// `2^-2s` (`s` such that every operand times `2^s` is an integer), rounded to `dtype` by
+    /// comparing exact distances to the nearest codes (ties to the even code), saturated.
+    fn exact_fma(dtype: DType, s: i32, x: u16, y: u16, z: u16) -> u16 {
+        // Units of 2^-(2s + 16): the sum's own units, 16 bits finer for the codes near it.
+        let unit = 2 * s + 16;
+        let scaled = |c: u16, k: i32| {
+            let v = half_value(dtype, c) * 2f64.powi(k);
+            (v.fract() == 0.0).then_some(v as i128)
+        };
+        let int = |c: u16, k: i32| scaled(c, k).expect("an operand on the test's grid");
+        let exact = ((int(x, s) * int(y, s)) << 16) + int(z, unit);
+        let max: u16 = if dtype == DType::F16 { 0x7bff } else { 0x7f7f };
+        // Codes in value order: ..., -max, ..., -0 = +0, ..., max.
+        let order = |c: u16| -> i32 {
+            if c & 0x8000 != 0 {
+                -((c & 0x7fff) as i32)
+            } else {
+                c as i32
+            }
+        };
+        let code = |i: i32| -> u16 {
+            if i < 0 {
+                (-i) as u16 | 0x8000
+            } else {
+                i as u16
+            }
+        };
+        let guess = match dtype {
+            DType::F16 => half::f16::from_f64(exact as f64 * 2f64.powi(-unit)).to_bits(),
+            _ => half::bf16::from_f64(exact as f64 * 2f64.powi(-unit)).to_bits(),
+        };
+        let g = order(guess).clamp(-(max as i32), max as i32);
+        let mut best: Option<(i128, u16)> = None;
+        for i in (g - 2..=g + 2).filter(|i| i.abs() <= max as i32) {
+            let c = code(i);
+            // A code finer than the units is never the nearest to a nonzero sum (zero is).
+            let Some(v) = scaled(c, unit) else { continue };
+            let d = (v - exact).abs();
+            let better = match best {
+                None => true,
+                Some((bd, bc)) => d < bd || (d == bd && c % 2 == 0 && bc % 2 == 1),
+            };
+            if better {
+                best = Some((d, c));
+            }
+        }
+        best.unwrap().1
+    }
+
+    /// f16 over its whole finite range and bf16 over [2^-20, 2^20] in magnitude, against the
+    /// exact integer reference: random operands, products cancelled by the addend, and sums
+    /// built to sit at or next to the halfway point between two codes.
+    #[test]
+    fn fma_half_rounds_once_and_saturates() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+        for (dtype, s) in [(DType::F16, 24), (DType::BF16, 27)] {
+            let random = |rng: &mut rand::rngs::StdRng| -> u16 {
+                loop {
+                    let c: u16 = rng.random();
+                    let v = half_value(dtype, c);
+                    let ok = v.is_finite()
+                        && (dtype == DType::F16
+                            || v == 0.0
+                            || (2f64.powi(-20)..=2f64.powi(20)).contains(&v.abs()));
+                    if ok {
+                        return c;
+                    }
+                }
+            };
+            let check = |x: u16, y: u16, z: u16| {
+                let (xv, yv, zv) = (
+                    half_value(dtype, x),
+                    half_value(dtype, y),
+                    half_value(dtype, z),
+                );
+                let got = fma_half(xv, yv, zv, dtype).unwrap() as u16;
+                let want = exact_fma(dtype, s, x, y, z);
+                assert_eq!(
+                    half_value(dtype, got),
+                    half_value(dtype, want),
+                    "{dtype} fma({xv:e}, {yv:e}, {zv:e}): {got:#06x} vs {want:#06x}"
+                );
+            };
+            for _ in 0..100_000 {
+                let (x, y, z) = (random(&mut rng), random(&mut rng), random(&mut rng));
+                check(x, y, z);
+                if dtype == DType::F16 {
+                    // Subnormal addends against large products and the reverse.
+                    check(x, y, z & 0x83ff);
+                    check(x & 0x83ff, y, z);
+                }
+                // The addend cancelling most of the product.
+                let p = half_value(dtype, x) * half_value(dtype, y);
+                let minus_p = match dtype {
+                    DType::F16 => half::f16::from_f64(-p).to_bits(),
+                    _ => half::bf16::from_f64(-p).to_bits(),
+                };
+                let v = half_value(dtype, minus_p);
+                let on_grid = dtype == DType::F16
+                    || v == 0.0
+                    || (2f64.powi(-20)..=2f64.powi(20)).contains(&v.abs());
+                if v.is_finite() && on_grid {
+                    check(x, y, minus_p);
+                }
+            }
+        }
+        // f16: 1 * (1 + 2^-11 + 2^-22-ish) lands just above a tie in f64 terms; (2^-11 +
+        // 2^-32) + 1 is above the tie between 1 and 1 + 2^-10 only by 2^-32.
+        let f = |v: f64| half::f16::from_f64(v).to_bits();
+        for (x, y, z) in [
+            (1.0 + 2f64.powi(-10), 2f64.powi(-11), 1.0),
+            (1.0 + 2f64.powi(-10), -(2f64.powi(-11)), 1.0),
+            (65504.0, 2.0, 0.0),
+            (-65504.0, 2.0, -1.0),
+            (3.0, 2f64.powi(-24), 2048.0 + 2.0),
+        ] {
+            let (x, y, z) = (f(x), f(y), f(z));
+            let got = fma_half(
+                half_value(DType::F16, x),
+                half_value(DType::F16, y),
+                half_value(DType::F16, z),
+                DType::F16,
+            )
+            .unwrap() as u16;
+            assert_eq!(got, exact_fma(DType::F16, 24, x, y, z));
+        }
+    }
 
     /// Against the platform's fused multiply-add (correctly rounded by IEEE 754), on random
     /// operands and on sums built to land halfway between two f32 values in f64.

@@ -461,8 +461,10 @@ pub enum Instruction {
         lhs: VarId,
         rhs: Operand,
     },
-    /// `out = a * b + c` with one rounding (f32 only), broadcasting `b`; `c` has `a`'s type.
-    /// One FFMA where `mul` then `add` would be two instructions and two roundings.
+    /// `out = a * b + c` with one rounding (f32, f16 or bf16; f16 and bf16 saturate to the
+    /// largest finite value like every arithmetic result); `b` and `c` have `a`'s type and
+    /// broadcast like `Binary`'s right operand (`c` a tensor). One FFMA (or one HFMA2 per
+    /// pair) where `mul` then `add` would be two instructions and two roundings.
     MulAdd {
         out: VarId,
         a: VarId,

@@ -563,9 +563,9 @@ impl<'p> Checker<'p> {
                 self.check_rhs(*a, l, b, span, name);
                 let rc = self.reg(*c, span, name, "the addend");
                 if let Some(l) = l {
-                    if l.dtype != DType::F32 {
+                    if !matches!(l.dtype, DType::F32 | DType::F16 | DType::BF16) {
                         let msg = format!(
-                            "mul_add is defined for f32 tensors, but {} holds {}",
+                            "mul_add is defined for f32, f16 and bf16 tensors, but {} holds {}",
                             self.name(*a),
                             l.dtype
                         );
@@ -573,15 +573,20 @@ impl<'p> Checker<'p> {
                     }
                     if let Some(rc) = rc {
                         self.same_dtype(span, name, *a, l.dtype, *c, rc.dtype);
-                        if rc.layout != l.layout {
-                            let msg = format!(
-                                "mul_add: the addend {} ({}) must have the layout of {} ({})",
-                                self.name(*c),
-                                rc.layout.to_expr(),
-                                self.name(*a),
-                                l.layout.to_expr()
-                            );
-                            self.err(span, msg);
+                        if self.block_threads > 0 {
+                            if let Err(e) =
+                                broadcast_thread_local(&l.layout, &rc.layout, self.block_threads)
+                            {
+                                let msg = format!(
+                                    "mul_add: the addend {} ({}) cannot be broadcast to {} ({}) \
+                                     in registers: {e}",
+                                    self.name(*c),
+                                    rc.layout.to_expr(),
+                                    self.name(*a),
+                                    l.layout.to_expr()
+                                );
+                                self.err(span, msg);
+                            }
                         }
                     }
                 }

@@ -284,7 +284,7 @@ pub(crate) fn scalar_operand_code(cx: &mut Ctx, e: &crate::ir::Expr, dt: DType) 
 }
 
 /// `out = a * b + c` on f32 tensors: one `__fmaf_rn` per element (the interpreter rounds the
-/// exact result once, as the FFMA does).
+/// exact result once, as the FFMA does); f16 and bf16 in pairs ([`mul_add_half`]).
 pub(crate) fn mul_add(
     cx: &mut Ctx,
     out: VarId,
@@ -293,19 +293,30 @@ pub(crate) fn mul_add(
     c: VarId,
 ) -> Result<(), CodegenError> {
     let (dt, lay) = cx.reg(a)?;
+    if matches!(dt, DType::F16 | DType::BF16) {
+        return mul_add_half(cx, out, a, b, c, dt, &lay);
+    }
     if dt != DType::F32 {
-        return Err(cx.err("mul_add is defined for f32 tensors"));
+        return Err(cx.err("mul_add is defined for f32, f16 and bf16 tensors"));
     }
     let locals = lay.num_locals();
     let lid = cx.layout(&lay)?;
     let (an, cn, o) = (cx.name(a), cx.name(c), cx.name(out));
     cx.w.open("");
     let bvals = operand_values(cx, lid, dt, b, locals)?;
+    // The addend as it is where it has `a`'s layout, else broadcast like `b`.
+    let cvals = if cx.reg(c)?.1 == lay {
+        (0..locals)
+            .map(|j| format!("__uint_as_float({cn}[{j}])"))
+            .collect()
+    } else {
+        operand_values(cx, lid, dt, &Operand::Tensor(c), locals)?
+    };
     let mut codes = Vec::new();
-    for (j, bv) in bvals.iter().enumerate() {
+    for (j, (bv, cv)) in bvals.iter().zip(&cvals).enumerate() {
         let r = cx.fresh("y");
         cx.w.line(format!(
-            "const float {r} = __fmaf_rn(__uint_as_float({an}[{j}]), {bv}, __uint_as_float({cn}[{j}]));"
+            "const float {r} = __fmaf_rn(__uint_as_float({an}[{j}]), {bv}, {cv});"
         ));
         codes.push(format!("__float_as_uint({r})"));
     }
@@ -357,16 +368,74 @@ fn packed_half(
         return Ok(false);
     }
     let (x, o) = (cx.name(lhs), cx.name(out));
-    let pairs: Vec<String> = match rhs {
+    let pairs = half_pairs(cx, lid, dt, rhs, locals)?;
+    cx.features.insert(name);
+    cx.w.open("");
+    let mut temps = Vec::new();
+    for (w, pair) in pairs.iter().enumerate() {
+        let t = cx.fresh(&format!("{o}_{w}"));
+        cx.w.line(format!(
+            "const uint32_t {t} = tilus_{name}({x}[{w}], {pair});"
+        ));
+        temps.push(t);
+    }
+    for (w, t) in temps.iter().enumerate() {
+        cx.w.line(format!("{o}[{w}] = {t};"));
+    }
+    cx.w.close();
+    Ok(true)
+}
+
+/// The right operand of a packed f16/bf16 instruction whose left operand has layout id `lid`
+/// and `locals` elements: one `uint32_t` pair expression per word (an odd last word's high
+/// half is 0). A tensor's pair is its own word where the broadcast keeps it, else assembled
+/// with one `__byte_perm`; a scalar is converted to `dt` as the element path converts it.
+fn half_pairs(
+    cx: &mut Ctx,
+    lid: usize,
+    dt: DType,
+    rhs: &Operand,
+    locals: usize,
+) -> Result<Vec<String>, CodegenError> {
+    let words = locals.div_ceil(2);
+    Ok(match rhs {
         Operand::Imm(v) => {
             let (code, _) = scalar::constant(dt, *v);
-            vec![hex(code | (code << 16)); locals / 2]
+            let last = if locals % 2 == 1 {
+                code
+            } else {
+                code | (code << 16)
+            };
+            (0..words)
+                .map(|w| {
+                    hex(if w + 1 == words {
+                        last
+                    } else {
+                        code | (code << 16)
+                    })
+                })
+                .collect()
+        }
+        Operand::Scalar(e) => {
+            let c = scalar_operand_code(cx, e, dt);
+            (0..words)
+                .map(|w| {
+                    if w + 1 == words && locals % 2 == 1 {
+                        c.clone()
+                    } else {
+                        format!("({c} | ({c} << 16))")
+                    }
+                })
+                .collect()
         }
         Operand::Tensor(r) => {
             let (map, rn) = broadcast_operand(cx, lid, dt, *r)?;
-            (0..locals / 2)
+            (0..words)
                 .map(|w| {
-                    let (k0, k1) = (map[2 * w], map[2 * w + 1]);
+                    let k0 = map[2 * w];
+                    let Some(&k1) = map.get(2 * w + 1) else {
+                        return get_bits(&rn, k0 * 16, 16);
+                    };
                     if k0 % 2 == 0 && k1 == k0 + 1 {
                         format!("{rn}[{}]", k0 / 2)
                     } else {
@@ -383,15 +452,37 @@ fn packed_half(
                 })
                 .collect()
         }
-        Operand::Scalar(_) => unreachable!("excluded above"),
+    })
+}
+
+/// `out = a * b + c` on f16 or bf16 tensors: one `fma.rn.{f16,bf16}x2` and the clamp to the
+/// largest finite value per word; `b` and `c` in pairs as [`half_pairs`] makes them.
+fn mul_add_half(
+    cx: &mut Ctx,
+    out: VarId,
+    a: VarId,
+    b: &Operand,
+    c: VarId,
+    dt: DType,
+    lay: &Layout,
+) -> Result<(), CodegenError> {
+    let locals = lay.num_locals();
+    let lid = cx.layout(lay)?;
+    let name = if dt == DType::BF16 {
+        "bf16x2_fma"
+    } else {
+        "f16x2_fma"
     };
-    cx.features.insert(name);
+    let (an, o) = (cx.name(a), cx.name(out));
     cx.w.open("");
+    let pairs = half_pairs(cx, lid, dt, b, locals)?;
+    let addends = half_pairs(cx, lid, dt, &Operand::Tensor(c), locals)?;
+    cx.features.insert(name);
     let mut temps = Vec::new();
-    for (w, pair) in pairs.iter().enumerate() {
+    for (w, (pair, addend)) in pairs.iter().zip(&addends).enumerate() {
         let t = cx.fresh(&format!("{o}_{w}"));
         cx.w.line(format!(
-            "const uint32_t {t} = tilus_{name}({x}[{w}], {pair});"
+            "const uint32_t {t} = tilus_{name}({an}[{w}], {pair}, {addend});"
         ));
         temps.push(t);
     }
@@ -399,7 +490,7 @@ fn packed_half(
         cx.w.line(format!("{o}[{w}] = {t};"));
     }
     cx.w.close();
-    Ok(true)
+    Ok(())
 }
 
 /// `out = neg(x)`: floats flip the sign bit (types with infinity codes other than f32 go through
