@@ -1312,14 +1312,18 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::w4::gemm_w4t_f16::program(cfg),
         ));
     }
-    // The quantized matmul's warpgroup gemv: 2- and 4-bit weights, zero points (three dots
-    // per k step), 8 and 32 tokens, one and two warpgroups, split-k.
+    // The quantized matmul's warpgroup gemv: 1-, 2- and 4-bit weights, zero points (one fma
+    // per pair), 8 to 64 tokens, one and two warpgroups, split-k; the tuner's 256-column tiles
+    // of one warpgroup at 32 and 64 tokens (u1 there needs 251 of the 255 registers).
     {
         use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
         for (w, bm, bn, warps, split_k) in [
             (DType::UInt(2), 8, 256, 4, 4),
             (DType::Int(4), 32, 128, 4, 1),
             (DType::Int(4), 16, 256, 8, 2),
+            (DType::UInt(1), 64, 256, 4, 1),
+            (DType::Int(4), 64, 256, 4, 1),
+            (DType::UInt(2), 32, 256, 4, 1),
         ] {
             let cfg = QMatmulConfig {
                 method: QMatmulMethod::GemvWgmma,
@@ -1359,9 +1363,13 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             "{name}: stack frame or spills:\n{}",
             a.ptxas_log
         );
-        // ptxas serializes wgmmas it cannot prove safe to overlap, and says so.
+        // ptxas serializes wgmmas it cannot prove safe to overlap, and says so. The warpgroup
+        // gemv's 64-token, 256-column tile is the exception: four wgmma tiles per warpgroup
+        // leave too few registers to overlap them, and it still measured the fastest
+        // (docs/perf-notes.md entry 29).
+        let known = name.starts_with("qmatmul_") && name.contains("_64x256x64_w4_");
         assert!(
-            !a.ptxas_log.contains("serialized"),
+            known || !a.ptxas_log.contains("serialized"),
             "{name}: wgmma serialized:\n{}",
             a.ptxas_log
         );
