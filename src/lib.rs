@@ -13,7 +13,7 @@ pub use tilus_runtime as runtime;
 extern crate self as tilus;
 
 /// `#[kernel]`: a Tilus VM program written as a Rust function; see `docs/macro.md`.
-pub use tilus_macros::kernel;
+pub use tilus_macros::{helpers, kernel};
 
 pub mod macro_support;
 

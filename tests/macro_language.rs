@@ -7,7 +7,7 @@ mod language;
 
 use language::{
     batched_mma, block_values, chunk_max, closures, constant_bits, flagged, helpers, narrow_wide,
-    run_mma, scalar_operands, scale_shift, unrolled, wide_offsets,
+    run_mma, scalar_operands, scale_shift, shared, unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -99,6 +99,33 @@ fn helper_functions_inline_and_return_tuples() {
     // Each call is inlined: `order` twice, so two `max` instructions.
     let text = helpers::program(&helpers::SPACE[0]).unwrap().to_string();
     assert_eq!(text.matches("= max(").count(), 2, "{text}");
+}
+
+/// `#[tilus::helpers]`: two kernels of one module call the same helpers (which read each
+/// kernel's own parameters and tile parameter), every configuration on the interpreter.
+#[test]
+fn shared_helpers_serve_every_kernel_of_the_module() {
+    let mut rng = rand::rng();
+    let n = rng.random_range(1..300usize);
+    let (s, a): (f32, f32) = (rng.random_range(-3.0..3.0), rng.random_range(-2.0..2.0));
+    let limit: f32 = rng.random_range(0.5..4.0);
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+    for cfg in shared::scaled::SPACE {
+        let mut y = vec![f32::NAN; n];
+        shared::scaled::interpret(cfg, n as i32, s, limit, &x, &mut y).unwrap();
+        for i in 0..n {
+            assert_eq!(
+                y[i],
+                (x[i] * s).clamp(-limit, limit),
+                "{cfg:?} n={n} at {i}"
+            );
+        }
+    }
+    let mut y = vec![f32::NAN; n];
+    shared::shifted::interpret(&shared::shifted::SPACE[0], n as i32, a, limit, &x, &mut y).unwrap();
+    for i in 0..n {
+        assert_eq!(y[i], (x[i] + a).clamp(-limit, limit), "n={n} at {i}");
+    }
 }
 
 #[test]

@@ -58,6 +58,46 @@ pub fn helpers(n: i32, s: f32, x: Global<f32>, hi: GlobalMut<f32>, lo: GlobalMut
     store_global(b, view_global(lo, [n]), [bi * 64]);
 }
 
+/// Helpers shared by two kernels (`#[tilus::helpers]`): `clamp_store` reads its kernel's `n`,
+/// `y` and tile parameter `B`, and calls the other shared helper, `bounded`; each kernel also
+/// has a helper of its own.
+#[tilus::helpers]
+pub mod shared {
+    /// `t` clamped to `[-limit, limit]`.
+    #[helper]
+    fn bounded(t: Tensor, limit: f32) -> Tensor {
+        max(min(t, limit), -limit)
+    }
+    /// Store block `bi`'s tile of `t`, clamped, to `y`.
+    #[helper]
+    fn clamp_store(t: Tensor, bi: i32, limit: f32) {
+        store_global(bounded(t, limit), view_global(y, [n]), [bi * B]);
+    }
+
+    /// `y = clamp(x * s, ±limit)`.
+    #[tilus::kernel(grid = [cdiv(n, B)], warps = 1, space(B = [32, 64]))]
+    pub fn scaled<const B: i32>(n: i32, s: f32, limit: f32, x: Global<f32>, y: GlobalMut<f32>) {
+        let [bi] = block_indices();
+        let r = load_global(
+            view_global(x, [n]),
+            layout!(local(B / 32).spatial(32)),
+            [bi * B],
+        );
+        clamp_store(r * s, bi, limit);
+    }
+
+    /// `y = clamp(x + a, ±limit)`.
+    #[tilus::kernel(grid = [cdiv(n, B)], warps = 1, space(B = [32]))]
+    pub fn shifted<const B: i32>(n: i32, a: f32, limit: f32, x: Global<f32>, y: GlobalMut<f32>) {
+        fn shift(t: Tensor, by: f32) -> Tensor {
+            t + by
+        }
+        let [bi] = block_indices();
+        let r = load_global(view_global(x, [n]), layout!(spatial(B)), [bi * B]);
+        clamp_store(shift(r, a), bi, limit);
+    }
+}
+
 /// Scalar operands: an `i32` added to an `i32` tensor exactly (also past 2^24), and an `f32`
 /// parameter compared with and selected into an `f32` tensor (`min(x, t)` spelled with a mask).
 #[tilus::kernel(grid = [cdiv(n, 32)], warps = 1)]

@@ -37,9 +37,12 @@ mod diag;
 mod dtypes;
 mod embed;
 pub mod lazy;
+mod shared;
 mod signature;
 mod space;
 mod translate;
+
+pub use shared::helpers;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -11,3 +11,13 @@ pub fn kernel(
 ) -> proc_macro::TokenStream {
     tilus_lang::kernel(attr.into(), item.into()).into()
 }
+
+/// Share the `#[helper]` functions of an inline module with every `#[kernel]` in it; see
+/// `docs/macro.md`, "Helper functions".
+#[proc_macro_attribute]
+pub fn helpers(
+    attr: proc_macro::TokenStream,
+    item: proc_macro::TokenStream,
+) -> proc_macro::TokenStream {
+    tilus_lang::helpers(attr.into(), item.into()).into()
+}

@@ -6,980 +6,933 @@
 //! The family is open (25 weight types, f16/bf16, any group size, any tiles a user configures),
 //! so the kernels are `lazy`: the declared space is checked when the crate is built, and
 //! [`super::program::build`] instantiates the configuration it needs at run time.
+//!
+//! The three matmul kernels end alike (the tile's store, or split-k's partials, semaphore and
+//! reduction): that end is one helper, [`store_tile`](kernels), shared through `#[helpers]`.
 
-/// `C[m, n] = A[m, k] · dequant(W)[k, n]` for one block tile `[BM, BN]` and one of `SPLIT`
-/// slices of k.
-///
-/// Tile parameters (set by [`super::program::build`] from a `QMatmulConfig`): the block tile
-/// `BM x BN x BK`; the warp grid `WM x WN`; `STAGES` of the cp.async pipeline; `SPLIT` slices of
-/// k (with `SPLIT > 1` each block stores its f32 partial sum and the last block of the output
-/// tile to finish sums them, see the end of the body); `G` rows of k per scale group (0: one scale per
-/// output channel); `ZEROS` (1: zero points); `H`, how the re-laid-out weight packs each
-/// thread's codes (`swap_inner_locals(.., 2, H)`, 1 for the natural order); `VEC`, the bytes of
-/// each thread's contiguous weight runs; `SWB`/`SWS`, the XOR swizzle of the activation tile
-/// (`SWB = 0`: none). Data types: activations (and output) `A`, weights `W`.
-///
-/// Parameters: `a [m, k]`, the re-laid-out weight `b`, `scales [k / G, n]` (`[1, n]` per
-/// channel), `zeros` like the scales (any buffer when `ZEROS = 0`: it is viewed with no
-/// rows), `c [m, n]`; with `SPLIT > 1` the f32 `workspace [SPLIT, m, n]` and the i32
-/// `semaphores [cdiv(m, BM) * (n / BN)]`, all zero before the launch and left zero after it
-/// (any buffers when `SPLIT = 1`: they are not viewed).
-#[tilus::kernel(
-    lazy,
-    grid = [cdiv(m, BM), n / BN, SPLIT],
-    warps = WM * WN,
-    target = sm80,
-    // Checked when the crate is built: per-channel, short and whole groups, zero points, both
-    // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
-    space(
-        BM = [16],
-        BN = [128],
-        BK = [64],
-        WM = [1],
-        WN = [4],
-        STAGES = [3],
-        SPLIT = [1, 4],
-        G = [0, 32, 128],
-        ZEROS = [0, 1],
-        H = [1, 4],
-        VEC = [16],
-        SWB = [3],
-        SWS = [3],
-    ),
-    dtypes(A = [f16, bf16], W = [u2, u4, i8]),
-)]
-#[allow(clippy::too_many_arguments)]
-pub fn qmatmul_main<
-    const BM: i32,
-    const BN: i32,
-    const BK: i32,
-    const WM: i32,
-    const WN: i32,
-    const STAGES: i32,
-    const SPLIT: i32,
-    const G: i32,
-    const ZEROS: i32,
-    const H: i32,
-    const VEC: i32,
-    const SWB: i32,
-    const SWS: i32,
-    A: DTypeParam,
-    W: DTypeParam,
->(
-    m: i32,
-    n: i32,
-    k: i32,
-    a: Global<A>,
-    b: Global<u8>,
-    scales: Global<A>,
-    zeros: Global<A>,
-    c: GlobalMut<A>,
-    workspace: GlobalMut<f32>,
-    semaphores: GlobalMut<i32>,
-) {
-    // mma repeats per warp and k tile.
-    let rep_m = BM / (16 * WM);
-    let rep_n = BN / (8 * WN);
-    let rep_k = BK / 16;
-    let grouped = G > 0;
-    // Scale groups per k tile: several when a group is shorter than a tile.
-    let gk = if grouped && G % BK != 0 { BK / G } else { 1 };
-    // Groups of whole k tiles scale the f32 accumulator once per group (one FFMA per output)
-    // instead of each weight; shorter groups scale each weight, per-channel scales the result.
-    let whole = grouped && G % BK == 0;
-    let per_weight = grouped && !whole;
-    // Zero points where the scale goes on the accumulator come off it too:
-    // sum a (q - z) = sum a q - z sum a, with the row sums of A from a second mma against ones.
-    let fold = ZEROS == 1 && !per_weight;
-    let tile_bytes = BK * BN * W::BITS / 8;
-    let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
+pub use kernels::*;
 
-    // Warp (wi, wj) computes the [BM / WM, BN / WN] block (wi, wj) of C; A is replicated over
-    // the warps along n and B over the warps along m, so each warp holds its mma operands.
-    let lc = layout!(spatial(WM, WN).local(rep_m, rep_n).mma_c);
-    let la = layout!(spatial(WM, 1).replicated(WN).local(rep_m, rep_k).mma_a);
-    let lb = layout!(replicated(WM).spatial(1, WN).local(rep_k, rep_n).mma_b);
-    // The codes on B's threads, in the order the re-laid-out bytes pack them.
-    let lq = layout!(swap_inner_locals(lb, 2, H));
-    // B and the codes with k split per scale group: [gk, BK / gk, BN].
-    let lb3 = layout!(split(lb, 0, BK / gk));
-    let lq3 = layout!(split(lq, 0, BK / gk));
-    // Scales and zero points of a k tile, [gk, 1, BN], and per output column, [1, BN].
-    let ls = layout!(reduce(lb3, [1]));
-    let lcs = layout!(reduce(lc, [0]));
-    // The weight tile as bytes: each thread's runs of VEC bytes (one 16-byte access each).
-    let lw = layout!(replicated(WM)
-        .local(thread_bytes / VEC)
-        .spatial(32 * WN)
-        .local(VEC));
-
-    let [bi, bj, bs] = block_indices();
-    let groups = if grouped { k / G } else { 1 };
-    let ga = view_global(a, [m, k]);
-    let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
-    let gs = view_global(scales, [groups, 1, n]);
-    let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, 1, n]);
-
-    let sa = if SWB > 0 {
-        shared::<A>([STAGES, BM, BK], swizzle(SWB, 3, SWS))
-    } else {
-        shared::<A>([STAGES, BM, BK])
-    };
-    let sb = shared::<u8>([STAGES, tile_bytes]);
-    let ss = if grouped {
-        shared::<A>([STAGES, gk, 1, BN])
-    } else {
-        ()
-    };
-    let sz = if grouped && ZEROS == 1 {
-        shared::<A>([STAGES, gk, 1, BN])
-    } else {
-        ()
-    };
-    let mut acc = register::<f32>(lc, 0.0);
-    let ones = if fold { register::<A>(lb, 1.0) } else { () };
-
-    let ktiles = k / (BK * SPLIT);
-    let kt0 = bs * ktiles;
-    // The cp.async copies of k tile `tile` (of this block's slice) into pipeline stage `stage`.
-    let issue = |tile: i32, stage: i32| {
-        let t = kt0 + tile;
-        copy_async(
-            ga,
-            slice_shared(sa, [stage, 0, 0], [BM, BK]),
-            [bi * BM, t * BK],
-        );
-        copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
-        if grouped {
-            let group = t * BK / G;
-            copy_async(
-                gs,
-                slice_shared(ss, [stage, 0, 0, 0], [gk, 1, BN]),
-                [group, 0, bj * BN],
-            );
-            if ZEROS == 1 {
-                copy_async(
-                    gz,
-                    slice_shared(sz, [stage, 0, 0, 0], [gk, 1, BN]),
-                    [group, 0, bj * BN],
+#[tilus::helpers]
+mod kernels {
+    /// The end of every matmul block: its `[BM, BN]` tile of `c` from the f32 accumulator `acc`
+    /// (in layout `lc`; `lanes` is one element per thread of the block). With `SPLIT > 1`
+    /// (split-k in one launch): store this block's f32 partial, count it on the tile's semaphore
+    /// (one thread's atomic: every other thread's index is out of range), and let the block that
+    /// counts last sum the partials in split order (the result does not depend on the arrival
+    /// order) and reset the semaphore for the next launch.
+    #[helper]
+    fn store_tile(acc: Tensor, lc: Layout, lanes: Layout, bi: i32, bj: i32, bs: i32) {
+        if SPLIT > 1 {
+            let tiles_m = cdiv(m, BM);
+            let gw = view_global(workspace, [SPLIT, m, n]);
+            store_global(acc, gw, [bs, bi * BM, bj * BN]);
+            // Release: every thread's stores, then the count.
+            sync();
+            fence();
+            let lane = arange(lanes, 0, 0);
+            let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
+            let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
+            let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+            // Acquire: after the count, before the barrier that hands it to every thread.
+            fence();
+            let arrived = item(sum(old, 0));
+            if arrived == SPLIT - 1 {
+                let mut total = load_global(gw, lc, [0, bi * BM, bj * BN]);
+                for split in 1..SPLIT {
+                    total = total + load_global(gw, lc, [split, bi * BM, bj * BN]);
+                }
+                store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
+                store_global(
+                    register::<i32>(layout!(local(1)), 0),
+                    gsem,
+                    [bj * tiles_m + bi],
                 );
             }
-        }
-    };
-    // Prologue: the first STAGES - 1 tiles in flight, one commit group each (empty past the
-    // end, so that the wait counts below stay exact).
-    #[unroll]
-    for st in 0..STAGES - 1 {
-        if st < ktiles {
-            issue(st, st);
-        }
-        commit_group();
-    }
-    // One k tile: wait for it, load it, refill the stage read before, and dequantize the
-    // weight in registers (bytes -> codes -> A, minus zero points and times scales where they
-    // apply per weight). Returns the activation and weight mma operands.
-    let step = |kt: i32| {
-        // Tile kt has landed once at most STAGES - 2 newer groups are in flight.
-        wait_group(STAGES - 2);
-        sync();
-        let stage = kt % STAGES;
-        let ra = load_shared(slice_shared(sa, [stage, 0, 0], [BM, BK]), la, [0, 0]);
-        let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lw, [0]);
-        let group_tile = |buf: Tensor| {
-            load_shared(
-                slice_shared(buf, [stage, 0, 0, 0], [gk, 1, BN]),
-                ls,
-                [0, 0, 0],
-            )
+        } else {
+            store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
         };
-        let rs = if per_weight { group_tile(ss) } else { () };
-        let rz = if per_weight && ZEROS == 1 {
-            group_tile(sz)
+    }
+
+    /// `C[m, n] = A[m, k] · dequant(W)[k, n]` for one block tile `[BM, BN]` and one of `SPLIT`
+    /// slices of k.
+    ///
+    /// Tile parameters (set by [`crate::kernels::qmatmul::program::build`] from a `QMatmulConfig`): the block tile
+    /// `BM x BN x BK`; the warp grid `WM x WN`; `STAGES` of the cp.async pipeline; `SPLIT` slices of
+    /// k (with `SPLIT > 1` each block stores its f32 partial sum and the last block of the output
+    /// tile to finish sums them, see the end of the body); `G` rows of k per scale group (0: one scale per
+    /// output channel); `ZEROS` (1: zero points); `H`, how the re-laid-out weight packs each
+    /// thread's codes (`swap_inner_locals(.., 2, H)`, 1 for the natural order); `VEC`, the bytes of
+    /// each thread's contiguous weight runs; `SWB`/`SWS`, the XOR swizzle of the activation tile
+    /// (`SWB = 0`: none). Data types: activations (and output) `A`, weights `W`.
+    ///
+    /// Parameters: `a [m, k]`, the re-laid-out weight `b`, `scales [k / G, n]` (`[1, n]` per
+    /// channel), `zeros` like the scales (any buffer when `ZEROS = 0`: it is viewed with no
+    /// rows), `c [m, n]`; with `SPLIT > 1` the f32 `workspace [SPLIT, m, n]` and the i32
+    /// `semaphores [cdiv(m, BM) * (n / BN)]`, all zero before the launch and left zero after it
+    /// (any buffers when `SPLIT = 1`: they are not viewed).
+    #[tilus::kernel(
+        lazy,
+        grid = [cdiv(m, BM), n / BN, SPLIT],
+        warps = WM * WN,
+        target = sm80,
+        // Checked when the crate is built: per-channel, short and whole groups, zero points, both
+        // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
+        space(
+            BM = [16],
+            BN = [128],
+            BK = [64],
+            WM = [1],
+            WN = [4],
+            STAGES = [3],
+            SPLIT = [1, 4],
+            G = [0, 32, 128],
+            ZEROS = [0, 1],
+            H = [1, 4],
+            VEC = [16],
+            SWB = [3],
+            SWS = [3],
+        ),
+        dtypes(A = [f16, bf16], W = [u2, u4, i8]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_main<
+        const BM: i32,
+        const BN: i32,
+        const BK: i32,
+        const WM: i32,
+        const WN: i32,
+        const STAGES: i32,
+        const SPLIT: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const H: i32,
+        const VEC: i32,
+        const SWB: i32,
+        const SWS: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+    ) {
+        // mma repeats per warp and k tile.
+        let rep_m = BM / (16 * WM);
+        let rep_n = BN / (8 * WN);
+        let rep_k = BK / 16;
+        let grouped = G > 0;
+        // Scale groups per k tile: several when a group is shorter than a tile.
+        let gk = if grouped && G % BK != 0 { BK / G } else { 1 };
+        // Groups of whole k tiles scale the f32 accumulator once per group (one FFMA per output)
+        // instead of each weight; shorter groups scale each weight, per-channel scales the result.
+        let whole = grouped && G % BK == 0;
+        let per_weight = grouped && !whole;
+        // Zero points where the scale goes on the accumulator come off it too:
+        // sum a (q - z) = sum a q - z sum a, with the row sums of A from a second mma against ones.
+        let fold = ZEROS == 1 && !per_weight;
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
+
+        // Warp (wi, wj) computes the [BM / WM, BN / WN] block (wi, wj) of C; A is replicated over
+        // the warps along n and B over the warps along m, so each warp holds its mma operands.
+        let lc = layout!(spatial(WM, WN).local(rep_m, rep_n).mma_c);
+        let la = layout!(spatial(WM, 1).replicated(WN).local(rep_m, rep_k).mma_a);
+        let lb = layout!(replicated(WM).spatial(1, WN).local(rep_k, rep_n).mma_b);
+        // The codes on B's threads, in the order the re-laid-out bytes pack them.
+        let lq = layout!(swap_inner_locals(lb, 2, H));
+        // B and the codes with k split per scale group: [gk, BK / gk, BN].
+        let lb3 = layout!(split(lb, 0, BK / gk));
+        let lq3 = layout!(split(lq, 0, BK / gk));
+        // Scales and zero points of a k tile, [gk, 1, BN], and per output column, [1, BN].
+        let ls = layout!(reduce(lb3, [1]));
+        let lcs = layout!(reduce(lc, [0]));
+        // The weight tile as bytes: each thread's runs of VEC bytes (one 16-byte access each).
+        let lw = layout!(replicated(WM)
+            .local(thread_bytes / VEC)
+            .spatial(32 * WN)
+            .local(VEC));
+
+        let [bi, bj, bs] = block_indices();
+        let groups = if grouped { k / G } else { 1 };
+        let ga = view_global(a, [m, k]);
+        let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+        let gs = view_global(scales, [groups, 1, n]);
+        let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, 1, n]);
+
+        let sa = if SWB > 0 {
+            shared::<A>([STAGES, BM, BK], swizzle(SWB, 3, SWS))
+        } else {
+            shared::<A>([STAGES, BM, BK])
+        };
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let ss = if grouped {
+            shared::<A>([STAGES, gk, 1, BN])
         } else {
             ()
         };
-        // Refill the stage read in the previous iteration (everyone passed the barrier above).
-        let next = kt + (STAGES - 1);
-        if next < ktiles {
-            issue(next, next % STAGES);
-        }
-        commit_group();
-        let wf = cast::<A>(view::<W>(rw, lq3), lb3);
-        let wf = if per_weight && ZEROS == 1 {
-            wf - rz
+        let sz = if grouped && ZEROS == 1 {
+            shared::<A>([STAGES, gk, 1, BN])
         } else {
-            wf
+            ()
         };
-        let wf = if per_weight { wf * rs } else { wf };
-        (ra, view::<A>(wf, lb))
-    };
-    // `acc_t + asum * -z` (one FFMA each) for the zero points `zc` of the output columns.
-    let subtract_zeros =
-        |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
-    if whole {
-        let tiles_per_group = G / BK;
-        for g in 0..ktiles / tiles_per_group {
-            let mut acc_g = register::<f32>(lc, 0.0);
+        let mut acc = register::<f32>(lc, 0.0);
+        let ones = if fold { register::<A>(lb, 1.0) } else { () };
+
+        let ktiles = k / (BK * SPLIT);
+        let kt0 = bs * ktiles;
+        // The cp.async copies of k tile `tile` (of this block's slice) into pipeline stage `stage`.
+        let issue = |tile: i32, stage: i32| {
+            let t = kt0 + tile;
+            copy_async(
+                ga,
+                slice_shared(sa, [stage, 0, 0], [BM, BK]),
+                [bi * BM, t * BK],
+            );
+            copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+            if grouped {
+                let group = t * BK / G;
+                copy_async(
+                    gs,
+                    slice_shared(ss, [stage, 0, 0, 0], [gk, 1, BN]),
+                    [group, 0, bj * BN],
+                );
+                if ZEROS == 1 {
+                    copy_async(
+                        gz,
+                        slice_shared(sz, [stage, 0, 0, 0], [gk, 1, BN]),
+                        [group, 0, bj * BN],
+                    );
+                }
+            }
+        };
+        // Prologue: the first STAGES - 1 tiles in flight, one commit group each (empty past the
+        // end, so that the wait counts below stay exact).
+        #[unroll]
+        for st in 0..STAGES - 1 {
+            if st < ktiles {
+                issue(st, st);
+            }
+            commit_group();
+        }
+        // One k tile: wait for it, load it, refill the stage read before, and dequantize the
+        // weight in registers (bytes -> codes -> A, minus zero points and times scales where they
+        // apply per weight). Returns the activation and weight mma operands.
+        let step = |kt: i32| {
+            // Tile kt has landed once at most STAGES - 2 newer groups are in flight.
+            wait_group(STAGES - 2);
+            sync();
+            let stage = kt % STAGES;
+            let ra = load_shared(slice_shared(sa, [stage, 0, 0], [BM, BK]), la, [0, 0]);
+            let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lw, [0]);
+            let group_tile = |buf: Tensor| {
+                load_shared(
+                    slice_shared(buf, [stage, 0, 0, 0], [gk, 1, BN]),
+                    ls,
+                    [0, 0, 0],
+                )
+            };
+            let rs = if per_weight { group_tile(ss) } else { () };
+            let rz = if per_weight && ZEROS == 1 {
+                group_tile(sz)
+            } else {
+                ()
+            };
+            // Refill the stage read in the previous iteration (everyone passed the barrier above).
+            let next = kt + (STAGES - 1);
+            if next < ktiles {
+                issue(next, next % STAGES);
+            }
+            commit_group();
+            let wf = cast::<A>(view::<W>(rw, lq3), lb3);
+            let wf = if per_weight && ZEROS == 1 {
+                wf - rz
+            } else {
+                wf
+            };
+            let wf = if per_weight { wf * rs } else { wf };
+            (ra, view::<A>(wf, lb))
+        };
+        // `acc_t + asum * -z` (one FFMA each) for the zero points `zc` of the output columns.
+        let subtract_zeros =
+            |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
+        if whole {
+            let tiles_per_group = G / BK;
+            for g in 0..ktiles / tiles_per_group {
+                let mut acc_g = register::<f32>(lc, 0.0);
+                let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+                let accumulate = |kt: i32| {
+                    let (ra, wb) = step(kt);
+                    acc_g = dot(ra, wb, acc_g);
+                    if fold {
+                        asum = dot(ra, ones, asum);
+                    }
+                };
+                // The group's last tile is peeled off the loop: with two tiles per group (bk 64,
+                // group 128) the two copies of the body schedule better than a loop of two
+                // (measured on the H100: 6- and 7-bit weights 2-5% faster).
+                let first = g * tiles_per_group;
+                for t in 0..tiles_per_group - 1 {
+                    accumulate(first + t);
+                }
+                let last_tile = first + (tiles_per_group - 1);
+                accumulate(last_tile);
+                // The group's scales (and zero points) came with its last tile, whose stage is not
+                // refilled before the next barrier.
+                let last = last_tile % STAGES;
+                if fold {
+                    let zc = load_shared(slice_shared(sz, [last, 0, 0, 0], [1, BN]), lcs, [0, 0]);
+                    acc_g = subtract_zeros(acc_g, asum, zc);
+                }
+                let sc = load_shared(slice_shared(ss, [last, 0, 0, 0], [1, BN]), lcs, [0, 0]);
+                acc = mul_add(acc_g, cast::<f32>(sc), acc);
+            }
+        } else {
             let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
-            let accumulate = |kt: i32| {
+            for kt in 0..ktiles {
                 let (ra, wb) = step(kt);
-                acc_g = dot(ra, wb, acc_g);
+                acc = dot(ra, wb, acc);
                 if fold {
                     asum = dot(ra, ones, asum);
                 }
-            };
-            // The group's last tile is peeled off the loop: with two tiles per group (bk 64,
-            // group 128) the two copies of the body schedule better than a loop of two
-            // (measured on the H100: 6- and 7-bit weights 2-5% faster).
-            let first = g * tiles_per_group;
-            for t in 0..tiles_per_group - 1 {
-                accumulate(first + t);
             }
-            let last_tile = first + (tiles_per_group - 1);
-            accumulate(last_tile);
-            // The group's scales (and zero points) came with its last tile, whose stage is not
-            // refilled before the next barrier.
-            let last = last_tile % STAGES;
             if fold {
-                let zc = load_shared(slice_shared(sz, [last, 0, 0, 0], [1, BN]), lcs, [0, 0]);
-                acc_g = subtract_zeros(acc_g, asum, zc);
-            }
-            let sc = load_shared(slice_shared(ss, [last, 0, 0, 0], [1, BN]), lcs, [0, 0]);
-            acc = mul_add(acc_g, cast::<f32>(sc), acc);
-        }
-    } else {
-        let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
-        for kt in 0..ktiles {
-            let (ra, wb) = step(kt);
-            acc = dot(ra, wb, acc);
-            if fold {
-                asum = dot(ra, ones, asum);
+                let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
+                acc = subtract_zeros(acc, asum, zc);
             }
         }
-        if fold {
-            let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
-            acc = subtract_zeros(acc, asum, zc);
+        wait_group(0);
+
+        // Per-channel scales multiply the accumulator once, in f32.
+        if !grouped {
+            let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
+            acc = acc * cast::<f32>(sc);
         }
+        store_tile(acc, lc, layout!(spatial(WM * WN * 32)), bi, bj, bs);
     }
-    wait_group(0);
 
-    // Per-channel scales multiply the accumulator once, in f32.
-    if !grouped {
-        let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
-        acc = acc * cast::<f32>(sc);
-    }
-    if SPLIT > 1 {
-        // Split-k in one launch: store this block's f32 partial, count it on the tile's
-        // semaphore (one thread's atomic: every other thread's index is out of range), and let
-        // the block that counts last sum the partials in split order (the result does not
-        // depend on the arrival order) and reset the semaphore for the next launch.
-        let tiles_m = cdiv(m, BM);
-        let gw = view_global(workspace, [SPLIT, m, n]);
-        store_global(acc, gw, [bs, bi * BM, bj * BN]);
-        // Release: every thread's stores, then the count.
-        sync();
-        fence();
-        let lanes = layout!(spatial(WM * WN * 32));
-        let lane = arange(lanes, 0, 0);
-        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
-        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
-        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
-        // Acquire: after the count, before the barrier that hands it to every thread.
-        fence();
-        let arrived = item(sum(old, 0));
-        if arrived == SPLIT - 1 {
-            let mut total = load_global(gw, lc, [0, bi * BM, bj * BN]);
-            for split in 1..SPLIT {
-                total = total + load_global(gw, lc, [split, bi * BM, bj * BN]);
-            }
-            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
-            store_global(
-                register::<i32>(layout!(local(1)), 0),
-                gsem,
-                [bj * tiles_m + bi],
-            );
-        }
-    } else {
-        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
-    }
-}
+    /// [`QMatmulMethod::Gemv`](crate::kernels::qmatmul::QMatmulMethod): the transposed product
+    /// `Cᵀ[n, m] = dequant(W)ᵀ · Aᵀ` for `BM` activation rows per block (`BM / 8` token tiles of
+    /// the mma's 8 columns), one `[BM, BN]` tile and one of `SPLIT` slices of k.
+    ///
+    /// The weight tile `[BK, BN]` is dequantized in the `mma_a_t` layout, so that a free `view`
+    /// makes it the A operand `[BN, BK]` of the mma: each mma then takes 256 weights (16 output
+    /// columns by 16 k) against the 8 activation rows as B, twice what the weight-as-B pipeline of
+    /// [`qmatmul_main`] gets from its 16-row tile of mostly padding, and the `[BN, 8]` accumulator
+    /// is half the size. With `BM > 8` each dequantized weight fragment feeds `BM / 8` mmas, one
+    /// per token tile, so the cast is paid once for all of them. The activations are loaded
+    /// n-major (`mma_b_t` over `[BM, BK]`) and viewed as B; the accumulator is viewed as
+    /// `[BM, BN]` (`mma_c_t`) for the scales and the store. The token tiles are the inner locals
+    /// (`column_local`) on both sides of each view, so the views move no data.
+    /// Scale groups span whole k tiles (`G % BK == 0`) or the whole of k (`G = 0`).
+    ///
+    /// With `BIAS = 1` the codes are converted by `cast_biased` (one `lop3` per pair of weights
+    /// instead of a `lop3` and an `fma`): each weight comes out a constant of its register position
+    /// above its value, and the same mma over those constants (`cast_biased` of zero codes), which
+    /// does not depend on the output column, is subtracted once per group.
+    ///
+    /// Parameters and the other tile parameters as [`qmatmul_main`]'s (one warp row).
+    #[tilus::kernel(
+        lazy,
+        grid = [cdiv(m, BM), n / BN, SPLIT],
+        warps = WN,
+        target = sm80,
+        // Checked when the crate is built: per-channel and grouped scales, zero points, both
+        // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
+        space(
+            BM = [8, 16],
+            BN = [256],
+            BK = [128],
+            WN = [4],
+            STAGES = [3],
+            SPLIT = [1, 4],
+            G = [0, 128],
+            ZEROS = [0, 1],
+            H = [1, 4],
+            VEC = [16],
+            SWB = [3],
+            SWS = [4],
+            BIAS = [0, 1],
+        ),
+        dtypes(A = [f16, bf16], W = [u2, u4, i8]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_gemv<
+        const BM: i32,
+        const BN: i32,
+        const BK: i32,
+        const WN: i32,
+        const STAGES: i32,
+        const SPLIT: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const H: i32,
+        const VEC: i32,
+        const SWB: i32,
+        const SWS: i32,
+        const BIAS: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+    ) {
+        let rep_m = BM / 8;
+        let rep_n = BN / (16 * WN);
+        let rep_k = BK / 16;
+        let grouped = G > 0;
+        let fold = ZEROS == 1;
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = 8 * rep_k * rep_n * W::BITS / 8;
 
-/// [`QMatmulMethod::Gemv`](super::QMatmulMethod): the transposed product
-/// `Cᵀ[n, m] = dequant(W)ᵀ · Aᵀ` for `BM` activation rows per block (`BM / 8` token tiles of
-/// the mma's 8 columns), one `[BM, BN]` tile and one of `SPLIT` slices of k.
-///
-/// The weight tile `[BK, BN]` is dequantized in the `mma_a_t` layout, so that a free `view`
-/// makes it the A operand `[BN, BK]` of the mma: each mma then takes 256 weights (16 output
-/// columns by 16 k) against the 8 activation rows as B, twice what the weight-as-B pipeline of
-/// [`qmatmul_main`] gets from its 16-row tile of mostly padding, and the `[BN, 8]` accumulator
-/// is half the size. With `BM > 8` each dequantized weight fragment feeds `BM / 8` mmas, one
-/// per token tile, so the cast is paid once for all of them. The activations are loaded
-/// n-major (`mma_b_t` over `[BM, BK]`) and viewed as B; the accumulator is viewed as
-/// `[BM, BN]` (`mma_c_t`) for the scales and the store. The token tiles are the inner locals
-/// (`column_local`) on both sides of each view, so the views move no data.
-/// Scale groups span whole k tiles (`G % BK == 0`) or the whole of k (`G = 0`).
-///
-/// With `BIAS = 1` the codes are converted by `cast_biased` (one `lop3` per pair of weights
-/// instead of a `lop3` and an `fma`): each weight comes out a constant of its register position
-/// above its value, and the same mma over those constants (`cast_biased` of zero codes), which
-/// does not depend on the output column, is subtracted once per group.
-///
-/// Parameters and the other tile parameters as [`qmatmul_main`]'s (one warp row).
-#[tilus::kernel(
-    lazy,
-    grid = [cdiv(m, BM), n / BN, SPLIT],
-    warps = WN,
-    target = sm80,
-    // Checked when the crate is built: per-channel and grouped scales, zero points, both
-    // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
-    space(
-        BM = [8, 16],
-        BN = [256],
-        BK = [128],
-        WN = [4],
-        STAGES = [3],
-        SPLIT = [1, 4],
-        G = [0, 128],
-        ZEROS = [0, 1],
-        H = [1, 4],
-        VEC = [16],
-        SWB = [3],
-        SWS = [4],
-        BIAS = [0, 1],
-    ),
-    dtypes(A = [f16, bf16], W = [u2, u4, i8]),
-)]
-#[allow(clippy::too_many_arguments)]
-pub fn qmatmul_gemv<
-    const BM: i32,
-    const BN: i32,
-    const BK: i32,
-    const WN: i32,
-    const STAGES: i32,
-    const SPLIT: i32,
-    const G: i32,
-    const ZEROS: i32,
-    const H: i32,
-    const VEC: i32,
-    const SWB: i32,
-    const SWS: i32,
-    const BIAS: i32,
-    A: DTypeParam,
-    W: DTypeParam,
->(
-    m: i32,
-    n: i32,
-    k: i32,
-    a: Global<A>,
-    b: Global<u8>,
-    scales: Global<A>,
-    zeros: Global<A>,
-    c: GlobalMut<A>,
-    workspace: GlobalMut<f32>,
-    semaphores: GlobalMut<i32>,
-) {
-    let rep_m = BM / 8;
-    let rep_n = BN / (16 * WN);
-    let rep_k = BK / 16;
-    let grouped = G > 0;
-    let fold = ZEROS == 1;
-    let tile_bytes = BK * BN * W::BITS / 8;
-    let thread_bytes = 8 * rep_k * rep_n * W::BITS / 8;
+        // The weight tile [BK, BN] and its [BN, BK] view as the product's A operand. Each
+        // thread's locals run along k first, so the codes one cast group converts belong to one
+        // column block: the biases of a biased cast repeat from block to block.
+        let lw = layout!(spatial(1, WN).column_local(rep_k, rep_n).mma_a_t);
+        let lwa = layout!(spatial(WN, 1).local(rep_n, rep_k).mma_a);
+        let lq = layout!(swap_inner_locals(lw, 2, H));
+        // The activations [BM, BK], every warp a copy, and their [BK, BM] view as B.
+        let lx = layout!(replicated(WN).column_local(rep_m, rep_k).mma_b_t);
+        let lxb = layout!(replicated(WN).local(rep_k, rep_m).mma_b);
+        // The accumulator [BN, BM], its [BM, BN] view, and one value per output column.
+        let lc = layout!(spatial(WN, 1).local(rep_n, rep_m).mma_c);
+        let lct = layout!(spatial(1, WN).column_local(rep_m, rep_n).mma_c_t);
+        let lcs = layout!(reduce(lct, [0]));
+        let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
 
-    // The weight tile [BK, BN] and its [BN, BK] view as the product's A operand. Each
-    // thread's locals run along k first, so the codes one cast group converts belong to one
-    // column block: the biases of a biased cast repeat from block to block.
-    let lw = layout!(spatial(1, WN).column_local(rep_k, rep_n).mma_a_t);
-    let lwa = layout!(spatial(WN, 1).local(rep_n, rep_k).mma_a);
-    let lq = layout!(swap_inner_locals(lw, 2, H));
-    // The activations [BM, BK], every warp a copy, and their [BK, BM] view as B.
-    let lx = layout!(replicated(WN).column_local(rep_m, rep_k).mma_b_t);
-    let lxb = layout!(replicated(WN).local(rep_k, rep_m).mma_b);
-    // The accumulator [BN, BM], its [BM, BN] view, and one value per output column.
-    let lc = layout!(spatial(WN, 1).local(rep_n, rep_m).mma_c);
-    let lct = layout!(spatial(1, WN).column_local(rep_m, rep_n).mma_c_t);
-    let lcs = layout!(reduce(lct, [0]));
-    let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+        let [bi, bj, bs] = block_indices();
+        let groups = if grouped { k / G } else { 1 };
+        let ga = view_global(a, [m, k]);
+        let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+        let gs = view_global(scales, [groups, n]);
+        let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
 
-    let [bi, bj, bs] = block_indices();
-    let groups = if grouped { k / G } else { 1 };
-    let ga = view_global(a, [m, k]);
-    let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
-    let gs = view_global(scales, [groups, n]);
-    let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
+        let sa = if SWB > 0 {
+            shared::<A>([STAGES, BM, BK], swizzle(SWB, 3, SWS))
+        } else {
+            shared::<A>([STAGES, BM, BK])
+        };
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let ss = if grouped {
+            shared::<A>([STAGES, 1, BN])
+        } else {
+            ()
+        };
+        let sz = if grouped && fold {
+            shared::<A>([STAGES, 1, BN])
+        } else {
+            ()
+        };
+        let ones = if fold { register::<A>(lwa, 1.0) } else { () };
+        // The biases of `cast_biased`, as the product's A operand: the cast of all-zero codes.
+        let biases = if BIAS == 1 {
+            let zero_codes = view::<W>(register::<u8>(lbytes, 0), lq);
+            view::<A>(cast_biased::<A>(zero_codes, lw), lwa)
+        } else {
+            ()
+        };
 
-    let sa = if SWB > 0 {
-        shared::<A>([STAGES, BM, BK], swizzle(SWB, 3, SWS))
-    } else {
-        shared::<A>([STAGES, BM, BK])
-    };
-    let sb = shared::<u8>([STAGES, tile_bytes]);
-    let ss = if grouped {
-        shared::<A>([STAGES, 1, BN])
-    } else {
-        ()
-    };
-    let sz = if grouped && fold {
-        shared::<A>([STAGES, 1, BN])
-    } else {
-        ()
-    };
-    let ones = if fold { register::<A>(lwa, 1.0) } else { () };
-    // The biases of `cast_biased`, as the product's A operand: the cast of all-zero codes.
-    let biases = if BIAS == 1 {
-        let zero_codes = view::<W>(register::<u8>(lbytes, 0), lq);
-        view::<A>(cast_biased::<A>(zero_codes, lw), lwa)
-    } else {
-        ()
-    };
-
-    let ktiles = k / (BK * SPLIT);
-    let kt0 = bs * ktiles;
-    let issue = |tile: i32, stage: i32| {
-        let t = kt0 + tile;
-        copy_async(
-            ga,
-            slice_shared(sa, [stage, 0, 0], [BM, BK]),
-            [bi * BM, t * BK],
-        );
-        copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
-        if grouped {
-            let group = t * BK / G;
+        let ktiles = k / (BK * SPLIT);
+        let kt0 = bs * ktiles;
+        let issue = |tile: i32, stage: i32| {
+            let t = kt0 + tile;
             copy_async(
-                gs,
-                slice_shared(ss, [stage, 0, 0], [1, BN]),
-                [group, bj * BN],
+                ga,
+                slice_shared(sa, [stage, 0, 0], [BM, BK]),
+                [bi * BM, t * BK],
             );
-            if fold {
+            copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+            if grouped {
+                let group = t * BK / G;
                 copy_async(
-                    gz,
-                    slice_shared(sz, [stage, 0, 0], [1, BN]),
+                    gs,
+                    slice_shared(ss, [stage, 0, 0], [1, BN]),
                     [group, bj * BN],
                 );
+                if fold {
+                    copy_async(
+                        gz,
+                        slice_shared(sz, [stage, 0, 0], [1, BN]),
+                        [group, bj * BN],
+                    );
+                }
             }
-        }
-    };
-    #[unroll]
-    for st in 0..STAGES - 1 {
-        if st < ktiles {
-            issue(st, st);
-        }
-        commit_group();
-    }
-    // One k tile, as in `qmatmul_main`: returns the weight as A and the activations as B.
-    let step = |kt: i32| {
-        wait_group(STAGES - 2);
-        sync();
-        let stage = kt % STAGES;
-        let rx = load_shared(slice_shared(sa, [stage, 0, 0], [BM, BK]), lx, [0, 0]);
-        let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
-        let next = kt + (STAGES - 1);
-        if next < ktiles {
-            issue(next, next % STAGES);
-        }
-        commit_group();
-        let wf = if BIAS == 1 {
-            cast_biased::<A>(view::<W>(rw, lq), lw)
-        } else {
-            cast::<A>(view::<W>(rw, lq), lw)
         };
-        (view::<A>(wf, lwa), view::<A>(rx, lxb))
-    };
-    // `acc_t - z * asum` over [BM, BN]: the zero points `zc` of the output columns times the
-    // row sums of the activations (the mma against ones).
-    let subtract_zeros =
-        |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
-    let mut acc = register::<f32>(lct, 0.0);
-    if grouped {
-        let tiles_per_group = G / BK;
-        for g in 0..ktiles / tiles_per_group {
-            let mut acc_g = register::<f32>(lc, 0.0);
+        #[unroll]
+        for st in 0..STAGES - 1 {
+            if st < ktiles {
+                issue(st, st);
+            }
+            commit_group();
+        }
+        // One k tile, as in `qmatmul_main`: returns the weight as A and the activations as B.
+        let step = |kt: i32| {
+            wait_group(STAGES - 2);
+            sync();
+            let stage = kt % STAGES;
+            let rx = load_shared(slice_shared(sa, [stage, 0, 0], [BM, BK]), lx, [0, 0]);
+            let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+            let next = kt + (STAGES - 1);
+            if next < ktiles {
+                issue(next, next % STAGES);
+            }
+            commit_group();
+            let wf = if BIAS == 1 {
+                cast_biased::<A>(view::<W>(rw, lq), lw)
+            } else {
+                cast::<A>(view::<W>(rw, lq), lw)
+            };
+            (view::<A>(wf, lwa), view::<A>(rx, lxb))
+        };
+        // `acc_t - z * asum` over [BM, BN]: the zero points `zc` of the output columns times the
+        // row sums of the activations (the mma against ones).
+        let subtract_zeros =
+            |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
+        let mut acc = register::<f32>(lct, 0.0);
+        if grouped {
+            let tiles_per_group = G / BK;
+            for g in 0..ktiles / tiles_per_group {
+                let mut acc_g = register::<f32>(lc, 0.0);
+                let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
+                let mut bsum = if BIAS == 1 {
+                    register::<f32>(lc, 0.0)
+                } else {
+                    ()
+                };
+                let accumulate = |kt: i32| {
+                    let (wa, xb) = step(kt);
+                    acc_g = dot(wa, xb, acc_g);
+                    if fold {
+                        asum = dot(ones, xb, asum);
+                    }
+                    if BIAS == 1 {
+                        bsum = dot(biases, xb, bsum);
+                    }
+                };
+                // The group's last tile peeled off, as in `qmatmul_main`.
+                let first = g * tiles_per_group;
+                for t in 0..tiles_per_group - 1 {
+                    accumulate(first + t);
+                }
+                let last_tile = first + (tiles_per_group - 1);
+                accumulate(last_tile);
+                let last = last_tile % STAGES;
+                let mut acc_gt = view::<f32>(acc_g, lct);
+                if BIAS == 1 {
+                    acc_gt = acc_gt - view::<f32>(bsum, lct);
+                }
+                if fold {
+                    let zc = load_shared(slice_shared(sz, [last, 0, 0], [1, BN]), lcs, [0, 0]);
+                    acc_gt = subtract_zeros(acc_gt, view::<f32>(asum, lct), zc);
+                }
+                let sc = load_shared(slice_shared(ss, [last, 0, 0], [1, BN]), lcs, [0, 0]);
+                acc = mul_add(acc_gt, cast::<f32>(sc), acc);
+            }
+        } else {
+            let mut acc_n = register::<f32>(lc, 0.0);
             let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
             let mut bsum = if BIAS == 1 {
                 register::<f32>(lc, 0.0)
             } else {
                 ()
             };
-            let accumulate = |kt: i32| {
+            for kt in 0..ktiles {
                 let (wa, xb) = step(kt);
-                acc_g = dot(wa, xb, acc_g);
+                acc_n = dot(wa, xb, acc_n);
                 if fold {
                     asum = dot(ones, xb, asum);
                 }
                 if BIAS == 1 {
                     bsum = dot(biases, xb, bsum);
                 }
-            };
-            // The group's last tile peeled off, as in `qmatmul_main`.
-            let first = g * tiles_per_group;
-            for t in 0..tiles_per_group - 1 {
-                accumulate(first + t);
             }
-            let last_tile = first + (tiles_per_group - 1);
-            accumulate(last_tile);
-            let last = last_tile % STAGES;
-            let mut acc_gt = view::<f32>(acc_g, lct);
+            acc = view::<f32>(acc_n, lct);
             if BIAS == 1 {
-                acc_gt = acc_gt - view::<f32>(bsum, lct);
+                acc = acc - view::<f32>(bsum, lct);
             }
             if fold {
-                let zc = load_shared(slice_shared(sz, [last, 0, 0], [1, BN]), lcs, [0, 0]);
-                acc_gt = subtract_zeros(acc_gt, view::<f32>(asum, lct), zc);
+                let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
+                acc = subtract_zeros(acc, view::<f32>(asum, lct), zc);
             }
-            let sc = load_shared(slice_shared(ss, [last, 0, 0], [1, BN]), lcs, [0, 0]);
-            acc = mul_add(acc_gt, cast::<f32>(sc), acc);
+            let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
+            acc = acc * cast::<f32>(sc);
         }
-    } else {
-        let mut acc_n = register::<f32>(lc, 0.0);
-        let mut asum = if fold { register::<f32>(lc, 0.0) } else { () };
-        let mut bsum = if BIAS == 1 {
-            register::<f32>(lc, 0.0)
+        wait_group(0);
+        store_tile(acc, lct, layout!(spatial(WN * 32)), bi, bj, bs);
+    }
+
+    /// [`QMatmulMethod::GemvWgmma`](crate::kernels::qmatmul::QMatmulMethod): the transposed product of
+    /// [`qmatmul_gemv`] on Hopper's warpgroup MMA. Each warpgroup dequantizes its `[64, BN / WG]`
+    /// slice of the `[64, BN]` weight tile into wgmma's A registers (`rep = BN / (64 WG)` tiles of
+    /// 64 output columns), and one `wgmma.m64nBMk16` per tile and 16 of k multiplies it by the
+    /// activation tile `[BM, 64]` straight from shared memory (k-major, 128-byte swizzle, the
+    /// cp.async ring's own stage).
+    ///
+    /// The wgmmas stay in flight across the k loop: the scale and zero point of each column are
+    /// applied to the weight while it is dequantized (`q · s - z · s` in the activation type, one
+    /// fma per pair of weights), so
+    /// one accumulator chains every `dot_async` over all of k with nothing to rescale per group;
+    /// even and odd k tiles dequantize into two register sets, so a tile's operand is rewritten
+    /// only after `dot_wait(1)` retired the wgmma that read it. One barrier per k tile: after it,
+    /// every warpgroup has retired tile `t - 2`, whose stage is refilled (`STAGES - 2` tiles in
+    /// flight). Split-k as in [`qmatmul_gemv`].
+    ///
+    /// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`.
+    #[tilus::kernel(
+        lazy,
+        grid = [cdiv(m, BM), n / BN, SPLIT],
+        warps = 4 * WG,
+        target = sm90,
+        // Checked when the crate is built: per-channel and grouped scales, zero points, both
+        // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
+        space(
+            BM = [8, 32],
+            BN = [128],
+            WG = [1],
+            STAGES = [4],
+            SPLIT = [1, 4],
+            G = [0, 128],
+            ZEROS = [0, 1],
+            H = [1, 4],
+            VEC = [16],
+        ),
+        dtypes(A = [f16, bf16], W = [u2, u4, i8]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_gemv_wgmma<
+        const BM: i32,
+        const BN: i32,
+        const WG: i32,
+        const STAGES: i32,
+        const SPLIT: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const H: i32,
+        const VEC: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+    ) {
+        let rep = BN / (64 * WG);
+        let nt = BM / 8;
+        let grouped = G > 0;
+        let fold = ZEROS == 1;
+        let tile_bytes = 64 * BN * W::BITS / 8;
+        let thread_bytes = tile_bytes / (128 * WG);
+
+        // The weight tile [64, BN] and its [BN, 64] view as wgmma's A operand: warpgroup tiles of
+        // 64 rows, the four k steps of 16 innermost; one scale (and zero point) per column.
+        let lw = layout!(
+            spatial(1, WG)
+                .local(1, rep)
+                .spatial(1, 4)
+                .local(4, 1)
+                .mma_a_t
+        );
+        let lwa = layout!(spatial(WG, 1).local(rep, 1).spatial(4, 1).local(1, 4).mma_a);
+        let lq = layout!(swap_inner_locals(lw, 2, H));
+        let lws = layout!(reduce(lw, [0]));
+        // The accumulator [BN, BM] (wgmma C tiles) and its [BM, BN] view.
+        let lc = layout!(
+            spatial(WG, 1)
+                .local(rep, 1)
+                .spatial(4, 1)
+                .local(1, nt)
+                .mma_c
+        );
+        let lct = layout!(
+            spatial(1, WG)
+                .local(1, rep)
+                .spatial(1, 4)
+                .local(nt, 1)
+                .mma_c_t
+        );
+        let lbytes = layout!(local(thread_bytes / VEC).spatial(128 * WG).local(VEC));
+
+        let [bi, bj, bs] = block_indices();
+        let groups = if grouped { k / G } else { 1 };
+        let ga = view_global(a, [m, k]);
+        let gb = view_global(b, [k / 64, n / BN, tile_bytes]);
+        let gs = view_global(scales, [groups, n]);
+        let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
+
+        // The activations as wgmma reads them: rows of 64 k (128 bytes), 128-byte swizzle.
+        let sa = shared::<A>([STAGES, BM, 64], swizzle(3, 3, 3));
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let ss = if grouped {
+            shared::<A>([STAGES, 1, BN])
         } else {
             ()
         };
-        for kt in 0..ktiles {
-            let (wa, xb) = step(kt);
-            acc_n = dot(wa, xb, acc_n);
-            if fold {
-                asum = dot(ones, xb, asum);
-            }
-            if BIAS == 1 {
-                bsum = dot(biases, xb, bsum);
-            }
-        }
-        acc = view::<f32>(acc_n, lct);
-        if BIAS == 1 {
-            acc = acc - view::<f32>(bsum, lct);
-        }
-        if fold {
-            let zc = load_global(view_global(zeros, [1, n]), lcs, [0, bj * BN]);
-            acc = subtract_zeros(acc, view::<f32>(asum, lct), zc);
-        }
-        let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
-        acc = acc * cast::<f32>(sc);
-    }
-    wait_group(0);
-    if SPLIT > 1 {
-        // Split-k in one launch: store this block's f32 partial, count it on the tile's
-        // semaphore (one thread's atomic: every other thread's index is out of range), and let
-        // the block that counts last sum the partials in split order (the result does not
-        // depend on the arrival order) and reset the semaphore for the next launch.
-        let tiles_m = cdiv(m, BM);
-        let gw = view_global(workspace, [SPLIT, m, n]);
-        store_global(acc, gw, [bs, bi * BM, bj * BN]);
-        // Release: every thread's stores, then the count.
-        sync();
-        fence();
-        let lanes = layout!(spatial(WN * 32));
-        let lane = arange(lanes, 0, 0);
-        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
-        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
-        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
-        // Acquire: after the count, before the barrier that hands it to every thread.
-        fence();
-        let arrived = item(sum(old, 0));
-        if arrived == SPLIT - 1 {
-            let mut total = load_global(gw, lct, [0, bi * BM, bj * BN]);
-            for split in 1..SPLIT {
-                total = total + load_global(gw, lct, [split, bi * BM, bj * BN]);
-            }
-            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
-            store_global(
-                register::<i32>(layout!(local(1)), 0),
-                gsem,
-                [bj * tiles_m + bi],
-            );
-        }
-    } else {
-        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
-    }
-}
+        let sz = if grouped && fold {
+            shared::<A>([STAGES, 1, BN])
+        } else {
+            ()
+        };
+        // Per-channel scales and zero points: loaded once.
+        let sc0 = if grouped {
+            ()
+        } else {
+            load_global(gs, lws, [0, bj * BN])
+        };
+        let zc0 = if !grouped && fold {
+            load_global(gz, lws, [0, bj * BN])
+        } else {
+            ()
+        };
 
-/// [`QMatmulMethod::GemvWgmma`](super::QMatmulMethod): the transposed product of
-/// [`qmatmul_gemv`] on Hopper's warpgroup MMA. Each warpgroup dequantizes its `[64, BN / WG]`
-/// slice of the `[64, BN]` weight tile into wgmma's A registers (`rep = BN / (64 WG)` tiles of
-/// 64 output columns), and one `wgmma.m64nBMk16` per tile and 16 of k multiplies it by the
-/// activation tile `[BM, 64]` straight from shared memory (k-major, 128-byte swizzle, the
-/// cp.async ring's own stage).
-///
-/// The wgmmas stay in flight across the k loop: the scale and zero point of each column are
-/// applied to the weight while it is dequantized (`q · s - z · s` in the activation type, one
-/// fma per pair of weights), so
-/// one accumulator chains every `dot_async` over all of k with nothing to rescale per group;
-/// even and odd k tiles dequantize into two register sets, so a tile's operand is rewritten
-/// only after `dot_wait(1)` retired the wgmma that read it. One barrier per k tile: after it,
-/// every warpgroup has retired tile `t - 2`, whose stage is refilled (`STAGES - 2` tiles in
-/// flight). Split-k as in [`qmatmul_gemv`].
-///
-/// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`.
-#[tilus::kernel(
-    lazy,
-    grid = [cdiv(m, BM), n / BN, SPLIT],
-    warps = 4 * WG,
-    target = sm90,
-    // Checked when the crate is built: per-channel and grouped scales, zero points, both
-    // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
-    space(
-        BM = [8, 32],
-        BN = [128],
-        WG = [1],
-        STAGES = [4],
-        SPLIT = [1, 4],
-        G = [0, 128],
-        ZEROS = [0, 1],
-        H = [1, 4],
-        VEC = [16],
-    ),
-    dtypes(A = [f16, bf16], W = [u2, u4, i8]),
-)]
-#[allow(clippy::too_many_arguments)]
-pub fn qmatmul_gemv_wgmma<
-    const BM: i32,
-    const BN: i32,
-    const WG: i32,
-    const STAGES: i32,
-    const SPLIT: i32,
-    const G: i32,
-    const ZEROS: i32,
-    const H: i32,
-    const VEC: i32,
-    A: DTypeParam,
-    W: DTypeParam,
->(
-    m: i32,
-    n: i32,
-    k: i32,
-    a: Global<A>,
-    b: Global<u8>,
-    scales: Global<A>,
-    zeros: Global<A>,
-    c: GlobalMut<A>,
-    workspace: GlobalMut<f32>,
-    semaphores: GlobalMut<i32>,
-) {
-    let rep = BN / (64 * WG);
-    let nt = BM / 8;
-    let grouped = G > 0;
-    let fold = ZEROS == 1;
-    let tile_bytes = 64 * BN * W::BITS / 8;
-    let thread_bytes = tile_bytes / (128 * WG);
-
-    // The weight tile [64, BN] and its [BN, 64] view as wgmma's A operand: warpgroup tiles of
-    // 64 rows, the four k steps of 16 innermost; one scale (and zero point) per column.
-    let lw = layout!(
-        spatial(1, WG)
-            .local(1, rep)
-            .spatial(1, 4)
-            .local(4, 1)
-            .mma_a_t
-    );
-    let lwa = layout!(spatial(WG, 1).local(rep, 1).spatial(4, 1).local(1, 4).mma_a);
-    let lq = layout!(swap_inner_locals(lw, 2, H));
-    let lws = layout!(reduce(lw, [0]));
-    // The accumulator [BN, BM] (wgmma C tiles) and its [BM, BN] view.
-    let lc = layout!(
-        spatial(WG, 1)
-            .local(rep, 1)
-            .spatial(4, 1)
-            .local(1, nt)
-            .mma_c
-    );
-    let lct = layout!(
-        spatial(1, WG)
-            .local(1, rep)
-            .spatial(1, 4)
-            .local(nt, 1)
-            .mma_c_t
-    );
-    let lbytes = layout!(local(thread_bytes / VEC).spatial(128 * WG).local(VEC));
-
-    let [bi, bj, bs] = block_indices();
-    let groups = if grouped { k / G } else { 1 };
-    let ga = view_global(a, [m, k]);
-    let gb = view_global(b, [k / 64, n / BN, tile_bytes]);
-    let gs = view_global(scales, [groups, n]);
-    let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
-
-    // The activations as wgmma reads them: rows of 64 k (128 bytes), 128-byte swizzle.
-    let sa = shared::<A>([STAGES, BM, 64], swizzle(3, 3, 3));
-    let sb = shared::<u8>([STAGES, tile_bytes]);
-    let ss = if grouped {
-        shared::<A>([STAGES, 1, BN])
-    } else {
-        ()
-    };
-    let sz = if grouped && fold {
-        shared::<A>([STAGES, 1, BN])
-    } else {
-        ()
-    };
-    // Per-channel scales and zero points: loaded once.
-    let sc0 = if grouped {
-        ()
-    } else {
-        load_global(gs, lws, [0, bj * BN])
-    };
-    let zc0 = if !grouped && fold {
-        load_global(gz, lws, [0, bj * BN])
-    } else {
-        ()
-    };
-
-    let ktiles = k / (64 * SPLIT);
-    let kt0 = bs * ktiles;
-    let issue = |tile: i32, stage: i32| {
-        let t = kt0 + tile;
-        copy_async(
-            ga,
-            slice_shared(sa, [stage, 0, 0], [BM, 64]),
-            [bi * BM, t * 64],
-        );
-        copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
-        if grouped {
-            let group = t * 64 / G;
+        let ktiles = k / (64 * SPLIT);
+        let kt0 = bs * ktiles;
+        let issue = |tile: i32, stage: i32| {
+            let t = kt0 + tile;
             copy_async(
-                gs,
-                slice_shared(ss, [stage, 0, 0], [1, BN]),
-                [group, bj * BN],
+                ga,
+                slice_shared(sa, [stage, 0, 0], [BM, 64]),
+                [bi * BM, t * 64],
             );
-            if fold {
+            copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+            if grouped {
+                let group = t * 64 / G;
                 copy_async(
-                    gz,
-                    slice_shared(sz, [stage, 0, 0], [1, BN]),
+                    gs,
+                    slice_shared(ss, [stage, 0, 0], [1, BN]),
                     [group, bj * BN],
                 );
+                if fold {
+                    copy_async(
+                        gz,
+                        slice_shared(sz, [stage, 0, 0], [1, BN]),
+                        [group, bj * BN],
+                    );
+                }
             }
-        }
-    };
-    #[unroll]
-    for st in 0..STAGES - 2 {
-        if st < ktiles {
-            issue(st, st);
-        }
-        commit_group();
-    }
-    // The top of k tile t: its stage landed and is visible, every warpgroup retired tile
-    // t - 2 (its `dot_wait(1)` ran in tile t - 1, before this barrier), so tile
-    // t + STAGES - 2 refills that stage.
-    let top = |t: i32| {
-        wait_group(STAGES - 3);
-        sync();
-        let q = t + (STAGES - 2);
-        if q < ktiles {
-            issue(q, q % STAGES);
-        }
-        commit_group();
-    };
-    // Tile t's weight, dequantized with its columns' scales and zero points, as wgmma's A.
-    let dequant = |t: i32| {
-        let st = t % STAGES;
-        let rw = load_shared(slice_shared(sb, [st, 0], [tile_bytes]), lbytes, [0]);
-        let wf = cast::<A>(view::<W>(rw, lq), lw);
-        let sc = if grouped {
-            load_shared(slice_shared(ss, [st, 0, 0], [1, BN]), lws, [0, 0])
-        } else {
-            sc0
         };
-        let w = if fold {
-            let zc = if grouped {
-                load_shared(slice_shared(sz, [st, 0, 0], [1, BN]), lws, [0, 0])
+        #[unroll]
+        for st in 0..STAGES - 2 {
+            if st < ktiles {
+                issue(st, st);
+            }
+            commit_group();
+        }
+        // The top of k tile t: its stage landed and is visible, every warpgroup retired tile
+        // t - 2 (its `dot_wait(1)` ran in tile t - 1, before this barrier), so tile
+        // t + STAGES - 2 refills that stage.
+        let top = |t: i32| {
+            wait_group(STAGES - 3);
+            sync();
+            let q = t + (STAGES - 2);
+            if q < ktiles {
+                issue(q, q % STAGES);
+            }
+            commit_group();
+        };
+        // Tile t's weight, dequantized with its columns' scales and zero points, as wgmma's A.
+        let dequant = |t: i32| {
+            let st = t % STAGES;
+            let rw = load_shared(slice_shared(sb, [st, 0], [tile_bytes]), lbytes, [0]);
+            let wf = cast::<A>(view::<W>(rw, lq), lw);
+            let sc = if grouped {
+                load_shared(slice_shared(ss, [st, 0, 0], [1, BN]), lws, [0, 0])
             } else {
-                zc0
+                sc0
             };
-            // (q - z) · s as q · s - z · s: one fma per pair of weights, z · s once per column.
-            mul_add(wf, sc, neg(zc * sc))
-        } else {
-            wf * sc
+            let w = if fold {
+                let zc = if grouped {
+                    load_shared(slice_shared(sz, [st, 0, 0], [1, BN]), lws, [0, 0])
+                } else {
+                    zc0
+                };
+                // (q - z) · s as q · s - z · s: one fma per pair of weights, z · s once per column.
+                mul_add(wf, sc, neg(zc * sc))
+            } else {
+                wf * sc
+            };
+            view::<A>(w, lwa)
         };
-        view::<A>(w, lwa)
-    };
-    let xs = |t: i32| permute_shared(slice_shared(sa, [t % STAGES, 0, 0], [BM, 64]), [1, 0]);
-    let mut acc = register::<f32>(lc, 0.0);
-    let mut wa0 = register::<A>(lwa, 0.0);
-    let mut wa1 = register::<A>(lwa, 0.0);
-    // Written out for even and odd tiles so that no dot_async is inside a branch; an odd last
-    // tile is a synchronous dot after the wait.
-    for t2 in 0..ktiles / 2 {
-        let t = 2 * t2;
-        top(t);
-        wa0 = dequant(t);
-        acc = dot_async(wa0, xs(t), acc);
-        dot_wait(1);
-        top(t + 1);
-        wa1 = dequant(t + 1);
-        acc = dot_async(wa1, xs(t + 1), acc);
-        dot_wait(1);
-    }
-    dot_wait(0);
-    if ktiles % 2 == 1 {
-        let t = ktiles - 1;
-        top(t);
-        wa0 = dequant(t);
-        acc = dot(wa0, xs(t), acc);
-    }
-    wait_group(0);
-    let acc = view::<f32>(acc, lct);
-    if SPLIT > 1 {
-        // Split-k in one launch, as in `qmatmul_gemv`.
-        let tiles_m = cdiv(m, BM);
-        let gw = view_global(workspace, [SPLIT, m, n]);
-        store_global(acc, gw, [bs, bi * BM, bj * BN]);
-        sync();
-        fence();
-        let lanes = layout!(spatial(WG * 128));
-        let lane = arange(lanes, 0, 0);
-        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
-        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
-        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
-        fence();
-        let arrived = item(sum(old, 0));
-        if arrived == SPLIT - 1 {
-            let mut total = load_global(gw, lct, [0, bi * BM, bj * BN]);
-            for split in 1..SPLIT {
-                total = total + load_global(gw, lct, [split, bi * BM, bj * BN]);
-            }
-            store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
-            store_global(
-                register::<i32>(layout!(local(1)), 0),
-                gsem,
-                [bj * tiles_m + bi],
-            );
+        let xs = |t: i32| permute_shared(slice_shared(sa, [t % STAGES, 0, 0], [BM, 64]), [1, 0]);
+        let mut acc = register::<f32>(lc, 0.0);
+        let mut wa0 = register::<A>(lwa, 0.0);
+        let mut wa1 = register::<A>(lwa, 0.0);
+        // Written out for even and odd tiles so that no dot_async is inside a branch; an odd last
+        // tile is a synchronous dot after the wait.
+        for t2 in 0..ktiles / 2 {
+            let t = 2 * t2;
+            top(t);
+            wa0 = dequant(t);
+            acc = dot_async(wa0, xs(t), acc);
+            dot_wait(1);
+            top(t + 1);
+            wa1 = dequant(t + 1);
+            acc = dot_async(wa1, xs(t + 1), acc);
+            dot_wait(1);
         }
-    } else {
-        store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
+        dot_wait(0);
+        if ktiles % 2 == 1 {
+            let t = ktiles - 1;
+            top(t);
+            wa0 = dequant(t);
+            acc = dot(wa0, xs(t), acc);
+        }
+        wait_group(0);
+        let acc = view::<f32>(acc, lct);
+        store_tile(acc, lct, layout!(spatial(WG * 128)), bi, bj, bs);
     }
-}
 
-/// [`QMatmulMethod::DequantizeThenGemm`](super::QMatmulMethod): the re-laid-out weight
-/// becomes a dense row-major `w [k, n]` of the activation type, which a GEMM then multiplies.
-///
-/// One block per `[BK, BN]` weight tile, on the `WN` warps of one warp row of the fused
-/// kernel (its replicas along m hold the same weights): the tile's bytes are loaded straight
-/// into registers in the fused kernel's thread layout, reinterpreted as codes, cast, shifted by
-/// the zero points and scaled (per element: every weight is written out anyway), then staged
-/// through shared memory so that global stores are 16-byte rows (`ROWS` rows per pass) instead
-/// of the mma fragment's scattered pairs. Parameters as [`qmatmul_main`]'s.
-#[tilus::kernel(
-    lazy,
-    grid = [k / BK, n / BN],
-    warps = WN,
-    target = sm80,
-    space(BN = [128], BK = [64], WN = [4], G = [0, 32, 128], ZEROS = [0, 1], H = [1, 4], VEC = [16], ROWS = [8]),
-    dtypes(A = [f16, bf16], W = [u4, i8]),
-)]
-pub fn qmatmul_dequant<
-    const BN: i32,
-    const BK: i32,
-    const WN: i32,
-    const G: i32,
-    const ZEROS: i32,
-    const H: i32,
-    const VEC: i32,
-    const ROWS: i32,
-    A: DTypeParam,
-    W: DTypeParam,
->(
-    n: i32,
-    k: i32,
-    b: Global<u8>,
-    scales: Global<A>,
-    zeros: Global<A>,
-    w: GlobalMut<A>,
-) {
-    let rep_n = BN / (8 * WN);
-    let rep_k = BK / 16;
-    let grouped = G > 0;
-    let gk = if grouped && G % BK != 0 { BK / G } else { 1 };
-    let tile_bytes = BK * BN * W::BITS / 8;
-    let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
-    let lb = layout!(spatial(1, WN).local(rep_k, rep_n).mma_b);
-    let lq = layout!(swap_inner_locals(lb, 2, H));
-    let lb3 = layout!(split(lb, 0, BK / gk));
-    let lq3 = layout!(split(lq, 0, BK / gk));
-    let ls = layout!(reduce(lb3, [1]));
-    let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
-    let rows = layout!(local(BK / ROWS, 1).spatial(ROWS, BN / 8).local(1, 8));
+    /// [`QMatmulMethod::DequantizeThenGemm`](crate::kernels::qmatmul::QMatmulMethod): the re-laid-out weight
+    /// becomes a dense row-major `w [k, n]` of the activation type, which a GEMM then multiplies.
+    ///
+    /// One block per `[BK, BN]` weight tile, on the `WN` warps of one warp row of the fused
+    /// kernel (its replicas along m hold the same weights): the tile's bytes are loaded straight
+    /// into registers in the fused kernel's thread layout, reinterpreted as codes, cast, shifted by
+    /// the zero points and scaled (per element: every weight is written out anyway), then staged
+    /// through shared memory so that global stores are 16-byte rows (`ROWS` rows per pass) instead
+    /// of the mma fragment's scattered pairs. Parameters as [`qmatmul_main`]'s.
+    #[tilus::kernel(
+        lazy,
+        grid = [k / BK, n / BN],
+        warps = WN,
+        target = sm80,
+        space(BN = [128], BK = [64], WN = [4], G = [0, 32, 128], ZEROS = [0, 1], H = [1, 4], VEC = [16], ROWS = [8]),
+        dtypes(A = [f16, bf16], W = [u4, i8]),
+    )]
+    pub fn qmatmul_dequant<
+        const BN: i32,
+        const BK: i32,
+        const WN: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const H: i32,
+        const VEC: i32,
+        const ROWS: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        n: i32,
+        k: i32,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        w: GlobalMut<A>,
+    ) {
+        let rep_n = BN / (8 * WN);
+        let rep_k = BK / 16;
+        let grouped = G > 0;
+        let gk = if grouped && G % BK != 0 { BK / G } else { 1 };
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = 4 * rep_k * rep_n * W::BITS / 8;
+        let lb = layout!(spatial(1, WN).local(rep_k, rep_n).mma_b);
+        let lq = layout!(swap_inner_locals(lb, 2, H));
+        let lb3 = layout!(split(lb, 0, BK / gk));
+        let lq3 = layout!(split(lq, 0, BK / gk));
+        let ls = layout!(reduce(lb3, [1]));
+        let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+        let rows = layout!(local(BK / ROWS, 1).spatial(ROWS, BN / 8).local(1, 8));
 
-    let [bi, bj] = block_indices();
-    let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
-    let rw = load_global(gb, lw, [bi, bj, 0]);
-    let mut wf = cast::<A>(view::<W>(rw, lq3), lb3);
-    // Scales and zero points of the tile's groups, [gk, 1, BN] (per channel: one group).
-    let groups = if grouped { k / G } else { 1 };
-    let group_row = if grouped { bi * BK / G } else { 0 };
-    if ZEROS == 1 {
-        wf = wf
-            - load_global(
-                view_global(zeros, [groups, 1, n]),
+        let [bi, bj] = block_indices();
+        let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+        let rw = load_global(gb, lw, [bi, bj, 0]);
+        let mut wf = cast::<A>(view::<W>(rw, lq3), lb3);
+        // Scales and zero points of the tile's groups, [gk, 1, BN] (per channel: one group).
+        let groups = if grouped { k / G } else { 1 };
+        let group_row = if grouped { bi * BK / G } else { 0 };
+        if ZEROS == 1 {
+            wf = wf
+                - load_global(
+                    view_global(zeros, [groups, 1, n]),
+                    ls,
+                    [group_row, 0, bj * BN],
+                );
+        }
+        let ws = wf
+            * load_global(
+                view_global(scales, [groups, 1, n]),
                 ls,
                 [group_row, 0, bj * BN],
             );
-    }
-    let ws = wf
-        * load_global(
-            view_global(scales, [groups, 1, n]),
-            ls,
-            [group_row, 0, bj * BN],
+        let tile = shared::<A>([BK, BN]);
+        store_shared(view::<A>(ws, lb), tile, [0, 0]);
+        sync();
+        store_global(
+            load_shared(tile, rows, [0, 0]),
+            view_global(w, [k, n]),
+            [bi * BK, bj * BN],
         );
-    let tile = shared::<A>([BK, BN]);
-    store_shared(view::<A>(ws, lb), tile, [0, 0]);
-    sync();
-    store_global(
-        load_shared(tile, rows, [0, 0]),
-        view_global(w, [k, n]),
-        [bi * BK, bj * BN],
-    );
-}
+    }
 
-/// The offline weight re-layout (paper Figure 8, generalized): one block per `[BK, BN]` tile of
-/// the row-major `W` codes `w [k, n]` (packed bytes, viewed as `W`) loads the tile in the codes
-/// layout of one warp row of [`qmatmul_main`] (or of [`qmatmul_gemv`]) and stores each thread's bits, unchanged, as the
-/// bytes that the matmul's `W` layout gives it: `out [k / BK, n / BN, tile bytes]`.
-#[tilus::kernel(
-    lazy,
-    grid = [k / BK, n / BN],
-    warps = WN,
-    target = sm80,
-    space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1, 2]),
-    dtypes(W = [u2, u4, i8]),
-)]
-pub fn qmatmul_relayout<
-    const BN: i32,
-    const BK: i32,
-    const WN: i32,
-    const H: i32,
-    const VEC: i32,
-    const GEMV: i32,
-    W: DTypeParam,
->(
-    k: i32,
-    n: i32,
-    w: Global<u8>,
-    out: GlobalMut<u8>,
-) {
-    let rep_k = BK / 16;
-    let tile_bytes = BK * BN * W::BITS / 8;
-    let thread_bytes = tile_bytes / (32 * WN);
-    // The weight tile of the matmul's warps: mma B fragments, with GEMV = 1 the A fragments
-    // of `qmatmul_gemv`'s transposed product, with GEMV = 2 `qmatmul_gemv_wgmma`'s warpgroup
-    // tiles of them.
-    let lb = if GEMV == 1 {
-        layout!(spatial(1, WN).column_local(rep_k, BN / (16 * WN)).mma_a_t)
-    } else if GEMV == 2 {
-        layout!(
-            spatial(1, WN / 4)
-                .local(1, BN / (16 * WN))
-                .spatial(1, 4)
-                .local(rep_k, 1)
-                .mma_a_t
-        )
-    } else {
-        layout!(spatial(1, WN).local(rep_k, BN / (8 * WN)).mma_b)
-    };
-    let lq = layout!(swap_inner_locals(lb, 2, H));
-    let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
-    let [kt, nb] = block_indices();
-    let tile = load_global(view_global::<W>(w, [k, n]), lq, [kt * BK, nb * BN]);
-    let go = view_global(out, [k / BK, n / BN, tile_bytes]);
-    store_global(view::<u8>(tile, lw), go, [kt, nb, 0]);
+    /// The offline weight re-layout (paper Figure 8, generalized): one block per `[BK, BN]` tile of
+    /// the row-major `W` codes `w [k, n]` (packed bytes, viewed as `W`) loads the tile in the codes
+    /// layout of one warp row of [`qmatmul_main`] (or of [`qmatmul_gemv`]) and stores each thread's bits, unchanged, as the
+    /// bytes that the matmul's `W` layout gives it: `out [k / BK, n / BN, tile bytes]`.
+    #[tilus::kernel(
+        lazy,
+        grid = [k / BK, n / BN],
+        warps = WN,
+        target = sm80,
+        space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1, 2]),
+        dtypes(W = [u2, u4, i8]),
+    )]
+    pub fn qmatmul_relayout<
+        const BN: i32,
+        const BK: i32,
+        const WN: i32,
+        const H: i32,
+        const VEC: i32,
+        const GEMV: i32,
+        W: DTypeParam,
+    >(
+        k: i32,
+        n: i32,
+        w: Global<u8>,
+        out: GlobalMut<u8>,
+    ) {
+        let rep_k = BK / 16;
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = tile_bytes / (32 * WN);
+        // The weight tile of the matmul's warps: mma B fragments, with GEMV = 1 the A fragments
+        // of `qmatmul_gemv`'s transposed product, with GEMV = 2 `qmatmul_gemv_wgmma`'s warpgroup
+        // tiles of them.
+        let lb = if GEMV == 1 {
+            layout!(spatial(1, WN).column_local(rep_k, BN / (16 * WN)).mma_a_t)
+        } else if GEMV == 2 {
+            layout!(
+                spatial(1, WN / 4)
+                    .local(1, BN / (16 * WN))
+                    .spatial(1, 4)
+                    .local(rep_k, 1)
+                    .mma_a_t
+            )
+        } else {
+            layout!(spatial(1, WN).local(rep_k, BN / (8 * WN)).mma_b)
+        };
+        let lq = layout!(swap_inner_locals(lb, 2, H));
+        let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+        let [kt, nb] = block_indices();
+        let tile = load_global(view_global::<W>(w, [k, n]), lq, [kt * BK, nb * BN]);
+        let go = view_global(out, [k / BK, n / BN, tile_bytes]);
+        store_global(view::<u8>(tile, lw), go, [kt, nb, 0]);
+    }
 }
