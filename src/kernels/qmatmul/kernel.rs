@@ -8,7 +8,8 @@
 //! [`super::program::build`] instantiates the configuration it needs at run time.
 //!
 //! The three matmul kernels end alike (the tile's store, or split-k's partials, semaphore and
-//! reduction): that end is one helper, [`store_tile`](kernels), shared through `#[helpers]`.
+//! reduction): that end is one helper, `store_tile`, shared through `#[tilus::helpers]`
+//! (docs/macro.md, "Helper functions").
 
 pub use kernels::*;
 
