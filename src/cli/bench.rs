@@ -7,7 +7,7 @@ use clap::Subcommand;
 use half::f16;
 use std::io::Write;
 use tilus::element::Activation;
-use tilus::kernels::qmatmul::bench::{bench_configs, bench_cublas, bench_qmatmul, precompile};
+use tilus::kernels::qmatmul::bench::{bench_configs, bench_cublas, precompile, tuned_head};
 use tilus::kernels::qmatmul::tune::candidates_up_to;
 use tilus::kernels::qmatmul::tune::{
     bucket_label, check_tuning_space, m_bucket, synthetic_weight, tiles, tune_key, tune_qmatmul,
@@ -1274,40 +1274,18 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
                         v
                     }
                 };
-                let row = if configs.is_empty() {
-                    let bench = match adtype {
-                        DType::BF16 => bench_qmatmul::<half::bf16>,
-                        _ => bench_qmatmul::<f16>,
-                    };
-                    bench(
-                        ctx,
-                        Some(cublas_us),
-                        &mut flush,
-                        wdtype,
-                        m,
-                        n,
-                        k,
-                        group,
-                        tune,
-                        copy_gbps,
-                    )
+                let cands = if configs.is_empty() {
+                    tuned_head(ctx, wdtype, adtype, group, m, n, k, tune)
+                        .map_err(|e| format!("{wdtype} m={m}: {e}"))?
                 } else {
-                    let bench = match adtype {
-                        DType::BF16 => bench_configs::<half::bf16>,
-                        _ => bench_configs::<f16>,
-                    };
-                    bench(
-                        ctx,
-                        Some(cublas_us),
-                        &mut flush,
-                        m,
-                        n,
-                        k,
-                        configs,
-                        copy_gbps,
-                    )
-                }
-                .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
+                    configs.to_vec()
+                };
+                let bench = match adtype {
+                    DType::BF16 => bench_configs::<half::bf16>,
+                    _ => bench_configs::<f16>,
+                };
+                let row = bench(ctx, Some(cublas_us), &mut flush, m, n, k, &cands, copy_gbps)
+                    .map_err(|e| format!("{wdtype} m={m}: {e}"))?;
                 if verbose {
                     for (c, us) in &row.tried {
                         eprintln!("  {wdtype} m={m} {}: {us:.1} us", tiles(c));

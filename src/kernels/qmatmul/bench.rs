@@ -114,15 +114,31 @@ pub fn bench_qmatmul<T: Activation>(
     tune: usize,
     copy_gbps: f64,
 ) -> Result<BenchRow, QMatmulError> {
-    let adtype = T::DTYPE;
-    // The head of the tuning order, without the warpgroup MMA where the device lacks it (at
-    // most a third of the list).
-    let cands: Vec<_> = candidates_up_to(wdtype, adtype, group, m, n, k, tune.max(1) * 2)?
-        .into_iter()
-        .filter(|c| super::runs_on(c, ctx.arch()))
-        .take(tune.max(1))
-        .collect();
+    let cands = tuned_head(ctx, wdtype, T::DTYPE, group, m, n, k, tune)?;
     bench_configs::<T>(ctx, cublas_us, flush, m, n, k, &cands, copy_gbps)
+}
+
+/// The first `tune` (at least one) configurations of the tuning order that run on `ctx`'s
+/// device (the warpgroup MMA is left out where the device lacks it: at most a third of the
+/// list), as [`bench_qmatmul`] times them.
+#[allow(clippy::too_many_arguments)]
+pub fn tuned_head(
+    ctx: &Context,
+    wdtype: DType,
+    adtype: DType,
+    group: Option<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+    tune: usize,
+) -> Result<Vec<QMatmulConfig>, QMatmulError> {
+    Ok(
+        candidates_up_to(wdtype, adtype, group, m, n, k, tune.max(1) * 2)?
+            .into_iter()
+            .filter(|c| super::runs_on(c, ctx.arch()))
+            .take(tune.max(1))
+            .collect(),
+    )
 }
 
 /// [`bench_qmatmul`] over the given configurations (at least one; all of one weight type,

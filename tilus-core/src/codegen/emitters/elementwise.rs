@@ -369,21 +369,30 @@ fn packed_half(
     }
     let (x, o) = (cx.name(lhs), cx.name(out));
     let pairs = half_pairs(cx, lid, dt, rhs, locals)?;
-    cx.features.insert(name);
+    let args = pairs
+        .iter()
+        .enumerate()
+        .map(|(w, pair)| format!("{x}[{w}], {pair}"))
+        .collect();
     cx.w.open("");
+    packed_words(cx, name, &o, args);
+    cx.w.close();
+    Ok(true)
+}
+
+/// `out[w] = tilus_{name}(args[w])` for every word, through temporaries so that an operand
+/// that is also the output is read whole before it is written.
+fn packed_words(cx: &mut Ctx, name: &'static str, out: &str, args: Vec<String>) {
+    cx.features.insert(name);
     let mut temps = Vec::new();
-    for (w, pair) in pairs.iter().enumerate() {
-        let t = cx.fresh(&format!("{o}_{w}"));
-        cx.w.line(format!(
-            "const uint32_t {t} = tilus_{name}({x}[{w}], {pair});"
-        ));
+    for (w, a) in args.iter().enumerate() {
+        let t = cx.fresh(&format!("{out}_{w}"));
+        cx.w.line(format!("const uint32_t {t} = tilus_{name}({a});"));
         temps.push(t);
     }
     for (w, t) in temps.iter().enumerate() {
-        cx.w.line(format!("{o}[{w}] = {t};"));
+        cx.w.line(format!("{out}[{w}] = {t};"));
     }
-    cx.w.close();
-    Ok(true)
 }
 
 /// The right operand of a packed f16/bf16 instruction whose left operand has layout id `lid`
@@ -477,18 +486,13 @@ fn mul_add_half(
     cx.w.open("");
     let pairs = half_pairs(cx, lid, dt, b, locals)?;
     let addends = half_pairs(cx, lid, dt, &Operand::Tensor(c), locals)?;
-    cx.features.insert(name);
-    let mut temps = Vec::new();
-    for (w, (pair, addend)) in pairs.iter().zip(&addends).enumerate() {
-        let t = cx.fresh(&format!("{o}_{w}"));
-        cx.w.line(format!(
-            "const uint32_t {t} = tilus_{name}({an}[{w}], {pair}, {addend});"
-        ));
-        temps.push(t);
-    }
-    for (w, t) in temps.iter().enumerate() {
-        cx.w.line(format!("{o}[{w}] = {t};"));
-    }
+    let args = pairs
+        .iter()
+        .zip(&addends)
+        .enumerate()
+        .map(|(w, (pair, addend))| format!("{an}[{w}], {pair}, {addend}"))
+        .collect();
+    packed_words(cx, name, &o, args);
     cx.w.close();
     Ok(())
 }
