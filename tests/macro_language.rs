@@ -7,7 +7,7 @@ mod language;
 
 use language::{
     batched_mma, block_values, chunk_max, closures, constant_bits, flagged, helpers, narrow_wide,
-    run_mma, scalar_operands, scale_shift, shared, unrolled, wide_offsets,
+    run_mma, scalar_operands, scale_shift, shared, tail_ifs, unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -125,6 +125,26 @@ fn shared_helpers_serve_every_kernel_of_the_module() {
     shared::shifted::interpret(&shared::shifted::SPACE[0], n as i32, a, limit, &x, &mut y).unwrap();
     for i in 0..n {
         assert_eq!(y[i], (x[i] + a).clamp(-limit, limit), "n={n} at {i}");
+    }
+}
+
+#[test]
+fn ifs_ending_a_block_are_statements() {
+    let mut rng = rand::rng();
+    for cfg in tail_ifs::SPACE {
+        let n = rng.random_range(65..200usize);
+        let t: f32 = rng.random_range(-2.0..2.0);
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let mut y = vec![f32::NAN; n];
+        tail_ifs::interpret(cfg, n as i32, t, &x, &mut y).unwrap();
+        for i in 0..n {
+            let want = match (i / 32 % 2, cfg.TWICE) {
+                (0, _) => x[i] + t,
+                (_, 1) => x[i] * 2.0,
+                _ => x[i] * 3.0,
+            };
+            assert_eq!(y[i], want, "{cfg} n={n} at {i}");
+        }
     }
 }
 

@@ -163,6 +163,38 @@ pub fn closures<const REPS: i32>(n: i32, s: f32, x: Global<f32>, y: GlobalMut<f3
     store_global(acc, view_global(y, [n]), [bi * 32]);
 }
 
+/// An `if` that ends a block is a statement when its branches end in statements, as in Rust:
+/// closures whose bodies end in an `if` without `else` (a run-time condition), and a constant
+/// branch ending in an `if`/`else` of statements. Odd blocks store `2x` (`TWICE = 1`) or `3x`,
+/// even blocks `x + t`.
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(TWICE = [0, 1]))]
+pub fn tail_ifs<const TWICE: i32>(n: i32, t: f32, x: Global<f32>, y: GlobalMut<f32>) {
+    let [bi] = block_indices();
+    let tile = layout!(spatial(32));
+    let gy = view_global(y, [n]);
+    let r = load_global(view_global(x, [n]), tile, [bi * 32]);
+    let odd = |v: Tensor| {
+        if bi % 2 == 1 {
+            store_global(v * 2.0, gy, [bi * 32]);
+        }
+    };
+    let even = |v: Tensor| {
+        if bi % 2 == 0 {
+            store_global(v + t, gy, [bi * 32]);
+        }
+    };
+    if TWICE == 1 {
+        odd(r);
+        even(r);
+    } else {
+        if bi % 2 == 1 {
+            store_global(r * 3.0, gy, [bi * 32]);
+        } else {
+            even(r);
+        }
+    }
+}
+
 /// `#[unroll]` over constant bounds is written out by the translator (each copy sees its index
 /// as a constant); a loop over an empty constant range emits nothing.
 #[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(COPIES = [0, 3]))]

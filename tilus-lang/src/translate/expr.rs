@@ -764,6 +764,11 @@ impl Translator<'_, '_> {
         // The tail may be a tuple, as a helper's may (`let (k, v) = if C { .. } else { .. };`).
         let v = match tail {
             Some(e @ SynExpr::Tuple(t)) if !t.elems.is_empty() => self.helper_result(b, e, dest),
+            // An `if` whose branches end in statements is `()`, as in Rust: a statement.
+            Some(SynExpr::If(i)) if is_unit_if(i) => {
+                let _ = self.stmt_expr(b, tail.expect("matched"));
+                Ok(Value::Unit)
+            }
             Some(tail) => self.value(b, tail, dest),
             None => Ok(Value::Unit),
         };
@@ -936,4 +941,21 @@ pub enum Scope {
     Register,
     /// A register or shared tensor: an operand of `dot` (shared operands select wgmma).
     SharedOrRegister,
+}
+
+/// Whether `i` has the value `()` whatever its condition: no `else`, or every branch a block
+/// without a tail expression (`if c { a(); } else { b(); }`), as Rust types it.
+fn is_unit_if(i: &syn::ExprIf) -> bool {
+    let no_tail = |blk: &syn::Block| !matches!(blk.stmts.last(), Some(syn::Stmt::Expr(_, None)));
+    match &i.else_branch {
+        None => true,
+        Some((_, e)) => {
+            no_tail(&i.then_branch)
+                && match &**e {
+                    SynExpr::Block(blk) => no_tail(&blk.block),
+                    SynExpr::If(elif) => is_unit_if(elif),
+                    _ => false,
+                }
+        }
+    }
 }

@@ -385,7 +385,7 @@ impl Translator<'_, '_> {
     }
 
     /// An expression in statement position.
-    fn stmt_expr(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<()> {
+    pub(super) fn stmt_expr(&mut self, b: &mut ProgramBuilder, e: &SynExpr) -> R<()> {
         match e {
             SynExpr::Assign(a) => match &*a.left {
                 SynExpr::Tuple(t) => self.assign_tuple(b, e, t, &a.right),
