@@ -1314,7 +1314,8 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
     }
     // The quantized matmul's warpgroup gemv: 1-, 2- and 4-bit weights, zero points (one fma
     // per pair), 8 to 64 tokens, one and two warpgroups, split-k; the tuner's 256-column tiles
-    // of one warpgroup at 32 and 64 tokens (u1 there needs 251 of the 255 registers).
+    // of one warpgroup at 32 and 64 tokens (u1 there needs 251 of the 255 registers); the
+    // copy engine's ring up to 256 columns, cp.async's at 512.
     {
         use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
         for (w, bm, bn, warps, split_k) in [
@@ -1324,6 +1325,8 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             (DType::UInt(1), 64, 256, 4, 1),
             (DType::Int(4), 64, 256, 4, 1),
             (DType::UInt(2), 32, 256, 4, 1),
+            // Wider than a copy-engine box row: the cp.async ring.
+            (DType::UInt(2), 16, 512, 8, 1),
         ] {
             let cfg = QMatmulConfig {
                 method: QMatmulMethod::GemvWgmma,
@@ -1381,7 +1384,9 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         };
         assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
         assert!(count("HGMMA") >= 4, "{name}: {} HGMMA", count("HGMMA"));
-        if name.starts_with("gemm_tma") {
+        // The copy-engine kernels: the dense GEMM's, and the warpgroup gemv's tiles of at most
+        // 256 columns.
+        if k.source.contains("cp.async.bulk.tensor") {
             // The copy engine fills the stages (UTMALDG), completing on mbarriers (SYNCS).
             assert!(
                 count("UTMALDG") >= 2,

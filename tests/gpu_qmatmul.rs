@@ -176,7 +176,8 @@ fn gemv_token_tiles_match_the_reference() {
 
 /// The warpgroup gemv (`GemvWgmma`, sm_90a only): every weight type, 8 to 64 tokens per block,
 /// ragged m, f16 and bf16, grouped and per-channel scales, one and two warpgroups of one, two
-/// or four 64-column tiles each, split-k.
+/// or four 64-column tiles each, split-k; the copy engine's ring (up to 256 columns) and the
+/// cp.async one (512).
 #[test]
 fn gemv_wgmma_matches_the_reference() {
     let Some(ctx) = context("gemv_wgmma_matches_the_reference") else {
@@ -224,6 +225,37 @@ fn gemv_wgmma_matches_the_reference() {
             assert!(
                 rel < 1e-2,
                 "gemv-wgmma bm{bm} {wdtype} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+    // Tiles of up to 256 columns are filled by the copy engine; wider ones by cp.async.
+    for (wdtype, adtype) in [(DType::UInt(2), DType::F16), (DType::Int(4), DType::BF16)] {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm: 16,
+            bn: 512,
+            bk: 64,
+            warps: 8,
+            stages: 4,
+            ..QMatmulConfig::for_shape(
+                wdtype,
+                adtype,
+                Some(128),
+                matches!(wdtype, DType::UInt(_)),
+                n,
+                k,
+            )
+            .unwrap()
+        };
+        for m in [1, 25] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+            };
+            println!("gemv-wgmma cp.async bn512 {wdtype} {adtype} m={m}: rel err {rel:.2e}");
+            assert!(
+                rel < 1e-2,
+                "gemv-wgmma bn512 {wdtype} m={m}: relative error {rel}"
             );
         }
     }

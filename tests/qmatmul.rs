@@ -303,7 +303,8 @@ fn gemv_token_tiles() {
 /// and zero points applied, the activations from the shared ring, the wgmmas in flight across
 /// k): 8 to 64 rows per block, one and two warpgroups, one, two and four 64-column tiles per
 /// warpgroup, grouped and per-channel scales, zero points, split-k, both activation types,
-/// ragged m, even and odd numbers of k tiles.
+/// ragged m, even and odd numbers of k tiles; the copy engine's ring (`bn <= 256`) and the
+/// `cp.async` one.
 #[test]
 fn gemv_wgmma_matches_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;
@@ -317,6 +318,8 @@ fn gemv_wgmma_matches_the_reference() {
         ("u1", DType::BF16, Some(128), 16, 256, 4, 2),
         ("i3", DType::F16, Some(128), 8, 128, 8, 1),
         ("u4", DType::F16, Some(128), 64, 256, 4, 1),
+        // Wider than a copy-engine box row: the cp.async ring.
+        ("u2", DType::BF16, Some(128), 8, 512, 8, 1),
     ];
     for (wd, ad, group, bm, bn, warps, split_k) in cases {
         let cfg = QMatmulConfig {

@@ -51,7 +51,7 @@ mod kernels {
             }
         } else {
             store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
-        };
+        }
     }
 
     /// `C[m, n] = A[m, k] · dequant(W)[k, n]` for one block tile `[BM, BN]` and one of `SPLIT`
@@ -592,6 +592,12 @@ mod kernels {
     /// every warpgroup has retired tile `t - 2`, whose stage is refilled (`STAGES - 2` tiles in
     /// flight). Split-k as in [`qmatmul_gemv`].
     ///
+    /// With `TMA = 1` the copy engine fills the ring: one thread issues a `tma_load` per tile
+    /// (activations swizzled by the engine, the weight tile as `[tile_bytes / 128, 128]` bytes,
+    /// the group's scales and zero points), each completing on its stage's `mbarrier`, so the
+    /// warps that dequantize and issue the wgmmas compute no copy addresses and wait on the
+    /// barrier instead of `cp.async` groups (`BN <= 256`: a box row is at most 256 elements).
+    ///
     /// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`.
     #[tilus::kernel(
         lazy,
@@ -610,6 +616,7 @@ mod kernels {
             ZEROS = [0, 1],
             H = [1, 4],
             VEC = [16],
+            TMA = [0, 1],
         ),
         dtypes(A = [f16, bf16], W = [u2, u4, i8]),
     )]
@@ -624,6 +631,7 @@ mod kernels {
         const ZEROS: i32,
         const H: i32,
         const VEC: i32,
+        const TMA: i32,
         A: DTypeParam,
         W: DTypeParam,
     >(
@@ -672,18 +680,36 @@ mod kernels {
                 .local(nt, 1)
                 .mma_c_t
         );
-        let lbytes = layout!(local(thread_bytes / VEC).spatial(128 * WG).local(VEC));
+        // Each thread's weight bytes: runs of VEC, as rows of 128 bytes (a copy-engine box).
+        let lbytes = layout!(split(
+            local(thread_bytes / VEC).spatial(128 * WG).local(VEC),
+            0,
+            128
+        ));
 
         let [bi, bj, bs] = block_indices();
-        let groups = if grouped { k / G } else { 1 };
+        // Extents of the kernel's parameters alone (not `let` scalars): the launcher encodes
+        // the tensor maps from them.
         let ga = view_global(a, [m, k]);
-        let gb = view_global(b, [k / 64, n / BN, tile_bytes]);
-        let gs = view_global(scales, [groups, n]);
-        let gz = view_global(zeros, [if ZEROS == 1 { groups } else { 0 }, n]);
+        let gb = view_global(b, [k / 64, n / BN, tile_bytes / 128, 128]);
+        let gs = view_global(scales, [if grouped { k / G } else { 1 }, n]);
+        let gz = view_global(
+            zeros,
+            [
+                if ZEROS == 0 {
+                    0
+                } else if grouped {
+                    k / G
+                } else {
+                    1
+                },
+                n,
+            ],
+        );
 
         // The activations as wgmma reads them: rows of 64 k (128 bytes), 128-byte swizzle.
         let sa = shared::<A>([STAGES, BM, 64], swizzle(3, 3, 3));
-        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let sb = shared::<u8>([STAGES, tile_bytes / 128, 128]);
         let ss = if grouped {
             shared::<A>([STAGES, 1, BN])
         } else {
@@ -706,55 +732,95 @@ mod kernels {
             ()
         };
 
+        // With the copy engine: a stage is complete when each of its copies has landed.
+        let full = if TMA == 0 {
+            ()
+        } else if !grouped {
+            mbarriers(STAGES, 2)
+        } else if fold {
+            mbarriers(STAGES, 4)
+        } else {
+            mbarriers(STAGES, 3)
+        };
+
         let ktiles = k / (64 * SPLIT);
         let kt0 = bs * ktiles;
+        // The copies of k tile `tile` of this block's slice into `stage`.
         let issue = |tile: i32, stage: i32| {
             let t = kt0 + tile;
-            copy_async(
-                ga,
-                slice_shared(sa, [stage, 0, 0], [BM, 64]),
-                [bi * BM, t * 64],
-            );
-            copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
-            if grouped {
-                let group = t * 64 / G;
-                copy_async(
-                    gs,
-                    slice_shared(ss, [stage, 0, 0], [1, BN]),
-                    [group, bj * BN],
-                );
-                if fold {
+            let xa = slice_shared(sa, [stage, 0, 0], [BM, 64]);
+            let xb = slice_shared(sb, [stage, 0, 0], [tile_bytes / 128, 128]);
+            if TMA == 1 {
+                tma_load(ga, xa, [bi * BM, t * 64], full, stage);
+                tma_load(gb, xb, [t, bj, 0, 0], full, stage);
+                if grouped {
+                    let group = t * 64 / G;
+                    let xs = slice_shared(ss, [stage, 0, 0], [1, BN]);
+                    tma_load(gs, xs, [group, bj * BN], full, stage);
+                    if fold {
+                        let xz = slice_shared(sz, [stage, 0, 0], [1, BN]);
+                        tma_load(gz, xz, [group, bj * BN], full, stage);
+                    }
+                }
+            } else {
+                copy_async(ga, xa, [bi * BM, t * 64]);
+                copy_async(gb, xb, [t, bj, 0, 0]);
+                if grouped {
+                    let group = t * 64 / G;
                     copy_async(
-                        gz,
-                        slice_shared(sz, [stage, 0, 0], [1, BN]),
+                        gs,
+                        slice_shared(ss, [stage, 0, 0], [1, BN]),
                         [group, bj * BN],
                     );
+                    if fold {
+                        copy_async(
+                            gz,
+                            slice_shared(sz, [stage, 0, 0], [1, BN]),
+                            [group, bj * BN],
+                        );
+                    }
                 }
+                commit_group();
             }
         };
         #[unroll]
         for st in 0..STAGES - 2 {
             if st < ktiles {
                 issue(st, st);
+            } else if TMA == 0 {
+                commit_group();
             }
-            commit_group();
         }
-        // The top of k tile t: its stage landed and is visible, every warpgroup retired tile
-        // t - 2 (its `dot_wait(1)` ran in tile t - 1, before this barrier), so tile
-        // t + STAGES - 2 refills that stage.
+        // The top of k tile t: every warpgroup retired tile t - 2 (its `dot_wait(1)` ran in
+        // tile t - 1, before this barrier), so tile t + STAGES - 2 refills that stage; tile t's
+        // stage has landed and is visible.
         let top = |t: i32| {
-            wait_group(STAGES - 3);
-            sync();
-            let q = t + (STAGES - 2);
-            if q < ktiles {
-                issue(q, q % STAGES);
+            if TMA == 1 {
+                sync();
+                let q = t + (STAGES - 2);
+                if q < ktiles {
+                    issue(q, q % STAGES);
+                }
+                mbarrier_wait(full, t % STAGES, t / STAGES % 2);
+            } else {
+                wait_group(STAGES - 3);
+                sync();
+                let q = t + (STAGES - 2);
+                if q < ktiles {
+                    issue(q, q % STAGES);
+                } else {
+                    commit_group();
+                }
             }
-            commit_group();
         };
         // Tile t's weight, dequantized with its columns' scales and zero points, as wgmma's A.
         let dequant = |t: i32| {
             let st = t % STAGES;
-            let rw = load_shared(slice_shared(sb, [st, 0], [tile_bytes]), lbytes, [0]);
+            let rw = load_shared(
+                slice_shared(sb, [st, 0, 0], [tile_bytes / 128, 128]),
+                lbytes,
+                [0, 0],
+            );
             let wf = cast::<A>(view::<W>(rw, lq), lw);
             let sc = if grouped {
                 load_shared(slice_shared(ss, [st, 0, 0], [1, BN]), lws, [0, 0])
@@ -798,7 +864,9 @@ mod kernels {
             wa0 = dequant(t);
             acc = dot(wa0, xs(t), acc);
         }
-        wait_group(0);
+        if TMA == 0 {
+            wait_group(0);
+        }
         let acc = view::<f32>(acc, lct);
         store_tile(acc, lct, layout!(spatial(WG * 128)), bi, bj, bs);
     }

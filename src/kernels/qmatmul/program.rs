@@ -26,6 +26,13 @@ pub fn runs_on(config: &QMatmulConfig, arch: &str) -> bool {
     config.method != QMatmulMethod::GemvWgmma || arch == "sm_90a"
 }
 
+/// Whether the warpgroup gemv's ring is filled by the copy engine: one thread's `tma_load`s
+/// instead of every thread's `cp.async` (perf note 30). A box row holds at most 256 elements,
+/// so a tile's scale row of more than 256 columns stays on `cp.async`.
+fn gemv_wgmma_tma(config: &QMatmulConfig) -> bool {
+    config.method == QMatmulMethod::GemvWgmma && config.bn <= 256
+}
+
 /// A built member of the family: the verified programs and the layouts they use.
 #[derive(Clone, Debug)]
 pub struct QMatmulKernel {
@@ -88,6 +95,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             ZEROS: zeros,
             H: v(h),
             VEC: v(t.vector_bytes),
+            TMA: i32::from(gemv_wgmma_tma(config)),
             A: config.adtype,
             W: config.wdtype,
         };
