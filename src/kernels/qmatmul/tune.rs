@@ -215,16 +215,20 @@ pub fn gemv_rows(m: usize) -> usize {
 /// width and stages instead (their multiple is 1 and their stages 0, unused). Still memory-
 /// and issue-bound, so split-k stays (small layers have fewer n tiles than SMs). The
 /// warpgroup gemv comes first: on an H200 it was the fastest at 64 tokens for u1, u2 and i4
-/// and at 32 for i4, in 256-column tiles of one warpgroup (128-column tiles split 4 ways on
-/// 8192 x 8192) (docs/perf-notes.md entries 28 and 29). Then the gemv method with all of the
+/// and at 32 for i4, in 256-column tiles, since the copy engine fills its ring in two
+/// warpgroups of 128 columns (117 against 126 us for one warpgroup of 256 at 32 tokens, i4,
+/// 57344 x 8192), and 128-column tiles split 4 ways on 8192 x 8192 (docs/perf-notes.md
+/// entries 28 to 30). Then the gemv method with all of the
 /// rows in one block (the weight read once), the fused pipeline with all of the rows in one
 /// block (up to 64), and the gemv method with half of the rows per block (two blocks side by
 /// side in the grid: the second reads the weight from L2, with half the accumulator
 /// registers). The warpgroup gemv is not tried for 16 tokens or fewer, where it measured
 /// 1.4-2.6x slower than the mma.sync gemv.
-const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 17] = [
-    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 4, 0, 1),
+const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 19] = [
+    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 8, 0, 1),
     (SmallBatch::Wgmma { bn: 128 }, 1, 64, 4, 0, 4),
+    (SmallBatch::Wgmma { bn: 128 }, 1, 64, 8, 0, 4),
+    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 4, 0, 1),
     (SmallBatch::Gemv, 2, 128, 4, 4, 1),
     (SmallBatch::Gemv, 2, 128, 4, 3, 2),
     (SmallBatch::Fused, 1, 128, 4, 3, 1),
