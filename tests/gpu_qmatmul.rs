@@ -228,6 +228,37 @@ fn gemv_wgmma_matches_the_reference() {
             );
         }
     }
+    // Tall token tiles (prefill): 128 and 256 rows per block, several blocks along m, the
+    // last one ragged; every third weight type.
+    for (i, wdtype) in weight_types().into_iter().enumerate().step_by(3) {
+        let zeros = matches!(wdtype, DType::UInt(_));
+        let adtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
+        let bm = [128, 256][i % 2];
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn: 128,
+            bk: 64,
+            warps: 8,
+            stages: 4,
+            split_k: 1 + i % 2,
+            ..QMatmulConfig::for_shape(wdtype, adtype, Some(128), zeros, n, k).unwrap()
+        };
+        for m in [bm - 3, 2 * bm + 37] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+            };
+            println!(
+                "gemv-wgmma tall bm{bm} {wdtype:>7} {adtype} split {} m={m}: rel err {rel:.2e}",
+                cfg.split_k
+            );
+            assert!(
+                rel < 1e-2,
+                "gemv-wgmma bm{bm} {wdtype} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
     // Tiles of up to 256 columns are filled by the copy engine; wider ones by cp.async.
     for (wdtype, adtype) in [(DType::UInt(2), DType::F16), (DType::Int(4), DType::BF16)] {
         let cfg = QMatmulConfig {

@@ -304,7 +304,7 @@ fn gemv_token_tiles() {
 /// k): 8 to 64 rows per block, one and two warpgroups, one, two and four 64-column tiles per
 /// warpgroup, grouped and per-channel scales, zero points, split-k, both activation types,
 /// ragged m, even and odd numbers of k tiles; the copy engine's ring (`bn <= 256`) and the
-/// `cp.async` one.
+/// `cp.async` one; tall tiles of 128 and 256 rows.
 #[test]
 fn gemv_wgmma_matches_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;
@@ -320,6 +320,9 @@ fn gemv_wgmma_matches_the_reference() {
         ("u4", DType::F16, Some(128), 64, 256, 4, 1),
         // Wider than a copy-engine box row: the cp.async ring.
         ("u2", DType::BF16, Some(128), 8, 512, 8, 1),
+        // Tall token tiles (prefill), two blocks along m.
+        ("i4", DType::F16, Some(128), 128, 128, 8, 1),
+        ("u2", DType::BF16, Some(64), 256, 128, 8, 2),
     ];
     for (wd, ad, group, bm, bn, warps, split_k) in cases {
         let cfg = QMatmulConfig {
@@ -350,6 +353,26 @@ fn gemv_wgmma_errors_name_the_field() {
         ..default_cfg(dt("u4"), DType::F16, Some(128))
     };
     u4.tiling().unwrap();
+    // The activations stay in shared memory, where sm_90a has 227 KB: a 256-row tile in five
+    // stages (180 KB) is valid, while the fused (sm_80) pipeline's tiles stop at 163 KB.
+    let tall = QMatmulConfig {
+        bm: 256,
+        warps: 8,
+        stages: 5,
+        ..u4
+    };
+    tall.tiling().unwrap();
+    build(&tall).unwrap();
+    let e = err_text(
+        QMatmulConfig {
+            method: QMatmulMethod::Fused,
+            bk: 128,
+            stages: 3,
+            ..tall
+        }
+        .tiling(),
+    );
+    assert!(e.contains("`stages`") && e.contains("166912"), "{e}");
     for (cfg, field) in [
         (QMatmulConfig { warps: 2, ..u4 }, "`warps`"),
         (QMatmulConfig { bk: 128, ..u4 }, "`bk`"),

@@ -486,14 +486,15 @@ impl QMatmulConfig {
         };
         // Per fragment and thread: weight locals (8 in an A fragment, 4 in a B one).
         let per_fragment = if gemv { 8 } else { 4 };
-        self.check_registers(rep_m, rep_n, rep_k, per_fragment)?;
+        // The warpgroup MMA reads the activations from shared memory: no register tile.
+        self.check_registers(rep_m, rep_n, rep_k, per_fragment, !wgmma)?;
         // At least the activation and weight tiles of every stage (the exact count, with the
         // scales and alignment, is checked on the built program); before building, because the
         // program's prologue is unrolled over the stages.
         let abytes = self.adtype.bits() as usize / 8;
         let per_stage =
             self.bm * self.bk * abytes + self.bk * self.bn * self.wdtype.bits() as usize / 8;
-        let limit = super::program::TARGET.max_shared_bytes;
+        let limit = super::program::target(self).max_shared_bytes;
         if self.stages.checked_mul(per_stage).is_none_or(|b| b > limit) {
             return Err(config_err(
                 "stages",
@@ -537,14 +538,16 @@ impl QMatmulConfig {
     /// The verifier's register limit (`tilus_core::verify::max_register_words`) on the three
     /// mma tiles of a thread, checked before anything is built so that the error names a field:
     /// the f32 accumulator (`4 rep_m rep_n` locals), the activation tile (`8 rep_m rep_k`
-    /// 16-bit locals) and the dequantized weight tile (`weight_locals rep_k rep_n` 16-bit
-    /// locals). The field named is the one with the larger repeat.
+    /// 16-bit locals; only when `activations_in_registers`) and the dequantized weight tile
+    /// (`weight_locals rep_k rep_n` 16-bit locals). The field named is the one with the
+    /// larger repeat.
     fn check_registers(
         &self,
         rep_m: usize,
         rep_n: usize,
         rep_k: usize,
         weight_locals: usize,
+        activations_in_registers: bool,
     ) -> Result<(), QMatmulError> {
         let threads = self.warps * 32;
         let limit = max_register_words(threads);
@@ -553,6 +556,11 @@ impl QMatmulConfig {
         };
         let pick =
             |x: (&'static str, usize), y: (&'static str, usize)| if x.1 >= y.1 { x.0 } else { y.0 };
+        let activations = (
+            pick(("bm", rep_m), ("bk", rep_k)),
+            format!("[bm, bk] = [{}, {}] activation tile", self.bm, self.bk),
+            words(rep_m, rep_k, 4),
+        );
         let tiles = [
             (
                 pick(("bm", rep_m), ("bn", rep_n)),
@@ -560,17 +568,13 @@ impl QMatmulConfig {
                 words(rep_m, rep_n, 4),
             ),
             (
-                pick(("bm", rep_m), ("bk", rep_k)),
-                format!("[bm, bk] = [{}, {}] activation tile", self.bm, self.bk),
-                words(rep_m, rep_k, 4),
-            ),
-            (
                 pick(("bk", rep_k), ("bn", rep_n)),
                 format!("[bk, bn] = [{}, {}] weight tile", self.bk, self.bn),
                 words(rep_k, rep_n, weight_locals / 2),
             ),
         ];
-        for (field, what, words) in tiles {
+        let activations = activations_in_registers.then_some(activations);
+        for (field, what, words) in tiles.into_iter().chain(activations) {
             if words.is_none_or(|w| w > limit) {
                 let words = words.map_or("more than 2^64".to_string(), |w| w.to_string());
                 return Err(config_err(

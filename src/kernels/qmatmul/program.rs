@@ -142,12 +142,13 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     let main = instantiate(main, format!("qmatmul_{name}"))?;
     check_for(&main, &target(config))?;
     let shared = verify::shared_bytes(&main);
-    if shared > TARGET.max_shared_bytes {
+    let limit = target(config).max_shared_bytes;
+    if shared > limit {
         return Err(config_err(
             "stages",
             format!(
-                "{} stages of the A, weight and scale tiles need {shared} bytes of shared memory, more than {}",
-                config.stages, TARGET.max_shared_bytes
+                "{} stages of the A, weight and scale tiles need {shared} bytes of shared memory, more than {limit}",
+                config.stages
             ),
         ));
     }

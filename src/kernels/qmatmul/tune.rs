@@ -262,11 +262,33 @@ enum SmallBatch {
 /// thread); one block per SM measured slower (docs/perf-notes.md entry 29).
 const WGMMA_STAGE_BUDGET: usize = 112 * 1024;
 
-/// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]) for `m` rows and `bn`
-/// output columns: all of the rows in one block, k tiles of 64 (one swizzled row), as many
-/// stages (3 to 8) as fit [`WGMMA_STAGE_BUDGET`].
-fn gemv_wgmma(c: QMatmulConfig, m: usize, bn: usize) -> QMatmulConfig {
-    let bm = gemv_rows(m);
+/// The stage budget of a block that has its multiprocessor to itself (the 256-row tiles of
+/// [`TALL`], ~187 registers per thread), leaving room for the output tile's staging.
+const WGMMA_ONE_BLOCK_BUDGET: usize = 192 * 1024;
+
+/// The warpgroup gemv's tiles for more than [`GEMV_MAX_ROWS`] rows, in order, for up to 128
+/// rows and for more: (rows per block, output columns, stage budget). On an H200 at
+/// 57344 x 8192 (perf note 31) 128 x 128 tiles, two blocks per multiprocessor, were the
+/// fastest at 128 tokens (i4 217 us against 523 for the best mma.sync tile, 1.8x cuBLAS f16)
+/// and 256 x 128 tiles, one block per multiprocessor, from 256 tokens on (i4 354 us at 256,
+/// 1255 at 1024, against cuBLAS's 339 and 1233: the fused weight at cuBLAS's speed, with no
+/// dequantized copy); 256-column tiles and 64-row ones were slower at every point.
+const TALL: [&[(usize, usize, usize)]; 2] = [
+    &[
+        (128, 128, WGMMA_STAGE_BUDGET),
+        (128, 256, WGMMA_ONE_BLOCK_BUDGET),
+        (256, 128, WGMMA_ONE_BLOCK_BUDGET),
+    ],
+    &[
+        (256, 128, WGMMA_ONE_BLOCK_BUDGET),
+        (128, 128, WGMMA_STAGE_BUDGET),
+    ],
+];
+
+/// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]): `bm` rows and `bn` output
+/// columns per block, k tiles of 64 (one swizzled row), as many stages (3 to 8) as fit
+/// `budget` bytes of shared memory.
+fn gemv_wgmma(c: QMatmulConfig, bm: usize, bn: usize, budget: usize) -> QMatmulConfig {
     let element = c.adtype.bits() as usize / 8;
     let columns = if c.has_zeros { 2 } else { 1 };
     let stage = bm * 64 * element + 64 * bn * c.wdtype.bits() as usize / 8 + columns * bn * element;
@@ -275,7 +297,8 @@ fn gemv_wgmma(c: QMatmulConfig, m: usize, bn: usize) -> QMatmulConfig {
         bm,
         bn,
         bk: 64,
-        stages: (WGMMA_STAGE_BUDGET / stage).clamp(3, 8),
+        warps: 8,
+        stages: (budget / stage).clamp(3, 8),
         ..c
     }
 }
@@ -297,10 +320,11 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 
 /// The configurations tried for an `m`-row problem, most promising first: for decode shapes
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
-/// H100, each with the gemv method first, then the rest of that space; for larger `m` the
-/// default tiles, then up to [`GEMV_MAX_ROWS`] rows the small-batch list (gemv and fused
-/// tiles with split-k), then taller m tiles of the fused pipeline; for prefill (`m > 256`)
-/// dequantize-then-GEMM first. Every one is valid for the shape.
+/// H100, each with the gemv method first, then the rest of that space; up to
+/// [`GEMV_MAX_ROWS`] rows the default tiles, then the small-batch list (gemv and fused tiles
+/// with split-k); above, the warpgroup gemv's [`TALL`] tiles (sm_90a only: the tuner drops
+/// them elsewhere), then for prefill (`m > 256`) dequantize-then-GEMM; then taller m tiles of
+/// the fused pipeline. Every one is valid for the shape.
 pub fn candidates(
     wdtype: DType,
     adtype: DType,
@@ -326,12 +350,10 @@ pub fn candidates_up_to(
 ) -> Result<Vec<QMatmulConfig>, QMatmulError> {
     let zeros = matches!(wdtype, DType::UInt(_));
     let base = QMatmulConfig::for_shape(wdtype, adtype, group, zeros, n, k)?;
-    // Decode shapes start with the measured best; the default tiles come first otherwise.
-    let mut out = if m <= 16 || m > 256 {
-        vec![]
-    } else {
-        vec![base]
-    };
+    // Decode shapes start with the measured best, more than 64 rows with the warpgroup gemv's
+    // tall tiles; the default tiles come first otherwise.
+    let tall = m > GEMV_MAX_ROWS;
+    let mut out = if m <= 16 || tall { vec![] } else { vec![base] };
     let mut push = |cfg: QMatmulConfig| {
         if out.len() < limit
             && cfg.tiling().is_ok()
@@ -406,7 +428,14 @@ pub fn candidates_up_to(
             }
         }
     } else {
-        if m <= GEMV_MAX_ROWS {
+        if tall {
+            for &(bm, bn, budget) in TALL[usize::from(m > 128)] {
+                push(gemv_wgmma(base, bm, bn, budget));
+            }
+            if m <= 256 {
+                push(base);
+            }
+        } else {
             for (method, wide, bk, warps, stages, split_k) in SMALL_BATCH {
                 let c = decode((wide, bk, warps, stages, split_k));
                 let gemv = |bm: usize| QMatmulConfig {
@@ -416,7 +445,10 @@ pub fn candidates_up_to(
                     ..c
                 };
                 push(match method {
-                    SmallBatch::Wgmma { bn } => gemv_wgmma(c, m, bn),
+                    SmallBatch::Wgmma { bn } => QMatmulConfig {
+                        warps,
+                        ..gemv_wgmma(c, gemv_rows(m), bn, WGMMA_STAGE_BUDGET)
+                    },
                     SmallBatch::Gemv => gemv(gemv_rows(m)),
                     SmallBatch::GemvHalf => gemv(gemv_rows(m.div_ceil(2))),
                     SmallBatch::Fused => QMatmulConfig {
@@ -799,6 +831,34 @@ mod tests {
             }
             let all = candidates_up_to(wdtype, DType::F16, Some(128), 16, 57344, 8192, 40).unwrap();
             assert!(all.iter().all(|c| c.method != QMatmulMethod::GemvWgmma));
+        }
+    }
+
+    /// Above 64 rows the warpgroup gemv's tall tiles lead: 128 rows per block up to 128
+    /// tokens, 256 above, 128 columns; dequantize-then-GEMM stays in the prefill list.
+    #[test]
+    fn warpgroup_gemv_leads_tall_batches() {
+        for wdtype in [DType::UInt(2), DType::Int(4), DType::Int(8)] {
+            for (m, bm) in [(65, 128), (128, 128), (129, 256), (256, 256), (4096, 256)] {
+                let all =
+                    candidates_up_to(wdtype, DType::F16, Some(128), m, 57344, 8192, 6).unwrap();
+                let first = all[0];
+                assert_eq!(first.method, QMatmulMethod::GemvWgmma, "{wdtype} m={m}");
+                assert_eq!(
+                    (first.bm, first.bn, first.warps),
+                    (bm, 128, 8),
+                    "{wdtype} m={m}"
+                );
+                let stage = bm * 64 * 2 + 64 * 128 * wdtype.bits() as usize / 8;
+                assert!((4..=8).contains(&first.stages), "{first:?}");
+                assert!(first.stages * stage <= WGMMA_ONE_BLOCK_BUDGET, "{first:?}");
+                assert_eq!(
+                    all.iter()
+                        .any(|c| c.method == QMatmulMethod::DequantizeThenGemm),
+                    m > 256,
+                    "{wdtype} m={m}: {all:?}"
+                );
+            }
         }
     }
 
