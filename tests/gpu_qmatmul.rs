@@ -259,6 +259,20 @@ fn gemv_wgmma_matches_the_reference() {
             );
         }
     }
+    // Row blocks in bands (about 16 MB of activations each): at k = 8192 a band holds 4 blocks
+    // of 256 rows, so 1317 rows make a band of 4 and a ragged one of 2.
+    let cfg = QMatmulConfig {
+        method: QMatmulMethod::GemvWgmma,
+        bm: 256,
+        bn: 128,
+        bk: 64,
+        warps: 8,
+        stages: 5,
+        ..QMatmulConfig::for_shape(DType::Int(4), DType::F16, Some(128), false, 256, 8192).unwrap()
+    };
+    let rel = run_case::<f16>(&ctx, &cfg, 1317, 256, 8192, Group::Rows(128));
+    println!("gemv-wgmma bands bm256 i4 f16 m=1317 k=8192: rel err {rel:.2e}");
+    assert!(rel < 1e-2, "gemv-wgmma bands: relative error {rel}");
     // Tiles of up to 256 columns are filled by the copy engine; wider ones by cp.async.
     for (wdtype, adtype) in [(DType::UInt(2), DType::F16), (DType::Int(4), DType::BF16)] {
         let cfg = QMatmulConfig {

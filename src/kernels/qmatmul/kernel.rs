@@ -687,7 +687,19 @@ mod kernels {
             128
         ));
 
-        let [bi, bj, bs] = block_indices();
+        let [gi, gj, bs] = block_indices();
+        // Blocks in bands of row blocks, each band sweeping the columns, so that the
+        // activations a wave reads stay in L2 (about 16 MB of them) while the weight streams:
+        // in launch order (rows fastest, over all of m) a 4096-token prefill read its 64 MB of
+        // activations from memory again in every wave. One row block (decode) is launch order.
+        let rows = cdiv(m, BM);
+        let cols = n / BN;
+        let band = max(1, 8388608 / (BM * k));
+        let lin = gi + gj * rows;
+        let first = lin / (band * cols) * band;
+        let height = min(rows - first, band);
+        let bi = first + lin % (band * cols) % height;
+        let bj = lin % (band * cols) / height;
         // Extents of the kernel's parameters alone (not `let` scalars): the launcher encodes
         // the tensor maps from them.
         let ga = view_global(a, [m, k]);

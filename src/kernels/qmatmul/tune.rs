@@ -430,7 +430,16 @@ pub fn candidates_up_to(
     } else {
         if tall {
             for &(bm, bn, budget) in TALL[usize::from(m > 128)] {
-                push(gemv_wgmma(base, bm, bn, budget));
+                let c = gemv_wgmma(base, bm, bn, budget);
+                // Fewer tiles than an H100's 132 multiprocessors (the 8192-wide layers): split
+                // k until they make about a wave, the unsplit tile right after.
+                let tiles = m.div_ceil(bm) * n.div_ceil(bn);
+                let mut split_k = 1;
+                while tiles * split_k < 128 && split_k < 8 {
+                    split_k *= 2;
+                }
+                push(QMatmulConfig { split_k, ..c });
+                push(c);
             }
             if m <= 256 {
                 push(base);
@@ -835,7 +844,8 @@ mod tests {
     }
 
     /// Above 64 rows the warpgroup gemv's tall tiles lead: 128 rows per block up to 128
-    /// tokens, 256 above, 128 columns; dequantize-then-GEMM stays in the prefill list.
+    /// tokens, 256 above, 128 columns; dequantize-then-GEMM stays in the prefill list. A
+    /// layer of fewer tiles than multiprocessors splits k first.
     #[test]
     fn warpgroup_gemv_leads_tall_batches() {
         for wdtype in [DType::UInt(2), DType::Int(4), DType::Int(8)] {
@@ -845,8 +855,8 @@ mod tests {
                 let first = all[0];
                 assert_eq!(first.method, QMatmulMethod::GemvWgmma, "{wdtype} m={m}");
                 assert_eq!(
-                    (first.bm, first.bn, first.warps),
-                    (bm, 128, 8),
+                    (first.bm, first.bn, first.warps, first.split_k),
+                    (bm, 128, 8, 1),
                     "{wdtype} m={m}"
                 );
                 let stage = bm * 64 * 2 + 64 * 128 * wdtype.bits() as usize / 8;
@@ -859,6 +869,11 @@ mod tests {
                     "{wdtype} m={m}: {all:?}"
                 );
             }
+            // 8192 x 8192 at 256 tokens: 64 tiles of 256 x 128, split in two, then whole.
+            let all = candidates_up_to(wdtype, DType::F16, Some(128), 256, 8192, 8192, 2).unwrap();
+            let got: Vec<_> = all.iter().map(|c| (c.method, c.bm, c.split_k)).collect();
+            let wg = QMatmulMethod::GemvWgmma;
+            assert_eq!(got, [(wg, 256, 2), (wg, 256, 1)], "{wdtype}");
         }
     }
 
