@@ -272,7 +272,11 @@ const WGMMA_ONE_BLOCK_BUDGET: usize = 192 * 1024;
 /// fastest at 128 tokens (i4 217 us against 523 for the best mma.sync tile, 1.8x cuBLAS f16)
 /// and 256 x 128 tiles, one block per multiprocessor, from 256 tokens on (i4 354 us at 256,
 /// 1255 at 1024, against cuBLAS's 339 and 1233: the fused weight at cuBLAS's speed, with no
-/// dequantized copy); 256-column tiles and 64-row ones were slower at every point.
+/// dequantized copy); 256-column tiles and 64-row ones were slower at every point. The
+/// count of tiles against the multiprocessors decides the small layers: 256 x 64 tiles, one
+/// warpgroup and one block per multiprocessor, make 128 blocks of 8192 x 8192 at 256 tokens
+/// (54.6 us against 60.4 for the best above) and lose wherever the wider tiles fill whole
+/// waves.
 const TALL: [&[(usize, usize, usize)]; 2] = [
     &[
         (128, 128, WGMMA_STAGE_BUDGET),
@@ -282,6 +286,7 @@ const TALL: [&[(usize, usize, usize)]; 2] = [
     &[
         (256, 128, WGMMA_ONE_BLOCK_BUDGET),
         (128, 128, WGMMA_STAGE_BUDGET),
+        (256, 64, WGMMA_ONE_BLOCK_BUDGET),
     ],
 ];
 
@@ -297,7 +302,8 @@ fn gemv_wgmma(c: QMatmulConfig, bm: usize, bn: usize, budget: usize) -> QMatmulC
         bm,
         bn,
         bk: 64,
-        warps: 8,
+        // One warpgroup per 64 columns, at most two (the ring's copies are shared).
+        warps: 4 * (bn / 64).clamp(1, 2),
         stages: (budget / stage).clamp(3, 8),
         ..c
     }
