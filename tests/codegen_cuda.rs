@@ -1315,18 +1315,22 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
     // The quantized matmul's warpgroup gemv: 1-, 2- and 4-bit weights, zero points (one fma
     // per pair), 8 to 64 tokens, one and two warpgroups, split-k; the tuner's 256-column tiles
     // of one warpgroup at 32 and 64 tokens (u1 there needs 251 of the 255 registers); the
-    // copy engine's ring up to 256 columns, cp.async's at 512.
+    // copy engine's ring up to 256 columns, cp.async's at 512; the tall tiles of prefill (128
+    // and 256 tokens: a 256 x 128 tile holds a 128-register accumulator per thread).
     {
         use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
-        for (w, bm, bn, warps, split_k) in [
-            (DType::UInt(2), 8, 256, 4, 4),
-            (DType::Int(4), 32, 128, 4, 1),
-            (DType::Int(4), 16, 256, 8, 2),
-            (DType::UInt(1), 64, 256, 4, 1),
-            (DType::Int(4), 64, 256, 4, 1),
-            (DType::UInt(2), 32, 256, 4, 1),
+        for (w, bm, bn, warps, split_k, stages) in [
+            (DType::UInt(2), 8, 256, 4, 4, 6),
+            (DType::Int(4), 32, 128, 4, 1, 6),
+            (DType::Int(4), 16, 256, 8, 2, 6),
+            (DType::UInt(1), 64, 256, 4, 1, 6),
+            (DType::Int(4), 64, 256, 4, 1, 6),
+            (DType::UInt(2), 32, 256, 4, 1, 6),
             // Wider than a copy-engine box row: the cp.async ring.
-            (DType::UInt(2), 16, 512, 8, 1),
+            (DType::UInt(2), 16, 512, 8, 1, 6),
+            (DType::Int(4), 256, 128, 8, 1, 5),
+            (DType::UInt(2), 128, 128, 8, 2, 5),
+            (DType::Int(8), 256, 64, 4, 1, 5),
         ] {
             let cfg = QMatmulConfig {
                 method: QMatmulMethod::GemvWgmma,
@@ -1334,7 +1338,7 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
                 bn,
                 bk: 64,
                 warps,
-                stages: 6,
+                stages,
                 split_k,
                 ..QMatmulConfig::default_for(w, DType::F16, Some(128), w == DType::UInt(2))
             };
