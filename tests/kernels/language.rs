@@ -164,11 +164,24 @@ pub fn closures<const REPS: i32>(n: i32, s: f32, x: Global<f32>, y: GlobalMut<f3
 }
 
 /// An `if` that ends a block is a statement when its branches end in statements, as in Rust:
-/// closures whose bodies end in an `if` without `else` (a run-time condition), and a constant
-/// branch ending in an `if`/`else` of statements. Odd blocks store `2x` (`TWICE = 1`) or `3x`,
-/// even blocks `x + t`.
+/// closures whose bodies end in an `if` without `else` (a run-time condition), a constant
+/// branch ending in an `if`/`else` of statements, and a helper ending in an `if`/`else` whose
+/// branches end in a loop and in an `if`. Odd blocks store `2x` (`TWICE = 1`) or `3x`, even
+/// blocks `x + t`.
 #[tilus::kernel(grid = [cdiv(n, 32)], warps = 1, space(TWICE = [0, 1]))]
 pub fn tail_ifs<const TWICE: i32>(n: i32, t: f32, x: Global<f32>, y: GlobalMut<f32>) {
+    fn thrice_or_shift(v: Tensor, bi: i32, shift: f32) {
+        let gy = view_global(y, [n]);
+        if bi % 2 == 1 {
+            for _ in 0..1 {
+                store_global(v * 3.0, gy, [bi * 32]);
+            }
+        } else {
+            if bi >= 0 {
+                store_global(v + shift, gy, [bi * 32]);
+            }
+        }
+    }
     let [bi] = block_indices();
     let tile = layout!(spatial(32));
     let gy = view_global(y, [n]);
@@ -187,10 +200,14 @@ pub fn tail_ifs<const TWICE: i32>(n: i32, t: f32, x: Global<f32>, y: GlobalMut<f
         odd(r);
         even(r);
     } else {
-        if bi % 2 == 1 {
-            store_global(r * 3.0, gy, [bi * 32]);
+        if bi % 4 < 2 {
+            if bi % 2 == 1 {
+                store_global(r * 3.0, gy, [bi * 32]);
+            } else {
+                even(r);
+            }
         } else {
-            even(r);
+            thrice_or_shift(r, bi, t);
         }
     }
 }

@@ -944,18 +944,30 @@ pub enum Scope {
 }
 
 /// Whether `i` has the value `()` whatever its condition: no `else`, or every branch a block
-/// without a tail expression (`if c { a(); } else { b(); }`), as Rust types it.
+/// whose end is a statement (`if c { a(); } else { b(); }`), a loop or such an `if`, as Rust
+/// types it.
 fn is_unit_if(i: &syn::ExprIf) -> bool {
-    let no_tail = |blk: &syn::Block| !matches!(blk.stmts.last(), Some(syn::Stmt::Expr(_, None)));
     match &i.else_branch {
         None => true,
-        Some((_, e)) => {
-            no_tail(&i.then_branch)
-                && match &**e {
-                    SynExpr::Block(blk) => no_tail(&blk.block),
-                    SynExpr::If(elif) => is_unit_if(elif),
-                    _ => false,
-                }
-        }
+        Some((_, e)) => ends_in_unit(&i.then_branch) && is_unit(e),
+    }
+}
+
+/// Whether block `blk` has the value `()`: it ends in a statement, a loop or a unit `if`.
+fn ends_in_unit(blk: &syn::Block) -> bool {
+    match blk.stmts.last() {
+        Some(syn::Stmt::Expr(e, None)) => is_unit(e),
+        _ => true,
+    }
+}
+
+/// Whether expression `e` has the value `()` by its form: a loop, or an `if` or block ending
+/// in statements.
+pub(super) fn is_unit(e: &SynExpr) -> bool {
+    match e {
+        SynExpr::If(i) => is_unit_if(i),
+        SynExpr::Block(b) => ends_in_unit(&b.block),
+        SynExpr::ForLoop(_) | SynExpr::While(_) | SynExpr::Loop(_) => true,
+        _ => false,
     }
 }

@@ -309,9 +309,10 @@ impl Translator<'_, '_> {
         let saved = std::mem::replace(&mut self.scopes, scopes);
         self.helper_depth += 1;
         let stmts = &helper.body.stmts;
-        // A trailing `if` without `else` or a loop is a statement, as in Rust.
+        // A trailing loop, `if` without `else` or `if` of statements is a statement, as in
+        // Rust.
         let (body, tail) = match stmts.split_last() {
-            Some((Stmt::Expr(e, None), rest)) if !is_statement(e) => (rest, Some(e)),
+            Some((Stmt::Expr(e, None), rest)) if !super::expr::is_unit(e) => (rest, Some(e)),
             _ => (&stmts[..], None),
         };
         for s in body {
@@ -426,14 +427,5 @@ impl Translator<'_, '_> {
                 return Err(self.err(arg, format!("`{pname}` cannot be {found}")));
             }
         })
-    }
-}
-
-/// Whether a trailing expression without `;` is a statement (its value is `()`).
-fn is_statement(e: &SynExpr) -> bool {
-    match e {
-        SynExpr::If(i) => i.else_branch.is_none(),
-        SynExpr::ForLoop(_) | SynExpr::While(_) | SynExpr::Loop(_) => true,
-        _ => false,
     }
 }
