@@ -750,6 +750,7 @@ fn config_strategy() -> impl Strategy<Value = QMatmulConfig> {
                     } else {
                         QMatmulMethod::Fused
                     },
+                    stream_k: 0,
                 }
             },
         )
@@ -798,6 +799,7 @@ const CONFIG_ARGS: &[&str] = &[
     "stages",
     "split_k",
     "method",
+    "stream_k",
     "weight",
     "bytes",
     "k",

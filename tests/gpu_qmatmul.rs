@@ -304,6 +304,44 @@ fn gemv_wgmma_matches_the_reference() {
             );
         }
     }
+    // Stream-k: workers sharing the iterations unevenly (shares end inside column tiles).
+    for (wdtype, adtype, bm, bn, warps, stream_k) in [
+        (DType::UInt(2), DType::F16, 16, 128, 4, 7),
+        (DType::Int(4), DType::BF16, 32, 256, 8, 5),
+        // Tall tiles, more workers than k tiles per column tile.
+        (DType::Int(4), DType::F16, 256, 128, 8, 11),
+        (DType::UInt(4), DType::BF16, 128, 128, 8, 24),
+    ] {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            stages: 5,
+            stream_k,
+            ..QMatmulConfig::for_shape(
+                wdtype,
+                adtype,
+                Some(128),
+                matches!(wdtype, DType::UInt(_)),
+                n,
+                k,
+            )
+            .unwrap()
+        };
+        for m in [1, bm + 9] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, Group::Rows(128)),
+            };
+            println!("gemv-wgmma stream {stream_k} {wdtype} {adtype} m={m}: rel err {rel:.2e}");
+            assert!(
+                rel < 1e-2,
+                "gemv-wgmma stream {wdtype} m={m}: relative error {rel}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -380,6 +380,47 @@ fn gemv_wgmma_errors_name_the_field() {
         (QMatmulConfig { bm: 264, ..u4 }, "`bm`"),
         (QMatmulConfig { stages: 2, ..u4 }, "`stages`"),
         (QMatmulConfig { bn: 96, ..u4 }, "`bn`"),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                split_k: 2,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                bn: 512,
+                warps: 8,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 70000,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                group_rows: None,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                method: QMatmulMethod::Gemv,
+                bm: 8,
+                ..u4
+            },
+            "`stream_k`",
+        ),
     ] {
         let e = err_text(cfg.tiling());
         assert!(e.contains(field), "{cfg:?}: {e}");
@@ -416,6 +457,47 @@ fn gemv_tiles_and_errors() {
         (QMatmulConfig { bm: 12, ..u4 }, "`bm`"),
         (QMatmulConfig { bm: 0, ..u4 }, "`bm`"),
         (QMatmulConfig { bn: 96, ..u4 }, "`bn`"),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                split_k: 2,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                bn: 512,
+                warps: 8,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 70000,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                group_rows: None,
+                ..u4
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 8,
+                method: QMatmulMethod::Gemv,
+                bm: 8,
+                ..u4
+            },
+            "`stream_k`",
+        ),
         (
             QMatmulConfig {
                 group_rows: Some(32),
@@ -813,7 +895,17 @@ fn tuning_candidates_are_valid_and_distinct() {
                 build(cfg).unwrap();
                 assert!(!c[..i].contains(cfg), "{wd} m={m}: {cfg:?} twice");
             }
-            let prefill = c[0].method == QMatmulMethod::DequantizeThenGemm;
+            // Above 64 rows the warpgroup gemv's tall tiles lead; prefill keeps
+            // dequantize-then-GEMM in the list.
+            assert_eq!(
+                c[0].method == QMatmulMethod::GemvWgmma,
+                m > 64,
+                "{wd} m={m}: {:?}",
+                c[0]
+            );
+            let prefill = c
+                .iter()
+                .any(|c| c.method == QMatmulMethod::DequantizeThenGemm);
             assert_eq!(prefill, m > 256, "{wd} m={m}");
             if m <= 16 {
                 assert!(c[0].split_k > 1, "decode starts with split-k: {:?}", c[0]);

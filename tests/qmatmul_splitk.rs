@@ -71,8 +71,8 @@ fn check(cfg: QMatmulConfig, k: usize, n: usize, ms: &[usize]) {
         for order in &orders {
             for call in 0..2 {
                 let what = format!(
-                    "{} split {} m={m} {order:?} call {call} (seed {seed})",
-                    cfg.wdtype, cfg.split_k
+                    "{} split {} stream {} m={m} {order:?} call {call} (seed {seed})",
+                    cfg.wdtype, cfg.split_k, cfg.stream_k
                 );
                 let mut c = vec![0xFF; m * n * 2];
                 kernel
@@ -132,6 +132,35 @@ fn gemv_split_k_in_one_launch() {
             ..base
         };
         check(cfg, 128 * 4, 2 * cfg.bn, &[1, 3, 9, 16]);
+    }
+}
+
+/// Stream-k on the warpgroup gemv: workers whose shares start and end inside column tiles
+/// (8 iterations for 3 workers), several workers on one tile and an odd number of k tiles
+/// (6 for 5), more workers than iterations (one with none), two block rows, zero points; the
+/// same bits in every block order, the semaphores reset.
+#[test]
+fn gemv_wgmma_stream_k_in_one_launch() {
+    let cases = [
+        // (weight, activations, group, bm, bn, warps, workers, k tiles, column tiles)
+        ("u2", DType::F16, Some(128), 8, 128, 4, 3, 4, 2),
+        ("i4", DType::BF16, Some(64), 16, 256, 8, 5, 3, 2),
+        ("u3", DType::F16, Some(64), 32, 128, 4, 7, 2, 3),
+    ];
+    for (wd, ad, group, bm, bn, warps, stream_k, kt, tiles) in cases {
+        let wdtype: DType = wd.parse().unwrap();
+        let base = QMatmulConfig::default_for(wdtype, ad, group, matches!(wdtype, DType::UInt(_)));
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            stages: 4,
+            stream_k,
+            ..base
+        };
+        check(cfg, 64 * kt, tiles * bn, &[1, bm + 3]);
     }
 }
 

@@ -198,7 +198,7 @@ pub fn layer_candidates(
             }
             if !out.contains(&c)
                 && c.check_shape(m_bucket, n, k).is_ok()
-                && !(unbounded && c.split_k > 1)
+                && !(unbounded && c.needs_split_buffers())
             {
                 out.push(c);
             }
@@ -366,7 +366,8 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         if let Some(p) = state.plans.get(&mb) {
             // The last bucket's split-k buffers (none from `layer_candidates`, but a record
             // tuned elsewhere may hold one) grow to the rows asked for.
-            if p.info.config.split_k > 1 && p.kernel.reserved_rows().is_none_or(|r| r < m) {
+            if p.info.config.needs_split_buffers() && p.kernel.reserved_rows().is_none_or(|r| r < m)
+            {
                 p.kernel.reserve(&self.ctx, m, n)?;
             }
             return Ok(p.clone());

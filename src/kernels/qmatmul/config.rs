@@ -124,6 +124,12 @@ pub struct QMatmulConfig {
     pub split_k: usize,
     /// How the product is computed; see [`QMatmulMethod`].
     pub method: QMatmulMethod,
+    /// Stream-k workers per block row (0: off; [`QMatmulMethod::GemvWgmma`] only, with
+    /// `split_k = 1` and `bn <= 256`): the `(column tile, k tile)` iterations are shared out
+    /// equally among this many blocks, which may start and end inside a column tile; the
+    /// partial sums of a tile's workers are added by the last of them, in the same launch.
+    /// Against a grid of whole tiles, no multiprocessor idles at the end of the launch.
+    pub stream_k: usize,
 }
 
 /// The two ways to compute `A · dequant(W)`.
@@ -238,6 +244,7 @@ impl QMatmulConfig {
             stages: 3,
             split_k: 1,
             method: QMatmulMethod::Fused,
+            stream_k: 0,
         }
     }
 
@@ -470,6 +477,38 @@ impl QMatmulConfig {
                 ))
             }
         };
+        if self.stream_k > 0 {
+            let why = if !wgmma {
+                Some("stream-k is a schedule of the warpgroup gemv (METHOD=gemv_wgmma)".to_string())
+            } else if self.split_k != 1 {
+                Some(format!(
+                    "stream-k shares k out itself; split_k must be 1, not {}",
+                    self.split_k
+                ))
+            } else if self.bn > 256 {
+                Some(format!(
+                    "stream-k runs on the copy engine's ring, whose tiles are at most 256 \
+                     columns wide, not bn = {}",
+                    self.bn
+                ))
+            } else if self.group_rows.is_none() {
+                Some(
+                    "stream-k needs grouped scales: a worker's passes cross column tiles, and \
+                     per-channel scales are loaded once per block"
+                        .to_string(),
+                )
+            } else if self.stream_k > 65535 {
+                Some(format!(
+                    "{} workers exceed 65535, the most blocks along the grid's y dimension",
+                    self.stream_k
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(config_err("stream_k", why));
+            }
+        }
         if self.split_k > 65535 {
             return Err(config_err(
                 "split_k",
@@ -556,25 +595,26 @@ impl QMatmulConfig {
         };
         let pick =
             |x: (&'static str, usize), y: (&'static str, usize)| if x.1 >= y.1 { x.0 } else { y.0 };
-        let activations = (
-            pick(("bm", rep_m), ("bk", rep_k)),
-            format!("[bm, bk] = [{}, {}] activation tile", self.bm, self.bk),
-            words(rep_m, rep_k, 4),
-        );
         let tiles = [
-            (
+            Some((
                 pick(("bm", rep_m), ("bn", rep_n)),
                 format!("[bm, bn] = [{}, {}] f32 accumulator", self.bm, self.bn),
                 words(rep_m, rep_n, 4),
-            ),
-            (
+            )),
+            activations_in_registers.then(|| {
+                (
+                    pick(("bm", rep_m), ("bk", rep_k)),
+                    format!("[bm, bk] = [{}, {}] activation tile", self.bm, self.bk),
+                    words(rep_m, rep_k, 4),
+                )
+            }),
+            Some((
                 pick(("bk", rep_k), ("bn", rep_n)),
                 format!("[bk, bn] = [{}, {}] weight tile", self.bk, self.bn),
                 words(rep_k, rep_n, weight_locals / 2),
-            ),
+            )),
         ];
-        let activations = activations_in_registers.then_some(activations);
-        for (field, what, words) in tiles.into_iter().chain(activations) {
+        for (field, what, words) in tiles.into_iter().flatten() {
             if words.is_none_or(|w| w > limit) {
                 let words = words.map_or("more than 2^64".to_string(), |w| w.to_string());
                 return Err(config_err(
@@ -663,6 +703,12 @@ impl QMatmulConfig {
                 n.checked_mul(self.split_k).and_then(|v| v.checked_mul(m)),
                 "m x n x split_k workspace elements",
             ),
+            (
+                "m",
+                m.div_ceil(self.bm.max(1))
+                    .checked_mul(self.stream_k * 2 * self.bm * self.bn),
+                "stream-k workspace elements (m tiles x stream_k x 2 x bm x bn)",
+            ),
         ];
         for (arg, v, what) in elements {
             if v.is_none_or(|v| v > limit) {
@@ -676,11 +722,11 @@ impl QMatmulConfig {
     }
 
     /// Elements of the split-k buffers for up to `max_m` rows of an `n`-column output: the f32
-    /// workspace `[split_k, max_m, n]` and the i32 semaphores, one per output tile
-    /// (`cdiv(max_m, bm) * (n / bn)`). Both are zero with `split_k = 1` (the program does not
-    /// read them). Errors name `m` (`max_m` too large for the VM's i32 indices) or `n`.
+    /// workspace `[split_k, max_m, n]` (with stream-k `[cdiv(max_m, bm), stream_k, 2, bm,
+    /// bn]`) and the i32 semaphores, one per output tile (`cdiv(max_m, bm) * (n / bn)`). Both
+    /// are zero with `split_k = 1` and no stream-k (the program does not read them). Errors name `m` (`max_m` too large for the VM's i32 indices) or `n`.
     pub fn split_buffers(&self, max_m: usize, n: usize) -> Result<(usize, usize), QMatmulError> {
-        if self.split_k <= 1 {
+        if self.split_k <= 1 && self.stream_k == 0 {
             return Ok((0, 0));
         }
         self.tiling()?;
@@ -693,17 +739,35 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let workspace = size_product("m", &[("split_k", self.split_k), ("m", max_m), ("n", n)])?;
+        let workspace = if self.stream_k > 0 {
+            // A slot per worker for its first and its last pass, per block row.
+            let slots = [
+                ("m", max_m.div_ceil(self.bm)),
+                ("stream_k", self.stream_k),
+                ("slots", 2),
+                ("bm", self.bm),
+                ("bn", self.bn),
+            ];
+            size_product("m", &slots)?
+        } else {
+            size_product("m", &[("split_k", self.split_k), ("m", max_m), ("n", n)])?
+        };
         if workspace > i32::MAX as usize {
             return Err(shape_err(
                 "m",
                 format!(
-                    "{max_m} rows: split_k x m x n = {workspace} workspace elements exceed the VM's i32 indices"
+                    "{max_m} rows: {workspace} split-k workspace elements exceed the VM's i32 indices"
                 ),
             ));
         }
         let semaphores = max_m.div_ceil(self.bm) * (n / self.bn);
         Ok((workspace, semaphores))
+    }
+
+    /// Whether the program reads the split-k workspace and semaphores ([`Self::split_buffers`]):
+    /// with `split_k > 1` or stream-k.
+    pub fn needs_split_buffers(&self) -> bool {
+        self.split_k > 1 || self.stream_k > 0
     }
 
     /// Rows per scale group for a weight with `k` rows.

@@ -252,7 +252,7 @@ impl QMatmulKernel {
         if m == 0 {
             return Ok(());
         }
-        if self.config.split_k > 1 {
+        if self.config.needs_split_buffers() {
             check_split_scratch(m, w.n, scratch.max_m, scratch.n)?;
         }
         let cfg = &self.config;

@@ -212,7 +212,7 @@ impl GpuQMatmul {
             return Ok(());
         }
         let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
-        if cfg.split_k > 1 {
+        if cfg.needs_split_buffers() {
             match split.as_ref() {
                 Some(b) => check_split_scratch(m, w.n, b.max_m, b.n)?,
                 None => {

@@ -54,6 +54,67 @@ mod kernels {
         }
     }
 
+    /// The end of stream-k worker `w`'s pass over column tile `j` of block row `bi`: the sum
+    /// over `len` of the tile's k tiles in the f32 accumulator `acc` (layout `lc`; `lanes` one
+    /// element per thread), `first` when it is the worker's first pass. A whole tile is stored.
+    /// A part is this worker's partial sum: it goes to the worker's slot (0 for its first pass,
+    /// 1 for its last: only those can be partial) in `workspace [cdiv(m, BM), STREAM, 2, BM,
+    /// BN]`, and its k tiles are counted on the tile's semaphore (one thread's atomic). The
+    /// block whose count completes the tile adds the partials of the tile's workers, the
+    /// owners of its first to its last k tile, in worker order (the result does not depend on
+    /// the arrival order), and resets the semaphore for the next launch.
+    #[helper]
+    fn stream_store(
+        acc: Tensor,
+        lc: Layout,
+        lanes: Layout,
+        bi: i32,
+        w: i32,
+        j: i32,
+        len: i32,
+        first: bool,
+    ) {
+        let kt = k / 64;
+        if len == kt {
+            store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, j * BN]);
+        } else {
+            let tiles_m = cdiv(m, BM);
+            let gw = view_global(workspace, [tiles_m * STREAM * 2 * BM, BN]);
+            let slot = |worker: i32, first: bool| {
+                ((bi * STREAM + worker) * 2 + if first { 0 } else { 1 }) * BM
+            };
+            store_global(acc, gw, [slot(w, first), 0]);
+            // Release: every thread's stores, then the count.
+            sync();
+            fence();
+            let lane = arange(lanes, 0, 0);
+            let index = select(lane == 0, arange(lanes, 0, j * tiles_m + bi), -1);
+            let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
+            let old = atomic_add(gsem, index, register::<i32>(lanes, 0) + len);
+            // Acquire: after the count, before the barrier that hands it to every thread.
+            fence();
+            let arrived = item(sum(old, 0));
+            if arrived + len == kt {
+                // The owner of iteration `it` is the last worker starting at or before it.
+                let total = (n / BN * kt) as i64;
+                let lo = ((j * kt + 1) as i64 * STREAM - 1) / total;
+                let hi = (((j + 1) * kt) as i64 * STREAM - 1) / total;
+                let mut sum_k = register::<f32>(lc, 0.0);
+                for worker in lo as i32..hi as i32 + 1 {
+                    // A worker starting inside the tile has it as its first pass.
+                    let starts = worker as i64 * total / STREAM >= (j * kt) as i64;
+                    sum_k = sum_k + load_global(gw, lc, [slot(worker, starts), 0]);
+                }
+                store_global(cast::<A>(sum_k), view_global(c, [m, n]), [bi * BM, j * BN]);
+                store_global(
+                    register::<i32>(layout!(local(1)), 0),
+                    gsem,
+                    [j * tiles_m + bi],
+                );
+            }
+        }
+    }
+
     /// `C[m, n] = A[m, k] · dequant(W)[k, n]` for one block tile `[BM, BN]` and one of `SPLIT`
     /// slices of k.
     ///
@@ -601,7 +662,7 @@ mod kernels {
     /// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`.
     #[tilus::kernel(
         lazy,
-        grid = [cdiv(m, BM), n / BN, SPLIT],
+        grid = [cdiv(m, BM), if STREAM > 0 { STREAM } else { n / BN }, SPLIT],
         warps = 4 * WG,
         target = sm90,
         // Checked when the crate is built: per-channel and grouped scales, zero points, both
@@ -617,6 +678,7 @@ mod kernels {
             H = [1, 4],
             VEC = [16],
             TMA = [0, 1],
+            STREAM = [0, 3],
         ),
         dtypes(A = [f16, bf16], W = [u2, u4, i8]),
     )]
@@ -632,6 +694,7 @@ mod kernels {
         const H: i32,
         const VEC: i32,
         const TMA: i32,
+        const STREAM: i32,
         A: DTypeParam,
         W: DTypeParam,
     >(
@@ -692,14 +755,23 @@ mod kernels {
         // activations a wave reads stay in L2 (about 16 MB of them) while the weight streams:
         // in launch order (rows fastest, over all of m) a 4096-token prefill read its 64 MB of
         // activations from memory again in every wave. One row block (decode) is launch order.
+        // With stream-k, block (gi, gj) is worker gj of row block gi.
         let rows = cdiv(m, BM);
         let cols = n / BN;
         let band = max(1, 8388608 / (BM * k));
         let lin = gi + gj * rows;
         let first = lin / (band * cols) * band;
         let height = min(rows - first, band);
-        let bi = first + lin % (band * cols) % height;
-        let bj = lin % (band * cols) / height;
+        let bi = if STREAM > 0 {
+            gi
+        } else {
+            first + lin % (band * cols) % height
+        };
+        let bj = if STREAM > 0 {
+            gj
+        } else {
+            lin % (band * cols) / height
+        };
         // Extents of the kernel's parameters alone (not `let` scalars): the launcher encodes
         // the tensor maps from them.
         let ga = view_global(a, [m, k]);
@@ -757,77 +829,69 @@ mod kernels {
 
         let ktiles = k / (64 * SPLIT);
         let kt0 = bs * ktiles;
-        // The copies of k tile `tile` of this block's slice into `stage`.
-        let issue = |tile: i32, stage: i32| {
-            let t = kt0 + tile;
+        // The copies of k tile `t` of column tile `j` into `stage`.
+        let issue = |t: i32, j: i32, stage: i32| {
             let xa = slice_shared(sa, [stage, 0, 0], [BM, 64]);
             let xb = slice_shared(sb, [stage, 0, 0], [tile_bytes / 128, 128]);
             if TMA == 1 {
                 tma_load(ga, xa, [bi * BM, t * 64], full, stage);
-                tma_load(gb, xb, [t, bj, 0, 0], full, stage);
+                tma_load(gb, xb, [t, j, 0, 0], full, stage);
                 if grouped {
                     let group = t * 64 / G;
                     let xs = slice_shared(ss, [stage, 0, 0], [1, BN]);
-                    tma_load(gs, xs, [group, bj * BN], full, stage);
+                    tma_load(gs, xs, [group, j * BN], full, stage);
                     if fold {
                         let xz = slice_shared(sz, [stage, 0, 0], [1, BN]);
-                        tma_load(gz, xz, [group, bj * BN], full, stage);
+                        tma_load(gz, xz, [group, j * BN], full, stage);
                     }
                 }
             } else {
                 copy_async(ga, xa, [bi * BM, t * 64]);
-                copy_async(gb, xb, [t, bj, 0, 0]);
+                copy_async(gb, xb, [t, j, 0, 0]);
                 if grouped {
                     let group = t * 64 / G;
                     copy_async(
                         gs,
                         slice_shared(ss, [stage, 0, 0], [1, BN]),
-                        [group, bj * BN],
+                        [group, j * BN],
                     );
                     if fold {
                         copy_async(
                             gz,
                             slice_shared(sz, [stage, 0, 0], [1, BN]),
-                            [group, bj * BN],
+                            [group, j * BN],
                         );
                     }
                 }
                 commit_group();
             }
         };
-        #[unroll]
-        for st in 0..STAGES - 2 {
-            if st < ktiles {
-                issue(st, st);
-            } else if TMA == 0 {
-                commit_group();
-            }
-        }
-        // The top of k tile t: every warpgroup retired tile t - 2 (its `dot_wait(1)` ran in
-        // tile t - 1, before this barrier), so tile t + STAGES - 2 refills that stage; tile t's
-        // stage has landed and is visible.
-        let top = |t: i32| {
+        // The top of step t of a pass over `len` k tiles of column tile `j` from k tile `t0`,
+        // its steps at ring positions `r0 + t`: every warpgroup retired step t - 2 (its
+        // `dot_wait(1)` ran in step t - 1, before this barrier), so step t + STAGES - 2 refills
+        // that stage; step t's stage has landed and is visible.
+        let top = |t: i32, len: i32, t0: i32, j: i32, r0: i32| {
+            let q = t + (STAGES - 2);
             if TMA == 1 {
                 sync();
-                let q = t + (STAGES - 2);
-                if q < ktiles {
-                    issue(q, q % STAGES);
+                if q < len {
+                    issue(t0 + q, j, (r0 + q) % STAGES);
                 }
-                mbarrier_wait(full, t % STAGES, t / STAGES % 2);
+                mbarrier_wait(full, (r0 + t) % STAGES, (r0 + t) / STAGES % 2);
             } else {
                 wait_group(STAGES - 3);
                 sync();
-                let q = t + (STAGES - 2);
-                if q < ktiles {
-                    issue(q, q % STAGES);
+                if q < len {
+                    issue(t0 + q, j, (r0 + q) % STAGES);
                 } else {
                     commit_group();
                 }
             }
         };
-        // Tile t's weight, dequantized with its columns' scales and zero points, as wgmma's A.
-        let dequant = |t: i32| {
-            let st = t % STAGES;
+        // The weight at ring position r, dequantized with its columns' scales and zero points,
+        // as wgmma's A.
+        let dequant = |r: i32| {
+            let st = r % STAGES;
             let rw = load_shared(
                 slice_shared(sb, [st, 0, 0], [tile_bytes / 128, 128]),
                 lbytes,
@@ -852,35 +916,101 @@ mod kernels {
             };
             view::<A>(w, lwa)
         };
-        let xs = |t: i32| permute_shared(slice_shared(sa, [t % STAGES, 0, 0], [BM, 64]), [1, 0]);
-        let mut acc = register::<f32>(lc, 0.0);
-        let mut wa0 = register::<A>(lwa, 0.0);
-        let mut wa1 = register::<A>(lwa, 0.0);
-        // Written out for even and odd tiles so that no dot_async is inside a branch; an odd last
-        // tile is a synchronous dot after the wait.
-        for t2 in 0..ktiles / 2 {
-            let t = 2 * t2;
-            top(t);
-            wa0 = dequant(t);
-            acc = dot_async(wa0, xs(t), acc);
-            dot_wait(1);
-            top(t + 1);
-            wa1 = dequant(t + 1);
-            acc = dot_async(wa1, xs(t + 1), acc);
-            dot_wait(1);
+        let xs = |r: i32| permute_shared(slice_shared(sa, [r % STAGES, 0, 0], [BM, 64]), [1, 0]);
+        let lanes = layout!(spatial(WG * 128));
+        if STREAM == 0 {
+            // One pass: the block's tile, k tiles `kt0..kt0 + ktiles`.
+            #[unroll]
+            for st in 0..STAGES - 2 {
+                if st < ktiles {
+                    issue(kt0 + st, bj, st);
+                } else if TMA == 0 {
+                    commit_group();
+                }
+            }
+            let mut acc = register::<f32>(lc, 0.0);
+            let mut wa0 = register::<A>(lwa, 0.0);
+            let mut wa1 = register::<A>(lwa, 0.0);
+            // Written out for even and odd tiles so that no dot_async is inside a branch; an odd
+            // last tile is a synchronous dot after the wait.
+            for t2 in 0..ktiles / 2 {
+                let t = 2 * t2;
+                top(t, ktiles, kt0, bj, 0);
+                wa0 = dequant(t);
+                acc = dot_async(wa0, xs(t), acc);
+                dot_wait(1);
+                top(t + 1, ktiles, kt0, bj, 0);
+                wa1 = dequant(t + 1);
+                acc = dot_async(wa1, xs(t + 1), acc);
+                dot_wait(1);
+            }
+            dot_wait(0);
+            if ktiles % 2 == 1 {
+                let t = ktiles - 1;
+                top(t, ktiles, kt0, bj, 0);
+                wa0 = dequant(t);
+                acc = dot(wa0, xs(t), acc);
+            }
+            if TMA == 0 {
+                wait_group(0);
+            }
+            let acc = view::<f32>(acc, lct);
+            store_tile(acc, lct, lanes, bi, bj, bs);
+        } else {
+            // Stream-k: worker bj takes iterations `it0..it1` of the (column tile, k tile)
+            // space of its block row, numbered `j * kt + t`, as one pass per column tile it
+            // touches: the same straight k loop as a whole tile, its ring positions counted
+            // over the worker's iterations (each stage's barrier phases run on). Passes that
+            // start or end inside a tile are partial sums (`stream_store`).
+            let kt = k / 64;
+            let total = (n / BN * kt) as i64;
+            let it0 = (bj as i64 * total / STREAM) as i32;
+            let it1 = ((bj + 1) as i64 * total / STREAM) as i32;
+            let j0 = it0 / kt;
+            let passes = if it1 > it0 {
+                (it1 - 1) / kt - j0 + 1
+            } else {
+                0
+            };
+            for p in 0..passes {
+                let j = j0 + p;
+                let begin = max(it0, j * kt);
+                let len = min(it1, (j + 1) * kt) - begin;
+                let t0 = begin - j * kt;
+                let r0 = begin - it0;
+                // Every warpgroup retired the last pass's wgmmas and read its stages.
+                sync();
+                #[unroll]
+                for st in 0..STAGES - 2 {
+                    if st < len {
+                        issue(t0 + st, j, (r0 + st) % STAGES);
+                    }
+                }
+                let mut acc = register::<f32>(lc, 0.0);
+                let mut wa0 = register::<A>(lwa, 0.0);
+                let mut wa1 = register::<A>(lwa, 0.0);
+                for t2 in 0..len / 2 {
+                    let t = 2 * t2;
+                    top(t, len, t0, j, r0);
+                    wa0 = dequant(r0 + t);
+                    acc = dot_async(wa0, xs(r0 + t), acc);
+                    dot_wait(1);
+                    top(t + 1, len, t0, j, r0);
+                    wa1 = dequant(r0 + t + 1);
+                    acc = dot_async(wa1, xs(r0 + t + 1), acc);
+                    dot_wait(1);
+                }
+                dot_wait(0);
+                if len % 2 == 1 {
+                    let t = len - 1;
+                    top(t, len, t0, j, r0);
+                    wa0 = dequant(r0 + t);
+                    acc = dot(wa0, xs(r0 + t), acc);
+                }
+                let acc = view::<f32>(acc, lct);
+                stream_store(acc, lct, lanes, bi, bj, j, len, begin == it0);
+            }
         }
-        dot_wait(0);
-        if ktiles % 2 == 1 {
-            let t = ktiles - 1;
-            top(t);
-            wa0 = dequant(t);
-            acc = dot(wa0, xs(t), acc);
-        }
-        if TMA == 0 {
-            wait_group(0);
-        }
-        let acc = view::<f32>(acc, lct);
-        store_tile(acc, lct, layout!(spatial(WG * 128)), bi, bj, bs);
     }
 
     /// [`QMatmulMethod::DequantizeThenGemm`](crate::kernels::qmatmul::QMatmulMethod): the re-laid-out weight

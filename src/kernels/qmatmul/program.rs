@@ -61,8 +61,13 @@ pub fn config_name(c: &QMatmulConfig) -> String {
         QMatmulMethod::Gemv => "_gemv",
         QMatmulMethod::GemvWgmma => "_gemvwg",
     };
+    let stream = if c.stream_k > 0 {
+        format!("_st{}", c.stream_k)
+    } else {
+        String::new()
+    };
     format!(
-        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{method}",
+        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{stream}{method}",
         c.adtype, c.wdtype, c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
@@ -96,6 +101,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             H: v(h),
             VEC: v(t.vector_bytes),
             TMA: i32::from(gemv_wgmma_tma(config)),
+            STREAM: v(config.stream_k),
             A: config.adtype,
             W: config.wdtype,
         };

@@ -45,6 +45,7 @@ impl TuneCandidate for QMatmulConfig {
             "warps": self.warps,
             "stages": self.stages,
             "split_k": self.split_k,
+            "stream_k": self.stream_k,
             "method": match self.method {
                 QMatmulMethod::Fused => "fused",
                 QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
@@ -148,8 +149,13 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         QMatmulMethod::Gemv => " gemv",
         QMatmulMethod::GemvWgmma => " gemv-wgmma",
     };
+    let stream = if c.stream_k > 0 {
+        format!(" stream{}", c.stream_k)
+    } else {
+        String::new()
+    };
     format!(
-        "bm{} bn{} bk{} w{} s{} sk{}{method}",
+        "bm{} bn{} bk{} w{} s{} sk{}{stream}{method}",
         c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
@@ -328,9 +334,10 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
 /// H100, each with the gemv method first, then the rest of that space; up to
 /// [`GEMV_MAX_ROWS`] rows the default tiles, then the small-batch list (gemv and fused tiles
-/// with split-k); above, the warpgroup gemv's [`TALL`] tiles (sm_90a only: the tuner drops
-/// them elsewhere), then for prefill (`m > 256`) dequantize-then-GEMM; then taller m tiles of
-/// the fused pipeline. Every one is valid for the shape.
+/// with split-k); above, the warpgroup gemv's [`TALL`] tiles, each on stream-k workers, then
+/// split and whole (sm_90a only: the tuner drops them elsewhere), with dequantize-then-GEMM
+/// after the first tile for prefill (`m > 256`); then taller m tiles of the fused pipeline.
+/// Every one is valid for the shape.
 pub fn candidates(
     wdtype: DType,
     adtype: DType,
@@ -435,11 +442,27 @@ pub fn candidates_up_to(
         }
     } else {
         if tall {
-            for &(bm, bn, budget) in TALL[usize::from(m > 128)] {
+            for (i, &(bm, bn, budget)) in TALL[usize::from(m > 128)].iter().enumerate() {
+                if i == 1 && m > 256 {
+                    // Prefill: dequantize once, then cuBLAS, right after the first tile.
+                    push(QMatmulConfig {
+                        method: QMatmulMethod::DequantizeThenGemm,
+                        ..base
+                    });
+                }
                 let c = gemv_wgmma(base, bm, bn, budget);
+                // Stream-k first: one worker per multiprocessor of an H100 (132) shares out
+                // the block row's iterations, so no SM idles in a last partial wave (perf
+                // note 32: 57344 x 8192 at 256 tokens 356 -> 336 us, 10240 x 8192 at 1024
+                // 266 -> 245).
+                let rows = m.div_ceil(bm);
+                push(QMatmulConfig {
+                    stream_k: (132 / rows).max(1),
+                    ..c
+                });
                 // Fewer tiles than an H100's 132 multiprocessors (the 8192-wide layers): split
                 // k until they make about a wave, the unsplit tile right after.
-                let tiles = m.div_ceil(bm) * n.div_ceil(bn);
+                let tiles = rows * n.div_ceil(bn);
                 let mut split_k = 1;
                 while tiles * split_k < 128 && split_k < 8 {
                     split_k *= 2;
@@ -850,20 +873,31 @@ mod tests {
     }
 
     /// Above 64 rows the warpgroup gemv's tall tiles lead: 128 rows per block up to 128
-    /// tokens, 256 above, 128 columns; dequantize-then-GEMM stays in the prefill list. A
-    /// layer of fewer tiles than multiprocessors splits k first.
+    /// tokens, 256 above, 128 columns, on stream-k workers first, whole tiles after;
+    /// dequantize-then-GEMM stays in the prefill list. A layer of fewer tiles than
+    /// multiprocessors also tries split-k.
     #[test]
     fn warpgroup_gemv_leads_tall_batches() {
         for wdtype in [DType::UInt(2), DType::Int(4), DType::Int(8)] {
             for (m, bm) in [(65, 128), (128, 128), (129, 256), (256, 256), (4096, 256)] {
                 let all =
-                    candidates_up_to(wdtype, DType::F16, Some(128), m, 57344, 8192, 6).unwrap();
+                    candidates_up_to(wdtype, DType::F16, Some(128), m, 57344, 8192, 5).unwrap();
                 let first = all[0];
                 assert_eq!(first.method, QMatmulMethod::GemvWgmma, "{wdtype} m={m}");
                 assert_eq!(
                     (first.bm, first.bn, first.warps, first.split_k),
                     (bm, 128, 8, 1),
                     "{wdtype} m={m}"
+                );
+                assert_eq!(
+                    first.stream_k,
+                    (132 / m.div_ceil(bm)).max(1),
+                    "{wdtype} m={m}"
+                );
+                assert!(
+                    all.iter()
+                        .any(|c| c.method == QMatmulMethod::GemvWgmma && c.stream_k == 0),
+                    "{wdtype} m={m}: {all:?}"
                 );
                 let stage = bm * 64 * 2 + 64 * 128 * wdtype.bits() as usize / 8;
                 assert!((4..=8).contains(&first.stages), "{first:?}");
@@ -875,11 +909,19 @@ mod tests {
                     "{wdtype} m={m}: {all:?}"
                 );
             }
-            // 8192 x 8192 at 256 tokens: 64 tiles of 256 x 128, split in two, then whole.
-            let all = candidates_up_to(wdtype, DType::F16, Some(128), 256, 8192, 8192, 2).unwrap();
-            let got: Vec<_> = all.iter().map(|c| (c.method, c.bm, c.split_k)).collect();
+            // 8192 x 8192 at 256 tokens: 64 tiles of 256 x 128 on 132 stream-k workers, split
+            // in two, then whole.
+            let all = candidates_up_to(wdtype, DType::F16, Some(128), 256, 8192, 8192, 3).unwrap();
+            let got: Vec<_> = all
+                .iter()
+                .map(|c| (c.method, c.bm, c.split_k, c.stream_k))
+                .collect();
             let wg = QMatmulMethod::GemvWgmma;
-            assert_eq!(got, [(wg, 256, 2), (wg, 256, 1)], "{wdtype}");
+            assert_eq!(
+                got,
+                [(wg, 256, 1, 132), (wg, 256, 2, 0), (wg, 256, 1, 0)],
+                "{wdtype}"
+            );
         }
     }
 
