@@ -229,12 +229,77 @@ pub fn gemv_rows(m: usize) -> usize {
 /// block (up to 64), and the gemv method with half of the rows per block (two blocks side by
 /// side in the grid: the second reads the weight from L2, with half the accumulator
 /// registers). The warpgroup gemv is not tried for 16 tokens or fewer, where it measured
-/// 1.4-2.6x slower than the mma.sync gemv.
-const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 19] = [
-    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 8, 0, 1),
-    (SmallBatch::Wgmma { bn: 128 }, 1, 64, 4, 0, 4),
-    (SmallBatch::Wgmma { bn: 128 }, 1, 64, 8, 0, 4),
-    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 4, 0, 1),
+/// 1.4-2.6x slower than the mma.sync gemv. Its stream-k workers come second and third: at 32
+/// and 64 tokens they won on 57344 x 8192 for i4 (119.6 -> 113.9 and 160.1 -> 149.2 us) and
+/// u2 at 64 (183.6 -> 166.7), and on 10240 x 8192 (39.1 -> 34.8, 46.7 -> 41.7), while split-k
+/// stayed ahead on 8192 x 8192 (perf note 32).
+const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 21] = [
+    (
+        SmallBatch::Wgmma {
+            bn: 256,
+            stream: false,
+        },
+        1,
+        64,
+        8,
+        0,
+        1,
+    ),
+    (
+        SmallBatch::Wgmma {
+            bn: 256,
+            stream: true,
+        },
+        1,
+        64,
+        8,
+        0,
+        1,
+    ),
+    (
+        SmallBatch::Wgmma {
+            bn: 128,
+            stream: true,
+        },
+        1,
+        64,
+        8,
+        0,
+        1,
+    ),
+    (
+        SmallBatch::Wgmma {
+            bn: 128,
+            stream: false,
+        },
+        1,
+        64,
+        4,
+        0,
+        4,
+    ),
+    (
+        SmallBatch::Wgmma {
+            bn: 128,
+            stream: false,
+        },
+        1,
+        64,
+        8,
+        0,
+        4,
+    ),
+    (
+        SmallBatch::Wgmma {
+            bn: 256,
+            stream: false,
+        },
+        1,
+        64,
+        4,
+        0,
+        1,
+    ),
     (SmallBatch::Gemv, 2, 128, 4, 4, 1),
     (SmallBatch::Gemv, 2, 128, 4, 3, 2),
     (SmallBatch::Fused, 1, 128, 4, 3, 1),
@@ -247,16 +312,48 @@ const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 19] = [
     (SmallBatch::GemvHalf, 2, 128, 4, 4, 4),
     (SmallBatch::Gemv, 1, 128, 4, 4, 1),
     (SmallBatch::Fused, 1, 64, 4, 3, 1),
-    (SmallBatch::Wgmma { bn: 256 }, 1, 64, 4, 0, 2),
-    (SmallBatch::Wgmma { bn: 512 }, 1, 64, 8, 0, 1),
-    (SmallBatch::Wgmma { bn: 128 }, 1, 64, 4, 0, 1),
+    (
+        SmallBatch::Wgmma {
+            bn: 256,
+            stream: false,
+        },
+        1,
+        64,
+        4,
+        0,
+        2,
+    ),
+    (
+        SmallBatch::Wgmma {
+            bn: 512,
+            stream: false,
+        },
+        1,
+        64,
+        8,
+        0,
+        1,
+    ),
+    (
+        SmallBatch::Wgmma {
+            bn: 128,
+            stream: false,
+        },
+        1,
+        64,
+        4,
+        0,
+        1,
+    ),
 ];
 
 #[derive(Clone, Copy)]
 enum SmallBatch {
-    /// The warpgroup gemv with `bn` output columns per block.
+    /// The warpgroup gemv with `bn` output columns per block, on stream-k workers (two per
+    /// SM of an H100, one for 256 columns above 32 tokens) or whole tiles.
     Wgmma {
         bn: usize,
+        stream: bool,
     },
     Gemv,
     GemvHalf,
@@ -483,8 +580,13 @@ pub fn candidates_up_to(
                     ..c
                 };
                 push(match method {
-                    SmallBatch::Wgmma { bn } => QMatmulConfig {
+                    SmallBatch::Wgmma { bn, stream } => QMatmulConfig {
                         warps,
+                        stream_k: match (stream, bn == 256 && m > 32) {
+                            (false, _) => 0,
+                            (true, true) => 132,
+                            (true, false) => 264,
+                        },
                         ..gemv_wgmma(c, gemv_rows(m), bn, WGMMA_STAGE_BUDGET)
                     },
                     SmallBatch::Gemv => gemv(gemv_rows(m)),
@@ -858,6 +960,13 @@ mod tests {
                     .filter(|c| c.method == QMatmulMethod::GemvWgmma)
                     .collect();
                 assert!(wg.iter().any(|c| c.bn == 128 && c.split_k == 4), "{wg:?}");
+                let workers = if m > 32 { 132 } else { 264 };
+                assert_eq!(
+                    (all[2].bn, all[2].stream_k),
+                    (256, workers),
+                    "{wdtype} m={m}"
+                );
+                assert_eq!((all[3].bn, all[3].stream_k), (128, 264), "{wdtype} m={m}");
                 for c in wg {
                     let stage = c.bm * 64 * 2 + 64 * c.bn * wdtype.bits() as usize / 8;
                     assert!((3..=8).contains(&c.stages), "{c:?}");
