@@ -380,51 +380,49 @@ fn gemv_wgmma_errors_name_the_field() {
         (QMatmulConfig { bm: 264, ..u4 }, "`bm`"),
         (QMatmulConfig { stages: 2, ..u4 }, "`stages`"),
         (QMatmulConfig { bn: 96, ..u4 }, "`bn`"),
-        (
-            QMatmulConfig {
-                stream_k: 8,
-                split_k: 2,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 8,
-                bn: 512,
-                warps: 8,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 70000,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 8,
-                group_rows: None,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 8,
-                method: QMatmulMethod::Gemv,
-                bm: 8,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-    ] {
+    ]
+    .into_iter()
+    .chain(stream_k_misuses(u4))
+    {
         let e = err_text(cfg.tiling());
         assert!(e.contains(field), "{cfg:?}: {e}");
     }
+}
+
+/// Stream-k settings `base` (a gemv or warpgroup gemv tile) cannot take, each an error naming
+/// `stream_k`: with split-k, past a copy-engine box row (512 columns), past the grid's 65535,
+/// with per-channel scales, and on the mma.sync gemv.
+fn stream_k_misuses(base: QMatmulConfig) -> [(QMatmulConfig, &'static str); 5] {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let stream = QMatmulConfig {
+        stream_k: 8,
+        ..base
+    };
+    [
+        QMatmulConfig {
+            split_k: 2,
+            ..stream
+        },
+        QMatmulConfig {
+            bn: 512,
+            warps: 8,
+            ..stream
+        },
+        QMatmulConfig {
+            stream_k: 70000,
+            ..stream
+        },
+        QMatmulConfig {
+            group_rows: None,
+            ..stream
+        },
+        QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            ..stream
+        },
+    ]
+    .map(|c| (c, "`stream_k`"))
 }
 
 #[test]
@@ -459,54 +457,13 @@ fn gemv_tiles_and_errors() {
         (QMatmulConfig { bn: 96, ..u4 }, "`bn`"),
         (
             QMatmulConfig {
-                stream_k: 8,
-                split_k: 2,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 8,
-                bn: 512,
-                warps: 8,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 70000,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 8,
-                group_rows: None,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
-                stream_k: 8,
-                method: QMatmulMethod::Gemv,
-                bm: 8,
-                ..u4
-            },
-            "`stream_k`",
-        ),
-        (
-            QMatmulConfig {
                 group_rows: Some(32),
                 ..u4
             },
             "`group_rows`",
         ),
     ];
-    for (cfg, field) in bad {
+    for (cfg, field) in bad.into_iter().chain(stream_k_misuses(u4)) {
         let e = err_text(cfg.tiling());
         assert!(e.contains(field), "{cfg:?}: {e}");
     }

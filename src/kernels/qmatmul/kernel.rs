@@ -15,6 +15,36 @@ pub use kernels::*;
 
 #[tilus::helpers]
 mod kernels {
+    /// Count `amount` arrivals on the semaphore of output tile `(bi, j)` after this block's
+    /// partial stores, and return the count before them (the same on every thread). Release:
+    /// every thread's stores, then one thread's atomic (every other thread's index is out of
+    /// range); acquire: a fence after it, before the barrier that hands the count to every
+    /// thread.
+    #[helper]
+    fn count_arrivals(lanes: Layout, bi: i32, j: i32, amount: i32) -> i32 {
+        let tiles_m = cdiv(m, BM);
+        sync();
+        fence();
+        let lane = arange(lanes, 0, 0);
+        let index = select(lane == 0, arange(lanes, 0, j * tiles_m + bi), -1);
+        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
+        let old = atomic_add(gsem, index, register::<i32>(lanes, 0) + amount);
+        fence();
+        item(sum(old, 0))
+    }
+
+    /// Reset the semaphore of output tile `(bi, j)` for the next launch (its last block).
+    #[helper]
+    fn reset_arrivals(bi: i32, j: i32) {
+        let tiles_m = cdiv(m, BM);
+        let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
+        store_global(
+            register::<i32>(layout!(local(1)), 0),
+            gsem,
+            [j * tiles_m + bi],
+        );
+    }
+
     /// The end of every matmul block: its `[BM, BN]` tile of `c` from the f32 accumulator `acc`
     /// (in layout `lc`; `lanes` is one element per thread of the block). With `SPLIT > 1`
     /// (split-k in one launch): store this block's f32 partial, count it on the tile's semaphore
@@ -27,27 +57,14 @@ mod kernels {
             let tiles_m = cdiv(m, BM);
             let gw = view_global(workspace, [SPLIT, m, n]);
             store_global(acc, gw, [bs, bi * BM, bj * BN]);
-            // Release: every thread's stores, then the count.
-            sync();
-            fence();
-            let lane = arange(lanes, 0, 0);
-            let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
-            let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
-            let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
-            // Acquire: after the count, before the barrier that hands it to every thread.
-            fence();
-            let arrived = item(sum(old, 0));
+            let arrived = count_arrivals(lanes, bi, bj, 1);
             if arrived == SPLIT - 1 {
                 let mut total = load_global(gw, lc, [0, bi * BM, bj * BN]);
                 for split in 1..SPLIT {
                     total = total + load_global(gw, lc, [split, bi * BM, bj * BN]);
                 }
                 store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
-                store_global(
-                    register::<i32>(layout!(local(1)), 0),
-                    gsem,
-                    [bj * tiles_m + bi],
-                );
+                reset_arrivals(bi, bj);
             }
         } else {
             store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
@@ -84,16 +101,7 @@ mod kernels {
                 ((bi * STREAM + worker) * 2 + if first { 0 } else { 1 }) * BM
             };
             store_global(acc, gw, [slot(w, first), 0]);
-            // Release: every thread's stores, then the count.
-            sync();
-            fence();
-            let lane = arange(lanes, 0, 0);
-            let index = select(lane == 0, arange(lanes, 0, j * tiles_m + bi), -1);
-            let gsem = view_global(semaphores, [tiles_m * (n / BN)]);
-            let old = atomic_add(gsem, index, register::<i32>(lanes, 0) + len);
-            // Acquire: after the count, before the barrier that hands it to every thread.
-            fence();
-            let arrived = item(sum(old, 0));
+            let arrived = count_arrivals(lanes, bi, j, len);
             if arrived + len == kt {
                 // The owner of iteration `it` is the last worker starting at or before it.
                 let total = (n / BN * kt) as i64;
@@ -106,11 +114,7 @@ mod kernels {
                     sum_k = sum_k + load_global(gw, lc, [slot(worker, starts), 0]);
                 }
                 store_global(cast::<A>(sum_k), view_global(c, [m, n]), [bi * BM, j * BN]);
-                store_global(
-                    register::<i32>(layout!(local(1)), 0),
-                    gsem,
-                    [j * tiles_m + bi],
-                );
+                reset_arrivals(bi, j);
             }
         }
     }

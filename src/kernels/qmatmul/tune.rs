@@ -234,72 +234,12 @@ pub fn gemv_rows(m: usize) -> usize {
 /// u2 at 64 (183.6 -> 166.7), and on 10240 x 8192 (39.1 -> 34.8, 46.7 -> 41.7), while split-k
 /// stayed ahead on 8192 x 8192 (perf note 32).
 const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 21] = [
-    (
-        SmallBatch::Wgmma {
-            bn: 256,
-            stream: false,
-        },
-        1,
-        64,
-        8,
-        0,
-        1,
-    ),
-    (
-        SmallBatch::Wgmma {
-            bn: 256,
-            stream: true,
-        },
-        1,
-        64,
-        8,
-        0,
-        1,
-    ),
-    (
-        SmallBatch::Wgmma {
-            bn: 128,
-            stream: true,
-        },
-        1,
-        64,
-        8,
-        0,
-        1,
-    ),
-    (
-        SmallBatch::Wgmma {
-            bn: 128,
-            stream: false,
-        },
-        1,
-        64,
-        4,
-        0,
-        4,
-    ),
-    (
-        SmallBatch::Wgmma {
-            bn: 128,
-            stream: false,
-        },
-        1,
-        64,
-        8,
-        0,
-        4,
-    ),
-    (
-        SmallBatch::Wgmma {
-            bn: 256,
-            stream: false,
-        },
-        1,
-        64,
-        4,
-        0,
-        1,
-    ),
+    (SmallBatch::Wgmma(256), 1, 64, 8, 0, 1),
+    (SmallBatch::WgmmaStream(256), 1, 64, 8, 0, 1),
+    (SmallBatch::WgmmaStream(128), 1, 64, 8, 0, 1),
+    (SmallBatch::Wgmma(128), 1, 64, 4, 0, 4),
+    (SmallBatch::Wgmma(128), 1, 64, 8, 0, 4),
+    (SmallBatch::Wgmma(256), 1, 64, 4, 0, 1),
     (SmallBatch::Gemv, 2, 128, 4, 4, 1),
     (SmallBatch::Gemv, 2, 128, 4, 3, 2),
     (SmallBatch::Fused, 1, 128, 4, 3, 1),
@@ -312,49 +252,18 @@ const SMALL_BATCH: [(SmallBatch, usize, usize, usize, usize, usize); 21] = [
     (SmallBatch::GemvHalf, 2, 128, 4, 4, 4),
     (SmallBatch::Gemv, 1, 128, 4, 4, 1),
     (SmallBatch::Fused, 1, 64, 4, 3, 1),
-    (
-        SmallBatch::Wgmma {
-            bn: 256,
-            stream: false,
-        },
-        1,
-        64,
-        4,
-        0,
-        2,
-    ),
-    (
-        SmallBatch::Wgmma {
-            bn: 512,
-            stream: false,
-        },
-        1,
-        64,
-        8,
-        0,
-        1,
-    ),
-    (
-        SmallBatch::Wgmma {
-            bn: 128,
-            stream: false,
-        },
-        1,
-        64,
-        4,
-        0,
-        1,
-    ),
+    (SmallBatch::Wgmma(256), 1, 64, 4, 0, 2),
+    (SmallBatch::Wgmma(512), 1, 64, 8, 0, 1),
+    (SmallBatch::Wgmma(128), 1, 64, 4, 0, 1),
 ];
 
 #[derive(Clone, Copy)]
 enum SmallBatch {
-    /// The warpgroup gemv with `bn` output columns per block, on stream-k workers (two per
-    /// SM of an H100, one for 256 columns above 32 tokens) or whole tiles.
-    Wgmma {
-        bn: usize,
-        stream: bool,
-    },
+    /// The warpgroup gemv with this many output columns per block, in whole tiles.
+    Wgmma(usize),
+    /// The same on stream-k workers: two per SM of an H100, one for 256 columns above 32
+    /// tokens.
+    WgmmaStream(usize),
     Gemv,
     GemvHalf,
     Fused,
@@ -580,13 +489,13 @@ pub fn candidates_up_to(
                     ..c
                 };
                 push(match method {
-                    SmallBatch::Wgmma { bn, stream } => QMatmulConfig {
+                    SmallBatch::Wgmma(bn) => QMatmulConfig {
                         warps,
-                        stream_k: match (stream, bn == 256 && m > 32) {
-                            (false, _) => 0,
-                            (true, true) => 132,
-                            (true, false) => 264,
-                        },
+                        ..gemv_wgmma(c, gemv_rows(m), bn, WGMMA_STAGE_BUDGET)
+                    },
+                    SmallBatch::WgmmaStream(bn) => QMatmulConfig {
+                        warps,
+                        stream_k: if bn == 256 && m > 32 { 132 } else { 264 },
                         ..gemv_wgmma(c, gemv_rows(m), bn, WGMMA_STAGE_BUDGET)
                     },
                     SmallBatch::Gemv => gemv(gemv_rows(m)),
