@@ -327,6 +327,11 @@ pub enum BenchCommand {
         /// per activation word in the prologue when left out).
         #[arg(long = "popc-tiles")]
         popc_tiles: Option<String>,
+        /// Comma-separated tilings `WMxWNxFMxFNxKTxSTAGES` of the bit-serial GEMM to time (the
+        /// fastest is reported, and the 2-launch layer uses it) instead of the layer's rule,
+        /// e.g. `2x2x2x2x1x3,2x4x2x1x2x4`.
+        #[arg(long = "gemm-tiles")]
+        gemm_tiles: Option<String>,
         /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
@@ -509,6 +514,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             stages,
             split,
             popc_tiles,
+            gemm_tiles,
             l2,
             ..
         } => {
@@ -526,6 +532,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
                 ));
             }
             super::bench_apt::parse_popc_tiles(popc_tiles.as_deref())?;
+            super::bench_apt::parse_gemm_tiles(gemm_tiles.as_deref())?;
             super::bench_apt::parse(widths, m, shapes).map(drop)
         }
         BenchCommand::Vq {
@@ -814,6 +821,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         stages,
         split,
         ref popc_tiles,
+        ref gemm_tiles,
         ref l2,
     } = *cmd
     {
@@ -824,7 +832,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             runs,
             (no_cublas, no_weight_only),
             (stages, split),
-            popc_tiles.as_deref(),
+            (popc_tiles.as_deref(), gemm_tiles.as_deref()),
             parse_l2(l2)?,
         );
     }

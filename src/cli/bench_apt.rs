@@ -3,7 +3,7 @@
 use tilus::kernels::apt::bench::{
     bench_apt, bench_cublas_f16, bench_weight_only, table, LLAMA70B_SHAPES, PAPER_SHAPES,
 };
-use tilus::kernels::apt::PopcTiles;
+use tilus::kernels::apt::{AptTiles, PopcTiles};
 use tilus_runtime::{copy_bandwidth, Context, L2Flush, L2Mode};
 
 type Parsed = (Vec<(u32, u32)>, Vec<usize>, Vec<(usize, usize)>);
@@ -98,6 +98,40 @@ pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
         .collect()
 }
 
+const GEMM_FORM: &str = "is not WMxWNxFMxFNxKTxSTAGES (e.g. 2x2x2x2x1x3)";
+
+/// The GEMM tilings of `--gemm-tiles` (`WMxWNxFMxFNxKTxSTAGES,..`; none when absent), each
+/// checked as the kernel checks its configuration.
+pub fn parse_gemm_tiles(list: Option<&str>) -> Result<Vec<AptTiles>, String> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .map(|t| {
+            let bad = |why: String| format!("argument `--gemm-tiles`: `{t}` {why}");
+            let v: Vec<i32> = t
+                .trim()
+                .split('x')
+                .map(|x| x.parse::<i32>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad(GEMM_FORM.into()))?;
+            let [wm, wn, fm, fn_, kt, stages] = v[..] else {
+                return Err(bad(GEMM_FORM.into()));
+            };
+            let tiles = AptTiles {
+                wm,
+                wn,
+                fm,
+                fn_,
+                kt,
+                stages,
+            };
+            tiles.check().map_err(|e| bad(format!("is refused: {e}")))?;
+            Ok(tiles)
+        })
+        .collect()
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     widths: &str,
@@ -106,11 +140,12 @@ pub fn run(
     runs: usize,
     (no_cublas, no_weight_only): (bool, bool),
     (stages, split): (Option<usize>, Option<usize>),
-    popc_tiles: Option<&str>,
+    (popc_tiles, gemm_tiles): (Option<&str>, Option<&str>),
     l2: L2Mode,
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
     let popc_tiles = parse_popc_tiles(popc_tiles)?;
+    let gemm_tiles = parse_gemm_tiles(gemm_tiles)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
@@ -158,7 +193,7 @@ pub fn run(
                     cublas,
                     wo,
                     (stages.map(|s| s as i32), split.map(|s| s as i32)),
-                    &popc_tiles,
+                    (&popc_tiles, &gemm_tiles),
                 )
                 .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;
                 eprintln!("W{w}A{a} m={m} {n}x{k}: {:.1} us", row.layer.median_us);

@@ -9,7 +9,7 @@
 //! `2 m n k` operations of the product the layer computes, over the layer's time.
 
 use super::linear::AptActivations;
-use super::{AptLinear, AptPath, PopcTiles};
+use super::{AptLinear, AptPath, AptTiles, PopcTiles};
 use crate::kernels::qmatmul::bench::bench_cublas;
 use crate::kernels::timing::{pattern, time_launches};
 use half::f16;
@@ -96,7 +96,7 @@ pub fn bench_apt(
     cublas_us: Option<f64>,
     weight_only_us: Option<f64>,
     (stages, split): (Option<i32>, Option<i32>),
-    popc_tiles: &[PopcTiles],
+    (popc_tiles, gemm_tiles): (&[PopcTiles], &[AptTiles]),
 ) -> Result<AptBenchRow, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
     let layer = AptLinear::new(&pattern(k * n, 7), k, n, wbits, abits, None).map_err(err)?;
@@ -111,6 +111,27 @@ pub fn bench_apt(
     let mut t = layer.tiles(m);
     if let Some(s) = stages {
         t.stages = s;
+    }
+    // The GEMM with each tiling asked for (the layer's rule when none), the fastest kept for
+    // the 2-launch layer; tilings that do not divide the shape are skipped.
+    let mut best: Option<f64> = None;
+    for &tiles in gemm_tiles {
+        let g = time_launches(ctx, flush, runs, || {
+            gpu.gemm_into_tiles(&act, &mut y, None, tiles).map_err(err)
+        });
+        match g {
+            Ok(g) => {
+                eprintln!(
+                    "W{wbits}A{abits} m={m} {n}x{k} gemm {tiles:?}: {:.1} us",
+                    g.median_us
+                );
+                if best.is_none_or(|b| g.median_us < b) {
+                    best = Some(g.median_us);
+                    t = tiles;
+                }
+            }
+            Err(e) => eprintln!("W{wbits}A{abits} m={m} {n}x{k} gemm {tiles:?}: {e}"),
+        }
     }
     let unfused = time_launches(ctx, flush, runs, || {
         gpu.quantize_into(&xd, &mut act).map_err(err)?;

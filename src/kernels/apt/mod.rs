@@ -97,6 +97,24 @@ impl AptTiles {
         }
     }
 
+    /// Refuses tiles outside what the GEMM is written for: 1-8 warps and mma tiles per warp
+    /// along each of m and n, at most 16 warps, 1-4 k tiles per step, stages 0 or 2..=8.
+    pub fn check(&self) -> Result<(), AptError> {
+        let ok = [self.wm, self.wn, self.fm, self.fn_]
+            .iter()
+            .all(|v| (1..=8).contains(v))
+            && self.wm * self.wn <= 16
+            && (1..=4).contains(&self.kt)
+            && (self.stages == 0 || (2..=8).contains(&self.stages));
+        if ok {
+            Ok(())
+        } else {
+            Err(AptError::Kernel(format!(
+                "argument `tiles`: {self:?} needs WM, WN, FM, FN in 1..=8, WM·WN <= 16 warps, KT in 1..=4 and STAGES 0 or 2..=8"
+            )))
+        }
+    }
+
     /// The GEMM configuration of these tiles for the widths.
     pub fn config(&self, wbits: u32, abits: u32, store_acc: bool) -> apt_gemm::Config {
         apt_gemm::Config {
