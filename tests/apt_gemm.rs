@@ -74,6 +74,8 @@ fn w2a2_matches_reference() {
     // The cp.async ring: fewer steps than stages, and more.
     check(2, 2, [2, 2, 2, 2, 1, 3], 70, 64, 512);
     check(2, 2, [2, 2, 1, 2, 2, 3], 37, 64, 2560);
+    // One warp along m holding every token (the m = 64 tiling), four stages, six steps.
+    check(2, 2, [1, 4, 4, 2, 2, 4], 50, 128, 3072);
 }
 
 #[test]
@@ -85,7 +87,9 @@ fn other_widths_match_reference() {
 }
 
 /// The activation quantizer kernel gives the host quantizer's planes, row sums and scales
-/// exactly, for rows shorter and longer than one chunk and a zero row.
+/// exactly, for rows shorter and longer than one chunk, a zero row, and (with three rows) a row
+/// of every integer in `-max..=max`: scale 1, so half the values sit exactly on a boundary of
+/// the levels (`t / 2` an integer) and the rest on a level.
 #[test]
 fn activation_quantizer_matches_host() {
     use tilus::kernels::apt::kernel::apt_quantize_act;
@@ -95,6 +99,7 @@ fn activation_quantizer_matches_host() {
         (4, 4, 0, 2, 1024 + 4096),
         (3, 1, 0, 2, 1536),
         (8, 4, 1, 2, 4096 - 64),
+        (4, 4, 1, 3, 2048),
     ] {
         let cfg = apt_quantize_act::Config {
             ABITS: abits,
@@ -107,6 +112,12 @@ fn activation_quantizer_matches_host() {
         // Row 1 all zero: the smallest scale, never a division by zero.
         for v in &mut x[k..2 * k] {
             *v = f16::ZERO;
+        }
+        if m == 3 {
+            let max = (1i32 << abits) - 1;
+            for (i, v) in x[..k].iter_mut().enumerate() {
+                *v = f16::from_f32((i as i32 % (2 * max + 1) - max) as f32);
+            }
         }
         let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
         let host = AptMatrix::quantize(&xf, m, k, abits as u32, ScaleRule::Max).unwrap();

@@ -1018,12 +1018,14 @@ fn assert_bmma_with(
     program: &Program,
     bmma: usize,
     need: &[&str],
-) {
+) -> Vec<(usize, usize)> {
     let k = emit(program, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(
         k.source.contains(".and.popc") && !k.source.contains(".xor.popc"),
         "{name}: the AND form only"
     );
+    // (BMMA, register moves among them) per architecture.
+    let mut counts = Vec::new();
     for arch in ["sm_80", "sm_90a"] {
         let ptx = compile_ptx(&k.source, arch)
             .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
@@ -1062,7 +1064,19 @@ fn assert_bmma_with(
             .trim()
             .to_string();
         eprintln!("{name} ({arch}): ok, {} BMMA; {regs}", count("BMMA"));
+        // Register moves among the BMMAs (from the first to the last: the k loop's body).
+        let at = |o: &String| o.starts_with("BMMA");
+        let (first, last) = (ops.iter().position(at), ops.iter().rposition(at));
+        let moves = match (first, last) {
+            (Some(f), Some(l)) => ops[f..=l]
+                .iter()
+                .filter(|o| *o == "MOV" || o.starts_with("MOV.") || o.starts_with("IMAD.MOV"))
+                .count(),
+            _ => 0,
+        };
+        counts.push((count("BMMA"), moves));
     }
+    counts
 }
 
 /// The u1 `dot` selects the 1-bit tensor-core mma: SASS `BMMA` (the `.and.popc` form, native on
@@ -1136,17 +1150,25 @@ fn apt_kernels_compile_to_bmma() {
         let tiles = (cfg.WBITS * cfg.ABITS * cfg.FM * cfg.FN * cfg.KT) as usize;
         let p = apt_gemm::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         let src = emit(&p, &Default::default()).unwrap().source;
-        assert!(
+        // Register prefetch: the paired fragments (8-byte global loads). The cp.async ring: the
+        // standard ones, LDGSTS in and 4-byte shared loads out, each word landing in the
+        // register the instruction reads (the paired A needed four moves per BMMA there).
+        assert_eq!(
             src.contains("tilus_mma_b1_paired("),
-            "{cfg}: the paired fragments"
+            cfg.STAGES == 0,
+            "{cfg}: the paired fragments exactly without the ring"
         );
-        // The cp.async ring: LDGSTS in, 8-byte shared loads out.
         let need: &[&str] = if cfg.STAGES > 0 {
-            &["LDGSTS", "LDS.64"]
+            &["LDGSTS", "LDS"]
         } else {
             &[]
         };
-        assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
+        for (bmma, moves) in assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need) {
+            assert!(
+                cfg.STAGES == 0 || 4 * moves <= bmma,
+                "{name}: {moves} register moves for {bmma} BMMA"
+            );
+        }
     }
     for cfg in tilus::kernels::apt::compile_check_gemv_configs() {
         use tilus::kernels::apt::kernel::apt_gemv;
@@ -1158,7 +1180,8 @@ fn apt_kernels_compile_to_bmma() {
         } else {
             &["LDS.64"]
         };
-        assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
+        let moves = assert_bmma_with(&ptxas, &disasm, &scratch.0, &name, &p, tiles, need);
+        eprintln!("{name}: (BMMA, moves) {moves:?}");
     }
     // The popc decode kernel: POPC on the CUDA cores, no 1-bit mma, the weight words in
     // 16-byte (or 8-byte) loads or a cp.async ring, the activation words broadcast from shared

@@ -29,10 +29,27 @@
 //! `STAGES - 1` steps ahead (the activation words are then read from global memory once per
 //! block, not once per warp column), rows padded against bank conflicts.
 
-/// The largest `4 K (2^A - 1)(2^W - 1)` the i32 recovery holds.
-pub const MAX_PRODUCT: i64 = i32::MAX as i64;
+pub use kernels::*;
 
-#[tilus::kernel(
+#[tilus::helpers]
+mod kernels {
+    /// The bipolar codes (`0..2^ABITS`) of the f32 values `xs` of rows with scales `scale`:
+    /// `clamp(floor(x · (1 / scale) · 0.5), -h, h - 1) + h` with `h = 2^(ABITS - 1)`, which is the
+    /// host's `(v + 2^ABITS - 1) / 2` of the nearest odd level `v = clamp(2·floor(t / 2) + 1)`
+    /// ([`crate::apt::Bipolar::nearest`]; the bounds are integers, so clamping before the floor is
+    /// clamping after it). One reciprocal per row, a product, a clamp and a floor per element:
+    /// every kernel that quantizes activations uses it, so their codes agree bit for bit.
+    #[helper]
+    fn bipolar_codes(xs: Tensor, scale: Tensor) -> Tensor {
+        let h = 1 << (ABITS - 1);
+        let t = xs * (1.0 / scale) * 0.5;
+        cast::<i32>(floor(min(max(t, 0.0 - (h as f32)), (h - 1) as f32))) + h
+    }
+
+    /// The largest `4 K (2^A - 1)(2^W - 1)` the i32 recovery holds.
+    pub const MAX_PRODUCT: i64 = i32::MAX as i64;
+
+    #[tilus::kernel(
     lazy,
     grid = [cdiv(m, WM * FM * 16), n / (WN * FN * 8)],
     warps = WM * WN,
@@ -48,238 +65,255 @@ pub const MAX_PRODUCT: i64 = i32::MAX as i64;
         STORE_ACC = [0, 1],
     ),
 )]
-#[allow(clippy::too_many_arguments)]
-pub fn apt_gemm<
-    const WBITS: i32,
-    const ABITS: i32,
-    const WM: i32,
-    const WN: i32,
-    const FM: i32,
-    const FN: i32,
-    const KT: i32,
-    const STAGES: i32,
-    const STORE_ACC: i32,
->(
-    m: i32,
-    n: i32,
-    k: i32,
-    a_planes: Global<u32>,
-    w_planes: Global<u32>,
-    a_sums: Global<i32>,
-    a_scales: Global<f32>,
-    w_sums: Global<i32>,
-    w_scales: Global<f32>,
-    y: GlobalMut<f16>,
-    acc_out: GlobalMut<i32>,
-) {
-    let bm = WM * FM * 16;
-    let bn = WN * FN * 8;
-    let kw = KT * 8;
-    let [bi, bj] = block_indices();
-    let ga = view_global(a_planes, [ABITS, m, k / 32]);
-    let gw = view_global(w_planes, [WBITS, n, k / 32]);
-    // Words of one k step: every plane, each thread's words in its fragments' register order.
-    // Warps along m share the weight words, warps along n the activation words. Per warp, the
-    // stacked A rows are (plane q, tile fm, row), the stacked B columns (plane p, tile fn, col).
-    let la_words = layout!(reduce(spatial(1, WM, WN), [2])
-        .local(ABITS, FM, KT)
-        .spatial(8, 4)
-        .local(2, 2));
-    let lw_words = layout!(reduce(column_spatial(1, WN, WM), [2])
-        .local(1, 1, KT)
-        .local(WBITS, FN, 1)
-        .spatial(8, 4)
-        .local(1, 2));
-    // The same registers as bits: the stacked A `[ABITS·BM, BK]` and B `[BK, WBITS·BN]`.
-    let la_bits = layout!(reduce(spatial(WM, WN), [1]).local(ABITS * FM, KT).mma_b1_ap);
-    let lw_bits = layout!(reduce(spatial(WM, WN), [0]).local(KT, WBITS * FN).mma_b1_bp);
-    let lc = layout!(spatial(WM, WN).local(FM, FN).mma_b1_cp);
-    let mut acc = register::<i32>(
-        layout!(spatial(WM, WN).local(ABITS, WBITS).local(FM, FN).mma_b1_cp),
-        0,
-    );
-    if STAGES == 0 {
-        // Registers: the next step's words (past k the view masks them to zero) are loaded
-        // before the current step's dot.
-        let mut xa = load_global(ga, la_words, [0, bi * bm, 0]);
-        let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
-        for kb in 0..k / (KT * 256) {
-            let na = load_global(ga, la_words, [0, bi * bm, (kb + 1) * kw]);
-            let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
-            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
-            xa = na;
-            xw = nw;
+    #[allow(clippy::too_many_arguments)]
+    pub fn apt_gemm<
+        const WBITS: i32,
+        const ABITS: i32,
+        const WM: i32,
+        const WN: i32,
+        const FM: i32,
+        const FN: i32,
+        const KT: i32,
+        const STAGES: i32,
+        const STORE_ACC: i32,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a_planes: Global<u32>,
+        w_planes: Global<u32>,
+        a_sums: Global<i32>,
+        a_scales: Global<f32>,
+        w_sums: Global<i32>,
+        w_scales: Global<f32>,
+        y: GlobalMut<f16>,
+        acc_out: GlobalMut<i32>,
+    ) {
+        let bm = WM * FM * 16;
+        let bn = WN * FN * 8;
+        let kw = KT * 8;
+        let [bi, bj] = block_indices();
+        let ga = view_global(a_planes, [ABITS, m, k / 32]);
+        let gw = view_global(w_planes, [WBITS, n, k / 32]);
+        // The fragments: with the register prefetch (`STAGES = 0`) the paired set, whose words
+        // come two adjacent per row (8-byte global loads); with the shared-memory ring the standard
+        // set, whose A registers are loaded in the instruction's order (four 4-byte shared loads,
+        // conflict-free with the pads below) where the paired A would need four register moves
+        // per mma (ptxas rebuilds the operand quad for every use).
+        let (fa, fb, fc, wa, wb) = if STAGES == 0 {
+            (
+                layout!(mma_b1_ap),
+                layout!(mma_b1_bp),
+                layout!(mma_b1_cp),
+                layout!(spatial(8, 4).local(2, 2)),
+                layout!(spatial(8, 4).local(1, 2)),
+            )
+        } else {
+            (
+                layout!(mma_b1_a),
+                layout!(mma_b1_b),
+                layout!(mma_b1_c),
+                layout!(column_local(2, 2).spatial(8, 4)),
+                layout!(local(1, 2).spatial(8, 4)),
+            )
+        };
+        // Words of one k step: every plane, each thread's words in its fragments' register order.
+        // Warps along m share the weight words, warps along n the activation words. Per warp, the
+        // stacked A rows are (plane q, tile fm, row), the stacked B columns (plane p, tile fn, col).
+        let la_words = layout!(reduce(spatial(1, WM, WN), [2]).local(ABITS, FM, KT).wa);
+        let lw_words = layout!(
+            reduce(column_spatial(1, WN, WM), [2])
+                .local(1, 1, KT)
+                .local(WBITS, FN, 1)
+                .wb
+        );
+        // The same registers as bits: the stacked A `[ABITS·BM, BK]` and B `[BK, WBITS·BN]`.
+        let la_bits = layout!(reduce(spatial(WM, WN), [1]).local(ABITS * FM, KT).fa);
+        let lw_bits = layout!(reduce(spatial(WM, WN), [0]).local(KT, WBITS * FN).fb);
+        let lc = layout!(spatial(WM, WN).local(FM, FN).fc);
+        let mut acc = register::<i32>(
+            layout!(spatial(WM, WN).local(ABITS, WBITS).local(FM, FN).fc),
+            0,
+        );
+        if STAGES == 0 {
+            // Registers: the next step's words (past k the view masks them to zero) are loaded
+            // before the current step's dot.
+            let mut xa = load_global(ga, la_words, [0, bi * bm, 0]);
+            let mut xw = load_global(gw, lw_words, [0, bj * bn, 0]);
+            for kb in 0..k / (KT * 256) {
+                let na = load_global(ga, la_words, [0, bi * bm, (kb + 1) * kw]);
+                let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
+                acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+                xa = na;
+                xw = nw;
+            }
+        } else {
+            // A ring of STAGES shared-memory stages filled by cp.async, STAGES - 1 steps ahead.
+            // Rows are padded to 4 words modulo 8 (`8 KT + 4`), so that the 4-byte fragment loads
+            // of a warp (rows g, words t of the register) fall on 32 distinct banks.
+            let pa = 4;
+            let pw = 4;
+            let sa = shared::<u32>([STAGES, ABITS, bm, kw + pa]);
+            let sw = shared::<u32>([STAGES, WBITS, bn, kw + pw]);
+            for s in 0..STAGES - 1 {
+                copy_async(
+                    ga,
+                    slice_shared(sa, [s, 0, 0, 0], [ABITS, bm, kw]),
+                    [0, bi * bm, s * kw],
+                );
+                copy_async(
+                    gw,
+                    slice_shared(sw, [s, 0, 0, 0], [WBITS, bn, kw]),
+                    [0, bj * bn, s * kw],
+                );
+                commit_group();
+            }
+            for kb in 0..k / (KT * 256) {
+                wait_group(STAGES - 2);
+                sync();
+                let stage = kb % STAGES;
+                let xa = load_shared(sa, la_words, [stage, 0, 0, 0]);
+                let xw = load_shared(sw, lw_words, [stage, 0, 0, 0]);
+                let next = kb + STAGES - 1;
+                copy_async(
+                    ga,
+                    slice_shared(sa, [next % STAGES, 0, 0, 0], [ABITS, bm, kw]),
+                    [0, bi * bm, next * kw],
+                );
+                copy_async(
+                    gw,
+                    slice_shared(sw, [next % STAGES, 0, 0, 0], [WBITS, bn, kw]),
+                    [0, bj * bn, next * kw],
+                );
+                commit_group();
+                acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+            }
         }
-    } else {
-        // A ring of STAGES shared-memory stages filled by cp.async, STAGES - 1 steps ahead.
-        // Rows are padded so that the 8-byte fragment loads of a half-warp (rows 2g of A,
-        // rows g of B, g < 4) fall on distinct banks.
-        let pa = 4;
-        let pw = 8 * ((KT + 1) % 2);
-        let sa = shared::<u32>([STAGES, ABITS, bm, kw + pa]);
-        let sw = shared::<u32>([STAGES, WBITS, bn, kw + pw]);
-        for s in 0..STAGES - 1 {
-            copy_async(
-                ga,
-                slice_shared(sa, [s, 0, 0, 0], [ABITS, bm, kw]),
-                [0, bi * bm, s * kw],
-            );
-            copy_async(
-                gw,
-                slice_shared(sw, [s, 0, 0, 0], [WBITS, bn, kw]),
-                [0, bj * bn, s * kw],
-            );
-            commit_group();
+        // Recovery: the plane pair (q, p) as a leading dimension, shifted by p + q and summed.
+        let pairs = view::<i32>(
+            acc,
+            layout!(
+                spatial(1, WM, WN)
+                    .local(ABITS * WBITS, 1, 1)
+                    .local(FM, FN)
+                    .fc
+            ),
+        );
+        let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
+        let shift = s % WBITS + s / WBITS;
+        let x = view::<i32>(sum(pairs << shift, 0), lc);
+        // The bipolar product from the AND form, then the scales.
+        let lrow = layout!(reduce(lc, [1]));
+        let lcol = layout!(reduce(lc, [0]));
+        let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * bm, 0]);
+        let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
+        let ma = (1 << ABITS) - 1;
+        let mw = (1 << WBITS) - 1;
+        let d = x * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
+        if STORE_ACC == 1 {
+            store_global(d, view_global(acc_out, [m, n]), [bi * bm, bj * bn]);
         }
-        for kb in 0..k / (KT * 256) {
-            wait_group(STAGES - 2);
-            sync();
-            let stage = kb % STAGES;
-            let xa = load_shared(sa, la_words, [stage, 0, 0, 0]);
-            let xw = load_shared(sw, lw_words, [stage, 0, 0, 0]);
-            let next = kb + STAGES - 1;
-            copy_async(
-                ga,
-                slice_shared(sa, [next % STAGES, 0, 0, 0], [ABITS, bm, kw]),
-                [0, bi * bm, next * kw],
-            );
-            copy_async(
-                gw,
-                slice_shared(sw, [next % STAGES, 0, 0, 0], [WBITS, bn, kw]),
-                [0, bj * bn, next * kw],
-            );
-            commit_group();
-            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
-        }
+        let fa = load_global(view_global(a_scales, [m, 1]), lrow, [bi * bm, 0]);
+        let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
+        let out = cast::<f32>(d) * fa * fw;
+        store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
     }
-    // Recovery: the plane pair (q, p) as a leading dimension, shifted by p + q and summed.
-    let pairs = view::<i32>(
-        acc,
-        layout!(
-            spatial(1, WM, WN)
-                .local(ABITS * WBITS, 1, 1)
-                .local(FM, FN)
-                .mma_b1_cp
-        ),
-    );
-    let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
-    let shift = s % WBITS + s / WBITS;
-    let x = view::<i32>(sum(pairs << shift, 0), lc);
-    // The bipolar product from the AND form, then the scales.
-    let lrow = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_cp, [1]));
-    let lcol = layout!(reduce(spatial(WM, WN).local(FM, FN).mma_b1_cp, [0]));
-    let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * bm, 0]);
-    let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
-    let ma = (1 << ABITS) - 1;
-    let mw = (1 << WBITS) - 1;
-    let d = x * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
-    if STORE_ACC == 1 {
-        store_global(d, view_global(acc_out, [m, n]), [bi * bm, bj * bn]);
-    }
-    let fa = load_global(view_global(a_scales, [m, 1]), lrow, [bi * bm, 0]);
-    let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
-    let out = cast::<f32>(d) * fa * fw;
-    store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
-}
 
-/// The activation quantizer: per token (row of `x[m, k]`, f16), `scale = max(amax, 2^-100) /
-/// (2^ABITS - 1)`, codes `(v + 2^ABITS - 1) / 2` of `v = clamp(2·floor(x / scale / 2) + 1)`,
-/// written as `ABITS` bit planes `[ABITS][m][k / 32]` with the row's `Σ code` and scale: the
-/// f32 operations of [`crate::apt::matrix::AptMatrix::quantize`] with [`ScaleRule::Max`], so the
-/// codes agree exactly. One block per row; each thread holds 32 consecutive elements (one word
-/// of each plane). With `ONE_PASS = 1` the row (at most `1024 · WARPS` elements) is read once
-/// and kept in registers; otherwise it is read in chunks of `1024 · WARPS` elements twice, for
-/// the maximum and for the codes. `k` a multiple of 32.
-///
-/// [`ScaleRule::Max`]: crate::apt::matrix::ScaleRule::Max
-#[tilus::kernel(
+    /// The activation quantizer: per token (row of `x[m, k]`, f16), `scale = max(amax, 2^-100) /
+    /// (2^ABITS - 1)`, codes by [`bipolar_codes`] (the host's `(v + 2^ABITS - 1) / 2` of `v = clamp(2·floor(x · (1 / scale) / 2) + 1)`),
+    /// written as `ABITS` bit planes `[ABITS][m][k / 32]` with the row's `Σ code` and scale: the
+    /// f32 operations of [`crate::apt::matrix::AptMatrix::quantize`] with [`ScaleRule::Max`], so the
+    /// codes agree exactly. One block per row; each thread holds 32 consecutive elements (one word
+    /// of each plane). With `ONE_PASS = 1` the row (at most `1024 · WARPS` elements) is read once
+    /// and kept in registers; otherwise it is read in chunks of `1024 · WARPS` elements twice, for
+    /// the maximum and for the codes. `k` a multiple of 32.
+    ///
+    /// [`ScaleRule::Max`]: crate::apt::matrix::ScaleRule::Max
+    #[tilus::kernel(
     lazy,
     grid = [m],
     warps = WARPS,
     space(ABITS = [2, 4], WARPS = [1, 4], ONE_PASS = [0, 1]),
 )]
-pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>(
-    m: i32,
-    k: i32,
-    x: Global<f16>,
-    planes: GlobalMut<u32>,
-    sums: GlobalMut<i32>,
-    scales: GlobalMut<f32>,
-) {
-    let maxv = (1 << ABITS) - 1;
-    let words = 32 * WARPS;
-    let [r] = block_indices();
-    // Row r as [k / 32, 32]: each thread holds one word's 32 elements.
-    let gx = view_global(x, [m, k / 32, 32]);
-    let tile = layout!(spatial(1, 32 * WARPS, 1).local(1, 1, 32));
-    let chunks = cdiv(k / 32, words);
-    let gp = view_global(planes, [ABITS * m, k / 32, 1]);
-    let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
-    let bit = arange(tile, 2, 0);
-    // The codes of chunk c (values xs) into the planes and the row's sum of codes.
-    let quantize = |xs: Tensor, c: i32, scale: Tensor| {
-        let t = xs / scale;
-        let v = floor(t * 0.5) * 2.0 + 1.0;
-        let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
-        let code = cast::<i32>((v + (maxv as f32)) * 0.5);
-        // Words past the row's end are not part of it (their stores are masked by the view).
-        let inside = arange(tile, 1, c * words) < k / 32;
-        total = total + sum(sum(select(inside, code, 0), 2), 1);
-        #[unroll]
-        for q in 0..ABITS {
-            let word = sum(((code >> q) & 1) << bit, 2);
-            store_global(
-                view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))),
-                gp,
-                [q * m + r, c * words, 0],
-            );
-        }
-    };
-    let scale = if ONE_PASS == 1 {
-        let xs = cast::<f32>(load_global(gx, tile, [r, 0, 0]));
-        let amax = reduce_max(reduce_max(abs(xs), 2), 1);
-        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
-        quantize(xs, 0, scale);
-        scale
-    } else {
-        let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
-        for c in 0..chunks {
-            let xs = abs(cast::<f32>(load_global(gx, tile, [r, c * words, 0])));
-            amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
-        }
-        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
-        for c in 0..chunks {
-            quantize(
-                cast::<f32>(load_global(gx, tile, [r, c * words, 0])),
-                c,
-                scale,
-            );
-        }
-        scale
-    };
-    store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
-    store_global(scale, view_global(scales, [m, 1, 1]), [r, 0, 0]);
-}
+    pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>(
+        m: i32,
+        k: i32,
+        x: Global<f16>,
+        planes: GlobalMut<u32>,
+        sums: GlobalMut<i32>,
+        scales: GlobalMut<f32>,
+    ) {
+        let maxv = (1 << ABITS) - 1;
+        let words = 32 * WARPS;
+        let [r] = block_indices();
+        // Row r as [k / 32, 32]: each thread holds one word's 32 elements.
+        let gx = view_global(x, [m, k / 32, 32]);
+        let tile = layout!(spatial(1, 32 * WARPS, 1).local(1, 1, 32));
+        let chunks = cdiv(k / 32, words);
+        let gp = view_global(planes, [ABITS * m, k / 32, 1]);
+        let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+        let bit = arange(tile, 2, 0);
+        // The codes of chunk c (values xs) into the planes and the row's sum of codes.
+        let quantize = |xs: Tensor, c: i32, scale: Tensor| {
+            let code = bipolar_codes(xs, scale);
+            // Words past the row's end are not part of it (their stores are masked by the view).
+            let inside = arange(tile, 1, c * words) < k / 32;
+            total = total + sum(sum(select(inside, code, 0), 2), 1);
+            #[unroll]
+            for q in 0..ABITS {
+                let word = sum(((code >> q) & 1) << bit, 2);
+                store_global(
+                    view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))),
+                    gp,
+                    [q * m + r, c * words, 0],
+                );
+            }
+        };
+        let scale = if ONE_PASS == 1 {
+            let xs = cast::<f32>(load_global(gx, tile, [r, 0, 0]));
+            let amax = reduce_max(reduce_max(abs(xs), 2), 1);
+            let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+            quantize(xs, 0, scale);
+            scale
+        } else {
+            let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+            for c in 0..chunks {
+                let xs = abs(cast::<f32>(load_global(gx, tile, [r, c * words, 0])));
+                amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+            }
+            let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+            for c in 0..chunks {
+                quantize(
+                    cast::<f32>(load_global(gx, tile, [r, c * words, 0])),
+                    c,
+                    scale,
+                );
+            }
+            scale
+        };
+        store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
+        store_global(scale, view_global(scales, [m, 1, 1]), [r, 0, 0]);
+    }
 
-/// The fused decode layer (`m <= 16` per block): [`apt_quantize_act`] and [`apt_gemm`] in one
-/// launch. Each block quantizes its (at most 16) tokens of `x[m, k]` (f16) itself, the
-/// quantizer's f32 operations exactly, into bit planes in shared memory
-/// (`[ABITS][16][KWP + 8]` words: `KWP = k / 32` rounded up to the chunk of `32 · WN` words,
-/// plus 8 words of padding so the 8-byte fragment loads of 8 rows hit distinct banks), with the
-/// rows' sums of codes and scales; rows past `m` are zero. The first weight words are in flight
-/// before that prologue, so it overlaps their latency. The k loop then reads A from shared
-/// memory and B either from global memory one step ahead in registers (`STAGES = 0`) or from a
-/// cp.async ring of `STAGES` shared-memory stages (`STAGES - 1` steps in flight), as
-/// [`apt_gemm`] with `WM = FM = 1`; the epilogue is the same. Repeating the quantization per block costs reads of the activation
-/// from L2 (`16 · k` f16 at most per block) instead of a second launch.
-///
-/// With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices of whole steps; each
-/// block reads its rows whole for the scales (the maximum is over all of k) but quantizes and
-/// multiplies only its slice, and the last block of each output tile adds the exact partials
-/// (the slice's `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a`) from `workspace
-/// [SPLIT, m, n]` (i32) and finishes the tile, counted on `semaphores [cdiv(m, 16) · n / BN]`
-/// (zero before the launch, left zero after it). Any buffer will do for both with `SPLIT = 1`.
-#[tilus::kernel(
+    /// The fused decode layer (`m <= 16` per block): [`apt_quantize_act`] and [`apt_gemm`] in one
+    /// launch. Each block quantizes its (at most 16) tokens of `x[m, k]` (f16) itself, the
+    /// quantizer's f32 operations exactly, into bit planes in shared memory
+    /// (`[ABITS][16][KWP + 8]` words: `KWP = k / 32` rounded up to the chunk of `32 · WN` words,
+    /// plus 8 words of padding so the 8-byte fragment loads of 8 rows hit distinct banks), with the
+    /// rows' sums of codes and scales; rows past `m` are zero. The first weight words are in flight
+    /// before that prologue, so it overlaps their latency. The k loop then reads A from shared
+    /// memory and B either from global memory one step ahead in registers (`STAGES = 0`) or from a
+    /// cp.async ring of `STAGES` shared-memory stages (`STAGES - 1` steps in flight), as
+    /// [`apt_gemm`] with `WM = FM = 1`; the epilogue is the same. Repeating the quantization per block costs reads of the activation
+    /// from L2 (`16 · k` f16 at most per block) instead of a second launch.
+    ///
+    /// With `SPLIT > 1` the grid's third dimension splits k into `SPLIT` slices of whole steps; each
+    /// block reads its rows whole for the scales (the maximum is over all of k) but quantizes and
+    /// multiplies only its slice, and the last block of each output tile adds the exact partials
+    /// (the slice's `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a`) from `workspace
+    /// [SPLIT, m, n]` (i32) and finishes the tile, counted on `semaphores [cdiv(m, 16) · n / BN]`
+    /// (zero before the launch, left zero after it). Any buffer will do for both with `SPLIT = 1`.
+    #[tilus::kernel(
     lazy,
     grid = [cdiv(m, 16), n / (WN * FN * 8), SPLIT],
     warps = WN,
@@ -295,245 +329,243 @@ pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>
         SPLIT = [1, 4],
     ),
 )]
-#[allow(clippy::too_many_arguments)]
-pub fn apt_gemv<
-    const WBITS: i32,
-    const ABITS: i32,
-    const WN: i32,
-    const FN: i32,
-    const KT: i32,
-    const KWP: i32,
-    const STAGES: i32,
-    const STORE_ACC: i32,
-    const SPLIT: i32,
->(
-    m: i32,
-    n: i32,
-    k: i32,
-    x: Global<f16>,
-    w_planes: Global<u32>,
-    w_sums: Global<i32>,
-    w_scales: Global<f32>,
-    y: GlobalMut<f16>,
-    acc_out: GlobalMut<i32>,
-    workspace: GlobalMut<i32>,
-    semaphores: GlobalMut<i32>,
-) {
-    let maxv = (1 << ABITS) - 1;
-    let bn = WN * FN * 8;
-    let kw = KT * 8;
-    let words = 32 * WN;
-    let [bi, bj, bs] = block_indices();
-    // This block's k steps: slice `bs` of `SPLIT` (the host keeps SPLIT dividing the steps).
-    let per = k / (KT * 256) / SPLIT;
-    let kb0 = bs * per;
-    let gw = view_global(w_planes, [WBITS, n, k / 32]);
-    let lw_words = layout!(reduce(column_spatial(1, WN, 1), [2])
-        .local(1, 1, KT)
-        .local(WBITS, FN, 1)
-        .spatial(8, 4)
-        .local(1, 2));
-    // The first weight words are in flight before the prologue: into registers (STAGES = 0) or
-    // into STAGES - 1 stages of a cp.async ring (rows padded against bank conflicts).
-    let pw = 8 * ((KT + 1) % 2);
-    let sw = shared::<u32>([max(STAGES, 1), WBITS, bn, kw + pw]);
-    let mut xw = load_global(gw, lw_words, [0, bj * bn, kb0 * kw]);
-    if STAGES > 0 {
-        for s in 0..STAGES - 1 {
-            copy_async(
-                gw,
-                slice_shared(sw, [s, 0, 0, 0], [WBITS, bn, kw]),
-                [0, bj * bn, (kb0 + s) * kw],
-            );
-            commit_group();
+    #[allow(clippy::too_many_arguments)]
+    pub fn apt_gemv<
+        const WBITS: i32,
+        const ABITS: i32,
+        const WN: i32,
+        const FN: i32,
+        const KT: i32,
+        const KWP: i32,
+        const STAGES: i32,
+        const STORE_ACC: i32,
+        const SPLIT: i32,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        x: Global<f16>,
+        w_planes: Global<u32>,
+        w_sums: Global<i32>,
+        w_scales: Global<f32>,
+        y: GlobalMut<f16>,
+        acc_out: GlobalMut<i32>,
+        workspace: GlobalMut<i32>,
+        semaphores: GlobalMut<i32>,
+    ) {
+        let maxv = (1 << ABITS) - 1;
+        let bn = WN * FN * 8;
+        let kw = KT * 8;
+        let words = 32 * WN;
+        let [bi, bj, bs] = block_indices();
+        // This block's k steps: slice `bs` of `SPLIT` (the host keeps SPLIT dividing the steps).
+        let per = k / (KT * 256) / SPLIT;
+        let kb0 = bs * per;
+        let gw = view_global(w_planes, [WBITS, n, k / 32]);
+        let lw_words = layout!(reduce(column_spatial(1, WN, 1), [2])
+            .local(1, 1, KT)
+            .local(WBITS, FN, 1)
+            .spatial(8, 4)
+            .local(1, 2));
+        // The first weight words are in flight before the prologue: into registers (STAGES = 0) or
+        // into STAGES - 1 stages of a cp.async ring (rows padded against bank conflicts).
+        let pw = 8 * ((KT + 1) % 2);
+        let sw = shared::<u32>([max(STAGES, 1), WBITS, bn, kw + pw]);
+        let mut xw = load_global(gw, lw_words, [0, bj * bn, kb0 * kw]);
+        if STAGES > 0 {
+            for s in 0..STAGES - 1 {
+                copy_async(
+                    gw,
+                    slice_shared(sw, [s, 0, 0, 0], [WBITS, bn, kw]),
+                    [0, bj * bn, (kb0 + s) * kw],
+                );
+                commit_group();
+            }
         }
-    }
 
-    // Prologue: the block's tokens quantized into shared memory.
-    let sp = shared::<u32>([ABITS, 16, KWP + 8]);
-    let ss = shared::<i32>([16, 1]);
-    let sf = shared::<f32>([16, 1]);
-    let gx = view_global(x, [m, k / 32, 32]);
-    let tile = layout!(spatial(1, 32 * WN, 1).local(1, 1, 32));
-    let wl = layout!(spatial(1, 1, 32 * WN));
-    let chunks = cdiv(k / 32, words);
-    // The words of k this block multiplies: `[w0, w1)`.
-    let w0 = kb0 * kw;
-    let w1 = min(k / 32, (kb0 + per) * kw);
-    let bit = arange(tile, 2, 0);
-    let rows = min(16, m - bi * 16);
-    for rr in 0..rows {
-        let row = bi * 16 + rr;
-        let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
-        for c in 0..chunks {
-            let xs = abs(cast::<f32>(load_global(gx, tile, [row, c * words, 0])));
-            amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+        // Prologue: the block's tokens quantized into shared memory.
+        let sp = shared::<u32>([ABITS, 16, KWP + 8]);
+        let ss = shared::<i32>([16, 1]);
+        let sf = shared::<f32>([16, 1]);
+        let gx = view_global(x, [m, k / 32, 32]);
+        let tile = layout!(spatial(1, 32 * WN, 1).local(1, 1, 32));
+        let wl = layout!(spatial(1, 1, 32 * WN));
+        let chunks = cdiv(k / 32, words);
+        // The words of k this block multiplies: `[w0, w1)`.
+        let w0 = kb0 * kw;
+        let w1 = min(k / 32, (kb0 + per) * kw);
+        let bit = arange(tile, 2, 0);
+        let rows = min(16, m - bi * 16);
+        for rr in 0..rows {
+            let row = bi * 16 + rr;
+            let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+            for c in 0..chunks {
+                let xs = abs(cast::<f32>(load_global(gx, tile, [row, c * words, 0])));
+                amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+            }
+            let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+            // Codes for this block's slice of k only (the chunks that hold it), their sum over the
+            // slice's words.
+            let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+            for c in w0 / words..min(chunks, cdiv(w1, words)) {
+                let xs = cast::<f32>(load_global(gx, tile, [row, c * words, 0]));
+                let code = bipolar_codes(xs, scale);
+                let wi = arange(tile, 1, c * words);
+                let inside = (wi >= w0) & (wi < w1);
+                total = total + sum(sum(select(inside, code, 0), 2), 1);
+                #[unroll]
+                for q in 0..ABITS {
+                    let word = sum(((code >> q) & 1) << bit, 2);
+                    store_shared(view::<u32>(word, wl), sp, [q, rr, c * words]);
+                }
+            }
+            store_shared(view::<i32>(total, layout!(local(1, 1))), ss, [rr, 0]);
+            store_shared(view::<f32>(scale, layout!(local(1, 1))), sf, [rr, 0]);
         }
-        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
-        // Codes for this block's slice of k only (the chunks that hold it), their sum over the
-        // slice's words.
-        let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
-        for c in w0 / words..min(chunks, cdiv(w1, words)) {
-            let xs = cast::<f32>(load_global(gx, tile, [row, c * words, 0]));
-            let v = floor(xs / scale * 0.5) * 2.0 + 1.0;
-            let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
-            let code = cast::<i32>((v + (maxv as f32)) * 0.5);
-            let wi = arange(tile, 1, c * words);
-            let inside = (wi >= w0) & (wi < w1);
-            total = total + sum(sum(select(inside, code, 0), 2), 1);
+        // Rows past m are zero (their outputs are masked; nothing reads uninitialised memory).
+        let zw = register::<u32>(wl, 0);
+        for rr in rows..16 {
             #[unroll]
             for q in 0..ABITS {
-                let word = sum(((code >> q) & 1) << bit, 2);
-                store_shared(view::<u32>(word, wl), sp, [q, rr, c * words]);
+                for c in 0..KWP / words {
+                    store_shared(zw, sp, [q, rr, c * words]);
+                }
             }
+            store_shared(register::<i32>(layout!(local(1, 1)), 0), ss, [rr, 0]);
+            store_shared(register::<f32>(layout!(local(1, 1)), 0.0), sf, [rr, 0]);
         }
-        store_shared(view::<i32>(total, layout!(local(1, 1))), ss, [rr, 0]);
-        store_shared(view::<f32>(scale, layout!(local(1, 1))), sf, [rr, 0]);
-    }
-    // Rows past m are zero (their outputs are masked; nothing reads uninitialised memory).
-    let zw = register::<u32>(wl, 0);
-    for rr in rows..16 {
-        #[unroll]
-        for q in 0..ABITS {
-            for c in 0..KWP / words {
-                store_shared(zw, sp, [q, rr, c * words]);
-            }
-        }
-        store_shared(register::<i32>(layout!(local(1, 1)), 0), ss, [rr, 0]);
-        store_shared(register::<f32>(layout!(local(1, 1)), 0.0), sf, [rr, 0]);
-    }
-    sync();
-
-    // The k loop: A from shared memory, B one step ahead from global memory.
-    let la_words = layout!(reduce(spatial(1, 1, WN), [2])
-        .local(ABITS, 1, KT)
-        .spatial(8, 4)
-        .local(2, 2));
-    let la_bits = layout!(reduce(spatial(1, WN), [1]).local(ABITS, KT).mma_b1_ap);
-    let lw_bits = layout!(reduce(spatial(1, WN), [0]).local(KT, WBITS * FN).mma_b1_bp);
-    let lc = layout!(spatial(1, WN).local(1, FN).mma_b1_cp);
-    let mut acc = register::<i32>(
-        layout!(spatial(1, WN).local(ABITS, WBITS).local(1, FN).mma_b1_cp),
-        0,
-    );
-    if STAGES == 0 {
-        for kb in kb0..kb0 + per {
-            let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
-            let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
-            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
-            xw = nw;
-        }
-    } else {
-        for j in 0..per {
-            wait_group(STAGES - 2);
-            sync();
-            let xw = load_shared(sw, lw_words, [j % STAGES, 0, 0, 0]);
-            let xa = load_shared(sp, la_words, [0, 0, (kb0 + j) * kw]);
-            let next = j + STAGES - 1;
-            copy_async(
-                gw,
-                slice_shared(sw, [next % STAGES, 0, 0, 0], [WBITS, bn, kw]),
-                [0, bj * bn, (kb0 + next) * kw],
-            );
-            commit_group();
-            acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
-        }
-    }
-    wait_group(0);
-    // Recovery and epilogue as in `apt_gemm`.
-    let pairs = view::<i32>(
-        acc,
-        layout!(
-            spatial(1, 1, WN)
-                .local(ABITS * WBITS, 1, 1)
-                .local(1, FN)
-                .mma_b1_cp
-        ),
-    );
-    let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
-    let shift = s % WBITS + s / WBITS;
-    let xsum = view::<i32>(sum(pairs << shift, 0), lc);
-    let lrow = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [1]));
-    let lcol = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [0]));
-    // The AND form's terms over this slice: `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a` (the slice's
-    // activation codes); the weight's and the constant term are over all of k, added once.
-    let ma = (1 << ABITS) - 1;
-    let mw = (1 << WBITS) - 1;
-    let sa = load_shared(ss, lrow, [0, 0]);
-    let part = xsum * 4 - sa * (2 * mw);
-    let finish = |part: Tensor| {
-        let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
-        let d = part - sw * (2 * ma) + k * (ma * mw);
-        if STORE_ACC == 1 {
-            store_global(d, view_global(acc_out, [m, n]), [bi * 16, bj * bn]);
-        }
-        let fa = load_shared(sf, lrow, [0, 0]);
-        let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
-        let out = cast::<f32>(d) * fa * fw;
-        store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * 16, bj * bn]);
-    };
-    if SPLIT == 1 {
-        finish(part);
-    } else {
-        // Split k in one launch (as the quantized matmul's): each block stores its exact
-        // partial, counts it on the tile's semaphore (one thread's atomic), and the block that
-        // counts last adds the partials (integers: any order gives the same sum), finishes
-        // the tile and resets the semaphore for the next launch.
-        let tiles_m = cdiv(m, 16);
-        let gws = view_global(workspace, [SPLIT, m, n]);
-        store_global(part, gws, [bs, bi * 16, bj * bn]);
-        // Release: every thread's stores, then the count.
         sync();
-        fence();
-        let lanes = layout!(spatial(WN * 32));
-        let lane = arange(lanes, 0, 0);
-        let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
-        let gsem = view_global(semaphores, [tiles_m * (n / bn)]);
-        let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
-        // Acquire: after the count, before the barrier that hands it to every thread.
-        fence();
-        let arrived = item(sum(old, 0));
-        if arrived == SPLIT - 1 {
-            let mut total = load_global(gws, lc, [0, bi * 16, bj * bn]);
-            for part in 1..SPLIT {
-                total = total + load_global(gws, lc, [part, bi * 16, bj * bn]);
+
+        // The k loop: A from shared memory, B one step ahead from global memory.
+        let la_words = layout!(reduce(spatial(1, 1, WN), [2])
+            .local(ABITS, 1, KT)
+            .spatial(8, 4)
+            .local(2, 2));
+        let la_bits = layout!(reduce(spatial(1, WN), [1]).local(ABITS, KT).mma_b1_ap);
+        let lw_bits = layout!(reduce(spatial(1, WN), [0]).local(KT, WBITS * FN).mma_b1_bp);
+        let lc = layout!(spatial(1, WN).local(1, FN).mma_b1_cp);
+        let mut acc = register::<i32>(
+            layout!(spatial(1, WN).local(ABITS, WBITS).local(1, FN).mma_b1_cp),
+            0,
+        );
+        if STAGES == 0 {
+            for kb in kb0..kb0 + per {
+                let nw = load_global(gw, lw_words, [0, bj * bn, (kb + 1) * kw]);
+                let xa = load_shared(sp, la_words, [0, 0, kb * kw]);
+                acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+                xw = nw;
             }
-            finish(total);
-            store_global(
-                register::<i32>(layout!(local(1)), 0),
-                gsem,
-                [bj * tiles_m + bi],
-            );
+        } else {
+            for j in 0..per {
+                wait_group(STAGES - 2);
+                sync();
+                let xw = load_shared(sw, lw_words, [j % STAGES, 0, 0, 0]);
+                let xa = load_shared(sp, la_words, [0, 0, (kb0 + j) * kw]);
+                let next = j + STAGES - 1;
+                copy_async(
+                    gw,
+                    slice_shared(sw, [next % STAGES, 0, 0, 0], [WBITS, bn, kw]),
+                    [0, bj * bn, (kb0 + next) * kw],
+                );
+                commit_group();
+                acc = dot(view::<u1>(xa, la_bits), view::<u1>(xw, lw_bits), acc);
+            }
+        }
+        wait_group(0);
+        // Recovery and epilogue as in `apt_gemm`.
+        let pairs = view::<i32>(
+            acc,
+            layout!(
+                spatial(1, 1, WN)
+                    .local(ABITS * WBITS, 1, 1)
+                    .local(1, FN)
+                    .mma_b1_cp
+            ),
+        );
+        let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
+        let shift = s % WBITS + s / WBITS;
+        let xsum = view::<i32>(sum(pairs << shift, 0), lc);
+        let lrow = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [1]));
+        let lcol = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [0]));
+        // The AND form's terms over this slice: `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a` (the slice's
+        // activation codes); the weight's and the constant term are over all of k, added once.
+        let ma = (1 << ABITS) - 1;
+        let mw = (1 << WBITS) - 1;
+        let sa = load_shared(ss, lrow, [0, 0]);
+        let part = xsum * 4 - sa * (2 * mw);
+        let finish = |part: Tensor| {
+            let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
+            let d = part - sw * (2 * ma) + k * (ma * mw);
+            if STORE_ACC == 1 {
+                store_global(d, view_global(acc_out, [m, n]), [bi * 16, bj * bn]);
+            }
+            let fa = load_shared(sf, lrow, [0, 0]);
+            let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
+            let out = cast::<f32>(d) * fa * fw;
+            store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * 16, bj * bn]);
+        };
+        if SPLIT == 1 {
+            finish(part);
+        } else {
+            // Split k in one launch (as the quantized matmul's): each block stores its exact
+            // partial, counts it on the tile's semaphore (one thread's atomic), and the block that
+            // counts last adds the partials (integers: any order gives the same sum), finishes
+            // the tile and resets the semaphore for the next launch.
+            let tiles_m = cdiv(m, 16);
+            let gws = view_global(workspace, [SPLIT, m, n]);
+            store_global(part, gws, [bs, bi * 16, bj * bn]);
+            // Release: every thread's stores, then the count.
+            sync();
+            fence();
+            let lanes = layout!(spatial(WN * 32));
+            let lane = arange(lanes, 0, 0);
+            let index = select(lane == 0, arange(lanes, 0, bj * tiles_m + bi), -1);
+            let gsem = view_global(semaphores, [tiles_m * (n / bn)]);
+            let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+            // Acquire: after the count, before the barrier that hands it to every thread.
+            fence();
+            let arrived = item(sum(old, 0));
+            if arrived == SPLIT - 1 {
+                let mut total = load_global(gws, lc, [0, bi * 16, bj * bn]);
+                for part in 1..SPLIT {
+                    total = total + load_global(gws, lc, [part, bi * 16, bj * bn]);
+                }
+                finish(total);
+                store_global(
+                    register::<i32>(layout!(local(1)), 0),
+                    gsem,
+                    [bj * tiles_m + bi],
+                );
+            }
         }
     }
-}
 
-/// The bit-serial decode GEMV on the CUDA cores: `y[t, n]` for one token `t` per block row of
-/// the grid, the activation quantized in the block's prologue (the quantizer's f32 operations
-/// exactly, as [`apt_gemv`]), the plane-pair products counted with `popc` instead of the 1-bit
-/// tensor cores.
-///
-/// At one token the 1-bit mma wastes 15 of its 16 rows (or 7 of 8 columns transposed): W3A4 at
-/// 14336 x 4096 costs 22 G bit operations for 59 M weights. Here a product of one weight word
-/// and one activation word is an `AND` and a `popc`, 32 k at a time and nothing padded:
-/// `Σ_k x_a x_w = Σ_{p,q} 2^(p+q) Σ_words popc(w_p AND a_q)`.
-///
-/// A row group is `WARPS` warps of `R` weight rows each; a lane holds `VEC` consecutive words
-/// of each of its warp's rows and planes (16-byte loads at `VEC = 4`, a warp reads `32 · VEC`
-/// consecutive words of a row: coalesced in the planes' `[WBITS][n][k / 32]` layout, no
-/// re-layout), the activation words of the same k from shared memory (the same for every
-/// warp: broadcast). Each lane keeps one partial sum per row over all of k; the lanes of a row
-/// are added once at the group's end (shuffles). A block quantizes its token once and then
-/// walks row groups `bj, bj + blocks, ..` (`blocks` a launch argument, about two per SM), so the
-/// quantization is not repeated per group. The next chunk's weight words are loaded before the
-/// current one is counted, and the first chunk's before the prologue, so the quantization
-/// overlaps their latency.
-///
-/// `KWP` is the activation planes' capacity in words: at least `k / 32` rounded up to
-/// `32 · WARPS / QS` (the prologue's chunk, `QS` threads per word; the host rounds `k / 32` up to a power of two first, so
-/// that one compiled kernel serves several `k`); `VEC` divides `WARPS`. Rows past `n` read zero
-/// weight words and are not stored.
-#[tilus::kernel(
+    /// The bit-serial decode GEMV on the CUDA cores: `y[t, n]` for one token `t` per block row of
+    /// the grid, the activation quantized in the block's prologue (the quantizer's f32 operations
+    /// exactly, as [`apt_gemv`]), the plane-pair products counted with `popc` instead of the 1-bit
+    /// tensor cores.
+    ///
+    /// At one token the 1-bit mma wastes 15 of its 16 rows (or 7 of 8 columns transposed): W3A4 at
+    /// 14336 x 4096 costs 22 G bit operations for 59 M weights. Here a product of one weight word
+    /// and one activation word is an `AND` and a `popc`, 32 k at a time and nothing padded:
+    /// `Σ_k x_a x_w = Σ_{p,q} 2^(p+q) Σ_words popc(w_p AND a_q)`.
+    ///
+    /// A row group is `WARPS` warps of `R` weight rows each; a lane holds `VEC` consecutive words
+    /// of each of its warp's rows and planes (16-byte loads at `VEC = 4`, a warp reads `32 · VEC`
+    /// consecutive words of a row: coalesced in the planes' `[WBITS][n][k / 32]` layout, no
+    /// re-layout), the activation words of the same k from shared memory (the same for every
+    /// warp: broadcast). Each lane keeps one partial sum per row over all of k; the lanes of a row
+    /// are added once at the group's end (shuffles). A block quantizes its token once and then
+    /// walks row groups `bj, bj + blocks, ..` (`blocks` a launch argument, about two per SM), so the
+    /// quantization is not repeated per group. The next chunk's weight words are loaded before the
+    /// current one is counted, and the first chunk's before the prologue, so the quantization
+    /// overlaps their latency.
+    ///
+    /// `KWP` is the activation planes' capacity in words: at least `k / 32` rounded up to
+    /// `32 · WARPS / QS` (the prologue's chunk, `QS` threads per word; the host rounds `k / 32` up to a power of two first, so
+    /// that one compiled kernel serves several `k`); `VEC` divides `WARPS`. Rows past `n` read zero
+    /// weight words and are not stored.
+    #[tilus::kernel(
     lazy,
     grid = [min(cdiv(n, WARPS * R), blocks), m],
     warps = WARPS,
@@ -549,147 +581,60 @@ pub fn apt_gemv<
         STORE_ACC = [0, 1],
     ),
 )]
-#[allow(clippy::too_many_arguments)]
-pub fn apt_gemv_popc<
-    const WBITS: i32,
-    const ABITS: i32,
-    const WARPS: i32,
-    const R: i32,
-    const VEC: i32,
-    const KWP: i32,
-    const STAGES: i32,
-    const QS: i32,
-    const STORE_ACC: i32,
->(
-    m: i32,
-    n: i32,
-    k: i32,
-    blocks: i32,
-    x: Global<f16>,
-    w_planes: Global<u32>,
-    w_sums: Global<i32>,
-    w_scales: Global<f32>,
-    y: GlobalMut<f16>,
-    acc_out: GlobalMut<i32>,
-) {
-    let maxv = (1 << ABITS) - 1;
-    let rows = WARPS * R;
-    let cw = 32 * VEC;
-    let kw = k / 32;
-    let [bj, t] = block_indices();
-    // The weight words of one chunk: warp w's rows `R·w..R·w + R`, lane l's words
-    // `VEC·l..VEC·l + VEC` of the chunk, every plane.
-    let gw = view_global(w_planes, [WBITS, n, kw]);
-    let lw = layout!(spatial(1, WARPS, 1)
-        .local(WBITS, R, 1)
-        .spatial(1, 1, 32)
-        .local(1, 1, VEC));
-    let lw4 = layout!(spatial(1, WARPS, 1, 1)
-        .local(WBITS, R, 1, 1)
-        .spatial(1, 1, 32, 1)
-        .local(1, 1, 1, VEC));
-    // The block's row groups `bj, bj + nb, ..`, each over all of k in `nch` chunks: step `i` is
-    // chunk `i % nch` of the block's group `i / nch`.
-    let nb = min(cdiv(n, rows), blocks);
-    let nch = cdiv(kw, cw);
-    let steps = cdiv(cdiv(n, rows) - bj, nb) * nch;
-    // The first weight words are in flight before the prologue: one chunk in registers
-    // (`STAGES = 0`), or `STAGES - 1` chunks of a cp.async ring of whole groups' chunks
-    // (steps past the block's last group copy rows past n: masked, no access).
-    let mut xw = if STAGES == 0 {
-        load_global(gw, lw, [0, bj * rows, 0])
-    } else {
-        ()
-    };
-    let ring = shared::<u32>([max(STAGES, 1), WBITS, rows, cw]);
-    for j in 0..STAGES - 1 {
-        let gj = if j < steps {
-            bj + j / nch * nb
+    #[allow(clippy::too_many_arguments)]
+    pub fn apt_gemv_popc<
+        const WBITS: i32,
+        const ABITS: i32,
+        const WARPS: i32,
+        const R: i32,
+        const VEC: i32,
+        const KWP: i32,
+        const STAGES: i32,
+        const QS: i32,
+        const STORE_ACC: i32,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        blocks: i32,
+        x: Global<f16>,
+        w_planes: Global<u32>,
+        w_sums: Global<i32>,
+        w_scales: Global<f32>,
+        y: GlobalMut<f16>,
+        acc_out: GlobalMut<i32>,
+    ) {
+        let maxv = (1 << ABITS) - 1;
+        let rows = WARPS * R;
+        let cw = 32 * VEC;
+        let kw = k / 32;
+        let [bj, t] = block_indices();
+        // The weight words of one chunk: warp w's rows `R·w..R·w + R`, lane l's words
+        // `VEC·l..VEC·l + VEC` of the chunk, every plane.
+        let gw = view_global(w_planes, [WBITS, n, kw]);
+        let lw = layout!(spatial(1, WARPS, 1)
+            .local(WBITS, R, 1)
+            .spatial(1, 1, 32)
+            .local(1, 1, VEC));
+        let lw4 = layout!(spatial(1, WARPS, 1, 1)
+            .local(WBITS, R, 1, 1)
+            .spatial(1, 1, 32, 1)
+            .local(1, 1, 1, VEC));
+        // The block's row groups `bj, bj + nb, ..`, each over all of k in `nch` chunks: step `i` is
+        // chunk `i % nch` of the block's group `i / nch`.
+        let nb = min(cdiv(n, rows), blocks);
+        let nch = cdiv(kw, cw);
+        let steps = cdiv(cdiv(n, rows) - bj, nb) * nch;
+        // The first weight words are in flight before the prologue: one chunk in registers
+        // (`STAGES = 0`), or `STAGES - 1` chunks of a cp.async ring of whole groups' chunks
+        // (steps past the block's last group copy rows past n: masked, no access).
+        let mut xw = if STAGES == 0 {
+            load_global(gw, lw, [0, bj * rows, 0])
         } else {
-            cdiv(n, rows)
+            ()
         };
-        copy_async(
-            gw,
-            slice_shared(ring, [j, 0, 0, 0], [WBITS, rows, cw]),
-            [0, gj * rows, j % nch * cw],
-        );
-        commit_group();
-    }
-
-    // Prologue: token t quantized into shared memory, `[ABITS][KWP]` words, the chunks that
-    // hold k (zero past k; the k loop reads no further).
-    // `QS` threads share a word (32 / QS elements each, its bits gathered by shuffles), so a
-    // block of many warps quantizes a short row in a short chain.
-    let sp = shared::<u32>([ABITS, KWP]);
-    let words = 32 * WARPS / QS;
-    let gx = view_global(x, [m, kw, 32]);
-    let tile = layout!(spatial(1, words, QS).local(1, 1, 32 / QS));
-    let wl = layout!(spatial(1, words).replicated(QS));
-    let bit = arange(tile, 2, 0);
-    let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
-    for c in 0..cdiv(kw, words) {
-        let xs = abs(cast::<f32>(load_global(gx, tile, [t, c * words, 0])));
-        amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
-    }
-    let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
-    let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
-    for c in 0..cdiv(kw, words) {
-        let xs = cast::<f32>(load_global(gx, tile, [t, c * words, 0]));
-        let v = floor(xs / scale * 0.5) * 2.0 + 1.0;
-        let v = min(max(v, 0.0 - (maxv as f32)), maxv as f32);
-        let code = cast::<i32>((v + (maxv as f32)) * 0.5);
-        let code = select(arange(tile, 1, c * words) < kw, code, 0);
-        total = total + sum(sum(code, 2), 1);
-        #[unroll]
-        for q in 0..ABITS {
-            let word = sum(((code >> q) & 1) << bit, 2);
-            store_shared(view::<u32>(word, wl), sp, [q, c * words]);
-        }
-    }
-    sync();
-
-    // Per step and activation plane q, `popc(w_p AND a_q) << (p + q)` is summed over the
-    // lane's words and the weight planes into the lane's partial of each row; the words of
-    // step `i + 1` (registers) or `i + STAGES - 1` (the ring) are requested before step `i`'s
-    // are counted.
-    let la = layout!(reduce(spatial(WARPS, 1), [0]).spatial(1, 32).local(1, VEC));
-    let la4 = layout!(reduce(spatial(WARPS, 1, 1, 1), [0])
-        .spatial(1, 1, 32, 1)
-        .local(1, 1, 1, VEC));
-    let lacc = layout!(spatial(1, WARPS, 1, 1)
-        .local(1, R, 1, 1)
-        .spatial(1, 1, 32, 1));
-    let lrow = layout!(reduce(
-        spatial(1, WARPS, 1, 1)
-            .local(1, R, 1, 1)
-            .spatial(1, 1, 32, 1),
-        [2]
-    ));
-    let gsw = view_global(w_sums, [1, n, 1, 1]);
-    let gfw = view_global(w_scales, [1, n, 1, 1]);
-    let gy = view_global(y, [m, n, 1, 1]);
-    let ma = (1 << ABITS) - 1;
-    let mw = (1 << WBITS) - 1;
-    // The token's terms of the AND form: `K (2^A - 1)(2^W - 1) - 2 (2^W - 1) Σ_k x_a`.
-    let token = total * (0 - 2 * mw) + k * (ma * mw);
-    let mut sw = load_global(gsw, lrow, [0, bj * rows, 0, 0]);
-    let mut fw = load_global(gfw, lrow, [0, bj * rows, 0, 0]);
-    let mut acc = register::<i32>(lacc, 0);
-    let pshift = arange(layout!(local(WBITS, 1, 1, 1)), 0, 0);
-    for i in 0..steps {
-        let g = bj + i / nch * nb;
-        let c = i % nch;
-        let w4 = if STAGES == 0 {
-            let next = bj + (i + 1) / nch * nb;
-            let nw = load_global(gw, lw, [0, next * rows, (i + 1) % nch * cw]);
-            let w = view::<u32>(xw, lw4);
-            xw = nw;
-            w
-        } else {
-            wait_group(STAGES - 2);
-            sync();
-            let w = view::<u32>(load_shared(ring, lw, [i % STAGES, 0, 0, 0]), lw4);
-            let j = i + STAGES - 1;
+        let ring = shared::<u32>([max(STAGES, 1), WBITS, rows, cw]);
+        for j in 0..STAGES - 1 {
             let gj = if j < steps {
                 bj + j / nch * nb
             } else {
@@ -697,33 +642,119 @@ pub fn apt_gemv_popc<
             };
             copy_async(
                 gw,
-                slice_shared(ring, [j % STAGES, 0, 0, 0], [WBITS, rows, cw]),
+                slice_shared(ring, [j, 0, 0, 0], [WBITS, rows, cw]),
                 [0, gj * rows, j % nch * cw],
             );
             commit_group();
-            w
-        };
-        #[unroll]
-        for q in 0..ABITS {
-            let a = view::<u32>(load_shared(sp, la, [q, c * cw]), la4);
-            let pc = view::<i32>(popc(w4 & a), lw4);
-            acc = acc + sum(sum(pc << (pshift + q), 3), 0);
         }
-        if c == nch - 1 {
-            // The group's rows: the lanes added, the AND form's correction, the scales (as
-            // `apt_gemm`); the next group's row sums and scales loaded for its end.
-            let d = sum(acc, 2) * 4 - sw * (2 * ma) + token;
-            if STORE_ACC == 1 {
-                store_global(d, view_global(acc_out, [m, n, 1, 1]), [t, g * rows, 0, 0]);
+
+        // Prologue: token t quantized into shared memory, `[ABITS][KWP]` words, the chunks that
+        // hold k (zero past k; the k loop reads no further).
+        // `QS` threads share a word (32 / QS elements each, its bits gathered by shuffles), so a
+        // block of many warps quantizes a short row in a short chain.
+        let sp = shared::<u32>([ABITS, KWP]);
+        let words = 32 * WARPS / QS;
+        let gx = view_global(x, [m, kw, 32]);
+        let tile = layout!(spatial(1, words, QS).local(1, 1, 32 / QS));
+        let wl = layout!(spatial(1, words).replicated(QS));
+        let bit = arange(tile, 2, 0);
+        let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+        for c in 0..cdiv(kw, words) {
+            let xs = abs(cast::<f32>(load_global(gx, tile, [t, c * words, 0])));
+            amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+        }
+        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+        let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+        for c in 0..cdiv(kw, words) {
+            let xs = cast::<f32>(load_global(gx, tile, [t, c * words, 0]));
+            let code = bipolar_codes(xs, scale);
+            let code = select(arange(tile, 1, c * words) < kw, code, 0);
+            total = total + sum(sum(code, 2), 1);
+            #[unroll]
+            for q in 0..ABITS {
+                let word = sum(((code >> q) & 1) << bit, 2);
+                store_shared(view::<u32>(word, wl), sp, [q, c * words]);
             }
-            let out = cast::<f32>(d) * scale * fw;
-            store_global(cast::<f16>(out), gy, [t, g * rows, 0, 0]);
-            sw = load_global(gsw, lrow, [0, (g + nb) * rows, 0, 0]);
-            fw = load_global(gfw, lrow, [0, (g + nb) * rows, 0, 0]);
-            acc = register::<i32>(lacc, 0);
         }
-    }
-    if STAGES > 0 {
-        wait_group(0);
+        sync();
+
+        // Per step and activation plane q, `popc(w_p AND a_q) << (p + q)` is summed over the
+        // lane's words and the weight planes into the lane's partial of each row; the words of
+        // step `i + 1` (registers) or `i + STAGES - 1` (the ring) are requested before step `i`'s
+        // are counted.
+        let la = layout!(reduce(spatial(WARPS, 1), [0]).spatial(1, 32).local(1, VEC));
+        let la4 = layout!(reduce(spatial(WARPS, 1, 1, 1), [0])
+            .spatial(1, 1, 32, 1)
+            .local(1, 1, 1, VEC));
+        let lacc = layout!(spatial(1, WARPS, 1, 1)
+            .local(1, R, 1, 1)
+            .spatial(1, 1, 32, 1));
+        let lrow = layout!(reduce(
+            spatial(1, WARPS, 1, 1)
+                .local(1, R, 1, 1)
+                .spatial(1, 1, 32, 1),
+            [2]
+        ));
+        let gsw = view_global(w_sums, [1, n, 1, 1]);
+        let gfw = view_global(w_scales, [1, n, 1, 1]);
+        let gy = view_global(y, [m, n, 1, 1]);
+        let ma = (1 << ABITS) - 1;
+        let mw = (1 << WBITS) - 1;
+        // The token's terms of the AND form: `K (2^A - 1)(2^W - 1) - 2 (2^W - 1) Σ_k x_a`.
+        let token = total * (0 - 2 * mw) + k * (ma * mw);
+        let mut sw = load_global(gsw, lrow, [0, bj * rows, 0, 0]);
+        let mut fw = load_global(gfw, lrow, [0, bj * rows, 0, 0]);
+        let mut acc = register::<i32>(lacc, 0);
+        let pshift = arange(layout!(local(WBITS, 1, 1, 1)), 0, 0);
+        for i in 0..steps {
+            let g = bj + i / nch * nb;
+            let c = i % nch;
+            let w4 = if STAGES == 0 {
+                let next = bj + (i + 1) / nch * nb;
+                let nw = load_global(gw, lw, [0, next * rows, (i + 1) % nch * cw]);
+                let w = view::<u32>(xw, lw4);
+                xw = nw;
+                w
+            } else {
+                wait_group(STAGES - 2);
+                sync();
+                let w = view::<u32>(load_shared(ring, lw, [i % STAGES, 0, 0, 0]), lw4);
+                let j = i + STAGES - 1;
+                let gj = if j < steps {
+                    bj + j / nch * nb
+                } else {
+                    cdiv(n, rows)
+                };
+                copy_async(
+                    gw,
+                    slice_shared(ring, [j % STAGES, 0, 0, 0], [WBITS, rows, cw]),
+                    [0, gj * rows, j % nch * cw],
+                );
+                commit_group();
+                w
+            };
+            #[unroll]
+            for q in 0..ABITS {
+                let a = view::<u32>(load_shared(sp, la, [q, c * cw]), la4);
+                let pc = view::<i32>(popc(w4 & a), lw4);
+                acc = acc + sum(sum(pc << (pshift + q), 3), 0);
+            }
+            if c == nch - 1 {
+                // The group's rows: the lanes added, the AND form's correction, the scales (as
+                // `apt_gemm`); the next group's row sums and scales loaded for its end.
+                let d = sum(acc, 2) * 4 - sw * (2 * ma) + token;
+                if STORE_ACC == 1 {
+                    store_global(d, view_global(acc_out, [m, n, 1, 1]), [t, g * rows, 0, 0]);
+                }
+                let out = cast::<f32>(d) * scale * fw;
+                store_global(cast::<f16>(out), gy, [t, g * rows, 0, 0]);
+                sw = load_global(gsw, lrow, [0, (g + nb) * rows, 0, 0]);
+                fw = load_global(gfw, lrow, [0, (g + nb) * rows, 0, 0]);
+                acc = register::<i32>(lacc, 0);
+            }
+        }
+        if STAGES > 0 {
+            wait_group(0);
+        }
     }
 }
