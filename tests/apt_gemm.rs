@@ -357,3 +357,35 @@ fn popc_decode_matches_unfused() {
         .to_string();
     assert!(e.contains("argument `blocks`"), "{e}");
 }
+
+/// The tiling rule: decode tiles as before, the measured small-batch and prefill tilings on the
+/// paper's largest shapes, and for every width and shape a tiling that divides `n`, keeps the
+/// accumulator at 128 registers or fewer above 16 tokens, and passes the kernel's checks.
+#[test]
+fn tiling_rule() {
+    use tilus::kernels::apt::AptTiles;
+    let t = |m, n, k, w, a| {
+        let t = AptTiles::for_shape(m, n, k, w, a);
+        [t.wm, t.wn, t.fm, t.fn_, t.kt, t.stages]
+    };
+    assert_eq!(t(1, 14336, 4096, 2, 2), [1, 4, 1, 1, 2, 0]);
+    assert_eq!(t(64, 14336, 4096, 2, 2), [1, 8, 4, 2, 2, 3]);
+    assert_eq!(t(64, 4096, 14336, 2, 2), [1, 4, 4, 1, 4, 4]);
+    assert_eq!(t(40, 4096, 4096, 2, 2), [1, 4, 3, 1, 2, 3]);
+    assert_eq!(t(4096, 14336, 4096, 1, 2), [2, 4, 2, 4, 2, 3]);
+    assert_eq!(t(4096, 14336, 4096, 2, 2), [4, 2, 2, 4, 2, 3]);
+    assert_eq!(t(4096, 14336, 4096, 3, 4), [2, 2, 1, 2, 2, 3]);
+    for (w, a) in [(1, 1), (1, 2), (2, 2), (3, 4), (4, 4), (2, 8), (8, 8)] {
+        for (n, k) in [(8, 256), (24, 768), (1024, 1024), (4096, 14336), (57344, 8192)] {
+            for m in [1, 16, 17, 33, 64, 65, 4096] {
+                let tiles = AptTiles::for_shape(m, n, k, w, a);
+                tiles.check().unwrap();
+                let what = format!("W{w}A{a} m={m} {n}x{k}: {tiles:?}");
+                assert_eq!(n % tiles.bn(), 0, "{what}");
+                assert_eq!(k % tiles.bk(), 0, "{what}");
+                let acc = 4 * w * a * (tiles.fm * tiles.fn_) as u32;
+                assert!(m <= 16 || acc <= 128 || (tiles.fm, tiles.fn_) == (1, 1), "{what}");
+            }
+        }
+    }
+}

@@ -1208,7 +1208,7 @@ fn apt_kernels_compile_to_bmma() {
         );
     }
     for abits in [2, 4, 8] {
-        let cfg = tilus::kernels::apt::linear::quantizer_config(4096, abits as u32);
+        let cfg = tilus::kernels::apt::linear::quantizer_config(64, 4096, abits as u32);
         let p = apt_quantize_act::program(&cfg).unwrap();
         let k = emit(&p, &Default::default()).unwrap();
         check_kernel(
