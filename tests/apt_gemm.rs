@@ -376,7 +376,13 @@ fn tiling_rule() {
     assert_eq!(t(4096, 14336, 4096, 2, 2), [4, 2, 2, 4, 2, 3]);
     assert_eq!(t(4096, 14336, 4096, 3, 4), [2, 2, 1, 2, 2, 3]);
     for (w, a) in [(1, 1), (1, 2), (2, 2), (3, 4), (4, 4), (2, 8), (8, 8)] {
-        for (n, k) in [(8, 256), (24, 768), (1024, 1024), (4096, 14336), (57344, 8192)] {
+        for (n, k) in [
+            (8, 256),
+            (24, 768),
+            (1024, 1024),
+            (4096, 14336),
+            (57344, 8192),
+        ] {
             for m in [1, 16, 17, 33, 64, 65, 4096] {
                 let tiles = AptTiles::for_shape(m, n, k, w, a);
                 tiles.check().unwrap();
@@ -384,7 +390,10 @@ fn tiling_rule() {
                 assert_eq!(n % tiles.bn(), 0, "{what}");
                 assert_eq!(k % tiles.bk(), 0, "{what}");
                 let acc = 4 * w * a * (tiles.fm * tiles.fn_) as u32;
-                assert!(m <= 16 || acc <= 128 || (tiles.fm, tiles.fn_) == (1, 1), "{what}");
+                assert!(
+                    m <= 16 || acc <= 128 || (tiles.fm, tiles.fn_) == (1, 1),
+                    "{what}"
+                );
             }
         }
     }
