@@ -360,7 +360,8 @@ fn popc_decode_matches_unfused() {
 
 /// The tiling rule: decode tiles as before, the measured small-batch and prefill tilings on the
 /// paper's largest shapes, and for every width and shape a tiling that divides `n`, keeps the
-/// accumulator at 128 registers or fewer above 16 tokens, and passes the kernel's checks.
+/// accumulator at 128 registers or fewer above 16 tokens (64 from 16 plane pairs), and passes
+/// the kernel's checks.
 #[test]
 fn tiling_rule() {
     use tilus::kernels::apt::AptTiles;
@@ -390,8 +391,9 @@ fn tiling_rule() {
                 assert_eq!(n % tiles.bn(), 0, "{what}");
                 assert_eq!(k % tiles.bk(), 0, "{what}");
                 let acc = 4 * w * a * (tiles.fm * tiles.fn_) as u32;
+                let most = if w * a >= 16 { 64 } else { 128 };
                 assert!(
-                    m <= 16 || acc <= 128 || (tiles.fm, tiles.fn_) == (1, 1),
+                    m <= 16 || acc <= most || (tiles.fm, tiles.fn_) == (1, 1),
                     "{what}"
                 );
             }

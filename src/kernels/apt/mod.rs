@@ -47,7 +47,7 @@ impl AptTiles {
 
     /// The tiling for `m` tokens, `n` channels (a multiple of 8), `k` (a multiple of 256) and
     /// widths; the accumulator (`4 · ABITS · WBITS · FM · FN` registers per thread) is kept at
-    /// 128 registers or fewer.
+    /// 128 registers or fewer (64 from 16 plane pairs, where 128 spilled).
     ///
     /// - **Decode** (`m <= 16`): one 16-row warp tile; four warps along n (where `n` is a
     ///   multiple of 32) and the widest `BN` that still gives two waves of blocks on 132 SMs,
@@ -65,7 +65,10 @@ impl AptTiles {
     /// Every candidate divides `n`; two k tiles per step where 512 divides `k`.
     pub fn for_shape(m: usize, n: usize, k: usize, wbits: u32, abits: u32) -> AptTiles {
         let pairs = (wbits * abits) as i32;
-        let acc_ok = |fm: i32, f: i32| 4 * pairs * fm * f <= 128;
+        // The accumulator's registers; from 16 plane pairs (W4A4, W2A8) the recovery's
+        // temporaries need the room of half of them (128 spilled there).
+        let acc_max = if pairs >= 16 { 64 } else { 128 };
+        let acc_ok = |fm: i32, f: i32| 4 * pairs * fm * f <= acc_max;
         let divides = |wn: i32, f: i32| n.is_multiple_of((wn * f * 8) as usize);
         let kt = if k.is_multiple_of(512) { 2 } else { 1 };
         if m <= 16 {
@@ -439,13 +442,15 @@ pub fn compile_check_popc_configs() -> Vec<apt_gemv_popc::Config> {
 }
 
 /// The configurations `tests/codegen_cuda.rs` compiles: the tiling of each bench width at
-/// m = 1, 64 and 4096 on a 4096-channel layer.
+/// m = 1, 64 and 4096 on a 4096-channel layer, with the rule's stages (and the decode tiles
+/// with a ring too; the prefill tiles' 128 accumulators leave no room for register prefetch).
 pub fn compile_check_configs() -> Vec<apt_gemm::Config> {
     let mut out = Vec::new();
     for (w, a) in bench::WIDTHS {
         for m in [1, 64, 4096] {
             let t = AptTiles::for_shape(m, 4096, 4096, w, a);
-            for stages in [0, 3] {
+            let stages: &[i32] = if t.stages == 0 { &[0, 3] } else { &[t.stages] };
+            for &stages in stages {
                 let c = AptTiles { stages, ..t }.config(w, a, false);
                 if !out.contains(&c) {
                     out.push(c);
