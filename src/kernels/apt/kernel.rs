@@ -298,7 +298,7 @@ mod kernels {
     /// The fused decode layer (`m <= 16` per block): [`apt_quantize_act`] and [`apt_gemm`] in one
     /// launch. Each block quantizes its (at most 16) tokens of `x[m, k]` (f16) itself, the
     /// quantizer's f32 operations exactly, into bit planes in shared memory
-    /// (`[ABITS][16][KWP + 8]` words: `KWP = k / 32` rounded up to the chunk of `32 · WN` words,
+    /// (`[ABITS][16][KWP + 8]` words, `KWP + 4` with the ring: `KWP = k / 32` rounded up to the chunk of `32 · WN` words,
     /// plus 8 words of padding so the 8-byte fragment loads of 8 rows hit distinct banks), with the
     /// rows' sums of codes and scales; rows past `m` are zero. The first weight words are in flight
     /// before that prologue, so it overlaps their latency. The k loop then reads A from shared
@@ -362,14 +362,37 @@ mod kernels {
         let per = k / (KT * 256) / SPLIT;
         let kb0 = bs * per;
         let gw = view_global(w_planes, [WBITS, n, k / 32]);
-        let lw_words = layout!(reduce(column_spatial(1, WN, 1), [2])
-            .local(1, 1, KT)
-            .local(WBITS, FN, 1)
-            .spatial(8, 4)
-            .local(1, 2));
+        // The fragments, as in `apt_gemm`: paired with the register prefetch (8-byte global
+        // loads of the weight), standard with the ring (A and B loaded from shared memory into
+        // the registers the instruction reads, rows padded to 4 words modulo 8).
+        let (fa, fb, fc, wa, wb, pad) = if STAGES == 0 {
+            (
+                layout!(mma_b1_ap),
+                layout!(mma_b1_bp),
+                layout!(mma_b1_cp),
+                layout!(spatial(8, 4).local(2, 2)),
+                layout!(spatial(8, 4).local(1, 2)),
+                8,
+            )
+        } else {
+            (
+                layout!(mma_b1_a),
+                layout!(mma_b1_b),
+                layout!(mma_b1_c),
+                layout!(column_local(2, 2).spatial(8, 4)),
+                layout!(local(1, 2).spatial(8, 4)),
+                4,
+            )
+        };
+        let lw_words = layout!(
+            reduce(column_spatial(1, WN, 1), [2])
+                .local(1, 1, KT)
+                .local(WBITS, FN, 1)
+                .wb
+        );
         // The first weight words are in flight before the prologue: into registers (STAGES = 0) or
         // into STAGES - 1 stages of a cp.async ring (rows padded against bank conflicts).
-        let pw = 8 * ((KT + 1) % 2);
+        let pw = if STAGES == 0 { 8 * ((KT + 1) % 2) } else { 4 };
         let sw = shared::<u32>([max(STAGES, 1), WBITS, bn, kw + pw]);
         let mut xw = load_global(gw, lw_words, [0, bj * bn, kb0 * kw]);
         if STAGES > 0 {
@@ -384,7 +407,7 @@ mod kernels {
         }
 
         // Prologue: the block's tokens quantized into shared memory.
-        let sp = shared::<u32>([ABITS, 16, KWP + 8]);
+        let sp = shared::<u32>([ABITS, 16, KWP + pad]);
         let ss = shared::<i32>([16, 1]);
         let sf = shared::<f32>([16, 1]);
         let gx = view_global(x, [m, k / 32, 32]);
@@ -437,15 +460,12 @@ mod kernels {
         sync();
 
         // The k loop: A from shared memory, B one step ahead from global memory.
-        let la_words = layout!(reduce(spatial(1, 1, WN), [2])
-            .local(ABITS, 1, KT)
-            .spatial(8, 4)
-            .local(2, 2));
-        let la_bits = layout!(reduce(spatial(1, WN), [1]).local(ABITS, KT).mma_b1_ap);
-        let lw_bits = layout!(reduce(spatial(1, WN), [0]).local(KT, WBITS * FN).mma_b1_bp);
-        let lc = layout!(spatial(1, WN).local(1, FN).mma_b1_cp);
+        let la_words = layout!(reduce(spatial(1, 1, WN), [2]).local(ABITS, 1, KT).wa);
+        let la_bits = layout!(reduce(spatial(1, WN), [1]).local(ABITS, KT).fa);
+        let lw_bits = layout!(reduce(spatial(1, WN), [0]).local(KT, WBITS * FN).fb);
+        let lc = layout!(spatial(1, WN).local(1, FN).fc);
         let mut acc = register::<i32>(
-            layout!(spatial(1, WN).local(ABITS, WBITS).local(1, FN).mma_b1_cp),
+            layout!(spatial(1, WN).local(ABITS, WBITS).local(1, FN).fc),
             0,
         );
         if STAGES == 0 {
@@ -475,18 +495,13 @@ mod kernels {
         // Recovery and epilogue as in `apt_gemm`.
         let pairs = view::<i32>(
             acc,
-            layout!(
-                spatial(1, 1, WN)
-                    .local(ABITS * WBITS, 1, 1)
-                    .local(1, FN)
-                    .mma_b1_cp
-            ),
+            layout!(spatial(1, 1, WN).local(ABITS * WBITS, 1, 1).local(1, FN).fc),
         );
         let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
         let shift = s % WBITS + s / WBITS;
         let xsum = view::<i32>(sum(pairs << shift, 0), lc);
-        let lrow = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [1]));
-        let lcol = layout!(reduce(spatial(1, WN).local(1, FN).mma_b1_cp, [0]));
+        let lrow = layout!(reduce(lc, [1]));
+        let lcol = layout!(reduce(lc, [0]));
         // The AND form's terms over this slice: `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a` (the slice's
         // activation codes); the weight's and the constant term are over all of k, added once.
         let ma = (1 << ABITS) - 1;
