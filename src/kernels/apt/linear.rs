@@ -327,13 +327,13 @@ impl AptLinear {
     }
 
     /// How the layer runs a forward of `m` tokens ([`AptPath`]): the popc decode kernel for one
-    /// token, the fused kernel on the 1-bit mma for decode sizes where it applies, else the
-    /// quantizer and the GEMM.
+    /// token, else the quantizer and the GEMM. The fused decode kernel
+    /// ([`GpuAptLinear::forward_fused`]) repeats the quantization of every token in every block:
+    /// at 16 tokens it measured 51.2 us against the two launches' 15.1 (W2A2, 14336 x 4096) and
+    /// 1076 against 33.2 (W3A4, 4096 x 14336) on an H200, so the layer no longer takes it.
     pub fn path(&self, m: usize) -> AptPath {
         if m == 1 {
             AptPath::Popc(self.popc_tiles())
-        } else if self.gemv_config(m, false).is_some() {
-            AptPath::Fused
         } else {
             AptPath::Unfused
         }
@@ -409,7 +409,9 @@ pub enum AptPath {
     /// The popc decode kernel ([`apt_gemv_popc`]): one launch, the plane pairs counted on the
     /// CUDA cores.
     Popc(PopcTiles),
-    /// The fused decode kernel on the 1-bit mma ([`apt_gemv`]): one launch.
+    /// The fused decode kernel on the 1-bit mma ([`apt_gemv`]): one launch. Not the layer's
+    /// choice since session 20 (slower than two launches from 16 tokens); kept for
+    /// [`GpuAptLinear::forward_fused`] and the bench.
     Fused,
     /// The activation quantizer and the GEMM ([`apt_gemm`]): two launches.
     Unfused,
