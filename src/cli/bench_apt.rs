@@ -57,6 +57,11 @@ pub fn parse(widths: &str, m: &str, shapes: &str) -> Result<Parsed, String> {
     Ok((widths, ms, shapes))
 }
 
+/// The numbers of an `AxBxC..` tiling, or `None` when one is not an integer.
+fn dims(t: &str) -> Option<Vec<i32>> {
+    t.trim().split('x').map(|x| x.parse::<i32>().ok()).collect()
+}
+
 const FORM: &str = "is not WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]] (e.g. 4x4x4 or 16x2x4x1x0x4)";
 
 /// The popc tilings of `--popc-tiles` (`WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]],..`: two
@@ -69,12 +74,7 @@ pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
     list.split(',')
         .map(|t| {
             let bad = |why: String| format!("argument `--popc-tiles`: `{t}` {why}");
-            let v: Vec<i32> = t
-                .trim()
-                .split('x')
-                .map(|x| x.parse::<i32>())
-                .collect::<Result<_, _>>()
-                .map_err(|_| bad(FORM.into()))?;
+            let v = dims(t).ok_or_else(|| bad(FORM.into()))?;
             let (warps, rows, vec, per_sm, stages, qsplit) = match v[..] {
                 [w, r, v] => (w, r, v, 2, 0, 1),
                 [w, r, v, p] => (w, r, v, p, 0, 1),
@@ -109,12 +109,7 @@ pub fn parse_gemm_tiles(list: Option<&str>) -> Result<Vec<AptTiles>, String> {
     list.split(',')
         .map(|t| {
             let bad = |why: String| format!("argument `--gemm-tiles`: `{t}` {why}");
-            let v: Vec<i32> = t
-                .trim()
-                .split('x')
-                .map(|x| x.parse::<i32>())
-                .collect::<Result<_, _>>()
-                .map_err(|_| bad(GEMM_FORM.into()))?;
+            let v = dims(t).ok_or_else(|| bad(GEMM_FORM.into()))?;
             let [wm, wn, fm, fn_, kt, stages] = v[..] else {
                 return Err(bad(GEMM_FORM.into()));
             };

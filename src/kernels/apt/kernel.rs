@@ -46,6 +46,34 @@ mod kernels {
         cast::<i32>(floor(min(max(t, 0.0 - (h as f32)), (h - 1) as f32))) + h
     }
 
+    /// The u1 fragments `(A, B, C)` of the product and the word layouts `(A, B)` that load them
+    /// (`[rows, k / 32]` words, B stored n-major): with the register prefetch (`STAGES = 0`) the
+    /// paired set, whose words come two adjacent per row (8-byte global loads); with the
+    /// shared-memory ring the standard set, whose words land in the registers the instruction
+    /// reads (4-byte shared loads, conflict-free with rows padded to 4 words modulo 8), where
+    /// the paired A would need four register moves per mma (ptxas rebuilds the operand quad
+    /// for every use).
+    #[helper]
+    fn u1_fragments() -> (Layout, Layout, Layout, Layout, Layout) {
+        if STAGES == 0 {
+            (
+                layout!(mma_b1_ap),
+                layout!(mma_b1_bp),
+                layout!(mma_b1_cp),
+                layout!(spatial(8, 4).local(2, 2)),
+                layout!(spatial(8, 4).local(1, 2)),
+            )
+        } else {
+            (
+                layout!(mma_b1_a),
+                layout!(mma_b1_b),
+                layout!(mma_b1_c),
+                layout!(column_local(2, 2).spatial(8, 4)),
+                layout!(local(1, 2).spatial(8, 4)),
+            )
+        }
+    }
+
     /// The largest `4 K (2^A - 1)(2^W - 1)` the i32 recovery holds.
     pub const MAX_PRODUCT: i64 = i32::MAX as i64;
 
@@ -95,28 +123,7 @@ mod kernels {
         let [bi, bj] = block_indices();
         let ga = view_global(a_planes, [ABITS, m, k / 32]);
         let gw = view_global(w_planes, [WBITS, n, k / 32]);
-        // The fragments: with the register prefetch (`STAGES = 0`) the paired set, whose words
-        // come two adjacent per row (8-byte global loads); with the shared-memory ring the standard
-        // set, whose A registers are loaded in the instruction's order (four 4-byte shared loads,
-        // conflict-free with the pads below) where the paired A would need four register moves
-        // per mma (ptxas rebuilds the operand quad for every use).
-        let (fa, fb, fc, wa, wb) = if STAGES == 0 {
-            (
-                layout!(mma_b1_ap),
-                layout!(mma_b1_bp),
-                layout!(mma_b1_cp),
-                layout!(spatial(8, 4).local(2, 2)),
-                layout!(spatial(8, 4).local(1, 2)),
-            )
-        } else {
-            (
-                layout!(mma_b1_a),
-                layout!(mma_b1_b),
-                layout!(mma_b1_c),
-                layout!(column_local(2, 2).spatial(8, 4)),
-                layout!(local(1, 2).spatial(8, 4)),
-            )
-        };
+        let (fa, fb, fc, wa, wb) = u1_fragments();
         // Words of one k step: every plane, each thread's words in its fragments' register order.
         // Warps along m share the weight words, warps along n the activation words. Per warp, the
         // stacked A rows are (plane q, tile fm, row), the stacked B columns (plane p, tile fn, col).
@@ -362,28 +369,10 @@ mod kernels {
         let per = k / (KT * 256) / SPLIT;
         let kb0 = bs * per;
         let gw = view_global(w_planes, [WBITS, n, k / 32]);
-        // The fragments, as in `apt_gemm`: paired with the register prefetch (8-byte global
-        // loads of the weight), standard with the ring (A and B loaded from shared memory into
-        // the registers the instruction reads, rows padded to 4 words modulo 8).
-        let (fa, fb, fc, wa, wb, pad) = if STAGES == 0 {
-            (
-                layout!(mma_b1_ap),
-                layout!(mma_b1_bp),
-                layout!(mma_b1_cp),
-                layout!(spatial(8, 4).local(2, 2)),
-                layout!(spatial(8, 4).local(1, 2)),
-                8,
-            )
-        } else {
-            (
-                layout!(mma_b1_a),
-                layout!(mma_b1_b),
-                layout!(mma_b1_c),
-                layout!(column_local(2, 2).spatial(8, 4)),
-                layout!(local(1, 2).spatial(8, 4)),
-                4,
-            )
-        };
+        // The fragments as in `apt_gemm`; the activation planes' rows padded to 8 words (paired:
+        // 8-byte loads of 8 rows on distinct banks) or 4 modulo 8 (standard, with the ring).
+        let (fa, fb, fc, wa, wb) = u1_fragments();
+        let pad = if STAGES == 0 { 8 } else { 4 };
         let lw_words = layout!(
             reduce(column_spatial(1, WN, 1), [2])
                 .local(1, 1, KT)
