@@ -751,6 +751,7 @@ fn config_strategy() -> impl Strategy<Value = QMatmulConfig> {
                         QMatmulMethod::Fused
                     },
                     stream_k: 0,
+                    group_columns: false,
                 }
             },
         )

@@ -268,6 +268,90 @@ fn gemv_every_weight_type() {
     }
 }
 
+/// The gemv method's group columns (one token; each scale group's activations in its own mma
+/// column, the scales and zero points applied once per 8 groups): 1, 2 and 4 groups per k
+/// tile, rings of 8 groups (each stage always on the same rows) and of 3, 4 and 6 (stages
+/// refilled on other rows clear the old ones), whole and partial rounds of 8 groups, zero
+/// points with biased casts (u1, u2, u4), signed types (i3), exact casts (i8, a float type),
+/// both activation types, several n tiles.
+#[test]
+fn gemv_group_columns() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    // (weight, activations, group, bk, stages, split, k)
+    let cases = [
+        ("u1", DType::F16, 64, 64, 8, 1, 640),
+        ("u1", DType::BF16, 64, 64, 3, 1, 768),
+        ("u2", DType::BF16, 64, 128, 4, 2, 768),
+        ("u2", DType::F16, 64, 64, 4, 2, 1280),
+        ("i3", DType::F16, 32, 128, 2, 1, 1024),
+        ("i3", DType::BF16, 32, 64, 3, 1, 1024),
+        ("u4", DType::BF16, 64, 64, 8, 2, 1280),
+        ("i8", DType::F16, 64, 64, 8, 1, 512),
+        ("f4e2m1", DType::BF16, 32, 64, 4, 1, 384),
+    ];
+    for (wd, ad, group, bk, stages, split_k, k) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            bn: 64,
+            bk,
+            stages,
+            split_k,
+            group_columns: true,
+            ..default_cfg(dt(wd), ad, Some(group))
+        };
+        check(cfg, k, 128, &[1]);
+    }
+}
+
+/// Group columns are refused where they do not apply, naming the field (or `m`).
+#[test]
+fn gemv_group_columns_refusals() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let ok = QMatmulConfig {
+        method: QMatmulMethod::Gemv,
+        bm: 8,
+        bn: 64,
+        bk: 64,
+        stages: 8,
+        group_columns: true,
+        ..default_cfg(dt("u2"), DType::F16, Some(64))
+    };
+    assert!(ok.tiling().is_ok());
+    let field = |c: QMatmulConfig| format!("{}", c.tiling().unwrap_err());
+    for (cfg, needle) in [
+        (QMatmulConfig { bm: 16, ..ok }, "bm must be 8"),
+        (
+            QMatmulConfig {
+                group_rows: None,
+                ..ok
+            },
+            "per-channel",
+        ),
+        (
+            QMatmulConfig {
+                group_rows: Some(128),
+                ..ok
+            },
+            "whole groups",
+        ),
+        (
+            QMatmulConfig {
+                method: QMatmulMethod::Fused,
+                bm: 16,
+                ..ok
+            },
+            "gemv method",
+        ),
+    ] {
+        let e = field(cfg);
+        assert!(e.contains("group_columns") && e.contains(needle), "{e}");
+    }
+    let e = format!("{}", ok.check_shape(2, 128, 512).unwrap_err());
+    assert!(e.starts_with("argument `m`"), "{e}");
+    assert!(ok.check_shape(1, 128, 512).is_ok());
+}
+
 /// The gemv method with several token tiles per block (`bm` 16, 24 and 32: each dequantized
 /// weight fragment feeds `bm / 8` mmas): ragged m (a partial first tile, a partial last tile,
 /// several row blocks), grouped and per-channel scales, zero points, biased and exact casts,
