@@ -751,7 +751,6 @@ fn config_strategy() -> impl Strategy<Value = QMatmulConfig> {
                         QMatmulMethod::Fused
                     },
                     stream_k: 0,
-                    group_columns: false,
                 }
             },
         )

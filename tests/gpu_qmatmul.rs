@@ -129,53 +129,6 @@ fn gemv_every_weight_type_matches_the_reference() {
     }
 }
 
-/// The gemv method's group columns (one token, each scale group's activations in its own mma
-/// column) for every weight type: 1 and 2 groups of 128 per k tile, rings of 8 groups (each
-/// stage on the same rows) and of 3, 4 and 6 (stages clearing their old rows), whole and
-/// partial rounds of 8 groups (k = 3072 is 24 groups: 24, 12 or 6 per block with split 1, 2,
-/// 4), f16 and bf16, against the same reference as the other methods.
-#[test]
-fn gemv_group_columns_match_the_reference() {
-    let Some(ctx) = context("gemv_group_columns_match_the_reference") else {
-        return;
-    };
-    let (n, k) = (512, 3072);
-    for (i, wdtype) in weight_types().into_iter().enumerate() {
-        let zeros = matches!(wdtype, DType::UInt(_));
-        let adtype = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
-        let (bk, stages) = [(128, 8), (128, 4), (256, 3), (128, 6), (256, 4)][i % 5];
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::Gemv,
-            bm: 8,
-            bn: 256,
-            bk,
-            stages,
-            split_k: [1, 2, 4, 1][i % 4],
-            group_columns: true,
-            ..QMatmulConfig::for_shape(wdtype, adtype, Some(128), zeros, n, k).unwrap()
-        };
-        if let Err(e) = cfg
-            .check_shape(1, n, k)
-            .and_then(|_| build(&cfg).map(|_| ()))
-        {
-            println!("gemv cols {wdtype:>7} bk {bk}: skipped ({e})");
-            continue;
-        }
-        let rel = match adtype {
-            DType::BF16 => run_case::<bf16>(&ctx, &cfg, 1, n, k, Group::Rows(128)),
-            _ => run_case::<f16>(&ctx, &cfg, 1, n, k, Group::Rows(128)),
-        };
-        println!(
-            "gemv cols {wdtype:>7} {adtype} bk {bk} split {}: rel err {rel:.2e}",
-            cfg.split_k
-        );
-        assert!(
-            rel < 1e-2,
-            "gemv cols {wdtype} {adtype}: relative error {rel}"
-        );
-    }
-}
-
 /// The gemv method with several token tiles per block (`bm` 16, 32 and 64), as the tuner
 /// tries it for 9 to 64 rows: every weight type, ragged m (a partial tile, whole blocks, a
 /// second row block), f16 and bf16, grouped and per-channel scales, split-k.

@@ -7,7 +7,7 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
-//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers; `COLS=1`: one token's scale groups in the gemv's mma columns) |
+//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
@@ -63,7 +63,6 @@ impl Kernel {
                 ("STAGES", ""),
                 ("SPLIT_K", ""),
                 ("STREAM_K", "0"),
-                ("COLS", "0"),
                 ("METHOD", "fused"),
             ],
         }
@@ -91,7 +90,6 @@ Kernels and their --config keys (default in brackets):
                          positive integers [the library's default tiles for WDTYPE]
              METHOD      fused, gemv (the weight as the mma's A operand; BM=8) or gemv_wgmma (the same on wgmma, sm90; BK=64) [fused]
              STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
-             COLS        gemv at one token only: 1 keeps 8 scale groups apart in the mma's columns [0]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
@@ -280,11 +278,6 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
         stages: pick("STAGES", base.stages)?,
         split_k: pick("SPLIT_K", base.split_k)?,
         stream_k: pick("STREAM_K", 0)?,
-        group_columns: match pick("COLS", 0)? {
-            0 => false,
-            1 => true,
-            v => return Err(format!("COLS={v}: expected 0 or 1")),
-        },
         ..base
     };
     Ok(config)

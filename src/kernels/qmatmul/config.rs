@@ -130,13 +130,6 @@ pub struct QMatmulConfig {
     /// partial sums of a tile's workers are added by the last of them, in the same launch.
     /// Against a grid of whole tiles, no multiprocessor idles at the end of the launch.
     pub stream_k: usize,
-    /// One token only ([`QMatmulMethod::Gemv`] with `bm = 8`, grouped scales, 1, 2, 4 or 8
-    /// groups per `bk`): each scale group's activations
-    /// go to its own column (`group % 8`) of the mma's 8 token columns, 7 of which are padding
-    /// at one token, so the accumulator keeps 8 groups apart and the scales and zero points are
-    /// applied once per 8 groups instead of after every group. Refused by
-    /// [`QMatmulConfig::check_shape`] for `m > 1`.
-    pub group_columns: bool,
 }
 
 /// The two ways to compute `A · dequant(W)`.
@@ -252,7 +245,6 @@ impl QMatmulConfig {
             split_k: 1,
             method: QMatmulMethod::Fused,
             stream_k: 0,
-            group_columns: false,
         }
     }
 
@@ -460,42 +452,10 @@ impl QMatmulConfig {
         if self.bn > 4096 {
             return Err(config_err("bn", format!("{} exceeds 4096", self.bn)));
         }
-        if self.group_columns {
-            let why = if self.method != QMatmulMethod::Gemv {
-                Some("group columns are a mode of the gemv method (METHOD=gemv)".to_string())
-            } else if self.bm != 8 {
-                Some(format!(
-                    "group columns serve one token in one 8-column token tile: bm must be 8, not {}",
-                    self.bm
-                ))
-            } else {
-                match self.group_rows {
-                    None => Some(
-                        "group columns keep scale groups apart; per-channel scales have none"
-                            .to_string(),
-                    ),
-                    Some(g)
-                        if g == 0
-                            || !self.bk.is_multiple_of(g)
-                            || !8usize.is_multiple_of(self.bk / g) =>
-                    {
-                        Some(format!(
-                            "bk = {} must hold 1, 2, 4 or 8 whole groups of {g} rows",
-                            self.bk
-                        ))
-                    }
-                    Some(_) => None,
-                }
-            };
-            if let Some(why) = why {
-                return Err(config_err("group_columns", why));
-            }
-        }
         let groups_per_tile = match self.group_rows {
             None => 1,
             Some(0) => return Err(config_err("group_rows", "must be positive")),
             Some(g) if g % self.bk == 0 => 1,
-            Some(g) if self.group_columns && self.bk.is_multiple_of(g) => self.bk / g,
             Some(g) if gemv => {
                 return Err(config_err(
                     "group_rows",
@@ -672,12 +632,6 @@ impl QMatmulConfig {
     /// or `k`). `m` may be anything (rows past `m` are masked); `n` and `k` must be whole tiles.
     pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), QMatmulError> {
         self.tiling()?;
-        if self.group_columns && m > 1 {
-            return Err(shape_err(
-                "m",
-                format!("{m} rows: a configuration with group columns computes one token"),
-            ));
-        }
         // Extents and offsets are i32 scalars in the VM, and the generated code indexes each
         // operand with 32-bit arithmetic.
         let limit = i32::MAX as usize;

@@ -403,16 +403,6 @@ mod kernels {
     /// above its value, and the same mma over those constants (`cast_biased` of zero codes), which
     /// does not depend on the output column, is subtracted once per group.
     ///
-    /// With `COLS = 1` (one token: `m = 1`, `BM = 8`, and 1, 2, 4 or 8 groups per k tile;
-    /// otherwise it is ignored) the seven padding columns of the mma do the scale bookkeeping:
-    /// the activations of local group `g` are copied into row `g % 8` of the token tile, whose
-    /// other rows are zero (a stage refilled with other rows clears the old ones by a masked
-    /// copy), so column `j` of the accumulator sums the groups `g ≡ j (mod 8)` apart from the
-    /// others. The zero points, the biases and the scales (a ring of 8 groups more than the
-    /// pipeline holds, rounded up to 8) are applied once per 8 groups instead of once per group,
-    /// to all 32 accumulator values a thread holds instead of the 4 of them that carry the
-    /// token, and the columns are added at the end.
-    ///
     /// Parameters and the other tile parameters as [`qmatmul_main`]'s (one warp row).
     #[tilus::kernel(
         lazy,
@@ -420,14 +410,13 @@ mod kernels {
         warps = WN,
         target = sm80,
         // Checked when the crate is built: per-channel and grouped scales, zero points, both
-        // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types, group
-        // columns (8 stages of one group each).
+        // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
         space(
             BM = [8, 16],
-            BN = [64],
+            BN = [256],
             BK = [128],
             WN = [4],
-            STAGES = [8],
+            STAGES = [3],
             SPLIT = [1, 4],
             G = [0, 128],
             ZEROS = [0, 1],
@@ -436,7 +425,6 @@ mod kernels {
             SWB = [3],
             SWS = [4],
             BIAS = [0, 1],
-            COLS = [0, 1],
         ),
         dtypes(A = [f16, bf16], W = [u2, u4, i8]),
     )]
@@ -455,7 +443,6 @@ mod kernels {
         const SWB: i32,
         const SWS: i32,
         const BIAS: i32,
-        const COLS: i32,
         A: DTypeParam,
         W: DTypeParam,
     >(
@@ -475,26 +462,6 @@ mod kernels {
         let rep_k = BK / 16;
         let grouped = G > 0;
         let fold = ZEROS == 1;
-        // Groups per k tile, and whether the groups go to the mma's columns (`COLS`, above):
-        // local group `g` in row `g % 8` of the token tile, its scales in slot `g % slots`.
-        let gpt = if grouped {
-            if BK % G == 0 {
-                BK / G
-            } else {
-                0
-            }
-        } else {
-            0
-        };
-        let cols = if gpt > 0 {
-            COLS == 1 && BM == 8 && 8 % gpt == 0
-        } else {
-            false
-        };
-        // A stage whose groups do not land on the same rows each time it is refilled clears the
-        // rows of the groups it held before.
-        let clear = (STAGES * gpt) % 8 != 0;
-        let slots = 8 + 8 * ((STAGES * gpt + 7) / 8);
         let tile_bytes = BK * BN * W::BITS / 8;
         let thread_bytes = 8 * rep_k * rep_n * W::BITS / 8;
 
@@ -526,48 +493,16 @@ mod kernels {
             shared::<A>([STAGES, BM, BK])
         };
         let sb = shared::<u8>([STAGES, tile_bytes]);
-        let ss = if cols {
-            shared::<A>([slots, BN])
-        } else if grouped {
+        let ss = if grouped {
             shared::<A>([STAGES, 1, BN])
         } else {
             ()
         };
-        let sz = if cols && fold {
-            shared::<A>([slots, BN])
-        } else if grouped && fold {
+        let sz = if grouped && fold {
             shared::<A>([STAGES, 1, BN])
         } else {
             ()
         };
-        if cols {
-            // The rows no group is copied to stay zero, and so do the scale slots no group has
-            // reached yet (a partial last round multiplies them by zero sums).
-            let lz = layout!(spatial(8, 4 * WN).local(1, BK / (4 * WN)));
-            for st in 0..STAGES {
-                store_shared(
-                    register::<A>(lz, 0.0),
-                    slice_shared(sa, [st, 0, 0], [8, BK]),
-                    [0, 0],
-                );
-            }
-            let lzs = layout!(spatial(2, 16 * WN).local(1, BN / (16 * WN)));
-            for sl in 0..slots / 2 {
-                store_shared(
-                    register::<A>(lzs, 0.0),
-                    slice_shared(ss, [2 * sl, 0], [2, BN]),
-                    [0, 0],
-                );
-                if fold {
-                    store_shared(
-                        register::<A>(lzs, 0.0),
-                        slice_shared(sz, [2 * sl, 0], [2, BN]),
-                        [0, 0],
-                    );
-                }
-            }
-            sync();
-        }
         let ones = if fold { register::<A>(lwa, 1.0) } else { () };
         // The biases of `cast_biased`, as the product's A operand: the cast of all-zero codes.
         let biases = if BIAS == 1 {
@@ -576,74 +511,18 @@ mod kernels {
         } else {
             ()
         };
-        // With group columns the row sums and the biases' product are accumulated across the
-        // tiles of a round, where the compiler no longer sees that the `rep_n` column blocks
-        // compute the same values: they are computed for one block (`[16 WN, BK]` operands, a
-        // `[16 WN, 8]` accumulator) and broadcast over the blocks (`lc4s` to `lc4`).
-        let lc1 = layout!(spatial(WN, 1).local(1, rep_m).mma_c);
-        let lc4 = layout!(spatial(WN, 1, 1, 1).local(1, rep_n, 1, 1).mma_c);
-        let lc4s = layout!(spatial(WN, 1, 1, 1).mma_c);
-        let lwa1 = layout!(spatial(WN, 1).local(1, rep_k).mma_a);
-        let ones1 = if cols && fold {
-            register::<A>(lwa1, 1.0)
-        } else {
-            ()
-        };
-        let biases1 = if cols && BIAS == 1 {
-            let lw1 = layout!(spatial(1, WN).column_local(rep_k, 1).mma_a_t);
-            let lq1 = layout!(swap_inner_locals(lw1, 2, H));
-            let lbytes1 = layout!(spatial(32 * WN).local(8 * rep_k * W::BITS / 8));
-            let zero_codes = view::<W>(register::<u8>(lbytes1, 0), lq1);
-            view::<A>(cast_biased::<A>(zero_codes, lw1), lwa1)
-        } else {
-            ()
-        };
 
         let ktiles = k / (BK * SPLIT);
         let kt0 = bs * ktiles;
         let issue = |tile: i32, stage: i32| {
             let t = kt0 + tile;
+            copy_async(
+                ga,
+                slice_shared(sa, [stage, 0, 0], [BM, BK]),
+                [bi * BM, t * BK],
+            );
             copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
-            if cols {
-                #[unroll]
-                for i in 0..gpt {
-                    let local = tile * gpt + i;
-                    let group = t * gpt + i;
-                    if clear && tile >= STAGES {
-                        // Rows from `m` on are out of the view: the copy writes zeros.
-                        let old = (local - STAGES * gpt) % 8;
-                        copy_async(
-                            ga,
-                            slice_shared(sa, [stage, old, i * G], [1, G]),
-                            [m, group * G],
-                        );
-                    }
-                    copy_async(
-                        ga,
-                        slice_shared(sa, [stage, local % 8, i * G], [1, G]),
-                        [bi * BM, group * G],
-                    );
-                    copy_async(
-                        gs,
-                        slice_shared(ss, [local % slots, 0], [1, BN]),
-                        [group, bj * BN],
-                    );
-                    if fold {
-                        copy_async(
-                            gz,
-                            slice_shared(sz, [local % slots, 0], [1, BN]),
-                            [group, bj * BN],
-                        );
-                    }
-                }
-            } else {
-                copy_async(
-                    ga,
-                    slice_shared(sa, [stage, 0, 0], [BM, BK]),
-                    [bi * BM, t * BK],
-                );
-            }
-            if grouped && !cols {
+            if grouped {
                 let group = t * BK / G;
                 copy_async(
                     gs,
@@ -690,46 +569,7 @@ mod kernels {
         let subtract_zeros =
             |acc_t: Tensor, asum: Tensor, zc: Tensor| mul_add(asum, neg(cast::<f32>(zc)), acc_t);
         let mut acc = register::<f32>(lct, 0.0);
-        if cols {
-            // Rounds of 8 groups: column j of `acc_r` sums the round's group j.
-            let per_round = 8 / gpt;
-            for r in 0..(ktiles + per_round - 1) / per_round {
-                let mut acc_r = register::<f32>(lc, 0.0);
-                let mut asum = if fold { register::<f32>(lc1, 0.0) } else { () };
-                let mut bsum = if BIAS == 1 {
-                    register::<f32>(lc1, 0.0)
-                } else {
-                    ()
-                };
-                for i in 0..per_round {
-                    let tile = r * per_round + i;
-                    if tile < ktiles {
-                        let (wa, xb) = step(tile);
-                        acc_r = dot(wa, xb, acc_r);
-                        if fold {
-                            asum = dot(ones1, xb, asum);
-                        }
-                        if BIAS == 1 {
-                            bsum = dot(biases1, xb, bsum);
-                        }
-                    }
-                }
-                let slot = (r * 8) % slots;
-                let mut d = view::<f32>(acc_r, lc4);
-                if BIAS == 1 {
-                    d = d - view::<f32>(bsum, lc4s);
-                }
-                if fold {
-                    let zc = load_shared(slice_shared(sz, [slot, 0], [8, BN]), lct, [0, 0]);
-                    let z4 = view::<f32>(cast::<f32>(zc), lc4);
-                    d = mul_add(neg(z4), view::<f32>(asum, lc4s), d);
-                }
-                let sc = load_shared(slice_shared(ss, [slot, 0], [8, BN]), lct, [0, 0]);
-                acc = mul_add(view::<f32>(d, lct), cast::<f32>(sc), acc);
-            }
-            // The token's sum over the columns, in every row (only row 0 is stored).
-            acc = register::<f32>(lct, 0.0) + sum(acc, 0);
-        } else if grouped {
+        if grouped {
             let tiles_per_group = G / BK;
             for g in 0..ktiles / tiles_per_group {
                 let mut acc_g = register::<f32>(lc, 0.0);

@@ -66,9 +66,8 @@ pub fn config_name(c: &QMatmulConfig) -> String {
     } else {
         String::new()
     };
-    let cols = if c.group_columns { "_cols" } else { "" };
     format!(
-        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{stream}{method}{cols}",
+        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{stream}{method}",
         c.adtype, c.wdtype, c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
@@ -122,7 +121,6 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             SWB: swizzle_bits,
             SWS: swizzle_shift,
             BIAS: i32::from(biased_cast(config, h)),
-            COLS: i32::from(config.group_columns),
             A: config.adtype,
             W: config.wdtype,
         };

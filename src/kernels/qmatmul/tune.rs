@@ -46,7 +46,6 @@ impl TuneCandidate for QMatmulConfig {
             "stages": self.stages,
             "split_k": self.split_k,
             "stream_k": self.stream_k,
-            "group_columns": self.group_columns,
             "method": match self.method {
                 QMatmulMethod::Fused => "fused",
                 QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
@@ -155,9 +154,8 @@ pub fn tiles(c: &QMatmulConfig) -> String {
     } else {
         String::new()
     };
-    let cols = if c.group_columns { " cols" } else { "" };
     format!(
-        "bm{} bn{} bk{} w{} s{} sk{}{stream}{method}{cols}",
+        "bm{} bn{} bk{} w{} s{} sk{}{stream}{method}",
         c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
