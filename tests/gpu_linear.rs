@@ -250,3 +250,114 @@ fn reserve_plans_ahead_and_bounds_m() {
     layer.forward_into(&x, 17, &mut y).unwrap();
     assert_eq!(layer.plans().len(), 6);
 }
+
+/// Two chained layers' forwards (u2 4096 -> 512, the shape split-k serves, then i4 512 -> 2048)
+/// captured in a CUDA graph on a context with its own stream: the capture runs nothing (the
+/// poisoned output stays NaN), each replay gives the bits of the direct forwards, also with new
+/// activations copied into the captured input buffer, replay after replay (the split-k
+/// semaphores are left zero). A context on the legacy default stream refuses to capture, naming
+/// the option; an error inside the capture is returned and the stream works afterwards.
+#[test]
+fn forwards_replay_in_a_cuda_graph() {
+    let dir = TempDir::new("graph");
+    let builder = Context::builder(0).cache_dir(&dir.0).own_stream(true);
+    let Some(ctx) = common::gpu_context("forwards_replay_in_a_cuda_graph", builder) else {
+        return;
+    };
+    let (k, h, n) = (4096, 512, 2048);
+    let first = GpuQuantizedLinear::<f16>::new(
+        &ctx,
+        &random_weight(k, h),
+        k,
+        h,
+        DType::UInt(2),
+        Group::Rows(128),
+    )
+    .unwrap();
+    let second = GpuQuantizedLinear::<f16>::new(
+        &ctx,
+        &random_weight(h, n),
+        h,
+        n,
+        DType::Int(4),
+        Group::Rows(128),
+    )
+    .unwrap();
+    first.reserve(1).unwrap();
+    second.reserve(1).unwrap();
+    for p in first.plans().iter().chain(second.plans().iter()) {
+        println!("m<={} {:?}", p.m_bucket, p.config);
+    }
+    let mut rng = rand::rng();
+    let mut activations = || -> Vec<f16> {
+        (0..k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect()
+    };
+    // The direct forwards of `x` into fresh buffers.
+    let direct = |x: &[f16]| -> Vec<u16> {
+        let xd = DeviceBuffer::from_host(&ctx, x).unwrap();
+        let mut mid = DeviceBuffer::<f16>::filled(&ctx, h, f16::NAN).unwrap();
+        let mut y = DeviceBuffer::<f16>::filled(&ctx, n, f16::NAN).unwrap();
+        first.forward_into(&xd, 1, &mut mid).unwrap();
+        second.forward_into(&mid, 1, &mut y).unwrap();
+        y.to_host().unwrap().iter().map(|v| v.to_bits()).collect()
+    };
+    let x0 = activations();
+    let mut x = DeviceBuffer::from_host(&ctx, &x0).unwrap();
+    let mut mid = DeviceBuffer::<f16>::filled(&ctx, h, f16::NAN).unwrap();
+    let mut y = DeviceBuffer::<f16>::filled(&ctx, n, f16::NAN).unwrap();
+    let graph = ctx
+        .capture(|| {
+            first.forward_into(&x, 1, &mut mid)?;
+            second.forward_into(&mid, 1, &mut y)
+        })
+        .unwrap();
+    ctx.synchronize().unwrap();
+    assert!(
+        y.to_host().unwrap().iter().all(|v| v.is_nan()),
+        "the capture ran the forwards"
+    );
+    let expected = direct(&x0);
+    assert!(expected.iter().all(|&b| f16::from_bits(b).is_finite()));
+    graph.upload().unwrap();
+    for replay in 0..3 {
+        let inputs = if replay == 0 {
+            x0.clone()
+        } else {
+            activations()
+        };
+        x.copy_from_host(&inputs).unwrap();
+        y.fill(f16::NAN).unwrap();
+        graph.launch().unwrap();
+        let got: Vec<u16> = y.to_host().unwrap().iter().map(|v| v.to_bits()).collect();
+        let want = if replay == 0 {
+            expected.clone()
+        } else {
+            direct(&inputs)
+        };
+        assert_eq!(
+            got, want,
+            "replay {replay} differs from the direct forwards"
+        );
+    }
+
+    // An error inside the capture (two rows, one reserved) comes back; the stream works
+    // afterwards.
+    let x2 = DeviceBuffer::<f16>::zeros(&ctx, 2 * k).unwrap();
+    let mut mid2 = DeviceBuffer::<f16>::zeros(&ctx, 2 * h).unwrap();
+    let e = ctx
+        .capture(|| first.forward_into(&x2, 2, &mut mid2))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argument `m`") && e.contains("reserve"), "{e}");
+    assert_eq!(direct(&x0), expected, "after a failed capture");
+
+    // The legacy default stream cannot be captured.
+    let legacy = Context::builder(0).cache_dir(&dir.0).build().unwrap();
+    let e = legacy
+        .capture(|| Ok::<(), tilus::runtime::RuntimeError>(()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("own_stream"), "{e}");
+}

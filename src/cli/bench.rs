@@ -191,8 +191,9 @@ pub enum BenchCommand {
     },
     /// What a tuned quantized linear layer (f16) costs per call besides its kernels: the host
     /// time to queue `forward_into`, the GPU time per call of `--calls` calls queued back to
-    /// back, one call timed alone, and the configuration's kernel alone (back to back, no
-    /// layer); `overhead` is one call alone minus the kernel. `--shapes small` is the decode
+    /// back, one call timed alone, the configuration's kernel alone (back to back, no layer),
+    /// and the calls captured in one CUDA graph and replayed (`graph`); `overhead` is one call
+    /// alone minus the kernel. `--shapes small` is the decode
     /// layers that need split-k (8192x8192, 8192x1024, 4096x1024).
     Launch {
         /// Weight type, e.g. i4, u2.
@@ -984,27 +985,32 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 0 => tilus::quant::Group::PerChannel,
                 g => tilus::quant::Group::Rows(g),
             };
+            // Its own stream, so that the calls can also be captured in a CUDA graph.
+            let ctx = Context::builder(0).own_stream(true).build().map_err(err)?;
             out += &format!(
                 "{wdtype} f16 layers, m={m}, {calls} calls per measurement (no L2 flush)\n\
-                 {:<12} {:>9} {:>12} {:>11} {:>10} {:>12} {:>9}  config\n",
+                 {:<12} {:>9} {:>12} {:>11} {:>10} {:>12} {:>9} {:>9}  config\n",
                 "n x k",
                 "host us",
                 "per call us",
                 "alone us",
                 "kernel us",
                 "overhead us",
+                "graph us",
                 "launches"
             );
             for (n, k) in sweep_shapes(Some(shapes), 0, 0)? {
                 let b = bench_launch(&ctx, wdtype, m, n, k, group, calls).map_err(err)?;
+                let graph = b.graph_us.map_or("-".to_string(), |g| format!("{g:.2}"));
                 out += &format!(
-                    "{:<12} {:>9.2} {:>12.2} {:>11.2} {:>10.2} {:>12.2} {:>9}  {}\n",
+                    "{:<12} {:>9.2} {:>12.2} {:>11.2} {:>10.2} {:>12.2} {:>9} {:>9}  {}\n",
                     format!("{n}x{k}"),
                     b.host_us,
                     b.eager_us,
                     b.single_us,
                     b.kernel_us,
                     b.single_us - b.kernel_us,
+                    graph,
                     b.launches,
                     tiles(&b.config)
                 );

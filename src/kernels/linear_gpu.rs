@@ -37,8 +37,9 @@
 //!   planned for the bucket's most rows: a forward allocates nothing once its bucket is
 //!   planned. [`GpuQuantizedLinear::reserve`] plans every bucket up to `max_m` rows ahead of
 //!   time (and the input scratch); after it, [`GpuQuantizedLinear::forward_into`] neither
-//!   tunes, allocates nor synchronizes with the host, so it can be captured in a CUDA graph,
-//!   and a call with more rows is an error naming `m`. Two layers never share these buffers;
+//!   tunes, allocates nor synchronizes with the host, so it can be captured in a CUDA graph
+//!   ([`tilus_runtime::Context::capture`], on a context with its own stream), and a call with
+//!   more rows is an error naming `m`. Two layers never share these buffers;
 //!   one layer must not run two forwards at once on different streams (they would share its
 //!   buffers).
 

@@ -55,6 +55,8 @@ pub struct ContextBuilder {
     lineinfo: bool,
     fast_math: bool,
     extra_options: Vec<String>,
+    /// Open a stream of our own instead of using the legacy default stream.
+    own_stream: bool,
 }
 
 impl ContextBuilder {
@@ -81,6 +83,16 @@ impl ContextBuilder {
     /// Extra NVRTC options, appended last (part of the cache key).
     pub fn nvrtc_option(mut self, option: impl Into<String>) -> Self {
         self.extra_options.push(option.into());
+        self
+    }
+    /// Launch on a stream of the context's own instead of CUDA's legacy default stream, which
+    /// graph capture refuses: needed for [`Context::capture`]. The context is then the only
+    /// user of its CUDA context, and every buffer and launch of it is on that one stream, so
+    /// cudarc's cross-stream event tracking is turned off (events recorded outside a capture
+    /// cannot be waited on inside it). Ignored by [`Context::builder_on`], which launches on
+    /// the stream it is given.
+    pub fn own_stream(mut self, on: bool) -> Self {
+        self.own_stream = on;
         self
     }
 
@@ -137,7 +149,17 @@ impl ContextBuilder {
             smem_per_block_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
             total_memory: cuda.total_mem().unwrap_or(0),
         };
-        let stream = self.stream.unwrap_or_else(|| cuda.default_stream());
+        let stream = match self.stream {
+            Some(stream) => stream,
+            None if self.own_stream => {
+                // SAFETY: nothing of this CUDA context exists yet but the context itself, and
+                // everything this runtime makes on it uses the one stream opened here.
+                unsafe { cuda.disable_event_tracking() };
+                cuda.new_stream()
+                    .map_err(|e| RuntimeError::driver("opening a stream", e))?
+            }
+            None => cuda.default_stream(),
+        };
         let mut options = CompileOptions::new(device.arch.clone());
         options.lineinfo = self.lineinfo;
         options.fast_math = self.fast_math;
@@ -216,6 +238,7 @@ impl Context {
             lineinfo: false,
             fast_math: false,
             extra_options: Vec::new(),
+            own_stream: false,
         }
     }
 

@@ -77,6 +77,10 @@ pub enum RuntimeError {
         library: &'static str,
         message: String,
     },
+
+    /// A CUDA graph could not be captured (see [`crate::Context::capture`]).
+    #[error("graph capture: {reason}")]
+    Capture { reason: String },
 }
 
 impl RuntimeError {

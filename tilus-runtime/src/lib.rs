@@ -45,6 +45,7 @@ pub mod discover;
 pub mod disk_cache;
 pub mod element;
 pub mod error;
+pub mod graph;
 pub mod kernel;
 pub mod launch;
 mod linking;
@@ -69,6 +70,7 @@ pub use device::{device_count, driver_version, DeviceInfo};
 pub use disk_cache::CacheState;
 pub use element::{host_scalar, Element, HostElement, Scalar};
 pub use error::{CompileFailure, Result, RuntimeError};
+pub use graph::Graph;
 pub use kernel::{KernelSource, Param, ParamType};
 pub use launch::{
     check_dims, check_signature, DeviceRead, DeviceWrite, KernelArg, KernelArgMut, KernelArgs,

@@ -247,6 +247,9 @@ pub struct LaunchBench {
     /// kernel's own time plus the gap between back-to-back launches. `single_us - kernel_us`
     /// is what one forward costs besides its kernel.
     pub kernel_us: f64,
+    /// GPU time per call of the same `calls` calls captured in one CUDA graph and replayed
+    /// (`None` when the context cannot capture: it is on the legacy default stream).
+    pub graph_us: Option<f64>,
 }
 
 /// The launch cost of a tuned `GpuQuantizedLinear` (f16, a pattern weight of `wdtype`): the
@@ -290,6 +293,15 @@ pub fn bench_launch(
     let host_us = started.elapsed().as_secs_f64() * 1e6 / calls as f64;
     let eager = time_runs(ctx, 1, 5, None, || run(calls))?;
     let single = time_runs(ctx, 3, 20, None, || run(1))?;
+    // The same calls recorded once and replayed as one graph: no host work per call.
+    let graph_us = if ctx.stream().cu_stream().is_null() {
+        None
+    } else {
+        let graph = ctx.capture(|| run(calls))?;
+        graph.upload()?;
+        let replay = time_runs(ctx, 1, 5, None, || graph.launch())?;
+        Some(replay.median_us / calls as f64)
+    };
     // The same kernel without the layer: its own buffers, reserved before timing.
     let prepared = super::prepare(layer.quantized(), &config)?;
     let weight = super::DeviceWeight::<f16>::upload(ctx, &prepared)?;
@@ -311,5 +323,6 @@ pub fn bench_launch(
         single_us: single.median_us,
         launches: 1,
         kernel_us: kernel.median_us / calls as f64,
+        graph_us,
     })
 }
