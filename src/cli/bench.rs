@@ -872,7 +872,13 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             parse_l2(l2)?,
         );
     }
-    let ctx = Context::new(0).map_err(err)?;
+    // `launch` also replays its calls from a CUDA graph, which needs a stream of the context's
+    // own (CUDA cannot capture the legacy default stream).
+    let own_stream = matches!(cmd, BenchCommand::Launch { .. });
+    let ctx = Context::builder(0)
+        .own_stream(own_stream)
+        .build()
+        .map_err(err)?;
     let dev = ctx.device();
     let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
     match *cmd {
@@ -985,8 +991,6 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                 0 => tilus::quant::Group::PerChannel,
                 g => tilus::quant::Group::Rows(g),
             };
-            // Its own stream, so that the calls can also be captured in a CUDA graph.
-            let ctx = Context::builder(0).own_stream(true).build().map_err(err)?;
             out += &format!(
                 "{wdtype} f16 layers, m={m}, {calls} calls per measurement (no L2 flush)\n\
                  {:<12} {:>9} {:>12} {:>11} {:>10} {:>12} {:>9} {:>9}  config\n",
