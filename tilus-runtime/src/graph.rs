@@ -38,6 +38,12 @@ impl Graph {
 }
 
 impl Context {
+    /// Whether [`Context::capture`] can record this context's launches: false on CUDA's legacy
+    /// default stream (see [`crate::ContextBuilder::own_stream`]).
+    pub fn can_capture(&self) -> bool {
+        !self.stream().cu_stream().is_null()
+    }
+
     /// Record the launches `work` queues on this context's stream into a [`Graph`] instead of
     /// running them. The context must have its own stream ([`crate::ContextBuilder::own_stream`]);
     /// CUDA refuses to capture the legacy default stream. Nothing runs until the graph is
@@ -50,7 +56,7 @@ impl Context {
         work: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<Graph, E> {
         let stream = self.stream();
-        if stream.cu_stream().is_null() {
+        if !self.can_capture() {
             return Err(RuntimeError::Capture {
                 reason: "this context launches on CUDA's legacy default stream, which cannot \
                          be captured; build it with Context::builder(ordinal).own_stream(true)"

@@ -294,13 +294,13 @@ pub fn bench_launch(
     let eager = time_runs(ctx, 1, 5, None, || run(calls))?;
     let single = time_runs(ctx, 3, 20, None, || run(1))?;
     // The same calls recorded once and replayed as one graph: no host work per call.
-    let graph_us = if ctx.stream().cu_stream().is_null() {
-        None
-    } else {
+    let graph_us = if ctx.can_capture() {
         let graph = ctx.capture(|| run(calls))?;
         graph.upload()?;
         let replay = time_runs(ctx, 1, 5, None, || graph.launch())?;
         Some(replay.median_us / calls as f64)
+    } else {
+        None
     };
     // The same kernel without the layer: its own buffers, reserved before timing.
     let prepared = super::prepare(layer.quantized(), &config)?;
