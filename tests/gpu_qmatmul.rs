@@ -129,6 +129,63 @@ fn gemv_every_weight_type_matches_the_reference() {
     }
 }
 
+/// The look-up method (`Lut`, one token per block): every integer weight type, groups of 32
+/// to 256 rows, 4, 8 and 16 warps, one to four rows per lane set, f16 and bf16, split-k, one
+/// and several tokens (a block each), several block columns.
+#[test]
+fn lut_matches_the_reference() {
+    let Some(ctx) = context("lut_matches_the_reference") else {
+        return;
+    };
+    let types = [
+        "u1", "u2", "i2", "u3", "i3", "u4", "i4", "u5", "i6", "u8", "i8",
+    ];
+    let groups = [128, 64, 256, 32];
+    for (i, name) in types.into_iter().enumerate() {
+        let wdtype: DType = name.parse().unwrap();
+        let adtype = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
+        let planes = wdtype.bits() as usize;
+        let group = if groups[i % 4] / 8 * planes > 128 {
+            128
+        } else {
+            groups[i % 4]
+        };
+        let warps = [8, 4, 16][i % 3];
+        let rows = (128 / (group / 8 * planes)).clamp(1, 1 + i % 4);
+        let bn = warps * group / 8 * rows;
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Lut,
+            bm: 1,
+            bn,
+            bk: 512,
+            warps,
+            stages: 2,
+            split_k: [1, 2, 4][i % 3],
+            ..QMatmulConfig::default_for(
+                wdtype,
+                adtype,
+                Some(group),
+                matches!(wdtype, DType::UInt(_)),
+            )
+        };
+        let (n, k) = (2 * bn, 2048);
+        for m in [1, 3] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, Group::Rows(group)),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, Group::Rows(group)),
+            };
+            println!(
+                "lut {wdtype:>3} {adtype} g{group} w{warps} bn{bn} split {} m={m}: rel err {rel:.2e}",
+                cfg.split_k
+            );
+            assert!(
+                rel < 1e-2,
+                "lut {wdtype} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+}
+
 /// The gemv method with several token tiles per block (`bm` 16, 32 and 64), as the tuner
 /// tries it for 9 to 64 rows: every weight type, ragged m (a partial tile, whole blocks, a
 /// second row block), f16 and bf16, grouped and per-channel scales, split-k.

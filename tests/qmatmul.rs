@@ -268,6 +268,121 @@ fn gemv_every_weight_type() {
     }
 }
 
+/// The look-up method (`Lut`: one token per block, tables of activation partial sums, the
+/// weight as bit planes): every integer type (unsigned with zero points, signed two's
+/// complement), groups of 32 to 256 rows (lane sets of 4 to 32), 4, 8 and 16 warps (the
+/// tables' entries split 64, 32 and 16 per thread), one to four rows per lane set, both
+/// activation types, split-k, several block columns, and m = 1 and 3 (a block per token).
+#[test]
+fn lut_every_integer_weight_type() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let types = [
+        "u1", "u2", "i2", "u3", "i3", "u4", "i4", "u5", "i6", "u8", "i8",
+    ];
+    let groups = [128, 64, 256, 32];
+    for (i, wd) in types.into_iter().enumerate() {
+        let wd = dt(wd);
+        let ad = if i % 2 == 0 { DType::F16 } else { DType::BF16 };
+        // At most 128 weight bytes per thread and tile (group / 8 tables x planes x rows).
+        let planes = wd.bits() as usize;
+        let group = if groups[i % 4] / 8 * planes > 128 {
+            128
+        } else {
+            groups[i % 4]
+        };
+        let warps = [8, 4, 16][i % 3];
+        let rows = (128 / (group / 8 * planes)).clamp(1, 1 + i % 4);
+        let bn = warps * group / 8 * rows;
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Lut,
+            bm: 1,
+            bn,
+            bk: 512,
+            warps,
+            stages: 2,
+            split_k: 1 + i % 2,
+            ..default_cfg(wd, ad, Some(group))
+        };
+        let k = 512 * cfg.split_k * (1 + i % 2);
+        let n = if i % 3 == 0 { 2 * bn } else { bn };
+        check(cfg, k, n, &[1, 3]);
+    }
+}
+
+/// The look-up method's re-layout is a permutation: its inverse gives the codes back, and
+/// its rules are errors naming the field.
+#[test]
+fn lut_relayout_round_trips_and_rules_name_the_field() {
+    use tilus::kernels::qmatmul::{relayout, relayout_inverse, QMatmulMethod};
+    let mut rng = StdRng::seed_from_u64(rand::random());
+    for (wd, group, warps, bn) in [("u1", 128, 8, 256), ("i3", 64, 4, 64), ("u4", 32, 16, 128)] {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Lut,
+            bm: 1,
+            bn,
+            bk: 512,
+            warps,
+            stages: 2,
+            split_k: 1,
+            ..default_cfg(dt(wd), DType::F16, Some(group))
+        };
+        let q = quantize(&cfg, 1024, 2 * bn, &mut rng);
+        let bytes = relayout(&q, &cfg).unwrap();
+        assert_ne!(bytes, q.codes, "{wd}: the bytes are permuted");
+        assert_eq!(
+            relayout_inverse(&bytes, &cfg, q.k, q.n).unwrap(),
+            q.codes,
+            "{wd}"
+        );
+    }
+    let base = QMatmulConfig {
+        method: QMatmulMethod::Lut,
+        bm: 1,
+        bn: 256,
+        bk: 512,
+        warps: 8,
+        stages: 2,
+        split_k: 1,
+        ..default_cfg(dt("u2"), DType::F16, Some(128))
+    };
+    let cases = [
+        (
+            QMatmulConfig {
+                wdtype: dt("f4e2m1"),
+                has_zeros: false,
+                ..base
+            },
+            "`wdtype`",
+        ),
+        (
+            QMatmulConfig {
+                group_rows: None,
+                ..base
+            },
+            "`group_rows`",
+        ),
+        (
+            QMatmulConfig {
+                group_rows: Some(512),
+                ..base
+            },
+            "`group_rows`",
+        ),
+        (QMatmulConfig { bm: 8, ..base }, "`bm`"),
+        (QMatmulConfig { bk: 256, ..base }, "`bk`"),
+        (QMatmulConfig { warps: 2, ..base }, "`warps`"),
+        (QMatmulConfig { stages: 3, ..base }, "`stages`"),
+        (QMatmulConfig { bn: 200, ..base }, "`bn`"),
+        (QMatmulConfig { bn: 4096, ..base }, "`bn`"),
+    ];
+    for (cfg, field) in cases {
+        let e = err_text(build(&cfg));
+        assert!(e.contains(field), "{cfg:?}: {e}");
+    }
+    let e = err_text(base.check_shape(1, 256, 768));
+    assert!(e.contains("`k`"), "{e}");
+}
+
 /// The gemv method with several token tiles per block (`bm` 16, 24 and 32: each dequantized
 /// weight fragment feeds `bm / 8` mmas): ragged m (a partial first tile, a partial last tile,
 /// several row blocks), grouped and per-channel scales, zero points, biased and exact casts,
@@ -867,6 +982,16 @@ fn tuning_candidates_are_valid_and_distinct() {
             if m <= 16 {
                 assert!(c[0].split_k > 1, "decode starts with split-k: {:?}", c[0]);
             }
+            // One token of a 1-bit weight starts with the look-up tables; nothing else has them.
+            assert_eq!(
+                c[0].method == QMatmulMethod::Lut,
+                wd == "u1" && m == 1,
+                "{wd} m={m}: {:?}",
+                c[0]
+            );
+            assert!(c[1..]
+                .iter()
+                .all(|c| c.method != QMatmulMethod::Lut || m == 1));
         }
     }
     // Small shapes still get a candidate.

@@ -7,7 +7,7 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
-//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers) |
+//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers; `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8` and two rows per lane set) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
@@ -88,7 +88,7 @@ Kernels and their --config keys (default in brackets):
              GROUP       rows per scale group, 0 for per-channel scales [128]
              BM, BN, BK, WARPS, STAGES, SPLIT_K
                          positive integers [the library's default tiles for WDTYPE]
-             METHOD      fused, gemv (the weight as the mma's A operand; BM=8) or gemv_wgmma (the same on wgmma, sm90; BK=64) [fused]
+             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
              STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
@@ -259,23 +259,48 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
     };
     let base = QMatmulConfig::default_for(wdtype, adtype, group, matches!(wdtype, DType::UInt(_)));
     let pick = |key: &str, default: usize| number(key).map(|v| v.unwrap_or(default));
-    let (method, bm) = match cfg["METHOD"].trim() {
-        "fused" => (QMatmulMethod::Fused, base.bm),
-        "gemv" => (QMatmulMethod::Gemv, 8),
-        "gemv_wgmma" => (QMatmulMethod::GemvWgmma, 8),
+    // The look-up method's own defaults: a token per block, pairs of 256-row table tiles, two
+    // stages, 8 warps of two rows per lane set.
+    let lut_bn = 8 * group.unwrap_or(128) / 8 * 2;
+    let (method, bm, bn, bk, warps, stages) = match cfg["METHOD"].trim() {
+        "fused" => (
+            QMatmulMethod::Fused,
+            base.bm,
+            base.bn,
+            base.bk,
+            base.warps,
+            base.stages,
+        ),
+        "gemv" => (
+            QMatmulMethod::Gemv,
+            8,
+            base.bn,
+            base.bk,
+            base.warps,
+            base.stages,
+        ),
+        "gemv_wgmma" => (
+            QMatmulMethod::GemvWgmma,
+            8,
+            base.bn,
+            base.bk,
+            base.warps,
+            base.stages,
+        ),
+        "lut" => (QMatmulMethod::Lut, 1, lut_bn, 512, 8, 2),
         other => {
             return Err(format!(
-                "METHOD={other}: expected fused, gemv or gemv_wgmma"
+                "METHOD={other}: expected fused, gemv, gemv_wgmma or lut"
             ))
         }
     };
     let config = QMatmulConfig {
         method,
         bm: pick("BM", bm)?,
-        bn: pick("BN", base.bn)?,
-        bk: pick("BK", base.bk)?,
-        warps: pick("WARPS", base.warps)?,
-        stages: pick("STAGES", base.stages)?,
+        bn: pick("BN", bn)?,
+        bk: pick("BK", bk)?,
+        warps: pick("WARPS", warps)?,
+        stages: pick("STAGES", stages)?,
         split_k: pick("SPLIT_K", base.split_k)?,
         stream_k: pick("STREAM_K", 0)?,
         ..base

@@ -158,6 +158,14 @@ pub enum QMatmulMethod {
     /// read by the wgmma straight from the shared ring (`n = bm` tokens, 8 to 256), one
     /// instruction per 64 x bm x 16. Whole warpgroups (`warps` a multiple of 4), `bk = 64`.
     GemvWgmma,
+    /// One token (`bm = 1`, a block per token) of an integer weight by look-up tables of its
+    /// activations' partial sums: per k tile of 256 the block builds 32 tables of 256 entries
+    /// in shared memory (entry `b` of table `T`: the sum of the activations `8T + j` whose bit
+    /// `j` of `b` is set), and each byte of a bit plane of the weight, re-laid offline, is one
+    /// look-up instead of a conversion and 8 multiply-adds per weight. A `b`-bit code is `b`
+    /// planes. `bk = 512` (two table tiles, built and read in turn), `stages = 2`, groups of
+    /// 32 to 256 rows, 4, 8 or 16 warps; `bn` a multiple of `warps x group_rows / 8`.
+    Lut,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -362,6 +370,9 @@ impl QMatmulConfig {
                     self.stages
                 ),
             ));
+        }
+        if self.method == QMatmulMethod::Lut {
+            return self.lut_tiling();
         }
         let wgmma = self.method == QMatmulMethod::GemvWgmma;
         let gemv = self.method == QMatmulMethod::Gemv || wgmma;
@@ -570,6 +581,33 @@ impl QMatmulConfig {
             locals_per_thread: locals,
             bytes_per_thread,
             vector_bytes,
+            tile_bytes: self.bk * self.bn * self.wdtype.bits() as usize / 8,
+        })
+    }
+
+    /// [`Self::tiling`] of [`QMatmulMethod::Lut`] (`super::lut` checks its rules): one warp
+    /// row, `rep_n` rows per thread and lane set, the weight bytes of a 256-row table tile.
+    fn lut_tiling(&self) -> Result<Tiling, QMatmulError> {
+        if self.split_k > 65535 {
+            return Err(config_err(
+                "split_k",
+                format!(
+                    "{} splits exceed 65535, the most blocks along the grid's z dimension",
+                    self.split_k
+                ),
+            ));
+        }
+        let s = super::lut::lut_shape(self)?;
+        Ok(Tiling {
+            warps_m: 1,
+            warps_n: self.warps,
+            rep_m: 1,
+            rep_n: s.rows,
+            rep_k: super::lut::TILE_K / 8,
+            groups_per_tile: self.bk / s.tables_per_group / 8,
+            locals_per_thread: 8 * s.rows * s.tables_per_group,
+            bytes_per_thread: s.thread_bytes(),
+            vector_bytes: 16,
             tile_bytes: self.bk * self.bn * self.wdtype.bits() as usize / 8,
         })
     }

@@ -1017,6 +1017,220 @@ mod kernels {
         }
     }
 
+    /// [`QMatmulMethod::Lut`](crate::kernels::qmatmul::QMatmulMethod): one token's product by
+    /// look-up tables of partial sums of its activations (LUT-GEMM style), for integer weights
+    /// of `P` bits split offline into `P` bit planes.
+    ///
+    /// For each k tile of 256 the block builds 32 tables in shared memory, one per 8
+    /// activations: entry `b` of table `T` is `Σ_j bit_j(b) · x[8T + j]` (f32). A byte of a bit
+    /// plane (8 weights of one output column) is then one look-up: its partial dot product with
+    /// those 8 activations, instead of 4 conversions and 8 multiply-adds. Plane `p` counts
+    /// `2^p` (`-2^(P-1)` for the top plane of a signed type); each scale group gets its zero
+    /// point (`z · Σ x` over the group) and scale once per k tile.
+    ///
+    /// - **The tables** are stored `[256 entries, 64 slots]` (slot = stage · 32 + table), so an
+    ///   entry's bank is its table's: the 32 lanes of a warp read 32 different tables at every
+    ///   step and never conflict. Lanes come in `32 / TG` sets of `TG` (a scale group is `TG`
+    ///   tables: `G = 8 · TG`); set `σ` owns group `σ` of the tile for its `TG` rows, and lane
+    ///   `lr` of a set reads table `(lr + s) % TG` of its group at step `s`: the weight bytes
+    ///   come re-laid in that order (`super::lut::relayout`).
+    /// - **Rows.** Each thread holds `R` rows of its set (`BN = WARPS · R · TG` per block); the
+    ///   sets' sums of one row are added by shuffles at the end.
+    /// - **Building** a tile's tables is split over the block: thread `(lane T, warp h)` writes
+    ///   table `T`'s entries whose high bits are `h`; the low bits' sums fold into a tree of
+    ///   additions (the absent terms are `-0.0`, which the CUDA compiler drops). Two stages:
+    ///   tile `t + 1`'s tables are built while tile `t`'s are read, one barrier per tile.
+    /// - **Weights** go straight to registers (16-byte loads, a tile ahead), never through
+    ///   shared memory: shared bandwidth is the look-ups'.
+    ///
+    /// Parameters as [`qmatmul_main`]'s, `BM = 1` (a block per token); `k` a multiple of
+    /// `2 · 256 · SPLIT`.
+    #[tilus::kernel(
+        lazy,
+        grid = [m, n / BN, SPLIT],
+        warps = WARPS,
+        space(
+            BM = [1],
+            BN = [256, 512],
+            WARPS = [8],
+            R = [2, 4],
+            TG = [16],
+            P = [1, 3],
+            SIGNED = [0, 1],
+            ZEROS = [0, 1],
+            SPLIT = [1, 4],
+        ),
+        dtypes(A = [f16, bf16]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_lut<
+        const BM: i32,
+        const BN: i32,
+        const WARPS: i32,
+        const R: i32,
+        const TG: i32,
+        const P: i32,
+        const SIGNED: i32,
+        const ZEROS: i32,
+        const SPLIT: i32,
+        A: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+    ) {
+        let ns = 32 / TG;
+        let wr = WARPS * R;
+        let threads = WARPS * 32;
+        let chunks = R * TG * P / 16;
+        // Entries of a table each build thread writes: `lo_bits` low bits of the byte.
+        let lo = 256 / WARPS;
+        let lo_bits = if lo == 64 {
+            6
+        } else if lo == 32 {
+            5
+        } else {
+            4
+        };
+        // The weight bytes of a tile, [set, warp row, lane row, step, plane], and the raw words
+        // they are loaded as ([chunk, thread, word]: each load instruction is 512 contiguous
+        // bytes per warp).
+        let lb = layout!(spatial(1, WARPS, 1, 1, 1)
+            .local(1, R, 1, 1, 1)
+            .spatial(ns, 1, TG, 1, 1)
+            .local(1, 1, 1, TG, P));
+        let lw = layout!(local(1, 1, chunks, 1, 1)
+            .spatial(1, 1, 1, threads, 1)
+            .local(1, 1, 1, 1, 4));
+        let lslot = layout!(reduce(lb, [1, 4]));
+        let lacc = layout!(reduce(lb, [3, 4]));
+        let lcoef = layout!(reduce(lb, [0, 1, 2, 3]));
+        let lsum = layout!(reduce(lb, [1, 2, 3, 4]));
+        // The build: [table, warp, low bits] per tile, entry b = warp · lo + low.
+        let le = layout!(spatial(1, WARPS, 1).spatial(32, 1, 1).local(1, 1, lo));
+        let le2 = layout!(spatial(1, WARPS).spatial(32, 1).local(1, lo));
+        let lx = layout!(reduce(le, [1, 2]));
+        let lhi = layout!(reduce(le, [2]));
+        let llo = layout!(reduce(le, [1]));
+        let lgroup = layout!(replicated(WARPS).spatial(ns, 1, TG, 1, 1));
+
+        let [bi, bj, bs] = block_indices();
+        let tiles = k / 256;
+        let per = tiles / SPLIT;
+        let t0 = bs * per;
+        let groups = k / (8 * TG);
+        let gx = view_global(a, [m * k / 8, 8, 1]);
+        let gw = view_global::<u32>(b, [n / BN, tiles, chunks, threads, 4]);
+        let gs = view_global(scales, [groups, n / TG, TG, 1, 1]);
+        let gz = view_global(
+            zeros,
+            [if ZEROS == 1 { groups } else { 0 }, n / TG, TG, 1, 1],
+        );
+        let lut = shared::<f32>([256, 64]);
+        let slut = permute_shared(lut, [1, 0]);
+        let sgroup = shared::<f32>([2, ns, 1, 1, 1, 1]);
+
+        // Slot of each look-up (table and stage), the same for every row.
+        let slot0 =
+            arange(lslot, 0, 0) * TG + ((arange(lslot, 2, 0) + arange(lslot, 3, 0)) & (TG - 1));
+        let slot1 = slot0 + 32;
+        // Plane weights: 2^p, the top plane of a signed type negative.
+        let pw = register::<i32>(lcoef, 1) << arange(lcoef, 4, 0);
+        let coef = if SIGNED == 1 {
+            cast::<f32>(select(arange(lcoef, 4, 0) == P - 1, neg(pw), pw))
+        } else {
+            cast::<f32>(pw)
+        };
+
+        // Tile `t`'s tables into `stage`, and its groups' activation sums.
+        let build = |t: i32, stage: i32| {
+            let row = (bi * k + t * 256) / 8;
+            let mut hi = register::<f32>(lhi, -0.0);
+            let mut low = register::<f32>(llo, -0.0);
+            let mut total = register::<f32>(lx, -0.0);
+            #[unroll]
+            for j in 0..8 {
+                let xj = cast::<f32>(load_global(gx, lx, [row, j, 0]));
+                total = total + xj;
+                // A constant condition per local: the untaken sum is never computed, and the
+                // taken ones share their prefixes (31 additions for 32 entries, say).
+                if j < lo_bits {
+                    let bit = (arange(llo, 2, 0) >> j) & 1;
+                    low = select(bit != 0, low + xj, low);
+                } else {
+                    let bit = (arange(lhi, 1, 0) >> (j - lo_bits)) & 1;
+                    hi = select(bit != 0, hi + xj, hi);
+                }
+            }
+            // `low` is the same on every warp: its registers are the entries' layout too.
+            let entries = view::<f32>(low, le) + hi;
+            store_shared(
+                view::<f32>(entries, le2),
+                slice_shared(slut, [stage * 32, 0], [32, 256]),
+                [0, 0],
+            );
+            let group_sums = sum(view::<f32>(total, lgroup), 2);
+            store_shared(
+                group_sums,
+                slice_shared(sgroup, [stage, 0, 0, 0, 0, 0], [ns, 1, 1, 1, 1]),
+                [0, 0, 0, 0, 0],
+            );
+        };
+        let load_w = |t: i32| load_global(gw, lw, [bj, t, 0, 0, 0]);
+
+        let mut acc = register::<f32>(lacc, 0.0);
+        // Tile `t` from `stage`, its weights `w`.
+        let step = |t: i32, stage: i32, w: Tensor, slot: Tensor| {
+            let sc = cast::<f32>(load_global(gs, lacc, [t * ns, bj * wr, 0, 0, 0]));
+            let ix = cast::<i32>(view::<u8>(w, lb)) * 64 + slot;
+            let part = sum(gather(lut, ix), 3);
+            let mut v = sum(part * coef, 4);
+            if ZEROS == 1 {
+                let zc = cast::<f32>(load_global(gz, lacc, [t * ns, bj * wr, 0, 0, 0]));
+                let xs = load_shared(
+                    slice_shared(sgroup, [stage, 0, 0, 0, 0, 0], [ns, 1, 1, 1, 1]),
+                    lsum,
+                    [0, 0, 0, 0, 0],
+                );
+                v = mul_add(zc, neg(xs), v);
+            }
+            acc = mul_add(sc, v, acc);
+        };
+
+        build(t0, 0);
+        let mut w = load_w(t0);
+        sync();
+        for i in 0..per / 2 {
+            let t = t0 + 2 * i;
+            let w1 = load_w(t + 1);
+            build(t + 1, 1);
+            step(t, 0, w, slot0);
+            sync();
+            let w2 = load_w(min(t + 2, tiles - 1));
+            build(min(t + 2, tiles - 1), 0);
+            step(t + 1, 1, w1, slot1);
+            sync();
+            w = w2;
+        }
+        let total = sum(acc, 0);
+        let lc = layout!(spatial(1, WARPS).local(1, R).replicated(ns).spatial(1, TG));
+        store_tile(
+            view::<f32>(total, lc),
+            lc,
+            layout!(spatial(threads)),
+            bi,
+            bj,
+            bs,
+        );
+    }
+
     /// [`QMatmulMethod::DequantizeThenGemm`](crate::kernels::qmatmul::QMatmulMethod): the re-laid-out weight
     /// becomes a dense row-major `w [k, n]` of the activation type, which a GEMM then multiplies.
     ///

@@ -39,6 +39,7 @@ mod dequant;
 mod gpu;
 mod kernel;
 mod layouts;
+mod lut;
 mod program;
 mod relayout;
 pub mod tune;
@@ -52,5 +53,6 @@ pub use cpu::{decode_half, encode_half, prepare, HostSplitScratch, OperandBytes,
 pub use gpu::{DeviceWeight, GpuQMatmul};
 pub use kernel::qmatmul_main;
 pub use layouts::{pack_split, QMatmulLayouts};
+pub use lut::{relayout_lut, relayout_lut_inverse};
 pub use program::{a_swizzle, build, config_name, runs_on, target, QMatmulKernel, TARGET};
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

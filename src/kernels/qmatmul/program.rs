@@ -37,7 +37,9 @@ fn gemv_wgmma_tma(config: &QMatmulConfig) -> bool {
 #[derive(Clone, Debug)]
 pub struct QMatmulKernel {
     pub config: QMatmulConfig,
-    pub layouts: QMatmulLayouts,
+    /// The tile layouts of the mma methods (`None` for [`QMatmulMethod::Lut`], whose bit
+    /// planes are laid out by `super::lut`).
+    pub layouts: Option<QMatmulLayouts>,
     /// The matmul. Parameters: `m, n, k: i32`, `a: *adtype [m, k]`, `b: *u8` (re-laid-out
     /// weight), `scales: *adtype [k / group, n]`, `zeros` (same, only with `has_zeros`),
     /// `c: *mut adtype [m, n]`, then the split-k buffers `workspace: *mut f32 [split_k, m, n]`
@@ -60,6 +62,7 @@ pub fn config_name(c: &QMatmulConfig) -> String {
         QMatmulMethod::DequantizeThenGemm => "_dq",
         QMatmulMethod::Gemv => "_gemv",
         QMatmulMethod::GemvWgmma => "_gemvwg",
+        QMatmulMethod::Lut => "_lut",
     };
     let stream = if c.stream_k > 0 {
         format!("_st{}", c.stream_k)
@@ -75,6 +78,9 @@ pub fn config_name(c: &QMatmulConfig) -> String {
 /// Build and verify the programs of `config`: the `#[kernel]` templates of [`super::kernel`]
 /// instantiated for it.
 pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
+    if config.method == QMatmulMethod::Lut {
+        return build_lut(config);
+    }
     let layouts = QMatmulLayouts::new(config)?;
     let t = layouts.tiling;
     let name = config_name(config);
@@ -159,7 +165,10 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         ));
     }
     let dequant = match config.method {
-        QMatmulMethod::Fused | QMatmulMethod::Gemv | QMatmulMethod::GemvWgmma => None,
+        QMatmulMethod::Fused
+        | QMatmulMethod::Gemv
+        | QMatmulMethod::GemvWgmma
+        | QMatmulMethod::Lut => None,
         QMatmulMethod::DequantizeThenGemm => {
             let rows = super::dequant::store_rows(32 * t.warps_n, config.bk, config.bn)?;
             let cfg = kernel::qmatmul_dequant::Config {
@@ -184,9 +193,39 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     };
     Ok(QMatmulKernel {
         config: *config,
-        layouts,
+        layouts: Some(layouts),
         main,
         dequant,
+    })
+}
+
+/// [`build`] for [`QMatmulMethod::Lut`]: `kernel::qmatmul_lut` with the parameters
+/// `super::lut` derives.
+fn build_lut(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
+    let s = super::lut::lut_shape(config)?;
+    let v = |x: usize| x as i32;
+    let cfg = kernel::qmatmul_lut::Config {
+        BM: 1,
+        BN: v(config.bn),
+        WARPS: v(config.warps),
+        R: v(s.rows),
+        TG: v(s.tables_per_group),
+        P: v(s.planes),
+        SIGNED: i32::from(s.signed),
+        ZEROS: i32::from(config.has_zeros),
+        SPLIT: v(config.split_k),
+        A: config.adtype,
+    };
+    let main = instantiate(
+        kernel::qmatmul_lut::translate(&cfg),
+        format!("qmatmul_{}", config_name(config)),
+    )?;
+    check_for(&main, &target(config))?;
+    Ok(QMatmulKernel {
+        config: *config,
+        layouts: None,
+        main,
+        dequant: None,
     })
 }
 

@@ -16,7 +16,7 @@
 //! [`build_relayout_program`] is the same transformation as a VM program: load the row-major
 //! codes with `Q` as the weight type, `view` them as bytes in `W`, store.
 
-use super::config::{packed_bytes, QMatmulConfig, QMatmulError};
+use super::config::{packed_bytes, QMatmulConfig, QMatmulError, QMatmulMethod};
 use super::kernel;
 use super::layouts::QMatmulLayouts;
 use super::program::{check, config_name, instantiate, pack_order};
@@ -78,6 +78,9 @@ fn check_weight(
 /// Re-lay-out the row-major packed codes of `weight` for `config` (see the module docs).
 /// The result has as many bytes as `weight.codes`.
 pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<u8>, QMatmulError> {
+    if config.method == QMatmulMethod::Lut {
+        return super::lut::relayout_lut(weight, config);
+    }
     let (k, n, dt) = (weight.k, weight.n, weight.dtype);
     // The fields are public: a hand-built weight must agree with itself before it is indexed.
     weight
@@ -124,6 +127,9 @@ pub fn relayout_inverse(
     k: usize,
     n: usize,
 ) -> Result<Vec<u8>, QMatmulError> {
+    if config.method == QMatmulMethod::Lut {
+        return super::lut::relayout_lut_inverse(bytes, config, k, n);
+    }
     let dt = config.wdtype;
     let lay = check_weight(config, dt, k, n)?;
     let len = packed_bytes("k", dt, k, n)?;
@@ -159,6 +165,12 @@ pub fn relayout_inverse(
 /// The device re-layout program of `config` ([`super::kernel::qmatmul_relayout`]): parameters
 /// `k, n: i32`, `w` (the packed row-major codes), `out: *mut u8`; grid `[k / bk, n / bn]`.
 pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmulError> {
+    if config.method == QMatmulMethod::Lut {
+        return Err(super::config::config_err(
+            "method",
+            "the look-up method's bit planes are re-laid on the host (relayout)",
+        ));
+    }
     let lay = QMatmulLayouts::distinct(config)?;
     let t = lay.tiling;
     let v = |x: usize| x as i32;
@@ -169,8 +181,8 @@ pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmul
         H: v(pack_order(config, &lay)),
         VEC: v(t.vector_bytes),
         GEMV: match config.method {
-            super::QMatmulMethod::Gemv => 1,
-            super::QMatmulMethod::GemvWgmma => 2,
+            QMatmulMethod::Gemv => 1,
+            QMatmulMethod::GemvWgmma => 2,
             _ => 0,
         },
         W: config.wdtype,
