@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tilus::element::Activation;
 use tilus::kernels::linear::GpuQuantizedLinear;
+use tilus::kernels::qmatmul::QMatmulMethod;
 use tilus::quant::Group;
 use tilus::runtime::{Context, DeviceBuffer, TuneSource};
 use tilus::DType;
@@ -135,6 +136,45 @@ fn forward_matches_the_reference_and_reuses_the_persisted_winner() {
     // 20 rows is in the bucket of 17: no new tuning.
     assert_eq!(reused.plan(20).unwrap().m_bucket, 32);
     assert_eq!(reused.plans().len(), 2);
+}
+
+/// One token of 1- and 2-bit layers, where the tuner tries the look-up method first: whichever
+/// plan wins (its weight re-laid for it), the forward matches the reference, and the bucket of
+/// two tokens, which has no look-up candidate, uses another layout of the same weight.
+#[test]
+fn one_and_two_bit_decode_layers() {
+    let dir = TempDir::new("lowbit");
+    let Some(ctx) = context("one_and_two_bit_decode_layers", &dir.0) else {
+        return;
+    };
+    let (k, n) = (4096, 2048);
+    for wdtype in [DType::UInt(1), DType::Int(2)] {
+        let layer = GpuQuantizedLinear::<f16>::new(
+            &ctx,
+            &random_weight(k, n),
+            k,
+            n,
+            wdtype,
+            Group::Rows(128),
+        )
+        .unwrap();
+        for m in [1, 2] {
+            let rel = check_forward(&layer, m);
+            let plan = layer.plan(m).unwrap();
+            println!(
+                "{wdtype} m={m}: rel err {rel:.2e}; {:?} ({:.1} us of {} candidates)",
+                plan.config, plan.median_us, plan.candidates
+            );
+            assert!(rel < 1e-2, "{wdtype} m={m}: relative error {rel}");
+            if m > 1 {
+                assert_ne!(
+                    plan.config.method,
+                    QMatmulMethod::Lut,
+                    "one token per block"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -443,27 +443,58 @@ pub fn candidates_up_to(
             ..c
         };
         // One token of a 1- or 2-bit integer weight: the look-up tables first (perf note 36:
-        // u1 41.6 us against the gemv's 48.3 at 57344 x 8192 on an H200), a block of 1024
-        // columns on 16 warps split 4 or 8 ways, and 8 warps of 8 rows per lane set.
+        // u1 on an H200 1.1-1.3x faster than the gemv on the four Llama-70B layers). A block
+        // of 1024 columns on 16 warps holds an SM, and the blocks' table builds and split-k
+        // sums cost more than a part-empty wave: k is split until the blocks about fill one
+        // wave (100 of an H100's 132 SMs; 57344 columns: 2 ways), then one split fewer and
+        // one more.
+        let mut later_lut = Vec::new();
         if m == 1 && matches!(wdtype, DType::UInt(1 | 2) | DType::Int(2)) {
             if let Some(g) = group {
-                for (warps, rows, split_k) in [(16, 4, 4), (16, 4, 8), (8, 8, 4), (16, 4, 2)] {
-                    push(QMatmulConfig {
-                        method: QMatmulMethod::Lut,
-                        bm: 1,
-                        bn: warps * g / 8 * rows,
-                        bk: 512,
-                        warps,
-                        stages: 2,
-                        split_k,
-                        ..base
-                    });
+                let lut = |warps: usize, rows: usize, split_k: usize| QMatmulConfig {
+                    method: QMatmulMethod::Lut,
+                    bm: 1,
+                    bn: warps * g / 8 * rows,
+                    bk: 512,
+                    warps,
+                    stages: 2,
+                    split_k,
+                    ..base
+                };
+                let pairs = k / 512;
+                let splits: Vec<usize> = (1..=pairs.min(64))
+                    .filter(|s| pairs.is_multiple_of(*s))
+                    .collect();
+                let columns = n / (16 * g / 8 * 4).max(1);
+                let at = splits
+                    .iter()
+                    .position(|&s| columns * s >= 100)
+                    .unwrap_or(splits.len().saturating_sub(1));
+                let near = |d: isize| {
+                    splits
+                        .get(at.wrapping_add_signed(d))
+                        .copied()
+                        .unwrap_or(splits[at.min(splits.len() - 1)])
+                };
+                if !splits.is_empty() {
+                    push(lut(16, 4, near(0)));
+                    // The gemv's best next (below), then the other splits and warps.
+                    later_lut = vec![
+                        lut(16, 4, near(1)),
+                        lut(8, 8, near(0)),
+                        lut(16, 4, near(-1)),
+                    ];
                 }
             }
         }
-        for c in MEASURED_BEST {
+        for (i, c) in MEASURED_BEST.into_iter().enumerate() {
             push(gemv(decode(c)));
             push(decode(c));
+            if i == 0 {
+                for c in later_lut.drain(..) {
+                    push(c);
+                }
+            }
         }
         push(base);
         // Then the rest of the space, for longer tuning. Split 8 gives 4-8x the blocks of the
