@@ -4,7 +4,7 @@
 #[path = "kernels/addressing.rs"]
 mod addressing;
 
-use addressing::{histogram, moe_route, paged_copy, vq_lookup, vq_rows, vq_staged};
+use addressing::{histogram, moe_route, paged_copy, table_lookup, vq_lookup, vq_rows, vq_staged};
 use rand::Rng;
 use tilus::prelude::f16;
 
@@ -299,6 +299,49 @@ fn fence_and_a_counter_let_the_last_block_reduce() {
                 );
             }
             assert!(counters.iter().all(|&c| c == 0), "{counters:?}");
+        }
+    }
+}
+
+/// `lookup` on the interpreter, both code paths' configurations: every element is the table's
+/// `(code, (5 j + 3) % C)`, and a code past a 128-row table reads 0.
+#[test]
+fn table_lookup_reads_rows_by_code_and_wraps_columns() {
+    let mut rng = rand::rng();
+    for cfg in table_lookup::SPACE {
+        let (c, rows) = (cfg.C as usize, cfg.ROWS as usize);
+        let n = rng.random_range(1..300usize);
+        let codes: Vec<u8> = (0..8 * n).map(|_| rng.random()).collect();
+        let table: Vec<f32> = (0..rows * c).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut out = vec![f32::NAN; 8 * n];
+        table_lookup::interpret(cfg, n as i32, &codes, &table, &mut out).unwrap();
+        for (e, (&code, &got)) in codes.iter().zip(&out).enumerate() {
+            let (row, col) = (code as usize, (5 * (e % 8) + 3) % c);
+            let want = if row < rows {
+                table[row * c + col]
+            } else {
+                0.0
+            };
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{cfg:?} element {e} (code {code})"
+            );
+        }
+    }
+}
+
+/// The CUDA of `lookup`: one `__byte_perm` per element for 256-byte rows read by u8 rows, a
+/// guarded read otherwise.
+#[test]
+fn table_lookup_takes_the_byte_permute_path_for_256_byte_rows() {
+    for cfg in table_lookup::SPACE {
+        let cuda = table_lookup::source(cfg).expect("every configuration is embedded");
+        let perms = cuda.matches("__byte_perm(").count();
+        if cfg.C == 64 && cfg.ROWS == 256 {
+            assert_eq!(perms, 8, "{cfg:?}: one per code");
+        } else {
+            assert_eq!(perms, 0, "{cfg:?}");
         }
     }
 }

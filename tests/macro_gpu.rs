@@ -19,6 +19,10 @@ mod launch_kernels;
 #[path = "kernels/language.rs"]
 mod language;
 
+#[allow(dead_code)]
+#[path = "kernels/addressing.rs"]
+mod addressing;
+
 mod common;
 
 use std::sync::Arc;
@@ -178,6 +182,42 @@ fn workspace_kernel_on_gpu() {
         }
     }
     eprintln!("workspace kernel: n = 128 and 1000 correct, twice each");
+}
+
+/// `lookup` on the GPU, both code paths (the one-`PRMT` 256-byte rows and the guarded read):
+/// bit for bit the table's `(code, (5 j + 3) % C)`, 0 past a 128-row table.
+#[test]
+fn table_lookup_on_gpu() {
+    use rand::Rng;
+    let Some(ctx) = context("table_lookup_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    for cfg in addressing::table_lookup::SPACE {
+        let (c, rows) = (cfg.C as usize, cfg.ROWS as usize);
+        let n = 300usize;
+        let codes: Vec<u8> = (0..8 * n).map(|_| rng.random()).collect();
+        let table: Vec<f32> = (0..rows * c).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let dc = DeviceBuffer::from_host(&ctx, &codes).unwrap();
+        let dt = DeviceBuffer::from_host(&ctx, &table).unwrap();
+        let mut dout = DeviceBuffer::filled(&ctx, 8 * n, f32::NAN).unwrap();
+        addressing::table_lookup::launch(&ctx, cfg, n as i32, &dc, &dt, &mut dout).unwrap();
+        let out = dout.to_host().unwrap();
+        for (e, (&code, &got)) in codes.iter().zip(&out).enumerate() {
+            let (row, col) = (code as usize, (5 * (e % 8) + 3) % c);
+            let want = if row < rows {
+                table[row * c + col]
+            } else {
+                0.0
+            };
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{cfg:?} element {e} (code {code})"
+            );
+        }
+    }
+    eprintln!("lookup: 4 configurations exact");
 }
 
 fn random_halves(n: usize) -> Vec<f16> {

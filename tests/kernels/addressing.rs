@@ -175,3 +175,33 @@ pub fn moe_route(
     let at = row + slot;
     scatter(v, view_global(routed, [experts, 256]), at);
 }
+
+/// `out[v, j] = table[codes[v, j], (5 j + 3) % C]` with `lookup` from an f32 table staged in
+/// shared memory: `C = 64` columns of `ROWS = 256` rows is the one-`PRMT` path (256-byte rows,
+/// u8 rows always in range), `C = 32` the guarded one, where the columns wrap and, with
+/// `ROWS = 128`, codes past the table read zeros. The columns are one `[1, 8]` tensor
+/// broadcast to every code row.
+#[tilus::kernel(grid = [cdiv(n, 128)], warps = 4, space(C = [64, 32], ROWS = [256, 128]))]
+pub fn table_lookup<const C: i32, const ROWS: i32>(
+    n: i32,
+    codes: Global<u8>,
+    table: Global<f32>,
+    out: GlobalMut<f32>,
+) {
+    let [bi] = block_indices();
+    let st = shared::<f32>([ROWS, C]);
+    store_shared(
+        load_global(
+            view_global(table, [ROWS, C]),
+            layout!(local(ROWS / 128, 1).spatial(128, 1).local(1, C)),
+            [0, 0],
+        ),
+        st,
+        [0, 0],
+    );
+    sync();
+    let lc = layout!(spatial(128, 1).local(1, 8));
+    let c = load_global(view_global(codes, [n, 8]), lc, [bi * 128, 0]);
+    let cols = arange(layout!(reduce(lc, [0])), 1, 0) * 5 + 3;
+    store_global(lookup(st, c, cols), view_global(out, [n, 8]), [bi * 128, 0]);
+}

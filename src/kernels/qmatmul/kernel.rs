@@ -1189,8 +1189,8 @@ mod kernels {
         // Tile `t` from `stage`, its weights `w`.
         let step = |t: i32, stage: i32, w: Tensor, slot: Tensor| {
             let sc = cast::<f32>(load_global(gs, lacc, [t * ns, bj * wr, 0, 0, 0]));
-            let ix = cast::<i32>(view::<u8>(w, lb)) * 64 + slot;
-            let part = sum(gather(lut, ix), 3);
+            // Entry (byte, slot): one `PRMT` of the weight byte and the slot's offset each.
+            let part = sum(lookup(lut, view::<u8>(w, lb), slot), 3);
             let mut v = sum(part * coef, 4);
             if ZEROS == 1 {
                 let zc = cast::<f32>(load_global(gz, lacc, [t * ns, bj * wr, 0, 0, 0]));

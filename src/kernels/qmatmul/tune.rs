@@ -443,11 +443,11 @@ pub fn candidates_up_to(
             ..c
         };
         // One token of a 1- or 2-bit integer weight: the look-up tables first (perf note 36:
-        // u1 on an H200 1.1-1.3x faster than the gemv on the four Llama-70B layers). A block
-        // of 1024 columns on 16 warps holds an SM, and the blocks' table builds and split-k
-        // sums cost more than a part-empty wave: k is split until the blocks about fill one
-        // wave (100 of an H100's 132 SMs; 57344 columns: 2 ways), then one split fewer and
-        // one more.
+        // on an H200 u1 1.2-1.5x faster than the gemv on the four Llama-70B layers, u2 1.05x
+        // on the two large ones). A block of 1024 columns holds an SM, and the blocks' table
+        // builds and split-k sums cost more than a part-empty wave: k is split until the blocks
+        // about fill one wave (100 of an H100's 132 SMs; 57344 columns: 2 ways); then 8 warps
+        // of 8 rows per lane set, one split fewer and one more.
         let mut later_lut = Vec::new();
         if m == 1 && matches!(wdtype, DType::UInt(1 | 2) | DType::Int(2)) {
             if let Some(g) = group {
@@ -480,9 +480,9 @@ pub fn candidates_up_to(
                     push(lut(16, 4, near(0)));
                     // The gemv's best next (below), then the other splits and warps.
                     later_lut = vec![
-                        lut(16, 4, near(1)),
                         lut(8, 8, near(0)),
                         lut(16, 4, near(-1)),
+                        lut(16, 4, near(1)),
                     ];
                 }
             }

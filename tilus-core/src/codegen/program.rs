@@ -313,6 +313,7 @@ impl<'p> Ctx<'p> {
             } => math::arange(self, *out, layout, *dim, offset)?,
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::Lookup { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::ScatterRows { .. }

@@ -165,6 +165,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         },
         Item { .. }
         | Gather { .. }
+        | Lookup { .. }
         | GatherRows { .. }
         | Scatter { .. }
         | ScatterRows { .. }

@@ -524,6 +524,7 @@ impl Machine<'_> {
             Instruction::Scan { out, x, dim, .. } => self.scan(block, *out, *x, *dim)?,
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::Lookup { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::ScatterRows { .. }

@@ -96,9 +96,9 @@ impl Machine<'_> {
         let bt = self.block_threads;
         let ra = self.reg(block, a)?.clone();
         let dtype = ra.dtype;
-        let c = gather(self, block, &ra.layout, cond)?;
+        let c = broadcast_codes(self, block, &ra.layout, cond)?;
         let other: Vec<Vec<u32>> = match b {
-            Operand::Tensor(v) => gather(self, block, &ra.layout, *v)?,
+            Operand::Tensor(v) => broadcast_codes(self, block, &ra.layout, *v)?,
             Operand::Scalar(e) => {
                 let v = self.scalar_operand(e, block)?;
                 vec![vec![super::instr::scalar_code(v, dtype)?; ra.layout.num_locals()]; bt]
@@ -150,7 +150,7 @@ impl Machine<'_> {
 /// For each block thread and each local of a tensor in layout `l`, the code of register tensor
 /// `r` at the broadcast index (the verifier's thread-local broadcast condition puts it in the
 /// same thread).
-fn gather(
+pub(super) fn broadcast_codes(
     m: &mut Machine<'_>,
     block: &Block,
     l: &Layout,

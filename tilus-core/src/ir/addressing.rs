@@ -96,6 +96,18 @@ impl Instruction {
                 };
                 vec![(*out, t)]
             }
+            Instruction::Lookup {
+                out, table, rows, ..
+            } => {
+                let t = match (ty(*table), ty(*rows)) {
+                    (VarType::Shared(s), VarType::Register(r)) => VarType::Register(RegisterType {
+                        dtype: s.dtype,
+                        layout: r.layout,
+                    }),
+                    _ => VarType::Unknown,
+                };
+                vec![(*out, t)]
+            }
             Instruction::GatherRows {
                 out,
                 src,
@@ -151,6 +163,9 @@ impl Instruction {
             Instruction::Gather { src, index, .. } | Instruction::GatherRows { src, index, .. } => {
                 vec![*src, *index]
             }
+            Instruction::Lookup {
+                table, rows, cols, ..
+            } => vec![*table, *rows, *cols],
             Instruction::Scatter { src, dst, index }
             | Instruction::ScatterRows {
                 src, dst, index, ..
@@ -195,6 +210,18 @@ impl super::Program {
                 index,
                 dim,
             } => format!("{} = {name}({}, {}, {dim})", n(out), n(src), n(index)),
+            Instruction::Lookup {
+                out,
+                table,
+                rows,
+                cols,
+            } => format!(
+                "{} = {name}({}, {}, {})",
+                n(out),
+                n(table),
+                n(rows),
+                n(cols)
+            ),
             Instruction::Scatter { src, dst, index } => {
                 format!("{name}({}, {}, {})", n(src), n(dst), n(index))
             }
@@ -233,6 +260,23 @@ impl ProgramBuilder {
     /// `gather(src, index)`: `out[e] = src.flat[index[e]]`, 0 outside `src`.
     pub fn gather(&mut self, dest: impl Into<Dest>, src: VarId, index: VarId) -> VarId {
         self.define(dest, |out| Instruction::Gather { out, src, index })
+    }
+
+    /// `lookup(table, rows, cols)`: `out[e] = table[rows[e], cols[e] % C]` for a shared `[R, C]`
+    /// table, 0 for a row outside `[0, R)` ([`Instruction::Lookup`]).
+    pub fn lookup(
+        &mut self,
+        dest: impl Into<Dest>,
+        table: VarId,
+        rows: VarId,
+        cols: VarId,
+    ) -> VarId {
+        self.define(dest, |out| Instruction::Lookup {
+            out,
+            table,
+            rows,
+            cols,
+        })
     }
 
     /// `gather_rows(src, index, dim)`: `out[.., i * w + c, ..] = src[index[.., i, ..], c]` for

@@ -305,6 +305,7 @@ impl Program {
             }
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::Lookup { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::ScatterRows { .. }
@@ -551,6 +552,7 @@ impl Instruction {
             Instruction::Print { x, .. } => operand(x, &mut out),
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::Lookup { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::ScatterRows { .. }

@@ -151,6 +151,7 @@ impl Instruction {
             }
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::Lookup { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::ScatterRows { .. }

@@ -631,6 +631,26 @@ pub enum Instruction {
         src: VarId,
         index: VarId,
     },
+    /// `lookup(table, rows, cols)`: `out[e] = table[rows[e], cols[e] % C]`, one element of a
+    /// table per element of `rows` (a look-up table, an entry per row and one table per
+    /// column).
+    ///
+    /// - `table`: a shared tensor of rank 2, `[R, C]`, of 8-, 16- or 32-bit elements, `C` a
+    ///   power of two, addressed as [`Instruction::Gather`] addresses its source;
+    /// - `rows`: an integer register tensor (8 to 32 bits), layout `L`; a row outside
+    ///   `[0, R)` reads 0, with no access;
+    /// - `cols`: an `i32` register tensor broadcasting to `rows` in registers (like the right
+    ///   operand of `add`), taken modulo `C`;
+    /// - `out`: `table`'s dtype in `L`.
+    ///
+    /// The code generator reads a compact, unswizzled table of 256-byte rows by `u8` rows with
+    /// one `PRMT` per element: the row's byte and the column's byte offset make the address.
+    Lookup {
+        out: VarId,
+        table: VarId,
+        rows: VarId,
+        cols: VarId,
+    },
     /// `gather_rows(src, index, dim)`: whole rows of a table, one row per index element.
     ///
     /// - `src`: a global or shared tensor of rank 2, `[rows, w]`, of 8-, 16- or 32-bit

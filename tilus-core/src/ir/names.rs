@@ -54,6 +54,7 @@ impl Instruction {
             Instruction::Print { .. } => Op::Print,
             Instruction::Item { .. } => Op::Item,
             Instruction::Gather { .. } => Op::Gather,
+            Instruction::Lookup { .. } => Op::Lookup,
             Instruction::GatherRows { .. } => Op::GatherRows,
             Instruction::Scatter { .. } => Op::Scatter,
             Instruction::ScatterRows { .. } => Op::ScatterRows,

@@ -96,6 +96,7 @@ pub enum Op {
     /// Data-dependent addressing (`ir/addressing.rs`).
     Item,
     Gather,
+    Lookup,
     GatherRows,
     Scatter,
     ScatterRows,
@@ -212,6 +213,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("item", Addressing, 1..=1, "item(x) or x.item()", Op::Item),
     row!("gather", Addressing, 2..=2, "gather(src, index)", Op::Gather),
     row!("gather_rows", Addressing, 3..=3, "gather_rows(src, index, dim)", Op::GatherRows),
+    row!("lookup", Addressing, 3..=3, "lookup(table, rows, cols)", Op::Lookup),
     row!("scatter", Addressing, 3..=3, "scatter(x, dst, index)", Op::Scatter),
     row!("scatter_rows", Addressing, 4..=4, "scatter_rows(x, dst, index, dim)", Op::ScatterRows),
     row!("atomic_add", Addressing, 3..=3, "atomic_add(dst, index, x)", Op::Atomic(AtomicOp::Add)),

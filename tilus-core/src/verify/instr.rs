@@ -713,6 +713,7 @@ impl<'p> Checker<'p> {
             },
             Instruction::Item { .. }
             | Instruction::Gather { .. }
+            | Instruction::Lookup { .. }
             | Instruction::GatherRows { .. }
             | Instruction::Scatter { .. }
             | Instruction::ScatterRows { .. }

@@ -361,6 +361,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         Instruction::Print { x, .. } => tensor(x).into_iter().collect(),
         Instruction::Item { .. }
         | Instruction::Gather { .. }
+        | Instruction::Lookup { .. }
         | Instruction::GatherRows { .. }
         | Instruction::Scatter { .. }
         | Instruction::ScatterRows { .. }

@@ -716,6 +716,7 @@ impl Translator<'_, '_> {
             Op::Item
             | Op::Gather
             | Op::GatherRows
+            | Op::Lookup
             | Op::Scatter
             | Op::ScatterRows
             | Op::Atomic(_) => self.addressing_call(b, c, syntax.op, &args, name, dest),

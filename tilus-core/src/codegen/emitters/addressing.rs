@@ -337,6 +337,12 @@ pub(crate) fn emit(cx: &mut Ctx, i: &Instruction) -> Result<(), CodegenError> {
     match i {
         Instruction::Item { out, x } => item(cx, *out, *x),
         Instruction::Gather { out, src, index } => gather(cx, *out, *src, *index),
+        Instruction::Lookup {
+            out,
+            table,
+            rows,
+            cols,
+        } => lookup(cx, *out, *table, *rows, *cols),
         Instruction::GatherRows {
             out, src, index, ..
         } => gather_rows(cx, *out, *src, *index),
@@ -393,6 +399,97 @@ fn gather(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), Code
         }
     }
     // Written after every read: `out` may be the index tensor itself.
+    for line in wb.finish(&cx.name(out)) {
+        cx.w.line(line);
+    }
+    cx.w.close();
+    Ok(())
+}
+
+/// `lookup(table, rows, cols)`: per local of `rows`, element `(row, col % C)` of the shared
+/// `[R, C]` table. A compact, unswizzled table of 256-byte rows read by `u8` rows (at least 256
+/// of them, so no row is out of range) is addressed with one `PRMT` per element: the row's
+/// byte, taken from its register word, becomes byte 1 of the offset and the column's byte
+/// offset (`< 256`, the same for every look-up of a column: hoisted out of loops) byte 0,
+/// `base + offset` then folds into the `LDS`. Otherwise each local is one guarded read as in
+/// `gather`.
+fn lookup(
+    cx: &mut Ctx,
+    out: VarId,
+    table: VarId,
+    rows: VarId,
+    cols: VarId,
+) -> Result<(), CodegenError> {
+    let (rdt, rlay) = cx.reg(rows)?;
+    let (_, clay) = cx.reg(cols)?;
+    let lid = cx.layout(&rlay)?;
+    let cid = cx.layout(&clay)?;
+    let col_of = super::elementwise::broadcast_locals(
+        &cx.layouts[lid].map,
+        &cx.layouts[cid].map,
+        cx.block_threads,
+    )
+    .map_err(|e| cx.err(format!("lookup: {e}")))?;
+    cx.w.open("");
+    let f = flat(cx, table, false)?;
+    let Target::Shared(s) = &f.target else {
+        return Err(cx.err("lookup reads a shared table"));
+    };
+    let (height, width) = (s.shape[0], s.shape[1]);
+    let bits = f.dtype.bits();
+    let bytes = bits as usize / 8;
+    let fast = compact(s) && width * bytes == 256 && height >= 256 && rdt == DType::UInt(8);
+    let ty = uint_type(bits);
+    let (rn, cn) = (cx.name(rows), cx.name(cols));
+    let base = f.addr(cx, "0");
+    // Each column's byte offset (or index), once per distinct column local.
+    let mut col_offsets: Vec<Option<String>> = vec![None; col_of.iter().max().map_or(0, |m| m + 1)];
+    let locals = rlay.num_locals();
+    let mut wb = WordBuilder::new(word_count(bits, locals));
+    for (l, &k) in col_of.iter().enumerate().take(locals) {
+        let col = match &col_offsets[k] {
+            Some(c) => c.clone(),
+            None => {
+                let c = cx.fresh("col");
+                let scale = if fast { bytes } else { 1 };
+                cx.w.line(format!(
+                    "const uint32_t {c} = ({} & {}u) * {scale}u;",
+                    get_bits(&cn, k * 32, 32),
+                    width - 1
+                ));
+                col_offsets[k] = Some(c.clone());
+                c
+            }
+        };
+        let v = cx.fresh("lk");
+        if fast {
+            let (word, byte) = (l / 4, l % 4);
+            cx.w.line(format!(
+                "const uint32_t {v} = *(const {ty}*)({base} + __byte_perm({rn}[{word}], {col}, {}u));",
+                0x5504 | (byte << 4)
+            ));
+        } else {
+            let row = cx.fresh("row");
+            cx.w.line(format!(
+                "const long long {row} = (long long){};",
+                crate::codegen::scalar::decode(
+                    rdt,
+                    &get_bits(&rn, l * rdt.bits() as usize, rdt.bits())
+                )
+            ));
+            let ix = format!("(int)({row} * {width} + (long long){col})");
+            let addr = f.addr(cx, &ix);
+            cx.w.line(format!(
+                "const uint32_t {v} = ({row} >= 0 && {row} < {height}LL) ? (uint32_t)*(const {ty}*)({addr}) : 0u;"
+            ));
+        }
+        if bits == 32 {
+            wb.word(l, &v);
+        } else {
+            wb.field(l * bits as usize, bits, &v);
+        }
+    }
+    // Written after every read: `out` may be an operand.
     for line in wb.finish(&cx.name(out)) {
         cx.w.line(line);
     }

@@ -159,6 +159,42 @@ impl Machine<'_> {
                 }
                 block.env[out.0 as usize] = Some(Value::Reg(reg));
             }
+            Instruction::Lookup {
+                out,
+                table,
+                rows,
+                cols,
+            } => {
+                let mem = self.mem(block, *table)?;
+                let r = self.reg(block, *rows)?.clone();
+                let c = super::super::math::broadcast_codes(self, block, &r.layout, *cols)?;
+                let (height, width) = match &mem {
+                    Mem::Shared(s) if s.layout.shape.len() == 2 => {
+                        (s.layout.shape[0] as i64, s.layout.shape[1] as i64)
+                    }
+                    _ => {
+                        return Err(format!(
+                            "`{}` is not a rank-2 shared table",
+                            self.name(*table)
+                        ))
+                    }
+                };
+                let tab = self.table(&r.layout)?;
+                let mut reg = RegTensor::new(mem.dtype(), r.layout.clone(), self.block_threads);
+                for (t, cols) in c.iter().enumerate() {
+                    for (i, &col) in cols.iter().enumerate().take(tab.locals) {
+                        let row = decode_int(r.dtype, r.get(t, i));
+                        let code = if (0..height).contains(&row) {
+                            let col = (col as i32 as i64).rem_euclid(width);
+                            self.read_flat(block, t, &mem, *table, row * width + col)?
+                        } else {
+                            0
+                        };
+                        reg.set(t, i, code);
+                    }
+                }
+                block.env[out.0 as usize] = Some(Value::Reg(reg));
+            }
             Instruction::GatherRows {
                 out,
                 src,

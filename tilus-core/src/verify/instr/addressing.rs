@@ -5,6 +5,7 @@ use super::super::expr::describe;
 use super::super::Checker;
 use crate::ir::{gather_rows_layout, AtomicOp, Instruction, RegisterType, SpanId, VarId, VarType};
 use crate::layout::Layout;
+use crate::verify::broadcast_thread_local;
 use crate::DType;
 
 /// The two instructions on whole rows of a `[rows, w]` table, for their shared rules' words.
@@ -107,6 +108,79 @@ impl<'p> Checker<'p> {
             self.err(span, msg);
         }
         Some(r)
+    }
+
+    /// The operands of `lookup`: a shared `[R, C]` table of 8-, 16- or 32-bit elements with `C`
+    /// a power of two, integer rows of 8 to 32 bits, and `i32` columns that broadcast to the
+    /// rows in registers. Whether all of them are usable.
+    fn lookup_operands(
+        &mut self,
+        span: SpanId,
+        name: &str,
+        table: VarId,
+        rows: VarId,
+        cols: VarId,
+    ) -> bool {
+        let t = match self.use_var(table, span) {
+            Some(VarType::Shared(s)) => Some(s),
+            Some(VarType::Unknown) | None => None,
+            Some(other) => {
+                let msg = format!(
+                    "{name}: the table {} must be a shared tensor, but it is {}",
+                    self.name(table),
+                    describe(other)
+                );
+                self.err(span, msg);
+                None
+            }
+        };
+        if let Some(s) = t {
+            self.addressable_dtype(span, name, table, s.dtype);
+            let c = s.layout.shape.get(1).copied().unwrap_or(0);
+            if s.layout.shape.len() != 2 || !c.is_power_of_two() {
+                let msg = format!(
+                    "{name}: the table {} has shape {:?}; lookup reads a rank-2 table [rows, columns] whose column count is a power of two",
+                    self.name(table),
+                    s.layout.shape
+                );
+                self.err(span, msg);
+            }
+        }
+        let r = self.reg(rows, span, name, "the rows");
+        if let Some(r) = r {
+            if !matches!(r.dtype, DType::UInt(8 | 16 | 32) | DType::Int(8 | 16 | 32)) {
+                let msg = format!(
+                    "{name}: the rows {} hold {}; lookup takes 8- to 32-bit integer rows",
+                    self.name(rows),
+                    r.dtype
+                );
+                self.err(span, msg);
+            }
+        }
+        let c = self.reg(cols, span, name, "the columns");
+        if let Some(c) = c {
+            if c.dtype != DType::Int(32) {
+                let msg = format!(
+                    "{name}: the columns {} must hold i32, but they hold {}",
+                    self.name(cols),
+                    c.dtype
+                );
+                self.err(span, msg);
+            }
+        }
+        if let (Some(r), Some(c)) = (r, c) {
+            if self.block_threads > 0 {
+                if let Err(e) = broadcast_thread_local(&r.layout, &c.layout, self.block_threads) {
+                    let msg = format!(
+                        "{name}: the columns {} cannot be broadcast to the rows {} in registers: {e}",
+                        self.name(cols),
+                        self.name(rows)
+                    );
+                    self.err(span, msg);
+                }
+            }
+        }
+        t.is_some() && r.is_some() && c.is_some()
     }
 
     /// `other` (role `role`) must have the layout of `value`: its elements pair up one to one.
@@ -257,6 +331,15 @@ impl<'p> Checker<'p> {
                     self.addressable_dtype(span, name, *src, d);
                 }
                 self.define(*out, d.is_some() && i.is_some(), span, name);
+            }
+            Instruction::Lookup {
+                out,
+                table,
+                rows,
+                cols,
+            } => {
+                let ok = self.lookup_operands(span, name, *table, *rows, *cols);
+                self.define(*out, ok, span, name);
             }
             Instruction::GatherRows {
                 out,

@@ -89,6 +89,16 @@ impl Translator<'_, '_> {
                 let d = self.dest(dest, "gathered");
                 Ok(Value::Tensor(build!(d, |d| b.gather(d, src, index))))
             }
+            Op::Lookup => {
+                let table = self.memory_arg(b, args[0], name, "table");
+                let rows = self.tensor_arg(b, args[1], name, "rows", Scope::Register);
+                let cols = self.tensor_arg(b, args[2], name, "columns", Scope::Register);
+                let (table, rows, cols) = (table?, rows?, cols?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, "looked_up");
+                Ok(Value::Tensor(build!(d, |d| b.lookup(d, table, rows, cols))))
+            }
             Op::GatherRows => {
                 let src = self.memory_arg(b, args[0], name, "source");
                 let index = self.tensor_arg(b, args[1], name, "index", Scope::Register);
