@@ -1023,8 +1023,9 @@ mod kernels {
     ///
     /// For each k tile of 256 the block builds 32 tables in shared memory, one per 8
     /// activations: entry `b` of table `T` is `Σ_j bit_j(b) · x[8T + j]` (f32). A byte of a bit
-    /// plane (8 weights of one output column) is then one look-up: its partial dot product with
-    /// those 8 activations, instead of 4 conversions and 8 multiply-adds. Plane `p` counts
+    /// plane (8 weights of one output column) is then one look-up (`lookup`: one `PRMT` and the
+    /// `LDS`): its partial dot product with those 8 activations, instead of 4 conversions and 8
+    /// multiply-adds. Plane `p` counts
     /// `2^p` (`-2^(P-1)` for the top plane of a signed type); each scale group gets its zero
     /// point (`z · Σ x` over the group) and scale once per k tile.
     ///
@@ -1033,12 +1034,13 @@ mod kernels {
     ///   step and never conflict. Lanes come in `32 / TG` sets of `TG` (a scale group is `TG`
     ///   tables: `G = 8 · TG`); set `σ` owns group `σ` of the tile for its `TG` rows, and lane
     ///   `lr` of a set reads table `(lr + s) % TG` of its group at step `s`: the weight bytes
-    ///   come re-laid in that order (`super::lut::relayout`).
+    ///   come re-laid in that order (`super::lut::relayout_lut`).
     /// - **Rows.** Each thread holds `R` rows of its set (`BN = WARPS · R · TG` per block); the
     ///   sets' sums of one row are added by shuffles at the end.
     /// - **Building** a tile's tables is split over the block: thread `(lane T, warp h)` writes
-    ///   table `T`'s entries whose high bits are `h`; the low bits' sums fold into a tree of
-    ///   additions (the absent terms are `-0.0`, which the CUDA compiler drops). Two stages:
+    ///   table `T`'s entries whose high bits are `h`; the low bits' sums are a tree of additions
+    ///   (each taken under a constant condition per entry, so the untaken ones are never
+    ///   computed and the taken ones share their prefixes). Two stages:
     ///   tile `t + 1`'s tables are built while tile `t`'s are read, one barrier per tile.
     /// - **Weights** go straight to registers (16-byte loads, a tile ahead), never through
     ///   shared memory: shared bandwidth is the look-ups'.
