@@ -261,7 +261,7 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
     let pick = |key: &str, default: usize| number(key).map(|v| v.unwrap_or(default));
     // The look-up method's own defaults: a token per block, pairs of 256-row table tiles, two
     // stages, 8 warps of two rows per lane set.
-    let lut_bn = 8 * group.unwrap_or(128) / 8 * 2;
+    let lut_bn = (group.unwrap_or(128) / 8).saturating_mul(16);
     let (method, bm, bn, bk, warps, stages) = match cfg["METHOD"].trim() {
         "fused" => (
             QMatmulMethod::Fused,

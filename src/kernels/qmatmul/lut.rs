@@ -43,7 +43,9 @@ pub(crate) struct LutShape {
 impl LutShape {
     /// Weight bytes each thread loads per table tile.
     pub fn thread_bytes(&self) -> usize {
-        self.rows * self.tables_per_group * self.planes
+        self.rows
+            .saturating_mul(self.tables_per_group)
+            .saturating_mul(self.planes)
     }
 }
 
@@ -114,6 +116,9 @@ pub(crate) fn lut_shape(c: &QMatmulConfig) -> Result<LutShape, QMatmulError> {
         ));
     }
     let per_row = c.warps * tables_per_group;
+    if c.bn > 4096 {
+        return Err(config_err("bn", format!("{} exceeds 4096", c.bn)));
+    }
     if c.bn == 0 || !c.bn.is_multiple_of(per_row) {
         return Err(config_err(
             "bn",

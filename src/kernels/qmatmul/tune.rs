@@ -454,7 +454,7 @@ pub fn candidates_up_to(
                 let lut = |warps: usize, rows: usize, split_k: usize| QMatmulConfig {
                     method: QMatmulMethod::Lut,
                     bm: 1,
-                    bn: warps * g / 8 * rows,
+                    bn: (g / 8).saturating_mul(warps * rows),
                     bk: 512,
                     warps,
                     stages: 2,
@@ -465,7 +465,7 @@ pub fn candidates_up_to(
                 let splits: Vec<usize> = (1..=pairs.min(64))
                     .filter(|s| pairs.is_multiple_of(*s))
                     .collect();
-                let columns = n / (16 * g / 8 * 4).max(1);
+                let columns = n / (g / 8).saturating_mul(64).max(1);
                 let at = splits
                     .iter()
                     .position(|&s| columns * s >= 100)
