@@ -260,8 +260,9 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
     let base = QMatmulConfig::default_for(wdtype, adtype, group, matches!(wdtype, DType::UInt(_)));
     let pick = |key: &str, default: usize| number(key).map(|v| v.unwrap_or(default));
     // The look-up method's own defaults: a token per block, pairs of 256-row table tiles, two
-    // stages, 8 warps of two rows per lane set.
-    let lut_bn = (group.unwrap_or(128) / 8).saturating_mul(16);
+    // stages, 8 warps of rows enough for a 16-byte load per thread (two for groups of 64 on).
+    let tables = group.unwrap_or(128) / 8;
+    let lut_bn = tables.saturating_mul(8 * (16 / tables.max(1)).max(2));
     let (method, bm, bn, bk, warps, stages) = match cfg["METHOD"].trim() {
         "fused" => (
             QMatmulMethod::Fused,

@@ -135,6 +135,19 @@ pub(crate) fn lut_shape(c: &QMatmulConfig) -> Result<LutShape, QMatmulError> {
         planes,
         signed,
     };
+    if !shape.thread_bytes().is_multiple_of(16) {
+        return Err(config_err(
+            "bn",
+            format!(
+                "{}: each thread would hold {} bytes of weight per tile ({} rows x {} tables x \
+                 {planes} planes), not a whole number of 16-byte loads",
+                c.bn,
+                shape.thread_bytes(),
+                shape.rows,
+                tables_per_group
+            ),
+        ));
+    }
     // Two tiles of weight bytes live in registers (the one read, the one loading).
     if shape.thread_bytes() > 128 {
         return Err(config_err(
