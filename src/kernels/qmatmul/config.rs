@@ -520,15 +520,7 @@ impl QMatmulConfig {
                 return Err(config_err("stream_k", why));
             }
         }
-        if self.split_k > 65535 {
-            return Err(config_err(
-                "split_k",
-                format!(
-                    "{} splits exceed 65535, the most blocks along the grid's z dimension",
-                    self.split_k
-                ),
-            ));
-        }
+        self.check_split_limit()?;
         let (rep_m, rep_n, rep_k) = if gemv {
             (self.bm / 8, self.bn / 16 / warps_n, self.bk / 16)
         } else {
@@ -585,9 +577,8 @@ impl QMatmulConfig {
         })
     }
 
-    /// [`Self::tiling`] of [`QMatmulMethod::Lut`] (`super::lut` checks its rules): one warp
-    /// row, `rep_n` rows per thread and lane set, the weight bytes of a 256-row table tile.
-    fn lut_tiling(&self) -> Result<Tiling, QMatmulError> {
+    /// `split_k` blocks fit the grid's z dimension.
+    fn check_split_limit(&self) -> Result<(), QMatmulError> {
         if self.split_k > 65535 {
             return Err(config_err(
                 "split_k",
@@ -597,6 +588,13 @@ impl QMatmulConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// [`Self::tiling`] of [`QMatmulMethod::Lut`] (`super::lut` checks its rules): one warp
+    /// row, `rep_n` rows per thread and lane set, the weight bytes of a 256-row table tile.
+    fn lut_tiling(&self) -> Result<Tiling, QMatmulError> {
+        self.check_split_limit()?;
         let s = super::lut::lut_shape(self)?;
         Ok(Tiling {
             warps_m: 1,
