@@ -751,6 +751,7 @@ fn config_strategy() -> impl Strategy<Value = QMatmulConfig> {
                         QMatmulMethod::Fused
                     },
                     stream_k: 0,
+                    blocks_per_sm: 1,
                 }
             },
         )
@@ -760,7 +761,7 @@ fn config_strategy() -> impl Strategy<Value = QMatmulConfig> {
 /// mostly valid, so the builders get past the first check.
 fn near_default_config() -> impl Strategy<Value = QMatmulConfig> {
     let field = (
-        0usize..7,
+        0usize..9,
         prop::sample::select(vec![1usize, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512]),
     );
     (
@@ -780,6 +781,8 @@ fn near_default_config() -> impl Strategy<Value = QMatmulConfig> {
                     3 => c.warps = v,
                     4 => c.stages = v,
                     5 => c.split_k = v,
+                    6 => c.blocks_per_sm = v,
+                    7 => c.method = QMatmulMethod::Lut,
                     _ => c.method = QMatmulMethod::DequantizeThenGemm,
                 }
             }
@@ -800,6 +803,7 @@ const CONFIG_ARGS: &[&str] = &[
     "split_k",
     "method",
     "stream_k",
+    "blocks_per_sm",
     "weight",
     "bytes",
     "k",

@@ -161,6 +161,9 @@ fn lut_matches_the_reference() {
             warps,
             stages: 2,
             split_k: [1, 2, 4][i % 3],
+            // Two blocks to a multiprocessor: ptxas caps the registers at 128 (8 warps) or
+            // 256 (4 warps); 16 warps stay one block.
+            blocks_per_sm: if warps <= 8 { 1 + i / 3 % 2 } else { 1 },
             ..QMatmulConfig::default_for(
                 wdtype,
                 adtype,
@@ -175,7 +178,8 @@ fn lut_matches_the_reference() {
                 _ => run_case::<f16>(&ctx, &cfg, m, n, k, Group::Rows(group)),
             };
             println!(
-                "lut {wdtype:>3} {adtype} g{group} w{warps} bn{bn} split {} m={m}: rel err {rel:.2e}",
+                "lut {wdtype:>3} {adtype} g{group} w{warps} x{} bn{bn} split {} m={m}: rel err {rel:.2e}",
+                cfg.blocks_per_sm,
                 cfg.split_k
             );
             assert!(
@@ -183,6 +187,32 @@ fn lut_matches_the_reference() {
                 "lut {wdtype} {adtype} m={m}: relative error {rel}"
             );
         }
+    }
+    // The tuner's tilings, two 8-warp blocks to a multiprocessor: 7 rows per lane set, and
+    // the split-k sum written out (14 partials) or unrolled by `#pragma` (20).
+    for (name, bn, split, n, k) in [
+        ("u1", 896, 4, 1792, 4096),
+        ("u2", 512, 14, 1024, 7168),
+        ("u1", 1024, 20, 1024, 10240),
+    ] {
+        let wdtype: DType = name.parse().unwrap();
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::Lut,
+            bm: 1,
+            bn,
+            bk: 512,
+            warps: 8,
+            stages: 2,
+            split_k: split,
+            blocks_per_sm: 2,
+            ..QMatmulConfig::default_for(wdtype, DType::F16, Some(128), true)
+        };
+        let rel = run_case::<f16>(&ctx, &cfg, 1, n, k, Group::Rows(128));
+        println!("lut {name} bn{bn} split {split} x2 {n} x {k}: rel err {rel:.2e}");
+        assert!(
+            rel < 1e-2,
+            "lut {name} bn{bn} split {split}: relative error {rel}"
+        );
     }
 }
 

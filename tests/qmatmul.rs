@@ -374,6 +374,39 @@ fn lut_relayout_round_trips_and_rules_name_the_field() {
         (QMatmulConfig { stages: 3, ..base }, "`stages`"),
         (QMatmulConfig { bn: 200, ..base }, "`bn`"),
         (QMatmulConfig { bn: 4096, ..base }, "`bn`"),
+        // 16 warps x 3 blocks: 42 registers a thread.
+        (
+            QMatmulConfig {
+                warps: 16,
+                bn: 512,
+                blocks_per_sm: 3,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+        // Four blocks' tables: 256 KiB of shared memory.
+        (
+            QMatmulConfig {
+                blocks_per_sm: 4,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+        (
+            QMatmulConfig {
+                blocks_per_sm: 0,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+        // Only the look-up kernel is compiled for several blocks per multiprocessor.
+        (
+            QMatmulConfig {
+                blocks_per_sm: 2,
+                ..default_cfg(dt("u2"), DType::F16, Some(128))
+            },
+            "`blocks_per_sm`",
+        ),
     ];
     for (cfg, field) in cases {
         let e = err_text(build(&cfg));

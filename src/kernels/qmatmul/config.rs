@@ -130,6 +130,12 @@ pub struct QMatmulConfig {
     /// partial sums of a tile's workers are added by the last of them, in the same launch.
     /// Against a grid of whole tiles, no multiprocessor idles at the end of the launch.
     pub stream_k: usize,
+    /// Blocks the kernel is compiled to fit on one multiprocessor (`__launch_bounds__`'s
+    /// minimum: ptxas then caps each thread at `65536 / (32 · warps · blocks_per_sm)`
+    /// registers). 1 for every method but [`QMatmulMethod::Lut`], whose 8-warp blocks run two
+    /// to a multiprocessor (perf note 37): two blocks' tables hide each other's barriers and
+    /// latencies better than one block's ILP does.
+    pub blocks_per_sm: usize,
 }
 
 /// The two ways to compute `A · dequant(W)`.
@@ -253,6 +259,7 @@ impl QMatmulConfig {
             split_k: 1,
             method: QMatmulMethod::Fused,
             stream_k: 0,
+            blocks_per_sm: 1,
         }
     }
 
@@ -351,6 +358,7 @@ impl QMatmulConfig {
             ("bk", self.bk),
             ("warps", self.warps),
             ("split_k", self.split_k),
+            ("blocks_per_sm", self.blocks_per_sm),
         ] {
             if v == 0 {
                 return Err(config_err(field, "must be positive"));
@@ -373,6 +381,16 @@ impl QMatmulConfig {
         }
         if self.method == QMatmulMethod::Lut {
             return self.lut_tiling();
+        }
+        if self.blocks_per_sm != 1 {
+            return Err(config_err(
+                "blocks_per_sm",
+                format!(
+                    "{}; only the look-up method is compiled for more than one block per \
+                     multiprocessor",
+                    self.blocks_per_sm
+                ),
+            ));
         }
         let wgmma = self.method == QMatmulMethod::GemvWgmma;
         let gemv = self.method == QMatmulMethod::Gemv || wgmma;

@@ -50,9 +50,20 @@ mod kernels {
     /// (split-k in one launch): store this block's f32 partial, count it on the tile's semaphore
     /// (one thread's atomic: every other thread's index is out of range), and let the block that
     /// counts last sum the partials in split order (the result does not depend on the arrival
-    /// order) and reset the semaphore for the next launch.
+    /// order) and reset the semaphore for the next launch. `write_out`: the sum's loop is
+    /// written out, every partial's load in flight at once (a loop waits on L2 once per few
+    /// partials, perf note 37); for kernels with few accumulators per thread, since the
+    /// registers it takes count for the whole kernel.
     #[helper]
-    fn store_tile(acc: Tensor, lc: Layout, lanes: Layout, bi: i32, bj: i32, bs: i32) {
+    fn store_tile(
+        acc: Tensor,
+        lc: Layout,
+        lanes: Layout,
+        bi: i32,
+        bj: i32,
+        bs: i32,
+        write_out: bool,
+    ) {
         if SPLIT > 1 {
             let tiles_m = cdiv(m, BM);
             let gw = view_global(workspace, [SPLIT, m, n]);
@@ -60,8 +71,15 @@ mod kernels {
             let arrived = count_arrivals(lanes, bi, bj, 1);
             if arrived == SPLIT - 1 {
                 let mut total = load_global(gw, lc, [0, bi * BM, bj * BN]);
-                for split in 1..SPLIT {
-                    total = total + load_global(gw, lc, [split, bi * BM, bj * BN]);
+                if write_out {
+                    #[unroll]
+                    for split in 1..SPLIT {
+                        total = total + load_global(gw, lc, [split, bi * BM, bj * BN]);
+                    }
+                } else {
+                    for split in 1..SPLIT {
+                        total = total + load_global(gw, lc, [split, bi * BM, bj * BN]);
+                    }
                 }
                 store_global(cast::<A>(total), view_global(c, [m, n]), [bi * BM, bj * BN]);
                 reset_arrivals(bi, bj);
@@ -380,7 +398,7 @@ mod kernels {
             let sc = load_global(view_global(scales, [1, n]), lcs, [0, bj * BN]);
             acc = acc * cast::<f32>(sc);
         }
-        store_tile(acc, lc, layout!(spatial(WM * WN * 32)), bi, bj, bs);
+        store_tile(acc, lc, layout!(spatial(WM * WN * 32)), bi, bj, bs, false);
     }
 
     /// [`QMatmulMethod::Gemv`](crate::kernels::qmatmul::QMatmulMethod): the transposed product
@@ -638,7 +656,7 @@ mod kernels {
             acc = acc * cast::<f32>(sc);
         }
         wait_group(0);
-        store_tile(acc, lct, layout!(spatial(WN * 32)), bi, bj, bs);
+        store_tile(acc, lct, layout!(spatial(WN * 32)), bi, bj, bs, false);
     }
 
     /// [`QMatmulMethod::GemvWgmma`](crate::kernels::qmatmul::QMatmulMethod): the transposed product of
@@ -959,7 +977,7 @@ mod kernels {
                 wait_group(0);
             }
             let acc = view::<f32>(acc, lct);
-            store_tile(acc, lct, lanes, bi, bj, bs);
+            store_tile(acc, lct, lanes, bi, bj, bs, false);
         } else {
             // Stream-k: worker bj takes iterations `it0..it1` of the (column tile, k tile)
             // space of its block row, numbered `j * kt + t`, as one pass per column tile it
@@ -1051,6 +1069,7 @@ mod kernels {
         lazy,
         grid = [m, n / BN, SPLIT],
         warps = WARPS,
+        blocks_per_sm = OCC,
         space(
             BM = [1],
             BN = [256, 512],
@@ -1061,6 +1080,7 @@ mod kernels {
             SIGNED = [0, 1],
             ZEROS = [0, 1],
             SPLIT = [1, 4],
+            OCC = [1],
         ),
         dtypes(A = [f16, bf16]),
     )]
@@ -1075,6 +1095,7 @@ mod kernels {
         const SIGNED: i32,
         const ZEROS: i32,
         const SPLIT: i32,
+        const OCC: i32,
         A: DTypeParam,
     >(
         m: i32,
@@ -1230,6 +1251,7 @@ mod kernels {
             bi,
             bj,
             bs,
+            true,
         );
     }
 

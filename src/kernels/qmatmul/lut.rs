@@ -162,7 +162,44 @@ pub(crate) fn lut_shape(c: &QMatmulConfig) -> Result<LutShape, QMatmulError> {
             ),
         ));
     }
+    check_occupancy(c, &shape)?;
     Ok(shape)
+}
+
+/// Shared memory of one block: two stages of 32 f32 tables of 256 entries, and two stages of
+/// the groups' activation sums.
+pub(crate) fn shared_bytes(s: &LutShape) -> usize {
+    2 * 32 * 256 * 4 + 2 * (32 / s.tables_per_group) * 4
+}
+
+/// `blocks_per_sm` blocks must fit a multiprocessor: their tables in its shared memory, and
+/// at least 64 registers per thread (a block is compiled to `65536 / (threads ·
+/// blocks_per_sm)`; fewer spill the weight tiles).
+fn check_occupancy(c: &QMatmulConfig, s: &LutShape) -> Result<(), QMatmulError> {
+    let blocks = c.blocks_per_sm;
+    let threads = blocks.saturating_mul(32 * c.warps);
+    if threads > 1024 {
+        return Err(config_err(
+            "blocks_per_sm",
+            format!(
+                "{blocks} blocks of {} warps would leave {} registers per thread, fewer than 64",
+                c.warps,
+                65536 / threads
+            ),
+        ));
+    }
+    let limit = super::program::target(c).max_shared_bytes;
+    let shared = blocks.saturating_mul(shared_bytes(s));
+    if shared > limit {
+        return Err(config_err(
+            "blocks_per_sm",
+            format!(
+                "{blocks} blocks need {shared} bytes of look-up tables, more than the {limit} \
+                 bytes of shared memory"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Where thread `th`'s byte `i` of a tile comes from: `(column in the block, table, plane)`.

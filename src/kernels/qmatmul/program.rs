@@ -69,8 +69,13 @@ pub fn config_name(c: &QMatmulConfig) -> String {
     } else {
         String::new()
     };
+    let occupancy = if c.blocks_per_sm > 1 {
+        format!("_o{}", c.blocks_per_sm)
+    } else {
+        String::new()
+    };
     format!(
-        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{stream}{method}",
+        "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{stream}{occupancy}{method}",
         c.adtype, c.wdtype, c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
@@ -214,6 +219,7 @@ fn build_lut(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         SIGNED: i32::from(s.signed),
         ZEROS: i32::from(config.has_zeros),
         SPLIT: v(config.split_k),
+        OCC: v(config.blocks_per_sm),
         A: config.adtype,
     };
     let main = instantiate(

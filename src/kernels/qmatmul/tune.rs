@@ -46,6 +46,7 @@ impl TuneCandidate for QMatmulConfig {
             "stages": self.stages,
             "split_k": self.split_k,
             "stream_k": self.stream_k,
+            "blocks_per_sm": self.blocks_per_sm,
             "method": match self.method {
                 QMatmulMethod::Fused => "fused",
                 QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
@@ -156,8 +157,13 @@ pub fn tiles(c: &QMatmulConfig) -> String {
     } else {
         String::new()
     };
+    let occupancy = if c.blocks_per_sm > 1 {
+        format!(" o{}", c.blocks_per_sm)
+    } else {
+        String::new()
+    };
     format!(
-        "bm{} bn{} bk{} w{} s{} sk{}{stream}{method}",
+        "bm{} bn{} bk{} w{} s{} sk{}{stream}{occupancy}{method}",
         c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
     )
 }
@@ -321,6 +327,71 @@ const TALL: [&[(usize, usize, usize)]; 2] = [
 /// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]): `bm` rows and `bn` output
 /// columns per block, k tiles of 64 (one swizzled row), as many stages (3 to 8) as fit
 /// `budget` bytes of shared memory.
+/// Multiprocessors of an H100 or H200, for the tilings rated before they are measured.
+const SMS: usize = 132;
+
+/// The look-up method's tilings for 8-warp blocks, two to a multiprocessor, `(bn, split_k)`,
+/// best rated first (at most three). A block's time is taken as proportional to the
+/// look-ups it does, `bn · (k / split + 512)` (the 512: its first table tile, which nothing
+/// overlaps, and its share of the split-k sum), times `1 + 256 / (bn · planes)` for the table
+/// builds, which cost the same whatever the block's width; the launch takes as many such
+/// times as it has waves of `2 · SMS` blocks. On the H200 the first of the three was the
+/// fastest look-up tiling measured on 9 of the 12 Llama-70B points of u1, u2 and i2, and
+/// within 8% on the others (perf note 37).
+fn lut_tilings(planes: usize, group: usize, n: usize, k: usize) -> Vec<(usize, usize)> {
+    let tg = group / 8;
+    let pairs = k / 512;
+    let mut rated = Vec::new();
+    // At most 128 weight bytes per thread and tile, in whole 16-byte loads.
+    for rows in (1..=8).filter(|r| r * planes <= 8 && (r * tg * planes).is_multiple_of(16)) {
+        let bn = 8 * tg * rows;
+        if !n.is_multiple_of(bn) {
+            continue;
+        }
+        for split in (1..=pairs.min(64)).filter(|s| pairs.is_multiple_of(*s)) {
+            let blocks = n / bn * split;
+            let waves = blocks.div_ceil(2 * SMS) as f64;
+            let builds = 1.0 + 256.0 / (bn * planes) as f64;
+            let cost = waves * (bn * (k / split + 512)) as f64 * builds;
+            rated.push((cost, split, bn));
+        }
+    }
+    // Ties (to a percent) go to the wider block: fewer table builds for the same look-ups.
+    let best = rated.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+    rated.sort_by_key(|&(cost, split, bn)| {
+        (
+            (cost / best * 100.0).round() as u64,
+            std::cmp::Reverse(bn),
+            split,
+        )
+    });
+    rated
+        .into_iter()
+        .take(3)
+        .map(|(_, s, bn)| (bn, s))
+        .collect()
+}
+
+/// The look-up method's tiling for 16-warp blocks of 4 rows, one to a multiprocessor (session
+/// 22's): k split until the blocks about fill a wave.
+fn lut_tilings_one_block(group: usize, n: usize, k: usize) -> Option<(usize, usize)> {
+    let bn = group / 8 * 64;
+    let pairs = k / 512;
+    if bn == 0 || !n.is_multiple_of(bn) || pairs == 0 {
+        return None;
+    }
+    let columns = n / bn;
+    let splits: Vec<usize> = (1..=pairs.min(64))
+        .filter(|s| pairs.is_multiple_of(*s))
+        .collect();
+    let split = splits
+        .iter()
+        .copied()
+        .find(|&s| columns * s >= 100)
+        .or_else(|| splits.last().copied())?;
+    Some((bn, split))
+}
+
 fn gemv_wgmma(c: QMatmulConfig, bm: usize, bn: usize, budget: usize) -> QMatmulConfig {
     let element = c.adtype.bits() as usize / 8;
     let columns = if c.has_zeros { 2 } else { 1 };
@@ -442,49 +513,35 @@ pub fn candidates_up_to(
             bm: gemv_rows(m),
             ..c
         };
-        // One token of a 1- or 2-bit integer weight: the look-up tables first (perf note 36:
-        // on an H200 u1 1.2-1.5x faster than the gemv on the four Llama-70B layers, u2 1.05x
-        // on the two large ones). A block of 1024 columns holds an SM, and the blocks' table
-        // builds and split-k sums cost more than a part-empty wave: k is split until the blocks
-        // about fill one wave (100 of an H100's 132 SMs; 57344 columns: 2 ways); then 8 warps
-        // of 8 rows per lane set, one split fewer and one more.
+        // One token of a 1- or 2-bit integer weight: the look-up tables first (perf notes 36
+        // and 37: on an H200 u1 1.2-1.7x faster than the gemv on the four Llama-70B layers, u2
+        // 1.1x on the two large ones), in 8-warp blocks two to a multiprocessor, the three
+        // tilings `lut_tilings` rates best; then 16-warp blocks one to a multiprocessor.
         let mut later_lut = Vec::new();
         if m == 1 && matches!(wdtype, DType::UInt(1 | 2) | DType::Int(2)) {
             if let Some(g) = group {
-                let lut = |warps: usize, rows: usize, split_k: usize| QMatmulConfig {
-                    method: QMatmulMethod::Lut,
-                    bm: 1,
-                    bn: (g / 8).saturating_mul(warps * rows),
-                    bk: 512,
-                    warps,
-                    stages: 2,
-                    split_k,
-                    ..base
-                };
-                let pairs = k / 512;
-                let splits: Vec<usize> = (1..=pairs.min(64))
-                    .filter(|s| pairs.is_multiple_of(*s))
-                    .collect();
-                let columns = n / (g / 8).saturating_mul(64).max(1);
-                let at = splits
-                    .iter()
-                    .position(|&s| columns * s >= 100)
-                    .unwrap_or(splits.len().saturating_sub(1));
-                let near = |d: isize| {
-                    splits
-                        .get(at.wrapping_add_signed(d))
-                        .copied()
-                        .unwrap_or(splits[at.min(splits.len() - 1)])
-                };
-                if !splits.is_empty() {
-                    push(lut(16, 4, near(0)));
-                    // The gemv's best next (below), then the other splits and warps.
-                    later_lut = vec![
-                        lut(8, 8, near(0)),
-                        lut(16, 4, near(-1)),
-                        lut(16, 4, near(1)),
-                    ];
+                let lut =
+                    |warps: usize, blocks_per_sm: usize, bn: usize, split_k: usize| QMatmulConfig {
+                        method: QMatmulMethod::Lut,
+                        bm: 1,
+                        bn,
+                        bk: 512,
+                        warps,
+                        stages: 2,
+                        split_k,
+                        blocks_per_sm,
+                        ..base
+                    };
+                let rated = lut_tilings(wdtype.bits() as usize, g, n, k);
+                let mut rated = rated.into_iter();
+                if let Some((bn, split)) = rated.next() {
+                    push(lut(8, 2, bn, split));
                 }
+                // The gemv's best next (below), then the other look-up tilings.
+                later_lut.extend(rated.take(2).map(|(bn, split)| lut(8, 2, bn, split)));
+                later_lut.extend(
+                    lut_tilings_one_block(g, n, k).map(|(bn, split)| lut(16, 1, bn, split)),
+                );
             }
         }
         for (i, c) in MEASURED_BEST.into_iter().enumerate() {
@@ -1071,7 +1128,16 @@ mod tests {
         assert_eq!(v["wdtype"], "i4");
         assert_eq!(v["adtype"], "bf16");
         assert_eq!(v["group_rows"], Value::Null);
-        for f in ["bm", "bn", "bk", "warps", "stages", "split_k"] {
+        for f in [
+            "bm",
+            "bn",
+            "bk",
+            "warps",
+            "stages",
+            "split_k",
+            "stream_k",
+            "blocks_per_sm",
+        ] {
             assert!(v[f].is_u64(), "{f}");
         }
         assert_eq!(v["method"], "fused");
@@ -1082,6 +1148,52 @@ mod tests {
         assert_ne!(gemm.to_json(), v);
         let other = QMatmulConfig { stages: 4, ..cfg };
         assert_ne!(other.to_json(), v);
+    }
+
+    /// The rated look-up tilings are valid two-blocks-per-SM configurations; the first fills
+    /// one wave of `2 · SMS` slots at least 84% (the Llama-70B layers), and equal ratings go
+    /// to the wider block.
+    #[test]
+    fn lut_tilings_fill_a_wave_and_build() {
+        for (wd, n, k) in [
+            ("u1", 57344, 8192),
+            ("u1", 8192, 28672),
+            ("u1", 10240, 8192),
+            ("u1", 8192, 8192),
+            ("u2", 57344, 8192),
+            ("i2", 8192, 28672),
+            ("u2", 8192, 1024),
+        ] {
+            let wdtype: DType = wd.parse().unwrap();
+            let tilings = lut_tilings(wdtype.bits() as usize, 128, n, k);
+            assert_eq!(tilings.len(), 3, "{wd} {n}x{k}");
+            for &(bn, split) in &tilings {
+                let cfg = QMatmulConfig {
+                    method: QMatmulMethod::Lut,
+                    bm: 1,
+                    bn,
+                    bk: 512,
+                    warps: 8,
+                    stages: 2,
+                    split_k: split,
+                    blocks_per_sm: 2,
+                    ..QMatmulConfig::default_for(wdtype, DType::F16, Some(128), wd.starts_with('u'))
+                };
+                cfg.check_shape(1, n, k).unwrap();
+                build(&cfg).unwrap();
+            }
+            let (bn, split) = tilings[0];
+            let blocks = n / bn * split;
+            if k >= 8192 {
+                assert!(
+                    blocks <= 2 * SMS && blocks * 100 >= 84 * 2 * SMS,
+                    "{wd} {n}x{k}: {blocks} blocks"
+                );
+            }
+        }
+        // u1 at 8192 x 8192: bn 256 split 8 and bn 512 split 16 do the same look-ups in
+        // 256 blocks; the wider block builds half the tables.
+        assert_eq!(lut_tilings(1, 128, 8192, 8192)[0], (512, 16));
     }
 
     #[test]
