@@ -514,8 +514,8 @@ pub fn candidates_up_to(
             ..c
         };
         // One token of a 1- or 2-bit integer weight: the look-up tables first (perf notes 36
-        // and 37: on an H200 u1 1.2-1.7x faster than the gemv on the four Llama-70B layers, u2
-        // 1.1x on the two large ones), in 8-warp blocks two to a multiprocessor, the three
+        // and 37: on an H200 u1 1.5-1.9x faster than the gemv on the four Llama-70B layers, u2
+        // and i2 1.04-1.2x), in 8-warp blocks two to a multiprocessor, the three
         // tilings `lut_tilings` rates best; then 16-warp blocks one to a multiprocessor.
         let mut later_lut = Vec::new();
         if m == 1 && matches!(wdtype, DType::UInt(1 | 2) | DType::Int(2)) {
