@@ -324,9 +324,6 @@ const TALL: [&[(usize, usize, usize)]; 2] = [
     ],
 ];
 
-/// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]): `bm` rows and `bn` output
-/// columns per block, k tiles of 64 (one swizzled row), as many stages (3 to 8) as fit
-/// `budget` bytes of shared memory.
 /// Multiprocessors of an H100 or H200, for the tilings rated before they are measured.
 const SMS: usize = 132;
 
@@ -339,6 +336,9 @@ const SMS: usize = 132;
 /// fastest look-up tiling measured on 9 of the 12 Llama-70B points of u1, u2 and i2, and
 /// within 8% on the others (perf note 37).
 fn lut_tilings(planes: usize, group: usize, n: usize, k: usize) -> Vec<(usize, usize)> {
+    if !matches!(group, 32 | 64 | 128 | 256) || !(1..=8).contains(&planes) {
+        return Vec::new();
+    }
     let tg = group / 8;
     let pairs = k / 512;
     let mut rated = Vec::new();
@@ -352,7 +352,7 @@ fn lut_tilings(planes: usize, group: usize, n: usize, k: usize) -> Vec<(usize, u
             let blocks = n / bn * split;
             let waves = blocks.div_ceil(2 * SMS) as f64;
             let builds = 1.0 + 256.0 / (bn * planes) as f64;
-            let cost = waves * (bn * (k / split + 512)) as f64 * builds;
+            let cost = waves * bn as f64 * (k / split).saturating_add(512) as f64 * builds;
             rated.push((cost, split, bn));
         }
     }
@@ -375,7 +375,7 @@ fn lut_tilings(planes: usize, group: usize, n: usize, k: usize) -> Vec<(usize, u
 /// The look-up method's tiling for 16-warp blocks of 4 rows, one to a multiprocessor (session
 /// 22's): k split until the blocks about fill a wave.
 fn lut_tilings_one_block(group: usize, n: usize, k: usize) -> Option<(usize, usize)> {
-    let bn = group / 8 * 64;
+    let bn = (group / 8).saturating_mul(64);
     let pairs = k / 512;
     if bn == 0 || !n.is_multiple_of(bn) || pairs == 0 {
         return None;
@@ -392,6 +392,9 @@ fn lut_tilings_one_block(group: usize, n: usize, k: usize) -> Option<(usize, usi
     Some((bn, split))
 }
 
+/// `c`'s tiles on the warpgroup MMA ([`QMatmulMethod::GemvWgmma`]): `bm` rows and `bn` output
+/// columns per block, k tiles of 64 (one swizzled row), as many stages (3 to 8) as fit
+/// `budget` bytes of shared memory.
 fn gemv_wgmma(c: QMatmulConfig, bm: usize, bn: usize, budget: usize) -> QMatmulConfig {
     let element = c.adtype.bits() as usize / 8;
     let columns = if c.has_zeros { 2 } else { 1 };
@@ -1194,6 +1197,13 @@ mod tests {
         // u1 at 8192 x 8192: bn 256 split 8 and bn 512 split 16 do the same look-ups in
         // 256 blocks; the wider block builds half the tables.
         assert_eq!(lut_tilings(1, 128, 8192, 8192)[0], (512, 16));
+        // Groups the method does not take, and hostile sizes: nothing, and no overflow.
+        for group in [0, 8, 96, 512, usize::MAX] {
+            assert!(lut_tilings(1, group, 8192, 8192).is_empty(), "{group}");
+            let _ = lut_tilings_one_block(group, usize::MAX, usize::MAX);
+        }
+        assert!(lut_tilings(1, 128, 8192, 256).is_empty());
+        assert!(!lut_tilings(2, 32, 1 << 40, usize::MAX).is_empty());
     }
 
     #[test]
