@@ -153,24 +153,16 @@ fn lut_matches_the_reference() {
         let warps = [8, 4, 16][i % 3];
         let rows = (128 / (group / 8 * planes)).clamp(1, 1 + i % 4);
         let bn = warps * group / 8 * rows;
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::Lut,
-            bm: 1,
+        // Two blocks to a multiprocessor: ptxas caps the registers at 128 (8 warps) or 256
+        // (4 warps); 16 warps stay one block.
+        let blocks_per_sm = if warps <= 8 { 1 + i / 3 % 2 } else { 1 };
+        let zeros = matches!(wdtype, DType::UInt(_));
+        let cfg = QMatmulConfig::default_for(wdtype, adtype, Some(group), zeros).lut(
             bn,
-            bk: 512,
             warps,
-            stages: 2,
-            split_k: [1, 2, 4][i % 3],
-            // Two blocks to a multiprocessor: ptxas caps the registers at 128 (8 warps) or
-            // 256 (4 warps); 16 warps stay one block.
-            blocks_per_sm: if warps <= 8 { 1 + i / 3 % 2 } else { 1 },
-            ..QMatmulConfig::default_for(
-                wdtype,
-                adtype,
-                Some(group),
-                matches!(wdtype, DType::UInt(_)),
-            )
-        };
+            [1, 2, 4][i % 3],
+            blocks_per_sm,
+        );
         let (n, k) = (2 * bn, 2048);
         for m in [1, 3] {
             let rel = match adtype {
@@ -196,17 +188,8 @@ fn lut_matches_the_reference() {
         ("u1", 1024, 20, 1024, 10240),
     ] {
         let wdtype: DType = name.parse().unwrap();
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::Lut,
-            bm: 1,
-            bn,
-            bk: 512,
-            warps: 8,
-            stages: 2,
-            split_k: split,
-            blocks_per_sm: 2,
-            ..QMatmulConfig::default_for(wdtype, DType::F16, Some(128), true)
-        };
+        let cfg =
+            QMatmulConfig::default_for(wdtype, DType::F16, Some(128), true).lut(bn, 8, split, 2);
         let rel = run_case::<f16>(&ctx, &cfg, 1, n, k, Group::Rows(128));
         println!("lut {name} bn{bn} split {split} x2 {n} x {k}: rel err {rel:.2e}");
         assert!(

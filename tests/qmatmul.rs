@@ -293,16 +293,7 @@ fn lut_every_integer_weight_type() {
         let warps = [8, 4, 16][i % 3];
         let rows = (128 / (group / 8 * planes)).clamp(1, 1 + i % 4);
         let bn = warps * group / 8 * rows;
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::Lut,
-            bm: 1,
-            bn,
-            bk: 512,
-            warps,
-            stages: 2,
-            split_k: 1 + i % 2,
-            ..default_cfg(wd, ad, Some(group))
-        };
+        let cfg = default_cfg(wd, ad, Some(group)).lut(bn, warps, 1 + i % 2, 1);
         let k = 512 * cfg.split_k * (1 + i % 2);
         let n = if i % 3 == 0 { 2 * bn } else { bn };
         check(cfg, k, n, &[1, 3]);
@@ -316,16 +307,7 @@ fn lut_relayout_round_trips_and_rules_name_the_field() {
     use tilus::kernels::qmatmul::{relayout, relayout_inverse, QMatmulMethod};
     let mut rng = StdRng::seed_from_u64(rand::random());
     for (wd, group, warps, bn) in [("u1", 128, 8, 256), ("i3", 64, 4, 64), ("u4", 32, 16, 128)] {
-        let cfg = QMatmulConfig {
-            method: QMatmulMethod::Lut,
-            bm: 1,
-            bn,
-            bk: 512,
-            warps,
-            stages: 2,
-            split_k: 1,
-            ..default_cfg(dt(wd), DType::F16, Some(group))
-        };
+        let cfg = default_cfg(dt(wd), DType::F16, Some(group)).lut(bn, warps, 1, 1);
         let q = quantize(&cfg, 1024, 2 * bn, &mut rng);
         let bytes = relayout(&q, &cfg).unwrap();
         assert_ne!(bytes, q.codes, "{wd}: the bytes are permuted");
@@ -335,16 +317,7 @@ fn lut_relayout_round_trips_and_rules_name_the_field() {
             "{wd}"
         );
     }
-    let base = QMatmulConfig {
-        method: QMatmulMethod::Lut,
-        bm: 1,
-        bn: 256,
-        bk: 512,
-        warps: 8,
-        stages: 2,
-        split_k: 1,
-        ..default_cfg(dt("u2"), DType::F16, Some(128))
-    };
+    let base = default_cfg(dt("u2"), DType::F16, Some(128)).lut(256, 8, 1, 1);
     let cases = [
         (
             QMatmulConfig {

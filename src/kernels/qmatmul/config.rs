@@ -263,6 +263,30 @@ impl QMatmulConfig {
         }
     }
 
+    /// This configuration's types in a [`QMatmulMethod::Lut`] block: the method's fixed tiles
+    /// (one token, `bk = 512`, two stages), `bn` columns over `warps` warps, k split `split_k`
+    /// ways, `blocks_per_sm` blocks to a multiprocessor. [`Self::tiling`] checks the rules.
+    pub fn lut(
+        self,
+        bn: usize,
+        warps: usize,
+        split_k: usize,
+        blocks_per_sm: usize,
+    ) -> QMatmulConfig {
+        QMatmulConfig {
+            method: QMatmulMethod::Lut,
+            bm: 1,
+            bn,
+            bk: 512,
+            warps,
+            stages: 2,
+            split_k,
+            stream_k: 0,
+            blocks_per_sm,
+            ..self
+        }
+    }
+
     /// A valid configuration for an `[*, k] x [k, n]` problem: the default tiles when they
     /// divide the shape, otherwise the largest `bn` / `bk` that do (preferring 16-byte runs
     /// per thread, accepting whole bytes). Errors name `n` or `k` when nothing fits.

@@ -523,27 +523,15 @@ pub fn candidates_up_to(
         let mut later_lut = Vec::new();
         if m == 1 && matches!(wdtype, DType::UInt(1 | 2) | DType::Int(2)) {
             if let Some(g) = group {
-                let lut =
-                    |warps: usize, blocks_per_sm: usize, bn: usize, split_k: usize| QMatmulConfig {
-                        method: QMatmulMethod::Lut,
-                        bm: 1,
-                        bn,
-                        bk: 512,
-                        warps,
-                        stages: 2,
-                        split_k,
-                        blocks_per_sm,
-                        ..base
-                    };
                 let rated = lut_tilings(wdtype.bits() as usize, g, n, k);
                 let mut rated = rated.into_iter();
                 if let Some((bn, split)) = rated.next() {
-                    push(lut(8, 2, bn, split));
+                    push(base.lut(bn, 8, split, 2));
                 }
                 // The gemv's best next (below), then the other look-up tilings.
-                later_lut.extend(rated.take(2).map(|(bn, split)| lut(8, 2, bn, split)));
+                later_lut.extend(rated.take(2).map(|(bn, split)| base.lut(bn, 8, split, 2)));
                 later_lut.extend(
-                    lut_tilings_one_block(g, n, k).map(|(bn, split)| lut(16, 1, bn, split)),
+                    lut_tilings_one_block(g, n, k).map(|(bn, split)| base.lut(bn, 16, split, 1)),
                 );
             }
         }
@@ -1171,17 +1159,9 @@ mod tests {
             let tilings = lut_tilings(wdtype.bits() as usize, 128, n, k);
             assert_eq!(tilings.len(), 3, "{wd} {n}x{k}");
             for &(bn, split) in &tilings {
-                let cfg = QMatmulConfig {
-                    method: QMatmulMethod::Lut,
-                    bm: 1,
-                    bn,
-                    bk: 512,
-                    warps: 8,
-                    stages: 2,
-                    split_k: split,
-                    blocks_per_sm: 2,
-                    ..QMatmulConfig::default_for(wdtype, DType::F16, Some(128), wd.starts_with('u'))
-                };
+                let cfg =
+                    QMatmulConfig::default_for(wdtype, DType::F16, Some(128), wd.starts_with('u'))
+                        .lut(bn, 8, split, 2);
                 cfg.check_shape(1, n, k).unwrap();
                 build(&cfg).unwrap();
             }
