@@ -275,7 +275,6 @@ fn gemv_every_weight_type() {
 /// activation types, split-k, several block columns, and m = 1 and 3 (a block per token).
 #[test]
 fn lut_every_integer_weight_type() {
-    use tilus::kernels::qmatmul::QMatmulMethod;
     let types = [
         "u1", "u2", "i2", "u3", "i3", "u4", "i4", "u5", "i6", "u8", "i8",
     ];
@@ -304,7 +303,7 @@ fn lut_every_integer_weight_type() {
 /// its rules are errors naming the field.
 #[test]
 fn lut_relayout_round_trips_and_rules_name_the_field() {
-    use tilus::kernels::qmatmul::{relayout, relayout_inverse, QMatmulMethod};
+    use tilus::kernels::qmatmul::{relayout, relayout_inverse};
     let mut rng = StdRng::seed_from_u64(rand::random());
     for (wd, group, warps, bn) in [("u1", 128, 8, 256), ("i3", 64, 4, 64), ("u4", 32, 16, 128)] {
         let cfg = default_cfg(dt(wd), DType::F16, Some(group)).lut(bn, warps, 1, 1);
