@@ -1366,3 +1366,51 @@ fn generated_code_guards_every_access() {
         k.source
     );
 }
+
+/// `gather_rows` from a shared `[256, 4]` f16 table, indexed by `arange(.., offset)` over 256
+/// rows: indices `offset..offset + 256`.
+fn arange_rows_program(offset: i32) -> Program {
+    let mut b = ProgramBuilder::new("arange_rows", 128);
+    let table = b.param_ptr("table", DType::F16, false);
+    let out = b.param_ptr("out", DType::F16, true);
+    b.grid(vec![Expr::Int(1)]);
+    let gt = b.view_global("gt", table, DType::F16, vec![256.into(), 4.into()]);
+    let go = b.view_global("go", out, DType::F16, vec![256.into(), 4.into()]);
+    let rows = parse("spatial(128, 1).local(2, 4)").unwrap();
+    let t = b.load_global("t", gt, rows, vec![0.into(), 0.into()]);
+    let st = b.allocate_shared("st", DType::F16, SharedLayout::row_major(&[256, 4]));
+    b.store_shared(t, st, vec![0.into(), 0.into()]);
+    b.synchronize();
+    let ix = b.arange(
+        "ix",
+        parse("spatial(128, 1).local(2, 1)").unwrap(),
+        0,
+        offset,
+    );
+    let g = b.gather_rows("g", st, ix, 1);
+    b.store_global(g, go, vec![0.into(), 0.into()]);
+    b.finish()
+}
+
+/// The value ranges (`tilus_core::ir::value_ranges`) drop the bounds checks of row accesses
+/// whose every index is provably inside the table, and only those: the codebook copies'
+/// rows (`entry · copies + (entry + c) % copies`, entries from an `arange`) are written
+/// unguarded; indices loaded from memory, or one row past the table's end, keep the check.
+#[test]
+fn row_accesses_drop_only_the_bounds_checks_the_ranges_prove() {
+    let guarded = |p: &Program| {
+        let k = emit(p, &Target::default()).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        k.source.contains(">= 0 && (long long)")
+    };
+    assert!(!guarded(&book_copies_program(DType::F16, 4, 16)));
+    assert!(guarded(&gather_rows_program(
+        DType::F16,
+        4,
+        ROW_INDEX_LAYOUTS[0].0,
+        0,
+        RowSrc::Shared
+    )));
+    assert!(!guarded(&arange_rows_program(0)));
+    assert!(guarded(&arange_rows_program(1)));
+    assert!(guarded(&arange_rows_program(-1)));
+}

@@ -10,7 +10,7 @@ use super::regmap::LayoutMap;
 use super::smem::SharedPlan;
 use super::writer::Writer;
 use super::{Assumption, CodegenError, KernelParam};
-use crate::ir::{Expr, Program, ScalarType, SpanId, VarId, VarType};
+use crate::ir::{Expr, Program, ScalarType, SpanId, ValueRanges, VarId, VarType};
 use crate::layout::{Layout, SharedLayout};
 use crate::target::Target;
 use crate::DType;
@@ -60,6 +60,8 @@ pub(crate) struct Ctx<'p> {
     pub(crate) namer: Namer,
     pub(super) names: Vec<String>,
     pub(crate) facts: ScalarFacts,
+    /// The integer variables' value ranges (bounds checks they prove are not emitted).
+    pub(crate) ranges: ValueRanges,
     pub(crate) block_threads: usize,
     pub(super) layout_ids: HashMap<Layout, usize>,
     pub(crate) layouts: Vec<LayoutInfo>,

@@ -562,6 +562,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         namer,
         names,
         facts: scalar_facts(p),
+        ranges: crate::ir::value_ranges(p),
         block_threads: p.num_threads as usize,
         layout_ids: HashMap::new(),
         layouts: Vec::new(),

@@ -27,6 +27,7 @@ mod eval;
 mod infer;
 mod math;
 mod names;
+mod ranges;
 mod reduce;
 pub mod syntax;
 mod wide;
@@ -34,6 +35,7 @@ mod wide;
 pub use addressing::{gather_rows_layout, gather_rows_width, AtomicOp};
 pub use builder::ProgramBuilder;
 pub use eval::{EvalError, ScalarValue};
+pub use ranges::{value_ranges, Range, ValueRanges};
 pub(crate) use reduce::reduce_type;
 
 use crate::layout::{Layout, SharedLayout};

@@ -6,7 +6,10 @@
 //! stores and updates are skipped), so no index can touch memory outside the tensor. Shared
 //! tensors (possibly slices of an allocation, possibly swizzled) turn the flat index into the
 //! root element offset at run time. Stores and atomics of replicated elements are done by one
-//! replica (the same guard as `store_global`).
+//! replica (the same guard as `store_global`). Where the value ranges
+//! ([`crate::ir::value_ranges`]) prove every element of the index tensor inside a shared
+//! tensor (its size is a constant), the guard is not emitted: a byte code scaled into a
+//! codebook costs no compare and no select per look-up.
 //!
 //! `gather_rows` guards each index local once (`0 <= ix < rows`) and reads the whole row into
 //! the out words of locals `[l * w, (l + 1) * w)`. A row of a shared table is read with vector
@@ -45,6 +48,8 @@ struct Flat {
     dtype: DType,
     /// `const long long` holding the element count.
     numel: String,
+    /// The element count where it is known at compile time (shared tensors).
+    len: Option<i64>,
     target: Target,
 }
 
@@ -268,7 +273,7 @@ fn gcd(a: usize, b: usize) -> usize {
 
 /// Declare the element count of `v` (a global or shared tensor) and describe its addressing.
 fn flat(cx: &mut Ctx, v: VarId, write: bool) -> Result<Flat, CodegenError> {
-    let (dtype, numel, target) = match cx.p.ty(v) {
+    let (dtype, numel, len, target) = match cx.p.ty(v) {
         VarType::Global(_) => {
             let g: GlobalInfo = cx.global(v)?;
             let bytes = g.dtype.bits() / 8;
@@ -287,12 +292,12 @@ fn flat(cx: &mut Ctx, v: VarId, write: bool) -> Result<Flat, CodegenError> {
             } else {
                 format!("(const uint8_t*){}", g.ptr)
             };
-            (g.dtype, n, Target::Global(ptr))
+            (g.dtype, n, None, Target::Global(ptr))
         }
         VarType::Shared(_) => {
             let s = cx.shared_info(v)?;
             let n: usize = s.shape.iter().product();
-            (s.dtype, format!("{n}LL"), Target::Shared(s))
+            (s.dtype, format!("{n}LL"), Some(n as i64), Target::Shared(s))
         }
         other => {
             return Err(cx.err(format!(
@@ -313,8 +318,35 @@ fn flat(cx: &mut Ctx, v: VarId, write: bool) -> Result<Flat, CodegenError> {
     Ok(Flat {
         dtype,
         numel: name,
+        len,
         target,
     })
+}
+
+/// The bounds check of one index local: `0 <= ix < n`, or nothing where the value ranges
+/// ([`crate::ir::value_ranges`]) prove every element of the index tensor in range.
+struct Guard(Option<String>);
+
+impl Guard {
+    /// `value`, or `zero` where the index is out of range.
+    fn read(&self, value: &str, zero: &str) -> String {
+        match &self.0 {
+            Some(c) => format!("({c}) ? {value} : {zero}"),
+            None => value.to_string(),
+        }
+    }
+    /// The statement `stmt`, skipped where the index is out of range.
+    fn write(&self, stmt: &str) -> String {
+        match &self.0 {
+            Some(c) => format!("if ({c}) {stmt}"),
+            None => stmt.to_string(),
+        }
+    }
+}
+
+/// Whether every element of `index` provably lies in `0..n` (`n` known at compile time).
+fn in_range(cx: &Ctx, index: VarId, n: Option<i64>) -> bool {
+    n.zip(cx.ranges.of(index)).is_some_and(|(n, r)| r.within(n))
 }
 
 fn uint_type(bits: u32) -> &'static str {
@@ -326,11 +358,12 @@ fn uint_type(bits: u32) -> &'static str {
 }
 
 /// Declare `const int ix = index[i];` and its in-range test; returns (ix, condition).
-fn index_local(cx: &mut Ctx, index: &str, i: usize, f: &Flat) -> (String, String) {
+fn index_local(cx: &mut Ctx, index: VarId, i: usize, f: &Flat) -> (String, Guard) {
     let ix = cx.fresh("ix");
-    cx.w.line(format!("const int {ix} = (int){index}[{i}];"));
-    let cond = format!("{ix} >= 0 && (long long){ix} < {}", f.numel);
-    (ix, cond)
+    cx.w.line(format!("const int {ix} = (int){}[{i}];", cx.name(index)));
+    let cond = (!in_range(cx, index, f.len))
+        .then(|| format!("{ix} >= 0 && (long long){ix} < {}", f.numel));
+    (ix, Guard(cond))
 }
 
 pub(crate) fn emit(cx: &mut Ctx, i: &Instruction) -> Result<(), CodegenError> {
@@ -383,15 +416,13 @@ fn gather(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), Code
     let bits = f.dtype.bits();
     let ty = uint_type(bits);
     let locals = layout.num_locals();
-    let idx = cx.name(index);
     let mut wb = WordBuilder::new(word_count(bits, locals));
     for l in 0..locals {
-        let (ix, cond) = index_local(cx, &idx, l, &f);
+        let (ix, guard) = index_local(cx, index, l, &f);
         let v = cx.fresh("g");
         let addr = f.addr(cx, &ix);
-        cx.w.line(format!(
-            "const uint32_t {v} = ({cond}) ? (uint32_t)*(const {ty}*)({addr}) : 0u;"
-        ));
+        let read = guard.read(&format!("(uint32_t)*(const {ty}*)({addr})"), "0u");
+        cx.w.line(format!("const uint32_t {v} = {read};"));
         if bits == 32 {
             wb.word(l, &v);
         } else {
@@ -510,15 +541,18 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
     let bytes = (bits / 8) as usize;
     let row_bytes = w * bytes;
     let vector = rows_vector(cx, &f, row_bytes);
+    let proven = in_range(cx, index, f.len.map(|n| n / w as i64));
     let rows = cx.fresh("rows");
-    cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
+    if !proven {
+        cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
+    }
     let locals = layout.num_locals();
     let idx = cx.name(index);
     let mut wb = WordBuilder::new(word_count(bits, locals * w));
     for l in 0..locals {
         let ix = cx.fresh("ix");
         cx.w.line(format!("const int {ix} = (int){idx}[{l}];"));
-        let cond = format!("{ix} >= 0 && (long long){ix} < {rows}");
+        let guard = Guard((!proven).then(|| format!("{ix} >= 0 && (long long){ix} < {rows}")));
         match vector {
             Some(v) => {
                 let (ty, zero, comps) = vector_type(v);
@@ -526,9 +560,8 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
                 for k in 0..row_bytes / v {
                     let g = cx.fresh("g");
                     let addr = f.addr_rc(cx, &ix, &(k * per).to_string(), w);
-                    cx.w.line(format!(
-                        "const {ty} {g} = ({cond}) ? *(const {ty}*)({addr}) : {zero};"
-                    ));
+                    let read = guard.read(&format!("*(const {ty}*)({addr})"), zero);
+                    cx.w.line(format!("const {ty} {g} = {read};"));
                     // Rows are whole words here (`v` divides `row_bytes`, `v >= 4`).
                     let word = (l * row_bytes + k * v) / 4;
                     for (j, c) in comps.iter().enumerate() {
@@ -546,9 +579,8 @@ fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(),
                 for c in 0..w {
                     let g = cx.fresh("g");
                     let addr = f.addr_rc(cx, &ix, &c.to_string(), w);
-                    cx.w.line(format!(
-                        "const uint32_t {g} = ({cond}) ? (uint32_t)*(const {ty}*)({addr}) : 0u;"
-                    ));
+                    let read = guard.read(&format!("(uint32_t)*(const {ty}*)({addr})"), "0u");
+                    cx.w.line(format!("const uint32_t {g} = {read};"));
                     let local = l * w + c;
                     if bits == 32 {
                         wb.word(local, &g);
@@ -578,12 +610,12 @@ fn scatter(cx: &mut Ctx, src: VarId, dst: VarId, index: VarId) -> Result<(), Cod
     }
     let bits = f.dtype.bits();
     let ty = uint_type(bits);
-    let (idx, arr) = (cx.name(index), cx.name(src));
+    let arr = cx.name(src);
     for l in 0..layout.num_locals() {
-        let (ix, cond) = index_local(cx, &idx, l, &f);
+        let (ix, guard) = index_local(cx, index, l, &f);
         let addr = f.addr(cx, &ix);
         let value = get_bits(&arr, l * bits as usize, bits);
-        cx.w.line(format!("if ({cond}) *({ty}*)({addr}) = ({ty}){value};"));
+        cx.w.line(guard.write(&format!("*({ty}*)({addr}) = ({ty}){value};")));
     }
     if guard.is_some() {
         cx.w.close();
@@ -607,8 +639,11 @@ fn scatter_rows(cx: &mut Ctx, src: VarId, dst: VarId, index: VarId) -> Result<()
     let bytes = (bits / 8) as usize;
     let row_bytes = w * bytes;
     let vector = rows_vector(cx, &f, row_bytes);
+    let proven = in_range(cx, index, f.len.map(|n| n / w as i64));
     let rows = cx.fresh("rows");
-    cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
+    if !proven {
+        cx.w.line(format!("const long long {rows} = {} / {w};", f.numel));
+    }
     if let Some(g) = &guard {
         cx.w.open(format!("if ({g})"));
     }
@@ -616,7 +651,11 @@ fn scatter_rows(cx: &mut Ctx, src: VarId, dst: VarId, index: VarId) -> Result<()
     for l in 0..layout.num_locals() {
         let ix = cx.fresh("ix");
         cx.w.line(format!("const int {ix} = (int){idx}[{l}];"));
-        cx.w.open(format!("if ({ix} >= 0 && (long long){ix} < {rows})"));
+        cx.w.open(if proven {
+            String::new()
+        } else {
+            format!("if ({ix} >= 0 && (long long){ix} < {rows})")
+        });
         match vector {
             Some(v) => {
                 let (ty, _, comps) = vector_type(v);
@@ -712,11 +751,11 @@ fn atomic(
     if let Some(g) = &guard {
         cx.w.open(format!("if ({g})"));
     }
-    let (idx, arr) = (cx.name(index), cx.name(value));
+    let arr = cx.name(value);
     let cmp = compare.map(|c| cx.name(c));
     let mut olds = Vec::new();
     for l in 0..layout.num_locals() {
-        let (ix, cond) = index_local(cx, &idx, l, &f);
+        let (ix, guard) = index_local(cx, index, l, &f);
         let addr = f.addr(cx, &ix);
         let v = format!("{arr}[{l}]");
         let c = cmp
@@ -726,10 +765,10 @@ fn atomic(
         let call = atomic_call(op, f.dtype, &addr, &v, &c);
         if out.is_some() {
             let o = cx.fresh("old");
-            cx.w.line(format!("const uint32_t {o} = ({cond}) ? {call} : 0u;"));
+            cx.w.line(format!("const uint32_t {o} = {};", guard.read(&call, "0u")));
             olds.push(o);
         } else {
-            cx.w.line(format!("if ({cond}) {call};"));
+            cx.w.line(guard.write(&format!("{call};")));
         }
     }
     if let Some(o) = out {
