@@ -262,60 +262,49 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
     };
     let base = QMatmulConfig::default_for(wdtype, adtype, group, matches!(wdtype, DType::UInt(_)));
     let pick = |key: &str, default: usize| number(key).map(|v| v.unwrap_or(default));
-    // The look-up method's own defaults: a token per block, pairs of 256-row table tiles, two
-    // stages, 8 warps of rows enough for a 16-byte load per thread (two for groups of 64 on).
-    let tables = group.unwrap_or(128) / 8;
-    let lut_bn = tables.saturating_mul(8 * (16 / tables.max(1)).max(2));
-    let (method, bm, bn, bk, warps, stages) = match cfg["METHOD"].trim() {
-        "fused" => (
-            QMatmulMethod::Fused,
-            base.bm,
-            base.bn,
-            base.bk,
-            base.warps,
-            base.stages,
-        ),
-        "gemv" => (
-            QMatmulMethod::Gemv,
-            8,
-            base.bn,
-            base.bk,
-            base.warps,
-            base.stages,
-        ),
-        "gemv_wgmma" => (
-            QMatmulMethod::GemvWgmma,
-            8,
-            base.bn,
-            base.bk,
-            base.warps,
-            base.stages,
-        ),
-        "lut" => (QMatmulMethod::Lut, 1, lut_bn, 512, 8, 2),
+    // Each method's defaults, which the keys given override.
+    let defaults = match cfg["METHOD"].trim() {
+        "fused" => base,
+        "gemv" => QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 8,
+            ..base
+        },
+        "gemv_wgmma" => QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm: 8,
+            ..base
+        },
+        // The look-up method's fixed tiles, with 8 warps of rows enough for a 16-byte load
+        // per thread (two for groups of 64 on), two blocks to a multiprocessor.
+        "lut" => {
+            let tables = group.unwrap_or(128) / 8;
+            let bn = tables.saturating_mul(8 * (16 / tables.max(1)).max(2));
+            base.lut(bn, 8, base.split_k, 2)
+        }
         other => {
             return Err(format!(
                 "METHOD={other}: expected fused, gemv, gemv_wgmma or lut"
             ))
         }
     };
-    let warps = pick("WARPS", warps)?;
-    // Two look-up blocks of up to 8 warps share a multiprocessor (perf note 37).
-    let occupancy = if method == QMatmulMethod::Lut && warps <= 8 {
-        2
-    } else {
+    let warps = pick("WARPS", defaults.warps)?;
+    // Two look-up blocks of up to 8 warps share a multiprocessor (perf note 37); 16 take one.
+    let occupancy = if defaults.method == QMatmulMethod::Lut && warps > 8 {
         1
+    } else {
+        defaults.blocks_per_sm
     };
     let config = QMatmulConfig {
-        method,
-        bm: pick("BM", bm)?,
-        bn: pick("BN", bn)?,
-        bk: pick("BK", bk)?,
+        bm: pick("BM", defaults.bm)?,
+        bn: pick("BN", defaults.bn)?,
+        bk: pick("BK", defaults.bk)?,
         warps,
-        stages: pick("STAGES", stages)?,
-        split_k: pick("SPLIT_K", base.split_k)?,
-        stream_k: pick("STREAM_K", 0)?,
+        stages: pick("STAGES", defaults.stages)?,
+        split_k: pick("SPLIT_K", defaults.split_k)?,
+        stream_k: pick("STREAM_K", defaults.stream_k)?,
         blocks_per_sm: pick("BLOCKS_PER_SM", occupancy)?,
-        ..base
+        ..defaults
     };
     Ok(config)
 }
