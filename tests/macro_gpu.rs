@@ -424,6 +424,30 @@ fn views_past_two_to_the_31_elements() {
     assert_eq!(at_out.to_host().unwrap(), vec![0u8; 32], "zeros at {at}");
 }
 
+/// The bit operators on run-time scalars (`&`, `|`, `^`, `<<`, `>>`, an i32 mixed with an
+/// i64) on the GPU, against the host's values; the output poisoned before each launch.
+#[test]
+fn scalar_bit_operators_on_gpu() {
+    use language::{scalar_bits, scalar_bits_reference};
+    use rand::Rng;
+    let Some(ctx) = context("scalar_bit_operators_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let n = 100;
+    for _ in 0..4 {
+        let s: i32 = rng.random_range(-1000..1000);
+        let w: i64 = rng.random_range(-(1 << 40)..(1 << 40));
+        let mut out = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; n]).unwrap();
+        scalar_bits::launch(&ctx, &scalar_bits::SPACE[0], n as i32, s, w, &mut out).unwrap();
+        assert_eq!(
+            out.to_host().unwrap(),
+            scalar_bits_reference(n, s, w),
+            "s = {s}, w = {w}"
+        );
+    }
+}
+
 /// i64 scalars on the GPU against the interpreter: i64 offsets (in the view, past its end and
 /// past 2^32) through `load_global` and `copy_async`, and i64 arithmetic narrowed `as i32`.
 /// The interpreter part runs everywhere; the GPU part skips without a GPU.

@@ -7,9 +7,23 @@ mod language;
 
 use language::{
     batched_mma, block_values, chunk_max, closures, constant_bits, flagged, helpers, narrow_wide,
-    run_mma, scalar_operands, scale_shift, shared, tail_ifs, unrolled, wide_offsets,
+    run_mma, scalar_bits, scalar_bits_reference, scalar_operands, scale_shift, shared, tail_ifs,
+    unrolled, wide_offsets,
 };
 use rand::Rng;
+
+#[test]
+fn scalar_bit_operators_interpret() {
+    let mut rng = rand::rng();
+    let n = 100;
+    for _ in 0..4 {
+        let s: i32 = rng.random_range(-1000..1000);
+        let w: i64 = rng.random_range(-(1 << 40)..(1 << 40));
+        let mut out = vec![-7i32; n];
+        scalar_bits::interpret(&scalar_bits::SPACE[0], n as i32, s, w, &mut out).unwrap();
+        assert_eq!(out, scalar_bits_reference(n, s, w), "s = {s}, w = {w}");
+    }
+}
 
 #[test]
 fn f32_parameters_and_float_constants() {

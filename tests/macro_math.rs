@@ -46,6 +46,29 @@ pub fn bits(n: i32, a: Global<i32>, b: Global<i32>, out: GlobalMut<i32>, cnt: Gl
     store_global(c, gc, [bi * 32]);
 }
 
+/// `x << s` of a run-time amount.
+#[tilus::kernel(grid = [1], warps = 1)]
+pub fn shift_by(x: i32, s: i32, out: GlobalMut<i32>) {
+    let go = view_global(out, [32]);
+    store_global(register::<i32>(layout!(spatial(32)), 0) + (x << s), go, [0]);
+}
+
+#[test]
+fn scalar_shifts_out_of_range_are_errors() {
+    let mut out = vec![0i32; 32];
+    shift_by::interpret(&shift_by::SPACE[0], 3, 4, &mut out).unwrap();
+    assert!(out.iter().all(|&v| v == 48), "{out:?}");
+    // C leaves these undefined; the interpreter names them.
+    for (x, s, what) in [
+        (1, 32, "shift amount"),
+        (1, -1, "shift amount"),
+        (1 << 30, 2, "overflow"),
+    ] {
+        let err = shift_by::interpret(&shift_by::SPACE[0], x, s, &mut out).unwrap_err();
+        assert!(err.to_string().contains(what), "{x} << {s}: {err}");
+    }
+}
+
 #[test]
 fn masked_exp_interprets() {
     let mut rng = rand::rng();

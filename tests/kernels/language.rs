@@ -388,3 +388,31 @@ pub fn constant_bits<const BITS: i32>(n: i32, x: Global<i32>, y: GlobalMut<i32>)
     let add = register::<i32>(l, high);
     store_global((v & keep) | add, view_global(y, [n]), [b * 32]);
 }
+
+/// The bit operators on run-time scalars: a block's parity and a parameter's fields, mixed
+/// with an `i64` (which `&` promotes to and shifts do not).
+#[tilus::kernel(grid = [cdiv(n, 32)], warps = 1)]
+pub fn scalar_bits(n: i32, s: i32, w: i64, out: GlobalMut<i32>) {
+    let [bi] = block_indices();
+    let go = view_global(out, [n]);
+    let l = layout!(spatial(32));
+    let parity = bi & 1;
+    let field = (s >> 4) & 15;
+    let mixed = ((w & 0xFF) | (bi << 8)) ^ 5;
+    let shifted = 3 << (s & 7);
+    let v = parity + field * 2 + (mixed as i32) * 64 + shifted * 1_000_000;
+    store_global(register::<i32>(l, 0) + v, go, [bi * 32]);
+}
+
+/// What [`scalar_bits`] writes, computed on the host in `i64`.
+pub fn scalar_bits_reference(n: usize, s: i32, w: i64) -> Vec<i32> {
+    (0..n)
+        .map(|i| {
+            let bi = (i / 32) as i64;
+            let mixed = ((w & 0xFF) | (bi << 8)) ^ 5;
+            let v =
+                (bi & 1) + ((s as i64 >> 4) & 15) * 2 + mixed * 64 + (3i64 << (s & 7)) * 1_000_000;
+            v as i32
+        })
+        .collect()
+}

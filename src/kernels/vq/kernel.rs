@@ -284,9 +284,9 @@ pub fn vq_gemv<
     let inner = if ONE == 1 { per } else { tile_steps };
     for tt in 0..outer {
         let tile = first_tile + tt;
-        // `tile` is never negative; the `max` lets the value ranges see `buf` in {0, 1}, so
+        // A mask, not a remainder: the value ranges see `buf` in {0, 1} whatever `tile`, so
         // the look-ups and the switch's stores need no bounds checks.
-        let buf = if ONE == 1 { 0 } else { max(tile, 0) % 2 };
+        let buf = if ONE == 1 { 0 } else { tile & 1 };
         if ONE == 0 {
             // switch: this tile's codebook into its buffer, last read two tiles ago (every
             // thread has passed a barrier since; the step's barrier below publishes it), and

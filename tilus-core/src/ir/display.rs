@@ -21,8 +21,12 @@ fn prec(op: BinaryOp) -> u8 {
     match op {
         BinaryOp::Mul | BinaryOp::Div | BinaryOp::Mod => 3,
         BinaryOp::Add | BinaryOp::Sub => 4,
+        BinaryOp::Shl | BinaryOp::Shr => 5,
         BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => 6,
         BinaryOp::Eq | BinaryOp::Ne => 7,
+        BinaryOp::BitAnd => 8,
+        BinaryOp::BitXor => 9,
+        BinaryOp::BitOr => 10,
         BinaryOp::And => 11,
         BinaryOp::Or => 12,
         BinaryOp::Min | BinaryOp::Max => 0,
@@ -78,12 +82,23 @@ fn render(e: &Expr, name: &dyn Fn(VarId) -> String, ctx: u8) -> String {
         ),
         Expr::Binary(op, a, b) => {
             let p = prec(*op);
-            // Left-associative: the right operand needs parentheses at equal precedence.
+            // Left-associative: the right operand needs parentheses at equal precedence. The
+            // operands of bit operators are parenthesized whenever they are operations
+            // themselves: C's precedence for them surprises readers (`a & b == c`).
+            let bits = matches!(
+                op,
+                BinaryOp::BitAnd
+                    | BinaryOp::BitOr
+                    | BinaryOp::BitXor
+                    | BinaryOp::Shl
+                    | BinaryOp::Shr
+            );
+            let (pa, pb) = if bits { (2, 2) } else { (p, p - 1) };
             let s = format!(
                 "{} {} {}",
-                render(a, name, p),
+                render(a, name, pa),
                 op.symbol(),
-                render(b, name, p - 1)
+                render(b, name, pb)
             );
             wrap(s, p)
         }

@@ -218,6 +218,9 @@ fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, E
     let sym = op.symbol();
     let err = |m: String| EvalError::Arithmetic(m);
     let overflow = |x: i32, y: i32| err(format!("i32 overflow: {x} {sym} {y}"));
+    if matches!(op, BinaryOp::Shl | BinaryOp::Shr) {
+        return shift(op, a, b);
+    }
     Ok(match (a, b) {
         // Mixed widths: the i32 side is sign-extended, exactly.
         (I32(x), I64(y)) => return binary_i64(op, x as i64, y),
@@ -240,7 +243,12 @@ fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, E
             BinaryOp::Ge => Bool(x >= y),
             BinaryOp::Eq => Bool(x == y),
             BinaryOp::Ne => Bool(x != y),
-            BinaryOp::And | BinaryOp::Or => return Err(err(format!("`{sym}` on i32 values"))),
+            BinaryOp::BitAnd => I32(x & y),
+            BinaryOp::BitOr => I32(x | y),
+            BinaryOp::BitXor => I32(x ^ y),
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Shl | BinaryOp::Shr => {
+                return Err(err(format!("`{sym}` on i32 values")))
+            }
         },
         (F32(x), F32(y)) => {
             let v = match op {
@@ -256,9 +264,14 @@ fn binary(op: BinaryOp, a: ScalarValue, b: ScalarValue) -> Result<ScalarValue, E
                 BinaryOp::Ge => return Ok(Bool(x >= y)),
                 BinaryOp::Eq => return Ok(Bool(x == y)),
                 BinaryOp::Ne => return Ok(Bool(x != y)),
-                BinaryOp::Mod | BinaryOp::And | BinaryOp::Or => {
-                    return Err(err(format!("`{sym}` on f32 values")))
-                }
+                BinaryOp::Mod
+                | BinaryOp::And
+                | BinaryOp::Or
+                | BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
+                | BinaryOp::Shl
+                | BinaryOp::Shr => return Err(err(format!("`{sym}` on f32 values"))),
             };
             if v.is_nan() {
                 return Err(err(format!("f32 NaN: {x} {sym} {y}")));
@@ -299,7 +312,47 @@ fn binary_i64(op: BinaryOp, x: i64, y: i64) -> Result<ScalarValue, EvalError> {
         BinaryOp::Ge => Bool(x >= y),
         BinaryOp::Eq => Bool(x == y),
         BinaryOp::Ne => Bool(x != y),
-        BinaryOp::And | BinaryOp::Or => return Err(err(format!("`{sym}` on i64 values"))),
+        BinaryOp::BitAnd => I64(x & y),
+        BinaryOp::BitOr => I64(x | y),
+        BinaryOp::BitXor => I64(x ^ y),
+        BinaryOp::And | BinaryOp::Or | BinaryOp::Shl | BinaryOp::Shr => {
+            return Err(err(format!("`{sym}` on i64 values")))
+        }
+    })
+}
+
+/// `a << s` and `a >> s` of integers: the result has the left operand's type (C's rule for
+/// shifts, unlike arithmetic's promotion); the amount must lie in `0..bits`, and a left shift
+/// must not leave the type (`a · 2^s`, as the other arithmetic is checked).
+fn shift(op: BinaryOp, a: ScalarValue, s: ScalarValue) -> Result<ScalarValue, EvalError> {
+    use ScalarValue::{I32, I64};
+    let sym = op.symbol();
+    let err = |m: String| EvalError::Arithmetic(m);
+    let (x, bits) = match a {
+        I32(x) => (x as i64, 32),
+        I64(x) => (x, 64),
+        _ => return Err(err(format!("`{sym}` of a non-integer value"))),
+    };
+    let amount = match s {
+        I32(s) => s as i64,
+        I64(s) => s,
+        _ => return Err(err(format!("`{sym}` by a non-integer amount"))),
+    };
+    if !(0..bits).contains(&amount) {
+        return Err(err(format!(
+            "shift amount {amount} outside 0..{bits}: {x} {sym} {amount}"
+        )));
+    }
+    // Exact in i128: |x| < 2^63 and amount < 64.
+    let r = if op == BinaryOp::Shr {
+        (x >> amount) as i128
+    } else {
+        (x as i128) << amount
+    };
+    let overflow = || err(format!("i{bits} overflow: {x} {sym} {amount}"));
+    Ok(match a {
+        I32(_) => I32(i32::try_from(r).map_err(|_| overflow())?),
+        _ => I64(i64::try_from(r).map_err(|_| overflow())?),
     })
 }
 
@@ -337,6 +390,51 @@ mod tests {
         assert_eq!(
             (a.clone() * b.clone() + a.clone()).vars(),
             vec![VarId(0), VarId(1)]
+        );
+    }
+
+    #[test]
+    fn bit_operators_are_twos_complement_and_shifts_are_checked() {
+        use ScalarValue::{I32, I64};
+        let (a, b) = (Expr::Var(VarId(0)), Expr::Var(VarId(1)));
+        let mut e = env(&[-6, 3]);
+        assert_eq!((a.clone() & b.clone()).eval_i32(&mut e), Ok(-6 & 3));
+        assert_eq!((a.clone() | b.clone()).eval_i32(&mut e), Ok(-6 | 3));
+        assert_eq!((a.clone() ^ b.clone()).eval_i32(&mut e), Ok(-6 ^ 3));
+        // Arithmetic shift right; left shift is a product by 2^s.
+        assert_eq!((a.clone() >> b.clone()).eval_i32(&mut e), Ok(-1));
+        assert_eq!((a.clone() << b.clone()).eval_i32(&mut e), Ok(-48));
+        // The amount must lie in 0..bits, and a left shift must not leave the type.
+        for (x, s) in [(1, 32), (1, -1), (1 << 30, 2), (-(1 << 30), 2)] {
+            let vals = [x, s];
+            let mut e = env(&vals);
+            assert!(
+                matches!(
+                    (a.clone() << b.clone()).eval(&mut e),
+                    Err(EvalError::Arithmetic(_))
+                ),
+                "{x} << {s}"
+            );
+        }
+        let vals = [-(1 << 30), 1];
+        let mut e = env(&vals);
+        assert_eq!((a.clone() << b.clone()).eval_i32(&mut e), Ok(i32::MIN));
+        // Shifts keep the left operand's type; the others promote an i32 to i64.
+        let wide = Expr::I64(1 << 40);
+        assert_eq!((wide.clone() >> 8).eval(&mut e), Ok(I64(1 << 32)));
+        assert_eq!((Expr::Int(5) << Expr::I64(2)).eval(&mut e), Ok(I32(20)));
+        assert_eq!(
+            (Expr::Int(-1) & wide.clone()).eval(&mut e),
+            Ok(I64(1 << 40))
+        );
+        assert!((Expr::I64(1) << 64).eval(&mut e).is_err());
+        assert_eq!((Expr::I64(-1) << 63).eval(&mut e), Ok(I64(i64::MIN)));
+        assert!((Expr::f32(1.0) & Expr::Int(1)).eval(&mut e).is_err());
+        // Printed with the operations inside bit operators parenthesized.
+        let printed = ((a.clone() + 1) << b.clone()) & 7;
+        assert_eq!(
+            printed.render(&|v| format!("v{}", v.0)),
+            "((v0 + 1) << v1) & 7"
         );
     }
 

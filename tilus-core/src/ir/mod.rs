@@ -209,6 +209,17 @@ pub enum BinaryOp {
     Ne,
     And,
     Or,
+    /// Bitwise and, or and exclusive or of integers (two's complement; mixed widths promote
+    /// like arithmetic).
+    BitAnd,
+    BitOr,
+    BitXor,
+    /// `a << s`: `a · 2^s`, the left operand's type; an amount outside `0..bits` or a result
+    /// outside the type is an error (C leaves both undefined).
+    Shl,
+    /// `a >> s`: arithmetic (`floor(a / 2^s)`), the left operand's type; an amount outside
+    /// `0..bits` is an error.
+    Shr,
 }
 
 impl Expr {
@@ -256,7 +267,10 @@ macro_rules! expr_ops {
         }
     )*};
 }
-expr_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Mod);
+expr_ops!(
+    Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Mod,
+    BitAnd bitand BitAnd, BitOr bitor BitOr, BitXor bitxor BitXor, Shl shl Shl, Shr shr Shr
+);
 
 /// The second operand of an elementwise instruction.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -269,6 +269,12 @@ impl Analysis<'_> {
                     BinaryOp::Mod => rem(a, b),
                     BinaryOp::Min => Some(Range::new(a.lo.min(b.lo), a.hi.min(b.hi))),
                     BinaryOp::Max => Some(Range::new(a.lo.max(b.lo), a.hi.max(b.hi))),
+                    // Bit operators as on i32 elements (shifts by 0..32 tracked).
+                    BinaryOp::BitAnd => element(ElementOp::And, a, b, DType::Int(32)),
+                    BinaryOp::BitOr => element(ElementOp::Or, a, b, DType::Int(32)),
+                    BinaryOp::BitXor => element(ElementOp::Xor, a, b, DType::Int(32)),
+                    BinaryOp::Shl => element(ElementOp::Shl, a, b, DType::Int(32)),
+                    BinaryOp::Shr => element(ElementOp::Shr, a, b, DType::Int(32)),
                     _ => None,
                 }),
             },
@@ -518,10 +524,14 @@ mod tests {
         let acc = b.allocate_register("acc", DType::Int(32), l.clone(), Some(0.0));
         let mut rem_of_k = None;
         let mut parity = None;
+        let (mut bit, mut half) = (None, None);
         b.for_range("i", Expr::Int(0), Expr::Var(k), |b, i| {
             b.binary(acc, ElementOp::Add, acc, Operand::Imm(1.0));
             rem_of_k = Some(b.let_("r", ScalarType::I32, Expr::Var(i) % 2));
             parity = Some(b.let_("q", ScalarType::I32, Expr::Var(k) % 2));
+            // A mask bounds a scalar whatever its sign; a shift divides.
+            bit = Some(b.let_("b", ScalarType::I32, Expr::Var(k) & 1));
+            half = Some(b.let_("h", ScalarType::I32, Expr::Var(k) >> 2));
         });
         let p = b.finish();
         let r = value_ranges(&p);
@@ -529,6 +539,11 @@ mod tests {
         // The loop variable starts at 0, so `i % 2` is 0 or 1; `k` may be negative.
         assert_eq!(r.of(rem_of_k.unwrap()), Some(Range::new(0, 1)));
         assert_eq!(r.of(parity.unwrap()), Some(Range::new(-1, 1)));
+        assert_eq!(r.of(bit.unwrap()), Some(Range::new(0, 1)));
+        assert_eq!(
+            r.of(half.unwrap()),
+            Some(Range::new(-(1 << 29), (1 << 29) - 1))
+        );
     }
 
     #[test]

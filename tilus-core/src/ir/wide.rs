@@ -1,8 +1,8 @@
 //! `i64` scalars: the type of an expression without a verifier, and the explicit form of the
 //! `i32` to `i64` promotion that code generation prints.
 //!
-//! The IR promotes an `i32` operand mixed with an `i64` one (`+ - * / % min max`, comparisons,
-//! select branches) to `i64` exactly, as C's usual arithmetic conversions do for `int` and
+//! The IR promotes an `i32` operand mixed with an `i64` one (`+ - * / % & | ^ min max`,
+//! comparisons, select branches; not shifts, whose type is the left operand's) to `i64` exactly, as C's usual arithmetic conversions do for `int` and
 //! `long long`. C leaves `min(int, long long)` ambiguous among CUDA's overloads, so the printed
 //! code makes every promotion an explicit `(long long)` cast.
 
@@ -33,6 +33,8 @@ impl Expr {
                 | BinaryOp::Ne
                 | BinaryOp::And
                 | BinaryOp::Or => Bool,
+                // Shifts keep the left operand's type.
+                BinaryOp::Shl | BinaryOp::Shr => a.scalar_type(var)?,
                 _ => join(a.scalar_type(var)?, b.scalar_type(var)?),
             },
             Expr::Select(_, a, b) => join(a.scalar_type(var)?, b.scalar_type(var)?),
@@ -66,7 +68,12 @@ impl Expr {
         };
         match self {
             Expr::Unary(op, a) => Expr::Unary(*op, Box::new(w(a))),
-            Expr::Binary(op, a, b) if !matches!(op, BinaryOp::And | BinaryOp::Or) => {
+            Expr::Binary(op, a, b)
+                if !matches!(
+                    op,
+                    BinaryOp::And | BinaryOp::Or | BinaryOp::Shl | BinaryOp::Shr
+                ) =>
+            {
                 let (ta, tb) = (a.scalar_type(var), b.scalar_type(var));
                 Expr::Binary(
                     *op,

@@ -95,6 +95,22 @@ impl Checker<'_> {
                 let ta = self.expr_ty(a, span);
                 let tb = self.expr_ty(b, span);
                 let (mut ta, mut tb) = (ta?, tb?);
+                // Shifts keep the left operand's type (C's rule), whatever the amount's.
+                if matches!(op, BinaryOp::Shl | BinaryOp::Shr) {
+                    let int = |t: ScalarType| matches!(t, I32 | I64);
+                    if !(int(ta) && int(tb)) {
+                        self.err(
+                            span,
+                            format!(
+                                "`{}` needs integer operands, found {} and {}",
+                                op.symbol(),
+                                ta.name(),
+                                tb.name()
+                            ),
+                        );
+                    }
+                    return Some(if int(ta) { ta } else { I32 });
+                }
                 // Arithmetic and ordering take two integers or two f32 operands; an i32 mixed with
                 // an i64 is promoted (sign-extended, exact), as C's `int` with `long long`.
                 if (ta, tb) == (I32, I64) {
@@ -114,8 +130,16 @@ impl Checker<'_> {
                     | BinaryOp::Div
                     | BinaryOp::Min
                     | BinaryOp::Max => (Some(numeric), numeric),
-                    BinaryOp::Mod if numeric == I64 => (Some(I64), I64),
-                    BinaryOp::Mod => (Some(I32), I32),
+                    BinaryOp::Mod | BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor
+                        if numeric == I64 =>
+                    {
+                        (Some(I64), I64)
+                    }
+                    BinaryOp::Mod | BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor => {
+                        (Some(I32), I32)
+                    }
+                    // Handled above.
+                    BinaryOp::Shl | BinaryOp::Shr => (None, ta),
                     BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
                         (Some(numeric), Bool)
                     }

@@ -54,6 +54,14 @@ fn fold_i64(op: BinaryOp, a: i64, b: i64) -> Result<Expr, String> {
         Eq => return Ok(Expr::Bool(a == b)),
         Ne => return Ok(Expr::Bool(a != b)),
         And | Or => return Err("`&&` and `||` take booleans".into()),
+        BitAnd => Some(a & b),
+        BitOr => Some(a | b),
+        BitXor => Some(a ^ b),
+        Shl | Shr if !(0..64).contains(&b) => {
+            return Err(format!("a shift by {b} in a constant expression"))
+        }
+        Shl => i64::try_from((a as i128) << b).ok(),
+        Shr => Some(a >> b),
     };
     r.map(Expr::I64)
         .ok_or_else(|| format!("`{a} {} {b}` overflows i64", op_symbol(op)))
@@ -69,24 +77,7 @@ fn int_const(e: &Expr) -> Option<i64> {
 }
 
 fn op_symbol(op: BinaryOp) -> &'static str {
-    use BinaryOp::*;
-    match op {
-        Add => "+",
-        Sub => "-",
-        Mul => "*",
-        Div => "/",
-        Mod => "%",
-        Min => "min",
-        Max => "max",
-        Lt => "<",
-        Le => "<=",
-        Gt => ">",
-        Ge => ">=",
-        Eq => "==",
-        Ne => "!=",
-        And => "&&",
-        Or => "||",
-    }
+    op.symbol()
 }
 
 /// The scalar operator of a Rust binary operator.

@@ -47,6 +47,19 @@ pub fn fold_bits(op: ElementOp, a: i32, c: i32) -> Result<i32, String> {
     })
 }
 
+fn int(t: ScalarType) -> bool {
+    matches!(t, ScalarType::I32 | ScalarType::I64)
+}
+
+/// The type of a bit operation on integer scalars of types `a` and `b`.
+fn wider(a: ScalarType, b: ScalarType) -> ScalarType {
+    if a == ScalarType::I64 || b == ScalarType::I64 {
+        ScalarType::I64
+    } else {
+        ScalarType::I32
+    }
+}
+
 /// The comparison of a scalar comparison operator, for tensors.
 pub fn cmp_op(op: BinaryOp) -> Option<CmpOp> {
     Some(match op {
@@ -168,20 +181,31 @@ impl Translator<'_, '_> {
                 let operand = self.operand(bin.right.as_ref(), r)?;
                 self.elementwise(b, bin, op, x, operand, dest)
             }
-            // Integer constants fold (`(1 << BITS) - 1`); run-time scalars have no bit
-            // operators.
+            // Integer constants fold (`(1 << BITS) - 1`).
             (
                 Value::Scalar(Expr::Int(x), ScalarType::I32),
                 Value::Scalar(Expr::Int(y), ScalarType::I32),
             ) => fold_bits(op, x, y)
                 .map(|v| Value::Scalar(Expr::Int(v), ScalarType::I32))
                 .map_err(|e| self.err(bin, e)),
+            // Run-time integer scalars (`tile & 1`, `lane >> 2`): shifts keep the left
+            // operand's type, the others promote an i32 mixed with an i64.
+            (Value::Scalar(a, ta), Value::Scalar(c, tc)) if int(ta) && int(tc) => {
+                let (sop, ty) = match op {
+                    ElementOp::And => (BinaryOp::BitAnd, wider(ta, tc)),
+                    ElementOp::Or => (BinaryOp::BitOr, wider(ta, tc)),
+                    ElementOp::Xor => (BinaryOp::BitXor, wider(ta, tc)),
+                    ElementOp::Shl => (BinaryOp::Shl, ta),
+                    _ => (BinaryOp::Shr, ta),
+                };
+                Ok(Value::Scalar(Expr::binary(sop, a, c), ty))
+            }
             (l, _) => {
                 let found = self.describe(&l);
                 Err(self.err(
                     bin,
                     format!(
-                        "`{}` applies to integer tensors (write `{}(x, y)`) and integer constants, found {found} on the left",
+                        "`{}` applies to integer tensors (write `{}(x, y)`) and integer scalars, found {found} on the left",
                         bin.op.to_token_stream(),
                         op.name()
                     ),
