@@ -92,6 +92,41 @@ impl super::CmpOp {
 }
 
 impl BinaryOp {
+    /// Whether the result is a `bool` (comparisons, `&&`, `||`).
+    pub fn yields_bool(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Lt
+                | BinaryOp::Le
+                | BinaryOp::Gt
+                | BinaryOp::Ge
+                | BinaryOp::Eq
+                | BinaryOp::Ne
+                | BinaryOp::And
+                | BinaryOp::Or
+        )
+    }
+
+    /// The elementwise operator that computes this one on integer or float tensors
+    /// (arithmetic, `min`/`max`, bit operators); `None` for comparisons and logic.
+    pub fn element_op(self) -> Option<ElementOp> {
+        Some(match self {
+            BinaryOp::Add => ElementOp::Add,
+            BinaryOp::Sub => ElementOp::Sub,
+            BinaryOp::Mul => ElementOp::Mul,
+            BinaryOp::Div => ElementOp::Div,
+            BinaryOp::Mod => ElementOp::Mod,
+            BinaryOp::Min => ElementOp::Min,
+            BinaryOp::Max => ElementOp::Max,
+            BinaryOp::BitAnd => ElementOp::And,
+            BinaryOp::BitOr => ElementOp::Or,
+            BinaryOp::BitXor => ElementOp::Xor,
+            BinaryOp::Shl => ElementOp::Shl,
+            BinaryOp::Shr => ElementOp::Shr,
+            _ => return None,
+        })
+    }
+
     /// The operator as written in source (`+`, `<=`, `&&`, `min`...).
     pub fn symbol(self) -> &'static str {
         match self {

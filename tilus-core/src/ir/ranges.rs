@@ -17,8 +17,8 @@
 //! negative `x` is `-15..=15`).
 
 use super::{
-    BinaryOp, ElementOp, Expr, Instruction, Operand, Program, ScalarType, Stmt, StmtKind, UnaryOp,
-    VarId, VarType,
+    ElementOp, Expr, Instruction, Operand, Program, ScalarType, Stmt, StmtKind, UnaryOp, VarId,
+    VarType,
 };
 use crate::DType;
 
@@ -252,32 +252,11 @@ impl Analysis<'_> {
                     UnaryOp::ToI64 | UnaryOp::ToF32 => x,
                 }
             }
-            Expr::Binary(op, x, y) => match op {
-                BinaryOp::Lt
-                | BinaryOp::Le
-                | BinaryOp::Gt
-                | BinaryOp::Ge
-                | BinaryOp::Eq
-                | BinaryOp::Ne
-                | BinaryOp::And
-                | BinaryOp::Or => Some(Range::BOOL),
-                _ => both(x, y)?.and_then(|(a, b)| match op {
-                    BinaryOp::Add => add(a, b),
-                    BinaryOp::Sub => sub(a, b),
-                    BinaryOp::Mul => mul(a, b),
-                    BinaryOp::Div => div(a, b),
-                    BinaryOp::Mod => rem(a, b),
-                    BinaryOp::Min => Some(Range::new(a.lo.min(b.lo), a.hi.min(b.hi))),
-                    BinaryOp::Max => Some(Range::new(a.lo.max(b.lo), a.hi.max(b.hi))),
-                    // Bit operators as on i32 elements (shifts by 0..32 tracked).
-                    BinaryOp::BitAnd => element(ElementOp::And, a, b, DType::Int(32)),
-                    BinaryOp::BitOr => element(ElementOp::Or, a, b, DType::Int(32)),
-                    BinaryOp::BitXor => element(ElementOp::Xor, a, b, DType::Int(32)),
-                    BinaryOp::Shl => element(ElementOp::Shl, a, b, DType::Int(32)),
-                    BinaryOp::Shr => element(ElementOp::Shr, a, b, DType::Int(32)),
-                    _ => None,
-                }),
-            },
+            Expr::Binary(op, _, _) if op.yields_bool() => Some(Range::BOOL),
+            // As on i32 elements (shifts by 0..32 tracked); the result is checked below.
+            Expr::Binary(op, x, y) => both(x, y)?
+                .zip(op.element_op())
+                .and_then(|((a, b), eop)| element(eop, a, b, DType::Int(32))),
             Expr::Select(_, x, y) => both(x, y)?.map(|(a, b)| a.join(b)),
         };
         Ok(r.filter(|r| Range::I32.contains(*r)))

@@ -24,19 +24,10 @@ impl Expr {
             Expr::Unary(UnaryOp::ToI32, _) => I32,
             Expr::Unary(UnaryOp::ToI64, _) => I64,
             Expr::Unary(UnaryOp::Neg, a) => a.scalar_type(var)?,
-            Expr::Binary(op, a, b) => match op {
-                BinaryOp::Lt
-                | BinaryOp::Le
-                | BinaryOp::Gt
-                | BinaryOp::Ge
-                | BinaryOp::Eq
-                | BinaryOp::Ne
-                | BinaryOp::And
-                | BinaryOp::Or => Bool,
-                // Shifts keep the left operand's type.
-                BinaryOp::Shl | BinaryOp::Shr => a.scalar_type(var)?,
-                _ => join(a.scalar_type(var)?, b.scalar_type(var)?),
-            },
+            Expr::Binary(op, _, _) if op.yields_bool() => Bool,
+            // Shifts keep the left operand's type.
+            Expr::Binary(BinaryOp::Shl | BinaryOp::Shr, a, _) => a.scalar_type(var)?,
+            Expr::Binary(_, a, b) => join(a.scalar_type(var)?, b.scalar_type(var)?),
             Expr::Select(_, a, b) => join(a.scalar_type(var)?, b.scalar_type(var)?),
         })
     }

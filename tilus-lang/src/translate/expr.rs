@@ -29,7 +29,7 @@ fn fold_int(op: BinaryOp, a: i32, b: i32) -> Result<Expr, String> {
     match fold_i64(op, a.into(), b.into()) {
         Ok(Expr::I64(v)) => i32::try_from(v)
             .map(Expr::Int)
-            .map_err(|_| format!("`{a} {} {b}` overflows i32", op_symbol(op))),
+            .map_err(|_| format!("`{a} {} {b}` overflows i32", op.symbol())),
         other => other,
     }
 }
@@ -54,17 +54,17 @@ fn fold_i64(op: BinaryOp, a: i64, b: i64) -> Result<Expr, String> {
         Eq => return Ok(Expr::Bool(a == b)),
         Ne => return Ok(Expr::Bool(a != b)),
         And | Or => return Err("`&&` and `||` take booleans".into()),
-        BitAnd => Some(a & b),
-        BitOr => Some(a | b),
-        BitXor => Some(a ^ b),
-        Shl | Shr if !(0..64).contains(&b) => {
-            return Err(format!("a shift by {b} in a constant expression"))
+        // The IR's own definition (`ir::eval`: shifts checked).
+        BitAnd | BitOr | BitXor | Shl | Shr => {
+            let e = Expr::binary(op, Expr::I64(a), Expr::I64(b));
+            return e
+                .eval_index(&mut |_| unreachable!("a constant expression has no variables"))
+                .map(Expr::I64)
+                .map_err(|e| e.to_string());
         }
-        Shl => i64::try_from((a as i128) << b).ok(),
-        Shr => Some(a >> b),
     };
     r.map(Expr::I64)
-        .ok_or_else(|| format!("`{a} {} {b}` overflows i64", op_symbol(op)))
+        .ok_or_else(|| format!("`{a} {} {b}` overflows i64", op.symbol()))
 }
 
 /// The value of an integer constant of either width.
@@ -74,10 +74,6 @@ fn int_const(e: &Expr) -> Option<i64> {
         Expr::I64(v) => Some(*v),
         _ => None,
     }
-}
-
-fn op_symbol(op: BinaryOp) -> &'static str {
-    op.symbol()
 }
 
 /// The scalar operator of a Rust binary operator.
@@ -103,20 +99,6 @@ fn scalar_op(op: &BinOp) -> Option<BinaryOp> {
 /// The operator of a compound assignment (`+=` is `+`).
 pub fn compound_op(op: &BinOp) -> BinaryOp {
     scalar_op(op).unwrap_or(BinaryOp::Add)
-}
-
-/// The elementwise operator of a scalar operator, for tensors.
-pub fn element_op(op: BinaryOp) -> Option<ElementOp> {
-    Some(match op {
-        BinaryOp::Add => ElementOp::Add,
-        BinaryOp::Sub => ElementOp::Sub,
-        BinaryOp::Mul => ElementOp::Mul,
-        BinaryOp::Div => ElementOp::Div,
-        BinaryOp::Mod => ElementOp::Mod,
-        BinaryOp::Min => ElementOp::Min,
-        BinaryOp::Max => ElementOp::Max,
-        _ => return None,
-    })
 }
 
 impl Translator<'_, '_> {
@@ -156,9 +138,9 @@ impl Translator<'_, '_> {
             } else {
                 "two integer (i32/i64) or two f32 scalars".to_string()
             };
-            return Err(self.err(node, format!("`{}` takes {want}", op_symbol(op))));
+            return Err(self.err(node, format!("`{}` takes {want}", op.symbol())));
         }
-        let ty = if matches!(op, Lt | Le | Gt | Ge | Eq | Ne | And | Or) {
+        let ty = if op.yields_bool() {
             ScalarType::Bool
         } else if float {
             ScalarType::F32
@@ -526,7 +508,7 @@ impl Translator<'_, '_> {
             (
                 lhs @ (Value::Float(_) | Value::Scalar(Expr::Int(_), ScalarType::I32)),
                 Value::Tensor(y),
-            ) if element_op(op).is_some() => {
+            ) if op.element_op().is_some() => {
                 let c = match lhs {
                     Value::Float(v) => v,
                     Value::Scalar(Expr::Int(v), _) => v as f64,
@@ -545,7 +527,7 @@ impl Translator<'_, '_> {
                 let (l, r) = (self.describe(&lhs), self.describe(&rhs));
                 Err(self.err(
                     bin,
-                    format!("`{}` cannot combine {l} with {r}", op_symbol(op)),
+                    format!("`{}` cannot combine {l} with {r}", op.symbol()),
                 ))
             }
         }
@@ -581,12 +563,12 @@ impl Translator<'_, '_> {
         if let Some(cmp) = super::math::cmp_op(op) {
             return self.compare_instr(b, node, cmp, x, rhs, dest);
         }
-        let Some(eop) = element_op(op) else {
+        let Some(eop) = op.element_op() else {
             return Err(self.err(
                 node,
                 format!(
                     "`{}` is not an elementwise operation on tensors",
-                    op_symbol(op)
+                    op.symbol()
                 ),
             ));
         };
@@ -794,7 +776,7 @@ impl Translator<'_, '_> {
                     node,
                     format!(
                         "`{}` does not combine floating-point constants",
-                        op_symbol(op)
+                        op.symbol()
                     ),
                 ))
             }
