@@ -243,12 +243,12 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `tilus bench vq`: malformed formats, m values, shapes, caches and reductions are refused, naming the
+/// `tilus bench vq`: malformed formats, m values, shapes, caches, reductions and table tilings are refused, naming the
 /// flag, before a GPU is looked for; without a GPU it says it needs one.
 #[test]
 fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("vq");
-    let bad: [(&[&str], &str); 14] = [
+    let bad: [(&[&str], &str); 16] = [
         (&["--l2", "warm"], "--l2"),
         (&["--stages", "1"], "--stages"),
         (&["--reduce", "sum"], "--reduce"),
@@ -263,6 +263,8 @@ fn vq_flags_are_checked_before_the_gpu_is_opened() {
         (&["--warps", "3"], "--warps"),
         (&["--product", "3"], "--product"),
         (&["--runs", "0"], "--runs"),
+        (&["--lut", "maybe"], "--lut"),
+        (&["--lut", "16x28"], "--lut"),
     ];
     for (args, flag) in bad {
         let mut all = vec!["bench", "vq"];

@@ -95,7 +95,7 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                     let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                     gpu.forward_into(&xd, m, &mut y, naive).unwrap();
                     let got = y.to_host().unwrap();
-                    if split > 1 && !naive {
+                    if (split > 1 || layer.lut_tiling(m).is_some()) && !naive {
                         // A second launch finds the semaphores reset (and the atomics' sum
                         // zeroed by vq_finalize): the ordered sum gives the same bits, the
                         // atomic one the same values up to the order of its additions.
@@ -103,7 +103,8 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                             DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                         gpu.forward_into(&xd, m, &mut again, naive).unwrap();
                         let again = again.to_host().unwrap();
-                        if layer.config(m).ORDERED == 1 {
+                        // (One token of AQLM-3 runs the tables, whose sums are atomics.)
+                        if layer.config(m).ORDERED == 1 && layer.lut_tiling(m).is_none() {
                             let bits =
                                 |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
                             assert_eq!(bits(&again), bits(&got), "{tag}");
@@ -163,4 +164,76 @@ fn gpu_vq_rejects_bad_buffers() {
     assert!(e.contains("`x`"), "{e}");
     let e = gpu.reserve(0).unwrap_err().to_string();
     assert!(e.contains("`m`"), "{e}");
+}
+
+/// One token by tables on the GPU (`tilus::kernels::vq::lut`): AQLM-3 at 2048 x 4096 with the
+/// rule's tiling (16-warp blocks) and with 4-warp blocks of 2 rows per thread, reserved ahead
+/// and not, and a one-stage 256-entry format, against the f64 reference and the interpreter;
+/// outputs poisoned, and each layer run twice (the sum left zero by the finalize step).
+#[test]
+fn gpu_vq_lut_one_token_matches_reference() {
+    use tilus::kernels::vq::lut::LutTiling;
+    let Some(ctx) = common::gpu_context(
+        "gpu_vq_lut_one_token_matches_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let one_stage = VqConfig {
+        name: "vq8x256",
+        log2_entries: 8,
+        residuals: 1,
+        channel_scale: false,
+        ..VqConfig::AQLM_3
+    };
+    for (config, n, k) in [(VqConfig::AQLM_3, 2048, 4096), (one_stage, 1024, 2048)] {
+        let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
+        let rule = VqLinear::new(w.clone()).unwrap();
+        let tiled = rule
+            .clone()
+            .with_lut_tiling(LutTiling {
+                warps: 4,
+                rs: 2,
+                per: 2,
+            })
+            .unwrap();
+        for (li, layer) in [rule, tiled].into_iter().enumerate() {
+            let tiling = layer.lut_tiling(1).expect("one token takes the tables");
+            let gpu = layer.to_gpu(&ctx).unwrap();
+            if li == 1 {
+                gpu.reserve(1).unwrap();
+            }
+            let x: Vec<f16> = (0..k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let want = reference(&w, &x, 1);
+            let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+            let cpu = layer.forward_cpu(&x, 1).unwrap();
+            for run in 0..2 {
+                let tag = format!(
+                    "{} {n}x{k} {tiling:?} run {run} seed {seed:#x}",
+                    config.name
+                );
+                let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n]).unwrap();
+                gpu.forward_into(&xd, 1, &mut y, false).unwrap();
+                for (i, g) in y.to_host().unwrap().iter().enumerate() {
+                    let g = g.to_f64();
+                    assert!(g.is_finite(), "{tag}: y[{i}] = {g} (poison left?)");
+                    let err = (g - want[i]).abs() / want[i].abs().max(rms);
+                    assert!(err < 1e-2, "{tag}: y[{i}] = {g}, reference {}", want[i]);
+                    // The interpreter's tables and sums: the same up to the order of the
+                    // atomics' f32 additions and one f16 rounding.
+                    let c = cpu[i].to_f64();
+                    let ulp = f16::from_f64(c.abs()).to_f64().max(6.1e-5) * 2f64.powi(-10);
+                    assert!(
+                        (g - c).abs() <= 2.0 * ulp + 1e-4 * rms,
+                        "{tag}: y[{i}] = {g}, interpreter {c}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -223,3 +223,91 @@ fn vq_linear_errors_name_the_argument() {
         .to_string();
     assert!(e.contains("`cache`"), "{e}");
 }
+
+/// One token by tables (`tilus::kernels::vq::lut`): AQLM-3 itself (4096 entries, two stages,
+/// 12-bit codes, scales), a one-stage format of 256 entries (8-bit codes, no scales) and one of
+/// 2048 entries (11-bit codes: the look-up keeps its bounds check), with the rule's tiling and
+/// with blocks of 4 warps, 2 rows per thread and a k split, in launch and reversed block order
+/// (the sums are added by atomics), against the f64 reference; the direct kernel on the same
+/// token agrees; formats without a table path are refused naming `lut`.
+#[test]
+fn vq_lut_one_token_matches_reference() {
+    use tilus::kernels::vq::lut::LutTiling;
+    use tilus_core::interp::BlockOrder;
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let one_stage = VqConfig {
+        name: "vq8x256",
+        log2_entries: 8,
+        residuals: 1,
+        channel_scale: false,
+        ..VqConfig::AQLM_3
+    };
+    let eleven = VqConfig {
+        name: "vq8x2048x2",
+        log2_entries: 11,
+        ..VqConfig::AQLM_3
+    };
+    for (config, n, k) in [
+        (VqConfig::AQLM_3, 256, 512),
+        (one_stage, 256, 1024),
+        (eleven, 256, 256),
+    ] {
+        let w = random_weight(config, n, k, &mut rng);
+        let layer = VqLinear::new(w.clone()).unwrap();
+        assert!(
+            layer.lut_tiling(1).is_some(),
+            "{} takes the tables",
+            config.name
+        );
+        assert!(layer.lut_tiling(2).is_none(), "tables are for one token");
+        let x: Vec<f16> = (0..k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let want = reference(&w, &x, 1);
+        let tag = format!("{} {n}x{k} seed {seed:#x}", config.name);
+        check(
+            &format!("{tag} rule"),
+            &layer.forward_cpu(&x, 1).unwrap(),
+            &want,
+        );
+        let tiled = layer
+            .clone()
+            .with_lut_tiling(LutTiling {
+                warps: 4,
+                rs: 2,
+                per: 2,
+            })
+            .unwrap();
+        for order in [BlockOrder::Launch, BlockOrder::Reversed] {
+            let got = tiled.forward_cpu_ordered(&x, 1, &order).unwrap();
+            check(
+                &format!("{tag} 4 warps, rs 2, per 2, {order:?}"),
+                &got,
+                &want,
+            );
+        }
+        let direct = layer.clone().with_lut(false).unwrap();
+        assert!(direct.lut_tiling(1).is_none());
+        check(
+            &format!("{tag} direct"),
+            &direct.forward_cpu(&x, 1).unwrap(),
+            &want,
+        );
+    }
+    let gptvq = VqLinear::new(random_weight(VqConfig::GPTVQ_2, 256, 256, &mut rng)).unwrap();
+    assert!(gptvq.lut_tiling(1).is_none());
+    let e = gptvq.with_lut(true).unwrap_err().to_string();
+    assert!(
+        e.contains("`lut`") && e.contains("one codebook per matrix"),
+        "{e}"
+    );
+    let aqlm = VqLinear::new(random_weight(VqConfig::AQLM_3, 256, 512, &mut rng)).unwrap();
+    let bad = LutTiling {
+        warps: 4,
+        rs: 3,
+        per: 2,
+    };
+    let e = aqlm.with_lut_tiling(bad).unwrap_err().to_string();
+    assert!(e.contains("`lut`") && e.contains("do not divide n"), "{e}");
+}

@@ -374,6 +374,12 @@ pub enum BenchCommand {
         /// launch), instead of the layer's choice per m.
         #[arg(long)]
         reduce: Option<String>,
+        /// One token by tables (formats with one codebook per matrix and vectors of 8, e.g.
+        /// AQLM): `on`, `off`, or `WARPSxRSxPER` (warps per block, rows per thread, chunks of
+        /// 8 codes per block) instead of the layer's rule. Where the tables run, the direct
+        /// kernel is timed too (`direct us`).
+        #[arg(long)]
+        lut: Option<String>,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -546,11 +552,13 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             warps,
             product,
             reduce,
+            lut,
             l2,
             ..
         } => {
             parse_l2(l2)?;
             parse_reduce(reduce.as_deref())?;
+            parse_lut(lut.as_deref())?;
             if product.is_some_and(|p| p > 2) {
                 return Err(format!(
                     "argument `--product`: {} is not 0, 1 or 2",
@@ -847,6 +855,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         warps,
         product,
         ref reduce,
+        ref lut,
         runs,
         no_cublas,
         no_elementwise,
@@ -860,6 +869,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             warps,
             product,
             ordered: parse_reduce(reduce.as_deref())?,
+            lut: parse_lut(lut.as_deref())?,
         };
         return super::bench_vq::run(
             configs,
@@ -1498,6 +1508,29 @@ fn tune_typed<T: Activation>(
         )
     );
     Ok(out)
+}
+
+/// `--lut` of `tilus bench vq`: `on`, `off` or a tiling `WARPSxRSxPER`.
+fn parse_lut(lut: Option<&str>) -> Result<Option<tilus::kernels::vq::bench::LutKnob>, String> {
+    use tilus::kernels::vq::bench::LutKnob;
+    use tilus::kernels::vq::lut::LutTiling;
+    let Some(text) = lut else { return Ok(None) };
+    let bad =
+        || format!("argument `--lut`: {text:?} is not on, off or WARPSxRSxPER (e.g. 16x28x8)");
+    Ok(Some(match text {
+        "on" => LutKnob::On,
+        "off" => LutKnob::Off,
+        _ => {
+            let v: Vec<usize> = text
+                .split('x')
+                .map(|p| p.parse().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?;
+            let [warps, rs, per] = v[..] else {
+                return Err(bad());
+            };
+            LutKnob::Tiling(LutTiling { warps, rs, per })
+        }
+    }))
 }
 
 /// `--reduce` of `tilus bench vq`: `Some(true)` for `ordered`, `Some(false)` for `atomic`.

@@ -33,6 +33,16 @@ pub struct VqKnobs {
     pub product: Option<usize>,
     /// How a split k adds its partials (`true`: in split order; `false`: by atomics).
     pub ordered: Option<bool>,
+    /// One token by tables: on, off or a tiling, instead of the layer's rule.
+    pub lut: Option<LutKnob>,
+}
+
+/// `tilus bench vq --lut`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LutKnob {
+    On,
+    Off,
+    Tiling(super::lut::LutTiling),
 }
 
 /// One measured point.
@@ -54,8 +64,13 @@ pub struct VqBenchRow {
     /// How a split k added its partials (`true`: in split order, one launch; `false`: by
     /// atomics, then the finalize kernel).
     pub ordered: bool,
-    /// [`super::kernel::vq_gemv`] with `cache`.
+    /// The layer's forward: [`super::kernel::vq_gemv`] with `cache`, or the tables of
+    /// [`super::lut`] where `lut` says so.
     pub cached: Timing,
+    /// The tables' tiling, where the forward took them.
+    pub lut: Option<super::lut::LutTiling>,
+    /// The direct kernel on the same token, where the forward took the tables.
+    pub direct: Option<Timing>,
     /// The naive GC kernel.
     pub naive: Timing,
     /// The floor's bytes (module docs).
@@ -112,6 +127,7 @@ pub fn bench_vq(
         warps,
         product,
         ordered,
+        lut,
     } = knobs;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;
@@ -131,6 +147,12 @@ pub fn bench_vq(
     if let Some(o) = ordered {
         layer = layer.with_ordered_split(o);
     }
+    layer = match lut {
+        None => layer,
+        Some(LutKnob::On) => layer.with_lut(true).map_err(err)?,
+        Some(LutKnob::Off) => layer.with_lut(false).map_err(err)?,
+        Some(LutKnob::Tiling(t)) => layer.with_lut_tiling(t).map_err(err)?,
+    };
     let gpu = layer.to_gpu(ctx).map_err(err)?;
     let x: Vec<f16> = (0..m * k)
         .map(|i| f16::from_f32(((i * 2654435761) >> 9) as f32 % 1000.0 / 1000.0 - 0.5))
@@ -143,6 +165,21 @@ pub fn bench_vq(
     let naive = time_launches(ctx, flush, runs, || {
         gpu.forward_into(&xd, m, &mut y, true).map_err(err)
     })?;
+    let tiling = layer.lut_tiling(m);
+    let direct = match tiling {
+        Some(_) => {
+            let direct = layer
+                .clone()
+                .with_lut(false)
+                .map_err(err)?
+                .to_gpu(ctx)
+                .map_err(err)?;
+            Some(time_launches(ctx, flush, runs, || {
+                direct.forward_into(&xd, m, &mut y, false).map_err(err)
+            })?)
+        }
+        None => None,
+    };
     Ok(VqBenchRow {
         config: config.name,
         m,
@@ -155,6 +192,8 @@ pub fn bench_vq(
         split: layer.config(m).SPLIT as usize,
         ordered: layer.config(m).ORDERED == 1,
         cached,
+        lut: tiling,
+        direct,
         naive,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
@@ -170,12 +209,13 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         "tilus vq (codebook-centric VQ-GEMV); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16), stages, k split (atomic: partials added by atomics, else in split order)\n\
-         {:<7} {:>3} {:>12} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16), stages, k split (atomic: partials added by atomics, else in split order); lut = one token by tables (warps x rows per thread x chunks per block), direct = the direct kernel on the same token\n\
+         {:<7} {:>3} {:>12} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
         "n x k",
         "vq us",
+        "direct us",
         "GB/s",
         "%floor",
         "GC us",
@@ -190,11 +230,12 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  x{} w{} t{} s{} k/{}{}\n",
+            "{:<7} {:>3} {:>12} {:>9.1} {:>9} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
             t,
+            opt(r.direct.as_ref().map(|d| d.median_us)),
             r.gb_per_s(),
             r.percent_of_floor(),
             r.naive.median_us,
@@ -203,12 +244,18 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
             ratio(r.cublas_us),
             format!("u{}:{}", r.elementwise_bits, opt(r.elementwise_us)),
             ratio(r.elementwise_us),
-            r.cache.replicas,
-            r.warps,
-            r.product,
-            r.stages,
-            r.split,
-            if r.split > 1 && !r.ordered { " atomic" } else { "" },
+            match r.lut {
+                Some(l) => format!("lut {}x{}x{}", l.warps, l.rs, l.per),
+                None => format!(
+                    "x{} w{} t{} s{} k/{}{}",
+                    r.cache.replicas,
+                    r.warps,
+                    r.product,
+                    r.stages,
+                    r.split,
+                    if r.split > 1 && !r.ordered { " atomic" } else { "" },
+                ),
+            },
         );
     }
     s

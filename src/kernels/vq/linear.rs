@@ -16,6 +16,7 @@
 //! ```
 
 use super::kernel::{vq_finalize, vq_gemv, vq_gemv_gc};
+use super::lut::{self, lut_applies, vq_lut_gemv, vq_lut_table, LutTiling};
 use crate::vq::{arg_err, VqConfig, VqError, VqWeight};
 use half::f16;
 use std::sync::{Arc, Mutex};
@@ -228,7 +229,7 @@ pub fn kernel_config(
 
 /// Bits of each code beyond its low byte, as [`vq_gemv`] stores them: 0, 4 (up to 12-bit
 /// codes) or 8.
-fn high_bits(c: VqConfig) -> usize {
+pub(super) fn high_bits(c: VqConfig) -> usize {
     match c.log2_entries {
         0..=8 => 0,
         9..=12 => 4,
@@ -319,6 +320,26 @@ pub struct VqLinear {
     product: Option<usize>,
     /// How a split k adds its partials, or `None` for [`ordered_for`]'s choice per `m`.
     ordered: Option<bool>,
+    /// The table path's codes, codebook rows and tiling, for formats it takes
+    /// ([`lut_applies`]).
+    lut: Option<Arc<LutParts>>,
+    /// Whether one token takes the table path where the format allows: `None` for
+    /// [`lut_for`]'s rule.
+    use_lut: Option<bool>,
+}
+
+/// What the table path ([`super::lut`]) reads besides the scales.
+#[derive(Debug)]
+struct LutParts {
+    tiling: LutTiling,
+    codes: Vec<u8>,
+    book: Vec<f16>,
+}
+
+/// Whether `m` tokens take the table path ([`super::lut`]) where the format allows: one token
+/// (the tables are per token).
+pub fn lut_for(m: usize) -> bool {
+    m == 1
 }
 
 fn kernel_err(e: impl std::fmt::Display) -> VqError {
@@ -389,6 +410,14 @@ impl VqLinear {
         };
         let warps = warps_for(c, n, k);
         let kernel_codes = relayout_codes(&weight, warps, step_k(c, n, k));
+        let lut = match LutTiling::for_shape(c, n, k) {
+            Some(tiling) if lut_applies(c) => Some(Arc::new(LutParts {
+                tiling,
+                codes: lut::lut_codes(&weight),
+                book: lut::lut_book(&weight),
+            })),
+            _ => None,
+        };
         Ok(VqLinear {
             weight,
             kernel_codes,
@@ -401,7 +430,48 @@ impl VqLinear {
             split: None,
             product: None,
             ordered: None,
+            lut,
+            use_lut: None,
         })
+    }
+
+    /// Whether the table path serves one token ([`lut_for`]), `false` to keep the direct
+    /// kernel; an error names `lut` when the format has no table path.
+    pub fn with_lut(mut self, on: bool) -> Result<VqLinear, VqError> {
+        if on && self.lut.is_none() {
+            return Err(arg_err(
+                "lut",
+                format!(
+                    "{} at {} x {} has no table path: it takes one codebook per matrix, vectors                      of 8, one or two stages, 256 to 4096 entries, n a multiple of 128",
+                    self.weight.config.name,
+                    self.n(),
+                    self.k()
+                ),
+            ));
+        }
+        self.use_lut = Some(on);
+        Ok(self)
+    }
+
+    /// The table path with `tiling` instead of [`LutTiling::for_shape`]'s; errors name `lut`.
+    pub fn with_lut_tiling(mut self, tiling: LutTiling) -> Result<VqLinear, VqError> {
+        let c = self.weight.config;
+        tiling.check(c, self.n(), self.k())?;
+        let Some(parts) = &self.lut else {
+            return self.with_lut(true);
+        };
+        self.lut = Some(Arc::new(LutParts {
+            tiling,
+            codes: parts.codes.clone(),
+            book: parts.book.clone(),
+        }));
+        Ok(self)
+    }
+
+    /// The table path's tiling when `m` tokens take it.
+    pub fn lut_tiling(&self, m: usize) -> Option<LutTiling> {
+        let on = self.use_lut.unwrap_or_else(|| lut_for(m)) && m == 1;
+        self.lut.as_ref().filter(|_| on).map(|p| p.tiling)
     }
 
     pub fn weight(&self) -> &VqWeight {
@@ -585,6 +655,35 @@ impl VqLinear {
         let mi = self.check_x(x.len(), m)?;
         let (n, k, tr, tc) = self.dims();
         let mut y = vec![f16::NAN; m * self.n()];
+        if let (Some(tiling), Some(parts)) = (self.lut_tiling(m), &self.lut) {
+            let c = self.weight.config;
+            let chunks = lut::chunks(c, self.k());
+            let mut table = vec![f16::NAN; chunks * c.entries() * 8];
+            vq_lut_table::interpret(
+                &lut::table_config(c, self.k()),
+                chunks as i32,
+                x,
+                &parts.book,
+                &mut table,
+            )
+            .map_err(kernel_err)?;
+            let mut sum = vec![0f32; self.n()];
+            vq_lut_gemv::interpret_ordered(
+                &tiling.gemv_config(c),
+                order,
+                n,
+                chunks as i32,
+                tiling.per as i32,
+                &table,
+                &parts.codes,
+                &self.scales,
+                &mut sum,
+            )
+            .map_err(kernel_err)?;
+            vq_finalize::interpret(&vq_finalize::SPACE[0], n, &mut sum, &mut y)
+                .map_err(kernel_err)?;
+            return Ok(y);
+        }
         let cfg = self.config(m);
         bufs.grow(SplitLens::of(&cfg, m, self.n()));
         let (workspace, semaphores) = bufs.launch_args(&cfg);
@@ -659,6 +758,14 @@ impl VqLinear {
             codes: DeviceBuffer::from_host(ctx, &self.kernel_codes).map_err(kernel_err)?,
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, &self.scales).map_err(kernel_err)?,
+            lut: match &self.lut {
+                Some(p) => Some(GpuLut {
+                    codes: DeviceBuffer::from_host(ctx, &p.codes).map_err(kernel_err)?,
+                    book: DeviceBuffer::from_host(ctx, &p.book).map_err(kernel_err)?,
+                    scratch: Mutex::new(None),
+                }),
+                None => None,
+            },
             host: self.clone(),
         })
     }
@@ -737,8 +844,23 @@ pub struct GpuVqLinear {
     codes: DeviceBuffer<u8>,
     codebooks: DeviceBuffer<f16>,
     scales: DeviceBuffer<f16>,
+    /// The table path's codes and codebook rows, and its table and sum (made by the first
+    /// forward that takes the path, or by [`GpuVqLinear::reserve`]).
+    lut: Option<GpuLut>,
     host: VqLinear,
 }
+
+/// The device side of the table path ([`super::lut`]).
+struct GpuLut {
+    codes: DeviceBuffer<u8>,
+    book: DeviceBuffer<f16>,
+    /// The token's table and sum, made on first use.
+    scratch: Mutex<Option<LutScratch>>,
+}
+
+/// The token's table `[chunks · entries, 8]` f16 and the `[n]` f32 sum (zero between launches:
+/// `vq_finalize` zeroes it).
+type LutScratch = (DeviceBuffer<f16>, DeviceBuffer<f32>);
 
 impl GpuVqLinear {
     pub fn host(&self) -> &VqLinear {
@@ -760,7 +882,26 @@ impl GpuVqLinear {
             .map(|m| SplitLens::of(&self.host.config(m), m, n))
             .fold(SplitLens::of(&self.host.config(1), 1, n), SplitLens::max);
         let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
-        self.ensure_split(&mut split, lens)
+        self.ensure_split(&mut split, lens)?;
+        drop(split);
+        if self.host.lut_tiling(1).is_some() {
+            drop(self.lut_scratch()?);
+        }
+        Ok(())
+    }
+
+    /// The table path's table and sum, made on first use.
+    fn lut_scratch(&self) -> Result<std::sync::MutexGuard<'_, Option<LutScratch>>, VqError> {
+        let lut = self.lut.as_ref().expect("the layer has a table path");
+        let mut scratch = lut.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if scratch.is_none() {
+            let c = self.host.weight.config;
+            let len = lut::chunks(c, self.host.k()) * c.entries() * 8;
+            let table = DeviceBuffer::zeros(&self.ctx, len).map_err(kernel_err)?;
+            let sum = DeviceBuffer::zeros(&self.ctx, self.host.n()).map_err(kernel_err)?;
+            *scratch = Some((table, sum));
+        }
+        Ok(scratch)
     }
 
     /// Grow the buffers of `split` that are shorter than `lens` asks (zeroed; the others, and
@@ -822,6 +963,35 @@ impl GpuVqLinear {
             ));
         }
         let (n, k, tr, tc) = h.dims();
+        if let (false, Some(tiling), Some(parts)) = (naive, h.lut_tiling(m), &self.lut) {
+            let c = h.weight.config;
+            let chunks = lut::chunks(c, h.k()) as i32;
+            let mut scratch = self.lut_scratch()?;
+            let (table, sum) = scratch.as_mut().expect("made above");
+            vq_lut_table::launch(
+                &self.ctx,
+                &lut::table_config(c, h.k()),
+                chunks,
+                x,
+                &parts.book,
+                table,
+            )
+            .map_err(kernel_err)?;
+            vq_lut_gemv::launch(
+                &self.ctx,
+                &tiling.gemv_config(c),
+                n,
+                chunks,
+                tiling.per as i32,
+                &*table,
+                &parts.codes,
+                &self.scales,
+                sum,
+            )
+            .map_err(kernel_err)?;
+            return vq_finalize::launch(&self.ctx, &vq_finalize::SPACE[0], n, sum, y)
+                .map_err(kernel_err);
+        }
         if naive {
             let mut gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
             if gc.is_none() {

@@ -5,5 +5,6 @@
 pub mod bench;
 pub mod kernel;
 pub mod linear;
+pub mod lut;
 
 pub use linear::{GpuVqLinear, VqCache, VqLinear};
