@@ -442,8 +442,11 @@ fn gather(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), Code
 /// of them, so no row is out of range) is addressed with one `PRMT` per element: the row's
 /// byte, taken from its register word, becomes byte 1 of the offset and the column's byte
 /// offset (`< 256`, the same for every look-up of a column: hoisted out of loops) byte 0,
-/// `base + offset` then folds into the `LDS`. Otherwise each local is one guarded read as in
-/// `gather`.
+/// `base + offset` then folds into the `LDS`. Any other compact, unswizzled table is read at
+/// `base + col · bytes + row · (C · bytes)`, the column's part hoisted like the fast path's, so a
+/// look-up costs one `LEA` of its row; its bounds check is dropped where the value ranges prove
+/// the rows in `[0, R)` (a 12-bit code into 4096 rows). A strided or swizzled table is read as
+/// in `gather`, one guarded read per local.
 fn lookup(
     cx: &mut Ctx,
     out: VarId,
@@ -470,6 +473,8 @@ fn lookup(
     let bits = f.dtype.bits();
     let bytes = bits as usize / 8;
     let fast = compact(s) && width * bytes == 256 && height >= 256 && rdt == DType::UInt(8);
+    let by_rows = compact(s);
+    let proven = in_range(cx, rows, Some(height as i64));
     let ty = uint_type(bits);
     let (rn, cn) = (cx.name(rows), cx.name(cols));
     let base = f.addr(cx, "0");
@@ -482,7 +487,7 @@ fn lookup(
             Some(c) => c.clone(),
             None => {
                 let c = cx.fresh("col");
-                let scale = if fast { bytes } else { 1 };
+                let scale = if by_rows { bytes } else { 1 };
                 cx.w.line(format!(
                     "const uint32_t {c} = ({} & {}u) * {scale}u;",
                     get_bits(&cn, k * 32, 32),
@@ -508,11 +513,17 @@ fn lookup(
                     &get_bits(&rn, l * rdt.bits() as usize, rdt.bits())
                 )
             ));
-            let ix = format!("(int)({row} * {width} + (long long){col})");
-            let addr = f.addr(cx, &ix);
-            cx.w.line(format!(
-                "const uint32_t {v} = ({row} >= 0 && {row} < {height}LL) ? (uint32_t)*(const {ty}*)({addr}) : 0u;"
-            ));
+            let read = if by_rows {
+                format!(
+                    "(uint32_t)*(const {ty}*)({base} + (uint32_t){row} * {}u + {col})",
+                    width * bytes
+                )
+            } else {
+                let ix = format!("(int)({row} * {width} + (long long){col})");
+                format!("(uint32_t)*(const {ty}*)({})", f.addr(cx, &ix))
+            };
+            let guard = Guard((!proven).then(|| format!("{row} >= 0 && {row} < {height}LL")));
+            cx.w.line(format!("const uint32_t {v} = {};", guard.read(&read, "0u")));
         }
         if bits == 32 {
             wb.word(l, &v);
