@@ -830,10 +830,12 @@ impl HostSplit {
 
 /// [`VqLinear`] on a GPU.
 ///
-/// A forward is one launch (two with k split at more than 8 tokens, see [`ordered_for`]). With
+/// A forward is one launch (two with k split at more than 8 tokens, see [`ordered_for`]; three
+/// for one token by tables, [`super::lut`]: the table, the look-ups, the finalize). With
 /// k split it uses the layer's split-k buffers, made by
 /// [`GpuVqLinear::reserve`] or grown by a forward that needs more; after `reserve(max_m)` no
-/// forward of up to `max_m` tokens allocates, so it can be captured in a CUDA graph (with
+/// forward of up to `max_m` tokens allocates (the tables' scratch included), so it can be
+/// captured in a CUDA graph (with
 /// [`GpuVqLinear::forward_into`], which takes the output buffer). Two forwards of one layer
 /// must not be in flight at once on different streams: they would share the semaphores.
 pub struct GpuVqLinear {
