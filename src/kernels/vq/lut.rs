@@ -221,7 +221,7 @@ pub fn chunks(c: VqConfig, k: usize) -> usize {
 impl LutTiling {
     /// The rule: the widest block (16 warps where `n` allows) whose rows' sums fit beside the
     /// tables, as few row blocks as that allows (each reads the whole table once), and the k
-    /// slices that bring the blocks to about [`BLOCKS`]. `None` where `n` is not a multiple of
+    /// slices that bring the blocks to about 128 (one per multiprocessor). `None` where `n` is not a multiple of
     /// 128 or `k` has no whole chunk.
     pub fn for_shape(c: VqConfig, n: usize, k: usize) -> Option<LutTiling> {
         let chunks = chunks(c, k);
