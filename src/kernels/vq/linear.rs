@@ -320,18 +320,18 @@ pub struct VqLinear {
     product: Option<usize>,
     /// How a split k adds its partials, or `None` for [`ordered_for`]'s choice per `m`.
     ordered: Option<bool>,
-    /// The table path's codes, codebook rows and tiling, for formats it takes
+    /// The table path's tiling, and its codes and codebook rows, for formats it takes
     /// ([`lut_applies`]).
-    lut: Option<Arc<LutParts>>,
+    lut: Option<(LutTiling, Arc<LutParts>)>,
     /// Whether one token takes the table path where the format allows: `None` for
     /// [`lut_for`]'s rule.
     use_lut: Option<bool>,
 }
 
-/// What the table path ([`super::lut`]) reads besides the scales.
+/// What the table path ([`super::lut`]) reads besides the scales (shared by the layers that
+/// differ only in their knobs).
 #[derive(Debug)]
 struct LutParts {
-    tiling: LutTiling,
     codes: Vec<u8>,
     book: Vec<f16>,
 }
@@ -411,11 +411,13 @@ impl VqLinear {
         let warps = warps_for(c, n, k);
         let kernel_codes = relayout_codes(&weight, warps, step_k(c, n, k));
         let lut = match LutTiling::for_shape(c, n, k) {
-            Some(tiling) if lut_applies(c) => Some(Arc::new(LutParts {
+            Some(tiling) if lut_applies(c) => Some((
                 tiling,
-                codes: lut::lut_codes(&weight),
-                book: lut::lut_book(&weight),
-            })),
+                Arc::new(LutParts {
+                    codes: lut::lut_codes(&weight),
+                    book: lut::lut_book(&weight),
+                }),
+            )),
             _ => None,
         };
         Ok(VqLinear {
@@ -442,7 +444,8 @@ impl VqLinear {
             return Err(arg_err(
                 "lut",
                 format!(
-                    "{} at {} x {} has no table path: it takes one codebook per matrix, vectors                      of 8, one or two stages, 256 to 4096 entries, n a multiple of 128",
+                    "{} at {} x {} has no table path: it takes one codebook per matrix, vectors \
+                     of 8, one or two stages, 256 to 4096 entries, n a multiple of 128",
                     self.weight.config.name,
                     self.n(),
                     self.k()
@@ -457,21 +460,17 @@ impl VqLinear {
     pub fn with_lut_tiling(mut self, tiling: LutTiling) -> Result<VqLinear, VqError> {
         let c = self.weight.config;
         tiling.check(c, self.n(), self.k())?;
-        let Some(parts) = &self.lut else {
-            return self.with_lut(true);
-        };
-        self.lut = Some(Arc::new(LutParts {
-            tiling,
-            codes: parts.codes.clone(),
-            book: parts.book.clone(),
-        }));
+        match &mut self.lut {
+            Some((t, _)) => *t = tiling,
+            None => return self.with_lut(true),
+        }
         Ok(self)
     }
 
     /// The table path's tiling when `m` tokens take it.
     pub fn lut_tiling(&self, m: usize) -> Option<LutTiling> {
         let on = self.use_lut.unwrap_or_else(|| lut_for(m)) && m == 1;
-        self.lut.as_ref().filter(|_| on).map(|p| p.tiling)
+        self.lut.as_ref().filter(|_| on).map(|(t, _)| *t)
     }
 
     pub fn weight(&self) -> &VqWeight {
@@ -655,7 +654,7 @@ impl VqLinear {
         let mi = self.check_x(x.len(), m)?;
         let (n, k, tr, tc) = self.dims();
         let mut y = vec![f16::NAN; m * self.n()];
-        if let (Some(tiling), Some(parts)) = (self.lut_tiling(m), &self.lut) {
+        if let (Some(tiling), Some((_, parts))) = (self.lut_tiling(m), &self.lut) {
             let c = self.weight.config;
             let chunks = lut::chunks(c, self.k());
             let mut table = vec![f16::NAN; chunks * c.entries() * 8];
@@ -759,7 +758,7 @@ impl VqLinear {
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, &self.scales).map_err(kernel_err)?,
             lut: match &self.lut {
-                Some(p) => Some(GpuLut {
+                Some((_, p)) => Some(GpuLut {
                     codes: DeviceBuffer::from_host(ctx, &p.codes).map_err(kernel_err)?,
                     book: DeviceBuffer::from_host(ctx, &p.book).map_err(kernel_err)?,
                     scratch: Mutex::new(None),
