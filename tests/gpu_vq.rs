@@ -166,10 +166,11 @@ fn gpu_vq_rejects_bad_buffers() {
     assert!(e.contains("`m`"), "{e}");
 }
 
-/// One token by tables on the GPU (`tilus::kernels::vq::lut`): AQLM-3 at 2048 x 4096 with the
-/// rule's tiling (16-warp blocks) and with 4-warp blocks of 2 rows per thread, reserved ahead
-/// and not, and a one-stage 256-entry format, against the f64 reference and the interpreter;
-/// outputs poisoned, and each layer run twice (the sum left zero by the finalize step).
+/// One token by tables on the GPU (`tilus::kernels::vq::lut`): AQLM-3 at 2048 x 4096 and a
+/// one-stage 256-entry format with the rule's tiling (8-warp blocks on one table, two per
+/// multiprocessor, at these sizes) and with rings of two tables in 4- and 16-warp blocks,
+/// reserved ahead and not, against the f64 reference and the interpreter; outputs poisoned, and
+/// each layer run twice (the sum left zero by the finalize step).
 #[test]
 fn gpu_vq_lut_one_token_matches_reference() {
     use tilus::kernels::vq::lut::LutTiling;
@@ -191,18 +192,21 @@ fn gpu_vq_lut_one_token_matches_reference() {
     for (config, n, k) in [(VqConfig::AQLM_3, 2048, 4096), (one_stage, 1024, 2048)] {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
         let rule = VqLinear::new(w.clone()).unwrap();
-        let tiled = rule
-            .clone()
-            .with_lut_tiling(LutTiling {
-                warps: 4,
-                rs: 2,
-                per: 2,
-            })
-            .unwrap();
-        for (li, layer) in [rule, tiled].into_iter().enumerate() {
+        let tiled = |warps, tables| {
+            rule.clone()
+                .with_lut_tiling(LutTiling {
+                    warps,
+                    rs: 2,
+                    per: 2,
+                    tables,
+                })
+                .unwrap()
+        };
+        let layers = [rule.clone(), tiled(4, 2), tiled(16, 2)];
+        for (li, layer) in layers.into_iter().enumerate() {
             let tiling = layer.lut_tiling(1).expect("one token takes the tables");
             let gpu = layer.to_gpu(&ctx).unwrap();
-            if li == 1 {
+            if li > 0 {
                 gpu.reserve(1).unwrap();
             }
             let x: Vec<f16> = (0..k)

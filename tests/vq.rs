@@ -271,21 +271,24 @@ fn vq_lut_one_token_matches_reference() {
             &layer.forward_cpu(&x, 1).unwrap(),
             &want,
         );
-        let tiled = layer
-            .clone()
-            .with_lut_tiling(LutTiling {
-                warps: 4,
-                rs: 2,
-                per: 2,
-            })
-            .unwrap();
-        for order in [BlockOrder::Launch, BlockOrder::Reversed] {
-            let got = tiled.forward_cpu_ordered(&x, 1, &order).unwrap();
-            check(
-                &format!("{tag} 4 warps, rs 2, per 2, {order:?}"),
-                &got,
-                &want,
-            );
+        for tables in [2, 1] {
+            let tiled = layer
+                .clone()
+                .with_lut_tiling(LutTiling {
+                    warps: 4,
+                    rs: 2,
+                    per: 2,
+                    tables,
+                })
+                .unwrap();
+            for order in [BlockOrder::Launch, BlockOrder::Reversed] {
+                let got = tiled.forward_cpu_ordered(&x, 1, &order).unwrap();
+                check(
+                    &format!("{tag} 4 warps, rs 2, per 2, {tables} tables, {order:?}"),
+                    &got,
+                    &want,
+                );
+            }
         }
         let direct = layer.clone().with_lut(false).unwrap();
         assert!(direct.lut_tiling(1).is_none());
@@ -307,7 +310,44 @@ fn vq_lut_one_token_matches_reference() {
         warps: 4,
         rs: 3,
         per: 2,
+        tables: 2,
     };
-    let e = aqlm.with_lut_tiling(bad).unwrap_err().to_string();
+    let e = aqlm.clone().with_lut_tiling(bad).unwrap_err().to_string();
     assert!(e.contains("`lut`") && e.contains("do not divide n"), "{e}");
+    let three = LutTiling {
+        rs: 2,
+        tables: 3,
+        ..bad
+    };
+    let e = aqlm.with_lut_tiling(three).unwrap_err().to_string();
+    assert!(e.contains("`lut`") && e.contains("3 tables"), "{e}");
+}
+
+/// The table path's rule on the Llama-3-70B layers (perf note 41): the ring of two tables where
+/// a block walks 8 chunks, one-table blocks of 8 warps (two per multiprocessor) where it walks
+/// fewer; every tiling the rule gives passes its own check.
+#[test]
+fn vq_lut_rule_on_llama_layers() {
+    use tilus::kernels::vq::lut::LutTiling;
+    let c = VqConfig::AQLM_3;
+    let rule = |n, k| {
+        let t = LutTiling::for_shape(c, n, k).unwrap();
+        t.check(c, n, k).unwrap();
+        (t.warps, t.rs, t.per, t.tables)
+    };
+    assert_eq!(rule(57344, 8192), (16, 28, 8, 2));
+    assert_eq!(rule(8192, 28672), (8, 16, 7, 1));
+    assert_eq!(rule(8192, 8192), (8, 16, 2, 1));
+    assert_eq!(rule(10240, 8192), (8, 20, 2, 1));
+    for (n, k) in [
+        (128, 64),
+        (1024, 2048),
+        (2048, 4096),
+        (4096, 11008),
+        (28672, 8192),
+    ] {
+        if let Some(t) = LutTiling::for_shape(c, n, k) {
+            t.check(c, n, k).unwrap();
+        }
+    }
 }

@@ -375,8 +375,9 @@ pub enum BenchCommand {
         #[arg(long)]
         reduce: Option<String>,
         /// One token by tables (formats with one codebook per matrix and vectors of 8, e.g.
-        /// AQLM): `on`, `off`, or `WARPSxRSxPER` (warps per block, rows per thread, chunks of
-        /// 8 codes per block) instead of the layer's rule. Where the tables run, the direct
+        /// AQLM): `on`, `off`, or `WARPSxRSxPER[xTABLES]` (warps per block, rows per thread,
+        /// chunks of 8 codes per block, chunk tables in shared memory: 2, a ring, or 1, two
+        /// blocks per multiprocessor) instead of the layer's rule. Where the tables run, the direct
         /// kernel is timed too (`direct us`).
         #[arg(long)]
         lut: Option<String>,
@@ -1510,13 +1511,14 @@ fn tune_typed<T: Activation>(
     Ok(out)
 }
 
-/// `--lut` of `tilus bench vq`: `on`, `off` or a tiling `WARPSxRSxPER`.
+/// `--lut` of `tilus bench vq`: `on`, `off` or a tiling `WARPSxRSxPER[xTABLES]`.
 fn parse_lut(lut: Option<&str>) -> Result<Option<tilus::kernels::vq::bench::LutKnob>, String> {
     use tilus::kernels::vq::bench::LutKnob;
     use tilus::kernels::vq::lut::LutTiling;
     let Some(text) = lut else { return Ok(None) };
-    let bad =
-        || format!("argument `--lut`: {text:?} is not on, off or WARPSxRSxPER (e.g. 16x28x8)");
+    let bad = || {
+        format!("argument `--lut`: {text:?} is not on, off or WARPSxRSxPER[xTABLES] (e.g. 16x28x8)")
+    };
     Ok(Some(match text {
         "on" => LutKnob::On,
         "off" => LutKnob::Off,
@@ -1525,10 +1527,17 @@ fn parse_lut(lut: Option<&str>) -> Result<Option<tilus::kernels::vq::bench::LutK
                 .split('x')
                 .map(|p| p.parse().map_err(|_| bad()))
                 .collect::<Result<_, _>>()?;
-            let [warps, rs, per] = v[..] else {
-                return Err(bad());
+            let (warps, rs, per, tables) = match v[..] {
+                [w, r, p] => (w, r, p, 2),
+                [w, r, p, t] => (w, r, p, t),
+                _ => return Err(bad()),
             };
-            LutKnob::Tiling(LutTiling { warps, rs, per })
+            LutKnob::Tiling(LutTiling {
+                warps,
+                rs,
+                per,
+                tables,
+            })
         }
     }))
 }

@@ -82,7 +82,7 @@ pub fn vq_lut_table<const W: i32, const E: i32, const R: i32, const CPB: i32>(
     lazy,
     grid = [n / (RS * 32 * W), chunks / per],
     warps = W,
-    space(W = [4], RS = [2], G = [1, 2], E = [256, 4096], HB = [0, 4], SCALE = [0, 1]),
+    space(W = [4], RS = [2], G = [1, 2], E = [256, 4096], HB = [0, 4], SCALE = [0, 1], TB = [1, 2]),
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn vq_lut_gemv<
@@ -92,6 +92,7 @@ pub fn vq_lut_gemv<
     const E: i32,
     const HB: i32,
     const SCALE: i32,
+    const TB: i32,
 >(
     n: i32,
     chunks: i32,
@@ -108,8 +109,9 @@ pub fn vq_lut_gemv<
     let r0 = bi * RS * threads;
     let gt = view_global(table, [chunks * E, 8]);
     let gcodes = view_global::<u32>(codes, [chunks * wpu, n]);
-    // The ring of two chunk tables, and the block's row sums.
-    let stab = shared::<f16>([2 * E, 8]);
+    // The chunk tables (a ring of two, or one for two blocks per multiprocessor), and the
+    // block's row sums.
+    let stab = shared::<f16>([TB * E, 8]);
     let sacc = shared::<f32>([RS / G, G * threads]);
     // A step takes `G` rows per thread (rows `t`, `t + threads`, ..: coalesced words), each
     // two words of low bytes, its high parts, its 8 codes, its sum; `G` rows' words are in
@@ -124,7 +126,7 @@ pub fn vq_lut_gemv<
     let issue = |c: i32| {
         copy_async(
             gt,
-            slice_shared(stab, [(c & 1) * E, 0], [E, 8]),
+            slice_shared(stab, [(c & (TB - 1)) * E, 0], [E, 8]),
             [(c0 + c) * E, 0],
         );
     };
@@ -134,19 +136,28 @@ pub fn vq_lut_gemv<
     for rs in 0..steps {
         store_shared(register::<f32>(lrow, 0.0), sacc, [rs, 0]);
     }
-    issue(0);
-    commit_group();
+    if TB == 2 {
+        issue(0);
+        commit_group();
+    }
     // The codes of the next step, loaded one step ahead.
     let mut lo = words(0, 0, 0, llo);
     let mut hi = if HB > 0 { words(0, 0, 2, lhi) } else { () };
     for c in 0..per {
-        if c + 1 < per {
-            issue(c + 1);
+        if TB == 2 {
+            if c + 1 < per {
+                issue(c + 1);
+            }
+            commit_group();
+            wait_group(1);
+        } else {
+            // One table: the other block on the multiprocessor runs while this one waits.
+            issue(c);
+            commit_group();
+            wait_group(0);
         }
-        commit_group();
-        wait_group(1);
         sync();
-        let tab = slice_shared(stab, [(c & 1) * E, 0], [E, 8]);
+        let tab = slice_shared(stab, [(c & (TB - 1)) * E, 0], [E, 8]);
         for rs in 0..steps {
             let low = cast::<i32>(view::<u8>(lo, lcode));
             let code = if HB == 0 {
@@ -190,6 +201,9 @@ use half::f16;
 /// Shared memory a [`vq_lut_gemv`] block may take: the ring of two chunk tables and its rows'
 /// sums.
 const SHARED_BUDGET: usize = 200 * 1024;
+/// Shared memory of a one-table block that leaves room for a second on the multiprocessor
+/// (228 KiB each, 1 KiB of it reserved per block).
+const PAIR_BUDGET: usize = 113 * 1024;
 /// Blocks [`LutTiling::for_shape`] aims for: about one per multiprocessor of an H100/H200 (a
 /// block of 4096-entry tables fills a multiprocessor's shared memory).
 const BLOCKS: usize = 128;
@@ -211,6 +225,9 @@ pub struct LutTiling {
     pub warps: usize,
     pub rs: usize,
     pub per: usize,
+    /// Chunk tables in shared memory: 2 (a ring: the next table loads during this one's
+    /// look-ups) or 1 (a block waits for each table, and two blocks share a multiprocessor).
+    pub tables: usize,
 }
 
 /// Chunks of 8 codes per row of a `k`-column weight.
@@ -221,7 +238,8 @@ pub fn chunks(c: VqConfig, k: usize) -> usize {
 impl LutTiling {
     /// The rule: the widest block (16 warps where `n` allows) whose rows' sums fit beside the
     /// tables, as few row blocks as that allows (each reads the whole table once), and the k
-    /// slices that bring the blocks to about 128 (one per multiprocessor). `None` where `n` is not a multiple of
+    /// slices that bring the blocks to about 128 (one per multiprocessor); where that leaves a
+    /// block fewer than 8 chunks, blocks of 8 warps on one table, two per multiprocessor. `None` where `n` is not a multiple of
     /// 128 or `k` has no whole chunk.
     pub fn for_shape(c: VqConfig, n: usize, k: usize) -> Option<LutTiling> {
         let chunks = chunks(c, k);
@@ -237,11 +255,37 @@ impl LutTiling {
         let slices = (1..=chunks)
             .find(|q| chunks.is_multiple_of(*q) && row_blocks * q >= BLOCKS)
             .unwrap_or(chunks);
-        Some(LutTiling {
+        let ring = LutTiling {
             warps,
             rs: units / row_blocks,
             per: chunks / slices,
+            tables: 2,
+        };
+        // A block that walks few chunks waits a large share of its time on its tables: there,
+        // blocks of half the warps on one table each, two to a multiprocessor, hide one
+        // another's waits (perf note 41: 4-5% faster at 8192 x 8192 and 8192 x 28672, slower
+        // at 57344 x 8192's 8 chunks per block).
+        let pair = LutTiling {
+            warps: warps / 2,
+            tables: 1,
+            ..ring
+        };
+        let fits = pair.shared(c) <= PAIR_BUDGET && n.is_multiple_of(pair.rows());
+        Some(if ring.per < 8 && warps == 16 && fits {
+            pair
+        } else {
+            ring
         })
+    }
+
+    /// Rows of a block.
+    fn rows(&self) -> usize {
+        self.rs * 32 * self.warps
+    }
+
+    /// Shared memory of a block: its tables and its rows' sums.
+    fn shared(&self, c: VqConfig) -> usize {
+        self.tables * c.entries() * 16 + self.rows() * 4
     }
 
     /// Check a tiling against a format and shape; errors name `lut`.
@@ -251,6 +295,9 @@ impl LutTiling {
         let bad = |msg: String| Err(arg_err("lut", msg));
         if ![4, 8, 16].contains(&self.warps) {
             return bad(format!("{} warps: 4, 8 or 16", self.warps));
+        }
+        if ![1, 2].contains(&self.tables) {
+            return bad(format!("{} tables: 1 or 2", self.tables));
         }
         if self.rs == 0 || self.per == 0 {
             return bad("rs and per must be positive".into());
@@ -267,7 +314,7 @@ impl LutTiling {
                 self.per
             ));
         }
-        let shared = 2 * c.entries() * 16 + self.rs * threads * 4;
+        let shared = self.shared(c);
         if shared > SHARED_BUDGET {
             return bad(format!(
                 "{shared} bytes of shared memory, more than {SHARED_BUDGET}"
@@ -294,6 +341,7 @@ impl LutTiling {
             E: c.entries() as i32,
             HB: high_bits(c) as i32,
             SCALE: c.channel_scale as i32,
+            TB: self.tables as i32,
         }
     }
 }
