@@ -241,3 +241,79 @@ fn gpu_vq_lut_one_token_matches_reference() {
         }
     }
 }
+
+/// Layers of different shapes sharing one table scratch (`VqLutScratch`): the scratch grows to
+/// the largest layer, one forward after another of either layer matches the f64 reference
+/// (outputs poisoned; the shared sum left zero by each), a layer without a table path takes
+/// the scratch as a no-op, and a scratch of another context is refused naming `scratch`.
+#[test]
+fn gpu_vq_lut_layers_share_one_scratch() {
+    use tilus::kernels::vq::VqLutScratch;
+    let Some(ctx) = common::gpu_context(
+        "gpu_vq_lut_layers_share_one_scratch",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let scratch = VqLutScratch::new(&ctx);
+    assert_eq!(scratch.bytes(), 0);
+    // Table bytes (chunks · entries · 8 f16) and sum bytes of an AQLM-3 layer.
+    let need = |n: usize, k: usize| k / 8 * 2 / 8 * 4096 * 8 * 2 + n * 4;
+    let mut layers = Vec::new();
+    for (n, k) in [(1024, 2048), (2048, 4096)] {
+        let w = VqWeight::random(VqConfig::AQLM_3, n, k, rng.random(), true).unwrap();
+        let host = VqLinear::new(w.clone()).unwrap();
+        assert!(host.lut_tiling(1).is_some(), "{n}x{k} takes the tables");
+        let gpu = host
+            .to_gpu(&ctx)
+            .unwrap()
+            .with_lut_scratch(&scratch)
+            .unwrap();
+        layers.push((w, gpu, n, k));
+    }
+    let mut high = 0;
+    for (step, li) in [0, 1, 0, 1, 1, 0].into_iter().enumerate() {
+        let (w, gpu, n, k) = &layers[li];
+        let x: Vec<f16> = (0..*k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+        let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; *n]).unwrap();
+        gpu.forward_into(&xd, 1, &mut y, false).unwrap();
+        let want = reference(w, &x, 1);
+        let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+        for (i, g) in y.to_host().unwrap().iter().enumerate() {
+            let g = g.to_f64();
+            let err = (g - want[i]).abs() / want[i].abs().max(rms);
+            assert!(
+                g.is_finite() && err < 1e-2,
+                "step {step}, layer {n}x{k}, seed {seed:#x}: y[{i}] = {g}, reference {}",
+                want[i]
+            );
+        }
+        high = high.max(need(*n, *k));
+        assert_eq!(
+            scratch.bytes(),
+            high,
+            "step {step}: the largest layer's so far"
+        );
+    }
+    let gptvq = VqWeight::random(VqConfig::GPTVQ_2, 256, 256, rng.random(), true).unwrap();
+    let gptvq = VqLinear::new(gptvq).unwrap().to_gpu(&ctx).unwrap();
+    let gptvq = gptvq.with_lut_scratch(&scratch).unwrap();
+    assert!(gptvq.lut_scratch_handle().is_none());
+    let other = Context::builder(0)
+        .own_stream(true)
+        .no_disk_cache()
+        .build()
+        .unwrap();
+    let foreign = VqLutScratch::new(&other);
+    let (_, gpu, _, _) = layers.pop().unwrap();
+    let e = gpu.with_lut_scratch(&foreign).err().unwrap().to_string();
+    assert!(
+        e.contains("`scratch`") && e.contains("another context"),
+        "{e}"
+    );
+}

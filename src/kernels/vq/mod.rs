@@ -7,4 +7,4 @@ pub mod kernel;
 pub mod linear;
 pub mod lut;
 
-pub use linear::{GpuVqLinear, VqCache, VqLinear};
+pub use linear::{GpuVqLinear, VqCache, VqLinear, VqLutScratch};
