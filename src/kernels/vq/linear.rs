@@ -300,12 +300,15 @@ pub fn gc_config(c: VqConfig) -> vq_gemv_gc::Config {
 /// A VQ linear layer; see the module documentation.
 #[derive(Clone, Debug)]
 pub struct VqLinear {
-    weight: VqWeight,
+    /// The weight and its codes in the kernels' layouts are shared (`Arc`) by the clones a knob
+    /// or [`VqLinear::to_gpu`] makes (a 57344 x 8192 AQLM-3 layer's codes are 235 MB as u16,
+    /// and it keeps three re-laid copies besides).
+    weight: Arc<VqWeight>,
     /// The codes as [`vq_gemv`] reads them ([`relayout_codes`]).
-    kernel_codes: Vec<u8>,
+    kernel_codes: Arc<Vec<u8>>,
     /// The codes in their original order for the GC kernel: u8, or u16 little-endian above 8
     /// bits.
-    code_bytes: Vec<u8>,
+    code_bytes: Arc<Vec<u8>>,
     codebooks: Vec<f16>,
     /// `[n]`, or one unused value when the format has no scales.
     scales: Vec<f16>,
@@ -421,9 +424,9 @@ impl VqLinear {
             _ => None,
         };
         Ok(VqLinear {
-            weight,
-            kernel_codes,
-            code_bytes,
+            weight: Arc::new(weight),
+            kernel_codes: Arc::new(kernel_codes),
+            code_bytes: Arc::new(code_bytes),
             codebooks,
             scales,
             cache,
@@ -506,7 +509,7 @@ impl VqLinear {
                 ),
             ));
         }
-        self.kernel_codes = relayout_codes(w, warps, step_k(w.config, w.n, w.k));
+        self.kernel_codes = Arc::new(relayout_codes(w, warps, step_k(w.config, w.n, w.k)));
         self.warps = warps;
         Ok(self)
     }
