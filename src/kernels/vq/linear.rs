@@ -751,13 +751,20 @@ impl VqLinear {
     }
 
     /// This layer on `ctx`'s GPU: uploads the kernel's codes, the codebooks and scales (the
-    /// GC kernel's codes on its first use).
+    /// GC kernel's codes on its first use). A layer whose one token takes the tables uploads
+    /// their codes instead, and the direct kernel's on the first forward of more tokens (or
+    /// [`GpuVqLinear::reserve`] of more): one copy of the codes on the device for decoding
+    /// one token at a time, where both copies would double the weight's memory.
     pub fn to_gpu(&self, ctx: &Arc<Context>) -> Result<GpuVqLinear, VqError> {
+        let codes = match self.lut_tiling(1) {
+            Some(_) => None,
+            None => Some(DeviceBuffer::from_host(ctx, &self.kernel_codes).map_err(kernel_err)?),
+        };
         Ok(GpuVqLinear {
             ctx: ctx.clone(),
             split: Mutex::new(None),
             gc_codes: Mutex::new(None),
-            codes: DeviceBuffer::from_host(ctx, &self.kernel_codes).map_err(kernel_err)?,
+            codes: Mutex::new(codes),
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, &self.scales).map_err(kernel_err)?,
             lut: match &self.lut {
@@ -847,7 +854,9 @@ pub struct GpuVqLinear {
     split: Mutex<Option<DeviceSplit>>,
     /// The GC kernel's codes, uploaded on its first use.
     gc_codes: Mutex<Option<DeviceBuffer<u8>>>,
-    codes: DeviceBuffer<u8>,
+    /// The direct kernel's codes: uploaded by `to_gpu`, or where one token takes the tables,
+    /// by the first forward or `reserve` of more tokens.
+    codes: Mutex<Option<DeviceBuffer<u8>>>,
     codebooks: DeviceBuffer<f16>,
     scales: DeviceBuffer<f16>,
     /// The table path's codes and codebook rows, and its table and sum (made by the first
@@ -932,7 +941,8 @@ impl GpuVqLinear {
     }
 
     /// Make the split-k buffers for forwards of up to `max_m` tokens (zeroed), keeping the ones
-    /// there are when they already suffice; an error names `m`. Afterwards no
+    /// there are when they already suffice, the tables' scratch where one token takes them and
+    /// the direct kernel's codes where more tokens do; an error names `m`. Afterwards no
     /// [`forward_into`](Self::forward_into) of up to `max_m` tokens allocates.
     pub fn reserve(&self, max_m: usize) -> Result<(), VqError> {
         if max_m == 0 || max_m > 1 << 20 {
@@ -948,7 +958,31 @@ impl GpuVqLinear {
         if self.host.lut_tiling(1).is_some() {
             drop(self.lut_scratch()?);
         }
+        if max_m > 1 || self.host.lut_tiling(1).is_none() {
+            drop(self.direct_codes()?);
+        }
         Ok(())
+    }
+
+    /// The direct kernel's codes, uploaded on first use.
+    fn direct_codes(&self) -> Result<std::sync::MutexGuard<'_, Option<DeviceBuffer<u8>>>, VqError> {
+        let mut codes = self.codes.lock().unwrap_or_else(|p| p.into_inner());
+        if codes.is_none() {
+            *codes = Some(
+                DeviceBuffer::from_host(&self.ctx, &self.host.kernel_codes).map_err(kernel_err)?,
+            );
+        }
+        Ok(codes)
+    }
+
+    /// Bytes of this layer's codes on the device now (the direct kernel's, the tables', the
+    /// GC kernel's), which [`VqLinear::to_gpu`] and first uses upload.
+    pub fn code_bytes_on_device(&self) -> usize {
+        let len = |b: &Mutex<Option<DeviceBuffer<u8>>>| {
+            let b = b.lock().unwrap_or_else(|p| p.into_inner());
+            b.as_ref().map_or(0, |b| b.len())
+        };
+        len(&self.codes) + len(&self.gc_codes) + self.lut.as_ref().map_or(0, |l| l.codes.len())
     }
 
     /// The table path's table and sum, made or grown on first use.
@@ -1099,6 +1133,7 @@ impl GpuVqLinear {
             self.ensure_split(&mut split, lens)?;
             let bufs = split.as_mut().expect("made above");
             let (workspace, semaphores) = bufs.launch_args(&cfg);
+            let codes = self.direct_codes()?;
             vq_gemv::launch(
                 &self.ctx,
                 &cfg,
@@ -1108,7 +1143,7 @@ impl GpuVqLinear {
                 tr,
                 tc,
                 x,
-                &self.codes,
+                codes.as_ref().expect("uploaded above"),
                 &self.codebooks,
                 &self.scales,
                 y,
