@@ -11,8 +11,10 @@
 //! [`vq_lut_table`] makes `T` with the tensor cores (`[entries, 16] · [16, 8]` per chunk: the
 //! two stages' rows side by side against a block-diagonal slice of `x`), rounded to f16.
 //! [`vq_lut_gemv`] walks a block of rows and a slice of chunks with the chunk's table in shared
-//! memory (a ring of two, by `cp.async`), one row per thread at a time; its sums are added into
-//! an f32 `[n]` sum by atomics, and [`super::kernel::vq_finalize`] writes `y` and zeroes the sum.
+//! memory (a ring of two by `cp.async`, or one table per block with two blocks per
+//! multiprocessor: [`LutTiling::tables`]), up to 8 rows per thread at a step; its sums are added
+//! into an f32 `[n]` sum by atomics, and [`super::kernel::vq_finalize`] writes `y` and zeroes
+//! the sum.
 //!
 //! **Chunks.** The codes of a row are cut into chunks of 8 codes (`8 / R` vectors of all `R`
 //! stages; slot `j = p · R + s` for vector `p` of the chunk and stage `s`). A chunk's table is
