@@ -253,7 +253,7 @@ fn vq_flags_are_checked_before_the_gpu_is_opened() {
         (&["--stages", "1"], "--stages"),
         (&["--reduce", "sum"], "--reduce"),
         (&["--split", "3"], "--split"),
-        (&["--configs", "quip4"], "--configs"),
+        (&["--configs", "quip2"], "--configs"),
         (&["--configs", "cq2"], "--configs"),
         (&["--m", "0"], "--m"),
         (&["--m", "17"], "--m"),

@@ -1228,7 +1228,8 @@ fn apt_kernels_compile_to_bmma() {
 }
 
 /// The VQ-GEMV kernels (`src/kernels/vq`): the codebook-centric kernel for GPTVQ-2 (16 copies
-/// of the codebook, and one) and AQLM-3, whole and with k split in four, and the naive GC
+/// of the codebook, and one), AQLM-2x8 (8 copies), AQLM-3 and QuiP#-4 (the E8P table), whole
+/// and with k split in four, and the naive GC
 /// kernel compile to HMMA without local memory or spills; the codebook-centric one stages with
 /// cp.async and looks a codebook row up with one vector load (`LDS.64` for vectors of 4,
 /// `LDS.128` for 8).
@@ -1241,7 +1242,12 @@ fn vq_kernels_compile_without_spills() {
     let test = "vq_kernels_compile_without_spills";
     let mut kernels = Vec::new();
     let mut lookups = Vec::new();
-    for c in [VqConfig::GPTVQ_2, VqConfig::AQLM_3] {
+    for c in [
+        VqConfig::GPTVQ_2,
+        VqConfig::AQLM_2X8,
+        VqConfig::AQLM_3,
+        VqConfig::QUIP_4,
+    ] {
         let mut caches = vec![default_cache(c)];
         if c.vector_size == 4 {
             caches.push(VqCache { replicas: 1 });

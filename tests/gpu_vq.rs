@@ -1,6 +1,7 @@
 //! VQ-GEMV on the GPU (issue 18): `GpuVqLinear`'s codebook-centric kernel (the default cache,
-//! the other copy count, k split in four, rings of 3 and 2) and the naive GC kernel, for GPTVQ-2
-//! and AQLM-3 at ragged m (1, 3, 16, 33),
+//! the other copy count, k split in four, rings of 3 and 2) and the naive GC kernel, for GPTVQ-2,
+//! AQLM-3 and QuiP#-4 (the E8P lattice, 8 copies of its table and one) at ragged m (1, 3, 16,
+//! 33),
 //! against the interpreter running the same kernel on the same random inputs (within one f16
 //! ulp: the GPU's mma sums in another order) and an f64 reference of the dequantized weight
 //! (relative error below 1e-2); outputs poisoned (NaN) before each launch.
@@ -42,14 +43,21 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
     let mut rng = StdRng::seed_from_u64(0x6e_0018);
     for (config, n, k) in [
         (VqConfig::GPTVQ_2, 512, 1024),
+        (VqConfig::AQLM_2X8, 256, 1024),
         (VqConfig::AQLM_3, 256, 1024),
+        (VqConfig::QUIP_4, 512, 1024),
     ] {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
-        let default = VqLinear::new(w.clone()).unwrap().cache();
-        let other = if config.vector_size == 4 {
-            VqCache {
-                replicas: 17 - default.replicas,
-            }
+        let layer = VqLinear::new(w.clone()).unwrap();
+        let default = layer.cache();
+        // The other copy count: 16 or one for vectors of 4, 8 or one for vectors of 8 where
+        // they fit (the E8P table, AQLM-2x8's one codebook; not AQLM-3's 4096 entries).
+        let copies = if config.vector_size == 4 { 16 } else { 8 };
+        let other = VqCache {
+            replicas: copies + 1 - default.replicas,
+        };
+        let other = if layer.with_cache(other).is_ok() {
+            other
         } else {
             default
         };
@@ -357,4 +365,89 @@ fn gpu_vq_lut_layers_share_one_scratch() {
         e.contains("`scratch`") && e.contains("another context"),
         "{e}"
     );
+}
+
+/// `tune` (the direct kernel's knobs, `tilus::kernels::vq::tune`) on small GPTVQ-2 and AQLM-2x8
+/// layers at 3 and 16 tokens: every candidate point is measured or fails with a reason, the
+/// winner is the fastest measured point, the tuned layer carries its knobs and matches the f64
+/// reference (output poisoned), and a second call finds the winner remembered; m = 0 and
+/// m > 2^20 are refused naming `m` before anything is allocated.
+#[test]
+fn gpu_vq_tune_picks_the_fastest_point_and_matches_reference() {
+    use tilus::kernels::vq::tune::{candidates, tune};
+    let Some(ctx) = common::gpu_context(
+        "gpu_vq_tune_picks_the_fastest_point_and_matches_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(0x7e_0018);
+    for (config, n, k) in [
+        (VqConfig::GPTVQ_2, 512, 1024),
+        (VqConfig::AQLM_2X8, 512, 1024),
+    ] {
+        let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
+        let layer = VqLinear::new(w.clone()).unwrap();
+        for m in [3, 16] {
+            let points = candidates(&layer, m);
+            assert!(points.len() > 4, "{}: {points:?}", config.name);
+            let (tuned, best, outcome) = tune(&ctx, &layer, m).unwrap();
+            let tag = format!("{} {n}x{k} m={m} tuned {best}", config.name);
+            assert!(!outcome.reused(), "{tag}: tuned before?");
+            assert_eq!(points[outcome.index], best, "{tag}");
+            let timed: Vec<f64> = outcome
+                .record
+                .candidates
+                .iter()
+                .filter_map(|c| c.median_us)
+                .collect();
+            assert!(!timed.is_empty(), "{tag}: nothing measured");
+            assert!(
+                timed.iter().all(|&t| t >= outcome.median_us),
+                "{tag}: {} us is not the fastest of {timed:?}",
+                outcome.median_us
+            );
+            let cfg = tuned.config(m);
+            assert_eq!(
+                (
+                    tuned.cache().replicas,
+                    tuned.warps(),
+                    tuned.stages(),
+                    cfg.SPLIT as usize,
+                    cfg.TR as usize
+                ),
+                (
+                    best.replicas,
+                    best.warps,
+                    best.stages,
+                    best.split,
+                    best.product
+                ),
+                "{tag}"
+            );
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let want = reference(&w, &x, m);
+            let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+            let gpu = tuned.to_gpu(&ctx).unwrap();
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gpu.forward_into(&xd, m, &mut y, false).unwrap();
+            for (i, g) in y.to_host().unwrap().iter().enumerate() {
+                let err = (g.to_f64() - want[i]).abs() / want[i].abs().max(rms);
+                assert!(err < 1e-2, "{tag}: y[{i}] = {g}, reference {}", want[i]);
+            }
+            let (_, again, second) = tune(&ctx, &layer, m).unwrap();
+            assert!(second.reused(), "{tag}: not remembered");
+            assert_eq!(again, best, "{tag}");
+        }
+        for m in [0, (1 << 20) + 1] {
+            let e = match tune(&ctx, &layer, m) {
+                Ok(_) => panic!("{}: m = {m} tuned", config.name),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains("`m`"), "{}: m = {m}: {e}", config.name);
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! VQ-GEMV on the CPU interpreter (issue 18): the codebook-centric kernel with one and 16
-//! copies of the codebook, several rings and k splits, and the naive GC kernel against an f64 reference of the dequantized weight, fresh random codes,
+//! copies of the codebook (one and 8 of QuiP#-4's E8P table), several rings and k splits, and the naive GC kernel against an f64 reference of the dequantized weight, fresh random codes,
 //! codebooks and activations, outputs poisoned (NaN) before the run.
 
 use half::f16;
@@ -44,8 +44,11 @@ fn check(tag: &str, got: &[f16], want: &[f64]) {
 }
 
 /// Small formats that fit the interpreter's time: GPTVQ-2 itself on two 256 x 256 tiles, a
-/// GPTVQ-like one with 2 x 2 tiles of 32 x 128 (codebook switches along k and n), AQLM-3 itself
-/// (4096 entries, two stages, scales).
+/// GPTVQ-like one with 2 x 2 tiles of 32 x 128 (codebook switches along k and n), a GPTVQ-like
+/// one with one codebook for the matrix (its 16 copies laid out by the host), AQLM-2x8 (one
+/// codebook of vectors of 8, 8 copies laid out by the host), AQLM-3 itself
+/// (4096 entries, two stages, scales), QuiP#-4 itself (two E8P lattice codes, decoded from the
+/// absolute rows, the sign masks and the shifts).
 fn cases() -> Vec<(VqConfig, usize, usize)> {
     let small_tiles = VqConfig {
         name: "tiles",
@@ -55,10 +58,18 @@ fn cases() -> Vec<(VqConfig, usize, usize)> {
         },
         ..VqConfig::GPTVQ_2
     };
+    let one_book = VqConfig {
+        name: "one4",
+        scope: CodebookScope::Matrix,
+        ..VqConfig::GPTVQ_2
+    };
     vec![
         (VqConfig::GPTVQ_2, 256, 512),
         (small_tiles, 64, 256),
+        (one_book, 64, 256),
+        (VqConfig::AQLM_2X8, 64, 256),
         (VqConfig::AQLM_3, 64, 256),
+        (VqConfig::QUIP_4, 64, 256),
     ]
 }
 
@@ -72,10 +83,13 @@ fn vq_gemv_matches_reference_with_every_cache() {
         // ring of 2 and k split in two (the last block of each tile adds the partial sums)
         // where the codebook tiles allow.
         let mut caches = vec![(layer.cache(), 3, 1)];
-        if config.vector_size == 4 {
-            let other = VqCache {
-                replicas: 17 - layer.cache().replicas,
-            };
+        // 16 copies and one for vectors of 4; 8 and one for vectors of 8 where they fit (the
+        // E8P table, AQLM-2x8's one codebook; not AQLM-3's 4096 entries).
+        let copies = if config.vector_size == 4 { 16 } else { 8 };
+        let other = VqCache {
+            replicas: copies + 1 - layer.cache().replicas,
+        };
+        if layer.clone().with_cache(other).is_ok() {
             caches.push((other, 2, 2));
         } else {
             caches.push((layer.cache(), 2, 2));
@@ -348,6 +362,60 @@ fn vq_lut_rule_on_llama_layers() {
     ] {
         if let Some(t) = LutTiling::for_shape(c, n, k) {
             t.check(c, n, k).unwrap();
+        }
+    }
+}
+
+/// The tuner's space (`tilus::kernels::vq::tune::candidates`): for every format, at 1 and 16
+/// tokens, each point applies to the layer (the knobs' own checks accept it) and is the
+/// kernel configuration the layer then launches; the rules' point is among them; 16 tokens
+/// also try the transposed 16-token product; no point twice.
+#[test]
+fn vq_tune_candidates_are_valid_and_hold_the_rules_point() {
+    use tilus::kernels::vq::tune::{candidates, VqTuning};
+    let mut rng = StdRng::seed_from_u64(0x7e_0019);
+    for (config, n, k) in [
+        (VqConfig::GPTVQ_2, 512, 1024),
+        (VqConfig::AQLM_2X8, 512, 1024),
+        (VqConfig::AQLM_3, 512, 1024),
+        (VqConfig::QUIP_4, 512, 1024),
+    ] {
+        let layer = VqLinear::new(random_weight(config, n, k, &mut rng)).unwrap();
+        for m in [1, 16] {
+            let points = candidates(&layer, m);
+            let tag = format!("{} {n}x{k} m={m}", config.name);
+            let rule = layer.config(m);
+            let rules = VqTuning {
+                replicas: layer.cache().replicas,
+                warps: layer.warps(),
+                stages: layer.stages(),
+                split: rule.SPLIT as usize,
+                product: rule.TR as usize,
+            };
+            assert!(points.contains(&rules), "{tag}: {rules} not in {points:?}");
+            assert_eq!(
+                points.iter().filter(|p| p.product == 2).count() > 0,
+                m == 16,
+                "{tag}"
+            );
+            for (i, p) in points.iter().enumerate() {
+                assert!(!points[..i].contains(p), "{tag}: {p} twice");
+                let tuned = p
+                    .apply(layer.clone())
+                    .unwrap_or_else(|e| panic!("{tag}: {p}: {e}"));
+                let cfg = tuned.config(m);
+                assert_eq!(
+                    (cfg.REP, cfg.WN, cfg.STAGES, cfg.SPLIT, cfg.TR),
+                    (
+                        p.replicas as i32,
+                        p.warps as i32,
+                        p.stages as i32,
+                        p.split as i32,
+                        p.product as i32
+                    ),
+                    "{tag}: {p}"
+                );
+            }
         }
     }
 }

@@ -342,8 +342,8 @@ pub enum BenchCommand {
     /// memory floor, the naive GC kernel, cuBLAS f16 and the element-wise kernel of the same
     /// bit width, measured in the same run.
     Vq {
-        /// Comma-separated formats: gptvq2, aqlm3.
-        #[arg(long, default_value = "gptvq2,aqlm3")]
+        /// Comma-separated formats: gptvq2, aqlm2x8, aqlm3, quip4 (default: all but aqlm2x8).
+        #[arg(long, default_value = "gptvq2,aqlm3,quip4")]
         configs: String,
         /// Comma-separated m values (tokens, 1..=16).
         #[arg(long, default_value = "1,16")]
@@ -351,8 +351,8 @@ pub enum BenchCommand {
         /// `llama70b` (57344x8192, 8192x28672, 8192x8192) or comma-separated `NxK`.
         #[arg(long, default_value = "llama70b")]
         shapes: String,
-        /// Copies of the codebook in shared memory (1, or 16 for vectors of 4) instead of each
-        /// format's default.
+        /// Copies of the codebook in shared memory (1, 16 for vectors of 4, 8 for quip4's
+        /// table and aqlm2x8's codebook) instead of each format's default.
         #[arg(long)]
         cache: Option<String>,
         /// Stages of the kernel's cp.async ring of activations and codes (2..=8; default 3).
@@ -381,6 +381,11 @@ pub enum BenchCommand {
         /// kernel is timed too (`direct us`).
         #[arg(long)]
         lut: Option<String>,
+        /// Autotune the direct kernel's copies, warps, stages, k split and product per format,
+        /// shape and m (`tilus::kernels::vq::tune`; the winner is remembered per GPU), after
+        /// the knobs above, which the tuning then replaces.
+        #[arg(long)]
+        tune: bool,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -857,6 +862,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         product,
         ref reduce,
         ref lut,
+        tune,
         runs,
         no_cublas,
         no_elementwise,
@@ -871,6 +877,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             product,
             ordered: parse_reduce(reduce.as_deref())?,
             lut: parse_lut(lut.as_deref())?,
+            tune,
         };
         return super::bench_vq::run(
             configs,

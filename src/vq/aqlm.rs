@@ -85,6 +85,7 @@ pub fn from_aqlm(
         residuals: ncb,
         scope: CodebookScope::Matrix,
         channel_scale: true,
+        e8p: false,
     };
     let (n, k) = (out_groups, in_groups * in_gs);
     let mask = entries as i64 - 1;

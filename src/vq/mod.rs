@@ -1,7 +1,8 @@
 //! Vector-quantized weights (VQ-LLM, issue 18, `docs/vq.md`): the formats, the [`VqWeight`]
 //! type, codebooks built with k-means ([`kmeans`]), entries reordered by access frequency (for
-//! the kernels' codebook cache, [`crate::kernels::vq`]) and weights loaded from AQLM's tensors
-//! ([`aqlm`]).
+//! the kernels' codebook cache, [`crate::kernels::vq`]), weights loaded from AQLM's tensors
+//! ([`aqlm`]), and QuIP#'s E8P lattice codebook ([`e8p`]) with its checkpoints' codes
+//! ([`quip`]).
 //!
 //! **Convention.** A weight is `W [n, k]` (output channels x input channels, row-major, as
 //! PyTorch's `Linear`). Each row is cut into vectors of `V = vector_size` consecutive input
@@ -18,7 +19,9 @@
 //! see exactly the host's values.
 
 pub mod aqlm;
+pub mod e8p;
 pub mod kmeans;
+pub mod quip;
 
 use half::f16;
 
@@ -50,6 +53,9 @@ pub struct VqConfig {
     pub scope: CodebookScope,
     /// One scale per output channel (AQLM).
     pub channel_scale: bool,
+    /// The codebooks are QuIP#'s E8P lattice ([`e8p`]), fixed by the format: 16-bit codes of
+    /// 8-value vectors, decoded by the kernels from 256 absolute vectors and the sign bits.
+    pub e8p: bool,
 }
 
 impl VqConfig {
@@ -64,6 +70,7 @@ impl VqConfig {
             cols: 256,
         },
         channel_scale: false,
+        e8p: false,
     };
     /// AQLM 3-bit: vectors of 8, 4096 entries, two residual stages, one codebook per matrix,
     /// a scale per output channel.
@@ -74,6 +81,30 @@ impl VqConfig {
         residuals: 2,
         scope: CodebookScope::Matrix,
         channel_scale: true,
+        e8p: false,
+    };
+    /// AQLM 2-bit "2x8": vectors of 8, two residual codebooks of 256 entries, one per matrix, a
+    /// scale per output channel (the format AQLM's own `code2x8` CUDA kernels serve).
+    pub const AQLM_2X8: VqConfig = VqConfig {
+        name: "aqlm2x8",
+        vector_size: 8,
+        log2_entries: 8,
+        residuals: 2,
+        scope: CodebookScope::Matrix,
+        channel_scale: true,
+        e8p: false,
+    };
+    /// QuiP# 4-bit: two E8P lattice codes per vector of 8 (the second scaled by `1 / 3.45`),
+    /// one (fixed) codebook, a scale per output channel (QuIP#'s incoherence processing, the
+    /// random Hadamard transforms of `x` and `y`, stays outside the layer).
+    pub const QUIP_4: VqConfig = VqConfig {
+        name: "quip4",
+        vector_size: 8,
+        log2_entries: 16,
+        residuals: 2,
+        scope: CodebookScope::Matrix,
+        channel_scale: true,
+        e8p: true,
     };
     /// CQ 2-bit (KV cache): vectors of 4 channels, 256 entries, one codebook per group of 4
     /// channels.
@@ -84,6 +115,7 @@ impl VqConfig {
         residuals: 1,
         scope: CodebookScope::Columns { cols: 4 },
         channel_scale: false,
+        e8p: false,
     };
     /// CQ 4-bit (KV cache): vectors of 2 channels, 256 entries, one codebook per group of 2
     /// channels.
@@ -94,10 +126,18 @@ impl VqConfig {
         residuals: 1,
         scope: CodebookScope::Columns { cols: 2 },
         channel_scale: false,
+        e8p: false,
     };
 
-    /// The named configurations (QuiP#-4's lattice codebook is not implemented).
-    pub const ALL: [VqConfig; 4] = [Self::GPTVQ_2, Self::AQLM_3, Self::CQ_2, Self::CQ_4];
+    /// The named configurations.
+    pub const ALL: [VqConfig; 6] = [
+        Self::GPTVQ_2,
+        Self::AQLM_2X8,
+        Self::AQLM_3,
+        Self::QUIP_4,
+        Self::CQ_2,
+        Self::CQ_4,
+    ];
 
     /// The configuration called `name` (case-insensitive, `-` and `_` ignored).
     pub fn by_name(name: &str) -> Option<VqConfig> {
@@ -132,6 +172,15 @@ impl VqConfig {
         }
         if self.residuals == 0 {
             return Err(VqError::Config("residuals must be at least 1".into()));
+        }
+        if self.e8p
+            && (self.vector_size, self.log2_entries, self.scope) != (8, 16, CodebookScope::Matrix)
+        {
+            return Err(VqError::Config(
+                "e8p: the E8P lattice codebook takes vectors of 8, 16-bit codes and one \
+                 codebook per matrix"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -255,6 +304,12 @@ impl VqWeight {
         if let Some(i) = codebooks.iter().position(|x| !x.is_finite()) {
             return Err(arg_err("codebooks", format!("value at {i} is not finite")));
         }
+        if config.e8p && codebooks != e8p::codebooks(config.residuals) {
+            return Err(arg_err(
+                "codebooks",
+                "an E8P format's codebooks are the lattice's (`VqWeight::from_e8p_codes` makes them)",
+            ));
+        }
         match (&scales, config.channel_scale) {
             (Some(s), true) if s.len() != n => {
                 return Err(arg_err(
@@ -328,6 +383,10 @@ impl VqWeight {
     /// old order), and rewrites the codes to match: the dequantized weight is unchanged, bit for
     /// bit. The kernels' codebook cache keeps the first entries in registers and shared memory.
     pub fn reorder_by_frequency(&mut self) {
+        if self.config.e8p {
+            // The lattice's entries are fixed by their codes' bits.
+            return;
+        }
         let (res, entries, v) = (
             self.config.residuals,
             self.config.entries(),
@@ -387,15 +446,40 @@ impl VqWeight {
         self.codes.len() * bits / 8
     }
 
-    /// Bytes of the f16 codebooks and scales.
+    /// Bytes of the f16 codebooks and scales (for an E8P format, of the table the kernels
+    /// decode it from, [`e8p::kernel_table`]).
     pub fn codebook_bytes(&self) -> usize {
-        2 * (self.codebooks.len() + self.scales.as_ref().map_or(0, |s| s.len()))
+        let book = if self.config.e8p {
+            e8p::kernel_table_rows(self.config.residuals, 1) * 8
+        } else {
+            self.codebooks.len()
+        };
+        2 * (book + self.scales.as_ref().map_or(0, |s| s.len()))
+    }
+
+    /// A weight of an E8P format ([`VqConfig::e8p`]) from its codes `[residuals, n, k / 8]` and
+    /// scales; the codebooks are the lattice's.
+    pub fn from_e8p_codes(
+        config: VqConfig,
+        n: usize,
+        k: usize,
+        codes: Vec<u16>,
+        scales: Option<Vec<f32>>,
+    ) -> Result<VqWeight, VqError> {
+        if !config.e8p {
+            return Err(arg_err(
+                "config",
+                format!("{} is not an E8P format", config.name),
+            ));
+        }
+        let books = e8p::codebooks(config.residuals);
+        VqWeight::from_parts(config, n, k, codes, books, scales)
     }
 }
 
 impl VqWeight {
-    /// A weight of `config` with random codes and random f16 codebook values in `[-1, 1)` (and
-    /// scales in `[0.25, 2)`), entries reordered by frequency: for benchmarks and kernel tests,
+    /// A weight of `config` with random codes and random f16 codebook values in `[-1, 1)` (the
+    /// lattice's for E8P; scales in `[0.25, 2)`), entries reordered by frequency: for benchmarks and kernel tests,
     /// where k-means on a large matrix would only cost time. `skewed`: code `⌊u² · entries⌋` for
     /// uniform `u` (low codes more frequent, as the cache's tiers assume), else uniform codes
     /// (the cache's worst case). Deterministic for `seed`.
@@ -421,9 +505,13 @@ impl VqWeight {
             })
             .collect();
         let len = config.groups(n, k) * config.residuals * e * config.vector_size;
-        let books: Vec<f32> = (0..len)
-            .map(|_| round_f16(rng.random_range(-1.0f32..1.0)))
-            .collect();
+        let books: Vec<f32> = if config.e8p {
+            e8p::codebooks(config.residuals)
+        } else {
+            (0..len)
+                .map(|_| round_f16(rng.random_range(-1.0f32..1.0)))
+                .collect()
+        };
         let scales = config.channel_scale.then(|| {
             (0..n)
                 .map(|_| round_f16(rng.random_range(0.25f32..2.0)))

@@ -18,6 +18,7 @@ fn small(residuals: usize, scale: bool) -> VqConfig {
         residuals,
         scope: CodebookScope::Tile { rows: 8, cols: 16 },
         channel_scale: scale,
+        e8p: false,
     }
 }
 
@@ -46,9 +47,11 @@ fn reference(q: &VqWeight) -> Vec<f64> {
 fn named_configs() {
     assert_eq!(VqConfig::by_name("GPTVQ-2"), Some(VqConfig::GPTVQ_2));
     assert_eq!(VqConfig::by_name("aqlm_3"), Some(VqConfig::AQLM_3));
-    assert_eq!(VqConfig::by_name("quip4"), None);
+    assert_eq!(VqConfig::by_name("QuiP#-4"), None);
+    assert_eq!(VqConfig::by_name("quip-4"), Some(VqConfig::QUIP_4));
     let bits: Vec<f64> = VqConfig::ALL.iter().map(|c| c.bits_per_value()).collect();
-    assert_eq!(bits, vec![2.0, 3.0, 2.0, 4.0]);
+    assert_eq!(bits, vec![2.0, 2.0, 3.0, 4.0, 2.0, 4.0]);
+    assert_eq!(VqConfig::by_name("AQLM-2x8"), Some(VqConfig::AQLM_2X8));
     assert_eq!(VqConfig::GPTVQ_2.groups(512, 1024), 2 * 4);
     assert_eq!(VqConfig::CQ_2.groups(100, 128), 32);
 }
@@ -290,4 +293,80 @@ fn errors_name_the_argument() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("`codes`") && e.contains("not below"), "{e}");
+}
+
+/// The E8P codebook: 256 distinct absolute vectors (227 of squared norm <= 10, 29 of 12), and
+/// 2^16 distinct first-stage points, each a point of the lattice `D8 + 1/2` (half-integer
+/// coordinates with an even sum) shifted by `±1/4`, as QuIP# defines it.
+#[test]
+fn e8p_points_lie_in_the_shifted_lattice() {
+    let grid = e8p::abs_grid();
+    assert_eq!(grid.len(), 256);
+    let norms: Vec<f32> = grid.iter().map(|v| v.iter().map(|x| x * x).sum()).collect();
+    assert!(norms[..227].iter().all(|&n| n <= 10.0));
+    assert!(norms[227..].iter().all(|&n| n == 12.0));
+    let abs: std::collections::HashSet<[u32; 8]> =
+        grid.iter().map(|v| v.map(|x| x.abs().to_bits())).collect();
+    assert_eq!(abs.len(), 256);
+    let mut points = std::collections::HashSet::new();
+    for c in 0..=u16::MAX {
+        let v = e8p::decode(&grid, c, 0);
+        let odd = (c as u8).count_ones() % 2 == 1;
+        let shift = if odd { -0.25 } else { 0.25 };
+        let twice: Vec<f64> = v.iter().map(|&x| 2.0 * (x as f64 - shift)).collect();
+        assert!(
+            twice
+                .iter()
+                .all(|t| t.fract() == 0.0 && t.rem_euclid(2.0) == 1.0),
+            "code {c:#06x}: {v:?} is not half-integer after the shift"
+        );
+        let sum: f64 = twice.iter().sum::<f64>() / 2.0;
+        assert_eq!(
+            sum.rem_euclid(2.0),
+            0.0,
+            "code {c:#06x}: {v:?} has an odd sum"
+        );
+        // The absolute values are the grid's (the signs are the code's).
+        let back: [u32; 8] = std::array::from_fn(|i| ((v[i] - shift as f32).abs()).to_bits());
+        assert!(abs.contains(&back), "code {c:#06x}");
+        points.insert(v.map(f32::to_bits));
+    }
+    assert_eq!(points.len(), 1 << 16);
+}
+
+/// The kernel's table decodes every code of both stages to the expanded codebook's entry: the
+/// absolute row XOR the sign row, plus the shift row, in f16.
+#[test]
+fn e8p_kernel_table_matches_the_codebooks() {
+    let table = e8p::kernel_table(2, 1);
+    let books = e8p::codebooks(2);
+    let row = |r: usize| &table[r * 8..r * 8 + 8];
+    // The replicated table holds each absolute and sign row 8 times in a row, the shifts once.
+    let eight = e8p::kernel_table(2, 8);
+    assert_eq!(eight.len(), 8 * (768 * 8 + 4));
+    for (i, chunk) in eight[..768 * 64].chunks(64).enumerate() {
+        assert!(chunk.chunks(8).all(|c| c == row(i)), "row {i}");
+    }
+    assert_eq!(&eight[768 * 64..], &table[768 * 8..]);
+    for s in 0..2 {
+        for c in 0..=u16::MAX {
+            let (a, b) = ((c >> 8) as usize, c as u8);
+            let p = (b.count_ones() & 1) as usize;
+            for i in 0..8 {
+                let mag = half::f16::from_bits(
+                    row(s * 256 + a)[i].to_bits() ^ row(512 + b as usize)[i].to_bits(),
+                );
+                let sum = half::f16::from_f32(mag.to_f32() + row(768 + 2 * s + p)[i].to_f32());
+                let want = books[((s << 16) + c as usize) * 8 + i];
+                assert_eq!(sum.to_f32(), want, "stage {s} code {c:#06x} dim {i}");
+            }
+        }
+    }
+    let w = VqWeight::random(VqConfig::QUIP_4, 32, 64, 5, false).unwrap();
+    let mut twisted = w.codebooks.clone();
+    twisted[3] += 1.0;
+    let e = VqWeight::from_parts(VqConfig::QUIP_4, 32, 64, w.codes.clone(), twisted, w.scales)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`codebooks`") && e.contains("lattice"), "{e}");
 }

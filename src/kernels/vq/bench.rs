@@ -21,7 +21,7 @@ use tilus_runtime::{Context, DeviceBuffer, L2Flush, Timing};
 pub const LLAMA70B_SHAPES: [(usize, usize); 3] = [(57344, 8192), (8192, 28672), (8192, 8192)];
 
 /// The formats the bench runs by default (the weight formats the GEMV serves).
-pub const CONFIGS: [VqConfig; 2] = [VqConfig::GPTVQ_2, VqConfig::AQLM_3];
+pub const CONFIGS: [VqConfig; 3] = [VqConfig::GPTVQ_2, VqConfig::AQLM_3, VqConfig::QUIP_4];
 
 /// The layer's knobs a bench run overrides (`None`: the layer's choice).
 #[derive(Clone, Copy, Debug, Default)]
@@ -35,6 +35,8 @@ pub struct VqKnobs {
     pub ordered: Option<bool>,
     /// One token by tables: on, off or a tiling, instead of the layer's rule.
     pub lut: Option<LutKnob>,
+    /// Autotune the direct kernel's knobs ([`super::tune`]) after the ones above.
+    pub tune: bool,
 }
 
 /// `tilus bench vq --lut`.
@@ -128,6 +130,7 @@ pub fn bench_vq(
         product,
         ordered,
         lut,
+        tune,
     } = knobs;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;
@@ -153,6 +156,19 @@ pub fn bench_vq(
         Some(LutKnob::Off) => layer.with_lut(false).map_err(err)?,
         Some(LutKnob::Tiling(t)) => layer.with_lut_tiling(t).map_err(err)?,
     };
+    if tune {
+        let (tuned, point, outcome) = super::tune::tune(ctx, &layer, m).map_err(err)?;
+        eprintln!(
+            "{} m={m} {n}x{k}: tuned {point} ({})",
+            config.name,
+            if outcome.reused() {
+                "remembered".to_string()
+            } else {
+                format!("{} points measured", outcome.record.candidates.len())
+            }
+        );
+        layer = tuned;
+    }
     let gpu = layer.to_gpu(ctx).map_err(err)?;
     let x: Vec<f16> = (0..m * k)
         .map(|i| f16::from_f32(((i * 2654435761) >> 9) as f32 % 1000.0 / 1000.0 - 0.5))
@@ -268,29 +284,30 @@ pub fn parse_configs(list: &str) -> Result<Vec<VqConfig>, String> {
         .map(|c| {
             let cfg = VqConfig::by_name(c.trim()).ok_or_else(|| {
                 format!(
-                    "argument `--configs`: `{c}` is not one of gptvq2, aqlm3 (cq2 and cq4 are \
-                     KV-cache formats, quip4 is not implemented)"
+                    "argument `--configs`: `{c}` is not one of gptvq2, aqlm2x8, aqlm3, quip4 (cq2 \
+                     and cq4 are KV-cache formats)"
                 )
             })?;
             if cfg.channel_scale || matches!(cfg.scope, crate::vq::CodebookScope::Tile { .. }) {
                 Ok(cfg)
             } else {
                 Err(format!(
-                    "argument `--configs`: `{c}` is a KV-cache format; the GEMV serves gptvq2 and aqlm3"
+                    "argument `--configs`: `{c}` is a KV-cache format; the GEMV serves gptvq2, \
+                     aqlm2x8, aqlm3 and quip4"
                 ))
             }
         })
         .collect()
 }
 
-/// The cache of `--cache replicas` (1 or 16 copies of the codebook in shared memory), or
-/// `None` for each format's default.
+/// The cache of `--cache replicas` (1, 8 or 16 copies of the codebook in shared memory; the
+/// layer refuses a count its format does not take), or `None` for each format's default.
 pub fn parse_cache(arg: Option<&str>) -> Result<Option<VqCache>, String> {
     let Some(a) = arg else { return Ok(None) };
     match a.trim().parse::<usize>() {
-        Ok(replicas @ (1 | 16)) => Ok(Some(VqCache { replicas })),
+        Ok(replicas @ (1 | 8 | 16)) => Ok(Some(VqCache { replicas })),
         _ => Err(format!(
-            "argument `--cache`: `{a}` is not 1 or 16 (copies of the codebook in shared memory)"
+            "argument `--cache`: `{a}` is not 1, 8 or 16 (copies of the codebook in shared memory)"
         )),
     }
 }

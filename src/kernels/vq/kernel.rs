@@ -22,8 +22,10 @@
 //!   look-up never conflicts (a random one costs about 3x). The copies are written once per
 //!   codebook tile from registers loaded a tile ahead (`switch`), lane `e` starting at copy
 //!   `e % 16` so the writes spread over the banks too. With `REP = 1` the codebook is stored
-//!   once (AQLM's 4096-entry codebooks, 64 KiB per stage, could not be copied), and with
-//!   `ONE = 1` (one codebook for the whole matrix) it is copied by `cp.async` in the prologue.
+//!   once (AQLM's 4096-entry codebooks, 64 KiB per stage, could not be copied). With `ONE = 1`
+//!   (one codebook for the whole matrix) the host lays the copies out and the block takes them
+//!   by `cp.async` in the prologue; `REP = 8` for vectors of 8 (`LDS.128` serves 8 lanes per
+//!   cycle: AQLM's 2x256-entry codebooks, 64 KiB with 8 copies), lane `l` reading copy `l % 8`.
 //!   Entries are stored most-used first ([`crate::vq::VqWeight::reorder_by_frequency`]), which
 //!   changes nothing here: every entry is in shared memory.
 //! - **Codes** come re-laid by the host (`linear::relayout_codes`) so that each thread's codes
@@ -74,6 +76,7 @@
         SCALE = [0, 1],
         TR = [0, 1, 2],
         ORDERED = [0, 1],
+        LAT = [0, 1],
     ),
 )]
 #[allow(clippy::too_many_arguments)]
@@ -91,6 +94,7 @@ pub fn vq_gemv<
     const SCALE: i32,
     const TR: i32,
     const ORDERED: i32,
+    const LAT: i32,
 >(
     m: i32,
     n: i32,
@@ -186,14 +190,27 @@ pub fn vq_gemv<
     let gcodes = view_global::<u32>(codes, [n / bn * ksteps * threads, wps]);
     let col_tiles = k / tile_cols;
     let groups = (n / tile_rows) * col_tiles;
-    let gbook = view_global::<i32>(codebooks, [groups * R * E, hv]);
+    // The codebook tile(s) in shared memory: `[buffer, stage, entry, copy]` rows of `hv` words;
+    // with `LAT = 1` the E8P table (`crate::vq::e8p::kernel_table`, its `REP` copies made by
+    // the host): the stages' absolute rows (`E = 256`), 256 rows of sign masks, the shifts (not
+    // copied: a warp reads two rows, which broadcast). One codebook (`ONE = 1`) comes from the
+    // host as it lies in shared memory, its copies made (`VqLinear`'s kernel codebooks).
+    let book_rows = if LAT == 1 {
+        (R + 1) * E * REP + 2 * R
+    } else {
+        (2 - ONE) * R * E * REP
+    };
+    let gbook = if LAT == 1 || ONE == 1 {
+        view_global::<i32>(codebooks, [book_rows, hv])
+    } else {
+        view_global::<i32>(codebooks, [groups * R * E, hv])
+    };
     // The activations' ring, rows padded by 4·V halves (2·V banks) so that the runs' loads of a
     // phase fall on distinct banks: 16 lanes (4 rows x 4 runs) of 8 bytes for V = 4, 8 lanes
     // (2 x 4) of 16 bytes for V = 8. The codes' ring beside it.
     let sx = shared::<f16>([STAGES, bm, BK + 4 * V]);
     let scodes = shared::<u32>([STAGES, threads, wps]);
-    // The codebook tile(s): `[buffer, stage, entry, copy]` rows of `hv` words.
-    let sbook = shared::<i32>([(2 - ONE) * R * E * REP, hv]);
+    let sbook = shared::<i32>([book_rows, hv]);
 
     let row_tile = bj * bn / tile_rows;
     let tile_steps = tile_cols / BK;
@@ -265,7 +282,7 @@ pub fn vq_gemv<
     let mut next_book = if ONE == 1 {
         copy_async(
             gbook,
-            slice_shared(sbook, [0, 0], [R * E, hv]),
+            slice_shared(sbook, [0, 0], [book_rows, hv]),
             [row_tile * R * E, 0],
         );
         ()
@@ -279,6 +296,24 @@ pub fn vq_gemv<
         }
         commit_group();
     }
+    // The rows of residual stage `r` in ring stage `stage`, as f16 in `lw`: one look-up at row
+    // `((buf · R + r) · E + code) · REP + copy` (`base` the part without `r` and the code), or
+    // for an E8P code (`LAT = 1`, module docs of `crate::vq::e8p`) the absolute row of its high
+    // byte XOR the sign masks of its low byte (rows at `row · REP + copy`), plus the shift of
+    // the low byte's parity.
+    let look = |stage: i32, r: i32, base: Tensor| {
+        let c = codes_of(stage, r);
+        if LAT == 0 {
+            view::<f16>(gather_rows(sbook, c * REP + (base + r * E * REP), vd), lw)
+        } else {
+            let low = c & 255;
+            let signed = gather_rows(sbook, ((c >> 8) + r * E) * REP + base, vd)
+                ^ gather_rows(sbook, (low + R * E) * REP + base, vd);
+            let parity = popc(low) & 1;
+            let shift = gather_rows(sbook, parity + ((R + 1) * E * REP + 2 * r), vd);
+            view::<f16>(signed, lw) + view::<f16>(shift, lw)
+        }
+    };
     let mut acc = register::<f32>(lc, 0.0);
     let outer = if ONE == 1 { 1 } else { per / tile_steps };
     let inner = if ONE == 1 { per } else { tile_steps };
@@ -306,13 +341,11 @@ pub fn vq_gemv<
             }
             commit_group();
             let stage = j % STAGES;
-            // Row `((buf · R + r) · E + code) · REP + copy`, the constant part added once.
             let base = copy + buf * R * E * REP;
-            let mut w = view::<f16>(gather_rows(sbook, codes_of(stage, 0) * REP + base, vd), lw);
+            let mut w = look(stage, 0, base);
             #[unroll]
             for r in 1..R {
-                let at = codes_of(stage, r) * REP + (base + r * E * REP);
-                w = w + view::<f16>(gather_rows(sbook, at, vd), lw);
+                w = w + look(stage, r, base);
             }
             let xs = slice_shared(sx, [stage, 0, 0], [bm, BK]);
             if TR == 0 {

@@ -17,7 +17,7 @@
 
 use super::kernel::{vq_finalize, vq_gemv, vq_gemv_gc};
 use super::lut::{self, lut_applies, vq_lut_gemv, vq_lut_table, LutTiling};
-use crate::vq::{arg_err, VqConfig, VqError, VqWeight};
+use crate::vq::{arg_err, e8p, CodebookScope, VqConfig, VqError, VqWeight};
 use half::f16;
 use std::sync::{Arc, Mutex};
 use tilus_core::interp::BlockOrder;
@@ -56,19 +56,22 @@ pub fn warps_for(c: VqConfig, n: usize, k: usize) -> usize {
 /// Whether `warps` (a power of two, 1..=16) suits a format's tiles: `32 · warps` output
 /// channels divide the codebook tile's rows and `n`, and the codebook rows split evenly over
 /// the threads.
-fn warps_ok(c: VqConfig, n: usize, k: usize, warps: usize) -> bool {
+pub(super) fn warps_ok(c: VqConfig, n: usize, k: usize, warps: usize) -> bool {
     let (rows, _) = c.tile(n, k);
     warps.is_power_of_two()
         && warps <= 16
         && rows.is_multiple_of(32 * warps)
         && n.is_multiple_of(32 * warps)
-        && (c.residuals * c.entries()).is_multiple_of(32 * warps)
+        && (c.residuals * book_entries(c)).is_multiple_of(32 * warps)
 }
 
-/// k per step of [`vq_gemv`]: 128 where the codebook tiles allow, else 64.
+/// k per step of [`vq_gemv`]: 128 where the codebook tiles allow, else 64. E8P formats take 64:
+/// at 128 the 16-token product holds two residual stages' 64-register weight fragments under
+/// 16 warps' cap of 128 registers and spills in its main loop (ptxas for sm_90a: 8 bytes with
+/// the atomic split, 28 with two token tiles); at 64 it uses 88.
 fn step_k(c: VqConfig, n: usize, k: usize) -> usize {
     let (_, cols) = c.tile(n, k);
-    if cols.is_multiple_of(128) {
+    if cols.is_multiple_of(128) && !c.e8p {
         128
     } else {
         64
@@ -76,10 +79,16 @@ fn step_k(c: VqConfig, n: usize, k: usize) -> usize {
 }
 
 /// The default cache of a format: 16 copies where they are useful (4-value vectors) and fit
-/// ([`CODEBOOK_SHARED_BYTES`] over two buffers), else one.
+/// ([`CODEBOOK_SHARED_BYTES`] over two buffers); 8 of the E8P table and of one codebook of
+/// 8-value vectors that fit half of it (`LDS.128` serves 8 lanes per cycle: 8 copies make the
+/// look-ups conflict-free; 96 KiB for the E8P table, 64 KiB for AQLM-2x8's), else one.
 pub fn default_cache(c: VqConfig) -> VqCache {
-    let bytes = |rep: usize| 2 * c.residuals * c.entries() * rep * c.vector_size * 2;
-    let replicas = if c.vector_size == 4 && bytes(16) <= CODEBOOK_SHARED_BYTES / 2 {
+    let bytes = |rep: usize| c.residuals * c.entries() * rep * c.vector_size * 2;
+    let one = matches!(c.scope, CodebookScope::Matrix);
+    let replicas = if c.e8p || (c.vector_size == 8 && one && bytes(8) <= CODEBOOK_SHARED_BYTES / 2)
+    {
+        8
+    } else if c.vector_size == 4 && 2 * bytes(16) <= CODEBOOK_SHARED_BYTES / 2 {
         16
     } else {
         1
@@ -93,10 +102,32 @@ pub const STAGES: usize = 3;
 /// Blocks the split-k choice aims for: four per SM of a 132-SM H100.
 pub const TARGET_BLOCKS: usize = 4 * 132;
 
-/// Whether the format has one codebook for the whole matrix, copied once by `cp.async` (only
-/// without replicas: copies are written from registers).
-fn one_codebook(c: VqConfig, cache: VqCache, n: usize, k: usize) -> bool {
-    c.tile(n, k) == (n, k) && cache.replicas == 1
+/// Whether the format has one codebook for the whole matrix: the host makes its copies
+/// ([`kernel_codebooks`]) and each block takes them once by `cp.async`.
+fn one_codebook(c: VqConfig, n: usize, k: usize) -> bool {
+    c.tile(n, k) == (n, k)
+}
+
+/// The codebooks [`vq_gemv`] reads: per codebook tile the f16 rows of `weight`, `[stage,
+/// entry]`; for one codebook ([`one_codebook`]) each row stored `replicas` times in a row, as
+/// the kernel keeps it in shared memory (`[stage, entry, copy]`); for an E8P format the table
+/// it decodes from.
+fn kernel_codebooks(weight: &VqWeight, cache: VqCache) -> Vec<f16> {
+    let c = weight.config;
+    if c.e8p {
+        return e8p::kernel_table(c.residuals, cache.replicas);
+    }
+    let copies = if one_codebook(c, weight.n, weight.k) {
+        cache.replicas
+    } else {
+        1
+    };
+    weight
+        .codebooks
+        .chunks(c.vector_size)
+        .flat_map(|row| std::iter::repeat_n(row, copies).flatten())
+        .map(|&x| f16::from_f32(x))
+        .collect()
 }
 
 /// The product [`vq_gemv`] runs for `m` tokens (its `TR`): 0 for `y = x · Wᵀ` on 16-token
@@ -124,28 +155,22 @@ fn product_rows(p: usize) -> usize {
 /// The k split for `m` tokens: 1 where `cdiv(m, 8 or 16) · n / (32 · warps)` blocks reach
 /// [`TARGET_BLOCKS`], else the smallest power of two (up to 8) that reaches it and leaves each
 /// block whole codebook tiles (or any part of a single codebook).
-pub fn split_for(
-    c: VqConfig,
-    cache: VqCache,
-    warps: usize,
-    m: usize,
-    (n, k): (usize, usize),
-) -> usize {
+pub fn split_for(c: VqConfig, warps: usize, m: usize, (n, k): (usize, usize)) -> usize {
     let blocks = m.div_ceil(product_rows(product_for(m))) * (n / (32 * warps));
     let mut s = 1;
-    while s < 8 && blocks * s < TARGET_BLOCKS && split_ok(c, cache, n, k, 2 * s) {
+    while s < 8 && blocks * s < TARGET_BLOCKS && split_ok(c, n, k, 2 * s) {
         s *= 2;
     }
     s
 }
 
 /// Whether [`vq_gemv`] can split k in `split` slices.
-fn split_ok(c: VqConfig, cache: VqCache, n: usize, k: usize, split: usize) -> bool {
+pub(super) fn split_ok(c: VqConfig, n: usize, k: usize, split: usize) -> bool {
     let steps = k / step_k(c, n, k);
     let (_, cols) = c.tile(n, k);
     let tile_steps = cols / step_k(c, n, k);
     steps.is_multiple_of(split)
-        && (one_codebook(c, cache, n, k) || (steps / split).is_multiple_of(tile_steps))
+        && (one_codebook(c, n, k) || (steps / split).is_multiple_of(tile_steps))
 }
 
 /// Elements of [`vq_gemv`]'s split-k buffers for a launch (one-element placeholders where the
@@ -217,13 +242,24 @@ pub fn kernel_config(
         STAGES: stages as i32,
         V: c.vector_size as i32,
         R: c.residuals as i32,
-        E: c.entries() as i32,
+        E: book_entries(c) as i32,
         HB: high_bits(c) as i32,
         REP: cache.replicas as i32,
-        ONE: one_codebook(c, cache, n, k) as i32,
+        ONE: one_codebook(c, n, k) as i32,
         SCALE: c.channel_scale as i32,
         TR: product as i32,
         ORDERED: ordered as i32,
+        LAT: c.e8p as i32,
+    }
+}
+
+/// Rows per stage of the codebook [`vq_gemv`] keeps in shared memory: every entry, or the 256
+/// absolute vectors of an E8P format ([`crate::vq::e8p`]).
+fn book_entries(c: VqConfig) -> usize {
+    if c.e8p {
+        256
+    } else {
+        c.entries()
     }
 }
 
@@ -309,6 +345,8 @@ pub struct VqLinear {
     /// The codes in their original order for the GC kernel: u8, or u16 little-endian above 8
     /// bits.
     code_bytes: Arc<Vec<u8>>,
+    /// What [`vq_gemv`] reads: the codebooks in f16, or for an E8P format the table it decodes
+    /// them from ([`e8p::kernel_table`]).
     codebooks: Vec<f16>,
     /// `[n]`, or one unused value when the format has no scales.
     scales: Vec<f16>,
@@ -406,7 +444,7 @@ impl VqLinear {
         } else {
             weight.codes.iter().flat_map(|c| c.to_le_bytes()).collect()
         };
-        let codebooks = weight.codebooks.iter().map(|&x| f16::from_f32(x)).collect();
+        let codebooks = kernel_codebooks(&weight, cache);
         let scales = match &weight.scales {
             Some(s) => s.iter().map(|&x| f16::from_f32(x)).collect(),
             None => vec![f16::ONE],
@@ -523,30 +561,25 @@ impl VqLinear {
         Ok(self)
     }
 
-    /// Sets the codebook's copies in shared memory: 1, or 16 for vectors of 4 (within
-    /// [`CODEBOOK_SHARED_BYTES`] over its buffers).
+    /// Sets the codebook's copies in shared memory: 1, or 16 for vectors of 4, or 8 for vectors
+    /// of 8 with one codebook for the matrix or the E8P table (within [`CODEBOOK_SHARED_BYTES`]
+    /// over its buffers).
     pub fn with_cache(mut self, cache: VqCache) -> Result<VqLinear, VqError> {
         let c = self.weight.config;
         let (n, k) = (self.weight.n, self.weight.k);
-        let fits = codebook_bytes(c, cache, n, k) <= CODEBOOK_SHARED_BYTES;
-        let ok = cache.replicas == 1 || (cache.replicas == 16 && c.vector_size == 4);
-        if !ok || !fits {
+        if !cache_ok(c, cache, n, k) {
             return Err(arg_err(
                 "cache",
                 format!(
-                    "{cache:?}: replicas must be 1, or 16 for vectors of 4, and the codebook \
-                     buffers ({} KiB) fit {} KiB",
+                    "{cache:?}: replicas must be 1, or 16 for vectors of 4, or 8 for vectors of \
+                     8 with one codebook, and the codebook buffers ({} KiB) fit {} KiB",
                     codebook_bytes(c, cache, n, k) / 1024,
                     CODEBOOK_SHARED_BYTES / 1024
                 ),
             ));
         }
+        self.codebooks = kernel_codebooks(&self.weight, cache);
         self.cache = cache;
-        if let Some(s) = self.split {
-            if !split_ok(c, cache, n, k, s) {
-                self.split = None;
-            }
-        }
         Ok(self)
     }
 
@@ -554,8 +587,7 @@ impl VqLinear {
     /// codebook tiles per slice), instead of [`split_for`]'s choice per `m`.
     pub fn with_split(mut self, split: usize) -> Result<VqLinear, VqError> {
         let w = &self.weight;
-        if !split.is_power_of_two() || split > 8 || !split_ok(w.config, self.cache, w.n, w.k, split)
-        {
+        if !split.is_power_of_two() || split > 8 || !split_ok(w.config, w.n, w.k, split) {
             let steps = w.k / step_k(w.config, w.n, w.k);
             return Err(arg_err(
                 "split",
@@ -592,7 +624,7 @@ impl VqLinear {
         let w = &self.weight;
         let split = self
             .split
-            .unwrap_or_else(|| split_for(w.config, self.cache, self.warps, m, (w.n, w.k)));
+            .unwrap_or_else(|| split_for(w.config, self.warps, m, (w.n, w.k)));
         kernel_config(
             w.config,
             self.cache,
@@ -607,6 +639,19 @@ impl VqLinear {
     /// The naive kernel's configuration.
     pub fn gc_config(&self) -> vq_gemv_gc::Config {
         gc_config(self.weight.config)
+    }
+
+    /// The codebooks the naive kernel gathers from: [`vq_gemv`]'s without copies, or the
+    /// weight's rows in f16 where it has them copied, or for an E8P format the expanded lattice
+    /// (`[residuals, 2^16, 8]`, 2 MiB in f16 for two stages).
+    fn gc_codebooks(&self) -> std::borrow::Cow<'_, [f16]> {
+        let w = &self.weight;
+        if w.config.e8p || (self.cache.replicas > 1 && one_codebook(w.config, w.n, w.k)) {
+            let book = self.weight.codebooks.iter().map(|&x| f16::from_f32(x));
+            std::borrow::Cow::Owned(book.collect())
+        } else {
+            std::borrow::Cow::Borrowed(&self.codebooks)
+        }
     }
 
     fn dims(&self) -> (i32, i32, i32, i32) {
@@ -742,7 +787,7 @@ impl VqLinear {
             tc,
             x,
             &self.code_bytes,
-            &self.codebooks,
+            &self.gc_codebooks(),
             &self.scales,
             &mut y,
         )
@@ -780,11 +825,28 @@ impl VqLinear {
     }
 }
 
+/// Whether [`vq_gemv`] keeps the codebook of an `[n, k]` weight so: 1 copy, 16 for vectors
+/// of 4, 8 for vectors of 8 with one codebook or the E8P table, within
+/// [`CODEBOOK_SHARED_BYTES`].
+pub(super) fn cache_ok(c: VqConfig, cache: VqCache, n: usize, k: usize) -> bool {
+    let copies = cache.replicas == 1
+        || (cache.replicas == 16 && c.vector_size == 4)
+        || (cache.replicas == 8 && c.vector_size == 8 && (c.e8p || one_codebook(c, n, k)));
+    copies && codebook_bytes(c, cache, n, k) <= CODEBOOK_SHARED_BYTES
+}
+
 /// Shared memory of [`vq_gemv`]'s codebook buffers.
 fn codebook_bytes(c: VqConfig, cache: VqCache, n: usize, k: usize) -> usize {
-    let bufs = if one_codebook(c, cache, n, k) { 1 } else { 2 };
+    if c.e8p {
+        return e8p::kernel_table_rows(c.residuals, cache.replicas) * 16;
+    }
+    let bufs = if one_codebook(c, n, k) { 1 } else { 2 };
     bufs * c.residuals * c.entries() * cache.replicas * c.vector_size * 2
 }
+
+/// The naive kernel's codes on a device, and for an E8P format the expanded codebooks it
+/// gathers from (the other formats' are [`GpuVqLinear`]'s own).
+type GcBuffers = (DeviceBuffer<u8>, Option<DeviceBuffer<f16>>);
 
 /// The split-k buffers of a layer ([`SplitLens`]), on the host (`Vec`s, for the interpreter) or
 /// on a device: the ordered partials, the atomics' sum (zero between launches) and one counter
@@ -852,8 +914,9 @@ impl HostSplit {
 pub struct GpuVqLinear {
     ctx: Arc<Context>,
     split: Mutex<Option<DeviceSplit>>,
-    /// The GC kernel's codes, uploaded on its first use.
-    gc_codes: Mutex<Option<DeviceBuffer<u8>>>,
+    /// The GC kernel's codes, and for an E8P format its expanded codebooks, uploaded on its
+    /// first use.
+    gc_codes: Mutex<Option<GcBuffers>>,
     /// The direct kernel's codes: uploaded by `to_gpu`, or where one token takes the tables,
     /// by the first forward or `reserve` of more tokens.
     codes: Mutex<Option<DeviceBuffer<u8>>>,
@@ -982,7 +1045,9 @@ impl GpuVqLinear {
             let b = b.lock().unwrap_or_else(|p| p.into_inner());
             b.as_ref().map_or(0, |b| b.len())
         };
-        len(&self.codes) + len(&self.gc_codes) + self.lut.as_ref().map_or(0, |l| l.codes.len())
+        let gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
+        let gc = gc.as_ref().map_or(0, |(codes, _)| codes.len());
+        len(&self.codes) + gc + self.lut.as_ref().map_or(0, |l| l.codes.len())
     }
 
     /// The table path's table and sum, made or grown on first use.
@@ -1107,9 +1172,17 @@ impl GpuVqLinear {
         if naive {
             let mut gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
             if gc.is_none() {
-                *gc = Some(DeviceBuffer::from_host(&self.ctx, &h.code_bytes).map_err(kernel_err)?);
+                let codes =
+                    DeviceBuffer::from_host(&self.ctx, &h.code_bytes).map_err(kernel_err)?;
+                let book = match h.gc_codebooks() {
+                    std::borrow::Cow::Owned(b) => {
+                        Some(DeviceBuffer::from_host(&self.ctx, &b).map_err(kernel_err)?)
+                    }
+                    std::borrow::Cow::Borrowed(_) => None,
+                };
+                *gc = Some((codes, book));
             }
-            let codes = gc.as_ref().expect("uploaded above");
+            let (codes, book) = gc.as_ref().expect("uploaded above");
             vq_gemv_gc::launch(
                 &self.ctx,
                 &h.gc_config(),
@@ -1121,7 +1194,7 @@ impl GpuVqLinear {
                 tc,
                 x,
                 codes,
-                &self.codebooks,
+                book.as_ref().unwrap_or(&self.codebooks),
                 &self.scales,
                 y,
             )
