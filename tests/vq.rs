@@ -366,6 +366,27 @@ fn vq_lut_rule_on_llama_layers() {
     }
 }
 
+/// The warps rule on the Llama-70B layers (H200 measurements in its docs): one codebook too
+/// large for two blocks a multiprocessor takes 16 warps, except where 8 fill the waves much
+/// better (10240 x 8192); AQLM-2x8's and GPTVQ-2's codebooks let two 8-warp blocks share one;
+/// narrow layers halve the warps until they divide `n`.
+#[test]
+fn vq_warps_rule_on_llama_layers() {
+    use tilus::kernels::vq::linear::warps_for;
+    for c in [VqConfig::AQLM_3, VqConfig::QUIP_4] {
+        for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192)] {
+            assert_eq!(warps_for(c, n, k), 16, "{} {n}x{k}", c.name);
+        }
+        assert_eq!(warps_for(c, 10240, 8192), 8, "{} 10240x8192", c.name);
+        assert_eq!(warps_for(c, 96, 512), 1, "{} 96x512", c.name);
+    }
+    for c in [VqConfig::AQLM_2X8, VqConfig::GPTVQ_2] {
+        for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192), (10240, 8192)] {
+            assert_eq!(warps_for(c, n, k), 8, "{} {n}x{k}", c.name);
+        }
+    }
+}
+
 /// The tuner's space (`tilus::kernels::vq::tune::candidates`): for every format, at 1 and 16
 /// tokens, each point applies to the layer (the knobs' own checks accept it) and is the
 /// kernel configuration the layer then launches; the rules' point is among them; 16 tokens

@@ -37,20 +37,41 @@ pub struct VqCache {
     pub replicas: usize,
 }
 
-/// Warps of [`vq_gemv`] by default: the most, up to `max`, whose `32 · warps` output channels
-/// divide the codebook tile's rows (and `n`); 8 at most, or 16 for a single codebook stored
-/// once (one block per SM: its shared memory).
+/// Warps of [`vq_gemv`] by default. A single codebook (or E8P table) of 8-value vectors too
+/// large for two blocks a multiprocessor (AQLM-3's 128 KiB, QuiP#-4's 96 KiB) leaves one block
+/// there, which takes 16 warps to hide its latency, unless 8-warp blocks fill the waves of
+/// [`REFERENCE_SMS`] multiprocessors by a tenth more (10240 x 8192: 160 blocks of 16 warps
+/// make 61% of two waves, 320 of 8 warps 81% of three; H200, QuiP#-4 1.20x at one token and
+/// 1.14x at 16, perf note 46). Everything else takes 8: two such blocks share a
+/// multiprocessor (AQLM-2x8's 64 KiB: 1.01-1.33x over 16 warps at 16 tokens on the
+/// Llama-70B layers). Then halved until `32 · warps` output channels divide the codebook
+/// tile's rows and `n`.
 pub fn warps_for(c: VqConfig, n: usize, k: usize) -> usize {
     let (rows, _) = c.tile(n, k);
-    let mut w = if (rows, c.vector_size) == (n, 8) {
+    let fits = |w: usize| rows.is_multiple_of(32 * w) && n.is_multiple_of(32 * w);
+    let alone = (rows, c.vector_size) == (n, 8)
+        && 2 * codebook_bytes(c, default_cache(c), n, k) > CODEBOOK_SHARED_BYTES;
+    let mut w = if alone && fits(16) && wave_fill(c, 8, n, k) < wave_fill(c, 16, n, k) + 0.1 {
         16
     } else {
         8
     };
-    while w > 1 && !(rows.is_multiple_of(32 * w) && n.is_multiple_of(32 * w)) {
+    while w > 1 && !fits(w) {
         w /= 2;
     }
     w
+}
+
+/// Multiprocessors the layer's rules plan waves for (an H100's or H200's): a [`VqLinear`] is
+/// made before it meets a device.
+pub const REFERENCE_SMS: usize = 132;
+
+/// The share of its last wave's slots that one token's launch of `warps`-warp blocks fills,
+/// one block per multiprocessor of [`REFERENCE_SMS`], with [`split_for`]'s split.
+fn wave_fill(c: VqConfig, warps: usize, n: usize, k: usize) -> f64 {
+    let blocks = n / (32 * warps) * split_for(c, warps, 1, (n, k));
+    let slots = blocks.div_ceil(REFERENCE_SMS).max(1) * REFERENCE_SMS;
+    blocks as f64 / slots as f64
 }
 
 /// Whether `warps` (a power of two, 1..=16) suits a format's tiles: `32 · warps` output
@@ -99,8 +120,8 @@ pub fn default_cache(c: VqConfig) -> VqCache {
 /// Stages of [`vq_gemv`]'s cp.async ring of activations and codes by default.
 pub const STAGES: usize = 3;
 
-/// Blocks the split-k choice aims for: four per SM of a 132-SM H100.
-pub const TARGET_BLOCKS: usize = 4 * 132;
+/// Blocks the split-k choice aims for: four per multiprocessor.
+pub const TARGET_BLOCKS: usize = 4 * REFERENCE_SMS;
 
 /// Whether the format has one codebook for the whole matrix: the host makes its copies
 /// ([`kernel_codebooks`]) and each block takes them once by `cp.async`.
