@@ -1259,7 +1259,12 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
                 }
                 let c = candidates_up_to(wdtype, adtype, group, m, n, k, tune.max(1))
                     .map_err(|e| format!("{wdtype} m={m} {n}x{k}: {e}"))?;
-                all.extend(c.into_iter().take(tune.max(1)));
+                let sms = ctx.device().multiprocessors as usize;
+                all.extend(
+                    c.into_iter()
+                        .take(tune.max(1))
+                        .map(|c| c.for_multiprocessors(sms)),
+                );
             }
         }
     }
@@ -1408,7 +1413,12 @@ fn tune(cmd: &BenchCommand) -> Result<String, String> {
     // --points 4096 in a debug build), which a machine without a GPU should not wait for.
     check_tuning_space(wdtype, adtype, group, n, k, points).map_err(named)?;
     let ctx = Context::new(0).map_err(err)?;
-    let space = tuning_space(wdtype, adtype, group, m_bucket(m), n, k, points).map_err(named)?;
+    let sms = ctx.device().multiprocessors as usize;
+    let space: Vec<_> = tuning_space(wdtype, adtype, group, m_bucket(m), n, k, points)
+        .map_err(named)?
+        .into_iter()
+        .map(|c| c.for_multiprocessors(sms))
+        .collect();
     match adtype {
         DType::BF16 => tune_typed::<half::bf16>(&ctx, &space, m, n, k, points, retune),
         _ => tune_typed::<f16>(&ctx, &space, m, n, k, points, retune),

@@ -373,7 +373,11 @@ impl<T: Activation> GpuQuantizedLinear<T> {
             }
             return Ok(p.clone());
         }
-        let cands = layer_candidates(&self.base, mb, n, k);
+        let sms = self.ctx.device().multiprocessors as usize;
+        let cands: Vec<_> = layer_candidates(&self.base, mb, n, k)
+            .into_iter()
+            .map(|c| c.for_multiprocessors(sms))
+            .collect();
         let tuning_weight = state
             .weights
             .get(&self.base_layout)

@@ -27,3 +27,9 @@ pub mod qmatmul;
 pub mod rowwise;
 pub mod timing;
 pub mod vq;
+
+/// Multiprocessors of the GPU the host-side rules and the tuning lists plan waves for: an H100
+/// SXM's or an H200's 132. A layer made before it meets a device, and the interpreter, plan
+/// for it; where a device is known its own count replaces it (attention's splits, APT's
+/// grids, [`qmatmul::QMatmulConfig::for_multiprocessors`] for stream-k workers).
+pub const REFERENCE_MULTIPROCESSORS: usize = 132;

@@ -257,7 +257,7 @@ pub const POPC_MAX_SHARED: usize = 200 * 1024;
 
 /// The multiprocessors the interpreter's grids are sized for (an H100 SXM's), so that it runs
 /// the blocks the GPU would.
-pub const INTERPRETER_SMS: usize = 132;
+pub const INTERPRETER_SMS: usize = crate::kernels::REFERENCE_MULTIPROCESSORS;
 
 impl PopcTiles {
     /// Output channels per block.

@@ -136,6 +136,7 @@ pub fn tuned_head(
         candidates_up_to(wdtype, adtype, group, m, n, k, tune.max(1) * 2)?
             .into_iter()
             .filter(|c| super::runs_on(c, ctx.arch()))
+            .map(|c| c.for_multiprocessors(ctx.device().multiprocessors as usize))
             .take(tune.max(1))
             .collect(),
     )

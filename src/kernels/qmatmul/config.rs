@@ -287,6 +287,25 @@ impl QMatmulConfig {
         }
     }
 
+    /// This configuration for a GPU of `multiprocessors` multiprocessors: the tuning lists
+    /// plan stream-k workers for [`REFERENCE_MULTIPROCESSORS`] (one or two a multiprocessor,
+    /// shared among the block rows), and this scales them to the device, at least one, so that
+    /// no worker waits for a second wave on a GPU with fewer (an H100 PCIe's 114) and none
+    /// idles on one with more. Every other field is kept.
+    ///
+    /// [`REFERENCE_MULTIPROCESSORS`]: crate::kernels::REFERENCE_MULTIPROCESSORS
+    pub fn for_multiprocessors(self, multiprocessors: usize) -> QMatmulConfig {
+        let reference = crate::kernels::REFERENCE_MULTIPROCESSORS;
+        if self.stream_k == 0 || multiprocessors == 0 || multiprocessors == reference {
+            return self;
+        }
+        let workers = self.stream_k.saturating_mul(multiprocessors) / reference;
+        QMatmulConfig {
+            stream_k: workers.max(1),
+            ..self
+        }
+    }
+
     /// A valid configuration for an `[*, k] x [k, n]` problem: the default tiles when they
     /// divide the shape, otherwise the largest `bn` / `bk` that do (preferring 16-byte runs
     /// per thread, accepting whole bytes). Errors name `n` or `k` when nothing fits.

@@ -324,8 +324,8 @@ const TALL: [&[(usize, usize, usize)]; 2] = [
     ],
 ];
 
-/// Multiprocessors of an H100 or H200, for the tilings rated before they are measured.
-const SMS: usize = 132;
+/// Multiprocessors the tilings are rated for before they are measured.
+const SMS: usize = crate::kernels::REFERENCE_MULTIPROCESSORS;
 
 /// The look-up method's tilings for 8-warp blocks, two to a multiprocessor, `(bn, split_k)`,
 /// best rated first (at most three). A block's time is taken as proportional to the
@@ -571,16 +571,16 @@ pub fn candidates_up_to(
                     });
                 }
                 let c = gemv_wgmma(base, bm, bn, budget);
-                // Stream-k first: one worker per multiprocessor of an H100 (132) shares out
-                // the block row's iterations, so no SM idles in a last partial wave (perf
-                // note 32: 57344 x 8192 at 256 tokens 356 -> 336 us, 10240 x 8192 at 1024
-                // 266 -> 245).
+                // Stream-k first: one worker per multiprocessor shares out the block row's
+                // iterations, so no SM idles in a last partial wave (perf note 32: 57344 x
+                // 8192 at 256 tokens 356 -> 336 us, 10240 x 8192 at 1024 266 -> 245); planned
+                // for SMS, scaled to the device by `for_multiprocessors`.
                 let rows = m.div_ceil(bm);
                 push(QMatmulConfig {
-                    stream_k: (132 / rows).max(1),
+                    stream_k: (SMS / rows).max(1),
                     ..c
                 });
-                // Fewer tiles than an H100's 132 multiprocessors (the 8192-wide layers): split
+                // Fewer tiles than the multiprocessors (the 8192-wide layers): split
                 // k until they make about a wave, the unsplit tile right after.
                 let tiles = rows * n.div_ceil(bn);
                 let mut split_k = 1;
@@ -609,7 +609,7 @@ pub fn candidates_up_to(
                     },
                     SmallBatch::WgmmaStream(bn) => QMatmulConfig {
                         warps,
-                        stream_k: if bn == 256 && m > 32 { 132 } else { 264 },
+                        stream_k: if bn == 256 && m > 32 { SMS } else { 2 * SMS },
                         ..gemv_wgmma(c, gemv_rows(m), bn, WGMMA_STAGE_BUDGET)
                     },
                     SmallBatch::Gemv => gemv(gemv_rows(m)),
@@ -1055,6 +1055,44 @@ mod tests {
                 "{wdtype}"
             );
         }
+    }
+
+    /// The stream-k workers planned for the reference GPU follow the device's multiprocessors
+    /// (an H100 PCIe's 114, a larger part's 144); the reference count and configurations
+    /// without stream-k are left as they are; every scaled configuration stays valid.
+    #[test]
+    fn stream_k_workers_follow_the_multiprocessors() {
+        let mut seen = 0;
+        for m in [32, 64, 128, 256, 1024] {
+            let all =
+                candidates_up_to(DType::Int(4), DType::F16, Some(128), m, 57344, 8192, 12).unwrap();
+            for c in all {
+                assert_eq!(c.for_multiprocessors(SMS), c);
+                for sms in [114, 144] {
+                    let d = c.for_multiprocessors(sms);
+                    assert_eq!(d.stream_k == 0, c.stream_k == 0, "{c:?}");
+                    assert_eq!(
+                        QMatmulConfig {
+                            stream_k: c.stream_k,
+                            ..d
+                        },
+                        c
+                    );
+                    if c.stream_k > 0 {
+                        seen += 1;
+                        assert_eq!(d.stream_k, (c.stream_k * sms / SMS).max(1), "{c:?}");
+                        assert!(d.tiling().is_ok() && d.check_shape(m, 57344, 8192).is_ok());
+                    }
+                }
+            }
+        }
+        assert!(seen > 0, "no stream-k candidate among the heads");
+        let one = QMatmulConfig {
+            stream_k: 1,
+            ..QMatmulConfig::for_shape(DType::Int(4), DType::F16, Some(128), false, 8192, 8192)
+                .unwrap()
+        };
+        assert_eq!(one.for_multiprocessors(78).stream_k, 1);
     }
 
     #[test]

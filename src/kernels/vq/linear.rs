@@ -17,6 +17,7 @@
 
 use super::kernel::{vq_finalize, vq_gemv, vq_gemv_gc};
 use super::lut::{self, lut_applies, vq_lut_gemv, vq_lut_table, LutTiling};
+use crate::kernels::REFERENCE_MULTIPROCESSORS;
 use crate::vq::{arg_err, e8p, CodebookScope, VqConfig, VqError, VqWeight};
 use half::f16;
 use std::sync::{Arc, Mutex};
@@ -40,7 +41,7 @@ pub struct VqCache {
 /// Warps of [`vq_gemv`] by default. A single codebook (or E8P table) of 8-value vectors too
 /// large for two blocks a multiprocessor (AQLM-3's 128 KiB, QuiP#-4's 96 KiB) leaves one block
 /// there, which takes 16 warps to hide its latency, unless 8-warp blocks fill the waves of
-/// [`REFERENCE_SMS`] multiprocessors by a tenth more (10240 x 8192: 160 blocks of 16 warps
+/// [`REFERENCE_MULTIPROCESSORS`] multiprocessors by a tenth more (10240 x 8192: 160 blocks of 16 warps
 /// make 61% of two waves, 320 of 8 warps 81% of three; H200, QuiP#-4 1.20x at one token and
 /// 1.14x at 16, perf note 46). Everything else takes 8: two such blocks share a
 /// multiprocessor (AQLM-2x8's 64 KiB: 1.01-1.33x over 16 warps at 16 tokens on the
@@ -62,15 +63,11 @@ pub fn warps_for(c: VqConfig, n: usize, k: usize) -> usize {
     w
 }
 
-/// Multiprocessors the layer's rules plan waves for (an H100's or H200's): a [`VqLinear`] is
-/// made before it meets a device.
-pub const REFERENCE_SMS: usize = 132;
-
 /// The share of its last wave's slots that one token's launch of `warps`-warp blocks fills,
-/// one block per multiprocessor of [`REFERENCE_SMS`], with [`split_for`]'s split.
+/// one block per multiprocessor of [`REFERENCE_MULTIPROCESSORS`], with [`split_for`]'s split.
 fn wave_fill(c: VqConfig, warps: usize, n: usize, k: usize) -> f64 {
     let blocks = n / (32 * warps) * split_for(c, warps, 1, (n, k));
-    let slots = blocks.div_ceil(REFERENCE_SMS).max(1) * REFERENCE_SMS;
+    let slots = blocks.div_ceil(REFERENCE_MULTIPROCESSORS).max(1) * REFERENCE_MULTIPROCESSORS;
     blocks as f64 / slots as f64
 }
 
@@ -121,7 +118,7 @@ pub fn default_cache(c: VqConfig) -> VqCache {
 pub const STAGES: usize = 3;
 
 /// Blocks the split-k choice aims for: four per multiprocessor.
-pub const TARGET_BLOCKS: usize = 4 * REFERENCE_SMS;
+pub const TARGET_BLOCKS: usize = 4 * REFERENCE_MULTIPROCESSORS;
 
 /// Whether the format has one codebook for the whole matrix: the host makes its copies
 /// ([`kernel_codebooks`]) and each block takes them once by `cp.async`.
