@@ -41,9 +41,9 @@ pub struct VqCache {
 /// Warps of [`vq_gemv`] by default. A single codebook (or E8P table) of 8-value vectors too
 /// large for two blocks a multiprocessor (AQLM-3's 128 KiB, QuiP#-4's 96 KiB) leaves one block
 /// there, which takes 16 warps to hide its latency, unless 8-warp blocks fill the waves of
-/// [`REFERENCE_MULTIPROCESSORS`] multiprocessors by a tenth more (10240 x 8192: 160 blocks of 16 warps
-/// make 61% of two waves, 320 of 8 warps 81% of three; H200, QuiP#-4 1.20x at one token and
-/// 1.14x at 16, perf note 46). Everything else takes 8: two such blocks share a
+/// [`REFERENCE_MULTIPROCESSORS`] multiprocessors by a tenth more (10240 x 8192: 160 blocks of
+/// 16 warps make 61% of two waves, 320 of 8 warps 81% of three; H200, QuiP#-4 1.20x at one
+/// token and 1.14x at 16, perf note 46). Everything else takes 8: two such blocks share a
 /// multiprocessor (AQLM-2x8's 64 KiB: 1.01-1.33x over 16 warps at 16 tokens on the
 /// Llama-70B layers). Then halved until `32 · warps` output channels divide the codebook
 /// tile's rows and `n`.
