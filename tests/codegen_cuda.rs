@@ -1312,8 +1312,8 @@ fn vq_kernels_compile_without_spills() {
 
 /// The wgmma GEMM (`tilus::kernels::gemm`), every configuration of both dtypes, for sm_90a (the
 /// warpgroup MMA has no sm_80 form): no spills or stack frame, no local memory, `HGMMA` (the
-/// warpgroup MMA, 4 per k step and warpgroup block) and `LDGSTS` (the cp.async pipeline), and
-/// no warp-level HMMA.
+/// warpgroup MMA, 4 per k step and warpgroup block; `IGMMA` for i8 operands, `QGMMA` for fp8)
+/// and `LDGSTS` (the cp.async pipeline) or `UTMALDG` (the copy engine), and no warp-level HMMA.
 #[test]
 fn wgmma_gemm_compiles_to_hgmma_without_spills() {
     let test = "wgmma_gemm_compiles_to_hgmma_without_spills";
@@ -1392,6 +1392,17 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::gemm_tma_bf16::program(cfg),
         ));
     }
+    // The 8-bit operands: IGMMA for i8, QGMMA for fp8 (below).
+    {
+        use tilus::kernels::gemm::{gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_i8};
+        for cfg in gemm_tma_i8::SPACE.iter().take(2) {
+            kernels.push((format!("gemm_tma_i8_{cfg}"), gemm_tma_i8::program(cfg)));
+        }
+        let cfg = &gemm_tma_e4m3::SPACE[0];
+        kernels.push((format!("gemm_tma_e4m3_{cfg}"), gemm_tma_e4m3::program(cfg)));
+        let cfg = &gemm_tma_e5m2::SPACE[1];
+        kernels.push((format!("gemm_tma_e5m2_{cfg}"), gemm_tma_e5m2::program(cfg)));
+    }
     for (name, program) in kernels {
         let k = emit(&program.unwrap(), &Default::default()).unwrap();
         let arch = "sm_90a";
@@ -1421,7 +1432,16 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
                 .count()
         };
         assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
-        assert!(count("HGMMA") >= 4, "{name}: {} HGMMA", count("HGMMA"));
+        // The warpgroup MMA of the operand type: HGMMA (16-bit floats), IGMMA (8-bit
+        // integers), QGMMA (fp8).
+        let gmma = if name.starts_with("gemm_tma_i8") {
+            "IGMMA"
+        } else if name.starts_with("gemm_tma_e") {
+            "QGMMA"
+        } else {
+            "HGMMA"
+        };
+        assert!(count(gmma) >= 4, "{name}: {} {gmma}", count(gmma));
         // The copy-engine kernels: the dense GEMM's, and the warpgroup gemv's tiles of at most
         // 256 columns.
         if k.source.contains("cp.async.bulk.tensor") {
@@ -1443,7 +1463,7 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             .unwrap_or("")
             .trim()
             .to_string();
-        eprintln!("{name}: ok, {} HGMMA; {regs}", count("HGMMA"));
+        eprintln!("{name}: ok, {} {gmma}; {regs}", count(gmma));
     }
 }
 

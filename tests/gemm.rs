@@ -157,6 +157,125 @@ fn generated_cuda_issues_wgmma_and_fences_the_async_proxy() {
     }
 }
 
+/// The 8-bit GEMMs on the interpreter, ragged in every dimension (`k` a multiple of 16, the
+/// copy engine's row unit, spanning two 128-wide steps and a partial one): i8 exactly against
+/// an i64 reference (torch's `_int_mm`), fp8 (e4m3, e5m2) against f64 within f16's rounding.
+#[test]
+fn eight_bit_gemms_match_their_references_on_the_interpreter() {
+    use tilus::kernels::gemm::{gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_i8};
+    use tilus::DType;
+    let mut rng = rand::rng();
+    let (m, n, k) = (70, 136, 288);
+    let mut a: Vec<i8> = (0..m * k).map(|_| rng.random_range(-128..=127)).collect();
+    let mut b: Vec<i8> = (0..n * k).map(|_| rng.random_range(-128..=127)).collect();
+    // The extremes too: row 0 of a and row 0 of b all -128, so c[0, 0] = 288 · 2^14.
+    a[..k].fill(-128);
+    b[..k].fill(-128);
+    let want: Vec<i64> = (0..m * n)
+        .map(|ij| {
+            let (i, j) = (ij / n, ij % n);
+            (0..k)
+                .map(|kk| a[i * k + kk] as i64 * b[j * k + kk] as i64)
+                .sum()
+        })
+        .collect();
+    assert_eq!(want[0], 288 << 14);
+    for cfg in gemm_tma_i8::SPACE.iter().step_by(3) {
+        let mut c = vec![i32::MIN; m * n];
+        gemm_tma_i8::interpret(cfg, m as i32, n as i32, k as i32, &a, &b, &mut c)
+            .unwrap_or_else(|e| panic!("i8 {cfg}: {e}"));
+        for (ij, (&got, &w)) in c.iter().zip(&want).enumerate() {
+            assert_eq!(got as i64, w, "i8 {cfg}: c[{}, {}]", ij / n, ij % n);
+        }
+    }
+    for dtype in [DType::F8E4M3, DType::F8E5M2] {
+        let mut codes = |len| -> Vec<u8> {
+            (0..len)
+                .map(|_| dtype.encode(rng.random_range(-2.0f32..2.0)).unwrap() as u8)
+                .collect()
+        };
+        let (a, b) = (codes(m * k), codes(n * k));
+        let dec = |v: &[u8]| -> Vec<f64> { v.iter().map(|&x| dtype.decode(x as u32)).collect() };
+        let want = reference(&dec(&a), &dec(&b), m, n, k);
+        let mut c = vec![f16::NAN; m * n];
+        // One configuration of each: the largest tile for e4m3, the smallest for e5m2.
+        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+        let (cfg, r) = if dtype == DType::F8E4M3 {
+            let cfg = &gemm_tma_e4m3::SPACE[0];
+            (
+                cfg.to_string(),
+                gemm_tma_e4m3::interpret(cfg, mi, ni, ki, &a, &b, &mut c),
+            )
+        } else {
+            let cfg = gemm_tma_e5m2::SPACE.last().unwrap();
+            (
+                cfg.to_string(),
+                gemm_tma_e5m2::interpret(cfg, mi, ni, ki, &a, &b, &mut c),
+            )
+        };
+        r.unwrap_or_else(|e| panic!("{dtype} {cfg}: {e}"));
+        let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+        let e = rel_err(&got, &want);
+        assert!(e < 2e-3, "{dtype} {cfg}: relative error {e}");
+    }
+}
+
+/// The 8-bit GEMMs issue `m64nNk32` wgmmas of their types, 4 per warpgroup block and 128-wide
+/// step, on copies of 128-byte rows swizzled for 1-byte elements.
+#[test]
+fn eight_bit_gemms_issue_k32_wgmmas() {
+    use tilus::core::launch::{ParamKind, TmaSwizzle};
+    use tilus::kernels::gemm::{gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_i8};
+    let programs = [
+        (
+            "s32.s8.s8",
+            "s8",
+            gemm_tma_i8::program(&gemm_tma_i8::SPACE[0]),
+        ),
+        (
+            "f32.e4m3.e4m3",
+            "e4m3",
+            gemm_tma_e4m3::program(&gemm_tma_e4m3::SPACE[0]),
+        ),
+        (
+            "f32.e5m2.e5m2",
+            "e5m2",
+            gemm_tma_e5m2::program(&gemm_tma_e5m2::SPACE[0]),
+        ),
+    ];
+    let (bm, bn) = (gemm_tma_i8::SPACE[0].BM as u32, gemm_tma_i8::SPACE[0].BN);
+    for (types, t, p) in programs {
+        let k =
+            tilus::core::codegen::emit(&p.expect("embedded program"), &Default::default()).unwrap();
+        let wgmma = format!("wgmma.mma_async.sync.aligned.m64n{bn}k32.{types}");
+        assert!(k.source.contains(&wgmma), "no {wgmma}");
+        let calls = k
+            .source
+            .matches(&format!("tilus_wgmma_m64n{bn}k32_{t}(&"))
+            .count();
+        assert_eq!(calls, 128 / 32, "{t}");
+        let boxes: Vec<_> = k
+            .launch
+            .params
+            .iter()
+            .filter_map(|q| match &q.kind {
+                ParamKind::TensorMap {
+                    box_shape, swizzle, ..
+                } => Some((box_shape.clone(), *swizzle)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            boxes,
+            vec![
+                (vec![bm, 128], TmaSwizzle::B128),
+                (vec![bn as u32, 128], TmaSwizzle::B128)
+            ],
+            "{t}"
+        );
+    }
+}
+
 /// Misuses of `dot_async` the interpreter reports: the accumulator read before its `dot_wait`,
 /// an operand overwritten while the wgmmas read it, a kernel that ends with groups in flight.
 mod hazards {

@@ -55,6 +55,10 @@ pub enum MmaKind {
     I8,
     /// u8 x u8 + i32.
     U8,
+    /// OCP fp8 e4m3 x e4m3 + f32 (the warpgroup MMA only).
+    E4M3,
+    /// OCP fp8 e5m2 x e5m2 + f32 (the warpgroup MMA only).
+    E5M2,
     /// u1 x u1 + i32 with AND and popcount (`mma.m16n8k256 .b1 .and.popc`): `c += popc(a & b)`
     /// over k. The `.xor.popc` form is emulated on sm_90 (5.9x slower), so only AND is used.
     B1,
@@ -82,6 +86,8 @@ impl MmaKind {
             (DType::BF16, DType::F32) => MmaKind::Bf16,
             (DType::Int(8), DType::Int(32)) => MmaKind::I8,
             (DType::UInt(8), DType::Int(32)) => MmaKind::U8,
+            (DType::F8E4M3, DType::F32) => MmaKind::E4M3,
+            (DType::F8E5M2, DType::F32) => MmaKind::E5M2,
             (DType::UInt(1), DType::Int(32)) => MmaKind::B1,
             _ => return None,
         })
@@ -190,7 +196,7 @@ impl Target {
                 m: 64,
                 n: 256,
                 k: 32,
-                kinds: &[MmaKind::I8, MmaKind::U8],
+                kinds: &[MmaKind::I8, MmaKind::U8, MmaKind::E4M3, MmaKind::E5M2],
             },
         ],
         features: Features {

@@ -94,10 +94,18 @@ gemm_kernels!(bf16, gemm_bf16);
 /// the barrier of the stage it reads. A step queues its wgmmas behind the previous step's, then
 /// the block synchronizes once (every warpgroup retired step t - 1) and refills that step's
 /// stage, `STAGES - 1` steps ahead. Out-of-range rows, columns and `k` read as zero (the tensor
-/// map's bounds), stores are masked, so any `m`, `n` and `k` with `k % 8 == 0` run (tensor-map
-/// rows are multiples of 16 bytes; the launcher refuses other `k`, naming the argument).
+/// map's bounds), stores are masked, so any `m`, `n` and `k` whose rows are whole 16-byte
+/// units run (tensor-map rows are multiples of 16 bytes: `k % 8 == 0` for 16-bit operands,
+/// `k % 16 == 0` for 8-bit ones; the launcher refuses other `k`, naming the argument).
+///
+/// A stage is one 128-byte swizzled row of `k` per operand row: `BK` = 64 16-bit or 128 8-bit
+/// elements, the swizzle's 16-byte chunks `2^SW` elements (`swizzle(3, SW, 3)`).
+///
+/// The arguments: the kernel's name, the parameters' element type, the operands' type (the
+/// bytes reinterpreted: fp8 travels as `u8`), the accumulator's type and zero, the output's
+/// type, `BK` and `SW`.
 macro_rules! gemm_tma_kernels {
-    ($t:ident, $gemm:ident) => {
+    ($gemm:ident, $pt:ident, $t:ident, $acc:ident, $zero:tt, $out:ident, $bk:tt, $sw:tt) => {
         #[tilus::kernel(
                             grid = [cdiv(n, BN) * cdiv(m, BM)],
                             warps = BM / 16,
@@ -107,9 +115,9 @@ macro_rules! gemm_tma_kernels {
             m: i32,
             n: i32,
             k: i32,
-            a: Global<$t>,
-            b: Global<$t>,
-            c: GlobalMut<$t>,
+            a: Global<$pt>,
+            b: Global<$pt>,
+            c: GlobalMut<$out>,
         ) {
             let [pid] = block_indices();
             let rows = cdiv(m, BM);
@@ -118,30 +126,30 @@ macro_rules! gemm_tma_kernels {
             let height = min(rows - first, GROUP);
             let bi = first + pid % (GROUP * cols) % height;
             let bj = pid % (GROUP * cols) / height;
-            let ga = view_global(a, [m, k]);
-            let gb = view_global(b, [n, k]);
-            let sa = shared::<$t>([STAGES, BM, 64], swizzle(3, 3, 3));
-            let sb = shared::<$t>([STAGES, BN, 64], swizzle(3, 3, 3));
+            let ga = view_global::<$t>(a, [m, k]);
+            let gb = view_global::<$t>(b, [n, k]);
+            let sa = shared::<$t>([STAGES, BM, $bk], swizzle(3, $sw, 3));
+            let sb = shared::<$t>([STAGES, BN, $bk], swizzle(3, $sw, 3));
             // One barrier per stage, whose phase completes when both tiles have landed.
             let full = mbarriers(STAGES, 2);
-            let mut acc = register::<f32>(
+            let mut acc = register::<$acc>(
                 layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 8).mma_c),
-                0.0,
+                $zero,
             );
-            let steps = cdiv(k, 64);
+            let steps = cdiv(k, $bk);
             for s in 0..STAGES - 1 {
                 if s < steps {
                     tma_load(
                         ga,
-                        slice_shared(sa, [s, 0, 0], [BM, 64]),
-                        [bi * BM, s * 64],
+                        slice_shared(sa, [s, 0, 0], [BM, $bk]),
+                        [bi * BM, s * $bk],
                         full,
                         s,
                     );
                     tma_load(
                         gb,
-                        slice_shared(sb, [s, 0, 0], [BN, 64]),
-                        [bj * BN, s * 64],
+                        slice_shared(sb, [s, 0, 0], [BN, $bk]),
+                        [bj * BN, s * $bk],
                         full,
                         s,
                     );
@@ -151,8 +159,8 @@ macro_rules! gemm_tma_kernels {
                 let st = t % STAGES;
                 // Stage st completes its (t / STAGES)-th phase with step t's tiles.
                 mbarrier_wait(full, st, t / STAGES % 2);
-                let ta = slice_shared(sa, [st, 0, 0], [BM, 64]);
-                let tb = permute_shared(slice_shared(sb, [st, 0, 0], [BN, 64]), [1, 0]);
+                let ta = slice_shared(sa, [st, 0, 0], [BM, $bk]);
+                let tb = permute_shared(slice_shared(sb, [st, 0, 0], [BN, $bk]), [1, 0]);
                 acc = dot_async(ta, tb, acc);
                 dot_wait(1);
                 // Every warpgroup retired step t - 1: its stage can be refilled.
@@ -162,25 +170,30 @@ macro_rules! gemm_tma_kernels {
                     let ns = next % STAGES;
                     tma_load(
                         ga,
-                        slice_shared(sa, [ns, 0, 0], [BM, 64]),
-                        [bi * BM, next * 64],
+                        slice_shared(sa, [ns, 0, 0], [BM, $bk]),
+                        [bi * BM, next * $bk],
                         full,
                         ns,
                     );
                     tma_load(
                         gb,
-                        slice_shared(sb, [ns, 0, 0], [BN, 64]),
-                        [bj * BN, next * 64],
+                        slice_shared(sb, [ns, 0, 0], [BN, $bk]),
+                        [bj * BN, next * $bk],
                         full,
                         ns,
                     );
                 }
             }
             dot_wait(0);
-            store_global(cast::<$t>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
+            store_global(cast::<$out>(acc), view_global(c, [m, n]), [bi * BM, bj * BN]);
         }
     };
 }
 
-gemm_tma_kernels!(f16, gemm_tma_f16);
-gemm_tma_kernels!(bf16, gemm_tma_bf16);
+gemm_tma_kernels!(gemm_tma_f16, f16, f16, f32, 0.0, f16, 64, 3);
+gemm_tma_kernels!(gemm_tma_bf16, bf16, bf16, f32, 0.0, bf16, 64, 3);
+// `c = a · bᵀ` exactly in i32 (torch's `_int_mm`).
+gemm_tma_kernels!(gemm_tma_i8, i8, i8, i32, 0, i32, 128, 4);
+// OCP fp8 operands (as bytes), f32 accumulation, f16 out.
+gemm_tma_kernels!(gemm_tma_e4m3, u8, f8e4m3, f32, 0.0, f16, 128, 4);
+gemm_tma_kernels!(gemm_tma_e5m2, u8, f8e5m2, f32, 0.0, f16, 128, 4);

@@ -79,6 +79,11 @@ pub enum DotPlan {
 }
 
 /// The `[A, B, C]` fragment layouts of `mma.m16n8k16` for `kind` (see the module table).
+///
+/// # Panics
+///
+/// For the fp8 kinds, which no `mma.sync` of a target serves (the warpgroup MMA only; its
+/// fragments are `layout::fragments::wgmma_c`). [`plan_dot`] refuses them before asking.
 pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
     let f = |name: &str| {
         crate::layout::fragments::fragment(name).expect("the mma fragments are named layouts")
@@ -93,6 +98,7 @@ pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
             f(&format!("mma_b_k{r}")),
             f("mma_c"),
         ],
+        MmaKind::E4M3 | MmaKind::E5M2 => panic!("fp8 has no mma.sync fragments ({kind:?})"),
     }
 }
 
@@ -199,6 +205,7 @@ fn mma_plan_of(
         MmaKind::B1Paired => ["mma_b1_ap", "mma_b1_bp", "mma_b1_cp"],
         MmaKind::F16Runs(4) | MmaKind::Bf16Runs(4) => ["mma_a_k4", "mma_b_k4", "mma_c"],
         MmaKind::F16Runs(_) | MmaKind::Bf16Runs(_) => ["mma_a_k8", "mma_b_k8", "mma_c"],
+        MmaKind::E4M3 | MmaKind::E5M2 => unreachable!("refused by has_mma above"),
     };
     let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
         // A batched dot divides by the fragment with a leading extent of 1.

@@ -1,31 +1,40 @@
 //! `dot` with operands in shared memory: the warpgroup MMA of sm_90a,
-//! `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`, `b` read from shared memory through
-//! a matrix descriptor, `a` either the same way (the SS form, [`plan_wgmma`]) or from registers
-//! (the RS form, [`plan_wgmma_rs`]).
+//! `wgmma.mma_async.sync.aligned.m64nNkK`, `b` read from shared memory through a matrix
+//! descriptor, `a` either the same way (the SS form, [`plan_wgmma`]) or from registers (the RS
+//! form, [`plan_wgmma_rs`]). The operand types and their `K` (one instruction reads 32 bytes of
+//! each operand row, whatever the type):
+//!
+//! | operands | accumulator | `K` | forms |
+//! | --- | --- | ---: | --- |
+//! | `f16`, `bf16` | `f32` | 16 | SS, RS |
+//! | `i8`, `u8` | `i32` | 32 | SS |
+//! | `f8e4m3`, `f8e5m2` | `f32` | 32 | SS |
 //!
 //! A `dot(a, b, c)` takes this path when `a` and `b` are shared tensors, or `a` is a register
 //! tensor and `b` a shared one (`c` stays a register tensor; the semantics are those of every
 //! `dot`: `c + a · b`, `[m, k] x [k, n] + [m, n]`). It is accepted when:
 //!
-//! - **Target and block**: the target has wgmma for the operand type (f16 or bf16 with an f32
-//!   accumulator) and the block is whole warpgroups (a multiple of 128 threads).
+//! - **Target and block**: the target has wgmma for the operand type (the table above) and the
+//!   block is whole warpgroups (a multiple of 128 threads).
 //! - **Operands**: both are *k-major with the 128-byte swizzle*, the canonical layout the
-//!   hardware reads: each row of 64 elements (128 bytes) of `k` is contiguous, rows follow each
-//!   other, and 16-byte chunks are XOR-swizzled with the row index modulo 8
-//!   (`swizzle(3, 3, 3)` on 16-bit elements). For `a: [m, k]` that is a slice of a tile
-//!   allocated as `shared::<f16>([.., rows, 64], swizzle(3, 3, 3))` (strides `[64, 1]`); for
-//!   `b: [k, n]` it is such an `[n, 64]` tile permuted with `permute_shared(t, [1, 0])` (strides
-//!   `[1, 64]`). `k` is a multiple of 16 and at most 64, `m` a multiple of 64.
+//!   hardware reads: each row of 128 bytes of `k` (64 16-bit or 128 8-bit elements,
+//!   [`OperandGeometry`]) is contiguous, rows follow each other, and 16-byte chunks are
+//!   XOR-swizzled with the row index modulo 8 (`swizzle(3, 3, 3)` on 16-bit elements,
+//!   `swizzle(3, 4, 3)` on 8-bit ones). For `a: [m, k]` that is a slice of a tile allocated as
+//!   `shared::<f16>([.., rows, 64], swizzle(3, 3, 3))` (strides `[64, 1]`); for `b: [k, n]` it
+//!   is such an `[n, 64]` tile permuted with `permute_shared(t, [1, 0])` (strides `[1, 64]`).
+//!   `k` is a multiple of `K` and at most one row, `m` a multiple of 64.
 //! - **Accumulator**: `c`'s layout is warpgroup tiles of the wgmma accumulator fragment,
 //!   `qc ∘ wgmma_c(nf)` (`spatial(4, 1).local(1, nf / 8).mma_c`, `layout::fragments`), for the
-//!   widest `nf` (a multiple of 8, at most 256, dividing `n`) for which the division succeeds.
-//!   Warpgroup `w` computes, for each local `j` of the quotient `qc` (warpgroup `w` plays quotient
-//!   thread `w % qc.num_threads()`), the `[64, nf]` block of `c` at `qc.eval(w, j)` (in units of
-//!   `[64, nf]`), with one wgmma per 16 of `k`.
+//!   widest `nf` the instruction has (a multiple of 8 up to 256; for 8-bit integers 8, 16, 24
+//!   or a multiple of 16) dividing `n` for which the division succeeds. Warpgroup `w` computes,
+//!   for each local `j` of the quotient `qc` (warpgroup `w` plays quotient thread
+//!   `w % qc.num_threads()`), the `[64, nf]` block of `c` at `qc.eval(w, j)` (in units of
+//!   `[64, nf]`), with one wgmma per `K` of `k`.
 //!
-//! - **Register `a`** (the RS form, instead of the operand rule for `a`): `a`'s layout is
-//!   warpgroup tiles of the wgmma A fragment `wgmma_a()` = `spatial(4, 1).mma_a` (`[64, 16]`,
-//!   `layout::fragments`) that match `c`'s: with `qc = c.layout / wgmma_c(N)`,
+//! - **Register `a`** (the RS form, 16-bit operands, instead of the operand rule for `a`): `a`'s
+//!   layout is warpgroup tiles of the wgmma A fragment `wgmma_a()` = `spatial(4, 1).mma_a`
+//!   (`[64, 16]`, `layout::fragments`) that match `c`'s: with `qc = c.layout / wgmma_c(N)`,
 //!   `a.layout / wgmma_a() == reduce(qc, [1]).local(1, k / 16)`. That is, the warpgroup (and
 //!   local) computing `c`'s 64-row block `i` holds `a`'s row block `i` with its `k / 16` steps
 //!   as the innermost locals, and warpgroups that split `n` hold replicas. In text:
@@ -36,8 +45,8 @@
 //!
 //! What the code generator also needs, and checks when it emits the instruction (the offsets of
 //! a slice are expressions it sees there): every operand starts on a 1024-byte swizzle atom in
-//! its rows (a row offset that is a multiple of 8) and its `k` window lies inside the 64-element
-//! row at a multiple of 16.
+//! its rows (a row offset that is a multiple of 8) and its `k` window lies inside the 128-byte
+//! row at a multiple of `K`.
 //!
 //! The instruction is asynchronous on the GPU; this `dot` is not: the emitted code fences, issues
 //! the wgmmas, commits them and waits for them, so `c` is complete after the `dot` like after
@@ -52,6 +61,7 @@ use crate::layout::{
     Layout, SharedLayout, Swizzle,
 };
 use crate::target::{MmaKind, Target};
+use crate::DType;
 
 /// The swizzle of the k-major 128-byte canonical layout, on 16-bit elements.
 pub const SWIZZLE_128B: Swizzle = Swizzle {
@@ -60,18 +70,69 @@ pub const SWIZZLE_128B: Swizzle = Swizzle {
     shift: 3,
 };
 
-/// Elements of `k` in one swizzled row (128 bytes of 16-bit elements).
+/// Elements of `k` in one swizzled row of 16-bit elements (128 bytes).
 pub const ROW_ELEMENTS: usize = 64;
+
+/// Where the elements of a wgmma operand of one width sit in the canonical layout: a 128-byte
+/// row of `k`, read 32 bytes (one instruction's `K`) at a time, its 16-byte chunks swizzled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OperandGeometry {
+    /// Bytes per element (2 or 1).
+    pub bytes: usize,
+    /// Elements of `k` in one swizzled row.
+    pub row_elements: usize,
+    /// Elements of `k` one instruction reads (its `K`).
+    pub k_step: usize,
+    /// The 128-byte swizzle on elements of this width.
+    pub swizzle: Swizzle,
+}
+
+impl OperandGeometry {
+    /// The geometry of `dtype`'s elements, if wgmma reads elements that wide (16 or 8 bits).
+    pub fn of(dtype: DType) -> Option<OperandGeometry> {
+        let bytes = match dtype.bits() {
+            16 => 2,
+            8 => 1,
+            _ => return None,
+        };
+        Some(OperandGeometry {
+            bytes,
+            row_elements: 128 / bytes,
+            k_step: 32 / bytes,
+            swizzle: Swizzle {
+                bits: 3,
+                // 16-byte chunks: 8 16-bit or 16 8-bit elements.
+                base: (16 / bytes).trailing_zeros(),
+                shift: 3,
+            },
+        })
+    }
+
+    /// The swizzle as the kernel language writes it: `swizzle(3, 3, 3)`.
+    pub fn swizzle_text(&self) -> String {
+        let s = self.swizzle;
+        format!("swizzle({}, {}, {})", s.bits, s.base, s.shift)
+    }
+}
+
+/// Whether `m64nNkK` exists for `kind`: every multiple of 8 up to 256, but for the 8-bit
+/// integer kinds only 8, 16, 24 and multiples of 16.
+pub fn has_n(kind: MmaKind, n: usize) -> bool {
+    let integer = matches!(kind, MmaKind::I8 | MmaKind::U8);
+    (8..=256).contains(&n) && n.is_multiple_of(8) && (!integer || n <= 24 || n.is_multiple_of(16))
+}
 
 /// How a verified shared-operand `dot` runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WgmmaPlan {
     pub kind: MmaKind,
-    /// Columns per wgmma (`N` of `m64nNk16`).
+    /// Columns per wgmma (`N` of `m64nNkK`).
     pub n: usize,
     /// `c`'s layout divided by the accumulator fragment: its threads are warpgroups, its
     /// elements `[64, n]` blocks of `c`.
     pub c: Layout,
+    /// Where the operands' elements sit (their width's row and `K`).
+    pub geometry: OperandGeometry,
 }
 
 /// Check a `dot` of shared `a: [m, k]`, shared `b: [k, n]` and register `c: [m, n]`.
@@ -83,12 +144,17 @@ pub fn plan_wgmma(
     target: &Target,
 ) -> Result<WgmmaPlan, String> {
     let (sa, sb) = (&a.layout.shape, &b.layout.shape);
-    let kind = check_common(a.dtype, c, sa[0], sa[1], sb[1], block_threads, target)?;
-    k_major(&a.layout, [ROW_ELEMENTS, 1]).map_err(|e| {
-        format!("the shared operand a {e}\nhelp: allocate it as `shared::<T>([.., rows, 64], swizzle(3, 3, 3))` and slice `[rows, k]` out of it")
+    let (kind, g) = check_common(a.dtype, c, sa[0], sa[1], sb[1], block_threads, target)?;
+    k_major(&a.layout, [g.row_elements, 1], &g).map_err(|e| {
+        format!(
+            "the shared operand a {e}\nhelp: allocate it as `shared::<{}>([.., rows, {}], {})` and slice `[rows, k]` out of it",
+            a.dtype,
+            g.row_elements,
+            g.swizzle_text()
+        )
     })?;
-    check_b(b)?;
-    plan_c(kind, c, sa[0], sb[1])
+    check_b(b, &g)?;
+    plan_c(kind, c, sa[0], sb[1], g)
 }
 
 /// How a verified `dot` with `a` in registers runs (the RS form of wgmma).
@@ -107,7 +173,7 @@ pub struct WgmmaRsPlan {
 /// `c`'s: `a.layout / wgmma_a()` must be `reduce(qc, [1]).local(1, k / 16)`, where `qc` is `c`'s
 /// quotient by the accumulator fragment. So the warpgroup (and local) that computes the `[64, N]`
 /// blocks of row block `i` holds row block `i` of `a`, all `k / 16` steps as its innermost locals;
-/// warpgroups that split `n` hold replicas of `a`.
+/// warpgroups that split `n` hold replicas of `a`. Only 16-bit operands have this form here.
 pub fn plan_wgmma_rs(
     a: &RegisterType,
     b: &SharedType,
@@ -117,9 +183,15 @@ pub fn plan_wgmma_rs(
 ) -> Result<WgmmaRsPlan, String> {
     let (sa, sb) = (a.layout.shape(), &b.layout.shape);
     let (m, k, n) = (sa[0], sa[1], sb[1]);
-    let kind = check_common(a.dtype, c, m, k, n, block_threads, target)?;
-    check_b(b)?;
-    let base = plan_c(kind, c, m, n)?;
+    let (kind, g) = check_common(a.dtype, c, m, k, n, block_threads, target)?;
+    if g.bytes != 2 {
+        return Err(format!(
+            "a register operand a of {} is not supported: the RS form takes f16 or bf16 (its 8-bit A fragment is not in the layout algebra yet)\nhelp: put a in shared memory",
+            a.dtype
+        ));
+    }
+    check_b(b, &g)?;
+    let base = plan_c(kind, c, m, n, g)?;
     let steps = k / 16;
     let want = base
         .c
@@ -170,29 +242,38 @@ pub fn plan_wgmma_rs(
     Ok(WgmmaRsPlan { base, a: table })
 }
 
-/// The checks shared by both forms: dtypes, target, block, shapes. Returns the MMA kind.
+/// The checks shared by both forms: dtypes, target, block, shapes. Returns the MMA kind and
+/// where its operands' elements sit.
 fn check_common(
-    a_dtype: crate::DType,
+    a_dtype: DType,
     c: &RegisterType,
     m: usize,
     k: usize,
     n: usize,
     block_threads: usize,
     target: &Target,
-) -> Result<MmaKind, String> {
+) -> Result<(MmaKind, OperandGeometry), String> {
     let kind = match MmaKind::of(a_dtype, c.dtype) {
-        Some(k @ (MmaKind::F16 | MmaKind::Bf16)) => k,
+        Some(
+            k @ (MmaKind::F16
+            | MmaKind::Bf16
+            | MmaKind::I8
+            | MmaKind::U8
+            | MmaKind::E4M3
+            | MmaKind::E5M2),
+        ) => k,
         _ => {
             return Err(format!(
-                "wgmma operands are f16 or bf16 with an f32 accumulator, not {a_dtype} with {}",
+                "wgmma operands are f16 or bf16 with an f32 accumulator, i8 or u8 with an i32 one, or f8e4m3 or f8e5m2 with an f32 one, not {a_dtype} with {}",
                 c.dtype
             ))
         }
     };
+    let g = OperandGeometry::of(a_dtype).expect("every wgmma kind has 16- or 8-bit operands");
     if !target
         .wgmma
         .iter()
-        .any(|s| s.k == 16 && s.kinds.contains(&kind))
+        .any(|s| s.k as usize == g.k_step && s.kinds.contains(&kind))
     {
         return Err(format!(
             "the target {} has no wgmma for {kind:?}: the warpgroup MMA needs sm_90a",
@@ -204,28 +285,45 @@ fn check_common(
             "wgmma runs on whole warpgroups, but the block has {block_threads} threads (not a multiple of 128)"
         ));
     }
-    if !m.is_multiple_of(64) || !k.is_multiple_of(16) || k > ROW_ELEMENTS || !n.is_multiple_of(8) {
+    let row = g.row_elements;
+    let step = g.k_step;
+    if !m.is_multiple_of(64) || !k.is_multiple_of(step) || k > row || !n.is_multiple_of(8) {
         return Err(format!(
-            "wgmma tiles are 64 rows by multiples of 16 of k (at most {ROW_ELEMENTS}, one swizzled row) by multiples of 8 of n; got m = {m}, k = {k}, n = {n}"
+            "wgmma tiles of {a_dtype} are 64 rows by multiples of {step} of k (at most {row}, one swizzled row) by multiples of 8 of n; got m = {m}, k = {k}, n = {n}"
         ));
     }
-    Ok(kind)
+    Ok((kind, g))
 }
 
 /// `b: [k, n]` is a k-major 128-byte-swizzled tile seen through `permute_shared`.
-fn check_b(b: &SharedType) -> Result<(), String> {
-    k_major(&b.layout, [1, ROW_ELEMENTS]).map_err(|e| {
-        format!("the shared operand b {e}\nhelp: allocate `[n, 64]` with `swizzle(3, 3, 3)` (k contiguous) and pass `permute_shared(t, [1, 0])`")
+fn check_b(b: &SharedType, g: &OperandGeometry) -> Result<(), String> {
+    k_major(&b.layout, [1, g.row_elements], g).map_err(|e| {
+        format!(
+            "the shared operand b {e}\nhelp: allocate `[n, {}]` with `{}` (k contiguous) and pass `permute_shared(t, [1, 0])`",
+            g.row_elements,
+            g.swizzle_text()
+        )
     })
 }
 
 /// `c`'s layout divided by the accumulator fragment of the widest `N` that divides it.
-fn plan_c(kind: MmaKind, c: &RegisterType, m: usize, n: usize) -> Result<WgmmaPlan, String> {
+fn plan_c(
+    kind: MmaKind,
+    c: &RegisterType,
+    m: usize,
+    n: usize,
+    geometry: OperandGeometry,
+) -> Result<WgmmaPlan, String> {
     let mut widths: Vec<usize> = (1..=n.min(256) / 8).map(|x| 8 * x).collect();
-    widths.retain(|w| n.is_multiple_of(*w));
+    widths.retain(|&w| n.is_multiple_of(w) && has_n(kind, w));
     for nf in widths.into_iter().rev() {
         if let Ok(q) = c.layout.divide(&wgmma_c(nf)) {
-            return Ok(WgmmaPlan { kind, n: nf, c: q });
+            return Ok(WgmmaPlan {
+                kind,
+                n: nf,
+                c: q,
+                geometry,
+            });
         }
     }
     Err(format!(
@@ -236,16 +334,17 @@ fn plan_c(kind: MmaKind, c: &RegisterType, m: usize, n: usize) -> Result<WgmmaPl
     ))
 }
 
-/// `Ok` when `layout` is k-major with the 128-byte swizzle: `strides` are the expected
-/// `[row dim, k dim]` strides (the k dim has stride 1, the row dim 64).
-fn k_major(layout: &SharedLayout, strides: [usize; 2]) -> Result<(), String> {
-    if layout.swizzle != Some(SWIZZLE_128B) || layout.strides[..] != strides[..] {
+/// `Ok` when `layout` is k-major with the 128-byte swizzle of `g`'s elements: `strides` are the
+/// expected `[row dim, k dim]` strides (the k dim has stride 1, the row dim one row).
+fn k_major(layout: &SharedLayout, strides: [usize; 2], g: &OperandGeometry) -> Result<(), String> {
+    if layout.swizzle != Some(g.swizzle) || layout.strides[..] != strides[..] {
         let swizzle = layout.swizzle.map_or("none".to_string(), |s| {
             format!("swizzle({}, {}, {})", s.bits, s.base, s.shift)
         });
         return Err(format!(
-            "is not k-major with the 128-byte swizzle: it has strides {:?} and {swizzle}, wgmma reads strides {strides:?} with swizzle(3, 3, 3)",
-            layout.strides
+            "is not k-major with the 128-byte swizzle: it has strides {:?} and {swizzle}, wgmma reads strides {strides:?} with {}",
+            layout.strides,
+            g.swizzle_text()
         ));
     }
     Ok(())
@@ -330,6 +429,90 @@ mod tests {
             layout: c.layout.clone(),
         };
         assert!(err(&a, &b, &ints, 128, &Target::SM90).contains("f16 or bf16"));
+    }
+
+    fn shared_of(
+        dtype: DType,
+        shape: [usize; 2],
+        strides: [usize; 2],
+        swizzle: Option<Swizzle>,
+    ) -> SharedType {
+        SharedType {
+            dtype,
+            ..shared(shape, strides, swizzle)
+        }
+    }
+
+    #[test]
+    fn eight_bit_operands_read_128_element_rows_in_steps_of_32() {
+        let sw8 = OperandGeometry::of(DType::Int(8)).unwrap().swizzle;
+        assert_eq!((sw8.bits, sw8.base, sw8.shift), (3, 4, 3));
+        let g16 = OperandGeometry::of(DType::BF16).unwrap();
+        assert_eq!(
+            (g16.row_elements, g16.k_step, g16.swizzle),
+            (64, 16, SWIZZLE_128B)
+        );
+        assert!(OperandGeometry::of(DType::F32).is_none());
+        let ints = |text: &str| RegisterType {
+            dtype: DType::Int(32),
+            layout: parse(text).unwrap(),
+        };
+        for (dtype, acc_dtype, kind) in [
+            (DType::Int(8), DType::Int(32), MmaKind::I8),
+            (DType::UInt(8), DType::Int(32), MmaKind::U8),
+            (DType::F8E4M3, DType::F32, MmaKind::E4M3),
+            (DType::F8E5M2, DType::F32, MmaKind::E5M2),
+        ] {
+            let a = shared_of(dtype, [128, 128], [128, 1], Some(sw8));
+            let b = shared_of(dtype, [128, 256], [1, 128], Some(sw8));
+            let c = RegisterType {
+                dtype: acc_dtype,
+                layout: parse("spatial(2, 1).spatial(4, 1).local(1, 32).mma_c").unwrap(),
+            };
+            let plan = plan_wgmma(&a, &b, &c, 256, &Target::SM90)
+                .unwrap_or_else(|e| panic!("{dtype}: {e}"));
+            assert_eq!((plan.kind, plan.n, plan.geometry.k_step), (kind, 256, 32));
+            // The 16-bit swizzle on 8-bit elements: the help names the right one.
+            let a16 = shared_of(dtype, [128, 128], [128, 1], Some(SWIZZLE_128B));
+            let e = plan_wgmma(&a16, &b, &c, 256, &Target::SM90).unwrap_err();
+            assert!(
+                e.contains("operand a") && e.contains("swizzle(3, 4, 3)") && e.contains("128]"),
+                "{e}"
+            );
+            // k = 48 is not whole instructions of 32.
+            let a48 = shared_of(dtype, [128, 48], [128, 1], Some(sw8));
+            let b48 = shared_of(dtype, [48, 256], [1, 128], Some(sw8));
+            let e = plan_wgmma(&a48, &b48, &c, 256, &Target::SM90).unwrap_err();
+            assert!(e.contains("multiples of 32 of k"), "{e}");
+            // No register operand a for 8-bit types (yet).
+            let ra = RegisterType {
+                dtype,
+                layout: parse("spatial(2, 1).spatial(4, 1).local(1, 8).mma_a").unwrap(),
+            };
+            let e = plan_wgmma_rs(&ra, &b, &c, 256, &Target::SM90).unwrap_err();
+            assert!(e.contains("put a in shared memory"), "{e}");
+            assert!(plan_wgmma(&a, &b, &c, 256, &Target::SM80)
+                .unwrap_err()
+                .contains("sm_90a"));
+        }
+        // Integer wgmmas are 8, 16, 24 or a multiple of 16 wide: 40 columns are five of 8,
+        // fp8's one of 40.
+        let a = shared_of(DType::Int(8), [64, 128], [128, 1], Some(sw8));
+        let b = shared_of(DType::Int(8), [128, 40], [1, 128], Some(sw8));
+        let c = ints("spatial(4, 1).local(1, 5).mma_c");
+        let plan = plan_wgmma(&a, &b, &c, 128, &Target::SM90).unwrap();
+        assert_eq!((plan.n, plan.c.num_locals()), (8, 5));
+        let a = shared_of(DType::F8E4M3, [64, 128], [128, 1], Some(sw8));
+        let b = shared_of(DType::F8E4M3, [128, 40], [1, 128], Some(sw8));
+        let c = acc("spatial(4, 1).local(1, 5).mma_c");
+        assert_eq!(plan_wgmma(&a, &b, &c, 128, &Target::SM90).unwrap().n, 40);
+        assert!(has_n(MmaKind::I8, 24) && has_n(MmaKind::U8, 256) && !has_n(MmaKind::I8, 264));
+        // i8 into an f32 accumulator has no wgmma.
+        let c = acc("spatial(4, 1).local(1, 5).mma_c");
+        let a = shared_of(DType::Int(8), [64, 128], [128, 1], Some(sw8));
+        let b = shared_of(DType::Int(8), [128, 40], [1, 128], Some(sw8));
+        let e = plan_wgmma(&a, &b, &c, 128, &Target::SM90).unwrap_err();
+        assert!(e.contains("i8 or u8 with an i32"), "{e}");
     }
 
     fn reg(dtype: DType, text: &str) -> RegisterType {

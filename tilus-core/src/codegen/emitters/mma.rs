@@ -163,6 +163,11 @@ fn mma(
             cx.features.insert("mma_bf16");
             ("tilus_mma_bf16", r as usize, r as usize / 2)
         }
+        MmaKind::E4M3 | MmaKind::E5M2 => {
+            return Err(cx.err(format!(
+                "dot (mma): {kind:?} runs on the warpgroup MMA only (shared operands)"
+            )))
+        }
     };
     // Instructions per fragment: one, or `r / 4` for the runs of `r`.
     let per_fragment = match kind {

@@ -1,4 +1,4 @@
-//! `dot` with shared operands: `wgmma.mma_async.sync.aligned.m64nNk16` (sm_90a), `b` read by the
+//! `dot` with shared operands: `wgmma.mma_async.sync.aligned.m64nNkK` (sm_90a), `b` read by the
 //! tensor cores from shared memory through a 64-bit matrix descriptor, `a` either the same way
 //! (the SS form) or from four 32-bit registers per thread holding its A fragment (the RS form,
 //! `layout::fragments::wgmma_a`; `crate::verify::wgmma` has the conditions).
@@ -6,8 +6,8 @@
 //! Each warpgroup issues, for each of its `[64, N]` accumulator blocks and each 16 of `k`, one
 //! wgmma. The descriptors describe the k-major 128-byte-swizzled canonical layout: start address
 //! `>> 4`, stride byte offset 1024 (the next 8 rows), leading byte offset unused (1), swizzle
-//! mode 1 (128 bytes). Advancing `k` by 16 moves the start address by 32 bytes inside the
-//! swizzled row, which is right because the hardware swizzles address bits and the tensor starts
+//! mode 1 (128 bytes). Advancing `k` by one instruction's `K` (16 16-bit or 32 8-bit elements)
+//! moves the start address by 32 bytes inside the swizzled row, which is right because the hardware swizzles address bits and the tensor starts
 //! on a 1024-byte block (`codegen::smem`).
 //!
 //! The sequence is synchronous for the program: fence the accumulator registers (and a register
@@ -21,32 +21,69 @@ use crate::codegen::regmap::LayoutMap;
 use crate::codegen::CodegenError;
 use crate::ir::{Expr, RegisterType, SharedType, VarId};
 use crate::target::MmaKind;
-use crate::verify::wgmma::{plan_wgmma, plan_wgmma_rs, ROW_ELEMENTS};
+use crate::verify::wgmma::{plan_wgmma, plan_wgmma_rs, OperandGeometry};
+
+/// The operand kinds with a wgmma helper, in the order of [`feature`]'s table.
+const KINDS: [MmaKind; 6] = [
+    MmaKind::F16,
+    MmaKind::Bf16,
+    MmaKind::I8,
+    MmaKind::U8,
+    MmaKind::E4M3,
+    MmaKind::E5M2,
+];
 
 /// The helper feature of one wgmma shape (`wgmma_f16_n256`; `wgmma_rs_f16_n256` with `a` in
 /// registers).
 fn feature(kind: MmaKind, n: usize, rs: bool) -> &'static str {
-    // Feature names are `&'static str`: the 2 x 2 x 32 of them are made once.
+    // Feature names are `&'static str`: the 2 x 6 x 32 of them are made once.
     static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     let names = NAMES.get_or_init(|| {
         ["", "rs_"]
             .iter()
             .flat_map(|&form| {
-                [MmaKind::F16, MmaKind::Bf16].iter().flat_map(move |&k| {
+                KINDS.iter().flat_map(move |&k| {
                     (1..=32).map(move |x| format!("wgmma_{form}{}_n{}", ty(k), 8 * x))
                 })
             })
             .map(|s| &*Box::leak(s.into_boxed_str()))
             .collect()
     });
-    let kind_index = usize::from(kind == MmaKind::Bf16) + 2 * usize::from(rs);
+    let kind_index = KINDS.iter().position(|&k| k == kind).expect("a wgmma kind")
+        + KINDS.len() * usize::from(rs);
     names[kind_index * 32 + n / 8 - 1]
 }
 
+/// The PTX name of the operand type.
 fn ty(kind: MmaKind) -> &'static str {
     match kind {
         MmaKind::Bf16 => "bf16",
+        MmaKind::I8 => "s8",
+        MmaKind::U8 => "u8",
+        MmaKind::E4M3 => "e4m3",
+        MmaKind::E5M2 => "e5m2",
         _ => "f16",
+    }
+}
+
+/// `K` of the instruction for `kind`: 32 bytes of 16- or 8-bit elements.
+fn k_of(kind: MmaKind) -> usize {
+    match kind {
+        MmaKind::F16 | MmaKind::Bf16 => 16,
+        _ => 32,
+    }
+}
+
+/// The instruction's types (`.f32.f16.f16`, `.s32.s8.s8`) and its operands after `b`'s
+/// descriptor: scale-d, then for floats imm-scale-a and imm-scale-b, then for 16-bit floats the
+/// transposes (0: both k-major; the RS form has only `b`'s).
+fn suffix_and_tail(kind: MmaKind, rs: bool) -> (String, &'static str) {
+    let t = ty(kind);
+    match kind {
+        MmaKind::I8 | MmaKind::U8 => (format!("s32.{t}.{t}"), "1"),
+        MmaKind::E4M3 | MmaKind::E5M2 => (format!("f32.{t}.{t}"), "1, 1, 1"),
+        _ if rs => (format!("f32.{t}.{t}"), "1, 1, 1, 0"),
+        _ => (format!("f32.{t}.{t}"), "1, 1, 1, 0, 0"),
     }
 }
 
@@ -66,7 +103,7 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
 }
 "#,
     );
-    for kind in [MmaKind::F16, MmaKind::Bf16] {
+    for kind in KINDS {
         for n in (8..=256).step_by(8) {
             if used.contains(feature(kind, n, true)) {
                 s.push_str(&rs_helper(kind, n));
@@ -74,14 +111,15 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
             if !used.contains(feature(kind, n, false)) {
                 continue;
             }
-            let t = ty(kind);
+            let (t, k) = (ty(kind), k_of(kind));
+            let (types, tail) = suffix_and_tail(kind, false);
             let regs = n / 2;
             let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
             let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
             s.push_str(&format!(
-                "\n// d += a * b on one m64n{n}k16 block of a warpgroup: a and b from shared memory (descriptors), d = {regs} f32 per thread.\n\
-                 static __device__ __forceinline__ void tilus_wgmma_m64n{n}k16_{t}(uint32_t* d, uint64_t a, uint64_t b) {{\n\
-                 \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, %{regs}, %{}, 1, 1, 1, 0, 0;\\n\"\n\
+                "\n// d += a * b on one m64n{n}k{k} block of a warpgroup: a and b from shared memory (descriptors), d = {regs} 32-bit accumulators per thread.\n\
+                 static __device__ __forceinline__ void tilus_wgmma_m64n{n}k{k}_{t}(uint32_t* d, uint64_t a, uint64_t b) {{\n\
+                 \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{types} {{{}}}, %{regs}, %{}, {tail};\\n\"\n\
                  \x20              : {}\n\
                  \x20              : \"l\"(a), \"l\"(b));\n\
                  }}\n",
@@ -99,13 +137,14 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
 /// imm-scale-b, imm-trans-b (0: `b` k-major, as in the SS form).
 fn rs_helper(kind: MmaKind, n: usize) -> String {
     let t = ty(kind);
+    let (types, tail) = suffix_and_tail(kind, true);
     let regs = n / 2;
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
     format!(
         "\n// d += a * b on one m64n{n}k16 block of a warpgroup: a from registers (its A fragment), b from shared memory (descriptor), d = {regs} f32 per thread.\n\
          static __device__ __forceinline__ void tilus_wgmma_rs_m64n{n}k16_{t}(uint32_t* d, const uint32_t* a, uint64_t b) {{\n\
-         \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, 1, 1, 1, 0;\\n\"\n\
+         \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.{types} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, {tail};\\n\"\n\
          \x20              : {}\n\
          \x20              : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b));\n\
          }}\n",
@@ -157,7 +196,8 @@ pub(crate) fn dot(
         )
         .map_err(|e| cx.err(format!("dot (wgmma): {e}")))?;
         let k = sa.shape[1];
-        (plan, AOperand::Shared(operand_base(cx, &sa, "a", k)?), k)
+        let base = operand_base(cx, &sa, "a", k, &plan.geometry)?;
+        (plan, AOperand::Shared(base), k)
     } else {
         let (adt, al) = cx.reg(a)?;
         let k = al.shape()[1];
@@ -174,14 +214,16 @@ pub(crate) fn dot(
         .map_err(|e| cx.err(format!("dot (wgmma): {e}")))?;
         (rs.base, AOperand::Registers(rs.a), k)
     };
-    let base_b = operand_base(cx, &sb, "b", k)?;
+    let g = plan.geometry;
+    let base_b = operand_base(cx, &sb, "b", k, &g)?;
     let q = LayoutMap::analyze(&plan.c).map_err(|e| cx.err(e))?;
     let regs = plan.n / 2;
     let rs = matches!(a_operand, AOperand::Registers(_));
     let helper = format!(
-        "tilus_wgmma_{}m64n{}k16_{}",
+        "tilus_wgmma_{}m64n{}k{}_{}",
         if rs { "rs_" } else { "" },
         plan.n,
+        g.k_step,
         ty(plan.kind)
     );
     cx.features.insert(feature(plan.kind, plan.n, rs));
@@ -202,9 +244,10 @@ pub(crate) fn dot(
     }
     cx.w.open("");
     cx.w.line(format!(
-        "// wgmma m64n{}k16, {} per warpgroup",
+        "// wgmma m64n{}k{}, {} per warpgroup",
         plan.n,
-        q.locals * k / 16
+        g.k_step,
+        q.locals * k / g.k_step
     ));
     let groups = cx.block_threads / 128;
     let wg = cx.fresh("wg");
@@ -249,8 +292,8 @@ pub(crate) fn dot(
             "const uint32_t {ob} = {};",
             select_by(&wg, per_group.iter().map(|p| p.1))
         ));
-        for step in 0..k / 16 {
-            // 16 elements of k are 32 bytes, 2 units of the descriptor's start address.
+        for step in 0..k / g.k_step {
+            // One instruction's k is 32 bytes, 2 units of the descriptor's start address.
             let a_arg = match (&a_operand, &a_words) {
                 (AOperand::Registers(table), Some((an, _))) => {
                     format!("&{an}[{}]", 4 * table[j][step])
@@ -360,32 +403,35 @@ fn view_layout(s: &SharedInfo) -> crate::layout::SharedLayout {
 
 /// The byte offset (a C expression, from the dynamic shared buffer) of operand `s`'s first
 /// element, unswizzled, after checking that it starts a swizzle atom in its rows and that its
-/// `k` window (the dim of stride 1, `k` long) lies at a multiple of 16 inside one row.
+/// `k` window (the dim of stride 1, `k` long) lies at a multiple of the instruction's `K` inside
+/// one row.
 fn operand_base(
     cx: &mut Ctx,
     s: &SharedInfo,
     which: &str,
     k: usize,
+    g: &OperandGeometry,
 ) -> Result<String, CodegenError> {
     let l = &s.root_layout;
-    let bytes = 2; // f16 and bf16
+    let (bytes, row, step) = (g.bytes, g.row_elements, g.k_step);
+    // A 1024-byte swizzle atom: 8 rows of 128 bytes.
+    let atom = 1024 / bytes;
     let mut terms = vec![format!("{}u", s.root_offset)];
     for (d, origin) in s.origin.iter().enumerate() {
         let stride = l.strides[d];
         if stride == 1 {
             match cx.facts.constant(origin) {
-                Some(c) if c % 16 == 0 && c >= 0 && c as usize + k <= ROW_ELEMENTS => {}
+                Some(c) if c % step as i64 == 0 && c >= 0 && c as usize + k <= row => {}
                 _ => {
                     return Err(cx.err(format!(
-                        "dot (wgmma): the k window of operand {which} must start at a constant multiple of 16 with k = {k} more inside the row of {ROW_ELEMENTS}; it starts at `{}`",
+                        "dot (wgmma): the k window of operand {which} must start at a constant multiple of {step} with k = {k} more inside the row of {row}; it starts at `{}`",
                         cx.expr(origin)
                     )))
                 }
             }
         } else {
-            // The rest of the offset must be a multiple of a 1024-byte swizzle atom (512
-            // elements).
-            let need = 512 / gcd(stride, 512);
+            // The rest of the offset must be a multiple of a swizzle atom.
+            let need = atom / gcd(stride, atom);
             let proof = cx.facts.divisible(origin, need as i64);
             if matches!(proof, Divisible::No) {
                 return Err(cx.err(format!(

@@ -5,11 +5,13 @@
 //! Each warpgroup reads the shared operands it needs as its first thread would (so reading bytes
 //! that another thread wrote since the last barrier is reported as a race, as a `load_shared`
 //! is); a register `a` is read from the warpgroup's own threads. The sum is exact (f64 products
-//! of f16/bf16 values and their sum of at most 2^53 terms are exact up to f64 rounding) and
-//! rounded once to the accumulator's dtype; the GPU accumulates in f32 in an unspecified order.
+//! of 16- and 8-bit values and their sum of at most 2^53 terms are exact up to f64 rounding) and
+//! rounded once to the accumulator's dtype; the GPU accumulates floats in f32 in an unspecified
+//! order. Integer sums (`i8`/`u8` into `i32`) are exact, and one that overflows `i32` is an
+//! error here (the GPU would wrap it).
 
 use super::super::memory::{RegTensor, Value};
-use super::super::numeric::encode_float;
+use super::super::numeric::{encode_float, encode_int, is_int};
 use super::super::{Block, Machine};
 use crate::ir::{Instruction, VarId};
 use std::ops::Range;
@@ -141,8 +143,12 @@ impl Machine<'_> {
                         }
                         sum += av[mi * k + kk] * bv[kk * n + ni];
                     }
-                    let code = encode_float(rc.dtype, sum)
-                        .map_err(|e| format!("`{cn}`[{mi}, {ni}]: {e}"))?;
+                    let code = if is_int(rc.dtype) {
+                        encode_int(rc.dtype, sum as i64)
+                    } else {
+                        encode_float(rc.dtype, sum)
+                    }
+                    .map_err(|e| format!("`{cn}`[{mi}, {ni}]: {e}"))?;
                     result.set(t, l, code);
                 }
             }
