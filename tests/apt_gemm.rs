@@ -105,6 +105,7 @@ fn activation_quantizer_matches_host() {
             ABITS: abits,
             WARPS: warps,
             ONE_PASS: one,
+            CODES: 0,
         };
         let mut x: Vec<f16> = (0..m * k)
             .map(|_| f16::from_f32(rng.random_range(-3.0f32..3.0)))
@@ -399,4 +400,49 @@ fn tiling_rule() {
             }
         }
     }
+}
+
+/// The codes on the integer warpgroup MMA (`apt_gemm_igmma`, the layer's path from
+/// `IGMMA_MIN_M` tokens): the same exact products and the same output bits as the quantizer and
+/// the 1-bit GEMM, for widths up to W2A8 (codes up to 255), ragged `m` and `n` (the copy
+/// engine's boxes zero-fill the edges, past `n` and `m` too), one and two warpgroups; and the
+/// layer's rule for the path (`IGMMA_MIN_M` tokens, `IGMMA_MIN_BLOCKS` blocks).
+#[test]
+fn igmma_matches_the_one_bit_gemm() {
+    use tilus::kernels::apt::linear::IGMMA_MIN_M;
+    use tilus::kernels::apt::{AptLinear, AptPath};
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for ((w, a), (m, n, k)) in tilus::kernels::apt::bench::WIDTHS.into_iter().zip([
+        (70, 40, 512),
+        (65, 24, 256),
+        (20, 56, 768),
+        (130, 8, 1280),
+        (3, 16, 256),
+    ]) {
+        let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let (y1, acc1) = layer.forward_cpu_unfused(&x, m).unwrap();
+        assert!(acc1.iter().any(|&v| v != 0));
+        for bm in [64, 128] {
+            let cfg = tilus::kernels::apt::kernel::apt_gemm_igmma::Config {
+                BM: bm,
+                BN: 128,
+                ..layer.igmma_config(m, false)
+            };
+            let (y2, acc2) = layer.forward_cpu_igmma(&x, m, cfg).unwrap();
+            assert_eq!(acc2, acc1, "W{w}A{a} m={m} BM={bm}: products");
+            assert_eq!(bits(&y2), bits(&y1), "W{w}A{a} m={m} BM={bm}: output bits");
+        }
+    }
+    // The rule: from IGMMA_MIN_M tokens and IGMMA_MIN_BLOCKS blocks of 128 x 256.
+    use tilus::kernels::apt::linear::IGMMA_MIN_BLOCKS;
+    let n = 256 * IGMMA_MIN_BLOCKS / IGMMA_MIN_M.div_ceil(128);
+    let layer = AptLinear::new(&random(256 * n), 256, n, 2, 2, None).unwrap();
+    assert!(matches!(layer.path(IGMMA_MIN_M), AptPath::Igmma(_)));
+    assert_eq!(layer.path(IGMMA_MIN_M - 1), AptPath::Unfused);
+    let narrow = AptLinear::new(&random(256 * (n - 256)), 256, n - 256, 2, 2, None).unwrap();
+    assert_eq!(narrow.path(IGMMA_MIN_M), AptPath::Unfused);
 }

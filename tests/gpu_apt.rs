@@ -2,7 +2,8 @@
 //! 1-bit tensor cores) against the interpreter and an exact i64 reference: activation planes,
 //! row sums and scales bit for bit, the i32 bipolar products exactly, the f16 output within one
 //! f16 ulp of the f64 reference; the fused and the popc decode kernels bit for bit the two
-//! launches. Every bench width, at m = 1, 3, 5 (decode), 64 and a ragged m.
+//! launches; the codes on the integer warpgroup MMA (sm_90a) bit for bit the 1-bit GEMM. Every
+//! bench width, at m = 1, 3, 5 (decode), 64, ragged m and m = 300 (the integer-MMA path).
 //!
 //! Skips with a printed reason when this machine cannot run CUDA; `TILUS_REQUIRE_GPU=1` turns the
 //! skip into a failure. Run with `cargo test --release --test gpu_apt -- --nocapture`.
@@ -35,6 +36,8 @@ fn gpu_apt_linear_matches_reference() {
             (100, 256, 1024),
             (3, 128, 4096),
             (1, 40, 1280),
+            // The integer-MMA GEMM at a ragged m past IGMMA_MIN_M.
+            (300, 264, 1024),
         ] {
             let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
@@ -145,9 +148,98 @@ fn gpu_apt_linear_matches_reference() {
                     );
                 }
             }
+            // The codes on the integer warpgroup MMA (sm_90a): the quantizer's code bytes are
+            // the host's, and both tilings give the 1-bit GEMM's products and bits.
+            if ctx.arch() == "sm_90a" && m >= 16 {
+                let mut codes = AptActivations::with_codes(&gpu, m, true).unwrap();
+                gpu.quantize_into(&xd, &mut codes).unwrap();
+                let bytes: Vec<u8> = codes
+                    .planes
+                    .to_host()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|w| w.to_le_bytes())
+                    .collect();
+                assert_eq!(bytes, aq.codes(), "{tag}: activation codes");
+                assert_eq!(codes.sums.to_host().unwrap(), aq.row_sums(), "{tag}: sums");
+                for (bm, bn) in [(64, 128), (128, 256)] {
+                    let cfg = tilus::kernels::apt::kernel::apt_gemm_igmma::Config {
+                        BM: bm,
+                        BN: bn,
+                        ..layer.igmma_config(m, false)
+                    };
+                    let mut yi = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                    let mut ai = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+                    gpu.gemm_igmma_with(&codes, &mut yi, Some(&mut ai), cfg)
+                        .unwrap();
+                    assert_eq!(ai.to_host().unwrap(), acc, "{tag} BM={bm}: igmma products");
+                    assert_eq!(
+                        bits(&yi.to_host().unwrap()),
+                        bits(&y),
+                        "{tag} BM={bm}: igmma output"
+                    );
+                }
+                // Each GEMM refuses the other's activations, naming `act`.
+                let mut yi = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                let e = gpu
+                    .gemm_into(&codes, &mut yi, None)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("argument `act`"), "{e}");
+                let e = gpu
+                    .gemm_igmma_into(&act, &mut yi, None)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("argument `act`"), "{e}");
+            }
             assert_eq!(bits(&y2), bits(&y), "{tag}: forward");
             eprintln!("{tag}: ok");
         }
+    }
+}
+
+/// The layer's forward on the integer warpgroup MMA (`AptPath::Igmma`, a shape past the rule's
+/// tokens and blocks, too large for the interpreter): the same bits as the quantizer and the
+/// 1-bit GEMM on the GPU (its output poisoned), twice, for W2A2 and W3A4.
+#[test]
+fn gpu_apt_forward_takes_the_integer_mma() {
+    use tilus::kernels::apt::AptPath;
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_forward_takes_the_integer_mma",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!("SKIPPED gpu_apt_forward_takes_the_integer_mma: wgmma needs sm_90a");
+        return;
+    }
+    let mut rng = rand::rng();
+    let (m, n, k) = (333, 10240, 2048);
+    for (w, a) in [(2, 2), (3, 4)] {
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        assert!(matches!(layer.path(m), AptPath::Igmma(_)), "W{w}A{a}");
+        let gpu = layer.to_gpu(&ctx).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+        let mut act = AptActivations::new(&gpu, m).unwrap();
+        gpu.quantize_into(&xd, &mut act).unwrap();
+        let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+        gpu.gemm_into(&act, &mut y, None).unwrap();
+        let y = y.to_host().unwrap();
+        assert!(
+            y.iter().all(|v| v.is_finite()),
+            "W{w}A{a}: the 1-bit GEMM left NaN"
+        );
+        let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for round in 0..2 {
+            let yf = gpu.forward(&xd, m).unwrap().to_host().unwrap();
+            assert_eq!(bits(&yf), bits(&y), "W{w}A{a} round {round}: forward");
+        }
+        eprintln!("W{w}A{a} m={m} n={n} k={k}: forward on the integer MMA ok");
     }
 }
 

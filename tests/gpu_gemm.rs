@@ -185,6 +185,110 @@ fn gpu_tma_gemm_matches_f64_reference() {
     assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 136.0));
 }
 
+/// The 8-bit copy-engine GEMMs: i8 exactly against an i64 reference at ragged shapes (every
+/// configuration, output poisoned with `i32::MIN`, rows and columns of -128 for the largest
+/// sums), fp8 e4m3 and e5m2 against f64 within f16's rounding (output poisoned with NaN); a `k`
+/// whose rows are not 16-byte multiples is refused naming `a`, and the context still works.
+#[test]
+fn gpu_eight_bit_gemms_match_their_references() {
+    use tilus::kernels::gemm::{gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_i8};
+    use tilus::DType;
+    let Some(ctx) = common::gpu_context(
+        "gpu_eight_bit_gemms_match_their_references",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!("SKIPPED gpu_eight_bit_gemms_match_their_references: wgmma needs sm_90a");
+        return;
+    }
+    let mut rng = rand::rng();
+    for (m, n, k) in [(33, 136, 208), (257, 520, 1024), (4097, 264, 272)] {
+        let mut a: Vec<i8> = (0..m * k).map(|_| rng.random_range(-128..=127)).collect();
+        let mut b: Vec<i8> = (0..n * k).map(|_| rng.random_range(-128..=127)).collect();
+        a[..k].fill(-128);
+        b[(n - 1) * k..].fill(-128);
+        let want: Vec<i64> = (0..m * n)
+            .map(|ij| {
+                let (row, col) = (&a[ij / n * k..][..k], &b[ij % n * k..][..k]);
+                row.iter()
+                    .zip(col)
+                    .map(|(&x, &y)| x as i64 * y as i64)
+                    .sum()
+            })
+            .collect();
+        let (da, db) = (
+            DeviceBuffer::from_host(&ctx, &a).unwrap(),
+            DeviceBuffer::from_host(&ctx, &b).unwrap(),
+        );
+        for cfg in gemm_tma_i8::SPACE {
+            let mut dc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+            gemm_tma_i8::launch(&ctx, cfg, m as i32, n as i32, k as i32, &da, &db, &mut dc)
+                .unwrap_or_else(|e| panic!("i8 {cfg} {m}x{n}x{k}: {e}"));
+            let got = dc.to_host().unwrap();
+            for (ij, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g as i64,
+                    w,
+                    "i8 {cfg} {m}x{n}x{k}: c[{}, {}]",
+                    ij / n,
+                    ij % n
+                );
+            }
+            eprintln!("i8 {cfg} {m}x{n}x{k}: exact");
+        }
+        for dtype in [DType::F8E4M3, DType::F8E5M2] {
+            let mut codes = |len| -> Vec<u8> {
+                (0..len)
+                    .map(|_| dtype.encode(rng.random_range(-2.0f32..2.0)).unwrap() as u8)
+                    .collect()
+            };
+            let (a, b) = (codes(m * k), codes(n * k));
+            let dec =
+                |v: &[u8]| -> Vec<f64> { v.iter().map(|&x| dtype.decode(x as u32)).collect() };
+            let want = reference(&dec(&a), &dec(&b), m, n, k);
+            let (da, db) = (
+                DeviceBuffer::from_host(&ctx, &a).unwrap(),
+                DeviceBuffer::from_host(&ctx, &b).unwrap(),
+            );
+            for i in [0, 3] {
+                let mut dc = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+                let (cfg, r) = if dtype == DType::F8E4M3 {
+                    let cfg = &gemm_tma_e4m3::SPACE[i];
+                    let r = gemm_tma_e4m3::launch(&ctx, cfg, mi, ni, ki, &da, &db, &mut dc);
+                    (cfg.to_string(), r)
+                } else {
+                    let cfg = &gemm_tma_e5m2::SPACE[i];
+                    let r = gemm_tma_e5m2::launch(&ctx, cfg, mi, ni, ki, &da, &db, &mut dc);
+                    (cfg.to_string(), r)
+                };
+                r.unwrap_or_else(|e| panic!("{dtype} {cfg} {m}x{n}x{k}: {e}"));
+                let got: Vec<f64> = dc.to_host().unwrap().iter().map(|x| x.to_f64()).collect();
+                let e = rel_err(&got, &want);
+                assert!(e < 3e-3, "{dtype} {cfg} {m}x{n}x{k}: relative error {e}");
+                eprintln!("{dtype} {cfg} {m}x{n}x{k}: ok, relative error {e:.2e}");
+            }
+        }
+    }
+    // k = 200: rows of 200 bytes break the copy engine's 16-byte rows.
+    let (m, n, k) = (64, 128, 200);
+    let a = DeviceBuffer::from_host(&ctx, &vec![1i8; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &vec![1i8; n * k]).unwrap();
+    let mut c = DeviceBuffer::<i32>::zeros(&ctx, m * n).unwrap();
+    let cfg = &gemm_tma_i8::SPACE[0];
+    let e = gemm_tma_i8::launch(&ctx, cfg, m as i32, n as i32, k as i32, &a, &b, &mut c)
+        .expect_err("k = 200 must be refused");
+    assert!(e.to_string().contains("`a`"), "{e}");
+    eprintln!("k = 200 refused: {e}");
+    let k = 144;
+    let a = DeviceBuffer::from_host(&ctx, &vec![1i8; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &vec![-1i8; n * k]).unwrap();
+    gemm_tma_i8::launch(&ctx, cfg, m as i32, n as i32, k as i32, &a, &b, &mut c).unwrap();
+    assert!(c.to_host().unwrap().iter().all(|&x| x == -144));
+}
+
 #[test]
 fn gpu_w4_gemm_matches_f64_reference() {
     let Some(ctx) = common::gpu_context(

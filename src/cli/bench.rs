@@ -213,14 +213,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 200)]
         calls: usize,
     },
-    /// The dense GEMM on Hopper's warpgroup MMA, `c = a · bᵀ` (f16 or bf16), every
-    /// configuration timed, the best against cuBLAS (`gemm_nt`) in the same run.
+    /// The dense GEMM on Hopper's warpgroup MMA, `c = a · bᵀ` (f16, bf16, or 8-bit: i8 into
+    /// i32, fp8 e4m3/e5m2 into f16), every configuration timed, the best against cuBLAS
+    /// (`gemm_nt`, 16-bit types) in the same run; `bench/torch_gemm8.py` times torch's int8
+    /// and fp8 GEMMs for the 8-bit types.
     Dense {
         /// Comma-separated `MxNxK`, or `default` (8192^3, the Llama-3-70B prefill layers at 8192
         /// tokens, 4096^3).
         #[arg(long, default_value = "default")]
         shapes: String,
-        /// `f16` or `bf16`.
+        /// `f16`, `bf16`, `i8`, `e4m3` or `e5m2`.
         #[arg(long, default_value = "f16")]
         dtype: String,
         /// Timed runs per configuration (the median is reported).
@@ -491,8 +493,11 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         }
         BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
         BenchCommand::Dense { shapes, dtype, .. } => {
-            if dtype != "f16" && dtype != "bf16" {
-                return Err(format!("argument `--dtype`: `{dtype}` is not f16 or bf16"));
+            if !tilus::kernels::gemm::bench::DTYPES.contains(&dtype.as_str()) {
+                return Err(format!(
+                    "argument `--dtype`: `{dtype}` is not one of {}",
+                    tilus::kernels::gemm::bench::DTYPES.join(", ")
+                ));
             }
             parse_dense_shapes(shapes).map(drop)
         }
@@ -950,8 +955,8 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                     runs,
                 )?;
                 eprintln!(
-                    "{dtype} {m}x{n}x{k}: cp.async {:.1} us ({}), tma {:?}",
-                    row.us, row.config, row.tma
+                    "{dtype} {m}x{n}x{k}: cp.async {:?}, tma {:?}",
+                    row.cp_async, row.tma
                 );
                 rows.push(row);
             }

@@ -55,6 +55,9 @@ pub struct AptBenchRow {
     pub popc: Option<(Timing, PopcTiles)>,
     /// The quantizer + the GEMM (two launches).
     pub unfused: Timing,
+    /// The quantizer writing code bytes + the GEMM of the codes on the integer warpgroup MMA
+    /// (two launches, [`AptPath::Igmma`]; sm_90a, `k` a multiple of 16, `m >= 16`).
+    pub igmma: Option<Timing>,
     /// The GEMM alone.
     pub gemm: Timing,
     /// The floor's bytes (see the module docs).
@@ -168,6 +171,15 @@ pub fn bench_apt(
             }
         }
     }
+    let igmma = if gpu.context().arch() == "sm_90a" && k.is_multiple_of(16) && m >= 16 {
+        let mut codes = AptActivations::with_codes(&gpu, m, true).map_err(err)?;
+        Some(time_launches(ctx, flush, runs, || {
+            gpu.quantize_into(&xd, &mut codes).map_err(err)?;
+            gpu.gemm_igmma_into(&codes, &mut y, None).map_err(err)
+        })?)
+    } else {
+        None
+    };
     let path = layer.path(m);
     let layer_t = match path {
         AptPath::Popc(tiles) => time_launches(ctx, flush, runs, || {
@@ -176,6 +188,7 @@ pub fn bench_apt(
         })?,
         AptPath::Fused => fused.expect("timed above"),
         AptPath::Unfused => unfused,
+        AptPath::Igmma(_) => igmma.unwrap_or(unfused),
     };
     let gemm_t = time_launches(ctx, flush, runs, || {
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
@@ -192,6 +205,7 @@ pub fn bench_apt(
         fused,
         popc,
         unfused,
+        igmma,
         gemm: gemm_t,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
@@ -263,11 +277,12 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
     let mut s = format!(
         "tilus apt (quantize + bit-serial GEMM); copy bandwidth {copy_gbps:.0} GB/s; \
          floor = (weight planes + f16 activations + f16 output) / that; L2 flushed; \
-         layer = the forward (P: the popc decode kernel, F: the fused decode kernel on BMMA), \
-         fused us = the fused kernel, popc us = the popc kernel (best tiles), 2-launch = \
-         quantizer + GEMM on BMMA\n\
+         layer = the forward (P: the popc decode kernel, F: the fused decode kernel on BMMA, \
+         I: the codes on the integer wgmma), fused us = the fused kernel, popc us = the popc \
+         kernel (best tiles), 2-launch = quantizer + GEMM on BMMA, igmma = quantizer + GEMM \
+         of the code bytes on IGMMA\n\
          w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
-         {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
+         {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
         "WxAy",
         "m",
         "n x k",
@@ -275,6 +290,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         "fused us",
         "popc us",
         "2-launch us",
+        "igmma us",
         "gemm us",
         "%floor",
         "TOPS",
@@ -289,7 +305,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         });
         let opt = |t: Option<&Timing>| t.map_or("-".to_string(), |t| format!("{:.1}", t.median_us));
         s += &format!(
-            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11.1} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
+            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11.1} {:>9} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
             format!("W{}A{}", r.wbits, r.abits),
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -299,12 +315,14 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
                     AptPath::Popc(_) => "P ",
                     AptPath::Fused => "F ",
                     AptPath::Unfused => "",
+                    AptPath::Igmma(_) => "I ",
                 },
                 r.layer.median_us
             ),
             opt(r.fused.as_ref()),
             opt(r.popc.as_ref().map(|(t, _)| t)),
             r.unfused.median_us,
+            opt(r.igmma.as_ref()),
             r.gemm.median_us,
             r.percent_of_floor(),
             r.tops(),

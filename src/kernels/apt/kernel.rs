@@ -226,6 +226,133 @@ mod kernels {
         store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
     }
 
+    /// The same layer product as [`apt_gemm`] on the integer warpgroup MMA (sm_90a): the codes
+    /// (`0..2^bits`, one byte each: `a_codes [m, k]` in the words [`apt_quantize_act`] writes
+    /// with `CODES = 1`, and `w_codes [n, k]`) multiply as `u8` on `wgmma m64nNk32.s32.u8.u8`, which sums
+    /// `X = Σ_k code_a · code_w` exactly in i32 without the bit-serial recovery; the bipolar
+    /// correction, the scales and the store are [`apt_gemm`]'s, so both give the same bits.
+    /// The pipeline is the dense copy-engine GEMM's (`kernels::gemm::gemm_tma_i8`): a ring of
+    /// `STAGES` 128-byte rows of `k` per operand row filled by `tma_load` on mbarriers, blocks
+    /// in groups of `GROUP` block rows. A byte per code is 8 / `bits` times the planes' bytes,
+    /// which pays where the product is compute-bound (large `m`): the integer tensor cores run
+    /// the whole code product in one instruction stream where the 1-bit ones need
+    /// `ABITS · WBITS` plane pairs. `k` a multiple of 16 (the copy engine's 16-byte rows).
+    #[tilus::kernel(
+    lazy,
+    grid = [cdiv(n, BN) * cdiv(m, BM)],
+    warps = BM / 16,
+    space(
+        WBITS = [2],
+        ABITS = [2],
+        BM = [128, 64],
+        BN = [256, 128],
+        STAGES = [4],
+        GROUP = [8],
+        STORE_ACC = [0, 1],
+    ),
+)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn apt_gemm_igmma<
+        const WBITS: i32,
+        const ABITS: i32,
+        const BM: i32,
+        const BN: i32,
+        const STAGES: i32,
+        const GROUP: i32,
+        const STORE_ACC: i32,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a_codes: Global<u32>,
+        w_codes: Global<u8>,
+        a_sums: Global<i32>,
+        a_scales: Global<f32>,
+        w_sums: Global<i32>,
+        w_scales: Global<f32>,
+        y: GlobalMut<f16>,
+        acc_out: GlobalMut<i32>,
+    ) {
+        let [pid] = block_indices();
+        let rows = cdiv(m, BM);
+        let cols = cdiv(n, BN);
+        let first = pid / (GROUP * cols) * GROUP;
+        let height = min(rows - first, GROUP);
+        let bi = first + pid % (GROUP * cols) % height;
+        let bj = pid % (GROUP * cols) / height;
+        // The activation codes come in the quantizer's words (`CODES = 1`), read as bytes.
+        let ga = view_global::<u8>(a_codes, [m, k]);
+        let gw = view_global(w_codes, [n, k]);
+        let sa = shared::<u8>([STAGES, BM, 128], swizzle(3, 4, 3));
+        let sw = shared::<u8>([STAGES, BN, 128], swizzle(3, 4, 3));
+        let full = mbarriers(STAGES, 2);
+        let lc = layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 8).mma_c);
+        let mut acc = register::<i32>(lc, 0);
+        let steps = cdiv(k, 128);
+        for s in 0..STAGES - 1 {
+            if s < steps {
+                tma_load(
+                    ga,
+                    slice_shared(sa, [s, 0, 0], [BM, 128]),
+                    [bi * BM, s * 128],
+                    full,
+                    s,
+                );
+                tma_load(
+                    gw,
+                    slice_shared(sw, [s, 0, 0], [BN, 128]),
+                    [bj * BN, s * 128],
+                    full,
+                    s,
+                );
+            }
+        }
+        for t in 0..steps {
+            let st = t % STAGES;
+            mbarrier_wait(full, st, t / STAGES % 2);
+            let ta = slice_shared(sa, [st, 0, 0], [BM, 128]);
+            let tw = permute_shared(slice_shared(sw, [st, 0, 0], [BN, 128]), [1, 0]);
+            acc = dot_async(ta, tw, acc);
+            dot_wait(1);
+            // Every warpgroup retired step t - 1: its stage can be refilled.
+            sync();
+            let next = t + STAGES - 1;
+            if next < steps {
+                let ns = next % STAGES;
+                tma_load(
+                    ga,
+                    slice_shared(sa, [ns, 0, 0], [BM, 128]),
+                    [bi * BM, next * 128],
+                    full,
+                    ns,
+                );
+                tma_load(
+                    gw,
+                    slice_shared(sw, [ns, 0, 0], [BN, 128]),
+                    [bj * BN, next * 128],
+                    full,
+                    ns,
+                );
+            }
+        }
+        dot_wait(0);
+        // The bipolar product from the AND form, then the scales: as in `apt_gemm`.
+        let lrow = layout!(reduce(lc, [1]));
+        let lcol = layout!(reduce(lc, [0]));
+        let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * BM, 0]);
+        let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * BN]);
+        let ma = (1 << ABITS) - 1;
+        let mw = (1 << WBITS) - 1;
+        let d = acc * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
+        if STORE_ACC == 1 {
+            store_global(d, view_global(acc_out, [m, n]), [bi * BM, bj * BN]);
+        }
+        let fa = load_global(view_global(a_scales, [m, 1]), lrow, [bi * BM, 0]);
+        let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * BN]);
+        let out = cast::<f32>(d) * fa * fw;
+        store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * BM, bj * BN]);
+    }
+
     /// The activation quantizer: per token (row of `x[m, k]`, f16), `scale = max(amax, 2^-100) /
     /// (2^ABITS - 1)`, codes by [`bipolar_codes`] (the host's `(v + 2^ABITS - 1) / 2` of `v = clamp(2·floor(x · (1 / scale) / 2) + 1)`),
     /// written as `ABITS` bit planes `[ABITS][m][k / 32]` with the row's `Σ code` and scale: the
@@ -235,14 +362,22 @@ mod kernels {
     /// and kept in registers; otherwise it is read in chunks of `1024 · WARPS` elements twice, for
     /// the maximum and for the codes. `k` a multiple of 32.
     ///
+    /// With `CODES = 1` the codes are written as bytes `[m][k]` instead of planes (the buffer
+    /// `planes` then holds `m · k / 4` words), for [`apt_gemm_igmma`].
+    ///
     /// [`ScaleRule::Max`]: crate::apt::matrix::ScaleRule::Max
     #[tilus::kernel(
     lazy,
     grid = [m],
     warps = WARPS,
-    space(ABITS = [2, 4], WARPS = [1, 4], ONE_PASS = [0, 1]),
+    space(ABITS = [2, 4], WARPS = [1, 4], ONE_PASS = [0, 1], CODES = [0, 1]),
 )]
-    pub fn apt_quantize_act<const ABITS: i32, const WARPS: i32, const ONE_PASS: i32>(
+    pub fn apt_quantize_act<
+        const ABITS: i32,
+        const WARPS: i32,
+        const ONE_PASS: i32,
+        const CODES: i32,
+    >(
         m: i32,
         k: i32,
         x: Global<f16>,
@@ -257,7 +392,7 @@ mod kernels {
         let gx = view_global(x, [m, k / 32, 32]);
         let tile = layout!(spatial(1, 32 * WARPS, 1).local(1, 1, 32));
         let chunks = cdiv(k / 32, words);
-        let gp = view_global(planes, [ABITS * m, k / 32, 1]);
+
         let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
         let bit = arange(tile, 2, 0);
         // The codes of chunk c (values xs) into the planes and the row's sum of codes.
@@ -266,14 +401,20 @@ mod kernels {
             // Words past the row's end are not part of it (their stores are masked by the view).
             let inside = arange(tile, 1, c * words) < k / 32;
             total = total + sum(sum(select(inside, code, 0), 2), 1);
-            #[unroll]
-            for q in 0..ABITS {
-                let word = sum(((code >> q) & 1) << bit, 2);
-                store_global(
-                    view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))),
-                    gp,
-                    [q * m + r, c * words, 0],
-                );
+            if CODES == 1 {
+                let gc = view_global::<u8>(planes, [m, k / 32, 32]);
+                store_global(cast::<u8>(code), gc, [r, c * words, 0]);
+            } else {
+                let gp = view_global(planes, [ABITS * m, k / 32, 1]);
+                #[unroll]
+                for q in 0..ABITS {
+                    let word = sum(((code >> q) & 1) << bit, 2);
+                    store_global(
+                        view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))),
+                        gp,
+                        [q * m + r, c * words, 0],
+                    );
+                }
             }
         };
         let scale = if ONE_PASS == 1 {

@@ -16,7 +16,7 @@
 //! On the GPU, [`AptLinear::to_gpu`] uploads the planes and [`GpuAptLinear::forward`] runs both
 //! kernels on the context's stream.
 
-use super::kernel::{apt_gemm, apt_gemv, apt_gemv_popc, apt_quantize_act};
+use super::kernel::{apt_gemm, apt_gemm_igmma, apt_gemv, apt_gemv_popc, apt_quantize_act};
 use super::{check_shape, AptTiles, PopcTiles, INTERPRETER_SMS};
 use crate::apt::matrix::ScaleRule;
 use crate::apt::{AptError, AptMatrix};
@@ -33,6 +33,16 @@ pub type QuantizedActivations = (Vec<u32>, Vec<i32>, Vec<f32>);
 /// block holds an SM's registers alone, so above that 8 warps and two passes overlap blocks
 /// instead (H200, 4096 x 14336: 113 -> 79 us at m = 4096; at m = 64 one pass wins by 1.4 us).
 pub fn quantizer_config(m: usize, k: usize, abits: u32) -> apt_quantize_act::Config {
+    quantizer_config_for(m, k, abits, false)
+}
+
+/// [`quantizer_config`] writing the codes as bytes (`codes`) instead of bit planes.
+pub fn quantizer_config_for(
+    m: usize,
+    k: usize,
+    abits: u32,
+    codes: bool,
+) -> apt_quantize_act::Config {
     let widest = if m <= 132 { 16 } else { 8 };
     let warps = [1, 4, 8, 16]
         .into_iter()
@@ -42,6 +52,7 @@ pub fn quantizer_config(m: usize, k: usize, abits: u32) -> apt_quantize_act::Con
         ABITS: abits as i32,
         WARPS: warps.unwrap_or(widest) as i32,
         ONE_PASS: warps.is_some() as i32,
+        CODES: codes as i32,
     }
 }
 
@@ -218,7 +229,52 @@ impl AptLinear {
                 self.forward_cpu_fused(x, m, cfg)
             }
             AptPath::Unfused => self.forward_cpu_unfused(x, m),
+            AptPath::Igmma(cfg) => self.forward_cpu_igmma(x, m, cfg),
         }
+    }
+
+    /// [`Self::forward_cpu_acc`] through the quantizer writing codes and [`apt_gemm_igmma`] in
+    /// configuration `cfg` (its `STORE_ACC` is set here), whatever `m`.
+    pub fn forward_cpu_igmma(
+        &self,
+        x: &[f16],
+        m: usize,
+        cfg: apt_gemm_igmma::Config,
+    ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let mut codes = vec![0u32; m * self.k / 4];
+        let (mut sums, mut scales) = (vec![0i32; m], vec![0f32; m]);
+        apt_quantize_act::interpret(
+            &quantizer_config_for(m, self.k, self.abits, true),
+            mi,
+            self.k as i32,
+            x,
+            &mut codes,
+            &mut sums,
+            &mut scales,
+        )
+        .map_err(kernel_err)?;
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        apt_gemm_igmma::interpret(
+            &apt_gemm_igmma::Config {
+                STORE_ACC: 1,
+                ..cfg
+            },
+            mi,
+            self.n as i32,
+            self.k as i32,
+            &codes,
+            self.weight.codes(),
+            &sums,
+            &scales,
+            &self.sums,
+            self.weight.scales(),
+            &mut y,
+            &mut acc,
+        )
+        .map_err(kernel_err)?;
+        Ok((y, acc))
     }
 
     /// The fused decode kernel ([`apt_gemv`]) in configuration `cfg` on the interpreter (tests
@@ -331,11 +387,34 @@ impl AptLinear {
     /// ([`GpuAptLinear::forward_fused`]) repeats the quantization of every token in every block:
     /// at 16 tokens it measured 51.2 us against the two launches' 15.1 (W2A2, 14336 x 4096) and
     /// 1076 against 33.2 (W3A4, 4096 x 14336) on an H200, so the layer no longer takes it.
+    ///
+    ///
+    /// From [`IGMMA_MIN_M`] tokens on, when `k` is a multiple of 16 and the product makes at
+    /// least [`IGMMA_MIN_BLOCKS`] blocks of 128 x 256 outputs, the codes multiply on the integer
+    /// warpgroup MMA instead ([`AptPath::Igmma`], sm_90a; [`GpuAptLinear::forward`] falls back
+    /// to the quantizer and the 1-bit GEMM on a device without it).
     pub fn path(&self, m: usize) -> AptPath {
+        let blocks = m.div_ceil(128) * self.n.div_ceil(256);
         if m == 1 {
             AptPath::Popc(self.popc_tiles())
+        } else if m >= IGMMA_MIN_M && self.k.is_multiple_of(16) && blocks >= IGMMA_MIN_BLOCKS {
+            AptPath::Igmma(self.igmma_config(m, false))
         } else {
             AptPath::Unfused
+        }
+    }
+
+    /// The configuration of [`apt_gemm_igmma`] for `m` tokens: two warpgroups of 64 rows and
+    /// 256-column blocks, one warpgroup below 128 tokens.
+    pub fn igmma_config(&self, m: usize, store_acc: bool) -> apt_gemm_igmma::Config {
+        apt_gemm_igmma::Config {
+            WBITS: self.wbits() as i32,
+            ABITS: self.abits as i32,
+            BM: if m >= 128 { 128 } else { 64 },
+            BN: 256,
+            STAGES: 4,
+            GROUP: 8,
+            STORE_ACC: store_acc as i32,
         }
     }
 
@@ -358,28 +437,50 @@ impl AptLinear {
             host: self.clone(),
             unused: Mutex::new(DeviceBuffer::zeros(ctx, 1).map_err(kernel_err)?),
             split: Mutex::new(None),
+            codes: std::sync::OnceLock::new(),
         })
     }
 }
 
-/// The activation planes, sums and scales of one forward (kept by the caller to reuse).
+/// The activation planes (or codes), sums and scales of one forward (kept by the caller to
+/// reuse).
 pub struct AptActivations {
+    /// `[abits][m][k / 32]` bit planes, or with `codes` the `[m, k]` code bytes in words.
     pub planes: DeviceBuffer<u32>,
     pub sums: DeviceBuffer<i32>,
     pub scales: DeviceBuffer<f32>,
     m: usize,
+    codes: bool,
 }
 
 impl AptActivations {
-    /// Buffers for `m` tokens of `layer`'s input.
+    /// Buffers for `m` tokens of `layer`'s input as bit planes.
     pub fn new(layer: &GpuAptLinear, m: usize) -> Result<AptActivations, AptError> {
+        Self::with_codes(layer, m, false)
+    }
+
+    /// Buffers for `m` tokens, as bit planes or (`codes`) as a code byte per element, for
+    /// [`GpuAptLinear::gemm_igmma_into`].
+    pub fn with_codes(
+        layer: &GpuAptLinear,
+        m: usize,
+        codes: bool,
+    ) -> Result<AptActivations, AptError> {
         let ctx = &layer.ctx;
-        let words = layer.host.abits as usize * m * layer.host.k / 32;
+        let bits = if codes { 8 } else { layer.host.abits as usize };
+        let words = m
+            .checked_mul(layer.host.k)
+            .and_then(|e| e.checked_mul(bits))
+            .ok_or(AptError::Overflow {
+                reason: format!("m * k = {m} * {} overflows usize", layer.host.k),
+            })?
+            / 32;
         Ok(AptActivations {
             planes: DeviceBuffer::zeros(ctx, words).map_err(kernel_err)?,
             sums: DeviceBuffer::zeros(ctx, m).map_err(kernel_err)?,
             scales: DeviceBuffer::zeros(ctx, m).map_err(kernel_err)?,
             m,
+            codes,
         })
     }
 }
@@ -396,6 +497,9 @@ pub struct GpuAptLinear {
     /// The fused kernel's split-k partials and semaphores (zero between launches), grown on
     /// demand.
     split: Mutex<Option<SplitBuffers>>,
+    /// The weight's codes, a byte each (`[n, k]`), for [`AptPath::Igmma`]: uploaded by its first
+    /// forward (`n · k` bytes next to the planes' `n · k · wbits / 8`).
+    codes: std::sync::OnceLock<DeviceBuffer<u8>>,
 }
 
 struct SplitBuffers {
@@ -415,7 +519,23 @@ pub enum AptPath {
     Fused,
     /// The activation quantizer and the GEMM ([`apt_gemm`]): two launches.
     Unfused,
+    /// The quantizer writing code bytes and the GEMM of the codes on the integer warpgroup MMA
+    /// ([`apt_gemm_igmma`], sm_90a): two launches, for large `m` ([`IGMMA_MIN_M`]).
+    Igmma(apt_gemm_igmma::Config),
 }
+
+/// The fewest tokens [`AptLinear::path`] multiplies on the integer warpgroup MMA. Measured on an
+/// H200 (session 32, docs/apt.md): at 64 tokens the 1-bit GEMM won on every paper shape
+/// (W2A2 14336 x 4096: 18.9 against 27.8 us).
+pub const IGMMA_MIN_M: usize = 256;
+
+/// The fewest 128 x 256 blocks of outputs for which [`AptLinear::path`] takes the integer
+/// warpgroup MMA: a block walks all of `k`, so fewer blocks than about 0.6 of the 132
+/// multiprocessors leave tensor cores idle where the 1-bit GEMM's smaller tiles fill them.
+/// Measured on an H200 (session 32, W2A2): 80 blocks won (10240 x 8192 at 256 tokens, 54.6
+/// against 65.8 us), 64 lost (8192 x 8192 at 256 tokens, 54.6 against 46.6; 2048 x 2048 at
+/// 1024, 27.1 against 25.3).
+pub const IGMMA_MIN_BLOCKS: usize = 80;
 
 /// Check the lengths of an output `y` and, if given, of the products `acc`: `want` each.
 fn check_out(y: usize, acc: Option<usize>, want: usize) -> Result<(), AptError> {
@@ -474,7 +594,12 @@ impl GpuAptLinear {
         match self.host.path(m) {
             AptPath::Popc(tiles) => self.forward_popc(x, m, &mut y, None, Some(tiles))?,
             AptPath::Fused => self.forward_fused(x, m, &mut y, None)?,
-            AptPath::Unfused => {
+            AptPath::Igmma(_) if self.ctx.arch() == "sm_90a" => {
+                let mut act = AptActivations::with_codes(self, m, true)?;
+                self.quantize_into(x, &mut act)?;
+                self.gemm_igmma_into(&act, &mut y, None)?;
+            }
+            AptPath::Unfused | AptPath::Igmma(_) => {
                 let mut act = AptActivations::new(self, m)?;
                 self.quantize_into(x, &mut act)?;
                 self.gemm_into(&act, &mut y, None)?;
@@ -623,7 +748,7 @@ impl GpuAptLinear {
         let m = self.host.check_x(x.len(), act.m)?;
         apt_quantize_act::launch(
             &self.ctx,
-            &quantizer_config(m as usize, self.host.k, self.host.abits),
+            &quantizer_config_for(m as usize, self.host.k, self.host.abits, act.codes),
             m,
             self.host.k as i32,
             x,
@@ -656,6 +781,12 @@ impl GpuAptLinear {
     ) -> Result<(), AptError> {
         let h = &self.host;
         let m = act.m;
+        if act.codes {
+            return Err(AptError::Kernel(
+                "argument `act`: holds code bytes; the 1-bit GEMM reads bit planes (AptActivations::new)"
+                    .to_string(),
+            ));
+        }
         if !h.n.is_multiple_of(tiles.bn()) || !h.k.is_multiple_of(tiles.bk()) {
             return Err(AptError::Kernel(format!(
                 "argument `tiles`: {tiles:?} does not divide n = {} and k = {}",
@@ -677,6 +808,75 @@ impl GpuAptLinear {
             h.k as i32,
             &act.planes,
             &self.planes,
+            &act.sums,
+            &act.scales,
+            &self.sums,
+            &self.scales,
+            y,
+            acc,
+        )
+        .map_err(kernel_err)
+    }
+
+    /// The GEMM of the codes on the integer warpgroup MMA ([`apt_gemm_igmma`], sm_90a) on
+    /// activations quantized as code bytes (`AptActivations::with_codes(.., true)`): `y[m, n]`,
+    /// and with `acc` the exact bipolar products, the same bits as [`Self::gemm_into`].
+    pub fn gemm_igmma_into(
+        &self,
+        act: &AptActivations,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+    ) -> Result<(), AptError> {
+        self.gemm_igmma_with(act, y, acc, self.host.igmma_config(act.m, false))
+    }
+
+    /// [`Self::gemm_igmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`).
+    pub fn gemm_igmma_with(
+        &self,
+        act: &AptActivations,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        cfg: apt_gemm_igmma::Config,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let m = act.m;
+        if !act.codes {
+            return Err(AptError::Kernel(
+                "argument `act`: holds bit planes; the integer-MMA GEMM reads code bytes (AptActivations::with_codes)"
+                    .to_string(),
+            ));
+        }
+        if !h.k.is_multiple_of(16) {
+            return Err(AptError::Kernel(format!(
+                "k = {}: the integer-MMA GEMM copies rows of whole 16-byte units (k a multiple of 16)",
+                h.k
+            )));
+        }
+        check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
+        let codes = match self.codes.get() {
+            Some(c) => c,
+            None => {
+                let c = DeviceBuffer::from_host(&self.ctx, h.weight.codes()).map_err(kernel_err)?;
+                self.codes.get_or_init(|| c)
+            }
+        };
+        let cfg = apt_gemm_igmma::Config {
+            STORE_ACC: acc.is_some() as i32,
+            ..cfg
+        };
+        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
+        let acc = match acc {
+            Some(a) => a,
+            None => &mut *unused,
+        };
+        apt_gemm_igmma::launch(
+            &self.ctx,
+            &cfg,
+            m as i32,
+            h.n as i32,
+            h.k as i32,
+            &act.planes,
+            codes,
             &act.sums,
             &act.scales,
             &self.sums,

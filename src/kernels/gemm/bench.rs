@@ -1,11 +1,15 @@
-//! `tilus bench gemm`: the wgmma GEMM per shape against cuBLAS in the same run.
+//! `tilus bench dense`: the wgmma GEMM per shape against cuBLAS in the same run.
 //!
-//! `c[m, n] = a[m, k] · b[n, k]ᵀ` in f16 or bf16 (cuBLAS with the same layout, `gemm_nt`). Every
-//! configuration of the kernel's space is timed (`kernels::timing::time_launches`: median of
-//! CUDA-event timings, L2 flushed before each run) and the best is reported, with TFLOP/s (`2 m n k` over the time) and the ratio to
-//! cuBLAS.
+//! `c[m, n] = a[m, k] · b[n, k]ᵀ` in f16 or bf16 (cuBLAS with the same layout, `gemm_nt`), or
+//! with 8-bit operands: i8 into i32 (torch's `_int_mm`; `bench/torch_gemm8.py` times it and
+//! `_scaled_mm` in the same table layout), fp8 e4m3 or e5m2 into f16. Every configuration of the
+//! kernel's space is timed (`kernels::timing::time_launches`: median of CUDA-event timings, L2
+//! flushed before each run) and the best is reported, with tera-operations per second
+//! (`2 m n k` over the time) and the ratio to cuBLAS.
 
-use super::{gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_f16};
+use super::{
+    gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_f16, gemm_tma_i8,
+};
 use crate::kernels::timing::{pattern, time_launches};
 use half::{bf16, f16};
 use tilus_runtime::{Context, Cublas, DeviceBuffer, L2Flush};
@@ -27,9 +31,9 @@ pub struct GemmRow {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    /// The best configuration of the `cp.async` kernel and its median time.
-    pub config: String,
-    pub us: f64,
+    /// The best configuration of the `cp.async` kernel and its median time (16-bit operands
+    /// only).
+    pub cp_async: Option<(String, f64)>,
     /// The same for the copy-engine kernel (`gemm_tma_*`); `None` when `k` is not a multiple
     /// of 8 (its tensor-map rows must be multiples of 16 bytes).
     pub tma: Option<(String, f64)>,
@@ -43,7 +47,11 @@ impl GemmRow {
 
     /// The faster of the two pipelines.
     pub fn best_us(&self) -> f64 {
-        self.tma.as_ref().map_or(self.us, |(_, t)| t.min(self.us))
+        [&self.cp_async, &self.tma]
+            .into_iter()
+            .flatten()
+            .map(|(_, t)| *t)
+            .fold(f64::INFINITY, f64::min)
     }
 }
 
@@ -71,8 +79,12 @@ fn fastest<C: std::fmt::Display>(
     best.ok_or_else(|| "the configuration space is empty".to_string())
 }
 
+/// The operand types `bench_gemm` takes.
+pub const DTYPES: [&str; 5] = ["f16", "bf16", "i8", "e4m3", "e5m2"];
+
 /// Time every configuration of both `dtype` kernels (`"f16"` or `"bf16"`: the `cp.async` one
-/// and the copy-engine one) at `m x n x k`, and cuBLAS unless `blas` is `None`.
+/// and the copy-engine one; the 8-bit types have the copy-engine one) at `m x n x k`, and
+/// cuBLAS (16-bit types) unless `blas` is `None`.
 #[allow(clippy::too_many_arguments)]
 pub fn bench_gemm(
     ctx: &Context,
@@ -84,6 +96,11 @@ pub fn bench_gemm(
     k: usize,
     runs: usize,
 ) -> Result<GemmRow, String> {
+    let (mi, ni, ki) = (
+        i32::try_from(m).map_err(|_| "argument `m`: too large".to_string())?,
+        i32::try_from(n).map_err(|_| "argument `n`: too large".to_string())?,
+        i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
+    );
     macro_rules! run {
         ($t:ty, $kernel:ident, $tma:ident, $name:literal) => {{
             let a: Vec<$t> = pattern(m * k, 1).into_iter().map(<$t>::from_f32).collect();
@@ -91,12 +108,7 @@ pub fn bench_gemm(
             let a = DeviceBuffer::from_host(ctx, &a).map_err(err)?;
             let b = DeviceBuffer::from_host(ctx, &b).map_err(err)?;
             let mut c = DeviceBuffer::<$t>::zeros(ctx, m * n).map_err(err)?;
-            let (mi, ni, ki) = (
-                i32::try_from(m).map_err(|_| "argument `m`: too large".to_string())?,
-                i32::try_from(n).map_err(|_| "argument `n`: too large".to_string())?,
-                i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
-            );
-            let (config, us) = fastest(ctx, flush, runs, $kernel::SPACE, |cfg| {
+            let cp_async = fastest(ctx, flush, runs, $kernel::SPACE, |cfg| {
                 $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
             })?;
             let tma = if k % 8 == 0 {
@@ -120,28 +132,73 @@ pub fn bench_gemm(
                 m,
                 n,
                 k,
-                config,
-                us,
+                cp_async: Some(cp_async),
                 tma,
                 cublas_us,
+            }
+        }};
+    }
+    // 8-bit operands: bytes of a non-constant pattern (any byte is a finite fp8 value but
+    // e4m3's 0x7f/0xff and e5m2's infinities and NaNs; the pattern's bytes avoid them by
+    // clearing bit 6: exponents below the top).
+    macro_rules! run8 {
+        ($elem:ty, $out:ty, $tma:ident, $name:literal) => {{
+            if k % 16 != 0 {
+                return Err(format!(
+                    "argument `k`: {k} is not a multiple of 16 (the copy engine's 16-byte rows)"
+                ));
+            }
+            let bytes = |len: usize, salt: usize| -> Vec<$elem> {
+                pattern(len, salt)
+                    .into_iter()
+                    .map(|x| (((x + 0.5) * 255.0) as u8 & 0xbf) as $elem)
+                    .collect()
+            };
+            let a = DeviceBuffer::from_host(ctx, &bytes(m * k, 1)).map_err(err)?;
+            let b = DeviceBuffer::from_host(ctx, &bytes(n * k, 2)).map_err(err)?;
+            let mut c = DeviceBuffer::<$out>::zeros(ctx, m * n).map_err(err)?;
+            let tma = fastest(ctx, flush, runs, $tma::SPACE, |cfg| {
+                $tma::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
+            })?;
+            GemmRow {
+                dtype: $name,
+                m,
+                n,
+                k,
+                cp_async: None,
+                tma: Some(tma),
+                cublas_us: None,
             }
         }};
     }
     Ok(match dtype {
         "f16" => run!(f16, gemm_f16, gemm_tma_f16, "f16"),
         "bf16" => run!(bf16, gemm_bf16, gemm_tma_bf16, "bf16"),
-        other => return Err(format!("argument `--dtype`: `{other}` is not f16 or bf16")),
+        "i8" => run8!(i8, i32, gemm_tma_i8, "i8"),
+        "e4m3" => run8!(u8, f16, gemm_tma_e4m3, "e4m3"),
+        "e5m2" => run8!(u8, f16, gemm_tma_e5m2, "e5m2"),
+        other => {
+            return Err(format!(
+                "argument `--dtype`: `{other}` is not one of {}",
+                DTYPES.join(", ")
+            ))
+        }
     })
 }
 
-/// The table `tilus bench gemm` prints: each pipeline's best time, cuBLAS's, and the better
-/// pipeline against cuBLAS.
+/// The table `tilus bench dense` prints: each pipeline's best time, cuBLAS's, and the better
+/// pipeline against cuBLAS. `TOPS` are tera-operations per second, `2 m n k` over the time
+/// (floating-point or integer).
 pub fn table(rows: &[GemmRow]) -> String {
     let mut s = format!(
-        "tilus gemm (wgmma m64nNk16 from shared memory), c = a · bᵀ; L2 flushed; best configuration of each pipeline\n\
+        "tilus gemm (wgmma m64nNkK from shared memory), c = a · bᵀ; L2 flushed; best configuration of each pipeline\n\
          {:<5} {:>22} {:>11} {:>8} {:>9} {:>11} {:>8} {:>9}  configs (cp.async; tma)\n",
-        "dtype", "m x n x k", "cp.async us", "tma us", "TFLOP/s", "cuBLAS us", "TFLOP/s", "vs cuBLAS"
+        "dtype", "m x n x k", "cp.async us", "tma us", "TOPS", "cuBLAS us", "TOPS", "vs cuBLAS"
     );
+    let us = |p: &Option<(String, f64)>| match p {
+        Some((cfg, us)) => (format!("{us:.1}"), cfg.clone()),
+        None => ("-".to_string(), "-".to_string()),
+    };
     for r in rows {
         let best = r.best_us();
         let (cu, cu_tf, ratio) = match r.cublas_us {
@@ -152,21 +209,18 @@ pub fn table(rows: &[GemmRow]) -> String {
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        let (tma_us, tma_cfg) = match &r.tma {
-            Some((cfg, us)) => (format!("{us:.1}"), cfg.as_str()),
-            None => ("-".to_string(), "-"),
-        };
+        let ((cp_us, cp_cfg), (tma_us, tma_cfg)) = (us(&r.cp_async), us(&r.tma));
         s += &format!(
-            "{:<5} {:>22} {:>11.1} {:>8} {:>9.0} {:>11} {:>8} {:>9}  {}; {}\n",
+            "{:<5} {:>22} {:>11} {:>8} {:>9.0} {:>11} {:>8} {:>9}  {}; {}\n",
             r.dtype,
             format!("{}x{}x{}", r.m, r.n, r.k),
-            r.us,
+            cp_us,
             tma_us,
             GemmRow::tflops(best, r.m, r.n, r.k),
             cu,
             cu_tf,
             ratio,
-            r.config,
+            cp_cfg,
             tma_cfg
         );
     }
