@@ -437,12 +437,21 @@ fn igmma_matches_the_one_bit_gemm() {
             assert_eq!(bits(&y2), bits(&y1), "W{w}A{a} m={m} BM={bm}: output bits");
         }
     }
-    // The rule: from IGMMA_MIN_M tokens and IGMMA_MIN_BLOCKS blocks of 128 x 256.
+    // The rule: from IGMMA_MIN_M tokens and IGMMA_MIN_BLOCKS blocks, of 128 x 256 where there
+    // are that many, else of 128 x 128.
     use tilus::kernels::apt::linear::IGMMA_MIN_BLOCKS;
-    let n = 256 * IGMMA_MIN_BLOCKS / IGMMA_MIN_M.div_ceil(128);
-    let layer = AptLinear::new(&random(256 * n), 256, n, 2, 2, None).unwrap();
-    assert!(matches!(layer.path(IGMMA_MIN_M), AptPath::Igmma(_)));
-    assert_eq!(layer.path(IGMMA_MIN_M - 1), AptPath::Unfused);
-    let narrow = AptLinear::new(&random(256 * (n - 256)), 256, n - 256, 2, 2, None).unwrap();
-    assert_eq!(narrow.path(IGMMA_MIN_M), AptPath::Unfused);
+    let rows = IGMMA_MIN_M.div_ceil(128);
+    let bn_at = |n: usize, m: usize| {
+        let layer = AptLinear::new(&random(256 * n), 256, n, 2, 2, None).unwrap();
+        match layer.path(m) {
+            AptPath::Igmma(cfg) => Some(cfg.BN),
+            _ => None,
+        }
+    };
+    let n = 256 * IGMMA_MIN_BLOCKS / rows;
+    assert_eq!(bn_at(n, IGMMA_MIN_M), Some(256));
+    assert_eq!(bn_at(n, IGMMA_MIN_M - 1), None);
+    assert_eq!(bn_at(n - 256, IGMMA_MIN_M), Some(128));
+    assert_eq!(bn_at(n / 2, IGMMA_MIN_M), Some(128));
+    assert_eq!(bn_at(n / 2 - 128, IGMMA_MIN_M), None);
 }

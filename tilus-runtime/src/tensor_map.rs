@@ -201,7 +201,9 @@ fn validate(
         // Only the rows (i = 1) can miss: outer strides are multiples of the row's.
         if !stride.is_multiple_of(ALIGN) {
             return bad(format!(
-                "its rows are {} elements x {elem} bytes = {stride} bytes, not a multiple of                  {ALIGN}: TMA needs every row of the row-major view {shape:?} to start on a                  16-byte boundary; pad the innermost dimension to a multiple of {} elements",
+                "its rows are {} elements x {elem} bytes = {stride} bytes, not a multiple of \
+                 {ALIGN}: TMA needs every row of the row-major view {shape:?} to start on a \
+                 16-byte boundary; pad the innermost dimension to a multiple of {} elements",
                 dims[0],
                 ALIGN / elem
             ));

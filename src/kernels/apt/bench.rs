@@ -56,7 +56,8 @@ pub struct AptBenchRow {
     /// The quantizer + the GEMM (two launches).
     pub unfused: Timing,
     /// The quantizer writing code bytes + the GEMM of the codes on the integer warpgroup MMA
-    /// (two launches, [`AptPath::Igmma`]; sm_90a, `k` a multiple of 16, `m >= 16`).
+    /// (two launches, [`AptPath::Igmma`]; sm_90a, `k` a multiple of 16, `m >= 16`), the faster
+    /// of 256- and 128-column blocks (the tiles column names it).
     pub igmma: Option<Timing>,
     /// The GEMM alone.
     pub gemm: Timing,
@@ -171,15 +172,28 @@ pub fn bench_apt(
             }
         }
     }
-    let igmma = if gpu.context().arch() == "sm_90a" && k.is_multiple_of(16) && m >= 16 {
+    // The integer-MMA layer with 256- and 128-column blocks, the faster kept.
+    let mut igmma: Option<(Timing, i32)> = None;
+    if gpu.context().arch() == "sm_90a" && k.is_multiple_of(16) && m >= 16 {
         let mut codes = AptActivations::with_codes(&gpu, m, true).map_err(err)?;
-        Some(time_launches(ctx, flush, runs, || {
-            gpu.quantize_into(&xd, &mut codes).map_err(err)?;
-            gpu.gemm_igmma_into(&codes, &mut y, None).map_err(err)
-        })?)
-    } else {
-        None
-    };
+        for bn in [256, 128] {
+            let cfg = super::kernel::apt_gemm_igmma::Config {
+                BN: bn,
+                ..layer.igmma_config(m, false)
+            };
+            let t = time_launches(ctx, flush, runs, || {
+                gpu.quantize_into(&xd, &mut codes).map_err(err)?;
+                gpu.gemm_igmma_with(&codes, &mut y, None, cfg).map_err(err)
+            })?;
+            if igmma
+                .as_ref()
+                .is_none_or(|(b, _)| t.median_us < b.median_us)
+            {
+                igmma = Some((t, bn));
+            }
+        }
+    }
+    let (igmma, igmma_bn) = (igmma.map(|(t, _)| t), igmma.map(|(_, bn)| bn));
     let path = layer.path(m);
     let layer_t = match path {
         AptPath::Popc(tiles) => time_launches(ctx, flush, runs, || {
@@ -188,7 +202,14 @@ pub fn bench_apt(
         })?,
         AptPath::Fused => fused.expect("timed above"),
         AptPath::Unfused => unfused,
-        AptPath::Igmma(_) => igmma.unwrap_or(unfused),
+        AptPath::Igmma(cfg) if igmma.is_some() => {
+            let mut codes = AptActivations::with_codes(&gpu, m, true).map_err(err)?;
+            time_launches(ctx, flush, runs, || {
+                gpu.quantize_into(&xd, &mut codes).map_err(err)?;
+                gpu.gemm_igmma_with(&codes, &mut y, None, cfg).map_err(err)
+            })?
+        }
+        AptPath::Igmma(_) => unfused,
     };
     let gemm_t = time_launches(ctx, flush, runs, || {
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
@@ -232,10 +253,12 @@ pub fn bench_apt(
                     p.warps, p.rows, p.vec, p.per_sm, p.stages, p.qsplit
                 )
             });
+            let igmma = igmma_bn.map(|bn| format!("; igmma BN={bn}"));
             format!(
-                "{gemm}{}{}",
+                "{gemm}{}{}{}",
                 fused.unwrap_or_default(),
-                popc.unwrap_or_default()
+                popc.unwrap_or_default(),
+                igmma.unwrap_or_default()
             )
         },
     })
@@ -280,7 +303,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
          layer = the forward (P: the popc decode kernel, F: the fused decode kernel on BMMA, \
          I: the codes on the integer wgmma), fused us = the fused kernel, popc us = the popc \
          kernel (best tiles), 2-launch = quantizer + GEMM on BMMA, igmma = quantizer + GEMM \
-         of the code bytes on IGMMA\n\
+         of the code bytes on IGMMA (the faster of 256- and 128-column blocks)\n\
          w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
          {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
         "WxAy",

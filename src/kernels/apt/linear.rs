@@ -390,28 +390,34 @@ impl AptLinear {
     ///
     ///
     /// From [`IGMMA_MIN_M`] tokens on, when `k` is a multiple of 16 and the product makes at
-    /// least [`IGMMA_MIN_BLOCKS`] blocks of 128 x 256 outputs, the codes multiply on the integer
-    /// warpgroup MMA instead ([`AptPath::Igmma`], sm_90a; [`GpuAptLinear::forward`] falls back
-    /// to the quantizer and the 1-bit GEMM on a device without it).
+    /// least [`IGMMA_MIN_BLOCKS`] blocks of [`Self::igmma_config`]'s tiles, the codes multiply
+    /// on the integer warpgroup MMA instead ([`AptPath::Igmma`], sm_90a;
+    /// [`GpuAptLinear::forward`] falls back to the quantizer and the 1-bit GEMM on a device
+    /// without it).
     pub fn path(&self, m: usize) -> AptPath {
-        let blocks = m.div_ceil(128) * self.n.div_ceil(256);
+        let cfg = self.igmma_config(m, false);
+        let blocks = m.div_ceil(cfg.BM as usize) * self.n.div_ceil(cfg.BN as usize);
         if m == 1 {
             AptPath::Popc(self.popc_tiles())
         } else if m >= IGMMA_MIN_M && self.k.is_multiple_of(16) && blocks >= IGMMA_MIN_BLOCKS {
-            AptPath::Igmma(self.igmma_config(m, false))
+            AptPath::Igmma(cfg)
         } else {
             AptPath::Unfused
         }
     }
 
-    /// The configuration of [`apt_gemm_igmma`] for `m` tokens: two warpgroups of 64 rows and
-    /// 256-column blocks, one warpgroup below 128 tokens.
+    /// The configuration of [`apt_gemm_igmma`] for `m` tokens: two warpgroups of 64 rows (one
+    /// below 128 tokens) and 256-column blocks, or 128-column ones where 256 would make fewer
+    /// than [`IGMMA_MIN_BLOCKS`] blocks (H200, session 32: 8192 x 8192 at 256 tokens 40.6 us
+    /// against 54.6, 2048 x 2048 at 1024 tokens 22.7 against 27.1).
     pub fn igmma_config(&self, m: usize, store_acc: bool) -> apt_gemm_igmma::Config {
+        let bm = if m >= 128 { 128 } else { 64 };
+        let wide = m.div_ceil(bm) * self.n.div_ceil(256) >= IGMMA_MIN_BLOCKS;
         apt_gemm_igmma::Config {
             WBITS: self.wbits() as i32,
             ABITS: self.abits as i32,
-            BM: if m >= 128 { 128 } else { 64 },
-            BN: 256,
+            BM: bm as i32,
+            BN: if wide { 256 } else { 128 },
             STAGES: 4,
             GROUP: 8,
             STORE_ACC: store_acc as i32,
@@ -529,12 +535,13 @@ pub enum AptPath {
 /// (W2A2 14336 x 4096: 18.9 against 27.8 us).
 pub const IGMMA_MIN_M: usize = 256;
 
-/// The fewest 128 x 256 blocks of outputs for which [`AptLinear::path`] takes the integer
-/// warpgroup MMA: a block walks all of `k`, so fewer blocks than about 0.6 of the 132
-/// multiprocessors leave tensor cores idle where the 1-bit GEMM's smaller tiles fill them.
-/// Measured on an H200 (session 32, W2A2): 80 blocks won (10240 x 8192 at 256 tokens, 54.6
-/// against 65.8 us), 64 lost (8192 x 8192 at 256 tokens, 54.6 against 46.6; 2048 x 2048 at
-/// 1024, 27.1 against 25.3).
+/// The fewest blocks of outputs for which [`AptLinear::path`] takes the integer warpgroup MMA
+/// (and [`AptLinear::igmma_config`] 256-column blocks rather than 128): a block walks all of
+/// `k`, so fewer blocks than about 0.6 of the 132 multiprocessors leave tensor cores idle where
+/// the 1-bit GEMM's smaller tiles fill them. Measured on an H200 (session 32, W2A2): 80 blocks
+/// of 128 x 256 won (10240 x 8192 at 256 tokens, 54.6 against 65.8 us), 64 lost (8192 x 8192 at
+/// 256 tokens, 54.6 against 46.6) where 128 of 128 x 128 won (40.6); 64 of 128 x 128 lost
+/// (4096 x 14336 at 256 tokens, 59.3 against 43.2; 1024 x 4096 at 1024, 26.8 against 22.9).
 pub const IGMMA_MIN_BLOCKS: usize = 80;
 
 /// Check the lengths of an output `y` and, if given, of the products `acc`: `want` each.
