@@ -388,7 +388,6 @@ impl AptLinear {
     /// at 16 tokens it measured 51.2 us against the two launches' 15.1 (W2A2, 14336 x 4096) and
     /// 1076 against 33.2 (W3A4, 4096 x 14336) on an H200, so the layer no longer takes it.
     ///
-    ///
     /// From [`IGMMA_MIN_M`] tokens on, when `k` is a multiple of 16 and the product makes at
     /// least [`IGMMA_MIN_BLOCKS`] blocks of [`Self::igmma_config`]'s tiles, the codes multiply
     /// on the integer warpgroup MMA instead ([`AptPath::Igmma`], sm_90a;
