@@ -377,13 +377,7 @@ impl GpuKernel {
                 })?;
         }
         for (i, p) in spec.params.iter().enumerate() {
-            let ParamKind::TensorMap {
-                param,
-                box_shape,
-                swizzle,
-                ..
-            } = &p.kind
-            else {
+            let ParamKind::TensorMap { param, swizzle, .. } = &p.kind else {
                 continue;
             };
             let view =
@@ -393,7 +387,7 @@ impl GpuKernel {
                 view.address,
                 view.element_bytes,
                 &view.shape,
-                box_shape,
+                &view.box_shape,
                 *swizzle,
             )
             .map_err(|e| match e {
@@ -410,13 +404,16 @@ impl GpuKernel {
     }
 }
 
-/// What the tensor map of parameter `index` describes for one launch.
+/// What the tensor map of parameter `index` describes for one launch, in the map's elements
+/// (bytes innermost, for sub-byte ones).
 #[derive(Debug, PartialEq)]
 struct TmaView {
     address: u64,
     element_bytes: usize,
     /// Extents, outermost first.
     shape: Vec<u64>,
+    /// The box, outermost first.
+    box_shape: Vec<u32>,
 }
 
 /// The buffer and extents of the tensor map parameter `index` for the launch's `values` and
@@ -436,6 +433,7 @@ fn tma_view(
         param,
         dtype,
         shape,
+        box_shape,
         ..
     } = &p.kind
     else {
@@ -467,16 +465,19 @@ fn tma_view(
             ))
         }
     };
-    if !dtype.bits().is_multiple_of(8) {
+    let bits = dtype.bits() as u64;
+    if !matches!(bits, 1 | 2 | 4) && !bits.is_multiple_of(8) {
         return Err(format!(
             "`{name}` viewed as {dtype} by tensor map `{}`: TMA copies whole bytes; view \
-             sub-byte data as bytes",
+             such codes as bytes",
             p.ir_name
         ));
     }
-    let element_bytes = (dtype.bits() / 8) as usize;
+    // Sub-byte elements are copied as bytes: the map's innermost extent counts bytes.
+    let per_byte = (8 / bits).max(1);
+    let element_bytes = (bits / 8).max(1) as usize;
     let mut extents = Vec::with_capacity(shape.len());
-    for e in shape {
+    for (i, e) in shape.iter().enumerate() {
         let x = spec
             .eval(e, values)
             .map_err(|m| format!("`{name}` (tensor map `{}`): {m}", p.ir_name))?;
@@ -486,7 +487,18 @@ fn tma_view(
                 p.ir_name
             )
         })?;
-        extents.push(x);
+        if i + 1 == shape.len() && !x.is_multiple_of(per_byte) {
+            return Err(format!(
+                "`{name}` (tensor map `{}`): the innermost extent {x} of a {dtype} view is not \
+                 whole bytes (a multiple of {per_byte})",
+                p.ir_name
+            ));
+        }
+        extents.push(if i + 1 == shape.len() {
+            x / per_byte
+        } else {
+            x
+        });
     }
     let needed = extents
         .iter()
@@ -501,10 +513,16 @@ fn tma_view(
             p.ir_name
         ));
     }
+    let mut box_shape = box_shape.clone();
+    if let Some(inner) = box_shape.last_mut() {
+        // The verifier made the box's inner extent whole 16-byte chunks.
+        *inner /= per_byte as u32;
+    }
     Ok(TmaView {
         address,
         element_bytes,
         shape: extents,
+        box_shape,
     })
 }
 
@@ -569,6 +587,7 @@ mod tests {
         spec.params.push(map("tma_w", 3, DType::F16));
         spec.params.push(map("tma_bad", 0, DType::F16));
         spec.params.push(map("tma_u4", 2, DType::UInt(4)));
+        spec.params.push(map("tma_u3", 2, DType::UInt(3)));
         spec
     }
 
@@ -578,31 +597,33 @@ mod tests {
             ArgValue::I32(k),
             ArgValue::Pointer(0x7000_0000),
         ];
-        v.extend([ArgValue::Pointer(0); 5]);
+        v.extend([ArgValue::Pointer(0); 6]);
         v
     }
 
     /// A tensor map describes the pointer argument's buffer at this launch's extents; a
-    /// buffer smaller than the view, a negative extent, a sub-byte view or a map of a scalar
-    /// is an error naming the argument.
+    /// buffer smaller than the view, a negative extent, a sub-byte view of part of a byte, a
+    /// view of codes the copy engine cannot move or a map of a scalar is an error naming the
+    /// argument. Sub-byte views are bytes innermost.
     #[test]
     fn tensor_maps_view_checked_buffers() {
         let spec = tma_spec();
         let (m, k) = (100, 264);
         let bytes = (m * k * 2) as usize;
-        let sizes = [0, 0, bytes, 0, 0, 0, 0, 0];
+        let sizes = [0, 0, bytes, 0, 0, 0, 0, 0, 0];
         let ws = [(0x9000_0000, bytes)];
         let view = tma_view(&spec, 4, &values(m, k), &sizes, &ws).unwrap();
         let want = |address| TmaView {
             address,
             element_bytes: 2,
             shape: vec![m as u64, k as u64],
+            box_shape: vec![64, 64],
         };
         assert_eq!(view, want(0x7000_0000));
         let view = tma_view(&spec, 5, &values(m, k), &sizes, &ws).unwrap();
         assert_eq!(view, want(0x9000_0000));
 
-        let small = [0, 0, bytes - 1, 0, 0, 0, 0, 0];
+        let small = [0, 0, bytes - 1, 0, 0, 0, 0, 0, 0];
         let e = tma_view(&spec, 4, &values(m, k), &small, &ws).unwrap_err();
         assert!(
             e.contains(&format!("`a` holds {} bytes", bytes - 1))
@@ -618,8 +639,25 @@ mod tests {
         );
         let e = tma_view(&spec, 6, &values(m, k), &sizes, &ws).unwrap_err();
         assert!(e.contains("tma_bad") && e.contains("not a buffer"), "{e}");
-        let e = tma_view(&spec, 7, &values(m, k), &sizes, &ws).unwrap_err();
-        assert!(e.contains("`a` viewed as") && e.contains("sub-byte"), "{e}");
+        // Two 4-bit codes a byte: the map is [m, k / 2] bytes in boxes of [64, 32].
+        let view = tma_view(&spec, 7, &values(m, k), &sizes, &ws).unwrap();
+        let bytes_view = TmaView {
+            address: 0x7000_0000,
+            element_bytes: 1,
+            shape: vec![m as u64, k as u64 / 2],
+            box_shape: vec![64, 32],
+        };
+        assert_eq!(view, bytes_view);
+        let e = tma_view(&spec, 7, &values(m, k - 1), &sizes, &ws).unwrap_err();
+        assert!(
+            e.contains("`a`") && e.contains("innermost extent 263") && e.contains("whole bytes"),
+            "{e}"
+        );
+        let e = tma_view(&spec, 8, &values(m, k), &sizes, &ws).unwrap_err();
+        assert!(
+            e.contains("`a` viewed as u3") && e.contains("whole bytes"),
+            "{e}"
+        );
     }
 
     /// The runtime's parameter list passes tensor maps by value, in the entry's order.

@@ -389,6 +389,10 @@ fn tiling_rule() {
                 let tiles = AptTiles::for_shape(m, n, k, w, a);
                 tiles.check().unwrap();
                 let what = format!("W{w}A{a} m={m} {n}x{k}: {tiles:?}");
+                // The rule's GEMM instantiates (W2A2 at 64 tokens and k = 8192 once unrolled
+                // past the limit).
+                tilus::kernels::apt::kernel::apt_gemm::program(&tiles.config(w, a, false))
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(n % tiles.bn(), 0, "{what}");
                 assert_eq!(k % tiles.bk(), 0, "{what}");
                 let acc = 4 * w * a * (tiles.fm * tiles.fn_) as u32;
@@ -400,6 +404,88 @@ fn tiling_rule() {
             }
         }
     }
+}
+
+/// The planes on the 1-bit warpgroup MMA (`apt_gemm_bgmma`): the same exact products and output
+/// bits as the 1-bit GEMM for every width, one and two warpgroups, ragged `m` and `n` (tile rows
+/// past them read the next plane's rows and are never stored), `k` past one 1024-bit stage and
+/// not a whole number of them.
+#[test]
+fn bgmma_matches_the_one_bit_gemm() {
+    use tilus::kernels::apt::AptLinear;
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for ((w, a), (m, n, k)) in tilus::kernels::apt::bench::WIDTHS.into_iter().zip([
+        (70, 40, 1280),
+        (65, 72, 256),
+        (20, 56, 2304),
+        (130, 24, 512),
+        (3, 16, 768),
+    ]) {
+        let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let (y1, acc1) = layer.forward_cpu_unfused(&x, m).unwrap();
+        assert!(acc1.iter().any(|&v| v != 0));
+        let rule = layer.bgmma_config(m, false);
+        // One warpgroup, two along m, and two along n (each with every plane of its half).
+        for (bm, bn, wgn) in [
+            (64, rule.BN, 1),
+            (128, (rule.BN / 2).max(8), 1),
+            (64, 2 * rule.BN, 2),
+        ] {
+            // Eight activation planes of 128 rows do not fit two stages.
+            let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
+                assert_eq!((a, bm), (8, 128), "W{w}A{a} BM={bm} BN={bn}");
+                continue;
+            };
+            let (y2, acc2) = layer.forward_cpu_bgmma(&x, m, cfg).unwrap();
+            let tag = format!("W{w}A{a} m={m} BM={bm} BN={bn} WGN={wgn}");
+            assert_eq!(acc2, acc1, "{tag}: products");
+            assert_eq!(bits(&y2), bits(&y1), "{tag}: output bits");
+        }
+    }
+}
+
+/// The layer's tiles on the 1-bit warpgroup MMA: two warpgroups along `n` where 64-row blocks of
+/// twice the columns number [`BGMMA_WIDE_BLOCKS`], else one, with 128 rows from 128 tokens; the
+/// accumulators of a warpgroup at most 128 registers; the path from 2 tokens where the integer
+/// MMA does not apply.
+#[test]
+fn bgmma_rule() {
+    use tilus::kernels::apt::linear::BGMMA_WIDE_BLOCKS;
+    use tilus::kernels::apt::{AptLinear, AptPath};
+    let rule = |w, a, m, n| {
+        let layer = AptLinear::new(&random(256 * n), 256, n, w, a, None).unwrap();
+        let c = layer.bgmma_config(m, false);
+        let regs = (w * a) as i32 * c.BN / c.WGN / 2;
+        assert!(
+            regs <= 128,
+            "W{w}A{a} m={m} n={n}: {regs} accumulator registers"
+        );
+        assert!(matches!(layer.path(m), AptPath::Bgmma(p) if p == c) || m == 1 || m >= 256);
+        (c.BM, c.BN, c.WGN)
+    };
+    assert_eq!(rule(2, 2, 64, 14336), (64, 128, 2));
+    assert_eq!(rule(2, 2, 64, 4096), (64, 32, 1));
+    assert_eq!(rule(2, 2, 200, 4096), (64, 128, 2));
+    assert_eq!(rule(1, 2, 16, 4096), (64, 32, 1));
+    assert_eq!(rule(3, 4, 64, 4096), (64, 32, 2));
+    assert_eq!(rule(3, 4, 16, 1024), (64, 8, 1));
+    assert_eq!(rule(2, 8, 130, 1024), (64, 32, 2));
+    // 128 rows of eight activation planes do not fit two stages: 64.
+    assert_eq!(rule(2, 8, 130, 512), (64, 8, 1));
+    assert_eq!(rule(2, 2, 130, 512), (128, 32, 1));
+    let n = 2 * 64 * BGMMA_WIDE_BLOCKS;
+    assert_eq!(rule(2, 2, 64, n).2, 2);
+    assert_eq!(rule(2, 2, 64, n - 256).2, 1);
+    assert!(matches!(
+        AptLinear::new(&random(256 * 64), 256, 64, 2, 2, None)
+            .unwrap()
+            .path(1),
+        AptPath::Popc(_)
+    ));
 }
 
 /// The codes on the integer warpgroup MMA (`apt_gemm_igmma`, the layer's path from

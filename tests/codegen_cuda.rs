@@ -1313,7 +1313,8 @@ fn vq_kernels_compile_without_spills() {
 /// The wgmma GEMM (`tilus::kernels::gemm`), every configuration of both dtypes, for sm_90a (the
 /// warpgroup MMA has no sm_80 form): no spills or stack frame, no local memory, `HGMMA` (the
 /// warpgroup MMA, 4 per k step and warpgroup block; `IGMMA` for i8 operands, `QGMMA` for fp8)
-/// and `LDGSTS` (the cp.async pipeline) or `UTMALDG` (the copy engine), and no warp-level HMMA.
+/// and `LDGSTS` (the cp.async pipeline) or `UTMALDG` (the copy engine), and no warp-level HMMA;
+/// APT's plane GEMM `BGMMA` (1-bit operands) with `UTMALDG`.
 #[test]
 fn wgmma_gemm_compiles_to_hgmma_without_spills() {
     let test = "wgmma_gemm_compiles_to_hgmma_without_spills";
@@ -1403,6 +1404,23 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         let cfg = &gemm_tma_e5m2::SPACE[1];
         kernels.push((format!("gemm_tma_e5m2_{cfg}"), gemm_tma_e5m2::program(cfg)));
     }
+    // APT's bit planes on the 1-bit warpgroup MMA (BGMMA), copied as bits by the copy engine:
+    // the layer's rule for W2A2 at 64 and 256 tokens, W1A2, and W3A4's 12 plane pairs.
+    {
+        use tilus::kernels::apt::{kernel::apt_gemm_bgmma, AptLinear};
+        for (w, a, m) in [(2, 2, 64), (2, 2, 256), (1, 2, 64), (3, 4, 64)] {
+            let layer = AptLinear::new(&vec![0.5; 256 * 64], 256, 64, w, a, None).unwrap();
+            let rule = layer.bgmma_config(m, false);
+            // The rule's tiles, and twice the columns on two warpgroups.
+            let wide = layer.bgmma_tiles(64, 2 * rule.BN, 2, false).unwrap();
+            for cfg in [rule, wide] {
+                kernels.push((
+                    format!("apt_gemm_bgmma_{cfg}").replace([',', '='], "_"),
+                    apt_gemm_bgmma::program(&cfg).ok(),
+                ));
+            }
+        }
+    }
     for (name, program) in kernels {
         let k = emit(&program.unwrap(), &Default::default()).unwrap();
         let arch = "sm_90a";
@@ -1436,6 +1454,8 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         // integers), QGMMA (fp8).
         let gmma = if name.starts_with("gemm_tma_i8") {
             "IGMMA"
+        } else if name.starts_with("apt_gemm_bgmma") {
+            "BGMMA"
         } else if name.starts_with("gemm_tma_e") {
             "QGMMA"
         } else {

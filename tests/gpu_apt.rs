@@ -148,6 +148,39 @@ fn gpu_apt_linear_matches_reference() {
                     );
                 }
             }
+            // The planes on the 1-bit warpgroup MMA (sm_90a, any m): the 1-bit GEMM's products
+            // and bits with one and two warpgroups and the rule's columns and half of them
+            // (where two stages of eight activation planes fit); it refuses code bytes.
+            if ctx.arch() == "sm_90a" {
+                let rule = layer.bgmma_config(m, false);
+                for (bm, bn, wgn) in [
+                    (64, rule.BN, 1),
+                    (128, (rule.BN / 2).max(8), 1),
+                    (64, 2 * rule.BN, 2),
+                ] {
+                    let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
+                        continue;
+                    };
+                    let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                    let mut ab = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+                    gpu.gemm_bgmma_with(&act, &mut yb, Some(&mut ab), cfg)
+                        .unwrap();
+                    let tiles = format!("BM={bm} BN={bn} WGN={wgn}");
+                    assert_eq!(ab.to_host().unwrap(), acc, "{tag} {tiles}: bgmma products");
+                    assert_eq!(
+                        bits(&yb.to_host().unwrap()),
+                        bits(&y),
+                        "{tag} {tiles}: bgmma output"
+                    );
+                }
+                let codes = AptActivations::with_codes(&gpu, m, true).unwrap();
+                let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                let e = gpu
+                    .gemm_bgmma_into(&codes, &mut yb, None)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("argument `act`"), "{e}");
+            }
             // The codes on the integer warpgroup MMA (sm_90a): the quantizer's code bytes are
             // the host's, and both tilings give the 1-bit GEMM's products and bits.
             if ctx.arch() == "sm_90a" && m >= 16 {
@@ -299,6 +332,57 @@ fn gpu_apt_popc_walks_row_groups() {
                 }
             }
             eprintln!("W{w}A{a} m={m} n={n}: popc ok");
+        }
+    }
+}
+
+/// The planes on the 1-bit warpgroup MMA at ragged shapes (tile rows past `m` and columns past
+/// `n` read the next plane's rows), outputs poisoned: the 1-bit GEMM's products and bits for
+/// W2A2 and W3A4, twice (the ring's phases start over each launch). Small enough for
+/// compute-sanitizer.
+#[test]
+fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_bgmma_matches_the_one_bit_gemm",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!("SKIPPED gpu_apt_bgmma_matches_the_one_bit_gemm: wgmma needs sm_90a");
+        return;
+    }
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for ((w, a), (m, n, k)) in [((2, 2), (70, 200, 5376)), ((3, 4), (130, 72, 1280))] {
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let gpu = layer.to_gpu(&ctx).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+        let mut act = AptActivations::new(&gpu, m).unwrap();
+        gpu.quantize_into(&xd, &mut act).unwrap();
+        let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+        let mut acc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+        gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
+        let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
+        assert!(y.iter().all(|v| v.is_finite()), "W{w}A{a}: NaN left");
+        for round in 0..2 {
+            let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            let mut ab = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+            gpu.gemm_bgmma_into(&act, &mut yb, Some(&mut ab)).unwrap();
+            assert_eq!(
+                ab.to_host().unwrap(),
+                acc,
+                "W{w}A{a} round {round}: products"
+            );
+            assert_eq!(
+                bits(&yb.to_host().unwrap()),
+                bits(&y),
+                "W{w}A{a} round {round}: output"
+            );
         }
     }
 }

@@ -198,6 +198,13 @@ impl Target {
                 k: 32,
                 kinds: &[MmaKind::I8, MmaKind::U8, MmaKind::E4M3, MmaKind::E5M2],
             },
+            // `.s32.b1.b1.and.popc`: 256 bits of each operand row per instruction.
+            MmaShape {
+                m: 64,
+                n: 256,
+                k: 256,
+                kinds: &[MmaKind::B1],
+            },
         ],
         features: Features {
             cp_async: true,

@@ -59,6 +59,10 @@ pub struct AptBenchRow {
     /// (two launches, [`AptPath::Igmma`]; sm_90a, `k` a multiple of 16, `m >= 16`), the faster
     /// of 256- and 128-column blocks (the tiles column names it).
     pub igmma: Option<Timing>,
+    /// The quantizer + the GEMM of the planes on the 1-bit warpgroup MMA (two launches,
+    /// [`AptPath::Bgmma`]; sm_90a), the fastest of the rule's tiles, half its columns, and
+    /// twice its columns on two warpgroups (the tiles column names it).
+    pub bgmma: Option<Timing>,
     /// The GEMM alone.
     pub gemm: Timing,
     /// The floor's bytes (see the module docs).
@@ -194,6 +198,37 @@ pub fn bench_apt(
         }
     }
     let (igmma, igmma_bn) = (igmma.map(|(t, _)| t), igmma.map(|(_, bn)| bn));
+    // The 1-bit warpgroup MMA on the planes: the rule's tiles, half the columns, and twice
+    // the columns on two warpgroups.
+    let mut bgmma: Option<(Timing, (i32, i32, i32))> = None;
+    if gpu.context().arch() == "sm_90a" {
+        let rule = layer.bgmma_config(m, false);
+        let tried = [
+            (rule.BM, rule.BN, rule.WGN),
+            (rule.BM, rule.BN / 2, 1),
+            (64, 2 * rule.BN, 2),
+        ];
+        for (bm, bn, wgn) in tried {
+            let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
+                continue;
+            };
+            let t = time_launches(ctx, flush, runs, || {
+                gpu.quantize_into(&xd, &mut act).map_err(err)?;
+                gpu.gemm_bgmma_with(&act, &mut y, None, cfg).map_err(err)
+            })?;
+            eprintln!(
+                "W{wbits}A{abits} m={m} {n}x{k} bgmma BM={} BN={bn} WGN={wgn}: {:.1} us",
+                cfg.BM, t.median_us
+            );
+            if bgmma
+                .as_ref()
+                .is_none_or(|(b, _)| t.median_us < b.median_us)
+            {
+                bgmma = Some((t, (bm, bn, wgn)));
+            }
+        }
+    }
+    let (bgmma, bgmma_bn) = (bgmma.map(|(t, _)| t), bgmma.map(|(_, bn)| bn));
     let path = layer.path(m);
     let layer_t = match path {
         AptPath::Popc(tiles) => time_launches(ctx, flush, runs, || {
@@ -210,6 +245,11 @@ pub fn bench_apt(
             })?
         }
         AptPath::Igmma(_) => unfused,
+        AptPath::Bgmma(cfg) if bgmma.is_some() => time_launches(ctx, flush, runs, || {
+            gpu.quantize_into(&xd, &mut act).map_err(err)?;
+            gpu.gemm_bgmma_with(&act, &mut y, None, cfg).map_err(err)
+        })?,
+        AptPath::Bgmma(_) => unfused,
     };
     let gemm_t = time_launches(ctx, flush, runs, || {
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
@@ -227,6 +267,7 @@ pub fn bench_apt(
         popc,
         unfused,
         igmma,
+        bgmma,
         gemm: gemm_t,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
@@ -254,11 +295,13 @@ pub fn bench_apt(
                 )
             });
             let igmma = igmma_bn.map(|bn| format!("; igmma BN={bn}"));
+            let bgmma = bgmma_bn.map(|(bm, bn, wgn)| format!("; bgmma BM={bm} BN={bn} WGN={wgn}"));
             format!(
-                "{gemm}{}{}{}",
+                "{gemm}{}{}{}{}",
                 fused.unwrap_or_default(),
                 popc.unwrap_or_default(),
-                igmma.unwrap_or_default()
+                igmma.unwrap_or_default(),
+                bgmma.unwrap_or_default()
             )
         },
     })
@@ -301,11 +344,13 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         "tilus apt (quantize + bit-serial GEMM); copy bandwidth {copy_gbps:.0} GB/s; \
          floor = (weight planes + f16 activations + f16 output) / that; L2 flushed; \
          layer = the forward (P: the popc decode kernel, F: the fused decode kernel on BMMA, \
-         I: the codes on the integer wgmma), fused us = the fused kernel, popc us = the popc \
-         kernel (best tiles), 2-launch = quantizer + GEMM on BMMA, igmma = quantizer + GEMM \
-         of the code bytes on IGMMA (the faster of 256- and 128-column blocks)\n\
+         I: the codes on the integer wgmma, B: the planes on the 1-bit wgmma), fused us = the \
+         fused kernel, popc us = the popc kernel (best tiles), 2-launch = quantizer + GEMM on \
+         BMMA, igmma = quantizer + GEMM of the code bytes on IGMMA (the faster of 256- and \
+         128-column blocks), bgmma = quantizer + GEMM of the planes on BGMMA (the fastest \
+         of three tilings)\n\
          w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
-         {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
+         {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
         "WxAy",
         "m",
         "n x k",
@@ -314,6 +359,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         "popc us",
         "2-launch us",
         "igmma us",
+        "bgmma us",
         "gemm us",
         "%floor",
         "TOPS",
@@ -328,7 +374,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         });
         let opt = |t: Option<&Timing>| t.map_or("-".to_string(), |t| format!("{:.1}", t.median_us));
         s += &format!(
-            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11.1} {:>9} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
+            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11.1} {:>9} {:>9} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
             format!("W{}A{}", r.wbits, r.abits),
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -339,6 +385,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
                     AptPath::Fused => "F ",
                     AptPath::Unfused => "",
                     AptPath::Igmma(_) => "I ",
+                    AptPath::Bgmma(_) => "B ",
                 },
                 r.layer.median_us
             ),
@@ -346,6 +393,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
             opt(r.popc.as_ref().map(|(t, _)| t)),
             r.unfused.median_us,
             opt(r.igmma.as_ref()),
+            opt(r.bgmma.as_ref()),
             r.gemm.median_us,
             r.percent_of_floor(),
             r.tops(),

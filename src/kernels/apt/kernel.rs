@@ -77,6 +77,53 @@ mod kernels {
     /// The largest `4 K (2^A - 1)(2^W - 1)` the i32 recovery holds.
     pub const MAX_PRODUCT: i64 = i32::MAX as i64;
 
+    /// The end of every GEMM of the layer: from `x = Σ_k code_a · code_w` (i32, layout `lc`,
+    /// the block's outputs at `[row0, col0]`), the bipolar product of the AND form
+    /// `4x - 2(2^A - 1)·Σ code_w - 2(2^W - 1)·Σ code_a + K (2^A - 1)(2^W - 1)`, stored as i32 with
+    /// `STORE_ACC = 1`, then scaled in f32 and stored as f16. The same operations in every
+    /// kernel, so all give the same bits.
+    #[helper]
+    fn apt_finish(x: Tensor, lc: Layout, row0: i32, col0: i32) {
+        let (sa, sw, fa, fw) = apt_row_col_terms(lc, row0, col0);
+        apt_finish_with(x, lc, row0, col0, sa, sw, fa, fw);
+    }
+
+    /// The rows' and columns' sums of codes and scales [`apt_finish_with`] reads for the block
+    /// of outputs at `[row0, col0]` in layout `lc`: loaded before a k loop, their latency hides
+    /// behind it.
+    #[helper]
+    fn apt_row_col_terms(lc: Layout, row0: i32, col0: i32) -> (Tensor, Tensor, Tensor, Tensor) {
+        let lrow = layout!(reduce(lc, [1]));
+        let lcol = layout!(reduce(lc, [0]));
+        let sa = load_global(view_global(a_sums, [m, 1]), lrow, [row0, 0]);
+        let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, col0]);
+        let fa = load_global(view_global(a_scales, [m, 1]), lrow, [row0, 0]);
+        let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, col0]);
+        (sa, sw, fa, fw)
+    }
+
+    /// [`apt_finish`] with the terms of [`apt_row_col_terms`] already loaded.
+    #[helper]
+    fn apt_finish_with(
+        x: Tensor,
+        lc: Layout,
+        row0: i32,
+        col0: i32,
+        sa: Tensor,
+        sw: Tensor,
+        fa: Tensor,
+        fw: Tensor,
+    ) {
+        let ma = (1 << ABITS) - 1;
+        let mw = (1 << WBITS) - 1;
+        let d = x * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
+        if STORE_ACC == 1 {
+            store_global(d, view_global(acc_out, [m, n]), [row0, col0]);
+        }
+        let out = cast::<f32>(d) * fa * fw;
+        store_global(cast::<f16>(out), view_global(y, [m, n]), [row0, col0]);
+    }
+
     #[tilus::kernel(
     lazy,
     grid = [cdiv(m, WM * FM * 16), n / (WN * FN * 8)],
@@ -209,21 +256,7 @@ mod kernels {
         let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
         let shift = s % WBITS + s / WBITS;
         let x = view::<i32>(sum(pairs << shift, 0), lc);
-        // The bipolar product from the AND form, then the scales.
-        let lrow = layout!(reduce(lc, [1]));
-        let lcol = layout!(reduce(lc, [0]));
-        let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * bm, 0]);
-        let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * bn]);
-        let ma = (1 << ABITS) - 1;
-        let mw = (1 << WBITS) - 1;
-        let d = x * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
-        if STORE_ACC == 1 {
-            store_global(d, view_global(acc_out, [m, n]), [bi * bm, bj * bn]);
-        }
-        let fa = load_global(view_global(a_scales, [m, 1]), lrow, [bi * bm, 0]);
-        let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * bn]);
-        let out = cast::<f32>(d) * fa * fw;
-        store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
+        apt_finish(x, lc, bi * bm, bj * bn);
     }
 
     /// The same layer product as [`apt_gemm`] on the integer warpgroup MMA (sm_90a): the codes
@@ -336,21 +369,150 @@ mod kernels {
             }
         }
         dot_wait(0);
-        // The bipolar product from the AND form, then the scales: as in `apt_gemm`.
-        let lrow = layout!(reduce(lc, [1]));
-        let lcol = layout!(reduce(lc, [0]));
-        let sa = load_global(view_global(a_sums, [m, 1]), lrow, [bi * BM, 0]);
-        let sw = load_global(view_global(w_sums, [1, n]), lcol, [0, bj * BN]);
-        let ma = (1 << ABITS) - 1;
-        let mw = (1 << WBITS) - 1;
-        let d = acc * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
-        if STORE_ACC == 1 {
-            store_global(d, view_global(acc_out, [m, n]), [bi * BM, bj * BN]);
+        apt_finish(acc, lc, bi * BM, bj * BN);
+    }
+
+    /// The same layer product as [`apt_gemm`] on the 1-bit warpgroup MMA (sm_90a,
+    /// `wgmma m64nNk256.s32.b1.b1.and.popc`): the bit planes as [`apt_gemm`] reads them
+    /// (`[bits][rows][k / 32]` words, viewed as bits `[bits · rows, k]`), copied by the copy
+    /// engine in 1024-bit rows into a ring of `STAGES` stages, and multiplied as the stacked
+    /// `[ABITS · BM, 1024] x [1024, WBITS · BN]` product of every plane pair per stage: the A
+    /// rows are (plane q, row), the B columns (plane p, column), and each thread holds all
+    /// `ABITS · WBITS` pairs of its outputs (`local(ABITS, 1)` over the warpgroups' row
+    /// blocks, the B planes inside the instruction's `N = WBITS · BN`), so the recovery
+    /// `x = Σ 2^(p + q) · pair` is in registers, as in [`apt_gemm`], and [`apt_finish`] ends
+    /// it. With `WGN = 2` two warpgroups split the block's columns: the B rows are then
+    /// ordered (half, plane, column), each warpgroup's `N` holding every plane of its half. A
+    /// tile row past `m` (or `n`) reads the next plane's rows; those outputs are never stored.
+    /// The rows' and columns' terms of the epilogue are loaded before the k loop. The 1-bit wgmma runs at 8 times the integer one's bit rate (H200: 15.2 P
+    /// bit-ops/s against 1.9 POPS for `u8`), and the planes are `bits / 8` of the code bytes
+    /// [`apt_gemm_igmma`] reads. `k` a multiple of 128 (16-byte rows).
+    #[tilus::kernel(
+    lazy,
+    grid = [cdiv(n, BN) * cdiv(m, BM)],
+    warps = BM / 16 * WGN,
+    space(
+        WBITS = [2],
+        ABITS = [2],
+        BM = [64, 128],
+        BN = [64, 32],
+        WGN = [1, 2],
+        STAGES = [4, 3, 2],
+        GROUP = [8],
+        STORE_ACC = [0, 1],
+    ),
+)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn apt_gemm_bgmma<
+        const WBITS: i32,
+        const ABITS: i32,
+        const BM: i32,
+        const BN: i32,
+        const WGN: i32,
+        const STAGES: i32,
+        const GROUP: i32,
+        const STORE_ACC: i32,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a_planes: Global<u32>,
+        w_planes: Global<u32>,
+        a_sums: Global<i32>,
+        a_scales: Global<f32>,
+        w_sums: Global<i32>,
+        w_scales: Global<f32>,
+        y: GlobalMut<f16>,
+        acc_out: GlobalMut<i32>,
+    ) {
+        let [pid] = block_indices();
+        let rows = cdiv(m, BM);
+        let cols = cdiv(n, BN);
+        let first = pid / (GROUP * cols) * GROUP;
+        let height = min(rows - first, GROUP);
+        let bi = first + pid % (GROUP * cols) % height;
+        let bj = pid % (GROUP * cols) / height;
+        // Plane q's row r is row q·m + r of the stacked bits.
+        let ga = view_global::<u1>(a_planes, [ABITS * m, k]);
+        let gw = view_global::<u1>(w_planes, [WBITS * n, k]);
+        let sa = shared::<u1>([STAGES, ABITS * BM, 1024], swizzle(3, 7, 3));
+        let sw = shared::<u1>([STAGES, WBITS * BN, 1024], swizzle(3, 7, 3));
+        let full = mbarriers(STAGES, ABITS + WBITS * WGN);
+        let hn = BN / WGN;
+        // Stage s of step t: one box per plane of A and per (half, plane) of B, all on barrier s.
+        let fill = |s: i32, t: i32| {
+            #[unroll]
+            for q in 0..ABITS {
+                tma_load(
+                    ga,
+                    slice_shared(sa, [s, q * BM, 0], [BM, 1024]),
+                    [q * m + bi * BM, t * 1024],
+                    full,
+                    s,
+                );
+            }
+            #[unroll]
+            for h in 0..WGN {
+                #[unroll]
+                for p in 0..WBITS {
+                    tma_load(
+                        gw,
+                        slice_shared(sw, [s, (h * WBITS + p) * hn, 0], [hn, 1024]),
+                        [p * n + bj * BN + h * hn, t * 1024],
+                        full,
+                        s,
+                    );
+                }
+            }
+        };
+        let lc = layout!(spatial(BM / 64, WGN).spatial(4, 1).local(1, hn / 8).mma_c);
+        let (sa_rows, sw_cols, fa_rows, fw_cols) = apt_row_col_terms(lc, bi * BM, bj * BN);
+        let mut acc = register::<i32>(
+            layout!(
+                local(ABITS, 1)
+                    .spatial(BM / 64, WGN)
+                    .spatial(4, 1)
+                    .local(1, WBITS * hn / 8)
+                    .mma_c
+            ),
+            0,
+        );
+        let steps = cdiv(k, 1024);
+        for s in 0..STAGES - 1 {
+            if s < steps {
+                fill(s, s);
+            }
         }
-        let fa = load_global(view_global(a_scales, [m, 1]), lrow, [bi * BM, 0]);
-        let fw = load_global(view_global(w_scales, [1, n]), lcol, [0, bj * BN]);
-        let out = cast::<f32>(d) * fa * fw;
-        store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * BM, bj * BN]);
+        for t in 0..steps {
+            let st = t % STAGES;
+            mbarrier_wait(full, st, t / STAGES % 2);
+            let ta = slice_shared(sa, [st, 0, 0], [ABITS * BM, 1024]);
+            let tw = permute_shared(slice_shared(sw, [st, 0, 0], [WBITS * BN, 1024]), [1, 0]);
+            acc = dot_async(ta, tw, acc);
+            dot_wait(1);
+            // Every warpgroup retired step t - 1: its stage can be refilled.
+            sync();
+            let next = t + STAGES - 1;
+            if next < steps {
+                fill(next % STAGES, next);
+            }
+        }
+        dot_wait(0);
+        // Recovery: the plane pair (q, p) as a leading dimension, shifted by p + q and summed.
+        let pairs = view::<i32>(
+            acc,
+            layout!(
+                local(ABITS * WBITS, 1, 1)
+                    .spatial(BM / 64, WGN)
+                    .spatial(4, 1)
+                    .local(1, hn / 8)
+                    .mma_c
+            ),
+        );
+        let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
+        let shift = s % WBITS + s / WBITS;
+        let x = view::<i32>(sum(pairs << shift, 0), lc);
+        apt_finish_with(x, lc, bi * BM, bj * BN, sa_rows, sw_cols, fa_rows, fw_cols);
     }
 
     /// The activation quantizer: per token (row of `x[m, k]`, f16), `scale = max(amax, 2^-100) /

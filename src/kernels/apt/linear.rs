@@ -16,7 +16,9 @@
 //! On the GPU, [`AptLinear::to_gpu`] uploads the planes and [`GpuAptLinear::forward`] runs both
 //! kernels on the context's stream.
 
-use super::kernel::{apt_gemm, apt_gemm_igmma, apt_gemv, apt_gemv_popc, apt_quantize_act};
+use super::kernel::{
+    apt_gemm, apt_gemm_bgmma, apt_gemm_igmma, apt_gemv, apt_gemv_popc, apt_quantize_act,
+};
 use super::{check_shape, AptTiles, PopcTiles, INTERPRETER_SMS};
 use crate::apt::matrix::ScaleRule;
 use crate::apt::{AptError, AptMatrix};
@@ -230,7 +232,41 @@ impl AptLinear {
             }
             AptPath::Unfused => self.forward_cpu_unfused(x, m),
             AptPath::Igmma(cfg) => self.forward_cpu_igmma(x, m, cfg),
+            AptPath::Bgmma(cfg) => self.forward_cpu_bgmma(x, m, cfg),
         }
+    }
+
+    /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm_bgmma`] in configuration
+    /// `cfg` (its `STORE_ACC` is set here), whatever `m`.
+    pub fn forward_cpu_bgmma(
+        &self,
+        x: &[f16],
+        m: usize,
+        cfg: apt_gemm_bgmma::Config,
+    ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let (planes, sums, scales) = self.quantize_cpu(x, m)?;
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        apt_gemm_bgmma::interpret(
+            &apt_gemm_bgmma::Config {
+                STORE_ACC: 1,
+                ..cfg
+            },
+            mi,
+            self.n as i32,
+            self.k as i32,
+            &planes,
+            &self.planes,
+            &sums,
+            &scales,
+            &self.sums,
+            self.weight.scales(),
+            &mut y,
+            &mut acc,
+        )
+        .map_err(kernel_err)?;
+        Ok((y, acc))
     }
 
     /// [`Self::forward_cpu_acc`] through the quantizer writing codes and [`apt_gemm_igmma`] in
@@ -390,9 +426,12 @@ impl AptLinear {
     ///
     /// From [`IGMMA_MIN_M`] tokens on, when `k` is a multiple of 16 and the product makes at
     /// least [`IGMMA_MIN_BLOCKS`] blocks of [`Self::igmma_config`]'s tiles, the codes multiply
-    /// on the integer warpgroup MMA instead ([`AptPath::Igmma`], sm_90a;
-    /// [`GpuAptLinear::forward`] falls back to the quantizer and the 1-bit GEMM on a device
-    /// without it).
+    /// on the integer warpgroup MMA instead ([`AptPath::Igmma`], sm_90a); from 2 tokens
+    /// otherwise, the planes on the 1-bit warpgroup MMA ([`AptPath::Bgmma`], sm_90a): with the
+    /// quantizer, faster than the 1-bit `mma.sync` GEMM on 48 of the 51 points of the paper's
+    /// shapes at 16, 64 and 256 tokens that the integer MMA does not take (H200, session 33,
+    /// best of three tilings; the other three within 1.3 us). [`GpuAptLinear::forward`] falls back to the quantizer and the 1-bit GEMM
+    /// ([`AptPath::Unfused`]) on a device without the warpgroup MMA.
     pub fn path(&self, m: usize) -> AptPath {
         let cfg = self.igmma_config(m, false);
         let blocks = m.div_ceil(cfg.BM as usize) * self.n.div_ceil(cfg.BN as usize);
@@ -401,7 +440,7 @@ impl AptLinear {
         } else if m >= IGMMA_MIN_M && self.k.is_multiple_of(16) && blocks >= IGMMA_MIN_BLOCKS {
             AptPath::Igmma(cfg)
         } else {
-            AptPath::Unfused
+            AptPath::Bgmma(self.bgmma_config(m, false))
         }
     }
 
@@ -421,6 +460,64 @@ impl AptLinear {
             GROUP: 8,
             STORE_ACC: store_acc as i32,
         }
+    }
+
+    /// The configuration of [`apt_gemm_bgmma`] for `m` tokens. A warpgroup holds
+    /// `ABITS · WBITS · c / 2` accumulators for `c` columns per plane, at most 128 registers
+    /// with `c` the power of two [`Self::bgmma_columns`] (64 for W2A2, 16 for W3A4). Where 64
+    /// rows by `2c` columns make at least [`BGMMA_WIDE_BLOCKS`] blocks, two warpgroups split
+    /// those columns (fewer, wider blocks: each reads the activation planes for twice the
+    /// weight); else one warpgroup takes `c / 2` columns (at least 8) and 64 rows, or 128 from
+    /// 128 tokens (more blocks for narrow layers). Measured on an H200 (session 33, `tilus
+    /// bench apt`, the quantizer included): W2A2 at 64 tokens 14336 x 4096 15.6 us with two
+    /// warpgroups against 16.8 with one of 64 columns; 4096 x 14336 16.9 with 32 columns
+    /// against 17.6 (64) and 21.6 (two warpgroups, 32 blocks); W3A4 4096 x 14336 21.0 (two
+    /// warpgroups of 16) against 26.2 (16) and 39.5 (8).
+    pub fn bgmma_config(&self, m: usize, store_acc: bool) -> apt_gemm_bgmma::Config {
+        let c = self.bgmma_columns() as i32;
+        let wide = m.div_ceil(64) * self.n.div_ceil(2 * c as usize) >= BGMMA_WIDE_BLOCKS;
+        let (bm, bn, wgn) = if wide {
+            (64, 2 * c, 2)
+        } else {
+            (if m >= 128 { 128 } else { 64 }, (c / 2).max(8), 1)
+        };
+        self.bgmma_tiles(bm, bn, wgn, store_acc)
+            .or_else(|| self.bgmma_tiles(64, bn, wgn, store_acc))
+            .expect("64 rows of 8 planes and 128 columns of 8 fit two stages")
+    }
+
+    /// The columns per plane whose accumulators fill at most 128 registers of one warpgroup:
+    /// `256 / (ABITS · WBITS)` rounded down to a power of two, 8 to 64.
+    pub fn bgmma_columns(&self) -> usize {
+        let pairs = self.wbits() as usize * self.abits as usize;
+        1 << (256 / pairs).clamp(8, 64).ilog2()
+    }
+
+    /// [`apt_gemm_bgmma`] with `bm` rows and `bn` columns per plane per block (split between
+    /// `wgn` warpgroups), and as many ring stages (2 to 4) as fit [`BGMMA_RING_BYTES`] (a stage
+    /// holds `ABITS · bm + WBITS · bn` rows of 128 bytes); `None` where two do not, or where
+    /// the block would have more than two warpgroups (at 512 threads a thread has 128
+    /// registers, fewer than the accumulators and the wgmma pipeline need: ptxas serializes).
+    pub fn bgmma_tiles(
+        &self,
+        bm: i32,
+        bn: i32,
+        wgn: i32,
+        store_acc: bool,
+    ) -> Option<apt_gemm_bgmma::Config> {
+        let rows = self.abits as usize * bm as usize + self.wbits() as usize * bn as usize;
+        let stages = BGMMA_RING_BYTES / (rows * 128);
+        let groups = bm / 64 * wgn;
+        (stages >= 2 && bn % (8 * wgn) == 0 && groups <= 2).then_some(apt_gemm_bgmma::Config {
+            WBITS: self.wbits() as i32,
+            ABITS: self.abits as i32,
+            BM: bm,
+            BN: bn,
+            WGN: wgn,
+            STAGES: stages.min(4) as i32,
+            GROUP: 8,
+            STORE_ACC: store_acc as i32,
+        })
     }
 
     /// The fused decode configuration for `m` tokens, if the layer runs one.
@@ -527,6 +624,9 @@ pub enum AptPath {
     /// The quantizer writing code bytes and the GEMM of the codes on the integer warpgroup MMA
     /// ([`apt_gemm_igmma`], sm_90a): two launches, for large `m` ([`IGMMA_MIN_M`]).
     Igmma(apt_gemm_igmma::Config),
+    /// The quantizer and the GEMM of the planes on the 1-bit warpgroup MMA
+    /// ([`apt_gemm_bgmma`], sm_90a): two launches.
+    Bgmma(apt_gemm_bgmma::Config),
 }
 
 /// The fewest tokens [`AptLinear::path`] multiplies on the integer warpgroup MMA. Measured on an
@@ -542,6 +642,16 @@ pub const IGMMA_MIN_M: usize = 256;
 /// 256 tokens, 54.6 against 46.6) where 128 of 128 x 128 won (40.6); 64 of 128 x 128 lost
 /// (4096 x 14336 at 256 tokens, 59.3 against 43.2; 1024 x 4096 at 1024, 26.8 against 22.9).
 pub const IGMMA_MIN_BLOCKS: usize = 80;
+
+/// The most shared memory [`AptLinear::bgmma_tiles`] gives the ring of planes (of the 227 KB
+/// a block may have on sm_90).
+pub const BGMMA_RING_BYTES: usize = 192 * 1024;
+
+/// The fewest blocks for which [`AptLinear::bgmma_config`] gives a block two warpgroups along
+/// `n`: fewer than about half the multiprocessors leave the weight's stream too narrow (H200,
+/// session 33: 4096 x 14336 at 64 tokens, 32 such blocks, 21.6 us against 16.9 with 128
+/// blocks of one warpgroup; 10240 x 8192 at 16 tokens, 80 blocks, 16.8 against 19.6).
+pub const BGMMA_WIDE_BLOCKS: usize = 64;
 
 /// Check the lengths of an output `y` and, if given, of the products `acc`: `want` each.
 fn check_out(y: usize, acc: Option<usize>, want: usize) -> Result<(), AptError> {
@@ -605,7 +715,12 @@ impl GpuAptLinear {
                 self.quantize_into(x, &mut act)?;
                 self.gemm_igmma_into(&act, &mut y, None)?;
             }
-            AptPath::Unfused | AptPath::Igmma(_) => {
+            AptPath::Bgmma(_) if self.ctx.arch() == "sm_90a" => {
+                let mut act = AptActivations::new(self, m)?;
+                self.quantize_into(x, &mut act)?;
+                self.gemm_bgmma_into(&act, &mut y, None)?;
+            }
+            AptPath::Unfused | AptPath::Igmma(_) | AptPath::Bgmma(_) => {
                 let mut act = AptActivations::new(self, m)?;
                 self.quantize_into(x, &mut act)?;
                 self.gemm_into(&act, &mut y, None)?;
@@ -883,6 +998,62 @@ impl GpuAptLinear {
             h.k as i32,
             &act.planes,
             codes,
+            &act.sums,
+            &act.scales,
+            &self.sums,
+            &self.scales,
+            y,
+            acc,
+        )
+        .map_err(kernel_err)
+    }
+
+    /// The GEMM of the bit planes on the 1-bit warpgroup MMA ([`apt_gemm_bgmma`], sm_90a) on
+    /// activations quantized as planes (`AptActivations::new`): `y[m, n]`, and with `acc` the
+    /// exact bipolar products, the same bits as [`Self::gemm_into`].
+    pub fn gemm_bgmma_into(
+        &self,
+        act: &AptActivations,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+    ) -> Result<(), AptError> {
+        self.gemm_bgmma_with(act, y, acc, self.host.bgmma_config(act.m, false))
+    }
+
+    /// [`Self::gemm_bgmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`).
+    pub fn gemm_bgmma_with(
+        &self,
+        act: &AptActivations,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        cfg: apt_gemm_bgmma::Config,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let m = act.m;
+        if act.codes {
+            return Err(AptError::Kernel(
+                "argument `act`: holds code bytes; the 1-bit warpgroup GEMM reads bit planes (AptActivations::new)"
+                    .to_string(),
+            ));
+        }
+        check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
+        let cfg = apt_gemm_bgmma::Config {
+            STORE_ACC: acc.is_some() as i32,
+            ..cfg
+        };
+        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
+        let acc = match acc {
+            Some(a) => a,
+            None => &mut *unused,
+        };
+        apt_gemm_bgmma::launch(
+            &self.ctx,
+            &cfg,
+            m as i32,
+            h.n as i32,
+            h.k as i32,
+            &act.planes,
+            &self.planes,
             &act.sums,
             &act.scales,
             &self.sums,

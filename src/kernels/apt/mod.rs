@@ -62,8 +62,30 @@ impl AptTiles {
     ///   128 x 64 (W2A2: 4 x 2 warps of 2 x 4) block, fewer tiles for wider pairs (same
     ///   measurement at m = 4096: W1A2 14336 x 4096 584.9 -> 384.2 us, W2A2 715.3 -> 574.7).
     ///
-    /// Every candidate divides `n`; two k tiles per step where 512 divides `k`.
+    /// Every candidate divides `n`; two k tiles per step where 512 divides `k`, fewer where
+    /// the kernel would pass the VM's limits ([`AptTiles::within_limits`]).
     pub fn for_shape(m: usize, n: usize, k: usize, wbits: u32, abits: u32) -> AptTiles {
+        let mut t = Self::for_shape_unbounded(m, n, k, wbits, abits);
+        while t.kt > 1 && !t.within_limits(wbits, abits) {
+            t.kt /= 2;
+        }
+        t
+    }
+
+    /// Whether [`apt_gemm`](kernel::apt_gemm) with these tiles stays within the VM's limits on
+    /// one thread's work: the step's plane-pair mmas (`pairs · FM · FN · KT`, about 1,070
+    /// unrolled operations each against 131,072), and the (thread, local) pairs of the step's
+    /// bits (A: `32 · WM · WN` threads of `ABITS · FM · KT · 128` bits, B: of
+    /// `WBITS · FN · KT · 64`, each against 524,288).
+    pub fn within_limits(&self, wbits: u32, abits: u32) -> bool {
+        let (w, a) = (wbits as i32, abits as i32);
+        let warps = self.wm * self.wn;
+        w * a * self.fm * self.fn_ * self.kt <= 64
+            && warps * a * self.fm * self.kt <= 128
+            && warps * w * self.fn_ * self.kt <= 256
+    }
+
+    fn for_shape_unbounded(m: usize, n: usize, k: usize, wbits: u32, abits: u32) -> AptTiles {
         let pairs = (wbits * abits) as i32;
         // The accumulator's registers; from 16 plane pairs (W4A4, W2A8) the recovery's
         // temporaries need the room of half of them (128 spilled there).

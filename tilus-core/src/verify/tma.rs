@@ -8,14 +8,17 @@
 //!   pending-count range). The tensor it makes is used only by the instructions of this family.
 //! - **`tma_load(src, dst, offset, barriers, i)`**: `src` is a global view of a *pointer
 //!   parameter* whose extents read only scalar parameters (the launcher encodes its tensor map
-//!   from them), of rank 1 to 5, with 8-, 16- or 32-bit elements; `offset` has `src`'s rank and
-//!   `i32` entries (tensor-map coordinates are 32-bit); `dst` is a shared tensor of the same
-//!   dtype and at most `src`'s rank (its shape is the box, covering `src`'s trailing
-//!   dimensions), each extent at most 256, the inner extent a multiple of 16 bytes, the box at
-//!   most 2^20 - 1 bytes (the barrier's transaction count); `dst` is laid out row-major and
-//!   compact (a whole tensor or a slice of whole inner rows), unswizzled or with a swizzle the
-//!   copy engine writes: `swizzle(b, log2(16 / element bytes), 3)` for `b` = 1, 2, 3 (32, 64 or
-//!   128-byte spans) with an inner extent of exactly the span. `barriers` is an `mbarriers`
+//!   from them), of rank 1 to 5, with 8-, 16- or 32-bit elements, or 1-, 2- or 4-bit ones, which
+//!   the copy engine moves as bytes (the tensor map views the innermost dimension as bytes: its
+//!   extent and the offset into it are whole bytes, which the launcher and the code generator
+//!   check); `offset` has `src`'s rank and `i32` entries (tensor-map coordinates are 32-bit);
+//!   `dst` is a shared tensor of the same dtype and at most `src`'s rank (its shape is the box,
+//!   covering `src`'s trailing dimensions), each extent at most 256 (of bytes, innermost, for
+//!   sub-byte elements), the inner extent a multiple of 16 bytes, the box at most 2^20 - 1 bytes
+//!   (the barrier's transaction count); `dst` is laid out row-major and compact (a whole tensor
+//!   or a slice of whole inner rows), unswizzled or with a swizzle the copy engine writes:
+//!   `swizzle(b, log2(128 / element bits), 3)` for `b` = 1, 2, 3 (32, 64 or 128-byte spans)
+//!   with an inner extent of exactly the span. `barriers` is an `mbarriers`
 //!   tensor and `i` an `i32`.
 //! - **`mbarrier_arrive(barriers, i)`**, **`mbarrier_wait(barriers, i, phase)`**: `barriers` an
 //!   `mbarriers` tensor, `i` and `phase` `i32`; a constant `i` is in range.
@@ -42,13 +45,12 @@ pub fn tma_swizzle(layout: &SharedLayout, dtype: DType) -> Result<TmaSwizzle, St
     let Some(sw) = layout.swizzle else {
         return Ok(TmaSwizzle::None);
     };
-    let bytes = dtype.bits() as usize / 8;
-    let base = match bytes {
-        1 => 4,
-        2 => 3,
-        4 => 2,
-        _ => return Err(format!("{dtype} elements have no copy-engine swizzle")),
-    };
+    let bits = dtype.bits() as usize;
+    if !matches!(bits, 1 | 2 | 4 | 8 | 16 | 32) {
+        return Err(format!("{dtype} elements have no copy-engine swizzle"));
+    }
+    // 16-byte chunks of elements.
+    let base = (128 / bits).trailing_zeros();
     let mode = match sw.bits {
         1 => TmaSwizzle::B32,
         2 => TmaSwizzle::B64,
@@ -67,14 +69,15 @@ pub fn tma_swizzle(layout: &SharedLayout, dtype: DType) -> Result<TmaSwizzle, St
             sw.bits, sw.base, sw.shift
         ));
     }
-    let inner = layout.shape.last().copied().unwrap_or(0) * bytes;
-    if inner != mode.span() {
+    let inner_bits = layout.shape.last().copied().unwrap_or(0) * bits;
+    if inner_bits != 8 * mode.span() {
         return Err(format!(
             "with swizzle({}, {base}, 3) the inner extent must be {} bytes ({} elements), not \
-             {inner} bytes",
+             {} bytes",
             sw.bits,
             mode.span(),
-            mode.span() / bytes
+            8 * mode.span() / bits,
+            inner_bits as f64 / 8.0
         ));
     }
     Ok(mode)
@@ -294,9 +297,9 @@ impl<'p> Checker<'p> {
     ) {
         let (sn, dn) = (self.name(src), self.name(dst));
         self.same_dtype(span, instr, dst, d.dtype, src, g.dtype);
-        let bits = g.dtype.bits();
-        if !matches!(bits, 8 | 16 | 32) {
-            self.err(span, format!("{instr}: {sn} holds {}; the copy engine moves 8-, 16- or 32-bit elements (view sub-byte codes as u8)", g.dtype));
+        let bits = g.dtype.bits() as usize;
+        if !matches!(bits, 1 | 2 | 4 | 8 | 16 | 32) {
+            self.err(span, format!("{instr}: {sn} holds {}; the copy engine moves 8-, 16- or 32-bit elements, or 1-, 2- or 4-bit ones as bytes (view other codes as u8)", g.dtype));
             return;
         }
         let rank = g.shape.len();
@@ -321,15 +324,26 @@ impl<'p> Checker<'p> {
             self.err(span, format!("{instr}: the box {dn} of shape {shape:?} has a higher rank than {sn} of rank {rank}"));
             return;
         }
-        if let Some(&x) = shape.iter().find(|&&x| x == 0 || x > MAX_BOX_EXTENT) {
-            self.err(span, format!("{instr}: the box {dn} of shape {shape:?} has an extent of {x}; each must be 1 to {MAX_BOX_EXTENT}\nhelp: copy a large tile as several boxes (slices of it)"));
+        // The map's elements: sub-byte ones are copied as bytes.
+        let units = |i: usize, x: usize| {
+            if i + 1 == shape.len() && bits < 8 {
+                x * bits / 8
+            } else {
+                x
+            }
+        };
+        if let Some((_, &x)) = shape
+            .iter()
+            .enumerate()
+            .find(|&(i, &x)| units(i, x) == 0 || units(i, x) > MAX_BOX_EXTENT)
+        {
+            self.err(span, format!("{instr}: the box {dn} of shape {shape:?} has an extent of {x}; each must be 1 to {MAX_BOX_EXTENT} (innermost: bytes, for sub-byte elements)\nhelp: copy a large tile as several boxes (slices of it)"));
         }
-        let esize = bits as usize / 8;
-        let inner = shape.last().copied().unwrap_or(1) * esize;
-        if !inner.is_multiple_of(16) {
-            self.err(span, format!("{instr}: the inner extent of {dn} is {inner} bytes; the copy engine needs a multiple of 16"));
+        let inner_bits = shape.last().copied().unwrap_or(1) * bits;
+        if !inner_bits.is_multiple_of(128) {
+            self.err(span, format!("{instr}: the inner extent of {dn} is {} bytes; the copy engine needs a multiple of 16", inner_bits as f64 / 8.0));
         }
-        let total = shape.iter().product::<usize>().saturating_mul(esize);
+        let total = shape.iter().product::<usize>().saturating_mul(bits) / 8;
         if total > MAX_TX_BYTES {
             self.err(span, format!("{instr}: the box {dn} is {total} bytes, more than one barrier phase can count ({MAX_TX_BYTES})"));
         }
@@ -439,6 +453,29 @@ mod tests {
             sm90,
             |_, _, _, _| {},
         ));
+        // Sub-byte codes go as bytes: 64 u4 (32 bytes) plain, 1024 bits (128 bytes) with the
+        // 128-byte swizzle on bits.
+        ok(check(
+            DType::UInt(4),
+            &[64, 64],
+            None,
+            [64, 64],
+            sm90,
+            |_, _, _, _| {},
+        ));
+        let sw_bits = Swizzle {
+            bits: 3,
+            base: 7,
+            shift: 3,
+        };
+        ok(check(
+            DType::UInt(1),
+            &[2, 64, 1024],
+            Some(sw_bits),
+            [64, 1024],
+            sm90,
+            |_, _, _, _| {},
+        ));
     }
 
     #[test]
@@ -481,10 +518,35 @@ mod tests {
             check(DType::F16, &[64, 32], Some(SW128), [64, 32], sm90, none),
             "the inner extent must be 128 bytes (64 elements), not 64 bytes",
         );
-        // Sub-byte elements.
+        // Codes the copy engine cannot move as bytes; 16 u4 per row, 8 bytes; a row of 4096
+        // bits is 512 bytes of the map's inner extent; the 8-bit swizzle on bits.
         one(
-            check(DType::UInt(4), &[64, 64], None, [64, 64], sm90, none),
-            "the copy engine moves 8-, 16- or 32-bit elements",
+            check(DType::UInt(3), &[64, 128], None, [64, 128], sm90, none),
+            "the copy engine moves 8-, 16- or 32-bit elements, or 1-, 2- or 4-bit ones as bytes",
+        );
+        one(
+            check(DType::UInt(4), &[64, 16], None, [64, 16], sm90, none),
+            "the inner extent of `tile` is 8 bytes",
+        );
+        one(
+            check(DType::UInt(1), &[8, 4096], None, [8, 4096], sm90, none),
+            "has an extent of 4096; each must be 1 to 256 (innermost: bytes, for sub-byte elements)",
+        );
+        let sw_u8 = Swizzle {
+            bits: 3,
+            base: 4,
+            shift: 3,
+        };
+        one(
+            check(
+                DType::UInt(1),
+                &[64, 1024],
+                Some(sw_u8),
+                [64, 1024],
+                sm90,
+                none,
+            ),
+            "for u1 use swizzle(b, 7, 3)",
         );
         // The barrier tensor used as data, an index out of range, a non-barrier as barrier.
         one(

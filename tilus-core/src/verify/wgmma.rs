@@ -9,6 +9,10 @@
 //! | `f16`, `bf16` | `f32` | 16 | SS, RS |
 //! | `i8`, `u8` | `i32` | 32 | SS |
 //! | `f8e4m3`, `f8e5m2` | `f32` | 32 | SS |
+//! | `u1` | `i32` | 256 | SS |
+//!
+//! On `u1` operands the product of two bits is their AND and the sum counts the set pairs
+//! (`.s32.b1.b1.and.popc`), the same value as every `dot` of `u1`.
 //!
 //! A `dot(a, b, c)` takes this path when `a` and `b` are shared tensors, or `a` is a register
 //! tensor and `b` a shared one (`c` stays a register tensor; the semantics are those of every
@@ -17,17 +21,17 @@
 //! - **Target and block**: the target has wgmma for the operand type (the table above) and the
 //!   block is whole warpgroups (a multiple of 128 threads).
 //! - **Operands**: both are *k-major with the 128-byte swizzle*, the canonical layout the
-//!   hardware reads: each row of 128 bytes of `k` (64 16-bit or 128 8-bit elements,
-//!   [`OperandGeometry`]) is contiguous, rows follow each other, and 16-byte chunks are
-//!   XOR-swizzled with the row index modulo 8 (`swizzle(3, 3, 3)` on 16-bit elements,
-//!   `swizzle(3, 4, 3)` on 8-bit ones). For `a: [m, k]` that is a slice of a tile allocated as
+//!   hardware reads: each row of 128 bytes of `k` (64 16-bit, 128 8-bit or 1024 1-bit
+//!   elements, [`OperandGeometry`]) is contiguous, rows follow each other, and 16-byte chunks
+//!   are XOR-swizzled with the row index modulo 8 (`swizzle(3, 3, 3)` on 16-bit elements,
+//!   `swizzle(3, 4, 3)` on 8-bit ones, `swizzle(3, 7, 3)` on bits). For `a: [m, k]` that is a slice of a tile allocated as
 //!   `shared::<f16>([.., rows, 64], swizzle(3, 3, 3))` (strides `[64, 1]`); for `b: [k, n]` it
 //!   is such an `[n, 64]` tile permuted with `permute_shared(t, [1, 0])` (strides `[1, 64]`).
 //!   `k` is a multiple of `K` and at most one row, `m` a multiple of 64.
 //! - **Accumulator**: `c`'s layout is warpgroup tiles of the wgmma accumulator fragment,
 //!   `qc ∘ wgmma_c(nf)` (`spatial(4, 1).local(1, nf / 8).mma_c`, `layout::fragments`), for the
-//!   widest `nf` the instruction has (a multiple of 8 up to 256; for 8-bit integers 8, 16, 24
-//!   or a multiple of 16) dividing `n` for which the division succeeds. Warpgroup `w` computes,
+//!   widest `nf` the instruction has (a multiple of 8 up to 256; for 8-bit integers and bits 8,
+//!   16, 24 or a multiple of 16) dividing `n` for which the division succeeds. Warpgroup `w` computes,
 //!   for each local `j` of the quotient `qc` (warpgroup `w` plays quotient thread
 //!   `w % qc.num_threads()`), the `[64, nf]` block of `c` at `qc.eval(w, j)` (in units of
 //!   `[64, nf]`), with one wgmma per `K` of `k`.
@@ -77,8 +81,8 @@ pub const ROW_ELEMENTS: usize = 64;
 /// row of `k`, read 32 bytes (one instruction's `K`) at a time, its 16-byte chunks swizzled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OperandGeometry {
-    /// Bytes per element (2 or 1).
-    pub bytes: usize,
+    /// Bits per element (16, 8 or 1).
+    pub bits: usize,
     /// Elements of `k` in one swizzled row.
     pub row_elements: usize,
     /// Elements of `k` one instruction reads (its `K`).
@@ -88,24 +92,29 @@ pub struct OperandGeometry {
 }
 
 impl OperandGeometry {
-    /// The geometry of `dtype`'s elements, if wgmma reads elements that wide (16 or 8 bits).
+    /// The geometry of `dtype`'s elements, if wgmma reads elements that wide (16, 8 or 1 bits).
     pub fn of(dtype: DType) -> Option<OperandGeometry> {
-        let bytes = match dtype.bits() {
-            16 => 2,
-            8 => 1,
-            _ => return None,
-        };
+        let bits = dtype.bits() as usize;
+        if !matches!(bits, 16 | 8 | 1) {
+            return None;
+        }
         Some(OperandGeometry {
-            bytes,
-            row_elements: 128 / bytes,
-            k_step: 32 / bytes,
+            bits,
+            row_elements: 1024 / bits,
+            k_step: 256 / bits,
             swizzle: Swizzle {
                 bits: 3,
-                // 16-byte chunks: 8 16-bit or 16 8-bit elements.
-                base: (16 / bytes).trailing_zeros(),
+                // 16-byte chunks: 8 16-bit, 16 8-bit or 128 1-bit elements.
+                base: (128 / bits).trailing_zeros(),
                 shift: 3,
             },
         })
+    }
+
+    /// Bytes of `elements` elements (a whole number wherever the code generator asks: rows
+    /// and `K` steps are whole bytes).
+    pub fn bytes_of(&self, elements: usize) -> usize {
+        elements * self.bits / 8
     }
 
     /// The swizzle as the kernel language writes it: `swizzle(3, 3, 3)`.
@@ -116,9 +125,9 @@ impl OperandGeometry {
 }
 
 /// Whether `m64nNkK` exists for `kind`: every multiple of 8 up to 256, but for the 8-bit
-/// integer kinds only 8, 16, 24 and multiples of 16.
+/// integer kinds and bits only 8, 16, 24 and multiples of 16.
 pub fn has_n(kind: MmaKind, n: usize) -> bool {
-    let integer = matches!(kind, MmaKind::I8 | MmaKind::U8);
+    let integer = matches!(kind, MmaKind::I8 | MmaKind::U8 | MmaKind::B1);
     (8..=256).contains(&n) && n.is_multiple_of(8) && (!integer || n <= 24 || n.is_multiple_of(16))
 }
 
@@ -184,7 +193,7 @@ pub fn plan_wgmma_rs(
     let (sa, sb) = (a.layout.shape(), &b.layout.shape);
     let (m, k, n) = (sa[0], sa[1], sb[1]);
     let (kind, g) = check_common(a.dtype, c, m, k, n, block_threads, target)?;
-    if g.bytes != 2 {
+    if g.bits != 16 {
         return Err(format!(
             "a register operand a of {} is not supported: the RS form takes f16 or bf16 (its 8-bit A fragment is not in the layout algebra yet)\nhelp: put a in shared memory",
             a.dtype
@@ -260,16 +269,17 @@ fn check_common(
             | MmaKind::I8
             | MmaKind::U8
             | MmaKind::E4M3
-            | MmaKind::E5M2),
+            | MmaKind::E5M2
+            | MmaKind::B1),
         ) => k,
         _ => {
             return Err(format!(
-                "wgmma operands are f16 or bf16 with an f32 accumulator, i8 or u8 with an i32 one, or f8e4m3 or f8e5m2 with an f32 one, not {a_dtype} with {}",
+                "wgmma operands are f16 or bf16 with an f32 accumulator, i8 or u8 with an i32 one, f8e4m3 or f8e5m2 with an f32 one, or u1 with an i32 one, not {a_dtype} with {}",
                 c.dtype
             ))
         }
     };
-    let g = OperandGeometry::of(a_dtype).expect("every wgmma kind has 16- or 8-bit operands");
+    let g = OperandGeometry::of(a_dtype).expect("every wgmma kind has 16-, 8- or 1-bit operands");
     if !target
         .wgmma
         .iter()
@@ -513,6 +523,59 @@ mod tests {
         let b = shared_of(DType::Int(8), [128, 40], [1, 128], Some(sw8));
         let e = plan_wgmma(&a, &b, &c, 128, &Target::SM90).unwrap_err();
         assert!(e.contains("i8 or u8 with an i32"), "{e}");
+    }
+
+    #[test]
+    fn bit_operands_read_1024_bit_rows_in_steps_of_256() {
+        let g = OperandGeometry::of(DType::UInt(1)).unwrap();
+        assert_eq!((g.row_elements, g.k_step, g.bits), (1024, 256, 1));
+        assert_eq!((g.swizzle.bits, g.swizzle.base, g.swizzle.shift), (3, 7, 3));
+        assert_eq!(
+            (g.bytes_of(g.k_step), g.bytes_of(g.row_elements)),
+            (32, 128)
+        );
+        // Stacked planes: a [2 x 64, 1024] by [1024, 2 x 64] product, one 128-wide wgmma per
+        // 64-row block and step.
+        let a = shared_of(DType::UInt(1), [128, 1024], [1024, 1], Some(g.swizzle));
+        let b = shared_of(DType::UInt(1), [1024, 128], [1, 1024], Some(g.swizzle));
+        let c = reg(
+            DType::Int(32),
+            "local(2, 1).spatial(4, 1).local(1, 16).mma_c",
+        );
+        let plan = plan_wgmma(&a, &b, &c, 128, &Target::SM90).unwrap();
+        assert_eq!(
+            (plan.kind, plan.n, plan.c.num_locals()),
+            (MmaKind::B1, 128, 2)
+        );
+        // The 8-bit swizzle on bits: the help names the bits' one and their row.
+        let a8 = shared_of(
+            DType::UInt(1),
+            [128, 1024],
+            [1024, 1],
+            Some(Swizzle {
+                bits: 3,
+                base: 4,
+                shift: 3,
+            }),
+        );
+        let e = plan_wgmma(&a8, &b, &c, 128, &Target::SM90).unwrap_err();
+        assert!(e.contains("swizzle(3, 7, 3)") && e.contains("1024]"), "{e}");
+        // k = 128 is half an instruction.
+        let a128 = shared_of(DType::UInt(1), [128, 128], [1024, 1], Some(g.swizzle));
+        let b128 = shared_of(DType::UInt(1), [128, 128], [1, 1024], Some(g.swizzle));
+        let e = plan_wgmma(&a128, &b128, &c, 128, &Target::SM90).unwrap_err();
+        assert!(e.contains("multiples of 256 of k"), "{e}");
+        // Bits accumulate in i32 only, and have no register form.
+        let f = reg(DType::F32, "local(2, 1).spatial(4, 1).local(1, 16).mma_c");
+        let e = plan_wgmma(&a, &b, &f, 128, &Target::SM90).unwrap_err();
+        assert!(e.contains("u1 with an i32"), "{e}");
+        let ra = reg(DType::UInt(1), "spatial(4, 1).local(1, 8).mma_a");
+        assert!(plan_wgmma_rs(&ra, &b, &c, 128, &Target::SM90).is_err());
+        // The instruction's widths are the integer ones: 40 columns are five of 8.
+        assert!(has_n(MmaKind::B1, 256) && has_n(MmaKind::B1, 24) && !has_n(MmaKind::B1, 40));
+        assert!(plan_wgmma(&a, &b, &c, 128, &Target::SM80)
+            .unwrap_err()
+            .contains("sm_90a"));
     }
 
     fn reg(dtype: DType, text: &str) -> RegisterType {

@@ -191,7 +191,7 @@ pub(crate) fn tma_load(
         swizzle: d.root_layout.swizzle,
     };
     let swizzle = tma_swizzle(&layout, d.dtype).map_err(|e| cx.err(format!("tma_load: {e}")))?;
-    let esize = d.dtype.bits() as usize / 8;
+    let bits = d.dtype.bits() as usize;
     // The box starts at a multiple of 128 bytes, and with a swizzle on its 8-row atom (the
     // copy engine swizzles by address bits, as the VM's layout does from the allocation).
     let align = (swizzle.span() * 8).max(128);
@@ -200,18 +200,23 @@ pub(crate) fn tma_load(
         if origin == &Expr::Int(0) {
             continue;
         }
-        let stride_bytes = d.root_layout.strides[dim] * esize;
-        let need = align / gcd(stride_bytes, align);
+        let stride_bits = d.root_layout.strides[dim] * bits;
+        let need = 8 * align / gcd(stride_bits, 8 * align);
         let proof = cx.facts.divisible(origin, need as i64);
         if matches!(proof, super::super::expr::Divisible::No) {
             return Err(cx.err(format!(
-                "tma_load: the destination {} must start on a multiple of {align} bytes, but its offset `{}` in dimension {dim} (stride {stride_bytes} bytes) is not provably a multiple of {need}",
+                "tma_load: the destination {} must start on a multiple of {align} bytes, but its offset `{}` in dimension {dim} (stride {} bytes) is not provably a multiple of {need}",
                 cx.ir_name(dst),
-                cx.expr(origin)
+                cx.expr(origin),
+                stride_bits as f64 / 8.0
             )));
         }
         cx.assume(&proof);
-        terms.push(format!("(uint32_t)({}) * {stride_bytes}u", cx.expr(origin)));
+        terms.push(if stride_bits.is_multiple_of(8) {
+            format!("(uint32_t)({}) * {}u", cx.expr(origin), stride_bits / 8)
+        } else {
+            format!("(((uint32_t)({}) * {stride_bits}u) >> 3)", cx.expr(origin))
+        });
     }
     if d.root_offset % align != 0 {
         return Err(cx.err(format!(
@@ -230,12 +235,28 @@ pub(crate) fn tma_load(
         .ok_or_else(|| cx.err(format!("tma_load: rank {rank} is not 1 to 5")))?;
     cx.features.insert(feature);
     cx.features.insert("mbarrier");
-    let bytes: usize = d.shape.iter().product::<usize>() * esize;
-    let coords: Vec<String> = src_offset
-        .iter()
-        .rev()
-        .map(|e| format!("(int)({})", cx.expr(e)))
-        .collect();
+    let bytes: usize = d.shape.iter().product::<usize>() * bits / 8;
+    // Sub-byte elements are copied as bytes (the launcher's map views the innermost dimension
+    // in bytes): the innermost coordinate must be a whole byte.
+    let per_byte = (8 / bits).max(1);
+    let mut coords = Vec::with_capacity(rank);
+    for (i, e) in src_offset.iter().enumerate().rev() {
+        if i + 1 == rank && per_byte > 1 {
+            let proof = cx.facts.divisible(e, per_byte as i64);
+            if matches!(proof, super::super::expr::Divisible::No) {
+                return Err(cx.err(format!(
+                    "tma_load: the innermost offset `{}` into {} must be a whole byte, a provable multiple of {per_byte} {} elements",
+                    cx.expr(e),
+                    cx.ir_name(src),
+                    d.dtype
+                )));
+            }
+            cx.assume(&proof);
+            coords.push(format!("(int)(({}) / {per_byte})", cx.expr(e)));
+        } else {
+            coords.push(format!("(int)({})", cx.expr(e)));
+        }
+    }
     let bar = barrier_addr(cx, barriers, index);
     cx.w.open(format!("if ({TID} == 0)"));
     cx.w.line(format!(
@@ -274,5 +295,57 @@ fn gcd(a: usize, b: usize) -> usize {
         a
     } else {
         gcd(b, a % b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::codegen::emit;
+    use crate::ir::{Expr, ProgramBuilder};
+    use crate::layout::{SharedLayout, Swizzle};
+    use crate::target::Target;
+    use crate::DType;
+
+    /// A kernel copying one `[64, 1024]` box of bits from `x [rows, k]` at `[0, inner]`.
+    fn bits_copy(inner: impl FnOnce(&mut ProgramBuilder) -> Expr) -> Result<String, String> {
+        let mut b = ProgramBuilder::new("k", 128);
+        let rows = b.param_i32("rows");
+        let k = b.param_i32("k");
+        let x = b.param_ptr("x", DType::UInt(1), false);
+        b.grid(vec![1.into()]);
+        let gx = b.view_global("gx", x, DType::UInt(1), vec![rows.into(), k.into()]);
+        let mut layout = SharedLayout::row_major(&[64, 1024]);
+        layout.swizzle = Some(Swizzle {
+            bits: 3,
+            base: 7,
+            shift: 3,
+        });
+        let s = b.allocate_shared("s", DType::UInt(1), layout);
+        let bars = b.mbarriers("bars", 1, 1);
+        let offset = inner(&mut b);
+        b.tma_load(gx, s, vec![0.into(), offset], bars, 0);
+        b.mbarrier_wait(bars, 0, 0);
+        emit(&b.finish(), &Target::SM90)
+            .map(|k| k.source)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Bits go through the copy engine as bytes: 8192-byte boxes, the inner coordinate divided
+    /// by 8, and an inner offset that is not provably a whole byte is refused.
+    #[test]
+    fn bit_boxes_are_copied_as_bytes() {
+        let src = bits_copy(|_| Expr::Int(2048)).unwrap();
+        assert!(src.contains("8192u, (int)((2048) / 8)"), "{src}");
+        let e = bits_copy(|b| {
+            let [bi] = b.block_indices(&["bi"])[..] else {
+                unreachable!()
+            };
+            Expr::Var(bi)
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("innermost offset") && e.contains("multiple of 8 u1 elements"),
+            "{e}"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! Each warpgroup issues, for each of its `[64, N]` accumulator blocks and each 16 of `k`, one
 //! wgmma. The descriptors describe the k-major 128-byte-swizzled canonical layout: start address
 //! `>> 4`, stride byte offset 1024 (the next 8 rows), leading byte offset unused (1), swizzle
-//! mode 1 (128 bytes). Advancing `k` by one instruction's `K` (16 16-bit or 32 8-bit elements)
+//! mode 1 (128 bytes). Advancing `k` by one instruction's `K` (16 16-bit, 32 8-bit or 256 1-bit elements)
 //! moves the start address by 32 bytes inside the swizzled row, which is right because the hardware swizzles address bits and the tensor starts
 //! on a 1024-byte block (`codegen::smem`).
 //!
@@ -24,19 +24,20 @@ use crate::target::MmaKind;
 use crate::verify::wgmma::{plan_wgmma, plan_wgmma_rs, OperandGeometry};
 
 /// The operand kinds with a wgmma helper, in the order of [`feature`]'s table.
-const KINDS: [MmaKind; 6] = [
+const KINDS: [MmaKind; 7] = [
     MmaKind::F16,
     MmaKind::Bf16,
     MmaKind::I8,
     MmaKind::U8,
     MmaKind::E4M3,
     MmaKind::E5M2,
+    MmaKind::B1,
 ];
 
 /// The helper feature of one wgmma shape (`wgmma_f16_n256`; `wgmma_rs_f16_n256` with `a` in
 /// registers).
 fn feature(kind: MmaKind, n: usize, rs: bool) -> &'static str {
-    // Feature names are `&'static str`: the 2 x 6 x 32 of them are made once.
+    // Feature names are `&'static str`: the 2 x 7 x 32 of them are made once.
     static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     let names = NAMES.get_or_init(|| {
         ["", "rs_"]
@@ -62,25 +63,28 @@ fn ty(kind: MmaKind) -> &'static str {
         MmaKind::U8 => "u8",
         MmaKind::E4M3 => "e4m3",
         MmaKind::E5M2 => "e5m2",
+        MmaKind::B1 => "b1",
         _ => "f16",
     }
 }
 
-/// `K` of the instruction for `kind`: 32 bytes of 16- or 8-bit elements.
+/// `K` of the instruction for `kind`: 32 bytes of 16-, 8- or 1-bit elements.
 fn k_of(kind: MmaKind) -> usize {
     match kind {
         MmaKind::F16 | MmaKind::Bf16 => 16,
+        MmaKind::B1 => 256,
         _ => 32,
     }
 }
 
-/// The instruction's types (`.f32.f16.f16`, `.s32.s8.s8`) and its operands after `b`'s
+/// The instruction's types (`.f32.f16.f16`, `.s32.s8.s8`, `.s32.b1.b1.and.popc`) and its operands after `b`'s
 /// descriptor: scale-d, then for floats imm-scale-a and imm-scale-b, then for 16-bit floats the
 /// transposes (0: both k-major; the RS form has only `b`'s).
 fn suffix_and_tail(kind: MmaKind, rs: bool) -> (String, &'static str) {
     let t = ty(kind);
     match kind {
         MmaKind::I8 | MmaKind::U8 => (format!("s32.{t}.{t}"), "1"),
+        MmaKind::B1 => ("s32.b1.b1.and.popc".to_string(), "1"),
         MmaKind::E4M3 | MmaKind::E5M2 => (format!("f32.{t}.{t}"), "1, 1, 1"),
         _ if rs => (format!("f32.{t}.{t}"), "1, 1, 1, 0"),
         _ => (format!("f32.{t}.{t}"), "1, 1, 1, 0, 0"),
@@ -413,9 +417,9 @@ fn operand_base(
     g: &OperandGeometry,
 ) -> Result<String, CodegenError> {
     let l = &s.root_layout;
-    let (bytes, row, step) = (g.bytes, g.row_elements, g.k_step);
+    let (row, step) = (g.row_elements, g.k_step);
     // A 1024-byte swizzle atom: 8 rows of 128 bytes.
-    let atom = 1024 / bytes;
+    let atom = 8 * row;
     let mut terms = vec![format!("{}u", s.root_offset)];
     for (d, origin) in s.origin.iter().enumerate() {
         let stride = l.strides[d];
@@ -441,11 +445,25 @@ fn operand_base(
             }
             cx.assume(&proof);
         }
-        if origin != &Expr::Int(0) {
+        if origin == &Expr::Int(0) {
+            continue;
+        }
+        if stride == 1 {
+            // A constant multiple of `K`: whole bytes.
+            let c = cx.facts.constant(origin).expect("checked above") as usize;
+            terms.push(format!("{}u", g.bytes_of(c)));
+        } else if (stride * g.bits).is_multiple_of(8) {
             terms.push(format!(
                 "(uint32_t)({}) * {}u",
                 cx.expr(origin),
-                stride * bytes
+                g.bytes_of(stride)
+            ));
+        } else {
+            // Whole bytes once multiplied (the offset is a multiple of a swizzle atom).
+            terms.push(format!(
+                "(((uint32_t)({}) * {}u) >> 3)",
+                cx.expr(origin),
+                stride * g.bits
             ));
         }
     }

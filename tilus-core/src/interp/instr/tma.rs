@@ -68,6 +68,19 @@ impl Machine<'_> {
     ) -> Result<(), String> {
         let addr = self.barrier_addr(block, barriers, index)?;
         let view = self.shared(block, dst)?;
+        // Sub-byte elements go through the copy engine as bytes: the innermost coordinate is
+        // a whole byte (the code generator divides it).
+        let per_byte = 8 / view.dtype.bits().min(8) as i32;
+        if let (true, Some(inner)) = (per_byte > 1, src_offset.last()) {
+            let x = self.eval_i32(inner, block, "tma_load offset")?;
+            if x % per_byte != 0 {
+                return Err(format!(
+                    "tma_load: the innermost offset {x} into `{}` is not a whole byte of {} elements (a multiple of {per_byte})",
+                    self.name(src),
+                    view.dtype
+                ));
+            }
+        }
         let codes = self.copy_source(block, src, &view, src_offset)?;
         let name = self.name(dst).to_string();
         let phase = block.shared.barriers[&addr].phase;
