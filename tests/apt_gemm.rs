@@ -429,11 +429,14 @@ fn bgmma_matches_the_one_bit_gemm() {
         let (y1, acc1) = layer.forward_cpu_unfused(&x, m).unwrap();
         assert!(acc1.iter().any(|&v| v != 0));
         let rule = layer.bgmma_config(m, false);
-        // One warpgroup, two along m, and two along n (each with every plane of its half).
+        // One warpgroup, two along m, and two along n (each with every plane of its half, up
+        // to the 192-register columns).
+        let wide = 2 * layer.bgmma_columns(192) as i32;
         for (bm, bn, wgn) in [
             (64, rule.BN, 1),
             (128, (rule.BN / 2).max(8), 1),
             (64, 2 * rule.BN, 2),
+            (64, wide, 2),
         ] {
             // Eight activation planes of 128 rows do not fit two stages.
             let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
@@ -448,10 +451,10 @@ fn bgmma_matches_the_one_bit_gemm() {
     }
 }
 
-/// The layer's tiles on the 1-bit warpgroup MMA: two warpgroups along `n` where 64-row blocks of
-/// twice the columns number [`BGMMA_WIDE_BLOCKS`], else one, with 128 rows from 128 tokens; the
-/// accumulators of a warpgroup at most 128 registers; the path from 2 tokens where the integer
-/// MMA does not apply.
+/// The layer's tiles on the 1-bit warpgroup MMA: two warpgroups along `n` where 64-row blocks
+/// number [`BGMMA_WIDE_BLOCKS`] (twice that for the 192-register columns), else one, with 128
+/// rows from 128 tokens; the accumulators of a warpgroup at most 192 registers; the path from 2
+/// tokens where the integer MMA does not apply.
 #[test]
 fn bgmma_rule() {
     use tilus::kernels::apt::linear::BGMMA_WIDE_BLOCKS;
@@ -461,7 +464,7 @@ fn bgmma_rule() {
         let c = layer.bgmma_config(m, false);
         let regs = (w * a) as i32 * c.BN / c.WGN / 2;
         assert!(
-            regs <= 128,
+            regs <= 192,
             "W{w}A{a} m={m} n={n}: {regs} accumulator registers"
         );
         assert!(matches!(layer.path(m), AptPath::Bgmma(p) if p == c) || m == 1 || m >= 256);
@@ -470,8 +473,11 @@ fn bgmma_rule() {
     assert_eq!(rule(2, 2, 64, 14336), (64, 128, 2));
     assert_eq!(rule(2, 2, 64, 4096), (64, 32, 1));
     assert_eq!(rule(2, 2, 200, 4096), (64, 128, 2));
-    assert_eq!(rule(1, 2, 16, 4096), (64, 32, 1));
+    assert_eq!(rule(1, 2, 16, 4096), (64, 64, 1));
     assert_eq!(rule(3, 4, 64, 4096), (64, 32, 2));
+    assert_eq!(rule(3, 4, 16, 8192), (64, 64, 2));
+    assert_eq!(rule(1, 2, 16, 57344), (64, 256, 2));
+    assert_eq!(rule(1, 2, 16, 14336), (64, 64, 1));
     assert_eq!(rule(3, 4, 16, 1024), (64, 8, 1));
     assert_eq!(rule(2, 8, 130, 1024), (64, 32, 2));
     // 128 rows of eight activation planes do not fit two stages: 64.

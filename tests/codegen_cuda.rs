@@ -1411,8 +1411,10 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         for (w, a, m) in [(2, 2, 64), (2, 2, 256), (1, 2, 64), (3, 4, 64)] {
             let layer = AptLinear::new(&vec![0.5; 256 * 64], 256, 64, w, a, None).unwrap();
             let rule = layer.bgmma_config(m, false);
-            // The rule's tiles, and twice the columns on two warpgroups.
-            let wide = layer.bgmma_tiles(64, 2 * rule.BN, 2, false).unwrap();
+            // The rule's tiles, and the widest the rule takes: two warpgroups of the columns
+            // of 192 accumulator registers.
+            let c = layer.bgmma_columns(192) as i32;
+            let wide = layer.bgmma_tiles(64, 2 * c, 2, false).unwrap();
             for cfg in [rule, wide] {
                 kernels.push((
                     format!("apt_gemm_bgmma_{cfg}").replace([',', '='], "_"),

@@ -463,34 +463,39 @@ impl AptLinear {
     }
 
     /// The configuration of [`apt_gemm_bgmma`] for `m` tokens. A warpgroup holds
-    /// `ABITS · WBITS · c / 2` accumulators for `c` columns per plane, at most 128 registers
-    /// with `c` the power of two [`Self::bgmma_columns`] (64 for W2A2, 16 for W3A4). Where 64
-    /// rows by `2c` columns make at least [`BGMMA_WIDE_BLOCKS`] blocks, two warpgroups split
-    /// those columns (fewer, wider blocks: each reads the activation planes for twice the
-    /// weight); else one warpgroup takes `c / 2` columns (at least 8) and 64 rows, or 128 from
-    /// 128 tokens (more blocks for narrow layers). Measured on an H200 (session 33, `tilus
-    /// bench apt`, the quantizer included): W2A2 at 64 tokens 14336 x 4096 15.6 us with two
-    /// warpgroups against 16.8 with one of 64 columns; 4096 x 14336 16.9 with 32 columns
-    /// against 17.6 (64) and 21.6 (two warpgroups, 32 blocks); W3A4 4096 x 14336 21.0 (two
-    /// warpgroups of 16) against 26.2 (16) and 39.5 (8).
+    /// `ABITS · WBITS · c / 2` accumulators for `c` columns per plane. Blocks of 64 rows and two
+    /// warpgroups along `n` (each `c` columns of every plane) where they are many: `c` of 192
+    /// accumulators ([`Self::bgmma_columns`]`(192)`, 32 for W3A4) where that makes at least
+    /// `2 ·` [`BGMMA_WIDE_BLOCKS`] blocks, else `c` of 128 (128 for W1A2, 64 for W2A2, 16 for
+    /// W3A4) where that makes [`BGMMA_WIDE_BLOCKS`]; else one warpgroup of half the 128-register
+    /// columns (at least 8) and 64 rows, or 128 from 128 tokens (more blocks for narrow layers).
+    /// Measured on an H200 (session 33, `tilus bench apt`, the quantizer included): W2A2 at 64
+    /// tokens 14336 x 4096 15.6 us with two warpgroups of 64 against 16.8 with one of 64;
+    /// 4096 x 14336 16.9 with one of 32 against 17.6 (64) and 21.6 (two of 64, 32 blocks); W3A4
+    /// at 16 tokens 57344 x 8192 90.3 with two of 32 (896 blocks) against 131.0 with two of 16;
+    /// W1A2 57344 x 8192 31.4 with two of 128 against 36.0 with two of 64.
     pub fn bgmma_config(&self, m: usize, store_acc: bool) -> apt_gemm_bgmma::Config {
-        let c = self.bgmma_columns() as i32;
-        let wide = m.div_ceil(64) * self.n.div_ceil(2 * c as usize) >= BGMMA_WIDE_BLOCKS;
-        let (bm, bn, wgn) = if wide {
-            (64, 2 * c, 2)
-        } else {
-            (if m >= 128 { 128 } else { 64 }, (c / 2).max(8), 1)
-        };
-        self.bgmma_tiles(bm, bn, wgn, store_acc)
-            .or_else(|| self.bgmma_tiles(64, bn, wgn, store_acc))
-            .expect("64 rows of 8 planes and 128 columns of 8 fit two stages")
+        let rows = m.div_ceil(64);
+        let blocks = |c: usize| rows * self.n.div_ceil(2 * c);
+        let (c, c_wide) = (self.bgmma_columns(128), self.bgmma_columns(192));
+        let (bm, bn, wgn): (i32, usize, i32) =
+            if c_wide > c && blocks(c_wide) >= 2 * BGMMA_WIDE_BLOCKS {
+                (64, 2 * c_wide, 2)
+            } else if blocks(c) >= BGMMA_WIDE_BLOCKS {
+                (64, 2 * c, 2)
+            } else {
+                (if m >= 128 { 128 } else { 64 }, (c / 2).max(8), 1)
+            };
+        self.bgmma_tiles(bm, bn as i32, wgn, store_acc)
+            .or_else(|| self.bgmma_tiles(64, bn as i32, wgn, store_acc))
+            .expect("64 rows of 8 planes and 256 columns of 8 fit two stages")
     }
 
-    /// The columns per plane whose accumulators fill at most 128 registers of one warpgroup:
-    /// `256 / (ABITS · WBITS)` rounded down to a power of two, 8 to 64.
-    pub fn bgmma_columns(&self) -> usize {
+    /// The columns per plane whose accumulators fill at most `registers` of a warpgroup's
+    /// threads: `2 · registers / (ABITS · WBITS)` rounded down to a power of two, 8 to 128.
+    pub fn bgmma_columns(&self, registers: usize) -> usize {
         let pairs = self.wbits() as usize * self.abits as usize;
-        1 << (256 / pairs).clamp(8, 64).ilog2()
+        1 << (2 * registers / pairs).clamp(8, 128).ilog2()
     }
 
     /// [`apt_gemm_bgmma`] with `bm` rows and `bn` columns per plane per block (split between
