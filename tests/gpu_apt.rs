@@ -354,9 +354,24 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
     }
     let mut rng = rand::rng();
     let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    for ((w, a), (m, n, k)) in [((2, 2), (70, 200, 5376)), ((3, 4), (130, 72, 1280))] {
+    // The last two take the rule's widest tilings: two warpgroups of 32 columns of 12 plane
+    // pairs, of 128 columns of 2.
+    for ((w, a), (m, n, k)) in [
+        ((2, 2), (70, 200, 5376)),
+        ((3, 4), (130, 72, 1280)),
+        ((3, 4), (16, 8192, 1280)),
+        ((1, 2), (40, 16384, 768)),
+    ] {
         let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let cfg = layer.bgmma_config(m, false);
+        if n >= 8192 {
+            assert_eq!(
+                (cfg.BN, cfg.WGN),
+                (if w == 3 { 64 } else { 256 }, 2),
+                "W{w}A{a}"
+            );
+        }
         let gpu = layer.to_gpu(&ctx).unwrap();
         let x: Vec<f16> = (0..m * k)
             .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
@@ -369,6 +384,9 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
         gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
         let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
         assert!(y.iter().all(|v| v.is_finite()), "W{w}A{a}: NaN left");
+        // The layer's forward (the rule's tiles on sm_90a): the same bits.
+        let yf = gpu.forward(&xd, m).unwrap().to_host().unwrap();
+        assert_eq!(bits(&yf), bits(&y), "W{w}A{a}: forward");
         for round in 0..2 {
             let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
             let mut ab = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
