@@ -478,6 +478,11 @@ fn bgmma_rule() {
     assert_eq!(rule(3, 4, 16, 8192), (64, 64, 2));
     assert_eq!(rule(1, 2, 16, 57344), (64, 256, 2));
     assert_eq!(rule(1, 2, 16, 14336), (64, 64, 1));
+    // Past 192 accumulators a thread: refused.
+    let w3a4 = AptLinear::new(&random(256 * 64), 256, 64, 3, 4, None).unwrap();
+    assert!(w3a4.bgmma_tiles(64, 64, 2, false).is_some());
+    assert!(w3a4.bgmma_tiles(64, 128, 2, false).is_none());
+    assert!(w3a4.bgmma_tiles(64, 64, 1, false).is_none());
     assert_eq!(rule(3, 4, 16, 1024), (64, 8, 1));
     assert_eq!(rule(2, 8, 130, 1024), (64, 32, 2));
     // 128 rows of eight activation planes do not fit two stages: 64.

@@ -212,10 +212,17 @@ pub fn bench_apt(
             let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
                 continue;
             };
-            let t = time_launches(ctx, flush, runs, || {
+            // A tiling the kernel refuses is reported and skipped, not the point.
+            let t = match time_launches(ctx, flush, runs, || {
                 gpu.quantize_into(&xd, &mut act).map_err(err)?;
                 gpu.gemm_bgmma_with(&act, &mut y, None, cfg).map_err(err)
-            })?;
+            }) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("W{wbits}A{abits} m={m} {n}x{k} bgmma {cfg}: {e}");
+                    continue;
+                }
+            };
             eprintln!(
                 "W{wbits}A{abits} m={m} {n}x{k} bgmma BM={} BN={bn} WGN={wgn}: {:.1} us",
                 cfg.BM, t.median_us

@@ -500,9 +500,11 @@ impl AptLinear {
 
     /// [`apt_gemm_bgmma`] with `bm` rows and `bn` columns per plane per block (split between
     /// `wgn` warpgroups), and as many ring stages (2 to 4) as fit [`BGMMA_RING_BYTES`] (a stage
-    /// holds `ABITS · bm + WBITS · bn` rows of 128 bytes); `None` where two do not, or where
-    /// the block would have more than two warpgroups (at 512 threads a thread has 128
-    /// registers, fewer than the accumulators and the wgmma pipeline need: ptxas serializes).
+    /// holds `ABITS · bm + WBITS · bn` rows of 128 bytes); `None` where two do not, where a
+    /// thread would hold more than 192 accumulators (`ABITS · WBITS · bn / wgn / 2`; the
+    /// widest that compiled without spills), or where the block would have more than two
+    /// warpgroups (at 512 threads a thread has 128 registers, fewer than the accumulators and
+    /// the wgmma pipeline need: ptxas serializes).
     pub fn bgmma_tiles(
         &self,
         bm: i32,
@@ -513,16 +515,20 @@ impl AptLinear {
         let rows = self.abits as usize * bm as usize + self.wbits() as usize * bn as usize;
         let stages = BGMMA_RING_BYTES / (rows * 128);
         let groups = bm / 64 * wgn;
-        (stages >= 2 && bn % (8 * wgn) == 0 && groups <= 2).then_some(apt_gemm_bgmma::Config {
-            WBITS: self.wbits() as i32,
-            ABITS: self.abits as i32,
-            BM: bm,
-            BN: bn,
-            WGN: wgn,
-            STAGES: stages.min(4) as i32,
-            GROUP: 8,
-            STORE_ACC: store_acc as i32,
-        })
+        let pairs = self.abits as i32 * self.wbits() as i32;
+        let fits = wgn >= 1 && pairs * bn / wgn / 2 <= 192;
+        (stages >= 2 && bn % (8 * wgn) == 0 && groups <= 2 && fits).then_some(
+            apt_gemm_bgmma::Config {
+                WBITS: self.wbits() as i32,
+                ABITS: self.abits as i32,
+                BM: bm,
+                BN: bn,
+                WGN: wgn,
+                STAGES: stages.min(4) as i32,
+                GROUP: 8,
+                STORE_ACC: store_acc as i32,
+            },
+        )
     }
 
     /// The fused decode configuration for `m` tokens, if the layer runs one.
