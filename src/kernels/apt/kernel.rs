@@ -384,9 +384,10 @@ mod kernels {
     /// it. With `WGN = 2` two warpgroups split the block's columns: the B rows are then
     /// ordered (half, plane, column), each warpgroup's `N` holding every plane of its half. A
     /// tile row past `m` (or `n`) reads the next plane's rows; those outputs are never stored.
-    /// The rows' and columns' terms of the epilogue are loaded before the k loop. The 1-bit wgmma runs at 8 times the integer one's bit rate (H200: 15.2 P
-    /// bit-ops/s against 1.9 POPS for `u8`), and the planes are `bits / 8` of the code bytes
-    /// [`apt_gemm_igmma`] reads. `k` a multiple of 128 (16-byte rows).
+    /// The rows' and columns' terms of the epilogue are loaded before the k loop. The 1-bit
+    /// wgmma runs at 8 times the integer one's bit rate (H200: 15.2 P bit-ops/s against 1.9
+    /// POPS for `u8`), and the planes are `bits / 8` of the code bytes [`apt_gemm_igmma`]
+    /// reads. `k` a multiple of 128 (16-byte rows).
     #[tilus::kernel(
     lazy,
     grid = [cdiv(n, BN) * cdiv(m, BM)],

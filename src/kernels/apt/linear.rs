@@ -706,6 +706,19 @@ fn split_buffers_len(cfg: &apt_gemv::Config, m: usize, n: usize) -> (usize, usiz
 }
 
 impl GpuAptLinear {
+    /// `f` on the products buffer `acc`, or, when the caller wants none, on the layer's
+    /// one-element stand-in (a launch with `STORE_ACC = 0` never writes it).
+    fn with_acc<R>(
+        &self,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        f: impl FnOnce(&mut DeviceBuffer<i32>) -> R,
+    ) -> R {
+        match acc {
+            Some(a) => f(a),
+            None => f(&mut self.unused.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
     pub fn host(&self) -> &AptLinear {
         &self.host
     }
@@ -757,25 +770,22 @@ impl GpuAptLinear {
         let cfg = tiles.config(h.k, h.wbits(), h.abits, acc.is_some())?;
         let blocks = tiles.blocks(self.ctx.device().multiprocessors as usize);
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
-        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
-        let acc = match acc {
-            Some(a) => a,
-            None => &mut *unused,
-        };
-        apt_gemv_popc::launch(
-            &self.ctx,
-            &cfg,
-            mi,
-            h.n as i32,
-            h.k as i32,
-            blocks,
-            x,
-            &self.planes,
-            &self.sums,
-            &self.scales,
-            y,
-            acc,
-        )
+        self.with_acc(acc, |acc| {
+            apt_gemv_popc::launch(
+                &self.ctx,
+                &cfg,
+                mi,
+                h.n as i32,
+                h.k as i32,
+                blocks,
+                x,
+                &self.planes,
+                &self.sums,
+                &self.scales,
+                y,
+                acc,
+            )
+        })
         .map_err(kernel_err)
     }
 
@@ -848,26 +858,23 @@ impl GpuAptLinear {
             });
         }
         let b = guard.as_mut().expect("allocated above");
-        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
-        let acc = match acc {
-            Some(a) => a,
-            None => &mut *unused,
-        };
-        apt_gemv::launch(
-            &self.ctx,
-            &cfg,
-            mi,
-            h.n as i32,
-            h.k as i32,
-            x,
-            &self.planes,
-            &self.sums,
-            &self.scales,
-            y,
-            acc,
-            &mut b.workspace,
-            &mut b.semaphores,
-        )
+        self.with_acc(acc, |acc| {
+            apt_gemv::launch(
+                &self.ctx,
+                &cfg,
+                mi,
+                h.n as i32,
+                h.k as i32,
+                x,
+                &self.planes,
+                &self.sums,
+                &self.scales,
+                y,
+                acc,
+                &mut b.workspace,
+                &mut b.semaphores,
+            )
+        })
         .map_err(kernel_err)
     }
 
@@ -927,26 +934,23 @@ impl GpuAptLinear {
         }
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
         let cfg = tiles.config(h.wbits(), h.abits, acc.is_some());
-        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
-        let acc = match acc {
-            Some(a) => a,
-            None => &mut *unused,
-        };
-        apt_gemm::launch(
-            &self.ctx,
-            &cfg,
-            m as i32,
-            h.n as i32,
-            h.k as i32,
-            &act.planes,
-            &self.planes,
-            &act.sums,
-            &act.scales,
-            &self.sums,
-            &self.scales,
-            y,
-            acc,
-        )
+        self.with_acc(acc, |acc| {
+            apt_gemm::launch(
+                &self.ctx,
+                &cfg,
+                m as i32,
+                h.n as i32,
+                h.k as i32,
+                &act.planes,
+                &self.planes,
+                &act.sums,
+                &act.scales,
+                &self.sums,
+                &self.scales,
+                y,
+                acc,
+            )
+        })
         .map_err(kernel_err)
     }
 
@@ -996,26 +1000,23 @@ impl GpuAptLinear {
             STORE_ACC: acc.is_some() as i32,
             ..cfg
         };
-        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
-        let acc = match acc {
-            Some(a) => a,
-            None => &mut *unused,
-        };
-        apt_gemm_igmma::launch(
-            &self.ctx,
-            &cfg,
-            m as i32,
-            h.n as i32,
-            h.k as i32,
-            &act.planes,
-            codes,
-            &act.sums,
-            &act.scales,
-            &self.sums,
-            &self.scales,
-            y,
-            acc,
-        )
+        self.with_acc(acc, |acc| {
+            apt_gemm_igmma::launch(
+                &self.ctx,
+                &cfg,
+                m as i32,
+                h.n as i32,
+                h.k as i32,
+                &act.planes,
+                codes,
+                &act.sums,
+                &act.scales,
+                &self.sums,
+                &self.scales,
+                y,
+                acc,
+            )
+        })
         .map_err(kernel_err)
     }
 
@@ -1052,26 +1053,23 @@ impl GpuAptLinear {
             STORE_ACC: acc.is_some() as i32,
             ..cfg
         };
-        let mut unused = self.unused.lock().unwrap_or_else(|p| p.into_inner());
-        let acc = match acc {
-            Some(a) => a,
-            None => &mut *unused,
-        };
-        apt_gemm_bgmma::launch(
-            &self.ctx,
-            &cfg,
-            m as i32,
-            h.n as i32,
-            h.k as i32,
-            &act.planes,
-            &self.planes,
-            &act.sums,
-            &act.scales,
-            &self.sums,
-            &self.scales,
-            y,
-            acc,
-        )
+        self.with_acc(acc, |acc| {
+            apt_gemm_bgmma::launch(
+                &self.ctx,
+                &cfg,
+                m as i32,
+                h.n as i32,
+                h.k as i32,
+                &act.planes,
+                &self.planes,
+                &act.sums,
+                &act.scales,
+                &self.sums,
+                &self.scales,
+                y,
+                acc,
+            )
+        })
         .map_err(kernel_err)
     }
 }
