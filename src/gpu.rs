@@ -111,6 +111,21 @@ fn runtime_param(name: &str, dtype: DType, mutable: bool) -> Param {
     }
 }
 
+/// How [`GpuKernel::launch_with`] (and a `#[kernel]`'s `launch_with`) launches.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LaunchOptions<'s> {
+    /// A stream of the context (`ctx.new_stream()`), or the context's own when `None`.
+    pub stream: Option<&'s Arc<CudaStream>>,
+    /// Launch as a programmatic dependent of the kernel before it on the stream (sm_90): the
+    /// kernel may start while that one runs (once each of its blocks has executed
+    /// `launch_dependents()` or ended) and must execute `wait_prior_grid()` before it touches
+    /// anything that kernel writes, or reads where this one writes. The launcher refuses a
+    /// kernel without the wait; which memory the two share is the caller's contract. On a
+    /// device before sm_90, or when the launch needs a fresh workspace, the launch is an
+    /// ordinary one (the wait then returns at once).
+    pub dependent: bool,
+}
+
 impl GpuKernel {
     /// Verify `program` for `target` and generate its CUDA; `config` labels it in caches and
     /// error messages. The launch checks that the device can run code for `target`
@@ -239,7 +254,30 @@ impl GpuKernel {
         stream: Option<&Arc<CudaStream>>,
         args: Vec<GpuArg<'_>>,
     ) -> Result<(), GpuError> {
+        let how = LaunchOptions {
+            stream,
+            dependent: false,
+        };
+        self.launch_with(ctx, how, args)
+    }
+
+    /// [`GpuKernel::launch`] as `how` says: on its stream, and as a programmatic dependent of
+    /// the stream's prior kernel ([`LaunchOptions::dependent`]; refused for a kernel that
+    /// never executes `wait_prior_grid()`).
+    pub fn launch_with(
+        &self,
+        ctx: &Context,
+        how: LaunchOptions<'_>,
+        args: Vec<GpuArg<'_>>,
+    ) -> Result<(), GpuError> {
+        let LaunchOptions { stream, dependent } = how;
         let spec = &*self.spec;
+        if dependent && !spec.waits_prior_grid {
+            return Err(self.arg_error(
+                "argument `dependent`: the kernel never executes `wait_prior_grid()`, so launched \
+                 as a dependent it could read the prior kernel's output before that is written",
+            ));
+        }
         let (major, minor) = ctx.device().compute_capability;
         if !spec.arch.runs_on(major.max(0) as u32, minor.max(0) as u32) {
             return Err(self.arg_error(format!(
@@ -312,6 +350,7 @@ impl GpuKernel {
         let loaded = ctx.load(&self.source)?;
         let mut builder = loaded.args();
         let mut supplied = args.into_iter();
+        let zeroed_workspaces = !workspaces.is_empty();
         let mut scratch = workspaces.iter_mut();
         let mut maps = maps.into_iter();
         for p in &spec.params {
@@ -338,6 +377,9 @@ impl GpuKernel {
                 },
             };
         }
+        // A fresh workspace is zeroed on the stream: the prior kernel is not the one the
+        // dependent follows then, so the launch is an ordinary one.
+        let builder = builder.dependent(dependent && !zeroed_workspaces);
         let dims = LaunchDims::new(grid, [spec.block_threads, 1, 1]).with_dyn_smem(shared);
         match stream {
             Some(s) => builder.launch_on(s, dims)?,

@@ -438,6 +438,41 @@ fn print_compiles() {
     );
 }
 
+/// `launch_dependents()` and `wait_prior_grid()` compile to `PREEXIT` and `ACQBULK` for sm_90a,
+/// and the same source to neither for sm_80 (guarded: launches there are never dependent).
+#[test]
+fn grid_dependency_compiles_per_architecture() {
+    #[allow(dead_code)]
+    #[path = "kernels/grid_dependency.rs"]
+    mod pdl;
+    let test = "grid_dependency_compiles_per_architecture";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new(test);
+    for (name, source, op) in [
+        (
+            "pdl_produce",
+            pdl::pdl_produce::source(&pdl::pdl_produce::SPACE[0]),
+            "PREEXIT",
+        ),
+        (
+            "pdl_consume",
+            pdl::pdl_consume::source(&pdl::pdl_consume::SPACE[0]),
+            "ACQBULK",
+        ),
+    ] {
+        let source = source.unwrap();
+        for arch in ["sm_80", "sm_90a"] {
+            let ptx = compile_ptx(source, arch)
+                .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{source}"));
+            let a = assemble(&ptxas, &disasm, &scratch.0, name, &ptx, arch);
+            let n = opcodes(&a.sass).iter().filter(|o| *o == op).count();
+            assert_eq!(n, (arch == "sm_90a") as usize, "{name} ({arch}): {n} {op}");
+        }
+    }
+}
+
 /// The quantized matmul's decode configurations, one per way of dequantizing: the split pack
 /// orders (u1, i2, u4 with zero points on the accumulator, i3), the natural order (i8, the
 /// float types), bf16 activations, per-channel scales, and the split-k reduction, each also as
@@ -1464,6 +1499,11 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             "HGMMA"
         };
         assert!(count(gmma) >= 4, "{name}: {} {gmma}", count(gmma));
+        // APT's GEMM follows the quantizer as a programmatic dependent: it waits (ACQBULK)
+        // before it reads the activations.
+        if name.starts_with("apt_gemm_bgmma") {
+            assert_eq!(count("ACQBULK"), 1, "{name}: griddepcontrol.wait");
+        }
         // The copy-engine kernels: the dense GEMM's, and the warpgroup gemv's tiles of at most
         // 256 columns.
         if k.source.contains("cp.async.bulk.tensor") {

@@ -163,7 +163,7 @@ fn gpu_apt_linear_matches_reference() {
                     };
                     let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                     let mut ab = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
-                    gpu.gemm_bgmma_with(&act, &mut yb, Some(&mut ab), cfg)
+                    gpu.gemm_bgmma_with(&act, &mut yb, Some(&mut ab), cfg, true)
                         .unwrap();
                     let tiles = format!("BM={bm} BN={bn} WGN={wgn}");
                     assert_eq!(ab.to_host().unwrap(), acc, "{tag} {tiles}: bgmma products");
@@ -401,6 +401,32 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
                 bits(&y),
                 "W{w}A{a} round {round}: output"
             );
+        }
+        // The GEMM launched as the quantizer's dependent, right behind it, on activations that
+        // held another input's planes: a read before the quantizer's end would give (some of)
+        // that input's outputs.
+        let x2: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let x2d = DeviceBuffer::from_host(&ctx, &x2).unwrap();
+        let mut act2 = AptActivations::new(&gpu, m).unwrap();
+        gpu.quantize_into(&x2d, &mut act2).unwrap();
+        let mut y2 = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+        gpu.gemm_into(&act2, &mut y2, None).unwrap();
+        let y2 = y2.to_host().unwrap();
+        assert_ne!(bits(&y2), bits(&y), "W{w}A{a}: two inputs, one output");
+        for round in 0..3 {
+            for (input, want) in [(&xd, &y), (&x2d, &y2)] {
+                // Poisoned before the quantizer: nothing comes between the two launches.
+                let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                gpu.quantize_into(input, &mut act).unwrap();
+                gpu.gemm_bgmma_into(&act, &mut yb, None).unwrap();
+                assert_eq!(
+                    bits(&yb.to_host().unwrap()),
+                    bits(want),
+                    "W{w}A{a} round {round}: dependent GEMM behind the quantizer"
+                );
+            }
         }
     }
 }

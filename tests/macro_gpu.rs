@@ -23,6 +23,10 @@ mod language;
 #[path = "kernels/addressing.rs"]
 mod addressing;
 
+#[allow(dead_code)]
+#[path = "kernels/grid_dependency.rs"]
+mod pdl;
+
 mod common;
 
 use std::sync::Arc;
@@ -151,6 +155,61 @@ fn launch_checks_arguments() {
     let err = fig14::matmul_pipelined::launch(&ctx, &not_in_space, 1, 1, 1, &db, &db, &mut dc)
         .unwrap_err();
     assert!(matches!(err, KernelError::NotInSpace { .. }), "{err}");
+}
+
+/// A programmatic dependent launch sees the whole prior kernel's output: the producer lets its
+/// dependent start at once and then runs long (2^21 elements, thousands of steps each), the
+/// consumer loads its own input before `wait_prior_grid()` and the producer's output (poisoned
+/// with NaN before each producer) after it; every element must be exact, round after round on
+/// fresh data. A kernel without the wait is refused as a dependent, naming the option.
+#[test]
+fn dependent_launch_waits_for_the_prior_kernel() {
+    use rand::Rng;
+    use tilus::gpu::LaunchOptions;
+    let Some(ctx) = context("dependent_launch_waits_for_the_prior_kernel") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let (pc, cc) = (&pdl::pdl_produce::SPACE[0], &pdl::pdl_consume::SPACE[0]);
+    let dependent = LaunchOptions {
+        stream: None,
+        dependent: true,
+    };
+    let n = 1usize << 21;
+    let mut dy = DeviceBuffer::filled(&ctx, n, f32::NAN).unwrap();
+    let mut dz = DeviceBuffer::filled(&ctx, n, f32::NAN).unwrap();
+    for round in 0..4 {
+        let iters = rng.random_range(2000..3000);
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+        let w: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+        let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
+        let dw = DeviceBuffer::from_host(&ctx, &w).unwrap();
+        dy.fill(f32::NAN).unwrap();
+        dz.fill(f32::NAN).unwrap();
+        pdl::pdl_produce::launch(&ctx, pc, n as i32, iters, &dx, &mut dy).unwrap();
+        pdl::pdl_consume::launch_with(&ctx, dependent, cc, n as i32, &dw, &dy, &mut dz).unwrap();
+        let z = dz.to_host().unwrap();
+        for i in 0..n {
+            let want = w[i] + pdl::produce_ref(x[i], iters);
+            assert_eq!(z[i], want, "round {round}: z[{i}]");
+        }
+    }
+    let dw = DeviceBuffer::filled(&ctx, n, 1.0f32).unwrap();
+    let err = pdl::pdl_unsynced::launch_with(
+        &ctx,
+        dependent,
+        &pdl::pdl_unsynced::SPACE[0],
+        n as i32,
+        &dw,
+        &dy,
+        &mut dz,
+    )
+    .unwrap_err();
+    assert!(matches!(err, KernelError::BadArgument { .. }), "{err}");
+    assert!(err.to_string().contains("`dependent`"), "{err}");
+    eprintln!(
+        "dependent launch: 4 rounds of 2^21 elements exact; a kernel without the wait refused"
+    );
 }
 
 /// A `#[kernel]` with `allocate_global` launches with its hidden workspace allocated and zeroed

@@ -13,6 +13,7 @@
 //!     pub fn launch(&Context, &Config, m: i32, a: &impl DeviceRead<f16>, c: &mut impl DeviceWrite<f16>, ..)
 //!         -> Result<(), KernelError>;
 //!     pub fn launch_on(&Context, Option<&Arc<CudaStream>>, &Config, m: i32, ..) -> Result<(), KernelError>;
+//!     pub fn launch_with(&Context, LaunchOptions, &Config, m: i32, ..) -> Result<(), KernelError>; // stream, dependent launch
 //! }
 //! ```
 //!
@@ -43,6 +44,13 @@ use syn::ItemFn;
 use crate::dtypes;
 use crate::signature::{KernelSig, ParamKind};
 use crate::space::{Param, Space};
+
+/// The generated `launch_with`'s documentation.
+const LAUNCH_WITH_DOC: &str = "[`launch`] with `how`: on `how.stream` (a stream of `ctx`, or \
+    `ctx`'s own when `None`), and with `how.dependent` as a programmatic dependent of the kernel \
+    before it on the stream (sm_90): it may start before that one ends, so it must execute \
+    `wait_prior_grid()` before touching anything that kernel writes (the launch is refused for \
+    a kernel that never waits; which memory the two kernels share is the caller's contract).";
 
 /// What the macro embeds for one configuration: entries of the pack.
 pub struct ConfigOut {
@@ -342,6 +350,7 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
     let launch_on_doc =
         "[`launch`] on `stream` (a stream of `ctx`, from `ctx.new_stream()`), or on \
         `ctx`'s own stream when `None`.";
+    let launch_with_doc = LAUNCH_WITH_DOC;
     // Mixed-site hygiene: the locals and parameters written here (`cfg`, `m`, `args`, ..)
     // never collide with the kernel's parameter names.
     let body = quote_spanned! {Span::mixed_site()=>
@@ -422,10 +431,21 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
             cfg: &Config,
             #(#device_args),*
         ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            let how = ::tilus::gpu::LaunchOptions { stream, dependent: false };
+            self::launch_with(ctx, how, cfg, #(#arg_names),*)
+        }
+
+        #[doc = #launch_with_doc]
+        pub fn launch_with(
+            ctx: &::tilus::runtime::Context,
+            how: ::tilus::gpu::LaunchOptions<'_>,
+            cfg: &Config,
+            #(#device_args),*
+        ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let i = self::index(cfg)?;
             let kernel = CACHES.kernel(NAME, cfg, &PACK, i, &META[i])?;
             kernel
-                .launch_on(ctx, stream, ::std::vec![#(#gpu_args),*])
+                .launch_with(ctx, how, ::std::vec![#(#gpu_args),*])
                 .map_err(|e| ::tilus::macro_support::KernelError::launch(NAME, cfg, e))
         }
     };
@@ -463,6 +483,7 @@ pub fn generate_lazy(
         checks_host,
         gpu_args,
     } = arg_code(sig);
+    let launch_with_doc = LAUNCH_WITH_DOC;
     let body = quote_spanned! {Span::mixed_site()=>
         #config
 
@@ -542,9 +563,20 @@ pub fn generate_lazy(
             cfg: &Config,
             #(#device_args),*
         ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            let how = ::tilus::gpu::LaunchOptions { stream, dependent: false };
+            self::launch_with(ctx, how, cfg, #(#arg_names),*)
+        }
+
+        #[doc = #launch_with_doc]
+        pub fn launch_with(
+            ctx: &::tilus::runtime::Context,
+            how: ::tilus::gpu::LaunchOptions<'_>,
+            cfg: &Config,
+            #(#device_args),*
+        ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let kernel = self::instance(cfg)?.kernel(NAME, cfg)?;
             kernel
-                .launch_on(ctx, stream, ::std::vec![#(#gpu_args),*])
+                .launch_with(ctx, how, ::std::vec![#(#gpu_args),*])
                 .map_err(|e| ::tilus::macro_support::KernelError::launch(NAME, cfg, e))
         }
     };
@@ -625,6 +657,15 @@ pub fn fallback(f: &ItemFn, sig: &KernelSig, space: &Space, lazy: bool) -> Token
         pub fn launch_on<#(#generics),*>(
             ctx: &::tilus::runtime::Context,
             stream: ::core::option::Option<&::std::sync::Arc<::tilus::runtime::CudaStream>>,
+            cfg: &Config,
+            #(#device_args),*
+        ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
+            ::core::result::Result::Err(not_built(cfg))
+        }
+
+        pub fn launch_with<#(#generics),*>(
+            ctx: &::tilus::runtime::Context,
+            how: ::tilus::gpu::LaunchOptions<'_>,
             cfg: &Config,
             #(#device_args),*
         ) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {

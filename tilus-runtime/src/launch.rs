@@ -76,6 +76,7 @@ impl LoadedKernel {
         KernelArgs {
             kernel: self,
             slots: Vec::with_capacity(self.params().len()),
+            dependent: false,
         }
     }
 }
@@ -291,6 +292,7 @@ impl Slot<'_> {
 pub struct KernelArgs<'a> {
     kernel: &'a LoadedKernel,
     slots: Vec<Slot<'a>>,
+    dependent: bool,
 }
 
 impl<'a> KernelArgs<'a> {
@@ -347,6 +349,18 @@ impl<'a> KernelArgs<'a> {
             .push(Slot::Value(T::SCALAR, value.to_param_bits()));
         self
     }
+    /// Launch as a *programmatic dependent* of the kernel before it on the stream (sm_90): the
+    /// kernel may start before that one ends, as soon as every block of it has executed
+    /// `griddepcontrol.launch_dependents` or exited, and must execute `griddepcontrol.wait`
+    /// before it touches anything that kernel writes (or reads, for its own writes). That
+    /// contract is the caller's: the runtime cannot see which memory the two kernels share.
+    /// Below sm_90, and on a context whose buffers cudarc orders across streams with events
+    /// (the launch would bypass them), the launch is an ordinary one, in which the wait is a
+    /// no-op.
+    pub fn dependent(mut self, dependent: bool) -> Self {
+        self.dependent = dependent;
+        self
+    }
     /// A tensor map passed by value (from [`crate::encode_tiled`]).
     pub fn tensor_map(mut self, map: TensorMap) -> Self {
         self.slots.push(Slot::TensorMap(Box::new(map)));
@@ -380,6 +394,22 @@ impl<'a> KernelArgs<'a> {
         check_dims(&kernel.limits, &dims)?;
         kernel.ensure_dyn_smem(dims.dyn_smem)?;
 
+        let cfg = LaunchConfig {
+            grid_dim: (dims.grid[0], dims.grid[1], dims.grid[2]),
+            block_dim: (dims.block[0], dims.block[1], dims.block[2]),
+            shared_mem_bytes: dims.dyn_smem,
+        };
+        if self.dependent && !stream.context().is_managing_stream_synchronization() {
+            let major = stream
+                .context()
+                .attribute(
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                )
+                .map_err(|e| RuntimeError::driver("reading the compute capability", e))?;
+            if major >= 9 {
+                return launch_dependent(kernel, stream, &self.slots, cfg);
+            }
+        }
         let mut slots = self.slots;
         let mut builder = stream.launch_builder(&kernel.function);
         for slot in slots.iter_mut() {
@@ -394,11 +424,6 @@ impl<'a> KernelArgs<'a> {
                 }
             }
         }
-        let cfg = LaunchConfig {
-            grid_dim: (dims.grid[0], dims.grid[1], dims.grid[2]),
-            block_dim: (dims.block[0], dims.block[1], dims.block[2]),
-            shared_mem_bytes: dims.dyn_smem,
-        };
         // SAFETY: the arguments match the kernel's declared parameters in number, kind and
         // element type (checked above); pointers come from live device allocations borrowed
         // for the launch; each value sits in an 8-byte slot of which the driver reads the
@@ -409,6 +434,73 @@ impl<'a> KernelArgs<'a> {
             .map_err(|e| RuntimeError::driver(format!("launching kernel {}", kernel.label()), e))?;
         Ok(())
     }
+}
+
+/// [`KernelArgs::launch_on`] as a programmatic dependent of the stream's prior kernel
+/// (`cuLaunchKernelEx` with `PROGRAMMATIC_STREAM_SERIALIZATION`), for a context that orders
+/// nothing with events (the caller checked): cudarc's launcher takes no launch attributes.
+fn launch_dependent(
+    kernel: &LoadedKernel,
+    stream: &Arc<CudaStream>,
+    slots: &[Slot<'_>],
+    cfg: LaunchConfig,
+) -> Result<()> {
+    use cudarc::driver::sys;
+    // Each parameter's bytes at a stable address: device pointers and values in 64-bit slots
+    // (the driver reads the parameter's size from the start), tensor maps where they are boxed.
+    let words: Vec<u64> = slots
+        .iter()
+        .map(|slot| match slot {
+            Slot::Ref(a, _) => a.address(),
+            Slot::Mut(a, _) => a.address(),
+            Slot::Value(_, bits) => *bits,
+            Slot::TensorMap(_) => 0,
+        })
+        .collect();
+    let mut params: Vec<*mut std::ffi::c_void> = slots
+        .iter()
+        .zip(&words)
+        .map(|(slot, word)| match slot {
+            Slot::TensorMap(map) => (&**map) as *const TensorMap as *mut std::ffi::c_void,
+            _ => word as *const u64 as *mut std::ffi::c_void,
+        })
+        .collect();
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        // SAFETY: an all-zero union is a valid value of every member (plain integers).
+        value: unsafe { std::mem::zeroed() },
+    };
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| RuntimeError::driver("binding the context", e))?;
+    // SAFETY: as in `launch_on`: the slots were checked against the kernel's parameters; each
+    // entry of `params` points at its parameter's bytes (`words` and the boxed maps outlive
+    // the call, which copies them); the function and stream belong to the bound context.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            kernel.function.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(|e| RuntimeError::driver(format!("launching kernel {}", kernel.label()), e))
 }
 
 /// Check supplied arguments against declared parameters. Errors name the parameter.

@@ -215,7 +215,8 @@ pub fn bench_apt(
             // A tiling the kernel refuses is reported and skipped, not the point.
             let t = match time_launches(ctx, flush, runs, || {
                 gpu.quantize_into(&xd, &mut act).map_err(err)?;
-                gpu.gemm_bgmma_with(&act, &mut y, None, cfg).map_err(err)
+                gpu.gemm_bgmma_with(&act, &mut y, None, cfg, true)
+                    .map_err(err)
             }) {
                 Ok(t) => t,
                 Err(e) => {
@@ -252,10 +253,24 @@ pub fn bench_apt(
             })?
         }
         AptPath::Igmma(_) => unfused,
-        AptPath::Bgmma(cfg) if bgmma.is_some() => time_launches(ctx, flush, runs, || {
-            gpu.quantize_into(&xd, &mut act).map_err(err)?;
-            gpu.gemm_bgmma_with(&act, &mut y, None, cfg).map_err(err)
-        })?,
+        AptPath::Bgmma(cfg) if bgmma.is_some() => {
+            // What the dependent launch gains: the same two launches, the GEMM an ordinary one.
+            let serial = time_launches(ctx, flush, runs, || {
+                gpu.quantize_into(&xd, &mut act).map_err(err)?;
+                gpu.gemm_bgmma_with(&act, &mut y, None, cfg, false)
+                    .map_err(err)
+            })?;
+            let t = time_launches(ctx, flush, runs, || {
+                gpu.quantize_into(&xd, &mut act).map_err(err)?;
+                gpu.gemm_bgmma_with(&act, &mut y, None, cfg, true)
+                    .map_err(err)
+            })?;
+            eprintln!(
+                "W{wbits}A{abits} m={m} {n}x{k} layer (bgmma {cfg}): {:.1} us dependent, {:.1} us ordinary",
+                t.median_us, serial.median_us
+            );
+            t
+        }
         AptPath::Bgmma(_) => unfused,
     };
     let gemm_t = time_launches(ctx, flush, runs, || {

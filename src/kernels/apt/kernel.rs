@@ -384,7 +384,9 @@ mod kernels {
     /// it. With `WGN = 2` two warpgroups split the block's columns: the B rows are then
     /// ordered (half, plane, column), each warpgroup's `N` holding every plane of its half. A
     /// tile row past `m` (or `n`) reads the next plane's rows; those outputs are never stored.
-    /// The rows' and columns' terms of the epilogue are loaded before the k loop. The 1-bit
+    /// The kernel is launched as the quantizer's programmatic dependent: the weight's first
+    /// `STAGES - 1` stages are requested before `wait_prior_grid()`, the activations' stages
+    /// and the rows' and columns' terms of the epilogue after it, before the k loop. The 1-bit
     /// wgmma runs at 8 times the integer one's bit rate (H200: 15.2 P bit-ops/s against 1.9
     /// POPS for `u8`), and the planes are `bits / 8` of the code bytes [`apt_gemm_igmma`]
     /// reads. `k` a multiple of 128 (16-byte rows).
@@ -441,7 +443,7 @@ mod kernels {
         let full = mbarriers(STAGES, ABITS + WBITS * WGN);
         let hn = BN / WGN;
         // Stage s of step t: one box per plane of A and per (half, plane) of B, all on barrier s.
-        let fill = |s: i32, t: i32| {
+        let fill_a = |s: i32, t: i32| {
             #[unroll]
             for q in 0..ABITS {
                 tma_load(
@@ -452,6 +454,8 @@ mod kernels {
                     s,
                 );
             }
+        };
+        let fill_w = |s: i32, t: i32| {
             #[unroll]
             for h in 0..WGN {
                 #[unroll]
@@ -467,6 +471,21 @@ mod kernels {
             }
         };
         let lc = layout!(spatial(BM / 64, WGN).spatial(4, 1).local(1, hn / 8).mma_c);
+        let steps = cdiv(k, 1024);
+        // The weight's first stages are requested before the wait: launched as a dependent of
+        // the quantizer, they (and the set-up above) overlap it. Everything the quantizer
+        // writes (A's planes, sums and scales) is read after the wait.
+        for s in 0..STAGES - 1 {
+            if s < steps {
+                fill_w(s, s);
+            }
+        }
+        wait_prior_grid();
+        for s in 0..STAGES - 1 {
+            if s < steps {
+                fill_a(s, s);
+            }
+        }
         let (sa_rows, sw_cols, fa_rows, fw_cols) = apt_row_col_terms(lc, bi * BM, bj * BN);
         let mut acc = register::<i32>(
             layout!(
@@ -478,12 +497,6 @@ mod kernels {
             ),
             0,
         );
-        let steps = cdiv(k, 1024);
-        for s in 0..STAGES - 1 {
-            if s < steps {
-                fill(s, s);
-            }
-        }
         for t in 0..steps {
             let st = t % STAGES;
             mbarrier_wait(full, st, t / STAGES % 2);
@@ -495,7 +508,8 @@ mod kernels {
             sync();
             let next = t + STAGES - 1;
             if next < steps {
-                fill(next % STAGES, next);
+                fill_a(next % STAGES, next);
+                fill_w(next % STAGES, next);
             }
         }
         dot_wait(0);
@@ -548,6 +562,9 @@ mod kernels {
         sums: GlobalMut<i32>,
         scales: GlobalMut<f32>,
     ) {
+        // The GEMM launched as this kernel's dependent may start now: it waits for the whole
+        // grid before it reads anything written here.
+        launch_dependents();
         let maxv = (1 << ABITS) - 1;
         let words = 32 * WARPS;
         let [r] = block_indices();

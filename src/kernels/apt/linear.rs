@@ -22,6 +22,7 @@ use super::kernel::{
 use super::{check_shape, AptTiles, PopcTiles, INTERPRETER_SMS};
 use crate::apt::matrix::ScaleRule;
 use crate::apt::{AptError, AptMatrix};
+use crate::gpu::LaunchOptions;
 use half::f16;
 use std::sync::{Arc, Mutex};
 use tilus_runtime::{Context, DeviceBuffer};
@@ -1029,16 +1030,22 @@ impl GpuAptLinear {
         y: &mut DeviceBuffer<f16>,
         acc: Option<&mut DeviceBuffer<i32>>,
     ) -> Result<(), AptError> {
-        self.gemm_bgmma_with(act, y, acc, self.host.bgmma_config(act.m, false))
+        self.gemm_bgmma_with(act, y, acc, self.host.bgmma_config(act.m, false), true)
     }
 
-    /// [`Self::gemm_bgmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`).
+    /// [`Self::gemm_bgmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`), with
+    /// `dependent` launched as a programmatic dependent of the kernel before it on the stream
+    /// (typically [`Self::quantize_into`]), as `gemm_bgmma_into` does: before its
+    /// `wait_prior_grid()` it reads only the layer's own weight planes, which no kernel writes,
+    /// so its set-up and first weight stages overlap that kernel whatever it is. Without
+    /// `dependent` it is an ordinary launch (to measure what the overlap gains).
     pub fn gemm_bgmma_with(
         &self,
         act: &AptActivations,
         y: &mut DeviceBuffer<f16>,
         acc: Option<&mut DeviceBuffer<i32>>,
         cfg: apt_gemm_bgmma::Config,
+        dependent: bool,
     ) -> Result<(), AptError> {
         let h = &self.host;
         let m = act.m;
@@ -1053,9 +1060,14 @@ impl GpuAptLinear {
             STORE_ACC: acc.is_some() as i32,
             ..cfg
         };
+        let how = LaunchOptions {
+            stream: None,
+            dependent,
+        };
         self.with_acc(acc, |acc| {
-            apt_gemm_bgmma::launch(
+            apt_gemm_bgmma::launch_with(
                 &self.ctx,
+                how,
                 &cfg,
                 m as i32,
                 h.n as i32,

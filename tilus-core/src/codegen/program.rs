@@ -298,6 +298,7 @@ impl<'p> Ctx<'p> {
                 self.w.line("__syncthreads();")
             }
             Instruction::Fence => fence::emit(self),
+            Instruction::GridDependency(g) => fence::grid_dependency(self, *g),
             Instruction::Exit => self.w.line("return;"),
             Instruction::Print { label, x } => self.print(label, x)?,
             Instruction::Unary { out, op, x } => math::unary(self, *out, *op, *x)?,
@@ -727,6 +728,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
             grid: p.grid.clone(),
             assumptions: cx.assumptions,
             views,
+            waits_prior_grid: crate::launch::waits_prior_grid(p),
         },
         shared_plan: cx.plan,
     })

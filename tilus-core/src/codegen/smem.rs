@@ -122,6 +122,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         | DotWait { .. }
         | Synchronize
         | Fence
+        | GridDependency(_)
         | Exit => {
             vec![]
         }

@@ -387,6 +387,8 @@ impl Machine<'_> {
             Instruction::Synchronize => block.shared.synchronize(),
             // Blocks run one after another here: nothing to order (see `Instruction::Fence`).
             Instruction::Fence => {}
+            // Launches run one after another here: the prior one has ended before this starts.
+            Instruction::GridDependency(_) => {}
             Instruction::Exit => return Ok(Flow::Exit),
             Instruction::Binary { out, op, lhs, rhs } => {
                 let dtype = self.reg(block, *lhs)?.dtype;

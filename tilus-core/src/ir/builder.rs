@@ -586,6 +586,11 @@ impl ProgramBuilder {
         self.instr(Instruction::Fence);
     }
 
+    /// `wait_prior_grid()` / `launch_dependents()` ([`Instruction::GridDependency`]).
+    pub fn grid_dependency(&mut self, g: GridDependency) {
+        self.instr(Instruction::GridDependency(g));
+    }
+
     pub fn exit(&mut self) {
         self.instr(Instruction::Exit);
     }

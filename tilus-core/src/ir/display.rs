@@ -315,6 +315,7 @@ impl Program {
             Instruction::CopyAsyncCommitGroup
             | Instruction::Synchronize
             | Instruction::Fence
+            | Instruction::GridDependency(_)
             | Instruction::Exit => {
                 format!("{name}()")
             }
@@ -487,6 +488,7 @@ impl Instruction {
             | Instruction::Mbarriers { .. }
             | Instruction::Synchronize
             | Instruction::Fence
+            | Instruction::GridDependency(_)
             | Instruction::Exit => {}
             Instruction::TmaLoad {
                 dst,

@@ -167,6 +167,7 @@ impl Instruction {
             | Instruction::MbarrierWait { .. }
             | Instruction::Synchronize
             | Instruction::Fence
+            | Instruction::GridDependency(_)
             | Instruction::Exit
             | Instruction::Print { .. } => Vec::new(),
         }

@@ -306,6 +306,27 @@ pub enum ElementOp {
     Shr,
 }
 
+/// The two sides of a programmatic dependent launch (sm_90, `griddepcontrol`). A kernel launched
+/// as a *dependent* of the kernel before it on the stream (the launcher's `dependent` option)
+/// may start while that one still runs: its blocks are scheduled once every block of the prior
+/// kernel has signalled [`GridDependency::LaunchDependents`] or exited, and whatever the
+/// dependent does before [`GridDependency::Wait`] (barrier set-up, loads of data the prior
+/// kernel does not write, such as weights) overlaps the prior kernel's tail. Launched
+/// ordinarily, and below sm_90 (the generated code compiles them only from sm_90), both are
+/// no-ops, as they are in the interpreter, which runs launches one after another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum GridDependency {
+    /// `wait_prior_grid()`: block the thread until the prior kernel has completed and its
+    /// memory operations are visible (`griddepcontrol.wait`). A dependent kernel must execute
+    /// it, in every thread that touches memory the prior kernel writes (or reads, for this
+    /// kernel's writes), before the first such access.
+    Wait,
+    /// `launch_dependents()`: this block lets the next kernel, if launched as a dependent,
+    /// start (`griddepcontrol.launch_dependents`). It orders no memory: the dependent still
+    /// waits for this whole kernel in [`GridDependency::Wait`].
+    LaunchDependents,
+}
+
 pub use math::{CmpOp, MathOp, GELU_K0, GELU_K1};
 /// The combining operator of a [`Instruction::Reduce`].
 ///
@@ -625,6 +646,8 @@ pub enum Instruction {
     /// instruction nonetheless so that programs state the ordering they rely on on the GPU,
     /// where blocks run concurrently and a missing fence is a real (rare, silent) race.
     Fence,
+    /// Programmatic dependent launch (sm_90): see [`GridDependency`].
+    GridDependency(GridDependency),
     /// End the whole block.
     Exit,
     /// Print a tensor or scalar (debugging).

@@ -50,6 +50,7 @@ impl Instruction {
             Instruction::Scan { op, .. } => Op::Scan(*op),
             Instruction::Synchronize => Op::Synchronize,
             Instruction::Fence => Op::Fence,
+            Instruction::GridDependency(g) => Op::GridDependency(*g),
             Instruction::Exit => Op::Exit,
             Instruction::Print { .. } => Op::Print,
             Instruction::Item { .. } => Op::Item,

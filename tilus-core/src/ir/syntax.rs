@@ -4,7 +4,7 @@
 //! [`crate::ir::ElementOp::name`]) from it too. Adding an elementwise instruction is one
 //! [`ElementOp`] variant, one row here, its interpreter semantics and its emitter.
 
-use super::{AtomicOp, CmpOp, ElementOp, MathOp, ReduceOp, ScanOp};
+use super::{AtomicOp, CmpOp, ElementOp, GridDependency, MathOp, ReduceOp, ScanOp};
 
 /// Groups of instructions, for listings and for the nearest family of an unknown name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,6 +89,8 @@ pub enum Op {
     Synchronize,
     /// `fence()`: a GPU-scope memory fence (`ir::Instruction::Fence`).
     Fence,
+    /// `wait_prior_grid()`, `launch_dependents()`: a programmatic dependent launch's two sides.
+    GridDependency(GridDependency),
     Exit,
     Print,
     Cdiv,
@@ -206,6 +208,8 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("cumsum", Reduction, 2..=2, "cumsum(x, dim)", Op::Scan(ScanOp::Sum)),
     row!("synchronize" | "sync", Control, 0..=0, "sync() or synchronize()", Op::Synchronize),
     row!("fence", Control, 0..=0, "fence()", Op::Fence),
+    row!("wait_prior_grid", Control, 0..=0, "wait_prior_grid()", Op::GridDependency(GridDependency::Wait)),
+    row!("launch_dependents", Control, 0..=0, "launch_dependents()", Op::GridDependency(GridDependency::LaunchDependents)),
     row!("exit", Control, 0..=0, "exit()", Op::Exit),
     row!("print", Control, 1..=2, "print(x) or print(\"label\", x)", Op::Print),
     row!("cdiv", Scalar, 2..=2, "cdiv(a, b)", Op::Cdiv),

@@ -14,7 +14,7 @@ mod assume;
 
 pub use assume::{ArgValue, Assumption};
 
-use crate::ir::{Expr, Instruction, Program, ScalarType, VarId, VarType};
+use crate::ir::{Expr, GridDependency, Instruction, Program, ScalarType, VarId, VarType};
 use crate::storage;
 use crate::target::{Arch, Target};
 use crate::DType;
@@ -130,6 +130,9 @@ pub struct LaunchSpec {
     pub assumptions: Vec<Assumption>,
     /// Sizes the parameter buffers must have.
     pub views: Vec<BufferView>,
+    /// Whether the program executes `wait_prior_grid()`: only such a kernel may be launched as a
+    /// programmatic dependent of the kernel before it (launched otherwise, the wait is a no-op).
+    pub waits_prior_grid: bool,
 }
 
 impl LaunchSpec {
@@ -170,6 +173,7 @@ impl LaunchSpec {
             grid: program.grid.clone(),
             assumptions: Vec::new(),
             views,
+            waits_prior_grid: waits_prior_grid(program),
         }
     }
 
@@ -326,6 +330,15 @@ fn view_bytes(dtype: DType, extents: &[i32]) -> Option<usize> {
         .iter()
         .try_fold(1usize, |n, &x| n.checked_mul(x.max(0) as usize))?;
     storage::try_packed_len(dtype, numel).ok()
+}
+
+/// Whether `program` executes `wait_prior_grid()` anywhere ([`LaunchSpec::waits_prior_grid`]).
+pub fn waits_prior_grid(program: &Program) -> bool {
+    let mut waits = false;
+    program.visit_instructions(&mut |i| {
+        waits |= matches!(i, Instruction::GridDependency(GridDependency::Wait));
+    });
+    waits
 }
 
 /// The global views of `program`'s pointer parameters whose extents read only scalar

@@ -557,6 +557,7 @@ impl<'p> Checker<'p> {
             | Instruction::DotWait { .. }
             | Instruction::Synchronize
             | Instruction::Fence
+            | Instruction::GridDependency(_)
             | Instruction::Exit => {}
             Instruction::MulAdd { out, a, b, c } => {
                 let l = self.reg(*a, span, name, "the first operand");

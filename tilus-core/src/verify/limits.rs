@@ -382,6 +382,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::MbarrierWait { .. }
         | Instruction::Synchronize
         | Instruction::Fence
+        | Instruction::GridDependency(_)
         | Instruction::Exit => Vec::new(),
     }
 }

@@ -713,6 +713,12 @@ impl Translator<'_, '_> {
                 b.fence();
                 Ok(Value::Unit)
             }
+            Op::GridDependency(g) => {
+                let site = self.site(c);
+                b.set_span(site);
+                b.grid_dependency(g);
+                Ok(Value::Unit)
+            }
             Op::Item
             | Op::Gather
             | Op::GatherRows

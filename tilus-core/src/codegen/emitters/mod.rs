@@ -14,7 +14,7 @@
 //! | [`wgmma`] | `Dot` with shared operands (`wgmma.mma_async`, sm_90a) |
 //! | [`tma`] | `Mbarriers`, `TmaLoad` (`cp.async.bulk.tensor` through a tensor map), `MbarrierArrive`, `MbarrierWait` (sm_90) |
 //! | [`addressing`] | `Item`, `Gather`, `GatherRows`, `Scatter`, `ScatterRows`, `Atomic` (data-dependent addresses) |
-//! | [`fence`] | `Fence` (`fence.acq_rel.gpu`) |
+//! | [`fence`] | `Fence` (`fence.acq_rel.gpu`), `GridDependency` (`griddepcontrol`, sm_90) |
 
 pub(crate) mod addressing;
 pub(crate) mod bmma;
