@@ -266,7 +266,9 @@ mod kernels {
     /// correction, the scales and the store are [`apt_gemm`]'s, so both give the same bits.
     /// The pipeline is the dense copy-engine GEMM's (`kernels::gemm::gemm_tma_i8`): a ring of
     /// `STAGES` 128-byte rows of `k` per operand row filled by `tma_load` on mbarriers, blocks
-    /// in groups of `GROUP` block rows. A byte per code is 8 / `bits` times the planes' bytes,
+    /// in groups of `GROUP` block rows, launched as the quantizer's programmatic dependent (the
+    /// weight's first stages requested before `wait_prior_grid()`, as in [`apt_gemm_bgmma`]).
+    /// A byte per code is 8 / `bits` times the planes' bytes,
     /// which pays where the product is compute-bound (large `m`): the integer tensor cores run
     /// the whole code product in one instruction stream where the 1-bit ones need
     /// `ABITS · WBITS` plane pairs. `k` a multiple of 16 (the copy engine's 16-byte rows).
@@ -322,19 +324,26 @@ mod kernels {
         let lc = layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 8).mma_c);
         let mut acc = register::<i32>(lc, 0);
         let steps = cdiv(k, 128);
+        // Launched as the quantizer's dependent: the weight's first stages before the wait,
+        // the activations' (the quantizer's codes) after it.
+        for s in 0..STAGES - 1 {
+            if s < steps {
+                tma_load(
+                    gw,
+                    slice_shared(sw, [s, 0, 0], [BN, 128]),
+                    [bj * BN, s * 128],
+                    full,
+                    s,
+                );
+            }
+        }
+        wait_prior_grid();
         for s in 0..STAGES - 1 {
             if s < steps {
                 tma_load(
                     ga,
                     slice_shared(sa, [s, 0, 0], [BM, 128]),
                     [bi * BM, s * 128],
-                    full,
-                    s,
-                );
-                tma_load(
-                    gw,
-                    slice_shared(sw, [s, 0, 0], [BN, 128]),
-                    [bj * BN, s * 128],
                     full,
                     s,
                 );
@@ -472,16 +481,19 @@ mod kernels {
         };
         let lc = layout!(spatial(BM / 64, WGN).spatial(4, 1).local(1, hn / 8).mma_c);
         let steps = cdiv(k, 1024);
-        // The weight's first stages are requested before the wait: launched as a dependent of
-        // the quantizer, they (and the set-up above) overlap it. Everything the quantizer
-        // writes (A's planes, sums and scales) is read after the wait.
-        for s in 0..STAGES - 1 {
+        // The stages filled before the loop: every one when the ring holds all of k (then none
+        // is refilled), else all but one (the refill of step t + STAGES - 1 takes the stage
+        // step t - 1 leaves). The weight's are requested before the wait: launched as a
+        // dependent of the quantizer, they (and the set-up above) overlap it. Everything the
+        // quantizer writes (A's planes, sums and scales) is read after the wait.
+        let ahead = if steps <= STAGES { STAGES } else { STAGES - 1 };
+        for s in 0..ahead {
             if s < steps {
                 fill_w(s, s);
             }
         }
         wait_prior_grid();
-        for s in 0..STAGES - 1 {
+        for s in 0..ahead {
             if s < steps {
                 fill_a(s, s);
             }
@@ -507,9 +519,11 @@ mod kernels {
             // Every warpgroup retired step t - 1: its stage can be refilled.
             sync();
             let next = t + STAGES - 1;
-            if next < steps {
-                fill_a(next % STAGES, next);
-                fill_w(next % STAGES, next);
+            if next >= ahead {
+                if next < steps {
+                    fill_a(next % STAGES, next);
+                    fill_w(next % STAGES, next);
+                }
             }
         }
         dot_wait(0);

@@ -967,7 +967,9 @@ impl GpuAptLinear {
         self.gemm_igmma_with(act, y, acc, self.host.igmma_config(act.m, false))
     }
 
-    /// [`Self::gemm_igmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`).
+    /// [`Self::gemm_igmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`),
+    /// launched as a programmatic dependent of the kernel before it, as
+    /// [`Self::gemm_bgmma_with`] is: before its wait it reads only the layer's weight codes.
     pub fn gemm_igmma_with(
         &self,
         act: &AptActivations,
@@ -990,20 +992,27 @@ impl GpuAptLinear {
             )));
         }
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
-        let codes = match self.codes.get() {
-            Some(c) => c,
+        // The codes' first upload is a copy on the stream: the launch behind it is an
+        // ordinary one, since the GEMM reads the codes before it waits.
+        let (codes, uploaded) = match self.codes.get() {
+            Some(c) => (c, false),
             None => {
                 let c = DeviceBuffer::from_host(&self.ctx, h.weight.codes()).map_err(kernel_err)?;
-                self.codes.get_or_init(|| c)
+                (self.codes.get_or_init(|| c), true)
             }
         };
         let cfg = apt_gemm_igmma::Config {
             STORE_ACC: acc.is_some() as i32,
             ..cfg
         };
+        let how = LaunchOptions {
+            stream: None,
+            dependent: !uploaded,
+        };
         self.with_acc(acc, |acc| {
-            apt_gemm_igmma::launch(
+            apt_gemm_igmma::launch_with(
                 &self.ctx,
+                how,
                 &cfg,
                 m as i32,
                 h.n as i32,
