@@ -203,7 +203,7 @@ fn gpu_apt_linear_matches_reference() {
                     };
                     let mut yi = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                     let mut ai = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
-                    gpu.gemm_igmma_with(&codes, &mut yi, Some(&mut ai), cfg)
+                    gpu.gemm_igmma_with(&codes, &mut yi, Some(&mut ai), cfg, true)
                         .unwrap();
                     assert_eq!(ai.to_host().unwrap(), acc, "{tag} BM={bm}: igmma products");
                     assert_eq!(

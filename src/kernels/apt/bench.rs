@@ -187,7 +187,8 @@ pub fn bench_apt(
             };
             let t = time_launches(ctx, flush, runs, || {
                 gpu.quantize_into(&xd, &mut codes).map_err(err)?;
-                gpu.gemm_igmma_with(&codes, &mut y, None, cfg).map_err(err)
+                gpu.gemm_igmma_with(&codes, &mut y, None, cfg, true)
+                    .map_err(err)
             })?;
             if igmma
                 .as_ref()
@@ -247,10 +248,20 @@ pub fn bench_apt(
         AptPath::Unfused => unfused,
         AptPath::Igmma(cfg) if igmma.is_some() => {
             let mut codes = AptActivations::with_codes(&gpu, m, true).map_err(err)?;
-            time_launches(ctx, flush, runs, || {
-                gpu.quantize_into(&xd, &mut codes).map_err(err)?;
-                gpu.gemm_igmma_with(&codes, &mut y, None, cfg).map_err(err)
-            })?
+            let mut layer = |dependent: bool| {
+                time_launches(ctx, flush, runs, || {
+                    gpu.quantize_into(&xd, &mut codes).map_err(err)?;
+                    gpu.gemm_igmma_with(&codes, &mut y, None, cfg, dependent)
+                        .map_err(err)
+                })
+            };
+            let serial = layer(false)?;
+            let t = layer(true)?;
+            eprintln!(
+                "W{wbits}A{abits} m={m} {n}x{k} layer (igmma {cfg}): {:.1} us dependent, {:.1} us ordinary",
+                t.median_us, serial.median_us
+            );
+            t
         }
         AptPath::Igmma(_) => unfused,
         AptPath::Bgmma(cfg) if bgmma.is_some() => {

@@ -964,18 +964,20 @@ impl GpuAptLinear {
         y: &mut DeviceBuffer<f16>,
         acc: Option<&mut DeviceBuffer<i32>>,
     ) -> Result<(), AptError> {
-        self.gemm_igmma_with(act, y, acc, self.host.igmma_config(act.m, false))
+        self.gemm_igmma_with(act, y, acc, self.host.igmma_config(act.m, false), true)
     }
 
-    /// [`Self::gemm_igmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`),
-    /// launched as a programmatic dependent of the kernel before it, as
-    /// [`Self::gemm_bgmma_with`] is: before its wait it reads only the layer's weight codes.
+    /// [`Self::gemm_igmma_into`] in configuration `cfg` (its `STORE_ACC` follows `acc`), with
+    /// `dependent` launched as a programmatic dependent of the kernel before it, as
+    /// [`Self::gemm_bgmma_with`] is (before its wait it reads only the layer's weight codes),
+    /// else (and on the call that first uploads those codes) an ordinary launch.
     pub fn gemm_igmma_with(
         &self,
         act: &AptActivations,
         y: &mut DeviceBuffer<f16>,
         acc: Option<&mut DeviceBuffer<i32>>,
         cfg: apt_gemm_igmma::Config,
+        dependent: bool,
     ) -> Result<(), AptError> {
         let h = &self.host;
         let m = act.m;
@@ -1007,7 +1009,7 @@ impl GpuAptLinear {
         };
         let how = LaunchOptions {
             stream: None,
-            dependent: !uploaded,
+            dependent: dependent && !uploaded,
         };
         self.with_acc(acc, |acc| {
             apt_gemm_igmma::launch_with(
