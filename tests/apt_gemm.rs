@@ -534,16 +534,18 @@ fn igmma_matches_the_one_bit_gemm() {
             assert_eq!(bits(&y2), bits(&y1), "W{w}A{a} m={m} BM={bm}: output bits");
         }
     }
-    // The rule: from IGMMA_MIN_M tokens and IGMMA_MIN_BLOCKS blocks, of 128 x 256 where there
-    // are that many, else of 128 x 128.
-    use tilus::kernels::apt::linear::IGMMA_MIN_BLOCKS;
+    // The rule: from IGMMA_MIN_M tokens, more than BGMMA_MAX_PAIRS plane pairs and
+    // IGMMA_MIN_BLOCKS blocks, of 128 x 256 where there are that many, else of 128 x 128.
+    use tilus::kernels::apt::linear::{BGMMA_MAX_PAIRS, IGMMA_MIN_BLOCKS};
     let rows = IGMMA_MIN_M.div_ceil(128);
-    let bn_at = |n: usize, m: usize| {
-        let layer = AptLinear::new(&random(256 * n), 256, n, 2, 2, None).unwrap();
-        match layer.path(m) {
-            AptPath::Igmma(cfg) => Some(cfg.BN),
-            _ => None,
-        }
+    let path_at = |n: usize, m: usize, (w, a): (u32, u32)| {
+        AptLinear::new(&random(256 * n), 256, n, w, a, None)
+            .unwrap()
+            .path(m)
+    };
+    let bn_at = |n: usize, m: usize| match path_at(n, m, (3, 4)) {
+        AptPath::Igmma(cfg) => Some(cfg.BN),
+        _ => None,
     };
     let n = 256 * IGMMA_MIN_BLOCKS / rows;
     assert_eq!(bn_at(n, IGMMA_MIN_M), Some(256));
@@ -551,4 +553,16 @@ fn igmma_matches_the_one_bit_gemm() {
     assert_eq!(bn_at(n - 256, IGMMA_MIN_M), Some(128));
     assert_eq!(bn_at(n / 2, IGMMA_MIN_M), Some(128));
     assert_eq!(bn_at(n / 2 - 128, IGMMA_MIN_M), None);
+    // Up to BGMMA_MAX_PAIRS plane pairs the planes stay on the 1-bit warpgroup MMA.
+    assert_eq!(BGMMA_MAX_PAIRS, 4);
+    for (widths, igmma) in [
+        ((1, 2), false),
+        ((2, 2), false),
+        ((3, 2), true),
+        ((1, 8), true),
+    ] {
+        let p = path_at(4 * n, 4096, widths);
+        assert_eq!(matches!(p, AptPath::Igmma(_)), igmma, "{widths:?}: {p:?}");
+        assert_eq!(matches!(p, AptPath::Bgmma(_)), !igmma, "{widths:?}: {p:?}");
+    }
 }

@@ -232,8 +232,9 @@ fn gpu_apt_linear_matches_reference() {
 }
 
 /// The layer's forward on the integer warpgroup MMA (`AptPath::Igmma`, a shape past the rule's
-/// tokens and blocks, too large for the interpreter): the same bits as the quantizer and the
-/// 1-bit GEMM on the GPU (its output poisoned), twice, for W2A2 and W3A4.
+/// tokens, plane pairs and blocks, too large for the interpreter): the same bits as the
+/// quantizer and the 1-bit GEMM on the GPU (its output poisoned), twice, for W3A4; and W2A2's
+/// forward, which the rule keeps on the 1-bit warpgroup MMA at that shape.
 #[test]
 fn gpu_apt_forward_takes_the_integer_mma() {
     use tilus::kernels::apt::AptPath;
@@ -252,7 +253,12 @@ fn gpu_apt_forward_takes_the_integer_mma() {
     for (w, a) in [(2, 2), (3, 4)] {
         let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
-        assert!(matches!(layer.path(m), AptPath::Igmma(_)), "W{w}A{a}");
+        let want_igmma = w * a > 4;
+        assert_eq!(
+            matches!(layer.path(m), AptPath::Igmma(_)),
+            want_igmma,
+            "W{w}A{a}"
+        );
         let gpu = layer.to_gpu(&ctx).unwrap();
         let x: Vec<f16> = (0..m * k)
             .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))

@@ -425,7 +425,8 @@ impl AptLinear {
     /// at 16 tokens it measured 51.2 us against the two launches' 15.1 (W2A2, 14336 x 4096) and
     /// 1076 against 33.2 (W3A4, 4096 x 14336) on an H200, so the layer no longer takes it.
     ///
-    /// From [`IGMMA_MIN_M`] tokens on, when `k` is a multiple of 16 and the product makes at
+    /// From [`IGMMA_MIN_M`] tokens on, for more than [`BGMMA_MAX_PAIRS`] plane pairs, when `k`
+    /// is a multiple of 16 and the product makes at
     /// least [`IGMMA_MIN_BLOCKS`] blocks of [`Self::igmma_config`]'s tiles, the codes multiply
     /// on the integer warpgroup MMA instead ([`AptPath::Igmma`], sm_90a); from 2 tokens
     /// otherwise, the planes on the 1-bit warpgroup MMA ([`AptPath::Bgmma`], sm_90a): with the
@@ -438,7 +439,11 @@ impl AptLinear {
         let blocks = m.div_ceil(cfg.BM as usize) * self.n.div_ceil(cfg.BN as usize);
         if m == 1 {
             AptPath::Popc(self.popc_tiles())
-        } else if m >= IGMMA_MIN_M && self.k.is_multiple_of(16) && blocks >= IGMMA_MIN_BLOCKS {
+        } else if m >= IGMMA_MIN_M
+            && (self.wbits() * self.abits) as usize > BGMMA_MAX_PAIRS
+            && self.k.is_multiple_of(16)
+            && blocks >= IGMMA_MIN_BLOCKS
+        {
             AptPath::Igmma(cfg)
         } else {
             AptPath::Bgmma(self.bgmma_config(m, false))
@@ -654,6 +659,15 @@ pub const IGMMA_MIN_M: usize = 256;
 /// 256 tokens, 54.6 against 46.6) where 128 of 128 x 128 won (40.6); 64 of 128 x 128 lost
 /// (4096 x 14336 at 256 tokens, 59.3 against 43.2; 1024 x 4096 at 1024, 26.8 against 22.9).
 pub const IGMMA_MIN_BLOCKS: usize = 80;
+
+/// The most plane pairs (`WBITS · ABITS`) for which the 1-bit warpgroup MMA keeps a layer of
+/// many tokens: with its GEMM launched as the quantizer's dependent it beat the integer MMA at
+/// 4096 tokens on 11 of the 12 paper points of W1A2 and W2A2 (H200, session 34: W2A2
+/// 14336 x 4096 347.8 us against 390.3, 4096 x 14336 268.4 against 387.6, W1A2 237.1 and 192.2
+/// against 389.8 and 388.2; the exception W2A2 1024 x 1024, 25.1 against 24.0), as at 256
+/// tokens (session 33). From 8 pairs the `u8` wgmma's one stream wins on rate (1.9 POPS
+/// against 15.2 P bit-ops / pairs).
+pub const BGMMA_MAX_PAIRS: usize = 4;
 
 /// The most shared memory [`AptLinear::bgmma_tiles`] gives the ring of planes (of the 227 KB
 /// a block may have on sm_90).
