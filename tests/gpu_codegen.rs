@@ -973,6 +973,50 @@ fn reduce_cases() -> Vec<Case> {
                 args: vec![A::Buf(input(d)), A::Buf(out)],
             });
         }
+        // Integers combine in 32 bits: maxima, minima and argmax compare as `int` (i32 with
+        // negatives, i8 sign-extended from random bytes) or `unsigned` (u32 with the top bit
+        // set in half the words); sums add modulo 2^32 (i8 and u8 terms whose sums fit the
+        // dtype, i32 terms of up to 2^31 / 128 in magnitude, at most 128 to a row).
+        let big = 1 << 24; // 2^31 / 128
+        let small = |dtype: DType, lo: f64| Buf::Random {
+            dtype,
+            len: n_in,
+            lo,
+            hi: 1.5,
+        };
+        let ints: [(ReduceOp, DType, Buf); 9] = [
+            (ReduceOp::Max, DType::Int(32), Buf::RandomI32(n_in, 1000)),
+            (ReduceOp::Min, DType::Int(32), Buf::RandomI32(n_in, 1000)),
+            (ReduceOp::ArgMax, DType::Int(32), Buf::RandomI32(n_in, 1000)),
+            (ReduceOp::Max, DType::UInt(32), Buf::RandomBytes(4 * n_in)),
+            (ReduceOp::Min, DType::UInt(32), Buf::RandomBytes(4 * n_in)),
+            (ReduceOp::ArgMax, DType::Int(8), Buf::RandomBytes(n_in)),
+            (ReduceOp::Sum, DType::Int(8), small(DType::Int(8), -1.0)),
+            (ReduceOp::Sum, DType::UInt(8), small(DType::UInt(8), 0.0)),
+            (
+                ReduceOp::Sum,
+                DType::Int(32),
+                Buf::I32Range {
+                    len: n_in,
+                    lo: -big,
+                    hi: big,
+                },
+            ),
+        ];
+        for (op, d, input) in ints {
+            let od = reduce_programs::out_dtype(op, d);
+            cases.push(Case {
+                name: format!(
+                    "reduce case {k} ({} dim {}) {op:?} {d} (32-bit)",
+                    rc.layout, rc.dim
+                ),
+                program: reduce_program(rc, op, d),
+                args: vec![
+                    A::Buf(input),
+                    A::Buf(Buf::OutExact(storage::packed_len(od, n_out))),
+                ],
+            });
+        }
     }
     // cumsum: element k of a row sums k + 1 elements; the bound of the longest prefix.
     for (k, sc) in reduce_programs::SCAN_CASES.iter().enumerate() {

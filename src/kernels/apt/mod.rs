@@ -436,7 +436,10 @@ pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
 
 /// The popc decode configurations `tests/codegen_cuda.rs` compiles: each bench width with the
 /// rule's tiles on the paper's shapes, with 8-byte loads, with a 4-stage ring, and 16 warps
-/// quantizing with four threads per word.
+/// quantizing with four threads per word (two for 4-bit weights: with four, W4A4's 16 warps
+/// need more than the 128 registers a 512-thread block leaves on sm_80, and spill 8 bytes there
+/// since integer sums add in 32 bits; the rule's 16-warp tiles quantize with one thread per
+/// word).
 pub fn compile_check_popc_configs() -> Vec<apt_gemv_popc::Config> {
     let mut out = Vec::new();
     for (w, a) in bench::WIDTHS {
@@ -447,7 +450,7 @@ pub fn compile_check_popc_configs() -> Vec<apt_gemv_popc::Config> {
                 warps: 16,
                 rows: 2,
                 per_sm: 1,
-                qsplit: 4,
+                qsplit: if w >= 4 { 2 } else { 4 },
                 ..t
             };
             for tiles in [t, PopcTiles { vec: 2, ..t }, ring, wide] {

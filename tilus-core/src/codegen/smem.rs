@@ -419,7 +419,7 @@ fn reduce_scratch_bytes(p: &Program, stmts: &[Stmt]) -> usize {
         let bytes = match &s.kind {
             StmtKind::Instr(Instruction::Reduce { x, op, dim, .. }) => match p.ty(*x) {
                 VarType::Register(r) => crate::verify::plan_reduce(&r.layout, *dim)
-                    .map_or(0, |plan| plan.scratch_bytes(*op, r.dtype)),
+                    .map_or(0, |plan| plan.scratch_bytes(*op)),
                 _ => 0,
             },
             StmtKind::Instr(Instruction::Scan { x, dim, .. }) => match p.ty(*x) {

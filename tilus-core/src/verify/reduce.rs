@@ -71,14 +71,14 @@ impl ReducePlan {
         slot
     }
 
-    /// Bytes of shared scratch the plan needs for `op` on `dtype` elements (0 without stage 3).
-    pub fn scratch_bytes(&self, op: ReduceOp, dtype: DType) -> usize {
+    /// Bytes of shared scratch the plan needs for `op` (0 without stage 3): 4 per partial in
+    /// every dtype (floats in f32, integers in 32 bits).
+    pub fn scratch_bytes(&self, op: ReduceOp) -> usize {
         if self.shared_digits.is_empty() {
             return 0;
         }
-        let value = if dtype.is_float() { 4 } else { 8 };
         let index = if op == ReduceOp::ArgMax { 4 } else { 0 };
-        self.slots * self.out_locals() * (value + index)
+        self.slots * self.out_locals() * (4 + index)
     }
 }
 
@@ -335,7 +335,7 @@ impl super::Checker<'_> {
                     ok = false;
                 }
                 Ok(plan) => {
-                    let bytes = plan.scratch_bytes(op, r.dtype);
+                    let bytes = plan.scratch_bytes(op);
                     if bytes > self.reduce_scratch.map_or(0, |(_, b)| b) {
                         self.reduce_scratch = Some((out, bytes));
                     }
@@ -377,7 +377,7 @@ mod tests {
         let p = plan_reduce(&parse("spatial(32,3)").unwrap(), 1).unwrap();
         assert!(p.lane_masks.is_empty());
         assert_eq!(p.shared_digits, vec![(1, 3)]);
-        assert_eq!(p.scratch_bytes(ReduceOp::ArgMax, DType::F32), 96 * 8);
+        assert_eq!(p.scratch_bytes(ReduceOp::ArgMax), 96 * 8);
         assert!(plan_reduce(&parse("spatial(4,32)").unwrap(), 2).is_err());
     }
 

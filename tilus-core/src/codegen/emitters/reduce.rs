@@ -2,9 +2,11 @@
 //! lowered in the three stages of [`crate::verify::plan_reduce`] (thread-local, warp shuffles,
 //! shared memory).
 //!
-//! Values are combined in the elementwise computation type (`float` for floats, so f16 and bf16
-//! sums accumulate in f32; `long long` for integers, so integer sums are exact) and encoded once
-//! at the end. Every stage is symmetric (the two lanes of a shuffle compute `a + b` and `b + a`,
+//! Values are combined in a 32-bit type ([`Acc`]: `float` for floats, so f16 and bf16 sums
+//! accumulate in f32; `int` or `unsigned` for integers) and encoded once at the end. Integer sums
+//! add in `unsigned`, modulo 2^32: the result is exact whenever the sum fits its dtype, which the
+//! VM requires (an overflowing sum is an interpreter error), and each addition is one
+//! instruction where a 64-bit accumulator with a final clamp took four to six (perf note 51). Every stage is symmetric (the two lanes of a shuffle compute `a + b` and `b + a`,
 //! equal bits) and the shared stage reads the partials in one fixed order, so every thread that
 //! holds a row's result holds the same bits, as replicas must. `argmax` carries `(value, index)`
 //! pairs and prefers the smaller index on ties, which makes the combination order irrelevant.
@@ -16,10 +18,73 @@ use crate::codegen::scalar::{self, CType};
 use crate::codegen::CodegenError;
 use crate::ir::{ReduceOp, VarId};
 use crate::verify::{plan_reduce, ReducePlan};
+use crate::DType;
+
+/// The C type a reduction combines its partials in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Acc {
+    /// Floats, in f32.
+    Float,
+    /// Signed integers compared (maximum, minimum, argmax): sign-extended to `int`.
+    Int,
+    /// Unsigned integers, and every integer sum (wrapping modulo 2^32).
+    Unsigned,
+}
+
+impl Acc {
+    fn of(d: DType, op: ReduceOp) -> Acc {
+        if d.is_float() {
+            Acc::Float
+        } else if d.is_signed() && op != ReduceOp::Sum {
+            Acc::Int
+        } else {
+            Acc::Unsigned
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Acc::Float => "float",
+            Acc::Int => "int",
+            Acc::Unsigned => "unsigned",
+        }
+    }
+
+    /// The value of code variable `c` of dtype `d` in this type (signed codes sign-extended,
+    /// also on their way into an unsigned sum, whose modular arithmetic then stays exact).
+    fn decode(self, d: DType, c: &str) -> String {
+        let signed = match d {
+            DType::Int(32) => format!("(int)({c})"),
+            DType::Int(b) => {
+                let s = 32 - b as u32;
+                format!("((int)(({c}) << {s}) >> {s})")
+            }
+            _ => format!("(unsigned)({c})"),
+        };
+        match self {
+            Acc::Float => scalar::decode(d, c),
+            Acc::Int => signed,
+            Acc::Unsigned if d.is_signed() => format!("(unsigned){signed}"),
+            Acc::Unsigned => signed,
+        }
+    }
+
+    /// The code of dtype `d` for value `v` (an integer result is in `d`'s range: its low bits).
+    fn encode(self, d: DType, v: &str) -> String {
+        match self {
+            Acc::Float => scalar::encode(d, v),
+            _ if d.bits() == 32 => format!("(uint32_t)({v})"),
+            _ => format!(
+                "((uint32_t)({v}) & {})",
+                crate::codegen::regs::hex(d.code_mask())
+            ),
+        }
+    }
+}
 
 /// The statement that folds `(y, iy)` into `(v, iv)`.
-fn combine(ct: CType, op: ReduceOp, v: &str, iv: &str, y: &str, iy: &str) -> String {
-    let float = ct == CType::Float;
+fn combine(ct: Acc, op: ReduceOp, v: &str, iv: &str, y: &str, iy: &str) -> String {
+    let float = ct == Acc::Float;
     match op {
         ReduceOp::Sum if float => format!("{v} = __fadd_rn({v}, {y});"),
         ReduceOp::Sum => format!("{v} += {y};"),
@@ -74,7 +139,7 @@ pub(crate) fn reduce(
     let (xd, xl) = cx.reg(x)?;
     let (od, _) = cx.reg(out)?;
     let plan = plan_reduce(&xl, dim).map_err(|e| cx.err(e))?;
-    let ct = CType::of(xd);
+    let ct = Acc::of(xd, op);
     let vt = ct.name();
     let bits = xd.bits();
     let argmax = op == ReduceOp::ArgMax;
@@ -107,7 +172,7 @@ pub(crate) fn reduce(
             } else {
                 (cx.fresh("y"), cx.fresh("iy"))
             };
-            cx.w.line(format!("{vt} {v} = {};", scalar::decode(xd, &c)));
+            cx.w.line(format!("{vt} {v} = {};", ct.decode(xd, &c)));
             if argmax {
                 let coord = crate::codegen::expr::add_const(&tcoord, plan.local_coord[i] as i64);
                 cx.w.line(format!("int {iv} = {coord};"));
@@ -154,7 +219,7 @@ pub(crate) fn reduce(
             if argmax {
                 format!("(uint32_t){iv}")
             } else {
-                scalar::encode(od, v)
+                ct.encode(od, v)
             }
         })
         .collect();
@@ -167,13 +232,14 @@ fn shared_stage(
     cx: &mut Ctx,
     plan: &ReducePlan,
     op: ReduceOp,
-    ct: CType,
+    ct: Acc,
     vs: &[String],
     is: &[String],
 ) -> Result<(), CodegenError> {
     let argmax = op == ReduceOp::ArgMax;
     let vt = ct.name();
-    let vbytes = if ct == CType::Float { 4 } else { 8 };
+    // Every `Acc` is 4 bytes (the planned scratch allows 8).
+    let vbytes = 4;
     let ol = plan.out_locals();
     let base = cx.plan.reduce_scratch;
     let (sv, si, r, rb) = (
