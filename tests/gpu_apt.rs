@@ -150,13 +150,15 @@ fn gpu_apt_linear_matches_reference() {
             }
             // The planes on the 1-bit warpgroup MMA (sm_90a, any m): the 1-bit GEMM's products
             // and bits with one and two warpgroups and the rule's columns and half of them
-            // (where two stages of eight activation planes fit); it refuses code bytes.
+            // (where two stages of eight activation planes fit), and 112 columns, a width that
+            // is no power of two (seven 16-column fragments a warpgroup); it refuses code bytes.
             if ctx.arch() == "sm_90a" {
                 let rule = layer.bgmma_config(m, false);
                 for (bm, bn, wgn) in [
                     (64, rule.BN, 1),
                     (128, (rule.BN / 2).max(8), 1),
                     (64, 2 * rule.BN, 2),
+                    (64, 112, 2),
                 ] {
                     let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
                         continue;
