@@ -42,12 +42,19 @@ impl CType {
 pub(crate) fn decode(d: DType, c: &str) -> String {
     match (CType::of(d), d) {
         (CType::Float, _) => cast::decode_to_f32_expr(d, c),
-        (CType::Int64, DType::Int(32)) => format!("(long long)(int)({c})"),
-        (CType::Int64, DType::Int(b)) => {
-            let s = 32 - b as u32;
-            format!("(long long)((int)(({c}) << {s}) >> {s})")
-        }
+        (CType::Int64, DType::Int(_)) => format!("(long long){}", sign_extend(d, c)),
         (CType::Int64, _) => format!("(long long)({c})"),
+    }
+}
+
+/// The value of code variable `c` of the signed integer type `d` as an `int`.
+pub(crate) fn sign_extend(d: DType, c: &str) -> String {
+    match d.bits() {
+        32 => format!("(int)({c})"),
+        b => {
+            let s = 32 - b;
+            format!("((int)(({c}) << {s}) >> {s})")
+        }
     }
 }
 

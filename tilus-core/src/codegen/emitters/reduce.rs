@@ -6,9 +6,10 @@
 //! accumulate in f32; `int` or `unsigned` for integers) and encoded once at the end. Integer sums
 //! add in `unsigned`, modulo 2^32: the result is exact whenever the sum fits its dtype, which the
 //! VM requires (an overflowing sum is an interpreter error), and each addition is one
-//! instruction where a 64-bit accumulator with a final clamp took four to six (perf note 51). Every stage is symmetric (the two lanes of a shuffle compute `a + b` and `b + a`,
-//! equal bits) and the shared stage reads the partials in one fixed order, so every thread that
-//! holds a row's result holds the same bits, as replicas must. `argmax` carries `(value, index)`
+//! instruction where a 64-bit accumulator with a final clamp took four to six (perf note 51).
+//! Every stage is symmetric (the two lanes of a shuffle compute `a + b` and `b + a`, equal bits)
+//! and the shared stage reads the partials in one fixed order, so every thread that holds a
+//! row's result holds the same bits, as replicas must. `argmax` carries `(value, index)`
 //! pairs and prefers the smaller index on ties, which makes the combination order irrelevant.
 
 use crate::codegen::context::{Ctx, SMEM, TID};
@@ -53,19 +54,11 @@ impl Acc {
     /// The value of code variable `c` of dtype `d` in this type (signed codes sign-extended,
     /// also on their way into an unsigned sum, whose modular arithmetic then stays exact).
     fn decode(self, d: DType, c: &str) -> String {
-        let signed = match d {
-            DType::Int(32) => format!("(int)({c})"),
-            DType::Int(b) => {
-                let s = 32 - b as u32;
-                format!("((int)(({c}) << {s}) >> {s})")
-            }
-            _ => format!("(unsigned)({c})"),
-        };
         match self {
             Acc::Float => scalar::decode(d, c),
-            Acc::Int => signed,
-            Acc::Unsigned if d.is_signed() => format!("(unsigned){signed}"),
-            Acc::Unsigned => signed,
+            Acc::Int => scalar::sign_extend(d, c),
+            Acc::Unsigned if d.is_signed() => format!("(unsigned){}", scalar::sign_extend(d, c)),
+            Acc::Unsigned => format!("(unsigned)({c})"),
         }
     }
 
@@ -238,7 +231,7 @@ fn shared_stage(
 ) -> Result<(), CodegenError> {
     let argmax = op == ReduceOp::ArgMax;
     let vt = ct.name();
-    // Every `Acc` is 4 bytes (the planned scratch allows 8).
+    // Every `Acc` is 4 bytes, as `ReducePlan::scratch_bytes` plans.
     let vbytes = 4;
     let ol = plan.out_locals();
     let base = cx.plan.reduce_scratch;
