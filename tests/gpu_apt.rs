@@ -233,54 +233,59 @@ fn gpu_apt_linear_matches_reference() {
     }
 }
 
-/// The layer's forward on the integer warpgroup MMA (`AptPath::Igmma`, a shape past the rule's
-/// tokens, plane pairs and blocks, too large for the interpreter): the same bits as the
-/// quantizer and the 1-bit GEMM on the GPU (its output poisoned), twice, for W3A4; and W2A2's
-/// forward, which the rule keeps on the 1-bit warpgroup MMA at that shape.
+/// The layer's forward on the warpgroup MMAs, at a shape too large for the interpreter: the
+/// same bits as the quantizer and the 1-bit GEMM on the GPU (its output poisoned), twice. At
+/// 333 tokens W3A4 takes the integer MMA (`AptPath::Igmma`, past the rule's tokens, plane pairs
+/// and blocks) and W2A2 the 1-bit one; at one token W2A2 takes the 1-bit warpgroup MMA (a
+/// mid-size layer, `AptLinear::bgmma_decodes`) and W3A4 the popc kernel.
 #[test]
-fn gpu_apt_forward_takes_the_integer_mma() {
+fn gpu_apt_forward_takes_the_warpgroup_mma() {
     use tilus::kernels::apt::AptPath;
     let Some(ctx) = common::gpu_context(
-        "gpu_apt_forward_takes_the_integer_mma",
+        "gpu_apt_forward_takes_the_warpgroup_mma",
         Context::builder(0).no_disk_cache(),
     ) else {
         return;
     };
     if ctx.arch() != "sm_90a" {
-        eprintln!("SKIPPED gpu_apt_forward_takes_the_integer_mma: wgmma needs sm_90a");
+        eprintln!("SKIPPED gpu_apt_forward_takes_the_warpgroup_mma: wgmma needs sm_90a");
         return;
     }
     let mut rng = rand::rng();
-    let (m, n, k) = (333, 10240, 2048);
+    let (n, k) = (10240, 2048);
     for (w, a) in [(2, 2), (3, 4)] {
         let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
-        let want_igmma = w * a > 4;
-        assert_eq!(
-            matches!(layer.path(m), AptPath::Igmma(_)),
-            want_igmma,
-            "W{w}A{a}"
-        );
         let gpu = layer.to_gpu(&ctx).unwrap();
-        let x: Vec<f16> = (0..m * k)
-            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
-            .collect();
-        let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
-        let mut act = AptActivations::new(&gpu, m).unwrap();
-        gpu.quantize_into(&xd, &mut act).unwrap();
-        let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
-        gpu.gemm_into(&act, &mut y, None).unwrap();
-        let y = y.to_host().unwrap();
-        assert!(
-            y.iter().all(|v| v.is_finite()),
-            "W{w}A{a}: the 1-bit GEMM left NaN"
-        );
-        let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for round in 0..2 {
-            let yf = gpu.forward(&xd, m).unwrap().to_host().unwrap();
-            assert_eq!(bits(&yf), bits(&y), "W{w}A{a} round {round}: forward");
+        let few_pairs = w * a <= 4;
+        for m in [333, 1] {
+            let path = gpu.path(m);
+            let want = match (m, few_pairs) {
+                (_, true) => matches!(path, AptPath::Bgmma(_)),
+                (1, false) => matches!(path, AptPath::Popc(_)),
+                _ => matches!(path, AptPath::Igmma(_)),
+            };
+            assert!(want, "W{w}A{a} m={m}: {path:?}");
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let mut act = AptActivations::new(&gpu, m).unwrap();
+            gpu.quantize_into(&xd, &mut act).unwrap();
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gpu.gemm_into(&act, &mut y, None).unwrap();
+            let y = y.to_host().unwrap();
+            assert!(
+                y.iter().all(|v| v.is_finite()),
+                "W{w}A{a} m={m}: the 1-bit GEMM left NaN"
+            );
+            let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for round in 0..2 {
+                let yf = gpu.forward(&xd, m).unwrap().to_host().unwrap();
+                assert_eq!(bits(&yf), bits(&y), "W{w}A{a} m={m} round {round}: forward");
+            }
+            eprintln!("W{w}A{a} m={m} n={n} k={k}: forward on {path:?} ok");
         }
-        eprintln!("W{w}A{a} m={m} n={n} k={k}: forward on the integer MMA ok");
     }
 }
 

@@ -238,7 +238,7 @@ pub fn bench_apt(
         }
     }
     let (bgmma, bgmma_bn) = (bgmma.map(|(t, _)| t), bgmma.map(|(_, bn)| bn));
-    let path = layer.path(m);
+    let path = gpu.path(m);
     let layer_t = match path {
         AptPath::Popc(tiles) => time_launches(ctx, flush, runs, || {
             gpu.forward_popc(&xd, m, &mut y, None, Some(tiles))

@@ -432,13 +432,15 @@ impl AptLinear {
     /// otherwise, the planes on the 1-bit warpgroup MMA ([`AptPath::Bgmma`], sm_90a): with the
     /// quantizer, faster than the 1-bit `mma.sync` GEMM on 48 of the 51 points of the paper's
     /// shapes at 16, 64 and 256 tokens that the integer MMA does not take (H200, session 33,
-    /// best of three tilings; the other three within 1.3 us). [`GpuAptLinear::forward`] falls back to the quantizer and the 1-bit GEMM
-    /// ([`AptPath::Unfused`]) on a device without the warpgroup MMA.
+    /// best of three tilings; the other three within 1.3 us). One token takes the 1-bit
+    /// warpgroup MMA too on the mid-size layers of [`Self::bgmma_decodes`].
+    /// [`GpuAptLinear::forward`] takes [`Self::portable_path`] on a device without the
+    /// warpgroup MMA.
     pub fn path(&self, m: usize) -> AptPath {
         let cfg = self.igmma_config(m, false);
         let blocks = m.div_ceil(cfg.BM as usize) * self.n.div_ceil(cfg.BN as usize);
-        if m == 1 {
-            AptPath::Popc(self.popc_tiles())
+        if m == 1 && !self.bgmma_decodes() {
+            self.portable_path(m)
         } else if m >= IGMMA_MIN_M
             && (self.wbits() * self.abits) as usize > BGMMA_MAX_PAIRS
             && self.k.is_multiple_of(16)
@@ -448,6 +450,30 @@ impl AptLinear {
         } else {
             AptPath::Bgmma(self.bgmma_config(m, false))
         }
+    }
+
+    /// [`Self::path`] on a device without the warpgroup MMA (below sm_90a): the popc decode
+    /// kernel for one token, else the quantizer and the 1-bit `mma.sync` GEMM.
+    pub fn portable_path(&self, m: usize) -> AptPath {
+        if m == 1 {
+            AptPath::Popc(self.popc_tiles())
+        } else {
+            AptPath::Unfused
+        }
+    }
+
+    /// Whether one token runs on the 1-bit warpgroup MMA (two launches) rather than the popc
+    /// kernel (one): for at most [`BGMMA_MAX_PAIRS`] plane pairs on layers of
+    /// [`BGMMA_DECODE_N`] outputs and at most [`BGMMA_DECODE_MAX_K`] inputs. Measured on an
+    /// H200 (session 35, `tilus bench apt --m 1`, us, bgmma against popc): W2A2 14336 x 4096
+    /// 10.7-11.2 against 12.1, W1A2 9.2 against 10.3, W2A2 10240 x 8192 13.4 against 15.1,
+    /// 8192 x 8192 11.9 against 12.9; the popc kernel won on the longer and the wider layers
+    /// (W2A2 4096 x 14336 12.5 against 13.9, 8192 x 28672 25.8 against 30.8, 57344 x 8192 40.8
+    /// against 46.1) and for W3A4 (12 pairs) on every shape.
+    pub fn bgmma_decodes(&self) -> bool {
+        (self.wbits() * self.abits) as usize <= BGMMA_MAX_PAIRS
+            && BGMMA_DECODE_N.contains(&self.n)
+            && self.k <= BGMMA_DECODE_MAX_K
     }
 
     /// The configuration of [`apt_gemm_igmma`] for `m` tokens: two warpgroups of 64 rows (one
@@ -669,6 +695,15 @@ pub const IGMMA_MIN_BLOCKS: usize = 80;
 /// against 15.2 P bit-ops / pairs).
 pub const BGMMA_MAX_PAIRS: usize = 4;
 
+/// The outputs of the layers on which one token takes the 1-bit warpgroup MMA
+/// ([`AptLinear::bgmma_decodes`]): from 8192 its blocks fill the multiprocessors, past 16384
+/// the popc kernel's single launch streams the weight faster.
+pub const BGMMA_DECODE_N: std::ops::RangeInclusive<usize> = 8192..=16384;
+
+/// The longest reduction on which one token takes the 1-bit warpgroup MMA
+/// ([`AptLinear::bgmma_decodes`]): a block walks all of `k`, and at 14336 its serial ring lost.
+pub const BGMMA_DECODE_MAX_K: usize = 8192;
+
 /// The most shared memory [`AptLinear::bgmma_tiles`] gives the ring of planes (of the 227 KB
 /// a block may have on sm_90).
 pub const BGMMA_RING_BYTES: usize = 192 * 1024;
@@ -746,26 +781,37 @@ impl GpuAptLinear {
     /// the GEMM.
     pub fn forward(&self, x: &DeviceBuffer<f16>, m: usize) -> Result<DeviceBuffer<f16>, AptError> {
         let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n).map_err(kernel_err)?;
-        match self.host.path(m) {
+        match self.path(m) {
             AptPath::Popc(tiles) => self.forward_popc(x, m, &mut y, None, Some(tiles))?,
             AptPath::Fused => self.forward_fused(x, m, &mut y, None)?,
-            AptPath::Igmma(_) if self.ctx.arch() == "sm_90a" => {
+            AptPath::Igmma(_) => {
                 let mut act = AptActivations::with_codes(self, m, true)?;
                 self.quantize_into(x, &mut act)?;
                 self.gemm_igmma_into(&act, &mut y, None)?;
             }
-            AptPath::Bgmma(_) if self.ctx.arch() == "sm_90a" => {
+            AptPath::Bgmma(_) => {
                 let mut act = AptActivations::new(self, m)?;
                 self.quantize_into(x, &mut act)?;
                 self.gemm_bgmma_into(&act, &mut y, None)?;
             }
-            AptPath::Unfused | AptPath::Igmma(_) | AptPath::Bgmma(_) => {
+            AptPath::Unfused => {
                 let mut act = AptActivations::new(self, m)?;
                 self.quantize_into(x, &mut act)?;
                 self.gemm_into(&act, &mut y, None)?;
             }
         }
         Ok(y)
+    }
+
+    /// The path [`Self::forward`] takes on this device: [`AptLinear::path`] on sm_90a,
+    /// [`AptLinear::portable_path`] where the warpgroup MMAs are missing.
+    pub fn path(&self, m: usize) -> AptPath {
+        match self.host.path(m) {
+            AptPath::Igmma(_) | AptPath::Bgmma(_) if self.ctx.arch() != "sm_90a" => {
+                self.host.portable_path(m)
+            }
+            path => path,
+        }
     }
 
     /// The popc decode kernel ([`apt_gemv_popc`], any `m`, one block row per token) with
