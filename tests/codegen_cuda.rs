@@ -609,7 +609,7 @@ fn reductions_compile_without_spills() {
         }
     }
     for (k, sc) in reduce_programs::SCAN_CASES.iter().enumerate() {
-        for d in [DType::F32, DType::F16] {
+        for d in [DType::F32, DType::F16, DType::Int(32), DType::Int(8)] {
             ks.push((
                 format!("cumsum_{k}_{d}"),
                 reduce_programs::scan_program(sc, d),

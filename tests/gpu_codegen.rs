@@ -1019,17 +1019,34 @@ fn reduce_cases() -> Vec<Case> {
         }
     }
     // cumsum: element k of a row sums k + 1 elements; the bound of the longest prefix.
+    // Integers add modulo 2^32 (i32 terms up to 1000, i8 and u8 ones of -1 to 1 and 0 to 1,
+    // whose prefixes of at most 256 terms stay in range but for a many-sigma walk).
     for (k, sc) in reduce_programs::SCAN_CASES.iter().enumerate() {
         let s = reduce_programs::shape(sc);
         let (len, n) = (s[0] * s[1], s[sc.dim]);
-        for d in [DType::F32, DType::F16, DType::Int(32)] {
+        for d in [
+            DType::F32,
+            DType::F16,
+            DType::Int(32),
+            DType::Int(8),
+            DType::UInt(8),
+        ] {
+            let small = |lo: f64| Buf::Random {
+                dtype: d,
+                len,
+                lo,
+                hi: 1.5,
+            };
             let input = match d {
                 DType::F32 => Buf::RandomF32(len),
                 DType::F16 => Buf::RandomF16(len),
+                DType::Int(8) => small(-1.0),
+                DType::UInt(8) => small(0.0),
                 _ => Buf::RandomI32(len, 1000),
             };
             let out = match d {
                 DType::Int(32) => Buf::OutExact(4 * len),
+                DType::Int(8) | DType::UInt(8) => Buf::OutExact(len),
                 _ => {
                     let ulp = if d == DType::F16 {
                         2f64.powi(-10)

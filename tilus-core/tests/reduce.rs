@@ -404,7 +404,7 @@ fn cumsum_of_sub_byte_or_a_bad_dim_is_rejected() {
     verify(&p, &Target::default()).unwrap();
     let plan =
         tilus_core::verify::plan_scan(&parse("local(2,1).spatial(2,64)").unwrap(), 1).unwrap();
-    assert_eq!(plan.scratch_bytes(128, 2, DType::F32), 128 * 2 * 4);
+    assert_eq!(plan.scratch_bytes(128, 2), 128 * 2 * 4);
     let m = diag("spatial(4,32)", DType::UInt(2), 1);
     assert!(
         m.contains("cumsum is defined for") && m.contains("`xs`"),

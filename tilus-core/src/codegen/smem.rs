@@ -423,11 +423,10 @@ fn reduce_scratch_bytes(p: &Program, stmts: &[Stmt]) -> usize {
                 _ => 0,
             },
             StmtKind::Instr(Instruction::Scan { x, dim, .. }) => match p.ty(*x) {
-                VarType::Register(r) => {
-                    crate::verify::plan_scan(&r.layout, *dim).map_or(0, |plan| {
-                        plan.scratch_bytes(p.num_threads as usize, r.layout.num_locals(), r.dtype)
-                    })
-                }
+                VarType::Register(r) => crate::verify::plan_scan(&r.layout, *dim)
+                    .map_or(0, |plan| {
+                        plan.scratch_bytes(p.num_threads as usize, r.layout.num_locals())
+                    }),
                 _ => 0,
             },
             StmtKind::If {

@@ -200,9 +200,10 @@ pub struct ScanPlan {
 }
 
 impl ScanPlan {
-    /// Bytes of shared scratch for `block_threads` threads holding `locals` values of `dtype`
-    /// (each thread publishes its totals in its own slots), 0 without a shared step.
-    pub fn scratch_bytes(&self, block_threads: usize, locals: usize, dtype: DType) -> usize {
+    /// Bytes of shared scratch for `block_threads` threads holding `locals` values (each
+    /// thread publishes its totals in its own slots; 4 bytes a value, floats in f32 and
+    /// integers in 32 bits), 0 without a shared step.
+    pub fn scratch_bytes(&self, block_threads: usize, locals: usize) -> usize {
         if !self
             .steps
             .iter()
@@ -210,8 +211,7 @@ impl ScanPlan {
         {
             return 0;
         }
-        let value = if dtype.is_float() { 4 } else { 8 };
-        block_threads * locals * value
+        block_threads * locals * 4
     }
 }
 
@@ -297,8 +297,7 @@ impl super::Checker<'_> {
                     ok = false;
                 }
                 Ok(plan) => {
-                    let bytes =
-                        plan.scratch_bytes(self.block_threads, r.layout.num_locals(), r.dtype);
+                    let bytes = plan.scratch_bytes(self.block_threads, r.layout.num_locals());
                     if bytes > self.reduce_scratch.map_or(0, |(_, b)| b) {
                         self.reduce_scratch = Some((out, bytes));
                     }

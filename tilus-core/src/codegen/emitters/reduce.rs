@@ -15,7 +15,7 @@
 use crate::codegen::context::{Ctx, SMEM, TID};
 use crate::codegen::emitters::elementwise::store_codes;
 use crate::codegen::regs::get_bits;
-use crate::codegen::scalar::{self, CType};
+use crate::codegen::scalar;
 use crate::codegen::CodegenError;
 use crate::ir::{ReduceOp, VarId};
 use crate::verify::{plan_reduce, ReducePlan};
@@ -331,11 +331,11 @@ fn shared_stage(
     Ok(())
 }
 
-/// `a + b` in the computation type (floats rounded per addition, as `sum` accumulates).
-fn add(ct: CType, a: &str, b: &str) -> String {
+/// `a + b` in `ct` (floats rounded per addition, as `sum` accumulates; integers modulo 2^32).
+fn add(ct: Acc, a: &str, b: &str) -> String {
     match ct {
-        CType::Float => format!("__fadd_rn({a}, {b})"),
-        CType::Int64 => format!("{a} + {b}"),
+        Acc::Float => format!("__fadd_rn({a}, {b})"),
+        _ => format!("{a} + {b}"),
     }
 }
 
@@ -343,11 +343,12 @@ fn add(ct: CType, a: &str, b: &str) -> String {
 /// every local keeps its running prefix `s` and the total `t` of the block of digits combined so
 /// far. A local digit adds the totals of the lower blocks in registers; a lane digit scans the
 /// totals across its lanes (Hillis-Steele with `__shfl_up_sync`), adds the exclusive part, and
-/// takes the block total from the digit's last lane.
+/// takes the block total from the digit's last lane. Values add in the sum's [`Acc`]: integers
+/// modulo 2^32, exact since the VM defines only prefixes that fit the dtype.
 pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(), CodegenError> {
     let (xd, xl) = cx.reg(x)?;
     let plan = crate::verify::plan_scan(&xl, dim).map_err(|e| cx.err(e))?;
-    let ct = CType::of(xd);
+    let ct = Acc::of(xd, ReduceOp::Sum);
     let vt = ct.name();
     let bits = xd.bits();
     let locals = xl.num_locals();
@@ -365,7 +366,7 @@ pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(),
             "const uint32_t {c} = {};",
             get_bits(&xn, i * bits as usize, bits)
         ));
-        cx.w.line(format!("{vt} {si} = {};", scalar::decode(xd, &c)));
+        cx.w.line(format!("{vt} {si} = {};", ct.decode(xd, &c)));
         cx.w.line(format!("{vt} {ti} = {si};"));
         s.push(si);
         t.push(ti);
@@ -410,7 +411,7 @@ pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(),
                     cx.w.line(format!("{sc}[{TID} * {locals} + {i}] = {ti};"));
                 }
                 cx.w.line("__syncthreads();");
-                let zero = if ct == CType::Float { "0.0f" } else { "0LL" };
+                let zero = if ct == Acc::Float { "0.0f" } else { "0u" };
                 for i in 0..locals {
                     let (ex, tot) = (cx.fresh("ex"), cx.fresh("tot"));
                     cx.w.line(format!("{vt} {ex} = {zero};"));
@@ -466,7 +467,7 @@ pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(),
             }
         }
     }
-    let codes: Vec<String> = s.iter().map(|v| scalar::encode(xd, v)).collect();
+    let codes: Vec<String> = s.iter().map(|v| ct.encode(xd, v)).collect();
     store_codes(cx, &o, bits, &codes);
     cx.w.close();
     Ok(())
