@@ -399,16 +399,12 @@ impl<'a> KernelArgs<'a> {
             block_dim: (dims.block[0], dims.block[1], dims.block[2]),
             shared_mem_bytes: dims.dyn_smem,
         };
-        if self.dependent && !stream.context().is_managing_stream_synchronization() {
-            let major = stream
-                .context()
-                .attribute(
-                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                )
-                .map_err(|e| RuntimeError::driver("reading the compute capability", e))?;
-            if major >= 9 {
-                return launch_dependent(kernel, stream, &self.slots, cfg);
-            }
+        // `stream` is on the kernel's context (checked above), so on the device it was loaded for.
+        if self.dependent
+            && kernel.dependent_launches
+            && !stream.context().is_managing_stream_synchronization()
+        {
+            return launch_dependent(kernel, stream, &self.slots, cfg);
         }
         let mut slots = self.slots;
         let mut builder = stream.launch_builder(&kernel.function);

@@ -46,6 +46,9 @@ pub struct LoadedKernel {
     pub(crate) opt_in: Mutex<()>,
     pub(crate) origin: Origin,
     pub(crate) load_time: Duration,
+    /// Whether the device launches programmatic dependents (sm_90 and later), read once at
+    /// load rather than per launch.
+    pub(crate) dependent_launches: bool,
 }
 
 impl std::fmt::Debug for LoadedKernel {
@@ -93,6 +96,7 @@ impl LoadedKernel {
             opt_in: Mutex::new(()),
             origin,
             load_time,
+            dependent_launches: device.compute_capability.0 >= 9,
         }
     }
 
