@@ -452,8 +452,8 @@ fn bgmma_matches_the_one_bit_gemm() {
 }
 
 /// The layer's tiles on the 1-bit warpgroup MMA: two warpgroups along `n` where 64-row blocks
-/// number [`BGMMA_WIDE_BLOCKS`] (twice that for the 192-register columns), else one, with 128
-/// rows from 128 tokens; the accumulators of a warpgroup at most 192 registers; the path from 2
+/// number [`BGMMA_WIDE_BLOCKS`] (twice that for the 192-register columns; for one token, also
+/// two of half the columns), else one, with 128 rows from 128 tokens; the accumulators of a warpgroup at most 192 registers; the path from 2
 /// tokens where the integer MMA does not apply.
 #[test]
 fn bgmma_rule() {
@@ -478,6 +478,11 @@ fn bgmma_rule() {
     assert_eq!(rule(3, 4, 16, 8192), (64, 64, 2));
     assert_eq!(rule(1, 2, 16, 57344), (64, 256, 2));
     assert_eq!(rule(1, 2, 16, 14336), (64, 64, 1));
+    // One token: two warpgroups of half the columns where they make enough blocks.
+    assert_eq!(rule(1, 2, 1, 14336), (64, 128, 2));
+    assert_eq!(rule(1, 2, 1, 8192), (64, 128, 2));
+    assert_eq!(rule(1, 2, 1, 4096), (64, 64, 1));
+    assert_eq!(rule(2, 2, 1, 14336), (64, 128, 2));
     // Past 192 accumulators a thread: refused.
     let w3a4 = AptLinear::new(&random(256 * 64), 256, 64, 3, 4, None).unwrap();
     assert!(w3a4.bgmma_tiles(64, 64, 2, false).is_some());

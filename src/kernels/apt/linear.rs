@@ -465,11 +465,12 @@ impl AptLinear {
     /// Whether one token runs on the 1-bit warpgroup MMA (two launches) rather than the popc
     /// kernel (one): for at most [`BGMMA_MAX_PAIRS`] plane pairs on layers of
     /// [`BGMMA_DECODE_N`] outputs and at most [`BGMMA_DECODE_MAX_K`] inputs. Measured on an
-    /// H200 (session 35, `tilus bench apt --m 1`, us, bgmma against popc): W2A2 14336 x 4096
-    /// 10.7-11.2 against 12.1, W1A2 9.2 against 10.3, W2A2 10240 x 8192 13.4 against 15.1,
-    /// 8192 x 8192 11.9 against 12.9; the popc kernel won on the longer and the wider layers
-    /// (W2A2 4096 x 14336 12.5 against 13.9, 8192 x 28672 25.8 against 30.8, 57344 x 8192 40.8
-    /// against 46.1) and for W3A4 (12 pairs) on every shape.
+    /// H200 (`tilus bench apt --m 1`, us, the layer's bgmma tiles against popc): session 36,
+    /// W2A2 14336 x 4096 11.1 against 12.1, 10240 x 8192 12.8 against 15.0, 8192 x 8192 12.6
+    /// against 13.1; W1A2 8.8, 10.7 and 10.2 against 10.3, 12.2 and 10.8 (the tiles of
+    /// [`Self::bgmma_config`]'s one-token rule). Session 35: the popc kernel won on the longer
+    /// and the wider layers (W2A2 4096 x 14336 12.5 against 13.9, 8192 x 28672 25.8 against
+    /// 30.8, 57344 x 8192 40.8 against 46.1) and for W3A4 (12 pairs) on every shape.
     pub fn bgmma_decodes(&self) -> bool {
         (self.wbits() * self.abits) as usize <= BGMMA_MAX_PAIRS
             && BGMMA_DECODE_N.contains(&self.n)
@@ -499,8 +500,12 @@ impl AptLinear {
     /// warpgroups along `n` (each `c` columns of every plane) where they are many: `c` of 192
     /// accumulators ([`Self::bgmma_columns`]`(192)`, 32 for W3A4) where that makes at least
     /// `2 ·` [`BGMMA_WIDE_BLOCKS`] blocks, else `c` of 128 (128 for W1A2, 64 for W2A2, 16 for
-    /// W3A4) where that makes [`BGMMA_WIDE_BLOCKS`]; else one warpgroup of half the 128-register
+    /// W3A4) where that makes [`BGMMA_WIDE_BLOCKS`]; for one token, two warpgroups of half
+    /// that where those make [`BGMMA_WIDE_BLOCKS`]; else one warpgroup of half the 128-register
     /// columns (at least 8) and 64 rows, or 128 from 128 tokens (more blocks for narrow layers).
+    /// One token of W1A2 (H200, session 36, quantizer included): two warpgroups of 64 columns
+    /// 8.8 us at 14336 x 4096, 10.7 at 10240 x 8192 and 10.2 at 8192 x 8192 against 9.6, 13.3
+    /// and 11.3 with one of 64 (and the popc kernel's 10.3, 12.2, 10.8).
     /// Measured on an H200 (session 33, `tilus bench apt`, the quantizer included): W2A2 at 64
     /// tokens 14336 x 4096 15.6 us with two warpgroups of 64 against 16.8 with one of 64;
     /// 4096 x 14336 16.9 with one of 32 against 17.6 (64) and 21.6 (two of 64, 32 blocks); W3A4
@@ -515,6 +520,8 @@ impl AptLinear {
                 (64, 2 * c_wide, 2)
             } else if blocks(c) >= BGMMA_WIDE_BLOCKS {
                 (64, 2 * c, 2)
+            } else if m == 1 && c >= 16 && blocks(c / 2) >= BGMMA_WIDE_BLOCKS {
+                (64, c, 2)
             } else {
                 (if m >= 128 { 128 } else { 64 }, (c / 2).max(8), 1)
             };
