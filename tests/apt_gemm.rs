@@ -525,7 +525,8 @@ fn one_token_rule() {
         layer.bgmma_decodes()
     };
     let (lo, hi) = (*BGMMA_DECODE_N.start(), *BGMMA_DECODE_N.end());
-    assert!(256 <= BGMMA_DECODE_MAX_K);
+    // The layers below have k = 256.
+    const { assert!(256 <= BGMMA_DECODE_MAX_K) };
     for widths in [(1, 2), (2, 2), (1, 4)] {
         assert!(path_at(lo, widths), "{widths:?} n={lo}");
         assert!(path_at(hi, widths), "{widths:?} n={hi}");

@@ -7,8 +7,8 @@ mod language;
 
 use language::{
     batched_mma, block_values, chunk_max, closures, constant_bits, flagged, helpers, narrow_wide,
-    run_mma, scalar_bits, scalar_bits_reference, scalar_operands, scale_shift, shared, tail_ifs,
-    unrolled, wide_offsets,
+    own_tile_order, run_mma, scalar_bits, scalar_bits_reference, scalar_operands, scale_shift,
+    shared, tail_ifs, tile_order, unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -113,6 +113,49 @@ fn helper_functions_inline_and_return_tuples() {
     // Each call is inlined: `order` twice, so two `max` instructions.
     let text = helpers::program(&helpers::SPACE[0]).unwrap().to_string();
     assert_eq!(text.matches("= max(").count(), 2, "{text}");
+}
+
+/// The prelude's `grouped_tile` visits every tile of a random grid exactly once, in groups of
+/// `group` tile rows, down each column of a group (the last group shorter); a kernel's own
+/// `grouped_tile` replaces it.
+#[test]
+fn grouped_tile_visits_every_tile_once_in_groups() {
+    let mut rng = rand::rng();
+    for _ in 0..8 {
+        let (rows, cols) = (rng.random_range(1..20usize), rng.random_range(1..20usize));
+        let group = rng.random_range(1..10usize);
+        let tiles = rows * cols;
+        let mut out = vec![-1i32; tiles * 32];
+        let args = (rows as i32, cols as i32, group as i32);
+        tile_order::interpret(&tile_order::SPACE[0], args.0, args.1, args.2, &mut out).unwrap();
+        let tag = format!("{rows} x {cols} tiles, group {group}");
+        let mut seen = vec![false; tiles];
+        let mut pid = 0;
+        for first in (0..rows).step_by(group) {
+            let height = group.min(rows - first);
+            for bj in 0..cols {
+                for bi in first..first + height {
+                    let at = &out[pid * 32..(pid + 1) * 32];
+                    let want = (bi * cols + bj) as i32;
+                    assert!(at.iter().all(|&v| v == want), "{tag}: block {pid} {at:?}");
+                    assert!(!seen[bi * cols + bj], "{tag}: tile ({bi}, {bj}) twice");
+                    seen[bi * cols + bj] = true;
+                    pid += 1;
+                }
+            }
+        }
+        assert_eq!(pid, tiles, "{tag}");
+        let mut own = vec![-1i32; tiles * 32];
+        own_tile_order::interpret(&own_tile_order::SPACE[0], args.0, args.1, args.2, &mut own)
+            .unwrap();
+        for pid in 0..tiles {
+            let want = ((pid % rows) * cols + pid / rows) as i32;
+            assert!(
+                own[pid * 32..(pid + 1) * 32].iter().all(|&v| v == want),
+                "{tag}: own {pid}"
+            );
+        }
+    }
 }
 
 /// `#[tilus::helpers]`: two kernels of one module call the same helpers (which read each

@@ -416,3 +416,27 @@ pub fn scalar_bits_reference(n: usize, s: i32, w: i64) -> Vec<i32> {
         })
         .collect()
 }
+
+/// The prelude's `grouped_tile`, called without a declaration: block `pid` writes the index
+/// `bi * cols + bj` of its tile 32 times from `pid * 32`.
+#[tilus::kernel(grid = [rows * cols], warps = 1)]
+pub fn tile_order(rows: i32, cols: i32, group: i32, out: GlobalMut<i32>) {
+    let [pid] = block_indices();
+    let (bi, bj) = grouped_tile(pid, rows, cols, group);
+    let tile = layout!(spatial(32));
+    let at = register::<i32>(tile, 0) + (bi * cols + bj);
+    store_global(at, view_global(out, [rows * cols * 32]), [pid * 32]);
+}
+
+/// A kernel's own `grouped_tile` (column-major tiles, `group` unused) replaces the prelude's.
+#[tilus::kernel(grid = [rows * cols], warps = 1)]
+pub fn own_tile_order(rows: i32, cols: i32, group: i32, out: GlobalMut<i32>) {
+    fn grouped_tile(pid: i32, rows: i32, cols: i32, group: i32) -> (i32, i32) {
+        (pid % rows, pid / rows)
+    }
+    let [pid] = block_indices();
+    let (bi, bj) = grouped_tile(pid, rows, cols, group);
+    let tile = layout!(spatial(32));
+    let at = register::<i32>(tile, 0) + (bi * cols + bj);
+    store_global(at, view_global(out, [rows * cols * 32]), [pid * 32]);
+}

@@ -311,10 +311,7 @@ mod kernels {
         let [pid] = block_indices();
         let rows = cdiv(m, BM);
         let cols = cdiv(n, BN);
-        let first = pid / (GROUP * cols) * GROUP;
-        let height = min(rows - first, GROUP);
-        let bi = first + pid % (GROUP * cols) % height;
-        let bj = pid % (GROUP * cols) / height;
+        let (bi, bj) = grouped_tile(pid, rows, cols, GROUP);
         // The activation codes come in the quantizer's words (`CODES = 1`), read as bytes.
         let ga = view_global::<u8>(a_codes, [m, k]);
         let gw = view_global(w_codes, [n, k]);
@@ -440,10 +437,7 @@ mod kernels {
         let [pid] = block_indices();
         let rows = cdiv(m, BM);
         let cols = cdiv(n, BN);
-        let first = pid / (GROUP * cols) * GROUP;
-        let height = min(rows - first, GROUP);
-        let bi = first + pid % (GROUP * cols) % height;
-        let bj = pid % (GROUP * cols) / height;
+        let (bi, bj) = grouped_tile(pid, rows, cols, GROUP);
         // Plane q's row r is row q·m + r of the stacked bits.
         let ga = view_global::<u1>(a_planes, [ABITS * m, k]);
         let gw = view_global::<u1>(w_planes, [WBITS * n, k]);

@@ -27,16 +27,12 @@ macro_rules! gemm_kernels {
             b: Global<$t>,
             c: GlobalMut<$t>,
         ) {
-            // Blocks in groups of GROUP block rows, column by column inside a group: the
-            // blocks resident at once share their rows of `a` and columns of `b` in L2, so a
-            // large `b` is read from memory about once per group instead of once per block row.
+            // Tiles in groups of GROUP block rows (the prelude's `grouped_tile`): the blocks
+            // resident at once share their rows of `a` and columns of `b` in L2.
             let [pid] = block_indices();
             let rows = cdiv(m, BM);
             let cols = cdiv(n, BN);
-            let first = pid / (GROUP * cols) * GROUP;
-            let height = min(rows - first, GROUP);
-            let bi = first + pid % (GROUP * cols) % height;
-            let bj = pid % (GROUP * cols) / height;
+            let (bi, bj) = grouped_tile(pid, rows, cols, GROUP);
             let ga = view_global(a, [m, k]);
             let gb = view_global(b, [n, k]);
             let sa = shared::<$t>([STAGES, BM, 64], swizzle(3, 3, 3));
@@ -122,10 +118,7 @@ macro_rules! gemm_tma_kernels {
             let [pid] = block_indices();
             let rows = cdiv(m, BM);
             let cols = cdiv(n, BN);
-            let first = pid / (GROUP * cols) * GROUP;
-            let height = min(rows - first, GROUP);
-            let bi = first + pid % (GROUP * cols) % height;
-            let bj = pid % (GROUP * cols) / height;
+            let (bi, bj) = grouped_tile(pid, rows, cols, GROUP);
             let ga = view_global::<$t>(a, [m, k]);
             let gb = view_global::<$t>(b, [n, k]);
             let sa = shared::<$t>([STAGES, BM, $bk], swizzle(3, $sw, 3));

@@ -144,10 +144,7 @@ pub fn gemm_w4_f16<const BM: i32, const BN: i32, const STAGES: i32, const GROUP:
     let [pid] = block_indices();
     let rows = cdiv(m, BM);
     let cols = cdiv(n, BN);
-    let first = pid / (GROUP * cols) * GROUP;
-    let height = min(rows - first, GROUP);
-    let bi = first + pid % (GROUP * cols) % height;
-    let bj = pid % (GROUP * cols) / height;
+    let (bi, bj) = grouped_tile(pid, rows, cols, GROUP);
     let ga = view_global(a, [m, k]);
     let gw = view_global(w, [n, k / 8]);
     let gs = view_global(s, [k / group, n]);
@@ -358,10 +355,7 @@ pub fn gemm_w4t_f16<const BN: i32, const BM: i32, const STAGES: i32, const GROUP
     let [pid] = block_indices();
     let rows = cdiv(m, BM);
     let cols = cdiv(n, BN);
-    let first = pid / (GROUP * cols) * GROUP;
-    let height = min(rows - first, GROUP);
-    let bi = first + pid % (GROUP * cols) % height;
-    let bj = pid % (GROUP * cols) / height;
+    let (bi, bj) = grouped_tile(pid, rows, cols, GROUP);
     let threads = BN * 2;
     let ga = view_global(a, [m, k]);
     let gw = view_global(w, [k / 64, n / BN, threads, 16]);

@@ -781,18 +781,10 @@ mod kernels {
         let rows = cdiv(m, BM);
         let cols = n / BN;
         let band = max(1, 8388608 / (BM * k));
-        let lin = gi + gj * rows;
-        let first = lin / (band * cols) * band;
-        let height = min(rows - first, band);
-        let bi = if STREAM > 0 {
-            gi
+        let (bi, bj) = if STREAM > 0 {
+            (gi, gj)
         } else {
-            first + lin % (band * cols) % height
-        };
-        let bj = if STREAM > 0 {
-            gj
-        } else {
-            lin % (band * cols) / height
+            grouped_tile(gi + gj * rows, rows, cols, band)
         };
         // Extents of the kernel's parameters alone (not `let` scalars): the launcher encodes
         // the tensor maps from them.

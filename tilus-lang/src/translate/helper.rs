@@ -94,6 +94,28 @@ impl Translator<'_, '_> {
         }
     }
 
+    /// Register the prelude's helpers ([`super::prelude`]) but those the kernel declares itself.
+    pub(super) fn declare_prelude(&mut self) {
+        let file: syn::File = syn::parse_str(super::prelude::SOURCE).expect("the prelude parses");
+        for item in file.items {
+            let syn::Item::Fn(f) = item else { continue };
+            let name = f.sig.ident.to_string();
+            if self.helpers.iter().any(|(n, _)| *n == name) || self.failed_helpers.contains(&name) {
+                continue;
+            }
+            let params = self
+                .helper_signature(&f)
+                .expect("the prelude's signatures are valid");
+            let helper = Helper {
+                name: name.clone(),
+                params,
+                body: Rc::new(*f.block),
+                captured: None,
+            };
+            self.helpers.push((name, Rc::new(helper)));
+        }
+    }
+
     /// The parameters of a helper declaration, or `None` after reporting what is wrong.
     fn helper_signature(&mut self, f: &ItemFn) -> Option<Vec<(String, ParamType)>> {
         let sig = &f.sig;

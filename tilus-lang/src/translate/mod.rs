@@ -16,6 +16,7 @@ mod instr;
 mod layout;
 mod math;
 mod notes;
+mod prelude;
 pub mod replicated;
 mod stmt;
 
@@ -219,6 +220,7 @@ pub fn translate(
     }
     t.scopes.push(Vec::new());
     t.declare_helpers(&f.block.stmts);
+    t.declare_prelude();
     for stmt in &f.block.stmts {
         t.stmt(&mut b, stmt);
     }
