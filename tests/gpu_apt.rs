@@ -15,8 +15,37 @@ use rand::Rng;
 use tilus::apt::matrix::{bipolar_products, ScaleRule};
 use tilus::apt::AptMatrix;
 use tilus::kernels::apt::linear::AptActivations;
-use tilus::kernels::apt::AptLinear;
+use tilus::kernels::apt::{AptLinear, GpuAptLinear};
 use tilus::runtime::{Context, DeviceBuffer};
+
+/// Random activations for `m` tokens on the device, their planes from the quantizer, and what
+/// the 1-bit GEMM makes of them: the output (poisoned before the launch, checked finite) and
+/// the exact products.
+struct OneBitGemm {
+    x: DeviceBuffer<f16>,
+    act: AptActivations,
+    y: Vec<f16>,
+    acc: Vec<i32>,
+}
+
+fn one_bit_gemm(gpu: &GpuAptLinear, m: usize, rng: &mut impl Rng, tag: &str) -> OneBitGemm {
+    let (ctx, (n, k)) = (gpu.context(), (gpu.host().n(), gpu.host().k()));
+    let x: Vec<f16> = (0..m * k)
+        .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+        .collect();
+    let x = DeviceBuffer::from_host(ctx, &x).unwrap();
+    let mut act = AptActivations::new(gpu, m).unwrap();
+    gpu.quantize_into(&x, &mut act).unwrap();
+    let mut y = DeviceBuffer::from_host(ctx, &vec![f16::NAN; m * n]).unwrap();
+    let mut acc = DeviceBuffer::from_host(ctx, &vec![i32::MIN; m * n]).unwrap();
+    gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
+    let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
+    assert!(
+        y.iter().all(|v| v.is_finite()),
+        "{tag}: the 1-bit GEMM left NaN"
+    );
+    OneBitGemm { x, act, y, acc }
+}
 
 #[test]
 fn gpu_apt_linear_matches_reference() {
@@ -266,19 +295,8 @@ fn gpu_apt_forward_takes_the_warpgroup_mma() {
                 _ => matches!(path, AptPath::Igmma(_)),
             };
             assert!(want, "W{w}A{a} m={m}: {path:?}");
-            let x: Vec<f16> = (0..m * k)
-                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
-                .collect();
-            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
-            let mut act = AptActivations::new(&gpu, m).unwrap();
-            gpu.quantize_into(&xd, &mut act).unwrap();
-            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
-            gpu.gemm_into(&act, &mut y, None).unwrap();
-            let y = y.to_host().unwrap();
-            assert!(
-                y.iter().all(|v| v.is_finite()),
-                "W{w}A{a} m={m}: the 1-bit GEMM left NaN"
-            );
+            let OneBitGemm { x: xd, y, .. } =
+                one_bit_gemm(&gpu, m, &mut rng, &format!("W{w}A{a} m={m}"));
             let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             for round in 0..2 {
                 let yf = gpu.forward(&xd, m).unwrap().to_host().unwrap();
@@ -386,17 +404,12 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
             );
         }
         let gpu = layer.to_gpu(&ctx).unwrap();
-        let x: Vec<f16> = (0..m * k)
-            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
-            .collect();
-        let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
-        let mut act = AptActivations::new(&gpu, m).unwrap();
-        gpu.quantize_into(&xd, &mut act).unwrap();
-        let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
-        let mut acc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
-        gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
-        let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
-        assert!(y.iter().all(|v| v.is_finite()), "W{w}A{a}: NaN left");
+        let OneBitGemm {
+            x: xd,
+            mut act,
+            y,
+            acc,
+        } = one_bit_gemm(&gpu, m, &mut rng, &format!("W{w}A{a}"));
         // The layer's forward (the rule's tiles on sm_90a): the same bits.
         let yf = gpu.forward(&xd, m).unwrap().to_host().unwrap();
         assert_eq!(bits(&yf), bits(&y), "W{w}A{a}: forward");
@@ -418,15 +431,8 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
         // The GEMM launched as the quantizer's dependent, right behind it, on activations that
         // held another input's planes: a read before the quantizer's end would give (some of)
         // that input's outputs.
-        let x2: Vec<f16> = (0..m * k)
-            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
-            .collect();
-        let x2d = DeviceBuffer::from_host(&ctx, &x2).unwrap();
-        let mut act2 = AptActivations::new(&gpu, m).unwrap();
-        gpu.quantize_into(&x2d, &mut act2).unwrap();
-        let mut y2 = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
-        gpu.gemm_into(&act2, &mut y2, None).unwrap();
-        let y2 = y2.to_host().unwrap();
+        let OneBitGemm { x: x2d, y: y2, .. } =
+            one_bit_gemm(&gpu, m, &mut rng, &format!("W{w}A{a}, a second input"));
         assert_ne!(bits(&y2), bits(&y), "W{w}A{a}: two inputs, one output");
         for round in 0..3 {
             for (input, want) in [(&xd, &y), (&x2d, &y2)] {
