@@ -605,3 +605,57 @@ fn igmma_matches_the_one_bit_gemm() {
         assert_eq!(matches!(p, AptPath::Bgmma(_)), !igmma, "{widths:?}: {p:?}");
     }
 }
+
+/// The weight re-layout kernel (`apt_split_planes`) on the interpreter: for every width, random
+/// codes into the host's planes and row sums bit for bit (`k` of fewer words than a chunk, of
+/// one chunk and a ragged second), and a quantized matrix's planes; bad arguments named.
+#[test]
+fn split_planes_matches_the_host() {
+    use tilus::kernels::apt::relayout::split_planes_cpu;
+    let mut rng = rand::rng();
+    for bits in 1..=8u32 {
+        for (rows, k) in [(3, 96), (2, 4096), (5, 4096 + 1280)] {
+            let codes: Vec<u8> = (0..rows * k)
+                .map(|_| rng.random_range(0..1u32 << bits) as u8)
+                .collect();
+            let (planes, sums) = split_planes_cpu(&codes, rows, k, bits).unwrap();
+            let kw = k / 32;
+            let mut want = vec![0u32; bits as usize * rows * kw];
+            for p in 0..bits as usize {
+                for r in 0..rows {
+                    for c in 0..k {
+                        let bit = (codes[r * k + c] as u32 >> p) & 1;
+                        want[(p * rows + r) * kw + c / 32] |= bit << (c % 32);
+                    }
+                }
+            }
+            let tag = format!("{bits} bits, {rows} x {k}");
+            assert_eq!(planes, want, "{tag}: planes");
+            let want_sums: Vec<i32> = codes
+                .chunks(k)
+                .map(|r| r.iter().map(|&c| c as i32).sum())
+                .collect();
+            assert_eq!(sums, want_sums, "{tag}: sums");
+        }
+        let q = AptMatrix::quantize(&random(4 * 512), 4, 512, bits, ScaleRule::Max).unwrap();
+        let (planes, sums) = split_planes_cpu(q.codes(), 4, 512, bits).unwrap();
+        assert_eq!(
+            planes,
+            q.planes().unwrap(),
+            "{bits} bits: a quantized matrix"
+        );
+        assert_eq!(sums, q.row_sums(), "{bits} bits: a quantized matrix");
+    }
+    let err = |codes: &[u8], rows, k, bits| {
+        split_planes_cpu(codes, rows, k, bits)
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(err(&[0; 64], 2, 32, 0).contains("`bits`"));
+    assert!(err(&[0; 64], 2, 32, 9).contains("`bits`"));
+    assert!(err(&[0; 64], 1, 64 - 16, 2).contains("`k`"));
+    assert!(err(&[0; 64], 0, 32, 2).contains("`rows`"));
+    assert!(err(&[0; 63], 2, 32, 2).contains("`codes`"));
+    assert!(err(&[4; 64], 2, 32, 2).contains("`code`"));
+    assert!(err(&[0; 64], 2, 1 << 30, 2).contains("`k`"));
+}

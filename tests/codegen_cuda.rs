@@ -1262,6 +1262,38 @@ fn apt_kernels_compile_to_bmma() {
     }
 }
 
+/// The weight re-layout of APT (`apt_split_planes`), every width: without local memory, the
+/// codes in 16-byte loads.
+#[test]
+fn apt_relayout_compiles_without_local_memory() {
+    use tilus::kernels::apt::kernel::apt_split_planes;
+    let Some((ptxas, disasm)) = tools("apt_relayout_compiles_without_local_memory") else {
+        return;
+    };
+    let scratch = Scratch::new("apt_relayout");
+    for bits in 1..=8 {
+        let cfg = apt_split_planes::Config {
+            BITS: bits,
+            WARPS: 4,
+        };
+        let k = emit(
+            &apt_split_planes::program(&cfg).unwrap(),
+            &Default::default(),
+        )
+        .unwrap();
+        check_kernel_with(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &format!("apt_split_planes_{bits}"),
+            &k,
+            Expect::default(),
+            &["LDG.E.128"],
+            &[],
+        );
+    }
+}
+
 /// The VQ-GEMV kernels (`src/kernels/vq`): the codebook-centric kernel for GPTVQ-2 (16 copies
 /// of the codebook, and one), AQLM-2x8 (8 copies), AQLM-3 and QuiP#-4 (the E8P table), whole
 /// and with k split in four, and the naive GC

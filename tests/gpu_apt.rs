@@ -449,3 +449,38 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
         }
     }
 }
+
+/// The weight re-layout on the GPU (`apt_split_planes`): random codes of every width into the
+/// host's planes and row sums bit for bit, with a ragged last chunk of words.
+#[test]
+fn gpu_apt_split_planes_matches_the_host() {
+    use tilus::kernels::apt::relayout::{split_planes_cpu, split_planes_gpu};
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_split_planes_matches_the_host",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let (rows, k) = (37, 4096 + 1280);
+    for bits in 1..=8u32 {
+        let codes: Vec<u8> = (0..rows * k)
+            .map(|_| rng.random_range(0..1u32 << bits) as u8)
+            .collect();
+        let (want_planes, want_sums) = split_planes_cpu(&codes, rows, k, bits).unwrap();
+        let codes_d = DeviceBuffer::from_host(&ctx, &codes).unwrap();
+        for round in 0..2 {
+            let (planes, sums) = split_planes_gpu(&ctx, &codes_d, rows, k, bits).unwrap();
+            assert_eq!(
+                planes.to_host().unwrap(),
+                want_planes,
+                "{bits} bits round {round}"
+            );
+            assert_eq!(
+                sums.to_host().unwrap(),
+                want_sums,
+                "{bits} bits round {round}"
+            );
+        }
+    }
+}

@@ -46,6 +46,22 @@ mod kernels {
         cast::<i32>(floor(min(max(t, 0.0 - (h as f32)), (h - 1) as f32))) + h
     }
 
+    /// Store the bit planes of `code` (`0..2^bits`, a `[1, words, 32]` tile of row `r`, each
+    /// thread one word's 32 elements; `bit` the element's bit position, `arange` along the
+    /// last dimension) as words `[bits][m][k / 32]` of `planes`, from word `w0` of the row.
+    /// Words past `k / 32` are masked by the view. The activation quantizer and the weight
+    /// re-layout split alike, so their planes agree with the host's
+    /// ([`crate::apt::matrix::AptMatrix::planes`]) bit for bit.
+    #[helper]
+    fn store_planes(code: Tensor, bit: Tensor, bits: i32, r: i32, w0: i32, words: Layout) {
+        let gp = view_global(planes, [bits * m, k / 32, 1]);
+        #[unroll]
+        for q in 0..bits {
+            let word = sum(((code >> q) & 1) << bit, 2);
+            store_global(view::<u32>(word, words), gp, [q * m + r, w0, 0]);
+        }
+    }
+
     /// The u1 fragments `(A, B, C)` of the product and the word layouts `(A, B)` that load them
     /// (`[rows, k / 32]` words, B stored n-major): with the register prefetch (`STAGES = 0`) the
     /// paired set, whose words come two adjacent per row (8-byte global loads); with the
@@ -589,16 +605,14 @@ mod kernels {
                 let gc = view_global::<u8>(planes, [m, k / 32, 32]);
                 store_global(cast::<u8>(code), gc, [r, c * words, 0]);
             } else {
-                let gp = view_global(planes, [ABITS * m, k / 32, 1]);
-                #[unroll]
-                for q in 0..ABITS {
-                    let word = sum(((code >> q) & 1) << bit, 2);
-                    store_global(
-                        view::<u32>(word, layout!(spatial(1, 32 * WARPS, 1))),
-                        gp,
-                        [q * m + r, c * words, 0],
-                    );
-                }
+                store_planes(
+                    code,
+                    bit,
+                    ABITS,
+                    r,
+                    c * words,
+                    layout!(spatial(1, 32 * WARPS, 1)),
+                );
             }
         };
         let scale = if ONE_PASS == 1 {
@@ -625,6 +639,48 @@ mod kernels {
         };
         store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
         store_global(scale, view_global(scales, [m, 1, 1]), [r, 0, 0]);
+    }
+
+    /// The weight re-layout on the GPU: the codes `codes[m, k]` (`0..2^BITS`, one byte each, as
+    /// [`crate::apt::matrix::AptMatrix::codes`]) into the bit planes `[BITS][m][k / 32]` words
+    /// and the rows' sums of codes, the same bits as the host's
+    /// [`AptMatrix::planes`](crate::apt::matrix::AptMatrix::planes) and
+    /// [`row_sums`](crate::apt::matrix::AptMatrix::row_sums). One block per row, in chunks of
+    /// `32 · WARPS` words; `k` a multiple of 32. A code past `2^BITS - 1` keeps its low `BITS`
+    /// bits in the planes but counts whole in the sum: the caller checks the codes.
+    #[tilus::kernel(
+    lazy,
+    grid = [m],
+    warps = WARPS,
+    space(BITS = [1, 2, 3, 4, 5, 6, 7, 8], WARPS = [4]),
+)]
+    pub fn apt_split_planes<const BITS: i32, const WARPS: i32>(
+        m: i32,
+        k: i32,
+        codes: Global<u8>,
+        planes: GlobalMut<u32>,
+        sums: GlobalMut<i32>,
+    ) {
+        let words = 32 * WARPS;
+        let [r] = block_indices();
+        let gc = view_global(codes, [m, k / 32, 32]);
+        let tile = layout!(spatial(1, 32 * WARPS, 1).local(1, 1, 32));
+        let bit = arange(tile, 2, 0);
+        let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+        for c in 0..cdiv(k / 32, words) {
+            // Words past the row's end load as 0 (masked), adding nothing to the sum.
+            let code = cast::<i32>(load_global(gc, tile, [r, c * words, 0]));
+            total = total + sum(sum(code, 2), 1);
+            store_planes(
+                code,
+                bit,
+                BITS,
+                r,
+                c * words,
+                layout!(spatial(1, 32 * WARPS, 1)),
+            );
+        }
+        store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
     }
 
     /// The fused decode layer (`m <= 16` per block): [`apt_quantize_act`] and [`apt_gemm`] in one

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod kernel;
 pub mod linear;
+pub mod relayout;
 
 pub use linear::{AptLinear, AptPath, GpuAptLinear};
 
