@@ -46,18 +46,19 @@ mod kernels {
         cast::<i32>(floor(min(max(t, 0.0 - (h as f32)), (h - 1) as f32))) + h
     }
 
-    /// Store the bit planes of `code` (`0..2^bits`, a `[1, words, 32]` tile of row `r`, each
-    /// thread one word's 32 elements; `bit` the element's bit position, `arange` along the
+    /// Store the bit planes of `code` (`0..2^bits`, a `[1, 32 · WARPS, 32]` tile of row `r`,
+    /// each thread one word's 32 elements; `bit` the element's bit position, `arange` along the
     /// last dimension) as words `[bits][m][k / 32]` of `planes`, from word `w0` of the row.
     /// Words past `k / 32` are masked by the view. The activation quantizer and the weight
     /// re-layout split alike, so their planes agree with the host's
     /// ([`crate::apt::matrix::AptMatrix::planes`]) bit for bit.
     #[helper]
-    fn store_planes(code: Tensor, bit: Tensor, bits: i32, r: i32, w0: i32, words: Layout) {
+    fn store_planes(code: Tensor, bit: Tensor, bits: i32, r: i32, w0: i32) {
         let gp = view_global(planes, [bits * m, k / 32, 1]);
         #[unroll]
         for q in 0..bits {
             let word = sum(((code >> q) & 1) << bit, 2);
+            let words = layout!(spatial(1, 32 * WARPS, 1));
             store_global(view::<u32>(word, words), gp, [q * m + r, w0, 0]);
         }
     }
@@ -605,14 +606,7 @@ mod kernels {
                 let gc = view_global::<u8>(planes, [m, k / 32, 32]);
                 store_global(cast::<u8>(code), gc, [r, c * words, 0]);
             } else {
-                store_planes(
-                    code,
-                    bit,
-                    ABITS,
-                    r,
-                    c * words,
-                    layout!(spatial(1, 32 * WARPS, 1)),
-                );
+                store_planes(code, bit, ABITS, r, c * words);
             }
         };
         let scale = if ONE_PASS == 1 {
@@ -671,14 +665,7 @@ mod kernels {
             // Words past the row's end load as 0 (masked), adding nothing to the sum.
             let code = cast::<i32>(load_global(gc, tile, [r, c * words, 0]));
             total = total + sum(sum(code, 2), 1);
-            store_planes(
-                code,
-                bit,
-                BITS,
-                r,
-                c * words,
-                layout!(spatial(1, 32 * WARPS, 1)),
-            );
+            store_planes(code, bit, BITS, r, c * words);
         }
         store_global(total, view_global(sums, [m, 1, 1]), [r, 0, 0]);
     }

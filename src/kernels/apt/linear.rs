@@ -71,7 +71,7 @@ pub struct AptLinear {
     sums: Vec<i32>,
 }
 
-fn kernel_err(e: impl std::fmt::Display) -> AptError {
+pub(super) fn kernel_err(e: impl std::fmt::Display) -> AptError {
     AptError::Kernel(e.to_string())
 }
 

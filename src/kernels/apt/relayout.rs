@@ -7,6 +7,7 @@
 //! the interpreter.
 
 use super::kernel::apt_split_planes;
+use super::linear::kernel_err;
 use crate::apt::AptError;
 use std::sync::Arc;
 use tilus_runtime::{Context, DeviceBuffer};
@@ -73,7 +74,7 @@ pub fn split_planes_cpu(
     let mut planes = vec![0u32; bits as usize * rows * (k / 32)];
     let mut sums = vec![0i32; rows];
     apt_split_planes::interpret(&cfg, rows as i32, k as i32, codes, &mut planes, &mut sums)
-        .map_err(|e| AptError::Kernel(e.to_string()))?;
+        .map_err(kernel_err)?;
     Ok((planes, sums))
 }
 
@@ -89,9 +90,9 @@ pub fn split_planes_gpu(
     bits: u32,
 ) -> Result<(DeviceBuffer<u32>, DeviceBuffer<i32>), AptError> {
     let cfg = config(codes.len(), rows, k, bits)?;
-    let err = |e: tilus_runtime::RuntimeError| AptError::Kernel(e.to_string());
-    let mut planes = DeviceBuffer::zeros(ctx, bits as usize * rows * (k / 32)).map_err(err)?;
-    let mut sums = DeviceBuffer::zeros(ctx, rows).map_err(err)?;
+    let mut planes =
+        DeviceBuffer::zeros(ctx, bits as usize * rows * (k / 32)).map_err(kernel_err)?;
+    let mut sums = DeviceBuffer::zeros(ctx, rows).map_err(kernel_err)?;
     apt_split_planes::launch(
         ctx,
         &cfg,
@@ -101,6 +102,6 @@ pub fn split_planes_gpu(
         &mut planes,
         &mut sums,
     )
-    .map_err(|e| AptError::Kernel(e.to_string()))?;
+    .map_err(kernel_err)?;
     Ok((planes, sums))
 }
