@@ -27,6 +27,8 @@ mod launch_kernels;
 #[path = "common/math.rs"]
 mod math_programs;
 
+#[path = "kernels/tma_store.rs"]
+mod tma_store_kernels;
 #[allow(dead_code)]
 #[path = "kernels/wgmma_rs.rs"]
 mod wgmma_rs_kernels;
@@ -1719,5 +1721,48 @@ fn run_fragments_compile_to_hmma() {
         // Two fragments of k by two tiles of n per warp and step: 4 R / 4 HMMA per step.
         let hmma = ops.iter().filter(|o| o.starts_with("HMMA")).count();
         assert!(hmma >= cfg.R as usize, "{name}: {hmma} HMMA");
+    }
+}
+
+/// `tma_store` (`tests/kernels/tma_store.rs`), unswizzled and swizzled, for sm_90a: two bulk
+/// tensor stores (`UTMASTG`), each waited for its reads, and no local memory.
+#[test]
+fn tma_store_compiles_to_utmastg() {
+    use tma_store_kernels::{tma_store_plain, tma_store_swizzled};
+    let test = "tma_store_compiles_to_utmastg";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new(test);
+    let kernels = [
+        (
+            "plain",
+            tma_store_plain::program(&tma_store_plain::SPACE[0]),
+        ),
+        (
+            "swizzled",
+            tma_store_swizzled::program(&tma_store_swizzled::SPACE[0]),
+        ),
+    ];
+    for (name, program) in kernels {
+        let k = emit(&program.unwrap(), &Default::default()).unwrap();
+        let arch = "sm_90a";
+        let ptx = compile_ptx(&k.source, arch)
+            .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
+        let a = assemble(&ptxas, &disasm, &scratch.0, name, &ptx, arch);
+        let ops = opcodes(&a.sass);
+        let count = |p: &str| {
+            ops.iter()
+                .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
+                .count()
+        };
+        assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
+        assert_eq!(count("UTMASTG"), 2, "{name}: UTMASTG in\n{}", a.sass);
+        assert!(
+            count("FENCE") >= 2,
+            "{name}: no proxy fences in\n{}",
+            a.sass
+        );
+        eprintln!("{name}: ok, {} UTMASTG", count("UTMASTG"));
     }
 }

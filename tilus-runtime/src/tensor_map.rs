@@ -194,7 +194,7 @@ fn validate(
             Some(s) if s < MAX_STRIDE => s,
             _ => {
                 return bad(format!(
-                    "one step of dimension {dim} of the view {shape:?} spans at least 2^40                      bytes, more than a TMA stride can: split the tensor"
+                    "one step of dimension {dim} of the view {shape:?} spans at least 2^40 bytes, more than a TMA stride can: split the tensor"
                 ))
             }
         };

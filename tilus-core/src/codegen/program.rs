@@ -278,6 +278,11 @@ impl<'p> Ctx<'p> {
                 barrier,
                 index,
             } => tma::tma_load(self, *dst, *src, src_offset, *barrier, index)?,
+            Instruction::TmaStore {
+                src,
+                dst,
+                dst_offset,
+            } => tma::tma_store(self, *src, *dst, dst_offset)?,
             Instruction::MbarrierArrive { barrier, index } => tma::arrive(self, *barrier, index)?,
             Instruction::MbarrierWait {
                 barrier,

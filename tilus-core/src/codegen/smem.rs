@@ -116,6 +116,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         TmaLoad {
             dst, src, barrier, ..
         } => vec![*dst, *src, *barrier],
+        TmaStore { src, dst, .. } => vec![*src, *dst],
         MbarrierArrive { barrier, .. } | MbarrierWait { barrier, .. } => vec![*barrier],
         CopyAsyncCommitGroup
         | CopyAsyncWaitGroup { .. }

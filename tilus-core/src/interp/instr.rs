@@ -374,6 +374,11 @@ impl Machine<'_> {
                 barrier,
                 index,
             } => self.tma_load(block, *dst, *src, src_offset, *barrier, index)?,
+            Instruction::TmaStore {
+                src,
+                dst,
+                dst_offset,
+            } => self.tma_store(block, *src, *dst, dst_offset)?,
             Instruction::MbarrierArrive { barrier, index } => {
                 self.mbarrier_arrive(block, *barrier, index)?
             }

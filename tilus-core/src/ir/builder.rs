@@ -424,6 +424,16 @@ impl ProgramBuilder {
         });
     }
 
+    /// `tma_store(src, dst, offset)`: the shared tensor `src` to the tile at `offset` of `dst`
+    /// through the copy engine.
+    pub fn tma_store(&mut self, src: VarId, dst: VarId, dst_offset: Vec<Expr>) {
+        self.instr(Instruction::TmaStore {
+            src,
+            dst,
+            dst_offset,
+        });
+    }
+
     /// `mbarrier_arrive(barriers, i)`: every warp arrives once on barrier `i`.
     pub fn mbarrier_arrive(&mut self, barrier: VarId, index: impl Into<Expr>) {
         self.instr(Instruction::MbarrierArrive {

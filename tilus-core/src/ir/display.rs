@@ -230,6 +230,11 @@ impl Program {
                 src_offset,
             } => format!("{name}({}, {}, {})", n(dst), n(src), list(src_offset)),
             Instruction::CopyAsyncWaitGroup { n: k } => format!("{name}({k})"),
+            Instruction::TmaStore {
+                src,
+                dst,
+                dst_offset,
+            } => format!("{name}({}, {}, {})", n(src), n(dst), list(dst_offset)),
             Instruction::Mbarriers {
                 out,
                 count,
@@ -542,6 +547,15 @@ impl Instruction {
                 out.push(*src);
                 out.push(*dst);
                 exprs(src_offset, &mut out);
+            }
+            Instruction::TmaStore {
+                src,
+                dst,
+                dst_offset,
+            } => {
+                out.push(*src);
+                out.push(*dst);
+                exprs(dst_offset, &mut out);
             }
             Instruction::Binary { lhs, rhs, .. } | Instruction::Compare { lhs, rhs, .. } => {
                 out.push(*lhs);

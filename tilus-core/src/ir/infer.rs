@@ -163,6 +163,7 @@ impl Instruction {
             | Instruction::CopyAsyncWaitGroup { .. }
             | Instruction::DotWait { .. }
             | Instruction::TmaLoad { .. }
+            | Instruction::TmaStore { .. }
             | Instruction::MbarrierArrive { .. }
             | Instruction::MbarrierWait { .. }
             | Instruction::Synchronize

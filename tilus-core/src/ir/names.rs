@@ -44,6 +44,7 @@ impl Instruction {
             Instruction::DotWait { .. } => Op::DotWait,
             Instruction::Mbarriers { .. } => Op::Mbarriers,
             Instruction::TmaLoad { .. } => Op::TmaLoad,
+            Instruction::TmaStore { .. } => Op::TmaStore,
             Instruction::MbarrierArrive { .. } => Op::MbarrierArrive,
             Instruction::MbarrierWait { .. } => Op::MbarrierWait,
             Instruction::Reduce { op, .. } => Op::Reduce(*op),

@@ -50,11 +50,11 @@ pub enum ParamKind {
     /// launch, of `packed_len(dtype, product(shape))` bytes; `shape` is over scalar parameters.
     Workspace { dtype: DType, shape: Vec<Expr> },
     /// A hidden CUDA tensor map (`CUtensorMap`, 128 bytes, passed by value as a
-    /// `__grid_constant__`) that the launcher encodes for a `tma_load`: the buffer passed for
+    /// `__grid_constant__`) that the launcher encodes for a `tma_load` or `tma_store`: the buffer passed for
     /// pointer parameter `param` (an index into [`LaunchSpec::params`]) viewed row-major as
     /// `dtype` with `shape` (extents over the scalar parameters, outermost first), copied in
     /// boxes of `box_shape` elements (outermost first) laid out in shared memory with `swizzle`.
-    /// Elements outside the view read as zero.
+    /// Elements outside the view read as zero, and are not written.
     TensorMap {
         param: usize,
         dtype: DType,

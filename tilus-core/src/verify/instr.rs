@@ -544,6 +544,11 @@ impl<'p> Checker<'p> {
                 barrier,
                 index,
             } => self.check_tma_load(*dst, *src, src_offset, *barrier, index, span),
+            Instruction::TmaStore {
+                src,
+                dst,
+                dst_offset,
+            } => self.check_tma_store(*src, *dst, dst_offset, span),
             Instruction::MbarrierArrive { barrier, index } => {
                 self.check_mbarrier_arrive(*barrier, index, span)
             }

@@ -378,6 +378,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::DotWait { .. }
         | Instruction::Mbarriers { .. }
         | Instruction::TmaLoad { .. }
+        | Instruction::TmaStore { .. }
         | Instruction::MbarrierArrive { .. }
         | Instruction::MbarrierWait { .. }
         | Instruction::Synchronize

@@ -221,7 +221,7 @@ impl<'p> Checker<'p> {
                 "an offset of tma_load (tensor-map coordinates are i32)",
             );
         }
-        let g = self.global_for_tma(src, span);
+        let g = self.global_for_tma(src, span, instr, "source");
         let d = self.use_var(dst, span).and_then(VarType::as_shared);
         if d.is_none()
             && self
@@ -240,15 +240,71 @@ impl<'p> Checker<'p> {
         self.check_tma_box(instr, src, g, dst, d, src_offset, span);
     }
 
-    /// The source of a copy through a tensor map: a view of a pointer parameter whose extents
-    /// the launcher can evaluate.
-    fn global_for_tma(&mut self, src: VarId, span: SpanId) -> Option<&'p GlobalType> {
-        let ty = self.use_var(src, span)?;
+    pub(super) fn check_tma_store(
+        &mut self,
+        src: VarId,
+        dst: VarId,
+        dst_offset: &[Expr],
+        span: SpanId,
+    ) {
+        let instr = "tma_store";
+        if !self.target.features.tma {
+            let arch = self.target.arch.name();
+            self.err(
+                span,
+                format!("tma_store needs the tensor memory accelerator of sm_90, which the target {arch} does not have\nhelp: compile for sm_90 (`target = sm90`)"),
+            );
+        }
+        for e in dst_offset {
+            self.expect_expr(
+                e,
+                ScalarType::I32,
+                span,
+                "an offset of tma_store (tensor-map coordinates are i32)",
+            );
+        }
+        let g = self.global_for_tma(dst, span, instr, "destination");
+        if let Some(g) = g.filter(|g| !g.mutable) {
+            let msg = format!(
+                "tma_store: {} is a view of read-only pointer {}; stores need a mutable pointer",
+                self.name(dst),
+                self.name(g.ptr)
+            );
+            self.err(span, msg);
+        }
+        let s = self.use_var(src, span).and_then(VarType::as_shared);
+        if s.is_none()
+            && self
+                .p
+                .vars
+                .get(src.0 as usize)
+                .is_some_and(|v| v.ty != VarType::Unknown)
+        {
+            let msg = format!(
+                "tma_store: the source {} must be a shared tensor",
+                self.name(src)
+            );
+            self.err(span, msg);
+        }
+        let (Some(g), Some(s)) = (g, s) else { return };
+        self.check_tma_box(instr, dst, g, src, s, dst_offset, span);
+    }
+
+    /// The global side of a copy through a tensor map (`role`: "source" or "destination"):
+    /// a view of a pointer parameter whose extents the launcher can evaluate.
+    fn global_for_tma(
+        &mut self,
+        v: VarId,
+        span: SpanId,
+        instr: &str,
+        role: &str,
+    ) -> Option<&'p GlobalType> {
+        let ty = self.use_var(v, span)?;
         let Some(g) = ty.as_global() else {
             if *ty != VarType::Unknown {
                 let msg = format!(
-                    "tma_load: the source {} must be a global tensor",
-                    self.name(src)
+                    "{instr}: the {role} {} must be a global tensor",
+                    self.name(v)
                 );
                 self.err(span, msg);
             }
@@ -258,8 +314,8 @@ impl<'p> Checker<'p> {
         let is_param = |v: VarId| p.params.iter().any(|q| q.var == v);
         if !is_param(g.ptr) {
             let msg = format!(
-                "tma_load: the source {} must view a pointer parameter (the launcher builds its tensor map from the argument); scratch tensors from allocate_global cannot be copied with tma_load",
-                self.name(src)
+                "{instr}: the {role} {} must view a pointer parameter (the launcher builds its tensor map from the argument); scratch tensors from allocate_global cannot be copied with {instr}",
+                self.name(v)
             );
             self.err(span, msg);
             return None;
@@ -272,11 +328,11 @@ impl<'p> Checker<'p> {
                 }
             });
         }
-        if let Some(&v) = runtime.first() {
+        if let Some(&r) = runtime.first() {
             let msg = format!(
-                "tma_load: the extents of {} read {}, which is not a scalar parameter; the launcher encodes the tensor map before the kernel runs, so the view's extents must be expressions of the kernel's scalar parameters",
-                self.name(src),
-                self.name(v)
+                "{instr}: the extents of {} read {}, which is not a scalar parameter; the launcher encodes the tensor map before the kernel runs, so the view's extents must be expressions of the kernel's scalar parameters",
+                self.name(v),
+                self.name(r)
             );
             self.err(span, msg);
             return None;
@@ -288,15 +344,15 @@ impl<'p> Checker<'p> {
     fn check_tma_box(
         &mut self,
         instr: &str,
-        src: VarId,
+        global: VarId,
         g: &GlobalType,
-        dst: VarId,
+        shared: VarId,
         d: &SharedType,
-        src_offset: &[Expr],
+        offset: &[Expr],
         span: SpanId,
     ) {
-        let (sn, dn) = (self.name(src), self.name(dst));
-        self.same_dtype(span, instr, dst, d.dtype, src, g.dtype);
+        let (sn, dn) = (self.name(global), self.name(shared));
+        self.same_dtype(span, instr, shared, d.dtype, global, g.dtype);
         let bits = g.dtype.bits() as usize;
         if !matches!(bits, 1 | 2 | 4 | 8 | 16 | 32) {
             self.err(span, format!("{instr}: {sn} holds {}; the copy engine moves 8-, 16- or 32-bit elements, or 1-, 2- or 4-bit ones as bytes (view other codes as u8)", g.dtype));
@@ -310,12 +366,12 @@ impl<'p> Checker<'p> {
             );
             return;
         }
-        if src_offset.len() != rank {
+        if offset.len() != rank {
             self.err(
                 span,
                 format!(
                     "{instr}: the offset has rank {} but {sn} has rank {rank}",
-                    src_offset.len()
+                    offset.len()
                 ),
             );
         }
@@ -344,14 +400,14 @@ impl<'p> Checker<'p> {
             self.err(span, format!("{instr}: the inner extent of {dn} is {} bytes; the copy engine needs a multiple of 16", inner_bits as f64 / 8.0));
         }
         let total = shape.iter().product::<usize>().saturating_mul(bits) / 8;
-        if total > MAX_TX_BYTES {
+        if instr == "tma_load" && total > MAX_TX_BYTES {
             self.err(span, format!("{instr}: the box {dn} is {total} bytes, more than one barrier phase can count ({MAX_TX_BYTES})"));
         }
         if !is_compact_row_major(&d.layout) {
-            self.err(span, format!("{instr}: {dn} has strides {:?}; the copy engine writes a compact row-major box (strides {:?}): copy into a whole tensor or a slice of whole inner rows", d.layout.strides, SharedLayout::row_major(shape).strides));
+            self.err(span, format!("{instr}: {dn} has strides {:?}; the copy engine reads and writes compact row-major boxes (strides {:?}): use a whole tensor or a slice of whole inner rows", d.layout.strides, SharedLayout::row_major(shape).strides));
         }
         if let Err(why) = tma_swizzle(&d.layout, d.dtype) {
-            self.err(span, format!("{instr}: the destination {dn}: {why}"));
+            self.err(span, format!("{instr}: the shared tensor {dn}: {why}"));
         }
     }
 }
@@ -499,7 +555,7 @@ mod tests {
         // A slice of half rows is not a compact box.
         one(
             check(DType::F16, &[64, 64], None, [64, 32], sm90, none),
-            "the copy engine writes a compact row-major box",
+            "the copy engine reads and writes compact row-major boxes",
         );
         // The swizzle of 16-bit elements on 8-bit ones.
         one(
@@ -644,6 +700,73 @@ mod tests {
         assert!(
             !outside.iter().any(|m| m.contains("inside an `if`")),
             "{outside:#?}"
+        );
+    }
+
+    /// `tma_store`: a shared tile to a view of a mutable pointer parameter, with the box rules
+    /// of `tma_load` (read the other way) and no barrier; each misuse named.
+    #[test]
+    fn tma_store_rules() {
+        let run = |target: &Target, mutable: bool, edit: &dyn Fn(&mut ProgramBuilder) -> VarId| {
+            let mut b = ProgramBuilder::new("k", 128);
+            let n = b.param_i32("n");
+            let y = b.param_ptr("y", DType::F16, mutable);
+            b.grid(vec![1.into()]);
+            let gy = b.view_global("gy", y, DType::F16, vec![n.into(), 64.into()]);
+            let src = edit(&mut b);
+            b.tma_store(src, gy, vec![0.into(), 0.into()]);
+            verify(&b.finish(), target)
+                .err()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|d| d.message)
+                .collect::<Vec<_>>()
+        };
+        let tile = |sw: Option<Swizzle>, shape: &[usize]| {
+            let shape = shape.to_vec();
+            move |b: &mut ProgramBuilder| {
+                let mut layout = SharedLayout::row_major(&shape);
+                layout.swizzle = sw;
+                let s = b.allocate_shared("s", DType::F16, layout);
+                if shape[1] == 64 {
+                    s
+                } else {
+                    b.slice_shared("t", s, vec![0.into(), 0.into()], vec![16, 64])
+                }
+            }
+        };
+        let sm90 = &Target::SM90;
+        for sw in [None, Some(SW128)] {
+            let m = run(sm90, true, &tile(sw, &[16, 64]));
+            assert!(m.is_empty(), "{m:#?}");
+        }
+        one(
+            run(sm90, false, &tile(None, &[16, 64])),
+            "tma_store: `gy` is a view of read-only pointer `y`",
+        );
+        one(
+            run(&Target::SM80, true, &tile(None, &[16, 64])),
+            "tma_store needs the tensor memory accelerator of sm_90",
+        );
+        one(
+            run(sm90, true, &tile(None, &[16, 128])),
+            "the copy engine reads and writes compact row-major boxes",
+        );
+        let bad = Swizzle {
+            bits: 3,
+            base: 4,
+            shift: 3,
+        };
+        one(
+            run(sm90, true, &tile(Some(bad), &[16, 64])),
+            "tma_store: the shared tensor `s`: its swizzle(3, 4, 3) is not one the copy engine writes",
+        );
+        one(
+            run(sm90, true, &|b: &mut ProgramBuilder| {
+                let l = crate::layout::parse("spatial(16, 8).local(1, 8)").unwrap();
+                b.allocate_register("r", DType::F16, l, Some(0.0))
+            }),
+            "tma_store: the source `r` must be a shared tensor",
         );
     }
 }

@@ -567,6 +567,16 @@ impl Translator<'_, '_> {
                 b.tma_load(src, dst, offset, bars, index);
                 Ok(Value::Unit)
             }
+            Op::TmaStore => {
+                let src = self.tensor_arg(b, args[0], name, "source", Scope::Shared);
+                let dst = self.tensor_arg(b, args[1], name, "destination", Scope::Global);
+                let offset = self.array_arg(b, args[2], "the offset");
+                let (src, dst, offset) = (src?, dst?, offset?);
+                let site = self.site_with(c, None, Some(Range::of(args[2])));
+                b.set_span(site);
+                b.tma_store(src, dst, offset);
+                Ok(Value::Unit)
+            }
             Op::MbarrierArrive => {
                 let bars = self.tensor_arg(b, args[0], name, "barriers", Scope::Shared);
                 let index = self.scalar(b, args[1], ScalarType::I32);

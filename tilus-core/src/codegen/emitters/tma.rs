@@ -1,4 +1,4 @@
-//! `mbarriers`, `tma_load`, `mbarrier_arrive`, `mbarrier_wait` (sm_90; rules and semantics in
+//! `mbarriers`, `tma_load`, `tma_store`, `mbarrier_arrive`, `mbarrier_wait` (sm_90; rules and semantics in
 //! `crate::verify::tma` and `crate::ir::Instruction`).
 //!
 //! - `mbarriers`: thread 0 initialises each barrier (`mbarrier.init`), fences the initialisation
@@ -8,6 +8,11 @@
 //!   through a tensor map: a hidden `__grid_constant__` parameter per (view, box, swizzle),
 //!   which the launcher encodes from the pointer argument and the view's extents
 //!   ([`ParamKind::TensorMap`]). Coordinates are the offsets, innermost first.
+//! - `tma_store`: every thread fences its shared writes for the copy engine
+//!   (`fence.proxy.async.shared::cta`) and the block synchronizes; thread 0 issues
+//!   `cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group` through the same kind of
+//!   tensor map, commits it and waits for its reads (`cp.async.bulk.wait_group.read 0`); the
+//!   block synchronizes again.
 //! - `mbarrier_arrive`: each warp converges (`__syncwarp`, which orders its threads' accesses
 //!   before lane 0's) and lane 0 arrives.
 //! - `mbarrier_wait`: every thread spins on `mbarrier.try_wait.parity`.
@@ -23,14 +28,19 @@ use crate::DType;
 /// Helper device functions for the features in `used` (called from the prelude).
 pub(crate) fn helpers(used: &crate::codegen::prelude::Features) -> String {
     let mut s = String::new();
-    if !used.contains("mbarrier") {
+    let stores = TMA_STORE_FEATURES.iter().any(|f| used.contains(f));
+    if !used.contains("mbarrier") && !stores {
         return s;
     }
     s.push_str(
         r#"
 // A CUtensorMap (the launcher encodes it; the copy engine reads it from the parameter space).
 struct __align__(64) tilus_tensor_map { unsigned long long opaque[16]; };
-
+"#,
+    );
+    if used.contains("mbarrier") {
+        s.push_str(
+            r#"
 static __device__ __forceinline__ void tilus_mbar_init(uint32_t bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(arrivals) : "memory");
 }
@@ -46,31 +56,54 @@ static __device__ __forceinline__ void tilus_mbar_wait(uint32_t bar, uint32_t pa
   } while (!done);
 }
 "#,
-    );
+        );
+    }
     for rank in 1..=5 {
-        if !used.contains(TMA_FEATURES[rank - 1]) {
-            continue;
-        }
         let params: Vec<String> = (0..rank).map(|j| format!("int c{j}")).collect();
-        let regs: Vec<String> = (0..rank).map(|j| format!("%{}", j + 4)).collect();
         let args: Vec<String> = (0..rank).map(|j| format!(", \"r\"(c{j})")).collect();
-        s.push_str(&format!(
-            "// Announce `bytes` on barrier `bar` and arrive, then copy the box at (c0 = innermost, ..) through\n\
-             // tensor map `map` into shared address `dst`; the copy completes on `bar`.\n\
-             static __device__ __forceinline__ void tilus_tma_load_{rank}d(uint32_t dst, const tilus_tensor_map* map, uint32_t bar, uint32_t bytes, {}) {{\n\
-             \x20 asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" :: \"r\"(bar), \"r\"(bytes) : \"memory\");\n\
-             \x20 asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%2];\\n\"\n\
-             \x20              :: \"r\"(dst), \"l\"((uint64_t)map), \"r\"(bar), \"r\"(bytes){} : \"memory\");\n\
-             }}\n",
-            params.join(", "),
-            regs.join(", "),
-            args.join("")
-        ));
+        if used.contains(TMA_FEATURES[rank - 1]) {
+            let regs: Vec<String> = (0..rank).map(|j| format!("%{}", j + 4)).collect();
+            s.push_str(&format!(
+                "// Announce `bytes` on barrier `bar` and arrive, then copy the box at (c0 = innermost, ..) through\n\
+                 // tensor map `map` into shared address `dst`; the copy completes on `bar`.\n\
+                 static __device__ __forceinline__ void tilus_tma_load_{rank}d(uint32_t dst, const tilus_tensor_map* map, uint32_t bar, uint32_t bytes, {}) {{\n\
+                 \x20 asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" :: \"r\"(bar), \"r\"(bytes) : \"memory\");\n\
+                 \x20 asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%2];\\n\"\n\
+                 \x20              :: \"r\"(dst), \"l\"((uint64_t)map), \"r\"(bar), \"r\"(bytes){} : \"memory\");\n\
+                 }}\n",
+                params.join(", "),
+                regs.join(", "),
+                args.join("")
+            ));
+        }
+        if used.contains(TMA_STORE_FEATURES[rank - 1]) {
+            let regs: Vec<String> = (0..rank).map(|j| format!("%{}", j + 2)).collect();
+            s.push_str(&format!(
+                "// Copy shared address `src` to the box at (c0 = innermost, ..) through tensor map `map`, and\n\
+                 // wait until the copy engine has read `src` (its global writes land by the kernel's end).\n\
+                 static __device__ __forceinline__ void tilus_tma_store_{rank}d(uint32_t src, const tilus_tensor_map* map, {}) {{\n\
+                 \x20 asm volatile(\"cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [%1, {{{}}}], [%0];\\n\"\n\
+                 \x20              :: \"r\"(src), \"l\"((uint64_t)map){} : \"memory\");\n\
+                 \x20 asm volatile(\"cp.async.bulk.commit_group;\\n\" ::: \"memory\");\n\
+                 \x20 asm volatile(\"cp.async.bulk.wait_group.read 0;\\n\" ::: \"memory\");\n\
+                 }}\n",
+                params.join(", "),
+                regs.join(", "),
+                args.join("")
+            ));
+        }
     }
     s
 }
 
 const TMA_FEATURES: [&str; 5] = ["tma_1d", "tma_2d", "tma_3d", "tma_4d", "tma_5d"];
+const TMA_STORE_FEATURES: [&str; 5] = [
+    "tma_store_1d",
+    "tma_store_2d",
+    "tma_store_3d",
+    "tma_store_4d",
+    "tma_store_5d",
+];
 
 /// The barrier tensor's 32-bit shared address variable.
 fn barrier_base(cx: &Ctx, barriers: VarId) -> String {
@@ -132,27 +165,27 @@ pub(crate) fn mbarriers(
     Ok(())
 }
 
-/// The tensor-map parameter for copies from `src` in boxes of `dst`'s shape with `swizzle`,
+/// The tensor-map parameter for copies from or to `src` in boxes of `dst`'s shape with `swizzle`,
 /// added to the kernel's parameters on first use.
 fn tensor_map(
     cx: &mut Ctx,
     src: VarId,
     box_shape: &[usize],
     swizzle: TmaSwizzle,
+    instr: &str,
 ) -> Result<String, CodegenError> {
-    let g = cx.p.ty(src).as_global().cloned().ok_or_else(|| {
-        cx.err(format!(
-            "tma_load: {} is not a global view",
-            cx.ir_name(src)
-        ))
-    })?;
+    let g =
+        cx.p.ty(src)
+            .as_global()
+            .cloned()
+            .ok_or_else(|| cx.err(format!("{instr}: {} is not a global view", cx.ir_name(src))))?;
     let param =
         cx.p.params
             .iter()
             .position(|p| p.var == g.ptr)
             .ok_or_else(|| {
                 cx.err(format!(
-                    "tma_load: {} does not view a pointer parameter",
+                    "{instr}: {} does not view a pointer parameter",
                     cx.ir_name(src)
                 ))
             })?;
@@ -175,22 +208,24 @@ fn tensor_map(
     Ok(name)
 }
 
-pub(crate) fn tma_load(
-    cx: &mut Ctx,
-    dst: VarId,
-    src: VarId,
-    src_offset: &[Expr],
-    barriers: VarId,
-    index: &Expr,
-) -> Result<(), CodegenError> {
-    let d = cx.shared_info(dst)?;
+/// A shared box of a tensor-map copy: its address expression, the copy engine's swizzle mode
+/// and its dtype and shape (`instr`, `role`: for messages).
+struct SharedBox {
+    address: String,
+    swizzle: TmaSwizzle,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+fn shared_box(cx: &mut Ctx, v: VarId, instr: &str, role: &str) -> Result<SharedBox, CodegenError> {
+    let d = cx.shared_info(v)?;
     let lead = d.root_layout.rank() - d.shape.len();
     let layout = SharedLayout {
         shape: d.shape.clone(),
         strides: d.root_layout.strides[lead..].to_vec(),
         swizzle: d.root_layout.swizzle,
     };
-    let swizzle = tma_swizzle(&layout, d.dtype).map_err(|e| cx.err(format!("tma_load: {e}")))?;
+    let swizzle = tma_swizzle(&layout, d.dtype).map_err(|e| cx.err(format!("{instr}: {e}")))?;
     let bits = d.dtype.bits() as usize;
     // The box starts at a multiple of 128 bytes, and with a swizzle on its 8-row atom (the
     // copy engine swizzles by address bits, as the VM's layout does from the allocation).
@@ -205,8 +240,8 @@ pub(crate) fn tma_load(
         let proof = cx.facts.divisible(origin, need as i64);
         if matches!(proof, super::super::expr::Divisible::No) {
             return Err(cx.err(format!(
-                "tma_load: the destination {} must start on a multiple of {align} bytes, but its offset `{}` in dimension {dim} (stride {} bytes) is not provably a multiple of {need}",
-                cx.ir_name(dst),
+                "{instr}: the {role} {} must start on a multiple of {align} bytes, but its offset `{}` in dimension {dim} (stride {} bytes) is not provably a multiple of {need}",
+                cx.ir_name(v),
                 cx.expr(origin),
                 stride_bits as f64 / 8.0
             )));
@@ -220,35 +255,42 @@ pub(crate) fn tma_load(
     }
     if d.root_offset % align != 0 {
         return Err(cx.err(format!(
-            "tma_load: the destination {} lies at shared byte {}, not a multiple of {align}",
-            cx.ir_name(dst),
+            "{instr}: the {role} {} lies at shared byte {}, not a multiple of {align}",
+            cx.ir_name(v),
             d.root_offset
         )));
     }
-    // The box covers the view's trailing dimensions; the leading ones are 1 wide.
-    let rank = src_offset.len();
-    let mut box_shape = vec![1; rank.saturating_sub(d.shape.len())];
-    box_shape.extend_from_slice(&d.shape);
-    let map = tensor_map(cx, src, &box_shape, swizzle)?;
-    let feature = *TMA_FEATURES
-        .get(rank.wrapping_sub(1))
-        .ok_or_else(|| cx.err(format!("tma_load: rank {rank} is not 1 to 5")))?;
-    cx.features.insert(feature);
-    cx.features.insert("mbarrier");
-    let bytes: usize = d.shape.iter().product::<usize>() * bits / 8;
-    // Sub-byte elements are copied as bytes (the launcher's map views the innermost dimension
-    // in bytes): the innermost coordinate must be a whole byte.
-    let per_byte = (8 / bits).max(1);
+    Ok(SharedBox {
+        address: format!(
+            "(uint32_t)__cvta_generic_to_shared({SMEM}) + {}",
+            terms.join(" + ")
+        ),
+        swizzle,
+        dtype: d.dtype,
+        shape: d.shape.clone(),
+    })
+}
+
+/// The tensor-map coordinates of `offset` into global `g` (innermost first), the innermost
+/// in bytes for sub-byte elements, which it must be a whole number of.
+fn coordinates(
+    cx: &mut Ctx,
+    offset: &[Expr],
+    g: VarId,
+    dtype: DType,
+    instr: &str,
+) -> Result<Vec<String>, CodegenError> {
+    let rank = offset.len();
+    let per_byte = (8 / dtype.bits() as usize).max(1);
     let mut coords = Vec::with_capacity(rank);
-    for (i, e) in src_offset.iter().enumerate().rev() {
+    for (i, e) in offset.iter().enumerate().rev() {
         if i + 1 == rank && per_byte > 1 {
             let proof = cx.facts.divisible(e, per_byte as i64);
             if matches!(proof, super::super::expr::Divisible::No) {
                 return Err(cx.err(format!(
-                    "tma_load: the innermost offset `{}` into {} must be a whole byte, a provable multiple of {per_byte} {} elements",
+                    "{instr}: the innermost offset `{}` into {} must be a whole byte, a provable multiple of {per_byte} {dtype} elements",
                     cx.expr(e),
-                    cx.ir_name(src),
-                    d.dtype
+                    cx.ir_name(g),
                 )));
             }
             cx.assume(&proof);
@@ -257,14 +299,73 @@ pub(crate) fn tma_load(
             coords.push(format!("(int)({})", cx.expr(e)));
         }
     }
+    Ok(coords)
+}
+
+/// The box covers the view's trailing dimensions; the leading ones are 1 wide.
+fn box_shape(rank: usize, shape: &[usize]) -> Vec<usize> {
+    let mut b = vec![1; rank.saturating_sub(shape.len())];
+    b.extend_from_slice(shape);
+    b
+}
+
+pub(crate) fn tma_load(
+    cx: &mut Ctx,
+    dst: VarId,
+    src: VarId,
+    src_offset: &[Expr],
+    barriers: VarId,
+    index: &Expr,
+) -> Result<(), CodegenError> {
+    let d = shared_box(cx, dst, "tma_load", "destination")?;
+    let rank = src_offset.len();
+    let map = tensor_map(cx, src, &box_shape(rank, &d.shape), d.swizzle, "tma_load")?;
+    let feature = *TMA_FEATURES
+        .get(rank.wrapping_sub(1))
+        .ok_or_else(|| cx.err(format!("tma_load: rank {rank} is not 1 to 5")))?;
+    cx.features.insert(feature);
+    cx.features.insert("mbarrier");
+    let bytes: usize = d.shape.iter().product::<usize>() * d.dtype.bits() as usize / 8;
+    let coords = coordinates(cx, src_offset, src, d.dtype, "tma_load")?;
     let bar = barrier_addr(cx, barriers, index);
     cx.w.open(format!("if ({TID} == 0)"));
     cx.w.line(format!(
-        "tilus_tma_load_{rank}d((uint32_t)__cvta_generic_to_shared({SMEM}) + {}, &{map}, {bar}, {bytes}u, {});",
-        terms.join(" + "),
+        "tilus_tma_load_{rank}d({}, &{map}, {bar}, {bytes}u, {});",
+        d.address,
         coords.join(", ")
     ));
     cx.w.close();
+    Ok(())
+}
+
+/// Every thread fences its shared writes for the copy engine (the async proxy) and the block
+/// synchronizes; thread 0 issues the store, commits it and waits until the copy engine has
+/// read the box; the block synchronizes again, after which `src` may be written. The global
+/// writes are not waited for: they land by the kernel's end.
+pub(crate) fn tma_store(
+    cx: &mut Ctx,
+    src: VarId,
+    dst: VarId,
+    dst_offset: &[Expr],
+) -> Result<(), CodegenError> {
+    let s = shared_box(cx, src, "tma_store", "source")?;
+    let rank = dst_offset.len();
+    let map = tensor_map(cx, dst, &box_shape(rank, &s.shape), s.swizzle, "tma_store")?;
+    let feature = *TMA_STORE_FEATURES
+        .get(rank.wrapping_sub(1))
+        .ok_or_else(|| cx.err(format!("tma_store: rank {rank} is not 1 to 5")))?;
+    cx.features.insert(feature);
+    let coords = coordinates(cx, dst_offset, dst, s.dtype, "tma_store")?;
+    cx.w.line("asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");");
+    cx.w.line("__syncthreads();");
+    cx.w.open(format!("if ({TID} == 0)"));
+    cx.w.line(format!(
+        "tilus_tma_store_{rank}d({}, &{map}, {});",
+        s.address,
+        coords.join(", ")
+    ));
+    cx.w.close();
+    cx.w.line("__syncthreads();");
     Ok(())
 }
 

@@ -1,16 +1,18 @@
-//! `mbarriers`, `tma_load`, `mbarrier_arrive`, `mbarrier_wait` (sm_90's copy engine and
-//! transaction barriers, `crate::verify::tma`).
+//! `mbarriers`, `tma_load`, `tma_store`, `mbarrier_arrive`, `mbarrier_wait` (sm_90's copy
+//! engine and transaction barriers, `crate::verify::tma`).
 //!
 //! The block runs as one: a `tma_load` is issued once (one arrival on its barrier, its bytes in
 //! flight), `mbarrier_arrive` is one arrival per warp, and an `mbarrier_wait` whose phase has
 //! not completed can never complete, since no other part of the block runs meanwhile: that is
-//! reported as a deadlock.
+//! reported as a deadlock. A `tma_store` is a barrier, the copy, and a barrier, as the
+//! generated code does it.
 
 use super::super::barrier::Barrier;
 use super::super::memory::{SharedView, Value};
 use super::super::{Block, Machine};
 use crate::ir::{Expr, VarId};
 use crate::layout::SharedLayout;
+use crate::verify::table::unravel;
 use crate::DType;
 
 impl Machine<'_> {
@@ -88,6 +90,51 @@ impl Machine<'_> {
             .shared
             .tma_load(&view, &name, codes.into_iter(), addr, phase)?;
         self.arrive(block, barriers, addr, 1)
+    }
+
+    /// The shared tensor `src` to the tile at `dst_offset` of the global view `dst`; elements
+    /// outside the view are skipped. The block synchronizes before the copy (so every thread's
+    /// writes are in it) and after it (so `src` may be written again): reading an element
+    /// nobody wrote, or one a copy is still filling, is an error here as for any reader.
+    pub(super) fn tma_store(
+        &mut self,
+        block: &mut Block,
+        src: VarId,
+        dst: VarId,
+        dst_offset: &[Expr],
+    ) -> Result<(), String> {
+        let view = self.shared(block, src)?;
+        let global = self.global(block, dst)?;
+        let offset = self.global_offsets(block, dst_offset)?;
+        // Sub-byte elements go through the copy engine as bytes, as in `tma_load`.
+        let per_byte = 8 / view.dtype.bits().min(8) as i64;
+        if let (true, Some(&x)) = (per_byte > 1, offset.last()) {
+            if x % per_byte != 0 {
+                return Err(format!(
+                    "tma_store: the innermost offset {x} into `{}` is not a whole byte of {} elements (a multiple of {per_byte})",
+                    self.name(dst),
+                    view.dtype
+                ));
+            }
+        }
+        block.shared.synchronize();
+        let name = self.name(src).to_string();
+        let shape = &view.layout.shape;
+        let lead = global.shape.len() - shape.len();
+        let mut index = offset.clone();
+        for flat in 0..shape.iter().product::<usize>() {
+            let tile = unravel(flat, shape);
+            // The issuing thread is thread 0; after the barrier any thread may read.
+            let code = block.shared.read(0, &view, &name, &tile)?;
+            for (d, x) in tile.iter().enumerate() {
+                index[lead + d] = offset[lead + d].saturating_add(*x as i64);
+            }
+            self.globals
+                .write(&global, &index, code)
+                .map_err(|e| format!("`{}`{index:?} cannot be written: {e}", self.name(dst)))?;
+        }
+        block.shared.synchronize();
+        Ok(())
     }
 
     fn arrive(
