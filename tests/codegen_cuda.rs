@@ -27,6 +27,7 @@ mod launch_kernels;
 #[path = "common/math.rs"]
 mod math_programs;
 
+#[allow(dead_code)]
 #[path = "kernels/tma_store.rs"]
 mod tma_store_kernels;
 #[allow(dead_code)]

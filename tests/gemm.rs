@@ -701,10 +701,11 @@ mod tma_store_kernels;
 
 /// `tma_store` (`tests/kernels/tma_store.rs`) on the interpreter: ragged shapes, random inputs,
 /// outputs poisoned, one element past each view too: `y` is `x`, `z` is `2x`, and nothing past
-/// the views is written. The generated CUDA fences the shared writes for the copy engine and
-/// issues the bulk store.
+/// the views is written; writing the source again before `tma_store_wait` is reported. The
+/// generated CUDA fences the shared writes for the copy engine, issues the bulk stores and
+/// waits for their reads at the `tma_store_wait` and before the kernel ends.
 mod tma_store {
-    use super::tma_store_kernels::{tma_store_plain, tma_store_swizzled};
+    use super::tma_store_kernels::{tma_store_plain, tma_store_swizzled, tma_store_unwaited};
     use half::f16;
     use rand::Rng;
     use tilus::core::codegen::emit;
@@ -751,6 +752,21 @@ mod tma_store {
     }
 
     #[test]
+    fn writing_the_source_before_the_wait_is_reported() {
+        let x = vec![f16::ONE; 16 * 64];
+        let (mut y, mut z) = (vec![f16::ZERO; 16 * 64], vec![f16::ZERO; 16 * 64]);
+        let cfg = &tma_store_unwaited::SPACE[0];
+        let e = tma_store_unwaited::interpret(cfg, 16, 64, &x, &mut y, &mut z)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("write to shared tensor `s`")
+                && e.contains("while a tma_store reading it is in flight; missing tma_store_wait?"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn generated_cuda_fences_and_issues_the_bulk_store() {
         for program in [
             tma_store_plain::program(&tma_store_plain::SPACE[0]),
@@ -768,6 +784,9 @@ mod tma_store {
                 !src.contains("mbarrier"),
                 "a store needs no barrier:\n{src}"
             );
+            // The wait between the stores, and thread 0's before the kernel ends.
+            let waits = src.matches("if (tid == 0) tilus_tma_store_wait();").count();
+            assert_eq!(waits, 2, "{src}");
         }
     }
 }

@@ -15,6 +15,7 @@
 
 mod common;
 
+#[allow(dead_code)]
 #[path = "kernels/tma_store.rs"]
 mod tma_store_kernels;
 #[allow(dead_code)]

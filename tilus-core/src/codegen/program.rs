@@ -283,6 +283,7 @@ impl<'p> Ctx<'p> {
                 dst,
                 dst_offset,
             } => tma::tma_store(self, *src, *dst, dst_offset)?,
+            Instruction::TmaStoreWait => tma::tma_store_wait(self),
             Instruction::MbarrierArrive { barrier, index } => tma::arrive(self, *barrier, index)?,
             Instruction::MbarrierWait {
                 barrier,
@@ -304,7 +305,10 @@ impl<'p> Ctx<'p> {
             }
             Instruction::Fence => fence::emit(self),
             Instruction::GridDependency(g) => fence::grid_dependency(self, *g),
-            Instruction::Exit => self.w.line("return;"),
+            Instruction::Exit => {
+                tma::drain(self);
+                self.w.line("return;");
+            }
             Instruction::Print { label, x } => self.print(label, x)?,
             Instruction::Unary { out, op, x } => math::unary(self, *out, *op, *x)?,
             Instruction::Compare { out, op, lhs, rhs } => {
@@ -584,6 +588,11 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         workspaces: Vec::new(),
         tensor_maps: Vec::new(),
         uses_wgmma: has_shared_dot(p, &p.body),
+        uses_tma_store: {
+            let mut any = false;
+            p.visit_instructions(&mut |i| any |= matches!(i, Instruction::TmaStore { .. }));
+            any
+        },
         async_accumulators: wgmma::async_accumulators(p),
     };
     if cx.block_threads == 0 || cx.block_threads > 1024 {
@@ -623,6 +632,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
     }
 
     cx.stmts(&p.body)?;
+    tma::drain(&mut cx);
     params.append(&mut cx.workspaces);
     params.append(&mut cx.tensor_maps);
 

@@ -9,7 +9,8 @@
 //!   the whole of its outermost enclosing loop;
 //! - the destination of a `copy_async` lives at least until the next `copy_async_wait_group`
 //!   (the copy is in flight until then), that of a `tma_load` until the last `mbarrier_wait`
-//!   after it;
+//!   after it, the source of a `tma_store` until the next `tma_store_wait` (or the kernel's
+//!   end: the copy engine reads it meanwhile);
 //! - `mbarriers` live for the whole kernel (barrier objects are not repurposed).
 //!
 //! Placement is first fit over 128-byte aligned offsets (a swizzle block for swizzled tensors,
@@ -86,6 +87,9 @@ struct Walk<'p> {
     barriers: Vec<VarId>,
     tma_copies: Vec<(usize, VarId)>,
     barrier_waits: Vec<usize>,
+    /// (position, root) of each `tma_store` source, and the `tma_store_wait`s.
+    tma_stores: Vec<(usize, VarId)>,
+    store_waits: Vec<usize>,
     /// (block id, position) of every `synchronize`.
     syncs: Vec<(usize, usize)>,
     order: Vec<VarId>,
@@ -120,6 +124,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         MbarrierArrive { barrier, .. } | MbarrierWait { barrier, .. } => vec![*barrier],
         CopyAsyncCommitGroup
         | CopyAsyncWaitGroup { .. }
+        | TmaStoreWait
         | DotWait { .. }
         | Synchronize
         | Fence
@@ -255,6 +260,12 @@ impl<'p> Walk<'p> {
                 }
             }
             Instruction::MbarrierWait { .. } => self.barrier_waits.push(pos),
+            Instruction::TmaStore { src, .. } => {
+                if let Some(r) = self.root.get(src).copied() {
+                    self.tma_stores.push((pos, r));
+                }
+            }
+            Instruction::TmaStoreWait => self.store_waits.push(pos),
             // The operands of an in-flight dot are read until its dot_wait.
             Instruction::DotAsync { a, b, .. } => {
                 for v in [a, b] {
@@ -295,6 +306,8 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
         barriers: Vec::new(),
         tma_copies: Vec::new(),
         barrier_waits: Vec::new(),
+        tma_stores: Vec::new(),
+        store_waits: Vec::new(),
         syncs: Vec::new(),
         order: Vec::new(),
     };
@@ -340,6 +353,12 @@ pub(crate) fn plan(program: &Program) -> SharedPlan {
         for (pos, r) in &w.tma_copies {
             if *r == var {
                 let wait = w.barrier_waits.iter().copied().filter(|&p| p > *pos).max();
+                last = last.max(wait.unwrap_or(end));
+            }
+        }
+        for (pos, r) in &w.tma_stores {
+            if *r == var {
+                let wait = w.store_waits.iter().copied().find(|&p| p > *pos);
                 last = last.max(wait.unwrap_or(end));
             }
         }

@@ -379,6 +379,10 @@ impl Machine<'_> {
                 dst,
                 dst_offset,
             } => self.tma_store(block, *src, *dst, dst_offset)?,
+            Instruction::TmaStoreWait => {
+                block.shared.retire_store_reads();
+                block.shared.synchronize();
+            }
             Instruction::MbarrierArrive { barrier, index } => {
                 self.mbarrier_arrive(block, *barrier, index)?
             }

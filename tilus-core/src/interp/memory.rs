@@ -221,6 +221,8 @@ pub(super) struct SharedMem {
     in_flight: Vec<u16>,
     /// In-flight `dot_async` reads of each byte (retired by `dot_wait`).
     dot_reads: Vec<u16>,
+    /// In-flight `tma_store` reads of each byte (retired by `tma_store_wait`).
+    store_reads: Vec<u16>,
     /// Copies issued since the last commit.
     pending: Vec<AsyncCopy>,
     /// Committed groups, oldest first.
@@ -251,6 +253,7 @@ impl SharedMem {
         self.reader.resize(end, NOBODY);
         self.in_flight.resize(end, 0);
         self.dot_reads.resize(end, 0);
+        self.store_reads.resize(end, 0);
         start
     }
 
@@ -334,6 +337,9 @@ impl SharedMem {
             if self.dot_reads[b] > 0 {
                 return Err(format!("write to shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
             }
+            if self.store_reads[b] > 0 {
+                return Err(format!("write to shared tensor `{name}` at {index:?} while a tma_store reading it is in flight; missing tma_store_wait?"));
+            }
             let other = |x: u16| x != NOBODY && x as usize != t;
             if other(self.writer[b]) {
                 // Sub-byte stores are read-modify-writes of whole bytes on the GPU.
@@ -371,6 +377,9 @@ impl SharedMem {
             }
             if self.dot_reads[b] > 0 {
                 return Err(format!("atomic on shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
+            }
+            if self.store_reads[b] > 0 {
+                return Err(format!("atomic on shared tensor `{name}` at {index:?} while a tma_store reading it is in flight; missing tma_store_wait?"));
             }
             if !self.written[b] {
                 return Err(format!("atomic on shared tensor `{name}` at {index:?}, which was never written (uninitialised shared memory)"));
@@ -467,6 +476,9 @@ impl SharedMem {
                 if self.dot_reads[b] > 0 {
                     return Err(format!("{what} into shared tensor `{name}` at {index:?} while a dot_async reading it is in flight; missing dot_wait?"));
                 }
+                if self.store_reads[b] > 0 {
+                    return Err(format!("{what} into shared tensor `{name}` at {index:?} while a tma_store reading it is in flight; missing tma_store_wait?"));
+                }
                 if self.reader[b] != NOBODY {
                     return Err(format!("race on shared tensor `{name}`: {what} overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
                 }
@@ -511,6 +523,27 @@ impl SharedMem {
                 }
             }
         }
+    }
+
+    /// A `tma_store` reads `index` of `view` (after the block synchronized): the checks of
+    /// [`Self::read`], and the bytes stay in flight until [`Self::retire_store_reads`].
+    pub fn store_read(
+        &mut self,
+        view: &SharedView,
+        name: &str,
+        index: &[usize],
+    ) -> Result<u32, String> {
+        let code = self.read(0, view, name, index)?;
+        let (_, bytes) = view.locate(index);
+        for b in bytes {
+            self.store_reads[b] += 1;
+        }
+        Ok(code)
+    }
+
+    /// A `tma_store_wait`: every `tma_store` has read its source.
+    pub fn retire_store_reads(&mut self) {
+        self.store_reads.fill(0);
     }
 
     /// A barrier: every write so far is visible to every thread.

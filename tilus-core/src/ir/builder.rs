@@ -424,6 +424,11 @@ impl ProgramBuilder {
         });
     }
 
+    /// `tma_store_wait()`: the sources of the earlier `tma_store`s may be written again.
+    pub fn tma_store_wait(&mut self) {
+        self.instr(Instruction::TmaStoreWait);
+    }
+
     /// `tma_store(src, dst, offset)`: the shared tensor `src` to the tile at `offset` of `dst`
     /// through the copy engine.
     pub fn tma_store(&mut self, src: VarId, dst: VarId, dst_offset: Vec<Expr>) {

@@ -230,6 +230,7 @@ impl Program {
                 src_offset,
             } => format!("{name}({}, {}, {})", n(dst), n(src), list(src_offset)),
             Instruction::CopyAsyncWaitGroup { n: k } => format!("{name}({k})"),
+            Instruction::TmaStoreWait => format!("{name}()"),
             Instruction::TmaStore {
                 src,
                 dst,
@@ -489,6 +490,7 @@ impl Instruction {
             | Instruction::AllocateRegister { .. }
             | Instruction::CopyAsyncCommitGroup
             | Instruction::CopyAsyncWaitGroup { .. }
+            | Instruction::TmaStoreWait
             | Instruction::DotWait { .. }
             | Instruction::Mbarriers { .. }
             | Instruction::Synchronize

@@ -164,6 +164,7 @@ impl Instruction {
             | Instruction::DotWait { .. }
             | Instruction::TmaLoad { .. }
             | Instruction::TmaStore { .. }
+            | Instruction::TmaStoreWait
             | Instruction::MbarrierArrive { .. }
             | Instruction::MbarrierWait { .. }
             | Instruction::Synchronize

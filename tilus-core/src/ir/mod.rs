@@ -472,14 +472,18 @@ pub enum Instruction {
     /// The copy engine's store (`cp.async.bulk.tensor`, sm_90): the shared tensor `src` is
     /// copied to the tile of its shape at `dst_offset` of the global view `dst`; elements of
     /// the tile outside the view are not written. Every thread's earlier writes to `src` are
-    /// copied (the instruction synchronizes the block first), and when it ends `src` may be
-    /// written again (the copy engine has read it). The global writes land by the end of the
-    /// kernel at the latest: this kernel must not read them back.
+    /// copied (the instruction synchronizes the block first). The copy engine reads `src`
+    /// asynchronously: its bytes must not be written until a `tma_store_wait`. The global
+    /// writes land by the end of the kernel at the latest: this kernel must not read them
+    /// back.
     TmaStore {
         src: VarId,
         dst: VarId,
         dst_offset: Vec<Expr>,
     },
+    /// Wait until the copy engine has read the sources of every earlier `tma_store`, and
+    /// synchronize the block: those bytes may be written again.
+    TmaStoreWait,
     /// Every warp of the block arrives once on barrier `index` of `barrier`, after all of its
     /// threads' earlier memory accesses (so a barrier of `arrivals` = warps completes a phase
     /// when the whole block has arrived).

@@ -45,6 +45,7 @@ impl Instruction {
             Instruction::Mbarriers { .. } => Op::Mbarriers,
             Instruction::TmaLoad { .. } => Op::TmaLoad,
             Instruction::TmaStore { .. } => Op::TmaStore,
+            Instruction::TmaStoreWait => Op::TmaStoreWait,
             Instruction::MbarrierArrive { .. } => Op::MbarrierArrive,
             Instruction::MbarrierWait { .. } => Op::MbarrierWait,
             Instruction::Reduce { op, .. } => Op::Reduce(*op),

@@ -81,6 +81,7 @@ pub enum Op {
     Mbarriers,
     TmaLoad,
     TmaStore,
+    TmaStoreWait,
     MbarrierArrive,
     MbarrierWait,
     /// `sum`, `reduce_max`, ...: a register tensor and a constant dimension.
@@ -152,6 +153,7 @@ pub const INSTRUCTIONS: &[Syntax] = &[
     row!("mbarriers", Memory, 2..=2, "mbarriers(count, arrivals)", Op::Mbarriers),
     row!("tma_load", Memory, 5..=5, "tma_load(src, dst, [offset..], barriers, i)", Op::TmaLoad),
     row!("tma_store", Memory, 3..=3, "tma_store(src, dst, [offset..])", Op::TmaStore),
+    row!("tma_store_wait", Memory, 0..=0, "tma_store_wait()", Op::TmaStoreWait),
     row!("mbarrier_arrive", Memory, 2..=2, "mbarrier_arrive(barriers, i)", Op::MbarrierArrive),
     row!("mbarrier_wait", Memory, 3..=3, "mbarrier_wait(barriers, i, phase)", Op::MbarrierWait),
     row!("copy_async_commit_group" | "commit_group", Memory, 0..=0, "commit_group()", Op::CommitGroup),

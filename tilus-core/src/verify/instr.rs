@@ -549,6 +549,7 @@ impl<'p> Checker<'p> {
                 dst,
                 dst_offset,
             } => self.check_tma_store(*src, *dst, dst_offset, span),
+            Instruction::TmaStoreWait => self.needs_tma(span, "tma_store_wait"),
             Instruction::MbarrierArrive { barrier, index } => {
                 self.check_mbarrier_arrive(*barrier, index, span)
             }

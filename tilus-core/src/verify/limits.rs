@@ -379,6 +379,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         | Instruction::Mbarriers { .. }
         | Instruction::TmaLoad { .. }
         | Instruction::TmaStore { .. }
+        | Instruction::TmaStoreWait
         | Instruction::MbarrierArrive { .. }
         | Instruction::MbarrierWait { .. }
         | Instruction::Synchronize

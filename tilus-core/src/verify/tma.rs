@@ -1,5 +1,5 @@
 //! The tensor memory accelerator and transaction barriers of sm_90: `mbarriers`, `tma_load`,
-//! `mbarrier_arrive`, `mbarrier_wait`.
+//! `tma_store`, `tma_store_wait`, `mbarrier_arrive`, `mbarrier_wait`.
 //!
 //! Accepted when:
 //!
@@ -20,6 +20,9 @@
 //!   `swizzle(b, log2(128 / element bits), 3)` for `b` = 1, 2, 3 (32, 64 or 128-byte spans)
 //!   with an inner extent of exactly the span. `barriers` is an `mbarriers`
 //!   tensor and `i` an `i32`.
+//! - **`tma_store(src, dst, offset)`**: the rules of `tma_load` with the roles exchanged: `dst`
+//!   a global view of a *mutable* pointer parameter, `src` the shared box (no barrier). Target:
+//!   the TMA (sm_90), as for **`tma_store_wait()`**.
 //! - **`mbarrier_arrive(barriers, i)`**, **`mbarrier_wait(barriers, i, phase)`**: `barriers` an
 //!   `mbarriers` tensor, `i` and `phase` `i32`; a constant `i` is in range.
 //!
@@ -116,6 +119,16 @@ impl<'p> Checker<'p> {
             self.err(
                 span,
                 format!("{instr} needs the tensor memory accelerator and mbarriers of sm_90, which the target {arch} does not have\nhelp: compile for sm_90 (`target = sm90`)"),
+            );
+        }
+    }
+
+    pub(super) fn needs_tma(&mut self, span: SpanId, instr: &str) {
+        if !self.target.features.tma {
+            let arch = self.target.arch.name();
+            self.err(
+                span,
+                format!("{instr} needs the tensor memory accelerator of sm_90, which the target {arch} does not have\nhelp: compile for sm_90 (`target = sm90`)"),
             );
         }
     }
@@ -248,13 +261,7 @@ impl<'p> Checker<'p> {
         span: SpanId,
     ) {
         let instr = "tma_store";
-        if !self.target.features.tma {
-            let arch = self.target.arch.name();
-            self.err(
-                span,
-                format!("tma_store needs the tensor memory accelerator of sm_90, which the target {arch} does not have\nhelp: compile for sm_90 (`target = sm90`)"),
-            );
-        }
+        self.needs_tma(span, instr);
         for e in dst_offset {
             self.expect_expr(
                 e,
@@ -767,6 +774,19 @@ mod tests {
                 b.allocate_register("r", DType::F16, l, Some(0.0))
             }),
             "tma_store: the source `r` must be a shared tensor",
+        );
+        let mut b = ProgramBuilder::new("k", 128);
+        b.grid(vec![1.into()]);
+        b.tma_store_wait();
+        let msgs = verify(&b.finish(), &Target::SM80)
+            .err()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d.message)
+            .collect();
+        one(
+            msgs,
+            "tma_store_wait needs the tensor memory accelerator of sm_90",
         );
     }
 }

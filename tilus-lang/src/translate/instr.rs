@@ -577,6 +577,12 @@ impl Translator<'_, '_> {
                 b.tma_store(src, dst, offset);
                 Ok(Value::Unit)
             }
+            Op::TmaStoreWait => {
+                let site = self.site(c);
+                b.set_span(site);
+                b.tma_store_wait();
+                Ok(Value::Unit)
+            }
             Op::MbarrierArrive => {
                 let bars = self.tensor_arg(b, args[0], name, "barriers", Scope::Shared);
                 let index = self.scalar(b, args[1], ScalarType::I32);

@@ -58,6 +58,17 @@ static __device__ __forceinline__ void tilus_mbar_wait(uint32_t bar, uint32_t pa
 "#,
         );
     }
+    if stores {
+        s.push_str(
+            r#"
+// Wait until the copy engine has read the sources of this thread's bulk stores (their global
+// writes land by the kernel's end).
+static __device__ __forceinline__ void tilus_tma_store_wait() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+"#,
+        );
+    }
     for rank in 1..=5 {
         let params: Vec<String> = (0..rank).map(|j| format!("int c{j}")).collect();
         let args: Vec<String> = (0..rank).map(|j| format!(", \"r\"(c{j})")).collect();
@@ -79,13 +90,12 @@ static __device__ __forceinline__ void tilus_mbar_wait(uint32_t bar, uint32_t pa
         if used.contains(TMA_STORE_FEATURES[rank - 1]) {
             let regs: Vec<String> = (0..rank).map(|j| format!("%{}", j + 2)).collect();
             s.push_str(&format!(
-                "// Copy shared address `src` to the box at (c0 = innermost, ..) through tensor map `map`, and\n\
-                 // wait until the copy engine has read `src` (its global writes land by the kernel's end).\n\
+                "// Copy shared address `src` to the box at (c0 = innermost, ..) through tensor map `map`, in a\n\
+                 // bulk group of its own (`tilus_tma_store_wait` waits until the copy engine has read `src`).\n\
                  static __device__ __forceinline__ void tilus_tma_store_{rank}d(uint32_t src, const tilus_tensor_map* map, {}) {{\n\
                  \x20 asm volatile(\"cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [%1, {{{}}}], [%0];\\n\"\n\
                  \x20              :: \"r\"(src), \"l\"((uint64_t)map){} : \"memory\");\n\
                  \x20 asm volatile(\"cp.async.bulk.commit_group;\\n\" ::: \"memory\");\n\
-                 \x20 asm volatile(\"cp.async.bulk.wait_group.read 0;\\n\" ::: \"memory\");\n\
                  }}\n",
                 params.join(", "),
                 regs.join(", "),
@@ -339,9 +349,9 @@ pub(crate) fn tma_load(
 }
 
 /// Every thread fences its shared writes for the copy engine (the async proxy) and the block
-/// synchronizes; thread 0 issues the store, commits it and waits until the copy engine has
-/// read the box; the block synchronizes again, after which `src` may be written. The global
-/// writes are not waited for: they land by the kernel's end.
+/// synchronizes; thread 0 issues the store and commits it. The copy engine then reads `src`
+/// until a `tma_store_wait` (and thread 0 waits for it before the kernel ends, [`drain`]); the
+/// global writes land by the kernel's end.
 pub(crate) fn tma_store(
     cx: &mut Ctx,
     src: VarId,
@@ -365,8 +375,24 @@ pub(crate) fn tma_store(
         coords.join(", ")
     ));
     cx.w.close();
-    cx.w.line("__syncthreads();");
     Ok(())
+}
+
+/// `tma_store_wait`: thread 0 (which issued every store) waits for their reads, and the block
+/// synchronizes.
+pub(crate) fn tma_store_wait(cx: &mut Ctx) {
+    if cx.uses_tma_store {
+        cx.w.line(format!("if ({TID} == 0) tilus_tma_store_wait();"));
+    }
+    cx.w.line("__syncthreads();");
+}
+
+/// Before the kernel ends (or a thread returns): the block's shared memory must outlive the
+/// copy engine's reads of the `tma_store` sources, so thread 0 waits for them.
+pub(crate) fn drain(cx: &mut Ctx) {
+    if cx.uses_tma_store {
+        cx.w.line(format!("if ({TID} == 0) tilus_tma_store_wait();"));
+    }
 }
 
 pub(crate) fn arrive(cx: &mut Ctx, barriers: VarId, index: &Expr) -> Result<(), CodegenError> {

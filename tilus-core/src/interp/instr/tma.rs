@@ -4,8 +4,8 @@
 //! The block runs as one: a `tma_load` is issued once (one arrival on its barrier, its bytes in
 //! flight), `mbarrier_arrive` is one arrival per warp, and an `mbarrier_wait` whose phase has
 //! not completed can never complete, since no other part of the block runs meanwhile: that is
-//! reported as a deadlock. A `tma_store` is a barrier, the copy, and a barrier, as the
-//! generated code does it.
+//! reported as a deadlock. A `tma_store` is a barrier and the copy, whose source bytes stay in
+//! flight (writing them is an error) until a `tma_store_wait`, a barrier.
 
 use super::super::barrier::Barrier;
 use super::super::memory::{SharedView, Value};
@@ -94,8 +94,9 @@ impl Machine<'_> {
 
     /// The shared tensor `src` to the tile at `dst_offset` of the global view `dst`; elements
     /// outside the view are skipped. The block synchronizes before the copy (so every thread's
-    /// writes are in it) and after it (so `src` may be written again): reading an element
-    /// nobody wrote, or one a copy is still filling, is an error here as for any reader.
+    /// writes are in it); `src`'s bytes are then in flight until a `tma_store_wait`. Reading an
+    /// element nobody wrote, or one a copy is still filling, is an error here as for any
+    /// reader.
     pub(super) fn tma_store(
         &mut self,
         block: &mut Block,
@@ -124,8 +125,7 @@ impl Machine<'_> {
         let mut index = offset.clone();
         for flat in 0..shape.iter().product::<usize>() {
             let tile = unravel(flat, shape);
-            // The issuing thread is thread 0; after the barrier any thread may read.
-            let code = block.shared.read(0, &view, &name, &tile)?;
+            let code = block.shared.store_read(&view, &name, &tile)?;
             for (d, x) in tile.iter().enumerate() {
                 index[lead + d] = offset[lead + d].saturating_add(*x as i64);
             }
@@ -133,7 +133,6 @@ impl Machine<'_> {
                 .write(&global, &index, code)
                 .map_err(|e| format!("`{}`{index:?} cannot be written: {e}", self.name(dst)))?;
         }
-        block.shared.synchronize();
         Ok(())
     }
 
