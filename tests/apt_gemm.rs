@@ -443,10 +443,21 @@ fn bgmma_matches_the_one_bit_gemm() {
                 assert_eq!((a, bm), (8, 128), "W{w}A{a} BM={bm} BN={bn}");
                 continue;
             };
-            let (y2, acc2) = layer.forward_cpu_bgmma(&x, m, cfg).unwrap();
-            let tag = format!("W{w}A{a} m={m} BM={bm} BN={bn} WGN={wgn}");
-            assert_eq!(acc2, acc1, "{tag}: products");
-            assert_eq!(bits(&y2), bits(&y1), "{tag}: output bits");
+            // The threads' stores, and the copy engine's in boxes of up to 64 columns where a
+            // warpgroup has 16 (whatever the rule picks for the width).
+            assert_eq!(cfg.STORE_BOX, 0);
+            let hn = bn / wgn;
+            let boxed = if hn >= 16 { hn.min(64) } else { 0 };
+            for store_box in [0, boxed] {
+                let cfg = tilus::kernels::apt::kernel::apt_gemm_bgmma::Config {
+                    STORE_BOX: store_box,
+                    ..cfg
+                };
+                let (y2, acc2) = layer.forward_cpu_bgmma(&x, m, cfg).unwrap();
+                let tag = format!("W{w}A{a} m={m} BM={bm} BN={bn} WGN={wgn} STORE_BOX={store_box}");
+                assert_eq!(acc2, acc1, "{tag}: products");
+                assert_eq!(bits(&y2), bits(&y1), "{tag}: output bits");
+            }
         }
     }
 }
@@ -483,6 +494,21 @@ fn bgmma_rule() {
     assert_eq!(rule(1, 2, 1, 8192), (64, 128, 2));
     assert_eq!(rule(1, 2, 1, 4096), (64, 64, 1));
     assert_eq!(rule(2, 2, 1, 14336), (64, 128, 2));
+    // The copy engine stores the outputs from 64 tokens and 4 plane pairs, in boxes of up to
+    // 64 columns of a warpgroup's at least 16.
+    let store = |w, a, m, n| {
+        let layer = AptLinear::new(&random(256 * n), 256, n, w, a, None).unwrap();
+        layer.bgmma_config(m, false).STORE_BOX
+    };
+    assert_eq!(store(2, 2, 64, 14336), 64);
+    assert_eq!(store(1, 2, 64, 14336), 0);
+    assert_eq!(store(1, 4, 64, 14336), 64);
+    assert_eq!(store(2, 2, 64, 4096), 32);
+    assert_eq!(store(2, 2, 63, 4096), 0);
+    assert_eq!(store(2, 2, 1, 14336), 0);
+    assert_eq!(store(3, 4, 16, 1024), 0);
+    assert_eq!(store(3, 4, 300, 1024), 16);
+    assert_eq!(store(2, 2, 300, 1024), 32);
     // Past 192 accumulators a thread: refused.
     let w3a4 = AptLinear::new(&random(256 * 64), 256, 64, 3, 4, None).unwrap();
     assert!(w3a4.bgmma_tiles(64, 64, 2, false).is_some());

@@ -1475,7 +1475,8 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         kernels.push((format!("gemm_tma_e5m2_{cfg}"), gemm_tma_e5m2::program(cfg)));
     }
     // APT's bit planes on the 1-bit warpgroup MMA (BGMMA), copied as bits by the copy engine:
-    // the layer's rule for W2A2 at 64 and 256 tokens, W1A2, and W3A4's 12 plane pairs.
+    // the layer's rule for W2A2 at 64 and 256 tokens (outputs stored by the copy engine), W1A2,
+    // and W3A4's 12 plane pairs.
     {
         use tilus::kernels::apt::{kernel::apt_gemm_bgmma, AptLinear};
         for (w, a, m) in [(2, 2, 64), (2, 2, 256), (1, 2, 64), (3, 4, 64)] {
@@ -1485,7 +1486,13 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             // of 192 accumulator registers.
             let c = layer.bgmma_columns(192) as i32;
             let wide = layer.bgmma_tiles(64, 2 * c, 2, false).unwrap();
-            for cfg in [rule, wide] {
+            // And the widest with the outputs through the copy engine, where the rule would.
+            let boxed = layer.bgmma_store(wide, 64);
+            let mut cfgs = vec![rule, wide];
+            if boxed != wide {
+                cfgs.push(boxed);
+            }
+            for cfg in cfgs {
                 kernels.push((
                     format!("apt_gemm_bgmma_{cfg}").replace([',', '='], "_"),
                     apt_gemm_bgmma::program(&cfg).ok(),
@@ -1538,6 +1545,14 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         // before it reads the activations.
         if name.starts_with("apt_gemm_bgmma") {
             assert_eq!(count("ACQBULK"), 1, "{name}: griddepcontrol.wait");
+            // Outputs through the copy engine (UTMASTG) where the rule gives them to it.
+            let boxed = !name.ends_with("STORE_BOX_0");
+            assert_eq!(
+                count("UTMASTG") > 0,
+                boxed,
+                "{name}: {} UTMASTG",
+                count("UTMASTG")
+            );
         }
         // The copy-engine kernels: the dense GEMM's, and the warpgroup gemv's tiles of at most
         // 256 columns.

@@ -413,10 +413,19 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
         // The layer's forward (the rule's tiles on sm_90a): the same bits.
         let yf = gpu.forward(&xd, m).unwrap().to_host().unwrap();
         assert_eq!(bits(&yf), bits(&y), "W{w}A{a}: forward");
+        // Round 0 the rule's tiles with the outputs through the copy engine where a warpgroup
+        // has 16 columns (whatever the rule picks for the width), round 1 the threads storing.
+        let hn = cfg.BN / cfg.WGN;
+        let boxed = if hn >= 16 { hn.min(64) } else { 0 };
         for round in 0..2 {
             let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
             let mut ab = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
-            gpu.gemm_bgmma_into(&act, &mut yb, Some(&mut ab)).unwrap();
+            let cfg = tilus::kernels::apt::kernel::apt_gemm_bgmma::Config {
+                STORE_BOX: if round == 0 { boxed } else { 0 },
+                ..cfg
+            };
+            gpu.gemm_bgmma_with(&act, &mut yb, Some(&mut ab), cfg, false)
+                .unwrap();
             assert_eq!(
                 ab.to_host().unwrap(),
                 acc,

@@ -213,6 +213,7 @@ pub fn bench_apt(
             let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
                 continue;
             };
+            let cfg = layer.bgmma_store(cfg, m);
             // A tiling the kernel refuses is reported and skipped, not the point.
             let t = match time_launches(ctx, flush, runs, || {
                 gpu.quantize_into(&xd, &mut act).map_err(err)?;
@@ -276,10 +277,32 @@ pub fn bench_apt(
                 gpu.gemm_bgmma_with(&act, &mut y, None, cfg, true)
                     .map_err(err)
             })?;
-            eprintln!(
+            // The outputs' other store: the threads' where the rule gives them to the copy
+            // engine, else the copy engine's (in boxes of up to 64 columns) where the tiles
+            // allow it.
+            let hn = cfg.BN / cfg.WGN;
+            let (other, by) = if cfg.STORE_BOX > 0 {
+                (0, "the threads")
+            } else {
+                (hn.min(64) * (hn >= 16) as i32, "the copy engine")
+            };
+            let mut line = format!(
                 "W{wbits}A{abits} m={m} {n}x{k} layer (bgmma {cfg}): {:.1} us dependent, {:.1} us ordinary",
                 t.median_us, serial.median_us
             );
+            if other != cfg.STORE_BOX {
+                let cfg = super::kernel::apt_gemm_bgmma::Config {
+                    STORE_BOX: other,
+                    ..cfg
+                };
+                let o = time_launches(ctx, flush, runs, || {
+                    gpu.quantize_into(&xd, &mut act).map_err(err)?;
+                    gpu.gemm_bgmma_with(&act, &mut y, None, cfg, true)
+                        .map_err(err)
+                })?;
+                line += &format!(", {:.1} us with the outputs stored by {by}", o.median_us);
+            }
+            eprintln!("{line}");
             t
         }
         AptPath::Bgmma(_) => unfused,

@@ -131,6 +131,22 @@ mod kernels {
         fa: Tensor,
         fw: Tensor,
     ) {
+        let out = apt_outputs(x, row0, col0, sa, sw, fa, fw);
+        store_global(out, view_global(y, [m, n]), [row0, col0]);
+    }
+
+    /// The f16 outputs of [`apt_finish_with`] (the i32 products stored with `STORE_ACC = 1`),
+    /// for the caller to store.
+    #[helper]
+    fn apt_outputs(
+        x: Tensor,
+        row0: i32,
+        col0: i32,
+        sa: Tensor,
+        sw: Tensor,
+        fa: Tensor,
+        fw: Tensor,
+    ) -> Tensor {
         let ma = (1 << ABITS) - 1;
         let mw = (1 << WBITS) - 1;
         let d = x * 4 - sw * (2 * ma) - sa * (2 * mw) + k * (ma * mw);
@@ -138,7 +154,7 @@ mod kernels {
             store_global(d, view_global(acc_out, [m, n]), [row0, col0]);
         }
         let out = cast::<f32>(d) * fa * fw;
-        store_global(cast::<f16>(out), view_global(y, [m, n]), [row0, col0]);
+        cast::<f16>(out)
     }
 
     #[tilus::kernel(
@@ -413,6 +429,14 @@ mod kernels {
     /// wgmma runs at 8 times the integer one's bit rate (H200: 15.2 P bit-ops/s against 1.9
     /// POPS for `u8`), and the planes are `bits / 8` of the code bytes [`apt_gemm_igmma`]
     /// reads. `k` a multiple of 128 (16-byte rows).
+    ///
+    /// With `STORE_BOX` of 16, 32 or 64 the f16 outputs go through a shared tile (`BM · BN`
+    /// halves beside the ring, which the planner keeps alive to the end: a refill's copy could
+    /// be in flight after the loop as far as it can tell) in boxes of `STORE_BOX` columns,
+    /// swizzled to the box's width, and the copy engine stores them (`tma_store`): whole lines
+    /// instead of each warp's 16-byte pieces of eight rows, and the block exits without
+    /// draining its stores. It divides a warpgroup's columns; `n` a multiple of 8 (16-byte
+    /// rows for the tensor map). With 0 the threads store their fragments directly.
     #[tilus::kernel(
     lazy,
     grid = [cdiv(n, BN) * cdiv(m, BM)],
@@ -426,6 +450,7 @@ mod kernels {
         STAGES = [4, 3, 2],
         GROUP = [8],
         STORE_ACC = [0, 1],
+        STORE_BOX = [0, 16],
     ),
 )]
     #[allow(clippy::too_many_arguments)]
@@ -438,6 +463,7 @@ mod kernels {
         const STAGES: i32,
         const GROUP: i32,
         const STORE_ACC: i32,
+        const STORE_BOX: i32,
     >(
         m: i32,
         n: i32,
@@ -548,7 +574,32 @@ mod kernels {
         let s = arange(layout!(local(ABITS * WBITS, 1, 1)), 0, 0);
         let shift = s % WBITS + s / WBITS;
         let x = view::<i32>(sum(pairs << shift, 0), lc);
-        apt_finish_with(x, lc, bi * BM, bj * BN, sa_rows, sw_cols, fa_rows, fw_cols);
+        if STORE_BOX > 0 {
+            let out = apt_outputs(x, bi * BM, bj * BN, sa_rows, sw_cols, fa_rows, fw_cols);
+            // Box b holds columns [b, b + 1) · STORE_BOX of the block: warpgroup h's
+            // `hn / STORE_BOX` boxes in order, each 8-column fragment group `j` of `lc` going
+            // to box `j / (STORE_BOX / 8)` (the same registers, viewed three-dimensionally).
+            let boxes = WGN * hn / STORE_BOX;
+            let so = shared::<f16>([boxes, BM, STORE_BOX], swizzle(STORE_BOX / 32 + 1, 3, 3));
+            let lb = layout!(
+                spatial(WGN, BM / 64, 1)
+                    .local(hn / STORE_BOX, 1, 1)
+                    .spatial(1, 4, 1)
+                    .local(1, 1, STORE_BOX / 8)
+                    .mma_c
+            );
+            store_shared(view::<f16>(out, lb), so, [0, 0, 0]);
+            #[unroll]
+            for b in 0..boxes {
+                tma_store(
+                    slice_shared(so, [b, 0, 0], [BM, STORE_BOX]),
+                    view_global(y, [m, n]),
+                    [bi * BM, bj * BN + b * STORE_BOX],
+                );
+            }
+        } else {
+            apt_finish_with(x, lc, bi * BM, bj * BN, sa_rows, sw_cols, fa_rows, fw_cols);
+        }
     }
 
     /// The activation quantizer: per token (row of `x[m, k]`, f16), `scale = max(amax, 2^-100) /

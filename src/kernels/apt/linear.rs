@@ -525,9 +525,11 @@ impl AptLinear {
             } else {
                 (if m >= 128 { 128 } else { 64 }, (c / 2).max(8), 1)
             };
-        self.bgmma_tiles(bm, bn as i32, wgn, store_acc)
+        let cfg = self
+            .bgmma_tiles(bm, bn as i32, wgn, store_acc)
             .or_else(|| self.bgmma_tiles(64, bn as i32, wgn, store_acc))
-            .expect("64 rows of 8 planes and 256 columns of 8 fit two stages")
+            .expect("64 rows of 8 planes and 256 columns of 8 fit two stages");
+        self.bgmma_store(cfg, m)
     }
 
     /// The columns per plane whose accumulators fill at most `registers` of a warpgroup's
@@ -543,7 +545,8 @@ impl AptLinear {
     /// thread would hold more than 192 accumulators (`ABITS · WBITS · bn / wgn / 2`; the
     /// widest that compiled without spills), or where the block would have more than two
     /// warpgroups (at 512 threads a thread has 128 registers, fewer than the accumulators and
-    /// the wgmma pipeline need: ptxas serializes).
+    /// the wgmma pipeline need: ptxas serializes). The threads store the outputs (`STORE_BOX =
+    /// 0`; [`Self::bgmma_store`] gives them to the copy engine).
     pub fn bgmma_tiles(
         &self,
         bm: i32,
@@ -566,8 +569,35 @@ impl AptLinear {
                 STAGES: stages.min(4) as i32,
                 GROUP: 8,
                 STORE_ACC: store_acc as i32,
+                STORE_BOX: 0,
             },
         )
+    }
+
+    /// `cfg` with the outputs of `m` tokens stored by the copy engine where that measured
+    /// faster: from [`BGMMA_STORE_MIN_M`] tokens and 4 plane pairs, in boxes of up to 64
+    /// columns (128 bytes, the widest swizzle) where a warpgroup has at least 16 columns;
+    /// otherwise unchanged. (A layer's `n` is a multiple of 8, so `y`'s rows are whole 16-byte
+    /// units, as tensor maps need.)
+    ///
+    /// H200, session 37, the layer with the quantizer, the copy engine's stores against the
+    /// threads' in the same run: W2A2 at 64 tokens no slower on the six paper shapes (14336 x
+    /// 4096 12.6 against 12.8 us, 11.5 against 11.8 in another run; 4096 x 14336 13.8 / 14.2;
+    /// 4096 x 4096 8.7 / 9.0; the three smallest equal); W1A2 (2 pairs) faster only at
+    /// 14336 x 4096 (9.8 / 10.1) and 0.2 to 0.6 us slower on the other five; one token 0.8 to
+    /// 1.2 us slower on the six mid-size layers of [`Self::bgmma_decodes`] (W2A2 14336 x 4096
+    /// 12.1 against 10.9), where 63 of a box's 64 rows are padding the threads never store.
+    pub fn bgmma_store(&self, cfg: apt_gemm_bgmma::Config, m: usize) -> apt_gemm_bgmma::Config {
+        let hn = cfg.BN / cfg.WGN;
+        let pairs = cfg.WBITS * cfg.ABITS;
+        apt_gemm_bgmma::Config {
+            STORE_BOX: if m >= BGMMA_STORE_MIN_M && pairs >= 4 && hn >= 16 {
+                hn.min(64)
+            } else {
+                0
+            },
+            ..cfg
+        }
     }
 
     /// The fused decode configuration for `m` tokens, if the layer runs one.
@@ -706,6 +736,10 @@ pub const BGMMA_MAX_PAIRS: usize = 4;
 /// ([`AptLinear::bgmma_decodes`]): from 8192 its blocks fill the multiprocessors, past 16384
 /// the popc kernel's single launch streams the weight faster.
 pub const BGMMA_DECODE_N: std::ops::RangeInclusive<usize> = 8192..=16384;
+
+/// The fewest tokens for which [`AptLinear::bgmma_store`] gives the outputs of
+/// [`apt_gemm_bgmma`] to the copy engine (measured at 1 and 64 tokens: slower at one).
+pub const BGMMA_STORE_MIN_M: usize = 64;
 
 /// The longest reduction on which one token takes the 1-bit warpgroup MMA
 /// ([`AptLinear::bgmma_decodes`]): a block walks all of `k` through its ring, and on
