@@ -1,5 +1,5 @@
-//! `mbarriers`, `tma_load`, `tma_store`, `mbarrier_arrive`, `mbarrier_wait` (sm_90; rules and semantics in
-//! `crate::verify::tma` and `crate::ir::Instruction`).
+//! `mbarriers`, `tma_load`, `tma_store`, `tma_store_wait`, `mbarrier_arrive`, `mbarrier_wait`
+//! (sm_90; rules and semantics in `crate::verify::tma` and `crate::ir::Instruction`).
 //!
 //! - `mbarriers`: thread 0 initialises each barrier (`mbarrier.init`), fences the initialisation
 //!   for the copy engine (`fence.mbarrier_init`), and the block synchronizes.
@@ -11,8 +11,9 @@
 //! - `tma_store`: every thread fences its shared writes for the copy engine
 //!   (`fence.proxy.async.shared::cta`) and the block synchronizes; thread 0 issues
 //!   `cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group` through the same kind of
-//!   tensor map, commits it and waits for its reads (`cp.async.bulk.wait_group.read 0`); the
-//!   block synchronizes again.
+//!   tensor map and commits it. `tma_store_wait`: thread 0 waits for the reads
+//!   (`cp.async.bulk.wait_group.read 0`) and the block synchronizes; thread 0 also waits so
+//!   before the block ends ([`drain`]).
 //! - `mbarrier_arrive`: each warp converges (`__syncwarp`, which orders its threads' accesses
 //!   before lane 0's) and lane 0 arrives.
 //! - `mbarrier_wait`: every thread spins on `mbarrier.try_wait.parity`.
@@ -175,8 +176,9 @@ pub(crate) fn mbarriers(
     Ok(())
 }
 
-/// The tensor-map parameter for copies from or to `src` in boxes of `dst`'s shape with `swizzle`,
-/// added to the kernel's parameters on first use.
+/// The tensor-map parameter for copies from or to the global view `src` in boxes of
+/// `box_shape` laid out in shared memory with `swizzle`, added to the kernel's parameters on
+/// first use.
 fn tensor_map(
     cx: &mut Ctx,
     src: VarId,
