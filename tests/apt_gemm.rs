@@ -446,8 +446,8 @@ fn bgmma_matches_the_one_bit_gemm() {
             // The threads' stores, and the copy engine's in boxes of up to 64 columns where a
             // warpgroup has 16 (whatever the rule picks for the width).
             assert_eq!(cfg.STORE_BOX, 0);
-            let hn = bn / wgn;
-            let boxed = if hn >= 16 { hn.min(64) } else { 0 };
+            let boxed = tilus::kernels::apt::linear::bgmma_store_box(&cfg);
+            assert_eq!(boxed > 0, bn / wgn >= 16, "{cfg}");
             for store_box in [0, boxed] {
                 let cfg = tilus::kernels::apt::kernel::apt_gemm_bgmma::Config {
                     STORE_BOX: store_box,

@@ -415,8 +415,7 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
         assert_eq!(bits(&yf), bits(&y), "W{w}A{a}: forward");
         // Round 0 the rule's tiles with the outputs through the copy engine where a warpgroup
         // has 16 columns (whatever the rule picks for the width), round 1 the threads storing.
-        let hn = cfg.BN / cfg.WGN;
-        let boxed = if hn >= 16 { hn.min(64) } else { 0 };
+        let boxed = tilus::kernels::apt::linear::bgmma_store_box(&cfg);
         for round in 0..2 {
             let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
             let mut ab = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();

@@ -280,11 +280,10 @@ pub fn bench_apt(
             // The outputs' other store: the threads' where the rule gives them to the copy
             // engine, else the copy engine's (in boxes of up to 64 columns) where the tiles
             // allow it.
-            let hn = cfg.BN / cfg.WGN;
             let (other, by) = if cfg.STORE_BOX > 0 {
                 (0, "the threads")
             } else {
-                (hn.min(64) * (hn >= 16) as i32, "the copy engine")
+                (super::linear::bgmma_store_box(&cfg), "the copy engine")
             };
             let mut line = format!(
                 "W{wbits}A{abits} m={m} {n}x{k} layer (bgmma {cfg}): {:.1} us dependent, {:.1} us ordinary",

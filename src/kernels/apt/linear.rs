@@ -588,11 +588,10 @@ impl AptLinear {
     /// 1.2 us slower on the six mid-size layers of [`Self::bgmma_decodes`] (W2A2 14336 x 4096
     /// 12.1 against 10.9), where 63 of a box's 64 rows are padding the threads never store.
     pub fn bgmma_store(&self, cfg: apt_gemm_bgmma::Config, m: usize) -> apt_gemm_bgmma::Config {
-        let hn = cfg.BN / cfg.WGN;
         let pairs = cfg.WBITS * cfg.ABITS;
         apt_gemm_bgmma::Config {
-            STORE_BOX: if m >= BGMMA_STORE_MIN_M && pairs >= 4 && hn >= 16 {
-                hn.min(64)
+            STORE_BOX: if m >= BGMMA_STORE_MIN_M && pairs >= 4 {
+                bgmma_store_box(&cfg)
             } else {
                 0
             },
@@ -736,6 +735,18 @@ pub const BGMMA_MAX_PAIRS: usize = 4;
 /// ([`AptLinear::bgmma_decodes`]): from 8192 its blocks fill the multiprocessors, past 16384
 /// the popc kernel's single launch streams the weight faster.
 pub const BGMMA_DECODE_N: std::ops::RangeInclusive<usize> = 8192..=16384;
+
+/// The `STORE_BOX` with which [`apt_gemm_bgmma`] in `cfg`'s tiles can give its outputs to the
+/// copy engine: boxes of up to 64 columns (128 bytes, the widest swizzle) of a warpgroup's
+/// at least 16, else 0 (the threads store them).
+pub fn bgmma_store_box(cfg: &apt_gemm_bgmma::Config) -> i32 {
+    let hn = cfg.BN / cfg.WGN;
+    if hn >= 16 {
+        hn.min(64)
+    } else {
+        0
+    }
+}
 
 /// The fewest tokens for which [`AptLinear::bgmma_store`] gives the outputs of
 /// [`apt_gemm_bgmma`] to the copy engine (measured at 1 and 64 tokens: slower at one).

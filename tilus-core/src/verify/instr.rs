@@ -57,7 +57,7 @@ impl<'p> Checker<'p> {
         )
     }
 
-    fn shared_op(
+    pub(super) fn shared_op(
         &mut self,
         v: VarId,
         span: SpanId,
@@ -67,7 +67,7 @@ impl<'p> Checker<'p> {
         self.operand(v, span, instr, role, "a shared tensor", VarType::as_shared)
     }
 
-    fn global(
+    pub(super) fn global(
         &mut self,
         v: VarId,
         span: SpanId,

@@ -234,21 +234,8 @@ impl<'p> Checker<'p> {
                 "an offset of tma_load (tensor-map coordinates are i32)",
             );
         }
-        let g = self.global_for_tma(src, span, instr, "source");
-        let d = self.use_var(dst, span).and_then(VarType::as_shared);
-        if d.is_none()
-            && self
-                .p
-                .vars
-                .get(dst.0 as usize)
-                .is_some_and(|v| v.ty != VarType::Unknown)
-        {
-            let msg = format!(
-                "tma_load: the destination {} must be a shared tensor",
-                self.name(dst)
-            );
-            self.err(span, msg);
-        }
+        let g = self.global_for_tma(src, span, instr, "the source");
+        let d = self.shared_op(dst, span, instr, "the destination");
         let (Some(g), Some(d)) = (g, d) else { return };
         self.check_tma_box(instr, src, g, dst, d, src_offset, span);
     }
@@ -270,7 +257,7 @@ impl<'p> Checker<'p> {
                 "an offset of tma_store (tensor-map coordinates are i32)",
             );
         }
-        let g = self.global_for_tma(dst, span, instr, "destination");
+        let g = self.global_for_tma(dst, span, instr, "the destination");
         if let Some(g) = g.filter(|g| !g.mutable) {
             let msg = format!(
                 "tma_store: {} is a view of read-only pointer {}; stores need a mutable pointer",
@@ -279,26 +266,13 @@ impl<'p> Checker<'p> {
             );
             self.err(span, msg);
         }
-        let s = self.use_var(src, span).and_then(VarType::as_shared);
-        if s.is_none()
-            && self
-                .p
-                .vars
-                .get(src.0 as usize)
-                .is_some_and(|v| v.ty != VarType::Unknown)
-        {
-            let msg = format!(
-                "tma_store: the source {} must be a shared tensor",
-                self.name(src)
-            );
-            self.err(span, msg);
-        }
+        let s = self.shared_op(src, span, instr, "the source");
         let (Some(g), Some(s)) = (g, s) else { return };
         self.check_tma_box(instr, dst, g, src, s, dst_offset, span);
     }
 
-    /// The global side of a copy through a tensor map (`role`: "source" or "destination"):
-    /// a view of a pointer parameter whose extents the launcher can evaluate.
+    /// The global side of a copy through a tensor map (`role`: "the source" or "the
+    /// destination"): a view of a pointer parameter whose extents the launcher can evaluate.
     fn global_for_tma(
         &mut self,
         v: VarId,
@@ -306,22 +280,12 @@ impl<'p> Checker<'p> {
         instr: &str,
         role: &str,
     ) -> Option<&'p GlobalType> {
-        let ty = self.use_var(v, span)?;
-        let Some(g) = ty.as_global() else {
-            if *ty != VarType::Unknown {
-                let msg = format!(
-                    "{instr}: the {role} {} must be a global tensor",
-                    self.name(v)
-                );
-                self.err(span, msg);
-            }
-            return None;
-        };
+        let g = self.global(v, span, instr, role)?;
         let p = self.p;
         let is_param = |v: VarId| p.params.iter().any(|q| q.var == v);
         if !is_param(g.ptr) {
             let msg = format!(
-                "{instr}: the {role} {} must view a pointer parameter (the launcher builds its tensor map from the argument); scratch tensors from allocate_global cannot be copied with {instr}",
+                "{instr}: {role} {} must view a pointer parameter (the launcher builds its tensor map from the argument); scratch tensors from allocate_global cannot be copied with {instr}",
                 self.name(v)
             );
             self.err(span, msg);

@@ -70,18 +70,9 @@ impl Machine<'_> {
     ) -> Result<(), String> {
         let addr = self.barrier_addr(block, barriers, index)?;
         let view = self.shared(block, dst)?;
-        // Sub-byte elements go through the copy engine as bytes: the innermost coordinate is
-        // a whole byte (the code generator divides it).
-        let per_byte = 8 / view.dtype.bits().min(8) as i32;
-        if let (true, Some(inner)) = (per_byte > 1, src_offset.last()) {
+        if let Some(inner) = src_offset.last() {
             let x = self.eval_i32(inner, block, "tma_load offset")?;
-            if x % per_byte != 0 {
-                return Err(format!(
-                    "tma_load: the innermost offset {x} into `{}` is not a whole byte of {} elements (a multiple of {per_byte})",
-                    self.name(src),
-                    view.dtype
-                ));
-            }
+            self.whole_byte("tma_load", src, view.dtype, i64::from(x))?;
         }
         let codes = self.copy_source(block, src, &view, src_offset)?;
         let name = self.name(dst).to_string();
@@ -107,16 +98,8 @@ impl Machine<'_> {
         let view = self.shared(block, src)?;
         let global = self.global(block, dst)?;
         let offset = self.global_offsets(block, dst_offset)?;
-        // Sub-byte elements go through the copy engine as bytes, as in `tma_load`.
-        let per_byte = 8 / view.dtype.bits().min(8) as i64;
-        if let (true, Some(&x)) = (per_byte > 1, offset.last()) {
-            if x % per_byte != 0 {
-                return Err(format!(
-                    "tma_store: the innermost offset {x} into `{}` is not a whole byte of {} elements (a multiple of {per_byte})",
-                    self.name(dst),
-                    view.dtype
-                ));
-            }
+        if let Some(&x) = offset.last() {
+            self.whole_byte("tma_store", dst, view.dtype, x)?;
         }
         block.shared.synchronize();
         let name = self.name(src).to_string();
@@ -132,6 +115,19 @@ impl Machine<'_> {
             self.globals
                 .write(&global, &index, code)
                 .map_err(|e| format!("`{}`{index:?} cannot be written: {e}", self.name(dst)))?;
+        }
+        Ok(())
+    }
+
+    /// Sub-byte elements go through the copy engine as bytes: the innermost coordinate `x`
+    /// into global `g` is a whole byte (the code generator divides it).
+    fn whole_byte(&self, instr: &str, g: VarId, dtype: DType, x: i64) -> Result<(), String> {
+        let per_byte = 8 / i64::from(dtype.bits().min(8));
+        if x % per_byte != 0 {
+            return Err(format!(
+                "{instr}: the innermost offset {x} into `{}` is not a whole byte of {dtype} elements (a multiple of {per_byte})",
+                self.name(g)
+            ));
         }
         Ok(())
     }
