@@ -1463,6 +1463,16 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::gemm_tma_bf16::program(cfg),
         ));
     }
+    // The persistent GEMM: its tiles' epilogues stored by the copy engine.
+    for cfg in tilus::kernels::gemm::gemm_persistent_f16::SPACE
+        .iter()
+        .step_by(2)
+    {
+        kernels.push((
+            format!("gemm_persistent_f16_{cfg}"),
+            tilus::kernels::gemm::gemm_persistent_f16::program(cfg),
+        ));
+    }
     // The 8-bit operands: IGMMA for i8, QGMMA for fp8 (below).
     {
         use tilus::kernels::gemm::{gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_i8};
@@ -1550,6 +1560,14 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             assert_eq!(
                 count("UTMASTG") > 0,
                 boxed,
+                "{name}: {} UTMASTG",
+                count("UTMASTG")
+            );
+        }
+        // The persistent GEMM stores a tile's `BN / 64` boxes through the copy engine.
+        if name.starts_with("gemm_persistent") {
+            assert!(
+                count("UTMASTG") >= 2,
                 "{name}: {} UTMASTG",
                 count("UTMASTG")
             );

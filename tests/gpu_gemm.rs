@@ -190,6 +190,99 @@ fn gpu_tma_gemm_matches_f64_reference() {
     assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 136.0));
 }
 
+/// The persistent GEMM on the device's multiprocessors and on 5 workers (many tiles a block,
+/// the ring running across tile boundaries): within f16 (bf16) rounding of f64 at ragged `m`,
+/// the output poisoned, and bit for bit the one-tile-per-block kernel of the same tile (both
+/// issue the same wgmmas per tile). An `n` whose rows are not whole 16-byte units is refused
+/// naming `c` (the output's tensor map), and the context still works.
+#[test]
+fn gpu_persistent_gemm_matches_f64_and_the_one_tile_kernel() {
+    use tilus::kernels::gemm::{gemm_persistent_bf16, gemm_persistent_f16};
+    let test = "gpu_persistent_gemm_matches_f64_and_the_one_tile_kernel";
+    let Some(ctx) = common::gpu_context(test, Context::builder(0).no_disk_cache()) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!(
+            "SKIPPED {test}: wgmma needs sm_90a, the device is {}",
+            ctx.arch()
+        );
+        return;
+    }
+    let sms = ctx.device().multiprocessors as i32;
+    macro_rules! check {
+        ($t:ty, $kernel:ident, $one_tile:ident, $tol:expr) => {{
+            let mut rng = rand::rng();
+            for (m, n, k) in SHAPES {
+                let a: Vec<$t> = (0..m * k)
+                    .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
+                    .collect();
+                let b: Vec<$t> = (0..n * k)
+                    .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
+                    .collect();
+                let want = reference(
+                    &a.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+                    &b.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+                    m,
+                    n,
+                    k,
+                );
+                let (da, db) = (
+                    DeviceBuffer::from_host(&ctx, &a).unwrap(),
+                    DeviceBuffer::from_host(&ctx, &b).unwrap(),
+                );
+                let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+                for cfg in $kernel::SPACE {
+                    let one = $one_tile::SPACE
+                        .iter()
+                        .find(|c| c.BM == cfg.BM && c.BN == cfg.BN && c.STAGES == cfg.STAGES)
+                        .unwrap();
+                    let mut dc = DeviceBuffer::from_host(&ctx, &vec![<$t>::NAN; m * n]).unwrap();
+                    $one_tile::launch(&ctx, one, mi, ni, ki, &da, &db, &mut dc).unwrap();
+                    let one_tile = dc.to_host().unwrap();
+                    for workers in [sms, 5] {
+                        let mut dc =
+                            DeviceBuffer::from_host(&ctx, &vec![<$t>::NAN; m * n]).unwrap();
+                        $kernel::launch(&ctx, cfg, mi, ni, ki, workers, &da, &db, &mut dc)
+                            .unwrap_or_else(|e| panic!("{cfg} {m}x{n}x{k}: {e}"));
+                        let host = dc.to_host().unwrap();
+                        let got: Vec<f64> = host.iter().map(|x| x.to_f64()).collect();
+                        let e = rel_err(&got, &want);
+                        let what =
+                            format!("{} {cfg} {m}x{n}x{k}, {workers} workers", stringify!($t));
+                        assert!(e < $tol, "{what}: relative error {e}");
+                        let same = host
+                            .iter()
+                            .zip(&one_tile)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "{what}: differs from {one}");
+                        eprintln!("{what}: ok, relative error {e:.2e}, as {one}");
+                    }
+                }
+            }
+        }};
+    }
+    check!(f16, gemm_persistent_f16, gemm_tma_f16, 5e-3);
+    check!(bf16, gemm_persistent_bf16, gemm_tma_bf16, 2e-2);
+
+    // Rows of 100 outputs are 200 bytes: not a tensor map's row.
+    let (m, n, k) = (64, 100, 136);
+    let a = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; n * k]).unwrap();
+    let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).unwrap();
+    let cfg = &gemm_persistent_f16::SPACE[0];
+    let (mi, ki) = (m as i32, k as i32);
+    let e = gemm_persistent_f16::launch(&ctx, cfg, mi, n as i32, ki, sms, &a, &b, &mut c)
+        .expect_err("n = 100 must be refused");
+    assert!(e.to_string().contains("`c`"), "{e}");
+    eprintln!("n = 100 refused: {e}");
+    let n = 104;
+    let b = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; n * k]).unwrap();
+    let mut c = DeviceBuffer::<f16>::zeros(&ctx, m * n).unwrap();
+    gemm_persistent_f16::launch(&ctx, cfg, mi, n as i32, ki, sms, &a, &b, &mut c).unwrap();
+    assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 136.0));
+}
+
 /// The 8-bit copy-engine GEMMs: i8 exactly against an i64 reference at ragged shapes (every
 /// configuration, output poisoned with `i32::MIN`, rows and columns of -128 for the largest
 /// sums), fp8 e4m3 and e5m2 against f64 within f16's rounding (output poisoned with NaN); a `k`

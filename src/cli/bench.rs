@@ -231,6 +231,13 @@ pub enum BenchCommand {
         /// Skip the cuBLAS column.
         #[arg(long = "no-cublas")]
         no_cublas: bool,
+        /// Print every configuration's time (stderr), not only each pipeline's best.
+        #[arg(long)]
+        verbose: bool,
+        /// Then time each pipeline's best and cuBLAS again in turns this many times, and report
+        /// the medians (0: the sweep's own times).
+        #[arg(long, default_value_t = 0)]
+        rounds: usize,
     },
     /// The 4-bit-weight GEMM on the warpgroup MMA (`kernels::gemm::w4`) per m and shape,
     /// against the memory floor, cuBLAS f16 and the mma.sync quantized matmul in the same run.
@@ -935,6 +942,8 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             ref dtype,
             runs,
             no_cublas,
+            verbose,
+            rounds,
         } => {
             let blas = if no_cublas {
                 None
@@ -953,10 +962,12 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                     n,
                     k,
                     runs,
+                    verbose,
+                    rounds,
                 )?;
                 eprintln!(
-                    "{dtype} {m}x{n}x{k}: cp.async {:?}, tma {:?}",
-                    row.cp_async, row.tma
+                    "{dtype} {m}x{n}x{k}: cp.async {:?}, tma {:?}, persistent {:?}",
+                    row.cp_async, row.tma, row.persistent
                 );
                 rows.push(row);
             }

@@ -8,7 +8,8 @@
 //! (`2 m n k` over the time) and the ratio to cuBLAS.
 
 use super::{
-    gemm_bf16, gemm_f16, gemm_tma_bf16, gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_f16, gemm_tma_i8,
+    gemm_bf16, gemm_f16, gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_bf16, gemm_tma_e4m3,
+    gemm_tma_e5m2, gemm_tma_f16, gemm_tma_i8,
 };
 use crate::kernels::timing::{pattern, time_launches};
 use half::{bf16, f16};
@@ -37,6 +38,10 @@ pub struct GemmRow {
     /// The same for the copy-engine kernel (`gemm_tma_*`); `None` when `k` is not a multiple
     /// of 8 (its tensor-map rows must be multiples of 16 bytes).
     pub tma: Option<(String, f64)>,
+    /// The same for the persistent copy-engine kernel (`gemm_persistent_*`, one block per
+    /// multiprocessor, the epilogue stored by the copy engine; 16-bit operands); `None` when
+    /// `k` or `n` is not a multiple of 8 (its output's tensor-map rows too).
+    pub persistent: Option<(String, f64)>,
     pub cublas_us: Option<f64>,
 }
 
@@ -45,9 +50,9 @@ impl GemmRow {
         2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12
     }
 
-    /// The faster of the two pipelines.
+    /// The fastest of the pipelines.
     pub fn best_us(&self) -> f64 {
-        [&self.cp_async, &self.tma]
+        [&self.cp_async, &self.tma, &self.persistent]
             .into_iter()
             .flatten()
             .map(|(_, t)| *t)
@@ -60,31 +65,59 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// The fastest configuration of `space` (its name) and its median time, each configuration
-/// timed by `time_launches` around `launch`.
+/// timed by `time_launches` around `launch` (and printed to stderr when `verbose`).
 fn fastest<C: std::fmt::Display>(
     ctx: &Context,
     flush: &mut L2Flush,
     runs: usize,
+    verbose: bool,
+    space: &[C],
+    launch: impl FnMut(&C) -> Result<(), String>,
+) -> Result<(String, f64), String> {
+    fastest_at(ctx, flush, runs, verbose, space, launch).map(|(_, name, us)| (name, us))
+}
+
+/// [`fastest`], with the best configuration's index in `space`.
+fn fastest_at<C: std::fmt::Display>(
+    ctx: &Context,
+    flush: &mut L2Flush,
+    runs: usize,
+    verbose: bool,
     space: &[C],
     mut launch: impl FnMut(&C) -> Result<(), String>,
-) -> Result<(String, f64), String> {
-    let mut best: Option<(String, f64)> = None;
-    for cfg in space {
+) -> Result<(usize, String, f64), String> {
+    let mut best: Option<(usize, String, f64)> = None;
+    for (i, cfg) in space.iter().enumerate() {
         let t =
             time_launches(ctx, flush, runs, || launch(cfg)).map_err(|e| format!("{cfg}: {e}"))?;
-        if best.as_ref().is_none_or(|(_, us)| t.median_us < *us) {
-            best = Some((cfg.to_string(), t.median_us));
+        if verbose {
+            eprintln!("  {cfg}: {:.1} us", t.median_us);
+        }
+        if best.as_ref().is_none_or(|(_, _, us)| t.median_us < *us) {
+            best = Some((i, cfg.to_string(), t.median_us));
         }
     }
     best.ok_or_else(|| "the configuration space is empty".to_string())
 }
 
+/// The median of `xs` (not empty).
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
 /// The operand types `bench_gemm` takes.
 pub const DTYPES: [&str; 5] = ["f16", "bf16", "i8", "e4m3", "e5m2"];
 
-/// Time every configuration of both `dtype` kernels (`"f16"` or `"bf16"`: the `cp.async` one
-/// and the copy-engine one; the 8-bit types have the copy-engine one) at `m x n x k`, and
-/// cuBLAS (16-bit types) unless `blas` is `None`.
+/// Time every configuration of the `dtype` kernels (`"f16"` or `"bf16"`: the `cp.async` one,
+/// the copy-engine one and the persistent one on the device's multiprocessors; the 8-bit types
+/// have the copy-engine one) at `m x n x k`, and
+/// cuBLAS (16-bit types) unless `blas` is `None`; `verbose` prints every configuration's time.
+///
+/// With `rounds > 0` (16-bit types), each pipeline's best configuration and cuBLAS are then
+/// timed again in turns, `rounds` times, and each reports the median of its rounds: a long
+/// sweep warms the chip and lowers its clocks, which would otherwise favour whatever ran
+/// first.
 #[allow(clippy::too_many_arguments)]
 pub fn bench_gemm(
     ctx: &Context,
@@ -95,6 +128,8 @@ pub fn bench_gemm(
     n: usize,
     k: usize,
     runs: usize,
+    verbose: bool,
+    rounds: usize,
 ) -> Result<GemmRow, String> {
     let (mi, ni, ki) = (
         i32::try_from(m).map_err(|_| "argument `m`: too large".to_string())?,
@@ -102,31 +137,92 @@ pub fn bench_gemm(
         i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
     );
     macro_rules! run {
-        ($t:ty, $kernel:ident, $tma:ident, $name:literal) => {{
+        ($t:ty, $kernel:ident, $tma:ident, $persistent:ident, $name:literal) => {{
             let a: Vec<$t> = pattern(m * k, 1).into_iter().map(<$t>::from_f32).collect();
             let b: Vec<$t> = pattern(n * k, 2).into_iter().map(<$t>::from_f32).collect();
             let a = DeviceBuffer::from_host(ctx, &a).map_err(err)?;
             let b = DeviceBuffer::from_host(ctx, &b).map_err(err)?;
             let mut c = DeviceBuffer::<$t>::zeros(ctx, m * n).map_err(err)?;
-            let cp_async = fastest(ctx, flush, runs, $kernel::SPACE, |cfg| {
-                $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
+            let sms = ctx.device().multiprocessors as usize;
+            let run_cp = |cfg: &$kernel::Config, c: &mut DeviceBuffer<$t>| {
+                $kernel::launch(ctx, cfg, mi, ni, ki, &a, &b, c).map_err(err)
+            };
+            let run_tma = |cfg: &$tma::Config, c: &mut DeviceBuffer<$t>| {
+                $tma::launch(ctx, cfg, mi, ni, ki, &a, &b, c).map_err(err)
+            };
+            let run_persistent = |cfg: &$persistent::Config, c: &mut DeviceBuffer<$t>| {
+                let tiles = m.div_ceil(cfg.BM as usize) * n.div_ceil(cfg.BN as usize);
+                let workers = tiles.clamp(1, sms) as i32;
+                $persistent::launch(ctx, cfg, mi, ni, ki, workers, &a, &b, c).map_err(err)
+            };
+            let run_cublas = |blas: &Cublas, c: &mut DeviceBuffer<$t>| {
+                blas.gemm_nt(m, n, k, &a, &b, c).map_err(err)
+            };
+            let mut cp_async = fastest_at(ctx, flush, runs, verbose, $kernel::SPACE, |cfg| {
+                run_cp(cfg, &mut c)
             })?;
-            let tma = if k % 8 == 0 {
-                Some(fastest(ctx, flush, runs, $tma::SPACE, |cfg| {
-                    $tma::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
+            let mut tma = if k % 8 == 0 {
+                Some(fastest_at(ctx, flush, runs, verbose, $tma::SPACE, |cfg| {
+                    run_tma(cfg, &mut c)
                 })?)
             } else {
                 None
             };
-            let cublas_us = match blas {
-                Some(blas) => Some(
-                    time_launches(ctx, flush, runs, || {
-                        blas.gemm_nt(m, n, k, &a, &b, &mut c).map_err(err)
-                    })?
-                    .median_us,
-                ),
+            let mut persistent = if k % 8 == 0 && n % 8 == 0 {
+                Some(fastest_at(
+                    ctx,
+                    flush,
+                    runs,
+                    verbose,
+                    $persistent::SPACE,
+                    |cfg| run_persistent(cfg, &mut c),
+                )?)
+            } else {
+                None
+            };
+            let mut cublas_us = match blas {
+                Some(blas) => {
+                    Some(time_launches(ctx, flush, runs, || run_cublas(blas, &mut c))?.median_us)
+                }
                 None => None,
             };
+            if rounds > 0 {
+                let mut times: [Vec<f64>; 4] = Default::default();
+                for _ in 0..rounds {
+                    let cfg = &$kernel::SPACE[cp_async.0];
+                    let t = time_launches(ctx, flush, runs, || run_cp(cfg, &mut c))?;
+                    times[0].push(t.median_us);
+                    if let Some((i, _, _)) = tma {
+                        let cfg = &$tma::SPACE[i];
+                        let t = time_launches(ctx, flush, runs, || run_tma(cfg, &mut c))?;
+                        times[1].push(t.median_us);
+                    }
+                    if let Some((i, _, _)) = persistent {
+                        let cfg = &$persistent::SPACE[i];
+                        let t = time_launches(ctx, flush, runs, || run_persistent(cfg, &mut c))?;
+                        times[2].push(t.median_us);
+                    }
+                    if let Some(blas) = blas {
+                        let t = time_launches(ctx, flush, runs, || run_cublas(blas, &mut c))?;
+                        times[3].push(t.median_us);
+                    }
+                }
+                let [t_cp, t_tma, t_persistent, t_cublas] =
+                    times.map(|t| (!t.is_empty()).then(|| median(t)));
+                cp_async.2 = t_cp.unwrap_or(cp_async.2);
+                if let (Some(p), Some(t)) = (tma.as_mut(), t_tma) {
+                    p.2 = t;
+                }
+                if let (Some(p), Some(t)) = (persistent.as_mut(), t_persistent) {
+                    p.2 = t;
+                }
+                if t_cublas.is_some() {
+                    cublas_us = t_cublas;
+                }
+            }
+            let named = |p: (usize, String, f64)| (p.1, p.2);
+            let (cp_async, tma, persistent) =
+                (named(cp_async), tma.map(named), persistent.map(named));
             GemmRow {
                 dtype: $name,
                 m,
@@ -134,6 +230,7 @@ pub fn bench_gemm(
                 k,
                 cp_async: Some(cp_async),
                 tma,
+                persistent,
                 cublas_us,
             }
         }};
@@ -157,7 +254,7 @@ pub fn bench_gemm(
             let a = DeviceBuffer::from_host(ctx, &bytes(m * k, 1)).map_err(err)?;
             let b = DeviceBuffer::from_host(ctx, &bytes(n * k, 2)).map_err(err)?;
             let mut c = DeviceBuffer::<$out>::zeros(ctx, m * n).map_err(err)?;
-            let tma = fastest(ctx, flush, runs, $tma::SPACE, |cfg| {
+            let tma = fastest(ctx, flush, runs, verbose, $tma::SPACE, |cfg| {
                 $tma::launch(ctx, cfg, mi, ni, ki, &a, &b, &mut c).map_err(err)
             })?;
             GemmRow {
@@ -167,13 +264,14 @@ pub fn bench_gemm(
                 k,
                 cp_async: None,
                 tma: Some(tma),
+                persistent: None,
                 cublas_us: None,
             }
         }};
     }
     Ok(match dtype {
-        "f16" => run!(f16, gemm_f16, gemm_tma_f16, "f16"),
-        "bf16" => run!(bf16, gemm_bf16, gemm_tma_bf16, "bf16"),
+        "f16" => run!(f16, gemm_f16, gemm_tma_f16, gemm_persistent_f16, "f16"),
+        "bf16" => run!(bf16, gemm_bf16, gemm_tma_bf16, gemm_persistent_bf16, "bf16"),
         "i8" => run8!(i8, i32, gemm_tma_i8, "i8"),
         "e4m3" => run8!(u8, f16, gemm_tma_e4m3, "e4m3"),
         "e5m2" => run8!(u8, f16, gemm_tma_e5m2, "e5m2"),
@@ -186,14 +284,14 @@ pub fn bench_gemm(
     })
 }
 
-/// The table `tilus bench dense` prints: each pipeline's best time, cuBLAS's, and the better
+/// The table `tilus bench dense` prints: each pipeline's best time, cuBLAS's, and the best
 /// pipeline against cuBLAS. `TOPS` are tera-operations per second, `2 m n k` over the time
 /// (floating-point or integer).
 pub fn table(rows: &[GemmRow]) -> String {
     let mut s = format!(
         "tilus gemm (wgmma m64nNkK from shared memory), c = a · bᵀ; L2 flushed; best configuration of each pipeline\n\
-         {:<5} {:>22} {:>11} {:>8} {:>9} {:>11} {:>8} {:>9}  configs (cp.async; tma)\n",
-        "dtype", "m x n x k", "cp.async us", "tma us", "TOPS", "cuBLAS us", "TOPS", "vs cuBLAS"
+         {:<5} {:>22} {:>11} {:>8} {:>9} {:>9} {:>11} {:>8} {:>9}  configs (cp.async; tma; persistent)\n",
+        "dtype", "m x n x k", "cp.async us", "tma us", "persist us", "TOPS", "cuBLAS us", "TOPS", "vs cuBLAS"
     );
     let us = |p: &Option<(String, f64)>| match p {
         Some((cfg, us)) => (format!("{us:.1}"), cfg.clone()),
@@ -210,18 +308,21 @@ pub fn table(rows: &[GemmRow]) -> String {
             None => ("-".into(), "-".into(), "-".into()),
         };
         let ((cp_us, cp_cfg), (tma_us, tma_cfg)) = (us(&r.cp_async), us(&r.tma));
+        let (p_us, p_cfg) = us(&r.persistent);
         s += &format!(
-            "{:<5} {:>22} {:>11} {:>8} {:>9.0} {:>11} {:>8} {:>9}  {}; {}\n",
+            "{:<5} {:>22} {:>11} {:>8} {:>9} {:>9.0} {:>11} {:>8} {:>9}  {}; {}; {}\n",
             r.dtype,
             format!("{}x{}x{}", r.m, r.n, r.k),
             cp_us,
             tma_us,
+            p_us,
             GemmRow::tflops(best, r.m, r.n, r.k),
             cu,
             cu_tf,
             ratio,
             cp_cfg,
-            tma_cfg
+            tma_cfg,
+            p_cfg
         );
     }
     s
@@ -281,7 +382,7 @@ pub fn bench_w4(
     let mut dc = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
     let dims = [m, n, k, group].map(|x| i32::try_from(x).map_err(|_| "sizes must fit an i32"));
     let [mi, ni, ki, gi] = [dims[0]?, dims[1]?, dims[2]?, dims[3]?];
-    let best = fastest(ctx, flush, runs, gemm_w4_f16::SPACE, |cfg| {
+    let best = fastest(ctx, flush, runs, false, gemm_w4_f16::SPACE, |cfg| {
         gemm_w4_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &dw, &ds, &mut dc).map_err(err)
     })?;
     let w4t = if n.is_multiple_of(128) {
@@ -298,9 +399,16 @@ pub fn bench_w4(
             DeviceBuffer::from_host(ctx, &t.codes).map_err(err)?,
             DeviceBuffer::from_host(ctx, &t.scales).map_err(err)?,
         );
-        Some(fastest(ctx, flush, runs, gemm_w4t_f16::SPACE, |cfg| {
-            gemm_w4t_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &tw, &ts, &mut dc).map_err(err)
-        })?)
+        Some(fastest(
+            ctx,
+            flush,
+            runs,
+            false,
+            gemm_w4t_f16::SPACE,
+            |cfg| {
+                gemm_w4t_f16::launch(ctx, cfg, mi, ni, ki, gi, &da, &tw, &ts, &mut dc).map_err(err)
+            },
+        )?)
     } else {
         None
     };

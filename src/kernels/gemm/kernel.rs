@@ -183,6 +183,168 @@ macro_rules! gemm_tma_kernels {
     };
 }
 
+/// The copy-engine GEMM on `workers` persistent blocks, its epilogue stored by the copy engine.
+///
+/// The tiles, block order (`GROUP`), ring and per-step wgmma of [`gemm_tma_f16`], with block
+/// `w` taking tiles `w, w + workers, ...` (the blocks resident at once still hold consecutive
+/// tiles, so the group order's L2 reuse is kept). A block walks its tiles' steps as one
+/// sequence: the ring is refilled `STAGES - 1` steps ahead across tile boundaries, so the next
+/// tile's first stages are in flight while a tile ends. A tile ends by waiting for its wgmmas,
+/// writing the f16 (bf16) accumulator to a swizzled shared tile in `BN / 64` boxes of 64
+/// columns, and one `tma_store` per box; the copy engine writes them to `c` while the tensor
+/// cores run the next tile. Before writing the shared tile again the block waits for the copy
+/// engine to have read the previous one (`tma_store_wait`), a whole tile later. With one block
+/// per tile, as in [`gemm_tma_f16`], every block of a wave ends at once: its stores and the next
+/// wave's first loads meet in memory while the tensor cores idle.
+///
+/// `workers >= 1`; `ctx.device().multiprocessors` (one block a multiprocessor fits) is the
+/// intended count, and any other is correct. Besides `k % 8 == 0` (the operands' tensor maps),
+/// `n % 8 == 0`: the output's tensor-map rows are whole 16-byte units too (the launcher names
+/// `c`). The staging tile is `BM · BN` halves beside the ring.
+macro_rules! gemm_persistent_kernels {
+    ($gemm:ident, $t:ident) => {
+        #[tilus::kernel(
+                    grid = [workers],
+                    warps = BM / 16,
+                    space(BM = [128], BN = [256, 128], STAGES = [4, 3], GROUP = [8, 16]),
+                )]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $gemm<const BM: i32, const BN: i32, const STAGES: i32, const GROUP: i32>(
+            m: i32,
+            n: i32,
+            k: i32,
+            workers: i32,
+            a: Global<$t>,
+            b: Global<$t>,
+            c: GlobalMut<$t>,
+        ) {
+            let [pid] = block_indices();
+            let rows = cdiv(m, BM);
+            let cols = cdiv(n, BN);
+            let steps = cdiv(k, 64);
+            // This block's tiles: pid, pid + workers, ...
+            let mine = cdiv(max(rows * cols - pid, 0), workers);
+            let total = mine * steps;
+            let ga = view_global::<$t>(a, [m, k]);
+            let gb = view_global::<$t>(b, [n, k]);
+            let gc = view_global(c, [m, n]);
+            let sa = shared::<$t>([STAGES, BM, 64], swizzle(3, 3, 3));
+            let sb = shared::<$t>([STAGES, BN, 64], swizzle(3, 3, 3));
+            // Half a finished tile, box by box (128-byte rows, swizzled as the copy engine
+            // reads them).
+            let so = shared::<$t>([BN / 128, BM, 64], swizzle(3, 3, 3));
+            let full = mbarriers(STAGES, 2);
+            // The accumulator in two column halves, so that half a tile is staged at a time.
+            let lh = layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 16).mma_c);
+            // A half's registers as [box, row, column]: fragment column group j goes to box
+            // j / 8.
+            let lb = layout!(
+                spatial(1, BM / 64, 1)
+                    .local(BN / 128, 1, 1)
+                    .spatial(1, 4, 1)
+                    .local(1, 1, 8)
+                    .mma_c
+            );
+            // The next fill's tile (bi, bj) and step of k: advanced step by step, the tile's
+            // coordinates recomputed once per tile (a division chain per step would sit
+            // between a step's wgmma and the next one's issue).
+            let tiles = rows * cols;
+            let (i0, j0) = grouped_tile(pid, rows, cols, GROUP);
+            let mut fill_tile = pid;
+            let mut fill_bi = i0;
+            let mut fill_bj = j0;
+            let mut fill_k = 0;
+            let fill = |s: i32| {
+                let kk = fill_k * 64;
+                tma_load(
+                    ga,
+                    slice_shared(sa, [s, 0, 0], [BM, 64]),
+                    [fill_bi * BM, kk],
+                    full,
+                    s,
+                );
+                tma_load(
+                    gb,
+                    slice_shared(sb, [s, 0, 0], [BN, 64]),
+                    [fill_bj * BN, kk],
+                    full,
+                    s,
+                );
+                fill_k += 1;
+                if fill_k == steps {
+                    fill_k = 0;
+                    fill_tile += workers;
+                    if fill_tile < tiles {
+                        let (bi, bj) = grouped_tile(fill_tile, rows, cols, GROUP);
+                        fill_bi = bi;
+                        fill_bj = bj;
+                    }
+                }
+            };
+            // Stage a half of the tile at column `col` of `c` and store it box by box; the
+            // previous half's boxes must have been read first.
+            let store_half = |half: Tensor, row: i32, col: i32| {
+                tma_store_wait();
+                store_shared(view::<$t>(cast::<$t>(half), lb), so, [0, 0, 0]);
+                #[unroll]
+                for b in 0..BN / 128 {
+                    tma_store(
+                        slice_shared(so, [b, 0, 0], [BM, 64]),
+                        gc,
+                        [row, col + b * 64],
+                    );
+                }
+            };
+            for s in 0..STAGES - 1 {
+                if s < total {
+                    fill(s);
+                }
+            }
+            // The tile the steps accumulate, and its step of k.
+            let mut tile = pid;
+            let mut bi = i0;
+            let mut bj = j0;
+            let mut kt = 0;
+            let mut lo = register::<f32>(lh, 0.0);
+            let mut hi = register::<f32>(lh, 0.0);
+            for it in 0..total {
+                let st = it % STAGES;
+                mbarrier_wait(full, st, it / STAGES % 2);
+                let ta = slice_shared(sa, [st, 0, 0], [BM, 64]);
+                let tlo = permute_shared(slice_shared(sb, [st, 0, 0], [BN / 2, 64]), [1, 0]);
+                let thi = permute_shared(slice_shared(sb, [st, BN / 2, 0], [BN / 2, 64]), [1, 0]);
+                lo = dot_async(ta, tlo, lo);
+                hi = dot_async(ta, thi, hi);
+                dot_wait(2);
+                // Every warpgroup retired step it - 1: its stage can be refilled.
+                sync();
+                let next = it + STAGES - 1;
+                if next < total {
+                    fill(next % STAGES);
+                }
+                kt += 1;
+                if kt == steps {
+                    dot_wait(0);
+                    store_half(lo, bi * BM, bj * BN);
+                    store_half(hi, bi * BM, bj * BN + BN / 2);
+                    lo = register::<f32>(lh, 0.0);
+                    hi = register::<f32>(lh, 0.0);
+                    kt = 0;
+                    tile += workers;
+                    if tile < tiles {
+                        let (ni, nj) = grouped_tile(tile, rows, cols, GROUP);
+                        bi = ni;
+                        bj = nj;
+                    }
+                }
+            }
+        }
+    };
+}
+
+gemm_persistent_kernels!(gemm_persistent_f16, f16);
+gemm_persistent_kernels!(gemm_persistent_bf16, bf16);
+
 gemm_tma_kernels!(gemm_tma_f16, f16, f16, f32, 0.0, f16, 64, 3);
 gemm_tma_kernels!(gemm_tma_bf16, bf16, bf16, f32, 0.0, bf16, 64, 3);
 // `c = a · bᵀ` exactly in i32 (torch's `_int_mm`).
