@@ -188,23 +188,37 @@ pub fn bench_gemm(
             };
             if rounds > 0 {
                 let mut times: [Vec<f64>; 4] = Default::default();
-                for _ in 0..rounds {
-                    let cfg = &$kernel::SPACE[cp_async.0];
-                    let t = time_launches(ctx, flush, runs, || run_cp(cfg, &mut c))?;
-                    times[0].push(t.median_us);
-                    if let Some((i, _, _)) = tma {
-                        let cfg = &$tma::SPACE[i];
-                        let t = time_launches(ctx, flush, runs, || run_tma(cfg, &mut c))?;
-                        times[1].push(t.median_us);
-                    }
-                    if let Some((i, _, _)) = persistent {
-                        let cfg = &$persistent::SPACE[i];
-                        let t = time_launches(ctx, flush, runs, || run_persistent(cfg, &mut c))?;
-                        times[2].push(t.median_us);
-                    }
-                    if let Some(blas) = blas {
-                        let t = time_launches(ctx, flush, runs, || run_cublas(blas, &mut c))?;
-                        times[3].push(t.median_us);
+                // Round r starts with candidate r % 4, so none always runs first.
+                for r in 0..rounds {
+                    for turn in 0..4 {
+                        let which = (r + turn) % 4;
+                        let t = match which {
+                            0 => {
+                                let cfg = &$kernel::SPACE[cp_async.0];
+                                time_launches(ctx, flush, runs, || run_cp(cfg, &mut c))?
+                            }
+                            1 => match tma {
+                                Some((i, _, _)) => {
+                                    let cfg = &$tma::SPACE[i];
+                                    time_launches(ctx, flush, runs, || run_tma(cfg, &mut c))?
+                                }
+                                None => continue,
+                            },
+                            2 => match persistent {
+                                Some((i, _, _)) => {
+                                    let cfg = &$persistent::SPACE[i];
+                                    time_launches(ctx, flush, runs, || run_persistent(cfg, &mut c))?
+                                }
+                                None => continue,
+                            },
+                            _ => match blas {
+                                Some(blas) => {
+                                    time_launches(ctx, flush, runs, || run_cublas(blas, &mut c))?
+                                }
+                                None => continue,
+                            },
+                        };
+                        times[which].push(t.median_us);
                     }
                 }
                 let [t_cp, t_tma, t_persistent, t_cublas] =

@@ -204,10 +204,10 @@ macro_rules! gemm_tma_kernels {
 macro_rules! gemm_persistent_kernels {
     ($gemm:ident, $t:ident) => {
         #[tilus::kernel(
-                    grid = [workers],
-                    warps = BM / 16,
-                    space(BM = [128], BN = [256, 128], STAGES = [4, 3], GROUP = [8, 16]),
-                )]
+                            grid = [workers],
+                            warps = BM / 16,
+                            space(BM = [128], BN = [256, 128], STAGES = [4, 3], GROUP = [8, 16]),
+                        )]
         #[allow(clippy::too_many_arguments)]
         pub fn $gemm<const BM: i32, const BN: i32, const STAGES: i32, const GROUP: i32>(
             m: i32,
