@@ -5,7 +5,9 @@
 //! `_scaled_mm` in the same table layout), fp8 e4m3 or e5m2 into f16. Every configuration of the
 //! kernel's space is timed (`kernels::timing::time_launches`: median of CUDA-event timings, L2
 //! flushed before each run) and the best is reported, with tera-operations per second
-//! (`2 m n k` over the time) and the ratio to cuBLAS.
+//! (`2 m n k` over the time) and the ratio to cuBLAS. With `rounds`, each pipeline's best and
+//! cuBLAS are timed again in turns and compared by their medians (the GEMMs run at the chip's
+//! power cap, so back-to-back sweeps favour whatever ran first).
 
 use super::{
     gemm_bf16, gemm_f16, gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_bf16, gemm_tma_e4m3,
