@@ -432,22 +432,28 @@ fn bgmma_matches_the_one_bit_gemm() {
         // One warpgroup, two along m, and two along n (each with every plane of its half, up
         // to the 192-register columns).
         let wide = 2 * layer.bgmma_columns(192) as i32;
+        // And columns that are not a power of two: 24 a warpgroup (boxes of 8 are too narrow
+        // for the copy engine's store) and 48 (boxes of 16).
         for (bm, bn, wgn) in [
             (64, rule.BN, 1),
             (128, (rule.BN / 2).max(8), 1),
             (64, 2 * rule.BN, 2),
             (64, wide, 2),
+            (64, 48, 2),
+            (64, 48, 1),
         ] {
-            // Eight activation planes of 128 rows do not fit two stages.
+            // Eight activation planes of 128 rows do not fit two stages, and a warpgroup holds
+            // at most 192 accumulators a thread.
             let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
-                assert_eq!((a, bm), (8, 128), "W{w}A{a} BM={bm} BN={bn}");
+                let too_many = (w * a) as i32 * bn / wgn / 2 > 192;
+                assert!((a, bm) == (8, 128) || too_many, "W{w}A{a} BM={bm} BN={bn}");
                 continue;
             };
             // The threads' stores, and the copy engine's in boxes of up to 64 columns where a
             // warpgroup has 16 (whatever the rule picks for the width).
             assert_eq!(cfg.STORE_BOX, 0);
             let boxed = tilus::kernels::apt::linear::bgmma_store_box(&cfg);
-            assert_eq!(boxed > 0, bn / wgn >= 16, "{cfg}");
+            assert_eq!(boxed > 0, (bn / wgn) % 16 == 0, "{cfg}");
             for store_box in [0, boxed] {
                 let cfg = tilus::kernels::apt::kernel::apt_gemm_bgmma::Config {
                     STORE_BOX: store_box,

@@ -436,6 +436,30 @@ fn gpu_apt_bgmma_matches_the_one_bit_gemm() {
                 "W{w}A{a} round {round}: output"
             );
         }
+        // Columns that are not a power of two (a wave of 132 blocks on 14336 columns is 112
+        // each): 56 a warpgroup (the threads store), 48 (boxes of 16 through the copy engine).
+        for (bm, bn, wgn) in [(64, 112, 2), (64, 96, 2)] {
+            let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
+                continue;
+            };
+            let boxed = tilus::kernels::apt::linear::bgmma_store_box(&cfg);
+            for store_box in [0, boxed] {
+                let cfg = tilus::kernels::apt::kernel::apt_gemm_bgmma::Config {
+                    STORE_BOX: store_box,
+                    ..cfg
+                };
+                let mut yb = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                let mut ab = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+                gpu.gemm_bgmma_with(&act, &mut yb, Some(&mut ab), cfg, false)
+                    .unwrap();
+                assert_eq!(ab.to_host().unwrap(), acc, "W{w}A{a} {cfg}: products");
+                assert_eq!(
+                    bits(&yb.to_host().unwrap()),
+                    bits(&y),
+                    "W{w}A{a} {cfg}: output"
+                );
+            }
+        }
         // The GEMM launched as the quantizer's dependent, right behind it, on activations that
         // held another input's planes: a read before the quantizer's end would give (some of)
         // that input's outputs.

@@ -199,15 +199,24 @@ pub fn bench_apt(
         }
     }
     let (igmma, igmma_bn) = (igmma.map(|(t, _)| t), igmma.map(|(_, bn)| bn));
-    // The 1-bit warpgroup MMA on the planes: the rule's tiles, half the columns, and twice
-    // the columns on two warpgroups.
+    // The 1-bit warpgroup MMA on the planes: the rule's tiles, half the columns, twice the
+    // columns on two warpgroups, and the columns of one wave.
     let mut bgmma: Option<(Timing, (i32, i32, i32))> = None;
     if gpu.context().arch() == "sm_90a" {
         let rule = layer.bgmma_config(m, false);
+        // The columns that make one wave of blocks on this GPU (a multiple of 8 per warpgroup,
+        // not a power of two): 14336 columns are 112 blocks of 128, or 128 of 112 for 132
+        // multiprocessors (H200, session 38: W2A2 at 64 tokens 11.6 us against the rule's
+        // 11.4, W1A2 9.9 against 9.9; the wave is not what bounds it).
+        let sms = gpu.context().device().multiprocessors as usize;
+        let per_row = (sms / m.div_ceil(rule.BM as usize)).max(1);
+        let unit = 8 * rule.WGN as usize;
+        let wave = (n.div_ceil(per_row).div_ceil(unit) * unit) as i32;
         let tried = [
             (rule.BM, rule.BN, rule.WGN),
             (rule.BM, rule.BN / 2, 1),
             (64, 2 * rule.BN, 2),
+            (rule.BM, wave, rule.WGN),
         ];
         for (bm, bn, wgn) in tried {
             let Some(cfg) = layer.bgmma_tiles(bm, bn, wgn, false) else {
@@ -403,7 +412,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
          fused kernel, popc us = the popc kernel (best tiles), 2-launch = quantizer + GEMM on \
          BMMA, igmma = quantizer + GEMM of the code bytes on IGMMA (the faster of 256- and \
          128-column blocks), bgmma = quantizer + GEMM of the planes on BGMMA (the fastest \
-         of three tilings)\n\
+         of four tilings)\n\
          w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
          {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
         "WxAy",

@@ -737,15 +737,11 @@ pub const BGMMA_MAX_PAIRS: usize = 4;
 pub const BGMMA_DECODE_N: std::ops::RangeInclusive<usize> = 8192..=16384;
 
 /// The `STORE_BOX` with which [`apt_gemm_bgmma`] in `cfg`'s tiles can give its outputs to the
-/// copy engine: boxes of up to 64 columns (128 bytes, the widest swizzle) of a warpgroup's
-/// at least 16, else 0 (the threads store them).
+/// copy engine: the widest of 64, 32 and 16 columns (128, 64 and 32 bytes, a swizzle's span)
+/// dividing a warpgroup's columns, else 0 (the threads store them).
 pub fn bgmma_store_box(cfg: &apt_gemm_bgmma::Config) -> i32 {
     let hn = cfg.BN / cfg.WGN;
-    if hn >= 16 {
-        hn.min(64)
-    } else {
-        0
-    }
+    [64, 32, 16].into_iter().find(|b| hn % b == 0).unwrap_or(0)
 }
 
 /// The fewest tokens for which [`AptLinear::bgmma_store`] gives the outputs of
