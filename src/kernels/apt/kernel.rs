@@ -102,7 +102,7 @@ mod kernels {
     #[helper]
     fn apt_finish(x: Tensor, lc: Layout, row0: i32, col0: i32) {
         let (sa, sw, fa, fw) = apt_row_col_terms(lc, row0, col0);
-        apt_finish_with(x, lc, row0, col0, sa, sw, fa, fw);
+        apt_finish_with(x, row0, col0, sa, sw, fa, fw);
     }
 
     /// The rows' and columns' sums of codes and scales [`apt_finish_with`] reads for the block
@@ -123,7 +123,6 @@ mod kernels {
     #[helper]
     fn apt_finish_with(
         x: Tensor,
-        lc: Layout,
         row0: i32,
         col0: i32,
         sa: Tensor,
@@ -598,7 +597,7 @@ mod kernels {
                 );
             }
         } else {
-            apt_finish_with(x, lc, bi * BM, bj * BN, sa_rows, sw_cols, fa_rows, fw_cols);
+            apt_finish_with(x, bi * BM, bj * BN, sa_rows, sw_cols, fa_rows, fw_cols);
         }
     }
 
