@@ -858,6 +858,43 @@ mod persistent {
         assert!(e < 1e-2, "bf16 {cfg}: relative error {e}");
     }
 
+    /// Edge cases: more workers than tiles with the idle blocks past a whole group of tile
+    /// rows (8 tile rows of one column, 10 workers: the tile order's divisions would divide
+    /// by zero for them), an empty output (`m = 0`), which writes nothing, and fewer than one
+    /// worker, which runs as one.
+    #[test]
+    fn idle_workers_and_empty_outputs() {
+        let cfg = gemm_persistent_f16::SPACE
+            .iter()
+            .find(|c| c.BN == 128 && c.GROUP == 8)
+            .unwrap();
+        let (m, n, k) = (8 * 128, 128, 64);
+        let (a, b) = (random(m * k), random(n * k));
+        let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
+        let bf: Vec<f64> = b.iter().map(|x| x.to_f64()).collect();
+        let want = reference(&af, &bf, m, n, k);
+        let mut c = vec![f16::NAN; m * n];
+        gemm_persistent_f16::interpret(cfg, m as i32, n as i32, k as i32, 10, &a, &b, &mut c)
+            .unwrap_or_else(|e| panic!("{cfg}, 10 workers for 8 tiles: {e}"));
+        let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+        let e = rel_err(&got, &want);
+        assert!(e < 2e-3, "{cfg}: relative error {e}");
+        let mut c: Vec<f16> = vec![];
+        gemm_persistent_f16::interpret(cfg, 0, n as i32, k as i32, 4, &[], &b, &mut c)
+            .unwrap_or_else(|e| panic!("{cfg}, m = 0: {e}"));
+        // No workers, or a negative count, runs as one: every element written.
+        for workers in [0, -3] {
+            let mut c = vec![f16::NAN; m * n];
+            gemm_persistent_f16::interpret(
+                cfg, m as i32, n as i32, k as i32, workers, &a, &b, &mut c,
+            )
+            .unwrap_or_else(|e| panic!("{cfg}, {workers} workers: {e}"));
+            let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+            let e = rel_err(&got, &want);
+            assert!(e < 2e-3, "{cfg}, {workers} workers: relative error {e}");
+        }
+    }
+
     /// The generated code: the operands copied by `UTMALDG`'s tensor maps, the output stored
     /// box by box through a third (`c`, `[BM, 64]` boxes, 128-byte swizzle), the stores'
     /// source read before it is rewritten, and the block draining its stores before it exits.

@@ -190,8 +190,8 @@ fn gpu_tma_gemm_matches_f64_reference() {
     assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 136.0));
 }
 
-/// The persistent GEMM on the device's multiprocessors and on 5 workers (many tiles a block,
-/// the ring running across tile boundaries): within f16 (bf16) rounding of f64 at ragged `m`,
+/// The persistent GEMM on the device's multiprocessors, on 5 workers (many tiles a block,
+/// the ring running across tile boundaries) and on 0 (run as one): within f16 (bf16) rounding of f64 at ragged `m`,
 /// the output poisoned, and bit for bit the one-tile-per-block kernel of the same tile (both
 /// issue the same wgmmas per tile). An `n` whose rows are not whole 16-byte units is refused
 /// naming `c` (the output's tensor map), and the context still works.
@@ -240,7 +240,7 @@ fn gpu_persistent_gemm_matches_f64_and_the_one_tile_kernel() {
                     let mut dc = DeviceBuffer::from_host(&ctx, &vec![<$t>::NAN; m * n]).unwrap();
                     $one_tile::launch(&ctx, one, mi, ni, ki, &da, &db, &mut dc).unwrap();
                     let one_tile = dc.to_host().unwrap();
-                    for workers in [sms, 5] {
+                    for workers in [sms, 5, 0] {
                         let mut dc =
                             DeviceBuffer::from_host(&ctx, &vec![<$t>::NAN; m * n]).unwrap();
                         $kernel::launch(&ctx, cfg, mi, ni, ki, workers, &da, &db, &mut dc)

@@ -185,26 +185,30 @@ macro_rules! gemm_tma_kernels {
 
 /// The copy-engine GEMM on `workers` persistent blocks, its epilogue stored by the copy engine.
 ///
-/// The tiles, block order (`GROUP`), ring and per-step wgmma of [`gemm_tma_f16`], with block
+/// The tiles, block order (`GROUP`) and ring of [`gemm_tma_f16`], with block
 /// `w` taking tiles `w, w + workers, ...` (the blocks resident at once still hold consecutive
 /// tiles, so the group order's L2 reuse is kept). A block walks its tiles' steps as one
 /// sequence: the ring is refilled `STAGES - 1` steps ahead across tile boundaries, so the next
 /// tile's first stages are in flight while a tile ends. A tile ends by waiting for its wgmmas,
-/// writing the f16 (bf16) accumulator to a swizzled shared tile in `BN / 64` boxes of 64
-/// columns, and one `tma_store` per box; the copy engine writes them to `c` while the tensor
-/// cores run the next tile. Before writing the shared tile again the block waits for the copy
-/// engine to have read the previous one (`tma_store_wait`), a whole tile later. With one block
-/// per tile, as in [`gemm_tma_f16`], every block of a wave ends at once: its stores and the next
-/// wave's first loads meet in memory while the tensor cores idle.
+/// writing the f16 (bf16) accumulator to a swizzled shared tile in boxes of 64 columns, and one
+/// `tma_store` per box; the copy engine writes them to `c` while the tensor cores run the next
+/// tile. Before writing the shared tile again the block waits for the copy engine to have read
+/// what it held (`tma_store_wait`). With one block per tile, as in
+/// [`gemm_tma_f16`], every block of a wave ends at once: its stores and the next wave's first
+/// loads meet in memory while the tensor cores idle.
 ///
-/// `workers >= 1`; `ctx.device().multiprocessors` (one block a multiprocessor fits) is the
-/// intended count, and any other is correct. Besides `k % 8 == 0` (the operands' tensor maps),
+/// The accumulator is two column halves (two `m64n(BN/2)` wgmmas per 16 of `k`), so that half a
+/// tile is staged at a time: `BM · BN / 2` halves beside a 4-stage ring (192 + 32 KB at 128 x
+/// 256); the second half waits for the copy engine to have read the first.
+///
+/// `workers` blocks run (fewer than one: one); `ctx.device().multiprocessors` (one block a
+/// multiprocessor fits) is the intended count, and any other is correct. Besides `k % 8 == 0` (the operands' tensor maps),
 /// `n % 8 == 0`: the output's tensor-map rows are whole 16-byte units too (the launcher names
-/// `c`). The staging tile is `BM · BN` halves beside the ring.
+/// `c`).
 macro_rules! gemm_persistent_kernels {
     ($gemm:ident, $t:ident) => {
         #[tilus::kernel(
-                            grid = [workers],
+                            grid = [max(workers, 1)],
                             warps = BM / 16,
                             space(BM = [128], BN = [256, 128], STAGES = [4, 3], GROUP = [8, 16]),
                         )]
@@ -219,6 +223,9 @@ macro_rules! gemm_persistent_kernels {
             c: GlobalMut<$t>,
         ) {
             let [pid] = block_indices();
+            // Fewer than one worker runs as one (the grid's extent too): no count leaves `c`
+            // unwritten.
+            let workers = max(workers, 1);
             let rows = cdiv(m, BM);
             let cols = cdiv(n, BN);
             let steps = cdiv(k, 64);
@@ -249,7 +256,15 @@ macro_rules! gemm_persistent_kernels {
             // coordinates recomputed once per tile (a division chain per step would sit
             // between a step's wgmma and the next one's issue).
             let tiles = rows * cols;
-            let (i0, j0) = grouped_tile(pid, rows, cols, GROUP);
+            // A block past the last tile (more workers than tiles) has no steps; the tile
+            // order's divisions need a tile, and an empty `c` has none.
+            let mut i0 = 0;
+            let mut j0 = 0;
+            if pid < tiles {
+                let (first_bi, first_bj) = grouped_tile(pid, rows, cols, GROUP);
+                i0 = first_bi;
+                j0 = first_bj;
+            }
             let mut fill_tile = pid;
             let mut fill_bi = i0;
             let mut fill_bj = j0;
