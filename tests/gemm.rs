@@ -25,6 +25,30 @@ fn rel_err(got: &[f64], want: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
+/// The tensor maps a kernel's launch encodes: the parameter each views, its box, its swizzle.
+fn tensor_maps(
+    k: &tilus::core::codegen::CudaKernel,
+) -> Vec<(String, Vec<u32>, tilus::core::launch::TmaSwizzle)> {
+    use tilus::core::launch::ParamKind;
+    k.launch
+        .params
+        .iter()
+        .filter_map(|q| match &q.kind {
+            ParamKind::TensorMap {
+                param,
+                box_shape,
+                swizzle,
+                ..
+            } => Some((
+                k.launch.params[*param].ir_name.clone(),
+                box_shape.clone(),
+                *swizzle,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn every_configuration_matches_f64_on_the_interpreter() {
     let mut rng = rand::rng();
@@ -83,7 +107,7 @@ fn every_configuration_matches_f64_on_the_interpreter() {
 /// mbarrier, through two tensor maps (one per operand) that the launcher encodes.
 #[test]
 fn generated_cuda_copies_with_tensor_maps_on_mbarriers() {
-    use tilus::core::launch::{ParamKind, TmaSwizzle};
+    use tilus::core::launch::TmaSwizzle;
     for cfg in gemm_tma_f16::SPACE {
         let p = gemm_tma_f16::program(cfg).expect("embedded program");
         let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
@@ -97,24 +121,7 @@ fn generated_cuda_copies_with_tensor_maps_on_mbarriers() {
             assert!(k.source.contains(needed), "{cfg}: no `{needed}`");
         }
         assert!(!k.source.contains("cp.async.cg"), "{cfg}: cp.async left");
-        let maps: Vec<_> = k
-            .launch
-            .params
-            .iter()
-            .filter_map(|q| match &q.kind {
-                ParamKind::TensorMap {
-                    param,
-                    box_shape,
-                    swizzle,
-                    ..
-                } => Some((
-                    k.launch.params[*param].ir_name.clone(),
-                    box_shape.clone(),
-                    *swizzle,
-                )),
-                _ => None,
-            })
-            .collect();
+        let maps = tensor_maps(&k);
         let (bm, bn) = (cfg.BM as u32, cfg.BN as u32);
         assert_eq!(
             maps,
@@ -224,7 +231,7 @@ fn eight_bit_gemms_match_their_references_on_the_interpreter() {
 /// step, on copies of 128-byte rows swizzled for 1-byte elements.
 #[test]
 fn eight_bit_gemms_issue_k32_wgmmas() {
-    use tilus::core::launch::{ParamKind, TmaSwizzle};
+    use tilus::core::launch::TmaSwizzle;
     use tilus::kernels::gemm::{gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_i8};
     let programs = [
         (
@@ -254,16 +261,9 @@ fn eight_bit_gemms_issue_k32_wgmmas() {
             .matches(&format!("tilus_wgmma_m64n{bn}k32_{t}(&"))
             .count();
         assert_eq!(calls, 128 / 32, "{t}");
-        let boxes: Vec<_> = k
-            .launch
-            .params
-            .iter()
-            .filter_map(|q| match &q.kind {
-                ParamKind::TensorMap {
-                    box_shape, swizzle, ..
-                } => Some((box_shape.clone(), *swizzle)),
-                _ => None,
-            })
+        let boxes: Vec<_> = tensor_maps(&k)
+            .into_iter()
+            .map(|(_, shape, swizzle)| (shape, swizzle))
             .collect();
         assert_eq!(
             boxes,
@@ -794,7 +794,7 @@ mod tma_store {
 /// The persistent copy-engine GEMM: a block walks several tiles as one sequence of steps (its
 /// ring refilled across tile boundaries) and stores each tile through the copy engine.
 mod persistent {
-    use super::{reference, rel_err};
+    use super::{reference, rel_err, tensor_maps};
     use half::{bf16, f16};
     use rand::Rng;
     use tilus::kernels::gemm::{gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_f16};
@@ -900,7 +900,7 @@ mod persistent {
     /// source read before it is rewritten, and the block draining its stores before it exits.
     #[test]
     fn generated_cuda_stores_boxes_through_the_copy_engine() {
-        use tilus::core::launch::{ParamKind, TmaSwizzle};
+        use tilus::core::launch::TmaSwizzle;
         for cfg in gemm_persistent_f16::SPACE {
             let p = gemm_persistent_f16::program(cfg).expect("embedded program");
             let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
@@ -912,24 +912,7 @@ mod persistent {
             ] {
                 assert!(k.source.contains(needed), "{cfg}: no `{needed}`");
             }
-            let maps: Vec<_> = k
-                .launch
-                .params
-                .iter()
-                .filter_map(|q| match &q.kind {
-                    ParamKind::TensorMap {
-                        param,
-                        box_shape,
-                        swizzle,
-                        ..
-                    } => Some((
-                        k.launch.params[*param].ir_name.clone(),
-                        box_shape.clone(),
-                        *swizzle,
-                    )),
-                    _ => None,
-                })
-                .collect();
+            let maps = tensor_maps(&k);
             let (bm, bn) = (cfg.BM as u32, cfg.BN as u32);
             for map in [
                 ("a".to_string(), vec![bm, 64], TmaSwizzle::B128),

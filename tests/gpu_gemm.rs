@@ -49,6 +49,28 @@ fn rel_err(got: &[f64], want: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
+/// `a [m, k]` and `b [n, k]` of dtype `$t`, uniform in [-1, 1), and `a · bᵀ` in f64 from the
+/// rounded values.
+macro_rules! random_case {
+    ($t:ty, $rng:expr, $m:expr, $n:expr, $k:expr) => {{
+        let (rng, m, n, k) = ($rng, $m, $n, $k);
+        let a: Vec<$t> = (0..m * k)
+            .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let b: Vec<$t> = (0..n * k)
+            .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let want = reference(
+            &a.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+            &b.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+            m,
+            n,
+            k,
+        );
+        (a, b, want)
+    }};
+}
+
 const SHAPES: [(usize, usize, usize); 3] = [(33, 136, 200), (257, 520, 1024), (4097, 264, 256)];
 
 macro_rules! check_dtype {
@@ -57,19 +79,7 @@ macro_rules! check_dtype {
         let blas = Cublas::new(ctx).unwrap();
         let mut rng = rand::rng();
         for (m, n, k) in SHAPES {
-            let a: Vec<$t> = (0..m * k)
-                .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
-                .collect();
-            let b: Vec<$t> = (0..n * k)
-                .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
-                .collect();
-            let want = reference(
-                &a.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-                &b.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-                m,
-                n,
-                k,
-            );
+            let (a, b, want) = random_case!($t, &mut rng, m, n, k);
             let (da, db) = (
                 DeviceBuffer::from_host(ctx, &a).unwrap(),
                 DeviceBuffer::from_host(ctx, &b).unwrap(),
@@ -214,19 +224,7 @@ fn gpu_persistent_gemm_matches_f64_and_the_one_tile_kernel() {
         ($t:ty, $kernel:ident, $one_tile:ident, $tol:expr) => {{
             let mut rng = rand::rng();
             for (m, n, k) in SHAPES {
-                let a: Vec<$t> = (0..m * k)
-                    .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
-                    .collect();
-                let b: Vec<$t> = (0..n * k)
-                    .map(|_| <$t>::from_f32(rng.random_range(-1.0f32..1.0)))
-                    .collect();
-                let want = reference(
-                    &a.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-                    &b.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
-                    m,
-                    n,
-                    k,
-                );
+                let (a, b, want) = random_case!($t, &mut rng, m, n, k);
                 let (da, db) = (
                     DeviceBuffer::from_host(&ctx, &a).unwrap(),
                     DeviceBuffer::from_host(&ctx, &b).unwrap(),

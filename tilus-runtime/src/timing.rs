@@ -10,7 +10,8 @@ pub struct Timing {
 }
 
 impl Timing {
-    pub(crate) fn from_samples(mut us: Vec<f64>) -> Timing {
+    /// The summary of `us` (not empty).
+    pub fn from_samples(mut us: Vec<f64>) -> Timing {
         us.sort_by(f64::total_cmp);
         let n = us.len();
         let median = if n % 2 == 1 {

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::kernels::timing::{pattern, time_launches};
 use half::{bf16, f16};
-use tilus_runtime::{Context, Cublas, DeviceBuffer, L2Flush};
+use tilus_runtime::{Context, Cublas, DeviceBuffer, L2Flush, Timing};
 
 /// `8192^3` and the Llama-3-70B prefill layers at 8192 tokens `(m, n, k)`: qkv, o, gate+up,
 /// down.
@@ -100,12 +100,6 @@ fn fastest_at<C: std::fmt::Display>(
         }
     }
     best.ok_or_else(|| "the configuration space is empty".to_string())
-}
-
-/// The median of `xs` (not empty).
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 /// The operand types `bench_gemm` takes.
@@ -224,7 +218,7 @@ pub fn bench_gemm(
                     }
                 }
                 let [t_cp, t_tma, t_persistent, t_cublas] =
-                    times.map(|t| (!t.is_empty()).then(|| median(t)));
+                    times.map(|t| (!t.is_empty()).then(|| Timing::from_samples(t).median_us));
                 cp_async.2 = t_cp.unwrap_or(cp_async.2);
                 if let (Some(p), Some(t)) = (tma.as_mut(), t_tma) {
                     p.2 = t;
