@@ -348,6 +348,16 @@ impl GpuKernel {
         let shared = u32::try_from(spec.shared_bytes)
             .map_err(|_| self.arg_error(format!("{} bytes of shared memory", spec.shared_bytes)))?;
         let loaded = ctx.load(&self.source)?;
+        if loaded.registers() < spec.min_registers {
+            // The roles' `setmaxnreg.inc` would wait forever for registers the block never had.
+            return Err(self.arg_error(format!(
+                "the compiled kernel holds {} registers per thread, but its specialize! roles \
+                 re-size theirs as if it held at least {} (setmaxnreg would wait forever); \
+                 lower the roles' `registers` or raise the kernel's register use",
+                loaded.registers(),
+                spec.min_registers
+            )));
+        }
         let mut builder = loaded.args();
         let mut supplied = args.into_iter();
         let zeroed_workspaces = !workspaces.is_empty();

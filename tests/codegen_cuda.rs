@@ -1473,6 +1473,14 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::gemm_persistent_f16::program(cfg),
         ));
     }
+    // The warp-specialized persistent GEMM: a producer warpgroup, consumers with more
+    // registers.
+    for cfg in tilus::kernels::gemm::gemm_ws_f16::SPACE.iter().step_by(2) {
+        kernels.push((
+            format!("gemm_ws_f16_{cfg}"),
+            tilus::kernels::gemm::gemm_ws_f16::program(cfg),
+        ));
+    }
     // The 8-bit operands: IGMMA for i8, QGMMA for fp8 (below).
     {
         use tilus::kernels::gemm::{gemm_tma_e4m3, gemm_tma_e5m2, gemm_tma_i8};
@@ -1564,8 +1572,31 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
                 count("UTMASTG")
             );
         }
-        // The persistent GEMM stores a tile's `BN / 64` boxes through the copy engine.
-        if name.starts_with("gemm_persistent") {
+        // The warp-specialized GEMM re-sizes its roles' registers, which the block's pool
+        // only allows when ptxas gives the kernel the whole cap (`LaunchSpec::min_registers`,
+        // checked again by the launcher).
+        if name.starts_with("gemm_ws") {
+            assert!(
+                count("USETMAXREG") >= 2,
+                "{name}: {} USETMAXREG",
+                count("USETMAXREG")
+            );
+            let used = a
+                .ptxas_log
+                .lines()
+                .find_map(|l| {
+                    let (_, rest) = l.split_once("Used ")?;
+                    rest.split_whitespace().next()?.parse::<u32>().ok()
+                })
+                .unwrap_or(0);
+            assert!(
+                used >= k.launch.min_registers,
+                "{name}: ptxas gave {used} registers, the roles need {}",
+                k.launch.min_registers
+            );
+        }
+        // The persistent GEMMs store a tile's `BN / 64` boxes through the copy engine.
+        if name.starts_with("gemm_persistent") || name.starts_with("gemm_ws") {
             assert!(
                 count("UTMASTG") >= 2,
                 "{name}: {} UTMASTG",

@@ -927,3 +927,96 @@ mod persistent {
         }
     }
 }
+
+/// The warp-specialized persistent GEMM (`gemm_ws_*`, `specialize!`): a producer warpgroup and
+/// the consumers meeting at the ring's barriers.
+mod warp_specialized {
+    use super::{reference, rel_err};
+    use half::{bf16, f16};
+    use rand::Rng;
+    use tilus::kernels::gemm::{gemm_persistent_f16, gemm_ws_bf16, gemm_ws_f16};
+
+    fn random(len: usize) -> Vec<f16> {
+        let mut rng = rand::rng();
+        (0..len)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect()
+    }
+
+    /// Every configuration with one worker for all tiles, fewer workers than tiles and more
+    /// (idle blocks), on a ragged shape: within f16 rounding of f64, every element written,
+    /// and bit for bit the persistent kernel's result (the same wgmmas in the same order).
+    #[test]
+    fn every_configuration_matches_f64_and_the_persistent_kernel() {
+        let (m, n, k) = (150, 264, 328);
+        let (a, b) = (random(m * k), random(n * k));
+        let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
+        let bf: Vec<f64> = b.iter().map(|x| x.to_f64()).collect();
+        let want = reference(&af, &bf, m, n, k);
+        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+        for cfg in gemm_ws_f16::SPACE {
+            let same_tiles = gemm_persistent_f16::SPACE
+                .iter()
+                .find(|p| p.to_string() == cfg.to_string())
+                .expect("the same space");
+            let mut persistent = vec![f16::NAN; m * n];
+            gemm_persistent_f16::interpret(same_tiles, mi, ni, ki, 2, &a, &b, &mut persistent)
+                .unwrap();
+            let tiles = m.div_ceil(cfg.BM as usize) * n.div_ceil(cfg.BN as usize);
+            for workers in [1, tiles - 1, tiles + 2] {
+                let mut c = vec![f16::NAN; m * n];
+                gemm_ws_f16::interpret(cfg, mi, ni, ki, workers as i32, &a, &b, &mut c)
+                    .unwrap_or_else(|e| panic!("{cfg}, {workers} workers: {e}"));
+                let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+                let e = rel_err(&got, &want);
+                assert!(e < 2e-3, "{cfg}, {workers} workers: relative error {e}");
+                let same = c
+                    .iter()
+                    .zip(&persistent)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{cfg}, {workers} workers: differs from {same_tiles}");
+            }
+        }
+        let ab: Vec<bf16> = af.iter().map(|&x| bf16::from_f64(x)).collect();
+        let bb: Vec<bf16> = bf.iter().map(|&x| bf16::from_f64(x)).collect();
+        let want = reference(
+            &ab.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+            &bb.iter().map(|x| x.to_f64()).collect::<Vec<_>>(),
+            m,
+            n,
+            k,
+        );
+        let cfg = &gemm_ws_bf16::SPACE[0];
+        let mut c = vec![bf16::NAN; m * n];
+        gemm_ws_bf16::interpret(cfg, mi, ni, ki, 3, &ab, &bb, &mut c).unwrap();
+        let got: Vec<f64> = c.iter().map(|x| x.to_f64()).collect();
+        let e = rel_err(&got, &want);
+        assert!(e < 1e-2, "bf16 {cfg}: relative error {e}");
+    }
+
+    /// The generated code: three roles' worth of warps, the producer's registers lowered and
+    /// the consumers' raised, the consumers' barrier a named one of their 256 threads, and the
+    /// launch refusing a compiled kernel with fewer registers than the roles re-size from.
+    #[test]
+    fn generated_cuda_specializes_the_warps() {
+        for cfg in gemm_ws_f16::SPACE {
+            let p = gemm_ws_f16::program(cfg).expect("embedded program");
+            let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
+            for needed in [
+                "__launch_bounds__(384, 1)",
+                "// role 0: warps 0 to 3",
+                "if (tid >= 0 && tid < 128) {",
+                "// role 1: warps 4 to 11",
+                "if (tid >= 128 && tid < 384) {",
+                "setmaxnreg.dec.sync.aligned.u32 40;",
+                "setmaxnreg.inc.sync.aligned.u32 232;",
+                "const int tid = tilus_role_tid;",
+                "bar.sync 2, 256;",
+            ] {
+                assert!(k.source.contains(needed), "{cfg}: no `{needed}`");
+            }
+            // 128 x 40 + 256 x 232 registers over 384 threads: the kernel must hold 168.
+            assert_eq!(k.launch.min_registers, 168, "{cfg}");
+        }
+    }
+}

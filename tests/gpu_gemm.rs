@@ -281,6 +281,73 @@ fn gpu_persistent_gemm_matches_f64_and_the_one_tile_kernel() {
     assert!(c.to_host().unwrap().iter().all(|x| x.to_f32() == 136.0));
 }
 
+/// The warp-specialized persistent GEMM (`specialize!`: a producer warpgroup with 40
+/// registers, two consumer warpgroups with 232) on every configuration, on the device's
+/// multiprocessors, on 5 workers and on 0 (run as one): within f16 (bf16) rounding of f64 at
+/// ragged `m`, the output poisoned, and bit for bit the persistent kernel of the same tile
+/// (both issue the same wgmmas per tile). A run that hung in `setmaxnreg` or a barrier would
+/// never return: the test finishing is part of the check.
+#[test]
+fn gpu_warp_specialized_gemm_matches_f64_and_the_persistent_kernel() {
+    use tilus::kernels::gemm::{
+        gemm_persistent_bf16, gemm_persistent_f16, gemm_ws_bf16, gemm_ws_f16,
+    };
+    let test = "gpu_warp_specialized_gemm_matches_f64_and_the_persistent_kernel";
+    let Some(ctx) = common::gpu_context(test, Context::builder(0).no_disk_cache()) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!(
+            "SKIPPED {test}: wgmma needs sm_90a, the device is {}",
+            ctx.arch()
+        );
+        return;
+    }
+    let sms = ctx.device().multiprocessors as i32;
+    macro_rules! check {
+        ($t:ty, $kernel:ident, $persistent:ident, $tol:expr) => {{
+            let mut rng = rand::rng();
+            for (m, n, k) in SHAPES {
+                let (a, b, want) = random_case!($t, &mut rng, m, n, k);
+                let (da, db) = (
+                    DeviceBuffer::from_host(&ctx, &a).unwrap(),
+                    DeviceBuffer::from_host(&ctx, &b).unwrap(),
+                );
+                let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+                for cfg in $kernel::SPACE {
+                    let same = $persistent::SPACE
+                        .iter()
+                        .find(|c| c.to_string() == cfg.to_string())
+                        .unwrap();
+                    let mut dc = DeviceBuffer::from_host(&ctx, &vec![<$t>::NAN; m * n]).unwrap();
+                    $persistent::launch(&ctx, same, mi, ni, ki, sms, &da, &db, &mut dc).unwrap();
+                    let reference = dc.to_host().unwrap();
+                    for workers in [sms, 5, 0] {
+                        let mut dc =
+                            DeviceBuffer::from_host(&ctx, &vec![<$t>::NAN; m * n]).unwrap();
+                        $kernel::launch(&ctx, cfg, mi, ni, ki, workers, &da, &db, &mut dc)
+                            .unwrap_or_else(|e| panic!("{cfg} {m}x{n}x{k}: {e}"));
+                        let host = dc.to_host().unwrap();
+                        let got: Vec<f64> = host.iter().map(|x| x.to_f64()).collect();
+                        let e = rel_err(&got, &want);
+                        let what =
+                            format!("{} {cfg} {m}x{n}x{k}, {workers} workers", stringify!($t));
+                        assert!(e < $tol, "{what}: relative error {e}");
+                        let bits = host
+                            .iter()
+                            .zip(&reference)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(bits, "{what}: differs from the persistent {same}");
+                        eprintln!("{what}: ok, relative error {e:.2e}, as the persistent kernel");
+                    }
+                }
+            }
+        }};
+    }
+    check!(f16, gemm_ws_f16, gemm_persistent_f16, 5e-3);
+    check!(bf16, gemm_ws_bf16, gemm_persistent_bf16, 2e-2);
+}
+
 /// The 8-bit copy-engine GEMMs: i8 exactly against an i64 reference at ragged shapes (every
 /// configuration, output poisoned with `i32::MIN`, rows and columns of -128 for the largest
 /// sums), fp8 e4m3 and e5m2 against f64 within f16's rounding (output poisoned with NaN); a `k`

@@ -966,8 +966,8 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
                     rounds,
                 )?;
                 eprintln!(
-                    "{dtype} {m}x{n}x{k}: cp.async {:?}, tma {:?}, persistent {:?}",
-                    row.cp_async, row.tma, row.persistent
+                    "{dtype} {m}x{n}x{k}: cp.async {:?}, tma {:?}, persistent {:?}, specialized {:?}",
+                    row.cp_async, row.tma, row.persistent, row.specialized
                 );
                 rows.push(row);
             }

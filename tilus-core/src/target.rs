@@ -123,6 +123,8 @@ pub struct Features {
     pub tma: bool,
     /// Transaction barriers in shared memory (sm_90).
     pub mbarrier: bool,
+    /// `setmaxnreg`: warpgroups re-size their register files (sm_90a).
+    pub setmaxnreg: bool,
 }
 
 /// What a program is verified and compiled for.
@@ -179,6 +181,7 @@ impl Target {
             ldmatrix: true,
             tma: false,
             mbarrier: false,
+            setmaxnreg: false,
         },
     };
     pub const SM90: Target = Target {
@@ -211,6 +214,7 @@ impl Target {
             ldmatrix: true,
             tma: true,
             mbarrier: true,
+            setmaxnreg: true,
         },
     };
 

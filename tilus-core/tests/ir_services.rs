@@ -31,14 +31,10 @@ fn check_def_before_use(p: &Program) -> usize {
                     defined.insert(*var);
                     walk(p, body, defined, count);
                 }
-                StmtKind::While { body, .. } => walk(p, body, defined, count),
-                StmtKind::If {
-                    then_body,
-                    else_body,
-                    ..
-                } => {
-                    walk(p, then_body, defined, count);
-                    walk(p, else_body, defined, count);
+                StmtKind::While { .. } | StmtKind::If { .. } | StmtKind::Specialize { .. } => {
+                    for body in s.kind.bodies() {
+                        walk(p, body, defined, count);
+                    }
                 }
                 StmtKind::Instr(i) => {
                     for v in i.inputs() {

@@ -278,9 +278,11 @@ impl LazySource {
         let (kernel_range, kernel_key) = translate::kernel_range(f);
         let mut sites = Sites::new(kernel_range, kernel_key);
         let mut layouts = HashMap::new();
+        let mut macros = translate::MacroCache::default();
         let mut shared = translate::Shared {
             sites: &mut sites,
             layouts: &mut layouts,
+            macros: &mut macros,
             warnings: Vec::new(),
         };
         let program = translate::translate(f, &sig, &attr, &space, &space.points[0], &mut shared)

@@ -142,12 +142,14 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let (kernel_range, kernel_key) = translate::kernel_range(&f);
     let mut sites = Sites::new(kernel_range, kernel_key);
     let mut layouts = HashMap::new();
+    let mut macros = translate::MacroCache::default();
     let mut warnings = Report::default();
     let mut programs: Vec<Program> = Vec::with_capacity(space.len());
     for (i, point) in space.points.iter().enumerate() {
         let mut shared = translate::Shared {
             sites: &mut sites,
             layouts: &mut layouts,
+            macros: &mut macros,
             warnings: Vec::new(),
         };
         let built = translate::translate(&f, &sig, &attr, &space, point, &mut shared);

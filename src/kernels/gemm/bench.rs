@@ -11,7 +11,7 @@
 
 use super::{
     gemm_bf16, gemm_f16, gemm_persistent_bf16, gemm_persistent_f16, gemm_tma_bf16, gemm_tma_e4m3,
-    gemm_tma_e5m2, gemm_tma_f16, gemm_tma_i8,
+    gemm_tma_e5m2, gemm_tma_f16, gemm_tma_i8, gemm_ws_bf16, gemm_ws_f16,
 };
 use crate::kernels::timing::{pattern, time_launches};
 use half::{bf16, f16};
@@ -44,6 +44,9 @@ pub struct GemmRow {
     /// multiprocessor, the epilogue stored by the copy engine; 16-bit operands); `None` when
     /// `k` or `n` is not a multiple of 8 (its output's tensor-map rows too).
     pub persistent: Option<(String, f64)>,
+    /// The same for the warp-specialized persistent kernel (`gemm_ws_*`: a producer
+    /// warpgroup fills the ring, the consumers multiply).
+    pub specialized: Option<(String, f64)>,
     pub cublas_us: Option<f64>,
 }
 
@@ -54,11 +57,16 @@ impl GemmRow {
 
     /// The fastest of the pipelines.
     pub fn best_us(&self) -> f64 {
-        [&self.cp_async, &self.tma, &self.persistent]
-            .into_iter()
-            .flatten()
-            .map(|(_, t)| *t)
-            .fold(f64::INFINITY, f64::min)
+        [
+            &self.cp_async,
+            &self.tma,
+            &self.persistent,
+            &self.specialized,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|(_, t)| *t)
+        .fold(f64::INFINITY, f64::min)
     }
 }
 
@@ -133,7 +141,7 @@ pub fn bench_gemm(
         i32::try_from(k).map_err(|_| "argument `k`: too large".to_string())?,
     );
     macro_rules! run {
-        ($t:ty, $kernel:ident, $tma:ident, $persistent:ident, $name:literal) => {{
+        ($t:ty, $kernel:ident, $tma:ident, $persistent:ident, $ws:ident, $name:literal) => {{
             let a: Vec<$t> = pattern(m * k, 1).into_iter().map(<$t>::from_f32).collect();
             let b: Vec<$t> = pattern(n * k, 2).into_iter().map(<$t>::from_f32).collect();
             let a = DeviceBuffer::from_host(ctx, &a).map_err(err)?;
@@ -150,6 +158,11 @@ pub fn bench_gemm(
                 let tiles = m.div_ceil(cfg.BM as usize) * n.div_ceil(cfg.BN as usize);
                 let workers = tiles.clamp(1, sms) as i32;
                 $persistent::launch(ctx, cfg, mi, ni, ki, workers, &a, &b, c).map_err(err)
+            };
+            let run_ws = |cfg: &$ws::Config, c: &mut DeviceBuffer<$t>| {
+                let tiles = m.div_ceil(cfg.BM as usize) * n.div_ceil(cfg.BN as usize);
+                let workers = tiles.clamp(1, sms) as i32;
+                $ws::launch(ctx, cfg, mi, ni, ki, workers, &a, &b, c).map_err(err)
             };
             let run_cublas = |blas: &Cublas, c: &mut DeviceBuffer<$t>| {
                 blas.gemm_nt(m, n, k, &a, &b, c).map_err(err)
@@ -176,6 +189,13 @@ pub fn bench_gemm(
             } else {
                 None
             };
+            let mut specialized = if k % 8 == 0 && n % 8 == 0 {
+                Some(fastest_at(ctx, flush, runs, verbose, $ws::SPACE, |cfg| {
+                    run_ws(cfg, &mut c)
+                })?)
+            } else {
+                None
+            };
             let mut cublas_us = match blas {
                 Some(blas) => {
                     Some(time_launches(ctx, flush, runs, || run_cublas(blas, &mut c))?.median_us)
@@ -183,11 +203,11 @@ pub fn bench_gemm(
                 None => None,
             };
             if rounds > 0 {
-                let mut times: [Vec<f64>; 4] = Default::default();
-                // Round r starts with candidate r % 4, so none always runs first.
+                let mut times: [Vec<f64>; 5] = Default::default();
+                // Round r starts with candidate r % 5, so none always runs first.
                 for r in 0..rounds {
-                    for turn in 0..4 {
-                        let which = (r + turn) % 4;
+                    for turn in 0..5 {
+                        let which = (r + turn) % 5;
                         let t = match which {
                             0 => {
                                 let cfg = &$kernel::SPACE[cp_async.0];
@@ -207,6 +227,13 @@ pub fn bench_gemm(
                                 }
                                 None => continue,
                             },
+                            3 => match specialized {
+                                Some((i, _, _)) => {
+                                    let cfg = &$ws::SPACE[i];
+                                    time_launches(ctx, flush, runs, || run_ws(cfg, &mut c))?
+                                }
+                                None => continue,
+                            },
                             _ => match blas {
                                 Some(blas) => {
                                     time_launches(ctx, flush, runs, || run_cublas(blas, &mut c))?
@@ -217,7 +244,7 @@ pub fn bench_gemm(
                         times[which].push(t.median_us);
                     }
                 }
-                let [t_cp, t_tma, t_persistent, t_cublas] =
+                let [t_cp, t_tma, t_persistent, t_ws, t_cublas] =
                     times.map(|t| (!t.is_empty()).then(|| Timing::from_samples(t).median_us));
                 cp_async.2 = t_cp.unwrap_or(cp_async.2);
                 if let (Some(p), Some(t)) = (tma.as_mut(), t_tma) {
@@ -226,13 +253,20 @@ pub fn bench_gemm(
                 if let (Some(p), Some(t)) = (persistent.as_mut(), t_persistent) {
                     p.2 = t;
                 }
+                if let (Some(p), Some(t)) = (specialized.as_mut(), t_ws) {
+                    p.2 = t;
+                }
                 if t_cublas.is_some() {
                     cublas_us = t_cublas;
                 }
             }
             let named = |p: (usize, String, f64)| (p.1, p.2);
-            let (cp_async, tma, persistent) =
-                (named(cp_async), tma.map(named), persistent.map(named));
+            let (cp_async, tma, persistent, specialized) = (
+                named(cp_async),
+                tma.map(named),
+                persistent.map(named),
+                specialized.map(named),
+            );
             GemmRow {
                 dtype: $name,
                 m,
@@ -241,6 +275,7 @@ pub fn bench_gemm(
                 cp_async: Some(cp_async),
                 tma,
                 persistent,
+                specialized,
                 cublas_us,
             }
         }};
@@ -275,13 +310,28 @@ pub fn bench_gemm(
                 cp_async: None,
                 tma: Some(tma),
                 persistent: None,
+                specialized: None,
                 cublas_us: None,
             }
         }};
     }
     Ok(match dtype {
-        "f16" => run!(f16, gemm_f16, gemm_tma_f16, gemm_persistent_f16, "f16"),
-        "bf16" => run!(bf16, gemm_bf16, gemm_tma_bf16, gemm_persistent_bf16, "bf16"),
+        "f16" => run!(
+            f16,
+            gemm_f16,
+            gemm_tma_f16,
+            gemm_persistent_f16,
+            gemm_ws_f16,
+            "f16"
+        ),
+        "bf16" => run!(
+            bf16,
+            gemm_bf16,
+            gemm_tma_bf16,
+            gemm_persistent_bf16,
+            gemm_ws_bf16,
+            "bf16"
+        ),
         "i8" => run8!(i8, i32, gemm_tma_i8, "i8"),
         "e4m3" => run8!(u8, f16, gemm_tma_e4m3, "e4m3"),
         "e5m2" => run8!(u8, f16, gemm_tma_e5m2, "e5m2"),
@@ -300,8 +350,8 @@ pub fn bench_gemm(
 pub fn table(rows: &[GemmRow]) -> String {
     let mut s = format!(
         "tilus gemm (wgmma m64nNkK from shared memory), c = a · bᵀ; L2 flushed; best configuration of each pipeline\n\
-         {:<5} {:>22} {:>11} {:>8} {:>9} {:>9} {:>11} {:>8} {:>9}  configs (cp.async; tma; persistent)\n",
-        "dtype", "m x n x k", "cp.async us", "tma us", "persist us", "TOPS", "cuBLAS us", "TOPS", "vs cuBLAS"
+         {:<5} {:>22} {:>11} {:>8} {:>10} {:>8} {:>7} {:>11} {:>8} {:>9}  configs (cp.async; tma; persistent; specialized)\n",
+        "dtype", "m x n x k", "cp.async us", "tma us", "persist us", "ws us", "TOPS", "cuBLAS us", "TOPS", "vs cuBLAS"
     );
     let us = |p: &Option<(String, f64)>| match p {
         Some((cfg, us)) => (format!("{us:.1}"), cfg.clone()),
@@ -319,20 +369,23 @@ pub fn table(rows: &[GemmRow]) -> String {
         };
         let ((cp_us, cp_cfg), (tma_us, tma_cfg)) = (us(&r.cp_async), us(&r.tma));
         let (p_us, p_cfg) = us(&r.persistent);
+        let (ws_us, ws_cfg) = us(&r.specialized);
         s += &format!(
-            "{:<5} {:>22} {:>11} {:>8} {:>9} {:>9.0} {:>11} {:>8} {:>9}  {}; {}; {}\n",
+            "{:<5} {:>22} {:>11} {:>8} {:>10} {:>8} {:>7.0} {:>11} {:>8} {:>9}  {}; {}; {}; {}\n",
             r.dtype,
             format!("{}x{}x{}", r.m, r.n, r.k),
             cp_us,
             tma_us,
             p_us,
+            ws_us,
             GemmRow::tflops(best, r.m, r.n, r.k),
             cu,
             cu_tf,
             ratio,
             cp_cfg,
             tma_cfg,
-            p_cfg
+            p_cfg,
+            ws_cfg
         );
     }
     s

@@ -357,7 +357,146 @@ macro_rules! gemm_persistent_kernels {
     };
 }
 
+/// The persistent copy-engine GEMM with its warps specialized (`specialize!`): one warpgroup
+/// fills the ring, the others multiply.
+///
+/// The tiles, tile order, ring and epilogue of [`gemm_persistent_f16`], split between two
+/// roles that meet only at two barriers per stage. The *producer* (one warpgroup, its register
+/// file shrunk to 40 per thread) waits until a stage is empty and has the copy engine fill it;
+/// the *consumers* (`BM / 64` warpgroups, 232 registers each) wait until a stage is full, queue
+/// its wgmmas, and hand back the stage of the step before once those have retired. No block
+/// barrier sits between one step's wgmmas and the next: the consumers never wait for the
+/// producer's refill, only for bytes, and the producer runs up to `STAGES` steps ahead,
+/// across tile boundaries, while the consumers store a finished tile.
+macro_rules! gemm_ws_kernels {
+    ($gemm:ident, $t:ident) => {
+        #[tilus::kernel(
+                            grid = [max(workers, 1)],
+                            warps = 4 + BM / 16,
+                            space(BM = [128], BN = [256, 128], STAGES = [4, 3], GROUP = [8, 16]),
+                        )]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $gemm<const BM: i32, const BN: i32, const STAGES: i32, const GROUP: i32>(
+            m: i32,
+            n: i32,
+            k: i32,
+            workers: i32,
+            a: Global<$t>,
+            b: Global<$t>,
+            c: GlobalMut<$t>,
+        ) {
+            let [pid] = block_indices();
+            let workers = max(workers, 1);
+            let rows = cdiv(m, BM);
+            let cols = cdiv(n, BN);
+            let tiles = rows * cols;
+            let steps = cdiv(k, 64);
+            // This block's tiles: pid, pid + workers, ...; their steps as one sequence.
+            let total = cdiv(max(tiles - pid, 0), workers) * steps;
+            let ga = view_global::<$t>(a, [m, k]);
+            let gb = view_global::<$t>(b, [n, k]);
+            let gc = view_global(c, [m, n]);
+            let sa = shared::<$t>([STAGES, BM, 64], swizzle(3, 3, 3));
+            let sb = shared::<$t>([STAGES, BN, 64], swizzle(3, 3, 3));
+            let so = shared::<$t>([BN / 128, BM, 64], swizzle(3, 3, 3));
+            // A stage is full when both copies have landed, empty when every consumer warp
+            // has retired the wgmmas that read it.
+            let full = mbarriers(STAGES, 2);
+            let empty = mbarriers(STAGES, BM / 16);
+            let mut i0 = 0;
+            let mut j0 = 0;
+            if pid < tiles {
+                let (first_bi, first_bj) = grouped_tile(pid, rows, cols, GROUP);
+                i0 = first_bi;
+                j0 = first_bj;
+            }
+            specialize! {
+                role(warps = 4, registers = 40) => {
+                    let mut tile = pid;
+                    let mut bi = i0;
+                    let mut bj = j0;
+                    let mut kt = 0;
+                    for it in 0..total {
+                        let s = it % STAGES;
+                        if it >= STAGES {
+                            // The consumers' (it / STAGES)-th hand-back of stage s.
+                            mbarrier_wait(empty, s, (it / STAGES - 1) % 2);
+                        }
+                        tma_load(ga, slice_shared(sa, [s, 0, 0], [BM, 64]), [bi * BM, kt * 64], full, s);
+                        tma_load(gb, slice_shared(sb, [s, 0, 0], [BN, 64]), [bj * BN, kt * 64], full, s);
+                        kt += 1;
+                        if kt == steps {
+                            kt = 0;
+                            tile += workers;
+                            if tile < tiles {
+                                let (ni, nj) = grouped_tile(tile, rows, cols, GROUP);
+                                bi = ni;
+                                bj = nj;
+                            }
+                        }
+                    }
+                }
+                role(warps = BM / 16, registers = 232) => {
+                    let lh = layout!(spatial(BM / 64, 1).spatial(4, 1).local(1, BN / 16).mma_c);
+                    let lb = layout!(
+                        spatial(1, BM / 64, 1)
+                            .local(BN / 128, 1, 1)
+                            .spatial(1, 4, 1)
+                            .local(1, 1, 8)
+                            .mma_c
+                    );
+                    let store_half = |half: Tensor, row: i32, col: i32| {
+                        tma_store_wait();
+                        store_shared(view::<$t>(cast::<$t>(half), lb), so, [0, 0, 0]);
+                        #[unroll]
+                        for b in 0..BN / 128 {
+                            tma_store(slice_shared(so, [b, 0, 0], [BM, 64]), gc, [row, col + b * 64]);
+                        }
+                    };
+                    let mut tile = pid;
+                    let mut bi = i0;
+                    let mut bj = j0;
+                    let mut kt = 0;
+                    let mut lo = register::<f32>(lh, 0.0);
+                    let mut hi = register::<f32>(lh, 0.0);
+                    for it in 0..total {
+                        let st = it % STAGES;
+                        mbarrier_wait(full, st, it / STAGES % 2);
+                        let ta = slice_shared(sa, [st, 0, 0], [BM, 64]);
+                        let tlo = permute_shared(slice_shared(sb, [st, 0, 0], [BN / 2, 64]), [1, 0]);
+                        let thi = permute_shared(slice_shared(sb, [st, BN / 2, 0], [BN / 2, 64]), [1, 0]);
+                        lo = dot_async(ta, tlo, lo);
+                        hi = dot_async(ta, thi, hi);
+                        dot_wait(2);
+                        // Step it - 1's wgmmas have retired: its stage goes back.
+                        if it > 0 {
+                            mbarrier_arrive(empty, (it - 1) % STAGES);
+                        }
+                        kt += 1;
+                        if kt == steps {
+                            dot_wait(0);
+                            store_half(lo, bi * BM, bj * BN);
+                            store_half(hi, bi * BM, bj * BN + BN / 2);
+                            lo = register::<f32>(lh, 0.0);
+                            hi = register::<f32>(lh, 0.0);
+                            kt = 0;
+                            tile += workers;
+                            if tile < tiles {
+                                let (ni, nj) = grouped_tile(tile, rows, cols, GROUP);
+                                bi = ni;
+                                bj = nj;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
 gemm_persistent_kernels!(gemm_persistent_f16, f16);
+gemm_ws_kernels!(gemm_ws_f16, f16);
+gemm_ws_kernels!(gemm_ws_bf16, bf16);
 gemm_persistent_kernels!(gemm_persistent_bf16, bf16);
 
 gemm_tma_kernels!(gemm_tma_f16, f16, f16, f32, 0.0, f16, 64, 3);

@@ -86,6 +86,8 @@ pub(crate) struct Ctx<'p> {
     pub(crate) uses_tma_store: bool,
     /// The accumulators `dot_async` writes: a `dot_wait` fences their registers.
     pub(crate) async_accumulators: Vec<VarId>,
+    /// Inside a role of a `specialize!` region: its named barrier and thread count.
+    pub(crate) role: Option<(u32, usize)>,
 }
 
 /// The name of the thread index in generated code.
@@ -94,6 +96,17 @@ pub(crate) const TID: &str = "tid";
 pub(crate) const SMEM: &str = "tilus_smem";
 
 impl<'p> Ctx<'p> {
+    /// The statement that synchronizes the block's threads (a role's, inside a `specialize!`
+    /// region: its named barrier, since the other roles never reach it).
+    pub(crate) fn block_barrier(&self) -> String {
+        match self.role {
+            None => "__syncthreads();".to_string(),
+            Some((id, threads)) => {
+                format!("asm volatile(\"bar.sync {id}, {threads};\\n\" ::: \"memory\");")
+            }
+        }
+    }
+
     pub(crate) fn err(&self, message: impl Into<String>) -> CodegenError {
         CodegenError::new(self.span, message)
     }

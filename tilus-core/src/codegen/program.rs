@@ -81,8 +81,54 @@ impl<'p> Ctx<'p> {
                     self.w.line(format!("// {comment}"));
                     self.instr(i)?;
                 }
+                StmtKind::Specialize { roles } => self.specialize(roles)?,
             }
         }
+        Ok(())
+    }
+
+    /// A `specialize!` region: each role's warps run its body, with the thread index and the
+    /// block barrier of the role, after re-sizing their registers (`setmaxnreg`: up from the
+    /// kernel's cap with `.inc`, down with `.dec`). The runtime checks before a launch that
+    /// the compiled kernel holds the registers the roles ask for.
+    fn specialize(&mut self, roles: &[crate::ir::Role]) -> Result<(), CodegenError> {
+        let cap = crate::verify::specialize::kernel_register_cap(
+            self.p.num_threads,
+            self.p.blocks_per_sm,
+        );
+        let saved = (self.block_threads, self.role);
+        let mut start = 0usize;
+        for (i, r) in roles.iter().enumerate() {
+            let threads = r.warps as usize * 32;
+            let end = start + threads;
+            self.w.line(format!(
+                "// role {i}: warps {} to {}",
+                start / 32,
+                end / 32 - 1
+            ));
+            self.w
+                .open(format!("if ({TID} >= {start} && {TID} < {end})"));
+            if let Some(n) = r.registers {
+                let dir = if n >= cap { "inc" } else { "dec" };
+                self.w.line(format!(
+                    "asm volatile(\"setmaxnreg.{dir}.sync.aligned.u32 {n};\\n\" ::: \"memory\");"
+                ));
+            }
+            self.w
+                .line(format!("const int tilus_role_tid = {TID} - {start};"));
+            self.w.open("");
+            self.w.line(format!("const int {TID} = tilus_role_tid;"));
+            self.block_threads = threads;
+            // Named barrier 0 is `__syncthreads`.
+            self.role = Some((i as u32 + 1, threads));
+            self.stmts(&r.body)?;
+            // The role's thread 0 issued its `tma_store`s: it waits for their reads.
+            tma::drain(self);
+            self.w.close();
+            self.w.close();
+            start = end;
+        }
+        (self.block_threads, self.role) = saved;
         Ok(())
     }
 
@@ -301,7 +347,7 @@ impl<'p> Ctx<'p> {
                         "asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");",
                     );
                 }
-                self.w.line("__syncthreads();")
+                self.w.line(self.block_barrier())
             }
             Instruction::Fence => fence::emit(self),
             Instruction::GridDependency(g) => fence::grid_dependency(self, *g),
@@ -474,6 +520,11 @@ fn scalar_facts(p: &Program) -> ScalarFacts {
                 StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
                     walk(body, lets, assigned)
                 }
+                StmtKind::Specialize { roles } => {
+                    for r in roles {
+                        walk(&r.body, lets, assigned);
+                    }
+                }
                 StmtKind::Instr(_) => {}
             }
         }
@@ -500,16 +551,11 @@ fn top_level_vars(p: &Program) -> (Vec<VarId>, Vec<VarId>) {
                     out.push(*var);
                     walk(body, out);
                 }
-                StmtKind::While { body, .. } => walk(body, out),
-                StmtKind::If {
-                    then_body,
-                    else_body,
-                    ..
-                } => {
-                    walk(then_body, out);
-                    walk(else_body, out);
+                other => {
+                    for body in other.bodies() {
+                        walk(body, out);
+                    }
                 }
-                _ => {}
             }
         }
     }
@@ -557,13 +603,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
                 p.ty(*a).as_shared().is_some() || p.ty(*b).as_shared().is_some()
             }
             StmtKind::Instr(Instruction::DotAsync { .. }) => true,
-            StmtKind::If {
-                then_body,
-                else_body,
-                ..
-            } => has_shared_dot(p, then_body) || has_shared_dot(p, else_body),
-            StmtKind::For { body, .. } | StmtKind::While { body, .. } => has_shared_dot(p, body),
-            _ => false,
+            other => other.bodies().into_iter().any(|b| has_shared_dot(p, b)),
         })
     }
     let mut cx = Ctx {
@@ -594,6 +634,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
             any
         },
         async_accumulators: wgmma::async_accumulators(p),
+        role: None,
     };
     if cx.block_threads == 0 || cx.block_threads > 1024 {
         return Err(cx.err(format!(
@@ -744,6 +785,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
             assumptions: cx.assumptions,
             views,
             waits_prior_grid: crate::launch::waits_prior_grid(p),
+            min_registers: crate::launch::min_registers(p),
         },
         shared_plan: cx.plan,
     })

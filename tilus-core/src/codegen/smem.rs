@@ -205,6 +205,18 @@ impl<'p> Walk<'p> {
                     self.loop_stack.pop();
                     self.loops[id].1 = self.pos - 1;
                 }
+                // The roles run at the same time: like a loop, whatever a role uses lives
+                // through the whole region.
+                StmtKind::Specialize { roles } => {
+                    let id = self.loops.len();
+                    self.loops.push((pos, pos));
+                    self.loop_stack.push(id);
+                    for r in roles {
+                        self.block(&r.body);
+                    }
+                    self.loop_stack.pop();
+                    self.loops[id].1 = self.pos - 1;
+                }
                 StmtKind::Instr(instr) => self.instr(instr, pos, block),
             }
         }
@@ -449,15 +461,12 @@ fn reduce_scratch_bytes(p: &Program, stmts: &[Stmt]) -> usize {
                     }),
                 _ => 0,
             },
-            StmtKind::If {
-                then_body,
-                else_body,
-                ..
-            } => reduce_scratch_bytes(p, then_body).max(reduce_scratch_bytes(p, else_body)),
-            StmtKind::For { body, .. } | StmtKind::While { body, .. } => {
-                reduce_scratch_bytes(p, body)
-            }
-            _ => 0,
+            other => other
+                .bodies()
+                .into_iter()
+                .map(|b| reduce_scratch_bytes(p, b))
+                .max()
+                .unwrap_or(0),
         };
         most = most.max(bytes);
     }

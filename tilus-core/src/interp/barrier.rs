@@ -12,6 +12,10 @@ pub(super) struct Barrier {
     pub pending: u32,
     /// Completed phases; the current phase is number `phase`, of parity `phase % 2`.
     pub phase: u64,
+    /// The order the current phase's arrivals released (`SharedMem::release`), and that of
+    /// the last completed phase of each parity, which a wait acquires.
+    pub clock: Vec<u32>,
+    pub done: [Vec<u32>; 2],
 }
 
 impl Barrier {
@@ -20,6 +24,8 @@ impl Barrier {
             arrivals,
             pending: arrivals,
             phase: 0,
+            clock: Vec::new(),
+            done: [Vec::new(), Vec::new()],
         }
     }
 
@@ -36,6 +42,7 @@ impl Barrier {
         }
         self.pending -= n;
         if self.pending == 0 {
+            self.done[(self.phase % 2) as usize] = std::mem::take(&mut self.clock);
             self.phase += 1;
             self.pending = self.arrivals;
         }
@@ -47,5 +54,10 @@ impl Barrier {
     /// phase "before 0", of parity 1, counts as complete, as on the GPU).
     pub fn passes(&self, parity: i32) -> bool {
         (self.phase % 2) as i32 != parity.rem_euclid(2)
+    }
+
+    /// The order a wait for `parity` acquires when it passes.
+    pub fn acquired(&self, parity: i32) -> &[u32] {
+        &self.done[parity.rem_euclid(2) as usize]
     }
 }

@@ -390,7 +390,11 @@ impl Machine<'_> {
                 barrier,
                 index,
                 phase,
-            } => self.mbarrier_wait(block, *barrier, index, phase)?,
+            } => {
+                if let Some(what) = self.mbarrier_wait(block, *barrier, index, phase)? {
+                    return Ok(Flow::Wait(what));
+                }
+            }
             Instruction::CopyAsyncCommitGroup => block.shared.commit(),
             Instruction::CopyAsyncWaitGroup { n } => block.shared.wait(*n as usize),
             Instruction::Synchronize => block.shared.synchronize(),

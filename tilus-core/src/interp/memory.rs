@@ -8,8 +8,9 @@
 //! - **Shared**: one byte array per block ([`SharedMem`]), bump-allocated, with checks that make
 //!   pipeline and barrier bugs visible (see below).
 //!
-//! Shared-memory checks. Since the last `synchronize`, each byte remembers who wrote it and who
-//! read it (one thread, several threads, or a completed cp.async):
+//! Shared-memory checks. Each byte remembers who last wrote it and who read it since (one
+//! thread, several threads, or a completed cp.async), when, and in which role (below); an
+//! access by another thread that is not ordered after it by a barrier is a race:
 //! - a read by thread `r` of a byte another thread wrote is a race (read-after-write);
 //! - a write of a byte another thread read or wrote is a race (write-after-read/write); so is a
 //!   cp.async issued over bytes read or written since the barrier;
@@ -23,6 +24,15 @@
 //! - a `tma_load` is in flight like a cp.async (same checks when it is issued and while it
 //!   flies) until an `mbarrier_wait` sees its barrier phase complete; its bytes then count as
 //!   written by no thread (the barrier's completion makes them visible to every waiting thread).
+//!
+//! Order. Accesses are stamped with a clock that every synchronizing event advances. Outside a
+//! `specialize!` region the block is one role and `synchronize` orders everything before it.
+//! Inside one, each role `r` knows `seen[r][q]`: the time up to which role `q`'s accesses are
+//! ordered before `r`'s next one. A role's `synchronize` (a named barrier of its threads)
+//! advances `seen[r][r]`; an `mbarrier_arrive` releases what the role has seen and its own
+//! accesses so far into the barrier's phase, and a wait that sees the phase complete acquires
+//! them (a vector clock per role, joined through the barriers). A `tma_load`'s arrival
+//! releases nothing (one thread issues it, and its copy is tracked by itself).
 
 use std::collections::VecDeque;
 
@@ -191,11 +201,15 @@ impl SharedView {
     }
 }
 
-/// Who touched a byte since the last barrier.
+/// Who touched a byte last (thread numbers are the block's).
 const NOBODY: u16 = u16::MAX;
 const SEVERAL: u16 = u16::MAX - 1;
 const ASYNC: u16 = u16::MAX - 2;
 const ATOMIC: u16 = u16::MAX - 3;
+/// Role bits of an access whose role is not known any more (before a region, unordered).
+const ALL_ROLES: u8 = u8::MAX;
+/// The issuer of an asynchronous copy: no thread in particular.
+const NO_THREAD: usize = usize::MAX;
 
 struct AsyncCopy {
     view: SharedView,
@@ -211,6 +225,16 @@ struct TmaCopy {
     phase: u64,
 }
 
+/// The `cp.async` copies of one role (the block's, outside a region): per thread on the GPU,
+/// so one role's `wait_group` retires only its own.
+#[derive(Default)]
+pub(super) struct CopyGroups {
+    /// Copies issued since the last commit.
+    pending: Vec<AsyncCopy>,
+    /// Committed groups, oldest first.
+    groups: VecDeque<Vec<AsyncCopy>>,
+}
+
 /// One block's shared memory.
 #[derive(Default)]
 pub(super) struct SharedMem {
@@ -223,14 +247,24 @@ pub(super) struct SharedMem {
     dot_reads: Vec<u16>,
     /// In-flight `tma_store` reads of each byte (retired by `tma_store_wait`).
     store_reads: Vec<u16>,
-    /// Copies issued since the last commit.
-    pending: Vec<AsyncCopy>,
-    /// Committed groups, oldest first.
-    groups: VecDeque<Vec<AsyncCopy>>,
+    /// The running role's `cp.async` groups.
+    copies: CopyGroups,
     /// `tma_load`s not yet seen complete by an `mbarrier_wait`.
     tma: Vec<TmaCopy>,
     /// The mbarriers, by byte address.
     pub barriers: std::collections::HashMap<usize, super::barrier::Barrier>,
+    /// When each byte was last written and last read, and the role bits of the accesses.
+    write_time: Vec<u32>,
+    read_time: Vec<u32>,
+    write_roles: Vec<u8>,
+    read_roles: Vec<u8>,
+    /// The clock: every synchronizing event advances it.
+    now: u32,
+    /// The roles' thread ranges (one role, all threads, outside a region) and the running one.
+    roles: Vec<std::ops::Range<usize>>,
+    role: usize,
+    /// `seen[r][q]`: role `q`'s accesses up to this time are ordered before role `r`'s.
+    seen: Vec<Vec<u32>>,
 }
 
 fn who(w: u16) -> String {
@@ -254,7 +288,95 @@ impl SharedMem {
         self.in_flight.resize(end, 0);
         self.dot_reads.resize(end, 0);
         self.store_reads.resize(end, 0);
+        self.write_time.resize(end, 0);
+        self.read_time.resize(end, 0);
+        self.write_roles.resize(end, 0);
+        self.read_roles.resize(end, 0);
         start
+    }
+
+    /// The block's threads are one role (the start of every block).
+    pub fn one_role(&mut self, threads: usize) {
+        self.roles = std::iter::once(0..threads).collect();
+        self.role = 0;
+        self.seen = vec![vec![0]];
+        self.now = self.now.max(1);
+    }
+
+    /// Enter a `specialize!` region whose roles hold `roles` (block thread ranges): each role
+    /// has seen what the block had seen; accesses not ordered by then lose their role.
+    pub fn enter_roles(&mut self, roles: Vec<std::ops::Range<usize>>) {
+        let barrier = self.seen[self.role][self.role];
+        for b in 0..self.bytes.len() {
+            if self.write_time[b] > barrier {
+                self.write_roles[b] = ALL_ROLES;
+            }
+            if self.read_time[b] > barrier {
+                self.read_roles[b] = ALL_ROLES;
+            }
+        }
+        self.seen = vec![vec![barrier; roles.len()]; roles.len()];
+        self.roles = roles;
+        self.role = 0;
+    }
+
+    /// The running role's `cp.async` groups, leaving none.
+    pub fn take_copy_groups(&mut self) -> CopyGroups {
+        std::mem::take(&mut self.copies)
+    }
+
+    /// Exchange the running role's `cp.async` groups with `other`.
+    pub fn swap_copy_groups(&mut self, other: &mut CopyGroups) {
+        std::mem::swap(&mut self.copies, other);
+    }
+
+    /// Run as role `r` from here on.
+    pub fn switch_role(&mut self, r: usize) {
+        self.role = r;
+    }
+
+    /// The block thread of the running role's thread `t`.
+    fn thread(&self, t: usize) -> usize {
+        self.roles[self.role].start + t
+    }
+
+    fn role_bit(&self) -> u8 {
+        1 << self.role.min(7)
+    }
+
+    fn tick(&mut self) -> u32 {
+        let t = self.now;
+        self.now = self.now.checked_add(1).expect("fewer than 2^32 barriers");
+        t
+    }
+
+    /// Whether an access by block thread `t` (or [`NO_THREAD`]) of the running role is not
+    /// ordered after one by `who`, at `time`, of the roles in `bits`.
+    fn unordered(&self, t: usize, who: u16, time: u32, bits: u8) -> bool {
+        if who == NOBODY || who as usize == t {
+            return false;
+        }
+        let seen = &self.seen[self.role];
+        (0..seen.len()).any(|q| (q >= 8 || bits & (1 << q) != 0) && time > seen[q])
+    }
+
+    /// Record a read of byte `b` by block thread `t` (several unordered readers merge).
+    fn note_read(&mut self, t: usize, b: usize) {
+        let (who, time, bits) = (self.reader[b], self.read_time[b], self.read_roles[b]);
+        if who == NOBODY || !self.unordered(t, who, time, bits) {
+            self.reader[b] = t as u16;
+            self.read_roles[b] = self.role_bit();
+        } else {
+            self.reader[b] = if who as usize == t { who } else { SEVERAL };
+            self.read_roles[b] |= self.role_bit();
+        }
+        self.read_time[b] = self.now;
+    }
+
+    fn note_write(&mut self, who: u16, b: usize) {
+        self.writer[b] = who;
+        self.write_time[b] = self.now;
+        self.write_roles[b] = self.role_bit();
     }
 
     /// Thread `t` reads `index` of `view` (named `name` in messages).
@@ -265,6 +387,7 @@ impl SharedMem {
         name: &str,
         index: &[usize],
     ) -> Result<u32, String> {
+        let t = self.thread(t);
         let (off, bytes) = view.locate(index);
         for b in bytes {
             if self.in_flight[b] > 0 {
@@ -273,17 +396,14 @@ impl SharedMem {
             if !self.written[b] {
                 return Err(format!("read of shared tensor `{name}` at {index:?}, which was never written (uninitialised shared memory)"));
             }
-            match self.writer[b] {
-                NOBODY => {}
-                w if w as usize == t => {}
-                ASYNC => return Err(format!("race on shared tensor `{name}`: thread {t} reads {index:?}, which a cp.async filled, but no synchronize followed the wait_group that completed it; missing synchronize?")),
-                w => return Err(format!("race on shared tensor `{name}`: thread {t} reads {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(w))),
+            let w = self.writer[b];
+            if self.unordered(t, w, self.write_time[b], self.write_roles[b]) {
+                return Err(match w {
+                    ASYNC => format!("race on shared tensor `{name}`: thread {t} reads {index:?}, which a cp.async filled, but no synchronize followed the wait_group that completed it; missing synchronize?"),
+                    w => format!("race on shared tensor `{name}`: thread {t} reads {index:?}, which {} wrote since the last synchronize; missing synchronize{}?", who(w), self.hint()),
+                });
             }
-            self.reader[b] = match self.reader[b] {
-                NOBODY => t as u16,
-                r if r as usize == t => r,
-                _ => SEVERAL,
-            };
+            self.note_read(t, b);
         }
         Ok(storage::get(view.dtype, &self.bytes[view.alloc..], off))
     }
@@ -310,13 +430,10 @@ impl SharedMem {
     /// A `dot_wait` retired thread `t`'s in-flight read of `bytes`: from here on it counts as a
     /// read by `t` since the last barrier.
     pub fn retire_dot_read(&mut self, t: usize, bytes: std::ops::Range<usize>) {
+        let t = self.thread(t);
         for b in bytes {
             self.dot_reads[b] -= 1;
-            self.reader[b] = match self.reader[b] {
-                NOBODY => t as u16,
-                r if r as usize == t => r,
-                _ => SEVERAL,
-            };
+            self.note_read(t, b);
         }
     }
 
@@ -329,6 +446,7 @@ impl SharedMem {
         index: &[usize],
         code: u32,
     ) -> Result<(), String> {
+        let t = self.thread(t);
         let (off, bytes) = view.locate(index);
         for b in bytes {
             if self.in_flight[b] > 0 {
@@ -340,20 +458,19 @@ impl SharedMem {
             if self.store_reads[b] > 0 {
                 return Err(format!("write to shared tensor `{name}` at {index:?} while a tma_store reading it is in flight; missing tma_store_wait?"));
             }
-            let other = |x: u16| x != NOBODY && x as usize != t;
-            if other(self.writer[b]) {
+            if self.unordered(t, self.writer[b], self.write_time[b], self.write_roles[b]) {
                 // Sub-byte stores are read-modify-writes of whole bytes on the GPU.
                 let hint = if !view.dtype.bits().is_multiple_of(8) {
                     " (sub-byte elements of different threads share a byte)"
                 } else {
                     ""
                 };
-                return Err(format!("race on shared tensor `{name}`: thread {t} writes {index:?}, which {} wrote since the last synchronize{hint}; missing synchronize?", who(self.writer[b])));
+                return Err(format!("race on shared tensor `{name}`: thread {t} writes {index:?}, which {} wrote since the last synchronize{hint}; missing synchronize{}?", who(self.writer[b]), self.hint()));
             }
-            if other(self.reader[b]) {
-                return Err(format!("race on shared tensor `{name}`: thread {t} overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
+            if self.unordered(t, self.reader[b], self.read_time[b], self.read_roles[b]) {
+                return Err(format!("race on shared tensor `{name}`: thread {t} overwrites {index:?}, which {} read since the last synchronize; missing synchronize{}?", who(self.reader[b]), self.hint()));
             }
-            self.writer[b] = t as u16;
+            self.note_write(t as u16, b);
             self.written[b] = true;
         }
         storage::set(view.dtype, &mut self.bytes[view.alloc..], off, code);
@@ -370,6 +487,7 @@ impl SharedMem {
         index: &[usize],
         update: impl FnOnce(u32) -> Result<u32, String>,
     ) -> Result<u32, String> {
+        let t = self.thread(t);
         let (off, bytes) = view.locate(index);
         for b in bytes.clone() {
             if self.in_flight[b] > 0 {
@@ -384,19 +502,27 @@ impl SharedMem {
             if !self.written[b] {
                 return Err(format!("atomic on shared tensor `{name}` at {index:?}, which was never written (uninitialised shared memory)"));
             }
-            let other = |x: u16| x != NOBODY && x != ATOMIC && x as usize != t;
-            if other(self.writer[b]) {
-                return Err(format!("race on shared tensor `{name}`: thread {t} updates {index:?} atomically, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
+            let w = self.writer[b];
+            if w != ATOMIC && self.unordered(t, w, self.write_time[b], self.write_roles[b]) {
+                return Err(format!("race on shared tensor `{name}`: thread {t} updates {index:?} atomically, which {} wrote since the last synchronize; missing synchronize{}?", who(w), self.hint()));
             }
-            if self.reader[b] != NOBODY && self.reader[b] as usize != t {
-                return Err(format!("race on shared tensor `{name}`: thread {t} updates {index:?} atomically, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
+            if self.unordered(t, self.reader[b], self.read_time[b], self.read_roles[b]) {
+                return Err(format!("race on shared tensor `{name}`: thread {t} updates {index:?} atomically, which {} read since the last synchronize; missing synchronize{}?", who(self.reader[b]), self.hint()));
             }
         }
         let old = storage::get(view.dtype, &self.bytes[view.alloc..], off);
         let new = update(old)?;
         storage::set(view.dtype, &mut self.bytes[view.alloc..], off, new);
         for b in bytes {
-            self.writer[b] = ATOMIC;
+            if self.writer[b] == ATOMIC
+                && self.unordered(t, ATOMIC, self.write_time[b], self.write_roles[b])
+            {
+                // Atomics of several roles: the record keeps every one of them.
+                self.write_roles[b] |= self.role_bit();
+                self.write_time[b] = self.now;
+            } else {
+                self.note_write(ATOMIC, b);
+            }
         }
         Ok(old)
     }
@@ -409,7 +535,7 @@ impl SharedMem {
         codes: impl Iterator<Item = (Vec<usize>, u32)>,
     ) -> Result<(), String> {
         let copy = self.issue_async(view, name, codes, "a cp.async")?;
-        self.pending.push(copy);
+        self.copies.pending.push(copy);
         Ok(())
     }
 
@@ -447,7 +573,7 @@ impl SharedMem {
             for b in c.copy.bytes {
                 self.in_flight[b] -= 1;
                 self.written[b] = true;
-                self.writer[b] = NOBODY;
+                self.note_write(NOBODY, b);
             }
         }
     }
@@ -479,11 +605,21 @@ impl SharedMem {
                 if self.store_reads[b] > 0 {
                     return Err(format!("{what} into shared tensor `{name}` at {index:?} while a tma_store reading it is in flight; missing tma_store_wait?"));
                 }
-                if self.reader[b] != NOBODY {
-                    return Err(format!("race on shared tensor `{name}`: {what} overwrites {index:?}, which {} read since the last synchronize; missing synchronize?", who(self.reader[b])));
+                if self.unordered(
+                    NO_THREAD,
+                    self.reader[b],
+                    self.read_time[b],
+                    self.read_roles[b],
+                ) {
+                    return Err(format!("race on shared tensor `{name}`: {what} overwrites {index:?}, which {} read since the last synchronize; missing synchronize{}?", who(self.reader[b]), self.hint()));
                 }
-                if self.writer[b] != NOBODY {
-                    return Err(format!("race on shared tensor `{name}`: {what} overwrites {index:?}, which {} wrote since the last synchronize; missing synchronize?", who(self.writer[b])));
+                if self.unordered(
+                    NO_THREAD,
+                    self.writer[b],
+                    self.write_time[b],
+                    self.write_roles[b],
+                ) {
+                    return Err(format!("race on shared tensor `{name}`: {what} overwrites {index:?}, which {} wrote since the last synchronize; missing synchronize{}?", who(self.writer[b]), self.hint()));
                 }
                 bytes.push(b);
             }
@@ -503,15 +639,15 @@ impl SharedMem {
     }
 
     pub fn commit(&mut self) {
-        let group = std::mem::take(&mut self.pending);
-        self.groups.push_back(group);
+        let group = std::mem::take(&mut self.copies.pending);
+        self.copies.groups.push_back(group);
     }
 
     /// Retire the oldest committed groups until at most `n` are in flight. Uncommitted copies
     /// stay in flight, as with `cp.async.wait_group`.
     pub fn wait(&mut self, n: usize) {
-        while self.groups.len() > n {
-            for copy in self.groups.pop_front().expect("non-empty") {
+        while self.copies.groups.len() > n {
+            for copy in self.copies.groups.pop_front().expect("non-empty") {
                 let dst = &mut self.bytes[copy.view.alloc..];
                 for (off, code) in copy.writes {
                     storage::set(copy.view.dtype, dst, off, code);
@@ -519,7 +655,7 @@ impl SharedMem {
                 for b in copy.bytes {
                     self.in_flight[b] -= 1;
                     self.written[b] = true;
-                    self.writer[b] = ASYNC;
+                    self.note_write(ASYNC, b);
                 }
             }
         }
@@ -546,10 +682,41 @@ impl SharedMem {
         self.store_reads.fill(0);
     }
 
-    /// A barrier: every write so far is visible to every thread.
+    /// A barrier of the running role's threads (the block's outside a region): every access
+    /// of the role so far is ordered before its next ones.
     pub fn synchronize(&mut self) {
-        self.writer.fill(NOBODY);
-        self.reader.fill(NOBODY);
+        let t = self.tick();
+        let r = self.role;
+        self.seen[r][r] = t;
+    }
+
+    /// The running role arrives on an mbarrier: what it has seen and its own accesses so far
+    /// join the clock `phase` the barrier's current phase carries.
+    pub fn release(&mut self, phase: &mut Vec<u32>) {
+        let t = self.tick();
+        let r = self.role;
+        phase.resize(self.seen.len(), 0);
+        for (q, p) in phase.iter_mut().enumerate() {
+            let known = if q == r { t } else { self.seen[r][q] };
+            *p = (*p).max(known);
+        }
+    }
+
+    /// The running role saw a barrier phase complete that carried `phase`.
+    pub fn acquire(&mut self, phase: &[u32]) {
+        let r = self.role;
+        for (q, &p) in phase.iter().enumerate().take(self.seen.len()) {
+            self.seen[r][q] = self.seen[r][q].max(p);
+        }
+    }
+
+    /// How a missing order is fixed, in messages.
+    fn hint(&self) -> &'static str {
+        if self.roles.len() > 1 {
+            " (or, between roles, an mbarrier_arrive before and an mbarrier_wait after)"
+        } else {
+            ""
+        }
     }
 
     /// Read without any check (for `print`).

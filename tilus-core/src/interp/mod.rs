@@ -37,6 +37,7 @@ mod memory;
 mod numeric;
 mod order;
 mod reduce;
+mod roles;
 mod scalar;
 
 use std::collections::HashMap;
@@ -186,10 +187,12 @@ struct Block {
     pending_dots: std::collections::VecDeque<instr::PendingDot>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Flow {
     Next,
     Exit,
+    /// An `mbarrier_wait` whose phase has not completed (described): the statement did not run.
+    Wait(String),
 }
 
 fn at(span: SpanId) -> impl Fn(String) -> InterpError {
@@ -224,6 +227,7 @@ impl<'p> Machine<'p> {
                 index,
                 pending_dots: Default::default(),
             };
+            block.shared.one_role(self.block_threads);
             let mut run = self.exec(&self.p.body, &mut block);
             if run.is_ok() && block.shared.tma_in_flight() > 0 {
                 run = Err(InterpError {
@@ -296,15 +300,42 @@ impl<'p> Machine<'p> {
         }
     }
 
+    /// Run a `let`, an assignment or an instruction.
+    fn simple(&mut self, s: &'p Stmt, block: &mut Block) -> Result<Flow, InterpError> {
+        let err = at(s.span);
+        match &s.kind {
+            StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
+                let v = self
+                    .eval(value, block)
+                    .map_err(|e| err(format!("`{}` = ...: {e}", self.p.var(*var).name)))?;
+                block.env[var.0 as usize] = Some(v.value());
+                Ok(Flow::Next)
+            }
+            StmtKind::Instr(ins) => self
+                .instr(ins, block)
+                .map_err(|e| err(format!("{}: {e}", ins.name()))),
+            _ => unreachable!("compound statements are run by exec and the role cursors"),
+        }
+    }
+
     fn exec(&mut self, stmts: &'p [Stmt], block: &mut Block) -> Result<Flow, InterpError> {
         for s in stmts {
             let err = at(s.span);
             let flow = match &s.kind {
-                StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
-                    let v = self
-                        .eval(value, block)
-                        .map_err(|e| err(format!("`{}` = ...: {e}", self.p.var(*var).name)))?;
-                    block.env[var.0 as usize] = Some(v.value());
+                StmtKind::Let { .. } | StmtKind::Assign { .. } | StmtKind::Instr(_) => {
+                    match self.simple(s, block)? {
+                        Flow::Wait(what) => {
+                            return Err(err(format!(
+                                "mbarrier_wait: deadlock: {what} and no other thread can \
+                                 arrive; is the phase right (each completed phase flips it), and \
+                                 did every tma_load or mbarrier_arrive of the phase run?"
+                            )))
+                        }
+                        flow => flow,
+                    }
+                }
+                StmtKind::Specialize { roles } => {
+                    self.specialize(roles, block)?;
                     Flow::Next
                 }
                 StmtKind::If {
@@ -358,9 +389,6 @@ impl<'p> Machine<'p> {
                     }
                     flow
                 }
-                StmtKind::Instr(ins) => self
-                    .instr(ins, block)
-                    .map_err(|e| err(format!("{}: {e}", ins.name())))?,
             };
             if flow == Flow::Exit {
                 return Ok(Flow::Exit);

@@ -257,6 +257,27 @@ impl ProgramBuilder {
         self.push(StmtKind::While { cond, body });
     }
 
+    /// A warp-specialized region ([`StmtKind::Specialize`]): one `(warps, registers)` per
+    /// role, in warp order; `body(b, i)` builds role `i`'s body.
+    pub fn specialize(
+        &mut self,
+        roles: &[(u32, Option<u32>)],
+        mut body: impl FnMut(&mut Self, usize),
+    ) {
+        let span = self.span;
+        let roles = roles
+            .iter()
+            .enumerate()
+            .map(|(i, &(warps, registers))| Role {
+                warps,
+                registers,
+                body: self.nested(|b| body(b, i)),
+            })
+            .collect();
+        self.span = span;
+        self.push(StmtKind::Specialize { roles });
+    }
+
     // ---- memory ------------------------------------------------------------------------------
 
     pub fn allocate_global(&mut self, name: &str, dtype: DType, shape: Vec<Expr>) -> VarId {

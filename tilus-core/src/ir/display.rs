@@ -392,6 +392,19 @@ impl Program {
                     self.write_block(f, body, depth + 1)?;
                     writeln!(f, "{pad}}}")?
                 }
+                StmtKind::Specialize { roles } => {
+                    writeln!(f, "{pad}specialize! {{")?;
+                    for r in roles {
+                        let regs = match r.registers {
+                            Some(n) => format!(", registers = {n}"),
+                            None => String::new(),
+                        };
+                        writeln!(f, "{pad}    role(warps = {}{regs}) => {{", r.warps)?;
+                        self.write_block(f, &r.body, depth + 2)?;
+                        writeln!(f, "{pad}    }}")?;
+                    }
+                    writeln!(f, "{pad}}}")?
+                }
                 StmtKind::Instr(i) => writeln!(f, "{pad}{};", self.instruction_text(i))?,
             }
         }

@@ -199,16 +199,11 @@ fn visit_stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Instruction)) {
     for s in stmts {
         match &s.kind {
             StmtKind::Instr(i) => f(i),
-            StmtKind::If {
-                then_body,
-                else_body,
-                ..
-            } => {
-                visit_stmts(then_body, f);
-                visit_stmts(else_body, f);
+            other => {
+                for body in other.bodies() {
+                    visit_stmts(body, f);
+                }
             }
-            StmtKind::For { body, .. } | StmtKind::While { body, .. } => visit_stmts(body, f),
-            StmtKind::Let { .. } | StmtKind::Assign { .. } => {}
         }
     }
 }

@@ -817,7 +817,50 @@ pub enum StmtKind {
         cond: Expr,
         body: Vec<Stmt>,
     },
+    /// Warp specialization: the block's warps split into consecutive [`Role`]s (whole
+    /// warpgroups, the first role on the lowest warps), and each role runs its own body as if
+    /// it were a block of its own threads: layouts, thread indices, `synchronize` (a named
+    /// barrier of the role's threads) and `mbarrier_arrive` (one arrival per warp of the role)
+    /// are the role's. Roles talk only through shared and global memory, ordered by mbarriers
+    /// (an arrival releases the arriving warps' earlier accesses, a wait that sees the phase
+    /// complete acquires them). A role may read the scalars and use the shared and global
+    /// tensors defined before the region, but not assign those scalars or use register tensors
+    /// defined outside it, and it may not allocate shared or global memory, initialise
+    /// mbarriers, reduce through shared memory or `exit`. The region is the kernel's last
+    /// top-level statement. `Role::registers` re-sizes the role's register file (sm_90a
+    /// `setmaxnreg`).
+    Specialize {
+        roles: Vec<Role>,
+    },
     Instr(Instruction),
+}
+
+impl StmtKind {
+    /// The statement lists nested directly in this statement (branches, loop bodies, roles),
+    /// for passes that only need to walk every statement.
+    pub fn bodies(&self) -> Vec<&[Stmt]> {
+        match self {
+            StmtKind::If {
+                then_body,
+                else_body,
+                ..
+            } => vec![then_body, else_body],
+            StmtKind::For { body, .. } | StmtKind::While { body, .. } => vec![body],
+            StmtKind::Specialize { roles } => roles.iter().map(|r| r.body.as_slice()).collect(),
+            StmtKind::Let { .. } | StmtKind::Assign { .. } | StmtKind::Instr(_) => Vec::new(),
+        }
+    }
+}
+
+/// One role of a [`StmtKind::Specialize`] region.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Role {
+    /// The role's warps: a positive multiple of 4 (whole warpgroups).
+    pub warps: u32,
+    /// Registers per thread for the role's warps (`setmaxnreg`: a multiple of 8 from 24 to
+    /// 256), or `None` to keep the kernel's allocation.
+    pub registers: Option<u32>,
+    pub body: Vec<Stmt>,
 }
 
 /// How the CUDA compiler should unroll a loop (a hint: the meaning never changes).

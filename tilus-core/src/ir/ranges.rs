@@ -226,6 +226,11 @@ impl Analysis<'_> {
                 self.block(body);
             }
             StmtKind::While { body, .. } => self.block(body),
+            StmtKind::Specialize { roles } => {
+                for r in roles {
+                    self.block(&r.body);
+                }
+            }
             StmtKind::Instr(i) => self.instr(i),
         }
     }

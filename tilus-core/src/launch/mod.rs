@@ -133,6 +133,11 @@ pub struct LaunchSpec {
     /// Whether the program executes `wait_prior_grid()`: only such a kernel may be launched as a
     /// programmatic dependent of the kernel before it (launched otherwise, the wait is a no-op).
     pub waits_prior_grid: bool,
+    /// Registers per thread the compiled kernel must hold for its `specialize!` roles to
+    /// re-size theirs (`setmaxnreg`; 0 without): an `.inc` waits for registers the other
+    /// roles' `.dec` return to the block's pool, so with fewer it would wait forever. The
+    /// launcher refuses the kernel then ([`min_registers`]).
+    pub min_registers: u32,
 }
 
 impl LaunchSpec {
@@ -174,6 +179,7 @@ impl LaunchSpec {
             assumptions: Vec::new(),
             views,
             waits_prior_grid: waits_prior_grid(program),
+            min_registers: 0,
         }
     }
 
@@ -330,6 +336,37 @@ fn view_bytes(dtype: DType, extents: &[i32]) -> Option<usize> {
         .iter()
         .try_fold(1usize, |n, &x| n.checked_mul(x.max(0) as usize))?;
     storage::try_packed_len(dtype, numel).ok()
+}
+
+/// The registers per thread a kernel compiled from `program` must hold for its roles'
+/// `setmaxnreg` ([`LaunchSpec::min_registers`]): the roles that set a count take their
+/// registers from the block's pool of `threads x R`, so `R` must be at least their
+/// thread-weighted average, and at least every count a role lowers to (`.dec` below the
+/// current count); 0 when no role sets one.
+pub fn min_registers(program: &Program) -> u32 {
+    let cap =
+        crate::verify::specialize::kernel_register_cap(program.num_threads, program.blocks_per_sm);
+    let mut need = 0u64;
+    for s in &program.body {
+        let crate::ir::StmtKind::Specialize { roles } = &s.kind else {
+            continue;
+        };
+        let (mut threads, mut regs) = (0u64, 0u64);
+        for r in roles {
+            if let Some(n) = r.registers {
+                let t = r.warps as u64 * 32;
+                threads += t;
+                regs += t * n as u64;
+                if n < cap {
+                    need = need.max(n as u64);
+                }
+            }
+        }
+        if threads > 0 {
+            need = need.max(regs.div_ceil(threads));
+        }
+    }
+    need as u32
 }
 
 /// Whether `program` executes `wait_prior_grid()` anywhere ([`LaunchSpec::waits_prior_grid`]).

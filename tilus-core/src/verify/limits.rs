@@ -124,6 +124,17 @@ impl<'p> Limits<'p> {
                     self.block(else_body);
                 }
                 StmtKind::For { body, .. } | StmtKind::While { body, .. } => self.block(body),
+                StmtKind::Specialize { roles } => {
+                    // A role is a block of its own threads (`specialize.rs`).
+                    let saved = self.block_threads;
+                    for r in roles {
+                        if saved > 0 && r.warps > 0 {
+                            self.block_threads = (r.warps as usize * 32).min(MAX_BLOCK_THREADS);
+                        }
+                        self.block(&r.body);
+                    }
+                    self.block_threads = saved;
+                }
                 StmtKind::Let { .. } | StmtKind::Assign { .. } => {}
                 StmtKind::Instr(ins) => self.instr(ins, s.span),
             }

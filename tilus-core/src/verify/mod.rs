@@ -33,6 +33,7 @@
 //!   threads per layout, 32-bit registers per thread of each register tensor, element counts
 //!   and shared sizes in checked arithmetic, and unrolled element operations per thread. Past a
 //!   limit only the limits are reported: the other rules build per-element tables.
+//! - **Warp specialization** (`specialize.rs`): the region's shape and what a role may do.
 //! - **Shared memory**: the sum of all `allocate_shared` sizes (each rounded up to 16 bytes) fits
 //!   `Target::max_shared_bytes`; reported at the program span with the total and the tensors.
 
@@ -43,6 +44,7 @@ mod limits;
 mod math;
 mod reduce;
 pub(crate) mod shared;
+pub mod specialize;
 pub(crate) mod table;
 pub mod tma;
 pub mod wgmma;
@@ -122,16 +124,11 @@ pub fn shared_bytes(program: &Program) -> usize {
                     let bytes = 8usize.saturating_mul(*count as usize);
                     *total = total.saturating_add(bytes.next_multiple_of(shared::SHARED_ALIGN));
                 }
-                StmtKind::If {
-                    then_body,
-                    else_body,
-                    ..
-                } => {
-                    walk(then_body, total);
-                    walk(else_body, total);
+                other => {
+                    for body in other.bodies() {
+                        walk(body, total);
+                    }
                 }
-                StmtKind::For { body, .. } | StmtKind::While { body, .. } => walk(body, total),
-                _ => {}
             }
         }
     }
@@ -158,6 +155,8 @@ pub(super) struct Checker<'p> {
     branch_depth: usize,
     /// The `mbarriers` tensors and their counts, found once.
     barriers: std::collections::HashMap<VarId, u32>,
+    /// Inside a role of a `specialize!` region: what was defined before it.
+    role: Option<specialize::RoleScope>,
 }
 
 impl<'p> Checker<'p> {
@@ -174,6 +173,7 @@ impl<'p> Checker<'p> {
             inferred: Vec::new(),
             branch_depth: 0,
             barriers: tma::barrier_tensors(p),
+            role: None,
         }
     }
 
@@ -343,6 +343,7 @@ impl<'p> Checker<'p> {
                 let Some(ty) = self.use_var(*var, span) else {
                     return;
                 };
+                self.role_assign(*var, span);
                 let name = self.name(*var);
                 match ty {
                     VarType::Scalar(st) => {
@@ -441,7 +442,16 @@ impl<'p> Checker<'p> {
                 );
                 self.block(body);
             }
-            StmtKind::Instr(ins) => self.instr(ins, span),
+            StmtKind::Specialize { roles } => {
+                let top_last = self.branch_depth == 0
+                    && self.role.is_none()
+                    && self.p.body.last().is_some_and(|l| std::ptr::eq(l, s));
+                self.specialize(roles, span, top_last)
+            }
+            StmtKind::Instr(ins) => {
+                self.role_instr(ins, span);
+                self.instr(ins, span)
+            }
         }
     }
 
@@ -462,6 +472,7 @@ impl<'p> Checker<'p> {
             );
             return None;
         }
+        self.role_use(v, span);
         Some(&var.ty)
     }
 

@@ -298,6 +298,7 @@ impl super::Checker<'_> {
                 }
                 Ok(plan) => {
                     let bytes = plan.scratch_bytes(self.block_threads, r.layout.num_locals());
+                    self.role_scratch(bytes, name, span);
                     if bytes > self.reduce_scratch.map_or(0, |(_, b)| b) {
                         self.reduce_scratch = Some((out, bytes));
                     }
@@ -335,6 +336,7 @@ impl super::Checker<'_> {
                 }
                 Ok(plan) => {
                     let bytes = plan.scratch_bytes(op);
+                    self.role_scratch(bytes, name, span);
                     if bytes > self.reduce_scratch.map_or(0, |(_, b)| b) {
                         self.reduce_scratch = Some((out, bytes));
                     }

@@ -68,6 +68,12 @@ impl Translator<'_, '_> {
             .last()
             .map(|s| s.ident.to_string())
             .unwrap_or_default();
+        if super::specialize::is_specialize(mac) {
+            return Err(self.err(
+                mac,
+                "`specialize! { .. }` is a statement, not a value; write it on its own, as the kernel's last statement",
+            ));
+        }
         if name != "layout" || mac.path.segments.len() != 1 {
             return Err(self.err(
                 mac,

@@ -18,6 +18,7 @@ mod math;
 mod notes;
 mod prelude;
 pub mod replicated;
+mod specialize;
 mod stmt;
 
 use std::collections::HashMap;
@@ -32,6 +33,8 @@ use crate::attr::KernelAttr;
 use crate::diag::{node_key, Diag, Range, Site, Sites};
 use crate::signature::{KernelSig, ParamKind};
 use crate::space::{Point, Space};
+
+pub use specialize::MacroCache;
 
 /// What a name is bound to.
 #[derive(Clone, Debug)]
@@ -104,6 +107,8 @@ pub enum DestHint {
 pub struct Shared<'a> {
     pub sites: &'a mut Sites,
     pub layouts: &'a mut HashMap<String, Result<Layout, ParseError>>,
+    /// The parsed `specialize!` macros (their syntax nodes must outlive every configuration).
+    pub macros: &'a mut MacroCache,
     /// Replicated register tensors of this configuration, with the warning for each (kept by
     /// [`replicated::unused_copies`] when no wider computation consumes the copies).
     pub warnings: Vec<(VarId, Diag)>,

@@ -1,5 +1,5 @@
-//! Statements: `let`, assignment, `if`/`else`, `for x in a..b`, `while`, and instruction
-//! calls whose result is discarded.
+//! Statements: `let`, assignment, `if`/`else`, `for x in a..b`, `while`, `specialize! { .. }`
+//! (in `specialize.rs`), and instruction calls whose result is discarded.
 
 use syn::{BinOp, Expr as SynExpr, Pat, RangeLimits, Stmt};
 use tilus_core::ir::{Expr, ProgramBuilder, ScalarType, Unroll, VarType};
@@ -25,11 +25,17 @@ impl Translator<'_, '_> {
                     "the only items in a kernel are helper `fn`s at the top level of its body",
                 );
             }
+            Stmt::Macro(m) if specialize::is_specialize(&m.mac) => {
+                if let Some(a) = m.attrs.first() {
+                    let _ = self.err(a, "attributes on `specialize!` are not supported");
+                }
+                let _ = self.specialize(b, &m.mac);
+            }
             Stmt::Macro(m) => {
                 let name = m.mac.path.segments.last().map(|s| s.ident.to_string());
                 let msg = match name.as_deref() {
                     Some("layout") => "a `layout!(..)` on its own does nothing; bind it with `let` or pass it to an instruction".to_string(),
-                    Some(n) => format!("unknown macro `{n}!`; a kernel has `layout!(..)`, and `print(..)` for debugging"),
+                    Some(n) => format!("unknown macro `{n}!`; a kernel has `layout!(..)`, the statement `specialize! {{ .. }}`, and `print(..)` for debugging"),
                     None => "unknown macro".to_string(),
                 };
                 let _ = self.err(&m.mac, msg);
@@ -37,7 +43,7 @@ impl Translator<'_, '_> {
         }
     }
 
-    fn block(&mut self, b: &mut ProgramBuilder, block: &syn::Block) {
+    pub(super) fn block(&mut self, b: &mut ProgramBuilder, block: &syn::Block) {
         self.scopes.push(Vec::new());
         for stmt in &block.stmts {
             self.stmt(b, stmt);
@@ -432,6 +438,12 @@ impl Translator<'_, '_> {
             )),
             SynExpr::Break(_) | SynExpr::Continue(_) => {
                 Err(self.err(e, "`break` and `continue` are not supported in a kernel"))
+            }
+            SynExpr::Macro(m) if specialize::is_specialize(&m.mac) => {
+                if let Some(a) = m.attrs.first() {
+                    let _ = self.err(a, "attributes on `specialize!` are not supported");
+                }
+                self.specialize(b, &m.mac)
             }
             SynExpr::Macro(_) => {
                 let _ = self.value(b, e, DestHint::Temp);

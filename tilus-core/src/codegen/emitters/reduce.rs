@@ -283,7 +283,7 @@ fn shared_stage(
         }
     }
     cx.w.close();
-    cx.w.line("__syncthreads();");
+    cx.w.line(cx.block_barrier());
     // The row's first partner (every shared digit zero), then the others in a fixed order.
     let digit = |t: &str, place: usize, size: usize| format!("(({t} / {place}) % {size})");
     let zeroed: Vec<String> = plan
@@ -327,7 +327,7 @@ fn shared_stage(
     read(cx, &partner, false);
     cx.w.close();
     // Every thread has read its partials before the next reduction writes the scratch.
-    cx.w.line("__syncthreads();");
+    cx.w.line(cx.block_barrier());
     Ok(())
 }
 
@@ -410,7 +410,7 @@ pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(),
                 for (i, ti) in t.iter().enumerate() {
                     cx.w.line(format!("{sc}[{TID} * {locals} + {i}] = {ti};"));
                 }
-                cx.w.line("__syncthreads();");
+                cx.w.line(cx.block_barrier());
                 let zero = if ct == Acc::Float { "0.0f" } else { "0u" };
                 for i in 0..locals {
                     let (ex, tot) = (cx.fresh("ex"), cx.fresh("tot"));
@@ -427,7 +427,7 @@ pub(crate) fn scan(cx: &mut Ctx, out: VarId, x: VarId, dim: usize) -> Result<(),
                     cx.w.line(format!("{} = {};", s[i], add(ct, &ex, &s[i])));
                     cx.w.line(format!("{} = {tot};", t[i]));
                 }
-                cx.w.line("__syncthreads();");
+                cx.w.line(cx.block_barrier());
             }
             crate::verify::ScanStep::Lane { place, size } => {
                 let v = cx.fresh("v");

@@ -163,7 +163,7 @@ pub(crate) fn mbarriers(
         slot.offset
     ));
     // Bytes another tensor used before are free once every thread passed a barrier.
-    cx.w.line("__syncthreads();");
+    cx.w.line(cx.block_barrier());
     cx.w.open(format!("if ({TID} == 0)"));
     cx.w.open(format!("for (int i = 0; i < {count}; ++i)"));
     cx.w.line(format!(
@@ -172,7 +172,7 @@ pub(crate) fn mbarriers(
     cx.w.close();
     cx.w.line("asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");");
     cx.w.close();
-    cx.w.line("__syncthreads();");
+    cx.w.line(cx.block_barrier());
     Ok(())
 }
 
@@ -369,7 +369,7 @@ pub(crate) fn tma_store(
     cx.features.insert(feature);
     let coords = coordinates(cx, dst_offset, dst, s.dtype, "tma_store")?;
     cx.w.line("asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");");
-    cx.w.line("__syncthreads();");
+    cx.w.line(cx.block_barrier());
     cx.w.open(format!("if ({TID} == 0)"));
     cx.w.line(format!(
         "tilus_tma_store_{rank}d({}, &{map}, {});",
@@ -386,7 +386,7 @@ pub(crate) fn tma_store_wait(cx: &mut Ctx) {
     if cx.uses_tma_store {
         cx.w.line(format!("if ({TID} == 0) tilus_tma_store_wait();"));
     }
-    cx.w.line("__syncthreads();");
+    cx.w.line(cx.block_barrier());
 }
 
 /// Before the kernel ends (or a thread returns): the block's shared memory must outlive the

@@ -354,16 +354,11 @@ pub(crate) fn async_accumulators(p: &crate::ir::Program) -> Vec<VarId> {
                         }
                     }
                 }
-                StmtKind::If {
-                    then_body,
-                    else_body,
-                    ..
-                } => {
-                    walk(p, then_body, out);
-                    walk(p, else_body, out);
+                other => {
+                    for body in other.bodies() {
+                        walk(p, body, out);
+                    }
                 }
-                StmtKind::For { body, .. } | StmtKind::While { body, .. } => walk(p, body, out),
-                _ => {}
             }
         }
     }

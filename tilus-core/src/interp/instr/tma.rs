@@ -1,9 +1,10 @@
 //! `mbarriers`, `tma_load`, `tma_store`, `mbarrier_arrive`, `mbarrier_wait` (sm_90's copy
 //! engine and transaction barriers, `crate::verify::tma`).
 //!
-//! The block runs as one: a `tma_load` is issued once (one arrival on its barrier, its bytes in
-//! flight), `mbarrier_arrive` is one arrival per warp, and an `mbarrier_wait` whose phase has
-//! not completed can never complete, since no other part of the block runs meanwhile: that is
+//! The block (or a role of a `specialize!` region) runs as one: a `tma_load` is issued once
+//! (one arrival on its barrier, its bytes in flight), `mbarrier_arrive` is one arrival per warp
+//! of the role. An `mbarrier_wait` whose phase has not completed blocks its role until another
+//! role arrives (`super::super::roles`); outside a region nothing else can arrive, and that is
 //! reported as a deadlock. A `tma_store` is a barrier and the copy, whose source bytes stay in
 //! flight (writing them is an error) until a `tma_store_wait`, a barrier.
 
@@ -80,7 +81,7 @@ impl Machine<'_> {
         block
             .shared
             .tma_load(&view, &name, codes.into_iter(), addr, phase)?;
-        self.arrive(block, barriers, addr, 1)
+        self.arrive(block, barriers, addr, 1, false)
     }
 
     /// The shared tensor `src` to the tile at `dst_offset` of the global view `dst`; elements
@@ -132,12 +133,15 @@ impl Machine<'_> {
         Ok(())
     }
 
+    /// `n` arrivals on the barrier at `addr`; with `release`, the running role's accesses so far
+    /// are ordered before whatever waits for the phase.
     fn arrive(
         &self,
         block: &mut Block,
         barriers: VarId,
         addr: usize,
         n: u32,
+        release: bool,
     ) -> Result<(), String> {
         let name = self.name(barriers);
         let barrier = block
@@ -145,6 +149,16 @@ impl Machine<'_> {
             .barriers
             .get_mut(&addr)
             .ok_or_else(|| format!("`{name}` holds no initialised barrier at that index"))?;
+        if n > barrier.pending {
+            // Checked again by `arrive`, before anything changes.
+            return barrier.arrive(n).map_err(|e| format!("`{name}`: {e}"));
+        }
+        let mut clock = std::mem::take(&mut barrier.clock);
+        if release {
+            block.shared.release(&mut clock);
+        }
+        let barrier = block.shared.barriers.get_mut(&addr).expect("found above");
+        barrier.clock = clock;
         barrier.arrive(n).map_err(|e| format!("`{name}`: {e}"))
     }
 
@@ -156,34 +170,37 @@ impl Machine<'_> {
     ) -> Result<(), String> {
         let addr = self.barrier_addr(block, barriers, index)?;
         let warps = self.block_threads.div_ceil(32) as u32;
-        self.arrive(block, barriers, addr, warps)
+        self.arrive(block, barriers, addr, warps, true)
     }
 
+    /// Wait for a phase: `Ok(None)` when it has completed (its copies land, and the role
+    /// acquires what its arrivals released), `Ok(Some(what))` when it has not (the wait
+    /// blocks; `what` describes it for a deadlock report).
     pub(super) fn mbarrier_wait(
         &mut self,
         block: &mut Block,
         barriers: VarId,
         index: &Expr,
         phase: &Expr,
-    ) -> Result<(), String> {
+    ) -> Result<Option<String>, String> {
         let addr = self.barrier_addr(block, barriers, index)?;
         let parity = self.eval_i32(phase, block, "phase")?;
-        let b = block.shared.barriers[&addr].clone();
+        let b = &block.shared.barriers[&addr];
         if !b.passes(parity) {
             let i = (addr - self.shared(block, barriers)?.alloc) / 8;
-            return Err(format!(
-                "deadlock: waiting on barrier {i} of `{}` for the phase of parity {}, but its \
-                 phase {} (that parity) still expects {} of its {} arrivals and no other thread \
-                 can arrive; is the phase right (each completed phase flips it), and did every \
-                 tma_load or mbarrier_arrive of the phase run?",
+            return Ok(Some(format!(
+                "waiting on barrier {i} of `{}` for the phase of parity {}, but its phase {} \
+                 (that parity) still expects {} of its {} arrivals",
                 self.name(barriers),
                 parity.rem_euclid(2),
                 b.phase,
                 b.pending,
                 b.arrivals
-            ));
+            )));
         }
-        block.shared.tma_complete(addr, b.phase);
-        Ok(())
+        let (done, acquired) = (b.phase, b.acquired(parity).to_vec());
+        block.shared.tma_complete(addr, done);
+        block.shared.acquire(&acquired);
+        Ok(None)
     }
 }
