@@ -1015,6 +1015,18 @@ mod warp_specialized {
             ] {
                 assert!(k.source.contains(needed), "{cfg}: no `{needed}`");
             }
+            // A role's layouts place its threads by the role's own index: their thread parts
+            // are computed inside the role (after `tid` is re-based), none at kernel entry.
+            let entry = &k.source[..k.source.find("// role 0").unwrap()];
+            assert!(
+                !entry.contains("const int lay"),
+                "{cfg}: layouts at kernel entry"
+            );
+            let consumers = &k.source[k.source.find("const int tid = tilus_role_tid;").unwrap()..];
+            assert!(
+                consumers.contains("const int lay"),
+                "{cfg}: no layout in a role"
+            );
             // 128 x 40 + 256 x 232 registers over 384 threads: the kernel must hold 168.
             assert_eq!(k.launch.min_registers, 168, "{cfg}");
         }

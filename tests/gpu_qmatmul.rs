@@ -374,6 +374,47 @@ fn gemv_wgmma_matches_the_reference() {
             );
         }
     }
+    // Warp-specialized (a producer warpgroup fills the ring): one and two consumer
+    // warpgroups, one and two blocks a multiprocessor, odd and even k tiles.
+    for (wdtype, adtype, bm, bn, warps, occupancy, stages, kk) in [
+        (DType::UInt(2), DType::F16, 32, 256, 8, 2, 4, k),
+        (DType::Int(4), DType::BF16, 64, 256, 8, 1, 8, k),
+        (DType::UInt(4), DType::F16, 16, 128, 4, 2, 3, k - 64),
+        (DType::Int(8), DType::BF16, 64, 128, 4, 1, 5, k),
+    ] {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            stages,
+            blocks_per_sm: occupancy,
+            specialize: true,
+            ..QMatmulConfig::for_shape(
+                wdtype,
+                adtype,
+                Some(64),
+                matches!(wdtype, DType::UInt(_)),
+                n,
+                kk,
+            )
+            .unwrap()
+        };
+        for m in [1, bm, bm + 9] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, kk, Group::Rows(64)),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, kk, Group::Rows(64)),
+            };
+            println!(
+                "gemv-wgmma ws bm{bm} bn{bn} w{warps} o{occupancy} {wdtype} {adtype} k={kk} m={m}: rel err {rel:.2e}"
+            );
+            assert!(
+                rel < 1e-2,
+                "gemv-wgmma ws {wdtype} m={m}: relative error {rel}"
+            );
+        }
+    }
     // Stream-k: workers sharing the iterations unevenly (shares end inside column tiles).
     for (wdtype, adtype, bm, bn, warps, stream_k) in [
         (DType::UInt(2), DType::F16, 16, 128, 4, 7),

@@ -462,6 +462,73 @@ fn gemv_wgmma_matches_the_reference() {
     }
 }
 
+/// The warp-specialized warpgroup gemv (`specialize`: a producer warpgroup fills the copy
+/// engine's ring, the consumers only wait for full stages): the same cases' shapes as the
+/// plain one, one and two consumer warpgroups, one and two blocks to a multiprocessor, ragged
+/// m, grouped and per-channel scales, zero points, even and odd numbers of k tiles with the
+/// fewest stages; and the settings it cannot take, each naming `specialize`.
+#[test]
+fn gemv_wgmma_specialized_matches_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    // (weight, activations, group, bm, bn, warps, blocks per multiprocessor)
+    let cases = [
+        ("u2", DType::F16, Some(64), 8, 128, 4, 2),
+        ("i4", DType::BF16, Some(128), 32, 256, 8, 2),
+        ("u3", DType::F16, Some(64), 64, 128, 4, 1),
+        ("u4", DType::BF16, Some(128), 64, 256, 8, 1),
+    ];
+    for (wd, ad, group, bm, bn, warps, occupancy) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            blocks_per_sm: occupancy,
+            specialize: true,
+            ..default_cfg(dt(wd), ad, group)
+        };
+        check(cfg, 512, 2 * bn, &[1, bm + 3]);
+        if group.is_none_or(|g| g == 64) {
+            check(QMatmulConfig { stages: 3, ..cfg }, 320, bn, &[bm - 1]);
+        }
+    }
+    let ws = QMatmulConfig {
+        method: QMatmulMethod::GemvWgmma,
+        bm: 16,
+        bn: 128,
+        bk: 64,
+        specialize: true,
+        ..default_cfg(dt("u4"), DType::F16, Some(128))
+    };
+    ws.tiling().unwrap();
+    for bad in [
+        QMatmulConfig {
+            method: QMatmulMethod::Gemv,
+            bm: 16,
+            ..ws
+        },
+        QMatmulConfig {
+            bn: 512,
+            warps: 8,
+            ..ws
+        },
+        QMatmulConfig { split_k: 2, ..ws },
+        QMatmulConfig { stream_k: 4, ..ws },
+        QMatmulConfig {
+            blocks_per_sm: 3,
+            ..ws
+        },
+        QMatmulConfig {
+            group_rows: None,
+            ..ws
+        },
+    ] {
+        let e = err_text(bad.tiling());
+        assert!(e.contains("`specialize`"), "{bad:?}: {e}");
+    }
+}
+
 #[test]
 fn gemv_wgmma_errors_name_the_field() {
     use tilus::kernels::qmatmul::QMatmulMethod;

@@ -7,7 +7,7 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
-//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers; `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
+//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers, or `WS=1` (warp-specialized: a producer warpgroup more, `BLOCKS_PER_SM=1` or `2`); `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
@@ -64,6 +64,7 @@ impl Kernel {
                 ("SPLIT_K", ""),
                 ("STREAM_K", "0"),
                 ("BLOCKS_PER_SM", ""),
+                ("WS", "0"),
                 ("METHOD", "fused"),
             ],
         }
@@ -92,7 +93,8 @@ Kernels and their --config keys (default in brackets):
              METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
              STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
              BLOCKS_PER_SM
-                         lut only: blocks compiled to share a multiprocessor [2 up to 8 warps, else 1]
+                         lut and WS=1: blocks compiled to share a multiprocessor [2 up to 8 warps, else 1]
+             WS          gemv_wgmma only: 1 for warp specialization (a producer warpgroup fills the ring; split 1, no stream-k) [0]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
@@ -304,6 +306,7 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
         split_k: pick("SPLIT_K", defaults.split_k)?,
         stream_k: pick("STREAM_K", defaults.stream_k)?,
         blocks_per_sm: pick("BLOCKS_PER_SM", occupancy)?,
+        specialize: pick("WS", usize::from(defaults.specialize))? == 1,
         ..defaults
     };
     Ok(config)

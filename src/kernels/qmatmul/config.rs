@@ -136,6 +136,11 @@ pub struct QMatmulConfig {
     /// to a multiprocessor (perf note 37): two blocks' tables hide each other's barriers and
     /// latencies better than one block's ILP does.
     pub blocks_per_sm: usize,
+    /// Warp-specialized ([`QMatmulMethod::GemvWgmma`] on the copy engine, one pass, no
+    /// split): one more warpgroup fills the ring while the `warps` multiply (`specialize!`;
+    /// the producer's registers go to them), with no block barrier in the k loop; may run
+    /// `blocks_per_sm` = 2.
+    pub specialize: bool,
 }
 
 /// The two ways to compute `A · dequant(W)`.
@@ -260,6 +265,7 @@ impl QMatmulConfig {
             method: QMatmulMethod::Fused,
             stream_k: 0,
             blocks_per_sm: 1,
+            specialize: false,
         }
     }
 
@@ -283,6 +289,7 @@ impl QMatmulConfig {
             split_k,
             stream_k: 0,
             blocks_per_sm,
+            specialize: false,
             ..self
         }
     }
@@ -425,12 +432,46 @@ impl QMatmulConfig {
         if self.method == QMatmulMethod::Lut {
             return self.lut_tiling();
         }
-        if self.blocks_per_sm != 1 {
+        if self.specialize {
+            let why = if self.method != QMatmulMethod::GemvWgmma {
+                Some(
+                    "warp specialization is a schedule of the warpgroup gemv (METHOD=gemv_wgmma)"
+                        .to_string(),
+                )
+            } else if self.bn > 256 {
+                Some(format!(
+                    "the producer fills the copy engine's ring, whose tiles are at most 256 \
+                     columns wide, not bn = {}",
+                    self.bn
+                ))
+            } else if self.split_k != 1 || self.stream_k != 0 {
+                Some(
+                    "the specialized schedule is one pass over k: split_k = 1, stream_k = 0"
+                        .to_string(),
+                )
+            } else if self.group_rows.is_none() {
+                Some(
+                    "the specialized schedule needs grouped scales (the consumers read them \
+                     from the ring; per-channel scales are loaded once for the whole block)"
+                        .to_string(),
+                )
+            } else if self.blocks_per_sm > 2 {
+                Some(format!(
+                    "blocks_per_sm = {}: at most 2 specialized blocks share a multiprocessor",
+                    self.blocks_per_sm
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(config_err("specialize", why));
+            }
+        } else if self.blocks_per_sm != 1 {
             return Err(config_err(
                 "blocks_per_sm",
                 format!(
-                    "{}; only the look-up method is compiled for more than one block per \
-                     multiprocessor",
+                    "{}; only the look-up method and the specialized warpgroup gemv are \
+                     compiled for more than one block per multiprocessor",
                     self.blocks_per_sm
                 ),
             ));

@@ -681,11 +681,19 @@ mod kernels {
     /// warps that dequantize and issue the wgmmas compute no copy addresses and wait on the
     /// barrier instead of `cp.async` groups (`BN <= 256`: a box row is at most 256 elements).
     ///
+    /// With `WS = 1` (copy engine, one pass, no split) the warps are specialized
+    /// (`specialize!`): one more warpgroup, the producer, fills the ring as soon as a stage is
+    /// handed back, and the `WG` consumer warpgroups only wait for full stages, dequantize and
+    /// multiply; they hand a stage back once the wgmma that read it has retired. No block
+    /// barrier is left in the k loop, and all `STAGES` stages can be in flight. `OCC` blocks a
+    /// multiprocessor: the producer gives up registers (40) to the consumers.
+    ///
     /// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`.
     #[tilus::kernel(
         lazy,
         grid = [cdiv(m, BM), if STREAM > 0 { STREAM } else { n / BN }, SPLIT],
-        warps = 4 * WG,
+        warps = 4 * WG + 4 * WS,
+        blocks_per_sm = OCC,
         target = sm90,
         // Checked when the crate is built: per-channel and grouped scales, zero points, both
         // packing orders, bit widths 2, 4 and 8, f16 and bf16, both output types.
@@ -701,6 +709,8 @@ mod kernels {
             VEC = [16],
             TMA = [0, 1],
             STREAM = [0, 3],
+            WS = [0],
+            OCC = [1],
         ),
         dtypes(A = [f16, bf16], W = [u2, u4, i8]),
     )]
@@ -717,6 +727,8 @@ mod kernels {
         const VEC: i32,
         const TMA: i32,
         const STREAM: i32,
+        const WS: i32,
+        const OCC: i32,
         A: DTypeParam,
         W: DTypeParam,
     >(
@@ -932,7 +944,61 @@ mod kernels {
         };
         let xs = |r: i32| permute_shared(slice_shared(sa, [r % STAGES, 0, 0], [BM, 64]), [1, 0]);
         let lanes = layout!(spatial(WG * 128));
-        if STREAM == 0 {
+        if WS == 1 {
+            // A stage is empty again when every consumer warp has retired the wgmma that read
+            // it.
+            let empty = mbarriers(STAGES, 4 * WG);
+            specialize! {
+                role(warps = 4, registers = 40) => {
+                    for t in 0..ktiles {
+                        let s = t % STAGES;
+                        if t >= STAGES {
+                            // The consumers' (t / STAGES)-th hand-back of stage s.
+                            mbarrier_wait(empty, s, (t / STAGES - 1) % 2);
+                        }
+                        issue(kt0 + t, bj, s);
+                    }
+                }
+                // The block's registers less the producer's 40 per thread, a multiple of 8.
+                role(
+                    warps = 4 * WG,
+                    registers = min(
+                        256,
+                        ((WG + 1) * (65536 / (OCC * 128 * (WG + 1)) / 8 * 8) - 40) / WG / 8 * 8
+                    ),
+                ) => {
+                    let mut acc = register::<f32>(lc, 0.0);
+                    let mut wa0 = register::<A>(lwa, 0.0);
+                    let mut wa1 = register::<A>(lwa, 0.0);
+                    // Even and odd tiles written out (no dot_async in a branch); a tile's
+                    // stage goes back after the next tile's dot_wait(1) retired its wgmma.
+                    for t2 in 0..ktiles / 2 {
+                        let t = 2 * t2;
+                        mbarrier_wait(full, t % STAGES, t / STAGES % 2);
+                        wa0 = dequant(t);
+                        acc = dot_async(wa0, xs(t), acc);
+                        dot_wait(1);
+                        if t > 0 {
+                            mbarrier_arrive(empty, (t - 1) % STAGES);
+                        }
+                        mbarrier_wait(full, (t + 1) % STAGES, (t + 1) / STAGES % 2);
+                        wa1 = dequant(t + 1);
+                        acc = dot_async(wa1, xs(t + 1), acc);
+                        dot_wait(1);
+                        mbarrier_arrive(empty, t % STAGES);
+                    }
+                    dot_wait(0);
+                    if ktiles % 2 == 1 {
+                        let t = ktiles - 1;
+                        mbarrier_wait(full, t % STAGES, t / STAGES % 2);
+                        wa0 = dequant(t);
+                        acc = dot(wa0, xs(t), acc);
+                    }
+                    let acc = view::<f32>(acc, lct);
+                    store_tile(acc, lct, lanes, bi, bj, bs, false);
+                }
+            }
+        } else if STREAM == 0 {
             // One pass: the block's tile, k tiles `kt0..kt0 + ktiles`.
             #[unroll]
             for st in 0..STAGES - 2 {

@@ -74,6 +74,11 @@ pub fn config_name(c: &QMatmulConfig) -> String {
     } else {
         String::new()
     };
+    let occupancy = if c.specialize {
+        format!("{occupancy}_ws")
+    } else {
+        occupancy
+    };
     format!(
         "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{stream}{occupancy}{method}",
         c.adtype, c.wdtype, c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
@@ -113,6 +118,8 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             VEC: v(t.vector_bytes),
             TMA: i32::from(gemv_wgmma_tma(config)),
             STREAM: v(config.stream_k),
+            WS: i32::from(config.specialize),
+            OCC: v(config.blocks_per_sm),
             A: config.adtype,
             W: config.wdtype,
         };

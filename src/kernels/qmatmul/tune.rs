@@ -47,6 +47,7 @@ impl TuneCandidate for QMatmulConfig {
             "split_k": self.split_k,
             "stream_k": self.stream_k,
             "blocks_per_sm": self.blocks_per_sm,
+            "specialize": self.specialize,
             "method": match self.method {
                 QMatmulMethod::Fused => "fused",
                 QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
@@ -143,7 +144,7 @@ pub fn codegen_fingerprint() -> &'static str {
 }
 
 /// A short description of the tiles: `bm16 bn128 bk64 w4 s3 sk1` (with ` dequant+gemm` for
-/// the dequantize-then-GEMM method).
+/// the dequantize-then-GEMM method, ` ws` for warp specialization).
 pub fn tiles(c: &QMatmulConfig) -> String {
     let method = match c.method {
         QMatmulMethod::Fused => "",
@@ -161,6 +162,11 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         format!(" o{}", c.blocks_per_sm)
     } else {
         String::new()
+    };
+    let method = if c.specialize {
+        format!("{method} ws")
+    } else {
+        method.to_string()
     };
     format!(
         "bm{} bn{} bk{} w{} s{} sk{}{stream}{occupancy}{method}",
@@ -1170,6 +1176,7 @@ mod tests {
             assert!(v[f].is_u64(), "{f}");
         }
         assert_eq!(v["method"], "fused");
+        assert_eq!(v["specialize"], false);
         let gemm = QMatmulConfig {
             method: QMatmulMethod::DequantizeThenGemm,
             ..cfg

@@ -121,9 +121,26 @@ impl<'p> Ctx<'p> {
             self.block_threads = threads;
             // Named barrier 0 is `__syncthreads`.
             self.role = Some((i as u32 + 1, threads));
-            self.stmts(&r.body)?;
-            // The role's thread 0 issued its `tma_store`s: it waits for their reads.
-            tma::drain(self);
+            // The role's layouts place its threads by the role's thread index: their thread
+            // parts are declared here, not at kernel entry.
+            let outer_ids = std::mem::take(&mut self.layout_ids);
+            let outer_decls = std::mem::take(&mut self.layout_decls);
+            let nested = self.w.nested();
+            let outer_w = std::mem::replace(&mut self.w, nested);
+            let body = self.stmts(&r.body).map(|()| {
+                // The role's thread 0 issued its `tma_store`s: it waits for their reads.
+                tma::drain(self);
+            });
+            let text = std::mem::replace(&mut self.w, outer_w).finish();
+            let decls = std::mem::replace(&mut self.layout_decls, outer_decls);
+            self.layout_ids = outer_ids;
+            body?;
+            for (name, line) in &decls {
+                if uses_identifier(&text, name) {
+                    self.w.line(line);
+                }
+            }
+            self.w.append(&text);
             self.w.close();
             self.w.close();
             start = end;

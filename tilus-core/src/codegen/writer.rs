@@ -52,6 +52,16 @@ impl Writer {
         self.indent += 1;
     }
 
+    /// A writer for text that will go here (`append`ed later), at the current indentation.
+    pub(crate) fn nested(&self) -> Writer {
+        Writer::new(self.indent)
+    }
+
+    /// Text of a [`Self::nested`] writer, as it is.
+    pub(crate) fn append(&mut self, text: &str) {
+        self.out.push_str(text);
+    }
+
     pub(crate) fn finish(self) -> String {
         self.out
     }
