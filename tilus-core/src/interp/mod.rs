@@ -24,6 +24,9 @@
 //!   rounding of partial sums, not bit for bit; integer dots are exact on both (and overflowing
 //!   `i32` is an error here).
 //! - `print` writes to stderr.
+//! - A `specialize!` region runs its roles as separate threads of control, each a block of its
+//!   own threads, interleaved where an `mbarrier_wait` blocks (`roles`); shared-memory
+//!   accesses of different roles are ordered by the mbarriers alone (`memory`).
 //!
 //! Errors (never panics on a verified program): out-of-buffer global access, `i32` and `i64`
 //! overflow, an `i64` narrowed `as i32` out of range (the GPU keeps the low 32 bits), and
