@@ -14,8 +14,8 @@ pub(super) struct Barrier {
     pub phase: u64,
     /// The order the current phase's arrivals released (`SharedMem::release`), and that of
     /// the last completed phase of each parity, which a wait acquires.
-    pub clock: Vec<u32>,
-    pub done: [Vec<u32>; 2],
+    pub clock: Vec<u64>,
+    pub done: [Vec<u64>; 2],
 }
 
 impl Barrier {
@@ -57,7 +57,7 @@ impl Barrier {
     }
 
     /// The order a wait for `parity` acquires when it passes.
-    pub fn acquired(&self, parity: i32) -> &[u32] {
+    pub fn acquired(&self, parity: i32) -> &[u64] {
         &self.done[parity.rem_euclid(2) as usize]
     }
 }

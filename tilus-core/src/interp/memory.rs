@@ -254,17 +254,17 @@ pub(super) struct SharedMem {
     /// The mbarriers, by byte address.
     pub barriers: std::collections::HashMap<usize, super::barrier::Barrier>,
     /// When each byte was last written and last read, and the role bits of the accesses.
-    write_time: Vec<u32>,
-    read_time: Vec<u32>,
+    write_time: Vec<u64>,
+    read_time: Vec<u64>,
     write_roles: Vec<u8>,
     read_roles: Vec<u8>,
-    /// The clock: every synchronizing event advances it.
-    now: u32,
+    /// The clock: every synchronizing event advances it (64 bits: no run reaches the end).
+    now: u64,
     /// The roles' thread ranges (one role, all threads, outside a region) and the running one.
     roles: Vec<std::ops::Range<usize>>,
     role: usize,
     /// `seen[r][q]`: role `q`'s accesses up to this time are ordered before role `r`'s.
-    seen: Vec<Vec<u32>>,
+    seen: Vec<Vec<u64>>,
 }
 
 fn who(w: u16) -> String {
@@ -344,15 +344,15 @@ impl SharedMem {
         1 << self.role.min(7)
     }
 
-    fn tick(&mut self) -> u32 {
+    fn tick(&mut self) -> u64 {
         let t = self.now;
-        self.now = self.now.checked_add(1).expect("fewer than 2^32 barriers");
+        self.now += 1;
         t
     }
 
     /// Whether an access by block thread `t` (or [`NO_THREAD`]) of the running role is not
     /// ordered after one by `who`, at `time`, of the roles in `bits`.
-    fn unordered(&self, t: usize, who: u16, time: u32, bits: u8) -> bool {
+    fn unordered(&self, t: usize, who: u16, time: u64, bits: u8) -> bool {
         if who == NOBODY || who as usize == t {
             return false;
         }
@@ -692,7 +692,7 @@ impl SharedMem {
 
     /// The running role arrives on an mbarrier: what it has seen and its own accesses so far
     /// join the clock `phase` the barrier's current phase carries.
-    pub fn release(&mut self, phase: &mut Vec<u32>) {
+    pub fn release(&mut self, phase: &mut Vec<u64>) {
         let t = self.tick();
         let r = self.role;
         phase.resize(self.seen.len(), 0);
@@ -703,7 +703,7 @@ impl SharedMem {
     }
 
     /// The running role saw a barrier phase complete that carried `phase`.
-    pub fn acquire(&mut self, phase: &[u32]) {
+    pub fn acquire(&mut self, phase: &[u64]) {
         let r = self.role;
         for (q, &p) in phase.iter().enumerate().take(self.seen.len()) {
             self.seen[r][q] = self.seen[r][q].max(p);
