@@ -82,9 +82,8 @@ impl<'p> Machine<'p> {
                 waiting: None,
             });
         }
-        // What the block issued before the region stays with role 0, whose threads include
-        // the block's first (the verifier's rules keep the region free of such leftovers in
-        // practice; this only keeps them from vanishing).
+        // Asynchronous work the whole block issued before the region (every thread's, on the
+        // GPU) goes to role 0, so that a wait there retires it and none of it vanishes.
         cursors[0].pending_dots = std::mem::take(&mut block.pending_dots);
         cursors[0].copies = block.shared.take_copy_groups();
         block.shared.enter_roles(ranges);
