@@ -23,6 +23,11 @@
 //! - A `target` beyond the scale type's largest finite value (f16: 65504, so a group with
 //!   max |w| above ~4.6e5 for `i4`) is an error naming the group and the element; bf16 scales
 //!   reach ~3.4e38.
+//! - Kernels dequantize in the scale dtype, whose arithmetic overflows to infinity as the GPU's
+//!   does, so every `(q - zero) * scale` over the type's codes (and `zero * scale`) must be
+//!   finite there: a group past that (f16: max |w| above ~57000 for `i4`, whose code -8 reaches
+//!   8/7 of the extent) is an error naming the group; [`QuantizedWeight::check`] applies the
+//!   same rule, and the finiteness of every scale and zero point, to hand-built weights.
 //!
 //! Every size product (`k * n`) is checked: an overflow is an error naming the arguments, in
 //! debug and release builds alike.
@@ -93,6 +98,22 @@ pub enum QuantError {
         scale_dtype: DType,
         scale_max: f64,
     },
+    #[error(
+        "argument `weight`: the group at rows {rows_start}..{rows_end}, column {col} dequantizes \
+         to {reach:e} with {dtype} codes (scale {scale:e}), above {scale_dtype}'s largest finite \
+         value {scale_max}: kernels computing in {scale_dtype} would overflow to infinity; use \
+         bf16 scales (`scale_dtype` = bf16) or scale the weight down"
+    )]
+    DequantOverflow {
+        rows_start: usize,
+        rows_end: usize,
+        col: usize,
+        dtype: DType,
+        scale: f64,
+        reach: f64,
+        scale_dtype: DType,
+        scale_max: f64,
+    },
     /// A hand-built [`QuantizedWeight`] whose fields disagree (see [`QuantizedWeight::check`]).
     #[error("field `{field}` of the quantized weight: {reason}")]
     Inconsistent { field: &'static str, reason: String },
@@ -114,6 +135,17 @@ pub struct QuantizedWeight {
     /// `[k / rows, n]` zero points (in code units, rounded to `scale_dtype`), for asymmetric
     /// quantization of unsigned types.
     pub zeros: Option<Vec<f32>>,
+}
+
+/// The largest magnitude a kernel forms while dequantizing codes of `dtype` with `scale` and
+/// `zero`: `(q - zero) * scale` over every code `q` of the type, and `zero * scale` (the folded
+/// form `q * s - z * s`). Kernels compute it in the scale dtype, whose arithmetic overflows to
+/// infinity (IEEE, `DType::round`), so it must stay within that dtype's largest finite value.
+fn dequant_reach(dtype: DType, scale: f64, zero: f64) -> f64 {
+    let codes = (dtype.min_value() - zero)
+        .abs()
+        .max((dtype.max_value() - zero).abs());
+    (codes * scale.abs()).max((zero * scale).abs())
 }
 
 /// The largest code value of a weight type (unsigned: `2^b - 1`), or `None` for non-weight types.
@@ -290,6 +322,20 @@ impl QuantizedWeight {
             } else {
                 zero as f32
             };
+            let reach = dequant_reach(dtype, scale as f64, zeros[i] as f64);
+            if reach > scale_dtype.max_value() {
+                let (g, col) = (i / n, i % n);
+                return Err(QuantError::DequantOverflow {
+                    rows_start: g * rows,
+                    rows_end: (g + 1) * rows,
+                    col,
+                    dtype,
+                    scale: scale as f64,
+                    reach,
+                    scale_dtype,
+                    scale_max: scale_dtype.max_value(),
+                });
+            }
         }
         // Encoding is the expensive part: rows in parallel.
         let mut codes = vec![0u32; len];
@@ -384,6 +430,38 @@ impl QuantizedWeight {
         if let Some(z) = &self.zeros {
             if z.len() != groups {
                 return bad("zeros", format!("{} values, expected {groups}", z.len()));
+            }
+        }
+        // Every scale and zero point a finite value of the scale dtype, and every dequantized
+        // value (and intermediate) finite in it: the kernels' half arithmetic would otherwise
+        // produce infinities and NaN.
+        let max = self.scale_dtype.max_value();
+        for (i, &scale) in self.scales.iter().enumerate() {
+            let zero = self.zeros.as_ref().map_or(0.0, |z| z[i]);
+            let at = || format!("group {} (rows {}.., column {})", i, (i / n) * rows, i % n);
+            for (field, v) in [("scales", scale), ("zeros", zero)] {
+                if !v.is_finite() || (v as f64).abs() > max {
+                    let reason = format!(
+                        "{} of {} is {v}, not a finite {} value",
+                        &field[..field.len() - 1],
+                        at(),
+                        self.scale_dtype
+                    );
+                    return bad(field, reason);
+                }
+            }
+            let reach = dequant_reach(self.dtype, scale as f64, zero as f64);
+            if reach > max {
+                return bad(
+                    "scales",
+                    format!(
+                        "{}: scale {scale:e} (zero point {zero}) dequantizes {} codes to \
+                         {reach:e}, above {}'s largest finite value {max}",
+                        at(),
+                        self.dtype,
+                        self.scale_dtype
+                    ),
+                );
             }
         }
         Ok(())

@@ -675,6 +675,37 @@ fn quantize_known_hostile_inputs() {
         let e = q(&w, 8, 8, "i4", Group::PerChannel, DType::F16).unwrap_err();
         assert!(e.to_string().contains("row 1, column 1"), "{e}");
     }
+    // A group whose scale fits f16 but whose codes dequantize past it (8 * 60000 / 7): the
+    // kernels' f16 arithmetic would give infinities. An error naming the group; bf16 is fine.
+    let mut w = vec![1.0f32; 64];
+    w[8 * 3 + 5] = -60000.0;
+    let e = q(&w, 8, 8, "i4", Group::Rows(4), DType::F16).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("rows 0..4, column 5") && msg.contains("overflow to infinity"),
+        "{msg}"
+    );
+    assert!(q(&w, 8, 8, "i4", Group::Rows(4), DType::BF16).is_ok());
+    assert!(q(&w, 8, 8, "i4", Group::Rows(4), DType::F16)
+        .is_err_and(|e| e.to_string().contains("argument `weight`")));
+    // Hand-built weights: a non-finite scale or zero point, or a scale whose codes dequantize
+    // past f16, is an error naming the field.
+    let good = q(&weight_from(7, 64), 8, 8, "u4", Group::Rows(4), DType::F16).unwrap();
+    let mut w = good.clone();
+    w.scales[3] = f32::INFINITY;
+    assert!(w
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("field `scales`"));
+    let mut w = good.clone();
+    w.zeros.as_mut().unwrap()[5] = f32::NAN;
+    assert!(w.check().unwrap_err().to_string().contains("field `zeros`"));
+    let mut w = good.clone();
+    w.scales[0] = 10000.0; // u4 codes 0..=15 minus the midpoint 7.5: 7.5 * 10000 > 65504
+    let e = w.check().unwrap_err().to_string();
+    assert!(e.contains("field `scales`") && e.contains("group 0"), "{e}");
+    assert!(good.check().is_ok());
 }
 
 /// A weight of `k x n` pseudo-random values in [-1, 1) from `seed`.

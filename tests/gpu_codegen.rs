@@ -571,6 +571,32 @@ fn elementwise_case_from(dtype_in: DType, dtype_out: DType) -> Case {
     }
 }
 
+/// The same program on operands spread over the whole finite range of `dtype` (f16 or bf16),
+/// so that sums, products and fmas overflow: IEEE arithmetic gives infinities (one HFMA2 per
+/// pair, no clamp), the final cast saturates them, and the round trip through shared memory
+/// keeps them; bit for bit with the interpreter's `DType::round`.
+fn elementwise_overflow_case(dtype: DType) -> Case {
+    let m = 70;
+    let max = dtype.max_value();
+    let input = |len: usize| Buf::Random {
+        dtype,
+        len,
+        lo: -max,
+        hi: max,
+    };
+    Case {
+        name: format!("elementwise {dtype} -> {dtype}, overflowing"),
+        program: elementwise_program(dtype, dtype),
+        args: vec![
+            A::I32(m),
+            A::Buf(input((m * 64) as usize)),
+            A::Buf(input(64)),
+            A::Buf(Buf::OutExact(storage::packed_len(dtype, (m * 64) as usize))),
+            A::Buf(Buf::OutExact((m * 64 * 2) as usize)),
+        ],
+    }
+}
+
 /// A thread-local integer dot whose `a` operand goes through `copy_async` of a sub-byte tile
 /// and `load_shared`; i4 operands, i32 result.
 fn int_dot_program() -> Program {
@@ -892,6 +918,8 @@ fn instructions_beyond_the_paper_match_interpreter() {
     .collect();
     cases.push(elementwise_case_from(DType::BF16, DType::Int(8)));
     cases.push(elementwise_case_from(DType::BF16, DType::F16));
+    cases.push(elementwise_overflow_case(DType::F16));
+    cases.push(elementwise_overflow_case(DType::BF16));
     cases.push(Case {
         name: "int_dot".into(),
         program: int_dot_program(),
@@ -1450,6 +1478,8 @@ fn every_case_generates_code_and_interprets() {
         elementwise_case(DType::UInt(4)),
         elementwise_case(DType::Int(8)),
         elementwise_case_from(DType::BF16, DType::F16),
+        elementwise_overflow_case(DType::F16),
+        elementwise_overflow_case(DType::BF16),
     ];
     cases.extend(f32_pair_cast_cases());
     cases.push(Case {

@@ -304,6 +304,25 @@ impl VqWeight {
         if let Some(i) = codebooks.iter().position(|x| !x.is_finite()) {
             return Err(arg_err("codebooks", format!("value at {i} is not finite")));
         }
+        // The kernels add the residuals' entries in f16, whose arithmetic overflows to infinity:
+        // the largest entries of a group's residual codebooks must sum to a finite f16.
+        let book = entries * v;
+        for (g, group) in codebooks.chunks(config.residuals * book).enumerate() {
+            let reach: f64 = group
+                .chunks(book)
+                .map(|b| b.iter().fold(0f64, |m, x| m.max(x.abs() as f64)))
+                .sum();
+            if reach > 65504.0 {
+                return Err(arg_err(
+                    "codebooks",
+                    format!(
+                        "the largest entries of group {g}'s {} residual codebooks sum to {reach:e}, \
+                         above f16's largest finite value 65504",
+                        config.residuals
+                    ),
+                ));
+            }
+        }
         if config.e8p && codebooks != e8p::codebooks(config.residuals) {
             return Err(arg_err(
                 "codebooks",

@@ -293,6 +293,17 @@ fn errors_name_the_argument() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("`codes`") && e.contains("not below"), "{e}");
+    // Two residual codebooks whose largest entries add up past f16 (the kernels add residuals
+    // in f16, whose sums overflow to infinity): an error; each alone is fine.
+    let mut books = vec![0.5f32; 2 * 16 * 4];
+    books[3] = 40000.0;
+    let ok = VqWeight::from_parts(small(2, false), 8, 16, vec![1; 64], books.clone(), None);
+    assert!(ok.is_ok(), "{ok:?}");
+    books[16 * 4 + 9] = -30000.0;
+    let e = VqWeight::from_parts(small(2, false), 8, 16, vec![1; 64], books, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`codebooks`") && e.contains("65504"), "{e}");
 }
 
 /// The E8P codebook: 256 distinct absolute vectors (227 of squared norm <= 10, 29 of 12), and

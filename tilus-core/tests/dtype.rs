@@ -339,6 +339,29 @@ fn exact_ties_go_to_the_even_code() {
     assert_eq!(t("f16").encode(65520.0).unwrap(), 0x7bff);
 }
 
+/// Arithmetic results (`DType::round`) overflow to an infinity in f16 and bf16, as IEEE
+/// rounding does, at exactly half an ulp past the largest finite value; the other types round
+/// as `encode` does (saturating), and NaN is an error.
+#[test]
+fn round_overflows_to_infinity_in_the_half_types() {
+    let (f16, bf16) = (t("f16"), t("bf16"));
+    assert_eq!(f16.round(65519.0).unwrap(), 0x7bff);
+    assert_eq!(f16.round(65520.0).unwrap(), 0x7c00);
+    assert_eq!(f16.round(-65520.0).unwrap(), 0xfc00);
+    assert_eq!(f16.round(f32::NEG_INFINITY).unwrap(), 0xfc00);
+    let top = f32::from_bits(0x7f7f_0000); // bf16's largest finite value
+    let half_ulp = 2f32.powi(127 - 8);
+    assert_eq!(bf16.round(top + half_ulp / 2.0).unwrap(), 0x7f7f);
+    assert_eq!(bf16.round(top + half_ulp).unwrap(), 0x7f80);
+    assert_eq!(bf16.round(f32::INFINITY).unwrap(), 0x7f80);
+    for d in DType::all().filter(|d| !matches!(*d, DType::F16 | DType::BF16)) {
+        for v in [0.3f32, -7.0, 1e30, f32::INFINITY] {
+            assert_eq!(d.round(v).ok(), d.encode(v).ok(), "{d} {v}");
+        }
+    }
+    assert!(f16.round(f32::NAN).is_err() && bf16.round(f32::NAN).is_err());
+}
+
 #[test]
 fn encode_saturates_and_never_makes_infinity() {
     for d in DType::all().filter(|d| d.is_float() && *d != DType::F32) {

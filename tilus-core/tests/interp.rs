@@ -482,6 +482,126 @@ fn cast_rounds_to_nearest_even_and_saturates() {
     assert_eq!(decode(DType::F16, bytes(&args[1]), n), xs);
 }
 
+/// `x op y` (or `x * y + y` for `None`) of two `n`-element tensors, one per thread.
+fn half_op_kernel(dtype: DType, op: Option<ElementOp>, n: usize) -> Program {
+    let mut b = ProgramBuilder::new("half_op", 32);
+    let (px, py) = (
+        b.param_ptr("x", dtype, false),
+        b.param_ptr("y", dtype, false),
+    );
+    let pz = b.param_ptr("z", dtype, true);
+    b.grid(vec![Expr::Int(1)]);
+    let layout = l(&format!("local({}).spatial(32)", n / 32));
+    let shape = vec![Expr::Int(n as i32)];
+    let gx = b.view_global("gx", px, dtype, shape.clone());
+    let gy = b.view_global("gy", py, dtype, shape.clone());
+    let x = b.load_global("rx", gx, layout.clone(), vec![0.into()]);
+    let y = b.load_global("ry", gy, layout, vec![0.into()]);
+    let z = match op {
+        Some(op) => b.binary("rz", op, x, Operand::Tensor(y)),
+        None => b.mul_add("rz", x, Operand::Tensor(y), y),
+    };
+    let gz = b.view_global("gz", pz, dtype, shape);
+    b.store_global(z, gz, vec![0.into()]);
+    b.finish()
+}
+
+/// f16 and bf16 arithmetic rounds like the GPU's IEEE arithmetic: past the largest finite
+/// value the result is an infinity (`DType::round`), where a conversion saturates; infinite
+/// operands propagate; a NaN result is an error naming it.
+#[test]
+fn half_arithmetic_overflows_to_infinity() {
+    let n = 64;
+    let mut rng = rand::rng();
+    for dtype in [DType::F16, DType::BF16] {
+        let max = dtype.max_value();
+        // Operands of both signs, at least 1 in magnitude, so that about half the sums and
+        // products overflow.
+        let large = |rng: &mut rand::rngs::ThreadRng| {
+            let v: f64 = rng.random_range(1.0..max);
+            dtype.decode(
+                dtype
+                    .encode((if rng.random() { v } else { -v }) as f32)
+                    .unwrap(),
+            )
+        };
+        let xs: Vec<f64> = (0..n).map(|_| large(&mut rng)).collect();
+        let ys: Vec<f64> = (0..n).map(|_| large(&mut rng)).collect();
+        // mul_add's `x * y + y` with `y = +-m * 2^k` (m < 8): `y * (x + 1)` has at most 24
+        // significant bits for an f16 `x` of magnitude 1 or more, so `half`'s conversion from
+        // f64 (through f32) rounds it once, as the fma does.
+        let small: Vec<f64> = (0..n)
+            .map(|_| {
+                let v = rng.random_range(1..8) as f64 * 2f64.powi(rng.random_range(0..5));
+                if rng.random() {
+                    v
+                } else {
+                    -v
+                }
+            })
+            .collect();
+        let pack = |v: &[f64]| {
+            let codes: Vec<u32> = v.iter().map(|&x| dtype.encode(x as f32).unwrap()).collect();
+            storage::pack(dtype, &codes)
+        };
+        let mut cases = vec![
+            (Some(ElementOp::Add), "add", &ys),
+            (Some(ElementOp::Sub), "sub", &ys),
+            (Some(ElementOp::Mul), "mul", &ys),
+        ];
+        if dtype == DType::F16 {
+            // bf16's fma rounding at the overflow threshold: `fma_half`'s unit test.
+            cases.push((None, "mul_add", &small));
+        }
+        let mut infinities = 0;
+        for (op, name, ys) in cases {
+            let mut args = [
+                Arg::Buffer(pack(&xs)),
+                Arg::Buffer(pack(ys)),
+                Arg::Buffer(poisoned(dtype, n)),
+            ];
+            run(&half_op_kernel(dtype, op, n), &mut args).unwrap();
+            let got = decode(dtype, bytes(&args[2]), n);
+            for i in 0..n {
+                let (x, y) = (xs[i], ys[i]);
+                let exact = match name {
+                    "add" => x + y,
+                    "sub" => x - y,
+                    "mul" => x * y,
+                    _ => x * y + y,
+                };
+                // Exact in f64; rounding through f32 is innocuous for one + - * of half
+                // values (and for the 24-bit mul_add values); `half` overflows to infinity.
+                let want = match dtype {
+                    DType::F16 => half::f16::from_f64(exact).to_f64(),
+                    _ => half::bf16::from_f64(exact).to_f64(),
+                };
+                assert_eq!(got[i], want, "{dtype} {name}({x:e}, {y:e})");
+                infinities += want.is_infinite() as usize;
+            }
+        }
+        assert!(infinities > 0, "{dtype}: no result overflowed");
+        // A conversion still saturates.
+        assert_eq!(dtype.decode(dtype.encode(f32::INFINITY).unwrap()), max);
+        // Infinite operands: inf + 1 is inf; inf - inf is a NaN, an error.
+        let inf = dtype.round(f32::INFINITY).unwrap();
+        let one = dtype.encode(1.0).unwrap();
+        let run_on = |op, y: u32| {
+            let mut args = [
+                Arg::Buffer(storage::pack(dtype, &vec![inf; n])),
+                Arg::Buffer(storage::pack(dtype, &vec![y; n])),
+                Arg::Buffer(poisoned(dtype, n)),
+            ];
+            run(&half_op_kernel(dtype, Some(op), n), &mut args)
+                .map(|_| decode(dtype, bytes(&args[2]), n))
+        };
+        let sums = run_on(ElementOp::Add, one).unwrap();
+        assert!(sums.iter().all(|v| *v == f64::INFINITY), "{sums:?}");
+        let e = run_on(ElementOp::Sub, inf).unwrap_err();
+        assert!(e.to_string().contains("NaN"), "{e}");
+    }
+}
+
 /// A cast keeps the sign of zero (the GPU's conversions do): -0.0 in f32, f16 and bf16 stays
 /// -0.0 in the other two. (A biased cast adding a bias of 0.0 once turned it into +0.0.)
 #[test]

@@ -137,7 +137,7 @@ fn nan_results_are_errors_naming_the_instruction() {
         let e = exec(&p, DType::F32, DType::F32, &x, &x).unwrap_err();
         assert!(e.contains(op.name()) && e.contains("NaN"), "{e}");
     }
-    // Infinities are results like any other in f32; f16 saturates.
+    // Infinities are results like any other in f32, f16 and bf16 (IEEE arithmetic).
     let p = program(DType::F32, DType::F32, |b, x, _| {
         b.unary("z", MathOp::Exp, x)
     });
@@ -149,7 +149,15 @@ fn nan_results_are_errors_naming_the_instruction() {
     });
     let x = vec![0u32; N];
     let out = exec(&p, DType::F16, DType::F16, &x, &x).unwrap();
-    assert!(out.iter().all(|&c| DType::F16.decode(c) == -65504.0));
+    assert!(out
+        .iter()
+        .all(|&c| DType::F16.decode(c) == f64::NEG_INFINITY));
+    let p = program(DType::BF16, DType::BF16, |b, x, _| {
+        b.unary("z", MathOp::Exp, x)
+    });
+    let x = vec![DType::BF16.encode(100.0).unwrap(); N];
+    let out = exec(&p, DType::BF16, DType::BF16, &x, &x).unwrap();
+    assert!(out.iter().all(|&c| DType::BF16.decode(c) == f64::INFINITY));
 }
 
 /// The two's-complement value of a code of an integer dtype.

@@ -515,6 +515,26 @@ pub fn encode_from_f32_expr(dst: DType, value: &str) -> String {
     encode_expr(dst).render(value)
 }
 
+/// The code of an arithmetic result `value` (a C `float` expression) in `dst`, as
+/// [`DType::round`] gives it: f16 and bf16 round with `__float2half_rn` / `__float2bfloat16_rn`,
+/// whose overflow is an infinity, where a conversion ([`encode_from_f32_expr`]) saturates.
+pub fn round_from_f32_expr(dst: DType, value: &str) -> String {
+    round_expr(dst).render(value)
+}
+
+/// Host evaluation of [`round_from_f32_expr`] (same expression tree).
+pub fn host_round_from_f32(dst: DType, value: f32) -> u32 {
+    round_expr(dst).eval(V::F(value)).u()
+}
+
+fn round_expr(dst: DType) -> E {
+    match dst {
+        DType::F16 => if_nan(E::In, E::U(0x7FFF), wrap(E::FToHalfRn, E::In)),
+        DType::BF16 => if_nan(E::In, E::U(0x7FFF), wrap(E::FToBf16Rn, E::In)),
+        _ => encode_expr(dst),
+    }
+}
+
 /// Host evaluation of [`decode_to_f32_expr`] (same expression tree).
 pub fn host_decode_to_f32(src: DType, code: u32) -> f32 {
     decode_expr(src).eval(V::U(code)).f()

@@ -2,8 +2,9 @@
 //! constants, and the elementwise operators.
 //!
 //! Semantics (the interpreter's, `crate::interp`): floats compute in `float` with IEEE
-//! round-to-nearest (`__fadd_rn` etc., never contracted into FMAs) and the result is encoded with
-//! round to nearest even and saturation. The interpreter computes exactly in `f64` and rounds
+//! round-to-nearest (`__fadd_rn` etc., never contracted into FMAs) and the result is rounded to
+//! nearest even ([`round`]: an infinity past the largest finite f16, bf16 or f32; the narrower
+//! floats saturate), where a conversion ([`encode`]) saturates every type. The interpreter computes exactly in `f64` and rounds
 //! through `f32`; both give the same bits, because for `+ - * /` of `f32`-representable operands
 //! rounding the exact result to `f64` first is innocuous (53 >= 2 * 24 + 2) and `fmod` is exact.
 //! Integers compute exactly in 64 bits (division truncates, remainder takes the dividend's sign)
@@ -74,6 +75,15 @@ pub(crate) fn encode(d: DType, v: &str) -> String {
                 )
             }
         }
+    }
+}
+
+/// The code of arithmetic result `v` (in `CType::of(d)`) in `d`: as [`encode`], except that
+/// f16 and bf16 overflow to an infinity (`DType::round`).
+pub(crate) fn round(d: DType, v: &str) -> String {
+    match CType::of(d) {
+        CType::Float => cast::round_from_f32_expr(d, v),
+        CType::Int64 => encode(d, v),
     }
 }
 

@@ -233,6 +233,20 @@ impl DType {
         Ok(code)
     }
 
+    /// The code of an arithmetic result (`add`.., `mul_add`, `dot`, reductions, math
+    /// functions): rounded to nearest even like [`DType::encode`], except that in `f16` and
+    /// `bf16`, the half types the GPU computes in, a value beyond the largest finite one is an
+    /// infinity, as IEEE arithmetic (`fma.rn.f16x2`, `__float2half_rn`) gives it. Conversions
+    /// (`encode`) saturate instead. `f32` keeps its infinities either way; the narrower floats
+    /// (`f8e5m2` included) saturate. NaN is an error.
+    pub fn round(self, value: f32) -> Result<u32, DTypeError> {
+        match self {
+            DType::F16 if !value.is_nan() => Ok(half::f16::from_f32(value).to_bits() as u32),
+            DType::BF16 if !value.is_nan() => Ok(half::bf16::from_f32(value).to_bits() as u32),
+            _ => self.encode(value),
+        }
+    }
+
     /// Mask of the low `bits()` bits, where a code lives.
     pub fn code_mask(self) -> u32 {
         match self.bits() {

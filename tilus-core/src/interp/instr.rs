@@ -819,8 +819,9 @@ pub(crate) fn fma_f32(x: f64, y: f64, z: f64) -> f32 {
 }
 
 /// The code of `x * y + z` for f16 or bf16 values, rounded once to `dtype` (to nearest, ties to
-/// even) and saturated to the largest finite value, as `fma.rn.{f16,bf16}x2` and the clamp of
-/// the generated code do. The product is exact in f64 and the sum's rounding error (TwoSum)
+/// even; beyond the largest finite value an infinity, as IEEE rounding gives), as
+/// `fma.rn.{f16,bf16}x2` does. An infinite operand gives the infinite result IEEE gives; a NaN
+/// result (`inf * 0`, `inf - inf`) is an error. The product is exact in f64 and the sum's rounding error (TwoSum)
 /// breaks the one tie that rounding the f64 sum could create, as in [`fma_f32`]. The f64 sum is
 /// rounded to `dtype`'s quantum directly: `half`'s conversions from f64 go through f32 and
 /// would round twice.
@@ -832,8 +833,15 @@ pub(crate) fn fma_half(x: f64, y: f64, z: f64, dtype: DType) -> Result<u32, Stri
     };
     let p = x * y;
     let s = p + z;
-    if !s.is_finite() {
-        return Err(format!("mul_add: {x} * {y} + {z} is {s}"));
+    if s.is_nan() {
+        return Err(format!("mul_add: {x} * {y} + {z} is NaN"));
+    }
+    if s.is_infinite() {
+        let inf = match dtype {
+            DType::F16 => half::f16::INFINITY.to_bits(),
+            _ => half::bf16::INFINITY.to_bits(),
+        };
+        return Ok((inf | if s < 0.0 { 0x8000 } else { 0 }) as u32);
     }
     let bb = s - p;
     let err = (p - (s - bb)) + (z - bb);
@@ -855,24 +863,12 @@ pub(crate) fn fma_half(x: f64, y: f64, z: f64, dtype: DType) -> Result<u32, Stri
             steps.floor()
         };
     }
-    let v = (n * quantum).copysign(s); // representable in `dtype`: converts exactly
+    // Representable in `dtype`, or past its largest finite value, where the conversion gives
+    // the infinity that IEEE rounding gives.
+    let v = (n * quantum).copysign(s);
     let code = match dtype {
-        DType::F16 => {
-            let h = half::f16::from_f64(v);
-            if h.is_infinite() {
-                half::f16::MAX.copysign(h).to_bits()
-            } else {
-                h.to_bits()
-            }
-        }
-        _ => {
-            let h = half::bf16::from_f64(v);
-            if h.is_infinite() {
-                half::bf16::MAX.copysign(h).to_bits()
-            } else {
-                h.to_bits()
-            }
-        }
+        DType::F16 => half::f16::from_f64(v).to_bits(),
+        _ => half::bf16::from_f64(v).to_bits(),
     };
     Ok(code as u32)
 }
@@ -904,7 +900,9 @@ mod tests {
 
     /// An independent reference for `fma_half`: the exact `x * y + z` in integer units of
     /// `2^-2s` (`s` such that every operand times `2^s` is an integer), rounded to `dtype` by
-    /// comparing exact distances to the nearest codes (ties to the even code), saturated.
+    /// comparing exact distances to the nearest codes (ties to the even code); an f16 sum at or
+    /// past 65520, halfway between the largest finite value and the next power of two, is an
+    /// infinity (bf16 operands stay far from the top of its range).
     fn exact_fma(dtype: DType, s: i32, x: u16, y: u16, z: u16) -> u16 {
         // Units of 2^-(2s + 16): the sum's own units, 16 bits finer for the codes near it.
         let unit = 2 * s + 16;
@@ -914,6 +912,9 @@ mod tests {
         };
         let int = |c: u16, k: i32| scaled(c, k).expect("an operand on the test's grid");
         let exact = ((int(x, s) * int(y, s)) << 16) + int(z, unit);
+        if dtype == DType::F16 && exact.abs() >= 65520i128 << unit {
+            return if exact > 0 { 0x7c00 } else { 0xfc00 };
+        }
         let max: u16 = if dtype == DType::F16 { 0x7bff } else { 0x7f7f };
         // Codes in value order: ..., -max, ..., -0 = +0, ..., max.
         let order = |c: u16| -> i32 {
@@ -956,7 +957,7 @@ mod tests {
     /// exact integer reference: random operands, products cancelled by the addend, and sums
     /// built to sit at or next to the halfway point between two codes.
     #[test]
-    fn fma_half_rounds_once_and_saturates() {
+    fn fma_half_rounds_once_and_overflows_to_infinity() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
         for (dtype, s) in [(DType::F16, 24), (DType::BF16, 27)] {
             let random = |rng: &mut rand::rngs::StdRng| -> u16 {
@@ -1029,6 +1030,16 @@ mod tests {
             .unwrap() as u16;
             assert_eq!(got, exact_fma(DType::F16, 24, x, y, z));
         }
+        // Just below and at the overflow threshold; infinite operands; NaN results.
+        let code = |x: f64, y: f64, z: f64, d: DType| fma_half(x, y, z, d).map(|c| c as u16);
+        assert_eq!(code(65504.0, 1.0, 15.0, DType::F16), Ok(0x7bff));
+        assert_eq!(code(65504.0, 1.0, 16.0, DType::F16), Ok(0x7c00));
+        assert_eq!(code(-65504.0, 1.0, -16.0, DType::F16), Ok(0xfc00));
+        assert_eq!(code(f64::INFINITY, 2.0, 1.0, DType::F16), Ok(0x7c00));
+        assert_eq!(code(1.0, 2.0, f64::NEG_INFINITY, DType::BF16), Ok(0xff80));
+        assert_eq!(code(3e38, 2.0, 0.0, DType::BF16), Ok(0x7f80));
+        assert!(code(f64::INFINITY, 0.0, 1.0, DType::F16).is_err());
+        assert!(code(f64::INFINITY, 1.0, f64::NEG_INFINITY, DType::BF16).is_err());
     }
 
     /// Against the platform's fused multiply-add (correctly rounded by IEEE 754), on random

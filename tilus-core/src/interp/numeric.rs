@@ -5,9 +5,11 @@
 //!   `DType::encode` does. NaN is an error.
 //! - *Arithmetic* (`add`.., `neg`, `dot`) is computed exactly (integers in `i64`, floats in `f64`)
 //!   and then encoded once: a float result is rounded to the dtype (through `f32`, which is exact
-//!   for every type narrower than `f32`'s results here, and saturating); an integer result out
-//!   of the dtype's range is an error, because wrapping and saturating would both hide bugs and
-//!   the GPU code is free to do either.
+//!   for every type narrower than `f32`'s results here). Past the largest finite value, f16,
+//!   bf16 and f32 give an infinity, as the GPU's IEEE arithmetic does (`DType::round`), and the
+//!   narrower floats saturate; a NaN result is an error. An integer result out of the dtype's
+//!   range is an error, because wrapping and saturating would both hide bugs and the GPU code
+//!   is free to do either.
 
 use crate::dtype::Kind;
 use crate::DType;
@@ -49,10 +51,11 @@ pub(super) fn encode_int(dtype: DType, value: i64) -> Result<u32, String> {
     Ok(value as u32 & dtype.code_mask())
 }
 
-/// A float result, rounded to `dtype`.
+/// A float result, rounded to `dtype` (`DType::round`: f16, bf16 and f32 overflow to an
+/// infinity, the narrower floats saturate).
 pub(super) fn encode_float(dtype: DType, value: f64) -> Result<u32, String> {
     if value.is_nan() {
         return Err(format!("the result is NaN (stored as {dtype})"));
     }
-    dtype.encode(value as f32).map_err(|e| e.to_string())
+    dtype.round(value as f32).map_err(|e| e.to_string())
 }

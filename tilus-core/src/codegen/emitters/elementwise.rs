@@ -140,7 +140,7 @@ pub(crate) fn binary(
             ct.name(),
             scalar::binop(ct, op, &v, rv)
         ));
-        codes.push(scalar::encode(dt, &r));
+        codes.push(scalar::round(dt, &r));
     }
     store_codes(cx, &o, bits, &codes);
     cx.w.close();
@@ -339,10 +339,10 @@ pub(crate) fn store_codes(cx: &mut Ctx, arr: &str, bits: u32, codes: &[String]) 
     }
 }
 
-/// `add`/`sub`/`mul` of f16 or bf16 on packed pairs: one `fma.rn.{f16,bf16}x2` per word,
-/// then a clamp to the largest finite value (the interpreter saturates). A correctly rounded
-/// f16/bf16 result equals the interpreter's exact result rounded through f32 (f32 has more than
-/// twice the precision plus two bits), so the bits agree. The right operand's pair is the word
+/// `add`/`sub`/`mul` of f16 or bf16 on packed pairs: one `fma.rn.{f16,bf16}x2` per word
+/// (overflow gives an infinity, as `DType::round` does). A correctly rounded f16/bf16 result
+/// equals the interpreter's exact result rounded through f32 (f32 has more than twice the
+/// precision plus two bits, which also keeps the overflow threshold exact), so the bits agree. The right operand's pair is the word
 /// itself, or assembled with one `__byte_perm` (broadcasts); `Scalar` operands (exact i32 values,
 /// not f16) and the other operators use the element path. Returns false when not applicable.
 fn packed_half(
@@ -464,8 +464,8 @@ fn half_pairs(
     })
 }
 
-/// `out = a * b + c` on f16 or bf16 tensors: one `fma.rn.{f16,bf16}x2` and the clamp to the
-/// largest finite value per word; `b` and `c` in pairs as [`half_pairs`] makes them.
+/// `out = a * b + c` on f16 or bf16 tensors: one `fma.rn.{f16,bf16}x2` per word; `b` and `c`
+/// in pairs as [`half_pairs`] makes them.
 fn mul_add_half(
     cx: &mut Ctx,
     out: VarId,
@@ -497,16 +497,16 @@ fn mul_add_half(
     Ok(())
 }
 
-/// `out = neg(x)`: floats flip the sign bit (types with infinity codes other than f32 go through
-/// `float`, because the negated infinity saturates to the largest finite value); integers
-/// negate and clamp.
+/// `out = neg(x)`: floats flip the sign bit (f8e5m2 goes through `float`, because its negated
+/// infinity saturates to the largest finite value; f16 and bf16 keep infinities like f32);
+/// integers negate and clamp.
 pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError> {
     let (dt, lay) = cx.reg(x)?;
     let bits = dt.bits();
     let locals = lay.num_locals();
     let words = word_count(bits, locals);
     let (xn, o) = (cx.name(x), cx.name(out));
-    let saturating_inf = matches!(dt, DType::F16 | DType::BF16 | DType::F8E5M2);
+    let saturating_inf = dt == DType::F8E5M2;
     if dt.is_float() && !saturating_inf {
         let mut masks = vec![0u32; words];
         for i in 0..locals {
@@ -531,7 +531,7 @@ pub(crate) fn neg(cx: &mut Ctx, out: VarId, x: VarId) -> Result<(), CodegenError
             CType::of(dt).name(),
             scalar::decode(dt, &c)
         ));
-        codes.push(scalar::encode(dt, &v));
+        codes.push(scalar::round(dt, &v));
     }
     store_codes(cx, &o, bits, &codes);
     cx.w.close();

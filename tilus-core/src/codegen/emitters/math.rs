@@ -77,7 +77,7 @@ pub(crate) fn unary(cx: &mut Ctx, out: VarId, op: MathOp, x: VarId) -> Result<()
                     cast::decode_to_f32_expr(dt, &c)
                 ));
                 cx.w.line(format!("const float {r} = {};", float_fn(op, &v)));
-                codes.push(cast::encode_from_f32_expr(dt, &r));
+                codes.push(cast::round_from_f32_expr(dt, &r));
             }
         }
     }

@@ -258,7 +258,7 @@ fn thread_local(
             };
             cx.w.line(line);
         }
-        codes.push(scalar::encode(cdt, &acc));
+        codes.push(scalar::round(cdt, &acc));
     }
     store_codes(cx, &on, cbits, &codes);
     cx.w.close();

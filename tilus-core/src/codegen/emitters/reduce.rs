@@ -65,7 +65,7 @@ impl Acc {
     /// The code of dtype `d` for value `v` (an integer result is in `d`'s range: its low bits).
     fn encode(self, d: DType, v: &str) -> String {
         match self {
-            Acc::Float => scalar::encode(d, v),
+            Acc::Float => scalar::round(d, v),
             _ if d.bits() == 32 => format!("(uint32_t)({v})"),
             _ => format!(
                 "((uint32_t)({v}) & {})",
