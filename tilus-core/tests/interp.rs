@@ -599,6 +599,21 @@ fn half_arithmetic_overflows_to_infinity() {
         assert!(sums.iter().all(|v| *v == f64::INFINITY), "{sums:?}");
         let e = run_on(ElementOp::Sub, inf).unwrap_err();
         assert!(e.to_string().contains("NaN"), "{e}");
+        // A cast to the same type moves the infinity; to the other half type it saturates.
+        let other = if dtype == DType::F16 {
+            DType::BF16
+        } else {
+            DType::F16
+        };
+        for (to, want) in [(dtype, f64::INFINITY), (other, other.max_value())] {
+            let mut args = [
+                Arg::Buffer(storage::pack(dtype, &vec![inf; n])),
+                Arg::Buffer(poisoned(to, n)),
+            ];
+            run(&cast_kernel(dtype, to, n), &mut args).unwrap();
+            let got = decode(to, bytes(&args[1]), n);
+            assert!(got.iter().all(|v| *v == want), "{dtype} -> {to}: {got:?}");
+        }
     }
 }
 

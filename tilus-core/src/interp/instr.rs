@@ -465,6 +465,12 @@ impl Machine<'_> {
                 let mut result = RegTensor::new(*dtype, layout, bt);
                 for t in 0..bt {
                     for (i, &src) in sigma.iter().enumerate() {
+                        // A cast to the operand's own type moves codes, as the GPU code does:
+                        // an infinity stays one (a conversion would saturate it).
+                        if x.dtype == *dtype && bias[i] == 0.0 {
+                            result.set(t, i, x.get(t, src));
+                            continue;
+                        }
                         let mut v = x.dtype.decode(x.get(t, src));
                         // Only a real bias is added: -0.0 + 0.0 would lose the sign of zero.
                         if bias[i] != 0.0 {
