@@ -916,10 +916,33 @@ mod tests {
                 .unwrap();
             assert!(q.dequantize().iter().all(|v| v.is_finite()));
         }
-        // Just below the limit still works with f16 (i4: 7 * 65504 = 458528).
+        // Below the scale's limit (i4: 7 * 65504 = 458528) but past f16 once dequantized: the
+        // code -8 reaches 8 / 7 of the extent, so f16 scales serve max |w| up to about 57316.
         w[row * n + col] = 4.5e5;
-        QuantizedWeight::quantize(&w, k, n, DType::Int(4), Group::Rows(32), DType::F16, false)
-            .unwrap();
+        let e =
+            QuantizedWeight::quantize(&w, k, n, DType::Int(4), Group::Rows(32), DType::F16, false)
+                .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                QuantError::DequantOverflow {
+                    col: 5,
+                    rows_start: 32,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        w[row * n + col] = 5.8e4;
+        let e =
+            QuantizedWeight::quantize(&w, k, n, DType::Int(4), Group::Rows(32), DType::F16, false)
+                .unwrap_err();
+        assert!(e.to_string().contains("rows 32..64, column 5"), "{e}");
+        w[row * n + col] = 5.7e4;
+        let q =
+            QuantizedWeight::quantize(&w, k, n, DType::Int(4), Group::Rows(32), DType::F16, false)
+                .unwrap();
+        assert!(q.dequantize().iter().all(|v| v.abs() <= 65504.0));
     }
 
     #[test]
