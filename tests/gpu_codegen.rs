@@ -903,8 +903,9 @@ fn math_instructions_match_interpreter() {
     run_all("math_instructions_match_interpreter", math_cases());
 }
 
-#[test]
-fn instructions_beyond_the_paper_match_interpreter() {
+/// The instructions beyond the paper's programs: elementwise arithmetic into every kind of
+/// type (overflowing half arithmetic included), integer and f16 dots, paired casts, 1-bit MMA.
+fn beyond_the_paper_cases() -> Vec<Case> {
     let mut cases: Vec<Case> = [
         DType::Int(8),
         DType::UInt(4),
@@ -949,7 +950,15 @@ fn instructions_beyond_the_paper_match_interpreter() {
     });
     cases.extend(f32_pair_cast_cases());
     cases.extend(bmma_cases());
-    run_all("instructions_beyond_the_paper_match_interpreter", cases);
+    cases
+}
+
+#[test]
+fn instructions_beyond_the_paper_match_interpreter() {
+    run_all(
+        "instructions_beyond_the_paper_match_interpreter",
+        beyond_the_paper_cases(),
+    );
 }
 
 /// Every reduction of `reduce_programs::CASES` (each lowering stage) for each op: f32 and f16
@@ -1475,46 +1484,13 @@ fn every_case_generates_code_and_interprets() {
         fig2_case(DType::Int(6), 16, 64, 64),
         fig8_case(DType::UInt(3), 64, 128),
         fig14_case(32, 64, 16, 2),
-        elementwise_case(DType::UInt(4)),
-        elementwise_case(DType::Int(8)),
-        elementwise_case_from(DType::BF16, DType::F16),
-        elementwise_overflow_case(DType::F16),
-        elementwise_overflow_case(DType::BF16),
     ];
-    cases.extend(f32_pair_cast_cases());
-    cases.push(Case {
-        name: "int_dot".into(),
-        program: int_dot_program(),
-        args: vec![
-            A::Buf(Buf::RandomBytes(32 * 16 / 2)),
-            A::Buf(Buf::RandomBytes(16 * 16 / 2)),
-            A::Buf(Buf::OutExact(32 * 16 * 4)),
-        ],
-    });
-    cases.push(Case {
-        name: "int8_mma".into(),
-        program: int8_mma_program(),
-        args: vec![
-            A::Buf(Buf::RandomBytes(16 * 32)),
-            A::Buf(Buf::RandomBytes(32 * 8)),
-            A::Buf(Buf::OutExact(16 * 8 * 4)),
-        ],
-    });
-    cases.push(Case {
-        name: "f16_dot".into(),
-        program: f16_dot_program(),
-        args: vec![
-            A::Buf(Buf::RandomF16(8 * 16)),
-            A::Buf(Buf::RandomF16(16 * 8)),
-            A::Buf(Buf::OutF16(8 * 8)),
-        ],
-    });
+    cases.extend(beyond_the_paper_cases());
     cases.extend(math_cases());
     cases.extend(addressing_cases());
     cases.extend(gather_rows_cases());
     cases.extend(scatter_rows_cases());
     cases.extend(fence_cases());
-    cases.extend(bmma_cases());
     let mut rng = rand::rng();
     for case in cases {
         let k = emit(&case.program, &Default::default())
