@@ -6,12 +6,13 @@
 /// with the scalar [`super::UnaryOp`].
 ///
 /// Float ops take f16, bf16 and f32 tensors. The GPU decodes each element to `float`, calls the
-/// CUDA math library's accurate function (never a fast-math intrinsic) and encodes the `float`
-/// result to the dtype (round to nearest even, saturating). The interpreter computes the exact
-/// value in f64 from the same `float` input, rounds it to f32, then to the dtype. Before the
-/// final rounding the two differ by at most [`MathOp::max_ulp`] f32 ulps (the CUDA C Programming
-/// Guide's table of maximum ulp errors of single-precision functions, measured against the
-/// correctly rounded result, for results in f32's normal range):
+/// CUDA math library's accurate function (never a fast-math intrinsic) and rounds the `float`
+/// result to the dtype (to nearest even, an overflow an infinity: `DType::round`). The
+/// interpreter computes the exact value in f64 from the same `float` input, rounds it to f32,
+/// then to the dtype. Before the final rounding the two differ by at most [`MathOp::max_ulp`]
+/// f32 ulps (the CUDA C Programming Guide's table of maximum ulp errors of single-precision
+/// functions, measured against the correctly rounded result, for results in f32's normal
+/// range):
 ///
 /// | op | definition | GPU | max ulp |
 /// | --- | --- | --- | --- |

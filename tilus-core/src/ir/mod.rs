@@ -513,8 +513,8 @@ pub enum Instruction {
         lhs: VarId,
         rhs: Operand,
     },
-    /// `out = a * b + c` with one rounding (f32, f16 or bf16; f16 and bf16 saturate to the
-    /// largest finite value like every arithmetic result); `b` and `c` have `a`'s type and
+    /// `out = a * b + c` with one rounding (f32, f16 or bf16; past the largest finite value an
+    /// infinity, like every arithmetic result: `DType::round`); `b` and `c` have `a`'s type and
     /// broadcast like `Binary`'s right operand (`c` a tensor). One FFMA (or one HFMA2 per
     /// pair) where `mul` then `add` would be two instructions and two roundings.
     MulAdd {
@@ -529,7 +529,7 @@ pub enum Instruction {
     },
     /// `out = op(x)` elementwise; `out` has `x`'s type. Float ops (f16, bf16, f32 tensors)
     /// compute in f32 with the CUDA math library and round the f32 result to the dtype (round
-    /// to nearest even, saturating); the interpreter computes the exact value in f64 from the
+    /// to nearest even, an overflow an infinity: `DType::round`); the interpreter computes the exact value in f64 from the
     /// f32 input, rounds it to f32, then to the dtype. The GPU result differs from that by at
     /// most [`MathOp::max_ulp`] f32 ulps before the final rounding. A NaN result (`log` of a
     /// negative number, `sin` of an infinity) is an error in the interpreter. `not` and `popc`
