@@ -550,13 +550,39 @@ fn elementwise_case(dtype_out: DType) -> Case {
 /// Inputs are random 16-bit patterns of finite values: f16 in [-1, 1], or bf16 made from the
 /// same f32 values.
 fn elementwise_case_from(dtype_in: DType, dtype_out: DType) -> Case {
-    let m = 70;
-    let input = |n: usize| match dtype_in {
+    let input = move |n: usize| match dtype_in {
         DType::BF16 => Buf::RandomBf16(n),
         _ => Buf::RandomF16(n),
     };
+    elementwise_case_on(dtype_in, dtype_out, "", input)
+}
+
+/// The same program on operands spread over the whole finite range of `dtype` (f16 or bf16),
+/// so that sums, products and fmas overflow: IEEE arithmetic gives infinities (one HFMA2 per
+/// pair, no clamp), the final cast saturates them, and the round trip through shared memory
+/// keeps them; bit for bit with the interpreter's `DType::round`.
+fn elementwise_overflow_case(dtype: DType) -> Case {
+    let max = dtype.max_value();
+    let input = move |len: usize| Buf::Random {
+        dtype,
+        len,
+        lo: -max,
+        hi: max,
+    };
+    elementwise_case_on(dtype, dtype, ", overflowing", input)
+}
+
+/// `elementwise_program` on 70 rows of inputs made by `input(len)`, both outputs poisoned and
+/// compared exactly.
+fn elementwise_case_on(
+    dtype_in: DType,
+    dtype_out: DType,
+    what: &str,
+    input: impl Fn(usize) -> Buf,
+) -> Case {
+    let m = 70;
     Case {
-        name: format!("elementwise {dtype_in} -> {dtype_out}"),
+        name: format!("elementwise {dtype_in} -> {dtype_out}{what}"),
         program: elementwise_program(dtype_in, dtype_out),
         args: vec![
             A::I32(m),
@@ -566,32 +592,6 @@ fn elementwise_case_from(dtype_in: DType, dtype_out: DType) -> Case {
                 dtype_out,
                 (m * 64) as usize,
             ))),
-            A::Buf(Buf::OutExact((m * 64 * 2) as usize)),
-        ],
-    }
-}
-
-/// The same program on operands spread over the whole finite range of `dtype` (f16 or bf16),
-/// so that sums, products and fmas overflow: IEEE arithmetic gives infinities (one HFMA2 per
-/// pair, no clamp), the final cast saturates them, and the round trip through shared memory
-/// keeps them; bit for bit with the interpreter's `DType::round`.
-fn elementwise_overflow_case(dtype: DType) -> Case {
-    let m = 70;
-    let max = dtype.max_value();
-    let input = |len: usize| Buf::Random {
-        dtype,
-        len,
-        lo: -max,
-        hi: max,
-    };
-    Case {
-        name: format!("elementwise {dtype} -> {dtype}, overflowing"),
-        program: elementwise_program(dtype, dtype),
-        args: vec![
-            A::I32(m),
-            A::Buf(input((m * 64) as usize)),
-            A::Buf(input(64)),
-            A::Buf(Buf::OutExact(storage::packed_len(dtype, (m * 64) as usize))),
             A::Buf(Buf::OutExact((m * 64 * 2) as usize)),
         ],
     }
