@@ -1384,7 +1384,8 @@ fn vq_kernels_compile_without_spills() {
 /// warpgroup MMA has no sm_80 form): no spills or stack frame, no local memory, `HGMMA` (the
 /// warpgroup MMA, 4 per k step and warpgroup block; `IGMMA` for i8 operands, `QGMMA` for fp8)
 /// and `LDGSTS` (the cp.async pipeline) or `UTMALDG` (the copy engine), and no warp-level HMMA;
-/// APT's plane GEMM `BGMMA` (1-bit operands) with `UTMALDG`.
+/// APT's plane GEMM `BGMMA` (1-bit operands) with `UTMALDG`; the dequantizing kernels without
+/// `HMNMX2`.
 #[test]
 fn wgmma_gemm_compiles_to_hgmma_without_spills() {
     let test = "wgmma_gemm_compiles_to_hgmma_without_spills";
@@ -1419,9 +1420,10 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
     }
     // The quantized matmul's warpgroup gemv: 1-, 2- and 4-bit weights, zero points (one fma
     // per pair), 8 to 64 tokens, one and two warpgroups, split-k; the tuner's 256-column tiles
-    // of one warpgroup at 32 and 64 tokens (u1 there needs 251 of the 255 registers); the
-    // copy engine's ring up to 256 columns, cp.async's at 512; the tall tiles of prefill (128
-    // and 256 tokens: a 256 x 128 tile holds a 128-register accumulator per thread).
+    // of one warpgroup at 32 and 64 tokens (u1 there needs 232 of the 255 registers, 251 with
+    // session 39's saturation clamps); the copy engine's ring up to 256 columns, cp.async's at
+    // 512; the tall tiles of prefill (128 and 256 tokens: a 256 x 128 tile holds a
+    // 128-register accumulator per thread).
     {
         use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
         for (w, bm, bn, warps, split_k, stages) in [
@@ -1617,6 +1619,16 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             assert!(count("LDGSTS") > 0, "{name}: no LDGSTS");
         }
         assert_eq!(count("HMMA"), 0, "{name}: warp-level HMMA");
+        // The VM's half arithmetic rounds as IEEE does (`DType::round`): a dequantizing
+        // kernel's f16 arithmetic is one HFMA2 or HMUL2 per pair, without the two HMNMX2
+        // clamps that saturating semantics cost (perf note 57).
+        if ["qmatmul_", "gemm_w4", "gemm_tma_w4t"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            assert_eq!(count("HMNMX2"), 0, "{name}: f16 clamps in SASS");
+            assert!(count("HFMA2") > 0, "{name}: no HFMA2");
+        }
         let regs = a
             .ptxas_log
             .lines()
