@@ -30,8 +30,10 @@
 //! (`HB = 8`).
 //!
 //! **Range.** A table entry is a dot product of 8 values rounded to f16: it overflows where
-//! `8 · max|book| · max|x|` passes 65504 (the direct kernel's f16 dequantized rows have the same
-//! kind of limit, 65504 on each `Σ_s book`).
+//! `8 · max|book| · max|x|` passes 65504, and the overflow is an infinity (the VM's IEEE half
+//! arithmetic) that reaches the output. The direct kernel's f16 dequantized rows have the same
+//! kind of limit, 65504 on each `Σ_s book`, which `VqWeight::from_parts` checks; the
+//! activations' share is only known on the device.
 
 /// `T[c, e, j] = Σ_v book[e, 8 (j % R) + v] · x[8 (c · 8 / R + j / R) + v]` for the `chunks`
 /// chunks of `x` (`k = 64 · chunks / R` values), from `book [E, 16]` (stage `s`'s row of entry
