@@ -439,11 +439,10 @@ impl QuantizedWeight {
         for (i, &scale) in self.scales.iter().enumerate() {
             let zero = self.zeros.as_ref().map_or(0.0, |z| z[i]);
             let at = || format!("group {} (rows {}.., column {})", i, (i / n) * rows, i % n);
-            for (field, v) in [("scales", scale), ("zeros", zero)] {
+            for (field, what, v) in [("scales", "scale", scale), ("zeros", "zero point", zero)] {
                 if !v.is_finite() || (v as f64).abs() > max {
                     let reason = format!(
-                        "{} of {} is {v}, not a finite {} value",
-                        &field[..field.len() - 1],
+                        "{what} of {} is {v}, not a finite {} value",
                         at(),
                         self.scale_dtype
                     );
