@@ -784,6 +784,7 @@ fn config_strategy() -> impl Strategy<Value = QMatmulConfig> {
                     stream_k: 0,
                     blocks_per_sm: 1,
                     specialize: false,
+                    stage_tiles: 1,
                 }
             },
         )

@@ -455,6 +455,227 @@ fn gemv_wgmma_matches_the_reference() {
     }
 }
 
+/// The warpgroup gemv with two k tiles a ring stage (`stage_tiles = 2`) and with several
+/// plain (not specialized) blocks a multiprocessor: whole tiles with and without split-k,
+/// stream-k shares ending inside column tiles, the cp.async ring (512 columns), per-channel
+/// and grouped scales (128 and 256 rows), zero points, odd stage counts of k, ragged m.
+#[test]
+fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
+    let Some(ctx) = context("gemv_wgmma_two_tiles_a_stage_match_the_reference") else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        println!(
+            "skipped: the warpgroup MMA needs sm_90a, this device is {}",
+            ctx.arch()
+        );
+        return;
+    }
+    let n = 512;
+    // (weight, activation, group rows, bm, bn, warps, stages, split, stream-k, blocks/SM,
+    //  tiles a stage, k)
+    let cases = [
+        (
+            DType::Int(4),
+            DType::F16,
+            Some(128),
+            32,
+            256,
+            8,
+            4,
+            1,
+            0,
+            1,
+            2,
+            1024,
+        ),
+        (
+            DType::UInt(2),
+            DType::BF16,
+            Some(128),
+            64,
+            256,
+            8,
+            3,
+            2,
+            0,
+            1,
+            2,
+            1024,
+        ),
+        (
+            DType::UInt(1),
+            DType::F16,
+            Some(256),
+            16,
+            128,
+            4,
+            3,
+            1,
+            0,
+            2,
+            2,
+            1280,
+        ),
+        (
+            DType::Int(8),
+            DType::BF16,
+            None,
+            32,
+            128,
+            8,
+            3,
+            1,
+            0,
+            1,
+            2,
+            896,
+        ),
+        (
+            DType::UInt(4),
+            DType::F16,
+            Some(128),
+            32,
+            256,
+            8,
+            4,
+            1,
+            7,
+            2,
+            2,
+            1024,
+        ),
+        (
+            DType::Int(3),
+            DType::BF16,
+            Some(128),
+            64,
+            128,
+            4,
+            3,
+            1,
+            5,
+            3,
+            2,
+            1152,
+        ),
+        (
+            DType::Int(4),
+            DType::F16,
+            Some(128),
+            128,
+            128,
+            8,
+            3,
+            1,
+            11,
+            1,
+            2,
+            1024,
+        ),
+        (
+            DType::UInt(2),
+            DType::F16,
+            Some(128),
+            16,
+            512,
+            8,
+            3,
+            1,
+            0,
+            1,
+            2,
+            1024,
+        ),
+        // One tile a stage, plain blocks sharing a multiprocessor.
+        (
+            DType::Int(4),
+            DType::BF16,
+            Some(128),
+            64,
+            128,
+            4,
+            3,
+            1,
+            9,
+            3,
+            1,
+            1024,
+        ),
+        (
+            DType::UInt(2),
+            DType::F16,
+            Some(64),
+            32,
+            128,
+            4,
+            6,
+            2,
+            0,
+            4,
+            1,
+            1024,
+        ),
+    ];
+    for (wdtype, adtype, rows, bm, bn, warps, stages, split_k, stream_k, occupancy, tiles, k) in
+        cases
+    {
+        let group = rows.map_or(Group::PerChannel, Group::Rows);
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            stages,
+            split_k,
+            stream_k,
+            blocks_per_sm: occupancy,
+            stage_tiles: tiles,
+            ..QMatmulConfig::for_shape(wdtype, adtype, rows, matches!(wdtype, DType::UInt(_)), n, k)
+                .unwrap()
+        };
+        for m in [1, bm, bm + 9] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, n, k, group),
+                _ => run_case::<f16>(&ctx, &cfg, m, n, k, group),
+            };
+            println!(
+                "gemv-wgmma kt{tiles} bm{bm} bn{bn} w{warps} o{occupancy} split {split_k} stream {stream_k} {wdtype} {adtype} {group:?} k={k} m={m}: rel err {rel:.2e}"
+            );
+            assert!(
+                rel < 1e-2,
+                "gemv-wgmma kt{tiles} {wdtype} {adtype} k={k} m={m}: relative error {rel}"
+            );
+        }
+    }
+    // The tuner's first three candidates at 16, 32 and 64 tokens (two tiles a stage lead
+    // from 9 rows up), at the bucket's size and 7 rows less.
+    for wdtype in [DType::Int(4), DType::UInt(2)] {
+        for m in [16, 32, 64] {
+            let zeros = matches!(wdtype, DType::UInt(_));
+            for cfg in tilus::kernels::qmatmul::tune::candidates_up_to(
+                wdtype,
+                DType::F16,
+                Some(128),
+                m,
+                n,
+                1024,
+                3,
+            )
+            .unwrap()
+            {
+                assert_eq!(cfg.has_zeros, zeros);
+                for rows in [m, m - 7] {
+                    let rel = run_case::<f16>(&ctx, &cfg, rows, n, 1024, Group::Rows(128));
+                    println!("tuned {wdtype} {cfg:?} m={rows}: rel err {rel:.2e}");
+                    assert!(rel < 1e-2, "tuned {wdtype} m={rows} {cfg:?}: {rel}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn bf16_zero_points_split_k_and_ragged_m() {
     let Some(ctx) = context("bf16_zero_points_split_k_and_ragged_m") else {

@@ -529,6 +529,122 @@ fn gemv_wgmma_specialized_matches_the_reference() {
     }
 }
 
+/// The warpgroup gemv with two k tiles a ring stage (`stage_tiles = 2`: one barrier, one ring
+/// position and one scale row per 128 rows of k) and with plain blocks sharing a
+/// multiprocessor: whole tiles, split-k, stream-k workers ending inside column tiles,
+/// per-channel and grouped scales, zero points, the `cp.async` ring, odd stage counts; and the
+/// settings neither takes, each naming its field.
+#[test]
+fn gemv_wgmma_two_tiles_a_stage_and_shared_multiprocessors() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    // (weight, activations, group, bm, bn, warps, split, stream-k, blocks/SM, tiles a stage, k)
+    let cases = [
+        ("i4", DType::F16, Some(128), 16, 128, 4, 1, 0, 1, 2, 384),
+        ("u2", DType::BF16, Some(256), 8, 256, 8, 2, 0, 1, 2, 512),
+        ("u3", DType::F16, None, 32, 128, 4, 1, 0, 2, 2, 384),
+        ("u4", DType::BF16, Some(128), 8, 128, 4, 1, 3, 2, 2, 512),
+        ("u2", DType::F16, Some(128), 8, 512, 8, 1, 0, 1, 2, 256),
+        ("i8", DType::BF16, Some(64), 16, 128, 4, 1, 5, 3, 1, 256),
+    ];
+    for (wd, ad, group, bm, bn, warps, split_k, stream_k, occupancy, tiles, k) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvWgmma,
+            bm,
+            bn,
+            bk: 64,
+            warps,
+            stages: 3,
+            split_k,
+            stream_k,
+            blocks_per_sm: occupancy,
+            stage_tiles: tiles,
+            ..default_cfg(dt(wd), ad, group)
+        };
+        check(cfg, k, 2 * bn, &[1, bm + 3]);
+    }
+    let two = QMatmulConfig {
+        method: QMatmulMethod::GemvWgmma,
+        bm: 16,
+        bn: 128,
+        bk: 64,
+        stage_tiles: 2,
+        ..default_cfg(dt("u4"), DType::F16, Some(128))
+    };
+    two.tiling().unwrap();
+    for (cfg, field) in [
+        (
+            QMatmulConfig {
+                stage_tiles: 3,
+                ..two
+            },
+            "`stage_tiles`",
+        ),
+        (
+            QMatmulConfig {
+                stage_tiles: 0,
+                ..two
+            },
+            "`stage_tiles`",
+        ),
+        (
+            QMatmulConfig {
+                group_rows: Some(64),
+                ..two
+            },
+            "`stage_tiles`",
+        ),
+        (
+            QMatmulConfig {
+                specialize: true,
+                ..two
+            },
+            "`stage_tiles`",
+        ),
+        (
+            QMatmulConfig {
+                method: QMatmulMethod::Gemv,
+                bm: 8,
+                ..two
+            },
+            "`stage_tiles`",
+        ),
+        (
+            QMatmulConfig {
+                blocks_per_sm: 5,
+                ..two
+            },
+            "`blocks_per_sm`",
+        ),
+        // 4 blocks of 8 warps leave 64 registers a thread; 4 blocks of 16 warps, 32.
+        (
+            QMatmulConfig {
+                blocks_per_sm: 4,
+                warps: 16,
+                bn: 256,
+                ..two
+            },
+            "`blocks_per_sm`",
+        ),
+        // 8 stages of 64 x 128 activations and 128 x 256 4-bit weights (32 KB), 4 blocks.
+        (
+            QMatmulConfig {
+                blocks_per_sm: 4,
+                bm: 64,
+                bn: 256,
+                stages: 8,
+                ..two
+            },
+            "`blocks_per_sm`",
+        ),
+    ] {
+        let e = err_text(cfg.tiling());
+        assert!(e.contains(field), "{cfg:?}: {e}");
+    }
+    // k must be whole stages of every split.
+    let e = format!("{:?}", two.check_shape(16, 128, 192));
+    assert!(e.contains("stage_tiles") && e.contains('k'), "{e}");
+}
+
 #[test]
 fn gemv_wgmma_errors_name_the_field() {
     use tilus::kernels::qmatmul::QMatmulMethod;

@@ -141,6 +141,11 @@ pub struct QMatmulConfig {
     /// the producer's registers go to them), with no block barrier in the k loop; may run
     /// `blocks_per_sm` = 2.
     pub specialize: bool,
+    /// k tiles of 64 rows in one ring stage of [`QMatmulMethod::GemvWgmma`] (1 or 2; 1 for
+    /// every other method): with 2, the stage's barrier, bookkeeping and scale loads are paid
+    /// once per 128 rows of k (perf note 58). Scale groups must then span whole stages, and
+    /// the weight's layout does not change (its tiles stay `bk = 64` rows).
+    pub stage_tiles: usize,
 }
 
 /// The two ways to compute `A · dequant(W)`.
@@ -266,6 +271,7 @@ impl QMatmulConfig {
             stream_k: 0,
             blocks_per_sm: 1,
             specialize: false,
+            stage_tiles: 1,
         }
     }
 
@@ -290,6 +296,7 @@ impl QMatmulConfig {
             stream_k: 0,
             blocks_per_sm,
             specialize: false,
+            stage_tiles: 1,
             ..self
         }
     }
@@ -466,18 +473,21 @@ impl QMatmulConfig {
             if let Some(why) = why {
                 return Err(config_err("specialize", why));
             }
+        } else if self.method == QMatmulMethod::GemvWgmma {
+            self.check_wgmma_occupancy()?;
         } else if self.blocks_per_sm != 1 {
             return Err(config_err(
                 "blocks_per_sm",
                 format!(
-                    "{}; only the look-up method and the specialized warpgroup gemv are \
-                     compiled for more than one block per multiprocessor",
+                    "{}; only the look-up method and the warpgroup gemv are compiled for more \
+                     than one block per multiprocessor",
                     self.blocks_per_sm
                 ),
             ));
         }
         let wgmma = self.method == QMatmulMethod::GemvWgmma;
         let gemv = self.method == QMatmulMethod::Gemv || wgmma;
+        self.check_stage_tiles(wgmma)?;
         if wgmma {
             if !self.warps.is_multiple_of(4) {
                 return Err(config_err(
@@ -636,8 +646,8 @@ impl QMatmulConfig {
         // scales and alignment, is checked on the built program); before building, because the
         // program's prologue is unrolled over the stages.
         let abytes = self.adtype.bits() as usize / 8;
-        let per_stage =
-            self.bm * self.bk * abytes + self.bk * self.bn * self.wdtype.bits() as usize / 8;
+        let rows = self.bk * self.stage_tiles;
+        let per_stage = self.bm * rows * abytes + rows * self.bn * self.wdtype.bits() as usize / 8;
         let limit = super::program::target(self).max_shared_bytes;
         if self.stages.checked_mul(per_stage).is_none_or(|b| b > limit) {
             return Err(config_err(
@@ -677,6 +687,82 @@ impl QMatmulConfig {
             vector_bytes,
             tile_bytes: self.bk * self.bn * self.wdtype.bits() as usize / 8,
         })
+    }
+
+    /// `stage_tiles` k tiles a ring stage: 1 for every method, 2 also for the warpgroup gemv
+    /// (`wgmma`) when it is not specialized and its scale groups span whole stages.
+    fn check_stage_tiles(&self, wgmma: bool) -> Result<(), QMatmulError> {
+        let tiles = self.stage_tiles;
+        let why = if tiles == 1 {
+            None
+        } else if !wgmma {
+            Some(format!(
+                "{tiles}; only the warpgroup gemv (METHOD=gemv_wgmma) puts several k tiles in \
+                 a stage"
+            ))
+        } else if tiles != 2 {
+            Some(format!(
+                "{tiles}; a warpgroup gemv stage holds 1 or 2 k tiles"
+            ))
+        } else if self.specialize {
+            Some("2; the specialized schedule keeps one k tile a stage".to_string())
+        } else if self
+            .group_rows
+            .is_some_and(|g| !g.is_multiple_of(64 * tiles))
+        {
+            Some(format!(
+                "{tiles}: a stage reads one row of scales, so groups of {} rows cannot span its \
+                 {} rows of k",
+                self.group_rows.unwrap_or(0),
+                64 * tiles
+            ))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(config_err("stage_tiles", why)),
+            None => Ok(()),
+        }
+    }
+
+    /// `blocks_per_sm` warpgroup-gemv blocks share a multiprocessor (perf note 58): 1 to 4, each
+    /// thread keeping at least 64 registers under `__launch_bounds__`' cap, and every block's
+    /// ring of activation and weight tiles in shared memory together.
+    fn check_wgmma_occupancy(&self) -> Result<(), QMatmulError> {
+        let blocks = self.blocks_per_sm;
+        if !(1..=4).contains(&blocks) {
+            return Err(config_err(
+                "blocks_per_sm",
+                format!("{blocks}; the warpgroup gemv runs 1 to 4 blocks a multiprocessor"),
+            ));
+        }
+        let threads = 32 * self.warps.max(1);
+        let registers = 65536 / (threads * blocks);
+        if registers < 64 {
+            return Err(config_err(
+                "blocks_per_sm",
+                format!(
+                    "{blocks} blocks of {threads} threads leave {registers} registers a thread; \
+                     the warpgroup gemv needs at least 64"
+                ),
+            ));
+        }
+        let abytes = self.adtype.bits() as usize / 8;
+        let rows = 64 * self.stage_tiles;
+        let per_stage = self.bm * rows * abytes + rows * self.bn * self.wdtype.bits() as usize / 8;
+        let limit = super::program::target(self).max_shared_bytes;
+        let bytes = self.stages.saturating_mul(per_stage).saturating_mul(blocks);
+        if bytes > limit {
+            return Err(config_err(
+                "blocks_per_sm",
+                format!(
+                    "{blocks} blocks of {} stages of {per_stage} bytes exceed the {limit} bytes \
+                     of shared memory",
+                    self.stages
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// `split_k` blocks fit the grid's z dimension.
@@ -796,12 +882,17 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let kt = self.bk * self.split_k;
+        let kt = self.bk * self.stage_tiles * self.split_k;
         if !k.is_multiple_of(kt) {
+            let stage = if self.stage_tiles > 1 {
+                format!(" x stage_tiles {}", self.stage_tiles)
+            } else {
+                String::new()
+            };
             return Err(shape_err(
                 "k",
                 format!(
-                    "{k} is not a multiple of bk x split_k = {} x {} = {kt}",
+                    "{k} is not a multiple of bk{stage} x split_k = {}{stage} x {} = {kt}",
                     self.bk, self.split_k
                 ),
             ));

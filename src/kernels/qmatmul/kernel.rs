@@ -90,14 +90,15 @@ mod kernels {
     }
 
     /// The end of stream-k worker `w`'s pass over column tile `j` of block row `bi`: the sum
-    /// over `len` of the tile's k tiles in the f32 accumulator `acc` (layout `lc`; `lanes` one
-    /// element per thread), `first` when it is the worker's first pass. A whole tile is stored.
-    /// A part is this worker's partial sum: it goes to the worker's slot (0 for its first pass,
-    /// 1 for its last: only those can be partial) in `workspace [cdiv(m, BM), STREAM, 2, BM,
-    /// BN]`, and its k tiles are counted on the tile's semaphore (one thread's atomic). The
-    /// block whose count completes the tile adds the partials of the tile's workers, the
-    /// owners of its first to its last k tile, in worker order (the result does not depend on
-    /// the arrival order), and resets the semaphore for the next launch.
+    /// over `len` of the tile's `kt` k steps (one ring stage each) in the f32 accumulator `acc`
+    /// (layout `lc`; `lanes` one element per thread), `first` when it is the worker's first
+    /// pass. A whole tile is stored. A part is this worker's partial sum: it goes to the
+    /// worker's slot (0 for its first pass, 1 for its last: only those can be partial) in
+    /// `workspace [cdiv(m, BM), STREAM, 2, BM, BN]`, and its k steps are counted on the tile's
+    /// semaphore (one thread's atomic). The block whose count completes the tile adds the
+    /// partials of the tile's workers, the owners of its first to its last k step, in worker
+    /// order (the result does not depend on the arrival order), and resets the semaphore for
+    /// the next launch.
     #[helper]
     fn stream_store(
         acc: Tensor,
@@ -107,9 +108,9 @@ mod kernels {
         w: i32,
         j: i32,
         len: i32,
+        kt: i32,
         first: bool,
     ) {
-        let kt = k / 64;
         if len == kt {
             store_global(cast::<A>(acc), view_global(c, [m, n]), [bi * BM, j * BN]);
         } else {
@@ -671,9 +672,12 @@ mod kernels {
     /// fma per pair of weights), so
     /// one accumulator chains every `dot_async` over all of k with nothing to rescale per group;
     /// even and odd k tiles dequantize into two register sets, so a tile's operand is rewritten
-    /// only after `dot_wait(1)` retired the wgmma that read it. One barrier per k tile: after it,
-    /// every warpgroup has retired tile `t - 2`, whose stage is refilled (`STAGES - 2` tiles in
-    /// flight). Split-k as in [`qmatmul_gemv`].
+    /// only after `dot_wait(1)` retired the wgmma that read it. A ring stage holds `KT` k tiles
+    /// (a k step of `64 KT`; one scale row, so `G` is a multiple of it): one barrier per stage,
+    /// after which every warpgroup has retired stage `t - 2`, which is refilled (`STAGES - 2`
+    /// stages in flight). With `KT = 2` the barrier, the stage's bookkeeping (ring position,
+    /// phase, copy issue) and the scale loads are paid once per two tiles (perf note 58).
+    /// Split-k as in [`qmatmul_gemv`].
     ///
     /// With `TMA = 1` the copy engine fills the ring: one thread issues a `tma_load` per tile
     /// (activations swizzled by the engine, the weight tile as `[tile_bytes / 128, 128]` bytes,
@@ -688,7 +692,8 @@ mod kernels {
     /// barrier is left in the k loop, and all `STAGES` stages can be in flight. `OCC` blocks a
     /// multiprocessor: the producer gives up registers (40) to the consumers.
     ///
-    /// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`.
+    /// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`; `KT` 1 or 2
+    /// (`WS = 1`: 1).
     #[tilus::kernel(
         lazy,
         grid = [cdiv(m, BM), if STREAM > 0 { STREAM } else { n / BN }, SPLIT],
@@ -711,6 +716,7 @@ mod kernels {
             STREAM = [0, 3],
             WS = [0],
             OCC = [1],
+            KT = [1, 2],
         ),
         dtypes(A = [f16, bf16], W = [u2, u4, i8]),
     )]
@@ -729,6 +735,7 @@ mod kernels {
         const STREAM: i32,
         const WS: i32,
         const OCC: i32,
+        const KT: i32,
         A: DTypeParam,
         W: DTypeParam,
     >(
@@ -818,8 +825,9 @@ mod kernels {
         );
 
         // The activations as wgmma reads them: rows of 64 k (128 bytes), 128-byte swizzle.
-        let sa = shared::<A>([STAGES, BM, 64], swizzle(3, 3, 3));
-        let sb = shared::<u8>([STAGES, tile_bytes / 128, 128]);
+        // Stage s holds k tiles s KT .. s KT + KT - 1 of the ring's slots.
+        let sa = shared::<A>([STAGES * KT, BM, 64], swizzle(3, 3, 3));
+        let sb = shared::<u8>([STAGES * KT, tile_bytes / 128, 128]);
         let ss = if grouped {
             shared::<A>([STAGES, 1, BN])
         } else {
@@ -846,53 +854,52 @@ mod kernels {
         let full = if TMA == 0 {
             ()
         } else if !grouped {
-            mbarriers(STAGES, 2)
+            mbarriers(STAGES, 2 * KT)
         } else if fold {
-            mbarriers(STAGES, 4)
+            mbarriers(STAGES, 2 * KT + 2)
         } else {
-            mbarriers(STAGES, 3)
+            mbarriers(STAGES, 2 * KT + 1)
         };
 
-        let ktiles = k / (64 * SPLIT);
+        // k steps (ring stages) of a split.
+        let ktiles = k / (64 * KT * SPLIT);
         let kt0 = bs * ktiles;
-        // The copies of k tile `t` of column tile `j` into `stage`.
+        // The copies of k step `t` of column tile `j` into `stage`.
         let issue = |t: i32, j: i32, stage: i32| {
-            let xa = slice_shared(sa, [stage, 0, 0], [BM, 64]);
-            let xb = slice_shared(sb, [stage, 0, 0], [tile_bytes / 128, 128]);
-            if TMA == 1 {
-                tma_load(ga, xa, [bi * BM, t * 64], full, stage);
-                tma_load(gb, xb, [t, j, 0, 0], full, stage);
-                if grouped {
-                    let group = t * 64 / G;
-                    let xs = slice_shared(ss, [stage, 0, 0], [1, BN]);
+            #[unroll]
+            for u in 0..KT {
+                let xa = slice_shared(sa, [stage * KT + u, 0, 0], [BM, 64]);
+                let xb = slice_shared(sb, [stage * KT + u, 0, 0], [tile_bytes / 128, 128]);
+                if TMA == 1 {
+                    tma_load(ga, xa, [bi * BM, (t * KT + u) * 64], full, stage);
+                    tma_load(gb, xb, [t * KT + u, j, 0, 0], full, stage);
+                } else {
+                    copy_async(ga, xa, [bi * BM, (t * KT + u) * 64]);
+                    copy_async(gb, xb, [t * KT + u, j, 0, 0]);
+                }
+            }
+            if grouped {
+                let group = t * KT * 64 / G;
+                let xs = slice_shared(ss, [stage, 0, 0], [1, BN]);
+                if TMA == 1 {
                     tma_load(gs, xs, [group, j * BN], full, stage);
-                    if fold {
-                        let xz = slice_shared(sz, [stage, 0, 0], [1, BN]);
+                } else {
+                    copy_async(gs, xs, [group, j * BN]);
+                }
+                if fold {
+                    let xz = slice_shared(sz, [stage, 0, 0], [1, BN]);
+                    if TMA == 1 {
                         tma_load(gz, xz, [group, j * BN], full, stage);
+                    } else {
+                        copy_async(gz, xz, [group, j * BN]);
                     }
                 }
-            } else {
-                copy_async(ga, xa, [bi * BM, t * 64]);
-                copy_async(gb, xb, [t, j, 0, 0]);
-                if grouped {
-                    let group = t * 64 / G;
-                    copy_async(
-                        gs,
-                        slice_shared(ss, [stage, 0, 0], [1, BN]),
-                        [group, j * BN],
-                    );
-                    if fold {
-                        copy_async(
-                            gz,
-                            slice_shared(sz, [stage, 0, 0], [1, BN]),
-                            [group, j * BN],
-                        );
-                    }
-                }
+            }
+            if TMA == 0 {
                 commit_group();
             }
         };
-        // The top of step t of a pass over `len` k tiles of column tile `j` from k tile `t0`,
+        // The top of step t of a pass over `len` k steps of column tile `j` from k step `t0`,
         // its steps at ring positions `r0 + t`: every warpgroup retired step t - 2 (its
         // `dot_wait(1)` ran in step t - 1, before this barrier), so step t + STAGES - 2 refills
         // that stage; step t's stage has landed and is visible.
@@ -914,35 +921,51 @@ mod kernels {
                 }
             }
         };
-        // The weight at ring position r, dequantized with its columns' scales and zero points,
-        // as wgmma's A.
-        let dequant = |r: i32| {
-            let st = r % STAGES;
+        // The scales of the columns for the stage at ring position r (one row for its KT tiles).
+        let col_scale = |r: i32| {
+            if grouped {
+                load_shared(slice_shared(ss, [r % STAGES, 0, 0], [1, BN]), lws, [0, 0])
+            } else {
+                sc0
+            }
+        };
+        // With zero points, `-z · s` of those columns (`(q - z) · s` is then `q · s - z · s`:
+        // one fma per pair of weights); without, `sc` itself, unused.
+        let col_bias = |r: i32, sc: Tensor| {
+            if fold {
+                let zc = if grouped {
+                    load_shared(slice_shared(sz, [r % STAGES, 0, 0], [1, BN]), lws, [0, 0])
+                } else {
+                    zc0
+                };
+                neg(zc * sc)
+            } else {
+                sc
+            }
+        };
+        // Tile u of the weight at ring position r, dequantized with its columns' scales `sc`
+        // and `bias`, as wgmma's A.
+        let dequant = |r: i32, u: i32, sc: Tensor, bias: Tensor| {
             let rw = load_shared(
-                slice_shared(sb, [st, 0, 0], [tile_bytes / 128, 128]),
+                slice_shared(sb, [r % STAGES * KT + u, 0, 0], [tile_bytes / 128, 128]),
                 lbytes,
                 [0, 0],
             );
             let wf = cast::<A>(view::<W>(rw, lq), lw);
-            let sc = if grouped {
-                load_shared(slice_shared(ss, [st, 0, 0], [1, BN]), lws, [0, 0])
-            } else {
-                sc0
-            };
-            let w = if fold {
-                let zc = if grouped {
-                    load_shared(slice_shared(sz, [st, 0, 0], [1, BN]), lws, [0, 0])
-                } else {
-                    zc0
-                };
-                // (q - z) · s as q · s - z · s: one fma per pair of weights, z · s once per column.
-                mul_add(wf, sc, neg(zc * sc))
-            } else {
-                wf * sc
-            };
+            let w = if fold { mul_add(wf, sc, bias) } else { wf * sc };
             view::<A>(w, lwa)
         };
-        let xs = |r: i32| permute_shared(slice_shared(sa, [r % STAGES, 0, 0], [BM, 64]), [1, 0]);
+        // The one tile of the stage at ring position r (KT = 1).
+        let dequant1 = |r: i32| {
+            let sc = col_scale(r);
+            dequant(r, 0, sc, col_bias(r, sc))
+        };
+        let xs = |r: i32, u: i32| {
+            permute_shared(
+                slice_shared(sa, [r % STAGES * KT + u, 0, 0], [BM, 64]),
+                [1, 0],
+            )
+        };
         let lanes = layout!(spatial(WG * 128));
         if WS == 1 {
             // A stage is empty again when every consumer warp has retired the wgmma that read
@@ -975,15 +998,15 @@ mod kernels {
                     for t2 in 0..ktiles / 2 {
                         let t = 2 * t2;
                         mbarrier_wait(full, t % STAGES, t / STAGES % 2);
-                        wa0 = dequant(t);
-                        acc = dot_async(wa0, xs(t), acc);
+                        wa0 = dequant1(t);
+                        acc = dot_async(wa0, xs(t, 0), acc);
                         dot_wait(1);
                         if t > 0 {
                             mbarrier_arrive(empty, (t - 1) % STAGES);
                         }
                         mbarrier_wait(full, (t + 1) % STAGES, (t + 1) / STAGES % 2);
-                        wa1 = dequant(t + 1);
-                        acc = dot_async(wa1, xs(t + 1), acc);
+                        wa1 = dequant1(t + 1);
+                        acc = dot_async(wa1, xs(t + 1, 0), acc);
                         dot_wait(1);
                         mbarrier_arrive(empty, t % STAGES);
                     }
@@ -991,15 +1014,15 @@ mod kernels {
                     if ktiles % 2 == 1 {
                         let t = ktiles - 1;
                         mbarrier_wait(full, t % STAGES, t / STAGES % 2);
-                        wa0 = dequant(t);
-                        acc = dot(wa0, xs(t), acc);
+                        wa0 = dequant1(t);
+                        acc = dot(wa0, xs(t, 0), acc);
                     }
                     let acc = view::<f32>(acc, lct);
                     store_tile(acc, lct, lanes, bi, bj, bs, false);
                 }
             }
         } else if STREAM == 0 {
-            // One pass: the block's tile, k tiles `kt0..kt0 + ktiles`.
+            // One pass: the block's tile, k steps `kt0..kt0 + ktiles`.
             #[unroll]
             for st in 0..STAGES - 2 {
                 if st < ktiles {
@@ -1011,25 +1034,41 @@ mod kernels {
             let mut acc = register::<f32>(lc, 0.0);
             let mut wa0 = register::<A>(lwa, 0.0);
             let mut wa1 = register::<A>(lwa, 0.0);
-            // Written out for even and odd tiles so that no dot_async is inside a branch; an odd
-            // last tile is a synchronous dot after the wait.
-            for t2 in 0..ktiles / 2 {
-                let t = 2 * t2;
-                top(t, ktiles, kt0, bj, 0);
-                wa0 = dequant(t);
-                acc = dot_async(wa0, xs(t), acc);
-                dot_wait(1);
-                top(t + 1, ktiles, kt0, bj, 0);
-                wa1 = dequant(t + 1);
-                acc = dot_async(wa1, xs(t + 1), acc);
-                dot_wait(1);
-            }
-            dot_wait(0);
-            if ktiles % 2 == 1 {
-                let t = ktiles - 1;
-                top(t, ktiles, kt0, bj, 0);
-                wa0 = dequant(t);
-                acc = dot(wa0, xs(t), acc);
+            if KT == 1 {
+                // Written out for even and odd tiles so that no dot_async is inside a branch; an
+                // odd last tile is a synchronous dot after the wait.
+                for t2 in 0..ktiles / 2 {
+                    let t = 2 * t2;
+                    top(t, ktiles, kt0, bj, 0);
+                    wa0 = dequant1(t);
+                    acc = dot_async(wa0, xs(t, 0), acc);
+                    dot_wait(1);
+                    top(t + 1, ktiles, kt0, bj, 0);
+                    wa1 = dequant1(t + 1);
+                    acc = dot_async(wa1, xs(t + 1, 0), acc);
+                    dot_wait(1);
+                }
+                dot_wait(0);
+                if ktiles % 2 == 1 {
+                    let t = ktiles - 1;
+                    top(t, ktiles, kt0, bj, 0);
+                    wa0 = dequant1(t);
+                    acc = dot(wa0, xs(t, 0), acc);
+                }
+            } else {
+                // A stage's two tiles into the two register sets: one barrier per stage.
+                for t in 0..ktiles {
+                    top(t, ktiles, kt0, bj, 0);
+                    let sc = col_scale(t);
+                    let bias = col_bias(t, sc);
+                    wa0 = dequant(t, 0, sc, bias);
+                    acc = dot_async(wa0, xs(t, 0), acc);
+                    dot_wait(1);
+                    wa1 = dequant(t, 1, sc, bias);
+                    acc = dot_async(wa1, xs(t, 1), acc);
+                    dot_wait(1);
+                }
+                dot_wait(0);
             }
             if TMA == 0 {
                 wait_group(0);
@@ -1037,12 +1076,12 @@ mod kernels {
             let acc = view::<f32>(acc, lct);
             store_tile(acc, lct, lanes, bi, bj, bs, false);
         } else {
-            // Stream-k: worker bj takes iterations `it0..it1` of the (column tile, k tile)
+            // Stream-k: worker bj takes iterations `it0..it1` of the (column tile, k step)
             // space of its block row, numbered `j * kt + t`, as one pass per column tile it
             // touches: the same straight k loop as a whole tile, its ring positions counted
             // over the worker's iterations (each stage's barrier phases run on). Passes that
             // start or end inside a tile are partial sums (`stream_store`).
-            let kt = k / 64;
+            let kt = k / (64 * KT);
             let total = (n / BN * kt) as i64;
             let it0 = (bj as i64 * total / STREAM) as i32;
             let it1 = ((bj + 1) as i64 * total / STREAM) as i32;
@@ -1069,26 +1108,41 @@ mod kernels {
                 let mut acc = register::<f32>(lc, 0.0);
                 let mut wa0 = register::<A>(lwa, 0.0);
                 let mut wa1 = register::<A>(lwa, 0.0);
-                for t2 in 0..len / 2 {
-                    let t = 2 * t2;
-                    top(t, len, t0, j, r0);
-                    wa0 = dequant(r0 + t);
-                    acc = dot_async(wa0, xs(r0 + t), acc);
-                    dot_wait(1);
-                    top(t + 1, len, t0, j, r0);
-                    wa1 = dequant(r0 + t + 1);
-                    acc = dot_async(wa1, xs(r0 + t + 1), acc);
-                    dot_wait(1);
-                }
-                dot_wait(0);
-                if len % 2 == 1 {
-                    let t = len - 1;
-                    top(t, len, t0, j, r0);
-                    wa0 = dequant(r0 + t);
-                    acc = dot(wa0, xs(r0 + t), acc);
+                if KT == 1 {
+                    for t2 in 0..len / 2 {
+                        let t = 2 * t2;
+                        top(t, len, t0, j, r0);
+                        wa0 = dequant1(r0 + t);
+                        acc = dot_async(wa0, xs(r0 + t, 0), acc);
+                        dot_wait(1);
+                        top(t + 1, len, t0, j, r0);
+                        wa1 = dequant1(r0 + t + 1);
+                        acc = dot_async(wa1, xs(r0 + t + 1, 0), acc);
+                        dot_wait(1);
+                    }
+                    dot_wait(0);
+                    if len % 2 == 1 {
+                        let t = len - 1;
+                        top(t, len, t0, j, r0);
+                        wa0 = dequant1(r0 + t);
+                        acc = dot(wa0, xs(r0 + t, 0), acc);
+                    }
+                } else {
+                    for t in 0..len {
+                        top(t, len, t0, j, r0);
+                        let sc = col_scale(r0 + t);
+                        let bias = col_bias(r0 + t, sc);
+                        wa0 = dequant(r0 + t, 0, sc, bias);
+                        acc = dot_async(wa0, xs(r0 + t, 0), acc);
+                        dot_wait(1);
+                        wa1 = dequant(r0 + t, 1, sc, bias);
+                        acc = dot_async(wa1, xs(r0 + t, 1), acc);
+                        dot_wait(1);
+                    }
+                    dot_wait(0);
                 }
                 let acc = view::<f32>(acc, lct);
-                stream_store(acc, lct, lanes, bi, bj, j, len, begin == it0);
+                stream_store(acc, lct, lanes, bi, bj, j, len, kt, begin == it0);
             }
         }
     }

@@ -79,6 +79,11 @@ pub fn config_name(c: &QMatmulConfig) -> String {
     } else {
         occupancy
     };
+    let occupancy = if c.stage_tiles > 1 {
+        format!("{occupancy}_kt{}", c.stage_tiles)
+    } else {
+        occupancy
+    };
     format!(
         "{}_{}_{group}{zeros}_{}x{}x{}_w{}_s{}_k{}{stream}{occupancy}{method}",
         c.adtype, c.wdtype, c.bm, c.bn, c.bk, c.warps, c.stages, c.split_k
@@ -120,6 +125,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             STREAM: v(config.stream_k),
             WS: i32::from(config.specialize),
             OCC: v(config.blocks_per_sm),
+            KT: v(config.stage_tiles),
             A: config.adtype,
             W: config.wdtype,
         };

@@ -48,6 +48,7 @@ impl TuneCandidate for QMatmulConfig {
             "stream_k": self.stream_k,
             "blocks_per_sm": self.blocks_per_sm,
             "specialize": self.specialize,
+            "stage_tiles": self.stage_tiles,
             "method": match self.method {
                 QMatmulMethod::Fused => "fused",
                 QMatmulMethod::DequantizeThenGemm => "dequantize_then_gemm",
@@ -167,6 +168,11 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         format!("{method} ws")
     } else {
         method.to_string()
+    };
+    let method = if c.stage_tiles > 1 {
+        format!("{method} kt{}", c.stage_tiles)
+    } else {
+        method
     };
     format!(
         "bm{} bn{} bk{} w{} s{} sk{}{stream}{occupancy}{method}",
@@ -297,6 +303,10 @@ enum SmallBatch {
     Fused,
 }
 
+/// Shared memory of a Hopper multiprocessor that blocks may use, less 4 KB for their barriers
+/// and the launch's reserve.
+const WGMMA_SHARED: usize = 223 * 1024;
+
 /// Shared memory the warpgroup gemv may fill with its stages: two blocks per multiprocessor
 /// (228 KB on Hopper), which is what its registers allow with 256-column tiles (223 per
 /// thread); one block per SM measured slower (docs/perf-notes.md entry 29).
@@ -413,6 +423,34 @@ fn gemv_wgmma(c: QMatmulConfig, bm: usize, bn: usize, budget: usize) -> QMatmulC
         // One warpgroup per 64 columns, at most two (the ring's copies are shared).
         warps: 4 * (bn / 64).clamp(1, 2),
         stages: (budget / stage).clamp(3, 8),
+        ..c
+    }
+}
+
+/// The warpgroup gemv with two k tiles a ring stage (perf note 58) on `blocks` stream-k workers
+/// a multiprocessor (planned for [`SMS`]): `bm` rows, `bn` columns over `warps` warps, as many
+/// stages (at least 3) as fit the block's share of shared memory.
+fn gemv_wgmma_two_tiles(
+    c: QMatmulConfig,
+    bm: usize,
+    bn: usize,
+    warps: usize,
+    blocks: usize,
+) -> QMatmulConfig {
+    let element = c.adtype.bits() as usize / 8;
+    let columns = if c.has_zeros { 2 } else { 1 };
+    let stage =
+        bm * 128 * element + 128 * bn * c.wdtype.bits() as usize / 8 + columns * bn * element;
+    QMatmulConfig {
+        method: QMatmulMethod::GemvWgmma,
+        bm,
+        bn,
+        bk: 64,
+        warps,
+        stages: (WGMMA_SHARED / blocks / stage).clamp(3, 4),
+        stream_k: blocks * SMS,
+        blocks_per_sm: blocks,
+        stage_tiles: 2,
         ..c
     }
 }
@@ -543,6 +581,11 @@ pub fn candidates_up_to(
         }
         for (i, c) in MEASURED_BEST.into_iter().enumerate() {
             push(gemv(decode(c)));
+            if i == 0 && m > 8 {
+                // 9 to 16 tokens: the warpgroup gemv, two k tiles a stage (perf note 58: i4
+                // at 16 tokens 80.1 us against the fused tiles' 87.8; u2 80.0 against 78.7).
+                push(gemv_wgmma_two_tiles(base, 16, 256, 8, 2));
+            }
             push(decode(c));
             if i == 0 {
                 for c in later_lut.drain(..) {
@@ -600,6 +643,34 @@ pub fn candidates_up_to(
                 push(base);
             }
         } else {
+            // Two k tiles a stage first (perf note 58, H200, 57344 x 8192, i4/u2/u1): at 32
+            // tokens 256-column blocks of 8 warps (92.8-93.8 us against 96.8 with one tile a
+            // stage), at 64 tokens 128-column blocks of one warpgroup, three a
+            // multiprocessor (125.3 against 131.3 and 135.9).
+            let bm = gemv_rows(m);
+            if n * k < 1 << 27 {
+                // Layers of fewer weights (8192 x 8192, 10240 x 8192): split-k in whole
+                // 128-column tiles of one warpgroup, one k tile a stage, leads at 32 tokens
+                // and on 8192 x 8192 at 64 (perf note 58: i4 24.2 us on 8192 x 8192 at 32
+                // tokens against 27.9 for two tiles a stage split 4 ways, 31.8 on stream-k).
+                push(QMatmulConfig {
+                    warps: 4,
+                    ..gemv_wgmma(
+                        QMatmulConfig { split_k: 4, ..base },
+                        bm,
+                        128,
+                        WGMMA_STAGE_BUDGET,
+                    )
+                });
+            }
+            let firsts = if bm <= 32 {
+                [(256, 8, 2), (128, 4, 4)]
+            } else {
+                [(128, 4, 3), (256, 8, 1)]
+            };
+            for (bn, warps, blocks) in firsts {
+                push(gemv_wgmma_two_tiles(base, bm, bn, warps, blocks));
+            }
             for (method, wide, bk, warps, stages, split_k) in SMALL_BATCH {
                 let c = decode((wide, bk, warps, stages, split_k));
                 let gemv = |bm: usize| QMatmulConfig {
@@ -972,30 +1043,53 @@ mod tests {
         );
     }
 
-    /// From 17 to 64 rows the warpgroup gemv comes first after the default tiles, 256 columns
-    /// wide where the shape allows, with all of the rows in one block and stages that leave
-    /// room for two blocks per multiprocessor; never at 16 rows or fewer.
+    /// From 17 to 64 rows the warpgroup gemv comes first after the default tiles: two k tiles
+    /// a stage on stream-k workers (256 columns, two blocks a multiprocessor up to 32 rows;
+    /// 128 columns, three one-warpgroup blocks at 64), then one tile a stage, 256 columns wide
+    /// where the shape allows, with all of the rows in one block and stages that leave room for
+    /// two blocks per multiprocessor. At 9 to 16 rows the two-tile gemv is the second
+    /// candidate; at 8 rows or fewer there is none.
     #[test]
     fn warpgroup_gemv_leads_small_batches_in_wide_tiles() {
         for wdtype in [DType::UInt(1), DType::Int(4)] {
             for m in [17, 64] {
                 let all =
                     candidates_up_to(wdtype, DType::F16, Some(128), m, 57344, 8192, 20).unwrap();
-                let first = all[1];
+                let two = |c: &QMatmulConfig| {
+                    assert_eq!(c.method, QMatmulMethod::GemvWgmma, "{wdtype} m={m}");
+                    assert_eq!(c.stage_tiles, 2, "{c:?}");
+                    assert_eq!(c.bm, gemv_rows(m), "{c:?}");
+                    (c.bn, c.warps, c.blocks_per_sm, c.stream_k)
+                };
+                let firsts = if m > 32 {
+                    [(128, 4, 3, 396), (256, 8, 1, 132)]
+                } else {
+                    [(256, 8, 2, 264), (128, 4, 4, 528)]
+                };
+                assert_eq!([two(&all[1]), two(&all[2])], firsts, "{wdtype} m={m}");
+                for c in &all[1..3] {
+                    c.tiling().unwrap();
+                    assert!((3..=4).contains(&c.stages), "{c:?}");
+                }
+                let first = all[3];
                 assert_eq!(first.method, QMatmulMethod::GemvWgmma, "{wdtype} m={m}");
-                assert_eq!((first.bn, first.bm), (256, gemv_rows(m)), "{wdtype} m={m}");
+                assert_eq!(
+                    (first.bn, first.bm, first.stage_tiles),
+                    (256, gemv_rows(m), 1),
+                    "{wdtype} m={m}"
+                );
                 let wg: Vec<_> = all
                     .iter()
-                    .filter(|c| c.method == QMatmulMethod::GemvWgmma)
+                    .filter(|c| c.method == QMatmulMethod::GemvWgmma && c.stage_tiles == 1)
                     .collect();
                 assert!(wg.iter().any(|c| c.bn == 128 && c.split_k == 4), "{wg:?}");
                 let workers = if m > 32 { 132 } else { 264 };
                 assert_eq!(
-                    (all[2].bn, all[2].stream_k),
+                    (all[4].bn, all[4].stream_k),
                     (256, workers),
                     "{wdtype} m={m}"
                 );
-                assert_eq!((all[3].bn, all[3].stream_k), (128, 264), "{wdtype} m={m}");
+                assert_eq!((all[5].bn, all[5].stream_k), (128, 264), "{wdtype} m={m}");
                 for c in wg {
                     let stage = c.bm * 64 * 2 + 64 * c.bn * wdtype.bits() as usize / 8;
                     assert!((3..=8).contains(&c.stages), "{c:?}");
@@ -1006,7 +1100,35 @@ mod tests {
                 }
             }
             let all = candidates_up_to(wdtype, DType::F16, Some(128), 16, 57344, 8192, 40).unwrap();
+            let wg: Vec<_> = all
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.method == QMatmulMethod::GemvWgmma)
+                .map(|(i, c)| (i, c.bm, c.bn, c.stage_tiles))
+                .collect();
+            assert_eq!(wg, [(1, 16, 256, 2)], "{wdtype}");
+            let all = candidates_up_to(wdtype, DType::F16, Some(128), 8, 57344, 8192, 40).unwrap();
             assert!(all.iter().all(|c| c.method != QMatmulMethod::GemvWgmma));
+            // A layer of fewer weights starts with split-k in whole 128-column tiles of one
+            // warpgroup, one tile a stage, before the two-tile stream-k workers.
+            for m in [32, 64] {
+                let all =
+                    candidates_up_to(wdtype, DType::F16, Some(128), m, 8192, 8192, 4).unwrap();
+                let heads: Vec<_> = all[1..]
+                    .iter()
+                    .map(|c| (c.bn, c.warps, c.split_k, c.stream_k, c.stage_tiles))
+                    .collect();
+                let streams = if m > 32 {
+                    [(128, 4, 1, 396, 2), (256, 8, 1, 132, 2)]
+                } else {
+                    [(256, 8, 1, 264, 2), (128, 4, 1, 528, 2)]
+                };
+                assert_eq!(
+                    heads,
+                    [(128, 4, 4, 0, 1), streams[0], streams[1]],
+                    "{wdtype} m={m}"
+                );
+            }
         }
     }
 
