@@ -455,10 +455,10 @@ fn gemv_wgmma_matches_the_reference() {
     }
 }
 
-/// The warpgroup gemv with two k tiles a ring stage (`stage_tiles = 2`) and with several
-/// plain (not specialized) blocks a multiprocessor: whole tiles with and without split-k,
-/// stream-k shares ending inside column tiles, the cp.async ring (512 columns), per-channel
-/// and grouped scales (128 and 256 rows), zero points, odd stage counts of k, ragged m.
+/// The warpgroup gemv with two k tiles a ring stage (`stage_tiles = 2`, on stream-k workers
+/// whose shares end inside column tiles) and with several plain (not specialized) blocks a
+/// multiprocessor (stream-k, split-k, per-channel scales): groups of 64, 128 and 256 rows,
+/// zero points, 1 to 8 bits, odd stage counts of k, ragged m.
 #[test]
 fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
     let Some(ctx) = context("gemv_wgmma_two_tiles_a_stage_match_the_reference") else {
@@ -484,7 +484,7 @@ fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
             8,
             4,
             1,
-            0,
+            6,
             1,
             2,
             1024,
@@ -497,8 +497,8 @@ fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
             256,
             8,
             3,
-            2,
-            0,
+            1,
+            3,
             1,
             2,
             1024,
@@ -512,7 +512,7 @@ fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
             4,
             3,
             1,
-            0,
+            9,
             2,
             2,
             1280,
@@ -520,13 +520,13 @@ fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
         (
             DType::Int(8),
             DType::BF16,
-            None,
+            Some(128),
             32,
             128,
             8,
             3,
             1,
-            0,
+            4,
             1,
             2,
             896,
@@ -578,11 +578,11 @@ fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
             DType::F16,
             Some(128),
             16,
-            512,
+            256,
             8,
             3,
             1,
-            0,
+            13,
             1,
             2,
             1024,
@@ -613,6 +613,20 @@ fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
             2,
             0,
             4,
+            1,
+            1024,
+        ),
+        (
+            DType::UInt(3),
+            DType::BF16,
+            None,
+            32,
+            128,
+            4,
+            4,
+            2,
+            0,
+            2,
             1,
             1024,
         ),

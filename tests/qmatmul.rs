@@ -530,21 +530,23 @@ fn gemv_wgmma_specialized_matches_the_reference() {
 }
 
 /// The warpgroup gemv with two k tiles a ring stage (`stage_tiles = 2`: one barrier, one ring
-/// position and one scale row per 128 rows of k) and with plain blocks sharing a
-/// multiprocessor: whole tiles, split-k, stream-k workers ending inside column tiles,
-/// per-channel and grouped scales, zero points, the `cp.async` ring, odd stage counts; and the
-/// settings neither takes, each naming its field.
+/// position and one scale row per 128 rows of k) on stream-k workers ending inside column
+/// tiles, groups of 128 and 256 rows, zero points, odd stage counts; plain blocks sharing a
+/// multiprocessor (stream-k, split-k, per-channel scales); and the settings neither takes,
+/// each naming its field.
 #[test]
 fn gemv_wgmma_two_tiles_a_stage_and_shared_multiprocessors() {
     use tilus::kernels::qmatmul::QMatmulMethod;
     // (weight, activations, group, bm, bn, warps, split, stream-k, blocks/SM, tiles a stage, k)
     let cases = [
-        ("i4", DType::F16, Some(128), 16, 128, 4, 1, 0, 1, 2, 384),
-        ("u2", DType::BF16, Some(256), 8, 256, 8, 2, 0, 1, 2, 512),
-        ("u3", DType::F16, None, 32, 128, 4, 1, 0, 2, 2, 384),
+        ("i4", DType::F16, Some(128), 16, 128, 4, 1, 3, 1, 2, 384),
+        ("u2", DType::BF16, Some(256), 8, 256, 8, 1, 5, 1, 2, 512),
+        ("u3", DType::F16, Some(128), 32, 128, 4, 1, 2, 2, 2, 384),
         ("u4", DType::BF16, Some(128), 8, 128, 4, 1, 3, 2, 2, 512),
-        ("u2", DType::F16, Some(128), 8, 512, 8, 1, 0, 1, 2, 256),
+        ("u2", DType::F16, Some(128), 8, 256, 8, 1, 4, 1, 2, 256),
+        // One tile a stage, plain blocks sharing a multiprocessor.
         ("i8", DType::BF16, Some(64), 16, 128, 4, 1, 5, 3, 1, 256),
+        ("u3", DType::F16, None, 32, 128, 4, 2, 0, 2, 1, 384),
     ];
     for (wd, ad, group, bm, bn, warps, split_k, stream_k, occupancy, tiles, k) in cases {
         let cfg = QMatmulConfig {
@@ -567,6 +569,7 @@ fn gemv_wgmma_two_tiles_a_stage_and_shared_multiprocessors() {
         bm: 16,
         bn: 128,
         bk: 64,
+        stream_k: 4,
         stage_tiles: 2,
         ..default_cfg(dt("u4"), DType::F16, Some(128))
     };
@@ -596,6 +599,17 @@ fn gemv_wgmma_two_tiles_a_stage_and_shared_multiprocessors() {
         (
             QMatmulConfig {
                 specialize: true,
+                stream_k: 0,
+                ..two
+            },
+            "`stage_tiles`",
+        ),
+        // One pass (whole tiles or split-k): ptxas serializes the two-tile stage's wgmmas.
+        (QMatmulConfig { stream_k: 0, ..two }, "`stage_tiles`"),
+        (
+            QMatmulConfig {
+                stream_k: 0,
+                split_k: 2,
                 ..two
             },
             "`stage_tiles`",

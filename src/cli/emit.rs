@@ -7,7 +7,7 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
-//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers, `BLOCKS_PER_SM=` 1 to 4, `STAGE_TILES=2` (two k tiles a stage), or `WS=1` (warp-specialized: a producer warpgroup more, `BLOCKS_PER_SM=1` or `2`); `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
+//! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers, `BLOCKS_PER_SM=` 1 to 4, `STAGE_TILES=2` (two k tiles a stage, with stream-k), or `WS=1` (warp-specialized: a producer warpgroup more, `BLOCKS_PER_SM=1` or `2`); `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
 //! BM=32,BN=128`). `--ptx sm_90a` prints the PTX that NVRTC makes of it instead (no GPU needed;
@@ -96,7 +96,7 @@ Kernels and their --config keys (default in brackets):
              BLOCKS_PER_SM
                          lut and gemv_wgmma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
              WS          gemv_wgmma only: 1 for warp specialization (a producer warpgroup fills the ring; split 1, no stream-k) [0]
-             STAGE_TILES gemv_wgmma only: k tiles of 64 in a ring stage, 1 or 2 (2: groups of 128 rows or more, WS=0) [1]
+             STAGE_TILES gemv_wgmma only: k tiles of 64 in a ring stage, 1 or 2 (2: with STREAM_K, groups of 128 rows or more) [1]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations

@@ -143,8 +143,9 @@ pub struct QMatmulConfig {
     pub specialize: bool,
     /// k tiles of 64 rows in one ring stage of [`QMatmulMethod::GemvWgmma`] (1 or 2; 1 for
     /// every other method): with 2, the stage's barrier, bookkeeping and scale loads are paid
-    /// once per 128 rows of k (perf note 58). Scale groups must then span whole stages, and
-    /// the weight's layout does not change (its tiles stay `bk = 64` rows).
+    /// once per 128 rows of k (perf note 58). Stream-k workers only (in one pass ptxas
+    /// serializes the wgmmas), scale groups spanning whole stages; the weight's layout does
+    /// not change (its tiles stay `bk = 64` rows).
     pub stage_tiles: usize,
 }
 
@@ -690,7 +691,7 @@ impl QMatmulConfig {
     }
 
     /// `stage_tiles` k tiles a ring stage: 1 for every method, 2 also for the warpgroup gemv
-    /// (`wgmma`) when it is not specialized and its scale groups span whole stages.
+    /// (`wgmma`) on stream-k workers whose scale groups span whole stages.
     fn check_stage_tiles(&self, wgmma: bool) -> Result<(), QMatmulError> {
         let tiles = self.stage_tiles;
         let why = if tiles == 1 {
@@ -706,6 +707,14 @@ impl QMatmulConfig {
             ))
         } else if self.specialize {
             Some("2; the specialized schedule keeps one k tile a stage".to_string())
+        } else if self.stream_k == 0 {
+            // Measured (perf note 58): in whole tiles or split-k, ptxas 13.0 serializes the
+            // loop's wgmmas (C7515) and the kernel runs 1.2-1.4x slower than one tile a stage.
+            Some(
+                "2 needs stream-k workers (stream_k > 0): in whole tiles or split-k the \
+                 wgmmas of a two-tile stage are serialized by ptxas"
+                    .to_string(),
+            )
         } else if self
             .group_rows
             .is_some_and(|g| !g.is_multiple_of(64 * tiles))

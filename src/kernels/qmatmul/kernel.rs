@@ -693,7 +693,8 @@ mod kernels {
     /// multiprocessor: the producer gives up registers (40) to the consumers.
     ///
     /// Parameters as [`qmatmul_main`]'s; `WG` warpgroups per block; `STAGES >= 3`; `KT` 1 or 2
-    /// (`WS = 1`: 1).
+    /// (`WS = 1`: 1; the configuration takes 2 on stream-k only, since ptxas serializes the
+    /// wgmmas of the one-pass loop with two tiles a stage, perf note 58).
     #[tilus::kernel(
         lazy,
         grid = [cdiv(m, BM), if STREAM > 0 { STREAM } else { n / BN }, SPLIT],
@@ -967,6 +968,50 @@ mod kernels {
             )
         };
         let lanes = layout!(spatial(WG * 128));
+        // A pass over `len` k steps of column tile `j` from k step `t0`, its stages at ring
+        // positions `r0 + t` (the copies of the first `STAGES - 2` already issued): the f32
+        // accumulator over them. Written out for even and odd tiles so that no dot_async is
+        // inside a branch; an odd last tile (one tile a stage) is a synchronous dot after the
+        // wait. With two tiles a stage, the stage's two tiles go to the two register sets.
+        let k_pass = |len: i32, t0: i32, j: i32, r0: i32| {
+            let mut acc = register::<f32>(lc, 0.0);
+            let mut wa0 = register::<A>(lwa, 0.0);
+            let mut wa1 = register::<A>(lwa, 0.0);
+            if KT == 1 {
+                for t2 in 0..len / 2 {
+                    let t = 2 * t2;
+                    top(t, len, t0, j, r0);
+                    wa0 = dequant1(r0 + t);
+                    acc = dot_async(wa0, xs(r0 + t, 0), acc);
+                    dot_wait(1);
+                    top(t + 1, len, t0, j, r0);
+                    wa1 = dequant1(r0 + t + 1);
+                    acc = dot_async(wa1, xs(r0 + t + 1, 0), acc);
+                    dot_wait(1);
+                }
+                dot_wait(0);
+                if len % 2 == 1 {
+                    let t = len - 1;
+                    top(t, len, t0, j, r0);
+                    wa0 = dequant1(r0 + t);
+                    acc = dot(wa0, xs(r0 + t, 0), acc);
+                }
+            } else {
+                for t in 0..len {
+                    top(t, len, t0, j, r0);
+                    let sc = col_scale(r0 + t);
+                    let bias = col_bias(r0 + t, sc);
+                    wa0 = dequant(r0 + t, 0, sc, bias);
+                    acc = dot_async(wa0, xs(r0 + t, 0), acc);
+                    dot_wait(1);
+                    wa1 = dequant(r0 + t, 1, sc, bias);
+                    acc = dot_async(wa1, xs(r0 + t, 1), acc);
+                    dot_wait(1);
+                }
+                dot_wait(0);
+            }
+            view::<f32>(acc, lct)
+        };
         if WS == 1 {
             // A stage is empty again when every consumer warp has retired the wgmma that read
             // it.
@@ -1031,49 +1076,10 @@ mod kernels {
                     commit_group();
                 }
             }
-            let mut acc = register::<f32>(lc, 0.0);
-            let mut wa0 = register::<A>(lwa, 0.0);
-            let mut wa1 = register::<A>(lwa, 0.0);
-            if KT == 1 {
-                // Written out for even and odd tiles so that no dot_async is inside a branch; an
-                // odd last tile is a synchronous dot after the wait.
-                for t2 in 0..ktiles / 2 {
-                    let t = 2 * t2;
-                    top(t, ktiles, kt0, bj, 0);
-                    wa0 = dequant1(t);
-                    acc = dot_async(wa0, xs(t, 0), acc);
-                    dot_wait(1);
-                    top(t + 1, ktiles, kt0, bj, 0);
-                    wa1 = dequant1(t + 1);
-                    acc = dot_async(wa1, xs(t + 1, 0), acc);
-                    dot_wait(1);
-                }
-                dot_wait(0);
-                if ktiles % 2 == 1 {
-                    let t = ktiles - 1;
-                    top(t, ktiles, kt0, bj, 0);
-                    wa0 = dequant1(t);
-                    acc = dot(wa0, xs(t, 0), acc);
-                }
-            } else {
-                // A stage's two tiles into the two register sets: one barrier per stage.
-                for t in 0..ktiles {
-                    top(t, ktiles, kt0, bj, 0);
-                    let sc = col_scale(t);
-                    let bias = col_bias(t, sc);
-                    wa0 = dequant(t, 0, sc, bias);
-                    acc = dot_async(wa0, xs(t, 0), acc);
-                    dot_wait(1);
-                    wa1 = dequant(t, 1, sc, bias);
-                    acc = dot_async(wa1, xs(t, 1), acc);
-                    dot_wait(1);
-                }
-                dot_wait(0);
-            }
+            let acc = k_pass(ktiles, kt0, bj, 0);
             if TMA == 0 {
                 wait_group(0);
             }
-            let acc = view::<f32>(acc, lct);
             store_tile(acc, lct, lanes, bi, bj, bs, false);
         } else {
             // Stream-k: worker bj takes iterations `it0..it1` of the (column tile, k step)
@@ -1105,43 +1111,7 @@ mod kernels {
                         issue(t0 + st, j, (r0 + st) % STAGES);
                     }
                 }
-                let mut acc = register::<f32>(lc, 0.0);
-                let mut wa0 = register::<A>(lwa, 0.0);
-                let mut wa1 = register::<A>(lwa, 0.0);
-                if KT == 1 {
-                    for t2 in 0..len / 2 {
-                        let t = 2 * t2;
-                        top(t, len, t0, j, r0);
-                        wa0 = dequant1(r0 + t);
-                        acc = dot_async(wa0, xs(r0 + t, 0), acc);
-                        dot_wait(1);
-                        top(t + 1, len, t0, j, r0);
-                        wa1 = dequant1(r0 + t + 1);
-                        acc = dot_async(wa1, xs(r0 + t + 1, 0), acc);
-                        dot_wait(1);
-                    }
-                    dot_wait(0);
-                    if len % 2 == 1 {
-                        let t = len - 1;
-                        top(t, len, t0, j, r0);
-                        wa0 = dequant1(r0 + t);
-                        acc = dot(wa0, xs(r0 + t, 0), acc);
-                    }
-                } else {
-                    for t in 0..len {
-                        top(t, len, t0, j, r0);
-                        let sc = col_scale(r0 + t);
-                        let bias = col_bias(r0 + t, sc);
-                        wa0 = dequant(r0 + t, 0, sc, bias);
-                        acc = dot_async(wa0, xs(r0 + t, 0), acc);
-                        dot_wait(1);
-                        wa1 = dequant(r0 + t, 1, sc, bias);
-                        acc = dot_async(wa1, xs(r0 + t, 1), acc);
-                        dot_wait(1);
-                    }
-                    dot_wait(0);
-                }
-                let acc = view::<f32>(acc, lct);
+                let acc = k_pass(len, t0, j, r0);
                 stream_store(acc, lct, lanes, bi, bj, j, len, kt, begin == it0);
             }
         }

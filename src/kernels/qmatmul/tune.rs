@@ -652,7 +652,7 @@ pub fn candidates_up_to(
                 // Layers of fewer weights (8192 x 8192, 10240 x 8192): split-k in whole
                 // 128-column tiles of one warpgroup, one k tile a stage, leads at 32 tokens
                 // and on 8192 x 8192 at 64 (perf note 58: i4 24.2 us on 8192 x 8192 at 32
-                // tokens against 27.9 for two tiles a stage split 4 ways, 31.8 on stream-k).
+                // tokens against 31.8 for two tiles a stage on stream-k).
                 push(QMatmulConfig {
                     warps: 4,
                     ..gemv_wgmma(
