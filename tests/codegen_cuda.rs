@@ -1698,6 +1698,37 @@ fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
     }
 }
 
+/// The fp8 `dot` on the mma fragments (`mma.sync.m16n8k32 .e4m3`, sm_89+) compiles for sm_90a
+/// to the tensor cores' HMMA (two n tiles a step), without local memory or spills.
+#[test]
+fn fp8_dot_compiles_to_hmma_on_sm90() {
+    let test = "fp8_dot_compiles_to_hmma_on_sm90";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new(test);
+    let p = language::fp8_mma::program(&language::fp8_mma::SPACE[0]).unwrap();
+    let k = emit(&p, &Default::default()).unwrap();
+    let ptx = compile_ptx(&k.source, "sm_90a")
+        .unwrap_or_else(|e| panic!("NVRTC failed for sm_90a: {e}\n{}", k.source));
+    assert!(ptx.contains("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"));
+    let a = assemble(&ptxas, &disasm, &scratch.0, "fp8_mma", &ptx, "sm_90a");
+    assert!(
+        a.ptxas_log
+            .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+        "stack frame or spills:\n{}",
+        a.ptxas_log
+    );
+    let ops = opcodes(&a.sass);
+    let count = |p: &str| {
+        ops.iter()
+            .filter(|o| *o == p || o.starts_with(&format!("{p}.")))
+            .count()
+    };
+    assert_eq!(count("LDL") + count("STL"), 0, "local memory");
+    assert!(count("HMMA") >= 2, "no fp8 HMMA in the SASS:\n{}", a.sass);
+}
+
 /// The batched `dot` (one product per warp): HMMA for the mma layouts, scalar FMAs for the
 /// thread-local ones, no local memory either way.
 #[test]

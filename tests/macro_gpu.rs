@@ -624,6 +624,48 @@ fn batched_dot_matches_the_interpreter_on_gpu() {
     }
 }
 
+/// The fp8 `mma.sync.m16n8k32` on the GPU: integer codes bit for bit against the interpreter
+/// and the f64 reference; subnormal codes (the fp8 gemv's weights) within the tensor cores'
+/// accumulation precision of it. Output poisoned.
+#[test]
+fn fp8_fragments_match_the_interpreter_on_gpu() {
+    use language::{fp8_mma, fp8_mma_case};
+    let Some(ctx) = context("fp8_fragments_match_the_interpreter_on_gpu") else {
+        return;
+    };
+    for tiny in [false, true] {
+        let k = 160;
+        let (a, bt, reference) = fp8_mma_case(k, tiny);
+        let (da, db) = (
+            DeviceBuffer::from_host(&ctx, &a).unwrap(),
+            DeviceBuffer::from_host(&ctx, &bt).unwrap(),
+        );
+        let mut dc = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; 32 * 16]).unwrap();
+        fp8_mma::launch(&ctx, &fp8_mma::SPACE[0], k as i32, &da, &db, &mut dc).unwrap();
+        let got = dc.to_host().unwrap();
+        let mut cpu = vec![f32::NAN; 32 * 16];
+        fp8_mma::interpret(&fp8_mma::SPACE[0], k as i32, &a, &bt, &mut cpu).unwrap();
+        let dec = |c: u8| tilus::DType::F8E4M3.decode(c as u32);
+        for i in 0..32 {
+            for j in 0..16 {
+                let (g, want) = (got[i * 16 + j] as f64, reference[i * 16 + j]);
+                if tiny {
+                    let mass: f64 = (0..k)
+                        .map(|kk| (dec(a[i * k + kk]) * dec(bt[j * k + kk])).abs())
+                        .sum();
+                    assert!(
+                        (g - want).abs() <= mass * 2f64.powi(-13),
+                        "tiny ({i}, {j}): {g} against {want} (mass {mass})"
+                    );
+                } else {
+                    assert_eq!(g, want, "({i}, {j})");
+                    assert_eq!(got[i * 16 + j], cpu[i * 16 + j], "({i}, {j})");
+                }
+            }
+        }
+    }
+}
+
 /// The run fragments (`mma_a_k4`/`mma_b_k4`, `..k8`) on the GPU: exact small-integer products,
 /// bit for bit against the interpreter and the f64 reference, output poisoned.
 #[test]

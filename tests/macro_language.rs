@@ -6,9 +6,9 @@
 mod language;
 
 use language::{
-    batched_mma, block_values, chunk_max, closures, constant_bits, flagged, helpers, narrow_wide,
-    own_tile_order, run_mma, scalar_bits, scalar_bits_reference, scalar_operands, scale_shift,
-    shared, tail_ifs, tile_order, unrolled, wide_offsets,
+    batched_mma, block_values, chunk_max, closures, constant_bits, flagged, fp8_mma, fp8_mma_case,
+    helpers, narrow_wide, own_tile_order, run_mma, scalar_bits, scalar_bits_reference,
+    scalar_operands, scale_shift, shared, tail_ifs, tile_order, unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -501,6 +501,24 @@ fn run_fragments_compute_the_product() {
         run_mma::interpret(cfg, k as i32, &a, &bt, &mut c).unwrap();
         for (i, (&got, &want)) in c.iter().zip(&reference).enumerate() {
             assert_eq!(got as f64, want, "{cfg} at {i}");
+        }
+    }
+}
+
+/// The fp8 fragments (`mma_a_f8`, `mma_b_f8`, a view of `mma_b_f8_t`) compute the product.
+#[test]
+fn fp8_fragments_compute_the_product() {
+    for tiny in [false, true] {
+        let k = 96;
+        let (a, bt, reference) = fp8_mma_case(k, tiny);
+        assert!(
+            reference.iter().any(|&x| x != 0.0),
+            "a case of zeros tests nothing"
+        );
+        let mut c = vec![f32::NAN; 32 * 16];
+        fp8_mma::interpret(&fp8_mma::SPACE[0], k as i32, &a, &bt, &mut c).unwrap();
+        for (i, (&got, &want)) in c.iter().zip(&reference).enumerate() {
+            assert_eq!(got as f64, want, "tiny = {tiny} at {i}");
         }
     }
 }

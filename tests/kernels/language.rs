@@ -344,6 +344,60 @@ pub fn run_mma<const R: i32>(k: i32, a: Global<f16>, bt: Global<f16>, c: GlobalM
     store_global(acc, view_global(c, [32, 16]), [0, 0]);
 }
 
+/// `c = a · btᵀ` on OCP fp8 e4m3 codes (`mma.sync.m16n8k32`, sm_90): `a [32, k]` and the
+/// n-major `bt [16, k]` are bytes, loaded in the fp8 fragments and viewed as `f8e4m3`; two warps
+/// along m, two n tiles, one k32 fragment per step.
+#[tilus::kernel(grid = [1], warps = 2, target = sm90)]
+pub fn fp8_mma(k: i32, a: Global<u8>, bt: Global<u8>, c: GlobalMut<f32>) {
+    let la = layout!(spatial(2, 1).mma_a_f8);
+    // B as the mma.m16n8k32 fragment of each n tile: `bt`'s rows, viewed as columns.
+    let lbt = layout!(spatial(1, 1).replicated(2).local(2, 1).mma_b_f8_t);
+    let lb = layout!(spatial(1, 1).replicated(2).local(1, 2).mma_b_f8);
+    let lc = layout!(spatial(2, 1).local(1, 2).mma_c);
+    let ga = view_global(a, [32, k]);
+    let gb = view_global(bt, [16, k]);
+    let mut acc = register::<f32>(lc, 0.0);
+    for kt in 0..k / 32 {
+        let ta = view::<f8e4m3>(load_global(ga, la, [0, kt * 32]), la);
+        let tb = view::<f8e4m3>(load_global(gb, lbt, [0, kt * 32]), lb);
+        acc = dot(ta, tb, acc);
+    }
+    store_global(acc, view_global(c, [32, 16]), [0, 0]);
+}
+
+/// Random e4m3 codes of `a [32, k]` and `bt [16, k]` and the f64 product `a · btᵀ`: with
+/// `tiny`, `a` holds subnormals (`c · 2^-9`, the codes of the fp8 gemv's weights) and `bt`
+/// integers; otherwise both hold integers in -8..=8, whose products and sums are exact.
+pub fn fp8_mma_case(k: usize, tiny: bool) -> (Vec<u8>, Vec<u8>, Vec<f64>) {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let e4m3 = tilus::DType::F8E4M3;
+    let int_code = |rng: &mut rand::rngs::ThreadRng| {
+        let v = rng.random_range(-8..=8) as f32;
+        e4m3.encode(v).unwrap() as u8
+    };
+    let a: Vec<u8> = (0..32 * k)
+        .map(|_| {
+            if tiny {
+                rng.random_range(0u8..16)
+            } else {
+                int_code(&mut rng)
+            }
+        })
+        .collect();
+    let bt: Vec<u8> = (0..16 * k).map(|_| int_code(&mut rng)).collect();
+    let dec = |c: u8| e4m3.decode(c as u32);
+    let mut c = vec![0f64; 32 * 16];
+    for i in 0..32 {
+        for j in 0..16 {
+            c[i * 16 + j] = (0..k)
+                .map(|kk| dec(a[i * k + kk]) * dec(bt[j * k + kk]))
+                .sum();
+        }
+    }
+    (a, bt, c)
+}
+
 /// The batched `dot`: `c[i] = a[i] · b[i]` for `i` in `0..4`, each warp its own product
 /// (`spatial(4, 1, 1)` over the batch dimension: warps do not share operands). `a [4, 16, k]`,
 /// `b [4, k, 16]` (f16), `c [4, 16, 16]` (f32). `TL = 1` computes the same with thread-local

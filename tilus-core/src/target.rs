@@ -55,9 +55,10 @@ pub enum MmaKind {
     I8,
     /// u8 x u8 + i32.
     U8,
-    /// OCP fp8 e4m3 x e4m3 + f32 (the warpgroup MMA only).
+    /// OCP fp8 e4m3 x e4m3 + f32: the warpgroup MMA, and `mma.sync.m16n8k32` from sm_89
+    /// (`mma_a_f8`, `mma_b_f8`).
     E4M3,
-    /// OCP fp8 e5m2 x e5m2 + f32 (the warpgroup MMA only).
+    /// OCP fp8 e5m2 x e5m2 + f32, as [`MmaKind::E4M3`].
     E5M2,
     /// u1 x u1 + i32 with AND and popcount (`mma.m16n8k256 .b1 .and.popc`): `c += popc(a & b)`
     /// over k. The `.xor.popc` form is emulated on sm_90 (5.9x slower), so only AND is used.
@@ -98,6 +99,7 @@ impl MmaKind {
         match self {
             MmaKind::B1 | MmaKind::B1Paired => (16, 8, 256),
             MmaKind::F16Runs(r) | MmaKind::Bf16Runs(r) => (16, 8, 4 * r as u32),
+            MmaKind::E4M3 | MmaKind::E5M2 => (16, 8, 32),
             _ => (16, 8, 16),
         }
     }
@@ -169,6 +171,18 @@ const MMA_SYNC: &[MmaShape] = &[
         kinds: &[MmaKind::B1, MmaKind::B1Paired],
     },
 ];
+/// sm_90 adds the fp8 `mma.sync` (sm_89+).
+const MMA_SYNC_SM90: &[MmaShape] = &[
+    MMA_SYNC[0],
+    MMA_SYNC[1],
+    MMA_SYNC[2],
+    MmaShape {
+        m: 16,
+        n: 8,
+        k: 32,
+        kinds: &[MmaKind::E4M3, MmaKind::E5M2],
+    },
+];
 
 impl Target {
     pub const SM80: Target = Target {
@@ -187,7 +201,7 @@ impl Target {
     pub const SM90: Target = Target {
         arch: Arch::Sm90a,
         max_shared_bytes: 227 * 1024,
-        mma: MMA_SYNC,
+        mma: MMA_SYNC_SM90,
         wgmma: &[
             MmaShape {
                 m: 64,
@@ -291,6 +305,8 @@ mod tests {
         assert!(!Target::SM80.has_mma(16, 8, 8, MmaKind::F16));
         assert!(Target::SM90.has_mma(16, 8, 256, MmaKind::B1));
         assert!(!Target::SM90.has_mma(16, 8, 16, MmaKind::B1));
+        assert!(Target::SM90.has_mma(16, 8, 32, MmaKind::E4M3));
+        assert!(!Target::SM80.has_mma(16, 8, 32, MmaKind::E4M3));
         assert!(Target::SM80.wgmma.is_empty() && !Target::SM90.wgmma.is_empty());
     }
 }

@@ -66,7 +66,7 @@ fn unknown_primitive() {
     let e = err(text);
     assert_eq!(
         e.message,
-        "unknown layout primitive `spacial`; expected local, spatial, column_local, column_spatial, replicated, reduce, split, swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, mma_b_i8, mma_b_t, mma_a_t, mma_c_t, mma_b1_a, mma_b1_b, mma_b1_c, mma_b1_ap, mma_b1_bp, mma_b1_cp, mma_a_k4, mma_b_k4, mma_a_k8, mma_b_k8)"
+        "unknown layout primitive `spacial`; expected local, spatial, column_local, column_spatial, replicated, reduce, split, swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, mma_b_i8, mma_b_t, mma_a_t, mma_c_t, mma_b1_a, mma_b1_b, mma_b1_c, mma_b1_ap, mma_b1_bp, mma_b1_cp, mma_a_k4, mma_b_k4, mma_a_k8, mma_b_k8, mma_a_f8, mma_b_f8, mma_a_f8_t, mma_b_f8_t)"
     );
     assert_eq!(culprit(text, &e), "spacial");
     let e = err("spätial(2)");

@@ -145,6 +145,24 @@ static __device__ __forceinline__ void tilus_mma_{name}(uint32_t* d, const uint3
     if used.contains("mma_bf16") {
         s.push_str(&mma16("bf16", "bf16"));
     }
+    let mma_f8 = |ty: &str| {
+        format!(
+            r#"
+// d += a * b on one m16n8k32 tile (sm_89+): a = 4 registers (16 {ty}), b = 2, c/d = 4 f32.
+static __device__ __forceinline__ void tilus_mma_{ty}(uint32_t* d, const uint32_t* a, const uint32_t* b) {{
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.{ty}.{ty}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}}
+"#
+        )
+    };
+    if used.contains("mma_e4m3") {
+        s.push_str(&mma_f8("e4m3"));
+    }
+    if used.contains("mma_e5m2") {
+        s.push_str(&mma_f8("e5m2"));
+    }
     if used.contains("mma_s8") {
         s.push_str(&mma8("s8", "s8"));
     }

@@ -23,6 +23,10 @@
 //! | `mma_b_k4` | `[16, 8]` | B of f16/bf16, runs of 4: `column_spatial(4, 8).local(4, 1)` (C is `mma_c`) |
 //! | `mma_a_k8` | `[16, 32]` | A of f16/bf16, *runs of 8* (two instructions): the elements of `local(2, 1).spatial(8, 4).local(1, 8)`, locals in the instructions' order |
 //! | `mma_b_k8` | `[32, 8]` | B of f16/bf16, runs of 8: `column_spatial(4, 8).local(8, 1)` |
+//! | `mma_a_f8` | `[16, 32]` | A of fp8 (`mma.m16n8k32` e4m3/e5m2, sm_89+: four `.b32` registers of 4 codes): `column_local(2, 2).spatial(8, 4).local(1, 4)` |
+//! | `mma_b_f8` | `[32, 8]` | B of fp8 (two registers): `local(2, 1).column_spatial(4, 8).local(4, 1)` (C is `mma_c`) |
+//! | `mma_a_f8_t` | `[32, 16]` | `mma_a_f8` with its dimensions swapped (a `[k, n]` weight tile as A of the transposed product) |
+//! | `mma_b_f8_t` | `[8, 32]` | `mma_b_f8` with its dimensions swapped (an operand stored n-major) |
 //!
 //! **Run fragments.** An operand whose values come `r` consecutive k at a time (a vector-quantized
 //! weight: one codebook row of 4 or 8 values per look-up; activations read 8 or 16 bytes at a
@@ -62,7 +66,7 @@
 use super::Layout;
 
 /// `(name, text)` of every named fragment.
-pub const FRAGMENTS: [(&str, &str); 18] = [
+pub const FRAGMENTS: [(&str, &str); 22] = [
     ("mma_a", "column_local(2, 2).spatial(8, 4).local(1, 2)"),
     ("mma_b", "local(2, 1).column_spatial(4, 8).local(2, 1)"),
     ("mma_c", "local(2, 1).spatial(8, 4).local(1, 2)"),
@@ -87,6 +91,10 @@ pub const FRAGMENTS: [(&str, &str); 18] = [
         "swap_inner_locals(swap_inner_locals(local(2, 1).spatial(8, 4).local(1, 8), 8, 2), 2, 2)",
     ),
     ("mma_b_k8", "column_spatial(4, 8).local(8, 1)"),
+    ("mma_a_f8", "column_local(2, 2).spatial(8, 4).local(1, 4)"),
+    ("mma_b_f8", "local(2, 1).column_spatial(4, 8).local(4, 1)"),
+    ("mma_a_f8_t", "local(2, 2).column_spatial(4, 8).local(4, 1)"),
+    ("mma_b_f8_t", "local(1, 2).spatial(8, 4).local(1, 4)"),
 ];
 
 /// The text of the accumulator fragment of `wgmma.m64nNk16` for `n` columns (a multiple of 8
@@ -149,13 +157,49 @@ mod tests {
             [16, 8],
             [16, 32],
             [32, 8],
+            [16, 32],
+            [32, 8],
+            [32, 16],
+            [8, 32],
         ];
+        assert_eq!(shapes.len(), FRAGMENTS.len());
         for ((name, _), shape) in FRAGMENTS.iter().zip(shapes) {
             let l = fragment(name).unwrap();
             assert_eq!(l.shape(), &shape[..], "{name}");
             assert_eq!(l.num_threads(), 32, "{name}: a warp");
         }
         assert!(fragment("mma_d").is_none());
+    }
+
+    /// The fp8 fragments are the ISA's `mma.m16n8k32` ones: lane `4 g + t`, register `r`, byte
+    /// `i` holds A `[g + 8 (r % 2), 4 t + i + 16 (r / 2)]` and B `[4 t + i + 16 r, g]`; the `_t`
+    /// forms hold the same elements, transposed, at the same locals.
+    #[test]
+    fn fp8_fragments_follow_the_isa() {
+        let f = |n: &str| fragment(n).unwrap();
+        let (a, b, at, bt) = (
+            f("mma_a_f8"),
+            f("mma_b_f8"),
+            f("mma_a_f8_t"),
+            f("mma_b_f8_t"),
+        );
+        for lane in 0..32 {
+            let (g, t) = (lane / 4, lane % 4);
+            for r in 0..4 {
+                for i in 0..4 {
+                    let want = vec![g + 8 * (r % 2), 4 * t + i + 16 * (r / 2)];
+                    assert_eq!(a.eval(lane, 4 * r + i), want, "A lane {lane} r {r} i {i}");
+                    assert_eq!(at.eval(lane, 4 * r + i), vec![want[1], want[0]]);
+                }
+            }
+            for r in 0..2 {
+                for i in 0..4 {
+                    let want = vec![4 * t + i + 16 * r, g];
+                    assert_eq!(b.eval(lane, 4 * r + i), want, "B lane {lane} r {r} i {i}");
+                    assert_eq!(bt.eval(lane, 4 * r + i), vec![want[1], want[0]]);
+                }
+            }
+        }
     }
 
     /// The paired u1 fragments are the ISA's under one row permutation (shared by A and C) and

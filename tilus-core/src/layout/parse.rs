@@ -10,6 +10,7 @@
 //! fragment := 'mma_a' | 'mma_b' | 'mma_c' | 'mma_a_i8' | 'mma_b_i8' | 'mma_b_t' | 'mma_a_t' | 'mma_c_t'
 //!           | 'mma_b1_a' | 'mma_b1_b' | 'mma_b1_c' | 'mma_b1_ap' | 'mma_b1_bp' | 'mma_b1_cp'
 //!           | 'mma_a_k4' | 'mma_b_k4' | 'mma_a_k8' | 'mma_b_k8'
+//!           | 'mma_a_f8' | 'mma_b_f8' | 'mma_a_f8_t' | 'mma_b_f8_t'
 //! ```
 //!
 //! A fragment is the register layout of an `mma.m16n8k16` operand ([`super::fragments`]), so
@@ -320,10 +321,12 @@ impl<'a> Parser<'a> {
                     format!(
                         "unknown layout primitive `{name}`; expected local, spatial, \
                          column_local, column_spatial, replicated, reduce, split, \
-                         swap_inner_locals or an mma fragment (mma_a, mma_b, mma_c, mma_a_i8, \
-                         mma_b_i8, mma_b_t, mma_a_t, mma_c_t, mma_b1_a, mma_b1_b, mma_b1_c, \
-                         mma_b1_ap, mma_b1_bp, mma_b1_cp, mma_a_k4, mma_b_k4, mma_a_k8, \
-                         mma_b_k8)"
+                         swap_inner_locals or an mma fragment ({})",
+                        super::fragments::FRAGMENTS
+                            .iter()
+                            .map(|(n, _)| *n)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ))
             }

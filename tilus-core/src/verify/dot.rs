@@ -25,6 +25,7 @@
 //! |-----------------------|-------------------------------------------|--------------------------------------------|-------------------------------------|
 //! | f16/bf16 -> f32       | `column_local(2,2).spatial(8,4).local(1,2)` | `local(2,1).column_spatial(4,8).local(2,1)` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | i8/u8 -> i32          | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
+//! | fp8 -> f32 (m16n8k32, sm_90) | `column_local(2,2).spatial(8,4).local(1,4)` `[16, 32]` | `local(2,1).column_spatial(4,8).local(4,1)` `[32, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32 (m16n8k256) | `column_local(2,2).spatial(8,4).local(1,32)` `[16, 256]` | `local(2,1).column_spatial(4,8).local(32,1)` `[256, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32, paired     | `spatial(8,4).local(2,64)`                 | `column_spatial(4,8).local(64,1)`            | `spatial(8,4).local(2,2)`            |
 //! | f16/bf16, runs of 4   | `local(2,1).spatial(8,4).local(1,4)`, locals reordered | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
@@ -80,10 +81,6 @@ pub enum DotPlan {
 
 /// The `[A, B, C]` fragment layouts of `mma.m16n8k16` for `kind` (see the module table).
 ///
-/// # Panics
-///
-/// For the fp8 kinds, which no `mma.sync` of a target serves (the warpgroup MMA only; its
-/// fragments are `layout::fragments::wgmma_c`). [`plan_dot`] refuses them before asking.
 pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
     let f = |name: &str| {
         crate::layout::fragments::fragment(name).expect("the mma fragments are named layouts")
@@ -98,7 +95,7 @@ pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
             f(&format!("mma_b_k{r}")),
             f("mma_c"),
         ],
-        MmaKind::E4M3 | MmaKind::E5M2 => panic!("fp8 has no mma.sync fragments ({kind:?})"),
+        MmaKind::E4M3 | MmaKind::E5M2 => [f("mma_a_f8"), f("mma_b_f8"), f("mma_c")],
     }
 }
 
@@ -158,7 +155,7 @@ fn mma_plan(
 ) -> Result<DotPlan, String> {
     let Some(kind) = MmaKind::of(a.dtype, c.dtype) else {
         return Err(format!(
-            "needs f16/bf16 operands with an f32 accumulator or i8/u8/u1 with i32, not {} with {}",
+            "needs f16/bf16/fp8 operands with an f32 accumulator or i8/u8/u1 with i32, not {} with {}",
             a.dtype, c.dtype
         ));
     };
@@ -205,7 +202,7 @@ fn mma_plan_of(
         MmaKind::B1Paired => ["mma_b1_ap", "mma_b1_bp", "mma_b1_cp"],
         MmaKind::F16Runs(4) | MmaKind::Bf16Runs(4) => ["mma_a_k4", "mma_b_k4", "mma_c"],
         MmaKind::F16Runs(_) | MmaKind::Bf16Runs(_) => ["mma_a_k8", "mma_b_k8", "mma_c"],
-        MmaKind::E4M3 | MmaKind::E5M2 => unreachable!("refused by has_mma above"),
+        MmaKind::E4M3 | MmaKind::E5M2 => ["mma_a_f8", "mma_b_f8", "mma_c"],
     };
     let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
         // A batched dot divides by the fragment with a leading extent of 1.

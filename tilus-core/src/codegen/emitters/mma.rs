@@ -6,7 +6,8 @@
 //! fragments `jq` and each `kq`, one mma on `a` fragment `la(jq, kq)` and `b` fragment
 //! `lb(jq, kq)`. Fragment `l` of a 16-bit `a` is words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`;
 //! of an 8-bit `a` words `[2l, 2l+2)`, of `b` word `l`; of `c` words `[4l, 4l+4)`; of a u1 `a`
-//! (m16n8k256) words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`.
+//! (m16n8k256) words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`; of an fp8 `a` (m16n8k32) words
+//! `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`.
 
 use super::elementwise::store_codes;
 use crate::codegen::context::Ctx;
@@ -163,10 +164,14 @@ fn mma(
             cx.features.insert("mma_bf16");
             ("tilus_mma_bf16", r as usize, r as usize / 2)
         }
-        MmaKind::E4M3 | MmaKind::E5M2 => {
-            return Err(cx.err(format!(
-                "dot (mma): {kind:?} runs on the warpgroup MMA only (shared operands)"
-            )))
+        // m16n8k32: 16 fp8 of A in 4 words, 8 of B in 2.
+        MmaKind::E4M3 => {
+            cx.features.insert("mma_e4m3");
+            ("tilus_mma_e4m3", 4, 2)
+        }
+        MmaKind::E5M2 => {
+            cx.features.insert("mma_e5m2");
+            ("tilus_mma_e5m2", 4, 2)
         }
     };
     // Instructions per fragment: one, or `r / 4` for the runs of `r`.
