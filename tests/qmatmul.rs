@@ -1200,3 +1200,105 @@ fn tuning_candidates_are_valid_and_distinct() {
     let c = candidates(dt("i4"), DType::F16, Some(32), 1, 64, 64).unwrap();
     assert!(!c.is_empty());
 }
+
+/// The fp8 gemv (`QMatmulMethod::GemvF8`): 1-, 2- and 4-bit codes, unsigned with zero points and
+/// signed in offset binary, groups of one and two k tiles, split k, f16 and bf16, several
+/// tokens and column tiles; its re-layout round-trips and its rules are errors naming the field.
+#[test]
+fn gemv_f8_matches_the_reference() {
+    use tilus::kernels::qmatmul::{relayout, relayout_inverse, QMatmulMethod};
+    // (weight, activations, group, bk, bn, warps, stages, split)
+    let cases = [
+        ("u2", "f16", 128, 128, 128, 4, 3, 1),
+        ("i2", "bf16", 256, 128, 256, 4, 4, 2),
+        ("u4", "bf16", 128, 64, 64, 2, 3, 2),
+        ("i4", "f16", 256, 128, 128, 8, 2, 1),
+        ("u1", "f16", 256, 256, 64, 4, 3, 1),
+    ];
+    let mut rng = StdRng::seed_from_u64(rand::random());
+    for (wd, ad, group, bk, bn, warps, stages, split) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvF8,
+            bm: 1,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: split,
+            ..default_cfg(dt(wd), dt(ad), Some(group))
+        };
+        let k = group * split * 2;
+        check(cfg, k, 2 * bn, &[1, 2]);
+        let q = quantize(&cfg, k, 2 * bn, &mut rng);
+        let bytes = relayout(&q, &cfg).unwrap();
+        assert_eq!(
+            relayout_inverse(&bytes, &cfg, q.k, q.n).unwrap(),
+            q.codes,
+            "{wd}"
+        );
+    }
+    let base = QMatmulConfig {
+        method: QMatmulMethod::GemvF8,
+        bm: 1,
+        bn: 256,
+        bk: 128,
+        ..default_cfg(dt("u2"), DType::F16, Some(128))
+    };
+    let cases = [
+        (
+            QMatmulConfig {
+                wdtype: dt("u3"),
+                ..base
+            },
+            "`wdtype`",
+        ),
+        (
+            QMatmulConfig {
+                wdtype: dt("f4e2m1"),
+                has_zeros: false,
+                ..base
+            },
+            "`wdtype`",
+        ),
+        (QMatmulConfig { bm: 8, ..base }, "`bm`"),
+        (QMatmulConfig { bk: 64, ..base }, "`bk`"),
+        (QMatmulConfig { bn: 200, ..base }, "`bn`"),
+        (QMatmulConfig { warps: 3, ..base }, "`warps`"),
+        (
+            QMatmulConfig {
+                group_rows: None,
+                ..base
+            },
+            "`group_rows`",
+        ),
+        (
+            QMatmulConfig {
+                group_rows: Some(64),
+                ..base
+            },
+            "`group_rows`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 4,
+                ..base
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                blocks_per_sm: 2,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+    ];
+    for (cfg, field) in cases {
+        let e = err_text(build(&cfg));
+        assert!(e.contains(field), "{cfg:?}: {e}");
+    }
+    // A block splits at most 4096 rows of activations.
+    let e = err_text(base.check_shape(1, 256, 8192));
+    assert!(e.contains("`k`") && e.contains("split_k"), "{e}");
+    assert!(base.check_shape(1, 256, 4096).is_ok());
+}

@@ -55,6 +55,7 @@ impl TuneCandidate for QMatmulConfig {
                 QMatmulMethod::Gemv => "gemv",
                 QMatmulMethod::GemvWgmma => "gemv_wgmma",
                 QMatmulMethod::Lut => "lut",
+                QMatmulMethod::GemvF8 => "gemv_f8",
             },
         })
     }
@@ -153,6 +154,7 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         QMatmulMethod::Gemv => " gemv",
         QMatmulMethod::GemvWgmma => " gemv-wgmma",
         QMatmulMethod::Lut => " lut",
+        QMatmulMethod::GemvF8 => " gemv-f8",
     };
     let stream = if c.stream_k > 0 {
         format!(" stream{}", c.stream_k)
