@@ -183,13 +183,6 @@ pub enum QMatmulMethod {
     /// planes. `bk = 512` (two table tiles, built and read in turn), `stages = 2`, groups of
     /// 32 to 256 rows, 4, 8 or 16 warps; `bn` a multiple of `warps x group_rows / 8`.
     Lut,
-    /// One token (`bm = 1`) of a 1-, 2- or 4-bit integer weight on the fp8 tensor cores
-    /// (`mma.m16n8k32 .e4m3`, sm_90a): a code masked into an e4m3 byte is an exact fp8 weight,
-    /// four to a `lop3`; the activations are split into three e4m3 terms per scale group
-    /// (three of the mma's 8 columns), exact to below f16's rounding. Grouped scales of whole
-    /// k tiles; `bk` a multiple of `32 x 8 / bits`; `k / split_k` at most 4096
-    /// (`super::f8`).
-    GemvF8,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -446,10 +439,6 @@ impl QMatmulConfig {
         }
         if self.method == QMatmulMethod::Lut {
             return self.lut_tiling();
-        }
-        if self.method == QMatmulMethod::GemvF8 {
-            self.check_split_limit()?;
-            return super::f8::gemv_f8_tiling(self);
         }
         if self.specialize {
             let why = if self.method != QMatmulMethod::GemvWgmma {
@@ -914,18 +903,6 @@ impl QMatmulConfig {
                 format!(
                     "{k} is not a multiple of bk{stage} x split_k = {}{stage} x {} = {kt}",
                     self.bk, self.split_k
-                ),
-            ));
-        }
-        if self.method == QMatmulMethod::GemvF8 && k / self.split_k > super::f8::MAX_SLICE {
-            return Err(shape_err(
-                "k",
-                format!(
-                    "{k} rows in {} splits are slices of {}; the fp8 gemv splits at most {} \
-                     rows of activations a block (raise split_k)",
-                    self.split_k,
-                    k / self.split_k,
-                    super::f8::MAX_SLICE
                 ),
             ));
         }

@@ -36,7 +36,6 @@ pub mod bench;
 mod config;
 mod cpu;
 mod dequant;
-mod f8;
 mod gpu;
 mod kernel;
 mod layouts;
@@ -51,7 +50,6 @@ pub use config::{
     WEIGHT_TYPE_NAMES,
 };
 pub use cpu::{decode_half, encode_half, prepare, HostSplitScratch, OperandBytes, PreparedWeight};
-pub use f8::MAX_SLICE as GEMV_F8_MAX_SLICE;
 pub use gpu::{DeviceWeight, GpuQMatmul};
 pub use kernel::qmatmul_main;
 pub use layouts::{pack_split, QMatmulLayouts};

@@ -12,21 +12,18 @@ use tilus_core::verify::{self, Target};
 pub const TARGET: Target = Target::SM80;
 
 /// The target a configuration's programs are built for: [`TARGET`], or sm_90a for the
-/// warpgroup MMA of [`QMatmulMethod::GemvWgmma`] and the fp8 mma of [`QMatmulMethod::GemvF8`].
+/// warpgroup MMA of [`QMatmulMethod::GemvWgmma`].
 pub fn target(config: &QMatmulConfig) -> Target {
     match config.method {
-        QMatmulMethod::GemvWgmma | QMatmulMethod::GemvF8 => Target::SM90,
+        QMatmulMethod::GemvWgmma => Target::SM90,
         _ => TARGET,
     }
 }
 
 /// Whether a device of NVRTC architecture `arch` (`sm_90a`, `sm_80`, ...) runs `config`'s
-/// programs: the warpgroup MMA and the fp8 gemv only on sm_90a.
+/// programs: the warpgroup MMA only on sm_90a.
 pub fn runs_on(config: &QMatmulConfig, arch: &str) -> bool {
-    !matches!(
-        config.method,
-        QMatmulMethod::GemvWgmma | QMatmulMethod::GemvF8
-    ) || arch == "sm_90a"
+    config.method != QMatmulMethod::GemvWgmma || arch == "sm_90a"
 }
 
 /// Whether the warpgroup gemv's ring is filled by the copy engine: one thread's `tma_load`s
@@ -66,7 +63,6 @@ pub fn config_name(c: &QMatmulConfig) -> String {
         QMatmulMethod::Gemv => "_gemv",
         QMatmulMethod::GemvWgmma => "_gemvwg",
         QMatmulMethod::Lut => "_lut",
-        QMatmulMethod::GemvF8 => "_gemvf8",
     };
     let stream = if c.stream_k > 0 {
         format!("_st{}", c.stream_k)
@@ -114,23 +110,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         None => (0, 0),
     };
     let v = |x: usize| x as i32;
-    let main = if config.method == QMatmulMethod::GemvF8 {
-        let cfg = kernel::qmatmul_gemv_f8::Config {
-            BM: 1,
-            BN: v(config.bn),
-            BK: v(config.bk),
-            WN: v(t.warps_n),
-            STAGES: v(config.stages),
-            SPLIT: v(config.split_k),
-            G: group,
-            ZEROS: zeros,
-            SIGNED: i32::from(matches!(config.wdtype, crate::DType::Int(_))),
-            VEC: v(t.vector_bytes),
-            A: config.adtype,
-            W: config.wdtype,
-        };
-        kernel::qmatmul_gemv_f8::translate(&cfg)
-    } else if config.method == QMatmulMethod::GemvWgmma {
+    let main = if config.method == QMatmulMethod::GemvWgmma {
         let cfg = kernel::qmatmul_gemv_wgmma::Config {
             BM: v(config.bm),
             BN: v(config.bn),
@@ -206,8 +186,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         QMatmulMethod::Fused
         | QMatmulMethod::Gemv
         | QMatmulMethod::GemvWgmma
-        | QMatmulMethod::Lut
-        | QMatmulMethod::GemvF8 => None,
+        | QMatmulMethod::Lut => None,
         QMatmulMethod::DequantizeThenGemm => {
             let rows = super::dequant::store_rows(32 * t.warps_n, config.bk, config.bn)?;
             let cfg = kernel::qmatmul_dequant::Config {

@@ -55,7 +55,6 @@ impl TuneCandidate for QMatmulConfig {
                 QMatmulMethod::Gemv => "gemv",
                 QMatmulMethod::GemvWgmma => "gemv_wgmma",
                 QMatmulMethod::Lut => "lut",
-                QMatmulMethod::GemvF8 => "gemv_f8",
             },
         })
     }
@@ -154,7 +153,6 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         QMatmulMethod::Gemv => " gemv",
         QMatmulMethod::GemvWgmma => " gemv-wgmma",
         QMatmulMethod::Lut => " lut",
-        QMatmulMethod::GemvF8 => " gemv-f8",
     };
     let stream = if c.stream_k > 0 {
         format!(" stream{}", c.stream_k)
