@@ -56,7 +56,8 @@ pub enum MmaKind {
     /// u8 x u8 + i32.
     U8,
     /// OCP fp8 e4m3 x e4m3 + f32: the warpgroup MMA, and `mma.sync.m16n8k32` from sm_89
-    /// (`mma_a_f8`, `mma_b_f8`).
+    /// (`mma_a_f8`, `mma_b_f8`). sm_90 has no fp8 `mma.sync` in hardware: ptxas unpacks each
+    /// register to f16 (`F2FP.F16.E4M3.UNPACK_B`) and issues two `HMMA.16816` (perf note 59).
     E4M3,
     /// OCP fp8 e5m2 x e5m2 + f32, as [`MmaKind::E4M3`].
     E5M2,
