@@ -82,6 +82,8 @@ pub(crate) struct Ctx<'p> {
     /// The program has a `dot` with shared operands (wgmma): barriers carry the async-proxy
     /// fence (`emitters::wgmma`).
     pub(crate) uses_wgmma: bool,
+    /// The barriers that need no async-proxy fence although `uses_wgmma` (`super::proxy`).
+    pub(crate) unfenced_barriers: std::collections::HashSet<*const crate::ir::Instruction>,
     /// The program has a `tma_store`: thread 0 waits for its reads before the kernel ends.
     pub(crate) uses_tma_store: bool,
     /// The accumulators `dot_async` writes: a `dot_wait` fences their registers.

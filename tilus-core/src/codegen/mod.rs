@@ -33,6 +33,7 @@ mod expr;
 mod names;
 mod prelude;
 mod program;
+mod proxy;
 mod regmap;
 mod regs;
 mod scalar;

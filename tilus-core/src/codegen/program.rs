@@ -357,9 +357,9 @@ impl<'p> Ctx<'p> {
             Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,
             Instruction::Scan { out, x, dim, .. } => reduce::scan(self, *out, *x, *dim)?,
             Instruction::Synchronize => {
-                if self.uses_wgmma {
+                if self.uses_wgmma && !self.unfenced_barriers.contains(&(i as *const Instruction)) {
                     // Shared writes of this thread (generic proxy) become visible to the tensor
-                    // cores' reads (async proxy) of a later wgmma.
+                    // cores' reads (async proxy) of a later wgmma (`super::proxy`).
                     self.w.line(
                         "asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");",
                     );
@@ -645,6 +645,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         workspaces: Vec::new(),
         tensor_maps: Vec::new(),
         uses_wgmma: has_shared_dot(p, &p.body),
+        unfenced_barriers: super::proxy::unfenced_barriers(&p.body),
         uses_tma_store: {
             let mut any = false;
             p.visit_instructions(&mut |i| any |= matches!(i, Instruction::TmaStore { .. }));

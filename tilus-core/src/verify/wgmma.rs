@@ -57,7 +57,8 @@
 //! every instruction. Shared memory written before the `dot` must be made visible by a barrier
 //! (`synchronize`), as for every shared read by other threads; the code generator puts the
 //! async-proxy fence wgmma needs (`fence.proxy.async.shared::cta`) before every barrier of a
-//! program that has such a `dot`.
+//! program that has such a `dot` where a generic-proxy shared write may be pending
+//! (`codegen::proxy`).
 
 use crate::ir::{RegisterType, SharedType};
 use crate::layout::{
