@@ -1302,7 +1302,7 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
             let mut f = std::fs::File::create(path).map_err(|e| csv_err(path, e))?;
             writeln!(
                 f,
-                "wdtype,m,n,k,time_us,gb_per_s,percent_floor,floor_us,cublas_us,speedup,config,adtype"
+                "wdtype,m,n,k,time_us,gb_per_s,percent_floor,floor_us,cublas_us,speedup,config,adtype,copy_us,percent_copy"
             )
             .map_err(|e| csv_err(path, e))?;
             Some((f, path))
@@ -1311,10 +1311,12 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
     };
     for &(n, k) in shapes {
         let header = format!(
-        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}; {adtype} activations; L2 flushed {}\n{:<8} {:>5} {:>10} {:>8} {:>7} {:>10} {:>8}  config",
+        "copy bandwidth {copy_gbps:.0} GB/s; n={n} k={k} group={}; {adtype} activations; L2 flushed {}; \
+         copy us = a device copy moving the same bytes, %copy = copy us / time us\n\
+         {:<8} {:>5} {:>10} {:>8} {:>7} {:>8} {:>6} {:>10} {:>8}  config",
         group.map_or("channel".to_string(), |g| g.to_string()),
         l2.label(),
-        "wdtype", "m", "time us", "GB/s", "%floor", "cuBLAS us", "speedup"
+        "wdtype", "m", "time us", "GB/s", "%floor", "copy us", "%copy", "cuBLAS us", "speedup"
     );
         eprintln!("{header}");
         if !table.is_empty() {
@@ -1351,12 +1353,14 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
                 let cfg = tiles(&row.config);
                 let speedup = row.speedup_over_cublas().unwrap_or(f64::NAN);
                 let line = format!(
-                    "{:<8} {:>5} {:>10.1} {:>8.0} {:>6.1}% {:>10.1} {:>7.2}x  {cfg}",
+                    "{:<8} {:>5} {:>10.1} {:>8.0} {:>6.1}% {:>8.1} {:>5.0}% {:>10.1} {:>7.2}x  {cfg}",
                     wdtype.to_string(),
                     m,
                     row.timing.median_us,
                     row.gb_per_s(),
                     row.percent_of_floor(),
+                    row.copy_us,
+                    row.percent_of_copy(),
                     cublas_us,
                     speedup
                 );
@@ -1366,11 +1370,13 @@ fn sweep(ctx: &Context, spec: &SweepSpec, csv: Option<&std::path::Path>) -> Resu
                 if let Some((f, path)) = csv_file.as_mut() {
                     writeln!(
                     f,
-                    "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg},{adtype}",
+                    "{wdtype},{m},{n},{k},{:.2},{:.1},{:.2},{:.2},{cublas_us:.2},{speedup:.3},{cfg},{adtype},{:.2},{:.2}",
                     row.timing.median_us,
                     row.gb_per_s(),
                     row.percent_of_floor(),
-                    row.floor_us
+                    row.floor_us,
+                    row.copy_us,
+                    row.percent_of_copy()
                 )
                 .and_then(|()| f.flush())
                 .map_err(|e| csv_err(path, e))?;

@@ -25,6 +25,10 @@ pub struct BenchRow {
     pub bytes: usize,
     /// `bytes` over the measured copy bandwidth, in microseconds.
     pub floor_us: f64,
+    /// A device copy moving the same bytes (`bytes / 2` read and written), timed the same way:
+    /// what any one launch moving them costs, its start, cold first loads and tail included.
+    /// Small layers judge against it: at 8192 x 8192 it is 30-60% of the floor.
+    pub copy_us: f64,
     pub cublas_us: Option<f64>,
     /// Every configuration tried, with its median time in microseconds.
     pub tried: Vec<(QMatmulConfig, f64)>,
@@ -36,6 +40,10 @@ impl BenchRow {
     }
     pub fn percent_of_floor(&self) -> f64 {
         100.0 * self.floor_us / self.timing.median_us
+    }
+    /// `copy_us` over the time: how close to a same-size copy the kernel runs.
+    pub fn percent_of_copy(&self) -> f64 {
+        100.0 * self.copy_us / self.timing.median_us
     }
     pub fn speedup_over_cublas(&self) -> Option<f64> {
         self.cublas_us.map(|c| c / self.timing.median_us)
@@ -213,6 +221,7 @@ pub fn bench_configs<T: Activation>(
         }
     }
     let (config, timing, bytes) = best.expect("at least one candidate");
+    let copy = tilus_runtime::copy_time(ctx, bytes.div_ceil(2), Some(flush))?;
     Ok(BenchRow {
         wdtype,
         m,
@@ -222,6 +231,7 @@ pub fn bench_configs<T: Activation>(
         timing,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e3),
+        copy_us: copy.median_us,
         cublas_us,
         tried,
     })
