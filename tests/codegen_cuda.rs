@@ -1729,6 +1729,55 @@ fn fp8_dot_compiles_to_hmma_on_sm90() {
     assert!(count("HMMA") >= 2, "no fp8 HMMA in the SASS:\n{}", a.sass);
 }
 
+/// The 8-bit integer `dot` on the k32 fragments compiles for sm_80 and sm_90a to one
+/// `IMMA.16832` per fragment with each operand's signedness (`.U8.S8` for a u8 weight against
+/// s8 activations), without local memory or spills.
+#[test]
+fn int8_k32_dot_compiles_to_imma_16832() {
+    let test = "int8_k32_dot_compiles_to_imma_16832";
+    let Some((ptxas, disasm)) = tools(test) else {
+        return;
+    };
+    let scratch = Scratch::new(test);
+    for cfg in language::int8_mma::SPACE.iter() {
+        let p = language::int8_mma::program(cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        let sign = |d: tilus::DType| {
+            if d == tilus::DType::Int(8) {
+                "s8"
+            } else {
+                "u8"
+            }
+        };
+        let (ta, tb) = (sign(cfg.A), sign(cfg.B));
+        for arch in ["sm_80", "sm_90a"] {
+            let ptx = compile_ptx(&k.source, arch)
+                .unwrap_or_else(|e| panic!("NVRTC failed for {arch}: {e}\n{}", k.source));
+            assert!(
+                ptx.contains(&format!(
+                    "mma.sync.aligned.m16n8k32.row.col.s32.{ta}.{tb}.s32"
+                )),
+                "{ta} x {tb} on {arch}"
+            );
+            let a = assemble(&ptxas, &disasm, &scratch.0, "int8_mma", &ptx, arch);
+            assert!(
+                a.ptxas_log
+                    .contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+                "stack frame or spills:\n{}",
+                a.ptxas_log
+            );
+            let want = format!("IMMA.16832.{}.{}", ta.to_uppercase(), tb.to_uppercase());
+            assert!(a.sass.contains(&want), "no {want} on {arch}:\n{}", a.sass);
+            let ops = opcodes(&a.sass);
+            assert!(
+                !ops.iter()
+                    .any(|o| o.starts_with("LDL") || o.starts_with("STL")),
+                "local memory on {arch}"
+            );
+        }
+    }
+}
+
 /// The batched `dot` (one product per warp): HMMA for the mma layouts, scalar FMAs for the
 /// thread-local ones, no local memory either way.
 #[test]

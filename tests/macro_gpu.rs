@@ -666,6 +666,34 @@ fn fp8_fragments_match_the_interpreter_on_gpu() {
     }
 }
 
+/// The 8-bit integer `mma.sync.m16n8k32` on the GPU for every signedness pair: the exact
+/// product from the f32-magic accumulator, bit for bit against the interpreter. Output poisoned.
+#[test]
+fn int8_k32_fragments_match_the_interpreter_on_gpu() {
+    use language::{int8_mma, int8_mma_case};
+    let Some(ctx) = context("int8_k32_fragments_match_the_interpreter_on_gpu") else {
+        return;
+    };
+    for cfg in int8_mma::SPACE.iter() {
+        let signed = (cfg.A == tilus::DType::Int(8), cfg.B == tilus::DType::Int(8));
+        let k = 160;
+        let (a, bt, reference) = int8_mma_case(k, signed);
+        let (da, db) = (
+            DeviceBuffer::from_host(&ctx, &a).unwrap(),
+            DeviceBuffer::from_host(&ctx, &bt).unwrap(),
+        );
+        let mut dc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; 32 * 16]).unwrap();
+        int8_mma::launch(&ctx, cfg, k as i32, &da, &db, &mut dc).unwrap();
+        let got = dc.to_host().unwrap();
+        let mut cpu = vec![i32::MIN; 32 * 16];
+        int8_mma::interpret(cfg, k as i32, &a, &bt, &mut cpu).unwrap();
+        for i in 0..32 * 16 {
+            assert_eq!(got[i] as i64, reference[i], "{signed:?} at {i}");
+            assert_eq!(got[i], cpu[i], "{signed:?} at {i}");
+        }
+    }
+}
+
 /// The run fragments (`mma_a_k4`/`mma_b_k4`, `..k8`) on the GPU: exact small-integer products,
 /// bit for bit against the interpreter and the f64 reference, output poisoned.
 #[test]

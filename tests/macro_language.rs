@@ -7,8 +7,9 @@ mod language;
 
 use language::{
     batched_mma, block_values, chunk_max, closures, constant_bits, flagged, fp8_mma, fp8_mma_case,
-    helpers, narrow_wide, own_tile_order, run_mma, scalar_bits, scalar_bits_reference,
-    scalar_operands, scale_shift, shared, tail_ifs, tile_order, unrolled, wide_offsets,
+    helpers, int8_mma, int8_mma_case, narrow_wide, own_tile_order, run_mma, scalar_bits,
+    scalar_bits_reference, scalar_operands, scale_shift, shared, tail_ifs, tile_order, unrolled,
+    wide_offsets,
 };
 use rand::Rng;
 
@@ -519,6 +520,23 @@ fn fp8_fragments_compute_the_product() {
         fp8_mma::interpret(&fp8_mma::SPACE[0], k as i32, &a, &bt, &mut c).unwrap();
         for (i, (&got, &want)) in c.iter().zip(&reference).enumerate() {
             assert_eq!(got as f64, want, "tiny = {tiny} at {i}");
+        }
+    }
+}
+
+/// 8-bit integers of every signedness pair on the k32 fragments (`mma.m16n8k32 .s32.u8.s8` and
+/// the others) compute the exact product from a non-zero accumulator.
+#[test]
+fn int8_k32_fragments_compute_the_product() {
+    assert_eq!(int8_mma::SPACE.len(), 4);
+    for cfg in int8_mma::SPACE.iter() {
+        let signed = (cfg.A == tilus::DType::Int(8), cfg.B == tilus::DType::Int(8));
+        let k = 96;
+        let (a, bt, reference) = int8_mma_case(k, signed);
+        let mut c = vec![i32::MIN; 32 * 16];
+        int8_mma::interpret(cfg, k as i32, &a, &bt, &mut c).unwrap();
+        for (i, (&got, &want)) in c.iter().zip(&reference).enumerate() {
+            assert_eq!(got as i64, want, "{signed:?} at {i}");
         }
     }
 }

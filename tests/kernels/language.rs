@@ -398,6 +398,53 @@ pub fn fp8_mma_case(k: usize, tiny: bool) -> (Vec<u8>, Vec<u8>, Vec<f64>) {
     (a, bt, c)
 }
 
+/// `c = seed + a · btᵀ` on 8-bit integers of either signedness each (`mma.sync.m16n8k32
+/// .s32.A.B`): the bytes of `a [32, k]` and the n-major `bt [16, k]` are loaded in the 8-bit
+/// k32 fragments and viewed as `A` and `B`; two warps along m, two n tiles, one k32 fragment per
+/// step. The accumulator starts at `0x4B400000` (the f32 bits of 1.5 · 2^23, the seed that makes
+/// an i32 sum its own f32), so the instruction's accumulate is checked too.
+#[tilus::kernel(grid = [1], warps = 2, dtypes(A = [u8, i8], B = [i8, u8]))]
+pub fn int8_mma<A: DTypeParam, B: DTypeParam>(
+    k: i32,
+    a: Global<u8>,
+    bt: Global<u8>,
+    c: GlobalMut<i32>,
+) {
+    let la = layout!(spatial(2, 1).mma_a_f8);
+    let lbt = layout!(spatial(1, 1).replicated(2).local(2, 1).mma_b_f8_t);
+    let lb = layout!(spatial(1, 1).replicated(2).local(1, 2).mma_b_f8);
+    let lc = layout!(spatial(2, 1).local(1, 2).mma_c);
+    let ga = view_global(a, [32, k]);
+    let gb = view_global(bt, [16, k]);
+    let mut acc = register::<i32>(lc, 0x4B400000);
+    for kt in 0..k / 32 {
+        let ta = view::<A>(load_global(ga, la, [0, kt * 32]), la);
+        let tb = view::<B>(load_global(gb, lbt, [0, kt * 32]), lb);
+        acc = dot(ta, tb, acc);
+    }
+    store_global(acc, view_global(c, [32, 16]), [0, 0]);
+}
+
+/// Random bytes of `a [32, k]` and `bt [16, k]` and the exact product `0x4B400000 + a · btᵀ`,
+/// each operand read as i8 where `signed` says so and as u8 otherwise.
+pub fn int8_mma_case(k: usize, signed: (bool, bool)) -> (Vec<u8>, Vec<u8>, Vec<i64>) {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let a: Vec<u8> = (0..32 * k).map(|_| rng.random()).collect();
+    let bt: Vec<u8> = (0..16 * k).map(|_| rng.random()).collect();
+    let val = |b: u8, s: bool| if s { b as i8 as i64 } else { b as i64 };
+    let mut c = vec![0i64; 32 * 16];
+    for i in 0..32 {
+        for j in 0..16 {
+            c[i * 16 + j] = 0x4B40_0000
+                + (0..k)
+                    .map(|kk| val(a[i * k + kk], signed.0) * val(bt[j * k + kk], signed.1))
+                    .sum::<i64>();
+        }
+    }
+    (a, bt, c)
+}
+
 /// The batched `dot`: `c[i] = a[i] · b[i]` for `i` in `0..4`, each warp its own product
 /// (`spatial(4, 1, 1)` over the batch dimension: warps do not share operands). `a [4, 16, k]`,
 /// `b [4, k, 16]` (f16), `c [4, 16, 16]` (f32). `TL = 1` computes the same with thread-local

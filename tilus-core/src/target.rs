@@ -78,6 +78,13 @@ pub enum MmaKind {
     F16Runs(u8),
     /// The same for bf16.
     Bf16Runs(u8),
+    /// 8-bit integers of either signedness, each operand its own (`.u8`/`.s8`), + i32 on
+    /// `mma.sync.m16n8k32` (sm_80+), on the 8-bit k32 fragments it shares with fp8 (`mma_a_f8`,
+    /// `mma_b_f8`): twice the k of [`MmaKind::I8`]'s m16n8k16 per instruction, and the one
+    /// integer form where a u8 operand meets an s8 one (a weight code masked in place against
+    /// signed activations). The verifier picks it for 8-bit integer operands whose layouts are
+    /// tiles of these fragments, and for every mixed pair.
+    Int8K32 { a_signed: bool, b_signed: bool },
 }
 
 impl MmaKind {
@@ -100,7 +107,7 @@ impl MmaKind {
         match self {
             MmaKind::B1 | MmaKind::B1Paired => (16, 8, 256),
             MmaKind::F16Runs(r) | MmaKind::Bf16Runs(r) => (16, 8, 4 * r as u32),
-            MmaKind::E4M3 | MmaKind::E5M2 => (16, 8, 32),
+            MmaKind::E4M3 | MmaKind::E5M2 | MmaKind::Int8K32 { .. } => (16, 8, 32),
             _ => (16, 8, 16),
         }
     }
@@ -171,12 +178,36 @@ const MMA_SYNC: &[MmaShape] = &[
         k: 256,
         kinds: &[MmaKind::B1, MmaKind::B1Paired],
     },
+    MmaShape {
+        m: 16,
+        n: 8,
+        k: 32,
+        kinds: &[
+            MmaKind::Int8K32 {
+                a_signed: true,
+                b_signed: true,
+            },
+            MmaKind::Int8K32 {
+                a_signed: true,
+                b_signed: false,
+            },
+            MmaKind::Int8K32 {
+                a_signed: false,
+                b_signed: true,
+            },
+            MmaKind::Int8K32 {
+                a_signed: false,
+                b_signed: false,
+            },
+        ],
+    },
 ];
 /// sm_90 adds the fp8 `mma.sync` (sm_89+).
 const MMA_SYNC_SM90: &[MmaShape] = &[
     MMA_SYNC[0],
     MMA_SYNC[1],
     MMA_SYNC[2],
+    MMA_SYNC[3],
     MmaShape {
         m: 16,
         n: 8,
@@ -308,6 +339,11 @@ mod tests {
         assert!(!Target::SM90.has_mma(16, 8, 16, MmaKind::B1));
         assert!(Target::SM90.has_mma(16, 8, 32, MmaKind::E4M3));
         assert!(!Target::SM80.has_mma(16, 8, 32, MmaKind::E4M3));
+        let mixed = MmaKind::Int8K32 {
+            a_signed: false,
+            b_signed: true,
+        };
+        assert!(Target::SM80.has_mma(16, 8, 32, mixed) && Target::SM90.has_mma(16, 8, 32, mixed));
         assert!(Target::SM80.wgmma.is_empty() && !Target::SM90.wgmma.is_empty());
     }
 }

@@ -733,6 +733,42 @@ fn plans_thread_local_and_mma_dots() {
         ),
         "{plan:?}"
     );
+    // 8-bit integers on the k32 fragments: m16n8k32, for one signedness or a mixed pair; a mixed
+    // pair on the k16 fragments has no mma, and the error names the k32 shape.
+    let f32s = tilus_core::verify::mma_fragments(MmaKind::E4M3);
+    for (da, db) in [
+        (DType::UInt(8), DType::Int(8)),
+        (DType::Int(8), DType::UInt(8)),
+        (DType::UInt(8), DType::UInt(8)),
+        (DType::Int(8), DType::Int(8)),
+    ] {
+        let plan = plan_dot(
+            &reg(da, f32s[0].clone()),
+            &reg(db, f32s[1].clone()),
+            &reg(DType::Int(32), f32s[2].clone()),
+            32,
+            &Target::SM80,
+        );
+        let want = MmaKind::Int8K32 {
+            a_signed: da == DType::Int(8),
+            b_signed: db == DType::Int(8),
+        };
+        assert!(
+            matches!(plan, Ok(DotPlan::Mma { kind, .. }) if kind == want),
+            "{da} x {db}: {plan:?}"
+        );
+    }
+    let plan = plan_dot(
+        &reg(DType::UInt(8), frag[0].clone()),
+        &reg(DType::Int(8), frag[1].clone()),
+        &reg(DType::Int(32), frag[2].clone()),
+        32,
+        &Target::default(),
+    );
+    assert!(
+        matches!(&plan, Err(m) if m.contains("mma.m16n8k32")),
+        "{plan:?}"
+    );
 }
 
 // ---- elementwise broadcast layouts -----------------------------------------------------------

@@ -163,6 +163,24 @@ static __device__ __forceinline__ void tilus_mma_{ty}(uint32_t* d, const uint32_
     if used.contains("mma_e5m2") {
         s.push_str(&mma_f8("e5m2"));
     }
+    for a_signed in [true, false] {
+        for b_signed in [true, false] {
+            let name = mma_int8_k32_feature(a_signed, b_signed);
+            if used.contains(name) {
+                let (ta, tb) = (int8_ptx(a_signed), int8_ptx(b_signed));
+                s.push_str(&format!(
+                    r#"
+// d += a * b on one m16n8k32 tile: a = 4 registers (16 {ta}), b = 2 (8 {tb}), c/d = 4 s32.
+static __device__ __forceinline__ void {name}(uint32_t* d, const uint32_t* a, const uint32_t* b) {{
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.{ta}.{tb}.s32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}}
+"#
+                ));
+            }
+        }
+    }
     if used.contains("mma_s8") {
         s.push_str(&mma8("s8", "s8"));
     }
@@ -178,4 +196,23 @@ static __device__ __forceinline__ void tilus_mma_{ty}(uint32_t* d, const uint32_
     s.push_str(&super::emitters::wgmma::helpers(used));
     s.push_str(&super::emitters::tma::helpers(used));
     s
+}
+
+/// The feature (and device helper) name of the 8-bit integer m16n8k32 mma for one signedness
+/// pair (`MmaKind::Int8K32`).
+pub(crate) fn mma_int8_k32_feature(a_signed: bool, b_signed: bool) -> &'static str {
+    match (a_signed, b_signed) {
+        (true, true) => "tilus_mma_k32_s8s8",
+        (true, false) => "tilus_mma_k32_s8u8",
+        (false, true) => "tilus_mma_k32_u8s8",
+        (false, false) => "tilus_mma_k32_u8u8",
+    }
+}
+
+fn int8_ptx(signed: bool) -> &'static str {
+    if signed {
+        "s8"
+    } else {
+        "u8"
+    }
 }

@@ -4,8 +4,9 @@
 //! `a: [m, k]`, `b: [k, n]`, `c: [m, n]` (result in `c`'s layout) is accepted when one of two
 //! implementations serves it; [`plan_dot`] says which (mma is preferred when both do).
 //!
-//! **Dtypes.** `a` and `b` have the same dtype. The accumulator `c` is `f32` when they are
-//! floats and `i32` when they are integers (signed or unsigned, any width).
+//! **Dtypes.** `a` and `b` have the same dtype, or are 8-bit integers of different signedness
+//! (u8 x i8, i8 x u8: the mma's mixed forms). The accumulator `c` is `f32` when they are floats
+//! and `i32` when they are integers (signed or unsigned, any width).
 //!
 //! **Thread-local** ([`dot_thread_local`], any dtypes above). Each thread computes its own `c`
 //! locals with scalar FMAs from its own registers: for every block thread `t` and every local
@@ -26,10 +27,14 @@
 //! | f16/bf16 -> f32       | `column_local(2,2).spatial(8,4).local(1,2)` | `local(2,1).column_spatial(4,8).local(2,1)` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | i8/u8 -> i32          | `local(2,1).spatial(8,4).local(1,4)`      | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
 //! | fp8 -> f32 (m16n8k32, sm_90) | `column_local(2,2).spatial(8,4).local(1,4)` `[16, 32]` | `local(2,1).column_spatial(4,8).local(4,1)` `[32, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
+//! | i8/u8, any pair -> i32 (m16n8k32) | as fp8 (`mma_a_f8`) | as fp8 (`mma_b_f8`) | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32 (m16n8k256) | `column_local(2,2).spatial(8,4).local(1,32)` `[16, 256]` | `local(2,1).column_spatial(4,8).local(32,1)` `[256, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
 //! | u1 -> i32, paired     | `spatial(8,4).local(2,64)`                 | `column_spatial(4,8).local(64,1)`            | `spatial(8,4).local(2,2)`            |
 //! | f16/bf16, runs of 4   | `local(2,1).spatial(8,4).local(1,4)`, locals reordered | `column_spatial(4,8).local(4,1)`            | `local(2,1).spatial(8,4).local(1,2)` |
 //! | f16/bf16, runs of 8   | `local(2,1).spatial(8,4).local(1,8)` `[16, 32]`, locals reordered | `column_spatial(4,8).local(8,1)` `[32, 8]` | `local(2,1).spatial(8,4).local(1,2)` |
+//!
+//! 8-bit integers take m16n8k32 (`MmaKind::Int8K32`) where its fragments divide the layouts, else
+//! m16n8k16 for one signedness; a mixed pair has only m16n8k32.
 //!
 //! The paired u1 set (`MmaKind::B1Paired`, tried when the first does not divide) is the same
 //! instruction on rows and k permuted within the tile, so that loads and stores are 8 bytes;
@@ -95,8 +100,25 @@ pub fn mma_fragments(kind: MmaKind) -> [Layout; 3] {
             f(&format!("mma_b_k{r}")),
             f("mma_c"),
         ],
-        MmaKind::E4M3 | MmaKind::E5M2 => [f("mma_a_f8"), f("mma_b_f8"), f("mma_c")],
+        MmaKind::E4M3 | MmaKind::E5M2 | MmaKind::Int8K32 { .. } => {
+            [f("mma_a_f8"), f("mma_b_f8"), f("mma_c")]
+        }
     }
+}
+
+/// Whether `dtype` is an 8-bit integer, and if so whether it is signed.
+fn int8_signed(dtype: DType) -> Option<bool> {
+    match dtype {
+        DType::Int(8) => Some(true),
+        DType::UInt(8) => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether `a` and `b` may be the operands of one `dot`: the same dtype, or 8-bit integers of
+/// either signedness each.
+pub fn operand_dtypes_agree(a: DType, b: DType) -> bool {
+    a == b || (int8_signed(a).is_some() && int8_signed(b).is_some())
 }
 
 /// The required accumulator dtype for operands of `dtype`.
@@ -139,11 +161,26 @@ pub fn plan_dot(
     match (mma, local) {
         (_, Ok(())) => Ok(DotPlan::ThreadLocal),
         (Err(m), Err(l)) => {
-            let (mm, mn, mk) = MmaKind::of(a.dtype, c.dtype).map_or((16, 8, 16), MmaKind::shape);
+            let (mm, mn, mk) = operand_kinds(a.dtype, b.dtype, c.dtype)
+                .0
+                .map_or((16, 8, 16), MmaKind::shape);
             Err(format!("thread-local: {l}; mma.m{mm}n{mn}k{mk}: {m}"))
         }
         (Ok(_), _) => unreachable!("returned above"),
     }
+}
+
+/// The mma kind of operands `a`, `b` and accumulator `c` (the same dtype's standard kind, or
+/// m16n8k32 for a mixed 8-bit pair), and the m16n8k32 kind of 8-bit integer operands.
+fn operand_kinds(a: DType, b: DType, c: DType) -> (Option<MmaKind>, Option<MmaKind>) {
+    let k32 = match (int8_signed(a), int8_signed(b)) {
+        (Some(a_signed), Some(b_signed)) if c == DType::Int(32) => {
+            Some(MmaKind::Int8K32 { a_signed, b_signed })
+        }
+        _ => None,
+    };
+    let same = if a == b { MmaKind::of(a, c) } else { None };
+    (same.or(k32), k32)
 }
 
 fn mma_plan(
@@ -153,12 +190,20 @@ fn mma_plan(
     block_threads: usize,
     target: &Target,
 ) -> Result<DotPlan, String> {
-    let Some(kind) = MmaKind::of(a.dtype, c.dtype) else {
+    let (kind, k32) = operand_kinds(a.dtype, b.dtype, c.dtype);
+    let Some(kind) = kind else {
         return Err(format!(
-            "needs f16/bf16/fp8 operands with an f32 accumulator or i8/u8/u1 with i32, not {} with {}",
-            a.dtype, c.dtype
+            "needs f16/bf16/fp8 operands with an f32 accumulator or i8/u8/u1 with i32, not {} x {} with {}",
+            a.dtype, b.dtype, c.dtype
         ));
     };
+    // 8-bit integers take m16n8k32 where its fragments divide the layouts (half the
+    // instructions of m16n8k16, which would also serve them as two k16 tiles).
+    if let (Some(k32), MmaKind::I8 | MmaKind::U8) = (k32, kind) {
+        if let Ok(p) = mma_plan_of(k32, a, b, c, block_threads, target) {
+            return Ok(p);
+        }
+    }
     let plan = mma_plan_of(kind, a, b, c, block_threads, target);
     if plan.is_err() {
         // The same instruction on k-permuted fragments (see `layout::fragments`): the paired
@@ -202,7 +247,9 @@ fn mma_plan_of(
         MmaKind::B1Paired => ["mma_b1_ap", "mma_b1_bp", "mma_b1_cp"],
         MmaKind::F16Runs(4) | MmaKind::Bf16Runs(4) => ["mma_a_k4", "mma_b_k4", "mma_c"],
         MmaKind::F16Runs(_) | MmaKind::Bf16Runs(_) => ["mma_a_k8", "mma_b_k8", "mma_c"],
-        MmaKind::E4M3 | MmaKind::E5M2 => ["mma_a_f8", "mma_b_f8", "mma_c"],
+        MmaKind::E4M3 | MmaKind::E5M2 | MmaKind::Int8K32 { .. } => {
+            ["mma_a_f8", "mma_b_f8", "mma_c"]
+        }
     };
     let quotient = |x: &RegisterType, f: &Layout, which: &str, name: &str| {
         // A batched dot divides by the fragment with a leading extent of 1.

@@ -746,11 +746,11 @@ impl<'p> Checker<'p> {
                 );
             }
             let mut types_ok = true;
-            if ra.dtype != rb.dtype {
+            if !crate::verify::dot::operand_dtypes_agree(ra.dtype, rb.dtype) {
                 types_ok = false;
                 self.err(
                     span,
-                    format!("dot: {an} holds {} but {bn} holds {}; the operands must have the same dtype", ra.dtype, rb.dtype),
+                    format!("dot: {an} holds {} but {bn} holds {}; the operands must have the same dtype (or be 8-bit integers, u8 x i8 mixed)", ra.dtype, rb.dtype),
                 );
             } else if rc.dtype != accumulator_for(ra.dtype) {
                 types_ok = false;

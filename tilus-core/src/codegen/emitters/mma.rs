@@ -6,8 +6,8 @@
 //! fragments `jq` and each `kq`, one mma on `a` fragment `la(jq, kq)` and `b` fragment
 //! `lb(jq, kq)`. Fragment `l` of a 16-bit `a` is words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`;
 //! of an 8-bit `a` words `[2l, 2l+2)`, of `b` word `l`; of `c` words `[4l, 4l+4)`; of a u1 `a`
-//! (m16n8k256) words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`; of an fp8 `a` (m16n8k32) words
-//! `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`.
+//! (m16n8k256) words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`; of an fp8 or 8-bit integer `a`
+//! on m16n8k32 words `[4l, 4l+4)`, of `b` words `[2l, 2l+2)`.
 
 use super::elementwise::store_codes;
 use crate::codegen::context::Ctx;
@@ -60,7 +60,7 @@ pub(crate) fn dot(
                 cx.layouts[ib].map.clone(),
                 cx.layouts[ic].map.clone(),
             );
-            thread_local(cx, out, a, b, c, (adt, cdt), &ma, &mb, &mc)
+            thread_local(cx, out, a, b, c, (adt, bdt, cdt), &ma, &mb, &mc)
         }
     }
 }
@@ -173,6 +173,12 @@ fn mma(
             cx.features.insert("mma_e5m2");
             ("tilus_mma_e5m2", 4, 2)
         }
+        // m16n8k32: 16 bytes of A in 4 words, 8 of B in 2, each operand `.s8` or `.u8`.
+        MmaKind::Int8K32 { a_signed, b_signed } => {
+            let name = crate::codegen::prelude::mma_int8_k32_feature(a_signed, b_signed);
+            cx.features.insert(name);
+            (name, 4, 2)
+        }
     };
     // Instructions per fragment: one, or `r / 4` for the runs of `r`.
     let per_fragment = match kind {
@@ -209,7 +215,7 @@ fn thread_local(
     a: VarId,
     b: VarId,
     c: VarId,
-    (adt, cdt): (crate::DType, crate::DType),
+    (adt, bdt, cdt): (crate::DType, crate::DType, crate::DType),
     ma: &LayoutMap,
     mb: &LayoutMap,
     mc: &LayoutMap,
@@ -217,31 +223,35 @@ fn thread_local(
     let table = operand_tables(ma, mb, mc, cx.block_threads)
         .map_err(|e| cx.err(format!("dot (thread-local): {e}")))?;
     let (an, bn, cn, on) = (cx.name(a), cx.name(b), cx.name(c), cx.name(out));
-    let (abits, cbits) = (adt.bits(), cdt.bits());
-    let act = CType::of(adt);
+    let cbits = cdt.bits();
     let cct = CType::of(cdt);
     cx.w.open("");
-    // Decode each operand element once.
+    // Decode each operand element once (the operands may differ in signedness: u8 x i8).
     let mut dec_a: HashMap<usize, String> = HashMap::new();
     let mut dec_b: HashMap<usize, String> = HashMap::new();
-    let decode =
-        |cx: &mut Ctx, arr: &str, l: usize, cache: &mut HashMap<usize, String>| -> String {
-            if let Some(n) = cache.get(&l) {
-                return n.clone();
-            }
-            let (cc, v) = (
-                cx.fresh(&format!("{arr}_c{l}")),
-                cx.fresh(&format!("{arr}_v{l}")),
-            );
-            cx.w.line(format!(
-                "const uint32_t {cc} = {};",
-                get_bits(arr, l * abits as usize, abits)
-            ));
-            let value = scalar::decode(adt, &cc);
-            cx.w.line(format!("const {} {v} = {value};", act.name()));
-            cache.insert(l, v.clone());
-            v
-        };
+    let decode = |cx: &mut Ctx,
+                  arr: &str,
+                  dt: crate::DType,
+                  l: usize,
+                  cache: &mut HashMap<usize, String>|
+     -> String {
+        if let Some(n) = cache.get(&l) {
+            return n.clone();
+        }
+        let (cc, v) = (
+            cx.fresh(&format!("{arr}_c{l}")),
+            cx.fresh(&format!("{arr}_v{l}")),
+        );
+        let bits = dt.bits();
+        cx.w.line(format!(
+            "const uint32_t {cc} = {};",
+            get_bits(arr, l * bits as usize, bits)
+        ));
+        let value = scalar::decode(dt, &cc);
+        cx.w.line(format!("const {} {v} = {value};", CType::of(dt).name()));
+        cache.insert(l, v.clone());
+        v
+    };
     let mut codes = Vec::new();
     for (j, row) in table.iter().enumerate() {
         let (cc, acc) = (cx.fresh("c"), cx.fresh("acc"));
@@ -255,8 +265,8 @@ fn thread_local(
             scalar::decode(cdt, &cc)
         ));
         for &(la, lb) in row {
-            let x = decode(cx, &an, la, &mut dec_a);
-            let y = decode(cx, &bn, lb, &mut dec_b);
+            let x = decode(cx, &an, adt, la, &mut dec_a);
+            let y = decode(cx, &bn, bdt, lb, &mut dec_b);
             let line = match cct {
                 CType::Float => format!("{acc} = fmaf({x}, {y}, {acc});"),
                 CType::Int64 => format!("{acc} += {x} * {y};"),
