@@ -199,6 +199,57 @@ fn lut_matches_the_reference() {
     }
 }
 
+/// The integer-mma gemv (`QMatmulMethod::GemvImma`) on the GPU: 1-, 2- and 4-bit codes, zero
+/// points and signed offsets, groups of one and two k tiles, split k, f16 and bf16, one and
+/// three tokens, against the f64 reference with the output poisoned, within the output type's
+/// own rounding.
+#[test]
+fn gemv_imma_matches_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let Some(ctx) = context("gemv_imma_matches_the_reference") else {
+        return;
+    };
+    // (weight, activations, group, bk, bn, warps, stages, split, k)
+    let cases = [
+        ("u2", "f16", 128, 128, 256, 4, 4, 4, 8192),
+        ("i2", "bf16", 256, 128, 256, 4, 3, 2, 4096),
+        ("u4", "f16", 128, 64, 128, 4, 4, 4, 8192),
+        ("i4", "bf16", 128, 128, 128, 8, 2, 1, 2048),
+        ("u1", "f16", 256, 256, 256, 4, 3, 2, 4096),
+    ];
+    for (name, ad, group, bk, bn, warps, stages, split, k) in cases {
+        let wdtype: DType = name.parse().unwrap();
+        let adtype: DType = ad.parse().unwrap();
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: split,
+            ..QMatmulConfig::default_for(
+                wdtype,
+                adtype,
+                Some(group),
+                matches!(wdtype, DType::UInt(_)),
+            )
+        };
+        for m in [1, 3] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, 2 * bn, k, Group::Rows(group)),
+                _ => run_case::<f16>(&ctx, &cfg, m, 2 * bn, k, Group::Rows(group)),
+            };
+            println!("gemv_imma {name:>3} {adtype} g{group} bk{bk} bn{bn} split {split} m={m}: rel err {rel:.2e}");
+            let tol = if adtype == DType::F16 { 5e-4 } else { 4e-3 };
+            assert!(
+                rel < tol,
+                "gemv_imma {name} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+}
+
 /// The gemv method with several token tiles per block (`bm` 16, 32 and 64), as the tuner
 /// tries it for 9 to 64 rows: every weight type, ragged m (a partial tile, whole blocks, a
 /// second row block), f16 and bf16, grouped and per-channel scales, split-k.

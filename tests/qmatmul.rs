@@ -74,10 +74,8 @@ fn run_once(
     rng: &mut StdRng,
 ) -> Result<f64, String> {
     let cfg = &kernel.config;
-    let (k, n) = (q.k, q.n);
-    let prepared = prepare(q, cfg).map_err(|e| e.to_string())?;
     // Activations rounded to the activation type: the reference uses the same values.
-    let x: Vec<f32> = (0..m * k)
+    let x: Vec<f32> = (0..m * q.k)
         .map(|_| {
             let v = nonzero(rng, -1.0, 1.0);
             match cfg.adtype {
@@ -86,7 +84,15 @@ fn run_once(
             }
         })
         .collect();
-    let a = encode_half(&x, cfg.adtype);
+    run_on(kernel, q, m, &x)
+}
+
+/// [`run_once`] on given activations `x [m, k]`, already of the activation type.
+fn run_on(kernel: &QMatmulKernel, q: &QuantizedWeight, m: usize, x: &[f32]) -> Result<f64, String> {
+    let cfg = &kernel.config;
+    let (k, n) = (q.k, q.n);
+    let prepared = prepare(q, cfg).map_err(|e| e.to_string())?;
+    let a = encode_half(x, cfg.adtype);
     // 0xFFFF is NaN in both f16 and bf16.
     let mut c = vec![0xFF; m * n * 2];
     kernel
@@ -1199,4 +1205,158 @@ fn tuning_candidates_are_valid_and_distinct() {
     // Small shapes still get a candidate.
     let c = candidates(dt("i4"), DType::F16, Some(32), 1, 64, 64).unwrap();
     assert!(!c.is_empty());
+}
+
+/// The integer-mma gemv (`QMatmulMethod::GemvImma`): 1-, 2- and 4-bit codes, unsigned with zero
+/// points and signed in offset binary, groups of one and two k tiles, split k, f16 and bf16,
+/// several tokens and column tiles, within the output type's own rounding of the f64 reference
+/// (the digits are exact to `2^-23 max|x|`); its re-layout round-trips and its rules are errors
+/// naming the field.
+#[test]
+fn gemv_imma_matches_the_reference() {
+    use tilus::kernels::qmatmul::{relayout, relayout_inverse, QMatmulMethod};
+    // (weight, activations, group, bk, bn, warps, stages, split)
+    let cases = [
+        ("u2", "f16", 128, 128, 128, 4, 3, 1),
+        ("i2", "bf16", 256, 128, 256, 4, 4, 2),
+        ("u4", "bf16", 128, 64, 64, 2, 3, 2),
+        ("i4", "f16", 256, 128, 128, 8, 2, 1),
+        ("u1", "f16", 256, 256, 64, 4, 3, 1),
+    ];
+    let seed: u64 =
+        std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (wd, ad, group, bk, bn, warps, stages, split) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: split,
+            ..default_cfg(dt(wd), dt(ad), Some(group))
+        };
+        let k = group * split * 2;
+        let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        let q = quantize(&cfg, k, 2 * bn, &mut rng);
+        // f16 keeps 11 bits, bf16 8: the f16 gemv's own error on these cases.
+        let tol = if ad == "f16" { 5e-4 } else { 4e-3 };
+        for m in [1, 2] {
+            let rel = run_once(&kernel, &q, m, &mut rng).unwrap();
+            println!("gemv_imma {wd} {ad} m={m}: relative error {rel:.2e}");
+            assert!(rel < tol, "{wd} {ad} m={m}: relative error {rel}");
+        }
+        // Outliers: magnitudes from 2^-14 to 2^10 in every group (f16's normal range; bf16
+        // rounds them), and one group of zeros (its scale exponent has nothing to measure).
+        let x: Vec<f32> = (0..k)
+            .map(|i| {
+                if i / group == 1 {
+                    return 0.0;
+                }
+                let v = nonzero(&mut rng, -1.0, 1.0) * 2f32.powi(rng.random_range(-14..=10));
+                if ad == "f16" {
+                    f16::from_f32(v).to_f32()
+                } else {
+                    bf16::from_f32(v).to_f32()
+                }
+            })
+            .collect();
+        let rel = run_on(&kernel, &q, 1, &x).unwrap();
+        println!("gemv_imma {wd} {ad} outliers: relative error {rel:.2e}");
+        assert!(rel < tol, "{wd} {ad} outliers: relative error {rel}");
+        // Digit boundaries: mantissas `1 + 2^-10`, `2 - 2^-10` and `1.5` of both signs at every
+        // exponent, whose scaled values sit just past half a digit (a split rounded from the
+        // top end would need a digit of 128 there). Exact in f16 and, but for the last bits, in
+        // bf16.
+        let x: Vec<f32> = (0..k)
+            .map(|i| {
+                let mant = [1.0 + 2f32.powi(-10), 2.0 - 2f32.powi(-10), 1.5][i % 3];
+                let sign = if (i / 3) % 2 == 0 { 1.0 } else { -1.0 };
+                let v = sign * mant * 2f32.powi((i % 25) as i32 - 14);
+                if ad == "f16" {
+                    f16::from_f32(v).to_f32()
+                } else {
+                    bf16::from_f32(v).to_f32()
+                }
+            })
+            .collect();
+        let rel = run_on(&kernel, &q, 1, &x).unwrap();
+        println!("gemv_imma {wd} {ad} digit boundaries: relative error {rel:.2e}");
+        assert!(
+            rel < tol,
+            "{wd} {ad} digit boundaries: relative error {rel}"
+        );
+        let bytes = relayout(&q, &cfg).unwrap();
+        assert_eq!(
+            relayout_inverse(&bytes, &cfg, q.k, q.n).unwrap(),
+            q.codes,
+            "{wd}"
+        );
+    }
+    let base = QMatmulConfig {
+        method: QMatmulMethod::GemvImma,
+        bm: 1,
+        bn: 256,
+        bk: 128,
+        ..default_cfg(dt("u2"), DType::F16, Some(128))
+    };
+    let cases = [
+        (
+            QMatmulConfig {
+                wdtype: dt("u3"),
+                ..base
+            },
+            "`wdtype`",
+        ),
+        (
+            QMatmulConfig {
+                wdtype: dt("f4e2m1"),
+                has_zeros: false,
+                ..base
+            },
+            "`wdtype`",
+        ),
+        (QMatmulConfig { bm: 8, ..base }, "`bm`"),
+        (QMatmulConfig { bk: 64, ..base }, "`bk`"),
+        (QMatmulConfig { bn: 200, ..base }, "`bn`"),
+        (QMatmulConfig { warps: 3, ..base }, "`warps`"),
+        (
+            QMatmulConfig {
+                group_rows: None,
+                ..base
+            },
+            "`group_rows`",
+        ),
+        (
+            QMatmulConfig {
+                group_rows: Some(64),
+                ..base
+            },
+            "`group_rows`",
+        ),
+        (
+            QMatmulConfig {
+                stream_k: 4,
+                ..base
+            },
+            "`stream_k`",
+        ),
+        (
+            QMatmulConfig {
+                blocks_per_sm: 2,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+    ];
+    for (cfg, field) in cases {
+        let e = err_text(build(&cfg));
+        assert!(e.contains(field), "{cfg:?}: {e}");
+    }
+    // A block splits at most 4096 rows of activations.
+    let e = err_text(base.check_shape(1, 256, 8192));
+    assert!(e.contains("`k`") && e.contains("split_k"), "{e}");
+    assert!(base.check_shape(1, 256, 4096).is_ok());
 }

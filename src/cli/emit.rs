@@ -279,6 +279,15 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
             bm: 8,
             ..base
         },
+        // One token; bk of whole k32 fragments for each code of a byte.
+        "gemv_imma" => QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn: 256,
+            bk: 32 * 8 / wdtype.bits().clamp(1, 8) as usize,
+            stages: 4,
+            ..base
+        },
         // The look-up method's fixed tiles, with 8 warps of rows enough for a 16-byte load
         // per thread (two for groups of 64 on), two blocks to a multiprocessor.
         "lut" => {
@@ -288,7 +297,7 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
         }
         other => {
             return Err(format!(
-                "METHOD={other}: expected fused, gemv, gemv_wgmma or lut"
+                "METHOD={other}: expected fused, gemv, gemv_wgmma, gemv_imma or lut"
             ))
         }
     };

@@ -183,6 +183,12 @@ pub enum QMatmulMethod {
     /// planes. `bk = 512` (two table tiles, built and read in turn), `stages = 2`, groups of
     /// 32 to 256 rows, 4, 8 or 16 warps; `bn` a multiple of `warps x group_rows / 8`.
     Lut,
+    /// One token (`bm = 1`) of a 1-, 2- or 4-bit integer weight on the integer tensor cores
+    /// (`mma.m16n8k32 .s32.u8.s8`, sm_80+): a code masked in place in its byte is an exact u8
+    /// weight, four to a `lop3`; the activations are split into four s8 digits per scale group
+    /// (four of the mma's 8 columns), exact to `2^-23 max|x|`. Grouped scales of whole k tiles;
+    /// `bk` a multiple of `32 x 8 / bits`; `k / split_k` at most 4096 (`super::imma`).
+    GemvImma,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -439,6 +445,10 @@ impl QMatmulConfig {
         }
         if self.method == QMatmulMethod::Lut {
             return self.lut_tiling();
+        }
+        if self.method == QMatmulMethod::GemvImma {
+            self.check_split_limit()?;
+            return super::imma::gemv_imma_tiling(self);
         }
         if self.specialize {
             let why = if self.method != QMatmulMethod::GemvWgmma {
@@ -903,6 +913,18 @@ impl QMatmulConfig {
                 format!(
                     "{k} is not a multiple of bk{stage} x split_k = {}{stage} x {} = {kt}",
                     self.bk, self.split_k
+                ),
+            ));
+        }
+        if self.method == QMatmulMethod::GemvImma && k / self.split_k > super::imma::MAX_SLICE {
+            return Err(shape_err(
+                "k",
+                format!(
+                    "{k} rows in {} splits are slices of {}; the integer-mma gemv splits at most {} \
+                     rows of activations a block (raise split_k)",
+                    self.split_k,
+                    k / self.split_k,
+                    super::imma::MAX_SLICE
                 ),
             ));
         }

@@ -660,6 +660,255 @@ mod kernels {
         store_tile(acc, lct, layout!(spatial(WN * 32)), bi, bj, bs, false);
     }
 
+    /// [`QMatmulMethod::GemvImma`](crate::kernels::qmatmul::QMatmulMethod): one token's
+    /// `[1, BN]` tile of the transposed product on the integer tensor cores (`mma.m16n8k32
+    /// .s32.u8.s8`), one of `SPLIT` slices of k (the scheme: `crate::kernels::qmatmul::imma`'s
+    /// module docs).
+    ///
+    /// Before its k loop the block splits its slice of the token's activations into four s8
+    /// digits in shared memory (rows of `st [8, 4096]`), a warp a scale group: `σ` the power of
+    /// two that puts `max|x| σ` in `[2^29, 2^30)`, each value times `σ / γ` of its field, rounded
+    /// to an integer and split into balanced base-256 digits; `1 / σ` and `Σx / 2^24` of
+    /// each group go to `sg`. Each weight byte holds `P = 8 / bits` codes, field `f` of every
+    /// byte a k-range of `BK / P` rows of the tile: the thread's bytes, as words, masked by
+    /// field are each field's u8 A fragment, with no shift and no conversion. The digits, loaded
+    /// as B (`[8, BK / P]` n-major; rows 4..8 are zeros), take four of the mma's 8 columns. Per
+    /// group (whole k tiles) the i32 accumulator is converted and scaled by `s / σ`, and
+    /// `s (z + offset) Σx / 2^24` is taken off its first column (`offset = 2^(bits - 1)` for signed
+    /// codes, stored in offset binary); the four columns are weighted by `2^24, 2^16, 2^8, 1`
+    /// and added at the end.
+    ///
+    /// Parameters as [`qmatmul_gemv`]'s, with `BM = 1`; `SIGNED` for signed codes.
+    #[tilus::kernel(
+        lazy,
+        grid = [m, n / BN, SPLIT],
+        warps = WN,
+        // Checked when the crate is built: zero points, signed offsets, 2 and 4 bits, one and
+        // two tiles a group, split k, f16 and bf16.
+        space(
+            BM = [1],
+            BN = [256],
+            BK = [128],
+            WN = [4],
+            STAGES = [3],
+            SPLIT = [1, 4],
+            G = [128, 256],
+            ZEROS = [0, 1],
+            SIGNED = [0, 1],
+            VEC = [16],
+        ),
+        dtypes(A = [f16, bf16], W = [u2, i4]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_gemv_imma<
+        const BM: i32,
+        const BN: i32,
+        const BK: i32,
+        const WN: i32,
+        const STAGES: i32,
+        const SPLIT: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const SIGNED: i32,
+        const VEC: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+    ) {
+        let p = 8 / W::BITS;
+        let fk = BK / p;
+        let rep_n = BN / (16 * WN);
+        let rep_f = fk / 32;
+        let tpg = G / BK;
+        // `imma::MAX_SLICE`: the longest k-slice the digits hold.
+        let slice = 4096;
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = tile_bytes / (32 * WN);
+        let fold = ZEROS == 1;
+        let offset = if SIGNED == 1 {
+            0.5 * (1 << W::BITS)
+        } else {
+            0.0
+        };
+
+        let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+        // A field's codes as words of four bytes: `[BK / P / 4, BN]`, the registers of the u8
+        // A fragment `[BN, BK / P]`.
+        let lwords = layout!(spatial(1, WN)
+            .column_local(rep_f, rep_n)
+            .local(2, 2)
+            .column_spatial(4, 8));
+        let lwa = layout!(spatial(WN, 1).local(rep_n, rep_f).mma_a_f8);
+        // The digits n-major `[8, BK / P]`, every warp a copy, and their view as B.
+        let lxt = layout!(replicated(WN).local(1, rep_f).mma_b_f8_t);
+        let lxb = layout!(replicated(WN).local(rep_f, 1).mma_b_f8);
+        // The accumulator `[BN, 8]`, its `[8, BN]` view, and one value per output column.
+        let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
+        let lct = layout!(spatial(1, WN).column_local(1, rep_n).mma_c_t);
+        let lcs = layout!(reduce(lct, [0]));
+        // The split: a warp per group, `G / 32` consecutive activations a lane.
+        let lxg = layout!(spatial(1, WN, 32).local(1, 1, G / 32));
+        let lflat = layout!(spatial(1, WN * 32).local(1, G / 32));
+        let lgm = layout!(reduce(lxg, [2]));
+        let one = layout!(local(1, 1, 1));
+
+        let [bi, bj, bs] = block_indices();
+        let ktiles = k / (BK * SPLIT);
+        let kt0 = bs * ktiles;
+        let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+        let gs = view_global(scales, [k / G, n]);
+        let gz = view_global(zeros, [if ZEROS == 1 { k / G } else { 0 }, n]);
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let ss = shared::<A>([STAGES, 1, BN]);
+        let sz = if fold {
+            shared::<A>([STAGES, 1, BN])
+        } else {
+            ()
+        };
+        let st = shared::<u8>([8, slice]);
+        let sg = shared::<f32>([2, slice / G, 1]);
+
+        let issue = |tile: i32, stage: i32| {
+            let t = kt0 + tile;
+            copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+            let group = t * BK / G;
+            copy_async(
+                gs,
+                slice_shared(ss, [stage, 0, 0], [1, BN]),
+                [group, bj * BN],
+            );
+            if fold {
+                copy_async(
+                    gz,
+                    slice_shared(sz, [stage, 0, 0], [1, BN]),
+                    [group, bj * BN],
+                );
+            }
+        };
+        #[unroll]
+        for s0 in 0..STAGES - 1 {
+            if s0 < ktiles {
+                issue(s0, s0);
+            }
+            commit_group();
+        }
+
+        // The slice's activations as four s8 digits, while the first tiles load; the mma's
+        // other four columns are zeros.
+        let lzero = layout!(spatial(1, 32 * WN).local(1, slice / (32 * WN)));
+        #[unroll]
+        for r in 4..8 {
+            store_shared(register::<u8>(lzero, 0), st, [r, 0]);
+        }
+        let groups = ktiles / tpg;
+        let gx = view_global(a, [m, k / G, G]);
+        for gi in 0..cdiv(groups, WN) {
+            let x = cast::<f32>(load_global(gx, lxg, [bi, kt0 / tpg + gi * WN, 0]));
+            let amax = reduce_max(abs(x), 2);
+            // `σ = 2^(156 - E)` for the biased exponent `E` of `max|x|` (so `max|x| σ < 2^30`),
+            // `1 / σ = 2^(E - 156)`, by their f32 bits; 1 for a group of zeros.
+            let ebits = view::<i32>(amax, lgm) >> 23;
+            let nz = amax > 0.0;
+            let sig = select(nz, view::<f32>((283 - ebits) << 23, lgm), 1.0);
+            let inv_sig = select(nz, view::<f32>((ebits - 29) << 23, lgm), 1.0);
+            // `1 / γ` of each value's field (groups start at tile boundaries), times the
+            // `2^-(bits (P - 1))` that keeps every field's integer below `2^30`.
+            let field = arange(lxg, 2, 0) % BK / fk;
+            let up = cast::<f32>(register::<i32>(lxg, 1) << ((p - 1 - field) * W::BITS));
+            let v = x * (sig * (1.0 / (1 << (W::BITS * (p - 1))))) * up;
+            // The integer nearest `v` (exact: `v` has f16's 11 significant bits), then its
+            // balanced base-256 digits from the least significant end, each in `[-128, 127]`
+            // (every step exact in f32: the spans stay under 24 bits).
+            let iv = floor(v + 0.5);
+            let q1 = floor((iv + 128.0) * (1.0 / 256.0));
+            let d3 = iv - q1 * 256.0;
+            let q2 = floor((q1 + 128.0) * (1.0 / 256.0));
+            let d2 = q1 - q2 * 256.0;
+            let d0 = floor((q2 + 128.0) * (1.0 / 256.0));
+            let d1 = q2 - d0 * 256.0;
+            let at = gi * WN * G;
+            store_shared(view::<u8>(cast::<i8>(d0), lflat), st, [0, at]);
+            store_shared(view::<u8>(cast::<i8>(d1), lflat), st, [1, at]);
+            store_shared(view::<u8>(cast::<i8>(d2), lflat), st, [2, at]);
+            store_shared(view::<u8>(cast::<i8>(d3), lflat), st, [3, at]);
+            store_shared(inv_sig, sg, [0, gi * WN, 0]);
+            store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
+        }
+
+        // The columns' digit weights, and 1 in the first column: where the zero points come off.
+        let col = arange(lct, 0, 0);
+        // (Columns 4..8 hold zeros whatever their weight.)
+        let weight = cast::<f32>(register::<i32>(lct, 1) << ((3 - col % 4) * 8));
+        let first = select(col == 0, register::<f32>(lct, 1.0), 0.0);
+        let mut acc = register::<f32>(lct, 0.0);
+        for g in 0..groups {
+            let mut acc_g = register::<i32>(lc, 0);
+            for tt in 0..tpg {
+                let t = g * tpg + tt;
+                wait_group(STAGES - 2);
+                sync();
+                let stage = t % STAGES;
+                let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+                let next = t + (STAGES - 1);
+                if next < ktiles {
+                    issue(next, next % STAGES);
+                }
+                commit_group();
+                let words = view::<i32>(rw, lwords);
+                #[unroll]
+                for f in 0..p {
+                    // The field's bits in every byte, `m * 0x01010101` as an i32 (the top
+                    // byte's `m` wraps to `m - 256` when its bit 7 is set).
+                    let m = ((1 << W::BITS) - 1) << (W::BITS * f);
+                    let mask = m * 65793 + (m - 256 * (m >> 7)) * 16777216;
+                    let xt = load_shared(st, lxt, [0, t * BK + f * fk]);
+                    acc_g = dot(view::<u8>(words & mask, lwa), view::<i8>(xt, lxb), acc_g);
+                }
+            }
+            let last = (g * tpg + tpg - 1) % STAGES;
+            let sc = cast::<f32>(load_shared(
+                slice_shared(ss, [last, 0, 0], [1, BN]),
+                lcs,
+                [0, 0],
+            ));
+            let inv_sigma = item(load_shared(sg, one, [0, g, 0]));
+            acc = mul_add(view::<f32>(cast::<f32>(acc_g), lct), sc * inv_sigma, acc);
+            if fold || SIGNED == 1 {
+                let asum = item(load_shared(sg, one, [1, g, 0]));
+                let zc = if fold {
+                    cast::<f32>(load_shared(
+                        slice_shared(sz, [last, 0, 0], [1, BN]),
+                        lcs,
+                        [0, 0],
+                    )) + offset
+                } else {
+                    register::<f32>(lcs, offset)
+                };
+                acc = mul_add(first, zc * sc * (0.0 - asum), acc);
+            }
+        }
+        wait_group(0);
+        store_tile(
+            sum(acc * weight, 0),
+            lcs,
+            layout!(spatial(WN * 32)),
+            bi,
+            bj,
+            bs,
+            false,
+        );
+    }
+
     /// [`QMatmulMethod::GemvWgmma`](crate::kernels::qmatmul::QMatmulMethod): the transposed product of
     /// [`qmatmul_gemv`] on Hopper's warpgroup MMA. Each warpgroup dequantizes its `[64, BN / WG]`
     /// slice of the `[64, BN]` weight tile into wgmma's A registers (`rep = BN / (64 WG)` tiles of

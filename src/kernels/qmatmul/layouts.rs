@@ -98,7 +98,31 @@ impl QMatmulLayouts {
         let [fa, fb, fc] = mma_fragments(kind);
         let (wm, wn) = (t.warps_m, t.warps_n);
         let (local, spatial, rep) = (Layout::local, Layout::spatial, Layout::replicated);
-        let (c, a, b) = if config.method == QMatmulMethod::GemvWgmma {
+        let (c, a, b) = if config.method == QMatmulMethod::GemvImma {
+            // The integer-mma gemv: `P` codes a byte, code `f` of each byte in the k-range
+            // `[f bk / P, (f + 1) bk / P)`, each range the 8-bit k32 A fragments of the transposed
+            // product (`super::f8`).
+            let named = |n: &str| fragment(n).expect("a named fragment");
+            let p = super::imma::fields_per_byte(config.wdtype).expect("checked by tiling");
+            (
+                chain(&[
+                    spatial(&[1, wn]),
+                    Layout::column_local(&[t.rep_m, t.rep_n]),
+                    named("mma_c_t"),
+                ]),
+                chain(&[
+                    rep(2, wn),
+                    Layout::column_local(&[t.rep_m, t.rep_k]),
+                    named("mma_b_t"),
+                ]),
+                chain(&[
+                    local(&[p, 1]),
+                    spatial(&[1, wn]),
+                    Layout::column_local(&[config.bk / p / 32, t.rep_n]),
+                    named("mma_a_f8_t"),
+                ]),
+            )
+        } else if config.method == QMatmulMethod::GemvWgmma {
             // The warpgroup gemv: warpgroup tiles of 64 weight columns (four warps' 16-row
             // fragments), the k steps innermost; the activations stay in shared memory (`a`
             // is the tile as the mma.sync gemv would load it, for the host's shapes only).
@@ -168,9 +192,16 @@ impl QMatmulLayouts {
         let b3 = b
             .split_dim(0, rows)
             .map_err(|e| config_err("group_rows", e.to_string()))?;
-        let q = match pack_split(config.wdtype, config.adtype) {
-            Some(h) => b.swap_inner_locals(2, h).unwrap_or_else(|_| b.clone()),
-            None => b.clone(),
+        let q = if config.method == QMatmulMethod::GemvImma {
+            // Locals (field, i) -> (i, field): byte `i` packs code `f` of each field's local `i`.
+            let p = super::imma::fields_per_byte(config.wdtype).expect("checked by tiling");
+            b.swap_inner_locals(b.num_locals() / p, p)
+                .map_err(|e| config_err("bk", e.to_string()))?
+        } else {
+            match pack_split(config.wdtype, config.adtype) {
+                Some(h) => b.swap_inner_locals(2, h).unwrap_or_else(|_| b.clone()),
+                None => b.clone(),
+            }
         };
         let q3 = q
             .split_dim(0, rows)

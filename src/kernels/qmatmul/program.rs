@@ -63,6 +63,7 @@ pub fn config_name(c: &QMatmulConfig) -> String {
         QMatmulMethod::Gemv => "_gemv",
         QMatmulMethod::GemvWgmma => "_gemvwg",
         QMatmulMethod::Lut => "_lut",
+        QMatmulMethod::GemvImma => "_gemvimma",
     };
     let stream = if c.stream_k > 0 {
         format!("_st{}", c.stream_k)
@@ -110,7 +111,23 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         None => (0, 0),
     };
     let v = |x: usize| x as i32;
-    let main = if config.method == QMatmulMethod::GemvWgmma {
+    let main = if config.method == QMatmulMethod::GemvImma {
+        let cfg = kernel::qmatmul_gemv_imma::Config {
+            BM: 1,
+            BN: v(config.bn),
+            BK: v(config.bk),
+            WN: v(t.warps_n),
+            STAGES: v(config.stages),
+            SPLIT: v(config.split_k),
+            G: group,
+            ZEROS: zeros,
+            SIGNED: i32::from(matches!(config.wdtype, crate::DType::Int(_))),
+            VEC: v(t.vector_bytes),
+            A: config.adtype,
+            W: config.wdtype,
+        };
+        kernel::qmatmul_gemv_imma::translate(&cfg)
+    } else if config.method == QMatmulMethod::GemvWgmma {
         let cfg = kernel::qmatmul_gemv_wgmma::Config {
             BM: v(config.bm),
             BN: v(config.bn),
@@ -186,7 +203,8 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         QMatmulMethod::Fused
         | QMatmulMethod::Gemv
         | QMatmulMethod::GemvWgmma
-        | QMatmulMethod::Lut => None,
+        | QMatmulMethod::Lut
+        | QMatmulMethod::GemvImma => None,
         QMatmulMethod::DequantizeThenGemm => {
             let rows = super::dequant::store_rows(32 * t.warps_n, config.bk, config.bn)?;
             let cfg = kernel::qmatmul_dequant::Config {

@@ -96,7 +96,8 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
             what: format!("{k} x {n} packed {dt} codes"),
         });
     }
-    let codes = storage::unpack(dt, &weight.codes, k * n);
+    let mut codes = storage::unpack(dt, &weight.codes, k * n);
+    offset_binary(config, &mut codes);
     let maps = thread_maps(&lay);
     let t = lay.tiling;
     let mut out = vec![0u8; len];
@@ -159,16 +160,27 @@ pub fn relayout_inverse(
             }
         }
     }
+    offset_binary(config, &mut codes);
     Ok(storage::pack(dt, &codes))
+}
+
+/// The integer-mma gemv stores signed codes in offset binary (`super::imma`): flip each code's sign bit
+/// (its own inverse). Other methods keep two's complement.
+fn offset_binary(config: &QMatmulConfig, codes: &mut [u32]) {
+    if let (QMatmulMethod::GemvImma, DType::Int(bits)) = (config.method, config.wdtype) {
+        let sign = 1u32 << (bits - 1);
+        codes.iter_mut().for_each(|c| *c ^= sign);
+    }
 }
 
 /// The device re-layout program of `config` ([`super::kernel::qmatmul_relayout`]): parameters
 /// `k, n: i32`, `w` (the packed row-major codes), `out: *mut u8`; grid `[k / bk, n / bn]`.
 pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmulError> {
-    if config.method == QMatmulMethod::Lut {
+    if matches!(config.method, QMatmulMethod::Lut | QMatmulMethod::GemvImma) {
         return Err(super::config::config_err(
             "method",
-            "the look-up method's bit planes are re-laid on the host (relayout)",
+            "the look-up method's bit planes and the integer-mma gemv's offset-binary fields are \
+             re-laid on the host (relayout)",
         ));
     }
     let lay = QMatmulLayouts::distinct(config)?;

@@ -55,6 +55,7 @@ impl TuneCandidate for QMatmulConfig {
                 QMatmulMethod::Gemv => "gemv",
                 QMatmulMethod::GemvWgmma => "gemv_wgmma",
                 QMatmulMethod::Lut => "lut",
+                QMatmulMethod::GemvImma => "gemv_imma",
             },
         })
     }
@@ -153,6 +154,7 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         QMatmulMethod::Gemv => " gemv",
         QMatmulMethod::GemvWgmma => " gemv-wgmma",
         QMatmulMethod::Lut => " lut",
+        QMatmulMethod::GemvImma => " gemv-imma",
     };
     let stream = if c.stream_k > 0 {
         format!(" stream{}", c.stream_k)
@@ -470,9 +472,14 @@ fn gemv_width(bn: usize, bm: usize, warps: usize) -> usize {
 /// reserves (`--points 18446744073709551615` was a capacity-overflow panic).
 pub const MAX_TUNING_POINTS: usize = 4096;
 
+/// The integer-mma gemv's first tilings at one token, `(bn, warps, stages, split_k)`.
+const IMMA_FIRST: [(usize, usize, usize, usize); 3] =
+    [(256, 4, 4, 4), (512, 8, 4, 4), (256, 4, 4, 8)];
+
 /// The configurations tried for an `m`-row problem, most promising first: for decode shapes
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
-/// H100, each with the gemv method first, then the rest of that space; up to
+/// H100, each with the gemv method first (at one token of a 1-, 2- or 4-bit integer weight the
+/// integer-mma gemv's [`IMMA_FIRST`] before all), then the rest of that space; up to
 /// [`GEMV_MAX_ROWS`] rows the default tiles, then the small-batch list (gemv and fused tiles
 /// with split-k); above, the warpgroup gemv's [`TALL`] tiles, each on stream-k workers, then
 /// split and whole (sm_90a only: the tuner drops them elsewhere), with dequantize-then-GEMM
@@ -564,6 +571,24 @@ pub fn candidates_up_to(
         // and 37: on an H200 u1 1.5-1.9x faster than the gemv on the four Llama-70B layers, u2
         // and i2 1.04-1.2x), in 8-warp blocks two to a multiprocessor, the three
         // tilings `lut_tilings` rates best; then 16-warp blocks one to a multiprocessor.
+        // One token of a 1-, 2- or 4-bit integer weight on the integer tensor cores: a
+        // `lop3` makes four weights (`super::imma`); three tilings first, the rest at the end.
+        let imma_bits = matches!(wdtype, DType::UInt(1 | 2 | 4) | DType::Int(1 | 2 | 4));
+        let imma = |bn: usize, warps: usize, stages: usize, split_k: usize| QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn,
+            bk: 256 / wdtype.bits().clamp(1, 8) as usize,
+            warps,
+            stages,
+            split_k,
+            ..base
+        };
+        if m == 1 && imma_bits {
+            for (bn, warps, stages, split_k) in IMMA_FIRST {
+                push(imma(bn, warps, stages, split_k));
+            }
+        }
         let mut later_lut = Vec::new();
         if m == 1 && matches!(wdtype, DType::UInt(1 | 2) | DType::Int(2)) {
             if let Some(g) = group {
@@ -594,6 +619,15 @@ pub fn candidates_up_to(
             }
         }
         push(base);
+        if m == 1 && imma_bits {
+            for split_k in [2, 4, 8] {
+                for (bn, warps) in [(256, 4), (512, 8), (128, 4), (256, 8)] {
+                    for stages in [4, 3] {
+                        push(imma(bn, warps, stages, split_k));
+                    }
+                }
+            }
+        }
         // Then the rest of the space, for longer tuning. Split 8 gives 4-8x the blocks of the
         // n tiles alone, which also evens out the last wave.
         for split_k in [1, 2, 4, 8] {

@@ -1,0 +1,158 @@
+//! The host side of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma): its tile
+//! rules (the kernel is `kernel::qmatmul_gemv_imma`).
+//!
+//! One token of a 1-, 2- or 4-bit integer weight on the integer tensor cores
+//! (`mma.m16n8k32 .s32.u8.s8`, native on sm_80 and sm_90: `IMMA.16832.U8.S8`).
+//!
+//! **Weights.** A byte holds `P = 8 / bits` codes, field `f` at bits `bits · f`; field `f` of
+//! every byte of a thread's tile belongs to the k-range `[f · bk / P, (f + 1) · bk / P)` of the
+//! tile, so a thread's bytes are `P` u8 A fragments of `bk / P` rows of k each. Field `f`
+//! masked in place, `word & mask_f`, is the code times `γ_f = 2^(bits · f)` as a u8: one `lop3`
+//! makes four weights, with no shift and no conversion (the f16 gemv spends one `lop3` per two,
+//! perf note 34). Signed codes are stored in offset binary (`c + 2^(bits - 1)`, the sign bit
+//! flipped), the offset taken off once per group.
+//!
+//! **Activations.** Each scale group's activations are scaled by a power of two `σ` (so that
+//! `max|x| σ < 2^30`, exactly) and by `1 / γ_f` of their field, rounded to the nearest integer
+//! `V` and split into four balanced base-256 s8 digits `V = t0 2^24 + t1 2^16 + t2 2^8 + t3`,
+//! taken from the least significant end (`t3 = V - 256 floor((V + 128) / 256)`, and so on), so
+//! that every digit lies in `[-128, 127]` (rounding from the top end can reach 128). Only the
+//! rounding to `V` loses anything: within `2^-23 max|x|` of the activation for every field of
+//! every width, far below f16's own
+//! rounding. At one token the mma's 8 columns are 7/8 padding; the four digits take four of
+//! them, so the split costs no mma. The block splits its k-slice once, into shared memory,
+//! before its k loop. Per group the i32 accumulator (exact: `|Σ| < 2^31` for groups up to
+//! 65536) is converted to f32 and scaled by `s / σ`, and the zero point's (or the offset's)
+//! `s z Σx` is taken off; the four columns are weighted by `2^24, 2^16, 2^8, 1` and added at the
+//! end.
+//!
+//! Session 42 built the same scheme on fp8 (`mma.m16n8k32 .e4m3`, three e4m3 digits): sm_90 has
+//! no fp8 `mma.sync` in hardware, and ptxas's emulation made it 1.4x slower than the f16 gemv
+//! (perf note 59). The integer mma is the hardware's own.
+
+use super::config::{config_err, QMatmulConfig, QMatmulError, Tiling};
+use crate::DType;
+
+/// The longest k-slice (`k / split_k`) a block splits into shared memory: four digits of
+/// 4096 bytes.
+pub const MAX_SLICE: usize = 4096;
+
+/// Weight codes per byte for the method's weight types (1, 2 or 4 bits, integers).
+pub(crate) fn fields_per_byte(wdtype: DType) -> Option<usize> {
+    match wdtype {
+        DType::UInt(b) | DType::Int(b) if matches!(b, 1 | 2 | 4) => Some(8 / b as usize),
+        _ => None,
+    }
+}
+
+/// [`QMatmulConfig::tiling`] of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma): one
+/// token a block, `warps` warps along n of `bn / (16 warps)` fragments of 16 columns; errors
+/// name the field at fault.
+pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError> {
+    let Some(p) = fields_per_byte(c.wdtype) else {
+        return Err(config_err(
+            "wdtype",
+            format!(
+                "the integer-mma gemv masks 1-, 2- or 4-bit integer codes in place, not {}",
+                c.wdtype
+            ),
+        ));
+    };
+    if c.bm != 1 {
+        return Err(config_err(
+            "bm",
+            format!(
+                "{}; the integer-mma gemv computes one token a block (bm = 1)",
+                c.bm
+            ),
+        ));
+    }
+    if c.bk == 0 || !c.bk.is_multiple_of(32 * p) {
+        return Err(config_err(
+            "bk",
+            format!(
+                "{} is not a multiple of 32 x {p}: each of the {p} codes of a {} byte covers \
+                 whole k32 fragments",
+                c.bk, c.wdtype
+            ),
+        ));
+    }
+    if !c.warps.is_power_of_two() || c.warps > 16 {
+        return Err(config_err(
+            "warps",
+            format!(
+                "{}; the integer-mma gemv takes 1, 2, 4, 8 or 16 warps",
+                c.warps
+            ),
+        ));
+    }
+    if !c.bn.is_multiple_of(16 * c.warps) || c.bn > 4096 {
+        return Err(config_err(
+            "bn",
+            format!(
+                "{} is not a multiple of 16 x {} warps of at most 4096",
+                c.bn, c.warps
+            ),
+        ));
+    }
+    match c.group_rows {
+        Some(g)
+            if g.is_multiple_of(c.bk)
+                && g <= MAX_SLICE
+                && (MAX_SLICE / g).is_multiple_of(c.warps) => {}
+        Some(g) => {
+            return Err(config_err(
+                "group_rows",
+                format!(
+                "{g}: the integer-mma gemv scales the accumulator once per group of whole k tiles \
+                     (a multiple of bk = {}), and its warps split the activations a group \
+                     each ({} / group a multiple of {} warps)",
+                c.bk, MAX_SLICE, c.warps
+            ),
+            ))
+        }
+        None => {
+            return Err(config_err(
+                "group_rows",
+                "the integer-mma gemv needs grouped scales: the activations are scaled per group",
+            ))
+        }
+    }
+    let why = if c.stream_k != 0 {
+        Some(("stream_k", "a schedule of the warpgroup gemv"))
+    } else if c.specialize {
+        Some(("specialize", "a schedule of the warpgroup gemv"))
+    } else if c.stage_tiles != 1 {
+        Some(("stage_tiles", "a schedule of the warpgroup gemv"))
+    } else if c.blocks_per_sm != 1 {
+        Some(("blocks_per_sm", "1 for the integer-mma gemv"))
+    } else {
+        None
+    };
+    if let Some((field, what)) = why {
+        return Err(config_err(
+            field,
+            format!("{what}, not the integer-mma gemv's"),
+        ));
+    }
+    let bits = c.wdtype.bits() as usize;
+    let rep_n = c.bn / (16 * c.warps);
+    let locals_per_thread = c.bk * rep_n * 16 / 32;
+    let bytes_per_thread = locals_per_thread * bits / 8;
+    let vector_bytes = [16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|v| bytes_per_thread.is_multiple_of(*v))
+        .unwrap_or(1);
+    Ok(Tiling {
+        warps_m: 1,
+        warps_n: c.warps,
+        rep_m: 1,
+        rep_n,
+        rep_k: c.bk / 16,
+        groups_per_tile: 1,
+        locals_per_thread,
+        bytes_per_thread,
+        vector_bytes,
+        tile_bytes: c.bk * c.bn * bits / 8,
+    })
+}
