@@ -674,9 +674,9 @@ mod kernels {
     /// field are each field's u8 A fragment, with no shift and no conversion. The digits, loaded
     /// as B (`[8, BK / P]` n-major; rows 4..8 are zeros), take four of the mma's 8 columns. Per
     /// group (whole k tiles) the i32 accumulator is converted and scaled by `s / σ`, and
-    /// `s (z + offset) Σx / 2^24` is taken off its first column (`offset = 2^(bits - 1)` for signed
-    /// codes, stored in offset binary); the four columns are weighted by `2^24, 2^16, 2^8, 1`
-    /// and added at the end.
+    /// `s (z + offset) Σx / 2^24` is added up per output column (`offset = 2^(bits - 1)` for
+    /// signed codes, stored in offset binary); the four columns are weighted by `2^24, 2^16,
+    /// 2^8, 1` and added, and the zero points' sum taken off, at the end.
     ///
     /// Parameters as [`qmatmul_gemv`]'s, with `BM = 1`; `SIGNED` for signed codes.
     #[tilus::kernel(
@@ -845,12 +845,13 @@ mod kernels {
             store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
         }
 
-        // The columns' digit weights, and 1 in the first column: where the zero points come off.
+        // The columns' digit weights (columns 4..8 hold zeros whatever their weight).
         let col = arange(lct, 0, 0);
-        // (Columns 4..8 hold zeros whatever their weight.)
         let weight = cast::<f32>(register::<i32>(lct, 1) << ((3 - col % 4) * 8));
-        let first = select(col == 0, register::<f32>(lct, 1.0), 0.0);
         let mut acc = register::<f32>(lct, 0.0);
+        // `Σ s (z + offset) Σx / 2^24` per output column, taken off at the end: one value per
+        // column, not one per accumulator element.
+        let mut zsum = register::<f32>(lcs, 0.0);
         for g in 0..groups {
             let mut acc_g = register::<i32>(lc, 0);
             for tt in 0..tpg {
@@ -894,12 +895,12 @@ mod kernels {
                 } else {
                     register::<f32>(lcs, offset)
                 };
-                acc = mul_add(first, zc * sc * (0.0 - asum), acc);
+                zsum = mul_add(zc * sc, asum, zsum);
             }
         }
         wait_group(0);
         store_tile(
-            sum(acc * weight, 0),
+            sum(acc * weight, 0) - zsum * 16777216.0,
             lcs,
             layout!(spatial(WN * 32)),
             bi,
