@@ -91,7 +91,7 @@ Kernels and their --config keys (default in brackets):
              GROUP       rows per scale group, 0 for per-channel scales [128]
              BM, BN, BK, WARPS, STAGES, SPLIT_K
                          positive integers [the library's default tiles for WDTYPE]
-             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
+             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64), gemv_imma (one token on the integer mma, 1/2/4-bit integer weights; BM=1 BK=256/bits) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
              STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
              BLOCKS_PER_SM
                          lut and gemv_wgmma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
