@@ -666,17 +666,18 @@ mod kernels {
     /// module docs).
     ///
     /// Before its k loop the block splits its slice of the token's activations into four s8
-    /// digits in shared memory (rows of `st [8, 4096]`), a warp a scale group: `σ` the power of
+    /// digits in shared memory (rows of `st [4, 4096]`), a warp a scale group: `σ` the power of
     /// two that puts `max|x| σ` in `[2^29, 2^30)`, each value times `σ / γ` of its field, rounded
     /// to an integer and split into balanced base-256 digits; `1 / σ` and `Σx / 2^24` of
     /// each group go to `sg`. Each weight byte holds `P = 8 / bits` codes, field `f` of every
     /// byte a k-range of `BK / P` rows of the tile: the thread's bytes, as words, masked by
     /// field are each field's u8 A fragment, with no shift and no conversion. The digits, loaded
-    /// as B (`[8, BK / P]` n-major; rows 4..8 are zeros), take four of the mma's 8 columns. Per
-    /// group (whole k tiles) the i32 accumulator is converted and scaled by `s / σ`, and
-    /// `s (z + offset) Σx / 2^24` is added up per output column (`offset = 2^(bits - 1)` for
-    /// signed codes, stored in offset binary); the four columns are weighted by `2^24, 2^16,
-    /// 2^8, 1` and added, and the zero points' sum taken off, at the end.
+    /// as B (`[4, BK / P]` n-major, each row read by two lanes: columns 4..8 repeat 0..4), fill
+    /// the mma's 8 columns. Per group (whole k tiles) the i32 accumulator is converted and
+    /// scaled by `s / σ`, and `s (z + offset) Σx / 2^24` is added up per output column
+    /// (`offset = 2^(bits - 1)` for signed codes, stored in offset binary); the columns are
+    /// weighted by `2^24, 2^16, 2^8, 1` (columns 4..8 by zero) and added, and the zero points'
+    /// sum taken off, at the end.
     ///
     /// Parameters as [`qmatmul_gemv`]'s, with `BM = 1`; `SIGNED` for signed codes.
     #[tilus::kernel(
@@ -749,8 +750,16 @@ mod kernels {
             .local(2, 2)
             .column_spatial(4, 8));
         let lwa = layout!(spatial(WN, 1).local(rep_n, rep_f).mma_a_f8);
-        // The digits n-major `[8, BK / P]`, every warp a copy, and their view as B.
-        let lxt = layout!(replicated(WN).local(1, rep_f).mma_b_f8_t);
+        // The four digit rows n-major `[4, BK / P]`, every warp a copy, read as the B fragment's
+        // eight columns: lanes 16..32 (columns 4..8) hold the same digits as lanes 0..16
+        // (`mma_b_f8_t` with its column bit replicated), so shared memory holds no zero rows;
+        // those columns' sums are weighted by zero at the end.
+        let lxt = layout!(replicated(WN)
+            .local(1, rep_f)
+            .local(1, 2)
+            .replicated(2)
+            .spatial(4, 4)
+            .local(1, 4));
         let lxb = layout!(replicated(WN).local(rep_f, 1).mma_b_f8);
         // The accumulator `[BN, 8]`, its `[8, BN]` view, and one value per output column.
         let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
@@ -775,7 +784,7 @@ mod kernels {
         } else {
             ()
         };
-        let st = shared::<u8>([8, slice]);
+        let st = shared::<u8>([4, slice]);
         let sg = shared::<f32>([2, slice / G, 1]);
 
         let issue = |tile: i32, stage: i32| {
@@ -803,13 +812,7 @@ mod kernels {
             commit_group();
         }
 
-        // The slice's activations as four s8 digits, while the first tiles load; the mma's
-        // other four columns are zeros.
-        let lzero = layout!(spatial(1, 32 * WN).local(1, slice / (32 * WN)));
-        #[unroll]
-        for r in 4..8 {
-            store_shared(register::<u8>(lzero, 0), st, [r, 0]);
-        }
+        // The slice's activations as four s8 digits, while the first tiles load.
         let groups = ktiles / tpg;
         let gx = view_global(a, [m, k / G, G]);
         for gi in 0..cdiv(groups, WN) {
@@ -845,9 +848,13 @@ mod kernels {
             store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
         }
 
-        // The columns' digit weights (columns 4..8 hold zeros whatever their weight).
+        // The columns' digit weights; columns 4..8 repeat 0..4 and count for nothing.
         let col = arange(lct, 0, 0);
-        let weight = cast::<f32>(register::<i32>(lct, 1) << ((3 - col % 4) * 8));
+        let weight = select(
+            col < 4,
+            cast::<f32>(register::<i32>(lct, 1) << ((3 - col % 4) * 8)),
+            0.0,
+        );
         let mut acc = register::<f32>(lct, 0.0);
         // `Σ s (z + offset) Σx / 2^24` per output column, taken off at the end: one value per
         // column, not one per accumulator element.
@@ -887,11 +894,17 @@ mod kernels {
             if fold || SIGNED == 1 {
                 let asum = item(load_shared(sg, one, [1, g, 0]));
                 let zc = if fold {
-                    cast::<f32>(load_shared(
+                    let z = cast::<f32>(load_shared(
                         slice_shared(sz, [last, 0, 0], [1, BN]),
                         lcs,
                         [0, 0],
-                    )) + offset
+                    ));
+                    // Not `z + 0.0`: that is no identity for `-0.0`, so it would stay an add.
+                    if SIGNED == 1 {
+                        z + offset
+                    } else {
+                        z
+                    }
                 } else {
                     register::<f32>(lcs, offset)
                 };
