@@ -1215,19 +1215,19 @@ fn tuning_candidates_are_valid_and_distinct() {
 #[test]
 fn gemv_imma_matches_the_reference() {
     use tilus::kernels::qmatmul::{relayout, relayout_inverse, QMatmulMethod};
-    // (weight, activations, group, bk, bn, warps, stages, split)
+    // (weight, activations, group, bk, bn, warps, stages, split, blocks a multiprocessor)
     let cases = [
-        ("u2", "f16", 128, 128, 128, 4, 3, 1),
-        ("i2", "bf16", 256, 128, 256, 4, 4, 2),
-        ("u4", "bf16", 128, 64, 64, 2, 3, 2),
-        ("i4", "f16", 256, 128, 128, 8, 2, 1),
-        ("u1", "f16", 256, 256, 64, 4, 3, 1),
+        ("u2", "f16", 128, 128, 128, 4, 3, 1, 4),
+        ("i2", "bf16", 256, 128, 256, 4, 4, 2, 1),
+        ("u4", "bf16", 128, 64, 64, 2, 3, 2, 1),
+        ("i4", "f16", 256, 128, 128, 8, 2, 1, 3),
+        ("u1", "f16", 256, 256, 64, 4, 3, 1, 1),
     ];
     let seed: u64 =
         std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
     println!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
-    for (wd, ad, group, bk, bn, warps, stages, split) in cases {
+    for (wd, ad, group, bk, bn, warps, stages, split, occupancy) in cases {
         let cfg = QMatmulConfig {
             method: QMatmulMethod::GemvImma,
             bm: 1,
@@ -1236,6 +1236,7 @@ fn gemv_imma_matches_the_reference() {
             warps,
             stages,
             split_k: split,
+            blocks_per_sm: occupancy,
             ..default_cfg(dt(wd), dt(ad), Some(group))
         };
         let k = group * split * 2;
@@ -1345,7 +1346,35 @@ fn gemv_imma_matches_the_reference() {
         ),
         (
             QMatmulConfig {
-                blocks_per_sm: 2,
+                blocks_per_sm: 0,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+        (
+            QMatmulConfig {
+                blocks_per_sm: 5,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+        // 16 warps x 3 blocks: 42 registers a thread.
+        (
+            QMatmulConfig {
+                warps: 16,
+                bn: 512,
+                blocks_per_sm: 3,
+                ..base
+            },
+            "`blocks_per_sm`",
+        ),
+        // Three blocks of a 4-stage ring of 16 KiB tiles: 3 x 88 KiB of shared memory.
+        (
+            QMatmulConfig {
+                warps: 8,
+                bn: 512,
+                stages: 4,
+                blocks_per_sm: 3,
                 ..base
             },
             "`blocks_per_sm`",
@@ -1355,6 +1384,15 @@ fn gemv_imma_matches_the_reference() {
         let e = err_text(build(&cfg));
         assert!(e.contains(field), "{cfg:?}: {e}");
     }
+    // Three of them with a 3-stage ring fit (3 x 70 KiB).
+    let three = QMatmulConfig {
+        warps: 8,
+        bn: 512,
+        stages: 3,
+        blocks_per_sm: 3,
+        ..base
+    };
+    assert!(build(&three).is_ok());
     // A block splits at most 4096 rows of activations.
     let e = err_text(base.check_shape(1, 256, 8192));
     assert!(e.contains("`k`") && e.contains("split_k"), "{e}");

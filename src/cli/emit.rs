@@ -94,7 +94,7 @@ Kernels and their --config keys (default in brackets):
              METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64), gemv_imma (one token on the integer mma, 1/2/4-bit integer weights; BM=1 BK=256/bits) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
              STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
              BLOCKS_PER_SM
-                         lut and gemv_wgmma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
+                         lut, gemv_wgmma and gemv_imma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
              WS          gemv_wgmma only: 1 for warp specialization (a producer warpgroup fills the ring; split 1, no stream-k) [0]
              STAGE_TILES gemv_wgmma only: k tiles of 64 in a ring stage, 1 or 2 (2: with STREAM_K, groups of 128 rows or more) [1]
 

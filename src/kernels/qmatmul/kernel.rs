@@ -679,11 +679,13 @@ mod kernels {
     /// weighted by `2^24, 2^16, 2^8, 1` (columns 4..8 by zero) and added, and the zero points'
     /// sum taken off, at the end.
     ///
-    /// Parameters as [`qmatmul_gemv`]'s, with `BM = 1`; `SIGNED` for signed codes.
+    /// Parameters as [`qmatmul_gemv`]'s, with `BM = 1`; `SIGNED` for signed codes; `OCC` blocks
+    /// a multiprocessor (registers capped to make room).
     #[tilus::kernel(
         lazy,
         grid = [m, n / BN, SPLIT],
         warps = WN,
+        blocks_per_sm = OCC,
         // Checked when the crate is built: zero points, signed offsets, 2 and 4 bits, one and
         // two tiles a group, split k, f16 and bf16.
         space(
@@ -697,6 +699,7 @@ mod kernels {
             ZEROS = [0, 1],
             SIGNED = [0, 1],
             VEC = [16],
+            OCC = [1],
         ),
         dtypes(A = [f16, bf16], W = [u2, i4]),
     )]
@@ -712,6 +715,7 @@ mod kernels {
         const ZEROS: i32,
         const SIGNED: i32,
         const VEC: i32,
+        const OCC: i32,
         A: DTypeParam,
         W: DTypeParam,
     >(

@@ -123,6 +123,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             ZEROS: zeros,
             SIGNED: i32::from(matches!(config.wdtype, crate::DType::Int(_))),
             VEC: v(t.vector_bytes),
+            OCC: v(config.blocks_per_sm),
             A: config.adtype,
             W: config.wdtype,
         };
