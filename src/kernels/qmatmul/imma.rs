@@ -163,7 +163,7 @@ pub(crate) fn shared_bytes(c: &QMatmulConfig) -> usize {
     let rows = 1 + usize::from(c.has_zeros);
     let per_stage = tile + rows * c.bn * c.adtype.bits() as usize / 8;
     let groups = MAX_SLICE / c.group_rows.unwrap_or(MAX_SLICE).max(1);
-    c.stages.saturating_mul(per_stage) + 4 * MAX_SLICE + 2 * groups * 4
+    c.stages.saturating_mul(per_stage) + 4 * (MAX_SLICE + 16) + 2 * groups * 4
 }
 
 /// `blocks_per_sm` blocks (1 to 4) share a multiprocessor: each thread keeps at least 64

@@ -472,11 +472,18 @@ fn gemv_width(bn: usize, bm: usize, warps: usize) -> usize {
 /// reserves (`--points 18446744073709551615` was a capacity-overflow panic).
 pub const MAX_TUNING_POINTS: usize = 4096;
 
-/// The integer-mma gemv's first tilings at one token, `(bn, warps, stages, split_k)`: on an H200
-/// 512 columns of 8 warps in two k slices for 57344 x 8192 (u2 47.6 us, i4 64.9), 256 of 4 warps
-/// in eight for the smaller layers (perf note 61). Slices over 4096 rows are skipped.
-const IMMA_FIRST: [(usize, usize, usize, usize); 3] =
-    [(512, 8, 4, 2), (512, 8, 4, 4), (256, 4, 4, 8)];
+/// The integer-mma gemv's first tilings at one token, `(bn, warps, stages, split_k,
+/// blocks_per_sm)`: on an H200 512 columns of 8 warps in two k slices for 57344 x 8192 (u2
+/// 41.3 us with a 4-stage ring, u4 and i4 64.8 and 63.1 with 3 stages and three blocks a
+/// multiprocessor), 256 of 4 warps in eight for the 8192-row layers, 512 of 8 in eight for
+/// 8192 x 28672 (u4 37.2 us, u2 25.1; perf notes 61 and 62). Slices over 4096 rows are
+/// skipped.
+const IMMA_FIRST: [(usize, usize, usize, usize, usize); 4] = [
+    (512, 8, 4, 2, 1),
+    (512, 8, 3, 2, 3),
+    (256, 4, 4, 8, 1),
+    (512, 8, 4, 8, 1),
+];
 
 /// The configurations tried for an `m`-row problem, most promising first: for decode shapes
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
@@ -587,8 +594,11 @@ pub fn candidates_up_to(
             ..base
         };
         if m == 1 && imma_bits {
-            for (bn, warps, stages, split_k) in IMMA_FIRST {
-                push(imma(bn, warps, stages, split_k));
+            for (bn, warps, stages, split_k, blocks_per_sm) in IMMA_FIRST {
+                push(QMatmulConfig {
+                    blocks_per_sm,
+                    ..imma(bn, warps, stages, split_k)
+                });
             }
         }
         let mut later_lut = Vec::new();
