@@ -132,9 +132,11 @@ pub struct QMatmulConfig {
     pub stream_k: usize,
     /// Blocks the kernel is compiled to fit on one multiprocessor (`__launch_bounds__`'s
     /// minimum: ptxas then caps each thread at `65536 / (32 · warps · blocks_per_sm)`
-    /// registers). 1 for every method but [`QMatmulMethod::Lut`], whose 8-warp blocks run two
-    /// to a multiprocessor (perf note 37): two blocks' tables hide each other's barriers and
-    /// latencies better than one block's ILP does.
+    /// registers). Taken by [`QMatmulMethod::Lut`], whose 8-warp blocks run two to a
+    /// multiprocessor (perf note 37: two blocks' tables hide each other's barriers and
+    /// latencies better than one block's ILP does), [`QMatmulMethod::GemvWgmma`] (note 58) and
+    /// [`QMatmulMethod::GemvImma`] (three 8-warp blocks for 4-bit weights, note 62); 1 for the
+    /// other methods.
     pub blocks_per_sm: usize,
     /// Warp-specialized ([`QMatmulMethod::GemvWgmma`] on the copy engine, one pass, no
     /// split): one more warpgroup fills the ring while the `warps` multiply (`specialize!`;
@@ -744,15 +746,14 @@ impl QMatmulConfig {
         }
     }
 
-    /// `blocks_per_sm` warpgroup-gemv blocks share a multiprocessor (perf note 58): 1 to 4, each
-    /// thread keeping at least 64 registers under `__launch_bounds__`' cap, and every block's
-    /// ring of activation and weight tiles in shared memory together.
-    fn check_wgmma_occupancy(&self) -> Result<(), QMatmulError> {
+    /// `blocks_per_sm` is 1 to 4 and leaves each thread of `kernel`'s blocks at least 64
+    /// registers under `__launch_bounds__`' cap (`65536 / (threads · blocks)`).
+    pub(crate) fn check_blocks_registers(&self, kernel: &str) -> Result<(), QMatmulError> {
         let blocks = self.blocks_per_sm;
         if !(1..=4).contains(&blocks) {
             return Err(config_err(
                 "blocks_per_sm",
-                format!("{blocks}; the warpgroup gemv runs 1 to 4 blocks a multiprocessor"),
+                format!("{blocks}; {kernel} runs 1 to 4 blocks a multiprocessor"),
             ));
         }
         let threads = 32 * self.warps.max(1);
@@ -762,10 +763,19 @@ impl QMatmulConfig {
                 "blocks_per_sm",
                 format!(
                     "{blocks} blocks of {threads} threads leave {registers} registers a thread; \
-                     the warpgroup gemv needs at least 64"
+                     {kernel} needs at least 64"
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// `blocks_per_sm` warpgroup-gemv blocks share a multiprocessor (perf note 58): 1 to 4, each
+    /// thread keeping at least 64 registers under `__launch_bounds__`' cap, and every block's
+    /// ring of activation and weight tiles in shared memory together.
+    fn check_wgmma_occupancy(&self) -> Result<(), QMatmulError> {
+        let blocks = self.blocks_per_sm;
+        self.check_blocks_registers("the warpgroup gemv")?;
         let abytes = self.adtype.bits() as usize / 8;
         let rows = 64 * self.stage_tiles;
         let per_stage = self.bm * rows * abytes + rows * self.bn * self.wdtype.bits() as usize / 8;

@@ -133,7 +133,7 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
             format!("{what}, not the integer-mma gemv's"),
         ));
     }
-    check_occupancy(c)?;
+    c.check_blocks_registers("the integer-mma gemv")?;
     let bits = c.wdtype.bits() as usize;
     let rep_n = c.bn / (16 * c.warps);
     let locals_per_thread = c.bk * rep_n * 16 / 32;
@@ -154,52 +154,4 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         vector_bytes,
         tile_bytes: c.bk * c.bn * bits / 8,
     })
-}
-
-/// The bytes of shared memory a block of `c` takes: its ring of weight tiles and scale (and
-/// zero-point) rows, the four digit rows of a [`MAX_SLICE`] and two f32 per group of it.
-pub(crate) fn shared_bytes(c: &QMatmulConfig) -> usize {
-    let tile = c.bk * c.bn * c.wdtype.bits() as usize / 8;
-    let rows = 1 + usize::from(c.has_zeros);
-    let per_stage = tile + rows * c.bn * c.adtype.bits() as usize / 8;
-    let groups = MAX_SLICE / c.group_rows.unwrap_or(MAX_SLICE).max(1);
-    c.stages.saturating_mul(per_stage) + 4 * (MAX_SLICE + 16) + 2 * groups * 4
-}
-
-/// `blocks_per_sm` blocks (1 to 4) share a multiprocessor: each thread keeps at least 64
-/// registers under `__launch_bounds__`' cap, and the blocks' shared memory fits an sm_90
-/// multiprocessor's 228 KiB (an sm_80 device, with 164 KiB, runs fewer of them at once).
-fn check_occupancy(c: &QMatmulConfig) -> Result<(), QMatmulError> {
-    let blocks = c.blocks_per_sm;
-    if !(1..=4).contains(&blocks) {
-        return Err(config_err(
-            "blocks_per_sm",
-            format!("{blocks}; the integer-mma gemv runs 1 to 4 blocks a multiprocessor"),
-        ));
-    }
-    let threads = 32 * c.warps * blocks;
-    if threads > 1024 {
-        return Err(config_err(
-            "blocks_per_sm",
-            format!(
-                "{blocks} blocks of {} warps would leave {} registers a thread, fewer than 64",
-                c.warps,
-                65536 / threads
-            ),
-        ));
-    }
-    // A multiprocessor's 228 KiB: a block's 227 and the 1 KiB the hardware keeps per block.
-    let limit = tilus_core::target::Target::SM90.max_shared_bytes + 1024;
-    let bytes = blocks.saturating_mul(shared_bytes(c) + 1024);
-    if blocks > 1 && bytes > limit {
-        return Err(config_err(
-            "blocks_per_sm",
-            format!(
-                "{blocks} blocks of {} bytes of shared memory (and 1024 reserved each) exceed \
-                 a multiprocessor's {limit}",
-                shared_bytes(c)
-            ),
-        ));
-    }
-    Ok(())
 }

@@ -191,6 +191,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     check_for(&main, &target(config))?;
     let shared = verify::shared_bytes(&main);
     let limit = target(config).max_shared_bytes;
+    check_imma_occupancy(config, shared)?;
     if shared > limit {
         return Err(config_err(
             "stages",
@@ -350,4 +351,26 @@ pub fn a_swizzle(bk: usize) -> Option<Swizzle> {
     }
     let chunks = (bk / 8).trailing_zeros();
     Swizzle::new(chunks.min(3), 3, chunks.max(3)).ok()
+}
+
+/// The integer-mma gemv's `blocks_per_sm > 1` blocks, `shared` bytes each (the built program's
+/// count), fit an sm_90 multiprocessor: 228 KiB, a block's 227 and the 1 KiB the hardware keeps
+/// per block. Its programs are verified for sm_80, but occupancy pays on the H100 and H200 (an
+/// sm_80 device, with 164 KiB, runs fewer of them at once).
+fn check_imma_occupancy(config: &QMatmulConfig, shared: usize) -> Result<(), QMatmulError> {
+    let blocks = config.blocks_per_sm;
+    if config.method != QMatmulMethod::GemvImma || blocks <= 1 {
+        return Ok(());
+    }
+    let limit = Target::SM90.max_shared_bytes + 1024;
+    if blocks.saturating_mul(shared + 1024) > limit {
+        return Err(config_err(
+            "blocks_per_sm",
+            format!(
+                "{blocks} blocks of {shared} bytes of shared memory (and 1024 reserved each) \
+                 exceed a multiprocessor's {limit}"
+            ),
+        ));
+    }
+    Ok(())
 }
