@@ -665,7 +665,8 @@ mod kernels {
     /// .s32.u8.s8`), one of `SPLIT` slices of k (the scheme: `crate::kernels::qmatmul::imma`'s
     /// module docs).
     ///
-    /// Before its k loop the block splits its slice of the token's activations into four s8
+    /// Before its k loop the block splits its slice of the token's activations (copied in by
+    /// `cp.async` ahead of the ring's first tiles, into the ring's last stage) into four s8
     /// digits in shared memory (rows of `st [4, 4096]`), a warp a scale group: `σ` the power of
     /// two that puts `max|x| σ` in `[2^29, 2^30)`, each value times `σ / γ` of its field, rounded
     /// to an integer and split into balanced base-256 digits; `1 / σ` and `Σx / 2^24` of

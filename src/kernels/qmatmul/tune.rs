@@ -474,10 +474,10 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 
 /// The integer-mma gemv's first tilings at one token, `(bn, warps, stages, split_k,
 /// blocks_per_sm)`: on an H200 512 columns of 8 warps in two k slices for 57344 x 8192 (u2
-/// 41.3 us with a 4-stage ring, u4 and i4 64.8 and 63.1 with 3 stages and three blocks a
-/// multiprocessor), 256 of 4 warps in eight for the 8192-row layers, 512 of 8 in eight for
-/// 8192 x 28672 (u4 37.2 us, u2 25.1; perf notes 61 and 62). Slices over 4096 rows are
-/// skipped.
+/// 38.7 us, u4 and i4 62.7 and 60.7 with a 4-stage ring; three blocks a multiprocessor with 3
+/// stages within a microsecond of it), 256 of 4 warps in eight for the 8192-row layers, 512 of
+/// 8 in eight for 8192 x 28672 (u4 35.0 us, u2 22.5; perf notes 61 to 63). Slices over 4096
+/// rows are skipped.
 const IMMA_FIRST: [(usize, usize, usize, usize, usize); 4] = [
     (512, 8, 4, 2, 1),
     (512, 8, 3, 2, 3),
