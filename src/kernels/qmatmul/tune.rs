@@ -476,10 +476,14 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 /// blocks_per_sm)`: on an H200 512 columns of 8 warps in two k slices for 57344 x 8192 (u2
 /// 38.7 us, u4 and i4 62.7 and 60.7 with a 4-stage ring; three blocks a multiprocessor with 3
 /// stages within a microsecond of it), 256 of 4 warps in eight for the 8192-row layers, 512 of
-/// 8 in eight for 8192 x 28672 (u4 35.0 us, u2 22.5; perf notes 61 to 63). Slices over 4096
-/// rows are skipped.
-const IMMA_FIRST: [(usize, usize, usize, usize, usize); 4] = [
+/// 8 in eight for 8192 x 28672 (u4 35.0 us, u2 22.5; perf notes 61 to 63). 896 and 448 columns
+/// (warps of seven fragments) tile only 57344 x 8192 of the Llama-70B layers, in 256 blocks
+/// where 512 columns make 224 for 132 multiprocessors: u2 37.7-38.3 us against 38.9 (perf
+/// note 63). Tilings that do not divide the shape, and slices over 4096 rows, are skipped.
+const IMMA_FIRST: [(usize, usize, usize, usize, usize); 6] = [
     (512, 8, 4, 2, 1),
+    (896, 8, 3, 4, 2),
+    (448, 4, 4, 2, 1),
     (512, 8, 3, 2, 3),
     (256, 4, 4, 8, 1),
     (512, 8, 4, 8, 1),
