@@ -209,15 +209,18 @@ fn gemv_imma_matches_the_reference() {
     let Some(ctx) = context("gemv_imma_matches_the_reference") else {
         return;
     };
-    // (weight, activations, group, bk, bn, warps, stages, split, k)
+    // (weight, activations, group, bk, bn, warps, stages, split, k, blocks a multiprocessor)
     let cases = [
-        ("u2", "f16", 128, 128, 256, 4, 4, 4, 8192),
-        ("i2", "bf16", 256, 128, 256, 4, 3, 2, 4096),
-        ("u4", "f16", 128, 64, 128, 4, 4, 4, 8192),
-        ("i4", "bf16", 128, 128, 128, 8, 2, 1, 2048),
-        ("u1", "f16", 256, 256, 256, 4, 3, 2, 4096),
+        ("u2", "f16", 128, 128, 256, 4, 4, 4, 8192, 1),
+        ("i2", "bf16", 256, 128, 256, 4, 3, 2, 4096, 1),
+        ("u4", "f16", 128, 64, 128, 4, 4, 4, 8192, 1),
+        ("i4", "bf16", 128, 128, 128, 8, 2, 1, 2048, 1),
+        ("u1", "f16", 256, 256, 256, 4, 3, 2, 4096, 1),
+        // Warps of seven 16-column fragments, the tuner's 256-block tilings of 57344 x 8192.
+        ("u2", "f16", 128, 128, 896, 8, 3, 4, 8192, 2),
+        ("i4", "bf16", 128, 64, 448, 4, 4, 2, 8192, 1),
     ];
-    for (name, ad, group, bk, bn, warps, stages, split, k) in cases {
+    for (name, ad, group, bk, bn, warps, stages, split, k, occupancy) in cases {
         let wdtype: DType = name.parse().unwrap();
         let adtype: DType = ad.parse().unwrap();
         let cfg = QMatmulConfig {
@@ -228,6 +231,7 @@ fn gemv_imma_matches_the_reference() {
             warps,
             stages,
             split_k: split,
+            blocks_per_sm: occupancy,
             ..QMatmulConfig::default_for(
                 wdtype,
                 adtype,

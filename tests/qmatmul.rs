@@ -1222,6 +1222,9 @@ fn gemv_imma_matches_the_reference() {
         ("u4", "bf16", 128, 64, 64, 2, 3, 2, 1),
         ("i4", "f16", 256, 128, 128, 8, 2, 1, 3),
         ("u1", "f16", 256, 256, 64, 4, 3, 1, 1),
+        // Warps of seven 16-column fragments, the tuner's 256-block tilings of 57344 x 8192.
+        ("u2", "f16", 128, 128, 448, 4, 4, 2, 1),
+        ("i4", "bf16", 128, 64, 896, 8, 3, 4, 2),
     ];
     let seed: u64 =
         std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
