@@ -1401,3 +1401,51 @@ fn gemv_imma_matches_the_reference() {
     assert!(e.contains("`k`") && e.contains("split_k"), "{e}");
     assert!(base.check_shape(1, 256, 4096).is_ok());
 }
+
+/// The integer-mma gemv over tilings drawn at random from its whole space (the tuner's lists
+/// only sample it): 1 to 7 fragments a warp, 1 to 8 warps, 2 to 4 stages, groups of one and two
+/// k tiles, split k, two blocks a multiprocessor, against the f64 reference on the interpreter.
+#[test]
+fn gemv_imma_random_tilings_match_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let seed: u64 =
+        std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut ran = 0;
+    while ran < 6 {
+        let wd = ["u1", "u2", "i2", "u4", "i4"][rng.random_range(0..5)];
+        let ad = ["f16", "bf16"][rng.random_range(0..2)];
+        let bits = dt(wd).bits() as usize;
+        let warps = [1, 2, 4, 8][rng.random_range(0..4)];
+        let bk = 256 / bits;
+        let group = bk * rng.random_range(1..=2);
+        let split = [1, 2, 4][rng.random_range(0..3)];
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn: 16 * warps * rng.random_range(1..=7),
+            bk,
+            warps,
+            stages: rng.random_range(2..=4),
+            split_k: split,
+            blocks_per_sm: rng.random_range(1..=2),
+            ..default_cfg(dt(wd), dt(ad), Some(group))
+        };
+        // Draws outside the space (a group too large for the warps' share of the slice, shared
+        // memory for two blocks) are refused by name; the rest must compute the product.
+        let Ok(kernel) = build(&cfg) else {
+            continue;
+        };
+        let k = group * split * rng.random_range(1..=2);
+        let q = quantize(&cfg, k, 2 * cfg.bn, &mut rng);
+        let tol = if ad == "f16" { 5e-4 } else { 4e-3 };
+        let rel = run_once(&kernel, &q, 1, &mut rng).unwrap();
+        println!(
+            "gemv_imma {wd} {ad} g{group} bn{} w{warps} s{} sk{split} o{} k{k}: relative error {rel:.2e}",
+            cfg.bn, cfg.stages, cfg.blocks_per_sm
+        );
+        assert!(rel < tol, "{cfg:?} k={k}: relative error {rel}");
+        ran += 1;
+    }
+}
