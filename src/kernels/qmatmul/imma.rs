@@ -23,10 +23,10 @@
 //! them, so the split costs no mma. The block splits its k-slice once, into shared memory,
 //! before its k loop, from a copy of the slice that `cp.async` brings in ahead of the weight
 //! ring's first tiles (loading it from global memory group by group queued each load behind
-//! the ring's: 2-3 us of a 40 us kernel, perf note 63). Per group the i32 accumulator (exact: `|Σ| < 2^31` for groups up to
-//! 65536) is converted to f32 and scaled by `s / σ`, and the zero point's (or the offset's)
-//! `s z Σx` is taken off; the four columns are weighted by `2^24, 2^16, 2^8, 1` and added at the
-//! end.
+//! the ring's: 2-3 us of a 40 us kernel, perf note 63). Per group the i32 accumulator (exact:
+//! `|Σ| < 2^31` for groups up to 65536) is converted to f32 and scaled by `s / σ`, and the
+//! zero point's (or the offset's) `s z Σx` is taken off; the four columns are weighted by
+//! `2^24, 2^16, 2^8, 1` and added at the end.
 //!
 //! Session 42 built the same scheme on fp8 (`mma.m16n8k32 .e4m3`, three e4m3 digits): sm_90 has
 //! no fp8 `mma.sync` in hardware, and ptxas's emulation made it 1.4x slower than the f16 gemv

@@ -666,7 +666,8 @@ mod kernels {
     /// module docs).
     ///
     /// Before its k loop the block splits its slice of the token's activations (copied in by
-    /// `cp.async` ahead of the ring's first tiles, into the ring's last stage) into four s8
+    /// `cp.async` ahead of the ring's first tiles, into the ring's last stage or, for tiles
+    /// smaller than the slice, a buffer of its own) into four s8
     /// digits in shared memory (rows of `st [4, 4096]`), a warp a scale group: `σ` the power of
     /// two that puts `max|x| σ` in `[2^29, 2^30)`, each value times `σ / γ` of its field, rounded
     /// to an integer and split into balanced base-256 digits; `1 / σ` and `Σx / 2^24` of
@@ -773,7 +774,9 @@ mod kernels {
         // The split: a warp per group, `G / 32` consecutive activations a lane.
         let lxg = layout!(spatial(1, WN, 32).local(1, 1, G / 32));
         let lflat = layout!(spatial(1, WN * 32).local(1, G / 32));
-        let lxb8 = layout!(spatial(1, WN * 32).local(1, G / 16));
+        // The same values as the bytes they arrive in (`ab` bytes an activation).
+        let ab = A::BITS / 8;
+        let lxb8 = layout!(spatial(1, WN * 32).local(1, G / 32 * ab));
         let lgm = layout!(reduce(lxg, [2]));
         let one = layout!(local(1, 1, 1));
 
@@ -799,7 +802,7 @@ mod kernels {
         // arrive first: the split below reads shared memory, not a chain of global loads queued
         // behind the weights' (perf note 63). They borrow the ring's last stage, which no tile
         // fills before the k loop's first barrier, when it holds them.
-        let xbytes = 2 * slice;
+        let xbytes = ab * slice;
         let sx = if tile_bytes >= xbytes {
             slice_shared(sb, [STAGES - 1, 0], [1, xbytes])
         } else {
@@ -823,8 +826,8 @@ mod kernels {
                 );
             }
         };
-        let gxb = view_global::<u8>(a, [m, 2 * k]);
-        copy_async(gxb, sx, [bi, 2 * kt0 * BK]);
+        let gxb = view_global::<u8>(a, [m, ab * k]);
+        copy_async(gxb, sx, [bi, ab * kt0 * BK]);
         commit_group();
         #[unroll]
         for s0 in 0..STAGES - 1 {
@@ -839,7 +842,7 @@ mod kernels {
         wait_group(STAGES - 1);
         sync();
         for gi in 0..cdiv(groups, WN) {
-            let x = cast::<f32>(view::<A>(load_shared(sx, lxb8, [0, gi * WN * 2 * G]), lxg));
+            let x = cast::<f32>(view::<A>(load_shared(sx, lxb8, [0, gi * WN * G * ab]), lxg));
             let amax = reduce_max(abs(x), 2);
             // `σ = 2^(156 - E)` for the biased exponent `E` of `max|x|` (so `max|x| σ < 2^30`),
             // `1 / σ = 2^(E - 156)`, by their f32 bits; 1 for a group of zeros.
