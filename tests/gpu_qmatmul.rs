@@ -254,6 +254,57 @@ fn gemv_imma_matches_the_reference() {
     }
 }
 
+/// The integer-mma gemv with several tokens a block (`bm` 4 to 32, the activations split into
+/// two s8 digits by a pre-pass): 1-, 2- and 4-bit codes, zero points and signed offsets, split
+/// k, f16 and bf16, ragged m (one token, a partial block, several blocks), against the f64
+/// reference with the output poisoned, within the output type's own rounding.
+#[test]
+fn gemv_imma_tokens_match_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let Some(ctx) = context("gemv_imma_tokens_match_the_reference") else {
+        return;
+    };
+    // (weight, activations, group, bk, bn, warps, stages, split, k, tokens a block)
+    let cases = [
+        ("u2", "f16", 128, 128, 512, 8, 4, 2, 8192, 16),
+        ("i2", "bf16", 128, 128, 256, 4, 4, 4, 4096, 8),
+        ("u4", "f16", 128, 64, 256, 8, 4, 1, 2048, 32),
+        ("i4", "bf16", 256, 64, 512, 8, 3, 2, 4096, 16),
+        ("i4", "f16", 128, 64, 448, 4, 4, 2, 8192, 16),
+    ];
+    for (name, ad, group, bk, bn, warps, stages, split, k, bm) in cases {
+        let wdtype: DType = name.parse().unwrap();
+        let adtype: DType = ad.parse().unwrap();
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: split,
+            ..QMatmulConfig::default_for(
+                wdtype,
+                adtype,
+                Some(group),
+                matches!(wdtype, DType::UInt(_)),
+            )
+        };
+        for m in [1, bm - 1, 2 * bm + 1, 33] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, 2 * bn, k, Group::Rows(group)),
+                _ => run_case::<f16>(&ctx, &cfg, m, 2 * bn, k, Group::Rows(group)),
+            };
+            println!("gemv_imma bm{bm} {name:>3} {adtype} g{group} bn{bn} split {split} m={m}: rel err {rel:.2e}");
+            let tol = if adtype == DType::F16 { 5e-4 } else { 4e-3 };
+            assert!(
+                rel < tol,
+                "gemv_imma bm{bm} {name} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+}
+
 /// The gemv method with several token tiles per block (`bm` 16, 32 and 64), as the tuner
 /// tries it for 9 to 64 rows: every weight type, ragged m (a partial tile, whole blocks, a
 /// second row block), f16 and bf16, grouped and per-channel scales, split-k.

@@ -346,7 +346,7 @@ fn lut_relayout_round_trips_and_rules_name_the_field() {
             },
             "`group_rows`",
         ),
-        (QMatmulConfig { bm: 8, ..base }, "`bm`"),
+        (QMatmulConfig { bm: 2, ..base }, "`bm`"),
         (QMatmulConfig { bk: 256, ..base }, "`bk`"),
         (QMatmulConfig { warps: 2, ..base }, "`warps`"),
         (QMatmulConfig { stages: 3, ..base }, "`stages`"),
@@ -1202,6 +1202,23 @@ fn tuning_candidates_are_valid_and_distinct() {
                 .all(|c| c.method != QMatmulMethod::Lut || m == 1));
         }
     }
+    // 2 to 4 tokens of a 2- or 4-bit integer weight start with several tokens a block on the
+    // integer mma (one block row); 1-bit weights never take it (two digits are too coarse).
+    for (wd, m) in [("u2", 2), ("i4", 4), ("i2", 7), ("u1", 4)] {
+        let c = candidates(dt(wd), DType::F16, Some(128), m, 57344, 8192).unwrap();
+        let tokens = |c: &QMatmulConfig| c.method == QMatmulMethod::GemvImma && c.bm > 1;
+        assert_eq!(
+            tokens(&c[0]),
+            m <= 4 && wd != "u1",
+            "{wd} m={m}: {:?}",
+            c[0]
+        );
+        assert_eq!(c.iter().any(tokens), wd != "u1", "{wd} m={m}");
+        assert!(
+            c.iter().filter(|c| tokens(c)).all(|c| c.bm >= m),
+            "{wd} m={m}"
+        );
+    }
     // Small shapes still get a candidate.
     let c = candidates(dt("i4"), DType::F16, Some(32), 1, 64, 64).unwrap();
     assert!(!c.is_empty());
@@ -1322,7 +1339,7 @@ fn gemv_imma_matches_the_reference() {
             },
             "`wdtype`",
         ),
-        (QMatmulConfig { bm: 8, ..base }, "`bm`"),
+        (QMatmulConfig { bm: 2, ..base }, "`bm`"),
         (QMatmulConfig { bk: 64, ..base }, "`bk`"),
         (QMatmulConfig { bn: 200, ..base }, "`bn`"),
         (QMatmulConfig { warps: 3, ..base }, "`warps`"),
@@ -1405,6 +1422,68 @@ fn gemv_imma_matches_the_reference() {
 /// The integer-mma gemv over tilings drawn at random from its whole space (the tuner's lists
 /// only sample it): 1 to 7 fragments a warp, 1 to 8 warps, 2 to 4 stages, groups of one and two
 /// k tiles, split k, two blocks a multiprocessor, against the f64 reference on the interpreter.
+#[test]
+fn gemv_imma_tokens_match_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    // Several tokens a block on the integer mma, from the pre-pass's two digits a value.
+    // (weight, activations, group, bk, bn, warps, stages, split, tokens a block)
+    let cases = [
+        ("u2", "f16", 128, 128, 128, 4, 3, 1, 4),
+        ("i2", "bf16", 256, 128, 64, 2, 4, 2, 8),
+        ("u4", "bf16", 128, 64, 64, 2, 3, 2, 16),
+        ("i4", "f16", 128, 64, 128, 8, 2, 1, 16),
+        ("u2", "f16", 256, 128, 64, 4, 3, 1, 4),
+        ("i4", "bf16", 128, 64, 112, 1, 3, 1, 32),
+    ];
+    let seed: u64 =
+        std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (wd, ad, group, bk, bn, warps, stages, split, bm) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: split,
+            ..default_cfg(dt(wd), dt(ad), Some(group))
+        };
+        let k = group * split * 2;
+        let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        assert!(
+            kernel.digits.is_some(),
+            "{bm} tokens a block take the pre-pass"
+        );
+        let q = quantize(&cfg, k, 2 * bn, &mut rng);
+        // Two digits keep `2^-14 max|x|` of each group: below f16's and bf16's own rounding
+        // of the output.
+        let tol = if ad == "f16" { 5e-4 } else { 4e-3 };
+        // One token, a ragged block, and a block and a half.
+        for m in [1, bm - 1, bm + bm / 2 + 1] {
+            let rel = run_once(&kernel, &q, m, &mut rng).unwrap();
+            println!("gemv_imma bm{bm} {wd} {ad} m={m}: relative error {rel:.2e}");
+            assert!(rel < tol, "{wd} {ad} bm={bm} m={m}: relative error {rel}");
+        }
+    }
+    // A 1-bit weight's zero point would sum the two digits' rounding past f16's: refused,
+    // naming the field.
+    let u1 = QMatmulConfig {
+        method: QMatmulMethod::GemvImma,
+        bm: 4,
+        bn: 64,
+        bk: 256,
+        warps: 4,
+        stages: 3,
+        ..default_cfg(dt("u1"), DType::F16, Some(256))
+    };
+    match build(&u1) {
+        Err(QMatmulError::Config { field: "bm", .. }) => {}
+        other => panic!("1-bit weights with 4 tokens a block: {other:?}"),
+    }
+}
+
 #[test]
 fn gemv_imma_random_tilings_match_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;

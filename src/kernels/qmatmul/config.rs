@@ -190,6 +190,9 @@ pub enum QMatmulMethod {
     /// weight, four to a `lop3`; the activations are split into four s8 digits per scale group
     /// (four of the mma's 8 columns), exact to `2^-23 max|x|`. Grouped scales of whole k tiles;
     /// `bk` a multiple of `32 x 8 / bits`; `k / split_k` at most 4096 (`super::imma`).
+    /// With `bm` = 4, 8, 16 or 32 (2- and 4-bit weights) a block computes that many tokens from
+    /// two s8 digits a value, which a pre-pass computes once for every column tile
+    /// (`2^-14 max|x|` of each group, within f16's rounding of the output): the 2-8 token path.
     GemvImma,
 }
 
@@ -926,7 +929,10 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        if self.method == QMatmulMethod::GemvImma && k / self.split_k > super::imma::MAX_SLICE {
+        if self.method == QMatmulMethod::GemvImma
+            && self.bm == 1
+            && k / self.split_k > super::imma::MAX_SLICE
+        {
             return Err(shape_err(
                 "k",
                 format!(
@@ -1038,6 +1044,36 @@ impl QMatmulConfig {
     /// with `split_k > 1` or stream-k.
     pub fn needs_split_buffers(&self) -> bool {
         self.split_k > 1 || self.stream_k > 0
+    }
+
+    /// The pre-pass buffers of [`QMatmulMethod::GemvImma`] with `bm > 1` for up to `max_m`
+    /// rows of a `k`-row weight: `(digits bytes, side f32s)`, `digits [2 mp, k]` and `side
+    /// [k / group, mp, 2]` with `mp = cdiv(max_m, 32) · 32`; `(0, 0)` for every other
+    /// configuration. Errors name `m` (a size past what the kernels index) or `k`.
+    pub fn digit_buffers(&self, max_m: usize, k: usize) -> Result<(usize, usize), QMatmulError> {
+        if self.method != QMatmulMethod::GemvImma || self.bm == 1 {
+            return Ok((0, 0));
+        }
+        let g = self.group_size(k);
+        if g == 0 || !k.is_multiple_of(g) {
+            return Err(shape_err(
+                "k",
+                format!("{k} is not a multiple of the group size {g}"),
+            ));
+        }
+        let mp = max_m.div_ceil(32).saturating_mul(32);
+        let digits = size_product("m", &[("digit rows", mp), ("twice", 2), ("k", k)])?;
+        let side = size_product("m", &[("groups", k / g), ("m", mp), ("pair", 2)])?;
+        if digits > i32::MAX as usize || side > i32::MAX as usize {
+            return Err(shape_err(
+                "m",
+                format!(
+                    "{max_m} rows of {k} activations make {digits} digits, more than the \
+                     2^31 - 1 elements the kernels index"
+                ),
+            ));
+        }
+        Ok((digits, side))
     }
 
     /// Rows per scale group for a weight with `k` rows.

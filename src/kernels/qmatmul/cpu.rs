@@ -300,7 +300,24 @@ impl QMatmulKernel {
         args.push(Arg::Buffer(c.to_vec()));
         args.push(Arg::Buffer(std::mem::take(&mut scratch.workspace)));
         args.push(Arg::Buffer(std::mem::take(&mut scratch.semaphores)));
+        if let Some(digits) = &self.digits {
+            // The pre-pass's buffers, poisoned (NaN, and digits of -1) so that an element it
+            // never writes cannot pass as a value.
+            let (nd, ns) = cfg.digit_buffers(m, w.k)?;
+            let mut pre = vec![
+                i(m),
+                i(w.k),
+                Arg::Buffer(a.to_vec()),
+                Arg::Buffer(vec![0xFF; nd]),
+                Arg::Buffer(f32::NAN.to_le_bytes().repeat(ns)),
+            ];
+            interp::run(digits, &mut pre)?;
+            args.extend(pre.drain(3..));
+        }
         let result = interp::run_ordered(&self.main, &mut args, order);
+        if self.digits.is_some() {
+            args.truncate(args.len() - 2);
+        }
         // The buffers come back also after an error.
         let mut take = || match args.pop() {
             Some(Arg::Buffer(b)) => b,

@@ -85,6 +85,19 @@ pub struct GpuQMatmul {
     /// that made it), all made on first use.
     dequant: Option<GpuKernel>,
     gemm: Mutex<Option<(Cublas, Box<dyn Any + Send>)>>,
+    /// With the integer-mma gemv for several tokens a block: the pre-pass splitting the
+    /// activations into digits, and its buffers (made by the first run that needs more than
+    /// they hold: a warm-up run before a CUDA graph's capture makes them).
+    digits: Option<GpuKernel>,
+    digit_buffers: Mutex<Option<DigitBuffers>>,
+}
+
+/// The pre-pass buffers of one [`GpuQMatmul`] ([`QMatmulConfig::digit_buffers`]).
+struct DigitBuffers {
+    max_m: usize,
+    k: usize,
+    digits: DeviceBuffer<u8>,
+    side: DeviceBuffer<f32>,
 }
 
 impl GpuQMatmul {
@@ -96,12 +109,18 @@ impl GpuQMatmul {
             Some(p) => Some(GpuKernel::from_program(p, &name, &TARGET)?),
             None => None,
         };
+        let digits = match &kernel.digits {
+            Some(p) => Some(GpuKernel::from_program(p, &name, &TARGET)?),
+            None => None,
+        };
         Ok(GpuQMatmul {
             kernel: kernel.clone(),
             main,
             split: Mutex::new(None),
             dequant,
             gemm: Mutex::new(None),
+            digits,
+            digit_buffers: Mutex::new(None),
         })
     }
 
@@ -109,6 +128,9 @@ impl GpuQMatmul {
     pub fn load(&self, ctx: &Context) -> Result<(), QMatmulError> {
         if let Some(d) = &self.dequant {
             return Ok(d.load(ctx)?);
+        }
+        if let Some(d) = &self.digits {
+            d.load(ctx)?;
         }
         Ok(self.main.load(ctx)?)
     }
@@ -155,7 +177,8 @@ impl GpuQMatmul {
     /// `c = a · dequant(w)` on `ctx`'s stream; `a` is `[m, k]`, `c` is `[m, n]`, row-major.
     /// Shapes and lengths are checked (errors name `m`, `n`, `k`, `a`, `b`, `scales`, `zeros`,
     /// `c`) before anything is launched. Returns when the work is queued: one launch, also
-    /// with `split_k > 1`, whose workspace must have been reserved for at least `m` rows of
+    /// with `split_k > 1` (two for the integer-mma gemv with several tokens a block: the
+    /// digits' pre-pass, whose buffers the first run with more rows than they hold makes), whose workspace must have been reserved for at least `m` rows of
     /// `w`'s columns ([`Self::reserve`]; an error naming `m` otherwise). With `split_k = 1`
     /// and no reservation, the first run makes the two one-element placeholders.
     pub fn run<T: Activation>(
@@ -231,6 +254,30 @@ impl GpuQMatmul {
             split = self.split.lock().unwrap_or_else(|p| p.into_inner());
         }
         let bufs = split.as_mut().expect("reserved above");
+        let mut pre = self.digit_buffers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(digits) = &self.digits {
+            if pre
+                .as_ref()
+                .is_none_or(|d| d.k != w.k || d.max_m.div_ceil(32) < m.div_ceil(32))
+            {
+                let (nd, ns) = cfg.digit_buffers(m, w.k)?;
+                *pre = Some(DigitBuffers {
+                    max_m: m,
+                    k: w.k,
+                    digits: DeviceBuffer::zeros(ctx, nd)?,
+                    side: DeviceBuffer::zeros(ctx, ns)?,
+                });
+            }
+            let d = pre.as_mut().expect("made above");
+            let args = vec![
+                GpuArg::I32(m as i32),
+                GpuArg::I32(k),
+                GpuArg::In(a),
+                GpuArg::Out(&mut d.digits),
+                GpuArg::Out(&mut d.side),
+            ];
+            digits.launch(ctx, args)?;
+        }
         let mut args = vec![
             GpuArg::I32(m as i32),
             GpuArg::I32(n),
@@ -241,6 +288,10 @@ impl GpuQMatmul {
         args.push(GpuArg::Out(c));
         args.push(GpuArg::Out(&mut bufs.workspace));
         args.push(GpuArg::Out(&mut bufs.semaphores));
+        if let Some(d) = pre.as_ref() {
+            args.push(GpuArg::In(&d.digits));
+            args.push(GpuArg::In(&d.side));
+        }
         self.main.launch(ctx, args)?;
         Ok(())
     }

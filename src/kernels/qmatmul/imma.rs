@@ -60,11 +60,28 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
             ),
         ));
     };
-    if c.bm != 1 {
+    if !matches!(c.bm, 1 | 4 | 8 | 16 | 32) {
         return Err(config_err(
             "bm",
             format!(
-                "{}; the integer-mma gemv computes one token a block (bm = 1)",
+                "{}; the integer-mma gemv computes 1 token a block (digits split in the block) \
+                 or 4, 8, 16 or 32 (digits from a pre-pass, two a token: whole mma columns)",
+                c.bm
+            ),
+        ));
+    }
+    // `bm = 1` splits each group's activations a warp a group; with more tokens a pre-pass
+    // does, and the combined digits' i32 sums must stay exact: `|Σ| <= G 15 (64 256 + 128)`.
+    let tokens = c.bm > 1;
+    if tokens && p == 8 {
+        // Two digits keep `2^-14 max|x|` of each group; a 1-bit weight's zero point (half the
+        // scale on every code) sums those errors where the output cancels: 5.3e-4 of the f16
+        // reference at k = 4096 (the 4-digit split's 2e-4), past f16's own rounding.
+        return Err(config_err(
+            "bm",
+            format!(
+                "{}; 1-bit weights take the integer-mma gemv one token a block (bm = 1), whose \
+                 four digits keep its error at f16's",
                 c.bm
             ),
         ));
@@ -101,7 +118,7 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         Some(g)
             if g.is_multiple_of(c.bk)
                 && g <= MAX_SLICE
-                && (MAX_SLICE / g).is_multiple_of(c.warps) => {}
+                && (tokens || (MAX_SLICE / g).is_multiple_of(c.warps)) => {}
         Some(g) => {
             return Err(config_err(
                 "group_rows",

@@ -949,6 +949,292 @@ mod kernels {
         );
     }
 
+    /// The activations of [`qmatmul_gemv_imma_tokens`] as two s8 digits a value, computed once
+    /// for every column tile of the weight: per token and scale group of `G` values (a warp
+    /// each), `σ` the power of two that puts `max|x| σ` in `[2^13, 2^14)`, `V` the integer
+    /// nearest `x σ` and `V = 256 hi + lo` with `lo` in `[-128, 127]` (so `hi` in `[-64, 64]`).
+    /// Outputs, with `mp = cdiv(m, 32) · 32` rows (the rows past `m` zero): `digits [2 mp, k]`
+    /// (row `2 t` the high digits of token `t`, `2 t + 1` the low ones) and `side [k / G, mp,
+    /// 2]` (`1 / σ` and `Σ x` of each group and token).
+    #[tilus::kernel(
+        lazy,
+        grid = [cdiv(m, 32) * 32, cdiv(k, G * WD)],
+        warps = WD,
+        space(G = [128, 256], WD = [4]),
+        dtypes(A = [f16, bf16]),
+    )]
+    pub fn qmatmul_imma_digits<const G: i32, const WD: i32, A: DTypeParam>(
+        m: i32,
+        k: i32,
+        a: Global<A>,
+        digits: GlobalMut<u8>,
+        side: GlobalMut<f32>,
+    ) {
+        let mp = cdiv(m, 32) * 32;
+        let lxg = layout!(spatial(1, WD, 32).local(1, 1, G / 32));
+        let lgm = layout!(reduce(lxg, [2]));
+        // The same per-warp values with the group first, as `side` holds them.
+        let lxgt = layout!(spatial(WD, 1, 32).local(1, 1, G / 32));
+        let lgt = layout!(reduce(lxgt, [2]));
+        let [row, gc] = block_indices();
+        let g0 = gc * WD;
+        let x = cast::<f32>(load_global(
+            view_global(a, [m, k / G, G]),
+            lxg,
+            [row, g0, 0],
+        ));
+        let amax = reduce_max(abs(x), 2);
+        // `σ = 2^(140 - E)` and `1 / σ = 2^(E - 140)` for the biased exponent `E` of `max|x|`,
+        // by their f32 bits; 1 for a group of zeros.
+        let ebits = view::<i32>(amax, lgm) >> 23;
+        let nz = amax > 0.0;
+        let sig = select(nz, view::<f32>((267 - ebits) << 23, lgm), 1.0);
+        let inv_sig = select(nz, view::<f32>((ebits - 13) << 23, lgm), 1.0);
+        // Exact in f32: `x σ` has the activation's significant bits, `|V| <= 2^14`.
+        let iv = floor(x * sig + 0.5);
+        let hi = floor((iv + 128.0) * (1.0 / 256.0));
+        let lo = iv - hi * 256.0;
+        let gd = view_global(digits, [2 * mp, k / G, G]);
+        store_global(view::<u8>(cast::<i8>(hi), lxg), gd, [2 * row, g0, 0]);
+        store_global(view::<u8>(cast::<i8>(lo), lxg), gd, [2 * row + 1, g0, 0]);
+        let gs = view_global(side, [k / G, mp, 2]);
+        store_global(view::<f32>(inv_sig, lgt), gs, [g0, row, 0]);
+        store_global(view::<f32>(sum(x, 2), lgt), gs, [g0, row, 1]);
+    }
+
+    /// [`QMatmulMethod::GemvImma`](crate::kernels::qmatmul::QMatmulMethod) for `BM` tokens a
+    /// block (a multiple of 4, up to 32): the `[BM, BN]` tile of the transposed product on the
+    /// integer tensor cores (`mma.m16n8k32 .s32.u8.s8`) from the activations' two s8 digits of
+    /// [`qmatmul_imma_digits`] (the B operand's `2 BM` columns: token `t`'s high and low digit
+    /// side by side), one of `SPLIT` slices of k. The weight is [`qmatmul_gemv_imma`]'s: each
+    /// byte's field `f` a k-range `BK / P` rows of the tile; here each field is shifted down
+    /// to its byte's low bits (`(word >> bits f) & mask`, a shift and a `lop3` for four
+    /// weights), so that one set of digits serves every field. The ring carries the weight
+    /// tile, its scales (and zero points), the tile's digits (rows padded by 16 bytes: the
+    /// fragment's 8 rows on distinct banks) and the group's `1 / σ` and `Σ x`. Per group the i32
+    /// accumulator's digit columns are combined (`256 hi + lo`, exact), converted and scaled by
+    /// `s / σ`; the zero points' (or the signed offset's) `s z Σ x` is taken off per token.
+    ///
+    /// Parameters as [`qmatmul_gemv_imma`]'s, with `digits` and `side` as
+    /// [`qmatmul_imma_digits`] writes them.
+    #[tilus::kernel(
+        lazy,
+        grid = [cdiv(m, BM), n / BN, SPLIT],
+        warps = WN,
+        blocks_per_sm = OCC,
+        // Checked when the crate is built: zero points, signed offsets, 2 and 4 bits, one and
+        // two tiles a group, split k, f16 and bf16, 4 and 16 tokens.
+        space(
+            BM = [4, 16],
+            BN = [256],
+            BK = [128],
+            WN = [4],
+            STAGES = [3],
+            SPLIT = [1, 4],
+            G = [128, 256],
+            ZEROS = [0, 1],
+            SIGNED = [0, 1],
+            VEC = [16],
+            OCC = [1],
+        ),
+        dtypes(A = [f16, bf16], W = [u2, i4]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_gemv_imma_tokens<
+        const BM: i32,
+        const BN: i32,
+        const BK: i32,
+        const WN: i32,
+        const STAGES: i32,
+        const SPLIT: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const SIGNED: i32,
+        const VEC: i32,
+        const OCC: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+        digits: Global<u8>,
+        side: Global<f32>,
+    ) {
+        let p = 8 / W::BITS;
+        let fk = BK / p;
+        let rep_n = BN / (16 * WN);
+        let rep_f = fk / 32;
+        let nt = BM / 4;
+        let tpg = G / BK;
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = tile_bytes / (32 * WN);
+        let fold = ZEROS == 1;
+        let offset = if SIGNED == 1 {
+            0.5 * (1 << W::BITS)
+        } else {
+            0.0
+        };
+        let mp = cdiv(m, 32) * 32;
+
+        let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+        let lwords = layout!(spatial(1, WN)
+            .column_local(rep_f, rep_n)
+            .local(2, 2)
+            .column_spatial(4, 8));
+        let lwa = layout!(spatial(WN, 1).local(rep_n, rep_f).mma_a_f8);
+        // The digits `[2 BM, BK / P]` n-major (a row a token's digit), every warp a copy, read
+        // as the B fragments `[BK / P, 2 BM]`.
+        let lxt = layout!(replicated(WN).column_local(nt, rep_f).mma_b_f8_t);
+        let lxb = layout!(replicated(WN).local(rep_f, nt).mma_b_f8);
+        // The accumulator `[BN, 2 BM]`; its transpose as `[BM, 2, BN]` (token, digit, column),
+        // whose digits one thread holds side by side; `[BM, BN]` once they are combined.
+        let lc = layout!(spatial(WN, 1).local(rep_n, nt).mma_c);
+        let lct3 = layout!(spatial(1, 1, WN)
+            .column_local(nt, 1, rep_n)
+            .local(1, 1, 2)
+            .column_spatial(4, 1, 8)
+            .local(1, 2, 1));
+        let lt3 = layout!(reduce(lct3, [1]));
+        let lts = layout!(reduce(lt3, [0]));
+        let ltt = layout!(reduce(lt3, [2]));
+        let lt = layout!(spatial(1, WN)
+            .column_local(nt, rep_n)
+            .local(1, 2)
+            .column_spatial(4, 8));
+
+        let [bi, bj, bs] = block_indices();
+        let ktiles = k / (BK * SPLIT);
+        let kt0 = bs * ktiles;
+        let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+        let gs = view_global(scales, [k / G, 1, n]);
+        let gz = view_global(zeros, [if ZEROS == 1 { k / G } else { 0 }, 1, n]);
+        let gd = view_global(digits, [2 * mp, k]);
+        let gsd = view_global(side, [k / G * mp, 1, 2]);
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let ss = shared::<A>([STAGES, 1, 1, BN]);
+        let sz = if fold {
+            shared::<A>([STAGES, 1, 1, BN])
+        } else {
+            ()
+        };
+        let sd = shared::<u8>([STAGES, 2 * BM, BK + 16]);
+        let ssd = shared::<f32>([STAGES, BM, 1, 2]);
+
+        let issue = |tile: i32, stage: i32| {
+            let t = kt0 + tile;
+            copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+            copy_async(
+                gd,
+                slice_shared(sd, [stage, 0, 0], [2 * BM, BK]),
+                [2 * BM * bi, t * BK],
+            );
+            let group = t * BK / G;
+            copy_async(
+                gs,
+                slice_shared(ss, [stage, 0, 0, 0], [1, 1, BN]),
+                [group, 0, bj * BN],
+            );
+            if fold {
+                copy_async(
+                    gz,
+                    slice_shared(sz, [stage, 0, 0, 0], [1, 1, BN]),
+                    [group, 0, bj * BN],
+                );
+            }
+            copy_async(
+                gsd,
+                slice_shared(ssd, [stage, 0, 0, 0], [BM, 1, 2]),
+                [group * mp + bi * BM, 0, 0],
+            );
+        };
+        #[unroll]
+        for s0 in 0..STAGES - 1 {
+            if s0 < ktiles {
+                issue(s0, s0);
+            }
+            commit_group();
+        }
+
+        // The low `bits` of every byte.
+        let low = (1 << W::BITS) - 1;
+        let mask = low * 16843009;
+        let hi_digit = arange(lct3, 1, 0) == 0;
+        let mut acc = register::<f32>(lt3, 0.0);
+        let groups = ktiles / tpg;
+        for g in 0..groups {
+            let mut acc_g = register::<i32>(lc, 0);
+            for tt in 0..tpg {
+                let t = g * tpg + tt;
+                wait_group(STAGES - 2);
+                sync();
+                let stage = t % STAGES;
+                let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+                let sdt = slice_shared(sd, [stage, 0, 0], [2 * BM, BK + 16]);
+                let next = t + (STAGES - 1);
+                if next < ktiles {
+                    issue(next, next % STAGES);
+                }
+                commit_group();
+                let words = view::<i32>(rw, lwords);
+                #[unroll]
+                for f in 0..p {
+                    let xt = load_shared(sdt, lxt, [0, f * fk]);
+                    let fw = (words >> (W::BITS * f)) & mask;
+                    acc_g = dot(view::<u8>(fw, lwa), view::<i8>(xt, lxb), acc_g);
+                }
+            }
+            let last = (g * tpg + tpg - 1) % STAGES;
+            let a3 = view::<i32>(acc_g, lct3);
+            let comb = sum(select(hi_digit, a3 * 256, a3), 1);
+            let sc = cast::<f32>(load_shared(
+                slice_shared(ss, [last, 0, 0, 0], [1, 1, BN]),
+                lts,
+                [0, 0, 0],
+            ));
+            let gside = slice_shared(ssd, [last, 0, 0, 0], [BM, 1, 2]);
+            let inv_sigma = load_shared(gside, ltt, [0, 0, 0]);
+            // Broadcasts go right: `[BM, 1, 1]` and `[1, 1, BN]` meet in a `[BM, 1, BN]` tile.
+            let zero = register::<f32>(lt3, 0.0);
+            acc = mul_add(cast::<f32>(comb), (zero + inv_sigma) * sc, acc);
+            if fold || SIGNED == 1 {
+                let asum = load_shared(gside, ltt, [0, 0, 1]);
+                let zc = if fold {
+                    let z = cast::<f32>(load_shared(
+                        slice_shared(sz, [last, 0, 0, 0], [1, 1, BN]),
+                        lts,
+                        [0, 0, 0],
+                    ));
+                    if SIGNED == 1 {
+                        z + offset
+                    } else {
+                        z
+                    }
+                } else {
+                    register::<f32>(lts, offset)
+                };
+                acc = mul_add(zero - asum, zc * sc, acc);
+            }
+        }
+        wait_group(0);
+        store_tile(
+            view::<f32>(acc, lt),
+            lt,
+            layout!(spatial(WN * 32)),
+            bi,
+            bj,
+            bs,
+            false,
+        );
+    }
+
     /// [`QMatmulMethod::GemvWgmma`](crate::kernels::qmatmul::QMatmulMethod): the transposed product of
     /// [`qmatmul_gemv`] on Hopper's warpgroup MMA. Each warpgroup dequantizes its `[64, BN / WG]`
     /// slice of the `[64, BN]` weight tile into wgmma's A registers (`rep = BN / (64 WG)` tiles of

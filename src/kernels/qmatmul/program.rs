@@ -51,6 +51,13 @@ pub struct QMatmulKernel {
     /// Parameters `n, k: i32`, `b: *u8`, `scales`, `zeros` (with `has_zeros`), `w: *mut
     /// adtype [k, n]`. Grid `[k / bk, n / bn]`.
     pub dequant: Option<Program>,
+    /// With [`QMatmulMethod::GemvImma`] for `bm > 1` tokens a block: the pre-pass that splits
+    /// the activations into two s8 digits a value (`kernel::qmatmul_imma_digits`), launched
+    /// before `main`. Parameters `m, k: i32`, `a: *adtype [m, k]`, `digits: *mut u8 [2 mp, k]`,
+    /// `side: *mut f32 [k / group, mp, 2]` (`mp = cdiv(m, 32) · 32`,
+    /// [`QMatmulConfig::digit_buffers`]); `main` then takes `digits` and `side` after the
+    /// split-k buffers.
+    pub digits: Option<Program>,
 }
 
 /// A short name of the configuration, used for the program names.
@@ -111,7 +118,25 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         None => (0, 0),
     };
     let v = |x: usize| x as i32;
-    let main = if config.method == QMatmulMethod::GemvImma {
+    let tokens = config.method == QMatmulMethod::GemvImma && config.bm > 1;
+    let main = if tokens {
+        let cfg = kernel::qmatmul_gemv_imma_tokens::Config {
+            BM: v(config.bm),
+            BN: v(config.bn),
+            BK: v(config.bk),
+            WN: v(t.warps_n),
+            STAGES: v(config.stages),
+            SPLIT: v(config.split_k),
+            G: group,
+            ZEROS: zeros,
+            SIGNED: i32::from(matches!(config.wdtype, crate::DType::Int(_))),
+            VEC: v(t.vector_bytes),
+            OCC: v(config.blocks_per_sm),
+            A: config.adtype,
+            W: config.wdtype,
+        };
+        kernel::qmatmul_gemv_imma_tokens::translate(&cfg)
+    } else if config.method == QMatmulMethod::GemvImma {
         let cfg = kernel::qmatmul_gemv_imma::Config {
             BM: 1,
             BN: v(config.bn),
@@ -229,11 +254,27 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             Some(p)
         }
     };
+    let digits = if tokens {
+        let cfg = kernel::qmatmul_imma_digits::Config {
+            G: group,
+            WD: 4,
+            A: config.adtype,
+        };
+        let p = instantiate(
+            kernel::qmatmul_imma_digits::translate(&cfg),
+            format!("qmatmul_digits_{name}"),
+        )?;
+        check(&p)?;
+        Some(p)
+    } else {
+        None
+    };
     Ok(QMatmulKernel {
         config: *config,
         layouts: Some(layouts),
         main,
         dequant,
+        digits,
     })
 }
 
@@ -265,6 +306,7 @@ fn build_lut(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         layouts: None,
         main,
         dequant: None,
+        digits: None,
     })
 }
 

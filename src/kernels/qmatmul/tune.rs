@@ -130,7 +130,11 @@ pub fn codegen_fingerprint() -> &'static str {
         h.update(env!("CARGO_PKG_VERSION"));
         for cfg in references {
             let kernel = build(&cfg).expect("the reference configurations are valid");
-            let programs = [Some(&kernel.main), kernel.dequant.as_ref()];
+            let programs = [
+                Some(&kernel.main),
+                kernel.dequant.as_ref(),
+                kernel.digits.as_ref(),
+            ];
             for p in programs.into_iter().flatten() {
                 match tilus_core::codegen::emit(p, &super::TARGET) {
                     Ok(cuda) => h.update(cuda.source.as_bytes()),
@@ -480,11 +484,29 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 /// (warps of seven fragments) tile only 57344 x 8192 of the Llama-70B layers, in 256 blocks
 /// where 512 columns make 224 for 132 multiprocessors: u2 37.7-38.3 us against 38.9 (perf
 /// note 63). Tilings that do not divide the shape, and slices over 4096 rows, are skipped.
-const IMMA_FIRST: [(usize, usize, usize, usize, usize); 6] = [
+/// The last two: deeper rings where a layer has one block a multiprocessor (8192 x 28672: u2
+/// 22.1 us with 8 stages against 22.5, i2 21.2 against 22.0, i4 33.0 with 6 against 34.3;
+/// session 46).
+const IMMA_FIRST: [(usize, usize, usize, usize, usize); 8] = [
     (512, 8, 4, 2, 1),
     (896, 8, 3, 4, 2),
     (448, 4, 4, 2, 1),
     (512, 8, 3, 2, 3),
+    (256, 4, 4, 8, 1),
+    (512, 8, 4, 8, 1),
+    (512, 8, 8, 8, 1),
+    (512, 8, 6, 8, 1),
+];
+
+/// The integer-mma gemv with several tokens a block (2 to 8 tokens of a 2- or 4-bit integer
+/// weight), `(bn, warps, stages, split_k, blocks_per_sm)`, most promising first: on an H200 at
+/// 2 and 4 tokens of 57344 x 8192 u2 45.5 us against the gemv's 53.2, i2 44.8 against 49.0,
+/// u4 65.8 against 73.1, i4 63.7 against 66.7; 8192 x 28672 u2 29.1 against 32.7 (the 4-bit
+/// weights tie there); at 8 tokens only u4 on 57344 x 8192 gains (71.6 against 75.5), so
+/// from 5 tokens one tiling follows the gemv's first (session 46, perf note 64).
+const IMMA_TOKENS: [(usize, usize, usize, usize, usize); 4] = [
+    (512, 8, 3, 2, 2),
+    (256, 4, 4, 2, 1),
     (256, 4, 4, 8, 1),
     (512, 8, 4, 8, 1),
 ];
@@ -605,6 +627,25 @@ pub fn candidates_up_to(
                 });
             }
         }
+        // 2 to 8 tokens of a 2- or 4-bit integer weight: several tokens a block on the integer
+        // mma, from the pre-pass's two digits a value (1-bit weights need the four digits of
+        // one token a block).
+        let imma_tokens = (2..=8).contains(&m)
+            && group.is_some()
+            && matches!(wdtype, DType::UInt(2 | 4) | DType::Int(2 | 4));
+        let tokens =
+            |(bn, warps, stages, split_k, blocks_per_sm): (usize, usize, usize, usize, usize)| {
+                QMatmulConfig {
+                    bm: if m <= 4 { 4 } else { 8 },
+                    blocks_per_sm,
+                    ..imma(bn, warps, stages, split_k)
+                }
+            };
+        if imma_tokens && m <= 4 {
+            for t in IMMA_TOKENS {
+                push(tokens(t));
+            }
+        }
         let mut later_lut = Vec::new();
         if m == 1 && matches!(wdtype, DType::UInt(1 | 2) | DType::Int(2)) {
             if let Some(g) = group {
@@ -622,6 +663,11 @@ pub fn candidates_up_to(
         }
         for (i, c) in MEASURED_BEST.into_iter().enumerate() {
             push(gemv(decode(c)));
+            if i == 0 && imma_tokens && m > 4 {
+                for t in IMMA_TOKENS {
+                    push(tokens(t));
+                }
+            }
             if i == 0 && m > 8 {
                 // 9 to 16 tokens: the warpgroup gemv, two k tiles a stage (perf note 58: i4
                 // at 16 tokens 80.1 us against the fused tiles' 87.8; u2 80.0 against 78.7).
