@@ -371,6 +371,7 @@ impl<T: Activation> GpuQuantizedLinear<T> {
             {
                 p.kernel.reserve(&self.ctx, m, n)?;
             }
+            p.kernel.reserve_digits(&self.ctx, m, k)?;
             return Ok(p.clone());
         }
         let sms = self.ctx.device().multiprocessors as usize;
@@ -409,6 +410,7 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         // Every row count of the bucket runs without allocating (`tune_qmatmul` reserved the
         // bucket's `m`; the last bucket has no most rows: `m` itself).
         plan.kernel.reserve(&self.ctx, mb.max(m), n)?;
+        plan.kernel.reserve_digits(&self.ctx, mb.max(m), k)?;
         state.plans.insert(mb, plan.clone());
         Ok(plan)
     }

@@ -159,6 +159,49 @@ impl GpuQMatmul {
         Ok(())
     }
 
+    /// Make the digits' pre-pass buffers of the integer-mma gemv with several tokens a block
+    /// for runs of up to `max_m` rows of a `k`-row weight (nothing for other configurations).
+    /// A run makes them itself when they are missing or too small, so this is for callers that
+    /// must not allocate later (a CUDA graph's capture). Errors name `m` or `k`.
+    pub fn reserve_digits(
+        &self,
+        ctx: &Context,
+        max_m: usize,
+        k: usize,
+    ) -> Result<(), QMatmulError> {
+        if self.digits.is_none() {
+            return Ok(());
+        }
+        let mut pre = self.digit_buffers.lock().unwrap_or_else(|p| p.into_inner());
+        self.make_digit_buffers(ctx, &mut pre, max_m, k)
+    }
+
+    /// Replace `pre` with buffers for `max_m` rows of `k` unless it already serves them
+    /// (capacity counts whole 32-row blocks, as the kernels pad).
+    fn make_digit_buffers(
+        &self,
+        ctx: &Context,
+        pre: &mut Option<DigitBuffers>,
+        max_m: usize,
+        k: usize,
+    ) -> Result<(), QMatmulError> {
+        if pre
+            .as_ref()
+            .is_some_and(|d| d.k == k && d.max_m.div_ceil(32) >= max_m.div_ceil(32))
+        {
+            return Ok(());
+        }
+        let (nd, ns) = self.kernel.config.digit_buffers(max_m, k)?;
+        // Replaced only after the new buffers exist, so an allocation failure keeps the old.
+        *pre = Some(DigitBuffers {
+            max_m,
+            k,
+            digits: DeviceBuffer::zeros(ctx, nd)?,
+            side: DeviceBuffer::zeros(ctx, ns)?,
+        });
+        Ok(())
+    }
+
     /// The rows the split-k buffers were reserved for (`None` before [`Self::reserve`]).
     pub fn reserved_rows(&self) -> Option<usize> {
         let split = self.split.lock().unwrap_or_else(|p| p.into_inner());
@@ -256,18 +299,7 @@ impl GpuQMatmul {
         let bufs = split.as_mut().expect("reserved above");
         let mut pre = self.digit_buffers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(digits) = &self.digits {
-            if pre
-                .as_ref()
-                .is_none_or(|d| d.k != w.k || d.max_m.div_ceil(32) < m.div_ceil(32))
-            {
-                let (nd, ns) = cfg.digit_buffers(m, w.k)?;
-                *pre = Some(DigitBuffers {
-                    max_m: m,
-                    k: w.k,
-                    digits: DeviceBuffer::zeros(ctx, nd)?,
-                    side: DeviceBuffer::zeros(ctx, ns)?,
-                });
-            }
+            self.make_digit_buffers(ctx, &mut pre, m, w.k)?;
             let d = pre.as_mut().expect("made above");
             let args = vec![
                 GpuArg::I32(m as i32),
