@@ -298,13 +298,14 @@ impl QMatmulKernel {
         ];
         args.push(Arg::Buffer(w.zeros.clone().unwrap_or_default()));
         args.push(Arg::Buffer(c.to_vec()));
-        args.push(Arg::Buffer(std::mem::take(&mut scratch.workspace)));
-        args.push(Arg::Buffer(std::mem::take(&mut scratch.semaphores)));
+        // The pre-pass runs before the split-k buffers leave `scratch`, so that its errors
+        // return them too.
+        let mut pre = Vec::new();
         if let Some(digits) = &self.digits {
             // The pre-pass's buffers, poisoned (NaN, and digits of -1) so that an element it
             // never writes cannot pass as a value.
             let (nd, ns) = cfg.digit_buffers(m, w.k)?;
-            let mut pre = vec![
+            pre = vec![
                 i(m),
                 i(w.k),
                 Arg::Buffer(a.to_vec()),
@@ -312,8 +313,10 @@ impl QMatmulKernel {
                 Arg::Buffer(f32::NAN.to_le_bytes().repeat(ns)),
             ];
             interp::run(digits, &mut pre)?;
-            args.extend(pre.drain(3..));
         }
+        args.push(Arg::Buffer(std::mem::take(&mut scratch.workspace)));
+        args.push(Arg::Buffer(std::mem::take(&mut scratch.semaphores)));
+        args.extend(pre.drain(3.min(pre.len())..));
         let result = interp::run_ordered(&self.main, &mut args, order);
         if self.digits.is_some() {
             args.truncate(args.len() - 2);
