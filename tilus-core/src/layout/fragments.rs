@@ -118,6 +118,17 @@ pub fn wgmma_a() -> Layout {
     super::parse(WGMMA_A_TEXT).expect("the wgmma fragment text is a valid layout")
 }
 
+/// The text of the register A operand fragment of `wgmma.m64nNk32` on 8-bit operands (`.s8`,
+/// `.u8`): each warp holds 16 rows by 32 of `k` in the `mma.m16n8k32` A arrangement (four
+/// `.b32` registers of four codes), warps stacked along `m`, as [`WGMMA_A_TEXT`] for 16 bits.
+pub const WGMMA_A8_TEXT: &str = "spatial(4, 1).mma_a_f8";
+
+/// The register A operand fragment of `wgmma.m64nNk32` on 8-bit operands, `[64, 32]` over 128
+/// threads.
+pub fn wgmma_a8() -> Layout {
+    super::parse(WGMMA_A8_TEXT).expect("the wgmma fragment text is a valid layout")
+}
+
 /// The text of the fragment called `name`, if there is one.
 pub fn fragment_text(name: &str) -> Option<&'static str> {
     FRAGMENTS
@@ -379,6 +390,30 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 64 * 16);
+    }
+
+    /// The 8-bit wgmma register A operand against the PTX ISA's register fragment of
+    /// `wgmma.m64nNk32` for `.s8`/`.u8`/`.e4m3`/`.e5m2` A: in warp `w`, with `groupID = lane >> 2`
+    /// and `threadID_in_group = lane % 4`, byte `i` of register `r` is row
+    /// `16 w + groupID + 8 (r % 2)`, column `4 threadID_in_group + i + 16 (r / 2)`.
+    #[test]
+    fn wgmma_a8_matches_the_ptx_isa() {
+        let a = wgmma_a8();
+        assert_eq!(a.shape(), &[64, 32][..]);
+        assert_eq!((a.num_threads(), a.num_locals()), (128, 16));
+        let mut seen = std::collections::HashSet::new();
+        for t in 0..128usize {
+            let (w, lane) = (t / 32, t % 32);
+            let (g, tig) = (lane >> 2, lane % 4);
+            for r in 0..4 {
+                for i in 0..4 {
+                    let want = vec![16 * w + g + 8 * (r % 2), 4 * tig + i + 16 * (r / 2)];
+                    assert_eq!(a.eval(t, 4 * r + i), want, "thread {t} r {r} i {i}");
+                    assert!(seen.insert(want));
+                }
+            }
+        }
+        assert_eq!(seen.len(), 64 * 32);
     }
 
     /// Each `_t` fragment holds, in every thread's register, the element of its base fragment

@@ -860,6 +860,7 @@ impl Checker<'_> {
     ) {
         let (an, bn, cn) = (self.name(a), self.name(b), self.name(c));
         let (xb, xc) = (&sb.layout.shape, rc.layout.shape());
+        let int8 = |d: DType| matches!(d, DType::Int(8) | DType::UInt(8));
         let shapes_ok = xa.len() == 2
             && xb.len() == 2
             && xc.len() == 2
@@ -871,10 +872,10 @@ impl Checker<'_> {
                 span,
                 format!("dot: shapes do not agree: {an} is {xa:?}, {bn} is {xb:?}, {cn} is {xc:?}; expected [m, k] x [k, n] + [m, n]"),
             );
-        } else if a_dtype != sb.dtype {
+        } else if a_dtype != sb.dtype && !(int8(a_dtype) && int8(sb.dtype)) {
             self.err(
                 span,
-                format!("dot: {an} holds {a_dtype} but {bn} holds {}; the operands must have the same dtype", sb.dtype),
+                format!("dot: {an} holds {a_dtype} but {bn} holds {}; the operands must have the same dtype (or be 8-bit integers of either signedness)", sb.dtype),
             );
         } else if self.block_threads > 0 {
             if let Err(reason) = plan() {

@@ -7,7 +7,7 @@
 //! | operands | accumulator | `K` | forms |
 //! | --- | --- | ---: | --- |
 //! | `f16`, `bf16` | `f32` | 16 | SS, RS |
-//! | `i8`, `u8` | `i32` | 32 | SS |
+//! | `i8`, `u8`, each operand its own | `i32` | 32 | SS, RS |
 //! | `f8e4m3`, `f8e5m2` | `f32` | 32 | SS |
 //! | `u1` | `i32` | 256 | SS |
 //!
@@ -20,6 +20,8 @@
 //!
 //! - **Target and block**: the target has wgmma for the operand type (the table above) and the
 //!   block is whole warpgroups (a multiple of 128 threads).
+//! - **Types**: both operands have one dtype, except that 8-bit integers take either
+//!   signedness each (`.s32.u8.s8`: a weight code in `u8` against signed activations).
 //! - **Operands**: both are *k-major with the 128-byte swizzle*, the canonical layout the
 //!   hardware reads: each row of 128 bytes of `k` (64 16-bit, 128 8-bit or 1024 1-bit
 //!   elements, [`OperandGeometry`]) is contiguous, rows follow each other, and 16-byte chunks
@@ -36,12 +38,14 @@
 //!   `w % qc.num_threads()`), the `[64, nf]` block of `c` at `qc.eval(w, j)` (in units of
 //!   `[64, nf]`), with one wgmma per `K` of `k`.
 //!
-//! - **Register `a`** (the RS form, 16-bit operands, instead of the operand rule for `a`): `a`'s
-//!   layout is warpgroup tiles of the wgmma A fragment `wgmma_a()` = `spatial(4, 1).mma_a`
-//!   (`[64, 16]`, `layout::fragments`) that match `c`'s: with `qc = c.layout / wgmma_c(N)`,
-//!   `a.layout / wgmma_a() == reduce(qc, [1]).local(1, k / 16)`. That is, the warpgroup (and
-//!   local) computing `c`'s 64-row block `i` holds `a`'s row block `i` with its `k / 16` steps
-//!   as the innermost locals, and warpgroups that split `n` hold replicas. In text:
+//! - **Register `a`** (the RS form, 16- and 8-bit operands, instead of the operand rule for
+//!   `a`): `a`'s layout is warpgroup tiles of the wgmma A fragment, `wgmma_a()` =
+//!   `spatial(4, 1).mma_a` (`[64, 16]`) on 16 bits or `wgmma_a8()` = `spatial(4, 1).mma_a_f8`
+//!   (`[64, 32]`) on 8 bits (`layout::fragments`), that match `c`'s: with
+//!   `qc = c.layout / wgmma_c(N)`, `a.layout / fragment == reduce(qc, [1]).local(1, k / K)`.
+//!   That is, the warpgroup (and local) computing `c`'s 64-row block `i` holds `a`'s row block
+//!   `i` with its `k / K` steps as the innermost locals, and warpgroups that split `n` hold
+//!   replicas. In text:
 //!   `<c's warpgroup tiles over m>.spatial(4, 1).local(1, k / 16).mma_a`, e.g.
 //!   `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a` for `c` in
 //!   `spatial(2, 1).spatial(4, 1).local(1, N / 8).mma_c` and `k = 64`; the error's `help:` line
@@ -62,7 +66,7 @@
 
 use crate::ir::{RegisterType, SharedType};
 use crate::layout::{
-    fragments::{wgmma_a, wgmma_c},
+    fragments::{wgmma_a, wgmma_a8, wgmma_c},
     Layout, SharedLayout, Swizzle,
 };
 use crate::target::{MmaKind, Target};
@@ -135,7 +139,10 @@ pub fn has_n(kind: MmaKind, n: usize) -> bool {
 /// How a verified shared-operand `dot` runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WgmmaPlan {
+    /// The kind of `a` (and of the accumulator).
     pub kind: MmaKind,
+    /// The kind of `b`: `kind`, or the other signedness of an 8-bit integer `a`.
+    pub b_kind: MmaKind,
     /// Columns per wgmma (`N` of `m64nNkK`).
     pub n: usize,
     /// `c`'s layout divided by the accumulator fragment: its threads are warpgroups, its
@@ -154,7 +161,7 @@ pub fn plan_wgmma(
     target: &Target,
 ) -> Result<WgmmaPlan, String> {
     let (sa, sb) = (&a.layout.shape, &b.layout.shape);
-    let (kind, g) = check_common(a.dtype, c, sa[0], sa[1], sb[1], block_threads, target)?;
+    let (kind, g) = check_common(a.dtype, b.dtype, c, sa[0], sa[1], sb[1], block_threads, target)?;
     k_major(&a.layout, [g.row_elements, 1], &g).map_err(|e| {
         format!(
             "the shared operand a {e}\nhelp: allocate it as `shared::<{}>([.., rows, {}], {})` and slice `[rows, k]` out of it",
@@ -164,7 +171,7 @@ pub fn plan_wgmma(
         )
     })?;
     check_b(b, &g)?;
-    plan_c(kind, c, sa[0], sb[1], g)
+    plan_c(kind, b.dtype, c, sa[0], sb[1], g)
 }
 
 /// How a verified `dot` with `a` in registers runs (the RS form of wgmma).
@@ -172,7 +179,7 @@ pub fn plan_wgmma(
 pub struct WgmmaRsPlan {
     /// The accumulator's plan, as for shared operands.
     pub base: WgmmaPlan,
-    /// `a[j][s]`: the local of `a`'s quotient by [`wgmma_a`] (its A fragment, words
+    /// `a[j][s]`: the local of `a`'s quotient by [`wgmma_a`] or [`wgmma_a8`] (its A fragment, words
     /// `[4 l, 4 l + 4)` of `a`'s registers) that the wgmma of `c`'s quotient local `j` reads at
     /// k step `s`, the same for every warpgroup.
     pub a: Vec<Vec<usize>>,
@@ -180,10 +187,11 @@ pub struct WgmmaRsPlan {
 
 /// Check a `dot` of register `a: [m, k]`, shared `b: [k, n]` and register `c: [m, n]`: `b` and
 /// `c` as for [`plan_wgmma`], and `a` warpgroup tiles of the register A fragment that match
-/// `c`'s: `a.layout / wgmma_a()` must be `reduce(qc, [1]).local(1, k / 16)`, where `qc` is `c`'s
-/// quotient by the accumulator fragment. So the warpgroup (and local) that computes the `[64, N]`
-/// blocks of row block `i` holds row block `i` of `a`, all `k / 16` steps as its innermost locals;
-/// warpgroups that split `n` hold replicas of `a`. Only 16-bit operands have this form here.
+/// `c`'s: `a.layout / fragment` must be `reduce(qc, [1]).local(1, k / K)`, where `qc` is `c`'s
+/// quotient by the accumulator fragment and the fragment is [`wgmma_a`] (16 bits, `K = 16`) or
+/// [`wgmma_a8`] (8-bit integers, `K = 32`). So the warpgroup (and local) that computes the
+/// `[64, N]` blocks of row block `i` holds row block `i` of `a`, all `k / K` steps as its
+/// innermost locals; warpgroups that split `n` hold replicas of `a`.
 pub fn plan_wgmma_rs(
     a: &RegisterType,
     b: &SharedType,
@@ -193,16 +201,20 @@ pub fn plan_wgmma_rs(
 ) -> Result<WgmmaRsPlan, String> {
     let (sa, sb) = (a.layout.shape(), &b.layout.shape);
     let (m, k, n) = (sa[0], sa[1], sb[1]);
-    let (kind, g) = check_common(a.dtype, c, m, k, n, block_threads, target)?;
-    if g.bits != 16 {
-        return Err(format!(
-            "a register operand a of {} is not supported: the RS form takes f16 or bf16 (its 8-bit A fragment is not in the layout algebra yet)\nhelp: put a in shared memory",
-            a.dtype
-        ));
-    }
+    let (kind, g) = check_common(a.dtype, b.dtype, c, m, k, n, block_threads, target)?;
+    let (fragment, fragment_name) = match kind {
+        MmaKind::F16 | MmaKind::Bf16 => (wgmma_a(), "mma_a"),
+        MmaKind::I8 | MmaKind::U8 => (wgmma_a8(), "mma_a_f8"),
+        _ => {
+            return Err(format!(
+                "a register operand a of {} is not supported: the RS form takes f16, bf16, i8 or u8\nhelp: put a in shared memory",
+                a.dtype
+            ))
+        }
+    };
     check_b(b, &g)?;
-    let base = plan_c(kind, c, m, n, g)?;
-    let steps = k / 16;
+    let base = plan_c(kind, b.dtype, c, m, n, g)?;
+    let steps = k / g.k_step;
     let want = base
         .c
         .reduce(&[1])
@@ -220,12 +232,14 @@ pub fn plan_wgmma_rs(
         if steps > 1 {
             text.push_str(&format!(".local(1, {steps})"));
         }
-        text.push_str(".mma_a");
+        text.push('.');
+        text.push_str(fragment_name);
         format!(
-            "the register operand a is not warpgroup tiles of the wgmma A fragment matching c's warpgroup tiling (each warpgroup holds the 64-row blocks of a it multiplies, all {steps} steps of 16 of k)\nhelp: write it as `{text}`"
+            "the register operand a is not warpgroup tiles of the wgmma A fragment matching c's warpgroup tiling (each warpgroup holds the 64-row blocks of a it multiplies, all {steps} steps of {} of k)\nhelp: write it as `{text}`",
+            g.k_step
         )
     };
-    let qa = match a.layout.divide(&wgmma_a()) {
+    let qa = match a.layout.divide(&fragment) {
         Ok(q) if q == want => q,
         _ => return Err(help()),
     };
@@ -254,8 +268,10 @@ pub fn plan_wgmma_rs(
 
 /// The checks shared by both forms: dtypes, target, block, shapes. Returns the MMA kind and
 /// where its operands' elements sit.
+#[allow(clippy::too_many_arguments)]
 fn check_common(
     a_dtype: DType,
+    b_dtype: DType,
     c: &RegisterType,
     m: usize,
     k: usize,
@@ -280,6 +296,12 @@ fn check_common(
             ))
         }
     };
+    let int8 = |d: DType| matches!(d, DType::Int(8) | DType::UInt(8));
+    if b_dtype != a_dtype && !(int8(a_dtype) && int8(b_dtype)) {
+        return Err(format!(
+            "the operands hold {a_dtype} and {b_dtype}: wgmma multiplies one operand dtype, or 8-bit integers of either signedness each"
+        ));
+    }
     let g = OperandGeometry::of(a_dtype).expect("every wgmma kind has 16-, 8- or 1-bit operands");
     if !target
         .wgmma
@@ -320,6 +342,7 @@ fn check_b(b: &SharedType, g: &OperandGeometry) -> Result<(), String> {
 /// `c`'s layout divided by the accumulator fragment of the widest `N` that divides it.
 fn plan_c(
     kind: MmaKind,
+    b_dtype: DType,
     c: &RegisterType,
     m: usize,
     n: usize,
@@ -329,8 +352,10 @@ fn plan_c(
     widths.retain(|&w| n.is_multiple_of(w) && has_n(kind, w));
     for nf in widths.into_iter().rev() {
         if let Ok(q) = c.layout.divide(&wgmma_c(nf)) {
+            let b_kind = MmaKind::of(b_dtype, c.dtype).unwrap_or(kind);
             return Ok(WgmmaPlan {
                 kind,
+                b_kind,
                 n: nf,
                 c: q,
                 geometry,
@@ -495,13 +520,36 @@ mod tests {
             let b48 = shared_of(dtype, [48, 256], [1, 128], Some(sw8));
             let e = plan_wgmma(&a48, &b48, &c, 256, &Target::SM90).unwrap_err();
             assert!(e.contains("multiples of 32 of k"), "{e}");
-            // No register operand a for 8-bit types (yet).
-            let ra = RegisterType {
+            // A register operand a of 8-bit integers is the 8-bit fragment; fp8 has none here.
+            let ra = |text: &str| RegisterType {
                 dtype,
-                layout: parse("spatial(2, 1).spatial(4, 1).local(1, 8).mma_a").unwrap(),
+                layout: parse(text).unwrap(),
             };
-            let e = plan_wgmma_rs(&ra, &b, &c, 256, &Target::SM90).unwrap_err();
-            assert!(e.contains("put a in shared memory"), "{e}");
+            let rs = plan_wgmma_rs(
+                &ra("spatial(2, 1).spatial(4, 1).local(1, 4).mma_a_f8"),
+                &b,
+                &c,
+                256,
+                &Target::SM90,
+            );
+            if matches!(dtype, DType::Int(8) | DType::UInt(8)) {
+                let p = rs.unwrap();
+                assert_eq!(p.a, vec![vec![0, 1, 2, 3]; p.base.c.num_locals()]);
+                let e = plan_wgmma_rs(
+                    &ra("spatial(2, 1).spatial(4, 1).local(1, 8).mma_a"),
+                    &b,
+                    &c,
+                    256,
+                    &Target::SM90,
+                )
+                .unwrap_err();
+                assert!(
+                    e.contains("help: write it as `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a_f8`"),
+                    "{e}"
+                );
+            } else {
+                assert!(rs.unwrap_err().contains("put a in shared memory"));
+            }
             assert!(plan_wgmma(&a, &b, &c, 256, &Target::SM80)
                 .unwrap_err()
                 .contains("sm_90a"));
@@ -649,6 +697,39 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.base.kind, p.a), (MmaKind::Bf16, vec![vec![0]]));
+    }
+
+    #[test]
+    fn eight_bit_integers_mix_signedness_and_nothing_else_does() {
+        let sw8 = OperandGeometry::of(DType::UInt(8)).unwrap().swizzle;
+        let ints = |text: &str| RegisterType {
+            dtype: DType::Int(32),
+            layout: parse(text).unwrap(),
+        };
+        let b = shared_of(DType::Int(8), [128, 64], [1, 128], Some(sw8));
+        let c = ints("spatial(4, 1).local(1, 8).mma_c");
+        // A u8 weight in registers against s8 activations: `.s32.u8.s8`.
+        let a = RegisterType {
+            dtype: DType::UInt(8),
+            layout: parse("spatial(4, 1).local(1, 4).mma_a_f8").unwrap(),
+        };
+        let p = plan_wgmma_rs(&a, &b, &c, 128, &Target::SM90).unwrap();
+        assert_eq!((p.base.kind, p.base.b_kind, p.base.n), (MmaKind::U8, MmaKind::I8, 64));
+        let sa = shared_of(DType::Int(8), [64, 128], [128, 1], Some(sw8));
+        let bu = shared_of(DType::UInt(8), [128, 64], [1, 128], Some(sw8));
+        let p = plan_wgmma(&sa, &bu, &c, 128, &Target::SM90).unwrap();
+        assert_eq!((p.kind, p.b_kind), (MmaKind::I8, MmaKind::U8));
+        // f16 against bf16 (or 8-bit against fp8) is not an instruction.
+        let a16 = shared_of(DType::F16, [64, 64], [64, 1], Some(SWIZZLE_128B));
+        let b16 = shared_of(DType::BF16, [64, 64], [1, 64], Some(SWIZZLE_128B));
+        let f32c = RegisterType {
+            dtype: DType::F32,
+            layout: parse("spatial(4, 1).local(1, 8).mma_c").unwrap(),
+        };
+        let e = plan_wgmma(&a16, &b16, &f32c, 128, &Target::SM90).unwrap_err();
+        assert!(e.contains("f16 and bf16"), "{e}");
+        let bf8 = shared_of(DType::F8E4M3, [128, 64], [1, 128], Some(sw8));
+        assert!(plan_wgmma_rs(&a, &bf8, &c, 128, &Target::SM90).is_err());
     }
 
     #[test]

@@ -23,36 +23,48 @@ use crate::ir::{Expr, RegisterType, SharedType, VarId};
 use crate::target::MmaKind;
 use crate::verify::wgmma::{plan_wgmma, plan_wgmma_rs, OperandGeometry};
 
-/// The operand kinds with a wgmma helper, in the order of [`feature`]'s table.
-const KINDS: [MmaKind; 7] = [
-    MmaKind::F16,
-    MmaKind::Bf16,
-    MmaKind::I8,
-    MmaKind::U8,
-    MmaKind::E4M3,
-    MmaKind::E5M2,
-    MmaKind::B1,
+/// The operand kinds `(a, b)` with a wgmma helper, in the order of [`feature`]'s table: one
+/// kind each, and the two mixed-signedness 8-bit integer pairs.
+const KINDS: [(MmaKind, MmaKind); 9] = [
+    (MmaKind::F16, MmaKind::F16),
+    (MmaKind::Bf16, MmaKind::Bf16),
+    (MmaKind::I8, MmaKind::I8),
+    (MmaKind::U8, MmaKind::U8),
+    (MmaKind::U8, MmaKind::I8),
+    (MmaKind::I8, MmaKind::U8),
+    (MmaKind::E4M3, MmaKind::E4M3),
+    (MmaKind::E5M2, MmaKind::E5M2),
+    (MmaKind::B1, MmaKind::B1),
 ];
 
 /// The helper feature of one wgmma shape (`wgmma_f16_n256`; `wgmma_rs_f16_n256` with `a` in
-/// registers).
-fn feature(kind: MmaKind, n: usize, rs: bool) -> &'static str {
-    // Feature names are `&'static str`: the 2 x 7 x 32 of them are made once.
+/// registers; `wgmma_rs_u8s8_n64` for mixed 8-bit integers).
+fn feature(kinds: (MmaKind, MmaKind), n: usize, rs: bool) -> &'static str {
+    // Feature names are `&'static str`: the 2 x 9 x 32 of them are made once.
     static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     let names = NAMES.get_or_init(|| {
         ["", "rs_"]
             .iter()
             .flat_map(|&form| {
                 KINDS.iter().flat_map(move |&k| {
-                    (1..=32).map(move |x| format!("wgmma_{form}{}_n{}", ty(k), 8 * x))
+                    (1..=32).map(move |x| format!("wgmma_{form}{}_n{}", name(k), 8 * x))
                 })
             })
             .map(|s| &*Box::leak(s.into_boxed_str()))
             .collect()
     });
-    let kind_index = KINDS.iter().position(|&k| k == kind).expect("a wgmma kind")
+    let kind_index = KINDS.iter().position(|&k| k == kinds).expect("a wgmma kind")
         + KINDS.len() * usize::from(rs);
     names[kind_index * 32 + n / 8 - 1]
+}
+
+/// The helper's type name: `f16`, `s8`, or `u8s8` for mixed operands.
+fn name((a, b): (MmaKind, MmaKind)) -> String {
+    if a == b {
+        ty(a).to_string()
+    } else {
+        format!("{}{}", ty(a), ty(b))
+    }
 }
 
 /// The PTX name of the operand type.
@@ -80,10 +92,10 @@ fn k_of(kind: MmaKind) -> usize {
 /// The instruction's types (`.f32.f16.f16`, `.s32.s8.s8`, `.s32.b1.b1.and.popc`) and its operands after `b`'s
 /// descriptor: scale-d, then for floats imm-scale-a and imm-scale-b, then for 16-bit floats the
 /// transposes (0: both k-major; the RS form has only `b`'s).
-fn suffix_and_tail(kind: MmaKind, rs: bool) -> (String, &'static str) {
+fn suffix_and_tail((kind, b_kind): (MmaKind, MmaKind), rs: bool) -> (String, &'static str) {
     let t = ty(kind);
     match kind {
-        MmaKind::I8 | MmaKind::U8 => (format!("s32.{t}.{t}"), "1"),
+        MmaKind::I8 | MmaKind::U8 => (format!("s32.{t}.{}", ty(b_kind)), "1"),
         MmaKind::B1 => ("s32.b1.b1.and.popc".to_string(), "1"),
         MmaKind::E4M3 | MmaKind::E5M2 => (format!("f32.{t}.{t}"), "1, 1, 1"),
         _ if rs => (format!("f32.{t}.{t}"), "1, 1, 1, 0"),
@@ -107,16 +119,16 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
 }
 "#,
     );
-    for kind in KINDS {
+    for kinds in KINDS {
         for n in (8..=256).step_by(8) {
-            if used.contains(feature(kind, n, true)) {
-                s.push_str(&rs_helper(kind, n));
+            if used.contains(feature(kinds, n, true)) {
+                s.push_str(&rs_helper(kinds, n));
             }
-            if !used.contains(feature(kind, n, false)) {
+            if !used.contains(feature(kinds, n, false)) {
                 continue;
             }
-            let (t, k) = (ty(kind), k_of(kind));
-            let (types, tail) = suffix_and_tail(kind, false);
+            let (t, k) = (name(kinds), k_of(kinds.0));
+            let (types, tail) = suffix_and_tail(kinds, false);
             let regs = n / 2;
             let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
             let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
@@ -137,18 +149,19 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
 }
 
 /// The RS helper of one shape: `d += a * b` with `a`'s fragment in four registers (`a0..a7` as
-/// `.f16x2`/`.bf16x2` pairs). Operands: `d`, `{a}`, the descriptor of `b`, scale-d, imm-scale-a,
-/// imm-scale-b, imm-trans-b (0: `b` k-major, as in the SS form).
-fn rs_helper(kind: MmaKind, n: usize) -> String {
-    let t = ty(kind);
-    let (types, tail) = suffix_and_tail(kind, true);
+/// `.f16x2`/`.bf16x2` pairs, or `a0..a15` as four 8-bit integers each). Operands: `d`, `{a}`,
+/// the descriptor of `b`, scale-d, then for 16-bit floats imm-scale-a, imm-scale-b and
+/// imm-trans-b (0: `b` k-major, as in the SS form).
+fn rs_helper(kinds: (MmaKind, MmaKind), n: usize) -> String {
+    let (t, k) = (name(kinds), k_of(kinds.0));
+    let (types, tail) = suffix_and_tail(kinds, true);
     let regs = n / 2;
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
     format!(
-        "\n// d += a * b on one m64n{n}k16 block of a warpgroup: a from registers (its A fragment), b from shared memory (descriptor), d = {regs} f32 per thread.\n\
-         static __device__ __forceinline__ void tilus_wgmma_rs_m64n{n}k16_{t}(uint32_t* d, const uint32_t* a, uint64_t b) {{\n\
-         \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k16.{types} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, {tail};\\n\"\n\
+        "\n// d += a * b on one m64n{n}k{k} block of a warpgroup: a from registers (its A fragment), b from shared memory (descriptor), d = {regs} 32-bit accumulators per thread.\n\
+         static __device__ __forceinline__ void tilus_wgmma_rs_m64n{n}k{k}_{t}(uint32_t* d, const uint32_t* a, uint64_t b) {{\n\
+         \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{types} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, {tail};\\n\"\n\
          \x20              : {}\n\
          \x20              : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b));\n\
          }}\n",
@@ -228,15 +241,18 @@ pub(crate) fn dot(
         if rs { "rs_" } else { "" },
         plan.n,
         g.k_step,
-        ty(plan.kind)
+        name((plan.kind, plan.b_kind))
     );
-    cx.features.insert(feature(plan.kind, plan.n, rs));
+    cx.features.insert(feature((plan.kind, plan.b_kind), plan.n, rs));
     let (cn, on) = (cx.name(c), cx.name(out));
-    // A register `a`: its name and words (two 16-bit elements each).
+    // A register `a`: its name and words (two 16-bit or four 8-bit elements each).
     let a_words = match &a_operand {
         AOperand::Registers(_) => {
-            let (_, al) = cx.reg(a)?;
-            Some((cx.name(a), al.num_locals().div_ceil(2)))
+            let (adt, al) = cx.reg(a)?;
+            Some((
+                cx.name(a),
+                crate::codegen::regs::word_count(adt.bits(), al.num_locals()),
+            ))
         }
         AOperand::Shared(_) => None,
     };
