@@ -1484,6 +1484,91 @@ fn gemv_imma_tokens_match_the_reference() {
     }
 }
 
+/// The integer warpgroup gemv (`QMatmulMethod::GemvIgmma`): the pre-pass's two digits a value
+/// on `wgmma .s32.u8.s8`, 2- and 4-bit codes, unsigned with zero points and signed, f16 and
+/// bf16, 8 to 64 tokens a block, one and two warpgroups, fields of 32 to 128 rows (one or two
+/// rows of digits a tile), groups of one and two tiles, odd and even tile counts, split k,
+/// ragged m, against the f64 reference on the interpreter.
+#[test]
+fn gemv_igmma_matches_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    // (weight, activations, group, bk, bn, warps, stages, split, tokens a block, k tiles a split)
+    let cases = [
+        ("u2", "f16", 128, 128, 128, 8, 4, 1, 16, 3),
+        ("i2", "bf16", 256, 128, 64, 4, 3, 2, 8, 2),
+        ("u4", "f16", 128, 128, 128, 4, 3, 1, 32, 2),
+        ("i4", "bf16", 256, 256, 64, 4, 4, 1, 64, 3),
+        ("u2", "bf16", 256, 256, 128, 8, 3, 2, 16, 1),
+    ];
+    let seed: u64 =
+        std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (wd, ad, group, bk, bn, warps, stages, split, bm, tiles) in cases {
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvIgmma,
+            bm,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: split,
+            ..default_cfg(dt(wd), dt(ad), Some(group))
+        };
+        let k = bk * split * tiles;
+        let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        assert!(kernel.digits.is_some(), "the pre-pass computes the digits");
+        let q = quantize(&cfg, k.max(group), 2 * bn, &mut rng);
+        let tol = if ad == "f16" { 5e-4 } else { 4e-3 };
+        for m in [1, bm - 1, bm + bm / 2 + 1] {
+            let rel = run_once(&kernel, &q, m, &mut rng).unwrap();
+            println!("gemv_igmma bm{bm} {wd} {ad} k={k} m={m}: relative error {rel:.2e}");
+            assert!(rel < tol, "{wd} {ad} bm={bm} m={m}: relative error {rel}");
+        }
+    }
+    // Refusals name the field: 1-bit codes, 4 tokens, a field of 16 rows, a group of half a
+    // tile, three warps.
+    let base = QMatmulConfig {
+        method: QMatmulMethod::GemvIgmma,
+        bm: 16,
+        bn: 128,
+        bk: 128,
+        warps: 8,
+        stages: 4,
+        ..default_cfg(dt("u2"), DType::F16, Some(128))
+    };
+    let bad = [
+        (
+            QMatmulConfig {
+                wdtype: dt("u1"),
+                bk: 256,
+                group_rows: Some(256),
+                ..base
+            },
+            "wdtype",
+        ),
+        (QMatmulConfig { bm: 4, ..base }, "bm"),
+        (
+            QMatmulConfig {
+                wdtype: dt("u4"),
+                bk: 64,
+                group_rows: Some(64),
+                ..base
+            },
+            "bk",
+        ),
+        (QMatmulConfig { bk: 256, ..base }, "group_rows"),
+        (QMatmulConfig { warps: 12, ..base }, "warps"),
+        (QMatmulConfig { stages: 2, ..base }, "stages"),
+    ];
+    for (cfg, field) in bad {
+        match build(&cfg) {
+            Err(QMatmulError::Config { field: f, .. }) if f == field => {}
+            other => panic!("{cfg:?}: expected an error naming {field}, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn gemv_imma_random_tilings_match_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;

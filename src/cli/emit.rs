@@ -91,7 +91,7 @@ Kernels and their --config keys (default in brackets):
              GROUP       rows per scale group, 0 for per-channel scales [128]
              BM, BN, BK, WARPS, STAGES, SPLIT_K
                          positive integers [the library's default tiles for WDTYPE]
-             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64), gemv_imma (one token on the integer mma, 1/2/4-bit integer weights; BM=1 BK=256/bits) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
+             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64), gemv_imma (one token on the integer mma, 1/2/4-bit integer weights; BM=1 BK=256/bits), gemv_igmma (8-64 tokens on the integer wgmma, 2/4-bit integer weights, sm90; BM=16 BN=128 BK=128 WARPS=8) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
              STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
              BLOCKS_PER_SM
                          lut, gemv_wgmma and gemv_imma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
@@ -288,6 +288,16 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
             stages: 4,
             ..base
         },
+        // 16 tokens on two warpgroups; bk of whole k32 steps for each code of a byte.
+        "gemv_igmma" => QMatmulConfig {
+            method: QMatmulMethod::GemvIgmma,
+            bm: 16,
+            bn: 128,
+            bk: 128,
+            warps: 8,
+            stages: 4,
+            ..base
+        },
         // The look-up method's fixed tiles, with 8 warps of rows enough for a 16-byte load
         // per thread (two for groups of 64 on), two blocks to a multiprocessor.
         "lut" => {
@@ -297,7 +307,7 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
         }
         other => {
             return Err(format!(
-                "METHOD={other}: expected fused, gemv, gemv_wgmma, gemv_imma or lut"
+                "METHOD={other}: expected fused, gemv, gemv_wgmma, gemv_imma, gemv_igmma or lut"
             ))
         }
     };

@@ -194,6 +194,12 @@ pub enum QMatmulMethod {
     /// two s8 digits a value, which a pre-pass computes once for every column tile
     /// (`2^-14 max|x|` of each group, within f16's rounding of the output): the 2-8 token path.
     GemvImma,
+    /// 8 to 64 tokens (`bm` 8, 16, 32 or 64) of a 2- or 4-bit integer weight on Hopper's integer
+    /// warpgroup MMA (`wgmma .s32.u8.s8`, sm_90a): [`QMatmulMethod::GemvImma`]'s fields and
+    /// two-digit pre-pass, the weight as wgmma's register operand, the digits read by the
+    /// tensor cores from shared memory. `warps` 4 or 8 (warpgroups of 64 columns each, `bn` a
+    /// multiple of `16 warps`), `bk` 128 or 256 dividing the group (`super::imma`).
+    GemvIgmma,
 }
 
 /// Quantities derived from a valid [`QMatmulConfig`].
@@ -454,6 +460,9 @@ impl QMatmulConfig {
         if self.method == QMatmulMethod::GemvImma {
             self.check_split_limit()?;
             return super::imma::gemv_imma_tiling(self);
+        }
+        if self.method == QMatmulMethod::GemvIgmma {
+            return super::imma::gemv_igmma_tiling(self);
         }
         if self.specialize {
             let why = if self.method != QMatmulMethod::GemvWgmma {
@@ -1046,12 +1055,22 @@ impl QMatmulConfig {
         self.split_k > 1 || self.stream_k > 0
     }
 
+    /// Whether the configuration runs the digits' pre-pass ([`QMatmulMethod::GemvImma`] with
+    /// `bm > 1`, and [`QMatmulMethod::GemvIgmma`]).
+    pub fn uses_digits(&self) -> bool {
+        match self.method {
+            QMatmulMethod::GemvImma => self.bm > 1,
+            QMatmulMethod::GemvIgmma => true,
+            _ => false,
+        }
+    }
+
     /// The pre-pass buffers of [`QMatmulMethod::GemvImma`] with `bm > 1` for up to `max_m`
     /// rows of a `k`-row weight: `(digits bytes, side f32s)`, `digits [2 mp, k]` and `side
     /// [k / group, mp, 2]` with `mp = cdiv(max_m, 32) · 32`; `(0, 0)` for every other
     /// configuration. Errors name `m` (a size past what the kernels index) or `k`.
     pub fn digit_buffers(&self, max_m: usize, k: usize) -> Result<(usize, usize), QMatmulError> {
-        if self.method != QMatmulMethod::GemvImma || self.bm == 1 {
+        if !self.uses_digits() {
             return Ok((0, 0));
         }
         let g = self.group_size(k);

@@ -174,3 +174,129 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         tile_bytes: c.bk * c.bn * bits / 8,
     })
 }
+
+/// [`QMatmulConfig::tiling`] of [`QMatmulMethod::GemvIgmma`](super::QMatmulMethod::GemvIgmma):
+/// `bm` tokens a block (8, 16, 32 or 64: `2 bm` digit columns, a width the integer wgmma has),
+/// `warps / 4` warpgroups of `bn / (16 warps)` 16-row fragments each (`rep` tiles of 64 columns
+/// a warpgroup), each field of a byte a k-range of `bk / P` (whole k32 steps, at most one
+/// 128-byte swizzled row of digits). Errors name the field at fault.
+pub(crate) fn gemv_igmma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError> {
+    let p = match fields_per_byte(c.wdtype) {
+        Some(p) if p <= 4 => p,
+        _ => {
+            return Err(config_err(
+                "wdtype",
+                format!(
+                    "the integer warpgroup gemv shifts 2- or 4-bit integer codes to their bytes' \
+                     low bits, not {} (1-bit weights lose f16's accuracy on two digits; they \
+                     take METHOD=gemv_imma with bm = 1)",
+                    c.wdtype
+                ),
+            ))
+        }
+    };
+    if !matches!(c.bm, 8 | 16 | 32 | 64) {
+        return Err(config_err(
+            "bm",
+            format!(
+                "{}; the integer warpgroup gemv computes 8, 16, 32 or 64 tokens a block (2 bm \
+                 digit columns: 16 to 128, widths of wgmma .s32.u8.s8)",
+                c.bm
+            ),
+        ));
+    }
+    if !matches!(c.bk, 128 | 256) || c.bk / p < 32 || c.bk / p > 128 {
+        return Err(config_err(
+            "bk",
+            format!(
+                "{}; the integer warpgroup gemv takes 128 or 256 rows a tile, each of the {p} \
+                 codes of a {} byte covering 32 to 128 of them (whole k32 steps inside one \
+                 128-byte row of digits)",
+                c.bk, c.wdtype
+            ),
+        ));
+    }
+    if !matches!(c.warps, 4 | 8) {
+        return Err(config_err(
+            "warps",
+            format!(
+                "{}; the integer warpgroup gemv runs one or two warpgroups (4 or 8 warps)",
+                c.warps
+            ),
+        ));
+    }
+    if c.bn == 0 || !c.bn.is_multiple_of(16 * c.warps) || c.bn > 512 {
+        return Err(config_err(
+            "bn",
+            format!(
+                "{} is not a multiple of 16 x {} warps (64 columns a warpgroup) of at most 512",
+                c.bn, c.warps
+            ),
+        ));
+    }
+    match c.group_rows {
+        Some(g) if g.is_multiple_of(c.bk) => {}
+        Some(g) => {
+            return Err(config_err(
+                "group_rows",
+                format!(
+                    "{g}: the integer warpgroup gemv scales each k tile by its group's scale \
+                     and digits' 1 / σ, so a group is whole tiles (a multiple of bk = {})",
+                    c.bk
+                ),
+            ))
+        }
+        None => {
+            return Err(config_err(
+                "group_rows",
+                "the integer warpgroup gemv needs grouped scales: the activations are scaled \
+                 per group",
+            ))
+        }
+    }
+    if c.stages < 3 {
+        return Err(config_err(
+            "stages",
+            format!(
+                "{}; the integer warpgroup gemv refills a stage two tiles after it was read, \
+                 so it needs at least 3",
+                c.stages
+            ),
+        ));
+    }
+    let why = if c.stream_k != 0 {
+        Some("stream_k")
+    } else if c.specialize {
+        Some("specialize")
+    } else if c.stage_tiles != 1 {
+        Some("stage_tiles")
+    } else {
+        None
+    };
+    if let Some(field) = why {
+        return Err(config_err(
+            field,
+            "a schedule of the warpgroup gemv, not the integer warpgroup gemv's",
+        ));
+    }
+    c.check_blocks_registers("the integer warpgroup gemv")?;
+    let bits = c.wdtype.bits() as usize;
+    let rep_n = c.bn / (16 * c.warps);
+    let bytes_per_thread = c.bk * c.bn * bits / 8 / (32 * c.warps);
+    let vector_bytes = [16, 8, 4]
+        .into_iter()
+        .find(|v| bytes_per_thread.is_multiple_of(*v))
+        .unwrap_or(4);
+    Ok(Tiling {
+        warps_m: 1,
+        warps_n: c.warps,
+        rep_m: 1,
+        rep_n,
+        rep_k: c.bk / p / 32,
+        groups_per_tile: 1,
+        locals_per_thread: bytes_per_thread * p,
+        bytes_per_thread,
+        vector_bytes,
+        tile_bytes: c.bk * c.bn * bits / 8,
+    })
+}

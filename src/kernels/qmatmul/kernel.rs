@@ -1235,6 +1235,313 @@ mod kernels {
         );
     }
 
+    /// [`QMatmulMethod::GemvIgmma`](crate::kernels::qmatmul::QMatmulMethod): the tokens of
+    /// [`qmatmul_gemv_imma_tokens`] on Hopper's integer warpgroup MMA (`wgmma.m64nNk32
+    /// .s32.u8.s8`, N = `2 BM` digit columns), for 8 to 64 tokens a block. Each warpgroup holds
+    /// its `[64 rep, BK]` slice of the weight tile as wgmma's register A: field `f` of every
+    /// byte (the k-range `[f BK / P, (f + 1) BK / P)` of the tile) shifted to the byte's low
+    /// bits is one u8 A operand, four weights a shift and a `lop3`; the digits of
+    /// [`qmatmul_imma_digits`] are B, read by the tensor cores straight from the ring
+    /// (`[2 BM, 128]` rows, k-major, 128-byte swizzle). A tile lies inside one scale group, so
+    /// after its wgmmas its i32 sums are combined (`256 hi + lo`, exact), converted and scaled
+    /// by `s / σ`; the zero points' (or the signed offset's) `s z Σ x` is taken off per token
+    /// with the group's first tile. Even and odd tiles accumulate into two i32 tiles from two sets of operands: a
+    /// tile's wgmmas stay in flight while the tile before it is combined. A ring stage is
+    /// refilled two tiles after it was read (`STAGES >= 3`), when both are done with it.
+    ///
+    /// Parameters as [`qmatmul_gemv_imma_tokens`]'s; `WG` warpgroups a block, `BN = 64 WG rep`.
+    #[tilus::kernel(
+        lazy,
+        grid = [cdiv(m, BM), n / BN, SPLIT],
+        warps = 4 * WG,
+        blocks_per_sm = OCC,
+        target = sm90,
+        // Checked when the crate is built: zero points, signed offsets, 2 and 4 bits, a tile
+        // a group and two, split k, f16 and bf16, 8 and 64 tokens.
+        space(
+            BM = [8, 64],
+            BN = [128],
+            BK = [128],
+            WG = [2],
+            STAGES = [4],
+            SPLIT = [1, 4],
+            G = [128, 256],
+            ZEROS = [0, 1],
+            SIGNED = [0, 1],
+            VEC = [16],
+            OCC = [1],
+        ),
+        dtypes(A = [f16, bf16], W = [u2, i4]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_gemv_igmma<
+        const BM: i32,
+        const BN: i32,
+        const BK: i32,
+        const WG: i32,
+        const STAGES: i32,
+        const SPLIT: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const SIGNED: i32,
+        const VEC: i32,
+        const OCC: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+        digits: Global<u8>,
+        side: Global<f32>,
+    ) {
+        let p = 8 / W::BITS;
+        let fk = BK / p;
+        let steps = fk / 32;
+        let rep = BN / (64 * WG);
+        let nt = BM / 4;
+        let chunks = BK / 128;
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = tile_bytes / (128 * WG);
+        let fold = ZEROS == 1;
+        let offset = if SIGNED == 1 {
+            0.5 * (1 << W::BITS)
+        } else {
+            0.0
+        };
+        let mp = cdiv(m, 32) * 32;
+
+        let lbytes = layout!(local(thread_bytes / VEC).spatial(128 * WG).local(VEC));
+        let lwords = layout!(local(thread_bytes / 4).spatial(128 * WG));
+        // One field's weights `[BN, fk]` as wgmma's A: warpgroup tiles of 64 rows, the k steps
+        // of 32 innermost.
+        let lwa = layout!(
+            spatial(WG, 1)
+                .local(rep, 1)
+                .spatial(4, 1)
+                .local(1, steps)
+                .mma_a_f8
+        );
+        // The accumulator `[BN, 2 BM]` (wgmma C tiles); as `[BN, BM, 2]` (column, token, digit),
+        // whose two digits one thread holds side by side; `[BN, BM, 1]` once combined, and its
+        // `[BM, BN]` view for the store.
+        let lc = layout!(
+            spatial(WG, 1)
+                .local(rep, 1)
+                .spatial(4, 1)
+                .local(1, nt)
+                .mma_c
+        );
+        let lc3 = layout!(spatial(WG, 1, 1)
+            .local(rep, 1, 1)
+            .spatial(4, 1, 1)
+            .local(1, nt, 1)
+            .local(2, 1, 1)
+            .spatial(8, 4, 1)
+            .local(1, 1, 2));
+        let lt3 = layout!(reduce(lc3, [2]));
+        let lts = layout!(reduce(lt3, [1]));
+        let ltt = layout!(reduce(lt3, [0]));
+        let lt = layout!(spatial(1, WG)
+            .local(1, rep)
+            .spatial(1, 4)
+            .local(nt, 1)
+            .local(1, 2)
+            .column_spatial(4, 8));
+
+        let [bi, bj, bs] = block_indices();
+        let tiles = k / (BK * SPLIT);
+        let kt0 = bs * tiles;
+        let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
+        let gs = view_global(scales, [k / G * n, 1, 1]);
+        let gz = view_global(zeros, [if fold { k / G * n } else { 0 }, 1, 1]);
+        let gd = view_global::<i8>(digits, [2 * mp, k]);
+        let gsd = view_global(side, [k / G, mp, 2]);
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let sd = shared::<i8>([STAGES, chunks, 2 * BM, 128], swizzle(3, 4, 3));
+        let ss = shared::<A>([STAGES, BN, 1, 1]);
+        let sz = if fold {
+            shared::<A>([STAGES, BN, 1, 1])
+        } else {
+            ()
+        };
+        let ssd = shared::<f32>([STAGES, 1, BM, 2]);
+
+        let issue = |tile: i32, stage: i32| {
+            let t = kt0 + tile;
+            copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
+            #[unroll]
+            for ch in 0..chunks {
+                copy_async(
+                    gd,
+                    slice_shared(sd, [stage, ch, 0, 0], [2 * BM, 128]),
+                    [2 * BM * bi, t * BK + 128 * ch],
+                );
+            }
+            let group = t * BK / G;
+            copy_async(
+                gs,
+                slice_shared(ss, [stage, 0, 0, 0], [BN, 1, 1]),
+                [group * n + bj * BN, 0, 0],
+            );
+            if fold {
+                copy_async(
+                    gz,
+                    slice_shared(sz, [stage, 0, 0, 0], [BN, 1, 1]),
+                    [group * n + bj * BN, 0, 0],
+                );
+            }
+            copy_async(
+                gsd,
+                slice_shared(ssd, [stage, 0, 0, 0], [1, BM, 2]),
+                [group, bi * BM, 0],
+            );
+            commit_group();
+        };
+        #[unroll]
+        for s0 in 0..STAGES - 2 {
+            if s0 < tiles {
+                issue(s0, s0);
+            } else {
+                commit_group();
+            }
+        }
+        // The top of tile t: every thread has combined tile t - 2 and retired its wgmmas, so
+        // its stage takes tile t + STAGES - 2; tile t's stage has landed and is visible.
+        let top = |t: i32| {
+            wait_group(STAGES - 3);
+            sync();
+            let q = t + (STAGES - 2);
+            if q < tiles {
+                issue(q, q % STAGES);
+            } else {
+                commit_group();
+            }
+        };
+        // The low `bits` of every byte.
+        let mask = ((1 << W::BITS) - 1) * 16843009;
+        let words = |t: i32| {
+            view::<i32>(
+                load_shared(slice_shared(sb, [t % STAGES, 0], [tile_bytes]), lbytes, [0]),
+                lwords,
+            )
+        };
+        // Field f of tile t's digits as wgmma's B: `[fk, 2 BM]`, k-major.
+        let xd = |t: i32, f: i32| {
+            permute_shared(
+                slice_shared(
+                    sd,
+                    [t % STAGES, f * fk / 128, 0, f * fk % 128],
+                    [2 * BM, fk],
+                ),
+                [1, 0],
+            )
+        };
+        let hi_digit = arange(lc3, 2, 0) == 0;
+        // `acc` plus tile t's i32 sums `ai`, scaled.
+        let combine = |t: i32, ai: Tensor, acc: Tensor| {
+            let r = t % STAGES;
+            let comb = sum(
+                select(hi_digit, view::<i32>(ai, lc3) * 256, view::<i32>(ai, lc3)),
+                2,
+            );
+            let sc = cast::<f32>(load_shared(
+                slice_shared(ss, [r, 0, 0, 0], [BN, 1, 1]),
+                lts,
+                [0, 0, 0],
+            ));
+            let gside = slice_shared(ssd, [r, 0, 0, 0], [1, BM, 2]);
+            let inv_sigma = load_shared(gside, ltt, [0, 0, 0]);
+            // `[BN, 1, 1]` and `[1, BM, 1]` meet in the `[BN, BM, 1]` tile.
+            let zero = register::<f32>(lt3, 0.0);
+            let scaled = mul_add(cast::<f32>(comb), (zero + inv_sigma) * sc, acc);
+            if fold || SIGNED == 1 {
+                // `Σ x` is the group's: taken off once, with the group's first tile.
+                let once = (1 - min(t * BK % G, 1)) as f32;
+                let asum = load_shared(gside, ltt, [0, 0, 1]) * once;
+                let zc = if fold {
+                    let z = cast::<f32>(load_shared(
+                        slice_shared(sz, [r, 0, 0, 0], [BN, 1, 1]),
+                        lts,
+                        [0, 0, 0],
+                    ));
+                    if SIGNED == 1 {
+                        z + offset
+                    } else {
+                        z
+                    }
+                } else {
+                    register::<f32>(lts, offset)
+                };
+                mul_add(zero - asum, zc * sc, scaled)
+            } else {
+                scaled
+            }
+        };
+        let mut acc = register::<f32>(lt3, 0.0);
+        // Each tile's first wgmma starts from `zero` (no moves into an accumulator among
+        // in-flight wgmmas: `dot`'s code ignores the input of a fresh zero tile).
+        let zero = register::<i32>(lc, 0);
+        let mut a0 = register::<i32>(lc, 0);
+        let mut a1 = register::<i32>(lc, 0);
+        // Tiles in pairs: both tiles' wgmmas are issued, then `dot_wait(P)` retires the
+        // first, which is combined while the second runs. (Combining a tile while the next
+        // pair's wgmmas run would overlap more, but ptxas cannot follow the wait across the
+        // loop's back edge and serializes every wgmma: C7514.)
+        for t2 in 0..tiles / 2 {
+            let t = 2 * t2;
+            top(t);
+            top(t + 1);
+            let w0 = words(t);
+            #[unroll]
+            for f in 0..p {
+                let fw = (w0 >> (W::BITS * f)) & mask;
+                let c0 = if f == 0 { zero } else { a0 };
+                a0 = dot_async(view::<u8>(fw, lwa), xd(t, f), c0);
+            }
+            let w1 = words(t + 1);
+            #[unroll]
+            for f in 0..p {
+                let fw = (w1 >> (W::BITS * f)) & mask;
+                let c1 = if f == 0 { zero } else { a1 };
+                a1 = dot_async(view::<u8>(fw, lwa), xd(t + 1, f), c1);
+            }
+            dot_wait(p);
+            acc = combine(t, a0, acc);
+            dot_wait(0);
+            acc = combine(t + 1, a1, acc);
+        }
+        if tiles % 2 == 1 {
+            let t = tiles - 1;
+            top(t);
+            let w0 = words(t);
+            #[unroll]
+            for f in 0..p {
+                let fw = (w0 >> (W::BITS * f)) & mask;
+                let c0 = if f == 0 { zero } else { a0 };
+                a0 = dot(view::<u8>(fw, lwa), xd(t, f), c0);
+            }
+            acc = combine(t, a0, acc);
+        }
+        wait_group(0);
+        store_tile(
+            view::<f32>(acc, lt),
+            lt,
+            layout!(spatial(WG * 128)),
+            bi,
+            bj,
+            bs,
+            false,
+        );
+    }
+
     /// [`QMatmulMethod::GemvWgmma`](crate::kernels::qmatmul::QMatmulMethod): the transposed product of
     /// [`qmatmul_gemv`] on Hopper's warpgroup MMA. Each warpgroup dequantizes its `[64, BN / WG]`
     /// slice of the `[64, BN]` weight tile into wgmma's A registers (`rep = BN / (64 WG)` tiles of

@@ -122,6 +122,32 @@ impl QMatmulLayouts {
                     named("mma_a_f8_t"),
                 ]),
             )
+        } else if config.method == QMatmulMethod::GemvIgmma {
+            // The integer warpgroup gemv: the fields of `GemvImma`, each field's k-range in
+            // warpgroup tiles of 64 weight columns (four warps' 16-row 8-bit A fragments),
+            // its k steps of 32 innermost (the kernel's register A of `wgmma .u8`).
+            let named = |n: &str| fragment(n).expect("a named fragment");
+            let p = super::imma::fields_per_byte(config.wdtype).expect("checked by tiling");
+            (
+                chain(&[
+                    spatial(&[1, wn]),
+                    Layout::column_local(&[t.rep_m, t.rep_n]),
+                    named("mma_c_t"),
+                ]),
+                chain(&[
+                    rep(2, wn),
+                    Layout::column_local(&[t.rep_m, t.rep_k]),
+                    named("mma_b_t"),
+                ]),
+                chain(&[
+                    local(&[p, 1]),
+                    spatial(&[1, wn / 4]),
+                    local(&[1, t.rep_n]),
+                    spatial(&[1, 4]),
+                    local(&[t.rep_k, 1]),
+                    named("mma_a_f8_t"),
+                ]),
+            )
         } else if config.method == QMatmulMethod::GemvWgmma {
             // The warpgroup gemv: warpgroup tiles of 64 weight columns (four warps' 16-row
             // fragments), the k steps innermost; the activations stay in shared memory (`a`
@@ -192,7 +218,10 @@ impl QMatmulLayouts {
         let b3 = b
             .split_dim(0, rows)
             .map_err(|e| config_err("group_rows", e.to_string()))?;
-        let q = if config.method == QMatmulMethod::GemvImma {
+        let q = if matches!(
+            config.method,
+            QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma
+        ) {
             // Locals (field, i) -> (i, field): byte `i` packs code `f` of each field's local `i`.
             let p = super::imma::fields_per_byte(config.wdtype).expect("checked by tiling");
             b.swap_inner_locals(b.num_locals() / p, p)

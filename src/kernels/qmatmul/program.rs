@@ -15,7 +15,7 @@ pub const TARGET: Target = Target::SM80;
 /// warpgroup MMA of [`QMatmulMethod::GemvWgmma`].
 pub fn target(config: &QMatmulConfig) -> Target {
     match config.method {
-        QMatmulMethod::GemvWgmma => Target::SM90,
+        QMatmulMethod::GemvWgmma | QMatmulMethod::GemvIgmma => Target::SM90,
         _ => TARGET,
     }
 }
@@ -23,7 +23,10 @@ pub fn target(config: &QMatmulConfig) -> Target {
 /// Whether a device of NVRTC architecture `arch` (`sm_90a`, `sm_80`, ...) runs `config`'s
 /// programs: the warpgroup MMA only on sm_90a.
 pub fn runs_on(config: &QMatmulConfig, arch: &str) -> bool {
-    config.method != QMatmulMethod::GemvWgmma || arch == "sm_90a"
+    !matches!(
+        config.method,
+        QMatmulMethod::GemvWgmma | QMatmulMethod::GemvIgmma
+    ) || arch == "sm_90a"
 }
 
 /// Whether the warpgroup gemv's ring is filled by the copy engine: one thread's `tma_load`s
@@ -71,6 +74,7 @@ pub fn config_name(c: &QMatmulConfig) -> String {
         QMatmulMethod::GemvWgmma => "_gemvwg",
         QMatmulMethod::Lut => "_lut",
         QMatmulMethod::GemvImma => "_gemvimma",
+        QMatmulMethod::GemvIgmma => "_gemvigmma",
     };
     let stream = if c.stream_k > 0 {
         format!("_st{}", c.stream_k)
@@ -119,7 +123,25 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     };
     let v = |x: usize| x as i32;
     let tokens = config.method == QMatmulMethod::GemvImma && config.bm > 1;
-    let main = if tokens {
+    let signed = i32::from(matches!(config.wdtype, crate::DType::Int(_)));
+    let main = if config.method == QMatmulMethod::GemvIgmma {
+        let cfg = kernel::qmatmul_gemv_igmma::Config {
+            BM: v(config.bm),
+            BN: v(config.bn),
+            BK: v(config.bk),
+            WG: v(config.warps / 4),
+            STAGES: v(config.stages),
+            SPLIT: v(config.split_k),
+            G: group,
+            ZEROS: zeros,
+            SIGNED: signed,
+            VEC: v(t.vector_bytes),
+            OCC: v(config.blocks_per_sm),
+            A: config.adtype,
+            W: config.wdtype,
+        };
+        kernel::qmatmul_gemv_igmma::translate(&cfg)
+    } else if tokens {
         let cfg = kernel::qmatmul_gemv_imma_tokens::Config {
             BM: v(config.bm),
             BN: v(config.bn),
@@ -231,7 +253,8 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
         | QMatmulMethod::Gemv
         | QMatmulMethod::GemvWgmma
         | QMatmulMethod::Lut
-        | QMatmulMethod::GemvImma => None,
+        | QMatmulMethod::GemvImma
+        | QMatmulMethod::GemvIgmma => None,
         QMatmulMethod::DequantizeThenGemm => {
             let rows = super::dequant::store_rows(32 * t.warps_n, config.bk, config.bn)?;
             let cfg = kernel::qmatmul_dequant::Config {
@@ -254,7 +277,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             Some(p)
         }
     };
-    let digits = if tokens {
+    let digits = if config.uses_digits() {
         let cfg = kernel::qmatmul_imma_digits::Config {
             G: group,
             WD: 4,
@@ -401,7 +424,11 @@ pub fn a_swizzle(bk: usize) -> Option<Swizzle> {
 /// sm_80 device, with 164 KiB, runs fewer of them at once).
 fn check_imma_occupancy(config: &QMatmulConfig, shared: usize) -> Result<(), QMatmulError> {
     let blocks = config.blocks_per_sm;
-    if config.method != QMatmulMethod::GemvImma || blocks <= 1 {
+    if !matches!(
+        config.method,
+        QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma
+    ) || blocks <= 1
+    {
         return Ok(());
     }
     let limit = Target::SM90.max_shared_bytes + 1024;

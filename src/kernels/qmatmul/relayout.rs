@@ -164,10 +164,12 @@ pub fn relayout_inverse(
     Ok(storage::pack(dt, &codes))
 }
 
-/// The integer-mma gemv stores signed codes in offset binary (`super::imma`): flip each code's sign bit
+/// The integer-mma gemvs store signed codes in offset binary (`super::imma`): flip each code's sign bit
 /// (its own inverse). Other methods keep two's complement.
 fn offset_binary(config: &QMatmulConfig, codes: &mut [u32]) {
-    if let (QMatmulMethod::GemvImma, DType::Int(bits)) = (config.method, config.wdtype) {
+    if let (QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma, DType::Int(bits)) =
+        (config.method, config.wdtype)
+    {
         let sign = 1u32 << (bits - 1);
         codes.iter_mut().for_each(|c| *c ^= sign);
     }
@@ -176,7 +178,10 @@ fn offset_binary(config: &QMatmulConfig, codes: &mut [u32]) {
 /// The device re-layout program of `config` ([`super::kernel::qmatmul_relayout`]): parameters
 /// `k, n: i32`, `w` (the packed row-major codes), `out: *mut u8`; grid `[k / bk, n / bn]`.
 pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmulError> {
-    if matches!(config.method, QMatmulMethod::Lut | QMatmulMethod::GemvImma) {
+    if matches!(
+        config.method,
+        QMatmulMethod::Lut | QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma
+    ) {
         return Err(super::config::config_err(
             "method",
             "the look-up method's bit planes and the integer-mma gemv's offset-binary fields are \

@@ -56,6 +56,7 @@ impl TuneCandidate for QMatmulConfig {
                 QMatmulMethod::GemvWgmma => "gemv_wgmma",
                 QMatmulMethod::Lut => "lut",
                 QMatmulMethod::GemvImma => "gemv_imma",
+                QMatmulMethod::GemvIgmma => "gemv_igmma",
             },
         })
     }
@@ -159,6 +160,7 @@ pub fn tiles(c: &QMatmulConfig) -> String {
         QMatmulMethod::GemvWgmma => " gemv-wgmma",
         QMatmulMethod::Lut => " lut",
         QMatmulMethod::GemvImma => " gemv-imma",
+        QMatmulMethod::GemvIgmma => " gemv-igmma",
     };
     let stream = if c.stream_k > 0 {
         format!(" stream{}", c.stream_k)

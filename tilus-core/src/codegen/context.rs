@@ -88,6 +88,8 @@ pub(crate) struct Ctx<'p> {
     pub(crate) uses_tma_store: bool,
     /// The accumulators `dot_async` writes: a `dot_wait` fences their registers.
     pub(crate) async_accumulators: Vec<VarId>,
+    /// The register tensors that are a fresh zero tile (`emitters::wgmma::zero_registers`).
+    pub(crate) zero_registers: std::collections::HashSet<VarId>,
     /// Inside a role of a `specialize!` region: its named barrier and thread count.
     pub(crate) role: Option<(u32, usize)>,
 }

@@ -652,6 +652,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
             any
         },
         async_accumulators: wgmma::async_accumulators(p),
+        zero_registers: wgmma::zero_registers(p),
         role: None,
     };
     if cx.block_threads == 0 || cx.block_threads > 1024 {

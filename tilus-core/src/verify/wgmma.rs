@@ -161,7 +161,16 @@ pub fn plan_wgmma(
     target: &Target,
 ) -> Result<WgmmaPlan, String> {
     let (sa, sb) = (&a.layout.shape, &b.layout.shape);
-    let (kind, g) = check_common(a.dtype, b.dtype, c, sa[0], sa[1], sb[1], block_threads, target)?;
+    let (kind, g) = check_common(
+        a.dtype,
+        b.dtype,
+        c,
+        sa[0],
+        sa[1],
+        sb[1],
+        block_threads,
+        target,
+    )?;
     k_major(&a.layout, [g.row_elements, 1], &g).map_err(|e| {
         format!(
             "the shared operand a {e}\nhelp: allocate it as `shared::<{}>([.., rows, {}], {})` and slice `[rows, k]` out of it",
@@ -544,7 +553,9 @@ mod tests {
                 )
                 .unwrap_err();
                 assert!(
-                    e.contains("help: write it as `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a_f8`"),
+                    e.contains(
+                        "help: write it as `spatial(2, 1).spatial(4, 1).local(1, 4).mma_a_f8`"
+                    ),
                     "{e}"
                 );
             } else {
@@ -714,7 +725,10 @@ mod tests {
             layout: parse("spatial(4, 1).local(1, 4).mma_a_f8").unwrap(),
         };
         let p = plan_wgmma_rs(&a, &b, &c, 128, &Target::SM90).unwrap();
-        assert_eq!((p.base.kind, p.base.b_kind, p.base.n), (MmaKind::U8, MmaKind::I8, 64));
+        assert_eq!(
+            (p.base.kind, p.base.b_kind, p.base.n),
+            (MmaKind::U8, MmaKind::I8, 64)
+        );
         let sa = shared_of(DType::Int(8), [64, 128], [128, 1], Some(sw8));
         let bu = shared_of(DType::UInt(8), [128, 64], [1, 128], Some(sw8));
         let p = plan_wgmma(&sa, &bu, &c, 128, &Target::SM90).unwrap();

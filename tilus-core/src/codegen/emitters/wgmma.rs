@@ -38,24 +38,30 @@ const KINDS: [(MmaKind, MmaKind); 9] = [
 ];
 
 /// The helper feature of one wgmma shape (`wgmma_f16_n256`; `wgmma_rs_f16_n256` with `a` in
-/// registers; `wgmma_rs_u8s8_n64` for mixed 8-bit integers).
-fn feature(kinds: (MmaKind, MmaKind), n: usize, rs: bool) -> &'static str {
-    // Feature names are `&'static str`: the 2 x 9 x 32 of them are made once.
+/// registers; `wgmma_rs_u8s8_n64` for mixed 8-bit integers; `wgmma_f16_n256_z` for the form
+/// that ignores the accumulator's input, `scale-d = 0`).
+fn feature(kinds: (MmaKind, MmaKind), n: usize, rs: bool, zero: bool) -> &'static str {
+    // Feature names are `&'static str`: the 2 x 9 x 32 x 2 of them are made once.
     static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     let names = NAMES.get_or_init(|| {
         ["", "rs_"]
             .iter()
             .flat_map(|&form| {
                 KINDS.iter().flat_map(move |&k| {
-                    (1..=32).map(move |x| format!("wgmma_{form}{}_n{}", name(k), 8 * x))
+                    (1..=32).flat_map(move |x| {
+                        ["", "_z"].map(|z| format!("wgmma_{form}{}_n{}{z}", name(k), 8 * x))
+                    })
                 })
             })
             .map(|s| &*Box::leak(s.into_boxed_str()))
             .collect()
     });
-    let kind_index = KINDS.iter().position(|&k| k == kinds).expect("a wgmma kind")
+    let kind_index = KINDS
+        .iter()
+        .position(|&k| k == kinds)
+        .expect("a wgmma kind")
         + KINDS.len() * usize::from(rs);
-    names[kind_index * 32 + n / 8 - 1]
+    names[(kind_index * 32 + n / 8 - 1) * 2 + usize::from(zero)]
 }
 
 /// The helper's type name: `f16`, `s8`, or `u8s8` for mixed operands.
@@ -90,17 +96,19 @@ fn k_of(kind: MmaKind) -> usize {
 }
 
 /// The instruction's types (`.f32.f16.f16`, `.s32.s8.s8`, `.s32.b1.b1.and.popc`) and its operands after `b`'s
-/// descriptor: scale-d, then for floats imm-scale-a and imm-scale-b, then for 16-bit floats the
-/// transposes (0: both k-major; the RS form has only `b`'s).
-fn suffix_and_tail((kind, b_kind): (MmaKind, MmaKind), rs: bool) -> (String, &'static str) {
+/// descriptor: scale-d (0 with `zero`: `d = a · b`, the accumulator's input ignored), then for
+/// floats imm-scale-a and imm-scale-b, then for 16-bit floats the transposes (0: both k-major;
+/// the RS form has only `b`'s).
+fn suffix_and_tail((kind, b_kind): (MmaKind, MmaKind), rs: bool, zero: bool) -> (String, String) {
     let t = ty(kind);
-    match kind {
-        MmaKind::I8 | MmaKind::U8 => (format!("s32.{t}.{}", ty(b_kind)), "1"),
-        MmaKind::B1 => ("s32.b1.b1.and.popc".to_string(), "1"),
-        MmaKind::E4M3 | MmaKind::E5M2 => (format!("f32.{t}.{t}"), "1, 1, 1"),
-        _ if rs => (format!("f32.{t}.{t}"), "1, 1, 1, 0"),
-        _ => (format!("f32.{t}.{t}"), "1, 1, 1, 0, 0"),
-    }
+    let (types, rest) = match kind {
+        MmaKind::I8 | MmaKind::U8 => (format!("s32.{t}.{}", ty(b_kind)), ""),
+        MmaKind::B1 => ("s32.b1.b1.and.popc".to_string(), ""),
+        MmaKind::E4M3 | MmaKind::E5M2 => (format!("f32.{t}.{t}"), ", 1, 1"),
+        _ if rs => (format!("f32.{t}.{t}"), ", 1, 1, 0"),
+        _ => (format!("f32.{t}.{t}"), ", 1, 1, 0, 0"),
+    };
+    (types, format!("{}{rest}", if zero { 0 } else { 1 }))
 }
 
 /// Helper device functions for the wgmma features in `used` (called from the prelude).
@@ -119,22 +127,23 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
 }
 "#,
     );
-    for kinds in KINDS {
+    for (kinds, zero) in KINDS.into_iter().flat_map(|k| [(k, false), (k, true)]) {
+        let z = if zero { "_z" } else { "" };
         for n in (8..=256).step_by(8) {
-            if used.contains(feature(kinds, n, true)) {
-                s.push_str(&rs_helper(kinds, n));
+            if used.contains(feature(kinds, n, true, zero)) {
+                s.push_str(&rs_helper(kinds, n, zero));
             }
-            if !used.contains(feature(kinds, n, false)) {
+            if !used.contains(feature(kinds, n, false, zero)) {
                 continue;
             }
             let (t, k) = (name(kinds), k_of(kinds.0));
-            let (types, tail) = suffix_and_tail(kinds, false);
+            let (types, tail) = suffix_and_tail(kinds, false, zero);
             let regs = n / 2;
             let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
             let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
             s.push_str(&format!(
                 "\n// d += a * b on one m64n{n}k{k} block of a warpgroup: a and b from shared memory (descriptors), d = {regs} 32-bit accumulators per thread.\n\
-                 static __device__ __forceinline__ void tilus_wgmma_m64n{n}k{k}_{t}(uint32_t* d, uint64_t a, uint64_t b) {{\n\
+                 static __device__ __forceinline__ void tilus_wgmma_m64n{n}k{k}_{t}{z}(uint32_t* d, uint64_t a, uint64_t b) {{\n\
                  \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{types} {{{}}}, %{regs}, %{}, {tail};\\n\"\n\
                  \x20              : {}\n\
                  \x20              : \"l\"(a), \"l\"(b));\n\
@@ -152,15 +161,16 @@ static __device__ __forceinline__ uint64_t tilus_wgmma_desc(uint32_t addr) {
 /// `.f16x2`/`.bf16x2` pairs, or `a0..a15` as four 8-bit integers each). Operands: `d`, `{a}`,
 /// the descriptor of `b`, scale-d, then for 16-bit floats imm-scale-a, imm-scale-b and
 /// imm-trans-b (0: `b` k-major, as in the SS form).
-fn rs_helper(kinds: (MmaKind, MmaKind), n: usize) -> String {
+fn rs_helper(kinds: (MmaKind, MmaKind), n: usize, zero: bool) -> String {
     let (t, k) = (name(kinds), k_of(kinds.0));
-    let (types, tail) = suffix_and_tail(kinds, true);
+    let (types, tail) = suffix_and_tail(kinds, true, zero);
+    let z = if zero { "_z" } else { "" };
     let regs = n / 2;
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+r\"(d[{i}])")).collect();
     format!(
         "\n// d += a * b on one m64n{n}k{k} block of a warpgroup: a from registers (its A fragment), b from shared memory (descriptor), d = {regs} 32-bit accumulators per thread.\n\
-         static __device__ __forceinline__ void tilus_wgmma_rs_m64n{n}k{k}_{t}(uint32_t* d, const uint32_t* a, uint64_t b) {{\n\
+         static __device__ __forceinline__ void tilus_wgmma_rs_m64n{n}k{k}_{t}{z}(uint32_t* d, const uint32_t* a, uint64_t b) {{\n\
          \x20 asm volatile(\"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{types} {{{}}}, {{%{}, %{}, %{}, %{}}}, %{}, {tail};\\n\"\n\
          \x20              : {}\n\
          \x20              : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b));\n\
@@ -236,14 +246,26 @@ pub(crate) fn dot(
     let q = LayoutMap::analyze(&plan.c).map_err(|e| cx.err(e))?;
     let regs = plan.n / 2;
     let rs = matches!(a_operand, AOperand::Registers(_));
-    let helper = format!(
-        "tilus_wgmma_{}m64n{}k{}_{}",
-        if rs { "rs_" } else { "" },
-        plan.n,
-        g.k_step,
-        name((plan.kind, plan.b_kind))
-    );
-    cx.features.insert(feature((plan.kind, plan.b_kind), plan.n, rs));
+    // A `c` that is a fresh zero tile (`register(layout, 0)`, never written again) is not
+    // copied into `out`: the first wgmma of each block ignores the accumulator (scale-d = 0).
+    // No register moves then sit among in-flight wgmmas, where ptxas would serialize them all
+    // (C7511/C7517: it does not tell one accumulator's registers from another's).
+    let zero_c = out != c && cx.zero_registers.contains(&c);
+    let kinds = (plan.kind, plan.b_kind);
+    let helper = |zero: bool| {
+        format!(
+            "tilus_wgmma_{}m64n{}k{}_{}{}",
+            if rs { "rs_" } else { "" },
+            plan.n,
+            g.k_step,
+            name(kinds),
+            if zero { "_z" } else { "" }
+        )
+    };
+    cx.features.insert(feature(kinds, plan.n, rs, false));
+    if zero_c {
+        cx.features.insert(feature(kinds, plan.n, rs, true));
+    }
     let (cn, on) = (cx.name(c), cx.name(out));
     // A register `a`: its name and words (two 16-bit or four 8-bit elements each).
     let a_words = match &a_operand {
@@ -257,7 +279,7 @@ pub(crate) fn dot(
         AOperand::Shared(_) => None,
     };
     let words = q.locals * regs;
-    if out != c {
+    if out != c && !zero_c {
         for w in 0..words {
             cx.w.line(format!("{on}[{w}] = {cn}[{w}];"));
         }
@@ -321,7 +343,8 @@ pub(crate) fn dot(
                 _ => format!("{da} + (({oa} + {}) >> 4)", 32 * step),
             };
             cx.w.line(format!(
-                "{helper}(&{on}[{}], {a_arg}, {db} + (({ob} + {}) >> 4));",
+                "{}(&{on}[{}], {a_arg}, {db} + (({ob} + {}) >> 4));",
+                helper(zero_c && step == 0),
                 j * regs,
                 32 * step
             ));
@@ -353,6 +376,25 @@ pub(crate) fn wait(cx: &mut Ctx, n: u32) -> Result<(), CodegenError> {
         fence_registers(cx, &name, words);
     }
     Ok(())
+}
+
+/// The register tensors that are a fresh zero tile: written once, by `register(layout, 0)`. A
+/// `dot` into another tensor from such a `c` needs no copy of it (see [`dot`]).
+pub(crate) fn zero_registers(p: &crate::ir::Program) -> std::collections::HashSet<VarId> {
+    use crate::ir::Instruction;
+    let mut writes: std::collections::HashMap<VarId, (usize, bool)> = Default::default();
+    p.visit_instructions(&mut |i| {
+        let zero = matches!(i, Instruction::AllocateRegister { init: Some(v), .. } if *v == 0.0);
+        for out in i.outputs() {
+            let e = writes.entry(out).or_insert((0, zero));
+            e.0 += 1;
+        }
+    });
+    writes
+        .into_iter()
+        .filter(|(_, (count, zero))| *count == 1 && *zero)
+        .map(|(v, _)| v)
+        .collect()
 }
 
 /// The registers a `dot_async` writes (its accumulators) or reads in flight (a register `a`), in
