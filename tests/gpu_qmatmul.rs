@@ -305,6 +305,63 @@ fn gemv_imma_tokens_match_the_reference() {
     }
 }
 
+/// The integer warpgroup gemv (`QMatmulMethod::GemvIgmma`, sm_90a): the pre-pass's digits on
+/// `wgmma .s32.u8.s8` with the weight as register A, 2- and 4-bit codes, zero points and signed
+/// offsets, 8 to 64 tokens a block, one and two warpgroups, fields of 32 to 128 rows, groups of
+/// one and two tiles, split k, f16 and bf16, ragged m, against the f64 reference with the
+/// output poisoned.
+#[test]
+fn gemv_igmma_matches_the_reference() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let Some(ctx) = context("gemv_igmma_matches_the_reference") else {
+        return;
+    };
+    if !ctx.arch().starts_with("sm_90") {
+        println!("skipped: the integer warpgroup gemv needs sm_90a");
+        return;
+    }
+    // (weight, activations, group, bk, bn, warps, stages, split, k, tokens a block)
+    let cases = [
+        ("u2", "f16", 128, 128, 128, 8, 4, 1, 8192, 64),
+        ("i2", "bf16", 256, 128, 256, 8, 3, 2, 4096, 32),
+        ("u4", "f16", 128, 128, 128, 4, 4, 4, 8192, 16),
+        ("i4", "bf16", 256, 256, 64, 4, 3, 1, 2304, 8),
+        ("u2", "bf16", 256, 256, 512, 8, 4, 2, 4096, 16),
+        ("i4", "f16", 128, 128, 128, 8, 5, 1, 1152, 64),
+    ];
+    for (name, ad, group, bk, bn, warps, stages, split, k, bm) in cases {
+        let wdtype: DType = name.parse().unwrap();
+        let adtype: DType = ad.parse().unwrap();
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvIgmma,
+            bm,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: split,
+            ..QMatmulConfig::default_for(
+                wdtype,
+                adtype,
+                Some(group),
+                matches!(wdtype, DType::UInt(_)),
+            )
+        };
+        for m in [1, bm - 1, 2 * bm + 1, 33] {
+            let rel = match adtype {
+                DType::BF16 => run_case::<bf16>(&ctx, &cfg, m, 2 * bn, k, Group::Rows(group)),
+                _ => run_case::<f16>(&ctx, &cfg, m, 2 * bn, k, Group::Rows(group)),
+            };
+            println!("gemv_igmma bm{bm} {name:>3} {adtype} g{group} bk{bk} bn{bn} w{warps} split {split} k={k} m={m}: rel err {rel:.2e}");
+            let tol = if adtype == DType::F16 { 5e-4 } else { 4e-3 };
+            assert!(
+                rel < tol,
+                "gemv_igmma bm{bm} {name} {adtype} m={m}: relative error {rel}"
+            );
+        }
+    }
+}
+
 /// The gemv method with several token tiles per block (`bm` 16, 32 and 64), as the tuner
 /// tries it for 9 to 64 rows: every weight type, ragged m (a partial tile, whole blocks, a
 /// second row block), f16 and bf16, grouped and per-channel scales, split-k.

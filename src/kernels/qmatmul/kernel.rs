@@ -1360,15 +1360,17 @@ mod kernels {
         let tiles = k / (BK * SPLIT);
         let kt0 = bs * tiles;
         let gb = view_global(b, [k / BK, n / BN, tile_bytes]);
-        let gs = view_global(scales, [k / G * n, 1, 1]);
-        let gz = view_global(zeros, [if fold { k / G * n } else { 0 }, 1, 1]);
+        // Scales and zero points `[1, 1, BN]` a stage, contiguous for `cp.async` (a `[BN, 1, 1]`
+        // box would be copied an element at a time, synchronously), read as `[BN, 1, 1]`.
+        let gs = view_global(scales, [k / G, 1, n]);
+        let gz = view_global(zeros, [if fold { k / G } else { 0 }, 1, n]);
         let gd = view_global::<i8>(digits, [2 * mp, k]);
         let gsd = view_global(side, [k / G, mp, 2]);
         let sb = shared::<u8>([STAGES, tile_bytes]);
         let sd = shared::<i8>([STAGES, chunks, 2 * BM, 128], swizzle(3, 4, 3));
-        let ss = shared::<A>([STAGES, BN, 1, 1]);
+        let ss = shared::<A>([STAGES, 1, 1, BN]);
         let sz = if fold {
-            shared::<A>([STAGES, BN, 1, 1])
+            shared::<A>([STAGES, 1, 1, BN])
         } else {
             ()
         };
@@ -1388,14 +1390,14 @@ mod kernels {
             let group = t * BK / G;
             copy_async(
                 gs,
-                slice_shared(ss, [stage, 0, 0, 0], [BN, 1, 1]),
-                [group * n + bj * BN, 0, 0],
+                slice_shared(ss, [stage, 0, 0, 0], [1, 1, BN]),
+                [group, 0, bj * BN],
             );
             if fold {
                 copy_async(
                     gz,
-                    slice_shared(sz, [stage, 0, 0, 0], [BN, 1, 1]),
-                    [group * n + bj * BN, 0, 0],
+                    slice_shared(sz, [stage, 0, 0, 0], [1, 1, BN]),
+                    [group, 0, bj * BN],
                 );
             }
             copy_async(
@@ -1453,7 +1455,7 @@ mod kernels {
                 2,
             );
             let sc = cast::<f32>(load_shared(
-                slice_shared(ss, [r, 0, 0, 0], [BN, 1, 1]),
+                permute_shared(slice_shared(ss, [r, 0, 0, 0], [1, 1, BN]), [2, 0, 1]),
                 lts,
                 [0, 0, 0],
             ));
@@ -1468,7 +1470,7 @@ mod kernels {
                 let asum = load_shared(gside, ltt, [0, 0, 1]) * once;
                 let zc = if fold {
                     let z = cast::<f32>(load_shared(
-                        slice_shared(sz, [r, 0, 0, 0], [BN, 1, 1]),
+                        permute_shared(slice_shared(sz, [r, 0, 0, 0], [1, 1, BN]), [2, 0, 1]),
                         lts,
                         [0, 0, 0],
                     ));

@@ -513,6 +513,54 @@ const IMMA_TOKENS: [(usize, usize, usize, usize, usize); 4] = [
     (512, 8, 4, 8, 1),
 ];
 
+/// The integer warpgroup gemv ([`QMatmulMethod::GemvIgmma`], 8 to 64 tokens of a 2- or 4-bit
+/// integer weight), `(bn, warps, stages, split_k)`: late in the lists, since on an H200 it
+/// measured behind the f16 warpgroup gemv at 16, 32 and 64 tokens (57344 x 8192 u2 87 / 125 /
+/// 215 us against 79 / 89 / 123; perf note 65: each scale group's i32 sums are converted and
+/// scaled per output, work that grows with the tokens, at a quarter rate for the conversion).
+const IGMMA_TILES: [(usize, usize, usize, usize); 2] = [(128, 4, 4, 1), (64, 4, 4, 1)];
+
+/// [`IGMMA_TILES`] for an `m`-row problem of `wdtype`, if the method takes it.
+fn igmma_candidates(
+    base: QMatmulConfig,
+    wdtype: DType,
+    group: Option<usize>,
+    m: usize,
+    k: usize,
+) -> Vec<QMatmulConfig> {
+    if !(8..=64).contains(&m)
+        || group.is_none()
+        || !matches!(wdtype, DType::UInt(2 | 4) | DType::Int(2 | 4))
+    {
+        return Vec::new();
+    }
+    let bm = m.next_power_of_two().max(8);
+    IGMMA_TILES
+        .into_iter()
+        // 64 tokens hold two i32 tiles of 64 registers a thread: one 64-column tile a
+        // warpgroup, or ptxas spills.
+        .filter(|&(bn, warps, _, _)| bm < 64 || bn == 16 * warps)
+        .flat_map(|(bn, warps, stages, split_k)| {
+            // Narrow layers: split k so that the column tiles make about a wave.
+            let long = if k >= 16384 { 4 } else { split_k };
+            [split_k, long].map(|split_k| QMatmulConfig {
+                method: QMatmulMethod::GemvIgmma,
+                bm,
+                bn,
+                bk: 128,
+                warps,
+                stages,
+                split_k,
+                stream_k: 0,
+                specialize: false,
+                stage_tiles: 1,
+                blocks_per_sm: 1,
+                ..base
+            })
+        })
+        .collect()
+}
+
 /// The configurations tried for an `m`-row problem, most promising first: for decode shapes
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
 /// H100, each with the gemv method first (at one token of a 1-, 2- or 4-bit integer weight the
@@ -683,6 +731,9 @@ pub fn candidates_up_to(
             }
         }
         push(base);
+        for c in igmma_candidates(base, wdtype, group, m, k) {
+            push(c);
+        }
         if m == 1 && imma_bits {
             for split_k in [2, 4, 8] {
                 for (bn, warps) in [(256, 4), (512, 8), (128, 4), (256, 8)] {
@@ -795,6 +846,9 @@ pub fn candidates_up_to(
                     },
                 });
             }
+        }
+        for c in igmma_candidates(base, wdtype, group, m, k) {
+            push(c);
         }
         if m > 256 {
             // Prefill: dequantize once, then cuBLAS (the fused tiles below are the alternative).
@@ -1093,6 +1147,31 @@ mod tests {
     use crate::quant::{Group, QuantizedWeight};
 
     /// The head is the same list, in the same order, without building the rest.
+    /// The integer warpgroup gemv is in the space for 8 to 64 tokens of grouped 2- and 4-bit
+    /// integers, after the f16 warpgroup gemv that measured faster, and nowhere else.
+    #[test]
+    fn integer_warpgroup_gemv_is_in_the_tail_of_its_buckets() {
+        let igmma = |c: &QMatmulConfig| c.method == QMatmulMethod::GemvIgmma;
+        for m in [8, 16, 32, 64] {
+            let all = candidates(DType::UInt(2), DType::F16, Some(128), m, 8192, 8192).unwrap();
+            let first = all.iter().position(igmma).expect("in the space");
+            let wgmma = all
+                .iter()
+                .position(|c| c.method == QMatmulMethod::GemvWgmma);
+            assert!(wgmma.is_some_and(|w| w < first) || m < 9, "m={m}");
+            assert!(all.iter().filter(|c| igmma(c)).all(|c| c.bm >= m));
+        }
+        for (wdtype, group, m) in [
+            (DType::UInt(1), Some(128), 16),
+            (DType::UInt(2), None, 16),
+            (DType::UInt(2), Some(128), 4),
+            (DType::UInt(2), Some(128), 128),
+        ] {
+            let all = candidates(wdtype, DType::F16, group, m, 8192, 8192).unwrap();
+            assert!(!all.iter().any(igmma), "{wdtype} {group:?} m={m}");
+        }
+    }
+
     #[test]
     fn candidates_up_to_is_the_head_of_candidates() {
         for (w, m) in [
