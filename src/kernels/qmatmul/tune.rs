@@ -517,7 +517,8 @@ const IMMA_TOKENS: [(usize, usize, usize, usize, usize); 4] = [
 /// integer weight), `(bn, warps, stages, split_k)`: late in the lists, since on an H200 it
 /// measured behind the f16 warpgroup gemv at 16, 32 and 64 tokens (57344 x 8192 u2 87 / 125 /
 /// 215 us against 79 / 89 / 123; perf note 65: each scale group's i32 sums are converted and
-/// scaled per output, work that grows with the tokens, at a quarter rate for the conversion).
+/// scaled per output, work that grows with the tokens, at a quarter rate for the conversion),
+/// except split 4 ways on long layers at 9 to 16 tokens.
 const IGMMA_TILES: [(usize, usize, usize, usize); 2] = [(128, 4, 4, 1), (64, 4, 4, 1)];
 
 /// [`IGMMA_TILES`] for an `m`-row problem of `wdtype`, if the method takes it.
@@ -722,6 +723,13 @@ pub fn candidates_up_to(
                 // 9 to 16 tokens: the warpgroup gemv, two k tiles a stage (perf note 58: i4
                 // at 16 tokens 80.1 us against the fused tiles' 87.8; u2 80.0 against 78.7).
                 push(gemv_wgmma_two_tiles(base, 16, 256, 8, 2));
+                // Long, narrow layers (the down projection): the integer warpgroup gemv split 4
+                // ways (perf note 65: 8192 x 28672 u2 at 16 tokens 44.8 us against 47.3).
+                if k >= 16384 {
+                    if let Some(c) = igmma_candidates(base, wdtype, group, m, k).get(1) {
+                        push(*c);
+                    }
+                }
             }
             push(decode(c));
             if i == 0 {
