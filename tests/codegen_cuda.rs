@@ -1453,6 +1453,33 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             kernels.push((p.name.clone(), Some(p)));
         }
     }
+    // The integer warpgroup gemv (`IGMMA .U8.S8`, the weight fields as register A): the tuner's
+    // tilings, 8 to 64 tokens, 2 and 4 bits, a tile a group and two, split k. Its wgmmas stay
+    // in flight while the tile before is combined only if no register move sits among them
+    // (perf note 65): "serialized" is checked below like spills.
+    {
+        use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
+        for (w, bm, bn, warps, bk, group, split_k) in [
+            (DType::UInt(2), 16, 128, 4, 128, 128, 4),
+            (DType::Int(2), 8, 128, 4, 128, 256, 1),
+            (DType::UInt(4), 32, 128, 4, 128, 128, 1),
+            (DType::Int(4), 64, 64, 4, 256, 256, 2),
+            (DType::UInt(2), 64, 128, 8, 128, 128, 1),
+        ] {
+            let cfg = QMatmulConfig {
+                method: QMatmulMethod::GemvIgmma,
+                bm,
+                bn,
+                bk,
+                warps,
+                stages: 4,
+                split_k,
+                ..QMatmulConfig::default_for(w, DType::F16, Some(group), w == DType::UInt(2))
+            };
+            let p = build(&cfg).unwrap().main;
+            kernels.push((p.name.clone(), Some(p)));
+        }
+    }
     for cfg in tilus::kernels::gemm::gemm_tma_f16::SPACE {
         kernels.push((
             format!("gemm_tma_f16_{cfg}"),
@@ -1551,7 +1578,7 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
         // The warpgroup MMA of the operand type: HGMMA (16-bit floats), IGMMA (8-bit
         // integers), QGMMA (fp8).
-        let gmma = if name.starts_with("gemm_tma_i8") {
+        let gmma = if name.starts_with("gemm_tma_i8") || name.ends_with("_gemvigmma") {
             "IGMMA"
         } else if name.starts_with("apt_gemm_bgmma") {
             "BGMMA"
@@ -1621,10 +1648,12 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         assert_eq!(count("HMMA"), 0, "{name}: warp-level HMMA");
         // The VM's half arithmetic rounds as IEEE does (`DType::round`): a dequantizing
         // kernel's f16 arithmetic is one HFMA2 or HMUL2 per pair, without the two HMNMX2
-        // clamps that saturating semantics cost (perf note 57).
+        // clamps that saturating semantics cost (perf note 57). (The integer gemv dequantizes
+        // nothing in f16.)
         if ["qmatmul_", "gemm_w4", "gemm_tma_w4t"]
             .iter()
             .any(|p| name.starts_with(p))
+            && !name.ends_with("_gemvigmma")
         {
             assert_eq!(count("HMNMX2"), 0, "{name}: f16 clamps in SASS");
             assert!(count("HFMA2") > 0, "{name}: no HFMA2");
@@ -1641,8 +1670,8 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
 }
 
 /// The RS form of wgmma (`a` in registers, `tests/kernels/wgmma_rs.rs`), every configuration,
-/// f16 and bf16, for sm_90a: `HGMMA` (two dots of `2 / WG` blocks by 4 k steps per warpgroup),
-/// no local memory, no spills, nothing serialized, no warp-level HMMA.
+/// f16, bf16 and u8 x s8, for sm_90a: `HGMMA` (`IGMMA .U8.S8`; two dots of `2 / WG` blocks by
+/// 4 k steps per warpgroup), no local memory, no spills, nothing serialized, no warp-level MMA.
 #[test]
 fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
     use wgmma_rs_kernels::{wgmma_rs_bf16, wgmma_rs_f16};
@@ -1654,17 +1683,34 @@ fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
     let mut kernels = Vec::new();
     for cfg in wgmma_rs_f16::SPACE {
         let hgmma = 2 * (2 / cfg.WG as usize) * 4;
-        kernels.push((format!("rs_f16_{cfg}"), wgmma_rs_f16::program(cfg), hgmma));
+        kernels.push((
+            format!("rs_f16_{cfg}"),
+            wgmma_rs_f16::program(cfg),
+            hgmma,
+            "HGMMA",
+        ));
     }
     for cfg in wgmma_rs_bf16::SPACE {
         let hgmma = 2 * (2 / cfg.WG as usize) * 4;
-        kernels.push((format!("rs_bf16_{cfg}"), wgmma_rs_bf16::program(cfg), hgmma));
+        kernels.push((
+            format!("rs_bf16_{cfg}"),
+            wgmma_rs_bf16::program(cfg),
+            hgmma,
+            "HGMMA",
+        ));
     }
     for cfg in wgmma_rs_kernels::wgmma_rs_split_n::SPACE {
         let program = wgmma_rs_kernels::wgmma_rs_split_n::program(cfg);
-        kernels.push((format!("rs_split_n_{cfg}"), program, 2 * 4));
+        kernels.push((format!("rs_split_n_{cfg}"), program, 2 * 4, "HGMMA"));
     }
-    for (name, program, hgmma) in kernels {
+    // u8 weights against i8 activations: the integer tensor cores' `IGMMA .U8.S8`, also from
+    // a fresh zero tile (no register moves among the wgmmas, nothing serialized).
+    for cfg in wgmma_rs_kernels::wgmma_rs_u8s8::SPACE {
+        let program = wgmma_rs_kernels::wgmma_rs_u8s8::program(cfg);
+        let igmma = 2 * (2 / cfg.WG as usize) * 4;
+        kernels.push((format!("rs_u8s8_{cfg}"), program, igmma, "IGMMA"));
+    }
+    for (name, program, hgmma, op) in kernels {
         let k = emit(&program.unwrap(), &Default::default()).unwrap();
         let arch = "sm_90a";
         let ptx = compile_ptx(&k.source, arch)
@@ -1692,9 +1738,15 @@ fn wgmma_rs_compiles_to_hgmma_without_local_memory() {
                 .count()
         };
         assert_eq!(count("LDL") + count("STL"), 0, "{name}: local memory");
-        assert_eq!(count("HGMMA"), hgmma, "{name}: HGMMA");
-        assert_eq!(count("HMMA"), 0, "{name}: warp-level HMMA");
-        eprintln!("{name}: ok, {} HGMMA", count("HGMMA"));
+        assert_eq!(count(op), hgmma, "{name}: {op}");
+        assert_eq!(count("HMMA") + count("IMMA"), 0, "{name}: warp-level MMA");
+        if op == "IGMMA" {
+            assert!(
+                a.sass.contains("IGMMA.64x128x32.U8.S8"),
+                "{name}: not u8 x s8"
+            );
+        }
+        eprintln!("{name}: ok, {} {op}", count(op));
     }
 }
 

@@ -614,8 +614,48 @@ mod register_a {
         }
     }
 
+    /// u8 weights against i8 activations (`.s32.u8.s8`), exact in i32, from `c0` and from a
+    /// fresh zero tile.
+    #[test]
+    fn eight_bit_integers_of_both_signednesses_are_exact_on_the_interpreter() {
+        use super::wgmma_rs_kernels::{wgmma_rs_u8s8, wgmma_rs_u8s8_reference};
+        let mut rng = rand::rng();
+        let w: Vec<u8> = (0..128 * 128).map(|_| rng.random()).collect();
+        let x: Vec<i8> = (0..128 * 128).map(|_| rng.random()).collect();
+        let c0: Vec<i32> = (0..128 * 128)
+            .map(|_| rng.random_range(-1 << 20..1 << 20))
+            .collect();
+        let want = wgmma_rs_u8s8_reference(&w, &x, &c0);
+        for cfg in wgmma_rs_u8s8::SPACE {
+            let mut c = vec![i32::MIN; 128 * 128];
+            wgmma_rs_u8s8::interpret(cfg, &w, &x, &c0, &mut c)
+                .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            assert_eq!(c, want, "{cfg}");
+        }
+    }
+
     #[test]
     fn generated_cuda_issues_the_rs_form() {
+        use super::wgmma_rs_kernels::wgmma_rs_u8s8;
+        for cfg in wgmma_rs_u8s8::SPACE {
+            let p = wgmma_rs_u8s8::program(cfg).expect("embedded program");
+            let src = tilus::core::codegen::emit(&p, &Default::default())
+                .unwrap()
+                .source;
+            // `d, {a0..a3}, desc-b, scale-d`: no scales or transposes on integers.
+            assert!(
+                src.contains("wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.s8 {%0, ")
+                    && src.contains("}, {%64, %65, %66, %67}, %68, 1;"),
+                "{cfg}: no RS u8 x s8 wgmma"
+            );
+            // Two dots of (2 / WG) blocks and 4 k steps of 32 each; from a zero tile, the
+            // first step of each block ignores the accumulator and nothing is copied.
+            let calls = src.matches("tilus_wgmma_rs_m64n128k32_u8s8(&").count()
+                + src.matches("tilus_wgmma_rs_m64n128k32_u8s8_z(&").count();
+            assert_eq!(calls as i32, 2 * (2 / cfg.WG) * 4, "{cfg}");
+            let zero_form = src.matches("tilus_wgmma_rs_m64n128k32_u8s8_z(&").count();
+            assert_eq!(zero_form as i32, cfg.ZERO * (2 / cfg.WG), "{cfg}");
+        }
         for cfg in wgmma_rs_f16::SPACE {
             let p = wgmma_rs_f16::program(cfg).expect("embedded program");
             let k = tilus::core::codegen::emit(&p, &Default::default()).unwrap();
