@@ -605,6 +605,39 @@ fn gpu_wgmma_register_a_matches_f64_and_the_interpreter() {
     check_rs!(ctx.as_ref(), f16, wgmma_rs_f16);
     check_rs!(ctx.as_ref(), bf16, wgmma_rs_bf16);
     check_rs!(ctx.as_ref(), f16, wgmma_rs_split_n);
+    // u8 weights against i8 activations (`.s32.u8.s8`), from `c0` and from a fresh zero tile:
+    // exact, so the GPU must match the i64 reference bit for bit.
+    let mut rng = rand::rng();
+    let w: Vec<u8> = (0..128 * 128).map(|_| rng.random()).collect();
+    let x: Vec<i8> = (0..128 * 128).map(|_| rng.random()).collect();
+    let c0: Vec<i32> = (0..128 * 128)
+        .map(|_| rng.random_range(-1 << 20..1 << 20))
+        .collect();
+    let want = wgmma_rs_kernels::wgmma_rs_u8s8_reference(&w, &x, &c0);
+    for cfg in wgmma_rs_kernels::wgmma_rs_u8s8::SPACE {
+        let mut interp = vec![i32::MIN; 128 * 128];
+        wgmma_rs_kernels::wgmma_rs_u8s8::interpret(cfg, &w, &x, &c0, &mut interp)
+            .unwrap_or_else(|e| panic!("{cfg}: interpreter: {e}"));
+        assert_eq!(interp, want, "u8 x s8 {cfg}: interpreter");
+        let Some(ctx) = ctx.as_ref() else { continue };
+        let (dw, dx, dc0) = (
+            DeviceBuffer::from_host(ctx, &w).unwrap(),
+            DeviceBuffer::from_host(ctx, &x).unwrap(),
+            DeviceBuffer::from_host(ctx, &c0).unwrap(),
+        );
+        let mut dc = DeviceBuffer::from_host(ctx, &vec![i32::MIN; 128 * 128]).unwrap();
+        wgmma_rs_kernels::wgmma_rs_u8s8::launch(ctx, cfg, &dw, &dx, &dc0, &mut dc)
+            .unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        let got = dc.to_host().unwrap();
+        let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+        assert_eq!(
+            wrong,
+            0,
+            "u8 x s8 {cfg}: {wrong} of {} outputs differ",
+            want.len()
+        );
+        eprintln!("rs u8 x s8 {cfg}: exact on the GPU");
+    }
 }
 
 /// `tma_store`, unswizzled and swizzled, at ragged shapes: bit for bit the interpreter (`y` the
