@@ -202,6 +202,13 @@ pub enum QMatmulMethod {
     GemvIgmma,
 }
 
+impl QMatmulMethod {
+    /// Whether the method's program runs on the warpgroup MMA, so only on sm_90a.
+    pub fn needs_sm90a(self) -> bool {
+        matches!(self, QMatmulMethod::GemvWgmma | QMatmulMethod::GemvIgmma)
+    }
+}
+
 /// Quantities derived from a valid [`QMatmulConfig`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tiling {
@@ -1065,7 +1072,7 @@ impl QMatmulConfig {
         }
     }
 
-    /// The pre-pass buffers of [`QMatmulMethod::GemvImma`] with `bm > 1` for up to `max_m`
+    /// The pre-pass buffers of a configuration that [`Self::uses_digits`], for up to `max_m`
     /// rows of a `k`-row weight: `(digits bytes, side f32s)`, `digits [2 mp, k]` and `side
     /// [k / group, mp, 2]` with `mp = cdiv(max_m, 32) · 32`; `(0, 0)` for every other
     /// configuration. Errors name `m` (a size past what the kernels index) or `k`.

@@ -1,5 +1,6 @@
-//! The host side of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma): its tile
-//! rules (the kernel is `kernel::qmatmul_gemv_imma`).
+//! The host side of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma) and
+//! [`QMatmulMethod::GemvIgmma`](super::QMatmulMethod::GemvIgmma): their tile rules (the kernels
+//! are `kernel::qmatmul_gemv_imma`, `qmatmul_gemv_imma_tokens` and `qmatmul_gemv_igmma`).
 //!
 //! One token of a 1-, 2- or 4-bit integer weight on the integer tensor cores
 //! (`mma.m16n8k32 .s32.u8.s8`, native on sm_80 and sm_90: `IMMA.16832.U8.S8`).
@@ -137,21 +138,7 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
             ))
         }
     }
-    let why = if c.stream_k != 0 {
-        Some(("stream_k", "a schedule of the warpgroup gemv"))
-    } else if c.specialize {
-        Some(("specialize", "a schedule of the warpgroup gemv"))
-    } else if c.stage_tiles != 1 {
-        Some(("stage_tiles", "a schedule of the warpgroup gemv"))
-    } else {
-        None
-    };
-    if let Some((field, what)) = why {
-        return Err(config_err(
-            field,
-            format!("{what}, not the integer-mma gemv's"),
-        ));
-    }
+    refuse_wgmma_schedules(c, "the integer-mma gemv")?;
     c.check_blocks_registers("the integer-mma gemv")?;
     let bits = c.wdtype.bits() as usize;
     let rep_n = c.bn / (16 * c.warps);
@@ -173,6 +160,24 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         vector_bytes,
         tile_bytes: c.bk * c.bn * bits / 8,
     })
+}
+
+/// The f16 warpgroup gemv's schedules (stream-k, warp specialization, two k tiles a stage)
+/// are not `kernel`'s: an error naming the field set.
+fn refuse_wgmma_schedules(c: &QMatmulConfig, kernel: &str) -> Result<(), QMatmulError> {
+    let field = if c.stream_k != 0 {
+        "stream_k"
+    } else if c.specialize {
+        "specialize"
+    } else if c.stage_tiles != 1 {
+        "stage_tiles"
+    } else {
+        return Ok(());
+    };
+    Err(config_err(
+        field,
+        format!("a schedule of the warpgroup gemv, not {kernel}'s"),
+    ))
 }
 
 /// [`QMatmulConfig::tiling`] of [`QMatmulMethod::GemvIgmma`](super::QMatmulMethod::GemvIgmma):
@@ -264,21 +269,7 @@ pub(crate) fn gemv_igmma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulErro
             ),
         ));
     }
-    let why = if c.stream_k != 0 {
-        Some("stream_k")
-    } else if c.specialize {
-        Some("specialize")
-    } else if c.stage_tiles != 1 {
-        Some("stage_tiles")
-    } else {
-        None
-    };
-    if let Some(field) = why {
-        return Err(config_err(
-            field,
-            "a schedule of the warpgroup gemv, not the integer warpgroup gemv's",
-        ));
-    }
+    refuse_wgmma_schedules(c, "the integer warpgroup gemv")?;
     c.check_blocks_registers("the integer warpgroup gemv")?;
     let bits = c.wdtype.bits() as usize;
     let rep_n = c.bn / (16 * c.warps);

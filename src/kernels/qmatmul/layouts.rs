@@ -98,55 +98,41 @@ impl QMatmulLayouts {
         let [fa, fb, fc] = mma_fragments(kind);
         let (wm, wn) = (t.warps_m, t.warps_n);
         let (local, spatial, rep) = (Layout::local, Layout::spatial, Layout::replicated);
-        let (c, a, b) = if config.method == QMatmulMethod::GemvImma {
-            // The integer-mma gemv: `P` codes a byte, code `f` of each byte in the k-range
+        let (c, a, b) = if matches!(
+            config.method,
+            QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma
+        ) {
+            // The integer-mma gemvs: `P` codes a byte, code `f` of each byte in the k-range
             // `[f bk / P, (f + 1) bk / P)`, each range the 8-bit k32 A fragments of the transposed
-            // product (`super::f8`).
+            // product (`super::imma`): warps side by side (`mma.sync`), or warpgroup tiles of 64
+            // weight columns with the k steps of 32 innermost (the register A of `wgmma .u8`).
             let named = |n: &str| fragment(n).expect("a named fragment");
             let p = super::imma::fields_per_byte(config.wdtype).expect("checked by tiling");
-            (
+            let fields = if config.method == QMatmulMethod::GemvImma {
                 chain(&[
-                    spatial(&[1, wn]),
-                    Layout::column_local(&[t.rep_m, t.rep_n]),
-                    named("mma_c_t"),
-                ]),
-                chain(&[
-                    rep(2, wn),
-                    Layout::column_local(&[t.rep_m, t.rep_k]),
-                    named("mma_b_t"),
-                ]),
-                chain(&[
-                    local(&[p, 1]),
                     spatial(&[1, wn]),
                     Layout::column_local(&[config.bk / p / 32, t.rep_n]),
-                    named("mma_a_f8_t"),
-                ]),
-            )
-        } else if config.method == QMatmulMethod::GemvIgmma {
-            // The integer warpgroup gemv: the fields of `GemvImma`, each field's k-range in
-            // warpgroup tiles of 64 weight columns (four warps' 16-row 8-bit A fragments),
-            // its k steps of 32 innermost (the kernel's register A of `wgmma .u8`).
-            let named = |n: &str| fragment(n).expect("a named fragment");
-            let p = super::imma::fields_per_byte(config.wdtype).expect("checked by tiling");
-            (
+                ])
+            } else {
                 chain(&[
-                    spatial(&[1, wn]),
-                    Layout::column_local(&[t.rep_m, t.rep_n]),
-                    named("mma_c_t"),
-                ]),
-                chain(&[
-                    rep(2, wn),
-                    Layout::column_local(&[t.rep_m, t.rep_k]),
-                    named("mma_b_t"),
-                ]),
-                chain(&[
-                    local(&[p, 1]),
                     spatial(&[1, wn / 4]),
                     local(&[1, t.rep_n]),
                     spatial(&[1, 4]),
                     local(&[t.rep_k, 1]),
-                    named("mma_a_f8_t"),
+                ])
+            };
+            (
+                chain(&[
+                    spatial(&[1, wn]),
+                    Layout::column_local(&[t.rep_m, t.rep_n]),
+                    named("mma_c_t"),
                 ]),
+                chain(&[
+                    rep(2, wn),
+                    Layout::column_local(&[t.rep_m, t.rep_k]),
+                    named("mma_b_t"),
+                ]),
+                chain(&[local(&[p, 1]), fields, named("mma_a_f8_t")]),
             )
         } else if config.method == QMatmulMethod::GemvWgmma {
             // The warpgroup gemv: warpgroup tiles of 64 weight columns (four warps' 16-row

@@ -14,19 +14,17 @@ pub const TARGET: Target = Target::SM80;
 /// The target a configuration's programs are built for: [`TARGET`], or sm_90a for the
 /// warpgroup MMA of [`QMatmulMethod::GemvWgmma`].
 pub fn target(config: &QMatmulConfig) -> Target {
-    match config.method {
-        QMatmulMethod::GemvWgmma | QMatmulMethod::GemvIgmma => Target::SM90,
-        _ => TARGET,
+    if config.method.needs_sm90a() {
+        Target::SM90
+    } else {
+        TARGET
     }
 }
 
 /// Whether a device of NVRTC architecture `arch` (`sm_90a`, `sm_80`, ...) runs `config`'s
 /// programs: the warpgroup MMA only on sm_90a.
 pub fn runs_on(config: &QMatmulConfig, arch: &str) -> bool {
-    !matches!(
-        config.method,
-        QMatmulMethod::GemvWgmma | QMatmulMethod::GemvIgmma
-    ) || arch == "sm_90a"
+    !config.method.needs_sm90a() || arch == "sm_90a"
 }
 
 /// Whether the warpgroup gemv's ring is filled by the copy engine: one thread's `tma_load`s
@@ -151,7 +149,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             SPLIT: v(config.split_k),
             G: group,
             ZEROS: zeros,
-            SIGNED: i32::from(matches!(config.wdtype, crate::DType::Int(_))),
+            SIGNED: signed,
             VEC: v(t.vector_bytes),
             OCC: v(config.blocks_per_sm),
             A: config.adtype,
@@ -168,7 +166,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             SPLIT: v(config.split_k),
             G: group,
             ZEROS: zeros,
-            SIGNED: i32::from(matches!(config.wdtype, crate::DType::Int(_))),
+            SIGNED: signed,
             VEC: v(t.vector_bytes),
             OCC: v(config.blocks_per_sm),
             A: config.adtype,
