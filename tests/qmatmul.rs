@@ -1202,6 +1202,22 @@ fn tuning_candidates_are_valid_and_distinct() {
                 .all(|c| c.method != QMatmulMethod::Lut || m == 1));
         }
     }
+    // One token of a 3-bit integer weight starts on the integer mma (two planes), and more
+    // tokens never take it.
+    for (wd, m) in [("u3", 1), ("i3", 1), ("i3", 4)] {
+        for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192)] {
+            let c = candidates(dt(wd), DType::F16, Some(128), m, n, k).unwrap();
+            assert_eq!(
+                c[0].method == QMatmulMethod::GemvImma,
+                m == 1,
+                "{wd} m={m} {n}x{k}: {:?}",
+                c[0]
+            );
+            assert!(c
+                .iter()
+                .all(|c| c.method != QMatmulMethod::GemvImma || c.bm == 1));
+        }
+    }
     // 2 to 4 tokens of a 2- or 4-bit integer weight start with several tokens a block on the
     // integer mma (one block row); 1-bit weights never take it (two digits are too coarse).
     for (wd, m) in [("u2", 2), ("i4", 4), ("i2", 7), ("u1", 4)] {
@@ -1224,7 +1240,7 @@ fn tuning_candidates_are_valid_and_distinct() {
     assert!(!c.is_empty());
 }
 
-/// The integer-mma gemv (`QMatmulMethod::GemvImma`): 1-, 2- and 4-bit codes, unsigned with zero
+/// The integer-mma gemv (`QMatmulMethod::GemvImma`): 1-, 2-, 3- and 4-bit codes, unsigned with zero
 /// points and signed in offset binary, groups of one and two k tiles, split k, f16 and bf16,
 /// several tokens and column tiles, within the output type's own rounding of the f64 reference
 /// (the digits are exact to `2^-23 max|x|`); its re-layout round-trips and its rules are errors
@@ -1242,6 +1258,10 @@ fn gemv_imma_matches_the_reference() {
         // Warps of seven 16-column fragments, the tuner's 256-block tilings of 57344 x 8192.
         ("u2", "f16", 128, 128, 448, 4, 4, 2, 1),
         ("i4", "bf16", 128, 64, 896, 8, 3, 4, 2),
+        // 3 bits in two planes: a 2-bit plane's fields, a 1-bit plane's third bits.
+        ("u3", "f16", 128, 128, 256, 4, 3, 2, 1),
+        ("i3", "bf16", 256, 128, 128, 8, 4, 1, 1),
+        ("i3", "f16", 128, 128, 448, 4, 4, 2, 1),
     ];
     let seed: u64 =
         std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
@@ -1326,7 +1346,27 @@ fn gemv_imma_matches_the_reference() {
     let cases = [
         (
             QMatmulConfig {
+                wdtype: dt("u5"),
+                ..base
+            },
+            "`wdtype`",
+        ),
+        // 3-bit codes come in two planes, which the several-token kernel does not read.
+        (
+            QMatmulConfig {
                 wdtype: dt("u3"),
+                bm: 4,
+                ..base
+            },
+            "`bm`",
+        ),
+        (
+            QMatmulConfig {
+                wdtype: dt("u3"),
+                bm: 16,
+                warps: 4,
+                bn: 128,
+                method: QMatmulMethod::GemvIgmma,
                 ..base
             },
             "`wdtype`",

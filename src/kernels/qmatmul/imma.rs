@@ -2,7 +2,7 @@
 //! [`QMatmulMethod::GemvIgmma`](super::QMatmulMethod::GemvIgmma): their tile rules (the kernels
 //! are `kernel::qmatmul_gemv_imma`, `qmatmul_gemv_imma_tokens` and `qmatmul_gemv_igmma`).
 //!
-//! One token of a 1-, 2- or 4-bit integer weight on the integer tensor cores
+//! One token of a 1-, 2-, 3- or 4-bit integer weight on the integer tensor cores
 //! (`mma.m16n8k32 .s32.u8.s8`, native on sm_80 and sm_90: `IMMA.16832.U8.S8`).
 //!
 //! **Weights.** A byte holds `P = 8 / bits` codes, field `f` at bits `bits · f`; field `f` of
@@ -12,6 +12,15 @@
 //! makes four weights, with no shift and no conversion (the f16 gemv spends one `lop3` per two,
 //! perf note 34). Signed codes are stored in offset binary (`c + 2^(bits - 1)`, the sign bit
 //! flipped), the offset taken off once per group.
+//!
+//! **3-bit codes** ([`PlaneMap`]) do not fit a byte whole, so a tile holds two planes: a 2-bit
+//! plane laid out as a 2-bit weight's (four fields a byte), then a 1-bit plane with the third
+//! bit of every code. A field's code is rebuilt in place by two `lop3`s, `(w2 & m2_f) | (w1 &
+//! m1_f)`, at bit `pos_f` = 0, 2, 4 or 5 of its byte (`γ_f = 2^pos_f`): the 1-bit plane's bit
+//! is the code's top bit for fields 0 to 2 and, since a field at bits 6-7 has no room above,
+//! its lowest for field 3 (`c = 2 hi + lo`). One 1-bit word serves two 2-bit words, its bits
+//! for the second moved into place by a shift a word (`>> 1` or `<< 4`). A weight costs 0.56
+//! integer instructions instead of 0.25, at 3/8 of a byte.
 //!
 //! **Activations.** Each scale group's activations are scaled by a power of two `σ` (so that
 //! `max|x| σ < 2^30`, exactly) and by `1 / γ_f` of their field, rounded to the nearest integer
@@ -40,12 +49,19 @@ use crate::DType;
 /// 4096 bytes.
 pub const MAX_SLICE: usize = 4096;
 
-/// Weight codes per byte for the method's weight types (1, 2 or 4 bits, integers).
+/// The k-ranges (fields) a byte of the weight covers, for the method's weight types (1, 2, 3 or
+/// 4 bits, integers): `8 / bits`, and 4 for 3-bit codes (their 2-bit plane's fields).
 pub(crate) fn fields_per_byte(wdtype: DType) -> Option<usize> {
     match wdtype {
         DType::UInt(b) | DType::Int(b) if matches!(b, 1 | 2 | 4) => Some(8 / b as usize),
+        DType::UInt(3) | DType::Int(3) => Some(4),
         _ => None,
     }
+}
+
+/// Whether `wdtype` comes as two planes (3-bit codes: a 2-bit plane and a 1-bit plane).
+pub(crate) fn two_planes(wdtype: DType) -> bool {
+    matches!(wdtype, DType::UInt(3) | DType::Int(3))
 }
 
 /// [`QMatmulConfig::tiling`] of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma): one
@@ -56,7 +72,7 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         return Err(config_err(
             "wdtype",
             format!(
-                "the integer-mma gemv masks 1-, 2- or 4-bit integer codes in place, not {}",
+                "the integer-mma gemv masks 1-, 2-, 3- or 4-bit integer codes in place, not {}",
                 c.wdtype
             ),
         ));
@@ -74,6 +90,16 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
     // `bm = 1` splits each group's activations a warp a group; with more tokens a pre-pass
     // does, and the combined digits' i32 sums must stay exact: `|Σ| <= G 15 (64 256 + 128)`.
     let tokens = c.bm > 1;
+    if tokens && two_planes(c.wdtype) {
+        return Err(config_err(
+            "bm",
+            format!(
+                "{}; 3-bit weights take the integer-mma gemv one token a block (bm = 1): the \
+                 several-token kernel masks one plane of codes",
+                c.bm
+            ),
+        ));
+    }
     if tokens && p == 8 {
         // Two digits keep `2^-14 max|x|` of each group; a 1-bit weight's zero point (half the
         // scale on every code) sums those errors where the output cancels: 5.3e-4 of the f16
@@ -144,9 +170,15 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
     let rep_n = c.bn / (16 * c.warps);
     let locals_per_thread = c.bk * rep_n * 16 / 32;
     let bytes_per_thread = locals_per_thread * bits / 8;
+    // 3 bits: each plane's bytes (two thirds and one third) in runs of the same width.
+    let plane_bytes = if two_planes(c.wdtype) {
+        bytes_per_thread / 3
+    } else {
+        bytes_per_thread
+    };
     let vector_bytes = [16, 8, 4, 2, 1]
         .into_iter()
-        .find(|v| bytes_per_thread.is_multiple_of(*v))
+        .find(|v| plane_bytes.is_multiple_of(*v))
         .unwrap_or(1);
     Ok(Tiling {
         warps_m: 1,
@@ -187,7 +219,7 @@ fn refuse_wgmma_schedules(c: &QMatmulConfig, kernel: &str) -> Result<(), QMatmul
 /// 128-byte swizzled row of digits). Errors name the field at fault.
 pub(crate) fn gemv_igmma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError> {
     let p = match fields_per_byte(c.wdtype) {
-        Some(p) if p <= 4 => p,
+        Some(p) if p <= 4 && !two_planes(c.wdtype) => p,
         _ => {
             return Err(config_err(
                 "wdtype",
@@ -290,4 +322,93 @@ pub(crate) fn gemv_igmma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulErro
         vector_bytes,
         tile_bytes: c.bk * c.bn * bits / 8,
     })
+}
+
+/// The 1-bit plane's bit of field `f` (0..4) for word `j` of a pair of 2-bit-plane words: word
+/// 0's as they stand, word 1's moved to them by the kernel's `>> 1` (even `f`) or `<< 4` (odd).
+const THIRD_BIT: [[u32; 4]; 2] = [[2, 4, 6, 5], [3, 0, 7, 1]];
+
+/// How a thread's 3-bit codes go into the two planes of a tile of
+/// [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma) (the module docs).
+///
+/// A thread's codes, in the order of the codes layout `q` (byte `i` of the 2-bit plane holds
+/// codes `4 i .. 4 i + 4`, field `f` at bits `2 f`), are split as `c = lo + 4 hi` (`lo` to the
+/// 2-bit plane, `hi` to the 1-bit plane) for fields 0 to 2, and `c = 2 hi + lo` (`hi` to the
+/// 2-bit plane) for field 3, so that the kernel's two masks and an `or` leave the code at bit
+/// 0, 2, 4 or 5 of its byte. The 2-bit plane's words pair up along dim 1 of the kernel's
+/// `[rep_f, 2, 4, bn]` word layout: both words of a pair take their third bits from one word of
+/// the 1-bit plane (`[rep_f, 1, 4, bn]`), byte for byte, at [`THIRD_BIT`].
+pub(crate) struct PlaneMap {
+    /// `[thread][2-bit word]`: the 1-bit word and `j` of each word.
+    pair: Vec<Vec<(usize, usize)>>,
+    /// Bytes of the 2-bit plane a thread.
+    pub(crate) bytes2: usize,
+}
+
+impl PlaneMap {
+    /// The map of `c`'s tiles (a validated 3-bit configuration of the method).
+    pub(crate) fn new(c: &QMatmulConfig, t: &Tiling) -> PlaneMap {
+        use tilus_core::layout::Layout;
+        let wn = t.warps_n;
+        let rep_f = c.bk / 4 / 32;
+        let words = Layout::spatial(&[1, 1, 1, wn])
+            .compose(&Layout::column_local(&[rep_f, 1, 1, t.rep_n]))
+            .and_then(|l| l.compose(&Layout::local(&[1, 2, 1, 2])))
+            .and_then(|l| l.compose(&Layout::column_spatial(&[1, 1, 4, 8])))
+            .expect("the kernel's word layout composes");
+        let plane1 = words.reduce(&[1]).expect("dim 1 exists");
+        let pair = (0..32 * wn)
+            .map(|th| {
+                let at: std::collections::HashMap<Vec<usize>, usize> = (0..plane1.num_locals())
+                    .map(|v| (plane1.eval(th, v), v))
+                    .collect();
+                (0..words.num_locals())
+                    .map(|u| {
+                        let mut x = words.eval(th, u);
+                        let j = std::mem::replace(&mut x[1], 0);
+                        (at[&x], j)
+                    })
+                    .collect()
+            })
+            .collect();
+        PlaneMap {
+            pair,
+            bytes2: t.locals_per_thread / 4,
+        }
+    }
+
+    /// Thread `th`'s codes (`q` order) as its 2-bit plane bytes and 1-bit plane bytes.
+    pub(crate) fn pack(&self, th: usize, codes: &[u32], two: &mut [u8], one: &mut [u8]) {
+        one.fill(0);
+        for (i, byte) in two.iter_mut().enumerate() {
+            let (v, j) = self.pair[th][i / 4];
+            *byte = 0;
+            for f in 0..4 {
+                let c = codes[4 * i + f];
+                let (lo2, bit) = if f < 3 {
+                    (c & 3, c >> 2)
+                } else {
+                    (c >> 1, c & 1)
+                };
+                *byte |= (lo2 << (2 * f)) as u8;
+                one[4 * v + i % 4] |= (bit << THIRD_BIT[j][f]) as u8;
+            }
+        }
+    }
+
+    /// [`PlaneMap::pack`] undone.
+    pub(crate) fn unpack(&self, th: usize, two: &[u8], one: &[u8], codes: &mut [u32]) {
+        for (i, &byte) in two.iter().enumerate() {
+            let (v, j) = self.pair[th][i / 4];
+            for f in 0..4 {
+                let lo2 = (byte as u32 >> (2 * f)) & 3;
+                let bit = (one[4 * v + i % 4] as u32 >> THIRD_BIT[j][f]) & 1;
+                codes[4 * i + f] = if f < 3 {
+                    lo2 | bit << 2
+                } else {
+                    lo2 << 1 | bit
+                };
+            }
+        }
+    }
 }

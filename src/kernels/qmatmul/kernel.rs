@@ -703,7 +703,7 @@ mod kernels {
             VEC = [16],
             OCC = [1],
         ),
-        dtypes(A = [f16, bf16], W = [u2, i4]),
+        dtypes(A = [f16, bf16], W = [u2, i3, i4]),
     )]
     #[allow(clippy::too_many_arguments)]
     pub fn qmatmul_gemv_imma<
@@ -732,7 +732,12 @@ mod kernels {
         workspace: GlobalMut<f32>,
         semaphores: GlobalMut<i32>,
     ) {
-        let p = 8 / W::BITS;
+        // 3-bit codes come as two planes (`imma`'s module docs): the 2-bit plane's four fields
+        // index k, the 1-bit plane fills in the third bit.
+        let three = W::BITS == 3;
+        let p = if three { 4 } else { 8 / W::BITS };
+        // Where field `f`'s code sits in its byte (`pos(f) = bits f`, 3 bits: 0, 2, 4, 5).
+        let top = if three { 5 } else { W::BITS * (p - 1) };
         let fk = BK / p;
         let rep_n = BN / (16 * WN);
         let rep_f = fk / 32;
@@ -740,7 +745,9 @@ mod kernels {
         // `imma::MAX_SLICE`: the longest k-slice the digits hold.
         let slice = 4096;
         let tile_bytes = BK * BN * W::BITS / 8;
-        let thread_bytes = tile_bytes / (32 * WN);
+        // The first plane (the whole tile but for 3 bits) and the 1-bit plane after it.
+        let tile_fields = if three { BK * BN / 4 } else { tile_bytes };
+        let thread_bytes = tile_fields / (32 * WN);
         let fold = ZEROS == 1;
         let offset = if SIGNED == 1 {
             0.5 * (1 << W::BITS)
@@ -755,6 +762,21 @@ mod kernels {
             .column_local(rep_f, rep_n)
             .local(2, 2)
             .column_spatial(4, 8));
+        // 3 bits: the same words as `[rep_f, 2, 4, BN]`, and the 1-bit plane's words
+        // `[rep_f, 1, 4, BN]`, one for each pair of words along dim 1 (their `j`).
+        let (lwords4, lplane1, lbytes1) = if three {
+            let l4 = layout!(spatial(1, 1, 1, WN)
+                .column_local(rep_f, 1, 1, rep_n)
+                .local(1, 2, 1, 2)
+                .column_spatial(1, 1, 4, 8));
+            (
+                l4,
+                layout!(reduce(l4, [1])),
+                layout!(local(thread_bytes / 2 / VEC).spatial(32 * WN).local(VEC)),
+            )
+        } else {
+            ((), (), ())
+        };
         let lwa = layout!(spatial(WN, 1).local(rep_n, rep_f).mma_a_f8);
         // The four digit rows n-major `[4, BK / P]`, every warp a copy, read as the B fragment's
         // eight columns: lanes 16..32 (columns 4..8) hold the same digits as lanes 0..16
@@ -853,8 +875,14 @@ mod kernels {
             // `1 / γ` of each value's field (groups start at tile boundaries), times the
             // `2^-(bits (P - 1))` that keeps every field's integer below `2^30`.
             let field = arange(lxg, 2, 0) % BK / fk;
-            let up = cast::<f32>(register::<i32>(lxg, 1) << ((p - 1 - field) * W::BITS));
-            let v = x * (sig * (1.0 / (1 << (W::BITS * (p - 1))))) * up;
+            // `top - pos(f)`; for 3 bits `5 - 2 f + f / 3`.
+            let gap = if three {
+                5 - 2 * field + field / 3
+            } else {
+                (p - 1 - field) * W::BITS
+            };
+            let up = cast::<f32>(register::<i32>(lxg, 1) << gap);
+            let v = x * (sig * (1.0 / (1 << top))) * up;
             // The integer nearest `v` (exact: `v` has f16's 11 significant bits), then its
             // balanced base-256 digits from the least significant end, each in `[-128, 127]`
             // (every step exact in f32: the spans stay under 24 bits).
@@ -898,15 +926,43 @@ mod kernels {
                     issue(next, next % STAGES);
                 }
                 commit_group();
-                let words = view::<i32>(rw, lwords);
-                #[unroll]
-                for f in 0..p {
-                    // The field's bits in every byte, `m * 0x01010101` as an i32 (the top
-                    // byte's `m` wraps to `m - 256` when its bit 7 is set).
-                    let m = ((1 << W::BITS) - 1) << (W::BITS * f);
-                    let mask = m * 65793 + (m - 256 * (m >> 7)) * 16777216;
-                    let xt = load_shared(st, lxt, [0, t * BK + f * fk]);
-                    acc_g = dot(view::<u8>(words & mask, lwa), view::<i8>(xt, lxb), acc_g);
+                // `m * 0x01010101` as an i32: `m` in every byte (the top byte's `m` wraps to
+                // `m - 256` when its bit 7 is set).
+                let bytes4 = |m: i32| m * 65793 + (m - 256 * (m >> 7)) * 16777216;
+                if three {
+                    // Word `j` of a pair takes field `f`'s third bit from bit 2, 4, 6, 5 of
+                    // the 1-bit plane's word (`j = 0`), or from bit 3, 0, 7, 1 moved there by
+                    // `>> 1` (`f` even) or `<< 4` (`f` odd); the third bit is the code's top
+                    // bit, but field 3's, which is its lowest (the 2-bit plane has no room
+                    // above bit 7): the code at bit 0, 2, 4 or 5.
+                    let w2 = view::<i32>(rw, lwords4);
+                    let rw1 = load_shared(
+                        slice_shared(sb, [stage, tile_fields], [tile_bytes - tile_fields]),
+                        lbytes1,
+                        [0],
+                    );
+                    // Each 1-bit word beside both words of its pair (the add folds away).
+                    let w1 = register::<i32>(lwords4, 0) + view::<i32>(rw1, lplane1);
+                    let j = arange(lwords4, 1, 0);
+                    let even = w1 >> j;
+                    let odd = w1 << (j * 4);
+                    #[unroll]
+                    for f in 0..4 {
+                        let third = if f == 3 { 32 } else { 4 << (2 * f) };
+                        let src = if f % 2 == 0 { even } else { odd };
+                        let code = (w2 & bytes4(3 << (2 * f))) | (src & bytes4(third));
+                        let xt = load_shared(st, lxt, [0, t * BK + f * fk]);
+                        acc_g = dot(view::<u8>(code, lwa), view::<i8>(xt, lxb), acc_g);
+                    }
+                } else {
+                    let words = view::<i32>(rw, lwords);
+                    #[unroll]
+                    for f in 0..p {
+                        // The field's bits in every byte.
+                        let mask = bytes4(((1 << W::BITS) - 1) << (W::BITS * f));
+                        let xt = load_shared(st, lxt, [0, t * BK + f * fk]);
+                        acc_g = dot(view::<u8>(words & mask, lwa), view::<i8>(xt, lxb), acc_g);
+                    }
                 }
             }
             let last = (g * tpg + tpg - 1) % STAGES;

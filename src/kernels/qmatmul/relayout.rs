@@ -101,6 +101,30 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
     let maps = thread_maps(&lay);
     let t = lay.tiling;
     let mut out = vec![0u8; len];
+    if let Some(planes) = planes(config, &lay) {
+        let tiles_per_row = n / config.bn;
+        crate::parallel::for_each_chunk_mut(&mut out, tiles_per_row * t.tile_bytes, |kt, slab| {
+            let mut mine = vec![0u32; t.locals_per_thread];
+            let (mut two, mut one) = (vec![0u8; planes.bytes2], vec![0u8; planes.bytes2 / 2]);
+            for nb in 0..tiles_per_row {
+                let tile = &mut slab[nb * t.tile_bytes..(nb + 1) * t.tile_bytes];
+                for (th, elems) in maps.elems.iter().enumerate() {
+                    for (code, &(r, c)) in mine.iter_mut().zip(elems) {
+                        *code = codes[(kt * config.bk + r) * n + nb * config.bn + c];
+                    }
+                    planes.pack(th, &mine, &mut two, &mut one);
+                    for (i, at) in plane_offsets(&t, th, two.len(), one.len()) {
+                        tile[at] = if i < two.len() {
+                            two[i]
+                        } else {
+                            one[i - two.len()]
+                        };
+                    }
+                }
+            }
+        });
+        return Ok(out);
+    }
     // One row of tiles (a `bk`-row slab of the weight) per chunk, slabs in parallel.
     let tiles_per_row = n / config.bn;
     crate::parallel::for_each_chunk_mut(&mut out, tiles_per_row * t.tile_bytes, |kt, slab| {
@@ -145,6 +169,31 @@ pub fn relayout_inverse(
     let maps = thread_maps(&lay);
     let t = lay.tiling;
     let mut codes = vec![0u32; k * n];
+    if let Some(planes) = planes(config, &lay) {
+        let mut mine = vec![0u32; t.locals_per_thread];
+        let (mut two, mut one) = (vec![0u8; planes.bytes2], vec![0u8; planes.bytes2 / 2]);
+        for kt in 0..k / config.bk {
+            for nb in 0..n / config.bn {
+                let base = (kt * (n / config.bn) + nb) * t.tile_bytes;
+                for (th, elems) in maps.elems.iter().enumerate() {
+                    for (i, at) in plane_offsets(&t, th, two.len(), one.len()) {
+                        let byte = bytes[base + at];
+                        if i < two.len() {
+                            two[i] = byte;
+                        } else {
+                            one[i - two.len()] = byte;
+                        }
+                    }
+                    planes.unpack(th, &two, &one, &mut mine);
+                    for (&code, &(r, c)) in mine.iter().zip(elems) {
+                        codes[(kt * config.bk + r) * n + nb * config.bn + c] = code;
+                    }
+                }
+            }
+        }
+        offset_binary(config, &mut codes);
+        return Ok(storage::pack(dt, &codes));
+    }
     let mut mine = vec![0u8; t.bytes_per_thread];
     for kt in 0..k / config.bk {
         for nb in 0..n / config.bn {
@@ -162,6 +211,28 @@ pub fn relayout_inverse(
     }
     offset_binary(config, &mut codes);
     Ok(storage::pack(dt, &codes))
+}
+
+/// The integer-mma gemv's two planes of 3-bit codes, where `config` has them.
+fn planes(config: &QMatmulConfig, lay: &QMatmulLayouts) -> Option<super::imma::PlaneMap> {
+    (config.method == QMatmulMethod::GemvImma && super::imma::two_planes(config.wdtype))
+        .then(|| super::imma::PlaneMap::new(config, &lay.tiling))
+}
+
+/// Where thread `th`'s plane bytes lie in a tile, numbered through both planes (`two` bytes,
+/// then `one`): each plane is `local(bytes / v).spatial(threads).local(v)`, the 1-bit plane after
+/// the 2-bit plane's `threads · two.len()` bytes.
+fn plane_offsets(
+    t: &super::config::Tiling,
+    th: usize,
+    two: usize,
+    one: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    let (v, threads) = (t.vector_bytes, 32 * t.warps_n);
+    let at = move |i: usize| (i / v) * threads * v + th * v + i % v;
+    (0..two)
+        .map(move |i| (i, at(i)))
+        .chain((0..one).map(move |i| (two + i, threads * two + at(i))))
 }
 
 /// The integer-mma gemvs store signed codes in offset binary (`super::imma`): flip each code's sign bit

@@ -500,6 +500,21 @@ const IMMA_FIRST: [(usize, usize, usize, usize, usize); 8] = [
     (512, 8, 6, 8, 1),
 ];
 
+/// [`IMMA_FIRST`] for 3-bit weights, whose tiles (two planes, 3/8 of a byte a weight) leave
+/// less room in a block's 163 KiB: two 896-column blocks a multiprocessor fit with a 2-stage
+/// ring, and 512-column ones with 3. On an H200 at one token (session 48): 57344 x 8192 i3
+/// 50.4 us with `(896, 8, 2, 4, 2)`, 51.2 with `(512, 8, 3, 2, 2)`, 52.3 with `(448, 4, 4, 2,
+/// 1)` (the f16 gemv 68.7); 8192 x 28672 27.4 with `(512, 8, 5, 8, 1)` (41.1); the 8192-row
+/// layers 12.1-15.0 with `(256, 4, 4, 8, 1)`.
+const IMMA_FIRST_3: [(usize, usize, usize, usize, usize); 6] = [
+    (896, 8, 2, 4, 2),
+    (512, 8, 3, 2, 2),
+    (512, 8, 5, 8, 1),
+    (256, 4, 4, 8, 1),
+    (448, 4, 4, 2, 1),
+    (512, 8, 4, 8, 1),
+];
+
 /// The integer-mma gemv with several tokens a block (2 to 8 tokens of a 2- or 4-bit integer
 /// weight), `(bn, warps, stages, split_k, blocks_per_sm)`, most promising first: on an H200 at
 /// 2 and 4 tokens of 57344 x 8192 u2 45.5 us against the gemv's 53.2, i2 44.8 against 49.0,
@@ -564,7 +579,7 @@ fn igmma_candidates(
 
 /// The configurations tried for an `m`-row problem, most promising first: for decode shapes
 /// (`m <= 16`) split-k, wide and long tiles and deep pipelines in the order they measured on an
-/// H100, each with the gemv method first (at one token of a 1-, 2- or 4-bit integer weight the
+/// H100, each with the gemv method first (at one token of a 1- to 4-bit integer weight the
 /// integer-mma gemv's [`IMMA_FIRST`] before all), then the rest of that space; up to
 /// [`GEMV_MAX_ROWS`] rows the default tiles, then the small-batch list (gemv and fused tiles
 /// with split-k); above, the warpgroup gemv's [`TALL`] tiles, each on stream-k workers, then
@@ -657,21 +672,28 @@ pub fn candidates_up_to(
         // and 37: on an H200 u1 1.5-1.9x faster than the gemv on the four Llama-70B layers, u2
         // and i2 1.04-1.2x), in 8-warp blocks two to a multiprocessor, the three
         // tilings `lut_tilings` rates best; then 16-warp blocks one to a multiprocessor.
-        // One token of a 1-, 2- or 4-bit integer weight on the integer tensor cores: a
-        // `lop3` makes four weights (`super::imma`); three tilings first, the rest at the end.
-        let imma_bits = matches!(wdtype, DType::UInt(1 | 2 | 4) | DType::Int(1 | 2 | 4));
+        // One token of a 1- to 4-bit integer weight on the integer tensor cores: a `lop3`
+        // makes four weights (two `lop3`s for 3 bits, from two planes; `super::imma`); the
+        // first tilings first, the rest at the end. `bk` is one k32 fragment a field.
+        let imma_fields = super::imma::fields_per_byte(wdtype);
+        let imma_bits = imma_fields.is_some();
         let imma = |bn: usize, warps: usize, stages: usize, split_k: usize| QMatmulConfig {
             method: QMatmulMethod::GemvImma,
             bm: 1,
             bn,
-            bk: 256 / wdtype.bits().clamp(1, 8) as usize,
+            bk: 32 * imma_fields.unwrap_or(1),
             warps,
             stages,
             split_k,
             ..base
         };
         if m == 1 && imma_bits {
-            for (bn, warps, stages, split_k, blocks_per_sm) in IMMA_FIRST {
+            let first = if super::imma::two_planes(wdtype) {
+                &IMMA_FIRST_3[..]
+            } else {
+                &IMMA_FIRST[..]
+            };
+            for &(bn, warps, stages, split_k, blocks_per_sm) in first {
                 push(QMatmulConfig {
                     blocks_per_sm,
                     ..imma(bn, warps, stages, split_k)
