@@ -479,8 +479,9 @@ fn grid_dependency_compiles_per_architecture() {
 /// The quantized matmul's decode configurations, one per way of dequantizing: the split pack
 /// orders (u1, i2, u4 with zero points on the accumulator, i3), the natural order (i8, the
 /// float types), bf16 activations, per-channel scales, and the split-k reduction, each also as
-/// the gemv method (biased casts); plus the dequantize program of prefill. No spills, cp.async
-/// and HMMA where they belong.
+/// the gemv method (biased casts); the integer-mma gemv's first tilings (3-bit codes from two
+/// planes, 2-bit fields); plus the dequantize program of prefill. No spills, cp.async and
+/// HMMA or IMMA where they belong.
 #[test]
 fn qmatmul_configurations_compile_without_spills() {
     use tilus::kernels::qmatmul::{build, QMatmulConfig, QMatmulMethod};
@@ -517,6 +518,28 @@ fn qmatmul_configurations_compile_without_spills() {
             ..cfg
         };
         let kernel = build(&gemv).unwrap_or_else(|e| panic!("{gemv:?}: {e}"));
+        ks.push((kernel.main.name.clone(), kernel.main, pipelined));
+    }
+    // One token on the integer mma, in the tuner's first tilings: 3-bit codes rebuilt from two
+    // planes (two blocks a multiprocessor, registers capped), and 2-bit fields.
+    for (wd, bn, warps, stages, split_k, blocks_per_sm) in [
+        ("i3", 896, 8, 2, 4, 2),
+        ("u3", 512, 8, 5, 8, 1),
+        ("u2", 512, 8, 4, 2, 1),
+    ] {
+        let wd: DType = wd.parse().unwrap();
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn,
+            bk: 128,
+            warps,
+            stages,
+            split_k,
+            blocks_per_sm,
+            ..QMatmulConfig::default_for(wd, DType::F16, Some(128), matches!(wd, DType::UInt(_)))
+        };
+        let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         ks.push((kernel.main.name.clone(), kernel.main, pipelined));
     }
     let dequant = QMatmulConfig {
