@@ -479,8 +479,8 @@ fn grid_dependency_compiles_per_architecture() {
 /// The quantized matmul's decode configurations, one per way of dequantizing: the split pack
 /// orders (u1, i2, u4 with zero points on the accumulator, i3), the natural order (i8, the
 /// float types), bf16 activations, per-channel scales, and the split-k reduction, each also as
-/// the gemv method (biased casts); the integer-mma gemv's first tilings (3-bit codes from two
-/// planes, 2-bit fields); plus the dequantize program of prefill. No spills, cp.async and
+/// the gemv method (biased casts); the integer-mma gemv's first tilings (3- and 5-bit codes from
+/// two planes, 2-bit fields); plus the dequantize program of prefill. No spills, cp.async and
 /// HMMA or IMMA where they belong.
 #[test]
 fn qmatmul_configurations_compile_without_spills() {
@@ -520,19 +520,21 @@ fn qmatmul_configurations_compile_without_spills() {
         let kernel = build(&gemv).unwrap_or_else(|e| panic!("{gemv:?}: {e}"));
         ks.push((kernel.main.name.clone(), kernel.main, pipelined));
     }
-    // One token on the integer mma, in the tuner's first tilings: 3-bit codes rebuilt from two
-    // planes (two blocks a multiprocessor, registers capped), and 2-bit fields.
-    for (wd, bn, warps, stages, split_k, blocks_per_sm) in [
-        ("i3", 896, 8, 2, 4, 2),
-        ("u3", 512, 8, 5, 8, 1),
-        ("u2", 512, 8, 4, 2, 1),
+    // One token on the integer mma, in the tuner's first tilings: 3- and 5-bit codes rebuilt
+    // from two planes (two blocks a multiprocessor, registers capped), and 2-bit fields.
+    for (wd, bk, bn, warps, stages, split_k, blocks_per_sm) in [
+        ("i3", 128, 896, 8, 2, 4, 2),
+        ("u3", 128, 512, 8, 5, 8, 1),
+        ("i5", 64, 896, 8, 2, 4, 2),
+        ("u5", 64, 512, 8, 5, 8, 1),
+        ("u2", 128, 512, 8, 4, 2, 1),
     ] {
         let wd: DType = wd.parse().unwrap();
         let cfg = QMatmulConfig {
             method: QMatmulMethod::GemvImma,
             bm: 1,
             bn,
-            bk: 128,
+            bk,
             warps,
             stages,
             split_k,

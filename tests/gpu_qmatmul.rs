@@ -199,7 +199,7 @@ fn lut_matches_the_reference() {
     }
 }
 
-/// The integer-mma gemv (`QMatmulMethod::GemvImma`) on the GPU: 1-, 2-, 3- and 4-bit codes, zero
+/// The integer-mma gemv (`QMatmulMethod::GemvImma`) on the GPU: 1- to 5-bit codes, zero
 /// points and signed offsets, groups of one and two k tiles, split k, f16 and bf16, one and
 /// three tokens, against the f64 reference with the output poisoned, within the output type's
 /// own rounding.
@@ -223,6 +223,9 @@ fn gemv_imma_matches_the_reference() {
         ("u3", "f16", 128, 128, 512, 8, 4, 2, 8192, 1),
         ("i3", "bf16", 128, 128, 896, 8, 2, 4, 8192, 2),
         ("i3", "f16", 256, 128, 256, 4, 4, 8, 8192, 1),
+        // 5 bits in two planes.
+        ("u5", "bf16", 128, 64, 896, 8, 2, 4, 8192, 2),
+        ("i5", "f16", 128, 64, 512, 8, 4, 8, 8192, 1),
     ];
     for (name, ad, group, bk, bn, warps, stages, split, k, occupancy) in cases {
         let wdtype: DType = name.parse().unwrap();

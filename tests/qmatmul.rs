@@ -1202,9 +1202,9 @@ fn tuning_candidates_are_valid_and_distinct() {
                 .all(|c| c.method != QMatmulMethod::Lut || m == 1));
         }
     }
-    // One token of a 3-bit integer weight starts on the integer mma (two planes), and more
-    // tokens never take it.
-    for (wd, m) in [("u3", 1), ("i3", 1), ("i3", 4)] {
+    // One token of a 3- or 5-bit integer weight starts on the integer mma (two planes), and
+    // more tokens never take it.
+    for (wd, m) in [("u3", 1), ("i3", 1), ("i3", 4), ("u5", 1), ("i5", 2)] {
         for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192)] {
             let c = candidates(dt(wd), DType::F16, Some(128), m, n, k).unwrap();
             assert_eq!(
@@ -1240,7 +1240,7 @@ fn tuning_candidates_are_valid_and_distinct() {
     assert!(!c.is_empty());
 }
 
-/// The integer-mma gemv (`QMatmulMethod::GemvImma`): 1-, 2-, 3- and 4-bit codes, unsigned with zero
+/// The integer-mma gemv (`QMatmulMethod::GemvImma`): 1- to 5-bit codes, unsigned with zero
 /// points and signed in offset binary, groups of one and two k tiles, split k, f16 and bf16,
 /// several tokens and column tiles, within the output type's own rounding of the f64 reference
 /// (the digits are exact to `2^-23 max|x|`); its re-layout round-trips and its rules are errors
@@ -1262,6 +1262,9 @@ fn gemv_imma_matches_the_reference() {
         ("u3", "f16", 128, 128, 256, 4, 3, 2, 1),
         ("i3", "bf16", 256, 128, 128, 8, 4, 1, 1),
         ("i3", "f16", 128, 128, 448, 4, 4, 2, 1),
+        // 5 bits: a 4-bit plane's fields, a 1-bit word for four of its words.
+        ("u5", "bf16", 128, 64, 256, 4, 3, 2, 1),
+        ("i5", "f16", 256, 128, 128, 8, 4, 1, 1),
     ];
     let seed: u64 =
         std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
@@ -1346,7 +1349,7 @@ fn gemv_imma_matches_the_reference() {
     let cases = [
         (
             QMatmulConfig {
-                wdtype: dt("u5"),
+                wdtype: dt("u6"),
                 ..base
             },
             "`wdtype`",

@@ -49,19 +49,20 @@ use crate::DType;
 /// 4096 bytes.
 pub const MAX_SLICE: usize = 4096;
 
-/// The k-ranges (fields) a byte of the weight covers, for the method's weight types (1, 2, 3 or
-/// 4 bits, integers): `8 / bits`, and 4 for 3-bit codes (their 2-bit plane's fields).
+/// The k-ranges (fields) a byte of the weight covers, for the method's weight types (1 to 5
+/// bits, integers): `8 / bits`, and for 3- and 5-bit codes their fields' plane's, 4 and 2.
 pub(crate) fn fields_per_byte(wdtype: DType) -> Option<usize> {
     match wdtype {
         DType::UInt(b) | DType::Int(b) if matches!(b, 1 | 2 | 4) => Some(8 / b as usize),
-        DType::UInt(3) | DType::Int(3) => Some(4),
+        DType::UInt(b) | DType::Int(b) if matches!(b, 3 | 5) => Some(8 / (b as usize - 1)),
         _ => None,
     }
 }
 
-/// Whether `wdtype` comes as two planes (3-bit codes: a 2-bit plane and a 1-bit plane).
+/// Whether `wdtype` comes as two planes (3- and 5-bit codes: a 2- or 4-bit plane of fields and
+/// a 1-bit plane).
 pub(crate) fn two_planes(wdtype: DType) -> bool {
-    matches!(wdtype, DType::UInt(3) | DType::Int(3))
+    matches!(wdtype, DType::UInt(3 | 5) | DType::Int(3 | 5))
 }
 
 /// [`QMatmulConfig::tiling`] of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma): one
@@ -72,7 +73,7 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         return Err(config_err(
             "wdtype",
             format!(
-                "the integer-mma gemv masks 1-, 2-, 3- or 4-bit integer codes in place, not {}",
+                "the integer-mma gemv masks 1- to 5-bit integer codes in place, not {}",
                 c.wdtype
             ),
         ));
@@ -94,9 +95,9 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         return Err(config_err(
             "bm",
             format!(
-                "{}; 3-bit weights take the integer-mma gemv one token a block (bm = 1): the \
-                 several-token kernel masks one plane of codes",
-                c.bm
+                "{}; {} weights take the integer-mma gemv one token a block (bm = 1): the \
+                 several-token kernel reads one plane of codes, not two",
+                c.bm, c.wdtype
             ),
         ));
     }
@@ -170,9 +171,10 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
     let rep_n = c.bn / (16 * c.warps);
     let locals_per_thread = c.bk * rep_n * 16 / 32;
     let bytes_per_thread = locals_per_thread * bits / 8;
-    // 3 bits: each plane's bytes (two thirds and one third) in runs of the same width.
+    // Two planes: each plane's bytes (the fields' and the 1-bit plane's `1 / bits` of them) in
+    // runs of the same width.
     let plane_bytes = if two_planes(c.wdtype) {
-        bytes_per_thread / 3
+        bytes_per_thread / bits
     } else {
         bytes_per_thread
     };
@@ -324,40 +326,51 @@ pub(crate) fn gemv_igmma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulErro
     })
 }
 
-/// The 1-bit plane's bit of field `f` (0..4) for word `j` of a pair of 2-bit-plane words: word
-/// 0's as they stand, word 1's moved to them by the kernel's `>> 1` (even `f`) or `<< 4` (odd).
-const THIRD_BIT: [[u32; 4]; 2] = [[2, 4, 6, 5], [3, 0, 7, 1]];
+/// The 1-bit plane's bit of field `f` for word `j` of the fields' plane, 3 bits (`j` of a
+/// pair): word 0's as they stand, word 1's moved into place by the kernel's `>> 1` (even `f`)
+/// or `<< 4` (odd).
+const LAST_BIT_3: [[u32; 4]; 2] = [[2, 4, 6, 5], [3, 0, 7, 1]];
 
-/// How a thread's 3-bit codes go into the two planes of a tile of
+/// The same for 5 bits (`j` of four words): each word's two bits moved into place by `>> 3`,
+/// `>> 1`, `<< 1` or `<< 3`.
+const LAST_BIT_5: [[u32; 4]; 4] = [[7, 6, 0, 0], [5, 4, 0, 0], [3, 2, 0, 0], [1, 0, 0, 0]];
+
+/// How a thread's 3- or 5-bit codes go into the two planes of a tile of
 /// [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma) (the module docs).
 ///
-/// A thread's codes, in the order of the codes layout `q` (byte `i` of the 2-bit plane holds
-/// codes `4 i .. 4 i + 4`, field `f` at bits `2 f`), are split as `c = lo + 4 hi` (`lo` to the
-/// 2-bit plane, `hi` to the 1-bit plane) for fields 0 to 2, and `c = 2 hi + lo` (`hi` to the
-/// 2-bit plane) for field 3, so that the kernel's two masks and an `or` leave the code at bit
-/// 0, 2, 4 or 5 of its byte. The 2-bit plane's words pair up along dim 1 of the kernel's
-/// `[rep_f, 2, 4, bn]` word layout: both words of a pair take their third bits from one word of
-/// the 1-bit plane (`[rep_f, 1, 4, bn]`), byte for byte, at [`THIRD_BIT`].
+/// A thread's codes, in the order of the codes layout `q` (byte `i` of the fields' plane holds
+/// codes `p i .. p i + p`, field `f` at bits `hb f`, `hb = bits - 1`, `p = 8 / hb`), are split
+/// as `c = lo + 2^hb hi` (`lo` to the fields' plane, `hi` to the 1-bit plane) but for the last
+/// field, `c = 2 hi + lo` (`hi` to the fields' plane), so that the kernel's two masks and an
+/// `or` leave each code in place: at bits `hb f` with its last bit above, or for the last field
+/// at bit `8 - bits`, its last bit below. The words of the fields' plane go in groups of `hb`
+/// in the kernel's `[rep_f, 2, 4, warps, rep_n, 2, 8]` word layout (along dim 1 for 3 bits,
+/// dims 1 and 5 for 5 bits), each group taking its last bits from one word of the 1-bit plane,
+/// byte for byte, at [`LAST_BIT_3`] or [`LAST_BIT_5`].
 pub(crate) struct PlaneMap {
-    /// `[thread][2-bit word]`: the 1-bit word and `j` of each word.
-    pair: Vec<Vec<(usize, usize)>>,
-    /// Bytes of the 2-bit plane a thread.
-    pub(crate) bytes2: usize,
+    /// `[thread][word of the fields' plane]`: its 1-bit word and `j`.
+    group: Vec<Vec<(usize, usize)>>,
+    /// The fields' plane's bits (`hb`).
+    hb: usize,
+    /// Bytes of the fields' plane a thread.
+    pub(crate) bytes_fields: usize,
 }
 
 impl PlaneMap {
-    /// The map of `c`'s tiles (a validated 3-bit configuration of the method).
+    /// The map of `c`'s tiles (a validated 3- or 5-bit configuration of the method).
     pub(crate) fn new(c: &QMatmulConfig, t: &Tiling) -> PlaneMap {
         use tilus_core::layout::Layout;
+        let hb = c.wdtype.bits() as usize - 1;
         let wn = t.warps_n;
-        let rep_f = c.bk / 4 / 32;
-        let words = Layout::spatial(&[1, 1, 1, wn])
-            .compose(&Layout::column_local(&[rep_f, 1, 1, t.rep_n]))
-            .and_then(|l| l.compose(&Layout::local(&[1, 2, 1, 2])))
-            .and_then(|l| l.compose(&Layout::column_spatial(&[1, 1, 4, 8])))
+        let rep_f = c.bk / (8 / hb) / 32;
+        let words = Layout::spatial(&[1, 1, 1, wn, 1, 1, 1])
+            .compose(&Layout::column_local(&[rep_f, 1, 1, 1, t.rep_n, 1, 1]))
+            .and_then(|l| l.compose(&Layout::local(&[1, 2, 1, 1, 1, 2, 1])))
+            .and_then(|l| l.compose(&Layout::column_spatial(&[1, 1, 4, 1, 1, 1, 8])))
             .expect("the kernel's word layout composes");
-        let plane1 = words.reduce(&[1]).expect("dim 1 exists");
-        let pair = (0..32 * wn)
+        let reduced: &[usize] = if hb == 2 { &[1] } else { &[1, 5] };
+        let plane1 = words.reduce(reduced).expect("dims 1 and 5 exist");
+        let group = (0..32 * wn)
             .map(|th| {
                 let at: std::collections::HashMap<Vec<usize>, usize> = (0..plane1.num_locals())
                     .map(|v| (plane1.eval(th, v), v))
@@ -365,48 +378,62 @@ impl PlaneMap {
                 (0..words.num_locals())
                     .map(|u| {
                         let mut x = words.eval(th, u);
-                        let j = std::mem::replace(&mut x[1], 0);
+                        let j = if hb == 2 { x[1] } else { 2 * x[1] + x[5] };
+                        for &d in reduced {
+                            x[d] = 0;
+                        }
                         (at[&x], j)
                     })
                     .collect()
             })
             .collect();
         PlaneMap {
-            pair,
-            bytes2: t.locals_per_thread / 4,
+            group,
+            hb,
+            bytes_fields: t.locals_per_thread * hb / 8,
         }
     }
 
-    /// Thread `th`'s codes (`q` order) as its 2-bit plane bytes and 1-bit plane bytes.
-    pub(crate) fn pack(&self, th: usize, codes: &[u32], two: &mut [u8], one: &mut [u8]) {
+    fn last_bit(&self, j: usize, f: usize) -> u32 {
+        if self.hb == 2 {
+            LAST_BIT_3[j][f]
+        } else {
+            LAST_BIT_5[j][f]
+        }
+    }
+
+    /// Thread `th`'s codes (`q` order) as its bytes of the fields' plane and of the 1-bit plane.
+    pub(crate) fn pack(&self, th: usize, codes: &[u32], fields: &mut [u8], one: &mut [u8]) {
+        let (hb, p) = (self.hb, 8 / self.hb);
         one.fill(0);
-        for (i, byte) in two.iter_mut().enumerate() {
-            let (v, j) = self.pair[th][i / 4];
+        for (i, byte) in fields.iter_mut().enumerate() {
+            let (v, j) = self.group[th][i / 4];
             *byte = 0;
-            for f in 0..4 {
-                let c = codes[4 * i + f];
-                let (lo2, bit) = if f < 3 {
-                    (c & 3, c >> 2)
+            for f in 0..p {
+                let c = codes[p * i + f];
+                let (lo, bit) = if f + 1 < p {
+                    (c & ((1 << hb) - 1), c >> hb)
                 } else {
                     (c >> 1, c & 1)
                 };
-                *byte |= (lo2 << (2 * f)) as u8;
-                one[4 * v + i % 4] |= (bit << THIRD_BIT[j][f]) as u8;
+                *byte |= (lo << (hb * f)) as u8;
+                one[4 * v + i % 4] |= (bit << self.last_bit(j, f)) as u8;
             }
         }
     }
 
     /// [`PlaneMap::pack`] undone.
-    pub(crate) fn unpack(&self, th: usize, two: &[u8], one: &[u8], codes: &mut [u32]) {
-        for (i, &byte) in two.iter().enumerate() {
-            let (v, j) = self.pair[th][i / 4];
-            for f in 0..4 {
-                let lo2 = (byte as u32 >> (2 * f)) & 3;
-                let bit = (one[4 * v + i % 4] as u32 >> THIRD_BIT[j][f]) & 1;
-                codes[4 * i + f] = if f < 3 {
-                    lo2 | bit << 2
+    pub(crate) fn unpack(&self, th: usize, fields: &[u8], one: &[u8], codes: &mut [u32]) {
+        let (hb, p) = (self.hb, 8 / self.hb);
+        for (i, &byte) in fields.iter().enumerate() {
+            let (v, j) = self.group[th][i / 4];
+            for f in 0..p {
+                let lo = (byte as u32 >> (hb * f)) & ((1 << hb) - 1);
+                let bit = (one[4 * v + i % 4] as u32 >> self.last_bit(j, f)) & 1;
+                codes[p * i + f] = if f + 1 < p {
+                    lo | bit << hb
                 } else {
-                    lo2 << 1 | bit
+                    lo << 1 | bit
                 };
             }
         }

@@ -703,7 +703,7 @@ mod kernels {
             VEC = [16],
             OCC = [1],
         ),
-        dtypes(A = [f16, bf16], W = [u2, i3, i4]),
+        dtypes(A = [f16, bf16], W = [u2, i3, i4, u5]),
     )]
     #[allow(clippy::too_many_arguments)]
     pub fn qmatmul_gemv_imma<
@@ -732,12 +732,18 @@ mod kernels {
         workspace: GlobalMut<f32>,
         semaphores: GlobalMut<i32>,
     ) {
-        // 3-bit codes come as two planes (`imma`'s module docs): the 2-bit plane's four fields
-        // index k, the 1-bit plane fills in the third bit.
-        let three = W::BITS == 3;
-        let p = if three { 4 } else { 8 / W::BITS };
-        // Where field `f`'s code sits in its byte (`pos(f) = bits f`, 3 bits: 0, 2, 4, 5).
-        let top = if three { 5 } else { W::BITS * (p - 1) };
+        // 3- and 5-bit codes come as two planes (`imma`'s module docs): the fields of a 2- or
+        // 4-bit plane (`hb` bits) index k, a 1-bit plane adds each code's last bit.
+        let planes = W::BITS == 3 || W::BITS == 5;
+        let hb = if planes { W::BITS - 1 } else { W::BITS };
+        let p = 8 / hb;
+        // Where field `f`'s code sits in its byte: `pos(f) = bits f`; with planes `hb f` but
+        // for the last field, at `top = 8 - bits` (3 bits: 0, 2, 4, 5; 5 bits: 0, 3).
+        let top = if planes {
+            8 - W::BITS
+        } else {
+            W::BITS * (p - 1)
+        };
         let fk = BK / p;
         let rep_n = BN / (16 * WN);
         let rep_f = fk / 32;
@@ -745,8 +751,8 @@ mod kernels {
         // `imma::MAX_SLICE`: the longest k-slice the digits hold.
         let slice = 4096;
         let tile_bytes = BK * BN * W::BITS / 8;
-        // The first plane (the whole tile but for 3 bits) and the 1-bit plane after it.
-        let tile_fields = if three { BK * BN / 4 } else { tile_bytes };
+        // The fields' plane (the whole tile but for 3 and 5 bits) and the 1-bit plane after it.
+        let tile_fields = if planes { BK * BN * hb / 8 } else { tile_bytes };
         let thread_bytes = tile_fields / (32 * WN);
         let fold = ZEROS == 1;
         let offset = if SIGNED == 1 {
@@ -762,17 +768,23 @@ mod kernels {
             .column_local(rep_f, rep_n)
             .local(2, 2)
             .column_spatial(4, 8));
-        // 3 bits: the same words as `[rep_f, 2, 4, BN]`, and the 1-bit plane's words
-        // `[rep_f, 1, 4, BN]`, one for each pair of words along dim 1 (their `j`).
-        let (lwords4, lplane1, lbytes1) = if three {
-            let l4 = layout!(spatial(1, 1, 1, WN)
-                .column_local(rep_f, 1, 1, rep_n)
-                .local(1, 2, 1, 2)
-                .column_spatial(1, 1, 4, 8));
+        // Two planes: the same words as `[rep_f, 2, 4, WN, rep_n, 2, 8]` (the two local digits
+        // on dims 1 and 5), and the 1-bit plane's words, one for each `hb` words of the fields'
+        // plane (their `j`): dim 1 reduced (3 bits: pairs), or dims 1 and 5 (5 bits: fours).
+        let (lwords7, lplane1, lbytes1) = if planes {
+            let l7 = layout!(spatial(1, 1, 1, WN, 1, 1, 1)
+                .column_local(rep_f, 1, 1, 1, rep_n, 1, 1)
+                .local(1, 2, 1, 1, 1, 2, 1)
+                .column_spatial(1, 1, 4, 1, 1, 1, 8));
+            let l1 = if W::BITS == 3 {
+                layout!(reduce(l7, [1]))
+            } else {
+                layout!(reduce(l7, [1, 5]))
+            };
             (
-                l4,
-                layout!(reduce(l4, [1])),
-                layout!(local(thread_bytes / 2 / VEC).spatial(32 * WN).local(VEC)),
+                l7,
+                l1,
+                layout!(local(thread_bytes / hb / VEC).spatial(32 * WN).local(VEC)),
             )
         } else {
             ((), (), ())
@@ -875,9 +887,9 @@ mod kernels {
             // `1 / γ` of each value's field (groups start at tile boundaries), times the
             // `2^-(bits (P - 1))` that keeps every field's integer below `2^30`.
             let field = arange(lxg, 2, 0) % BK / fk;
-            // `top - pos(f)`; for 3 bits `5 - 2 f + f / 3`.
-            let gap = if three {
-                5 - 2 * field + field / 3
+            // `top - pos(f)`: with planes `top - hb f`, and 0 for the last field.
+            let gap = if planes {
+                top - hb * field + field / (p - 1) * (hb * (p - 1) - top)
             } else {
                 (p - 1 - field) * W::BITS
             };
@@ -929,28 +941,41 @@ mod kernels {
                 // `m * 0x01010101` as an i32: `m` in every byte (the top byte's `m` wraps to
                 // `m - 256` when its bit 7 is set).
                 let bytes4 = |m: i32| m * 65793 + (m - 256 * (m >> 7)) * 16777216;
-                if three {
-                    // Word `j` of a pair takes field `f`'s third bit from bit 2, 4, 6, 5 of
-                    // the 1-bit plane's word (`j = 0`), or from bit 3, 0, 7, 1 moved there by
-                    // `>> 1` (`f` even) or `<< 4` (`f` odd); the third bit is the code's top
-                    // bit, but field 3's, which is its lowest (the 2-bit plane has no room
-                    // above bit 7): the code at bit 0, 2, 4 or 5.
-                    let w2 = view::<i32>(rw, lwords4);
+                if planes {
+                    // A field's code is its `hb` bits in place and the 1-bit plane's bit for
+                    // it, moved next to them: above (bit `hb (f + 1)`), or for the last field,
+                    // whose bits end the byte, below (bit `top`, the code's lowest bit). Word
+                    // `j` of the fields' plane finds those bits of its 1-bit word
+                    // (`imma::PlaneMap`) there already (3 bits, `j = 0`) or moves them there:
+                    // 3 bits `>> 1` (even fields) or `<< 4` (odd), 5 bits `>> 3`, `>> 1`,
+                    // `<< 1` or `<< 3`.
+                    let wh = view::<i32>(rw, lwords7);
                     let rw1 = load_shared(
                         slice_shared(sb, [stage, tile_fields], [tile_bytes - tile_fields]),
                         lbytes1,
                         [0],
                     );
-                    // Each 1-bit word beside both words of its pair (the add folds away).
-                    let w1 = register::<i32>(lwords4, 0) + view::<i32>(rw1, lplane1);
-                    let j = arange(lwords4, 1, 0);
-                    let even = w1 >> j;
-                    let odd = w1 << (j * 4);
+                    // Each 1-bit word beside all the words it serves (the add folds away).
+                    let w1 = register::<i32>(lwords7, 0) + view::<i32>(rw1, lplane1);
+                    let (even, odd) = if W::BITS == 3 {
+                        let j = arange(lwords7, 1, 0);
+                        (w1 >> j, w1 << (j * 4))
+                    } else {
+                        let j = arange(lwords7, 1, 0) * 2 + arange(lwords7, 5, 0);
+                        let up = j / 2;
+                        let moved = (w1 >> ((3 - 2 * j) * (1 - up))) << ((2 * j - 3) * up);
+                        (moved, moved)
+                    };
                     #[unroll]
-                    for f in 0..4 {
-                        let third = if f == 3 { 32 } else { 4 << (2 * f) };
+                    for f in 0..p {
+                        let bit = if f == p - 1 {
+                            1 << top
+                        } else {
+                            1 << (hb * (f + 1))
+                        };
                         let src = if f % 2 == 0 { even } else { odd };
-                        let code = (w2 & bytes4(3 << (2 * f))) | (src & bytes4(third));
+                        let field = bytes4(((1 << hb) - 1) << (hb * f));
+                        let code = (wh & field) | (src & bytes4(bit));
                         let xt = load_shared(st, lxt, [0, t * BK + f * fk]);
                         acc_g = dot(view::<u8>(code, lwa), view::<i8>(xt, lxb), acc_g);
                     }

@@ -105,7 +105,10 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
         let tiles_per_row = n / config.bn;
         crate::parallel::for_each_chunk_mut(&mut out, tiles_per_row * t.tile_bytes, |kt, slab| {
             let mut mine = vec![0u32; t.locals_per_thread];
-            let (mut two, mut one) = (vec![0u8; planes.bytes2], vec![0u8; planes.bytes2 / 2]);
+            let (mut two, mut one) = (
+                vec![0u8; planes.bytes_fields],
+                vec![0u8; t.locals_per_thread / 8],
+            );
             for nb in 0..tiles_per_row {
                 let tile = &mut slab[nb * t.tile_bytes..(nb + 1) * t.tile_bytes];
                 for (th, elems) in maps.elems.iter().enumerate() {
@@ -171,7 +174,10 @@ pub fn relayout_inverse(
     let mut codes = vec![0u32; k * n];
     if let Some(planes) = planes(config, &lay) {
         let mut mine = vec![0u32; t.locals_per_thread];
-        let (mut two, mut one) = (vec![0u8; planes.bytes2], vec![0u8; planes.bytes2 / 2]);
+        let (mut two, mut one) = (
+            vec![0u8; planes.bytes_fields],
+            vec![0u8; t.locals_per_thread / 8],
+        );
         for kt in 0..k / config.bk {
             for nb in 0..n / config.bn {
                 let base = (kt * (n / config.bn) + nb) * t.tile_bytes;
@@ -213,15 +219,15 @@ pub fn relayout_inverse(
     Ok(storage::pack(dt, &codes))
 }
 
-/// The integer-mma gemv's two planes of 3-bit codes, where `config` has them.
+/// The integer-mma gemv's two planes of 3- and 5-bit codes, where `config` has them.
 fn planes(config: &QMatmulConfig, lay: &QMatmulLayouts) -> Option<super::imma::PlaneMap> {
     (config.method == QMatmulMethod::GemvImma && super::imma::two_planes(config.wdtype))
         .then(|| super::imma::PlaneMap::new(config, &lay.tiling))
 }
 
-/// Where thread `th`'s plane bytes lie in a tile, numbered through both planes (`two` bytes,
-/// then `one`): each plane is `local(bytes / v).spatial(threads).local(v)`, the 1-bit plane after
-/// the 2-bit plane's `threads · two.len()` bytes.
+/// Where thread `th`'s plane bytes lie in a tile, numbered through both planes (`two` bytes of
+/// the fields' plane, then `one`): each plane is `local(bytes / v).spatial(threads).local(v)`,
+/// the 1-bit plane after the fields' plane's `threads · two` bytes.
 fn plane_offsets(
     t: &super::config::Tiling,
     th: usize,

@@ -500,13 +500,13 @@ const IMMA_FIRST: [(usize, usize, usize, usize, usize); 8] = [
     (512, 8, 6, 8, 1),
 ];
 
-/// [`IMMA_FIRST`] for 3-bit weights, whose tiles (two planes, 3/8 of a byte a weight) leave
-/// less room in a block's 163 KiB: two 896-column blocks a multiprocessor fit with a 2-stage
-/// ring, and 512-column ones with 3. On an H200 at one token (session 48): 57344 x 8192 i3
+/// [`IMMA_FIRST`] for 3- and 5-bit weights (two planes), whose tiles leave less room in a
+/// block's 163 KiB: two 896-column blocks a multiprocessor fit with a 2-stage ring, and
+/// 512-column ones with 3. On an H200 at one token (session 48): 57344 x 8192 i3
 /// 50.4 us with `(896, 8, 2, 4, 2)`, 51.2 with `(512, 8, 3, 2, 2)`, 52.3 with `(448, 4, 4, 2,
 /// 1)` (the f16 gemv 68.7); 8192 x 28672 27.4 with `(512, 8, 5, 8, 1)` (41.1); the 8192-row
 /// layers 12.1-15.0 with `(256, 4, 4, 8, 1)`.
-const IMMA_FIRST_3: [(usize, usize, usize, usize, usize); 6] = [
+const IMMA_FIRST_PLANES: [(usize, usize, usize, usize, usize); 6] = [
     (896, 8, 2, 4, 2),
     (512, 8, 3, 2, 2),
     (512, 8, 5, 8, 1),
@@ -689,7 +689,7 @@ pub fn candidates_up_to(
         };
         if m == 1 && imma_bits {
             let first = if super::imma::two_planes(wdtype) {
-                &IMMA_FIRST_3[..]
+                &IMMA_FIRST_PLANES[..]
             } else {
                 &IMMA_FIRST[..]
             };
