@@ -91,7 +91,7 @@ Kernels and their --config keys (default in brackets):
              GROUP       rows per scale group, 0 for per-channel scales [128]
              BM, BN, BK, WARPS, STAGES, SPLIT_K
                          positive integers [the library's default tiles for WDTYPE]
-             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64), gemv_imma (one token on the integer mma, 1/2/3/4-bit integer weights; BM=1 BK=256/bits, 128 for 3 bits), gemv_igmma (8-64 tokens on the integer wgmma, 2/4-bit integer weights, sm90; BM=16 BN=128 BK=128 WARPS=8) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
+             METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64), gemv_imma (one token on the integer mma, 1- to 5-bit integer weights; BM=1 BK=256/bits, 128 for 3 bits, 64 for 5), gemv_igmma (8-64 tokens on the integer wgmma, 2/4-bit integer weights, sm90; BM=16 BN=128 BK=128 WARPS=8) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
              STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
              BLOCKS_PER_SM
                          lut, gemv_wgmma and gemv_imma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
@@ -279,14 +279,15 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
             bm: 8,
             ..base
         },
-        // One token; bk of whole k32 fragments for each code of a byte (3-bit codes: of each
-        // field of their 2-bit plane's bytes).
+        // One token; bk of whole k32 fragments for each code of a byte (3- and 5-bit codes: of
+        // each field of their 2- or 4-bit plane's bytes).
         "gemv_imma" => QMatmulConfig {
             method: QMatmulMethod::GemvImma,
             bm: 1,
             bn: 256,
             bk: match wdtype.bits() {
                 3 => 128,
+                5 => 64,
                 b => 32 * 8 / b.clamp(1, 8) as usize,
             },
             stages: 4,

@@ -185,13 +185,13 @@ pub enum QMatmulMethod {
     /// planes. `bk = 512` (two table tiles, built and read in turn), `stages = 2`, groups of
     /// 32 to 256 rows, 4, 8 or 16 warps; `bn` a multiple of `warps x group_rows / 8`.
     Lut,
-    /// One token (`bm = 1`) of a 1-, 2-, 3- or 4-bit integer weight on the integer tensor cores
+    /// One token (`bm = 1`) of a 1- to 5-bit integer weight on the integer tensor cores
     /// (`mma.m16n8k32 .s32.u8.s8`, sm_80+): a code masked in place in its byte is an exact u8
-    /// weight, four to a `lop3` (3-bit codes: a 2-bit plane's field and a 1-bit plane's bit,
-    /// four to two `lop3`s); the activations are split into four s8 digits per scale group
-    /// (four of the mma's 8 columns), exact to `2^-23 max|x|`. Grouped scales of whole k tiles;
-    /// `bk` a multiple of `32 x 8 / bits` (128 for 3 bits); `k / split_k` at most 4096
-    /// (`super::imma`).
+    /// weight, four to a `lop3` (3- and 5-bit codes: a 2- or 4-bit plane's field and a 1-bit
+    /// plane's bit, four to two `lop3`s); the activations are split into four s8 digits per
+    /// scale group (four of the mma's 8 columns), exact to `2^-23 max|x|`. Grouped scales of
+    /// whole k tiles; `bk` a multiple of `32 x 8 / bits` (128 for 3 bits, 64 for 5);
+    /// `k / split_k` at most 4096 (`super::imma`).
     /// With `bm` = 4, 8, 16 or 32 (2- and 4-bit weights) a block computes that many tokens from
     /// two s8 digits a value, which a pre-pass computes once for every column tile
     /// (`2^-14 max|x|` of each group, within f16's rounding of the output): the 2-8 token path.

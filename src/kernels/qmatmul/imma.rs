@@ -2,7 +2,7 @@
 //! [`QMatmulMethod::GemvIgmma`](super::QMatmulMethod::GemvIgmma): their tile rules (the kernels
 //! are `kernel::qmatmul_gemv_imma`, `qmatmul_gemv_imma_tokens` and `qmatmul_gemv_igmma`).
 //!
-//! One token of a 1-, 2-, 3- or 4-bit integer weight on the integer tensor cores
+//! One token of a 1- to 5-bit integer weight on the integer tensor cores
 //! (`mma.m16n8k32 .s32.u8.s8`, native on sm_80 and sm_90: `IMMA.16832.U8.S8`).
 //!
 //! **Weights.** A byte holds `P = 8 / bits` codes, field `f` at bits `bits · f`; field `f` of
@@ -13,14 +13,14 @@
 //! perf note 34). Signed codes are stored in offset binary (`c + 2^(bits - 1)`, the sign bit
 //! flipped), the offset taken off once per group.
 //!
-//! **3-bit codes** ([`PlaneMap`]) do not fit a byte whole, so a tile holds two planes: a 2-bit
-//! plane laid out as a 2-bit weight's (four fields a byte), then a 1-bit plane with the third
-//! bit of every code. A field's code is rebuilt in place by two `lop3`s, `(w2 & m2_f) | (w1 &
-//! m1_f)`, at bit `pos_f` = 0, 2, 4 or 5 of its byte (`γ_f = 2^pos_f`): the 1-bit plane's bit
-//! is the code's top bit for fields 0 to 2 and, since a field at bits 6-7 has no room above,
-//! its lowest for field 3 (`c = 2 hi + lo`). One 1-bit word serves two 2-bit words, its bits
-//! for the second moved into place by a shift a word (`>> 1` or `<< 4`). A weight costs 0.56
-//! integer instructions instead of 0.25, at 3/8 of a byte.
+//! **3- and 5-bit codes** ([`PlaneMap`]) do not fill a byte's fields, so a tile holds two
+//! planes: a plane of `hb = bits - 1`-bit fields laid out as a 2- or 4-bit weight's, then a
+//! 1-bit plane with the last bit of every code. A field's code is rebuilt in place by two
+//! `lop3`s, `(w & m_f) | (w1 & b_f)`, at bit `pos_f` of its byte (`γ_f = 2^pos_f`; 3 bits 0, 2,
+//! 4, 5; 5 bits 0, 3): the 1-bit plane's bit is the code's top bit, but for the last field,
+//! whose bits end the byte, its lowest (`c = 2 hi + lo`). One 1-bit word serves `hb` words of
+//! the fields' plane, each moving its bits into place by one shift. A 3-bit weight costs 0.56
+//! integer instructions instead of 2 bits' 0.25, at 3/8 of a byte.
 //!
 //! **Activations.** Each scale group's activations are scaled by a power of two `σ` (so that
 //! `max|x| σ < 2^30`, exactly) and by `1 / γ_f` of their field, rounded to the nearest integer

@@ -505,7 +505,8 @@ const IMMA_FIRST: [(usize, usize, usize, usize, usize); 8] = [
 /// 512-column ones with 3. On an H200 at one token (session 48): 57344 x 8192 i3
 /// 50.4 us with `(896, 8, 2, 4, 2)`, 51.2 with `(512, 8, 3, 2, 2)`, 52.3 with `(448, 4, 4, 2,
 /// 1)` (the f16 gemv 68.7); 8192 x 28672 27.4 with `(512, 8, 5, 8, 1)` (41.1); the 8192-row
-/// layers 12.1-15.0 with `(256, 4, 4, 8, 1)`.
+/// layers 12.1-15.0 with `(256, 4, 4, 8, 1)`; i5 75.1 us with the first (the f16 gemv 98.9),
+/// 75.9 with the second, and 40.3-40.5 us on 8192 x 28672 with 4 to 6 stages (47.6).
 const IMMA_FIRST_PLANES: [(usize, usize, usize, usize, usize); 6] = [
     (896, 8, 2, 4, 2),
     (512, 8, 3, 2, 2),
