@@ -279,17 +279,12 @@ fn qmatmul_from(cfg: &BTreeMap<String, String>) -> Result<QMatmulConfig, String>
             bm: 8,
             ..base
         },
-        // One token; bk of whole k32 fragments for each code of a byte (3- and 5-bit codes: of
-        // each field of their 2- or 4-bit plane's bytes).
+        // One token; bk of one k32 fragment a field (the method's error names an unfit type).
         "gemv_imma" => QMatmulConfig {
             method: QMatmulMethod::GemvImma,
             bm: 1,
             bn: 256,
-            bk: match wdtype.bits() {
-                3 => 128,
-                5 => 64,
-                b => 32 * 8 / b.clamp(1, 8) as usize,
-            },
+            bk: qmatmul::gemv_imma_bk(wdtype).unwrap_or(128),
             stages: 4,
             ..base
         },

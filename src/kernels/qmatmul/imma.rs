@@ -59,6 +59,13 @@ pub(crate) fn fields_per_byte(wdtype: DType) -> Option<usize> {
     }
 }
 
+/// The shortest `bk` of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma) for
+/// `wdtype` (one k32 fragment a field: 256 for 1 bit, 128 for 2 and 3, 64 for 4 and 5), or
+/// `None` where the method does not take the type.
+pub fn gemv_imma_bk(wdtype: DType) -> Option<usize> {
+    fields_per_byte(wdtype).map(|p| 32 * p)
+}
+
 /// Whether `wdtype` comes as two planes (3- and 5-bit codes: a 2- or 4-bit plane of fields and
 /// a 1-bit plane).
 pub(crate) fn two_planes(wdtype: DType) -> bool {
@@ -402,10 +409,12 @@ impl PlaneMap {
         }
     }
 
-    /// Thread `th`'s codes (`q` order) as its bytes of the fields' plane and of the 1-bit plane.
-    pub(crate) fn pack(&self, th: usize, codes: &[u32], fields: &mut [u8], one: &mut [u8]) {
+    /// Thread `th`'s codes (`q` order) as its bytes: those of the fields' plane, then those of
+    /// the 1-bit plane.
+    pub(crate) fn pack(&self, th: usize, codes: &[u32]) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.bytes_fields + codes.len() / 8];
+        let (fields, one) = bytes.split_at_mut(self.bytes_fields);
         let (hb, p) = (self.hb, 8 / self.hb);
-        one.fill(0);
         for (i, byte) in fields.iter_mut().enumerate() {
             let (v, j) = self.group[th][i / 4];
             *byte = 0;
@@ -420,10 +429,13 @@ impl PlaneMap {
                 one[4 * v + i % 4] |= (bit << self.last_bit(j, f)) as u8;
             }
         }
+        bytes
     }
 
-    /// [`PlaneMap::pack`] undone.
-    pub(crate) fn unpack(&self, th: usize, fields: &[u8], one: &[u8], codes: &mut [u32]) {
+    /// [`PlaneMap::pack`] undone: thread `th`'s `locals` codes from its bytes.
+    pub(crate) fn unpack(&self, th: usize, bytes: &[u8], locals: usize) -> Vec<u32> {
+        let mut codes = vec![0u32; locals];
+        let (fields, one) = bytes.split_at(self.bytes_fields);
         let (hb, p) = (self.hb, 8 / self.hb);
         for (i, &byte) in fields.iter().enumerate() {
             let (v, j) = self.group[th][i / 4];
@@ -437,5 +449,16 @@ impl PlaneMap {
                 };
             }
         }
+        codes
+    }
+
+    /// Where thread `th`'s bytes ([`PlaneMap::pack`]'s order) lie in a tile: each plane is
+    /// `local(bytes / v).spatial(threads).local(v)`, the 1-bit plane after the fields' plane.
+    pub(crate) fn offsets(&self, t: &Tiling, th: usize) -> Vec<usize> {
+        let (v, threads) = (t.vector_bytes, 32 * t.warps_n);
+        let at = |i: usize| (i / v) * threads * v + th * v + i % v;
+        let fields = (0..self.bytes_fields).map(at);
+        let one = (0..t.locals_per_thread / 8).map(|i| threads * self.bytes_fields + at(i));
+        fields.chain(one).collect()
     }
 }

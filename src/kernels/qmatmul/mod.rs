@@ -52,7 +52,7 @@ pub use config::{
 };
 pub use cpu::{decode_half, encode_half, prepare, HostSplitScratch, OperandBytes, PreparedWeight};
 pub use gpu::{DeviceWeight, GpuQMatmul};
-pub use imma::MAX_SLICE as GEMV_IMMA_MAX_SLICE;
+pub use imma::{gemv_imma_bk, MAX_SLICE as GEMV_IMMA_MAX_SLICE};
 pub use kernel::qmatmul_main;
 pub use layouts::{pack_split, QMatmulLayouts};
 pub use lut::{relayout_lut, relayout_lut_inverse};

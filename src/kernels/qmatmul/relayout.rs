@@ -25,15 +25,41 @@ use crate::DType;
 use tilus_core::ir::Program;
 use tilus_core::storage;
 
-/// Where each local of one thread comes from and where each of its bytes goes, per tile.
+/// Where each local of one thread comes from, how its codes become bytes and where each of
+/// its bytes goes, per tile.
 struct ThreadMaps {
     /// `[threads][locals]`: (row, col) of each Q local inside the tile.
     elems: Vec<Vec<(usize, usize)>>,
     /// `[threads][bytes]`: byte offset inside the tile.
     bytes: Vec<Vec<usize>>,
+    packing: Packing,
 }
 
-fn thread_maps(lay: &QMatmulLayouts) -> ThreadMaps {
+/// How a thread's codes (in `Q`'s order) become its bytes.
+enum Packing {
+    /// Packed as `wdtype` codes, in order.
+    Codes(DType),
+    /// The integer-mma gemv's two planes of 3- and 5-bit codes (`super::imma::PlaneMap`).
+    Planes(super::imma::PlaneMap),
+}
+
+impl ThreadMaps {
+    fn pack(&self, th: usize, codes: &[u32]) -> Vec<u8> {
+        match &self.packing {
+            Packing::Codes(dt) => storage::pack(*dt, codes),
+            Packing::Planes(planes) => planes.pack(th, codes),
+        }
+    }
+
+    fn unpack(&self, th: usize, bytes: &[u8], locals: usize) -> Vec<u32> {
+        match &self.packing {
+            Packing::Codes(dt) => storage::unpack(*dt, bytes, locals),
+            Packing::Planes(planes) => planes.unpack(th, bytes, locals),
+        }
+    }
+}
+
+fn thread_maps(config: &QMatmulConfig, lay: &QMatmulLayouts) -> ThreadMaps {
     let t = lay.tiling;
     let threads = 32 * t.warps_n;
     let elems = (0..threads)
@@ -46,14 +72,25 @@ fn thread_maps(lay: &QMatmulLayouts) -> ThreadMaps {
                 .collect()
         })
         .collect();
+    let packing =
+        if config.method == QMatmulMethod::GemvImma && super::imma::two_planes(config.wdtype) {
+            Packing::Planes(super::imma::PlaneMap::new(config, &t))
+        } else {
+            Packing::Codes(config.wdtype)
+        };
     let bytes = (0..threads)
-        .map(|th| {
-            (0..t.bytes_per_thread)
+        .map(|th| match &packing {
+            Packing::Codes(_) => (0..t.bytes_per_thread)
                 .map(|j| lay.wbytes.eval(th, j)[0])
-                .collect()
+                .collect(),
+            Packing::Planes(planes) => planes.offsets(&t, th),
         })
         .collect();
-    ThreadMaps { elems, bytes }
+    ThreadMaps {
+        elems,
+        bytes,
+        packing,
+    }
 }
 
 fn check_weight(
@@ -98,47 +135,20 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
     }
     let mut codes = storage::unpack(dt, &weight.codes, k * n);
     offset_binary(config, &mut codes);
-    let maps = thread_maps(&lay);
+    let maps = thread_maps(config, &lay);
     let t = lay.tiling;
     let mut out = vec![0u8; len];
-    if let Some(planes) = planes(config, &lay) {
-        let tiles_per_row = n / config.bn;
-        crate::parallel::for_each_chunk_mut(&mut out, tiles_per_row * t.tile_bytes, |kt, slab| {
-            let mut mine = vec![0u32; t.locals_per_thread];
-            let (mut two, mut one) = (
-                vec![0u8; planes.bytes_fields],
-                vec![0u8; t.locals_per_thread / 8],
-            );
-            for nb in 0..tiles_per_row {
-                let tile = &mut slab[nb * t.tile_bytes..(nb + 1) * t.tile_bytes];
-                for (th, elems) in maps.elems.iter().enumerate() {
-                    for (code, &(r, c)) in mine.iter_mut().zip(elems) {
-                        *code = codes[(kt * config.bk + r) * n + nb * config.bn + c];
-                    }
-                    planes.pack(th, &mine, &mut two, &mut one);
-                    for (i, at) in plane_offsets(&t, th, two.len(), one.len()) {
-                        tile[at] = if i < two.len() {
-                            two[i]
-                        } else {
-                            one[i - two.len()]
-                        };
-                    }
-                }
-            }
-        });
-        return Ok(out);
-    }
     // One row of tiles (a `bk`-row slab of the weight) per chunk, slabs in parallel.
     let tiles_per_row = n / config.bn;
     crate::parallel::for_each_chunk_mut(&mut out, tiles_per_row * t.tile_bytes, |kt, slab| {
         let mut mine = vec![0u32; t.locals_per_thread];
         for nb in 0..tiles_per_row {
             let base = nb * t.tile_bytes;
-            for (elems, bytes) in maps.elems.iter().zip(&maps.bytes) {
+            for (th, (elems, bytes)) in maps.elems.iter().zip(&maps.bytes).enumerate() {
                 for (code, &(r, c)) in mine.iter_mut().zip(elems) {
                     *code = codes[(kt * config.bk + r) * n + nb * config.bn + c];
                 }
-                let packed = storage::pack(dt, &mine);
+                let packed = maps.pack(th, &mine);
                 for (&byte, &at) in packed.iter().zip(bytes) {
                     slab[base + at] = byte;
                 }
@@ -169,46 +179,18 @@ pub fn relayout_inverse(
             what: format!("{k} x {n} re-laid-out {dt} codes"),
         });
     }
-    let maps = thread_maps(&lay);
+    let maps = thread_maps(config, &lay);
     let t = lay.tiling;
     let mut codes = vec![0u32; k * n];
-    if let Some(planes) = planes(config, &lay) {
-        let mut mine = vec![0u32; t.locals_per_thread];
-        let (mut two, mut one) = (
-            vec![0u8; planes.bytes_fields],
-            vec![0u8; t.locals_per_thread / 8],
-        );
-        for kt in 0..k / config.bk {
-            for nb in 0..n / config.bn {
-                let base = (kt * (n / config.bn) + nb) * t.tile_bytes;
-                for (th, elems) in maps.elems.iter().enumerate() {
-                    for (i, at) in plane_offsets(&t, th, two.len(), one.len()) {
-                        let byte = bytes[base + at];
-                        if i < two.len() {
-                            two[i] = byte;
-                        } else {
-                            one[i - two.len()] = byte;
-                        }
-                    }
-                    planes.unpack(th, &two, &one, &mut mine);
-                    for (&code, &(r, c)) in mine.iter().zip(elems) {
-                        codes[(kt * config.bk + r) * n + nb * config.bn + c] = code;
-                    }
-                }
-            }
-        }
-        offset_binary(config, &mut codes);
-        return Ok(storage::pack(dt, &codes));
-    }
     let mut mine = vec![0u8; t.bytes_per_thread];
     for kt in 0..k / config.bk {
         for nb in 0..n / config.bn {
             let base = (kt * (n / config.bn) + nb) * t.tile_bytes;
-            for (elems, offs) in maps.elems.iter().zip(&maps.bytes) {
+            for (th, (elems, offs)) in maps.elems.iter().zip(&maps.bytes).enumerate() {
                 for (byte, &at) in mine.iter_mut().zip(offs) {
                     *byte = bytes[base + at];
                 }
-                let unpacked = storage::unpack(dt, &mine, t.locals_per_thread);
+                let unpacked = maps.unpack(th, &mine, t.locals_per_thread);
                 for (&code, &(r, c)) in unpacked.iter().zip(elems) {
                     codes[(kt * config.bk + r) * n + nb * config.bn + c] = code;
                 }
@@ -217,28 +199,6 @@ pub fn relayout_inverse(
     }
     offset_binary(config, &mut codes);
     Ok(storage::pack(dt, &codes))
-}
-
-/// The integer-mma gemv's two planes of 3- and 5-bit codes, where `config` has them.
-fn planes(config: &QMatmulConfig, lay: &QMatmulLayouts) -> Option<super::imma::PlaneMap> {
-    (config.method == QMatmulMethod::GemvImma && super::imma::two_planes(config.wdtype))
-        .then(|| super::imma::PlaneMap::new(config, &lay.tiling))
-}
-
-/// Where thread `th`'s plane bytes lie in a tile, numbered through both planes (`two` bytes of
-/// the fields' plane, then `one`): each plane is `local(bytes / v).spatial(threads).local(v)`,
-/// the 1-bit plane after the fields' plane's `threads · two` bytes.
-fn plane_offsets(
-    t: &super::config::Tiling,
-    th: usize,
-    two: usize,
-    one: usize,
-) -> impl Iterator<Item = (usize, usize)> {
-    let (v, threads) = (t.vector_bytes, 32 * t.warps_n);
-    let at = move |i: usize| (i / v) * threads * v + th * v + i % v;
-    (0..two)
-        .map(move |i| (i, at(i)))
-        .chain((0..one).map(move |i| (two + i, threads * two + at(i))))
 }
 
 /// The integer-mma gemvs store signed codes in offset binary (`super::imma`): flip each code's sign bit

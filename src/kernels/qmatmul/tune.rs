@@ -676,13 +676,13 @@ pub fn candidates_up_to(
         // One token of a 1- to 4-bit integer weight on the integer tensor cores: a `lop3`
         // makes four weights (two `lop3`s for 3 bits, from two planes; `super::imma`); the
         // first tilings first, the rest at the end. `bk` is one k32 fragment a field.
-        let imma_fields = super::imma::fields_per_byte(wdtype);
-        let imma_bits = imma_fields.is_some();
+        let imma_bk = super::imma::gemv_imma_bk(wdtype);
+        let imma_bits = imma_bk.is_some();
         let imma = |bn: usize, warps: usize, stages: usize, split_k: usize| QMatmulConfig {
             method: QMatmulMethod::GemvImma,
             bm: 1,
             bn,
-            bk: 32 * imma_fields.unwrap_or(1),
+            bk: imma_bk.unwrap_or(32),
             warps,
             stages,
             split_k,
