@@ -199,7 +199,8 @@ fn lut_matches_the_reference() {
     }
 }
 
-/// The integer-mma gemv (`QMatmulMethod::GemvImma`) on the GPU: 1- to 5-bit codes, zero
+/// The integer-mma gemv (`QMatmulMethod::GemvImma`) on the GPU: 1- to 5-bit codes (and
+/// f3e1m1's, read as i3), zero
 /// points and signed offsets, groups of one and two k tiles, split k, f16 and bf16, one and
 /// three tokens, against the f64 reference with the output poisoned, within the output type's
 /// own rounding.
@@ -226,6 +227,9 @@ fn gemv_imma_matches_the_reference() {
         // 5 bits in two planes.
         ("u5", "bf16", 128, 64, 896, 8, 2, 4, 8192, 2),
         ("i5", "f16", 128, 64, 512, 8, 4, 8, 8192, 1),
+        // f3e1m1 read as i3.
+        ("f3e1m1", "f16", 128, 128, 896, 8, 2, 4, 8192, 2),
+        ("f3e1m1", "bf16", 128, 128, 512, 8, 5, 8, 8192, 1),
     ];
     for (name, ad, group, bk, bn, warps, stages, split, k, occupancy) in cases {
         let wdtype: DType = name.parse().unwrap();

@@ -8,6 +8,7 @@
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tilus::core::storage;
 use tilus::kernels::linear::QuantizedLinear;
 use tilus::kernels::qmatmul::weight_types;
 use tilus::kernels::qmatmul::{
@@ -1202,11 +1203,21 @@ fn tuning_candidates_are_valid_and_distinct() {
                 .all(|c| c.method != QMatmulMethod::Lut || m == 1));
         }
     }
-    // One token of a 3- or 5-bit integer weight starts on the integer mma (two planes), and
-    // more tokens never take it.
-    for (wd, m) in [("u3", 1), ("i3", 1), ("i3", 4), ("u5", 1), ("i5", 2)] {
+    // One token of a 3- or 5-bit integer weight (or of f3e1m1, read as i3) starts on the
+    // integer mma (two planes), and more tokens never take it; f4e2m1 never does.
+    for (wd, m) in [
+        ("u3", 1),
+        ("i3", 1),
+        ("i3", 4),
+        ("u5", 1),
+        ("i5", 2),
+        ("f3e1m1", 1),
+        ("f3e1m1", 16),
+    ] {
         for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192)] {
             let c = candidates(dt(wd), DType::F16, Some(128), m, n, k).unwrap();
+            let f4 = candidates(dt("f4e2m1"), DType::F16, Some(128), m, n, k).unwrap();
+            assert!(f4.iter().all(|c| c.method != QMatmulMethod::GemvImma));
             assert_eq!(
                 c[0].method == QMatmulMethod::GemvImma,
                 m == 1,
@@ -1265,6 +1276,9 @@ fn gemv_imma_matches_the_reference() {
         // 5 bits: a 4-bit plane's fields, a 1-bit word for four of its words.
         ("u5", "bf16", 128, 64, 256, 4, 3, 2, 1),
         ("i5", "f16", 256, 128, 128, 8, 4, 1, 1),
+        // f3e1m1, the sign and magnitude of -3..3, re-coded as i3.
+        ("f3e1m1", "f16", 128, 128, 256, 4, 3, 2, 1),
+        ("f3e1m1", "bf16", 256, 128, 448, 4, 4, 1, 1),
     ];
     let seed: u64 =
         std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
@@ -1333,11 +1347,20 @@ fn gemv_imma_matches_the_reference() {
             "{wd} {ad} digit boundaries: relative error {rel}"
         );
         let bytes = relayout(&q, &cfg).unwrap();
-        assert_eq!(
-            relayout_inverse(&bytes, &cfg, q.k, q.n).unwrap(),
-            q.codes,
-            "{wd}"
-        );
+        let back = relayout_inverse(&bytes, &cfg, q.k, q.n).unwrap();
+        if wd == "f3e1m1" {
+            // Re-coded by value: a negative zero comes back as `+0`, every other code as itself.
+            let (a, b) = (
+                storage::unpack(q.dtype, &q.codes, q.k * q.n),
+                storage::unpack(q.dtype, &back, q.k * q.n),
+            );
+            for (x, y) in a.iter().zip(&b) {
+                let want = if *x == 0b100 { 0 } else { *x };
+                assert_eq!(*y, want, "{wd}: code {x:#05b} came back as {y:#05b}");
+            }
+        } else {
+            assert_eq!(back, q.codes, "{wd}");
+        }
     }
     let base = QMatmulConfig {
         method: QMatmulMethod::GemvImma,

@@ -2,7 +2,8 @@
 //! [`QMatmulMethod::GemvIgmma`](super::QMatmulMethod::GemvIgmma): their tile rules (the kernels
 //! are `kernel::qmatmul_gemv_imma`, `qmatmul_gemv_imma_tokens` and `qmatmul_gemv_igmma`).
 //!
-//! One token of a 1- to 5-bit integer weight on the integer tensor cores
+//! One token of a 1- to 5-bit integer weight (or of `f3e1m1`, whose values are the integers
+//! `-3..3`: read as `i3`, [`kernel_codes`]) on the integer tensor cores
 //! (`mma.m16n8k32 .s32.u8.s8`, native on sm_80 and sm_90: `IMMA.16832.U8.S8`).
 //!
 //! **Weights.** A byte holds `P = 8 / bits` codes, field `f` at bits `bits · f`; field `f` of
@@ -49,10 +50,58 @@ use crate::DType;
 /// 4096 bytes.
 pub const MAX_SLICE: usize = 4096;
 
+/// The integer type whose codes the integer-mma kernels read for `wdtype`: `wdtype` itself,
+/// or for a float type whose every code is an integer within the range of the signed integer
+/// of its width, that integer type. Of the family's types this is `f3e1m1`, the sign and
+/// magnitude of `-3..3`, read as `i3`: the re-layout re-codes each code by its value
+/// ([`to_kernel_code`]), which is exact, and every other step is `i3`'s. Its negative zero
+/// is stored as `i3`'s zero, so [`super::relayout_inverse`] gives `+0` for it, the same value.
+pub(crate) fn kernel_codes(wdtype: DType) -> DType {
+    let DType::Float { .. } = wdtype else {
+        return wdtype;
+    };
+    let int = DType::Int(wdtype.bits() as u8);
+    let (lo, hi) = (
+        -(1i64 << (wdtype.bits() - 1)),
+        (1i64 << (wdtype.bits() - 1)) - 1,
+    );
+    let integral = (0..1u32 << wdtype.bits()).all(|c| {
+        let v = wdtype.decode(c);
+        v.fract() == 0.0 && (lo as f64..=hi as f64).contains(&v)
+    });
+    if integral {
+        int
+    } else {
+        wdtype
+    }
+}
+
+/// `code` of `wdtype` as a code of [`kernel_codes`]`(wdtype)`, the same value.
+pub(crate) fn to_kernel_code(wdtype: DType, code: u32) -> u32 {
+    let int = kernel_codes(wdtype);
+    if int == wdtype {
+        return code;
+    }
+    int.encode(wdtype.decode(code) as f32)
+        .expect("an integral code's value is an integer of the type's range")
+}
+
+/// The inverse of [`to_kernel_code`] (a negative zero comes back as `+0`).
+pub(crate) fn from_kernel_code(wdtype: DType, code: u32) -> u32 {
+    let int = kernel_codes(wdtype);
+    if int == wdtype {
+        return code;
+    }
+    wdtype
+        .encode(int.decode(code) as f32)
+        .expect("every integer of the range is a value of the type")
+}
+
 /// The k-ranges (fields) a byte of the weight covers, for the method's weight types (1 to 5
-/// bits, integers): `8 / bits`, and for 3- and 5-bit codes their fields' plane's, 4 and 2.
+/// bits, integers, or floats that [`kernel_codes`] reads as integers): `8 / bits`, and for
+/// 3- and 5-bit codes their fields' plane's, 4 and 2.
 pub(crate) fn fields_per_byte(wdtype: DType) -> Option<usize> {
-    match wdtype {
+    match kernel_codes(wdtype) {
         DType::UInt(b) | DType::Int(b) if matches!(b, 1 | 2 | 4) => Some(8 / b as usize),
         DType::UInt(b) | DType::Int(b) if matches!(b, 3 | 5) => Some(8 / (b as usize - 1)),
         _ => None,
@@ -69,7 +118,7 @@ pub fn gemv_imma_bk(wdtype: DType) -> Option<usize> {
 /// Whether `wdtype` comes as two planes (3- and 5-bit codes: a 2- or 4-bit plane of fields and
 /// a 1-bit plane).
 pub(crate) fn two_planes(wdtype: DType) -> bool {
-    matches!(wdtype, DType::UInt(3 | 5) | DType::Int(3 | 5))
+    matches!(kernel_codes(wdtype), DType::UInt(3 | 5) | DType::Int(3 | 5))
 }
 
 /// [`QMatmulConfig::tiling`] of [`QMatmulMethod::GemvImma`](super::QMatmulMethod::GemvImma): one
@@ -80,7 +129,8 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
         return Err(config_err(
             "wdtype",
             format!(
-                "the integer-mma gemv masks 1- to 5-bit integer codes in place, not {}",
+                "the integer-mma gemv masks 1- to 5-bit integer codes in place (and f3e1m1's, \
+                 read as i3), not {}",
                 c.wdtype
             ),
         ));
@@ -460,5 +510,30 @@ impl PlaneMap {
         let fields = (0..self.bytes_fields).map(at);
         let one = (0..t.locals_per_thread / 8).map(|i| threads * self.bytes_fields + at(i));
         fields.chain(one).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Of the family's types only f3e1m1 is read as another type, i3, code by code by value:
+    /// every code comes back but the negative zero, which comes back as `+0`.
+    #[test]
+    fn only_f3e1m1_is_read_as_an_integer_type() {
+        for wd in super::super::weight_types() {
+            let int = kernel_codes(wd);
+            if wd != (DType::Float { exp: 1, man: 1 }) {
+                assert_eq!(int, wd);
+                continue;
+            }
+            assert_eq!(int, DType::Int(3));
+            for c in 0..8 {
+                let kc = to_kernel_code(wd, c);
+                assert_eq!(int.decode(kc), wd.decode(c), "code {c:#05b}");
+                let back = from_kernel_code(wd, kc);
+                assert_eq!(back, if c == 0b100 { 0 } else { c }, "code {c:#05b}");
+            }
+        }
     }
 }

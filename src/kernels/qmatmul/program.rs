@@ -121,7 +121,10 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     };
     let v = |x: usize| x as i32;
     let tokens = config.method == QMatmulMethod::GemvImma && config.bm > 1;
-    let signed = i32::from(matches!(config.wdtype, crate::DType::Int(_)));
+    // The integer-mma kernels read f3e1m1 as i3 (`imma::kernel_codes`); the others read the
+    // weight type itself.
+    let kernel_w = super::imma::kernel_codes(config.wdtype);
+    let signed = i32::from(matches!(kernel_w, crate::DType::Int(_)));
     let main = if config.method == QMatmulMethod::GemvIgmma {
         let cfg = kernel::qmatmul_gemv_igmma::Config {
             BM: v(config.bm),
@@ -136,7 +139,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             VEC: v(t.vector_bytes),
             OCC: v(config.blocks_per_sm),
             A: config.adtype,
-            W: config.wdtype,
+            W: kernel_w,
         };
         kernel::qmatmul_gemv_igmma::translate(&cfg)
     } else if tokens {
@@ -153,7 +156,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             VEC: v(t.vector_bytes),
             OCC: v(config.blocks_per_sm),
             A: config.adtype,
-            W: config.wdtype,
+            W: kernel_w,
         };
         kernel::qmatmul_gemv_imma_tokens::translate(&cfg)
     } else if config.method == QMatmulMethod::GemvImma {
@@ -170,7 +173,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             VEC: v(t.vector_bytes),
             OCC: v(config.blocks_per_sm),
             A: config.adtype,
-            W: config.wdtype,
+            W: kernel_w,
         };
         kernel::qmatmul_gemv_imma::translate(&cfg)
     } else if config.method == QMatmulMethod::GemvWgmma {

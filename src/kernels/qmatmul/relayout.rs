@@ -134,7 +134,7 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
         });
     }
     let mut codes = storage::unpack(dt, &weight.codes, k * n);
-    offset_binary(config, &mut codes);
+    to_kernel_codes(config, &mut codes);
     let maps = thread_maps(config, &lay);
     let t = lay.tiling;
     let mut out = vec![0u8; len];
@@ -197,15 +197,42 @@ pub fn relayout_inverse(
             }
         }
     }
-    offset_binary(config, &mut codes);
+    from_kernel_codes(config, &mut codes);
     Ok(storage::pack(dt, &codes))
+}
+
+/// The codes the integer-mma gemvs read: `f3e1m1`'s re-coded as `i3`'s of the same value
+/// ([`super::imma::kernel_codes`]), then signed codes in offset binary.
+fn to_kernel_codes(config: &QMatmulConfig, codes: &mut [u32]) {
+    recode(config, codes, super::imma::to_kernel_code);
+    offset_binary(config, codes);
+}
+
+/// The inverse of [`to_kernel_codes`].
+fn from_kernel_codes(config: &QMatmulConfig, codes: &mut [u32]) {
+    offset_binary(config, codes);
+    recode(config, codes, super::imma::from_kernel_code);
+}
+
+/// Map every code of an integer-mma gemv's weight by `f` (through a table of its codes) where
+/// the kernels read the weight type as another type.
+fn recode(config: &QMatmulConfig, codes: &mut [u32], f: fn(DType, u32) -> u32) {
+    let wd = config.wdtype;
+    let imma = matches!(
+        config.method,
+        QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma
+    );
+    if imma && super::imma::kernel_codes(wd) != wd {
+        let table: Vec<u32> = (0..1u32 << wd.bits()).map(|c| f(wd, c)).collect();
+        codes.iter_mut().for_each(|c| *c = table[*c as usize]);
+    }
 }
 
 /// The integer-mma gemvs store signed codes in offset binary (`super::imma`): flip each code's sign bit
 /// (its own inverse). Other methods keep two's complement.
 fn offset_binary(config: &QMatmulConfig, codes: &mut [u32]) {
     if let (QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma, DType::Int(bits)) =
-        (config.method, config.wdtype)
+        (config.method, super::imma::kernel_codes(config.wdtype))
     {
         let sign = 1u32 << (bits - 1);
         codes.iter_mut().for_each(|c| *c ^= sign);
