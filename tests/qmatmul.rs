@@ -1188,8 +1188,34 @@ fn tuning_candidates_are_valid_and_distinct() {
                 .iter()
                 .any(|c| c.method == QMatmulMethod::DequantizeThenGemm);
             assert_eq!(prefill, m > 256, "{wd} m={m}");
+            // Decode starts with split-k, but one token of a 4- to 7-bit weight the integer
+            // mma does not take starts with whole k in 256-column tiles on a layer that has a
+            // wave of them (224 blocks here; perf note 68).
+            let whole_k_first = m == 1 && wd == "f6e3m2";
             if m <= 16 {
-                assert!(c[0].split_k > 1, "decode starts with split-k: {:?}", c[0]);
+                assert_eq!(
+                    c[0].split_k == 1,
+                    whole_k_first,
+                    "decode starts with split-k: {:?}",
+                    c[0]
+                );
+            }
+            if whole_k_first {
+                assert_eq!((c[0].method, c[0].bn), (QMatmulMethod::Gemv, 256));
+                let narrow = candidates(dt(wd), DType::F16, Some(128), m, 8192, 28672).unwrap();
+                assert!(narrow[0].split_k > 1, "{:?}", narrow[0]);
+            }
+            // At one token the measured gemv tiles all come before the fused kernel's.
+            if m == 1 {
+                let first_fused = c.iter().position(|c| c.method == QMatmulMethod::Fused);
+                let gemvs = c[..first_fused.unwrap_or(c.len())]
+                    .iter()
+                    .filter(|c| c.method == QMatmulMethod::Gemv)
+                    .count();
+                assert!(
+                    gemvs >= 10,
+                    "{wd}: {gemvs} gemv tiles before the fused kernel"
+                );
             }
             // One token of a 1-bit weight starts with the look-up tables; nothing else has them.
             assert_eq!(

@@ -516,6 +516,16 @@ const IMMA_FIRST_PLANES: [(usize, usize, usize, usize, usize); 6] = [
     (512, 8, 4, 8, 1),
 ];
 
+/// One token of a 4- to 7-bit weight the integer mma does not take (u6, u7, i6, i7 and the
+/// float types of 4 to 7 bits) on the gemv, on layers of at least a wave of 256-column tiles:
+/// `(bn, stages, split_k)` of 4-warp blocks over 128 rows of k, before the measured-best tiles
+/// of [`candidates`] (multiples of the type's default width, which on such layers sat at places
+/// 7 to 13 of the list). Measured on an H200 at 57344 x 8192 (perf note 68): f5e2m2 125.2 ->
+/// 94.6 us, f7e4m2 130.3 -> 109.0, u7 122.2 -> 108.3, i6 94.2 -> 86.8, f4e2m1 82.3 -> 77.4. On
+/// the narrower layers the old head stays best (split 8: the 256-column tiles alone make 32 to
+/// 40 blocks there).
+const ONE_TOKEN_GEMV_FIRST: [(usize, usize, usize); 3] = [(256, 3, 1), (256, 3, 4), (256, 4, 4)];
+
 /// The integer-mma gemv with several tokens a block (2 to 8 tokens of a 2- or 4-bit integer
 /// weight), `(bn, warps, stages, split_k, blocks_per_sm)`, most promising first: on an H200 at
 /// 2 and 4 tokens of 57344 x 8192 u2 45.5 us against the gemv's 53.2, i2 44.8 against 49.0,
@@ -735,6 +745,23 @@ pub fn candidates_up_to(
                 );
             }
         }
+        let bits = wdtype.bits();
+        if m == 1 && !imma_bits && (4..=7).contains(&bits) && n / 256 >= SMS {
+            for (bn, stages, split_k) in ONE_TOKEN_GEMV_FIRST {
+                push(gemv(QMatmulConfig {
+                    bn,
+                    bk: 128,
+                    warps: 4,
+                    stages,
+                    split_k,
+                    ..base
+                }));
+            }
+        }
+        // At one token the gemv's tiles all come before the fused kernel's: the fused tile
+        // never won a one-token layer (perf note 68), and interleaved they took every other
+        // place of a short tuning.
+        let mut fused_later = Vec::new();
         for (i, c) in MEASURED_BEST.into_iter().enumerate() {
             push(gemv(decode(c)));
             if i == 0 && imma_tokens && m > 4 {
@@ -754,12 +781,19 @@ pub fn candidates_up_to(
                     }
                 }
             }
-            push(decode(c));
+            if m == 1 {
+                fused_later.push(decode(c));
+            } else {
+                push(decode(c));
+            }
             if i == 0 {
                 for c in later_lut.drain(..) {
                     push(c);
                 }
             }
+        }
+        for c in fused_later {
+            push(c);
         }
         push(base);
         for c in igmma_candidates(base, wdtype, group, m, k) {
