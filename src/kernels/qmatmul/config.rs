@@ -237,6 +237,53 @@ pub struct Tiling {
     pub tile_bytes: usize,
 }
 
+/// The type whose codes the kernels read for `wdtype`: `wdtype` itself, or for a float type
+/// whose every code is an integer within the range of the signed integer of its width, that
+/// integer type. Of the family's types this is `f3e1m1`, the sign and magnitude of `-3..3`,
+/// read as `i3` by every method: the re-layout re-codes each code by its value
+/// ([`to_kernel_code`]), which is exact, and every kernel is `i3`'s. Its negative zero is
+/// stored as `i3`'s zero, so [`super::relayout_inverse`] gives `+0` for it, the same value.
+pub fn kernel_codes(wdtype: DType) -> DType {
+    let DType::Float { .. } = wdtype else {
+        return wdtype;
+    };
+    let int = DType::Int(wdtype.bits() as u8);
+    let (lo, hi) = (
+        -(1i64 << (wdtype.bits() - 1)),
+        (1i64 << (wdtype.bits() - 1)) - 1,
+    );
+    let integral = (0..1u32 << wdtype.bits()).all(|c| {
+        let v = wdtype.decode(c);
+        v.fract() == 0.0 && (lo as f64..=hi as f64).contains(&v)
+    });
+    if integral {
+        int
+    } else {
+        wdtype
+    }
+}
+
+/// `code` of `wdtype` as a code of [`kernel_codes`]`(wdtype)`, the same value.
+pub(crate) fn to_kernel_code(wdtype: DType, code: u32) -> u32 {
+    let int = kernel_codes(wdtype);
+    if int == wdtype {
+        return code;
+    }
+    int.encode(wdtype.decode(code) as f32)
+        .expect("an integral code's value is an integer of the type's range")
+}
+
+/// The inverse of [`to_kernel_code`] (a negative zero comes back as `+0`).
+pub(crate) fn from_kernel_code(wdtype: DType, code: u32) -> u32 {
+    let int = kernel_codes(wdtype);
+    if int == wdtype {
+        return code;
+    }
+    wdtype
+        .encode(int.decode(code) as f32)
+        .expect("every integer of the range is a value of the type")
+}
+
 /// The names of the 25 weight types of the family, in the order of the benchmark tables.
 pub const WEIGHT_TYPE_NAMES: [&str; 25] = [
     "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "i2", "i3", "i4", "i5", "i6", "i7", "i8",

@@ -3,7 +3,8 @@
 //! are `kernel::qmatmul_gemv_imma`, `qmatmul_gemv_imma_tokens` and `qmatmul_gemv_igmma`).
 //!
 //! One token of a 1- to 5-bit integer weight (or of `f3e1m1`, whose values are the integers
-//! `-3..3`: read as `i3`, [`kernel_codes`]) on the integer tensor cores
+//! `-3..3`: read as `i3`, [`kernel_codes`](super::config::kernel_codes)) on the integer tensor
+//! cores
 //! (`mma.m16n8k32 .s32.u8.s8`, native on sm_80 and sm_90: `IMMA.16832.U8.S8`).
 //!
 //! **Weights.** A byte holds `P = 8 / bits` codes, field `f` at bits `bits · f`; field `f` of
@@ -43,62 +44,15 @@
 //! no fp8 `mma.sync` in hardware, and ptxas's emulation made it 1.4x slower than the f16 gemv
 //! (perf note 59). The integer mma is the hardware's own.
 
-use super::config::{config_err, QMatmulConfig, QMatmulError, Tiling};
+use super::config::{config_err, kernel_codes, QMatmulConfig, QMatmulError, Tiling};
 use crate::DType;
 
 /// The longest k-slice (`k / split_k`) a block splits into shared memory: four digits of
 /// 4096 bytes.
 pub const MAX_SLICE: usize = 4096;
 
-/// The integer type whose codes the integer-mma kernels read for `wdtype`: `wdtype` itself,
-/// or for a float type whose every code is an integer within the range of the signed integer
-/// of its width, that integer type. Of the family's types this is `f3e1m1`, the sign and
-/// magnitude of `-3..3`, read as `i3`: the re-layout re-codes each code by its value
-/// ([`to_kernel_code`]), which is exact, and every other step is `i3`'s. Its negative zero
-/// is stored as `i3`'s zero, so [`super::relayout_inverse`] gives `+0` for it, the same value.
-pub(crate) fn kernel_codes(wdtype: DType) -> DType {
-    let DType::Float { .. } = wdtype else {
-        return wdtype;
-    };
-    let int = DType::Int(wdtype.bits() as u8);
-    let (lo, hi) = (
-        -(1i64 << (wdtype.bits() - 1)),
-        (1i64 << (wdtype.bits() - 1)) - 1,
-    );
-    let integral = (0..1u32 << wdtype.bits()).all(|c| {
-        let v = wdtype.decode(c);
-        v.fract() == 0.0 && (lo as f64..=hi as f64).contains(&v)
-    });
-    if integral {
-        int
-    } else {
-        wdtype
-    }
-}
-
-/// `code` of `wdtype` as a code of [`kernel_codes`]`(wdtype)`, the same value.
-pub(crate) fn to_kernel_code(wdtype: DType, code: u32) -> u32 {
-    let int = kernel_codes(wdtype);
-    if int == wdtype {
-        return code;
-    }
-    int.encode(wdtype.decode(code) as f32)
-        .expect("an integral code's value is an integer of the type's range")
-}
-
-/// The inverse of [`to_kernel_code`] (a negative zero comes back as `+0`).
-pub(crate) fn from_kernel_code(wdtype: DType, code: u32) -> u32 {
-    let int = kernel_codes(wdtype);
-    if int == wdtype {
-        return code;
-    }
-    wdtype
-        .encode(int.decode(code) as f32)
-        .expect("every integer of the range is a value of the type")
-}
-
 /// The k-ranges (fields) a byte of the weight covers, for the method's weight types (1 to 5
-/// bits, integers, or floats that [`kernel_codes`] reads as integers): `8 / bits`, and for
+/// bits, integers, or floats the kernels read as integers, [`kernel_codes`]): `8 / bits`, and for
 /// 3- and 5-bit codes their fields' plane's, 4 and 2.
 pub(crate) fn fields_per_byte(wdtype: DType) -> Option<usize> {
     match kernel_codes(wdtype) {
@@ -515,6 +469,7 @@ impl PlaneMap {
 
 #[cfg(test)]
 mod tests {
+    use super::super::config::{from_kernel_code, to_kernel_code};
     use super::*;
 
     /// Of the family's types only f3e1m1 is read as another type, i3, code by code by value:

@@ -2395,14 +2395,16 @@ mod kernels {
     /// The offline weight re-layout (paper Figure 8, generalized): one block per `[BK, BN]` tile of
     /// the row-major `W` codes `w [k, n]` (packed bytes, viewed as `W`) loads the tile in the codes
     /// layout of one warp row of [`qmatmul_main`] (or of [`qmatmul_gemv`]) and stores each thread's bits, unchanged, as the
-    /// bytes that the matmul's `W` layout gives it: `out [k / BK, n / BN, tile bytes]`.
+    /// bytes that the matmul's `W` layout gives it: `out [k / BK, n / BN, tile bytes]`. `C` is
+    /// the type the matmul's kernels read (`config::kernel_codes`): `W` itself, or for f3e1m1
+    /// i3, each code converted by value.
     #[tilus::kernel(
         lazy,
         grid = [k / BK, n / BN],
         warps = WN,
         target = sm80,
         space(BN = [128], BK = [64], WN = [4], H = [1, 4], VEC = [16], GEMV = [0, 1, 2]),
-        dtypes(W = [u2, u4, i8]),
+        dtypes(W = [u2, u4, i8], C = [u2, u4, i8]),
     )]
     pub fn qmatmul_relayout<
         const BN: i32,
@@ -2412,6 +2414,7 @@ mod kernels {
         const VEC: i32,
         const GEMV: i32,
         W: DTypeParam,
+        C: DTypeParam,
     >(
         k: i32,
         n: i32,
@@ -2419,7 +2422,8 @@ mod kernels {
         out: GlobalMut<u8>,
     ) {
         let rep_k = BK / 16;
-        let tile_bytes = BK * BN * W::BITS / 8;
+        // The re-laid tile holds `C` codes (`W`'s width wherever the host builds it).
+        let tile_bytes = BK * BN * C::BITS / 8;
         let thread_bytes = tile_bytes / (32 * WN);
         // The weight tile of the matmul's warps: mma B fragments, with GEMV = 1 the A fragments
         // of `qmatmul_gemv`'s transposed product, with GEMV = 2 `qmatmul_gemv_wgmma`'s warpgroup
@@ -2440,7 +2444,11 @@ mod kernels {
         let lq = layout!(swap_inner_locals(lb, 2, H));
         let lw = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
         let [kt, nb] = block_indices();
-        let tile = load_global(view_global::<W>(w, [k, n]), lq, [kt * BK, nb * BN]);
+        let tile = cast::<C>(load_global(
+            view_global::<W>(w, [k, n]),
+            lq,
+            [kt * BK, nb * BN],
+        ));
         let go = view_global(out, [k / BK, n / BN, tile_bytes]);
         store_global(view::<u8>(tile, lw), go, [kt, nb, 0]);
     }

@@ -213,7 +213,7 @@ impl QMatmulLayouts {
             b.swap_inner_locals(b.num_locals() / p, p)
                 .map_err(|e| config_err("bk", e.to_string()))?
         } else {
-            match pack_split(config.wdtype, config.adtype) {
+            match pack_split(super::config::kernel_codes(config.wdtype), config.adtype) {
                 Some(h) => b.swap_inner_locals(2, h).unwrap_or_else(|_| b.clone()),
                 None => b.clone(),
             }

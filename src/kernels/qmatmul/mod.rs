@@ -47,7 +47,7 @@ pub mod tune;
 
 pub(crate) use config::size_product;
 pub use config::{
-    is_weight_type, weight_types, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling,
+    is_weight_type, kernel_codes, weight_types, QMatmulConfig, QMatmulError, QMatmulMethod, Tiling,
     WEIGHT_TYPE_NAMES,
 };
 pub use cpu::{decode_half, encode_half, prepare, HostSplitScratch, OperandBytes, PreparedWeight};

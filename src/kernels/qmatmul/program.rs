@@ -121,9 +121,8 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
     };
     let v = |x: usize| x as i32;
     let tokens = config.method == QMatmulMethod::GemvImma && config.bm > 1;
-    // The integer-mma kernels read f3e1m1 as i3 (`imma::kernel_codes`); the others read the
-    // weight type itself.
-    let kernel_w = super::imma::kernel_codes(config.wdtype);
+    // The kernels read f3e1m1 as i3 (`config::kernel_codes`).
+    let kernel_w = super::config::kernel_codes(config.wdtype);
     let signed = i32::from(matches!(kernel_w, crate::DType::Int(_)));
     let main = if config.method == QMatmulMethod::GemvIgmma {
         let cfg = kernel::qmatmul_gemv_igmma::Config {
@@ -193,7 +192,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             OCC: v(config.blocks_per_sm),
             KT: v(config.stage_tiles),
             A: config.adtype,
-            W: config.wdtype,
+            W: kernel_w,
         };
         kernel::qmatmul_gemv_wgmma::translate(&cfg)
     } else if config.method == QMatmulMethod::Gemv {
@@ -212,7 +211,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             SWS: swizzle_shift,
             BIAS: i32::from(biased_cast(config, h)),
             A: config.adtype,
-            W: config.wdtype,
+            W: kernel_w,
         };
         kernel::qmatmul_gemv::translate(&cfg)
     } else {
@@ -231,7 +230,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             SWB: swizzle_bits,
             SWS: swizzle_shift,
             A: config.adtype,
-            W: config.wdtype,
+            W: kernel_w,
         };
         kernel::qmatmul_main::translate(&cfg)
     };
@@ -268,7 +267,7 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
                 VEC: v(t.vector_bytes),
                 ROWS: v(rows),
                 A: config.adtype,
-                W: config.wdtype,
+                W: kernel_w,
             };
             let p = instantiate(
                 kernel::qmatmul_dequant::translate(&cfg),
@@ -346,12 +345,13 @@ pub(crate) fn biased_cast(config: &QMatmulConfig, h: usize) -> bool {
     } else {
         PackOrder::Natural
     };
+    let kernel_w = super::config::kernel_codes(config.wdtype);
     let count = |plan: Option<tilus_core::codegen::cast::CastPlan>| {
         plan.map(|p| cast_op_count(&p) as f64 / p.out_words as f64)
     };
     match (
-        count(cast_plan_biased(config.wdtype, config.adtype, order)),
-        count(cast_plan_ordered(config.wdtype, config.adtype, order)),
+        count(cast_plan_biased(kernel_w, config.adtype, order)),
+        count(cast_plan_ordered(kernel_w, config.adtype, order)),
     ) {
         (Some(b), Some(e)) => b < e,
         (Some(_), None) => true,
@@ -362,7 +362,7 @@ pub(crate) fn biased_cast(config: &QMatmulConfig, h: usize) -> bool {
 /// How the re-laid-out weight packs each thread's codes, as `layouts.q` does: the `H` of
 /// `swap_inner_locals(B, 2, H)` (1: the natural order).
 pub(crate) fn pack_order(config: &QMatmulConfig, layouts: &QMatmulLayouts) -> usize {
-    pack_split(config.wdtype, config.adtype)
+    pack_split(super::config::kernel_codes(config.wdtype), config.adtype)
         .filter(|&h| layouts.b.swap_inner_locals(2, h).is_ok())
         .unwrap_or(1)
 }

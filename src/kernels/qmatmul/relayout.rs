@@ -201,28 +201,24 @@ pub fn relayout_inverse(
     Ok(storage::pack(dt, &codes))
 }
 
-/// The codes the integer-mma gemvs read: `f3e1m1`'s re-coded as `i3`'s of the same value
-/// ([`super::imma::kernel_codes`]), then signed codes in offset binary.
+/// The codes the kernels read: `f3e1m1`'s re-coded as `i3`'s of the same value
+/// ([`super::config::kernel_codes`]), then, for the integer-mma gemvs, signed codes in offset
+/// binary.
 fn to_kernel_codes(config: &QMatmulConfig, codes: &mut [u32]) {
-    recode(config, codes, super::imma::to_kernel_code);
+    recode(config.wdtype, codes, super::config::to_kernel_code);
     offset_binary(config, codes);
 }
 
 /// The inverse of [`to_kernel_codes`].
 fn from_kernel_codes(config: &QMatmulConfig, codes: &mut [u32]) {
     offset_binary(config, codes);
-    recode(config, codes, super::imma::from_kernel_code);
+    recode(config.wdtype, codes, super::config::from_kernel_code);
 }
 
-/// Map every code of an integer-mma gemv's weight by `f` (through a table of its codes) where
-/// the kernels read the weight type as another type.
-fn recode(config: &QMatmulConfig, codes: &mut [u32], f: fn(DType, u32) -> u32) {
-    let wd = config.wdtype;
-    let imma = matches!(
-        config.method,
-        QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma
-    );
-    if imma && super::imma::kernel_codes(wd) != wd {
+/// Map every code of a `wd` weight by `f` (through a table of its codes) where the kernels
+/// read the weight type as another type.
+fn recode(wd: DType, codes: &mut [u32], f: fn(DType, u32) -> u32) {
+    if super::config::kernel_codes(wd) != wd {
         let table: Vec<u32> = (0..1u32 << wd.bits()).map(|c| f(wd, c)).collect();
         codes.iter_mut().for_each(|c| *c = table[*c as usize]);
     }
@@ -232,7 +228,7 @@ fn recode(config: &QMatmulConfig, codes: &mut [u32], f: fn(DType, u32) -> u32) {
 /// (its own inverse). Other methods keep two's complement.
 fn offset_binary(config: &QMatmulConfig, codes: &mut [u32]) {
     if let (QMatmulMethod::GemvImma | QMatmulMethod::GemvIgmma, DType::Int(bits)) =
-        (config.method, super::imma::kernel_codes(config.wdtype))
+        (config.method, super::config::kernel_codes(config.wdtype))
     {
         let sign = 1u32 << (bits - 1);
         codes.iter_mut().for_each(|c| *c ^= sign);
@@ -267,6 +263,7 @@ pub fn build_relayout_program(config: &QMatmulConfig) -> Result<Program, QMatmul
             _ => 0,
         },
         W: config.wdtype,
+        C: super::config::kernel_codes(config.wdtype),
     };
     let p = instantiate(
         kernel::qmatmul_relayout::translate(&cfg),
