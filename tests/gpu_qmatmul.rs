@@ -219,6 +219,8 @@ fn gemv_imma_matches_the_reference() {
         ("u1", "f16", 256, 256, 256, 4, 3, 2, 4096, 1),
         // Warps of seven 16-column fragments, the tuner's 256-block tilings of 57344 x 8192.
         ("u2", "f16", 128, 128, 896, 8, 3, 4, 8192, 2),
+        // The tuner's first: two k slices, one block a multiprocessor, a 4-stage ring.
+        ("i2", "bf16", 128, 128, 896, 8, 4, 2, 8192, 1),
         ("i4", "bf16", 128, 64, 448, 4, 4, 2, 8192, 1),
         // 3 bits in two planes, in the tuner's first tilings.
         ("u3", "f16", 128, 128, 512, 8, 4, 2, 8192, 1),

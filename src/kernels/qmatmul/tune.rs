@@ -489,7 +489,13 @@ pub const MAX_TUNING_POINTS: usize = 4096;
 /// The last two: deeper rings where a layer has one block a multiprocessor (8192 x 28672: u2
 /// 22.1 us with 8 stages against 22.5, i2 21.2 against 22.0, i4 33.0 with 6 against 34.3;
 /// session 46).
-const IMMA_FIRST: [(usize, usize, usize, usize, usize); 8] = [
+/// The first: 896 columns in two k slices, one block a multiprocessor with a 4-stage ring,
+/// 128 blocks in one wave on 57344 x 8192, found by a scan of 51 tilings (session 50, perf
+/// note 70): u2 35.2-36.6 us against 37.8-38.4 for the old first, i2 33.7-34.7 against
+/// 35.4-35.8, f16 and bf16; 4-bit tiles of that ring do not fit (260 KB), and the tile does
+/// not divide the other layers.
+const IMMA_FIRST: [(usize, usize, usize, usize, usize); 9] = [
+    (896, 8, 4, 2, 1),
     (512, 8, 4, 2, 1),
     (896, 8, 3, 4, 2),
     (448, 4, 4, 2, 1),
