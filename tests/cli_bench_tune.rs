@@ -286,23 +286,34 @@ fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `tilus bench qmatmul --config`: a configuration the library refuses, an unknown key, or a
-/// key that the benchmark's own flags set is one line naming `--config`, before any GPU.
+/// `tilus bench qmatmul --config`: a configuration the library refuses, an unknown key, a key
+/// that the benchmark's own flags set, a tile that does not divide the shape or a ring that does
+/// not fit in shared memory is one line naming `--config`, before any GPU.
 #[test]
 fn qmatmul_configs_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("configs");
-    for (bad, says) in [
-        ("METHOD=gemv_wgmma,BK=128", "bk"),
-        ("METHOD=gemv_wgmma,WARPS=6", "warps"),
-        ("METHOD=gemv,BM=12", "bm"),
-        ("METHOD=fastest", "METHOD"),
-        ("TILE=3", "unknown configuration key"),
-        ("WDTYPE=u2", "--wdtype"),
-        ("BN=abc", "BN"),
+    let imma = "METHOD=gemv_imma,BM=1,BN=896,BK=128,WARPS=8,STAGES=4,SPLIT_K=2";
+    for (bad, says, wdtype, n) in [
+        ("METHOD=gemv_wgmma,BK=128", "bk", "i4", "57344"),
+        ("METHOD=gemv_wgmma,WARPS=6", "warps", "i4", "57344"),
+        ("METHOD=gemv,BM=12", "bm", "i4", "57344"),
+        ("METHOD=fastest", "METHOD", "i4", "57344"),
+        ("TILE=3", "unknown configuration key", "i4", "57344"),
+        ("WDTYPE=u2", "--wdtype", "i4", "57344"),
+        ("BN=abc", "BN", "i4", "57344"),
+        // The scan's tiling of u2, fine there, does not divide 8192 columns ...
+        (
+            imma,
+            "not a multiple of the weight tile width",
+            "u2",
+            "8192",
+        ),
+        // ... and its 4-stage ring of 4-bit tiles needs more than a block's shared memory.
+        (imma, "shared memory", "u4", "57344"),
     ] {
         let out = tilus(
             &[
-                "bench", "qmatmul", "--wdtype", "i4", "--m", "64", "--config", bad,
+                "bench", "qmatmul", "--wdtype", wdtype, "--m", "1", "--n", n, "--config", bad,
             ],
             &dir,
         );

@@ -487,6 +487,9 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Qmatmul {
             wdtype,
+            m,
+            n,
+            k,
             l2,
             adtype,
             group,
@@ -496,7 +499,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             parse_l2(l2)?;
             parse_adtype(adtype)?;
             parse_type(wdtype)?;
-            qmatmul_configs(wdtype, adtype, *group, config).map(drop)
+            qmatmul_configs(wdtype, adtype, *group, config, (*m, *n, *k)).map(drop)
         }
         BenchCommand::Gemm { l2, .. } => parse_l2(l2).map(drop),
         BenchCommand::Dense { shapes, dtype, .. } => {
@@ -1150,7 +1153,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             ref adtype,
             ref config,
         } => {
-            let configs = qmatmul_configs(wdtype, adtype, group, config)?;
+            let configs = qmatmul_configs(wdtype, adtype, group, config, (m, n, k))?;
             let wdtype = parse_type(wdtype)?;
             let spec = SweepSpec {
                 types: &[wdtype],
@@ -1212,12 +1215,16 @@ struct SweepSpec<'a> {
 }
 
 /// `tilus bench qmatmul --config`'s configurations, each one `--config` value over the
-/// benchmark's weight type, activation type and group; an error names the argument.
+/// benchmark's weight type, activation type and group, checked against the shape `(m, n, k)`
+/// and built, so a tile that does not divide the shape or a ring that does not fit is refused
+/// before the GPU is opened, naming the value (in a scan of dozens the compile step's error did
+/// not say which); an error names the argument.
 fn qmatmul_configs(
     wdtype: &str,
     adtype: &str,
     group: usize,
     config: &[String],
+    (m, n, k): (usize, usize, usize),
 ) -> Result<Vec<QMatmulConfig>, String> {
     config
         .iter()
@@ -1238,8 +1245,11 @@ fn qmatmul_configs(
                 }
             }
             let types = format!("WDTYPE={wdtype},ADTYPE={adtype},GROUP={group}");
-            super::emit::qmatmul_config(&[types, c.clone()])
-                .map_err(|e| format!("argument `--config`: `{c}`: {e}"))
+            let named = |e: &dyn std::fmt::Display| format!("argument `--config`: `{c}`: {e}");
+            let cfg = super::emit::qmatmul_config(&[types, c.clone()]).map_err(|e| named(&e))?;
+            cfg.check_shape(m, n, k).map_err(|e| named(&e))?;
+            tilus::kernels::qmatmul::build(&cfg).map_err(|e| named(&e))?;
+            Ok(cfg)
         })
         .collect()
 }
