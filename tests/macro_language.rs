@@ -7,7 +7,7 @@ mod language;
 
 use language::{
     batched_mma, block_values, chunk_max, closures, constant_bits, flagged, fp8_mma, fp8_mma_case,
-    helpers, int8_mma, int8_mma_case, narrow_wide, own_tile_order, run_mma, scalar_bits,
+    helpers, int8_mma, int8_mma_case, narrow_wide, odd_rows, own_tile_order, run_mma, scalar_bits,
     scalar_bits_reference, scalar_operands, scale_shift, shared, tail_ifs, tile_order, unrolled,
     wide_offsets,
 };
@@ -555,4 +555,38 @@ fn bit_operators_fold_on_constants() {
             assert_eq!(y[i], (x[i] & mask) | high, "{cfg} at {i}");
         }
     }
+}
+
+/// A `copy_async` that cannot move whole 4-, 8- or 16-byte chunks is still exact (the
+/// interpreter copies every element), and its generated code carries a note naming the copy,
+/// while a chunked copy (`wide_offsets`, 16-byte chunks) has none.
+#[test]
+fn a_synchronous_copy_async_is_noted() {
+    use half::f16;
+    let mut rng = rand::rng();
+    let x: Vec<f16> = (0..96)
+        .map(|_| f16::from_f32(rng.random_range(-4.0..4.0)))
+        .collect();
+    let mut y = vec![f16::NAN; 96];
+    odd_rows::interpret(&odd_rows::SPACE[0], &x, &mut y).unwrap();
+    assert_eq!(
+        x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    let target = tilus::core::target::Target::SM90;
+    let k = tilus::core::codegen::emit(&odd_rows::program(&odd_rows::SPACE[0]).unwrap(), &target)
+        .unwrap();
+    assert_eq!(k.notes.len(), 1, "{:?}", k.notes);
+    let note = &k.notes[0].message;
+    assert!(note.starts_with("copy_async into `"), "{note}");
+    assert!(
+        note.contains("3 x 16-bit") && note.contains("synchronous"),
+        "{note}"
+    );
+    let k = tilus::core::codegen::emit(
+        &wide_offsets::program(&wide_offsets::SPACE[0]).unwrap(),
+        &target,
+    )
+    .unwrap();
+    assert!(k.notes.is_empty(), "{:?}", k.notes);
 }

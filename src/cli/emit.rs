@@ -123,9 +123,13 @@ pub fn run(kernel: &str, configs: &[String], output: Output<'_>) -> Result<Strin
             out.push(program.to_string());
             continue;
         }
-        let source = emit(&program, &Target::default())
-            .map(|cuda| cuda.source.trim_end().to_string())
+        let cuda = emit(&program, &Target::default())
             .map_err(|e| format!("code generation failed: {e}"))?;
+        // Correct but slow lowerings go to stderr, so the printed code stays pipeable.
+        for note in &cuda.notes {
+            eprintln!("note: {note}");
+        }
+        let source = cuda.source.trim_end().to_string();
         out.push(match output {
             Output::Ptx(arch) => {
                 tilus::runtime::compile_ptx(&source, arch).map_err(|e| format!("NVRTC: {e}"))?

@@ -541,3 +541,19 @@ pub fn own_tile_order(rows: i32, cols: i32, group: i32, out: GlobalMut<i32>) {
     let at = register::<i32>(tile, 0) + (bi * cols + bj);
     store_global(at, view_global(out, [rows * cols * 32]), [pid * 32]);
 }
+
+/// A `copy_async` of rows of `3 x f16` (6 bytes, no 4-byte chunk divides them): the code is a
+/// synchronous element copy, and the generated kernel says so in its notes. `y = x` through
+/// shared memory, one row a thread.
+#[tilus::kernel(grid = [1], warps = 1)]
+pub fn odd_rows(x: Global<f16>, y: GlobalMut<f16>) {
+    let gx = view_global(x, [32, 3]);
+    let s = shared::<f16>([32, 3]);
+    copy_async(gx, s, [0, 0]);
+    commit_group();
+    wait_group(0);
+    sync();
+    let tile = layout!(spatial(32, 1).local(1, 3));
+    let t = load_shared(s, tile, [0, 0]);
+    store_global(t, view_global(y, [32, 3]), [0, 0]);
+}

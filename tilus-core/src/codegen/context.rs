@@ -92,6 +92,8 @@ pub(crate) struct Ctx<'p> {
     pub(crate) zero_registers: std::collections::HashSet<VarId>,
     /// Inside a role of a `specialize!` region: its named barrier and thread count.
     pub(crate) role: Option<(u32, usize)>,
+    /// Remarks on slow lowerings ([`super::CudaKernel::notes`]).
+    pub(crate) notes: Vec<super::CodegenNote>,
 }
 
 /// The name of the thread index in generated code.
@@ -113,6 +115,14 @@ impl<'p> Ctx<'p> {
 
     pub(crate) fn err(&self, message: impl Into<String>) -> CodegenError {
         CodegenError::new(self.span, message)
+    }
+
+    /// Record a remark on the current instruction's generated code.
+    pub(crate) fn note(&mut self, message: impl Into<String>) {
+        self.notes.push(super::CodegenNote {
+            span: self.span,
+            message: message.into(),
+        });
     }
 
     /// The C identifier of variable `v`.

@@ -56,6 +56,23 @@ pub struct CudaKernel {
     pub launch: LaunchSpec,
     /// Where each shared tensor was placed (for tests and `tilus emit`).
     pub shared_plan: SharedPlan,
+    /// Where the generated code is correct but slower than the instruction promises (a
+    /// `copy_async` lowered to a synchronous element copy): `tilus emit` prints them. Empty for
+    /// most programs.
+    pub notes: Vec<CodegenNote>,
+}
+
+/// A remark on the generated code of the instruction at `span` (see [`CudaKernel::notes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodegenNote {
+    pub span: SpanId,
+    pub message: String,
+}
+
+impl std::fmt::Display for CodegenNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 impl std::ops::Deref for CudaKernel {

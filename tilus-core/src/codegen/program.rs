@@ -654,6 +654,7 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
         async_accumulators: wgmma::async_accumulators(p),
         zero_registers: wgmma::zero_registers(p),
         role: None,
+        notes: Vec::new(),
     };
     if cx.block_threads == 0 || cx.block_threads > 1024 {
         return Err(cx.err(format!(
@@ -807,5 +808,6 @@ pub(crate) fn emit_program(p: &Program, target: &Target) -> Result<CudaKernel, C
             min_registers: crate::launch::min_registers(p),
         },
         shared_plan: cx.plan,
+        notes: cx.notes,
     })
 }

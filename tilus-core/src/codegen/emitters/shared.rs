@@ -908,6 +908,12 @@ pub(crate) fn copy_async(
         }
         None => {
             // Synchronous element copy (the copy is complete before any wait).
+            let dst_name = cx.name(dst);
+            cx.note(format!(
+                "copy_async into `{dst_name}`: no 4-, 8- or 16-byte chunk of its last dimension \
+                 ({last_extent} x {bits}-bit elements) divides it with an aligned start, so the \
+                 copy is synchronous, one element a thread at a time"
+            ));
             cx.w.line(soff_line.clone());
             let e = cx.fresh("e");
             cx.w.open(format!(
