@@ -299,6 +299,8 @@ fn popc_decode_matches_unfused() {
                 (8, 2, 2, 4, 2),
                 (4, 1, 1, 2, 1),
                 (16, 1, 4, 0, 4),
+                (8, 2, 8, 0, 1),
+                (4, 2, 1, 0, 4),
             ] {
                 let tiles = PopcTiles {
                     warps,
@@ -536,37 +538,24 @@ fn bgmma_rule() {
     ));
 }
 
-/// One token on the 1-bit warpgroup MMA only for few plane pairs on mid-size layers
-/// (`AptLinear::bgmma_decodes`), the popc kernel otherwise; and the portable path (popc at one
+/// One token takes the popc kernel (one launch) on every layer and width, also the mid-size
+/// layers the 1-bit warpgroup MMA took until session 51; and the portable path (popc at one
 /// token, the quantizer and the 1-bit GEMM above) for a device without the warpgroup MMA.
 #[test]
 fn one_token_rule() {
-    use tilus::kernels::apt::linear::{BGMMA_DECODE_MAX_K, BGMMA_DECODE_N};
     use tilus::kernels::apt::{AptLinear, AptPath};
-    let path_at = |n: usize, (w, a): (u32, u32)| {
-        let layer = AptLinear::new(&random(256 * n), 256, n, w, a, None).unwrap();
-        assert!(matches!(layer.portable_path(1), AptPath::Popc(_)));
-        assert_eq!(layer.portable_path(2), AptPath::Unfused);
-        let path = layer.path(1);
-        assert_eq!(layer.bgmma_decodes(), matches!(path, AptPath::Bgmma(_)));
-        match path {
-            AptPath::Bgmma(cfg) => assert_eq!(cfg, layer.bgmma_config(1, false)),
-            AptPath::Popc(tiles) => assert_eq!(tiles, layer.popc_tiles()),
-            other => panic!("W{w}A{a} n={n}: {other:?} at one token"),
+    for n in [1024, 8192, 10240, 16384, 57344] {
+        for (w, a) in [(1, 2), (2, 2), (1, 4), (3, 4), (2, 8), (4, 4)] {
+            let layer = AptLinear::new(&random(256 * n), 256, n, w, a, None).unwrap();
+            assert!(matches!(layer.portable_path(1), AptPath::Popc(_)));
+            assert_eq!(layer.portable_path(2), AptPath::Unfused);
+            assert_eq!(
+                layer.path(1),
+                AptPath::Popc(layer.popc_tiles()),
+                "W{w}A{a} n={n}"
+            );
+            assert!(!matches!(layer.path(2), AptPath::Popc(_)), "W{w}A{a} n={n}");
         }
-        layer.bgmma_decodes()
-    };
-    let (lo, hi) = (*BGMMA_DECODE_N.start(), *BGMMA_DECODE_N.end());
-    // The layers below have k = 256.
-    const { assert!(256 <= BGMMA_DECODE_MAX_K) };
-    for widths in [(1, 2), (2, 2), (1, 4)] {
-        assert!(path_at(lo, widths), "{widths:?} n={lo}");
-        assert!(path_at(hi, widths), "{widths:?} n={hi}");
-        assert!(!path_at(lo - 8, widths), "{widths:?} n={}", lo - 8);
-        assert!(!path_at(hi + 8, widths), "{widths:?} n={}", hi + 8);
-    }
-    for widths in [(3, 4), (2, 8), (4, 4)] {
-        assert!(!path_at(lo, widths), "{widths:?} n={lo}");
     }
 }
 

@@ -265,8 +265,7 @@ fn gpu_apt_linear_matches_reference() {
 /// The layer's forward on the warpgroup MMAs, at a shape too large for the interpreter: the
 /// same bits as the quantizer and the 1-bit GEMM on the GPU (its output poisoned), twice. At
 /// 333 tokens W3A4 takes the integer MMA (`AptPath::Igmma`, past the rule's tokens, plane pairs
-/// and blocks) and W2A2 the 1-bit one; at one token W2A2 takes the 1-bit warpgroup MMA (a
-/// mid-size layer, `AptLinear::bgmma_decodes`) and W3A4 the popc kernel.
+/// and blocks) and W2A2 the 1-bit one; at one token both take the popc kernel.
 #[test]
 fn gpu_apt_forward_takes_the_warpgroup_mma() {
     use tilus::kernels::apt::AptPath;
@@ -290,8 +289,8 @@ fn gpu_apt_forward_takes_the_warpgroup_mma() {
         for m in [333, 1] {
             let path = gpu.path(m);
             let want = match (m, few_pairs) {
+                (1, _) => matches!(path, AptPath::Popc(_)),
                 (_, true) => matches!(path, AptPath::Bgmma(_)),
-                (1, false) => matches!(path, AptPath::Popc(_)),
                 _ => matches!(path, AptPath::Igmma(_)),
             };
             assert!(want, "W{w}A{a} m={m}: {path:?}");
@@ -309,7 +308,9 @@ fn gpu_apt_forward_takes_the_warpgroup_mma() {
 
 /// The popc decode kernel on a layer with many more row groups than blocks (each block walks
 /// several groups, the last one partial): the same products and bits as the quantizer and the
-/// GEMM, for every bench width, outputs poisoned, twice in a row.
+/// GEMM, for every bench width, outputs poisoned, twice in a row; the prologue's token in one
+/// or two register chunks and in chunks read twice (k = 8192 with 128-word chunks, 32-word ones),
+/// and 32-byte loads a lane (`vec` 8).
 #[test]
 fn gpu_apt_popc_walks_row_groups() {
     let Some(ctx) = common::gpu_context(
@@ -320,8 +321,10 @@ fn gpu_apt_popc_walks_row_groups() {
     };
     let mut rng = rand::rng();
     let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let (n, k) = (8232, 1280);
-    for (w, a) in tilus::kernels::apt::bench::WIDTHS {
+    for ((w, a), (n, k)) in tilus::kernels::apt::bench::WIDTHS
+        .into_iter()
+        .flat_map(|wa| [(wa, (8232, 1280)), (wa, (1032, 8192))])
+    {
         let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
         let gpu = layer.to_gpu(&ctx).unwrap();
@@ -337,9 +340,13 @@ fn gpu_apt_popc_walks_row_groups() {
             gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
             let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
             assert!(acc.iter().any(|&v| v != 0));
-            for (warps, rows, vec, per_sm, stages, qsplit) in
-                [(4, 1, 4, 1, 0, 1), (8, 2, 4, 2, 4, 2), (16, 2, 4, 1, 0, 4)]
-            {
+            for (warps, rows, vec, per_sm, stages, qsplit) in [
+                (4, 1, 4, 1, 0, 1),
+                (8, 2, 4, 2, 4, 2),
+                (16, 2, 4, 1, 0, 4),
+                (8, 4, 8, 1, 0, 1),
+                (4, 1, 1, 1, 0, 4),
+            ] {
                 let tiles = tilus::kernels::apt::PopcTiles {
                     warps,
                     rows,
@@ -362,7 +369,7 @@ fn gpu_apt_popc_walks_row_groups() {
                     );
                 }
             }
-            eprintln!("W{w}A{a} m={m} n={n}: popc ok");
+            eprintln!("W{w}A{a} m={m} n={n} k={k}: popc ok");
         }
     }
 }

@@ -973,11 +973,13 @@ mod kernels {
     /// `Σ_k x_a x_w = Σ_{p,q} 2^(p+q) Σ_words popc(w_p AND a_q)`.
     ///
     /// A row group is `WARPS` warps of `R` weight rows each; a lane holds `VEC` consecutive words
-    /// of each of its warp's rows and planes (16-byte loads at `VEC = 4`, a warp reads `32 · VEC`
+    /// of each of its warp's rows and planes (16-byte loads at `VEC = 4`, two at 8; a warp reads `32 · VEC`
     /// consecutive words of a row: coalesced in the planes' `[WBITS][n][k / 32]` layout, no
     /// re-layout), the activation words of the same k from shared memory (the same for every
     /// warp: broadcast). Each lane keeps one partial sum per row over all of k; the lanes of a row
-    /// are added once at the group's end (shuffles). A block quantizes its token once and then
+    /// are added once at the group's end (shuffles). A block quantizes its token once (a row of
+    /// up to two prologue chunks loaded at once and kept in registers for the maximum and the
+    /// codes, longer rows read twice in chunks) and then
     /// walks row groups `bj, bj + blocks, ..` (`blocks` a launch argument, about two per SM), so the
     /// quantization is not repeated per group. The next chunk's weight words are loaded before the
     /// current one is counted, and the first chunk's before the prologue, so the quantization
@@ -1080,24 +1082,50 @@ mod kernels {
         let tile = layout!(spatial(1, words, QS).local(1, 1, 32 / QS));
         let wl = layout!(spatial(1, words).replicated(QS));
         let bit = arange(tile, 2, 0);
-        let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
-        for c in 0..cdiv(kw, words) {
-            let xs = abs(cast::<f32>(load_global(gx, tile, [t, c * words, 0])));
-            amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
-        }
-        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
         let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
-        for c in 0..cdiv(kw, words) {
-            let xs = cast::<f32>(load_global(gx, tile, [t, c * words, 0]));
-            let code = bipolar_codes(xs, scale);
-            let code = select(arange(tile, 1, c * words) < kw, code, 0);
+        // Up to two chunks (`KWP` words, the planes' capacity) are loaded at once and kept in
+        // registers as f16 for the maximum and the codes: one round trip to memory instead of
+        // one per chunk and pass, the chain every block runs before its first weight word is
+        // counted. Longer rows are read in chunks twice.
+        let scale = if KWP <= 2 * words {
+            let chunks = KWP / words;
+            let tile_all = layout!(local(1, chunks, 1)
+                .spatial(1, words, QS)
+                .local(1, 1, 32 / QS));
+            let wl_all = layout!(local(1, chunks).spatial(1, words).replicated(QS));
+            let xh = load_global(gx, tile_all, [t, 0, 0]);
+            let amax = reduce_max(reduce_max(abs(cast::<f32>(xh)), 2), 1);
+            let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+            let code = bipolar_codes(cast::<f32>(xh), scale);
+            let code = select(arange(tile_all, 1, 0) < kw, code, 0);
             total = total + sum(sum(code, 2), 1);
+            let bit = arange(tile_all, 2, 0);
             #[unroll]
             for q in 0..ABITS {
                 let word = sum(((code >> q) & 1) << bit, 2);
-                store_shared(view::<u32>(word, wl), sp, [q, c * words]);
+                store_shared(view::<u32>(word, wl_all), sp, [q, 0]);
             }
-        }
+            scale
+        } else {
+            let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
+            for c in 0..cdiv(kw, words) {
+                let xs = abs(cast::<f32>(load_global(gx, tile, [t, c * words, 0])));
+                amax = max(amax, reduce_max(reduce_max(xs, 2), 1));
+            }
+            let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+            for c in 0..cdiv(kw, words) {
+                let xs = cast::<f32>(load_global(gx, tile, [t, c * words, 0]));
+                let code = bipolar_codes(xs, scale);
+                let code = select(arange(tile, 1, c * words) < kw, code, 0);
+                total = total + sum(sum(code, 2), 1);
+                #[unroll]
+                for q in 0..ABITS {
+                    let word = sum(((code >> q) & 1) << bit, 2);
+                    store_shared(view::<u32>(word, wl), sp, [q, c * words]);
+                }
+            }
+            scale
+        };
         sync();
 
         // Per step and activation plane q, `popc(w_p AND a_q) << (p + q)` is summed over the
@@ -1128,12 +1156,19 @@ mod kernels {
         let mut fw = load_global(gfw, lrow, [0, bj * rows, 0, 0]);
         let mut acc = register::<i32>(lacc, 0);
         let pshift = arange(layout!(local(WBITS, 1, 1, 1)), 0, 0);
+        // Step `i` is chunk `c` of group `g`, counted along instead of divided out of `i` (three
+        // integer divisions by the runtime `nch` a step were a dependent chain of about 60
+        // instructions); `(fg, fc)` is the ring's next fill, step `i + STAGES - 1`.
+        let mut g = bj;
+        let mut c = 0;
+        let mut fg = bj + max(STAGES - 1, 0) / nch * nb;
+        let mut fc = max(STAGES - 1, 0) % nch;
         for i in 0..steps {
-            let g = bj + i / nch * nb;
-            let c = i % nch;
+            let last = c == nch - 1;
+            let ng = if last { g + nb } else { g };
+            let nc = if last { 0 } else { c + 1 };
             let w4 = if STAGES == 0 {
-                let next = bj + (i + 1) / nch * nb;
-                let nw = load_global(gw, lw, [0, next * rows, (i + 1) % nch * cw]);
+                let nw = load_global(gw, lw, [0, ng * rows, nc * cw]);
                 let w = view::<u32>(xw, lw4);
                 xw = nw;
                 w
@@ -1142,17 +1177,19 @@ mod kernels {
                 sync();
                 let w = view::<u32>(load_shared(ring, lw, [i % STAGES, 0, 0, 0]), lw4);
                 let j = i + STAGES - 1;
-                let gj = if j < steps {
-                    bj + j / nch * nb
-                } else {
-                    cdiv(n, rows)
-                };
+                let gj = if j < steps { fg } else { cdiv(n, rows) };
                 copy_async(
                     gw,
                     slice_shared(ring, [j % STAGES, 0, 0, 0], [WBITS, rows, cw]),
-                    [0, gj * rows, j % nch * cw],
+                    [0, gj * rows, fc * cw],
                 );
                 commit_group();
+                if fc == nch - 1 {
+                    fc = 0;
+                    fg += nb;
+                } else {
+                    fc += 1;
+                }
                 w
             };
             #[unroll]
@@ -1161,7 +1198,7 @@ mod kernels {
                 let pc = view::<i32>(popc(w4 & a), lw4);
                 acc = acc + sum(sum(pc << (pshift + q), 3), 0);
             }
-            if c == nch - 1 {
+            if last {
                 // The group's rows: the lanes added, the AND form's correction, the scales (as
                 // `apt_gemm`); the next group's row sums and scales loaded for its end.
                 let d = sum(acc, 2) * 4 - sw * (2 * ma) + token;
@@ -1174,6 +1211,8 @@ mod kernels {
                 fw = load_global(gfw, lrow, [0, (g + nb) * rows, 0, 0]);
                 acc = register::<i32>(lacc, 0);
             }
+            g = ng;
+            c = nc;
         }
         if STAGES > 0 {
             wait_group(0);

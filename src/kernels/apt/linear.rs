@@ -432,14 +432,20 @@ impl AptLinear {
     /// otherwise, the planes on the 1-bit warpgroup MMA ([`AptPath::Bgmma`], sm_90a): with the
     /// quantizer, faster than the 1-bit `mma.sync` GEMM on 48 of the 51 points of the paper's
     /// shapes at 16, 64 and 256 tokens that the integer MMA does not take (H200, session 33,
-    /// best of three tilings; the other three within 1.3 us). One token takes the 1-bit
-    /// warpgroup MMA too on the mid-size layers of [`Self::bgmma_decodes`].
+    /// best of three tilings; the other three within 1.3 us). One token takes the popc kernel
+    /// (one launch) on every layer: sessions 36 to 50 gave the mid-size layers (8192 to 16384
+    /// outputs, at most 8192 inputs, at most 4 plane pairs) to the 1-bit warpgroup MMA, 4-15%
+    /// faster then; since the popc kernel's prologue loads its token in one round trip (session
+    /// 51, H200, `tilus bench apt --m 1`, us, popc against the quantizer and the bgmma GEMM) it
+    /// wins or ties there: W2A2 8192 x 8192 10.8 against 12.3, 10240 x 8192 13.1 / 13.4,
+    /// 14336 x 4096 11.0 / 11.0, 16384 x 4096 10.8 / 11.3; W1A2 8.9 / 10.0, 10.5 / 10.7,
+    /// 9.2 / 9.1, 9.2 / 9.9; W1A4 9.7 / 12.5, 11.6 / 13.2, 10.1 / 10.3, 10.1 / 11.5.
     /// [`GpuAptLinear::forward`] takes [`Self::portable_path`] on a device without the
     /// warpgroup MMA.
     pub fn path(&self, m: usize) -> AptPath {
         let cfg = self.igmma_config(m, false);
         let blocks = m.div_ceil(cfg.BM as usize) * self.n.div_ceil(cfg.BN as usize);
-        if m == 1 && !self.bgmma_decodes() {
+        if m == 1 {
             self.portable_path(m)
         } else if m >= IGMMA_MIN_M
             && (self.wbits() * self.abits) as usize > BGMMA_MAX_PAIRS
@@ -460,21 +466,6 @@ impl AptLinear {
         } else {
             AptPath::Unfused
         }
-    }
-
-    /// Whether one token runs on the 1-bit warpgroup MMA (two launches) rather than the popc
-    /// kernel (one): for at most [`BGMMA_MAX_PAIRS`] plane pairs on layers of
-    /// [`BGMMA_DECODE_N`] outputs and at most [`BGMMA_DECODE_MAX_K`] inputs. Measured on an
-    /// H200 (`tilus bench apt --m 1`, us, the layer's bgmma tiles against popc): session 36,
-    /// W2A2 14336 x 4096 11.1 against 12.1, 10240 x 8192 12.8 against 15.0, 8192 x 8192 12.6
-    /// against 13.1; W1A2 8.8, 10.7 and 10.2 against 10.3, 12.2 and 10.8 (the tiles of
-    /// [`Self::bgmma_config`]'s one-token rule). Session 35: the popc kernel won on the longer
-    /// and the wider layers (W2A2 4096 x 14336 12.5 against 13.9, 8192 x 28672 25.8 against
-    /// 30.8, 57344 x 8192 40.8 against 46.1) and for W3A4 (12 pairs) on every shape.
-    pub fn bgmma_decodes(&self) -> bool {
-        (self.wbits() * self.abits) as usize <= BGMMA_MAX_PAIRS
-            && BGMMA_DECODE_N.contains(&self.n)
-            && self.k <= BGMMA_DECODE_MAX_K
     }
 
     /// The configuration of [`apt_gemm_igmma`] for `m` tokens: two warpgroups of 64 rows (one
@@ -585,8 +576,8 @@ impl AptLinear {
     /// 4096 12.6 against 12.8 us, 11.5 against 11.8 in another run; 4096 x 14336 13.8 / 14.2;
     /// 4096 x 4096 8.7 / 9.0; the three smallest equal); W1A2 (2 pairs) faster only at
     /// 14336 x 4096 (9.8 / 10.1) and 0.2 to 0.6 us slower on the other five; one token 0.8 to
-    /// 1.2 us slower on the six mid-size layers of [`Self::bgmma_decodes`] (W2A2 14336 x 4096
-    /// 12.1 against 10.9), where 63 of a box's 64 rows are padding the threads never store.
+    /// 1.2 us slower on the six mid-size layers one token then ran on this GEMM (W2A2 14336 x
+    /// 4096 12.1 against 10.9), where 63 of a box's 64 rows are padding the threads never store.
     pub fn bgmma_store(&self, cfg: apt_gemm_bgmma::Config, m: usize) -> apt_gemm_bgmma::Config {
         let pairs = cfg.WBITS * cfg.ABITS;
         apt_gemm_bgmma::Config {
@@ -731,11 +722,6 @@ pub const IGMMA_MIN_BLOCKS: usize = 80;
 /// against 15.2 P bit-ops / pairs).
 pub const BGMMA_MAX_PAIRS: usize = 4;
 
-/// The outputs of the layers on which one token takes the 1-bit warpgroup MMA
-/// ([`AptLinear::bgmma_decodes`]): from 8192 its blocks fill the multiprocessors, past 16384
-/// the popc kernel's single launch streams the weight faster.
-pub const BGMMA_DECODE_N: std::ops::RangeInclusive<usize> = 8192..=16384;
-
 /// The `STORE_BOX` with which [`apt_gemm_bgmma`] in `cfg`'s tiles can give its outputs to the
 /// copy engine: the widest of 64, 32 and 16 columns (128, 64 and 32 bytes, a swizzle's span)
 /// dividing a warpgroup's columns, else 0 (the threads store them).
@@ -747,11 +733,6 @@ pub fn bgmma_store_box(cfg: &apt_gemm_bgmma::Config) -> i32 {
 /// The fewest tokens for which [`AptLinear::bgmma_store`] gives the outputs of
 /// [`apt_gemm_bgmma`] to the copy engine (measured at 1 and 64 tokens: slower at one).
 pub const BGMMA_STORE_MIN_M: usize = 64;
-
-/// The longest reduction on which one token takes the 1-bit warpgroup MMA
-/// ([`AptLinear::bgmma_decodes`]): a block walks all of `k` through its ring, and on
-/// 8192 x 28672 the popc kernel won (session 35: 25.8 us against 30.8).
-pub const BGMMA_DECODE_MAX_K: usize = 8192;
 
 /// The most shared memory [`AptLinear::bgmma_tiles`] gives the ring of planes (of the 227 KB
 /// a block may have on sm_90).

@@ -338,7 +338,7 @@ impl PopcTiles {
     ) -> Result<apt_gemv_popc::Config, AptError> {
         let ok = (1..=32).contains(&self.warps)
             && (1..=32).contains(&self.rows)
-            && [1, 2, 4].contains(&self.vec)
+            && [1, 2, 4, 8].contains(&self.vec)
             && self.warps % self.vec == 0
             && (1..=64).contains(&self.per_sm)
             && (self.stages == 0 || (2..=8).contains(&self.stages))
@@ -346,7 +346,7 @@ impl PopcTiles {
             && ((32 * self.warps / self.qsplit) % (32 * self.vec)) == 0;
         if !ok {
             return Err(AptError::Kernel(format!(
-                "argument `tiles`: {self:?} needs 1 <= warps, rows <= 32, vec in 1, 2, 4 dividing warps, 1 <= per_sm <= 64, stages 0 or 2..=8, qsplit 1, 2, 4 or 8 and the prologue's 32 · warps / qsplit words a multiple of 32 · vec"
+                "argument `tiles`: {self:?} needs 1 <= warps, rows <= 32, vec in 1, 2, 4, 8 dividing warps, 1 <= per_sm <= 64, stages 0 or 2..=8, qsplit 1, 2, 4 or 8 and the prologue's 32 · warps / qsplit words a multiple of 32 · vec"
             )));
         }
         // The planes' capacity: k / 32 words rounded up to a power of two (one kernel for
