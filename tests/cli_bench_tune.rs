@@ -209,15 +209,25 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `tilus bench apt`: malformed widths, m values and shapes are refused, naming the flag,
-/// before a GPU is looked for.
+/// `tilus bench apt`: malformed widths, m values and shapes, and `--popc-only` with the
+/// tokens or flags of the kernels it does not time, are refused, naming the flag, before a GPU
+/// is looked for.
 #[test]
 fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("apt");
-    let bad: [(&[&str], &str); 12] = [
+    let bad: [(&[&str], &str); 16] = [
         (&["--l2", "warm"], "--l2"),
         (&["--stages", "1"], "--stages"),
         (&["--stages", "9"], "--stages"),
+        // `--popc-only` times the popc kernel alone: only at m <= 4 (the default m has 64), and
+        // the other kernels' flags are refused.
+        (&["--popc-only"], "--popc-only"),
+        (&["--popc-only", "--m", "1,8"], "--popc-only"),
+        (&["--popc-only", "--m", "1", "--stages", "4"], "--stages"),
+        (
+            &["--popc-only", "--m", "1", "--gemm-tiles", "2x2x2x2x1x3"],
+            "--gemm-tiles",
+        ),
         (&["--popc-tiles", "4x4"], "--popc-tiles"),
         (&["--popc-tiles", "4x4x8"], "--popc-tiles"),
         (&["--popc-tiles", "4x4x4,6x1x4"], "--popc-tiles"),

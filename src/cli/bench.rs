@@ -342,6 +342,11 @@ pub enum BenchCommand {
         /// e.g. `2x2x2x2x1x3,2x4x2x1x2x4`.
         #[arg(long = "gemm-tiles")]
         gemm_tiles: Option<String>,
+        /// Time only the popc decode kernel (with `--popc-tiles`, or the layer's rule), not the
+        /// other kernels and launches of each point: a tiling scan at m <= 4 at a fraction of
+        /// the device time. The layer column is then the popc kernel.
+        #[arg(long = "popc-only")]
+        popc_only: bool,
         /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
@@ -543,10 +548,19 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             split,
             popc_tiles,
             gemm_tiles,
+            popc_only,
             l2,
             ..
         } => {
             parse_l2(l2)?;
+            if *popc_only {
+                super::bench_apt::check_popc_only(
+                    m,
+                    stages.is_some(),
+                    split.is_some(),
+                    gemm_tiles.is_some(),
+                )?;
+            }
             if stages.is_some_and(|s| s == 1 || s > 8) {
                 return Err(format!(
                     "argument `--stages`: {} is not 0 (register prefetch) or 2..8",
@@ -852,6 +866,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         split,
         ref popc_tiles,
         ref gemm_tiles,
+        popc_only,
         ref l2,
     } = *cmd
     {
@@ -863,6 +878,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             (no_cublas, no_weight_only),
             (stages, split),
             (popc_tiles.as_deref(), gemm_tiles.as_deref()),
+            popc_only,
             parse_l2(l2)?,
         );
     }

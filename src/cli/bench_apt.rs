@@ -2,6 +2,7 @@
 
 use tilus::kernels::apt::bench::{
     bench_apt, bench_cublas_f16, bench_weight_only, table, LLAMA70B_SHAPES, PAPER_SHAPES,
+    POPC_BENCH_MAX_M,
 };
 use tilus::kernels::apt::{AptTiles, PopcTiles};
 use tilus_runtime::{copy_bandwidth, Context, L2Flush, L2Mode};
@@ -127,6 +128,38 @@ pub fn parse_gemm_tiles(list: Option<&str>) -> Result<Vec<AptTiles>, String> {
         .collect()
 }
 
+/// `--popc-only` times the popc decode kernel alone: every `m` must be one it runs at, and the
+/// flags of the kernels it skips are refused, naming them.
+pub fn check_popc_only(m: &str, stages: bool, split: bool, gemm_tiles: bool) -> Result<(), String> {
+    for (given, flag, what) in [
+        (
+            stages,
+            "--stages",
+            "the GEMM's and the fused kernel's stages",
+        ),
+        (split, "--split", "the fused kernel's k slices"),
+        (gemm_tiles, "--gemm-tiles", "the GEMM's tilings"),
+    ] {
+        if given {
+            return Err(format!(
+                "argument `{flag}`: {what} are not timed with `--popc-only`"
+            ));
+        }
+    }
+    for v in m.split(',') {
+        if v.trim()
+            .parse::<usize>()
+            .is_ok_and(|x| x > POPC_BENCH_MAX_M)
+        {
+            return Err(format!(
+                "argument `--popc-only`: the popc decode kernel is timed at m <= {POPC_BENCH_MAX_M}, and `--m` has {}",
+                v.trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     widths: &str,
@@ -136,9 +169,13 @@ pub fn run(
     (no_cublas, no_weight_only): (bool, bool),
     (stages, split): (Option<usize>, Option<usize>),
     (popc_tiles, gemm_tiles): (Option<&str>, Option<&str>),
+    popc_only: bool,
     l2: L2Mode,
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
+    if popc_only {
+        check_popc_only(m, stages.is_some(), split.is_some(), gemm_tiles.is_some())?;
+    }
     let popc_tiles = parse_popc_tiles(popc_tiles)?;
     let gemm_tiles = parse_gemm_tiles(gemm_tiles)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
@@ -175,7 +212,7 @@ pub fn run(
                         }
                     }
                 };
-                let row = bench_apt(
+                let row = match bench_apt(
                     &ctx,
                     &mut flush,
                     w,
@@ -189,8 +226,18 @@ pub fn run(
                     wo,
                     (stages.map(|s| s as i32), split.map(|s| s as i32)),
                     (&popc_tiles, &gemm_tiles),
+                    popc_only,
                 )
-                .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?;
+                .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?
+                {
+                    Some(row) => row,
+                    // `--popc-only` at a point no tiling of the list serves (a ring too deep
+                    // for this width's planes): the scan goes on, as without it.
+                    None => {
+                        eprintln!("W{w}A{a} m={m} {n}x{k}: no popc tiling of the list runs here");
+                        continue;
+                    }
+                };
                 eprintln!("W{w}A{a} m={m} {n}x{k}: {:.1} us", row.layer.median_us);
                 rows.push(row);
             }

@@ -53,8 +53,8 @@ pub struct AptBenchRow {
     /// The popc decode kernel (at `m <=` [`POPC_BENCH_MAX_M`]), the best of the tiles tried,
     /// and those tiles.
     pub popc: Option<(Timing, PopcTiles)>,
-    /// The quantizer + the GEMM (two launches).
-    pub unfused: Timing,
+    /// The quantizer + the GEMM (two launches); `None` with `popc_only`.
+    pub unfused: Option<Timing>,
     /// The quantizer writing code bytes + the GEMM of the codes on the integer warpgroup MMA
     /// (two launches, [`AptPath::Igmma`]; sm_90a, `k` a multiple of 16, `m >= 16`), the faster
     /// of 256- and 128-column blocks (the tiles column names it).
@@ -63,8 +63,8 @@ pub struct AptBenchRow {
     /// [`AptPath::Bgmma`]; sm_90a), the fastest of the rule's tiles, half its columns, and
     /// twice its columns on two warpgroups (the tiles column names it).
     pub bgmma: Option<Timing>,
-    /// The GEMM alone.
-    pub gemm: Timing,
+    /// The GEMM alone; `None` with `popc_only`.
+    pub gemm: Option<Timing>,
     /// The floor's bytes (see the module docs).
     pub bytes: usize,
     pub floor_us: f64,
@@ -90,6 +90,9 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// Measure one `(wbits, abits)` layer of shape `(n, k)` at `m` tokens; `cublas_us` is carried.
+/// With `popc_only` only the popc decode kernel is timed (each of `popc_tiles`, or the layer's
+/// rule), and it is the row's layer time; `None` when none of them runs at this point (`m`
+/// past [`POPC_BENCH_MAX_M`], or every tiling refused for this width and shape).
 #[allow(clippy::too_many_arguments)]
 pub fn bench_apt(
     ctx: &std::sync::Arc<Context>,
@@ -105,7 +108,8 @@ pub fn bench_apt(
     weight_only_us: Option<f64>,
     (stages, split): (Option<i32>, Option<i32>),
     (popc_tiles, gemm_tiles): (&[PopcTiles], &[AptTiles]),
-) -> Result<AptBenchRow, String> {
+    popc_only: bool,
+) -> Result<Option<AptBenchRow>, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
     let layer = AptLinear::new(&pattern(k * n, 7), k, n, wbits, abits, None).map_err(err)?;
     let gpu = layer.to_gpu(ctx).map_err(err)?;
@@ -116,6 +120,63 @@ pub fn bench_apt(
     let xd = DeviceBuffer::from_host(ctx, &x).map_err(err)?;
     let mut act = AptActivations::new(&gpu, m).map_err(err)?;
     let mut y = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
+    // The popc kernel with each tiling asked for (the layer's rule when none), the fastest kept.
+    let mut popc: Option<(Timing, PopcTiles)> = None;
+    if m <= POPC_BENCH_MAX_M {
+        let rule = [layer.popc_tiles()];
+        let tried = if popc_tiles.is_empty() {
+            &rule[..]
+        } else {
+            popc_tiles
+        };
+        for &tiles in tried {
+            // Tiles this width and shape refuse (a ring past shared memory) are skipped.
+            if let Err(e) = tiles.config(k, wbits, abits, false) {
+                eprintln!("W{wbits}A{abits} m={m} {n}x{k}: {e}");
+                continue;
+            }
+            let t = time_launches(ctx, flush, runs, || {
+                gpu.forward_popc(&xd, m, &mut y, None, Some(tiles))
+                    .map_err(err)
+            })?;
+            if popc.as_ref().is_none_or(|(b, _)| t.median_us < b.median_us) {
+                popc = Some((t, tiles));
+            }
+        }
+    }
+    let bytes = wbits as usize * n * k / 8 + 8 * n + 2 * m * k + 2 * m * n;
+    let floor_us = bytes as f64 / (copy_gbps * 1e9) * 1e6;
+    let popc_names = |p: &PopcTiles| {
+        format!(
+            "popc warps={} rows={} vec={} per_sm={} stages={} qsplit={}",
+            p.warps, p.rows, p.vec, p.per_sm, p.stages, p.qsplit
+        )
+    };
+    if popc_only {
+        let Some((t, tiles)) = popc else {
+            return Ok(None);
+        };
+        return Ok(Some(AptBenchRow {
+            wbits,
+            abits,
+            m,
+            n,
+            k,
+            layer: t,
+            path: AptPath::Popc(tiles),
+            fused: None,
+            popc,
+            unfused: None,
+            igmma: None,
+            bgmma: None,
+            gemm: None,
+            bytes,
+            floor_us,
+            cublas_us,
+            weight_only_us,
+            tiles: popc_names(&tiles),
+        }));
+    }
     let mut t = layer.tiles(m);
     if let Some(s) = stages {
         t.stages = s;
@@ -152,30 +213,6 @@ pub fn bench_apt(
         })?),
         None => None,
     };
-    // The popc kernel with each tiling asked for (the layer's rule when none), the fastest kept.
-    let mut popc: Option<(Timing, PopcTiles)> = None;
-    if m <= POPC_BENCH_MAX_M {
-        let rule = [layer.popc_tiles()];
-        let tried = if popc_tiles.is_empty() {
-            &rule[..]
-        } else {
-            popc_tiles
-        };
-        for &tiles in tried {
-            // Tiles this width and shape refuse (a ring past shared memory) are skipped.
-            if let Err(e) = tiles.config(k, wbits, abits, false) {
-                eprintln!("W{wbits}A{abits} m={m} {n}x{k}: {e}");
-                continue;
-            }
-            let t = time_launches(ctx, flush, runs, || {
-                gpu.forward_popc(&xd, m, &mut y, None, Some(tiles))
-                    .map_err(err)
-            })?;
-            if popc.as_ref().is_none_or(|(b, _)| t.median_us < b.median_us) {
-                popc = Some((t, tiles));
-            }
-        }
-    }
     // The integer-MMA layer with 256- and 128-column blocks, the faster kept.
     let mut igmma: Option<(Timing, i32)> = None;
     if gpu.context().arch() == "sm_90a" && k.is_multiple_of(16) && m >= 16 {
@@ -318,8 +355,7 @@ pub fn bench_apt(
     let gemm_t = time_launches(ctx, flush, runs, || {
         gpu.gemm_into_tiles(&act, &mut y, None, t).map_err(err)
     })?;
-    let bytes = wbits as usize * n * k / 8 + 8 * n + 2 * m * k + 2 * m * n;
-    Ok(AptBenchRow {
+    Ok(Some(AptBenchRow {
         wbits,
         abits,
         m,
@@ -329,12 +365,12 @@ pub fn bench_apt(
         path,
         fused,
         popc,
-        unfused,
+        unfused: Some(unfused),
         igmma,
         bgmma,
-        gemm: gemm_t,
+        gemm: Some(gemm_t),
         bytes,
-        floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
+        floor_us,
         cublas_us,
         weight_only_us,
         tiles: {
@@ -352,12 +388,7 @@ pub fn bench_apt(
                     split.unwrap_or(c.SPLIT)
                 )
             });
-            let popc = popc.as_ref().map(|(_, p)| {
-                format!(
-                    "; popc warps={} rows={} vec={} per_sm={} stages={} qsplit={}",
-                    p.warps, p.rows, p.vec, p.per_sm, p.stages, p.qsplit
-                )
-            });
+            let popc = popc.as_ref().map(|(_, p)| format!("; {}", popc_names(p)));
             let igmma = igmma_bn.map(|bn| format!("; igmma BN={bn}"));
             let bgmma = bgmma_bn.map(|(bm, bn, wgn)| format!("; bgmma BM={bm} BN={bn} WGN={wgn}"));
             format!(
@@ -368,7 +399,7 @@ pub fn bench_apt(
                 bgmma.unwrap_or_default()
             )
         },
-    })
+    }))
 }
 
 /// cuBLAS f16 for the same product, median microseconds.
@@ -438,7 +469,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         });
         let opt = |t: Option<&Timing>| t.map_or("-".to_string(), |t| format!("{:.1}", t.median_us));
         s += &format!(
-            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11.1} {:>9} {:>9} {:>9.1} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
+            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
             format!("W{}A{}", r.wbits, r.abits),
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -455,10 +486,10 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
             ),
             opt(r.fused.as_ref()),
             opt(r.popc.as_ref().map(|(t, _)| t)),
-            r.unfused.median_us,
+            opt(r.unfused.as_ref()),
             opt(r.igmma.as_ref()),
             opt(r.bgmma.as_ref()),
-            r.gemm.median_us,
+            opt(r.gemm.as_ref()),
             r.percent_of_floor(),
             r.tops(),
             cublas,
