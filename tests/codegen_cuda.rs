@@ -1262,7 +1262,8 @@ fn apt_kernels_compile_to_bmma() {
         let vector: &[&str] = match (cfg.VEC, cfg.STAGES) {
             (4, 0) => &["POPC", "LDG.E.128", "LDS.128"],
             (_, 0) => &["POPC", "LDG.E.64", "LDS.64"],
-            _ => &["POPC", "LDGSTS", "LDS.128"],
+            (4, _) => &["POPC", "LDGSTS", "LDS.128"],
+            _ => &["POPC", "LDGSTS", "LDS.64"],
         };
         check_kernel_with(
             &ptxas,

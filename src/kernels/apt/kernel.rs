@@ -1128,12 +1128,16 @@ mod kernels {
         };
         sync();
 
-        // Per step and activation plane q, `popc(w_p AND a_q) << (p + q)` is summed over the
-        // lane's words and the weight planes into the lane's partial of each row; the words of
-        // step `i + 1` (registers) or `i + STAGES - 1` (the ring) are requested before step `i`'s
-        // are counted.
-        let la = layout!(reduce(spatial(WARPS, 1), [0]).spatial(1, 32).local(1, VEC));
-        let la4 = layout!(reduce(spatial(WARPS, 1, 1, 1), [0])
+        // Per step, `popc(w_p AND a_q) << (p + q)` is summed over the lane's words and every
+        // plane pair into the lane's partial of each row (`plane_dot`: the words of each weight
+        // added as bits first, a few `popc`s a row); the words of step `i + 1` (registers) or
+        // `i + STAGES - 1` (the ring) are requested before step `i`'s are counted.
+        let la = layout!(local(ABITS, 1)
+            .replicated(WARPS)
+            .spatial(1, 32)
+            .local(1, VEC));
+        let la4 = layout!(local(ABITS, 1, 1, 1)
+            .replicated(WARPS)
             .spatial(1, 1, 32, 1)
             .local(1, 1, 1, VEC));
         let lacc = layout!(spatial(1, WARPS, 1, 1)
@@ -1155,7 +1159,6 @@ mod kernels {
         let mut sw = load_global(gsw, lrow, [0, bj * rows, 0, 0]);
         let mut fw = load_global(gfw, lrow, [0, bj * rows, 0, 0]);
         let mut acc = register::<i32>(lacc, 0);
-        let pshift = arange(layout!(local(WBITS, 1, 1, 1)), 0, 0);
         // Step `i` is chunk `c` of group `g`, counted along instead of divided out of `i` (three
         // integer divisions by the runtime `nch` a step were a dependent chain of about 60
         // instructions); `(fg, fc)` is the ring's next fill, step `i + STAGES - 1`.
@@ -1192,12 +1195,8 @@ mod kernels {
                 }
                 w
             };
-            #[unroll]
-            for q in 0..ABITS {
-                let a = view::<u32>(load_shared(sp, la, [q, c * cw]), la4);
-                let pc = view::<i32>(popc(w4 & a), lw4);
-                acc = acc + sum(sum(pc << (pshift + q), 3), 0);
-            }
+            let a = view::<u32>(load_shared(sp, la, [0, c * cw]), la4);
+            acc = acc + plane_dot(w4, a, 3);
             if last {
                 // The group's rows: the lanes added, the AND form's correction, the scales (as
                 // `apt_gemm`); the next group's row sums and scales loaded for its end.

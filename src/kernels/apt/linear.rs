@@ -386,7 +386,7 @@ impl AptLinear {
 
     /// The popc decode kernel's tiles for this layer.
     pub fn popc_tiles(&self) -> PopcTiles {
-        PopcTiles::for_shape(self.n, self.k)
+        PopcTiles::for_shape(self.n, self.k, self.wbits())
     }
 
     /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm`] whatever `m` (the

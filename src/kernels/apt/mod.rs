@@ -288,12 +288,15 @@ impl PopcTiles {
         (self.warps * self.rows) as usize
     }
 
-    /// The tiling for `n x k`, from `tilus bench apt --m 1 --popc-tiles` on an H200 (perf-notes
-    /// 27): 16-byte loads and register prefetch everywhere (a cp.async ring measured no faster);
-    /// up to 256 words of k per row, 8 warps quantizing with two threads per word, four rows
-    /// per warp and one block per SM from `n = 4096` (128 groups of 32 rows), else two rows and
-    /// two blocks; longer rows, 16 warps of two rows, one thread per word.
-    pub fn for_shape(n: usize, k: usize) -> PopcTiles {
+    /// The tiling for `n x k` and `wbits`-bit weights, from `tilus bench apt --m 1
+    /// --popc-tiles` on an H200 (perf-notes 27 and 73): 16-byte loads; up to 256 words of k
+    /// per row, two threads quantizing a word and one block per SM from `n = 4096` (groups of 32
+    /// rows), else 8 warps of two rows and two blocks. From `n = 4096`, weights of up to 2 bits
+    /// stream through a 3-stage cp.async ring in 8 warps of four rows (their loop is short, so
+    /// a chunk in flight a warp leaves it waiting on memory), wider ones are prefetched in
+    /// registers by 16 warps of two rows (their loop is long enough to cover it). Longer rows:
+    /// 16 warps of two rows, one thread per word.
+    pub fn for_shape(n: usize, k: usize, wbits: u32) -> PopcTiles {
         if k / 32 > 256 {
             return PopcTiles {
                 warps: 16,
@@ -304,13 +307,17 @@ impl PopcTiles {
                 qsplit: 1,
             };
         }
-        let wide = n >= 4096;
+        let (warps, rows, per_sm, stages) = match (n >= 4096, wbits <= 2) {
+            (true, true) => (8, 4, 1, 3),
+            (true, false) => (16, 2, 1, 0),
+            (false, _) => (8, 2, 2, 0),
+        };
         PopcTiles {
-            warps: 8,
-            rows: if wide { 4 } else { 2 },
+            warps,
+            rows,
             vec: 4,
-            per_sm: if wide { 1 } else { 2 },
-            stages: 0,
+            per_sm,
+            stages,
             qsplit: 2,
         }
     }
@@ -445,7 +452,7 @@ pub fn compile_check_popc_configs() -> Vec<apt_gemv_popc::Config> {
     let mut out = Vec::new();
     for (w, a) in bench::WIDTHS {
         for (n, k) in bench::PAPER_SHAPES {
-            let t = PopcTiles::for_shape(n, k);
+            let t = PopcTiles::for_shape(n, k, w);
             let ring = PopcTiles { stages: 4, ..t };
             let wide = PopcTiles {
                 warps: 16,

@@ -3,7 +3,7 @@
 
 use super::context::{Ctx, GlobalInfo, SharedInfo, SMEM, TID};
 use super::emitters::{
-    addressing, elementwise, fence, global, math, mma, reduce, shared, tma, wgmma,
+    addressing, elementwise, fence, global, math, mma, plane_dot, reduce, shared, tma, wgmma,
 };
 use super::expr::{c_expr, ScalarFacts};
 use super::names::Namer;
@@ -355,6 +355,9 @@ impl<'p> Ctx<'p> {
             } => tma::wait(self, *barrier, index, phase)?,
             Instruction::Dot { out, a, b, c } => mma::dot(self, *out, *a, *b, *c)?,
             Instruction::Reduce { out, x, op, dim } => reduce::reduce(self, *out, *x, *op, *dim)?,
+            Instruction::PlaneDot { out, w, a, dim } => {
+                plane_dot::plane_dot(self, *out, *w, *a, *dim)?
+            }
             Instruction::Scan { out, x, dim, .. } => reduce::scan(self, *out, *x, *dim)?,
             Instruction::Synchronize => {
                 if self.uses_wgmma && !self.unfenced_barriers.contains(&(i as *const Instruction)) {

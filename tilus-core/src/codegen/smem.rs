@@ -166,6 +166,7 @@ pub(crate) fn instruction_vars(i: &Instruction) -> Vec<VarId> {
         Arange { out, .. } => vec![*out],
         Dot { out, a, b, c } | DotAsync { out, a, b, c } => vec![*out, *a, *b, *c],
         Reduce { out, x, .. } | Scan { out, x, .. } => vec![*out, *x],
+        PlaneDot { out, w, a, .. } => vec![*out, *w, *a],
         Print { x, .. } => match x {
             Operand::Tensor(t) => vec![*t],
             _ => vec![],

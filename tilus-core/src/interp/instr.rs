@@ -542,6 +542,9 @@ impl Machine<'_> {
                 block.env[out.0 as usize] = Some(Value::Reg(result));
             }
             Instruction::Reduce { out, x, op, dim } => self.reduce(block, *out, *x, *op, *dim)?,
+            Instruction::PlaneDot { out, w, a, dim } => {
+                self.plane_dot(block, *out, *w, *a, *dim)?
+            }
             Instruction::Scan { out, x, dim, .. } => self.scan(block, *out, *x, *dim)?,
             Instruction::Item { .. }
             | Instruction::Gather { .. }

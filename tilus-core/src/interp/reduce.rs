@@ -32,28 +32,11 @@ impl Machine<'_> {
                 ))
             }
         };
-        let xr = match block.env[x.0 as usize].as_ref() {
-            Some(Value::Reg(r)) => r,
+        let xd = match block.env[x.0 as usize].as_ref() {
+            Some(Value::Reg(r)) => r.dtype,
             _ => return Err(format!("`{}` is not a register tensor", self.p.var(x).name)),
         };
-        let xd = xr.dtype;
-        let tx = self.table(&xr.layout.clone())?;
-        let codes: Vec<u32> = tx
-            .first_owner
-            .iter()
-            .enumerate()
-            .map(|(f, o)| {
-                o.map(|(t, i)| xr.get(t as usize, i as usize))
-                    .ok_or_else(|| {
-                        format!(
-                            "no thread holds element {:?} of `{}`",
-                            unravel(f, &tx.shape),
-                            self.p.var(x).name
-                        )
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        let shape = tx.shape.clone();
+        let (codes, shape) = self.logical_codes(block, x)?;
         let n = shape[dim];
         let mut out_shape = shape.clone();
         out_shape[dim] = 1;
@@ -245,5 +228,104 @@ mod tests {
         assert_eq!(exact_sum(&[]).unwrap(), 0.0);
         assert!(exact_sum(&[f64::INFINITY, f64::NEG_INFINITY]).is_err());
         assert_eq!(exact_sum(&[f64::INFINITY, 1.0]).unwrap(), f64::INFINITY);
+    }
+}
+
+impl Machine<'_> {
+    /// `plane_dot(w, a, dim)`: each result element is the exact
+    /// `Σ_{p, q, j} popc(w[p, .., j, ..] & a[q, .., j, ..]) << (p + q)` of the operands' logical
+    /// tiles (`a` broadcast along its extent-1 dims past 0), which the verifier bounds below
+    /// `2^31`.
+    pub(super) fn plane_dot(
+        &mut self,
+        block: &mut Block,
+        out: VarId,
+        w: VarId,
+        a: VarId,
+        dim: usize,
+    ) -> Result<(), String> {
+        let bt = self.block_threads;
+        let out_layout = match self.p.ty(out).as_register() {
+            Some(r) => r.layout.clone(),
+            None => {
+                return Err(format!(
+                    "`{}` is not a register tensor",
+                    self.p.var(out).name
+                ))
+            }
+        };
+        let (wc, ws) = self.logical_codes(block, w)?;
+        let (ac, as_) = self.logical_codes(block, a)?;
+        let mut out_shape = ws.clone();
+        out_shape[0] = 1;
+        out_shape[dim] = 1;
+        let rows: usize = out_shape.iter().product();
+        let mut results = Vec::with_capacity(rows);
+        for o in 0..rows {
+            let base = unravel(o, &out_shape);
+            let mut total: i64 = 0;
+            for p in 0..ws[0] {
+                for q in 0..as_[0] {
+                    for j in 0..ws[dim] {
+                        let mut wi = base.clone();
+                        wi[0] = p;
+                        wi[dim] = j;
+                        let ai: Vec<usize> = (0..ws.len())
+                            .map(|d| match d {
+                                0 => q,
+                                _ if as_[d] == 1 => 0,
+                                _ => wi[d],
+                            })
+                            .collect();
+                        let x = wc[ravel(&wi, &ws).expect("inside w")]
+                            & ac[ravel(&ai, &as_).expect("inside a")];
+                        total += (x.count_ones() as i64) << (p + q);
+                    }
+                }
+            }
+            let v = i32::try_from(total).map_err(|_| {
+                format!(
+                    "plane_dot(`{}`, `{}`): result {base:?} is {total}, past i32",
+                    self.p.var(w).name,
+                    self.p.var(a).name
+                )
+            })?;
+            results.push(v as u32);
+        }
+        let to = self.table(&out_layout)?;
+        let mut result = RegTensor::new(crate::DType::Int(32), out_layout, bt);
+        for t in 0..bt {
+            for j in 0..to.locals {
+                result.set(t, j, results[to.at(t % to.threads, j)]);
+            }
+        }
+        block.env[out.0 as usize] = Some(Value::Reg(result));
+        Ok(())
+    }
+
+    /// The codes of register tensor `x` as its logical tile (each element from its lowest
+    /// owner), with the tile's shape.
+    fn logical_codes(&mut self, block: &Block, x: VarId) -> Result<(Vec<u32>, Vec<usize>), String> {
+        let xr = match block.env[x.0 as usize].as_ref() {
+            Some(Value::Reg(r)) => r,
+            _ => return Err(format!("`{}` is not a register tensor", self.p.var(x).name)),
+        };
+        let tx = self.table(&xr.layout.clone())?;
+        let codes = tx
+            .first_owner
+            .iter()
+            .enumerate()
+            .map(|(f, o)| {
+                o.map(|(t, i)| xr.get(t as usize, i as usize))
+                    .ok_or_else(|| {
+                        format!(
+                            "no thread holds element {:?} of `{}`",
+                            unravel(f, &tx.shape),
+                            self.p.var(x).name
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((codes, tx.shape.clone()))
     }
 }

@@ -512,6 +512,12 @@ impl ProgramBuilder {
         self.define(dest, |out| Instruction::Reduce { out, x, op, dim })
     }
 
+    /// The dot product of bit planes `w` and `a` over their planes (dim 0) and `dim` (see
+    /// [`Instruction::PlaneDot`]).
+    pub fn plane_dot(&mut self, dest: impl Into<Dest>, w: VarId, a: VarId, dim: usize) -> VarId {
+        self.define(dest, |out| Instruction::PlaneDot { out, w, a, dim })
+    }
+
     /// Inclusive `op` scan of `x` along `dim` (see [`Instruction::Scan`]).
     pub fn scan(&mut self, dest: impl Into<Dest>, x: VarId, op: ScanOp, dim: usize) -> VarId {
         self.define(dest, |out| Instruction::Scan { out, x, op, dim })

@@ -313,6 +313,9 @@ impl Program {
             Instruction::Dot { out, a, b, c } | Instruction::DotAsync { out, a, b, c } => {
                 format!("{} = {name}({}, {}, {})", n(out), n(a), n(b), n(c))
             }
+            Instruction::PlaneDot { out, w, a, dim } => {
+                format!("{} = {name}({}, {}, {dim})", n(out), n(w), n(a))
+            }
             Instruction::DotWait { n: k } => format!("{name}({k})"),
             Instruction::Print { label, x } => format!("{name}({label:?}, {})", op(x)),
             Instruction::Reduce { out, x, dim, .. } | Instruction::Scan { out, x, dim, .. } => {
@@ -595,6 +598,7 @@ impl Instruction {
                 out.extend([*a, *b, *c])
             }
             Instruction::Reduce { x, .. } | Instruction::Scan { x, .. } => out.push(*x),
+            Instruction::PlaneDot { w, a, .. } => out.extend([*w, *a]),
             Instruction::Print { x, .. } => operand(x, &mut out),
             Instruction::Item { .. }
             | Instruction::Gather { .. }

@@ -149,6 +149,16 @@ impl Instruction {
             Instruction::Reduce { out, x, op, dim } => {
                 one(out, super::reduce_type(&ty(*x), *op, *dim))
             }
+            Instruction::PlaneDot { out, w, dim, .. } => one(
+                out,
+                match ty(*w) {
+                    VarType::Register(r) => match r.layout.reduce(&[0, *dim]) {
+                        Ok(layout) if *dim > 0 => register(crate::DType::Int(32), layout),
+                        _ => VarType::Unknown,
+                    },
+                    _ => VarType::Unknown,
+                },
+            ),
             Instruction::Item { .. }
             | Instruction::Gather { .. }
             | Instruction::Lookup { .. }

@@ -630,6 +630,22 @@ pub enum Instruction {
         op: ReduceOp,
         dim: usize,
     },
+    /// The dot product of bit planes (bit-serial arithmetic, APT-LLM's recovery on the CUDA
+    /// cores): `out[i] = Σ_{p, q, j} popc(w[p, .., j, ..] AND a[q, .., j, ..]) << (p + q)`, the
+    /// sum over dim 0 of both operands (the planes, of weights `2^p` and `2^q`) and over
+    /// dimension `dim`; an `i32` tensor in `w.layout.reduce(&[0, dim])`. `w` and `a` are `u32`
+    /// register tensors of one rank, `a`'s dims past 0 broadcast to `w`'s (extents equal or 1)
+    /// thread-locally, and each thread holds dims 0 and `dim` of its elements whole (the
+    /// planes and the reduced words are its own registers). The code generator sums the words
+    /// of each weight in carry-save form (full adders on whole words) and counts bits once per
+    /// remaining word, a few `popc`s instead of one per plane pair and word. The verifier
+    /// bounds the result below `2^31`.
+    PlaneDot {
+        out: VarId,
+        w: VarId,
+        a: VarId,
+        dim: usize,
+    },
     /// Inclusive scan of register tensor `x` along dimension `dim` with `op` (`cumsum`): element
     /// `k` along `dim` of the result combines elements `0..=k` of its row. Same type (dtype and
     /// layout) as `x`. Any layout: the code generator scans digits in registers, by lane

@@ -40,6 +40,7 @@ impl Instruction {
             Instruction::Cast { biased: true, .. } => Op::CastBiased,
             Instruction::View { .. } => Op::View,
             Instruction::Dot { .. } => Op::Dot,
+            Instruction::PlaneDot { .. } => Op::PlaneDot,
             Instruction::DotAsync { .. } => Op::DotAsync,
             Instruction::DotWait { .. } => Op::DotWait,
             Instruction::Mbarriers { .. } => Op::Mbarriers,

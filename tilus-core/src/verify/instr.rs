@@ -709,6 +709,9 @@ impl<'p> Checker<'p> {
             } => self.check_arange(*out, layout, *dim, offset, span),
             Instruction::Reduce { out, x, op, dim } => self.check_reduce(*out, *x, *op, *dim, span),
             Instruction::Scan { out, x, dim, .. } => self.check_scan(*out, *x, *dim, span),
+            Instruction::PlaneDot { out, w, a, dim } => {
+                self.check_plane_dot(*out, *w, *a, *dim, span)
+            }
             Instruction::Print { x, .. } => match x {
                 Operand::Tensor(v) => {
                     self.use_var(*v, span);

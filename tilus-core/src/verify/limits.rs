@@ -369,6 +369,7 @@ fn register_operands(ins: &Instruction) -> Vec<VarId> {
         Instruction::Dot { out, a, b, c } | Instruction::DotAsync { out, a, b, c } => {
             vec![*out, *a, *b, *c]
         }
+        Instruction::PlaneDot { out, w, a, .. } => vec![*out, *w, *a],
         Instruction::Print { x, .. } => tensor(x).into_iter().collect(),
         Instruction::Item { .. }
         | Instruction::Gather { .. }

@@ -42,6 +42,7 @@ mod expr;
 mod instr;
 mod limits;
 mod math;
+mod plane_dot;
 mod reduce;
 pub(crate) mod shared;
 pub mod specialize;
@@ -57,6 +58,7 @@ pub use limits::{
     max_register_words, register_words, MAX_BLOCK_REGISTERS, MAX_BLOCK_THREADS, MAX_LAYOUT_CELLS,
     MAX_UNROLLED_OPS,
 };
+pub use plane_dot::{plan_plane_dot, plane_dot_bound, PlaneDotPlan, PlaneTerm};
 pub use reduce::{check_reduce_dtype, plan_reduce, plan_scan, ReducePlan, ScanPlan, ScanStep};
 
 use crate::ir::{Program, ScalarType, SpanId, Stmt, StmtKind, Unroll, VarId, VarType};

@@ -693,6 +693,16 @@ impl Translator<'_, '_> {
                 let d = self.dest(dest, "dot");
                 Ok(Value::Tensor(build!(d, |d| b.dot(d, x, y, z))))
             }
+            Op::PlaneDot => {
+                let w = self.tensor_arg(b, args[0], name, "weight planes", Scope::Register);
+                let a = self.tensor_arg(b, args[1], name, "activation planes", Scope::Register);
+                let dim = self.const_dim(args[2], name, "sums over");
+                let (w, a, dim) = (w?, a?, dim?);
+                let site = self.site(c);
+                b.set_span(site);
+                let d = self.dest(dest, name);
+                Ok(Value::Tensor(build!(d, |d| b.plane_dot(d, w, a, dim))))
+            }
             Op::Reduce(op) => {
                 let x = self.tensor_arg(b, args[0], name, "operand", Scope::Register);
                 let dim = self.const_dim(args[1], name, "reduces");

@@ -10,6 +10,7 @@
 //! | [`math`] | `Unary` (`exp`, `sqrt`, `not`, ...), bit operations of `Binary`, `Compare`, `Select`, `Arange` |
 //! | [`mma`] | `Dot` (`mma.sync` per the target, or the thread-local fallback) |
 //! | [`bmma`] | the 1-bit `mma.m16n8k256 .and.popc` helper of a u1 `Dot` |
+//! | [`plane_dot`] | `PlaneDot` (full adders on whole words, then `popc` per remaining word) |
 //! | [`reduce`] | `Reduce` (thread-local, warp shuffles, shared scratch) |
 //! | [`wgmma`] | `Dot` with shared operands (`wgmma.mma_async`, sm_90a) |
 //! | [`tma`] | `Mbarriers`, `TmaLoad` (`cp.async.bulk.tensor` through a tensor map), `MbarrierArrive`, `MbarrierWait` (sm_90) |
@@ -24,6 +25,7 @@ pub(crate) mod fence;
 pub(crate) mod global;
 pub(crate) mod math;
 pub(crate) mod mma;
+pub(crate) mod plane_dot;
 pub(crate) mod reduce;
 pub(crate) mod shared;
 pub(crate) mod tma;
