@@ -1081,8 +1081,20 @@ mod kernels {
         let gx = view_global(x, [m, kw, 32]);
         let tile = layout!(spatial(1, words, QS).local(1, 1, 32 / QS));
         let wl = layout!(spatial(1, words).replicated(QS));
-        let bit = arange(tile, 2, 0);
         let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
+        // The codes of `xs` (f32 in layout `lay`, words `first..` of the row; zero past k)
+        // added to the token's sum and stored as `ABITS` planes (`wlay`: one word a thread).
+        let planes = |xs, scale, lay, wlay, first| {
+            let code = bipolar_codes(xs, scale);
+            let code = select(arange(lay, 1, first) < kw, code, 0);
+            total = total + sum(sum(code, 2), 1);
+            let bit = arange(lay, 2, 0);
+            #[unroll]
+            for q in 0..ABITS {
+                let word = sum(((code >> q) & 1) << bit, 2);
+                store_shared(view::<u32>(word, wlay), sp, [q, first]);
+            }
+        };
         // Up to two chunks (`KWP` words, the planes' capacity) are loaded at once and kept in
         // registers as f16 for the maximum and the codes: one round trip to memory instead of
         // one per chunk and pass, the chain every block runs before its first weight word is
@@ -1096,15 +1108,7 @@ mod kernels {
             let xh = load_global(gx, tile_all, [t, 0, 0]);
             let amax = reduce_max(reduce_max(abs(cast::<f32>(xh)), 2), 1);
             let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
-            let code = bipolar_codes(cast::<f32>(xh), scale);
-            let code = select(arange(tile_all, 1, 0) < kw, code, 0);
-            total = total + sum(sum(code, 2), 1);
-            let bit = arange(tile_all, 2, 0);
-            #[unroll]
-            for q in 0..ABITS {
-                let word = sum(((code >> q) & 1) << bit, 2);
-                store_shared(view::<u32>(word, wl_all), sp, [q, 0]);
-            }
+            planes(cast::<f32>(xh), scale, tile_all, wl_all, 0);
             scale
         } else {
             let mut amax = register::<f32>(layout!(local(1, 1, 1)), 0.0);
@@ -1115,14 +1119,7 @@ mod kernels {
             let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
             for c in 0..cdiv(kw, words) {
                 let xs = cast::<f32>(load_global(gx, tile, [t, c * words, 0]));
-                let code = bipolar_codes(xs, scale);
-                let code = select(arange(tile, 1, c * words) < kw, code, 0);
-                total = total + sum(sum(code, 2), 1);
-                #[unroll]
-                for q in 0..ABITS {
-                    let word = sum(((code >> q) & 1) << bit, 2);
-                    store_shared(view::<u32>(word, wl), sp, [q, c * words]);
-                }
+                planes(xs, scale, tile, wl, c * words);
             }
             scale
         };
