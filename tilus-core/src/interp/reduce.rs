@@ -217,20 +217,6 @@ pub(crate) fn exact_sum(vals: &[f64]) -> Result<f64, String> {
     Ok(hi)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exact_sum_cancels() {
-        assert_eq!(exact_sum(&[1e100, 1.0, -1e100]).unwrap(), 1.0);
-        assert_eq!(exact_sum(&[0.1; 10]).unwrap(), 1.0);
-        assert_eq!(exact_sum(&[]).unwrap(), 0.0);
-        assert!(exact_sum(&[f64::INFINITY, f64::NEG_INFINITY]).is_err());
-        assert_eq!(exact_sum(&[f64::INFINITY, 1.0]).unwrap(), f64::INFINITY);
-    }
-}
-
 impl Machine<'_> {
     /// `plane_dot(w, a, dim)`: each result element is the exact
     /// `Σ_{p, q, j} popc(w[p, .., j, ..] & a[q, .., j, ..]) << (p + q)` of the operands' logical
@@ -327,5 +313,19 @@ impl Machine<'_> {
             })
             .collect::<Result<_, _>>()?;
         Ok((codes, tx.shape.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_sum_cancels() {
+        assert_eq!(exact_sum(&[1e100, 1.0, -1e100]).unwrap(), 1.0);
+        assert_eq!(exact_sum(&[0.1; 10]).unwrap(), 1.0);
+        assert_eq!(exact_sum(&[]).unwrap(), 0.0);
+        assert!(exact_sum(&[f64::INFINITY, f64::NEG_INFINITY]).is_err());
+        assert_eq!(exact_sum(&[f64::INFINITY, 1.0]).unwrap(), f64::INFINITY);
     }
 }
