@@ -22,7 +22,6 @@ impl Machine<'_> {
         op: ReduceOp,
         dim: usize,
     ) -> Result<(), String> {
-        let bt = self.block_threads;
         let (dtype, out_layout) = match self.p.ty(out).as_register() {
             Some(r) => (r.dtype, r.layout.clone()),
             None => {
@@ -55,13 +54,7 @@ impl Machine<'_> {
                 .map_err(|e| format!("row {index:?} of `{}`: {e}", self.p.var(x).name))?;
             results.push(code);
         }
-        let to = self.table(&out_layout)?;
-        let mut result = RegTensor::new(dtype, out_layout, bt);
-        for t in 0..bt {
-            for j in 0..to.locals {
-                result.set(t, j, results[to.at(t % to.threads, j)]);
-            }
-        }
+        let result = self.distribute(dtype, out_layout, &results)?;
         block.env[out.0 as usize] = Some(Value::Reg(result));
         Ok(())
     }
@@ -77,23 +70,15 @@ impl Machine<'_> {
         x: VarId,
         dim: usize,
     ) -> Result<(), String> {
-        let bt = self.block_threads;
-        let xr = match block.env[x.0 as usize].as_ref() {
-            Some(Value::Reg(r)) => r,
+        let (xd, layout) = match block.env[x.0 as usize].as_ref() {
+            Some(Value::Reg(r)) => (r.dtype, r.layout.clone()),
             _ => return Err(format!("`{}` is not a register tensor", self.p.var(x).name)),
         };
-        let (xd, layout) = (xr.dtype, xr.layout.clone());
-        let tx = self.table(&layout)?;
-        let mut codes = vec![0u32; tx.size()];
-        for (f, o) in tx.first_owner.iter().enumerate() {
-            let (t, i) = o.ok_or_else(|| format!("no thread holds element {f} of the operand"))?;
-            codes[f] = xr.get(t as usize, i as usize);
-        }
-        let shape = tx.shape.clone();
+        let (codes, shape) = self.logical_codes(block, x)?;
         let mut out_shape = shape.clone();
         out_shape[dim] = 1;
         let rows: usize = out_shape.iter().product();
-        let mut results = vec![0u32; tx.size()];
+        let mut results = vec![0u32; codes.len()];
         for o in 0..rows {
             let mut index = unravel(o, &out_shape);
             let mut prefix: Vec<u32> = Vec::with_capacity(shape[dim]);
@@ -106,12 +91,7 @@ impl Machine<'_> {
                 })?;
             }
         }
-        let mut result = RegTensor::new(xd, layout, bt);
-        for t in 0..bt {
-            for j in 0..tx.locals {
-                result.set(t, j, results[tx.at(t % tx.threads, j)]);
-            }
-        }
+        let result = self.distribute(xd, layout, &results)?;
         block.env[out.0 as usize] = Some(Value::Reg(result));
         Ok(())
     }
@@ -230,7 +210,6 @@ impl Machine<'_> {
         a: VarId,
         dim: usize,
     ) -> Result<(), String> {
-        let bt = self.block_threads;
         let out_layout = match self.p.ty(out).as_register() {
             Some(r) => r.layout.clone(),
             None => {
@@ -278,13 +257,7 @@ impl Machine<'_> {
             })?;
             results.push(v as u32);
         }
-        let to = self.table(&out_layout)?;
-        let mut result = RegTensor::new(crate::DType::Int(32), out_layout, bt);
-        for t in 0..bt {
-            for j in 0..to.locals {
-                result.set(t, j, results[to.at(t % to.threads, j)]);
-            }
-        }
+        let result = self.distribute(crate::DType::Int(32), out_layout, &results)?;
         block.env[out.0 as usize] = Some(Value::Reg(result));
         Ok(())
     }
@@ -313,6 +286,25 @@ impl Machine<'_> {
             })
             .collect::<Result<_, _>>()?;
         Ok((codes, tx.shape.clone()))
+    }
+
+    /// A register tensor in `layout` whose every thread holds, at each local, the code of its
+    /// element in `values` (the logical tile, row-major).
+    fn distribute(
+        &mut self,
+        dtype: crate::DType,
+        layout: crate::layout::Layout,
+        values: &[u32],
+    ) -> Result<RegTensor, String> {
+        let bt = self.block_threads;
+        let tab = self.table(&layout)?;
+        let mut result = RegTensor::new(dtype, layout, bt);
+        for t in 0..bt {
+            for j in 0..tab.locals {
+                result.set(t, j, values[tab.at(t % tab.threads, j)]);
+            }
+        }
+        Ok(result)
     }
 }
 
