@@ -206,12 +206,16 @@ pub enum ArgCheck {
 
 /// Check the arguments of one interpreter run of `program` before it runs, with the same
 /// checks as a GPU launch ([`LaunchSpec::of_program`]): every global view whose extents depend
-/// only on the scalar arguments must fit in its buffer, and the grid must be valid. Returns
-/// `false` when the grid is empty (nothing to do).
+/// only on the scalar arguments must fit in its buffer, the grid must be valid, and the
+/// scalars must meet the divisibility the generated CUDA assumes (`generated`, the launch spec
+/// of the configuration's CUDA), so that the interpreter refuses what a launch would instead of
+/// answering for a kernel the GPU never runs. Returns `false` when the grid is empty (nothing
+/// to do).
 pub fn check_host_args(
     kernel: &'static str,
     config: &dyn std::fmt::Display,
     program: &Program,
+    generated: &LaunchSpec,
     args: &[ArgCheck],
 ) -> Result<bool, KernelError> {
     let bad = |message: String| KernelError::BadArgument {
@@ -246,6 +250,8 @@ pub fn check_host_args(
         })
         .collect();
     spec.check_buffers(&values, &sizes).map_err(bad)?;
+    // Host buffers stand at address 0 here, aligned to anything: only divisibility is checked.
+    generated.check_args(&values).map_err(bad)?;
     let grid = spec.grid_dims(&values).map_err(bad)?;
     Ok(!grid.contains(&0))
 }
@@ -282,6 +288,18 @@ impl Caches {
             pack.decode(meta.program)
                 .map_err(|message| KernelError::Corrupt { kernel, message })
         })
+    }
+
+    /// The launch spec generated with configuration `i`'s CUDA (its assumptions included),
+    /// decoded.
+    pub fn launch_spec(
+        &'static self,
+        kernel: &'static str,
+        pack: &'static Pack,
+        meta: &Meta,
+    ) -> Result<LaunchSpec, KernelError> {
+        pack.decode(meta.spec)
+            .map_err(|message| KernelError::Corrupt { kernel, message })
     }
 
     /// The launchable kernel of configuration `i` (its embedded source and launch spec), built
@@ -376,6 +394,15 @@ impl LazyInstance {
                 })?;
             Ok((k.source, Arc::new(k.launch)))
         })
+    }
+
+    /// The launch spec of this configuration's CUDA (generated on first use).
+    pub fn launch_spec(
+        &'static self,
+        kernel: &'static str,
+        config: &dyn std::fmt::Display,
+    ) -> Result<&'static LaunchSpec, KernelError> {
+        Ok(&self.generated(kernel, config)?.1)
     }
 
     /// The CUDA C source of this configuration.

@@ -64,8 +64,9 @@ fn random_words(rng: &mut impl Rng, len: usize) -> Vec<u32> {
 #[test]
 fn plane_dot_interprets_every_width() {
     let mut rng = rand::rng();
-    // A ragged row count (masked rows) and a chunk past the words (masked words).
-    let (n, kw) = (200, 9);
+    // A ragged row count (masked rows); the words a multiple of 4, as the GPU's 4-word loads
+    // need (the next test).
+    let (n, kw) = (200, 12);
     for cfg in rows_plane_dot::SPACE {
         let (p, q) = (cfg.P as usize, cfg.Q as usize);
         let w = random_words(&mut rng, p * n * kw);
@@ -74,6 +75,35 @@ fn plane_dot_interprets_every_width() {
         rows_plane_dot::interpret(cfg, n as i32, kw as i32, &w, &a, &mut y)
             .unwrap_or_else(|e| panic!("{cfg}: {e}"));
         assert_eq!(y, reference(p, q, n, kw, &w, &a), "{cfg}");
+    }
+}
+
+/// Words the generated CUDA's 4-word loads cannot take are refused by the interpreter as by a
+/// launch, naming `kw`, with nothing written; 1-word loads take them.
+#[test]
+fn plane_dot_refuses_words_the_gpu_would() {
+    let mut rng = rand::rng();
+    let (n, kw) = (64, 9);
+    for cfg in rows_plane_dot::SPACE {
+        let (p, q) = (cfg.P as usize, cfg.Q as usize);
+        let w = random_words(&mut rng, p * n * kw);
+        let a = random_words(&mut rng, q * kw);
+        let mut y = vec![i32::MIN; n];
+        let got = rows_plane_dot::interpret(cfg, n as i32, kw as i32, &w, &a, &mut y);
+        if cfg.V == 1 {
+            got.unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            assert_eq!(y, reference(p, q, n, kw, &w, &a), "{cfg}");
+        } else {
+            let e = got.expect_err("kw = 9 with 4-word loads").to_string();
+            assert!(
+                e.contains("kw % 4 == 0") && e.contains("kw = 9"),
+                "{cfg}: {e}"
+            );
+            assert!(
+                y.iter().all(|&v| v == i32::MIN),
+                "{cfg}: written before the refusal"
+            );
+        }
     }
 }
 

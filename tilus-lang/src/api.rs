@@ -339,7 +339,8 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
     let interpret_doc = "Run the kernel on host buffers through the CPU interpreter (the semantic \
         oracle): every block of the grid, with the layouts' exact register semantics. Buffers of \
         `GlobalMut` parameters are written back. Buffers too small for the kernel's global views \
-        are reported (naming the parameter) before anything runs.";
+        are reported (naming the parameter) before anything runs, and so are scalars that break \
+        a divisibility the generated CUDA assumes (a launch refuses those too).";
     let launch_doc = "Launch the kernel on `ctx`'s stream: compiles (and caches, in memory and on \
         disk) the embedded CUDA source of `cfg`, then, through the one launcher \
         (`tilus::gpu::GpuKernel`), checks every buffer against the kernel's global views and \
@@ -407,8 +408,9 @@ pub fn generate(f: &ItemFn, sig: &KernelSig, space: &Space, emb: &Embedded) -> T
         pub fn interpret_ordered(cfg: &Config, order: &::tilus::core::interp::BlockOrder, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let i = self::index(cfg)?;
             let program = CACHES.program(NAME, &PACK, i, &META[i])?;
+            let generated = CACHES.launch_spec(NAME, &PACK, &META[i])?;
             let checks = [#(#checks_host),*];
-            if !::tilus::macro_support::check_host_args(NAME, cfg, program, &checks)? {
+            if !::tilus::macro_support::check_host_args(NAME, cfg, program, &generated, &checks)? {
                 return ::core::result::Result::Ok(());
             }
             let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
@@ -538,8 +540,9 @@ pub fn generate_lazy(
         pub fn interpret_ordered(cfg: &Config, order: &::tilus::core::interp::BlockOrder, #(#host_args),*) -> ::core::result::Result<(), ::tilus::macro_support::KernelError> {
             let instance = self::instance(cfg)?;
             let program = instance.program();
+            let generated = instance.launch_spec(NAME, cfg)?;
             let checks = [#(#checks_host),*];
-            if !::tilus::macro_support::check_host_args(NAME, cfg, program, &checks)? {
+            if !::tilus::macro_support::check_host_args(NAME, cfg, program, generated, &checks)? {
                 return ::core::result::Result::Ok(());
             }
             let mut args: [::tilus::core::interp::Arg; #nparams] = [#(#to_args),*];
