@@ -250,8 +250,19 @@ pub fn check_host_args(
         })
         .collect();
     spec.check_buffers(&values, &sizes).map_err(bad)?;
-    // Host buffers stand at address 0 here, aligned to anything: only divisibility is checked.
-    generated.check_args(&values).map_err(bad)?;
+    // The generated kernel's arguments: the caller's in call order, then its hidden workspaces
+    // and tensor maps. Host buffers (and those) stand at address 0 here, aligned to anything:
+    // only divisibility is checked.
+    let mut user = values.iter();
+    let full: Vec<ArgValue> = generated
+        .params
+        .iter()
+        .map(|p| match p.kind.is_user() {
+            true => user.next().copied().unwrap_or(ArgValue::Pointer(0)),
+            false => ArgValue::Pointer(0),
+        })
+        .collect();
+    generated.check_args(&full).map_err(bad)?;
     let grid = spec.grid_dims(&values).map_err(bad)?;
     Ok(!grid.contains(&0))
 }

@@ -179,7 +179,7 @@ fn check_kernel(
 }
 
 /// [`check_kernel`], and the SASS has an instruction of each opcode of `need` (`LDS.64`
-/// matches `LDS.64` and `LDS.64.X`..) and none of `forbid`.
+/// matches `LDS.64` and `LDS.64.X`..) and none of `forbid`. Returns the sm_90a opcodes.
 #[allow(clippy::too_many_arguments)]
 fn check_kernel_with(
     ptxas: &Path,
@@ -190,8 +190,9 @@ fn check_kernel_with(
     expect: Expect,
     need: &[&str],
     forbid: &[&str],
-) {
+) -> Vec<String> {
     let uses_ldsm = k.source.contains("tilus_ldsm_x");
+    let mut last = Vec::new();
     for arch in ["sm_80", "sm_90a"] {
         let ptx = compile_ptx(&k.source, arch)
             .unwrap_or_else(|e| panic!("{name}: NVRTC failed for {arch}: {e}\n{}", k.source));
@@ -246,7 +247,9 @@ fn check_kernel_with(
             .trim()
             .to_string();
         eprintln!("{name} ({arch}): ok; {regs}");
+        last = ops;
     }
+    last
 }
 
 fn run(test: &str, kernels: Vec<(String, Program, Expect)>) {
@@ -1265,7 +1268,7 @@ fn apt_kernels_compile_to_bmma() {
             (4, _) => &["POPC", "LDGSTS", "LDS.128"],
             _ => &["POPC", "LDGSTS", "LDS.64"],
         };
-        check_kernel_with(
+        let ops = check_kernel_with(
             &ptxas,
             &disasm,
             &scratch.0,
@@ -1275,6 +1278,30 @@ fn apt_kernels_compile_to_bmma() {
             vector,
             &["BMMA"],
         );
+        // A token read in one trip is copied in a group of its own, and every copy of the
+        // prologue (that group and the ring's `STAGES - 1`) is committed before the first wait,
+        // the token's f16 converted only after it: as register loads, ptxas scheduled the
+        // token's arithmetic ahead of the weight's first requests.
+        if cfg.KWP <= 2 * 32 * cfg.WARPS / cfg.QS {
+            let wait = ops
+                .iter()
+                .position(|o| o.starts_with("DEPBAR"))
+                .expect("a wait");
+            let commits = ops[..wait].iter().filter(|o| *o == "LDGDEPBAR").count();
+            assert_eq!(
+                commits,
+                cfg.STAGES.max(1) as usize,
+                "{name}: commits before the wait"
+            );
+            let convert = ops
+                .iter()
+                .position(|o| o.starts_with("HADD2.F32"))
+                .expect("casts");
+            assert!(
+                convert > wait,
+                "{name}: the token converted before its wait"
+            );
+        }
     }
     for abits in [2, 4, 8] {
         let cfg = tilus::kernels::apt::linear::quantizer_config(64, 4096, abits as u32);

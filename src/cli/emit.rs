@@ -7,6 +7,7 @@
 //! | `fig2` | `matmul_f16_int`, `matmul_f16_i6` | `BM=16 BN=64 BK=64 WEIGHT=i6` |
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
+//! | `apt_popc` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule for the shape; else `WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]]` as `tilus bench apt --popc-tiles`) |
 //! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers, `BLOCKS_PER_SM=` 1 to 4, `STAGE_TILES=2` (two k tiles a stage, with stream-k), or `WS=1` (warp-specialized: a producer warpgroup more, `BLOCKS_PER_SM=1` or `2`); `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
@@ -16,6 +17,8 @@
 //! not support is an error (one line, exit status 2).
 
 use std::collections::BTreeMap;
+use tilus::kernels::apt::kernel::apt_gemv_popc;
+use tilus::kernels::apt::PopcTiles;
 use tilus::kernels::qmatmul::{self, QMatmulConfig, QMatmulMethod};
 use tilus::programs;
 use tilus_core::codegen::emit;
@@ -29,6 +32,7 @@ enum Kernel {
     Fig8,
     Fig14,
     QMatmul,
+    AptPopc,
 }
 
 impl Kernel {
@@ -41,6 +45,7 @@ impl Kernel {
             "relayout_i6" => (Kernel::Fig8, Some(DType::Int(6))),
             "fig14" | "matmul_f16_pipelined" | "pipelined" => (Kernel::Fig14, None),
             "qmatmul" => (Kernel::QMatmul, None),
+            "apt_popc" => (Kernel::AptPopc, None),
             _ => return None,
         })
     }
@@ -67,6 +72,13 @@ impl Kernel {
                 ("WS", "0"),
                 ("STAGE_TILES", "1"),
                 ("METHOD", "fused"),
+            ],
+            Kernel::AptPopc => &[
+                ("WBITS", "2"),
+                ("ABITS", "2"),
+                ("N", "57344"),
+                ("K", "8192"),
+                ("TILES", ""),
             ],
         }
     }
@@ -97,13 +109,17 @@ Kernels and their --config keys (default in brackets):
                          lut, gemv_wgmma and gemv_imma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
              WS          gemv_wgmma only: 1 for warp specialization (a producer warpgroup fills the ring; split 1, no stream-k) [0]
              STAGE_TILES gemv_wgmma only: k tiles of 64 in a ring stage, 1 or 2 (2: with STREAM_K, groups of 128 rows or more) [1]
+  apt_popc the APT layer's one-token kernel (bit-serial WxAy, popcounts on the CUDA cores)
+             WBITS, ABITS  weight and activation bits, 1..8 [2, 2]
+             N, K          the layer's outputs and inputs (K a multiple of 32) [57344, 8192]
+             TILES         WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]] as `tilus bench apt --popc-tiles` [the layer's rule for N, K, WBITS]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
 a program does not support are one-line errors (exit status 2).";
 
 const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
-                       fig14 (matmul_f16_pipelined), qmatmul";
+                       fig14 (matmul_f16_pipelined), qmatmul, apt_popc";
 
 /// What `tilus emit` prints of each program.
 pub enum Output<'a> {
@@ -163,8 +179,10 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
             .parse::<DType>()
             .map_err(|e| format!("WEIGHT={}: {e}", cfg["WEIGHT"]))
     };
-    if let Kernel::QMatmul = k {
-        return qmatmul(&cfg);
+    match k {
+        Kernel::QMatmul => return qmatmul(&cfg),
+        Kernel::AptPopc => return apt_popc(&cfg),
+        _ => {}
     }
     let build: Box<dyn FnOnce() -> Program> = match k {
         Kernel::Fig2 => {
@@ -179,7 +197,7 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
             let (bm, bn, bk, s) = (num("BM")?, num("BN")?, num("BK")?, num("STAGES")?);
             Box::new(move || programs::matmul_f16_pipelined(bm, bn, bk, s))
         }
-        Kernel::QMatmul => unreachable!("handled above"),
+        Kernel::QMatmul | Kernel::AptPopc => unreachable!("handled above"),
     };
     let program = quietly(build).map_err(|e| format!("unsupported configuration: {e}"))?;
     verify(&program, &Target::default()).map_err(|diags| {
@@ -229,6 +247,38 @@ fn merge(
         cfg.insert(key, value.trim().to_string());
     }
     Ok(cfg)
+}
+
+/// The APT popc decode kernel's program for a layer shape, widths and tiling (the rule's when
+/// `TILES` is empty), checked as the layer checks it.
+fn apt_popc(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
+    let number = |key: &str, max: usize| -> Result<usize, String> {
+        let v = cfg[key].trim();
+        v.parse::<usize>()
+            .ok()
+            .filter(|&x| x > 0 && x <= max)
+            .ok_or_else(|| format!("{key}={v}: expected an integer in 1..={max}"))
+    };
+    let (wbits, abits) = (number("WBITS", 8)? as u32, number("ABITS", 8)? as u32);
+    let (n, k) = (
+        number("N", i32::MAX as usize)?,
+        number("K", i32::MAX as usize)?,
+    );
+    if !k.is_multiple_of(32) {
+        return Err(format!(
+            "K={k}: expected a multiple of 32 (the planes' words)"
+        ));
+    }
+    let tiles = match cfg["TILES"].trim() {
+        "" => PopcTiles::for_shape(n, k, wbits),
+        t => super::bench_apt::parse_popc_tiles(Some(t))
+            .map_err(|e| e.replace("argument `--popc-tiles`", "TILES"))?[0],
+    };
+    let config = tiles
+        .config(k, wbits, abits, false)
+        .map_err(|e| e.to_string())?;
+    let program = apt_gemv_popc::program(&config).map_err(|e| e.to_string())?;
+    Ok(vec![program])
 }
 
 /// The main program of a quantized-matmul configuration (split-k included: one program).
@@ -364,6 +414,7 @@ mod tests {
             ("fig8", Kernel::Fig8),
             ("fig14", Kernel::Fig14),
             ("qmatmul", Kernel::QMatmul),
+            ("apt_popc", Kernel::AptPopc),
         ] {
             assert!(KERNELS_HELP.contains(&format!("  {name} ")), "{name}");
             for (key, _) in kernel.defaults() {
@@ -372,6 +423,24 @@ mod tests {
                     "{name}: key {key} missing from the help"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn apt_popc_takes_the_rule_or_a_tiling() {
+        let rule = programs("apt_popc", &[]).expect("the rule's program");
+        assert!(rule[0].name.contains("apt_gemv_popc"), "{}", rule[0].name);
+        let ring = programs("apt_popc", &["WBITS=3,ABITS=4,TILES=16x2x4x1x3x2".into()])
+            .expect("a ring of 3");
+        assert_ne!(rule[0].to_string(), ring[0].to_string());
+        for (bad, names) in [
+            ("K=100", "K=100"),
+            ("WBITS=9", "WBITS=9"),
+            ("TILES=7x2x4", "TILES"),
+            ("TILES=8x4x4x1x9x2", "TILES"),
+        ] {
+            let e = programs("apt_popc", &[bad.into()]).unwrap_err();
+            assert!(e.contains(names), "{bad}: {e}");
         }
     }
 }

@@ -1049,6 +1049,22 @@ mod kernels {
         let nb = min(cdiv(n, rows), blocks);
         let nch = cdiv(kw, cw);
         let steps = cdiv(cdiv(n, rows) - bj, nb) * nch;
+        // The prologue's token: `QS` threads share a word (32 / QS elements each, its bits
+        // gathered by shuffles), so a block of many warps quantizes a short row in a short chain.
+        // Up to two chunks (`KWP` words, the planes' capacity) are read at once and kept in
+        // registers as f16 for the maximum and the codes: one round trip to memory instead of
+        // one per chunk and pass. They are requested first, as every block waits for them
+        // before it counts a word, and by the copy engine in a group of their own: ptxas moves
+        // register loads (and the arithmetic on them) past the weight's requests, which then
+        // left only once the token had arrived; copies stay in their groups' order.
+        let words = 32 * WARPS / QS;
+        let gx = view_global(x, [m, kw, 32]);
+        let one_trip = KWP <= 2 * words;
+        let sx = shared::<f16>([1, if one_trip { KWP } else { 1 }, 32]);
+        if one_trip {
+            copy_async(gx, sx, [t, 0, 0]);
+            commit_group();
+        }
         // The first weight words are in flight before the prologue: one chunk in registers
         // (`STAGES = 0`), or `STAGES - 1` chunks of a cp.async ring of whole groups' chunks
         // (steps past the block's last group copy rows past n: masked, no access).
@@ -1057,28 +1073,45 @@ mod kernels {
         } else {
             ()
         };
+        // The ring's fills walk the steps as the loop does, chunk `fc` of group `fg`: counted,
+        // not divided out of the step by the runtime `nch`. Behind a chain of divisions ptxas
+        // scheduled the first copies after the token's first use, so they left only once the
+        // token had arrived. Steps past the block's last group copy rows past n (masked, no
+        // access).
+        let groups = cdiv(n, rows);
         let ring = shared::<u32>([max(STAGES, 1), WBITS, rows, cw]);
+        let mut fg = bj;
+        let mut fc = 0;
         for j in 0..STAGES - 1 {
-            let gj = if j < steps {
-                bj + j / nch * nb
-            } else {
-                cdiv(n, rows)
-            };
             copy_async(
                 gw,
                 slice_shared(ring, [j, 0, 0, 0], [WBITS, rows, cw]),
-                [0, gj * rows, j % nch * cw],
+                [0, min(fg, groups) * rows, fc * cw],
             );
             commit_group();
+            if fc == nch - 1 {
+                fc = 0;
+                fg += nb;
+            } else {
+                fc += 1;
+            }
         }
 
         // Prologue: token t quantized into shared memory, `[ABITS][KWP]` words, the chunks that
         // hold k (zero past k; the k loop reads no further).
-        // `QS` threads share a word (32 / QS elements each, its bits gathered by shuffles), so a
-        // block of many warps quantizes a short row in a short chain.
         let sp = shared::<u32>([ABITS, KWP]);
-        let words = 32 * WARPS / QS;
-        let gx = view_global(x, [m, kw, 32]);
+        let chunks = max(KWP / words, 1);
+        let tile_all = layout!(local(1, chunks, 1)
+            .spatial(1, words, QS)
+            .local(1, 1, 32 / QS));
+        let xh = if one_trip {
+            // The token's group is the oldest: wait for it alone.
+            wait_group(max(STAGES - 1, 0));
+            sync();
+            load_shared(sx, tile_all, [0, 0, 0])
+        } else {
+            ()
+        };
         let tile = layout!(spatial(1, words, QS).local(1, 1, 32 / QS));
         let wl = layout!(spatial(1, words).replicated(QS));
         let mut total = register::<i32>(layout!(local(1, 1, 1)), 0);
@@ -1095,17 +1128,9 @@ mod kernels {
                 store_shared(view::<u32>(word, wlay), sp, [q, first]);
             }
         };
-        // Up to two chunks (`KWP` words, the planes' capacity) are loaded at once and kept in
-        // registers as f16 for the maximum and the codes: one round trip to memory instead of
-        // one per chunk and pass, the chain every block runs before its first weight word is
-        // counted. Longer rows are read in chunks twice.
-        let scale = if KWP <= 2 * words {
-            let chunks = KWP / words;
-            let tile_all = layout!(local(1, chunks, 1)
-                .spatial(1, words, QS)
-                .local(1, 1, 32 / QS));
+        // Longer rows than two chunks are read from global memory in chunks twice.
+        let scale = if one_trip {
             let wl_all = layout!(local(1, chunks).spatial(1, words).replicated(QS));
-            let xh = load_global(gx, tile_all, [t, 0, 0]);
             let amax = reduce_max(reduce_max(abs(cast::<f32>(xh)), 2), 1);
             let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
             planes(cast::<f32>(xh), scale, tile_all, wl_all, 0);
@@ -1161,8 +1186,6 @@ mod kernels {
         // instructions); `(fg, fc)` is the ring's next fill, step `i + STAGES - 1`.
         let mut g = bj;
         let mut c = 0;
-        let mut fg = bj + max(STAGES - 1, 0) / nch * nb;
-        let mut fc = max(STAGES - 1, 0) % nch;
         for i in 0..steps {
             let last = c == nch - 1;
             let ng = if last { g + nb } else { g };
@@ -1177,11 +1200,10 @@ mod kernels {
                 sync();
                 let w = view::<u32>(load_shared(ring, lw, [i % STAGES, 0, 0, 0]), lw4);
                 let j = i + STAGES - 1;
-                let gj = if j < steps { fg } else { cdiv(n, rows) };
                 copy_async(
                     gw,
                     slice_shared(ring, [j % STAGES, 0, 0, 0], [WBITS, rows, cw]),
-                    [0, gj * rows, fc * cw],
+                    [0, min(fg, groups) * rows, fc * cw],
                 );
                 commit_group();
                 if fc == nch - 1 {

@@ -335,7 +335,8 @@ impl PopcTiles {
 
     /// The kernel's configuration for `k` and the widths; the argument `tiles` is refused when a
     /// field is out of its range (see the error), when `vec` does not divide the prologue's
-    /// words, or when the planes and the ring need more than [`POPC_MAX_SHARED`] bytes.
+    /// words, or when the planes, the ring and the staged token need more than
+    /// [`POPC_MAX_SHARED`] bytes.
     pub fn config(
         &self,
         k: usize,
@@ -360,7 +361,10 @@ impl PopcTiles {
         // several k) and to the prologue's chunk.
         let chunk = (32 * self.warps / self.qsplit) as usize;
         let kwp = (k / 32).next_power_of_two().div_ceil(chunk) * chunk;
-        let shared = 4 * (abits as usize * kwp + self.stages as usize * self.ring_words(wbits));
+        // The token staged as f16 when the prologue reads it in one trip (at most two chunks).
+        let token = if kwp <= 2 * chunk { 64 * kwp } else { 0 };
+        let shared =
+            4 * (abits as usize * kwp + self.stages as usize * self.ring_words(wbits)) + token;
         if shared > POPC_MAX_SHARED {
             return Err(AptError::Kernel(format!(
                 "argument `tiles`: {self:?} needs {shared} bytes of shared memory for k = {k}, W{wbits}A{abits}; at most {POPC_MAX_SHARED}"
