@@ -273,6 +273,42 @@ fn fused_decode_matches_unfused() {
     }
 }
 
+/// Every point the popc tuner measures (`kernels::apt::tune::candidates`) is one the kernel
+/// takes, the rule's first and none twice, on the Llama-70B layers and the long-row one; and on
+/// a small layer each computes the rule's bits on the interpreter (a tuned layer changes
+/// speed, never results).
+#[test]
+fn popc_tune_points_match_the_rule() {
+    use tilus::kernels::apt::tune::candidates;
+    use tilus::kernels::apt::{AptLinear, PopcTiles};
+    for (w, a) in tilus::kernels::apt::bench::WIDTHS {
+        for (n, k) in [(57344, 8192), (8192, 28672), (10240, 8192), (1024, 1024)] {
+            let c = candidates(n, k, w, a);
+            assert_eq!(c[0], PopcTiles::for_shape(n, k, w), "W{w}A{a} {n}x{k}");
+            assert!(c.len() >= 8, "W{w}A{a} {n}x{k}: {} points", c.len());
+            for (i, t) in c.iter().enumerate() {
+                assert!(!c[..i].contains(t), "W{w}A{a} {n}x{k}: {t} twice");
+                t.config(k, w, a, false)
+                    .unwrap_or_else(|e| panic!("W{w}A{a} {n}x{k}: {t}: {e}"));
+            }
+        }
+    }
+    let mut rng = rand::rng();
+    let (n, k, w, a) = (72, 1280, 3, 4);
+    let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+    let x: Vec<f16> = (0..k)
+        .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+        .collect();
+    let (y0, acc0) = layer.forward_cpu_popc(&x, 1, None, None).unwrap();
+    assert!(acc0.iter().any(|&v| v != 0));
+    for t in candidates(n, k, w, a) {
+        let (y, acc) = layer.forward_cpu_popc(&x, 1, Some(t), None).unwrap();
+        assert_eq!(acc, acc0, "{t}: products");
+        let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&y0), "{t}: outputs");
+    }
+}
+
 /// The popc decode kernel (`apt_gemv_popc`: the plane pairs counted on the CUDA cores) gives
 /// the same bits as the quantizer + `apt_gemm`, for every bench width, one and several tokens,
 /// `n` not a multiple of the block's rows and `k` not a multiple of the chunk, tilings of

@@ -215,7 +215,7 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("apt");
-    let bad: [(&[&str], &str); 16] = [
+    let bad: [(&[&str], &str); 17] = [
         (&["--l2", "warm"], "--l2"),
         (&["--stages", "1"], "--stages"),
         (&["--stages", "9"], "--stages"),
@@ -231,6 +231,8 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
         (&["--popc-tiles", "4x4"], "--popc-tiles"),
         (&["--popc-tiles", "4x4x8"], "--popc-tiles"),
         (&["--popc-tiles", "4x4x4,6x1x4"], "--popc-tiles"),
+        // `--tune` chooses the popc tiles: a list of them beside it is refused.
+        (&["--tune", "--m", "1", "--popc-tiles", "8x4x4"], "--tune"),
         (&["--widths", "W9A2"], "--widths"),
         (&["--widths", "W2"], "--widths"),
         (&["--m", "0"], "--m"),

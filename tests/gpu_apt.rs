@@ -374,6 +374,64 @@ fn gpu_apt_popc_walks_row_groups() {
     }
 }
 
+/// The popc tuner (`kernels::apt::tune`) times its points on the GPU and keeps the fastest; the
+/// tuned layer's one-token forward takes those tiles and gives the 1-bit GEMM's bits (outputs
+/// poisoned); a second call finds the winner remembered and launches nothing.
+#[test]
+fn gpu_apt_popc_tune_picks_the_fastest_point() {
+    use tilus::kernels::apt::tune::{candidates, tune};
+    use tilus::kernels::apt::AptPath;
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_popc_tune_picks_the_fastest_point",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (w, a, n, k) in [(2, 2, 4104, 4096), (3, 4, 1032, 8192)] {
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let points = candidates(n, k, w, a);
+        let (gpu, best, outcome) = tune(layer.to_gpu(&ctx).unwrap()).unwrap();
+        let tag = format!("W{w}A{a} {n}x{k} tuned {best}");
+        assert!(!outcome.reused(), "{tag}: tuned before?");
+        assert_eq!(points[outcome.index], best, "{tag}");
+        let timed: Vec<f64> = outcome
+            .record
+            .candidates
+            .iter()
+            .filter_map(|c| c.median_us)
+            .collect();
+        assert_eq!(timed.len(), points.len(), "{tag}: a point failed");
+        assert!(
+            timed.iter().all(|&t| t >= outcome.median_us),
+            "{tag}: {} us is not the fastest of {timed:?}",
+            outcome.median_us
+        );
+        assert_eq!(gpu.path(1), AptPath::Popc(best), "{tag}");
+        let one = one_bit_gemm(&gpu, 1, &mut rng, &tag);
+        let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n]).unwrap();
+        let mut acc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; n]).unwrap();
+        gpu.forward_popc(&one.x, 1, &mut y, Some(&mut acc), None)
+            .unwrap();
+        assert_eq!(acc.to_host().unwrap(), one.acc, "{tag}: products");
+        assert_eq!(bits(&y.to_host().unwrap()), bits(&one.y), "{tag}: output");
+        assert_eq!(
+            bits(&gpu.forward(&one.x, 1).unwrap().to_host().unwrap()),
+            bits(&one.y),
+            "{tag}: forward"
+        );
+        let (_, again, outcome) = tune(gpu).unwrap();
+        assert!(outcome.reused() && again == best, "{tag}: not remembered");
+        eprintln!(
+            "{tag}: {:.1} us of {} points",
+            outcome.median_us,
+            timed.len()
+        );
+    }
+}
+
 /// The planes on the 1-bit warpgroup MMA at ragged shapes (tile rows past `m` and columns past
 /// `n` read the next plane's rows), outputs poisoned: the 1-bit GEMM's products and bits for
 /// W2A2 and W3A4, twice (the ring's phases start over each launch). Small enough for

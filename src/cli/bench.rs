@@ -347,6 +347,11 @@ pub enum BenchCommand {
         /// the device time. The layer column is then the popc kernel.
         #[arg(long = "popc-only")]
         popc_only: bool,
+        /// Tune each layer's popc tiles first (every point of `kernels::apt::tune::candidates`
+        /// timed once, the winner remembered per GPU with the kernel cache) and time the
+        /// winner; the `tiles` column names it.
+        #[arg(long)]
+        tune: bool,
         /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
@@ -549,10 +554,12 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             popc_tiles,
             gemm_tiles,
             popc_only,
+            tune,
             l2,
             ..
         } => {
             parse_l2(l2)?;
+            super::bench_apt::check_tune(*tune, popc_tiles.is_some())?;
             if *popc_only {
                 super::bench_apt::check_popc_only(
                     m,
@@ -867,6 +874,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref popc_tiles,
         ref gemm_tiles,
         popc_only,
+        tune,
         ref l2,
     } = *cmd
     {
@@ -878,7 +886,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             (no_cublas, no_weight_only),
             (stages, split),
             (popc_tiles.as_deref(), gemm_tiles.as_deref()),
-            popc_only,
+            (popc_only, tune),
             parse_l2(l2)?,
         );
     }

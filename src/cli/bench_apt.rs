@@ -160,6 +160,17 @@ pub fn check_popc_only(m: &str, stages: bool, split: bool, gemm_tiles: bool) -> 
     Ok(())
 }
 
+/// `--tune` chooses the popc tiles itself: refused with `--popc-tiles`.
+pub fn check_tune(tune: bool, popc_tiles: bool) -> Result<(), String> {
+    if tune && popc_tiles {
+        return Err(
+            "argument `--tune`: it times the tuner's choice of popc tiles; leave out `--popc-tiles`"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     widths: &str,
@@ -169,13 +180,14 @@ pub fn run(
     (no_cublas, no_weight_only): (bool, bool),
     (stages, split): (Option<usize>, Option<usize>),
     (popc_tiles, gemm_tiles): (Option<&str>, Option<&str>),
-    popc_only: bool,
+    (popc_only, tune): (bool, bool),
     l2: L2Mode,
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
     if popc_only {
         check_popc_only(m, stages.is_some(), split.is_some(), gemm_tiles.is_some())?;
     }
+    check_tune(tune, popc_tiles.is_some())?;
     let popc_tiles = parse_popc_tiles(popc_tiles)?;
     let gemm_tiles = parse_gemm_tiles(gemm_tiles)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
@@ -226,7 +238,7 @@ pub fn run(
                     wo,
                     (stages.map(|s| s as i32), split.map(|s| s as i32)),
                     (&popc_tiles, &gemm_tiles),
-                    popc_only,
+                    (popc_only, tune),
                 )
                 .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?
                 {

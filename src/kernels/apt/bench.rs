@@ -91,7 +91,8 @@ fn err(e: impl std::fmt::Display) -> String {
 
 /// Measure one `(wbits, abits)` layer of shape `(n, k)` at `m` tokens; `cublas_us` is carried.
 /// With `popc_only` only the popc decode kernel is timed (each of `popc_tiles`, or the layer's
-/// rule), and it is the row's layer time; `None` when none of them runs at this point (`m`
+/// rule), and it is the row's layer time; with `tune` the layer's popc tiles are tuned first
+/// ([`super::tune::tune`]) and its winner is the one timed; `None` when none of them runs at this point (`m`
 /// past [`POPC_BENCH_MAX_M`], or every tiling refused for this width and shape).
 #[allow(clippy::too_many_arguments)]
 pub fn bench_apt(
@@ -108,11 +109,25 @@ pub fn bench_apt(
     weight_only_us: Option<f64>,
     (stages, split): (Option<i32>, Option<i32>),
     (popc_tiles, gemm_tiles): (&[PopcTiles], &[AptTiles]),
-    popc_only: bool,
+    (popc_only, tune): (bool, bool),
 ) -> Result<Option<AptBenchRow>, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
     let layer = AptLinear::new(&pattern(k * n, 7), k, n, wbits, abits, None).map_err(err)?;
-    let gpu = layer.to_gpu(ctx).map_err(err)?;
+    let mut gpu = layer.to_gpu(ctx).map_err(err)?;
+    if tune && m <= POPC_BENCH_MAX_M {
+        let (tuned, best, outcome) = super::tune::tune(gpu).map_err(err)?;
+        let r = &outcome.record;
+        let timed = r.candidates.iter().filter(|c| c.error.is_none()).count();
+        eprintln!(
+            "W{wbits}A{abits} {n}x{k}: popc tiles {best} (rule {}), {:.1} us; {timed} of {} points timed in {:.1} s{}",
+            layer.popc_tiles(),
+            outcome.median_us,
+            r.candidates.len(),
+            r.tune_seconds,
+            if outcome.reused() { ", remembered" } else { "" }
+        );
+        gpu = tuned;
+    }
     let x: Vec<f16> = pattern(m * k, 3)
         .iter()
         .map(|&v| f16::from_f32(v))
@@ -123,7 +138,7 @@ pub fn bench_apt(
     // The popc kernel with each tiling asked for (the layer's rule when none), the fastest kept.
     let mut popc: Option<(Timing, PopcTiles)> = None;
     if m <= POPC_BENCH_MAX_M {
-        let rule = [layer.popc_tiles()];
+        let rule = [gpu.popc_tiles()];
         let tried = if popc_tiles.is_empty() {
             &rule[..]
         } else {

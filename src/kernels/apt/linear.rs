@@ -610,6 +610,7 @@ impl AptLinear {
             unused: Mutex::new(DeviceBuffer::zeros(ctx, 1).map_err(kernel_err)?),
             split: Mutex::new(None),
             codes: std::sync::OnceLock::new(),
+            popc: None,
         })
     }
 }
@@ -672,6 +673,9 @@ pub struct GpuAptLinear {
     /// The weight's codes, a byte each (`[n, k]`), for [`AptPath::Igmma`]: uploaded by its first
     /// forward (`n · k` bytes next to the planes' `n · k · wbits / 8`).
     codes: std::sync::OnceLock<DeviceBuffer<u8>>,
+    /// The popc kernel's tiles when set ([`Self::with_popc_tiles`], e.g. by
+    /// [`super::tune::tune`]); the host layer's rule otherwise.
+    popc: Option<PopcTiles>,
 }
 
 struct SplitBuffers {
@@ -834,14 +838,31 @@ impl GpuAptLinear {
     }
 
     /// The path [`Self::forward`] takes on this device: [`AptLinear::path`] on sm_90a,
-    /// [`AptLinear::portable_path`] where the warpgroup MMAs are missing.
+    /// [`AptLinear::portable_path`] where the warpgroup MMAs are missing; the popc kernel in
+    /// [`Self::popc_tiles`].
     pub fn path(&self, m: usize) -> AptPath {
         match self.host.path(m) {
             AptPath::Igmma(_) | AptPath::Bgmma(_) if self.ctx.arch() != "sm_90a" => {
                 self.host.portable_path(m)
             }
+            AptPath::Popc(_) => AptPath::Popc(self.popc_tiles()),
             path => path,
         }
+    }
+
+    /// The popc decode kernel's tiles: those set by [`Self::with_popc_tiles`], else the
+    /// layer's rule ([`AptLinear::popc_tiles`]).
+    pub fn popc_tiles(&self) -> PopcTiles {
+        self.popc.unwrap_or_else(|| self.host.popc_tiles())
+    }
+
+    /// This layer with the popc decode kernel in `tiles` (e.g. [`super::tune::tune`]'s
+    /// winner); refused, naming `tiles`, when the kernel cannot take them for this layer's `k`
+    /// and widths.
+    pub fn with_popc_tiles(mut self, tiles: PopcTiles) -> Result<GpuAptLinear, AptError> {
+        tiles.config(self.host.k, self.host.wbits(), self.host.abits, false)?;
+        self.popc = Some(tiles);
+        Ok(self)
     }
 
     /// The popc decode kernel ([`apt_gemv_popc`], any `m`, one block row per token) with
@@ -857,7 +878,7 @@ impl GpuAptLinear {
     ) -> Result<(), AptError> {
         let h = &self.host;
         let mi = h.check_x(x.len(), m)?;
-        let tiles = tiles.unwrap_or_else(|| h.popc_tiles());
+        let tiles = tiles.unwrap_or_else(|| self.popc_tiles());
         let cfg = tiles.config(h.k, h.wbits(), h.abits, acc.is_some())?;
         let blocks = tiles.blocks(self.ctx.device().multiprocessors as usize);
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod kernel;
 pub mod linear;
 pub mod relayout;
+pub mod tune;
 
 pub use linear::{AptLinear, AptPath, GpuAptLinear};
 
