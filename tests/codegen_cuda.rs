@@ -1350,6 +1350,50 @@ fn apt_relayout_compiles_without_local_memory() {
     }
 }
 
+/// The look-up method (`qmatmul_lut`, one token) in the tuner's tiling of 1-bit weights at
+/// 57344 x 8192: no spills or local memory, `LDG.E.128` weights, and the first weight tile
+/// requested before the first tables are stored. Built first, the tables (the token's round
+/// trip, about 200 instructions and a barrier) delayed the weight's first request in every
+/// block. The program requests them first in every tiling, but where the tile is narrower
+/// (u1 at 512 columns, i2) ptxas 13.0 still sinks the register loads below the tables: this
+/// checks the tiling where it keeps them.
+#[test]
+fn lut_kernel_requests_its_weights_before_its_tables() {
+    use tilus::kernels::qmatmul::{build, QMatmulConfig};
+    let Some((ptxas, disasm)) = tools("lut_kernel_requests_its_weights_before_its_tables") else {
+        return;
+    };
+    let scratch = Scratch::new("lut_order");
+    for (wd, bn, split_k) in [("u1", 896, 4)] {
+        let wd: DType = wd.parse().unwrap();
+        let base =
+            QMatmulConfig::default_for(wd, DType::F16, Some(128), matches!(wd, DType::UInt(_)));
+        let cfg = base.lut(bn, 8, split_k, 2);
+        let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        let name = format!("qmatmul_lut_{wd}_{bn}");
+        let k = emit(&kernel.main, &Default::default()).unwrap();
+        let ops = check_kernel_with(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &k,
+            Expect::default(),
+            &["LDG.E.128"],
+            &[],
+        );
+        let weights = ops.iter().position(|o| o.starts_with("LDG.E.128")).unwrap();
+        let tables = ops
+            .iter()
+            .position(|o| o.starts_with("STS"))
+            .expect("table stores");
+        assert!(
+            weights < tables,
+            "{name}: the first weight load (instruction {weights}) after the first table store ({tables})"
+        );
+    }
+}
+
 /// The VQ-GEMV kernels (`src/kernels/vq`): the codebook-centric kernel for GPTVQ-2 (16 copies
 /// of the codebook, and one), AQLM-2x8 (8 copies), AQLM-3 and QuiP#-4 (the E8P table), whole
 /// and with k split in four, and the naive GC

@@ -2274,8 +2274,11 @@ mod kernels {
             acc = mul_add(sc, v, acc);
         };
 
-        build(t0, 0);
+        // The first weight tile is requested before the first tables are built: the build
+        // waits on the token's round trip, and behind it the weight's stream started late
+        // (ptxas keeps this order where the tile's registers allow, e.g. u1 at 896 columns).
         let mut w = load_w(t0);
+        build(t0, 0);
         sync();
         for i in 0..per / 2 - 1 {
             let t = t0 + 2 * i;
