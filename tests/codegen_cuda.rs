@@ -1364,34 +1364,31 @@ fn lut_kernel_requests_its_weights_before_its_tables() {
         return;
     };
     let scratch = Scratch::new("lut_order");
-    for (wd, bn, split_k) in [("u1", 896, 4)] {
-        let wd: DType = wd.parse().unwrap();
-        let base =
-            QMatmulConfig::default_for(wd, DType::F16, Some(128), matches!(wd, DType::UInt(_)));
-        let cfg = base.lut(bn, 8, split_k, 2);
-        let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
-        let name = format!("qmatmul_lut_{wd}_{bn}");
-        let k = emit(&kernel.main, &Default::default()).unwrap();
-        let ops = check_kernel_with(
-            &ptxas,
-            &disasm,
-            &scratch.0,
-            &name,
-            &k,
-            Expect::default(),
-            &["LDG.E.128"],
-            &[],
-        );
-        let weights = ops.iter().position(|o| o.starts_with("LDG.E.128")).unwrap();
-        let tables = ops
-            .iter()
-            .position(|o| o.starts_with("STS"))
-            .expect("table stores");
-        assert!(
-            weights < tables,
-            "{name}: the first weight load (instruction {weights}) after the first table store ({tables})"
-        );
-    }
+    let (wd, bn, split_k): (DType, usize, usize) = ("u1".parse().unwrap(), 896, 4);
+    let base = QMatmulConfig::default_for(wd, DType::F16, Some(128), matches!(wd, DType::UInt(_)));
+    let cfg = base.lut(bn, 8, split_k, 2);
+    let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+    let name = format!("qmatmul_lut_{wd}_{bn}");
+    let k = emit(&kernel.main, &Default::default()).unwrap();
+    let ops = check_kernel_with(
+        &ptxas,
+        &disasm,
+        &scratch.0,
+        &name,
+        &k,
+        Expect::default(),
+        &["LDG.E.128"],
+        &[],
+    );
+    let weights = ops.iter().position(|o| o.starts_with("LDG.E.128")).unwrap();
+    let tables = ops
+        .iter()
+        .position(|o| o.starts_with("STS"))
+        .expect("table stores");
+    assert!(
+        weights < tables,
+        "{name}: the first weight load (instruction {weights}) after the first table store ({tables})"
+    );
 }
 
 /// The VQ-GEMV kernels (`src/kernels/vq`): the codebook-centric kernel for GPTVQ-2 (16 copies
