@@ -76,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// What `main` does: the interpreter run, then the GPU run when there is a GPU.
 pub fn run_example() -> Result<(), Box<dyn std::error::Error>> {
-    // 1000 is not a multiple of anything the layout likes: the tail of each row is masked.
+    // 1000 is shorter than the block's 1024 columns: the tail of each row is masked.
     let (rows, n) = (6, 1000);
     let cfg = config_for(n).ok_or("rows too long")?;
     let x = random_input(rows, n);

@@ -65,7 +65,17 @@ fn rel_err<T: Activation>(got: &[T], want: &[f64]) -> f64 {
 
 fn permute_kernel_case<T: Activation + PermuteElement>() {
     let mut rng = rand::rng();
-    for (m, k) in [(1, 1), (3, 1000), (2, 1024), (5, 2500)] {
+    // A k the generated code's 8-element loads cannot take is refused, naming `k`, as a launch
+    // refuses it, with nothing written.
+    let x = vec![T::from_f32(1.0); 2];
+    let mut y = vec![T::from_f32(f32::NAN); 2];
+    let e = T::permute_columns_cpu(1, 2, &[1, 0], &x, &mut y).unwrap_err();
+    assert!(e.to_string().contains("k = 2"), "{e}");
+    assert!(
+        y.iter().all(|v| v.to_f32().is_nan()),
+        "written before the refusal"
+    );
+    for (m, k) in [(1, 8), (3, 1000), (2, 1024), (5, 2504)] {
         let perm = random_perm(k);
         let perm_i: Vec<i32> = perm.iter().map(|&p| p as i32).collect();
         let x: Vec<T> = (0..m * k)
