@@ -13,12 +13,11 @@ use super::kernel::apt_gemv_popc;
 use super::linear::{kernel_err, GpuAptLinear};
 use super::PopcTiles;
 use crate::apt::AptError;
+use crate::kernels::timing::{pattern, time_launches};
 use half::f16;
 use serde_json::{json, Value};
-use tilus_runtime::autotune::{TIMED_RUNS, WARMUP_RUNS};
-use tilus_runtime::{
-    time_runs, DeviceBuffer, L2Flush, L2Mode, TuneCandidate, TuneKey, TuneOutcome,
-};
+use tilus_runtime::autotune::TIMED_RUNS;
+use tilus_runtime::{DeviceBuffer, L2Flush, L2Mode, TuneCandidate, TuneKey, TuneOutcome};
 
 impl TuneCandidate for PopcTiles {
     fn to_json(&self) -> Value {
@@ -118,9 +117,7 @@ pub fn tune(layer: GpuAptLinear) -> Result<(GpuAptLinear, PopcTiles, TuneOutcome
             },
             |_, t, ()| -> Result<_, AptError> {
                 if io.is_none() {
-                    let x: Vec<f16> = (0..k)
-                        .map(|i| f16::from_f32((i % 251) as f32 / 125.0 - 1.0))
-                        .collect();
+                    let x: Vec<f16> = pattern(k, 3).into_iter().map(f16::from_f32).collect();
                     io = Some((
                         L2Flush::with_mode(&ctx, L2Mode::Clean).map_err(kernel_err)?,
                         DeviceBuffer::from_host(&ctx, &x).map_err(kernel_err)?,
@@ -128,18 +125,12 @@ pub fn tune(layer: GpuAptLinear) -> Result<(GpuAptLinear, PopcTiles, TuneOutcome
                     ));
                 }
                 let (flush, x, y) = io.as_mut().expect("made above");
-                let mut failure = None;
-                let timing = time_runs(&ctx, WARMUP_RUNS, TIMED_RUNS, Some(flush), || {
-                    if let Err(e) = layer.forward_popc(x, 1, y, None, Some(*t)) {
-                        failure.get_or_insert(e);
-                    }
-                    Ok(())
+                time_launches(&ctx, flush, TIMED_RUNS, || {
+                    layer
+                        .forward_popc(x, 1, y, None, Some(*t))
+                        .map_err(|e| e.to_string())
                 })
-                .map_err(kernel_err)?;
-                match failure {
-                    Some(e) => Err(e),
-                    None => Ok(timing),
-                }
+                .map_err(kernel_err)
             },
         )
         .map_err(kernel_err)?;
