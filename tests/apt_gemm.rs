@@ -273,6 +273,47 @@ fn fused_decode_matches_unfused() {
     }
 }
 
+/// The popc launch's blocks keep the rounds of row groups `per_sm` a multiprocessor would
+/// take, with the fewest blocks that do (so at most one group short of the most a block):
+/// 57344 rows in groups of 32 on 132 SMs are 128 blocks of 14 groups.
+#[test]
+fn popc_blocks_keep_the_rounds_and_spread_the_groups() {
+    use tilus::kernels::apt::PopcTiles;
+    let llama = PopcTiles::for_shape(57344, 8192, 2);
+    assert_eq!((llama.block_rows(), llama.per_sm), (32, 1));
+    assert_eq!(llama.blocks(57344, 132), 128);
+    let mut rng = rand::rng();
+    for _ in 0..2000 {
+        let tiles = PopcTiles {
+            warps: rng.random_range(1..=16),
+            rows: rng.random_range(1..=4),
+            vec: 1,
+            per_sm: rng.random_range(1..=4),
+            stages: 0,
+            qsplit: 1,
+        };
+        let n = 8 * rng.random_range(1..=20000usize);
+        let sms = rng.random_range(1..=160usize);
+        let tag = format!("{tiles:?} n = {n} sms = {sms}");
+        let groups = n.div_ceil(tiles.block_rows());
+        let slots = tiles.per_sm as usize * sms;
+        let blocks = tiles.blocks(n, sms) as usize;
+        assert!((1..=slots.min(groups)).contains(&blocks), "{tag}: {blocks}");
+        assert_eq!(
+            groups.div_ceil(blocks),
+            groups.div_ceil(slots),
+            "{tag}: rounds"
+        );
+        // The fewest blocks that take those rounds: one fewer would need another round.
+        if blocks > 1 {
+            assert!(
+                groups.div_ceil(blocks - 1) > groups.div_ceil(slots),
+                "{tag}: {blocks} is not the fewest"
+            );
+        }
+    }
+}
+
 /// Every point the popc tuner measures (`kernels::apt::tune::candidates`) is one the kernel
 /// takes, the rule's first and none twice, on the Llama-70B layers and the long-row one; and on
 /// a small layer each computes the rule's bits on the interpreter (a tuned layer changes
@@ -362,7 +403,7 @@ fn popc_decode_matches_unfused() {
                     m as i32,
                     n as i32,
                     k as i32,
-                    tiles.blocks(3),
+                    tiles.blocks(n, 3),
                     &x,
                     layer.planes(),
                     &layer.weight().row_sums(),

@@ -363,7 +363,7 @@ impl AptLinear {
         let blocks = match blocks {
             Some(0) => return Err(AptError::Empty { arg: "blocks" }),
             Some(b) => dim("blocks", b)?,
-            None => tiles.blocks(INTERPRETER_SMS),
+            None => tiles.blocks(self.n, INTERPRETER_SMS),
         };
         let mut y = vec![f16::ZERO; m * self.n];
         let mut acc = vec![0i32; m * self.n];
@@ -880,7 +880,7 @@ impl GpuAptLinear {
         let mi = h.check_x(x.len(), m)?;
         let tiles = tiles.unwrap_or_else(|| self.popc_tiles());
         let cfg = tiles.config(h.k, h.wbits(), h.abits, acc.is_some())?;
-        let blocks = tiles.blocks(self.ctx.device().multiprocessors as usize);
+        let blocks = tiles.blocks(h.n, self.ctx.device().multiprocessors as usize);
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
         self.with_acc(acc, |acc| {
             apt_gemv_popc::launch(

@@ -328,10 +328,18 @@ impl PopcTiles {
         wbits as usize * self.block_rows() * 32 * self.vec as usize
     }
 
-    /// The launch's blocks on a GPU of `sms` multiprocessors (its `blocks` argument; the grid
-    /// is the smaller of this and the row groups).
-    pub fn blocks(&self, sms: usize) -> i32 {
-        (self.per_sm.max(1) as usize * sms.max(1)).min(i32::MAX as usize) as i32
+    /// The launch's blocks for `n` output channels on a GPU of `sms` multiprocessors (its
+    /// `blocks` argument; the grid is the smaller of this and the row groups): `per_sm` a
+    /// multiprocessor, or fewer where that takes the same rounds of row groups. A block walks
+    /// groups `b, b + blocks, ..`, so the slowest block takes `ceil(groups / blocks)` of them;
+    /// the fewest blocks with that many rounds give every block that many but the last few
+    /// (57344 rows in groups of 32 on 132 SMs: 128 blocks of 14 groups, where 132 gave 76
+    /// blocks 14 and 56 blocks 13, and the last round ran on 58% of the blocks).
+    pub fn blocks(&self, n: usize, sms: usize) -> i32 {
+        let slots = self.per_sm.max(1) as usize * sms.max(1);
+        let groups = n.div_ceil(self.block_rows().max(1)).max(1);
+        let rounds = groups.div_ceil(slots);
+        groups.div_ceil(rounds).min(i32::MAX as usize) as i32
     }
 
     /// The kernel's configuration for `k` and the widths; the argument `tiles` is refused when a
