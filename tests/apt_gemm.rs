@@ -757,3 +757,64 @@ fn split_planes_matches_the_host() {
     assert!(err(&[4; 64], 2, 32, 2).contains("`code`"));
     assert!(err(&[0; 64], 2, 1 << 30, 2).contains("`k`"));
 }
+
+/// The integer-mma decode kernel computes the unfused path's exact products and output bits:
+/// every width it takes (1- to 5-bit weights, 2 of them from two planes; activations up to 7
+/// bits), one and two tokens, blocks of one and several mma tiles a warp, one and two k32
+/// fragments a field, rings of 2 and 3 stages, and `k` over the token's 4096-element chunks of
+/// capacity and not a multiple of the prologue's 8 elements a thread.
+#[test]
+fn imma_decode_matches_unfused() {
+    use tilus::kernels::apt::{AptLinear, ImmaTiles};
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (w, a) in [(1, 2), (2, 2), (3, 4), (4, 4), (5, 3), (2, 7)] {
+        let p = tilus::kernels::apt::imma::fields_per_byte(w).unwrap();
+        for (m, n, k, tiles) in [
+            (
+                1,
+                128,
+                512,
+                ImmaTiles {
+                    bn: 64,
+                    bk: 32 * p,
+                    warps: 4,
+                    stages: 2,
+                },
+            ),
+            (
+                2,
+                256,
+                1024,
+                ImmaTiles {
+                    bn: 128,
+                    bk: 64 * p,
+                    warps: 4,
+                    stages: 3,
+                },
+            ),
+            (
+                1,
+                64,
+                4608,
+                ImmaTiles {
+                    bn: 32,
+                    bk: 32 * p,
+                    warps: 2,
+                    stages: 3,
+                },
+            ),
+        ] {
+            let tag = format!("W{w}A{a} m={m} n={n} k={k} {tiles:?}");
+            let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let (y2, acc2) = layer.forward_cpu_unfused(&x, m).unwrap();
+            assert!(acc2.iter().any(|&v| v != 0), "{tag}");
+            let (y, acc) = layer.forward_cpu_imma(&x, m, Some(tiles)).unwrap();
+            assert_eq!(acc, acc2, "{tag}: products");
+            assert_eq!(bits(&y), bits(&y2), "{tag}: outputs");
+        }
+    }
+}

@@ -1236,4 +1236,244 @@ mod kernels {
             wait_group(0);
         }
     }
+
+    /// The decode GEMV on the integer tensor cores (`mma.m16n8k32 .s32.u8.s8`): `y[t, n]` for
+    /// one token `t` per block row, the weight's codes in `qmatmul_gemv_imma`'s byte layout
+    /// (the host re-lays the planes out once, [`crate::kernels::apt::ImmaTiles`]), the
+    /// activation quantized in the block's prologue (the quantizer's f32 operations exactly,
+    /// as [`apt_gemv_popc`]).
+    ///
+    /// `X = Σ_k code_a · code_w` is one mma a field: field `f` of every weight byte, masked in
+    /// place, is its code times `2^pos_f`, a u8 A fragment of `BK / P` rows of k (`P = 8 /
+    /// bits` fields a byte; 3- and 5-bit codes rebuilt from two planes by two `lop3`s, as
+    /// there). The token's codes (`0..2^ABITS`, s8) are B: field `f`'s k-range goes in mma
+    /// column `f` and zeros in the others, so column `f` of the i32 accumulator sums field `f`
+    /// alone, `2^pos_f Σ code_a code_w`, and is shifted down exactly at the end (the host checks
+    /// `2^pos_f · K (2^A - 1)(2^W - 1) < 2^31`). At one token the mma's 8 columns were 7/8
+    /// padding: the fields fill them, so the weights need no shift. The AND form's correction and
+    /// the scales then as [`apt_finish`], bit for bit the popc kernel's outputs.
+    ///
+    /// The weight tiles stream through a `STAGES`-deep cp.async ring behind the token's copy
+    /// (its own commit group, first); `KC` is the token's capacity in shared memory (`k`
+    /// rounded up, so one compiled kernel serves several `k`), read in chunks of `XV`
+    /// elements a thread (`32 · WN · XV` divides `k`); a thread loads its weight bytes `VEC`
+    /// at a time.
+    #[tilus::kernel(
+    lazy,
+    grid = [n / BN, m],
+    warps = WN,
+    space(
+        WBITS = [2, 3],
+        ABITS = [2, 4],
+        BN = [128],
+        BK = [128],
+        WN = [4],
+        STAGES = [3],
+        KC = [4096],
+        XV = [8],
+        VEC = [16],
+        STORE_ACC = [0, 1],
+    ),
+)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn apt_gemv_imma<
+        const WBITS: i32,
+        const ABITS: i32,
+        const BN: i32,
+        const BK: i32,
+        const WN: i32,
+        const STAGES: i32,
+        const KC: i32,
+        const XV: i32,
+        const VEC: i32,
+        const STORE_ACC: i32,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        x: Global<f16>,
+        w_bytes: Global<u8>,
+        w_sums: Global<i32>,
+        w_scales: Global<f32>,
+        y: GlobalMut<f16>,
+        acc_out: GlobalMut<i32>,
+    ) {
+        // The byte layout of `qmatmul_gemv_imma` for unsigned codes: `P` fields a byte (of a
+        // `hb`-bit plane and a 1-bit plane for 3 and 5 bits), field `f` at bit `pos_f`.
+        let planes = WBITS == 3 || WBITS == 5;
+        let hb = if planes { WBITS - 1 } else { WBITS };
+        let p = 8 / hb;
+        let top = if planes { 8 - WBITS } else { WBITS * (p - 1) };
+        let fk = BK / p;
+        let rep_n = BN / (16 * WN);
+        let rep_f = fk / 32;
+        let tile_bytes = BK * BN * WBITS / 8;
+        let tile_fields = if planes { BK * BN * hb / 8 } else { tile_bytes };
+        let thread_bytes = tile_fields / (32 * WN);
+        let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+        let lwords = layout!(spatial(1, WN)
+            .column_local(rep_f, rep_n)
+            .local(2, 2)
+            .column_spatial(4, 8));
+        let (lwords7, lplane1, lbytes1) = if planes {
+            let l7 = layout!(spatial(1, 1, 1, WN, 1, 1, 1)
+                .column_local(rep_f, 1, 1, 1, rep_n, 1, 1)
+                .local(1, 2, 1, 1, 1, 2, 1)
+                .column_spatial(1, 1, 4, 1, 1, 1, 8));
+            let l1 = if WBITS == 3 {
+                layout!(reduce(l7, [1]))
+            } else {
+                layout!(reduce(l7, [1, 5]))
+            };
+            (
+                l7,
+                l1,
+                layout!(local(thread_bytes / hb / VEC).spatial(32 * WN).local(VEC)),
+            )
+        } else {
+            ((), (), ())
+        };
+        let lwa = layout!(spatial(WN, 1).local(rep_n, rep_f).mma_a_f8);
+        // The token's codes, one row read by every lane of a k quad (the B fragment's eight
+        // columns the same values; each field keeps its own column).
+        let lxt = layout!(replicated(WN)
+            .local(1, rep_f)
+            .local(1, 2)
+            .replicated(8)
+            .spatial(1, 4)
+            .local(1, 4));
+        let lxb = layout!(replicated(WN).local(rep_f, 1).mma_b_f8);
+        let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
+        let lct = layout!(spatial(1, WN).column_local(1, rep_n).mma_c_t);
+        let lcs = layout!(reduce(lct, [0]));
+
+        let [bj, t] = block_indices();
+        let ktiles = k / BK;
+        let gb = view_global(w_bytes, [k / BK, n / BN, tile_bytes]);
+        // The token first, in a commit group of its own: every block waits for it before its
+        // first mma (perf note 74: register loads let ptxas queue it behind the weight's).
+        let sx = shared::<f16>([1, KC]);
+        copy_async(view_global(x, [m, k]), sx, [t, 0]);
+        commit_group();
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        #[unroll]
+        for s0 in 0..STAGES - 1 {
+            if s0 < ktiles {
+                copy_async(gb, slice_shared(sb, [s0, 0], [tile_bytes]), [s0, bj, 0]);
+            }
+            commit_group();
+        }
+
+        // Prologue: the token's scale (its largest magnitude, a running maximum per thread and
+        // one reduction), then its codes as s8 into `st` and their sum.
+        let st = shared::<u8>([1, KC + 16]);
+        let threads = 32 * WN;
+        let lx = layout!(spatial(1, threads).local(1, XV));
+        let chunks = k / (threads * XV);
+        let maxv = (1 << ABITS) - 1;
+        wait_group(STAGES - 1);
+        sync();
+        let mut amax = register::<f32>(lx, 0.0);
+        for c in 0..chunks {
+            amax = max(
+                amax,
+                abs(cast::<f32>(load_shared(sx, lx, [0, c * threads * XV]))),
+            );
+        }
+        let amax = reduce_max(reduce_max(amax, 1), 0);
+        let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+        let mut codes = register::<i32>(lx, 0);
+        for c in 0..chunks {
+            let xs = cast::<f32>(load_shared(sx, lx, [0, c * threads * XV]));
+            let code = bipolar_codes(xs, scale);
+            codes = codes + code;
+            store_shared(cast::<u8>(code), st, [0, c * threads * XV]);
+        }
+        let total = sum(sum(codes, 1), 0);
+        let sw = load_global(view_global(w_sums, [1, n]), lcs, [0, bj * BN]);
+        let fw = load_global(view_global(w_scales, [1, n]), lcs, [0, bj * BN]);
+        sync();
+
+        // Field `f`'s codes in B column `f`, zeros in the others.
+        let col = arange(lxb, 1, 0);
+        let mut acc = register::<i32>(lc, 0);
+        for tt in 0..ktiles {
+            wait_group(STAGES - 2);
+            sync();
+            let stage = tt % STAGES;
+            let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+            let next = tt + (STAGES - 1);
+            if next < ktiles {
+                copy_async(
+                    gb,
+                    slice_shared(sb, [next % STAGES, 0], [tile_bytes]),
+                    [next, bj, 0],
+                );
+            }
+            commit_group();
+            // `m * 0x01010101` as an i32 (the top byte wraps when its bit 7 is set).
+            let bytes4 = |m: i32| m * 65793 + (m - 256 * (m >> 7)) * 16777216;
+            if planes {
+                let wh = view::<i32>(rw, lwords7);
+                let rw1 = load_shared(
+                    slice_shared(sb, [stage, tile_fields], [tile_bytes - tile_fields]),
+                    lbytes1,
+                    [0],
+                );
+                let w1 = register::<i32>(lwords7, 0) + view::<i32>(rw1, lplane1);
+                let (even, odd) = if WBITS == 3 {
+                    let j = arange(lwords7, 1, 0);
+                    (w1 >> j, w1 << (j * 4))
+                } else {
+                    let j = arange(lwords7, 1, 0) * 2 + arange(lwords7, 5, 0);
+                    let up = j / 2;
+                    let moved = (w1 >> ((3 - 2 * j) * (1 - up))) << ((2 * j - 3) * up);
+                    (moved, moved)
+                };
+                #[unroll]
+                for f in 0..p {
+                    let bit = if f == p - 1 {
+                        1 << top
+                    } else {
+                        1 << (hb * (f + 1))
+                    };
+                    let src = if f % 2 == 0 { even } else { odd };
+                    let field = bytes4(((1 << hb) - 1) << (hb * f));
+                    let code = (wh & field) | (src & bytes4(bit));
+                    let xt = view::<i8>(load_shared(st, lxt, [0, tt * BK + f * fk]), lxb);
+                    let xf = select(col == f, xt, cast::<i8>(register::<i32>(lxb, 0)));
+                    acc = dot(view::<u8>(code, lwa), xf, acc);
+                }
+            } else {
+                let words = view::<i32>(rw, lwords);
+                #[unroll]
+                for f in 0..p {
+                    let mask = bytes4(((1 << WBITS) - 1) << (WBITS * f));
+                    let xt = view::<i8>(load_shared(st, lxt, [0, tt * BK + f * fk]), lxb);
+                    let xf = select(col == f, xt, cast::<i8>(register::<i32>(lxb, 0)));
+                    acc = dot(view::<u8>(words & mask, lwa), xf, acc);
+                }
+            }
+        }
+        wait_group(0);
+
+        // Column `f` holds `2^pos_f Σ code_a code_w` of field `f`: shifted down and added.
+        let acct = view::<i32>(acc, lct);
+        let f = arange(lct, 0, 0);
+        let pos = if planes {
+            select(f == p - 1, register::<i32>(lct, top), f * hb)
+        } else {
+            f * WBITS
+        };
+        let xsum = sum(select(f < p, acct >> pos, register::<i32>(lct, 0)), 0);
+        let ma = (1 << ABITS) - 1;
+        let mw = (1 << WBITS) - 1;
+        let token = total * (0 - 2 * mw) + k * (ma * mw);
+        let d = xsum * 4 - sw * (2 * ma) + token;
+        if STORE_ACC == 1 {
+            store_global(d, view_global(acc_out, [m, n]), [t, bj * BN]);
+        }
+        let out = cast::<f32>(d) * scale * fw;
+        store_global(cast::<f16>(out), view_global(y, [m, n]), [t, bj * BN]);
+    }
 }

@@ -17,9 +17,10 @@
 //! kernels on the context's stream.
 
 use super::kernel::{
-    apt_gemm, apt_gemm_bgmma, apt_gemm_igmma, apt_gemv, apt_gemv_popc, apt_quantize_act,
+    apt_gemm, apt_gemm_bgmma, apt_gemm_igmma, apt_gemv, apt_gemv_imma, apt_gemv_popc,
+    apt_quantize_act,
 };
-use super::{check_shape, AptTiles, PopcTiles, INTERPRETER_SMS};
+use super::{check_shape, AptTiles, ImmaTiles, PopcTiles, INTERPRETER_SMS};
 use crate::apt::matrix::ScaleRule;
 use crate::apt::{AptError, AptMatrix};
 use crate::gpu::LaunchOptions;
@@ -387,6 +388,63 @@ impl AptLinear {
     /// The popc decode kernel's tiles for this layer.
     pub fn popc_tiles(&self) -> PopcTiles {
         PopcTiles::for_shape(self.n, self.k, self.wbits())
+    }
+
+    /// The integer-mma decode kernel's tiles for this layer ([`ImmaTiles::for_shape`]), `None`
+    /// where it does not serve the shape or widths.
+    pub fn imma_tiles(&self) -> Option<ImmaTiles> {
+        let t = ImmaTiles::for_shape(self.n, self.k, self.wbits())?;
+        t.config(self.n, self.k, self.wbits(), self.abits, false)
+            .ok()
+            .map(|_| t)
+    }
+
+    /// The weight's codes in [`apt_gemv_imma`]'s byte layout for `tiles`.
+    pub fn imma_bytes(&self, tiles: &ImmaTiles) -> Result<Vec<u8>, AptError> {
+        tiles.config(self.n, self.k, self.wbits(), self.abits, false)?;
+        tiles.relayout(self.weight.codes(), self.n, self.k, self.wbits())
+    }
+
+    /// The integer-mma decode kernel ([`apt_gemv_imma`]) on the interpreter, with `tiles` (the
+    /// layer's, [`Self::imma_tiles`], when `None`): `y` and the exact products, the same as
+    /// every other path's.
+    pub fn forward_cpu_imma(
+        &self,
+        x: &[f16],
+        m: usize,
+        tiles: Option<ImmaTiles>,
+    ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
+        let mi = self.check_x(x.len(), m)?;
+        let tiles = match tiles.or_else(|| self.imma_tiles()) {
+            Some(t) => t,
+            None => {
+                return Err(AptError::Kernel(format!(
+                    "argument `tiles`: no integer-mma tiling serves {} x {} W{}A{}",
+                    self.n,
+                    self.k,
+                    self.wbits(),
+                    self.abits
+                )))
+            }
+        };
+        let cfg = tiles.config(self.n, self.k, self.wbits(), self.abits, true)?;
+        let bytes = self.imma_bytes(&tiles)?;
+        let mut y = vec![f16::ZERO; m * self.n];
+        let mut acc = vec![0i32; m * self.n];
+        apt_gemv_imma::interpret(
+            &cfg,
+            mi,
+            self.n as i32,
+            self.k as i32,
+            x,
+            &bytes,
+            &self.sums,
+            self.weight.scales(),
+            &mut y,
+            &mut acc,
+        )
+        .map_err(kernel_err)?;
+        Ok((y, acc))
     }
 
     /// [`Self::forward_cpu_acc`] through the quantizer and [`apt_gemm`] whatever `m` (the

@@ -3,11 +3,13 @@
 //! tiling rule per shape ([`AptTiles`]) and the layer ([`linear::AptLinear`]).
 
 pub mod bench;
+pub mod imma;
 pub mod kernel;
 pub mod linear;
 pub mod relayout;
 pub mod tune;
 
+pub use imma::ImmaTiles;
 pub use linear::{AptLinear, AptPath, GpuAptLinear};
 
 use crate::apt::AptError;

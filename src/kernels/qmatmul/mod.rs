@@ -57,4 +57,5 @@ pub use kernel::qmatmul_main;
 pub use layouts::{pack_split, QMatmulLayouts};
 pub use lut::{relayout_lut, relayout_lut_inverse};
 pub use program::{a_swizzle, build, config_name, runs_on, target, QMatmulKernel, TARGET};
+pub(crate) use relayout::relayout_kernel_codes;
 pub use relayout::{build_relayout_program, relayout, relayout_inverse};

@@ -135,7 +135,43 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
     }
     let mut codes = storage::unpack(dt, &weight.codes, k * n);
     to_kernel_codes(config, &mut codes);
-    let maps = thread_maps(config, &lay);
+    Ok(relayout_codes(config, &lay, &codes, k, n))
+}
+
+/// The codes `[k, n]` of `config`'s weight type (row-major, unpacked, as the kernel reads them)
+/// in the kernel's tile layout, for a caller that holds codes rather than a
+/// [`QuantizedWeight`] (APT's integer-mma decode kernel): `k` a multiple of `bk`, `n` of `bn`.
+pub(crate) fn relayout_kernel_codes(
+    config: &QMatmulConfig,
+    codes: &[u32],
+    k: usize,
+    n: usize,
+) -> Result<Vec<u8>, QMatmulError> {
+    let lay = QMatmulLayouts::distinct(config)?;
+    if !k.is_multiple_of(config.bk) || !n.is_multiple_of(config.bn) || codes.len() != k * n {
+        return Err(super::config::shape_err(
+            "codes",
+            format!(
+                "{} codes for {k} x {n} in tiles of {} x {}",
+                codes.len(),
+                config.bk,
+                config.bn
+            ),
+        ));
+    }
+    Ok(relayout_codes(config, &lay, codes, k, n))
+}
+
+/// The shared body of [`relayout`] and [`relayout_kernel_codes`]: shapes checked.
+fn relayout_codes(
+    config: &QMatmulConfig,
+    lay: &QMatmulLayouts,
+    codes: &[u32],
+    k: usize,
+    n: usize,
+) -> Vec<u8> {
+    let len = k * n * config.wdtype.bits() as usize / 8;
+    let maps = thread_maps(config, lay);
     let t = lay.tiling;
     let mut out = vec![0u8; len];
     // One row of tiles (a `bk`-row slab of the weight) per chunk, slabs in parallel.
@@ -155,7 +191,7 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
             }
         }
     });
-    Ok(out)
+    out
 }
 
 /// Undo [`relayout`]: the row-major packed codes of a `[k, n]` weight of `config.wdtype`.
