@@ -1303,6 +1303,24 @@ fn apt_kernels_compile_to_bmma() {
             );
         }
     }
+    // The integer-mma decode kernel: IMMA on the tensor cores, the weight through the cp.async
+    // ring, no 1-bit mma, no POPC, no spills.
+    for cfg in tilus::kernels::apt::compile_check_imma_configs() {
+        use tilus::kernels::apt::kernel::apt_gemv_imma;
+        let name = format!("apt_gemv_imma_{cfg}").replace([',', '='], "_");
+        let p = apt_gemv_imma::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        let k = emit(&p, &Default::default()).unwrap();
+        check_kernel_with(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &name,
+            &k,
+            Expect::default(),
+            &["IMMA.16832.U8.S8", "LDGSTS", "LDS"],
+            &["BMMA", "POPC"],
+        );
+    }
     for abits in [2, 4, 8] {
         let cfg = tilus::kernels::apt::linear::quantizer_config(64, 4096, abits as u32);
         let p = apt_quantize_act::program(&cfg).unwrap();

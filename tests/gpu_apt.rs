@@ -377,6 +377,83 @@ fn gpu_apt_popc_walks_row_groups() {
 /// The popc tuner (`kernels::apt::tune`) times its points on the GPU and keeps the fastest; the
 /// tuned layer's one-token forward takes those tiles and gives the 1-bit GEMM's bits (outputs
 /// poisoned); a second call finds the winner remembered and launches nothing.
+/// The integer-mma decode kernel on the GPU computes the unfused path's exact products and
+/// output bits (the GEMM on the 1-bit mma, launched separately): every width it takes, one and
+/// two tokens, the rule's tiles and others (one and two fragments a field, rings of 2 to 4,
+/// 2 to 8 warps), outputs poisoned before each launch, twice each (the second launch reuses
+/// the uploaded bytes).
+#[test]
+fn gpu_apt_imma_decode_matches_the_gemm() {
+    use tilus::kernels::apt::imma::fields_per_byte;
+    use tilus::kernels::apt::ImmaTiles;
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_imma_decode_matches_the_gemm",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for ((w, a), (n, k)) in [(1, 2), (2, 2), (3, 4), (4, 4), (5, 3), (2, 7)]
+        .into_iter()
+        .flat_map(|wa| [(wa, (8192, 1280)), (wa, (1024, 8192))])
+    {
+        let p = fields_per_byte(w).unwrap();
+        // Two k32 fragments a field where they divide k.
+        let wide = if k % (64 * p as usize) == 0 {
+            64 * p
+        } else {
+            32 * p
+        };
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let gpu = layer.to_gpu(&ctx).unwrap();
+        let rule = layer.imma_tiles().expect("the rule serves the layer");
+        for m in [1, 2] {
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let mut act = AptActivations::new(&gpu, m).unwrap();
+            gpu.quantize_into(&xd, &mut act).unwrap();
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            let mut acc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+            gpu.gemm_into(&act, &mut y, Some(&mut acc)).unwrap();
+            let (y, acc) = (y.to_host().unwrap(), acc.to_host().unwrap());
+            assert!(acc.iter().any(|&v| v != 0));
+            for tiles in [
+                rule,
+                ImmaTiles {
+                    bn: 128,
+                    bk: 32 * p,
+                    warps: 8,
+                    stages: 4,
+                },
+                ImmaTiles {
+                    bn: 64,
+                    bk: wide,
+                    warps: 2,
+                    stages: 2,
+                },
+            ] {
+                let tag = format!("W{w}A{a} m={m} {n}x{k} {tiles:?}");
+                for round in 0..2 {
+                    let mut yi = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                    let mut ai = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; m * n]).unwrap();
+                    gpu.forward_imma(&xd, m, &mut yi, Some(&mut ai), Some(tiles))
+                        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                    assert_eq!(ai.to_host().unwrap(), acc, "{tag} round {round}: products");
+                    assert_eq!(
+                        bits(&yi.to_host().unwrap()),
+                        bits(&y),
+                        "{tag} round {round}: outputs"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn gpu_apt_popc_tune_picks_the_fastest_point() {
     use tilus::kernels::apt::tune::{candidates, tune};

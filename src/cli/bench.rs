@@ -342,6 +342,11 @@ pub enum BenchCommand {
         /// e.g. `2x2x2x2x1x3,2x4x2x1x2x4`.
         #[arg(long = "gemm-tiles")]
         gemm_tiles: Option<String>,
+        /// Comma-separated tilings `BNxBKxWARPSxSTAGES` of the integer-mma decode kernel to
+        /// time at decode sizes (the fastest is reported) instead of the layer's rule, e.g.
+        /// `448x256x4x4,256x256x4x6`.
+        #[arg(long = "imma-tiles")]
+        imma_tiles: Option<String>,
         /// Time only the popc decode kernel (with `--popc-tiles`, or the layer's rule), not the
         /// other kernels and launches of each point: a tiling scan at m <= 4 at a fraction of
         /// the device time. The layer column is then the popc kernel.
@@ -553,6 +558,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             split,
             popc_tiles,
             gemm_tiles,
+            imma_tiles,
             popc_only,
             tune,
             l2,
@@ -582,6 +588,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             }
             super::bench_apt::parse_popc_tiles(popc_tiles.as_deref())?;
             super::bench_apt::parse_gemm_tiles(gemm_tiles.as_deref())?;
+            super::bench_apt::parse_imma_tiles(imma_tiles.as_deref())?;
             super::bench_apt::parse(widths, m, shapes).map(drop)
         }
         BenchCommand::Vq {
@@ -873,6 +880,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         split,
         ref popc_tiles,
         ref gemm_tiles,
+        ref imma_tiles,
         popc_only,
         tune,
         ref l2,
@@ -885,7 +893,11 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             runs,
             (no_cublas, no_weight_only),
             (stages, split),
-            (popc_tiles.as_deref(), gemm_tiles.as_deref()),
+            (
+                popc_tiles.as_deref(),
+                gemm_tiles.as_deref(),
+                imma_tiles.as_deref(),
+            ),
             (popc_only, tune),
             parse_l2(l2)?,
         );

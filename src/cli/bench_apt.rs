@@ -4,7 +4,7 @@ use tilus::kernels::apt::bench::{
     bench_apt, bench_cublas_f16, bench_weight_only, table, LLAMA70B_SHAPES, PAPER_SHAPES,
     POPC_BENCH_MAX_M,
 };
-use tilus::kernels::apt::{AptTiles, PopcTiles};
+use tilus::kernels::apt::{AptTiles, ImmaTiles, PopcTiles};
 use tilus_runtime::{copy_bandwidth, Context, L2Flush, L2Mode};
 
 type Parsed = (Vec<(u32, u32)>, Vec<usize>, Vec<(usize, usize)>);
@@ -99,6 +99,30 @@ pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
         .collect()
 }
 
+const IMMA_FORM: &str = "is not BNxBKxWARPSxSTAGES (e.g. 448x256x4x4)";
+
+/// The integer-mma decode tilings of `--imma-tiles` (`BNxBKxWARPSxSTAGES,..`; none when
+/// absent); each layer checks them against its shape and widths (a tiling it refuses is
+/// skipped with its reason).
+pub fn parse_imma_tiles(list: Option<&str>) -> Result<Vec<ImmaTiles>, String> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .map(|t| match dims(t).as_deref() {
+            Some(&[bn, bk, warps, stages]) if bn > 0 && bk > 0 && warps > 0 && stages > 0 => {
+                Ok(ImmaTiles {
+                    bn,
+                    bk,
+                    warps,
+                    stages,
+                })
+            }
+            _ => Err(format!("argument `--imma-tiles`: `{t}` {IMMA_FORM}")),
+        })
+        .collect()
+}
+
 const GEMM_FORM: &str = "is not WMxWNxFMxFNxKTxSTAGES (e.g. 2x2x2x2x1x3)";
 
 /// The GEMM tilings of `--gemm-tiles` (`WMxWNxFMxFNxKTxSTAGES,..`; none when absent), each
@@ -179,7 +203,7 @@ pub fn run(
     runs: usize,
     (no_cublas, no_weight_only): (bool, bool),
     (stages, split): (Option<usize>, Option<usize>),
-    (popc_tiles, gemm_tiles): (Option<&str>, Option<&str>),
+    (popc_tiles, gemm_tiles, imma_tiles): (Option<&str>, Option<&str>, Option<&str>),
     (popc_only, tune): (bool, bool),
     l2: L2Mode,
 ) -> Result<String, String> {
@@ -190,6 +214,7 @@ pub fn run(
     check_tune(tune, popc_tiles.is_some())?;
     let popc_tiles = parse_popc_tiles(popc_tiles)?;
     let gemm_tiles = parse_gemm_tiles(gemm_tiles)?;
+    let imma_tiles = parse_imma_tiles(imma_tiles)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
     let ctx = Context::new(0).map_err(err)?;
     let dev = ctx.device();
@@ -237,7 +262,7 @@ pub fn run(
                     cublas,
                     wo,
                     (stages.map(|s| s as i32), split.map(|s| s as i32)),
-                    (&popc_tiles, &gemm_tiles),
+                    (&popc_tiles, &gemm_tiles, &imma_tiles),
                     (popc_only, tune),
                 )
                 .map_err(|e| format!("W{w}A{a} m={m} {n}x{k}: {e}"))?

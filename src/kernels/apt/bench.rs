@@ -9,7 +9,7 @@
 //! `2 m n k` operations of the product the layer computes, over the layer's time.
 
 use super::linear::AptActivations;
-use super::{AptLinear, AptPath, AptTiles, PopcTiles};
+use super::{AptLinear, AptPath, AptTiles, ImmaTiles, PopcTiles};
 use crate::kernels::qmatmul::bench::bench_cublas;
 use crate::kernels::timing::{pattern, time_launches};
 use half::f16;
@@ -53,6 +53,9 @@ pub struct AptBenchRow {
     /// The popc decode kernel (at `m <=` [`POPC_BENCH_MAX_M`]), the best of the tiles tried,
     /// and those tiles.
     pub popc: Option<(Timing, PopcTiles)>,
+    /// The integer-mma decode kernel (at `m <=` [`POPC_BENCH_MAX_M`], where a tiling serves
+    /// the layer), the best of the tiles tried, and those tiles.
+    pub imma: Option<(Timing, ImmaTiles)>,
     /// The quantizer + the GEMM (two launches); `None` with `popc_only`.
     pub unfused: Option<Timing>,
     /// The quantizer writing code bytes + the GEMM of the codes on the integer warpgroup MMA
@@ -108,7 +111,7 @@ pub fn bench_apt(
     cublas_us: Option<f64>,
     weight_only_us: Option<f64>,
     (stages, split): (Option<i32>, Option<i32>),
-    (popc_tiles, gemm_tiles): (&[PopcTiles], &[AptTiles]),
+    (popc_tiles, gemm_tiles, imma_tiles): (&[PopcTiles], &[AptTiles], &[ImmaTiles]),
     (popc_only, tune): (bool, bool),
 ) -> Result<Option<AptBenchRow>, String> {
     // The weight is [k, n] for the layer; its values matter only for realism.
@@ -159,6 +162,34 @@ pub fn bench_apt(
             }
         }
     }
+    // The integer-mma decode kernel likewise (the rule's tiles when none are asked for and it
+    // serves the layer).
+    let mut imma: Option<(Timing, ImmaTiles)> = None;
+    if m <= POPC_BENCH_MAX_M {
+        let rule: Vec<ImmaTiles> = layer.imma_tiles().into_iter().collect();
+        let tried = if imma_tiles.is_empty() {
+            &rule[..]
+        } else {
+            imma_tiles
+        };
+        for &tiles in tried {
+            if let Err(e) = tiles.config(n, k, wbits, abits, false) {
+                eprintln!("W{wbits}A{abits} m={m} {n}x{k}: {e}");
+                continue;
+            }
+            let t = time_launches(ctx, flush, runs, || {
+                gpu.forward_imma(&xd, m, &mut y, None, Some(tiles))
+                    .map_err(err)
+            })?;
+            eprintln!(
+                "W{wbits}A{abits} m={m} {n}x{k} imma {tiles:?}: {:.1} us",
+                t.median_us
+            );
+            if imma.as_ref().is_none_or(|(b, _)| t.median_us < b.median_us) {
+                imma = Some((t, tiles));
+            }
+        }
+    }
     let bytes = wbits as usize * n * k / 8 + 8 * n + 2 * m * k + 2 * m * n;
     let floor_us = bytes as f64 / (copy_gbps * 1e9) * 1e6;
     let popc_names = |p: &PopcTiles| {
@@ -181,6 +212,7 @@ pub fn bench_apt(
             path: AptPath::Popc(tiles),
             fused: None,
             popc,
+            imma,
             unfused: None,
             igmma: None,
             bgmma: None,
@@ -189,7 +221,7 @@ pub fn bench_apt(
             floor_us,
             cublas_us,
             weight_only_us,
-            tiles: popc_names(&tiles),
+            tiles: format!("{}{}", popc_names(&tiles), imma_names(&imma)),
         }));
     }
     let mut t = layer.tiles(m);
@@ -380,6 +412,7 @@ pub fn bench_apt(
         path,
         fused,
         popc,
+        imma,
         unfused: Some(unfused),
         igmma,
         bgmma,
@@ -407,14 +440,25 @@ pub fn bench_apt(
             let igmma = igmma_bn.map(|bn| format!("; igmma BN={bn}"));
             let bgmma = bgmma_bn.map(|(bm, bn, wgn)| format!("; bgmma BM={bm} BN={bn} WGN={wgn}"));
             format!(
-                "{gemm}{}{}{}{}",
+                "{gemm}{}{}{}{}{}",
                 fused.unwrap_or_default(),
                 popc.unwrap_or_default(),
+                imma_names(&imma),
                 igmma.unwrap_or_default(),
                 bgmma.unwrap_or_default()
             )
         },
     }))
+}
+
+/// The tiles column's words for the integer-mma decode kernel's best tiles.
+fn imma_names(imma: &Option<(Timing, ImmaTiles)>) -> String {
+    imma.as_ref().map_or(String::new(), |(_, t)| {
+        format!(
+            "; imma bn={} bk={} warps={} stages={}",
+            t.bn, t.bk, t.warps, t.stages
+        )
+    })
 }
 
 /// cuBLAS f16 for the same product, median microseconds.
@@ -455,18 +499,20 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
          floor = (weight planes + f16 activations + f16 output) / that; L2 flushed; \
          layer = the forward (P: the popc decode kernel, F: the fused decode kernel on BMMA, \
          I: the codes on the integer wgmma, B: the planes on the 1-bit wgmma), fused us = the \
-         fused kernel, popc us = the popc kernel (best tiles), 2-launch = quantizer + GEMM on \
+         fused kernel, popc us = the popc kernel (best tiles), imma us = the integer-mma \
+         decode kernel (best tiles), 2-launch = quantizer + GEMM on \
          BMMA, igmma = quantizer + GEMM of the code bytes on IGMMA (the faster of 256- and \
          128-column blocks), bgmma = quantizer + GEMM of the planes on BGMMA (the fastest \
          of four tilings)\n\
          w-only = the project's weight-only kernel, u<W> weight, f16 activations\n\
-         {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
+         {:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>8} {:>10} {:>8} {:>9}  tiles\n",
         "WxAy",
         "m",
         "n x k",
         "layer us",
         "fused us",
         "popc us",
+        "imma us",
         "2-launch us",
         "igmma us",
         "bgmma us",
@@ -484,7 +530,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         });
         let opt = |t: Option<&Timing>| t.map_or("-".to_string(), |t| format!("{:.1}", t.median_us));
         s += &format!(
-            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
+            "{:<6} {:>5} {:>12} {:>11} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>6.1}% {:>8.1} {:>10} {:>8} {:>9}  {}\n",
             format!("W{}A{}", r.wbits, r.abits),
             r.m,
             format!("{}x{}", r.n, r.k),
@@ -501,6 +547,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
             ),
             opt(r.fused.as_ref()),
             opt(r.popc.as_ref().map(|(t, _)| t)),
+            opt(r.imma.as_ref().map(|(t, _)| t)),
             opt(r.unfused.as_ref()),
             opt(r.igmma.as_ref()),
             opt(r.bgmma.as_ref()),

@@ -49,12 +49,16 @@ fn top_position(wbits: u32) -> u32 {
 impl ImmaTiles {
     /// The tiling for `n x k` and `wbits`-bit weights: the widest block of 448, 256, 128 or 64
     /// channels that still gives 112 blocks (one a multiprocessor, 0.85 of an H200's 132), two
-    /// k32 fragments a field, and a ring of up to 128 KB of weight tiles. A guess from the
+    /// k32 fragments a field (one where two do not divide `k`), and a ring of up to 128 KB of weight tiles. A guess from the
     /// weight-only gemv's measurements (perf note 70: one block a multiprocessor with the
     /// deepest ring that fits); `None` where the kernel does not serve the shape.
     pub fn for_shape(n: usize, k: usize, wbits: u32) -> Option<ImmaTiles> {
         let p = fields_per_byte(wbits)?;
-        let bk = 64 * p;
+        let bk = if k.is_multiple_of(64 * p as usize) {
+            64 * p
+        } else {
+            32 * p
+        };
         let bn = [448, 256, 128, 64]
             .into_iter()
             .find(|&bn| n.is_multiple_of(bn) && n / bn >= 112)

@@ -669,6 +669,7 @@ impl AptLinear {
             split: Mutex::new(None),
             codes: std::sync::OnceLock::new(),
             popc: None,
+            imma: Mutex::new(None),
         })
     }
 }
@@ -734,6 +735,10 @@ pub struct GpuAptLinear {
     /// The popc kernel's tiles when set ([`Self::with_popc_tiles`], e.g. by
     /// [`super::tune::tune`]); the host layer's rule otherwise.
     popc: Option<PopcTiles>,
+    /// The weight's codes in the integer-mma decode kernel's byte layout for the tiles beside
+    /// them ([`Self::forward_imma`]): uploaded by its first launch in those tiles (`n · k ·
+    /// wbits / 8` bytes next to the planes).
+    imma: Mutex<Option<(ImmaTiles, Arc<DeviceBuffer<u8>>)>>,
 }
 
 struct SplitBuffers {
@@ -921,6 +926,62 @@ impl GpuAptLinear {
         tiles.config(self.host.k, self.host.wbits(), self.host.abits, false)?;
         self.popc = Some(tiles);
         Ok(self)
+    }
+
+    /// The integer-mma decode kernel ([`apt_gemv_imma`], any `m`, one block row per token) with
+    /// `tiles` (the layer's, [`AptLinear::imma_tiles`], when `None`): `y[m, n]` for `x[m, k]`
+    /// in one launch, and with `acc` the exact products. The first launch in a tiling re-lays
+    /// the codes out and uploads them (kept for the next launches in the same tiles).
+    pub fn forward_imma(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        acc: Option<&mut DeviceBuffer<i32>>,
+        tiles: Option<ImmaTiles>,
+    ) -> Result<(), AptError> {
+        let h = &self.host;
+        let mi = h.check_x(x.len(), m)?;
+        let Some(tiles) = tiles.or_else(|| h.imma_tiles()) else {
+            return Err(AptError::Kernel(format!(
+                "argument `tiles`: no integer-mma tiling serves {} x {} W{}A{}",
+                h.n,
+                h.k,
+                h.wbits(),
+                h.abits
+            )));
+        };
+        let cfg = tiles.config(h.n, h.k, h.wbits(), h.abits, acc.is_some())?;
+        check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
+        let bytes = {
+            let mut slot = self.imma.lock().unwrap_or_else(|p| p.into_inner());
+            match slot.as_ref() {
+                Some((t, b)) if *t == tiles => b.clone(),
+                _ => {
+                    let host = h.imma_bytes(&tiles)?;
+                    let b =
+                        Arc::new(DeviceBuffer::from_host(&self.ctx, &host).map_err(kernel_err)?);
+                    *slot = Some((tiles, b.clone()));
+                    b
+                }
+            }
+        };
+        self.with_acc(acc, |acc| {
+            apt_gemv_imma::launch(
+                &self.ctx,
+                &cfg,
+                mi,
+                h.n as i32,
+                h.k as i32,
+                x,
+                &*bytes,
+                &self.sums,
+                &self.scales,
+                y,
+                acc,
+            )
+        })
+        .map_err(kernel_err)
     }
 
     /// The popc decode kernel ([`apt_gemv_popc`], any `m`, one block row per token) with

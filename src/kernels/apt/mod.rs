@@ -457,6 +457,24 @@ pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
     out
 }
 
+/// The integer-mma decode kernel's configurations the code-generation tests compile: the
+/// rule's tiles for every width it takes on the Llama-70B layers.
+pub fn compile_check_imma_configs() -> Vec<kernel::apt_gemv_imma::Config> {
+    let mut out = Vec::new();
+    for (w, a) in [(1, 2), (2, 2), (3, 4), (4, 4), (5, 3)] {
+        for (n, k) in [(57344, 8192), (8192, 28672), (10240, 8192), (8192, 8192)] {
+            if let Some(c) =
+                ImmaTiles::for_shape(n, k, w).and_then(|t| t.config(n, k, w, a, false).ok())
+            {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The popc decode configurations `tests/codegen_cuda.rs` compiles: each bench width with the
 /// rule's tiles on the paper's shapes, with 8-byte loads, with a 4-stage ring, and 16 warps
 /// quantizing with four threads per word (two for 4-bit weights: with four, W4A4's 16 warps
