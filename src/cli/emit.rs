@@ -8,6 +8,7 @@
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
 //! | `apt_popc` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule for the shape; else `WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]]` as `tilus bench apt --popc-tiles`) |
+//! | `apt_imma` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule; else `BNxBKxWARPSxSTAGES` as `tilus bench apt --imma-tiles`) |
 //! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers, `BLOCKS_PER_SM=` 1 to 4, `STAGE_TILES=2` (two k tiles a stage, with stream-k), or `WS=1` (warp-specialized: a producer warpgroup more, `BLOCKS_PER_SM=1` or `2`); `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
@@ -17,8 +18,8 @@
 //! not support is an error (one line, exit status 2).
 
 use std::collections::BTreeMap;
-use tilus::kernels::apt::kernel::apt_gemv_popc;
-use tilus::kernels::apt::PopcTiles;
+use tilus::kernels::apt::kernel::{apt_gemv_imma, apt_gemv_popc};
+use tilus::kernels::apt::{ImmaTiles, PopcTiles};
 use tilus::kernels::qmatmul::{self, QMatmulConfig, QMatmulMethod};
 use tilus::programs;
 use tilus_core::codegen::emit;
@@ -33,6 +34,7 @@ enum Kernel {
     Fig14,
     QMatmul,
     AptPopc,
+    AptImma,
 }
 
 impl Kernel {
@@ -46,6 +48,7 @@ impl Kernel {
             "fig14" | "matmul_f16_pipelined" | "pipelined" => (Kernel::Fig14, None),
             "qmatmul" => (Kernel::QMatmul, None),
             "apt_popc" => (Kernel::AptPopc, None),
+            "apt_imma" => (Kernel::AptImma, None),
             _ => return None,
         })
     }
@@ -73,7 +76,7 @@ impl Kernel {
                 ("STAGE_TILES", "1"),
                 ("METHOD", "fused"),
             ],
-            Kernel::AptPopc => &[
+            Kernel::AptPopc | Kernel::AptImma => &[
                 ("WBITS", "2"),
                 ("ABITS", "2"),
                 ("N", "57344"),
@@ -113,13 +116,16 @@ Kernels and their --config keys (default in brackets):
              WBITS, ABITS  weight and activation bits, 1..8 [2, 2]
              N, K          the layer's outputs and inputs (K a multiple of 32) [57344, 8192]
              TILES         WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]] as `tilus bench apt --popc-tiles` [the layer's rule for N, K, WBITS]
+  apt_imma the APT layer's one-token kernel on the integer tensor cores (weights of 1-5 bits, activations of 1-7)
+             WBITS, ABITS, N, K  as apt_popc [2, 2, 57344, 8192]
+             TILES         BNxBKxWARPSxSTAGES as `tilus bench apt --imma-tiles` [the layer's rule for N, K, WBITS]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
 a program does not support are one-line errors (exit status 2).";
 
 const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
-                       fig14 (matmul_f16_pipelined), qmatmul, apt_popc";
+                       fig14 (matmul_f16_pipelined), qmatmul, apt_popc, apt_imma";
 
 /// What `tilus emit` prints of each program.
 pub enum Output<'a> {
@@ -182,6 +188,7 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
     match k {
         Kernel::QMatmul => return qmatmul(&cfg),
         Kernel::AptPopc => return apt_popc(&cfg),
+        Kernel::AptImma => return apt_imma(&cfg),
         _ => {}
     }
     let build: Box<dyn FnOnce() -> Program> = match k {
@@ -197,7 +204,7 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
             let (bm, bn, bk, s) = (num("BM")?, num("BN")?, num("BK")?, num("STAGES")?);
             Box::new(move || programs::matmul_f16_pipelined(bm, bn, bk, s))
         }
-        Kernel::QMatmul | Kernel::AptPopc => unreachable!("handled above"),
+        Kernel::QMatmul | Kernel::AptPopc | Kernel::AptImma => unreachable!("handled above"),
     };
     let program = quietly(build).map_err(|e| format!("unsupported configuration: {e}"))?;
     verify(&program, &Target::default()).map_err(|diags| {
@@ -278,6 +285,35 @@ fn apt_popc(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
         .config(k, wbits, abits, false)
         .map_err(|e| e.to_string())?;
     let program = apt_gemv_popc::program(&config).map_err(|e| e.to_string())?;
+    Ok(vec![program])
+}
+
+/// The APT integer-mma decode kernel's program for a layer shape, widths and tiling (the
+/// rule's when `TILES` is empty), checked as the layer checks it.
+fn apt_imma(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
+    let number = |key: &str, max: usize| -> Result<usize, String> {
+        let v = cfg[key].trim();
+        v.parse::<usize>()
+            .ok()
+            .filter(|&x| x > 0 && x <= max)
+            .ok_or_else(|| format!("{key}={v}: expected an integer in 1..={max}"))
+    };
+    let (wbits, abits) = (number("WBITS", 8)? as u32, number("ABITS", 8)? as u32);
+    let (n, k) = (
+        number("N", i32::MAX as usize)?,
+        number("K", i32::MAX as usize)?,
+    );
+    let tiles = match cfg["TILES"].trim() {
+        "" => ImmaTiles::for_shape(n, k, wbits).ok_or_else(|| {
+            format!("N={n}, K={k}, WBITS={wbits}: no integer-mma tiling serves the layer")
+        })?,
+        t => super::bench_apt::parse_imma_tiles(Some(t))
+            .map_err(|e| e.replace("argument `--imma-tiles`", "TILES"))?[0],
+    };
+    let config = tiles
+        .config(n, k, wbits, abits, false)
+        .map_err(|e| e.to_string())?;
+    let program = apt_gemv_imma::program(&config).map_err(|e| e.to_string())?;
     Ok(vec![program])
 }
 
@@ -415,6 +451,7 @@ mod tests {
             ("fig14", Kernel::Fig14),
             ("qmatmul", Kernel::QMatmul),
             ("apt_popc", Kernel::AptPopc),
+            ("apt_imma", Kernel::AptImma),
         ] {
             assert!(KERNELS_HELP.contains(&format!("  {name} ")), "{name}");
             for (key, _) in kernel.defaults() {
@@ -423,6 +460,24 @@ mod tests {
                     "{name}: key {key} missing from the help"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn apt_imma_takes_the_rule_or_a_tiling() {
+        let rule = programs("apt_imma", &[]).expect("the rule's program");
+        assert!(rule[0].name.contains("apt_gemv_imma"), "{}", rule[0].name);
+        let other = programs("apt_imma", &["WBITS=3,ABITS=4,TILES=448x128x4x6".into()])
+            .expect("a ring of 6");
+        assert_ne!(rule[0].to_string(), other[0].to_string());
+        for (bad, names) in [
+            ("WBITS=6", "wbits"),
+            ("ABITS=8", "abits"),
+            ("TILES=100x256x4x4", "bn"),
+            ("TILES=448x256x4", "TILES"),
+        ] {
+            let e = programs("apt_imma", &[bad.into()]).unwrap_err();
+            assert!(e.contains(names), "{bad}: {e}");
         }
     }
 
