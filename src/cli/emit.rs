@@ -471,7 +471,7 @@ mod tests {
             .expect("a ring of 6");
         assert_ne!(rule[0].to_string(), other[0].to_string());
         for (bad, names) in [
-            ("WBITS=6", "wbits"),
+            ("WBITS=6", "WBITS=6"),
             ("ABITS=8", "abits"),
             ("TILES=100x256x4x4", "bn"),
             ("TILES=448x256x4", "TILES"),
