@@ -8,12 +8,12 @@ B=.dev/bin
 L=${OUT:-/tmp}/imma.log
 export PATH=/usr/local/cuda/bin:$PATH
 "$B/test-gpu_apt-test" imma --test-threads=1 2>&1 | grep -E "^test |test result|panicked" >> "$L"
-TILES=448x256x4x4,448x256x4x6,448x128x4x8,448x256x4x3,448x128x4x6,256x256x4x6,128x256x4x6,64x256x4x8,64x512x4x4
-for pass in 1 2; do
+TILES=448x256x4x4,448x256x4x6,448x128x4x6,256x256x4x6,64x256x4x8
+for pass in 1; do
   echo "== pass $pass" >> "$L"
   "$B/bin-tilus" bench apt --m 1 --shapes llama70b --widths W2A2,W3A4 --popc-only --no-cublas \
     --no-weight-only --runs 20 --imma-tiles "$TILES" >> "$L" 2>&1
 done
-timeout 150 compute-sanitizer --tool memcheck "$B/test-gpu_apt-test" imma --test-threads=1 2>&1 \
+timeout 120 compute-sanitizer --tool memcheck "$B/test-gpu_apt-test" imma --test-threads=1 2>&1 \
   | tail -3 >> "$L"
 tail -150 "$L"
