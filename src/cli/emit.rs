@@ -256,9 +256,8 @@ fn merge(
     Ok(cfg)
 }
 
-/// The APT popc decode kernel's program for a layer shape, widths and tiling (the rule's when
-/// `TILES` is empty), checked as the layer checks it.
-fn apt_popc(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
+/// The APT kernels' layer keys: `WBITS`, `ABITS` (1..=8), `N` and `K` (positive i32s).
+fn apt_layer(cfg: &BTreeMap<String, String>) -> Result<(u32, u32, usize, usize), String> {
     let number = |key: &str, max: usize| -> Result<usize, String> {
         let v = cfg[key].trim();
         v.parse::<usize>()
@@ -271,6 +270,13 @@ fn apt_popc(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
         number("N", i32::MAX as usize)?,
         number("K", i32::MAX as usize)?,
     );
+    Ok((wbits, abits, n, k))
+}
+
+/// The APT popc decode kernel's program for a layer shape, widths and tiling (the rule's when
+/// `TILES` is empty), checked as the layer checks it.
+fn apt_popc(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
+    let (wbits, abits, n, k) = apt_layer(cfg)?;
     if !k.is_multiple_of(32) {
         return Err(format!(
             "K={k}: expected a multiple of 32 (the planes' words)"
@@ -291,18 +297,7 @@ fn apt_popc(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
 /// The APT integer-mma decode kernel's program for a layer shape, widths and tiling (the
 /// rule's when `TILES` is empty), checked as the layer checks it.
 fn apt_imma(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
-    let number = |key: &str, max: usize| -> Result<usize, String> {
-        let v = cfg[key].trim();
-        v.parse::<usize>()
-            .ok()
-            .filter(|&x| x > 0 && x <= max)
-            .ok_or_else(|| format!("{key}={v}: expected an integer in 1..={max}"))
-    };
-    let (wbits, abits) = (number("WBITS", 8)? as u32, number("ABITS", 8)? as u32);
-    let (n, k) = (
-        number("N", i32::MAX as usize)?,
-        number("K", i32::MAX as usize)?,
-    );
+    let (wbits, abits, n, k) = apt_layer(cfg)?;
     let tiles = match cfg["TILES"].trim() {
         "" => ImmaTiles::for_shape(n, k, wbits).ok_or_else(|| {
             format!("N={n}, K={k}, WBITS={wbits}: no integer-mma tiling serves the layer")

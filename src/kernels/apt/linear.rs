@@ -399,6 +399,19 @@ impl AptLinear {
             .map(|_| t)
     }
 
+    /// `tiles`, or the layer's rule when `None`; refused, naming `tiles`, where no rule serves.
+    fn imma_tiles_or(&self, tiles: Option<ImmaTiles>) -> Result<ImmaTiles, AptError> {
+        tiles.or_else(|| self.imma_tiles()).ok_or_else(|| {
+            AptError::Kernel(format!(
+                "argument `tiles`: no integer-mma tiling serves {} x {} W{}A{}",
+                self.n,
+                self.k,
+                self.wbits(),
+                self.abits
+            ))
+        })
+    }
+
     /// The weight's codes in [`apt_gemv_imma`]'s byte layout for `tiles`.
     pub fn imma_bytes(&self, tiles: &ImmaTiles) -> Result<Vec<u8>, AptError> {
         tiles.config(self.n, self.k, self.wbits(), self.abits, false)?;
@@ -415,18 +428,7 @@ impl AptLinear {
         tiles: Option<ImmaTiles>,
     ) -> Result<(Vec<f16>, Vec<i32>), AptError> {
         let mi = self.check_x(x.len(), m)?;
-        let tiles = match tiles.or_else(|| self.imma_tiles()) {
-            Some(t) => t,
-            None => {
-                return Err(AptError::Kernel(format!(
-                    "argument `tiles`: no integer-mma tiling serves {} x {} W{}A{}",
-                    self.n,
-                    self.k,
-                    self.wbits(),
-                    self.abits
-                )))
-            }
-        };
+        let tiles = self.imma_tiles_or(tiles)?;
         let cfg = tiles.config(self.n, self.k, self.wbits(), self.abits, true)?;
         let bytes = self.imma_bytes(&tiles)?;
         let mut y = vec![f16::ZERO; m * self.n];
@@ -942,15 +944,7 @@ impl GpuAptLinear {
     ) -> Result<(), AptError> {
         let h = &self.host;
         let mi = h.check_x(x.len(), m)?;
-        let Some(tiles) = tiles.or_else(|| h.imma_tiles()) else {
-            return Err(AptError::Kernel(format!(
-                "argument `tiles`: no integer-mma tiling serves {} x {} W{}A{}",
-                h.n,
-                h.k,
-                h.wbits(),
-                h.abits
-            )));
-        };
+        let tiles = h.imma_tiles_or(tiles)?;
         let cfg = tiles.config(h.n, h.k, h.wbits(), h.abits, acc.is_some())?;
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
         let bytes = {
