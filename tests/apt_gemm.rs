@@ -616,24 +616,43 @@ fn bgmma_rule() {
 }
 
 /// One token takes the popc kernel (one launch) on every layer and width, also the mid-size
-/// layers the 1-bit warpgroup MMA took until session 51; and the portable path (popc at one
-/// token, the quantizer and the 1-bit GEMM above) for a device without the warpgroup MMA.
+/// layers the 1-bit warpgroup MMA took until session 51, but 3-bit weights on layers of at
+/// least 112 blocks of 448 channels (57344 here), which take the integer-mma decode kernel
+/// in its rule's tiles; and the portable path (popc at one token, the quantizer and the 1-bit
+/// GEMM above) for a device without the warpgroup MMA. The one-token forward on the
+/// interpreter gives the unfused path's products on the integer-mma path too.
 #[test]
 fn one_token_rule() {
     use tilus::kernels::apt::{AptLinear, AptPath};
     for n in [1024, 8192, 10240, 16384, 57344] {
-        for (w, a) in [(1, 2), (2, 2), (1, 4), (3, 4), (2, 8), (4, 4)] {
+        for (w, a) in [(1, 2), (2, 2), (1, 4), (3, 4), (3, 2), (2, 8), (4, 4)] {
             let layer = AptLinear::new(&random(256 * n), 256, n, w, a, None).unwrap();
             assert!(matches!(layer.portable_path(1), AptPath::Popc(_)));
             assert_eq!(layer.portable_path(2), AptPath::Unfused);
-            assert_eq!(
-                layer.path(1),
-                AptPath::Popc(layer.popc_tiles()),
-                "W{w}A{a} n={n}"
-            );
+            let want = if w == 3 && n == 57344 {
+                let tiles = layer.imma_tiles().unwrap();
+                assert_eq!((tiles.bn, tiles.split), (448, 1), "W{w}A{a} n={n}");
+                AptPath::Imma(tiles)
+            } else {
+                AptPath::Popc(layer.popc_tiles())
+            };
+            assert_eq!(layer.path(1), want, "W{w}A{a} n={n}");
             assert!(!matches!(layer.path(2), AptPath::Popc(_)), "W{w}A{a} n={n}");
         }
     }
+    let mut rng = rand::rng();
+    let (n, k) = (57344, 256);
+    let layer = AptLinear::new(&random(k * n), k, n, 3, 4, None).unwrap();
+    assert!(matches!(layer.path(1), AptPath::Imma(_)));
+    let x: Vec<f16> = (0..k)
+        .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+        .collect();
+    let (y, acc) = layer.forward_cpu_acc(&x, 1).unwrap();
+    let (y2, acc2) = layer.forward_cpu_unfused(&x, 1).unwrap();
+    assert!(acc2.iter().any(|&v| v != 0));
+    assert_eq!(acc, acc2, "products");
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&y), bits(&y2), "outputs");
 }
 
 /// The codes on the integer warpgroup MMA (`apt_gemm_igmma`, the layer's path from
@@ -761,8 +780,9 @@ fn split_planes_matches_the_host() {
 /// The integer-mma decode kernel computes the unfused path's exact products and output bits:
 /// every width it takes (1- to 5-bit weights, 2 of them from two planes; activations up to 7
 /// bits), one and two tokens, blocks of one and several mma tiles a warp, one and two k32
-/// fragments a field, rings of 2 and 3 stages, and `k` over the token's 4096-element chunks of
-/// capacity and not a multiple of the prologue's 8 elements a thread.
+/// fragments a field, rings of 2 and 3 stages, `k` over the token's 4096-element chunks of
+/// capacity and not a multiple of the prologue's 8 elements a thread, and k whole or split in
+/// 2 slices and in 5 uneven ones.
 #[test]
 fn imma_decode_matches_unfused() {
     use tilus::kernels::apt::{AptLinear, ImmaTiles};
@@ -780,6 +800,7 @@ fn imma_decode_matches_unfused() {
                     bk: 32 * p,
                     warps: 4,
                     stages: 2,
+                    split: 2,
                 },
             ),
             (
@@ -791,6 +812,7 @@ fn imma_decode_matches_unfused() {
                     bk: 64 * p,
                     warps: 4,
                     stages: 3,
+                    split: 1,
                 },
             ),
             (
@@ -802,6 +824,7 @@ fn imma_decode_matches_unfused() {
                     bk: 32 * p,
                     warps: 2,
                     stages: 3,
+                    split: 5,
                 },
             ),
         ] {

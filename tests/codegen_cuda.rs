@@ -1310,6 +1310,8 @@ fn apt_kernels_compile_to_bmma() {
         let name = format!("apt_gemv_imma_{cfg}").replace([',', '='], "_");
         let p = apt_gemv_imma::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         let k = emit(&p, &Default::default()).unwrap();
+        // A split counts its slices with one global atomic.
+        let split: &[&str] = if cfg.SPLIT > 1 { &["ATOMG.E.ADD"] } else { &[] };
         check_kernel_with(
             &ptxas,
             &disasm,
@@ -1317,7 +1319,7 @@ fn apt_kernels_compile_to_bmma() {
             &name,
             &k,
             Expect::default(),
-            &["IMMA.16832.U8.S8", "LDGSTS", "LDS"],
+            &[&["IMMA.16832.U8.S8", "LDGSTS", "LDS"], split].concat(),
             &["BMMA", "POPC"],
         );
     }

@@ -374,14 +374,12 @@ fn gpu_apt_popc_walks_row_groups() {
     }
 }
 
-/// The popc tuner (`kernels::apt::tune`) times its points on the GPU and keeps the fastest; the
-/// tuned layer's one-token forward takes those tiles and gives the 1-bit GEMM's bits (outputs
-/// poisoned); a second call finds the winner remembered and launches nothing.
 /// The integer-mma decode kernel on the GPU computes the unfused path's exact products and
 /// output bits (the GEMM on the 1-bit mma, launched separately): every width it takes, one and
 /// two tokens, the rule's tiles and others (one and two fragments a field, rings of 2 to 4,
-/// 2 to 8 warps), outputs poisoned before each launch, twice each (the second launch reuses
-/// the uploaded bytes).
+/// 2 to 8 warps, k whole and split in 3 slices; the rule splits 1024 x 8192 in 7), outputs
+/// poisoned before each launch, twice each (the second launch reuses the uploaded bytes and
+/// finds the split's semaphores left zero).
 #[test]
 fn gpu_apt_imma_decode_matches_the_gemm() {
     use tilus::kernels::apt::imma::fields_per_byte;
@@ -428,12 +426,21 @@ fn gpu_apt_imma_decode_matches_the_gemm() {
                     bk: 32 * p,
                     warps: 8,
                     stages: 4,
+                    split: 1,
                 },
                 ImmaTiles {
                     bn: 64,
                     bk: wide,
                     warps: 2,
                     stages: 2,
+                    split: 1,
+                },
+                ImmaTiles {
+                    bn: 64,
+                    bk: 32 * p,
+                    warps: 4,
+                    stages: 3,
+                    split: 3,
                 },
             ] {
                 let tag = format!("W{w}A{a} m={m} {n}x{k} {tiles:?}");
@@ -454,6 +461,9 @@ fn gpu_apt_imma_decode_matches_the_gemm() {
     }
 }
 
+/// The popc tuner (`kernels::apt::tune`) times its points on the GPU and keeps the fastest; the
+/// tuned layer's one-token forward takes those tiles and gives the 1-bit GEMM's bits (outputs
+/// poisoned); a second call finds the winner remembered and launches nothing.
 #[test]
 fn gpu_apt_popc_tune_picks_the_fastest_point() {
     use tilus::kernels::apt::tune::{candidates, tune};

@@ -342,9 +342,9 @@ pub enum BenchCommand {
         /// e.g. `2x2x2x2x1x3,2x4x2x1x2x4`.
         #[arg(long = "gemm-tiles")]
         gemm_tiles: Option<String>,
-        /// Comma-separated tilings `BNxBKxWARPSxSTAGES` of the integer-mma decode kernel to
-        /// time at decode sizes (the fastest is reported) instead of the layer's rule, e.g.
-        /// `448x256x4x4,256x256x4x6`.
+        /// Comma-separated tilings `BNxBKxWARPSxSTAGES[xSPLIT]` of the integer-mma decode
+        /// kernel to time at decode sizes (the fastest is reported) instead of the layer's
+        /// rule, e.g. `448x256x4x4,256x256x4x5x4` (k whole when SPLIT is left out).
         #[arg(long = "imma-tiles")]
         imma_tiles: Option<String>,
         /// Time only the popc decode kernel (with `--popc-tiles`, or the layer's rule), not the

@@ -99,23 +99,30 @@ pub fn parse_popc_tiles(list: Option<&str>) -> Result<Vec<PopcTiles>, String> {
         .collect()
 }
 
-const IMMA_FORM: &str = "is not BNxBKxWARPSxSTAGES (e.g. 448x256x4x4)";
+const IMMA_FORM: &str = "is not BNxBKxWARPSxSTAGES[xSPLIT] (e.g. 448x256x4x4 or 256x256x4x5x4)";
 
-/// The integer-mma decode tilings of `--imma-tiles` (`BNxBKxWARPSxSTAGES,..`; none when
-/// absent); each layer checks them against its shape and widths (a tiling it refuses is
-/// skipped with its reason).
+/// The integer-mma decode tilings of `--imma-tiles` (`BNxBKxWARPSxSTAGES[xSPLIT],..`, no split
+/// when absent; none when the list is absent); each layer checks them against its shape and
+/// widths (a tiling it refuses is skipped with its reason).
 pub fn parse_imma_tiles(list: Option<&str>) -> Result<Vec<ImmaTiles>, String> {
     let Some(list) = list else {
         return Ok(Vec::new());
     };
     list.split(',')
         .map(|t| match dims(t).as_deref() {
-            Some(&[bn, bk, warps, stages]) if bn > 0 && bk > 0 && warps > 0 && stages > 0 => {
+            Some(&[bn, bk, warps, stages, ref split @ ..])
+                if bn > 0 && bk > 0 && warps > 0 && stages > 0 && split.len() <= 1 =>
+            {
+                let split = split.first().copied().unwrap_or(1);
+                if split < 1 {
+                    return Err(format!("argument `--imma-tiles`: `{t}` {IMMA_FORM}"));
+                }
                 Ok(ImmaTiles {
                     bn,
                     bk,
                     warps,
                     stages,
+                    split,
                 })
             }
             _ => Err(format!("argument `--imma-tiles`: `{t}` {IMMA_FORM}")),

@@ -8,7 +8,7 @@
 //! | `fig8` | `relayout_int`, `relayout_i6`, `relayout` | `BK=64 BN=64 WEIGHT=i6` |
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
 //! | `apt_popc` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule for the shape; else `WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]]` as `tilus bench apt --popc-tiles`) |
-//! | `apt_imma` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule; else `BNxBKxWARPSxSTAGES` as `tilus bench apt --imma-tiles`) |
+//! | `apt_imma` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule; else `BNxBKxWARPSxSTAGES[xSPLIT]` as `tilus bench apt --imma-tiles`) |
 //! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers, `BLOCKS_PER_SM=` 1 to 4, `STAGE_TILES=2` (two k tiles a stage, with stream-k), or `WS=1` (warp-specialized: a producer warpgroup more, `BLOCKS_PER_SM=1` or `2`); `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
@@ -118,7 +118,7 @@ Kernels and their --config keys (default in brackets):
              TILES         WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]] as `tilus bench apt --popc-tiles` [the layer's rule for N, K, WBITS]
   apt_imma the APT layer's one-token kernel on the integer tensor cores (weights of 1-5 bits, activations of 1-7)
              WBITS, ABITS, N, K  as apt_popc [2, 2, 57344, 8192]
-             TILES         BNxBKxWARPSxSTAGES as `tilus bench apt --imma-tiles` [the layer's rule for N, K, WBITS]
+             TILES         BNxBKxWARPSxSTAGES[xSPLIT] as `tilus bench apt --imma-tiles` [the layer's rule for N, K, WBITS]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations

@@ -6,7 +6,10 @@
 //! the layer's unavoidable traffic, weights (`wbits · n · k / 8` bytes of planes, plus the
 //! per-channel sums and scales) + activations (`2 m k` bytes of f16 in) + the f16 output
 //! (`2 m n`), over the device-to-device copy bandwidth measured in the same run. TOPS counts
-//! `2 m n k` operations of the product the layer computes, over the layer's time.
+//! `2 m n k` operations of the product the layer computes, over the layer's time. The layer
+//! column's letter names its path ([`AptPath`]): `P` the popc decode kernel, `M` the
+//! integer-mma decode kernel, `F` the fused decode kernel, `I` and `B` the quantizer and the
+//! integer or 1-bit warpgroup-MMA GEMM, none the quantizer and [`super::kernel::apt_gemm`].
 
 use super::linear::AptActivations;
 use super::{AptLinear, AptPath, AptTiles, ImmaTiles, PopcTiles};
@@ -338,6 +341,10 @@ pub fn bench_apt(
             gpu.forward_popc(&xd, m, &mut y, None, Some(tiles))
                 .map_err(err)
         })?,
+        AptPath::Imma(tiles) => time_launches(ctx, flush, runs, || {
+            gpu.forward_imma(&xd, m, &mut y, None, Some(tiles))
+                .map_err(err)
+        })?,
         AptPath::Fused => fused.expect("timed above"),
         AptPath::Unfused => unfused,
         AptPath::Igmma(cfg) if igmma.is_some() => {
@@ -538,6 +545,7 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
                 "{}{:.1}",
                 match r.path {
                     AptPath::Popc(_) => "P ",
+                    AptPath::Imma(_) => "M ",
                     AptPath::Fused => "F ",
                     AptPath::Unfused => "",
                     AptPath::Igmma(_) => "I ",

@@ -18,14 +18,22 @@ pub const IMMA_MAX_SHARED: usize = 227 * 1024;
 
 /// The tiles of [`apt_gemv_imma`]: blocks of `bn` output channels over `warps` warps (each
 /// `bn / (16 warps)` mma tiles of 16 channels), k tiles of `bk` rows (whole k32 fragments for
-/// each of a byte's fields), a cp.async ring of `stages` weight tiles.
+/// each of a byte's fields), a cp.async ring of `stages` weight tiles, and k split into
+/// `split` slices of whole tiles (exact i32 partials, added by each output block's last slice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ImmaTiles {
     pub bn: i32,
     pub bk: i32,
     pub warps: i32,
     pub stages: i32,
+    pub split: i32,
 }
+
+/// The blocks [`ImmaTiles::for_shape`] aims at: one a multiprocessor, 0.85 of an H200's 132.
+const IMMA_BLOCKS: usize = 112;
+
+/// The fewest k tiles a slice of a split keeps, so that its ring has tiles to stream.
+const IMMA_MIN_SLICE_TILES: usize = 4;
 
 /// The fields (codes) a weight byte holds for `wbits`-bit codes, 3 and 5 bits as a plane of
 /// 2- or 4-bit fields and a 1-bit plane; `None` past 5 bits.
@@ -48,10 +56,12 @@ fn top_position(wbits: u32) -> u32 {
 
 impl ImmaTiles {
     /// The tiling for `n x k` and `wbits`-bit weights: the widest block of 448, 256, 128 or 64
-    /// channels that still gives 112 blocks (one a multiprocessor, 0.85 of an H200's 132), two
-    /// k32 fragments a field (one where two do not divide `k`), and a ring of up to 128 KB of weight tiles. A guess from the
-    /// weight-only gemv's measurements (perf note 70: one block a multiprocessor with the
-    /// deepest ring that fits); `None` where the kernel does not serve the shape.
+    /// channels dividing `n` that makes [`IMMA_BLOCKS`] blocks (one a multiprocessor), with k
+    /// split into as many slices as that takes (each at least [`IMMA_MIN_SLICE_TILES`] tiles),
+    /// else 64 channels and the most slices; two k32 fragments a field (one where two do not
+    /// divide `k`), and a ring of up to 128 KB of weight tiles. A guess from the weight-only
+    /// gemv's measurements (perf note 70: one block a multiprocessor with the deepest ring that
+    /// fits); `None` where the kernel does not serve the shape.
     pub fn for_shape(n: usize, k: usize, wbits: u32) -> Option<ImmaTiles> {
         let p = fields_per_byte(wbits)?;
         let bk = if k.is_multiple_of(64 * p as usize) {
@@ -59,19 +69,35 @@ impl ImmaTiles {
         } else {
             32 * p
         };
-        let bn = [448, 256, 128, 64]
+        if !k.is_multiple_of(bk as usize) {
+            return None;
+        }
+        let ktiles = k / bk as usize;
+        let max_split = (ktiles / IMMA_MIN_SLICE_TILES).max(1);
+        let (bn, split) = [448, 256, 128, 64]
             .into_iter()
-            .find(|&bn| n.is_multiple_of(bn) && n / bn >= 112)
-            .or_else(|| [64].into_iter().find(|&bn| n.is_multiple_of(bn)))?;
+            .filter(|&bn| n.is_multiple_of(bn))
+            .map(|bn| (bn, IMMA_BLOCKS.div_ceil(n / bn)))
+            .find(|&(_, split)| split <= max_split)
+            .or_else(|| n.is_multiple_of(64).then_some((64, max_split)))?;
         let tile = bn * bk as usize * wbits as usize / 8;
         let stages = (128 * 1024 / tile).clamp(2, 8) as i32;
-        let t = ImmaTiles {
+        Some(ImmaTiles {
             bn: bn as i32,
             bk,
             warps: 4,
             stages,
-        };
-        (k.is_multiple_of(bk as usize)).then_some(t)
+            split: split as i32,
+        })
+    }
+
+    /// Elements of the split's `(workspace, semaphores)` for `m` tokens and `n` channels (1 each
+    /// without a split).
+    pub fn split_buffers_len(&self, m: usize, n: usize) -> (usize, usize) {
+        if self.split <= 1 {
+            return (1, 1);
+        }
+        (self.split as usize * m * n, m * n / self.bn as usize)
     }
 
     /// Bytes of one ring stage: the weight tile of `bn x bk` codes.
@@ -143,6 +169,12 @@ impl ImmaTiles {
         if !(2..=16).contains(&self.stages) {
             return bad("needs 2 to 16 stages".into());
         }
+        if self.split < 1 || self.split as usize > k / bk {
+            return bad(format!(
+                "needs a split of 1 to the {} k tiles (k = {k}, bk = {bk})",
+                k / bk
+            ));
+        }
         // A thread's bytes of the fields' plane (and of the 1-bit plane) in 16-, 8- or 4-byte
         // loads.
         let hb = if matches!(wbits, 3 | 5) {
@@ -189,6 +221,7 @@ impl ImmaTiles {
             XV: xv as i32,
             VEC: vec as i32,
             STORE_ACC: store_acc as i32,
+            SPLIT: self.split,
         })
     }
 

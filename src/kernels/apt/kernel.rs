@@ -1258,9 +1258,17 @@ mod kernels {
     /// rounded up, so one compiled kernel serves several `k`), read in chunks of `XV`
     /// elements a thread (`32 · WN · XV` divides `k`); a thread loads its weight bytes `VEC`
     /// at a time.
+    ///
+    /// With `SPLIT > 1` the grid's third dimension splits the k tiles into `SPLIT` slices (sizes
+    /// differing by at most one tile), so that layers of few output blocks fill the machine.
+    /// Every block still reads the whole token for its scale; it stores its slice's exact
+    /// partial `4 Σ x_a x_w - 2 (2^W - 1) Σ x_a` (i32, linear in the slice) into `workspace
+    /// [SPLIT, m, n]` and counts it on `semaphores [m · n / BN]` (zero before the launch, left
+    /// zero after it); the block that counts last adds the partials (integers: any order, the
+    /// same sum) and finishes the outputs. Any buffer will do for both with `SPLIT = 1`.
     #[tilus::kernel(
     lazy,
-    grid = [n / BN, m],
+    grid = [n / BN, m, SPLIT],
     warps = WN,
     space(
         WBITS = [2, 3],
@@ -1273,6 +1281,7 @@ mod kernels {
         XV = [8],
         VEC = [16],
         STORE_ACC = [0, 1],
+        SPLIT = [1, 4],
     ),
 )]
     #[allow(clippy::too_many_arguments)]
@@ -1287,6 +1296,7 @@ mod kernels {
         const XV: i32,
         const VEC: i32,
         const STORE_ACC: i32,
+        const SPLIT: i32,
     >(
         m: i32,
         n: i32,
@@ -1297,6 +1307,8 @@ mod kernels {
         w_scales: Global<f32>,
         y: GlobalMut<f16>,
         acc_out: GlobalMut<i32>,
+        workspace: GlobalMut<i32>,
+        semaphores: GlobalMut<i32>,
     ) {
         // The byte layout of `qmatmul_gemv_imma` for unsigned codes: `P` fields a byte (of a
         // `hb`-bit plane and a 1-bit plane for 3 and 5 bits), field `f` at bit `pos_f`.
@@ -1347,8 +1359,11 @@ mod kernels {
         let lct = layout!(spatial(1, WN).column_local(1, rep_n).mma_c_t);
         let lcs = layout!(reduce(lct, [0]));
 
-        let [bj, t] = block_indices();
-        let ktiles = k / BK;
+        let [bj, t, bs] = block_indices();
+        // This block's k tiles: `t0..t1`, slice `bs` of `SPLIT`.
+        let t0 = bs * (k / BK) / SPLIT;
+        let t1 = (bs + 1) * (k / BK) / SPLIT;
+        let ktiles = t1 - t0;
         let gb = view_global(w_bytes, [k / BK, n / BN, tile_bytes]);
         // The token first, in a commit group of its own: every block waits for it before its
         // first mma (perf note 74: register loads let ptxas queue it behind the weight's).
@@ -1359,7 +1374,11 @@ mod kernels {
         #[unroll]
         for s0 in 0..STAGES - 1 {
             if s0 < ktiles {
-                copy_async(gb, slice_shared(sb, [s0, 0], [tile_bytes]), [s0, bj, 0]);
+                copy_async(
+                    gb,
+                    slice_shared(sb, [s0, 0], [tile_bytes]),
+                    [t0 + s0, bj, 0],
+                );
             }
             commit_group();
         }
@@ -1382,11 +1401,14 @@ mod kernels {
         }
         let amax = reduce_max(reduce_max(amax, 1), 0);
         let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
+        // The codes of all of k (the slice's own sum only: the rest is other slices').
         let mut codes = register::<i32>(lx, 0);
         for c in 0..chunks {
             let xs = cast::<f32>(load_shared(sx, lx, [0, c * threads * XV]));
             let code = bipolar_codes(xs, scale);
-            codes = codes + code;
+            let kk = arange(lx, 1, c * threads * XV);
+            let mine = (kk >= t0 * BK) & (kk < t1 * BK);
+            codes = codes + select(mine, code, register::<i32>(lx, 0));
             store_shared(cast::<u8>(code), st, [0, c * threads * XV]);
         }
         let total = sum(sum(codes, 1), 0);
@@ -1397,17 +1419,18 @@ mod kernels {
         // Field `f`'s codes in B column `f`, zeros in the others.
         let col = arange(lxb, 1, 0);
         let mut acc = register::<i32>(lc, 0);
-        for tt in 0..ktiles {
+        for i in 0..ktiles {
             wait_group(STAGES - 2);
             sync();
-            let stage = tt % STAGES;
+            let stage = i % STAGES;
+            let tt = t0 + i;
             let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
-            let next = tt + (STAGES - 1);
+            let next = i + (STAGES - 1);
             if next < ktiles {
                 copy_async(
                     gb,
                     slice_shared(sb, [next % STAGES, 0], [tile_bytes]),
-                    [next, bj, 0],
+                    [t0 + next, bj, 0],
                 );
             }
             commit_group();
@@ -1468,12 +1491,45 @@ mod kernels {
         let xsum = sum(select(f < p, acct >> pos, register::<i32>(lct, 0)), 0);
         let ma = (1 << ABITS) - 1;
         let mw = (1 << WBITS) - 1;
-        let token = total * (0 - 2 * mw) + k * (ma * mw);
-        let d = xsum * 4 - sw * (2 * ma) + token;
-        if STORE_ACC == 1 {
-            store_global(d, view_global(acc_out, [m, n]), [t, bj * BN]);
+        // The slice's exact share of the product (all of it when k is not split).
+        let part = xsum * 4 - total * (2 * mw);
+        let finish = |part| {
+            let d = part - sw * (2 * ma) + k * (ma * mw);
+            if STORE_ACC == 1 {
+                store_global(d, view_global(acc_out, [m, n]), [t, bj * BN]);
+            }
+            let out = cast::<f32>(d) * scale * fw;
+            store_global(cast::<f16>(out), view_global(y, [m, n]), [t, bj * BN]);
+        };
+        if SPLIT == 1 {
+            finish(part);
+        } else {
+            // As `apt_gemv`'s split: the partial, a release (barrier, fence), one thread's
+            // count, an acquire; the last block to count adds the partials, finishes, and
+            // leaves the semaphore zero for the next launch.
+            let gws = view_global(workspace, [SPLIT, m, n]);
+            store_global(part, gws, [bs, t, bj * BN]);
+            sync();
+            fence();
+            let lanes = layout!(spatial(WN * 32));
+            let lane = arange(lanes, 0, 0);
+            let index = select(lane == 0, arange(lanes, 0, t * (n / BN) + bj), -1);
+            let gsem = view_global(semaphores, [m * (n / BN)]);
+            let old = atomic_add(gsem, index, register::<i32>(lanes, 1));
+            fence();
+            let arrived = item(sum(old, 0));
+            if arrived == SPLIT - 1 {
+                let mut total = load_global(gws, lcs, [0, t, bj * BN]);
+                for s in 1..SPLIT {
+                    total = total + load_global(gws, lcs, [s, t, bj * BN]);
+                }
+                finish(total);
+                store_global(
+                    register::<i32>(layout!(local(1)), 0),
+                    gsem,
+                    [t * (n / BN) + bj],
+                );
+            }
         }
-        let out = cast::<f32>(d) * scale * fw;
-        store_global(cast::<f16>(out), view_global(y, [m, n]), [t, bj * BN]);
     }
 }

@@ -226,6 +226,7 @@ impl AptLinear {
         self.check_x(x.len(), m)?;
         match self.path(m) {
             AptPath::Popc(tiles) => self.forward_cpu_popc(x, m, Some(tiles), None),
+            AptPath::Imma(tiles) => self.forward_cpu_imma(x, m, Some(tiles)),
             AptPath::Fused => {
                 let cfg = self
                     .gemv_config(m, true)
@@ -399,6 +400,17 @@ impl AptLinear {
             .map(|_| t)
     }
 
+    /// The integer-mma decode kernel's tiles where [`Self::path`] gives it one token: 3-bit
+    /// weights, and the rule's 448-channel blocks over all of k (at least 112 blocks, no
+    /// split). Measured on an H200 (session 54, `tilus bench apt --m 1 --imma-tiles`): W3A4 at
+    /// 57344 x 8192 46.4 us (89.9% of the floor) against the popc kernel's 53.3; W2A2 tied
+    /// (32.4 against 32.1), and the narrower layers' 64-channel blocks lost by 10-45%. The
+    /// split tilings, and 4- and 5-bit weights, are not measured yet.
+    pub fn imma_decode_tiles(&self) -> Option<ImmaTiles> {
+        self.imma_tiles()
+            .filter(|t| self.wbits() == 3 && t.bn == 448 && t.split == 1)
+    }
+
     /// `tiles`, or the layer's rule when `None`; refused, naming `tiles`, where no rule serves.
     fn imma_tiles_or(&self, tiles: Option<ImmaTiles>) -> Result<ImmaTiles, AptError> {
         tiles.or_else(|| self.imma_tiles()).ok_or_else(|| {
@@ -433,6 +445,8 @@ impl AptLinear {
         let bytes = self.imma_bytes(&tiles)?;
         let mut y = vec![f16::ZERO; m * self.n];
         let mut acc = vec![0i32; m * self.n];
+        let (ws_len, sem_len) = tiles.split_buffers_len(m, self.n);
+        let (mut workspace, mut semaphores) = (vec![0i32; ws_len], vec![0i32; sem_len]);
         apt_gemv_imma::interpret(
             &cfg,
             mi,
@@ -444,6 +458,8 @@ impl AptLinear {
             self.weight.scales(),
             &mut y,
             &mut acc,
+            &mut workspace,
+            &mut semaphores,
         )
         .map_err(kernel_err)?;
         Ok((y, acc))
@@ -500,13 +516,18 @@ impl AptLinear {
     /// wins or ties there: W2A2 8192 x 8192 10.8 against 12.3, 10240 x 8192 13.1 / 13.4,
     /// 14336 x 4096 11.0 / 11.0, 16384 x 4096 10.8 / 11.3; W1A2 8.9 / 10.0, 10.5 / 10.7,
     /// 9.2 / 9.1, 9.2 / 9.9; W1A4 9.7 / 12.5, 11.6 / 13.2, 10.1 / 10.3, 10.1 / 11.5.
+    /// One token of 3-bit weights takes the integer-mma decode kernel instead where its rule
+    /// gives a wave of 448-channel blocks over all of k ([`Self::imma_decode_tiles`]).
     /// [`GpuAptLinear::forward`] takes [`Self::portable_path`] on a device without the
     /// warpgroup MMA.
     pub fn path(&self, m: usize) -> AptPath {
         let cfg = self.igmma_config(m, false);
         let blocks = m.div_ceil(cfg.BM as usize) * self.n.div_ceil(cfg.BN as usize);
         if m == 1 {
-            self.portable_path(m)
+            match self.imma_decode_tiles() {
+                Some(tiles) => AptPath::Imma(tiles),
+                None => self.portable_path(m),
+            }
         } else if m >= IGMMA_MIN_M
             && (self.wbits() * self.abits) as usize > BGMMA_MAX_PAIRS
             && self.k.is_multiple_of(16)
@@ -728,8 +749,8 @@ pub struct GpuAptLinear {
     host: AptLinear,
     /// One element, for the parameters a launch does not read.
     unused: Mutex<DeviceBuffer<i32>>,
-    /// The fused kernel's split-k partials and semaphores (zero between launches), grown on
-    /// demand.
+    /// The split-k partials and semaphores of the kernels that split k (the fused and the
+    /// integer-mma decode kernels; the semaphores zero between launches), grown on demand.
     split: Mutex<Option<SplitBuffers>>,
     /// The weight's codes, a byte each (`[n, k]`), for [`AptPath::Igmma`]: uploaded by its first
     /// forward (`n · k` bytes next to the planes' `n · k · wbits / 8`).
@@ -754,6 +775,10 @@ pub enum AptPath {
     /// The popc decode kernel ([`apt_gemv_popc`]): one launch, the plane pairs counted on the
     /// CUDA cores.
     Popc(PopcTiles),
+    /// The integer-mma decode kernel ([`apt_gemv_imma`]): one launch, a weight code times an
+    /// activation code on `mma.m16n8k32 .u8.s8` (sm_80 on; the layer's rule was measured on
+    /// sm_90a and takes it there).
+    Imma(ImmaTiles),
     /// The fused decode kernel on the 1-bit mma ([`apt_gemv`]): one launch. Not the layer's
     /// choice since session 20 (slower than two launches from 16 tokens); kept for
     /// [`GpuAptLinear::forward_fused`] and the bench.
@@ -855,6 +880,27 @@ fn split_buffers_len(cfg: &apt_gemv::Config, m: usize, n: usize) -> (usize, usiz
 }
 
 impl GpuAptLinear {
+    /// The split-k buffers with room for `ws_len` partials and `sem_len` semaphores, allocated
+    /// (zeroed) when the ones held are smaller; every kernel that splits leaves the semaphores
+    /// zero. The guard holds `Some`.
+    fn split_buffers(
+        &self,
+        ws_len: usize,
+        sem_len: usize,
+    ) -> Result<std::sync::MutexGuard<'_, Option<SplitBuffers>>, AptError> {
+        let mut guard = self.split.lock().unwrap_or_else(|p| p.into_inner());
+        let fits = guard
+            .as_ref()
+            .is_some_and(|b| b.workspace.len() >= ws_len && b.semaphores.len() >= sem_len);
+        if !fits {
+            *guard = Some(SplitBuffers {
+                workspace: DeviceBuffer::zeros(&self.ctx, ws_len).map_err(kernel_err)?,
+                semaphores: DeviceBuffer::zeros(&self.ctx, sem_len).map_err(kernel_err)?,
+            });
+        }
+        Ok(guard)
+    }
+
     /// `f` on the products buffer `acc`, or, when the caller wants none, on the layer's
     /// one-element stand-in (a launch with `STORE_ACC = 0` never writes it).
     fn with_acc<R>(
@@ -882,6 +928,7 @@ impl GpuAptLinear {
         let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n).map_err(kernel_err)?;
         match self.path(m) {
             AptPath::Popc(tiles) => self.forward_popc(x, m, &mut y, None, Some(tiles))?,
+            AptPath::Imma(tiles) => self.forward_imma(x, m, &mut y, None, Some(tiles))?,
             AptPath::Fused => self.forward_fused(x, m, &mut y, None)?,
             AptPath::Igmma(_) => {
                 let mut act = AptActivations::with_codes(self, m, true)?;
@@ -907,7 +954,9 @@ impl GpuAptLinear {
     /// [`Self::popc_tiles`].
     pub fn path(&self, m: usize) -> AptPath {
         match self.host.path(m) {
-            AptPath::Igmma(_) | AptPath::Bgmma(_) if self.ctx.arch() != "sm_90a" => {
+            AptPath::Igmma(_) | AptPath::Bgmma(_) | AptPath::Imma(_)
+                if self.ctx.arch() != "sm_90a" =>
+            {
                 self.host.portable_path(m)
             }
             AptPath::Popc(_) => AptPath::Popc(self.popc_tiles()),
@@ -947,19 +996,24 @@ impl GpuAptLinear {
         let tiles = h.imma_tiles_or(tiles)?;
         let cfg = tiles.config(h.n, h.k, h.wbits(), h.abits, acc.is_some())?;
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
+        // The byte layout does not depend on the split.
+        let layout = ImmaTiles { split: 1, ..tiles };
         let bytes = {
             let mut slot = self.imma.lock().unwrap_or_else(|p| p.into_inner());
             match slot.as_ref() {
-                Some((t, b)) if *t == tiles => b.clone(),
+                Some((t, b)) if *t == layout => b.clone(),
                 _ => {
                     let host = h.imma_bytes(&tiles)?;
                     let b =
                         Arc::new(DeviceBuffer::from_host(&self.ctx, &host).map_err(kernel_err)?);
-                    *slot = Some((tiles, b.clone()));
+                    *slot = Some((layout, b.clone()));
                     b
                 }
             }
         };
+        let (ws_len, sem_len) = tiles.split_buffers_len(mi as usize, h.n);
+        let mut split = self.split_buffers(ws_len, sem_len)?;
+        let b = split.as_mut().expect("allocated by split_buffers");
         self.with_acc(acc, |acc| {
             apt_gemv_imma::launch(
                 &self.ctx,
@@ -973,6 +1027,8 @@ impl GpuAptLinear {
                 &self.scales,
                 y,
                 acc,
+                &mut b.workspace,
+                &mut b.semaphores,
             )
         })
         .map_err(kernel_err)
@@ -1069,20 +1125,9 @@ impl GpuAptLinear {
         let m = mi as usize;
         check_split(&cfg, h.k)?;
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
-        // The split-k buffers, allocated (zeroed) once per size; the kernel leaves the
-        // semaphores zero.
         let (ws_len, sem_len) = split_buffers_len(&cfg, m, h.n);
-        let mut guard = self.split.lock().unwrap_or_else(|p| p.into_inner());
-        let fits = guard
-            .as_ref()
-            .is_some_and(|b| b.workspace.len() >= ws_len && b.semaphores.len() >= sem_len);
-        if !fits {
-            *guard = Some(SplitBuffers {
-                workspace: DeviceBuffer::zeros(&self.ctx, ws_len).map_err(kernel_err)?,
-                semaphores: DeviceBuffer::zeros(&self.ctx, sem_len).map_err(kernel_err)?,
-            });
-        }
-        let b = guard.as_mut().expect("allocated above");
+        let mut guard = self.split_buffers(ws_len, sem_len)?;
+        let b = guard.as_mut().expect("allocated by split_buffers");
         self.with_acc(acc, |acc| {
             apt_gemv::launch(
                 &self.ctx,

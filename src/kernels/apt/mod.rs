@@ -458,7 +458,8 @@ pub fn compile_check_gemv_configs() -> Vec<apt_gemv::Config> {
 }
 
 /// The integer-mma decode kernel's configurations the code-generation tests compile: the
-/// rule's tiles for every width it takes on the Llama-70B layers.
+/// rule's tiles for every width it takes on the Llama-70B layers (k whole on 57344 x 8192,
+/// split on the narrower ones).
 pub fn compile_check_imma_configs() -> Vec<kernel::apt_gemv_imma::Config> {
     let mut out = Vec::new();
     for (w, a) in [(1, 2), (2, 2), (3, 4), (4, 4), (5, 3)] {
