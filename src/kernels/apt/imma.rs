@@ -249,7 +249,8 @@ impl ImmaTiles {
     }
 
     /// The codes `[n, k]` (a row per output channel, `wbits` bits each) in the kernel's byte
-    /// layout: `k x n x wbits / 8` bytes.
+    /// layout: `k x n x wbits / 8` bytes, read in place (no transposed copy: the bytes out are
+    /// the only memory it takes).
     pub fn relayout(
         &self,
         codes: &[u8],
@@ -257,13 +258,15 @@ impl ImmaTiles {
         k: usize,
         wbits: u32,
     ) -> Result<Vec<u8>, AptError> {
-        let cfg = self.qmatmul_config(wbits);
-        let mut kn = vec![0u32; k * n];
-        for (r, row) in codes.chunks(k).enumerate() {
-            for (c, &code) in row.iter().enumerate() {
-                kn[c * n + r] = code as u32;
-            }
+        if codes.len() != n * k {
+            return Err(AptError::Kernel(format!(
+                "argument `codes`: {} codes for a {n} x {k} weight",
+                codes.len()
+            )));
         }
-        relayout_kernel_codes(&cfg, &kn, k, n).map_err(|e| AptError::Kernel(e.to_string()))
+        let cfg = self.qmatmul_config(wbits);
+        // Row `r` of k, column `c` of n: code `[c, r]` of the `[n, k]` bytes, read in place.
+        relayout_kernel_codes(&cfg, k, n, |r, c| codes[c * k + r] as u32)
+            .map_err(|e| AptError::Kernel(e.to_string()))
     }
 }

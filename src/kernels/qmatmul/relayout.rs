@@ -135,40 +135,40 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
     }
     let mut codes = storage::unpack(dt, &weight.codes, k * n);
     to_kernel_codes(config, &mut codes);
-    Ok(relayout_codes(config, &lay, &codes, k, n))
+    Ok(relayout_codes(config, &lay, k, n, |r, c| codes[r * n + c]))
 }
 
-/// The codes `[k, n]` of `config`'s weight type (row-major, unpacked, as the kernel reads them)
-/// in the kernel's tile layout, for a caller that holds codes rather than a
-/// [`QuantizedWeight`] (APT's integer-mma decode kernel): `k` a multiple of `bk`, `n` of `bn`.
+/// The codes of a `[k, n]` weight of `config`'s weight type, as the kernel reads them
+/// (`code(r, c)` for row `r` of k and column `c` of n, unpacked), in the kernel's tile layout,
+/// for a caller that holds codes rather than a [`QuantizedWeight`] (APT's integer-mma decode
+/// kernel, whose codes are `[n, k]` bytes: read in place, no transposed copy). `k` a multiple
+/// of `bk`, `n` of `bn`.
 pub(crate) fn relayout_kernel_codes(
     config: &QMatmulConfig,
-    codes: &[u32],
     k: usize,
     n: usize,
+    code: impl Fn(usize, usize) -> u32 + Sync,
 ) -> Result<Vec<u8>, QMatmulError> {
     let lay = QMatmulLayouts::distinct(config)?;
-    if !k.is_multiple_of(config.bk) || !n.is_multiple_of(config.bn) || codes.len() != k * n {
+    if !k.is_multiple_of(config.bk) || !n.is_multiple_of(config.bn) {
         return Err(super::config::shape_err(
             "codes",
             format!(
-                "{} codes for {k} x {n} in tiles of {} x {}",
-                codes.len(),
-                config.bk,
-                config.bn
+                "{k} x {n} is not in whole tiles of {} x {}",
+                config.bk, config.bn
             ),
         ));
     }
-    Ok(relayout_codes(config, &lay, codes, k, n))
+    Ok(relayout_codes(config, &lay, k, n, code))
 }
 
 /// The shared body of [`relayout`] and [`relayout_kernel_codes`]: shapes checked.
 fn relayout_codes(
     config: &QMatmulConfig,
     lay: &QMatmulLayouts,
-    codes: &[u32],
     k: usize,
     n: usize,
+    code: impl Fn(usize, usize) -> u32 + Sync,
 ) -> Vec<u8> {
     let len = k * n * config.wdtype.bits() as usize / 8;
     let maps = thread_maps(config, lay);
@@ -181,8 +181,8 @@ fn relayout_codes(
         for nb in 0..tiles_per_row {
             let base = nb * t.tile_bytes;
             for (th, (elems, bytes)) in maps.elems.iter().zip(&maps.bytes).enumerate() {
-                for (code, &(r, c)) in mine.iter_mut().zip(elems) {
-                    *code = codes[(kt * config.bk + r) * n + nb * config.bn + c];
+                for (v, &(r, c)) in mine.iter_mut().zip(elems) {
+                    *v = code(kt * config.bk + r, nb * config.bn + c);
                 }
                 let packed = maps.pack(th, &mine);
                 for (&byte, &at) in packed.iter().zip(bytes) {
