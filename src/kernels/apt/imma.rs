@@ -59,11 +59,15 @@ impl ImmaTiles {
     /// channels dividing `n` that makes [`IMMA_BLOCKS`] blocks (one a multiprocessor), with k
     /// split into as many slices as that takes (each at least [`IMMA_MIN_SLICE_TILES`] tiles),
     /// else 64 channels and the most slices; two k32 fragments a field (one where two do not
-    /// divide `k`), and a ring of up to 128 KB of weight tiles. A guess from the weight-only
+    /// divide `k`), and a ring of up to 128 KB of weight tiles (2 to 8 of them, in the shared
+    /// memory the token leaves). A guess from the weight-only
     /// gemv's measurements (perf note 70: one block a multiprocessor with the deepest ring that
     /// fits); `None` where the kernel does not serve the shape.
     pub fn for_shape(n: usize, k: usize, wbits: u32) -> Option<ImmaTiles> {
         let p = fields_per_byte(wbits)?;
+        if n == 0 || k == 0 {
+            return None;
+        }
         let bk = if k.is_multiple_of(64 * p as usize) {
             64 * p
         } else {
@@ -80,8 +84,13 @@ impl ImmaTiles {
             .map(|bn| (bn, IMMA_BLOCKS.div_ceil(n / bn)))
             .find(|&(_, split)| split <= max_split)
             .or_else(|| n.is_multiple_of(64).then_some((64, max_split)))?;
+        // The ring gets up to 128 KB, less where the token (f16 and codes) leaves less.
         let tile = bn * bk as usize * wbits as usize / 8;
-        let stages = (128 * 1024 / tile).clamp(2, 8) as i32;
+        let ring = (IMMA_MAX_SHARED.checked_sub(3 * Self::token_capacity(k) + 16)?).min(128 * 1024);
+        if ring < 2 * tile {
+            return None;
+        }
+        let stages = (ring / tile).min(8) as i32;
         Some(ImmaTiles {
             bn: bn as i32,
             bk,
@@ -268,5 +277,57 @@ impl ImmaTiles {
         // Row `r` of k, column `c` of n: code `[c, r]` of the `[n, k]` bytes, read in place.
         relayout_kernel_codes(&cfg, k, n, |r, c| codes[c * k + r] as u32)
             .map_err(|e| AptError::Kernel(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule answers any shape without panicking (empty ones too); where it gives tiles,
+    /// they are whole tiles of the layer, make at least the blocks it aims at when some slices
+    /// can give them, and the kernel's checks take them unless the i32 bound refuses the layer
+    /// (which any tiling would hit).
+    #[test]
+    fn the_rule_serves_or_declines_every_shape() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m as u64) as usize
+        };
+        let mut served = 0;
+        for i in 0..4000 {
+            let (n, k) = if i < 16 {
+                (i % 4 * 64, i / 4 * 256)
+            } else {
+                (
+                    64 * next(1024) + next(3) * 16,
+                    256 * next(160) + next(2) * 32,
+                )
+            };
+            let wbits = 1 + next(8) as u32;
+            let Some(t) = ImmaTiles::for_shape(n, k, wbits) else {
+                continue;
+            };
+            served += 1;
+            assert!(n > 0 && k > 0, "{n} x {k}: {t:?}");
+            assert!(n.is_multiple_of(t.bn as usize) && k.is_multiple_of(t.bk as usize));
+            let (blocks, ktiles) = (n / t.bn as usize, k / t.bk as usize);
+            assert!(t.split >= 1 && t.split as usize <= ktiles.max(1), "{t:?}");
+            if t.split > 1 {
+                assert!(ktiles / t.split as usize >= IMMA_MIN_SLICE_TILES, "{t:?}");
+            }
+            if (ktiles / IMMA_MIN_SLICE_TILES).max(1) * blocks >= IMMA_BLOCKS {
+                assert!(blocks * t.split as usize >= IMMA_BLOCKS, "{n} x {k}: {t:?}");
+            }
+            match t.config(n, k, wbits, 2, false) {
+                Ok(c) => assert_eq!((c.BN, c.SPLIT), (t.bn, t.split)),
+                Err(AptError::Overflow { .. }) => {}
+                Err(e) => panic!("{n} x {k} W{wbits}: {e}"),
+            }
+        }
+        assert!(served > 200, "{served}");
     }
 }
