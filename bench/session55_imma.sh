@@ -16,6 +16,9 @@ for pass in 1 2; do
   "$B/bin-tilus" bench apt --m 1 --shapes llama70b --widths W2A2,W3A4 --popc-only --no-cublas \
     --no-weight-only --runs 20 --imma-tiles "$TILES" >> "$L" 2>&1
 done
+# The layer's own path at one token (the layer column: `M` for the integer-mma kernel).
+"$B/bin-tilus" bench apt --m 1 --shapes 57344x8192 --widths W3A4,W2A2 --no-cublas --no-weight-only \
+  --runs 20 >> "$L" 2>&1
 timeout 150 compute-sanitizer --tool memcheck "$B/test-gpu_apt-test" imma --test-threads=1 2>&1 \
   | tail -3 >> "$L"
 timeout 150 compute-sanitizer --tool racecheck "$B/test-gpu_apt-test" imma --test-threads=1 2>&1 \

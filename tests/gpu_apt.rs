@@ -461,6 +461,47 @@ fn gpu_apt_imma_decode_matches_the_gemm() {
     }
 }
 
+/// One token of a 3-bit layer of 57344 outputs takes the integer-mma decode kernel
+/// (`AptPath::Imma`, the rule's 448-column blocks) on sm_90a, and `forward` gives the 1-bit
+/// GEMM's output bits there, twice (the second forward reuses the uploaded bytes).
+#[test]
+fn gpu_apt_imma_is_the_3_bit_one_token_path() {
+    use tilus::kernels::apt::AptPath;
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_imma_is_the_3_bit_one_token_path",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!("SKIPPED gpu_apt_imma_is_the_3_bit_one_token_path: the rule is sm_90a's");
+        return;
+    }
+    let mut rng = rand::rng();
+    let (n, k) = (57344, 1280);
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (w, a) in [(3, 4), (3, 2)] {
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let gpu = layer.to_gpu(&ctx).unwrap();
+        let tag = format!("W{w}A{a} {n}x{k}");
+        assert!(
+            matches!(gpu.path(1), AptPath::Imma(t) if t.bn == 448),
+            "{tag}: {:?}",
+            gpu.path(1)
+        );
+        let one = one_bit_gemm(&gpu, 1, &mut rng, &tag);
+        for round in 0..2 {
+            let y = gpu.forward(&one.x, 1).unwrap();
+            assert_eq!(
+                bits(&y.to_host().unwrap()),
+                bits(&one.y),
+                "{tag} round {round}"
+            );
+        }
+    }
+}
+
 /// The popc tuner (`kernels::apt::tune`) times its points on the GPU and keeps the fastest; the
 /// tuned layer's one-token forward takes those tiles and gives the 1-bit GEMM's bits (outputs
 /// poisoned); a second call finds the winner remembered and launches nothing.
