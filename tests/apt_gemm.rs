@@ -314,39 +314,68 @@ fn popc_blocks_keep_the_rounds_and_spread_the_groups() {
     }
 }
 
-/// Every point the popc tuner measures (`kernels::apt::tune::candidates`) is one the kernel
-/// takes, the rule's first and none twice, on the Llama-70B layers and the long-row one; and on
-/// a small layer each computes the rule's bits on the interpreter (a tuned layer changes
-/// speed, never results).
+/// Every point the one-token tuner measures (`kernels::apt::tune::candidates`) is one its
+/// kernel takes, the layer's rule first and none twice, with the popc kernel's and the
+/// integer-mma kernel's points (split ones among them) where it serves, on the Llama-70B
+/// layers and the long-row one; and on two small layers each computes the rule's bits on the
+/// interpreter (a tuned layer changes speed, never results).
 #[test]
-fn popc_tune_points_match_the_rule() {
+fn decode_tune_points_match_the_rule() {
+    use tilus::kernels::apt::linear::one_token_rule;
     use tilus::kernels::apt::tune::candidates;
-    use tilus::kernels::apt::{AptLinear, PopcTiles};
+    use tilus::kernels::apt::{AptLinear, DecodeTiles, ImmaTiles};
     for (w, a) in tilus::kernels::apt::bench::WIDTHS {
         for (n, k) in [(57344, 8192), (8192, 28672), (10240, 8192), (1024, 1024)] {
+            let tag = format!("W{w}A{a} {n}x{k}");
             let c = candidates(n, k, w, a);
-            assert_eq!(c[0], PopcTiles::for_shape(n, k, w), "W{w}A{a} {n}x{k}");
-            assert!(c.len() >= 8, "W{w}A{a} {n}x{k}: {} points", c.len());
+            assert_eq!(c[0], one_token_rule(n, k, w, a), "{tag}");
+            let popc = c.iter().filter(|t| matches!(t, DecodeTiles::Popc(_)));
+            assert!(popc.count() >= 8, "{tag}: {} points", c.len());
+            let imma: Vec<ImmaTiles> = c
+                .iter()
+                .filter_map(|t| match t {
+                    DecodeTiles::Imma(t) => Some(*t),
+                    _ => None,
+                })
+                .collect();
+            if w <= 5 && a <= 7 && n >= 8192 {
+                assert!(imma.len() >= 3, "{tag}: {imma:?}");
+                assert!(imma.iter().any(|t| t.split > 1), "{tag}: {imma:?}");
+            }
             for (i, t) in c.iter().enumerate() {
-                assert!(!c[..i].contains(t), "W{w}A{a} {n}x{k}: {t} twice");
-                t.config(k, w, a, false)
-                    .unwrap_or_else(|e| panic!("W{w}A{a} {n}x{k}: {t}: {e}"));
+                assert!(!c[..i].contains(t), "{tag}: {t} twice");
+                match t {
+                    DecodeTiles::Popc(t) => t.config(k, w, a, false).map(|_| ()),
+                    DecodeTiles::Imma(t) => t.config(n, k, w, a, false).map(|_| ()),
+                }
+                .unwrap_or_else(|e| panic!("{tag}: {t}: {e}"));
             }
         }
     }
     let mut rng = rand::rng();
-    let (n, k, w, a) = (72, 1280, 3, 4);
-    let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
-    let x: Vec<f16> = (0..k)
-        .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
-        .collect();
-    let (y0, acc0) = layer.forward_cpu_popc(&x, 1, None, None).unwrap();
-    assert!(acc0.iter().any(|&v| v != 0));
-    for t in candidates(n, k, w, a) {
-        let (y, acc) = layer.forward_cpu_popc(&x, 1, Some(t), None).unwrap();
-        assert_eq!(acc, acc0, "{t}: products");
-        let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&y), bits(&y0), "{t}: outputs");
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (n, k, w, a) in [(72, 1280, 3, 4), (128, 2048, 3, 4)] {
+        let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+        let x: Vec<f16> = (0..k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let (y0, acc0) = layer.forward_cpu_popc(&x, 1, None, None).unwrap();
+        assert!(acc0.iter().any(|&v| v != 0));
+        let c = candidates(n, k, w, a);
+        assert_eq!(
+            c.iter().any(|t| matches!(t, DecodeTiles::Imma(_))),
+            n == 128,
+            "{c:?}"
+        );
+        for t in c {
+            let (y, acc) = match t {
+                DecodeTiles::Popc(t) => layer.forward_cpu_popc(&x, 1, Some(t), None),
+                DecodeTiles::Imma(t) => layer.forward_cpu_imma(&x, 1, Some(t)),
+            }
+            .unwrap();
+            assert_eq!(acc, acc0, "{t}: products");
+            assert_eq!(bits(&y), bits(&y0), "{t}: outputs");
+        }
     }
 }
 

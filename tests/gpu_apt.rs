@@ -502,25 +502,32 @@ fn gpu_apt_imma_is_the_3_bit_one_token_path() {
     }
 }
 
-/// The popc tuner (`kernels::apt::tune`) times its points on the GPU and keeps the fastest; the
-/// tuned layer's one-token forward takes those tiles and gives the 1-bit GEMM's bits (outputs
-/// poisoned); a second call finds the winner remembered and launches nothing.
+/// The one-token tuner (`kernels::apt::tune`) times its points on the GPU, popc and
+/// integer-mma ones (the latter on the 8192-row layer, split ones among them), and keeps the
+/// fastest; the tuned layer's one-token forward takes that kernel and those tiles and gives the
+/// 1-bit GEMM's bits (outputs poisoned); a second call finds the winner remembered and launches
+/// nothing.
 #[test]
-fn gpu_apt_popc_tune_picks_the_fastest_point() {
+fn gpu_apt_decode_tune_picks_the_fastest_point() {
     use tilus::kernels::apt::tune::{candidates, tune};
-    use tilus::kernels::apt::AptPath;
+    use tilus::kernels::apt::{AptPath, DecodeTiles};
     let Some(ctx) = common::gpu_context(
-        "gpu_apt_popc_tune_picks_the_fastest_point",
+        "gpu_apt_decode_tune_picks_the_fastest_point",
         Context::builder(0).no_disk_cache(),
     ) else {
         return;
     };
     let mut rng = rand::rng();
     let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    for (w, a, n, k) in [(2, 2, 4104, 4096), (3, 4, 1032, 8192)] {
+    for (w, a, n, k) in [(2, 2, 4104, 4096), (3, 4, 1032, 8192), (3, 4, 8192, 4096)] {
         let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
         let points = candidates(n, k, w, a);
+        assert_eq!(
+            points.iter().any(|t| matches!(t, DecodeTiles::Imma(_))),
+            n == 8192,
+            "{points:?}"
+        );
         let (gpu, best, outcome) = tune(layer.to_gpu(&ctx).unwrap()).unwrap();
         let tag = format!("W{w}A{a} {n}x{k} tuned {best}");
         assert!(!outcome.reused(), "{tag}: tuned before?");
@@ -537,12 +544,15 @@ fn gpu_apt_popc_tune_picks_the_fastest_point() {
             "{tag}: {} us is not the fastest of {timed:?}",
             outcome.median_us
         );
-        assert_eq!(gpu.path(1), AptPath::Popc(best), "{tag}");
+        assert_eq!(gpu.path(1), AptPath::from(best), "{tag}");
         let one = one_bit_gemm(&gpu, 1, &mut rng, &tag);
         let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n]).unwrap();
         let mut acc = DeviceBuffer::from_host(&ctx, &vec![i32::MIN; n]).unwrap();
-        gpu.forward_popc(&one.x, 1, &mut y, Some(&mut acc), None)
-            .unwrap();
+        match best {
+            DecodeTiles::Popc(_) => gpu.forward_popc(&one.x, 1, &mut y, Some(&mut acc), None),
+            DecodeTiles::Imma(t) => gpu.forward_imma(&one.x, 1, &mut y, Some(&mut acc), Some(t)),
+        }
+        .unwrap();
         assert_eq!(acc.to_host().unwrap(), one.acc, "{tag}: products");
         assert_eq!(bits(&y.to_host().unwrap()), bits(&one.y), "{tag}: output");
         assert_eq!(

@@ -191,11 +191,11 @@ pub fn check_popc_only(m: &str, stages: bool, split: bool, gemm_tiles: bool) -> 
     Ok(())
 }
 
-/// `--tune` chooses the popc tiles itself: refused with `--popc-tiles`.
+/// `--tune` chooses the one-token kernel and tiles itself: refused with `--popc-tiles`.
 pub fn check_tune(tune: bool, popc_tiles: bool) -> Result<(), String> {
     if tune && popc_tiles {
         return Err(
-            "argument `--tune`: it times the tuner's choice of popc tiles; leave out `--popc-tiles`"
+            "argument `--tune`: it times the tuner's choice of one-token kernel and tiles; leave out `--popc-tiles`"
                 .into(),
         );
     }

@@ -97,8 +97,9 @@ fn err(e: impl std::fmt::Display) -> String {
 
 /// Measure one `(wbits, abits)` layer of shape `(n, k)` at `m` tokens; `cublas_us` is carried.
 /// With `popc_only` only the popc decode kernel is timed (each of `popc_tiles`, or the layer's
-/// rule), and it is the row's layer time; with `tune` the layer's popc tiles are tuned first
-/// ([`super::tune::tune`]) and its winner is the one timed; `None` when none of them runs at this point (`m`
+/// rule), and it is the row's layer time; with `tune` the layer's one-token kernel and tiles
+/// are tuned first ([`super::tune::tune`]) and the winner is the one timed (in its kernel's
+/// column, the other kernel's in the rule's tiles); `None` when none of them runs at this point (`m`
 /// past [`POPC_BENCH_MAX_M`], or every tiling refused for this width and shape).
 #[allow(clippy::too_many_arguments)]
 pub fn bench_apt(
@@ -125,8 +126,8 @@ pub fn bench_apt(
         let r = &outcome.record;
         let timed = r.candidates.iter().filter(|c| c.error.is_none()).count();
         eprintln!(
-            "W{wbits}A{abits} {n}x{k}: popc tiles {best} (rule {}), {:.1} us; {timed} of {} points timed in {:.1} s{}",
-            layer.popc_tiles(),
+            "W{wbits}A{abits} {n}x{k}: one token on {best} (rule {}), {:.1} us; {timed} of {} points timed in {:.1} s{}",
+            super::linear::one_token_rule(n, k, wbits, abits),
             outcome.median_us,
             r.candidates.len(),
             r.tune_seconds,
@@ -169,7 +170,11 @@ pub fn bench_apt(
     // serves the layer).
     let mut imma: Option<(Timing, ImmaTiles)> = None;
     if m <= POPC_BENCH_MAX_M {
-        let rule: Vec<ImmaTiles> = layer.imma_tiles().into_iter().collect();
+        // The tuned tiles when the tuner chose this kernel.
+        let rule: Vec<ImmaTiles> = match gpu.path(1) {
+            AptPath::Imma(t) => vec![t],
+            _ => layer.imma_tiles().into_iter().collect(),
+        };
         let tried = if imma_tiles.is_empty() {
             &rule[..]
         } else {

@@ -84,20 +84,58 @@ impl ImmaTiles {
             .map(|bn| (bn, IMMA_BLOCKS.div_ceil(n / bn)))
             .find(|&(_, split)| split <= max_split)
             .or_else(|| n.is_multiple_of(64).then_some((64, max_split)))?;
-        // The ring gets up to 128 KB, less where the token (f16 and codes) leaves less.
-        let tile = bn * bk as usize * wbits as usize / 8;
+        Self::with_ring(bn as i32, bk, split as i32, k, wbits)
+    }
+
+    /// Blocks of `bn` x `bk` over 4 warps in `split` slices with the ring the rule gives them:
+    /// up to 128 KB of weight tiles (2 to 8 of them) in the shared memory the token leaves;
+    /// `None` where two tiles do not fit.
+    fn with_ring(bn: i32, bk: i32, split: i32, k: usize, wbits: u32) -> Option<ImmaTiles> {
+        let tile = bn as usize * bk as usize * wbits as usize / 8;
         let ring = (IMMA_MAX_SHARED.checked_sub(3 * Self::token_capacity(k) + 16)?).min(128 * 1024);
         if ring < 2 * tile {
             return None;
         }
-        let stages = (ring / tile).min(8) as i32;
         Some(ImmaTiles {
-            bn: bn as i32,
+            bn,
             bk,
             warps: 4,
-            stages,
-            split: split as i32,
+            stages: (ring / tile).min(8) as i32,
+            split,
         })
+    }
+
+    /// The points the one-token tuner ([`super::tune`]) measures besides the popc kernel's:
+    /// the rule's tiles first, then every block of 448, 256, 128 or 64 columns dividing `n`
+    /// with k whole, in the slices that make [`IMMA_BLOCKS`] blocks and in twice as many (each
+    /// slice at least [`IMMA_MIN_SLICE_TILES`] tiles), the rule's `bk` and ring; only those the
+    /// kernel takes for these widths. Empty where the rule serves no tiles.
+    pub fn tune_points(n: usize, k: usize, wbits: u32, abits: u32) -> Vec<ImmaTiles> {
+        let Some(rule) =
+            Self::for_shape(n, k, wbits).filter(|t| t.config(n, k, wbits, abits, false).is_ok())
+        else {
+            return Vec::new();
+        };
+        let max_split = (k / rule.bk as usize / IMMA_MIN_SLICE_TILES).max(1);
+        let mut out = vec![rule];
+        for bn in [448, 256, 128, 64]
+            .into_iter()
+            .filter(|&b| n.is_multiple_of(b))
+        {
+            let need = IMMA_BLOCKS.div_ceil(n / bn);
+            for split in [1, need, 2 * need] {
+                let Some(t) = (split <= max_split)
+                    .then(|| Self::with_ring(bn as i32, rule.bk, split as i32, k, wbits))
+                    .flatten()
+                else {
+                    continue;
+                };
+                if !out.contains(&t) && t.config(n, k, wbits, abits, false).is_ok() {
+                    out.push(t);
+                }
+            }
+        }
+        out
     }
 
     /// Elements of the split's `(workspace, semaphores)` for `m` tokens and `n` channels (1 each

@@ -407,8 +407,7 @@ impl AptLinear {
     /// (32.4 against 32.1), and the narrower layers' 64-channel blocks lost by 10-45%. The
     /// split tilings, and 4- and 5-bit weights, are not measured yet.
     pub fn imma_decode_tiles(&self) -> Option<ImmaTiles> {
-        self.imma_tiles()
-            .filter(|t| self.wbits() == 3 && t.bn == 448 && t.split == 1)
+        imma_decode_rule(self.n, self.k, self.wbits(), self.abits)
     }
 
     /// `tiles`, or the layer's rule when `None`; refused, naming `tiles`, where no rule serves.
@@ -524,10 +523,7 @@ impl AptLinear {
         let cfg = self.igmma_config(m, false);
         let blocks = m.div_ceil(cfg.BM as usize) * self.n.div_ceil(cfg.BN as usize);
         if m == 1 {
-            match self.imma_decode_tiles() {
-                Some(tiles) => AptPath::Imma(tiles),
-                None => self.portable_path(m),
-            }
+            one_token_rule(self.n, self.k, self.wbits(), self.abits).into()
         } else if m >= IGMMA_MIN_M
             && (self.wbits() * self.abits) as usize > BGMMA_MAX_PAIRS
             && self.k.is_multiple_of(16)
@@ -691,7 +687,7 @@ impl AptLinear {
             unused: Mutex::new(DeviceBuffer::zeros(ctx, 1).map_err(kernel_err)?),
             split: Mutex::new(None),
             codes: std::sync::OnceLock::new(),
-            popc: None,
+            decode: None,
             imma: Mutex::new(None),
         })
     }
@@ -755,9 +751,9 @@ pub struct GpuAptLinear {
     /// The weight's codes, a byte each (`[n, k]`), for [`AptPath::Igmma`]: uploaded by its first
     /// forward (`n · k` bytes next to the planes' `n · k · wbits / 8`).
     codes: std::sync::OnceLock<DeviceBuffer<u8>>,
-    /// The popc kernel's tiles when set ([`Self::with_popc_tiles`], e.g. by
+    /// The one-token kernel and tiles when set ([`Self::with_decode`], e.g. by
     /// [`super::tune::tune`]); the host layer's rule otherwise.
-    popc: Option<PopcTiles>,
+    decode: Option<DecodeTiles>,
     /// The weight's codes in the integer-mma decode kernel's byte layout for the tiles beside
     /// them ([`Self::forward_imma`]): uploaded by its first launch in those tiles (`n · k ·
     /// wbits / 8` bytes next to the planes).
@@ -791,6 +787,43 @@ pub enum AptPath {
     /// The quantizer and the GEMM of the planes on the 1-bit warpgroup MMA
     /// ([`apt_gemm_bgmma`], sm_90a): two launches.
     Bgmma(apt_gemm_bgmma::Config),
+}
+
+/// A one-token kernel and its tiles: [`AptLinear::path`]'s rule at `m = 1`
+/// ([`one_token_rule`]), or what [`GpuAptLinear::with_decode`] sets (the one-token tuner's
+/// choice, [`super::tune::tune`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeTiles {
+    /// The popc decode kernel ([`apt_gemv_popc`]).
+    Popc(PopcTiles),
+    /// The integer-mma decode kernel ([`apt_gemv_imma`]).
+    Imma(ImmaTiles),
+}
+
+impl From<DecodeTiles> for AptPath {
+    fn from(t: DecodeTiles) -> AptPath {
+        match t {
+            DecodeTiles::Popc(t) => AptPath::Popc(t),
+            DecodeTiles::Imma(t) => AptPath::Imma(t),
+        }
+    }
+}
+
+/// [`AptLinear::imma_decode_tiles`] for an `n x k` layer of these widths.
+fn imma_decode_rule(n: usize, k: usize, wbits: u32, abits: u32) -> Option<ImmaTiles> {
+    ImmaTiles::for_shape(n, k, wbits).filter(|t| {
+        wbits == 3 && t.bn == 448 && t.split == 1 && t.config(n, k, wbits, abits, false).is_ok()
+    })
+}
+
+/// The one-token kernel [`AptLinear::path`] takes for an `n x k` layer of these widths on
+/// sm_90a: the integer-mma kernel where [`AptLinear::imma_decode_tiles`] serves, else the popc
+/// kernel in its rule's tiles.
+pub fn one_token_rule(n: usize, k: usize, wbits: u32, abits: u32) -> DecodeTiles {
+    match imma_decode_rule(n, k, wbits, abits) {
+        Some(t) => DecodeTiles::Imma(t),
+        None => DecodeTiles::Popc(PopcTiles::for_shape(n, k, wbits)),
+    }
 }
 
 /// The fewest tokens [`AptLinear::path`] multiplies on the integer warpgroup MMA. Measured on an
@@ -953,6 +986,9 @@ impl GpuAptLinear {
     /// [`AptLinear::portable_path`] where the warpgroup MMAs are missing; the popc kernel in
     /// [`Self::popc_tiles`].
     pub fn path(&self, m: usize) -> AptPath {
+        if let (1, Some(t)) = (m, self.decode) {
+            return t.into();
+        }
         match self.host.path(m) {
             AptPath::Igmma(_) | AptPath::Bgmma(_) | AptPath::Imma(_)
                 if self.ctx.arch() != "sm_90a" =>
@@ -964,18 +1000,25 @@ impl GpuAptLinear {
         }
     }
 
-    /// The popc decode kernel's tiles: those set by [`Self::with_popc_tiles`], else the
-    /// layer's rule ([`AptLinear::popc_tiles`]).
+    /// The popc decode kernel's tiles: those set by [`Self::with_decode`], else the layer's
+    /// rule ([`AptLinear::popc_tiles`]).
     pub fn popc_tiles(&self) -> PopcTiles {
-        self.popc.unwrap_or_else(|| self.host.popc_tiles())
+        match self.decode {
+            Some(DecodeTiles::Popc(t)) => t,
+            _ => self.host.popc_tiles(),
+        }
     }
 
-    /// This layer with the popc decode kernel in `tiles` (e.g. [`super::tune::tune`]'s
-    /// winner); refused, naming `tiles`, when the kernel cannot take them for this layer's `k`
-    /// and widths.
-    pub fn with_popc_tiles(mut self, tiles: PopcTiles) -> Result<GpuAptLinear, AptError> {
-        tiles.config(self.host.k, self.host.wbits(), self.host.abits, false)?;
-        self.popc = Some(tiles);
+    /// This layer with its one token on `tiles`' kernel in those tiles (e.g.
+    /// [`super::tune::tune`]'s winner), on any device; refused, naming `tiles`, when the
+    /// kernel cannot take them for this layer's shape and widths.
+    pub fn with_decode(mut self, tiles: DecodeTiles) -> Result<GpuAptLinear, AptError> {
+        let h = &self.host;
+        match tiles {
+            DecodeTiles::Popc(t) => t.config(h.k, h.wbits(), h.abits, false).map(|_| ())?,
+            DecodeTiles::Imma(t) => t.config(h.n, h.k, h.wbits(), h.abits, false).map(|_| ())?,
+        }
+        self.decode = Some(tiles);
         Ok(self)
     }
 

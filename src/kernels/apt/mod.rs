@@ -10,7 +10,7 @@ pub mod relayout;
 pub mod tune;
 
 pub use imma::ImmaTiles;
-pub use linear::{AptLinear, AptPath, GpuAptLinear};
+pub use linear::{AptLinear, AptPath, DecodeTiles, GpuAptLinear};
 
 use crate::apt::AptError;
 use kernel::{apt_gemm, apt_gemv, apt_gemv_popc};
