@@ -87,6 +87,12 @@ impl ImmaTiles {
         Self::with_ring(bn as i32, bk, split as i32, k, wbits)
     }
 
+    /// [`Self::for_shape`]'s tiles where the kernel also takes the widths ([`Self::config`]):
+    /// the rule for an `n x k` layer of `wbits`-bit weights and `abits`-bit activations.
+    pub fn for_layer(n: usize, k: usize, wbits: u32, abits: u32) -> Option<ImmaTiles> {
+        Self::for_shape(n, k, wbits).filter(|t| t.config(n, k, wbits, abits, false).is_ok())
+    }
+
     /// Blocks of `bn` x `bk` over 4 warps in `split` slices with the ring the rule gives them:
     /// up to 128 KB of weight tiles (2 to 8 of them) in the shared memory the token leaves;
     /// `None` where two tiles do not fit.
@@ -111,9 +117,7 @@ impl ImmaTiles {
     /// slice at least [`IMMA_MIN_SLICE_TILES`] tiles), the rule's `bk` and ring; only those the
     /// kernel takes for these widths. Empty where the rule serves no tiles.
     pub fn tune_points(n: usize, k: usize, wbits: u32, abits: u32) -> Vec<ImmaTiles> {
-        let Some(rule) =
-            Self::for_shape(n, k, wbits).filter(|t| t.config(n, k, wbits, abits, false).is_ok())
-        else {
+        let Some(rule) = Self::for_layer(n, k, wbits, abits) else {
             return Vec::new();
         };
         let max_split = (k / rule.bk as usize / IMMA_MIN_SLICE_TILES).max(1);

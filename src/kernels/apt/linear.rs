@@ -391,13 +391,10 @@ impl AptLinear {
         PopcTiles::for_shape(self.n, self.k, self.wbits())
     }
 
-    /// The integer-mma decode kernel's tiles for this layer ([`ImmaTiles::for_shape`]), `None`
+    /// The integer-mma decode kernel's tiles for this layer ([`ImmaTiles::for_layer`]), `None`
     /// where it does not serve the shape or widths.
     pub fn imma_tiles(&self) -> Option<ImmaTiles> {
-        let t = ImmaTiles::for_shape(self.n, self.k, self.wbits())?;
-        t.config(self.n, self.k, self.wbits(), self.abits, false)
-            .ok()
-            .map(|_| t)
+        ImmaTiles::for_layer(self.n, self.k, self.wbits(), self.abits)
     }
 
     /// The integer-mma decode kernel's tiles where [`Self::path`] gives it one token: 3-bit
@@ -811,9 +808,7 @@ impl From<DecodeTiles> for AptPath {
 
 /// [`AptLinear::imma_decode_tiles`] for an `n x k` layer of these widths.
 fn imma_decode_rule(n: usize, k: usize, wbits: u32, abits: u32) -> Option<ImmaTiles> {
-    ImmaTiles::for_shape(n, k, wbits).filter(|t| {
-        wbits == 3 && t.bn == 448 && t.split == 1 && t.config(n, k, wbits, abits, false).is_ok()
-    })
+    ImmaTiles::for_layer(n, k, wbits, abits).filter(|t| wbits == 3 && t.bn == 448 && t.split == 1)
 }
 
 /// The one-token kernel [`AptLinear::path`] takes for an `n x k` layer of these widths on

@@ -465,7 +465,7 @@ pub fn compile_check_imma_configs() -> Vec<kernel::apt_gemv_imma::Config> {
     for (w, a) in [(1, 2), (2, 2), (3, 4), (4, 4), (5, 3)] {
         for (n, k) in [(57344, 8192), (8192, 28672), (10240, 8192), (8192, 8192)] {
             if let Some(c) =
-                ImmaTiles::for_shape(n, k, w).and_then(|t| t.config(n, k, w, a, false).ok())
+                ImmaTiles::for_layer(n, k, w, a).and_then(|t| t.config(n, k, w, a, false).ok())
             {
                 if !out.contains(&c) {
                     out.push(c);

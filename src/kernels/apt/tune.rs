@@ -136,7 +136,7 @@ fn key(layer: &GpuAptLinear) -> Result<TuneKey, AptError> {
     let mut source = apt_gemv_popc::source(&popc)
         .map_err(kernel_err)?
         .to_string();
-    if let Some(t) = ImmaTiles::tune_points(n, k, wbits, abits).first() {
+    if let Some(t) = ImmaTiles::for_layer(n, k, wbits, abits) {
         let imma = t.config(n, k, wbits, abits, false)?;
         source += apt_gemv_imma::source(&imma).map_err(kernel_err)?;
     }
