@@ -209,6 +209,32 @@ fn fill_zeros_clears_on_the_device() {
 }
 
 #[test]
+fn grow_zeroed_keeps_a_buffer_that_serves_and_remakes_one_that_does_not() {
+    let cache = TempDir::new("grow");
+    let Some(ctx) = context("grow_zeroed_keeps_a_buffer_that_serves", &cache.0) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let mut slot: Option<DeviceBuffer<u32>> = None;
+    let made = DeviceBuffer::grow_zeroed(&mut slot, &ctx, 1000).unwrap();
+    assert_eq!(made.len(), 1000);
+    assert!(made.to_host().unwrap().iter().all(|&v| v == 0));
+    let data: Vec<u32> = (0..1000).map(|_| rng.random_range(1..u32::MAX)).collect();
+    made.copy_from_host(&data).unwrap();
+    // A smaller or equal need keeps the buffer and what it holds.
+    let kept = DeviceBuffer::grow_zeroed(&mut slot, &ctx, 999).unwrap();
+    assert_eq!((kept.len(), kept.to_host().unwrap()), (1000, data));
+    // A larger one remakes it, zeroed.
+    let grown = DeviceBuffer::grow_zeroed(&mut slot, &ctx, 1001).unwrap();
+    assert_eq!(grown.len(), 1001);
+    assert!(grown.to_host().unwrap().iter().all(|&v| v == 0));
+    // An impossible size is an error naming `len`, and the buffer held stays.
+    let err = DeviceBuffer::grow_zeroed(&mut slot, &ctx, usize::MAX).unwrap_err();
+    assert!(err.to_string().contains("len"), "{err}");
+    assert_eq!(slot.map(|b| b.len()), Some(1001));
+}
+
+#[test]
 fn packed_tensor_round_trip() {
     let cache = TempDir::new("packed");
     let Some(ctx) = context("packed_tensor_round_trip", &cache.0) else {

@@ -337,9 +337,7 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         }
         if self.input_perm.is_some() {
             let len = super::qmatmul::size_product("m", &[("m", max_m), ("k", self.k())])?;
-            if state.scratch.as_ref().is_none_or(|s| s.len() < len) {
-                state.scratch = Some(DeviceBuffer::zeros(&self.ctx, len)?);
-            }
+            DeviceBuffer::grow_zeroed(&mut state.scratch, &self.ctx, len)?;
         }
         state.reserved = Some(state.reserved.map_or(max_m, |r| r.max(max_m)));
         Ok(())
@@ -466,10 +464,7 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         // The scratch stays locked while both launches are queued: another thread's forward
         // cannot overwrite it before this matmul has read it (same stream, in order). It
         // grows to the most rows seen (never past a reservation: checked above).
-        if state.scratch.as_ref().is_none_or(|s| s.len() < len) {
-            state.scratch = Some(DeviceBuffer::zeros(&self.ctx, len)?);
-        }
-        let scratch = state.scratch.as_mut().expect("made above");
+        let scratch = DeviceBuffer::grow_zeroed(&mut state.scratch, &self.ctx, len)?;
         let mut permuted = scratch.view_mut(0..len)?;
         T::permute_columns(&self.ctx, mi, ki, perm, x, &mut permuted)
             .map_err(|e| QMatmulError::Gpu(e.to_string()))?;

@@ -44,6 +44,21 @@ impl<T: Element> DeviceBuffer<T> {
         Ok(DeviceBuffer { slice })
     }
 
+    /// The buffer in `slot` when it holds at least `len` elements, else `len` new zeros put
+    /// there: the grow-on-demand scratch of a layer's split-k partials and tables. A buffer that
+    /// serves is kept with its contents (semaphores a kernel leaves zero stay zero); the old
+    /// one is replaced only once the new exists, so a failed allocation keeps it.
+    pub fn grow_zeroed<'a>(
+        slot: &'a mut Option<Self>,
+        ctx: &Context,
+        len: usize,
+    ) -> Result<&'a mut Self> {
+        if slot.as_ref().is_none_or(|b| b.len() < len) {
+            *slot = Some(Self::zeros(ctx, len)?);
+        }
+        Ok(slot.as_mut().expect("filled above"))
+    }
+
     /// `len` copies of `value` (e.g. NaN to poison an output before a launch).
     pub fn filled(ctx: &Context, len: usize, value: T) -> Result<Self> {
         // Checked first: a host `vec!` of an impossible size is a panic, not an error.

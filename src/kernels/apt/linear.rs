@@ -682,7 +682,7 @@ impl AptLinear {
             scales: DeviceBuffer::from_host(ctx, self.weight.scales()).map_err(kernel_err)?,
             host: self.clone(),
             unused: Mutex::new(DeviceBuffer::zeros(ctx, 1).map_err(kernel_err)?),
-            split: Mutex::new(None),
+            split: Mutex::default(),
             codes: std::sync::OnceLock::new(),
             decode: None,
             imma: Mutex::new(None),
@@ -744,7 +744,7 @@ pub struct GpuAptLinear {
     unused: Mutex<DeviceBuffer<i32>>,
     /// The split-k partials and semaphores of the kernels that split k (the fused and the
     /// integer-mma decode kernels; the semaphores zero between launches), grown on demand.
-    split: Mutex<Option<SplitBuffers>>,
+    split: Mutex<SplitBuffers>,
     /// The weight's codes, a byte each (`[n, k]`), for [`AptPath::Igmma`]: uploaded by its first
     /// forward (`n · k` bytes next to the planes' `n · k · wbits / 8`).
     codes: std::sync::OnceLock<DeviceBuffer<u8>>,
@@ -757,9 +757,11 @@ pub struct GpuAptLinear {
     imma: Mutex<Option<(ImmaTiles, Arc<DeviceBuffer<u8>>)>>,
 }
 
+/// Grown on demand ([`DeviceBuffer::grow_zeroed`]); `None` until a split first needs them.
+#[derive(Default)]
 struct SplitBuffers {
-    workspace: DeviceBuffer<i32>,
-    semaphores: DeviceBuffer<i32>,
+    workspace: Option<DeviceBuffer<i32>>,
+    semaphores: Option<DeviceBuffer<i32>>,
 }
 
 /// How [`AptLinear`] runs a forward ([`AptLinear::path`]).
@@ -908,25 +910,25 @@ fn split_buffers_len(cfg: &apt_gemv::Config, m: usize, n: usize) -> (usize, usiz
 }
 
 impl GpuAptLinear {
-    /// The split-k buffers with room for `ws_len` partials and `sem_len` semaphores, allocated
-    /// (zeroed) when the ones held are smaller; every kernel that splits leaves the semaphores
-    /// zero. The guard holds `Some`.
-    fn split_buffers(
+    /// `launch` on the split-k buffers, grown (zeroed) to `ws_len` partials and `sem_len`
+    /// semaphores, and locked while it queues: every kernel that splits leaves the semaphores
+    /// zero, and the one stream orders the launches that share them.
+    fn with_split_buffers<R>(
         &self,
         ws_len: usize,
         sem_len: usize,
-    ) -> Result<std::sync::MutexGuard<'_, Option<SplitBuffers>>, AptError> {
+        launch: impl FnOnce(&mut DeviceBuffer<i32>, &mut DeviceBuffer<i32>) -> Result<R, AptError>,
+    ) -> Result<R, AptError> {
         let mut guard = self.split.lock().unwrap_or_else(|p| p.into_inner());
-        let fits = guard
-            .as_ref()
-            .is_some_and(|b| b.workspace.len() >= ws_len && b.semaphores.len() >= sem_len);
-        if !fits {
-            *guard = Some(SplitBuffers {
-                workspace: DeviceBuffer::zeros(&self.ctx, ws_len).map_err(kernel_err)?,
-                semaphores: DeviceBuffer::zeros(&self.ctx, sem_len).map_err(kernel_err)?,
-            });
-        }
-        Ok(guard)
+        let SplitBuffers {
+            workspace,
+            semaphores,
+        } = &mut *guard;
+        let workspace =
+            DeviceBuffer::grow_zeroed(workspace, &self.ctx, ws_len).map_err(kernel_err)?;
+        let semaphores =
+            DeviceBuffer::grow_zeroed(semaphores, &self.ctx, sem_len).map_err(kernel_err)?;
+        launch(workspace, semaphores)
     }
 
     /// `f` on the products buffer `acc`, or, when the caller wants none, on the layer's
@@ -1050,26 +1052,26 @@ impl GpuAptLinear {
             }
         };
         let (ws_len, sem_len) = tiles.split_buffers_len(mi as usize, h.n);
-        let mut split = self.split_buffers(ws_len, sem_len)?;
-        let b = split.as_mut().expect("allocated by split_buffers");
-        self.with_acc(acc, |acc| {
-            apt_gemv_imma::launch(
-                &self.ctx,
-                &cfg,
-                mi,
-                h.n as i32,
-                h.k as i32,
-                x,
-                &*bytes,
-                &self.sums,
-                &self.scales,
-                y,
-                acc,
-                &mut b.workspace,
-                &mut b.semaphores,
-            )
+        self.with_split_buffers(ws_len, sem_len, |workspace, semaphores| {
+            self.with_acc(acc, |acc| {
+                apt_gemv_imma::launch(
+                    &self.ctx,
+                    &cfg,
+                    mi,
+                    h.n as i32,
+                    h.k as i32,
+                    x,
+                    &*bytes,
+                    &self.sums,
+                    &self.scales,
+                    y,
+                    acc,
+                    workspace,
+                    semaphores,
+                )
+            })
+            .map_err(kernel_err)
         })
-        .map_err(kernel_err)
     }
 
     /// The popc decode kernel ([`apt_gemv_popc`], any `m`, one block row per token) with
@@ -1164,26 +1166,26 @@ impl GpuAptLinear {
         check_split(&cfg, h.k)?;
         check_out(y.len(), acc.as_ref().map(|a| a.len()), m * h.n)?;
         let (ws_len, sem_len) = split_buffers_len(&cfg, m, h.n);
-        let mut guard = self.split_buffers(ws_len, sem_len)?;
-        let b = guard.as_mut().expect("allocated by split_buffers");
-        self.with_acc(acc, |acc| {
-            apt_gemv::launch(
-                &self.ctx,
-                &cfg,
-                mi,
-                h.n as i32,
-                h.k as i32,
-                x,
-                &self.planes,
-                &self.sums,
-                &self.scales,
-                y,
-                acc,
-                &mut b.workspace,
-                &mut b.semaphores,
-            )
+        self.with_split_buffers(ws_len, sem_len, |workspace, semaphores| {
+            self.with_acc(acc, |acc| {
+                apt_gemv::launch(
+                    &self.ctx,
+                    &cfg,
+                    mi,
+                    h.n as i32,
+                    h.k as i32,
+                    x,
+                    &self.planes,
+                    &self.sums,
+                    &self.scales,
+                    y,
+                    acc,
+                    workspace,
+                    semaphores,
+                )
+            })
+            .map_err(kernel_err)
         })
-        .map_err(kernel_err)
     }
 
     /// The activation quantizer alone: `x[m, k]` into `act` (sized for `m`).

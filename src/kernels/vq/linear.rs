@@ -956,7 +956,13 @@ struct GpuLut {
 
 /// The token's table `[chunks · entries, 8]` f16 and the `[n]` f32 sum (zero between launches:
 /// `vq_finalize` zeroes it).
-type LutScratch = (DeviceBuffer<f16>, DeviceBuffer<f32>);
+/// The token's table and the look-ups' sum, each grown on demand
+/// ([`DeviceBuffer::grow_zeroed`]).
+#[derive(Default)]
+struct LutScratch {
+    table: Option<DeviceBuffer<f16>>,
+    sum: Option<DeviceBuffer<f32>>,
+}
 
 /// The table path's device scratch (the token's table and the look-ups' sum), which the layers
 /// of a model on one context can share instead of keeping one each: 16.8 MB per AQLM-3 layer
@@ -970,7 +976,7 @@ type LutScratch = (DeviceBuffer<f16>, DeviceBuffer<f32>);
 #[derive(Clone)]
 pub struct VqLutScratch {
     ctx: Arc<Context>,
-    buffers: Arc<Mutex<Option<LutScratch>>>,
+    buffers: Arc<Mutex<LutScratch>>,
 }
 
 impl VqLutScratch {
@@ -978,38 +984,30 @@ impl VqLutScratch {
     pub fn new(ctx: &Arc<Context>) -> VqLutScratch {
         VqLutScratch {
             ctx: ctx.clone(),
-            buffers: Arc::new(Mutex::new(None)),
+            buffers: Arc::default(),
         }
     }
 
     /// Bytes allocated on the device now.
     pub fn bytes(&self) -> usize {
         let b = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
-        b.as_ref().map_or(0, |(t, s)| t.len() * 2 + s.len() * 4)
+        b.table.as_ref().map_or(0, |t| t.size_bytes())
+            + b.sum.as_ref().map_or(0, |s| s.size_bytes())
     }
 
-    /// The buffers, grown to a table of `table` values and a sum of `sum` (zeroed where remade:
-    /// a sum that serves stays zero between launches).
-    fn at_least(
+    /// `launch` on the buffers, grown to a table of `table` values and a sum of `sum` (zeroed
+    /// where remade: a sum that serves stays zero between launches), locked while it queues.
+    fn with<R>(
         &self,
         table: usize,
         sum: usize,
-    ) -> Result<std::sync::MutexGuard<'_, Option<LutScratch>>, VqError> {
+        launch: impl FnOnce(&mut DeviceBuffer<f16>, &mut DeviceBuffer<f32>) -> Result<R, VqError>,
+    ) -> Result<R, VqError> {
         let mut b = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
-        let (t, s) = match b.take() {
-            Some((t, s)) => (Some(t), Some(s)),
-            None => (None, None),
-        };
-        let t = match t {
-            Some(t) if t.len() >= table => t,
-            _ => DeviceBuffer::zeros(&self.ctx, table).map_err(kernel_err)?,
-        };
-        let s = match s {
-            Some(s) if s.len() >= sum => s,
-            _ => DeviceBuffer::zeros(&self.ctx, sum).map_err(kernel_err)?,
-        };
-        *b = Some((t, s));
-        Ok(b)
+        let LutScratch { table: t, sum: s } = &mut *b;
+        let t = DeviceBuffer::grow_zeroed(t, &self.ctx, table).map_err(kernel_err)?;
+        let s = DeviceBuffer::grow_zeroed(s, &self.ctx, sum).map_err(kernel_err)?;
+        launch(t, s)
     }
 }
 
@@ -1037,7 +1035,7 @@ impl GpuVqLinear {
         self.ensure_split(&mut split, lens)?;
         drop(split);
         if self.host.lut_tiling(1).is_some() {
-            drop(self.lut_scratch()?);
+            self.with_lut_scratch_buffers(|_, _| Ok(()))?;
         }
         if max_m > 1 || self.host.lut_tiling(1).is_none() {
             drop(self.direct_codes()?);
@@ -1068,12 +1066,15 @@ impl GpuVqLinear {
         len(&self.codes) + gc + self.lut.as_ref().map_or(0, |l| l.codes.len())
     }
 
-    /// The table path's table and sum, made or grown on first use.
-    fn lut_scratch(&self) -> Result<std::sync::MutexGuard<'_, Option<LutScratch>>, VqError> {
+    /// `launch` on the table path's table and sum, made or grown on first use.
+    fn with_lut_scratch_buffers<R>(
+        &self,
+        launch: impl FnOnce(&mut DeviceBuffer<f16>, &mut DeviceBuffer<f32>) -> Result<R, VqError>,
+    ) -> Result<R, VqError> {
         let lut = self.lut.as_ref().expect("the layer has a table path");
         let c = self.host.weight.config;
         let table = lut::chunks(c, self.host.k()) * c.entries() * 8;
-        lut.scratch.at_least(table, self.host.n())
+        lut.scratch.with(table, self.host.n(), launch)
     }
 
     /// Take the table path's scratch from `scratch`, shared with the other layers given it,
@@ -1161,31 +1162,31 @@ impl GpuVqLinear {
         if let (false, Some(tiling), Some(parts)) = (naive, h.lut_tiling(m), &self.lut) {
             let c = h.weight.config;
             let chunks = lut::chunks(c, h.k()) as i32;
-            let mut scratch = self.lut_scratch()?;
-            let (table, sum) = scratch.as_mut().expect("made above");
-            vq_lut_table::launch(
-                &self.ctx,
-                &lut::table_config(c, h.k()),
-                chunks,
-                x,
-                &parts.book,
-                table,
-            )
-            .map_err(kernel_err)?;
-            vq_lut_gemv::launch(
-                &self.ctx,
-                &tiling.gemv_config(c),
-                n,
-                chunks,
-                tiling.per as i32,
-                &*table,
-                &parts.codes,
-                &self.scales,
-                sum,
-            )
-            .map_err(kernel_err)?;
-            return vq_finalize::launch(&self.ctx, &vq_finalize::SPACE[0], n, sum, y)
-                .map_err(kernel_err);
+            return self.with_lut_scratch_buffers(|table, sum| {
+                vq_lut_table::launch(
+                    &self.ctx,
+                    &lut::table_config(c, h.k()),
+                    chunks,
+                    x,
+                    &parts.book,
+                    table,
+                )
+                .map_err(kernel_err)?;
+                vq_lut_gemv::launch(
+                    &self.ctx,
+                    &tiling.gemv_config(c),
+                    n,
+                    chunks,
+                    tiling.per as i32,
+                    &*table,
+                    &parts.codes,
+                    &self.scales,
+                    sum,
+                )
+                .map_err(kernel_err)?;
+                vq_finalize::launch(&self.ctx, &vq_finalize::SPACE[0], n, sum, y)
+                    .map_err(kernel_err)
+            });
         }
         if naive {
             let mut gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
