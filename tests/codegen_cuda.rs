@@ -1203,7 +1203,8 @@ fn u1_dot_compiles_to_bmma() {
 
 /// The APT-LLM kernels (`src/kernels/apt`): the bit-serial GEMM's and the fused decode
 /// kernel's configurations of the bench compile to BMMA without local memory (one per plane
-/// pair, warp tile and k tile), the activation quantizer without local memory.
+/// pair, warp tile and k tile), the activation quantizer without local memory. The decode
+/// kernels have tests of their own below.
 #[test]
 fn apt_kernels_compile_to_bmma() {
     use tilus::kernels::apt::kernel::{apt_gemm, apt_quantize_act};
@@ -1254,9 +1255,31 @@ fn apt_kernels_compile_to_bmma() {
             );
         }
     }
-    // The popc decode kernel: POPC on the CUDA cores, no 1-bit mma, the weight words in
-    // 16-byte (or 8-byte) loads or a cp.async ring, the activation words broadcast from shared
-    // memory.
+    for abits in [2, 4, 8] {
+        let cfg = tilus::kernels::apt::linear::quantizer_config(64, 4096, abits as u32);
+        let p = apt_quantize_act::program(&cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        check_kernel(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &format!("apt_quantize_act_{abits}"),
+            &k,
+            Expect::default(),
+        );
+    }
+}
+
+/// The popc decode kernel: POPC on the CUDA cores, no 1-bit mma, the weight words in 16-byte
+/// (or 8-byte) loads or a cp.async ring, the activation words broadcast from shared memory.
+/// (A test of its own, as the integer-mma one below: the APT kernels take minutes of ptxas,
+/// which the test threads share only across tests.)
+#[test]
+fn apt_popc_kernels_compile_to_popc() {
+    let Some((ptxas, disasm)) = tools("apt_popc_kernels_compile_to_popc") else {
+        return;
+    };
+    let scratch = Scratch::new("apt_popc");
     for cfg in tilus::kernels::apt::compile_check_popc_configs() {
         use tilus::kernels::apt::kernel::apt_gemv_popc;
         let name = format!("apt_gemv_popc_{cfg}").replace([',', '='], "_");
@@ -1303,8 +1326,16 @@ fn apt_kernels_compile_to_bmma() {
             );
         }
     }
-    // The integer-mma decode kernel: IMMA on the tensor cores, the weight through the cp.async
-    // ring, no 1-bit mma, no POPC, no spills.
+}
+
+/// The integer-mma decode kernel: IMMA on the tensor cores, the weight through the cp.async
+/// ring, no 1-bit mma, no POPC, no spills; a split of k with one global atomic.
+#[test]
+fn apt_imma_kernels_compile_to_imma() {
+    let Some((ptxas, disasm)) = tools("apt_imma_kernels_compile_to_imma") else {
+        return;
+    };
+    let scratch = Scratch::new("apt_imma");
     for cfg in tilus::kernels::apt::compile_check_imma_configs() {
         use tilus::kernels::apt::kernel::apt_gemv_imma;
         let name = format!("apt_gemv_imma_{cfg}").replace([',', '='], "_");
@@ -1321,19 +1352,6 @@ fn apt_kernels_compile_to_bmma() {
             Expect::default(),
             &[&["IMMA.16832.U8.S8", "LDGSTS", "LDS"], split].concat(),
             &["BMMA", "POPC"],
-        );
-    }
-    for abits in [2, 4, 8] {
-        let cfg = tilus::kernels::apt::linear::quantizer_config(64, 4096, abits as u32);
-        let p = apt_quantize_act::program(&cfg).unwrap();
-        let k = emit(&p, &Default::default()).unwrap();
-        check_kernel(
-            &ptxas,
-            &disasm,
-            &scratch.0,
-            &format!("apt_quantize_act_{abits}"),
-            &k,
-            Expect::default(),
         );
     }
 }
