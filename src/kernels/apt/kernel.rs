@@ -1401,9 +1401,10 @@ mod kernels {
         }
         let amax = reduce_max(reduce_max(amax, 1), 0);
         let scale = max(amax, 7.888609052210118e-31) / (maxv as f32);
-        // The codes of all of k (the slice's own sum only: the rest is other slices').
+        // The codes of the chunks that hold this slice's k (the scale above was over all of
+        // k), their sum over the slice only.
         let mut codes = register::<i32>(lx, 0);
-        for c in 0..chunks {
+        for c in t0 * BK / (threads * XV)..cdiv(t1 * BK, threads * XV) {
             let xs = cast::<f32>(load_shared(sx, lx, [0, c * threads * XV]));
             let code = bipolar_codes(xs, scale);
             let kk = arange(lx, 1, c * threads * XV);
