@@ -133,14 +133,14 @@ pub fn relayout(weight: &QuantizedWeight, config: &QMatmulConfig) -> Result<Vec<
             what: format!("{k} x {n} packed {dt} codes"),
         });
     }
-    // Each code read in place from the packed bytes and mapped through a table of the type's
-    // codes: no unpacked copy (4 bytes a weight, 1.9 GB at 57344 x 8192).
     if !super::config::is_weight_type(dt) {
         return Err(super::config::shape_err(
             "weight",
             format!("{dt} is not a weight type of the quantized matmul (1 to 8 bits)"),
         ));
     }
+    // Each code read in place from the packed bytes and mapped through a table of the type's
+    // codes: no unpacked copy (4 bytes a weight, 1.9 GB at 57344 x 8192).
     let bits = dt.bits() as usize;
     let mut table: Vec<u32> = (0..1u32 << bits).collect();
     to_kernel_codes(config, &mut table);

@@ -955,9 +955,7 @@ struct GpuLut {
 }
 
 /// The token's table `[chunks · entries, 8]` f16 and the `[n]` f32 sum (zero between launches:
-/// `vq_finalize` zeroes it).
-/// The token's table and the look-ups' sum, each grown on demand
-/// ([`DeviceBuffer::grow_zeroed`]).
+/// `vq_finalize` zeroes it), each grown on demand ([`DeviceBuffer::grow_zeroed`]).
 #[derive(Default)]
 struct LutScratch {
     table: Option<DeviceBuffer<f16>>,
