@@ -645,14 +645,41 @@ fn bgmma_rule() {
 }
 
 /// One token takes the popc kernel (one launch) on every layer and width, also the mid-size
-/// layers the 1-bit warpgroup MMA took until session 51, but 3-bit weights on layers of at
-/// least 112 blocks of 448 channels (57344 here), which take the integer-mma decode kernel
-/// in its rule's tiles; and the portable path (popc at one token, the quantizer and the 1-bit
+/// layers the 1-bit warpgroup MMA took until session 51, but where the integer-mma decode
+/// kernel's rule fills the machine with blocks of 256 or 448 channels: 3-bit weights (57344
+/// here, and the Llama-70B layers with k split into slices), and 2-bit weights on long `k`
+/// (8192 x 28672); and the portable path (popc at one token, the quantizer and the 1-bit
 /// GEMM above) for a device without the warpgroup MMA. The one-token forward on the
 /// interpreter gives the unfused path's products on the integer-mma path too.
 #[test]
 fn one_token_rule() {
+    use tilus::kernels::apt::linear::{one_token_rule, DecodeTiles, IMMA_W2_MIN_K};
     use tilus::kernels::apt::{AptLinear, AptPath};
+    // The rule on the Llama-70B layers, as measured on an H200 (session 56): (bn, split) where
+    // the integer-mma kernel won, popc where it lost or was not measured.
+    for (n, k, w, a, want) in [
+        (57344, 8192, 3, 4, Some((448, 1))),
+        (8192, 28672, 3, 4, Some((256, 4))),
+        (10240, 8192, 3, 4, Some((256, 3))),
+        (8192, 8192, 3, 4, Some((256, 4))),
+        (8192, 28672, 2, 2, Some((256, 4))),
+        (57344, 8192, 2, 2, None),
+        (10240, 8192, 2, 2, None),
+        (8192, 8192, 2, 2, None),
+        // 64-channel blocks (the rule's fallback) lost.
+        (1024, 8192, 3, 4, None),
+        (8192, 28672, 1, 2, None),
+        (8192, 28672, 4, 4, None),
+    ] {
+        let got = match one_token_rule(n, k, w, a) {
+            DecodeTiles::Imma(t) => Some((t.bn, t.split)),
+            DecodeTiles::Popc(_) => None,
+        };
+        assert_eq!(got, want, "W{w}A{a} {n}x{k}");
+    }
+    // 2-bit weights cross at IMMA_W2_MIN_K.
+    let w2 = |k| matches!(one_token_rule(8192, k, 2, 2), DecodeTiles::Imma(_));
+    assert!(w2(IMMA_W2_MIN_K) && !w2(IMMA_W2_MIN_K - 1024));
     for n in [1024, 8192, 10240, 16384, 57344] {
         for (w, a) in [(1, 2), (2, 2), (1, 4), (3, 4), (3, 2), (2, 8), (4, 4)] {
             let layer = AptLinear::new(&random(256 * n), 256, n, w, a, None).unwrap();

@@ -461,32 +461,38 @@ fn gpu_apt_imma_decode_matches_the_gemm() {
     }
 }
 
-/// One token of a 3-bit layer of 57344 outputs takes the integer-mma decode kernel
-/// (`AptPath::Imma`, the rule's 448-column blocks) on sm_90a, and `forward` gives the 1-bit
-/// GEMM's output bits there, twice (the second forward reuses the uploaded bytes).
+/// One token takes the integer-mma decode kernel (`AptPath::Imma`) on sm_90a where its rule
+/// fills the machine: 3-bit layers of 57344 outputs (448-column blocks over all of k), of 8192
+/// (256 columns, k in 4 slices), and 2-bit ones on k = 16384 (split likewise); `forward` gives
+/// the 1-bit GEMM's output bits there, twice (the second forward reuses the uploaded bytes, and
+/// the split's semaphores must have been left zero).
 #[test]
-fn gpu_apt_imma_is_the_3_bit_one_token_path() {
+fn gpu_apt_imma_is_the_one_token_path_of_its_rule() {
     use tilus::kernels::apt::AptPath;
     let Some(ctx) = common::gpu_context(
-        "gpu_apt_imma_is_the_3_bit_one_token_path",
+        "gpu_apt_imma_is_the_one_token_path_of_its_rule",
         Context::builder(0).no_disk_cache(),
     ) else {
         return;
     };
     if ctx.arch() != "sm_90a" {
-        eprintln!("SKIPPED gpu_apt_imma_is_the_3_bit_one_token_path: the rule is sm_90a's");
+        eprintln!("SKIPPED gpu_apt_imma_is_the_one_token_path_of_its_rule: the rule is sm_90a's");
         return;
     }
     let mut rng = rand::rng();
-    let (n, k) = (57344, 1280);
     let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    for (w, a) in [(3, 4), (3, 2)] {
+    for (w, a, n, k, tiles) in [
+        (3, 4, 57344, 1280, (448, 1)),
+        (3, 2, 57344, 1280, (448, 1)),
+        (3, 4, 8192, 4096, (256, 4)),
+        (2, 2, 8192, 16384, (256, 4)),
+    ] {
         let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
         let gpu = layer.to_gpu(&ctx).unwrap();
         let tag = format!("W{w}A{a} {n}x{k}");
         assert!(
-            matches!(gpu.path(1), AptPath::Imma(t) if t.bn == 448),
+            matches!(gpu.path(1), AptPath::Imma(t) if (t.bn, t.split) == tiles),
             "{tag}: {:?}",
             gpu.path(1)
         );
@@ -499,6 +505,7 @@ fn gpu_apt_imma_is_the_3_bit_one_token_path() {
                 "{tag} round {round}"
             );
         }
+        eprintln!("{tag}: forward on {:?} ok", gpu.path(1));
     }
 }
 

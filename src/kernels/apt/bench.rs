@@ -467,8 +467,8 @@ pub fn bench_apt(
 fn imma_names(imma: &Option<(Timing, ImmaTiles)>) -> String {
     imma.as_ref().map_or(String::new(), |(_, t)| {
         format!(
-            "; imma bn={} bk={} warps={} stages={}",
-            t.bn, t.bk, t.warps, t.stages
+            "; imma bn={} bk={} warps={} stages={} split={}",
+            t.bn, t.bk, t.warps, t.stages, t.split
         )
     })
 }

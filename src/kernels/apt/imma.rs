@@ -142,6 +142,12 @@ impl ImmaTiles {
         out
     }
 
+    /// Whether these tiles give an `n`-channel layer at least [`IMMA_BLOCKS`] blocks (one a
+    /// multiprocessor), slices counted: [`Self::for_shape`]'s tiles do, but its fallback.
+    pub fn fills(&self, n: usize) -> bool {
+        n / self.bn.max(1) as usize * self.split.max(1) as usize >= IMMA_BLOCKS
+    }
+
     /// Elements of the split's `(workspace, semaphores)` for `m` tokens and `n` channels (1 each
     /// without a split).
     pub fn split_buffers_len(&self, m: usize, n: usize) -> (usize, usize) {

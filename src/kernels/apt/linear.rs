@@ -397,12 +397,14 @@ impl AptLinear {
         ImmaTiles::for_layer(self.n, self.k, self.wbits(), self.abits)
     }
 
-    /// The integer-mma decode kernel's tiles where [`Self::path`] gives it one token: 3-bit
-    /// weights, and the rule's 448-channel blocks over all of k (at least 112 blocks, no
-    /// split). Measured on an H200 (session 54, `tilus bench apt --m 1 --imma-tiles`): W3A4 at
-    /// 57344 x 8192 46.4 us (89.9% of the floor) against the popc kernel's 53.3; W2A2 tied
-    /// (32.4 against 32.1), and the narrower layers' 64-channel blocks lost by 10-45%. The
-    /// split tilings, and 4- and 5-bit weights, are not measured yet.
+    /// The integer-mma decode kernel's tiles where [`Self::path`] gives it one token: the
+    /// rule's tiles where they fill the machine with blocks of at least 256 channels (k split
+    /// into slices where the blocks alone do not), for 3-bit weights, and for 2-bit weights on
+    /// `k` of at least [`IMMA_W2_MIN_K`]. Measured on an H200 (sessions 54 and 56, `tilus bench
+    /// apt --m 1 --imma-tiles`), W3A4 against the popc kernel: 57344 x 8192 (448 channels)
+    /// 46.0 against 52.7 us, 8192 x 28672 (256, 4 slices) 26.7 against 30.7, 10240 x 8192 (256,
+    /// 3) 14.9 against 16.4, 8192 x 8192 (256, 4) 13.3 against 13.5. 1-, 4- and 5-bit weights
+    /// are not measured yet.
     pub fn imma_decode_tiles(&self) -> Option<ImmaTiles> {
         imma_decode_rule(self.n, self.k, self.wbits(), self.abits)
     }
@@ -808,9 +810,22 @@ impl From<DecodeTiles> for AptPath {
     }
 }
 
-/// [`AptLinear::imma_decode_tiles`] for an `n x k` layer of these widths.
+/// The shortest `k` on which [`AptLinear::path`] gives 2-bit weights the integer-mma decode
+/// kernel at one token. Measured on an H200 (session 56, W2A2 in the rule's tiles against the
+/// popc kernel): 8192 x 28672 won (256 x 4 slices, 21.1 against 23.2 us); 10240 x 8192, 8192 x
+/// 8192 and 57344 x 8192 lost (12.3 against 11.0, 11.1 against 9.3, 32.6 against 31.9). Where
+/// between 8192 and 28672 the kernels cross is not measured; 16384 halves the gap.
+pub const IMMA_W2_MIN_K: usize = 16384;
+
+/// [`AptLinear::imma_decode_tiles`] for an `n x k` layer of these widths: the rule's tiles
+/// ([`ImmaTiles::for_layer`]) where they fill the machine with blocks of at least 256 channels
+/// ([`ImmaTiles::fills`]; the fallback of 64-channel blocks lost by 10-45%, session 54), for 3-bit weights and for
+/// 2-bit weights on `k` of at least [`IMMA_W2_MIN_K`].
 fn imma_decode_rule(n: usize, k: usize, wbits: u32, abits: u32) -> Option<ImmaTiles> {
-    ImmaTiles::for_layer(n, k, wbits, abits).filter(|t| wbits == 3 && t.bn == 448 && t.split == 1)
+    ImmaTiles::for_layer(n, k, wbits, abits).filter(|t| {
+        let width = wbits == 3 || (wbits == 2 && k >= IMMA_W2_MIN_K);
+        t.fills(n) && t.bn >= 256 && width
+    })
 }
 
 /// The one-token kernel [`AptLinear::path`] takes for an `n x k` layer of these widths on
