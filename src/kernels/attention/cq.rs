@@ -414,8 +414,15 @@ pub struct CqDecodeAttention {
     scale: f32,
     max_seq_len: usize,
     tuning: CqTuning,
-    /// Split-KV partial outputs and statistics, kept between runs.
-    workspace: Mutex<Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>>,
+    workspace: Mutex<CqWorkspace>,
+}
+
+/// Split-KV partial outputs and their `(m, l)` statistics, kept between runs: each made by the
+/// first run that needs it and grown by one that needs more ([`DeviceBuffer::grow_zeroed`]).
+#[derive(Default)]
+struct CqWorkspace {
+    part_o: Option<DeviceBuffer<f32>>,
+    part_ml: Option<DeviceBuffer<f32>>,
 }
 
 /// Warps per block of the CQ kernel.
@@ -441,7 +448,7 @@ impl CqDecodeAttention {
             scale,
             max_seq_len: max_seq_len.clamp(1, shape.max_len),
             tuning: CqTuning::default_for(&shape),
-            workspace: Mutex::new(None),
+            workspace: Mutex::new(CqWorkspace::default()),
         })
     }
 
@@ -567,13 +574,9 @@ impl CqDecodeAttention {
         let parts = splits * WARPS * self.shape.batch * self.shape.q_heads;
         let need = parts * self.shape.head_dim;
         let mut ws = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
-        if ws.as_ref().is_none_or(|(o, _)| o.len() < need) {
-            *ws = Some((
-                DeviceBuffer::zeros(ctx, need)?,
-                DeviceBuffer::zeros(ctx, parts * 2)?,
-            ));
-        }
-        let (part_o, part_ml) = ws.as_mut().expect("allocated above");
+        let ws = &mut *ws;
+        let part_o = DeviceBuffer::grow_zeroed(&mut ws.part_o, ctx, need)?;
+        let part_ml = DeviceBuffer::grow_zeroed(&mut ws.part_ml, ctx, parts * 2)?;
         let [batch, kv_heads, group, splits_i, stride] = self.scalars(splits);
         let kernel =
             attention_decode_cq::instance(&cfg)?.kernel(attention_decode_cq::NAME, &cfg)?;

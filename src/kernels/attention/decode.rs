@@ -415,7 +415,7 @@ pub struct DecodeAttention {
     /// Per multiprocessor count: the GPU plan.
     plans: Mutex<Option<(usize, DecodePlan)>>,
     /// The split-KV partial outputs and statistics, kept between runs.
-    workspace: Mutex<Option<Workspace>>,
+    workspace: Mutex<Workspace>,
 }
 
 impl DecodeAttention {
@@ -445,7 +445,7 @@ impl DecodeAttention {
             window,
             max_seq_len: max_seq_len.clamp(1, i32::MAX as usize),
             plans: Mutex::new(None),
-            workspace: Mutex::new(None),
+            workspace: Mutex::new(Workspace::default()),
         })
     }
 
@@ -574,19 +574,10 @@ impl DecodeAttention {
         let s = &self.shape;
         let parts = plan.splits * s.batch * s.q_heads;
         let mut ws = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
-        let need = (parts * s.head_dim).max(1);
-        if ws.as_ref().is_none_or(|w| w.part_o.len() < need) {
-            *ws = Some(Workspace {
-                part_o: DeviceBuffer::zeros(ctx, need)?,
-                part_ml: DeviceBuffer::zeros(ctx, (parts * 2).max(1))?,
-                unused: DeviceBuffer::zeros(ctx, 1)?,
-            });
-        }
-        let Workspace {
-            part_o,
-            part_ml,
-            unused,
-        } = ws.as_mut().expect("allocated above");
+        let ws = &mut *ws;
+        let part_o = DeviceBuffer::grow_zeroed(&mut ws.part_o, ctx, (parts * s.head_dim).max(1))?;
+        let part_ml = DeviceBuffer::grow_zeroed(&mut ws.part_ml, ctx, (parts * 2).max(1))?;
+        let unused = DeviceBuffer::grow_zeroed(&mut ws.unused, ctx, 1)?;
         let main =
             attention_decode::instance(&plan.main)?.kernel(attention_decode::NAME, &plan.main)?;
         let sc = self.scalars(plan.splits);
@@ -727,14 +718,16 @@ pub struct KvCache<'a, K: ?Sized, M: ?Sized, I: ?Sized> {
     pub seq_lens: &'a I,
 }
 
-/// The device buffers a [`DecodeAttention`] keeps between runs.
+/// The device buffers a [`DecodeAttention`] keeps between runs, each made by the first run
+/// that needs it and grown by one that needs more ([`DeviceBuffer::grow_zeroed`]).
+#[derive(Default)]
 struct Workspace {
     /// Split-KV partial outputs `[batch · q_heads · splits, head_dim]` (padded per KV head).
-    part_o: DeviceBuffer<f32>,
+    part_o: Option<DeviceBuffer<f32>>,
     /// Their `(m, l)` statistics.
-    part_ml: DeviceBuffer<f32>,
+    part_ml: Option<DeviceBuffer<f32>>,
     /// One element, passed for parameters a configuration does not read.
-    unused: DeviceBuffer<f32>,
+    unused: Option<DeviceBuffer<f32>>,
 }
 
 /// The scalar arguments of the main kernel, shared by the GPU and CPU paths.

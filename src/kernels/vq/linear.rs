@@ -825,7 +825,7 @@ impl VqLinear {
         };
         Ok(GpuVqLinear {
             ctx: ctx.clone(),
-            split: Mutex::new(None),
+            split: Mutex::new(DeviceSplit::default()),
             gc_codes: Mutex::new(None),
             codes: Mutex::new(codes),
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
@@ -870,6 +870,7 @@ type GcBuffers = (DeviceBuffer<u8>, Option<DeviceBuffer<f16>>);
 /// on a device: the ordered partials, the atomics' sum (zero between launches) and one counter
 /// per output tile (zero between launches: the last block of a tile resets its own, so no
 /// launch needs a memset).
+#[derive(Default)]
 struct SplitBuffers<F, I> {
     partials: F,
     sum: F,
@@ -889,7 +890,26 @@ impl<F, I> SplitBuffers<F, I> {
 }
 
 type HostSplit = SplitBuffers<Vec<f32>, Vec<i32>>;
-type DeviceSplit = SplitBuffers<DeviceBuffer<f32>, DeviceBuffer<i32>>;
+/// A device's split-k buffers, each `None` until a split first needs it.
+type DeviceSplit = SplitBuffers<Option<DeviceBuffer<f32>>, Option<DeviceBuffer<i32>>>;
+
+impl DeviceSplit {
+    /// The buffers, those shorter than `lens` asks first grown with zeros
+    /// ([`DeviceBuffer::grow_zeroed`]: the others, and their contents, stay).
+    fn grow(
+        &mut self,
+        ctx: &Context,
+        lens: SplitLens,
+    ) -> Result<SplitBuffers<&mut DeviceBuffer<f32>, &mut DeviceBuffer<i32>>, VqError> {
+        Ok(SplitBuffers {
+            partials: DeviceBuffer::grow_zeroed(&mut self.partials, ctx, lens.partials)
+                .map_err(kernel_err)?,
+            sum: DeviceBuffer::grow_zeroed(&mut self.sum, ctx, lens.sum).map_err(kernel_err)?,
+            semaphores: DeviceBuffer::grow_zeroed(&mut self.semaphores, ctx, lens.semaphores)
+                .map_err(kernel_err)?,
+        })
+    }
+}
 
 impl HostSplit {
     /// Zeroed buffers of `lens`.
@@ -931,7 +951,7 @@ impl HostSplit {
 /// [`GpuVqLinear::with_lut_scratch`]).
 pub struct GpuVqLinear {
     ctx: Arc<Context>,
-    split: Mutex<Option<DeviceSplit>>,
+    split: Mutex<DeviceSplit>,
     /// The GC kernel's codes, and for an E8P format its expanded codebooks, uploaded on its
     /// first use.
     gc_codes: Mutex<Option<GcBuffers>>,
@@ -1030,7 +1050,7 @@ impl GpuVqLinear {
             .map(|m| SplitLens::of(&self.host.config(m), m, n))
             .fold(SplitLens::of(&self.host.config(1), 1, n), SplitLens::max);
         let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
-        self.ensure_split(&mut split, lens)?;
+        split.grow(&self.ctx, lens)?;
         drop(split);
         if self.host.lut_tiling(1).is_some() {
             self.with_lut_scratch_buffers(|_, _| Ok(()))?;
@@ -1096,41 +1116,6 @@ impl GpuVqLinear {
     /// [`with_lut_scratch`](Self::with_lut_scratch) gave it, or the layer's own.
     pub fn lut_scratch_handle(&self) -> Option<&VqLutScratch> {
         self.lut.as_ref().map(|l| &l.scratch)
-    }
-
-    /// Grow the buffers of `split` that are shorter than `lens` asks (zeroed; the others, and
-    /// their contents, stay).
-    fn ensure_split(
-        &self,
-        split: &mut Option<DeviceSplit>,
-        lens: SplitLens,
-    ) -> Result<(), VqError> {
-        // The forward's common case: every buffer already serves (no allocation, no moves).
-        if split.as_ref().is_some_and(|b| {
-            b.partials.len() >= lens.partials
-                && b.sum.len() >= lens.sum
-                && b.semaphores.len() >= lens.semaphores
-        }) {
-            return Ok(());
-        }
-        let zeros_f32 = |len: usize, have: Option<DeviceBuffer<f32>>| match have {
-            Some(b) if b.len() >= len => Ok(b),
-            _ => DeviceBuffer::zeros(&self.ctx, len).map_err(kernel_err),
-        };
-        let (partials, sum, semaphores) = match split.take() {
-            Some(b) => (Some(b.partials), Some(b.sum), Some(b.semaphores)),
-            None => (None, None, None),
-        };
-        let semaphores = match semaphores {
-            Some(b) if b.len() >= lens.semaphores => b,
-            _ => DeviceBuffer::zeros(&self.ctx, lens.semaphores).map_err(kernel_err)?,
-        };
-        *split = Some(SplitBuffers {
-            partials: zeros_f32(lens.partials, partials)?,
-            sum: zeros_f32(lens.sum, sum)?,
-            semaphores,
-        });
-        Ok(())
     }
 
     /// `y[m, n]` for `x[m, k]` on the device (f16).
@@ -1220,8 +1205,7 @@ impl GpuVqLinear {
             let cfg = h.config(m);
             let lens = SplitLens::of(&cfg, m, h.n());
             let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
-            self.ensure_split(&mut split, lens)?;
-            let bufs = split.as_mut().expect("made above");
+            let mut bufs = split.grow(&self.ctx, lens)?;
             let (workspace, semaphores) = bufs.launch_args(&cfg);
             let codes = self.direct_codes()?;
             vq_gemv::launch(
@@ -1237,8 +1221,8 @@ impl GpuVqLinear {
                 &self.codebooks,
                 &self.scales,
                 y,
-                workspace,
-                semaphores,
+                &mut **workspace,
+                &mut **semaphores,
             )
             .map_err(kernel_err)?;
             if cfg.SPLIT > 1 && cfg.ORDERED == 0 {
@@ -1246,7 +1230,7 @@ impl GpuVqLinear {
                     &self.ctx,
                     &vq_finalize::SPACE[0],
                     (m * h.n()) as i32,
-                    &mut bufs.sum,
+                    &mut *bufs.sum,
                     y,
                 )
                 .map_err(kernel_err)?;
