@@ -6,7 +6,8 @@
 
 use super::decode::{CacheLayout, DecodeAttention, DecodeShape, DecodeTuning, KvCache, KvFormat};
 use crate::element::Activation;
-use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, L2Mode, Timing};
+use crate::kernels::timing::time_launches;
+use tilus_runtime::{Context, DeviceBuffer, L2Flush, L2Mode, Timing};
 
 /// One measured decode step.
 #[derive(Clone, Debug)]
@@ -183,18 +184,7 @@ pub fn bench_decode<T: Activation>(
                         attn.run(ctx, &q, &c, &mut o)
                     }
                 };
-                step().map_err(err)?;
-                let mut failure = None;
-                let timing = time_runs(ctx, 3, spec.runs, Some(&mut flush), || {
-                    if let Err(e) = step() {
-                        failure = Some(e);
-                    }
-                    Ok(())
-                })
-                .map_err(err)?;
-                if let Some(e) = failure {
-                    return Err(err(e));
-                }
+                let timing = time_launches(ctx, &mut flush, spec.runs, || step().map_err(err))?;
                 let splits = attn
                     .plan_for::<T>(ctx.device().multiprocessors as usize)
                     .map_err(err)?
@@ -409,18 +399,7 @@ pub fn bench_prefill<T: Activation>(
         for cfg in configs {
             let mut run =
                 || prefill_attention(ctx, Some(&cfg), &shape, &dcu, &qb, &kb, &vb, &mut ob);
-            run().map_err(err)?;
-            let mut failure = None;
-            let timing = time_runs(ctx, 3, runs, Some(&mut flush), || {
-                if let Err(e) = run() {
-                    failure = Some(e);
-                }
-                Ok(())
-            })
-            .map_err(err)?;
-            if let Some(e) = failure {
-                return Err(err(e));
-            }
+            let timing = time_launches(ctx, &mut flush, runs, || run().map_err(err))?;
             out.push(PrefillBench {
                 batch,
                 tokens,
@@ -492,16 +471,7 @@ pub fn bench_decode_cq<T: Activation>(
     // (tile, codebook copies, blocks per multiprocessor); without --sweep the default only.
     let sweep: &[(usize, usize, usize)] = &[(32, 16, 1), (32, 8, 3), (16, 16, 1), (16, 8, 3)];
     let mut time = |step: &mut dyn FnMut() -> Result<(), String>| -> Result<Timing, String> {
-        step()?;
-        let mut failure = None;
-        let timing = time_runs(ctx, 3, spec.runs, Some(&mut flush), || {
-            if let Err(e) = step() {
-                failure = Some(e);
-            }
-            Ok(())
-        })
-        .map_err(err)?;
-        failure.map_or(Ok(timing), Err)
+        time_launches(ctx, &mut flush, spec.runs, step)
     };
     for &batch in &spec.batches {
         for &kv_len in &spec.kv_lens {

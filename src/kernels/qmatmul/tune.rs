@@ -20,11 +20,12 @@ use super::gpu::{DeviceWeight, GpuQMatmul};
 use super::layouts::QMatmulLayouts;
 use super::program::build;
 use crate::element::Activation;
+use crate::kernels::timing::time_fallible;
 use crate::DType;
 use serde_json::{json, Value};
 use tilus_core::Layout;
 use tilus_runtime::autotune::{TuneCandidate, TuneKey, TuneOutcome, TIMED_RUNS, WARMUP_RUNS};
-use tilus_runtime::{time_runs, Context, DeviceBuffer, L2Flush, L2Mode, RuntimeError};
+use tilus_runtime::{Context, DeviceBuffer, L2Flush, L2Mode};
 
 /// The kernel family name in tuning keys and record file names.
 pub const KERNEL: &str = "qmatmul";
@@ -1149,14 +1150,14 @@ pub fn tune_qmatmul<T: Activation>(
                 ));
             }
             let (flush, a, c) = scratch.as_mut().expect("allocated above");
-            let t = time_runs(ctx, WARMUP_RUNS, TIMED_RUNS, Some(flush), || {
-                gpu.run(ctx, rows, a, weight, c)
-                    .map_err(|e| RuntimeError::InvalidArgument {
-                        arg: "qmatmul".into(),
-                        reason: e.to_string(),
-                    })
-            })?;
-            Ok(t)
+            time_fallible(
+                ctx,
+                WARMUP_RUNS,
+                TIMED_RUNS,
+                Some(flush),
+                || gpu.run(ctx, rows, a, weight, c),
+                QMatmulError::from,
+            )
         },
     )?;
     let config = candidates[outcome.index];

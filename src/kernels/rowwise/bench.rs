@@ -4,7 +4,8 @@
 //! `bench/torch_rowwise.py` measures torch's kernels the same way and prints the same table.
 
 use super::RowElement;
-use tilus_runtime::{copy_time, time_runs, Context, DeviceBuffer, L2Flush, Timing};
+use crate::kernels::timing::time_launches;
+use tilus_runtime::{copy_time, Context, DeviceBuffer, L2Flush, Timing};
 
 /// One measured kernel.
 #[derive(Clone, Debug)]
@@ -67,18 +68,8 @@ pub fn bench_rowwise<T: RowElement>(
                     bytes: usize,
                     run: &mut dyn FnMut() -> Result<(), String>|
      -> Result<(), String> {
-        run()?;
-        let mut failure = None;
-        let timing = time_runs(ctx, 3, runs, Some(&mut flush), || {
-            if let Err(e) = run() {
-                failure = Some(e);
-            }
-            Ok(())
-        })
-        .map_err(err)?;
-        if let Some(e) = failure {
-            return Err(format!("{kernel}: {e}"));
-        }
+        let timing = time_launches(ctx, &mut flush, runs, &mut *run)
+            .map_err(|e| format!("{kernel}: {e}"))?;
         let copy = copy_time(ctx, bytes / 2, Some(&mut flush)).map_err(err)?;
         out.push(RowBench {
             kernel,

@@ -12,14 +12,13 @@
 //! the Llama-70B layers (`docs/vq.md`), where they are within a few percent of the best point.
 
 use super::linear::{cache_ok, product_for, split_ok, warps_ok, VqCache, VqLinear};
+use crate::kernels::timing::time_fallible;
 use crate::vq::{arg_err, VqError};
 use half::f16;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tilus_runtime::autotune::{TIMED_RUNS, WARMUP_RUNS};
-use tilus_runtime::{
-    time_runs, Context, DeviceBuffer, L2Flush, L2Mode, TuneCandidate, TuneKey, TuneOutcome,
-};
+use tilus_runtime::{Context, DeviceBuffer, L2Flush, L2Mode, TuneCandidate, TuneKey, TuneOutcome};
 
 /// One point of the direct kernel's knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,18 +179,14 @@ pub fn tune(
                 let (flush, x, y) = io.as_mut().expect("made above");
                 // The first launch compiles the kernel and makes the split buffers.
                 gpu.forward_into(x, m, y, false)?;
-                let mut failure = None;
-                let t = time_runs(ctx, WARMUP_RUNS, TIMED_RUNS, Some(flush), || {
-                    if let Err(e) = gpu.forward_into(x, m, y, false) {
-                        failure.get_or_insert(e);
-                    }
-                    Ok(())
-                })
-                .map_err(tune_err)?;
-                match failure {
-                    Some(e) => Err(e),
-                    None => Ok(t),
-                }
+                time_fallible(
+                    ctx,
+                    WARMUP_RUNS,
+                    TIMED_RUNS,
+                    Some(flush),
+                    || gpu.forward_into(x, m, y, false),
+                    tune_err,
+                )
             },
         )
         .map_err(tune_err)?;
