@@ -209,16 +209,20 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `tilus bench apt`: malformed widths, m values and shapes, and `--popc-only` with the
-/// tokens or flags of the kernels it does not time, are refused, naming the flag, before a GPU
-/// is looked for.
+/// `tilus bench apt`: malformed widths, m values and shapes, `--popc-only` with the tokens or
+/// flags of the kernels it does not time, and `--step` with flags that choose kernels or tiles,
+/// are refused, naming the flag, before a GPU is looked for.
 #[test]
 fn apt_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("apt");
-    let bad: [(&[&str], &str); 17] = [
+    let bad: [(&[&str], &str); 20] = [
         (&["--l2", "warm"], "--l2"),
         (&["--stages", "1"], "--stages"),
         (&["--stages", "9"], "--stages"),
+        // `--step` times each layer on its own path.
+        (&["--step", "--tune", "--m", "1"], "--step"),
+        (&["--step", "--popc-only", "--m", "1"], "--step"),
+        (&["--step", "--imma-tiles", "256x256x4x5x4"], "--step"),
         // `--popc-only` times the popc kernel alone: only at m <= 4 (the default m has 64), and
         // the other kernels' flags are refused.
         (&["--popc-only"], "--popc-only"),

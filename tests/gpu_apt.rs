@@ -306,6 +306,47 @@ fn gpu_apt_forward_takes_the_warpgroup_mma() {
     }
 }
 
+/// `forward_into` on the layer's own buffers: 333, 1, 64 and again 333 tokens on one layer
+/// (the quantized activations grown, then lent to smaller forwards, then reused), each output
+/// poisoned first, give the 1-bit GEMM's bits on every path the sizes take (the warpgroup MMAs
+/// on sm_90a, else the quantizer and the 1-bit GEMM; popc at one token); an output or input of
+/// the wrong length is an error naming it, and leaves the output as it was.
+#[test]
+fn gpu_apt_forward_into_reuses_its_buffers() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_forward_into_reuses_its_buffers",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let (n, k) = (1024, 2048);
+    for (w, a) in [(2, 2), (3, 4)] {
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let gpu = AptLinear::new(&weight, k, n, w, a, None)
+            .unwrap()
+            .to_gpu(&ctx)
+            .unwrap();
+        for m in [333, 1, 64, 333] {
+            let tag = format!("W{w}A{a} m={m} on {:?}", gpu.path(m));
+            let one = one_bit_gemm(&gpu, m, &mut rng, &tag);
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gpu.forward_into(&one.x, m, &mut y).unwrap();
+            assert_eq!(bits(&y.to_host().unwrap()), bits(&one.y), "{tag}");
+            eprintln!("{tag}: forward_into ok");
+        }
+        let x = DeviceBuffer::from_host(&ctx, &vec![f16::ONE; 2 * k]).unwrap();
+        let mut short = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; 2 * n - 1]).unwrap();
+        let e = gpu.forward_into(&x, 2, &mut short).unwrap_err().to_string();
+        assert!(e.contains("`y`"), "{e}");
+        let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; 3 * n]).unwrap();
+        let e = gpu.forward_into(&x, 3, &mut y).unwrap_err().to_string();
+        assert!(e.contains("`x`"), "{e}");
+        assert!(y.to_host().unwrap().iter().all(|v| v.is_nan()), "y changed");
+    }
+}
+
 /// The popc decode kernel on a layer with many more row groups than blocks (each block walks
 /// several groups, the last one partial): the same products and bits as the quantizer and the
 /// GEMM, for every bench width, outputs poisoned, twice in a row; the prologue's token in one

@@ -361,6 +361,11 @@ pub enum BenchCommand {
         /// read-back) or `dirty` ones (a memset only: the timed kernel also writes ~50 MB back).
         #[arg(long, default_value = "clean")]
         l2: String,
+        /// Time a decode step instead of each layer: the shapes' forwards (`--shapes llama70b`:
+        /// one Llama-70B block) queued back to back at each width and m, one L2 flush a step,
+        /// against the layers' floors added and the layers timed one by one.
+        #[arg(long)]
+        step: bool,
     },
     /// VQ-GEMV (vector-quantized weights, `docs/vq.md`) with the codebook cache, against the
     /// memory floor, the naive GC kernel, cuBLAS f16 and the element-wise kernel of the same
@@ -562,9 +567,25 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             popc_only,
             tune,
             l2,
+            step,
             ..
         } => {
             parse_l2(l2)?;
+            if *step
+                && (*popc_only
+                    || *tune
+                    || stages.is_some()
+                    || split.is_some()
+                    || popc_tiles.is_some()
+                    || gemm_tiles.is_some()
+                    || imma_tiles.is_some())
+            {
+                return Err(
+                    "argument `--step`: a step times each layer on its own path; it \
+                     takes no --popc-only, --tune, --stages, --split or tilings"
+                        .into(),
+                );
+            }
             super::bench_apt::check_tune(*tune, popc_tiles.is_some())?;
             if *popc_only {
                 super::bench_apt::check_popc_only(
@@ -884,8 +905,12 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         popc_only,
         tune,
         ref l2,
+        step,
     } = *cmd
     {
+        if step {
+            return super::bench_apt::run_step(widths, m, shapes, runs, parse_l2(l2)?);
+        }
         return super::bench_apt::run(
             widths,
             m,

@@ -1,8 +1,8 @@
 //! `tilus bench apt`: see [`tilus::kernels::apt::bench`].
 
 use tilus::kernels::apt::bench::{
-    bench_apt, bench_cublas_f16, bench_weight_only, table, LLAMA70B_SHAPES, PAPER_SHAPES,
-    POPC_BENCH_MAX_M,
+    bench_apt, bench_cublas_f16, bench_step, bench_weight_only, step_table, table, LLAMA70B_SHAPES,
+    PAPER_SHAPES, POPC_BENCH_MAX_M,
 };
 use tilus::kernels::apt::{AptTiles, ImmaTiles, PopcTiles};
 use tilus_runtime::{copy_bandwidth, Context, L2Flush, L2Mode};
@@ -288,5 +288,34 @@ pub fn run(
         }
     }
     out += &table(copy_gbps, &rows);
+    Ok(out)
+}
+
+/// `tilus bench apt --step`: a decode step of the shapes' layers per width and m
+/// ([`bench_step`]).
+pub fn run_step(
+    widths: &str,
+    m: &str,
+    shapes: &str,
+    runs: usize,
+    l2: L2Mode,
+) -> Result<String, String> {
+    let (widths, ms, shapes) = parse(widths, m, shapes)?;
+    let err = |e: tilus_runtime::RuntimeError| e.to_string();
+    let ctx = Context::new(0).map_err(err)?;
+    let dev = ctx.device();
+    let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
+    let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
+    let mut flush = L2Flush::with_mode(&ctx, l2).map_err(err)?;
+    let mut rows = Vec::new();
+    for &(w, a) in &widths {
+        for &m in &ms {
+            let row = bench_step(&ctx, &mut flush, w, a, m, &shapes, runs, copy_gbps)
+                .map_err(|e| format!("W{w}A{a} m={m} step: {e}"))?;
+            eprintln!("W{w}A{a} m={m} step: {:.1} us", row.step.median_us);
+            rows.push(row);
+        }
+    }
+    out += &step_table(copy_gbps, &rows);
     Ok(out)
 }

@@ -548,13 +548,9 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
             format!("{}x{}", r.n, r.k),
             format!(
                 "{}{:.1}",
-                match r.path {
-                    AptPath::Popc(_) => "P ",
-                    AptPath::Imma(_) => "M ",
-                    AptPath::Fused => "F ",
-                    AptPath::Unfused => "",
-                    AptPath::Igmma(_) => "I ",
-                    AptPath::Bgmma(_) => "B ",
+                match path_letter(&r.path) {
+                    "" => String::new(),
+                    l => format!("{l} "),
                 },
                 r.layer.median_us
             ),
@@ -575,4 +571,120 @@ pub fn table(copy_gbps: f64, rows: &[AptBenchRow]) -> String {
         );
     }
     s
+}
+
+/// The layer column's letter for a path (none for the quantizer and [`super::kernel::apt_gemm`]).
+fn path_letter(path: &AptPath) -> &'static str {
+    match path {
+        AptPath::Popc(_) => "P",
+        AptPath::Imma(_) => "M",
+        AptPath::Fused => "F",
+        AptPath::Unfused => "",
+        AptPath::Igmma(_) => "I",
+        AptPath::Bgmma(_) => "B",
+    }
+}
+
+/// One decoder step of a model's layers at one width ([`bench_step`]).
+#[derive(Clone, Debug)]
+pub struct AptStepBench {
+    pub wbits: u32,
+    pub abits: u32,
+    pub m: usize,
+    /// `(n, k, path, alone)`: each layer's shape, its path at `m`, and its forward timed
+    /// alone (the L2 flushed before each run, as [`bench_apt`] times it).
+    pub layers: Vec<(usize, usize, AptPath, Timing)>,
+    /// The layers' forwards queued back to back, one step per run (the L2 flushed before it).
+    pub step: Timing,
+    /// The step's floor: the layers' floors ([`bench_apt`]'s bytes) added.
+    pub floor_us: f64,
+}
+
+/// The forwards ([`super::GpuAptLinear::forward_into`], no allocation) of `shapes` in order, at
+/// `m` tokens, as a decode step queues them: each layer's launches start while the previous
+/// layer's last blocks finish, and the lone launch's latency (an empty kernel between events
+/// takes about 3.5 us on an H200) is paid once a step, not once a layer. Nothing is reused from
+/// L2 between layers but what a real step would reuse (each layer's weight is read once; a
+/// step of the Llama-70B layers at 2 bits reads 214 MB). Also each layer alone, for the sum.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_step(
+    ctx: &std::sync::Arc<Context>,
+    flush: &mut L2Flush,
+    wbits: u32,
+    abits: u32,
+    m: usize,
+    shapes: &[(usize, usize)],
+    runs: usize,
+    copy_gbps: f64,
+) -> Result<AptStepBench, String> {
+    let mut layers = Vec::new();
+    let mut floor_us = 0.0;
+    for (i, &(n, k)) in shapes.iter().enumerate() {
+        let host = AptLinear::new(&pattern(k * n, 7 + i), k, n, wbits, abits, None).map_err(err)?;
+        let gpu = host.to_gpu(ctx).map_err(err)?;
+        let x: Vec<f16> = pattern(m * k, 11 + i)
+            .iter()
+            .map(|&v| f16::from_f32(v))
+            .collect();
+        let x = DeviceBuffer::from_host(ctx, &x).map_err(err)?;
+        let y = DeviceBuffer::<f16>::zeros(ctx, m * n).map_err(err)?;
+        let bytes = wbits as usize * n * k / 8 + 8 * n + 2 * m * k + 2 * m * n;
+        floor_us += bytes as f64 / (copy_gbps * 1e9) * 1e6;
+        layers.push((gpu, x, y));
+    }
+    let mut alone = Vec::new();
+    for (gpu, x, y) in &mut layers {
+        let t = time_launches(ctx, flush, runs, || gpu.forward_into(x, m, y).map_err(err))?;
+        alone.push((gpu.host().n(), gpu.host().k(), gpu.path(m), t));
+    }
+    let step = time_launches(ctx, flush, runs, || {
+        layers
+            .iter_mut()
+            .try_for_each(|(gpu, x, y)| gpu.forward_into(x, m, y).map_err(err))
+    })?;
+    Ok(AptStepBench {
+        wbits,
+        abits,
+        m,
+        layers: alone,
+        step,
+        floor_us,
+    })
+}
+
+/// [`bench_step`]'s rows: per width and `m`, the step's time against its floor, and the sum of
+/// the layers' lone times beside it.
+pub fn step_table(copy_gbps: f64, rows: &[AptStepBench]) -> String {
+    let mut out = format!(
+        "tilus apt decode step: the layers' forwards queued back to back (one L2 flush a \
+         step); copy bandwidth {copy_gbps:.0} GB/s; floor = the layers' floors added; alone = \
+         the layers timed one by one (flushed), added\n"
+    );
+    out += &format!(
+        "{:<6} {:>5} {:>9} {:>9} {:>7} {:>9} {:>7}  layers (path: alone us)\n",
+        "WxAy", "m", "step us", "floor us", "%floor", "alone us", "%floor"
+    );
+    for r in rows {
+        let alone: f64 = r.layers.iter().map(|l| l.3.median_us).sum();
+        let each = r
+            .layers
+            .iter()
+            .map(|(n, k, p, t)| match path_letter(p) {
+                "" => format!("{n}x{k} {:.1}", t.median_us),
+                l => format!("{n}x{k} {l} {:.1}", t.median_us),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        out += &format!(
+            "{:<6} {:>5} {:>9.1} {:>9.1} {:>6.1}% {:>9.1} {:>6.1}%  {each}\n",
+            format!("W{}A{}", r.wbits, r.abits),
+            r.m,
+            r.step.median_us,
+            r.floor_us,
+            100.0 * r.floor_us / r.step.median_us,
+            alone,
+            100.0 * r.floor_us / alone,
+        );
+    }
+    out
 }

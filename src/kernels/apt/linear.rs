@@ -685,6 +685,7 @@ impl AptLinear {
             host: self.clone(),
             unused: Mutex::new(DeviceBuffer::zeros(ctx, 1).map_err(kernel_err)?),
             split: Mutex::default(),
+            activations: Mutex::default(),
             codes: std::sync::OnceLock::new(),
             decode: None,
             imma: Mutex::new(None),
@@ -717,14 +718,7 @@ impl AptActivations {
         codes: bool,
     ) -> Result<AptActivations, AptError> {
         let ctx = &layer.ctx;
-        let bits = if codes { 8 } else { layer.host.abits as usize };
-        let words = m
-            .checked_mul(layer.host.k)
-            .and_then(|e| e.checked_mul(bits))
-            .ok_or(AptError::Overflow {
-                reason: format!("m * k = {m} * {} overflows usize", layer.host.k),
-            })?
-            / 32;
+        let words = Self::words(&layer.host, m, codes)?;
         Ok(AptActivations {
             planes: DeviceBuffer::zeros(ctx, words).map_err(kernel_err)?,
             sums: DeviceBuffer::zeros(ctx, m).map_err(kernel_err)?,
@@ -733,6 +727,27 @@ impl AptActivations {
             codes,
         })
     }
+
+    /// Words of the planes (or code bytes) of `m` tokens of `layer`'s input.
+    fn words(layer: &AptLinear, m: usize, codes: bool) -> Result<usize, AptError> {
+        let bits = if codes { 8 } else { layer.abits as usize };
+        Ok(m.checked_mul(layer.k)
+            .and_then(|e| e.checked_mul(bits))
+            .ok_or(AptError::Overflow {
+                reason: format!("m * k = {m} * {} overflows usize", layer.k),
+            })?
+            / 32)
+    }
+}
+
+/// [`GpuAptLinear::forward_into`]'s activation buffers, kept between calls: each made by the
+/// first forward that needs it and grown by one that needs more
+/// ([`DeviceBuffer::grow_zeroed`]), so forwards of up to that many tokens allocate nothing.
+#[derive(Default)]
+struct ActivationScratch {
+    planes: Option<DeviceBuffer<u32>>,
+    sums: Option<DeviceBuffer<i32>>,
+    scales: Option<DeviceBuffer<f32>>,
 }
 
 /// [`AptLinear`] on a GPU.
@@ -747,6 +762,8 @@ pub struct GpuAptLinear {
     /// The split-k partials and semaphores of the kernels that split k (the fused and the
     /// integer-mma decode kernels; the semaphores zero between launches), grown on demand.
     split: Mutex<SplitBuffers>,
+    /// The quantized activations of the two-launch paths, grown on demand.
+    activations: Mutex<ActivationScratch>,
     /// The weight's codes, a byte each (`[n, k]`), for [`AptPath::Igmma`]: uploaded by its first
     /// forward (`n · k` bytes next to the planes' `n · k · wbits / 8`).
     codes: std::sync::OnceLock<DeviceBuffer<u8>>,
@@ -968,30 +985,72 @@ impl GpuAptLinear {
 
     /// `y[m, n]` for `x[m, k]` on the device (f16), on the context's stream, on the layer's
     /// [`AptLinear::path`]: one popc or fused launch for decode sizes, else the quantizer and
-    /// the GEMM.
+    /// the GEMM. Allocates the output; [`Self::forward_into`] does not.
     pub fn forward(&self, x: &DeviceBuffer<f16>, m: usize) -> Result<DeviceBuffer<f16>, AptError> {
+        self.host.check_x(x.len(), m)?;
         let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n).map_err(kernel_err)?;
-        match self.path(m) {
-            AptPath::Popc(tiles) => self.forward_popc(x, m, &mut y, None, Some(tiles))?,
-            AptPath::Imma(tiles) => self.forward_imma(x, m, &mut y, None, Some(tiles))?,
-            AptPath::Fused => self.forward_fused(x, m, &mut y, None)?,
-            AptPath::Igmma(_) => {
-                let mut act = AptActivations::with_codes(self, m, true)?;
-                self.quantize_into(x, &mut act)?;
-                self.gemm_igmma_into(&act, &mut y, None)?;
-            }
-            AptPath::Bgmma(_) => {
-                let mut act = AptActivations::new(self, m)?;
-                self.quantize_into(x, &mut act)?;
-                self.gemm_bgmma_into(&act, &mut y, None)?;
-            }
-            AptPath::Unfused => {
-                let mut act = AptActivations::new(self, m)?;
-                self.quantize_into(x, &mut act)?;
-                self.gemm_into(&act, &mut y, None)?;
-            }
-        }
+        self.forward_into(x, m, &mut y)?;
         Ok(y)
+    }
+
+    /// [`Self::forward`] into `y` (`[m, n]`): the quantized activations of the two-launch paths
+    /// and the split-k buffers are the layer's own, kept between calls, so once a forward of
+    /// `m` tokens has run, forwards of up to `m` tokens allocate nothing (they can be captured
+    /// in a CUDA graph). Errors name `x`, `m` or `y`.
+    pub fn forward_into(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+    ) -> Result<(), AptError> {
+        self.host.check_x(x.len(), m)?;
+        check_out(y.len(), None, m * self.host.n)?;
+        match self.path(m) {
+            AptPath::Popc(tiles) => self.forward_popc(x, m, y, None, Some(tiles)),
+            AptPath::Imma(tiles) => self.forward_imma(x, m, y, None, Some(tiles)),
+            AptPath::Fused => self.forward_fused(x, m, y, None),
+            AptPath::Igmma(_) => self.with_activations(m, true, |act| {
+                self.quantize_into(x, act)?;
+                self.gemm_igmma_into(act, y, None)
+            }),
+            AptPath::Bgmma(_) => self.with_activations(m, false, |act| {
+                self.quantize_into(x, act)?;
+                self.gemm_bgmma_into(act, y, None)
+            }),
+            AptPath::Unfused => self.with_activations(m, false, |act| {
+                self.quantize_into(x, act)?;
+                self.gemm_into(act, y, None)
+            }),
+        }
+    }
+
+    /// `f` on activation buffers for `m` tokens (bit planes, or with `codes` code bytes): the
+    /// layer's own ([`ActivationScratch`]), grown first where they are short, lent for the call
+    /// and kept again after it (also when it fails).
+    fn with_activations<R>(
+        &self,
+        m: usize,
+        codes: bool,
+        f: impl FnOnce(&mut AptActivations) -> Result<R, AptError>,
+    ) -> Result<R, AptError> {
+        let words = AptActivations::words(&self.host, m, codes)?;
+        let mut guard = self.activations.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = &mut *guard;
+        DeviceBuffer::grow_zeroed(&mut slot.planes, &self.ctx, words).map_err(kernel_err)?;
+        DeviceBuffer::grow_zeroed(&mut slot.sums, &self.ctx, m).map_err(kernel_err)?;
+        DeviceBuffer::grow_zeroed(&mut slot.scales, &self.ctx, m).map_err(kernel_err)?;
+        let taken = "grown above";
+        let mut act = AptActivations {
+            planes: slot.planes.take().expect(taken),
+            sums: slot.sums.take().expect(taken),
+            scales: slot.scales.take().expect(taken),
+            m,
+            codes,
+        };
+        let out = f(&mut act);
+        (slot.planes, slot.sums, slot.scales) =
+            (Some(act.planes), Some(act.sums), Some(act.scales));
+        out
     }
 
     /// The path [`Self::forward`] takes on this device: [`AptLinear::path`] on sm_90a,
