@@ -222,12 +222,12 @@ pub fn run(
     let popc_tiles = parse_popc_tiles(popc_tiles)?;
     let gemm_tiles = parse_gemm_tiles(gemm_tiles)?;
     let imma_tiles = parse_imma_tiles(imma_tiles)?;
-    let err = |e: tilus_runtime::RuntimeError| e.to_string();
-    let ctx = Context::new(0).map_err(err)?;
-    let dev = ctx.device();
-    let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
-    let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
-    let mut flush = L2Flush::with_mode(&ctx, l2).map_err(err)?;
+    let Bench {
+        ctx,
+        mut out,
+        copy_gbps,
+        mut flush,
+    } = open(l2)?;
     let mut rows = Vec::new();
     for &(n, k) in &shapes {
         for &m in &ms {
@@ -301,12 +301,12 @@ pub fn run_step(
     l2: L2Mode,
 ) -> Result<String, String> {
     let (widths, ms, shapes) = parse(widths, m, shapes)?;
-    let err = |e: tilus_runtime::RuntimeError| e.to_string();
-    let ctx = Context::new(0).map_err(err)?;
-    let dev = ctx.device();
-    let mut out = format!("device: {} ({})\n", dev.name, ctx.arch());
-    let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
-    let mut flush = L2Flush::with_mode(&ctx, l2).map_err(err)?;
+    let Bench {
+        ctx,
+        mut out,
+        copy_gbps,
+        mut flush,
+    } = open(l2)?;
     let mut rows = Vec::new();
     for &(w, a) in &widths {
         for &m in &ms {
@@ -318,4 +318,28 @@ pub fn run_step(
     }
     out += &step_table(copy_gbps, &rows);
     Ok(out)
+}
+
+/// What both APT benches start from: the GPU, the table's device line, the copy bandwidth
+/// measured now, and the L2 flush.
+struct Bench {
+    ctx: std::sync::Arc<Context>,
+    out: String,
+    copy_gbps: f64,
+    flush: L2Flush,
+}
+
+fn open(l2: L2Mode) -> Result<Bench, String> {
+    let err = |e: tilus_runtime::RuntimeError| e.to_string();
+    let ctx = Context::new(0).map_err(err)?;
+    let dev = ctx.device();
+    let out = format!("device: {} ({})\n", dev.name, ctx.arch());
+    let (_, copy_gbps) = copy_bandwidth(&ctx, 1 << 30).map_err(err)?;
+    let flush = L2Flush::with_mode(&ctx, l2).map_err(err)?;
+    Ok(Bench {
+        ctx,
+        out,
+        copy_gbps,
+        flush,
+    })
 }
