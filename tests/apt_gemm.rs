@@ -646,17 +646,17 @@ fn bgmma_rule() {
 
 /// One token takes the popc kernel (one launch) on every layer and width, also the mid-size
 /// layers the 1-bit warpgroup MMA took until session 51, but where the integer-mma decode
-/// kernel's rule fills the machine with blocks of 256 or 448 channels: 3-bit weights (57344
-/// here, and the Llama-70B layers with k split into slices), and 2-bit weights on long `k`
-/// (8192 x 28672); and the portable path (popc at one token, the quantizer and the 1-bit
+/// kernel's rule fills the machine with blocks of 256 or 448 channels: 3- and 4-bit weights
+/// (57344 here, and the Llama-70B layers with k split into slices), and 2-bit weights on long
+/// `k` (8192 x 28672); and the portable path (popc at one token, the quantizer and the 1-bit
 /// GEMM above) for a device without the warpgroup MMA. The one-token forward on the
 /// interpreter gives the unfused path's products on the integer-mma path too.
 #[test]
 fn one_token_rule() {
     use tilus::kernels::apt::linear::{one_token_rule, DecodeTiles, IMMA_W2_MIN_K};
     use tilus::kernels::apt::{AptLinear, AptPath};
-    // The rule on the Llama-70B layers, as measured on an H200 (session 56): (bn, split) where
-    // the integer-mma kernel won, popc where it lost or was not measured.
+    // The rule on the Llama-70B layers and two of the paper's, as measured on an H200 (sessions
+    // 56 and 57): (bn, split) where the integer-mma kernel won, popc where it lost.
     for (n, k, w, a, want) in [
         (57344, 8192, 3, 4, Some((448, 1))),
         (8192, 28672, 3, 4, Some((256, 4))),
@@ -668,8 +668,15 @@ fn one_token_rule() {
         (8192, 8192, 2, 2, None),
         // 64-channel blocks (the rule's fallback) lost.
         (1024, 8192, 3, 4, None),
+        (4096, 14336, 2, 2, None),
+        (14336, 4096, 3, 4, Some((448, 4))),
+        (4096, 14336, 3, 4, Some((256, 7))),
+        (57344, 8192, 4, 4, Some((448, 1))),
+        (8192, 28672, 4, 4, Some((256, 4))),
+        (10240, 8192, 4, 4, Some((256, 3))),
+        (8192, 8192, 4, 4, Some((256, 4))),
         (8192, 28672, 1, 2, None),
-        (8192, 28672, 4, 4, None),
+        (57344, 8192, 1, 2, None),
     ] {
         let got = match one_token_rule(n, k, w, a) {
             DecodeTiles::Imma(t) => Some((t.bn, t.split)),
@@ -685,7 +692,7 @@ fn one_token_rule() {
             let layer = AptLinear::new(&random(256 * n), 256, n, w, a, None).unwrap();
             assert!(matches!(layer.portable_path(1), AptPath::Popc(_)));
             assert_eq!(layer.portable_path(2), AptPath::Unfused);
-            let want = if w == 3 && n == 57344 {
+            let want = if (w == 3 || w == 4) && n == 57344 {
                 let tiles = layer.imma_tiles().unwrap();
                 assert_eq!((tiles.bn, tiles.split), (448, 1), "W{w}A{a} n={n}");
                 AptPath::Imma(tiles)

@@ -399,12 +399,13 @@ impl AptLinear {
 
     /// The integer-mma decode kernel's tiles where [`Self::path`] gives it one token: the
     /// rule's tiles where they fill the machine with blocks of at least 256 channels (k split
-    /// into slices where the blocks alone do not), for 3-bit weights, and for 2-bit weights on
-    /// `k` of at least [`IMMA_W2_MIN_K`]. Measured on an H200 (sessions 54 and 56, `tilus bench
-    /// apt --m 1 --imma-tiles`), W3A4 against the popc kernel: 57344 x 8192 (448 channels)
-    /// 46.0 against 52.7 us, 8192 x 28672 (256, 4 slices) 26.7 against 30.7, 10240 x 8192 (256,
-    /// 3) 14.9 against 16.4, 8192 x 8192 (256, 4) 13.3 against 13.5. 1-, 4- and 5-bit weights
-    /// are not measured yet.
+    /// into slices where the blocks alone do not), for 3- and 4-bit weights, and for 2-bit
+    /// weights on `k` of at least [`IMMA_W2_MIN_K`]. Measured on an H200 (sessions 54, 56 and
+    /// 57, `tilus bench apt --m 1`) against the popc kernel: W3A4 57344 x 8192 (448 channels)
+    /// 46.3 against 53.3 us, 8192 x 28672 (256, 4 slices) 27.0 against 30.8, 10240 x 8192 (256,
+    /// 3) 15.0 against 16.5, 8192 x 8192 (256, 4) 13.4 against 13.5, 14336 x 4096 (448, 4) 12.1
+    /// against 14.5, 4096 x 14336 (256, 7) 13.4 against 13.8; W4A4 on the four Llama-70B
+    /// layers 58.4, 33.3, 16.1 and 14.1 against 69.6, 40.9, 21.5 and 17.4.
     pub fn imma_decode_tiles(&self) -> Option<ImmaTiles> {
         imma_decode_rule(self.n, self.k, self.wbits(), self.abits)
     }
@@ -830,17 +831,20 @@ impl From<DecodeTiles> for AptPath {
 /// The shortest `k` on which [`AptLinear::path`] gives 2-bit weights the integer-mma decode
 /// kernel at one token. Measured on an H200 (session 56, W2A2 in the rule's tiles against the
 /// popc kernel): 8192 x 28672 won (256 x 4 slices, 21.1 against 23.2 us); 10240 x 8192, 8192 x
-/// 8192 and 57344 x 8192 lost (12.3 against 11.0, 11.1 against 9.3, 32.6 against 31.9). Where
-/// between 8192 and 28672 the kernels cross is not measured; 16384 halves the gap.
+/// 8192 and 57344 x 8192 lost (12.3 against 11.0, 11.1 against 9.3, 32.6 against 31.9), and in
+/// session 57 4096 x 14336 (256 x 7 slices, 12.1 against 10.8). Between 14336 and 28672 the
+/// crossing is not measured.
 pub const IMMA_W2_MIN_K: usize = 16384;
 
 /// [`AptLinear::imma_decode_tiles`] for an `n x k` layer of these widths: the rule's tiles
 /// ([`ImmaTiles::for_layer`]) where they fill the machine with blocks of at least 256 channels
-/// ([`ImmaTiles::fills`]; the fallback of 64-channel blocks lost by 10-45%, session 54), for 3-bit weights and for
-/// 2-bit weights on `k` of at least [`IMMA_W2_MIN_K`].
+/// ([`ImmaTiles::fills`]; the fallback of 64-channel blocks lost by 10-45%, session 54), for 3-
+/// and 4-bit weights and for 2-bit weights on `k` of at least [`IMMA_W2_MIN_K`]. 1-bit weights
+/// stay on popc (session 57, W1A2: 12.0 against 9.3 us at 10240 x 8192, 24.8 against 20.6 at
+/// 57344 x 8192); 5-bit weights are not measured.
 fn imma_decode_rule(n: usize, k: usize, wbits: u32, abits: u32) -> Option<ImmaTiles> {
     ImmaTiles::for_layer(n, k, wbits, abits).filter(|t| {
-        let width = wbits == 3 || (wbits == 2 && k >= IMMA_W2_MIN_K);
+        let width = matches!(wbits, 3 | 4) || (wbits == 2 && k >= IMMA_W2_MIN_K);
         t.fills(n) && t.bn >= 256 && width
     })
 }
