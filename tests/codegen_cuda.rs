@@ -524,13 +524,15 @@ fn qmatmul_configurations_compile_without_spills() {
         ks.push((kernel.main.name.clone(), kernel.main, pipelined));
     }
     // One token on the integer mma, in the tuner's first tilings: 3- and 5-bit codes rebuilt
-    // from two planes (two blocks a multiprocessor, registers capped), and 2-bit fields.
+    // from two planes (two blocks a multiprocessor, registers capped), 2-bit fields, and 1-bit
+    // ones in groups of 128 (two scale groups a 256-row tile).
     for (wd, bk, bn, warps, stages, split_k, blocks_per_sm) in [
         ("i3", 128, 896, 8, 2, 4, 2),
         ("u3", 128, 512, 8, 5, 8, 1),
         ("i5", 64, 896, 8, 2, 4, 2),
         ("u5", 64, 512, 8, 5, 8, 1),
         ("u2", 128, 512, 8, 4, 2, 1),
+        ("u1", 256, 896, 8, 4, 2, 1),
     ] {
         let wd: DType = wd.parse().unwrap();
         let cfg = QMatmulConfig {

@@ -200,10 +200,9 @@ fn lut_matches_the_reference() {
 }
 
 /// The integer-mma gemv (`QMatmulMethod::GemvImma`) on the GPU: 1- to 5-bit codes (and
-/// f3e1m1's, read as i3), zero
-/// points and signed offsets, groups of one and two k tiles, split k, f16 and bf16, one and
-/// three tokens, against the f64 reference with the output poisoned, within the output type's
-/// own rounding.
+/// f3e1m1's, read as i3), zero points and signed offsets, groups of one and two k tiles and of
+/// a tile's fields, split k, f16 and bf16, one and three tokens, against the f64 reference
+/// with the output poisoned, within the output type's own rounding.
 #[test]
 fn gemv_imma_matches_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;
@@ -232,6 +231,14 @@ fn gemv_imma_matches_the_reference() {
         // f3e1m1 read as i3.
         ("f3e1m1", "f16", 128, 128, 896, 8, 2, 4, 8192, 2),
         ("f3e1m1", "bf16", 128, 128, 512, 8, 5, 8, 8192, 1),
+        // Groups shorter than a tile (runs of a byte's fields): 1 bit in groups of 128 (two a
+        // tile, the tuner's first tiling) and 32 (one field), 2 and 4 bits in groups of 64
+        // and 32.
+        ("u1", "f16", 128, 256, 896, 8, 4, 2, 8192, 1),
+        ("u1", "bf16", 32, 256, 256, 4, 3, 8, 8192, 1),
+        ("u2", "f16", 64, 128, 512, 8, 4, 2, 8192, 1),
+        ("i2", "f16", 32, 128, 256, 4, 4, 8, 8192, 1),
+        ("i4", "bf16", 32, 64, 448, 4, 4, 2, 8192, 1),
     ];
     for (name, ad, group, bk, bn, warps, stages, split, k, occupancy) in cases {
         let wdtype: DType = name.parse().unwrap();

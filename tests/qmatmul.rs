@@ -1255,6 +1255,17 @@ fn tuning_candidates_are_valid_and_distinct() {
                 .all(|c| c.method != QMatmulMethod::GemvImma || c.bm == 1));
         }
     }
+    // One token of a 1-bit weight in groups of 128 (two groups a 256-row tile of the integer
+    // mma) tries the mma right after the first look-up tiling: the two tie.
+    for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192)] {
+        let c = candidates(dt("u1"), DType::F16, Some(128), 1, n, k).unwrap();
+        assert_eq!(c[0].method, QMatmulMethod::Lut, "{n}x{k}: {:?}", c[0]);
+        assert!(
+            c[1..3].iter().all(|c| c.method == QMatmulMethod::GemvImma),
+            "{n}x{k}: {:?}",
+            &c[..3]
+        );
+    }
     // 2 to 4 tokens of a 2- or 4-bit integer weight start with several tokens a block on the
     // integer mma (one block row); 1-bit weights never take it (two digits are too coarse).
     for (wd, m) in [("u2", 2), ("i4", 4), ("i2", 7), ("u1", 4)] {
@@ -1292,6 +1303,12 @@ fn gemv_imma_matches_the_reference() {
         ("u4", "bf16", 128, 64, 64, 2, 3, 2, 1),
         ("i4", "f16", 256, 128, 128, 8, 2, 1, 3),
         ("u1", "f16", 256, 256, 64, 4, 3, 1, 1),
+        // Groups shorter than a tile: runs of a byte's fields (1 bit: 32 rows a field).
+        ("u1", "f16", 128, 256, 128, 4, 3, 2, 1),
+        ("u1", "bf16", 32, 256, 64, 2, 4, 1, 2),
+        ("u2", "f16", 64, 128, 256, 8, 3, 2, 1),
+        ("i2", "bf16", 32, 128, 128, 4, 3, 1, 1),
+        ("i4", "f16", 32, 64, 128, 4, 4, 2, 1),
         // Warps of seven 16-column fragments, the tuner's 256-block tilings of 57344 x 8192.
         ("u2", "f16", 128, 128, 448, 4, 4, 2, 1),
         ("i4", "bf16", 128, 64, 896, 8, 3, 4, 2),
@@ -1322,7 +1339,7 @@ fn gemv_imma_matches_the_reference() {
             blocks_per_sm: occupancy,
             ..default_cfg(dt(wd), dt(ad), Some(group))
         };
-        let k = group * split * 2;
+        let k = group.max(bk) * split * 2;
         let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         let q = quantize(&cfg, k, 2 * bn, &mut rng);
         // f16 keeps 11 bits, bf16 8: the f16 gemv's own error on these cases.
@@ -1442,9 +1459,28 @@ fn gemv_imma_matches_the_reference() {
             },
             "`group_rows`",
         ),
+        // Shorter than a field (32 rows of a 2-bit tile of 128).
+        (
+            QMatmulConfig {
+                group_rows: Some(16),
+                ..base
+            },
+            "`group_rows`",
+        ),
+        // A group inside a tile of two-plane codes.
+        (
+            QMatmulConfig {
+                wdtype: dt("u3"),
+                group_rows: Some(64),
+                ..base
+            },
+            "`group_rows`",
+        ),
+        // A group inside a tile with several tokens a block.
         (
             QMatmulConfig {
                 group_rows: Some(64),
+                bm: 4,
                 ..base
             },
             "`group_rows`",
@@ -1513,7 +1549,8 @@ fn gemv_imma_matches_the_reference() {
 
 /// The integer-mma gemv over tilings drawn at random from its whole space (the tuner's lists
 /// only sample it): 1 to 7 fragments a warp, 1 to 8 warps, 2 to 4 stages, groups of one and two
-/// k tiles, split k, two blocks a multiprocessor, against the f64 reference on the interpreter.
+/// k tiles or of a tile's fields, split k, two blocks a multiprocessor, against the f64
+/// reference on the interpreter.
 #[test]
 fn gemv_imma_tokens_match_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;
@@ -1675,7 +1712,11 @@ fn gemv_imma_random_tilings_match_the_reference() {
         let bits = dt(wd).bits() as usize;
         let warps = [1, 2, 4, 8][rng.random_range(0..4)];
         let bk = 256 / bits;
-        let group = bk * rng.random_range(1..=2);
+        // Groups of one or two tiles, or of 1 to 4 of a tile's fields (32 rows each).
+        let group = match rng.random_range(0..4) {
+            0 => bk / (1usize << rng.random_range(0..=(8 / bits).ilog2())),
+            g => bk * g.min(2),
+        };
         let split = [1, 2, 4][rng.random_range(0..3)];
         let cfg = QMatmulConfig {
             method: QMatmulMethod::GemvImma,
@@ -1696,7 +1737,7 @@ fn gemv_imma_random_tilings_match_the_reference() {
             Err(QMatmulError::Config { .. }) => continue,
             Err(e) => panic!("{cfg:?}: {e}"),
         };
-        let k = group * split * rng.random_range(1..=2);
+        let k = group.max(bk) * split * rng.random_range(1..=2);
         let q = quantize(&cfg, k, 2 * cfg.bn, &mut rng);
         let tol = if ad == "f16" { 5e-4 } else { 4e-3 };
         let rel = run_once(&kernel, &q, 1, &mut rng).unwrap();

@@ -35,7 +35,10 @@
 //! them, so the split costs no mma. The block splits its k-slice once, into shared memory,
 //! before its k loop, from a copy of the slice that `cp.async` brings in ahead of the weight
 //! ring's first tiles (loading it from global memory group by group queued each load behind
-//! the ring's: 2-3 us of a 40 us kernel, perf note 63). Per group the i32 accumulator (exact:
+//! the ring's: 2-3 us of a 40 us kernel, perf note 63). A scale group is whole tiles, or (one
+//! token a block, one-plane codes) a run of whole fields of a tile, so that 1-bit weights,
+//! whose tile is 256 rows, take groups of 128 (two groups of four fields) down to 32 (one
+//! field). Per group the i32 accumulator (exact:
 //! `|Σ| < 2^31` for groups up to 65536) is converted to f32 and scaled by `s / σ`, and the
 //! zero point's (or the offset's) `s z Σx` is taken off; the four columns are weighted by
 //! `2^24, 2^16, 2^8, 1` and added at the end.
@@ -153,20 +156,28 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
             ),
         ));
     }
+    // One token a block of one-plane codes also takes groups shorter than a tile: a run of
+    // whole fields (`bk / p` rows each) of every byte.
+    let fk = c.bk / p;
+    let in_tile = |g: usize| {
+        !tokens && !two_planes(c.wdtype) && g > 0 && c.bk.is_multiple_of(g) && g.is_multiple_of(fk)
+    };
     match c.group_rows {
         Some(g)
-            if g.is_multiple_of(c.bk)
+            if (g.is_multiple_of(c.bk) || in_tile(g))
                 && g <= MAX_SLICE
                 && (tokens || (MAX_SLICE / g).is_multiple_of(c.warps)) => {}
         Some(g) => {
             return Err(config_err(
                 "group_rows",
                 format!(
-                "{g}: the integer-mma gemv scales the accumulator once per group of whole k tiles \
-                     (a multiple of bk = {}), and its warps split the activations a group \
-                     each ({} / group a multiple of {} warps)",
-                c.bk, MAX_SLICE, c.warps
-            ),
+                    "{g}: the integer-mma gemv scales the accumulator once per group of whole k \
+                     tiles (a multiple of bk = {}) or, one token a block of 1-, 2- or 4-bit \
+                     codes, of whole fields of a tile (a divisor of bk and a multiple of bk / \
+                     {p} = {fk}), and its warps split the activations a group each ({} / group \
+                     a multiple of {} warps)",
+                    c.bk, MAX_SLICE, c.warps
+                ),
             ))
         }
         None => {

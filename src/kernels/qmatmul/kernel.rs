@@ -675,8 +675,9 @@ mod kernels {
     /// byte a k-range of `BK / P` rows of the tile: the thread's bytes, as words, masked by
     /// field are each field's u8 A fragment, with no shift and no conversion. The digits, loaded
     /// as B (`[4, BK / P]` n-major, each row read by two lanes: columns 4..8 repeat 0..4), fill
-    /// the mma's 8 columns. Per group (whole k tiles) the i32 accumulator is converted and
-    /// scaled by `s / σ`, and `s (z + offset) Σx / 2^24` is added up per output column
+    /// the mma's 8 columns. Per group (whole k tiles, or for one-plane codes a run of whole
+    /// fields of a tile: 1-bit weights in groups of 128 are two groups a 256-row tile, fields
+    /// 0..4 and 4..8) the i32 accumulator is converted and scaled by `s / σ`, and `s (z + offset) Σx / 2^24` is added up per output column
     /// (`offset = 2^(bits - 1)` for signed codes, stored in offset binary); the columns are
     /// weighted by `2^24, 2^16, 2^8, 1` (columns 4..8 by zero) and added, and the zero points'
     /// sum taken off, at the end.
@@ -747,7 +748,12 @@ mod kernels {
         let fk = BK / p;
         let rep_n = BN / (16 * WN);
         let rep_f = fk / 32;
-        let tpg = G / BK;
+        // A scale group is whole tiles (`tpg` of them), or a tile holds `gpt` groups of `fpg`
+        // fields each (one-plane codes: field `f` of a byte is rows `f fk .. (f + 1) fk` of
+        // the tile, so a group shorter than a tile is a run of fields).
+        let tpg = max(1, G / BK);
+        let gpt = max(1, BK / G);
+        let fpg = p / gpt;
         // `imma::MAX_SLICE`: the longest k-slice the digits hold.
         let slice = 4096;
         let tile_bytes = BK * BN * W::BITS / 8;
@@ -821,9 +827,9 @@ mod kernels {
         let gs = view_global(scales, [k / G, n]);
         let gz = view_global(zeros, [if ZEROS == 1 { k / G } else { 0 }, n]);
         let sb = shared::<u8>([STAGES, tile_bytes]);
-        let ss = shared::<A>([STAGES, 1, BN]);
+        let ss = shared::<A>([STAGES, gpt, BN]);
         let sz = if fold {
-            shared::<A>([STAGES, 1, BN])
+            shared::<A>([STAGES, gpt, BN])
         } else {
             ()
         };
@@ -849,13 +855,13 @@ mod kernels {
             let group = t * BK / G;
             copy_async(
                 gs,
-                slice_shared(ss, [stage, 0, 0], [1, BN]),
+                slice_shared(ss, [stage, 0, 0], [gpt, BN]),
                 [group, bj * BN],
             );
             if fold {
                 copy_async(
                     gz,
-                    slice_shared(sz, [stage, 0, 0], [1, BN]),
+                    slice_shared(sz, [stage, 0, 0], [gpt, BN]),
                     [group, bj * BN],
                 );
             }
@@ -872,7 +878,7 @@ mod kernels {
         }
 
         // The slice's activations as four s8 digits, while the first tiles load.
-        let groups = ktiles / tpg;
+        let groups = ktiles * gpt / tpg;
         wait_group(STAGES - 1);
         sync();
         for gi in 0..cdiv(groups, WN) {
@@ -884,9 +890,15 @@ mod kernels {
             let nz = amax > 0.0;
             let sig = select(nz, view::<f32>((283 - ebits) << 23, lgm), 1.0);
             let inv_sig = select(nz, view::<f32>((ebits - 29) << 23, lgm), 1.0);
-            // `1 / γ` of each value's field (groups start at tile boundaries), times the
-            // `2^-(bits (P - 1))` that keeps every field's integer below `2^30`.
-            let field = arange(lxg, 2, 0) % BK / fk;
+            // `1 / γ` of each value's field (from the value's row in its tile: a group shorter
+            // than a tile starts inside one), times the `2^-(bits (P - 1))` that keeps every
+            // field's integer below `2^30`.
+            let row = if G < BK {
+                ((gi * WN + arange(lxg, 1, 0)) * G + arange(lxg, 2, 0)) % BK
+            } else {
+                arange(lxg, 2, 0) % BK
+            };
+            let field = row / fk;
             // `top - pos(f)`: with planes `top - hb f`, and 0 for the last field.
             let gap = if planes {
                 top - hb * field + field / (p - 1) * (hb * (p - 1) - top)
@@ -925,8 +937,39 @@ mod kernels {
         // `Σ s (z + offset) Σx / 2^24` per output column, taken off at the end: one value per
         // column, not one per accumulator element.
         let mut zsum = register::<f32>(lcs, 0.0);
-        for g in 0..groups {
-            let mut acc_g = register::<i32>(lc, 0);
+        let mut acc_g = register::<i32>(lc, 0);
+        // Group `grp`'s exact sum into the f32 accumulator, with its scales, row `row` of the
+        // ring's stage `stage`; `acc_g` starts again.
+        let finish = |grp: i32, row: i32, stage: i32| {
+            let sc = cast::<f32>(load_shared(
+                slice_shared(ss, [stage, row, 0], [1, BN]),
+                lcs,
+                [0, 0],
+            ));
+            let inv_sigma = item(load_shared(sg, one, [0, grp, 0]));
+            acc = mul_add(view::<f32>(cast::<f32>(acc_g), lct), sc * inv_sigma, acc);
+            if fold || SIGNED == 1 {
+                let asum = item(load_shared(sg, one, [1, grp, 0]));
+                let zc = if fold {
+                    let z = cast::<f32>(load_shared(
+                        slice_shared(sz, [stage, row, 0], [1, BN]),
+                        lcs,
+                        [0, 0],
+                    ));
+                    // Not `z + 0.0`: that is no identity for `-0.0`, so it would stay an add.
+                    if SIGNED == 1 {
+                        z + offset
+                    } else {
+                        z
+                    }
+                } else {
+                    register::<f32>(lcs, offset)
+                };
+                zsum = mul_add(zc * sc, asum, zsum);
+            }
+            acc_g = register::<i32>(lc, 0);
+        };
+        for g in 0..ktiles / tpg {
             for tt in 0..tpg {
                 let t = g * tpg + tt;
                 wait_group(STAGES - 2);
@@ -981,41 +1024,25 @@ mod kernels {
                     }
                 } else {
                     let words = view::<i32>(rw, lwords);
+                    // The tile's groups one after the other (one group when it spans tiles).
                     #[unroll]
-                    for f in 0..p {
-                        // The field's bits in every byte.
-                        let mask = bytes4(((1 << W::BITS) - 1) << (W::BITS * f));
-                        let xt = load_shared(st, lxt, [0, t * BK + f * fk]);
-                        acc_g = dot(view::<u8>(words & mask, lwa), view::<i8>(xt, lxb), acc_g);
+                    for h in 0..gpt {
+                        #[unroll]
+                        for f0 in 0..fpg {
+                            let f = h * fpg + f0;
+                            // The field's bits in every byte.
+                            let mask = bytes4(((1 << W::BITS) - 1) << (W::BITS * f));
+                            let xt = load_shared(st, lxt, [0, t * BK + f * fk]);
+                            acc_g = dot(view::<u8>(words & mask, lwa), view::<i8>(xt, lxb), acc_g);
+                        }
+                        if gpt > 1 {
+                            finish(t * gpt + h, h, stage);
+                        }
                     }
                 }
             }
-            let last = (g * tpg + tpg - 1) % STAGES;
-            let sc = cast::<f32>(load_shared(
-                slice_shared(ss, [last, 0, 0], [1, BN]),
-                lcs,
-                [0, 0],
-            ));
-            let inv_sigma = item(load_shared(sg, one, [0, g, 0]));
-            acc = mul_add(view::<f32>(cast::<f32>(acc_g), lct), sc * inv_sigma, acc);
-            if fold || SIGNED == 1 {
-                let asum = item(load_shared(sg, one, [1, g, 0]));
-                let zc = if fold {
-                    let z = cast::<f32>(load_shared(
-                        slice_shared(sz, [last, 0, 0], [1, BN]),
-                        lcs,
-                        [0, 0],
-                    ));
-                    // Not `z + 0.0`: that is no identity for `-0.0`, so it would stay an add.
-                    if SIGNED == 1 {
-                        z + offset
-                    } else {
-                        z
-                    }
-                } else {
-                    register::<f32>(lcs, offset)
-                };
-                zsum = mul_add(zc * sc, asum, zsum);
+            if gpt == 1 {
+                finish(g, 0, (g * tpg + tpg - 1) % STAGES);
             }
         }
         wait_group(0);
