@@ -275,8 +275,8 @@ fn gemv_imma_matches_the_reference() {
 }
 
 /// The integer-mma gemv with several tokens a block (`bm` 4 to 32, the activations split into
-/// two s8 digits by a pre-pass): 1-, 2- and 4-bit codes, zero points and signed offsets, split
-/// k, f16 and bf16, ragged m (one token, a partial block, several blocks), against the f64
+/// two s8 digits by a pre-pass): 2- and 4-bit codes, zero points and signed offsets, groups of
+/// tiles and of a tile's fields, split k, f16 and bf16, ragged m (one token, a partial block, several blocks), against the f64
 /// reference with the output poisoned, within the output type's own rounding.
 #[test]
 fn gemv_imma_tokens_match_the_reference() {
@@ -291,6 +291,10 @@ fn gemv_imma_tokens_match_the_reference() {
         ("u4", "f16", 128, 64, 256, 8, 4, 1, 2048, 32),
         ("i4", "bf16", 256, 64, 512, 8, 3, 2, 4096, 16),
         ("i4", "f16", 128, 64, 448, 4, 4, 2, 8192, 16),
+        // Groups shorter than a tile (runs of a byte's fields).
+        ("u2", "f16", 64, 128, 512, 8, 4, 2, 8192, 4),
+        ("i2", "bf16", 32, 128, 256, 4, 4, 4, 4096, 8),
+        ("i4", "f16", 32, 64, 448, 4, 4, 2, 8192, 4),
     ];
     for (name, ad, group, bk, bn, warps, stages, split, k, bm) in cases {
         let wdtype: DType = name.parse().unwrap();

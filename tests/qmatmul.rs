@@ -1476,15 +1476,6 @@ fn gemv_imma_matches_the_reference() {
             },
             "`group_rows`",
         ),
-        // A group inside a tile with several tokens a block.
-        (
-            QMatmulConfig {
-                group_rows: Some(64),
-                bm: 4,
-                ..base
-            },
-            "`group_rows`",
-        ),
         (
             QMatmulConfig {
                 stream_k: 4,
@@ -1547,10 +1538,9 @@ fn gemv_imma_matches_the_reference() {
     assert!(base.check_shape(1, 256, 4096).is_ok());
 }
 
-/// The integer-mma gemv over tilings drawn at random from its whole space (the tuner's lists
-/// only sample it): 1 to 7 fragments a warp, 1 to 8 warps, 2 to 4 stages, groups of one and two
-/// k tiles or of a tile's fields, split k, two blocks a multiprocessor, against the f64
-/// reference on the interpreter.
+/// The integer-mma gemv with several tokens a block (the pre-pass's two digits a value): 2- and
+/// 4-bit codes, groups of one and two tiles and of a tile's fields, split k, ragged blocks,
+/// against the f64 reference on the interpreter; 1-bit weights are refused naming `bm`.
 #[test]
 fn gemv_imma_tokens_match_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;
@@ -1563,6 +1553,10 @@ fn gemv_imma_tokens_match_the_reference() {
         ("i4", "f16", 128, 64, 128, 8, 2, 1, 16),
         ("u2", "f16", 256, 128, 64, 4, 3, 1, 4),
         ("i4", "bf16", 128, 64, 112, 1, 3, 1, 32),
+        // Groups shorter than a tile: runs of a byte's fields.
+        ("u2", "f16", 64, 128, 128, 4, 3, 2, 4),
+        ("i2", "bf16", 32, 128, 64, 2, 4, 1, 8),
+        ("i4", "f16", 32, 64, 128, 4, 3, 2, 16),
     ];
     let seed: u64 =
         std::env::var("TILUS_SEED").map_or_else(|_| rand::random(), |v| v.parse().unwrap());
@@ -1579,7 +1573,7 @@ fn gemv_imma_tokens_match_the_reference() {
             split_k: split,
             ..default_cfg(dt(wd), dt(ad), Some(group))
         };
-        let k = group * split * 2;
+        let k = group.max(bk) * split * 2;
         let kernel = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         assert!(
             kernel.digits.is_some(),
@@ -1698,6 +1692,10 @@ fn gemv_igmma_matches_the_reference() {
     }
 }
 
+/// The integer-mma gemv over tilings drawn at random from its whole space (the tuner's lists
+/// only sample it): 1 to 7 fragments a warp, 1 to 8 warps, 2 to 4 stages, groups of one and two
+/// k tiles or of a tile's fields, split k, two blocks a multiprocessor, against the f64
+/// reference on the interpreter.
 #[test]
 fn gemv_imma_random_tilings_match_the_reference() {
     use tilus::kernels::qmatmul::QMatmulMethod;

@@ -156,12 +156,11 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
             ),
         ));
     }
-    // One token a block of one-plane codes also takes groups shorter than a tile: a run of
-    // whole fields (`bk / p` rows each) of every byte.
+    // One-plane codes also take groups shorter than a tile: a run of whole fields (`bk / p`
+    // rows each) of every byte.
     let fk = c.bk / p;
-    let in_tile = |g: usize| {
-        !tokens && !two_planes(c.wdtype) && g > 0 && c.bk.is_multiple_of(g) && g.is_multiple_of(fk)
-    };
+    let in_tile =
+        |g: usize| !two_planes(c.wdtype) && g > 0 && c.bk.is_multiple_of(g) && g.is_multiple_of(fk);
     match c.group_rows {
         Some(g)
             if (g.is_multiple_of(c.bk) || in_tile(g))
@@ -172,8 +171,8 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
                 "group_rows",
                 format!(
                     "{g}: the integer-mma gemv scales the accumulator once per group of whole k \
-                     tiles (a multiple of bk = {}) or, one token a block of 1-, 2- or 4-bit \
-                     codes, of whole fields of a tile (a divisor of bk and a multiple of bk / \
+                     tiles (a multiple of bk = {}) or, for 1-, 2- or 4-bit codes, of whole \
+                     fields of a tile (a divisor of bk and a multiple of bk / \
                      {p} = {fk}), and its warps split the activations a group each ({} / group \
                      a multiple of {} warps)",
                     c.bk, MAX_SLICE, c.warps

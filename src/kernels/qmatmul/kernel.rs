@@ -1119,7 +1119,8 @@ mod kernels {
     /// to its byte's low bits (`(word >> bits f) & mask`, a shift and a `lop3` for four
     /// weights), so that one set of digits serves every field. The ring carries the weight
     /// tile, its scales (and zero points), the tile's digits (rows padded by 16 bytes: the
-    /// fragment's 8 rows on distinct banks) and the group's `1 / σ` and `Σ x`. Per group the i32
+    /// fragment's 8 rows on distinct banks) and the group's `1 / σ` and `Σ x`. Per group (whole
+    /// tiles, or a run of a tile's fields as in [`qmatmul_gemv_imma`]) the i32
     /// accumulator's digit columns are combined (`256 hi + lo`, exact), converted and scaled by
     /// `s / σ`; the zero points' (or the signed offset's) `s z Σ x` is taken off per token.
     ///
@@ -1181,7 +1182,10 @@ mod kernels {
         let rep_n = BN / (16 * WN);
         let rep_f = fk / 32;
         let nt = BM / 4;
-        let tpg = G / BK;
+        // A group is whole tiles (`tpg`), or a tile holds `gpt` groups of `fpg` fields each.
+        let tpg = max(1, G / BK);
+        let gpt = max(1, BK / G);
+        let fpg = p / gpt;
         let tile_bytes = BK * BN * W::BITS / 8;
         let thread_bytes = tile_bytes / (32 * WN);
         let fold = ZEROS == 1;
@@ -1227,14 +1231,15 @@ mod kernels {
         let gd = view_global(digits, [2 * mp, k]);
         let gsd = view_global(side, [k / G * mp, 1, 2]);
         let sb = shared::<u8>([STAGES, tile_bytes]);
-        let ss = shared::<A>([STAGES, 1, 1, BN]);
+        let ss = shared::<A>([STAGES, gpt, 1, BN]);
         let sz = if fold {
-            shared::<A>([STAGES, 1, 1, BN])
+            shared::<A>([STAGES, gpt, 1, BN])
         } else {
             ()
         };
         let sd = shared::<u8>([STAGES, 2 * BM, BK + 16]);
-        let ssd = shared::<f32>([STAGES, BM, 1, 2]);
+        // The `1 / σ` and `Σ x` of the stage's groups, `BM` tokens each.
+        let ssd = shared::<f32>([STAGES, gpt * BM, 1, 2]);
 
         let issue = |tile: i32, stage: i32| {
             let t = kt0 + tile;
@@ -1247,21 +1252,24 @@ mod kernels {
             let group = t * BK / G;
             copy_async(
                 gs,
-                slice_shared(ss, [stage, 0, 0, 0], [1, 1, BN]),
+                slice_shared(ss, [stage, 0, 0, 0], [gpt, 1, BN]),
                 [group, 0, bj * BN],
             );
             if fold {
                 copy_async(
                     gz,
-                    slice_shared(sz, [stage, 0, 0, 0], [1, 1, BN]),
+                    slice_shared(sz, [stage, 0, 0, 0], [gpt, 1, BN]),
                     [group, 0, bj * BN],
                 );
             }
-            copy_async(
-                gsd,
-                slice_shared(ssd, [stage, 0, 0, 0], [BM, 1, 2]),
-                [group * mp + bi * BM, 0, 0],
-            );
+            #[unroll]
+            for h in 0..gpt {
+                copy_async(
+                    gsd,
+                    slice_shared(ssd, [stage, h * BM, 0, 0], [BM, 1, 2]),
+                    [(group + h) * mp + bi * BM, 0, 0],
+                );
+            }
         };
         #[unroll]
         for s0 in 0..STAGES - 1 {
@@ -1276,9 +1284,43 @@ mod kernels {
         let mask = low * 16843009;
         let hi_digit = arange(lct3, 1, 0) == 0;
         let mut acc = register::<f32>(lt3, 0.0);
-        let groups = ktiles / tpg;
-        for g in 0..groups {
-            let mut acc_g = register::<i32>(lc, 0);
+        let mut acc_g = register::<i32>(lc, 0);
+        // The group's exact digit sums combined, converted and scaled into `acc`, with its
+        // scales (row `row` of the ring's stage `stage`) and zero points; `acc_g` starts again.
+        let finish = |row: i32, stage: i32| {
+            let a3 = view::<i32>(acc_g, lct3);
+            let comb = sum(select(hi_digit, a3 * 256, a3), 1);
+            let sc = cast::<f32>(load_shared(
+                slice_shared(ss, [stage, row, 0, 0], [1, 1, BN]),
+                lts,
+                [0, 0, 0],
+            ));
+            let gside = slice_shared(ssd, [stage, row * BM, 0, 0], [BM, 1, 2]);
+            let inv_sigma = load_shared(gside, ltt, [0, 0, 0]);
+            // Broadcasts go right: `[BM, 1, 1]` and `[1, 1, BN]` meet in a `[BM, 1, BN]` tile.
+            let zero = register::<f32>(lt3, 0.0);
+            acc = mul_add(cast::<f32>(comb), (zero + inv_sigma) * sc, acc);
+            if fold || SIGNED == 1 {
+                let asum = load_shared(gside, ltt, [0, 0, 1]);
+                let zc = if fold {
+                    let z = cast::<f32>(load_shared(
+                        slice_shared(sz, [stage, row, 0, 0], [1, 1, BN]),
+                        lts,
+                        [0, 0, 0],
+                    ));
+                    if SIGNED == 1 {
+                        z + offset
+                    } else {
+                        z
+                    }
+                } else {
+                    register::<f32>(lts, offset)
+                };
+                acc = mul_add(zero - asum, zc * sc, acc);
+            }
+            acc_g = register::<i32>(lc, 0);
+        };
+        for g in 0..ktiles / tpg {
             for tt in 0..tpg {
                 let t = g * tpg + tt;
                 wait_group(STAGES - 2);
@@ -1292,43 +1334,23 @@ mod kernels {
                 }
                 commit_group();
                 let words = view::<i32>(rw, lwords);
+                // The tile's groups one after the other (one group when it spans tiles).
                 #[unroll]
-                for f in 0..p {
-                    let xt = load_shared(sdt, lxt, [0, f * fk]);
-                    let fw = (words >> (W::BITS * f)) & mask;
-                    acc_g = dot(view::<u8>(fw, lwa), view::<i8>(xt, lxb), acc_g);
+                for h in 0..gpt {
+                    #[unroll]
+                    for f0 in 0..fpg {
+                        let f = h * fpg + f0;
+                        let xt = load_shared(sdt, lxt, [0, f * fk]);
+                        let fw = (words >> (W::BITS * f)) & mask;
+                        acc_g = dot(view::<u8>(fw, lwa), view::<i8>(xt, lxb), acc_g);
+                    }
+                    if gpt > 1 {
+                        finish(h, stage);
+                    }
                 }
             }
-            let last = (g * tpg + tpg - 1) % STAGES;
-            let a3 = view::<i32>(acc_g, lct3);
-            let comb = sum(select(hi_digit, a3 * 256, a3), 1);
-            let sc = cast::<f32>(load_shared(
-                slice_shared(ss, [last, 0, 0, 0], [1, 1, BN]),
-                lts,
-                [0, 0, 0],
-            ));
-            let gside = slice_shared(ssd, [last, 0, 0, 0], [BM, 1, 2]);
-            let inv_sigma = load_shared(gside, ltt, [0, 0, 0]);
-            // Broadcasts go right: `[BM, 1, 1]` and `[1, 1, BN]` meet in a `[BM, 1, BN]` tile.
-            let zero = register::<f32>(lt3, 0.0);
-            acc = mul_add(cast::<f32>(comb), (zero + inv_sigma) * sc, acc);
-            if fold || SIGNED == 1 {
-                let asum = load_shared(gside, ltt, [0, 0, 1]);
-                let zc = if fold {
-                    let z = cast::<f32>(load_shared(
-                        slice_shared(sz, [last, 0, 0, 0], [1, 1, BN]),
-                        lts,
-                        [0, 0, 0],
-                    ));
-                    if SIGNED == 1 {
-                        z + offset
-                    } else {
-                        z
-                    }
-                } else {
-                    register::<f32>(lts, offset)
-                };
-                acc = mul_add(zero - asum, zc * sc, acc);
+            if gpt == 1 {
+                finish(0, (g * tpg + tpg - 1) % STAGES);
             }
         }
         wait_group(0);
