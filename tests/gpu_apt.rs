@@ -504,11 +504,13 @@ fn gpu_apt_imma_decode_matches_the_gemm() {
 
 /// One token takes the integer-mma decode kernel (`AptPath::Imma`) on sm_90a where its rule
 /// fills the machine: 3-bit layers of 57344 outputs (448-column blocks over all of k), of 8192
-/// (256 columns, k in 4 slices), and 2-bit ones on k = 16384 (split likewise); `forward` gives
+/// (256 columns, k in 4 slices), 2-bit ones on k = 16384 (split likewise), and 4-bit ones in
+/// the rule's tiles; `forward` gives
 /// the 1-bit GEMM's output bits there, twice (the second forward reuses the uploaded bytes, and
 /// the split's semaphores must have been left zero).
 #[test]
 fn gpu_apt_imma_is_the_one_token_path_of_its_rule() {
+    use tilus::kernels::apt::linear::{one_token_rule, DecodeTiles};
     use tilus::kernels::apt::AptPath;
     let Some(ctx) = common::gpu_context(
         "gpu_apt_imma_is_the_one_token_path_of_its_rule",
@@ -527,7 +529,18 @@ fn gpu_apt_imma_is_the_one_token_path_of_its_rule() {
         (3, 2, 57344, 1280, (448, 1)),
         (3, 4, 8192, 4096, (256, 4)),
         (2, 2, 8192, 16384, (256, 4)),
+        // 4-bit weights (session 57's rule), in whatever tiles the rule gives.
+        (4, 4, 57344, 1280, (0, 0)),
+        (4, 4, 8192, 4096, (0, 0)),
     ] {
+        let tiles = if tiles == (0, 0) {
+            match one_token_rule(n, k, w, a) {
+                DecodeTiles::Imma(t) => (t.bn, t.split),
+                DecodeTiles::Popc(_) => panic!("W{w}A{a} {n}x{k}: the rule takes popc"),
+            }
+        } else {
+            tiles
+        };
         let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
         let gpu = layer.to_gpu(&ctx).unwrap();
