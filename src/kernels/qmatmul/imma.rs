@@ -35,10 +35,10 @@
 //! them, so the split costs no mma. The block splits its k-slice once, into shared memory,
 //! before its k loop, from a copy of the slice that `cp.async` brings in ahead of the weight
 //! ring's first tiles (loading it from global memory group by group queued each load behind
-//! the ring's: 2-3 us of a 40 us kernel, perf note 63). A scale group is whole tiles, or (one
-//! token a block, one-plane codes) a run of whole fields of a tile, so that 1-bit weights,
-//! whose tile is 256 rows, take groups of 128 (two groups of four fields) down to 32 (one
-//! field). Per group the i32 accumulator (exact:
+//! the ring's: 2-3 us of a 40 us kernel, perf note 63). A scale group is whole tiles, or (for
+//! one-plane codes, one token a block or several) a run of whole fields of a tile, so that
+//! 1-bit weights, whose tile is 256 rows, take groups of 128 (two groups of four fields) down
+//! to 32 (one field). Per group the i32 accumulator (exact:
 //! `|Σ| < 2^31` for groups up to 65536) is converted to f32 and scaled by `s / σ`, and the
 //! zero point's (or the offset's) `s z Σx` is taken off; the four columns are weighted by
 //! `2^24, 2^16, 2^8, 1` and added at the end.
