@@ -677,7 +677,9 @@ mod kernels {
     /// as B (`[4, BK / P]` n-major, each row read by two lanes: columns 4..8 repeat 0..4), fill
     /// the mma's 8 columns. Per group (whole k tiles, or for one-plane codes a run of whole
     /// fields of a tile: 1-bit weights in groups of 128 are two groups a 256-row tile, fields
-    /// 0..4 and 4..8) the i32 accumulator is converted and scaled by `s / σ`, and `s (z + offset) Σx / 2^24` is added up per output column
+    /// 0..4 and 4..8; the host's tiling refuses such groups for two-plane codes, whose branch
+    /// below finishes groups of whole tiles only) the i32 accumulator is converted and scaled
+    /// by `s / σ`, and `s (z + offset) Σx / 2^24` is added up per output column
     /// (`offset = 2^(bits - 1)` for signed codes, stored in offset binary); the columns are
     /// weighted by `2^24, 2^16, 2^8, 1` (columns 4..8 by zero) and added, and the zero points'
     /// sum taken off, at the end.
