@@ -164,6 +164,52 @@ fn sweep_shapes_are_checked_before_the_gpu_is_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tilus bench step`: malformed flags are refused, naming the flag, before a GPU is looked
+/// for; the defaults and well-formed lists pass the checks.
+#[test]
+fn step_flags_are_checked_before_the_gpu_is_opened() {
+    let dir = temp_dir("step");
+    let bad: [(&[&str], &str); 6] = [
+        (&["--wdtypes", "u2,q4"], "--wdtypes"),
+        (&["--shapes", "llama70"], "--shapes"),
+        (&["--m", "1,,16"], "--m"),
+        (&["--adtype", "f32"], "--adtype"),
+        (&["--l2", "warm"], "--l2"),
+        (&["--runs", "0"], "--runs"),
+    ];
+    for (args, flag) in bad {
+        let mut all = vec!["bench", "step"];
+        all.extend(args);
+        let out = tilus(&all, &dir);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(&format!("argument `{flag}`")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("libcuda"), "{err}");
+    }
+    // Small enough to run in a moment where there is a GPU.
+    for good in [&[
+        "--wdtypes",
+        "i3,u4",
+        "--shapes",
+        "1024x1024,512x1024",
+        "--m",
+        "1,2",
+        "--runs",
+        "1",
+    ][..]]
+    {
+        let mut all = vec!["bench", "step"];
+        all.extend(good);
+        let out = tilus(&all, &dir);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!err.contains("argument `"), "{good:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `tilus bench attention`: malformed flags are refused, naming the flag, before a GPU is
 /// looked for; well-formed ones pass the checks.
 #[test]

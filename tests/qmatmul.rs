@@ -1747,3 +1747,46 @@ fn gemv_imma_random_tilings_match_the_reference() {
         ran += 1;
     }
 }
+
+/// Only the one-token integer-mma gemv can be launched as a programmatic dependent
+/// (`QMatmulKernel::takes_dependent`: its program waits for the prior grid and takes the
+/// `dependent` flag last); the other methods, and the several-token integer mma behind its
+/// pre-pass, are always launched in order.
+#[test]
+fn only_the_one_token_integer_mma_waits_for_the_prior_grid() {
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let u2 = default_cfg(dt("u2"), DType::F16, Some(128));
+    let imma = QMatmulConfig {
+        method: QMatmulMethod::GemvImma,
+        bm: 1,
+        bn: 256,
+        bk: 128,
+        ..u2
+    };
+    let one = build(&imma).unwrap();
+    assert!(one.takes_dependent());
+    let tokens = QMatmulConfig {
+        bm: 4,
+        bn: 64,
+        warps: 4,
+        stages: 3,
+        ..imma
+    };
+    let gemv = QMatmulConfig {
+        method: QMatmulMethod::Gemv,
+        bm: 8,
+        bn: 256,
+        bk: 128,
+        ..u2
+    };
+    for (what, cfg) in [("fused", u2), ("several tokens", tokens), ("gemv", gemv)] {
+        let kernel = build(&cfg).unwrap();
+        assert!(!kernel.takes_dependent(), "{what}");
+        // The same parameters but the flag (and the pre-pass's two buffers).
+        assert_eq!(
+            kernel.main.params.len() - 2 * usize::from(kernel.digits.is_some()) + 1,
+            one.main.params.len(),
+            "{what}: the one-token kernel takes one parameter more"
+        );
+    }
+}

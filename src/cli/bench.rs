@@ -103,6 +103,35 @@ pub enum BenchCommand {
         #[arg(long)]
         csv: Option<std::path::PathBuf>,
     },
+    /// A decode step of weight-only layers: the shapes' `GpuQuantizedLinear` forwards (each
+    /// layer planned at `m` by its own tuner) queued back to back, one L2 flush a step, as
+    /// ordinary launches and with each layer after the first a programmatic dependent of the
+    /// one before (its first weight tiles load while that layer ends), against the layers'
+    /// floors added and their lone times added.
+    Step {
+        /// Comma-separated weight types.
+        #[arg(long, default_value = "u2,i4")]
+        wdtypes: String,
+        /// Comma-separated m values.
+        #[arg(long, default_value = "1")]
+        m: String,
+        /// Comma-separated weight shapes `NxK` in step order, or `llama70b` (qkv 10240x8192,
+        /// o 8192x8192, gate+up 57344x8192, down 8192x28672).
+        #[arg(long, default_value = "llama70b")]
+        shapes: String,
+        /// Rows per scale group; 0 for per-channel scales.
+        #[arg(long, default_value_t = 128)]
+        group: usize,
+        /// Activation (and scale, output) type: f16 or bf16.
+        #[arg(long, default_value = "f16")]
+        adtype: String,
+        /// Timed runs per measurement (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// What the L2 flush before each step leaves in L2 (`clean` or `dirty`).
+        #[arg(long, default_value = "clean")]
+        l2: String,
+    },
     /// Autotune the quantized matmul for one shape over a space of `--points` configurations:
     /// prints the time to tune, the winner, and whether a persisted winner was reused (a second
     /// run reuses the record under `<cache dir>/tune` and takes ~0 s).
@@ -487,6 +516,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             vec![("--m", m), ("--n", n), ("--k", k), ("--tune", tune)]
         }
         BenchCommand::Sweep { n, k, tune, .. } => vec![("--n", n), ("--k", k), ("--tune", tune)],
+        BenchCommand::Step { runs, .. } => vec![("--runs", runs)],
         BenchCommand::Tune {
             m, n, k, points, ..
         } => vec![("--m", m), ("--n", n), ("--k", k), ("--points", points)],
@@ -538,6 +568,20 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
         BenchCommand::Launch { wdtype, shapes, .. } => {
             parse_type(wdtype)?;
             sweep_shapes(Some(shapes), 0, 0).map(drop)
+        }
+        BenchCommand::Step {
+            wdtypes,
+            m,
+            shapes,
+            l2,
+            adtype,
+            ..
+        } => {
+            parse_l2(l2)?;
+            parse_adtype(adtype)?;
+            parse_types(Some(wdtypes))?;
+            sweep_shapes(Some(shapes), 0, 0)?;
+            parse_ms(m).map(drop)
         }
         BenchCommand::Sweep {
             wdtypes,
@@ -1255,8 +1299,67 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             };
             out += &sweep(&ctx, &spec, csv.as_deref())?;
         }
+        BenchCommand::Step {
+            ref wdtypes,
+            ref m,
+            ref shapes,
+            group,
+            ref adtype,
+            runs,
+            ref l2,
+        } => {
+            out += &step(
+                &ctx,
+                &parse_types(Some(wdtypes))?,
+                &parse_ms(m)?,
+                &sweep_shapes(Some(shapes), 0, 0)?,
+                group,
+                parse_adtype(adtype)?,
+                runs,
+                parse_l2(l2)?,
+            )?;
+        }
     }
     Ok(out)
+}
+
+/// `tilus bench step`: [`bench_step`](tilus::kernels::qmatmul::bench::bench_step) per weight
+/// type and m, in f16 or bf16.
+#[allow(clippy::too_many_arguments)]
+fn step(
+    ctx: &std::sync::Arc<Context>,
+    types: &[DType],
+    ms: &[usize],
+    shapes: &[(usize, usize)],
+    group: usize,
+    adtype: DType,
+    runs: usize,
+    l2: L2Mode,
+) -> Result<String, String> {
+    use tilus::kernels::qmatmul::bench::{bench_step, step_table};
+    let group = match group {
+        0 => tilus::quant::Group::PerChannel,
+        g => tilus::quant::Group::Rows(g),
+    };
+    let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
+    let mut flush = L2Flush::with_mode(ctx, l2).map_err(err)?;
+    let mut rows = Vec::new();
+    for &t in types {
+        for &m in ms {
+            let row = if adtype == DType::BF16 {
+                bench_step::<half::bf16>(ctx, &mut flush, t, m, shapes, group, runs, copy_gbps)
+            } else {
+                bench_step::<half::f16>(ctx, &mut flush, t, m, shapes, group, runs, copy_gbps)
+            }
+            .map_err(|e| format!("{t} m={m} step: {e}"))?;
+            eprintln!(
+                "{t} m={m} step: {:.1} us, dependent {:.1} us",
+                row.step.median_us, row.dependent.median_us
+            );
+            rows.push(row);
+        }
+    }
+    Ok(step_table(copy_gbps, &rows))
 }
 
 /// What a sweep measures: every (shape, type, m) case, the best of the first `tune`

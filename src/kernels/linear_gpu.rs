@@ -432,6 +432,33 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         m: usize,
         y: &mut impl DeviceWrite<T>,
     ) -> Result<(), QMatmulError> {
+        self.forward_into_with(x, m, y, false)
+    }
+
+    /// [`Self::forward_into`] with the matmul launched as a programmatic dependent of the
+    /// kernel queued before it on the context's stream (sm_90): its blocks start while that
+    /// kernel ends and load their first weight tiles, and wait for it to finish before they
+    /// read `x` or write anything. Back to back, one layer's weights then stream in while the
+    /// layer before it drains (`tilus bench step`). Where the bucket's kernel cannot overlap
+    /// (only the one-token integer-mma gemv does), on a device before sm_90, and on the call
+    /// that tunes the bucket (its weight upload precedes the launch), it is an ordinary
+    /// launch: the result is the same bits either way.
+    pub fn forward_into_dependent(
+        &self,
+        x: &impl DeviceRead<T>,
+        m: usize,
+        y: &mut impl DeviceWrite<T>,
+    ) -> Result<(), QMatmulError> {
+        self.forward_into_with(x, m, y, true)
+    }
+
+    fn forward_into_with(
+        &self,
+        x: &impl DeviceRead<T>,
+        m: usize,
+        y: &mut impl DeviceWrite<T>,
+        dependent: bool,
+    ) -> Result<(), QMatmulError> {
         check_rows("x", DeviceRead::elements(x), m, self.k(), T::DTYPE)?;
         check_rows("y", DeviceWrite::elements(y), m, self.n(), T::DTYPE)?;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -443,10 +470,13 @@ impl<T: Activation> GpuQuantizedLinear<T> {
                 ),
             });
         }
+        let dependent = dependent && state.plans.contains_key(&m_bucket(m));
         let plan = self.plan_locked(&mut state, m)?;
         let Some(perm) = &self.input_perm else {
             drop(state);
-            return plan.kernel.run(&self.ctx, m, x, &plan.weight, y);
+            return plan
+                .kernel
+                .run_with(&self.ctx, m, x, &plan.weight, y, dependent);
         };
         let len = m * self.k(); // checked by check_rows
         let (mi, ki) = match (i32::try_from(m), i32::try_from(len)) {
@@ -469,7 +499,8 @@ impl<T: Activation> GpuQuantizedLinear<T> {
         T::permute_columns(&self.ctx, mi, ki, perm, x, &mut permuted)
             .map_err(|e| QMatmulError::Gpu(e.to_string()))?;
         let permuted = scratch.view(0..len)?;
-        plan.kernel.run(&self.ctx, m, &permuted, &plan.weight, y)
+        plan.kernel
+            .run_with(&self.ctx, m, &permuted, &plan.weight, y, dependent)
     }
 
     /// The input permutation (act-order checkpoints), if the layer has one.

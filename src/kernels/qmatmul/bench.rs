@@ -337,3 +337,166 @@ pub fn bench_launch(
         graph_us,
     })
 }
+
+/// One decode step of weight-only layers at one weight type and `m` ([`bench_step`]).
+#[derive(Clone, Debug)]
+pub struct StepBench {
+    pub wdtype: DType,
+    pub m: usize,
+    /// `(n, k, config, alone)`: each layer's shape, the configuration its plan picked at `m`,
+    /// and its forward timed alone (the L2 flushed before each run).
+    pub layers: Vec<(usize, usize, QMatmulConfig, Timing)>,
+    /// The forwards queued back to back, each an ordinary launch.
+    pub step: Timing,
+    /// The same step with every layer after the first launched as a programmatic dependent of
+    /// the one before ([`GpuQuantizedLinear::forward_into_dependent`]).
+    ///
+    /// [`GpuQuantizedLinear::forward_into_dependent`]: crate::kernels::linear::GpuQuantizedLinear::forward_into_dependent
+    pub dependent: Timing,
+    /// The layers' floors added (weights, scales, zero points, activations and outputs over
+    /// the copy bandwidth).
+    pub floor_us: f64,
+}
+
+/// A decode step of `GpuQuantizedLinear<T>` layers of `wdtype` (quantized from a pattern
+/// weight; each planned at `m` by its own tuner), one per shape `(n, k)` in order, each with
+/// its own input: queued back to back with the L2 flushed before each step, once as ordinary
+/// launches and once with every layer after the first a programmatic dependent of the one
+/// before (the first follows the flush, which no real layer follows, so it stays ordinary).
+/// Each layer is also timed alone. The two steps' outputs are compared bit for bit (the
+/// outputs poisoned in between): an error if they differ.
+#[allow(clippy::too_many_arguments)]
+pub fn bench_step<T: Activation>(
+    ctx: &std::sync::Arc<Context>,
+    flush: &mut L2Flush,
+    wdtype: DType,
+    m: usize,
+    shapes: &[(usize, usize)],
+    group: crate::quant::Group,
+    runs: usize,
+    copy_gbps: f64,
+) -> Result<StepBench, QMatmulError> {
+    use crate::kernels::linear::GpuQuantizedLinear;
+    let rt = |e: QMatmulError| tilus_runtime::RuntimeError::InvalidArgument {
+        arg: "forward".into(),
+        reason: e.to_string(),
+    };
+    let mut layers = Vec::new();
+    let mut floor_us = 0.0;
+    for (i, &(n, k)) in shapes.iter().enumerate() {
+        let w: Vec<f32> = crate::kernels::timing::pattern(k * n, 5 + i);
+        let layer = GpuQuantizedLinear::<T>::new(ctx, &w, k, n, wdtype, group)?;
+        layer.reserve(m)?;
+        let x = DeviceBuffer::from_host(ctx, &pattern::<T>(m * k, 6 + i))?;
+        let y = DeviceBuffer::<T>::zeros(ctx, m * n)?;
+        let q = layer.quantized();
+        let weight_bytes =
+            q.codes.len() + 2 * q.scales.len() + q.zeros.as_ref().map_or(0, |z| 2 * z.len());
+        let bytes = weight_bytes + 2 * (m * k + m * n);
+        floor_us += bytes as f64 / (copy_gbps * 1e3);
+        layers.push((layer, x, y));
+    }
+    let mut alone = Vec::new();
+    for (layer, x, y) in &mut layers {
+        let t = time_runs(ctx, 3, runs, Some(flush), || {
+            layer.forward_into(x, m, y).map_err(rt)
+        })?;
+        let config = layer.plan(m)?.config;
+        alone.push((layer.n(), layer.k(), config, t));
+    }
+    type Layers<T> = [(GpuQuantizedLinear<T>, DeviceBuffer<T>, DeviceBuffer<T>)];
+    let step =
+        |layers: &mut Layers<T>, dependent: bool| -> Result<(), tilus_runtime::RuntimeError> {
+            for (i, (layer, x, y)) in layers.iter_mut().enumerate() {
+                if dependent && i > 0 {
+                    layer.forward_into_dependent(x, m, y).map_err(rt)?;
+                } else {
+                    layer.forward_into(x, m, y).map_err(rt)?;
+                }
+            }
+            Ok(())
+        };
+    let ordinary = time_runs(ctx, 3, runs, Some(flush), || step(&mut layers, false))?;
+    let dependent = time_runs(ctx, 3, runs, Some(flush), || step(&mut layers, true))?;
+    // The same bits both ways: the ordinary step's outputs, then the dependent step's into
+    // poisoned buffers (0xFFFF is NaN in f16 and bf16).
+    step(&mut layers, false)?;
+    let bytes = |y: &DeviceBuffer<T>| y.to_host().map(|h| T::to_bytes(&h));
+    let expect = layers
+        .iter()
+        .map(|(_, _, y)| bytes(y))
+        .collect::<Result<Vec<_>, _>>()?;
+    let nan = T::from_f32(f32::NAN);
+    for (_, _, y) in &mut layers {
+        y.fill(nan)?;
+    }
+    step(&mut layers, true)?;
+    for ((layer, _, y), want) in layers.iter().zip(&expect) {
+        if bytes(y)? != *want {
+            return Err(config_err(
+                "dependent",
+                format!(
+                    "the {}x{} layer's dependent launch differs from its ordinary one",
+                    layer.n(),
+                    layer.k()
+                ),
+            ));
+        }
+    }
+    Ok(StepBench {
+        wdtype,
+        m,
+        layers: alone,
+        step: ordinary,
+        dependent,
+        floor_us,
+    })
+}
+
+/// [`bench_step`]'s rows: the step's time ordinary and dependent against its floor, and the
+/// layers' lone times added.
+pub fn step_table(copy_gbps: f64, rows: &[StepBench]) -> String {
+    let mut out = format!(
+        "tilus decode step: the layers' forwards queued back to back, one L2 flush a step; copy \
+         bandwidth {copy_gbps:.0} GB/s; floor = the layers' floors added; alone = the layers \
+         timed one by one (flushed), added; dependent = each layer after the first launched as \
+         the previous one's programmatic dependent\n"
+    );
+    out += &format!(
+        "{:<7} {:>4} {:>9} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>6}  layers (alone us, config)\n",
+        "wdtype",
+        "m",
+        "floor us",
+        "alone us",
+        "%floor",
+        "step us",
+        "%floor",
+        "dep us",
+        "%floor",
+        "gain"
+    );
+    for r in rows {
+        let alone: f64 = r.layers.iter().map(|l| l.3.median_us).sum();
+        let each = r
+            .layers
+            .iter()
+            .map(|(n, k, c, t)| format!("{n}x{k} {:.1} {:?}", t.median_us, c.method))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (s, d) = (r.step.median_us, r.dependent.median_us);
+        out += &format!(
+            "{:<7} {:>4} {:>9.1} {:>9.1} {:>6.1}% {:>9.1} {:>6.1}% {:>9.1} {:>6.1}% {:>5.2}x  {each}\n",
+            r.wdtype.to_string(),
+            r.m,
+            r.floor_us,
+            alone,
+            100.0 * r.floor_us / alone,
+            s,
+            100.0 * r.floor_us / s,
+            d,
+            100.0 * r.floor_us / d,
+            s / d,
+        );
+    }
+    out
+}

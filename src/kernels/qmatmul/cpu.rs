@@ -317,7 +317,15 @@ impl QMatmulKernel {
         args.push(Arg::Buffer(std::mem::take(&mut scratch.workspace)));
         args.push(Arg::Buffer(std::mem::take(&mut scratch.semaphores)));
         args.extend(pre.drain(3.min(pre.len())..));
+        // The interpreter runs one grid: never a dependent of another.
+        let dependent = self.takes_dependent();
+        if dependent {
+            args.push(i(0));
+        }
         let result = interp::run_ordered(&self.main, &mut args, order);
+        if dependent {
+            args.pop();
+        }
         if self.digits.is_some() {
             args.truncate(args.len() - 2);
         }

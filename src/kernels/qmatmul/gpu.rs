@@ -5,7 +5,7 @@ use super::config::{shape_err, QMatmulConfig, QMatmulError};
 use super::cpu::{check_split_scratch, decode_half, OperandBytes, PreparedWeight};
 use super::program::{config_name, target, QMatmulKernel, TARGET};
 use crate::element::{Activation, Element};
-use crate::gpu::{GpuArg, GpuKernel};
+use crate::gpu::{GpuArg, GpuKernel, LaunchOptions};
 use std::any::Any;
 use std::sync::Mutex;
 use tilus_runtime::{Context, Cublas, DeviceBuffer, DeviceRead, DeviceWrite};
@@ -232,6 +232,30 @@ impl GpuQMatmul {
         w: &DeviceWeight<T>,
         c: &mut impl DeviceWrite<T>,
     ) -> Result<(), QMatmulError> {
+        self.run_with(ctx, m, a, w, c, false)
+    }
+
+    /// Whether [`Self::run_with`] can launch this configuration as a programmatic dependent
+    /// ([`QMatmulKernel::takes_dependent`]: the one-token integer-mma gemv).
+    pub fn overlaps_prior(&self) -> bool {
+        self.main.spec().waits_prior_grid
+    }
+
+    /// [`Self::run`], with `dependent` launched as a programmatic dependent of the kernel
+    /// before it on `ctx`'s stream (sm_90) where the configuration allows it
+    /// ([`Self::overlaps_prior`]; otherwise an ordinary launch): its blocks may start while
+    /// that kernel ends and load their first weight tiles, then wait for it before they read
+    /// `a` or write anything. The caller's contract: no kernel still running may write `w`
+    /// (weights are written by host uploads, which a stream orders before any launch).
+    pub fn run_with<T: Activation>(
+        &self,
+        ctx: &Context,
+        m: usize,
+        a: &impl DeviceRead<T>,
+        w: &DeviceWeight<T>,
+        c: &mut impl DeviceWrite<T>,
+        dependent: bool,
+    ) -> Result<(), QMatmulError> {
         let cfg = &self.kernel.config;
         if T::DTYPE != cfg.adtype {
             return Err(QMatmulError::Shape {
@@ -324,7 +348,16 @@ impl GpuQMatmul {
             args.push(GpuArg::In(&d.digits));
             args.push(GpuArg::In(&d.side));
         }
-        self.main.launch(ctx, args)?;
+        let overlap = self.overlaps_prior();
+        let dependent = dependent && overlap;
+        if overlap {
+            args.push(GpuArg::I32(i32::from(dependent)));
+        }
+        let how = LaunchOptions {
+            stream: None,
+            dependent,
+        };
+        self.main.launch_with(ctx, how, args)?;
         Ok(())
     }
 }

@@ -685,7 +685,10 @@ mod kernels {
     /// sum taken off, at the end.
     ///
     /// Parameters as [`qmatmul_gemv`]'s, with `BM = 1`; `SIGNED` for signed codes; `OCC` blocks
-    /// a multiprocessor (registers capped to make room).
+    /// a multiprocessor (registers capped to make room). `dependent` is 1 when the kernel is
+    /// launched as a programmatic dependent of the kernel before it (sm_90): its first weight
+    /// tiles are then issued before `wait_prior_grid()` and the activations after it (when 0,
+    /// the activations go first, as above, and the wait returns at once).
     #[tilus::kernel(
         lazy,
         grid = [m, n / BN, SPLIT],
@@ -734,6 +737,7 @@ mod kernels {
         c: GlobalMut<A>,
         workspace: GlobalMut<f32>,
         semaphores: GlobalMut<i32>,
+        dependent: i32,
     ) {
         // 3- and 5-bit codes come as two planes (`imma`'s module docs): the fields of a 2- or
         // 4-bit plane (`hb` bits) index k, a 1-bit plane adds each code's last bit.
@@ -868,9 +872,14 @@ mod kernels {
                 );
             }
         };
+        // The next kernel on the stream, if launched as this one's dependent, may start once
+        // every block of this one has: its weight tiles then load while these blocks drain.
+        launch_dependents();
         let gxb = view_global::<u8>(a, [m, ab * k]);
-        copy_async(gxb, sx, [bi, ab * kt0 * BK]);
-        commit_group();
+        if dependent == 0 {
+            copy_async(gxb, sx, [bi, ab * kt0 * BK]);
+            commit_group();
+        }
         #[unroll]
         for s0 in 0..STAGES - 1 {
             if s0 < ktiles {
@@ -878,10 +887,21 @@ mod kernels {
             }
             commit_group();
         }
+        // Launched as a dependent, the block started while the kernel before it ran: the
+        // weights, scales and zero points (which no kernel writes) are on their way, and the
+        // activations, which that kernel may write, are copied once it has finished.
+        // Everything below (`c`, the workspace, the semaphores) comes after the wait too.
+        wait_prior_grid();
+        if dependent == 1 {
+            copy_async(gxb, sx, [bi, ab * kt0 * BK]);
+            commit_group();
+            wait_group(0);
+        } else {
+            wait_group(STAGES - 1);
+        }
 
         // The slice's activations as four s8 digits, while the first tiles load.
         let groups = ktiles * gpt / tpg;
-        wait_group(STAGES - 1);
         sync();
         for gi in 0..cdiv(groups, WN) {
             let x = cast::<f32>(view::<A>(load_shared(sx, lxb8, [0, gi * WN * G * ab]), lxg));
