@@ -164,6 +164,21 @@ fn sweep_shapes_are_checked_before_the_gpu_is_opened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tilus bench <bench> <args>` exits with a usage error (code 2) naming `flag`, before a
+/// GPU is looked for.
+fn assert_refused(dir: &std::path::Path, bench: &str, args: &[&str], flag: &str) {
+    let mut all = vec!["bench", bench];
+    all.extend(args);
+    let out = tilus(&all, dir);
+    assert_eq!(out.status.code(), Some(2), "{bench} {args:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!("argument `{flag}`")),
+        "{bench} {args:?}: {err}"
+    );
+    assert!(!err.contains("libcuda"), "{err}");
+}
+
 /// `tilus bench step`: malformed flags are refused, naming the flag, before a GPU is looked
 /// for; the defaults and well-formed lists pass the checks.
 #[test]
@@ -178,16 +193,7 @@ fn step_flags_are_checked_before_the_gpu_is_opened() {
         (&["--runs", "0"], "--runs"),
     ];
     for (args, flag) in bad {
-        let mut all = vec!["bench", "step"];
-        all.extend(args);
-        let out = tilus(&all, &dir);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(
-            err.contains(&format!("argument `{flag}`")),
-            "{args:?}: {err}"
-        );
-        assert!(!err.contains("libcuda"), "{err}");
+        assert_refused(&dir, "step", args, flag);
     }
     // Small enough to run in a moment where there is a GPU.
     for good in [&[
@@ -228,16 +234,7 @@ fn attention_flags_are_checked_before_the_gpu_is_opened() {
         (&["--prefill", "1x4096x32x8"], "--prefill"),
     ];
     for (args, flag) in bad {
-        let mut all = vec!["bench", "attention"];
-        all.extend(args);
-        let out = tilus(&all, &dir);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(
-            err.contains(&format!("argument `{flag}`")),
-            "{args:?}: {err}"
-        );
-        assert!(!err.contains("libcuda"), "{err}");
+        assert_refused(&dir, "attention", args, flag);
     }
     for good in [
         &["--kv", "u4", "--heads", "32/8/64"][..],

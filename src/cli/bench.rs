@@ -576,13 +576,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             l2,
             adtype,
             ..
-        } => {
-            parse_l2(l2)?;
-            parse_adtype(adtype)?;
-            parse_types(Some(wdtypes))?;
-            sweep_shapes(Some(shapes), 0, 0)?;
-            parse_ms(m).map(drop)
-        }
+        } => check_layer_flags(Some(wdtypes), m, Some(shapes), (0, 0), l2, adtype),
         BenchCommand::Sweep {
             wdtypes,
             m,
@@ -592,13 +586,14 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             l2,
             adtype,
             ..
-        } => {
-            parse_l2(l2)?;
-            parse_adtype(adtype)?;
-            parse_types(wdtypes.as_deref())?;
-            sweep_shapes(shapes.as_deref(), *n, *k)?;
-            parse_ms(m).map(drop)
-        }
+        } => check_layer_flags(
+            wdtypes.as_deref(),
+            m,
+            shapes.as_deref(),
+            (*n, *k),
+            l2,
+            adtype,
+        ),
         BenchCommand::Apt {
             widths,
             m,
@@ -759,6 +754,23 @@ fn parse_types(list: Option<&str>) -> Result<Vec<DType>, String> {
             .collect(),
         None => Ok(tilus::kernels::qmatmul::weight_types()),
     }
+}
+
+/// The flags `tilus bench sweep` and `step` share: weight types, m values, shapes (or `n`
+/// by `k`), the L2 flush mode and the activation type.
+fn check_layer_flags(
+    wdtypes: Option<&str>,
+    m: &str,
+    shapes: Option<&str>,
+    (n, k): (usize, usize),
+    l2: &str,
+    adtype: &str,
+) -> Result<(), String> {
+    parse_l2(l2)?;
+    parse_adtype(adtype)?;
+    parse_types(wdtypes)?;
+    sweep_shapes(shapes, n, k)?;
+    parse_ms(m).map(drop)
 }
 
 /// `ROWSxN,ROWSxN,..` with positive extents and rows the kernels hold (`N` at most 8192).
