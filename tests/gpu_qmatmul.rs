@@ -1174,30 +1174,31 @@ fn split_k_buffers_must_be_reserved() {
     ctx.synchronize().unwrap();
 }
 
-/// The one-token integer-mma gemv launched as a programmatic dependent (`run_with(.., true)`):
-/// two layers in a chain, the second reading the first's output, with k split in 4 (its
-/// partials and semaphores written after the wait). Queued with no host synchronization: the
-/// first layer, the second as its dependent, the second again as its own dependent, and once
-/// more as an ordinary launch; every output poisoned with NaN first. The second layer's
-/// blocks start while the first runs, so a read of its input before the wait would see
-/// NaN: the outputs must match the f64 reference of the first layer's output, and be the same
-/// bits as the ordinary launch. A configuration that cannot overlap launches in order.
+/// The gemvs launched as programmatic dependents (`run_with(.., true)`): chains of two layers,
+/// the second reading the first's output, with k split in 4 (its partials and semaphores
+/// written after the wait). For the one-token integer mma and the gemv (one token and a
+/// ragged 3) as the second layer, queued with no host synchronization: the first layer, the
+/// second as its dependent, the second again as its own dependent, and once more as an
+/// ordinary launch; every output poisoned with NaN first. The second layer's blocks start
+/// while the first runs, so a read of its input before the wait would see NaN: the outputs
+/// must match the f64 reference of the first layer's output, and be the same bits as the
+/// ordinary launch. The fused pipeline, which cannot overlap, launches in order when asked.
 #[test]
-fn gemv_imma_dependent_launch_waits_for_the_kernel_before() {
-    let Some(ctx) = context("gemv_imma_dependent_launch_waits_for_the_kernel_before") else {
+fn dependent_launch_waits_for_the_kernel_before() {
+    let Some(ctx) = context("dependent_launch_waits_for_the_kernel_before") else {
         return;
     };
-    let mut rng = rand::rng();
     let (k1, n1, n2) = (8192, 8192, 1024);
-    let imma = |wd: &str, bk, bn, stages| QMatmulConfig {
+    let u = |wd: &str| QMatmulConfig::default_for(wd.parse().unwrap(), DType::F16, Some(128), true);
+    let imma = |wd: &str, bk, bn| QMatmulConfig {
         method: QMatmulMethod::GemvImma,
         bm: 1,
         bn,
         bk,
         warps: 4,
-        stages,
+        stages: 4,
         split_k: 4,
-        ..QMatmulConfig::default_for(wd.parse().unwrap(), DType::F16, Some(128), true)
+        ..u(wd)
     };
     let layer = |cfg: &QMatmulConfig, k: usize, n: usize| {
         let mut rng = rand::rng();
@@ -1205,59 +1206,69 @@ fn gemv_imma_dependent_launch_waits_for_the_kernel_before() {
         let q = QuantizedWeight::quantize(&w, k, n, cfg.wdtype, Group::Rows(128), DType::F16, true)
             .unwrap();
         let gpu = GpuQMatmul::new(&build(cfg).unwrap()).unwrap();
-        gpu.reserve(&ctx, 1, n).unwrap();
+        gpu.reserve(&ctx, 3, n).unwrap();
         let dev = DeviceWeight::<f16>::upload(&ctx, &prepare(&q, cfg).unwrap()).unwrap();
         (gpu, dev, q.dequantize())
     };
-    let (first, w1, deq1) = layer(&imma("u2", 128, 256, 4), k1, n1);
-    let (second, w2, deq2) = layer(&imma("u4", 64, 128, 4), n1, n2);
-    assert!(first.overlaps_prior() && second.overlaps_prior());
-    let a: Vec<f16> = (0..k1)
-        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
-        .collect();
-    let a_dev = DeviceBuffer::from_host(&ctx, &a).unwrap();
-    let mut h = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n1]).unwrap();
-    let mut outs: Vec<DeviceBuffer<f16>> = (0..3)
-        .map(|_| DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n2]).unwrap())
-        .collect();
-    first.run(&ctx, 1, &a_dev, &w1, &mut h).unwrap();
-    for (i, y) in outs.iter_mut().enumerate() {
-        second.run_with(&ctx, 1, &h, &w2, y, i < 2).unwrap();
-    }
-    let hidden = h.to_host().unwrap();
-    let rel = rel_error("first layer", &a, &deq1, &hidden, 1, n1, k1);
-    assert!(rel < 5e-4, "first layer: relative error {rel}");
-    let host: Vec<Vec<f16>> = outs.iter().map(|y| y.to_host().unwrap()).collect();
-    for (i, y) in host.iter().enumerate() {
-        let rel = rel_error("second layer", &hidden, &deq2, y, 1, n2, n1);
-        println!("dependent chain, second layer launch {i}: rel err {rel:.2e}");
-        assert!(rel < 5e-4, "second layer launch {i}: relative error {rel}");
-        let same = y
-            .iter()
-            .zip(&host[2])
-            .all(|(p, q)| p.to_bits() == q.to_bits());
-        assert!(
-            same,
-            "launch {i}: a dependent launch gave other bits than the ordinary one"
-        );
-    }
-    // The gemv does not wait for the prior grid: asked to overlap, it launches in order.
+    let (first, w1, deq1) = layer(&imma("u2", 128, 256), k1, n1);
     let gemv = QMatmulConfig {
         method: QMatmulMethod::Gemv,
         bm: 8,
         bn: 256,
         bk: 128,
+        stages: 3,
         split_k: 4,
-        ..QMatmulConfig::default_for(DType::UInt(4), DType::F16, Some(128), true)
+        ..u("u4")
     };
-    let (third, w3, deq3) = layer(&gemv, n1, n2);
-    assert!(!third.overlaps_prior());
-    let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n2]).unwrap();
-    first.run(&ctx, 1, &a_dev, &w1, &mut h).unwrap();
-    third.run_with(&ctx, 1, &h, &w3, &mut y, true).unwrap();
-    let rel = rel_error("gemv", &hidden, &deq3, &y.to_host().unwrap(), 1, n2, n1);
-    assert!(
-        rel < 5e-4,
-        "gemv after the first layer: relative error {rel}"
-    );
+    let fused = QMatmulConfig {
+        split_k: 4,
+        ..u("u4")
+    };
+    let mut rng = rand::rng();
+    for (what, cfg, m) in [
+        ("integer mma", imma("u4", 64, 128), 1),
+        ("gemv", gemv, 1),
+        ("gemv", gemv, 3),
+        ("fused", fused, 3),
+    ] {
+        let what = format!("{what} m={m}");
+        let (second, w2, deq2) = layer(&cfg, n1, n2);
+        assert_eq!(
+            second.overlaps_prior(),
+            cfg.method != QMatmulMethod::Fused,
+            "{what}"
+        );
+        let a: Vec<f16> = (0..m * k1)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let a_dev = DeviceBuffer::from_host(&ctx, &a).unwrap();
+        let mut h = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n1]).unwrap();
+        let mut outs: Vec<DeviceBuffer<f16>> = (0..3)
+            .map(|_| DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n2]).unwrap())
+            .collect();
+        first.run(&ctx, m, &a_dev, &w1, &mut h).unwrap();
+        for (i, y) in outs.iter_mut().enumerate() {
+            second.run_with(&ctx, m, &h, &w2, y, i < 2).unwrap();
+        }
+        let hidden = h.to_host().unwrap();
+        let rel = rel_error(&what, &a, &deq1, &hidden, m, n1, k1);
+        assert!(rel < 5e-4, "{what}: first layer: relative error {rel}");
+        let host: Vec<Vec<f16>> = outs.iter().map(|y| y.to_host().unwrap()).collect();
+        for (i, y) in host.iter().enumerate() {
+            let rel = rel_error(&what, &hidden, &deq2, y, m, n2, n1);
+            println!("dependent chain, {what}, second layer launch {i}: rel err {rel:.2e}");
+            assert!(
+                rel < 5e-4,
+                "{what}: second layer launch {i}: relative error {rel}"
+            );
+            let same = y
+                .iter()
+                .zip(&host[2])
+                .all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(
+                same,
+                "{what}: launch {i} gave other bits than the ordinary launch"
+            );
+        }
+    }
 }

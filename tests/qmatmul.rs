@@ -1748,12 +1748,12 @@ fn gemv_imma_random_tilings_match_the_reference() {
     }
 }
 
-/// Only the one-token integer-mma gemv can be launched as a programmatic dependent
-/// (`QMatmulKernel::takes_dependent`: its program waits for the prior grid and takes the
-/// `dependent` flag last); the other methods, and the several-token integer mma behind its
-/// pre-pass, are always launched in order.
+/// The gemv and the one-token integer-mma gemv can be launched as programmatic dependents
+/// (`QMatmulKernel::takes_dependent`: their programs wait for the prior grid and take the
+/// `dependent` flag last); the fused pipeline and the several-token integer mma behind its
+/// pre-pass are always launched in order.
 #[test]
-fn only_the_one_token_integer_mma_waits_for_the_prior_grid() {
+fn the_gemvs_wait_for_the_prior_grid() {
     use tilus::kernels::qmatmul::QMatmulMethod;
     let u2 = default_cfg(dt("u2"), DType::F16, Some(128));
     let imma = QMatmulConfig {
@@ -1763,15 +1763,6 @@ fn only_the_one_token_integer_mma_waits_for_the_prior_grid() {
         bk: 128,
         ..u2
     };
-    let one = build(&imma).unwrap();
-    assert!(one.takes_dependent());
-    let tokens = QMatmulConfig {
-        bm: 4,
-        bn: 64,
-        warps: 4,
-        stages: 3,
-        ..imma
-    };
     let gemv = QMatmulConfig {
         method: QMatmulMethod::Gemv,
         bm: 8,
@@ -1779,14 +1770,27 @@ fn only_the_one_token_integer_mma_waits_for_the_prior_grid() {
         bk: 128,
         ..u2
     };
-    for (what, cfg) in [("fused", u2), ("several tokens", tokens), ("gemv", gemv)] {
+    let tokens = QMatmulConfig {
+        bm: 4,
+        bn: 64,
+        warps: 4,
+        stages: 3,
+        ..imma
+    };
+    let fused = build(&u2).unwrap();
+    assert!(!fused.takes_dependent(), "fused");
+    for (what, cfg, waits) in [
+        ("one token", imma, true),
+        ("gemv", gemv, true),
+        ("several tokens", tokens, false),
+    ] {
         let kernel = build(&cfg).unwrap();
-        assert!(!kernel.takes_dependent(), "{what}");
-        // The same parameters but the flag (and the pre-pass's two buffers).
+        assert_eq!(kernel.takes_dependent(), waits, "{what}");
+        // The fused pipeline's parameters, the pre-pass's two buffers, and the flag.
         assert_eq!(
-            kernel.main.params.len() - 2 * usize::from(kernel.digits.is_some()) + 1,
-            one.main.params.len(),
-            "{what}: the one-token kernel takes one parameter more"
+            kernel.main.params.len(),
+            fused.main.params.len() + 2 * usize::from(kernel.digits.is_some()) + usize::from(waits),
+            "{what}"
         );
     }
 }

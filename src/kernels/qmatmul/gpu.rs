@@ -236,7 +236,7 @@ impl GpuQMatmul {
     }
 
     /// Whether [`Self::run_with`] can launch this configuration as a programmatic dependent
-    /// ([`QMatmulKernel::takes_dependent`]: the one-token integer-mma gemv).
+    /// ([`QMatmulKernel::takes_dependent`]: the gemv and the one-token integer-mma gemv).
     pub fn overlaps_prior(&self) -> bool {
         self.main.spec().waits_prior_grid
     }

@@ -422,7 +422,9 @@ mod kernels {
     /// above its value, and the same mma over those constants (`cast_biased` of zero codes), which
     /// does not depend on the output column, is subtracted once per group.
     ///
-    /// Parameters and the other tile parameters as [`qmatmul_main`]'s (one warp row).
+    /// Parameters and the other tile parameters as [`qmatmul_main`]'s (one warp row), and
+    /// `dependent` as [`qmatmul_gemv_imma`]'s: 1 when launched as a programmatic dependent (its
+    /// first weight tiles are then issued before `wait_prior_grid()`, their activations after).
     #[tilus::kernel(
         lazy,
         grid = [cdiv(m, BM), n / BN, SPLIT],
@@ -475,6 +477,7 @@ mod kernels {
         c: GlobalMut<A>,
         workspace: GlobalMut<f32>,
         semaphores: GlobalMut<i32>,
+        dependent: i32,
     ) {
         let rep_m = BM / 8;
         let rep_n = BN / (16 * WN);
@@ -533,13 +536,16 @@ mod kernels {
 
         let ktiles = k / (BK * SPLIT);
         let kt0 = bs * ktiles;
-        let issue = |tile: i32, stage: i32| {
-            let t = kt0 + tile;
+        // A tile's activations, and its weights with their scales and zero points.
+        let issue_x = |tile: i32, stage: i32| {
             copy_async(
                 ga,
                 slice_shared(sa, [stage, 0, 0], [BM, BK]),
-                [bi * BM, t * BK],
+                [bi * BM, (kt0 + tile) * BK],
             );
+        };
+        let issue_w = |tile: i32, stage: i32| {
+            let t = kt0 + tile;
             copy_async(gb, slice_shared(sb, [stage, 0], [tile_bytes]), [t, bj, 0]);
             if grouped {
                 let group = t * BK / G;
@@ -557,12 +563,37 @@ mod kernels {
                 }
             }
         };
+        let issue = |tile: i32, stage: i32| {
+            issue_x(tile, stage);
+            issue_w(tile, stage);
+        };
+        // The next kernel on the stream, if launched as this one's dependent, may start once
+        // every block of this one has. Launched as a dependent itself (`dependent = 1`), the
+        // block issues its first weight tiles (which no kernel writes) before it waits for the
+        // kernel before it, and their activations after; every write comes after the wait.
+        launch_dependents();
         #[unroll]
         for st in 0..STAGES - 1 {
             if st < ktiles {
-                issue(st, st);
+                if dependent == 0 {
+                    issue_x(st, st);
+                }
+                issue_w(st, st);
             }
             commit_group();
+        }
+        wait_prior_grid();
+        if dependent == 1 {
+            #[unroll]
+            for st in 0..STAGES - 1 {
+                if st < ktiles {
+                    issue_x(st, st);
+                }
+            }
+            commit_group();
+            // The prologue's stages whole before the first step (whose wait counts one group
+            // a stage).
+            wait_group(0);
         }
         // One k tile, as in `qmatmul_main`: returns the weight as A and the activations as B.
         let step = |kt: i32| {
