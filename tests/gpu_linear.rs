@@ -297,8 +297,10 @@ fn reserve_plans_ahead_and_bounds_m() {
 /// captured in a CUDA graph on a context with its own stream: the capture runs nothing (the
 /// poisoned output stays NaN), each replay gives the bits of the direct forwards, also with new
 /// activations copied into the captured input buffer, replay after replay (the split-k
-/// semaphores are left zero). A context on the legacy default stream refuses to capture, naming
-/// the option; an error inside the capture is returned and the stream works afterwards.
+/// semaphores are left zero); the second layer launched as the first's programmatic dependent,
+/// eagerly and in a graph, gives the same bits. A context on the legacy default stream refuses
+/// to capture, naming the option; an error inside the capture is returned and the stream works
+/// afterwards.
 #[test]
 fn forwards_replay_in_a_cuda_graph() {
     let dir = TempDir::new("graph");
@@ -382,6 +384,34 @@ fn forwards_replay_in_a_cuda_graph() {
             got, want,
             "replay {replay} differs from the direct forwards"
         );
+    }
+
+    // The second layer as the first's programmatic dependent (`forward_into_dependent`),
+    // eagerly and captured (a programmatic edge in the graph where the layer's kernel waits
+    // for the prior grid): the bits of the ordinary forwards.
+    let inputs = activations();
+    x.copy_from_host(&inputs).unwrap();
+    mid.fill(f16::NAN).unwrap();
+    y.fill(f16::NAN).unwrap();
+    first.forward_into(&x, 1, &mut mid).unwrap();
+    second.forward_into_dependent(&mid, 1, &mut y).unwrap();
+    let got: Vec<u16> = y.to_host().unwrap().iter().map(|v| v.to_bits()).collect();
+    assert_eq!(got, direct(&inputs), "the eager dependent forward");
+    let overlapped = ctx
+        .capture(|| {
+            first.forward_into(&x, 1, &mut mid)?;
+            second.forward_into_dependent(&mid, 1, &mut y)
+        })
+        .unwrap();
+    overlapped.upload().unwrap();
+    for replay in 0..2 {
+        let inputs = activations();
+        x.copy_from_host(&inputs).unwrap();
+        mid.fill(f16::NAN).unwrap();
+        y.fill(f16::NAN).unwrap();
+        overlapped.launch().unwrap();
+        let got: Vec<u16> = y.to_host().unwrap().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, direct(&inputs), "dependent replay {replay}");
     }
 
     // An error inside the capture (two rows, one reserved) comes back; the stream works
