@@ -1234,7 +1234,7 @@ fn dependent_launch_waits_for_the_kernel_before() {
         let what = format!("{what} m={m}");
         let (second, w2, deq2) = layer(&cfg, n1, n2);
         assert_eq!(
-            second.overlaps_prior(),
+            second.takes_dependent(),
             cfg.method != QMatmulMethod::Fused,
             "{what}"
         );

@@ -756,6 +756,14 @@ fn parse_types(list: Option<&str>) -> Result<Vec<DType>, String> {
     }
 }
 
+/// `--group`: rows per scale group, 0 for per-channel scales.
+fn group_arg(rows: usize) -> tilus::quant::Group {
+    match rows {
+        0 => tilus::quant::Group::PerChannel,
+        g => tilus::quant::Group::Rows(g),
+    }
+}
+
 /// The flags `tilus bench sweep` and `step` share: weight types, m values, shapes (or `n`
 /// by `k`), the L2 flush mode and the activation type.
 fn check_layer_flags(
@@ -1141,10 +1149,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         } => {
             use tilus::kernels::qmatmul::bench::bench_launch;
             let wdtype = parse_type(wdtype)?;
-            let group = match group {
-                0 => tilus::quant::Group::PerChannel,
-                g => tilus::quant::Group::Rows(g),
-            };
+            let group = group_arg(group);
             out += &format!(
                 "{wdtype} f16 layers, m={m}, {calls} calls per measurement (no L2 flush)\n\
                  {:<12} {:>9} {:>12} {:>11} {:>10} {:>12} {:>9} {:>9}  config\n",
@@ -1349,10 +1354,7 @@ fn step(
     l2: L2Mode,
 ) -> Result<String, String> {
     use tilus::kernels::qmatmul::bench::{bench_step, step_table};
-    let group = match group {
-        0 => tilus::quant::Group::PerChannel,
-        g => tilus::quant::Group::Rows(g),
-    };
+    let group = group_arg(group);
     let (_, copy_gbps) = copy_bandwidth(ctx, 1 << 30).map_err(err)?;
     let mut flush = L2Flush::with_mode(ctx, l2).map_err(err)?;
     let mut rows = Vec::new();

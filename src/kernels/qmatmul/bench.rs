@@ -377,10 +377,7 @@ pub fn bench_step<T: Activation>(
     copy_gbps: f64,
 ) -> Result<StepBench, QMatmulError> {
     use crate::kernels::linear::GpuQuantizedLinear;
-    let rt = |e: QMatmulError| tilus_runtime::RuntimeError::InvalidArgument {
-        arg: "forward".into(),
-        reason: e.to_string(),
-    };
+    use crate::kernels::timing::time_fallible;
     let mut layers = Vec::new();
     let mut floor_us = 0.0;
     for (i, &(n, k)) in shapes.iter().enumerate() {
@@ -398,26 +395,40 @@ pub fn bench_step<T: Activation>(
     }
     let mut alone = Vec::new();
     for (layer, x, y) in &mut layers {
-        let t = time_runs(ctx, 3, runs, Some(flush), || {
-            layer.forward_into(x, m, y).map_err(rt)
-        })?;
+        let t = time_fallible(
+            ctx,
+            3,
+            runs,
+            Some(&mut *flush),
+            || layer.forward_into(x, m, y),
+            QMatmulError::from,
+        )?;
         let config = layer.plan(m)?.config;
         alone.push((layer.n(), layer.k(), config, t));
     }
     type Layers<T> = [(GpuQuantizedLinear<T>, DeviceBuffer<T>, DeviceBuffer<T>)];
-    let step =
-        |layers: &mut Layers<T>, dependent: bool| -> Result<(), tilus_runtime::RuntimeError> {
-            for (i, (layer, x, y)) in layers.iter_mut().enumerate() {
-                if dependent && i > 0 {
-                    layer.forward_into_dependent(x, m, y).map_err(rt)?;
-                } else {
-                    layer.forward_into(x, m, y).map_err(rt)?;
-                }
+    let step = |layers: &mut Layers<T>, dependent: bool| -> Result<(), QMatmulError> {
+        for (i, (layer, x, y)) in layers.iter_mut().enumerate() {
+            if dependent && i > 0 {
+                layer.forward_into_dependent(x, m, y)?;
+            } else {
+                layer.forward_into(x, m, y)?;
             }
-            Ok(())
-        };
-    let ordinary = time_runs(ctx, 3, runs, Some(flush), || step(&mut layers, false))?;
-    let dependent = time_runs(ctx, 3, runs, Some(flush), || step(&mut layers, true))?;
+        }
+        Ok(())
+    };
+    let mut timed = |dependent: bool| {
+        time_fallible(
+            ctx,
+            3,
+            runs,
+            Some(&mut *flush),
+            || step(&mut layers, dependent),
+            QMatmulError::from,
+        )
+    };
+    let ordinary = timed(false)?;
+    let dependent = timed(true)?;
     // The same bits both ways: the ordinary step's outputs, then the dependent step's into
     // poisoned buffers (0xFFFF is NaN in f16 and bf16).
     step(&mut layers, false)?;

@@ -236,14 +236,15 @@ impl GpuQMatmul {
     }
 
     /// Whether [`Self::run_with`] can launch this configuration as a programmatic dependent
-    /// ([`QMatmulKernel::takes_dependent`]: the gemv and the one-token integer-mma gemv).
-    pub fn overlaps_prior(&self) -> bool {
+    /// ([`QMatmulKernel::takes_dependent`], read from the compiled launch spec: the gemv and
+    /// the one-token integer-mma gemv).
+    pub fn takes_dependent(&self) -> bool {
         self.main.spec().waits_prior_grid
     }
 
     /// [`Self::run`], with `dependent` launched as a programmatic dependent of the kernel
     /// before it on `ctx`'s stream (sm_90) where the configuration allows it
-    /// ([`Self::overlaps_prior`]; otherwise an ordinary launch): its blocks may start while
+    /// ([`Self::takes_dependent`]; otherwise an ordinary launch): its blocks may start while
     /// that kernel ends and load their first weight tiles, then wait for it before they read
     /// `a` or write anything. The caller's contract: no kernel still running may write `w`
     /// (weights are written by host uploads, which a stream orders before any launch).
@@ -348,7 +349,7 @@ impl GpuQMatmul {
             args.push(GpuArg::In(&d.digits));
             args.push(GpuArg::In(&d.side));
         }
-        let overlap = self.overlaps_prior();
+        let overlap = self.takes_dependent();
         let dependent = dependent && overlap;
         if overlap {
             args.push(GpuArg::I32(i32::from(dependent)));
