@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16: the gemvs launched as programmatic dependents (session 59; not yet run: no device
 # was lent that session). Pack into $B: `tilus` (this tree), `tilus-old` (the tree before
-# 723ec51), and the `gpu_qmatmul` test binary, stripped; then on the GPU machine:
+# 723ec51), and the `gpu_qmatmul` and `gpu_linear` test binaries, stripped; then on the GPU machine:
 #   bash bench/session59_step.sh
 set -u
 B=${B:-.dev/s59}
@@ -9,6 +9,7 @@ O=${OUT:-/tmp}
 export TILUS_REQUIRE_GPU=1
 {
   $B/gpu_qmatmul --test-threads=1 dependent_launch gemv_imma_matches gemv_every 2>&1
+  $B/gpu_linear --test-threads=1 2>&1
   compute-sanitizer --tool memcheck $B/gpu_qmatmul dependent_launch 2>&1 | tail -4
   compute-sanitizer --tool racecheck $B/gpu_qmatmul dependent_launch 2>&1 | tail -4
 } | tee $O/tests.txt

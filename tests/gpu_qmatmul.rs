@@ -1176,8 +1176,8 @@ fn split_k_buffers_must_be_reserved() {
 
 /// The gemvs launched as programmatic dependents (`run_with(.., true)`): chains of two layers,
 /// the second reading the first's output, with k split in 4 (its partials and semaphores
-/// written after the wait). For the one-token integer mma and the gemv (one token and a
-/// ragged 3) as the second layer, queued with no host synchronization: the first layer, the
+/// written after the wait). For the one-token integer mma, the look-up kernel and the gemv
+/// (one token and a ragged 3) as the second layer, queued with no host synchronization: the first layer, the
 /// second as its dependent, the second again as its own dependent, and once more as an
 /// ordinary launch; every output poisoned with NaN first. The second layer's blocks start
 /// while the first runs, so a read of its input before the wait would see NaN: the outputs
@@ -1227,6 +1227,7 @@ fn dependent_launch_waits_for_the_kernel_before() {
     let mut rng = rand::rng();
     for (what, cfg, m) in [
         ("integer mma", imma("u4", 64, 128), 1),
+        ("look-up", u("u1").lut(256, 8, 4, 1), 1),
         ("gemv", gemv, 1),
         ("gemv", gemv, 3),
         ("fused", fused, 3),

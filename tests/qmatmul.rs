@@ -1748,10 +1748,10 @@ fn gemv_imma_random_tilings_match_the_reference() {
     }
 }
 
-/// The gemv and the one-token integer-mma gemv can be launched as programmatic dependents
-/// (`QMatmulKernel::takes_dependent`: their programs wait for the prior grid and take the
-/// `dependent` flag last); the fused pipeline and the several-token integer mma behind its
-/// pre-pass are always launched in order.
+/// The gemv, the one-token integer-mma gemv and the look-up kernel can be launched as
+/// programmatic dependents (`QMatmulKernel::takes_dependent`: their programs wait for the prior
+/// grid and take the `dependent` flag last); the fused pipeline and the several-token integer
+/// mma behind its pre-pass are always launched in order.
 #[test]
 fn the_gemvs_wait_for_the_prior_grid() {
     use tilus::kernels::qmatmul::QMatmulMethod;
@@ -1777,11 +1777,13 @@ fn the_gemvs_wait_for_the_prior_grid() {
         stages: 3,
         ..imma
     };
+    let lut = default_cfg(dt("u1"), DType::F16, Some(128)).lut(256, 8, 1, 1);
     let fused = build(&u2).unwrap();
     assert!(!fused.takes_dependent(), "fused");
     for (what, cfg, waits) in [
         ("one token", imma, true),
         ("gemv", gemv, true),
+        ("look-up", lut, true),
         ("several tokens", tokens, false),
     ] {
         let kernel = build(&cfg).unwrap();

@@ -236,8 +236,8 @@ impl GpuQMatmul {
     }
 
     /// Whether [`Self::run_with`] can launch this configuration as a programmatic dependent
-    /// ([`QMatmulKernel::takes_dependent`], read from the compiled launch spec: the gemv and
-    /// the one-token integer-mma gemv).
+    /// ([`QMatmulKernel::takes_dependent`], read from the compiled launch spec: the gemv, the
+    /// one-token integer-mma gemv and the look-up kernel).
     pub fn takes_dependent(&self) -> bool {
         self.main.spec().waits_prior_grid
     }

@@ -2212,6 +2212,14 @@ mod kernels {
     /// - **Weights** go straight to registers (16-byte loads, a tile ahead), never through
     ///   shared memory: shared bandwidth is the look-ups'.
     ///
+    /// - **As a programmatic dependent** (sm_90) the block starts while the kernel before it
+    ///   ends and waits for it (`wait_prior_grid()`) before it reads the activations or writes
+    ///   anything. The first weight tile is requested before the wait in the program, but its
+    ///   loads are invariant (read-only, non-coherent), and NVVM sinks them past the wait to
+    ///   their use: what overlaps is the launch and the prologue. An ordinary launch has the
+    ///   same order, so `dependent` (the flag every waiting gemv takes, [`qmatmul_gemv_imma`])
+    ///   changes nothing here.
+    ///
     /// Parameters as [`qmatmul_main`]'s, `BM = 1` (a block per token); `k` a multiple of
     /// `2 · 256 · SPLIT`.
     #[tilus::kernel(
@@ -2257,6 +2265,7 @@ mod kernels {
         c: GlobalMut<A>,
         workspace: GlobalMut<f32>,
         semaphores: GlobalMut<i32>,
+        dependent: i32,
     ) {
         let ns = 32 / TG;
         let wr = WARPS * R;
@@ -2379,7 +2388,12 @@ mod kernels {
         // The first weight tile is requested before the first tables are built: the build
         // waits on the token's round trip, and behind it the weight's stream started late
         // (ptxas keeps this order where the tile's registers allow, e.g. u1 at 896 columns).
+        // Launched as a dependent, the next kernel may start once every block of this one has.
+        launch_dependents();
         let mut w = load_w(t0);
+        // The kernel before, if this one is its dependent, has written the activations after
+        // this (the weights, which no kernel writes, could load before it; NVVM sinks them).
+        wait_prior_grid();
         build(t0, 0);
         sync();
         for i in 0..per / 2 - 1 {
