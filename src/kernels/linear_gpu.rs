@@ -440,9 +440,9 @@ impl<T: Activation> GpuQuantizedLinear<T> {
     /// kernel ends and load their first weight tiles, and wait for it to finish before they
     /// read `x` or write anything. Back to back, one layer's weights then stream in while the
     /// layer before it drains (`tilus bench step`). Where the bucket's kernel cannot overlap
-    /// (the gemv, the one-token integer mma and the look-up kernel can), on a device before sm_90, and on the call
-    /// that tunes the bucket (its weight upload precedes the launch), it is an ordinary
-    /// launch: the result is the same bits either way.
+    /// (the gemv, the one-token integer mma and the look-up kernel can), on a device before
+    /// sm_90, and on the call that tunes the bucket (its weight upload precedes the launch),
+    /// it is an ordinary launch: the result is the same bits either way.
     pub fn forward_into_dependent(
         &self,
         x: &impl DeviceRead<T>,

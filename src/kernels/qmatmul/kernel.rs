@@ -2211,7 +2211,6 @@ mod kernels {
     ///   tile `t + 1`'s tables are built while tile `t`'s are read, one barrier per tile.
     /// - **Weights** go straight to registers (16-byte loads, a tile ahead), never through
     ///   shared memory: shared bandwidth is the look-ups'.
-    ///
     /// - **As a programmatic dependent** (sm_90) the block starts while the kernel before it
     ///   ends and waits for it (`wait_prior_grid()`) before it reads the activations or writes
     ///   anything. The first weight tile is requested before the wait in the program, but its
@@ -2385,11 +2384,11 @@ mod kernels {
             acc = mul_add(sc, v, acc);
         };
 
+        // Launched as a dependent, the next kernel may start once every block of this one has.
+        launch_dependents();
         // The first weight tile is requested before the first tables are built: the build
         // waits on the token's round trip, and behind it the weight's stream started late
         // (ptxas keeps this order where the tile's registers allow, e.g. u1 at 896 columns).
-        // Launched as a dependent, the next kernel may start once every block of this one has.
-        launch_dependents();
         let mut w = load_w(t0);
         // The kernel before, if this one is its dependent, has written the activations after
         // this (the weights, which no kernel writes, could load before it; NVVM sinks them).

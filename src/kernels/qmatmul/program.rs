@@ -65,8 +65,9 @@ impl QMatmulKernel {
     /// Whether `main` can be launched as a programmatic dependent of the kernel before it
     /// (it executes `wait_prior_grid()`: the gemv, [`QMatmulMethod::Gemv`], the one-token
     /// integer-mma gemv and the look-up kernel, [`QMatmulMethod::Lut`]). Such a `main` takes
-    /// one more parameter, last: `dependent: i32`, 1 when it is launched so (its first weight
-    /// tiles are then issued before the wait, the activations after it).
+    /// one more parameter, last: `dependent: i32`, 1 when it is launched so (the gemvs then
+    /// issue their first weight tiles before the wait and the activations after it; the
+    /// look-up kernel runs in that order either way).
     pub fn takes_dependent(&self) -> bool {
         tilus_core::launch::waits_prior_grid(&self.main)
     }
