@@ -19,6 +19,10 @@ imma="METHOD=gemv_imma,BM=1,BN=896,BK=128,WARPS=8,STAGES=4"
   for ks in 2048:2 4096:2 8192:2 16384:4 32768:8; do
     $T bench qmatmul --wdtype u2 --m 1 --n 57344 --k ${ks%:*} --config "$imma,SPLIT_K=${ks#*:}" 2>&1
   done
+  echo "== u2 gemv_imma bn896: the split's tail (n 57344, k 4096: 64, 128, 256 blocks)"
+  for sk in 1 2 4; do
+    $T bench qmatmul --wdtype u2 --m 1 --n 57344 --k 4096 --config "$imma,SPLIT_K=$sk" 2>&1
+  done
   echo "== i8 gemv bn128 (the contrast: 4.5 us behind the copy at 57344 x 8192): n grows"
   for n in 28672 57344 114688 229376; do
     $T bench qmatmul --wdtype i8 --m 1 --n $n --k 8192 \

@@ -442,7 +442,10 @@ impl<T: Activation> GpuQuantizedLinear<T> {
     /// layer before it drains (`tilus bench step`). Where the bucket's kernel cannot overlap
     /// (the gemv, the one-token integer mma and the look-up kernel can), on a device before
     /// sm_90, and on the call that tunes the bucket (its weight upload precedes the launch),
-    /// it is an ordinary launch: the result is the same bits either way.
+    /// it is an ordinary launch: the result is the same bits either way. Measured on an H100
+    /// it does not pay (a Llama-70B step at one token: 0.88-1.00x the time of
+    /// [`Self::forward_into`]; docs/benchmarks.md), so prefer `forward_into`; this stays for
+    /// measuring the overlap.
     pub fn forward_into_dependent(
         &self,
         x: &impl DeviceRead<T>,
