@@ -1164,16 +1164,71 @@ fn dequantize_then_gemm() {
     assert!(err_text(split.tiling()).contains("`split_k`"));
 }
 
+/// A list of tuning candidates: weight type, tokens, n, k, group.
+type CandidateKey = (&'static str, usize, usize, usize, Option<usize>);
+
+/// `tune::candidates` (f16 activations) of every key, made on every core: a list builds each
+/// configuration it keeps (it keeps only those that build), which on one core of CI took this
+/// file's test four minutes.
+fn candidate_lists(
+    keys: &[CandidateKey],
+) -> std::collections::HashMap<CandidateKey, Vec<QMatmulConfig>> {
+    use tilus::kernels::qmatmul::tune::candidates;
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let lists = std::sync::Mutex::new(std::collections::HashMap::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&key) = keys.get(i) else { break };
+                let (wd, m, n, k, group) = key;
+                let list = candidates(dt(wd), DType::F16, group, m, n, k)
+                    .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+                lists.lock().unwrap().insert(key, list);
+            });
+        }
+    });
+    lists.into_inner().unwrap()
+}
+
 #[test]
 fn tuning_candidates_are_valid_and_distinct() {
-    use tilus::kernels::qmatmul::{tune::candidates, QMatmulMethod};
+    use tilus::kernels::qmatmul::QMatmulMethod;
+    let large = [(57344, 8192), (8192, 28672), (8192, 8192)];
+    let mut keys: Vec<CandidateKey> = vec![("f6e3m2", 1, 8192, 28672, Some(128))];
+    for wd in ["u1", "i4", "f6e3m2", "u8"] {
+        keys.extend([1, 16, 100, 4096].map(|m| (wd, m, 57344, 8192, Some(128))));
+    }
+    let two_planes = [
+        ("u3", 1),
+        ("i3", 1),
+        ("i3", 4),
+        ("u5", 1),
+        ("i5", 2),
+        ("f3e1m1", 1),
+        ("f3e1m1", 16),
+    ];
+    for (wd, m) in two_planes {
+        for (n, k) in large {
+            keys.extend([(wd, m, n, k, Some(128)), ("f4e2m1", m, n, k, Some(128))]);
+        }
+    }
+    keys.extend(large.map(|(n, k)| ("u1", 1, n, k, Some(128))));
+    let tokens = [("u2", 2), ("i4", 4), ("i2", 7), ("u1", 4)];
+    keys.extend(tokens.map(|(wd, m)| (wd, m, 57344, 8192, Some(128))));
+    keys.push(("i4", 1, 64, 64, Some(32)));
+    keys.sort_unstable();
+    keys.dedup();
+    let lists = candidate_lists(&keys);
+    let candidates = |wd, m, n, k, group| lists[&(wd, m, n, k, group)].clone();
+
     for wd in ["u1", "i4", "f6e3m2", "u8"] {
         for m in [1, 16, 100, 4096] {
-            let c = candidates(dt(wd), DType::F16, Some(128), m, 57344, 8192).unwrap();
+            let c = candidates(wd, m, 57344, 8192, Some(128));
             assert!(!c.is_empty());
             for (i, cfg) in c.iter().enumerate() {
                 cfg.check_shape(m, 57344, 8192).unwrap();
-                build(cfg).unwrap();
                 assert!(!c[..i].contains(cfg), "{wd} m={m}: {cfg:?} twice");
             }
             // Above 64 rows the warpgroup gemv's tall tiles lead; prefill keeps
@@ -1202,7 +1257,7 @@ fn tuning_candidates_are_valid_and_distinct() {
             }
             if whole_k_first {
                 assert_eq!((c[0].method, c[0].bn), (QMatmulMethod::Gemv, 256));
-                let narrow = candidates(dt(wd), DType::F16, Some(128), m, 8192, 28672).unwrap();
+                let narrow = candidates(wd, m, 8192, 28672, Some(128));
                 assert!(narrow[0].split_k > 1, "{:?}", narrow[0]);
             }
             // At one token the measured gemv tiles all come before the fused kernel's.
@@ -1231,18 +1286,10 @@ fn tuning_candidates_are_valid_and_distinct() {
     }
     // One token of a 3- or 5-bit integer weight (or of f3e1m1, read as i3) starts on the
     // integer mma (two planes), and more tokens never take it; f4e2m1 never does.
-    for (wd, m) in [
-        ("u3", 1),
-        ("i3", 1),
-        ("i3", 4),
-        ("u5", 1),
-        ("i5", 2),
-        ("f3e1m1", 1),
-        ("f3e1m1", 16),
-    ] {
-        for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192)] {
-            let c = candidates(dt(wd), DType::F16, Some(128), m, n, k).unwrap();
-            let f4 = candidates(dt("f4e2m1"), DType::F16, Some(128), m, n, k).unwrap();
+    for (wd, m) in two_planes {
+        for (n, k) in large {
+            let c = candidates(wd, m, n, k, Some(128));
+            let f4 = candidates("f4e2m1", m, n, k, Some(128));
             assert!(f4.iter().all(|c| c.method != QMatmulMethod::GemvImma));
             assert_eq!(
                 c[0].method == QMatmulMethod::GemvImma,
@@ -1257,8 +1304,8 @@ fn tuning_candidates_are_valid_and_distinct() {
     }
     // One token of a 1-bit weight in groups of 128 (two groups a 256-row tile of the integer
     // mma) tries the mma right after the first look-up tiling: the two tie.
-    for (n, k) in [(57344, 8192), (8192, 28672), (8192, 8192)] {
-        let c = candidates(dt("u1"), DType::F16, Some(128), 1, n, k).unwrap();
+    for (n, k) in large {
+        let c = candidates("u1", 1, n, k, Some(128));
         assert_eq!(c[0].method, QMatmulMethod::Lut, "{n}x{k}: {:?}", c[0]);
         assert!(
             c[1..3].iter().all(|c| c.method == QMatmulMethod::GemvImma),
@@ -1268,8 +1315,8 @@ fn tuning_candidates_are_valid_and_distinct() {
     }
     // 2 to 4 tokens of a 2- or 4-bit integer weight start with several tokens a block on the
     // integer mma (one block row); 1-bit weights never take it (two digits are too coarse).
-    for (wd, m) in [("u2", 2), ("i4", 4), ("i2", 7), ("u1", 4)] {
-        let c = candidates(dt(wd), DType::F16, Some(128), m, 57344, 8192).unwrap();
+    for (wd, m) in tokens {
+        let c = candidates(wd, m, 57344, 8192, Some(128));
         let tokens = |c: &QMatmulConfig| c.method == QMatmulMethod::GemvImma && c.bm > 1;
         assert_eq!(
             tokens(&c[0]),
@@ -1284,7 +1331,7 @@ fn tuning_candidates_are_valid_and_distinct() {
         );
     }
     // Small shapes still get a candidate.
-    let c = candidates(dt("i4"), DType::F16, Some(32), 1, 64, 64).unwrap();
+    let c = candidates("i4", 1, 64, 64, Some(32));
     assert!(!c.is_empty());
 }
 
