@@ -16,8 +16,6 @@ run() {
 }
 {
   run imma --wdtype u2 --n 57344 --k 8192 --config METHOD=gemv_imma,BM=1,BN=896,BK=128,WARPS=8,STAGES=4,SPLIT_K=2
-  run imma --wdtype u1 --n 57344 --k 8192 --config METHOD=gemv_imma,BM=1,BN=896,BK=256,WARPS=8,STAGES=4,SPLIT_K=2
   run imma --wdtype u2 --n 8192 --k 28672 --config METHOD=gemv_imma,BM=1,BN=512,BK=128,WARPS=8,STAGES=4,SPLIT_K=8
-  run imma --wdtype u2 --n 8192 --k 8192 --config METHOD=gemv_imma,BM=1,BN=256,BK=128,WARPS=4,STAGES=4,SPLIT_K=8
   run gemv --wdtype i8 --n 57344 --k 8192 --config METHOD=gemv,BM=8,BN=128,BK=128,WARPS=4,STAGES=3,SPLIT_K=8
 } 2>&1 | tee $O/balance.txt
