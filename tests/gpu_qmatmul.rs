@@ -1179,10 +1179,10 @@ fn split_k_buffers_must_be_reserved() {
 /// written after the wait). For the one-token integer mma, the look-up kernel and the gemv
 /// (one token and a ragged 3) as the second layer, queued with no host synchronization: the
 /// first layer, the second as its dependent, the second again as its own dependent, and once
-/// more as an ordinary launch; every output poisoned with NaN first. The second layer's blocks start
-/// while the first runs, so a read of its input before the wait would see NaN: the outputs
-/// must match the f64 reference of the first layer's output, and be the same bits as the
-/// ordinary launch. The fused pipeline, which cannot overlap, launches in order when asked.
+/// more as an ordinary launch; every output poisoned with NaN first. The second layer's blocks
+/// start while the first runs, so a read of its input before the wait would see NaN: the
+/// outputs must match the f64 reference of the first layer's output, and be the same bits as
+/// the ordinary launch. The fused pipeline, which cannot overlap, launches in order when asked.
 #[test]
 fn dependent_launch_waits_for_the_kernel_before() {
     let Some(ctx) = context("dependent_launch_waits_for_the_kernel_before") else {

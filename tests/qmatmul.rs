@@ -1167,34 +1167,30 @@ fn dequantize_then_gemm() {
 /// A list of tuning candidates: weight type, tokens, n, k, group.
 type CandidateKey = (&'static str, usize, usize, usize, Option<usize>);
 
-/// `tune::candidates` (f16 activations) of every key, made on every core: a list builds each
-/// configuration it keeps (it keeps only those that build), which on one core of CI took this
-/// file's test four minutes.
-fn candidate_lists(
-    keys: &[CandidateKey],
-) -> std::collections::HashMap<CandidateKey, Vec<QMatmulConfig>> {
-    use tilus::kernels::qmatmul::tune::candidates;
+/// `f` of every item, in order, computed on every core (each thread takes the next item).
+fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let lists = std::sync::Mutex::new(std::collections::HashMap::new());
+    let next = AtomicUsize::new(0);
+    let out: Vec<std::sync::Mutex<Option<R>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&key) = keys.get(i) else { break };
-                let (wd, m, n, k, group) = key;
-                let list = candidates(dt(wd), DType::F16, group, m, n, k)
-                    .unwrap_or_else(|e| panic!("{key:?}: {e}"));
-                lists.lock().unwrap().insert(key, list);
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                *out[i].lock().unwrap() = Some(f(item));
             });
         }
     });
-    lists.into_inner().unwrap()
+    out.into_iter()
+        .map(|r| r.into_inner().unwrap().unwrap())
+        .collect()
 }
 
 #[test]
 fn tuning_candidates_are_valid_and_distinct() {
-    use tilus::kernels::qmatmul::QMatmulMethod;
+    use tilus::kernels::qmatmul::{tune::candidates, QMatmulMethod};
     let large = [(57344, 8192), (8192, 28672), (8192, 8192)];
     let mut keys: Vec<CandidateKey> = vec![("f6e3m2", 1, 8192, 28672, Some(128))];
     for wd in ["u1", "i4", "f6e3m2", "u8"] {
@@ -1220,9 +1216,18 @@ fn tuning_candidates_are_valid_and_distinct() {
     keys.push(("i4", 1, 64, 64, Some(32)));
     keys.sort_unstable();
     keys.dedup();
-    let lists = candidate_lists(&keys);
+    // A list builds every configuration it keeps, which on one core of CI took this test four
+    // minutes: the lists are made on every core up front.
+    let made = on_every_core(&keys, |&(wd, m, n, k, group)| {
+        candidates(dt(wd), DType::F16, group, m, n, k)
+            .unwrap_or_else(|e| panic!("{wd} m={m} {n}x{k}: {e}"))
+    });
+    let lists: std::collections::HashMap<CandidateKey, Vec<QMatmulConfig>> =
+        keys.iter().copied().zip(made).collect();
     let candidates = |wd, m, n, k, group| lists[&(wd, m, n, k, group)].clone();
 
+    // Every configuration of these lists builds (each distinct one once, on every core).
+    let mut to_build: Vec<QMatmulConfig> = Vec::new();
     for wd in ["u1", "i4", "f6e3m2", "u8"] {
         for m in [1, 16, 100, 4096] {
             let c = candidates(wd, m, 57344, 8192, Some(128));
@@ -1231,6 +1236,7 @@ fn tuning_candidates_are_valid_and_distinct() {
                 cfg.check_shape(m, 57344, 8192).unwrap();
                 assert!(!c[..i].contains(cfg), "{wd} m={m}: {cfg:?} twice");
             }
+            to_build.extend(c.iter().copied());
             // Above 64 rows the warpgroup gemv's tall tiles lead; prefill keeps
             // dequantize-then-GEMM in the list.
             assert_eq!(
@@ -1333,6 +1339,12 @@ fn tuning_candidates_are_valid_and_distinct() {
     // Small shapes still get a candidate.
     let c = candidates("i4", 1, 64, 64, Some(32));
     assert!(!c.is_empty());
+
+    let mut seen = std::collections::HashSet::new();
+    to_build.retain(|c| seen.insert(*c));
+    on_every_core(&to_build, |cfg| {
+        build(cfg).unwrap_or_else(|e| panic!("{cfg:?} does not build: {e:?}"));
+    });
 }
 
 /// The integer-mma gemv (`QMatmulMethod::GemvImma`): 1- to 5-bit codes, unsigned with zero
