@@ -1121,6 +1121,115 @@ fn single_launch_split_k_back_to_back_and_ragged_m() {
     }
 }
 
+/// Persistent workers on the one-token integer-mma gemv (`stream_k` blocks claiming units of
+/// a column tile and a chunk of k from a counter): 1-, 2- and 4-bit codes, groups of tiles and
+/// within a tile, one and two blocks a multiprocessor, fewer workers than multiprocessors and
+/// a grid of two a multiprocessor. Each case runs three times back to back on one stream with
+/// no synchronization (each launch finds the counters the one before reset), against the f64
+/// reference with the outputs poisoned, and the third launch, on the first one's activations,
+/// must give its bits again: the chunks of a column are added in chunk order whichever block
+/// took them.
+#[test]
+fn gemv_imma_persistent_back_to_back_matches_the_reference() {
+    let Some(ctx) = context("gemv_imma_persistent_back_to_back_matches_the_reference") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    // (weight, activations, group, bk, bn, warps, stages, chunks, workers, a multiprocessor,
+    // column tiles)
+    let cases = [
+        ("u2", "f16", 128, 128, 896, 8, 3, 8, 264, 2, 12),
+        ("u1", "f16", 128, 256, 896, 8, 4, 4, 132, 1, 12),
+        ("i4", "bf16", 128, 64, 512, 8, 3, 4, 264, 2, 16),
+        ("i2", "f16", 64, 128, 256, 4, 4, 8, 264, 2, 24),
+        ("u4", "bf16", 128, 64, 128, 4, 3, 2, 100, 1, 40),
+    ];
+    let k = 4096;
+    for (name, ad, group, bk, bn, warps, stages, chunks, workers, occupancy, tiles) in cases {
+        let wdtype: DType = name.parse().unwrap();
+        let adtype: DType = ad.parse().unwrap();
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k: chunks,
+            stream_k: workers,
+            blocks_per_sm: occupancy,
+            ..QMatmulConfig::default_for(
+                wdtype,
+                adtype,
+                Some(group),
+                matches!(wdtype, DType::UInt(_)),
+            )
+        };
+        let n = tiles * bn;
+        let what = format!("{name} {ad} g{group} bn{bn} chunks {chunks} workers {workers}");
+        let w: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let q = QuantizedWeight::quantize(
+            &w,
+            k,
+            n,
+            cfg.wdtype,
+            Group::Rows(group),
+            cfg.adtype,
+            cfg.has_zeros,
+        )
+        .unwrap();
+        let deq = q.dequantize();
+        let gpu = GpuQMatmul::new(&build(&cfg).unwrap()).unwrap();
+        gpu.reserve(&ctx, 1, n).unwrap();
+        fn three<T: Activation>(
+            ctx: &Context,
+            gpu: &GpuQMatmul,
+            q: &QuantizedWeight,
+            cfg: &QMatmulConfig,
+            deq: &[f64],
+            what: &str,
+        ) {
+            let (k, n) = (q.k, q.n);
+            let mut rng = rand::rng();
+            let weight = DeviceWeight::<T>::upload(ctx, &prepare(q, cfg).unwrap()).unwrap();
+            let acts: Vec<Vec<T>> = (0..2)
+                .map(|_| {
+                    (0..k)
+                        .map(|_| T::from_f32(rng.random_range(-1.0f32..1.0)))
+                        .collect()
+                })
+                .collect();
+            let dev: Vec<DeviceBuffer<T>> = acts
+                .iter()
+                .map(|a| DeviceBuffer::from_host(ctx, a).unwrap())
+                .collect();
+            let poison = vec![T::from_f32(f32::NAN); n];
+            let mut outs: Vec<DeviceBuffer<T>> = (0..3)
+                .map(|_| DeviceBuffer::from_host(ctx, &poison).unwrap())
+                .collect();
+            for (i, c) in outs.iter_mut().enumerate() {
+                gpu.run(ctx, 1, &dev[i % 2], &weight, c).unwrap();
+            }
+            let host: Vec<Vec<T>> = outs.iter().map(|c| c.to_host().unwrap()).collect();
+            let tol = if T::DTYPE == DType::F16 { 5e-4 } else { 4e-3 };
+            for (i, c) in host.iter().take(2).enumerate() {
+                let rel = rel_error(what, &acts[i], deq, c, 1, n, k);
+                println!("persistent {what} launch {i}: rel err {rel:.2e}");
+                assert!(rel < tol, "{what} launch {i}: relative error {rel}");
+            }
+            let same = host[0]
+                .iter()
+                .zip(&host[2])
+                .all(|(x, y)| x.to_f32().to_bits() == y.to_f32().to_bits());
+            assert!(same, "{what}: the same input gave another result");
+        }
+        match adtype {
+            DType::BF16 => three::<bf16>(&ctx, &gpu, &q, &cfg, &deq, &what),
+            _ => three::<f16>(&ctx, &gpu, &q, &cfg, &deq, &what),
+        }
+    }
+}
+
 /// A split-k run needs its buffers reserved first, for enough rows of the weight's columns:
 /// errors name `m` (no reservation, too many rows) or `n`; without split-k nothing is needed.
 #[test]

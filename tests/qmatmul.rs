@@ -1535,8 +1535,10 @@ fn gemv_imma_matches_the_reference() {
             },
             "`group_rows`",
         ),
+        // Persistent workers read one plane of codes.
         (
             QMatmulConfig {
+                wdtype: dt("u3"),
                 stream_k: 4,
                 ..base
             },

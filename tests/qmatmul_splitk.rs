@@ -164,6 +164,76 @@ fn gemv_wgmma_stream_k_in_one_launch() {
     }
 }
 
+/// Persistent workers on the one-token integer-mma gemv: units of one column tile and one
+/// chunk of k, claimed from a counter (on the interpreter the first block to run takes them
+/// all, one after the other, so the ring runs on across units), a chunk's partial per slot
+/// added in chunk order; groups of whole tiles and within a tile, one chunk (no partials),
+/// fewer and more workers than units, zero points and signed codes, f16 and bf16; the counters
+/// reset for the next call. The rules are errors naming the field or the argument.
+#[test]
+fn gemv_imma_persistent_workers_in_one_launch() {
+    let cases = [
+        // (weight, activations, group, bk, bn, warps, stages, chunks, tiles a chunk, workers,
+        // column tiles)
+        ("u2", DType::F16, 128, 128, 128, 4, 3, 2, 3, 5, 3),
+        ("i4", DType::BF16, 256, 64, 64, 2, 2, 3, 4, 2, 2),
+        ("u1", DType::F16, 128, 256, 64, 2, 3, 1, 3, 3, 2),
+        ("i2", DType::F16, 64, 128, 256, 8, 4, 2, 4, 7, 1),
+        ("u4", DType::BF16, 128, 64, 128, 4, 3, 4, 4, 16, 2),
+    ];
+    for (wd, ad, group, bk, bn, warps, stages, split_k, ch, workers, tiles) in cases {
+        let wdtype: DType = wd.parse().unwrap();
+        let base =
+            QMatmulConfig::default_for(wdtype, ad, Some(group), matches!(wdtype, DType::UInt(_)));
+        let cfg = QMatmulConfig {
+            method: QMatmulMethod::GemvImma,
+            bm: 1,
+            bn,
+            bk,
+            warps,
+            stages,
+            split_k,
+            stream_k: workers,
+            blocks_per_sm: 1,
+            ..base
+        };
+        check(cfg, bk * ch * split_k, tiles * bn, &[1]);
+    }
+    let cfg = QMatmulConfig {
+        method: QMatmulMethod::GemvImma,
+        bm: 1,
+        bn: 128,
+        bk: 128,
+        warps: 4,
+        stages: 3,
+        split_k: 2,
+        stream_k: 8,
+        ..QMatmulConfig::default_for(DType::UInt(2), DType::F16, Some(128), true)
+    };
+    let named = |r: Result<(), tilus::kernels::qmatmul::QMatmulError>, field: &str| {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains(field), "{field}: {e}");
+    };
+    // One token; chunks of at least `stages` tiles.
+    named(cfg.check_shape(2, 128, 768), "`m`");
+    named(cfg.check_shape(1, 128, 512), "`k`");
+    cfg.check_shape(1, 128, 768).unwrap();
+    // Two planes of codes, several tokens a block.
+    let u3 = QMatmulConfig {
+        wdtype: DType::UInt(3),
+        ..cfg
+    };
+    named(u3.tiling().map(|_| ()), "`stream_k`");
+    named(
+        QMatmulConfig { bm: 4, ..cfg }.tiling().map(|_| ()),
+        "`stream_k`",
+    );
+    // The counters after the column tiles' semaphores.
+    let s = HostSplitScratch::new(&cfg, 1, 3 * 128).unwrap();
+    assert_eq!(s.semaphores.len(), 4 * (3 + 2));
+    assert_eq!(s.workspace.len(), 4 * 2 * 3 * 128);
+}
+
 /// The buffers must serve the call: more rows than reserved, or other columns, are errors
 /// naming `m` or `n`; a missing reservation cannot happen on the CPU (`run_cpu` makes one).
 #[test]

@@ -994,6 +994,47 @@ impl QMatmulConfig {
                 ),
             ));
         }
+        if self.method == QMatmulMethod::GemvImma && self.stream_k > 0 && m > 1 {
+            return Err(shape_err(
+                "m",
+                format!(
+                    "{m} rows; the integer-mma gemv's persistent workers compute one token \
+                     (stream_k = 0 takes one a block row)"
+                ),
+            ));
+        }
+        if self.method == QMatmulMethod::GemvImma
+            && self.stream_k > 0
+            && k / (self.bk * self.split_k) < self.stages
+        {
+            // The ring's issue runs `stages - 1` tiles ahead: at most one unit ahead of its use.
+            return Err(shape_err(
+                "k",
+                format!(
+                    "{k} rows in {} chunks are {} tiles of {} each; persistent workers need at \
+                     least stages = {} tiles a chunk (lower split_k)",
+                    self.split_k,
+                    k / (self.bk * self.split_k),
+                    self.bk,
+                    self.stages
+                ),
+            ));
+        }
+        if self.method == QMatmulMethod::GemvImma
+            && self.stream_k > 0
+            && k / self.split_k > super::imma::MAX_CHUNK
+        {
+            return Err(shape_err(
+                "k",
+                format!(
+                    "{k} rows in {} chunks are chunks of {}; the integer-mma gemv's persistent \
+                     workers split at most {} rows of activations a unit (raise split_k)",
+                    self.split_k,
+                    k / self.split_k,
+                    super::imma::MAX_CHUNK
+                ),
+            ));
+        }
         if self.method == QMatmulMethod::GemvImma
             && self.bm == 1
             && k / self.split_k > super::imma::MAX_SLICE
@@ -1064,8 +1105,10 @@ impl QMatmulConfig {
 
     /// Elements of the split-k buffers for up to `max_m` rows of an `n`-column output: the f32
     /// workspace `[split_k, max_m, n]` (with stream-k `[cdiv(max_m, bm), stream_k, 2, bm,
-    /// bn]`) and the i32 semaphores, one per output tile (`cdiv(max_m, bm) * (n / bn)`). Both
-    /// are zero with `split_k = 1` and no stream-k (the program does not read them). Errors name `m` (`max_m` too large for the VM's i32 indices) or `n`.
+    /// bn]`) and the i32 semaphores, one per output tile (`cdiv(max_m, bm) * (n / bn)`; the
+    /// integer-mma gemv's persistent workers two more, their claim counter and count). Both
+    /// are zero with `split_k = 1` and no stream-k (the program does not read them). Errors
+    /// name `m` (`max_m` too large for the VM's i32 indices) or `n`.
     pub fn split_buffers(&self, max_m: usize, n: usize) -> Result<(usize, usize), QMatmulError> {
         if self.split_k <= 1 && self.stream_k == 0 {
             return Ok((0, 0));
@@ -1080,7 +1123,11 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let workspace = if self.stream_k > 0 {
+        let persistent = self.method == QMatmulMethod::GemvImma && self.stream_k > 0;
+        let workspace = if persistent {
+            // A chunk's slot per column, as split-k's.
+            size_product("m", &[("split_k", self.split_k), ("m", max_m), ("n", n)])?
+        } else if self.stream_k > 0 {
             // A slot per worker for its first and its last pass, per block row.
             let slots = [
                 ("m", max_m.div_ceil(self.bm)),
@@ -1101,7 +1148,9 @@ impl QMatmulConfig {
                 ),
             ));
         }
-        let semaphores = max_m.div_ceil(self.bm) * (n / self.bn);
+        // Persistent workers: a count per column tile, the claim counter and the count of
+        // workers done claiming.
+        let semaphores = max_m.div_ceil(self.bm) * (n / self.bn) + if persistent { 2 } else { 0 };
         Ok((workspace, semaphores))
     }
 

@@ -54,6 +54,12 @@ use crate::DType;
 /// 4096 bytes.
 pub const MAX_SLICE: usize = 4096;
 
+/// The longest chunk (`k / split_k`) of the persistent one-token kernel: its activations'
+/// buffer cannot borrow a ring stage (the ring never drains), so the digits and the
+/// activations take 12 KiB less than [`MAX_SLICE`]'s and two 896-column blocks of a 3-stage
+/// ring fit a multiprocessor.
+pub const MAX_CHUNK: usize = 2048;
+
 /// The k-ranges (fields) a byte of the weight covers, for the method's weight types (1 to 5
 /// bits, integers, or floats the kernels read as integers, [`kernel_codes`]): `8 / bits`, and for
 /// 3- and 5-bit codes their fields' plane's, 4 and 2.
@@ -186,7 +192,33 @@ pub(crate) fn gemv_imma_tiling(c: &QMatmulConfig) -> Result<Tiling, QMatmulError
             ))
         }
     }
-    refuse_wgmma_schedules(c, "the integer-mma gemv")?;
+    // Persistent workers (`stream_k`): one token of one-plane codes, claiming units of a
+    // column tile and `k / split_k` rows (`qmatmul_gemv_imma_persistent`).
+    if c.stream_k > 0 {
+        let why = if tokens {
+            Some(format!(
+                "persistent workers take one token a block (bm = 1), not bm = {}",
+                c.bm
+            ))
+        } else if two_planes(c.wdtype) {
+            Some(format!(
+                "persistent workers read one plane of codes (1, 2 or 4 bits), not {}'s two",
+                c.wdtype
+            ))
+        } else if c.stream_k > 65535 {
+            Some(format!(
+                "{} workers exceed 65535, the most blocks along the grid's y dimension",
+                c.stream_k
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(config_err("stream_k", why));
+        }
+    }
+    // The warpgroup gemv's other schedules.
+    refuse_wgmma_schedules(&QMatmulConfig { stream_k: 0, ..*c }, "the integer-mma gemv")?;
     c.check_blocks_registers("the integer-mma gemv")?;
     let bits = c.wdtype.bits() as usize;
     let rep_n = c.bn / (16 * c.warps);

@@ -1110,6 +1110,312 @@ mod kernels {
         );
     }
 
+    /// [`qmatmul_gemv_imma`] on a persistent grid (`stream_k = WORKERS` blocks, a few a
+    /// multiprocessor) whose blocks claim their work as they go: a unit is one column tile and
+    /// one of `SPLIT` chunks of `CH = k / (BK · SPLIT)` k tiles, numbered chunk by chunk, and
+    /// a block takes the next one from a counter when it issues the first tile of it, so the
+    /// ring streams on across units (perf notes 82 and 83: with the work fixed at launch the
+    /// kernel lasts as long as its slowest multiprocessor). Per unit the block splits the
+    /// chunk's activations into digits, runs the chunk's tiles as [`qmatmul_gemv_imma`] does,
+    /// and ends as a split of [`store_tile`]: the partial goes to the chunk's slot and the
+    /// unit that completes its column tile adds the `SPLIT` slots in chunk order, so the sum
+    /// does not depend on which block took which unit.
+    ///
+    /// One-plane codes only (1, 2 and 4 bits); `CH >= STAGES`, so the ring's issue runs at
+    /// most one unit ahead of its use and the activations' buffer is free when the next unit's
+    /// are copied in. `semaphores` holds `n / BN` column counts, then the claim counter and the
+    /// count of blocks that have finished claiming; the last of those resets both for the next
+    /// launch. Parameters otherwise as [`qmatmul_gemv_imma`]'s (no `dependent`).
+    #[tilus::kernel(
+        lazy,
+        grid = [1, WORKERS, 1],
+        warps = WN,
+        blocks_per_sm = OCC,
+        // Checked when the crate is built: zero points, signed offsets, 2 and 4 bits, one and
+        // two tiles a group, one and two chunks, f16 and bf16.
+        space(
+            BM = [1],
+            BN = [256],
+            BK = [128],
+            WN = [4],
+            STAGES = [3],
+            SPLIT = [1, 2],
+            G = [128, 256],
+            ZEROS = [0, 1],
+            SIGNED = [0, 1],
+            VEC = [16],
+            OCC = [2],
+            WORKERS = [264],
+        ),
+        dtypes(A = [f16, bf16], W = [u2, i4]),
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn qmatmul_gemv_imma_persistent<
+        const BM: i32,
+        const BN: i32,
+        const BK: i32,
+        const WN: i32,
+        const STAGES: i32,
+        const SPLIT: i32,
+        const G: i32,
+        const ZEROS: i32,
+        const SIGNED: i32,
+        const VEC: i32,
+        const OCC: i32,
+        const WORKERS: i32,
+        A: DTypeParam,
+        W: DTypeParam,
+    >(
+        m: i32,
+        n: i32,
+        k: i32,
+        a: Global<A>,
+        b: Global<u8>,
+        scales: Global<A>,
+        zeros: Global<A>,
+        c: GlobalMut<A>,
+        workspace: GlobalMut<f32>,
+        semaphores: GlobalMut<i32>,
+    ) {
+        let p = 8 / W::BITS;
+        let fk = BK / p;
+        let rep_n = BN / (16 * WN);
+        let rep_f = fk / 32;
+        let tpg = max(1, G / BK);
+        let gpt = max(1, BK / G);
+        let fpg = p / gpt;
+        let tile_bytes = BK * BN * W::BITS / 8;
+        let thread_bytes = tile_bytes / (32 * WN);
+        let fold = ZEROS == 1;
+        let offset = if SIGNED == 1 {
+            0.5 * (1 << W::BITS)
+        } else {
+            0.0
+        };
+        let cols = n / BN;
+        let ch = k / (BK * SPLIT);
+        let units = cols * SPLIT;
+        // A chunk's rows; the buffers hold `imma::MAX_CHUNK` of them.
+        let rows = ch * BK;
+        let slice = 2048;
+
+        let lbytes = layout!(local(thread_bytes / VEC).spatial(32 * WN).local(VEC));
+        let lwords = layout!(spatial(1, WN)
+            .column_local(rep_f, rep_n)
+            .local(2, 2)
+            .column_spatial(4, 8));
+        let lwa = layout!(spatial(WN, 1).local(rep_n, rep_f).mma_a_f8);
+        let lxt = layout!(replicated(WN)
+            .local(1, rep_f)
+            .local(1, 2)
+            .replicated(2)
+            .spatial(4, 4)
+            .local(1, 4));
+        let lxb = layout!(replicated(WN).local(rep_f, 1).mma_b_f8);
+        let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
+        let lct = layout!(spatial(1, WN).column_local(1, rep_n).mma_c_t);
+        let lcs = layout!(reduce(lct, [0]));
+        let lxg = layout!(spatial(1, WN, 32).local(1, 1, G / 32));
+        let lflat = layout!(spatial(1, WN * 32).local(1, G / 32));
+        let ab = A::BITS / 8;
+        let lxb8 = layout!(spatial(1, WN * 32).local(1, G / 32 * ab));
+        let lgm = layout!(reduce(lxg, [2]));
+        let one = layout!(local(1, 1, 1));
+        let lanes = layout!(spatial(WN * 32));
+
+        let gb = view_global(b, [k / BK, cols, tile_bytes]);
+        let gs = view_global(scales, [k / G, n]);
+        let gz = view_global(zeros, [if ZEROS == 1 { k / G } else { 0 }, n]);
+        let gxb = view_global::<u8>(a, [m, ab * k]);
+        // The column counts, then the claim counter and the finished blocks' count.
+        let gclaim = view_global(semaphores, [cols + 2]);
+        let sb = shared::<u8>([STAGES, tile_bytes]);
+        let ss = shared::<A>([STAGES, gpt, BN]);
+        let sz = if fold {
+            shared::<A>([STAGES, gpt, BN])
+        } else {
+            ()
+        };
+        let st = shared::<u8>([4, slice + 16]);
+        let sg = shared::<f32>([2, slice / G, 1]);
+        let sx = shared::<u8>([1, ab * slice]);
+
+        // Add `amount` to counter `at` (one thread's atomic) and return its old value, the
+        // same on every thread.
+        let count = |at: i32, amount: i32| {
+            let lane = arange(lanes, 0, 0);
+            let index = select(lane == 0, arange(lanes, 0, at), -1);
+            let old = atomic_add(gclaim, index, register::<i32>(lanes, 0) + amount);
+            item(sum(old, 0))
+        };
+        // The ring's issue side: unit `ui`, its next tile `ti`, ring stage `si`.
+        let mut ui = count(cols, 1);
+        let mut ti = 0;
+        let mut si = 0;
+        let issue_next = || {
+            if ti == ch && ui < units {
+                ui = count(cols, 1);
+                ti = 0;
+            }
+            if ui < units {
+                let j = ui % cols;
+                let t = ui / cols * ch + ti;
+                if ti == 0 {
+                    // The whole buffer (rows past the chunk, or masked past k, feed digits
+                    // no tile reads), so that the split reads no uninitialized memory.
+                    copy_async(gxb, sx, [0, ab * t * BK]);
+                }
+                copy_async(gb, slice_shared(sb, [si, 0], [tile_bytes]), [t, j, 0]);
+                let group = t * BK / G;
+                copy_async(gs, slice_shared(ss, [si, 0, 0], [gpt, BN]), [group, j * BN]);
+                if fold {
+                    copy_async(gz, slice_shared(sz, [si, 0, 0], [gpt, BN]), [group, j * BN]);
+                }
+            }
+            commit_group();
+            ti = ti + 1;
+            si = (si + 1) % STAGES;
+        };
+        #[unroll]
+        for s0 in 0..STAGES - 1 {
+            issue_next();
+        }
+
+        let col = arange(lct, 0, 0);
+        let weight = select(
+            col < 4,
+            cast::<f32>(register::<i32>(lct, 1) << ((3 - col % 4) * 8)),
+            0.0,
+        );
+        let mut acc = register::<f32>(lct, 0.0);
+        let mut zsum = register::<f32>(lcs, 0.0);
+        let mut acc_g = register::<i32>(lc, 0);
+        let finish = |grp: i32, row: i32, stage: i32| {
+            let sc = cast::<f32>(load_shared(
+                slice_shared(ss, [stage, row, 0], [1, BN]),
+                lcs,
+                [0, 0],
+            ));
+            let inv_sigma = item(load_shared(sg, one, [0, grp, 0]));
+            acc = mul_add(view::<f32>(cast::<f32>(acc_g), lct), sc * inv_sigma, acc);
+            if fold || SIGNED == 1 {
+                let asum = item(load_shared(sg, one, [1, grp, 0]));
+                let zc = if fold {
+                    let z = cast::<f32>(load_shared(
+                        slice_shared(sz, [stage, row, 0], [1, BN]),
+                        lcs,
+                        [0, 0],
+                    ));
+                    if SIGNED == 1 {
+                        z + offset
+                    } else {
+                        z
+                    }
+                } else {
+                    register::<f32>(lcs, offset)
+                };
+                zsum = mul_add(zc * sc, asum, zsum);
+            }
+            acc_g = register::<i32>(lc, 0);
+        };
+
+        // The compute side: unit `uc`, its tile `tc`, ring stage `sc0`.
+        let mut uc = ui;
+        let mut tc = 0;
+        let mut sc0 = 0;
+        while uc < units {
+            wait_group(STAGES - 2);
+            sync();
+            if tc == 0 {
+                // The chunk's activations as four s8 digits ([`qmatmul_gemv_imma`]'s split).
+                for gi in 0..cdiv(rows / G, WN) {
+                    let x =
+                        cast::<f32>(view::<A>(load_shared(sx, lxb8, [0, gi * WN * G * ab]), lxg));
+                    let amax = reduce_max(abs(x), 2);
+                    let ebits = view::<i32>(amax, lgm) >> 23;
+                    let nz = amax > 0.0;
+                    let sig = select(nz, view::<f32>((283 - ebits) << 23, lgm), 1.0);
+                    let inv_sig = select(nz, view::<f32>((ebits - 29) << 23, lgm), 1.0);
+                    let row = if G < BK {
+                        ((gi * WN + arange(lxg, 1, 0)) * G + arange(lxg, 2, 0)) % BK
+                    } else {
+                        arange(lxg, 2, 0) % BK
+                    };
+                    let field = row / fk;
+                    let gap = (p - 1 - field) * W::BITS;
+                    let up = cast::<f32>(register::<i32>(lxg, 1) << gap);
+                    let v = x * (sig * (1.0 / (1 << (W::BITS * (p - 1))))) * up;
+                    let iv = floor(v + 0.5);
+                    let q1 = floor((iv + 128.0) * (1.0 / 256.0));
+                    let d3 = iv - q1 * 256.0;
+                    let q2 = floor((q1 + 128.0) * (1.0 / 256.0));
+                    let d2 = q1 - q2 * 256.0;
+                    let d0 = floor((q2 + 128.0) * (1.0 / 256.0));
+                    let d1 = q2 - d0 * 256.0;
+                    let at = gi * WN * G;
+                    store_shared(view::<u8>(cast::<i8>(d0), lflat), st, [0, at]);
+                    store_shared(view::<u8>(cast::<i8>(d1), lflat), st, [1, at]);
+                    store_shared(view::<u8>(cast::<i8>(d2), lflat), st, [2, at]);
+                    store_shared(view::<u8>(cast::<i8>(d3), lflat), st, [3, at]);
+                    store_shared(inv_sig, sg, [0, gi * WN, 0]);
+                    store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
+                }
+                // The digits for every warp, and the activations' buffer free for the next
+                // unit's copy below.
+                sync();
+            }
+            let stage = sc0;
+            let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+            issue_next();
+            let bytes4 = |m: i32| m * 65793 + (m - 256 * (m >> 7)) * 16777216;
+            let words = view::<i32>(rw, lwords);
+            #[unroll]
+            for h in 0..gpt {
+                #[unroll]
+                for f0 in 0..fpg {
+                    let f = h * fpg + f0;
+                    let mask = bytes4(((1 << W::BITS) - 1) << (W::BITS * f));
+                    let xt = load_shared(st, lxt, [0, tc * BK + f * fk]);
+                    acc_g = dot(view::<u8>(words & mask, lwa), view::<i8>(xt, lxb), acc_g);
+                }
+                if gpt > 1 {
+                    finish(tc * gpt + h, h, stage);
+                }
+            }
+            if gpt == 1 && (tc + 1) % tpg == 0 {
+                finish(tc / tpg, 0, stage);
+            }
+            tc = tc + 1;
+            sc0 = (sc0 + 1) % STAGES;
+            if tc == ch {
+                store_tile(
+                    sum(acc * weight, 0) - zsum * 16777216.0,
+                    lcs,
+                    lanes,
+                    0,
+                    uc % cols,
+                    uc / cols,
+                    false,
+                );
+                acc = register::<f32>(lct, 0.0);
+                zsum = register::<f32>(lcs, 0.0);
+                // The issue side is in the next unit already (`CH >= STAGES`), or done.
+                uc = ui;
+                tc = 0;
+            }
+        }
+        wait_group(0);
+        // The last block to finish claiming resets the counters for the next launch: every
+        // claim of this launch has been made (each block's last claim is ordered before its
+        // count by the fence).
+        sync();
+        fence();
+        let done = count(cols + 1, 1);
+        if done == WORKERS - 1 {
+            store_global(register::<i32>(layout!(local(2)), 0), gclaim, [cols]);
+        }
+    }
+
     /// The activations of [`qmatmul_gemv_imma_tokens`] as two s8 digits a value, computed once
     /// for every column tile of the weight: per token and scale group of `G` values (a warp
     /// each), `σ` the power of two that puts `max|x| σ` in `[2^13, 2^14)`, `V` the integer

@@ -170,6 +170,24 @@ pub fn build(config: &QMatmulConfig) -> Result<QMatmulKernel, QMatmulError> {
             W: kernel_w,
         };
         kernel::qmatmul_gemv_imma_tokens::translate(&cfg)
+    } else if config.method == QMatmulMethod::GemvImma && config.stream_k > 0 {
+        let cfg = kernel::qmatmul_gemv_imma_persistent::Config {
+            BM: 1,
+            BN: v(config.bn),
+            BK: v(config.bk),
+            WN: v(t.warps_n),
+            STAGES: v(config.stages),
+            SPLIT: v(config.split_k),
+            G: group,
+            ZEROS: zeros,
+            SIGNED: signed,
+            VEC: v(t.vector_bytes),
+            OCC: v(config.blocks_per_sm),
+            WORKERS: v(config.stream_k),
+            A: config.adtype,
+            W: kernel_w,
+        };
+        kernel::qmatmul_gemv_imma_persistent::translate(&cfg)
     } else if config.method == QMatmulMethod::GemvImma {
         let cfg = kernel::qmatmul_gemv_imma::Config {
             BM: 1,
