@@ -1242,20 +1242,29 @@ mod kernels {
 
         // Add `amount` to counter `at` (one thread's atomic) and return its old value, the
         // same on every thread.
-        let count = |at: i32, amount: i32| {
-            let lane = arange(lanes, 0, 0);
+        let lane = arange(lanes, 0, 0);
+        // One thread's atomic add of 1 to counter `at` (every other thread's index is out of
+        // range): its old value in lane 0, 0 elsewhere, until `item(sum(.., 0))` hands it to
+        // every thread.
+        let bump = |at: i32| {
             let index = select(lane == 0, arange(lanes, 0, at), -1);
-            let old = atomic_add(gclaim, index, register::<i32>(lanes, 0) + amount);
-            item(sum(old, 0))
+            let old = atomic_add(gclaim, index, register::<i32>(lanes, 1));
+            old
         };
-        // The ring's issue side: unit `ui`, its next tile `ti`, ring stage `si`.
-        let mut ui = count(cols, 1);
+        // The ring's issue side: unit `ui`, its next tile `ti`, ring stage `si`. The unit after
+        // `ui` is claimed as `ui`'s first tile is issued (`ahead`), and read only when its own
+        // first tile is: the atomic's latency passes while `ui` streams.
+        let mut ui = item(sum(bump(cols), 0));
+        let mut ahead = bump(cols);
         let mut ti = 0;
         let mut si = 0;
         let issue_next = || {
             if ti == ch && ui < units {
-                ui = count(cols, 1);
+                ui = item(sum(ahead, 0));
                 ti = 0;
+                if ui < units {
+                    ahead = bump(cols);
+                }
             }
             if ui < units {
                 let j = ui % cols;
@@ -1326,6 +1335,11 @@ mod kernels {
         while uc < units {
             wait_group(STAGES - 2);
             sync();
+            let stage = sc0;
+            let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
+            // The ring topped up before the split below (`CH >= STAGES`: this is not the
+            // next unit's first tile, whose activations overwrite `sx`).
+            issue_next();
             if tc == 0 {
                 // The chunk's activations as four s8 digits ([`qmatmul_gemv_imma`]'s split).
                 for gi in 0..cdiv(rows / G, WN) {
@@ -1361,12 +1375,9 @@ mod kernels {
                     store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
                 }
                 // The digits for every warp, and the activations' buffer free for the next
-                // unit's copy below.
+                // unit's copy.
                 sync();
             }
-            let stage = sc0;
-            let rw = load_shared(slice_shared(sb, [stage, 0], [tile_bytes]), lbytes, [0]);
-            issue_next();
             let bytes4 = |m: i32| m * 65793 + (m - 256 * (m >> 7)) * 16777216;
             let words = view::<i32>(rw, lwords);
             #[unroll]
@@ -1410,7 +1421,7 @@ mod kernels {
         // count by the fence).
         sync();
         fence();
-        let done = count(cols + 1, 1);
+        let done = item(sum(bump(cols + 1), 0));
         if done == WORKERS - 1 {
             store_global(register::<i32>(layout!(local(2)), 0), gclaim, [cols]);
         }
