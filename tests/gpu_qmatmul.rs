@@ -1124,7 +1124,7 @@ fn single_launch_split_k_back_to_back_and_ragged_m() {
 /// Persistent workers on the one-token integer-mma gemv (`stream_k` blocks claiming units of
 /// a column tile and a chunk of k from a counter): 1-, 2- and 4-bit codes, groups of tiles and
 /// within a tile, one and two blocks a multiprocessor, fewer workers than multiprocessors and
-/// a grid of two a multiprocessor. Each case runs three times back to back on one stream with
+/// a grid of two a multiprocessor, two workers for 64 units. Each case runs three times back to back on one stream with
 /// no synchronization (each launch finds the counters the one before reset), against the f64
 /// reference with the outputs poisoned, and the third launch, on the first one's activations,
 /// must give its bits again: the chunks of a column are added in chunk order whichever block
@@ -1143,6 +1143,8 @@ fn gemv_imma_persistent_back_to_back_matches_the_reference() {
         ("i4", "bf16", 128, 64, 512, 8, 3, 4, 264, 2, 16),
         ("i2", "f16", 64, 128, 256, 4, 4, 8, 264, 2, 24),
         ("u4", "bf16", 128, 64, 128, 4, 3, 2, 100, 1, 40),
+        // 64 units for 2 workers: each counts its partials in batches of at most 32.
+        ("u2", "f16", 128, 128, 128, 4, 3, 8, 2, 1, 8),
     ];
     let k = 4096;
     for (name, ad, group, bk, bn, warps, stages, chunks, workers, occupancy, tiles) in cases {

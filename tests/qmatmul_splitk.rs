@@ -167,7 +167,7 @@ fn gemv_wgmma_stream_k_in_one_launch() {
 /// Persistent workers on the one-token integer-mma gemv: units of one column tile and one
 /// chunk of k, claimed from a counter (on the interpreter the first block to run takes them
 /// all, one after the other, so the ring runs on across units), a chunk's partial per slot
-/// added in chunk order; groups of whole tiles and within a tile, one chunk (no partials),
+/// added in chunk order, counted in batches of at most 32 units; groups of whole tiles and within a tile, one chunk (no partials),
 /// fewer and more workers than units, zero points and signed codes, f16 and bf16; the counters
 /// reset for the next call. The rules are errors naming the field or the argument.
 #[test]
@@ -180,6 +180,8 @@ fn gemv_imma_persistent_workers_in_one_launch() {
         ("u1", DType::F16, 128, 256, 64, 2, 3, 1, 3, 3, 2),
         ("i2", DType::F16, 64, 128, 256, 8, 4, 2, 4, 7, 1),
         ("u4", DType::BF16, 128, 64, 128, 4, 3, 4, 4, 16, 2),
+        // 40 units for the first worker: it counts its partials after 32 and at its end.
+        ("u2", DType::F16, 128, 128, 16, 1, 2, 2, 2, 3, 20),
     ];
     for (wd, ad, group, bk, bn, warps, stages, split_k, ch, workers, tiles) in cases {
         let wdtype: DType = wd.parse().unwrap();

@@ -107,7 +107,7 @@ Kernels and their --config keys (default in brackets):
              BM, BN, BK, WARPS, STAGES, SPLIT_K
                          positive integers [the library's default tiles for WDTYPE]
              METHOD      fused, gemv (the weight as the mma's A operand; BM=8), gemv_wgmma (the same on wgmma, sm90; BK=64), gemv_imma (one token on the integer mma, 1- to 5-bit integer weights; BM=1 BK=256/bits, 128 for 3 bits, 64 for 5), gemv_igmma (8-64 tokens on the integer wgmma, 2/4-bit integer weights, sm90; BM=16 BN=128 BK=128 WARPS=8) or lut (one token by look-up tables, integer weights; BM=1 BK=512 STAGES=2) [fused]
-             STREAM_K    gemv_wgmma only: stream-k workers per block row, 0 for whole tiles [0]
+             STREAM_K    gemv_wgmma: stream-k workers per block row; gemv_imma at BM=1: persistent workers claiming units of SPLIT_K chunks; 0 for whole tiles [0]
              BLOCKS_PER_SM
                          lut, gemv_wgmma and gemv_imma: blocks compiled to share a multiprocessor [2 for lut up to 8 warps, else 1]
              WS          gemv_wgmma only: 1 for warp specialization (a producer warpgroup fills the ring; split 1, no stream-k) [0]

@@ -124,11 +124,18 @@ pub struct QMatmulConfig {
     pub split_k: usize,
     /// How the product is computed; see [`QMatmulMethod`].
     pub method: QMatmulMethod,
-    /// Stream-k workers per block row (0: off; [`QMatmulMethod::GemvWgmma`] only, with
+    /// Stream-k workers per block row (0: off; [`QMatmulMethod::GemvWgmma`] with
     /// `split_k = 1` and `bn <= 256`): the `(column tile, k tile)` iterations are shared out
     /// equally among this many blocks, which may start and end inside a column tile; the
     /// partial sums of a tile's workers are added by the last of them, in the same launch.
     /// Against a grid of whole tiles, no multiprocessor idles at the end of the launch.
+    ///
+    /// With [`QMatmulMethod::GemvImma`] at one token (1-, 2- and 4-bit codes): persistent
+    /// workers that claim units of one column tile and `k / split_k` rows (at most
+    /// [`MAX_CHUNK`](super::imma::MAX_CHUNK), at least `stages` tiles) from a counter as they
+    /// go, the chunks of a column added in chunk order. Correct, but measured slower than
+    /// the grid of fixed work on every Llama-70B layer (perf note 83), so no tuning list
+    /// holds it.
     pub stream_k: usize,
     /// Blocks the kernel is compiled to fit on one multiprocessor (`__launch_bounds__`'s
     /// minimum: ptxas then caps each thread at `65536 / (32 · warps · blocks_per_sm)`

@@ -1256,19 +1256,25 @@ mod kernels {
         // first tile is: the atomic's latency passes while `ui` streams.
         let mut ui = item(sum(bump(cols), 0));
         let mut ahead = bump(cols);
+        // `ui`'s column tile and first k tile, computed once a unit (a division by the
+        // run-time column count in every tile cost about 90 instructions a warp and tile).
+        let mut uj = ui % cols;
+        let mut ut = ui / cols * ch;
         let mut ti = 0;
         let mut si = 0;
         let issue_next = || {
             if ti == ch && ui < units {
                 ui = item(sum(ahead, 0));
+                uj = ui % cols;
+                ut = ui / cols * ch;
                 ti = 0;
                 if ui < units {
                     ahead = bump(cols);
                 }
             }
             if ui < units {
-                let j = ui % cols;
-                let t = ui / cols * ch + ti;
+                let j = uj;
+                let t = ut + ti;
                 if ti == 0 {
                     // The whole buffer (rows past the chunk, or masked past k, feed digits
                     // no tile reads), so that the split reads no uninitialized memory.
@@ -1328,6 +1334,34 @@ mod kernels {
             acc_g = register::<i32>(lc, 0);
         };
 
+        // The units whose partials this worker has stored but not counted (at most `MAXU`).
+        let MAXU = 32;
+        let one1 = layout!(local(1));
+        let su = shared::<i32>([MAXU]);
+        let mut nu = 0;
+        let gw = view_global(workspace, [SPLIT, m, n]);
+        let gc = view_global(c, [m, n]);
+        // Count the stored partials on their columns, behind one fence (`count_arrivals`'
+        // first; the ring is idle or nearly so here), and let the unit that completes a column
+        // add its chunks in chunk order.
+        let publish = || {
+            // Every thread's record of the units stored (they all wrote the same values).
+            sync();
+            for i in 0..nu {
+                let u = item(load_shared(su, one1, [i]));
+                let j = u % cols;
+                let arrived = count_arrivals(lanes, 0, j, 1);
+                if arrived == SPLIT - 1 {
+                    let mut total = load_global(gw, lcs, [0, 0, j * BN]);
+                    for split in 1..SPLIT {
+                        total = total + load_global(gw, lcs, [split, 0, j * BN]);
+                    }
+                    store_global(cast::<A>(total), gc, [0, j * BN]);
+                    reset_arrivals(0, j);
+                }
+            }
+            nu = 0;
+        };
         // The compute side: unit `uc`, its tile `tc`, ring stage `sc0`.
         let mut uc = ui;
         let mut tc = 0;
@@ -1399,15 +1433,19 @@ mod kernels {
             tc = tc + 1;
             sc0 = (sc0 + 1) % STAGES;
             if tc == ch {
-                store_tile(
-                    sum(acc * weight, 0) - zsum * 16777216.0,
-                    lcs,
-                    lanes,
-                    0,
-                    uc % cols,
-                    uc / cols,
-                    false,
-                );
+                let part = sum(acc * weight, 0) - zsum * 16777216.0;
+                if SPLIT > 1 {
+                    // The chunk's partial, counted later (`publish`): a fence a unit would
+                    // wait for the ring's copies in flight.
+                    store_global(part, gw, [uc / cols, 0, (uc % cols) * BN]);
+                    store_shared(register::<i32>(one1, 0) + uc, su, [nu]);
+                    nu = nu + 1;
+                    if nu == MAXU {
+                        publish();
+                    }
+                } else {
+                    store_global(cast::<A>(part), gc, [0, uc * BN]);
+                }
                 acc = register::<f32>(lct, 0.0);
                 zsum = register::<f32>(lcs, 0.0);
                 // The issue side is in the next unit already (`CH >= STAGES`), or done.
@@ -1416,6 +1454,9 @@ mod kernels {
             }
         }
         wait_group(0);
+        if SPLIT > 1 {
+            publish();
+        }
         // The last block to finish claiming resets the counters for the next launch: every
         // claim of this launch has been made (each block's last claim is ordered before its
         // count by the fence).
