@@ -138,6 +138,133 @@ mod kernels {
         }
     }
 
+    /// The one-token integer-mma gemvs' split of the activations staged as bytes in `sx`
+    /// (`groups` scale groups of `G` values) into four s8 digits, the rows of `st`, a warp a
+    /// group ([`qmatmul_gemv_imma`]'s docs): each value is scaled by its group's `σ` and by
+    /// its field's place in the weight byte, rounded, and split into balanced base-256
+    /// digits; `1 / σ` and `Σx / 2^24` of each group go to `sg`.
+    #[helper]
+    fn split_digits(sx: _, st: _, sg: _, groups: i32) {
+        // 3- and 5-bit codes come as two planes: a field's place is `hb f`, but for the last
+        // field, at `top = 8 - bits` (as in `qmatmul_gemv_imma`).
+        let planes = W::BITS == 3 || W::BITS == 5;
+        let hb = if planes { W::BITS - 1 } else { W::BITS };
+        let p = 8 / hb;
+        let top = if planes {
+            8 - W::BITS
+        } else {
+            W::BITS * (p - 1)
+        };
+        let fk = BK / p;
+        let ab = A::BITS / 8;
+        let lxg = layout!(spatial(1, WN, 32).local(1, 1, G / 32));
+        let lflat = layout!(spatial(1, WN * 32).local(1, G / 32));
+        let lxb8 = layout!(spatial(1, WN * 32).local(1, G / 32 * ab));
+        let lgm = layout!(reduce(lxg, [2]));
+        for gi in 0..cdiv(groups, WN) {
+            let x = cast::<f32>(view::<A>(load_shared(sx, lxb8, [0, gi * WN * G * ab]), lxg));
+            let amax = reduce_max(abs(x), 2);
+            // `σ = 2^(156 - E)` for the biased exponent `E` of `max|x|` (so `max|x| σ < 2^30`),
+            // `1 / σ = 2^(E - 156)`, by their f32 bits; 1 for a group of zeros.
+            let ebits = view::<i32>(amax, lgm) >> 23;
+            let nz = amax > 0.0;
+            let sig = select(nz, view::<f32>((283 - ebits) << 23, lgm), 1.0);
+            let inv_sig = select(nz, view::<f32>((ebits - 29) << 23, lgm), 1.0);
+            // `1 / γ` of each value's field (from the value's row in its tile: a group shorter
+            // than a tile starts inside one), times the `2^-(bits (P - 1))` that keeps every
+            // field's integer below `2^30`.
+            let row = if G < BK {
+                ((gi * WN + arange(lxg, 1, 0)) * G + arange(lxg, 2, 0)) % BK
+            } else {
+                arange(lxg, 2, 0) % BK
+            };
+            let field = row / fk;
+            // `top - pos(f)`: with planes `top - hb f`, and 0 for the last field.
+            let gap = if planes {
+                top - hb * field + field / (p - 1) * (hb * (p - 1) - top)
+            } else {
+                (p - 1 - field) * W::BITS
+            };
+            let up = cast::<f32>(register::<i32>(lxg, 1) << gap);
+            let v = x * (sig * (1.0 / (1 << top))) * up;
+            // The integer nearest `v` (exact: `v` has f16's 11 significant bits), then its
+            // balanced base-256 digits from the least significant end, each in `[-128, 127]`
+            // (every step exact in f32: the spans stay under 24 bits).
+            let iv = floor(v + 0.5);
+            let q1 = floor((iv + 128.0) * (1.0 / 256.0));
+            let d3 = iv - q1 * 256.0;
+            let q2 = floor((q1 + 128.0) * (1.0 / 256.0));
+            let d2 = q1 - q2 * 256.0;
+            let d0 = floor((q2 + 128.0) * (1.0 / 256.0));
+            let d1 = q2 - d0 * 256.0;
+            let at = gi * WN * G;
+            store_shared(view::<u8>(cast::<i8>(d0), lflat), st, [0, at]);
+            store_shared(view::<u8>(cast::<i8>(d1), lflat), st, [1, at]);
+            store_shared(view::<u8>(cast::<i8>(d2), lflat), st, [2, at]);
+            store_shared(view::<u8>(cast::<i8>(d3), lflat), st, [3, at]);
+            store_shared(inv_sig, sg, [0, gi * WN, 0]);
+            store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
+        }
+    }
+
+    /// Scale group `grp`'s exact i32 sums `acc_g` into the f32 accumulator `acc` (layout
+    /// `lct`) with its scales (row `row` of ring stage `stage` of `ss`) and the group's `1 / σ`
+    /// from `sg`, and add its `s (z + offset) Σx / 2^24` per output column (layout `lcs`) to
+    /// `zsum`, the zero points from `zb` (with `ZEROS = 1`): the one-token integer-mma gemvs'
+    /// group finish ([`qmatmul_gemv_imma`]). Returns the new `(acc, zsum)`.
+    #[helper]
+    #[allow(clippy::too_many_arguments)]
+    fn finish_group(
+        acc: Tensor,
+        zsum: Tensor,
+        acc_g: Tensor,
+        ss: _,
+        zb: _,
+        sg: _,
+        lct: Layout,
+        lcs: Layout,
+        grp: i32,
+        row: i32,
+        stage: i32,
+    ) -> (Tensor, Tensor) {
+        let fold = ZEROS == 1;
+        let offset = if SIGNED == 1 {
+            0.5 * (1 << W::BITS)
+        } else {
+            0.0
+        };
+        let one = layout!(local(1, 1, 1));
+        let sc = cast::<f32>(load_shared(
+            slice_shared(ss, [stage, row, 0], [1, BN]),
+            lcs,
+            [0, 0],
+        ));
+        let inv_sigma = item(load_shared(sg, one, [0, grp, 0]));
+        let acc_new = mul_add(view::<f32>(cast::<f32>(acc_g), lct), sc * inv_sigma, acc);
+        let zsum_new = if fold || SIGNED == 1 {
+            let asum = item(load_shared(sg, one, [1, grp, 0]));
+            let zc = if fold {
+                let z = cast::<f32>(load_shared(
+                    slice_shared(zb, [stage, row, 0], [1, BN]),
+                    lcs,
+                    [0, 0],
+                ));
+                // Not `z + 0.0`: that is no identity for `-0.0`, so it would stay an add.
+                if SIGNED == 1 {
+                    z + offset
+                } else {
+                    z
+                }
+            } else {
+                register::<f32>(lcs, offset)
+            };
+            mul_add(zc * sc, asum, zsum)
+        } else {
+            zsum
+        };
+        (acc_new, zsum_new)
+    }
+
     /// `C[m, n] = A[m, k] · dequant(W)[k, n]` for one block tile `[BM, BN]` and one of `SPLIT`
     /// slices of k.
     ///
@@ -848,13 +975,8 @@ mod kernels {
         let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
         let lct = layout!(spatial(1, WN).column_local(1, rep_n).mma_c_t);
         let lcs = layout!(reduce(lct, [0]));
-        // The split: a warp per group, `G / 32` consecutive activations a lane.
-        let lxg = layout!(spatial(1, WN, 32).local(1, 1, G / 32));
-        let lflat = layout!(spatial(1, WN * 32).local(1, G / 32));
-        // The same values as the bytes they arrive in (`ab` bytes an activation).
+        // The activations arrive as bytes (`ab` an activation) for `split_digits`.
         let ab = A::BITS / 8;
-        let lxb8 = layout!(spatial(1, WN * 32).local(1, G / 32 * ab));
-        let lgm = layout!(reduce(lxg, [2]));
         let one = layout!(local(1, 1, 1));
 
         let [bi, bj, bs] = block_indices();
@@ -934,50 +1056,7 @@ mod kernels {
         // The slice's activations as four s8 digits, while the first tiles load.
         let groups = ktiles * gpt / tpg;
         sync();
-        for gi in 0..cdiv(groups, WN) {
-            let x = cast::<f32>(view::<A>(load_shared(sx, lxb8, [0, gi * WN * G * ab]), lxg));
-            let amax = reduce_max(abs(x), 2);
-            // `σ = 2^(156 - E)` for the biased exponent `E` of `max|x|` (so `max|x| σ < 2^30`),
-            // `1 / σ = 2^(E - 156)`, by their f32 bits; 1 for a group of zeros.
-            let ebits = view::<i32>(amax, lgm) >> 23;
-            let nz = amax > 0.0;
-            let sig = select(nz, view::<f32>((283 - ebits) << 23, lgm), 1.0);
-            let inv_sig = select(nz, view::<f32>((ebits - 29) << 23, lgm), 1.0);
-            // `1 / γ` of each value's field (from the value's row in its tile: a group shorter
-            // than a tile starts inside one), times the `2^-(bits (P - 1))` that keeps every
-            // field's integer below `2^30`.
-            let row = if G < BK {
-                ((gi * WN + arange(lxg, 1, 0)) * G + arange(lxg, 2, 0)) % BK
-            } else {
-                arange(lxg, 2, 0) % BK
-            };
-            let field = row / fk;
-            // `top - pos(f)`: with planes `top - hb f`, and 0 for the last field.
-            let gap = if planes {
-                top - hb * field + field / (p - 1) * (hb * (p - 1) - top)
-            } else {
-                (p - 1 - field) * W::BITS
-            };
-            let up = cast::<f32>(register::<i32>(lxg, 1) << gap);
-            let v = x * (sig * (1.0 / (1 << top))) * up;
-            // The integer nearest `v` (exact: `v` has f16's 11 significant bits), then its
-            // balanced base-256 digits from the least significant end, each in `[-128, 127]`
-            // (every step exact in f32: the spans stay under 24 bits).
-            let iv = floor(v + 0.5);
-            let q1 = floor((iv + 128.0) * (1.0 / 256.0));
-            let d3 = iv - q1 * 256.0;
-            let q2 = floor((q1 + 128.0) * (1.0 / 256.0));
-            let d2 = q1 - q2 * 256.0;
-            let d0 = floor((q2 + 128.0) * (1.0 / 256.0));
-            let d1 = q2 - d0 * 256.0;
-            let at = gi * WN * G;
-            store_shared(view::<u8>(cast::<i8>(d0), lflat), st, [0, at]);
-            store_shared(view::<u8>(cast::<i8>(d1), lflat), st, [1, at]);
-            store_shared(view::<u8>(cast::<i8>(d2), lflat), st, [2, at]);
-            store_shared(view::<u8>(cast::<i8>(d3), lflat), st, [3, at]);
-            store_shared(inv_sig, sg, [0, gi * WN, 0]);
-            store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
-        }
+        split_digits(sx, st, sg, groups);
 
         // The columns' digit weights; columns 4..8 repeat 0..4 and count for nothing.
         let col = arange(lct, 0, 0);
@@ -993,33 +1072,10 @@ mod kernels {
         let mut acc_g = register::<i32>(lc, 0);
         // Group `grp`'s exact sum into the f32 accumulator, with its scales, row `row` of the
         // ring's stage `stage`; `acc_g` starts again.
+        // The zero points' ring (never read without zero points: the scales' stands in).
+        let zb = if fold { sz } else { ss };
         let finish = |grp: i32, row: i32, stage: i32| {
-            let sc = cast::<f32>(load_shared(
-                slice_shared(ss, [stage, row, 0], [1, BN]),
-                lcs,
-                [0, 0],
-            ));
-            let inv_sigma = item(load_shared(sg, one, [0, grp, 0]));
-            acc = mul_add(view::<f32>(cast::<f32>(acc_g), lct), sc * inv_sigma, acc);
-            if fold || SIGNED == 1 {
-                let asum = item(load_shared(sg, one, [1, grp, 0]));
-                let zc = if fold {
-                    let z = cast::<f32>(load_shared(
-                        slice_shared(sz, [stage, row, 0], [1, BN]),
-                        lcs,
-                        [0, 0],
-                    ));
-                    // Not `z + 0.0`: that is no identity for `-0.0`, so it would stay an add.
-                    if SIGNED == 1 {
-                        z + offset
-                    } else {
-                        z
-                    }
-                } else {
-                    register::<f32>(lcs, offset)
-                };
-                zsum = mul_add(zc * sc, asum, zsum);
-            }
+            (acc, zsum) = finish_group(acc, zsum, acc_g, ss, zb, sg, lct, lcs, grp, row, stage);
             acc_g = register::<i32>(lc, 0);
         };
         for g in 0..ktiles / tpg {
@@ -1215,11 +1271,7 @@ mod kernels {
         let lc = layout!(spatial(WN, 1).local(rep_n, 1).mma_c);
         let lct = layout!(spatial(1, WN).column_local(1, rep_n).mma_c_t);
         let lcs = layout!(reduce(lct, [0]));
-        let lxg = layout!(spatial(1, WN, 32).local(1, 1, G / 32));
-        let lflat = layout!(spatial(1, WN * 32).local(1, G / 32));
         let ab = A::BITS / 8;
-        let lxb8 = layout!(spatial(1, WN * 32).local(1, G / 32 * ab));
-        let lgm = layout!(reduce(lxg, [2]));
         let one = layout!(local(1, 1, 1));
         let lanes = layout!(spatial(WN * 32));
 
@@ -1240,8 +1292,6 @@ mod kernels {
         let sg = shared::<f32>([2, slice / G, 1]);
         let sx = shared::<u8>([1, ab * slice]);
 
-        // Add `amount` to counter `at` (one thread's atomic) and return its old value, the
-        // same on every thread.
         let lane = arange(lanes, 0, 0);
         // One thread's atomic add of 1 to counter `at` (every other thread's index is out of
         // range): its old value in lane 0, 0 elsewhere, until `item(sum(.., 0))` hands it to
@@ -1305,32 +1355,10 @@ mod kernels {
         let mut acc = register::<f32>(lct, 0.0);
         let mut zsum = register::<f32>(lcs, 0.0);
         let mut acc_g = register::<i32>(lc, 0);
+        // The zero points' ring (never read without zero points: the scales' stands in).
+        let zb = if fold { sz } else { ss };
         let finish = |grp: i32, row: i32, stage: i32| {
-            let sc = cast::<f32>(load_shared(
-                slice_shared(ss, [stage, row, 0], [1, BN]),
-                lcs,
-                [0, 0],
-            ));
-            let inv_sigma = item(load_shared(sg, one, [0, grp, 0]));
-            acc = mul_add(view::<f32>(cast::<f32>(acc_g), lct), sc * inv_sigma, acc);
-            if fold || SIGNED == 1 {
-                let asum = item(load_shared(sg, one, [1, grp, 0]));
-                let zc = if fold {
-                    let z = cast::<f32>(load_shared(
-                        slice_shared(sz, [stage, row, 0], [1, BN]),
-                        lcs,
-                        [0, 0],
-                    ));
-                    if SIGNED == 1 {
-                        z + offset
-                    } else {
-                        z
-                    }
-                } else {
-                    register::<f32>(lcs, offset)
-                };
-                zsum = mul_add(zc * sc, asum, zsum);
-            }
+            (acc, zsum) = finish_group(acc, zsum, acc_g, ss, zb, sg, lct, lcs, grp, row, stage);
             acc_g = register::<i32>(lc, 0);
         };
 
@@ -1375,39 +1403,8 @@ mod kernels {
             // next unit's first tile, whose activations overwrite `sx`).
             issue_next();
             if tc == 0 {
-                // The chunk's activations as four s8 digits ([`qmatmul_gemv_imma`]'s split).
-                for gi in 0..cdiv(rows / G, WN) {
-                    let x =
-                        cast::<f32>(view::<A>(load_shared(sx, lxb8, [0, gi * WN * G * ab]), lxg));
-                    let amax = reduce_max(abs(x), 2);
-                    let ebits = view::<i32>(amax, lgm) >> 23;
-                    let nz = amax > 0.0;
-                    let sig = select(nz, view::<f32>((283 - ebits) << 23, lgm), 1.0);
-                    let inv_sig = select(nz, view::<f32>((ebits - 29) << 23, lgm), 1.0);
-                    let row = if G < BK {
-                        ((gi * WN + arange(lxg, 1, 0)) * G + arange(lxg, 2, 0)) % BK
-                    } else {
-                        arange(lxg, 2, 0) % BK
-                    };
-                    let field = row / fk;
-                    let gap = (p - 1 - field) * W::BITS;
-                    let up = cast::<f32>(register::<i32>(lxg, 1) << gap);
-                    let v = x * (sig * (1.0 / (1 << (W::BITS * (p - 1))))) * up;
-                    let iv = floor(v + 0.5);
-                    let q1 = floor((iv + 128.0) * (1.0 / 256.0));
-                    let d3 = iv - q1 * 256.0;
-                    let q2 = floor((q1 + 128.0) * (1.0 / 256.0));
-                    let d2 = q1 - q2 * 256.0;
-                    let d0 = floor((q2 + 128.0) * (1.0 / 256.0));
-                    let d1 = q2 - d0 * 256.0;
-                    let at = gi * WN * G;
-                    store_shared(view::<u8>(cast::<i8>(d0), lflat), st, [0, at]);
-                    store_shared(view::<u8>(cast::<i8>(d1), lflat), st, [1, at]);
-                    store_shared(view::<u8>(cast::<i8>(d2), lflat), st, [2, at]);
-                    store_shared(view::<u8>(cast::<i8>(d3), lflat), st, [3, at]);
-                    store_shared(inv_sig, sg, [0, gi * WN, 0]);
-                    store_shared(sum(x, 2) * (1.0 / 16777216.0), sg, [1, gi * WN, 0]);
-                }
+                // The chunk's activations as four s8 digits.
+                split_digits(sx, st, sg, rows / G);
                 // The digits for every warp, and the activations' buffer free for the next
                 // unit's copy.
                 sync();
