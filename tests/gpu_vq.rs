@@ -154,6 +154,75 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
     }
 }
 
+/// The paired product (`with_product(3)`, vectors of 4) on the GPU: GPTVQ-2 and a format with
+/// one codebook and two stages with per-channel scales, at 1 to 5 tokens, 16 copies and one,
+/// whole k and k split in four (the ordered partials: a second launch gives the same bits),
+/// against the f64 reference and the interpreter; outputs poisoned (NaN) before each launch.
+#[test]
+fn gpu_vq_paired_product_matches_interpreter_and_reference() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_vq_paired_product_matches_interpreter_and_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(0x6e_0318);
+    let one_rvq = VqConfig {
+        name: "one-rvq4",
+        scope: tilus::vq::CodebookScope::Matrix,
+        residuals: 2,
+        channel_scale: true,
+        ..VqConfig::GPTVQ_2
+    };
+    for (config, n, k) in [(VqConfig::GPTVQ_2, 512, 1024), (one_rvq, 256, 1024)] {
+        let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
+        for (replicas, split) in [(16, 1), (16, 4), (1, 4)] {
+            let layer = VqLinear::new(w.clone())
+                .unwrap()
+                .with_cache(VqCache { replicas })
+                .unwrap()
+                .with_split(split)
+                .unwrap()
+                .with_product(3)
+                .unwrap();
+            let gpu = layer.to_gpu(&ctx).unwrap();
+            for m in [1, 3, 4, 5] {
+                let tag = format!(
+                    "{} {n}x{k} m={m} copies {replicas} split {split}",
+                    config.name
+                );
+                assert_eq!(layer.config(m).TR, 3, "{tag}");
+                let x: Vec<f16> = (0..m * k)
+                    .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                    .collect();
+                let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+                let want = reference(&w, &x, m);
+                let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+                let cpu = layer.forward_cpu(&x, m).unwrap();
+                let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                gpu.forward_into(&xd, m, &mut y, false).unwrap();
+                let got = y.to_host().unwrap();
+                let mut again = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                gpu.forward_into(&xd, m, &mut again, false).unwrap();
+                let bits = |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&again.to_host().unwrap()), bits(&got), "{tag}: again");
+                for (i, g) in got.iter().enumerate() {
+                    let gv = g.to_f64();
+                    assert!(gv.is_finite(), "{tag}: y[{i}] = {gv} (poison left?)");
+                    let err = (gv - want[i]).abs() / want[i].abs().max(rms);
+                    assert!(err < 1e-2, "{tag}: y[{i}] = {gv}, reference {}", want[i]);
+                    let c = cpu[i].to_f64();
+                    let ulp = f16::from_f64(c.abs()).to_f64().max(6.1e-5) * 2f64.powi(-10);
+                    assert!(
+                        (gv - c).abs() <= 2.0 * ulp + 1e-3 * rms,
+                        "{tag}: y[{i}] = {gv}, interpreter {c}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn gpu_vq_rejects_bad_buffers() {
     let Some(ctx) = common::gpu_context("gpu_vq_rejects_bad_buffers", Context::builder(0)) else {

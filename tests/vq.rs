@@ -190,6 +190,78 @@ fn vq_split_k_is_the_same_in_every_block_order() {
     assert!(split_cases >= 2, "the cases must include splittable layers");
 }
 
+/// The paired product (`with_product(3)`: an mma row pair per output row, 4 tokens a block) on
+/// the formats with vectors of 4: GPTVQ-2, small tiles (codebook switches along k and n), one
+/// codebook (copies laid out by the host) and a two-stage format with per-channel scales; at
+/// 1 to 6 tokens (two block rows), both copy counts, whole k and k split in two by ordered
+/// partials (in two block orders, to the same bits) and by atomics; formats with vectors of 8
+/// are refused naming `product`.
+#[test]
+fn vq_paired_product_matches_reference() {
+    use tilus::core::interp::BlockOrder;
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let two_stage = VqConfig {
+        name: "rvq4",
+        residuals: 2,
+        channel_scale: true,
+        ..VqConfig::GPTVQ_2
+    };
+    let mut formats: Vec<_> = cases()
+        .into_iter()
+        .filter(|(c, _, _)| c.vector_size == 4)
+        .collect();
+    formats.push((two_stage, 256, 512));
+    for (config, n, k) in formats {
+        let w = random_weight(config, n, k, &mut rng);
+        for replicas in [16, 1] {
+            let Ok(layer) = VqLinear::new(w.clone())
+                .unwrap()
+                .with_cache(VqCache { replicas })
+            else {
+                continue;
+            };
+            let layer = layer.with_product(3).unwrap();
+            for (m, split) in [(1, 1), (4, 1), (6, 1), (1, 2), (3, 2)] {
+                let Ok(layer) = layer.clone().with_split(split) else {
+                    continue;
+                };
+                let x: Vec<f16> = (0..m * k)
+                    .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                    .collect();
+                let want = reference(&w, &x, m);
+                let tag = format!(
+                    "{} {n}x{k} m={m} copies {replicas} split {split} seed {seed}",
+                    config.name
+                );
+                assert_eq!(layer.config(m).TR, 3, "{tag}");
+                let first = layer.forward_cpu(&x, m).unwrap();
+                check(&tag, &first, &want);
+                if split > 1 {
+                    let again = layer
+                        .forward_cpu_ordered(&x, m, &BlockOrder::Reversed)
+                        .unwrap();
+                    let bits = |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&again), bits(&first), "{tag} reversed");
+                    let atomic = layer.clone().with_ordered_split(false);
+                    check(
+                        &format!("{tag} atomic"),
+                        &atomic.forward_cpu(&x, m).unwrap(),
+                        &want,
+                    );
+                }
+            }
+        }
+    }
+    let w = random_weight(VqConfig::AQLM_2X8, 64, 256, &mut rng);
+    let e = VqLinear::new(w)
+        .unwrap()
+        .with_product(3)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`product`") && e.contains("vectors of 4"), "{e}");
+}
+
 #[test]
 fn vq_linear_from_kmeans_end_to_end() {
     // A weight quantized by k-means (GPTVQ-2): the layer's output matches x · dequant(W).
@@ -390,7 +462,8 @@ fn vq_warps_rule_on_llama_layers() {
 /// The tuner's space (`tilus::kernels::vq::tune::candidates`): for every format, at 1 and 16
 /// tokens, each point applies to the layer (the knobs' own checks accept it) and is the
 /// kernel configuration the layer then launches; the rules' point is among them; 16 tokens
-/// also try the transposed 16-token product; no point twice.
+/// also try the transposed 16-token product, one token of vectors of 4 the unpaired transposed
+/// one; no point twice.
 #[test]
 fn vq_tune_candidates_are_valid_and_hold_the_rules_point() {
     use tilus::kernels::vq::tune::{candidates, VqTuning};
@@ -419,6 +492,12 @@ fn vq_tune_candidates_are_valid_and_hold_the_rules_point() {
                 m == 16,
                 "{tag}"
             );
+            // One token of vectors of 4 pairs rows by the rule, and the tuner tries the
+            // unpaired product beside it.
+            let paired = m == 1 && config.vector_size == 4;
+            assert_eq!(rule.TR == 3, paired, "{tag}");
+            assert_eq!(points.iter().any(|p| p.product == 3), paired, "{tag}");
+            assert_eq!(points.iter().any(|p| p.product == 1), m == 1, "{tag}");
             for (i, p) in points.iter().enumerate() {
                 assert!(!points[..i].contains(p), "{tag}: {p} twice");
                 let tuned = p

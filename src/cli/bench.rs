@@ -424,7 +424,8 @@ pub enum BenchCommand {
         #[arg(long)]
         warps: Option<usize>,
         /// The product: 0 (`y = x · Wᵀ`, 16 tokens per block), 1 or 2 (`yᵀ = W · xᵀ`, 8 or 16
-        /// tokens) instead of the layer's choice per m.
+        /// tokens), 3 (the paired `yᵀ = W · xᵀ`, 4 tokens, vectors of 4) instead of the layer's
+        /// choice per m.
         #[arg(long)]
         product: Option<usize>,
         /// How a split k adds its partial sums: `ordered` (stored apart, added in split order
@@ -668,9 +669,9 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             parse_l2(l2)?;
             parse_reduce(reduce.as_deref())?;
             parse_lut(lut.as_deref())?;
-            if product.is_some_and(|p| p > 2) {
+            if product.is_some_and(|p| p > 3) {
                 return Err(format!(
-                    "argument `--product`: {} is not 0, 1 or 2",
+                    "argument `--product`: {} is not 0, 1, 2 or 3",
                     product.unwrap_or(0)
                 ));
             }

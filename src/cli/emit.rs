@@ -9,6 +9,7 @@
 //! | `fig14` | `matmul_f16_pipelined`, `pipelined` | `BM=64 BN=64 BK=32 STAGES=3` |
 //! | `apt_popc` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule for the shape; else `WARPSxROWSxVEC[xPER_SM[xSTAGES[xQSPLIT]]]` as `tilus bench apt --popc-tiles`) |
 //! | `apt_imma` | | `WBITS=2 ABITS=2 N=57344 K=8192 TILES=` (the layer's rule; else `BNxBKxWARPSxSTAGES[xSPLIT]` as `tilus bench apt --imma-tiles`) |
+//! | `vq` | `vq_gemv` | `FORMAT=gptvq2 N=57344 K=8192 M=1 WARPS= SPLIT= STAGES= PRODUCT= REPLICAS=` (the VQ layer's direct kernel; empty values take the layer's rules for the shape and `M`) |
 //! | `qmatmul` | | `WDTYPE=i4 ADTYPE=f16 GROUP=128 BM=16 BN=BK=WARPS=STAGES=SPLIT_K= METHOD=fused` (the library's defaults for the type; `GROUP=0` is per channel; `METHOD=gemv` or `gemv_wgmma` sets `BM=8`; `gemv_wgmma` also needs `BK=64` and whole warpgroups, and takes `STREAM_K=` workers, `BLOCKS_PER_SM=` 1 to 4, `STAGE_TILES=2` (two k tiles a stage, with stream-k), or `WS=1` (warp-specialized: a producer warpgroup more, `BLOCKS_PER_SM=1` or `2`); `METHOD=lut` sets `BM=1 BK=512 STAGES=2 WARPS=8 BLOCKS_PER_SM=2` and two rows per lane set) |
 //!
 //! `--config` may be repeated and may hold several comma-separated pairs (`--config
@@ -21,7 +22,10 @@ use std::collections::BTreeMap;
 use tilus::kernels::apt::kernel::{apt_gemv_imma, apt_gemv_popc};
 use tilus::kernels::apt::{ImmaTiles, PopcTiles};
 use tilus::kernels::qmatmul::{self, QMatmulConfig, QMatmulMethod};
+use tilus::kernels::vq::kernel::vq_gemv;
+use tilus::kernels::vq::{VqCache, VqLinear};
 use tilus::programs;
+use tilus::vq::{VqConfig, VqWeight};
 use tilus_core::codegen::emit;
 use tilus_core::ir::Program;
 use tilus_core::verify::{verify, Target};
@@ -35,6 +39,7 @@ enum Kernel {
     QMatmul,
     AptPopc,
     AptImma,
+    Vq,
 }
 
 impl Kernel {
@@ -49,6 +54,7 @@ impl Kernel {
             "qmatmul" => (Kernel::QMatmul, None),
             "apt_popc" => (Kernel::AptPopc, None),
             "apt_imma" => (Kernel::AptImma, None),
+            "vq" | "vq_gemv" => (Kernel::Vq, None),
             _ => return None,
         })
     }
@@ -82,6 +88,17 @@ impl Kernel {
                 ("N", "57344"),
                 ("K", "8192"),
                 ("TILES", ""),
+            ],
+            Kernel::Vq => &[
+                ("FORMAT", "gptvq2"),
+                ("N", "57344"),
+                ("K", "8192"),
+                ("M", "1"),
+                ("WARPS", ""),
+                ("SPLIT", ""),
+                ("STAGES", ""),
+                ("PRODUCT", ""),
+                ("REPLICAS", ""),
             ],
         }
     }
@@ -119,13 +136,18 @@ Kernels and their --config keys (default in brackets):
   apt_imma the APT layer's one-token kernel on the integer tensor cores (weights of 1-5 bits, activations of 1-7)
              WBITS, ABITS, N, K  as apt_popc [2, 2, 57344, 8192]
              TILES         BNxBKxWARPSxSTAGES[xSPLIT] as `tilus bench apt --imma-tiles` [the layer's rule for N, K, WBITS]
+  vq       the VQ layer's direct kernel, vq_gemv (alias vq_gemv), as the layer launches it for M tokens
+             FORMAT        a named VQ format: gptvq2, aqlm2x8, aqlm3, quip4 [gptvq2]
+             N, K, M       the layer's outputs and inputs, and the tokens [57344, 8192, 1]
+             WARPS, SPLIT, STAGES, PRODUCT, REPLICAS
+                           the knobs of `VqLinear::with_warps` etc. [the layer's rules]
 
 --config may be repeated and may hold comma-separated pairs: --config WDTYPE=u3,BN=256.
 Names are case-insensitive and `-` is `_`. Unknown kernels or keys, bad values and configurations
 a program does not support are one-line errors (exit status 2).";
 
 const KERNELS: &str = "fig2 (matmul_f16_int, matmul_f16_i6), fig8 (relayout_int, relayout_i6), \
-                       fig14 (matmul_f16_pipelined), qmatmul, apt_popc, apt_imma";
+                       fig14 (matmul_f16_pipelined), qmatmul, apt_popc, apt_imma, vq (vq_gemv)";
 
 /// What `tilus emit` prints of each program.
 pub enum Output<'a> {
@@ -189,6 +211,7 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
         Kernel::QMatmul => return qmatmul(&cfg),
         Kernel::AptPopc => return apt_popc(&cfg),
         Kernel::AptImma => return apt_imma(&cfg),
+        Kernel::Vq => return vq(&cfg),
         _ => {}
     }
     let build: Box<dyn FnOnce() -> Program> = match k {
@@ -204,7 +227,9 @@ fn programs(kernel: &str, configs: &[String]) -> Result<Vec<Program>, String> {
             let (bm, bn, bk, s) = (num("BM")?, num("BN")?, num("BK")?, num("STAGES")?);
             Box::new(move || programs::matmul_f16_pipelined(bm, bn, bk, s))
         }
-        Kernel::QMatmul | Kernel::AptPopc | Kernel::AptImma => unreachable!("handled above"),
+        Kernel::QMatmul | Kernel::AptPopc | Kernel::AptImma | Kernel::Vq => {
+            unreachable!("handled above")
+        }
     };
     let program = quietly(build).map_err(|e| format!("unsupported configuration: {e}"))?;
     verify(&program, &Target::default()).map_err(|diags| {
@@ -309,6 +334,49 @@ fn apt_imma(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
         .config(n, k, wbits, abits, false)
         .map_err(|e| e.to_string())?;
     let program = apt_gemv_imma::program(&config).map_err(|e| e.to_string())?;
+    Ok(vec![program])
+}
+
+/// The VQ layer's direct kernel ([`vq_gemv`]) for a format, shape and token count, with the
+/// layer's rules for every knob left empty and the layer's checks on the ones given.
+fn vq(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
+    let format = cfg["FORMAT"].trim();
+    let c = VqConfig::by_name(format)
+        .ok_or_else(|| format!("FORMAT={format}: expected gptvq2, aqlm2x8, aqlm3 or quip4"))?;
+    let number = |key: &str| -> Result<Option<usize>, String> {
+        let v = cfg[key].trim();
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse::<usize>()
+            .ok()
+            .filter(|&x| x > 0 && x <= i32::MAX as usize)
+            .map(Some)
+            .ok_or_else(|| format!("{key}={v}: expected a positive integer"))
+    };
+    let given = |key: &str| number(key).map(|v| v.expect("N, K and M have defaults"));
+    let (n, k, m) = (given("N")?, given("K")?, given("M")?);
+    // The layer's checks: a weight of the shape (random codes; its values do not matter).
+    let weight = VqWeight::random(c, n, k, 1, false).map_err(|e| e.to_string())?;
+    let mut layer = VqLinear::new(weight).map_err(|e| e.to_string())?;
+    if let Some(w) = number("WARPS")? {
+        layer = layer.with_warps(w).map_err(|e| e.to_string())?;
+    }
+    if let Some(s) = number("SPLIT")? {
+        layer = layer.with_split(s).map_err(|e| e.to_string())?;
+    }
+    if let Some(s) = number("STAGES")? {
+        layer = layer.with_stages(s).map_err(|e| e.to_string())?;
+    }
+    if let Some(p) = number("PRODUCT")? {
+        layer = layer.with_product(p).map_err(|e| e.to_string())?;
+    }
+    if let Some(r) = number("REPLICAS")? {
+        layer = layer
+            .with_cache(VqCache { replicas: r })
+            .map_err(|e| e.to_string())?;
+    }
+    let program = vq_gemv::program(&layer.config(m)).map_err(|e| e.to_string())?;
     Ok(vec![program])
 }
 
@@ -447,6 +515,7 @@ mod tests {
             ("qmatmul", Kernel::QMatmul),
             ("apt_popc", Kernel::AptPopc),
             ("apt_imma", Kernel::AptImma),
+            ("vq", Kernel::Vq),
         ] {
             assert!(KERNELS_HELP.contains(&format!("  {name} ")), "{name}");
             for (key, _) in kernel.defaults() {
@@ -490,6 +559,28 @@ mod tests {
             ("TILES=8x4x4x1x9x2", "TILES"),
         ] {
             let e = programs("apt_popc", &[bad.into()]).unwrap_err();
+            assert!(e.contains(names), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn vq_takes_the_rules_or_the_knobs() {
+        let small = "N=512,K=1024";
+        let rule = programs("vq", &[small.into()]).expect("the rule's program");
+        assert!(rule[0].name.contains("vq_gemv"), "{}", rule[0].name);
+        // One token of GPTVQ-2 pairs rows by the rule.
+        let t3 = programs("vq", &[small.into(), "PRODUCT=3".into()]).expect("t3");
+        assert_eq!(rule[0].to_string(), t3[0].to_string());
+        let t1 = programs("vq", &[small.into(), "PRODUCT=1".into()]).expect("t1");
+        assert_ne!(rule[0].to_string(), t1[0].to_string());
+        for (bad, names) in [
+            ("FORMAT=vq9", "FORMAT=vq9"),
+            ("FORMAT=aqlm2x8,PRODUCT=3", "`product`"),
+            ("REPLICAS=4", "`cache`"),
+            ("N=100", "n = 100"),
+            ("M=0", "M=0"),
+        ] {
+            let e = programs("vq", &[small.into(), bad.into()]).unwrap_err();
             assert!(e.contains(names), "{bad}: {e}");
         }
     }

@@ -59,7 +59,7 @@ pub struct VqBenchRow {
     pub stages: usize,
     /// Warps per block.
     pub warps: usize,
-    /// The product (`TR`: 0, 1, 2).
+    /// The product (`TR`: 0, 1, 2, 3).
     pub product: usize,
     /// The k split (1: none).
     pub split: usize,
@@ -225,7 +225,7 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         "tilus vq (codebook-centric VQ-GEMV); copy bandwidth {copy_gbps:.0} GB/s; floor = \
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
-         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16), stages, k split (atomic: partials added by atomics, else in split order); lut = one token by tables (warps x rows per thread x chunks per block), direct = the direct kernel on the same token\n\
+         project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16, t3: transposed with paired rows, 4), stages, k split (atomic: partials added by atomics, else in split order); lut = one token by tables (warps x rows per thread x chunks per block), direct = the direct kernel on the same token\n\
          {:<7} {:>3} {:>12} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",

@@ -60,7 +60,7 @@
 /// `ONE = 0` the slice of each block a whole number of codebook tiles.
 #[tilus::kernel(
     lazy,
-    grid = [cdiv(m, max(8 * TR, 16 - 8 * TR)), n / (32 * WN), SPLIT],
+    grid = [cdiv(m, max(8 * TR, 16 - 8 * TR) - 20 * (TR / 3)), n / (32 * WN), SPLIT],
     warps = WN,
     space(
         WN = [8],
@@ -74,7 +74,7 @@
         REP = [1, 16],
         ONE = [0, 1],
         SCALE = [0, 1],
-        TR = [0, 1, 2],
+        TR = [0, 1, 2, 3],
         ORDERED = [0, 1],
         LAT = [0, 1],
     ),
@@ -113,7 +113,8 @@ pub fn vq_gemv<
     let bn = WN * 32;
     // Tokens per block: 16, or 8 · TR for the transposed product (TR token tiles of 8); the
     // dimension of the vectors in the index layout.
-    let bm = max(8 * TR, 16 - 8 * TR);
+    let paired = TR == 3;
+    let bm = if paired { 4 } else { max(8 * TR, 16 - 8 * TR) };
     let vd = min(TR, 1);
     // Run fragments along k per step; 32-bit words per codebook row.
     let runs = BK / (4 * V);
@@ -136,6 +137,9 @@ pub fn vq_gemv<
     // activations B, the accumulator `[bn, 8 · TR]`: each A fragment serves TR mma, and the
     // activations load as B pairs without register moves (TR = 1: half the mma and activation
     // loads of a 16-token tile at m <= 8).
+    // The transposed product's token tiles (one for the paired product, whose accumulator
+    // has its own layout below).
+    let tt = if paired { 1 } else { TR };
     let (la, lw, lc) = if TR == 0 {
         if V == 4 {
             (
@@ -154,30 +158,46 @@ pub fn vq_gemv<
         (
             layout!(spatial(WN, 1).local(2, runs).mma_a_k4),
             layout!(li.local(1, V)),
-            layout!(spatial(WN, 1).local(2, TR).mma_c),
+            layout!(spatial(WN, 1).local(2, tt).mma_c),
         )
     } else {
         (
             layout!(spatial(WN, 1).local(2, runs).mma_a_k8),
             layout!(li.local(1, V)),
-            layout!(spatial(WN, 1).local(2, TR).mma_c),
+            layout!(spatial(WN, 1).local(2, tt).mma_c),
         )
     };
     let lx = if V == 4 {
         layout!(
             spatial(1, 1)
                 .replicated(WN)
-                .local(runs, max(TR, 1))
+                .local(runs, max(tt, 1))
                 .mma_b_k4
         )
     } else {
         layout!(
             spatial(1, 1)
                 .replicated(WN)
-                .local(runs, max(TR, 1))
+                .local(runs, max(tt, 1))
                 .mma_b_k8
         )
     };
+    // The paired product (TR = 3, V = 4, up to 4 tokens a block): each mma row pair `g`,
+    // `g + 8` holds one output row, its vectors' first two values in row `g` and last two in
+    // row `g + 8`, so that a look-up (one `LDS.64`) is the A registers `a0, a1` (or `a2, a3`)
+    // as it lands, with no moves. The B columns `2 τ` and `2 τ + 1` hold token `τ`'s matching
+    // activations, and `y[τ] = C[g, 2 τ] + C[g + 8, 2 τ + 1]` (the other products are never
+    // read). `li_p` holds the codes of `li` in the order of `la_p`'s fragments (rows `8 rg +
+    // g`, runs `2 b + h`: fragment (rg, b), registers `a 2h, a 2h+1`); `lbw` the B words, token
+    // `c / 2`'s values `2 (c % 2) ..` of each 4-value vector, as `lb_p` wants them.
+    let li_p = layout!(spatial(WN, 1).local(4, runs).spatial(8, 4));
+    let la_p = layout!(spatial(WN, 1).local(4, runs / 2).mma_a);
+    let lc_p = layout!(spatial(WN, 1).local(4, 1).mma_c);
+    let lbw = layout!(spatial(1, 1)
+        .replicated(WN)
+        .local(runs / 2, 2)
+        .spatial(8, 4));
+    let lb_p = layout!(spatial(1, 1).replicated(WN).local(runs / 2, 1).mma_b);
     let lo_layout = layout!(spatial(threads, 1).local(1, lo_words));
     // The codebook rows each thread writes at a switch: `R · E / threads` rows (`lfi`, the
     // row index layout of `scatter_rows`) of `hv` words.
@@ -186,7 +206,13 @@ pub fn vq_gemv<
 
     let [bi, bj, bs] = block_indices();
     let ksteps = k / BK;
-    let ga = view_global(x, [m, k]);
+    // The paired product reads the activations as words of two (its B fragment, below).
+    let xw = if paired { 2 } else { 1 };
+    let ga = if paired {
+        view_global::<u32>(x, [m, k / 2])
+    } else {
+        view_global(x, [m, k])
+    };
     let gcodes = view_global::<u32>(codes, [n / bn * ksteps * threads, wps]);
     let col_tiles = k / tile_cols;
     let groups = (n / tile_rows) * col_tiles;
@@ -208,7 +234,11 @@ pub fn vq_gemv<
     // The activations' ring, rows padded by 4·V halves (2·V banks) so that the runs' loads of a
     // phase fall on distinct banks: 16 lanes (4 rows x 4 runs) of 8 bytes for V = 4, 8 lanes
     // (2 x 4) of 16 bytes for V = 8. The codes' ring beside it.
-    let sx = shared::<f16>([STAGES, bm, BK + 4 * V]);
+    let sx = if paired {
+        shared::<u32>([STAGES, bm, (BK + 4 * V) / 2])
+    } else {
+        shared::<f16>([STAGES, bm, BK + 4 * V])
+    };
     let scodes = shared::<u32>([STAGES, threads, wps]);
     let sbook = shared::<i32>([book_rows, hv]);
 
@@ -218,10 +248,11 @@ pub fn vq_gemv<
     let t0 = bs * per;
     // Each lane's copy of the codebook (`lane % REP`: the column-spatial lane is `t + 4 g`),
     // the same in every local (masks, not remainders, so the compiler sees that).
+    let lic = if paired { li_p } else { li };
     let copy = if REP == 1 {
-        register::<i32>(li, 0)
+        register::<i32>(lic, 0)
     } else {
-        (arange(li, vd, 0) & 3) + ((arange(li, 1 - vd, 0) & (REP / 4 - 1)) << 2)
+        (arange(lic, vd, 0) & 3) + ((arange(lic, 1 - vd, 0) & (REP / 4 - 1)) << 2)
     };
     // switch(codebook): the rows in `lf` (loaded a tile ahead) into buffer `buf`, copy
     // `(c + row) % REP` at pass `c`: one 8-byte store per row, the 16 lanes of a phase on 16
@@ -237,8 +268,8 @@ pub fn vq_gemv<
     let issue = |t: i32, stage: i32| {
         copy_async(
             ga,
-            slice_shared(sx, [stage, 0, 0], [bm, BK]),
-            [bi * bm, t * BK],
+            slice_shared(sx, [stage, 0, 0], [bm, BK / xw]),
+            [bi * bm, t * BK / xw],
         );
         copy_async(
             gcodes,
@@ -303,7 +334,12 @@ pub fn vq_gemv<
     // the low byte's parity.
     let look = |stage: i32, r: i32, base: Tensor| {
         let c = codes_of(stage, r);
-        if LAT == 0 {
+        if paired {
+            // The same codes in `li_p`'s order (a renaming of registers), each row landing
+            // in its fragment's registers.
+            let cp = cast::<i32>(c, li_p);
+            view::<f16>(gather_rows(sbook, cp * REP + (base + r * E * REP), 1), la_p)
+        } else if LAT == 0 {
             view::<f16>(gather_rows(sbook, c * REP + (base + r * E * REP), vd), lw)
         } else {
             let low = c & 255;
@@ -314,7 +350,16 @@ pub fn vq_gemv<
             view::<f16>(signed, lw) + view::<f16>(shift, lw)
         }
     };
-    let mut acc = register::<f32>(lc, 0.0);
+    let mut acc = register::<f32>(if paired { lc_p } else { lc }, 0.0);
+    // The paired product's B words: `[token, word]` of a ring stage.
+    let rw = (BK + 4 * V) / 2;
+    let bwords = if paired {
+        let row = arange(lbw, 0, 0);
+        let col = arange(lbw, 1, 0);
+        ((row & 7) >> 1) * rw + (row >> 3) * 16 + (col >> 2) * 8 + (col & 3) * 2 + (row & 1)
+    } else {
+        register::<i32>(lbw, 0)
+    };
     let outer = if ONE == 1 { 1 } else { per / tile_steps };
     let inner = if ONE == 1 { per } else { tile_steps };
     for tt in 0..outer {
@@ -347,16 +392,22 @@ pub fn vq_gemv<
             for r in 1..R {
                 w = w + look(stage, r, base);
             }
-            let xs = slice_shared(sx, [stage, 0, 0], [bm, BK]);
-            if TR == 0 {
+            if paired {
+                // From the stage's slice: the words' value ranges stay inside it, so the reads
+                // need no bounds checks.
+                let bw = gather(slice_shared(sx, [stage, 0, 0], [bm, rw]), bwords);
+                acc = dot(w, view::<f16>(bw, lb_p), acc);
+            } else if TR == 0 {
+                let xs = slice_shared(sx, [stage, 0, 0], [bm, BK]);
                 acc = dot(load_shared(xs, la, [0, 0]), w, acc);
             } else {
+                let xs = slice_shared(sx, [stage, 0, 0], [bm, BK]);
                 let xb = load_shared(permute_shared(xs, [1, 0]), lx, [0, 0]);
                 acc = dot(cast::<f16>(w, la), xb, acc);
             }
         }
     }
-    if SCALE == 1 {
+    if SCALE == 1 && !paired {
         if TR == 0 {
             let lcs = layout!(reduce(lc, [0]));
             let sv = load_global(view_global(scales, [1, n]), lcs, [0, bj * bn]);
@@ -368,13 +419,33 @@ pub fn vq_gemv<
         }
     }
     // `[bm, bn]` of y: the transposed product's accumulator viewed as `[8, bn]` (the same
-    // registers, `mma_c_t`).
+    // registers, `mma_c_t`); the paired product's `[4, bn]` (token `t` of rows `8 rg + g` on
+    // lane `4 g + t`: the lane that holds both of its halves, `C[g, 2t]` and `C[g + 8, 2t + 1]`).
     let ly = if TR == 0 {
         lc
+    } else if paired {
+        layout!(spatial(1, WN).local(1, 4).column_spatial(4, 8))
     } else {
         layout!(spatial(1, WN).column_local(TR, 2).mma_c_t)
     };
-    let out = view::<f32>(acc, ly);
+    let out = if paired {
+        // The two halves of each output, through shared memory once per block.
+        let sacc = shared::<f32>([WN * 64, 8]);
+        store_shared(acc, sacc, [0, 0]);
+        sync();
+        let tok = arange(ly, 0, 0);
+        let row = arange(ly, 1, 0);
+        let first = (((row >> 3) << 4) + (row & 7)) * 8 + tok * 2;
+        let mut y2 = gather(sacc, first) + gather(sacc, first + 65);
+        if SCALE == 1 {
+            let lcs = layout!(reduce(ly, [0]));
+            let sv = load_global(view_global(scales, [1, n]), lcs, [0, bj * bn]);
+            y2 = y2 * cast::<f32>(sv);
+        }
+        y2
+    } else {
+        view::<f32>(acc, ly)
+    };
     if SPLIT == 1 {
         store_global(cast::<f16>(out), view_global(y, [m, n]), [bi * bm, bj * bn]);
     } else if ORDERED == 0 {

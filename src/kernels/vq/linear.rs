@@ -148,13 +148,19 @@ fn kernel_codebooks(weight: &VqWeight, cache: VqCache) -> Vec<f16> {
         .collect()
 }
 
-/// The product [`vq_gemv`] runs for `m` tokens (its `TR`): 0 for `y = x · Wᵀ` on 16-token
-/// tiles, 1 or 2 for the transposed `yᵀ = W · xᵀ` (the weight as the mma's A) on 8 or 16 tokens
-/// per block. At m <= 8 the transposed one does half the mma and activation loads (H100,
-/// GPTVQ-2 at 57344 x 8192, m = 1: 88.6 against 103.7 us); on 16 tokens both take the same
-/// time (113.8 and 111.8 us at m = 16), so 0 serves m > 8.
-pub fn product_for(m: usize) -> usize {
-    if m <= 8 {
+/// The product [`vq_gemv`] runs for `m` tokens of format `c` (its `TR`): 0 for `y = x · Wᵀ` on
+/// 16-token tiles, 1 or 2 for the transposed `yᵀ = W · xᵀ` (the weight as the mma's A) on 8 or
+/// 16 tokens per block, 3 for the paired transposed product on 4 (vectors of 4). At m <= 8 the
+/// transposed one does half the mma and activation loads (H100, GPTVQ-2 at 57344 x 8192, m =
+/// 1: 88.6 against 103.7 us); on 16 tokens both take the same time (113.8 and 111.8 us at m =
+/// 16), so 0 serves m > 8. Up to 4 tokens of a format with vectors of 4, the paired product
+/// lands each look-up in the mma's registers without moves (H100, session 63, GPTVQ-2: 57344 x
+/// 8192 75.5 against 97.9 us at m = 1, 77.5 against 117.7 at m = 4; 1.2-1.5x on every
+/// Llama-70B layer).
+pub fn product_for(c: VqConfig, m: usize) -> usize {
+    if m <= 4 && c.vector_size == 4 && !c.e8p {
+        3
+    } else if m <= 8 {
         1
     } else {
         0
@@ -163,10 +169,10 @@ pub fn product_for(m: usize) -> usize {
 
 /// Tokens per block of product `p`.
 fn product_rows(p: usize) -> usize {
-    if p == 0 {
-        16
-    } else {
-        8 * p
+    match p {
+        0 => 16,
+        3 => 4,
+        _ => 8 * p,
     }
 }
 
@@ -174,7 +180,7 @@ fn product_rows(p: usize) -> usize {
 /// [`TARGET_BLOCKS`], else the smallest power of two (up to 8) that reaches it and leaves each
 /// block whole codebook tiles (or any part of a single codebook).
 pub fn split_for(c: VqConfig, warps: usize, m: usize, (n, k): (usize, usize)) -> usize {
-    let blocks = m.div_ceil(product_rows(product_for(m))) * (n / (32 * warps));
+    let blocks = m.div_ceil(product_rows(product_for(c, m))) * (n / (32 * warps));
     let mut s = 1;
     while s < 8 && blocks * s < TARGET_BLOCKS && split_ok(c, n, k, 2 * s) {
         s *= 2;
@@ -627,11 +633,25 @@ impl VqLinear {
         self
     }
 
-    /// Sets the product (0: `y = x · Wᵀ` on 16 tokens; 1, 2: `yᵀ = W · xᵀ` on 8 or 16 tokens)
-    /// instead of [`product_for`]'s choice per `m`.
+    /// Sets the product (0: `y = x · Wᵀ` on 16 tokens; 1, 2: `yᵀ = W · xᵀ` on 8 or 16 tokens;
+    /// 3: the paired transposed product on 4 tokens, vectors of 4 only) instead of
+    /// [`product_for`]'s choice per `m`.
     pub fn with_product(mut self, product: usize) -> Result<VqLinear, VqError> {
-        if product > 2 {
-            return Err(arg_err("product", format!("{product}: must be 0, 1 or 2")));
+        if product > 3 {
+            return Err(arg_err(
+                "product",
+                format!("{product}: must be 0, 1, 2 or 3"),
+            ));
+        }
+        let c = self.weight.config;
+        if product == 3 && (c.vector_size != 4 || c.e8p) {
+            return Err(arg_err(
+                "product",
+                format!(
+                    "3 (the paired product) takes vectors of 4 values; {} has {}",
+                    c.name, c.vector_size
+                ),
+            ));
         }
         self.product = Some(product);
         Ok(self)
@@ -649,7 +669,7 @@ impl VqLinear {
             self.warps,
             (w.n, w.k),
             (self.stages, split),
-            self.product.unwrap_or_else(|| product_for(m)),
+            self.product.unwrap_or_else(|| product_for(w.config, m)),
             self.ordered.unwrap_or_else(|| ordered_for(m)),
         )
     }

@@ -28,7 +28,8 @@ pub struct VqTuning {
     pub warps: usize,
     pub stages: usize,
     pub split: usize,
-    /// 0: `y = x · Wᵀ` on 16 tokens; 1, 2: the transposed product on 8 or 16.
+    /// 0: `y = x · Wᵀ` on 16 tokens; 1, 2: the transposed product on 8 or 16; 3: the paired
+    /// transposed product on 4.
     pub product: usize,
 }
 
@@ -75,8 +76,9 @@ impl VqTuning {
 
 /// The points [`tune`] measures for `layer` at `m` tokens: the layer's copies and the other
 /// count the format allows (16 or 8, or one), 8 and 16 warps, rings of 2 and 3, k split in 1,
-/// 2, 4 or 8, and the product of the rule ([`product_for`]), with the transposed 16-token one
-/// too for 9 to 16 tokens; only the combinations the kernel takes.
+/// 2, 4 or 8, and the product of the rule ([`product_for`]), with the transposed 8-token one
+/// too where the rule pairs rows (up to 4 tokens of vectors of 4) and the 16-token one for 9 to
+/// 16 tokens; only the combinations the kernel takes.
 pub fn candidates(layer: &VqLinear, m: usize) -> Vec<VqTuning> {
     let w = layer.weight();
     let (c, n, k) = (w.config, w.n, w.k);
@@ -87,7 +89,10 @@ pub fn candidates(layer: &VqLinear, m: usize) -> Vec<VqTuning> {
             copies.push(other);
         }
     }
-    let mut products = vec![product_for(m)];
+    let mut products = vec![product_for(c, m)];
+    if products[0] == 3 {
+        products.push(1);
+    }
     if (9..=16).contains(&m) {
         products.push(2);
     }
