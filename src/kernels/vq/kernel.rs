@@ -269,7 +269,9 @@ pub fn vq_gemv<
         copy_async(
             ga,
             slice_shared(sx, [stage, 0, 0], [bm, BK / xw]),
-            [bi * bm, t * BK / xw],
+            // `t · (BK / xw)`: a constant step, so the chunks' alignment is proven (a
+            // division of `t · BK` is not, and the copy would go element by element).
+            [bi * bm, t * (BK / xw)],
         );
         copy_async(
             gcodes,
