@@ -4,7 +4,10 @@
 #[path = "kernels/addressing.rs"]
 mod addressing;
 
-use addressing::{histogram, moe_route, paged_copy, table_lookup, vq_lookup, vq_rows, vq_staged};
+use addressing::{
+    histogram, moe_route, paged_copy, table_lookup, table_lookup_rows, vq_lookup, vq_rows,
+    vq_staged,
+};
 use rand::Rng;
 use tilus::prelude::f16;
 
@@ -339,6 +342,60 @@ fn table_lookup_takes_the_byte_permute_path_for_256_byte_rows() {
         let cuda = table_lookup::source(cfg).expect("every configuration is embedded");
         let perms = cuda.matches("__byte_perm(").count();
         if cfg.C == 64 && cfg.ROWS == 256 {
+            assert_eq!(perms, 8, "{cfg:?}: one per code");
+        } else {
+            assert_eq!(perms, 0, "{cfg:?}");
+        }
+    }
+}
+
+/// `lookup` on a rank-3 table on the interpreter, both code paths' configurations: every code's
+/// four halves are the table's vector `(code, (5 j + 3) % C)`, and a code past a 128-row table
+/// reads zeros.
+#[test]
+fn table_lookup_rows_reads_vectors_by_code() {
+    let mut rng = rand::rng();
+    for cfg in table_lookup_rows::SPACE {
+        let (c, rows) = (cfg.C as usize, cfg.ROWS as usize);
+        let n = rng.random_range(1..300usize);
+        let codes: Vec<u8> = (0..8 * n).map(|_| rng.random()).collect();
+        let table: Vec<f16> = (0..rows * c * 4)
+            .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect();
+        let mut out = vec![f16::NAN; 32 * n];
+        table_lookup_rows::interpret(cfg, n as i32, &codes, &table, &mut out).unwrap();
+        for (e, &code) in codes.iter().enumerate() {
+            let (row, col) = (code as usize, (5 * (e % 8) + 3) % c);
+            for w in 0..4 {
+                let want = if row < rows {
+                    table[(row * c + col) * 4 + w]
+                } else {
+                    f16::ZERO
+                };
+                assert_eq!(
+                    out[4 * e + w].to_bits(),
+                    want.to_bits(),
+                    "{cfg:?} code {e} ({code}) half {w}"
+                );
+            }
+        }
+    }
+}
+
+/// The CUDA of a rank-3 `lookup`: one `__byte_perm` and one 8-byte load per code for 256-byte
+/// rows read by u8 rows; guarded 8-byte loads otherwise.
+#[test]
+fn table_lookup_rows_takes_the_byte_permute_path_for_256_byte_rows() {
+    for cfg in table_lookup_rows::SPACE {
+        let cuda = table_lookup_rows::source(cfg).expect("every configuration is embedded");
+        let perms = cuda.matches("__byte_perm(").count();
+        // The look-ups' reads (`lk` values), apart from the staging copy's.
+        let loads = cuda
+            .lines()
+            .filter(|l| l.contains(" lk") && l.contains("*(const uint2*)"))
+            .count();
+        assert_eq!(loads, 8, "{cfg:?}: one 8-byte load per code\n{cuda}");
+        if cfg.C == 32 && cfg.ROWS == 256 {
             assert_eq!(perms, 8, "{cfg:?}: one per code");
         } else {
             assert_eq!(perms, 0, "{cfg:?}");

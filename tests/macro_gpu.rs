@@ -279,6 +279,43 @@ fn table_lookup_on_gpu() {
     eprintln!("lookup: 4 configurations exact");
 }
 
+/// A rank-3 `lookup` (vectors of 4 halves) on the GPU, both paths, against the table itself.
+#[test]
+fn table_lookup_rows_on_gpu() {
+    use rand::Rng;
+    let Some(ctx) = context("table_lookup_rows_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    for cfg in addressing::table_lookup_rows::SPACE {
+        let (c, rows) = (cfg.C as usize, cfg.ROWS as usize);
+        let n = 300usize;
+        let codes: Vec<u8> = (0..8 * n).map(|_| rng.random()).collect();
+        let table = random_halves(rows * c * 4);
+        let dc = DeviceBuffer::from_host(&ctx, &codes).unwrap();
+        let dt = DeviceBuffer::from_host(&ctx, &table).unwrap();
+        let mut dout = DeviceBuffer::filled(&ctx, 32 * n, f16::NAN).unwrap();
+        addressing::table_lookup_rows::launch(&ctx, cfg, n as i32, &dc, &dt, &mut dout).unwrap();
+        let out = dout.to_host().unwrap();
+        for (e, &code) in codes.iter().enumerate() {
+            let (row, col) = (code as usize, (5 * (e % 8) + 3) % c);
+            for w in 0..4 {
+                let want = if row < rows {
+                    table[(row * c + col) * 4 + w]
+                } else {
+                    f16::ZERO
+                };
+                assert_eq!(
+                    out[4 * e + w].to_bits(),
+                    want.to_bits(),
+                    "{cfg:?} code {e} ({code}) half {w}"
+                );
+            }
+        }
+    }
+    eprintln!("lookup of vectors: 4 configurations exact");
+}
+
 fn random_halves(n: usize) -> Vec<f16> {
     use rand::Rng;
     let mut rng = rand::rng();

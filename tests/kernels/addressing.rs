@@ -176,6 +176,33 @@ pub fn moe_route(
     scatter(v, view_global(routed, [experts, 256]), at);
 }
 
+/// `out[v, 4 j + w] = table[codes[v, j], (5 j + 3) % C, w]` with `lookup` from a rank-3 table of
+/// 4-half vectors staged in shared memory: `C = 32` of `ROWS = 256` rows is the one-`PRMT`
+/// path with one 8-byte load per code (256-byte rows), `C = 16` the guarded one, where the
+/// columns wrap and, with `ROWS = 128`, codes past the table read zero vectors.
+#[tilus::kernel(grid = [cdiv(n, 128)], warps = 4, space(C = [32, 16], ROWS = [256, 128]))]
+pub fn table_lookup_rows<const C: i32, const ROWS: i32>(
+    n: i32,
+    codes: Global<u8>,
+    table: Global<f16>,
+    out: GlobalMut<f16>,
+) {
+    let [bi] = block_indices();
+    let st = shared::<f16>([ROWS, C, 4]);
+    copy_async(view_global(table, [ROWS, C, 4]), st, [0, 0, 0]);
+    commit_group();
+    wait_group(0);
+    sync();
+    let lc = layout!(spatial(128, 1).local(1, 8));
+    let c = load_global(view_global(codes, [n, 8]), lc, [bi * 128, 0]);
+    let cols = arange(layout!(reduce(lc, [0])), 1, 0) * 5 + 3;
+    store_global(
+        lookup(st, c, cols),
+        view_global(out, [n, 32]),
+        [bi * 128, 0],
+    );
+}
+
 /// `out[v, j] = table[codes[v, j], (5 j + 3) % C]` with `lookup` from an f32 table staged in
 /// shared memory: `C = 64` columns of `ROWS = 256` rows is the one-`PRMT` path (256-byte rows,
 /// u8 rows always in range), `C = 32` the guarded one, where the columns wrap and, with

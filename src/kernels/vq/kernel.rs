@@ -17,7 +17,9 @@
 //!   the activations come in the matching `mma_a_k4` / `mma_a_k8` (8 or 16 bytes per row and
 //!   thread) from a shared ring padded against bank conflicts.
 //! - **The codebook cache.** With `REP = 16` (`V = 4`: `LDS.64` serves 16 lanes per cycle) the
-//!   codebook is stored 16 times, row `(entry · 16 + c)` for copy `c`, and lane `l` reads copy
+//!   codebook is stored 16 times, row `((entry · 2 + buffer) · 16 + c)` for copy `c` (an entry's
+//!   copies in both buffers make one 256-byte row: the paired product addresses it with one
+//!   `PRMT`, a rank-3 `lookup`), and lane `l` reads copy
 //!   `l % 16`: the 16 lanes of a phase hit 16 distinct bank pairs whatever the codes, so a
 //!   look-up never conflicts (a random one costs about 3x). The copies are written once per
 //!   codebook tile from registers loaded a tile ahead (`switch`), lane `e` starting at copy
@@ -32,6 +34,9 @@
 //!   of a k step are contiguous: per step `[threads, words]` u32, the low byte of every code
 //!   (residual stage after stage), then for `HB = 4` or 8 their high nibbles or bytes (12-bit
 //!   codes cost 12 bits). They ride the activations' `cp.async` ring, `STAGES - 1` steps ahead.
+//! - **The paired product** (`TR = 3`, up to 4 tokens, vectors of 4): each output row takes
+//!   two mma rows, a vector's first two values in one and its last two in the other, so a
+//!   look-up lands as the A registers `a0, a1` (or `a2, a3`) with no moves (`docs/vq.md`).
 //! - **Residual stages** are looked up separately and added in f16 (one rounding for two
 //!   stages, as the f32 sum rounded once).
 //!
@@ -240,7 +245,18 @@ pub fn vq_gemv<
         shared::<f16>([STAGES, bm, BK + 4 * V])
     };
     let scodes = shared::<u32>([STAGES, threads, wps]);
-    let sbook = shared::<i32>([book_rows, hv]);
+    // Codebook buffers (two tiles' codebooks, or the one codebook). A buffer's copies of an
+    // entry lie side by side: row `((r · E + entry) · nb + buf) · REP + copy`, so with two
+    // buffers of 16 copies of 4 halves an entry is one 256-byte row, which the paired product
+    // reads as `[R · E, 2 · REP, hv]` (`fast`): a look-up's address is then one `PRMT` of the
+    // code's byte and the lane's offset (`lookup`), not four instructions.
+    let nb = 2 - ONE;
+    let fast = paired && ONE == 0 && HB == 0 && REP == 16 && E == 256 && LAT == 0;
+    let sbook = if fast {
+        shared::<i32>([R * E, nb * REP, hv])
+    } else {
+        shared::<i32>([book_rows, hv])
+    };
 
     let row_tile = bj * bn / tile_rows;
     let tile_steps = tile_cols / BK;
@@ -249,6 +265,12 @@ pub fn vq_gemv<
     // Each lane's copy of the codebook (`lane % REP`: the column-spatial lane is `t + 4 g`),
     // the same in every local (masks, not remainders, so the compiler sees that).
     let lic = if paired { li_p } else { li };
+    // The fast path's copies in the codes' own layout (`lookup` broadcasts them).
+    let copy_li = if fast {
+        (arange(li, 1, 0) & 3) + ((arange(li, 0, 0) & (REP / 4 - 1)) << 2)
+    } else {
+        register::<i32>(li, 0)
+    };
     let copy = if REP == 1 {
         register::<i32>(lic, 0)
     } else {
@@ -258,11 +280,17 @@ pub fn vq_gemv<
     // `(c + row) % REP` at pass `c`: one 8-byte store per row, the 16 lanes of a phase on 16
     // distinct copies, so on distinct banks.
     let frow = arange(lfi, 0, 0);
+    let fcol = arange(lf, 1, 0);
     let store_book = |rows: Tensor, buf: i32| {
         #[unroll]
         for c in 0..REP {
-            let at = (frow + buf * R * E) * REP + ((frow + c) & (REP - 1));
-            scatter_rows(rows, sbook, at, 1);
+            let at = (frow * nb + buf) * REP + ((frow + c) & (REP - 1));
+            if fast {
+                // The rank-3 table takes its words one by one.
+                scatter(rows, sbook, fcol + at * hv);
+            } else {
+                scatter_rows(rows, sbook, at, 1);
+            }
         }
     };
     let issue = |t: i32, stage: i32| {
@@ -335,15 +363,33 @@ pub fn vq_gemv<
     // byte XOR the sign masks of its low byte (rows at `row · REP + copy`), plus the shift of
     // the low byte's parity.
     let look = |stage: i32, r: i32, base: Tensor| {
-        let c = codes_of(stage, r);
-        if paired {
+        if fast {
+            // The codes' bytes as they were loaded (`li`), each entry's 8 bytes at
+            // `code · 256 + (buf · REP + copy) · 8`, then renamed into `la_p`'s order.
+            let lo = load_shared(
+                slice_shared(scodes, [stage, 0, r * lo_words], [threads, lo_words]),
+                lo_layout,
+                [0, 0],
+            );
+            let tab = slice_shared(sbook, [r * E, 0, 0], [E, nb * REP, hv]);
+            let rows = lookup(tab, view::<u8>(lo, li), base);
+            view::<f16>(cast::<i32>(rows, layout!(li_p.local(1, hv))), la_p)
+        } else if paired {
             // The same codes in `li_p`'s order (a renaming of registers), each row landing
             // in its fragment's registers.
-            let cp = cast::<i32>(c, li_p);
-            view::<f16>(gather_rows(sbook, cp * REP + (base + r * E * REP), 1), la_p)
+            let cp = cast::<i32>(codes_of(stage, r), li_p);
+            view::<f16>(
+                gather_rows(sbook, cp * (nb * REP) + (base + r * E * nb * REP), 1),
+                la_p,
+            )
         } else if LAT == 0 {
-            view::<f16>(gather_rows(sbook, c * REP + (base + r * E * REP), vd), lw)
+            let c = codes_of(stage, r);
+            view::<f16>(
+                gather_rows(sbook, c * (nb * REP) + (base + r * E * nb * REP), vd),
+                lw,
+            )
         } else {
+            let c = codes_of(stage, r);
             let low = c & 255;
             let signed = gather_rows(sbook, ((c >> 8) + r * E) * REP + base, vd)
                 ^ gather_rows(sbook, (low + R * E) * REP + base, vd);
@@ -388,7 +434,13 @@ pub fn vq_gemv<
             }
             commit_group();
             let stage = j % STAGES;
-            let base = copy + buf * R * E * REP;
+            // The row of code 0 of stage 0 (the fast path: the entry's column, `buf · REP +
+            // copy`, in `li`).
+            let base = if fast {
+                copy_li + buf * REP
+            } else {
+                copy + buf * REP
+            };
             let mut w = look(stage, 0, base);
             #[unroll]
             for r in 1..R {

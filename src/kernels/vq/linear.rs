@@ -154,9 +154,9 @@ fn kernel_codebooks(weight: &VqWeight, cache: VqCache) -> Vec<f16> {
 /// transposed one does half the mma and activation loads (H100, GPTVQ-2 at 57344 x 8192, m =
 /// 1: 88.6 against 103.7 us); on 16 tokens both take the same time (113.8 and 111.8 us at m =
 /// 16), so 0 serves m > 8. Up to 4 tokens of a format with vectors of 4, the paired product
-/// lands each look-up in the mma's registers without moves (H100, session 63, GPTVQ-2: 57344 x
-/// 8192 75.5 against 97.9 us at m = 1, 77.5 against 117.7 at m = 4; 1.2-1.5x on every
-/// Llama-70B layer).
+/// lands each look-up in the mma's registers without moves, by one `PRMT` (H100, session 63,
+/// GPTVQ-2: 57344 x 8192 72.6-73.0 against 81.6-82.9 us at m = 1, 74.2 against 82.4 at m = 4;
+/// 1.07-1.13x on every Llama-70B layer).
 pub fn product_for(c: VqConfig, m: usize) -> usize {
     if m <= 4 && c.vector_size == 4 && !c.e8p {
         3

@@ -33,6 +33,18 @@ pub fn gather_rows_layout(index: &Layout, w: usize, dim: usize) -> Option<Layout
     index.compose(&Layout::local(&shape)).ok()
 }
 
+/// The layout of a `lookup` result for a table of shape `table` read by rows in `rows`: the
+/// rows' own layout for a rank-2 table `[R, C]` (one element each), and for a rank-3 table `[R,
+/// C, W]` (a vector of `W` elements each) the rows' layout composed with `local(1, .., 1, W)`,
+/// so out local `l · W + v` is element `v` of the vector of rows local `l`.
+pub fn lookup_layout(table: &[usize], rows: &Layout) -> Option<Layout> {
+    match table.len() {
+        2 => Some(rows.clone()),
+        3 => gather_rows_layout(rows, table[2], rows.rank().checked_sub(1)?),
+        _ => None,
+    }
+}
+
 /// The read-modify-write of an [`Instruction::Atomic`], on `i32`, `u32` or `f32` elements.
 ///
 /// Updates of one launch apply in an unspecified order on the GPU. The interpreter applies them
@@ -100,10 +112,15 @@ impl Instruction {
                 out, table, rows, ..
             } => {
                 let t = match (ty(*table), ty(*rows)) {
-                    (VarType::Shared(s), VarType::Register(r)) => VarType::Register(RegisterType {
-                        dtype: s.dtype,
-                        layout: r.layout,
-                    }),
+                    (VarType::Shared(s), VarType::Register(r)) => {
+                        match lookup_layout(&s.layout.shape, &r.layout) {
+                            Some(layout) => VarType::Register(RegisterType {
+                                dtype: s.dtype,
+                                layout,
+                            }),
+                            None => VarType::Unknown,
+                        }
+                    }
                     _ => VarType::Unknown,
                 };
                 vec![(*out, t)]
@@ -263,7 +280,8 @@ impl ProgramBuilder {
     }
 
     /// `lookup(table, rows, cols)`: `out[e] = table[rows[e], cols[e] % C]` for a shared `[R, C]`
-    /// table, 0 for a row outside `[0, R)` ([`Instruction::Lookup`]).
+    /// table, 0 for a row outside `[0, R)`; for an `[R, C, W]` table the vector
+    /// `table[rows[e], cols[e] % C, ..]` ([`Instruction::Lookup`], [`lookup_layout`]).
     pub fn lookup(
         &mut self,
         dest: impl Into<Dest>,

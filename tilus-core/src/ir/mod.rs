@@ -32,7 +32,7 @@ mod reduce;
 pub mod syntax;
 mod wide;
 
-pub use addressing::{gather_rows_layout, gather_rows_width, AtomicOp};
+pub use addressing::{gather_rows_layout, gather_rows_width, lookup_layout, AtomicOp};
 pub use builder::ProgramBuilder;
 pub use eval::{EvalError, ScalarValue};
 pub use ranges::{value_ranges, Range, ValueRanges};
@@ -706,15 +706,19 @@ pub enum Instruction {
     /// column).
     ///
     /// - `table`: a shared tensor of rank 2, `[R, C]`, of 8-, 16- or 32-bit elements, `C` a
-    ///   power of two, addressed as [`Instruction::Gather`] addresses its source;
+    ///   power of two, addressed as [`Instruction::Gather`] addresses its source; or of rank
+    ///   3, `[R, C, W]`, whose entries are vectors of `W` elements (4, 8 or 16 bytes);
     /// - `rows`: an integer register tensor (8 to 32 bits), layout `L`; a row outside
-    ///   `[0, R)` reads 0, with no access;
+    ///   `[0, R)` reads 0 (a vector of zeros), with no access;
     /// - `cols`: an `i32` register tensor broadcasting to `rows` in registers (like the right
     ///   operand of `add`), taken modulo `C`;
-    /// - `out`: `table`'s dtype in `L`.
+    /// - `out`: `table`'s dtype in `L`; for a rank-3 table in `L` composed with `local(1, ..,
+    ///   1, W)` (the last dimension `W` times longer, [`lookup_layout`]): out local `l · W + v`
+    ///   is element `v` of rows local `l`'s vector.
     ///
     /// The code generator reads a compact, unswizzled table of 256-byte rows by `u8` rows with
-    /// one `PRMT` per element: the row's byte and the column's byte offset make the address.
+    /// one `PRMT` per element (a vector load for a rank-3 table): the row's byte and the
+    /// column's byte offset make the address.
     Lookup {
         out: VarId,
         table: VarId,

@@ -438,7 +438,8 @@ fn gather(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), Code
 }
 
 /// `lookup(table, rows, cols)`: per local of `rows`, element `(row, col % C)` of the shared
-/// `[R, C]` table. A compact, unswizzled table of 256-byte rows read by `u8` rows (at least 256
+/// `[R, C]` table (the vector `(row, col % C, ..)` of an `[R, C, W]` table: one load where its
+/// alignment is provable, entries of 256-byte rows by the fast path below). A compact, unswizzled table of 256-byte rows read by `u8` rows (at least 256
 /// of them, so no row is out of range) is addressed with one `PRMT` per element: the row's
 /// byte, taken from its register word, becomes byte 1 of the offset and the column's byte
 /// offset (`< 256`, the same for every look-up of a column: hoisted out of loops) byte 0,
@@ -470,10 +471,19 @@ fn lookup(
         return Err(cx.err("lookup reads a shared table"));
     };
     let (height, width) = (s.shape[0], s.shape[1]);
+    // A rank-3 table's entries are vectors of `w` elements (the verifier: 4, 8 or 16 bytes).
+    let w = s.shape.get(2).copied().unwrap_or(1);
     let bits = f.dtype.bits();
     let bytes = bits as usize / 8;
-    let fast = compact(s) && width * bytes == 256 && height >= 256 && rdt == DType::UInt(8);
-    let by_rows = compact(s);
+    let entry = w * bytes;
+    // A vector entry is one load where its address is provably aligned, else element-wise.
+    let vector = if w > 1 {
+        rows_vector(cx, &f, entry).filter(|&v| v == entry)
+    } else {
+        None
+    };
+    let by_rows = compact(s) && (w == 1 || vector.is_some());
+    let fast = by_rows && width * entry == 256 && height >= 256 && rdt == DType::UInt(8);
     let proven = in_range(cx, rows, Some(height as i64));
     let ty = uint_type(bits);
     let (rn, cn) = (cx.name(rows), cx.name(cols));
@@ -481,13 +491,13 @@ fn lookup(
     // Each column's byte offset (or index), once per distinct column local.
     let mut col_offsets: Vec<Option<String>> = vec![None; col_of.iter().max().map_or(0, |m| m + 1)];
     let locals = rlay.num_locals();
-    let mut wb = WordBuilder::new(word_count(bits, locals));
+    let mut wb = WordBuilder::new(word_count(bits, locals * w));
     for (l, &k) in col_of.iter().enumerate().take(locals) {
         let col = match &col_offsets[k] {
             Some(c) => c.clone(),
             None => {
                 let c = cx.fresh("col");
-                let scale = if by_rows { bytes } else { 1 };
+                let scale = if by_rows { entry } else { 1 };
                 cx.w.line(format!(
                     "const uint32_t {c} = ({} & {}u) * {scale}u;",
                     get_bits(&cn, k * 32, 32),
@@ -497,13 +507,14 @@ fn lookup(
                 c
             }
         };
-        let v = cx.fresh("lk");
-        if fast {
+        // The entry's address (compact tables), or its row for the element-wise read.
+        let (addr, row) = if fast {
             let (word, byte) = (l / 4, l % 4);
-            cx.w.line(format!(
-                "const uint32_t {v} = *(const {ty}*)({base} + __byte_perm({rn}[{word}], {col}, {}u));",
+            let a = format!(
+                "{base} + __byte_perm({rn}[{word}], {col}, {}u)",
                 0x5504 | (byte << 4)
-            ));
+            );
+            (Some(a), None)
         } else {
             let row = cx.fresh("row");
             cx.w.line(format!(
@@ -513,22 +524,51 @@ fn lookup(
                     &get_bits(&rn, l * rdt.bits() as usize, rdt.bits())
                 )
             ));
-            let read = if by_rows {
-                format!(
-                    "(uint32_t)*(const {ty}*)({base} + (uint32_t){row} * {}u + {col})",
-                    width * bytes
-                )
-            } else {
-                let ix = format!("(int)({row} * {width} + (long long){col})");
-                format!("(uint32_t)*(const {ty}*)({})", f.addr(cx, &ix))
-            };
-            let guard = Guard((!proven).then(|| format!("{row} >= 0 && {row} < {height}LL")));
-            cx.w.line(format!("const uint32_t {v} = {};", guard.read(&read, "0u")));
-        }
-        if bits == 32 {
-            wb.word(l, &v);
-        } else {
-            wb.field(l * bits as usize, bits, &v);
+            let a =
+                by_rows.then(|| format!("{base} + (uint32_t){row} * {}u + {col}", width * entry));
+            (a, Some(row))
+        };
+        let guard = Guard(
+            row.as_ref()
+                .filter(|_| !proven)
+                .map(|row| format!("{row} >= 0 && {row} < {height}LL")),
+        );
+        match (vector, &addr) {
+            (Some(v), Some(a)) => {
+                let (vty, zero, comps) = vector_type(v);
+                let g = cx.fresh("lk");
+                let read = guard.read(&format!("*(const {vty}*)({a})"), zero);
+                cx.w.line(format!("const {vty} {g} = {read};"));
+                for (j, c) in comps.iter().enumerate() {
+                    let value = if c.is_empty() {
+                        g.clone()
+                    } else {
+                        format!("{g}.{c}")
+                    };
+                    wb.word(l * entry / 4 + j, &value);
+                }
+            }
+            _ => {
+                for e in 0..w {
+                    let v = cx.fresh("lk");
+                    let read = match (&addr, &row) {
+                        (Some(a), _) => format!("(uint32_t)*(const {ty}*)({a} + {}u)", e * bytes),
+                        (None, Some(row)) => {
+                            let ix =
+                                format!("(int)(({row} * {width} + (long long){col}) * {w} + {e})");
+                            format!("(uint32_t)*(const {ty}*)({})", f.addr(cx, &ix))
+                        }
+                        (None, None) => unreachable!("a row without an address"),
+                    };
+                    cx.w.line(format!("const uint32_t {v} = {};", guard.read(&read, "0u")));
+                    let local = l * w + e;
+                    if bits == 32 {
+                        wb.word(local, &v);
+                    } else {
+                        wb.field(local * bits as usize, bits, &v);
+                    }
+                }
+            }
         }
     }
     // Written after every read: `out` may be an operand.

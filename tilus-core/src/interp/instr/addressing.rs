@@ -168,29 +168,45 @@ impl Machine<'_> {
                 let mem = self.mem(block, *table)?;
                 let r = self.reg(block, *rows)?.clone();
                 let c = super::super::math::broadcast_codes(self, block, &r.layout, *cols)?;
-                let (height, width) = match &mem {
-                    Mem::Shared(s) if s.layout.shape.len() == 2 => {
-                        (s.layout.shape[0] as i64, s.layout.shape[1] as i64)
+                // `[R, C]`: one element per entry; `[R, C, W]`: a vector of `W`.
+                let (height, width, w) = match &mem {
+                    Mem::Shared(s) if (2..=3).contains(&s.layout.shape.len()) => {
+                        let shape = &s.layout.shape;
+                        (
+                            shape[0] as i64,
+                            shape[1] as i64,
+                            shape.get(2).copied().unwrap_or(1) as i64,
+                        )
                     }
                     _ => {
                         return Err(format!(
-                            "`{}` is not a rank-2 shared table",
+                            "`{}` is not a rank-2 or rank-3 shared table",
                             self.name(*table)
                         ))
                     }
                 };
+                let shape = match &mem {
+                    Mem::Shared(s) => s.layout.shape.clone(),
+                    _ => unreachable!("matched above"),
+                };
+                let layout = crate::ir::lookup_layout(&shape, &r.layout).ok_or_else(|| {
+                    format!("lookup: no result layout for `{}`", self.name(*rows))
+                })?;
                 let tab = self.table(&r.layout)?;
-                let mut reg = RegTensor::new(mem.dtype(), r.layout.clone(), self.block_threads);
+                let mut reg = RegTensor::new(mem.dtype(), layout, self.block_threads);
                 for (t, cols) in c.iter().enumerate() {
                     for (i, &col) in cols.iter().enumerate().take(tab.locals) {
                         let row = decode_int(r.dtype, r.get(t, i));
-                        let code = if (0..height).contains(&row) {
-                            let col = (col as i32 as i64).rem_euclid(width);
-                            self.read_flat(block, t, &mem, *table, row * width + col)?
-                        } else {
-                            0
-                        };
-                        reg.set(t, i, code);
+                        for v in 0..w {
+                            let code = if (0..height).contains(&row) {
+                                let col = (col as i32 as i64).rem_euclid(width);
+                                let at = (row * width + col) * w + v;
+                                self.read_flat(block, t, &mem, *table, at)?
+                            } else {
+                                0
+                            };
+                            reg.set(t, i * w as usize + v as usize, code);
+                        }
                     }
                 }
                 block.env[out.0 as usize] = Some(Value::Reg(reg));

@@ -136,12 +136,18 @@ impl<'p> Checker<'p> {
         };
         if let Some(s) = t {
             self.addressable_dtype(span, name, table, s.dtype);
-            let c = s.layout.shape.get(1).copied().unwrap_or(0);
-            if s.layout.shape.len() != 2 || !c.is_power_of_two() {
+            let shape = &s.layout.shape;
+            let c = shape.get(1).copied().unwrap_or(0);
+            // A rank-3 table's entries are vectors of one load: 4, 8 or 16 bytes.
+            let vector = shape.get(2).map(|w| w * s.dtype.bits() as usize / 8);
+            if !(2..=3).contains(&shape.len())
+                || !c.is_power_of_two()
+                || vector.is_some_and(|b| ![4, 8, 16].contains(&b))
+            {
                 let msg = format!(
-                    "{name}: the table {} has shape {:?}; lookup reads a rank-2 table [rows, columns] whose column count is a power of two",
+                    "{name}: the table {} has shape {:?}; lookup reads a rank-2 table [rows, columns] whose column count is a power of two, or a rank-3 one [rows, columns, w] whose entries are vectors of 4, 8 or 16 bytes",
                     self.name(table),
-                    s.layout.shape
+                    shape
                 );
                 self.err(span, msg);
             }
