@@ -32,6 +32,33 @@ fn reference(w: &VqWeight, x: &[f16], m: usize) -> Vec<f64> {
     y
 }
 
+/// A GPU output against the f64 reference (relative error below 1e-2 of the larger of the
+/// value and the reference's rms, no poison left) and, when given, the interpreter's output of
+/// the same kernel: within two f16 ulps and `1e-3` of the rms (the f32 sums' order; table
+/// entries whose f16 rounding tips apart, about 1.5e-5 rms each, where a wrong look-up is about
+/// 3e-2 rms).
+fn check_output(tag: &str, got: &[f16], want: &[f64], cpu: Option<&[f16]>) {
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+    for (i, g) in got.iter().enumerate() {
+        let gv = g.to_f64();
+        assert!(gv.is_finite(), "{tag}: y[{i}] = {gv} (poison left?)");
+        let err = (gv - want[i]).abs() / want[i].abs().max(rms);
+        assert!(
+            err < 1e-2,
+            "{tag}: y[{i}] = {gv}, reference {} (rel err {err})",
+            want[i]
+        );
+        if let Some(cpu) = cpu {
+            let c = cpu[i].to_f64();
+            let ulp = f16::from_f64(c.abs()).to_f64().max(6.1e-5) * 2f64.powi(-10);
+            assert!(
+                (gv - c).abs() <= 2.0 * ulp + 1e-3 * rms,
+                "{tag}: y[{i}] = {gv}, interpreter {c}"
+            );
+        }
+    }
+}
+
 #[test]
 fn gpu_vq_gemv_matches_interpreter_and_reference() {
     let Some(ctx) = common::gpu_context(
@@ -92,7 +119,6 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                     .collect();
                 let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
                 let want = reference(&w, &x, m);
-                let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
                 let cpu = layer.forward_cpu(&x, m).unwrap();
                 for naive in [false, true] {
                     let tag = format!(
@@ -130,24 +156,9 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                             }
                         }
                     }
-                    for (i, g) in got.iter().enumerate() {
-                        let gv = g.to_f64();
-                        assert!(gv.is_finite(), "{tag}: y[{i}] = {gv} (poison left?)");
-                        let err = (gv - want[i]).abs() / want[i].abs().max(rms);
-                        assert!(
-                            err < 1e-2,
-                            "{tag}: y[{i}] = {gv}, reference {} (rel err {err})",
-                            want[i]
-                        );
-                        // The interpreter's output of the cached kernel, within one f16 ulp
-                        // and the f32 summation order.
-                        let c = cpu[i].to_f64();
-                        let ulp = f16::from_f64(c.abs()).to_f64().max(6.1e-5) * 2f64.powi(-10);
-                        assert!(
-                            (gv - c).abs() <= 2.0 * ulp + 1e-3 * rms,
-                            "{tag}: y[{i}] = {gv}, interpreter {c}"
-                        );
-                    }
+                    // The interpreter's output of the cached kernel, within one f16 ulp and
+                    // the f32 summation order.
+                    check_output(&tag, &got, &want, Some(&cpu));
                 }
             }
         }
@@ -197,7 +208,6 @@ fn gpu_vq_paired_product_matches_interpreter_and_reference() {
                     .collect();
                 let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
                 let want = reference(&w, &x, m);
-                let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
                 let cpu = layer.forward_cpu(&x, m).unwrap();
                 let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
                 gpu.forward_into(&xd, m, &mut y, false).unwrap();
@@ -206,18 +216,7 @@ fn gpu_vq_paired_product_matches_interpreter_and_reference() {
                 gpu.forward_into(&xd, m, &mut again, false).unwrap();
                 let bits = |v: &[f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&again.to_host().unwrap()), bits(&got), "{tag}: again");
-                for (i, g) in got.iter().enumerate() {
-                    let gv = g.to_f64();
-                    assert!(gv.is_finite(), "{tag}: y[{i}] = {gv} (poison left?)");
-                    let err = (gv - want[i]).abs() / want[i].abs().max(rms);
-                    assert!(err < 1e-2, "{tag}: y[{i}] = {gv}, reference {}", want[i]);
-                    let c = cpu[i].to_f64();
-                    let ulp = f16::from_f64(c.abs()).to_f64().max(6.1e-5) * 2f64.powi(-10);
-                    assert!(
-                        (gv - c).abs() <= 2.0 * ulp + 1e-3 * rms,
-                        "{tag}: y[{i}] = {gv}, interpreter {c}"
-                    );
-                }
+                check_output(&tag, &got, &want, Some(&cpu));
             }
         }
     }
@@ -291,7 +290,6 @@ fn gpu_vq_lut_one_token_matches_reference() {
                 .collect();
             let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
             let want = reference(&w, &x, 1);
-            let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
             let cpu = layer.forward_cpu(&x, 1).unwrap();
             for run in 0..2 {
                 let tag = format!(
@@ -300,23 +298,10 @@ fn gpu_vq_lut_one_token_matches_reference() {
                 );
                 let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n]).unwrap();
                 gpu.forward_into(&xd, 1, &mut y, false).unwrap();
-                for (i, g) in y.to_host().unwrap().iter().enumerate() {
-                    let g = g.to_f64();
-                    assert!(g.is_finite(), "{tag}: y[{i}] = {g} (poison left?)");
-                    let err = (g - want[i]).abs() / want[i].abs().max(rms);
-                    assert!(err < 1e-2, "{tag}: y[{i}] = {g}, reference {}", want[i]);
-                    // The interpreter's tables and sums: the same up to the order of the
-                    // atomics' f32 additions, one f16 rounding, and the table entries whose
-                    // f16 rounding the two f32 dot products (tensor cores and interpreter)
-                    // tip apart, each by about 1.5e-5 rms here (1e-3 rms is about 60 such; a
-                    // wrong look-up is about 3e-2 rms).
-                    let c = cpu[i].to_f64();
-                    let ulp = f16::from_f64(c.abs()).to_f64().max(6.1e-5) * 2f64.powi(-10);
-                    assert!(
-                        (g - c).abs() <= 2.0 * ulp + 1e-3 * rms,
-                        "{tag}: y[{i}] = {g}, interpreter {c}"
-                    );
-                }
+                // The interpreter's tables and sums: the same up to the order of the atomics'
+                // f32 additions, one f16 rounding, and the table entries whose f16 rounding the
+                // two f32 dot products (tensor cores and interpreter) tip apart.
+                check_output(&tag, &y.to_host().unwrap(), &want, Some(&cpu));
             }
         }
     }

@@ -203,6 +203,30 @@ pub fn table_lookup_rows<const C: i32, const ROWS: i32>(
     );
 }
 
+/// What [`table_lookup_rows`] must write for `codes` and a `[rows, c, 4]` table: each code's
+/// vector `(code, (5 j + 3) % c)`, zeros for a code past the table.
+#[allow(dead_code)] // Not every test crate that includes this module checks it.
+pub fn table_lookup_rows_expected(
+    codes: &[u8],
+    table: &[tilus::prelude::f16],
+    rows: usize,
+    c: usize,
+) -> Vec<tilus::prelude::f16> {
+    use tilus::prelude::f16;
+    let mut out = Vec::with_capacity(4 * codes.len());
+    for (e, &code) in codes.iter().enumerate() {
+        let (row, col) = (code as usize, (5 * (e % 8) + 3) % c);
+        for w in 0..4 {
+            out.push(if row < rows {
+                table[(row * c + col) * 4 + w]
+            } else {
+                f16::ZERO
+            });
+        }
+    }
+    out
+}
+
 /// `out[v, j] = table[codes[v, j], (5 j + 3) % C]` with `lookup` from an f32 table staged in
 /// shared memory: `C = 64` columns of `ROWS = 256` rows is the one-`PRMT` path (256-byte rows,
 /// u8 rows always in range), `C = 32` the guarded one, where the columns wrap and, with
