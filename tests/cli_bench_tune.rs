@@ -317,7 +317,7 @@ fn vq_flags_are_checked_before_the_gpu_is_opened() {
         (&["--cache", "12"], "--cache"),
         (&["--cache", "0/256"], "--cache"),
         (&["--warps", "3"], "--warps"),
-        (&["--product", "3"], "--product"),
+        (&["--product", "4"], "--product"),
         (&["--runs", "0"], "--runs"),
         (&["--lut", "maybe"], "--lut"),
         (&["--lut", "16x28"], "--lut"),
