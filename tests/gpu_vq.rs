@@ -103,7 +103,8 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
                 .with_split(split)
                 .unwrap();
             // The third runs the transposed product on 16 tokens per block at every m, the
-            // others the layer's choice (transposed on 8 tokens up to m = 8, else y = x · Wᵀ).
+            // others the layer's choice (for vectors of 4 the paired product up to m = 4, then
+            // transposed on 8 tokens up to m = 8, else y = x · Wᵀ).
             let layer = if ci == 2 {
                 layer.with_product(2).unwrap()
             } else {
@@ -113,7 +114,7 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
             if ci == 1 {
                 gpu.reserve(33).unwrap();
             }
-            for m in [1, 3, 16, 33] {
+            for m in [1, 3, 6, 16, 33] {
                 let x: Vec<f16> = (0..m * k)
                     .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
                     .collect();

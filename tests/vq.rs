@@ -103,13 +103,14 @@ fn vq_gemv_matches_reference_with_every_cache() {
                 .unwrap();
             let layer = layer.clone().with_split(split).unwrap_or(layer);
             // The second runs the transposed product on 16 tokens per block at every m, the
-            // first the layer's choice (transposed on 8 tokens up to m = 8, else `y = x · Wᵀ`).
+            // first the layer's choice (for vectors of 4 the paired product up to m = 4, then
+            // transposed on 8 tokens up to m = 8, else `y = x · Wᵀ`).
             let layer = if ci == 1 {
                 layer.with_product(2).unwrap()
             } else {
                 layer
             };
-            for m in [1, 3, 16] {
+            for m in [1, 3, 6, 16] {
                 // Only the default cache at every m (the interpreter's time).
                 if ci > 0 && m != 3 && m != 16 {
                     continue;

@@ -18,7 +18,7 @@
 //!   thread) from a shared ring padded against bank conflicts.
 //! - **The codebook cache.** With `REP = 16` (`V = 4`: `LDS.64` serves 16 lanes per cycle) the
 //!   codebook is stored 16 times, row `((entry · 2 + buffer) · 16 + c)` for copy `c` (an entry's
-//!   copies in both buffers make one 256-byte row: the paired product addresses it with one
+//!   copies in both buffers make one 256-byte row, which every product addresses with one
 //!   `PRMT`, a rank-3 `lookup`), and lane `l` reads copy
 //!   `l % 16`: the 16 lanes of a phase hit 16 distinct bank pairs whatever the codes, so a
 //!   look-up never conflicts (a random one costs about 3x). The copies are written once per
@@ -247,11 +247,11 @@ pub fn vq_gemv<
     let scodes = shared::<u32>([STAGES, threads, wps]);
     // Codebook buffers (two tiles' codebooks, or the one codebook). A buffer's copies of an
     // entry lie side by side: row `((r · E + entry) · nb + buf) · REP + copy`, so with two
-    // buffers of 16 copies of 4 halves an entry is one 256-byte row, which the paired product
-    // reads as `[R · E, 2 · REP, hv]` (`fast`): a look-up's address is then one `PRMT` of the
-    // code's byte and the lane's offset (`lookup`), not four instructions.
+    // buffers of 16 copies of 4 halves (or 8 of 8) an entry is one 256-byte row, which every
+    // product reads as `[R · E, 2 · REP, hv]` (`fast`): a look-up's address is then one `PRMT`
+    // of the code's byte and the lane's offset (`lookup`), not four instructions.
     let nb = 2 - ONE;
-    let fast = paired && ONE == 0 && HB == 0 && REP == 16 && E == 256 && LAT == 0;
+    let fast = ONE == 0 && HB == 0 && E == 256 && LAT == 0 && nb * REP * hv == 64;
     let sbook = if fast {
         shared::<i32>([R * E, nb * REP, hv])
     } else {
@@ -267,7 +267,7 @@ pub fn vq_gemv<
     let lic = if paired { li_p } else { li };
     // The fast path's copies in the codes' own layout (`lookup` broadcasts them).
     let copy_li = if fast {
-        (arange(li, 1, 0) & 3) + ((arange(li, 0, 0) & (REP / 4 - 1)) << 2)
+        (arange(li, vd, 0) & 3) + ((arange(li, 1 - vd, 0) & (REP / 4 - 1)) << 2)
     } else {
         register::<i32>(li, 0)
     };
@@ -373,7 +373,13 @@ pub fn vq_gemv<
             );
             let tab = slice_shared(sbook, [r * E, 0, 0], [E, nb * REP, hv]);
             let rows = lookup(tab, view::<u8>(lo, li), base);
-            view::<f16>(cast::<i32>(rows, layout!(li_p.local(1, hv))), la_p)
+            if paired {
+                view::<f16>(cast::<i32>(rows, layout!(li_p.local(1, hv))), la_p)
+            } else {
+                // `li.local(1, hv)` holds a vector's words where `lw` wants them (local `l ·
+                // hv + w` either way): only the logical shape changes.
+                view::<f16>(rows, lw)
+            }
         } else if paired {
             // The same codes in `li_p`'s order (a renaming of registers), each row landing
             // in its fragment's registers.
