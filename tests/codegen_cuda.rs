@@ -1436,7 +1436,8 @@ fn lut_kernel_requests_its_weights_before_its_tables() {
 /// and with k split in four, and the naive GC
 /// kernel compile to HMMA without local memory or spills; the codebook-centric one stages with
 /// cp.async and looks a codebook row up with one vector load (`LDS.64` for vectors of 4,
-/// `LDS.128` for 8).
+/// `LDS.128` for 8). GPTVQ-2's 16 copies in two buffers make 256-byte rows, whose look-ups
+/// address with one `PRMT` each in every product (at least a k step's 32).
 #[test]
 fn vq_kernels_compile_without_spills() {
     use tilus::kernels::vq::kernel::{vq_gemv, vq_gemv_gc};
@@ -1476,7 +1477,8 @@ fn vq_kernels_compile_without_spills() {
                     } else {
                         "LDS.128"
                     };
-                    lookups.push((name.clone(), p.clone(), wide));
+                    let rows256 = c.vector_size == 4 && cache.replicas == 16;
+                    lookups.push((name.clone(), p.clone(), wide, rows256));
                 }
                 kernels.push((
                     name,
@@ -1502,7 +1504,7 @@ fn vq_kernels_compile_without_spills() {
         return;
     };
     let scratch = Scratch::new("vq_lookups");
-    for (name, p, wide) in lookups {
+    for (name, p, wide, rows256) in lookups {
         let src = emit(&p, &Default::default()).unwrap().source;
         let ptx = compile_ptx(&src, "sm_90a").unwrap();
         let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, "sm_90a");
@@ -1511,6 +1513,13 @@ fn vq_kernels_compile_without_spills() {
             ops.iter().any(|o| o == wide),
             "{name}: no {wide} look-ups in {ops:?}"
         );
+        if rows256 {
+            let prmt = ops.iter().filter(|o| o.starts_with("PRMT")).count();
+            assert!(
+                prmt >= 32,
+                "{name}: {prmt} PRMTs, not one a look-up (32 a k step)"
+            );
+        }
     }
 }
 
