@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 64, the last device run (little device time left, so in order of need): the copy
-# engine's loads issued by the warps in turn (`tilus-rr`) against one thread issuing all
-# (`tilus-prmt`) on the warpgroup gemv, alternated; the GPU checks of the VQ gemv's one-PRMT
-# look-ups; the GPU tests of the kernels that use `tma_load`. The log is written as it goes.
+# Session 64, the last device run (little device time left, so in order of need): the GPU
+# checks of the VQ gemv's one-PRMT look-ups; the copy engine's loads issued by the warps in
+# turn (`tilus-rr`, branch tma-issuer-rr) against one thread issuing all (`tilus-prmt`) on the
+# warpgroup gemv, alternated; the GPU tests of the kernels that use `tma_load`. The log is written as it goes.
 # From the repository root on the device; binaries in $BIN (default .dev/s64).
 set -u
 BIN=${BIN:-.dev/s64}
@@ -11,6 +11,8 @@ log=$OUT/s64-last.txt
 b=METHOD=gemv_wgmma,BK=64
 {
   nvidia-smi --query-gpu=name --format=csv,noheader
+  echo "== gpu_vq"
+  TILUS_REQUIRE_GPU=1 timeout 120 $BIN/gpu_vq --test-threads=1 gemv_matches paired 2>&1 | tail -4
   bench() {
     echo "== round $1: $2"
     timeout 30 $BIN/$2 bench qmatmul --wdtype u2 --m 32 --verbose \
@@ -22,8 +24,6 @@ b=METHOD=gemv_wgmma,BK=64
   }
   bench 1 tilus-prmt
   bench 1 tilus-rr
-  echo "== gpu_vq"
-  TILUS_REQUIRE_GPU=1 timeout 120 $BIN/gpu_vq --test-threads=1 gemv_matches paired 2>&1 | tail -4
   echo "== gpu_gemm (tma, persistent, warp-specialized)"
   TILUS_REQUIRE_GPU=1 timeout 90 $BIN/gpu_gemm --test-threads=1 tma persistent warp_specialized 2>&1 | tail -6
   echo "== gpu_qmatmul (warpgroup gemvs)"
