@@ -3,7 +3,10 @@
 # checks of the VQ gemv's one-PRMT look-ups; the copy engine's loads issued by the warps in
 # turn (`tilus-rr`, branch tma-issuer-rr) against one thread issuing all (`tilus-prmt`) on the
 # warpgroup gemv, alternated; the GPU tests of the kernels that use `tma_load`. The log is written as it goes.
-# From the repository root on the device; binaries in $BIN (default .dev/s64).
+# From the repository root on the device; binaries in $BIN (default .dev/s64), stripped:
+# `tilus-prmt` and `gpu_vq` built from main at 3439365, `tilus-rr`, `gpu_gemm` and
+# `gpu_qmatmul` from branch tma-issuer-rr (`cargo build --release --bin tilus`, `cargo test
+# --release --test NAME --no-run`, then target/release/deps/NAME-<hash>).
 set -u
 BIN=${BIN:-.dev/s64}
 OUT=${OUT:-/tmp}
