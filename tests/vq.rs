@@ -63,9 +63,20 @@ fn cases() -> Vec<(VqConfig, usize, usize)> {
         scope: CodebookScope::Matrix,
         ..VqConfig::GPTVQ_2
     };
+    // Vectors of 8 in per-tile codebooks: two buffers of 8 copies also make 256-byte rows
+    // (the one-`PRMT` look-up of every product).
+    let tiles8 = VqConfig {
+        name: "tiles8",
+        scope: CodebookScope::Tile {
+            rows: 64,
+            cols: 128,
+        },
+        ..VqConfig::AQLM_2X8
+    };
     vec![
         (VqConfig::GPTVQ_2, 256, 512),
         (small_tiles, 64, 256),
+        (tiles8, 64, 256),
         (one_book, 64, 256),
         (VqConfig::AQLM_2X8, 64, 256),
         (VqConfig::AQLM_3, 64, 256),

@@ -203,28 +203,34 @@ pub fn table_lookup_rows<const C: i32, const ROWS: i32>(
     );
 }
 
-/// What [`table_lookup_rows`] must write for `codes` and a `[rows, c, 4]` table: each code's
-/// vector `(code, (5 j + 3) % c)`, zeros for a code past the table.
+/// Checks what [`table_lookup_rows`] wrote for `codes` and a `[rows, c, 4]` table: each code's
+/// vector `(code, (5 j + 3) % c)`, zeros for a code past the table, bit for bit.
 #[allow(dead_code)] // Not every test crate that includes this module checks it.
-pub fn table_lookup_rows_expected(
+pub fn check_table_lookup_rows(
+    tag: &str,
+    out: &[tilus::prelude::f16],
     codes: &[u8],
     table: &[tilus::prelude::f16],
     rows: usize,
     c: usize,
-) -> Vec<tilus::prelude::f16> {
+) {
     use tilus::prelude::f16;
-    let mut out = Vec::with_capacity(4 * codes.len());
-    for (e, &code) in codes.iter().enumerate() {
+    assert_eq!(out.len(), 4 * codes.len(), "{tag}: output length");
+    for (i, got) in out.iter().enumerate() {
+        let (e, w) = (i / 4, i % 4);
+        let code = codes[e];
         let (row, col) = (code as usize, (5 * (e % 8) + 3) % c);
-        for w in 0..4 {
-            out.push(if row < rows {
-                table[(row * c + col) * 4 + w]
-            } else {
-                f16::ZERO
-            });
-        }
+        let want = if row < rows {
+            table[(row * c + col) * 4 + w]
+        } else {
+            f16::ZERO
+        };
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{tag} half {i} (code {code})"
+        );
     }
-    out
 }
 
 /// `out[v, j] = table[codes[v, j], (5 j + 3) % C]` with `lookup` from an f32 table staged in
