@@ -7,11 +7,12 @@ set -u
 BIN=${BIN:-.dev/s64}
 OUT=${OUT:-/tmp}
 log=$OUT/s64-probe.txt
+TILUS=${TILUS:-$BIN/tilus}
 b=METHOD=gemv_wgmma,BK=64
 {
   for w in i4 u2; do
     echo "== $w, 64 tokens"
-    $BIN/tilus bench qmatmul --wdtype $w --m 64 --verbose \
+    $TILUS bench qmatmul --wdtype $w --m 64 --verbose \
       --config $b,BM=64,BN=128,WARPS=4,STAGES=3,STAGE_TILES=2,BLOCKS_PER_SM=3,STREAM_K=396 \
       --config $b,BM=64,BN=64,WARPS=4,STAGES=5,STAGE_TILES=1,BLOCKS_PER_SM=4,STREAM_K=528 \
       --config $b,BM=64,BN=64,WARPS=4,STAGES=4,STAGE_TILES=1,BLOCKS_PER_SM=4,STREAM_K=528 \
@@ -19,7 +20,7 @@ b=METHOD=gemv_wgmma,BK=64
       --config $b,BM=64,BN=128,WARPS=8,STAGES=4,STAGE_TILES=2,BLOCKS_PER_SM=2,STREAM_K=264 \
       2>&1 | grep "^  "
     echo "== $w, 128 tokens"
-    $BIN/tilus bench qmatmul --wdtype $w --m 128 --verbose \
+    $TILUS bench qmatmul --wdtype $w --m 128 --verbose \
       --config $b,BM=128,BN=128,WARPS=8,STAGES=5 \
       --config $b,BM=128,BN=128,WARPS=8,STAGES=4,STAGE_TILES=2,BLOCKS_PER_SM=1,STREAM_K=132 \
       --config $b,BM=128,BN=64,WARPS=4,STAGES=4,BLOCKS_PER_SM=3 \
