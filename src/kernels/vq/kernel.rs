@@ -65,7 +65,11 @@
 /// `ONE = 0` the slice of each block a whole number of codebook tiles.
 #[tilus::kernel(
     lazy,
-    grid = [cdiv(m, max(8 * TR, 16 - 8 * TR) - 20 * (TR / 3)), n / (32 * WN), SPLIT],
+    grid = [
+        cdiv(m, if TR == 3 { 4 } else { max(8 * TR, 16 - 8 * TR) }),
+        n / (32 * WN),
+        SPLIT,
+    ],
     warps = WN,
     space(
         WN = [8],
