@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 65, the last device run (issue 15): more warps or wider blocks for the warpgroup gemv
-# at 32, 64 and 128 tokens against the tuner's pick in the same invocation (57344 x 8192), then
-# one ncu profile of the 32-token u2 kernel (run second, after the 32-token probes) with stall samples per SASS instruction (where the
-# k step's time goes: the open question of perf notes 56, 58 and 85).
+# at 32, 64 and 128 tokens against the tuner's pick in the same invocation (57344 x 8192), and
+# one ncu profile of the 32-token u2 kernel (run second, after the 32-token probes) with stall
+# samples per SASS instruction (where the k step's time goes: perf notes 56, 58 and 85).
 # From the repository root on the device; `tilus` in $BIN (default .dev/s65b), built from main
 # at the commit that adds this script. Logs: $OUT/s65-probe.txt, $OUT/s65-ncu-*.
 set -u
