@@ -12,7 +12,7 @@ log=$OUT/s66-prefill-ws.txt
 b=METHOD=gemv_wgmma,BK=64,BM=256,BN=128,WARPS=8
 {
   nvidia-smi --query-gpu=name --format=csv,noheader
-  for round in 1 2; do
+  for round in $(seq 1 ${ROUNDS:-2}); do
     for w in i4 u2; do
       echo "== round $round, $w, 4096 tokens"
       timeout 60 $BIN/tilus-main bench qmatmul --wdtype $w --m 4096 --verbose \
@@ -22,6 +22,6 @@ b=METHOD=gemv_wgmma,BK=64,BM=256,BN=128,WARPS=8
     done
   done
   echo "== gpu_vq (main)"
-  TILUS_REQUIRE_GPU=1 timeout 240 $BIN/gpu_vq --test-threads=1 2>&1 | grep "^test \|test result"
+  TILUS_REQUIRE_GPU=1 timeout ${VQ_TIMEOUT:-240} $BIN/gpu_vq --test-threads=1 2>&1 | grep "^test \|test result"
 } > "$log" 2>&1
 cat "$log"
