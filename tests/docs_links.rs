@@ -1,6 +1,7 @@
-//! Every file the README and `docs/*.md` point at exists in a clone of the repository: relative
-//! markdown links (`[text](path)`, resolved from the page's folder, staying inside the
-//! repository), and file paths quoted as code (`` `src/quant.rs` ``, from the repository root).
+//! Every file the READMEs (the repository's and `bench/`'s) and `docs/*.md` point at exists in
+//! a clone of the repository: relative markdown links (`[text](path)`, resolved from the page's
+//! folder, staying inside the repository), and file paths quoted as code (`` `src/quant.rs` ``,
+//! from the repository root).
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +17,7 @@ const ROOTS: &[&str] = &[
     "tilus-macros/",
     "tilus-runtime/",
     ".ci/",
+    "bench/",
     "../",
 ];
 
@@ -24,7 +26,7 @@ fn root() -> PathBuf {
 }
 
 fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![root().join("README.md")];
+    let mut pages = vec![root().join("README.md"), root().join("bench/README.md")];
     for entry in std::fs::read_dir(root().join("docs")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "md") {
