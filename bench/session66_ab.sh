@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# For the next device session (issue 15, perf note 87): session 65's two unmeasured branches
+# Session 66 (issue 15, perf notes 87-88): session 65's two unmeasured branches
 # against main, alternated, at the tuner's 16-, 32- and 64-token tiles on 57344 x 8192, then
 # their GPU checks. Checks first where the device time may run out: run it with ORDER=checks.
 # Binaries in $BIN (default .dev/s66), stripped, built with `cargo build --release --bin tilus`

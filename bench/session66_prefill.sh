@@ -4,7 +4,8 @@
 # multiply), and stream-k workers with two k tiles a stage, against the tuner's pick, 4096
 # tokens on 57344 x 8192, alternated; then `gpu_vq` on main (the VQ gemv's grid now written
 # from its tile parameters). Binaries in $BIN (default .dev/s66c): tilus-main (`cargo build
-# --release`), gpu_vq (`cargo test --release --test gpu_vq --no-run`). Log: $OUT/s66-prefill-ws.txt.
+# --release`), gpu_vq (`cargo test --release --test gpu_vq --no-run`).
+# Log: $OUT/s66-prefill-ws.txt. ROUNDS (default 2) and VQ_TIMEOUT (default 240 s) shorten it.
 set -u
 BIN=${BIN:-.dev/s66c}
 OUT=${OUT:-/tmp}
