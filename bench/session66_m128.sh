@@ -2,9 +2,8 @@
 # Session 66 (issue 15): 128 tokens on 57344 x 8192, where 4-bit weights sit at 1.60-1.67x
 # cuBLAS f16 against the 1.7x target. The tuner's whole 128 x 128 tiles (122 registers and a
 # 101 KB ring, so two blocks fit a multiprocessor) against stream-k workers two a multiprocessor
-# (the tuner plans one), and
-# 64-column one-warpgroup blocks three a multiprocessor, whole or on stream-k. Binary:
-# tilus-main in $BIN (default .dev/s66c). Log: $OUT/s66-m128.txt.
+# (the tuner plans one), and 64-column one-warpgroup blocks three a multiprocessor, whole or on
+# stream-k. Binary: tilus-main in $BIN (default .dev/s66c). Log: $OUT/s66-m128.txt.
 set -u
 BIN=${BIN:-.dev/s66c}
 OUT=${OUT:-/tmp}
