@@ -14,14 +14,14 @@ log=$OUT/s67-$PART.txt
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv
   if [ "$PART" = apt ]; then
     echo "== APT, paper shapes, 1, 64 and 4096 tokens"
-    timeout 150 $BIN/tilus-main bench apt --m 1,64,4096 --widths W1A2,W2A2,W3A4 --no-weight-only --runs 10
+    timeout 200 $BIN/tilus-main bench apt --m 1,64,4096 --widths W1A2,W2A2,W3A4 --no-weight-only --runs 10
     echo "== APT, Llama-70B shapes, one and 64 tokens"
     timeout 120 $BIN/tilus-main bench apt --m 1,64 --shapes llama70b --widths W2A2,W3A4 --no-weight-only --runs 10
     echo "== torch: cuBLAS f16 and int8 _int_mm"
-    timeout 90 python3 bench/torch_apt.py --m 1,64,4096 --runs 10
-    timeout 60 python3 bench/torch_apt.py --m 1,64 --shapes llama70b --runs 10
+    timeout 80 python3 bench/torch_apt.py --m 1,64,4096 --runs 10
+    timeout 50 python3 bench/torch_apt.py --m 1,64 --shapes llama70b --runs 10
     echo "== gpu_apt: the layer against the reference, the 1-bit warpgroup MMA, the GPU re-layout"
-    timeout 150 $BIN/gpu_apt --test-threads=1 gpu_apt_linear_matches_reference \
+    timeout 100 $BIN/gpu_apt --test-threads=1 gpu_apt_linear_matches_reference \
       gpu_apt_bgmma_matches_the_one_bit_gemm gpu_apt_split_planes_matches_the_host
   else
     echo "== quantized matmul, 10240 x 8192, 8192 x 8192 and 8192 x 28672, 16-256 tokens"
