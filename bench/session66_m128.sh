@@ -4,6 +4,7 @@
 # 101 KB ring, so two blocks fit a multiprocessor) against stream-k workers two a multiprocessor
 # (the tuner plans one), and 64-column one-warpgroup blocks three a multiprocessor, whole or on
 # stream-k. Binary: tilus-main in $BIN (default .dev/s66c). Log: $OUT/s66-m128.txt.
+# Not run in sessions 66 and 67 (no device time left; no machine could be started).
 set -u
 BIN=${BIN:-.dev/s66c}
 OUT=${OUT:-/tmp}

@@ -3,6 +3,7 @@
 # ran `bench dense` in session 11, before the persistent and warp-specialized pipelines), then
 # session 66's 128-token probe, i4 and u4 only. Binaries in $BIN (default .dev/s67): tilus-main.
 # Log: $OUT/s67-dense-m128.txt.
+# Prepared in session 67 and not run: no H100 (nor H200) could be started that session.
 set -u
 BIN=${BIN:-.dev/s67}
 OUT=${OUT:-/tmp}
