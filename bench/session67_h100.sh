@@ -10,14 +10,17 @@
 set -u
 BIN=${BIN:-.dev/s67}
 OUT=${OUT:-/tmp}
+PART=${PART:?set PART=apt or PART=small}
 log=$OUT/s67-$PART.txt
 {
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv
   if [ "$PART" = apt ]; then
     echo "== APT, paper shapes, 1, 64 and 4096 tokens"
-    timeout 200 $BIN/tilus-main bench apt --m 1,64,4096 --widths W1A2,W2A2,W3A4 --no-weight-only --runs 10
+    timeout 200 $BIN/tilus-main bench apt --m 1,64,4096 --widths W1A2,W2A2,W3A4 \
+      --no-weight-only --runs 10
     echo "== APT, Llama-70B shapes, one and 64 tokens"
-    timeout 120 $BIN/tilus-main bench apt --m 1,64 --shapes llama70b --widths W2A2,W3A4 --no-weight-only --runs 10
+    timeout 120 $BIN/tilus-main bench apt --m 1,64 --shapes llama70b --widths W2A2,W3A4 \
+      --no-weight-only --runs 10
     echo "== torch: cuBLAS f16 and int8 _int_mm"
     timeout 80 python3 bench/torch_apt.py --m 1,64,4096 --runs 10
     timeout 50 python3 bench/torch_apt.py --m 1,64 --shapes llama70b --runs 10

@@ -8,6 +8,7 @@
 set -u
 BIN=${BIN:-.dev/s67}
 OUT=${OUT:-/tmp}
+PART=${PART:?set PART=1 or PART=2}
 log=$OUT/s67-lowbit-$PART.txt
 {
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Session 67 (issues 15 and 20), for a device call of about four minutes: session 66's
-# 128-token probe for i4 (the tuner's whole 128 x 128 tiles against two stream-k workers a
-# multiprocessor), then APT W2A2 at 64 tokens on the paper's shapes beside torch's cuBLAS f16 and
-# int8 `_int_mm` (issue 20's 2.5x and 2.1x). Binary tilus-main in $BIN (default .dev/s67).
-# Log: $OUT/s67-short.txt.
+# Session 67 (issues 15 and 20), for a device call of about four minutes: session 66's 128-token
+# probe for i4 (the tuner's whole 128 x 128 tiles against two stream-k workers a multiprocessor;
+# the whole tiles timed before and after), then APT W2A2 at 64 tokens on the paper's shapes
+# beside torch's cuBLAS f16 and int8 `_int_mm` (issue 20's 2.5x and 2.1x). Binary tilus-main in
+# $BIN (default .dev/s67). Log: $OUT/s67-short.txt.
 # Prepared in session 67 and not run: no H100 (nor H200) could be started that session.
 set -u
 BIN=${BIN:-.dev/s67}
