@@ -4,7 +4,9 @@
 # 101 KB ring, so two blocks fit a multiprocessor) against stream-k workers two a multiprocessor
 # (the tuner plans one), and 64-column one-warpgroup blocks three a multiprocessor, whole or on
 # stream-k. Binary: tilus-main in $BIN (default .dev/s66c). Log: $OUT/s66-m128.txt.
-# Not run in sessions 66 and 67 (no device time left; no machine could be started).
+# Not run in sessions 66 and 67 (no device time left; no machine could be started); run in
+# session 68 on an H100 by bench/session67_m128_dense.sh
+# (log: docs/benchmarks-issue15-h100-s68-m128.txt).
 set -u
 BIN=${BIN:-.dev/s66c}
 OUT=${OUT:-/tmp}

@@ -6,7 +6,9 @@
 # batched decode on the three other Llama-70B layers, tuned, cuBLAS f16 in the sweep. From the
 # repository root on the device; `tilus` (main) as tilus-main and the `gpu_apt` test in $BIN
 # (default .dev/s67). Log: $OUT/s67-$PART.txt.
-# Prepared in session 67 and not run: no H100 (nor H200) could be started that session.
+# Prepared in session 67; run in session 68 on an H100 (logs:
+# docs/benchmarks-issue20-h100-s68-apt.txt for PART=apt, docs/benchmarks-issue15-h100-s68-small.txt
+# and .csv for PART=small).
 set -u
 BIN=${BIN:-.dev/s67}
 OUT=${OUT:-/tmp}

@@ -4,7 +4,8 @@
 # cuBLAS f16 in the same run; bf16 activations at one token on the two wide layers. Binary
 # tilus-main in $BIN (default .dev/s67). Log and CSVs under $OUT. PART=1 runs one token, PART=2
 # 16 tokens and bf16.
-# Prepared in session 67 and not run: no H100 (nor H200) could be started that session.
+# Prepared in session 67; run in session 68 on an H100 (logs:
+# docs/benchmarks-issue16-h100-s68-sweep.txt, both PARTs, and -m1.csv, -m16.csv, -m1-bf16.csv).
 set -u
 BIN=${BIN:-.dev/s67}
 OUT=${OUT:-/tmp}

@@ -3,7 +3,8 @@
 # ran `bench dense` in session 11, before the persistent and warp-specialized pipelines), then
 # session 66's 128-token probe as it is (`bench/session66_m128.sh`). Binaries in $BIN (default
 # .dev/s67): tilus-main. Logs: $OUT/s67-dense.txt and $OUT/s66-m128.txt.
-# Prepared in session 67 and not run: no H100 (nor H200) could be started that session.
+# Prepared in session 67; run in session 68 on an H100 (logs:
+# docs/benchmarks-issue15-h100-s68-dense.txt and docs/benchmarks-issue15-h100-s68-m128.txt).
 set -u
 BIN=${BIN:-.dev/s67}
 OUT=${OUT:-/tmp}

@@ -4,7 +4,8 @@
 # the whole tiles timed before and after), then APT W2A2 at 64 tokens on the paper's shapes
 # beside torch's cuBLAS f16 and int8 `_int_mm` (issue 20's 2.5x and 2.1x). Binary tilus-main in
 # $BIN (default .dev/s67). Log: $OUT/s67-short.txt.
-# Prepared in session 67 and not run: no H100 (nor H200) could be started that session.
+# Prepared in session 67; not run: not needed, since session 68 ran its two parts inside
+# bench/session67_h100.sh (PART=apt) and bench/session66_m128.sh on an H100.
 set -u
 BIN=${BIN:-.dev/s67}
 OUT=${OUT:-/tmp}
