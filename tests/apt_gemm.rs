@@ -379,6 +379,101 @@ fn decode_tune_points_match_the_rule() {
     }
 }
 
+/// Every point the batch tuner measures (`kernels::apt::tune::batch_candidates`) is a GEMM the
+/// layer takes (`check_batch_path`), the rule's path first and none twice, with one and two
+/// warpgroups of the 1-bit MMA, 128-row blocks only from 128 tokens, the outputs stored by the
+/// threads and by the copy engine, and the integer MMA's two
+/// column blocks from 16 tokens where k is a multiple of 16; a path the layer would not take,
+/// or one token, is refused naming `path` or `m`. On two small ragged layers every point
+/// computes the rule's bits on the interpreter (a tuned layer changes speed, never results).
+#[test]
+fn batch_tune_points_are_paths_the_layer_takes() {
+    use tilus::kernels::apt::kernel::{apt_gemm_bgmma, apt_gemm_igmma};
+    use tilus::kernels::apt::tune::batch_candidates;
+    use tilus::kernels::apt::{AptLinear, AptPath};
+    for (w, a) in tilus::kernels::apt::bench::WIDTHS {
+        for (n, k) in [(14336, 4096), (1024, 1024), (8192, 28672)] {
+            let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+            for m in [2, 16, 64, 300, 4096] {
+                let tag = format!("W{w}A{a} {n}x{k} m={m}");
+                let c = batch_candidates(&layer, m);
+                assert_eq!(c[0], layer.path(m), "{tag}");
+                for (i, p) in c.iter().enumerate() {
+                    assert!(!c[..i].contains(p), "{tag}: {p:?} twice");
+                    layer
+                        .check_batch_path(m, p)
+                        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                }
+                let bgmma: Vec<_> = c
+                    .iter()
+                    .filter_map(|p| match p {
+                        AptPath::Bgmma(cfg) => Some(*cfg),
+                        _ => None,
+                    })
+                    .collect();
+                assert!(bgmma.len() >= 4, "{tag}: {bgmma:?}");
+                assert!(bgmma.iter().any(|c| c.WGN == 1), "{tag}");
+                assert!(bgmma.iter().any(|c| c.WGN == 2), "{tag}");
+                // (Eight activation planes of 128 rows do not fit two stages.)
+                let tall = bgmma.iter().any(|c| c.BM == 128);
+                assert!(if m < 128 { !tall } else { tall || a == 8 }, "{tag}");
+                let boxed = bgmma.iter().any(|c| c.STORE_BOX > 0);
+                assert!(boxed && bgmma.iter().any(|c| c.STORE_BOX == 0), "{tag}");
+                let igmma = c.iter().filter(|p| matches!(p, AptPath::Igmma(_))).count();
+                assert_eq!(igmma, if m >= 16 { 2 } else { 0 }, "{tag}");
+            }
+        }
+    }
+    // Refusals name the argument.
+    let layer = AptLinear::new(&random(1024 * 256), 1024, 256, 2, 2, None).unwrap();
+    let rule = layer.path(64);
+    let err = layer.check_batch_path(1, &rule).unwrap_err().to_string();
+    assert!(err.contains("`m`"), "{err}");
+    let AptPath::Bgmma(cfg) = rule else {
+        panic!("W2A2 at 64 tokens: {rule:?}")
+    };
+    for bad in [
+        AptPath::Bgmma(apt_gemm_bgmma::Config { WBITS: 3, ..cfg }),
+        AptPath::Bgmma(apt_gemm_bgmma::Config { BN: 12, ..cfg }),
+        AptPath::Bgmma(apt_gemm_bgmma::Config { STAGES: 9, ..cfg }),
+        AptPath::Bgmma(apt_gemm_bgmma::Config {
+            STORE_BOX: 7,
+            ..cfg
+        }),
+        AptPath::Igmma(apt_gemm_igmma::Config {
+            BN: 64,
+            ..layer.igmma_config(64, false)
+        }),
+        AptPath::Unfused,
+    ] {
+        let err = layer.check_batch_path(64, &bad).unwrap_err().to_string();
+        assert!(err.contains("`path`"), "{bad:?}: {err}");
+    }
+    // Every point, on the interpreter, gives the rule's bits.
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (m, n, k, w, a) in [(19, 40, 1280, 2, 2), (18, 24, 512, 3, 4)] {
+        let layer = AptLinear::new(&random(k * n), k, n, w, a, None).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let (y0, acc0) = layer.forward_cpu_unfused(&x, m).unwrap();
+        assert!(acc0.iter().any(|&v| v != 0));
+        let points = batch_candidates(&layer, m);
+        assert!(points.iter().any(|p| matches!(p, AptPath::Igmma(_))));
+        for p in points {
+            let (y, acc) = match p {
+                AptPath::Bgmma(cfg) => layer.forward_cpu_bgmma(&x, m, cfg),
+                AptPath::Igmma(cfg) => layer.forward_cpu_igmma(&x, m, cfg),
+                other => panic!("{other:?}"),
+            }
+            .unwrap();
+            assert_eq!(acc, acc0, "{p:?}: products");
+            assert_eq!(bits(&y), bits(&y0), "{p:?}: outputs");
+        }
+    }
+}
+
 /// The popc decode kernel (`apt_gemv_popc`: the plane pairs counted on the CUDA cores) gives
 /// the same bits as the quantizer + `apt_gemm`, for every bench width, one and several tokens,
 /// `n` not a multiple of the block's rows and `k` not a multiple of the chunk, tilings of

@@ -631,6 +631,74 @@ fn gpu_apt_decode_tune_picks_the_fastest_point() {
     }
 }
 
+/// The batch tuner (`tune_batch`, sm_90a) at ragged token counts: every point is timed, the
+/// winner is the fastest and becomes the path of every token count of its bucket (not of the
+/// next bucket), the tuner remembers it, and the forward on every point of the space gives the
+/// 1-bit GEMM's bits (outputs poisoned first): W2A2 at 33 tokens (the 1-bit warpgroup MMA and
+/// the integer one's two blocks) and W3A4 at 257 (128-row blocks among them).
+#[test]
+fn gpu_apt_batch_tune_picks_the_fastest_point() {
+    use tilus::kernels::apt::tune::{batch_candidates, tune_batch};
+    let Some(ctx) = common::gpu_context(
+        "gpu_apt_batch_tune_picks_the_fastest_point",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    if ctx.arch() != "sm_90a" {
+        eprintln!("SKIPPED gpu_apt_batch_tune_picks_the_fastest_point: wgmma needs sm_90a");
+        return;
+    }
+    let mut rng = rand::rng();
+    let bits = |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (w, a, m, n, k) in [(2, 2, 33, 4104, 4096), (3, 4, 257, 2056, 2048)] {
+        let weight: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let layer = AptLinear::new(&weight, k, n, w, a, None).unwrap();
+        let points = batch_candidates(&layer, m);
+        let (gpu, best, outcome) = tune_batch(layer.to_gpu(&ctx).unwrap(), m).unwrap();
+        let tag = format!("W{w}A{a} {n}x{k} m={m} tuned {best:?}");
+        assert!(!outcome.reused(), "{tag}: tuned before?");
+        assert_eq!(points[outcome.index], best, "{tag}");
+        let timed: Vec<f64> = outcome
+            .record
+            .candidates
+            .iter()
+            .filter_map(|c| c.median_us)
+            .collect();
+        assert_eq!(timed.len(), points.len(), "{tag}: a point failed");
+        assert!(
+            timed.iter().all(|&t| t >= outcome.median_us),
+            "{tag}: {} us is not the fastest of {timed:?}",
+            outcome.median_us
+        );
+        let bucket = m.next_power_of_two();
+        assert_eq!(gpu.path(m), best, "{tag}");
+        assert_eq!(gpu.path(bucket), best, "{tag}: the bucket's top");
+        assert_eq!(
+            gpu.path(2 * bucket),
+            layer.path(2 * bucket),
+            "{tag}: next bucket"
+        );
+        // Seven tokens more: the same bucket and the same space of points.
+        assert_eq!(batch_candidates(&layer, m + 7), points, "{tag}");
+        let (gpu_again, again, outcome) = tune_batch(gpu, m + 7).unwrap();
+        assert!(outcome.reused() && again == best, "{tag}: not remembered");
+        let mut gpu = gpu_again;
+        let one = one_bit_gemm(&gpu, m, &mut rng, &tag);
+        for &p in &points {
+            gpu = gpu.with_batch(m, p).unwrap();
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gpu.forward_into(&one.x, m, &mut y).unwrap();
+            assert_eq!(bits(&y.to_host().unwrap()), bits(&one.y), "{tag}: {p:?}");
+        }
+        eprintln!(
+            "{tag}: {:.1} us of {} points",
+            outcome.median_us,
+            timed.len()
+        );
+    }
+}
+
 /// The planes on the 1-bit warpgroup MMA at ragged shapes (tile rows past `m` and columns past
 /// `n` read the next plane's rows), outputs poisoned: the 1-bit GEMM's products and bits for
 /// W2A2 and W3A4, twice (the ring's phases start over each launch). Small enough for

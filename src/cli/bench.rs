@@ -381,9 +381,10 @@ pub enum BenchCommand {
         /// the device time. The layer column is then the popc kernel.
         #[arg(long = "popc-only")]
         popc_only: bool,
-        /// Tune each layer's popc tiles first (every point of `kernels::apt::tune::candidates`
-        /// timed once, the winner remembered per GPU with the kernel cache) and time the
-        /// winner; the `tiles` column names it.
+        /// Tune each layer first and time the winner: its one-token kernel and tiles (every
+        /// point of `kernels::apt::tune::candidates` timed once) and, from 2 tokens on sm_90a,
+        /// its GEMM (`kernels::apt::tune::batch_candidates`, the quantizer included), each
+        /// winner remembered per GPU with the kernel cache; the log names the winners.
         #[arg(long)]
         tune: bool,
         /// What the L2 flush before each run leaves in L2: `clean` lines (a memset, then a

@@ -99,7 +99,8 @@ fn err(e: impl std::fmt::Display) -> String {
 /// With `popc_only` only the popc decode kernel is timed (each of `popc_tiles`, or the layer's
 /// rule), and it is the row's layer time; with `tune` the layer's one-token kernel and tiles
 /// are tuned first ([`super::tune::tune`]) and the winner is the one timed (in its kernel's
-/// column, the other kernel's in the rule's tiles); `None` when none of them runs at this point (`m`
+/// column, the other kernel's in the rule's tiles), and from 2 tokens on sm_90a its GEMM
+/// ([`super::tune::tune_batch`]), the winner timed as the layer; `None` when none of them runs at this point (`m`
 /// past [`POPC_BENCH_MAX_M`], or every tiling refused for this width and shape).
 #[allow(clippy::too_many_arguments)]
 pub fn bench_apt(
@@ -128,6 +129,20 @@ pub fn bench_apt(
         eprintln!(
             "W{wbits}A{abits} {n}x{k}: one token on {best} (rule {}), {:.1} us; {timed} of {} points timed in {:.1} s{}",
             super::linear::one_token_rule(n, k, wbits, abits),
+            outcome.median_us,
+            r.candidates.len(),
+            r.tune_seconds,
+            if outcome.reused() { ", remembered" } else { "" }
+        );
+        gpu = tuned;
+    }
+    if tune && m > 1 && !popc_only && ctx.arch() == "sm_90a" {
+        let (tuned, best, outcome) = super::tune::tune_batch(gpu, m).map_err(err)?;
+        let r = &outcome.record;
+        let timed = r.candidates.iter().filter(|c| c.error.is_none()).count();
+        eprintln!(
+            "W{wbits}A{abits} {n}x{k}: {m} tokens on {best:?} (rule {:?}), {:.1} us; {timed} of {} points timed in {:.1} s{}",
+            layer.path(m),
             outcome.median_us,
             r.candidates.len(),
             r.tune_seconds,

@@ -563,6 +563,64 @@ impl AptLinear {
         }
     }
 
+    /// Whether `path` is a GEMM this layer takes for `m` tokens (`m >= 2`): the 1-bit
+    /// warpgroup MMA in tiles [`Self::bgmma_tiles`] gives (at most its ring stages, the outputs
+    /// stored by the threads or in [`bgmma_store_box`]'s boxes), or the integer warpgroup MMA
+    /// ([`Self::igmma_config`] with 64 or 128 rows and 128 or 256 columns, `k` a multiple of
+    /// 16); errors name `m` or `path`.
+    pub fn check_batch_path(&self, m: usize, path: &AptPath) -> Result<(), AptError> {
+        if m < 2 {
+            return Err(AptError::Kernel(format!(
+                "argument `m`: {m} tokens; a batch path serves 2 or more (one token's kernel is set by `with_decode`)"
+            )));
+        }
+        let bad = |why: String| Err(AptError::Kernel(format!("argument `path`: {path:?} {why}")));
+        let (wbits, abits) = (self.wbits() as i32, self.abits as i32);
+        match *path {
+            AptPath::Bgmma(cfg) => {
+                if (cfg.WBITS, cfg.ABITS) != (wbits, abits) {
+                    return bad(format!("is not for W{wbits}A{abits}"));
+                }
+                let Some(tiles) = self.bgmma_tiles(cfg.BM, cfg.BN, cfg.WGN, false) else {
+                    return bad("is a tiling the 1-bit warpgroup GEMM does not take".into());
+                };
+                let stores = [0, bgmma_store_box(&tiles)];
+                if !(2..=tiles.STAGES).contains(&cfg.STAGES)
+                    || cfg.GROUP != tiles.GROUP
+                    || cfg.STORE_ACC != 0
+                    || !stores.contains(&cfg.STORE_BOX)
+                {
+                    return bad(format!(
+                        "asks for 2 to {} stages, group {}, no accumulators and store boxes of {stores:?}",
+                        tiles.STAGES, tiles.GROUP
+                    ));
+                }
+                Ok(())
+            }
+            AptPath::Igmma(cfg) => {
+                let rule = self.igmma_config(m, false);
+                let takes = apt_gemm_igmma::Config {
+                    BM: cfg.BM,
+                    BN: cfg.BN,
+                    ..rule
+                };
+                if !self.k.is_multiple_of(16) {
+                    bad(format!("needs k a multiple of 16, not {}", self.k))
+                } else if cfg != takes
+                    || ![64, 128].contains(&cfg.BM)
+                    || ![128, 256].contains(&cfg.BN)
+                {
+                    bad(format!(
+                        "is not {rule:?} with 64 or 128 rows and 128 or 256 columns"
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            _ => bad("is not a GEMM on a warpgroup MMA (Bgmma or Igmma)".into()),
+        }
+    }
+
     /// The configuration of [`apt_gemm_bgmma`] for `m` tokens. A warpgroup holds
     /// `ABITS · WBITS · c / 2` accumulators for `c` columns per plane. Blocks of 64 rows and two
     /// warpgroups along `n` (each `c` columns of every plane) where they are many: `c` of 192
@@ -690,6 +748,7 @@ impl AptLinear {
             codes: std::sync::OnceLock::new(),
             decode: None,
             imma: Mutex::new(None),
+            batched: Vec::new(),
         })
     }
 }
@@ -775,6 +834,17 @@ pub struct GpuAptLinear {
     /// them ([`Self::forward_imma`]): uploaded by its first launch in those tiles (`n · k ·
     /// wbits / 8` bytes next to the planes).
     imma: Mutex<Option<(ImmaTiles, Arc<DeviceBuffer<u8>>)>>,
+    /// The multi-token GEMMs set by [`Self::with_batch`] (e.g. [`super::tune::tune_batch`]'s
+    /// winners), each for the token counts of one bucket ([`batch_bucket`]); the host layer's
+    /// rule for the others.
+    batched: Vec<(usize, AptPath)>,
+}
+
+/// The bucket of `m` tokens whose multi-token GEMM [`GpuAptLinear::with_batch`] sets and
+/// [`super::tune::tune_batch`] remembers: `m` rounded up to a power of two, so that the tiles
+/// tuned at 64 tokens serve 33 to 64 (the grid's rows of 64 or 128 tokens change only there).
+pub fn batch_bucket(m: usize) -> usize {
+    m.next_power_of_two()
 }
 
 /// Grown on demand ([`DeviceBuffer::grow_zeroed`]); `None` until a split first needs them.
@@ -1013,13 +1083,13 @@ impl GpuAptLinear {
             AptPath::Popc(tiles) => self.forward_popc(x, m, y, None, Some(tiles)),
             AptPath::Imma(tiles) => self.forward_imma(x, m, y, None, Some(tiles)),
             AptPath::Fused => self.forward_fused(x, m, y, None),
-            AptPath::Igmma(_) => self.with_activations(m, true, |act| {
+            AptPath::Igmma(cfg) => self.with_activations(m, true, |act| {
                 self.quantize_into(x, act)?;
-                self.gemm_igmma_into(act, y, None)
+                self.gemm_igmma_with(act, y, None, cfg, true)
             }),
-            AptPath::Bgmma(_) => self.with_activations(m, false, |act| {
+            AptPath::Bgmma(cfg) => self.with_activations(m, false, |act| {
                 self.quantize_into(x, act)?;
-                self.gemm_bgmma_into(act, y, None)
+                self.gemm_bgmma_with(act, y, None, cfg, true)
             }),
             AptPath::Unfused => self.with_activations(m, false, |act| {
                 self.quantize_into(x, act)?;
@@ -1057,12 +1127,18 @@ impl GpuAptLinear {
         out
     }
 
-    /// The path [`Self::forward`] takes on this device: [`AptLinear::path`] on sm_90a,
-    /// [`AptLinear::portable_path`] where the warpgroup MMAs are missing; the popc kernel in
-    /// [`Self::popc_tiles`].
+    /// The path [`Self::forward`] takes on this device: [`AptLinear::path`] on sm_90a (or the
+    /// GEMM [`Self::with_batch`] set for `m`'s bucket), [`AptLinear::portable_path`] where the
+    /// warpgroup MMAs are missing; the popc kernel in [`Self::popc_tiles`].
     pub fn path(&self, m: usize) -> AptPath {
         if let (1, Some(t)) = (m, self.decode) {
             return t.into();
+        }
+        if m > 1 && self.ctx.arch() == "sm_90a" {
+            let set = self.batched.iter().find(|(b, _)| *b == batch_bucket(m));
+            if let Some(&(_, path)) = set {
+                return path;
+            }
         }
         match self.host.path(m) {
             AptPath::Igmma(_) | AptPath::Bgmma(_) | AptPath::Imma(_)
@@ -1094,6 +1170,18 @@ impl GpuAptLinear {
             DecodeTiles::Imma(t) => t.config(h.n, h.k, h.wbits(), h.abits, false).map(|_| ())?,
         }
         self.decode = Some(tiles);
+        Ok(self)
+    }
+
+    /// This layer with the forwards of `m`'s token bucket ([`batch_bucket`]) on `path` (e.g.
+    /// [`super::tune::tune_batch`]'s winner) on sm_90a; other devices keep the portable path.
+    /// Refused, naming the argument, for one token (its kernel is [`Self::with_decode`]'s) and
+    /// for a GEMM configuration the layer would not take ([`AptLinear::check_batch_path`]).
+    pub fn with_batch(mut self, m: usize, path: AptPath) -> Result<GpuAptLinear, AptError> {
+        self.host.check_batch_path(m, &path)?;
+        let bucket = batch_bucket(m);
+        self.batched.retain(|(b, _)| *b != bucket);
+        self.batched.push((bucket, path));
         Ok(self)
     }
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session 68 (issue 20): the APT layer's multi-token GEMM tuned per token bucket
+# (`kernels::apt::tune::tune_batch`, `tilus bench apt --tune`) against the rule, on the H100:
+# the GPU check of the tuner first, then the paper's shapes at 64 and 4096 tokens (W1A2, W2A2:
+# the widths of the 64- and 4096-token targets) and the Llama-70B shapes at 64 (W2A2, W3A4).
+# Binaries `tilus` and the `gpu_apt` test in $BIN (default .dev/s68). Log: $OUT/s68-apt-tune.txt.
+set -u
+BIN=${BIN:-.dev/s68}
+OUT=${OUT:-/tmp}
+log=$OUT/s68-apt-tune.txt
+{
+  nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv
+  echo "== gpu_apt: the batch tuner, the GPU re-layout"
+  timeout 150 $BIN/gpu_apt --test-threads=1 gpu_apt_batch_tune_picks_the_fastest_point \
+    gpu_apt_split_planes_matches_the_host 2>&1 | grep -v "^$"
+  echo "== APT tuned, paper shapes, 64 and 4096 tokens"
+  timeout 260 $BIN/tilus bench apt --m 64,4096 --widths W1A2,W2A2 --no-weight-only --runs 10 \
+    --tune
+  echo "== APT tuned, Llama-70B shapes, 64 tokens"
+  timeout 120 $BIN/tilus bench apt --m 64 --shapes llama70b --widths W2A2,W3A4 \
+    --no-weight-only --runs 10 --tune
+} > "$log" 2>&1
+grep -v "bgmma BM=\|imma ImmaTiles\|gemm AptTiles" "$log" | tail -70
