@@ -2,7 +2,8 @@
 # Session 68 (issue 20): the APT layer's multi-token GEMM tuned per token bucket
 # (`kernels::apt::tune::tune_batch`, `tilus bench apt --tune`) against the rule, on the H100:
 # the GPU check of the tuner first, then the paper's shapes at 64 and 4096 tokens (W1A2, W2A2:
-# the widths of the 64- and 4096-token targets) and the Llama-70B shapes at 64 (W2A2, W3A4).
+# the widths of the 64- and 4096-token targets) and the Llama-70B shapes at 64 (W2A2, W3A4);
+# torch's cuBLAS f16 and int8 `_int_mm` on the paper's shapes in the same run.
 # Binaries `tilus` and the `gpu_apt` test in $BIN (default .dev/s68). Log: $OUT/s68-apt-tune.txt.
 set -u
 BIN=${BIN:-.dev/s68}
@@ -19,5 +20,7 @@ log=$OUT/s68-apt-tune.txt
   echo "== APT tuned, Llama-70B shapes, 64 tokens"
   timeout 120 $BIN/tilus bench apt --m 64 --shapes llama70b --widths W2A2,W3A4 \
     --no-weight-only --runs 10 --tune
+  echo "== torch: cuBLAS f16 and int8 _int_mm, paper shapes"
+  timeout 60 python3 bench/torch_apt.py --m 64,4096 --runs 10
 } > "$log" 2>&1
 grep -v "bgmma BM=\|imma ImmaTiles\|gemm AptTiles" "$log" | tail -70
