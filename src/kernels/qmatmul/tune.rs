@@ -870,6 +870,17 @@ pub fn candidates_up_to(
                     stream_k: (SMS / rows).max(1),
                     ..c
                 });
+                // Tiles whose ring leaves room for two blocks a multiprocessor: two workers
+                // each (H100, session 68, 57344 x 8192 at 128 tokens, 128 x 128 tiles: i4 195.3-
+                // 195.6 us against 198.8-199.0 whole, u4 200.6 against 205.4, f4e2m1 204.8
+                // against 209.0; the tuner's whole tile had beaten one worker a multiprocessor).
+                if budget == WGMMA_STAGE_BUDGET {
+                    push(QMatmulConfig {
+                        stream_k: (2 * SMS / rows).max(1),
+                        blocks_per_sm: 2,
+                        ..c
+                    });
+                }
                 // Fewer tiles than the multiprocessors (the 8192-wide layers): split
                 // k until they make about a wave, the unsplit tile right after.
                 let tiles = rows * n.div_ceil(bn);
@@ -1428,6 +1439,15 @@ mod tests {
                         .any(|c| c.method == QMatmulMethod::GemvWgmma && c.stream_k == 0),
                     "{wdtype} m={m}: {all:?}"
                 );
+                if m <= 128 {
+                    // Then two workers a multiprocessor on the same tiles.
+                    let two = all[1];
+                    assert_eq!(
+                        (two.bm, two.bn, two.stages),
+                        (first.bm, first.bn, first.stages)
+                    );
+                    assert_eq!((two.stream_k, two.blocks_per_sm), (2 * 132, 2), "{wdtype}");
+                }
                 let stage = bm * 64 * 2 + 64 * 128 * wdtype.bits() as usize / 8;
                 assert!((4..=8).contains(&first.stages), "{first:?}");
                 assert!(first.stages * stage <= WGMMA_ONE_BLOCK_BUDGET, "{first:?}");
