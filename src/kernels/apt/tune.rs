@@ -130,10 +130,16 @@ pub fn popc_points(n: usize, k: usize, wbits: u32, abits: u32) -> Vec<PopcTiles>
     out
 }
 
+/// The first 8 bytes of `source`'s SHA-256 in hex: a tuner key's mark of the CUDA it measured.
+fn digest(source: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(source.as_bytes());
+    hash[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The tuner's key for `layer`: the one-token kernels with a digest of their rule points' CUDA
 /// (a changed kernel tunes afresh), and the layer's widths and shape.
 fn key(layer: &GpuAptLinear) -> Result<TuneKey, AptError> {
-    use sha2::{Digest, Sha256};
     let h = layer.host();
     let (n, k, wbits, abits) = (h.n(), h.k(), h.wbits(), h.abits());
     let popc = PopcTiles::for_shape(n, k, wbits).config(k, wbits, abits, false)?;
@@ -144,11 +150,9 @@ fn key(layer: &GpuAptLinear) -> Result<TuneKey, AptError> {
         let imma = t.config(n, k, wbits, abits, false)?;
         source += apt_gemv_imma::source(&imma).map_err(kernel_err)?;
     }
-    let digest = Sha256::digest(source.as_bytes());
-    let print: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     Ok(TuneKey::for_device(
         layer.context().device(),
-        format!("apt_decode-{print}"),
+        format!("apt_decode-{}", digest(&source)),
         format!("W{wbits}A{abits} n={n} k={k}"),
     ))
 }
@@ -285,18 +289,15 @@ pub fn batch_candidates(layer: &AptLinear, m: usize) -> Vec<AptPath> {
 /// The tuner's key for `layer`'s GEMM at `m` tokens: the two warpgroup GEMMs with a digest of
 /// their rule configurations' CUDA, the widths, the shape and `m`'s bucket ([`batch_bucket`]).
 fn batch_key(layer: &GpuAptLinear, m: usize) -> Result<TuneKey, AptError> {
-    use sha2::{Digest, Sha256};
     let h = layer.host();
     let (n, k, wbits, abits) = (h.n(), h.k(), h.wbits(), h.abits());
     let mut source = apt_gemm_bgmma::source(&h.bgmma_config(m, false))
         .map_err(kernel_err)?
         .to_string();
     source += apt_gemm_igmma::source(&h.igmma_config(m, false)).map_err(kernel_err)?;
-    let digest = Sha256::digest(source.as_bytes());
-    let print: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     Ok(TuneKey::for_device(
         layer.context().device(),
-        format!("apt_batch-{print}"),
+        format!("apt_batch-{}", digest(&source)),
         format!("W{wbits}A{abits} n={n} k={k} m<={}", batch_bucket(m)),
     ))
 }
