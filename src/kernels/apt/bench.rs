@@ -100,8 +100,9 @@ fn err(e: impl std::fmt::Display) -> String {
 /// rule), and it is the row's layer time; with `tune` the layer's one-token kernel and tiles
 /// are tuned first ([`super::tune::tune`]) and the winner is the one timed (in its kernel's
 /// column, the other kernel's in the rule's tiles), and from 2 tokens on sm_90a its GEMM
-/// ([`super::tune::tune_batch`]), the winner timed as the layer; `None` when none of them runs at this point (`m`
-/// past [`POPC_BENCH_MAX_M`], or every tiling refused for this width and shape).
+/// ([`super::tune::tune_batch`]), the winner timed as the layer; `None` when none of them runs
+/// at this point (`m` past [`POPC_BENCH_MAX_M`], or every tiling refused for this width and
+/// shape).
 #[allow(clippy::too_many_arguments)]
 pub fn bench_apt(
     ctx: &std::sync::Arc<Context>,

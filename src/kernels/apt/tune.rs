@@ -1,16 +1,17 @@
 //! Autotuning of one layer's one-token forward (its shape and widths): the kernel, the popc
 //! decode kernel ([`PopcTiles`]) or the integer-mma one ([`ImmaTiles`]), and its tiles; and of
 //! its multi-token GEMM per token bucket ([`tune_batch`]): the 1-bit or the integer warpgroup
-//! MMA and their tiles. This is the paper's "kernel mapping": a per-shape choice by measurement. [`tune`] times every point
-//! of [`candidates`] on the GPU (L2 flushed clean before each run) through the runtime's tuner,
-//! which remembers the winner per GPU and driver (`Context::tuner`, on disk with the context's
-//! cache), so a second call for the same layer launches nothing.
+//! MMA and their tiles. This is the paper's "kernel mapping": a per-shape choice by
+//! measurement. [`tune`] times every point of [`candidates`] on the GPU (L2 flushed clean
+//! before each run) through the runtime's tuner, which remembers the winner per GPU and driver
+//! (`Context::tuner`, on disk with the context's cache), so a second call for the same layer
+//! launches nothing.
 //!
-//! The rules ([`one_token_rule`], [`AptLinear::path`]) stay the default: it was fitted to scans of the Llama-70B
-//! layers on an H200 (`docs/apt.md`), and tuning costs a compilation per point the first time
-//! (and a re-layout and upload of the weight's bytes per integer-mma block shape). The key
-//! names the CUDA of both kernels' rule points, so a changed kernel tunes afresh instead of
-//! reusing a winner measured on other code.
+//! The rules ([`one_token_rule`], [`AptLinear::path`]) stay the default: they were fitted to
+//! scans of the Llama-70B layers on an H200 (`docs/apt.md`), and tuning costs a compilation
+//! per point the first time (and a re-layout and upload of the weight's bytes per integer-mma
+//! block shape). Each key names the CUDA of its kernels' rule points, so a changed kernel tunes
+//! afresh instead of reusing a winner measured on other code.
 
 use super::kernel::{apt_gemm_bgmma, apt_gemm_igmma, apt_gemv_imma, apt_gemv_popc};
 use super::linear::{
@@ -240,8 +241,9 @@ impl TuneCandidate for AptPath {
 /// first ([`AptLinear::path`]), then the 1-bit warpgroup MMA in every tiling
 /// [`AptLinear::bgmma_tiles`] takes of 64 rows (and 128 from 128 tokens), one or two
 /// warpgroups and 8 to 256 columns a plane, the outputs stored as [`AptLinear::bgmma_store`]
-/// stores them at `m` and the other way (threads or the copy engine); and from 16 tokens, where `k` is a multiple of 16, the integer
-/// warpgroup MMA of the codes in 128- and 256-column blocks. None twice; every point passes
+/// stores them at `m` and the other way (threads or the copy engine); and from 16 tokens, where
+/// `k` is a multiple of 16, the integer warpgroup MMA of the codes in 128- and 256-column
+/// blocks. None twice; every point passes
 /// [`AptLinear::check_batch_path`].
 pub fn batch_candidates(layer: &AptLinear, m: usize) -> Vec<AptPath> {
     let mut out = vec![layer.path(m.max(2))];
@@ -272,8 +274,8 @@ pub fn batch_candidates(layer: &AptLinear, m: usize) -> Vec<AptPath> {
         }
     }
     if m >= 16 && layer.k().is_multiple_of(16) {
+        let rule = layer.igmma_config(m, false);
         for bn in [256, 128] {
-            let rule = layer.igmma_config(m, false);
             out.push(AptPath::Igmma(apt_gemm_igmma::Config { BN: bn, ..rule }));
         }
     }
