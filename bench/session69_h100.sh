@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Session 69 (issues 15 and 20) on the H100. PART=apt: the APT layer's multi-token GEMM tuned per
+# token bucket (session 68's `bench/session68_apt_tune.sh`, its GPU check and its two runs) and
+# the GPU re-layout check that did not run in session 68, each under compute-sanitizer memcheck
+# too. PART=wide: the 5- to 8-bit weight types on 57344 x 8192 at 256 and 1024 tokens (issue
+# 15's targets there apply to every type; the H100 has timed only 1- to 4-bit ones), and the
+# 128-token tile with session 68's second stream-k candidate, i4 and u4. PART=small: the 1- and
+# 3-bit types and i2 on the three smaller Llama-70B layers at 32-256 tokens, then the
+# re-layout and the warpgroup-MMA forward under memcheck. PART=more: 5- to 8-bit types at 4096
+# tokens and bf16 activations at 256 and 1024 (57344 x 8192). PART=apt4096: W1A2 and W2A2 at
+# 4096 tokens tuned, torch's f16 and int8 beside them. PART=rest: the three smaller layers from
+# 256 tokens on (4- to 8-bit), bf16 batches on them, and W2A2's 4096-token miss at 1024 x 1024
+# with every tuned point. cuBLAS f16 is in each sweep. Binaries `tilus` and the `gpu_apt` test in $BIN (default .dev/s69). Log:
+# $OUT/s69-$PART.txt, CSVs beside it.
+set -u
+BIN=${BIN:-.dev/s69}
+OUT=${OUT:-/tmp}
+PART=${PART:?set PART=apt, wide, small, more, apt4096 or rest}
+log=$OUT/s69-$PART.txt
+{
+  nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv
+  case "$PART" in
+  apt)
+    BIN=$BIN OUT=$OUT bash bench/session68_apt_tune.sh > /dev/null
+    cat "$OUT/s68-apt-tune.txt"
+    echo "== gpu_apt: the GPU re-layout against the host"
+    timeout 60 $BIN/gpu_apt --test-threads=1 gpu_apt_split_planes_matches_the_host 2>&1 | grep -v "^$"
+    echo "== compute-sanitizer memcheck: the re-layout and the layer"
+    timeout 150 compute-sanitizer --tool memcheck $BIN/gpu_apt --test-threads=1 \
+      gpu_apt_split_planes_matches_the_host gpu_apt_linear_matches_reference 2>&1 | tail -8
+    ;;
+  wide)
+    timeout 330 $BIN/tilus bench sweep --shapes 57344x8192 \
+      --wdtypes u5,i5,u6,i6,u7,i7,u8,i8,f5e2m2,f6e3m2,f7e3m3,f8e4m3 --m 256,1024 --tune 3 \
+      --csv $OUT/s69-wide.csv
+    timeout 100 $BIN/tilus bench sweep --shapes 57344x8192 --wdtypes i4,u4 --m 128 --tune 4 \
+      --verbose --csv $OUT/s69-m128.csv
+    ;;
+  small)
+    timeout 400 $BIN/tilus bench sweep --shapes 10240x8192,8192x8192,8192x28672 \
+      --wdtypes u1,i2,u3,i3,f3e1m1 --m 32,64,128,256 --tune 3 --csv $OUT/s69-small.csv
+    echo "== memcheck"
+    timeout 170 compute-sanitizer --tool memcheck $BIN/gpu_apt --test-threads=1 \
+      gpu_apt_split_planes_matches_the_host gpu_apt_forward_takes_the_warpgroup_mma 2>&1
+    ;;
+  more)
+    timeout 250 $BIN/tilus bench sweep --shapes 57344x8192 --wdtypes u5,i6,u8,i8,f5e2m2,f8e4m3 \
+      --m 4096 --tune 3 --csv $OUT/s69-prefill.csv
+    timeout 250 $BIN/tilus bench sweep --adtype bf16 --shapes 57344x8192 \
+      --wdtypes i4,u4,u2,i8,f8e4m3 --m 256,1024 --tune 3 --csv $OUT/s69-bf16.csv
+    ;;
+  apt4096)
+    echo "== APT tuned, W1A2 and W2A2 at 4096 tokens, paper shapes"
+    timeout 200 $BIN/tilus bench apt --m 4096 --widths W1A2,W2A2 --no-weight-only --runs 10 --tune
+    echo "== torch: cuBLAS f16 and int8 _int_mm"
+    timeout 100 python3 bench/torch_apt.py --m 64,4096 --runs 10
+    ;;
+  rest)
+    timeout 300 $BIN/tilus bench sweep --shapes 10240x8192,8192x8192,8192x28672 \
+      --wdtypes i4,u2,u5,i6,u8,f8e4m3 --m 256,1024,4096 --tune 3 --csv $OUT/s69-rest.csv
+    timeout 150 $BIN/tilus bench sweep --adtype bf16 --shapes 10240x8192,8192x8192,8192x28672 \
+      --wdtypes i4,u2 --m 32,64,128,256 --tune 3 --csv $OUT/s69-rest-bf16.csv
+    timeout 100 $BIN/tilus bench sweep --shapes 8192x8192 --wdtypes i4 --m 256 --tune 12 \
+      --verbose
+    echo "== APT tuned, W2A2 at 4096 tokens, 1024 x 1024"
+    timeout 60 $BIN/tilus bench apt --m 4096 --widths W2A2 --shapes 1024x1024 --no-weight-only \
+      --runs 10 --tune
+    timeout 60 python3 bench/torch_apt.py --m 4096 --shapes 1024x1024 --runs 10
+    ;;
+  esac
+} > "$log" 2>&1
+tail -60 "$log"
