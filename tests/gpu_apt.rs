@@ -47,25 +47,6 @@ fn one_bit_gemm(gpu: &GpuAptLinear, m: usize, rng: &mut impl Rng, tag: &str) -> 
     OneBitGemm { x, act, y, acc }
 }
 
-/// The timings of a tuning that measured (not remembered) every one of `points` points, checked
-/// to keep the fastest.
-fn fresh_fastest(outcome: &tilus::runtime::TuneOutcome, points: usize, tag: &str) -> Vec<f64> {
-    assert!(!outcome.reused(), "{tag}: tuned before?");
-    let timed: Vec<f64> = outcome
-        .record
-        .candidates
-        .iter()
-        .filter_map(|c| c.median_us)
-        .collect();
-    assert_eq!(timed.len(), points, "{tag}: a point failed");
-    assert!(
-        timed.iter().all(|&t| t >= outcome.median_us),
-        "{tag}: {} us is not the fastest of {timed:?}",
-        outcome.median_us
-    );
-    timed
-}
-
 #[test]
 fn gpu_apt_linear_matches_reference() {
     let Some(ctx) = common::gpu_context(
@@ -611,7 +592,7 @@ fn gpu_apt_decode_tune_picks_the_fastest_point() {
         let (gpu, best, outcome) = tune(layer.to_gpu(&ctx).unwrap()).unwrap();
         let tag = format!("W{w}A{a} {n}x{k} tuned {best}");
         assert_eq!(points[outcome.index], best, "{tag}");
-        let timed = fresh_fastest(&outcome, points.len(), &tag);
+        let timed = common::fresh_fastest(&outcome, Some(points.len()), &tag);
         assert_eq!(gpu.path(1), AptPath::from(best), "{tag}");
         let one = one_bit_gemm(&gpu, 1, &mut rng, &tag);
         let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n]).unwrap();
@@ -665,7 +646,7 @@ fn gpu_apt_batch_tune_picks_the_fastest_point() {
         let (gpu, best, outcome) = tune_batch(layer.to_gpu(&ctx).unwrap(), m).unwrap();
         let tag = format!("W{w}A{a} {n}x{k} m={m} tuned {best:?}");
         assert_eq!(points[outcome.index], best, "{tag}");
-        let timed = fresh_fastest(&outcome, points.len(), &tag);
+        let timed = common::fresh_fastest(&outcome, Some(points.len()), &tag);
         let bucket = m.next_power_of_two();
         assert_eq!(gpu.path(m), best, "{tag}");
         assert_eq!(gpu.path(bucket), best, "{tag}: the bucket's top");

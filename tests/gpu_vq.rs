@@ -448,20 +448,8 @@ fn gpu_vq_tune_picks_the_fastest_point_and_matches_reference() {
             assert!(points.len() > 4, "{}: {points:?}", config.name);
             let (tuned, best, outcome) = tune(&ctx, &layer, m).unwrap();
             let tag = format!("{} {n}x{k} m={m} tuned {best}", config.name);
-            assert!(!outcome.reused(), "{tag}: tuned before?");
             assert_eq!(points[outcome.index], best, "{tag}");
-            let timed: Vec<f64> = outcome
-                .record
-                .candidates
-                .iter()
-                .filter_map(|c| c.median_us)
-                .collect();
-            assert!(!timed.is_empty(), "{tag}: nothing measured");
-            assert!(
-                timed.iter().all(|&t| t >= outcome.median_us),
-                "{tag}: {} us is not the fastest of {timed:?}",
-                outcome.median_us
-            );
+            common::fresh_fastest(&outcome, None, &tag);
             let cfg = tuned.config(m);
             assert_eq!(
                 (

@@ -62,3 +62,30 @@ pub fn env_number(name: &str) -> Option<u64> {
             .unwrap_or_else(|_| panic!("{name}={v}: expected a non-negative integer")),
     )
 }
+
+/// The timings of a tuning that measured (not remembered) its points, checked to keep the
+/// fastest: all `points` of them timed, or with `None` at least one (a tuner may skip points
+/// that fail to build).
+pub fn fresh_fastest(
+    outcome: &tilus::runtime::TuneOutcome,
+    points: Option<usize>,
+    tag: &str,
+) -> Vec<f64> {
+    assert!(!outcome.reused(), "{tag}: tuned before?");
+    let timed: Vec<f64> = outcome
+        .record
+        .candidates
+        .iter()
+        .filter_map(|c| c.median_us)
+        .collect();
+    match points {
+        Some(n) => assert_eq!(timed.len(), n, "{tag}: a point failed"),
+        None => assert!(!timed.is_empty(), "{tag}: nothing measured"),
+    }
+    assert!(
+        timed.iter().all(|&t| t >= outcome.median_us),
+        "{tag}: {} us is not the fastest of {timed:?}",
+        outcome.median_us
+    );
+    timed
+}
