@@ -852,7 +852,24 @@ pub fn candidates_up_to(
         }
     } else {
         if tall {
-            for (i, &(bm, bn, budget)) in TALL[usize::from(m > 128)].iter().enumerate() {
+            let tall_tiles = TALL[usize::from(m > 128)];
+            // A tile whose whole blocks make one nearly full wave leads on the short-k layers
+            // (H100, session 69, 8192 x 8192 at 256 tokens: 256 x 64 tiles, 128 blocks, i4
+            // 51.6 us, u2 53.2, u8 54.8, against 65.9-71.1 for 132 stream-k workers over the
+            // 64 tiles of 256 x 128, which add split tiles through memory). On 8192 x 28672
+            // the k loop is long enough to pay for that (u2 168.9 on stream-k, 175.3 whole),
+            // so only k <= 16384; the tallest such tile first.
+            let wave = tall_tiles
+                .iter()
+                .filter(|&&(bm, bn, _)| {
+                    let tiles = m.div_ceil(bm) * n.div_ceil(bn);
+                    k <= 16384 && tiles <= SMS && tiles >= SMS - SMS / 16
+                })
+                .max_by_key(|&&(bm, _, _)| bm);
+            if let Some(&(bm, bn, budget)) = wave {
+                push(gemv_wgmma(base, bm, bn, budget));
+            }
+            for (i, &(bm, bn, budget)) in tall_tiles.iter().enumerate() {
                 if i == 1 && m > 256 {
                     // Prefill: dequantize once, then cuBLAS, right after the first tile.
                     push(QMatmulConfig {
@@ -1458,19 +1475,31 @@ mod tests {
                     "{wdtype} m={m}: {all:?}"
                 );
             }
-            // 8192 x 8192 at 256 tokens: 64 tiles of 256 x 128 on 132 stream-k workers, split
-            // in two, then whole.
-            let all = candidates_up_to(wdtype, DType::F16, Some(128), 256, 8192, 8192, 3).unwrap();
-            let got: Vec<_> = all
-                .iter()
-                .map(|c| (c.method, c.bm, c.split_k, c.stream_k))
-                .collect();
+            // 8192 x 8192 at 256 tokens: 128 whole 256 x 64 tiles (one wave) first, then the
+            // 64 tiles of 256 x 128 on 132 stream-k workers, split in two, and whole. Not on
+            // 8192 x 28672, whose long k pays for the stream-k workers' partial tiles, nor
+            // where the tiles make more than a wave (10240 x 8192: 160).
+            let head = |n: usize, k: usize| -> Vec<_> {
+                candidates_up_to(wdtype, DType::F16, Some(128), 256, n, k, 4)
+                    .unwrap()
+                    .iter()
+                    .map(|c| (c.method, c.bm, c.bn, c.split_k, c.stream_k))
+                    .collect()
+            };
             let wg = QMatmulMethod::GemvWgmma;
             assert_eq!(
-                got,
-                [(wg, 256, 1, 132), (wg, 256, 2, 0), (wg, 256, 1, 0)],
+                head(8192, 8192),
+                [
+                    (wg, 256, 64, 1, 0),
+                    (wg, 256, 128, 1, 132),
+                    (wg, 256, 128, 2, 0),
+                    (wg, 256, 128, 1, 0)
+                ],
                 "{wdtype}"
             );
+            for (n, k) in [(8192, 28672), (10240, 8192)] {
+                assert_eq!(head(n, k)[0], (wg, 256, 128, 1, 132), "{wdtype} {n}x{k}");
+            }
         }
     }
 
