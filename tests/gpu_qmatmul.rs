@@ -774,6 +774,22 @@ fn gemv_wgmma_two_tiles_a_stage_match_the_reference() {
             2,
             1024,
         ),
+        // The tall tile the tuner tries second from 65 tokens (session 68): 128 x 128, two
+        // stream-k workers a multiprocessor.
+        (
+            DType::UInt(4),
+            DType::BF16,
+            Some(128),
+            128,
+            128,
+            8,
+            5,
+            1,
+            11,
+            2,
+            1,
+            1024,
+        ),
         // One tile a stage, plain blocks sharing a multiprocessor.
         (
             DType::Int(4),
