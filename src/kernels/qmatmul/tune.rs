@@ -863,7 +863,7 @@ pub fn candidates_up_to(
                 .iter()
                 .filter(|&&(bm, bn, _)| {
                     let tiles = m.div_ceil(bm) * n.div_ceil(bn);
-                    k <= 16384 && tiles <= SMS && tiles >= SMS - SMS / 16
+                    k <= 16384 && (SMS - SMS / 16..=SMS).contains(&tiles)
                 })
                 .max_by_key(|&&(bm, _, _)| bm);
             if let Some(&(bm, bn, budget)) = wave {
