@@ -9,13 +9,16 @@
 #   small   every type on the three smaller layers at 256, 1024 and 4096 tokens
 #   bf16    every type with bf16 activations: 57344 x 8192 at 32, 256 and 1024 tokens, the
 #           smaller layers at 256
-# Binary `tilus` in $BIN (default .dev/s70). Log $OUT/s70-$PART.txt, CSV beside it. Sized from
+#   checks  the whole `gpu_gemm` test (ragged m 33, 257, 4097 on every Hopper GEMM; its wgmma,
+#           persistent, 4-bit, 8-bit and register-A tests last passed on H200s) and the
+#           warpgroup gemvs of `gpu_qmatmul`
+# Binaries `tilus`, `gpu_gemm` and `gpu_qmatmul` in $BIN (default .dev/s70). Log $OUT/s70-$PART.txt, CSV beside it. Sized from
 # session 69's sweeps (about 1 s a point at --tune 3): order 20 s, wide 120 s, small 250 s,
-# bf16 200 s.
+# bf16 200 s, checks about 250 s.
 set -u
 BIN=${BIN:-.dev/s70}
 OUT=${OUT:-/tmp}
-PART=${PART:?set PART=order, wide, small or bf16}
+PART=${PART:?set PART=order, wide, small, bf16 or checks}
 ALL=u1,u2,u3,u4,u5,u6,u7,u8,i2,i3,i4,i5,i6,i7,i8,f3e1m1,f4e2m1,f5e2m2,f5e3m1,f6e3m2,f6e2m3
 ALL=$ALL,f7e3m3,f7e4m2,f8e4m3,f8e5m2
 WIDE=u5,u6,u7,u8,i5,i6,i7,i8,f5e2m2,f5e3m1,f6e3m2,f6e2m3,f7e3m3,f7e4m2,f8e4m3,f8e5m2
@@ -42,6 +45,10 @@ log=$OUT/s70-$PART.txt
       --m 32,256,1024 --tune 3 --csv $OUT/s70-bf16-wide.csv
     timeout 250 $BIN/tilus bench sweep --adtype bf16 --shapes $SMALL --wdtypes $ALL --m 256 \
       --tune 4 --csv $OUT/s70-bf16-small.csv
+    ;;
+  checks)
+    timeout 250 $BIN/gpu_gemm --test-threads=1 2>&1 | grep -v "^$"
+    timeout 200 $BIN/gpu_qmatmul --test-threads=1 gemv_wgmma 2>&1 | grep "^test\|result"
     ;;
   esac
 } > "$log" 2>&1
