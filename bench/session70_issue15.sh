@@ -9,10 +9,11 @@
 #   small   every type on the three smaller layers at 256, 1024 and 4096 tokens
 #   bf16    every type with bf16 activations: 57344 x 8192 at 32, 256 and 1024 tokens, the
 #           smaller layers at 256
-#   checks  the whole `gpu_gemm` test (ragged m 33, 257, 4097 on every Hopper GEMM; its wgmma,
-#           persistent, 4-bit, 8-bit and register-A tests last passed on H200s) and the
-#           warpgroup gemvs of `gpu_qmatmul`
-# Binaries `tilus`, `gpu_gemm` and `gpu_qmatmul` in $BIN (default .dev/s70). Log $OUT/s70-$PART.txt, CSV beside it. Sized from
+#   checks  the whole `gpu_gemm` test (every Hopper GEMM at ragged m 33, 257, 4097; session 65
+#           ran only its copy-engine and warp-specialized tests on the H100) and the warpgroup
+#           gemvs of `gpu_qmatmul`, all in one log for issue 15's "done when"
+# Binaries `tilus`, `gpu_gemm` and `gpu_qmatmul` in $BIN (default .dev/s70). Log
+# $OUT/s70-$PART.txt, CSV beside it. Sized from
 # session 69's sweeps (about 1 s a point at --tune 3): order 20 s, wide 120 s, small 250 s,
 # bf16 200 s, checks about 250 s.
 set -u
