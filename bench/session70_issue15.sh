@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 69 for the next session's H100 (issue 15): what the H100 has not yet timed
+# Prepared in session 69 for the next session's H100 (issues 15 and 16): what the H100 has not yet timed
 # of "every weight type, f16 and bf16" (docs/benchmarks.md lists it), and the check of session
 # 69's one-wave tile order (perf note 92), cuBLAS f16 in each sweep. One PART a device call:
 #   order   the tuner's first point alone (--tune 1) at 256 tokens on 8192 x 8192: session 69's
@@ -10,12 +10,13 @@
 #   bf16    every type with bf16 activations: 57344 x 8192 at 32, 256 and 1024 tokens, the
 #           smaller layers at 256
 #   checks  the whole `gpu_gemm` test (every Hopper GEMM at ragged m 33, 257, 4097; session 65
-#           ran only its copy-engine and warp-specialized tests on the H100) and the warpgroup
-#           gemvs of `gpu_qmatmul`, all in one log for issue 15's "done when"
+#           ran only its copy-engine and warp-specialized tests on the H100) and the whole
+#           `gpu_qmatmul` (every weight type on every method, ragged m; last whole on an H200 in
+#           session 57), one log for the "done when" of issues 15 and 16
 # Binaries `tilus`, `gpu_gemm` and `gpu_qmatmul` in $BIN (default .dev/s70). Log
 # $OUT/s70-$PART.txt, CSV beside it. Sized from
 # session 69's sweeps (about 1 s a point at --tune 3): order 20 s, wide 120 s, small 250 s,
-# bf16 200 s, checks about 250 s.
+# bf16 200 s, checks up to 590 s (its own call).
 set -u
 BIN=${BIN:-.dev/s70}
 OUT=${OUT:-/tmp}
@@ -49,7 +50,7 @@ log=$OUT/s70-$PART.txt
     ;;
   checks)
     timeout 250 $BIN/gpu_gemm --test-threads=1 2>&1 | grep -v "^$"
-    timeout 200 $BIN/gpu_qmatmul --test-threads=1 gemv_wgmma 2>&1 | grep "^test\|result"
+    timeout 340 $BIN/gpu_qmatmul --test-threads=1 2>&1 | grep "^test\|result"
     ;;
   esac
 } > "$log" 2>&1
