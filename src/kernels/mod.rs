@@ -33,3 +33,17 @@ pub mod vq;
 /// for it; where a device is known its own count replaces it (attention's splits, APT's
 /// grids, [`qmatmul::QMatmulConfig::for_multiprocessors`] for stream-k workers).
 pub const REFERENCE_MULTIPROCESSORS: usize = 132;
+
+/// 16 hex digits of a SHA-256 over `parts` in order: a tuner key's mark of the CUDA it measured,
+/// so a changed kernel tunes afresh instead of reusing a winner measured on other code.
+pub(crate) fn source_digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in parts {
+        h.update(part);
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -131,13 +131,6 @@ pub fn popc_points(n: usize, k: usize, wbits: u32, abits: u32) -> Vec<PopcTiles>
     out
 }
 
-/// The first 8 bytes of `source`'s SHA-256 in hex: a tuner key's mark of the CUDA it measured.
-fn digest(source: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let hash = Sha256::digest(source.as_bytes());
-    hash[..8].iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The tuner's key for `layer`: the one-token kernels with a digest of their rule points' CUDA
 /// (a changed kernel tunes afresh), and the layer's widths and shape.
 fn key(layer: &GpuAptLinear) -> Result<TuneKey, AptError> {
@@ -153,7 +146,10 @@ fn key(layer: &GpuAptLinear) -> Result<TuneKey, AptError> {
     }
     Ok(TuneKey::for_device(
         layer.context().device(),
-        format!("apt_decode-{}", digest(&source)),
+        format!(
+            "apt_decode-{}",
+            crate::kernels::source_digest([source.as_bytes()])
+        ),
         format!("W{wbits}A{abits} n={n} k={k}"),
     ))
 }
@@ -299,7 +295,10 @@ fn batch_key(layer: &GpuAptLinear, m: usize) -> Result<TuneKey, AptError> {
     source += apt_gemm_igmma::source(&h.igmma_config(m, false)).map_err(kernel_err)?;
     Ok(TuneKey::for_device(
         layer.context().device(),
-        format!("apt_batch-{}", digest(&source)),
+        format!(
+            "apt_batch-{}",
+            crate::kernels::source_digest([source.as_bytes()])
+        ),
         format!("W{wbits}A{abits} n={n} k={k} m<={}", batch_bucket(m)),
     ))
 }

@@ -105,7 +105,6 @@ pub fn tune_key(ctx: &Context, cfg: &QMatmulConfig, m: usize, n: usize, k: usize
 pub fn codegen_fingerprint() -> &'static str {
     static PRINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PRINT.get_or_init(|| {
-        use sha2::{Digest, Sha256};
         let u3 = QMatmulConfig::default_for(DType::UInt(3), DType::F16, Some(128), true);
         let i4 = QMatmulConfig::default_for(DType::Int(4), DType::BF16, None, false);
         let references = [
@@ -128,8 +127,7 @@ pub fn codegen_fingerprint() -> &'static str {
                 ..u3
             },
         ];
-        let mut h = Sha256::new();
-        h.update(env!("CARGO_PKG_VERSION"));
+        let mut parts = vec![env!("CARGO_PKG_VERSION").to_string()];
         for cfg in references {
             let kernel = build(&cfg).expect("the reference configurations are valid");
             let programs = [
@@ -138,16 +136,13 @@ pub fn codegen_fingerprint() -> &'static str {
                 kernel.digits.as_ref(),
             ];
             for p in programs.into_iter().flatten() {
-                match tilus_core::codegen::emit(p, &super::TARGET) {
-                    Ok(cuda) => h.update(cuda.source.as_bytes()),
-                    Err(e) => h.update(e.message.as_bytes()),
-                }
+                parts.push(match tilus_core::codegen::emit(p, &super::TARGET) {
+                    Ok(cuda) => cuda.source.to_string(),
+                    Err(e) => e.message,
+                });
             }
         }
-        h.finalize()[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        crate::kernels::source_digest(parts.iter().map(|p| p.as_bytes()))
     })
 }
 
@@ -853,6 +848,8 @@ pub fn candidates_up_to(
     } else {
         if tall {
             let tall_tiles = TALL[usize::from(m > 128)];
+            // Whole blocks of a tile over the problem.
+            let blocks = |bm: usize, bn: usize| m.div_ceil(bm) * n.div_ceil(bn);
             // A tile whose whole blocks make one nearly full wave leads on the short-k layers
             // (H100, session 69, 8192 x 8192 at 256 tokens: 256 x 64 tiles, 128 blocks, i4
             // 51.6 us, u2 53.2, u8 54.8, against 65.9-71.1 for 132 stream-k workers over the
@@ -862,8 +859,7 @@ pub fn candidates_up_to(
             let wave = tall_tiles
                 .iter()
                 .filter(|&&(bm, bn, _)| {
-                    let tiles = m.div_ceil(bm) * n.div_ceil(bn);
-                    k <= 16384 && (SMS - SMS / 16..=SMS).contains(&tiles)
+                    k <= 16384 && (SMS - SMS / 16..=SMS).contains(&blocks(bm, bn))
                 })
                 .max_by_key(|&&(bm, _, _)| bm);
             if let Some(&(bm, bn, budget)) = wave {
@@ -900,7 +896,7 @@ pub fn candidates_up_to(
                 }
                 // Fewer tiles than the multiprocessors (the 8192-wide layers): split
                 // k until they make about a wave, the unsplit tile right after.
-                let tiles = rows * n.div_ceil(bn);
+                let tiles = blocks(bm, bn);
                 let mut split_k = 1;
                 while tiles * split_k < 128 && split_k < 8 {
                     split_k *= 2;
