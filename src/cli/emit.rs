@@ -343,16 +343,26 @@ fn vq(cfg: &BTreeMap<String, String>) -> Result<Vec<Program>, String> {
     let format = cfg["FORMAT"].trim();
     let c = VqConfig::by_name(format)
         .ok_or_else(|| format!("FORMAT={format}: expected gptvq2, aqlm2x8, aqlm3 or quip4"))?;
+    // PRODUCT counts from 0 (the 16-token product the layer runs above 8 tokens); every other
+    // knob is positive.
     let number = |key: &str| -> Result<Option<usize>, String> {
         let v = cfg[key].trim();
         if v.is_empty() {
             return Ok(None);
         }
+        let least = usize::from(key != "PRODUCT");
         v.parse::<usize>()
             .ok()
-            .filter(|&x| x > 0 && x <= i32::MAX as usize)
+            .filter(|&x| x >= least && x <= i32::MAX as usize)
             .map(Some)
-            .ok_or_else(|| format!("{key}={v}: expected a positive integer"))
+            .ok_or_else(|| {
+                let what = if least == 0 {
+                    "a whole number"
+                } else {
+                    "a positive integer"
+                };
+                format!("{key}={v}: expected {what}")
+            })
     };
     let given = |key: &str| number(key).map(|v| v.expect("N, K and M have defaults"));
     let (n, k, m) = (given("N")?, given("K")?, given("M")?);
@@ -573,12 +583,20 @@ mod tests {
         assert_eq!(rule[0].to_string(), t3[0].to_string());
         let t1 = programs("vq", &[small.into(), "PRODUCT=1".into()]).expect("t1");
         assert_ne!(rule[0].to_string(), t1[0].to_string());
+        // 16 tokens take the 16-token product (0) by the rule, and it can be named.
+        let rule16 = programs("vq", &[small.into(), "M=16".into()]).expect("m = 16");
+        let t0 = programs("vq", &[small.into(), "M=16,PRODUCT=0".into()]).expect("t0");
+        assert_eq!(rule16[0].to_string(), t0[0].to_string());
+        assert_ne!(t0[0].to_string(), t1[0].to_string());
         for (bad, names) in [
             ("FORMAT=vq9", "FORMAT=vq9"),
             ("FORMAT=aqlm2x8,PRODUCT=3", "`product`"),
             ("REPLICAS=4", "`cache`"),
             ("N=100", "n = 100"),
             ("M=0", "M=0"),
+            ("PRODUCT=4", "`product`"),
+            ("PRODUCT=-1", "PRODUCT=-1: expected a whole number"),
+            ("WARPS=0", "WARPS=0: expected a positive integer"),
         ] {
             let e = programs("vq", &[small.into(), bad.into()]).unwrap_err();
             assert!(e.contains(names), "{bad}: {e}");
