@@ -56,10 +56,11 @@ def parse(config, wdtype, adtype):
     return keys, tiles
 
 
-def k_loop(keys, tmp="/tmp/tilus-sass"):
+def innermost_loop(kernel, config, mma, tmp="/tmp/tilus-sass"):
+    """Registers and the SASS lines of the innermost backward branch whose body holds `mma`,
+    for `tilus emit <kernel> --config <config>` compiled for sm_90a."""
     os.makedirs(tmp, exist_ok=True)
-    arg = ",".join(f"{k}={v}" for k, v in keys.items())
-    ptx = subprocess.run([TILUS, "emit", "qmatmul", "--config", arg, "--ptx", "sm_90a"],
+    ptx = subprocess.run([TILUS, "emit", kernel, "--config", config, "--ptx", "sm_90a"],
                          capture_output=True, text=True, check=True).stdout
     with open(f"{tmp}/k.ptx", "w") as f:
         f.write(ptx)
@@ -71,7 +72,6 @@ def k_loop(keys, tmp="/tmp/tilus-sass"):
     ins = [(int(m.group(1), 16), m.group(2)) for m in
            (re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", l) for l in sass.splitlines()) if m]
     at = {a: i for i, (a, _) in enumerate(ins)}
-    mma = MMA[keys["METHOD"]][0]
     loop = None
     for i, (a, text) in enumerate(ins):
         m = re.search(r"BRA.*?(0x[0-9a-f]+)", text)
@@ -80,9 +80,20 @@ def k_loop(keys, tmp="/tmp/tilus-sass"):
             if any(re.search(rf"\b{mma}\b", x) for x in body) and (loop is None
                                                                    or len(body) < len(loop)):
                 loop = body
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0].split(".")[0]
-                              for x in loop or [])
-    return regs, len(loop or []), ops[mma]
+    return regs, loop or []
+
+
+def opcodes(loop):
+    """The loop's opcodes with their modifiers (`LDS.64`), guards dropped, counted."""
+    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", x).split()[0] for x in loop)
+
+
+def k_loop(keys):
+    arg = ",".join(f"{k}={v}" for k, v in keys.items())
+    mma = MMA[keys["METHOD"]][0]
+    regs, loop = innermost_loop("qmatmul", arg, mma)
+    ops = collections.Counter(op.split(".")[0] for op in opcodes(loop).elements())
+    return regs, len(loop), ops[mma]
 
 
 def main():
