@@ -304,8 +304,9 @@ fn apt_flags_are_checked_before_the_gpu_is_opened() {
 #[test]
 fn vq_flags_are_checked_before_the_gpu_is_opened() {
     let dir = temp_dir("vq");
-    let bad: [(&[&str], &str); 16] = [
+    let bad: [(&[&str], &str); 17] = [
         (&["--l2", "warm"], "--l2"),
+        (&["--dense", "--m", "16385"], "--m"),
         (&["--stages", "1"], "--stages"),
         (&["--reduce", "sum"], "--reduce"),
         (&["--split", "3"], "--split"),
@@ -334,10 +335,21 @@ fn vq_flags_are_checked_before_the_gpu_is_opened() {
         );
         assert!(!err.contains("libcuda"), "{err}");
     }
-    let out = tilus(&["bench", "vq", "--shapes", "256x256", "--m", "1"], &dir);
-    let err = String::from_utf8(out.stderr).unwrap();
-    if !out.status.success() && err.contains("libcuda") {
-        assert!(err.contains("needs a GPU"), "{err}");
+    // Above the GEMV's 16 tokens `--m` names `--dense`, and with it a prefill's are valid.
+    let out = tilus(&["bench", "vq", "--m", "17"], &dir);
+    assert!(String::from_utf8(out.stderr).unwrap().contains("--dense"));
+    for args in [
+        &["bench", "vq", "--shapes", "256x256", "--m", "1"][..],
+        &[
+            "bench", "vq", "--shapes", "256x256", "--m", "4096", "--dense",
+        ],
+    ] {
+        let out = tilus(args, &dir);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!err.contains("argument `--m`"), "{args:?}: {err}");
+        if !out.status.success() && err.contains("libcuda") {
+            assert!(err.contains("needs a GPU"), "{err}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1440,8 +1440,10 @@ fn lut_kernel_requests_its_weights_before_its_tables() {
 /// address with one `PRMT` each in every product (at least a k step's 32).
 #[test]
 fn vq_kernels_compile_without_spills() {
-    use tilus::kernels::vq::kernel::{vq_gemv, vq_gemv_gc};
-    use tilus::kernels::vq::linear::{default_cache, gc_config, kernel_config, warps_for};
+    use tilus::kernels::vq::kernel::{vq_dequant, vq_gemv, vq_gemv_gc};
+    use tilus::kernels::vq::linear::{
+        default_cache, dequant_config, gc_config, kernel_config, warps_for,
+    };
     use tilus::kernels::vq::VqCache;
     use tilus::vq::VqConfig;
     let test = "vq_kernels_compile_without_spills";
@@ -1493,6 +1495,9 @@ fn vq_kernels_compile_without_spills() {
         let cfg = gc_config(c);
         let p = vq_gemv_gc::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
         kernels.push((format!("vq_gemv_gc_{}", c.name), p, MMA));
+        let cfg = dequant_config(c);
+        let p = vq_dequant::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+        kernels.push((format!("vq_dequant_{}", c.name), p, Expect::default()));
     }
     let fin = tilus::kernels::vq::kernel::vq_finalize::program(
         &tilus::kernels::vq::kernel::vq_finalize::SPACE[0],

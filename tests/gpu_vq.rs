@@ -243,6 +243,65 @@ fn gpu_vq_rejects_bad_buffers() {
     assert!(e.contains("`m`"), "{e}");
 }
 
+/// Prefill's path (`GpuVqLinear::forward_dense_into`): the dense weight written by
+/// `vq_dequant` into a larger shared buffer (poisoned; the values past `n·k` stay untouched)
+/// equals the interpreter's bit for bit (the same f32 sum and product), and cuBLAS's GEMM on it
+/// matches the f64 reference at ragged m (33, 257; outputs poisoned) for GPTVQ-2, AQLM-2x8,
+/// AQLM-3 and QuiP#-4; a buffer shorter than `n·k` is refused by name.
+#[test]
+fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_vq_dense_prefill_matches_interpreter_and_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let blas = tilus::runtime::Cublas::new(&ctx).unwrap();
+    let mut rng = StdRng::seed_from_u64(0xde05_0018);
+    for (config, n, k) in [
+        (VqConfig::GPTVQ_2, 512, 1024),
+        (VqConfig::AQLM_2X8, 256, 1024),
+        (VqConfig::AQLM_3, 256, 1024),
+        (VqConfig::QUIP_4, 512, 1024),
+    ] {
+        let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
+        let layer = VqLinear::new(w.clone()).unwrap();
+        let gpu = layer.to_gpu(&ctx).unwrap();
+        let extra = 7;
+        let mut dense = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n * k + extra]).unwrap();
+        gpu.dense_into(&mut dense).unwrap();
+        let got = dense.to_host().unwrap();
+        let want = layer.dense_cpu().unwrap();
+        for (i, (g, c)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                c.to_bits(),
+                "{}: w[{i}] = {g}, interpreter {c}",
+                config.name
+            );
+        }
+        assert!(
+            got[n * k..].iter().all(|v| v.is_nan()),
+            "{}: past n·k",
+            config.name
+        );
+        for m in [33, 257] {
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gpu.forward_dense_into(&xd, m, &mut y, &mut dense, &blas)
+                .unwrap();
+            let tag = format!("{} {n}x{k} m={m} dense", config.name);
+            check_output(&tag, &y.to_host().unwrap(), &reference(&w, &x, m), None);
+        }
+        let mut short = DeviceBuffer::<f16>::zeros(&ctx, n * k - 1).unwrap();
+        let e = gpu.dense_into(&mut short).unwrap_err().to_string();
+        assert!(e.contains("`w`"), "{e}");
+    }
+}
+
 /// One token by tables on the GPU (`tilus::kernels::vq::lut`): AQLM-3 at 2048 x 4096 and a
 /// one-stage 256-entry format with the rule's tiling (8-warp blocks on one table, two per
 /// multiprocessor, at these sizes) and with rings of two tables in 4- and 16-warp blocks,

@@ -555,3 +555,50 @@ fn vq_kernels_lower_without_slow_paths() {
         }
     }
 }
+
+/// The dense weight of prefill (`vq_dequant` on the interpreter) for every format of
+/// [`cases`], against each value's f16 codebook rows summed in f64 and times its f16 scale:
+/// the kernel sums in f32 and rounds once, so every value is within f16's half unit of the
+/// exact one. The codebook-for-the-matrix format with one copy and 16 (the naive kernel's
+/// codebooks come from the layer or the weight) and QuiP#-4 (the expanded lattice).
+#[test]
+fn vq_dense_weight_matches_its_codebook_rows() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_de05);
+    for (config, n, k) in cases() {
+        let w = random_weight(config, n, k, &mut rng);
+        let mut layers = vec![VqLinear::new(w.clone()).unwrap()];
+        if config.name == "one4" {
+            layers.push(
+                layers[0]
+                    .clone()
+                    .with_cache(VqCache { replicas: 1 })
+                    .unwrap(),
+            );
+        }
+        let v = config.vector_size;
+        for layer in layers {
+            let tag = format!("{} {n}x{k} cache {:?}", config.name, layer.cache());
+            let dense = layer.dense_cpu().unwrap();
+            assert_eq!(dense.len(), n * k, "{tag}");
+            for r in 0..n {
+                let scale = w
+                    .scales
+                    .as_ref()
+                    .map_or(1.0, |s| f16::from_f32(s[r]).to_f64());
+                for c in 0..k {
+                    let g = w.group_of(r, c / v);
+                    let sum: f64 = (0..config.residuals)
+                        .map(|s| f16::from_f32(w.entry(g, s, w.code(s, r, c / v))[c % v]).to_f64())
+                        .sum();
+                    let want = sum * scale;
+                    let got = dense[r * k + c].to_f64();
+                    assert!(got.is_finite(), "{tag}: w[{r}, {c}] = {got} (poison left?)");
+                    assert!(
+                        (got - want).abs() <= want.abs() * 1.001 / 2048.0 + 1.0 / (1 << 24) as f64,
+                        "{tag}: w[{r}, {c}] = {got}, exact {want}"
+                    );
+                }
+            }
+        }
+    }
+}

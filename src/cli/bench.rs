@@ -404,9 +404,13 @@ pub enum BenchCommand {
         /// Comma-separated formats: gptvq2, aqlm2x8, aqlm3, quip4 (default: all but aqlm2x8).
         #[arg(long, default_value = "gptvq2,aqlm3,quip4")]
         configs: String,
-        /// Comma-separated m values (tokens, 1..=16).
+        /// Comma-separated m values (tokens, 1..=16; with `--dense` up to 16384).
         #[arg(long, default_value = "1,16")]
         m: String,
+        /// Time prefill's path too: the dense weight (`vq_dequant`) and one cuBLAS GEMM on it
+        /// (`dense us`). The naive GC kernel is timed up to 16 tokens only.
+        #[arg(long)]
+        dense: bool,
         /// `llama70b` (57344x8192, 8192x28672, 8192x8192) or comma-separated `NxK`.
         #[arg(long, default_value = "llama70b")]
         shapes: String,
@@ -664,6 +668,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
             product,
             reduce,
             lut,
+            dense,
             l2,
             ..
         } => {
@@ -694,7 +699,7 @@ fn validate(cmd: &BenchCommand) -> Result<(), String> {
                     stages.unwrap_or(0)
                 ));
             }
-            super::bench_vq::parse(configs, m, shapes, cache.as_deref()).map(drop)
+            super::bench_vq::parse(configs, m, shapes, cache.as_deref(), *dense).map(drop)
         }
         BenchCommand::Rowwise { shapes, dtype, .. } => {
             parse_shapes(shapes)?;
@@ -1005,6 +1010,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref reduce,
         ref lut,
         tune,
+        dense,
         runs,
         no_cublas,
         no_elementwise,
@@ -1020,6 +1026,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             ordered: parse_reduce(reduce.as_deref())?,
             lut: parse_lut(lut.as_deref())?,
             tune,
+            dense,
         };
         return super::bench_vq::run(
             configs,

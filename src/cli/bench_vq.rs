@@ -15,15 +15,36 @@ type Parsed = (
     Option<VqCache>,
 );
 
+/// Most tokens `--m` takes: the GEMV's 16, or with `--dense` a prefill's.
+pub fn max_m(dense: bool) -> usize {
+    if dense {
+        16384
+    } else {
+        16
+    }
+}
+
 /// The formats, m values, shapes and cache of the arguments; errors name the argument.
-pub fn parse(configs: &str, m: &str, shapes: &str, cache: Option<&str>) -> Result<Parsed, String> {
+pub fn parse(
+    configs: &str,
+    m: &str,
+    shapes: &str,
+    cache: Option<&str>,
+    dense: bool,
+) -> Result<Parsed, String> {
     let configs = parse_configs(configs)?;
+    let most = max_m(dense);
     let ms = m
         .split(',')
         .map(|v| match v.trim().parse::<usize>() {
-            Ok(x) if (1..=16).contains(&x) => Ok(x),
+            Ok(x) if (1..=most).contains(&x) => Ok(x),
             _ => Err(format!(
-                "argument `--m`: `{v}` is not a number in 1..=16 (the GEMV's tokens)"
+                "argument `--m`: `{v}` is not a number in 1..={most} ({})",
+                if dense {
+                    "tokens"
+                } else {
+                    "the GEMV's tokens; --dense takes prefill's, up to 16384"
+                }
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -61,7 +82,7 @@ pub fn run(
     (no_cublas, no_elementwise): (bool, bool),
     l2: L2Mode,
 ) -> Result<String, String> {
-    let (configs, ms, shapes, cache) = parse(configs, m, shapes, cache)?;
+    let (configs, ms, shapes, cache) = parse(configs, m, shapes, cache, knobs.dense)?;
     let err = |e: tilus_runtime::RuntimeError| e.to_string();
     let ctx = Context::new(0).map_err(|e| {
         if e.is_unavailable() {
@@ -115,9 +136,16 @@ pub fn run(
                     ew,
                 )
                 .map_err(|e| format!("{} m={m} {n}x{k}: {e}", c.name))?;
+                let us = |t: &Option<tilus_runtime::Timing>| {
+                    t.as_ref()
+                        .map_or("-".to_string(), |t| format!("{:.1}", t.median_us))
+                };
                 eprintln!(
-                    "{} m={m} {n}x{k}: {:.1} us (GC {:.1} us)",
-                    c.name, row.cached.median_us, row.naive.median_us
+                    "{} m={m} {n}x{k}: {:.1} us (GC {} us, dense {} us)",
+                    c.name,
+                    row.cached.median_us,
+                    us(&row.naive),
+                    us(&row.dense)
                 );
                 rows.push(row);
             }

@@ -37,7 +37,13 @@ pub struct VqKnobs {
     pub lut: Option<LutKnob>,
     /// Autotune the direct kernel's knobs ([`super::tune`]) after the ones above.
     pub tune: bool,
+    /// Time prefill's dequantize-then-GEMM path too ([`super::GpuVqLinear::forward_dense_into`]).
+    pub dense: bool,
 }
+
+/// Tokens up to which the naive GC kernel is timed: above them it takes seconds a point (it
+/// gathers every codebook value from global memory for every 16 tokens).
+pub const NAIVE_MAX_M: usize = 16;
 
 /// `tilus bench vq --lut`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,8 +79,10 @@ pub struct VqBenchRow {
     pub lut: Option<super::lut::LutTiling>,
     /// The direct kernel on the same token, where the forward took the tables.
     pub direct: Option<Timing>,
-    /// The naive GC kernel.
-    pub naive: Timing,
+    /// The naive GC kernel (up to [`NAIVE_MAX_M`] tokens).
+    pub naive: Option<Timing>,
+    /// The dense weight and one cuBLAS GEMM on it, where `VqKnobs::dense` asked.
+    pub dense: Option<Timing>,
     /// The floor's bytes (module docs).
     pub bytes: usize,
     pub floor_us: f64,
@@ -131,6 +139,7 @@ pub fn bench_vq(
         ordered,
         lut,
         tune,
+        dense,
     } = knobs;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;
@@ -178,9 +187,23 @@ pub fn bench_vq(
     let cached = time_launches(ctx, flush, runs, || {
         gpu.forward_into(&xd, m, &mut y, false).map_err(err)
     })?;
-    let naive = time_launches(ctx, flush, runs, || {
-        gpu.forward_into(&xd, m, &mut y, true).map_err(err)
-    })?;
+    let naive = if m <= NAIVE_MAX_M {
+        Some(time_launches(ctx, flush, runs, || {
+            gpu.forward_into(&xd, m, &mut y, true).map_err(err)
+        })?)
+    } else {
+        None
+    };
+    let dense = if dense {
+        let blas = tilus_runtime::Cublas::new(ctx).map_err(err)?;
+        let mut w = DeviceBuffer::<f16>::zeros(ctx, n * k).map_err(err)?;
+        Some(time_launches(ctx, flush, runs, || {
+            gpu.forward_dense_into(&xd, m, &mut y, &mut w, &blas)
+                .map_err(err)
+        })?)
+    } else {
+        None
+    };
     let tiling = layer.lut_tiling(m);
     let direct = match tiling {
         Some(_) => {
@@ -211,6 +234,7 @@ pub fn bench_vq(
         lut: tiling,
         direct,
         naive,
+        dense,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
         cublas_us,
@@ -226,12 +250,14 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
          project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16, t3: transposed with paired rows, 4), stages, k split (atomic: partials added by atomics, else in split order); lut = one token by tables (warps x rows per thread x chunks per block), direct = the direct kernel on the same token\n\
-         {:<7} {:>3} {:>12} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
+         dense = the dense weight (vq_dequant) and one cuBLAS GEMM on it, where --dense asked; GC is timed up to 16 tokens\n\
+         {:<7} {:>4} {:>12} {:>9} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
         "n x k",
         "vq us",
         "direct us",
+        "dense us",
         "GB/s",
         "%floor",
         "GC us",
@@ -246,16 +272,17 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>3} {:>12} {:>9.1} {:>9} {:>7.0} {:>6.1}% {:>8.1} {:>6.2}x {:>10} {:>8} {:>9} {:>7}  {}\n",
+            "{:<7} {:>4} {:>12} {:>9.1} {:>9} {:>9} {:>7.0} {:>6.1}% {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  {}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
             t,
             opt(r.direct.as_ref().map(|d| d.median_us)),
+            opt(r.dense.as_ref().map(|d| d.median_us)),
             r.gb_per_s(),
             r.percent_of_floor(),
-            r.naive.median_us,
-            r.naive.median_us / t,
+            opt(r.naive.as_ref().map(|g| g.median_us)),
+            ratio(r.naive.as_ref().map(|g| g.median_us)),
             opt(r.cublas_us),
             ratio(r.cublas_us),
             format!("u{}:{}", r.elementwise_bits, opt(r.elementwise_us)),

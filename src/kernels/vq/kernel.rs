@@ -653,3 +653,75 @@ pub fn vq_gemv_gc<
     }
     store_global(cast::<f16>(acc), view_global(y, [m, n]), [bi * 16, bj * BN]);
 }
+
+/// The weight dense, `w[n, k]` (f16, row-major: a linear layer's `[out, in]`, as
+/// `Cublas::gemm_nt` multiplies it): `w[r, c] = scale[r] · Σ_s book(g, s)[code(s, r, c / V)][c %
+/// V]` with `g` the codebook tile of `(r, c)`, from the codes in their original order and the
+/// codebooks as [`vq_gemv_gc`] reads them (`CB` as there). For prefill, where one GEMM on the
+/// dense weight beats re-reading the codes for every 16 tokens; each thread writes 16
+/// consecutive values of one row. The host keeps `BN` dividing the tile's rows and `BK` its
+/// columns.
+#[tilus::kernel(
+    lazy,
+    grid = [n / BN, k / BK],
+    warps = WN,
+    space(
+        BN = [32],
+        BK = [64],
+        WN = [4],
+        V = [4, 8],
+        R = [1, 2],
+        CB = [1, 2],
+        SCALE = [0, 1],
+    ),
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn vq_dequant<
+    const BN: i32,
+    const BK: i32,
+    const WN: i32,
+    const V: i32,
+    const R: i32,
+    const CB: i32,
+    const SCALE: i32,
+>(
+    n: i32,
+    k: i32,
+    entries: i32,
+    tile_rows: i32,
+    tile_cols: i32,
+    codes: Global<u8>,
+    codebooks: Global<f16>,
+    scales: Global<f16>,
+    w: GlobalMut<f16>,
+) {
+    let l = layout!(spatial(BN, 32 * WN / BN).local(1, BK * BN / (32 * WN)));
+    let [bi, bj] = block_indices();
+    let kvt = k / V;
+    let gcodes = if CB == 1 {
+        view_global::<u8>(codes, [R * n * kvt])
+    } else {
+        view_global::<u32>(codes, [R * n * kvt / 2])
+    };
+    let col_tiles = k / tile_cols;
+    let books = (n / tile_rows) * col_tiles * R;
+    let gbook = view_global(codebooks, [books * entries * V]);
+    let row = arange(l, 0, bi * BN);
+    let kk = arange(l, 1, bj * BK);
+    let g = bi * BN / tile_rows * col_tiles + bj * BK / tile_cols;
+    let mut acc = register::<f32>(l, 0.0);
+    #[unroll]
+    for s in 0..R {
+        let at = (row + s * n) * kvt + kk / V;
+        let code = if CB == 1 {
+            cast::<i32>(gather(gcodes, at))
+        } else {
+            cast::<i32>((gather(gcodes, at / 2) >> cast::<u32>(at % 2 * 16)) & 0xFFFF)
+        };
+        acc = acc + cast::<f32>(gather(gbook, (code + (g * R + s) * entries) * V + kk % V));
+    }
+    if SCALE == 1 {
+        acc = acc * cast::<f32>(gather(view_global(scales, [n]), row));
+    }
+    store_global(cast::<f16>(acc), view_global(w, [n, k]), [bi * BN, bj * BK]);
+}

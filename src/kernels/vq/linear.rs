@@ -15,18 +15,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::kernel::{vq_finalize, vq_gemv, vq_gemv_gc};
+use super::kernel::{vq_dequant, vq_finalize, vq_gemv, vq_gemv_gc};
 use super::lut::{self, lut_applies, vq_lut_gemv, vq_lut_table, LutTiling};
 use crate::kernels::REFERENCE_MULTIPROCESSORS;
 use crate::vq::{arg_err, e8p, CodebookScope, VqConfig, VqError, VqWeight};
 use half::f16;
 use std::sync::{Arc, Mutex};
 use tilus_core::interp::BlockOrder;
-use tilus_runtime::{Context, DeviceBuffer};
+use tilus_runtime::{Context, Cublas, DeviceBuffer};
 
-/// Output channels per block of the GC kernel.
+/// Output channels per block of the GC kernel and of [`vq_dequant`].
 pub const BN: usize = 32;
-/// k per step of the GC kernel.
+/// k per step of the GC kernel, and the columns of a [`vq_dequant`] block.
 pub const BK: usize = 64;
 /// Shared memory the codebook buffers of [`vq_gemv`] may take.
 pub const CODEBOOK_SHARED_BYTES: usize = 160 * 1024;
@@ -342,6 +342,20 @@ pub fn relayout_codes(w: &VqWeight, warps: usize, bk: usize) -> Vec<u8> {
         }
     }
     out
+}
+
+/// [`vq_dequant`]'s configuration for a format (codes and codebooks as [`vq_gemv_gc`] reads
+/// them).
+pub fn dequant_config(c: VqConfig) -> vq_dequant::Config {
+    vq_dequant::Config {
+        BN: BN as i32,
+        BK: BK as i32,
+        WN: 4,
+        V: c.vector_size as i32,
+        R: c.residuals as i32,
+        CB: if c.log2_entries <= 8 { 1 } else { 2 },
+        SCALE: c.channel_scale as i32,
+    }
 }
 
 /// [`vq_gemv_gc`]'s configuration for a format.
@@ -833,6 +847,29 @@ impl VqLinear {
         Ok(y)
     }
 
+    /// The dense weight `w[n, k]` (f16, row-major) on the CPU interpreter, through
+    /// [`vq_dequant`]: each value the f32 sum of its residual stages' f16 codebook values, times
+    /// its row's f16 scale, rounded once. [`GpuVqLinear::forward_dense_into`] multiplies it.
+    pub fn dense_cpu(&self) -> Result<Vec<f16>, VqError> {
+        let (n, k, tr, tc) = self.dims();
+        let e = self.weight.config.entries() as i32;
+        let mut w = vec![f16::NAN; self.n() * self.k()];
+        vq_dequant::interpret(
+            &dequant_config(self.weight.config),
+            n,
+            k,
+            e,
+            tr,
+            tc,
+            &self.code_bytes,
+            &self.gc_codebooks(),
+            &self.scales,
+            &mut w,
+        )
+        .map_err(kernel_err)?;
+        Ok(w)
+    }
+
     /// This layer on `ctx`'s GPU: uploads the kernel's codes, the codebooks and scales (the
     /// GC kernel's codes on its first use). A layer whose one token takes the tables uploads
     /// their codes instead, and the direct kernel's on the first forward of more tokens (or
@@ -1138,6 +1175,86 @@ impl GpuVqLinear {
         self.lut.as_ref().map(|l| &l.scratch)
     }
 
+    /// The naive kernel's codes in their original order, and for an E8P format or a
+    /// replicated whole-matrix codebook its codebooks ([`VqLinear::gc_codebooks`]), uploaded on
+    /// the first call: what [`vq_gemv_gc`] and [`vq_dequant`] read.
+    fn gc_buffers(&self) -> Result<std::sync::MutexGuard<'_, Option<GcBuffers>>, VqError> {
+        let h = &self.host;
+        let mut gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
+        if gc.is_none() {
+            let codes = DeviceBuffer::from_host(&self.ctx, &h.code_bytes).map_err(kernel_err)?;
+            let book = match h.gc_codebooks() {
+                std::borrow::Cow::Owned(b) => {
+                    Some(DeviceBuffer::from_host(&self.ctx, &b).map_err(kernel_err)?)
+                }
+                std::borrow::Cow::Borrowed(_) => None,
+            };
+            *gc = Some((codes, book));
+        }
+        Ok(gc)
+    }
+
+    /// The dense weight `w[n, k]` (f16, row-major) into the first `n·k` values of `w` on the
+    /// device: one launch of [`vq_dequant`], the same values as [`VqLinear::dense_cpu`]. The
+    /// first call uploads the codes in their original order (as many bytes as the direct
+    /// kernel's codes), which later calls and the naive kernel share.
+    pub fn dense_into(&self, w: &mut DeviceBuffer<f16>) -> Result<(), VqError> {
+        let h = &self.host;
+        let len = h.n() * h.k();
+        if w.len() < len {
+            return Err(arg_err(
+                "w",
+                format!("{} values, fewer than n·k = {len}", w.len()),
+            ));
+        }
+        let (n, k, tr, tc) = h.dims();
+        let gc = self.gc_buffers()?;
+        let (codes, book) = gc.as_ref().expect("uploaded by gc_buffers");
+        let mut dense = w.view_mut(0..len).map_err(kernel_err)?;
+        vq_dequant::launch(
+            &self.ctx,
+            &dequant_config(h.weight.config),
+            n,
+            k,
+            h.weight.config.entries() as i32,
+            tr,
+            tc,
+            codes,
+            book.as_ref().unwrap_or(&self.codebooks),
+            &self.scales,
+            &mut dense,
+        )
+        .map_err(kernel_err)
+    }
+
+    /// Prefill: `y = x · Wᵀ` (`x [m, k]`, `y [m, n]`, f16) as [`Self::dense_into`] into
+    /// `dense`, then one GEMM on it by `blas` (cuBLAS, f16 with f32 accumulation): the codes
+    /// are read once, where [`Self::forward_into`] reads them again for every 16 tokens. The
+    /// scale multiplies the weight before the GEMM, where the direct kernel scales its f32
+    /// sums: the results differ by f16 roundings. `dense` holds at least `n·k` values; layers
+    /// run one after another may share one buffer of the largest (a 57344 x 8192 layer's is
+    /// 940 MB). Nothing is allocated here once the naive kernel's codes are on the device.
+    pub fn forward_dense_into(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        dense: &mut DeviceBuffer<f16>,
+        blas: &Cublas,
+    ) -> Result<(), VqError> {
+        let h = &self.host;
+        h.check_x(x.len(), m)?;
+        if y.len() != m * h.n() {
+            return Err(arg_err(
+                "y",
+                format!("{} values, expected m·n = {}", y.len(), m * h.n()),
+            ));
+        }
+        self.dense_into(dense)?;
+        let w = dense.view(0..h.n() * h.k()).map_err(kernel_err)?;
+        blas.gemm_nt(m, h.n(), h.k(), x, &w, y).map_err(kernel_err)
+    }
+
     /// `y[m, n]` for `x[m, k]` on the device (f16).
     pub fn forward(&self, x: &DeviceBuffer<f16>, m: usize) -> Result<DeviceBuffer<f16>, VqError> {
         let mut y = DeviceBuffer::zeros(&self.ctx, m * self.host.n()).map_err(kernel_err)?;
@@ -1192,19 +1309,8 @@ impl GpuVqLinear {
             });
         }
         if naive {
-            let mut gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
-            if gc.is_none() {
-                let codes =
-                    DeviceBuffer::from_host(&self.ctx, &h.code_bytes).map_err(kernel_err)?;
-                let book = match h.gc_codebooks() {
-                    std::borrow::Cow::Owned(b) => {
-                        Some(DeviceBuffer::from_host(&self.ctx, &b).map_err(kernel_err)?)
-                    }
-                    std::borrow::Cow::Borrowed(_) => None,
-                };
-                *gc = Some((codes, book));
-            }
-            let (codes, book) = gc.as_ref().expect("uploaded above");
+            let gc = self.gc_buffers()?;
+            let (codes, book) = gc.as_ref().expect("uploaded by gc_buffers");
             vq_gemv_gc::launch(
                 &self.ctx,
                 &h.gc_config(),
