@@ -20,6 +20,7 @@ Rows whose pick is the look-up tables (`lut`) are listed without the loop's colu
 """
 import os, re, sys
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sass_loop import ISSUE_PER_S, innermost_loop, opcodes  # noqa: E402
 
