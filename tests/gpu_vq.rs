@@ -18,6 +18,14 @@ use tilus::kernels::vq::{VqCache, VqLinear};
 use tilus::runtime::{Context, DeviceBuffer};
 use tilus::vq::{VqConfig, VqWeight};
 
+/// The weight formats and shapes the direct kernel and prefill's path are checked on.
+const FORMATS: [(VqConfig, usize, usize); 4] = [
+    (VqConfig::GPTVQ_2, 512, 1024),
+    (VqConfig::AQLM_2X8, 256, 1024),
+    (VqConfig::AQLM_3, 256, 1024),
+    (VqConfig::QUIP_4, 512, 1024),
+];
+
 fn reference(w: &VqWeight, x: &[f16], m: usize) -> Vec<f64> {
     let d = w.dequantize();
     let (n, k) = (w.n, w.k);
@@ -68,12 +76,7 @@ fn gpu_vq_gemv_matches_interpreter_and_reference() {
         return;
     };
     let mut rng = StdRng::seed_from_u64(0x6e_0018);
-    for (config, n, k) in [
-        (VqConfig::GPTVQ_2, 512, 1024),
-        (VqConfig::AQLM_2X8, 256, 1024),
-        (VqConfig::AQLM_3, 256, 1024),
-        (VqConfig::QUIP_4, 512, 1024),
-    ] {
+    for (config, n, k) in FORMATS {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
         let layer = VqLinear::new(w.clone()).unwrap();
         let default = layer.cache();
@@ -258,12 +261,7 @@ fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
     };
     let blas = tilus::runtime::Cublas::new(&ctx).unwrap();
     let mut rng = StdRng::seed_from_u64(0xde05_0018);
-    for (config, n, k) in [
-        (VqConfig::GPTVQ_2, 512, 1024),
-        (VqConfig::AQLM_2X8, 256, 1024),
-        (VqConfig::AQLM_3, 256, 1024),
-        (VqConfig::QUIP_4, 512, 1024),
-    ] {
+    for (config, n, k) in FORMATS {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
         let layer = VqLinear::new(w.clone()).unwrap();
         let gpu = layer.to_gpu(&ctx).unwrap();
