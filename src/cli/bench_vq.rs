@@ -16,7 +16,7 @@ type Parsed = (
 );
 
 /// Most tokens `--m` takes: the GEMV's 16, or with `--dense` a prefill's.
-pub fn max_m(dense: bool) -> usize {
+fn max_m(dense: bool) -> usize {
     if dense {
         16384
     } else {
@@ -41,9 +41,12 @@ pub fn parse(
             _ => Err(format!(
                 "argument `--m`: `{v}` is not a number in 1..={most} ({})",
                 if dense {
-                    "tokens"
+                    "tokens".to_string()
                 } else {
-                    "the GEMV's tokens; --dense takes prefill's, up to 16384"
+                    format!(
+                        "the GEMV's tokens; --dense takes prefill's, up to {}",
+                        max_m(true)
+                    )
                 }
             )),
         })

@@ -344,6 +344,16 @@ pub fn relayout_codes(w: &VqWeight, warps: usize, bk: usize) -> Vec<u8> {
     out
 }
 
+/// Bytes of a code in its original order (`VqLinear`'s `code_bytes`, the `CB` of
+/// [`vq_gemv_gc`] and [`vq_dequant`]): one up to 8 bits, else two (u16 little-endian).
+fn original_code_bytes(c: VqConfig) -> usize {
+    if c.log2_entries <= 8 {
+        1
+    } else {
+        2
+    }
+}
+
 /// [`vq_dequant`]'s configuration for a format (codes and codebooks as [`vq_gemv_gc`] reads
 /// them).
 pub fn dequant_config(c: VqConfig) -> vq_dequant::Config {
@@ -353,7 +363,7 @@ pub fn dequant_config(c: VqConfig) -> vq_dequant::Config {
         WN: 4,
         V: c.vector_size as i32,
         R: c.residuals as i32,
-        CB: if c.log2_entries <= 8 { 1 } else { 2 },
+        CB: original_code_bytes(c) as i32,
         SCALE: c.channel_scale as i32,
     }
 }
@@ -366,7 +376,7 @@ pub fn gc_config(c: VqConfig) -> vq_gemv_gc::Config {
         BK: BK as i32,
         V: c.vector_size as i32,
         R: c.residuals as i32,
-        CB: if c.log2_entries <= 8 { 1 } else { 2 },
+        CB: original_code_bytes(c) as i32,
         SCALE: c.channel_scale as i32,
     }
 }
@@ -477,7 +487,7 @@ impl VqLinear {
                 ),
             ));
         }
-        let code_bytes = if c.log2_entries <= 8 {
+        let code_bytes = if original_code_bytes(c) == 1 {
             weight.codes.iter().map(|&c| c as u8).collect()
         } else {
             weight.codes.iter().flat_map(|c| c.to_le_bytes()).collect()
