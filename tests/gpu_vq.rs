@@ -14,7 +14,7 @@ mod common;
 use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tilus::kernels::vq::{VqCache, VqLinear};
+use tilus::kernels::vq::{VqCache, VqLinear, VqPrefill};
 use tilus::runtime::{Context, DeviceBuffer};
 use tilus::vq::{VqConfig, VqWeight};
 
@@ -250,7 +250,10 @@ fn gpu_vq_rejects_bad_buffers() {
 /// `vq_dequant` into a larger shared buffer (poisoned; the values past `n·k` stay untouched)
 /// equals the interpreter's bit for bit (the same f32 sum and product), and cuBLAS's GEMM on it
 /// matches the f64 reference at ragged m (33, 257; outputs poisoned) for GPTVQ-2, AQLM-2x8,
-/// AQLM-3 and QuiP#-4; a buffer shorter than `n·k` is refused by name.
+/// AQLM-3 and QuiP#-4; a buffer shorter than `n·k` is refused by name. The layer's own
+/// forward takes the path from its `with_dense_from` token count on (33 tokens: the direct
+/// kernel, nothing added to the shared `VqPrefill`; 257: the path, its dense weight grown to
+/// the largest layer), and matches the reference both ways.
 #[test]
 fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
     let Some(ctx) = common::gpu_context(
@@ -260,11 +263,17 @@ fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
         return;
     };
     let blas = tilus::runtime::Cublas::new(&ctx).unwrap();
+    let prefill = VqPrefill::new(&ctx);
+    let mut largest = 0;
     let mut rng = StdRng::seed_from_u64(0xde05_0018);
     for (config, n, k) in FORMATS {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
-        let layer = VqLinear::new(w.clone()).unwrap();
-        let gpu = layer.to_gpu(&ctx).unwrap();
+        let layer = VqLinear::new(w.clone())
+            .unwrap()
+            .with_dense_from(40)
+            .unwrap();
+        assert!(!layer.takes_dense(33) && layer.takes_dense(257));
+        let gpu = layer.to_gpu(&ctx).unwrap().with_prefill(&prefill).unwrap();
         let extra = 7;
         let mut dense = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n * k + extra]).unwrap();
         gpu.dense_into(&mut dense).unwrap();
@@ -291,8 +300,24 @@ fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
             let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
             gpu.forward_dense_into(&xd, m, &mut y, &mut dense, &blas)
                 .unwrap();
+            let want = reference(&w, &x, m);
             let tag = format!("{} {n}x{k} m={m} dense", config.name);
-            check_output(&tag, &y.to_host().unwrap(), &reference(&w, &x, m), None);
+            check_output(&tag, &y.to_host().unwrap(), &want, None);
+            // The layer's choice: the direct kernel below 40 tokens, the path from there.
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gpu.forward_into(&xd, m, &mut y, false).unwrap();
+            let tag = format!("{} {n}x{k} m={m} forward_into", config.name);
+            check_output(&tag, &y.to_host().unwrap(), &want, None);
+            if m == 33 {
+                assert_eq!(prefill.bytes(), largest, "{tag}: the direct kernel's m");
+            } else {
+                largest = largest.max(2 * n * k);
+                assert_eq!(
+                    prefill.bytes(),
+                    largest,
+                    "{tag}: grown to the largest layer"
+                );
+            }
         }
         let mut short = DeviceBuffer::<f16>::zeros(&ctx, n * k - 1).unwrap();
         let e = gpu.dense_into(&mut short).unwrap_err().to_string();

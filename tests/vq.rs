@@ -602,3 +602,24 @@ fn vq_dense_weight_matches_its_codebook_rows() {
         }
     }
 }
+
+/// Prefill's token count: the rule's by default (one token never takes the path), a count set
+/// by `with_dense_from` from there on, and a count under 2 refused by name.
+#[test]
+fn vq_dense_from_sets_where_prefill_starts() {
+    use tilus::kernels::vq::linear::dense_from;
+    let mut rng = StdRng::seed_from_u64(0xde05_f403);
+    let (config, n, k) = cases()[0];
+    let layer = VqLinear::new(random_weight(config, n, k, &mut rng)).unwrap();
+    let from = dense_from(config, n, k);
+    assert!(from > 16, "decode's token counts stay on the VQ kernels");
+    assert!(!layer.takes_dense(1) && !layer.takes_dense(from - 1) && layer.takes_dense(from));
+    let set = layer.clone().with_dense_from(40).unwrap();
+    assert!(!set.takes_dense(39) && set.takes_dense(40) && set.takes_dense(1 << 20));
+    let never = layer.clone().with_dense_from(usize::MAX).unwrap();
+    assert!(!never.takes_dense(1 << 20));
+    for bad in [0, 1] {
+        let e = layer.clone().with_dense_from(bad).unwrap_err().to_string();
+        assert!(e.contains("`m`"), "{e}");
+    }
+}

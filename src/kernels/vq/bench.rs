@@ -129,7 +129,11 @@ pub fn bench_vq(
 ) -> Result<VqBenchRow, String> {
     let w = VqWeight::random(config, n, k, 0x18, false).map_err(err)?;
     let bytes = w.kernel_code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
-    let mut layer = VqLinear::new(w).map_err(err)?;
+    // `vq us` is the VQ kernel's at every m; prefill's path is its own column (`dense`).
+    let mut layer = VqLinear::new(w)
+        .map_err(err)?
+        .with_dense_from(usize::MAX)
+        .map_err(err)?;
     let VqKnobs {
         cache,
         stages,

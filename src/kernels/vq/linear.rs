@@ -415,6 +415,9 @@ pub struct VqLinear {
     /// Whether one token takes the table path where the format allows: `None` for
     /// [`lut_for`]'s rule.
     use_lut: Option<bool>,
+    /// The fewest tokens a forward takes prefill's path at (the dense weight and one GEMM,
+    /// [`GpuVqLinear::forward_dense_into`]): `None` for [`dense_from`]'s rule.
+    dense_from: Option<usize>,
 }
 
 /// What the table path ([`super::lut`]) reads besides the scales (shared by the layers that
@@ -430,6 +433,17 @@ struct LutParts {
 pub fn lut_for(m: usize) -> bool {
     m == 1
 }
+
+/// The fewest tokens an `[n, k]` layer of format `c` takes prefill's path at
+/// ([`GpuVqLinear::forward_dense_into`]) by default. The direct kernel reads the codes again
+/// for every 16 tokens; prefill's path writes and reads the dense weight once (4 bytes a
+/// weight) and runs cuBLAS on it.
+pub fn dense_from(_c: VqConfig, _n: usize, _k: usize) -> usize {
+    DENSE_FROM
+}
+
+/// [`dense_from`]'s token count (measured on the H100: docs/vq.md).
+pub const DENSE_FROM: usize = 64;
 
 fn kernel_err(e: impl std::fmt::Display) -> VqError {
     VqError::Arg {
@@ -523,6 +537,7 @@ impl VqLinear {
             ordered: None,
             lut,
             use_lut: None,
+            dense_from: None,
         })
     }
 
@@ -554,6 +569,29 @@ impl VqLinear {
             None => return self.with_lut(true),
         }
         Ok(self)
+    }
+
+    /// Sets the fewest tokens a forward on the GPU takes prefill's path at (the dense weight
+    /// and one cuBLAS GEMM, [`GpuVqLinear::forward_dense_into`]) instead of [`dense_from`]'s
+    /// rule; `usize::MAX` keeps every forward on the direct kernel. An error names `m` below 2
+    /// (one token is the direct kernel's or the tables').
+    pub fn with_dense_from(mut self, m: usize) -> Result<VqLinear, VqError> {
+        if m < 2 {
+            return Err(arg_err(
+                "m",
+                format!("{m}: prefill's path starts at 2 tokens or more"),
+            ));
+        }
+        self.dense_from = Some(m);
+        Ok(self)
+    }
+
+    /// Whether a forward of `m` tokens on the GPU takes prefill's path ([`Self::with_dense_from`]).
+    pub fn takes_dense(&self, m: usize) -> bool {
+        let from = self
+            .dense_from
+            .unwrap_or_else(|| dense_from(self.weight.config, self.n(), self.k()));
+        m >= from
     }
 
     /// The table path's tiling when `m` tokens take it.
@@ -905,6 +943,7 @@ impl VqLinear {
                 }),
                 None => None,
             },
+            prefill: VqPrefill::new(ctx),
             host: self.clone(),
         })
     }
@@ -1030,6 +1069,9 @@ pub struct GpuVqLinear {
     /// The table path's codes and codebook rows, and its table and sum (made by the first
     /// forward that takes the path, or by [`GpuVqLinear::reserve`]).
     lut: Option<GpuLut>,
+    /// Prefill's cuBLAS handle and dense weight: the layer's own, or shared with other layers
+    /// ([`VqPrefill`]).
+    prefill: VqPrefill,
     host: VqLinear,
 }
 
@@ -1096,6 +1138,67 @@ impl VqLutScratch {
     }
 }
 
+/// Prefill's device scratch ([`GpuVqLinear::forward_dense_into`]): a cuBLAS handle and one
+/// dense f16 weight, which the layers of a model on one context can share instead of keeping
+/// one each: a 57344 x 8192 layer's dense weight is 940 MB, as much as the f16 layer, where its
+/// 2-bit codes are 117 MB.
+///
+/// A clone is a handle to the same buffers. The dense weight grows to the largest layer that
+/// uses it (made by that layer's first forward of [`VqLinear::takes_dense`] tokens, or by
+/// [`GpuVqLinear::reserve`]); the layers' forwards are ordered by the context's one stream, so
+/// they never use it at once; a scratch of another context is refused
+/// ([`GpuVqLinear::with_prefill`]).
+#[derive(Clone)]
+pub struct VqPrefill {
+    ctx: Arc<Context>,
+    buffers: Arc<Mutex<PrefillBuffers>>,
+}
+
+#[derive(Default)]
+struct PrefillBuffers {
+    blas: Option<Cublas>,
+    dense: Option<DeviceBuffer<f16>>,
+}
+
+impl VqPrefill {
+    /// An empty scratch on `ctx` (nothing made until a layer needs it).
+    pub fn new(ctx: &Arc<Context>) -> VqPrefill {
+        VqPrefill {
+            ctx: ctx.clone(),
+            buffers: Arc::default(),
+        }
+    }
+
+    /// Bytes of the dense weight allocated on the device now.
+    pub fn bytes(&self) -> usize {
+        let b = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        b.dense.as_ref().map_or(0, |d| d.size_bytes())
+    }
+
+    /// `launch` on the handle and a dense weight of at least `len` values (made or grown
+    /// first), locked while it queues.
+    fn with<R>(
+        &self,
+        len: usize,
+        launch: impl FnOnce(&Cublas, &mut DeviceBuffer<f16>) -> Result<R, VqError>,
+    ) -> Result<R, VqError> {
+        let mut b = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        let PrefillBuffers { blas, dense } = &mut *b;
+        if blas.is_none() {
+            *blas = Some(Cublas::new(&self.ctx).map_err(kernel_err)?);
+        }
+        if dense.as_ref().is_none_or(|d| d.len() < len) {
+            // The old weight goes first: two of the largest need not fit at once.
+            *dense = None;
+            *dense = Some(DeviceBuffer::zeros(&self.ctx, len).map_err(kernel_err)?);
+        }
+        launch(
+            blas.as_ref().expect("made above"),
+            dense.as_mut().expect("made above"),
+        )
+    }
+}
+
 impl GpuVqLinear {
     pub fn host(&self) -> &VqLinear {
         &self.host
@@ -1124,6 +1227,11 @@ impl GpuVqLinear {
         }
         if max_m > 1 || self.host.lut_tiling(1).is_none() {
             drop(self.direct_codes()?);
+        }
+        if self.host.takes_dense(max_m) {
+            drop(self.gc_buffers()?);
+            self.prefill
+                .with(self.host.n() * self.host.k(), |_, _| Ok(()))?;
         }
         Ok(())
     }
@@ -1183,6 +1291,27 @@ impl GpuVqLinear {
     /// [`with_lut_scratch`](Self::with_lut_scratch) gave it, or the layer's own.
     pub fn lut_scratch_handle(&self) -> Option<&VqLutScratch> {
         self.lut.as_ref().map(|l| &l.scratch)
+    }
+
+    /// Take prefill's cuBLAS handle and dense weight from `prefill`, shared with the other
+    /// layers given it, instead of keeping ones of this layer's own ([`VqPrefill`]). An error
+    /// names `prefill` when it belongs to another context.
+    pub fn with_prefill(mut self, prefill: &VqPrefill) -> Result<GpuVqLinear, VqError> {
+        if !Arc::ptr_eq(&prefill.ctx, &self.ctx) {
+            return Err(arg_err(
+                "prefill",
+                "made on another context: layers share prefill's scratch only on one context \
+                 (one stream orders their forwards)",
+            ));
+        }
+        self.prefill = prefill.clone();
+        Ok(self)
+    }
+
+    /// Prefill's scratch: shared, when [`with_prefill`](Self::with_prefill) gave it, or the
+    /// layer's own.
+    pub fn prefill_handle(&self) -> &VqPrefill {
+        &self.prefill
     }
 
     /// The naive kernel's codes in their original order, and for an E8P format or a
@@ -1272,7 +1401,9 @@ impl GpuVqLinear {
         Ok(y)
     }
 
-    /// `y = x · Wᵀ` into `y` (`[m, n]`): [`vq_gemv`], or with `naive` the GC kernel.
+    /// `y = x · Wᵀ` into `y` (`[m, n]`): [`vq_gemv`] (one token: the tables, where the format
+    /// takes them; [`VqLinear::takes_dense`] tokens: prefill's path on the layer's
+    /// [`VqPrefill`]), or with `naive` the GC kernel.
     pub fn forward_into(
         &self,
         x: &DeviceBuffer<f16>,
@@ -1287,6 +1418,11 @@ impl GpuVqLinear {
                 "y",
                 format!("{} values, expected m·n = {}", y.len(), m * h.n()),
             ));
+        }
+        if !naive && h.takes_dense(m) {
+            return self.prefill.with(h.n() * h.k(), |blas, dense| {
+                self.forward_dense_into(x, m, y, dense, blas)
+            });
         }
         let (n, k, tr, tc) = h.dims();
         if let (false, Some(tiling), Some(parts)) = (naive, h.lut_tiling(m), &self.lut) {

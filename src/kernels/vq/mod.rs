@@ -8,4 +8,4 @@ pub mod linear;
 pub mod lut;
 pub mod tune;
 
-pub use linear::{GpuVqLinear, VqCache, VqLinear, VqLutScratch};
+pub use linear::{GpuVqLinear, VqCache, VqLinear, VqLutScratch, VqPrefill};

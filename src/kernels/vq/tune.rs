@@ -125,8 +125,8 @@ pub fn candidates(layer: &VqLinear, m: usize) -> Vec<VqTuning> {
 
 /// The fastest of [`candidates`] for `layer` at `m` tokens on `ctx`'s GPU (or the one the
 /// tuner remembers for this format, shape, `m` and GPU), and `layer` set to it. The table path
-/// for one token is left as the layer has it: the knobs are the direct kernel's, which
-/// serves every other `m`. A point the kernel cannot run (e.g. shared memory beyond the
+/// for one token and prefill's path for many are left as the layer has them: the knobs are
+/// the direct kernel's, which serves the `m` between. A point the kernel cannot run (e.g. shared memory beyond the
 /// device's) is recorded as failed and skipped; the error names `m` outside 1..=2^20.
 pub fn tune(
     ctx: &Arc<Context>,
@@ -144,7 +144,8 @@ pub fn tune(
         "vq_gemv",
         format!("{} n={} k={} m={m}", w.config.name, w.n, w.k),
     );
-    let direct = layer.clone().with_lut(false)?;
+    // The knobs are the direct kernel's: the tables and prefill's path are left out.
+    let direct = layer.clone().with_lut(false)?.with_dense_from(usize::MAX)?;
     // The codes laid out once per warp count, shared by that count's points.
     let mut layouts = Vec::new();
     for warps in [16, 8] {
