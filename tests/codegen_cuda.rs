@@ -1437,7 +1437,8 @@ fn lut_kernel_requests_its_weights_before_its_tables() {
 /// kernel compile to HMMA without local memory or spills; the codebook-centric one stages with
 /// cp.async and looks a codebook row up with one vector load (`LDS.64` for vectors of 4,
 /// `LDS.128` for 8). GPTVQ-2's 16 copies in two buffers make 256-byte rows, whose look-ups
-/// address with one `PRMT` each in every product (at least a k step's 32).
+/// address with one `PRMT` each in every product (at least a k step's 32). The dense weight's
+/// kernel reads a codebook row in one `LDG.E.64`/`LDG.E.128` and stores 16 bytes at a time.
 #[test]
 fn vq_kernels_compile_without_spills() {
     use tilus::kernels::vq::kernel::{vq_dequant, vq_gemv, vq_gemv_gc};
@@ -1449,6 +1450,7 @@ fn vq_kernels_compile_without_spills() {
     let test = "vq_kernels_compile_without_spills";
     let mut kernels = Vec::new();
     let mut lookups = Vec::new();
+    let mut dequants = Vec::new();
     for c in [
         VqConfig::GPTVQ_2,
         VqConfig::AQLM_2X8,
@@ -1497,7 +1499,14 @@ fn vq_kernels_compile_without_spills() {
         kernels.push((format!("vq_gemv_gc_{}", c.name), p, MMA));
         let cfg = dequant_config(c);
         let p = vq_dequant::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
-        kernels.push((format!("vq_dequant_{}", c.name), p, Expect::default()));
+        let name = format!("vq_dequant_{}", c.name);
+        let wide = if c.vector_size == 4 {
+            "LDG.E.64"
+        } else {
+            "LDG.E.128"
+        };
+        dequants.push((name.clone(), p.clone(), wide));
+        kernels.push((name, p, Expect::default()));
     }
     let fin = tilus::kernels::vq::kernel::vq_finalize::program(
         &tilus::kernels::vq::kernel::vq_finalize::SPACE[0],
@@ -1525,6 +1534,23 @@ fn vq_kernels_compile_without_spills() {
                 "{name}: {prmt} PRMTs, not one a look-up (32 a k step)"
             );
         }
+    }
+    // The dense weight: a codebook row is one vector load from global memory, and a thread's
+    // 16 values leave in 16-byte stores.
+    for (name, p, wide) in dequants {
+        let src = emit(&p, &Default::default()).unwrap().source;
+        let ptx = compile_ptx(&src, "sm_90a").unwrap();
+        let a = assemble(&ptxas, &disasm, &scratch.0, &name, &ptx, "sm_90a");
+        let ops = opcodes(&a.sass);
+        assert!(
+            ops.iter().any(|o| o.starts_with(wide)),
+            "{name}: no {wide} codebook rows in {ops:?}"
+        );
+        let stores: Vec<_> = ops.iter().filter(|o| o.starts_with("STG")).collect();
+        assert!(
+            !stores.is_empty() && stores.iter().all(|o| o.starts_with("STG.E.128")),
+            "{name}: stores {stores:?}, not 16-byte ones"
+        );
     }
 }
 

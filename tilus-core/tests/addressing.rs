@@ -8,7 +8,7 @@ mod programs;
 use programs::*;
 use rand::seq::SliceRandom;
 use rand::Rng;
-use tilus_core::codegen::emit;
+use tilus_core::codegen::{emit, Assumption};
 use tilus_core::interp::{run, Arg};
 use tilus_core::ir::{AtomicOp, Expr, Program, ProgramBuilder, SpanId};
 use tilus_core::layout::{parse, SharedLayout};
@@ -1241,8 +1241,8 @@ fn gather_rows_widens_the_index_layout_by_a_local() {
 // ---- generated code ------------------------------------------------------------------------
 
 /// `gather_rows` reads a compact shared row with one vector of its size (two f16: a word,
-/// four: `uint2`, eight: `uint4`), a swizzled, strided or global one per element; every read
-/// is guarded by the row test.
+/// four: `uint2`, eight: `uint4`), a swizzled or strided one per element, a global one by
+/// vectors under an alignment assumption on its pointer; every read is guarded by the row test.
 #[test]
 fn gather_rows_generates_vector_loads_where_aligned() {
     let layout = "spatial(32, 4).local(2, 1)";
@@ -1267,16 +1267,40 @@ fn gather_rows_generates_vector_loads_where_aligned() {
     assert_eq!(k.matches("*(const uint4*)(").count(), 4, "{k}");
     let k = src(DType::F16, 8, RowSrc::Slice);
     assert_eq!(k.matches("*(const uint4*)(").count(), 2, "{k}");
-    for s in [RowSrc::Swizzled, RowSrc::Wide, RowSrc::Global] {
+    for s in [RowSrc::Swizzled, RowSrc::Wide] {
         let k = src(DType::F16, 4, s);
         assert!(!k.contains("uint2*"), "{s:?}: {k}");
         assert_eq!(k.matches("*(const uint16_t*)(").count(), 8, "{s:?}: {k}");
     }
+    // A global table's rows start at its pointer: vectors, the pointer's alignment to them a
+    // launch assumption.
+    for (w, ty, bytes) in [(4, "uint2", 8), (8, "uint4", 16), (2, "uint32_t", 4)] {
+        let p = gather_rows_program(DType::F16, w, layout, 0, RowSrc::Global);
+        let k = emit(&p, &Target::default()).unwrap();
+        let at = k
+            .source
+            .find("= gather_rows(")
+            .expect("the instruction's comment");
+        let code = &k.source[at..];
+        assert_eq!(
+            code.matches(&format!("*(const {ty}*)(")).count(),
+            2,
+            "{code}"
+        );
+        assert!(!code.contains("*(const uint16_t*)("), "{code}");
+        assert!(
+            k.assumptions
+                .iter()
+                .any(|a| matches!(a, Assumption::Aligned { bytes: b, .. } if *b == bytes)),
+            "w = {w}: {:?}",
+            k.assumptions
+        );
+    }
 }
 
 /// `scatter_rows` writes a compact shared row with one vector store of its size, under the
-/// same alignment proof as `gather_rows` reads it (a swizzled, strided or global table per
-/// element); each row's stores sit under one row test, and a replicated index writes from one
+/// same alignment proof as `gather_rows` reads it (a swizzled or strided table per element, a
+/// global one by vectors); each row's stores sit under one row test, and a replicated index writes from one
 /// replica.
 #[test]
 fn scatter_rows_generates_vector_stores_where_aligned() {
@@ -1308,12 +1332,16 @@ fn scatter_rows_generates_vector_stores_where_aligned() {
     assert_eq!(k.matches("*(uint4*)(").count(), 4, "{k}");
     let k = src(DType::F16, 8, plain, RowSrc::Slice);
     assert_eq!(k.matches("*(uint4*)(").count(), 2, "{k}");
-    for s in [RowSrc::Swizzled, RowSrc::Wide, RowSrc::Global] {
+    for s in [RowSrc::Swizzled, RowSrc::Wide] {
         let k = src(DType::F16, 4, plain, s);
         assert!(!k.contains("uint2*"), "{s:?}: {k}");
         assert_eq!(k.matches("*(uint16_t*)(").count(), 8, "{s:?}: {k}");
         assert_eq!(k.matches(">= 0 && (long long)").count(), 2, "{k}");
     }
+    // A global table: one vector a row, as `gather_rows` reads it.
+    let k = src(DType::F16, 4, plain, RowSrc::Global);
+    assert_eq!(k.matches("*(uint2*)(").count(), 2, "{k}");
+    assert_eq!(k.matches(">= 0 && (long long)").count(), 2, "{k}");
     // Not replicated: no guard; replicated (each index element on 2 of the 128 threads): one.
     assert!(!k.contains("tid"), "{k}");
     let rep = "spatial(4, 1).replicated(2).spatial(4, 4).local(1, 2)";

@@ -658,9 +658,10 @@ pub fn vq_gemv_gc<
 /// `Cublas::gemm_nt` multiplies it): `w[r, c] = scale[r] · Σ_s book(g, s)[code(s, r, c / V)][c %
 /// V]` with `g` the codebook tile of `(r, c)`, from the codes in their original order and the
 /// codebooks as [`vq_gemv_gc`] reads them (`CB` as there). For prefill, where one GEMM on the
-/// dense weight beats re-reading the codes for every 16 tokens; each thread writes 16
-/// consecutive values of one row. The host keeps `BN` dividing the tile's rows and `BK` its
-/// columns.
+/// dense weight beats re-reading the codes for every 16 tokens. Each thread writes 16
+/// consecutive values of one row: one code and one codebook row (`gather_rows`: an 8- or
+/// 16-byte load) per vector and residual stage, one scale, two 16-byte stores. The host keeps
+/// `BN` dividing the tile's rows and `BK` its columns.
 #[tilus::kernel(
     lazy,
     grid = [n / BN, k / BK],
@@ -695,7 +696,11 @@ pub fn vq_dequant<
     scales: Global<f16>,
     w: GlobalMut<f16>,
 ) {
-    let l = layout!(spatial(BN, 32 * WN / BN).local(1, BK * BN / (32 * WN)));
+    // A thread's vectors (`li`, over `[BN, BK / V]`), then their values (`l`, over `[BN, BK]`).
+    let li = layout!(spatial(BN, 32 * WN / BN).local(1, BK * BN / (32 * WN * V)));
+    let l = layout!(spatial(BN, 32 * WN / BN)
+        .local(1, BK * BN / (32 * WN * V))
+        .local(1, V));
     let [bi, bj] = block_indices();
     let kvt = k / V;
     let gcodes = if CB == 1 {
@@ -705,23 +710,24 @@ pub fn vq_dequant<
     };
     let col_tiles = k / tile_cols;
     let books = (n / tile_rows) * col_tiles * R;
-    let gbook = view_global(codebooks, [books * entries * V]);
-    let row = arange(l, 0, bi * BN);
-    let kk = arange(l, 1, bj * BK);
+    let gbook = view_global(codebooks, [books * entries, V]);
+    let row = arange(li, 0, bi * BN);
+    let kv = arange(li, 1, bj * BK / V);
     let g = bi * BN / tile_rows * col_tiles + bj * BK / tile_cols;
     let mut acc = register::<f32>(l, 0.0);
     #[unroll]
     for s in 0..R {
-        let at = (row + s * n) * kvt + kk / V;
+        let at = (row + s * n) * kvt + kv;
         let code = if CB == 1 {
             cast::<i32>(gather(gcodes, at))
         } else {
             cast::<i32>((gather(gcodes, at / 2) >> cast::<u32>(at % 2 * 16)) & 0xFFFF)
         };
-        acc = acc + cast::<f32>(gather(gbook, (code + (g * R + s) * entries) * V + kk % V));
+        acc = acc + cast::<f32>(gather_rows(gbook, code + (g * R + s) * entries, 1));
     }
     if SCALE == 1 {
-        acc = acc * cast::<f32>(gather(view_global(scales, [n]), row));
+        let ls = layout!(reduce(l, [1]));
+        acc = acc * cast::<f32>(load_global(view_global(scales, [n, 1]), ls, [bi * BN, 0]));
     }
     store_global(cast::<f16>(acc), view_global(w, [n, k]), [bi * BN, bj * BK]);
 }

@@ -20,13 +20,15 @@
 //! or a `let` the divisibility prover sees through); the row's `w * bytes` is a multiple by
 //! choice of the vector. The widest such vector of at most 16 bytes is used, several per row
 //! when the row is longer; otherwise each element is read alone, as `gather` does. A global
-//! table is always read per element: its pointer is a kernel argument whose alignment the
-//! launcher only checks to the element size, so a wider access could fault on a valid call.
+//! view starts at its pointer, so its rows are read by the widest vector of at most 16 bytes
+//! that divides a row, as `load_global` reads its vectors: the pointer's alignment to it
+//! becomes a launch assumption (the launcher refuses a misaligned argument by name, before the
+//! kernel could fault).
 //!
 //! `scatter_rows` is the same access pattern stored: per index local one guarded row write
 //! (`if (0 <= ix < rows)`) from the value's words of locals `[l * w, (l + 1) * w)`, with the
-//! vector chosen by the same proof ([`rows_vector`]: `STS`, `STS.64`, `STS.128`), per element
-//! otherwise and always for a global table. Replicas of an index element write its row once:
+//! vector chosen by the same proof ([`rows_vector`]: `STS`, `STS.64`, `STS.128`; a global
+//! table's as for `gather_rows`), per element otherwise. Replicas of an index element write its row once:
 //! the replica guard of `scatter`, from the index layout (the value's has the same threads).
 //!
 //! `f32` atomic max/min use the integer-compare lowering: a non-negative value (sign bit clear)
@@ -54,8 +56,12 @@ struct Flat {
 }
 
 enum Target {
-    /// Byte pointer of a global tensor.
-    Global(String),
+    /// Byte pointer of a global tensor, and the parameter it comes from (`None`: a workspace
+    /// the runtime allocates, aligned to 256 bytes).
+    Global {
+        ptr: String,
+        param: Option<String>,
+    },
     Shared(SharedInfo),
 }
 
@@ -64,7 +70,7 @@ impl Flat {
     fn addr(&self, cx: &Ctx, ix: &str) -> String {
         let bytes = self.dtype.bits() / 8;
         match &self.target {
-            Target::Global(ptr) => format!("{ptr} + (long long){ix} * {bytes}"),
+            Target::Global { ptr, .. } => format!("{ptr} + (long long){ix} * {bytes}"),
             Target::Shared(s) => {
                 let root = &s.root_layout;
                 let (rank, root_rank) = (s.shape.len(), root.rank());
@@ -133,7 +139,7 @@ impl Flat {
     /// strides and swizzle; a global one through its flat index (64-bit).
     fn addr_rc(&self, cx: &Ctx, row: &str, col: &str, w: usize) -> String {
         let s = match &self.target {
-            Target::Global(ptr) => {
+            Target::Global { ptr, .. } => {
                 let bytes = self.dtype.bits() / 8;
                 let flat = match (w, col) {
                     (1, _) => format!("(long long){row}"),
@@ -228,9 +234,10 @@ fn row_vector(
 }
 
 /// The vector (4, 8 or 16 bytes) for whole rows of `row_bytes` bytes of `f`, by
-/// [`row_vector`] with the emitter's divisibility facts; `None` for a global table or where no
-/// vector is provable (per element).
-fn rows_vector(cx: &Ctx, f: &Flat, row_bytes: usize) -> Option<usize> {
+/// [`row_vector`] with the emitter's divisibility facts for a shared table (`None` where no
+/// vector is provable: per element); for a global one the widest dividing the row, its
+/// pointer's alignment a launch assumption.
+fn rows_vector(cx: &mut Ctx, f: &Flat, row_bytes: usize) -> Option<usize> {
     match &f.target {
         Target::Shared(s) => {
             let facts = &cx.facts;
@@ -238,7 +245,12 @@ fn rows_vector(cx: &Ctx, f: &Flat, row_bytes: usize) -> Option<usize> {
                 facts.divisible(e, d) == Divisible::Yes
             })
         }
-        Target::Global(_) => None,
+        Target::Global { param, .. } => {
+            // Rows are consecutive from the pointer: one aligned to `v` aligns every row.
+            let v = [16, 8, 4].into_iter().find(|v| row_bytes % v == 0)?;
+            cx.assume_aligned(param, v as u32);
+            Some(v)
+        }
     }
 }
 
@@ -292,7 +304,8 @@ fn flat(cx: &mut Ctx, v: VarId, write: bool) -> Result<Flat, CodegenError> {
             } else {
                 format!("(const uint8_t*){}", g.ptr)
             };
-            (g.dtype, n, None, Target::Global(ptr))
+            let param = g.ptr_param.clone();
+            (g.dtype, n, None, Target::Global { ptr, param })
         }
         VarType::Shared(_) => {
             let s = cx.shared_info(v)?;
