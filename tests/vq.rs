@@ -611,7 +611,7 @@ fn vq_dense_from_sets_where_prefill_starts() {
     let mut rng = StdRng::seed_from_u64(0xde05_f403);
     let (config, n, k) = cases()[0];
     let layer = VqLinear::new(random_weight(config, n, k, &mut rng)).unwrap();
-    let from = dense_from(config, n, k);
+    let from = dense_from(config);
     assert!(from > 16, "decode's token counts stay on the VQ kernels");
     assert!(!layer.takes_dense(1) && !layer.takes_dense(from - 1) && layer.takes_dense(from));
     let set = layer.clone().with_dense_from(40).unwrap();

@@ -434,16 +434,25 @@ pub fn lut_for(m: usize) -> bool {
     m == 1
 }
 
-/// The fewest tokens an `[n, k]` layer of format `c` takes prefill's path at
-/// ([`GpuVqLinear::forward_dense_into`]) by default. The direct kernel reads the codes again
-/// for every 16 tokens; prefill's path writes and reads the dense weight once (4 bytes a
-/// weight) and runs cuBLAS on it.
-pub fn dense_from(_c: VqConfig, _n: usize, _k: usize) -> usize {
-    DENSE_FROM
+/// The fewest tokens a layer of format `c` takes prefill's path at
+/// ([`GpuVqLinear::forward_dense_into`]) by default. The direct kernel's time grows by its
+/// 16-token time for every 16 tokens; prefill's path costs the dense weight once (written and
+/// read again: 4 bytes a weight, and a look-up per vector) and a cuBLAS GEMM that is nearly
+/// flat up to 256 tokens. Measured on the H100 (session 71, docs/vq.md), the two cross at 166-195
+/// tokens for vectors of 4 (GPTVQ-2: a cheap look-up, 256 entries), 64-73 for AQLM-3 and 83-90
+/// for QuiP#-4 on the Llama-70B layers, whatever the shape (both sides scale with `n·k`): the
+/// rule takes each format's crossing, rounded up to a multiple of 16 tokens (AQLM-2x8, not
+/// measured, goes with AQLM-3's vectors of 8). Past the crossing the path gains 1.3-1.4x at
+/// 256 tokens for GPTVQ-2 and 2.8-3.4x for AQLM-3 and QuiP#-4.
+pub fn dense_from(c: VqConfig) -> usize {
+    if c.vector_size == 4 {
+        192
+    } else if c.e8p {
+        96
+    } else {
+        80
+    }
 }
-
-/// [`dense_from`]'s token count (measured on the H100: docs/vq.md).
-pub const DENSE_FROM: usize = 64;
 
 fn kernel_err(e: impl std::fmt::Display) -> VqError {
     VqError::Arg {
@@ -590,7 +599,7 @@ impl VqLinear {
     pub fn takes_dense(&self, m: usize) -> bool {
         let from = self
             .dense_from
-            .unwrap_or_else(|| dense_from(self.weight.config, self.n(), self.k()));
+            .unwrap_or_else(|| dense_from(self.weight.config));
         m >= from
     }
 

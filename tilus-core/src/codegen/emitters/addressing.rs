@@ -247,7 +247,9 @@ fn rows_vector(cx: &mut Ctx, f: &Flat, row_bytes: usize) -> Option<usize> {
         }
         Target::Global { param, .. } => {
             // Rows are consecutive from the pointer: one aligned to `v` aligns every row.
-            let v = [16, 8, 4].into_iter().find(|v| row_bytes % v == 0)?;
+            let v = [16, 8, 4]
+                .into_iter()
+                .find(|v| row_bytes.is_multiple_of(*v))?;
             cx.assume_aligned(param, v as u32);
             Some(v)
         }
