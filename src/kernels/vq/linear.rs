@@ -1217,15 +1217,18 @@ impl GpuVqLinear {
     }
 
     /// Make the split-k buffers for forwards of up to `max_m` tokens (zeroed), keeping the ones
-    /// there are when they already suffice, the tables' scratch where one token takes them and
-    /// the direct kernel's codes where more tokens do; an error names `m`. Afterwards no
-    /// [`forward_into`](Self::forward_into) of up to `max_m` tokens allocates.
+    /// there are when they already suffice, the tables' scratch where one token takes them, the
+    /// direct kernel's codes where more tokens do, and prefill's codes and dense weight where
+    /// `max_m` takes that path (whose tokens need no split buffers); an error names `m`.
+    /// Afterwards no [`forward_into`](Self::forward_into) of up to `max_m` tokens allocates.
     pub fn reserve(&self, max_m: usize) -> Result<(), VqError> {
         if max_m == 0 || max_m > 1 << 20 {
             return Err(arg_err("m", format!("{max_m}: must lie in 1..=2^20")));
         }
         let n = self.host.n();
+        // Only the direct kernel's token counts: prefill's path uses no split buffers.
         let lens = (1..=max_m)
+            .filter(|&m| !self.host.takes_dense(m))
             .map(|m| SplitLens::of(&self.host.config(m), m, n))
             .fold(SplitLens::of(&self.host.config(1), 1, n), SplitLens::max);
         let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());

@@ -126,8 +126,9 @@ pub fn candidates(layer: &VqLinear, m: usize) -> Vec<VqTuning> {
 /// The fastest of [`candidates`] for `layer` at `m` tokens on `ctx`'s GPU (or the one the
 /// tuner remembers for this format, shape, `m` and GPU), and `layer` set to it. The table path
 /// for one token and prefill's path for many are left as the layer has them: the knobs are
-/// the direct kernel's, which serves the `m` between. A point the kernel cannot run (e.g. shared memory beyond the
-/// device's) is recorded as failed and skipped; the error names `m` outside 1..=2^20.
+/// the direct kernel's, which serves the `m` between. A point the kernel cannot run (e.g.
+/// shared memory beyond the device's) is recorded as failed and skipped; the error names `m`
+/// outside 1..=2^20.
 pub fn tune(
     ctx: &Arc<Context>,
     layer: &VqLinear,

@@ -28,8 +28,9 @@
 //! `scatter_rows` is the same access pattern stored: per index local one guarded row write
 //! (`if (0 <= ix < rows)`) from the value's words of locals `[l * w, (l + 1) * w)`, with the
 //! vector chosen by the same proof ([`rows_vector`]: `STS`, `STS.64`, `STS.128`; a global
-//! table's as for `gather_rows`), per element otherwise. Replicas of an index element write its row once:
-//! the replica guard of `scatter`, from the index layout (the value's has the same threads).
+//! table's as for `gather_rows`), per element otherwise. Replicas of an index element write
+//! its row once: the replica guard of `scatter`, from the index layout (the value's has the
+//! same threads).
 //!
 //! `f32` atomic max/min use the integer-compare lowering: a non-negative value (sign bit clear)
 //! is combined with `atomicMax`/`atomicMin` on the bits as `int`, a negative one with
