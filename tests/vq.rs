@@ -623,3 +623,59 @@ fn vq_dense_from_sets_where_prefill_starts() {
         assert!(e.contains("`m`"), "{e}");
     }
 }
+
+/// The fused VQ-GEMM (prefill) on the interpreter against the f64 reference: GPTVQ-2 itself
+/// (two 256 x 256 tiles along k), per-tile codebooks of 128 x 64 (a switch every step, along n
+/// too), AQLM-2x8 (one codebook, vectors of 8, two stages, scales; an odd step count: the last
+/// step's synchronous product) and AQLM-3 itself (4096 entries: 12-bit codes); ragged token
+/// counts on blocks of 64 and 128, outputs poisoned.
+#[test]
+fn vq_fused_gemm_matches_reference() {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tiles = VqConfig {
+        name: "tiles128x64",
+        scope: CodebookScope::Tile {
+            rows: 128,
+            cols: 64,
+        },
+        ..VqConfig::GPTVQ_2
+    };
+    let cases = [
+        (VqConfig::GPTVQ_2, 256, 512, 70, Some(64)),
+        (tiles, 256, 256, 21, None),
+        (VqConfig::AQLM_2X8, 128, 192, 130, Some(128)),
+        (VqConfig::AQLM_3, 128, 128, 9, None),
+    ];
+    for (config, n, k, m, bm) in cases {
+        let w = random_weight(config, n, k, &mut rng);
+        let layer = VqLinear::new(w.clone()).unwrap();
+        let x: Vec<f16> = (0..m * k)
+            .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let got = layer.forward_cpu_gemm(&x, m, bm).unwrap();
+        let tag = format!("{} {n}x{k} m={m} bm={bm:?} seed {seed}", config.name);
+        check(&tag, &got, &reference(&w, &x, m));
+    }
+}
+
+/// Formats and options the fused GEMM does not take are refused by name.
+#[test]
+fn vq_fused_gemm_refusals_name_the_argument() {
+    let mut rng = StdRng::seed_from_u64(0x9e33_0001);
+    let quip = VqLinear::new(random_weight(VqConfig::QUIP_4, 64, 256, &mut rng)).unwrap();
+    let e = quip.gemm_config(256, None).unwrap_err().to_string();
+    assert!(e.contains("`weight`") && e.contains("E8P"), "{e}");
+    let gptvq = VqLinear::new(random_weight(VqConfig::GPTVQ_2, 256, 256, &mut rng)).unwrap();
+    let e = gptvq.gemm_config(256, Some(96)).unwrap_err().to_string();
+    assert!(e.contains("`bm`"), "{e}");
+    let aqlm3 = VqLinear::new(random_weight(VqConfig::AQLM_3, 128, 128, &mut rng)).unwrap();
+    assert_eq!(
+        aqlm3.gemm_config(4096, None).unwrap().BM,
+        64,
+        "AQLM-3's codebooks take 128 KiB"
+    );
+    let x = vec![f16::ONE; 3 * 256];
+    let e = gptvq.forward_cpu_gemm(&x, 2, None).unwrap_err().to_string();
+    assert!(e.contains("`x`"), "{e}");
+}

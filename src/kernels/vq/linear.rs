@@ -15,6 +15,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use super::gemm::{
+    gemm_bm, gemm_config, gemm_refusal, gemm_shared_bytes, vq_gemm, GemmCodes, GEMM_SHARED_BYTES,
+};
 use super::kernel::{vq_dequant, vq_finalize, vq_gemv, vq_gemv_gc};
 use super::lut::{self, lut_applies, vq_lut_gemv, vq_lut_table, LutTiling};
 use crate::kernels::REFERENCE_MULTIPROCESSORS;
@@ -896,6 +899,66 @@ impl VqLinear {
             tc,
             x,
             &self.code_bytes,
+            &self.gc_codebooks(),
+            &self.scales,
+            &mut y,
+        )
+        .map_err(kernel_err)?;
+        Ok(y)
+    }
+
+    /// Why the fused [`vq_gemm`] cannot serve this layer (an error naming `weight`), or its
+    /// configuration for blocks of `bm` tokens (`None`: [`gemm_bm`]'s for `m`).
+    pub fn gemm_config(&self, m: usize, bm: Option<usize>) -> Result<vq_gemm::Config, VqError> {
+        let c = self.weight.config;
+        if let Some(why) = gemm_refusal(c, (self.n(), self.k())) {
+            return Err(arg_err("weight", format!("no fused VQ-GEMM: {why}")));
+        }
+        let bm = bm.unwrap_or_else(|| gemm_bm(c, m));
+        if ![64, 128, 256].contains(&bm) || gemm_shared_bytes(c, bm) > GEMM_SHARED_BYTES {
+            return Err(arg_err(
+                "bm",
+                format!("{bm} tokens a block: 64, 128 or 256 whose shared memory fits"),
+            ));
+        }
+        Ok(gemm_config(c, bm))
+    }
+
+    /// The codes as [`vq_gemm`] reads them ([`GemmCodes`]), as many bytes as the codes.
+    pub fn gemm_codes(&self) -> Result<GemmCodes, VqError> {
+        self.gemm_config(1 << 20, Some(64))?;
+        let c = self.weight.config;
+        Ok(GemmCodes::new(
+            &self.weight.codes,
+            (self.n(), self.k()),
+            c.vector_size,
+            c.residuals,
+            c.entries() > 256,
+        ))
+    }
+
+    /// `y[m, n]` for `x[m, k]` on the CPU interpreter through the fused [`vq_gemm`] (blocks
+    /// of `bm` tokens, `None` for the rule's).
+    pub fn forward_cpu_gemm(
+        &self,
+        x: &[f16],
+        m: usize,
+        bm: Option<usize>,
+    ) -> Result<Vec<f16>, VqError> {
+        let mi = self.check_x(x.len(), m)?;
+        let cfg = self.gemm_config(m, bm)?;
+        let codes = self.gemm_codes()?;
+        let (n, k, tr, tc) = self.dims();
+        let mut y = vec![f16::NAN; m * self.n()];
+        vq_gemm::interpret(
+            &cfg,
+            mi,
+            n,
+            k,
+            tr,
+            tc,
+            x,
+            &codes.bytes,
             &self.gc_codebooks(),
             &self.scales,
             &mut y,
