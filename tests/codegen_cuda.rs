@@ -1592,6 +1592,23 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             tilus::kernels::gemm::w4::gemm_w4t_f16::program(cfg),
         ));
     }
+    // The fused VQ-GEMM (prefill): GPTVQ-2's per-tile codebooks at every block height,
+    // AQLM-2x8 (one codebook, vectors of 8, scales), AQLM-3 (4096 entries, 12-bit codes).
+    {
+        use tilus::kernels::vq::gemm::{gemm_config, vq_gemm};
+        use tilus::vq::VqConfig;
+        for (c, bm) in [
+            (VqConfig::GPTVQ_2, 64),
+            (VqConfig::GPTVQ_2, 128),
+            (VqConfig::GPTVQ_2, 256),
+            (VqConfig::AQLM_2X8, 128),
+            (VqConfig::AQLM_3, 64),
+        ] {
+            let cfg = gemm_config(c, bm);
+            let p = vq_gemm::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));
+            kernels.push((format!("vq_gemm_{}_bm{bm}", c.name), Some(p)));
+        }
+    }
     // The quantized matmul's warpgroup gemv: 1-, 2- and 4-bit weights, zero points (one fma
     // per pair), 8 to 64 tokens, one and two warpgroups, split-k; the tuner's 256-column tiles
     // of one warpgroup at 32 and 64 tokens (u1 there needs 232 of the 255 registers, 251 with
@@ -1815,7 +1832,11 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
                 "{name}: {} UTMALDG",
                 count("UTMALDG")
             );
-            assert_eq!(count("LDGSTS"), 0, "{name}: cp.async left");
+            // (The fused VQ-GEMM copies its codebooks by cp.async on purpose: a stage's
+            // codebook is a rank-3 table the copy engine's boxes do not describe.)
+            if !name.starts_with("vq_gemm") {
+                assert_eq!(count("LDGSTS"), 0, "{name}: cp.async left");
+            }
         } else {
             assert!(count("LDGSTS") > 0, "{name}: no LDGSTS");
         }

@@ -275,8 +275,9 @@ fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
         let layer = VqLinear::new(w.clone())
             .unwrap()
             .with_dense_from(40)
-            .unwrap();
-        assert!(!layer.takes_dense(33) && layer.takes_dense(257));
+            .unwrap()
+            .with_fused_gemm(false);
+        assert!(!layer.takes_dense(33) && layer.takes_dense(257) && !layer.takes_fused(257));
         let gpu = layer.to_gpu(&ctx).unwrap().with_prefill(&prefill).unwrap();
         let extra = 7;
         let mut dense = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; n * k + extra]).unwrap();
@@ -326,6 +327,61 @@ fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
         let mut short = DeviceBuffer::<f16>::zeros(&ctx, n * k - 1).unwrap();
         let e = gpu.dense_into(&mut short).unwrap_err().to_string();
         assert!(e.contains("`w`"), "{e}");
+    }
+}
+
+/// The fused VQ-GEMM on the GPU at every block height it takes, against the f64 reference and
+/// the interpreter (the same f32 sums up to their order: two f16 ulps), ragged token counts
+/// (33, 257), outputs poisoned; the layer's forward takes it from `dense_from` tokens on, and
+/// `reserve` uploads its codes ahead. QuiP#-4 (no fused GEMM) keeps the dense path.
+#[test]
+fn gpu_vq_fused_gemm_matches_interpreter_and_reference() {
+    let Some(ctx) = common::gpu_context(
+        "gpu_vq_fused_gemm_matches_interpreter_and_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (config, n, k) in FORMATS {
+        let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
+        let layer = VqLinear::new(w.clone())
+            .unwrap()
+            .with_dense_from(40)
+            .unwrap();
+        let gpu = layer.to_gpu(&ctx).unwrap();
+        if config.e8p {
+            assert!(!layer.takes_fused(257), "{}", config.name);
+            let e = layer.gemm_config(257, None).unwrap_err().to_string();
+            assert!(e.contains("`weight`"), "{e}");
+            continue;
+        }
+        assert!(!layer.takes_fused(33) && layer.takes_fused(40));
+        gpu.reserve(300).unwrap();
+        for m in [33, 257] {
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let want = reference(&w, &x, m);
+            for bm in [64, 128, 256] {
+                if layer.gemm_config(m, Some(bm)).is_err() {
+                    continue;
+                }
+                let cpu = layer.forward_cpu_gemm(&x, m, Some(bm)).unwrap();
+                let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                gpu.forward_gemm_into(&xd, m, &mut y, Some(bm)).unwrap();
+                let tag = format!("{} {n}x{k} m={m} bm={bm} seed {seed}", config.name);
+                check_output(&tag, &y.to_host().unwrap(), &want, Some(&cpu));
+            }
+            // The layer's choice: the direct kernel at 33 tokens, the fused GEMM at 257.
+            let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+            gpu.forward_into(&xd, m, &mut y, false).unwrap();
+            let tag = format!("{} {n}x{k} m={m} forward_into seed {seed}", config.name);
+            check_output(&tag, &y.to_host().unwrap(), &want, None);
+        }
+        assert_eq!(gpu.prefill_handle().bytes(), 0, "no dense weight made");
     }
 }
 

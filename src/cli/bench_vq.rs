@@ -143,12 +143,18 @@ pub fn run(
                     t.as_ref()
                         .map_or("-".to_string(), |t| format!("{:.1}", t.median_us))
                 };
+                let fused: Vec<String> = row
+                    .fused
+                    .iter()
+                    .map(|(bm, t)| format!("{:.1}@{bm}", t.median_us))
+                    .collect();
                 eprintln!(
-                    "{} m={m} {n}x{k}: {:.1} us (GC {} us, dense {} us)",
+                    "{} m={m} {n}x{k}: {:.1} us (GC {} us, dense {} us, fused {})",
                     c.name,
                     row.cached.median_us,
                     us(&row.naive),
-                    us(&row.dense)
+                    us(&row.dense),
+                    fused.join(" ")
                 );
                 rows.push(row);
             }

@@ -83,6 +83,9 @@ pub struct VqBenchRow {
     pub naive: Option<Timing>,
     /// The dense weight and one cuBLAS GEMM on it, where `VqKnobs::dense` asked.
     pub dense: Option<Timing>,
+    /// The fused VQ-GEMM ([`super::gemm::vq_gemm`]) at each block height it takes (64, 128,
+    /// 256 tokens), where `VqKnobs::dense` asked and the format has one.
+    pub fused: Vec<(usize, Timing)>,
     /// The floor's bytes (module docs).
     pub bytes: usize,
     pub floor_us: f64,
@@ -96,6 +99,13 @@ pub struct VqBenchRow {
 impl VqBenchRow {
     pub fn percent_of_floor(&self) -> f64 {
         100.0 * self.floor_us / self.cached.median_us
+    }
+    /// The fastest block height of the fused GEMM and its time.
+    pub fn best_fused(&self) -> Option<(usize, f64)> {
+        self.fused
+            .iter()
+            .map(|(bm, t)| (*bm, t.median_us))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
     }
     pub fn gb_per_s(&self) -> f64 {
         self.bytes as f64 / (self.cached.median_us * 1e-6) / 1e9
@@ -208,6 +218,18 @@ pub fn bench_vq(
     } else {
         None
     };
+    let mut fused = Vec::new();
+    // `dense` is timed exactly where prefill's paths were asked for.
+    if dense.is_some() {
+        for bm in [64, 128, 256] {
+            if layer.gemm_config(m, Some(bm)).is_ok() {
+                let t = time_launches(ctx, flush, runs, || {
+                    gpu.forward_gemm_into(&xd, m, &mut y, Some(bm)).map_err(err)
+                })?;
+                fused.push((bm, t));
+            }
+        }
+    }
     let tiling = layer.lut_tiling(m);
     let direct = match tiling {
         Some(_) => {
@@ -239,6 +261,7 @@ pub fn bench_vq(
         direct,
         naive,
         dense,
+        fused,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
         cublas_us,
@@ -254,14 +277,15 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
          (codes + f16 codebooks/scales + f16 activations + f16 output) / that; L2 flushed\n\
          GC = the naive kernel (codebook gathered from global memory per element); elem = the \
          project's element-wise kernel, u<bits> weight, f16 activations; cache = codebook copies in shared memory, warps, product (t0: 16 tokens, t1/t2: transposed, 8/16, t3: transposed with paired rows, 4), stages, k split (atomic: partials added by atomics, else in split order); lut = one token by tables (warps x rows per thread x chunks per block), direct = the direct kernel on the same token\n\
-         dense = the dense weight (vq_dequant) and one cuBLAS GEMM on it, where --dense asked; GC is timed up to 16 tokens\n\
-         {:<7} {:>4} {:>12} {:>9} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
+         dense = the dense weight (vq_dequant) and one cuBLAS GEMM on it, fused = the fused VQ-GEMM (vq_gemm, best block height @ tokens), both where --dense asked; GC is timed up to 16 tokens\n\
+         {:<7} {:>4} {:>12} {:>9} {:>9} {:>9} {:>12} {:>7} {:>7} {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  cache\n",
         "config",
         "m",
         "n x k",
         "vq us",
         "direct us",
         "dense us",
+        "fused us",
         "GB/s",
         "%floor",
         "GC us",
@@ -276,13 +300,15 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
         let t = r.cached.median_us;
         let ratio = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{:.2}x", c / t));
         s += &format!(
-            "{:<7} {:>4} {:>12} {:>9.1} {:>9} {:>9} {:>7.0} {:>6.1}% {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  {}\n",
+            "{:<7} {:>4} {:>12} {:>9.1} {:>9} {:>9} {:>12} {:>7.0} {:>6.1}% {:>8} {:>7} {:>10} {:>8} {:>9} {:>7}  {}\n",
             r.config,
             r.m,
             format!("{}x{}", r.n, r.k),
             t,
             opt(r.direct.as_ref().map(|d| d.median_us)),
             opt(r.dense.as_ref().map(|d| d.median_us)),
+            r.best_fused()
+                .map_or("-".to_string(), |(bm, us)| format!("{us:.1}@{bm}")),
             r.gb_per_s(),
             r.percent_of_floor(),
             opt(r.naive.as_ref().map(|g| g.median_us)),

@@ -421,6 +421,9 @@ pub struct VqLinear {
     /// The fewest tokens a forward takes prefill's path at (the dense weight and one GEMM,
     /// [`GpuVqLinear::forward_dense_into`]): `None` for [`dense_from`]'s rule.
     dense_from: Option<usize>,
+    /// Whether prefill's path is the fused [`vq_gemm`] where the format has one (else the
+    /// dense weight and cuBLAS).
+    fused: bool,
 }
 
 /// What the table path ([`super::lut`]) reads besides the scales (shared by the layers that
@@ -550,6 +553,7 @@ impl VqLinear {
             lut,
             use_lut: None,
             dense_from: None,
+            fused: true,
         })
     }
 
@@ -604,6 +608,21 @@ impl VqLinear {
             .dense_from
             .unwrap_or_else(|| dense_from(self.weight.config));
         m >= from
+    }
+
+    /// Prefill through the fused [`vq_gemm`] (`true`, the default, where the format has one:
+    /// [`gemm_refusal`]) or through the dense weight and one cuBLAS GEMM (`false`).
+    pub fn with_fused_gemm(mut self, on: bool) -> VqLinear {
+        self.fused = on;
+        self
+    }
+
+    /// Whether `m` tokens take the fused [`vq_gemm`]: prefill's token counts
+    /// ([`Self::takes_dense`]) of a format it serves, unless [`Self::with_fused_gemm`] said no.
+    pub fn takes_fused(&self, m: usize) -> bool {
+        self.takes_dense(m)
+            && self.fused
+            && gemm_refusal(self.weight.config, (self.n(), self.k())).is_none()
     }
 
     /// The table path's tiling when `m` tokens take it.
@@ -1005,6 +1024,7 @@ impl VqLinear {
             split: Mutex::new(DeviceSplit::default()),
             gc_codes: Mutex::new(None),
             codes: Mutex::new(codes),
+            gemm: Mutex::new(None),
             codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(kernel_err)?,
             scales: DeviceBuffer::from_host(ctx, &self.scales).map_err(kernel_err)?,
             lut: match &self.lut {
@@ -1043,6 +1063,9 @@ fn codebook_bytes(c: VqConfig, cache: VqCache, n: usize, k: usize) -> usize {
 /// The naive kernel's codes on a device, and for an E8P format the expanded codebooks it
 /// gathers from (the other formats' are [`GpuVqLinear`]'s own).
 type GcBuffers = (DeviceBuffer<u8>, Option<DeviceBuffer<f16>>);
+
+/// The fused GEMM's codes on a device, and its plain codebooks where the layer's hold copies.
+type GemmBuffers = (DeviceBuffer<u8>, Option<DeviceBuffer<f16>>);
 
 /// The split-k buffers of a layer ([`SplitLens`]), on the host (`Vec`s, for the interpreter) or
 /// on a device: the ordered partials, the atomics' sum (zero between launches) and one counter
@@ -1136,6 +1159,9 @@ pub struct GpuVqLinear {
     /// The direct kernel's codes: uploaded by `to_gpu`, or where one token takes the tables,
     /// by the first forward or `reserve` of more tokens.
     codes: Mutex<Option<DeviceBuffer<u8>>>,
+    /// The fused GEMM's codes ([`GemmCodes`]) and, where the layer's codebooks hold copies,
+    /// the plain ones: uploaded by the first forward that takes the GEMM (or `reserve`).
+    gemm: Mutex<Option<GemmBuffers>>,
     codebooks: DeviceBuffer<f16>,
     scales: DeviceBuffer<f16>,
     /// The table path's codes and codebook rows, and its table and sum (made by the first
@@ -1303,7 +1329,9 @@ impl GpuVqLinear {
         if max_m > 1 || self.host.lut_tiling(1).is_none() {
             drop(self.direct_codes()?);
         }
-        if self.host.takes_dense(max_m) {
+        if self.host.takes_fused(max_m) {
+            drop(self.gemm_buffers()?);
+        } else if self.host.takes_dense(max_m) {
             drop(self.gc_buffers()?);
             self.prefill
                 .with(self.host.n() * self.host.k(), |_, _| Ok(()))?;
@@ -1408,6 +1436,64 @@ impl GpuVqLinear {
         Ok(gc)
     }
 
+    fn gemm_buffers(&self) -> Result<std::sync::MutexGuard<'_, Option<GemmBuffers>>, VqError> {
+        let h = &self.host;
+        let mut gemm = self.gemm.lock().unwrap_or_else(|p| p.into_inner());
+        if gemm.is_none() {
+            let codes = h.gemm_codes()?;
+            let codes = DeviceBuffer::from_host(&self.ctx, &codes.bytes).map_err(kernel_err)?;
+            let book = match h.gc_codebooks() {
+                std::borrow::Cow::Owned(b) => {
+                    Some(DeviceBuffer::from_host(&self.ctx, &b).map_err(kernel_err)?)
+                }
+                std::borrow::Cow::Borrowed(_) => None,
+            };
+            *gemm = Some((codes, book));
+        }
+        Ok(gemm)
+    }
+
+    /// Prefill through the fused [`vq_gemm`] (blocks of `bm` tokens, `None` for
+    /// [`gemm_bm`]'s): `y = x · Wᵀ` in one launch, the codes read once per block of tokens and
+    /// looked up into the tensor cores' operand, no dense weight. The first call uploads the
+    /// GEMM's codes (as many bytes as the codes); an error names `weight` where the format has
+    /// no fused GEMM ([`gemm_refusal`]).
+    pub fn forward_gemm_into(
+        &self,
+        x: &DeviceBuffer<f16>,
+        m: usize,
+        y: &mut DeviceBuffer<f16>,
+        bm: Option<usize>,
+    ) -> Result<(), VqError> {
+        let h = &self.host;
+        let mi = h.check_x(x.len(), m)?;
+        if y.len() != m * h.n() {
+            return Err(arg_err(
+                "y",
+                format!("{} values, expected m·n = {}", y.len(), m * h.n()),
+            ));
+        }
+        let cfg = h.gemm_config(m, bm)?;
+        let (n, k, tr, tc) = h.dims();
+        let gemm = self.gemm_buffers()?;
+        let (codes, book) = gemm.as_ref().expect("uploaded by gemm_buffers");
+        vq_gemm::launch(
+            &self.ctx,
+            &cfg,
+            mi,
+            n,
+            k,
+            tr,
+            tc,
+            x,
+            codes,
+            book.as_ref().unwrap_or(&self.codebooks),
+            &self.scales,
+            y,
+        )
+        .map_err(kernel_err)
+    }
+
     /// The dense weight `w[n, k]` (f16, row-major) into the first `n·k` values of `w` on the
     /// device: one launch of [`vq_dequant`], the same values as [`VqLinear::dense_cpu`]. The
     /// first call uploads the codes in their original order (as many bytes as the direct
@@ -1493,6 +1579,9 @@ impl GpuVqLinear {
                 "y",
                 format!("{} values, expected m·n = {}", y.len(), m * h.n()),
             ));
+        }
+        if !naive && h.takes_fused(m) {
+            return self.forward_gemm_into(x, m, y, None);
         }
         if !naive && h.takes_dense(m) {
             return self.prefill.with(h.n() * h.k(), |blas, dense| {
