@@ -554,6 +554,20 @@ fn vq_kernels_lower_without_slow_paths() {
             );
         }
     }
+    // The fused GEMM of each format it serves, at each block height.
+    for config in [VqConfig::GPTVQ_2, VqConfig::AQLM_2X8, VqConfig::AQLM_3] {
+        for bm in [64, 128, 256] {
+            let cfg = tilus::kernels::vq::gemm::gemm_config(config, bm);
+            if tilus::kernels::vq::gemm::gemm_shared_bytes(config, bm)
+                > tilus::kernels::vq::gemm::GEMM_SHARED_BYTES
+            {
+                continue;
+            }
+            let program = tilus::kernels::vq::gemm::vq_gemm::program(&cfg).unwrap();
+            let cuda = tilus::core::codegen::emit(&program, &Default::default()).unwrap();
+            assert!(cuda.notes.is_empty(), "{cfg}: {:?}", cuda.notes);
+        }
+    }
 }
 
 /// The dense weight of prefill (`vq_dequant` on the interpreter) for every format of
