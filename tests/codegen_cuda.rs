@@ -1593,7 +1593,8 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
         ));
     }
     // The fused VQ-GEMM (prefill): GPTVQ-2's per-tile codebooks at every block height,
-    // AQLM-2x8 (one codebook, vectors of 8, scales), AQLM-3 (4096 entries, 12-bit codes).
+    // AQLM-2x8 (one codebook, vectors of 8, scales), AQLM-3 (4096 entries, 12-bit codes; blocks
+    // of 128 on a ring of 3 stages).
     {
         use tilus::kernels::vq::gemm::{gemm_config, vq_gemm};
         use tilus::vq::VqConfig;
@@ -1603,6 +1604,7 @@ fn wgmma_gemm_compiles_to_hgmma_without_spills() {
             (VqConfig::GPTVQ_2, 256),
             (VqConfig::AQLM_2X8, 128),
             (VqConfig::AQLM_3, 64),
+            (VqConfig::AQLM_3, 128),
         ] {
             let cfg = gemm_config(c, bm);
             let p = vq_gemm::program(&cfg).unwrap_or_else(|e| panic!("{cfg}: {e}"));

@@ -255,7 +255,7 @@ fn gpu_vq_rejects_bad_buffers() {
 /// equals the interpreter's bit for bit (the same f32 sum and product), and cuBLAS's GEMM on it
 /// matches the f64 reference at ragged m (33, 257; outputs poisoned) for GPTVQ-2, AQLM-2x8,
 /// AQLM-3 and QuiP#-4; a buffer shorter than `n·k` is refused by name. The layer's own
-/// forward takes the path from its `with_dense_from` token count on (33 tokens: the direct
+/// forward takes the path from its `with_prefill_from` token count on (33 tokens: the direct
 /// kernel, nothing added to the shared `VqPrefill`; 257: the path, its dense weight grown to
 /// the largest layer), and matches the reference both ways.
 #[test]
@@ -274,9 +274,9 @@ fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
         let layer = VqLinear::new(w.clone())
             .unwrap()
-            .with_dense_from(40)
+            .with_prefill_from(40)
             .unwrap()
-            .with_fused_gemm(false);
+            .with_dense_from(0);
         assert!(!layer.takes_dense(33) && layer.takes_dense(257) && !layer.takes_fused(257));
         let gpu = layer.to_gpu(&ctx).unwrap().with_prefill(&prefill).unwrap();
         let extra = 7;
@@ -332,7 +332,7 @@ fn gpu_vq_dense_prefill_matches_interpreter_and_reference() {
 
 /// The fused VQ-GEMM on the GPU at every block height it takes, against the f64 reference and
 /// the interpreter (the same f32 sums up to their order: two f16 ulps), ragged token counts
-/// (33, 257), outputs poisoned; the layer's forward takes it from `dense_from` tokens on, and
+/// (33, 257), outputs poisoned; the layer's forward takes it from `with_prefill_from` tokens on, and
 /// `reserve` uploads its codes ahead. QuiP#-4 (no fused GEMM) keeps the dense path.
 #[test]
 fn gpu_vq_fused_gemm_matches_interpreter_and_reference() {
@@ -348,8 +348,9 @@ fn gpu_vq_fused_gemm_matches_interpreter_and_reference() {
         let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
         let layer = VqLinear::new(w.clone())
             .unwrap()
-            .with_dense_from(40)
-            .unwrap();
+            .with_prefill_from(40)
+            .unwrap()
+            .with_dense_from(usize::MAX);
         let gpu = layer.to_gpu(&ctx).unwrap();
         if config.e8p {
             assert!(!layer.takes_fused(257), "{}", config.name);

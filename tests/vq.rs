@@ -558,9 +558,7 @@ fn vq_kernels_lower_without_slow_paths() {
     for config in [VqConfig::GPTVQ_2, VqConfig::AQLM_2X8, VqConfig::AQLM_3] {
         for bm in [64, 128, 256] {
             let cfg = tilus::kernels::vq::gemm::gemm_config(config, bm);
-            if tilus::kernels::vq::gemm::gemm_shared_bytes(config, bm)
-                > tilus::kernels::vq::gemm::GEMM_SHARED_BYTES
-            {
+            if tilus::kernels::vq::gemm::gemm_stages(config, bm).is_none() {
                 continue;
             }
             let program = tilus::kernels::vq::gemm::vq_gemm::program(&cfg).unwrap();
@@ -617,31 +615,45 @@ fn vq_dense_weight_matches_its_codebook_rows() {
     }
 }
 
-/// Prefill's token count: the rule's by default (one token never takes the path), a count set
-/// by `with_dense_from` from there on, and a count under 2 refused by name.
+/// Prefill's token counts: the rules' by default (one token never takes a prefill path; the
+/// fused GEMM from `prefill_from`, the dense weight from `dense_from`; QuiP#-4, which has no
+/// fused GEMM, the dense weight from its `prefill_from`), counts set by `with_prefill_from` and
+/// `with_dense_from`, and a prefill count under 2 refused by name.
 #[test]
 fn vq_dense_from_sets_where_prefill_starts() {
-    use tilus::kernels::vq::linear::dense_from;
+    use tilus::kernels::vq::linear::{dense_from, prefill_from};
     let mut rng = StdRng::seed_from_u64(0xde05_f403);
     let (config, n, k) = cases()[0];
     let layer = VqLinear::new(random_weight(config, n, k, &mut rng)).unwrap();
-    let from = dense_from(config);
+    let from = prefill_from(config, n);
+    let dense = dense_from(config);
     assert!(from > 16, "decode's token counts stay on the VQ kernels");
-    assert!(!layer.takes_dense(1) && !layer.takes_dense(from - 1) && layer.takes_dense(from));
-    let set = layer.clone().with_dense_from(40).unwrap();
-    assert!(!set.takes_dense(39) && set.takes_dense(40) && set.takes_dense(1 << 20));
-    let never = layer.clone().with_dense_from(usize::MAX).unwrap();
-    assert!(!never.takes_dense(1 << 20));
+    assert!(!layer.takes_prefill(1) && !layer.takes_prefill(from - 1));
+    assert!(layer.takes_fused(from) && layer.takes_fused(dense - 1) && !layer.takes_dense(from));
+    assert!(layer.takes_dense(dense) && !layer.takes_fused(dense));
+    let set = layer.clone().with_prefill_from(40).unwrap();
+    assert!(!set.takes_prefill(39) && set.takes_fused(40) && set.takes_dense(1 << 20));
+    let all_dense = set.clone().with_dense_from(0);
+    assert!(all_dense.takes_dense(40) && !all_dense.takes_fused(40) && !all_dense.takes_dense(39));
+    let never = layer.clone().with_prefill_from(usize::MAX).unwrap();
+    assert!(!never.takes_prefill(1 << 20) && !never.takes_dense(1 << 20));
     for bad in [0, 1] {
-        let e = layer.clone().with_dense_from(bad).unwrap_err().to_string();
+        let e = layer
+            .clone()
+            .with_prefill_from(bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`m`"), "{e}");
     }
+    let quip = VqLinear::new(random_weight(VqConfig::QUIP_4, 64, 256, &mut rng)).unwrap();
+    let from = prefill_from(VqConfig::QUIP_4, 64);
+    assert!(quip.takes_dense(from) && !quip.takes_fused(from) && !quip.takes_prefill(from - 1));
 }
 
 /// The fused VQ-GEMM (prefill) on the interpreter against the f64 reference: GPTVQ-2 itself
 /// (two 256 x 256 tiles along k), per-tile codebooks of 128 x 64 (a switch every step, along n
 /// too), AQLM-2x8 (one codebook, vectors of 8, two stages, scales; an odd step count: the last
-/// step's synchronous product) and AQLM-3 itself (4096 entries: 12-bit codes); ragged token
+/// step's synchronous product) and AQLM-3 itself (4096 entries: 12-bit codes; blocks of 128 on a ring of 3 stages); ragged token
 /// counts on blocks of 64 and 128, outputs poisoned.
 #[test]
 fn vq_fused_gemm_matches_reference() {
@@ -659,7 +671,7 @@ fn vq_fused_gemm_matches_reference() {
         (VqConfig::GPTVQ_2, 256, 512, 70, Some(64)),
         (tiles, 256, 256, 21, None),
         (VqConfig::AQLM_2X8, 128, 192, 130, Some(128)),
-        (VqConfig::AQLM_3, 128, 128, 9, None),
+        (VqConfig::AQLM_3, 128, 256, 9, Some(128)),
     ];
     for (config, n, k, m, bm) in cases {
         let w = random_weight(config, n, k, &mut rng);
@@ -684,11 +696,11 @@ fn vq_fused_gemm_refusals_name_the_argument() {
     let e = gptvq.gemm_config(256, Some(96)).unwrap_err().to_string();
     assert!(e.contains("`bm`"), "{e}");
     let aqlm3 = VqLinear::new(random_weight(VqConfig::AQLM_3, 128, 128, &mut rng)).unwrap();
-    assert_eq!(
-        aqlm3.gemm_config(4096, None).unwrap().BM,
-        64,
-        "AQLM-3's codebooks take 128 KiB"
-    );
+    // AQLM-3's two codebooks take 128 KiB: blocks of 128 tokens fit a ring of 3 stages, 256 none.
+    let c = aqlm3.gemm_config(4096, Some(128)).unwrap();
+    assert_eq!((c.BM, c.STAGES), (128, 3), "{c}");
+    let e = aqlm3.gemm_config(4096, Some(256)).unwrap_err().to_string();
+    assert!(e.contains("`bm`"), "{e}");
     let x = vec![f16::ONE; 3 * 256];
     let e = gptvq.forward_cpu_gemm(&x, 2, None).unwrap_err().to_string();
     assert!(e.contains("`x`"), "{e}");

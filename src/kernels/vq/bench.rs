@@ -139,10 +139,11 @@ pub fn bench_vq(
 ) -> Result<VqBenchRow, String> {
     let w = VqWeight::random(config, n, k, 0x18, false).map_err(err)?;
     let bytes = w.kernel_code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
-    // `vq us` is the VQ kernel's at every m; prefill's path is its own column (`dense`).
+    // `vq us` is the VQ kernel's at every m; prefill's paths are their own columns (`dense`,
+    // `fused`).
     let mut layer = VqLinear::new(w)
         .map_err(err)?
-        .with_dense_from(usize::MAX)
+        .with_prefill_from(usize::MAX)
         .map_err(err)?;
     let VqKnobs {
         cache,

@@ -337,26 +337,25 @@ impl GemmCodes {
     }
 }
 
-/// Tokens per block of [`vq_gemm`] for `m` tokens: 256 where `m` fills such blocks and the
-/// block's shared memory allows it, else 128 (64 below 128 tokens).
-pub fn gemm_bm(c: VqConfig, m: usize) -> usize {
-    let fits = |bm: usize| gemm_shared_bytes(c, bm) <= GEMM_SHARED_BYTES;
-    if m >= 256 && fits(256) {
-        256
-    } else if m >= 128 && fits(128) {
-        128
-    } else {
-        64
-    }
+/// Tokens per block of [`vq_gemm`] for `m` tokens of an `n`-row weight: the tallest of 256
+/// and 128 that `m` fills, whose shared memory fits, and whose grid still gives about 3 blocks
+/// in 4 multiprocessors a block (measured on the H100, docs/vq.md: at 256 tokens of an
+/// 8192-row layer blocks of 128 beat blocks of 256 by 1.2x, 64 blocks against 128); else 64.
+pub fn gemm_bm(c: VqConfig, m: usize, n: usize) -> usize {
+    let fills = |bm: usize| {
+        m >= bm
+            && gemm_stages(c, bm).is_some()
+            && (n / 128) * m.div_ceil(bm) * 4 >= 3 * crate::kernels::REFERENCE_MULTIPROCESSORS
+    };
+    [256, 128].into_iter().find(|&bm| fills(bm)).unwrap_or(64)
 }
 
 /// What a block of [`vq_gemm`] may hold in shared memory (of the H100's 227 KiB).
 pub const GEMM_SHARED_BYTES: usize = 220 * 1024;
 
-/// The shared memory of a [`vq_gemm`] block of `bm` tokens for format `c` (the ring, the
-/// codebook, the transposed output tile).
-pub fn gemm_shared_bytes(c: VqConfig, bm: usize) -> usize {
-    let stages = GEMM_STAGES;
+/// The shared memory of a [`vq_gemm`] block of `bm` tokens and `stages` ring stages for format
+/// `c` (the ring, the codebook(s), the transposed output tile, the barriers).
+fn shared_bytes(c: VqConfig, bm: usize, stages: usize) -> usize {
     let book = c.residuals * c.entries() * c.vector_size * 2;
     let books = if matches!(c.scope, CodebookScope::Matrix) {
         book
@@ -369,8 +368,13 @@ pub fn gemm_shared_bytes(c: VqConfig, bm: usize) -> usize {
     stages * (bm * 128 + holders * cb) + books + 128 * bm * 2 + 1024
 }
 
-/// Stages of [`vq_gemm`]'s ring.
-pub const GEMM_STAGES: usize = 4;
+/// Stages of [`vq_gemm`]'s ring for blocks of `bm` tokens: 4, or 3 where 4 do not fit
+/// [`GEMM_SHARED_BYTES`] (AQLM-3's 128-KiB codebooks at 128 tokens), `None` where neither does.
+pub fn gemm_stages(c: VqConfig, bm: usize) -> Option<usize> {
+    [4, 3]
+        .into_iter()
+        .find(|&s| shared_bytes(c, bm, s) <= GEMM_SHARED_BYTES)
+}
 
 /// Why [`vq_gemm`] cannot serve a `[n, k]` weight of format `c`, or `None` where it can:
 /// vectors of 4 or 8 values, up to 4096 entries (12-bit codes), no lattice (QuIP#'s E8P), one
@@ -401,21 +405,21 @@ pub fn gemm_refusal(c: VqConfig, (n, k): (usize, usize)) -> Option<String> {
     if n % 128 != 0 || k % 64 != 0 {
         return Some(format!("{n} x {k} (n a multiple of 128, k of 64)"));
     }
-    let bytes = gemm_shared_bytes(c, 64);
-    if bytes > GEMM_SHARED_BYTES {
+    if gemm_stages(c, 64).is_none() {
         return Some(format!(
-            "{bytes} bytes of shared memory a block (at most {GEMM_SHARED_BYTES})"
+            "{} bytes of shared memory a block (at most {GEMM_SHARED_BYTES})",
+            shared_bytes(c, 64, 3)
         ));
     }
     None
 }
 
-/// [`vq_gemm`]'s configuration for format `c` at `m` tokens, with blocks of `bm` tokens
-/// ([`gemm_bm`] by default). The caller checked [`gemm_refusal`].
+/// [`vq_gemm`]'s configuration for format `c` with blocks of `bm` tokens ([`gemm_bm`]'s by
+/// default). The caller checked [`gemm_refusal`] and [`gemm_stages`].
 pub fn gemm_config(c: VqConfig, bm: usize) -> vq_gemm::Config {
     vq_gemm::Config {
         BM: bm as i32,
-        STAGES: GEMM_STAGES as i32,
+        STAGES: gemm_stages(c, bm).unwrap_or(3) as i32,
         V: c.vector_size as i32,
         R: c.residuals as i32,
         E: c.entries() as i32,

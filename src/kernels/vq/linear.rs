@@ -15,9 +15,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::gemm::{
-    gemm_bm, gemm_config, gemm_refusal, gemm_shared_bytes, vq_gemm, GemmCodes, GEMM_SHARED_BYTES,
-};
+use super::gemm::{gemm_bm, gemm_config, gemm_refusal, gemm_stages, vq_gemm, GemmCodes};
 use super::kernel::{vq_dequant, vq_finalize, vq_gemv, vq_gemv_gc};
 use super::lut::{self, lut_applies, vq_lut_gemv, vq_lut_table, LutTiling};
 use crate::kernels::REFERENCE_MULTIPROCESSORS;
@@ -418,12 +416,12 @@ pub struct VqLinear {
     /// Whether one token takes the table path where the format allows: `None` for
     /// [`lut_for`]'s rule.
     use_lut: Option<bool>,
-    /// The fewest tokens a forward takes prefill's path at (the dense weight and one GEMM,
-    /// [`GpuVqLinear::forward_dense_into`]): `None` for [`dense_from`]'s rule.
+    /// The fewest tokens a forward leaves the direct kernel at for prefill's paths: `None` for
+    /// [`prefill_from`]'s rule.
+    prefill_from: Option<usize>,
+    /// The fewest tokens prefill takes the dense weight and cuBLAS at instead of the fused
+    /// [`vq_gemm`]: `None` for [`dense_from`]'s rule.
     dense_from: Option<usize>,
-    /// Whether prefill's path is the fused [`vq_gemm`] where the format has one (else the
-    /// dense weight and cuBLAS).
-    fused: bool,
 }
 
 /// What the table path ([`super::lut`]) reads besides the scales (shared by the layers that
@@ -440,23 +438,45 @@ pub fn lut_for(m: usize) -> bool {
     m == 1
 }
 
-/// The fewest tokens a layer of format `c` takes prefill's path at
-/// ([`GpuVqLinear::forward_dense_into`]) by default. The direct kernel's time grows by its
-/// 16-token time for every 16 tokens; prefill's path costs the dense weight once (written and
-/// read again: 4 bytes a weight, and a look-up per vector) and a cuBLAS GEMM that is nearly
-/// flat up to 256 tokens. Measured on the H100 (session 71, docs/vq.md), the two cross at 166-195
-/// tokens for vectors of 4 (GPTVQ-2: a cheap look-up, 256 entries), 64-73 for AQLM-3 and 83-90
-/// for QuiP#-4 on the Llama-70B layers, whatever the shape (both sides scale with `n·k`): the
-/// rule takes each format's crossing, rounded up to a multiple of 16 tokens (AQLM-2x8, not
-/// measured, goes with AQLM-3's vectors of 8). Past the crossing the path gains 1.3-1.4x at
-/// 256 tokens for GPTVQ-2 and 2.8-3.4x for AQLM-3 and QuiP#-4.
-pub fn dense_from(c: VqConfig) -> usize {
-    if c.vector_size == 4 {
+/// The fewest tokens an `[n, k]` layer of format `c` leaves the direct kernel at, for the
+/// fused [`vq_gemm`] where the format has one ([`gemm_refusal`]), else for the dense weight and
+/// cuBLAS ([`GpuVqLinear::forward_dense_into`]). The direct kernel's time grows by its 16-token
+/// time for every 16 tokens; the two prefill paths are nearly flat up to 64 (fused) or 256
+/// (dense) tokens. Measured on the H100 (docs/vq.md), the direct kernel and the fused GEMM
+/// cross at 25-44 tokens on the 57344-wide layer; on the 8192-wide ones the GEMM's blocks of
+/// 128 rows and 64 tokens do not fill the multiprocessors (64 blocks), and the crossing moves
+/// to 70-110 tokens (40-43 for AQLM-3, whose direct kernel is slow): the rule takes 48 where
+/// `n` makes two blocks a multiprocessor, else 96 (48 for 4096 entries). Without the fused
+/// GEMM the dense path crosses at 83-90 tokens for QuiP#-4 (session 71), 166-195 for vectors
+/// of 4 and 64-73 for AQLM-3, rounded up to 16.
+pub fn prefill_from(c: VqConfig, n: usize) -> usize {
+    if gemm_refusal(c, (n, 128)).is_none() {
+        let wide = n / 128 >= 2 * REFERENCE_MULTIPROCESSORS;
+        if wide || c.entries() > 256 {
+            48
+        } else {
+            96
+        }
+    } else if c.vector_size == 4 {
         192
     } else if c.e8p {
         96
     } else {
         80
+    }
+}
+
+/// The fewest tokens prefill takes the dense weight and cuBLAS at instead of the fused
+/// [`vq_gemm`], for a format it serves. The dense path pays a fixed write of the weight
+/// (230-550 us at 57344 x 8192) and then runs at cuBLAS's speed, the fused GEMM at about 0.7x
+/// of it: measured on the H100 (docs/vq.md) they cross at 1195-1600 tokens for 256-entry
+/// formats and near 190 for AQLM-3 (4096 entries: two 128-KiB codebooks leave room for blocks
+/// of 64 tokens only).
+pub fn dense_from(c: VqConfig) -> usize {
+    if c.entries() > 256 {
+        192
+    } else {
+        1280
     }
 }
 
@@ -552,8 +572,8 @@ impl VqLinear {
             ordered: None,
             lut,
             use_lut: None,
+            prefill_from: None,
             dense_from: None,
-            fused: true,
         })
     }
 
@@ -587,42 +607,56 @@ impl VqLinear {
         Ok(self)
     }
 
-    /// Sets the fewest tokens a forward on the GPU takes prefill's path at (the dense weight
-    /// and one cuBLAS GEMM, [`GpuVqLinear::forward_dense_into`]) instead of [`dense_from`]'s
-    /// rule; `usize::MAX` keeps every forward on the direct kernel. An error names `m` below 2
-    /// (one token is the direct kernel's or the tables').
-    pub fn with_dense_from(mut self, m: usize) -> Result<VqLinear, VqError> {
+    /// Sets the fewest tokens a forward on the GPU leaves the direct kernel at for prefill's
+    /// paths, instead of [`prefill_from`]'s rule; `usize::MAX` keeps every forward on the
+    /// direct kernel. An error names `m` below 2 (one token is the direct kernel's or the
+    /// tables').
+    pub fn with_prefill_from(mut self, m: usize) -> Result<VqLinear, VqError> {
         if m < 2 {
             return Err(arg_err(
                 "m",
-                format!("{m}: prefill's path starts at 2 tokens or more"),
+                format!("{m}: prefill's paths start at 2 tokens or more"),
             ));
         }
-        self.dense_from = Some(m);
+        self.prefill_from = Some(m);
         Ok(self)
     }
 
-    /// Whether a forward of `m` tokens on the GPU takes prefill's path ([`Self::with_dense_from`]).
-    pub fn takes_dense(&self, m: usize) -> bool {
-        let from = self
-            .dense_from
-            .unwrap_or_else(|| dense_from(self.weight.config));
-        m >= from
-    }
-
-    /// Prefill through the fused [`vq_gemm`] (`true`, the default, where the format has one:
-    /// [`gemm_refusal`]) or through the dense weight and one cuBLAS GEMM (`false`).
-    pub fn with_fused_gemm(mut self, on: bool) -> VqLinear {
-        self.fused = on;
+    /// Sets the fewest tokens prefill takes the dense weight and one cuBLAS GEMM at
+    /// ([`GpuVqLinear::forward_dense_into`]) instead of the fused [`vq_gemm`] (`dense_from`'s
+    /// rule; 0: always the dense weight, `usize::MAX`: always the fused GEMM where the format
+    /// has one).
+    pub fn with_dense_from(mut self, m: usize) -> VqLinear {
+        self.dense_from = Some(m);
         self
     }
 
-    /// Whether `m` tokens take the fused [`vq_gemm`]: prefill's token counts
-    /// ([`Self::takes_dense`]) of a format it serves, unless [`Self::with_fused_gemm`] said no.
+    /// Whether a forward of `m` tokens on the GPU takes one of prefill's paths
+    /// ([`Self::with_prefill_from`]).
+    pub fn takes_prefill(&self, m: usize) -> bool {
+        m >= self.prefill_start()
+    }
+
+    fn prefill_start(&self) -> usize {
+        self.prefill_from
+            .unwrap_or_else(|| prefill_from(self.weight.config, self.n()))
+    }
+
+    /// Whether `m` tokens take the fused [`vq_gemm`]: prefill's token counts of a format it
+    /// serves, below [`Self::with_dense_from`]'s count.
     pub fn takes_fused(&self, m: usize) -> bool {
-        self.takes_dense(m)
-            && self.fused
+        let dense = self
+            .dense_from
+            .unwrap_or_else(|| dense_from(self.weight.config));
+        self.takes_prefill(m)
+            && m < dense
             && gemm_refusal(self.weight.config, (self.n(), self.k())).is_none()
+    }
+
+    /// Whether `m` tokens take the dense weight and one cuBLAS GEMM: prefill's token counts
+    /// that do not take the fused GEMM.
+    pub fn takes_dense(&self, m: usize) -> bool {
+        self.takes_prefill(m) && !self.takes_fused(m)
     }
 
     /// The table path's tiling when `m` tokens take it.
@@ -933,8 +967,8 @@ impl VqLinear {
         if let Some(why) = gemm_refusal(c, (self.n(), self.k())) {
             return Err(arg_err("weight", format!("no fused VQ-GEMM: {why}")));
         }
-        let bm = bm.unwrap_or_else(|| gemm_bm(c, m));
-        if ![64, 128, 256].contains(&bm) || gemm_shared_bytes(c, bm) > GEMM_SHARED_BYTES {
+        let bm = bm.unwrap_or_else(|| gemm_bm(c, m, self.n()));
+        if ![64, 128, 256].contains(&bm) || gemm_stages(c, bm).is_none() {
             return Err(arg_err(
                 "bm",
                 format!("{bm} tokens a block: 64, 128 or 256 whose shared memory fits"),
@@ -1317,7 +1351,7 @@ impl GpuVqLinear {
         let n = self.host.n();
         // Only the direct kernel's token counts: prefill's path uses no split buffers.
         let lens = (1..=max_m)
-            .filter(|&m| !self.host.takes_dense(m))
+            .filter(|&m| !self.host.takes_prefill(m))
             .map(|m| SplitLens::of(&self.host.config(m), m, n))
             .fold(SplitLens::of(&self.host.config(1), 1, n), SplitLens::max);
         let mut split = self.split.lock().unwrap_or_else(|p| p.into_inner());
@@ -1329,9 +1363,11 @@ impl GpuVqLinear {
         if max_m > 1 || self.host.lut_tiling(1).is_none() {
             drop(self.direct_codes()?);
         }
-        if self.host.takes_fused(max_m) {
+        // The fused GEMM's token counts, if any, start where prefill's do.
+        if self.host.takes_fused(max_m.min(self.host.prefill_start())) {
             drop(self.gemm_buffers()?);
-        } else if self.host.takes_dense(max_m) {
+        }
+        if self.host.takes_dense(max_m) {
             drop(self.gc_buffers()?);
             self.prefill
                 .with(self.host.n() * self.host.k(), |_, _| Ok(()))?;

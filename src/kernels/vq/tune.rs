@@ -146,7 +146,10 @@ pub fn tune(
         format!("{} n={} k={} m={m}", w.config.name, w.n, w.k),
     );
     // The knobs are the direct kernel's: the tables and prefill's path are left out.
-    let direct = layer.clone().with_lut(false)?.with_dense_from(usize::MAX)?;
+    let direct = layer
+        .clone()
+        .with_lut(false)?
+        .with_prefill_from(usize::MAX)?;
     // The codes laid out once per warp count, shared by that count's points.
     let mut layouts = Vec::new();
     for warps in [16, 8] {
