@@ -177,6 +177,19 @@ pub fn vq_gemm<
             );
         }
     };
+    // After step t's wgmmas are issued: step t + 1's codebook landed (its group is STAGES - 3
+    // groups back) and every warpgroup retired step t - 1, so the barrier publishes the first
+    // and lets the stage of t - 1 take step t + STAGES - 1.
+    let refill = |t: i32| {
+        dot_wait(1);
+        wait_group(STAGES - 3);
+        sync();
+        let q = t + STAGES - 1;
+        if q < steps {
+            issue(q, q % STAGES);
+        }
+        commit_group();
+    };
     // Prologue: the one codebook (ONE = 1), then the ring's first STAGES - 1 steps, one
     // cp.async group each.
     if ONE == 1 {
@@ -209,17 +222,7 @@ pub fn vq_gemm<
                 permute_shared(slice_shared(sa, [st, 0, 0], [BM, 64]), [1, 0]),
                 acc,
             );
-            dot_wait(1);
-            // Step t + 1's codebook landed (its group is STAGES - 3 groups back), and every
-            // warpgroup retired step t - 1: the barrier publishes the first and lets its
-            // stage be refilled.
-            wait_group(STAGES - 3);
-            sync();
-            let q = t + STAGES - 1;
-            if q < steps {
-                issue(q, q % STAGES);
-            }
-            commit_group();
+            refill(t);
         }
         {
             let t = 2 * t2 + 1;
@@ -231,14 +234,7 @@ pub fn vq_gemm<
                 permute_shared(slice_shared(sa, [st, 0, 0], [BM, 64]), [1, 0]),
                 acc,
             );
-            dot_wait(1);
-            wait_group(STAGES - 3);
-            sync();
-            let q = t + STAGES - 1;
-            if q < steps {
-                issue(q, q % STAGES);
-            }
-            commit_group();
+            refill(t);
         }
     }
     dot_wait(0);

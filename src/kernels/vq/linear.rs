@@ -1461,15 +1461,20 @@ impl GpuVqLinear {
         let mut gc = self.gc_codes.lock().unwrap_or_else(|p| p.into_inner());
         if gc.is_none() {
             let codes = DeviceBuffer::from_host(&self.ctx, &h.code_bytes).map_err(kernel_err)?;
-            let book = match h.gc_codebooks() {
-                std::borrow::Cow::Owned(b) => {
-                    Some(DeviceBuffer::from_host(&self.ctx, &b).map_err(kernel_err)?)
-                }
-                std::borrow::Cow::Borrowed(_) => None,
-            };
-            *gc = Some((codes, book));
+            *gc = Some((codes, self.plain_codebooks()?));
         }
         Ok(gc)
+    }
+
+    /// The codebooks without copies ([`VqLinear::gc_codebooks`]) on the device where they differ
+    /// from the layer's own (`None`: the layer's serve).
+    fn plain_codebooks(&self) -> Result<Option<DeviceBuffer<f16>>, VqError> {
+        match self.host.gc_codebooks() {
+            std::borrow::Cow::Owned(b) => Ok(Some(
+                DeviceBuffer::from_host(&self.ctx, &b).map_err(kernel_err)?,
+            )),
+            std::borrow::Cow::Borrowed(_) => Ok(None),
+        }
     }
 
     fn gemm_buffers(&self) -> Result<std::sync::MutexGuard<'_, Option<GemmBuffers>>, VqError> {
@@ -1478,13 +1483,7 @@ impl GpuVqLinear {
         if gemm.is_none() {
             let codes = h.gemm_codes()?;
             let codes = DeviceBuffer::from_host(&self.ctx, &codes.bytes).map_err(kernel_err)?;
-            let book = match h.gc_codebooks() {
-                std::borrow::Cow::Owned(b) => {
-                    Some(DeviceBuffer::from_host(&self.ctx, &b).map_err(kernel_err)?)
-                }
-                std::borrow::Cow::Borrowed(_) => None,
-            };
-            *gemm = Some((codes, book));
+            *gemm = Some((codes, self.plain_codebooks()?));
         }
         Ok(gemm)
     }
