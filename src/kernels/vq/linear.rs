@@ -446,7 +446,9 @@ pub fn lut_for(m: usize) -> bool {
 /// cross at 25-44 tokens on the 57344-wide layer; on the 8192-wide ones the GEMM's blocks of
 /// 128 rows and 64 tokens do not fill the multiprocessors (64 blocks), and the crossing moves
 /// to 70-110 tokens (40-43 for AQLM-3, whose direct kernel is slow): the rule takes 48 where
-/// `n` makes two blocks a multiprocessor, else 96 (48 for 4096 entries). Without the fused
+/// `n` makes two blocks a multiprocessor, else 96 (48 for 4096 entries). At 96 tokens of the
+/// 8192-row layers the two measured within 8% for GPTVQ-2 (264.5 against 244.4 us) and the
+/// fused GEMM 1.18-1.25x faster for AQLM-2x8. Without the fused
 /// GEMM the dense path crosses at 83-90 tokens for QuiP#-4 (session 71), 166-195 for vectors
 /// of 4 and 64-73 for AQLM-3, rounded up to 16.
 pub fn prefill_from(c: VqConfig, n: usize) -> usize {
@@ -468,13 +470,13 @@ pub fn prefill_from(c: VqConfig, n: usize) -> usize {
 
 /// The fewest tokens prefill takes the dense weight and cuBLAS at instead of the fused
 /// [`vq_gemm`], for a format it serves. The dense path pays a fixed write of the weight
-/// (230-550 us at 57344 x 8192) and then runs at cuBLAS's speed, the fused GEMM at about 0.7x
-/// of it: measured on the H100 (docs/vq.md) they cross at 1195-1600 tokens for 256-entry
-/// formats and near 190 for AQLM-3 (4096 entries: two 128-KiB codebooks leave room for blocks
-/// of 64 tokens only).
+/// (230-650 us at 57344 x 8192) and then runs at cuBLAS's speed, the fused GEMM at 0.73-0.80x
+/// of it for 256-entry formats and 0.48-0.50x for AQLM-3: measured on the H100 (docs/vq.md) they cross at 1195-1600 tokens for 256-entry
+/// formats and at 510-590 for AQLM-3 (4096 entries: two 128-KiB codebooks and two look-ups a
+/// weight, on blocks of 128 tokens), rounded down to a multiple of 128.
 pub fn dense_from(c: VqConfig) -> usize {
     if c.entries() > 256 {
-        192
+        512
     } else {
         1280
     }
