@@ -16,6 +16,9 @@ mod reduce_programs;
 #[path = "common/skip.rs"]
 mod skip;
 
+#[path = "kernels/addressing.rs"]
+#[allow(dead_code)]
+mod addressing_kernels;
 #[allow(dead_code)]
 #[path = "kernels/language.rs"]
 mod language;
@@ -2170,5 +2173,36 @@ fn tma_store_compiles_to_utmastg() {
             a.sass
         );
         eprintln!("{name}: ok, {} UTMASTG", count("UTMASTG"));
+    }
+}
+
+/// `gather_rows` from a register table compiles to warp shuffles (`SHFL.IDX`), one per slot
+/// and word, with no shared or local memory, for every placement in `warp_rows`' space.
+#[test]
+fn register_rows_compile_to_shuffles() {
+    let Some((ptxas, disasm)) = tools("register_rows_compile_to_shuffles") else {
+        return;
+    };
+    let scratch = Scratch::new("register_rows");
+    for cfg in addressing_kernels::warp_rows::SPACE {
+        let p = addressing_kernels::warp_rows::program(cfg).unwrap();
+        let k = emit(&p, &Default::default()).unwrap();
+        let words = (cfg.W / 2) as usize;
+        let want = 2 * words * cfg.SLOTS as usize;
+        let ops = check_kernel_with(
+            &ptxas,
+            &disasm,
+            &scratch.0,
+            &format!("warp_rows_{}_{}_{}", cfg.SLOTS, cfg.BLOCKED, cfg.W),
+            &k,
+            Expect {
+                hmma: false,
+                ldgsts: false,
+            },
+            &["SHFL"],
+            &["LDS", "STS"],
+        );
+        let got = ops.iter().filter(|o| o.starts_with("SHFL")).count();
+        assert_eq!(got, want, "{cfg:?} (sm_90a): {got} shuffles, want {want}");
     }
 }

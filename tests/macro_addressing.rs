@@ -388,3 +388,23 @@ fn table_lookup_rows_takes_the_byte_permute_path_for_256_byte_rows() {
         }
     }
 }
+
+/// `gather_rows` from a register table (warp shuffles): both placements, 1, 3 and 4 rows a
+/// lane, rows of one and two words, codes inside and outside the table (negative too).
+#[test]
+fn rows_from_a_register_table() {
+    let mut rng = rand::rng();
+    for cfg in addressing::warp_rows::SPACE {
+        let (rows, w) = (32 * cfg.SLOTS as usize, cfg.W as usize);
+        let n = rng.random_range(1..300usize);
+        let codes: Vec<i32> = (0..2 * n)
+            .map(|_| rng.random_range(-40..rows as i32 + 40))
+            .collect();
+        let table: Vec<f16> = (0..rows * w)
+            .map(|_| f16::from_f32(rng.random_range(-4.0..4.0)))
+            .collect();
+        let mut out = vec![f16::NAN; 2 * n * w];
+        addressing::warp_rows::interpret(cfg, n as i32, &codes, &table, &mut out).unwrap();
+        addressing::check_warp_rows(&format!("{cfg:?}"), &out, &codes, &table, rows, w);
+    }
+}

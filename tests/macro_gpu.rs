@@ -302,6 +302,40 @@ fn table_lookup_rows_on_gpu() {
     eprintln!("lookup of vectors: 4 configurations exact");
 }
 
+/// `gather_rows` from a register table (warp shuffles) on the GPU, every placement of
+/// `warp_rows`' space, against the table itself and the interpreter, output poisoned.
+#[test]
+fn register_rows_on_gpu() {
+    use rand::Rng;
+    let Some(ctx) = context("register_rows_on_gpu") else {
+        return;
+    };
+    let mut rng = rand::rng();
+    for cfg in addressing::warp_rows::SPACE {
+        let (rows, w) = (32 * cfg.SLOTS as usize, cfg.W as usize);
+        let n = 1000usize;
+        let codes: Vec<i32> = (0..2 * n)
+            .map(|_| rng.random_range(-40..rows as i32 + 40))
+            .collect();
+        let table = random_halves(rows * w);
+        let dc = DeviceBuffer::from_host(&ctx, &codes).unwrap();
+        let dt = DeviceBuffer::from_host(&ctx, &table).unwrap();
+        let mut dout = DeviceBuffer::filled(&ctx, 2 * n * w, f16::NAN).unwrap();
+        addressing::warp_rows::launch(&ctx, cfg, n as i32, &dc, &dt, &mut dout).unwrap();
+        let out = dout.to_host().unwrap();
+        addressing::check_warp_rows(&format!("{cfg:?}"), &out, &codes, &table, rows, w);
+        let mut want = vec![f16::NAN; out.len()];
+        addressing::warp_rows::interpret(cfg, n as i32, &codes, &table, &mut want).unwrap();
+        assert!(
+            out.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{cfg:?}: GPU and interpreter differ"
+        );
+    }
+    eprintln!("rows from register tables: 12 configurations exact");
+}
+
 fn random_halves(n: usize) -> Vec<f16> {
     use rand::Rng;
     let mut rng = rand::rng();

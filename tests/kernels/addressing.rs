@@ -262,3 +262,62 @@ pub fn table_lookup<const C: i32, const ROWS: i32>(
     let cols = arange(layout!(reduce(lc, [0])), 1, 0) * 5 + 3;
     store_global(lookup(st, c, cols), view_global(out, [n, 8]), [bi * 128, 0]);
 }
+
+/// `out[v, 2 j + ..] = table[codes[v, j], ..]` with the `[32 · SLOTS, W]` f16 table held in
+/// registers (`gather_rows` from registers: warp shuffles). Each of the 4 warps holds the
+/// whole table, row `r` on lane `r % 32` (`BLOCKED = 0`) or `r / SLOTS` (`BLOCKED = 1`); a code
+/// outside `[0, 32 · SLOTS)` reads zeros. Two codes per thread, rows widened along dim 1.
+#[tilus::kernel(
+    grid = [cdiv(n, 128)],
+    warps = 4,
+    space(SLOTS = [1, 3, 4], BLOCKED = [0, 1], W = [2, 4]),
+)]
+pub fn warp_rows<const SLOTS: i32, const BLOCKED: i32, const W: i32>(
+    n: i32,
+    codes: Global<i32>,
+    table: Global<f16>,
+    out: GlobalMut<f16>,
+) {
+    let [bi] = block_indices();
+    let gt = view_global(table, [32 * SLOTS, W]);
+    let lt = if BLOCKED == 1 {
+        layout!(spatial(32, 1).local(SLOTS, W))
+    } else {
+        layout!(local(SLOTS, 1).spatial(32, 1).local(1, W))
+    };
+    let t = load_global(gt, lt, [0, 0]);
+    let c = load_global(
+        view_global(codes, [n, 2]),
+        layout!(spatial(128, 1).local(1, 2)),
+        [bi * 128, 0],
+    );
+    let rows = gather_rows(t, c, 1);
+    store_global(rows, view_global(out, [n, 2 * W]), [bi * 128, 0]);
+}
+
+/// Checks what [`warp_rows`] wrote for `codes` (`[n, 2]`) and a `[rows, w]` table, bit for bit.
+#[allow(dead_code)] // Not every test crate that includes this module checks it.
+pub fn check_warp_rows(
+    tag: &str,
+    out: &[tilus::prelude::f16],
+    codes: &[i32],
+    table: &[tilus::prelude::f16],
+    rows: usize,
+    w: usize,
+) {
+    use tilus::prelude::f16;
+    assert_eq!(out.len(), w * codes.len(), "{tag}: output length");
+    for (i, got) in out.iter().enumerate() {
+        let (e, c) = (i / w, i % w);
+        let code = codes[e];
+        let want = match usize::try_from(code) {
+            Ok(r) if r < rows => table[r * w + c],
+            _ => f16::ZERO,
+        };
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{tag} half {i} (code {code})"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use rand::Rng;
 use tilus_core::codegen::{emit, Assumption};
 use tilus_core::interp::{run, Arg};
 use tilus_core::ir::{AtomicOp, Expr, Program, ProgramBuilder, SpanId};
-use tilus_core::layout::{parse, SharedLayout};
+use tilus_core::layout::{parse, Layout, SharedLayout};
 use tilus_core::verify::{verify, Target};
 use tilus_core::{storage, DType};
 
@@ -961,7 +961,8 @@ fn verifier_rejects_bad_gather_rows_operands() {
         21,
         &["gather_rows: the source `s3` has shape [2, 16, 4] (rank 3)"],
     );
-    // A register source.
+    // Register tables (read by warp shuffles): rank 1; rows not on whole warps; rows of
+    // half a word; rows not a multiple of 32; each lane holding a row's columns apart.
     let p = verifier_kernel(|b, [_, _, _, gi]| {
         let ix = rows(b, gi);
         b.set_span(SpanId(22));
@@ -970,8 +971,76 @@ fn verifier_rejects_bad_gather_rows_operands() {
     one_error(
         &p,
         22,
-        &["gather_rows: the source `ix` must be a global or shared tensor, but it is a register"],
+        &[
+            "gather_rows: the register table `ix`",
+            "must be [rows, w]; this one has shape [256]",
+        ],
     );
+    let register_table = |shape: [usize; 2], layout: Layout, dtype: DType, span: u32| {
+        verifier_kernel(|b, [_, _, _, gi]| {
+            let ix = rows(b, gi);
+            let t = b.param_ptr("t2", dtype, false);
+            let gt = b.view_global(
+                "gt2",
+                t,
+                dtype,
+                vec![(shape[0] as i32).into(), (shape[1] as i32).into()],
+            );
+            let tab = b.load_global("tab", gt, layout, vec![0.into(), 0.into()]);
+            b.set_span(SpanId(span));
+            b.gather_rows("g", tab, ix, 0);
+        })
+    };
+    let l = |parts: &[Layout]| {
+        parts[1..]
+            .iter()
+            .fold(parts[0].clone(), |acc, p| acc.compose(p).unwrap())
+    };
+    let p = register_table(
+        [128, 4],
+        l(&[Layout::spatial(&[128, 1]), Layout::local(&[1, 4])]),
+        DType::F16,
+        27,
+    );
+    one_error(
+        &p,
+        27,
+        &[
+            "the register table `tab`",
+            "each lane must hold rows / 32 = 4 whole rows",
+        ],
+    );
+    let p = register_table([32, 1], Layout::spatial(&[32, 1]), DType::F16, 28);
+    one_error(&p, 28, &["rows of 1 f16 elements", "whole 32-bit words"]);
+    let p = register_table(
+        [48, 2],
+        l(&[Layout::spatial(&[16, 1]), Layout::local(&[3, 2])]),
+        DType::F16,
+        29,
+    );
+    one_error(&p, 29, &["must lie on whole warps"]);
+    let p = register_table(
+        [64, 2],
+        l(&[Layout::spatial(&[32, 1]), Layout::column_local(&[2, 2])]),
+        DType::F16,
+        30,
+    );
+    one_error(&p, 30, &["every warp must hold the whole table"]);
+    // Both placements verify.
+    for layout in [
+        l(&[
+            Layout::local(&[2, 1]),
+            Layout::spatial(&[32, 1]),
+            Layout::local(&[1, 2]),
+        ]),
+        l(&[Layout::spatial(&[32, 1]), Layout::local(&[2, 2])]),
+    ] {
+        verify(
+            &register_table([64, 2], layout, DType::F16, 31),
+            &Target::default(),
+        )
+        .unwrap();
+    }
     // Sub-byte elements.
     let p = verifier_kernel(|b, [_, _, _, gi]| {
         let ix = rows(b, gi);

@@ -7,17 +7,108 @@ use super::{Instruction, ProgramBuilder, RegisterType, ScalarType, VarId, VarTyp
 use crate::layout::Layout;
 
 /// The `[rows, w]` row width of a `gather_rows` source or a `scatter_rows` destination: the
-/// last extent of a rank-2 shared tensor, or of a rank-2 global view whose last extent is a
-/// constant of at least 1. `None` for anything else (the verifier says why).
+/// last extent of a rank-2 shared or register tensor, or of a rank-2 global view whose last
+/// extent is a constant of at least 1. `None` for anything else (the verifier says why).
 pub fn gather_rows_width(src: &VarType) -> Option<usize> {
     match src {
         VarType::Shared(s) if s.layout.shape.len() == 2 => Some(s.layout.shape[1]),
+        VarType::Register(r) if r.layout.rank() == 2 => Some(r.layout.shape()[1]),
         VarType::Global(g) if g.shape.len() == 2 => match g.shape[1].const_i32() {
             Some(w) if w >= 1 => Some(w as usize),
             _ => None,
         },
         _ => None,
     }
+}
+
+/// How a register table `[rows, w]` of `gather_rows` lies on a warp's lanes: every warp holds
+/// the whole table, row `r` on one lane as `w` consecutive locals from `slot(r) · w`, so that a
+/// row is read from another lane by warp shuffles of the same registers (one per 32-bit word
+/// and slot). Two placements qualify, the ones a layout writes most simply:
+///
+/// - **interleaved** (`local(S, 1).spatial(32, 1).local(1, w)`, replicated over the warps): row
+///   `r` on lane `r % 32`, slot `r / 32`;
+/// - **blocked** (`spatial(32, 1).local(S, w)`, replicated): row `r` on lane `r / S`, slot `r % S`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WarpTable {
+    pub rows: usize,
+    pub width: usize,
+    /// `S = rows / 32`: the rows each lane holds (one shuffle per slot and word).
+    pub slots: usize,
+    /// `true`: row `r` on lane `r / S` (blocked); `false`: on lane `r % 32` (interleaved).
+    pub blocked: bool,
+}
+
+impl WarpTable {
+    /// The most rows a register table may hold: 32 slots a lane, each read by one shuffle per
+    /// word of every look-up.
+    pub const MAX_ROWS: usize = 1024;
+
+    /// The lane and slot of row `r`.
+    pub fn place(&self, r: usize) -> (usize, usize) {
+        if self.blocked {
+            (r / self.slots, r % self.slots)
+        } else {
+            (r % 32, r / 32)
+        }
+    }
+}
+
+/// The [`WarpTable`] placement of a register table in `layout` for a block of `block_threads`
+/// threads, or why it has none (the message names what to change).
+pub fn warp_table(layout: &Layout, block_threads: usize) -> Result<WarpTable, String> {
+    let shape = layout.shape();
+    if shape.len() != 2 {
+        return Err(format!(
+            "a register table must be [rows, w]; this one has shape {shape:?}"
+        ));
+    }
+    let (rows, width) = (shape[0], shape[1]);
+    // Block thread `t` plays layout thread `t % n` (a smaller layout repeats over the block).
+    let n = layout.num_threads();
+    if n == 0 || !n.is_multiple_of(32) || !block_threads.is_multiple_of(n) {
+        return Err(format!(
+            "a register table must lie on whole warps, every warp holding all of it: its layout covers {n} threads, the block {block_threads}"
+        ));
+    }
+    if !rows.is_multiple_of(32) || rows == 0 || rows > WarpTable::MAX_ROWS {
+        return Err(format!(
+            "a register table's rows must be a multiple of 32 (the lanes of a warp) up to {}; it has {rows}",
+            WarpTable::MAX_ROWS
+        ));
+    }
+    let slots = rows / 32;
+    if layout.num_locals() != slots * width {
+        return Err(format!(
+            "each lane must hold rows / 32 = {slots} whole rows of {width} elements, {} locals; the layout gives it {}",
+            slots * width,
+            layout.num_locals()
+        ));
+    }
+    let fits = |t: &WarpTable| {
+        (0..rows).all(|r| {
+            let (lane, slot) = t.place(r);
+            (0..width).all(|c| {
+                let owners = layout.owners(&[r, c]);
+                (0..block_threads / 32)
+                    .all(|g| owners.contains(&((g * 32 + lane) % n, slot * width + c)))
+            })
+        })
+    };
+    [false, true]
+        .into_iter()
+        .map(|blocked| WarpTable {
+            rows,
+            width,
+            slots,
+            blocked,
+        })
+        .find(fits)
+        .ok_or_else(|| {
+            format!(
+                "every warp must hold the whole table, row r on lane r % 32 at locals [(r / 32) * {width}, ..) (local({slots}, 1).spatial(32, 1).local(1, {width}), replicated over the warps) or on lane r / {slots} at locals [(r % {slots}) * {width}, ..) (spatial(32, 1).local({slots}, {width}), replicated)"
+            )
+        })
 }
 
 /// The layout of `gather_rows(src, index, dim)` for an index in `index` and rows of `w`
@@ -135,6 +226,7 @@ impl Instruction {
                 let dtype = match &src {
                     VarType::Global(g) => Some(g.dtype),
                     VarType::Shared(s) => Some(s.dtype),
+                    VarType::Register(r) => Some(r.dtype),
                     _ => None,
                 };
                 let t = match (dtype, gather_rows_width(&src), ty(*index)) {

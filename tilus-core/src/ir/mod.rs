@@ -32,7 +32,9 @@ mod reduce;
 pub mod syntax;
 mod wide;
 
-pub use addressing::{gather_rows_layout, gather_rows_width, lookup_layout, AtomicOp};
+pub use addressing::{
+    gather_rows_layout, gather_rows_width, lookup_layout, warp_table, AtomicOp, WarpTable,
+};
 pub use builder::ProgramBuilder;
 pub use eval::{EvalError, ScalarValue};
 pub use ranges::{value_ranges, Range, ValueRanges};
@@ -740,6 +742,10 @@ pub enum Instruction {
     ///   `l`: `out[.., i * w + c, ..] = src[index[.., i, ..], c]`.
     /// - An index outside `[0, rows)` reads a row of zeros, with no memory access (as
     ///   `gather`).
+    /// - `src` may be a **register** table `[rows, w]` that every warp holds whole, row `r`
+    ///   on one lane as `w` consecutive locals ([`WarpTable`]: lane `r % 32` or `r / S`, `S =
+    ///   rows / 32` rows a lane), its rows whole 32-bit words: a row is then read from its lane
+    ///   by warp shuffles, which every lane of the warp must run.
     ///
     /// Example: `index` in `spatial(1, 4).local(16, 8).column_spatial(4, 8)` over `[64, 256]`,
     /// `src` a shared `[256, 4]` f16 codebook, `dim = 0`: the result is `[256, 256]` in

@@ -599,7 +599,69 @@ fn lookup(
 /// provable (see the module documentation). The out layout is the index layout composed with
 /// a local of `w` (the verifier checked it), so the row of index local `l` is out locals
 /// `l * w ..`: `dim` does not change the registers, only the tile shape.
+/// `gather_rows` from a register table ([`crate::ir::WarpTable`]): per index local and 32-bit
+/// word of a row, one `__shfl_sync` per slot from the row's lane, the slot's value kept by a
+/// select (none with one slot); a row outside the table reads zeros. Every lane of the warp
+/// runs the shuffles (the verifier's placement gives each warp the whole table).
+fn shuffle_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), CodegenError> {
+    let (dtype, tlay) = cx.reg(src)?;
+    let (_, layout) = cx.reg(index)?;
+    let place = crate::ir::warp_table(&tlay, cx.block_threads)
+        .map_err(|e| cx.err(format!("gather_rows: {e}")))?;
+    let bits = dtype.bits() as usize;
+    let words = place.width * bits / 32;
+    let (s, tab, idx) = (place.slots, cx.name(src), cx.name(index));
+    let proven = in_range(cx, index, Some(place.rows as i64));
+    cx.w.open("");
+    let locals = layout.num_locals();
+    let mut wb = WordBuilder::new(locals * words);
+    for l in 0..locals {
+        let ix = cx.fresh("ix");
+        cx.w.line(format!("const int {ix} = (int){idx}[{l}];"));
+        let (lane, slot) = if place.blocked {
+            (format!("{ix} / {s}"), format!("{ix} % {s}"))
+        } else {
+            (format!("{ix} & 31"), format!("{ix} >> 5"))
+        };
+        let (ln, sn) = (cx.fresh("lane"), cx.fresh("slot"));
+        cx.w.line(format!("const int {ln} = {lane};"));
+        if s > 1 {
+            cx.w.line(format!("const int {sn} = {slot};"));
+        }
+        let ok = (!proven).then(|| format!("(unsigned){ix} < {}u", place.rows));
+        for k in 0..words {
+            let v = cx.fresh("sh");
+            cx.w.line(format!(
+                "uint32_t {v} = __shfl_sync(0xffffffffu, {}, {ln});",
+                get_bits(&tab, k * 32, 32)
+            ));
+            for j in 1..s {
+                let t = cx.fresh("sh");
+                let word = get_bits(&tab, (j * words + k) * 32, 32);
+                cx.w.line(format!(
+                    "const uint32_t {t} = __shfl_sync(0xffffffffu, {word}, {ln});"
+                ));
+                cx.w.line(format!("{v} = {sn} == {j} ? {t} : {v};"));
+            }
+            let value = match &ok {
+                Some(ok) => format!("({ok} ? {v} : 0u)"),
+                None => v,
+            };
+            wb.word(l * words + k, &value);
+        }
+    }
+    // Written after every read: `out` may be the index tensor itself.
+    for line in wb.finish(&cx.name(out)) {
+        cx.w.line(line);
+    }
+    cx.w.close();
+    Ok(())
+}
+
 fn gather_rows(cx: &mut Ctx, out: VarId, src: VarId, index: VarId) -> Result<(), CodegenError> {
+    if matches!(cx.p.ty(src), VarType::Register(_)) {
+        return shuffle_rows(cx, out, src, index);
+    }
     let (_, layout) = cx.reg(index)?;
     let w = table_width(cx, src)?;
     cx.w.open("");

@@ -66,6 +66,50 @@ fn index_at(index: &RegTensor, t: usize, i: usize) -> i64 {
 }
 
 impl Machine<'_> {
+    /// `gather_rows` from a register table: each thread reads row `index` from the lane of its
+    /// own warp that holds it ([`crate::ir::WarpTable`]), as the GPU's shuffles do.
+    fn shuffle_rows(
+        &mut self,
+        block: &mut Block,
+        out: VarId,
+        src: VarId,
+        index: VarId,
+        dim: usize,
+    ) -> Result<(), String> {
+        let table = self.reg(block, src)?.clone();
+        let idx = self.reg(block, index)?.clone();
+        let place = crate::ir::warp_table(&table.layout, self.block_threads)
+            .map_err(|e| format!("gather_rows: `{}`: {e}", self.name(src)))?;
+        let w = place.width;
+        let layout = crate::ir::gather_rows_layout(&idx.layout, w, dim).ok_or_else(|| {
+            format!(
+                "gather_rows: no layout for rows of `{}` by index `{}` along dim {dim}",
+                self.name(src),
+                self.name(index)
+            )
+        })?;
+        let tab = self.table(&idx.layout)?;
+        let mut reg = RegTensor::new(table.dtype, layout, self.block_threads);
+        for t in 0..self.block_threads {
+            for l in 0..tab.locals {
+                let r = index_at(&idx, t, l);
+                let from = usize::try_from(r)
+                    .ok()
+                    .filter(|&r| r < place.rows)
+                    .map(|r| place.place(r));
+                for c in 0..w {
+                    let code = match from {
+                        Some((lane, slot)) => table.get(t / 32 * 32 + lane, slot * w + c),
+                        None => 0,
+                    };
+                    reg.set(t, l * w + c, code);
+                }
+            }
+        }
+        block.env[out.0 as usize] = Some(Value::Reg(reg));
+        Ok(())
+    }
+
     fn mem(&self, block: &Block, v: VarId) -> Result<Mem, String> {
         match self.value(block, v)? {
             Value::Global(g) => Ok(Mem::Global(g.clone())),
@@ -210,6 +254,14 @@ impl Machine<'_> {
                     }
                 }
                 block.env[out.0 as usize] = Some(Value::Reg(reg));
+            }
+            Instruction::GatherRows {
+                out,
+                src,
+                index,
+                dim,
+            } if matches!(self.value(block, *src)?, Value::Reg(_)) => {
+                self.shuffle_rows(block, *out, *src, *index, *dim)?
             }
             Instruction::GatherRows {
                 out,

@@ -220,6 +220,41 @@ impl<'p> Checker<'p> {
         }
     }
 
+    /// A register table of `gather_rows` (read by warp shuffles): its dtype and row width when
+    /// it has a [`crate::ir::WarpTable`] placement and rows of whole 32-bit words.
+    fn register_table(
+        &mut self,
+        table: VarId,
+        r: &'p RegisterType,
+        span: SpanId,
+        instr: &str,
+    ) -> (Option<DType>, Option<usize>) {
+        self.use_var(table, span);
+        self.addressable_dtype(span, instr, table, r.dtype);
+        match crate::ir::warp_table(&r.layout, self.block_threads) {
+            Err(why) => {
+                let msg = format!(
+                    "{instr}: the register table {} (layout {}): {why}",
+                    self.name(table),
+                    r.layout.to_expr()
+                );
+                self.err(span, msg);
+                (None, None)
+            }
+            Ok(t) if !(t.width * r.dtype.bits() as usize).is_multiple_of(32) => {
+                let msg = format!(
+                    "{instr}: the register table {} has rows of {} {} elements; a row is read from its lane by 32-bit shuffles, so it must be whole 32-bit words (pad the rows)",
+                    self.name(table),
+                    t.width,
+                    r.dtype
+                );
+                self.err(span, msg);
+                (None, None)
+            }
+            Ok(t) => (Some(r.dtype), Some(t.width)),
+        }
+    }
+
     /// The row width `w` of a `[rows, w]` table (already known to be a global or shared
     /// tensor): the source of `gather_rows` or the destination of `scatter_rows` (`t`), or an
     /// error naming it: rank 2 is required, and a global view's last extent must be a constant
@@ -354,12 +389,17 @@ impl<'p> Checker<'p> {
                 dim,
             } => {
                 let t = RowsInstr::Gather;
-                let d = self.memory_operand(*src, span, name, "the source", false);
+                let (d, w) = if let VarType::Register(r) = self.p.ty(*src) {
+                    self.register_table(*src, r, span, name)
+                } else {
+                    let d = self.memory_operand(*src, span, name, "the source", false);
+                    let w = d.and_then(|d| {
+                        self.addressable_dtype(span, name, *src, d);
+                        self.row_width(*src, span, t)
+                    });
+                    (d, w)
+                };
                 let i = self.index_operand(*index, span, name);
-                let w = d.and_then(|d| {
-                    self.addressable_dtype(span, name, *src, d);
-                    self.row_width(*src, span, t)
-                });
                 let mut ok = d.is_some() && i.is_some() && w.is_some();
                 if let Some(i) = i {
                     ok &= self.rows_layout(span, t, (*index, i), w, *dim).is_ok();

@@ -18,13 +18,26 @@ impl Translator<'_, '_> {
         instr: &str,
         role: &str,
     ) -> R<VarId> {
+        self.table_arg(b, e, instr, role, false)
+    }
+
+    /// A global or shared tensor, or with `registers` also a register tensor (the table of
+    /// `gather_rows`, read from other lanes by shuffles).
+    fn table_arg(
+        &mut self,
+        b: &mut ProgramBuilder,
+        e: &SynExpr,
+        instr: &str,
+        role: &str,
+        registers: bool,
+    ) -> R<VarId> {
         let text = e.to_token_stream().to_string();
         match self.value(b, e, DestHint::Temp)? {
             Value::Tensor(v)
                 if matches!(
                     b.ty(v),
                     VarType::Global(_) | VarType::Shared(_) | VarType::Unknown
-                ) =>
+                ) || (registers && matches!(b.ty(v), VarType::Register(_))) =>
             {
                 Ok(v)
             }
@@ -38,9 +51,14 @@ impl Translator<'_, '_> {
                     Value::Tensor(v) => b.ty(v).describe().to_string(),
                     other => self.describe(&other),
                 };
+                let want = if registers {
+                    "a global, shared or register tensor"
+                } else {
+                    "a global or shared tensor"
+                };
                 Err(self.err(
                     e,
-                    format!("the {role} of `{instr}` must be a global or shared tensor, but `{text}` is {found}"),
+                    format!("the {role} of `{instr}` must be {want}, but `{text}` is {found}"),
                 ))
             }
         }
@@ -100,7 +118,7 @@ impl Translator<'_, '_> {
                 Ok(Value::Tensor(build!(d, |d| b.lookup(d, table, rows, cols))))
             }
             Op::GatherRows => {
-                let src = self.memory_arg(b, args[0], name, "source");
+                let src = self.table_arg(b, args[0], name, "source", true);
                 let index = self.tensor_arg(b, args[1], name, "index", Scope::Register);
                 let dim = self.const_dim(args[2], name, "widens");
                 let (src, index, dim) = (src?, index?, dim?);
