@@ -7,9 +7,9 @@ mod language;
 
 use language::{
     batched_mma, block_values, chunk_max, closures, constant_bits, flagged, fp8_mma, fp8_mma_case,
-    helpers, int8_mma, int8_mma_case, narrow_wide, odd_rows, own_tile_order, run_mma, scalar_bits,
-    scalar_bits_reference, scalar_operands, scale_shift, shared, tail_ifs, tile_order, unrolled,
-    wide_offsets,
+    helpers, int8_mma, int8_mma_case, let_copies, narrow_wide, odd_rows, own_tile_order, run_mma,
+    scalar_bits, scalar_bits_reference, scalar_operands, scale_shift, shared, tail_ifs, tile_order,
+    unrolled, wide_offsets,
 };
 use rand::Rng;
 
@@ -589,4 +589,20 @@ fn a_synchronous_copy_async_is_noted() {
     )
     .unwrap();
     assert!(k.notes.is_empty(), "{:?}", k.notes);
+}
+
+/// `let b = a;` copies a register tensor when either name is mutable: writing one later
+/// leaves the other (it used to alias them).
+#[test]
+fn let_of_a_mutable_tensor_copies_it() {
+    let mut rng = rand::rng();
+    let x: Vec<i32> = (0..32).map(|_| rng.random_range(-1000..1000)).collect();
+    let mut out = vec![i32::MIN; 128];
+    let_copies::interpret(&let_copies::SPACE[0], &x, &mut out).unwrap();
+    for i in 0..32 {
+        let want = [x[i], x[i] + 1, 2 * (x[i] + 1), x[i] + 1];
+        for (j, w) in want.iter().enumerate() {
+            assert_eq!(out[32 * j + i], *w, "out[{}] (x = {})", 32 * j + i, x[i]);
+        }
+    }
 }

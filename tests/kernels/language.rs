@@ -557,3 +557,21 @@ pub fn odd_rows(x: Global<f16>, y: GlobalMut<f16>) {
     let t = load_shared(s, tile, [0, 0]);
     store_global(t, view_global(y, [32, 3]), [0, 0]);
 }
+
+/// `let b = a;` of a register tensor where either is mutable is a copy, as in Rust: `out[0..32]
+/// = x` (the value `a` had), `out[32..64] = x + 1` (`a` after `a = a + 1`), `out[64..96] =
+/// 2 (x + 1)` (`c = a` then `c = c * 2`, leaving `a`), `out[96..128] = x + 1` (`a` again).
+#[tilus::kernel(grid = [1], warps = 1)]
+pub fn let_copies(x: Global<i32>, out: GlobalMut<i32>) {
+    let l = layout!(spatial(32));
+    let go = view_global(out, [128]);
+    let mut a = load_global(view_global(x, [32]), l, [0]);
+    let b = a;
+    a = a + 1;
+    let mut c = a;
+    c = c * 2;
+    store_global(b, go, [0]);
+    store_global(a, go, [32]);
+    store_global(c, go, [64]);
+    store_global(a, go, [96]);
+}

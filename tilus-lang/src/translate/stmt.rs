@@ -79,6 +79,7 @@ impl Translator<'_, '_> {
                 self.allow_replicated |= replicated::allows_replicated(&local.attrs);
                 let value = self.value(b, expr, DestHint::New(name.clone()));
                 self.allow_replicated = allow;
+                let value = value.map(|v| self.unalias(b, expr, &name, mutable, v));
                 let binding = match value {
                     // A constant `if` chose `()`: the name is absent in this configuration.
                     Ok(Value::Unit) if is_if(expr) => Binding::Absent,
@@ -100,6 +101,35 @@ impl Translator<'_, '_> {
             other => {
                 let _ = self.err(other, "expected a variable name");
             }
+        }
+    }
+
+    /// `let [mut] a = b;` of a register tensor `b` where `a` or `b` is mutable: a copy (a
+    /// `view` of the same dtype and layout, which the CUDA compiler turns into renaming), so
+    /// that a later `a = ..` or `b = ..` writes one of them, as in Rust (binding `a` to `b`'s
+    /// registers made `let cur = next; next = load(..)` change `cur` too).
+    fn unalias(
+        &mut self,
+        b: &mut ProgramBuilder,
+        expr: &SynExpr,
+        name: &str,
+        mutable: bool,
+        v: Value,
+    ) -> Value {
+        let SynExpr::Path(p) = expr else { return v };
+        let Value::Tensor(var) = v else { return v };
+        let source_mutable = p.path.get_ident().is_some_and(|id| {
+            matches!(
+                self.lookup(&id.to_string()),
+                Some(Binding::Tensor { mutable: true, .. })
+            )
+        });
+        match b.ty(var) {
+            VarType::Register(r) if mutable || source_mutable => {
+                let n = self.unique(name);
+                Value::Tensor(b.view(n.as_str(), var, r.dtype, r.layout.clone()))
+            }
+            _ => v,
         }
     }
 
