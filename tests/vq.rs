@@ -5,6 +5,7 @@
 use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tilus::kernels::vq::cache::{CacheTiers, CachedWeight};
 use tilus::kernels::vq::{VqCache, VqLinear};
 use tilus::vq::kmeans::KmeansOptions;
 use tilus::vq::{CodebookScope, VqConfig, VqWeight};
@@ -704,4 +705,91 @@ fn vq_fused_gemm_refusals_name_the_argument() {
     let x = vec![f16::ONE; 3 * 256];
     let e = gptvq.forward_cpu_gemm(&x, 2, None).unwrap_err().to_string();
     assert!(e.contains("`x`"), "{e}");
+}
+
+/// The three-tier codebook cache (`vq_gemv_cached`): each tier alone and together, entries in
+/// registers (read by warp shuffles), shared memory and global memory; per-tile codebooks that
+/// switch three times along k; one codebook of two stages; 12-bit codes; 1 and 3 tokens.
+#[test]
+fn vq_cached_gemv_matches_reference_for_every_tiering() {
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cases = [
+        (
+            VqConfig::GPTVQ_2,
+            256,
+            768,
+            [(0, 256), (32, 224), (32, 64), (0, 32), (64, 128)],
+        ),
+        (
+            VqConfig::AQLM_2X8,
+            32,
+            512,
+            [(0, 256), (32, 224), (32, 32), (0, 100), (96, 160)],
+        ),
+        (
+            VqConfig::AQLM_3,
+            32,
+            512,
+            [(0, 4096), (32, 2048), (32, 64), (0, 1000), (64, 4032)],
+        ),
+    ];
+    for (config, n, k, tierings) in cases {
+        let w = random_weight(config, n, k, &mut rng);
+        for (i, (n_reg, n_shared)) in tierings.into_iter().enumerate() {
+            let m = 1 + 2 * (i % 2);
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let tiers = CacheTiers { n_reg, n_shared };
+            let cw = CachedWeight::new(&w, tiers).unwrap();
+            let got = cw.forward_cpu(&x, m).unwrap();
+            let tag = format!("{} {n}x{k} m={m} {tiers} seed {seed}", config.name);
+            check(&tag, &got, &reference(&w, &x, m));
+        }
+    }
+}
+
+/// The cache's tiers are checked and chosen from the kernel's slack; bad input names its
+/// argument.
+#[test]
+fn vq_cache_tiers_rule_and_errors() {
+    // From the slack: GPTVQ-2's two buffers of 256 entries (4 KiB) hold every entry in shared
+    // memory; AQLM-3's two stages of 4096 vectors of 8 (128 KiB) do not fit 48 KiB: 1536
+    // entries there, 32 in registers, the rest from global memory.
+    assert_eq!(
+        CacheTiers::for_kernel(VqConfig::GPTVQ_2),
+        CacheTiers {
+            n_reg: 0,
+            n_shared: 256
+        }
+    );
+    assert_eq!(
+        CacheTiers::for_kernel(VqConfig::AQLM_3),
+        CacheTiers {
+            n_reg: 32,
+            n_shared: 1536
+        }
+    );
+    let mut rng = StdRng::seed_from_u64(0x9e33_0002);
+    let w = random_weight(VqConfig::GPTVQ_2, 256, 256, &mut rng);
+    for (n_reg, n_shared) in [(16, 64), (0, 0), (32, 240), (2048, 1)] {
+        let e = CachedWeight::new(&w, CacheTiers { n_reg, n_shared })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`tiers`"), "{n_reg} {n_shared}: {e}");
+    }
+    let quip = random_weight(VqConfig::QUIP_4, 64, 256, &mut rng);
+    let e = CachedWeight::new(&quip, CacheTiers::for_kernel(VqConfig::QUIP_4))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`weight`"), "{e}");
+    let cw = CachedWeight::new(&w, CacheTiers::for_kernel(VqConfig::GPTVQ_2)).unwrap();
+    let e = cw
+        .forward_cpu(&vec![f16::ONE; 300], 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`x`"), "{e}");
+    let e = cw.forward_cpu(&[], 0).unwrap_err().to_string();
+    assert!(e.contains("`m`"), "{e}");
 }

@@ -482,7 +482,7 @@ pub fn dense_from(c: VqConfig) -> usize {
     }
 }
 
-fn kernel_err(e: impl std::fmt::Display) -> VqError {
+pub(crate) fn kernel_err(e: impl std::fmt::Display) -> VqError {
     VqError::Arg {
         arg: "kernel",
         msg: e.to_string(),

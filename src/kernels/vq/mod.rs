@@ -3,6 +3,7 @@
 //! autotuning ([`tune`]) and `tilus bench vq` ([`bench`]). The weight format and k-means live in [`crate::vq`].
 
 pub mod bench;
+pub mod cache;
 pub mod gemm;
 pub mod kernel;
 pub mod linear;
