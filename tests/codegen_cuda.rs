@@ -2206,3 +2206,46 @@ fn register_rows_compile_to_shuffles() {
         assert_eq!(got, want, "{cfg:?} (sm_90a): {got} shuffles, want {want}");
     }
 }
+
+/// The three-tier codebook cache's GEMV at every point of its tuning space for the formats it
+/// serves: no local memory, the shared tier's rows as `LDS.64`/`LDS.128`, the register tier's
+/// as `SHFL.IDX` (where it holds entries), the shared tier loaded by `LDGSTS`.
+#[test]
+fn cached_vq_gemv_compiles_to_shuffles_and_vector_loads() {
+    use tilus::kernels::vq::cache::{cached_config, vq_gemv_cached, CacheTiers};
+    use tilus::vq::VqConfig;
+    let Some((ptxas, disasm)) = tools("cached_vq_gemv_compiles_to_shuffles_and_vector_loads")
+    else {
+        return;
+    };
+    let scratch = Scratch::new("cached_vq_gemv");
+    for c in [VqConfig::GPTVQ_2, VqConfig::AQLM_2X8, VqConfig::AQLM_3] {
+        for t in CacheTiers::candidates(c) {
+            let cfg = cached_config(c, t);
+            let p = vq_gemv_cached::program(&cfg).unwrap();
+            let k = emit(&p, &Default::default()).unwrap();
+            let row = if c.vector_size == 4 {
+                "LDS.64"
+            } else {
+                "LDS.128"
+            };
+            let mut need = vec![row];
+            if t.n_reg > 0 {
+                need.push("SHFL");
+            }
+            check_kernel_with(
+                &ptxas,
+                &disasm,
+                &scratch.0,
+                &format!("vq_gemv_cached_{}_{t}", c.name),
+                &k,
+                Expect {
+                    hmma: false,
+                    ldgsts: true,
+                },
+                &need,
+                &[],
+            );
+        }
+    }
+}

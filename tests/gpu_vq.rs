@@ -386,6 +386,58 @@ fn gpu_vq_fused_gemm_matches_interpreter_and_reference() {
     }
 }
 
+/// The three-tier codebook cache (`vq_gemv_cached`) on the GPU at every point of its tuning
+/// space (entries in registers by warp shuffles, in shared memory, and from global memory)
+/// for 1 and 3 tokens, against the f64 reference and the interpreter, outputs poisoned; then
+/// the autotuner over the same points picks one of them. QuiP#-4 is refused by name.
+#[test]
+fn gpu_vq_cached_gemv_matches_interpreter_and_reference() {
+    use tilus::kernels::vq::cache::{CacheTiers, CachedWeight};
+    let Some(ctx) = common::gpu_context(
+        "gpu_vq_cached_gemv_matches_interpreter_and_reference",
+        Context::builder(0).no_disk_cache(),
+    ) else {
+        return;
+    };
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (config, n, k) in FORMATS {
+        let w = VqWeight::random(config, n, k, rng.random(), true).unwrap();
+        let rule = CacheTiers::for_kernel(config);
+        let Ok(cw) = CachedWeight::new(&w, rule) else {
+            assert!(config.e8p, "{}", config.name);
+            continue;
+        };
+        let base = cw.to_gpu(&ctx).unwrap();
+        let points = CacheTiers::candidates(config);
+        assert!(points.len() >= 4, "{}: {points:?}", config.name);
+        for m in [1, 3] {
+            let x: Vec<f16> = (0..m * k)
+                .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let xd = DeviceBuffer::from_host(&ctx, &x).unwrap();
+            let want = reference(&w, &x, m);
+            for &t in &points {
+                let gpu = base.with_tiers(t).unwrap();
+                let cpu = gpu.host.forward_cpu(&x, m).unwrap();
+                let mut y = DeviceBuffer::from_host(&ctx, &vec![f16::NAN; m * n]).unwrap();
+                gpu.forward_into(&xd, m, &mut y).unwrap();
+                let tag = format!("{} {n}x{k} m={m} {t} seed {seed}", config.name);
+                check_output(&tag, &y.to_host().unwrap(), &want, Some(&cpu));
+            }
+        }
+        let (best, outcome) = tilus::kernels::vq::tune::tune_tiers(&ctx, &cw, 1).unwrap();
+        assert!(points.contains(&best), "{}: {best}", config.name);
+        assert_eq!(outcome.record.candidates.len(), points.len());
+        eprintln!(
+            "{}: cached GEMV exact on {} tierings; tuned {best} ({:.1} us)",
+            config.name,
+            points.len(),
+            outcome.median_us
+        );
+    }
+}
+
 /// One token by tables on the GPU (`tilus::kernels::vq::lut`): AQLM-3 at 2048 x 4096 and a
 /// one-stage 256-entry format with the rule's tiling (8-warp blocks on one table, two per
 /// multiprocessor, at these sizes) and with rings of two tables in 4- and 16-warp blocks,

@@ -450,6 +450,10 @@ pub enum BenchCommand {
         /// the knobs above, which the tuning then replaces.
         #[arg(long)]
         tune: bool,
+        /// Time the three-tier codebook cache (`vq_gemv_cached`: entries in registers, shared
+        /// and global memory) at every point of its tuning space, in a second table.
+        #[arg(long)]
+        tiers: bool,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -1010,6 +1014,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref reduce,
         ref lut,
         tune,
+        tiers,
         dense,
         runs,
         no_cublas,
@@ -1027,6 +1032,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             lut: parse_lut(lut.as_deref())?,
             tune,
             dense,
+            tiers,
         };
         return super::bench_vq::run(
             configs,

@@ -161,5 +161,8 @@ pub fn run(
         }
     }
     out += &table(copy_gbps, &rows);
+    if rows.iter().any(|r| r.tiers.is_some()) {
+        out += &tilus::kernels::vq::bench::tiers_table(&rows);
+    }
     Ok(out)
 }

@@ -39,6 +39,26 @@ pub struct VqKnobs {
     pub tune: bool,
     /// Time prefill's dequantize-then-GEMM path too ([`super::GpuVqLinear::forward_dense_into`]).
     pub dense: bool,
+    /// Time the three-tier codebook cache ([`super::cache::vq_gemv_cached`]) at every point of
+    /// its tuning space ([`super::tune::tune_tiers`]).
+    pub tiers: bool,
+}
+
+/// The three-tier cache's points at one row (`tilus bench vq --tiers`).
+#[derive(Clone, Debug)]
+pub struct TierPoints {
+    /// The tiers [`super::cache::CacheTiers::for_kernel`] chooses from the kernel's slack.
+    pub rule: super::cache::CacheTiers,
+    /// Every point the tuner measured, in its order, with its median (`None`: it failed).
+    pub points: Vec<(super::cache::CacheTiers, Option<f64>)>,
+    /// The tuner's winner.
+    pub best: super::cache::CacheTiers,
+}
+
+impl TierPoints {
+    pub fn us(&self, t: super::cache::CacheTiers) -> Option<f64> {
+        self.points.iter().find(|(p, _)| *p == t).and_then(|p| p.1)
+    }
 }
 
 /// Tokens up to which the naive GC kernel is timed: above them it takes seconds a point (it
@@ -86,6 +106,9 @@ pub struct VqBenchRow {
     /// The fused VQ-GEMM ([`super::gemm::vq_gemm`]) at each block height it takes (64, 128,
     /// 256 tokens), where `VqKnobs::dense` asked and the format has one.
     pub fused: Vec<(usize, Timing)>,
+    /// The three-tier cache's points, where `VqKnobs::tiers` asked and the format has the
+    /// kernel.
+    pub tiers: Option<TierPoints>,
     /// The floor's bytes (module docs).
     pub bytes: usize,
     pub floor_us: f64,
@@ -155,6 +178,7 @@ pub fn bench_vq(
         lut,
         tune,
         dense,
+        tiers,
     } = knobs;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;
@@ -231,6 +255,20 @@ pub fn bench_vq(
             }
         }
     }
+    let tiers = if tiers && super::cache::cached_refusal(config, n, k).is_none() {
+        let rule = super::cache::CacheTiers::for_kernel(config);
+        let cw = super::cache::CachedWeight::new(layer.weight(), rule).map_err(err)?;
+        let (best, outcome) = super::tune::tune_tiers(ctx, &cw, m).map_err(err)?;
+        let candidates = super::cache::CacheTiers::candidates(config);
+        let points = candidates
+            .iter()
+            .zip(&outcome.record.candidates)
+            .map(|(t, r)| (*t, r.median_us))
+            .collect();
+        Some(TierPoints { rule, points, best })
+    } else {
+        None
+    };
     let tiling = layer.lut_tiling(m);
     let direct = match tiling {
         Some(_) => {
@@ -263,6 +301,7 @@ pub fn bench_vq(
         naive,
         dense,
         fused,
+        tiers,
         bytes,
         floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
         cublas_us,
@@ -330,6 +369,50 @@ pub fn table(copy_gbps: f64, rows: &[VqBenchRow]) -> String {
                     if r.split > 1 && !r.ordered { " atomic" } else { "" },
                 ),
             },
+        );
+    }
+    s
+}
+
+/// The table of the three-tier codebook cache's points (`tilus bench vq --tiers`): each row's
+/// rule point, best point and every point measured, against the layer's own kernel (`vq us`),
+/// the naive GC kernel and the floor, all from the same run.
+pub fn tiers_table(rows: &[VqBenchRow]) -> String {
+    let mut s = String::from(
+        "three-tier codebook cache (vq_gemv_cached: CUDA cores, one token a block row; rNsM = N \
+         entries in registers, read by warp shuffles, M in shared memory, the rest from global \
+         memory); rule = from the kernel's slack, best = the tuner's\n",
+    );
+    s += &format!(
+        "{:<7} {:>4} {:>12} {:>10} {:>9} {:>12} {:>9} {:>7} {:>8} {:>8}  points (us)\n",
+        "config", "m", "n x k", "rule", "rule us", "best", "best us", "%floor", "vs GC", "vs vq"
+    );
+    for r in rows {
+        let Some(t) = &r.tiers else { continue };
+        let best = t.us(t.best);
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |c| format!("{c:.1}"));
+        let ratio = |base: Option<f64>| match (base, best) {
+            (Some(b), Some(us)) => format!("{:.2}x", b / us),
+            _ => "-".to_string(),
+        };
+        let points: Vec<String> = t
+            .points
+            .iter()
+            .map(|(p, us)| format!("{p}:{}", opt(*us)))
+            .collect();
+        s += &format!(
+            "{:<7} {:>4} {:>12} {:>10} {:>9} {:>12} {:>9} {:>6.1}% {:>8} {:>8}  {}\n",
+            r.config,
+            r.m,
+            format!("{}x{}", r.n, r.k),
+            t.rule.to_string(),
+            opt(t.us(t.rule)),
+            t.best.to_string(),
+            opt(best),
+            best.map_or(0.0, |us| 100.0 * r.floor_us / us),
+            ratio(r.naive.as_ref().map(|g| g.median_us)),
+            ratio(Some(r.cached.median_us)),
+            points.join(" ")
         );
     }
     s

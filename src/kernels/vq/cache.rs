@@ -124,7 +124,7 @@ pub mod kernels {
         warps = WARPS,
         space(
             WARPS = [4],
-            RPW = [4],
+            RPW = [2, 4],
             CPL = [2],
             V = [4, 8],
             R = [1, 2],
@@ -268,9 +268,10 @@ impl CacheTiers {
     /// The shared memory the cache may take in a block of [`vq_gemv_cached`]: 48 KiB, so that
     /// four blocks of 4 warps (the cores' latency needs the warps) share a multiprocessor.
     pub const SHARED_BUDGET: usize = 48 * 1024;
-    /// Registers a thread may give the register tier: the kernel's own use is about 40 of a
-    /// budget of 64 (four blocks of 128 threads a multiprocessor), which leaves 16.
-    pub const REGISTER_BUDGET: usize = 16;
+    /// Registers a lane may give the register tier: 32 entries of every stage cost `R · V / 2`
+    /// of them, and the kernel's own use (64-107 for vectors of 4, ptxas for sm_90a) leaves
+    /// room for 8 under the 128 that keep two blocks on a multiprocessor.
+    pub const REGISTER_BUDGET: usize = 8;
 
     /// The tiers from the kernel's resource slack: every entry in shared memory that fits
     /// [`Self::SHARED_BUDGET`] (both buffers for per-tile codebooks), the rest in global
@@ -332,16 +333,49 @@ impl CacheTiers {
     }
 }
 
+impl CacheTiers {
+    /// The points the autotuner measures ([`super::tune::tune_tiers`]): the rule's, and 0, 32
+    /// or 64 entries in registers with the shared tier the whole budget, a half or a quarter of
+    /// it (the rest of the entries from global memory), each valid for the format.
+    pub fn candidates(c: VqConfig) -> Vec<CacheTiers> {
+        let per_entry = Self::buffers(c) * c.residuals * c.vector_size * 2;
+        let fit = (Self::SHARED_BUDGET / per_entry).min(c.entries());
+        let mut out = vec![Self::for_kernel(c)];
+        for n_reg in [0, 32, 64] {
+            for share in [1, 2, 4] {
+                let n_shared = (fit / share).min(c.entries().saturating_sub(n_reg));
+                let t = CacheTiers { n_reg, n_shared };
+                if !out.contains(&t) && t.check(c).is_ok() {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl tilus_runtime::TuneCandidate for CacheTiers {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "n_reg": self.n_reg, "n_shared": self.n_shared })
+    }
+}
+
 impl std::fmt::Display for CacheTiers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "r{}s{}", self.n_reg, self.n_shared)
     }
 }
 
-/// Warps of a [`vq_gemv_cached`] block, output channels a warp, codes a lane and step.
+/// Warps of a [`vq_gemv_cached`] block and codes a lane and step.
 const WARPS: usize = 4;
-const RPW: usize = 4;
 const CPL: usize = 2;
+
+/// Output channels a warp: 4 for vectors of 4, 2 for vectors of 8 (whose look-ups hold twice
+/// the registers: 4 channels of AQLM's two stages took 165-193 registers a thread, ptxas for
+/// sm_90a).
+fn rows_per_warp(c: VqConfig) -> usize {
+    16 / c.vector_size
+}
 
 /// Why [`vq_gemv_cached`] cannot serve a format and shape (`None`: it can).
 pub fn cached_refusal(c: VqConfig, n: usize, k: usize) -> Option<String> {
@@ -365,13 +399,30 @@ pub fn cached_refusal(c: VqConfig, n: usize, k: usize) -> Option<String> {
             c.name
         ));
     }
-    if !rows.is_multiple_of(WARPS * RPW) || !cols.is_multiple_of(step) {
+    let block_rows = WARPS * rows_per_warp(c);
+    if !rows.is_multiple_of(block_rows) || !cols.is_multiple_of(step) {
         return Some(format!(
-            "a codebook tile of {rows} x {cols} is not whole blocks of {} rows and steps of {step} columns",
-            WARPS * RPW
+            "a codebook tile of {rows} x {cols} is not whole blocks of {block_rows} rows and steps of {step} columns"
         ));
     }
     None
+}
+
+/// [`vq_gemv_cached`]'s configuration for a format and tiers.
+pub fn cached_config(c: VqConfig, tiers: CacheTiers) -> vq_gemv_cached::Config {
+    vq_gemv_cached::Config {
+        WARPS: WARPS as i32,
+        RPW: rows_per_warp(c) as i32,
+        CPL: CPL as i32,
+        V: c.vector_size as i32,
+        R: c.residuals as i32,
+        E: c.entries() as i32,
+        HB: if c.log2_entries > 8 { 4 } else { 0 },
+        NREG: tiers.n_reg as i32,
+        NSH: tiers.n_shared as i32,
+        ONE: (CacheTiers::buffers(c) == 1) as i32,
+        SCALE: c.channel_scale as i32,
+    }
 }
 
 /// A weight laid out for [`vq_gemv_cached`] with its tiers: the codes in their original order
@@ -409,7 +460,6 @@ impl CachedWeight {
             return Err(arg_err("weight", format!("no cached VQ-GEMV: {why}")));
         }
         tiers.check(c)?;
-        let (e, v) = (c.entries(), c.vector_size);
         let codes = w.codes.iter().map(|&x| x as u8).collect();
         let high = if c.log2_entries > 8 {
             w.codes
@@ -419,53 +469,27 @@ impl CachedWeight {
         } else {
             vec![0]
         };
-        let tier = |from: usize, len: usize| -> Vec<f16> {
-            let mut out = Vec::with_capacity(w.codebooks.len() / e * len.max(1));
-            for book in w.codebooks.chunks(e * v) {
-                out.extend(
-                    book[from * v..(from + len) * v]
-                        .iter()
-                        .map(|&x| f16::from_f32(x)),
-                );
-            }
-            if out.is_empty() {
-                out.push(f16::ZERO);
-            }
-            out
-        };
-        Ok(CachedWeight {
+        let whole = CachedWeight {
             config: c,
             n: w.n,
             k: w.k,
             tiers,
             codes: Arc::new(codes),
             high: Arc::new(high),
-            hot: tier(0, tiers.n_reg),
-            warm: tier(tiers.n_reg, tiers.n_shared),
+            hot: Vec::new(),
+            warm: Vec::new(),
             codebooks: w.codebooks.iter().map(|&x| f16::from_f32(x)).collect(),
             scales: match &w.scales {
                 Some(s) => s.iter().map(|&x| f16::from_f32(x)).collect(),
                 None => vec![f16::ONE],
             },
-        })
+        };
+        whole.with_tiers(tiers)
     }
 
     /// The kernel's configuration.
     pub fn config(&self) -> vq_gemv_cached::Config {
-        let c = self.config;
-        vq_gemv_cached::Config {
-            WARPS: WARPS as i32,
-            RPW: RPW as i32,
-            CPL: CPL as i32,
-            V: c.vector_size as i32,
-            R: c.residuals as i32,
-            E: c.entries() as i32,
-            HB: if c.log2_entries > 8 { 4 } else { 0 },
-            NREG: self.tiers.n_reg as i32,
-            NSH: self.tiers.n_shared as i32,
-            ONE: (CacheTiers::buffers(c) == 1) as i32,
-            SCALE: c.channel_scale as i32,
-        }
+        cached_config(self.config, self.tiers)
     }
 
     fn dims(&self, x: usize, m: usize) -> Result<[i32; 5], VqError> {
@@ -509,17 +533,40 @@ impl CachedWeight {
         Ok(y)
     }
 
+    /// The same weight with other tiers (the codes are shared, only the tiers are cut again).
+    pub fn with_tiers(&self, tiers: CacheTiers) -> Result<CachedWeight, VqError> {
+        tiers.check(self.config)?;
+        let (e, v) = (self.config.entries(), self.config.vector_size);
+        let tier = |from: usize, len: usize| -> Vec<f16> {
+            let mut out: Vec<f16> = self
+                .codebooks
+                .chunks(e * v)
+                .flat_map(|book| book[from * v..(from + len) * v].iter().copied())
+                .collect();
+            if out.is_empty() {
+                out.push(f16::ZERO);
+            }
+            out
+        };
+        Ok(CachedWeight {
+            tiers,
+            hot: tier(0, tiers.n_reg),
+            warm: tier(tiers.n_reg, tiers.n_shared),
+            ..self.clone()
+        })
+    }
+
     /// Uploads the layout to the GPU.
     pub fn to_gpu(&self, ctx: &Arc<Context>) -> Result<GpuCachedWeight, VqError> {
         let up = kernel_err;
         Ok(GpuCachedWeight {
-            host: self.clone(),
-            codes: DeviceBuffer::from_host(ctx, &self.codes).map_err(up)?,
-            high: DeviceBuffer::from_host(ctx, &self.high).map_err(up)?,
+            codes: Arc::new(DeviceBuffer::from_host(ctx, &self.codes).map_err(up)?),
+            high: Arc::new(DeviceBuffer::from_host(ctx, &self.high).map_err(up)?),
             hot: DeviceBuffer::from_host(ctx, &self.hot).map_err(up)?,
             warm: DeviceBuffer::from_host(ctx, &self.warm).map_err(up)?,
-            codebooks: DeviceBuffer::from_host(ctx, &self.codebooks).map_err(up)?,
-            scales: DeviceBuffer::from_host(ctx, &self.scales).map_err(up)?,
+            codebooks: Arc::new(DeviceBuffer::from_host(ctx, &self.codebooks).map_err(up)?),
+            scales: Arc::new(DeviceBuffer::from_host(ctx, &self.scales).map_err(up)?),
+            host: self.clone(),
             ctx: ctx.clone(),
         })
     }
@@ -529,15 +576,31 @@ impl CachedWeight {
 pub struct GpuCachedWeight {
     pub host: CachedWeight,
     ctx: Arc<Context>,
-    codes: DeviceBuffer<u8>,
-    high: DeviceBuffer<u8>,
+    codes: Arc<DeviceBuffer<u8>>,
+    high: Arc<DeviceBuffer<u8>>,
     hot: DeviceBuffer<f16>,
     warm: DeviceBuffer<f16>,
-    codebooks: DeviceBuffer<f16>,
-    scales: DeviceBuffer<f16>,
+    codebooks: Arc<DeviceBuffer<f16>>,
+    scales: Arc<DeviceBuffer<f16>>,
 }
 
 impl GpuCachedWeight {
+    /// The same weight with other tiers: only the two tiers are uploaded; the codes, the
+    /// codebooks and the scales are shared.
+    pub fn with_tiers(&self, tiers: CacheTiers) -> Result<GpuCachedWeight, VqError> {
+        let host = self.host.with_tiers(tiers)?;
+        Ok(GpuCachedWeight {
+            hot: DeviceBuffer::from_host(&self.ctx, &host.hot).map_err(kernel_err)?,
+            warm: DeviceBuffer::from_host(&self.ctx, &host.warm).map_err(kernel_err)?,
+            codes: self.codes.clone(),
+            high: self.high.clone(),
+            codebooks: self.codebooks.clone(),
+            scales: self.scales.clone(),
+            ctx: self.ctx.clone(),
+            host,
+        })
+    }
+
     /// `y [m, n] = x [m, k] · Wᵀ` by [`vq_gemv_cached`] (errors name `x`, `y` or `m`).
     pub fn forward_into(
         &self,
@@ -562,12 +625,12 @@ impl GpuCachedWeight {
             tr,
             tc,
             x,
-            &self.codes,
-            &self.high,
+            &*self.codes,
+            &*self.high,
             &self.hot,
             &self.warm,
-            &self.codebooks,
-            &self.scales,
+            &*self.codebooks,
+            &*self.scales,
             y,
         )
         .map_err(kernel_err)

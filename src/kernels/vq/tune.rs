@@ -6,11 +6,16 @@
 //! per GPU and driver (`Context::tuner`: on disk with the context's cache), so a second call
 //! for the same layer shape launches nothing.
 //!
+//! [`tune_tiers`] does the same for the three-tier codebook cache's two knobs (entries in
+//! registers and in shared memory, [`CacheTiers`]) on
+//! [`vq_gemv_cached`](super::cache::vq_gemv_cached).
+//!
 //! The rules ([`default_cache`](super::linear::default_cache),
 //! [`warps_for`](super::linear::warps_for), [`split_for`](super::linear::split_for), ...) stay
 //! the defaults: tuning costs a second or more per layer shape, and the rules were measured on
 //! the Llama-70B layers (`docs/vq.md`), where they are within a few percent of the best point.
 
+use super::cache::{CacheTiers, CachedWeight};
 use super::linear::{cache_ok, product_for, split_ok, warps_ok, VqCache, VqLinear};
 use crate::kernels::timing::time_fallible;
 use crate::vq::{arg_err, VqError};
@@ -206,4 +211,54 @@ pub fn tune(
 
 fn tune_err(e: impl std::fmt::Display) -> VqError {
     arg_err("tune", e.to_string())
+}
+
+/// The fastest tiers of the codebook cache ([`CacheTiers::candidates`]) for `weight` at `m`
+/// tokens with [`vq_gemv_cached`](super::cache::vq_gemv_cached) on `ctx`'s GPU (or the ones
+/// the tuner remembers for this format, shape, `m` and GPU), and the outcome with every
+/// point's time. The codes are uploaded once; each point uploads only its two tiers.
+pub fn tune_tiers(
+    ctx: &Arc<Context>,
+    weight: &CachedWeight,
+    m: usize,
+) -> Result<(CacheTiers, TuneOutcome), VqError> {
+    if m == 0 || m > 65535 {
+        return Err(arg_err("m", format!("{m}: must lie in 1..=65535")));
+    }
+    let c = weight.config;
+    let candidates = CacheTiers::candidates(c);
+    let key = TuneKey::for_device(
+        ctx.device(),
+        "vq_gemv_cached",
+        format!("{} n={} k={} m={m}", c.name, weight.n, weight.k),
+    );
+    let base = weight.to_gpu(ctx)?;
+    let x: Vec<f16> = (0..m * weight.k)
+        .map(|i| f16::from_f32((i % 251) as f32 / 251.0 - 0.5))
+        .collect();
+    let x = DeviceBuffer::from_host(ctx, &x).map_err(tune_err)?;
+    let mut y = DeviceBuffer::zeros(ctx, m * weight.n).map_err(tune_err)?;
+    let mut flush = L2Flush::with_mode(ctx, L2Mode::Clean).map_err(tune_err)?;
+    let outcome = ctx
+        .tuner()
+        .tune_with(
+            &key,
+            &candidates,
+            |_, t| Ok::<_, VqError>(*t),
+            |_, _, t| -> Result<_, VqError> {
+                let gpu = base.with_tiers(t)?;
+                // The first launch compiles the kernel.
+                gpu.forward_into(&x, m, &mut y)?;
+                time_fallible(
+                    ctx,
+                    WARMUP_RUNS,
+                    TIMED_RUNS,
+                    Some(&mut flush),
+                    || gpu.forward_into(&x, m, &mut y),
+                    tune_err,
+                )
+            },
+        )
+        .map_err(tune_err)?;
+    Ok((candidates[outcome.index], outcome))
 }
