@@ -454,6 +454,10 @@ pub enum BenchCommand {
         /// and global memory) at every point of its tuning space, in a second table.
         #[arg(long)]
         tiers: bool,
+        /// Skewed random codes (code `floor(u^2 * entries)` for uniform `u`: the hottest 1/8 of
+        /// the entries take 35% of the look-ups) instead of uniform ones, the cache's worst case.
+        #[arg(long)]
+        skewed: bool,
         /// Timed runs per point (the median is reported).
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -1015,6 +1019,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
         ref lut,
         tune,
         tiers,
+        skewed,
         dense,
         runs,
         no_cublas,
@@ -1033,6 +1038,7 @@ pub fn run(cmd: &BenchCommand) -> Result<String, String> {
             tune,
             dense,
             tiers,
+            skewed,
         };
         return super::bench_vq::run(
             configs,

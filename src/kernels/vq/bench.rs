@@ -6,7 +6,8 @@
 //! the unavoidable traffic: the codes as the kernel stores them (8, 12 or 16 bits each) + the
 //! f16 codebooks (and scales) + the f16 activations (`2 m k`) + the f16 output (`2 m n`), over
 //! the device-to-device copy bandwidth measured in the same run. The weights are random (codes
-//! uniform over the entries, the cache's worst case; values do not change the time), since
+//! uniform over the entries, the cache's worst case, or skewed with `--skewed`; values do not
+//! change the time), since
 //! k-means on a 470M-element matrix would only cost time; correctness is the tests' job
 //! (`tests/vq.rs`, `tests/gpu_vq.rs`). A split k added by atomics includes the finalize
 //! kernel's launch.
@@ -42,6 +43,9 @@ pub struct VqKnobs {
     /// Time the three-tier codebook cache ([`super::cache::vq_gemv_cached`]) at every point of
     /// its tuning space ([`super::tune::tune_tiers`]).
     pub tiers: bool,
+    /// Skewed random codes (code `⌊u² · entries⌋`, entries reordered by frequency: the hottest
+    /// 1/8 of the entries take 35% of the look-ups) instead of uniform ones.
+    pub skewed: bool,
 }
 
 /// The three-tier cache's points at one row (`tilus bench vq --tiers`).
@@ -160,7 +164,7 @@ pub fn bench_vq(
     cublas_us: Option<f64>,
     elementwise_us: Option<f64>,
 ) -> Result<VqBenchRow, String> {
-    let w = VqWeight::random(config, n, k, 0x18, false).map_err(err)?;
+    let w = VqWeight::random(config, n, k, 0x18, knobs.skewed).map_err(err)?;
     let bytes = w.kernel_code_bytes() + w.codebook_bytes() + 2 * m * k + 2 * m * n;
     // `vq us` is the VQ kernel's at every m; prefill's paths are their own columns (`dense`,
     // `fused`).
@@ -179,6 +183,7 @@ pub fn bench_vq(
         tune,
         dense,
         tiers,
+        skewed: _,
     } = knobs;
     if let Some(s) = stages {
         layer = layer.with_stages(s).map_err(err)?;

@@ -265,33 +265,33 @@ pub struct CacheTiers {
 }
 
 impl CacheTiers {
-    /// The shared memory the cache may take in a block of [`vq_gemv_cached`]: 48 KiB, so that
-    /// four blocks of 4 warps (the cores' latency needs the warps) share a multiprocessor.
-    pub const SHARED_BUDGET: usize = 48 * 1024;
-    /// Registers a lane may give the register tier: 32 entries of every stage cost `R · V / 2`
-    /// of them, and the kernel's own use (64-107 for vectors of 4, ptxas for sm_90a) leaves
-    /// room for 8 under the 128 that keep two blocks on a multiprocessor.
-    pub const REGISTER_BUDGET: usize = 8;
+    /// The shared memory the cache's shared tier may take in a block of [`vq_gemv_cached`]:
+    /// 24 KiB. Every block fills its tier from L2 for a few channels (8 or 16), so a larger
+    /// tier costs more in fills than it saves in global reads: AQLM-3 on the H100 (session 73,
+    /// uniform codes, one token) took 360 / 198 / 61 us with 768 entries a stage in shared
+    /// memory (24 KiB) on 57344 x 8192 / 8192 x 28672 / 8192 x 8192, 757 / 411 / 113 with 1536
+    /// (48 KiB) and 468 / 279 / 77 with 384. GPTVQ-2's two tiles (4 KiB) and AQLM-2x8's
+    /// codebooks (8 KiB) fit whole.
+    pub const SHARED_BUDGET: usize = 24 * 1024;
 
     /// The tiers from the kernel's resource slack: every entry in shared memory that fits
     /// [`Self::SHARED_BUDGET`] (both buffers for per-tile codebooks), the rest in global
-    /// memory; registers only where a look-up's shuffles cost no more than its shared load:
-    /// one row a lane (32 entries, a shuffle a word) and only where the shared tier cannot hold
-    /// the whole codebook (an entry in registers is then one not read from global memory).
+    /// memory, none in registers. A register tier costs every look-up its shuffles (one a word
+    /// and row a lane, whatever the code) and a lane `R · V / 2` registers per 32 entries, and
+    /// it was slower at every point measured on the H100 (session 73, uniform codes: 1.1-1.8x
+    /// the same shared tier without it; `tilus bench vq --tiers`); it stays in the tuner's
+    /// space ([`Self::candidates`]) for codes skewed enough to pay for it.
     pub fn for_kernel(c: VqConfig) -> CacheTiers {
-        let entries = c.entries();
-        let per_entry = Self::buffers(c) * c.residuals * c.vector_size * 2;
-        let fit = (Self::SHARED_BUDGET / per_entry).min(entries);
-        let words = c.residuals * c.vector_size / 2;
-        let n_reg = if fit < entries && words <= Self::REGISTER_BUDGET {
-            32
-        } else {
-            0
-        };
         CacheTiers {
-            n_reg,
-            n_shared: fit.min(entries - n_reg),
+            n_reg: 0,
+            n_shared: Self::shared_fit(c),
         }
+    }
+
+    /// Entries of every stage that fit [`Self::SHARED_BUDGET`], at most all of them.
+    fn shared_fit(c: VqConfig) -> usize {
+        let per_entry = Self::buffers(c) * c.residuals * c.vector_size * 2;
+        (Self::SHARED_BUDGET / per_entry).min(c.entries())
     }
 
     /// Shared buffers of the cache: two for per-tile codebooks (the next loads during the
@@ -335,15 +335,14 @@ impl CacheTiers {
 
 impl CacheTiers {
     /// The points the autotuner measures ([`super::tune::tune_tiers`]): the rule's, and 0, 32
-    /// or 64 entries in registers with the shared tier the whole budget, a half or a quarter of
-    /// it (the rest of the entries from global memory), each valid for the format.
+    /// or 64 entries in registers with the shared tier twice the budget, the budget, a half or
+    /// a quarter of it (the rest of the entries from global memory), each valid for the format.
     pub fn candidates(c: VqConfig) -> Vec<CacheTiers> {
-        let per_entry = Self::buffers(c) * c.residuals * c.vector_size * 2;
-        let fit = (Self::SHARED_BUDGET / per_entry).min(c.entries());
+        let fit = Self::shared_fit(c);
         let mut out = vec![Self::for_kernel(c)];
         for n_reg in [0, 32, 64] {
-            for share in [1, 2, 4] {
-                let n_shared = (fit / share).min(c.entries().saturating_sub(n_reg));
+            for shared in [2 * fit, fit, fit / 2, fit / 4] {
+                let n_shared = shared.min(c.entries().saturating_sub(n_reg));
                 let t = CacheTiers { n_reg, n_shared };
                 if !out.contains(&t) && t.check(c).is_ok() {
                     out.push(t);
